@@ -1,0 +1,255 @@
+/*
+ * lockcore — distributed locks on Redis, in C.
+ *
+ * A client (lc_client) is a connection pool to one Redis server plus two background helpers
+ * shared by every lock made from it: a watchdog thread that renews held leases, and a pub/sub
+ * listener that wakes waiters when a lock is released. A lock (lc_lock) is one owner of one lock
+ * name: it carries a random 128-bit owner token, its own reentrant hold count and the fencing
+ * token of its current hold. Every lock operation is a single Lua script, so acquire-with-lease,
+ * owner-checked release and renewal are atomic on the server.
+ *
+ * Threads: an lc_client may be shared by any number of threads. An lc_lock is one owner; its
+ * functions are serialised by an internal mutex, so sharing it between threads is safe but makes
+ * those threads the same owner (reentrancy). Give each independent owner its own lc_lock.
+ *
+ * Errors: every call returns an lc_status. The message for the last non-OK status on the calling
+ * thread is lc_errmsg(); the last message of a lock handle is also kept in lc_lock_errmsg().
+ * The library never logs.
+ *
+ * Redis keys used for a lock called NAME (keep a {hash tag} in NAME under Redis Cluster so all
+ * three share one slot):
+ *   NAME           hash {o: owner token, c: hold count, f: fencing token}, with the lease as TTL
+ *   NAME:fence     integer, the last fencing token handed out (never expires)
+ *   NAME:unlock    pub/sub channel, published on every full release
+ */
+#ifndef LOCKCORE_LOCKCORE_H
+#define LOCKCORE_LOCKCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LC_VERSION "0.1.0"
+
+typedef enum lc_status {
+    LC_OK = 0,
+    LC_EINVAL,    /* bad argument: NULL handle, empty or oversized name, lease <= 0 ... */
+    LC_ENOMEM,    /* allocation failed */
+    LC_EIO,       /* connection failed, dropped or timed out; the operation's effect is unknown */
+    LC_EREDIS,    /* Redis answered with an error (auth, ACL, wrong type, script error) */
+    LC_EBUSY,     /* try-lock: another owner holds the lock */
+    LC_ETIMEOUT,  /* lock-with-deadline: the deadline passed before the lock was free */
+    LC_ENOTHELD,  /* release/extend/eval by an owner that does not hold the lock */
+    LC_ELOST,     /* the lock was held but has expired or was taken or deleted since */
+    LC_ESTATE     /* the call does not fit the handle's state (e.g. client being freed) */
+} lc_status;
+
+/* Short constant name of a status ("LC_ETIMEOUT"); never NULL. */
+const char *lc_status_name(lc_status st);
+
+/* Message of the last non-OK status returned on this thread (thread-local, borrowed; valid until
+ * the next lockcore call on this thread). "" when there is none. */
+const char *lc_errmsg(void);
+
+/* Longest lock name accepted, in bytes. */
+#define LC_NAME_MAX 512
+
+/* ---- client ---------------------------------------------------------------------------- */
+
+typedef struct lc_client lc_client;
+
+typedef struct lc_client_opts {
+    int connect_timeout_ms; /* TCP/unix connect timeout (default 1000) */
+    int command_timeout_ms; /* per-command socket timeout (default 1000) */
+    int pool_max_idle;      /* idle connections kept for reuse (default 64) */
+} lc_client_opts;
+
+/* Fills opts with the defaults above. */
+void lc_client_opts_init(lc_client_opts *opts);
+
+/* Makes a client for the Redis at url and checks it with one PING (and AUTH/SELECT when the
+ * URL asks). URL forms: redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N].
+ * opts may be NULL for the defaults. On LC_OK *out is a new client to free with lc_client_free;
+ * otherwise *out is NULL. A client whose server is down at creation is an error (LC_EIO); later
+ * outages are survived: a broken connection is dropped and the next call reconnects. */
+lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client **out);
+
+/* Stops the watchdog and the listener, closes every connection and frees the client. Locks made
+ * from it must have been freed first. NULL-safe. */
+void lc_client_free(lc_client *client);
+
+/* One PING round trip on a pooled connection: LC_OK when Redis answered PONG. */
+lc_status lc_client_ping(lc_client *client);
+
+/* Runs one command given as argv (binary-safe) on a pooled connection. On LC_OK *reply (if
+ * reply is non-NULL) is a new reply the caller frees with freeReplyObject; an error reply from
+ * Redis is LC_EREDIS with the reply still returned. */
+lc_status lc_client_command(lc_client *client, int argc, const char **argv, const size_t *argvlen,
+                            redisReply **reply);
+
+/* Runs n commands on one pooled connection in one round trip (pipelined). cmds[i] is the argv
+ * of command i (argcs[i] strings, lens[i] their lengths or NULL for NUL-terminated). On LC_OK
+ * replies[0..n) are new replies (error replies included, check each); on failure every
+ * replies[i] is NULL and the status is the I/O error. */
+lc_status lc_client_pipeline(lc_client *client, int n, const int *argcs, const char **const *cmds,
+                             const size_t *const *lens, redisReply **replies);
+
+/* ---- scripts ---------------------------------------------------------------------------- */
+
+/* A Lua script known by its SHA1; run with EVALSHA, loaded on NOSCRIPT. Immutable and shareable
+ * between threads and clients once made. */
+typedef struct lc_script lc_script;
+
+/* Makes a script from Lua source (copied). *out to be freed with lc_script_free. */
+lc_status lc_script_new(const char *source, lc_script **out);
+void lc_script_free(lc_script *script);
+
+/* The script's full Lua source and its SHA1 as 40 hex digits (borrowed), e.g. to pipeline
+ * EVALSHA calls of your own. */
+const char *lc_script_source(const lc_script *script);
+const char *lc_script_sha(const lc_script *script);
+
+/* Runs script on a pooled connection of client: EVALSHA with NOSCRIPT fallback. Keys and args
+ * are binary-safe (lengths may be NULL for NUL-terminated strings). *reply as for
+ * lc_client_command. */
+lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, const char **keys,
+                        const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+                        redisReply **reply);
+
+/* ---- lock ------------------------------------------------------------------------------- */
+
+typedef struct lc_lock lc_lock;
+
+/* Called from the watchdog thread when a held lock is found lost (expired, deleted or owned by
+ * someone else at renewal). The lock is already marked lost when this runs. Keep it short and
+ * do not free the lock from inside it. */
+typedef void (*lc_lost_fn)(lc_lock *lock, void *arg);
+
+typedef struct lc_lock_opts {
+    int lease_ms;       /* lease set on every acquire and renewal (default 30000, > 0) */
+    int watchdog;       /* 1: renew the lease every lease/3 while held (default 1) */
+    int max_hold_ms;    /* with watchdog: stop renewing after this much total hold (0 = no cap) */
+    lc_lost_fn on_lost; /* optional, see lc_lost_fn */
+    void *on_lost_arg;
+} lc_lock_opts;
+
+/* Fills opts with the defaults above. */
+void lc_lock_opts_init(lc_lock_opts *opts);
+
+/* Makes an owner of the lock called name (1..LC_NAME_MAX bytes, copied) with a fresh random
+ * 128-bit owner token. opts may be NULL for the defaults. Makes no Redis call. *out to be freed
+ * with lc_lock_free. */
+lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts,
+                      lc_lock **out);
+
+/* Frees the handle. A lock still held is released first (all holds, best effort). NULL-safe. */
+void lc_lock_free(lc_lock *lock);
+
+/* Options of one acquire. */
+typedef struct lc_acquire_opts {
+    int wait_ms;                /* 0: try once (try-lock); > 0: wait up to this long */
+    int nread;                  /* keys to GET in the same atomic step as a successful acquire */
+    const char *const *read_keys;
+    const size_t *read_keylens; /* NULL: read_keys are NUL-terminated */
+} lc_acquire_opts;
+
+/* Tries once to take the lock: LC_OK (taken, or hold count + 1 if this owner already holds it),
+ * LC_EBUSY when another owner holds it. fence (may be NULL) gets the hold's fencing token. */
+lc_status lc_lock_try(lc_lock *lock, uint64_t *fence);
+
+/* Takes the lock, waiting up to wait_ms (woken by the unlock through pub/sub, with a jittered
+ * back-off as fallback): LC_OK or LC_ETIMEOUT. wait_ms = 0 is lc_lock_try. */
+lc_status lc_lock_acquire(lc_lock *lock, int wait_ms, uint64_t *fence);
+
+/* The general form: lc_lock_acquire plus, on success, the values of opts->read_keys read in the
+ * same script (one round trip). When values is non-NULL and the lock was taken, *values is a new
+ * array reply with one element per read key (string or nil), freed with freeReplyObject;
+ * otherwise *values is NULL. */
+lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_t *fence,
+                             redisReply **values);
+
+/* Drops one hold; the last one deletes the lock and publishes the unlock. Renewal of this lock
+ * has stopped before it returns. LC_ENOTHELD when this handle holds nothing; LC_ELOST when it
+ * held the lock but Redis no longer has it as owner (the local hold is cleared either way). */
+lc_status lc_lock_release(lc_lock *lock);
+
+/* Sets the lease of the held lock to lease_ms from now (and for later renewals): LC_OK,
+ * LC_ENOTHELD or LC_ELOST. */
+lc_status lc_lock_extend(lc_lock *lock, int lease_ms);
+
+/* State of the handle, as this process knows it (no Redis call). */
+int lc_lock_held(lc_lock *lock);        /* hold count; 0 when not held */
+int lc_lock_lost(lc_lock *lock);        /* 1 when the current hold was found lost */
+uint64_t lc_lock_fence(lc_lock *lock);  /* fencing token of the current hold; 0 when not held */
+const char *lc_lock_name(const lc_lock *lock);
+const char *lc_lock_token(const lc_lock *lock); /* 32 hex digits, borrowed */
+const char *lc_lock_errmsg(lc_lock *lock);      /* last error on this handle, borrowed */
+
+/* Deletes the lock whoever holds it and wakes its waiters (administrative recovery). LC_OK when
+ * a lock was deleted, LC_ENOTHELD when there was none. */
+lc_status lc_lock_force_unlock(lc_client *client, const char *name);
+
+/* ---- fenced scripts: a data-store change guarded by the lock ---------------------------- */
+
+/* Flags of lc_lock_eval. */
+#define LC_EVAL_RELEASE 1 /* drop one hold in the same script, after the body ran */
+
+/*
+ * Runs body_script atomically together with a check that this handle still holds the lock with
+ * the fencing token of its current hold. The script must have been made by lc_fenced_script_new;
+ * its body sees only the caller's keys and args as KEYS[1..nkeys] and ARGV[1..nargs], plus the
+ * Lua locals lc_fence (number) and lc_lock_key. When the check fails nothing of the body runs
+ * and the result is LC_ELOST. With LC_EVAL_RELEASE the hold is dropped in the same script
+ * (renewal stopped before the call is sent); on LC_OK *reply is the body's return value (new
+ * reply, caller frees). Keys must hash to the lock's slot under Redis Cluster.
+ */
+lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nkeys,
+                       const char **keys, const size_t *keylens, int nargs, const char **args,
+                       const size_t *arglens, redisReply **reply);
+
+/* Makes a script for lc_lock_eval from a Lua body (wrapped in the fencing guard). The body may
+ * return any Redis value. It must not raise an error after it wrote anything (Redis scripts do
+ * not roll back). */
+lc_status lc_fenced_script_new(const char *body, lc_script **out);
+
+/*
+ * For data stores outside the lock's Redis keys: a Lua function source that a script can paste in
+ * to reject stale holders by fencing token alone:
+ *     lc_fence_accept(seen_key, token) -> true when token >= the highest token seen at seen_key
+ *                                         (and records it), false for a stale holder.
+ * The C helper lc_fence_newer() is the same rule for stores written from C.
+ */
+extern const char LC_LUA_FENCE_ACCEPT[];
+int lc_fence_newer(uint64_t token, uint64_t highest_seen);
+
+/* ---- multi-lock ------------------------------------------------------------------------- */
+
+typedef struct lc_multilock lc_multilock;
+
+/* One owner of several lock names (copied, duplicates removed), always acquired in sorted byte
+ * order so two multi-locks over overlapping names cannot deadlock. */
+lc_status lc_multilock_new(lc_client *client, int n, const char *const *names,
+                           const lc_lock_opts *opts, lc_multilock **out);
+void lc_multilock_free(lc_multilock *ml);
+
+/* All or nothing: takes every lock within wait_ms in total (0: try each once), or releases what
+ * it took and returns the first failure (LC_EBUSY, LC_ETIMEOUT, ...). */
+lc_status lc_multilock_acquire(lc_multilock *ml, int wait_ms);
+
+/* Releases every lock; LC_OK, or the first failure after trying all. */
+lc_status lc_multilock_release(lc_multilock *ml);
+
+/* The lock for names[i] in sorted order (borrowed), e.g. to read its fencing token. */
+int lc_multilock_count(const lc_multilock *ml);
+lc_lock *lc_multilock_get(lc_multilock *ml, int i);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOCKCORE_LOCKCORE_H */

@@ -1,0 +1,369 @@
+/*
+ * The unlock listener: one thread and one pub/sub connection per client, shared by every waiter.
+ * A waiter subscribes to its lock's NAME:unlock channel and is told once Redis has confirmed the
+ * subscription, so its next acquire attempt and the subscription leave no gap for an unlock to
+ * slip through. Channels are reference counted: the first waiter subscribes, the last one
+ * unsubscribes. After a reconnect every live channel is subscribed again and all waiters are
+ * woken to retry, since a message may have been lost during the outage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lockcore_internal.h"
+
+enum chan_state { CH_NEW, CH_SUBSCRIBING, CH_SUBSCRIBED, CH_UNSUBSCRIBING };
+
+typedef struct chan {
+    char *name;
+    int refs;
+    enum chan_state state;
+    uint64_t seq;          /* messages (and reconnects) seen */
+    int pending_subs;      /* SUBSCRIBEs sent and not yet confirmed */
+    pthread_cond_t cond;   /* state or seq changed */
+    struct chan *next;
+} chan;
+
+typedef struct pending {
+    int subscribe;         /* 1 SUBSCRIBE, 0 UNSUBSCRIBE */
+    char *name;
+} pending;
+
+struct lc_notify {
+    lc_client *client;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int stop;
+    int wakefd[2];
+    redisContext *ctx;     /* used by the listener thread only */
+    chan *chans;
+    pending *queue;
+    int nqueue, capqueue;
+};
+
+struct lc_sub {
+    lc_notify *n;
+    chan *ch;
+    uint64_t seen;
+};
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void poke(lc_notify *n)
+{
+    char b = 1;
+    ssize_t w = write(n->wakefd[1], &b, 1);
+    (void)w; /* a full pipe already means "wake up" */
+}
+
+/* Queues a (un)subscribe for the thread. Called with n->mu held. 0 or -1 (out of memory). */
+static int enqueue(lc_notify *n, int subscribe, const char *name)
+{
+    if (n->nqueue == n->capqueue) {
+        int cap = n->capqueue ? n->capqueue * 2 : 16;
+        pending *q = realloc(n->queue, sizeof(*q) * (size_t)cap);
+        if (!q)
+            return -1;
+        n->queue = q;
+        n->capqueue = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return -1;
+    n->queue[n->nqueue].subscribe = subscribe;
+    n->queue[n->nqueue].name = copy;
+    n->nqueue++;
+    poke(n);
+    return 0;
+}
+
+static void clear_queue(lc_notify *n)
+{
+    for (int i = 0; i < n->nqueue; i++)
+        free(n->queue[i].name);
+    n->nqueue = 0;
+}
+
+static chan *find_chan(lc_notify *n, const char *name)
+{
+    for (chan *c = n->chans; c; c = c->next)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+static void free_chan(lc_notify *n, chan *c)
+{
+    for (chan **p = &n->chans; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    pthread_cond_destroy(&c->cond);
+    free(c->name);
+    free(c);
+}
+
+/* After (re)connecting: subscribe again to every channel with waiters, forget the others, and
+ * wake every waiter. Called with n->mu held. */
+static void resubscribe_all(lc_notify *n)
+{
+    clear_queue(n);
+    for (chan *c = n->chans, *next; c; c = next) {
+        next = c->next;
+        if (c->refs == 0) {
+            free_chan(n, c);
+            continue;
+        }
+        c->state = CH_SUBSCRIBING;
+        c->seq++;
+        pthread_cond_broadcast(&c->cond);
+        c->pending_subs = enqueue(n, 1, c->name) == 0;
+    }
+}
+
+/* Applies one push message from the pub/sub connection. Called with n->mu held. */
+static void handle_push(lc_notify *n, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    chan *c = find_chan(n, r->element[1]->str);
+    if (!c)
+        return;
+    if (strcmp(kind, "message") == 0) {
+        c->seq++;
+        pthread_cond_broadcast(&c->cond);
+    } else if (strcmp(kind, "subscribe") == 0) {
+        /* Only the confirmation of the last SUBSCRIBE sent counts: an earlier one may be
+         * followed by an UNSUBSCRIBE still on its way. */
+        if (c->pending_subs > 0)
+            c->pending_subs--;
+        if (c->state == CH_SUBSCRIBING && c->pending_subs == 0) {
+            c->state = CH_SUBSCRIBED;
+            pthread_cond_broadcast(&c->cond);
+        }
+    } else if (strcmp(kind, "unsubscribe") == 0) {
+        if (c->state == CH_UNSUBSCRIBING && c->refs == 0)
+            free_chan(n, c);
+    }
+}
+
+static void drop_connection(lc_notify *n)
+{
+    if (n->ctx) {
+        redisFree(n->ctx);
+        n->ctx = NULL;
+    }
+}
+
+static void *notify_main(void *arg)
+{
+    lc_notify *n = arg;
+    pthread_mutex_lock(&n->mu);
+    while (!n->stop) {
+        if (!n->ctx) {
+            pthread_mutex_unlock(&n->mu);
+            redisContext *ctx = NULL;
+            if (lc_connect(n->client, &ctx) != LC_OK)
+                ctx = NULL;
+            pthread_mutex_lock(&n->mu);
+            if (!ctx) {
+                pthread_mutex_unlock(&n->mu);
+                struct pollfd p = {n->wakefd[0], POLLIN, 0};
+                poll(&p, 1, 100);
+                pthread_mutex_lock(&n->mu);
+                continue;
+            }
+            n->ctx = ctx;
+            resubscribe_all(n);
+        }
+        for (int i = 0; i < n->nqueue; i++) {
+            const char *argv[2] = {n->queue[i].subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE",
+                                   n->queue[i].name};
+            redisAppendCommandArgv(n->ctx, 2, argv, NULL);
+        }
+        clear_queue(n);
+        pthread_mutex_unlock(&n->mu);
+
+        int done = 0, failed = 0;
+        while (!done && !failed)
+            failed = redisBufferWrite(n->ctx, &done) != REDIS_OK;
+        struct pollfd p[2] = {{n->wakefd[0], POLLIN, 0}, {n->ctx->fd, POLLIN, 0}};
+        if (!failed && poll(p, 2, 1000) < 0 && errno != EINTR)
+            failed = 1;
+        if (p[0].revents & POLLIN) {
+            char buf[64];
+            while (read(n->wakefd[0], buf, sizeof(buf)) > 0)
+                ;
+        }
+        if (!failed && (p[1].revents & (POLLIN | POLLERR | POLLHUP)))
+            failed = redisBufferRead(n->ctx) != REDIS_OK;
+
+        pthread_mutex_lock(&n->mu);
+        void *reply = NULL;
+        while (!failed && redisGetReplyFromReader(n->ctx, &reply) == REDIS_OK && reply) {
+            handle_push(n, reply);
+            freeReplyObject(reply);
+            reply = NULL;
+        }
+        if (failed || n->ctx->err)
+            drop_connection(n);
+    }
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
+}
+
+/* Makes the client's listener on first use; NULL when it cannot be started. */
+static lc_notify *get_notify(lc_client *client)
+{
+    pthread_mutex_lock(&client->lazy_mu);
+    lc_notify *n = client->notify;
+    if (!n && (n = calloc(1, sizeof(*n)))) {
+        n->client = client;
+        pthread_mutex_init(&n->mu, NULL);
+        int ok = pipe(n->wakefd) == 0;
+        if (ok) {
+            for (int i = 0; i < 2; i++) {
+                fcntl(n->wakefd[i], F_SETFL, O_NONBLOCK);
+                fcntl(n->wakefd[i], F_SETFD, FD_CLOEXEC);
+            }
+            ok = pthread_create(&n->thread, NULL, notify_main, n) == 0;
+            if (!ok) {
+                close(n->wakefd[0]);
+                close(n->wakefd[1]);
+            }
+        }
+        if (!ok) {
+            pthread_mutex_destroy(&n->mu);
+            free(n);
+            n = NULL;
+        } else {
+            client->notify = n;
+        }
+    }
+    pthread_mutex_unlock(&client->lazy_mu);
+    return n;
+}
+
+lc_sub *lc_notify_subscribe(lc_client *client, const char *channel)
+{
+    lc_notify *n = get_notify(client);
+    lc_sub *sub = n ? calloc(1, sizeof(*sub)) : NULL;
+    if (!sub)
+        return NULL;
+    pthread_mutex_lock(&n->mu);
+    chan *c = find_chan(n, channel);
+    if (!c && (c = calloc(1, sizeof(*c)))) {
+        if (!(c->name = strdup(channel))) {
+            free(c);
+            c = NULL;
+        } else {
+            cond_init_mono(&c->cond);
+            c->state = CH_NEW;
+            c->next = n->chans;
+            n->chans = c;
+        }
+    }
+    if (!c) {
+        pthread_mutex_unlock(&n->mu);
+        free(sub);
+        return NULL;
+    }
+    c->refs++;
+    if (c->state == CH_NEW || c->state == CH_UNSUBSCRIBING) {
+        c->state = CH_SUBSCRIBING;
+        if (enqueue(n, 1, c->name) == 0)
+            c->pending_subs++;
+    }
+    struct timespec ts;
+    int64_t until = lc_now_ms() + client->opts.command_timeout_ms;
+    ts.tv_sec = until / 1000;
+    ts.tv_nsec = (until % 1000) * 1000000L;
+    while (c->state != CH_SUBSCRIBED && !n->stop)
+        if (pthread_cond_timedwait(&c->cond, &n->mu, &ts) == ETIMEDOUT)
+            break;
+    if (c->state != CH_SUBSCRIBED) {
+        pthread_mutex_unlock(&n->mu);
+        sub->n = n;
+        sub->ch = c;
+        lc_notify_unsubscribe(sub);
+        return NULL;
+    }
+    sub->n = n;
+    sub->ch = c;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    return sub;
+}
+
+int lc_notify_wait(lc_sub *sub, int timeout_ms)
+{
+    lc_notify *n = sub->n;
+    chan *c = sub->ch;
+    int64_t until = lc_now_ms() + timeout_ms;
+    struct timespec ts = {until / 1000, (until % 1000) * 1000000L};
+    pthread_mutex_lock(&n->mu);
+    while (c->seq == sub->seen && !n->stop)
+        if (pthread_cond_timedwait(&c->cond, &n->mu, &ts) == ETIMEDOUT)
+            break;
+    int woken = c->seq != sub->seen;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    return woken;
+}
+
+void lc_notify_unsubscribe(lc_sub *sub)
+{
+    if (!sub)
+        return;
+    lc_notify *n = sub->n;
+    chan *c = sub->ch;
+    pthread_mutex_lock(&n->mu);
+    if (--c->refs == 0) {
+        if (n->ctx && (c->state == CH_SUBSCRIBED || c->state == CH_SUBSCRIBING)) {
+            c->state = CH_UNSUBSCRIBING;
+            if (enqueue(n, 0, c->name) != 0)
+                c->state = CH_SUBSCRIBED; /* stays subscribed; harmless */
+        } else if (c->state == CH_NEW) {
+            free_chan(n, c);
+        } else {
+            /* No connection: it will not be subscribed again (refs == 0 on reconnect). */
+            c->state = CH_UNSUBSCRIBING;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+    free(sub);
+}
+
+void lc_notify_free(lc_notify *n)
+{
+    if (!n)
+        return;
+    pthread_mutex_lock(&n->mu);
+    n->stop = 1;
+    pthread_mutex_unlock(&n->mu);
+    poke(n);
+    pthread_join(n->thread, NULL);
+    drop_connection(n);
+    clear_queue(n);
+    free(n->queue);
+    while (n->chans)
+        free_chan(n, n->chans);
+    close(n->wakefd[0]);
+    close(n->wakefd[1]);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+}

@@ -1,0 +1,203 @@
+/*
+ * Lua scripts known by SHA1: made once, run with EVALSHA and re-sent with EVAL when the server
+ * answers NOSCRIPT (after a restart or SCRIPT FLUSH). Includes a small SHA1 so a script's
+ * digest is known without a round trip.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockcore_internal.h"
+
+struct lc_script {
+    char *source;
+    size_t len;
+    char sha[41];
+};
+
+/* ---- SHA1 (FIPS 180-1), enough for script digests ---- */
+
+#define ROL(v, n) (((v) << (n)) | ((v) >> (32 - (n))))
+
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = ROL(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5A827999;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ED9EBA1;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8F1BBCDC;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xCA62C1D6;
+        }
+        uint32_t t = ROL(a, 5) + f + e + k + w[i];
+        e = d;
+        d = c;
+        c = ROL(b, 30);
+        b = a;
+        a = t;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+}
+
+static void sha1_hex(const char *data, size_t len, char out[41])
+{
+    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+    const unsigned char *p = (const unsigned char *)data;
+    size_t full = len / 64 * 64;
+    for (size_t i = 0; i < full; i += 64)
+        sha1_block(h, p + i);
+    unsigned char tail[128] = {0};
+    size_t rest = len - full;
+    memcpy(tail, p + full, rest);
+    tail[rest] = 0x80;
+    size_t tlen = rest + 1 + 8 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tlen - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha1_block(h, tail);
+    if (tlen == 128)
+        sha1_block(h, tail + 64);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 20; i++) {
+        unsigned char byte = (unsigned char)(h[i / 4] >> (24 - 8 * (i % 4)));
+        out[2 * i] = hex[byte >> 4];
+        out[2 * i + 1] = hex[byte & 15];
+    }
+    out[40] = '\0';
+}
+
+lc_status lc_script_new(const char *source, lc_script **out)
+{
+    if (out)
+        *out = NULL;
+    if (!source || !out || !*source)
+        return lc_fail(LC_EINVAL, "script: NULL or empty source");
+    lc_script *s = calloc(1, sizeof(*s));
+    if (!s || !(s->source = strdup(source))) {
+        free(s);
+        return lc_fail(LC_ENOMEM, "script: out of memory");
+    }
+    s->len = strlen(source);
+    sha1_hex(s->source, s->len, s->sha);
+    *out = s;
+    return LC_OK;
+}
+
+const char *lc_script_source(const lc_script *script)
+{
+    return script->source;
+}
+
+const char *lc_script_sha(const lc_script *script)
+{
+    return script->sha;
+}
+
+void lc_script_free(lc_script *script)
+{
+    if (!script)
+        return;
+    free(script->source);
+    free(script);
+}
+
+/* Sends EVALSHA (or EVAL with the source when use_source) and returns the reply (NULL on I/O). */
+static redisReply *send_eval(redisContext *ctx, const lc_script *script, int use_source,
+                             int nkeys, const char **keys, const size_t *keylens, int nargs,
+                             const char **args, const size_t *arglens)
+{
+    enum { STACK_ARGS = 24 };
+    const char *sv[STACK_ARGS];
+    size_t sl[STACK_ARGS];
+    int argc = 3 + nkeys + nargs;
+    const char **argv = sv;
+    size_t *lens = sl;
+    if (argc > STACK_ARGS) {
+        argv = malloc(sizeof(*argv) * (size_t)argc);
+        lens = malloc(sizeof(*lens) * (size_t)argc);
+        if (!argv || !lens) {
+            free(argv);
+            free(lens);
+            return NULL;
+        }
+    }
+    char nk[16];
+    int nklen = snprintf(nk, sizeof(nk), "%d", nkeys);
+    argv[0] = use_source ? "EVAL" : "EVALSHA";
+    lens[0] = strlen(argv[0]);
+    argv[1] = use_source ? script->source : script->sha;
+    lens[1] = use_source ? script->len : 40;
+    argv[2] = nk;
+    lens[2] = (size_t)nklen;
+    for (int i = 0; i < nkeys; i++) {
+        argv[3 + i] = keys[i];
+        lens[3 + i] = keylens ? keylens[i] : strlen(keys[i]);
+    }
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + nkeys + i] = args[i];
+        lens[3 + nkeys + i] = arglens ? arglens[i] : strlen(args[i]);
+    }
+    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+    if (argv != sv) {
+        free(argv);
+        free(lens);
+    }
+    return r;
+}
+
+lc_status lc_script_run_conn(redisContext *ctx, const lc_script *script, int nkeys,
+                             const char **keys, const size_t *keylens, int nargs,
+                             const char **args, const size_t *arglens, redisReply **reply,
+                             int *broken)
+{
+    *reply = NULL;
+    redisReply *r = send_eval(ctx, script, 0, nkeys, keys, keylens, nargs, args, arglens);
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        r = send_eval(ctx, script, 1, nkeys, keys, keylens, nargs, args, arglens);
+    }
+    lc_status st = lc_reply_status(ctx, r, broken);
+    *reply = r;
+    return st;
+}
+
+lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, const char **keys,
+                        const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+                        redisReply **reply)
+{
+    if (reply)
+        *reply = NULL;
+    if (!client || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
+        return lc_fail(LC_EINVAL, "script run: bad argument");
+    lc_conn *conn;
+    lc_status st = lc_conn_get(client, &conn);
+    if (st != LC_OK)
+        return st;
+    int broken = 0;
+    redisReply *r;
+    st = lc_script_run_conn(conn->ctx, script, nkeys, keys, keylens, nargs, args, arglens, &r,
+                            &broken);
+    lc_conn_put(client, conn, broken);
+    if (reply)
+        *reply = r;
+    else if (r)
+        freeReplyObject(r);
+    return st;
+}

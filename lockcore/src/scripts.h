@@ -1,0 +1,91 @@
+/*
+ * Every Lua script lockcore runs, in one place. A lock NAME is a hash {o: owner token, c: hold
+ * count, f: fencing token} whose TTL is the lease; NAME:fence counts fencing tokens and never
+ * expires; NAME:unlock is the channel published on every full release.
+ */
+#ifndef LOCKCORE_SCRIPTS_H
+#define LOCKCORE_SCRIPTS_H
+
+/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms.
+ * -> {1, fence, hold count, values of read keys...} when taken (or re-entered),
+ *    {0, pttl of the holder's lease} when another owner holds it. */
+#define LC_LUA_ACQUIRE                                                              \
+    "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                           \
+    "local fence, count\n"                                                          \
+    "if h[1] == false then\n"                                                       \
+    "  fence = redis.call('INCR', KEYS[2])\n"                                       \
+    "  count = 1\n"                                                                 \
+    "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"             \
+    "elseif h[1] == ARGV[1] then\n"                                                 \
+    "  count = redis.call('HINCRBY', KEYS[1], 'c', 1)\n"                            \
+    "  fence = tonumber(h[2])\n"                                                    \
+    "else\n"                                                                        \
+    "  return {0, redis.call('PTTL', KEYS[1])}\n"                                   \
+    "end\n"                                                                         \
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                     \
+    "local r = {1, fence, count}\n"                                                 \
+    "for i = 3, #KEYS do r[#r + 1] = redis.call('GET', KEYS[i]) end\n"              \
+    "return r\n"
+
+/* KEYS: lock.  ARGV: owner token, lease ms, unlock channel.
+ * -> holds left (0 = deleted and published), or -1 when the owner does not hold it. */
+#define LC_LUA_RELEASE                                                              \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return -1 end\n"          \
+    "local c = redis.call('HINCRBY', KEYS[1], 'c', -1)\n"                           \
+    "if c > 0 then\n"                                                               \
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                   \
+    "  return c\n"                                                                  \
+    "end\n"                                                                         \
+    "redis.call('DEL', KEYS[1])\n"                                                  \
+    "redis.call('PUBLISH', ARGV[3], '0')\n"                                         \
+    "return 0\n"
+
+/* KEYS: lock.  ARGV: owner token, lease ms.  -> 1 renewed, 0 not the owner (lost). */
+#define LC_LUA_RENEW                                                                \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"           \
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                     \
+    "return 1\n"
+
+/* KEYS: lock.  ARGV: unlock channel.  -> 1 deleted and published, 0 there was no lock. */
+#define LC_LUA_FORCE                                                                \
+    "if redis.call('DEL', KEYS[1]) == 1 then\n"                                     \
+    "  redis.call('PUBLISH', ARGV[1], '0')\n"                                       \
+    "  return 1\n"                                                                  \
+    "end\n"                                                                         \
+    "return 0\n"
+
+/* The guard around a body made by lc_fenced_script_new.
+ * KEYS: lock, body keys...  ARGV: owner, fence, release flag, lease ms, channel, body args...
+ * -> {0} when the caller no longer holds the lock with that fence (nothing ran),
+ *    {1, body result} otherwise (the hold dropped in the same step when the flag is "1"). */
+#define LC_LUA_GUARD_HEAD                                                           \
+    "local lc_lock_key = KEYS[1]\n"                                                 \
+    "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f')\n"                     \
+    "if lc_h[1] ~= ARGV[1] or lc_h[2] ~= ARGV[2] then return {0} end\n"             \
+    "local lc_fence = tonumber(ARGV[2])\n"                                          \
+    "local lc_release, lc_lease, lc_channel = ARGV[3] == '1', ARGV[4], ARGV[5]\n"   \
+    "local lc_result = (function(KEYS, ARGV)\n"
+
+#define LC_LUA_GUARD_TAIL                                                           \
+    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 6)})\n"                                \
+    "if lc_release then\n"                                                          \
+    "  if redis.call('HINCRBY', lc_lock_key, 'c', -1) > 0 then\n"                   \
+    "    redis.call('PEXPIRE', lc_lock_key, lc_lease)\n"                            \
+    "  else\n"                                                                      \
+    "    redis.call('DEL', lc_lock_key)\n"                                          \
+    "    redis.call('PUBLISH', lc_channel, '0')\n"                                  \
+    "  end\n"                                                                       \
+    "end\n"                                                                         \
+    "return {1, lc_result}\n"
+
+/* Pasted into data-store scripts: accept a write only from the newest fencing token seen. */
+#define LC_LUA_FENCE_ACCEPT_SRC                                                     \
+    "local function lc_fence_accept(seen_key, token)\n"                             \
+    "  local seen = tonumber(redis.call('GET', seen_key) or '0')\n"                 \
+    "  local t = tonumber(token)\n"                                                 \
+    "  if t == nil or t < seen then return false end\n"                             \
+    "  if t > seen then redis.call('SET', seen_key, t) end\n"                       \
+    "  return true\n"                                                               \
+    "end\n"
+
+#endif

@@ -1,0 +1,293 @@
+/*
+ * The watchdog: one thread per client that renews the lease of every held lock registered with
+ * it, every lease/3, pipelining all renewals due at once on its own connection. A renewal that
+ * finds another owner (or no lock) marks the lock lost and calls the owner's callback; renewal
+ * stops for good at the lock's max_hold_ms cap. Removal waits for any renewal of that lock in
+ * flight, so once lc_watchdog_remove returns no renewal of it can reach Redis.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lockcore_internal.h"
+
+typedef struct wd_entry {
+    lc_lock *lock;
+    int lease_ms;
+    int64_t next_ms;      /* when the next renewal is due */
+    int64_t cap_ms;       /* stop renewing at this time (0: never) */
+    int64_t renewed_ms;   /* last time Redis confirmed the lease */
+    int busy;             /* a renewal (or the lost callback) is in flight */
+    int result;           /* of the last renewal: 1 ok, 0 lost, -1 unknown (I/O) */
+    struct wd_entry *prev, *next;
+} wd_entry;
+
+struct lc_watchdog {
+    lc_client *client;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;  /* the thread: stop, or an entry was added */
+    pthread_cond_t idle;  /* removers: a renewal batch finished */
+    wd_entry *head;
+    int stop;
+    redisContext *ctx;    /* used by the watchdog thread only */
+    int loaded;           /* the renew script is in ctx's server's script cache */
+};
+
+enum { BATCH_MAX = 256 };
+
+static void timespec_at(struct timespec *ts, int64_t at_ms)
+{
+    ts->tv_sec = at_ms / 1000;
+    ts->tv_nsec = (at_ms % 1000) * 1000000L;
+}
+
+static void unlink_entry(lc_watchdog *wd, wd_entry *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        wd->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    e->lock->wd_entry = NULL;
+    free(e);
+}
+
+/* Sends one pipelined batch of renewals and fills each entry's result. Runs unlocked. */
+static void renew_batch(lc_watchdog *wd, wd_entry **batch, int n, const int *lease)
+{
+    const lc_script *s = wd->client->s_renew;
+    if (!wd->ctx) {
+        wd->loaded = 0;
+        if (lc_connect(wd->client, &wd->ctx) != LC_OK)
+            wd->ctx = NULL;
+    }
+    if (wd->ctx && !wd->loaded) {
+        const char *argv[3] = {"SCRIPT", "LOAD", lc_script_source(s)};
+        redisReply *r = redisCommandArgv(wd->ctx, 3, argv, NULL);
+        wd->loaded = r && r->type == REDIS_REPLY_STRING;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (!wd->ctx || !wd->loaded) {
+        for (int i = 0; i < n; i++)
+            batch[i]->result = -1;
+        if (wd->ctx && wd->ctx->err) {
+            redisFree(wd->ctx);
+            wd->ctx = NULL;
+        }
+        return;
+    }
+    int sent = 0;
+    for (int i = 0; i < n; i++) {
+        char ls[16];
+        snprintf(ls, sizeof(ls), "%d", lease[i]);
+        /* The entry's lock fields (name, token) are immutable while it is registered. */
+        const char *argv[6] = {"EVALSHA", lc_script_sha(s), "1", batch[i]->lock->name,
+                               batch[i]->lock->token, ls};
+        if (redisAppendCommandArgv(wd->ctx, 6, argv, NULL) != REDIS_OK)
+            break;
+        sent++;
+    }
+    for (int i = 0; i < n; i++) {
+        redisReply *r = NULL;
+        if (i >= sent || !wd->ctx || redisGetReply(wd->ctx, (void **)&r) != REDIS_OK || !r) {
+            batch[i]->result = -1;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_INTEGER) {
+            batch[i]->result = r->integer == 1 ? 1 : 0;
+        } else {
+            batch[i]->result = -1;
+            if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0)
+                wd->loaded = 0;
+        }
+        freeReplyObject(r);
+    }
+    if (wd->ctx->err) {
+        redisFree(wd->ctx);
+        wd->ctx = NULL;
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    lc_watchdog *wd = arg;
+    wd_entry *batch[BATCH_MAX];
+    int lease[BATCH_MAX];
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        int64_t now = lc_now_ms();
+        int64_t earliest = now + 1000;
+        int n = 0;
+        for (wd_entry *e = wd->head, *next; e; e = next) {
+            next = e->next;
+            if (e->next_ms > now) {
+                if (e->next_ms < earliest)
+                    earliest = e->next_ms;
+                continue;
+            }
+            int l = e->lease_ms;
+            if (e->cap_ms) {
+                if (e->cap_ms - now <= 0) {
+                    unlink_entry(wd, e); /* hold cap reached: let the lease run out */
+                    continue;
+                }
+                if (e->cap_ms - now < l)
+                    l = (int)(e->cap_ms - now);
+            }
+            if (n == BATCH_MAX) {
+                earliest = now;
+                break;
+            }
+            e->busy = 1;
+            lease[n] = l;
+            batch[n++] = e;
+        }
+        if (n == 0) {
+            struct timespec ts;
+            timespec_at(&ts, earliest);
+            pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&wd->mu);
+        renew_batch(wd, batch, n, lease);
+        now = lc_now_ms();
+        for (int i = 0; i < n; i++) {
+            wd_entry *e = batch[i];
+            if (e->result == 1) {
+                e->renewed_ms = now;
+            } else if (e->result < 0 && now - e->renewed_ms < e->lease_ms) {
+                /* Unknown outcome but the last lease may still run: retry soon. */
+                e->result = 2;
+            } else {
+                e->result = 0;
+                atomic_store(&e->lock->lost, 1);
+                if (e->lock->opts.on_lost)
+                    e->lock->opts.on_lost(e->lock, e->lock->opts.on_lost_arg);
+            }
+        }
+        pthread_mutex_lock(&wd->mu);
+        for (int i = 0; i < n; i++) {
+            wd_entry *e = batch[i];
+            e->busy = 0;
+            if (e->result == 0) {
+                unlink_entry(wd, e);
+                continue;
+            }
+            int period = e->result == 2 ? 50 : e->lease_ms / 3;
+            e->next_ms = now + (period > 0 ? period : 1);
+        }
+        pthread_cond_broadcast(&wd->idle);
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+/* Makes the client's watchdog on first use. */
+static lc_watchdog *get_watchdog(lc_client *client)
+{
+    pthread_mutex_lock(&client->lazy_mu);
+    lc_watchdog *wd = client->watchdog;
+    if (!wd && (wd = calloc(1, sizeof(*wd)))) {
+        wd->client = client;
+        pthread_mutex_init(&wd->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&wd->wake, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_cond_init(&wd->idle, NULL);
+        if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
+            pthread_mutex_destroy(&wd->mu);
+            pthread_cond_destroy(&wd->wake);
+            pthread_cond_destroy(&wd->idle);
+            free(wd);
+            wd = NULL;
+        } else {
+            client->watchdog = wd;
+        }
+    }
+    pthread_mutex_unlock(&client->lazy_mu);
+    return wd;
+}
+
+lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
+{
+    lc_watchdog *wd = get_watchdog(client);
+    wd_entry *e = calloc(1, sizeof(*e));
+    if (!wd || !e) {
+        free(e);
+        return lc_fail(LC_ENOMEM, "watchdog: cannot start (out of memory or threads)");
+    }
+    int64_t now = lc_now_ms();
+    e->lock = lock;
+    e->lease_ms = lock->opts.lease_ms;
+    e->renewed_ms = now;
+    e->next_ms = now + (e->lease_ms / 3 > 0 ? e->lease_ms / 3 : 1);
+    e->cap_ms = lock->opts.max_hold_ms ? lock->held_since_ms + lock->opts.max_hold_ms : 0;
+    pthread_mutex_lock(&wd->mu);
+    e->next = wd->head;
+    if (wd->head)
+        wd->head->prev = e;
+    wd->head = e;
+    lock->wd_entry = e;
+    pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+    return LC_OK;
+}
+
+void lc_watchdog_remove(lc_client *client, lc_lock *lock)
+{
+    pthread_mutex_lock(&client->lazy_mu);
+    lc_watchdog *wd = client->watchdog;
+    pthread_mutex_unlock(&client->lazy_mu);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e;
+    while ((e = lock->wd_entry) && e->busy)
+        pthread_cond_wait(&wd->idle, &wd->mu);
+    if (e)
+        unlink_entry(wd, e);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
+{
+    pthread_mutex_lock(&client->lazy_mu);
+    lc_watchdog *wd = client->watchdog;
+    pthread_mutex_unlock(&client->lazy_mu);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e = lock->wd_entry;
+    if (e) {
+        e->lease_ms = lease_ms;
+        e->renewed_ms = lc_now_ms();
+        e->next_ms = e->renewed_ms + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+        pthread_cond_signal(&wd->wake);
+    }
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void lc_watchdog_free(lc_watchdog *wd)
+{
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = 1;
+    pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    while (wd->head)
+        unlink_entry(wd, wd->head);
+    if (wd->ctx)
+        redisFree(wd->ctx);
+    pthread_mutex_destroy(&wd->mu);
+    pthread_cond_destroy(&wd->wake);
+    pthread_cond_destroy(&wd->idle);
+    free(wd);
+}

@@ -1,0 +1,287 @@
+/*
+ * Integration tests of watchdog.c: renewal keeps a short lease alive and stops at release,
+ * a lock deleted or taken behind the holder's back is reported lost (flag and callback) within
+ * one renewal period, the hold-time cap, extend changing the renewal lease, many locks on one
+ * watchdog, and a Redis restart that wipes a held lock.
+ */
+#include "lc_test.h"
+
+#include <stdatomic.h>
+
+static rf_server *srv;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    srv = rf_start(NULL);
+    return srv != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rf_stop(srv);
+    srv = NULL;
+    return 0;
+}
+
+static int flush(void **state)
+{
+    (void)state;
+    return lt_flushall(srv);
+}
+
+/* What the on_lost callback saw. */
+typedef struct lost_probe {
+    atomic_int calls;
+    atomic_llong first_ms;
+    lc_lock *_Atomic lock;
+    void *_Atomic arg;
+} lost_probe;
+
+static void on_lost(lc_lock *lock, void *arg)
+{
+    lost_probe *p = arg;
+    if (atomic_fetch_add(&p->calls, 1) == 0) {
+        atomic_store(&p->first_ms, (long long)tu_now_ms());
+        atomic_store(&p->lock, lock);
+        atomic_store(&p->arg, arg);
+    }
+}
+
+static lc_lock *lock_with_probe(lc_client *c, const char *name, int lease_ms, lost_probe *p)
+{
+    lc_lock_opts o = lt_opts(lease_ms, 1);
+    o.on_lost = on_lost;
+    o.on_lost_arg = p;
+    lc_lock *l = NULL;
+    assert_ok(lc_lock_new(c, name, &o, &l));
+    return l;
+}
+
+static int is_lost(void *arg)
+{
+    return lc_lock_lost(arg);
+}
+
+/* A 300 ms lease held for 2 s stays held throughout; after release nothing renews it. */
+static void test_renewal_keeps_lease(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:keep";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, 300, 1);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    int64_t t0 = tu_now_ms();
+    long long min_pttl = 1000000;
+    int samples = 0;
+    while (tu_now_ms() - t0 < 2000) {
+        long long pttl = rf_integer(srv, "PTTL %s", name);
+        if (pttl <= 0)
+            fail_msg("PTTL %lld after %lld ms of a 300 ms lease", pttl,
+                     (long long)(tu_now_ms() - t0));
+        if (pttl < min_pttl)
+            min_pttl = pttl;
+        samples++;
+        tu_sleep_ms(20);
+    }
+    print_message("%d samples, lowest PTTL %lld ms\n", samples, min_pttl);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 1);
+    char owner[64];
+    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(a));
+    assert_int_equal(lc_lock_lost(a), 0);
+    assert_int_equal(lc_lock_held(a), 1);
+
+    assert_ok(lc_lock_release(a));
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    tu_sleep_ms(1000);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
+/* DEL behind the holder's back: lost flag and callback within one renewal period. */
+static void test_lost_on_delete(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:del";
+    const int lease = 300;
+    lost_probe p = {0};
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lock_with_probe(c, name, lease, &p);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    tu_sleep_ms(150); /* let the watchdog settle into its rhythm */
+    assert_int_equal(lc_lock_lost(a), 0);
+
+    int64_t t0 = tu_now_ms();
+    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_true(tu_poll_until(is_lost, a, 1000, 2));
+    int64_t took = tu_now_ms() - t0;
+    print_message("lost seen after %lld ms\n", (long long)took);
+    assert_between(took, 0, lease / 3 + 80);
+    /* The flag is set before the callback runs; give the callback its moment. */
+    for (int i = 0; i < 100 && atomic_load(&p.calls) == 0; i++)
+        tu_sleep_ms(2);
+    assert_int_equal(atomic_load(&p.calls), 1);
+    assert_ptr_equal(atomic_load(&p.lock), a);
+    assert_ptr_equal(atomic_load(&p.arg), &p);
+    assert_between(atomic_load(&p.first_ms) - t0, 0, lease / 3 + 80);
+
+    /* Reported once, and the renewal did not recreate the key. */
+    tu_sleep_ms(300);
+    assert_int_equal(atomic_load(&p.calls), 1);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_status(lc_lock_release(a), LC_ELOST);
+    assert_int_equal(lc_lock_held(a), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
+/* The lock deleted and taken by another owner: the old holder learns it, and its renewals do
+ * not touch the new owner's lease. */
+static void test_lost_when_taken(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:taken";
+    lost_probe p = {0};
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lock_with_probe(c, name, 300, &p);
+    lc_lock *b = lt_lock(c, name, 30000, 0);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_ok(lc_lock_try(b, NULL));
+    int64_t t0 = tu_now_ms();
+    assert_true(tu_poll_until(is_lost, a, 1000, 2));
+    assert_between(tu_now_ms() - t0, 0, 100 + 80);
+    tu_sleep_ms(250);
+    char owner[64];
+    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_true(rf_integer(srv, "PTTL %s", name) > 29000);
+    assert_status(lc_lock_release(a), LC_ELOST);
+    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_ok(lc_lock_release(b));
+    lc_lock_free(a);
+    lc_lock_free(b);
+    lc_client_free(c);
+}
+
+static int key_gone(void *arg)
+{
+    return rf_integer(srv, "EXISTS %s", (const char *)arg) == 0;
+}
+
+/* max_hold_ms caps renewal: the lock outlives its lease while under the cap, and is gone at
+ * most one lease after the cap. */
+static void test_max_hold(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:cap";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock_opts o = lt_opts(300, 1);
+    o.max_hold_ms = 800;
+    lc_lock *a = NULL;
+    assert_ok(lc_lock_new(c, name, &o, &a));
+    int64_t t0 = tu_now_ms();
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    tu_sleep_ms(600);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 1);
+    assert_true(tu_poll_until(key_gone, (void *)name, 2000, 10));
+    int64_t gone = tu_now_ms() - t0;
+    print_message("capped lock gone after %lld ms\n", (long long)gone);
+    assert_between(gone, 600, 800 + 300 + 150);
+    assert_status(lc_lock_release(a), LC_ELOST);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
+/* extend changes the lease used by later renewals too (not only the current TTL). */
+static void test_extend_sets_renewal_lease(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:extend";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, 300, 1);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    assert_ok(lc_lock_extend(a, 3000));
+    assert_between(rf_integer(srv, "PTTL %s", name), 2500, 3000);
+    /* Renewals with the old 300 ms lease (every 100 ms) would bring PTTL down to <= 300. */
+    tu_sleep_ms(700);
+    assert_between(rf_integer(srv, "PTTL %s", name), 1500, 3000);
+    assert_int_equal(lc_lock_lost(a), 0);
+    assert_ok(lc_lock_release(a));
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
+/* One watchdog renews many locks of one client. */
+static void test_many_locks(void **state)
+{
+    (void)state;
+    enum { N = 20 };
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *locks[N];
+    char names[N][32];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "it_wd:many:%d", i);
+        locks[i] = lt_lock(c, names[i], 300, 1);
+        assert_ok(lc_lock_acquire(locks[i], 0, NULL));
+    }
+    tu_sleep_ms(1000);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rf_integer(srv, "EXISTS %s", names[i]), 1);
+        assert_int_equal(lc_lock_lost(locks[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_ok(lc_lock_release(locks[i]));
+        lc_lock_free(locks[i]);
+    }
+    assert_int_equal(rf_integer(srv, "EXISTS it_wd:many:0 it_wd:many:19"), 0);
+    lc_client_free(c);
+}
+
+/* A Redis restart without persistence wipes a held lock: the holder finds it lost, and the
+ * client keeps working afterwards. */
+static void test_lost_after_restart(void **state)
+{
+    (void)state;
+    const char *name = "it_wd:restart";
+    lost_probe p = {0};
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lock_with_probe(c, name, 300, &p);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    assert_int_equal(rf_restart(srv), 0);
+    int64_t t0 = tu_now_ms();
+    assert_true(tu_poll_until(is_lost, a, 3000, 5));
+    print_message("lost seen %lld ms after the restart\n", (long long)(tu_now_ms() - t0));
+    assert_int_equal(atomic_load(&p.calls), 1);
+    /* Dead pooled connections may answer LC_EIO once; that is documented. */
+    assert_ok(lt_ping_until_ok(c, 2000));
+    assert_status(lc_lock_release(a), LC_ELOST);
+
+    lc_lock *b = lt_lock(c, name, 30000, 0);
+    lc_status st = LC_EIO;
+    for (int i = 0; i < 20 && st == LC_EIO; i++) {
+        st = lc_lock_try(b, NULL);
+        if (st == LC_EIO)
+            tu_sleep_ms(50);
+    }
+    assert_status(st, LC_OK);
+    assert_ok(lc_lock_release(b));
+    lc_lock_free(a);
+    lc_lock_free(b);
+    lc_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_renewal_keeps_lease, flush),
+        cmocka_unit_test_setup(test_lost_on_delete, flush),
+        cmocka_unit_test_setup(test_lost_when_taken, flush),
+        cmocka_unit_test_setup(test_max_hold, flush),
+        cmocka_unit_test_setup(test_extend_sets_renewal_lease, flush),
+        cmocka_unit_test_setup(test_many_locks, flush),
+        cmocka_unit_test_setup(test_lost_after_restart, flush),
+    };
+    return cmocka_run_group_tests_name("it_watchdog", tests, group_setup, group_teardown);
+}

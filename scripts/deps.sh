@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages inventoryd needs to build, test and run, but only those that are
+# missing: on a machine that has them all it changes nothing and makes no network call.
+# Works as root or through sudo. Extra packages: DEPS_EXTRA="pkg1 pkg2" scripts/deps.sh
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
+  redis-server redis-tools
+  wrk nginx curl
+)
+# shellcheck disable=SC2206
+[ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo_cmd=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo_cmd=(sudo)
+else
+  echo "deps.sh: missing packages (${missing[*]}) and neither root nor sudo available" >&2
+  exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

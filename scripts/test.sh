@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test with ctest: once in a normal build and
+# once more under AddressSanitizer + UndefinedBehaviorSanitizer. Exits non-zero on any failure.
+# Env: BUILD_DIR (build), ASAN_BUILD_DIR (build-asan), SKIP_ASAN=1 to skip the second pass,
+#      JOBS (2), CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${BUILD_DIR:-build}
+asan_dir=${ASAN_BUILD_DIR:-build-asan}
+jobs=${JOBS:-2}
+ctest_args=${CTEST_ARGS:-}
+
+scripts/deps.sh
+
+run_suite() {
+  local dir=$1; shift
+  echo "== configure $dir $*"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  echo "== build $dir"
+  cmake --build "$dir" -j "$jobs"
+  echo "== test $dir"
+  # shellcheck disable=SC2086
+  (cd "$dir" && ctest --output-on-failure --timeout 300 $ctest_args)
+}
+
+run_suite "$build_dir"
+if [ "${SKIP_ASAN:-0}" != 1 ]; then
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    run_suite "$asan_dir" -DSANITIZE=address,undefined
+fi
+if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
+  echo "== loadtest --quick"
+  loadtest/run.sh --quick
+fi
+echo "scripts/test.sh: all passed"

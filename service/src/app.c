@@ -1,0 +1,37 @@
+/*
+ * Application state: the configuration, the store and the SKU cache; see app.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "app.h"
+#include "skucache.h"
+#include "store.h"
+
+int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen)
+{
+    memset(app, 0, sizeof(*app));
+    app->cfg = *cfg;
+    atomic_init(&app->draining, 0);
+    if (store_new(cfg, &app->store, err, errlen) != 0)
+        return -1;
+    app->cache = skucache_new(cfg->sold_out_recheck_ms);
+    if (!app->cache) {
+        snprintf(err, errlen, "out of memory");
+        app_free(app);
+        return -1;
+    }
+    /* Connect now if Redis is there; if not, the first request (or /readyz) tries again. */
+    store_client(app->store);
+    return 0;
+}
+
+void app_free(struct app *app)
+{
+    if (!app)
+        return;
+    store_free(app->store);
+    skucache_free(app->cache);
+    app->store = NULL;
+    app->cache = NULL;
+}

@@ -1,0 +1,811 @@
+/*
+ * config — loading and validating inventoryd's settings from defaults, a JSON file, the
+ * environment and the command line (see config.h for the rules).
+ *
+ * One table (keys[] below) describes every setting: its config-file key, flag, environment
+ * variable, default, range and how to parse it. The loader walks the layers in precedence order
+ * and applies each value through the same table entry, so a setting is validated identically
+ * wherever it comes from, and the error names the key and the layer that supplied it.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+extern char **environ;
+
+enum kind { K_CONFIG, K_INT, K_BIND, K_REDIS, K_TOKEN, K_STRATEGY, K_LOG_LEVEL };
+
+struct keydef {
+    struct config_key pub;
+    enum kind kind;
+    long long min, max; /* K_INT */
+    size_t offset;      /* K_INT: offset of the int field in struct config */
+};
+
+#define INT_KEY(field, flag, env, def, lo, hi, help)                                       \
+    {{#field, flag, env, #def, #lo ".." #hi, help}, K_INT, lo, hi, offsetof(struct config, field)}
+
+static const struct keydef keys[] = {
+    {{NULL, "--config", "INVENTORY_CONFIG", "none", "path of a JSON file",
+      "JSON config file; keys are the snake_case of the flags"},
+     K_CONFIG, 0, 0, 0},
+    INT_KEY(port, "--port", "INVENTORY_PORT", 8080, 1, 65535, "HTTP port"),
+    {{"bind", "--bind", "INVENTORY_BIND", "0.0.0.0", "IPv4 or IPv6 address literal",
+      "listen address"},
+     K_BIND, 0, 0, 0},
+    {{"redis", "--redis", "INVENTORY_REDIS_URL", "redis://127.0.0.1:6379",
+      "redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]", "Redis server URL"},
+     K_REDIS, 0, 0, 0},
+    {{"admin_token", "--admin-token", "INVENTORY_ADMIN_TOKEN", "none",
+      "1..256 visible ASCII characters (0x21..0x7e)",
+      "bearer token for admin endpoints; none: admin endpoints only from loopback"},
+     K_TOKEN, 0, 0, 0},
+    {{"threads", "--threads", "INVENTORY_THREADS", "number of CPUs", "1..1024",
+      "HTTP worker threads"},
+     K_INT, 1, 1024, offsetof(struct config, threads)},
+    {{"strategy", "--strategy", "INVENTORY_STRATEGY", "segmented",
+      "segmented, single-lock, atomic", "stock locking strategy"},
+     K_STRATEGY, 0, 0, 0},
+    INT_KEY(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,
+            "segment lock lease, renewed by the watchdog while held"),
+    INT_KEY(lock_wait_ms, "--lock-wait-ms", "INVENTORY_LOCK_WAIT_MS", 2000, 0, 600000,
+            "longest an order waits for a segment lock before 503 lock_timeout"),
+    INT_KEY(hold_ms, "--hold-ms", "INVENTORY_HOLD_MS", 0, 0, 60000,
+            "simulated business work inside the critical section (benchmarks)"),
+    INT_KEY(max_quantity, "--max-quantity", "INVENTORY_MAX_QUANTITY", 100, 1, 1000000,
+            "largest quantity one order may ask for"),
+    {{"log_level", "--log-level", "INVENTORY_LOG_LEVEL", "info", "debug, info, warn, error",
+      "least severe level logged"},
+     K_LOG_LEVEL, 0, 0, 0},
+    INT_KEY(max_connections, "--max-connections", "INVENTORY_MAX_CONNECTIONS", 4096, 1, 1000000,
+            "most concurrent HTTP connections; more are refused"),
+    INT_KEY(connection_timeout_s, "--connection-timeout-s", "INVENTORY_CONNECTION_TIMEOUT_S", 30,
+            1, 3600, "idle HTTP connections are closed after this many seconds"),
+    INT_KEY(redis_timeout_ms, "--redis-timeout-ms", "INVENTORY_REDIS_TIMEOUT_MS", 1000, 1, 60000,
+            "Redis connect and command timeout"),
+    INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
+            1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
+    INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
+            600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish"),
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const char usage_text[] =
+    "Usage: inventoryd [OPTION]...\n"
+    "HTTP flash-sale order service: segmented stock with per-segment distributed locks on Redis.\n"
+    "\n"
+    "Options (each also VALUE via --option=VALUE; defaults in brackets):\n"
+    "  --config FILE              JSON config file [none]\n"
+    "  --port N                   HTTP port, 1..65535 [8080]\n"
+    "  --bind ADDR                listen address, IPv4/IPv6 literal [0.0.0.0]\n"
+    "  --redis URL                redis://[[user]:password@]host[:port][/db] or unix:///path\n"
+    "                             [redis://127.0.0.1:6379]\n"
+    "  --admin-token T            bearer token for admin endpoints; without one they are\n"
+    "                             accepted only from loopback [none]\n"
+    "  --threads N                HTTP worker threads, 1..1024 [number of CPUs]\n"
+    "  --strategy S               segmented, single-lock or atomic [segmented]\n"
+    "  --lock-lease-ms N          lock lease, 1..3600000 [10000]\n"
+    "  --lock-wait-ms N           longest wait for a segment lock, 0..600000 [2000]\n"
+    "  --hold-ms N                simulated work in the critical section, 0..60000 [0]\n"
+    "  --max-quantity N           largest quantity per order, 1..1000000 [100]\n"
+    "  --log-level L              debug, info, warn or error [info]\n"
+    "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
+    "  --connection-timeout-s N   idle connection timeout, 1..3600 [30]\n"
+    "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
+    "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
+    "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
+    "  -h, --help                 print this help and exit\n"
+    "  -V, --version              print the version and exit\n"
+    "\n"
+    "Every option can also be set by the environment variable INVENTORY_<NAME> (e.g.\n"
+    "INVENTORY_LOCK_LEASE_MS; the Redis URL is INVENTORY_REDIS_URL) or in the config file\n"
+    "under its snake_case name (\"lock_lease_ms\"). Precedence: default < config file <\n"
+    "environment < option. An invalid value exits with status 2.\n";
+
+static const char version_text[] = "inventoryd " INVENTORYD_VERSION "\n";
+
+const char *config_usage(void)
+{
+    return usage_text;
+}
+
+const char *config_version(void)
+{
+    return version_text;
+}
+
+size_t config_key_count(void)
+{
+    return NKEYS;
+}
+
+const struct config_key *config_key_at(size_t i)
+{
+    return i < NKEYS ? &keys[i].pub : NULL;
+}
+
+static const char *const strategy_names[] = {"segmented", "single-lock", "atomic"};
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+const char *config_strategy_name(enum config_strategy s)
+{
+    return (unsigned)s < 3 ? strategy_names[s] : "unknown";
+}
+
+const char *config_log_level_name(enum config_log_level l)
+{
+    return (unsigned)l < 4 ? level_names[l] : "unknown";
+}
+
+/* ---- messages ------------------------------------------------------------------------- */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Quotes s for a message: "...", non-printable bytes as \xNN, cut after 40 characters. */
+static void quote(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[o++] = '"';
+    for (size_t i = 0; s[i] && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (i == 40) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+/* Renders a JSON value for a message, compact and cut to 40 characters. */
+static void render_json(const json_t *v, char *buf, size_t cap)
+{
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (!text) {
+        snprintf(buf, cap, "(unprintable)");
+        return;
+    }
+    if (strlen(text) > 40)
+        snprintf(buf, cap, "%.40s...", text);
+    else
+        snprintf(buf, cap, "%s", text);
+    free(text);
+}
+
+/* Edit distance of two short strings (capped inputs), for "did you mean" hints. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 64;
+    size_t prev[64], cur[64];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(prev));
+    }
+    return prev[lb];
+}
+
+/* The closest known name to s (flag when flags, else config-file key), or NULL if none is
+ * near: within 2 edits, or 3 for names of 8 characters or more. */
+static const char *closest(const char *s, bool flags)
+{
+    const char *best = NULL;
+    size_t best_d = strlen(s) >= 8 ? 4 : 3;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const char *cand = flags ? keys[i].pub.flag : keys[i].pub.name;
+        if (!cand)
+            continue;
+        size_t d = distance(s, cand);
+        if (d < best_d) {
+            best_d = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
+/* ---- value checks ---------------------------------------------------------------------- */
+
+/* Strict decimal integer: optional '-', digits only, nothing else. Values beyond +-10^18
+ * saturate (they are out of every range anyway). */
+static bool parse_int(const char *s, long long *out)
+{
+    const char *p = s;
+    bool neg = *p == '-';
+    if (neg)
+        p++;
+    if (*p == '\0')
+        return false;
+    long long v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        v = v < 100000000000000000LL ? v * 10 + (*p - '0') : 1000000000000000000LL;
+    }
+    *out = neg ? -v : v;
+    return true;
+}
+
+static bool token_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > CONFIG_ADMIN_TOKEN_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
+}
+
+static bool bind_ok(const char *s)
+{
+    unsigned char addr[16];
+    return strlen(s) < CONFIG_BIND_MAX &&
+           (inet_pton(AF_INET, s, addr) == 1 || inet_pton(AF_INET6, s, addr) == 1);
+}
+
+static bool is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Checks a %-encoded URL part s[0..n): valid escapes, no '/', '@' or control characters,
+ * decoded length < cap. */
+static bool url_part_ok(const char *s, size_t n, size_t cap)
+{
+    size_t decoded = 0;
+    for (size_t i = 0; i < n; i++, decoded++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return false;
+            if (!is_hex(s[i + 1]) || !is_hex(s[i + 2]))
+                return false;
+            i += 2;
+        } else if (c < 0x21 || c > 0x7e || c == '/' || c == '@') {
+            return false;
+        }
+    }
+    return decoded < cap;
+}
+
+/* Decimal integer s[0..n) in [lo, hi]. */
+static bool url_int_ok(const char *s, size_t n, long lo, long hi)
+{
+    if (n == 0 || n > 9)
+        return false;
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v >= lo && v <= hi;
+}
+
+static bool why(char *buf, size_t len, const char *text)
+{
+    if (buf && len)
+        snprintf(buf, len, "%s", text);
+    return false;
+}
+
+bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
+{
+    if (!url || !*url)
+        return why(whybuf, whylen, "empty");
+    if (strlen(url) >= CONFIG_REDIS_URL_MAX)
+        return why(whybuf, whylen, "longer than 1023 characters");
+    for (const char *s = url; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            return why(whybuf, whylen, "contains a control or non-ASCII character");
+
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        const char *q = strchr(path, '?');
+        size_t plen = q ? (size_t)(q - path) : strlen(path);
+        if (plen == 0 || path[0] != '/')
+            return why(whybuf, whylen, "the unix socket path must be absolute (unix:///path)");
+        if (plen > 107)
+            return why(whybuf, whylen, "the unix socket path is longer than 107 bytes");
+        if (q && (strncmp(q, "?db=", 4) != 0 || !url_int_ok(q + 4, strlen(q + 4), 0, 100000)))
+            return why(whybuf, whylen, "only ?db=N (0..100000) may follow the socket path");
+        return true;
+    }
+    if (strncmp(url, "rediss://", 9) == 0)
+        return why(whybuf, whylen, "TLS (rediss://) is not supported");
+    if (strncmp(url, "redis://", 8) != 0)
+        return why(whybuf, whylen, "must start with redis:// or unix://");
+
+    const char *p = url + 8;
+    const char *end = p + strlen(p);
+    const char *slash = strchr(p, '/');
+    const char *hostend = slash ? slash : end;
+    const char *at = NULL;
+    for (const char *s = p; s < hostend; s++)
+        if (*s == '@')
+            at = s;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (!colon)
+            return why(whybuf, whylen, "credentials must be written [user]:password@");
+        if (!url_part_ok(p, (size_t)(colon - p), 128))
+            return why(whybuf, whylen, "bad user name (too long, bad %-escape or character)");
+        if (!url_part_ok(colon + 1, (size_t)(at - colon - 1), 256))
+            return why(whybuf, whylen, "bad password (too long, bad %-escape or character)");
+        p = at + 1;
+    }
+    const char *portsep = NULL;
+    if (*p == '[') {
+        const char *rb = memchr(p, ']', (size_t)(hostend - p));
+        char v6[64];
+        unsigned char addr[16];
+        if (!rb)
+            return why(whybuf, whylen, "unterminated [IPv6] host");
+        size_t hl = (size_t)(rb - p - 1);
+        if (hl == 0 || hl >= sizeof(v6))
+            return why(whybuf, whylen, "bad [IPv6] host");
+        memcpy(v6, p + 1, hl);
+        v6[hl] = '\0';
+        if (inet_pton(AF_INET6, v6, addr) != 1)
+            return why(whybuf, whylen, "bad [IPv6] host");
+        if (rb + 1 < hostend) {
+            if (rb[1] != ':')
+                return why(whybuf, whylen, "junk after the [IPv6] host");
+            portsep = rb + 1;
+        }
+    } else {
+        portsep = memchr(p, ':', (size_t)(hostend - p));
+        const char *he = portsep ? portsep : hostend;
+        if (he == p)
+            return why(whybuf, whylen, "missing host");
+        if (he - p > 255)
+            return why(whybuf, whylen, "host longer than 255 characters");
+        for (const char *s = p; s < he; s++) {
+            char c = *s;
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_'))
+                return why(whybuf, whylen, "bad character in host");
+        }
+    }
+    if (portsep && !url_int_ok(portsep + 1, (size_t)(hostend - portsep - 1), 1, 65535))
+        return why(whybuf, whylen, "port must be a number 1..65535");
+    if (slash && slash + 1 < end && !url_int_ok(slash + 1, (size_t)(end - slash - 1), 0, 100000))
+        return why(whybuf, whylen, "db must be a number 0..100000");
+    return true;
+}
+
+/* ---- applying one value ---------------------------------------------------------------- */
+
+/* Where a value came from, for messages: "flag --port", "environment INVENTORY_PORT",
+ * "config file /etc/inventoryd.json". */
+struct origin {
+    const char *what;
+    const char *name;
+};
+
+/* Sets key k of cfg from the text s (flag or environment) or the JSON value j (config file;
+ * exactly one of s, j is non-NULL). Returns 0, or -1 with err = "<key>: <problem> (<origin>)". */
+static int apply(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
+                 const struct origin *o, char *err, size_t errlen)
+{
+    const char *key = k->pub.name ? k->pub.name : "config";
+    char got[192];
+
+    if (k->kind == K_INT) {
+        long long v = 0;
+        bool ok;
+        if (j) {
+            ok = json_is_integer(j);
+            v = ok ? (long long)json_integer_value(j) : 0;
+            render_json(j, got, sizeof(got));
+        } else {
+            ok = parse_int(s, &v);
+            quote(s, got, sizeof(got));
+        }
+        if (!ok || v < k->min || v > k->max) {
+            seterr(err, errlen, "%s: must be an integer between %lld and %lld, got %s (%s %s)",
+                   key, k->min, k->max, got, o->what, o->name);
+            return -1;
+        }
+        *(int *)(void *)((char *)cfg + k->offset) = (int)v;
+        return 0;
+    }
+
+    /* Every other kind is a string. */
+    if (j) {
+        if (!json_is_string(j) || strlen(json_string_value(j)) != json_string_length(j)) {
+            render_json(j, got, sizeof(got));
+            seterr(err, errlen, "%s: must be a string, got %s (%s %s)", key,
+                   k->kind == K_TOKEN ? "another type" : got, o->what, o->name);
+            return -1;
+        }
+        s = json_string_value(j);
+    }
+    quote(s, got, sizeof(got));
+    char reason[128];
+    switch (k->kind) {
+    case K_CONFIG:
+        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
+            seterr(err, errlen, "config: must be a file path of 1..%d bytes (%s %s)",
+                   CONFIG_PATH_MAX - 1, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", s);
+        return 0;
+    case K_BIND:
+        if (!bind_ok(s)) {
+            seterr(err, errlen, "bind: must be an IPv4 or IPv6 address literal, got %s (%s %s)",
+                   got, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->bind, sizeof(cfg->bind), "%s", s);
+        return 0;
+    case K_REDIS:
+        if (!config_redis_url_valid(s, reason, sizeof(reason))) {
+            /* Not quoted: the URL may carry a password. */
+            seterr(err, errlen,
+                   "redis: invalid URL: %s; expected redis://[[user]:password@]host[:port][/db] "
+                   "or unix:///path (%s %s)",
+                   reason, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", s);
+        return 0;
+    case K_TOKEN:
+        if (!token_ok(s, strlen(s))) {
+            /* Not quoted: it is a secret. */
+            seterr(err, errlen,
+                   "admin_token: must be 1 to %d visible ASCII characters (no spaces or "
+                   "control characters) (%s %s)",
+                   CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", s);
+        return 0;
+    case K_STRATEGY:
+        for (int i = 0; i < 3; i++) {
+            if (strcmp(s, strategy_names[i]) == 0) {
+                cfg->strategy = (enum config_strategy)i;
+                return 0;
+            }
+        }
+        seterr(err, errlen, "strategy: must be one of segmented, single-lock, atomic, got %s (%s %s)",
+               got, o->what, o->name);
+        return -1;
+    case K_LOG_LEVEL:
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(s, level_names[i]) == 0) {
+                cfg->log_level = (enum config_log_level)i;
+                return 0;
+            }
+        }
+        seterr(err, errlen, "log_level: must be one of debug, info, warn, error, got %s (%s %s)",
+               got, o->what, o->name);
+        return -1;
+    case K_INT:
+        break;
+    }
+    return -1;
+}
+
+/* ---- layers ---------------------------------------------------------------------------- */
+
+void config_defaults(struct config *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->port = 8080;
+    snprintf(out->bind, sizeof(out->bind), "0.0.0.0");
+    snprintf(out->redis_url, sizeof(out->redis_url), "redis://127.0.0.1:6379");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    out->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (int)cpus;
+    out->strategy = STRATEGY_SEGMENTED;
+    out->lock_lease_ms = 10000;
+    out->lock_wait_ms = 2000;
+    out->hold_ms = 0;
+    out->max_quantity = 100;
+    out->log_level = CONFIG_LOG_INFO;
+    out->max_connections = 4096;
+    out->connection_timeout_s = 30;
+    out->redis_timeout_ms = 1000;
+    out->sold_out_recheck_ms = 500;
+    out->shutdown_grace_ms = 5000;
+    out->action = CONFIG_ACTION_RUN;
+}
+
+/* The value of environment variable name, or NULL when unset or empty. */
+static const char *env_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return (*e)[n + 1] ? *e + n + 1 : NULL;
+    return NULL;
+}
+
+static int load_file(struct config *cfg, const char *path, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        if (je.line > 0)
+            seterr(err, errlen, "config: invalid JSON in %s at line %d, column %d: %s", path,
+                   je.line, je.column, je.text);
+        else
+            seterr(err, errlen, "config: cannot read %s: %s", path, je.text);
+        return -1;
+    }
+    int rc = 0;
+    if (!json_is_object(root)) {
+        seterr(err, errlen, "config: %s must hold one JSON object", path);
+        rc = -1;
+        goto done;
+    }
+    struct origin o = {"config file", path};
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value) {
+        if (name[0] == '_')
+            continue; /* comment */
+        const struct keydef *k = NULL;
+        for (size_t i = 0; i < NKEYS && !k; i++)
+            if (keys[i].pub.name && strcmp(keys[i].pub.name, name) == 0)
+                k = &keys[i];
+        if (!k) {
+            char q[192];
+            const char *hint = closest(name, false);
+            quote(name, q, sizeof(q));
+            seterr(err, errlen, "%s: unknown key%s%s%s (config file %s)", q,
+                   hint ? ", did you mean \"" : "", hint ? hint : "", hint ? "\"?" : "", path);
+            rc = -1;
+            goto done;
+        }
+        if (json_is_null(value))
+            continue; /* not set here */
+        if (apply(cfg, k, NULL, value, &o, err, errlen)) {
+            rc = -1;
+            goto done;
+        }
+    }
+done:
+    json_decref(root);
+    return rc;
+}
+
+/* Parses the option at argv[*i] (advancing *i past its value). Sets *k to its key, or to NULL
+ * with *action set for --help/--version. Returns 0, or -1 with err set. */
+static int next_flag(int argc, char **argv, int *i, const struct keydef **k, const char **value,
+                     enum config_action *action, char *err, size_t errlen)
+{
+    const char *arg = argv[*i];
+    *k = NULL;
+    *value = NULL;
+    *action = CONFIG_ACTION_RUN;
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+        *action = CONFIG_ACTION_HELP;
+        return 0;
+    }
+    if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0) {
+        *action = CONFIG_ACTION_VERSION;
+        return 0;
+    }
+    char q[192];
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+        quote(arg, q, sizeof(q));
+        seterr(err, errlen, "%s: unexpected argument (options start with --; see --help)", q);
+        return -1;
+    }
+    const char *eq = strchr(arg, '=');
+    size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t j = 0; j < NKEYS; j++) {
+        const char *flag = keys[j].pub.flag;
+        if (strlen(flag) == nlen && strncmp(flag, arg, nlen) == 0) {
+            *k = &keys[j];
+            break;
+        }
+    }
+    if (!*k) {
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), arg);
+        const char *hint = closest(name, true);
+        quote(name, q, sizeof(q));
+        if (strcmp(name, "--help") == 0 || strcmp(name, "--version") == 0)
+            seterr(err, errlen, "%s: takes no value", name);
+        else
+            seterr(err, errlen, "%s: unknown option%s%s%s (see --help)", q,
+                   hint ? ", did you mean " : "", hint ? hint : "", hint ? "?" : "");
+        return -1;
+    }
+    if (eq) {
+        *value = eq + 1;
+    } else if (*i + 1 < argc) {
+        *value = argv[++*i];
+    } else {
+        seterr(err, errlen, "%s: missing value (see --help)", (*k)->pub.flag);
+        return -1;
+    }
+    return 0;
+}
+
+int config_load(struct config *out, int argc, char **argv, char **envp, char *err,
+                size_t errlen)
+{
+    if (!envp)
+        envp = environ;
+    seterr(err, errlen, "%s", "");
+    config_defaults(out);
+
+    /* Pass 1: syntax only, so --help/--version win wherever they are and --config is known
+     * before the file layer. The first error is kept in case neither is given. */
+    const char *config_path = NULL;
+    bool bad = false;
+    for (int i = 1; i < argc; i++) {
+        const struct keydef *k;
+        const char *value;
+        enum config_action action;
+        char e[512];
+        if (next_flag(argc, argv, &i, &k, &value, &action, e, sizeof(e))) {
+            if (!bad)
+                seterr(err, errlen, "%s", e);
+            bad = true;
+            continue;
+        }
+        if (action != CONFIG_ACTION_RUN) {
+            out->action = action;
+            seterr(err, errlen, "%s", "");
+            return 1;
+        }
+        if (k->kind == K_CONFIG)
+            config_path = value;
+    }
+    if (bad)
+        return -1;
+
+    /* Layer 1: the config file. */
+    const struct keydef *config_key = &keys[0];
+    if (config_path) {
+        struct origin o = {"flag", "--config"};
+        if (apply(out, config_key, config_path, NULL, &o, err, errlen))
+            return -1;
+    } else if ((config_path = env_get(envp, "INVENTORY_CONFIG"))) {
+        struct origin o = {"environment", "INVENTORY_CONFIG"};
+        if (apply(out, config_key, config_path, NULL, &o, err, errlen))
+            return -1;
+    }
+    if (out->config_path[0] && load_file(out, out->config_path, err, errlen))
+        return -1;
+
+    /* Layer 2: the environment. */
+    for (size_t j = 1; j < NKEYS; j++) {
+        const char *v = env_get(envp, keys[j].pub.env);
+        struct origin o = {"environment", keys[j].pub.env};
+        if (v && apply(out, &keys[j], v, NULL, &o, err, errlen))
+            return -1;
+    }
+
+    /* Layer 3: the flags, in order (the last of a repeated flag wins). */
+    for (int i = 1; i < argc; i++) {
+        const struct keydef *k;
+        const char *value;
+        enum config_action action;
+        if (next_flag(argc, argv, &i, &k, &value, &action, err, errlen))
+            return -1; /* not reached: pass 1 accepted the syntax */
+        struct origin o = {"flag", k->pub.flag};
+        if (k->kind != K_CONFIG && apply(out, k, value, NULL, &o, err, errlen))
+            return -1;
+    }
+    out->action = CONFIG_ACTION_RUN;
+    return 0;
+}
+
+/* ---- describe -------------------------------------------------------------------------- */
+
+/* Copies a Redis URL with the password (if any) replaced by ***. */
+static void mask_url(const char *url, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", url);
+    if (strncmp(url, "redis://", 8) != 0)
+        return;
+    const char *p = url + 8;
+    const char *slash = strchr(p, '/');
+    const char *hostend = slash ? slash : p + strlen(p);
+    const char *at = NULL;
+    for (const char *s = p; s < hostend; s++)
+        if (*s == '@')
+            at = s;
+    if (!at)
+        return;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (!colon)
+        return;
+    snprintf(buf, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
+int config_describe(const struct config *cfg, char *buf, size_t len)
+{
+    char url[CONFIG_REDIS_URL_MAX + 8];
+    mask_url(cfg->redis_url, url, sizeof(url));
+    json_t *o = json_object();
+    if (!o)
+        return -1;
+    int bad = 0;
+    char path[CONFIG_PATH_MAX];
+    /* A path may hold any bytes; the log line must stay valid JSON. */
+    for (size_t i = 0; i < sizeof(path); i++) {
+        unsigned char c = (unsigned char)cfg->config_path[i];
+        path[i] = (c == 0 || (c >= 0x20 && c <= 0x7e)) ? (char)c : '?';
+        if (c == 0)
+            break;
+    }
+    path[sizeof(path) - 1] = '\0';
+    bad |= json_object_set_new(o, "config", path[0] ? json_string(path) : json_null());
+    bad |= json_object_set_new(o, "port", json_integer(cfg->port));
+    bad |= json_object_set_new(o, "bind", json_string(cfg->bind));
+    bad |= json_object_set_new(o, "redis", json_string(url));
+    bad |= json_object_set_new(o, "admin_token",
+                               cfg->admin_token[0] ? json_string("***") : json_null());
+    bad |= json_object_set_new(o, "threads", json_integer(cfg->threads));
+    bad |= json_object_set_new(o, "strategy", json_string(config_strategy_name(cfg->strategy)));
+    bad |= json_object_set_new(o, "lock_lease_ms", json_integer(cfg->lock_lease_ms));
+    bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));
+    bad |= json_object_set_new(o, "hold_ms", json_integer(cfg->hold_ms));
+    bad |= json_object_set_new(o, "max_quantity", json_integer(cfg->max_quantity));
+    bad |= json_object_set_new(o, "log_level",
+                               json_string(config_log_level_name(cfg->log_level)));
+    bad |= json_object_set_new(o, "max_connections", json_integer(cfg->max_connections));
+    bad |= json_object_set_new(o, "connection_timeout_s",
+                               json_integer(cfg->connection_timeout_s));
+    bad |= json_object_set_new(o, "redis_timeout_ms", json_integer(cfg->redis_timeout_ms));
+    bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
+    bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
+    if (bad) {
+        json_decref(o);
+        return -1;
+    }
+    size_t n = json_dumpb(o, NULL, 0, JSON_COMPACT);
+    if (n == 0) {
+        json_decref(o);
+        return -1;
+    }
+    if (n < len) {
+        json_dumpb(o, buf, len, JSON_COMPACT);
+        buf[n] = '\0';
+    } else if (len > 0) {
+        buf[0] = '\0';
+    }
+    json_decref(o);
+    return (int)n;
+}

@@ -1,0 +1,99 @@
+/*
+ * errors — the API error table (code -> HTTP status, wire string, default message) and the
+ * builder of error bodies. See errors.h.
+ */
+#include "errors.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct error_entry {
+    int status;
+    const char *wire;
+    const char *message;
+    bool retry_after;
+};
+
+/* Indexed by enum error_code; [ERROR_NONE] is unused (lookups map it to ERROR_INTERNAL). */
+static const struct error_entry table[ERROR_CODE_COUNT] = {
+    [ERROR_NONE] = {500, "internal", "internal error", false},
+    [ERROR_INVALID_REQUEST] = {400, "invalid_request", "the request is invalid", false},
+    [ERROR_UNAUTHORIZED] = {401, "unauthorized", "a valid admin bearer token is required", false},
+    [ERROR_NOT_FOUND] = {404, "not_found", "no such resource", false},
+    [ERROR_UNKNOWN_SKU] = {404, "unknown_sku", "no such SKU", false},
+    [ERROR_UNKNOWN_ORDER] = {404, "unknown_order", "no such order", false},
+    [ERROR_METHOD_NOT_ALLOWED] = {405, "method_not_allowed",
+                                  "method not allowed on this resource", false},
+    [ERROR_SOLD_OUT] = {409, "sold_out", "the SKU is sold out", false},
+    [ERROR_INSUFFICIENT_STOCK] = {409, "insufficient_stock",
+                                  "not enough stock for the requested quantity", false},
+    [ERROR_ALREADY_CANCELLED] = {409, "already_cancelled", "the order is already cancelled",
+                                 false},
+    [ERROR_BODY_TOO_LARGE] = {413, "body_too_large", "the request body is too large", false},
+    [ERROR_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type",
+                                      "the request body must be application/json", false},
+    [ERROR_RATE_LIMITED] = {429, "rate_limited", "too many requests, retry later", true},
+    [ERROR_INTERNAL] = {500, "internal", "internal error", false},
+    [ERROR_UNAVAILABLE] = {503, "unavailable", "the service is temporarily unavailable", true},
+    [ERROR_LOCK_TIMEOUT] = {503, "lock_timeout", "timed out waiting for a stock segment lock",
+                            true},
+};
+
+static const struct error_entry *entry(enum error_code code)
+{
+    if ((int)code <= (int)ERROR_NONE || (int)code >= (int)ERROR_CODE_COUNT)
+        return &table[ERROR_INTERNAL];
+    return &table[code];
+}
+
+int error_http_status(enum error_code code)
+{
+    return entry(code)->status;
+}
+
+const char *error_code_string(enum error_code code)
+{
+    return entry(code)->wire;
+}
+
+const char *error_default_message(enum error_code code)
+{
+    return entry(code)->message;
+}
+
+bool error_retry_after(enum error_code code)
+{
+    return entry(code)->retry_after;
+}
+
+bool error_from_string(const char *s, enum error_code *out)
+{
+    if (!s)
+        return false;
+    for (int c = ERROR_NONE + 1; c < ERROR_CODE_COUNT; c++) {
+        if (strcmp(table[c].wire, s) == 0) {
+            *out = (enum error_code)c;
+            return true;
+        }
+    }
+    return false;
+}
+
+json_t *error_json(enum error_code code, const char *message)
+{
+    if (!message)
+        message = error_default_message(code);
+    /* Messages may quote client input; json_string() refuses invalid UTF-8, so keep ASCII. */
+    size_t len = strlen(message);
+    char *clean = malloc(len + 1);
+    if (!clean)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)message[i];
+        clean[i] = (ch >= 0x20 && ch <= 0x7e) ? (char)ch : '?';
+    }
+    clean[len] = '\0';
+    json_t *body = json_pack("{s:s, s:s}", "error", error_code_string(code), "message", clean);
+    free(clean);
+    return body;
+}

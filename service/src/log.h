@@ -1,0 +1,48 @@
+/*
+ * log — structured logs: one JSON object per line on stderr (SPEC §4).
+ *
+ *     {"ts":"2026-11-22T02:40:00.123Z","level":"info","event":"startup","msg":"..."}
+ *
+ * ts is UTC with milliseconds; level is debug/info/warn/error; event is a short machine-readable
+ * name ("startup", "shutdown", "redis_error"); msg is printf-formatted human text. Every string
+ * is JSON-escaped (quotes, backslashes, control characters as \uXXXX, invalid UTF-8 as U+FFFD),
+ * so each line parses as JSON whatever the message holds.
+ *
+ * Thread-safe: a line is formatted in memory and written with one fwrite under the stream's
+ * lock, so lines from different threads never interleave. A message below the configured level
+ * costs one relaxed atomic load (log_enabled); guard expensive argument building with it.
+ */
+#ifndef INVENTORY_LOG_H
+#define INVENTORY_LOG_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "config.h"
+
+/* Sets the lowest level that is written (messages below it are dropped). May be called again
+ * at any time, from any thread. Before the first call the level is CONFIG_LOG_INFO. */
+void log_init(enum config_log_level level);
+
+/* Redirects the log to out (tests); NULL goes back to stderr. The stream is borrowed: the
+ * caller keeps it open while it is in use and closes it after switching away. */
+void log_set_output(FILE *out);
+
+/* Nonzero when a message at level would be written. */
+int log_enabled(enum config_log_level level);
+
+/* Writes one log line at level with event (a short static name; NULL gives "log") and the
+ * printf-formatted message. Never fails visibly: on out-of-memory the line is dropped. */
+void log_msg(enum config_log_level level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* log_msg with a va_list (for adapters such as libmicrohttpd's error logger). */
+void log_vmsg(enum config_log_level level, const char *event, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Writes one line whose field key holds json, a complete JSON value embedded verbatim (e.g. the
+ * effective configuration from config_describe): {"ts",...,"event":event,key:json}. The caller
+ * guarantees json is valid JSON; key is escaped like any string. */
+void log_json(enum config_log_level level, const char *event, const char *key, const char *json);
+
+#endif

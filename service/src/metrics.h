@@ -1,0 +1,83 @@
+/*
+ * metrics — process-global counters, gauges and one histogram, rendered for GET /metrics in the
+ * Prometheus text format 0.0.4.
+ *
+ * Every update is one or two relaxed C11 atomic operations: no lock, no allocation, callable
+ * from any thread on the hot path. A render is not an atomic snapshot (a counter may move while
+ * others are read), but each histogram's _count always equals its +Inf bucket.
+ *
+ * Series (all prefixed inventory_ except the process one):
+ *   inventory_orders_total{result="created|replayed|sold_out|insufficient_stock|lock_timeout|
+ *                                   unavailable|invalid|unknown_sku"}         counter
+ *   inventory_orders_sold_out_fast_total        409s answered from the in-process cache
+ *   inventory_lock_acquire_seconds              histogram, le 0.0005 .. 2.5, +Inf
+ *   inventory_failovers_total                   order moved on to another segment
+ *   inventory_lock_waits_total                  order had to wait for a busy segment
+ *   inventory_locks_lost_total                  commit refused: lock lost / stale fence
+ *   inventory_redis_errors_total
+ *   inventory_requests_in_flight                gauge
+ *   inventory_requests_total{code="1xx".."5xx"} counter
+ *   inventory_critical_sections_in_flight       gauge
+ *   inventory_critical_sections_peak            gauge (highest in-flight value seen)
+ *   process_resident_memory_bytes               gauge, from /proc/self/statm
+ */
+#ifndef INVENTORY_METRICS_H
+#define INVENTORY_METRICS_H
+
+enum metrics_order_result {
+    METRICS_ORDER_CREATED,      /* result="created" */
+    METRICS_ORDER_REPLAYED,     /* result="replayed": Idempotency-Key replay */
+    METRICS_ORDER_SOLD_OUT,     /* result="sold_out" (fast-path 409s included) */
+    METRICS_ORDER_INSUFFICIENT, /* result="insufficient_stock" */
+    METRICS_ORDER_LOCK_TIMEOUT, /* result="lock_timeout" */
+    METRICS_ORDER_UNAVAILABLE,  /* result="unavailable" */
+    METRICS_ORDER_INVALID,      /* result="invalid" */
+    METRICS_ORDER_UNKNOWN_SKU,  /* result="unknown_sku" */
+    METRICS_ORDER_RESULT_COUNT  /* not a result */
+};
+
+/* Counts one finished order request by outcome. Out-of-range values are ignored. */
+void metrics_order(enum metrics_order_result r);
+
+/* Counts one 409 answered from the in-process sold-out cache (without Redis). Call it in
+ * addition to metrics_order(METRICS_ORDER_SOLD_OUT). */
+void metrics_sold_out_fast(void);
+
+/* Records one lock acquisition that took s seconds (negative or NaN counts as 0). */
+void metrics_lock_acquire_seconds(double s);
+
+/* Counts one fail-over of an order to another segment. */
+void metrics_failover(void);
+
+/* Counts one wait of an order for a busy segment lock. */
+void metrics_lock_wait(void);
+
+/* Counts one commit refused because the lock was lost (expired lease / stale fencing token). */
+void metrics_lock_lost(void);
+
+/* Counts one Redis error (connection or command). */
+void metrics_redis_error(void);
+
+/* Marks entry to / exit from a critical section (segment lock held); enter also raises the
+ * peak. Calls must pair. */
+void metrics_cs_enter(void);
+void metrics_cs_leave(void);
+
+/* The highest number of critical sections in flight at once since start (or metrics_reset). */
+long metrics_cs_peak(void);
+
+/* Marks the start / end of one HTTP request; end also counts it by the class of http_status
+ * (1xx..5xx; anything outside 100..599 counts as 5xx). Calls must pair. */
+void metrics_request_begin(void);
+void metrics_request_end(int http_status);
+
+/* Renders every series as a Prometheus text format 0.0.4 document (HELP and TYPE lines, one
+ * sample a line, ending with a newline). Returns a NEW malloc'd NUL-terminated string the
+ * caller frees with free(), or NULL when out of memory. */
+char *metrics_render(void);
+
+/* Sets every counter, gauge and bucket back to 0 (tests). Not atomic as a whole: call it while
+ * nothing else updates metrics. */
+void metrics_reset(void);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * Helpers that fill a struct response; see request.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+
+void response_json(struct response *res, int status, json_t *body)
+{
+    if (res->body)
+        json_decref(res->body);
+    res->status = status;
+    res->body = body;
+}
+
+int response_error(struct response *res, enum error_code code, const char *message)
+{
+    response_json(res, error_http_status(code), error_json(code, message));
+    if (error_retry_after(code) && res->retry_after <= 0)
+        res->retry_after = 1;
+    if (code == ERROR_UNAUTHORIZED)
+        res->www_authenticate = 1;
+    return res->status;
+}
+
+void response_free(struct response *res)
+{
+    if (!res)
+        return;
+    if (res->body)
+        json_decref(res->body);
+    free(res->text);
+    memset(res, 0, sizeof(*res));
+}

@@ -1,0 +1,59 @@
+/*
+ * The parsed request a handler gets and the response it fills: the only thing handlers know of
+ * HTTP. http.c (which owns libmicrohttpd) builds a struct request, router.c picks the handler,
+ * the handler fills a struct response, http.c sends it. Handlers never touch sockets, so they
+ * run in unit tests with a hand-made request.
+ */
+#ifndef INVENTORY_REQUEST_H
+#define INVENTORY_REQUEST_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "errors.h"
+
+enum http_method {
+    HTTP_OTHER = 0,
+    HTTP_GET,
+    HTTP_HEAD,
+    HTTP_POST,
+    HTTP_PUT,
+    HTTP_DELETE
+};
+
+struct request {
+    enum http_method method;
+    const char *path;            /* URL path without query, NUL-terminated */
+    const char *param;           /* the {sku} or {id} path segment matched by the router; or NULL */
+    size_t param_len;
+    const char *body;            /* NULL when there is none */
+    size_t body_len;
+    const char *content_type;    /* header values, NULL when absent */
+    const char *authorization;
+    const char *idempotency_key;
+    int peer_loopback;           /* 1 when the peer address is 127.0.0.0/8 or ::1 */
+};
+
+struct response {
+    int status;                  /* 0 until set */
+    json_t *body;                /* owned by the response (response_free); NULL for no body */
+    char *text;                  /* alternative raw body (malloc'd, owned), e.g. /metrics */
+    const char *content_type;    /* for text; JSON bodies are application/json */
+    char location[200];          /* Location header when non-empty */
+    const char *allow;           /* Allow header when non-NULL (static string) */
+    int retry_after;             /* Retry-After seconds when > 0 */
+    int www_authenticate;        /* 1: send WWW-Authenticate: Bearer */
+};
+
+/* Sets status and a JSON body (steals the reference to body). */
+void response_json(struct response *res, int status, json_t *body);
+
+/* Sets the error response of code with message (may be NULL for the default message), plus
+ * Retry-After / WWW-Authenticate where the code calls for them. Returns the status. */
+int response_error(struct response *res, enum error_code code, const char *message);
+
+/* Releases what the response owns and zeroes it. NULL-safe. */
+void response_free(struct response *res);
+
+#endif

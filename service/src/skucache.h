@@ -1,0 +1,52 @@
+/*
+ * What this instance knows of each SKU, so that most orders need no extra Redis round trip:
+ * its layout (version, segment count), which segments were seen empty, and whether the SKU is
+ * sold out. Emptiness and sold-out are remembered for at most recheck_ms (config
+ * sold_out_recheck_ms, <= 1 s): after that they are checked against Redis again, which is how a
+ * restock, a cancel or a re-PUT made on another instance ends them there.
+ */
+#ifndef INVENTORY_SKUCACHE_H
+#define INVENTORY_SKUCACHE_H
+
+#include <stdint.h>
+
+#define SKUCACHE_MAX_SEGMENTS 1024
+
+struct skucache;
+
+/* A copy of one SKU's entry. */
+struct sku_view {
+    int64_t version;          /* 0: not known */
+    int segments;
+    int sold_out;             /* every segment was empty, less than recheck_ms ago */
+    int recheck_due;          /* sold out, but the bound passed: check Redis before answering */
+    uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64]; /* segments seen empty within recheck_ms */
+};
+
+struct skucache *skucache_new(int recheck_ms);
+void skucache_free(struct skucache *c);
+
+/* Copies the entry of sku into out; out->version = 0 when unknown. */
+void skucache_get(struct skucache *c, const char *sku, struct sku_view *out);
+
+/* Records the layout read from Redis. A different version than cached forgets emptiness and
+ * sold-out. */
+void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments);
+
+/* Records segment k of that version as empty; when every segment is, the SKU is sold out. */
+void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, int k);
+
+/* Records the result of a sold-out re-check: empty[] as read (bit set = empty). */
+void skucache_set_empty(struct skucache *c, const char *sku, int64_t version,
+                        const uint64_t *empty);
+
+/* Forgets everything about sku (DELETE, restock, cancel on this instance). */
+void skucache_forget(struct skucache *c, const char *sku);
+
+/* Bit helpers for sku_view.empty. */
+static inline int skucache_is_empty(const struct sku_view *v, int k)
+{
+    return (int)((v->empty[k / 64] >> (k % 64)) & 1);
+}
+
+#endif

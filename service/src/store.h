@@ -1,0 +1,75 @@
+/*
+ * Redis access for the service: the lockcore client (connected on first use, so inventoryd
+ * starts without Redis), the key names of docs/design.md and the scripts of store_scripts.h.
+ */
+#ifndef INVENTORY_STORE_H
+#define INVENTORY_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lockcore/lockcore.h>
+
+#include "config.h"
+
+enum store_script {
+    SCRIPT_PUT_META,
+    SCRIPT_SEG_RESET,
+    SCRIPT_RESTOCK,
+    SCRIPT_COMMIT,        /* fenced: run with lc_lock_eval */
+    SCRIPT_COMMIT_ATOMIC,
+    SCRIPT_CANCEL,
+    SCRIPT_IDEM_CLAIM,
+    SCRIPT_IDEM_SWAP,
+    SCRIPT_COUNT
+};
+
+/* Longest key this file builds: "inv:{" + 64-byte SKU + ":" + 4-digit segment + "}:" + suffix
+ * (+ a 128-byte Idempotency-Key for claims). */
+#define STORE_KEY_MAX 256
+
+/* The keys of one segment. */
+struct seg_keys {
+    char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
+        idem[STORE_KEY_MAX], lock[STORE_KEY_MAX];
+};
+
+struct store;
+
+/* Makes the store (no connection yet). 0, or -1 with err set. */
+int store_new(const struct config *cfg, struct store **out, char *err, size_t errlen);
+void store_free(struct store *store);
+
+/* The lockcore client, connecting when there is none yet (at most one attempt per 200 ms);
+ * NULL while Redis cannot be reached. Borrowed. */
+lc_client *store_client(struct store *store);
+
+/* A PING round trip: 0 when Redis answers, else -1 with a reason. */
+int store_ping(struct store *store, char *reason, size_t len);
+
+/* The script made from store_scripts.h (borrowed). */
+const lc_script *store_script(struct store *store, enum store_script id);
+
+/* Fills the keys of segment k of sku. */
+void store_seg_keys(const char *sku, int k, struct seg_keys *out);
+
+/* Writes "inv:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
+void store_sku_key(char *buf, const char *sku, const char *suffix);
+
+/* Reads the SKU's layout: 1 found (version and segments set), 0 no such SKU, -1 Redis error. */
+int store_sku_meta(struct store *store, const char *sku, int64_t *version, int *segments);
+
+/* Runs script n times in one pipelined round trip: call i gets nkeys keys keys[i*nkeys..] and
+ * nargs args args[i*nargs..] (NUL-terminated strings). replies[i] are new replies the caller
+ * frees (store_free_replies). 0, or -1 on an I/O error (all replies NULL). */
+int store_run_many(struct store *store, enum store_script id, int n, int nkeys,
+                   const char *const *keys, int nargs, const char *const *args,
+                   redisReply **replies);
+
+/* Frees n replies (NULL entries allowed). */
+void store_free_replies(redisReply **replies, int n);
+
+/* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
+long long store_reply_int(const redisReply *r, long long dflt);
+
+#endif

@@ -1,0 +1,434 @@
+/*
+ * validate — strict parsing of client input: names, headers and the JSON request bodies.
+ * See validate.h for the rules. jansson does the JSON grammar (with duplicate keys and \u0000
+ * refused); this file turns its errors into messages that name the field at fault and checks
+ * the type and range of every known field.
+ */
+#include "validate.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#define SKU_RULE "[A-Za-z0-9_.:-]{1,64}"
+#define GOT_MAX 40 /* longest rendering of an offending value quoted in a message */
+
+/* An integer field of a body, for range messages. */
+struct int_field {
+    const char *name;
+    int64_t min, max;
+};
+
+static void fail(struct validate_error *err, enum error_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills *err; the message is forced to printable ASCII (it may quote client bytes). */
+static void fail(struct validate_error *err, enum error_code code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    for (char *p = err->message; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
+    err->code = code;
+}
+
+bool validate_sku(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > VALIDATE_SKU_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == ':' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool validate_printable(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > VALIDATE_PRINTABLE_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
+}
+
+static char lower(char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+}
+
+/* Case-insensitive comparison of s[0..n) with the lowercase literal lit. */
+static bool ci_equal(const char *s, size_t n, const char *lit)
+{
+    if (strlen(lit) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (lower(s[i]) != lit[i])
+            return false;
+    return true;
+}
+
+static const char *skip_ows(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+bool validate_content_type(const char *value)
+{
+    static const char media[] = "application/json";
+    if (!value)
+        return false;
+    const char *p = skip_ows(value);
+    size_t mlen = sizeof(media) - 1;
+    if (strlen(p) < mlen || !ci_equal(p, mlen, media))
+        return false;
+    p = skip_ows(p + mlen);
+    /* Parameters: ; name=value or ; name="value". Only charset is checked. */
+    while (*p == ';') {
+        p = skip_ows(p + 1);
+        if (*p == '\0')
+            break; /* a trailing ";" is harmless */
+        const char *name = p;
+        while (*p && *p != '=' && *p != ';' && *p != ' ' && *p != '\t')
+            p++;
+        size_t nlen = (size_t)(p - name);
+        if (*p != '=' || nlen == 0)
+            return false;
+        p++;
+        const char *val = p;
+        size_t vlen;
+        if (*p == '"') {
+            val = ++p;
+            while (*p && *p != '"')
+                p++;
+            if (*p != '"')
+                return false;
+            vlen = (size_t)(p - val);
+            p++;
+        } else {
+            while (*p && *p != ';' && *p != ' ' && *p != '\t')
+                p++;
+            vlen = (size_t)(p - val);
+        }
+        if (ci_equal(name, nlen, "charset") && !ci_equal(val, vlen, "utf-8"))
+            return false;
+        p = skip_ows(p);
+    }
+    return *p == '\0';
+}
+
+/* Renders a JSON value for a message: compact, ASCII-only, cut to GOT_MAX characters. */
+static void render(const json_t *v, char *buf, size_t cap)
+{
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (!text) {
+        snprintf(buf, cap, "(unprintable)");
+        return;
+    }
+    if (strlen(text) > GOT_MAX)
+        snprintf(buf, cap, "%.*s...", GOT_MAX, text);
+    else
+        snprintf(buf, cap, "%s", text);
+    free(text);
+}
+
+/* Finds the top-level member that byte offset pos of body belongs to, jansson-style: pos is just
+ * after the offending token. key_mode: the token is a key of the top-level object (duplicate
+ * key); otherwise it is inside the value of a top-level member. Copies the member's name into
+ * key and returns true when it is a plain name ([A-Za-z0-9_.-], < keycap chars); false when
+ * the token is not in such a member or the name needs escaping. */
+static bool member_at(const char *b, size_t len, size_t pos, bool key_mode, char *key,
+                      size_t keycap)
+{
+    size_t end = pos < len ? pos : len;
+    int depth = 0;
+    bool object = false, in_str = false, esc = false, expect_key = false, in_value = false;
+    size_t str_start = 0, cand_s = 0, cand_e = 0, key_s = 0, key_e = 0;
+
+    for (size_t i = 0; i < end; i++) {
+        char c = b[i];
+        if (in_str) {
+            if (esc) {
+                esc = false;
+            } else if (c == '\\') {
+                esc = true;
+            } else if (c == '"') {
+                in_str = false;
+                if (object && depth == 1 && expect_key) {
+                    cand_s = str_start + 1;
+                    cand_e = i;
+                    expect_key = false;
+                    if (key_mode && i + 1 == pos) {
+                        key_s = cand_s;
+                        key_e = cand_e;
+                        goto found;
+                    }
+                }
+            }
+            continue;
+        }
+        switch (c) {
+        case '"':
+            in_str = true;
+            str_start = i;
+            break;
+        case '{':
+            if (depth == 0) {
+                object = true;
+                expect_key = true;
+            }
+            depth++;
+            break;
+        case '[':
+            depth++;
+            break;
+        case '}':
+        case ']':
+            depth--;
+            break;
+        case ':':
+            if (object && depth == 1) {
+                key_s = cand_s;
+                key_e = cand_e;
+                in_value = true;
+            }
+            break;
+        case ',':
+            if (object && depth == 1) {
+                expect_key = true;
+                in_value = false;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    if (key_mode || !object || depth < 1 || !in_value)
+        return false;
+found:
+    if (key_e <= key_s || key_e - key_s >= keycap)
+        return false;
+    for (size_t i = key_s; i < key_e; i++) {
+        char c = b[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        if (!ok)
+            return false;
+    }
+    memcpy(key, b + key_s, key_e - key_s);
+    key[key_e - key_s] = '\0';
+    return true;
+}
+
+static const struct int_field *find_int_field(const struct int_field *fields, size_t n,
+                                              const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(fields[i].name, name) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+/* Turns a jansson parse error into a message naming the field when one can be told. */
+static void fail_parse(const char *body, size_t len, const json_error_t *je,
+                       const struct int_field *fields, size_t nfields,
+                       struct validate_error *err)
+{
+    char key[33];
+    size_t pos = (size_t)(je->position > 0 ? je->position : 0);
+
+    switch (json_error_code(je)) {
+    case json_error_duplicate_key:
+        if (member_at(body, len, pos, true, key, sizeof(key))) {
+            fail(err, ERROR_INVALID_REQUEST, "%s: duplicate key", key);
+            return;
+        }
+        fail(err, ERROR_INVALID_REQUEST, "body: duplicate key (line %d, column %d)",
+             je->line, je->column);
+        return;
+    case json_error_numeric_overflow:
+        if (member_at(body, len, pos, false, key, sizeof(key))) {
+            const struct int_field *f = find_int_field(fields, nfields, key);
+            /* The number is the text just before pos. */
+            size_t e = pos < len ? pos : len, s = e;
+            while (s > 0 && strchr("0123456789+-.eE", body[s - 1]) && body[s - 1] != '\0')
+                s--;
+            int n = (int)(e - s > GOT_MAX ? GOT_MAX : e - s);
+            if (f)
+                fail(err, ERROR_INVALID_REQUEST,
+                     "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %.*s%s",
+                     key, f->min, f->max, n, body + s, (e - s > GOT_MAX) ? "..." : "");
+            else
+                fail(err, ERROR_INVALID_REQUEST, "%s: number out of range, got %.*s%s", key, n,
+                     body + s, (e - s > GOT_MAX) ? "..." : "");
+            return;
+        }
+        fail(err, ERROR_INVALID_REQUEST, "body: number out of range (line %d, column %d)",
+             je->line, je->column);
+        return;
+    case json_error_null_character:
+        if (member_at(body, len, pos, false, key, sizeof(key))) {
+            fail(err, ERROR_INVALID_REQUEST, "%s: must not contain NUL (\\u0000) characters",
+                 key);
+            return;
+        }
+        fail(err, ERROR_INVALID_REQUEST,
+             "body: strings must not contain NUL (\\u0000) characters (line %d, column %d)",
+             je->line, je->column);
+        return;
+    default:
+        fail(err, ERROR_INVALID_REQUEST, "body: invalid JSON: %s (line %d, column %d)", je->text,
+             je->line, je->column);
+        return;
+    }
+}
+
+/* Parses body as one JSON object. Returns a NEW reference, or NULL with *err filled. */
+static json_t *load_object(const char *body, size_t len, const struct int_field *fields,
+                           size_t nfields, struct validate_error *err)
+{
+    if (len > VALIDATE_MAX_BODY) {
+        fail(err, ERROR_BODY_TOO_LARGE, "body: must be at most %d bytes, got %zu",
+             VALIDATE_MAX_BODY, len);
+        return NULL;
+    }
+    if (!body || len == 0) {
+        fail(err, ERROR_INVALID_REQUEST, "body: is required (a JSON object)");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        fail_parse(body, len, &je, fields, nfields, err);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        fail(err, ERROR_INVALID_REQUEST, "body: must be a JSON object");
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Reads integer field f of obj into *out. Absent: *out = dflt when !required, else an error.
+ * Returns 0 or -1 with *err filled. */
+static int get_int(const json_t *obj, const struct int_field *f, bool required, int64_t dflt,
+                   int64_t *out, struct validate_error *err)
+{
+    const json_t *v = json_object_get(obj, f->name);
+    if (!v) {
+        if (!required) {
+            *out = dflt;
+            return 0;
+        }
+        fail(err, ERROR_INVALID_REQUEST,
+             "%s: is required (an integer between %" PRId64 " and %" PRId64 ")", f->name, f->min,
+             f->max);
+        return -1;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < f->min ||
+        json_integer_value(v) > f->max) {
+        char got[GOT_MAX + 8];
+        render(v, got, sizeof(got));
+        fail(err, ERROR_INVALID_REQUEST,
+             "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %s", f->name,
+             f->min, f->max, got);
+        return -1;
+    }
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Reads string field name of obj into buf (cap bytes) if present and accepted by check.
+ * *present tells whether it was there. Returns 0 or -1 with *err filled; rule is the text that
+ * describes an acceptable value. */
+static int get_string(const json_t *obj, const char *name, bool required,
+                      bool (*check)(const char *, size_t), const char *rule, char *buf,
+                      size_t cap, bool *present, struct validate_error *err)
+{
+    const json_t *v = json_object_get(obj, name);
+    *present = v != NULL;
+    if (!v) {
+        if (!required)
+            return 0;
+        fail(err, ERROR_INVALID_REQUEST, "%s: is required (%s)", name, rule);
+        return -1;
+    }
+    if (!json_is_string(v) || !check(json_string_value(v), json_string_length(v)) ||
+        json_string_length(v) >= cap) {
+        char got[GOT_MAX + 8];
+        render(v, got, sizeof(got));
+        fail(err, ERROR_INVALID_REQUEST, "%s: must be %s, got %s", name, rule, got);
+        return -1;
+    }
+    memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+int validate_order_body(const char *body, size_t len, int64_t max_quantity,
+                        struct validate_order *out, struct validate_error *err)
+{
+    const struct int_field quantity = {"quantity", 1, max_quantity < 1 ? 1 : max_quantity};
+    json_t *root = load_object(body, len, &quantity, 1, err);
+    if (!root)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    bool present;
+    int rc = -1;
+    if (get_string(root, "sku", true, validate_sku, "a string matching " SKU_RULE, out->sku,
+                   sizeof(out->sku), &present, err) ||
+        get_int(root, &quantity, false, 1, &out->quantity, err) ||
+        get_string(root, "user_id", false, validate_printable,
+                   "a string of 1 to 128 printable ASCII characters", out->user_id,
+                   sizeof(out->user_id), &out->has_user_id, err))
+        goto done;
+    rc = 0;
+done:
+    json_decref(root);
+    return rc;
+}
+
+int validate_put_sku_body(const char *body, size_t len, struct validate_put_sku *out,
+                          struct validate_error *err)
+{
+    static const struct int_field fields[] = {
+        {"stock", 0, VALIDATE_STOCK_MAX},
+        {"segments", 1, VALIDATE_SEGMENTS_MAX},
+    };
+    json_t *root = load_object(body, len, fields, 2, err);
+    if (!root)
+        return -1;
+    int rc = -1;
+    if (get_int(root, &fields[0], true, 0, &out->stock, err) ||
+        get_int(root, &fields[1], true, 0, &out->segments, err))
+        goto done;
+    rc = 0;
+done:
+    json_decref(root);
+    return rc;
+}
+
+int validate_restock_body(const char *body, size_t len, struct validate_restock *out,
+                          struct validate_error *err)
+{
+    static const struct int_field quantity = {"quantity", 1, VALIDATE_STOCK_MAX};
+    json_t *root = load_object(body, len, &quantity, 1, err);
+    if (!root)
+        return -1;
+    int rc = get_int(root, &quantity, true, 0, &out->quantity, err);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * validate — strict parsing of client input (SPEC §5): SKU names, user ids and idempotency
+ * keys, the Content-Type of a body, and the JSON bodies of the order, PUT-SKU and restock
+ * requests.
+ *
+ * The body parsers take the raw bytes as received, so every malformed body fails here with one
+ * message that names the field at fault ("quantity: must be an integer between 1 and 100, got
+ * 1.5"); a handler answers it with error_json(err.code, err.message). Rules: the body is one
+ * JSON object (UTF-8, no trailing data, no duplicate keys, no \u0000 in strings); known fields
+ * must have exactly the documented JSON type (1.0, "1", true and null are not integers);
+ * integers are range-checked (also the ones beyond int64, which jansson itself refuses); unknown
+ * fields are ignored. Nothing is kept from the parsed JSON: strings are copied into the
+ * fixed-size buffers of the result structs, which need no freeing.
+ *
+ * Pure functions, no allocation that outlives a call: safe from any thread.
+ */
+#ifndef INVENTORY_VALIDATE_H
+#define INVENTORY_VALIDATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errors.h"
+
+#define VALIDATE_MAX_BODY 16384           /* largest accepted body, bytes (SPEC §5: 16 KiB) */
+#define VALIDATE_SKU_MAX 64               /* longest SKU name */
+#define VALIDATE_PRINTABLE_MAX 128        /* longest user_id / Idempotency-Key */
+#define VALIDATE_STOCK_MAX 1000000000000LL /* 10^12: largest stock of a PUT, largest restock */
+#define VALIDATE_SEGMENTS_MAX 1024        /* most segments of one SKU */
+
+/* Why a body was refused. code is ERROR_INVALID_REQUEST, or ERROR_BODY_TOO_LARGE when the body
+ * exceeds VALIDATE_MAX_BODY. message is "<field>: <problem>" (field "body" when the body as a
+ * whole is at fault), printable ASCII, NUL-terminated, at most 255 characters. */
+struct validate_error {
+    enum error_code code;
+    char message[256];
+};
+
+/* POST /api/v1/orders body: {"sku": str, "quantity": int (default 1), "user_id": str (opt.)}. */
+struct validate_order {
+    char sku[VALIDATE_SKU_MAX + 1];
+    int64_t quantity;                       /* 1..max_quantity; 1 when absent */
+    char user_id[VALIDATE_PRINTABLE_MAX + 1]; /* "" when absent */
+    bool has_user_id;
+};
+
+/* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required. */
+struct validate_put_sku {
+    int64_t stock;
+    int64_t segments;
+};
+
+/* POST /api/v1/skus/{sku}/restock body: {"quantity": int 1..10^12}. */
+struct validate_restock {
+    int64_t quantity;
+};
+
+/* True when s[0..len) is a valid SKU name: [A-Za-z0-9_.:-]{1,64}. s need not be NUL-terminated
+ * (a path segment, say); a NUL byte inside the range makes it invalid. */
+bool validate_sku(const char *s, size_t len);
+
+/* True when s[0..len) is 1..128 printable ASCII characters (0x20..0x7e): the rule for user_id
+ * and the Idempotency-Key header. */
+bool validate_printable(const char *s, size_t len);
+
+/* True when a Content-Type header value names JSON: "application/json" (case-insensitive),
+ * optionally followed by parameters, of which a charset must be utf-8
+ * ("application/json; charset=UTF-8" is accepted, "text/plain" and
+ * "application/json; charset=latin1" are not). NULL (header absent) gives false. */
+bool validate_content_type(const char *value);
+
+/* Parses an order body. max_quantity (>= 1) is the configured --max-quantity.
+ * Returns 0 and fills *out, or -1 and fills *err (out is then unspecified). */
+int validate_order_body(const char *body, size_t len, int64_t max_quantity,
+                        struct validate_order *out, struct validate_error *err);
+
+/* Parses a PUT-SKU body. Returns 0 and fills *out, or -1 and fills *err. */
+int validate_put_sku_body(const char *body, size_t len, struct validate_put_sku *out,
+                          struct validate_error *err);
+
+/* Parses a restock body. Returns 0 and fills *out, or -1 and fills *err. */
+int validate_restock_body(const char *body, size_t len, struct validate_restock *out,
+                          struct validate_error *err);
+
+#endif

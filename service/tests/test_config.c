@@ -1,0 +1,691 @@
+/*
+ * Unit tests of service/src/config.c: defaults, the three layers and their precedence, strict
+ * validation (a table of invalid inputs, each with the key and origin its message must name),
+ * --help/--version, config_describe(), and the checked-in config/inventoryd.json and
+ * docs/configuration.md staying in step with the key table.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "config.h"
+
+#ifndef INVENTORY_SOURCE_DIR
+#error "INVENTORY_SOURCE_DIR must name the source tree"
+#endif
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+#define VMAX 40
+
+/* A mutable NULL-terminated string array (argv or envp) built from literals. */
+struct vec {
+    char *v[VMAX + 1];
+    int n;
+};
+
+static void vec_add(struct vec *x, const char *s)
+{
+    assert_true(x->n < VMAX);
+    x->v[x->n] = strdup(s);
+    assert_non_null(x->v[x->n]);
+    x->n++;
+    x->v[x->n] = NULL;
+}
+
+static void vec_free(struct vec *x)
+{
+    for (int i = 0; i < x->n; i++)
+        free(x->v[i]);
+    x->n = 0;
+    x->v[0] = NULL;
+}
+
+/* Writes content to a new temporary file; its path goes in path (cap bytes). */
+static void temp_file(const char *content, char *path, size_t cap)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, cap, "%s/inventoryd-test-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t len = strlen(content);
+    assert_int_equal(write(fd, content, len), (ssize_t)len);
+    close(fd);
+}
+
+struct run {
+    struct config cfg;
+    char err[512];
+    int rc;
+};
+
+/* Loads a config from argv entries (argv[0] added), env entries and, when file is non-NULL, a
+ * temporary config file given with --config (first). Each list ends with NULL. */
+static void run_load(struct run *r, const char *const *args, const char *const *env,
+                     const char *file)
+{
+    struct vec argv = {{NULL}, 0}, envp = {{NULL}, 0};
+    char path[512] = "";
+    vec_add(&argv, "inventoryd");
+    if (file) {
+        temp_file(file, path, sizeof(path));
+        vec_add(&argv, "--config");
+        vec_add(&argv, path);
+    }
+    for (; args && *args; args++)
+        vec_add(&argv, *args);
+    for (; env && *env; env++)
+        vec_add(&envp, *env);
+    memset(r, 0x5a, sizeof(*r));
+    r->rc = config_load(&r->cfg, argv.n, argv.v, envp.v, r->err, sizeof(r->err));
+    if (path[0])
+        unlink(path);
+    vec_free(&argv);
+    vec_free(&envp);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NONE NULL
+
+static char *read_text(const char *rel)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ---- defaults, help, version ----------------------------------------------------------- */
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, NONE, NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.err, "");
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_RUN);
+    assert_string_equal(r.cfg.config_path, "");
+    assert_int_equal(r.cfg.port, 8080);
+    assert_string_equal(r.cfg.bind, "0.0.0.0");
+    assert_string_equal(r.cfg.redis_url, "redis://127.0.0.1:6379");
+    assert_string_equal(r.cfg.admin_token, "");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(r.cfg.threads, cpus < 1 ? 1 : cpus > 1024 ? 1024 : cpus);
+    assert_int_equal(r.cfg.strategy, STRATEGY_SEGMENTED);
+    assert_int_equal(r.cfg.lock_lease_ms, 10000);
+    assert_int_equal(r.cfg.lock_wait_ms, 2000);
+    assert_int_equal(r.cfg.hold_ms, 0);
+    assert_int_equal(r.cfg.max_quantity, 100);
+    assert_int_equal(r.cfg.log_level, CONFIG_LOG_INFO);
+    assert_int_equal(r.cfg.max_connections, 4096);
+    assert_int_equal(r.cfg.connection_timeout_s, 30);
+    assert_int_equal(r.cfg.redis_timeout_ms, 1000);
+    assert_int_equal(r.cfg.sold_out_recheck_ms, 500);
+    assert_int_equal(r.cfg.shutdown_grace_ms, 5000);
+
+    struct config d;
+    config_defaults(&d);
+    assert_memory_equal(&d, &r.cfg, sizeof(d));
+}
+
+static void test_help_version(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--help"), NONE, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_HELP);
+    run_load(&r, ARGS("-h"), NONE, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_HELP);
+    run_load(&r, ARGS("--version"), NONE, NULL);
+    assert_int_equal(r.rc, 1);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_VERSION);
+    run_load(&r, ARGS("-V"), NONE, NULL);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_VERSION);
+    /* help wins over invalid arguments and values anywhere */
+    run_load(&r, ARGS("--bogus", "--port", "abc", "--help"), ARGS("INVENTORY_PORT=x"), "[");
+    assert_int_equal(r.rc, 1);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_HELP);
+    /* the first of the two wins */
+    run_load(&r, ARGS("--version", "--help"), NONE, NULL);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_VERSION);
+    /* ... but a flag's value is a value, even when it looks like --help */
+    run_load(&r, ARGS("--admin-token", "--help"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.admin_token, "--help");
+    run_load(&r, ARGS("--help=yes"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_string_equal(r.err, "--help: takes no value");
+
+    const char *usage = config_usage();
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        char needle[64];
+        snprintf(needle, sizeof(needle), "%s ", k->flag);
+        if (!strstr(usage, needle))
+            fail_msg("usage does not mention %s", k->flag);
+    }
+    assert_non_null(strstr(usage, "--help"));
+    assert_non_null(strstr(usage, "--version"));
+    assert_string_equal(config_version(), "inventoryd " INVENTORYD_VERSION "\n");
+    assert_null(config_key_at(config_key_count()));
+}
+
+/* ---- setting every key, both flag forms, env, file -------------------------------------- */
+
+static void test_every_key_every_layer(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r,
+             ARGS("--port", "9000", "--bind=::1", "--redis", "redis://:pw@redis.local:6380/2",
+                  "--admin-token=s3cr3t", "--threads", "7", "--strategy=single-lock",
+                  "--lock-lease-ms", "1", "--lock-wait-ms=0", "--hold-ms", "60000",
+                  "--max-quantity=1000000", "--log-level", "debug"),
+             NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 9000);
+    assert_string_equal(r.cfg.bind, "::1");
+    assert_string_equal(r.cfg.redis_url, "redis://:pw@redis.local:6380/2");
+    assert_string_equal(r.cfg.admin_token, "s3cr3t");
+    assert_int_equal(r.cfg.threads, 7);
+    assert_int_equal(r.cfg.strategy, STRATEGY_SINGLE_LOCK);
+    assert_int_equal(r.cfg.lock_lease_ms, 1);
+    assert_int_equal(r.cfg.lock_wait_ms, 0);
+    assert_int_equal(r.cfg.hold_ms, 60000);
+    assert_int_equal(r.cfg.max_quantity, 1000000);
+    assert_int_equal(r.cfg.log_level, CONFIG_LOG_DEBUG);
+
+    run_load(&r,
+             ARGS("--max-connections=1", "--connection-timeout-s", "3600", "--redis-timeout-ms",
+                  "60000", "--sold-out-recheck-ms=1000", "--shutdown-grace-ms", "0",
+                  "--strategy", "atomic", "--log-level=error"),
+             NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.max_connections, 1);
+    assert_int_equal(r.cfg.connection_timeout_s, 3600);
+    assert_int_equal(r.cfg.redis_timeout_ms, 60000);
+    assert_int_equal(r.cfg.sold_out_recheck_ms, 1000);
+    assert_int_equal(r.cfg.shutdown_grace_ms, 0);
+    assert_int_equal(r.cfg.strategy, STRATEGY_ATOMIC);
+    assert_int_equal(r.cfg.log_level, CONFIG_LOG_ERROR);
+
+    run_load(&r, NONE,
+             ARGS("INVENTORY_PORT=81", "INVENTORY_BIND=127.0.0.1",
+                  "INVENTORY_REDIS_URL=unix:///run/redis.sock", "INVENTORY_ADMIN_TOKEN=t",
+                  "INVENTORY_THREADS=2", "INVENTORY_STRATEGY=atomic",
+                  "INVENTORY_LOCK_LEASE_MS=3600000", "INVENTORY_LOCK_WAIT_MS=600000",
+                  "INVENTORY_HOLD_MS=5", "INVENTORY_MAX_QUANTITY=7", "INVENTORY_LOG_LEVEL=warn",
+                  "INVENTORY_MAX_CONNECTIONS=1000000", "INVENTORY_CONNECTION_TIMEOUT_S=1",
+                  "INVENTORY_REDIS_TIMEOUT_MS=1", "INVENTORY_SOLD_OUT_RECHECK_MS=1",
+                  "INVENTORY_SHUTDOWN_GRACE_MS=600000"),
+             NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 81);
+    assert_string_equal(r.cfg.bind, "127.0.0.1");
+    assert_string_equal(r.cfg.redis_url, "unix:///run/redis.sock");
+    assert_string_equal(r.cfg.admin_token, "t");
+    assert_int_equal(r.cfg.threads, 2);
+    assert_int_equal(r.cfg.strategy, STRATEGY_ATOMIC);
+    assert_int_equal(r.cfg.lock_lease_ms, 3600000);
+    assert_int_equal(r.cfg.lock_wait_ms, 600000);
+    assert_int_equal(r.cfg.hold_ms, 5);
+    assert_int_equal(r.cfg.max_quantity, 7);
+    assert_int_equal(r.cfg.log_level, CONFIG_LOG_WARN);
+    assert_int_equal(r.cfg.max_connections, 1000000);
+    assert_int_equal(r.cfg.connection_timeout_s, 1);
+    assert_int_equal(r.cfg.redis_timeout_ms, 1);
+    assert_int_equal(r.cfg.sold_out_recheck_ms, 1);
+    assert_int_equal(r.cfg.shutdown_grace_ms, 600000);
+
+    run_load(&r, NONE, NONE,
+             "{\"_comment\": \"ignored\", \"_port\": {\"any\": [1]}, \"port\": 82,"
+             " \"bind\": \"::\", \"redis\": \"redis://h\", \"admin_token\": \"x\","
+             " \"threads\": 3, \"strategy\": \"single-lock\", \"lock_lease_ms\": 100,"
+             " \"lock_wait_ms\": 10, \"hold_ms\": 2, \"max_quantity\": 4, \"log_level\": \"error\","
+             " \"max_connections\": 5, \"connection_timeout_s\": 6, \"redis_timeout_ms\": 7,"
+             " \"sold_out_recheck_ms\": 8, \"shutdown_grace_ms\": 9}");
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 82);
+    assert_string_equal(r.cfg.bind, "::");
+    assert_string_equal(r.cfg.redis_url, "redis://h");
+    assert_string_equal(r.cfg.admin_token, "x");
+    assert_int_equal(r.cfg.threads, 3);
+    assert_int_equal(r.cfg.strategy, STRATEGY_SINGLE_LOCK);
+    assert_int_equal(r.cfg.lock_lease_ms, 100);
+    assert_int_equal(r.cfg.lock_wait_ms, 10);
+    assert_int_equal(r.cfg.hold_ms, 2);
+    assert_int_equal(r.cfg.max_quantity, 4);
+    assert_int_equal(r.cfg.log_level, CONFIG_LOG_ERROR);
+    assert_int_equal(r.cfg.max_connections, 5);
+    assert_int_equal(r.cfg.connection_timeout_s, 6);
+    assert_int_equal(r.cfg.redis_timeout_ms, 7);
+    assert_int_equal(r.cfg.sold_out_recheck_ms, 8);
+    assert_int_equal(r.cfg.shutdown_grace_ms, 9);
+    assert_true(strncmp(r.cfg.config_path, "/", 1) == 0);
+}
+
+/* ---- precedence ------------------------------------------------------------------------ */
+
+static void test_precedence(void **state)
+{
+    (void)state;
+    struct run r;
+    const char *file = "{\"port\": 1001, \"lock_wait_ms\": 1001, \"hold_ms\": 1001}";
+    const char *const env[] = {"INVENTORY_PORT=2002", "INVENTORY_LOCK_WAIT_MS=2002", NULL};
+
+    run_load(&r, ARGS("--port", "3003"), env, file);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 3003);         /* flag > env > file */
+    assert_int_equal(r.cfg.lock_wait_ms, 2002); /* env > file */
+    assert_int_equal(r.cfg.hold_ms, 1001);      /* file > default */
+    assert_int_equal(r.cfg.lock_lease_ms, 10000);
+
+    /* the last of a repeated flag wins; both spellings are the same flag */
+    run_load(&r, ARGS("--port=1", "--port", "2", "--port=3"), NONE, NULL);
+    assert_int_equal(r.cfg.port, 3);
+
+    /* an empty environment variable is unset */
+    run_load(&r, NONE, ARGS("INVENTORY_PORT=", "INVENTORY_ADMIN_TOKEN="), file);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 1001);
+    assert_string_equal(r.cfg.admin_token, "");
+
+    /* null in the file means "not set here" */
+    run_load(&r, NONE, NONE, "{\"port\": null, \"admin_token\": null, \"threads\": null}");
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 8080);
+
+    /* an invalid value is an error even where a later layer overrides it */
+    run_load(&r, ARGS("--port", "80"), NONE, "{\"port\": 0}");
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "port: "));
+    run_load(&r, ARGS("--port", "80"), ARGS("INVENTORY_PORT=x"), NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "(environment INVENTORY_PORT)"));
+}
+
+static void test_config_file_selection(void **state)
+{
+    (void)state;
+    struct run r;
+    char a[512], b[512], env_a[600], flag_b[600];
+    temp_file("{\"port\": 1111}", a, sizeof(a));
+    temp_file("{\"port\": 2222}", b, sizeof(b));
+    snprintf(env_a, sizeof(env_a), "INVENTORY_CONFIG=%s", a);
+    snprintf(flag_b, sizeof(flag_b), "--config=%s", b);
+
+    run_load(&r, NONE, ARGS(env_a), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 1111);
+    assert_string_equal(r.cfg.config_path, a);
+
+    run_load(&r, ARGS(flag_b), ARGS(env_a), NULL); /* the flag names the file, not the env */
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 2222);
+    assert_string_equal(r.cfg.config_path, b);
+
+    /* with --config given, a broken INVENTORY_CONFIG is not read */
+    run_load(&r, ARGS(flag_b), ARGS("INVENTORY_CONFIG=/nonexistent/x.json"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.port, 2222);
+    unlink(a);
+    unlink(b);
+
+    run_load(&r, NONE, ARGS("INVENTORY_CONFIG=/nonexistent/x.json"), NULL);
+    assert_int_equal(r.rc, -1);
+    assert_true(strncmp(r.err, "config: cannot read /nonexistent/x.json", 39) == 0);
+}
+
+/* ---- invalid input, table-driven ------------------------------------------------------- */
+
+struct bad {
+    const char *args[5];
+    const char *env[3];
+    const char *file;     /* config file content, or NULL */
+    const char *prefix;   /* the message starts with this */
+    const char *contains; /* and contains this (or NULL) */
+};
+
+static const struct bad bad_cases[] = {
+    {{"--port", "abc"}, {0}, NULL,
+     "port: must be an integer between 1 and 65535, got \"abc\" (flag --port)", NULL},
+    {{"--port=0"}, {0}, NULL, "port: must be an integer between 1 and 65535, got \"0\"", NULL},
+    {{"--port", "65536"}, {0}, NULL, "port: ", "got \"65536\""},
+    {{"--port", "-1"}, {0}, NULL, "port: ", NULL},
+    {{"--port", " 80"}, {0}, NULL, "port: ", NULL},
+    {{"--port", "80 "}, {0}, NULL, "port: ", NULL},
+    {{"--port", "80x"}, {0}, NULL, "port: ", NULL},
+    {{"--port", "+80"}, {0}, NULL, "port: ", NULL},
+    {{"--port", "0x50"}, {0}, NULL, "port: ", NULL},
+    {{"--port="}, {0}, NULL, "port: ", "got \"\""},
+    {{"--port", "99999999999999999999999"}, {0}, NULL, "port: ", NULL},
+    {{"--threads", "0"}, {0}, NULL, "threads: must be an integer between 1 and 1024", NULL},
+    {{"--threads", "1025"}, {0}, NULL, "threads: ", NULL},
+    {{"--lock-lease-ms", "abc"}, {0}, NULL,
+     "lock_lease_ms: must be an integer between 1 and 3600000, got \"abc\" (flag --lock-lease-ms)",
+     NULL},
+    {{"--lock-lease-ms", "0"}, {0}, NULL, "lock_lease_ms: ", NULL},
+    {{"--lock-lease-ms", "3600001"}, {0}, NULL, "lock_lease_ms: ", NULL},
+    {{"--lock-wait-ms", "-1"}, {0}, NULL, "lock_wait_ms: ", NULL},
+    {{"--lock-wait-ms", "600001"}, {0}, NULL, "lock_wait_ms: ", NULL},
+    {{"--hold-ms", "60001"}, {0}, NULL, "hold_ms: ", NULL},
+    {{"--max-quantity", "0"}, {0}, NULL, "max_quantity: ", NULL},
+    {{"--max-quantity", "1000001"}, {0}, NULL, "max_quantity: ", NULL},
+    {{"--max-connections", "0"}, {0}, NULL, "max_connections: ", NULL},
+    {{"--connection-timeout-s", "0"}, {0}, NULL, "connection_timeout_s: ", NULL},
+    {{"--connection-timeout-s", "3601"}, {0}, NULL, "connection_timeout_s: ", NULL},
+    {{"--redis-timeout-ms", "0"}, {0}, NULL, "redis_timeout_ms: ", NULL},
+    {{"--sold-out-recheck-ms", "0"}, {0}, NULL,
+     "sold_out_recheck_ms: must be an integer between 1 and 1000", NULL},
+    {{"--sold-out-recheck-ms", "1001"}, {0}, NULL, "sold_out_recheck_ms: ", NULL},
+    {{"--shutdown-grace-ms", "-5"}, {0}, NULL, "shutdown_grace_ms: ", NULL},
+    {{"--bind", "localhost"}, {0}, NULL,
+     "bind: must be an IPv4 or IPv6 address literal, got \"localhost\" (flag --bind)", NULL},
+    {{"--bind", "1.2.3"}, {0}, NULL, "bind: ", NULL},
+    {{"--bind", "::g"}, {0}, NULL, "bind: ", NULL},
+    {{"--bind", "10.0.0.1:80"}, {0}, NULL, "bind: ", NULL},
+    {{"--bind="}, {0}, NULL, "bind: ", NULL},
+    {{"--redis", "http://h"}, {0}, NULL, "redis: invalid URL: must start with redis://", NULL},
+    {{"--redis", "redis://"}, {0}, NULL, "redis: invalid URL: missing host", NULL},
+    {{"--redis", "redis://h:0"}, {0}, NULL, "redis: invalid URL: port", NULL},
+    {{"--redis", "redis://h:70000"}, {0}, NULL, "redis: invalid URL: port", NULL},
+    {{"--redis", "redis://h:"}, {0}, NULL, "redis: invalid URL: port", NULL},
+    {{"--redis", "redis://h/abc"}, {0}, NULL, "redis: invalid URL: db", NULL},
+    {{"--redis", "redis://user@h"}, {0}, NULL, "redis: invalid URL: credentials", NULL},
+    {{"--redis", "redis://[::1"}, {0}, NULL, "redis: invalid URL: unterminated", NULL},
+    {{"--redis", "redis://[zz]:1"}, {0}, NULL, "redis: invalid URL: bad [IPv6]", NULL},
+    {{"--redis", "redis://h o"}, {0}, NULL, "redis: invalid URL: bad character in host", NULL},
+    {{"--redis", "redis://:%zz@h"}, {0}, NULL, "redis: invalid URL: bad password", NULL},
+    {{"--redis", "unix://relative.sock"}, {0}, NULL, "redis: invalid URL: the unix socket", NULL},
+    {{"--redis", "unix:///r.sock?x=1"}, {0}, NULL, "redis: invalid URL: only ?db=N", NULL},
+    {{"--redis", "rediss://h"}, {0}, NULL, "redis: invalid URL: TLS", NULL},
+    {{"--redis", ""}, {0}, NULL, "redis: invalid URL: empty", NULL},
+    {{"--admin-token", ""}, {0}, NULL, "admin_token: must be 1 to 256 visible ASCII", NULL},
+    {{"--admin-token", "a b"}, {0}, NULL, "admin_token: ", "(flag --admin-token)"},
+    {{"--admin-token", "tok\x01"}, {0}, NULL, "admin_token: ", NULL},
+    {{"--admin-token", "caf\xc3\xa9"}, {0}, NULL, "admin_token: ", NULL},
+    {{"--strategy", "Segmented"}, {0}, NULL,
+     "strategy: must be one of segmented, single-lock, atomic, got \"Segmented\"", NULL},
+    {{"--strategy", "single_lock"}, {0}, NULL, "strategy: ", NULL},
+    {{"--log-level", "verbose"}, {0}, NULL,
+     "log_level: must be one of debug, info, warn, error, got \"verbose\"", NULL},
+    {{"--prot", "80"}, {0}, NULL, "\"--prot\": unknown option, did you mean --port?", NULL},
+    {{"--frobnicate"}, {0}, NULL, "\"--frobnicate\": unknown option (see --help)", NULL},
+    {{"-p", "80"}, {0}, NULL, "\"-p\": unexpected argument", NULL},
+    {{"serve"}, {0}, NULL, "\"serve\": unexpected argument", NULL},
+    {{"--"}, {0}, NULL, "\"--\": unexpected argument", NULL},
+    {{"--port"}, {0}, NULL, "--port: missing value", NULL},
+    {{"--config="}, {0}, NULL, "config: must be a file path", NULL},
+    {{0}, {"INVENTORY_PORT=abc"}, NULL,
+     "port: must be an integer between 1 and 65535, got \"abc\" (environment INVENTORY_PORT)",
+     NULL},
+    {{0}, {"INVENTORY_STRATEGY=fast"}, NULL, "strategy: ", "(environment INVENTORY_STRATEGY)"},
+    {{0}, {"INVENTORY_REDIS_URL=redis://h:x"}, NULL, "redis: ",
+     "(environment INVENTORY_REDIS_URL)"},
+    {{0}, {"INVENTORY_SOLD_OUT_RECHECK_MS=2000"}, NULL, "sold_out_recheck_ms: ", NULL},
+    {{0}, {0}, "{\"lock_lease\": 5}", "\"lock_lease\": unknown key, did you mean \"lock_lease_ms\"?",
+     "(config file /"},
+    {{0}, {0}, "{\"colour\": \"blue\"}", "\"colour\": unknown key (config file", NULL},
+    {{0}, {0}, "{\"config\": \"/x\"}", "\"config\": unknown key", NULL},
+    {{0}, {0}, "{\"port\": \"8080\"}", "port: must be an integer between 1 and 65535, got \"8080\"",
+     "(config file /"},
+    {{0}, {0}, "{\"port\": 8080.0}", "port: ", "got 8080.0"},
+    {{0}, {0}, "{\"port\": true}", "port: ", "got true"},
+    {{0}, {0}, "{\"port\": [8080]}", "port: ", NULL},
+    {{0}, {0}, "{\"port\": 99999999999999999999}", "config: invalid JSON in /", "line 1"},
+    {{0}, {0}, "{\"bind\": 1}", "bind: must be a string, got 1", NULL},
+    {{0}, {0}, "{\"admin_token\": 12345}", "admin_token: must be a string, got another type",
+     NULL},
+    {{0}, {0}, "{\"strategy\": \"atomic\", \"strategy\": \"segmented\"}",
+     "config: invalid JSON in /", "duplicate"},
+    {{0}, {0}, "[1, 2]", "config: ", "must hold one JSON object"},
+    {{0}, {0}, "{\"port\": 80", "config: invalid JSON in /", NULL},
+    {{0}, {0}, "", "config: invalid JSON in /", NULL},
+    {{0}, {0}, "{\"redis\": \"redis://:hunter2@h:1:2\"}", "redis: invalid URL: ", NULL},
+};
+
+static void test_invalid_table(void **state)
+{
+    (void)state;
+    size_t n = sizeof(bad_cases) / sizeof(bad_cases[0]);
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct bad *c = &bad_cases[i];
+        const char *args[6] = {0}, *env[4] = {0};
+        memcpy(args, c->args, sizeof(c->args));
+        memcpy(env, c->env, sizeof(c->env));
+        struct run r;
+        run_load(&r, args, env, c->file);
+        bool ok = r.rc == -1 && strncmp(r.err, c->prefix, strlen(c->prefix)) == 0 &&
+                  (!c->contains || strstr(r.err, c->contains));
+        if (!ok) {
+            print_error("case %zu (%s%s): rc %d, message \"%s\"; wanted prefix \"%s\"%s%s\n", i,
+                        c->args[0] ? c->args[0] : c->env[0] ? c->env[0] : "file",
+                        c->args[1] ? " ..." : "", r.rc, r.rc == -1 ? r.err : "",
+                        c->prefix, c->contains ? " containing " : "",
+                        c->contains ? c->contains : "");
+            failures++;
+        }
+    }
+    print_message("  %zu invalid configurations checked\n", n);
+    assert_int_equal(failures, 0);
+}
+
+static void test_secrets_not_echoed(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--admin-token", "hunter2 with space"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_null(strstr(r.err, "hunter2"));
+    run_load(&r, ARGS("--redis", "redis://:hunter2@h:99999"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_null(strstr(r.err, "hunter2"));
+    run_load(&r, NONE, NONE, "{\"admin_token\": 5}");
+    assert_int_equal(r.rc, -1);
+    assert_null(strstr(r.err, "5 "));
+}
+
+static void test_small_error_buffer(void **state)
+{
+    (void)state;
+    struct config cfg;
+    char err[8];
+    char a0[] = "inventoryd", a1[] = "--port", a2[] = "abc";
+    char *argv[] = {a0, a1, a2, NULL};
+    char *envp[] = {NULL};
+    assert_int_equal(config_load(&cfg, 3, argv, envp, err, sizeof(err)), -1);
+    assert_string_equal(err, "port: m");
+    assert_int_equal(config_load(&cfg, 3, argv, envp, NULL, 0), -1);
+}
+
+/* ---- Redis URL grammar ----------------------------------------------------------------- */
+
+static void test_redis_urls(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        "redis://127.0.0.1:6379",
+        "redis://localhost",
+        "redis://h:1/0",
+        "redis://h/",
+        "redis://my_host-1.example.com:6380/15",
+        "redis://:pw@h:6379/2",
+        "redis://user:p%40ss@h",
+        "redis://user:pa:ss@h",
+        "redis://[::1]:6379",
+        "redis://[::1]",
+        "redis://[2001:db8::1]/3",
+        "unix:///tmp/redis.sock",
+        "unix:///tmp/r.sock?db=3",
+    };
+    static const char *const bad[] = {
+        "redis://h:65536", "redis://h/100001", "redis://[::1]x", "redis://:pw@", "redis://u:%4@h",
+        "REDIS://h",       "redis:/h",         "unix://",        "redis://h\x7f", "tcp://h:1",
+    };
+    char why[128];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!config_redis_url_valid(good[i], why, sizeof(why)))
+            fail_msg("%s refused: %s", good[i], why);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why[0] = '\0';
+        if (config_redis_url_valid(bad[i], why, sizeof(why)))
+            fail_msg("%s accepted", bad[i]);
+        assert_true(strlen(why) > 0);
+    }
+    assert_false(config_redis_url_valid(NULL, NULL, 0));
+    char longurl[1100] = "redis://";
+    memset(longurl + 8, 'h', 1050);
+    longurl[1058] = '\0';
+    assert_false(config_redis_url_valid(longurl, why, sizeof(why)));
+}
+
+/* ---- describe -------------------------------------------------------------------------- */
+
+static void test_describe(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--admin-token", "topsecret", "--redis", "redis://bob:hunter2@h:1/2"), NONE,
+             NULL);
+    assert_int_equal(r.rc, 0);
+    char buf[2048];
+    int n = config_describe(&r.cfg, buf, sizeof(buf));
+    assert_true(n > 0 && (size_t)n == strlen(buf));
+    assert_null(strstr(buf, "topsecret"));
+    assert_null(strstr(buf, "hunter2"));
+    assert_null(strchr(buf, '\n')); /* one log line */
+    json_error_t je;
+    json_t *o = json_loads(buf, 0, &je);
+    if (!o)
+        fail_msg("describe is not JSON: %s: %s", je.text, buf);
+    assert_string_equal(json_string_value(json_object_get(o, "admin_token")), "***");
+    assert_string_equal(json_string_value(json_object_get(o, "redis")), "redis://bob:***@h:1/2");
+    assert_true(json_is_null(json_object_get(o, "config")));
+    assert_string_equal(json_string_value(json_object_get(o, "strategy")), "segmented");
+    assert_string_equal(json_string_value(json_object_get(o, "log_level")), "info");
+    assert_int_equal(json_integer_value(json_object_get(o, "port")), 8080);
+    assert_int_equal(json_integer_value(json_object_get(o, "sold_out_recheck_ms")), 500);
+    /* exactly the config-file keys, plus "config" */
+    assert_int_equal(json_object_size(o), config_key_count());
+    for (size_t i = 1; i < config_key_count(); i++)
+        if (!json_object_get(o, config_key_at(i)->name))
+            fail_msg("describe lacks %s", config_key_at(i)->name);
+    json_decref(o);
+
+    /* no token: null; too small a buffer: "" and the needed length */
+    run_load(&r, NONE, NONE, NULL);
+    n = config_describe(&r.cfg, buf, sizeof(buf));
+    assert_non_null(strstr(buf, "\"admin_token\":null"));
+    char small[16] = "junk";
+    assert_int_equal(config_describe(&r.cfg, small, sizeof(small)), n);
+    assert_string_equal(small, "");
+    assert_int_equal(config_describe(&r.cfg, NULL, 0), n);
+    char exact[2048];
+    assert_int_equal(config_describe(&r.cfg, exact, (size_t)n + 1), n);
+    assert_string_equal(exact, buf);
+    assert_int_equal(config_describe(&r.cfg, exact, (size_t)n), n);
+    assert_string_equal(exact, "");
+
+    assert_string_equal(config_strategy_name(STRATEGY_SINGLE_LOCK), "single-lock");
+    assert_string_equal(config_strategy_name((enum config_strategy)9), "unknown");
+    assert_string_equal(config_log_level_name(CONFIG_LOG_WARN), "warn");
+    assert_string_equal(config_log_level_name((enum config_log_level)-1), "unknown");
+}
+
+/* ---- checked-in files ------------------------------------------------------------------ */
+
+static void test_shipped_config_file(void **state)
+{
+    (void)state;
+    char path[1024], flag[1100];
+    snprintf(path, sizeof(path), "%s/config/inventoryd.json", INVENTORY_SOURCE_DIR);
+    snprintf(flag, sizeof(flag), "--config=%s", path);
+
+    /* it loads, and it describes the defaults */
+    struct run r;
+    run_load(&r, ARGS(flag), NONE, NULL);
+    if (r.rc != 0)
+        fail_msg("config/inventoryd.json: %s", r.err);
+    struct config d;
+    config_defaults(&d);
+    snprintf(d.config_path, sizeof(d.config_path), "%s", path);
+    assert_memory_equal(&d, &r.cfg, sizeof(d));
+
+    /* every key is present and documented by its "_key" comment */
+    json_error_t je;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    assert_non_null(o);
+    for (size_t i = 1; i < config_key_count(); i++) {
+        const char *name = config_key_at(i)->name;
+        char comment[80];
+        snprintf(comment, sizeof(comment), "_%s", name);
+        if (!json_object_get(o, name))
+            fail_msg("config/inventoryd.json lacks key %s", name);
+        json_t *c = json_object_get(o, comment);
+        if (!json_is_string(c) || json_string_length(c) < 20)
+            fail_msg("config/inventoryd.json lacks a %s comment", comment);
+    }
+    json_decref(o);
+}
+
+static void test_docs_mention_every_key(void **state)
+{
+    (void)state;
+    char *doc = read_text("docs/configuration.md");
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        char needle[80];
+        snprintf(needle, sizeof(needle), "`%s", k->flag);
+        if (!strstr(doc, needle))
+            fail_msg("docs/configuration.md lacks flag %s", k->flag);
+        snprintf(needle, sizeof(needle), "`%s`", k->env);
+        if (!strstr(doc, needle))
+            fail_msg("docs/configuration.md lacks env %s", k->env);
+        if (k->name) {
+            snprintf(needle, sizeof(needle), "`%s`", k->name);
+            if (!strstr(doc, needle))
+                fail_msg("docs/configuration.md lacks key %s", k->name);
+        }
+    }
+    free(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_help_version),
+        cmocka_unit_test(test_every_key_every_layer),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_config_file_selection),
+        cmocka_unit_test(test_invalid_table),
+        cmocka_unit_test(test_secrets_not_echoed),
+        cmocka_unit_test(test_small_error_buffer),
+        cmocka_unit_test(test_redis_urls),
+        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_shipped_config_file),
+        cmocka_unit_test(test_docs_mention_every_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
