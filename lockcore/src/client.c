@@ -196,6 +196,9 @@ lc_status lc_client_command(lc_client *client, int argc, const char **argv, cons
         *reply = NULL;
     if (!client || argc <= 0 || !argv)
         return lc_fail(LC_EINVAL, "command: bad argument");
+    for (int i = 0; i < argc; i++)
+        if (!argv[i])
+            return lc_fail(LC_EINVAL, "command: argument %d is NULL", i);
     lc_conn *conn;
     lc_status st = lc_conn_get(client, &conn);
     if (st != LC_OK)

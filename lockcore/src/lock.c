@@ -191,6 +191,9 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
         return lc_fail(LC_EINVAL, "acquire: NULL argument");
     if (opts->wait_ms < 0 || opts->nread < 0 || (opts->nread && !opts->read_keys))
         return lc_fail(LC_EINVAL, "acquire: wait_ms and nread must be >= 0");
+    for (int i = 0; i < opts->nread; i++)
+        if (!opts->read_keys[i])
+            return lc_fail(LC_EINVAL, "acquire: read key %d is NULL", i);
     pthread_mutex_lock(&lock->mu);
     int64_t deadline = lc_now_ms() + opts->wait_ms;
     int64_t pttl = 0;
@@ -434,6 +437,12 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
     if (!lock || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args) ||
         (flags & ~LC_EVAL_RELEASE))
         return lc_fail(LC_EINVAL, "eval: bad argument");
+    for (int i = 0; i < nkeys; i++)
+        if (!keys[i])
+            return lc_fail(LC_EINVAL, "eval: key %d is NULL", i);
+    for (int i = 0; i < nargs; i++)
+        if (!args[i])
+            return lc_fail(LC_EINVAL, "eval: arg %d is NULL", i);
     enum { STACK = 16, GUARD_ARGS = 5 };
     const char *kv[STACK], *av[STACK];
     size_t kl[STACK], al[STACK];

@@ -186,6 +186,12 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
         *reply = NULL;
     if (!client || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
         return lc_fail(LC_EINVAL, "script run: bad argument");
+    for (int i = 0; i < nkeys; i++)
+        if (!keys[i])
+            return lc_fail(LC_EINVAL, "script run: key %d is NULL", i);
+    for (int i = 0; i < nargs; i++)
+        if (!args[i])
+            return lc_fail(LC_EINVAL, "script run: arg %d is NULL", i);
     lc_conn *conn;
     lc_status st = lc_conn_get(client, &conn);
     if (st != LC_OK)

@@ -208,7 +208,6 @@ static void test_unix_socket(void **state)
     lc_client_free(c);
 }
 
-/* One client shared by 8 threads: every command succeeds and none is lost. */
 typedef struct incr_worker {
     lc_client *client;
     int failures;
@@ -226,10 +225,25 @@ static void *incr_main(void *arg)
     return NULL;
 }
 
+static long long connected_clients(void)
+{
+    char info[4096];
+    if (rf_string(srv, info, sizeof info, "INFO clients") != 1)
+        return -1;
+    const char *p = strstr(info, "connected_clients:");
+    return p ? strtoll(p + strlen("connected_clients:"), NULL, 10) : -1;
+}
+
+/* One client shared by 8 threads: every command succeeds and none is lost; with
+ * pool_max_idle = 2 at most 2 idle connections stay open afterwards. */
 static void test_threads_share_client(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client_opts o;
+    lc_client_opts_init(&o);
+    o.pool_max_idle = 2;
+    lc_client *c = NULL;
+    assert_ok(lc_client_new(rf_url(srv), &o, &c));
     incr_worker w[8];
     for (int i = 0; i < 8; i++) {
         w[i].client = c;
@@ -241,7 +255,15 @@ static void test_threads_share_client(void **state)
         assert_int_equal(w[i].failures, 0);
     }
     assert_int_equal(lt_get_ll(srv, "it_client:shared"), 1600);
+    /* Ours (at most 2 idle) plus the one rf_string itself uses. */
+    long long n = connected_clients();
+    print_message("%lld connections after the burst\n", n);
+    assert_between(n, 1, 3);
     lc_client_free(c);
+    /* Freeing the client closes them all (Redis may see the closes a moment later). */
+    for (int i = 0; i < 50 && connected_clients() != 1; i++)
+        tu_sleep_ms(10);
+    assert_int_equal(connected_clients(), 1);
 }
 
 /* Server killed: calls fail with LC_EIO (promptly); a new client cannot be made (LC_EIO).

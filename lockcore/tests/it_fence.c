@@ -402,6 +402,26 @@ static void test_lua_fence_accept(void **state)
     lc_client_free(c);
 }
 
+/* Tokens are 64-bit counters: the Lua rule must keep working past 10^14 (where Lua's default
+ * number-to-string conversion starts rounding) and record the highest token exactly. */
+static void test_lua_fence_accept_large_tokens(void **state)
+{
+    (void)state;
+    lc_client *c = lt_client(rf_url(srv));
+    lc_script *s = accept_script();
+    char buf[64];
+    const unsigned long long big = 123456789012345ULL; /* exact as a double, 15 digits */
+    assert_int_equal(run_accept(c, s, big, "new"), 1);
+    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_fence:seen"), 1);
+    assert_string_equal(buf, "123456789012345");
+    assert_int_equal(run_accept(c, s, big - 1, "stale"), 0);
+    assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "new");
+    assert_true(lc_fence_newer(big, big - 1));
+    assert_false(lc_fence_newer(big - 1, big));
+    lc_script_free(s);
+    lc_client_free(c);
+}
+
 /* lc_fence_newer is the same rule as the Lua one: token >= highest seen. */
 static void test_fence_newer(void **state)
 {
@@ -426,6 +446,7 @@ int main(void)
         cmocka_unit_test_setup(test_eval_release, flush),
         cmocka_unit_test_setup(test_eval_release_wakes_waiter, flush),
         cmocka_unit_test_setup(test_lua_fence_accept, flush),
+        cmocka_unit_test_setup(test_lua_fence_accept_large_tokens, flush),
         cmocka_unit_test(test_fence_newer),
     };
     return cmocka_run_group_tests_name("it_fence", tests, group_setup, group_teardown);

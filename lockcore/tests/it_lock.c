@@ -365,6 +365,14 @@ static void test_acquire_ex_reads(void **state)
     assert_int_equal(values->elements, 1);
     assert_string_equal(values->element[0]->str, "v1");
     freeReplyObject(values);
+    /* A reentrant acquire reads too. */
+    values = NULL;
+    assert_ok(lc_lock_acquire_ex(b, &ao2, NULL, &values));
+    assert_non_null(values);
+    assert_int_equal(values->elements, 1);
+    freeReplyObject(values);
+    assert_int_equal(lc_lock_held(b), 2);
+    assert_ok(lc_lock_release(b));
     assert_ok(lc_lock_release(b));
 
     lc_lock_free(a);
@@ -485,6 +493,48 @@ static void test_free_releases(void **state)
     lc_client_free(c);
 }
 
+/* One handle shared by 4 threads is one owner: its calls are serialised, the hold count adds
+ * up, and the lock is gone once every thread released what it took. */
+typedef struct shared_worker {
+    lc_lock *lock;
+    int errors;
+    pthread_t tid;
+} shared_worker;
+
+static void *shared_main(void *arg)
+{
+    shared_worker *w = arg;
+    for (int i = 0; i < 100; i++) {
+        if (lc_lock_acquire(w->lock, 1000, NULL) != LC_OK)
+            w->errors++;
+        else if (lc_lock_release(w->lock) != LC_OK)
+            w->errors++;
+    }
+    return NULL;
+}
+
+static void test_shared_handle_threads(void **state)
+{
+    (void)state;
+    const char *name = "it_lock:shared";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, 30000, 1);
+    shared_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i].lock = a;
+        w[i].errors = 0;
+        assert_int_equal(pthread_create(&w[i].tid, NULL, shared_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(w[i].tid, NULL);
+        assert_int_equal(w[i].errors, 0);
+    }
+    assert_int_equal(lc_lock_held(a), 0);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
 /* A holder that is SIGKILLed (watchdog on, 500 ms lease) blocks others only until its last
  * lease runs out: the parent's lc_lock_acquire succeeds within lease + 200 ms of the kill. */
 static void test_crashed_holder(void **state)
@@ -552,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup(test_extend, flush),
         cmocka_unit_test_setup(test_force_unlock, flush),
         cmocka_unit_test_setup(test_free_releases, flush),
+        cmocka_unit_test_setup(test_shared_handle_threads, flush),
         cmocka_unit_test_setup(test_crashed_holder, flush),
     };
     return cmocka_run_group_tests_name("it_lock", tests, group_setup, group_teardown);

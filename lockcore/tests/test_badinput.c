@@ -85,6 +85,16 @@ static void test_unreachable(void **state)
     c = (lc_client *)&c;
     assert_status(lc_client_new("unix:///nonexistent/lc-test.sock", NULL, &c), LC_EIO);
     assert_null(c);
+
+    /* A black-holed address: the connect timeout bounds the wait. */
+    lc_client_opts o;
+    lc_client_opts_init(&o);
+    o.connect_timeout_ms = 300;
+    c = (lc_client *)&c;
+    t0 = tu_now_ms();
+    assert_status(lc_client_new("redis://10.255.255.1:6379", &o, &c), LC_EIO);
+    assert_null(c);
+    assert_true(tu_now_ms() - t0 < 1500);
 }
 
 /* NULL out-parameters of constructors. */

@@ -8,8 +8,8 @@
  * is JSON-escaped (quotes, backslashes, control characters as \uXXXX, invalid UTF-8 as U+FFFD),
  * so each line parses as JSON whatever the message holds.
  *
- * Thread-safe: a line is formatted in memory and written with one fwrite under the stream's
- * lock, so lines from different threads never interleave. A message below the configured level
+ * Thread-safe: a line is formatted in memory and written with one fwrite under a mutex, so
+ * lines from different threads never interleave. A message below the configured level
  * costs one relaxed atomic load (log_enabled); guard expensive argument building with it.
  */
 #ifndef INVENTORY_LOG_H

@@ -1,0 +1,387 @@
+/*
+ * http — libmicrohttpd glue; see http.h. Follows MHD's largepost pattern: per-request state in
+ * *req_cls on the first call, the body accumulated while *upload_data_size != 0, the answer on
+ * the final call, cleanup in the NOTIFY_COMPLETED callback.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "app.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "request.h"
+#include "router.h"
+#include "validate.h"
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    struct app *app;
+    atomic_int in_flight; /* requests between their first callback and completion */
+    int port;
+};
+
+/* Per-request state, from the first access-handler call to NOTIFY_COMPLETED. */
+struct req_state {
+    char *body;
+    size_t len, cap;
+    bool too_large; /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
+    bool answered;  /* a response was queued */
+    struct timespec start;
+};
+
+/* The last MHD error message of this thread, so http_start can report why MHD refused. */
+static _Thread_local char mhd_last_error[256];
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[sizeof(mhd_last_error)];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    memcpy(mhd_last_error, msg, n + 1);
+    log_msg(CONFIG_LOG_WARN, "http_error", "%s", msg);
+}
+
+static enum http_method method_of(const char *m)
+{
+    /* Method names are case-sensitive (RFC 9110 §9.1). */
+    if (strcmp(m, MHD_HTTP_METHOD_GET) == 0)
+        return HTTP_GET;
+    if (strcmp(m, MHD_HTTP_METHOD_POST) == 0)
+        return HTTP_POST;
+    if (strcmp(m, MHD_HTTP_METHOD_HEAD) == 0)
+        return HTTP_HEAD;
+    if (strcmp(m, MHD_HTTP_METHOD_PUT) == 0)
+        return HTTP_PUT;
+    if (strcmp(m, MHD_HTTP_METHOD_DELETE) == 0)
+        return HTTP_DELETE;
+    return HTTP_OTHER;
+}
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (!sa)
+        return false;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        const uint8_t *a = in6->sin6_addr.s6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && a[12] == 127; /* ::ffff:127.x.y.z */
+    }
+    return false;
+}
+
+static long elapsed_us(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long)(now.tv_sec - start->tv_sec) * 1000000L + (now.tv_nsec - start->tv_nsec) / 1000L;
+}
+
+static bool add_header(struct MHD_Response *r, const char *name, const char *value)
+{
+    return MHD_add_response_header(r, name, value) == MHD_YES;
+}
+
+/* Serialises res, queues it on conn and counts it. Returns MHD's verdict. */
+static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connection *conn,
+                                     struct req_state *st, const char *method, const char *url,
+                                     struct response *res)
+{
+    static char empty[1];
+    static char oom_body[] = "{\"error\":\"internal\",\"message\":\"out of memory\"}";
+    char *buf = NULL;
+    size_t len = 0;
+    const char *ctype = NULL;
+    enum MHD_ResponseMemoryMode mode = MHD_RESPMEM_MUST_FREE;
+
+    if (res->status == 0)
+        response_error(res, ERROR_INTERNAL, NULL);
+    if (res->text) {
+        buf = res->text;
+        res->text = NULL; /* MHD owns it now */
+        len = strlen(buf);
+        ctype = res->content_type ? res->content_type : "text/plain; charset=utf-8";
+    } else if (res->body) {
+        buf = json_dumps(res->body, JSON_COMPACT);
+        if (buf)
+            len = strlen(buf);
+        ctype = "application/json";
+    } else {
+        buf = empty;
+        mode = MHD_RESPMEM_PERSISTENT;
+    }
+    if (!buf) {
+        res->status = 500;
+        buf = oom_body;
+        len = sizeof(oom_body) - 1;
+        mode = MHD_RESPMEM_PERSISTENT;
+    }
+
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(buf);
+        return MHD_NO;
+    }
+    bool ok = true;
+    if (ctype)
+        ok &= add_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (res->location[0])
+        ok &= add_header(r, MHD_HTTP_HEADER_LOCATION, res->location);
+    if (res->allow)
+        ok &= add_header(r, MHD_HTTP_HEADER_ALLOW, res->allow);
+    if (res->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", res->retry_after);
+        ok &= add_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (res->www_authenticate)
+        ok &= add_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    /* While draining, tell keep-alive clients to go elsewhere for their next request. */
+    if (atomic_load(&srv->app->draining))
+        ok &= add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result qr = ok ? MHD_queue_response(conn, (unsigned)res->status, r) : MHD_NO;
+    MHD_destroy_response(r);
+    st->answered = true;
+    metrics_request_end(res->status);
+    if (log_enabled(CONFIG_LOG_DEBUG))
+        log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, res->status,
+                elapsed_us(&st->start));
+    return qr;
+}
+
+/* Answers 413 body_too_large (at the first call, without reading the body, or at the end). */
+static enum MHD_Result answer_too_large(struct http_server *srv, struct MHD_Connection *conn,
+                                        struct req_state *st, const char *method,
+                                        const char *url)
+{
+    struct response res = {0};
+    metrics_request_begin();
+    response_error(&res, ERROR_BODY_TOO_LARGE, "the request body exceeds 16384 bytes");
+    enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
+    response_free(&res);
+    return r;
+}
+
+/* Appends an upload chunk unless the body already overflowed. */
+static bool append_body(struct req_state *st, const char *data, size_t n)
+{
+    if (st->too_large)
+        return true;
+    if (n > VALIDATE_MAX_BODY - st->len) {
+        st->too_large = true;
+        free(st->body);
+        st->body = NULL;
+        st->len = st->cap = 0;
+        return true;
+    }
+    if (st->len + n + 1 > st->cap) {
+        size_t cap = st->cap ? st->cap : 1024;
+        while (cap < st->len + n + 1)
+            cap *= 2;
+        if (cap > VALIDATE_MAX_BODY + 1)
+            cap = VALIDATE_MAX_BODY + 1;
+        char *b = realloc(st->body, cap);
+        if (!b)
+            return false;
+        st->body = b;
+        st->cap = cap;
+    }
+    memcpy(st->body + st->len, data, n);
+    st->len += n;
+    st->body[st->len] = '\0'; /* convenience only: the body is length-delimited */
+    return true;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    (void)version;
+    struct http_server *srv = cls;
+    struct req_state *st = *req_cls;
+
+    if (!st) {
+        st = calloc(1, sizeof(*st));
+        if (!st)
+            return MHD_NO;
+        clock_gettime(CLOCK_MONOTONIC, &st->start);
+        *req_cls = st;
+        atomic_fetch_add(&srv->in_flight, 1);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            /* MHD has already refused a malformed Content-Length with 400. */
+            errno = 0;
+            unsigned long long n = strtoull(cl, NULL, 10);
+            if (errno == ERANGE || n > VALIDATE_MAX_BODY) {
+                st->too_large = true;
+                return answer_too_large(srv, conn, st, method, url);
+            }
+        }
+        return MHD_YES;
+    }
+    if (st->answered) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        if (!append_body(st, upload_data, *upload_data_size))
+            return MHD_NO;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (st->too_large)
+        return answer_too_large(srv, conn, st, method, url);
+
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct request req = {
+        .method = method_of(method),
+        .path = url,
+        .body = st->len ? st->body : NULL,
+        .body_len = st->len,
+        .content_type =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+        .authorization =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+        .peer_loopback = ci ? is_loopback(ci->client_addr) : 0,
+    };
+    struct response res = {0};
+    metrics_request_begin();
+    router_dispatch(srv->app, &req, &res);
+    enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
+    response_free(&res);
+    return r;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    struct http_server *srv = cls;
+    struct req_state *st = *req_cls;
+    if (!st)
+        return;
+    free(st->body);
+    free(st);
+    *req_cls = NULL;
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+struct http_server *http_start(struct app *app, char *err, size_t errlen)
+{
+    const struct config *cfg = &app->cfg;
+    struct sockaddr_storage ss;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    memset(&ss, 0, sizeof(ss));
+
+    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
+    if (cfg->port < 0 || cfg->port > 65535) {
+        snprintf(err, errlen, "port: %d is out of range", cfg->port);
+        return NULL;
+    }
+    if (inet_pton(AF_INET, cfg->bind, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, cfg->bind, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)cfg->port);
+        /* "::" means every address: serve IPv4 too. A specific IPv6 address is IPv6 only. */
+        flags |= IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+    } else {
+        snprintf(err, errlen, "bind: \"%s\" is not an IPv4 or IPv6 address", cfg->bind);
+        return NULL;
+    }
+
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
+        flags |= MHD_USE_EPOLL;
+    else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+        flags |= MHD_USE_POLL;
+
+    struct http_server *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    srv->app = app;
+    atomic_init(&srv->in_flight, 0);
+
+    mhd_last_error[0] = '\0';
+    unsigned int threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first, so it sees every message */
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_END);
+    if (!srv->daemon) {
+        snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
+                 mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
+        free(srv);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di ? di->port : cfg->port;
+    return srv;
+}
+
+int http_port(const struct http_server *srv)
+{
+    return srv ? srv->port : 0;
+}
+
+void http_stop(struct http_server *srv, int grace_ms)
+{
+    if (!srv)
+        return;
+    MHD_socket lsock = MHD_quiesce_daemon(srv->daemon);
+    /* MHD's threads may still hold the descriptor until MHD_stop_daemon, so it is only shut
+     * down here (Linux then refuses new connects instead of queueing them) and closed later. */
+    if (lsock != MHD_INVALID_SOCKET)
+        shutdown(lsock, SHUT_RDWR);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (atomic_load(&srv->in_flight) > 0 && elapsed_us(&start) < (long)grace_ms * 1000L) {
+        struct timespec tick = {0, 5 * 1000000L};
+        nanosleep(&tick, NULL);
+    }
+    int left = atomic_load(&srv->in_flight);
+    if (left > 0)
+        log_msg(CONFIG_LOG_WARN, "shutdown", "%d request(s) still in flight after %d ms; closing",
+                left, grace_ms);
+    MHD_stop_daemon(srv->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    free(srv);
+}

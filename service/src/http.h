@@ -1,0 +1,31 @@
+/*
+ * http — the HTTP edge: the only file that knows libmicrohttpd. It listens, reads each request
+ * (body capped at 16 KiB: 413 body_too_large), turns it into a struct request, hands it to
+ * router_dispatch, and sends back the struct response the handler filled (JSON compact, or the
+ * handler's raw text). Handlers run on MHD's worker threads (cfg.threads, epoll).
+ */
+#ifndef INVENTORY_HTTP_H
+#define INVENTORY_HTTP_H
+
+#include <stddef.h>
+
+struct app;
+struct http_server;
+
+/* Starts listening on app->cfg.bind:app->cfg.port (an IPv4 or IPv6 literal; "::" listens
+ * dual-stack; port 0 picks a free port, see http_port) with app->cfg.threads worker threads,
+ * app->cfg.max_connections connections and app->cfg.connection_timeout_s idle timeout.
+ * app is borrowed and must outlive the server. Returns a new server to stop with http_stop, or
+ * NULL with a one-line reason in err[0..errlen). */
+struct http_server *http_start(struct app *app, char *err, size_t errlen);
+
+/* The port the server listens on (useful after binding port 0); 0 when unknown. */
+int http_port(const struct http_server *srv);
+
+/* Stops the server gracefully: stops accepting connections at once (new connects are refused),
+ * lets requests in flight finish for up to grace_ms milliseconds (responses sent meanwhile
+ * carry Connection: close when app->draining is set), then closes every connection, joins the
+ * worker threads and frees srv. NULL-safe. */
+void http_stop(struct http_server *srv, int grace_ms);
+
+#endif

@@ -1,0 +1,223 @@
+/*
+ * Test support for the service's integration tests (prefix sf_):
+ *
+ *   - inventoryd processes: started on a free 127.0.0.1 port with the test's arguments, their
+ *     stderr in a log file of a temp dir, ready once GET /healthz answers; stopped with SIGTERM
+ *     (the exit status is returned), killed, paused and resumed for fault tests. Every process
+ *     started here dies with the test: PR_SET_PDEATHSIG, plus an atexit handler and handlers for
+ *     SIGABRT, SIGSEGV, SIGTERM and SIGINT (chained with the redis fixture's) that kill what is
+ *     still running. PR_SET_PDEATHSIG follows the *thread* that forked: start services from the
+ *     main thread (cmocka group setup and test bodies are fine);
+ *   - a small blocking HTTP/1.1 client over real sockets, keep-alive capable, with timeouts;
+ *   - the invariant checker (SPEC §8), which reads Redis directly with hiredis using the key
+ *     schema of docs/design.md, independently of the service's own GET status.
+ *
+ * Process control is not thread-safe (one thread starts and stops services); the HTTP client
+ * and the checker are thread-safe (no shared state).
+ */
+#ifndef SVC_TESTS_SVC_FIXTURE_H
+#define SVC_TESTS_SVC_FIXTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "redis_fixture.h"
+#include "testutil.h"
+
+/* ---- inventoryd processes ------------------------------------------------------------------ */
+
+typedef struct sf_service sf_service;
+
+/* The inventoryd binary: $INVENTORY_BUILD_BIN/inventoryd, else inventoryd next to the test
+ * binary, else ../bin/inventoryd relative to it. A static string, or NULL (reason on stderr)
+ * when none is executable. */
+const char *sf_binary(void);
+
+/*
+ * Starts inventoryd with
+ *     --port P --bind 127.0.0.1 [--redis redis_url] <extra_args...>
+ * (extra_args NULL-terminated, may be NULL; later flags override earlier ones). Its stdout and
+ * stderr go to a log file in a fresh temp dir. Waits (at most 5 s, $SF_START_TIMEOUT_MS) until
+ * the process logged that it listens on P and GET /healthz answers 200; a port taken meanwhile
+ * is retried with another one. Returns a new service to release with sf_stop, or NULL with the
+ * reason and the log on stderr.
+ */
+sf_service *sf_start(const char *redis_url, const char *const *extra_args);
+
+/* Stops the service: SIGTERM (and SIGCONT, in case it is paused), waits up to 10 s, then
+ * SIGKILL. Removes the temp dir and frees svc. Returns the exit status (0..255), 128 + signal
+ * when a signal ended it, or -1 when it was not running (or svc is NULL). When the result is
+ * not 0 the log tail is printed on stderr. */
+int sf_stop(sf_service *svc);
+
+/* Sends sig to the process. SIGKILL also reaps it (a kill -9 crash); it can then be started
+ * again on the same port with sf_restart. Returns 0, or -1 when not running. */
+int sf_kill(sf_service *svc, int sig);
+
+/* SIGSTOP / SIGCONT. 0, or -1 when not running. */
+int sf_pause(sf_service *svc);
+int sf_resume(sf_service *svc);
+
+/* Starts a stopped or killed service again with the same port, log file and arguments (SIGTERM
+ * first if it still runs). Returns 0 when it answers /healthz, -1 otherwise. */
+int sf_restart(sf_service *svc);
+
+/* Non-zero while the process runs (reaps it when it has exited). */
+int sf_alive(sf_service *svc);
+
+/* Exit status of an exited process as sf_stop reports it; -1 while it runs or never ran. */
+int sf_exit_status(sf_service *svc);
+
+int sf_port(const sf_service *svc);
+pid_t sf_pid(const sf_service *svc);             /* 0 when not running */
+const char *sf_log_path(const sf_service *svc);  /* borrowed, valid until sf_stop */
+
+/* Prints the last max_lines lines of svc's log on stderr, framed with its port. */
+void sf_print_log(const sf_service *svc, int max_lines);
+
+/* sf_print_log for every service this process is running (for failure messages). */
+void sf_print_all_logs(int max_lines);
+
+/* 1 when svc's log contains needle, else 0. */
+int sf_log_contains(const sf_service *svc, const char *needle);
+
+/*
+ * Runs inventoryd with args (NULL-terminated, not including the program name) to completion,
+ * for tests of the command line. Its stdout and stderr are captured into out (NUL-terminated,
+ * truncated to outlen - 1). Waits at most timeout_ms, then kills it. Returns the exit status
+ * (0..255), 128 + signal when a signal ended it, or -1 when it could not be run or timed out.
+ */
+int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen);
+
+/* ---- HTTP client --------------------------------------------------------------------------- */
+
+#define SF_MAX_HEADERS 48
+#define SF_DEFAULT_TIMEOUT_MS 10000
+
+/* One response. status is 0 when none arrived (err says why: connect, timeout, bad syntax). */
+typedef struct sf_resp {
+    int status;
+    char err[160];
+    int nheaders;
+    char *name[SF_MAX_HEADERS];   /* as received */
+    char *value[SF_MAX_HEADERS];  /* trimmed */
+    char *body;                   /* NUL-terminated (body_len bytes before it), never NULL after
+                                     a response */
+    size_t body_len;
+    json_t *json;                 /* the body parsed as JSON when it is valid JSON, else NULL */
+    int64_t elapsed_us;           /* from the start of sending to the end of the body */
+} sf_resp;
+
+/* The value of header name (case-insensitive) in r, or NULL. Borrowed. */
+const char *sf_header(const sf_resp *r, const char *name);
+
+/* Frees what r holds and zeroes it. NULL-safe; safe on a zeroed or already freed response. */
+void sf_resp_free(sf_resp *r);
+
+/* "HTTP 409: {body...}" (or "no response: <err>") for failure messages, truncated to fit. A
+ * thread-local buffer, overwritten by the next call of the same thread. */
+const char *sf_resp_summary(const sf_resp *r);
+
+/* A keep-alive connection to 127.0.0.1:port. Each request waits at most timeout_ms
+ * (0 = SF_DEFAULT_TIMEOUT_MS) for connect, send and the whole response. */
+typedef struct sf_conn sf_conn;
+
+/* Opens a connection (connects lazily on the first request, and again after the server closed
+ * it between requests). Never NULL unless out of memory. Free with sf_conn_close. */
+sf_conn *sf_conn_open(int port, int timeout_ms);
+void sf_conn_close(sf_conn *c);
+
+/*
+ * Sends one request on c and reads the response into *resp (freed first with sf_resp_free).
+ * headers: NULL-terminated "Name: value" strings, may be NULL. The client adds Host, and
+ * Content-Length when body is not NULL (len bytes); nothing else (no Content-Type: see
+ * sf_json_request). A connection the server closed while idle is reopened before sending; a
+ * request is never sent twice. Returns resp->status (0 when no response arrived; the connection
+ * is then closed).
+ */
+int sf_conn_request(sf_conn *c, const char *method, const char *path,
+                    const char *const *headers, const char *body, size_t len, sf_resp *resp);
+
+/* One request on a connection of its own ("Connection: close"). Same contract. */
+int sf_http(int port, const char *method, const char *path, const char *const *headers,
+            const char *body, size_t len, sf_resp *resp);
+
+/* sf_http (c == NULL) or sf_conn_request with a JSON body (NULL for none): adds
+ * "Content-Type: application/json" when there is a body, "Authorization: Bearer <token>" when
+ * token is not NULL, and "Idempotency-Key: <idem>" when idem is not NULL. */
+int sf_json_request(sf_conn *c, int port, const char *method, const char *path,
+                    const char *token, const char *idem, const char *json_body, sf_resp *resp);
+
+/* PUT /api/v1/skus/{sku} {"stock": stock, "segments": segments}. Returns the status. */
+int sf_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
+               sf_resp *resp);
+
+/* POST /api/v1/orders {"sku": sku, "quantity": quantity} on c (or a fresh connection to port
+ * when c is NULL). Returns the status. */
+int sf_order(sf_conn *c, int port, const char *sku, long long quantity, sf_resp *resp);
+
+/* POST /api/v1/skus/{sku}/restock {"quantity": quantity}. Returns the status. */
+int sf_restock(int port, const char *token, const char *sku, long long quantity, sf_resp *resp);
+
+/* GET /api/v1/skus/{sku}: the status object (new reference) when the answer is 200, else NULL
+ * (with the response summary on stderr). */
+json_t *sf_sku_status(int port, const char *sku);
+
+/* The error code of an error body ({"error": code, ...}) or "" (borrowed from r). */
+const char *sf_error_code(const sf_resp *r);
+
+/* An integer member of r->json (or of obj), or dflt when missing or not an integer. */
+long long sf_json_int(const json_t *obj, const char *key, long long dflt);
+
+/* The value of one sample of GET /metrics, the series given exactly as it is written before
+ * the value, labels included: "inventory_critical_sections_peak",
+ * "inventory_orders_total{result=\"created\"}". Returns -1 when the series is missing or the
+ * scrape failed. */
+double sf_metric(int port, const char *series);
+
+/* ---- invariants (SPEC §8), read straight from Redis ----------------------------------------- */
+
+#define SF_MAX_SEGMENTS 1024
+
+typedef struct sf_report {
+    int ok;                 /* 1 when every check below passed */
+    int found;              /* inv:{S}:meta exists */
+    long long version;      /* meta.version */
+    int segments;           /* meta.segments */
+    long long stock_total;  /* Σ cnt.t */
+    long long remaining;    /* Σ stock */
+    long long sold;         /* Σ cnt.s */
+    long long orders;       /* Σ cnt.o */
+    long long live_units;   /* Σ quantity of live order records */
+    long long live_orders;  /* number of live order records */
+    long long cancelled;    /* number of cancelled order records */
+    int negative_segments;  /* segments with stock < 0 */
+    long long seg_stock[SF_MAX_SEGMENTS];
+    long long seg_sold[SF_MAX_SEGMENTS];
+    int nproblems;
+    char problems[4096];    /* one line per problem (the first ones), "" when ok */
+} sf_report;
+
+/*
+ * Reads every segment of sku from the Redis at redis_url (redis://[:password@]host:port[/db])
+ * and checks, for each k in [0, meta.segments), on one MULTI/EXEC snapshot of the segment:
+ *   stock >= 0; sver == meta.version; cnt.t == stock + cnt.s;
+ *   cnt.s == Σ quantity of its order records whose status is not "cancelled";
+ *   cnt.o == the number of those live records;
+ *   every record is JSON with order_id == its hash field, sku == sku, segment == k, an integer
+ *   quantity >= 1 and status "created" or "cancelled";
+ *   every Idempotency-Key entry of the segment names one of its records;
+ * and that no segment key exists for an index >= meta.segments (left over from a larger layout).
+ * Fills *rep (totals for comparison with GET status and the client's count of 201 units).
+ * Returns 0 when the checks could run (rep->ok says whether they passed; a missing SKU is
+ * found = 0, ok = 0), -1 when Redis could not be read (rep->problems says why).
+ */
+int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep);
+
+/* Writes the report (totals, then the problems) to stderr, prefixed with what. */
+void sf_report_print(const char *what, const sf_report *rep);
+
+#endif /* SVC_TESTS_SVC_FIXTURE_H */

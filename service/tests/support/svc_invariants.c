@@ -1,0 +1,348 @@
+/*
+ * The SPEC §8 invariant checker (see svc_fixture.h). It knows nothing of the service's code:
+ * it reads the keys of docs/design.md with its own hiredis connection, one MULTI/EXEC snapshot
+ * per segment, and recomputes every counter from the order records.
+ */
+#include "svc_fixture.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+static void sf_problem(sf_report *rep, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records one failed check (the text of the first ones is kept). */
+static void sf_problem(sf_report *rep, const char *fmt, ...)
+{
+    rep->ok = 0;
+    rep->nproblems++;
+    size_t used = strlen(rep->problems);
+    if (used + 2 >= sizeof rep->problems)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rep->problems + used, sizeof rep->problems - used - 1, fmt, ap);
+    va_end(ap);
+    used = strlen(rep->problems);
+    rep->problems[used] = '\n';
+    rep->problems[used + 1] = '\0';
+}
+
+/* Connects to redis://[[user]:password@]host[:port][/db]. NULL with the reason in rep. */
+static redisContext *sf_redis_connect(const char *url, sf_report *rep)
+{
+    char host[256] = "127.0.0.1", password[256] = "";
+    int port = 6379, db = 0;
+    const char *p = url;
+    if (strncmp(p, "redis://", 8) != 0) {
+        sf_problem(rep, "unsupported redis url %s", url);
+        return NULL;
+    }
+    p += 8;
+    const char *at = strchr(p, '@');
+    if (at != NULL) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon != NULL)
+            snprintf(password, sizeof password, "%.*s", (int)(at - colon - 1), colon + 1);
+        p = at + 1;
+    }
+    size_t hl = strcspn(p, ":/");
+    if (hl > 0)
+        snprintf(host, sizeof host, "%.*s", (int)hl, p);
+    p += hl;
+    if (*p == ':')
+        port = (int)strtol(p + 1, (char **)&p, 10);
+    if (*p == '/')
+        db = atoi(p + 1);
+
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (c == NULL || c->err) {
+        sf_problem(rep, "connect %s:%d: %s", host, port, c ? c->errstr : "out of memory");
+        redisFree(c);
+        return NULL;
+    }
+    struct timeval ctv = {10, 0};
+    redisSetTimeout(c, ctv);
+    redisReply *r = NULL;
+    if (password[0] != '\0') {
+        r = redisCommand(c, "AUTH %s", password);
+        int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (!ok) {
+            sf_problem(rep, "AUTH failed");
+            redisFree(c);
+            return NULL;
+        }
+    }
+    if (db != 0) {
+        r = redisCommand(c, "SELECT %d", db);
+        int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (!ok) {
+            sf_problem(rep, "SELECT %d failed", db);
+            redisFree(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+/* The integer value of a bulk string or integer reply; *ok = 0 for anything else. */
+static long long sf_reply_ll(const redisReply *r, int *ok)
+{
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        char *end;
+        long long v = strtoll(r->str, &end, 10);
+        if (end != r->str && *end == '\0')
+            return v;
+    }
+    *ok = 0;
+    return 0;
+}
+
+/* Looks a field up in an HGETALL reply (flat array name, value, ...). Borrowed or NULL. */
+static const redisReply *sf_hfield(const redisReply *h, const char *name)
+{
+    if (h == NULL || h->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        if (h->element[i]->type == REDIS_REPLY_STRING && strcmp(h->element[i]->str, name) == 0)
+            return h->element[i + 1];
+    }
+    return NULL;
+}
+
+/* Checks the order records of segment k; adds the live units and orders to *units, *live. */
+static void sf_check_records(sf_report *rep, const char *sku, int k, const redisReply *orders,
+                             long long *units, long long *live)
+{
+    *units = 0;
+    *live = 0;
+    if (orders == NULL || orders->type != REDIS_REPLY_ARRAY)
+        return;
+    for (size_t i = 0; i + 1 < orders->elements; i += 2) {
+        const char *id = orders->element[i]->str;
+        const redisReply *rec = orders->element[i + 1];
+        json_error_t jerr;
+        json_t *o = rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, &jerr)
+                                                    : NULL;
+        if (!json_is_object(o)) {
+            sf_problem(rep, "segment %d: order %s: record is not a JSON object", k, id);
+            json_decref(o);
+            continue;
+        }
+        const char *oid = json_string_value(json_object_get(o, "order_id"));
+        const char *osku = json_string_value(json_object_get(o, "sku"));
+        const char *status = json_string_value(json_object_get(o, "status"));
+        json_t *seg = json_object_get(o, "segment");
+        json_t *qty = json_object_get(o, "quantity");
+        /* Lua's cjson may write integers as reals (2.0) after a cancel: accept whole numbers. */
+        double q = json_is_number(qty) ? json_number_value(qty) : -1;
+        double s = json_is_number(seg) ? json_number_value(seg) : -1;
+        if (oid == NULL || strcmp(oid, id) != 0)
+            sf_problem(rep, "segment %d: order %s: order_id field is %s", k, id,
+                       oid ? oid : "missing");
+        if (osku == NULL || strcmp(osku, sku) != 0)
+            sf_problem(rep, "segment %d: order %s: sku field is %s", k, id,
+                       osku ? osku : "missing");
+        if (s != (double)k)
+            sf_problem(rep, "segment %d: order %s: segment field is %g", k, id, s);
+        if (q < 1 || q != (double)(long long)q)
+            sf_problem(rep, "segment %d: order %s: quantity is %g", k, id, q);
+        if (status == NULL ||
+            (strcmp(status, "created") != 0 && strcmp(status, "cancelled") != 0))
+            sf_problem(rep, "segment %d: order %s: status is %s", k, id,
+                       status ? status : "missing");
+        if (status != NULL && strcmp(status, "cancelled") == 0) {
+            rep->cancelled++;
+        } else if (q >= 1) {
+            *units += (long long)q;
+            (*live)++;
+        }
+        json_decref(o);
+    }
+}
+
+/* Checks one segment snapshot: EXEC's reply {stock, sver, cnt, orders, idem}. */
+static void sf_check_segment(sf_report *rep, const char *sku, int k, const redisReply *x)
+{
+    const redisReply *stock = x->element[0], *sver = x->element[1], *cnt = x->element[2],
+                     *orders = x->element[3], *idem = x->element[4];
+    int ok = 1;
+    long long n = sf_reply_ll(stock, &ok);
+    if (!ok) {
+        sf_problem(rep, "segment %d: stock key missing or not an integer", k);
+        n = 0;
+    }
+    ok = 1;
+    long long v = sf_reply_ll(sver, &ok);
+    if (!ok || v != rep->version)
+        sf_problem(rep, "segment %d: sver %lld, meta.version %lld", k, ok ? v : -1,
+                   rep->version);
+    ok = 1;
+    long long t = sf_reply_ll(sf_hfield(cnt, "t"), &ok);
+    long long s = sf_reply_ll(sf_hfield(cnt, "s"), &ok);
+    long long o = sf_reply_ll(sf_hfield(cnt, "o"), &ok);
+    if (!ok)
+        sf_problem(rep, "segment %d: cnt hash lacks t, s or o", k);
+    if (n < 0) {
+        rep->negative_segments++;
+        sf_problem(rep, "segment %d: stock %lld < 0", k, n);
+    }
+    if (t != n + s)
+        sf_problem(rep, "segment %d: t %lld != stock %lld + s %lld", k, t, n, s);
+    long long units, live;
+    sf_check_records(rep, sku, k, orders, &units, &live);
+    if (s != units)
+        sf_problem(rep, "segment %d: s %lld != %lld units in live order records", k, s, units);
+    if (o != live)
+        sf_problem(rep, "segment %d: o %lld != %lld live order records", k, o, live);
+    if (idem != NULL && idem->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i + 1 < idem->elements; i += 2) {
+            const char *id = idem->element[i + 1]->str;
+            if (sf_hfield(orders, id) == NULL)
+                sf_problem(rep, "segment %d: Idempotency-Key %s names order %s, not a record "
+                                "of the segment", k, idem->element[i]->str, id);
+        }
+    }
+    rep->seg_stock[k] = n;
+    rep->seg_sold[k] = s;
+    rep->stock_total += t;
+    rep->remaining += n;
+    rep->sold += s;
+    rep->orders += o;
+    rep->live_units += units;
+    rep->live_orders += live;
+}
+
+/* Reports segment keys of sku with an index >= rep->segments. */
+static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
+{
+    char pattern[256];
+    snprintf(pattern, sizeof pattern, "inv:{%s:*}:*", sku);
+    size_t prefix = strlen("inv:{") + strlen(sku) + 1;
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            sf_problem(rep, "SCAN failed: %s", r ? (r->str ? r->str : "bad reply") : c->errstr);
+            freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        const redisReply *keys = r->element[1];
+        for (size_t i = 0; i < keys->elements; i++) {
+            const char *key = keys->element[i]->str;
+            const char *p = key + prefix;
+            char *end;
+            long idx = strtol(p, &end, 10);
+            if (end == p || strncmp(end, "}:", 2) != 0)
+                continue; /* another SKU whose name starts with "<sku>:" */
+            if (strcmp(end, "}:lock") == 0 || strncmp(end, "}:lock:", 7) == 0)
+                continue; /* lock keys are lockcore's and outlive layouts */
+            if (idx >= rep->segments)
+                sf_problem(rep, "stray key %s (segment %ld >= %d segments)", key, idx,
+                           rep->segments);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->ok = 1;
+    redisContext *c = sf_redis_connect(redis_url, rep);
+    if (c == NULL)
+        return -1;
+    int rc = -1;
+    char key[512];
+    snprintf(key, sizeof key, "inv:{%s}:meta", sku);
+    redisReply *meta = redisCommand(c, "HMGET %s version segments", key);
+    if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 2) {
+        sf_problem(rep, "HMGET meta failed: %s", meta ? "bad reply" : c->errstr);
+        freeReplyObject(meta);
+        goto out;
+    }
+    int ok = 1;
+    rep->version = sf_reply_ll(meta->element[0], &ok);
+    rep->segments = (int)sf_reply_ll(meta->element[1], &ok);
+    freeReplyObject(meta);
+    if (!ok) {
+        rep->found = 0;
+        sf_problem(rep, "no SKU %s (meta missing or incomplete)", sku);
+        rc = 0;
+        goto out;
+    }
+    rep->found = 1;
+    if (rep->segments < 1 || rep->segments > SF_MAX_SEGMENTS) {
+        sf_problem(rep, "meta.segments %d out of range", rep->segments);
+        rc = 0;
+        goto out;
+    }
+    for (int k = 0; k < rep->segments; k++) {
+        char stock[512], sver[512], cnt[512], orders[512], idem[512];
+        snprintf(stock, sizeof stock, "inv:{%s:%d}:stock", sku, k);
+        snprintf(sver, sizeof sver, "inv:{%s:%d}:sver", sku, k);
+        snprintf(cnt, sizeof cnt, "inv:{%s:%d}:cnt", sku, k);
+        snprintf(orders, sizeof orders, "inv:{%s:%d}:orders", sku, k);
+        snprintf(idem, sizeof idem, "inv:{%s:%d}:idem", sku, k);
+        redisAppendCommand(c, "MULTI");
+        redisAppendCommand(c, "GET %s", stock);
+        redisAppendCommand(c, "GET %s", sver);
+        redisAppendCommand(c, "HGETALL %s", cnt);
+        redisAppendCommand(c, "HGETALL %s", orders);
+        redisAppendCommand(c, "HGETALL %s", idem);
+        redisAppendCommand(c, "EXEC");
+        redisReply *x = NULL;
+        int io = 0;
+        for (int i = 0; i < 7; i++) {
+            void *r = NULL;
+            if (redisGetReply(c, &r) != REDIS_OK) {
+                io = 1;
+                break;
+            }
+            if (i == 6)
+                x = r;
+            else
+                freeReplyObject(r);
+        }
+        if (io || x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 5) {
+            sf_problem(rep, "segment %d: MULTI/EXEC failed: %s", k, io ? c->errstr : "bad reply");
+            freeReplyObject(x);
+            goto out;
+        }
+        sf_check_segment(rep, sku, k, x);
+        freeReplyObject(x);
+    }
+    if (sf_check_strays(c, sku, rep) != 0)
+        goto out;
+    if (rep->sold != rep->stock_total - rep->remaining)
+        sf_problem(rep, "sold %lld != stock_total %lld - remaining %lld", rep->sold,
+                   rep->stock_total, rep->remaining);
+    rc = 0;
+out:
+    redisFree(c);
+    return rc;
+}
+
+void sf_report_print(const char *what, const sf_report *rep)
+{
+    fprintf(stderr,
+            "---- invariants %s: %s; found %d version %lld segments %d stock_total %lld "
+            "remaining %lld sold %lld orders %lld (records: %lld live units, %lld live, %lld "
+            "cancelled), negative segments %d\n",
+            what, rep->ok ? "ok" : "FAILED", rep->found, rep->version, rep->segments,
+            rep->stock_total, rep->remaining, rep->sold, rep->orders, rep->live_units,
+            rep->live_orders, rep->cancelled, rep->negative_segments);
+    if (rep->nproblems > 0)
+        fprintf(stderr, "%d problem(s):\n%s", rep->nproblems, rep->problems);
+}

@@ -1,0 +1,108 @@
+/*
+ * Assertions shared by the service's integration tests (header-only, all static inline): each
+ * failure prints what was expected, what came (the response body, the invariant report) and
+ * the log tail of every inventoryd the test runs, then fails the cmocka test.
+ *
+ * cmocka assertions longjmp: call these from the test's main thread only. Worker threads
+ * record what they saw and the main thread asserts afterwards.
+ */
+#ifndef SVC_TESTS_SVC_TEST_H
+#define SVC_TESTS_SVC_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc_fixture.h"
+
+#define SF_LOG_TAIL 25
+
+static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt,
+                              ...) __attribute__((format(printf, 4, 5)));
+
+/* Prints the services' log tails, then fails with "file:line: what: <fmt...>". */
+static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt,
+                              ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sf_print_all_logs(SF_LOG_TAIL);
+    fail_msg("%s:%d: %s: %s", file, line, what, msg);
+}
+
+/* SF_ASSERT(cond, fmt, args...): fails with the formatted context unless cond holds. */
+#define SF_ASSERT(cond, ...)                                                                   \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            sf_fail_at(__FILE__, __LINE__, "check failed: " #cond, __VA_ARGS__);               \
+    } while (0)
+
+/* Fails unless the response has status want; prints the response. */
+#define SF_ASSERT_STATUS(resp, want)                                                           \
+    do {                                                                                       \
+        const sf_resp *sf_r_ = (resp);                                                         \
+        int sf_w_ = (want);                                                                    \
+        if (sf_r_->status != sf_w_)                                                            \
+            sf_fail_at(__FILE__, __LINE__, "unexpected response", "expected HTTP %d, got %s",  \
+                       sf_w_, sf_resp_summary(sf_r_));                                         \
+    } while (0)
+
+/* Fails unless the response is the SPEC §5 error body {"error": code, "message": "<text>"}
+ * (exactly those two members, a non-empty message) with status want. */
+#define SF_ASSERT_ERROR(resp, want, code)                                                      \
+    sf_assert_error_at(__FILE__, __LINE__, (resp), (want), (code))
+
+static inline void sf_assert_error_at(const char *file, int line, const sf_resp *r, int want,
+                                      const char *code)
+{
+    if (r->status != want)
+        sf_fail_at(file, line, "unexpected response", "expected HTTP %d %s, got %s", want, code,
+                   sf_resp_summary(r));
+    const char *ctype = sf_header(r, "Content-Type");
+    if (ctype == NULL || strncmp(ctype, "application/json", 16) != 0)
+        sf_fail_at(file, line, "error body", "Content-Type %s, expected application/json",
+                   ctype ? ctype : "(none)");
+    const char *msg = json_string_value(json_object_get(r->json, "message"));
+    if (!json_is_object(r->json) || json_object_size(r->json) != 2 ||
+        strcmp(sf_error_code(r), code) != 0 || msg == NULL || msg[0] == '\0')
+        sf_fail_at(file, line, "error body",
+                   "expected {\"error\": \"%s\", \"message\": \"...\"}, got %s", code,
+                   sf_resp_summary(r));
+}
+
+/* Runs the invariant checker on sku and fails (printing the report) unless every check
+ * passed. Fills *rep for further comparisons. */
+#define SF_ASSERT_INVARIANTS(url, sku, rep)                                                    \
+    sf_assert_invariants_at(__FILE__, __LINE__, (url), (sku), (rep))
+
+static inline void sf_assert_invariants_at(const char *file, int line, const char *url,
+                                           const char *sku, sf_report *rep)
+{
+    int rc = sf_check_invariants(url, sku, rep);
+    if (rc != 0 || !rep->ok) {
+        sf_report_print(sku, rep);
+        sf_fail_at(file, line, "invariants", "SKU %s: %d problem(s), first: %.300s", sku,
+                   rep->nproblems, rep->problems);
+    }
+}
+
+/* Fails unless a == b, naming both expressions. */
+#define SF_ASSERT_EQ(a, b)                                                                     \
+    do {                                                                                       \
+        long long sf_a_ = (long long)(a), sf_b_ = (long long)(b);                              \
+        if (sf_a_ != sf_b_)                                                                    \
+            sf_fail_at(__FILE__, __LINE__, "not equal", "%s = %lld, %s = %lld", #a, sf_a_, #b, \
+                       sf_b_);                                                                 \
+    } while (0)
+
+#endif /* SVC_TESTS_SVC_TEST_H */
