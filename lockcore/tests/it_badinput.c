@@ -9,6 +9,7 @@
 static rf_server *srv;
 static lc_client *client;
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -33,11 +34,13 @@ static int flush(void **state)
     return lt_flushall(srv);
 }
 
+/* Keys in db 0: stays 0 when a refused call sent nothing to Redis. */
 static long long dbsize(void)
 {
     return rf_integer(srv, "DBSIZE");
 }
 
+/* A new (malloc) string of len 'n' bytes. */
 static char *name_of(size_t len)
 {
     char *s = malloc(len + 1);
@@ -47,6 +50,7 @@ static char *name_of(size_t len)
     return s;
 }
 
+/* lc_lock_new on the shared client, with *out preset to garbage to see it reset to NULL. */
 static lc_status lock_new(const char *name, const lc_lock_opts *o, lc_lock **out)
 {
     *out = (lc_lock *)&out;

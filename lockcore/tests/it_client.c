@@ -10,6 +10,7 @@
 
 static rf_server *srv; /* plain, also listening on a unix socket */
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -32,6 +33,7 @@ static int flush(void **state)
     return lt_flushall(srv);
 }
 
+/* lc_client_new with *out preset to garbage to see it reset to NULL on failure. */
 static lc_status client_new(const char *url, lc_client **out)
 {
     *out = (lc_client *)&out; /* must be overwritten: NULL on failure */
@@ -214,6 +216,7 @@ typedef struct incr_worker {
     pthread_t tid;
 } incr_worker;
 
+/* 200 INCRs of one counter through the shared client. */
 static void *incr_main(void *arg)
 {
     incr_worker *w = arg;
@@ -225,6 +228,7 @@ static void *incr_main(void *arg)
     return NULL;
 }
 
+/* connected_clients of INFO clients (the query's own connection included), or -1. */
 static long long connected_clients(void)
 {
     char info[4096];
@@ -332,6 +336,7 @@ typedef struct acq_thread {
     pthread_t tid;
 } acq_thread;
 
+/* lc_lock_acquire (5 s) on a thread, noting when it returned. */
 static void *acq_main(void *arg)
 {
     acq_thread *t = arg;

@@ -10,6 +10,7 @@
 
 static rf_server *srv;
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -34,6 +35,7 @@ static int flush(void **state)
 /* Sets KEYS[1] to ARGV[1] and returns the hold's fencing token. */
 static const char SET_BODY[] = "redis.call('SET', KEYS[1], ARGV[1])\nreturn lc_fence\n";
 
+/* A new fenced script of body; fails the test otherwise. */
 static lc_script *fenced(const char *body)
 {
     lc_script *s = NULL;
@@ -51,6 +53,7 @@ static lc_status eval_set(lc_lock *l, const lc_script *s, int flags, const char 
     return lc_lock_eval(l, s, flags, 1, keys, NULL, 1, args, NULL, reply);
 }
 
+/* GET key into buf, "(nil)" when absent. */
 static const char *get_str(const char *key, char *buf, size_t size)
 {
     if (rf_string(srv, buf, size, "GET %s", key) != 1)
@@ -88,6 +91,7 @@ static void test_fence_increases_across_owners(void **state)
  * increasing, so tokens follow the order of the holds across processes. */
 #define FP_ROUNDS 50
 
+/* FP_ROUNDS holds on name, logging each token under the lock. 0, or which check failed. */
 static int fence_rounds(lc_client *c, const char *name)
 {
     lc_lock *l = NULL;
@@ -292,6 +296,7 @@ typedef struct acq_thread {
     pthread_t tid;
 } acq_thread;
 
+/* lc_lock_acquire (5 s) on a thread, noting when it returned. */
 static void *acq_main(void *arg)
 {
     acq_thread *t = arg;
@@ -329,12 +334,11 @@ static void test_eval_release_wakes_waiter(void **state)
  * token >= the highest seen at KEYS[1]; returns 1 when it wrote, 0 when it refused. */
 static lc_script *accept_script(void)
 {
-    static const char body[] =
-        "\nif lc_fence_accept(KEYS[1], tonumber(ARGV[1])) then\n"
-        "  redis.call('SET', KEYS[2], ARGV[2])\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n";
+    static const char body[] = "\nif lc_fence_accept(KEYS[1], tonumber(ARGV[1])) then\n"
+                               "  redis.call('SET', KEYS[2], ARGV[2])\n"
+                               "  return 1\n"
+                               "end\n"
+                               "return 0\n";
     size_t n = strlen(LC_LUA_FENCE_ACCEPT) + sizeof body;
     char *src = malloc(n);
     assert_non_null(src);
@@ -346,6 +350,7 @@ static lc_script *accept_script(void)
     return s;
 }
 
+/* Runs accept_script with token and value: its 1/0 answer, or -1 on error. */
 static long long run_accept(lc_client *c, const lc_script *s, unsigned long long token,
                             const char *value)
 {
@@ -359,8 +364,8 @@ static long long run_accept(lc_client *c, const lc_script *s, unsigned long long
     if (st == LC_OK && r != NULL && r->type == REDIS_REPLY_INTEGER)
         v = r->integer;
     else
-        print_error("lc_script_run: %s (%s) reply type %d %s\n", lc_status_name(st),
-                    lc_errmsg(), r ? r->type : -1, r && r->str ? r->str : "");
+        print_error("lc_script_run: %s (%s) reply type %d %s\n", lc_status_name(st), lc_errmsg(),
+                    r ? r->type : -1, r && r->str ? r->str : "");
     freeReplyObject(r);
     return v;
 }

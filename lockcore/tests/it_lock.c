@@ -10,6 +10,7 @@
 
 static rf_server *srv;
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -50,6 +51,7 @@ typedef struct mx_worker {
 static const char MX_LOCK[] = "it_lock:mx";
 static const char MX_COUNTER[] = "it_lock:mx:counter";
 
+/* Notes the first error of a worker with its status and message. */
 static void mx_error(mx_worker *w, const char *what, lc_status st)
 {
     if (w->errors++ == 0)
@@ -81,6 +83,7 @@ static int mx_increment(mx_worker *w)
     return 0;
 }
 
+/* MX_PER_THREAD increments, each under the lock when use_lock (own lc_lock per thread). */
 static void *mx_thread(void *arg)
 {
     mx_worker *w = arg;
@@ -248,8 +251,7 @@ static void test_release_after_takeover(void **state)
     assert_status(lc_lock_release(a), LC_ELOST);
     assert_int_equal(lc_lock_held(a), 0);
     char owner[64];
-    assert_string_equal(lt_owner(srv, "it_lock:takeover", owner, sizeof owner),
-                        lc_lock_token(b));
+    assert_string_equal(lt_owner(srv, "it_lock:takeover", owner, sizeof owner), lc_lock_token(b));
     assert_true(rf_integer(srv, "PTTL it_lock:takeover") > 20000);
     /* The local hold was cleared by the failed release. */
     assert_status(lc_lock_release(a), LC_ENOTHELD);
@@ -396,7 +398,7 @@ static void test_key_layout(void **state)
     uint64_t fence = 0;
     assert_ok(lc_lock_acquire(a, 0, &fence));
     char buf[64];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "TYPE %s", name), 1);  /* status reply */
+    assert_int_equal(rf_string(srv, buf, sizeof buf, "TYPE %s", name), 1); /* status reply */
     assert_string_equal(buf, "hash");
     assert_string_equal(lt_owner(srv, name, buf, sizeof buf), tok);
     assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
@@ -501,6 +503,7 @@ typedef struct shared_worker {
     pthread_t tid;
 } shared_worker;
 
+/* 100 acquire/release pairs on the shared handle. */
 static void *shared_main(void *arg)
 {
     shared_worker *w = arg;

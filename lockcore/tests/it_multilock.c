@@ -10,6 +10,7 @@
 
 static rf_server *srv;
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -31,6 +32,7 @@ static int flush(void **state)
     return lt_flushall(srv);
 }
 
+/* A new multi-lock over names with the given lease; fails the test otherwise. */
 static lc_multilock *multilock(lc_client *c, int n, const char *const *names, int lease)
 {
     lc_lock_opts o = lt_opts(lease, 1);
@@ -40,6 +42,7 @@ static lc_multilock *multilock(lc_client *c, int n, const char *const *names, in
     return ml;
 }
 
+/* EXISTS name. */
 static long long exists(const char *name)
 {
     return rf_integer(srv, "EXISTS %s", name);
@@ -75,8 +78,7 @@ static void test_all_or_nothing(void **state)
         lc_lock *l = lc_multilock_get(ml, i);
         assert_int_equal(lc_lock_held(l), 1);
         assert_true(lc_lock_fence(l) > 0);
-        assert_string_equal(lt_owner(srv, lc_lock_name(l), owner, sizeof owner),
-                            lc_lock_token(l));
+        assert_string_equal(lt_owner(srv, lc_lock_name(l), owner, sizeof owner), lc_lock_token(l));
     }
     assert_status(lc_lock_try(other, NULL), LC_EBUSY);
     assert_ok(lc_multilock_release(ml));
@@ -145,6 +147,7 @@ typedef struct ml_worker {
     pthread_t tid;
 } ml_worker;
 
+/* 100 rounds of acquire (10 s), a short critical section, release. */
 static void *ml_main(void *arg)
 {
     ml_worker *w = arg;

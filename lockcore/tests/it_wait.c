@@ -11,6 +11,7 @@
 
 static rf_server *srv;
 
+/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
 static int group_setup(void **state)
 {
     (void)state;
@@ -45,6 +46,7 @@ typedef struct waiter {
     pthread_t tid;
 } waiter;
 
+/* Thread body: one lc_lock_acquire, noting status and when it returned. */
 static void *waiter_main(void *arg)
 {
     waiter *w = arg;
@@ -54,6 +56,7 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
+/* Starts a waiter thread and returns once it runs (it is then about to wait). */
 static void waiter_start(waiter *w, lc_lock *lock, int wait_ms)
 {
     memset(w, 0, sizeof *w);
@@ -196,6 +199,7 @@ typedef struct queue_worker {
     pthread_t tid;
 } queue_worker;
 
+/* Acquire, hold QUEUE_HOLD_MS (checking nobody else is inside), note times, release. */
 static void *queue_main(void *arg)
 {
     queue_worker *w = arg;

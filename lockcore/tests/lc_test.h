@@ -30,34 +30,34 @@
 #include "testutil.h"
 
 /* Fails the test unless expr returns the status want, naming both and quoting lc_errmsg(). */
-#define assert_status(expr, want)                                                              \
-    do {                                                                                       \
-        lc_status lt_st_ = (expr);                                                             \
-        lc_status lt_want_ = (want);                                                           \
-        if (lt_st_ != lt_want_)                                                                \
-            fail_msg("%s:%d: %s returned %s (%s), expected %s", __FILE__, __LINE__, #expr,     \
-                     lc_status_name(lt_st_), lc_errmsg(), lc_status_name(lt_want_));           \
+#define assert_status(expr, want)                                                                  \
+    do {                                                                                           \
+        lc_status lt_st_ = (expr);                                                                 \
+        lc_status lt_want_ = (want);                                                               \
+        if (lt_st_ != lt_want_)                                                                    \
+            fail_msg("%s:%d: %s returned %s (%s), expected %s", __FILE__, __LINE__, #expr,         \
+                     lc_status_name(lt_st_), lc_errmsg(), lc_status_name(lt_want_));               \
     } while (0)
 
 #define assert_ok(expr) assert_status((expr), LC_OK)
 
 /* Fails the test unless lo <= v <= hi (for elapsed times), printing all three. */
-#define assert_between(v, lo, hi)                                                              \
-    do {                                                                                       \
-        long long lt_v_ = (long long)(v);                                                      \
-        if (lt_v_ < (long long)(lo) || lt_v_ > (long long)(hi))                                \
-            fail_msg("%s:%d: %s = %lld, expected within [%lld, %lld]", __FILE__, __LINE__, #v, \
-                     lt_v_, (long long)(lo), (long long)(hi));                                 \
+#define assert_between(v, lo, hi)                                                                  \
+    do {                                                                                           \
+        long long lt_v_ = (long long)(v);                                                          \
+        if (lt_v_ < (long long)(lo) || lt_v_ > (long long)(hi))                                    \
+            fail_msg("%s:%d: %s = %lld, expected within [%lld, %lld]", __FILE__, __LINE__, #v,     \
+                     lt_v_, (long long)(lo), (long long)(hi));                                     \
     } while (0)
 
 /* In a forked child: report the failed check on stderr and exit with the line number. */
-#define LT_CHILD_CHECK(cond)                                                                   \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "child %ld: %s:%d: check failed: %s (%s)\n", (long)getpid(),       \
-                    __FILE__, __LINE__, #cond, lc_errmsg());                                   \
-            _exit(__LINE__ % 200 + 2);                                                         \
-        }                                                                                      \
+#define LT_CHILD_CHECK(cond)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "child %ld: %s:%d: check failed: %s (%s)\n", (long)getpid(), __FILE__, \
+                    __LINE__, #cond, lc_errmsg());                                                 \
+            _exit(__LINE__ % 200 + 2);                                                             \
+        }                                                                                          \
     } while (0)
 
 /* A new client for url with the default options; fails the test when that is not LC_OK. */

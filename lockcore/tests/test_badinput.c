@@ -181,12 +181,9 @@ static void test_null_handles(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_urls),
-        cmocka_unit_test(test_oversized_urls),
-        cmocka_unit_test(test_unreachable),
-        cmocka_unit_test(test_null_out),
-        cmocka_unit_test(test_script_offline),
-        cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_bad_urls),       cmocka_unit_test(test_oversized_urls),
+        cmocka_unit_test(test_unreachable),    cmocka_unit_test(test_null_out),
+        cmocka_unit_test(test_script_offline), cmocka_unit_test(test_null_handles),
     };
     return cmocka_run_group_tests_name("test_badinput", tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+/* Every status has its constant's name; unknown values still get a string. */
 static void test_status_names(void **state)
 {
     (void)state;
@@ -13,9 +14,15 @@ static void test_status_names(void **state)
         lc_status st;
         const char *name;
     } all[] = {
-        {LC_OK, "LC_OK"},         {LC_EINVAL, "LC_EINVAL"},   {LC_ENOMEM, "LC_ENOMEM"},
-        {LC_EIO, "LC_EIO"},       {LC_EREDIS, "LC_EREDIS"},   {LC_EBUSY, "LC_EBUSY"},
-        {LC_ETIMEOUT, "LC_ETIMEOUT"}, {LC_ENOTHELD, "LC_ENOTHELD"}, {LC_ELOST, "LC_ELOST"},
+        {LC_OK, "LC_OK"},
+        {LC_EINVAL, "LC_EINVAL"},
+        {LC_ENOMEM, "LC_ENOMEM"},
+        {LC_EIO, "LC_EIO"},
+        {LC_EREDIS, "LC_EREDIS"},
+        {LC_EBUSY, "LC_EBUSY"},
+        {LC_ETIMEOUT, "LC_ETIMEOUT"},
+        {LC_ENOTHELD, "LC_ENOTHELD"},
+        {LC_ELOST, "LC_ELOST"},
         {LC_ESTATE, "LC_ESTATE"},
     };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
@@ -26,6 +33,7 @@ static void test_status_names(void **state)
     assert_non_null(lc_status_name((lc_status)-1));
 }
 
+/* Thread body: lc_errmsg() of a thread that made no call yet. */
 static void *errmsg_of_fresh_thread(void *arg)
 {
     const char **out = arg;
@@ -52,6 +60,7 @@ static void test_errmsg_thread_local(void **state)
     assert_string_equal(other, "");
 }
 
+/* The defaults documented in lockcore.h. */
 static void test_opts_defaults(void **state)
 {
     (void)state;

@@ -206,7 +206,7 @@ lc_status lc_lock_force_unlock(lc_client *client, const char *name);
  * Lua locals lc_fence (number) and lc_lock_key. When the check fails nothing of the body runs
  * and the result is LC_ELOST. With LC_EVAL_RELEASE the hold is dropped in the same script
  * (renewal stopped before the call is sent); on LC_OK *reply is the body's return value (new
- * reply, caller frees). Keys must hash to the lock's slot under Redis Cluster.
+ * reply, caller frees; NULL when the body returned nothing). Keys must hash to the lock's slot under Redis Cluster.
  */
 lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nkeys,
                        const char **keys, const size_t *keylens, int nargs, const char **args,

@@ -26,14 +26,15 @@
 #define RF_PORT_ATTEMPTS 8
 
 struct rf_server {
-    pid_t pid;           /* 0 when not running */
+    pid_t pid; /* 0 when not running */
     int port;
-    int slot;            /* index in the registry */
+    int slot; /* index in the registry */
     char dir[256];
     char url[64];
     char logpath[300];   /* redis' own --logfile */
     char outpath[300];   /* its stdout/stderr (early config errors land here) */
     char rdbpath[300];   /* dump.rdb, for the signal-time cleanup */
+    char ownerpath[300]; /* "owner": pid of the test process, for rf_sweep_stale */
     char *password;      /* --requirepass value or NULL */
     char *unixsocket;    /* --unixsocket value or NULL */
     int nextra;
@@ -68,6 +69,7 @@ static void rf_kill_registered(void)
             unlink(srv->logpath);
             unlink(srv->outpath);
             unlink(srv->rdbpath);
+            unlink(srv->ownerpath);
             if (srv->unixsocket != NULL)
                 unlink(srv->unixsocket);
             rmdir(srv->dir);
@@ -96,8 +98,6 @@ static void rf_on_signal(int sig, siginfo_t *si, void *uc)
     raise(sig);
 }
 
-static void rf_remove_tree(const char *path);
-
 /* atexit: stop whatever the test left running (a failed test skips its teardown). */
 static void rf_at_exit(void)
 {
@@ -108,6 +108,7 @@ static void rf_at_exit(void)
     }
 }
 
+/* Once per process: the atexit handler and the fatal-signal hooks. */
 static void rf_install_hooks(void)
 {
     if (g_installed)
@@ -130,6 +131,7 @@ static void rf_install_hooks(void)
     }
 }
 
+/* Puts srv in a free registry slot owned by this process. 0, or -1 when full. */
 static int rf_register(rf_server *srv)
 {
     for (int i = 0; i < RF_MAX_SERVERS; i++) {
@@ -196,6 +198,7 @@ static char *rf_subst_dir(const char *s, const char *dir)
     return out;
 }
 
+/* Copies the server's stdout and log to stderr (after a failed start). */
 static void rf_show_log(const rf_server *srv)
 {
     const char *paths[] = {srv->outpath, srv->logpath};
@@ -211,6 +214,8 @@ static void rf_show_log(const rf_server *srv)
     }
 }
 
+/* Connects (1 s) to 127.0.0.1:port with a 5 s command timeout and AUTHs when password is
+ * set. NULL on failure, with the reason on stderr unless quiet. */
 static redisContext *rf_connect_port(int port, const char *password, int quiet)
 {
     struct timeval ctv = {1, 0}, ctmo = {5, 0};
@@ -360,8 +365,8 @@ static int rf_wait_ready(rf_server *srv, int timeout_ms)
                 return 0;
             if (pong) {
                 /* Somebody else's server took the port before ours could bind it. */
-                fprintf(stderr, "redis_fixture: port %d answered by pid %ld, not ours\n",
-                        srv->port, pid);
+                fprintf(stderr, "redis_fixture: port %d answered by pid %ld, not ours\n", srv->port,
+                        pid);
                 return -1;
             }
         }
@@ -403,8 +408,36 @@ static char *rf_find_arg(rf_server *srv, const char *flag)
     return found;
 }
 
+/* Removes the temp dirs of test processes that are gone (killed by SIGKILL, or by a sanitizer
+ * that exits without running atexit): their servers died with them (PR_SET_PDEATHSIG). */
+static void rf_sweep_stale(const char *tmp)
+{
+    DIR *d = opendir(tmp);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "lc-redis-", 9) != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s/owner", tmp, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        long pid = 0;
+        int ok = fscanf(f, "%ld", &pid) == 1 && pid > 0;
+        fclose(f);
+        if (ok && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+            rf_remove_tree(path);
+        }
+    }
+    closedir(d);
+}
+
 rf_server *rf_start(const char *const *extra_args)
 {
+    static int swept;
     rf_install_hooks();
     rf_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL)
@@ -416,6 +449,10 @@ rf_server *rf_start(const char *const *extra_args)
     const char *tmp = getenv("TMPDIR");
     if (tmp == NULL || *tmp == '\0' || strlen(tmp) > 64)
         tmp = "/tmp";
+    if (!swept) {
+        swept = 1;
+        rf_sweep_stale(tmp);
+    }
     snprintf(srv->dir, sizeof srv->dir, "%s/lc-redis-XXXXXX", tmp);
     if (mkdtemp(srv->dir) == NULL) {
         fprintf(stderr, "redis_fixture: mkdtemp %s: %s\n", srv->dir, strerror(errno));
@@ -426,6 +463,12 @@ rf_server *rf_start(const char *const *extra_args)
     snprintf(srv->logpath, sizeof srv->logpath, "%s/redis.log", srv->dir);
     snprintf(srv->outpath, sizeof srv->outpath, "%s/stdout.log", srv->dir);
     snprintf(srv->rdbpath, sizeof srv->rdbpath, "%s/dump.rdb", srv->dir);
+    snprintf(srv->ownerpath, sizeof srv->ownerpath, "%s/owner", srv->dir);
+    FILE *owner = fopen(srv->ownerpath, "w");
+    if (owner != NULL) {
+        fprintf(owner, "%ld\n", (long)getpid());
+        fclose(owner);
+    }
 
     for (int i = 0; extra_args != NULL && extra_args[i] != NULL; i++) {
         if (i >= RF_MAX_ARGS) {
@@ -555,6 +598,7 @@ redisContext *rf_connect(const rf_server *srv)
     return rf_connect_port(srv->port, srv->password, 0);
 }
 
+/* rf_command with a va_list. */
 static redisReply *rf_vcommand(const rf_server *srv, const char *fmt, va_list ap)
 {
     redisContext *c = rf_connect(srv);

@@ -8,7 +8,9 @@
  * running, and each server gets PR_SET_PDEATHSIG so even a SIGKILLed test takes it along.
  * PR_SET_PDEATHSIG follows the *thread* that forked: start and restart servers from the
  * main thread (cmocka group setup is fine). A forked child of the test never stops the
- * parent's servers (the list remembers which process started each one).
+ * parent's servers (the list remembers which process started each one). A SIGKILLed test
+ * cannot remove its temp dir; the first rf_start of a later test process removes such dirs
+ * (TMPDIR/lc-redis-*, whose "owner" pid is gone).
  *
  * Not thread-safe: start, restart and stop servers from one thread.
  */

@@ -146,7 +146,7 @@ static int sf_executable(const char *path)
 
 const char *sf_binary(void)
 {
-    static char path[PATH_MAX];
+    static char path[PATH_MAX + 32];
     if (path[0] != '\0')
         return path;
     const char *dir = getenv("INVENTORY_BUILD_BIN");
@@ -157,7 +157,7 @@ const char *sf_binary(void)
         fprintf(stderr, "svc_fixture: INVENTORY_BUILD_BIN=%s has no executable inventoryd\n",
                 dir);
     }
-    char self[PATH_MAX];
+    char self[PATH_MAX - 32];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
         self[n] = '\0';

@@ -419,9 +419,9 @@ int sf_conn_request(sf_conn *c, const char *method, const char *path,
     if (rc < 0) {
         int status = resp->status;
         char err[sizeof resp->err];
-        snprintf(err, sizeof err, "%s (status line said %d)", resp->err, status);
+        memcpy(err, resp->err, sizeof err);
         sf_resp_free(resp);
-        snprintf(resp->err, sizeof resp->err, "%s", err);
+        snprintf(resp->err, sizeof resp->err, "%.120s (status line: %d)", err, status);
         resp->elapsed_us = tu_now_us() - t0;
         sf_conn_drop(c);
         return 0;

@@ -96,6 +96,13 @@ static inline void sf_assert_invariants_at(const char *file, int line, const cha
     }
 }
 
+/* The string member key of obj, or "(missing)" when absent or not a string: safe to strcmp. */
+static inline const char *sf_str(const json_t *obj, const char *key)
+{
+    const char *v = json_string_value(json_object_get(obj, key));
+    return v != NULL ? v : "(missing)";
+}
+
 /* Fails unless a == b, naming both expressions. */
 #define SF_ASSERT_EQ(a, b)                                                                     \
     do {                                                                                       \

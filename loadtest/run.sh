@@ -1,0 +1,599 @@
+#!/usr/bin/env bash
+# The benchmark: starts a private redis-server, K inventoryd instances and nginx as their load
+# balancer (config/nginx-lb.conf.template), preheats SKUs, drives them with wrk and the Lua
+# scripts of loadtest/, and after every run checks the SPEC §8 invariants (loadtest/verify.sh:
+# wrk's own count of 201 units against Redis read directly, plus the status endpoint). Writes
+# loadtest/results/<UTC timestamp>/ with the raw wrk output, runs.tsv, REPORT.md (tables, SPEC §9
+# ratios with "meets"/"falls short") and gnuplot PNGs. Everything it starts is stopped on exit.
+#
+# Usage: loadtest/run.sh [--quick] [--scenarios LIST] [--out DIR] [--profile|--no-profile]
+#   --quick       < 2 min: 3 s windows, segments 1 and 16, fewer runs (scripts/test.sh runs this)
+#   --scenarios   comma-separated subset of: a (segment sweep), b (strategies), c (sell-out + 409
+#                 flood), d (mixed 90/10), e (ceilings: bare MHD handler, nginx 204, direct),
+#                 f (RSS under 256 connections), m (MONITOR calibration of commands per order),
+#                 p (perf profile; full runs only, when perf works)             [all]
+#   --out DIR     results directory [loadtest/results/<UTC timestamp>]
+# Exit status: 0 all runs passed their invariant checks (performance ratios are printed, never
+# asserted); 1 an invariant was violated; 2 usage; 3 infrastructure failure (a process did not
+# start, wrk failed, Redis unreadable).
+#
+# Env (all optional):
+#   BUILD_DIR (build)            cmake build dir; INVENTORYD_BIN overrides the binary
+#   LT_SKIP_BUILD=1              use the existing binaries; LT_SKIP_DEPS=1 skips scripts/deps.sh
+#   LT_INSTANCES (3)             inventoryd instances behind nginx
+#   LT_REDIS_PORT, LT_NGINX_PORT, LT_BASE_PORT (instance i listens on base+i)  [free ports]
+#   LT_PORT_MIN, LT_PORT_MAX     range free ports are drawn from [20000, 32000]
+#   LT_WINDOW_S (10; quick 3)    measured seconds per run
+#   LT_CONNECTIONS (64)          wrk connections; LT_WRK_THREADS (2)
+#   LT_THREADS_HOLD0 (4)         --threads per instance for --hold-ms 0 runs
+#   LT_THREADS_HOLD2 (16)        --threads per instance for --hold-ms > 0 runs (a lock wait
+#                                parks a worker thread in the current design)
+#   LT_LOCK_WAIT_MS (2000)       --lock-wait-ms
+#   LT_STOCK (1000000000)        units per SKU in the order scenarios (never sells out)
+#   LT_SELLOUT_STOCK (20000; quick 3000)  units of the sell-out scenario
+#   LT_QTY (1)                   quantity per order
+#   LT_SEGMENTS ("1 2 4 8 16 32 64"; quick "1 16")  sweep points; LT_HOLDS ("0 2")
+#   LT_STRATEGY_SEGMENTS (16)    segments of the strategy comparison
+#   LT_RSS_CONNECTIONS (256)     connections of the RSS run (direct to one instance)
+#   LT_RESULTS_DIR (loadtest/results)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+lt=$root/loadtest
+
+quick=0 scenarios="" out="" profile=auto
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --scenarios) scenarios=$2; shift 2 ;;
+    --scenarios=*) scenarios=${1#*=}; shift ;;
+    --out) out=$2; shift 2 ;;
+    --out=*) out=${1#*=}; shift ;;
+    --profile) profile=1; shift ;;
+    --no-profile) profile=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$scenarios" ]; then
+  scenarios=a,b,c,d,e,f,m,p
+fi
+has() { [[ ",$scenarios," == *",$1,"* ]]; }
+
+build_dir=${BUILD_DIR:-$root/build}
+case "$build_dir" in /*) ;; *) build_dir=$root/$build_dir ;; esac
+bin=${INVENTORYD_BIN:-$build_dir/bin/inventoryd}
+instances=${LT_INSTANCES:-3}
+port_min=${LT_PORT_MIN:-20000}
+port_max=${LT_PORT_MAX:-32000}
+conns=${LT_CONNECTIONS:-64}
+wrk_threads=${LT_WRK_THREADS:-2}
+threads_h0=${LT_THREADS_HOLD0:-4}
+threads_h2=${LT_THREADS_HOLD2:-16}
+lock_wait=${LT_LOCK_WAIT_MS:-2000}
+stock=${LT_STOCK:-1000000000}
+qty=${LT_QTY:-1}
+strategy_segments=${LT_STRATEGY_SEGMENTS:-16}
+rss_conns=${LT_RSS_CONNECTIONS:-256}
+holds=${LT_HOLDS:-0 2}
+if [ "$quick" = 1 ]; then
+  window=${LT_WINDOW_S:-3}
+  sweep=${LT_SEGMENTS:-1 16}
+  sellout_stock=${LT_SELLOUT_STOCK:-3000}
+  [ "$profile" = 1 ] || profile=0
+else
+  window=${LT_WINDOW_S:-10}
+  sweep=${LT_SEGMENTS:-1 2 4 8 16 32 64}
+  sellout_stock=${LT_SELLOUT_STOCK:-20000}
+fi
+has p || profile=0
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+results_root=${LT_RESULTS_DIR:-$lt/results}
+res=${out:-$results_root/$stamp$([ "$quick" = 1 ] && echo -quick)}
+mkdir -p "$res/raw" "$res/logs"
+run_dir=$res/run # pid files, nginx config and temp files
+mkdir -p "$run_dir"
+tsv=$res/runs.tsv
+cat >"$res/params.env" <<EOF
+mode=$([ "$quick" = 1 ] && echo quick || echo full)
+instances=$instances
+window=$window
+conns=$conns
+wrk_threads=$wrk_threads
+threads_h0=$threads_h0
+threads_h2=$threads_h2
+lock_wait=$lock_wait
+stock=$stock
+sellout_stock=$sellout_stock
+qty=$qty
+sweep=$sweep
+holds=$holds
+strategy_segments=$strategy_segments
+rss_conns=$rss_conns
+EOF
+log() { printf '[loadtest %s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$res/run.log" >&2; }
+die() { log "INFRASTRUCTURE FAILURE: $*"; exit 3; }
+
+# --- processes and cleanup ------------------------------------------------------------------
+
+redis_pid="" nginx_pid="" wrk_pid="" mon_pid="" perf_pid=""
+inst_pids=()
+# Sends TERM to pid $1 and waits up to $2 tenths of a second before KILL.
+stop_pid() {
+  local p=$1 n=${2:-50} i
+  [ -n "$p" ] || return 0
+  kill -TERM "$p" 2>/dev/null || return 0
+  for ((i = 0; i < n; i++)); do
+    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  kill -KILL "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+}
+stop_instances() {
+  local p
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do stop_pid "$p" 60; done
+  inst_pids=()
+}
+stop_nginx() { stop_pid "$nginx_pid" 50; nginx_pid=""; }
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  [ -n "$wrk_pid" ] && stop_pid "$wrk_pid" 10
+  [ -n "$mon_pid" ] && stop_pid "$mon_pid" 10
+  [ -n "$perf_pid" ] && stop_pid "$perf_pid" 30
+  stop_nginx
+  stop_instances
+  [ -n "$redis_pid" ] && stop_pid "$redis_pid" 50
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# --- set-up -----------------------------------------------------------------------------------
+
+[ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
+for tool in wrk nginx redis-server redis-cli curl cc pkg-config awk; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs it)"
+done
+if [ "${LT_SKIP_BUILD:-0}" != 1 ] && [ -z "${INVENTORYD_BIN:-}" ]; then
+  log "building inventoryd in $build_dir"
+  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$res/logs/cmake.log" 2>&1 \
+    || die "cmake configure failed (see $res/logs/cmake.log)"
+  cmake --build "$build_dir" -j 2 --target inventoryd >>"$res/logs/cmake.log" 2>&1 \
+    || die "build failed (see $res/logs/cmake.log)"
+fi
+[ -x "$bin" ] || die "no inventoryd binary at $bin"
+bare_bin=$build_dir/loadtest/bare_handler
+mkdir -p "$(dirname "$bare_bin")"
+if [ ! -x "$bare_bin" ] || [ "$lt/bare_handler.c" -nt "$bare_bin" ]; then
+  # shellcheck disable=SC2046
+  cc -std=c11 -O2 -g -Wall -Wextra -o "$bare_bin" "$lt/bare_handler.c" \
+    $(pkg-config --cflags --libs libmicrohttpd) >"$res/logs/bare_build.log" 2>&1 \
+    || die "cannot build loadtest/bare_handler.c (see $res/logs/bare_build.log)"
+fi
+
+used_ports=" "
+# Sets $picked to a port in [port_min, port_max] that nothing listens on and this run has not
+# used (called directly, not in $(...), so the used list survives).
+# Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
+pick_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((port_min + (RANDOM * 32768 + RANDOM) % (port_max - port_min + 1)))
+    [[ $used_ports == *" $p "* ]] && continue
+    if ! (: <>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      used_ports+="$p "
+      picked=$p
+      return 0
+    fi
+  done
+  return 1
+}
+# wait_ready PID TENTHS CMD...: like wait_until, but gives up at once when PID has exited.
+wait_ready() {
+  local pid=$1 n=$2 i; shift 2
+  for ((i = 0; i < n; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# wait_until TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at most TENTHS times.
+wait_until() {
+  local n=$1 i; shift
+  for ((i = 0; i < n; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+start_redis() {
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    if [ -n "${LT_REDIS_PORT:-}" ]; then redis_port=$LT_REDIS_PORT
+    else pick_port || die "no free port for Redis"; redis_port=$picked; fi
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$run_dir" --logfile "$res/logs/redis.log" --daemonize no &
+    redis_pid=$!
+    if wait_ready "$redis_pid" 50 redis-cli -p "$redis_port" ping; then
+      return 0
+    fi
+    stop_pid "$redis_pid" 10; redis_pid=""
+    [ -z "${LT_REDIS_PORT:-}" ] || break
+  done
+  die "redis-server did not start (see $res/logs/redis.log)"
+}
+rcli() { redis-cli -p "$redis_port" "$@"; }
+
+inst_ports=()
+for ((i = 0; i < instances; i++)); do
+  if [ -n "${LT_BASE_PORT:-}" ]; then inst_ports+=($((LT_BASE_PORT + i)))
+  else pick_port || die "no free port for instance $i"; inst_ports+=("$picked"); fi
+done
+
+# start_servers KIND N THREADS [inventoryd flags...]: starts N servers on inst_ports[0..N-1]:
+# KIND "inventoryd" or "bare". Waits until each is ready; a server that cannot bind its port
+# gets another free port (unless LT_BASE_PORT fixes them).
+start_servers() {
+  local kind=$1 n=$2 threads=$3; shift 3
+  local i attempt p pid url
+  inst_pids=()
+  for ((i = 0; i < n; i++)); do
+    for attempt in 1 2 3; do
+      p=${inst_ports[i]}
+      if [ "$kind" = bare ]; then
+        "$bare_bin" "$p" "$threads" 2>>"$res/logs/bare$i.log" &
+        pid=$!; url=http://127.0.0.1:$p/healthz
+      else
+        "$bin" --port "$p" --bind 127.0.0.1 --redis "redis://127.0.0.1:$redis_port" \
+          --threads "$threads" --lock-wait-ms "$lock_wait" --log-level warn \
+          --shutdown-grace-ms 3000 "$@" 2>>"$res/logs/inventoryd$i.log" &
+        pid=$!; url=http://127.0.0.1:$p/readyz
+      fi
+      if wait_ready "$pid" 100 curl -fsS --max-time 1 "$url"; then
+        inst_pids+=("$pid")
+        break
+      fi
+      stop_pid "$pid" 20
+      [ -z "${LT_BASE_PORT:-}" ] || die "$kind $i did not become ready on port $p"
+      pick_port || die "no free port"
+      inst_ports[i]=$picked
+      log "$kind $i was not ready on port $p; retrying on ${inst_ports[i]}"
+    done
+    [ "${#inst_pids[@]}" -eq $((i + 1)) ] || die "$kind $i did not start (see $res/logs/)"
+  done
+}
+
+# start_nginx N: nginx in front of the first N servers.
+start_nginx() {
+  local n=$1 attempt i ups
+  for attempt in 1 2 3; do
+    if [ -n "${LT_NGINX_PORT:-}" ]; then nginx_port=$LT_NGINX_PORT
+    elif [ -z "${nginx_port:-}" ]; then pick_port || die "no free port for nginx"; nginx_port=$picked; fi
+    ups=""
+    for ((i = 0; i < n; i++)); do ups+="        server 127.0.0.1:${inst_ports[i]};"$'\n'; done
+    mkdir -p "$run_dir/nginx/tmp"
+    # shellcheck disable=SC2016
+    awk -v run="$run_dir/nginx" -v listen="127.0.0.1:$nginx_port" -v ups="${ups%$'\n'}" '
+      /^[[:space:]]*#/ { print; next }
+      { gsub(/@RUN_DIR@/, run); gsub(/@LISTEN@/, listen) }
+      /@UPSTREAM_SERVERS@/ { print ups; next }
+      { print }' "$root/config/nginx-lb.conf.template" >"$run_dir/nginx/nginx.conf"
+    nginx -p "$run_dir/nginx" -c "$run_dir/nginx/nginx.conf" -e "$run_dir/nginx/error.log" \
+      >>"$res/logs/nginx.log" 2>&1 &
+    nginx_pid=$!
+    if wait_ready "$nginx_pid" 50 curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$nginx_port/nginx-204"; then
+      return 0
+    fi
+    stop_nginx
+    cat "$run_dir/nginx/error.log" >>"$res/logs/nginx.log" 2>/dev/null || true
+    [ -z "${LT_NGINX_PORT:-}" ] || break
+    pick_port || die "no free port for nginx"
+    nginx_port=$picked
+  done
+  die "nginx did not start (see $res/logs/nginx.log)"
+}
+
+# --- measurements -----------------------------------------------------------------------------
+
+# Prints "name calls" for every command in INFO commandstats.
+cmdstats() { rcli info commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),.*/\1 \2/p'; }
+# CPU ticks (utime + stime) of a pid and its threads; 0 when gone.
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Busy ticks of the whole machine (everything but idle and iowait).
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+nginx_pids() { echo "$nginx_pid"; pgrep -P "$nginx_pid" 2>/dev/null || true; }
+# Prints "inst redis nginx busy" CPU tick counters.
+cpu_snapshot() {
+  local inst=0 ngx=0 p
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do inst=$((inst + $(proc_ticks "$p"))); done
+  for p in $(nginx_pids); do ngx=$((ngx + $(proc_ticks "$p"))); done
+  echo "$inst $(proc_ticks "$redis_pid") $ngx $(busy_ticks)"
+}
+# Largest VmHWM (peak RSS, KiB) of the running servers, and the list "a/b/c".
+rss_of_servers() {
+  local p v list="" max=0
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do
+    v=$(awk '/^VmHWM:/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    list+="${list:+/}$v"
+    [ "${v:-0}" -gt "$max" ] && max=$v
+  done
+  echo "$max ${list:--}"
+}
+# True once every wrk thread has left its drain marker in $drain_dir (run_case's local).
+all_drained() { [ "$(find "$drain_dir" -name 'thread-*' | wc -l)" -ge "$wrk_threads" ]; }
+# field NAME LINE: the value of NAME=... in a RESULT/VERIFY line.
+field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
+
+printf 'id\tscenario\tlabel\tstrategy\tsegments\thold_ms\tthreads\tconns\ttarget\trate\tp50_ms\tp90_ms\tp99_ms\tp999_ms\tcreated\tunits\ts200\ts409\ts503\tother\tsock_err\tunanswered\ttop_per_order\tall_per_order\tmon_client_per_order\trss_max_kib\trss_kib\tcpu_inv_us\tcpu_redis_us\tcpu_nginx_us\tcpu_rest_us\tbusy_pct\tlive\tverify\n' >"$tsv"
+failures=0
+
+# run_case key=value...: one wrk run and its checks. Keys:
+#   id label scen          names (id is also the raw file name)
+#   kind                   inventoryd | bare | none (servers to start; "keep" reuses running ones)
+#   strategy segments hold threads n (servers)   inventoryd settings
+#   target                 nginx | direct (wrk to the first server) | nginx204
+#   script ok              wrk script and its LT_OK
+#   conns                  wrk connections
+#   sku stock              SKU to preheat (stock "" = no PUT: reuse the SKU as it is)
+#   verify                 1: check the invariants after the run; expect_sold_out 1
+#   monitor profile keep   MONITOR the run; perf-profile it; keep servers + data afterwards
+run_case() {
+  local -A o=([kind]=inventoryd [strategy]=segmented [segments]=16 [hold]=0 [threads]=$threads_h0
+    [n]=$instances [target]=nginx [script]=order.lua [ok]=201 [conns]=$conns [sku]="" [stock]=$stock
+    [verify]=1 [expect_sold_out]=0 [monitor]=0 [profile]=0 [keep]=0 [label]="" [scen]="")
+  local kv
+  for kv in "$@"; do o[${kv%%=*}]=${kv#*=}; done
+  local id=${o[id]} raw=$res/raw/${o[id]}
+  log "run $id: ${o[label]}"
+
+  if [ "${o[kind]}" = inventoryd ]; then
+    start_servers inventoryd "${o[n]}" "${o[threads]}" --strategy "${o[strategy]}" --hold-ms "${o[hold]}"
+  elif [ "${o[kind]}" = bare ]; then
+    start_servers bare "${o[n]}" "${o[threads]}"
+  fi
+  [ -n "$nginx_pid" ] || start_nginx "${o[n]}"
+
+  local sku=${o[sku]:-lt-$id}
+  if [ -n "${o[stock]}" ] && [ "${o[kind]}" = inventoryd ]; then
+    curl -fsS --max-time 10 -X PUT -H 'Content-Type: application/json' \
+      -d "{\"stock\": ${o[stock]}, \"segments\": ${o[segments]}}" \
+      "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$sku" >"$raw.put.json" 2>>"$res/logs/curl.log" \
+      || die "preheat PUT of $sku failed"
+  fi
+
+  local url path
+  case "${o[script]}" in status.lua) path="" ;; *) path=/api/v1/orders ;; esac
+  case "${o[target]}" in
+    nginx) url=http://127.0.0.1:$nginx_port$path ;;
+    nginx204) url=http://127.0.0.1:$nginx_port/nginx-204 ;;
+    direct) url=http://127.0.0.1:${inst_ports[0]}$path ;;
+  esac
+
+  # The drain may take as long as the slowest order: a full lock wait plus the hold.
+  local drain_max=$(((lock_wait + o[hold] + 999) / 1000 + 2))
+  local drain_dir=$run_dir/drain-$id
+  rm -rf "$drain_dir"; mkdir -p "$drain_dir"
+
+  cmdstats >"$raw.cmdstats.before"
+  local cpu0 cpu1 t0 t1
+  if [ "${o[monitor]}" = 1 ]; then
+    rcli monitor >"$raw.monitor" 2>/dev/null &
+    mon_pid=$!
+    sleep 0.2
+  fi
+  t0=$(date +%s%N)
+  cpu0=$(cpu_snapshot)
+  LT_SKU=$sku LT_QTY=$qty LT_WINDOW_S=$window LT_OK=${o[ok]} LT_DRAIN_DIR=$drain_dir \
+    wrk -t "$wrk_threads" -c "${o[conns]}" -d "$((window + drain_max))s" --timeout 10s --latency \
+    -s "$lt/${o[script]}" "$url" >"$raw.wrk.txt" 2>"$raw.wrk.stderr" &
+  wrk_pid=$!
+  if [ "${o[profile]}" = 1 ]; then
+    sleep 1
+    perf record -a -g -F 499 -o "$res/perf.data" -- sleep $((window - 2)) >"$res/logs/perf.log" 2>&1 &
+    perf_pid=$!
+  fi
+  if [ "${o[verify]}" = 1 ] && [ "${o[kind]}" != bare ] && [ "${o[target]}" != nginx204 ]; then
+    # A mid-window snapshot of the invariants that hold at every instant.
+    sleep "$(awk -v w="$window" 'BEGIN{print w / 2}')"
+    if "$lt/verify.sh" --redis-port "$redis_port" --sku "$sku" --live >"$raw.live.txt" 2>&1; then
+      o[live]=✓
+    else
+      [ $? -eq 1 ] && o[live]=✗ || o[live]="?"
+    fi
+    sleep "$(awk -v w="$window" 'BEGIN{print w / 2}')"
+  else
+    o[live]=—
+    sleep "$window"
+  fi
+  cpu1=$(cpu_snapshot)
+  t1=$(date +%s%N)
+  if [ -n "$perf_pid" ]; then wait "$perf_pid" 2>/dev/null || true; perf_pid=""; fi
+  # Stop wrk as soon as every thread has all its answers (or when -d runs out).
+  wait_until $((drain_max * 10)) all_drained || true
+  kill -INT "$wrk_pid" 2>/dev/null || true
+  local wrk_rc=0
+  wait "$wrk_pid" || wrk_rc=$?
+  wrk_pid=""
+  if [ -n "$mon_pid" ]; then stop_pid "$mon_pid" 10; mon_pid=""; fi
+  cmdstats >"$raw.cmdstats.after"
+  local rss; rss=$(rss_of_servers)
+
+  local result; result=$(grep '^RESULT ' "$raw.wrk.txt" | tail -1 || true)
+  if [ "$wrk_rc" -ne 0 ] || [ -z "$result" ]; then
+    sed 's/^/  wrk: /' "$raw.wrk.stderr" | head -5 >&2 || true
+    die "wrk failed in run $id (exit $wrk_rc; see $raw.wrk.txt)"
+  fi
+  local created units unanswered
+  created=$(field created "$result"); units=$(field units "$result"); unanswered=$(field unanswered "$result")
+
+  # Redis commands per successful order: top level = what clients sent (scripts by SHA and the
+  # few commands a script never runs); all = every command including those run inside scripts.
+  local top all
+  read -r top all < <(awk -v created="$created" '
+    FNR == NR { before[$1] = $2; next }
+    {
+      d = $2 - before[$1]
+      if ($1 ~ /^(info|config\|.*|monitor)$/) next
+      all += d
+      if ($1 ~ /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro|ping|subscribe|unsubscribe|psubscribe|punsubscribe|ssubscribe|sunsubscribe|hello|auth|select|multi|exec|watch|unwatch|discard|quit|reset|script\|.*|client\|.*|command\|.*)$/) top += d
+    }
+    END {
+      if (created > 0) printf "%.3f %.3f\n", top / created, all / created
+      else print "- -"
+    }' "$raw.cmdstats.before" "$raw.cmdstats.after")
+  local mon="-"
+  if [ "${o[monitor]}" = 1 ] && [ -s "$raw.monitor" ]; then
+    # MONITOR marks commands run by a script "[db lua]" and client commands "[db addr:port]".
+    awk '/^[0-9.]+ \[[0-9]+ lua\]/ { lua[$4]++; next }
+         /^[0-9.]+ \[[0-9]+ [^]]+\]/ { cli[$4]++ }
+         END { for (c in cli) print "client", c, cli[c]; for (c in lua) print "script", c, lua[c] }' \
+      "$raw.monitor" | sort >"$raw.monitor.summary"
+    mon=$(awk -v created="$created" '$1 == "client" { n += $3 } END { if (created > 0) printf "%.3f", n / created; else print "-" }' "$raw.monitor.summary")
+    gzip -f "$raw.monitor"
+  fi
+
+  # CPU per answered-in-window request, by component (µs).
+  local cpu; cpu=$(awk -v a="$cpu0" -v b="$cpu1" -v rate="$(field rate "$result")" -v w="$window" \
+    -v ns="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v ncpu="$(getconf _NPROCESSORS_ONLN)" 'BEGIN {
+      split(a, x, " "); split(b, y, " ")
+      n = rate * w; if (n <= 0) n = 1
+      us = 1e6 / hz
+      inv = (y[1] - x[1]) * us / n; red = (y[2] - x[2]) * us / n; ngx = (y[3] - x[3]) * us / n
+      busy = (y[4] - x[4]) * us
+      rest = busy / n - inv - red - ngx
+      pct = 100 * busy / (ns / 1000) / ncpu
+      printf "%.1f %.1f %.1f %.1f %.0f\n", inv, red, ngx, rest, pct }')
+
+  local verdict="—"
+  if [ "${o[verify]}" = 1 ] && [ "${o[kind]}" != bare ] && [ "${o[target]}" != nginx204 ]; then
+    local vargs=(--redis-port "$redis_port" --sku "$sku" --units "$units" --orders "$created"
+      --unanswered "$unanswered" --max-qty "$qty"
+      --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku")
+    [ -n "${o[stock]}" ] && vargs+=(--stock-total "${o[stock]}")
+    [ -n "${o[base_units]:-}" ] && vargs=(--redis-port "$redis_port" --sku "$sku"
+      --units "$((units + o[base_units]))" --orders "$((created + o[base_orders]))"
+      --unanswered "$unanswered" --max-qty "$qty" --stock-total "${o[stock_total]}"
+      --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku")
+    [ "${o[expect_sold_out]}" = 1 ] && vargs+=(--expect-sold-out)
+    local vrc=0
+    "$lt/verify.sh" "${vargs[@]}" >"$raw.verify.txt" 2>&1 || vrc=$?
+    if [ "$vrc" -eq 0 ]; then verdict=✓
+    elif [ "$vrc" -eq 1 ]; then verdict=✗
+    else die "verify.sh could not read Redis after run $id (exit $vrc)"; fi
+  fi
+  if [ "$verdict" = ✗ ] || [ "${o[live]}" = ✗ ]; then
+    failures=$((failures + 1))
+    log "INVARIANT VIOLATION in run $id:"
+    grep -h '✗' "$raw.verify.txt" "$raw.live.txt" 2>/dev/null | sed 's/^/    /' >&2 || true
+  fi
+  if [ "${o[live]}" = "?" ]; then die "live verify could not read Redis in run $id"; fi
+  # Make the last values visible to the caller (the sell-out phase hands them to the flood).
+  last_units=$units last_created=$created last_sku=$sku
+
+  local sockerr=$(( $(field sock_connect "$result") + $(field sock_read "$result") + $(field sock_write "$result") + $(field sock_timeout "$result") ))
+  local other=$(( $(field s4xx "$result") + $(field s5xx "$result") + $(field other "$result") ))
+  ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    "$id" "${o[scen]}" "${o[label]}" "${o[strategy]}" "${o[segments]}" "${o[hold]}" "${o[threads]}" \
+    "${o[conns]}" "${o[target]}" "$(field rate "$result")" "$(ms "$(field p50_us "$result")")" \
+    "$(ms "$(field p90_us "$result")")" "$(ms "$(field p99_us "$result")")" "$(ms "$(field p999_us "$result")")" \
+    "$created" "$units" "$(field s200 "$result")" "$(field s409 "$result")" "$(field s503 "$result")" \
+    "$other" "$sockerr" "$unanswered" "$top" "$all" "$mon" ${rss} ${cpu} "${o[live]}" "$verdict" >>"$tsv"
+  log "  $(field rate "$result") ok/s  p50 $(ms "$(field p50_us "$result")") ms  p99 $(ms "$(field p99_us "$result")") ms  201=$created 409=$(field s409 "$result") 503=$(field s503 "$result") other=$other  cmds/order top=$top all=$all  live=${o[live]} verify=$verdict"
+
+  if [ "${o[keep]}" != 1 ]; then
+    stop_nginx
+    [ "${o[kind]}" = none ] || stop_instances
+    rcli flushall >/dev/null
+  fi
+}
+
+# --- the scenarios ----------------------------------------------------------------------------
+
+log "results in $res"
+start_redis
+log "redis on $redis_port, instance ports ${inst_ports[*]}, window ${window}s, $conns connections, $wrk_threads wrk threads"
+threads_for() { [ "$1" = 0 ] && echo "$threads_h0" || echo "$threads_h2"; }
+
+if has a; then
+  for h in $holds; do
+    for s in $sweep; do
+      run_case id="a-seg$s-h$h" scen=a label="segmented, $s segments, hold $h ms" \
+        segments="$s" hold="$h" threads="$(threads_for "$h")"
+    done
+  done
+fi
+if has b; then
+  for h in $holds; do
+    for st in single-lock atomic segmented; do
+      # the segmented point is already in the sweep when the sweep has strategy_segments
+      if [ "$st" = segmented ] && has a && [[ " $sweep " == *" $strategy_segments "* ]]; then continue; fi
+      [ "$quick" = 1 ] && [ "$st" = atomic ] && [ "$h" != 0 ] && continue
+      run_case id="b-$st-h$h" scen=b label="$st, $strategy_segments segments, hold $h ms" \
+        strategy="$st" segments="$strategy_segments" hold="$h" threads="$(threads_for "$h")"
+    done
+  done
+fi
+if has c; then
+  run_case id=c-sellout scen=c label="sell-out: $sellout_stock units, 16 segments, hold 0" \
+    segments=16 stock="$sellout_stock" expect_sold_out=1 keep=1
+  run_case id=c-flood409 scen=c label="409 flood on the sold-out SKU" kind=keep segments=16 \
+    sku="$last_sku" stock="" ok=409 expect_sold_out=1 base_units="$last_units" \
+    base_orders="$last_created" stock_total="$sellout_stock"
+fi
+if has d; then
+  run_case id=d-mixed scen=d label="90 % orders / 10 % status reads, 16 segments, hold 0" \
+    script=status.lua segments=16
+fi
+if has e; then
+  run_case id=e-bare scen=e label="bare libmicrohttpd handler ×$instances via nginx" kind=bare \
+    strategy=- segments=- script=ceiling.lua ok=2xx verify=0 stock=""
+  run_case id=e-nginx204 scen=e label="nginx return 204" kind=none strategy=- segments=- \
+    target=nginx204 script=ceiling.lua ok=2xx verify=0 stock="" n="$instances"
+  if [ "$quick" = 0 ]; then
+    run_case id=e-bare-direct scen=e label="bare handler, 1 instance, direct (no nginx)" kind=bare n=1 \
+      strategy=- segments=- target=direct script=ceiling.lua ok=2xx verify=0 stock=""
+    run_case id=e-atomic-direct scen=e label="atomic, 16 segments, 1 instance, direct (no nginx)" n=1 \
+      strategy=atomic target=direct
+    run_case id=e-segmented-direct scen=e label="segmented, 16 segments, 1 instance, direct (no nginx)" n=1 \
+      target=direct
+  fi
+fi
+if has f; then
+  run_case id=f-rss256 scen=f label="segmented, 16 segments, hold 0, $rss_conns connections direct to 1 instance" \
+    n=1 target=direct conns="$rss_conns"
+fi
+if has m; then
+  for st in segmented atomic single-lock; do
+    [ "$quick" = 1 ] && [ "$st" != segmented ] && continue
+    run_case id="m-$st" scen=m label="MONITOR calibration: $st, 16 segments, hold 0" strategy="$st" monitor=1
+  done
+fi
+if [ "$profile" != 0 ]; then
+  if perf record -o /dev/null -- true >/dev/null 2>&1; then
+    run_case id=p-segmented scen=p label="perf profile: segmented, 16 segments, hold 0" profile=1
+    perf report -i "$res/perf.data" --no-children --sort comm --stdio 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -12 >"$res/profile-by-process.txt" || true
+    perf report -i "$res/perf.data" --no-children --comm inventoryd --sort dso,symbol --stdio -g none 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -25 >"$res/profile-inventoryd.txt" || true
+    perf report -i "$res/perf.data" --no-children --comm inventoryd --sort dso --stdio -g none 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -12 >"$res/profile-inventoryd-dso.txt" || true
+    rm -f "$res/perf.data" "$res/perf.data.old"
+  else
+    log "perf is not usable here: no profile (see docs/performance.md for callgrind)"
+  fi
+fi
+
+stop_pid "$redis_pid" 50; redis_pid=""
+"$lt/report.sh" "$res" "$([ "$quick" = 1 ] && echo quick || echo full)" || log "report.sh failed (results are in $tsv)"
+ln -sfn "$(basename "$res")" "$results_root/latest" 2>/dev/null || true
+if [ "$failures" -gt 0 ]; then
+  log "FAILED: $failures run(s) violated the SPEC §8 invariants (see $res/REPORT.md and raw/*.verify.txt)"
+  exit 1
+fi
+log "all runs passed their invariant checks; report: $res/REPORT.md"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Formats every C source and header with the checked-in .clang-format.
+# scripts/format.sh --check: report files that would change, exit 1 if any (no edits).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mapfile -t files < <(git ls-files '*.c' '*.h')
+if [ "${1:-}" = "--check" ]; then
+  clang-format --dry-run --Werror "${files[@]}"
+else
+  clang-format -i "${files[@]}"
+fi
