@@ -203,10 +203,13 @@ lc_status lc_lock_force_unlock(lc_client *client, const char *name);
  * Runs body_script atomically together with a check that this handle still holds the lock with
  * the fencing token of its current hold. The script must have been made by lc_fenced_script_new;
  * its body sees only the caller's keys and args as KEYS[1..nkeys] and ARGV[1..nargs], plus the
- * Lua locals lc_fence (number) and lc_lock_key. When the check fails nothing of the body runs
- * and the result is LC_ELOST. With LC_EVAL_RELEASE the hold is dropped in the same script
- * (renewal stopped before the call is sent); on LC_OK *reply is the body's return value (new
- * reply, caller frees; NULL when the body returned nothing). Keys must hash to the lock's slot under Redis Cluster.
+ * Lua locals lc_fence (number) and lc_lock_key. When the check fails nothing of the body runs,
+ * the result is LC_ELOST and the local hold is cleared (a later lc_lock_release answers
+ * LC_ENOTHELD; a loss found by the watchdog instead leaves the hold for lc_lock_release to
+ * report as LC_ELOST). With LC_EVAL_RELEASE the hold is dropped in the same script (renewal
+ * stopped before the call is sent). On LC_OK *reply is the body's return value (new reply,
+ * caller frees; NULL when the body returned nothing). Keys must hash to the lock's slot under
+ * Redis Cluster. LC_EIO leaves the outcome unknown.
  */
 lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nkeys,
                        const char **keys, const size_t *keylens, int nargs, const char **args,
