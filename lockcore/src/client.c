@@ -172,7 +172,7 @@ void lc_client_free(lc_client *client)
 {
     if (!client)
         return;
-    lc_watchdog_free(client->watchdog);
+    lc_watchdog_free(atomic_load(&client->watchdog));
     lc_notify_free(client->notify);
     while (client->idle) {
         lc_conn *c = client->idle;

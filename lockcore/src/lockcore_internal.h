@@ -61,7 +61,7 @@ struct lc_client {
     lc_conn *idle;        /* LIFO stack of idle connections */
     int nidle;
     lc_notify *notify;    /* made on first wait */
-    lc_watchdog *watchdog;/* made on first hold with watchdog on */
+    _Atomic(lc_watchdog *) watchdog; /* made on first hold with watchdog on */
     pthread_mutex_t lazy_mu;
     lc_script *s_acquire, *s_release, *s_renew, *s_force;
 };

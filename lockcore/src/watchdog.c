@@ -33,6 +33,7 @@ struct lc_watchdog {
     int stop;
     redisContext *ctx;    /* used by the watchdog thread only */
     int loaded;           /* the renew script is in ctx's server's script cache */
+    int64_t wake_at_ms;   /* when the sleeping thread wakes by itself; 0 while it works */
 };
 
 enum { BATCH_MAX = 256 };
@@ -149,7 +150,9 @@ static void *watchdog_main(void *arg)
         if (n == 0) {
             struct timespec ts;
             timespec_at(&ts, earliest);
+            wd->wake_at_ms = earliest;
             pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
+            wd->wake_at_ms = 0;
             continue;
         }
         pthread_mutex_unlock(&wd->mu);
@@ -189,8 +192,11 @@ static void *watchdog_main(void *arg)
 /* Makes the client's watchdog on first use. */
 static lc_watchdog *get_watchdog(lc_client *client)
 {
+    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
+    if (wd)
+        return wd;
     pthread_mutex_lock(&client->lazy_mu);
-    lc_watchdog *wd = client->watchdog;
+    wd = atomic_load_explicit(&client->watchdog, memory_order_relaxed);
     if (!wd && (wd = calloc(1, sizeof(*wd)))) {
         wd->client = client;
         pthread_mutex_init(&wd->mu, NULL);
@@ -207,7 +213,7 @@ static lc_watchdog *get_watchdog(lc_client *client)
             free(wd);
             wd = NULL;
         } else {
-            client->watchdog = wd;
+            atomic_store_explicit(&client->watchdog, wd, memory_order_release);
         }
     }
     pthread_mutex_unlock(&client->lazy_mu);
@@ -234,16 +240,17 @@ lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
         wd->head->prev = e;
     wd->head = e;
     lock->wd_entry = e;
-    pthread_cond_signal(&wd->wake);
+    /* Wake the thread only if it would sleep past this entry's first renewal: most holds are
+     * shorter than lease/3 and never need the thread at all. */
+    if (wd->wake_at_ms && e->next_ms < wd->wake_at_ms)
+        pthread_cond_signal(&wd->wake);
     pthread_mutex_unlock(&wd->mu);
     return LC_OK;
 }
 
 void lc_watchdog_remove(lc_client *client, lc_lock *lock)
 {
-    pthread_mutex_lock(&client->lazy_mu);
-    lc_watchdog *wd = client->watchdog;
-    pthread_mutex_unlock(&client->lazy_mu);
+    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
     if (!wd)
         return;
     pthread_mutex_lock(&wd->mu);
@@ -257,9 +264,7 @@ void lc_watchdog_remove(lc_client *client, lc_lock *lock)
 
 void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
 {
-    pthread_mutex_lock(&client->lazy_mu);
-    lc_watchdog *wd = client->watchdog;
-    pthread_mutex_unlock(&client->lazy_mu);
+    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
     if (!wd)
         return;
     pthread_mutex_lock(&wd->mu);
