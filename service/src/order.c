@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "handlers.h"
+#include "log.h"
 #include "metrics.h"
 #include "order.h"
 #include "skucache.h"
@@ -33,7 +34,8 @@
 /* What trying one segment came to. */
 enum seg_result {
     SEG_DONE,     /* order committed */
-    SEG_BUSY,     /* locked by someone else (or its reset to a new version is under way) */
+    SEG_BUSY,     /* locked by someone else */
+    SEG_NOTREADY, /* a PUT is resetting it to the new version right now */
     SEG_EMPTY,    /* no stock */
     SEG_SHORT,    /* some stock, less than asked */
     SEG_STALE,    /* the segment belongs to another version: re-read the layout */
@@ -121,6 +123,8 @@ static int load_layout(struct order_ctx *ctx)
     int64_t version;
     int nseg;
     int found = store_sku_meta(ctx->app->store, ctx->in->sku, &version, &nseg);
+    if (found == 0)
+        skucache_forget(ctx->app->cache, ctx->in->sku);
     if (found <= 0)
         return found;
     if (nseg > SKUCACHE_MAX_SEGMENTS)
@@ -132,7 +136,7 @@ static int load_layout(struct order_ctx *ctx)
 
 /* The sold-out re-check: reads every segment's stock and version in one pipelined round trip.
  * 1 still sold out, 0 stock somewhere (the cache now knows which segments are empty), -1 error,
- * 2 the layout changed (ctx->view reloaded). */
+ * 2 the layout changed (ctx->view reloaded), -2 the SKU no longer exists. */
 static int recheck_sold_out(struct order_ctx *ctx)
 {
     int nseg = ctx->view.segments;
@@ -168,7 +172,8 @@ static int recheck_sold_out(struct order_ctx *ctx)
         }
     }
     if (stale) {
-        rc = load_layout(ctx) > 0 ? 2 : -1;
+        int found = load_layout(ctx);
+        rc = found > 0 ? 2 : found == 0 ? -2 : -1;
         goto out;
     }
     skucache_set_empty(ctx->app->cache, ctx->in->sku, ctx->view.version, empty);
@@ -269,7 +274,7 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     if (sver != ctx->view.version) {
         lc_lock_release(lock);
         /* An older version here means a PUT is resetting the segments: come back to it. */
-        res = sver > 0 && sver < ctx->view.version ? SEG_BUSY : SEG_STALE;
+        res = sver > 0 && sver < ctx->view.version ? SEG_NOTREADY : SEG_STALE;
         goto out;
     }
     if (stock < ctx->in->quantity) {
@@ -413,36 +418,45 @@ enum order_outcome {
     OUT_UNKNOWN_SKU
 };
 
-/* Runs the configured strategy until the order is decided. */
+/* Runs the configured strategy until the order is decided. Every loop is bounded by the
+ * request's deadline (--lock-wait-ms); "unavailable" is only ever the answer to a Redis failure.
+ * Segments found empty or short stay excluded for the rest of this request, so a walk after a
+ * wait only revisits segments that were busy. */
 static enum order_outcome place_order(struct order_ctx *ctx)
 {
     const struct config *cfg = &ctx->app->cfg;
-    int restarts = 0;
+    uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty or short for this request */
+    int any_short = 0, need_layout = 1, first = 1;
     for (;;) {
-        if (restarts++ > 8)
-            return OUT_UNAVAILABLE;
-        skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
-        if (!ctx->view.version) {
-            int found = load_layout(ctx);
-            if (found < 0)
-                return OUT_UNAVAILABLE;
-            if (found == 0)
-                return OUT_UNKNOWN_SKU;
-        }
-        if (ctx->view.sold_out && !ctx->view.recheck_due)
-            return OUT_SOLD_OUT_FAST;
-        if (ctx->view.sold_out) {
-            int rc = recheck_sold_out(ctx);
-            if (rc < 0)
-                return OUT_UNAVAILABLE;
-            if (rc == 1)
-                return OUT_SOLD_OUT;
-            if (rc == 2)
-                continue;
+        if (!first && mono_ms() >= ctx->deadline_ms)
+            return OUT_LOCK_TIMEOUT;
+        first = 0;
+        if (need_layout) {
+            need_layout = 0;
+            memset(done, 0, sizeof(done));
+            any_short = 0;
+            skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
+            if (!ctx->view.version) {
+                int found = load_layout(ctx);
+                if (found < 0)
+                    return OUT_UNAVAILABLE;
+                if (found == 0)
+                    return OUT_UNKNOWN_SKU;
+            }
+            if (ctx->view.sold_out && !ctx->view.recheck_due)
+                return OUT_SOLD_OUT_FAST;
+            if (ctx->view.sold_out) {
+                int rc = recheck_sold_out(ctx);
+                if (rc == -2)
+                    return OUT_UNKNOWN_SKU;
+                if (rc < 0)
+                    return OUT_UNAVAILABLE;
+                if (rc == 1)
+                    return OUT_SOLD_OUT;
+            }
         }
 
         int nseg = ctx->view.segments;
-        int any_short = 0;
         enum seg_result r;
         if (cfg->strategy == STRATEGY_SINGLE_LOCK) {
             r = order_single_lock(ctx, &any_short);
@@ -452,50 +466,77 @@ static enum order_outcome place_order(struct order_ctx *ctx)
             case SEG_EMPTY: return OUT_SOLD_OUT;
             case SEG_SHORT: return OUT_INSUFFICIENT;
             case SEG_STALE:
-            case SEG_LOST: skucache_forget(ctx->app->cache, ctx->in->sku); continue;
-            default: return OUT_UNAVAILABLE;
+            case SEG_NOTREADY:
+            case SEG_LOST:
+                skucache_forget(ctx->app->cache, ctx->in->sku);
+                need_layout = 1;
+                continue;
+            case SEG_ERROR:
+            case SEG_UNKNOWN: return OUT_UNAVAILABLE;
             }
         }
 
         int busy[SKUCACHE_MAX_SEGMENTS];
-        int nbusy = 0, stale = 0;
+        int nbusy = 0, notready = 0;
         int start = (int)(rnd64() % (uint64_t)nseg);
-        for (int i = 0; i < nseg && !stale; i++) {
+        for (int i = 0; i < nseg && !need_layout; i++) {
             int k = (start + i) % nseg;
-            if (skucache_is_empty(&ctx->view, k))
+            if (skucache_is_empty(&ctx->view, k) || ((done[k / 64] >> (k % 64)) & 1))
                 continue;
             r = cfg->strategy == STRATEGY_ATOMIC ? try_segment_atomic(ctx, k)
                                                  : try_segment(ctx, k, 0);
             switch (r) {
             case SEG_DONE: return OUT_CREATED;
             case SEG_BUSY: busy[nbusy++] = k; break;
-            case SEG_SHORT: any_short = 1; metrics_failover(); break;
+            case SEG_NOTREADY: notready = 1; break;
+            case SEG_SHORT:
+                any_short = 1;
+                /* fall through */
             case SEG_EMPTY:
+                done[k / 64] |= 1ULL << (k % 64);
+                metrics_failover();
+                break;
             case SEG_LOST: metrics_failover(); break;
-            case SEG_STALE: stale = 1; break;
+            case SEG_STALE: need_layout = 1; break;
             case SEG_ERROR:
             case SEG_UNKNOWN: return OUT_UNAVAILABLE;
             }
         }
-        if (stale) {
+        if (need_layout) {
             skucache_forget(ctx->app->cache, ctx->in->sku);
             continue;
         }
-        if (nbusy == 0)
+        if (nbusy == 0 && !notready)
             return any_short ? OUT_INSUFFICIENT : OUT_SOLD_OUT;
-        /* Every segment that might serve was busy: wait for one, woken by its unlock. */
         int64_t left = ctx->deadline_ms - mono_ms();
         if (left <= 0)
             return OUT_LOCK_TIMEOUT;
+        if (nbusy == 0) {
+            sleep_ms(2); /* a PUT is resetting segments: it takes a round trip or two */
+            continue;
+        }
+        /* Every segment that might serve was busy: wait for one, woken by its unlock. */
         metrics_lock_wait();
-        r = try_segment(ctx, busy[rnd64() % (uint64_t)nbusy], (int)left);
+        int k = busy[rnd64() % (uint64_t)nbusy];
+        r = try_segment(ctx, k, (int)left);
         switch (r) {
         case SEG_DONE: return OUT_CREATED;
         case SEG_BUSY: return OUT_LOCK_TIMEOUT;
         case SEG_ERROR:
         case SEG_UNKNOWN: return OUT_UNAVAILABLE;
-        case SEG_STALE: skucache_forget(ctx->app->cache, ctx->in->sku); continue;
-        default: continue; /* empty, short or lost by now: walk again */
+        case SEG_STALE:
+            skucache_forget(ctx->app->cache, ctx->in->sku);
+            need_layout = 1;
+            break;
+        case SEG_SHORT:
+            any_short = 1;
+            /* fall through */
+        case SEG_EMPTY:
+            done[k / 64] |= 1ULL << (k % 64);
+            metrics_failover();
+            break;
+        case SEG_NOTREADY:
+        case SEG_LOST: break;
         }
     }
 }
@@ -624,9 +665,16 @@ static enum idem_step idem_begin(struct order_ctx *ctx, const char *claim, char 
             if (found < 0)
                 goto unavailable;
             if (found == 0) {
-                response_error(res, ERROR_UNKNOWN_ORDER,
-                               "the order of this Idempotency-Key no longer exists");
-                return IDEM_FAILED;
+                /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free
+                 * again for an order under the current version. */
+                r = idem_script(ctx->app, SCRIPT_IDEM_SWAP, claim, seen, claim_value);
+                if (!r)
+                    goto unavailable;
+                int swapped = r->integer == 1;
+                freeReplyObject(r);
+                if (swapped)
+                    return IDEM_PROCEED;
+                continue;
             }
             char loc[200];
             snprintf(loc, sizeof(loc), "/api/v1/orders/%s", seen);
@@ -770,6 +818,7 @@ void order_create(struct app *app, const struct request *req, struct response *r
         response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
         break;
     case OUT_UNAVAILABLE:
+        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", in.sku, lc_errmsg());
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;

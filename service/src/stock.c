@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "handlers.h"
+#include "log.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "stock.h"
@@ -31,6 +32,7 @@ int stock_sku_param(const struct request *req, struct response *res, char *sku)
 /* Answers 503 for a Redis failure. */
 static void redis_down(struct response *res)
 {
+    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", lc_errmsg());
     metrics_redis_error();
     response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
 }

@@ -6,7 +6,8 @@
  * oversold, none lost), every 201 must have its order record in Redis with its quantity at its
  * segment, GET status on every instance and the Redis invariant checker must agree, and no
  * segment may be below zero. Run for each strategy: segmented (the product), single-lock and
- * atomic.
+ * atomic; with a longer critical section and with one segment; with cancels and a restock
+ * landing mid-sale; and with more asked than any segment holds.
  */
 #include "svc_test.h"
 
@@ -76,6 +77,7 @@ struct cc_order {
 struct cc_worker {
     int port;
     const char *sku;
+    const _Atomic int *wait_for; /* when set: a sold_out before it is 1 is waited out */
     unsigned seed;
     pthread_barrier_t *go;
     struct cc_order *orders;
@@ -137,7 +139,10 @@ static void *cc_run(void *arg)
         if (st == 201) {
             cc_record(w, &r, qty);
         } else if (st == 409 && strcmp(code, "sold_out") == 0) {
-            w->sold_out = 1;
+            if (w->wait_for != NULL && !*w->wait_for)
+                tu_sleep_ms(10); /* more stock is coming: a restock or cancel is under way */
+            else
+                w->sold_out = 1;
         } else if (st == 409 && strcmp(code, "insufficient_stock") == 0 && qty > 1) {
             w->insufficient++;
             only_one = 1;
@@ -219,17 +224,22 @@ static void print_counters(const struct cc_setup *s)
     }
 }
 
-static void run_sale(void **state)
-{
-    struct cc_setup *s = *state;
-    char sku[64];
-    tu_unique_name(sku, sizeof sku, s->strategy);
-    int p0 = sf_port(s->svc[0]);
-    sf_resp r = {0};
-    sf_put_sku(p0, NULL, sku, s->stock, s->segments, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
+/* What runs on the main thread during a sale (restocks, cancels). It must not fail cmocka
+ * assertions (the buyers would wait for it forever): it records problems in err instead. */
+typedef void (*during_fn)(struct cc_setup *s, const char *sku, void *arg, char *err,
+                          size_t errlen);
 
+/*
+ * Sells sku (already PUT) with CC_THREADS buyers until it is sold out, running during() (if not
+ * NULL) meanwhile, and checks the outcome: the buyers' 201s carry exactly `units` units, the
+ * SKU was stocked with `stock_total` in all, `cancelled` orders were cancelled.
+ */
+static void sell(struct cc_setup *s, const char *sku, long long units_expected,
+                 long long stock_total, long long cancelled, during_fn during, void *arg)
+{
+    static _Atomic int changes_done;
+    changes_done = 0;
+    char during_err[300] = "";
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, CC_THREADS);
     static struct cc_worker w[CC_THREADS];
@@ -240,10 +250,16 @@ static void run_sale(void **state)
         w[i].sku = sku;
         w[i].seed = (unsigned)(i * 7919 + 17);
         w[i].go = &go;
+        w[i].wait_for = during != NULL ? &changes_done : NULL;
         assert_int_equal(pthread_create(&w[i].tid, NULL, cc_run, &w[i]), 0);
+    }
+    if (during != NULL) {
+        during(s, sku, arg, during_err, sizeof during_err);
+        changes_done = 1;
     }
     for (int i = 0; i < CC_THREADS; i++)
         pthread_join(w[i].tid, NULL);
+    SF_ASSERT(during_err[0] == '\0', "during the sale: %s", during_err);
     pthread_barrier_destroy(&go);
     int64_t took = tu_now_ms() - t0;
 
@@ -270,14 +286,15 @@ static void run_sale(void **state)
             insufficient, unavailable, (long long)took);
 
     /* Exactly the stock was sold: nothing oversold, nothing lost. */
-    SF_ASSERT(units == s->stock, "201 responses carry %lld units, the stock was %lld", units,
-              s->stock);
+    SF_ASSERT(units == units_expected, "201 responses carry %lld units, %lld were for sale",
+              units, units_expected);
 
     struct cc_order *all = malloc(sizeof *all * (size_t)(n201 > 0 ? n201 : 1));
     assert_non_null(all);
     int n = 0;
     for (int i = 0; i < CC_THREADS; i++) {
-        memcpy(all + n, w[i].orders, sizeof *all * (size_t)w[i].norders);
+        if (w[i].norders > 0)
+            memcpy(all + n, w[i].orders, sizeof *all * (size_t)w[i].norders);
         n += w[i].norders;
         free(w[i].orders);
     }
@@ -293,9 +310,11 @@ static void run_sale(void **state)
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
     SF_ASSERT(rep.negative_segments == 0, "%d segments below zero", rep.negative_segments);
-    SF_ASSERT(rep.sold == s->stock && rep.remaining == 0 && rep.stock_total == s->stock,
-              "Redis: sold %lld remaining %lld stock_total %lld", rep.sold, rep.remaining,
-              rep.stock_total);
+    SF_ASSERT(rep.sold == units_expected && rep.remaining == 0 && rep.stock_total == stock_total,
+              "Redis: sold %lld remaining %lld stock_total %lld; expected %lld sold of %lld",
+              rep.sold, rep.remaining, rep.stock_total, units_expected, stock_total);
+    SF_ASSERT(rep.cancelled == cancelled, "Redis: %lld cancelled orders, expected %lld",
+              rep.cancelled, cancelled);
     SF_ASSERT(rep.orders == n201 && rep.live_orders == n201,
               "Redis: %lld orders counted, %lld records; the clients got %d 201s", rep.orders,
               rep.live_orders, n201);
@@ -317,13 +336,81 @@ static void run_sale(void **state)
         SF_ASSERT(c >= 0, "instance %d: no created counter", i);
         created += c;
     }
-    SF_ASSERT(created == n201, "the instances counted %g created orders, the clients got %d",
-              created, n201);
+    SF_ASSERT(created == n201 + cancelled,
+              "the instances counted %g created orders, the clients got %d (+ %lld made and "
+              "cancelled by the test)",
+              created, n201, cancelled);
     /* Redis never failed, so no answer may say it did. */
     if (unavailable > 0)
         print_counters(s);
     SF_ASSERT(unavailable == 0, "%d answers were 503 unavailable with Redis up; first: %s",
               unavailable, first_unavailable);
+}
+
+/* PUTs a SKU of the case's stock and sells it out. */
+static void run_sale(void **state)
+{
+    struct cc_setup *s = *state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, s->strategy);
+    sf_resp r = {0};
+    sf_put_sku(sf_port(s->svc[0]), NULL, sku, s->stock, s->segments, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    sell(s, sku, s->stock, s->stock, 0, NULL, NULL);
+}
+
+/* ---- restock and cancel during a sale ---- */
+
+#define RC_CANCELS 20
+#define RC_RESTOCK 500
+
+struct rc_plan {
+    char ids[RC_CANCELS][112];
+};
+
+/* Cancels the plan's orders through instance 1 and restocks through instance 2 while the
+ * buyers are at work. */
+static void restock_and_cancel(struct cc_setup *s, const char *sku, void *arg, char *err,
+                               size_t errlen)
+{
+    struct rc_plan *plan = arg;
+    sf_resp r = {0};
+    tu_sleep_ms(20);
+    for (int i = 0; i < RC_CANCELS && err[0] == '\0'; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "/api/v1/orders/%s", plan->ids[i]);
+        if (sf_json_request(NULL, sf_port(s->svc[1]), "DELETE", path, NULL, NULL, NULL, &r) != 200)
+            snprintf(err, errlen, "cancel %s: %s", plan->ids[i], sf_resp_summary(&r));
+        if (i == RC_CANCELS / 2 &&
+            sf_restock(sf_port(s->svc[2]), NULL, sku, RC_RESTOCK, &r) != 200 && err[0] == '\0')
+            snprintf(err, errlen, "restock: %s", sf_resp_summary(&r));
+    }
+    sf_resp_free(&r);
+}
+
+/*
+ * Units come back while the sale runs: RC_CANCELS orders made before it are cancelled, and
+ * RC_RESTOCK units are added, through other instances than most buyers use. Every unit must
+ * still be sold exactly once: the buyers' 201s carry stock + restock units.
+ */
+static void test_restock_and_cancel_during_sale(void **state)
+{
+    struct cc_setup *s = *state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "restock-cancel");
+    sf_resp r = {0};
+    sf_put_sku(sf_port(s->svc[0]), NULL, sku, s->stock, s->segments, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    static struct rc_plan plan;
+    for (int i = 0; i < RC_CANCELS; i++) {
+        sf_order(NULL, sf_port(s->svc[0]), sku, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        snprintf(plan.ids[i], sizeof plan.ids[i], "%s", sf_str(r.json, "order_id"));
+    }
+    sf_resp_free(&r);
+    sell(s, sku, s->stock + RC_RESTOCK, s->stock + RC_RESTOCK, RC_CANCELS, restock_and_cancel,
+         &plan);
 }
 
 /* ---- insufficient_stock under contention ---- */
@@ -442,6 +529,7 @@ int main(void)
     static struct cc_setup single = {"single-lock", "0", 300, 16, {NULL}};
     static struct cc_setup atomic = {"atomic", "0", 1000, 16, {NULL}};
     static struct cc_setup shortage = {"segmented", "0", 0, 4, {NULL}};
+    static struct cc_setup changes = {"segmented", "0", 1000, 16, {NULL}};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate_setup_teardown(test_segmented, start_instances,
                                                  stop_instances, &segmented),
@@ -453,6 +541,8 @@ int main(void)
                                                  stop_instances, &single),
         cmocka_unit_test_prestate_setup_teardown(test_atomic, start_instances, stop_instances,
                                                  &atomic),
+        cmocka_unit_test_prestate_setup_teardown(test_restock_and_cancel_during_sale,
+                                                 start_instances, stop_instances, &changes),
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
                                                  start_instances, stop_instances, &shortage),
     };

@@ -5,7 +5,7 @@
  * count. Afterwards: no request hung, the invariant checker passes for the new version (every
  * segment belongs to it, none is left over from the old layout), sold counts exactly the new
  * version's orders, every order whose request was sent after the PUT's response belongs to the
- * new version, and no order received before the PUT was even sent does.
+ * new version, and no order received before the PUT was even sent does. For each strategy.
  */
 #include "svc_test.h"
 
@@ -19,13 +19,33 @@
 static rf_server *redis;
 static sf_service *svc[2];
 
+struct rp_case {
+    const char *strategy;
+    int old_segments;
+    long long new_stock;
+    int new_segments;
+};
+
 static int group_setup(void **state)
 {
     (void)state;
     redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
-    const char *args[] = {"--threads", "8", NULL};
+    return redis != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rf_stop(redis);
+    redis = NULL;
+    return 0;
+}
+
+/* Per test: two instances with the case's strategy. */
+static int start_instances(void **state)
+{
+    const struct rp_case *rc = *state;
+    const char *args[] = {"--threads", "8", "--strategy", rc->strategy, NULL};
     for (int i = 0; i < 2; i++) {
         svc[i] = sf_start(rf_url(redis), args);
         if (svc[i] == NULL)
@@ -34,16 +54,15 @@ static int group_setup(void **state)
     return 0;
 }
 
-static int group_teardown(void **state)
+static int stop_instances(void **state)
 {
     (void)state;
     int bad = 0;
     for (int i = 0; i < 2; i++) {
-        bad |= sf_stop(svc[i]) != 0;
+        if (svc[i] != NULL && sf_stop(svc[i]) != 0)
+            bad = 1;
         svc[i] = NULL;
     }
-    rf_stop(redis);
-    redis = NULL;
     return bad ? -1 : 0;
 }
 
@@ -132,8 +151,11 @@ static void *rp_run(void *arg)
     return NULL;
 }
 
-static void reput_while_ordering(int old_segments, long long new_stock, int new_segments)
+static void reput_while_ordering(void **state)
 {
+    const struct rp_case *rc = *state;
+    int old_segments = rc->old_segments, new_segments = rc->new_segments;
+    long long new_stock = rc->new_stock;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "reput");
     int p0 = sf_port(svc[0]), p1 = sf_port(svc[1]);
@@ -230,9 +252,10 @@ static void reput_while_ordering(int old_segments, long long new_stock, int new_
         free(w[i].orders);
     }
     redisFree(c);
-    fprintf(stderr, "re-PUT %d -> %d segments: %d orders (%d sent before the PUT's answer, %d "
+    fprintf(stderr, "%s, re-PUT %d -> %d segments: %d orders (%d sent before the PUT's answer, %d "
                     "after), %lld orders / %lld units of the new version, %d unavailable\n",
-            old_segments, new_segments, n, before, after, new_orders, new_units, unavailable);
+            rc->strategy, old_segments, new_segments, n, before, after, new_orders, new_units,
+            unavailable);
     SF_ASSERT(before > 0 && after > 0, "the PUT did not land amid orders (%d before, %d after)",
               before, after);
 
@@ -265,22 +288,41 @@ static void reput_while_ordering(int old_segments, long long new_stock, int new_
 /* 16 -> 8 segments: segments 8..15 must go, orders in flight on them must not count. */
 static void test_reput_fewer_segments(void **state)
 {
-    (void)state;
-    reput_while_ordering(16, 600, 8);
+    reput_while_ordering(state);
 }
 
 /* 4 -> 12 segments: new segments appear that the other instance's cache does not know. */
 static void test_reput_more_segments(void **state)
 {
-    (void)state;
-    reput_while_ordering(4, 480, 12);
+    reput_while_ordering(state);
+}
+
+/* The same for the baseline and the lock-free strategy: their commits check the version too. */
+static void test_reput_single_lock(void **state)
+{
+    reput_while_ordering(state);
+}
+
+static void test_reput_atomic(void **state)
+{
+    reput_while_ordering(state);
 }
 
 int main(void)
 {
+    static struct rp_case fewer = {"segmented", 16, 600, 8};
+    static struct rp_case more = {"segmented", 4, 480, 12};
+    static struct rp_case single = {"single-lock", 16, 300, 8};
+    static struct rp_case atomic = {"atomic", 16, 600, 8};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reput_fewer_segments),
-        cmocka_unit_test(test_reput_more_segments),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, start_instances,
+                                                 stop_instances, &fewer),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, start_instances,
+                                                 stop_instances, &more),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, start_instances,
+                                                 stop_instances, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, start_instances,
+                                                 stop_instances, &atomic),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

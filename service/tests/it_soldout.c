@@ -4,6 +4,7 @@
  * on every instance, also one that learnt it from its own first 409), and a restock, a cancel or
  * a re-PUT made through another instance ends that within 1 s: polling every 50 ms, an order
  * on the first instance succeeds no later than 1 s (plus a small margin) after the change.
+ * A DELETE likewise turns the other instance's sold_out into 404 unknown_sku.
  */
 #include "svc_test.h"
 
@@ -185,12 +186,78 @@ static void test_reput_ends_sold_out_elsewhere(void **state)
               "segments %d stock_total %lld sold %lld", rep.segments, rep.stock_total, rep.sold);
 }
 
+/* DELETE through A of a SKU that B knows (its layout is cached) but that is not sold out:
+ * B's next order finds the segments gone and answers 404 unknown_sku at once. */
+static void test_delete_seen_elsewhere(void **state)
+{
+    (void)state;
+    char sku[64], path[160];
+    tu_unique_name(sku, sizeof sku, "delete-elsewhere");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    sf_put_sku(pa, NULL, sku, 20, 4, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_order(NULL, pb, sku, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_json_request(NULL, pa, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    for (int i = 0; i < 3; i++) {
+        sf_order(NULL, pb, sku, 1, &r);
+        SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+    }
+    sf_resp_free(&r);
+}
+
+/*
+ * DELETE of a sold-out SKU through A while B remembers it sold out: B may say sold_out within
+ * the bound, then must say 404 unknown_sku like A. (It must never claim that Redis is down.)
+ */
+static void test_delete_of_sold_out_sku_seen_elsewhere(void **state)
+{
+    (void)state;
+    char sku[64], path[160];
+    tu_unique_name(sku, sizeof sku, "soldout-delete");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    json_decref(sell_out(sku, 4, 2));
+    SF_ASSERT(expect_sold_out_fast(pb, sku) >= SO_FAST_TRIES - 2, "%s", "B not fast");
+
+    sf_resp r = {0};
+    sf_json_request(NULL, pa, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_order(NULL, pa, sku, 1, &r);
+    SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+
+    int64_t t0 = tu_now_ms(), took = -1;
+    while (tu_now_ms() - t0 <= SO_BOUND_MS + SO_MARGIN_MS) {
+        int st = sf_order(NULL, pb, sku, 1, &r);
+        if (st == 404) {
+            SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+            took = tu_now_ms() - t0;
+            break;
+        }
+        if (st != 409 || strcmp(sf_error_code(&r), "sold_out") != 0)
+            sf_fail_at(__FILE__, __LINE__, "after DELETE",
+                       "%lld ms after the SKU was deleted through A, B answered %s "
+                       "(A answers 404 unknown_sku)",
+                       (long long)(tu_now_ms() - t0), sf_resp_summary(&r));
+        tu_sleep_ms(SO_POLL_MS);
+    }
+    SF_ASSERT(took >= 0, "B still said sold_out %d ms after the DELETE", SO_BOUND_MS);
+    for (int i = 0; i < 5; i++) {
+        sf_order(NULL, pb, sku, 1, &r);
+        SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+    }
+    sf_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sold_out_fast_then_restock),
         cmocka_unit_test(test_cancel_ends_sold_out_elsewhere),
         cmocka_unit_test(test_reput_ends_sold_out_elsewhere),
+        cmocka_unit_test(test_delete_seen_elsewhere),
+        cmocka_unit_test(test_delete_of_sold_out_sku_seen_elsewhere),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

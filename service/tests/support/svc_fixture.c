@@ -264,9 +264,9 @@ static int sf_decode_status(int status)
     return -1;
 }
 
-/* Forks and execs argv[0] with argv, stdout and stderr to outfd (or /dev/null), stdin from
- * /dev/null, dying with the calling thread. Returns the pid or -1. */
-static pid_t sf_spawn_argv(const char *const *argv, int outfd)
+/* Forks and execs argv[0] with argv, stdout to outfd and stderr to errfd (-1: /dev/null),
+ * stdin from /dev/null, dying with the calling thread. Returns the pid or -1. */
+static pid_t sf_spawn_argv(const char *const *argv, int outfd, int errfd)
 {
     pid_t parent = getpid();
     long maxfd = sysconf(_SC_OPEN_MAX);
@@ -294,11 +294,11 @@ static pid_t sf_spawn_argv(const char *const *argv, int outfd)
         signal(SIGSEGV, SIG_DFL);
         if (devnull >= 0)
             dup2(devnull, 0);
-        int out = outfd >= 0 ? outfd : devnull;
-        if (out >= 0) {
+        int out = outfd >= 0 ? outfd : devnull, err = errfd >= 0 ? errfd : devnull;
+        if (out >= 0)
             dup2(out, 1);
-            dup2(out, 2);
-        }
+        if (err >= 0)
+            dup2(err, 2);
         for (long fd = 3; fd < maxfd; fd++)
             close((int)fd);
         execv(argv[0], (char *const *)argv);
@@ -337,7 +337,7 @@ static int sf_spawn(sf_service *svc)
         fprintf(stderr, "svc_fixture: open %s: %s\n", svc->logpath, strerror(errno));
         return -1;
     }
-    pid_t pid = sf_spawn_argv(argv, out);
+    pid_t pid = sf_spawn_argv(argv, out, out);
     close(out);
     if (pid < 0)
         return -1;
@@ -387,14 +387,16 @@ static int sf_start_timeout_ms(void)
     return ms > 0 ? ms : SF_START_TIMEOUT_MS;
 }
 
-/* Waits until svc's process logged that it listens on its port and /healthz answers 200.
- * Returns 0; 1 when the port was taken (try another); -1 when it died or timed out. */
+/* Waits until /healthz answers 200 from svc's own process: it logged that it listens on its
+ * port, or (should that log line change) it has been alive for a second, long enough for a
+ * failed bind to have ended it. Returns 0; 1 when the port was taken (try another); -1 when it
+ * died or timed out. */
 static int sf_wait_ready(sf_service *svc)
 {
     char listening[64];
     snprintf(listening, sizeof listening, " port %d (", svc->port);
     int timeout = sf_start_timeout_ms();
-    int64_t deadline = tu_now_ms() + timeout;
+    int64_t start = tu_now_ms(), deadline = start + timeout;
     while (tu_now_ms() < deadline) {
         if (sf_reaped(svc)) {
             if (sf_log_contains(svc, "cannot listen"))
@@ -403,7 +405,7 @@ static int sf_wait_ready(sf_service *svc)
                     svc->port, svc->exit_status);
             return -1;
         }
-        if (sf_log_contains(svc, listening)) {
+        if (sf_log_contains(svc, listening) || tu_now_ms() - start >= 1000) {
             sf_resp r = {0};
             int st = sf_http(svc->port, "GET", "/healthz", NULL, NULL, 0, &r);
             sf_resp_free(&r);
@@ -592,10 +594,37 @@ const char *sf_log_path(const sf_service *svc)
     return svc->logpath;
 }
 
-int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen)
+/* An unlinked temp file for captured output, or -1. */
+static int sf_temp_fd(void)
+{
+    char path[] = "/tmp/sf-run-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "svc_fixture: mkstemp: %s\n", strerror(errno));
+        return -1;
+    }
+    unlink(path);
+    return fd;
+}
+
+/* Copies what fd holds into buf (NUL-terminated, truncated to len - 1) and closes fd. */
+static void sf_read_back(int fd, char *buf, size_t len)
+{
+    if (len > 0) {
+        ssize_t n = fd >= 0 ? pread(fd, buf, len - 1, 0) : -1;
+        buf[n > 0 ? n : 0] = '\0';
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, char *err,
+           size_t errlen)
 {
     if (outlen > 0)
         out[0] = '\0';
+    if (errlen > 0)
+        err[0] = '\0';
     const char *bin = sf_binary();
     if (bin == NULL)
         return -1;
@@ -606,21 +635,11 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen)
         argv[argc++] = args[i];
     argv[argc] = NULL;
 
-    char path[] = "/tmp/sf-run-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        fprintf(stderr, "svc_fixture: mkstemp: %s\n", strerror(errno));
-        return -1;
-    }
-    unlink(path);
-    pid_t pid = sf_spawn_argv(argv, fd);
-    if (pid < 0) {
-        close(fd);
-        return -1;
-    }
+    int ofd = sf_temp_fd(), efd = sf_temp_fd();
+    pid_t pid = ofd >= 0 && efd >= 0 ? sf_spawn_argv(argv, ofd, efd) : -1;
     int status = 0, result = -1;
     int64_t deadline = tu_now_ms() + timeout_ms;
-    for (;;) {
+    while (pid > 0) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) {
             result = sf_decode_status(status);
@@ -635,10 +654,7 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen)
         }
         tu_sleep_ms(5);
     }
-    if (outlen > 0) {
-        ssize_t n = pread(fd, out, outlen - 1, 0);
-        out[n > 0 ? n : 0] = '\0';
-    }
-    close(fd);
+    sf_read_back(ofd, out, outlen);
+    sf_read_back(efd, err, errlen);
     return result;
 }

@@ -86,11 +86,13 @@ int sf_log_contains(const sf_service *svc, const char *needle);
 
 /*
  * Runs inventoryd with args (NULL-terminated, not including the program name) to completion,
- * for tests of the command line. Its stdout and stderr are captured into out (NUL-terminated,
- * truncated to outlen - 1). Waits at most timeout_ms, then kills it. Returns the exit status
- * (0..255), 128 + signal when a signal ended it, or -1 when it could not be run or timed out.
+ * for tests of the command line. Its stdout goes to out and its stderr to err (each
+ * NUL-terminated, truncated to len - 1; either may be NULL with len 0). Waits at most
+ * timeout_ms, then kills it. Returns the exit status (0..255), 128 + signal when a signal ended
+ * it, or -1 when it could not be run or timed out.
  */
-int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen);
+int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, char *err,
+           size_t errlen);
 
 /* ---- HTTP client --------------------------------------------------------------------------- */
 
