@@ -344,7 +344,7 @@ static enum seg_result try_segment_atomic(struct order_ctx *ctx, int k)
 static enum seg_result order_single_lock(struct order_ctx *ctx, int *any_short)
 {
     char name[STORE_KEY_MAX];
-    store_sku_key(name, ctx->in->sku, "lock");
+    store_sku_key(name, ctx->in->sku, "slock");
     lc_lock_opts lo;
     lc_lock_opts_init(&lo);
     lo.lease_ms = ctx->app->cfg.lock_lease_ms;

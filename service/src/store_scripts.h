@@ -6,7 +6,7 @@
  *   inv:{S}:meta          hash {version, segments}        the SKU's current layout
  *   inv:{S}:ver           integer                        version counter (survives DELETE)
  *   inv:{S}:idem:<key>    string                         Idempotency-Key claim -> order id
- *   inv:{S}:lock          lockcore lock                  the single-lock strategy's lock
+ *   inv:{S}:slock         lockcore lock                  the single-lock strategy's lock
  *   inv:{S:k}:stock       integer                        units left in segment k
  *   inv:{S:k}:sver        integer                        version segment k belongs to
  *   inv:{S:k}:cnt         hash {t, s, o}                 units stocked, units sold, live orders
