@@ -268,17 +268,20 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
         goto out;
     }
     metrics_lock_acquire_seconds((double)(mono_ms() - t0) / 1000.0);
+    skucache_set_held(ctx->app->cache, ctx->in->sku, k, 1);
     long long stock = store_reply_int(vals->element[0], 0);
     long long sver = store_reply_int(vals->element[1], 0);
     freeReplyObject(vals);
     if (sver != ctx->view.version) {
         lc_lock_release(lock);
+        skucache_set_held(ctx->app->cache, ctx->in->sku, k, 0);
         /* An older version here means a PUT is resetting the segments: come back to it. */
         res = sver > 0 && sver < ctx->view.version ? SEG_NOTREADY : SEG_STALE;
         goto out;
     }
     if (stock < ctx->in->quantity) {
         lc_lock_release(lock);
+        skucache_set_held(ctx->app->cache, ctx->in->sku, k, 0);
         if (stock <= 0)
             skucache_mark_empty(ctx->app->cache, ctx->in->sku, ctx->view.version, k);
         res = stock <= 0 ? SEG_EMPTY : SEG_SHORT;
@@ -307,6 +310,7 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     }
     if (r)
         freeReplyObject(r);
+    skucache_set_held(ctx->app->cache, ctx->in->sku, k, 0);
 out:
     lc_lock_free(lock);
     return res;
@@ -454,6 +458,14 @@ static enum order_outcome place_order(struct order_ctx *ctx)
                 if (rc == 1)
                     return OUT_SOLD_OUT;
             }
+        } else {
+            /* Fresh knowledge of empty and held segments for the next walk. */
+            int64_t version = ctx->view.version;
+            skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
+            if (ctx->view.version != version) {
+                need_layout = 1;
+                continue;
+            }
         }
 
         int nseg = ctx->view.segments;
@@ -483,6 +495,10 @@ static enum order_outcome place_order(struct order_ctx *ctx)
             int k = (start + i) % nseg;
             if (skucache_is_empty(&ctx->view, k) || ((done[k / 64] >> (k % 64)) & 1))
                 continue;
+            if (cfg->strategy == STRATEGY_SEGMENTED && skucache_is_held(&ctx->view, k)) {
+                busy[nbusy++] = k; /* this instance holds it: no round trip to learn that */
+                continue;
+            }
             r = cfg->strategy == STRATEGY_ATOMIC ? try_segment_atomic(ctx, k)
                                                  : try_segment(ctx, k, 0);
             switch (r) {

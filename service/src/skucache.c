@@ -18,6 +18,7 @@ struct entry {
     int nempty;
     int64_t empty_since_ms;   /* when the oldest empty mark was made */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64];
+    uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];
     struct entry *next;
 };
 
@@ -98,6 +99,7 @@ void skucache_get(struct skucache *c, const char *sku, struct sku_view *out)
     if (e) {
         out->version = e->version;
         out->segments = e->segments;
+        memcpy(out->held, e->held, sizeof(out->held));
         if (e->nempty > 0) {
             int fresh = now_ms() - e->empty_since_ms < c->recheck_ms;
             if (e->nempty == e->segments) {
@@ -151,6 +153,21 @@ void skucache_set_empty(struct skucache *c, const char *sku, int64_t version,
         for (int k = 0; k < e->segments; k++)
             e->nempty += (int)((empty[k / 64] >> (k % 64)) & 1);
         e->empty_since_ms = now_ms();
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void skucache_set_held(struct skucache *c, const char *sku, int k, int held)
+{
+    if (k < 0 || k >= SKUCACHE_MAX_SEGMENTS)
+        return;
+    pthread_mutex_lock(&c->mu);
+    struct entry *e = find(c, sku, held);
+    if (e) {
+        if (held)
+            e->held[k / 64] |= 1ULL << (k % 64);
+        else
+            e->held[k / 64] &= ~(1ULL << (k % 64));
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -21,6 +21,7 @@ struct sku_view {
     int sold_out;             /* every segment was empty, less than recheck_ms ago */
     int recheck_due;          /* sold out, but the bound passed: check Redis before answering */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64]; /* segments seen empty within recheck_ms */
+    uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];  /* segment locks this instance holds now */
 };
 
 struct skucache *skucache_new(int recheck_ms);
@@ -40,6 +41,10 @@ void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, i
 void skucache_set_empty(struct skucache *c, const char *sku, int64_t version,
                         const uint64_t *empty);
 
+/* Records that this instance took (held = 1) or let go of (0) the lock of segment k, so its
+ * other requests do not spend a round trip try-locking a segment it already holds. */
+void skucache_set_held(struct skucache *c, const char *sku, int k, int held);
+
 /* Forgets everything about sku (DELETE, restock, cancel on this instance). */
 void skucache_forget(struct skucache *c, const char *sku);
 
@@ -47,6 +52,11 @@ void skucache_forget(struct skucache *c, const char *sku);
 static inline int skucache_is_empty(const struct sku_view *v, int k)
 {
     return (int)((v->empty[k / 64] >> (k % 64)) & 1);
+}
+
+static inline int skucache_is_held(const struct sku_view *v, int k)
+{
+    return (int)((v->held[k / 64] >> (k % 64)) & 1);
 }
 
 #endif
