@@ -17,6 +17,7 @@ void lc_client_opts_init(lc_client_opts *opts)
     opts->connect_timeout_ms = 1000;
     opts->command_timeout_ms = 1000;
     opts->pool_max_idle = 64;
+    opts->pipeline = 0;
 }
 
 static struct timeval tv_ms(int ms)
@@ -157,6 +158,10 @@ lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client *
         lc_client_free(c);
         return lc_fail(LC_ENOMEM, "client: out of memory");
     }
+    if (c->opts.pipeline && (st = lc_mux_new(c, &c->mux)) != LC_OK) {
+        lc_client_free(c);
+        return st;
+    }
     st = lc_client_ping(c);
     if (st != LC_OK) {
         char msg[256];
@@ -174,6 +179,7 @@ void lc_client_free(lc_client *client)
         return;
     lc_watchdog_free(atomic_load(&client->watchdog));
     lc_notify_free(client->notify);
+    lc_mux_free(client->mux);
     while (client->idle) {
         lc_conn *c = client->idle;
         client->idle = c->next;
@@ -189,6 +195,45 @@ void lc_client_free(lc_client *client)
     free(client);
 }
 
+lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
+                  const size_t *const *lens, redisReply **replies)
+{
+    for (int i = 0; i < n; i++)
+        replies[i] = NULL;
+    if (client->mux)
+        return lc_mux_exec(client->mux, n, argcs, argvs, lens, replies);
+    lc_conn *conn;
+    lc_status st = lc_conn_get(client, &conn);
+    if (st != LC_OK)
+        return st;
+    int broken = 0;
+    if (n == 1) {
+        replies[0] = redisCommandArgv(conn->ctx, argcs[0], argvs[0], lens ? lens[0] : NULL);
+        broken = replies[0] == NULL;
+    } else {
+        for (int i = 0; i < n && !broken; i++)
+            if (redisAppendCommandArgv(conn->ctx, argcs[i], argvs[i], lens ? lens[i] : NULL) !=
+                REDIS_OK)
+                broken = 1;
+        for (int i = 0; i < n && !broken; i++) {
+            void *r = NULL;
+            if (redisGetReply(conn->ctx, &r) != REDIS_OK || !r)
+                broken = 1;
+            replies[i] = r;
+        }
+    }
+    if (broken) {
+        st = lc_fail(LC_EIO, "redis: %s", conn->ctx->err ? conn->ctx->errstr : "no reply");
+        for (int i = 0; i < n; i++)
+            if (replies[i]) {
+                freeReplyObject(replies[i]);
+                replies[i] = NULL;
+            }
+    }
+    lc_conn_put(client, conn, broken);
+    return st;
+}
+
 lc_status lc_client_command(lc_client *client, int argc, const char **argv, const size_t *argvlen,
                             redisReply **reply)
 {
@@ -199,14 +244,12 @@ lc_status lc_client_command(lc_client *client, int argc, const char **argv, cons
     for (int i = 0; i < argc; i++)
         if (!argv[i])
             return lc_fail(LC_EINVAL, "command: argument %d is NULL", i);
-    lc_conn *conn;
-    lc_status st = lc_conn_get(client, &conn);
-    if (st != LC_OK)
-        return st;
-    redisReply *r = redisCommandArgv(conn->ctx, argc, argv, argvlen);
-    int broken = 0;
-    st = lc_reply_status(conn->ctx, r, &broken);
-    lc_conn_put(client, conn, broken);
+    redisReply *r = NULL;
+    const char **const cmds[1] = {argv};
+    const size_t *const lv[1] = {argvlen};
+    lc_status st = lc_exec(client, 1, &argc, cmds, lv, &r);
+    if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
+        st = lc_fail(LC_EREDIS, "redis: %s", r->str);
     if (reply)
         *reply = r;
     else if (r)
@@ -231,31 +274,10 @@ lc_status lc_client_pipeline(lc_client *client, int n, const int *argcs, const c
 {
     if (!client || n <= 0 || !argcs || !cmds || !replies)
         return lc_fail(LC_EINVAL, "pipeline: bad argument");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         replies[i] = NULL;
-    lc_conn *conn;
-    lc_status st = lc_conn_get(client, &conn);
-    if (st != LC_OK)
-        return st;
-    int broken = 0;
-    for (int i = 0; i < n && !broken; i++)
-        if (redisAppendCommandArgv(conn->ctx, argcs[i], cmds[i], lens ? lens[i] : NULL) !=
-            REDIS_OK)
-            broken = 1;
-    for (int i = 0; i < n && !broken; i++) {
-        void *r = NULL;
-        if (redisGetReply(conn->ctx, &r) != REDIS_OK || !r)
-            broken = 1;
-        replies[i] = r;
+        if (argcs[i] <= 0 || !cmds[i])
+            return lc_fail(LC_EINVAL, "pipeline: command %d is empty", i);
     }
-    if (broken) {
-        st = lc_fail(LC_EIO, "redis: %s", conn->ctx->err ? conn->ctx->errstr : "pipeline failed");
-        for (int i = 0; i < n; i++) {
-            if (replies[i])
-                freeReplyObject(replies[i]);
-            replies[i] = NULL;
-        }
-    }
-    lc_conn_put(client, conn, broken);
-    return st;
+    return lc_exec(client, n, argcs, cmds, lens, replies);
 }

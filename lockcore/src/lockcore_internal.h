@@ -53,6 +53,7 @@ typedef struct lc_conn {
 
 typedef struct lc_notify lc_notify;
 typedef struct lc_watchdog lc_watchdog;
+typedef struct lc_mux lc_mux;
 
 struct lc_client {
     lc_url url;
@@ -64,7 +65,23 @@ struct lc_client {
     _Atomic(lc_watchdog *) watchdog; /* made on first hold with watchdog on */
     pthread_mutex_t lazy_mu;
     lc_script *s_acquire, *s_release, *s_renew, *s_force;
+    lc_mux *mux;          /* opts.pipeline: the one multiplexed connection */
 };
+
+/* ---- the multiplexed connection (mux.c) ---- */
+
+lc_status lc_mux_new(lc_client *client, lc_mux **out);
+void lc_mux_free(lc_mux *m);
+
+/* Sends n commands through the multiplexed connection and waits for their replies (new,
+ * caller frees). LC_OK (replies may be error replies) or LC_EIO (all replies NULL). */
+lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *argvs,
+                      const size_t *const *lens, redisReply **replies);
+
+/* Runs n commands on the client: through the multiplexed connection, or pipelined on a pooled
+ * one. Same contract as lc_mux_exec. */
+lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
+                  const size_t *const *lens, redisReply **replies);
 
 /* Opens a new connection (connect, AUTH, SELECT, timeouts) into *out: LC_OK, LC_EIO or
  * LC_EREDIS (auth/select refused), with lc_errmsg set. */
@@ -80,11 +97,6 @@ void lc_conn_put(lc_client *client, lc_conn *conn, int broken);
  * message. *broken is set to 1 when the connection must be dropped. */
 lc_status lc_reply_status(redisContext *ctx, const redisReply *reply, int *broken);
 
-/* Runs a script on an already borrowed connection (EVALSHA, NOSCRIPT fallback). */
-lc_status lc_script_run_conn(redisContext *ctx, const lc_script *script, int nkeys,
-                             const char **keys, const size_t *keylens, int nargs,
-                             const char **args, const size_t *arglens, redisReply **reply,
-                             int *broken);
 
 /* ---- locks (lock.c) ---- */
 

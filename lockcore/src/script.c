@@ -118,10 +118,10 @@ void lc_script_free(lc_script *script)
     free(script);
 }
 
-/* Sends EVALSHA (or EVAL with the source when use_source) and returns the reply (NULL on I/O). */
-static redisReply *send_eval(redisContext *ctx, const lc_script *script, int use_source,
-                             int nkeys, const char **keys, const size_t *keylens, int nargs,
-                             const char **args, const size_t *arglens)
+/* Runs EVALSHA (or EVAL with the source when use_source) through lc_exec. */
+static lc_status send_eval(lc_client *client, const lc_script *script, int use_source, int nkeys,
+                           const char **keys, const size_t *keylens, int nargs,
+                           const char **args, const size_t *arglens, redisReply **reply)
 {
     enum { STACK_ARGS = 24 };
     const char *sv[STACK_ARGS];
@@ -135,7 +135,7 @@ static redisReply *send_eval(redisContext *ctx, const lc_script *script, int use
         if (!argv || !lens) {
             free(argv);
             free(lens);
-            return NULL;
+            return lc_fail(LC_ENOMEM, "script: out of memory");
         }
     }
     char nk[16];
@@ -154,27 +154,13 @@ static redisReply *send_eval(redisContext *ctx, const lc_script *script, int use
         argv[3 + nkeys + i] = args[i];
         lens[3 + nkeys + i] = arglens ? arglens[i] : strlen(args[i]);
     }
-    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+    const char **const cmds[1] = {argv};
+    const size_t *const lv[1] = {lens};
+    lc_status st = lc_exec(client, 1, &argc, cmds, lv, reply);
     if (argv != sv) {
         free(argv);
         free(lens);
     }
-    return r;
-}
-
-lc_status lc_script_run_conn(redisContext *ctx, const lc_script *script, int nkeys,
-                             const char **keys, const size_t *keylens, int nargs,
-                             const char **args, const size_t *arglens, redisReply **reply,
-                             int *broken)
-{
-    *reply = NULL;
-    redisReply *r = send_eval(ctx, script, 0, nkeys, keys, keylens, nargs, args, arglens);
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        freeReplyObject(r);
-        r = send_eval(ctx, script, 1, nkeys, keys, keylens, nargs, args, arglens);
-    }
-    lc_status st = lc_reply_status(ctx, r, broken);
-    *reply = r;
     return st;
 }
 
@@ -192,15 +178,15 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
     for (int i = 0; i < nargs; i++)
         if (!args[i])
             return lc_fail(LC_EINVAL, "script run: arg %d is NULL", i);
-    lc_conn *conn;
-    lc_status st = lc_conn_get(client, &conn);
-    if (st != LC_OK)
-        return st;
-    int broken = 0;
-    redisReply *r;
-    st = lc_script_run_conn(conn->ctx, script, nkeys, keys, keylens, nargs, args, arglens, &r,
-                            &broken);
-    lc_conn_put(client, conn, broken);
+    redisReply *r = NULL;
+    lc_status st = send_eval(client, script, 0, nkeys, keys, keylens, nargs, args, arglens, &r);
+    if (st == LC_OK && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        r = NULL;
+        st = send_eval(client, script, 1, nkeys, keys, keylens, nargs, args, arglens, &r);
+    }
+    if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
+        st = lc_fail(LC_EREDIS, "redis: %s", r->str);
     if (reply)
         *reply = r;
     else if (r)

@@ -16,7 +16,7 @@ static int group_setup(void **state)
     srv = rf_start(NULL);
     if (srv == NULL)
         return -1;
-    return lc_client_new(rf_url(srv), NULL, &client) == LC_OK ? 0 : -1;
+    return lc_client_new(rf_url(srv), lt_client_opts(), &client) == LC_OK ? 0 : -1;
 }
 
 static int group_teardown(void **state)

@@ -37,7 +37,7 @@ static int flush(void **state)
 static lc_status client_new(const char *url, lc_client **out)
 {
     *out = (lc_client *)&out; /* must be overwritten: NULL on failure */
-    return lc_client_new(url, NULL, out);
+    return lc_client_new(url, lt_client_opts(), out);
 }
 
 /* A client can take and release a lock (two round trips of scripts). */
@@ -244,7 +244,7 @@ static void test_threads_share_client(void **state)
 {
     (void)state;
     lc_client_opts o;
-    lc_client_opts_init(&o);
+    o = *lt_client_opts();
     o.pool_max_idle = 2;
     lc_client *c = NULL;
     assert_ok(lc_client_new(rf_url(srv), &o, &c));
@@ -278,7 +278,7 @@ static void test_server_down(void **state)
     rf_server *s = rf_start(NULL);
     assert_non_null(s);
     lc_client_opts o;
-    lc_client_opts_init(&o);
+    o = *lt_client_opts();
     o.connect_timeout_ms = 300;
     o.command_timeout_ms = 300;
     lc_client *c = NULL;
@@ -312,7 +312,7 @@ static void test_server_paused(void **state)
 {
     (void)state;
     lc_client_opts o;
-    lc_client_opts_init(&o);
+    o = *lt_client_opts();
     o.command_timeout_ms = 300;
     lc_client *c = NULL;
     assert_ok(lc_client_new(rf_url(srv), &o, &c));

@@ -132,7 +132,7 @@ static void test_fence_increases_across_processes(void **state)
     if (pid == 0) {
         close(go[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), NULL, &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
         char b;
         LT_CHILD_CHECK(read(go[0], &b, 1) == 1);
         int bad = fence_rounds(c, name);

@@ -153,7 +153,7 @@ static long mx_workload(int use_lock)
         close(ready[0]);
         close(go[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), NULL, &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
         LT_CHILD_CHECK(write(ready[1], "r", 1) == 1);
         char b;
         LT_CHILD_CHECK(read(go[0], &b, 1) == 1);
@@ -552,7 +552,7 @@ static void test_crashed_holder(void **state)
     if (pid == 0) {
         close(ready[0]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), NULL, &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
         lc_lock_opts o = lt_opts(lease, 1);
         lc_lock *l = NULL;
         LT_CHILD_CHECK(lc_lock_new(c, name, &o, &l) == LC_OK);

@@ -289,7 +289,7 @@ static void test_lost_when_unreachable(void **state)
     const char *name = "it_wd:unreachable";
     const int lease = 300, timeout = 200;
     lc_client_opts co;
-    lc_client_opts_init(&co);
+    co = *lt_client_opts();
     co.connect_timeout_ms = timeout;
     co.command_timeout_ms = timeout;
     lc_client *c = NULL;
@@ -340,7 +340,7 @@ static void test_holder_paused_past_lease(void **state)
         close(ready[0]);
         close(cont[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), NULL, &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
         lc_script *s = NULL;
         LT_CHILD_CHECK(lc_fenced_script_new(SET_BODY, &s) == LC_OK);
         lc_lock_opts o = lt_opts(lease, 1);

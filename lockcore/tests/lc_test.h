@@ -60,11 +60,22 @@
         }                                                                                          \
     } while (0)
 
-/* A new client for url with the default options; fails the test when that is not LC_OK. */
+/* Client options for the tests: the defaults, with the multiplexed connection when the test
+ * runs with LC_TEST_PIPELINE=1 (ctest registers every integration test in both modes). */
+static inline const lc_client_opts *lt_client_opts(void)
+{
+    static lc_client_opts o;
+    lc_client_opts_init(&o);
+    const char *p = getenv("LC_TEST_PIPELINE");
+    o.pipeline = p && p[0] == '1';
+    return &o;
+}
+
+/* A new client for url with the test options; fails the test when that is not LC_OK. */
 static inline lc_client *lt_client(const char *url)
 {
     lc_client *c = NULL;
-    lc_status st = lc_client_new(url, NULL, &c);
+    lc_status st = lc_client_new(url, lt_client_opts(), &c);
     if (st != LC_OK)
         fail_msg("lc_client_new(%s): %s (%s)", url, lc_status_name(st), lc_errmsg());
     assert_non_null(c);

@@ -74,6 +74,8 @@ static const struct keydef keys[] = {
             "Redis connect and command timeout"),
     INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
             1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
+    INT_KEY(redis_pipeline, "--redis-pipeline", "INVENTORY_REDIS_PIPELINE", 0, 0, 1,
+            "1: all worker threads share one auto-pipelined Redis connection"),
     INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
             600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish"),
 };
@@ -103,6 +105,7 @@ static const char usage_text[] =
     "  --connection-timeout-s N   idle connection timeout, 1..3600 [30]\n"
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
+    "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
     "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
     "  -h, --help                 print this help and exit\n"
     "  -V, --version              print the version and exit\n"
@@ -543,6 +546,7 @@ void config_defaults(struct config *out)
     out->redis_timeout_ms = 1000;
     out->sold_out_recheck_ms = 500;
     out->shutdown_grace_ms = 5000;
+    out->redis_pipeline = 0;
     out->action = CONFIG_ACTION_RUN;
 }
 
@@ -791,6 +795,7 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "redis_timeout_ms", json_integer(cfg->redis_timeout_ms));
     bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
     bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
+    bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));
     if (bad) {
         json_decref(o);
         return -1;

@@ -40,6 +40,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
     s->opts.connect_timeout_ms = cfg->redis_timeout_ms;
     s->opts.command_timeout_ms = cfg->redis_timeout_ms;
     s->opts.pool_max_idle = cfg->threads * 2 + 8;
+    s->opts.pipeline = cfg->redis_pipeline;
     pthread_mutex_init(&s->mu, NULL);
     s->last_attempt_ms = -1000000;
     static const char *const sources[SCRIPT_COUNT] = {

@@ -67,6 +67,9 @@ typedef struct lc_client_opts {
     int connect_timeout_ms; /* TCP/unix connect timeout (default 1000) */
     int command_timeout_ms; /* per-command socket timeout (default 1000) */
     int pool_max_idle;      /* idle connections kept for reuse (default 64) */
+    int pipeline;           /* 1: every thread's commands share one connection, written in
+                               batches by an I/O thread (auto-pipelining); 0: a pool of
+                               connections, one per calling thread at a time (default 0) */
 } lc_client_opts;
 
 /* Fills opts with the defaults above. */
