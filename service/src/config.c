@@ -74,6 +74,8 @@ static const struct keydef keys[] = {
             "Redis connect and command timeout"),
     INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
             1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
+    INT_KEY(thread_per_connection, "--thread-per-connection", "INVENTORY_THREAD_PER_CONNECTION",
+            0, 0, 1, "1: one HTTP thread per connection instead of the --threads pool"),
     INT_KEY(redis_pipeline, "--redis-pipeline", "INVENTORY_REDIS_PIPELINE", 0, 0, 1,
             "1: all worker threads share one auto-pipelined Redis connection"),
     INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
@@ -106,6 +108,7 @@ static const char usage_text[] =
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
     "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
+    "  --thread-per-connection 0|1  a thread per connection instead of the pool [0]\n"
     "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
     "  -h, --help                 print this help and exit\n"
     "  -V, --version              print the version and exit\n"
@@ -547,6 +550,7 @@ void config_defaults(struct config *out)
     out->sold_out_recheck_ms = 500;
     out->shutdown_grace_ms = 5000;
     out->redis_pipeline = 0;
+    out->thread_per_connection = 0;
     out->action = CONFIG_ACTION_RUN;
 }
 
@@ -796,6 +800,8 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
     bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
     bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));
+    bad |= json_object_set_new(o, "thread_per_connection",
+                               json_integer(cfg->thread_per_connection));
     if (bad) {
         json_decref(o);
         return -1;

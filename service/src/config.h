@@ -63,6 +63,7 @@ struct config {
     int sold_out_recheck_ms;            /* 1..1000, default 500: a cached sold-out state is
                                            re-checked (so a restock ends it) within this bound */
     int shutdown_grace_ms;              /* 0..600000, default 5000: in-flight drain on SIGTERM */
+    int thread_per_connection;          /* 0..1, default 0: 1 = MHD thread per connection */
     int redis_pipeline;                 /* 0..1, default 0: 1 = one shared auto-pipelined
                                            Redis connection (lockcore's multiplexer) */
     enum config_action action;          /* set by config_load() */

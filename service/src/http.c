@@ -321,10 +321,16 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         return NULL;
     }
 
-    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
+    if (cfg->thread_per_connection) {
+        /* One thread per connection: a lock wait parks only its own connection. */
+        flags |= MHD_USE_THREAD_PER_CONNECTION;
+        if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+            flags |= MHD_USE_POLL;
+    } else if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
         flags |= MHD_USE_EPOLL;
-    else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+    } else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) {
         flags |= MHD_USE_POLL;
+    }
 
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
@@ -335,7 +341,9 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     atomic_init(&srv->in_flight, 0);
 
     mhd_last_error[0] = '\0';
-    unsigned int threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
+    /* A pool size of 1 means "no pool" to MHD; thread-per-connection takes no pool at all. */
+    unsigned int threads = cfg->threads > 1 && !cfg->thread_per_connection ? (unsigned)cfg->threads
+                                                                           : 0;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first, so it sees every message */
