@@ -122,14 +122,14 @@ static void test_lost_on_delete(void **state)
     assert_true(tu_poll_until(is_lost, a, 1000, 2));
     int64_t took = tu_now_ms() - t0;
     print_message("lost seen after %lld ms\n", (long long)took);
-    assert_between(took, 0, lease / 3 + 80);
+    assert_between(took, 0, lease / 3 + 150);
     /* The flag is set before the callback runs; give the callback its moment. */
     for (int i = 0; i < 100 && atomic_load(&p.calls) == 0; i++)
         tu_sleep_ms(2);
     assert_int_equal(atomic_load(&p.calls), 1);
     assert_ptr_equal(atomic_load(&p.lock), a);
     assert_ptr_equal(atomic_load(&p.arg), &p);
-    assert_between(atomic_load(&p.first_ms) - t0, 0, lease / 3 + 80);
+    assert_between(atomic_load(&p.first_ms) - t0, 0, lease / 3 + 150);
 
     /* Reported once, and the renewal did not recreate the key. */
     tu_sleep_ms(300);
@@ -156,7 +156,7 @@ static void test_lost_when_taken(void **state)
     assert_ok(lc_lock_try(b, NULL));
     int64_t t0 = tu_now_ms();
     assert_true(tu_poll_until(is_lost, a, 1000, 2));
-    assert_between(tu_now_ms() - t0, 0, 100 + 80);
+    assert_between(tu_now_ms() - t0, 0, 100 + 150);
     tu_sleep_ms(250);
     char owner[64];
     assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
