@@ -18,7 +18,10 @@
  * (tests/support/redis_fixture) and stops it at exit; an alarm aborts a run that hangs, and the
  * fixture's abort hook then kills the server.
  *
- * Usage: lockcore-bench [--redis URL] [--seconds N] [--rounds R] [--json FILE]
+ * --pipeline runs everything with lc_client_opts.pipeline = 1 (one multiplexed, auto-pipelined
+ * connection shared by all threads) instead of the default pool of connections.
+ *
+ * Usage: lockcore-bench [--redis URL] [--seconds N] [--rounds R] [--pipeline] [--json FILE]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -58,8 +61,7 @@ static const scenario SCENARIOS[] = {
     {"uncontended-1t", K_TRY, 1, 1, 1, "lc_lock_try + release, 1 thread, 1 key"},
     {"uncontended-1t-nowd", K_TRY, 1, 1, 0, "the same with the watchdog off"},
     {"own-key-8t", K_TRY, 8, 8, 1, "lc_lock_try + release, 8 threads, a key each"},
-    {"contended-1key-8t", K_ACQUIRE, 8, 1, 1,
-     "lc_lock_acquire(wait) + release, 8 threads, 1 key"},
+    {"contended-1key-8t", K_ACQUIRE, 8, 1, 1, "lc_lock_acquire(wait) + release, 8 threads, 1 key"},
     {"16keys-8t", K_ACQUIRE, 8, 16, 1, "lc_lock_acquire(wait) + release, 8 threads, 16 keys"},
 };
 #define NSCENARIOS ((int)(sizeof(SCENARIOS) / sizeof(SCENARIOS[0])))
@@ -136,8 +138,8 @@ static void note_error(worker *w, const char *what, lc_status st)
 {
     w->errors++;
     if (!w->first_error[0])
-        snprintf(w->first_error, sizeof(w->first_error), "%s: %s (%s)", what,
-                 lc_status_name(st), lc_errmsg());
+        snprintf(w->first_error, sizeof(w->first_error), "%s: %s (%s)", what, lc_status_name(st),
+                 lc_errmsg());
 }
 
 /* Appends v to a growable sample array. 0, or -1 when out of memory. */
@@ -254,8 +256,7 @@ static void read_cmdstats(lc_client *client, cmdstats *cs)
     }
     cs->ok = 1;
     char *save = NULL;
-    for (char *line = strtok_r(r->str, "\r\n", &save); line;
-         line = strtok_r(NULL, "\r\n", &save)) {
+    for (char *line = strtok_r(r->str, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
         if (strncmp(line, "cmdstat_", 8) != 0)
             continue;
         const char *cmd = line + 8;
@@ -512,8 +513,8 @@ static double ratio_value(const result *rs, int n, const ratio *q)
 static void print_table(const result *rs, int n)
 {
     printf("\n%-19s %3s %4s %8s %15s %7s %8s %7s %7s %8s %7s %5s %4s %s\n", "scenario", "thr",
-           "keys", "ops/s", "rounds min..max", "p50 us", "p99 us", "max ms", "sent/op",
-           "redis us", "waits", "tmout", "errs", "ops/thread min..max");
+           "keys", "ops/s", "rounds min..max", "p50 us", "p99 us", "max ms", "sent/op", "redis us",
+           "waits", "tmout", "errs", "ops/thread min..max");
     for (int i = 0; i < n; i++) {
         const result *r = &rs[i];
         char spread[32], sent[16] = "n/a", rus[16] = "n/a", waits[24] = "-";
@@ -578,7 +579,7 @@ static void json_str(FILE *f, const char *s)
 }
 
 static int write_json(const char *path, const result *rs, int n, int seconds, int rounds,
-                      const char *redis_desc, const char *redis_version)
+                      int pipeline, const char *redis_desc, const char *redis_version)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -590,8 +591,8 @@ static int write_json(const char *path, const result *rs, int n, int seconds, in
     uname(&u);
     fprintf(f, "{\n  \"tool\": \"lockcore-bench\",\n  \"lockcore_version\": ");
     json_str(f, LC_VERSION);
-    fprintf(f, ",\n  \"machine\": {\"cpus_online\": %ld, \"kernel\": ",
-            sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f,
+            ",\n  \"machine\": {\"cpus_online\": %ld, \"kernel\": ", sysconf(_SC_NPROCESSORS_ONLN));
     json_str(f, u.release);
     fprintf(f, ", \"arch\": ");
     json_str(f, u.machine);
@@ -600,9 +601,10 @@ static int write_json(const char *path, const result *rs, int n, int seconds, in
     fprintf(f, ",\n  \"redis_version\": ");
     json_str(f, redis_version);
     fprintf(f,
-            ",\n  \"seconds_per_scenario\": %d,\n  \"rounds\": %d,\n  \"warmup_ms_per_round\": "
-            "%d,\n  \"acquire_wait_ms\": %d,\n  \"lease_ms\": %d,\n  \"scenarios\": [\n",
-            seconds, rounds, WARMUP_MS, WAIT_MS, LEASE_MS);
+            ",\n  \"client_mode\": \"%s\",\n  \"seconds_per_scenario\": %d,\n  \"rounds\": "
+            "%d,\n  \"warmup_ms_per_round\": %d,\n  \"acquire_wait_ms\": %d,\n  "
+            "\"lease_ms\": %d,\n  \"scenarios\": [\n",
+            pipeline ? "pipeline" : "pool", seconds, rounds, WARMUP_MS, WAIT_MS, LEASE_MS);
     for (int i = 0; i < n; i++) {
         const result *r = &rs[i];
         fprintf(f, "    {\"name\": ");
@@ -616,8 +618,8 @@ static int write_json(const char *path, const result *rs, int n, int seconds, in
                 "\"max_us\": %.1f, \"busy\": %lld, \"timeouts\": %lld, \"errors\": %lld, "
                 "\"thread_ops\": [",
                 r->sc->threads, r->sc->keys, r->sc->watchdog, r->seconds, r->ops, rate(r),
-                r->round_min, r->round_max, r->p50_us, r->p99_us, r->max_us, r->busy,
-                r->timeouts, r->errors);
+                r->round_min, r->round_max, r->p50_us, r->p99_us, r->max_us, r->busy, r->timeouts,
+                r->errors);
         for (int t = 0; t < r->sc->threads; t++)
             fprintf(f, "%s%lld", t ? ", " : "", r->thread_ops[t]);
         fprintf(f, "]");
@@ -658,12 +660,15 @@ static int write_json(const char *path, const result *rs, int n, int seconds, in
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: lockcore-bench [--redis URL] [--seconds N] [--rounds R] [--json FILE]\n"
+            "usage: lockcore-bench [--redis URL] [--seconds N] [--rounds R] [--pipeline]\n"
+            "                      [--json FILE]\n"
             "  --redis URL    Redis to measure (redis://host:port[/db], unix:///path); default:\n"
             "                 start a private redis-server on a free port and stop it at exit\n"
             "  --seconds N    measured seconds per scenario (default 3, 1..3600)\n"
             "  --rounds R     cut each scenario's time into R rounds, run round-robin over the\n"
             "                 scenarios so background load hits all alike (default 3)\n"
+            "  --pipeline     use the client's multiplexed auto-pipelined connection\n"
+            "                 (lc_client_opts.pipeline = 1) instead of its connection pool\n"
             "  --json FILE    also write the results as JSON to FILE\n");
 }
 
@@ -709,12 +714,14 @@ static int int_arg(const char *opt, const char *v, int lo, int hi)
 int main(int argc, char **argv)
 {
     const char *url = NULL, *json = NULL;
-    int seconds = 3, rounds = 3;
+    int seconds = 3, rounds = 3, pipeline = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (strcmp(argv[i], "--pipeline") == 0) {
+            pipeline = 1;
         } else if ((v = opt_value(argc, argv, &i, "--redis"))) {
             url = v;
         } else if ((v = opt_value(argc, argv, &i, "--json"))) {
@@ -754,11 +761,14 @@ int main(int argc, char **argv)
         snprintf(redis_desc, sizeof(redis_desc), "--redis (given)"); /* URL may hold a password */
     }
 
+    lc_client_opts co;
+    lc_client_opts_init(&co);
+    co.pipeline = pipeline;
     lc_client *client = NULL;
-    lc_status st = lc_client_new(url, NULL, &client);
+    lc_status st = lc_client_new(url, &co, &client);
     if (st != LC_OK) {
-        fprintf(stderr, "lockcore-bench: %s: %s (%s)\n", srv ? url : "--redis",
-                lc_status_name(st), lc_errmsg());
+        fprintf(stderr, "lockcore-bench: %s: %s (%s)\n", srv ? url : "--redis", lc_status_name(st),
+                lc_errmsg());
         rf_stop(srv);
         return 1;
     }
@@ -778,10 +788,12 @@ int main(int argc, char **argv)
 
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "lcbench:%ld", (long)getpid());
-    printf("lockcore-bench %s: redis %s (%s), %ld CPUs online\n%d s per scenario in %d rounds "
-           "of %d ms (+%d ms warm-up each), lease %d ms, acquire wait %d ms\n",
-           LC_VERSION, version, redis_desc, sysconf(_SC_NPROCESSORS_ONLN), seconds, rounds,
-           round_ms, WARMUP_MS, LEASE_MS, WAIT_MS);
+    printf("lockcore-bench %s: redis %s (%s), %ld CPUs online, client mode: %s\n%d s per "
+           "scenario in %d rounds of %d ms (+%d ms warm-up each), lease %d ms, acquire wait %d "
+           "ms\n",
+           LC_VERSION, version, redis_desc, sysconf(_SC_NPROCESSORS_ONLN),
+           pipeline ? "pipeline (one multiplexed connection)" : "pool (a connection per caller)",
+           seconds, rounds, round_ms, WARMUP_MS, LEASE_MS, WAIT_MS);
     fflush(stdout);
 
     result rs[NSCENARIOS];
@@ -804,7 +816,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < NSCENARIOS; i++)
             finish(&rs[i]);
         print_table(rs, NSCENARIOS);
-        if (json && write_json(json, rs, NSCENARIOS, seconds, rounds, redis_desc, version) != 0)
+        if (json &&
+            write_json(json, rs, NSCENARIOS, seconds, rounds, pipeline, redis_desc, version) != 0)
             rc = 1;
         for (int i = 0; i < NSCENARIOS; i++)
             if (rs[i].errors)

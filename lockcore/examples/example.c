@@ -17,11 +17,10 @@
 
 /* Decrements KEYS[1] by ARGV[1] if that much is left; returns what is left, or -1. The fencing
  * guard that lc_fenced_script_new wraps around it has already checked the lock. */
-static const char DECREMENT_BODY[] =
-    "local left = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
-    "local want = tonumber(ARGV[1])\n"
-    "if left < want then return -1 end\n"
-    "return redis.call('DECRBY', KEYS[1], want)\n";
+static const char DECREMENT_BODY[] = "local left = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+                                     "local want = tonumber(ARGV[1])\n"
+                                     "if left < want then return -1 end\n"
+                                     "return redis.call('DECRBY', KEYS[1], want)\n";
 
 static atomic_int lost_seen;
 
@@ -95,9 +94,7 @@ int main(int argc, char **argv)
     case LC_EIO: /* the outcome is unknown: the script may or may not have run */
         fprintf(stderr, "unknown outcome, reconcile before retrying: %s\n", lc_errmsg());
         break;
-    default:
-        fprintf(stderr, "eval: %s: %s\n", lc_status_name(st), lc_errmsg());
-        break;
+    default: fprintf(stderr, "eval: %s: %s\n", lc_status_name(st), lc_errmsg()); break;
     }
     freeReplyObject(reply); /* NULL-safe */
     if (atomic_load(&lost_seen))
@@ -105,7 +102,7 @@ int main(int argc, char **argv)
 
 out:
     lc_script_free(decrement);
-    lc_lock_free(lock); /* releases a hold still held (not the case here) */
+    lc_lock_free(lock);     /* releases a hold still held (not the case here) */
     lc_client_free(client); /* locks first, then their client */
     return rc;
 }

@@ -119,11 +119,12 @@ static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *ptt
         keys[2 + i] = o->read_keys[i];
         lens[2 + i] = o->read_keylens ? o->read_keylens[i] : strlen(o->read_keys[i]);
     }
-    char lease[16];
+    char lease[16], held[16];
     snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
-    const char *args[2] = {l->token, lease};
+    snprintf(held, sizeof(held), "%d", l->count);
+    const char *args[3] = {l->token, lease, held};
     redisReply *r = NULL;
-    lc_status st = lc_script_run(l->client, l->client->s_acquire, nkeys, keys, lens, 2, args,
+    lc_status st = lc_script_run(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
                                  NULL, &r);
     if (keys != kv) {
         free(keys);
@@ -147,8 +148,9 @@ static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *ptt
     }
     uint64_t fence = (uint64_t)r->element[1]->integer;
     int count = (int)r->element[2]->integer;
-    if (count == 1) {
-        /* A fresh hold (also after this owner's previous hold was lost). */
+    if (l->count == 0 || count == 1) {
+        /* A fresh hold: this handle held nothing (the script then made a new hold even if
+         * Redis still had a forgotten one of ours), or its previous hold was lost. */
         lc_watchdog_remove(l->client, l);
         l->fence = fence;
         l->held_since_ms = lc_now_ms();
@@ -201,7 +203,9 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
     if (st == LC_EBUSY && opts->wait_ms > 0) {
         /* Subscribe first, then retry: an unlock published after the retry failed must reach
          * us, and one published before it is seen by the retry itself. */
-        lc_sub *sub = lc_notify_subscribe(lock->client, lock->channel);
+        int64_t left = deadline - lc_now_ms();
+        lc_sub *sub = left > 0 ? lc_notify_subscribe(lock->client, lock->channel, (int)left)
+                               : NULL;
         int poll = sub ? POLL_SUBSCRIBED_MIN_MS : POLL_ALONE_MIN_MS;
         int poll_max = sub ? POLL_SUBSCRIBED_MAX_MS : POLL_ALONE_MAX_MS;
         for (;;) {

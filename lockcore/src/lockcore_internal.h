@@ -138,9 +138,10 @@ void lc_watchdog_free(lc_watchdog *wd);
 typedef struct lc_sub lc_sub;
 
 /* Subscribes to channel through the client's shared listener connection; returns once Redis has
- * confirmed the subscription (so an unlock published after this cannot be missed). NULL when the
- * listener is unavailable: the caller then falls back to polling. */
-lc_sub *lc_notify_subscribe(lc_client *client, const char *channel);
+ * confirmed the subscription (so an unlock published after this cannot be missed), waiting at
+ * most timeout_ms (and the command timeout) for that. NULL when the listener is unavailable or
+ * too slow: the caller then falls back to polling. */
+lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms);
 
 /* Waits until a message arrived on the channel since the last wait (or the subscribe), or
  * timeout_ms passed. Returns 1 when woken by a message, 0 on timeout. */

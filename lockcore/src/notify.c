@@ -258,7 +258,7 @@ static lc_notify *get_notify(lc_client *client)
     return n;
 }
 
-lc_sub *lc_notify_subscribe(lc_client *client, const char *channel)
+lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
 {
     lc_notify *n = get_notify(client);
     lc_sub *sub = n ? calloc(1, sizeof(*sub)) : NULL;
@@ -289,7 +289,9 @@ lc_sub *lc_notify_subscribe(lc_client *client, const char *channel)
             c->pending_subs++;
     }
     struct timespec ts;
-    int64_t until = lc_now_ms() + client->opts.command_timeout_ms;
+    int wait = timeout_ms < client->opts.command_timeout_ms ? timeout_ms
+                                                            : client->opts.command_timeout_ms;
+    int64_t until = lc_now_ms() + wait;
     ts.tv_sec = until / 1000;
     ts.tv_nsec = (until % 1000) * 1000000L;
     while (c->state != CH_SUBSCRIBED && !n->stop)

@@ -6,13 +6,18 @@
 #ifndef LOCKCORE_SCRIPTS_H
 #define LOCKCORE_SCRIPTS_H
 
-/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms.
+/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms, the handle's local hold count.
  * -> {1, fence, hold count, values of read keys...} when taken (or re-entered),
- *    {0, pttl of the holder's lease} when another owner holds it. */
+ *    {0, pttl of the holder's lease} when another owner holds it.
+ * The reads come first, so a read that fails (WRONGTYPE) aborts before anything is written. A
+ * hold of this owner that the handle no longer counts (local count 0: an earlier reply was lost)
+ * is replaced by a fresh hold with a new fencing token rather than re-entered. */
 #define LC_LUA_ACQUIRE                                                              \
+    "local vals = {}\n"                                                             \
+    "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"        \
     "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                           \
     "local fence, count\n"                                                          \
-    "if h[1] == false then\n"                                                       \
+    "if h[1] == false or (h[1] == ARGV[1] and ARGV[3] == '0') then\n"               \
     "  fence = redis.call('INCR', KEYS[2])\n"                                       \
     "  count = 1\n"                                                                 \
     "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"             \
@@ -24,7 +29,7 @@
     "end\n"                                                                         \
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                     \
     "local r = {1, fence, count}\n"                                                 \
-    "for i = 3, #KEYS do r[#r + 1] = redis.call('GET', KEYS[i]) end\n"              \
+    "for i = 1, #vals do r[#r + 1] = vals[i] end\n"                                 \
     "return r\n"
 
 /* KEYS: lock.  ARGV: owner token, lease ms, unlock channel.

@@ -590,6 +590,50 @@ static void test_crashed_holder(void **state)
     lc_client_free(c);
 }
 
+/* A hold of this owner that the handle forgot (its reply was lost) is replaced by a fresh hold:
+ * new fencing token, hold count 1, so one release frees the lock. */
+static void test_forgotten_hold_replaced(void **state)
+{
+    (void)state;
+    const char *name = "it_lock:forgotten";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, 30000, 0);
+    rf_integer(srv, "HSET %s o %s c 1 f 5", name, lc_lock_token(a));
+    rf_integer(srv, "PEXPIRE %s 30000", name);
+    rf_integer(srv, "SET %s:fence 5", name);
+    uint64_t fence = 0;
+    assert_ok(lc_lock_acquire(a, 0, &fence));
+    assert_true(fence > 5);
+    assert_int_equal(lc_lock_held(a), 1);
+    char count[16];
+    assert_int_equal(rf_string(srv, count, sizeof(count), "HGET %s c", name), 1);
+    assert_string_equal(count, "1");
+    assert_ok(lc_lock_release(a));
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
+/* A read key of the wrong type fails the acquire before anything is written. */
+static void test_bad_read_key_writes_nothing(void **state)
+{
+    (void)state;
+    const char *name = "it_lock:badread";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, 30000, 0);
+    rf_integer(srv, "HSET it_lock:ahash f v");
+    const char *reads[1] = {"it_lock:ahash"};
+    lc_acquire_opts ao = {.wait_ms = 0, .nread = 1, .read_keys = reads};
+    redisReply *vals = NULL;
+    assert_status(lc_lock_acquire_ex(a, &ao, NULL, &vals), LC_EREDIS);
+    assert_null(vals);
+    assert_int_equal(lc_lock_held(a), 0);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(srv, "EXISTS %s:fence", name), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -607,6 +651,8 @@ int main(void)
         cmocka_unit_test_setup(test_free_releases, flush),
         cmocka_unit_test_setup(test_shared_handle_threads, flush),
         cmocka_unit_test_setup(test_crashed_holder, flush),
+        cmocka_unit_test_setup(test_forgotten_hold_replaced, flush),
+        cmocka_unit_test_setup(test_bad_read_key_writes_nothing, flush),
     };
     return cmocka_run_group_tests_name("it_lock", tests, group_setup, group_teardown);
 }

@@ -129,8 +129,10 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
 typedef struct lc_lock lc_lock;
 
 /* Called from the watchdog thread when a held lock is found lost (expired, deleted or owned by
- * someone else at renewal). The lock is already marked lost when this runs. Keep it short and
- * do not free the lock from inside it. */
+ * someone else at renewal). The lock is already marked lost when this runs. Keep it short: set a
+ * flag or signal the owner. Inside it only lc_lock_lost, lc_lock_name and lc_lock_token may be
+ * called on the lock; every other lc_lock_* call (held, fence, release, free...) may deadlock
+ * with an owner thread releasing it at the same moment. */
 typedef void (*lc_lost_fn)(lc_lock *lock, void *arg);
 
 typedef struct lc_lock_opts {
