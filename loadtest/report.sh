@@ -9,7 +9,6 @@ res=${1:?usage: report.sh RESULTS_DIR [full|quick]}
 mode=${2:-full}
 tsv=$res/runs.tsv
 [ -s "$tsv" ] || { echo "report.sh: no $tsv" >&2; exit 1; }
-root=$(cd "$(dirname "$0")/.." && pwd)
 params=""
 [ -f "$res/params.env" ] && params=$(cat "$res/params.env")
 param() { sed -n "s/^$1=//p" <<<"$params" | head -1; }
@@ -51,6 +50,8 @@ plots=""
 if command -v gnuplot >/dev/null 2>&1; then
   term="pngcairo size 900,520 font 'DejaVu Sans,10'"
   echo 'set terminal' | gnuplot 2>&1 | grep -q pngcairo || term="png size 900,520"
+  # y up to 1.5 × the best measured point: the ideal line is clipped, not the data
+  ymax=$(awk '!/^#/ { for (i = 2; i <= 3; i++) if ($i != "NaN" && $i + 0 > m) m = $i + 0 } END { print int(m * 1.5) + 1 }' "$res/sweep.dat")
   if [ "$(grep -vc '^#' "$res/sweep.dat")" -gt 0 ]; then
     gnuplot <<EOF 2>>"$res/logs/gnuplot.log" && plots+=" orders_vs_segments.png"
 set terminal $term
@@ -61,7 +62,7 @@ set xlabel 'segments'
 set ylabel 'orders/s (201 answers)'
 set grid
 set key top left
-set yrange [0:*]
+set yrange [0:$ymax]
 plot '$res/sweep.dat' using 1:2 with linespoints lw 2 pt 7 title 'hold 0 ms', \
      '' using 1:3 with linespoints lw 2 pt 5 title 'hold 2 ms', \
      '' using 1:4 with lines dt 2 lc rgb '#888888' title 'hold 2 ms, ideal N x (1 segment)'
@@ -86,8 +87,9 @@ EOF
 fi
 
 # --- REPORT.md --------------------------------------------------------------------------------
-git_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$root" diff --quiet HEAD -- service lockcore 2>/dev/null || git_rev+=" (+ uncommitted changes in service/ or lockcore/)"
+git_rev=$(param git_rev) # recorded by run.sh when it built; HEAD now may be another commit
+[ -n "$git_rev" ] || git_rev="unknown (not recorded)"
+[ -z "$(param inventoryd_args)" ] || git_rev+="; extra flags: $(param inventoryd_args)"
 {
   echo "# inventoryd load test — $(basename "$res") ($mode)"
   echo
@@ -99,7 +101,7 @@ git -C "$root" diff --quiet HEAD -- service lockcore 2>/dev/null || git_rev+=" (
   echo "Set-up: wrk ($(param wrk_threads) threads, $(param conns) connections unless noted) → nginx (1 worker, upstream"\
        "keep-alive 64) → $(param instances) inventoryd instances → one redis-server; all on this machine."\
        "Each run: a fresh SKU ($(param stock) units unless noted), fresh instances and nginx,"\
-       "a $(param window) s measured window. \`--threads\` $(param threads_h0) per instance at hold 0,"\
+       "a $(param warmup) s warm-up run, then a $(param window) s measured window. \`--threads\` $(param threads_h0) per instance at hold 0,"\
        "$(param threads_h2) at hold > 0; \`--lock-wait-ms $(param lock_wait)\`; quantity $(param qty) per order."
   echo
   cat <<'EOF'
@@ -110,9 +112,13 @@ for ceilings) inside the window ÷ window; **p50…p99.9** from wrk's latency hi
 — not applicable); **cmds/order** = Redis commands per 201 from `INFO commandstats` deltas:
 *top* = commands sent by clients (EVAL/EVALSHA/FCALL families plus connection-level commands),
 *all* = every command including those executed inside scripts; **RSS** = peak VmHWM of the
-instances (KiB, largest of them); **CPU µs/op** = CPU time per successful answer, split
-inventoryd / redis / nginx / rest (wrk, kernel softirq, other), from /proc; **busy** = machine
-CPU utilisation.
+instances (KiB, largest of them); **CPU µs/op** = CPU time per successful answer in the window,
+split inventoryd (all instances) / redis / nginx / wrk / rest (kernel work not charged to a
+process, and any other process on the machine), from /proc; **busy / others** = machine CPU
+utilisation during the window, and the part of it that is "rest" (work outside the benchmark's
+processes: well above a few % means a build or test competed for the 2 cores; such runs are
+measured again once, see `LT_RETRIES`), and (before) the utilisation during 0.5 s just before
+the run while the servers idled.
 EOF
   echo
   echo "## SPEC §9 ratios"
@@ -171,15 +177,15 @@ EOF
     awk -F'\t' -v s="$sc" 'NR > 1 && $2 == s { f = 1 } END { exit !f }' "$tsv" || continue
     echo "## $(scen_title "$sc")"
     echo
-    echo "| run | what | ok/s | p50 | p90 | p99 | p99.9 | 201 | 409 | 503 | other | sock | inv. | cmds/order top / all | RSS KiB | CPU µs/op inv/redis/nginx/rest | busy |"
+    echo "| run | what | ok/s | p50 | p90 | p99 | p99.9 | 201 | 409 | 503 | other | sock | inv. | cmds/order top / all | RSS KiB | CPU µs/op inv/redis/nginx/wrk/rest | busy / others (before) |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     awk -F'\t' -v s="$sc" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
       $2 == s {
-        printf "| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s / %s / %s / %s | %s%% |\n",
+        printf "| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s / %s / %s / %s / %s | %s%% / %s%% (%s%%) |\n",
           $c["id"], $c["label"], ($c["conns"] != "" ? ", c" $c["conns"] : ""), $c["rate"],
           $c["p50_ms"], $c["p90_ms"], $c["p99_ms"], $c["p999_ms"], $c["created"], $c["s409"], $c["s503"],
           $c["other"], $c["sock_err"], $c["live"], $c["verify"], $c["top_per_order"], $c["all_per_order"],
-          $c["rss_max_kib"], $c["cpu_inv_us"], $c["cpu_redis_us"], $c["cpu_nginx_us"], $c["cpu_rest_us"], $c["busy_pct"]
+          $c["rss_max_kib"], $c["cpu_inv_us"], $c["cpu_redis_us"], $c["cpu_nginx_us"], $c["cpu_wrk_us"], $c["cpu_rest_us"], $c["busy_pct"], $c["others_pct"], $c["bg_pct"]
       }' "$tsv"
     echo
     if [ "$sc" = a ]; then
@@ -207,18 +213,22 @@ EOF
       echo
     fi
     if [ "$sc" = p ]; then
-      for f in profile-by-process profile-inventoryd-dso profile-inventoryd; do
-        [ -s "$res/$f.txt" ] || continue
-        case $f in
-          profile-by-process) echo "CPU samples by process (\`perf record -a -g -F 499\`, whole machine, self time):" ;;
-          profile-inventoryd-dso) echo "inventoryd samples by library:" ;;
-          profile-inventoryd) echo "inventoryd: top functions (self time, user and kernel):" ;;
-        esac
-        echo
-        echo '```'
-        cat "$res/$f.txt"
-        echo '```'
-        echo
+      for st in segmented atomic; do
+        for f in by-process syscalls inventoryd-dso inventoryd-self inventoryd-inclusive; do
+          [ -s "$res/profile-$st-$f.txt" ] || continue
+          case $f in
+            by-process) echo "**$st** — CPU samples by thread name, whole machine (\`perf record -a -F 499\`; inventoryd's threads are MHD-worker):" ;;
+            syscalls) echo "**$st** — system calls and context switches per successful order (\`perf stat -e raw_syscalls:sys_enter,context-switches\`):" ;;
+            inventoryd-dso) echo "**$st** — inventoryd (all instances, % of their samples) by binary:" ;;
+            inventoryd-self) echo "**$st** — inventoryd top functions, self time (user and kernel, % of inventoryd's samples):" ;;
+            inventoryd-inclusive) echo "**$st** — inventoryd user-space functions including callees (\`perf record --call-graph dwarf\` on the instances; children / self % of their samples):" ;;
+          esac
+          echo
+          echo '```'
+          cat "$res/profile-$st-$f.txt"
+          echo '```'
+          echo
+        done
       done
     fi
   done

@@ -116,7 +116,7 @@ agg=$(for ((k = 0; k < nseg; k++)); do
   }
   END { flush() }') || { echo "verify: cannot read Redis" >&2; exit 3; }
 
-sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_rec=0 locks=0 seg_bad=0
+sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
 for ((k = 0; k < nseg; k++)); do
   st=${sv[k * 7]:-} ver=${sv[k * 7 + 1]:-} t=${sv[k * 7 + 2]:-} s=${sv[k * 7 + 3]:-} o=${sv[k * 7 + 4]:-}
   lk=${sv[k * 7 + 5]:-0} hl=${sv[k * 7 + 6]:-}
@@ -134,7 +134,7 @@ for ((k = 0; k < nseg; k++)); do
   [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
   [ "$expect_sold_out" = 0 ] || [ "$st" -eq 0 ] || { fail "segment $k: $st units left, expected sold out"; seg_bad=1; }
   sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
-  sum_rec=$((sum_rec + n)) locks=$((locks + lk))
+  sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
 done
 [ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities"
 [ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
@@ -185,5 +185,5 @@ if [ -n "$status_url" ]; then
   fi
 fi
 ok=$([ "$failures" = 0 ] && echo 1 || echo 0)
-echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
+echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec cancelled=$sum_canc wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
 [ "$ok" = 1 ] || exit 1

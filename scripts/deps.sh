@@ -8,7 +8,10 @@ packages=(
   build-essential cmake pkg-config
   libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
   redis-server redis-tools
-  wrk nginx curl
+  wrk nginx curl gnuplot-nox
+  # scripts/fuzz.sh: clang with libFuzzer. libclang-rt-14-dev holds libFuzzer and the
+  # sanitizer runtimes; clang only recommends it, and recommends are not installed here.
+  clang libclang-rt-14-dev
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
