@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test with ctest: once in a normal build and
 # once more under AddressSanitizer + UndefinedBehaviorSanitizer. Exits non-zero on any failure.
+# Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
+# libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
 # Env: BUILD_DIR (build), ASAN_BUILD_DIR (build-asan), SKIP_ASAN=1 to skip the second pass,
-#      JOBS (2), CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1.
+#      JOBS (2), CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1,
+#      SKIP_FUZZ=1, FUZZ_SECONDS (30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,14 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     run_suite "$asan_dir" -DSANITIZE=address,undefined
+fi
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  if scripts/fuzz.sh --probe; then
+    echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
+    scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+  else
+    echo "== fuzz: skipped (clang cannot build libFuzzer binaries; scripts/deps.sh installs clang and libclang-rt-14-dev)"
+  fi
 fi
 if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
   echo "== loadtest --quick"

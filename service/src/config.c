@@ -80,6 +80,13 @@ static const struct keydef keys[] = {
             "1: all worker threads share one auto-pipelined Redis connection"),
     INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
             600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish"),
+    INT_KEY(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,
+            "requests per second per client IP before 429 rate_limited; 0: no limit"),
+    INT_KEY(rate_limit_burst, "--rate-limit-burst", "INVENTORY_RATE_LIMIT_BURST", 0, 0, 1000000,
+            "requests a client IP may send at once above the rate; 0: rate_limit_rps"),
+    INT_KEY(max_connections_per_ip, "--max-connections-per-ip",
+            "INVENTORY_MAX_CONNECTIONS_PER_IP", 0, 0, 1000000,
+            "most concurrent HTTP connections of one client IP; 0: no limit"),
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -110,6 +117,9 @@ static const char usage_text[] =
     "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
     "  --thread-per-connection 0|1  a thread per connection instead of the pool [0]\n"
     "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
+    "  --rate-limit-rps N         requests/s per client IP, then 429; 0 = off [0]\n"
+    "  --rate-limit-burst N       burst per client IP above the rate [rate-limit-rps]\n"
+    "  --max-connections-per-ip N connections per client IP; 0 = no limit [0]\n"
     "  -h, --help                 print this help and exit\n"
     "  -V, --version              print the version and exit\n"
     "\n"
@@ -551,6 +561,9 @@ void config_defaults(struct config *out)
     out->shutdown_grace_ms = 5000;
     out->redis_pipeline = 0;
     out->thread_per_connection = 0;
+    out->rate_limit_rps = 0;
+    out->rate_limit_burst = 0;
+    out->max_connections_per_ip = 0;
     out->action = CONFIG_ACTION_RUN;
 }
 
@@ -564,16 +577,41 @@ static const char *env_get(char **envp, const char *name)
     return NULL;
 }
 
-static int load_file(struct config *cfg, const char *path, char *err, size_t errlen)
+/* Copies s to buf (cap bytes) with every byte outside printable ASCII replaced by '?', so a
+ * message stays one printable line whatever a file name or a file holds. */
+static void printable_copy(const char *s, char *buf, size_t cap)
 {
+    snprintf(buf, cap, "%s", s);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
+}
+
+/* jansson's parse error for a message: without the source text it quotes (" near '...'"),
+ * which may be part of a secret (an admin token, a Redis password: a raw newline inside the
+ * token's string is enough), except for a duplicate key, where that text is the key's name. */
+static void json_error_for_message(const json_error_t *je, char *buf, size_t cap)
+{
+    printable_copy(je->text, buf, cap);
+    char *near = strstr(buf, " near ");
+    if (near && json_error_code(je) != json_error_duplicate_key)
+        *near = '\0';
+}
+
+static int load_file(struct config *cfg, const char *file, char *err, size_t errlen)
+{
+    char path[CONFIG_PATH_MAX];
+    printable_copy(file, path, sizeof(path));
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
+        char why[JSON_ERROR_TEXT_LENGTH];
+        json_error_for_message(&je, why, sizeof(why));
         if (je.line > 0)
             seterr(err, errlen, "config: invalid JSON in %s at line %d, column %d: %s", path,
-                   je.line, je.column, je.text);
+                   je.line, je.column, why);
         else
-            seterr(err, errlen, "config: cannot read %s: %s", path, je.text);
+            seterr(err, errlen, "config: cannot read %s: %s", path, why);
         return -1;
     }
     int rc = 0;
@@ -802,6 +840,10 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));
     bad |= json_object_set_new(o, "thread_per_connection",
                                json_integer(cfg->thread_per_connection));
+    bad |= json_object_set_new(o, "rate_limit_rps", json_integer(cfg->rate_limit_rps));
+    bad |= json_object_set_new(o, "rate_limit_burst", json_integer(cfg->rate_limit_burst));
+    bad |= json_object_set_new(o, "max_connections_per_ip",
+                               json_integer(cfg->max_connections_per_ip));
     if (bad) {
         json_decref(o);
         return -1;

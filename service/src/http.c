@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
@@ -24,6 +26,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "ratelimit.h"
 #include "request.h"
 #include "router.h"
 #include "validate.h"
@@ -32,6 +35,7 @@ struct http_server {
     struct MHD_Daemon *daemon;
     struct app *app;
     atomic_int in_flight; /* requests between their first callback and completion */
+    struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
     int port;
 };
 
@@ -41,11 +45,23 @@ struct req_state {
     size_t len, cap;
     bool too_large; /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
     bool answered;  /* a response was queued */
+    bool close;     /* send Connection: close (the request's framing cannot be trusted) */
     struct timespec start;
 };
 
 /* The last MHD error message of this thread, so http_start can report why MHD refused. */
 static _Thread_local char mhd_last_error[256];
+
+/* libmicrohttpd writes a message for every refused connection and every malformed request, so
+ * a flood of either would flood the log: at most MHD_LOG_PER_SECOND of its messages are logged
+ * per second; the number dropped is reported with the next one logged. */
+#define MHD_LOG_PER_SECOND 20
+static pthread_mutex_t mhd_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static time_t mhd_log_second;
+static int mhd_log_count, mhd_log_dropped;
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
@@ -56,7 +72,30 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
     memcpy(mhd_last_error, msg, n + 1);
-    log_msg(CONFIG_LOG_WARN, "http_error", "%s", msg);
+
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int dropped = 0;
+    pthread_mutex_lock(&mhd_log_lock);
+    if (now.tv_sec != mhd_log_second) {
+        mhd_log_second = now.tv_sec;
+        mhd_log_count = 0;
+    }
+    bool emit = mhd_log_count < MHD_LOG_PER_SECOND;
+    if (emit) {
+        mhd_log_count++;
+        dropped = mhd_log_dropped;
+        mhd_log_dropped = 0;
+    } else {
+        mhd_log_dropped++;
+    }
+    pthread_mutex_unlock(&mhd_log_lock);
+    if (dropped > 0)
+        log_msg(CONFIG_LOG_WARN, "http_error_suppressed",
+                "%d libmicrohttpd message(s) not logged (more than %d per second)", dropped,
+                MHD_LOG_PER_SECOND);
+    if (emit)
+        log_msg(CONFIG_LOG_WARN, "http_error", "%s", msg);
 }
 
 static enum http_method method_of(const char *m)
@@ -161,7 +200,7 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
     if (res->www_authenticate)
         ok &= add_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     /* While draining, tell keep-alive clients to go elsewhere for their next request. */
-    if (atomic_load(&srv->app->draining))
+    if (st->close || atomic_load(&srv->app->draining))
         ok &= add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result qr = ok ? MHD_queue_response(conn, (unsigned)res->status, r) : MHD_NO;
     MHD_destroy_response(r);
@@ -184,6 +223,130 @@ static enum MHD_Result answer_too_large(struct http_server *srv, struct MHD_Conn
     enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
     response_free(&res);
     return r;
+}
+
+/* The probes are never rate-limited: a load balancer's health checks must not be refused
+ * because its address also carries client traffic. */
+static bool is_probe(const char *url)
+{
+    return strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
+           strcmp(url, "/metrics") == 0;
+}
+
+/* Takes a token from the peer's bucket; 0 when the request may go on, else the Retry-After
+ * seconds of the 429. */
+static int rate_check(struct http_server *srv, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    return ratelimit_take(srv->limiter, ci ? ci->client_addr : NULL, now_ms);
+}
+
+/* Answers 429 rate_limited with Retry-After, before the handler (and the body) is looked at. */
+static enum MHD_Result answer_rate_limited(struct http_server *srv, struct MHD_Connection *conn,
+                                           struct req_state *st, const char *method,
+                                           const char *url, int retry_after)
+{
+    struct response res = {0};
+    metrics_request_begin();
+    res.retry_after = retry_after;
+    response_error(&res, ERROR_RATE_LIMITED, "too many requests from this address");
+    enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
+    response_free(&res);
+    return r;
+}
+
+/* What framing_iter counts in the request headers. */
+struct framing {
+    int content_length;    /* Content-Length headers */
+    int transfer_encoding; /* Transfer-Encoding headers */
+    bool chunked;          /* the last Transfer-Encoding was exactly "chunked" */
+};
+
+static enum MHD_Result framing_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        f->content_length++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encoding++;
+        f->chunked = value && strcasecmp(value, "chunked") == 0;
+    }
+    return MHD_YES;
+}
+
+/* The body-framing rules of RFC 9112 §6 that libmicrohttpd 0.9.75 does not enforce: it takes
+ * the first of several Content-Length headers, lets Transfer-Encoding override Content-Length
+ * and keeps the connection open, and waits for the end of the connection on a transfer coding
+ * other than chunked. Each is how requests are smuggled past a proxy that frames the body
+ * differently, so such a request is refused (400) and its connection closed. Returns NULL when
+ * the framing is sound, else the message. */
+static const char *framing_error(struct MHD_Connection *conn)
+{
+    struct framing f = {0, 0, false};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_iter, &f);
+    if (f.content_length > 1)
+        return "Content-Length: must be sent once";
+    if (f.transfer_encoding > 0 && f.content_length > 0)
+        return "Content-Length and Transfer-Encoding: only one of them may be sent";
+    if (f.transfer_encoding > 1 || (f.transfer_encoding == 1 && !f.chunked))
+        return "Transfer-Encoding: only chunked is supported";
+    return NULL;
+}
+
+/* Answers 400 invalid_request for a request whose body cannot be delimited, and closes. */
+static enum MHD_Result answer_bad_framing(struct http_server *srv, struct MHD_Connection *conn,
+                                          struct req_state *st, const char *method,
+                                          const char *url, const char *why)
+{
+    struct response res = {0};
+    metrics_request_begin();
+    st->close = true;
+    response_error(&res, ERROR_INVALID_REQUEST, why);
+    enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
+    response_free(&res);
+    return r;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: decodes %HH in place like MHD's own MHD_http_unescape, except
+ * that %00 is left as it is. Decoded, it would end the C string MHD hands on, so
+ * "/api/v1/skus/A%00junk" would be served as SKU "A"; left encoded, the path fails validation
+ * like any other bad character. Returns the new length. */
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        if (r[0] == '%' && r[1] && r[2]) {
+            int hi = hex_value(r[1]), lo = hex_value(r[2]);
+            int v = hi >= 0 && lo >= 0 ? hi * 16 + lo : 0;
+            if (v != 0) {
+                *w++ = (char)v;
+                r += 3;
+                continue;
+            }
+        }
+        *w++ = *r++;
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 /* Appends an upload chunk unless the body already overflowed. */
@@ -232,6 +395,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         clock_gettime(CLOCK_MONOTONIC, &st->start);
         *req_cls = st;
         atomic_fetch_add(&srv->in_flight, 1);
+        if (srv->limiter && !is_probe(url)) {
+            int retry = rate_check(srv, conn);
+            if (retry > 0)
+                return answer_rate_limited(srv, conn, st, method, url, retry);
+        }
+        const char *bad_framing = framing_error(conn);
+        if (bad_framing)
+            return answer_bad_framing(srv, conn, st, method, url, bad_framing);
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -339,6 +510,15 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     }
     srv->app = app;
     atomic_init(&srv->in_flight, 0);
+    if (cfg->rate_limit_rps > 0) {
+        int burst = cfg->rate_limit_burst > 0 ? cfg->rate_limit_burst : cfg->rate_limit_rps;
+        srv->limiter = ratelimit_new(cfg->rate_limit_rps, burst);
+        if (!srv->limiter) {
+            snprintf(err, errlen, "rate limiter: out of memory");
+            free(srv);
+            return NULL;
+        }
+    }
 
     mhd_last_error[0] = '\0';
     /* A pool size of 1 means "no pool" to MHD; thread-per-connection takes no pool at all. */
@@ -350,12 +530,15 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
         MHD_OPTION_END);
     if (!srv->daemon) {
         snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
                  mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
+        ratelimit_free(srv->limiter);
         free(srv);
         return NULL;
     }
@@ -391,5 +574,6 @@ void http_stop(struct http_server *srv, int grace_ms)
     MHD_stop_daemon(srv->daemon);
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
+    ratelimit_free(srv->limiter);
     free(srv);
 }

@@ -3,6 +3,11 @@
  * (body capped at 16 KiB: 413 body_too_large), turns it into a struct request, hands it to
  * router_dispatch, and sends back the struct response the handler filled (JSON compact, or the
  * handler's raw text). Handlers run on MHD's worker threads (cfg.threads, epoll).
+ *
+ * Abuse limits, both per peer address and off by default: cfg.rate_limit_rps/rate_limit_burst
+ * (ratelimit.h token buckets; a request over the rate gets 429 rate_limited + Retry-After before
+ * its body is read or a handler runs; /healthz, /readyz and /metrics are exempt) and
+ * cfg.max_connections_per_ip (libmicrohttpd closes a connection over it at once).
  */
 #ifndef INVENTORY_HTTP_H
 #define INVENTORY_HTTP_H

@@ -506,6 +506,35 @@ static void test_secrets_not_echoed(void **state)
     assert_null(strstr(r.err, "5 "));
 }
 
+/* Found by fuzz_config: a config file that is not valid JSON made a message with jansson's
+ * quote of the text at the error: a newline in it (two lines), and a piece of a secret when
+ * the error was inside the admin token or the Redis URL. */
+static void test_file_syntax_errors_quote_nothing(void **state)
+{
+    (void)state;
+    static const char *const files[] = {
+        "{\"admin_token\": \"Sup3r-Secret\nValue\"}",    /* raw newline in the string */
+        "{\"admin_token\": \"Sup3r-Secret-Value",          /* truncated */
+        "{\"redis\": \"redis://:Sup3r-Secret@h:1\" \"port\": 1}", /* missing comma */
+        "{\"admin_token\": Sup3r-Secret}",                /* not a string */
+    };
+    struct run r;
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        run_load(&r, NONE, NONE, files[i]);
+        assert_int_equal(r.rc, -1);
+        assert_true(strncmp(r.err, "config: invalid JSON in ", 24) == 0);
+        if (strstr(r.err, "Sup3r") != NULL)
+            fail_msg("file %zu: the message quotes the secret: %s", i, r.err);
+        for (const char *p = r.err; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+                fail_msg("file %zu: byte 0x%02x in the message: %s", i, (unsigned char)*p, r.err);
+    }
+    /* A duplicate key still names the key. */
+    run_load(&r, NONE, NONE, "{\"port\": 1, \"port\": 2}");
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "port"));
+}
+
 static void test_small_error_buffer(void **state)
 {
     (void)state;
@@ -681,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_config_file_selection),
         cmocka_unit_test(test_invalid_table),
         cmocka_unit_test(test_secrets_not_echoed),
+        cmocka_unit_test(test_file_syntax_errors_quote_nothing),
         cmocka_unit_test(test_small_error_buffer),
         cmocka_unit_test(test_redis_urls),
         cmocka_unit_test(test_describe),

@@ -1,0 +1,244 @@
+/*
+ * Secrets and Redis credentials end to end (issue 5, "Security"; docs/reliability.md):
+ *   - the admin token, given by flag, environment or config file, is never written to the log
+ *     (the log is read after every kind of admin request, right and wrong tokens, at debug
+ *     level), nor echoed in a 401, nor in the exit-2 message of a bad token;
+ *   - inventoryd works against a Redis with a password and with an ACL user whose rights are
+ *     limited to the inv:* keys and channels (so the service touches no other key), and the
+ *     password is never logged; a wrong password makes /readyz and orders 503, also unlogged.
+ */
+#include "svc_test.h"
+
+#include <unistd.h>
+
+static rf_server *redis;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    redis = rf_start(NULL);
+    return redis == NULL ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rf_stop(redis);
+    redis = NULL;
+    return 0;
+}
+
+/* Fails when the log file at path contains secret; returns the log's size. */
+static long assert_not_in_log(const char *path, const char *secret, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    SF_ASSERT(f != NULL, "cannot read the log %s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    SF_ASSERT(strstr(text, secret) == NULL, "%s appears in the log %s", what, path);
+    return (long)n;
+}
+
+/* Copies svc's log before it is removed by sf_stop. */
+static void keep_log(const sf_service *svc, char *copy, size_t size)
+{
+    snprintf(copy, size, "%s/it_security-log-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = mkstemp(copy);
+    SF_ASSERT(fd >= 0, "mkstemp %s", copy);
+    FILE *in = fopen(sf_log_path(svc), "r");
+    SF_ASSERT(in != NULL, "%s", "cannot open the service log");
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        SF_ASSERT(write(fd, buf, n) == (ssize_t)n, "%s", "write");
+    fclose(in);
+    close(fd);
+}
+
+/* Every kind of admin request, with the right token and with wrong ones. */
+static void admin_traffic(int port, const char *token)
+{
+    char sku[64], path[128], restock[160], cancel[256];
+    tu_unique_name(sku, sizeof sku, "sec");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(restock, sizeof restock, "%s/restock", path);
+    sf_resp r = {0};
+    SF_ASSERT(sf_put_sku(port, token, sku, 10, 2, &r) == 201, "PUT: %s", sf_resp_summary(&r));
+    SF_ASSERT(sf_restock(port, token, sku, 4, &r) == 200, "restock: %s", sf_resp_summary(&r));
+    sf_order(NULL, port, sku, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    snprintf(cancel, sizeof cancel, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
+    sf_json_request(NULL, port, "DELETE", cancel, token, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+
+    /* Wrong tokens: one that starts like the right one, and lookalikes. */
+    char near[600];
+    snprintf(near, sizeof near, "%s-but-longer", token);
+    const char *wrong[] = {near, "Bearer", "wrong-token-DEADBEEF"};
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        sf_json_request(NULL, port, "PUT", path, wrong[i], NULL, "{\"stock\":1,\"segments\":1}",
+                        &r);
+        SF_ASSERT_ERROR(&r, 401, "unauthorized");
+        /* The 401 does not echo what was presented. */
+        SF_ASSERT(strstr(r.body, wrong[i]) == NULL, "the 401 echoes the token: %s", r.body);
+    }
+    sf_json_request(NULL, port, "DELETE", path, token, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_resp_free(&r);
+}
+
+static void test_admin_token_never_logged(void **state)
+{
+    (void)state;
+    static const char flag_token[] = "Flag-Secret-7Qz9-admin";
+    static const char env_token[] = "Env-Secret-4Kx2-admin";
+    static const char file_token[] = "File-Secret-9Wm5-admin";
+    char log_copy[3][512];
+
+    /* 1. --admin-token, at debug level (every request is logged). */
+    const char *args[] = {"--admin-token", flag_token, "--log-level", "debug", NULL};
+    sf_service *svc = sf_start(rf_url(redis), args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    admin_traffic(sf_port(svc), flag_token);
+    SF_ASSERT(sf_log_contains(svc, "\"admin_token\":\"***\""), "%s",
+              "the startup config line does not mask the token");
+    keep_log(svc, log_copy[0], sizeof log_copy[0]);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+
+    /* 2. INVENTORY_ADMIN_TOKEN (inherited by the service). */
+    setenv("INVENTORY_ADMIN_TOKEN", env_token, 1);
+    const char *dbg[] = {"--log-level", "debug", NULL};
+    svc = sf_start(rf_url(redis), dbg);
+    unsetenv("INVENTORY_ADMIN_TOKEN");
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    admin_traffic(sf_port(svc), env_token);
+    keep_log(svc, log_copy[1], sizeof log_copy[1]);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+
+    /* 3. The config file. */
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/it_security-config-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = mkstemp(cfg);
+    SF_ASSERT(fd >= 0, "mkstemp %s", cfg);
+    char text[256];
+    int n = snprintf(text, sizeof text, "{\"admin_token\": \"%s\", \"log_level\": \"debug\"}",
+                     file_token);
+    SF_ASSERT(write(fd, text, (size_t)n) == n, "%s", "write");
+    close(fd);
+    const char *cargs[] = {"--config", cfg, NULL};
+    svc = sf_start(rf_url(redis), cargs);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    admin_traffic(sf_port(svc), file_token);
+    keep_log(svc, log_copy[2], sizeof log_copy[2]);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+    unlink(cfg);
+
+    static const char *const tokens[] = {flag_token, env_token, file_token};
+    for (int i = 0; i < 3; i++) {
+        for (int t = 0; t < 3; t++)
+            assert_not_in_log(log_copy[i], tokens[t], "the admin token");
+        long size = assert_not_in_log(log_copy[i], "Bearer", "an Authorization header");
+        SF_ASSERT(size > 1000, "log %d is only %ld bytes: was debug logging on?", i, size);
+        unlink(log_copy[i]);
+    }
+
+    /* 4. A bad token (a space in it) or a bad value next to a good token: exit 2, and the
+     * message quotes neither token. */
+    static const char bad_token[] = "Bad Secret-3Jh8";
+    const char *bad1[] = {"--admin-token", bad_token, NULL};
+    const char *bad2[] = {"--admin-token", flag_token, "--port", "nope", NULL};
+    const char *const *bads[] = {bad1, bad2};
+    for (int i = 0; i < 2; i++) {
+        char out[1024], err[4096];
+        int st = sf_run(bads[i], 5000, out, sizeof out, err, sizeof err);
+        SF_ASSERT(st == 2, "exit %d: %s", st, err);
+        SF_ASSERT(strstr(err, "Secret") == NULL, "the error message shows the token: %s", err);
+    }
+}
+
+static void test_redis_password_and_acl_user(void **state)
+{
+    (void)state;
+    static const char password[] = "Redis-Pass-5Tn1";
+    static const char user_password[] = "Acl-Pass-8Vb3";
+    const char *rargs[] = {"--requirepass", password, NULL};
+    rf_server *pw = rf_start(rargs);
+    SF_ASSERT(pw != NULL, "%s", "redis-server with a password did not start");
+    /* An ACL user limited to the service's keys and channels (inv:*), so the service provably
+     * touches nothing else. */
+    redisReply *rr = rf_command(pw,
+                                "ACL SETUSER inventoryd on >%s ~inv:* &inv:* +@all -@admin "
+                                "-@dangerous +info",
+                                user_password);
+    SF_ASSERT(rr != NULL && rr->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s",
+              rr && rr->str ? rr->str : "(no reply)");
+    freeReplyObject(rr);
+
+    char url[3][256];
+    snprintf(url[0], sizeof url[0], "redis://:%s@127.0.0.1:%d", password, rf_port(pw));
+    snprintf(url[1], sizeof url[1], "redis://inventoryd:%s@127.0.0.1:%d/0", user_password,
+             rf_port(pw));
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--log-level", "debug", "--admin-token", "t0ken-it-security", NULL};
+        sf_service *svc = sf_start(url[i], args);
+        SF_ASSERT(svc != NULL, "inventoryd did not start with %s",
+                  i ? "an ACL user" : "a password");
+        int port = sf_port(svc);
+        sf_resp r = {0};
+        sf_http(port, "GET", "/readyz", NULL, NULL, 0, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        char sku[64];
+        tu_unique_name(sku, sizeof sku, i ? "acl" : "pw");
+        SF_ASSERT(sf_put_sku(port, "t0ken-it-security", sku, 20, 4, &r) == 201, "PUT: %s",
+                  sf_resp_summary(&r));
+        /* With an Idempotency-Key too: its claim key is under inv:{sku} like the rest. */
+        char body[160];
+        snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
+        for (int k = 0; k < 5; k++) {
+            sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, k < 2 ? "idem-1" : NULL,
+                            body, &r);
+            SF_ASSERT(r.status == (k == 1 ? 200 : 201), "order %d: %s", k, sf_resp_summary(&r));
+        }
+        json_t *st = sf_sku_status(port, sku);
+        SF_ASSERT(st != NULL && sf_json_int(st, "sold", -1) == 4, "%s",
+                  "status after 4 orders and a replay");
+        json_decref(st);
+        SF_ASSERT(sf_log_contains(svc, ":***@127.0.0.1"), "%s",
+                  "the startup config line does not mask the password");
+        assert_not_in_log(sf_log_path(svc), password, "the Redis password");
+        assert_not_in_log(sf_log_path(svc), user_password, "the ACL user's password");
+        sf_resp_free(&r);
+        SF_ASSERT_EQ(sf_stop(svc), 0);
+    }
+    redisReply *who = rf_command(pw, "ACL LOG");
+    SF_ASSERT(who != NULL && who->type == REDIS_REPLY_ARRAY && who->elements == 0,
+              "the ACL user was refused something (%zu ACL LOG entries)",
+              who ? who->elements : (size_t)0);
+    freeReplyObject(who);
+
+    /* A wrong password: the service starts, is not ready, answers 503, logs no password. */
+    snprintf(url[2], sizeof url[2], "redis://:Wrong-Pass-2Gd7@127.0.0.1:%d", rf_port(pw));
+    sf_service *svc = sf_start(url[2], NULL);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with a wrong password");
+    sf_resp r = {0};
+    sf_http(sf_port(svc), "GET", "/readyz", NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 503);
+    sf_order(NULL, sf_port(svc), "any-sku", 1, &r);
+    SF_ASSERT_ERROR(&r, 503, "unavailable");
+    sf_resp_free(&r);
+    assert_not_in_log(sf_log_path(svc), "Wrong-Pass-2Gd7", "the wrong Redis password");
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+    rf_stop(pw);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_admin_token_never_logged),
+        cmocka_unit_test(test_redis_password_and_acl_user),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
