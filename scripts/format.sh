@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files '*.c' '*.h')
-if [ "${1:-}" = "--check" ]; then
-  clang-format --dry-run --Werror "${files[@]}"
-else
-  clang-format -i "${files[@]}"
-fi
+case "${1:-}" in
+  --check) clang-format --dry-run --Werror "${files[@]}" ;;
+  "") clang-format -i "${files[@]}" ;;
+  *) echo "usage: scripts/format.sh [--check]" >&2; exit 2 ;;
+esac

@@ -507,7 +507,7 @@ static enum order_outcome place_order(struct order_ctx *ctx)
             case SEG_NOTREADY: notready = 1; break;
             case SEG_SHORT:
                 any_short = 1;
-                /* fall through */
+                __attribute__((fallthrough));
             case SEG_EMPTY:
                 done[k / 64] |= 1ULL << (k % 64);
                 metrics_failover();
@@ -546,7 +546,7 @@ static enum order_outcome place_order(struct order_ctx *ctx)
             break;
         case SEG_SHORT:
             any_short = 1;
-            /* fall through */
+            __attribute__((fallthrough));
         case SEG_EMPTY:
             done[k / 64] |= 1ULL << (k % 64);
             metrics_failover();
@@ -815,7 +815,7 @@ void order_create(struct app *app, const struct request *req, struct response *r
         break;
     case OUT_SOLD_OUT_FAST:
         metrics_sold_out_fast();
-        /* fall through */
+        __attribute__((fallthrough));
     case OUT_SOLD_OUT:
         metrics_order(METRICS_ORDER_SOLD_OUT);
         response_error(res, ERROR_SOLD_OUT, "sold out");
