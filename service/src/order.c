@@ -52,7 +52,7 @@ struct order_ctx {
     struct sku_view view;
     int64_t deadline_ms;
     char order_id[ORDER_ID_MAX + 1];
-    json_t *order;                /* the committed order (new reference) */
+    char *record;                 /* the order's JSON text: stored in Redis, and the 201 body */
 };
 
 static int64_t mono_ms(void)
@@ -190,8 +190,9 @@ out:
     return rc;
 }
 
-/* Makes the order id and record for segment k; returns the record's JSON text (malloc'd). */
-static char *make_record(struct order_ctx *ctx, int k)
+/* Makes the order id and record for segment k; returns the record's JSON text (borrowed: kept in
+ * ctx->record, sent as the 201 body as it is, so the order is serialised once). */
+static const char *make_record(struct order_ctx *ctx, int k)
 {
     snprintf(ctx->order_id, sizeof(ctx->order_id), "%016" PRIx64 "-%d-%s", rnd64(), k,
              ctx->in->sku);
@@ -207,11 +208,10 @@ static char *make_record(struct order_ctx *ctx, int k)
                           "user_id",
                           ctx->in->has_user_id ? json_string(ctx->in->user_id) : json_null(),
                           "created_at", created, "status", "created");
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (ctx->order)
-        json_decref(ctx->order);
-    ctx->order = o;
-    return text;
+    free(ctx->record);
+    ctx->record = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return ctx->record;
 }
 
 /* Interprets a commit script result {code, value}. */
@@ -288,7 +288,7 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
         goto out;
     }
     critical_section_begin(ctx);
-    char *record = make_record(ctx, k);
+    const char *record = make_record(ctx, k);
     char ver[24], qty[24];
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
@@ -298,7 +298,6 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
                       keys, NULL, 5, args, NULL, &r);
     metrics_cs_leave();
-    free(record);
     if (st == LC_ELOST) {
         metrics_lock_lost();
         res = SEG_LOST;
@@ -322,7 +321,7 @@ static enum seg_result try_segment_atomic(struct order_ctx *ctx, int k)
     struct seg_keys sk;
     store_seg_keys(ctx->in->sku, k, &sk);
     critical_section_begin(ctx);
-    char *record = make_record(ctx, k);
+    const char *record = make_record(ctx, k);
     char ver[24], qty[24];
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
@@ -331,7 +330,6 @@ static enum seg_result try_segment_atomic(struct order_ctx *ctx, int k)
     redisReply *r = NULL;
     int rc = store_run_many(ctx->app->store, SCRIPT_COMMIT_ATOMIC, 1, 5, keys, 5, args, &r);
     metrics_cs_leave();
-    free(record);
     enum seg_result res;
     if (rc != 0 || !r || r->type == REDIS_REPLY_ERROR) {
         metrics_redis_error();
@@ -379,14 +377,13 @@ static enum seg_result order_single_lock(struct order_ctx *ctx, int *any_short)
             continue;
         struct seg_keys sk;
         store_seg_keys(ctx->in->sku, k, &sk);
-        char *record = make_record(ctx, k);
+        const char *record = make_record(ctx, k);
         const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
         const char *args[5] = {ver, qty, ctx->order_id, record ? record : "{}", ctx->idem};
         redisReply *r = NULL;
         st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), 0, 5, keys, NULL, 5,
                           args, NULL, &r);
-        free(record);
-        if (st == LC_ELOST) {
+            if (st == LC_ELOST) {
             metrics_lock_lost();
             res = SEG_LOST;
         } else if (st != LC_OK) {
@@ -810,8 +807,10 @@ void order_create(struct app *app, const struct request *req, struct response *r
     case OUT_CREATED:
         metrics_order(METRICS_ORDER_CREATED);
         snprintf(res->location, sizeof(res->location), "/api/v1/orders/%s", ctx.order_id);
-        response_json(res, 201, ctx.order);
-        ctx.order = NULL;
+        res->status = 201;
+        res->text = ctx.record;
+        res->content_type = "application/json";
+        ctx.record = NULL;
         break;
     case OUT_SOLD_OUT_FAST:
         metrics_sold_out_fast();
@@ -839,8 +838,7 @@ void order_create(struct app *app, const struct request *req, struct response *r
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;
     }
-    if (ctx.order)
-        json_decref(ctx.order);
+    free(ctx.record);
 }
 
 void order_get(struct app *app, const struct request *req, struct response *res)

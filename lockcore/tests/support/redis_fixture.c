@@ -45,12 +45,6 @@ struct rf_server {
 static volatile pid_t g_pid[RF_MAX_SERVERS];
 static volatile pid_t g_owner[RF_MAX_SERVERS];
 static rf_server *g_server[RF_MAX_SERVERS];
-static int g_installed;
-
-static const int g_signals[] = {SIGABRT, SIGSEGV, SIGTERM, SIGINT};
-#define RF_NSIGNALS ((int)(sizeof g_signals / sizeof g_signals[0]))
-static struct sigaction g_oldact[RF_NSIGNALS];
-static int g_hooked[RF_NSIGNALS];
 
 /* Kills (SIGKILL) and reaps every server this process started, and removes the files a
  * default server leaves in its dir, then the dir. Async-signal-safe (unlink, rmdir). */
@@ -77,27 +71,6 @@ static void rf_kill_registered(void)
     }
 }
 
-/* Fatal-signal hook: kill the servers, put the previous disposition back and let the signal
- * do what it would have done (ASan's report, a core dump, plain death). */
-static void rf_on_signal(int sig, siginfo_t *si, void *uc)
-{
-    (void)uc;
-    int saved = errno;
-    rf_kill_registered();
-    for (int i = 0; i < RF_NSIGNALS; i++) {
-        if (g_signals[i] == sig && g_hooked[i]) {
-            sigaction(sig, &g_oldact[i], NULL);
-            g_hooked[i] = 0;
-        }
-    }
-    errno = saved;
-    /* A real fault re-executes the faulting instruction on return and reaches the restored
-     * handler with its true siginfo; anything sent by kill/raise has to be raised again. */
-    if (sig == SIGSEGV && si != NULL && si->si_code > 0)
-        return;
-    raise(sig);
-}
-
 /* atexit: stop whatever the test left running (a failed test skips its teardown). */
 static void rf_at_exit(void)
 {
@@ -105,29 +78,6 @@ static void rf_at_exit(void)
     for (int i = 0; i < RF_MAX_SERVERS; i++) {
         if (g_server[i] != NULL && g_owner[i] == self)
             rf_stop(g_server[i]);
-    }
-}
-
-/* Once per process: the atexit handler and the fatal-signal hooks. */
-static void rf_install_hooks(void)
-{
-    if (g_installed)
-        return;
-    g_installed = 1;
-    atexit(rf_at_exit);
-    for (int i = 0; i < RF_NSIGNALS; i++) {
-        struct sigaction old;
-        if (sigaction(g_signals[i], NULL, &old) != 0)
-            continue;
-        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
-            continue; /* an ignored signal stays ignored */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = rf_on_signal;
-        sa.sa_flags = SA_SIGINFO;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(g_signals[i], &sa, &g_oldact[i]) == 0)
-            g_hooked[i] = 1;
     }
 }
 
@@ -438,7 +388,7 @@ static void rf_sweep_stale(const char *tmp)
 rf_server *rf_start(const char *const *extra_args)
 {
     static int swept;
-    rf_install_hooks();
+    tu_on_cleanup(rf_kill_registered, rf_at_exit);
     rf_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL)
         return NULL;

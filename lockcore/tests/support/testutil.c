@@ -5,6 +5,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -81,4 +84,70 @@ int tu_free_port(void)
     close(fd);
     errno = saved;
     return port;
+}
+
+/* ---- cleanup hooks shared by the fixtures ---- */
+
+enum { TU_MAX_CLEANUPS = 4 };
+static void (*g_kill_fns[TU_MAX_CLEANUPS])(void);
+static void (*g_exit_fns[TU_MAX_CLEANUPS])(void);
+static int g_ncleanups;
+static const int g_signals[] = {SIGABRT, SIGSEGV, SIGTERM, SIGINT};
+#define TU_NSIGNALS ((int)(sizeof g_signals / sizeof g_signals[0]))
+static struct sigaction g_oldact[TU_NSIGNALS];
+static int g_hooked[TU_NSIGNALS];
+
+static void tu_on_signal(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    int saved = errno;
+    for (int i = g_ncleanups - 1; i >= 0; i--)
+        g_kill_fns[i]();
+    for (int i = 0; i < TU_NSIGNALS; i++) {
+        if (g_signals[i] == sig && g_hooked[i]) {
+            sigaction(sig, &g_oldact[i], NULL);
+            g_hooked[i] = 0;
+        }
+    }
+    errno = saved;
+    /* A real fault re-executes the faulting instruction on return and reaches the restored
+     * handler with its true siginfo; anything sent by kill/raise has to be raised again. */
+    if (sig == SIGSEGV && si != NULL && si->si_code > 0)
+        return;
+    raise(sig);
+}
+
+static void tu_at_exit(void)
+{
+    for (int i = g_ncleanups - 1; i >= 0; i--)
+        g_exit_fns[i]();
+}
+
+void tu_on_cleanup(void (*kill_fn)(void), void (*exit_fn)(void))
+{
+    for (int i = 0; i < g_ncleanups; i++)
+        if (g_kill_fns[i] == kill_fn)
+            return;
+    if (g_ncleanups == TU_MAX_CLEANUPS)
+        abort();
+    if (g_ncleanups == 0) {
+        atexit(tu_at_exit);
+        for (int i = 0; i < TU_NSIGNALS; i++) {
+            struct sigaction old;
+            if (sigaction(g_signals[i], NULL, &old) != 0)
+                continue;
+            if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+                continue; /* an ignored signal stays ignored */
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_sigaction = tu_on_signal;
+            sa.sa_flags = SA_SIGINFO;
+            sigemptyset(&sa.sa_mask);
+            if (sigaction(g_signals[i], &sa, &g_oldact[i]) == 0)
+                g_hooked[i] = 1;
+        }
+    }
+    g_kill_fns[g_ncleanups] = kill_fn;
+    g_exit_fns[g_ncleanups] = exit_fn;
+    g_ncleanups++;
 }

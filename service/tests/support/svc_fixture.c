@@ -40,12 +40,6 @@ struct sf_service {
 static volatile pid_t g_pid[SF_MAX_SERVICES];
 static volatile pid_t g_owner[SF_MAX_SERVICES];
 static sf_service *g_svc[SF_MAX_SERVICES];
-static int g_installed;
-
-static const int g_signals[] = {SIGABRT, SIGSEGV, SIGTERM, SIGINT};
-#define SF_NSIGNALS ((int)(sizeof g_signals / sizeof g_signals[0]))
-static struct sigaction g_oldact[SF_NSIGNALS];
-static int g_hooked[SF_NSIGNALS];
 
 /* Kills (SIGKILL) and reaps every service this process started and removes its log and dir.
  * Async-signal-safe. */
@@ -69,55 +63,12 @@ static void sf_kill_registered(void)
     }
 }
 
-/* Fatal-signal hook: kill the services, restore the previous disposition (maybe the redis
- * fixture's hook, which then does its part) and let the signal do what it would have done. */
-static void sf_on_signal(int sig, siginfo_t *si, void *uc)
-{
-    (void)uc;
-    int saved = errno;
-    sf_kill_registered();
-    for (int i = 0; i < SF_NSIGNALS; i++) {
-        if (g_signals[i] == sig && g_hooked[i]) {
-            sigaction(sig, &g_oldact[i], NULL);
-            g_hooked[i] = 0;
-        }
-    }
-    errno = saved;
-    /* A real fault re-executes the faulting instruction on return and reaches the restored
-     * handler with its true siginfo; anything sent by kill/raise has to be raised again. */
-    if (sig == SIGSEGV && si != NULL && si->si_code > 0)
-        return;
-    raise(sig);
-}
-
 static void sf_at_exit(void)
 {
     pid_t self = getpid();
     for (int i = 0; i < SF_MAX_SERVICES; i++) {
         if (g_svc[i] != NULL && g_owner[i] == self)
             sf_stop(g_svc[i]);
-    }
-}
-
-static void sf_install_hooks(void)
-{
-    if (g_installed)
-        return;
-    g_installed = 1;
-    atexit(sf_at_exit);
-    for (int i = 0; i < SF_NSIGNALS; i++) {
-        struct sigaction old;
-        if (sigaction(g_signals[i], NULL, &old) != 0)
-            continue;
-        if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
-            continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = sf_on_signal;
-        sa.sa_flags = SA_SIGINFO;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(g_signals[i], &sa, &g_oldact[i]) == 0)
-            g_hooked[i] = 1;
     }
 }
 
@@ -459,7 +410,7 @@ static void sf_free(sf_service *svc)
 
 sf_service *sf_start(const char *redis_url, const char *const *extra_args)
 {
-    sf_install_hooks();
+    tu_on_cleanup(sf_kill_registered, sf_at_exit);
     if (sf_binary() == NULL)
         return NULL;
     sf_service *svc = calloc(1, sizeof *svc);
