@@ -2,7 +2,8 @@
 --
 -- Each wrk thread counts what it sent and what came back; done() sums the threads (thread:get)
 -- and prints one machine-readable line:
---   RESULT created=.. units=.. s200=.. s204=.. s409=.. s503=.. s4xx=.. s5xx=.. other=..
+--   RESULT created=.. units=.. s200=.. s204=.. s409=.. s503=.. s503_unknown=.. s4xx=.. s5xx=..
+--          other=..
 --          bad_body=.. sent_orders=.. sent_reads=.. answered=.. unanswered=.. window_s=..
 --          rate=.. all_rate=.. p50_us=.. p90_us=.. p99_us=.. p999_us=.. max_us=..
 --          sock_connect=.. sock_read=.. sock_write=.. sock_timeout=..
@@ -48,7 +49,7 @@ M.drain_request = "GET /lt-drain HTTP/1.1\r\nHost: loadtest\r\nX-Drain: 1\r\n"
 M.drain_dir = os.getenv("LT_DRAIN_DIR")
 
 local counter_names = {
-  "created", "units", "s200", "s204", "s409", "s503", "s4xx", "s5xx", "other",
+  "created", "units", "s200", "s204", "s409", "s503", "s503_unknown", "s4xx", "s5xx", "other",
   "sent_orders", "sent_reads", "answered", "ok_in_window", "bad_body",
 }
 M.counter_names = counter_names
@@ -122,6 +123,10 @@ function M.count(status, body)
     c.s409 = c.s409 + 1
   elseif status == 503 then
     c.s503 = c.s503 + 1
+    -- the commit's outcome is unknown (Redis failed during it): the order may have been placed
+    if body and body:find('"outcome":"unknown"', 1, true) then
+      c.s503_unknown = c.s503_unknown + 1
+    end
   elseif status >= 400 and status < 500 then
     c.s4xx = c.s4xx + 1
   elseif status >= 500 then
@@ -167,6 +172,7 @@ function M.done(summary, latency, requests)
     string.format("s204=%d", tot.s204),
     string.format("s409=%d", tot.s409),
     string.format("s503=%d", tot.s503),
+    string.format("s503_unknown=%d", tot.s503_unknown),
     string.format("s4xx=%d", tot.s4xx),
     string.format("s5xx=%d", tot.s5xx),
     string.format("other=%d", tot.other),

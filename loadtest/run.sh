@@ -135,44 +135,20 @@ rss_conns=$rss_conns
 inventoryd_args=${LT_INVENTORYD_ARGS:-}
 git_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- service/src lockcore/src lockcore/include 2>/dev/null || echo " + uncommitted changes in service/src or lockcore/")
 EOF
-log() { printf '[loadtest %s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$res/run.log" >&2; }
-die() { log "INFRASTRUCTURE FAILURE: $*"; exit 3; }
+lib_name=loadtest
+# shellcheck source=loadtest/lib.sh
+. "$lt/lib.sh"
 
-# --- processes and cleanup ------------------------------------------------------------------
-
-redis_pid="" nginx_pid="" wrk_pid="" mon_pid="" perf_pid="" perf_pid2=""
+mon_pid="" perf_pid="" perf_pid2=""
 perf_stat_pids=()
-inst_pids=()
-# Sends TERM to pid $1 and waits up to $2 tenths of a second before KILL.
-stop_pid() {
-  local p=$1 n=${2:-50} i
-  [ -n "$p" ] || return 0
-  kill -TERM "$p" 2>/dev/null || return 0
-  for ((i = 0; i < n; i++)); do
-    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-  kill -KILL "$p" 2>/dev/null || true
-  wait "$p" 2>/dev/null || true
-}
-stop_instances() {
-  local p
-  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do stop_pid "$p" 60; done
-  inst_pids=()
-}
-stop_nginx() { stop_pid "$nginx_pid" 50; nginx_pid=""; }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  [ -n "$wrk_pid" ] && stop_pid "$wrk_pid" 10
   [ -n "$mon_pid" ] && stop_pid "$mon_pid" 10
   [ -n "$perf_pid" ] && stop_pid "$perf_pid" 30
   [ -n "$perf_pid2" ] && stop_pid "$perf_pid2" 30
   for p in ${perf_stat_pids[@]+"${perf_stat_pids[@]}"}; do stop_pid "$p" 10; done
-  stop_nginx
-  stop_instances
-  [ -n "$redis_pid" ] && stop_pid "$redis_pid" 50
+  stop_all
   exit "$rc"
 }
 trap cleanup EXIT
@@ -181,15 +157,9 @@ trap 'log "interrupted"; exit 130' INT TERM
 # --- set-up -----------------------------------------------------------------------------------
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
-for tool in wrk nginx redis-server redis-cli curl cc pkg-config awk; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs it)"
-done
+check_tools
 if [ "${LT_SKIP_BUILD:-0}" != 1 ] && [ -z "${INVENTORYD_BIN:-}" ]; then
-  log "building inventoryd in $build_dir"
-  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$res/logs/cmake.log" 2>&1 \
-    || die "cmake configure failed (see $res/logs/cmake.log)"
-  cmake --build "$build_dir" -j 2 --target inventoryd >>"$res/logs/cmake.log" 2>&1 \
-    || die "build failed (see $res/logs/cmake.log)"
+  build_targets inventoryd
 fi
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 bare_bin=$build_dir/loadtest/bare_handler
@@ -200,130 +170,7 @@ if [ ! -x "$bare_bin" ] || [ "$lt/bare_handler.c" -nt "$bare_bin" ]; then
     $(pkg-config --cflags --libs libmicrohttpd) >"$res/logs/bare_build.log" 2>&1 \
     || die "cannot build loadtest/bare_handler.c (see $res/logs/bare_build.log)"
 fi
-
-used_ports=" "
-# Sets $picked to a port in [port_min, port_max] that nothing listens on and this run has not
-# used (called directly, not in $(...), so the used list survives).
-# Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
-pick_port() {
-  local p i
-  for ((i = 0; i < 200; i++)); do
-    p=$((port_min + (RANDOM * 32768 + RANDOM) % (port_max - port_min + 1)))
-    [[ $used_ports == *" $p "* ]] && continue
-    if ! (: <>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      used_ports+="$p "
-      picked=$p
-      return 0
-    fi
-  done
-  return 1
-}
-# wait_ready PID TENTHS CMD...: like wait_until, but gives up at once when PID has exited.
-wait_ready() {
-  local pid=$1 n=$2 i; shift 2
-  for ((i = 0; i < n; i++)); do
-    "$@" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-# wait_until TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at most TENTHS times.
-wait_until() {
-  local n=$1 i; shift
-  for ((i = 0; i < n; i++)); do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-start_redis() {
-  local attempt
-  for attempt in 1 2 3 4 5; do
-    if [ -n "${LT_REDIS_PORT:-}" ]; then redis_port=$LT_REDIS_PORT
-    else pick_port || die "no free port for Redis"; redis_port=$picked; fi
-    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-      --dir "$run_dir" --logfile "$res/logs/redis.log" --daemonize no &
-    redis_pid=$!
-    if wait_ready "$redis_pid" 50 redis-cli -p "$redis_port" ping; then
-      return 0
-    fi
-    stop_pid "$redis_pid" 10; redis_pid=""
-    [ -z "${LT_REDIS_PORT:-}" ] || break
-  done
-  die "redis-server did not start (see $res/logs/redis.log)"
-}
-rcli() { redis-cli -p "$redis_port" "$@"; }
-
-inst_ports=()
-for ((i = 0; i < instances; i++)); do
-  if [ -n "${LT_BASE_PORT:-}" ]; then inst_ports+=($((LT_BASE_PORT + i)))
-  else pick_port || die "no free port for instance $i"; inst_ports+=("$picked"); fi
-done
-
-# start_servers KIND N THREADS [inventoryd flags...]: starts N servers on inst_ports[0..N-1]:
-# KIND "inventoryd" or "bare". Waits until each is ready; a server that cannot bind its port
-# gets another free port (unless LT_BASE_PORT fixes them).
-start_servers() {
-  local kind=$1 n=$2 threads=$3; shift 3
-  local i attempt p pid url
-  inst_pids=()
-  for ((i = 0; i < n; i++)); do
-    for attempt in 1 2 3; do
-      p=${inst_ports[i]}
-      if [ "$kind" = bare ]; then
-        "$bare_bin" "$p" "$threads" 2>>"$res/logs/bare$i.log" &
-        pid=$!; url=http://127.0.0.1:$p/healthz
-      else
-        "$bin" --port "$p" --bind 127.0.0.1 --redis "redis://127.0.0.1:$redis_port" \
-          --threads "$threads" --lock-wait-ms "$lock_wait" --log-level warn \
-          --shutdown-grace-ms 3000 "$@" ${LT_INVENTORYD_ARGS:-} 2>>"$res/logs/inventoryd$i.log" &
-        pid=$!; url=http://127.0.0.1:$p/readyz
-      fi
-      if wait_ready "$pid" 100 curl -fsS --max-time 1 "$url"; then
-        inst_pids+=("$pid")
-        break
-      fi
-      stop_pid "$pid" 20
-      [ -z "${LT_BASE_PORT:-}" ] || die "$kind $i did not become ready on port $p"
-      pick_port || die "no free port"
-      inst_ports[i]=$picked
-      log "$kind $i was not ready on port $p; retrying on ${inst_ports[i]}"
-    done
-    [ "${#inst_pids[@]}" -eq $((i + 1)) ] || die "$kind $i did not start (see $res/logs/)"
-  done
-}
-
-# start_nginx N: nginx in front of the first N servers.
-start_nginx() {
-  local n=$1 attempt i ups
-  for attempt in 1 2 3; do
-    if [ -n "${LT_NGINX_PORT:-}" ]; then nginx_port=$LT_NGINX_PORT
-    elif [ -z "${nginx_port:-}" ]; then pick_port || die "no free port for nginx"; nginx_port=$picked; fi
-    ups=""
-    for ((i = 0; i < n; i++)); do ups+="        server 127.0.0.1:${inst_ports[i]};"$'\n'; done
-    mkdir -p "$run_dir/nginx/tmp"
-    # shellcheck disable=SC2016
-    awk -v run="$run_dir/nginx" -v listen="127.0.0.1:$nginx_port" -v ups="${ups%$'\n'}" '
-      /^[[:space:]]*#/ { print; next }
-      { gsub(/@RUN_DIR@/, run); gsub(/@LISTEN@/, listen) }
-      /@UPSTREAM_SERVERS@/ { print ups; next }
-      { print }' "$root/config/nginx-lb.conf.template" >"$run_dir/nginx/nginx.conf"
-    nginx -p "$run_dir/nginx" -c "$run_dir/nginx/nginx.conf" -e "$run_dir/nginx/error.log" \
-      >>"$res/logs/nginx.log" 2>&1 &
-    nginx_pid=$!
-    if wait_ready "$nginx_pid" 50 curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$nginx_port/nginx-204"; then
-      return 0
-    fi
-    stop_nginx
-    cat "$run_dir/nginx/error.log" >>"$res/logs/nginx.log" 2>/dev/null || true
-    [ -z "${LT_NGINX_PORT:-}" ] || break
-    pick_port || die "no free port for nginx"
-    nginx_port=$picked
-  done
-  die "nginx did not start (see $res/logs/nginx.log)"
-}
+pick_instance_ports
 
 # --- measurements -----------------------------------------------------------------------------
 
@@ -367,38 +214,6 @@ rss_of_servers() {
   done
   echo "$max ${list:--}"
 }
-# True once every wrk thread has left its drain marker in $drain_dir (run_case's local).
-all_drained() { [ "$(find "$drain_dir" -name 'thread-*' | wc -l)" -ge "$wrk_threads" ]; }
-# field NAME LINE: the value of NAME=... in a RESULT/VERIFY line.
-field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
-
-# start_wrk PREFIX WINDOW: starts wrk in the background (run_case's settings: $url, $sku,
-# o[conns], o[script], o[ok]); output in PREFIX.wrk.txt. Its threads leave drain markers in
-# PREFIX.drain/.
-start_wrk() {
-  drain_dir=$1.drain
-  rm -rf "$drain_dir"; mkdir -p "$drain_dir"
-  LT_SKU=$sku LT_QTY=$qty LT_WINDOW_S=$2 LT_OK=${o[ok]} LT_DRAIN_DIR=$drain_dir \
-    wrk -t "$wrk_threads" -c "${o[conns]}" -d "$(($2 + drain_max))s" --timeout 10s --latency \
-    -s "$lt/${o[script]}" "$url" >"$1.wrk.txt" 2>"$1.wrk.stderr" &
-  wrk_pid=$!
-}
-# finish_wrk PREFIX: stops wrk as soon as every thread has all its answers (or when -d runs
-# out) and sets $result to its RESULT line; an infrastructure failure if there is none.
-finish_wrk() {
-  wait_until $((drain_max * 10 + 10)) all_drained || true
-  kill -INT "$wrk_pid" 2>/dev/null || true
-  local rc=0
-  wait "$wrk_pid" || rc=$?
-  wrk_pid=""
-  rm -rf "$drain_dir"
-  result=$(grep '^RESULT ' "$1.wrk.txt" | tail -1 || true)
-  if [ "$rc" -ne 0 ] || [ -z "$result" ]; then
-    sed 's/^/  wrk: /' "$1.wrk.stderr" | head -5 >&2 || true
-    die "wrk failed ($1.wrk.txt, exit $rc)"
-  fi
-}
-
 printf 'id\tscenario\tlabel\tstrategy\tsegments\thold_ms\tthreads\tconns\ttarget\trate\tp50_ms\tp90_ms\tp99_ms\tp999_ms\tcreated\tunits\ts200\ts409\ts503\tother\tsock_err\tunanswered\ttop_per_order\tall_per_order\tmon_client_per_order\trss_max_kib\trss_kib\tcpu_inv_us\tcpu_redis_us\tcpu_nginx_us\tcpu_wrk_us\tcpu_rest_us\tbusy_pct\tbg_pct\tothers_pct\tlive\tverify\n' >"$tsv"
 failures=0
 
@@ -433,10 +248,7 @@ run_case() {
 
   local sku=${o[sku]:-lt-$id}
   if [ -n "${o[stock]}" ] && [ "${o[kind]}" = inventoryd ]; then
-    curl -fsS --max-time 10 -X PUT -H 'Content-Type: application/json' \
-      -d "{\"stock\": ${o[stock]}, \"segments\": ${o[segments]}}" \
-      "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$sku" >"$raw.put.json" 2>>"$res/logs/curl.log" \
-      || die "preheat PUT of $sku failed"
+    put_sku "$sku" "${o[stock]}" "${o[segments]}" "$raw.put.json"
   fi
 
   local url path

@@ -57,6 +57,8 @@ static const struct keydef keys[] = {
      K_STRATEGY, 0, 0, 0},
     INT_KEY(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,
             "segment lock lease, renewed by the watchdog while held"),
+    INT_KEY(lock_renewal, "--lock-renewal", "INVENTORY_LOCK_RENEWAL", 1, 0, 1,
+            "1: the watchdog renews a held lock's lease; 0: a hold longer than the lease is lost"),
     INT_KEY(lock_wait_ms, "--lock-wait-ms", "INVENTORY_LOCK_WAIT_MS", 2000, 0, 600000,
             "longest an order waits for a segment lock before 503 lock_timeout"),
     INT_KEY(hold_ms, "--hold-ms", "INVENTORY_HOLD_MS", 0, 0, 60000,
@@ -106,6 +108,7 @@ static const char usage_text[] =
     "  --threads N                HTTP worker threads, 1..1024 [number of CPUs]\n"
     "  --strategy S               segmented, single-lock or atomic [segmented]\n"
     "  --lock-lease-ms N          lock lease, 1..3600000 [10000]\n"
+    "  --lock-renewal 0|1         renew held leases (watchdog); 0: holds end at the lease [1]\n"
     "  --lock-wait-ms N           longest wait for a segment lock, 0..600000 [2000]\n"
     "  --hold-ms N                simulated work in the critical section, 0..60000 [0]\n"
     "  --max-quantity N           largest quantity per order, 1..1000000 [100]\n"
@@ -550,6 +553,7 @@ void config_defaults(struct config *out)
     out->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (int)cpus;
     out->strategy = STRATEGY_SEGMENTED;
     out->lock_lease_ms = 10000;
+    out->lock_renewal = 1;
     out->lock_wait_ms = 2000;
     out->hold_ms = 0;
     out->max_quantity = 100;
@@ -826,6 +830,7 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "threads", json_integer(cfg->threads));
     bad |= json_object_set_new(o, "strategy", json_string(config_strategy_name(cfg->strategy)));
     bad |= json_object_set_new(o, "lock_lease_ms", json_integer(cfg->lock_lease_ms));
+    bad |= json_object_set_new(o, "lock_renewal", json_integer(cfg->lock_renewal));
     bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));
     bad |= json_object_set_new(o, "hold_ms", json_integer(cfg->hold_ms));
     bad |= json_object_set_new(o, "max_quantity", json_integer(cfg->max_quantity));

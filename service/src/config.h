@@ -53,6 +53,8 @@ struct config {
     int threads;                        /* 1..1024, default the number of online CPUs */
     enum config_strategy strategy;      /* default STRATEGY_SEGMENTED */
     int lock_lease_ms;                  /* 1..3600000, default 10000 */
+    int lock_renewal;                   /* 0..1, default 1: the watchdog renews held leases;
+                                           0: a hold ends when its lease does (fault tests) */
     int lock_wait_ms;                   /* 0..600000, default 2000 */
     int hold_ms;                        /* 0..60000, default 0 */
     int max_quantity;                   /* 1..1000000, default 100 */

@@ -241,14 +241,22 @@ static void critical_section_begin(struct order_ctx *ctx)
         sleep_ms(ctx->app->cfg.hold_ms);
 }
 
+/* The options of every order lock: the configured lease, renewed by the watchdog unless
+ * lock_renewal is 0. */
+static void lock_opts(const struct order_ctx *ctx, lc_lock_opts *lo)
+{
+    lc_lock_opts_init(lo);
+    lo->lease_ms = ctx->app->cfg.lock_lease_ms;
+    lo->watchdog = ctx->app->cfg.lock_renewal;
+}
+
 /* Segmented strategy: lock segment k (waiting up to wait_ms), check it and commit. */
 static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
 {
     struct seg_keys sk;
     store_seg_keys(ctx->in->sku, k, &sk);
     lc_lock_opts lo;
-    lc_lock_opts_init(&lo);
-    lo.lease_ms = ctx->app->cfg.lock_lease_ms;
+    lock_opts(ctx, &lo);
     lc_lock *lock;
     if (lc_lock_new(ctx->lc, sk.lock, &lo, &lock) != LC_OK)
         return SEG_ERROR;
@@ -348,8 +356,7 @@ static enum seg_result order_single_lock(struct order_ctx *ctx, int *any_short)
     char name[STORE_KEY_MAX];
     store_sku_key(name, ctx->in->sku, "slock");
     lc_lock_opts lo;
-    lc_lock_opts_init(&lo);
-    lo.lease_ms = ctx->app->cfg.lock_lease_ms;
+    lock_opts(ctx, &lo);
     lc_lock *lock;
     if (lc_lock_new(ctx->lc, name, &lo, &lock) != LC_OK)
         return SEG_ERROR;
@@ -415,7 +422,8 @@ enum order_outcome {
     OUT_SOLD_OUT_FAST,
     OUT_INSUFFICIENT,
     OUT_LOCK_TIMEOUT,
-    OUT_UNAVAILABLE,
+    OUT_UNAVAILABLE,      /* Redis failed before anything changed */
+    OUT_OUTCOME_UNKNOWN,  /* Redis failed during the commit: the order may have been placed */
     OUT_UNKNOWN_SKU
 };
 
@@ -480,8 +488,8 @@ static enum order_outcome place_order(struct order_ctx *ctx)
                 skucache_forget(ctx->app->cache, ctx->in->sku);
                 need_layout = 1;
                 continue;
-            case SEG_ERROR:
-            case SEG_UNKNOWN: return OUT_UNAVAILABLE;
+            case SEG_ERROR: return OUT_UNAVAILABLE;
+            case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
             }
         }
 
@@ -511,8 +519,8 @@ static enum order_outcome place_order(struct order_ctx *ctx)
                 break;
             case SEG_LOST: metrics_failover(); break;
             case SEG_STALE: need_layout = 1; break;
-            case SEG_ERROR:
-            case SEG_UNKNOWN: return OUT_UNAVAILABLE;
+            case SEG_ERROR: return OUT_UNAVAILABLE;
+            case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
             }
         }
         if (need_layout) {
@@ -535,8 +543,8 @@ static enum order_outcome place_order(struct order_ctx *ctx)
         switch (r) {
         case SEG_DONE: return OUT_CREATED;
         case SEG_BUSY: return OUT_LOCK_TIMEOUT;
-        case SEG_ERROR:
-        case SEG_UNKNOWN: return OUT_UNAVAILABLE;
+        case SEG_ERROR: return OUT_UNAVAILABLE;
+        case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
         case SEG_STALE:
             skucache_forget(ctx->app->cache, ctx->in->sku);
             need_layout = 1;
@@ -732,7 +740,7 @@ static void idem_end(struct order_ctx *ctx, const char *claim, const char *claim
     const char *final;
     if (out == OUT_CREATED)
         final = ctx->order_id;
-    else if (out == OUT_UNAVAILABLE)
+    else if (out == OUT_UNAVAILABLE || out == OUT_OUTCOME_UNKNOWN)
         return;
     else
         final = "";
@@ -836,6 +844,17 @@ void order_create(struct app *app, const struct request *req, struct response *r
         log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", in.sku, lc_errmsg());
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+        break;
+    case OUT_OUTCOME_UNKNOWN:
+        /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
+         * twice: the same Idempotency-Key replays the order if it was placed. */
+        log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", in.sku, lc_errmsg());
+        metrics_order(METRICS_ORDER_UNAVAILABLE);
+        response_error(res, ERROR_UNAVAILABLE,
+                       "the stock store failed during the commit: the order may have been "
+                       "placed; retry with the same Idempotency-Key to find out");
+        if (res->body)
+            json_object_set_new(res->body, "outcome", json_string("unknown"));
         break;
     }
     free(ctx.record);

@@ -131,6 +131,7 @@ static void test_defaults(void **state)
     assert_int_equal(r.cfg.threads, cpus < 1 ? 1 : cpus > 1024 ? 1024 : cpus);
     assert_int_equal(r.cfg.strategy, STRATEGY_SEGMENTED);
     assert_int_equal(r.cfg.lock_lease_ms, 10000);
+    assert_int_equal(r.cfg.lock_renewal, 1);
     assert_int_equal(r.cfg.lock_wait_ms, 2000);
     assert_int_equal(r.cfg.hold_ms, 0);
     assert_int_equal(r.cfg.max_quantity, 100);
@@ -199,7 +200,7 @@ static void test_every_key_every_layer(void **state)
     run_load(&r,
              ARGS("--port", "9000", "--bind=::1", "--redis", "redis://:pw@redis.local:6380/2",
                   "--admin-token=s3cr3t", "--threads", "7", "--strategy=single-lock",
-                  "--lock-lease-ms", "1", "--lock-wait-ms=0", "--hold-ms", "60000",
+                  "--lock-lease-ms", "1", "--lock-renewal=0", "--lock-wait-ms=0", "--hold-ms", "60000",
                   "--max-quantity=1000000", "--log-level", "debug"),
              NONE, NULL);
     assert_int_equal(r.rc, 0);
@@ -210,6 +211,7 @@ static void test_every_key_every_layer(void **state)
     assert_int_equal(r.cfg.threads, 7);
     assert_int_equal(r.cfg.strategy, STRATEGY_SINGLE_LOCK);
     assert_int_equal(r.cfg.lock_lease_ms, 1);
+    assert_int_equal(r.cfg.lock_renewal, 0);
     assert_int_equal(r.cfg.lock_wait_ms, 0);
     assert_int_equal(r.cfg.hold_ms, 60000);
     assert_int_equal(r.cfg.max_quantity, 1000000);
@@ -386,6 +388,9 @@ static const struct bad bad_cases[] = {
      NULL},
     {{"--lock-lease-ms", "0"}, {0}, NULL, "lock_lease_ms: ", NULL},
     {{"--lock-lease-ms", "3600001"}, {0}, NULL, "lock_lease_ms: ", NULL},
+    {{"--lock-renewal", "2"}, {0}, NULL,
+     "lock_renewal: must be an integer between 0 and 1, got \"2\" (flag --lock-renewal)", NULL},
+    {{"--lock-renewal", "yes"}, {0}, NULL, "lock_renewal: ", NULL},
     {{"--lock-wait-ms", "-1"}, {0}, NULL, "lock_wait_ms: ", NULL},
     {{"--lock-wait-ms", "600001"}, {0}, NULL, "lock_wait_ms: ", NULL},
     {{"--hold-ms", "60001"}, {0}, NULL, "hold_ms: ", NULL},

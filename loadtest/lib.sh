@@ -1,0 +1,272 @@
+# shellcheck shell=bash
+# loadtest/lib.sh — what loadtest/run.sh (the benchmark) and loadtest/faults.sh (the fault
+# tests) share: logging, free ports, starting and stopping redis-server, inventoryd instances,
+# bare handlers and nginx, and running wrk with the drain of common.lua. Sourced, never run.
+#
+# The sourcing script sets, before it calls anything here:
+#   root lt          the repository and its loadtest/ directory
+#   lib_name         the prefix of log lines ("loadtest", "faults")
+#   res run_dir      results directory (with logs/) and its scratch directory
+#   build_dir bin    cmake build directory and the inventoryd binary
+#   port_min port_max  range free ports are drawn from; instances (count)
+#   lock_wait        --lock-wait-ms of every instance; wrk_threads
+# and may set LT_REDIS_PORT, LT_NGINX_PORT, LT_BASE_PORT to fix ports.
+
+log() { printf '[%s %s] %s\n' "$lib_name" "$(date +%H:%M:%S)" "$*" | tee -a "$res/run.log" >&2; }
+die() { log "INFRASTRUCTURE FAILURE: $*"; exit 3; }
+
+# --- processes and cleanup ------------------------------------------------------------------
+
+redis_pid="" nginx_pid="" wrk_pid=""
+inst_pids=()
+# Further background pids the sourcing script wants stopped on exit (probes, proxies...).
+extra_pids=()
+# Sends TERM to pid $1 and waits up to $2 tenths of a second before KILL. A stopped (SIGSTOP)
+# process gets SIGCONT too, or it could not act on the TERM.
+stop_pid() {
+  local p=$1 n=${2:-50} i
+  [ -n "$p" ] || return 0
+  kill -TERM "$p" 2>/dev/null || return 0
+  kill -CONT "$p" 2>/dev/null || true
+  for ((i = 0; i < n; i++)); do
+    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  kill -KILL "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+}
+stop_instances() {
+  local p
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do
+    kill -TERM "$p" 2>/dev/null || true
+    kill -CONT "$p" 2>/dev/null || true
+  done
+  for p in ${inst_pids[@]+"${inst_pids[@]}"}; do stop_pid "$p" 60; done
+  inst_pids=()
+}
+stop_nginx() { stop_pid "$nginx_pid" 50; nginx_pid=""; }
+stop_redis() { stop_pid "$redis_pid" 50; redis_pid=""; }
+# Stops everything lib.sh started plus extra_pids; the sourcing script's EXIT trap calls it.
+stop_all() {
+  local p
+  [ -n "$wrk_pid" ] && stop_pid "$wrk_pid" 10
+  wrk_pid=""
+  for p in ${extra_pids[@]+"${extra_pids[@]}"}; do stop_pid "$p" 20; done
+  extra_pids=()
+  stop_nginx
+  stop_instances
+  stop_redis
+}
+
+# --- set-up -----------------------------------------------------------------------------------
+
+# check_tools: every program the scripts run is installed (scripts/deps.sh installs them).
+check_tools() {
+  local tool
+  for tool in wrk nginx redis-server redis-cli curl cc pkg-config awk; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs it)"
+  done
+}
+
+# build_targets TARGET...: configures and builds them in $build_dir (log in logs/cmake.log).
+build_targets() {
+  local t args=()
+  for t in "$@"; do args+=(--target "$t"); done
+  log "building $* in $build_dir"
+  cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$res/logs/cmake.log" 2>&1 \
+    || die "cmake configure failed (see $res/logs/cmake.log)"
+  cmake --build "$build_dir" -j 2 "${args[@]}" >>"$res/logs/cmake.log" 2>&1 \
+    || die "build failed (see $res/logs/cmake.log)"
+}
+
+used_ports=" "
+# Sets $picked to a port in [port_min, port_max] that nothing listens on and this run has not
+# used (called directly, not in $(...), so the used list survives).
+# Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
+pick_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((port_min + (RANDOM * 32768 + RANDOM) % (port_max - port_min + 1)))
+    [[ $used_ports == *" $p "* ]] && continue
+    if ! (: <>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      used_ports+="$p "
+      picked=$p
+      return 0
+    fi
+  done
+  return 1
+}
+# wait_ready PID TENTHS CMD...: like wait_until, but gives up at once when PID has exited.
+wait_ready() {
+  local pid=$1 n=$2 i; shift 2
+  for ((i = 0; i < n; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# wait_until TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at most TENTHS times.
+wait_until() {
+  local n=$1 i; shift
+  for ((i = 0; i < n; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Extra redis-server arguments (e.g. AOF settings), used by start_redis and restart_redis.
+redis_args=()
+# launch_redis: redis-server on $redis_port with $redis_args, its files in $run_dir; sets
+# redis_pid; 0 once it answers PING.
+launch_redis() {
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$run_dir" --logfile "$res/logs/redis.log" --daemonize no \
+    ${redis_args[@]+"${redis_args[@]}"} &
+  redis_pid=$!
+  wait_ready "$redis_pid" 50 redis-cli -p "$redis_port" ping
+}
+# start_redis: on LT_REDIS_PORT, or on $redis_port when it is set already (a server that is to
+# appear later on a port handed out before), else on a free port.
+start_redis() {
+  local attempt fixed=${LT_REDIS_PORT:-${redis_port:-}}
+  for attempt in 1 2 3 4 5; do
+    if [ -n "$fixed" ]; then redis_port=$fixed
+    else pick_port || die "no free port for Redis"; redis_port=$picked; fi
+    launch_redis && return 0
+    stop_redis
+    [ -z "$fixed" ] || break
+  done
+  die "redis-server did not start (see $res/logs/redis.log)"
+}
+rcli() { redis-cli -p "$redis_port" "$@"; }
+
+# pick_instance_ports: inst_ports[0..instances-1] from LT_BASE_PORT or free ports.
+inst_ports=()
+pick_instance_ports() {
+  local i
+  inst_ports=()
+  for ((i = 0; i < instances; i++)); do
+    if [ -n "${LT_BASE_PORT:-}" ]; then inst_ports+=($((LT_BASE_PORT + i)))
+    else pick_port || die "no free port for instance $i"; inst_ports+=("$picked"); fi
+  done
+}
+
+# Where inventoryd instances reach Redis (a proxy in front of it, say); default $redis_port.
+redis_url_port=""
+# The path start_servers waits for: /readyz needs Redis; /healthz only the process.
+ready_path=/readyz
+# launch_instance I THREADS [inventoryd flags...]: starts inventoryd I on inst_ports[I] in the
+# background and sets $pid. LT_INVENTORYD_ARGS are added to every instance.
+launch_instance() {
+  local i=$1 threads=$2; shift 2
+  # shellcheck disable=SC2086
+  "$bin" --port "${inst_ports[i]}" --bind 127.0.0.1 \
+    --redis "redis://127.0.0.1:${redis_url_port:-$redis_port}" \
+    --threads "$threads" --lock-wait-ms "$lock_wait" --log-level warn \
+    --shutdown-grace-ms 3000 "$@" ${LT_INVENTORYD_ARGS:-} 2>>"$res/logs/inventoryd$i.log" &
+  pid=$!
+}
+# start_servers KIND N THREADS [inventoryd flags...]: starts N servers on inst_ports[0..N-1]:
+# KIND "inventoryd" or "bare" ($bare_bin). Waits until each is ready; a server that cannot bind
+# its port gets another free port (unless LT_BASE_PORT fixes them).
+start_servers() {
+  local kind=$1 n=$2 threads=$3; shift 3
+  local i attempt p pid url
+  inst_pids=()
+  for ((i = 0; i < n; i++)); do
+    for attempt in 1 2 3; do
+      p=${inst_ports[i]}
+      if [ "$kind" = bare ]; then
+        "$bare_bin" "$p" "$threads" 2>>"$res/logs/bare$i.log" &
+        pid=$!; url=http://127.0.0.1:$p/healthz
+      else
+        launch_instance "$i" "$threads" "$@"
+        url=http://127.0.0.1:$p$ready_path
+      fi
+      if wait_ready "$pid" 100 curl -fsS --max-time 1 "$url"; then
+        inst_pids+=("$pid")
+        break
+      fi
+      stop_pid "$pid" 20
+      [ -z "${LT_BASE_PORT:-}" ] || die "$kind $i did not become ready on port $p"
+      pick_port || die "no free port"
+      inst_ports[i]=$picked
+      log "$kind $i was not ready on port $p; retrying on ${inst_ports[i]}"
+    done
+    [ "${#inst_pids[@]}" -eq $((i + 1)) ] || die "$kind $i did not start (see $res/logs/)"
+  done
+}
+
+# start_nginx N: nginx in front of the first N servers (config/nginx-lb.conf.template).
+start_nginx() {
+  local n=$1 attempt i ups
+  for attempt in 1 2 3; do
+    if [ -n "${LT_NGINX_PORT:-}" ]; then nginx_port=$LT_NGINX_PORT
+    elif [ -z "${nginx_port:-}" ]; then pick_port || die "no free port for nginx"; nginx_port=$picked; fi
+    ups=""
+    for ((i = 0; i < n; i++)); do ups+="        server 127.0.0.1:${inst_ports[i]};"$'\n'; done
+    mkdir -p "$run_dir/nginx/tmp"
+    # shellcheck disable=SC2016
+    awk -v run="$run_dir/nginx" -v listen="127.0.0.1:$nginx_port" -v ups="${ups%$'\n'}" '
+      /^[[:space:]]*#/ { print; next }
+      { gsub(/@RUN_DIR@/, run); gsub(/@LISTEN@/, listen) }
+      /@UPSTREAM_SERVERS@/ { print ups; next }
+      { print }' "$root/config/nginx-lb.conf.template" >"$run_dir/nginx/nginx.conf"
+    nginx -p "$run_dir/nginx" -c "$run_dir/nginx/nginx.conf" -e "$run_dir/nginx/error.log" \
+      >>"$res/logs/nginx.log" 2>&1 &
+    nginx_pid=$!
+    if wait_ready "$nginx_pid" 50 curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$nginx_port/nginx-204"; then
+      return 0
+    fi
+    stop_nginx
+    cat "$run_dir/nginx/error.log" >>"$res/logs/nginx.log" 2>/dev/null || true
+    [ -z "${LT_NGINX_PORT:-}" ] || break
+    pick_port || die "no free port for nginx"
+    nginx_port=$picked
+  done
+  die "nginx did not start (see $res/logs/nginx.log)"
+}
+
+# put_sku SKU STOCK SEGMENTS FILE: PUT (preheat) a SKU through instance 0; the answer in FILE.
+put_sku() {
+  curl -fsS --max-time 10 -X PUT -H 'Content-Type: application/json' \
+    -d "{\"stock\": $2, \"segments\": $3}" \
+    "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$1" >"$4" 2>>"$res/logs/curl.log" \
+    || die "preheat PUT of $1 failed"
+}
+
+# --- wrk --------------------------------------------------------------------------------------
+
+# field NAME LINE: the value of NAME=... in a RESULT/VERIFY line.
+field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
+# True once every wrk thread has left its drain marker in $drain_dir.
+all_drained() { [ "$(find "$drain_dir" -name 'thread-*' | wc -l)" -ge "$wrk_threads" ]; }
+
+# start_wrk PREFIX WINDOW: starts wrk in the background with the caller's settings: $url, $sku,
+# $qty, $drain_max and o[conns], o[script], o[ok] (an associative array of the caller's);
+# output in PREFIX.wrk.txt. Its threads leave drain markers in PREFIX.drain/.
+start_wrk() {
+  drain_dir=$1.drain
+  rm -rf "$drain_dir"; mkdir -p "$drain_dir"
+  LT_SKU=$sku LT_QTY=$qty LT_WINDOW_S=$2 LT_OK=${o[ok]} LT_DRAIN_DIR=$drain_dir \
+    wrk -t "$wrk_threads" -c "${o[conns]}" -d "$(($2 + drain_max))s" --timeout 10s --latency \
+    -s "$lt/${o[script]}" "$url" >"$1.wrk.txt" 2>"$1.wrk.stderr" &
+  wrk_pid=$!
+}
+# finish_wrk PREFIX: stops wrk as soon as every thread has all its answers (or when -d runs
+# out) and sets $result to its RESULT line; an infrastructure failure if there is none.
+finish_wrk() {
+  wait_until $((drain_max * 10 + 10)) all_drained || true
+  kill -INT "$wrk_pid" 2>/dev/null || true
+  local rc=0
+  wait "$wrk_pid" || rc=$?
+  wrk_pid=""
+  rm -rf "$drain_dir"
+  result=$(grep '^RESULT ' "$1.wrk.txt" | tail -1 || true)
+  if [ "$rc" -ne 0 ] || [ -z "$result" ]; then
+    sed 's/^/  wrk: /' "$1.wrk.stderr" | head -5 >&2 || true
+    die "wrk failed ($1.wrk.txt, exit $rc)"
+  fi
+}
