@@ -5,7 +5,10 @@
 # libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
 # Env: BUILD_DIR (build), ASAN_BUILD_DIR (build-asan), SKIP_ASAN=1 to skip the second pass,
 #      JOBS (2), CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1,
-#      SKIP_FUZZ=1, FUZZ_SECONDS (30).
+#      SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1.
+# Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
+# and loadtest/faults.sh (the fault tests: kill -9, SIGSTOP, Redis restarts, Redis absent,
+# latency, lease < hold; its --soak form is the long one, not run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,5 +47,9 @@ fi
 if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
   echo "== loadtest --quick"
   loadtest/run.sh --quick
+fi
+if [ "${SKIP_FAULTS:-0}" != 1 ]; then
+  echo "== loadtest/faults.sh"
+  LT_SKIP_DEPS=1 loadtest/faults.sh
 fi
 echo "scripts/test.sh: all passed"
