@@ -727,6 +727,8 @@ static enum idem_step idem_begin(struct order_ctx *ctx, const char *claim, char 
         sleep_ms(20);
     }
 unavailable:
+    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s",
+            ctx->in->sku, lc_errmsg());
     metrics_redis_error();
     response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
     return IDEM_FAILED;
