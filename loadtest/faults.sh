@@ -206,6 +206,12 @@ fault_begin() {
   put_sku "$sku" "$stock" "$segments" "$raw.put.json"
   inst_flags=("$@") inst_threads=$threads
 }
+# sleep_until MS: sleeps until the epoch-ms instant (at once when it has passed).
+sleep_until() {
+  local d=$(($1 - $(now_ms)))
+  [ "$d" -le 0 ] || sleep "$(awk -v d="$d" 'BEGIN { print d / 1000 }')"
+}
+load_end_ms() { echo $((load_t0 + window * 1000)); }
 # load_start: wrk through nginx for $window seconds (order.lua).
 load_start() {
   local -A o=([conns]=$conns [script]=order.lua [ok]=201)
@@ -214,9 +220,10 @@ load_start() {
   start_wrk "$raw" "$window"
   load_t0=$(now_ms)
 }
-# load_finish: waits for wrk's last answer; sets result.
+# load_finish: waits for the end of the window and then for wrk's last answer; sets result.
 load_finish() {
   local -A o=([conns]=$conns)
+  sleep_until "$(load_end_ms)"
   finish_wrk "$raw"
 }
 # locks_clear: true when no segment lock of the SKU exists (no order is inside a segment).
@@ -296,12 +303,6 @@ schedule() {
     [ "$cycles" -ge 1 ] || cycles=1
   fi
 }
-# sleep_until MS: sleeps until the epoch-ms instant (at once when it has passed).
-sleep_until() {
-  local d=$(($1 - $(now_ms)))
-  [ "$d" -le 0 ] || sleep "$(awk -v d="$d" 'BEGIN { print d / 1000 }')"
-}
-load_end_ms() { echo $((load_t0 + window * 1000)); }
 
 fault_kill() {
   hold=0 lease=2000
