@@ -87,16 +87,11 @@ lib_name=faults
 . "$lt/lib.sh"
 
 obs_pids=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
+cleanup_hook() {
   [ -z "${stop_file:-}" ] || touch "$stop_file"
   for p in ${obs_pids[@]+"${obs_pids[@]}"}; do stop_pid "$p" 20; done
-  stop_all
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
+install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
 check_tools

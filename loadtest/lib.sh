@@ -58,6 +58,20 @@ stop_all() {
   stop_redis
 }
 
+# install_cleanup: on exit (also on failure or interrupt) runs the sourcing script's
+# cleanup_hook, when it defines one, then stop_all, and exits with the script's status.
+install_cleanup() {
+  trap lib_cleanup EXIT
+  trap 'log "interrupted"; exit 130' INT TERM
+}
+lib_cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if declare -F cleanup_hook >/dev/null; then cleanup_hook || true; fi
+  stop_all
+  exit "$rc"
+}
+
 # --- set-up -----------------------------------------------------------------------------------
 
 # check_tools: every program the scripts run is installed (scripts/deps.sh installs them).

@@ -141,18 +141,13 @@ lib_name=loadtest
 
 mon_pid="" perf_pid="" perf_pid2=""
 perf_stat_pids=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
+cleanup_hook() {
   [ -n "$mon_pid" ] && stop_pid "$mon_pid" 10
   [ -n "$perf_pid" ] && stop_pid "$perf_pid" 30
   [ -n "$perf_pid2" ] && stop_pid "$perf_pid2" 30
   for p in ${perf_stat_pids[@]+"${perf_stat_pids[@]}"}; do stop_pid "$p" 10; done
-  stop_all
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
+install_cleanup
 
 # --- set-up -----------------------------------------------------------------------------------
 
