@@ -303,9 +303,12 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
     const char *args[5] = {ver, qty, ctx->order_id, record ? record : "{}", ctx->idem};
     redisReply *r = NULL;
+    /* The critical section ends when the commit leaves: Redis releases the lock in the commit
+     * itself, so the next holder may enter before its reply is back here. Counting the leave
+     * after the reply would show two holders of one segment at once. */
+    metrics_cs_leave();
     st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
                       keys, NULL, 5, args, NULL, &r);
-    metrics_cs_leave();
     if (st == LC_ELOST) {
         metrics_lock_lost();
         res = SEG_LOST;
