@@ -4,7 +4,8 @@
 # valgrind on the real binary. A memory error or a definite leak makes that inventoryd exit 99,
 # which fails the test that stops it; the valgrind reports are printed.
 #
-#   scripts/memcheck.sh [TEST...]      default: it_hostile it_ratelimit it_security it_api
+#   scripts/memcheck.sh [TEST...]      default: every service integration test
+#                                      (service/tests/it_*.c; about 2 min)
 #
 # Env: BUILD_DIR (build), JOBS (2), VALGRIND_ARGS (extra valgrind flags).
 # Needs valgrind (apt-get install valgrind); not part of scripts/deps.sh.
@@ -13,7 +14,9 @@ cd "$(dirname "$0")/.."
 
 build_dir=${BUILD_DIR:-build}
 tests=("$@")
-[ ${#tests[@]} -eq 0 ] && tests=(it_hostile it_ratelimit it_security it_api)
+if [ ${#tests[@]} -eq 0 ]; then
+  for f in service/tests/it_*.c; do tests+=("$(basename "$f" .c)"); done
+fi
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "scripts/memcheck.sh: valgrind is not installed (apt-get install valgrind)" >&2
   exit 1
