@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test with ctest: once in a normal build and
-# once more under AddressSanitizer + UndefinedBehaviorSanitizer. Exits non-zero on any failure.
+# Installs what is missing, builds, and runs every test with ctest: once in a normal build, once
+# more under AddressSanitizer + UndefinedBehaviorSanitizer and once more under ThreadSanitizer
+# (every test: about 2 minutes with the build on 2 cores; the inventoryd processes the service
+# tests start are the TSan build too, and a report in one fails its test through its exit
+# status). Exits non-zero on any failure.
 # Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
 # libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
 # Env: BUILD_DIR (build), ASAN_BUILD_DIR (build-asan), SKIP_ASAN=1 to skip the second pass,
-#      JOBS (2), CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1,
-#      SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1.
+#      TSAN_BUILD_DIR (build-tsan), SKIP_TSAN=1 to skip the third pass, TSAN_OPTIONS
+#      (halt_on_error=1:second_deadlock_stack=1), JOBS (2), CTEST_ARGS (extra ctest arguments,
+#      e.g. "-L unit"), SKIP_LOADTEST=1, SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1.
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # and loadtest/faults.sh (the fault tests: kill -9, SIGSTOP, Redis restarts, Redis absent,
 # latency, lease < hold; its --soak form is the long one, not run here).
@@ -14,6 +18,7 @@ cd "$(dirname "$0")/.."
 
 build_dir=${BUILD_DIR:-build}
 asan_dir=${ASAN_BUILD_DIR:-build-asan}
+tsan_dir=${TSAN_BUILD_DIR:-build-tsan}
 jobs=${JOBS:-2}
 ctest_args=${CTEST_ARGS:-}
 
@@ -35,6 +40,10 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     run_suite "$asan_dir" -DSANITIZE=address,undefined
+fi
+if [ "${SKIP_TSAN:-0}" != 1 ]; then
+  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+    run_suite "$tsan_dir" -DSANITIZE=thread
 fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   if scripts/fuzz.sh --probe; then

@@ -311,6 +311,10 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
         const char *keys[1] = {lock->name};
         const char *args[2] = {lock->token, lease};
         redisReply *r = NULL;
+        /* Before the extend is sent, so that no renewal with the old lease can land after it
+         * (its TTL could end before the first renewal with the new lease). */
+        lc_watchdog_set_lease(lock->client, lock, lease_ms);
+        int64_t sent_ms = lc_now_ms();
         st = lc_script_run(lock->client, lock->client->s_renew, 1, keys, NULL, 2, args, NULL, &r);
         if (st == LC_OK && (r->type != REDIS_REPLY_INTEGER || r->integer != 1)) {
             st = lc_fail(LC_ELOST, "lock %s: lost before extend", lock->name);
@@ -318,7 +322,10 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
             drop_hold(lock);
         } else if (st == LC_OK) {
             lock->opts.lease_ms = lease_ms;
-            lc_watchdog_set_lease(lock->client, lock, lease_ms);
+            lc_watchdog_renewed(lock->client, lock, sent_ms);
+        } else {
+            /* Outcome unknown: Redis holds the old lease or the new one; renew with the old. */
+            lc_watchdog_set_lease(lock->client, lock, lock->opts.lease_ms);
         }
         if (r)
             freeReplyObject(r);

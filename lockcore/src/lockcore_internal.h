@@ -128,8 +128,15 @@ lc_status lc_watchdog_add(lc_client *client, lc_lock *lock);
 /* Removes a lock; when it returns no renewal of that lock is in flight or will be sent. */
 void lc_watchdog_remove(lc_client *client, lc_lock *lock);
 
-/* Changes the lease the watchdog renews a registered lock with. */
+/* Changes the lease the watchdog renews a registered lock with and makes its next renewal due a
+ * third of that from now. Waits for a renewal of the lock in flight first, so every renewal sent
+ * after it returns carries the new lease: call it before the command that sets the lease in
+ * Redis, and no renewal with the old lease can land after that command. */
 void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms);
+
+/* Records that Redis confirmed the lock's lease at at_ms (an extend), for the watchdog's
+ * judgement of how long its lease may still run when a renewal fails. */
+void lc_watchdog_renewed(lc_client *client, lc_lock *lock, int64_t at_ms);
 
 void lc_watchdog_free(lc_watchdog *wd);
 

@@ -2,8 +2,10 @@
  * The watchdog: one thread per client that renews the lease of every held lock registered with
  * it, every lease/3, pipelining all renewals due at once on its own connection. A renewal that
  * finds another owner (or no lock) marks the lock lost and calls the owner's callback; renewal
- * stops for good at the lock's max_hold_ms cap. Removal waits for any renewal of that lock in
- * flight, so once lc_watchdog_remove returns no renewal of it can reach Redis.
+ * stops for good at the lock's max_hold_ms cap. While a renewal of a lock is in flight its entry
+ * belongs to the watchdog thread (busy): removal and lease changes wait for it, so once
+ * lc_watchdog_remove returns no renewal of that lock can reach Redis, and once
+ * lc_watchdog_set_lease returns none with the old lease can.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,8 @@ typedef struct wd_entry {
     int64_t next_ms;      /* when the next renewal is due */
     int64_t cap_ms;       /* stop renewing at this time (0: never) */
     int64_t renewed_ms;   /* last time Redis confirmed the lease */
-    int busy;             /* a renewal (or the lost callback) is in flight */
+    int busy;             /* a renewal (or the lost callback) is in flight: only the watchdog
+                             thread touches the entry until it clears this */
     int result;           /* of the last renewal: 1 ok, 0 lost, -1 unknown (I/O) */
     struct wd_entry *prev, *next;
 } wd_entry;
@@ -248,15 +251,23 @@ lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
     return LC_OK;
 }
 
+/* The lock's entry once no renewal of it is in flight (NULL when it is not registered). Called
+ * with wd->mu held; may wait on wd->idle. */
+static wd_entry *idle_entry(lc_watchdog *wd, lc_lock *lock)
+{
+    wd_entry *e;
+    while ((e = lock->wd_entry) && e->busy)
+        pthread_cond_wait(&wd->idle, &wd->mu);
+    return e;
+}
+
 void lc_watchdog_remove(lc_client *client, lc_lock *lock)
 {
     lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
     if (!wd)
         return;
     pthread_mutex_lock(&wd->mu);
-    wd_entry *e;
-    while ((e = lock->wd_entry) && e->busy)
-        pthread_cond_wait(&wd->idle, &wd->mu);
+    wd_entry *e = idle_entry(wd, lock);
     if (e)
         unlink_entry(wd, e);
     pthread_mutex_unlock(&wd->mu);
@@ -268,13 +279,24 @@ void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
     if (!wd)
         return;
     pthread_mutex_lock(&wd->mu);
-    wd_entry *e = lock->wd_entry;
+    wd_entry *e = idle_entry(wd, lock);
     if (e) {
         e->lease_ms = lease_ms;
-        e->renewed_ms = lc_now_ms();
-        e->next_ms = e->renewed_ms + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+        e->next_ms = lc_now_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
         pthread_cond_signal(&wd->wake);
     }
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void lc_watchdog_renewed(lc_client *client, lc_lock *lock, int64_t at_ms)
+{
+    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e = idle_entry(wd, lock);
+    if (e && at_ms > e->renewed_ms)
+        e->renewed_ms = at_ms;
     pthread_mutex_unlock(&wd->mu);
 }
 

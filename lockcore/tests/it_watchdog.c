@@ -1,8 +1,8 @@
 /*
  * Integration tests of watchdog.c: renewal keeps a short lease alive and stops at release,
  * a lock deleted or taken behind the holder's back is reported lost (flag and callback) within
- * one renewal period, the hold-time cap, extend changing the renewal lease, many locks on one
- * watchdog, and a Redis restart that wipes a held lock.
+ * one renewal period, the hold-time cap, extend changing the renewal lease (also while a
+ * renewal is in flight), many locks on one watchdog, and a Redis restart that wipes a held lock.
  */
 #include "lc_test.h"
 
@@ -222,6 +222,36 @@ static void test_extend_sets_renewal_lease(void **state)
     lc_client_free(c);
 }
 
+/* extend racing a renewal in flight: each extend to a long lease is timed to land when the
+ * watchdog sends the renewal of the short lease before it. That renewal must neither touch the
+ * watchdog's entry while extend rewrites it (a data race ThreadSanitizer reports) nor reach Redis
+ * after the extend: its short TTL would replace the long one, and the next renewal is only due a
+ * third of the long lease later, so the lock would expire while held. */
+static void test_extend_during_renewal(void **state)
+{
+    (void)state;
+    /* 600 ms: the watchdog may be held up 400 ms (a loaded machine) before a lease ends. */
+    enum { SHORT = 600, LONG = 6000, ROUNDS = 24 };
+    const char *name = "it_wd:extend-race";
+    lc_client *c = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, SHORT, 1);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    for (int i = 0; i < ROUNDS; i++) {
+        assert_ok(lc_lock_extend(a, SHORT));
+        /* The next renewal is due SHORT / 3 after that extend; sweep the next extend across
+         * that moment, 0.25 ms apart. */
+        tu_sleep_us((SHORT / 3 - 3) * 1000L + (long)i * 250);
+        assert_ok(lc_lock_extend(a, LONG));
+        long long pttl = rf_integer(srv, "PTTL %s", name);
+        if (pttl <= SHORT)
+            fail_msg("round %d: PTTL %lld ms right after an extend to %d ms", i, pttl, LONG);
+    }
+    assert_int_equal(lc_lock_lost(a), 0);
+    assert_ok(lc_lock_release(a));
+    lc_lock_free(a);
+    lc_client_free(c);
+}
+
 /* One watchdog renews many locks of one client. */
 static void test_many_locks(void **state)
 {
@@ -408,6 +438,7 @@ int main(void)
         cmocka_unit_test_setup(test_lost_when_taken, flush),
         cmocka_unit_test_setup(test_max_hold, flush),
         cmocka_unit_test_setup(test_extend_sets_renewal_lease, flush),
+        cmocka_unit_test_setup(test_extend_during_renewal, flush),
         cmocka_unit_test_setup(test_many_locks, flush),
         cmocka_unit_test_setup(test_lost_when_unreachable, flush),
         cmocka_unit_test_setup(test_holder_paused_past_lease, flush),

@@ -1214,5 +1214,5 @@ int main(void)
         cmocka_unit_test(test_sigterm_drains_and_exits_0),
         cmocka_unit_test(test_redis_down_503_and_recovery),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -546,5 +546,5 @@ int main(void)
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
                                                  start_instances, stop_instances, &shortage),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

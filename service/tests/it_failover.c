@@ -207,5 +207,5 @@ int main(void)
         cmocka_unit_test(test_sequential_orders_find_the_last_segment),
         cmocka_unit_test(test_concurrent_buyers_drain_the_last_segment),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -1262,5 +1262,5 @@ int main(void)
         cmocka_unit_test(test_slow_headers),  cmocka_unit_test(test_idle_connections),
         cmocka_unit_test(test_log_flood),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -243,5 +243,5 @@ int main(void)
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_bad_values_exit_2),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

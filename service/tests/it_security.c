@@ -240,5 +240,5 @@ int main(void)
         cmocka_unit_test(test_admin_token_never_logged),
         cmocka_unit_test(test_redis_password_and_acl_user),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

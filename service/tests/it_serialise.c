@@ -147,5 +147,5 @@ int main(void)
         cmocka_unit_test(test_one_segment_serialises),
         cmocka_unit_test(test_four_segments_run_in_parallel),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -259,5 +259,5 @@ int main(void)
         cmocka_unit_test(test_delete_seen_elsewhere),
         cmocka_unit_test(test_delete_of_sold_out_sku_seen_elsewhere),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -178,6 +178,21 @@ void sf_print_log(const sf_service *svc, int max_lines)
                 break;
             }
         }
+        /* The first sanitizer report (ThreadSanitizer's, AddressSanitizer's) comes first and
+         * whole, up to its SUMMARY line: its opening lines say what went wrong and would
+         * otherwise fall outside the tail. */
+        const char *report = strstr(text, "Sanitizer: ");
+        if (report != NULL && report < start) {
+            while (report > text && report[-1] != '\n')
+                report--;
+            const char *summary = strstr(report, "SUMMARY: ");
+            const char *end = summary != NULL ? strchr(summary, '\n') : NULL;
+            end = end != NULL ? end + 1 : text + len;
+            if (end > start)
+                start = report;
+            else
+                fprintf(stderr, "%.*s...\n", (int)(end - report), report);
+        }
         fputs(start, stderr);
         if (len > 0 && text[len - 1] != '\n')
             fputc('\n', stderr);

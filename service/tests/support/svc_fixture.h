@@ -75,7 +75,8 @@ int sf_port(const sf_service *svc);
 pid_t sf_pid(const sf_service *svc);             /* 0 when not running */
 const char *sf_log_path(const sf_service *svc);  /* borrowed, valid until sf_stop */
 
-/* Prints the last max_lines lines of svc's log on stderr, framed with its port. */
+/* Prints the last max_lines lines of svc's log on stderr, framed with its port; before them the
+ * first sanitizer report in the log, whole, when it starts before those lines. */
 void sf_print_log(const sf_service *svc, int max_lines);
 
 /* sf_print_log for every service this process is running (for failure messages). */

@@ -1,7 +1,8 @@
 /*
  * Assertions shared by the service's integration tests (header-only, all static inline): each
  * failure prints what was expected, what came (the response body, the invariant report) and
- * the log tail of every inventoryd the test runs, then fails the cmocka test.
+ * the log tail of every inventoryd the test runs, then fails the cmocka test. SF_RUN_GROUP_TESTS
+ * runs a test file's group so that its teardown (which checks how the services exited) counts.
  *
  * cmocka assertions longjmp: call these from the test's main thread only. Worker threads
  * record what they saw and the main thread asserts afterwards.
@@ -111,5 +112,52 @@ static inline const char *sf_str(const json_t *obj, const char *key)
             sf_fail_at(__FILE__, __LINE__, "not equal", "%s = %lld, %s = %lld", #a, sf_a_, #b, \
                        sf_b_);                                                                 \
     } while (0)
+
+/* ---- running the group ---------------------------------------------------------------------- */
+
+/* The group teardown SF_RUN_GROUP_TESTS wraps and what it returned. */
+struct sf_group_ {
+    CMFixtureFunction teardown;
+    int teardown_rc;
+};
+
+static inline struct sf_group_ *sf_group_(void)
+{
+    static struct sf_group_ group;
+    return &group;
+}
+
+static inline int sf_group_teardown_(void **state)
+{
+    struct sf_group_ *g = sf_group_();
+    g->teardown_rc = g->teardown(state);
+    return g->teardown_rc;
+}
+
+static inline int sf_run_group_tests_(const char *name, const struct CMUnitTest *tests,
+                                      size_t count, CMFixtureFunction setup,
+                                      CMFixtureFunction teardown)
+{
+    struct sf_group_ *g = sf_group_();
+    g->teardown = teardown;
+    g->teardown_rc = 0;
+    int failed = _cmocka_run_group_tests(name, tests, count, setup,
+                                         teardown != NULL ? sf_group_teardown_ : NULL);
+    if (failed == 0 && g->teardown_rc != 0) {
+        fprintf(stderr,
+                "%s: the group teardown failed (an inventoryd did not exit with status 0 "
+                "when stopped: its log is above)\n",
+                name);
+        return 1;
+    }
+    return failed;
+}
+
+/* cmocka_run_group_tests, except that a failing group teardown fails the run too: cmocka 1.1.5
+ * prints "[  FAILED  ] GROUP TEARDOWN" but leaves it out of the count it returns. The group
+ * teardowns are where sf_stop's status is checked, so without this an inventoryd that crashed
+ * or that a sanitizer flagged (ThreadSanitizer exits 66) at the end of the group would pass. */
+#define SF_RUN_GROUP_TESTS(tests, setup, teardown)                                             \
+    sf_run_group_tests_(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (setup), (teardown))
 
 #endif /* SVC_TESTS_SVC_TEST_H */
