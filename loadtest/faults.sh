@@ -304,7 +304,8 @@ fault_kill() {
   fault_begin kill 2 --lock-lease-ms "$lease"
   observers_start
   load_start
-  local first=$((window / 3)) period=10 c victim=1 t_kill sold min_sold="" kills=""
+  # Early (1 s in): 20,000 units sell out in 4-5 s on this machine.
+  local first=1 period=10 c victim=1 t_kill sold min_sold="" kills=""
   schedule "$first" "$period" 5
   for ((c = 0; c < cycles; c++)); do
     t_kill=$((load_t0 + (first + c * period) * 1000))
@@ -321,16 +322,16 @@ fault_kill() {
       inst_pids[victim]=$pid
     fi
     sleep_until "$next"
-    sold=$(sold_between "$((t_kill + lease))" "$next")
+    sold=$(sold_between "$((t_kill + 200))" "$next")
     kills+="${kills:+, }$sold"
     [ -n "$min_sold" ] && [ "$min_sold" -le "$sold" ] || min_sold=$sold
   done
   load_finish
   observers_stop
-  check "the other instances sold after each kill (+ the lease): $kills units" ge "$min_sold" 1
+  check "the other instances sold after each kill: $kills units" ge "$min_sold" 1
   verify_sku
   report "kill -9 one of 3 instances$([ "$soak" = 1 ] && echo ", $cycles times (restarted in between)")" \
-    "$(field created "$result") orders created; units sold after each kill + lease: $kills; $(field s5xx "$result") 502s from nginx, $(field unanswered "$result") unanswered"
+    "$(field created "$result") orders created; units sold after each kill: $kills; $(field s5xx "$result") 502s from nginx, $(field unanswered "$result") unanswered"
   fault_end
 }
 
