@@ -36,7 +36,10 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    int bad = (sf_stop(a) != 0) | (sf_stop(b) != 0);
+    /* Both stopped, whatever the first one returns. */
+    int bad_a = sf_stop(a) != 0;
+    int bad_b = sf_stop(b) != 0;
+    int bad = bad_a || bad_b;
     a = b = NULL;
     rf_stop(redis);
     redis = NULL;
