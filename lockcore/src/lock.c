@@ -299,11 +299,11 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
 {
     if (!lock)
         return lc_fail(LC_EINVAL, "extend: NULL lock");
-    if (lease_ms <= 0)
-        return lc_lock_note(lock, lc_fail(LC_EINVAL, "extend: lease_ms must be > 0"));
     pthread_mutex_lock(&lock->mu);
     lc_status st;
-    if (lock->count == 0) {
+    if (lease_ms <= 0) {
+        st = lc_fail(LC_EINVAL, "extend: lease_ms must be > 0");
+    } else if (lock->count == 0) {
         st = lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", lock->name);
     } else {
         char lease[16];

@@ -3,6 +3,8 @@
  * hosts, which is what makes an owner check meaningful. Jitter uses a cheap per-thread
  * xorshift generator seeded once from getrandom().
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -17,12 +19,28 @@ static void fill_random(void *buf, size_t len)
     size_t got = 0;
     while (got < len) {
         ssize_t n = getrandom(p + got, len - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue; /* a signal before the pool was ready: ask again */
         if (n <= 0)
             break;
         got += (size_t)n;
     }
     if (got < len) {
-        /* getrandom cannot fail on Linux >= 3.17 short of EINTR loops; stay unique anyway. */
+        /* No getrandom (ENOSYS in an old kernel or a seccomp sandbox): the same pool by file. */
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        while (fd >= 0 && got < len) {
+            ssize_t n = read(fd, p + got, len - got);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    if (got < len) {
+        /* Neither source answered: stay unique per process and instant at least. */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t mix = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
