@@ -454,5 +454,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_frozen_before_claim_plain_unavailable, svc_setup,
                                         svc_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
