@@ -133,14 +133,17 @@ wait_until() {
 # Extra redis-server arguments (e.g. AOF settings), used by start_redis and restart_redis.
 redis_args=()
 # launch_redis: redis-server on $redis_port with $redis_args, its files in $run_dir; sets
-# redis_pid; 0 once it answers PING.
+# redis_pid; 0 once it answers PING with PONG (its AOF, if any, loaded), within 30 s.
 launch_redis() {
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$run_dir" --logfile "$res/logs/redis.log" --daemonize no \
     ${redis_args[@]+"${redis_args[@]}"} &
   redis_pid=$!
-  wait_ready "$redis_pid" 50 redis-cli -p "$redis_port" ping
+  wait_ready "$redis_pid" 300 redis_pong
 }
+# redis_pong: Redis answers PING with PONG — not "-LOADING" while it replays its AOF, which
+# redis-cli prints with exit status 0.
+redis_pong() { [ "$(timeout 2 redis-cli -p "$redis_port" ping 2>/dev/null)" = PONG ]; }
 # start_redis: on LT_REDIS_PORT, or on $redis_port when it is set already (a server that is to
 # appear later on a port handed out before), else on a free port.
 start_redis() {
