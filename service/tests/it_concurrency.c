@@ -74,10 +74,18 @@ struct cc_order {
     int segment;
 };
 
+/* How long after the last stock change a sold_out still may be a cached, stale one: the
+ * default sold_out_recheck_ms (500) plus a margin for a loaded machine. */
+#define CC_SOLD_OUT_SETTLE_MS 1000
+
 struct cc_worker {
     int port;
     const char *sku;
-    const _Atomic int *wait_for; /* when set: a sold_out before it is 1 is waited out */
+    /* When set: the instant (tu_now_ms) the test's stock changes were done, 0 before. A
+     * sold_out before it, or less than CC_SOLD_OUT_SETTLE_MS after it, is waited out: each
+     * instance caches a sold-out state for up to sold_out_recheck_ms (500), and an order that
+     * read the segments before a cancel may cache it just after that cancel. */
+    const _Atomic int64_t *wait_for;
     unsigned seed;
     pthread_barrier_t *go;
     struct cc_order *orders;
@@ -139,8 +147,9 @@ static void *cc_run(void *arg)
         if (st == 201) {
             cc_record(w, &r, qty);
         } else if (st == 409 && strcmp(code, "sold_out") == 0) {
-            if (w->wait_for != NULL && !*w->wait_for)
-                tu_sleep_ms(10); /* more stock is coming: a restock or cancel is under way */
+            int64_t done = w->wait_for != NULL ? *w->wait_for : 0;
+            if (w->wait_for != NULL && (done == 0 || tu_now_ms() - done < CC_SOLD_OUT_SETTLE_MS))
+                tu_sleep_ms(10); /* more stock is coming, or a stale sold-out is still cached */
             else
                 w->sold_out = 1;
         } else if (st == 409 && strcmp(code, "insufficient_stock") == 0 && qty > 1) {
@@ -237,7 +246,7 @@ typedef void (*during_fn)(struct cc_setup *s, const char *sku, void *arg, char *
 static void sell(struct cc_setup *s, const char *sku, long long units_expected,
                  long long stock_total, long long cancelled, during_fn during, void *arg)
 {
-    static _Atomic int changes_done;
+    static _Atomic int64_t changes_done;
     changes_done = 0;
     char during_err[300] = "";
     pthread_barrier_t go;
@@ -255,7 +264,7 @@ static void sell(struct cc_setup *s, const char *sku, long long units_expected,
     }
     if (during != NULL) {
         during(s, sku, arg, during_err, sizeof during_err);
-        changes_done = 1;
+        changes_done = tu_now_ms();
     }
     for (int i = 0; i < CC_THREADS; i++)
         pthread_join(w[i].tid, NULL);
