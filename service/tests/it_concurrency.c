@@ -74,18 +74,20 @@ struct cc_order {
     int segment;
 };
 
-/* How long after the last stock change a sold_out still may be a cached, stale one: the
- * default sold_out_recheck_ms (500) plus a margin for a loaded machine. */
+/* How long a run of sold_out answers must last before a buyer believes it, once the stock
+ * changes are done: the default sold_out_recheck_ms (500) plus a margin for a loaded machine. */
 #define CC_SOLD_OUT_SETTLE_MS 1000
 
 struct cc_worker {
     int port;
     const char *sku;
     /* When set: the instant (tu_now_ms) the test's stock changes were done, 0 before. A
-     * sold_out before it, or less than CC_SOLD_OUT_SETTLE_MS after it, is waited out: each
-     * instance caches a sold-out state for up to sold_out_recheck_ms (500), and an order that
-     * read the segments before a cancel may cache it just after that cancel. */
+     * sold_out before it is waited out, and after it the buyer stops only once its instance
+     * has said sold_out for CC_SOLD_OUT_SETTLE_MS on end: an instance may conclude "sold out"
+     * from a cached empty segment that a cancel has refilled (an order read it before the
+     * cancel), and re-checks that against Redis within sold_out_recheck_ms (500). */
     const _Atomic int64_t *wait_for;
+    int64_t sold_out_since;     /* first sold_out of the current run of them, 0: none */
     unsigned seed;
     pthread_barrier_t *go;
     struct cc_order *orders;
@@ -145,13 +147,22 @@ static void *cc_run(void *arg)
         w->requests++;
         const char *code = sf_error_code(&r);
         if (st == 201) {
+            w->sold_out_since = 0;
             cc_record(w, &r, qty);
         } else if (st == 409 && strcmp(code, "sold_out") == 0) {
-            int64_t done = w->wait_for != NULL ? *w->wait_for : 0;
-            if (w->wait_for != NULL && (done == 0 || tu_now_ms() - done < CC_SOLD_OUT_SETTLE_MS))
-                tu_sleep_ms(10); /* more stock is coming, or a stale sold-out is still cached */
-            else
+            int64_t now = tu_now_ms();
+            if (w->wait_for == NULL) {
                 w->sold_out = 1;
+            } else if (*w->wait_for == 0) {
+                tu_sleep_ms(10); /* more stock is coming: a restock or cancel is under way */
+            } else {
+                if (w->sold_out_since == 0)
+                    w->sold_out_since = now;
+                if (now - w->sold_out_since >= CC_SOLD_OUT_SETTLE_MS)
+                    w->sold_out = 1;
+                else
+                    tu_sleep_ms(10); /* may be a stale cached sold-out: ask again */
+            }
         } else if (st == 409 && strcmp(code, "insufficient_stock") == 0 && qty > 1) {
             w->insufficient++;
             only_one = 1;
