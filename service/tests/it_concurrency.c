@@ -17,7 +17,6 @@
 #define CC_THREADS 64
 #define CC_MAX_LOCK_TIMEOUTS 2000 /* per thread; 503 lock_timeout is retried */
 
-static rf_server *redis;
 
 struct cc_setup {
     const char *strategy;
@@ -27,21 +26,6 @@ struct cc_setup {
     sf_service *svc[CC_INSTANCES];
 };
 
-static int group_setup(void **state)
-{
-    (void)state;
-    redis = rf_start(NULL);
-    return redis != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(redis);
-    redis = NULL;
-    return 0;
-}
-
 /* Per test: CC_INSTANCES instances with the test's strategy. */
 static int start_instances(void **state)
 {
@@ -49,7 +33,7 @@ static int start_instances(void **state)
     const char *args[] = {"--strategy", s->strategy, "--threads", "8", "--hold-ms", s->hold_ms,
                           NULL};
     for (int i = 0; i < CC_INSTANCES; i++) {
-        s->svc[i] = sf_start(rf_url(redis), args);
+        s->svc[i] = sf_start(rf_url(sf_redis), args);
         if (s->svc[i] == NULL)
             return -1;
     }
@@ -193,7 +177,7 @@ static int cmp_id(const void *a, const void *b)
 /* Checks that every order of the client has its record at its segment with its quantity. */
 static void check_records(const char *sku, const struct cc_order *all, int n)
 {
-    redisContext *c = rf_connect(redis);
+    redisContext *c = rf_connect(sf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < n; i++)
         redisAppendCommand(c, "HGET inv:{%s:%d}:orders %s", sku, all[i].segment, all[i].id);
@@ -328,7 +312,7 @@ static void sell(struct cc_setup *s, const char *sku, long long units_expected,
     free(all);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT(rep.negative_segments == 0, "%d segments below zero", rep.negative_segments);
     SF_ASSERT(rep.sold == units_expected && rep.remaining == 0 && rep.stock_total == stock_total,
               "Redis: sold %lld remaining %lld stock_total %lld; expected %lld sold of %lld",
@@ -509,7 +493,7 @@ static void test_insufficient_stock_under_contention(void **state)
     SF_ASSERT(other == 0, "%d of %d answers were not 409 insufficient_stock; first: %s", other,
               CC_THREADS * IS_REQUESTS, first);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 0 && rep.remaining == 2LL * s->segments, "sold %lld remaining %lld",
               rep.sold, rep.remaining);
 }
@@ -566,5 +550,5 @@ int main(void)
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
                                                  start_instances, stop_instances, &shortage),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

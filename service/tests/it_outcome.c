@@ -37,24 +37,8 @@
 #define OC_RECOVERY_MS (OC_CLAIM_BOUND_MS + 20000)
 #define OC_ATTEMPTS 3
 
-static rf_server *redis;
 static sf_service *svc; /* a fresh one per test, so its log holds that test's lines only */
 static int port;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    redis = rf_start(NULL);
-    return redis != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(redis);
-    redis = NULL;
-    return 0;
-}
 
 static int svc_setup(void **state)
 {
@@ -75,7 +59,7 @@ static int svc_setup(void **state)
                           "--lock-wait-ms",
                           wait,
                           NULL};
-    svc = sf_start(rf_url(redis), args);
+    svc = sf_start(rf_url(sf_redis), args);
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -100,7 +84,7 @@ static int svc_setup(void **state)
 static int svc_teardown(void **state)
 {
     (void)state;
-    rf_resume(redis);
+    rf_resume(sf_redis);
     int st = sf_stop(svc);
     svc = NULL;
     return st == 0 ? 0 : -1;
@@ -125,7 +109,7 @@ static void put_sku(const char *sku, long long stock)
 static long long seg_stock(const char *sku)
 {
     char buf[32];
-    if (rf_string(redis, buf, sizeof buf, "GET inv:{%s:0}:stock", sku) != 1)
+    if (rf_string(sf_redis, buf, sizeof buf, "GET inv:{%s:0}:stock", sku) != 1)
         return -999;
     return strtoll(buf, NULL, 10);
 }
@@ -133,7 +117,7 @@ static long long seg_stock(const char *sku)
 /* The order id segment 0's idem hash holds for key (written with the order), "" when none. */
 static void idem_order_id(const char *sku, const char *key, char *id, size_t size)
 {
-    if (rf_string(redis, id, size, "HGET inv:{%s:0}:idem %s", sku, key) != 1)
+    if (rf_string(sf_redis, id, size, "HGET inv:{%s:0}:idem %s", sku, key) != 1)
         id[0] = '\0';
 }
 
@@ -165,7 +149,7 @@ static void assert_unavailable_at(const char *file, int line, const sf_resp *r, 
 static void expect_sold(const char *sku, long long stock_total, long long sold)
 {
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT(rep.stock_total == stock_total && rep.sold == sold && rep.orders == sold &&
                   rep.remaining == stock_total - sold && rep.live_orders == sold,
               "SKU %s: expected %lld sold of %lld in %lld order(s); Redis has stock_total %lld "
@@ -226,7 +210,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
 {
     char lock_key[256];
     snprintf(lock_key, sizeof lock_key, "inv:{%s:0}:lock", sku);
-    redisContext *watch = rf_connect(redis);
+    redisContext *watch = rf_connect(sf_redis);
     SF_ASSERT(watch != NULL, "%s", "cannot connect to redis-server");
 
     struct poster p = {.key = key, .body = body};
@@ -240,7 +224,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
             freeReplyObject(e);
         if (seen) {
             /* The acquire has run: the service sleeps in its hold, the commit comes next. */
-            paused = rf_pause(redis) == 0;
+            paused = rf_pause(sf_redis) == 0;
             break;
         }
         tu_sleep_us(500);
@@ -248,7 +232,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
     redisFree(watch);
     pthread_join(p.tid, NULL); /* the client's own timeout (10 s) bounds this */
     if (paused)
-        rf_resume(redis);
+        rf_resume(sf_redis);
     *first = p.resp;
     SF_ASSERT(!seen || paused, "%s", "could not SIGSTOP redis-server");
     if (!paused)
@@ -327,7 +311,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
                   placed_id, sf_resp_summary(&r), seg_stock(sku));
         SF_ASSERT(strcmp(id, placed_id) == 0, "replayed order %s, Redis placed %s", id, placed_id);
         char record[2048];
-        SF_ASSERT(rf_string(redis, record, sizeof record, "HGET inv:{%s:0}:orders %s", sku,
+        SF_ASSERT(rf_string(sf_redis, record, sizeof record, "HGET inv:{%s:0}:orders %s", sku,
                             placed_id) == 1,
                   "no record of %s", placed_id);
         json_t *stored = json_loads(record, 0, NULL);
@@ -347,7 +331,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 
     /* The claim is final now: the key replays at once, and GET finds the order. */
     char claim[200];
-    SF_ASSERT(rf_string(redis, claim, sizeof claim, "GET inv:{%s}:idem:%s", sku, key) == 1 &&
+    SF_ASSERT(rf_string(sf_redis, claim, sizeof claim, "GET inv:{%s}:idem:%s", sku, key) == 1 &&
                   strcmp(claim, placed_id) == 0,
               "claim of the key: \"%s\", expected %s", claim, placed_id);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
@@ -378,10 +362,10 @@ static void test_redis_frozen_before_acquire_plain_unavailable(void **state)
     order_body(body, sizeof body, sku);
     put_sku(sku, UNITS);
 
-    SF_ASSERT(rf_pause(redis) == 0, "%s", "could not SIGSTOP redis-server");
+    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_resp r = {0};
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
-    rf_resume(redis);
+    rf_resume(sf_redis);
     ASSERT_UNAVAILABLE(&r, 0);
     SF_ASSERT(sf_log_contains(svc, "order_unavailable"), "%s",
               "no order_unavailable line in the service's log");
@@ -418,10 +402,10 @@ static void test_redis_frozen_before_claim_plain_unavailable(void **state)
     order_body(body, sizeof body, sku);
     put_sku(sku, UNITS);
 
-    SF_ASSERT(rf_pause(redis) == 0, "%s", "could not SIGSTOP redis-server");
+    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_resp r = {0};
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
-    rf_resume(redis);
+    rf_resume(sf_redis);
     ASSERT_UNAVAILABLE(&r, 0);
     SF_ASSERT(!sf_log_contains(svc, "order_outcome_unknown"), "%s",
               "order_outcome_unknown logged for a failure before the commit");
@@ -454,5 +438,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_frozen_before_claim_plain_unavailable, svc_setup,
                                         svc_teardown),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

@@ -11,24 +11,8 @@
 #include <errno.h>
 #include <unistd.h>
 
-static rf_server *redis;
 
 static const char TOKEN[] = "it-ratelimit-token";
-
-static int group_setup(void **state)
-{
-    (void)state;
-    redis = rf_start(NULL);
-    return redis == NULL ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(redis);
-    redis = NULL;
-    return 0;
-}
 
 /* One request on fd (keep-alive), read back into *r. Returns the status (0: none). */
 static int request_on(int fd, const char *method, const char *path, const char *body, sf_resp *r)
@@ -71,7 +55,7 @@ static void test_token_bucket(void **state)
     /* 2 requests/s, bursts of 5. */
     const char *args[] = {"--admin-token",      TOKEN, "--threads", "2", "--rate-limit-rps", "2",
                           "--rate-limit-burst", "5",   NULL};
-    sf_service *svc = sf_start(rf_url(redis), args);
+    sf_service *svc = sf_start(rf_url(sf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -144,7 +128,7 @@ static void test_token_bucket(void **state)
 
     /* The refused order changed nothing. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT_EQ(rep.orders, 0);
     SF_ASSERT_EQ(sf_stop(svc), 0);
@@ -154,7 +138,7 @@ static void test_connection_cap(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "2", "--max-connections-per-ip", "4", NULL};
-    sf_service *svc = sf_start(rf_url(redis), args);
+    sf_service *svc = sf_start(rf_url(sf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
@@ -198,7 +182,7 @@ static void test_connection_cap(void **state)
 static void test_off_by_default(void **state)
 {
     (void)state;
-    sf_service *svc = sf_start(rf_url(redis), NULL);
+    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
@@ -243,5 +227,5 @@ int main(void)
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_bad_values_exit_2),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

@@ -16,7 +16,6 @@
 #define RP_SLOW_MS 5000        /* an answer slower than this counts as a hang */
 #define RP_OLD_STOCK 1000000LL /* the old version never sells out */
 
-static rf_server *redis;
 static sf_service *svc[2];
 
 struct rp_case {
@@ -26,28 +25,13 @@ struct rp_case {
     int new_segments;
 };
 
-static int group_setup(void **state)
-{
-    (void)state;
-    redis = rf_start(NULL);
-    return redis != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(redis);
-    redis = NULL;
-    return 0;
-}
-
 /* Per test: two instances with the case's strategy. */
 static int start_instances(void **state)
 {
     const struct rp_case *rc = *state;
     const char *args[] = {"--threads", "8", "--strategy", rc->strategy, NULL};
     for (int i = 0; i < 2; i++) {
-        svc[i] = sf_start(rf_url(redis), args);
+        svc[i] = sf_start(rf_url(sf_redis), args);
         if (svc[i] == NULL)
             return -1;
     }
@@ -212,7 +196,7 @@ static void reput_while_ordering(void **state)
     }
 
     /* Which 201s are orders of the new version: their records are in its segments. */
-    redisContext *c = rf_connect(redis);
+    redisContext *c = rf_connect(sf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < RP_THREADS; i++)
         for (int j = 0; j < w[i].n; j++)
@@ -260,7 +244,7 @@ static void reput_while_ordering(void **state)
               before, after);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT(rep.version == v2 && rep.segments == new_segments,
               "Redis layout: version %lld, %d segments; the PUT said version %lld, %d segments",
               rep.version, rep.segments, v2, new_segments);
@@ -324,5 +308,5 @@ int main(void)
         cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, start_instances,
                                                  stop_instances, &atomic),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

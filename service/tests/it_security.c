@@ -11,22 +11,6 @@
 
 #include <unistd.h>
 
-static rf_server *redis;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    redis = rf_start(NULL);
-    return redis == NULL ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(redis);
-    redis = NULL;
-    return 0;
-}
 
 /* Fails when the log file at path contains secret; returns the log's size. */
 static long assert_not_in_log(const char *path, const char *secret, const char *what)
@@ -99,7 +83,7 @@ static void test_admin_token_never_logged(void **state)
 
     /* 1. --admin-token, at debug level (every request is logged). */
     const char *args[] = {"--admin-token", flag_token, "--log-level", "debug", NULL};
-    sf_service *svc = sf_start(rf_url(redis), args);
+    sf_service *svc = sf_start(rf_url(sf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), flag_token);
     SF_ASSERT(sf_log_contains(svc, "\"admin_token\":\"***\""), "%s",
@@ -110,7 +94,7 @@ static void test_admin_token_never_logged(void **state)
     /* 2. INVENTORY_ADMIN_TOKEN (inherited by the service). */
     setenv("INVENTORY_ADMIN_TOKEN", env_token, 1);
     const char *dbg[] = {"--log-level", "debug", NULL};
-    svc = sf_start(rf_url(redis), dbg);
+    svc = sf_start(rf_url(sf_redis), dbg);
     unsetenv("INVENTORY_ADMIN_TOKEN");
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), env_token);
@@ -129,7 +113,7 @@ static void test_admin_token_never_logged(void **state)
     SF_ASSERT(write(fd, text, (size_t)n) == n, "%s", "write");
     close(fd);
     const char *cargs[] = {"--config", cfg, NULL};
-    svc = sf_start(rf_url(redis), cargs);
+    svc = sf_start(rf_url(sf_redis), cargs);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), file_token);
     keep_log(svc, log_copy[2], sizeof log_copy[2]);
@@ -240,5 +224,5 @@ int main(void)
         cmocka_unit_test(test_admin_token_never_logged),
         cmocka_unit_test(test_redis_password_and_acl_user),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

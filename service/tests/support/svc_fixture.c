@@ -624,3 +624,20 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, ch
     sf_read_back(efd, err, errlen);
     return result;
 }
+
+rf_server *sf_redis;
+
+int sf_redis_group_setup(void **state)
+{
+    (void)state;
+    sf_redis = rf_start(NULL);
+    return sf_redis != NULL ? 0 : -1;
+}
+
+int sf_redis_group_teardown(void **state)
+{
+    (void)state;
+    rf_stop(sf_redis);
+    sf_redis = NULL;
+    return 0;
+}

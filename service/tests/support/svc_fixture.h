@@ -36,6 +36,12 @@ typedef struct sf_service sf_service;
  * when none is executable. */
 const char *sf_binary(void);
 
+/* The redis-server a suite shares for its whole group: sf_redis_group_setup starts it into
+ * sf_redis, sf_redis_group_teardown stops it (cmocka group setup and teardown; 0 or -1). */
+extern rf_server *sf_redis;
+int sf_redis_group_setup(void **state);
+int sf_redis_group_teardown(void **state);
+
 /*
  * Starts inventoryd with
  *     --port P --bind 127.0.0.1 [--redis redis_url] <extra_args...>
