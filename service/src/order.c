@@ -430,6 +430,29 @@ enum order_outcome {
     OUT_UNKNOWN_SKU
 };
 
+/* True when a segment's result decides the whole order: committed, or Redis failed. */
+static int settles(enum seg_result r)
+{
+    return r == SEG_DONE || r == SEG_ERROR || r == SEG_UNKNOWN;
+}
+
+/* The order's outcome for a result that settles it. */
+static enum order_outcome settled_outcome(enum seg_result r)
+{
+    return r == SEG_DONE ? OUT_CREATED : r == SEG_ERROR ? OUT_UNAVAILABLE : OUT_OUTCOME_UNKNOWN;
+}
+
+/* After an empty, short or lost segment the walk moves on (counted as a failover); an empty
+ * or short one is left out for the rest of the request (done), a lost one may be tried again. */
+static void exclude_or_move_on(uint64_t *done, int k, enum seg_result r, int *any_short)
+{
+    if (r == SEG_SHORT)
+        *any_short = 1;
+    if (r == SEG_SHORT || r == SEG_EMPTY)
+        done[k / 64] |= 1ULL << (k % 64);
+    metrics_failover();
+}
+
 /* Runs the configured strategy until the order is decided. Every loop is bounded by the
  * request's deadline (--lock-wait-ms); "unavailable" is only ever the answer to a Redis failure.
  * Segments found empty or short stay excluded for the rest of this request, so a walk after a
@@ -480,19 +503,16 @@ static enum order_outcome place_order(struct order_ctx *ctx)
         enum seg_result r;
         if (cfg->strategy == STRATEGY_SINGLE_LOCK) {
             r = order_single_lock(ctx, &any_short);
+            if (settles(r))
+                return settled_outcome(r);
             switch (r) {
-            case SEG_DONE: return OUT_CREATED;
             case SEG_BUSY: return OUT_LOCK_TIMEOUT;
             case SEG_EMPTY: return OUT_SOLD_OUT;
             case SEG_SHORT: return OUT_INSUFFICIENT;
-            case SEG_STALE:
-            case SEG_NOTREADY:
-            case SEG_LOST:
+            default: /* stale, not ready or lost: read the layout again */
                 skucache_forget(ctx->app->cache, ctx->in->sku);
                 need_layout = 1;
                 continue;
-            case SEG_ERROR: return OUT_UNAVAILABLE;
-            case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
             }
         }
 
@@ -509,22 +529,16 @@ static enum order_outcome place_order(struct order_ctx *ctx)
             }
             r = cfg->strategy == STRATEGY_ATOMIC ? try_segment_atomic(ctx, k)
                                                  : try_segment(ctx, k, 0);
-            switch (r) {
-            case SEG_DONE: return OUT_CREATED;
-            case SEG_BUSY: busy[nbusy++] = k; break;
-            case SEG_NOTREADY: notready = 1; break;
-            case SEG_SHORT:
-                any_short = 1;
-                __attribute__((fallthrough));
-            case SEG_EMPTY:
-                done[k / 64] |= 1ULL << (k % 64);
-                metrics_failover();
-                break;
-            case SEG_LOST: metrics_failover(); break;
-            case SEG_STALE: need_layout = 1; break;
-            case SEG_ERROR: return OUT_UNAVAILABLE;
-            case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
-            }
+            if (settles(r))
+                return settled_outcome(r);
+            if (r == SEG_BUSY)
+                busy[nbusy++] = k;
+            else if (r == SEG_NOTREADY)
+                notready = 1;
+            else if (r == SEG_STALE)
+                need_layout = 1;
+            else
+                exclude_or_move_on(done, k, r, &any_short);
         }
         if (need_layout) {
             skucache_forget(ctx->app->cache, ctx->in->sku);
@@ -543,25 +557,16 @@ static enum order_outcome place_order(struct order_ctx *ctx)
         metrics_lock_wait();
         int k = busy[rnd64() % (uint64_t)nbusy];
         r = try_segment(ctx, k, (int)left);
-        switch (r) {
-        case SEG_DONE: return OUT_CREATED;
-        case SEG_BUSY: return OUT_LOCK_TIMEOUT;
-        case SEG_ERROR: return OUT_UNAVAILABLE;
-        case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
-        case SEG_STALE:
+        if (settles(r))
+            return settled_outcome(r);
+        if (r == SEG_BUSY)
+            return OUT_LOCK_TIMEOUT;
+        if (r == SEG_STALE) {
             skucache_forget(ctx->app->cache, ctx->in->sku);
             need_layout = 1;
-            break;
-        case SEG_SHORT:
-            any_short = 1;
-            __attribute__((fallthrough));
-        case SEG_EMPTY:
-            done[k / 64] |= 1ULL << (k % 64);
-            metrics_failover();
-            break;
-        case SEG_NOTREADY:
-        case SEG_LOST: break;
-        }
+        } else if (r == SEG_SHORT || r == SEG_EMPTY) {
+            exclude_or_move_on(done, k, r, &any_short);
+        } /* not ready or lost: the next walk sees it again */
     }
 }
 
