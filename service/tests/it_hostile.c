@@ -80,36 +80,16 @@ static int group_teardown(void **state)
 
 /* ---- raw HTTP ---------------------------------------------------------------------------- */
 
-/* A growable byte buffer. */
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
-static void buf_put(struct buf *b, const void *data, size_t n)
+/* Builders over svc_raw's growable buffer. */
+static void buf_puts(struct sr_buf *b, const char *s)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    sr_put(b, s, strlen(s));
 }
 
-static void buf_puts(struct buf *b, const char *s)
-{
-    buf_put(b, s, strlen(s));
-}
-
-static void buf_fill(struct buf *b, char c, size_t n)
+static void buf_fill(struct sr_buf *b, char c, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        buf_put(b, &c, 1);
+        sr_put(b, &c, 1);
 }
 
 /* ---- the table ----------------------------------------------------------------------------- */
@@ -123,7 +103,7 @@ static void buf_fill(struct buf *b, char c, size_t n)
 #define F_KEEP 32u  /* no Connection: close (framing tests: see whether the server closes) */
 
 /* A generator writes the whole raw request for rows that need big or built payloads. */
-typedef void (*gen_fn)(struct buf *out, const char *sku);
+typedef void (*gen_fn)(struct sr_buf *out, const char *sku);
 
 struct row {
     const char *name;
@@ -149,7 +129,7 @@ struct row {
     }
 
 /* Expands $SKU, $TOKEN, $A65 / $A256 (that many 'A'), $U129 (129 'u') in s[0..n). */
-static void expand(struct buf *out, const char *s, size_t n, const char *sku)
+static void expand(struct sr_buf *out, const char *s, size_t n, const char *sku)
 {
     static const struct {
         const char *mark;
@@ -180,12 +160,12 @@ static void expand(struct buf *out, const char *s, size_t n, const char *sku)
             if (done)
                 continue;
         }
-        buf_put(out, s + i, 1);
+        sr_put(out, s + i, 1);
         i++;
     }
 }
 
-static void post_head(struct buf *out, size_t content_length)
+static void post_head(struct sr_buf *out, size_t content_length)
 {
     char h[256];
     snprintf(h, sizeof h,
@@ -195,27 +175,27 @@ static void post_head(struct buf *out, size_t content_length)
     buf_puts(out, h);
 }
 
-static void gen_deep_arrays(struct buf *out, const char *sku)
+static void gen_deep_arrays(struct sr_buf *out, const char *sku)
 {
     (void)sku;
     post_head(out, 10000);
     buf_fill(out, '[', 10000);
 }
 
-static void gen_deep_objects(struct buf *out, const char *sku)
+static void gen_deep_objects(struct sr_buf *out, const char *sku)
 {
     (void)sku;
-    struct buf b = {0};
+    struct sr_buf b = {0};
     for (int i = 0; i < 3000; i++)
         buf_puts(&b, "{\"a\":");
     post_head(out, b.len);
-    buf_put(out, b.p, b.len);
+    sr_put(out, b.p, b.len);
     free(b.p);
 }
 
-static void gen_deep_unknown_field(struct buf *out, const char *sku)
+static void gen_deep_unknown_field(struct sr_buf *out, const char *sku)
 {
-    struct buf b = {0};
+    struct sr_buf b = {0};
     buf_puts(&b, "{\"sku\":\"");
     buf_puts(&b, sku);
     buf_puts(&b, "\",\"quantity\":0,\"x\":");
@@ -223,24 +203,24 @@ static void gen_deep_unknown_field(struct buf *out, const char *sku)
     buf_fill(&b, ']', 1000);
     buf_puts(&b, "}");
     post_head(out, b.len);
-    buf_put(out, b.p, b.len);
+    sr_put(out, b.p, b.len);
     free(b.p);
 }
 
-static void gen_big_array(struct buf *out, const char *sku)
+static void gen_big_array(struct sr_buf *out, const char *sku)
 {
     (void)sku;
-    struct buf b = {0};
+    struct sr_buf b = {0};
     buf_puts(&b, "[");
     while (b.len < 16380)
         buf_puts(&b, "1,");
     buf_puts(&b, "1]");
     post_head(out, b.len);
-    buf_put(out, b.p, b.len);
+    sr_put(out, b.p, b.len);
     free(b.p);
 }
 
-static void gen_chunked_100k(struct buf *out, const char *sku)
+static void gen_chunked_100k(struct sr_buf *out, const char *sku)
 {
     (void)sku;
     buf_puts(out, "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
@@ -253,7 +233,7 @@ static void gen_chunked_100k(struct buf *out, const char *sku)
     buf_puts(out, "0\r\n\r\n");
 }
 
-static void gen_huge_header(struct buf *out, const char *sku)
+static void gen_huge_header(struct sr_buf *out, const char *sku)
 {
     (void)sku;
     buf_puts(out, "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Big: ");
@@ -261,7 +241,7 @@ static void gen_huge_header(struct buf *out, const char *sku)
     buf_puts(out, "\r\n\r\n");
 }
 
-static void gen_many_headers(struct buf *out, const char *sku)
+static void gen_many_headers(struct sr_buf *out, const char *sku)
 {
     (void)sku;
     buf_puts(out, "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
@@ -273,7 +253,7 @@ static void gen_many_headers(struct buf *out, const char *sku)
     buf_puts(out, "\r\n");
 }
 
-static void gen_long_url(struct buf *out, const char *sku)
+static void gen_long_url(struct sr_buf *out, const char *sku)
 {
     (void)sku;
     buf_puts(out, "GET /api/v1/skus/");
@@ -281,7 +261,7 @@ static void gen_long_url(struct buf *out, const char *sku)
     buf_puts(out, " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
 }
 
-static void gen_long_token(struct buf *out, const char *sku)
+static void gen_long_token(struct sr_buf *out, const char *sku)
 {
     char h[256];
     snprintf(h, sizeof h,
@@ -762,7 +742,7 @@ static const struct row rows[] = {
 #define NROWS (sizeof rows / sizeof rows[0])
 
 /* Builds the raw request of row r. */
-static void build(const struct row *r, const char *sku, struct buf *out)
+static void build(const struct row *r, const char *sku, struct sr_buf *out)
 {
     if (r->gen != NULL) {
         r->gen(out, sku);
@@ -772,7 +752,7 @@ static void build(const struct row *r, const char *sku, struct buf *out)
         expand(out, r->body, r->body_len, sku);
         return;
     }
-    struct buf body = {0};
+    struct sr_buf body = {0};
     if (r->body != NULL)
         expand(&body, r->body, r->body_len, sku);
     buf_puts(out, r->method);
@@ -797,7 +777,7 @@ static void build(const struct row *r, const char *sku, struct buf *out)
     }
     buf_puts(out, "\r\n");
     if (body.len > 0)
-        buf_put(out, body.p, body.len);
+        sr_put(out, body.p, body.len);
     free(body.p);
 }
 
@@ -900,7 +880,7 @@ static void test_hostile_table(void **state)
     int answered_by_mhd = 0, json_errors = 0, no_response = 0;
     for (size_t i = 0; i < NROWS; i++) {
         const struct row *row = &rows[i];
-        struct buf req = {0};
+        struct sr_buf req = {0};
         build(row, sku, &req);
         int closed = 0;
         const char *method = row->method != NULL && row->method[0] ? row->method : "GET";

@@ -84,13 +84,7 @@ ssize_t sr_recv(int fd, void *buf, size_t cap, long long deadline_ms)
     }
 }
 
-/* A growable byte buffer, always NUL-terminated. */
-struct sr_buf {
-    char *p;
-    size_t len, cap;
-};
-
-static void sr_put(struct sr_buf *b, const void *data, size_t n)
+void sr_put(struct sr_buf *b, const void *data, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;

@@ -13,6 +13,15 @@
 
 #include "svc_fixture.h"
 
+/* A growable byte buffer, always NUL-terminated; {0} is empty, free(p) releases it. */
+struct sr_buf {
+    char *p;
+    size_t len, cap;
+};
+
+/* Appends n bytes to b. */
+void sr_put(struct sr_buf *b, const void *data, size_t n);
+
 /* A blocking TCP connection to 127.0.0.1:port (TCP_NODELAY), from source_ip when it is not
  * NULL (any 127.x.y.z works on Linux: a second "client address" on one machine). Returns the
  * socket, or -1 with errno set. */
