@@ -351,6 +351,22 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 
 /* ---- Redis frozen before the order arrives ---- */
 
+/* Posts the order (with key when not NULL) while redis-server is stopped, into *r: a plain
+ * 503 unavailable, no unknown outcome logged, and once Redis is back no unit of the SKU's
+ * `units` is sold. */
+static void order_while_frozen(const char *sku, long long units, const char *key,
+                               const char *body, sf_resp *r)
+{
+    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
+    sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, r);
+    rf_resume(sf_redis);
+    ASSERT_UNAVAILABLE(r, 0);
+    SF_ASSERT(!sf_log_contains(svc, "order_outcome_unknown"), "%s",
+              "order_outcome_unknown logged for a failure before the commit");
+    SF_ASSERT_EQ(stock_after_thaw(sku, units), units);
+    expect_sold(sku, units, 0);
+}
+
 /* No key: the SKU's layout is cached (the PUT went through this instance), so the order's first
  * Redis call is the segment lock's acquire, which times out. */
 static void test_redis_frozen_before_acquire_plain_unavailable(void **state)
@@ -362,20 +378,13 @@ static void test_redis_frozen_before_acquire_plain_unavailable(void **state)
     order_body(body, sizeof body, sku);
     put_sku(sku, UNITS);
 
-    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_resp r = {0};
-    sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
-    rf_resume(sf_redis);
-    ASSERT_UNAVAILABLE(&r, 0);
+    order_while_frozen(sku, UNITS, NULL, body, &r);
     SF_ASSERT(sf_log_contains(svc, "order_unavailable"), "%s",
               "no order_unavailable line in the service's log");
-    SF_ASSERT(!sf_log_contains(svc, "order_outcome_unknown"), "%s",
-              "order_outcome_unknown logged for a failure before the commit");
 
     /* The acquire Redis received while frozen runs once thawed and may hold the segment for a
      * lease nobody renews: nothing is sold, and the next orders get through once it ends. */
-    SF_ASSERT_EQ(stock_after_thaw(sku, UNITS), UNITS);
-    expect_sold(sku, UNITS, 0);
     int64_t deadline = tu_now_ms() + OC_RECOVERY_MS;
     int busy = 0;
     while (sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r) == 503 &&
@@ -402,15 +411,8 @@ static void test_redis_frozen_before_claim_plain_unavailable(void **state)
     order_body(body, sizeof body, sku);
     put_sku(sku, UNITS);
 
-    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_resp r = {0};
-    sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
-    rf_resume(sf_redis);
-    ASSERT_UNAVAILABLE(&r, 0);
-    SF_ASSERT(!sf_log_contains(svc, "order_outcome_unknown"), "%s",
-              "order_outcome_unknown logged for a failure before the commit");
-    SF_ASSERT_EQ(stock_after_thaw(sku, UNITS), UNITS);
-    expect_sold(sku, UNITS, 0);
+    order_while_frozen(sku, UNITS, key, body, &r);
 
     /* The claim Redis received while frozen runs once thawed and stays pending: the retry
      * finds no order for it once it is older than the bound, and makes the one order. */
