@@ -41,6 +41,12 @@ struct lc_watchdog {
 
 enum { BATCH_MAX = 256 };
 
+/* Time between renewals of a lease: a third of it, so two renewals may fail before it ends. */
+static int renew_period_ms(int lease_ms)
+{
+    return lease_ms / 3 > 0 ? lease_ms / 3 : 1;
+}
+
 static void timespec_at(struct timespec *ts, int64_t at_ms)
 {
     ts->tv_sec = at_ms / 1000;
@@ -183,8 +189,7 @@ static void *watchdog_main(void *arg)
                 unlink_entry(wd, e);
                 continue;
             }
-            int period = e->result == 2 ? 50 : e->lease_ms / 3;
-            e->next_ms = now + (period > 0 ? period : 1);
+            e->next_ms = now + (e->result == 2 ? 50 : renew_period_ms(e->lease_ms));
         }
         pthread_cond_broadcast(&wd->idle);
     }
@@ -235,7 +240,7 @@ lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
     e->lock = lock;
     e->lease_ms = lock->opts.lease_ms;
     e->renewed_ms = now;
-    e->next_ms = now + (e->lease_ms / 3 > 0 ? e->lease_ms / 3 : 1);
+    e->next_ms = now + renew_period_ms(e->lease_ms);
     e->cap_ms = lock->opts.max_hold_ms ? lock->held_since_ms + lock->opts.max_hold_ms : 0;
     pthread_mutex_lock(&wd->mu);
     e->next = wd->head;
@@ -282,7 +287,7 @@ void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
     wd_entry *e = idle_entry(wd, lock);
     if (e) {
         e->lease_ms = lease_ms;
-        e->next_ms = lc_now_ms() + (lease_ms / 3 > 0 ? lease_ms / 3 : 1);
+        e->next_ms = lc_now_ms() + renew_period_ms(lease_ms);
         pthread_cond_signal(&wd->wake);
     }
     pthread_mutex_unlock(&wd->mu);
