@@ -29,6 +29,8 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
                                   "not enough stock for the requested quantity", false},
     [ERROR_ALREADY_CANCELLED] = {409, "already_cancelled", "the order is already cancelled",
                                  false},
+    [ERROR_SKU_CHANGED] = {409, "sku_changed",
+                           "the SKU was re-initialised or deleted meanwhile", false},
     [ERROR_BODY_TOO_LARGE] = {413, "body_too_large", "the request body is too large", false},
     [ERROR_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type",
                                       "the request body must be application/json", false},

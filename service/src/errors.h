@@ -26,6 +26,7 @@ enum error_code {
     ERROR_SOLD_OUT,             /* 409 sold_out */
     ERROR_INSUFFICIENT_STOCK,   /* 409 insufficient_stock */
     ERROR_ALREADY_CANCELLED,    /* 409 already_cancelled */
+    ERROR_SKU_CHANGED,          /* 409 sku_changed: re-PUT or deleted during a restock */
     ERROR_BODY_TOO_LARGE,       /* 413 body_too_large */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */
     ERROR_RATE_LIMITED,         /* 429 rate_limited (send Retry-After) */

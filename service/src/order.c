@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "handlers.h"
+#include "layout.h"
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
@@ -40,7 +41,8 @@ enum seg_result {
     SEG_SHORT,    /* some stock, less than asked */
     SEG_STALE,    /* the segment belongs to another version: re-read the layout */
     SEG_LOST,     /* our lock was lost before the commit: nothing changed */
-    SEG_ERROR,    /* Redis failed before anything changed */
+    SEG_ERROR,    /* Redis failed (or the segment is damaged) before anything changed */
+    SEG_EXPIRED,  /* the Idempotency-Key claim expired before the commit: nothing changed */
     SEG_UNKNOWN   /* Redis failed during the commit: the outcome is unknown */
 };
 
@@ -51,6 +53,8 @@ struct order_ctx {
     const char *idem;             /* "" when none */
     struct sku_view view;
     int64_t deadline_ms;
+    char claim_expiry[24];        /* the key claim's expiry in Redis ms; "0" without a key */
+    int settled;                  /* this request already settled the SKU's layout once */
     char order_id[ORDER_ID_MAX + 1];
     char *record;                 /* the order's JSON text: stored in Redis, and the 201 body */
 };
@@ -117,19 +121,19 @@ int order_id_parse(const char *id, size_t len, int *segment, char *sku)
     return 0;
 }
 
-/* Reads the SKU's layout into ctx->view and the cache. 1 found, 0 unknown SKU, -1 error. */
+/* Reads the SKU's layout into ctx->view and the cache, completing a PUT, DELETE or restock
+ * that was left half-way (layout.h). 1 found, 0 unknown SKU, -1 error. */
 static int load_layout(struct order_ctx *ctx)
 {
-    int64_t version;
-    int nseg;
-    int found = store_sku_meta(ctx->app->store, ctx->in->sku, &version, &nseg);
+    struct layout l;
+    int found = layout_read_settled(ctx->app->store, ctx->in->sku, &l);
     if (found == 0)
         skucache_forget(ctx->app->cache, ctx->in->sku);
     if (found <= 0)
         return found;
-    if (nseg > SKUCACHE_MAX_SEGMENTS)
+    if (l.segments > SKUCACHE_MAX_SEGMENTS)
         return -1;
-    skucache_set_layout(ctx->app->cache, ctx->in->sku, version, nseg);
+    skucache_set_layout(ctx->app->cache, ctx->in->sku, l.version, l.segments);
     skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
     return ctx->view.version ? 1 : -1;
 }
@@ -230,7 +234,15 @@ static enum seg_result commit_result(struct order_ctx *ctx, int k, const redisRe
             skucache_mark_empty(ctx->app->cache, ctx->in->sku, ctx->view.version, k);
         return value <= 0 ? SEG_EMPTY : SEG_SHORT;
     }
-    return SEG_STALE;
+    if (code == -4)
+        return SEG_EXPIRED;
+    if (code == -5) {
+        log_msg(CONFIG_LOG_ERROR, "segment_damaged",
+                "sku %s segment %d: stock or counters missing or not numbers; nothing written",
+                ctx->in->sku, k);
+        return SEG_ERROR;
+    }
+    return value > ctx->view.version || value == 0 ? SEG_STALE : SEG_NOTREADY;
 }
 
 /* The critical section's simulated business work, counted in the in-flight gauge. */
@@ -301,14 +313,15 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
     const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-    const char *args[5] = {ver, qty, ctx->order_id, record ? record : "{}", ctx->idem};
+    const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
+                           ctx->idem, ctx->claim_expiry};
     redisReply *r = NULL;
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
      * itself, so the next holder may enter before its reply is back here. Counting the leave
      * after the reply would show two holders of one segment at once. */
     metrics_cs_leave();
     st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
-                      keys, NULL, 5, args, NULL, &r);
+                      keys, NULL, 6, args, NULL, &r);
     if (st == LC_ELOST) {
         metrics_lock_lost();
         res = SEG_LOST;
@@ -337,9 +350,10 @@ static enum seg_result try_segment_atomic(struct order_ctx *ctx, int k)
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
     const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-    const char *args[5] = {ver, qty, ctx->order_id, record ? record : "{}", ctx->idem};
+    const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
+                           ctx->idem, ctx->claim_expiry};
     redisReply *r = NULL;
-    int rc = store_run_many(ctx->app->store, SCRIPT_COMMIT_ATOMIC, 1, 5, keys, 5, args, &r);
+    int rc = store_run_many(ctx->app->store, SCRIPT_COMMIT_ATOMIC, 1, 5, keys, 6, args, &r);
     metrics_cs_leave();
     enum seg_result res;
     if (rc != 0 || !r || r->type == REDIS_REPLY_ERROR) {
@@ -389,11 +403,12 @@ static enum seg_result order_single_lock(struct order_ctx *ctx, int *any_short)
         store_seg_keys(ctx->in->sku, k, &sk);
         const char *record = make_record(ctx, k);
         const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-        const char *args[5] = {ver, qty, ctx->order_id, record ? record : "{}", ctx->idem};
+        const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
+                               ctx->idem, ctx->claim_expiry};
         redisReply *r = NULL;
-        st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), 0, 5, keys, NULL, 5,
+        st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), 0, 5, keys, NULL, 6,
                           args, NULL, &r);
-            if (st == LC_ELOST) {
+        if (st == LC_ELOST) {
             metrics_lock_lost();
             res = SEG_LOST;
         } else if (st != LC_OK) {
@@ -430,46 +445,87 @@ enum order_outcome {
     OUT_UNKNOWN_SKU
 };
 
-/* True when a segment's result decides the whole order: committed, or Redis failed. */
+/* True when a segment's result decides the whole order: committed, the outcome unknown, or
+ * the Idempotency-Key claim expired (another request may own the key now: stop). */
 static int settles(enum seg_result r)
 {
-    return r == SEG_DONE || r == SEG_ERROR || r == SEG_UNKNOWN;
+    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED;
 }
 
-/* The order's outcome for a result that settles it. */
+/* The order's outcome for a result that settles it (or for a Redis error that ends it). */
 static enum order_outcome settled_outcome(enum seg_result r)
 {
-    return r == SEG_DONE ? OUT_CREATED : r == SEG_ERROR ? OUT_UNAVAILABLE : OUT_OUTCOME_UNKNOWN;
+    return r == SEG_DONE      ? OUT_CREATED
+           : r == SEG_UNKNOWN ? OUT_OUTCOME_UNKNOWN
+                              : OUT_UNAVAILABLE;
 }
 
-/* After an empty, short or lost segment the walk moves on (counted as a failover); an empty
- * or short one is left out for the rest of the request (done), a lost one may be tried again. */
-static void exclude_or_move_on(uint64_t *done, int k, enum seg_result r, int *any_short)
+/* What one walk over the segments found, besides a settling result. */
+struct walk {
+    uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty, short or failed: out for this request */
+    int busy[SKUCACHE_MAX_SEGMENTS];           /* held by others: candidates for the wait */
+    int nbusy;
+    int retry;      /* a segment to come back to: not ready (a PUT rolling out) or lock lost */
+    int notready;   /* of which: not ready */
+    int any_short;  /* some segment had stock, less than asked */
+    int any_error;  /* some segment failed with a Redis error: never answer sold out then */
+};
+
+/* Files the result r of segment k into w: empty, short and failed segments are left out for the
+ * rest of the request; a lost lock or a segment not ready is come back to (never sold out). */
+static void walk_note(struct walk *w, int k, enum seg_result r)
 {
-    if (r == SEG_SHORT)
-        *any_short = 1;
-    if (r == SEG_SHORT || r == SEG_EMPTY)
-        done[k / 64] |= 1ULL << (k % 64);
+    switch (r) {
+    case SEG_BUSY: w->busy[w->nbusy++] = k; return;
+    case SEG_NOTREADY: w->retry = w->notready = 1; return;
+    case SEG_LOST: w->retry = 1; break;
+    case SEG_SHORT: w->any_short = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
+    case SEG_EMPTY: w->done[k / 64] |= 1ULL << (k % 64); break;
+    case SEG_ERROR: w->any_error = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
+    default: return;
+    }
     metrics_failover();
 }
 
+/* The answer when no segment can be tried any more. */
+static enum order_outcome walk_end(const struct walk *w, int timed_out)
+{
+    if (w->any_error)
+        return OUT_UNAVAILABLE;
+    if (timed_out || w->nbusy > 0 || w->retry)
+        return OUT_LOCK_TIMEOUT;
+    return w->any_short ? OUT_INSUFFICIENT : OUT_SOLD_OUT;
+}
+
+/* A segment at an older version than the cached layout means a PUT is rolling out: complete it
+ * (once per request; a PUT cut off half-way is then finished here) or give it a moment. */
+static void wait_for_rollout(struct order_ctx *ctx)
+{
+    if (!ctx->settled) {
+        ctx->settled = 1;
+        struct layout l;
+        if (layout_read_settled(ctx->app->store, ctx->in->sku, &l) >= 0)
+            return;
+    }
+    sleep_ms(2);
+}
+
 /* Runs the configured strategy until the order is decided. Every loop is bounded by the
- * request's deadline (--lock-wait-ms); "unavailable" is only ever the answer to a Redis failure.
- * Segments found empty or short stay excluded for the rest of this request, so a walk after a
- * wait only revisits segments that were busy. */
+ * request's deadline (--lock-wait-ms), checked before every lock attempt; "unavailable" is only
+ * ever the answer to a Redis failure. Segments found empty, short or failing stay excluded for
+ * the rest of this request, so a walk after a wait only revisits segments that were busy, not
+ * ready or lost. */
 static enum order_outcome place_order(struct order_ctx *ctx)
 {
     const struct config *cfg = &ctx->app->cfg;
-    uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty or short for this request */
-    int any_short = 0, need_layout = 1, first = 1;
+    struct walk w;
+    int need_layout = 1, first = 1;
     for (;;) {
         if (!first && mono_ms() >= ctx->deadline_ms)
-            return OUT_LOCK_TIMEOUT;
-        first = 0;
+            return walk_end(&w, 1);
         if (need_layout) {
             need_layout = 0;
-            memset(done, 0, sizeof(done));
-            any_short = 0;
+            memset(&w, 0, sizeof(w));
             skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
             if (!ctx->view.version) {
                 int found = load_layout(ctx);
@@ -502,71 +558,77 @@ static enum order_outcome place_order(struct order_ctx *ctx)
         int nseg = ctx->view.segments;
         enum seg_result r;
         if (cfg->strategy == STRATEGY_SINGLE_LOCK) {
+            int any_short = 0;
             r = order_single_lock(ctx, &any_short);
-            if (settles(r))
+            if (settles(r) || r == SEG_ERROR)
                 return settled_outcome(r);
             switch (r) {
             case SEG_BUSY: return OUT_LOCK_TIMEOUT;
             case SEG_EMPTY: return OUT_SOLD_OUT;
             case SEG_SHORT: return OUT_INSUFFICIENT;
-            default: /* stale, not ready or lost: read the layout again */
+            case SEG_NOTREADY: wait_for_rollout(ctx); continue;
+            case SEG_LOST: continue;
+            default: /* stale: read the layout again */
                 skucache_forget(ctx->app->cache, ctx->in->sku);
                 need_layout = 1;
                 continue;
             }
         }
 
-        int busy[SKUCACHE_MAX_SEGMENTS];
-        int nbusy = 0, notready = 0;
-        int start = (int)(rnd64() % (uint64_t)nseg);
+        w.nbusy = 0;
+        w.retry = w.notready = 0;
+        int start = (int)(rnd64() % (uint64_t)nseg), tried = 0;
         for (int i = 0; i < nseg && !need_layout; i++) {
             int k = (start + i) % nseg;
-            if (skucache_is_empty(&ctx->view, k) || ((done[k / 64] >> (k % 64)) & 1))
+            if (skucache_is_empty(&ctx->view, k) || ((w.done[k / 64] >> (k % 64)) & 1))
                 continue;
             if (cfg->strategy == STRATEGY_SEGMENTED && skucache_is_held(&ctx->view, k)) {
-                busy[nbusy++] = k; /* this instance holds it: no round trip to learn that */
+                w.busy[w.nbusy++] = k; /* this instance holds it: no round trip to learn that */
                 continue;
             }
+            /* A request paused or slowed past its deadline takes no new lock. */
+            if ((tried++ > 0 || !first) && mono_ms() >= ctx->deadline_ms)
+                return walk_end(&w, 1);
             r = cfg->strategy == STRATEGY_ATOMIC ? try_segment_atomic(ctx, k)
                                                  : try_segment(ctx, k, 0);
             if (settles(r))
                 return settled_outcome(r);
-            if (r == SEG_BUSY)
-                busy[nbusy++] = k;
-            else if (r == SEG_NOTREADY)
-                notready = 1;
-            else if (r == SEG_STALE)
+            if (r == SEG_STALE)
                 need_layout = 1;
             else
-                exclude_or_move_on(done, k, r, &any_short);
+                walk_note(&w, k, r);
         }
+        first = 0;
         if (need_layout) {
             skucache_forget(ctx->app->cache, ctx->in->sku);
             continue;
         }
-        if (nbusy == 0 && !notready)
-            return any_short ? OUT_INSUFFICIENT : OUT_SOLD_OUT;
+        if (w.nbusy == 0 && !w.retry)
+            return walk_end(&w, 0);
         int64_t left = ctx->deadline_ms - mono_ms();
         if (left <= 0)
-            return OUT_LOCK_TIMEOUT;
-        if (nbusy == 0) {
-            sleep_ms(2); /* a PUT is resetting segments: it takes a round trip or two */
+            return walk_end(&w, 1);
+        if (w.nbusy == 0) {
+            if (w.notready)
+                wait_for_rollout(ctx);
             continue;
         }
         /* Every segment that might serve was busy: wait for one, woken by its unlock. */
         metrics_lock_wait();
-        int k = busy[rnd64() % (uint64_t)nbusy];
+        int k = w.busy[rnd64() % (uint64_t)w.nbusy];
         r = try_segment(ctx, k, (int)left);
         if (settles(r))
             return settled_outcome(r);
         if (r == SEG_BUSY)
-            return OUT_LOCK_TIMEOUT;
+            return walk_end(&w, 1);
         if (r == SEG_STALE) {
             skucache_forget(ctx->app->cache, ctx->in->sku);
             need_layout = 1;
-        } else if (r == SEG_SHORT || r == SEG_EMPTY) {
-            exclude_or_move_on(done, k, r, &any_short);
-        } /* not ready or lost: the next walk sees it again */
+        } else {
+            int nbusy = w.nbusy;
+            walk_note(&w, k, r);
+            w.nbusy = nbusy;
+        }
     }
 }
 
@@ -642,14 +704,13 @@ out:
     return rc;
 }
 
-/* Runs a claim script; returns the reply (caller frees) or NULL on error. */
+/* Runs a claim script with up to 4 args; returns the reply (caller frees) or NULL on error. */
 static redisReply *idem_script(struct app *app, enum store_script id, const char *claim,
-                               const char *a1, const char *a2)
+                               int nargs, const char *const *args)
 {
     const char *keys[1] = {claim};
-    const char *args[2] = {a1, a2};
     redisReply *r = NULL;
-    if (store_run_many(app->store, id, 1, 1, keys, 2, args, &r) != 0 || !r ||
+    if (store_run_many(app->store, id, 1, 1, keys, nargs, args, &r) != 0 || !r ||
         r->type == REDIS_REPLY_ERROR) {
         store_free_replies(&r, 1);
         return NULL;
@@ -657,82 +718,117 @@ static redisReply *idem_script(struct app *app, enum store_script id, const char
     return r;
 }
 
+/* How far past a claim's expiry (Redis ms) another request may take the key over: room for
+ * the clocks of two Redis nodes (the claim's and the commit's, on a cluster) to differ. */
+#define IDEM_TAKEOVER_MARGIN_MS 1000
+
 /* Outcome of the Idempotency-Key step. */
 enum idem_step { IDEM_PROCEED, IDEM_REPLAYED, IDEM_FAILED };
 
+/* Takes a claim result {code, value[, expiry]} that made this request the owner: copies the
+ * value and expiry. Returns IDEM_PROCEED, or IDEM_FAILED when the reply is malformed. */
+static enum idem_step idem_own(struct order_ctx *ctx, const redisReply *r, char *claim_value,
+                               size_t cvlen)
+{
+    if (r->elements < 3 || r->element[1]->type != REDIS_REPLY_STRING)
+        return IDEM_FAILED;
+    snprintf(claim_value, cvlen, "%s", r->element[1]->str);
+    snprintf(ctx->claim_expiry, sizeof(ctx->claim_expiry), "%lld",
+             store_reply_int(r->element[2], 0));
+    return IDEM_PROCEED;
+}
+
 /*
  * Claims the key or replays its order. IDEM_PROCEED: this request owns the claim (its value in
- * claim_value); IDEM_REPLAYED: res holds the earlier order with 200; IDEM_FAILED: res holds the
- * error. A claim still pending is waited for up to the longest an order can take; a pending
- * claim older than that belongs to a request that died: its order is looked for in the
- * segments (written atomically with the order) and, if absent, the claim is taken over.
+ * claim_value, its expiry on Redis's clock in ctx->claim_expiry: the commit refuses to run
+ * after it); IDEM_REPLAYED: res holds the earlier order with 200; IDEM_FAILED: res holds the
+ * error. A claim still pending is waited for up to the longest an order can take; once Redis's
+ * clock says it is past its expiry (+ a margin), its request can no longer commit: its order,
+ * if it committed in time, is looked for in the segments (written atomically with the order)
+ * and the claim is taken over. No instance's clock decides anything.
  */
 static enum idem_step idem_begin(struct order_ctx *ctx, const char *claim, char *claim_value,
                                  size_t cvlen, struct response *res)
 {
     const struct config *cfg = &ctx->app->cfg;
-    int64_t bound = cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms +
-                    2 * cfg->redis_timeout_ms;
-    int64_t give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
-    char ttl[24];
+    char bound[24], ttl[24], margin[24], token[40];
+    snprintf(bound, sizeof(bound), "%d",
+             cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
     snprintf(ttl, sizeof(ttl), "%d", 24 * 3600 * 1000);
+    snprintf(margin, sizeof(margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    snprintf(token, sizeof(token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
+    int64_t give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
     for (;;) {
-        snprintf(claim_value, cvlen, "pending:%" PRId64, wall_ms());
-        redisReply *r = idem_script(ctx->app, SCRIPT_IDEM_CLAIM, claim, claim_value, ttl);
-        if (!r)
+        const char *cargs[4] = {bound, ttl, token, margin};
+        redisReply *r = idem_script(ctx->app, SCRIPT_IDEM_CLAIM, claim, 4, cargs);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+            if (r)
+                freeReplyObject(r);
             goto unavailable;
-        if (r->type != REDIS_REPLY_STRING) {
+        }
+        long long code = r->element[0]->integer;
+        if (code == 1) {
+            enum idem_step step = idem_own(ctx, r, claim_value, cvlen);
             freeReplyObject(r);
+            if (step != IDEM_PROCEED)
+                goto unavailable;
             return IDEM_PROCEED;
         }
         char seen[256];
-        snprintf(seen, sizeof(seen), "%s", r->str);
+        snprintf(seen, sizeof(seen), "%s",
+                 r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
         freeReplyObject(r);
-        if (strncmp(seen, "pending:", 8) != 0) {
+        if (code == 0 && strncmp(seen, "pending:", 8) != 0) {
             json_t *order;
             int found = fetch_order(ctx->app, seen, strlen(seen), &order);
             if (found < 0)
                 goto unavailable;
-            if (found == 0) {
-                /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free
-                 * again for an order under the current version. */
-                r = idem_script(ctx->app, SCRIPT_IDEM_SWAP, claim, seen, claim_value);
-                if (!r)
-                    goto unavailable;
-                int swapped = r->integer == 1;
-                freeReplyObject(r);
-                if (swapped)
-                    return IDEM_PROCEED;
-                continue;
+            if (found > 0) {
+                snprintf(res->location, sizeof(res->location), "/api/v1/orders/%s", seen);
+                response_json(res, 200, order);
+                return IDEM_REPLAYED;
             }
-            char loc[200];
-            snprintf(loc, sizeof(loc), "/api/v1/orders/%s", seen);
-            snprintf(res->location, sizeof(res->location), "%s", loc);
-            response_json(res, 200, order);
-            return IDEM_REPLAYED;
-        }
-        int64_t age = wall_ms() - strtoll(seen + 8, NULL, 10);
-        if (age > bound) {
-            /* The claimer died. Its order, if it got that far, is in a segment's idem hash. */
+            /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again
+             * for an order under the current version. */
+        } else if (code == 2) {
+            /* The claimer can no longer commit. Its order, if it got that far, is in a
+             * segment's idem hash. */
             char id[ORDER_ID_MAX + 1];
             int found = find_idem_order(ctx, id, sizeof(id));
             if (found < 0)
                 goto unavailable;
-            r = idem_script(ctx->app, SCRIPT_IDEM_SWAP, claim, seen, found ? id : claim_value);
-            if (!r)
-                goto unavailable;
-            int swapped = r->integer == 1;
+            if (found) {
+                const char *targs[4] = {seen, id, bound, token};
+                r = idem_script(ctx->app, SCRIPT_IDEM_TAKEOVER, claim, 4, targs);
+                if (!r)
+                    goto unavailable;
+                freeReplyObject(r);
+                continue; /* replay the now-final claim */
+            }
+        } else {
+            if (mono_ms() > give_up) {
+                response_error(res, ERROR_UNAVAILABLE,
+                               "an order with this Idempotency-Key is still in progress");
+                return IDEM_FAILED;
+            }
+            sleep_ms(20);
+            continue;
+        }
+        const char *targs[4] = {seen, "", bound, token};
+        r = idem_script(ctx->app, SCRIPT_IDEM_TAKEOVER, claim, 4, targs);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+            if (r)
+                freeReplyObject(r);
+            goto unavailable;
+        }
+        if (r->element[0]->integer == 2) {
+            enum idem_step step = idem_own(ctx, r, claim_value, cvlen);
             freeReplyObject(r);
-            if (swapped && !found)
-                return IDEM_PROCEED;
-            continue; /* replay the now-final claim, or someone else changed it: look again */
+            if (step != IDEM_PROCEED)
+                goto unavailable;
+            return IDEM_PROCEED;
         }
-        if (mono_ms() > give_up) {
-            response_error(res, ERROR_UNAVAILABLE,
-                           "an order with this Idempotency-Key is still in progress");
-            return IDEM_FAILED;
-        }
-        sleep_ms(20);
+        freeReplyObject(r); /* someone else changed it meanwhile: look again */
     }
 unavailable:
     log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s",
@@ -743,7 +839,8 @@ unavailable:
 }
 
 /* Settles the claim after the order: the order id on success, deleted on a definite failure,
- * left pending when the outcome is unknown (a replay then recovers it). */
+ * left pending when the outcome is unknown (a replay then recovers it) or when the claim
+ * expired (another request may own it). */
 static void idem_end(struct order_ctx *ctx, const char *claim, const char *claim_value,
                      enum order_outcome out)
 {
@@ -754,7 +851,8 @@ static void idem_end(struct order_ctx *ctx, const char *claim, const char *claim
         return;
     else
         final = "";
-    redisReply *r = idem_script(ctx->app, SCRIPT_IDEM_SWAP, claim, claim_value, final);
+    const char *args[2] = {claim_value, final};
+    redisReply *r = idem_script(ctx->app, SCRIPT_IDEM_SWAP, claim, 2, args);
     if (r)
         freeReplyObject(r);
 }
@@ -778,7 +876,7 @@ void order_create(struct app *app, const struct request *req, struct response *r
                        "Idempotency-Key: must be 1..128 printable ASCII characters");
         return;
     }
-    struct order_ctx ctx = {.app = app, .in = &in, .idem = idem};
+    struct order_ctx ctx = {.app = app, .in = &in, .idem = idem, .claim_expiry = "0"};
     ctx.deadline_ms = mono_ms() + app->cfg.lock_wait_ms;
 
     /* The sold-out fast path needs no Redis at all. */

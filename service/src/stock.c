@@ -1,8 +1,12 @@
 /*
- * SKU handlers: PUT /api/v1/skus/{sku}, GET, POST .../restock, DELETE. A PUT bumps the SKU's
- * version first (inv:{S}:meta) and then resets each segment to that version; an order that
- * began under the old version fails its version check at commit and is retried under the new
- * one (order.c), so a PUT is safe while orders are in flight.
+ * SKU handlers: PUT /api/v1/skus/{sku}, GET, POST .../restock, DELETE.
+ *
+ * PUT, DELETE and restock write their intent to the SKU's meta in one atomic step and then
+ * settle the segments (layout.c); an interrupted one is completed by whoever next meets it. An
+ * order that began under an older version fails its version check at commit and is retried
+ * under the new one (order.c), so a PUT is safe while orders are in flight. PUT and restock
+ * take an Idempotency-Key: the answer is stored with it and a retry gets it back, applying
+ * nothing twice.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,12 +14,16 @@
 #include <string.h>
 
 #include "handlers.h"
+#include "layout.h"
 #include "log.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "stock.h"
 #include "store.h"
 #include "validate.h"
+
+/* Admin Idempotency-Keys (and restock results) are kept this long. */
+#define STOCK_KEY_TTL_MS "86400000"
 
 int stock_sku_param(const struct request *req, struct response *res, char *sku)
 {
@@ -37,60 +45,97 @@ static void redis_down(struct response *res)
     response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
 }
 
-/* The fixed-width text of v (for script arguments). */
-static void i64s(char *buf, int64_t v)
+/* The admin Idempotency-Key of req, checked: 0 with *key (NULL when none) or -1 with the 400
+ * in res. claim gets the key's Redis name for op ("put", "restock"). */
+static int admin_key(const struct request *req, struct response *res, const char *sku,
+                     const char *op, const char **key, char *claim, size_t len)
 {
-    snprintf(buf, 24, "%" PRId64, v);
+    *key = req->idempotency_key;
+    claim[0] = '\0';
+    if (!*key)
+        return 0;
+    if (!validate_printable(*key, strlen(*key))) {
+        response_error(res, ERROR_INVALID_REQUEST,
+                       "Idempotency-Key: must be 1..128 printable ASCII characters");
+        return -1;
+    }
+    char base[STORE_KEY_MAX];
+    char suffix[32];
+    snprintf(suffix, sizeof(suffix), "aidem:%s:", op);
+    store_sku_key(base, sku, suffix);
+    snprintf(claim, len, "%s%s", base, *key);
+    return 0;
 }
 
-int stock_status(struct app *app, const char *sku, json_t **out)
+/* Fills res from a stored answer "<status> <json body>". 0, or -1 when it is not one. */
+static int stored_answer(struct response *res, const char *stored)
 {
-    *out = NULL;
-    int64_t version;
-    int nseg;
-    int found = store_sku_meta(app->store, sku, &version, &nseg);
-    if (found <= 0)
-        return found;
-    lc_client *c = store_client(app->store);
-    if (!c)
+    char *end;
+    long status = strtol(stored, &end, 10);
+    if (end == stored || *end != ' ' || status < 200 || status > 599)
         return -1;
-    int n = nseg * 2;
+    json_t *body = json_loads(end + 1, 0, NULL);
+    if (!body)
+        return -1;
+    response_json(res, (int)status, body);
+    return 0;
+}
+
+/* Replaces the admin key's value expected by the final answer in res (best effort: a failure
+ * leaves the key pending, and a retry with it then finishes the same restock again). */
+static void store_answer(struct app *app, const char *claim, const char *expected,
+                         const struct response *res)
+{
+    char *body = res->body ? json_dumps(res->body, JSON_COMPACT) : NULL;
+    if (!body)
+        return;
+    size_t len = strlen(body) + 8;
+    char *value = malloc(len);
+    if (value) {
+        snprintf(value, len, "%d %s", res->status, body);
+        const char *keys[1] = {claim};
+        const char *args[2] = {expected, value};
+        redisReply *r = NULL;
+        store_run_many(app->store, SCRIPT_IDEM_SWAP, 1, 1, keys, 2, args, &r);
+        store_free_replies(&r, 1);
+    }
+    free(value);
+    free(body);
+}
+
+/* Reads every segment of the current layout with SEG_STATUS (one atomic read per segment, one
+ * pipelined round trip) into a status object. 1 done, 0 a segment is not at l's version (a PUT
+ * raced: read the layout again), -1 Redis error. */
+static int read_segments(struct app *app, const char *sku, const struct layout *l, json_t **out)
+{
+    int nseg = l->segments;
     struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
-    int *argcs = malloc(sizeof(*argcs) * (size_t)n);
-    const char ***cmds = malloc(sizeof(*cmds) * (size_t)n);
-    const char **flat = malloc(sizeof(*flat) * 5 * (size_t)n);
-    redisReply **rep = calloc((size_t)n, sizeof(*rep));
+    const char **kflat = malloc(sizeof(*kflat) * 3 * (size_t)nseg);
+    redisReply **rep = calloc((size_t)nseg, sizeof(*rep));
     int rc = -1;
-    if (!keys || !argcs || !cmds || !flat || !rep)
+    if (!keys || !kflat || !rep)
         goto out;
     for (int k = 0; k < nseg; k++) {
         store_seg_keys(sku, k, &keys[k]);
-        const char **a = flat + 10 * k;
-        a[0] = "GET";
-        a[1] = keys[k].stock;
-        a[5] = "HMGET";
-        a[6] = keys[k].cnt;
-        a[7] = "t";
-        a[8] = "s";
-        a[9] = "o";
-        cmds[2 * k] = a;
-        argcs[2 * k] = 2;
-        cmds[2 * k + 1] = a + 5;
-        argcs[2 * k + 1] = 5;
+        kflat[3 * k] = keys[k].stock;
+        kflat[3 * k + 1] = keys[k].sver;
+        kflat[3 * k + 2] = keys[k].cnt;
     }
-    if (lc_client_pipeline(c, n, argcs, (const char **const *)cmds, NULL, rep) != LC_OK)
+    if (store_run_many(app->store, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL, rep) != 0)
         goto out;
-    json_t *segs = json_array();
     long long total = 0, remaining = 0, sold = 0, orders = 0;
+    for (int k = 0; k < nseg; k++)
+        if (!rep[k] || rep[k]->type != REDIS_REPLY_ARRAY || rep[k]->elements != 5)
+            goto out;
+    rc = 0;
+    for (int k = 0; k < nseg; k++)
+        if (store_reply_int(rep[k]->element[1], 0) != l->version)
+            goto out;
+    json_t *segs = json_array();
     for (int k = 0; k < nseg; k++) {
-        long long rem = store_reply_int(rep[2 * k], 0);
-        const redisReply *h = rep[2 * k + 1];
-        long long t = 0, s = 0, o = 0;
-        if (h && h->type == REDIS_REPLY_ARRAY && h->elements == 3) {
-            t = store_reply_int(h->element[0], 0);
-            s = store_reply_int(h->element[1], 0);
-            o = store_reply_int(h->element[2], 0);
-        }
+        redisReply **e = rep[k]->element;
+        long long rem = store_reply_int(e[0], 0), t = store_reply_int(e[2], 0),
+                  s = store_reply_int(e[3], 0), o = store_reply_int(e[4], 0);
         total += t;
         remaining += rem;
         sold += s;
@@ -99,45 +144,10 @@ int stock_status(struct app *app, const char *sku, json_t **out)
                                               (json_int_t)rem, "sold", (json_int_t)s));
     }
     *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", sku, "version",
-                     (json_int_t)version, "stock_total", (json_int_t)total, "remaining",
+                     (json_int_t)l->version, "stock_total", (json_int_t)total, "remaining",
                      (json_int_t)remaining, "sold", (json_int_t)sold, "orders",
                      (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
     rc = *out ? 1 : -1;
-out:
-    if (rep)
-        store_free_replies(rep, n);
-    free(rep);
-    free(flat);
-    free(cmds);
-    free(argcs);
-    free(keys);
-    return rc;
-}
-
-/* Runs one segment script over segments [0, nseg) of sku with 2 or 3 of the segment's keys
- * (per `which`) and args from argfn. 0 or -1 (Redis error or a script error reply). */
-static int for_segments(struct app *app, enum store_script id, const char *sku, int nseg,
-                        int nkeys, const char *const *argv_per_seg, int nargs)
-{
-    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
-    const char **kflat = calloc((size_t)nseg * (size_t)nkeys, sizeof(*kflat));
-    redisReply **rep = calloc((size_t)nseg, sizeof(*rep));
-    int rc = -1;
-    if (!keys || !kflat || !rep)
-        goto out;
-    for (int k = 0; k < nseg; k++) {
-        store_seg_keys(sku, k, &keys[k]);
-        const char *all[5] = {keys[k].stock, keys[k].sver, keys[k].cnt, keys[k].orders,
-                              keys[k].idem};
-        for (int j = 0; j < nkeys; j++)
-            kflat[k * nkeys + j] = all[j];
-    }
-    if (store_run_many(app->store, id, nseg, nkeys, kflat, nargs, argv_per_seg, rep) != 0)
-        goto out;
-    rc = 0;
-    for (int k = 0; k < nseg; k++)
-        if (!rep[k] || rep[k]->type == REDIS_REPLY_ERROR)
-            rc = -1;
 out:
     if (rep)
         store_free_replies(rep, nseg);
@@ -147,22 +157,24 @@ out:
     return rc;
 }
 
-/* Deletes every key of segments [from, to) of sku. 0 or -1. */
-static int delete_segments(struct app *app, const char *sku, int from, int to)
+int stock_status(struct app *app, const char *sku, json_t **out)
 {
-    lc_client *c = store_client(app->store);
-    if (!c)
-        return -1;
-    for (int k = from; k < to; k++) {
-        struct seg_keys sk;
-        store_seg_keys(sku, k, &sk);
-        const char *argv[6] = {"DEL", sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-        if (lc_client_command(c, 6, argv, NULL, NULL) != LC_OK)
-            return -1;
+    *out = NULL;
+    /* Settled first, so the answer is one layout's, complete; a PUT racing the read shows as a
+     * segment of another version, and the read starts again. */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        struct layout l;
+        int found = layout_read_settled(app->store, sku, &l);
+        if (found <= 0)
+            return found;
+        int rc = read_segments(app, sku, &l, out);
+        if (rc != 0)
+            return rc;
     }
-    return 0;
+    return -1;
 }
 
+/* The answer of a PUT: the stored "<status> <body>" of the meta script. */
 void stock_put(struct app *app, const struct request *req, struct response *res)
 {
     char sku[VALIDATE_SKU_MAX + 1];
@@ -174,50 +186,44 @@ void stock_put(struct app *app, const struct request *req, struct response *res)
         response_error(res, verr.code, verr.message);
         return;
     }
-    int nseg = (int)body.segments;
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], segs[24];
+    const char *key;
+    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
+    if (admin_key(req, res, sku, "put", &key, claim, sizeof(claim)) != 0)
+        return;
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], segs[24], stock[24];
     store_sku_key(meta, sku, "meta");
     store_sku_key(ver, sku, "ver");
-    i64s(segs, nseg);
-    const char *keys[2] = {meta, ver};
-    const char *args[1] = {segs};
+    store_sku_key(rst, sku, "rst");
+    snprintf(segs, sizeof(segs), "%" PRId64, body.segments);
+    snprintf(stock, sizeof(stock), "%" PRId64, body.stock);
+    const char *keys[4] = {meta, ver, rst, key ? claim : meta};
+    const char *args[5] = {segs, stock, sku, key ? "1" : "0", STOCK_KEY_TTL_MS};
     redisReply *r = NULL;
-    if (store_run_many(app->store, SCRIPT_PUT_META, 1, 2, keys, 1, args, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+    if (store_run_many(app->store, SCRIPT_PUT_META, 1, 4, keys, 5, args, &r) != 0 || !r ||
+        r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING) {
         store_free_replies(&r, 1);
         redis_down(res);
         return;
     }
-    int64_t version = r->element[0]->integer;
-    int existed = (int)r->element[1]->integer;
-    int old_segments = (int)r->element[2]->integer;
+    int replay = r->element[0]->integer == 0;
+    char answer[512];
+    snprintf(answer, sizeof(answer), "%s", r->element[1]->str);
     store_free_replies(&r, 1);
-
-    /* Spread the stock evenly; the first (stock % nseg) segments get one more unit. */
-    char(*argbuf)[2][24] = malloc(sizeof(*argbuf) * (size_t)nseg);
-    const char **argv = malloc(sizeof(*argv) * 2 * (size_t)nseg);
-    int rc = -1;
-    if (argbuf && argv) {
-        for (int k = 0; k < nseg; k++) {
-            i64s(argbuf[k][0], version);
-            i64s(argbuf[k][1], body.stock / nseg + (k < body.stock % nseg ? 1 : 0));
-            argv[2 * k] = argbuf[k][0];
-            argv[2 * k + 1] = argbuf[k][1];
-        }
-        rc = for_segments(app, SCRIPT_SEG_RESET, sku, nseg, 5, argv, 2);
-    }
-    free(argbuf);
-    free(argv);
-    if (rc == 0 && old_segments > nseg)
-        rc = delete_segments(app, sku, nseg, old_segments);
-    if (rc != 0) {
+    skucache_forget(app->cache, sku);
+    /* Roll the layout out (a replay too: the first try may have been cut off before). */
+    struct layout l;
+    if (layout_read_settled(app->store, sku, &l) < 0) {
         redis_down(res);
         return;
     }
-    skucache_set_layout(app->cache, sku, version, nseg);
-    response_json(res, existed ? 200 : 201,
-                  json_pack("{s:s, s:I, s:i, s:I}", "sku", sku, "stock", (json_int_t)body.stock,
-                            "segments", nseg, "version", (json_int_t)version));
+    if (stored_answer(res, answer) != 0) {
+        response_error(res, ERROR_INVALID_REQUEST,
+                       "Idempotency-Key: already used by another kind of request");
+        return;
+    }
+    log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s%s", sku, segs, stock,
+            replay ? " (Idempotency-Key replay)" : "");
 }
 
 void stock_get(struct app *app, const struct request *req, struct response *res)
@@ -235,6 +241,60 @@ void stock_get(struct app *app, const struct request *req, struct response *res)
         response_json(res, 200, st);
 }
 
+/* Settles sku (which applies restock rid with everything else pending) and answers: 200 with
+ * the status and "added" when rid reached every segment, 409 sku_changed when a PUT or DELETE
+ * came first, 503 when Redis failed (the restock stays pending: a retry with the same key, or
+ * the next reader, completes it). */
+static void finish_restock(struct app *app, const char *sku, long long rid, long long units,
+                           struct response *res)
+{
+    struct layout l;
+    if (layout_read_settled(app->store, sku, &l) < 0) {
+        redis_down(res);
+        return;
+    }
+    lc_client *c = store_client(app->store);
+    char rres[STORE_KEY_MAX], suffix[40];
+    snprintf(suffix, sizeof(suffix), "rres:%lld", rid);
+    store_sku_key(rres, sku, suffix);
+    const char *argv[2] = {"EXISTS", rres};
+    redisReply *r = NULL;
+    if (!c || lc_client_command(c, 2, argv, NULL, &r) != LC_OK || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        redis_down(res);
+        return;
+    }
+    int done = r->integer == 1;
+    freeReplyObject(r);
+    int still_pending = 0;
+    for (int i = 0; i < l.nrestocks; i++)
+        still_pending |= l.restocks[i].rid == rid;
+    if (!done && still_pending) {
+        redis_down(res);
+        return;
+    }
+    if (!done) {
+        response_error(res, ERROR_SKU_CHANGED,
+                       "the SKU was re-initialised or deleted while restocking: nothing was "
+                       "added to its current layout");
+        return;
+    }
+    json_t *st;
+    int found = stock_status(app, sku, &st);
+    if (found < 0) {
+        redis_down(res);
+        return;
+    }
+    if (found == 0) {
+        response_error(res, ERROR_SKU_CHANGED,
+                       "the SKU was deleted after the restock: nothing of it is left");
+        return;
+    }
+    json_object_set_new(st, "added", json_integer((json_int_t)units));
+    response_json(res, 200, st);
+}
+
 void stock_restock(struct app *app, const struct request *req, struct response *res)
 {
     char sku[VALIDATE_SKU_MAX + 1];
@@ -246,45 +306,54 @@ void stock_restock(struct app *app, const struct request *req, struct response *
         response_error(res, verr.code, verr.message);
         return;
     }
-    int64_t version;
-    int nseg;
-    int found = store_sku_meta(app->store, sku, &version, &nseg);
-    if (found < 0) {
+    const char *key;
+    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
+    if (admin_key(req, res, sku, "restock", &key, claim, sizeof(claim)) != 0)
+        return;
+    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], units[24];
+    store_sku_key(meta, sku, "meta");
+    store_sku_key(rst, sku, "rst");
+    snprintf(units, sizeof(units), "%" PRId64, body.quantity);
+    const char *keys[3] = {meta, rst, key ? claim : meta};
+    const char *args[3] = {units, key ? "1" : "0", STOCK_KEY_TTL_MS};
+    redisReply *r = NULL;
+    if (store_run_many(app->store, SCRIPT_RESTOCK_BEGIN, 1, 3, keys, 3, args, &r) != 0 || !r ||
+        r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        store_free_replies(&r, 1);
         redis_down(res);
         return;
     }
-    if (found == 0) {
-        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
-        return;
-    }
-    /* Spread like a PUT, so every segment can serve again. */
-    char(*argbuf)[2][24] = malloc(sizeof(*argbuf) * (size_t)nseg);
-    const char **argv = malloc(sizeof(*argv) * 2 * (size_t)nseg);
-    int rc = -1;
-    if (argbuf && argv) {
-        for (int k = 0; k < nseg; k++) {
-            i64s(argbuf[k][0], version);
-            i64s(argbuf[k][1], body.quantity / nseg + (k < body.quantity % nseg ? 1 : 0));
-            argv[2 * k] = argbuf[k][0];
-            argv[2 * k + 1] = argbuf[k][1];
-        }
-        rc = for_segments(app, SCRIPT_RESTOCK, sku, nseg, 3, argv, 2);
-    }
-    free(argbuf);
-    free(argv);
+    long long code = r->element[0]->integer, rid = 0, qty = body.quantity;
+    char stored[1024] = "";
+    if (code == 1 && r->elements >= 2)
+        rid = store_reply_int(r->element[1], 0);
+    else if (code == 0 && r->elements >= 2 && r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(stored, sizeof(stored), "%s", r->element[1]->str);
+    store_free_replies(&r, 1);
     skucache_forget(app->cache, sku);
-    if (rc != 0) {
-        redis_down(res);
+    if (code == -1) {
+        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
         return;
     }
-    json_t *st;
-    found = stock_status(app, sku, &st);
-    if (found < 0)
-        redis_down(res);
-    else if (found == 0)
-        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
-    else
-        response_json(res, 200, st);
+    char pending[64] = "";
+    if (code == 0) {
+        /* A replay: the stored answer, or a restock the first try left running. */
+        if (sscanf(stored, "P %lld %lld", &rid, &qty) != 2) {
+            if (stored_answer(res, stored) != 0)
+                response_error(res, ERROR_INVALID_REQUEST,
+                               "Idempotency-Key: already used by another kind of request");
+            return;
+        }
+        snprintf(pending, sizeof(pending), "%s", stored);
+    } else if (key) {
+        snprintf(pending, sizeof(pending), "P %lld %lld", rid, qty);
+    }
+    finish_restock(app, sku, rid, qty, res);
+    if (key && (res->status == 200 || res->status == 409))
+        store_answer(app, claim, pending, res);
+    if (res->status == 200)
+        log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)", sku,
+                qty, rid);
 }
 
 void stock_delete(struct app *app, const struct request *req, struct response *res)
@@ -292,26 +361,30 @@ void stock_delete(struct app *app, const struct request *req, struct response *r
     char sku[VALIDATE_SKU_MAX + 1];
     if (stock_sku_param(req, res, sku) != 0)
         return;
-    int64_t version;
-    int nseg;
-    int found = store_sku_meta(app->store, sku, &version, &nseg);
-    if (found < 0) {
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
+    store_sku_key(meta, sku, "meta");
+    store_sku_key(ver, sku, "ver");
+    store_sku_key(rst, sku, "rst");
+    const char *keys[3] = {meta, ver, rst};
+    redisReply *r = NULL;
+    if (store_run_many(app->store, SCRIPT_DELETE_META, 1, 3, keys, 0, NULL, &r) != 0 || !r ||
+        r->type != REDIS_REPLY_INTEGER) {
+        store_free_replies(&r, 1);
         redis_down(res);
         return;
     }
-    if (found == 0) {
+    long long version = r->integer;
+    store_free_replies(&r, 1);
+    skucache_forget(app->cache, sku);
+    if (version == 0) {
         response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
         return;
     }
-    lc_client *c = store_client(app->store);
-    char meta[STORE_KEY_MAX];
-    store_sku_key(meta, sku, "meta");
-    const char *argv[2] = {"DEL", meta};
-    if (!c || lc_client_command(c, 2, argv, NULL, NULL) != LC_OK ||
-        delete_segments(app, sku, 0, nseg) != 0) {
-        redis_down(res);
-        return;
-    }
-    skucache_forget(app->cache, sku);
+    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
+     * next settle when this one fails. */
+    struct layout l;
+    if (layout_read_settled(app->store, sku, &l) < 0)
+        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", sku,
+                lc_errmsg());
     res->status = 204;
 }

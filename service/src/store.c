@@ -45,12 +45,20 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
     s->last_attempt_ms = -1000000;
     static const char *const sources[SCRIPT_COUNT] = {
         [SCRIPT_PUT_META] = STORE_LUA_PUT_META,
+        [SCRIPT_DELETE_META] = STORE_LUA_DELETE_META,
+        [SCRIPT_LAYOUT_READ] = STORE_LUA_LAYOUT_READ,
+        [SCRIPT_LAYOUT_DONE] = STORE_LUA_LAYOUT_DONE,
         [SCRIPT_SEG_RESET] = STORE_LUA_SEG_RESET,
-        [SCRIPT_RESTOCK] = STORE_LUA_RESTOCK,
+        [SCRIPT_SEG_DROP] = STORE_LUA_SEG_DROP,
+        [SCRIPT_SEG_STATUS] = STORE_LUA_SEG_STATUS,
+        [SCRIPT_RESTOCK_BEGIN] = STORE_LUA_RESTOCK_BEGIN,
+        [SCRIPT_RESTOCK_APPLY] = STORE_LUA_RESTOCK_APPLY,
+        [SCRIPT_RESTOCK_END] = STORE_LUA_RESTOCK_END,
         [SCRIPT_COMMIT] = STORE_LUA_COMMIT_BODY,
         [SCRIPT_COMMIT_ATOMIC] = STORE_LUA_COMMIT_ATOMIC,
         [SCRIPT_CANCEL] = STORE_LUA_CANCEL,
         [SCRIPT_IDEM_CLAIM] = STORE_LUA_IDEM_CLAIM,
+        [SCRIPT_IDEM_TAKEOVER] = STORE_LUA_IDEM_TAKEOVER,
         [SCRIPT_IDEM_SWAP] = STORE_LUA_IDEM_SWAP,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
@@ -117,6 +125,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     snprintf(out->cnt, sizeof(out->cnt), "inv:{%s:%d}:cnt", sku, k);
     snprintf(out->orders, sizeof(out->orders), "inv:{%s:%d}:orders", sku, k);
     snprintf(out->idem, sizeof(out->idem), "inv:{%s:%d}:idem", sku, k);
+    snprintf(out->rst, sizeof(out->rst), "inv:{%s:%d}:rst", sku, k);
     snprintf(out->lock, sizeof(out->lock), "inv:{%s:%d}:lock", sku, k);
 }
 
@@ -137,31 +146,6 @@ long long store_reply_int(const redisReply *r, long long dflt)
         return end != r->str && *end == '\0' ? v : dflt;
     }
     return dflt;
-}
-
-int store_sku_meta(struct store *store, const char *sku, int64_t *version, int *segments)
-{
-    lc_client *c = store_client(store);
-    if (!c)
-        return -1;
-    char key[STORE_KEY_MAX];
-    store_sku_key(key, sku, "meta");
-    const char *argv[4] = {"HMGET", key, "version", "segments"};
-    redisReply *r = NULL;
-    if (lc_client_command(c, 4, argv, NULL, &r) != LC_OK) {
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    int found = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[0]->type == REDIS_REPLY_STRING) {
-        *version = store_reply_int(r->element[0], 0);
-        *segments = (int)store_reply_int(r->element[1], 0);
-        found = *version > 0 && *segments > 0;
-    }
-    freeReplyObject(r);
-    return found;
 }
 
 void store_free_replies(redisReply **replies, int n)

@@ -14,12 +14,20 @@
 
 enum store_script {
     SCRIPT_PUT_META,
+    SCRIPT_DELETE_META,
+    SCRIPT_LAYOUT_READ,
+    SCRIPT_LAYOUT_DONE,
     SCRIPT_SEG_RESET,
-    SCRIPT_RESTOCK,
+    SCRIPT_SEG_DROP,
+    SCRIPT_SEG_STATUS,
+    SCRIPT_RESTOCK_BEGIN,
+    SCRIPT_RESTOCK_APPLY,
+    SCRIPT_RESTOCK_END,
     SCRIPT_COMMIT,        /* fenced: run with lc_lock_eval */
     SCRIPT_COMMIT_ATOMIC,
     SCRIPT_CANCEL,
     SCRIPT_IDEM_CLAIM,
+    SCRIPT_IDEM_TAKEOVER,
     SCRIPT_IDEM_SWAP,
     SCRIPT_COUNT
 };
@@ -31,7 +39,7 @@ enum store_script {
 /* The keys of one segment. */
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
-        idem[STORE_KEY_MAX], lock[STORE_KEY_MAX];
+        idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX];
 };
 
 struct store;
@@ -55,9 +63,6 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
 /* Writes "inv:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
-
-/* Reads the SKU's layout: 1 found (version and segments set), 0 no such SKU, -1 Redis error. */
-int store_sku_meta(struct store *store, const char *sku, int64_t *version, int *segments);
 
 /* Runs script n times in one pipelined round trip: call i gets nkeys keys keys[i*nkeys..] and
  * nargs args args[i*nargs..] (NUL-terminated strings). replies[i] are new replies the caller

@@ -3,50 +3,185 @@
  *
  * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
  * {S:k}, so every script below touches one Redis Cluster slot:
- *   inv:{S}:meta          hash {version, segments}        the SKU's current layout
+ *   inv:{S}:meta          hash {version, segments, stock, state, hwm, rseq}   the SKU's layout:
+ *                         state "p" while the layout is being rolled out to the segments, "r"
+ *                         once every segment carries it; hwm = segments whose keys may exist;
+ *                         segments 0 = deleted
  *   inv:{S}:ver           integer                        version counter (survives DELETE)
- *   inv:{S}:idem:<key>    string                         Idempotency-Key claim -> order id
+ *   inv:{S}:rst           hash rid -> "version:units"    restocks not yet applied everywhere
+ *   inv:{S}:rres:<rid>    string (24 h)                  restock rid was applied everywhere
+ *   inv:{S}:idem:<key>    string (24 h)                  order Idempotency-Key claim: the order
+ *                         id, or "pending:<expiry, Redis ms>:<token>" while an order runs
+ *   inv:{S}:aidem:<op>:<key> string (24 h)               admin Idempotency-Key: "<status> <body>"
+ *                         of the answer, or "P <rid> <units>" while a restock runs
  *   inv:{S}:slock         lockcore lock                  the single-lock strategy's lock
  *   inv:{S:k}:stock       integer                        units left in segment k
- *   inv:{S:k}:sver        integer                        version segment k belongs to
+ *   inv:{S:k}:sver        integer                        version segment k belongs to (kept as
+ *                                                        a tombstone when k is dropped)
  *   inv:{S:k}:cnt         hash {t, s, o}                 units stocked, units sold, live orders
  *   inv:{S:k}:orders      hash order id -> order JSON    order records of segment k
  *   inv:{S:k}:idem        hash idempotency key -> id     written atomically with the order
+ *   inv:{S:k}:rst         set of rid                     restocks applied to segment k
  *   inv:{S:k}:lock        lockcore lock (+ :fence, :unlock)
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
+ * Every script reads and checks all it needs before its first write: Redis does not roll a
+ * script back, so a failure after a write would leave drift.
  */
 #ifndef INVENTORY_STORE_SCRIPTS_H
 #define INVENTORY_STORE_SCRIPTS_H
 
-/* KEYS: meta, ver.  ARGV: segments.  -> {new version, 1 if it existed before, old segments} */
-#define STORE_LUA_PUT_META                                                          \
-    "local old = redis.call('HMGET', KEYS[1], 'version', 'segments')\n"            \
-    "local v = redis.call('INCR', KEYS[2])\n"                                       \
-    "redis.call('HSET', KEYS[1], 'version', v, 'segments', ARGV[1])\n"              \
-    "return {v, old[1] and 1 or 0, tonumber(old[2] or '0')}\n"
+/* Redis's clock in ms, as a Lua local `now` (scripts are replicated by effects, Redis >= 5). */
+#define STORE_LUA_NOW                                                               \
+    "local lc_t = redis.call('TIME')\n"                                             \
+    "local now = tonumber(lc_t[1]) * 1000 + math.floor(tonumber(lc_t[2]) / 1000)\n"
 
-/* KEYS: stock, sver, cnt, orders, idem.  ARGV: version, units.  -> 1 */
+/* The intent of a PUT, in one step: the new version and the whole layout go into meta with
+ * state "p"; restocks of the old layout still pending are dropped. The segments are then reset
+ * by whoever rolls the layout out (layout.c), so a PUT cut off half-way is completed by the
+ * next reader. With an Idempotency-Key the answer is stored with it, and a replay gets it back.
+ * KEYS: meta, ver, rst, aidem.  ARGV: segments, stock, sku, has key "1"/"0", key ttl ms.
+ * -> {1, "<status> <body>"} applied | {0, stored answer} a replay (nothing applied) */
+#define STORE_LUA_PUT_META                                                          \
+    "if ARGV[4] == '1' then\n"                                                      \
+    "  local prev = redis.call('GET', KEYS[4])\n"                                   \
+    "  if prev then return {0, prev} end\n"                                         \
+    "end\n"                                                                         \
+    "local old = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm')\n"      \
+    "local oldseg = tonumber(old[2] or '0') or 0\n"                                 \
+    "local hwm = math.max(tonumber(old[3] or '0') or 0, oldseg, tonumber(ARGV[1]))\n" \
+    "local v = redis.call('INCR', KEYS[2])\n"                                       \
+    "redis.call('HSET', KEYS[1], 'version', v, 'segments', ARGV[1], 'stock', ARGV[2],\n" \
+    "           'state', 'p', 'hwm', hwm)\n"                                        \
+    "redis.call('DEL', KEYS[3])\n"                                                  \
+    "local status = (old[1] and oldseg > 0) and '200' or '201'\n"                   \
+    "local resp = status .. ' ' .. string.format(\n"                                \
+    "  '{\"sku\":\"%s\",\"stock\":%s,\"segments\":%s,\"version\":%.0f}',\n"         \
+    "  ARGV[3], ARGV[2], ARGV[1], v)\n"                                             \
+    "if ARGV[4] == '1' then redis.call('SET', KEYS[4], resp, 'PX', ARGV[5]) end\n"  \
+    "return {1, resp}\n"
+
+/* DELETE's intent: a layout of 0 segments (state "p"), rolled out like a PUT's.
+ * KEYS: meta, ver, rst.  -> the new version, or 0 when there is no such SKU */
+#define STORE_LUA_DELETE_META                                                       \
+    "local old = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm')\n"      \
+    "local oldseg = tonumber(old[2] or '0') or 0\n"                                 \
+    "if not old[1] or oldseg == 0 then return 0 end\n"                              \
+    "local hwm = math.max(tonumber(old[3] or '0') or 0, oldseg)\n"                  \
+    "local v = redis.call('INCR', KEYS[2])\n"                                       \
+    "redis.call('HSET', KEYS[1], 'version', v, 'segments', 0, 'stock', 0, 'state', 'p',\n" \
+    "           'hwm', hwm)\n"                                                      \
+    "redis.call('DEL', KEYS[3])\n"                                                  \
+    "return v\n"
+
+/* KEYS: meta, rst.  -> {version, segments, stock, state, hwm, {rid, "v:units", ...}} ("" for a
+ * missing field: a layout written before state/stock/hwm existed is complete) */
+#define STORE_LUA_LAYOUT_READ                                                       \
+    "local m = redis.call('HMGET', KEYS[1], 'version', 'segments', 'stock', 'state', 'hwm')\n" \
+    "for i = 1, 5 do if not m[i] then m[i] = '' end end\n"                          \
+    "m[6] = redis.call('HGETALL', KEYS[2])\n"                                       \
+    "return m\n"
+
+/* Marks the layout rolled out, if it is still the current one.
+ * KEYS: meta.  ARGV: version, segments.  -> 1 marked, 0 a newer layout is current */
+#define STORE_LUA_LAYOUT_DONE                                                       \
+    "if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end\n"      \
+    "redis.call('HSET', KEYS[1], 'state', 'r', 'hwm', ARGV[2])\n"                   \
+    "return 1\n"
+
+/* Resets segment k to a layout's version, once: a segment already at that version or a newer
+ * one is left alone, so concurrent and repeated roll-outs of any PUTs converge on the newest.
+ * KEYS: stock, sver, cnt, orders, idem, rst.  ARGV: version, units.  -> 1 reset, 0 left */
 #define STORE_LUA_SEG_RESET                                                         \
-    "redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])\n"                                \
+    "local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0\n"                \
+    "if cur >= tonumber(ARGV[1]) then return 0 end\n"                               \
+    "redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"              \
     "redis.call('SET', KEYS[1], ARGV[2])\n"                                         \
     "redis.call('SET', KEYS[2], ARGV[1])\n"                                         \
     "redis.call('HSET', KEYS[3], 't', ARGV[2], 's', 0, 'o', 0)\n"                   \
     "return 1\n"
 
-/* KEYS: stock, sver, cnt.  ARGV: version, units.  -> new stock, or -1 on a version mismatch */
-#define STORE_LUA_RESTOCK                                                           \
+/* Drops segment k (outside the layout of that version): its keys go, its sver stays as a
+ * tombstone so that an older, slower roll-out cannot bring it back.  Same KEYS; ARGV: version. */
+#define STORE_LUA_SEG_DROP                                                          \
+    "local cur = tonumber(redis.call('GET', KEYS[2]) or '0') or 0\n"                \
+    "if cur >= tonumber(ARGV[1]) then return 0 end\n"                               \
+    "redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6])\n"              \
+    "redis.call('SET', KEYS[2], ARGV[1])\n"                                         \
+    "return 1\n"
+
+/* One segment's status, read atomically (so t = stock + s holds in every answer).
+ * KEYS: stock, sver, cnt.  -> {stock, sver, t, s, o} ("" for missing) */
+#define STORE_LUA_SEG_STATUS                                                        \
+    "local c = redis.call('HMGET', KEYS[3], 't', 's', 'o')\n"                       \
+    "return {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or '',\n" \
+    "        c[1] or '', c[2] or '', c[3] or ''}\n"
+
+/* A restock's intent: registered as pending under the current version, applied to the segments
+ * by whoever rolls it out (layout.c). KEYS: meta, rst, aidem.  ARGV: units, has key, key ttl.
+ * -> {1, rid, version, segments} | {0, stored answer} a replay | {-1} no such SKU */
+#define STORE_LUA_RESTOCK_BEGIN                                                     \
+    "if ARGV[2] == '1' then\n"                                                      \
+    "  local prev = redis.call('GET', KEYS[3])\n"                                   \
+    "  if prev then return {0, prev} end\n"                                         \
+    "end\n"                                                                         \
+    "local m = redis.call('HMGET', KEYS[1], 'version', 'segments')\n"               \
+    "if not m[1] or (tonumber(m[2] or '0') or 0) == 0 then return {-1} end\n"       \
+    "redis.call('HLEN', KEYS[2])\n"                                                 \
+    "local rid = redis.call('HINCRBY', KEYS[1], 'rseq', 1)\n"                       \
+    "redis.call('HSET', KEYS[2], rid, m[1] .. ':' .. ARGV[1])\n"                    \
+    "if ARGV[2] == '1' then\n"                                                      \
+    "  redis.call('SET', KEYS[3], 'P ' .. rid .. ' ' .. ARGV[1], 'PX', ARGV[3])\n"  \
+    "end\n"                                                                         \
+    "return {1, rid, tonumber(m[1]), tonumber(m[2])}\n"
+
+/* Applies restock rid's share to segment k, once.
+ * KEYS: stock, sver, cnt, rst.  ARGV: version, units, rid.
+ * -> 1 applied now, 0 applied before, -1 the segment is not at that version */
+#define STORE_LUA_RESTOCK_APPLY                                                     \
     "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end\n"                 \
-    "redis.call('HINCRBY', KEYS[3], 't', ARGV[2])\n"                                \
-    "return redis.call('INCRBY', KEYS[1], ARGV[2])\n"
+    "if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then return 0 end\n"         \
+    "local n = tonumber(redis.call('GET', KEYS[1]) or '')\n"                        \
+    "local t = tonumber(redis.call('HGET', KEYS[3], 't') or '')\n"                  \
+    "if n == nil or t == nil then return redis.error_reply('ERR segment damaged') end\n" \
+    "if ARGV[2] ~= '0' then\n"                                                      \
+    "  redis.call('INCRBY', KEYS[1], ARGV[2])\n"                                    \
+    "  redis.call('HINCRBY', KEYS[3], 't', ARGV[2])\n"                              \
+    "end\n"                                                                         \
+    "redis.call('SADD', KEYS[4], ARGV[3])\n"                                        \
+    "return 1\n"
+
+/* Records restock rid as applied everywhere (call only once every segment of its version
+ * took it). KEYS: meta, rst, rres.  ARGV: rid, version, ttl ms.
+ * -> 1 done (now or before), 0 superseded (a PUT or DELETE came first) */
+#define STORE_LUA_RESTOCK_END                                                       \
+    "if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end\n"                     \
+    "if redis.call('HGET', KEYS[1], 'version') ~= ARGV[2] then return 0 end\n"      \
+    "if not redis.call('HGET', KEYS[2], ARGV[1]) then return 0 end\n"               \
+    "redis.call('HDEL', KEYS[2], ARGV[1])\n"                                        \
+    "redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])\n"                              \
+    "return 1\n"
 
 /* The order commit, as the body of a lockcore fenced script (the guard has checked that this
  * request still holds the segment's lock with its fencing token, and releases it afterwards).
  * KEYS: stock, sver, cnt, orders, idem.  ARGV: version, quantity, order id, record, idem key
- * (may be "").  -> {1, stock left} | {-1, stock left} not enough | {-3, segment version} */
+ * (may be ""), the Idempotency-Key claim's expiry in Redis ms ("0": no key).
+ * -> {1, stock left} | {-1, stock left} not enough | {-3, segment version} |
+ *    {-4, 0} the claim expired (another request may own the key now) | {-5, 0} damaged segment.
+ * Nothing is written unless the result is 1. */
 #define STORE_LUA_COMMIT_BODY                                                       \
     "local sv = redis.call('GET', KEYS[2])\n"                                       \
-    "if sv ~= ARGV[1] then return {-3, tonumber(sv or '0')} end\n"                  \
-    "local n = tonumber(redis.call('GET', KEYS[1]) or '0')\n"                       \
+    "if sv ~= ARGV[1] then return {-3, tonumber(sv or '0') or 0} end\n"             \
+    "if ARGV[6] ~= '0' then\n"                                                      \
+    "  local t = redis.call('TIME')\n"                                              \
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"     \
+    "  if now > tonumber(ARGV[6]) then return {-4, 0} end\n"                        \
+    "end\n"                                                                         \
+    "local n = tonumber(redis.call('GET', KEYS[1]) or '')\n"                        \
+    "local c = redis.call('HMGET', KEYS[3], 't', 's', 'o')\n"                       \
+    "redis.call('HEXISTS', KEYS[4], ARGV[3])\n"                                     \
+    "if ARGV[5] ~= '' then redis.call('HEXISTS', KEYS[5], ARGV[5]) end\n"           \
+    "if n == nil or tonumber(c[1] or '') == nil or tonumber(c[2] or '') == nil or\n" \
+    "   tonumber(c[3] or '') == nil then return {-5, 0} end\n"                      \
     "local q = tonumber(ARGV[2])\n"                                                 \
     "if n < q then return {-1, n} end\n"                                            \
     "local left = redis.call('DECRBY', KEYS[1], q)\n"                               \
@@ -60,14 +195,25 @@
 #define STORE_LUA_COMMIT_ATOMIC STORE_LUA_COMMIT_BODY
 
 /* KEYS: stock, cnt, orders.  ARGV: order id.
- * -> {1, record} cancelled now | {-1, record} was already cancelled | {0} no such order */
+ * -> {1, record} cancelled now | {-1, record} was already cancelled | {0} no such order;
+ *    an error (nothing written) when the record or the segment is damaged */
 #define STORE_LUA_CANCEL                                                            \
     "local rec = redis.call('HGET', KEYS[3], ARGV[1])\n"                            \
     "if not rec then return {0} end\n"                                              \
-    "local o = cjson.decode(rec)\n"                                                 \
+    "local ok, o = pcall(cjson.decode, rec)\n"                                      \
+    "if not ok or type(o) ~= 'table' then\n"                                        \
+    "  return redis.error_reply('ERR order record damaged')\n"                      \
+    "end\n"                                                                         \
     "if o.status == 'cancelled' then return {-1, rec} end\n"                        \
-    "o.status = 'cancelled'\n"                                                      \
     "local q = tonumber(o.quantity)\n"                                              \
+    "local n = tonumber(redis.call('GET', KEYS[1]) or '')\n"                        \
+    "local c = redis.call('HMGET', KEYS[2], 's', 'o')\n"                            \
+    "local s, cnt = tonumber(c[1] or ''), tonumber(c[2] or '')\n"                   \
+    "if q == nil or q < 1 or q ~= math.floor(q) or n == nil or s == nil or cnt == nil\n" \
+    "   or s < q or cnt < 1 then\n"                                                 \
+    "  return redis.error_reply('ERR segment damaged')\n"                           \
+    "end\n"                                                                         \
+    "o.status = 'cancelled'\n"                                                      \
     "rec = cjson.encode(o)\n"                                                       \
     "redis.call('HSET', KEYS[3], ARGV[1], rec)\n"                                   \
     "redis.call('INCRBY', KEYS[1], q)\n"                                            \
@@ -75,13 +221,39 @@
     "redis.call('HINCRBY', KEYS[2], 'o', -1)\n"                                     \
     "return {1, rec}\n"
 
-/* KEYS: claim.  ARGV: "pending:<ms>" value, ttl ms.
- * -> the existing value, or nil when this call made the claim */
+/* Claims an order's Idempotency-Key. The claim expires on Redis's clock (no instance's clock
+ * decides anything): the commit refuses to run after the expiry, and the claim may be taken
+ * over only once it is `margin` ms past it.
+ * KEYS: claim.  ARGV: bound ms, key ttl ms, token, margin ms.
+ * -> {1, value, expiry} claimed | {0, value} taken (an order id, or pending and alive) |
+ *    {2, value} pending and expired: the caller may look for its order and take it over */
 #define STORE_LUA_IDEM_CLAIM                                                        \
+    STORE_LUA_NOW                                                                   \
     "local v = redis.call('GET', KEYS[1])\n"                                        \
-    "if v then return v end\n"                                                      \
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                          \
-    "return false\n"
+    "if v then\n"                                                                   \
+    "  local exp = tonumber(string.match(v, '^pending:(%d+)') or '')\n"             \
+    "  if exp and now > exp + tonumber(ARGV[4]) then return {2, v} end\n"          \
+    "  return {0, v}\n"                                                             \
+    "end\n"                                                                         \
+    "local exp = now + tonumber(ARGV[1])\n"                                         \
+    "v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[3]\n"              \
+    "redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"                                \
+    "return {1, v, exp}\n"
+
+/* Takes a claim over from the value seen: to the order id found (when given), else to a fresh
+ * pending claim of this request. KEYS: claim.  ARGV: expected, order id or "", bound, token.
+ * -> {0} the claim changed meanwhile | {1, order id} | {2, value, expiry} now ours */
+#define STORE_LUA_IDEM_TAKEOVER                                                     \
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end\n"                \
+    "if ARGV[2] ~= '' then\n"                                                       \
+    "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"                            \
+    "  return {1, ARGV[2]}\n"                                                       \
+    "end\n"                                                                         \
+    STORE_LUA_NOW                                                                   \
+    "local exp = now + tonumber(ARGV[3])\n"                                         \
+    "local v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[4]\n"        \
+    "redis.call('SET', KEYS[1], v, 'KEEPTTL')\n"                                    \
+    "return {2, v, exp}\n"
 
 /* KEYS: claim.  ARGV: expected value, new value ("" deletes).  -> 1 swapped, 0 not ours */
 #define STORE_LUA_IDEM_SWAP                                                         \

@@ -271,6 +271,9 @@ static void test_restock(void **state)
     sf_resp r = {0};
     sf_restock(port, TOKEN, sku, 6, &r);
     SF_ASSERT_STATUS(&r, 200);
+    /* The status object, plus exactly what this restock added. */
+    SF_ASSERT_EQ(sf_json_int(r.json, "added", -1), 6);
+    json_object_del(r.json, "added");
     check_status_shape(r.json, sku, 4);
     SF_ASSERT_EQ(sf_json_int(r.json, "version", -1), v);
     SF_ASSERT_EQ(sf_json_int(r.json, "stock_total", -1), 14);
@@ -308,10 +311,16 @@ static void test_delete(void **state)
     sf_resp_free(&r);
     for (int k = 0; k < 2; k++) {
         long long n = rf_integer(redis, "EXISTS inv:{%s:%d}:stock inv:{%s:%d}:cnt "
-                                        "inv:{%s:%d}:orders inv:{%s}:meta",
-                                 sku, k, sku, k, sku, k, sku);
+                                        "inv:{%s:%d}:orders inv:{%s:%d}:idem",
+                                 sku, k, sku, k, sku, k, sku, k);
         SF_ASSERT(n == 0, "%lld keys of segment %d of the deleted SKU remain", n, k);
     }
+    /* What stays: the meta as a layout of 0 segments and each segment's version (tombstones,
+     * so that a slower, older PUT cannot bring the SKU back). */
+    char segs[16] = "";
+    SF_ASSERT(rf_string(redis, segs, sizeof segs, "HGET inv:{%s}:meta segments", sku) == 1 &&
+                  strcmp(segs, "0") == 0,
+              "meta.segments '%s' after DELETE", segs);
     /* A new PUT of the same name starts afresh, with a higher version than ever before. */
     long long v = put_sku(port, TOKEN, sku, 3, 1);
     SF_ASSERT(v >= 2, "version %lld after DELETE + PUT", v);

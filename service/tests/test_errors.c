@@ -29,6 +29,7 @@ static const struct {
     {ERROR_SOLD_OUT, 409, "sold_out", false},
     {ERROR_INSUFFICIENT_STOCK, 409, "insufficient_stock", false},
     {ERROR_ALREADY_CANCELLED, 409, "already_cancelled", false},
+    {ERROR_SKU_CHANGED, 409, "sku_changed", false},
     {ERROR_BODY_TOO_LARGE, 413, "body_too_large", false},
     {ERROR_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", false},
     {ERROR_RATE_LIMITED, 429, "rate_limited", true},

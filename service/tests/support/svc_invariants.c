@@ -247,6 +247,8 @@ static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
                 continue; /* another SKU whose name starts with "<sku>:" */
             if (strcmp(end, "}:lock") == 0 || strncmp(end, "}:lock:", 7) == 0)
                 continue; /* lock keys are lockcore's and outlive layouts */
+            if (strcmp(end, "}:sver") == 0)
+                continue; /* a dropped segment keeps its version as a tombstone */
             if (idx >= rep->segments)
                 sf_problem(rep, "stray key %s (segment %ld >= %d segments)", key, idx,
                            rep->segments);
@@ -266,8 +268,8 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     int rc = -1;
     char key[512];
     snprintf(key, sizeof key, "inv:{%s}:meta", sku);
-    redisReply *meta = redisCommand(c, "HMGET %s version segments", key);
-    if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 2) {
+    redisReply *meta = redisCommand(c, "HMGET %s version segments state", key);
+    if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 3) {
         sf_problem(rep, "HMGET meta failed: %s", meta ? "bad reply" : c->errstr);
         freeReplyObject(meta);
         goto out;
@@ -275,7 +277,12 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     int ok = 1;
     rep->version = sf_reply_ll(meta->element[0], &ok);
     rep->segments = (int)sf_reply_ll(meta->element[1], &ok);
+    int rolling = meta->element[2]->type == REDIS_REPLY_STRING &&
+                  strcmp(meta->element[2]->str, "p") == 0;
     freeReplyObject(meta);
+    if (ok && rolling)
+        sf_problem(rep, "meta.state p: version %lld not rolled out to every segment",
+                   rep->version);
     if (!ok) {
         rep->found = 0;
         sf_problem(rep, "no SKU %s (meta missing or incomplete)", sku);
