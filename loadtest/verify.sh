@@ -56,13 +56,20 @@ pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
 is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
 
-meta=$(rcli HMGET "inv:{$sku}:meta" version segments) || { echo "verify: cannot read Redis at $host:$port" >&2; exit 3; }
+meta=$(rcli HMGET "inv:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $host:$port" >&2; exit 3; }
 version=$(sed -n 1p <<<"$meta")
 nseg=$(sed -n 2p <<<"$meta")
+state=$(sed -n 3p <<<"$meta")
 if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
   echo "verify: ✗ inv:{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
+fi
+
+if [ "$live" = 0 ] && [ "$state" = p ]; then
+  # A PUT's layout not yet on every segment: whoever next meets the SKU completes it, and with
+  # no request in flight someone must have (the status read, the next order).
+  fail "meta state p: version $version not rolled out to every segment"
 fi
 
 if [ "$live" = 1 ]; then
