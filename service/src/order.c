@@ -138,7 +138,8 @@ static int load_layout(struct order_ctx *ctx)
     return ctx->view.version ? 1 : -1;
 }
 
-/* The sold-out re-check: reads every segment's stock and version in one pipelined round trip.
+/* The sold-out re-check: reads every segment's stock and version in one pipelined round trip
+ * (and, when all are empty, the layout: a restock left half-way is completed first).
  * 1 still sold out, 0 stock somewhere (the cache now knows which segments are empty), -1 error,
  * 2 the layout changed (ctx->view reloaded), -2 the SKU no longer exists. */
 static int recheck_sold_out(struct order_ctx *ctx)
@@ -183,6 +184,19 @@ static int recheck_sold_out(struct order_ctx *ctx)
     skucache_set_empty(ctx->app->cache, ctx->in->sku, ctx->view.version, empty);
     skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
     rc = nempty == nseg;
+    if (rc == 1) {
+        /* Before saying sold out again: a restock (or PUT) cut off half-way would never reach
+         * the segments if nobody met it. Complete it here, then walk the segments afresh. */
+        struct layout l;
+        int found = layout_read(ctx->app->store, ctx->in->sku, &l);
+        if (found < 0) {
+            rc = -1;
+        } else if (layout_unsettled(&l)) {
+            skucache_forget(ctx->app->cache, ctx->in->sku);
+            found = load_layout(ctx);
+            rc = found > 0 ? 2 : found == 0 ? -2 : -1;
+        }
+    }
 out:
     if (rep)
         store_free_replies(rep, n);

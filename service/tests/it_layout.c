@@ -9,7 +9,8 @@
  *   - PUT and restock with an Idempotency-Key apply once, a replay answers the same;
  *   - a restock while a PUT is half rolled out adds to the new layout and says what it added;
  *     a restock overtaken by a re-PUT answers 409 sku_changed;
- *   - a restock cut off after registering is completed by the next status read;
+ *   - a restock cut off after registering is completed by the next status read, or (on a SKU
+ *     sold out) by the next order once the instance re-checks its sold-out answer;
  *   - every status answer read while orders run satisfies SPEC §8 on its own (each segment is
  *     read by one script now; the old read, GET stock then HMGET counters, could interleave
  *     with a commit only where Redis split the pipelined read, which this test never caught
@@ -361,6 +362,38 @@ static void test_interrupted_restock_completed_by_status_read(void **state)
     SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
 }
 
+static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
+{
+    (void)state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "rso");
+    long long v = put(port[0], sku, 2, 1, NULL, 201);
+    sf_resp r = {0};
+    for (int i = 0; i < 2; i++) {
+        sf_order(NULL, port[1], sku, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+    }
+    sf_order(NULL, port[1], sku, 1, &r);
+    SF_ASSERT_ERROR(&r, 409, "sold_out");
+    /* A restock registered and cut off before it reached the segment; only orders come. */
+    long long rid = rf_integer(sf_redis, "HINCRBY inv:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(sf_redis, "HSET inv:{%s}:rst %lld %lld:5", sku, rid, v);
+    freeReplyObject(x);
+    /* The instance's sold-out answer is re-checked within sold_out_recheck_ms (<= 1 s). */
+    int64_t until = tu_now_ms() + 5000;
+    int st;
+    do {
+        tu_sleep_ms(100);
+        st = sf_order(NULL, port[1], sku, 1, &r);
+    } while (st == 409 && tu_now_ms() < until);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT(rep.stock_total == 7 && rep.sold == 3, "stock_total %lld (want 7), sold %lld",
+              rep.stock_total, rep.sold);
+}
+
 /* ---- status answers under load ---------------------------------------------------------- */
 
 struct ly_buyer {
@@ -440,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_restock_during_rollout_adds_to_new_layout),
         cmocka_unit_test(test_restock_overtaken_by_put_is_sku_changed),
         cmocka_unit_test(test_interrupted_restock_completed_by_status_read),
+        cmocka_unit_test(test_cut_off_restock_after_sell_out_completed_by_order),
         cmocka_unit_test(test_status_answers_consistent_under_orders),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
