@@ -33,11 +33,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    int bad = 0;
-    for (int i = 0; i < 2; i++) {
-        bad |= sf_stop(svc[i]) != 0;
-        svc[i] = NULL;
-    }
+    int bad = sf_stop_all(svc, 2) != 0;
     rf_stop(redis);
     redis = NULL;
     return bad ? -1 : 0;

@@ -41,13 +41,7 @@ static int start_instances(void **state)
 static int stop_instances(void **state)
 {
     (void)state;
-    int bad = 0;
-    for (int i = 0; i < 2; i++) {
-        if (svc[i] != NULL && sf_stop(svc[i]) != 0)
-            bad = 1;
-        svc[i] = NULL;
-    }
-    return bad ? -1 : 0;
+    return sf_stop_all(svc, 2);
 }
 
 struct rp_order {

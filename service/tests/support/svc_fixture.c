@@ -488,6 +488,17 @@ sf_service *sf_start(const char *redis_url, const char *const *extra_args)
     return NULL;
 }
 
+int sf_stop_all(sf_service **svc, int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (svc[i] != NULL && sf_stop(svc[i]) != 0)
+            bad = 1;
+        svc[i] = NULL;
+    }
+    return bad ? -1 : 0;
+}
+
 int sf_stop(sf_service *svc)
 {
     if (svc == NULL)

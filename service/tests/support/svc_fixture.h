@@ -59,6 +59,10 @@ sf_service *sf_start(const char *redis_url, const char *const *extra_args);
  * not 0 the log tail is printed on stderr. */
 int sf_stop(sf_service *svc);
 
+/* sf_stop for svc[0..n) (NULL entries skipped), each set to NULL. 0 when every one exited with
+ * status 0, else -1. */
+int sf_stop_all(sf_service **svc, int n);
+
 /* Sends sig to the process. SIGKILL also reaps it (a kill -9 crash); it can then be started
  * again on the same port with sf_restart. Returns 0, or -1 when not running. */
 int sf_kill(sf_service *svc, int sig);
