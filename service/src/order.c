@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "handlers.h"
+#include "ids.h"
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
@@ -92,20 +93,20 @@ static uint64_t rnd64(void)
 
 int order_id_parse(const char *id, size_t len, int *segment, char *sku)
 {
-    if (len < 16 + 1 + 1 + 1 + 1 || len > ORDER_ID_MAX)
+    if (len < IDS_ORDER_HEX + 1 + 1 + 1 + 1 || len > ORDER_ID_MAX)
         return -1;
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < IDS_ORDER_HEX; i++)
         if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
             return -1;
-    if (id[16] != '-')
+    if (id[IDS_ORDER_HEX] != '-')
         return -1;
-    size_t i = 17;
+    size_t i = IDS_ORDER_HEX + 1;
     int k = 0, digits = 0;
     while (i < len && id[i] >= '0' && id[i] <= '9' && digits < 5) {
         k = k * 10 + (id[i++] - '0');
         digits++;
     }
-    if (digits == 0 || digits > 4 || (digits > 1 && id[17] == '0') || i >= len || id[i] != '-' ||
+    if (digits == 0 || digits > 4 || (digits > 1 && id[IDS_ORDER_HEX + 1] == '0') || i >= len || id[i] != '-' ||
         k >= SKUCACHE_MAX_SEGMENTS)
         return -1;
     i++;
@@ -194,8 +195,15 @@ out:
  * ctx->record, sent as the 201 body as it is, so the order is serialised once). */
 static const char *make_record(struct order_ctx *ctx, int k)
 {
-    snprintf(ctx->order_id, sizeof(ctx->order_id), "%016" PRIx64 "-%d-%s", rnd64(), k,
-             ctx->in->sku);
+    char token[IDS_ORDER_HEX + 1];
+    if (ids_order_token(token, sizeof(token)) != 0) {
+        /* No randomness: no id at all rather than a guessable (or a previous attempt's) one. */
+        ctx->order_id[0] = '\0';
+        free(ctx->record);
+        ctx->record = NULL;
+        return NULL;
+    }
+    snprintf(ctx->order_id, sizeof(ctx->order_id), "%s-%d-%s", token, k, ctx->in->sku);
     int64_t now = wall_ms();
     time_t secs = (time_t)(now / 1000);
     struct tm tm;
