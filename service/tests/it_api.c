@@ -976,7 +976,8 @@ static void *slow_order_run(void *arg)
 static void test_lock_timeout(void **state)
 {
     (void)state;
-    /* Without --admin-token, admin calls from loopback are accepted. */
+    /* Without --admin-token, admin calls from loopback are accepted (the fixture passes
+     * --admin-allow-loopback). */
     const char *args[] = {"--hold-ms", "800", "--lock-wait-ms", "150", "--threads", "4", NULL};
     sf_service *slow = sf_start(rf_url(redis), args);
     SF_ASSERT(slow != NULL, "could not start inventoryd %s", "--hold-ms 800");
