@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -315,9 +316,16 @@ static void explicit_clear(char *buf, size_t len)
  * (static text, never the contents). */
 static const char *read_secret(const char *path, char *buf, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* Non-blocking and regular files only: a FIFO, a terminal or /dev/stdin named by mistake
+     * must not hang the start-up (Docker secrets and systemd credentials are regular files). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return strerror(errno);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return "not a regular file";
+    }
     size_t n = 0;
     const char *problem = NULL;
     for (;;) {
