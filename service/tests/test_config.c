@@ -769,6 +769,10 @@ static void test_secret_files(void **state)
     run_load(&r, ARGS("--admin-token-file", empty), NONE, NULL);
     assert_int_equal(r.rc, -1);
     assert_non_null(strstr(r.err, "empty"));
+    /* Not a regular file (a FIFO or a terminal would block the start-up): refused at once. */
+    run_load(&r, ARGS("--admin-token-file", "/dev/null"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "not a regular file"));
     run_load(&r, ARGS("--admin-token-file", "/nonexistent/inventoryd-token"), NONE, NULL);
     assert_int_equal(r.rc, -1);
     assert_non_null(strstr(r.err, "admin_token_file: cannot read /nonexistent/inventoryd-token"));
