@@ -54,8 +54,8 @@ static void test_parse_addr(void **state)
     addr("[2001:db8::1]", a);
     addr("2001:db8::1", b);
     assert_memory_equal(a, b, PROXY_ADDR_LEN);
-    const char *bad[] = {"", " ", "192.0.2.7:80", "unknown", "1.2.3", "[::1", "2001:db8::1%eth0x",
-                         "192.0.2.7 1.2.3.4"};
+    const char *bad[] = {"",      " ",    "192.0.2.7:80",      "unknown",
+                         "1.2.3", "[::1", "2001:db8::1%eth0x", "192.0.2.7 1.2.3.4"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (proxy_parse_addr(bad[i], strlen(bad[i]), a))
             fail_msg("accepted \"%s\"", bad[i]);
@@ -83,8 +83,8 @@ static void test_cidrs(void **state)
     struct proxy_list l = list("10.0.0.0/8, 192.168.1.7 2001:db8::/32,,::1");
     assert_int_equal(l.n, 4);
     unsigned char a[PROXY_ADDR_LEN];
-    const char *in[] = {"10.0.0.1", "10.255.255.255", "192.168.1.7", "::ffff:10.1.2.3",
-                        "2001:db8:ffff::1", "::1"};
+    const char *in[] = {"10.0.0.1",        "10.255.255.255",   "192.168.1.7",
+                        "::ffff:10.1.2.3", "2001:db8:ffff::1", "::1"};
     const char *out[] = {"11.0.0.1", "192.168.1.8", "2001:db9::1", "::2", "127.0.0.1"};
     for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
         addr(in[i], a);
@@ -112,8 +112,8 @@ static void test_cidrs(void **state)
 
     struct proxy_list bad;
     char why[128];
-    const char *bads[] = {"10.0.0.0/33", "::/129", "10.0.0.0/", "10.0.0.0/08", "host.example",
-                          "10.0.0.0/8/8", "1.2.3.4/-1"};
+    const char *bads[] = {"10.0.0.0/33",  "::/129",       "10.0.0.0/", "10.0.0.0/08",
+                          "host.example", "10.0.0.0/8/8", "1.2.3.4/-1"};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
         if (proxy_parse_list(bads[i], &bad, why, sizeof(why)) == 0)
             fail_msg("accepted \"%s\"", bads[i]);
@@ -146,8 +146,7 @@ static void test_client(void **state)
     assert_string_equal(client(&lb, "127.0.0.1", "1.1.1.1, 6.6.6.6, 203.0.113.9", NULL),
                         "203.0.113.9");
     /* Chains of trusted proxies are walked through. */
-    assert_string_equal(client(&two, "127.0.0.1", "1.1.1.1, 203.0.113.9, 10.0.0.2, 10.1.1.1",
-                               NULL),
+    assert_string_equal(client(&two, "127.0.0.1", "1.1.1.1, 203.0.113.9, 10.0.0.2, 10.1.1.1", NULL),
                         "203.0.113.9");
     /* Every hop trusted: the leftmost. */
     assert_string_equal(client(&two, "127.0.0.1", "10.0.0.3,10.0.0.2", NULL), "10.0.0.3");
