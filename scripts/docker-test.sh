@@ -104,6 +104,9 @@ scripts/docker-base.sh
 
 # --- 2. the image ----------------------------------------------------------------------------
 version=$(sed -n 's/^project(inventoryd VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+# A plain `docker build .` labels the image with the Dockerfile's default: it must not drift.
+dflt=$(sed -n 's/^ARG VERSION=//p' Dockerfile)
+[ "$dflt" = "$version" ] || fail "Dockerfile's ARG VERSION=$dflt, CMakeLists.txt says $version"
 phase "docker build (inventoryd $version)"
 "$docker" build --network host --build-arg "VERSION=$version" -t inventoryd:test . \
   >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log" >&2; fail "docker build ."; }
