@@ -106,8 +106,8 @@ int order_id_parse(const char *id, size_t len, int *segment, char *sku)
         k = k * 10 + (id[i++] - '0');
         digits++;
     }
-    if (digits == 0 || digits > 4 || (digits > 1 && id[IDS_ORDER_HEX + 1] == '0') || i >= len || id[i] != '-' ||
-        k >= SKUCACHE_MAX_SEGMENTS)
+    if (digits == 0 || digits > 4 || (digits > 1 && id[IDS_ORDER_HEX + 1] == '0') || i >= len ||
+        id[i] != '-' || k >= SKUCACHE_MAX_SEGMENTS)
         return -1;
     i++;
     if (!validate_sku(id + i, len - i))
