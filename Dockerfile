@@ -1,9 +1,17 @@
-# Multi-stage image of inventoryd on Debian bookworm.
-#   docker build -t inventoryd .
-#   docker run -p 8080:8080 -e INVENTORY_REDIS_URL=redis://redis:6379 -e INVENTORY_ADMIN_TOKEN=... inventoryd
+# Multi-stage image of inventoryd on Debian bookworm (docs/deployment.md).
+#   docker build --network host -t inventoryd .
+#   docker run --network host -e INVENTORY_BIND=127.0.0.1 -e INVENTORY_PORT=8080 \
+#     -e INVENTORY_REDIS_URL_FILE=/run/secrets/redis_url -e INVENTORY_ADMIN_TOKEN_FILE=/run/secrets/admin_token \
+#     -v "$PWD/secrets:/run/secrets:ro" inventoryd
+# Configure it through INVENTORY_* variables (or a mounted --config file): the HEALTHCHECK runs
+# `inventoryd --healthcheck` with the same environment and config file, so it asks /healthz on
+# the port the service really listens on. Command-line flags given to `docker run` are not seen
+# by the health check.
+ARG VERSION=0.1.0
+
 FROM debian:bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential cmake pkg-config \
+ && apt-get install -y --no-install-recommends gcc libc6-dev make cmake pkg-config binutils \
       libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -11,18 +19,30 @@ COPY CMakeLists.txt ./
 COPY cmake cmake
 COPY lockcore lockcore
 COPY service service
-RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
- && cmake --build build -j"$(nproc)" --target inventoryd
+COPY loadtest loadtest
+COPY config config
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local \
+ && cmake --build build -j"$(nproc)" --target inventoryd \
+ && DESTDIR=/out cmake --install build --strip --component runtime
 
 FROM debian:bookworm-slim
+ARG VERSION
+LABEL org.opencontainers.image.title="inventoryd" \
+      org.opencontainers.image.description="Flash-sale order service: segmented stock with per-segment distributed locks on Redis" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="debian:bookworm-slim"
+# Runtime libraries only (no compiler, no curl: the health check is the binary itself).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libmicrohttpd12 libhiredis0.14 libjansson4 \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --system --no-create-home inventoryd
-COPY --from=build /src/build/bin/inventoryd /usr/local/bin/inventoryd
-COPY config/inventoryd.json /etc/inventoryd/inventoryd.json
-USER inventoryd
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/usr/local/bin/inventoryd /usr/local/bin/inventoryd
+COPY --from=build /out/usr/local/etc/inventoryd/inventoryd.json /etc/inventoryd/inventoryd.json
+# A numeric UID/GID with no account behind it: not root, and nothing to log in as.
+USER 10001:10001
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=2s CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080"]
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["/usr/local/bin/inventoryd", "--healthcheck", "--config", "/etc/inventoryd/inventoryd.json"]
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/inventoryd"]
 CMD ["--config", "/etc/inventoryd/inventoryd.json"]

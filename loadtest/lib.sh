@@ -175,14 +175,16 @@ redis_url_port=""
 # The path start_servers waits for: /readyz needs Redis; /healthz only the process.
 ready_path=/readyz
 # launch_instance I THREADS [inventoryd flags...]: starts inventoryd I on inst_ports[I] in the
-# background and sets $pid. LT_INVENTORYD_ARGS are added to every instance.
+# background and sets $pid. LT_INVENTORYD_ARGS are added to every instance. The preheat PUTs
+# come from loopback without a token: --admin-allow-loopback (benchmark instances only).
 launch_instance() {
   local i=$1 threads=$2; shift 2
   # shellcheck disable=SC2086
   "$bin" --port "${inst_ports[i]}" --bind 127.0.0.1 \
     --redis "redis://127.0.0.1:${redis_url_port:-$redis_port}" \
     --threads "$threads" --lock-wait-ms "$lock_wait" --log-level warn \
-    --shutdown-grace-ms 3000 "$@" ${LT_INVENTORYD_ARGS:-} 2>>"$res/logs/inventoryd$i.log" &
+    --shutdown-grace-ms 3000 --admin-allow-loopback \
+    "$@" ${LT_INVENTORYD_ARGS:-} 2>>"$res/logs/inventoryd$i.log" &
   pid=$!
 }
 # start_servers KIND N THREADS [inventoryd flags...]: starts N servers on inst_ports[0..N-1]:

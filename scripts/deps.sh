@@ -2,6 +2,8 @@
 # Installs the Debian packages inventoryd needs to build, test and run, but only those that are
 # missing: on a machine that has them all it changes nothing and makes no network call.
 # Works as root or through sudo. Extra packages: DEPS_EXTRA="pkg1 pkg2" scripts/deps.sh
+# --docker adds what scripts/docker-test.sh needs: the Docker engine (docker.io), debootstrap
+# (the base images are made, not pulled) and docker-compose.
 set -euo pipefail
 
 packages=(
@@ -15,6 +17,12 @@ packages=(
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
+for arg in "$@"; do
+  case "$arg" in
+    --docker) packages+=(docker.io debootstrap docker-compose) ;;
+    *) echo "deps.sh: unknown option $arg (known: --docker)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

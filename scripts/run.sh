@@ -1,46 +1,106 @@
 #!/usr/bin/env bash
 # One command to a working service: installs missing packages, builds, starts a private
-# redis-server unless a Redis is given (--redis URL or INVENTORY_REDIS_URL), starts inventoryd,
-# preheats a demo SKU and prints curl commands that work as printed. Ctrl-C stops everything.
+# redis-server unless a Redis is given, starts inventoryd, preheats a demo SKU and prints curl
+# commands that work as printed. Ctrl-C stops everything.
+#
+# Options of run.sh itself (all others go to inventoryd, e.g. --threads 8 --strategy atomic):
+#   --redis URL, --redis-url-file FILE   your Redis (also INVENTORY_REDIS_URL / _FILE); else a
+#                                        private redis-server on REDIS_PORT
+#   --port N                             HTTP port (also INVENTORY_PORT; default 8080)
+#   --admin-token T, --admin-token-file FILE   the admin token (also INVENTORY_ADMIN_TOKEN /
+#                                        _FILE); else one is generated for this run
+#   --config FILE                        passed on; run.sh then adds no flag for a setting the
+#                                        file sets (port, redis, redis_url_file, admin_token,
+#                                        admin_token_file), and reads the port inventoryd really
+#                                        listens on from its start-up log line
+# Secrets never reach a command line (ps) or the output: the Redis URL and the admin token go to
+# inventoryd as files (--redis-url-file, --admin-token-file, mode 0600 in RUN_DIR), the printed
+# admin curl lines send the token from a header file (curl -H @FILE), and the Redis URL is
+# printed with its password masked. The secret files are removed when run.sh stops.
 #
 # Env: INVENTORY_PORT (8080), REDIS_PORT (6399, for the private Redis), BUILD_DIR (build),
-#      DEMO_SKU (demo-sku), DEMO_STOCK (1000), DEMO_SEGMENTS (16), RUN_DIR (a temp dir).
-# Any other arguments are passed to inventoryd (e.g. --threads 8 --strategy atomic).
+#      DEMO_SKU (demo-sku), DEMO_STOCK (1000), DEMO_SEGMENTS (16), RUN_DIR (a temp dir),
+#      RUN_SKIP_BUILD=1 (use the binary already in BUILD_DIR: no deps.sh, no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=${BUILD_DIR:-build}
 port=${INVENTORY_PORT:-8080}
+port_given=${INVENTORY_PORT:+1}
 redis_port=${REDIS_PORT:-6399}
 sku=${DEMO_SKU:-demo-sku}
 stock=${DEMO_STOCK:-1000}
 segments=${DEMO_SEGMENTS:-16}
 run_dir=${RUN_DIR:-$(mktemp -d /tmp/inventoryd-run.XXXXXX)}
+mkdir -p "$run_dir"
+chmod 700 "$run_dir"
 
 redis_url=${INVENTORY_REDIS_URL:-}
+redis_url_file=${INVENTORY_REDIS_URL_FILE:-}
+token=${INVENTORY_ADMIN_TOKEN:-}
+token_file=${INVENTORY_ADMIN_TOKEN_FILE:-}
+token_from_env=${INVENTORY_ADMIN_TOKEN:+1}${INVENTORY_ADMIN_TOKEN_FILE:+1}
+config=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --redis) redis_url=$2; shift 2 ;;
-    --redis=*) redis_url=${1#--redis=}; shift ;;
-    --port) port=$2; shift 2 ;;
-    --port=*) port=${1#--port=}; shift ;;
+    --redis) redis_url=$2; redis_url_file=""; shift 2 ;;
+    --redis=*) redis_url=${1#--redis=}; redis_url_file=""; shift ;;
+    --redis-url-file) redis_url_file=$2; redis_url=""; shift 2 ;;
+    --redis-url-file=*) redis_url_file=${1#--redis-url-file=}; redis_url=""; shift ;;
+    --port) port=$2; port_given=1; shift 2 ;;
+    --port=*) port=${1#--port=}; port_given=1; shift ;;
+    --admin-token) token=$2; token_file=""; token_from_env=""; shift 2 ;;
+    --admin-token=*) token=${1#--admin-token=}; token_file=""; token_from_env=""; shift ;;
+    --admin-token-file) token_file=$2; token=""; token_from_env=""; shift 2 ;;
+    --admin-token-file=*) token_file=${1#--admin-token-file=}; token=""; token_from_env=""; shift ;;
+    --config) config=$2; args+=("$1" "$2"); shift 2 ;;
+    --config=*) config=${1#--config=}; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
+[ -n "$config" ] || config=${INVENTORY_CONFIG:-}
+[ -z "$config" ] || [ -r "$config" ] || { echo "run.sh: cannot read the config file $config" >&2; exit 2; }
 
-scripts/deps.sh
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build_dir" -j 2 >/dev/null
+# config_value KEY: the value of KEY in the config file (a string without escapes, or a number;
+# "" when the key is absent or null). Enough for the keys below; inventoryd does the real parsing.
+config_value() {
+  [ -n "$config" ] || return 0
+  tr '\n' ' ' <"$config" |
+    sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\(\"[^\"\\\\]*\"\|[0-9][0-9]*\).*/\1/p" | tr -d '"'
+}
+# A secret file of this run: mode 0600, removed at exit.
+secret_file() { (umask 077 && printf '%s\n' "$2" >"$run_dir/$1"); echo "$run_dir/$1"; }
+
+if [ "${RUN_SKIP_BUILD:-0}" != 1 ]; then
+  scripts/deps.sh
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build_dir" -j 2 >/dev/null
+fi
 
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  rm -f "$run_dir/admin-token" "$run_dir/admin.header" "$run_dir/redis-url"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-if [ -z "$redis_url" ]; then
+flags=()
+# Port: ours unless the config file sets it and the user did not.
+if [ -n "$port_given" ] || [ -z "$(config_value port)" ]; then flags+=(--port "$port"); fi
+
+# Redis: the user's (as a file), the config file's, or a private one.
+if [ -n "$redis_url_file" ]; then
+  flags+=(--redis-url-file "$redis_url_file")
+  redis_url=$(head -n1 "$redis_url_file")
+elif [ -n "$redis_url" ]; then
+  flags+=(--redis-url-file "$(secret_file redis-url "$redis_url")")
+elif [ -n "$(config_value redis)$(config_value redis_url_file)" ]; then
+  redis_url="$(config_value redis)"
+  [ -n "$redis_url" ] || redis_url="(from $(config_value redis_url_file))"
+else
   redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$run_dir" --save "" \
     --appendonly yes --appendfsync everysec --daemonize no >"$run_dir/redis.log" 2>&1 &
   pids+=($!)
@@ -49,34 +109,76 @@ if [ -z "$redis_url" ]; then
     sleep 0.1
   done
   redis_url="redis://127.0.0.1:$redis_port"
+  flags+=(--redis-url-file "$(secret_file redis-url "$redis_url")")
   echo "run.sh: private redis-server on port $redis_port (data in $run_dir)"
 fi
 
-"$build_dir/bin/inventoryd" --port "$port" --redis "$redis_url" ${args[@]+"${args[@]}"} \
+# The admin token: the user's, the config file's, or a new one. inventoryd gets it as a file
+# (or from the environment or config file it was given in); curl gets it as a header file.
+token_note=""
+if [ -n "$token_file" ]; then
+  flags+=(--admin-token-file "$token_file")
+  token=$(head -n1 "$token_file")
+elif [ -n "$token" ] && [ -z "$token_from_env" ]; then
+  flags+=(--admin-token-file "$(secret_file admin-token "$token")")
+elif [ -n "$token" ]; then
+  : # INVENTORY_ADMIN_TOKEN: inventoryd reads the same variable
+elif [ -n "$(config_value admin_token_file)" ]; then
+  token=$(head -n1 "$(config_value admin_token_file)")
+elif [ -n "$(config_value admin_token)" ]; then
+  token=$(config_value admin_token)
+else
+  token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  flags+=(--admin-token-file "$(secret_file admin-token "$token")")
+  token_note="a new admin token for this run is in $run_dir/admin-token"
+fi
+(umask 077 && printf 'Authorization: Bearer %s\n' "$token" >"$run_dir/admin.header")
+
+# Starts inventoryd; a password in the URL never reaches the command line.
+env -u INVENTORY_REDIS_URL -u INVENTORY_REDIS_URL_FILE \
+  "$build_dir/bin/inventoryd" ${flags[@]+"${flags[@]}"} ${args[@]+"${args[@]}"} \
   2> >(tee -a "$run_dir/inventoryd.log" >&2) &
 pids+=($!)
-for _ in $(seq 50); do
-  curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+# The address and port it really listens on, from its start-up line ("listening on A port N").
+listen=""
+for _ in $(seq 100); do
+  listen=$(sed -n 's/.*listening on \([^ ]*\) port \([0-9]*\) .*/\1 \2/p' "$run_dir/inventoryd.log" 2>/dev/null | tail -1)
+  [ -n "$listen" ] && break
+  kill -0 "${pids[-1]}" 2>/dev/null || break
   sleep 0.1
 done
-curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null || { echo "run.sh: inventoryd is not ready" >&2; exit 1; }
+[ -n "$listen" ] || { echo "run.sh: inventoryd did not start (log: $run_dir/inventoryd.log)" >&2; exit 1; }
+port=${listen#* }
+case "${listen% *}" in
+  0.0.0.0 | ::) host=127.0.0.1 ;;
+  *:*) host="[${listen% *}]" ;;
+  *) host=${listen% *} ;;
+esac
+base=http://$host:$port
+for _ in $(seq 50); do
+  curl -fsS "$base/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "$base/readyz" >/dev/null || { echo "run.sh: inventoryd is not ready (log: $run_dir/inventoryd.log)" >&2; exit 1; }
 
-auth=()
-[ -n "${INVENTORY_ADMIN_TOKEN:-}" ] && auth=(-H "Authorization: Bearer $INVENTORY_ADMIN_TOKEN")
-curl -fsS -X PUT ${auth[@]+"${auth[@]}"} -H 'Content-Type: application/json' \
-  -d "{\"stock\": $stock, \"segments\": $segments}" "http://127.0.0.1:$port/api/v1/skus/$sku" >/dev/null
+hdr=$run_dir/admin.header
+curl -fsS -X PUT -H "@$hdr" -H 'Content-Type: application/json' \
+  -d "{\"stock\": $stock, \"segments\": $segments}" "$base/api/v1/skus/$sku" >/dev/null \
+  || { echo "run.sh: preheating $sku failed (is the admin token right?)" >&2; exit 1; }
+# The URL as printed: its password masked.
+shown_url=$(sed 's#^\(redis://[^:/@]*\):[^@/]*@#\1:***@#' <<<"$redis_url")
 cat <<MSG
 
-inventoryd is up on port $port (Redis: $redis_url). Demo SKU "$sku": $stock units in $segments segments.
+inventoryd is up at $base (Redis: $shown_url). Demo SKU "$sku": $stock units in $segments segments.
 Try:
-  curl -s http://127.0.0.1:$port/api/v1/skus/$sku
-  curl -s -X POST -H 'Content-Type: application/json' -d '{"sku":"$sku","quantity":2,"user_id":"alice"}' http://127.0.0.1:$port/api/v1/orders
-  curl -s -X POST -H 'Content-Type: application/json' -H 'Idempotency-Key: order-42' -d '{"sku":"$sku"}' http://127.0.0.1:$port/api/v1/orders
-  curl -s -X PUT -H 'Content-Type: application/json' -d '{"stock":500,"segments":8}' http://127.0.0.1:$port/api/v1/skus/other-sku
-  curl -s -X POST -H 'Content-Type: application/json' -d '{"quantity":100}' http://127.0.0.1:$port/api/v1/skus/$sku/restock
-  curl -s http://127.0.0.1:$port/readyz
-  curl -s http://127.0.0.1:$port/metrics | grep inventory_orders
-(admin calls are accepted from loopback while no --admin-token is set)
+  curl -s $base/api/v1/skus/$sku
+  curl -s -X POST -H 'Content-Type: application/json' -d '{"sku":"$sku","quantity":2,"user_id":"alice"}' $base/api/v1/orders
+  curl -s -X POST -H 'Content-Type: application/json' -H 'Idempotency-Key: order-42' -d '{"sku":"$sku"}' $base/api/v1/orders
+  curl -s -X PUT -H @$hdr -H 'Content-Type: application/json' -d '{"stock":500,"segments":8}' $base/api/v1/skus/other-sku
+  curl -s -X POST -H @$hdr -H 'Content-Type: application/json' -d '{"quantity":100}' $base/api/v1/skus/$sku/restock
+  curl -s $base/readyz
+  curl -s $base/metrics | grep inventory_orders
+(admin calls send the token from $hdr${token_note:+; $token_note})
 Press Ctrl-C to stop.
 MSG
 wait "${pids[-1]}"

@@ -59,7 +59,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* What every accepted configuration must satisfy (config.h's ranges). */
 static void check_config(const struct config *cfg)
 {
-    CHECK(cfg->action == CONFIG_ACTION_RUN);
+    CHECK(cfg->action == CONFIG_ACTION_RUN || cfg->action == CONFIG_ACTION_HEALTHCHECK);
     CHECK(cfg->port >= 1 && cfg->port <= 65535);
     CHECK(cfg->threads >= 1 && cfg->threads <= 1024);
     CHECK(cfg->lock_lease_ms >= 1 && cfg->lock_lease_ms <= 3600000);

@@ -110,9 +110,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                           .authorization = auth,
                           .content_type = ctype,
                           .peer_loopback = buf[0] & 1};
-    /* No token configured: loopback decides. */
+    /* No token configured: closed, whatever is presented; with --admin-allow-loopback,
+     * loopback decides. */
+    CHECK(!router_admin_ok(&cfg, &req));
+    cfg.admin_allow_loopback = 1;
     CHECK(router_admin_ok(&cfg, &req) == (req.peer_loopback != 0));
+    /* A token configured: only the token decides (admin_allow_loopback is ignored). */
     snprintf(cfg.admin_token, sizeof(cfg.admin_token), "%s", TOKEN);
+    CHECK(router_admin_ok(&cfg, &req) == admin_expected(auth));
+    cfg.admin_allow_loopback = 0;
     CHECK(router_admin_ok(&cfg, &req) == admin_expected(auth));
 
     req.body = buf;

@@ -11,18 +11,32 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 extern char **environ;
 
-enum kind { K_CONFIG, K_INT, K_BIND, K_REDIS, K_TOKEN, K_STRATEGY, K_LOG_LEVEL };
+enum kind {
+    K_CONFIG,
+    K_INT,
+    K_BIND,
+    K_REDIS,
+    K_TOKEN,
+    K_STRATEGY,
+    K_LOG_LEVEL,
+    K_TOKEN_FILE, /* a file holding the admin token */
+    K_REDIS_FILE, /* a file holding the Redis URL */
+    K_BOOL,       /* 0/1; as a flag, bare "--name" means 1 */
+    K_CIDRS       /* trusted_proxies */
+};
 
 struct keydef {
     struct config_key pub;
@@ -45,10 +59,24 @@ static const struct keydef keys[] = {
     {{"redis", "--redis", "INVENTORY_REDIS_URL", "redis://127.0.0.1:6379",
       "redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]", "Redis server URL"},
      K_REDIS, 0, 0, 0},
+    {{"redis_url_file", "--redis-url-file", "INVENTORY_REDIS_URL_FILE", "none",
+      "path of a file holding the Redis URL", "read the Redis URL (and its password) from a file"},
+     K_REDIS_FILE, 0, 0, 0},
     {{"admin_token", "--admin-token", "INVENTORY_ADMIN_TOKEN", "none",
       "1..256 visible ASCII characters (0x21..0x7e)",
-      "bearer token for admin endpoints; none: admin endpoints only from loopback"},
+      "bearer token for admin endpoints; none: admin endpoints closed"},
      K_TOKEN, 0, 0, 0},
+    {{"admin_token_file", "--admin-token-file", "INVENTORY_ADMIN_TOKEN_FILE", "none",
+      "path of a file holding the token", "read the admin token from a file"},
+     K_TOKEN_FILE, 0, 0, 0},
+    {{"admin_allow_loopback", "--admin-allow-loopback", "INVENTORY_ADMIN_ALLOW_LOOPBACK", "0",
+      "0..1 (the bare flag means 1)",
+      "development only: without an admin token, admin endpoints accept loopback clients"},
+     K_BOOL, 0, 1, offsetof(struct config, admin_allow_loopback)},
+    {{"trusted_proxies", "--trusted-proxies", "INVENTORY_TRUSTED_PROXIES", "none",
+      "IPv4/IPv6 CIDRs separated by commas or spaces",
+      "proxies whose X-Forwarded-For / X-Real-IP name the client"},
+     K_CIDRS, 0, 0, 0},
     {{"threads", "--threads", "INVENTORY_THREADS", "number of CPUs", "1..1024",
       "HTTP worker threads"},
      K_INT, 1, 1024, offsetof(struct config, threads)},
@@ -103,8 +131,12 @@ static const char usage_text[] =
     "  --bind ADDR                listen address, IPv4/IPv6 literal [0.0.0.0]\n"
     "  --redis URL                redis://[[user]:password@]host[:port][/db] or unix:///path\n"
     "                             [redis://127.0.0.1:6379]\n"
+    "  --redis-url-file FILE      read the Redis URL from FILE (keeps a password out of ps)\n"
     "  --admin-token T            bearer token for admin endpoints; without one they are\n"
-    "                             accepted only from loopback [none]\n"
+    "                             closed [none]\n"
+    "  --admin-token-file FILE    read the admin token from FILE (keeps it out of ps)\n"
+    "  --admin-allow-loopback     development only: no token needed from loopback [off]\n"
+    "  --trusted-proxies CIDRS    proxies whose X-Forwarded-For/X-Real-IP is believed [none]\n"
     "  --threads N                HTTP worker threads, 1..1024 [number of CPUs]\n"
     "  --strategy S               segmented, single-lock or atomic [segmented]\n"
     "  --lock-lease-ms N          lock lease, 1..3600000 [10000]\n"
@@ -123,6 +155,8 @@ static const char usage_text[] =
     "  --rate-limit-rps N         requests/s per client IP, then 429; 0 = off [0]\n"
     "  --rate-limit-burst N       burst per client IP above the rate [rate-limit-rps]\n"
     "  --max-connections-per-ip N connections per client IP; 0 = no limit [0]\n"
+    "  --healthcheck              GET /healthz of the server this configuration describes;\n"
+    "                             exit 0 when it answers 200, else 1 (container HEALTHCHECK)\n"
     "  -h, --help                 print this help and exit\n"
     "  -V, --version              print the version and exit\n"
     "\n"
@@ -258,6 +292,74 @@ static const char *closest(const char *s, bool flags)
 }
 
 /* ---- value checks ---------------------------------------------------------------------- */
+
+/* Copies s to buf (cap bytes) with every byte outside printable ASCII replaced by '?', so a
+ * message stays one printable line whatever a file name or a file holds. */
+static void printable_copy(const char *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", s);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
+}
+
+/* Zeroes a buffer that held a secret in a way the compiler may not drop. */
+static void explicit_clear(char *buf, size_t len)
+{
+    volatile char *p = buf;
+    while (len--)
+        *p++ = 0;
+}
+
+/* Reads the secret file at path into buf (cap bytes, NUL-terminated), without the trailing
+ * newline, carriage return or blanks an editor or `echo` leaves. Returns NULL, or a short reason
+ * (static text, never the contents). */
+static const char *read_secret(const char *path, char *buf, size_t cap)
+{
+    /* Non-blocking and regular files only: a FIFO, a terminal or /dev/stdin named by mistake
+     * must not hang the start-up (Docker secrets and systemd credentials are regular files). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return strerror(errno);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return "not a regular file";
+    }
+    size_t n = 0;
+    const char *problem = NULL;
+    for (;;) {
+        char extra;
+        char *dst = n < cap - 1 ? buf + n : &extra;
+        size_t want = n < cap - 1 ? cap - 1 - n : 1;
+        ssize_t r = read(fd, dst, want);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            problem = strerror(errno);
+            break;
+        }
+        if (r == 0)
+            break;
+        if (dst == &extra) {
+            problem = "the file is too large";
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (!problem && strlen(buf) != n)
+        problem = "the file holds a NUL byte";
+    while (!problem && n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        buf[--n] = '\0';
+    if (!problem && n == 0)
+        problem = "the file is empty";
+    if (problem)
+        explicit_clear(buf, cap);
+    return problem;
+}
 
 /* Strict decimal integer: optional '-', digits only, nothing else. Values beyond +-10^18
  * saturate (they are out of every range anyway). */
@@ -464,6 +566,30 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
         return 0;
     }
 
+    if (k->kind == K_BOOL) {
+        int v = -1;
+        if (j) {
+            if (json_is_boolean(j))
+                v = json_is_true(j) ? 1 : 0;
+            else if (json_is_integer(j) &&
+                     (json_integer_value(j) == 0 || json_integer_value(j) == 1))
+                v = (int)json_integer_value(j);
+            render_json(j, got, sizeof(got));
+        } else {
+            if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
+                v = s[0] - '0';
+            quote(s, got, sizeof(got));
+        }
+        if (v < 0) {
+            seterr(err, errlen,
+                   "%s: must be 0 or 1 (true or false in the config file), got %s (%s %s)", key,
+                   got, o->what, o->name);
+            return -1;
+        }
+        *(int *)(void *)((char *)cfg + k->offset) = v;
+        return 0;
+    }
+
     /* Every other kind is a string. */
     if (j) {
         if (!json_is_string(j) || strlen(json_string_value(j)) != json_string_length(j)) {
@@ -503,6 +629,7 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
             return -1;
         }
         snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", s);
+        cfg->redis_url_file[0] = '\0';
         return 0;
     case K_TOKEN:
         if (!token_ok(s, strlen(s))) {
@@ -514,7 +641,64 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
             return -1;
         }
         snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", s);
+        cfg->admin_token_file[0] = '\0';
         return 0;
+    case K_TOKEN_FILE:
+    case K_REDIS_FILE: {
+        bool tok = k->kind == K_TOKEN_FILE;
+        char path[CONFIG_PATH_MAX];
+        char secret[CONFIG_REDIS_URL_MAX + 2];
+        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
+            seterr(err, errlen, "%s: must be a file path of 1..%d bytes (%s %s)", key,
+                   CONFIG_PATH_MAX - 1, o->what, o->name);
+            return -1;
+        }
+        printable_copy(s, path, sizeof(path));
+        const char *problem = read_secret(s, secret, sizeof(secret));
+        if (problem) {
+            seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key, path, problem, o->what,
+                   o->name);
+            return -1;
+        }
+        /* The contents are a secret: never quoted. */
+        if (tok && !token_ok(secret, strlen(secret))) {
+            seterr(err, errlen,
+                   "%s: %s must hold 1 to %d visible ASCII characters (no spaces or control "
+                   "characters; a trailing newline is allowed) (%s %s)",
+                   key, path, CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
+            explicit_clear(secret, sizeof(secret));
+            return -1;
+        }
+        if (!tok && !config_redis_url_valid(secret, reason, sizeof(reason))) {
+            seterr(err, errlen, "%s: %s does not hold a valid Redis URL: %s (%s %s)", key, path,
+                   reason, o->what, o->name);
+            explicit_clear(secret, sizeof(secret));
+            return -1;
+        }
+        if (tok) {
+            snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", secret);
+            snprintf(cfg->admin_token_file, sizeof(cfg->admin_token_file), "%s", s);
+        } else {
+            snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", secret);
+            snprintf(cfg->redis_url_file, sizeof(cfg->redis_url_file), "%s", s);
+        }
+        explicit_clear(secret, sizeof(secret));
+        return 0;
+    }
+    case K_CIDRS:
+        if (strlen(s) >= CONFIG_PROXIES_MAX) {
+            seterr(err, errlen, "trusted_proxies: longer than %d characters (%s %s)",
+                   CONFIG_PROXIES_MAX - 1, o->what, o->name);
+            return -1;
+        }
+        if (proxy_parse_list(s, &cfg->trusted_proxies, reason, sizeof(reason)) != 0) {
+            seterr(err, errlen, "trusted_proxies: %s (%s %s)", reason, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->trusted_proxies_text, sizeof(cfg->trusted_proxies_text), "%s", s);
+        return 0;
+    case K_BOOL:
+        break;
     case K_STRATEGY:
         for (int i = 0; i < 3; i++) {
             if (strcmp(s, strategy_names[i]) == 0) {
@@ -568,6 +752,8 @@ void config_defaults(struct config *out)
     out->rate_limit_rps = 0;
     out->rate_limit_burst = 0;
     out->max_connections_per_ip = 0;
+    out->admin_allow_loopback = 0;
+    out->trusted_proxies.n = 0;
     out->action = CONFIG_ACTION_RUN;
 }
 
@@ -581,16 +767,6 @@ static const char *env_get(char **envp, const char *name)
     return NULL;
 }
 
-/* Copies s to buf (cap bytes) with every byte outside printable ASCII replaced by '?', so a
- * message stays one printable line whatever a file name or a file holds. */
-static void printable_copy(const char *s, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s", s);
-    for (char *p = buf; *p; p++)
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-            *p = '?';
-}
-
 /* jansson's parse error for a message: without the source text it quotes (" near '...'"),
  * which may be part of a secret (an admin token, a Redis password: a raw newline inside the
  * token's string is enough), except for a duplicate key, where that text is the key's name. */
@@ -600,6 +776,16 @@ static void json_error_for_message(const json_error_t *je, char *buf, size_t cap
     char *near = strstr(buf, " near ");
     if (near && json_error_code(je) != json_error_duplicate_key)
         *near = '\0';
+}
+
+/* -1 with err set when both environment variables a and b are set (one setting twice). */
+static int env_conflict(char **envp, const char *a, const char *b, const char *key, char *err,
+                        size_t errlen)
+{
+    if (!env_get(envp, a) || !env_get(envp, b))
+        return 0;
+    seterr(err, errlen, "%s: both %s and %s are set; set one of them (environment)", key, a, b);
+    return -1;
 }
 
 static int load_file(struct config *cfg, const char *file, char *err, size_t errlen)
@@ -623,6 +809,17 @@ static int load_file(struct config *cfg, const char *file, char *err, size_t err
         seterr(err, errlen, "config: %s must hold one JSON object", path);
         rc = -1;
         goto done;
+    }
+    static const char *const pairs[][2] = {{"admin_token", "admin_token_file"},
+                                           {"redis", "redis_url_file"}};
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        json_t *a = json_object_get(root, pairs[i][0]), *b = json_object_get(root, pairs[i][1]);
+        if (a && b && !json_is_null(a) && !json_is_null(b)) {
+            seterr(err, errlen, "%s: both \"%s\" and \"%s\" are set; set one of them (config "
+                   "file %s)", pairs[i][0], pairs[i][0], pairs[i][1], path);
+            rc = -1;
+            goto done;
+        }
     }
     struct origin o = {"config file", path};
     const char *name;
@@ -672,6 +869,10 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
         *action = CONFIG_ACTION_VERSION;
         return 0;
     }
+    if (strcmp(arg, "--healthcheck") == 0) {
+        *action = CONFIG_ACTION_HEALTHCHECK;
+        return 0;
+    }
     char q[192];
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
         quote(arg, q, sizeof(q));
@@ -692,7 +893,8 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
         snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), arg);
         const char *hint = closest(name, true);
         quote(name, q, sizeof(q));
-        if (strcmp(name, "--help") == 0 || strcmp(name, "--version") == 0)
+        if (strcmp(name, "--help") == 0 || strcmp(name, "--version") == 0 ||
+            strcmp(name, "--healthcheck") == 0)
             seterr(err, errlen, "%s: takes no value", name);
         else
             seterr(err, errlen, "%s: unknown option%s%s%s (see --help)", q,
@@ -701,6 +903,8 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     }
     if (eq) {
         *value = eq + 1;
+    } else if ((*k)->kind == K_BOOL) {
+        *value = "1"; /* a bare switch */
     } else if (*i + 1 < argc) {
         *value = argv[++*i];
     } else {
@@ -721,7 +925,7 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
     /* Pass 1: syntax only, so --help/--version win wherever they are and --config is known
      * before the file layer. The first error is kept in case neither is given. */
     const char *config_path = NULL;
-    bool bad = false;
+    bool bad = false, healthcheck = false;
     for (int i = 1; i < argc; i++) {
         const struct keydef *k;
         const char *value;
@@ -731,6 +935,10 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
             if (!bad)
                 seterr(err, errlen, "%s", e);
             bad = true;
+            continue;
+        }
+        if (action == CONFIG_ACTION_HEALTHCHECK) {
+            healthcheck = true;
             continue;
         }
         if (action != CONFIG_ACTION_RUN) {
@@ -758,7 +966,12 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
     if (out->config_path[0] && load_file(out, out->config_path, err, errlen))
         return -1;
 
-    /* Layer 2: the environment. */
+    /* Layer 2: the environment. A secret given both as a value and as a file is ambiguous. */
+    if (env_conflict(envp, "INVENTORY_ADMIN_TOKEN", "INVENTORY_ADMIN_TOKEN_FILE", "admin_token",
+                     err, errlen) ||
+        env_conflict(envp, "INVENTORY_REDIS_URL", "INVENTORY_REDIS_URL_FILE", "redis", err,
+                     errlen))
+        return -1;
     for (size_t j = 1; j < NKEYS; j++) {
         const char *v = env_get(envp, keys[j].pub.env);
         struct origin o = {"environment", keys[j].pub.env};
@@ -773,11 +986,13 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         enum config_action action;
         if (next_flag(argc, argv, &i, &k, &value, &action, err, errlen))
             return -1; /* not reached: pass 1 accepted the syntax */
+        if (!k)
+            continue; /* --healthcheck */
         struct origin o = {"flag", k->pub.flag};
         if (k->kind != K_CONFIG && apply(out, k, value, NULL, &o, err, errlen))
             return -1;
     }
-    out->action = CONFIG_ACTION_RUN;
+    out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
     return 0;
 }
 
@@ -804,6 +1019,16 @@ static void mask_url(const char *url, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
 }
 
+/* A path for the description: null when "", non-printable bytes as '?' (valid JSON). */
+static json_t *path_or_null(const char *path)
+{
+    if (!path[0])
+        return json_null();
+    char copy[CONFIG_PATH_MAX];
+    printable_copy(path, copy, sizeof(copy));
+    return json_string(copy);
+}
+
 int config_describe(const struct config *cfg, char *buf, size_t len)
 {
     char url[CONFIG_REDIS_URL_MAX + 8];
@@ -827,6 +1052,11 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "redis", json_string(url));
     bad |= json_object_set_new(o, "admin_token",
                                cfg->admin_token[0] ? json_string("***") : json_null());
+    bad |= json_object_set_new(o, "admin_token_file", path_or_null(cfg->admin_token_file));
+    bad |= json_object_set_new(o, "redis_url_file", path_or_null(cfg->redis_url_file));
+    bad |= json_object_set_new(o, "admin_allow_loopback",
+                               json_integer(cfg->admin_allow_loopback));
+    bad |= json_object_set_new(o, "trusted_proxies", json_string(cfg->trusted_proxies_text));
     bad |= json_object_set_new(o, "threads", json_integer(cfg->threads));
     bad |= json_object_set_new(o, "strategy", json_string(config_strategy_name(cfg->strategy)));
     bad |= json_object_set_new(o, "lock_lease_ms", json_integer(cfg->lock_lease_ms));

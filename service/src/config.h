@@ -19,6 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "proxy.h"
+
 #ifndef INVENTORYD_VERSION
 #define INVENTORYD_VERSION "0.0.0" /* CMake defines the real one from project(VERSION) */
 #endif
@@ -27,6 +29,7 @@
 #define CONFIG_BIND_MAX 64
 #define CONFIG_REDIS_URL_MAX 1024
 #define CONFIG_ADMIN_TOKEN_MAX 256
+#define CONFIG_PROXIES_MAX 1024 /* text of trusted_proxies */
 
 enum config_strategy {
     STRATEGY_SEGMENTED,   /* "segmented": N segments, one lock each (the product) */
@@ -41,7 +44,9 @@ enum config_log_level { CONFIG_LOG_DEBUG, CONFIG_LOG_INFO, CONFIG_LOG_WARN, CONF
 enum config_action {
     CONFIG_ACTION_RUN = 0,  /* start the service (config_load returned 0) */
     CONFIG_ACTION_HELP,     /* print config_usage() on stdout, exit 0 */
-    CONFIG_ACTION_VERSION   /* print config_version() on stdout, exit 0 */
+    CONFIG_ACTION_VERSION,  /* print config_version() on stdout, exit 0 */
+    CONFIG_ACTION_HEALTHCHECK /* --healthcheck: GET /healthz of the configured server, exit 0
+                                 when it answers 200, else 1 (config_load returned 0) */
 };
 
 struct config {
@@ -49,7 +54,14 @@ struct config {
     int port;                           /* 1..65535, default 8080 */
     char bind[CONFIG_BIND_MAX];         /* IPv4/IPv6 literal, default "0.0.0.0" */
     char redis_url[CONFIG_REDIS_URL_MAX]; /* default "redis://127.0.0.1:6379" */
-    char admin_token[CONFIG_ADMIN_TOKEN_MAX + 1]; /* "" = none (admin from loopback only) */
+    char admin_token[CONFIG_ADMIN_TOKEN_MAX + 1]; /* "" = none: admin endpoints closed
+                                                     (unless admin_allow_loopback) */
+    char admin_token_file[CONFIG_PATH_MAX]; /* where admin_token was read from; "" = not a file */
+    char redis_url_file[CONFIG_PATH_MAX];   /* where redis_url was read from; "" = not a file */
+    int admin_allow_loopback;           /* 0..1, default 0: 1 = without an admin token, admin
+                                           endpoints accept loopback clients (development) */
+    char trusted_proxies_text[CONFIG_PROXIES_MAX]; /* as given, "" = none */
+    struct proxy_list trusted_proxies;  /* parsed: peers whose X-Forwarded-For is believed */
     int threads;                        /* 1..1024, default the number of online CPUs */
     enum config_strategy strategy;      /* default STRATEGY_SEGMENTED */
     int lock_lease_ms;                  /* 1..3600000, default 10000 */
@@ -96,6 +108,8 @@ void config_defaults(struct config *out);
  * NULL-terminated "NAME=value" array, or NULL to use the process environment.
  * Returns:
  *   0  *out is ready to run with (out->action == CONFIG_ACTION_RUN);
+ *      With --healthcheck, out->action is CONFIG_ACTION_HEALTHCHECK (the configuration is
+ *      loaded as for a run, to know the port and address to probe);
  *   1  --help/-h or --version/-V was given: *out holds defaults and out->action says which
  *      text to print on stdout (config_usage() or config_version()); then exit 0. These win
  *      over any other argument, valid or not;

@@ -40,7 +40,8 @@ void order_cancel(struct app *app, const struct request *req, struct response *r
 /* GET /healthz: always 200 {"status":"ok"} (the process answers). */
 void probe_healthz(struct app *app, const struct request *req, struct response *res);
 /* GET /readyz: 200 {"status":"ready"} when store_ping succeeds; 503
- * {"status":"unavailable","reason":...} when it fails or while app->draining. */
+ * {"status":"unavailable","reason":"redis unavailable"} when it fails (the details are logged,
+ * never sent) or {"status":"unavailable","reason":"shutting down"} while app->draining. */
 void probe_readyz(struct app *app, const struct request *req, struct response *res);
 /* GET /metrics: 200 text/plain; version=0.0.4, the metrics_render() document. */
 void probe_metrics(struct app *app, const struct request *req, struct response *res);

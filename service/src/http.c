@@ -26,6 +26,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "proxy.h"
 #include "ratelimit.h"
 #include "request.h"
 #include "router.h"
@@ -46,6 +47,8 @@ struct req_state {
     bool too_large; /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
     bool answered;  /* a response was queued */
     bool close;     /* send Connection: close (the request's framing cannot be trusted) */
+    bool has_client; /* client is known (an IPv4 or IPv6 peer) */
+    unsigned char client[PROXY_ADDR_LEN]; /* the peer, or the client a trusted proxy names */
     struct timespec start;
 };
 
@@ -114,22 +117,68 @@ static enum http_method method_of(const char *m)
     return HTTP_OTHER;
 }
 
-static bool is_loopback(const struct sockaddr *sa)
+/* Every X-Forwarded-For header of a request joined with ',' (RFC 9110 §5.3), keeping the
+ * rightmost XFF_MAX - 1 bytes when they are longer: the right end is what a trusted proxy
+ * vouches for. */
+#define XFF_MAX 2048
+struct xff_join {
+    char buf[XFF_MAX];
+    size_t len;
+    bool seen;
+};
+
+static void xff_append(struct xff_join *x, const char *s, size_t n)
 {
-    if (!sa)
-        return false;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
-        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    if (n >= XFF_MAX - 1) {
+        s += n - (XFF_MAX - 2);
+        n = XFF_MAX - 2;
     }
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
-        const uint8_t *a = in6->sin6_addr.s6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
-            return true;
-        return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && a[12] == 127; /* ::ffff:127.x.y.z */
+    if (x->len + n + 1 >= XFF_MAX) {
+        size_t drop = x->len + n + 1 - (XFF_MAX - 1);
+        memmove(x->buf, x->buf + drop, x->len - drop);
+        x->len -= drop;
     }
-    return false;
+    memcpy(x->buf + x->len, s, n);
+    x->len += n;
+    x->buf[x->len] = '\0';
+}
+
+static enum MHD_Result xff_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    struct xff_join *x = cls;
+    if (strcasecmp(key, "X-Forwarded-For") != 0 || !value)
+        return MHD_YES;
+    if (x->seen)
+        xff_append(x, ",", 1);
+    xff_append(x, value, strlen(value));
+    x->seen = true;
+    return MHD_YES;
+}
+
+/* Works out the request's client address (config trusted_proxies, proxy.h) into st. */
+static void find_client(struct http_server *srv, struct MHD_Connection *conn,
+                        struct req_state *st)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    unsigned char peer[PROXY_ADDR_LEN];
+    st->has_client = ci && proxy_addr_of(ci->client_addr, peer);
+    if (!st->has_client)
+        return;
+    const struct proxy_list *trusted = &srv->app->cfg.trusted_proxies;
+    if (trusted->n == 0 || !proxy_trusted(trusted, peer)) {
+        memcpy(st->client, peer, PROXY_ADDR_LEN);
+        return;
+    }
+    static _Thread_local struct xff_join xff;
+    xff.len = 0;
+    xff.buf[0] = '\0';
+    xff.seen = false;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, xff_iter, &xff);
+    const char *real_ip = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Real-IP");
+    proxy_client(trusted, peer, xff.seen ? xff.buf : NULL, real_ip, st->client);
 }
 
 static long elapsed_us(const struct timespec *start)
@@ -233,16 +282,18 @@ static bool is_probe(const char *url)
            strcmp(url, "/metrics") == 0;
 }
 
-/* Takes a token from the peer's bucket; 0 when the request may go on, else the Retry-After
+/* Takes a token from the client's bucket; 0 when the request may go on, else the Retry-After
  * seconds of the 429. */
-static int rate_check(struct http_server *srv, struct MHD_Connection *conn)
+static int rate_check(struct http_server *srv, const struct req_state *st)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!st->has_client)
+        return 0; /* not an IP peer (a UNIX socket): not limited */
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    return ratelimit_take(srv->limiter, ci ? ci->client_addr : NULL, now_ms);
+    unsigned char key[RATELIMIT_KEY_LEN];
+    ratelimit_key_addr(st->client, key);
+    return ratelimit_take_key(srv->limiter, key, now_ms);
 }
 
 /* Answers 429 rate_limited with Retry-After, before the handler (and the body) is looked at. */
@@ -395,8 +446,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         clock_gettime(CLOCK_MONOTONIC, &st->start);
         *req_cls = st;
         atomic_fetch_add(&srv->in_flight, 1);
+        find_client(srv, conn, st);
         if (srv->limiter && !is_probe(url)) {
-            int retry = rate_check(srv, conn);
+            int retry = rate_check(srv, st);
             if (retry > 0)
                 return answer_rate_limited(srv, conn, st, method, url, retry);
         }
@@ -429,8 +481,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->too_large)
         return answer_too_large(srv, conn, st, method, url);
 
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     struct request req = {
         .method = method_of(method),
         .path = url,
@@ -441,7 +491,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .authorization =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
-        .peer_loopback = ci ? is_loopback(ci->client_addr) : 0,
+        .peer_loopback = st->has_client && proxy_is_loopback(st->client),
     };
     struct response res = {0};
     metrics_request_begin();

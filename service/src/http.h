@@ -8,6 +8,10 @@
  * (ratelimit.h token buckets; a request over the rate gets 429 rate_limited + Retry-After before
  * its body is read or a handler runs; /healthz, /readyz and /metrics are exempt) and
  * cfg.max_connections_per_ip (libmicrohttpd closes a connection over it at once).
+ *
+ * The client of a request is its peer address, or, when the peer is in cfg.trusted_proxies, the
+ * client that peer names in X-Forwarded-For / X-Real-IP (proxy.h): the rate limit and the
+ * loopback test of admin_allow_loopback use it; the per-IP connection cap always uses the peer.
  */
 #ifndef INVENTORY_HTTP_H
 #define INVENTORY_HTTP_H

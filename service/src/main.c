@@ -3,6 +3,9 @@
  * state, serve HTTP until SIGTERM/SIGINT, then drain in-flight requests (bounded by
  * shutdown_grace_ms), release everything and exit 0.
  *
+ * `inventoryd --healthcheck [config...]` only asks the configured server's /healthz (exit 0 when
+ * it answers 200, else 1): the container HEALTHCHECK, with no curl in the image.
+ *
  * Exit status: 0 after --help/--version or a clean shutdown; 1 when the service cannot start
  * (app_init or listening failed); 2 for an invalid configuration (one message naming the key).
  * Signals: SIGTERM and SIGINT are blocked in every thread and taken by sigwait in main, so no
@@ -16,6 +19,7 @@
 
 #include "app.h"
 #include "config.h"
+#include "healthcheck.h"
 #include "http.h"
 #include "log.h"
 
@@ -36,6 +40,27 @@ static void log_config(const struct config *cfg)
     free(big);
 }
 
+/* Says once at start who may use the admin endpoints, loudly when it is not "token holders". */
+static void log_admin_access(const struct config *cfg)
+{
+    if (cfg->admin_token[0]) {
+        if (cfg->admin_allow_loopback)
+            log_msg(CONFIG_LOG_WARN, "admin_access",
+                    "--admin-allow-loopback is ignored: an admin token is set, and admin "
+                    "endpoints need it from every client");
+        return;
+    }
+    if (cfg->admin_allow_loopback)
+        log_msg(CONFIG_LOG_WARN, "admin_access",
+                "admin endpoints accept ANY loopback client WITHOUT a token "
+                "(--admin-allow-loopback): for development only; behind a proxy on this host "
+                "that is everyone, unless the proxy is in --trusted-proxies");
+    else
+        log_msg(CONFIG_LOG_INFO, "admin_access",
+                "no admin token set: admin endpoints are closed (401); set --admin-token-file "
+                "or INVENTORY_ADMIN_TOKEN to use them");
+}
+
 int main(int argc, char **argv)
 {
     static struct config cfg;
@@ -51,8 +76,11 @@ int main(int argc, char **argv)
         log_msg(CONFIG_LOG_ERROR, "config_error", "%s", err[0] ? err : "invalid configuration");
         return 2;
     }
+    if (cfg.action == CONFIG_ACTION_HEALTHCHECK)
+        return healthcheck_run(&cfg, 2000);
     log_init(cfg.log_level);
     log_config(&cfg);
+    log_admin_access(&cfg);
 
     /* Before any thread exists (lockcore's watchdog, MHD's workers) so they all inherit it. */
     sigset_t stop;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "handlers.h"
+#include "ids.h"
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
@@ -79,7 +80,8 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A random 32-bit number from a per-thread generator (segment choice, ids). */
+/* A random number from a per-thread generator (segment choice, claim tokens; order ids come
+ * from ids.c). */
 static uint64_t rnd64(void)
 {
     static _Thread_local uint64_t s;
@@ -96,21 +98,21 @@ static uint64_t rnd64(void)
 
 int order_id_parse(const char *id, size_t len, int *segment, char *sku)
 {
-    if (len < 16 + 1 + 1 + 1 + 1 || len > ORDER_ID_MAX)
+    if (len < IDS_ORDER_HEX + 1 + 1 + 1 + 1 || len > ORDER_ID_MAX)
         return -1;
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < IDS_ORDER_HEX; i++)
         if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
             return -1;
-    if (id[16] != '-')
+    if (id[IDS_ORDER_HEX] != '-')
         return -1;
-    size_t i = 17;
+    size_t i = IDS_ORDER_HEX + 1;
     int k = 0, digits = 0;
     while (i < len && id[i] >= '0' && id[i] <= '9' && digits < 5) {
         k = k * 10 + (id[i++] - '0');
         digits++;
     }
-    if (digits == 0 || digits > 4 || (digits > 1 && id[17] == '0') || i >= len || id[i] != '-' ||
-        k >= SKUCACHE_MAX_SEGMENTS)
+    if (digits == 0 || digits > 4 || (digits > 1 && id[IDS_ORDER_HEX + 1] == '0') || i >= len ||
+        id[i] != '-' || k >= SKUCACHE_MAX_SEGMENTS)
         return -1;
     i++;
     if (!validate_sku(id + i, len - i))
@@ -212,8 +214,15 @@ out:
  * ctx->record, sent as the 201 body as it is, so the order is serialised once). */
 static const char *make_record(struct order_ctx *ctx, int k)
 {
-    snprintf(ctx->order_id, sizeof(ctx->order_id), "%016" PRIx64 "-%d-%s", rnd64(), k,
-             ctx->in->sku);
+    char token[IDS_ORDER_HEX + 1];
+    if (ids_order_token(token, sizeof(token)) != 0) {
+        /* No randomness: no id at all rather than a guessable (or a previous attempt's) one. */
+        ctx->order_id[0] = '\0';
+        free(ctx->record);
+        ctx->record = NULL;
+        return NULL;
+    }
+    snprintf(ctx->order_id, sizeof(ctx->order_id), "%s-%d-%s", token, k, ctx->in->sku);
     int64_t now = wall_ms();
     time_t secs = (time_t)(now / 1000);
     struct tm tm;
@@ -323,12 +332,19 @@ static enum seg_result try_segment(struct order_ctx *ctx, int k, int wait_ms)
     }
     critical_section_begin(ctx);
     const char *record = make_record(ctx, k);
+    if (!record) {
+        /* No id or record (no randomness, no memory): nothing may be committed. */
+        metrics_cs_leave();
+        lc_lock_release(lock);
+        skucache_set_held(ctx->app->cache, ctx->in->sku, k, 0);
+        res = SEG_ERROR;
+        goto out;
+    }
     char ver[24], qty[24];
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
     const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-    const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
-                           ctx->idem, ctx->claim_expiry};
+    const char *args[6] = {ver, qty, ctx->order_id, record, ctx->idem, ctx->claim_expiry};
     redisReply *r = NULL;
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
      * itself, so the next holder may enter before its reply is back here. Counting the leave
@@ -360,12 +376,15 @@ static enum seg_result try_segment_atomic(struct order_ctx *ctx, int k)
     store_seg_keys(ctx->in->sku, k, &sk);
     critical_section_begin(ctx);
     const char *record = make_record(ctx, k);
+    if (!record) {
+        metrics_cs_leave();
+        return SEG_ERROR;
+    }
     char ver[24], qty[24];
     snprintf(ver, sizeof(ver), "%" PRId64, ctx->view.version);
     snprintf(qty, sizeof(qty), "%" PRId64, ctx->in->quantity);
     const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-    const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
-                           ctx->idem, ctx->claim_expiry};
+    const char *args[6] = {ver, qty, ctx->order_id, record, ctx->idem, ctx->claim_expiry};
     redisReply *r = NULL;
     int rc = store_run_many(ctx->app->store, SCRIPT_COMMIT_ATOMIC, 1, 5, keys, 6, args, &r);
     metrics_cs_leave();
@@ -416,9 +435,12 @@ static enum seg_result order_single_lock(struct order_ctx *ctx, int *any_short)
         struct seg_keys sk;
         store_seg_keys(ctx->in->sku, k, &sk);
         const char *record = make_record(ctx, k);
+        if (!record) {
+            res = SEG_ERROR;
+            break;
+        }
         const char *keys[5] = {sk.stock, sk.sver, sk.cnt, sk.orders, sk.idem};
-        const char *args[6] = {ver,       qty, ctx->order_id, record ? record : "{}",
-                               ctx->idem, ctx->claim_expiry};
+        const char *args[6] = {ver, qty, ctx->order_id, record, ctx->idem, ctx->claim_expiry};
         redisReply *r = NULL;
         st = lc_lock_eval(lock, store_script(ctx->app->store, SCRIPT_COMMIT), 0, 5, keys, NULL, 6,
                           args, NULL, &r);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "handlers.h"
+#include "log.h"
 #include "metrics.h"
 
 static void status_body(struct response *res, int status, const char *word, const char *reason)
@@ -38,11 +39,11 @@ void probe_readyz(struct app *app, const struct request *req, struct response *r
         return;
     }
     reason[sizeof(reason) - 1] = '\0';
-    /* The reason comes from elsewhere; keep the body valid JSON whatever it holds. */
-    for (char *p = reason; *p; p++)
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-            *p = '?';
-    status_body(res, 503, "unavailable", reason[0] ? reason : "redis unavailable");
+    /* The details (Redis's own error text, addresses, auth failures) go to the log only: the
+     * probe is open to anyone who can reach the port. */
+    log_msg(CONFIG_LOG_WARN, "readyz_unavailable", "Redis did not answer the readiness ping: %s",
+            reason[0] ? reason : "(no reason given)");
+    status_body(res, 503, "unavailable", "redis unavailable");
 }
 
 void probe_metrics(struct app *app, const struct request *req, struct response *res)

@@ -87,6 +87,14 @@ int ratelimit_key(const struct sockaddr *sa, unsigned char key[RATELIMIT_KEY_LEN
     return -1;
 }
 
+void ratelimit_key_addr(const unsigned char addr[16], unsigned char key[RATELIMIT_KEY_LEN])
+{
+    static const unsigned char v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memcpy(key, addr, RATELIMIT_KEY_LEN);
+    if (memcmp(addr, v4_prefix, 12) != 0)
+        memset(key + 8, 0, 8); /* IPv6: the /64 */
+}
+
 /* FNV-1a over the key, mixed with the seed. */
 static uint64_t hash_key(const struct ratelimit *rl, const unsigned char *key)
 {

@@ -47,6 +47,10 @@ int ratelimit_key(const struct sockaddr *sa, unsigned char key[RATELIMIT_KEY_LEN
 int ratelimit_take_key(struct ratelimit *rl, const unsigned char key[RATELIMIT_KEY_LEN],
                        int64_t now_ms);
 
+/* The bucket key of a 16-byte address (IPv4 as IPv4-mapped IPv6, as proxy.h has them): the
+ * same key ratelimit_key gives for the socket address. */
+void ratelimit_key_addr(const unsigned char addr[16], unsigned char key[RATELIMIT_KEY_LEN]);
+
 /* ratelimit_take_key for the peer at sa (0 for peers ratelimit_key does not key). */
 int ratelimit_take(struct ratelimit *rl, const struct sockaddr *sa, int64_t now_ms);
 

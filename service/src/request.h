@@ -32,7 +32,8 @@ struct request {
     const char *content_type;    /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
-    int peer_loopback;           /* 1 when the peer address is 127.0.0.0/8 or ::1 */
+    int peer_loopback;           /* 1 when the client address (the peer, or the client a
+                                    trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
 };
 
 struct response {

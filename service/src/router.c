@@ -123,8 +123,9 @@ static bool is_ows(char c)
 bool router_admin_ok(const struct config *cfg, const struct request *req)
 {
     size_t toklen = strnlen(cfg->admin_token, sizeof(cfg->admin_token));
+    /* No token: closed, unless a developer opened them to this machine explicitly. */
     if (toklen == 0)
-        return req->peer_loopback != 0;
+        return cfg->admin_allow_loopback && req->peer_loopback != 0;
 
     const char *h = req->authorization;
     if (!h)

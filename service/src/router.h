@@ -1,8 +1,9 @@
 /*
  * router — maps (method, path) to an endpoint (SPEC §5) and applies the checks every endpoint
  * shares before its handler runs: 404 for an unknown path, 405 + Allow for a known path with
- * the wrong method, 401 for admin routes without the admin token (or, when none is configured,
- * from a non-loopback peer), 415 for a body that is not application/json.
+ * the wrong method, 401 for admin routes without the admin token (when none is configured: every
+ * admin request, or, with --admin-allow-loopback, those of non-loopback clients), 415 for a body
+ * that is not application/json.
  *
  * The table lookup (router_match) and the checks (router_admin_ok, router_media_ok,
  * router_token_equal) are pure functions, testable without any handler; router_dispatch ties
@@ -62,7 +63,8 @@ bool router_token_equal(const char *a, size_t alen, const char *b, size_t blen);
 /* Admin authorisation of req under cfg. With an admin token configured: true only when
  * req->authorization is "Bearer <token>" (scheme case-insensitive, spaces around the token
  * allowed) with exactly that token, compared in constant time; the peer address does not
- * matter. Without a token: true only when req->peer_loopback. */
+ * matter (admin_allow_loopback is then ignored). Without a token: false (admin endpoints are
+ * closed), unless cfg->admin_allow_loopback and req->peer_loopback. */
 bool router_admin_ok(const struct config *cfg, const struct request *req);
 
 /* The 415 rule: true when req has no body (body_len == 0) or its Content-Type is JSON

@@ -393,7 +393,7 @@ static void test_order_fields(void **state)
 
     /* Unknown orders: a well-formed id that does not exist, and garbage. */
     char missing[256];
-    snprintf(missing, sizeof missing, "/api/v1/orders/0123456789abcdef-0-%s", sku);
+    snprintf(missing, sizeof missing, "/api/v1/orders/0123456789abcdef0123456789abcdef-0-%s", sku);
     sf_http(port, "GET", missing, NULL, NULL, 0, &r);
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_http(port, "GET", "/api/v1/orders/not-an-order-id", NULL, NULL, 0, &r);
@@ -441,7 +441,7 @@ static void test_cancel(void **state)
     sf_json_request(NULL, port, "DELETE", opath, TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 409, "already_cancelled");
     char missing[256];
-    snprintf(missing, sizeof missing, "/api/v1/orders/fedcba9876543210-1-%s", sku);
+    snprintf(missing, sizeof missing, "/api/v1/orders/fedcba9876543210fedcba9876543210-1-%s", sku);
     sf_json_request(NULL, port, "DELETE", missing, TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_json_request(NULL, port, "DELETE", "/api/v1/orders/garbage", TOKEN, NULL, NULL, &r);
@@ -985,7 +985,8 @@ static void *slow_order_run(void *arg)
 static void test_lock_timeout(void **state)
 {
     (void)state;
-    /* Without --admin-token, admin calls from loopback are accepted. */
+    /* Without --admin-token, admin calls from loopback are accepted (the fixture passes
+     * --admin-allow-loopback). */
     const char *args[] = {"--hold-ms", "800", "--lock-wait-ms", "150", "--threads", "4", NULL};
     sf_service *slow = sf_start(rf_url(redis), args);
     SF_ASSERT(slow != NULL, "could not start inventoryd %s", "--hold-ms 800");

@@ -4,6 +4,8 @@
  * any handler runs, per peer address (127.0.0.2 and 127.0.0.3 are two clients on one machine),
  * with the probes exempt and a refused order changing nothing; the connection cap
  * (max_connections_per_ip); both off by default; bad values exit 2.
+ * Behind a trusted proxy (issue #10: trusted_proxies) the bucket is the client's that the proxy
+ * names in X-Forwarded-For, not the proxy's; an untrusted peer's X-Forwarded-For changes nothing.
  */
 #include "svc_raw.h"
 #include "svc_test.h"
@@ -219,6 +221,78 @@ static void test_bad_values_exit_2(void **state)
     }
 }
 
+/* GET path from source_ip with "X-Forwarded-For: xff" on a new connection. The status. */
+static int get_forwarded(int port, const char *source_ip, const char *xff, const char *path,
+                         sf_resp *r)
+{
+    int fd = client(port, source_ip);
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "GET %s HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: %s\r\nConnection: close\r\n\r\n",
+                     path, xff);
+    sr_send(fd, head, (size_t)n);
+    sr_read_response(fd, "GET", 5000, r, NULL);
+    close(fd);
+    return r->status;
+}
+
+/* Requests (at most 40) for path from source_ip as client xff until one is refused; the number
+ * that passed, or -1 when none was refused. 40 requests at 1/s with a burst of 3 are refused
+ * unless they take over 36 s, so this cannot flake on a slow machine. */
+static int passed_until_429(int port, const char *source_ip, const char *xff, const char *path)
+{
+    sf_resp r = {0};
+    for (int i = 0; i < 40; i++) {
+        char spoof[64];
+        if (strcmp(xff, "*") == 0) /* a new forged client every time */
+            snprintf(spoof, sizeof spoof, "198.51.100.%d", i + 1);
+        int st = get_forwarded(port, source_ip, strcmp(xff, "*") == 0 ? spoof : xff, path, &r);
+        if (st == 429) {
+            sf_resp_free(&r);
+            return i;
+        }
+        SF_ASSERT(st == 200, "request %d from %s as %s: %s", i, source_ip, xff,
+                  sf_resp_summary(&r));
+    }
+    sf_resp_free(&r);
+    return -1;
+}
+
+static void test_trusted_proxy(void **state)
+{
+    (void)state;
+    /* 127.0.0.2 plays the proxy (trusted); 127.0.0.3 is a client that forges the header. */
+    const char *args[] = {"--admin-token", TOKEN, "--threads", "2", "--rate-limit-rps", "1",
+                          "--rate-limit-burst", "3", "--trusted-proxies", "127.0.0.2/32, ::1",
+                          NULL};
+    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    int port = sf_port(svc);
+    char sku[64], path[128];
+    tu_unique_name(sku, sizeof sku, "xff");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    SF_ASSERT(sf_put_sku(port, TOKEN, sku, 10, 1, &r) == 201, "PUT: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+
+    /* Customer 203.0.113.1 through the proxy uses up its bucket... */
+    int passed = passed_until_429(port, "127.0.0.2", "203.0.113.1", path);
+    SF_ASSERT(passed >= 3, "customer 1 through the proxy was limited after %d requests", passed);
+    /* ...customer 203.0.113.2 through the same proxy still has its own (before issue #10 both
+     * shared the proxy's). A forged hop left of the proxy's entry does not matter. */
+    get_forwarded(port, "127.0.0.2", "6.6.6.6, 203.0.113.2", path, &r);
+    SF_ASSERT(r.status == 200, "customer 2 through the proxy: %s", sf_resp_summary(&r));
+    /* The proxy's own requests (no header) are the proxy's bucket, not customer 1's. */
+    request_from(port, "127.0.0.2", "GET", path, NULL, &r);
+    SF_ASSERT(r.status == 200, "the proxy itself: %s", sf_resp_summary(&r));
+
+    /* An untrusted peer cannot escape its bucket with a new X-Forwarded-For each time. */
+    passed = passed_until_429(port, "127.0.0.3", "*", path);
+    SF_ASSERT(passed >= 0, "%s", "an untrusted peer forging X-Forwarded-For was never limited");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_bad_values_exit_2),
+        cmocka_unit_test(test_trusted_proxy),
     };
     return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

@@ -6,6 +6,15 @@
  *   - inventoryd works against a Redis with a password and with an ACL user whose rights are
  *     limited to the inv:* keys and channels (so the service touches no other key), and the
  *     password is never logged; a wrong password makes /readyz and orders 503, also unlogged.
+ * Issue #10, "safe by default":
+ *   - with no admin token the admin endpoints are closed, also to loopback; --admin-allow-loopback
+ *     opens them to loopback clients (with a warning at start), but not to a remote client that
+ *     a trusted proxy on loopback names in X-Forwarded-For;
+ *   - order ids carry 128 random bits (32 hex digits), not a PRNG's guessable output;
+ *   - /readyz answers a short reason, the Redis error only goes to the log;
+ *   - --admin-token-file and --redis-url-file keep both secrets out of the process's argv and
+ *     environment, and out of the log;
+ *   - --healthcheck asks the configured port's /healthz (the container HEALTHCHECK).
  */
 #include "svc_test.h"
 
@@ -218,11 +227,239 @@ static void test_redis_password_and_acl_user(void **state)
     rf_stop(pw);
 }
 
+/* ---- issue #10 ------------------------------------------------------------------------------ */
+
+static void test_admin_closed_without_token(void **state)
+{
+    (void)state;
+    /* inventoryd's default (the fixture adds --admin-allow-loopback; this takes it back). */
+    const char *closed[] = {"--admin-allow-loopback=0", NULL};
+    sf_service *svc = sf_start(rf_url(sf_redis), closed);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with --admin-allow-loopback=0");
+    int port = sf_port(svc);
+    char sku[64], path[128];
+    tu_unique_name(sku, sizeof sku, "closed");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 10, 2, &r) == 401, "PUT from loopback, no token: %s",
+              sf_resp_summary(&r));
+    SF_ASSERT_ERROR(&r, 401, "unauthorized");
+    SF_ASSERT(sf_put_sku(port, "anything", sku, 10, 2, &r) == 401, "PUT with a token: %s",
+              sf_resp_summary(&r));
+    sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_ERROR(&r, 401, "unauthorized");
+    SF_ASSERT(sf_log_contains(svc, "admin endpoints are closed"), "%s",
+              "no start-up line says the admin endpoints are closed");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+
+    /* --admin-allow-loopback: open to loopback, with a warning; behind a trusted proxy on
+     * loopback, the client it names decides. */
+    const char *open_lb[] = {"--trusted-proxies", "127.0.0.1/32", NULL};
+    svc = sf_start(rf_url(sf_redis), open_lb);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with --admin-allow-loopback");
+    port = sf_port(svc);
+    SF_ASSERT(sf_log_contains(svc, "WITHOUT a token (--admin-allow-loopback)"), "%s",
+              "no warning at start about --admin-allow-loopback");
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 10, 2, &r) == 201, "PUT from loopback: %s",
+              sf_resp_summary(&r));
+    static const char body[] = "{\"stock\": 5, \"segments\": 1}";
+    const char *remote[] = {"Content-Type: application/json", "X-Forwarded-For: 203.0.113.9",
+                            NULL};
+    sf_http(port, "PUT", path, remote, body, strlen(body), &r);
+    SF_ASSERT_ERROR(&r, 401, "unauthorized");
+    const char *local[] = {"Content-Type: application/json", "X-Forwarded-For: 127.0.0.1", NULL};
+    sf_http(port, "PUT", path, local, body, strlen(body), &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
+/* True when s is "<32 lower-case hex>-<digits>-<sku>". */
+static int id_well_formed(const char *s, const char *sku)
+{
+    for (int i = 0; i < 32; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    if (s[32] != '-')
+        return 0;
+    const char *p = s + 33;
+    if (*p < '0' || *p > '9')
+        return 0;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return *p == '-' && strcmp(p + 1, sku) == 0;
+}
+
+static void test_order_ids_unguessable(void **state)
+{
+    (void)state;
+    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    int port = sf_port(svc);
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "ids");
+    sf_resp r = {0};
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 10, 1, &r) == 201, "PUT: %s", sf_resp_summary(&r));
+    char first[160] = "";
+    for (int i = 0; i < 3; i++) {
+        sf_order(NULL, port, sku, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        const char *id = sf_str(r.json, "order_id");
+        SF_ASSERT(id_well_formed(id, sku), "order id %s: not <32 hex digits>-<segment>-<sku>", id);
+        SF_ASSERT(strncmp(id, first, 32) != 0, "two orders share the random part: %s", id);
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", id);
+        /* Readable at its id, and not at a neighbour's. */
+        char path[256];
+        snprintf(path, sizeof path, "/api/v1/orders/%s", id);
+        sf_resp g = {0};
+        sf_http(port, "GET", path, NULL, NULL, 0, &g);
+        SF_ASSERT_STATUS(&g, 200);
+        path[strlen("/api/v1/orders/") + 31] ^= 1; /* flip one bit of the last hex digit */
+        sf_http(port, "GET", path, NULL, NULL, 0, &g);
+        SF_ASSERT_ERROR(&g, 404, "unknown_order");
+        sf_resp_free(&g);
+    }
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
+static void test_readyz_reason_is_short(void **state)
+{
+    (void)state;
+    rf_server *own = rf_start(NULL);
+    SF_ASSERT(own != NULL, "%s", "redis-server did not start");
+    sf_service *svc = sf_start(rf_url(own), NULL);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    sf_resp r = {0};
+    sf_http(sf_port(svc), "GET", "/readyz", NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    /* Redis now refuses the probe's PING with its own error text (NOPERM, naming the user and
+     * the command): that text must stay in the log. */
+    redisReply *rr = rf_command(own, "ACL SETUSER default -ping");
+    SF_ASSERT(rr != NULL && rr->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s",
+              rr && rr->str ? rr->str : "(no reply)");
+    freeReplyObject(rr);
+    sf_http(sf_port(svc), "GET", "/readyz", NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 503);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "unavailable") == 0, "%s", r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "reason"), "redis unavailable") == 0,
+              "/readyz tells the world more than \"redis unavailable\": %s", r.body);
+    SF_ASSERT(sf_log_contains(svc, "readyz_unavailable") && sf_log_contains(svc, "NOPERM"),
+              "%s", "the Redis error is not in the log");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+    rf_stop(own);
+}
+
+/* Writes text to a new mode-0600 file under the temp dir; its path goes in path. */
+static void secret_file(const char *text, char *path, size_t size)
+{
+    snprintf(path, size, "%s/it_security-secret-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = mkstemp(path);
+    SF_ASSERT(fd >= 0, "mkstemp %s", path);
+    size_t n = strlen(text);
+    SF_ASSERT(write(fd, text, n) == (ssize_t)n, "%s", "write");
+    close(fd);
+}
+
+/* Fails when the NUL-separated /proc/<pid>/<what> of pid contains secret. */
+static void assert_not_in_proc(pid_t pid, const char *what, const char *secret)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
+    FILE *f = fopen(path, "r");
+    SF_ASSERT(f != NULL, "cannot read %s", path);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (text[i] == '\0')
+            text[i] = '\n';
+    text[n] = '\0';
+    SF_ASSERT(strstr(text, secret) == NULL, "a secret is in %s", path);
+}
+
+static void test_secret_files(void **state)
+{
+    (void)state;
+    static const char password[] = "File-Redis-Pass-6Ty2";
+    static const char token[] = "File-Admin-Token-1Pk7";
+    const char *rargs[] = {"--requirepass", password, NULL};
+    rf_server *pw = rf_start(rargs);
+    SF_ASSERT(pw != NULL, "%s", "redis-server with a password did not start");
+    char url[256], url_file[512], token_file[512];
+    snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d\n", password, rf_port(pw));
+    secret_file(url, url_file, sizeof url_file);
+    snprintf(url, sizeof url, "%s\n", token);
+    secret_file(url, token_file, sizeof token_file);
+
+    const char *args[] = {"--redis-url-file", url_file, "--admin-token-file", token_file,
+                          "--log-level", "debug", NULL};
+    sf_service *svc = sf_start(NULL, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with secret files");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    sf_http(port, "GET", "/readyz", NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "files");
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 5, 1, &r) == 401, "PUT without the token: %s",
+              sf_resp_summary(&r));
+    SF_ASSERT(sf_put_sku(port, token, sku, 5, 1, &r) == 201, "PUT with the file's token: %s",
+              sf_resp_summary(&r));
+    sf_order(NULL, port, sku, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    pid_t pid = sf_pid(svc);
+    assert_not_in_proc(pid, "cmdline", password);
+    assert_not_in_proc(pid, "cmdline", token);
+    assert_not_in_proc(pid, "environ", password);
+    assert_not_in_proc(pid, "environ", token);
+    assert_not_in_log(sf_log_path(svc), password, "the Redis password");
+    assert_not_in_log(sf_log_path(svc), token, "the admin token");
+    SF_ASSERT(sf_log_contains(svc, "\"admin_token_file\":\""), "%s",
+              "the config line does not name the token file");
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+    unlink(url_file);
+    unlink(token_file);
+    rf_stop(pw);
+}
+
+static void test_healthcheck_mode(void **state)
+{
+    (void)state;
+    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    char port[16];
+    snprintf(port, sizeof port, "%d", sf_port(svc));
+    /* The port through the environment, as a container sets it. */
+    setenv("INVENTORY_PORT", port, 1);
+    const char *args[] = {"--healthcheck", "--bind", "127.0.0.1", NULL};
+    char out[256], err[512];
+    int st = sf_run(args, 5000, out, sizeof out, err, sizeof err);
+    SF_ASSERT(st == 0, "--healthcheck against a live server: exit %d, %s", st, err);
+    SF_ASSERT(strstr(out, "healthy") != NULL, "stdout: %s", out);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+    st = sf_run(args, 5000, out, sizeof out, err, sizeof err);
+    unsetenv("INVENTORY_PORT");
+    SF_ASSERT(st == 1, "--healthcheck against nothing: exit %d", st);
+    SF_ASSERT(strstr(err, "healthcheck: connect") != NULL, "stderr: %s", err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_token_never_logged),
         cmocka_unit_test(test_redis_password_and_acl_user),
+        cmocka_unit_test(test_admin_closed_without_token),
+        cmocka_unit_test(test_order_ids_unguessable),
+        cmocka_unit_test(test_readyz_reason_is_short),
+        cmocka_unit_test(test_secret_files),
+        cmocka_unit_test(test_healthcheck_mode),
     };
     return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

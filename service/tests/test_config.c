@@ -705,6 +705,146 @@ static void test_docs_mention_every_key(void **state)
     free(doc);
 }
 
+/* ---- issue #10: secret files, admin_allow_loopback, trusted_proxies, --healthcheck ------ */
+
+static void test_secret_files(void **state)
+{
+    (void)state;
+    char tok[512], url[512], bad[512], empty[512];
+    temp_file("Fil3-T0ken\n", tok, sizeof(tok));
+    temp_file("redis://:Sekr1t@10.0.0.5:6380/2\r\n", url, sizeof(url));
+    temp_file("Sup3r secret with spaces\n", bad, sizeof(bad));
+    temp_file("\n", empty, sizeof(empty));
+    struct run r;
+
+    /* Flags: the file's contents without the trailing newline. */
+    run_load(&r, ARGS("--admin-token-file", tok, "--redis-url-file", url), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.admin_token, "Fil3-T0ken");
+    assert_string_equal(r.cfg.admin_token_file, tok);
+    assert_string_equal(r.cfg.redis_url, "redis://:Sekr1t@10.0.0.5:6380/2");
+    assert_string_equal(r.cfg.redis_url_file, url);
+    char desc[4096];
+    assert_true(config_describe(&r.cfg, desc, sizeof(desc)) > 0);
+    assert_null(strstr(desc, "Fil3-T0ken"));
+    assert_null(strstr(desc, "Sekr1t"));
+
+    /* Environment, and a later flag value replacing a file. */
+    char e1[600], e2[600];
+    snprintf(e1, sizeof(e1), "INVENTORY_ADMIN_TOKEN_FILE=%s", tok);
+    snprintf(e2, sizeof(e2), "INVENTORY_REDIS_URL_FILE=%s", url);
+    run_load(&r, ARGS("--admin-token", "flag-wins"), ((const char *const[]){e1, e2, NULL}), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.admin_token, "flag-wins");
+    assert_string_equal(r.cfg.admin_token_file, "");
+    assert_string_equal(r.cfg.redis_url, "redis://:Sekr1t@10.0.0.5:6380/2");
+
+    /* Config file key. */
+    char json[1200];
+    snprintf(json, sizeof(json), "{\"admin_token_file\": \"%s\", \"redis_url_file\": \"%s\"}", tok,
+             url);
+    run_load(&r, NONE, NONE, json);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.admin_token, "Fil3-T0ken");
+
+    /* Both forms of one secret in one layer: ambiguous. */
+    run_load(&r, NONE, ((const char *const[]){e1, "INVENTORY_ADMIN_TOKEN=x", NULL}), NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "admin_token: both INVENTORY_ADMIN_TOKEN and "));
+    snprintf(json, sizeof(json), "{\"redis\": \"redis://h\", \"redis_url_file\": \"%s\"}", url);
+    run_load(&r, NONE, NONE, json);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "redis: both"));
+
+    /* Bad contents and missing files: named, contents never quoted. */
+    run_load(&r, ARGS("--admin-token-file", bad), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "admin_token_file: "));
+    assert_non_null(strstr(r.err, "(flag --admin-token-file)"));
+    assert_null(strstr(r.err, "Sup3r"));
+    run_load(&r, ARGS("--redis-url-file", bad), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "redis_url_file: "));
+    assert_null(strstr(r.err, "Sup3r"));
+    run_load(&r, ARGS("--admin-token-file", empty), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "empty"));
+    /* Not a regular file (a FIFO or a terminal would block the start-up): refused at once. */
+    run_load(&r, ARGS("--admin-token-file", "/dev/null"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "not a regular file"));
+    run_load(&r, ARGS("--admin-token-file", "/nonexistent/inventoryd-token"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "admin_token_file: cannot read /nonexistent/inventoryd-token"));
+    unlink(tok);
+    unlink(url);
+    unlink(bad);
+    unlink(empty);
+}
+
+static void test_admin_allow_loopback(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, NONE, NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.admin_allow_loopback, 0);
+    /* A bare switch: it takes no value, the next argument is a flag again. */
+    run_load(&r, ARGS("--admin-allow-loopback", "--port", "9000"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.admin_allow_loopback, 1);
+    assert_int_equal(r.cfg.port, 9000);
+    run_load(&r, ARGS("--admin-allow-loopback", "--admin-allow-loopback=0"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.admin_allow_loopback, 0);
+    run_load(&r, NONE, ARGS("INVENTORY_ADMIN_ALLOW_LOOPBACK=1"), NULL);
+    assert_int_equal(r.cfg.admin_allow_loopback, 1);
+    run_load(&r, NONE, NONE, "{\"admin_allow_loopback\": true}");
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.admin_allow_loopback, 1);
+    run_load(&r, ARGS("--admin-allow-loopback=yes"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "admin_allow_loopback: must be 0 or 1"));
+    run_load(&r, NONE, NONE, "{\"admin_allow_loopback\": \"true\"}");
+    assert_int_equal(r.rc, -1);
+}
+
+static void test_trusted_proxies(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--trusted-proxies", "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128"), NONE,
+             NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.trusted_proxies.n, 4);
+    assert_string_equal(r.cfg.trusted_proxies_text, "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128");
+    run_load(&r, NONE, ARGS("INVENTORY_TRUSTED_PROXIES=192.168.0.0/16"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.trusted_proxies.n, 1);
+    run_load(&r, NONE, NONE, "{\"trusted_proxies\": \"\"}");
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.trusted_proxies.n, 0);
+    static const char *const bad[] = {"10.0.0.0/33", "example.com", "::1/129", "1.2.3.4/", "1.2.3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_load(&r, ARGS("--trusted-proxies", bad[i]), NONE, NULL);
+        if (r.rc != -1 || strncmp(r.err, "trusted_proxies: ", 17) != 0)
+            fail_msg("--trusted-proxies %s: rc %d \"%s\"", bad[i], r.rc, r.err);
+    }
+}
+
+static void test_healthcheck_action(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--port", "9123", "--healthcheck", "--bind", "127.0.0.2"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.action, CONFIG_ACTION_HEALTHCHECK);
+    assert_int_equal(r.cfg.port, 9123);
+    assert_string_equal(r.cfg.bind, "127.0.0.2");
+    run_load(&r, ARGS("--healthcheck=1"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -721,6 +861,10 @@ int main(void)
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_shipped_config_file),
         cmocka_unit_test(test_docs_mention_every_key),
+        cmocka_unit_test(test_secret_files),
+        cmocka_unit_test(test_admin_allow_loopback),
+        cmocka_unit_test(test_trusted_proxies),
+        cmocka_unit_test(test_healthcheck_action),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

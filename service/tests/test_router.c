@@ -299,9 +299,34 @@ static void test_admin_with_token(void **state)
     }
 }
 
+/* Issue #10: behind a proxy on the same host every client is a loopback peer, so "no token:
+ * loopback may" opened the admin API to the world. No token now means closed. */
+static void test_admin_closed_without_token(void **state)
+{
+    (void)state;
+    assert_string_equal(app.cfg.admin_token, "");
+    assert_int_equal(app.cfg.admin_allow_loopback, 0);
+    struct request r = make_req(HTTP_PUT, "/api/v1/skus/a");
+    r.peer_loopback = 1;
+    assert_false(router_admin_ok(&app.cfg, &r));
+    r.authorization = "Bearer anything";
+    assert_false(router_admin_ok(&app.cfg, &r));
+    r.authorization = "Bearer ";
+    assert_false(router_admin_ok(&app.cfg, &r));
+
+    struct response res = {0};
+    r.authorization = NULL;
+    router_dispatch(&app, &r, &res);
+    check_called(NULL);
+    assert_int_equal(res.status, 401);
+    response_free(&res);
+}
+
+/* --admin-allow-loopback (development): without a token, loopback clients only. */
 static void test_admin_without_token(void **state)
 {
     (void)state;
+    app.cfg.admin_allow_loopback = 1;
     assert_string_equal(app.cfg.admin_token, "");
     struct request r = make_req(HTTP_PUT, "/api/v1/skus/a");
     r.peer_loopback = 1;
@@ -355,7 +380,8 @@ static void dispatch_expect(enum http_method m, const char *path, const char *ha
                             const char *param)
 {
     struct request req = make_req(m, path);
-    req.peer_loopback = 1; /* admin allowed: no token configured */
+    req.peer_loopback = 1; /* admin allowed: no token configured, loopback allowed */
+    app.cfg.admin_allow_loopback = 1;
     struct response res = {0};
     called = NULL;
     router_dispatch(&app, &req, &res);
@@ -420,7 +446,9 @@ static void test_dispatch_admin_401(void **state)
     check_called("order_get");
     response_free(&res);
 
-    /* With a token: loopback alone is not enough, the right token is. */
+    /* With a token: loopback alone is not enough, the right token is (even with
+     * admin_allow_loopback, which only applies without a token). */
+    app.cfg.admin_allow_loopback = 1;
     snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "tok");
     called = NULL;
     req = make_req(HTTP_PUT, "/api/v1/skus/a");
@@ -539,13 +567,15 @@ static void test_readyz(void **state)
     assert_string_equal(json_string_value(json_object_get(res.body, "status")), "ready");
     response_free(&res);
 
+    /* Issue #10: Redis's own error text (here one naming an address and an auth failure) is
+     * logged, never sent: the probe answers anyone. */
     ping_result = -1;
-    ping_reason = "connection refused\n\x01";
+    ping_reason = "WRONGPASS invalid username-password pair (10.1.2.3:6379)\n\x01";
     router_dispatch(&app, &req, &res);
     assert_int_equal(res.status, 503);
     assert_string_equal(json_string_value(json_object_get(res.body, "status")), "unavailable");
     assert_string_equal(json_string_value(json_object_get(res.body, "reason")),
-                        "connection refused??");
+                        "redis unavailable");
     response_free(&res);
 
     ping_reason = "";
@@ -591,6 +621,7 @@ int main(void)
         cmocka_unit_test_setup(test_match_method_not_allowed, setup),
         cmocka_unit_test_setup(test_token_equal, setup),
         cmocka_unit_test_setup(test_admin_with_token, setup),
+        cmocka_unit_test_setup(test_admin_closed_without_token, setup),
         cmocka_unit_test_setup(test_admin_without_token, setup),
         cmocka_unit_test_setup(test_media, setup),
         cmocka_unit_test_setup(test_dispatch_every_handler, setup),

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# scripts/run.sh as a user runs it (issue #10, "Secrets" and "Admin behind a proxy"), three ways:
+#   A. INVENTORY_REDIS_URL with a password: the password is in no process's command line and not
+#      in run.sh's output; the admin token run.sh generates is not printed either;
+#   B. --admin-token T given by the user: the preheat uses it, T is in no command line and not
+#      in the output, a wrong token is refused;
+#   C. --config FILE that sets the port and the admin token file: run.sh does not override them.
+# Each time every curl line run.sh prints is run exactly as printed and must succeed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+[ -x "$bin" ] || { echo "no inventoryd at $bin (build first)" >&2; exit 1; }
+
+# start_run NAME [run.sh args...]: starts scripts/run.sh in the background (output in
+# $t_dir/NAME.out) and waits until it says it is up. Sets run_pid.
+start_run() {
+  local name=$1; shift
+  mkdir -p "$t_dir/$name"
+  RUN_DIR=$t_dir/$name RUN_SKIP_BUILD=1 BUILD_DIR=$build_dir \
+    setsid "$repo/scripts/run.sh" "$@" >"$t_dir/$name.out" 2>"$t_dir/$name.err" &
+  run_pid=$!
+  t_pids+=("$run_pid")
+  if ! t_wait 300 grep -q 'Press Ctrl-C' "$t_dir/$name.out"; then
+    echo "run.sh ($name) did not come up:" >&2
+    cat "$t_dir/$name.out" "$t_dir/$name.err" >&2
+    return 1
+  fi
+}
+
+# stop_run: SIGTERM for run.sh, as Ctrl-C would (its trap stops what it started; a background
+# job ignores SIGINT).
+stop_run() {
+  kill -TERM "$run_pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$run_pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 -- "-$run_pid" 2>/dev/null || true
+}
+
+# no_cmdline_has SECRET: no process on the machine has SECRET on its command line.
+no_cmdline_has() {
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF -- "$1"; then
+      echo "     $f: $(tr '\0' ' ' <"$f" | cut -c1-200)" >&2
+      return 1
+    fi
+  done
+}
+
+# curl_lines_work NAME: runs every "  curl" line of run.sh's output as printed; each must exit 0
+# with an answer that is not an error.
+curl_lines_work() {
+  local line out n=0
+  while IFS= read -r line; do
+    n=$((n + 1))
+    if ! out=$(bash -c "$line" 2>&1) || [ -z "$out" ] || grep -q '"error"' <<<"$out"; then
+      echo "     as printed: $line" >&2
+      echo "     answered:   ${out:0:300}" >&2
+      return 1
+    fi
+  done < <(grep '^  curl ' "$t_dir/$1.out")
+  [ "$n" -ge 7 ]
+}
+
+# A. A Redis with a password, given by INVENTORY_REDIS_URL.
+pw=RunSh-Redis-Pass-$RANDOM$RANDOM
+t_port; rport=$port
+printf 'requirepass %s\n' "$pw" >"$t_dir/redis.conf"
+mkdir -p "$t_dir/redis-data"
+redis-server "$t_dir/redis.conf" --port "$rport" --bind 127.0.0.1 --save "" --dir "$t_dir/redis-data" \
+  >"$t_dir/redis.log" 2>&1 &
+t_pids+=($!)
+t_wait 100 bash -c "exec 3<>/dev/tcp/127.0.0.1/$rport"
+t_port; hport=$port
+INVENTORY_REDIS_URL=redis://:$pw@127.0.0.1:$rport INVENTORY_PORT=$hport start_run A
+t_check "A: inventoryd answers on the port asked for" curl -fsS -o /dev/null "http://127.0.0.1:$hport/readyz"
+t_check "A: the Redis password is in no command line" no_cmdline_has "$pw"
+t_check "A: the Redis password is not in the output" bash -c "! grep -qF -- '$pw' '$t_dir/A.out' '$t_dir/A.err'"
+t_check "A: the URL is printed masked" grep -qF ":***@127.0.0.1:$rport" "$t_dir/A.out"
+gen=$(cat "$t_dir/A/admin-token")
+t_check "A: the generated admin token is not in the output" bash -c "! grep -qF -- '$gen' '$t_dir/A.out' '$t_dir/A.err'"
+t_check "A: the generated admin token is in no command line" no_cmdline_has "$gen"
+t_check "A: every printed curl line works as printed" curl_lines_work A
+t_check "A: admin without the token is refused" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$hport/api/v1/skus/demo-sku")" = 401
+stop_run
+t_check "A: the secret files are gone after Ctrl-C" \
+  bash -c "[ ! -e '$t_dir/A/admin-token' ] && [ ! -e '$t_dir/A/redis-url' ]"
+
+# B. The user's own token on run.sh's command line; a private Redis.
+tok=RunSh-User-Token-$RANDOM$RANDOM
+t_port; hport=$port
+t_port; rport=$port
+INVENTORY_PORT=$hport REDIS_PORT=$rport start_run B --admin-token "$tok" --threads 2
+t_check "B: the preheat used the token (demo SKU exists)" \
+  curl -fsS -o /dev/null "http://127.0.0.1:$hport/api/v1/skus/demo-sku"
+t_check "B: inventoryd's command line does not carry the token" \
+  bash -c "! tr '\0' ' ' </proc/\$(pgrep -f -n -- '--admin-token-file $t_dir/B/')/cmdline | grep -qF -- '$tok'"
+t_check "B: the token is not in the output" bash -c "! grep -qF -- '$tok' '$t_dir/B.out' '$t_dir/B.err'"
+t_check "B: every printed curl line works as printed" curl_lines_work B
+t_check "B: a wrong token is refused" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer nope' -X DELETE "http://127.0.0.1:$hport/api/v1/skus/demo-sku")" = 401
+stop_run
+
+# C. --config FILE setting the port and the admin token file: run.sh must not override them.
+t_port; cport=$port
+t_port; rport=$port
+printf 'RunSh-Config-Token-%s\n' "$RANDOM" >"$t_dir/config-token"
+chmod 600 "$t_dir/config-token"
+printf '{"port": %d, "admin_token_file": "%s", "log_level": "info"}\n' "$cport" "$t_dir/config-token" \
+  >"$t_dir/config.json"
+REDIS_PORT=$rport start_run C --config "$t_dir/config.json"
+t_check "C: inventoryd listens on the config file's port" curl -fsS -o /dev/null "http://127.0.0.1:$cport/readyz"
+t_check "C: and the printed lines use it" grep -q "http://127.0.0.1:$cport/" "$t_dir/C.out"
+t_check "C: the config file's token works (preheat, printed lines)" curl_lines_work C
+t_check "C: the config file's token is what inventoryd wants" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(cat "$t_dir/config-token")" \
+    -X DELETE "http://127.0.0.1:$cport/api/v1/skus/other-sku")" = 204
+stop_run
+t_done
