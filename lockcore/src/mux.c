@@ -195,6 +195,7 @@ static void *mux_main(void *arg)
                      timed_out ? "timeout" : m->ctx->err ? m->ctx->errstr : "connection lost");
             fail_all(m, LC_EIO, why, 0);
             drop(m);
+            m->progress_ms = 0; /* nothing owed now: the next command's clock starts anew */
         }
     }
     fail_all(m, LC_EIO, "redis: client closing", 1);
