@@ -5,7 +5,8 @@
  *
  * The handle's hold count is the truth: every script that changes the count in Redis is sent
  * the handle's count and sets Redis' from it. When a reply is lost (LC_EIO once the request was
- * sent) the request may or may not have run: a release then counts as done.
+ * sent) the request may or may not have run: an acquire is then undone on another connection
+ * (undo_acquire) and counts as not taken, a release counts as done.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -96,9 +97,9 @@ static void drop_hold(lc_lock *l)
 }
 
 /* Runs the release script for a handle holding `holds` (the count before this release):
- * Redis' count becomes holds - 1, or the lock is deleted and the unlock published at 0. Status
- * and reply as for lc_script_run. */
-static lc_status run_release(lc_lock *l, int holds, redisReply **r)
+ * Redis' count becomes holds - 1, or the lock is deleted and the unlock published at 0. Status,
+ * reply and *sent as for lc_script_call. */
+static lc_status run_release(lc_lock *l, int holds, redisReply **r, int *sent)
 {
     char lease[16], held[16];
     snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
@@ -106,7 +107,26 @@ static lc_status run_release(lc_lock *l, int holds, redisReply **r)
     const char *keys[1] = {l->name};
     const char *args[4] = {l->token, lease, l->channel, held};
     size_t klen[1] = {l->name_len};
-    return lc_script_run(l->client, l->client->s_release, 1, keys, klen, 4, args, NULL, r);
+    return lc_script_call(l->client, l->client->s_release, 1, keys, klen, 4, args, NULL, r, sent);
+}
+
+/* After an acquire that failed with LC_EIO once it was sent: it may have run, and nobody would
+ * renew or release what it took. Undoes it on another connection (the failed one was dropped)
+ * with the release script for one hold more than the handle counts: a fresh hold of this owner
+ * is deleted (and its waiters woken), a re-entered count is set back to the handle's, and when
+ * the acquire did not run (or another owner holds the lock) nothing changes. Best effort: if the
+ * undo fails too, a re-entered count is set right by the handle's next call, and a fresh hold
+ * runs out with its lease. An acquire that reaches Redis only after its undo is not undone.
+ * Keeps the acquire's message as this thread's lc_errmsg(). Called with l->mu held. */
+static void undo_acquire(lc_lock *l)
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", lc_errmsg());
+    redisReply *r = NULL;
+    run_release(l, l->count + 1, &r, NULL);
+    if (r)
+        freeReplyObject(r);
+    lc_fail(LC_EIO, "%s", msg);
 }
 
 /* One run of the acquire script. LC_OK (held; *values stolen from the reply when asked),
@@ -142,12 +162,15 @@ static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *ptt
     snprintf(held, sizeof(held), "%d", l->count);
     const char *args[3] = {l->token, lease, held};
     redisReply *r = NULL;
-    lc_status st = lc_script_run(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
-                                 NULL, &r);
+    int sent = 0;
+    lc_status st = lc_script_call(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
+                                  NULL, &r, &sent);
     if (keys != kv) {
         free(keys);
         free(lens);
     }
+    if (st == LC_EIO && sent)
+        undo_acquire(l);
     if (st != LC_OK)
         goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -289,7 +312,7 @@ static lc_status release_locked(lc_lock *l)
     if (l->count == 1)
         lc_watchdog_remove(l->client, l); /* renewal stops before the release is sent */
     redisReply *r = NULL;
-    lc_status st = run_release(l, l->count, &r);
+    lc_status st = run_release(l, l->count, &r, NULL);
     if (st == LC_OK && r->type != REDIS_REPLY_INTEGER)
         st = lc_fail(LC_EREDIS, "release: unexpected reply from Redis");
     if (st == LC_OK && r->integer < 0) {

@@ -3,13 +3,17 @@
  * client talks to Redis through a delaying proxy (support/slowproxy.h) whose delay is switched
  * on for one call, so that call reaches Redis and runs there after the client gave up on it.
  *
+ * - An acquire whose reply was lost must not leave the lock blocked for its whole lease:
+ *   lockcore undoes it (owner-checked) on another connection.
+ * - A re-entrant acquire whose reply was lost, retried, counts once.
  * - A non-final release whose reply was lost counts as done, on both sides.
  * - The hold count in Redis follows the handle's even when it drifted (an acquire or release
  *   that ran, whose reply and undo were both lost).
  *
- * Timing: the delay is 300 ms each way and the command timeout 100 ms, so the client gives up
- * long before the command even reaches Redis; every wait for the delayed traffic is a poll with
- * a bound of seconds, never an assertion on a short time.
+ * Timing: the delay is 2 s each way and the command timeout 1 s, so the client gives up long
+ * before the command even reaches Redis, and undelayed calls have a whole second for their
+ * round trip on a loaded machine; every wait for the delayed traffic is a poll with a bound of
+ * seconds, never an assertion on a short time.
  */
 #include "lc_test.h"
 
@@ -17,7 +21,7 @@
 
 static rf_server *srv;
 
-enum { DELAY_MS = 300, TIMEOUT_MS = 100, SETTLE_MS = 3000, LEASE_MS = 30000 };
+enum { DELAY_MS = 2000, TIMEOUT_MS = 1000, SETTLE_MS = 10000, LEASE_MS = 30000 };
 
 static int group_setup(void **state)
 {
@@ -65,6 +69,32 @@ static sp_proxy *proxy(void)
     return p;
 }
 
+static int proxy_drained(void *arg)
+{
+    return sp_pending(arg) == 0;
+}
+
+/* Waits until everything delayed has passed the proxy, then a little for Redis to run it. */
+static void drain(sp_proxy *p)
+{
+    assert_true(tu_poll_until(proxy_drained, p, SETTLE_MS, 20));
+    tu_sleep_ms(300);
+}
+
+/* The acquire ran (its fencing counter is at want) and the lock key is gone again. */
+typedef struct undone_arg {
+    const char *name;
+    long long fence;
+} undone_arg;
+
+static int acquire_ran_and_undone(void *arg)
+{
+    const undone_arg *u = arg;
+    char fkey[128];
+    snprintf(fkey, sizeof fkey, "%s:fence", u->name);
+    return lt_get_ll(srv, fkey) == u->fence && rf_integer(srv, "EXISTS %s", u->name) == 0;
+}
+
 /* The hold count field c of the lock equals want. */
 typedef struct count_arg {
     const char *name;
@@ -75,6 +105,116 @@ static int count_is(void *arg)
 {
     const count_arg *a = arg;
     return lt_hget_ll(srv, a->name, "c") == a->want;
+}
+
+enum { VIA_TRY, VIA_ACQUIRE, VIA_ACQUIRE_EX };
+
+/* One acquire of a fresh lock (try, lock-with-deadline, or with a read key) whose reply is
+ * lost: the call answers LC_EIO, the script runs at Redis after that (fence 1), and lockcore's
+ * undo deletes the lock, so another owner gets it long before the 30 s lease ends. Before the
+ * fix the lock stayed for the whole lease. */
+static void acquire_lost(int via, const char *name)
+{
+    sp_proxy *p = proxy();
+    lc_client *c = slow_client(p);
+    lc_client *direct = lt_client(rf_url(srv));
+    lc_lock *a = lt_lock(c, name, LEASE_MS, 1);
+    lc_lock *b = lt_lock(direct, name, LEASE_MS, 0);
+
+    sp_set_delay_ms(p, DELAY_MS);
+    lc_status st;
+    redisReply *values = NULL;
+    const char *reads[1] = {"it_lost_reply:data"};
+    lc_acquire_opts ao = {.wait_ms = 2000, .nread = 1, .read_keys = reads};
+    if (via == VIA_TRY)
+        st = lc_lock_try(a, NULL);
+    else if (via == VIA_ACQUIRE)
+        st = lc_lock_acquire(a, 2000, NULL);
+    else
+        st = lc_lock_acquire_ex(a, &ao, NULL, &values);
+    sp_set_delay_ms(p, 0);
+    assert_status(st, LC_EIO);
+    assert_null(values);
+    assert_int_equal(lc_lock_held(a), 0);
+    assert_int_equal(lc_lock_fence(a), 0);
+
+    undone_arg u = {name, 1};
+    if (!tu_poll_until(acquire_ran_and_undone, &u, SETTLE_MS, 20)) {
+        char fkey[128];
+        snprintf(fkey, sizeof fkey, "%s:fence", name);
+        fail_msg("%s: fence %lld, lock pttl %lld ms: the lost acquire was not undone", name,
+                 lt_get_ll(srv, fkey), rf_integer(srv, "PTTL %s", name));
+    }
+    uint64_t fence = 0;
+    assert_ok(lc_lock_try(b, &fence));
+    assert_int_equal(fence, 2);
+    assert_ok(lc_lock_release(b));
+
+    /* The handle works normally afterwards. */
+    assert_ok(lc_lock_try(a, NULL));
+    assert_int_equal(lc_lock_held(a), 1);
+    assert_ok(lc_lock_release(a));
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+
+    lc_lock_free(a);
+    lc_lock_free(b);
+    lc_client_free(c);
+    lc_client_free(direct);
+    sp_stop(p);
+}
+
+static void test_try_reply_lost_undone(void **state)
+{
+    (void)state;
+    acquire_lost(VIA_TRY, "it_lost_reply:try");
+}
+
+static void test_acquire_reply_lost_undone(void **state)
+{
+    (void)state;
+    acquire_lost(VIA_ACQUIRE, "it_lost_reply:acquire");
+}
+
+static void test_acquire_ex_reply_lost_undone(void **state)
+{
+    (void)state;
+    acquire_lost(VIA_ACQUIRE_EX, "it_lost_reply:acquire_ex");
+}
+
+/* A re-entrant acquire whose reply is lost (it ran: c went to 2) and that the caller then
+ * retries counts once: hold count 2 on both sides, and two releases free the lock. Before the
+ * fix the retry incremented again: 3 on both sides, and the lock outlived the caller's last
+ * release. */
+static void test_reentrant_reply_lost_counted_once(void **state)
+{
+    (void)state;
+    const char *name = "it_lost_reply:reentrant";
+    sp_proxy *p = proxy();
+    lc_client *c = slow_client(p);
+    lc_lock *a = lt_lock(c, name, LEASE_MS, 0);
+    uint64_t f1 = 0, f2 = 0;
+    assert_ok(lc_lock_try(a, &f1));
+
+    sp_set_delay_ms(p, DELAY_MS);
+    lc_status st = lc_lock_try(a, NULL);
+    sp_set_delay_ms(p, 0);
+    assert_status(st, LC_EIO);
+    assert_int_equal(lc_lock_held(a), 1);
+    drain(p); /* the delayed acquire (and whatever followed it) ran */
+
+    assert_ok(lc_lock_try(a, &f2));
+    assert_int_equal(f2, f1);
+    assert_int_equal(lc_lock_held(a), 2);
+    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_ok(lc_lock_release(a));
+    assert_int_equal(lc_lock_held(a), 1);
+    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
+    assert_ok(lc_lock_release(a));
+    assert_int_equal(lc_lock_held(a), 0);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    lc_lock_free(a);
+    lc_client_free(c);
+    sp_stop(p);
 }
 
 /* A non-final release whose reply is lost (it ran: c went to 1) counts as done: the handle
@@ -152,6 +292,10 @@ static void test_release_count_follows_handle(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_try_reply_lost_undone, flush),
+        cmocka_unit_test_setup(test_acquire_reply_lost_undone, flush),
+        cmocka_unit_test_setup(test_acquire_ex_reply_lost_undone, flush),
+        cmocka_unit_test_setup(test_reentrant_reply_lost_counted_once, flush),
         cmocka_unit_test_setup(test_release_reply_lost_counted, flush),
         cmocka_unit_test_setup(test_acquire_count_follows_handle, flush),
         cmocka_unit_test_setup(test_release_count_follows_handle, flush),

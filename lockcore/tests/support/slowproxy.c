@@ -49,17 +49,19 @@ struct sp_proxy {
     atomic_int delay_us;
     atomic_int stop;
     atomic_int accepted;
+    atomic_int pending;
     char url[64];
     sp_conn conns[SP_MAX_CONNS];
 };
 
-static void sp_close_conn(sp_conn *c)
+static void sp_close_conn(sp_proxy *p, sp_conn *c)
 {
     for (int s = 0; s < 2; s++) {
         close(c->fd[s]);
         for (sp_chunk *k = c->dir[s].head, *next; k; k = next) {
             next = k->next;
             free(k);
+            atomic_fetch_sub(&p->pending, 1);
         }
     }
     memset(c, 0, sizeof *c);
@@ -120,11 +122,12 @@ static int sp_read(sp_proxy *p, sp_conn *c, int from)
         d->head = k;
     d->tail = k;
     d->eof_read = n == 0;
+    atomic_fetch_add(&p->pending, 1);
     return 0;
 }
 
 /* Delivers the due chunks of one direction. Returns -1 when the pair must close. */
-static int sp_deliver(sp_conn *c, int from, int64_t now)
+static int sp_deliver(sp_proxy *p, sp_conn *c, int from, int64_t now)
 {
     sp_dir *d = &c->dir[from];
     while (d->head && d->head->due_us <= now) {
@@ -149,6 +152,7 @@ static int sp_deliver(sp_conn *c, int from, int64_t now)
             }
         }
         free(k);
+        atomic_fetch_sub(&p->pending, 1);
         if (rc < 0)
             return -1;
     }
@@ -193,19 +197,19 @@ static void *sp_main(void *arg)
             sp_conn *c = &p->conns[owner[j] / 2];
             if (c->used && (pfd[j].revents & (POLLIN | POLLHUP | POLLERR)) &&
                 sp_read(p, c, owner[j] % 2) < 0)
-                sp_close_conn(c);
+                sp_close_conn(p, c);
         }
         now = tu_now_us();
         for (int i = 0; i < SP_MAX_CONNS; i++) {
             sp_conn *c = &p->conns[i];
             for (int s = 0; s < 2 && c->used; s++)
-                if (sp_deliver(c, s, now) < 0)
-                    sp_close_conn(c);
+                if (sp_deliver(p, c, s, now) < 0)
+                    sp_close_conn(p, c);
         }
     }
     for (int i = 0; i < SP_MAX_CONNS; i++)
         if (p->conns[i].used)
-            sp_close_conn(&p->conns[i]);
+            sp_close_conn(p, &p->conns[i]);
     return NULL;
 }
 
@@ -270,4 +274,9 @@ const char *sp_url(const sp_proxy *p)
 int sp_accepted(sp_proxy *p)
 {
     return atomic_load(&p->accepted);
+}
+
+int sp_pending(sp_proxy *p)
+{
+    return atomic_load(&p->pending);
 }

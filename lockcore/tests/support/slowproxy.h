@@ -34,4 +34,7 @@ const char *sp_url(const sp_proxy *p);
 /* Connections accepted so far. */
 int sp_accepted(sp_proxy *p);
 
+/* Chunks read and not yet delivered (0: nothing is on its way through the proxy). */
+int sp_pending(sp_proxy *p);
+
 #endif /* LC_TESTS_SLOWPROXY_H */
