@@ -169,4 +169,27 @@ void lc_notify_unsubscribe(lc_sub *sub);
 
 void lc_notify_free(lc_notify *n);
 
+/* The listener's bookkeeping without its thread, for the unit tests (test_notify.c) and as the
+ * steps lc_notify_subscribe is made of. */
+
+/* A listener with no thread and no connection that behaves as if connected: what it would send
+ * is read with lc_notify_take, what Redis would answer is fed with lc_notify_push. Freed with
+ * lc_notify_free. NULL when out of memory. */
+lc_notify *lc_notify_new_detached(void);
+
+/* Registers a waiter on channel (queueing a SUBSCRIBE when one is needed) without waiting.
+ * NULL when out of memory. Drop it with lc_notify_unsubscribe. */
+lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel);
+
+/* 1 once Redis has confirmed the waiter's subscription (an unlock cannot be missed any more). */
+int lc_notify_sub_ready(lc_sub *sub);
+
+/* Takes the oldest queued (UN)SUBSCRIBE: 1 with *subscribe (1 or 0) and the channel name copied
+ * into name, 0 when the queue is empty. */
+int lc_notify_take(lc_notify *n, int *subscribe, char *name, size_t size);
+
+/* Applies one push message (subscribe, unsubscribe or message confirmation/delivery) as the
+ * listener thread does when Redis sends it. */
+void lc_notify_push(lc_notify *n, const redisReply *r);
+
 #endif

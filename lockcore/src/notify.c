@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,6 +39,8 @@ struct lc_notify {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
+    int has_thread;        /* 0: detached (unit tests) */
+    int connected;         /* ctx is up (detached: always 1); guarded by mu */
     int wakefd[2];
     redisContext *ctx;     /* used by the listener thread only */
     chan *chans;
@@ -167,6 +170,7 @@ static void drop_connection(lc_notify *n)
         redisFree(n->ctx);
         n->ctx = NULL;
     }
+    n->connected = 0;
 }
 
 static void *notify_main(void *arg)
@@ -188,6 +192,7 @@ static void *notify_main(void *arg)
                 continue;
             }
             n->ctx = ctx;
+            n->connected = 1;
             resubscribe_all(n);
         }
         for (int i = 0; i < n->nqueue; i++) {
@@ -226,29 +231,34 @@ static void *notify_main(void *arg)
     return NULL;
 }
 
+/* A listener without its thread: mutex and wake-up pipe. NULL when out of memory or pipes. */
+static lc_notify *notify_alloc(lc_client *client)
+{
+    lc_notify *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->client = client;
+    if (pipe(n->wakefd) != 0) {
+        free(n);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(n->wakefd[i], F_SETFL, O_NONBLOCK);
+        fcntl(n->wakefd[i], F_SETFD, FD_CLOEXEC);
+    }
+    pthread_mutex_init(&n->mu, NULL);
+    return n;
+}
+
 /* Makes the client's listener on first use; NULL when it cannot be started. */
 static lc_notify *get_notify(lc_client *client)
 {
     pthread_mutex_lock(&client->lazy_mu);
     lc_notify *n = client->notify;
-    if (!n && (n = calloc(1, sizeof(*n)))) {
-        n->client = client;
-        pthread_mutex_init(&n->mu, NULL);
-        int ok = pipe(n->wakefd) == 0;
-        if (ok) {
-            for (int i = 0; i < 2; i++) {
-                fcntl(n->wakefd[i], F_SETFL, O_NONBLOCK);
-                fcntl(n->wakefd[i], F_SETFD, FD_CLOEXEC);
-            }
-            ok = pthread_create(&n->thread, NULL, notify_main, n) == 0;
-            if (!ok) {
-                close(n->wakefd[0]);
-                close(n->wakefd[1]);
-            }
-        }
-        if (!ok) {
-            pthread_mutex_destroy(&n->mu);
-            free(n);
+    if (!n && (n = notify_alloc(client))) {
+        n->has_thread = pthread_create(&n->thread, NULL, notify_main, n) == 0;
+        if (!n->has_thread) {
+            lc_notify_free(n);
             n = NULL;
         } else {
             client->notify = n;
@@ -258,10 +268,17 @@ static lc_notify *get_notify(lc_client *client)
     return n;
 }
 
-lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
+lc_notify *lc_notify_new_detached(void)
 {
-    lc_notify *n = get_notify(client);
-    lc_sub *sub = n ? calloc(1, sizeof(*sub)) : NULL;
+    lc_notify *n = notify_alloc(NULL);
+    if (n)
+        n->connected = 1;
+    return n;
+}
+
+lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel)
+{
+    lc_sub *sub = calloc(1, sizeof(*sub));
     if (!sub)
         return NULL;
     pthread_mutex_lock(&n->mu);
@@ -288,26 +305,45 @@ lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_
         if (enqueue(n, 1, c->name) == 0)
             c->pending_subs++;
     }
+    sub->n = n;
+    sub->ch = c;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    return sub;
+}
+
+int lc_notify_sub_ready(lc_sub *sub)
+{
+    pthread_mutex_lock(&sub->n->mu);
+    int ready = sub->ch->state == CH_SUBSCRIBED;
+    pthread_mutex_unlock(&sub->n->mu);
+    return ready;
+}
+
+lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
+{
+    lc_notify *n = get_notify(client);
+    lc_sub *sub = n ? lc_notify_sub_begin(n, channel) : NULL;
+    if (!sub)
+        return NULL;
+    chan *c = sub->ch;
     struct timespec ts;
     int wait = timeout_ms < client->opts.command_timeout_ms ? timeout_ms
                                                             : client->opts.command_timeout_ms;
     int64_t until = lc_now_ms() + wait;
     ts.tv_sec = until / 1000;
     ts.tv_nsec = (until % 1000) * 1000000L;
+    pthread_mutex_lock(&n->mu);
     while (c->state != CH_SUBSCRIBED && !n->stop)
         if (pthread_cond_timedwait(&c->cond, &n->mu, &ts) == ETIMEDOUT)
             break;
-    if (c->state != CH_SUBSCRIBED) {
-        pthread_mutex_unlock(&n->mu);
-        sub->n = n;
-        sub->ch = c;
+    int ready = c->state == CH_SUBSCRIBED;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    if (!ready) {
         lc_notify_unsubscribe(sub);
         return NULL;
     }
-    sub->n = n;
-    sub->ch = c;
-    sub->seen = c->seq;
-    pthread_mutex_unlock(&n->mu);
     return sub;
 }
 
@@ -335,7 +371,7 @@ void lc_notify_unsubscribe(lc_sub *sub)
     chan *c = sub->ch;
     pthread_mutex_lock(&n->mu);
     if (--c->refs == 0) {
-        if (n->ctx && (c->state == CH_SUBSCRIBED || c->state == CH_SUBSCRIBING)) {
+        if (n->connected && (c->state == CH_SUBSCRIBED || c->state == CH_SUBSCRIBING)) {
             c->state = CH_UNSUBSCRIBING;
             if (enqueue(n, 0, c->name) != 0)
                 c->state = CH_SUBSCRIBED; /* stays subscribed; harmless */
@@ -358,7 +394,8 @@ void lc_notify_free(lc_notify *n)
     n->stop = 1;
     pthread_mutex_unlock(&n->mu);
     poke(n);
-    pthread_join(n->thread, NULL);
+    if (n->has_thread)
+        pthread_join(n->thread, NULL);
     drop_connection(n);
     clear_queue(n);
     free(n->queue);
@@ -368,4 +405,26 @@ void lc_notify_free(lc_notify *n)
     close(n->wakefd[1]);
     pthread_mutex_destroy(&n->mu);
     free(n);
+}
+
+void lc_notify_push(lc_notify *n, const redisReply *r)
+{
+    pthread_mutex_lock(&n->mu);
+    handle_push(n, r);
+    pthread_mutex_unlock(&n->mu);
+}
+
+int lc_notify_take(lc_notify *n, int *subscribe, char *name, size_t size)
+{
+    pthread_mutex_lock(&n->mu);
+    int got = n->nqueue > 0;
+    if (got) {
+        *subscribe = n->queue[0].subscribe;
+        snprintf(name, size, "%s", n->queue[0].name);
+        free(n->queue[0].name);
+        memmove(n->queue, n->queue + 1, sizeof(*n->queue) * (size_t)(n->nqueue - 1));
+        n->nqueue--;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return got;
 }
