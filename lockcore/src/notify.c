@@ -5,6 +5,12 @@
  * slip through. Channels are reference counted: the first waiter subscribes, the last one
  * unsubscribes. After a reconnect every live channel is subscribed again and all waiters are
  * woken to retry, since a message may have been lost during the outage.
+ *
+ * Redis confirms every SUBSCRIBE and UNSUBSCRIBE of a channel, in the order they were sent. A
+ * channel counts its requests not yet confirmed and is subscribed only when all are confirmed
+ * and the last one was a SUBSCRIBE: the confirmation of an earlier SUBSCRIBE, with an UNSUBSCRIBE
+ * sent after it still on its way, does not count for a waiter that came later. A channel is
+ * forgotten only when it has no waiter and no request on its way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,15 +23,14 @@
 
 #include "lockcore_internal.h"
 
-enum chan_state { CH_NEW, CH_SUBSCRIBING, CH_SUBSCRIBED, CH_UNSUBSCRIBING };
-
 typedef struct chan {
     char *name;
-    int refs;
-    enum chan_state state;
+    int refs;              /* waiters */
+    int inflight;          /* SUBSCRIBEs and UNSUBSCRIBEs queued or sent, not yet confirmed */
+    int want;              /* the last one queued was a SUBSCRIBE (1) or an UNSUBSCRIBE/none (0) */
+    int subscribed;        /* all confirmed, and the last one was a SUBSCRIBE */
     uint64_t seq;          /* messages (and reconnects) seen */
-    int pending_subs;      /* SUBSCRIBEs sent and not yet confirmed */
-    pthread_cond_t cond;   /* state or seq changed */
+    pthread_cond_t cond;   /* subscribed or seq changed */
     struct chan *next;
 } chan;
 
@@ -118,8 +123,21 @@ static void free_chan(lc_notify *n, chan *c)
     free(c);
 }
 
+/* Queues a SUBSCRIBE (1) or UNSUBSCRIBE (0) of c. Called with n->mu held. 0, or -1 when out
+ * of memory (nothing changed). */
+static int request(lc_notify *n, chan *c, int subscribe)
+{
+    if (enqueue(n, subscribe, c->name) != 0)
+        return -1;
+    c->inflight++;
+    c->want = subscribe;
+    c->subscribed = 0;
+    return 0;
+}
+
 /* After (re)connecting: subscribe again to every channel with waiters, forget the others, and
- * wake every waiter. Called with n->mu held. */
+ * wake every waiter. Nothing queued or sent before is confirmed on the new connection. Called
+ * with n->mu held. */
 static void resubscribe_all(lc_notify *n)
 {
     clear_queue(n);
@@ -129,10 +147,12 @@ static void resubscribe_all(lc_notify *n)
             free_chan(n, c);
             continue;
         }
-        c->state = CH_SUBSCRIBING;
+        c->inflight = 0;
+        c->want = 0;
+        c->subscribed = 0;
         c->seq++;
         pthread_cond_broadcast(&c->cond);
-        c->pending_subs = enqueue(n, 1, c->name) == 0;
+        request(n, c, 1);
     }
 }
 
@@ -149,17 +169,15 @@ static void handle_push(lc_notify *n, const redisReply *r)
     if (strcmp(kind, "message") == 0) {
         c->seq++;
         pthread_cond_broadcast(&c->cond);
-    } else if (strcmp(kind, "subscribe") == 0) {
-        /* Only the confirmation of the last SUBSCRIBE sent counts: an earlier one may be
-         * followed by an UNSUBSCRIBE still on its way. */
-        if (c->pending_subs > 0)
-            c->pending_subs--;
-        if (c->state == CH_SUBSCRIBING && c->pending_subs == 0) {
-            c->state = CH_SUBSCRIBED;
+    } else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "unsubscribe") == 0) {
+        /* Confirmations come in the order the requests were sent: only the last one's decides
+         * the state, an earlier one may be followed by the opposite request. */
+        if (c->inflight == 0 || --c->inflight > 0)
+            return;
+        c->subscribed = c->want;
+        if (c->subscribed)
             pthread_cond_broadcast(&c->cond);
-        }
-    } else if (strcmp(kind, "unsubscribe") == 0) {
-        if (c->state == CH_UNSUBSCRIBING && c->refs == 0)
+        else if (c->refs == 0)
             free_chan(n, c);
     }
 }
@@ -289,7 +307,6 @@ lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel)
             c = NULL;
         } else {
             cond_init_mono(&c->cond);
-            c->state = CH_NEW;
             c->next = n->chans;
             n->chans = c;
         }
@@ -300,11 +317,8 @@ lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel)
         return NULL;
     }
     c->refs++;
-    if (c->state == CH_NEW || c->state == CH_UNSUBSCRIBING) {
-        c->state = CH_SUBSCRIBING;
-        if (enqueue(n, 1, c->name) == 0)
-            c->pending_subs++;
-    }
+    if (!c->want)
+        request(n, c, 1); /* neither subscribed nor a SUBSCRIBE on its way */
     sub->n = n;
     sub->ch = c;
     sub->seen = c->seq;
@@ -315,7 +329,7 @@ lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel)
 int lc_notify_sub_ready(lc_sub *sub)
 {
     pthread_mutex_lock(&sub->n->mu);
-    int ready = sub->ch->state == CH_SUBSCRIBED;
+    int ready = sub->ch->subscribed;
     pthread_mutex_unlock(&sub->n->mu);
     return ready;
 }
@@ -334,10 +348,10 @@ lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_
     ts.tv_sec = until / 1000;
     ts.tv_nsec = (until % 1000) * 1000000L;
     pthread_mutex_lock(&n->mu);
-    while (c->state != CH_SUBSCRIBED && !n->stop)
+    while (!c->subscribed && !n->stop)
         if (pthread_cond_timedwait(&c->cond, &n->mu, &ts) == ETIMEDOUT)
             break;
-    int ready = c->state == CH_SUBSCRIBED;
+    int ready = c->subscribed;
     sub->seen = c->seq;
     pthread_mutex_unlock(&n->mu);
     if (!ready) {
@@ -371,15 +385,14 @@ void lc_notify_unsubscribe(lc_sub *sub)
     chan *c = sub->ch;
     pthread_mutex_lock(&n->mu);
     if (--c->refs == 0) {
-        if (n->connected && (c->state == CH_SUBSCRIBED || c->state == CH_SUBSCRIBING)) {
-            c->state = CH_UNSUBSCRIBING;
-            if (enqueue(n, 0, c->name) != 0)
-                c->state = CH_SUBSCRIBED; /* stays subscribed; harmless */
-        } else if (c->state == CH_NEW) {
+        if (c->want) {
+            /* Subscribed, or a SUBSCRIBE on its way: unsubscribe. Without a connection there
+             * is nothing to send (a reconnect forgets channels without waiters); out of memory
+             * it stays subscribed, which is harmless. */
+            if (n->connected)
+                request(n, c, 0);
+        } else if (c->inflight == 0) {
             free_chan(n, c);
-        } else {
-            /* No connection: it will not be subscribed again (refs == 0 on reconnect). */
-            c->state = CH_UNSUBSCRIBING;
         }
     }
     pthread_mutex_unlock(&n->mu);
