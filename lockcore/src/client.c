@@ -196,16 +196,20 @@ void lc_client_free(lc_client *client)
 }
 
 lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
-                  const size_t *const *lens, redisReply **replies)
+                  const size_t *const *lens, redisReply **replies, int *sent)
 {
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
+    if (sent)
+        *sent = 0;
     if (client->mux)
-        return lc_mux_exec(client->mux, n, argcs, argvs, lens, replies);
+        return lc_mux_exec(client->mux, n, argcs, argvs, lens, replies, sent);
     lc_conn *conn;
     lc_status st = lc_conn_get(client, &conn);
     if (st != LC_OK)
         return st;
+    if (sent)
+        *sent = 1; /* from here on a failure may come after the server read the commands */
     int broken = 0;
     if (n == 1) {
         replies[0] = redisCommandArgv(conn->ctx, argcs[0], argvs[0], lens ? lens[0] : NULL);
@@ -247,7 +251,7 @@ lc_status lc_client_command(lc_client *client, int argc, const char **argv, cons
     redisReply *r = NULL;
     const char **const cmds[1] = {argv};
     const size_t *const lv[1] = {argvlen};
-    lc_status st = lc_exec(client, 1, &argc, cmds, lv, &r);
+    lc_status st = lc_exec(client, 1, &argc, cmds, lv, &r, NULL);
     if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
         st = lc_fail(LC_EREDIS, "redis: %s", r->str);
     if (reply)
@@ -279,5 +283,5 @@ lc_status lc_client_pipeline(lc_client *client, int n, const int *argcs, const c
         if (argcs[i] <= 0 || !cmds[i])
             return lc_fail(LC_EINVAL, "pipeline: command %d is empty", i);
     }
-    return lc_exec(client, n, argcs, cmds, lens, replies);
+    return lc_exec(client, n, argcs, cmds, lens, replies, NULL);
 }

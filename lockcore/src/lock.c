@@ -2,6 +2,11 @@
  * One owner of one lock name: acquire (try, with deadline, with reads), release, extend, and
  * scripts guarded by the current hold's fencing token. All state changes on the server are
  * single Lua scripts (scripts.h); this file keeps the owner's local view in step with them.
+ *
+ * The handle's hold count is the truth: every script that changes the count in Redis is sent
+ * the handle's count and sets Redis' from it. When a reply is lost (LC_EIO once the request was
+ * sent) the request may or may not have run: an acquire is then undone on another connection
+ * (undo_acquire) and counts as not taken, a release counts as done.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -91,6 +96,39 @@ static void drop_hold(lc_lock *l)
     l->fence = 0;
 }
 
+/* Runs the release script for a handle holding `holds` (the count before this release):
+ * Redis' count becomes holds - 1, or the lock is deleted and the unlock published at 0. Status,
+ * reply and *sent as for lc_script_call. */
+static lc_status run_release(lc_lock *l, int holds, redisReply **r, int *sent)
+{
+    char lease[16], held[16];
+    snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
+    snprintf(held, sizeof(held), "%d", holds);
+    const char *keys[1] = {l->name};
+    const char *args[4] = {l->token, lease, l->channel, held};
+    size_t klen[1] = {l->name_len};
+    return lc_script_call(l->client, l->client->s_release, 1, keys, klen, 4, args, NULL, r, sent);
+}
+
+/* After an acquire that failed with LC_EIO once it was sent: it may have run, and nobody would
+ * renew or release what it took. Undoes it on another connection (the failed one was dropped)
+ * with the release script for one hold more than the handle counts: a fresh hold of this owner
+ * is deleted (and its waiters woken), a re-entered count is set back to the handle's, and when
+ * the acquire did not run (or another owner holds the lock) nothing changes. Best effort: if the
+ * undo fails too, a re-entered count is set right by the handle's next call, and a fresh hold
+ * runs out with its lease. An acquire that reaches Redis only after its undo is not undone.
+ * Keeps the acquire's message as this thread's lc_errmsg(). Called with l->mu held. */
+static void undo_acquire(lc_lock *l)
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", lc_errmsg());
+    redisReply *r = NULL;
+    run_release(l, l->count + 1, &r, NULL);
+    if (r)
+        freeReplyObject(r);
+    lc_fail(LC_EIO, "%s", msg);
+}
+
 /* One run of the acquire script. LC_OK (held; *values stolen from the reply when asked),
  * LC_EBUSY with *pttl the holder's remaining lease, or an error. Called with l->mu held. */
 static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *pttl,
@@ -124,12 +162,15 @@ static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *ptt
     snprintf(held, sizeof(held), "%d", l->count);
     const char *args[3] = {l->token, lease, held};
     redisReply *r = NULL;
-    lc_status st = lc_script_run(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
-                                 NULL, &r);
+    int sent = 0;
+    lc_status st = lc_script_call(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
+                                  NULL, &r, &sent);
     if (keys != kv) {
         free(keys);
         free(lens);
     }
+    if (st == LC_EIO && sent)
+        undo_acquire(l);
     if (st != LC_OK)
         goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -252,6 +293,17 @@ lc_status lc_lock_try(lc_lock *lock, uint64_t *fence)
     return lc_lock_acquire(lock, 0, fence);
 }
 
+/* Counts one release whose outcome is unknown (LC_EIO) as done: the caller will not release
+ * that hold again. If it did not run, Redis keeps one hold more than the handle until the
+ * handle's next call sets the count, or (the last hold) until the lease runs out. */
+static void release_unknown(lc_lock *l)
+{
+    if (l->count == 1)
+        drop_hold(l);
+    else
+        l->count--;
+}
+
 /* Drops one hold. Called with l->mu held. */
 static lc_status release_locked(lc_lock *l)
 {
@@ -259,14 +311,8 @@ static lc_status release_locked(lc_lock *l)
         return lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", l->name);
     if (l->count == 1)
         lc_watchdog_remove(l->client, l); /* renewal stops before the release is sent */
-    char lease[16];
-    snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
-    const char *keys[1] = {l->name};
-    const char *args[3] = {l->token, lease, l->channel};
-    size_t klen[1] = {l->name_len};
     redisReply *r = NULL;
-    lc_status st = lc_script_run(l->client, l->client->s_release, 1, keys, klen, 3, args, NULL,
-                                 &r);
+    lc_status st = run_release(l, l->count, &r, NULL);
     if (st == LC_OK && r->type != REDIS_REPLY_INTEGER)
         st = lc_fail(LC_EREDIS, "release: unexpected reply from Redis");
     if (st == LC_OK && r->integer < 0) {
@@ -276,9 +322,10 @@ static lc_status release_locked(lc_lock *l)
         l->count = (int)r->integer;
         if (l->count == 0)
             drop_hold(l);
+    } else if (st == LC_EIO) {
+        release_unknown(l);
     } else if (l->count == 1) {
-        /* Outcome unknown: forget the hold; if it survived, its lease runs out. */
-        drop_hold(l);
+        drop_hold(l); /* renewal has stopped: if the hold is still there, its lease runs out */
     }
     if (r)
         freeReplyObject(r);
@@ -482,17 +529,17 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
     }
     if (release && lock->count == 1)
         lc_watchdog_remove(lock->client, lock);
-    char fence[24], lease[16];
+    char fence[24], lease[16], held[16];
     snprintf(fence, sizeof(fence), "%" PRIu64, lock->fence);
     snprintf(lease, sizeof(lease), "%d", lock->opts.lease_ms);
+    snprintf(held, sizeof(held), "%d", release ? lock->count : 0);
     k[0] = lock->name;
     klen[0] = lock->name_len;
     for (int i = 0; i < nkeys; i++) {
         k[1 + i] = keys[i];
         klen[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
     }
-    const char *guard[GUARD_ARGS] = {lock->token, fence, release ? "1" : "0", lease,
-                                     lock->channel};
+    const char *guard[GUARD_ARGS] = {lock->token, fence, held, lease, lock->channel};
     for (int i = 0; i < GUARD_ARGS; i++) {
         a[i] = guard[i];
         alen[i] = strlen(guard[i]);
@@ -523,8 +570,10 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
         snprintf(msg, sizeof(msg), "%s", lc_errmsg());
         release_locked(lock);
         lc_fail(st, "%s", msg);
+    } else if (release && st == LC_EIO) {
+        release_unknown(lock);
     } else if (release && lock->count == 1) {
-        drop_hold(lock); /* outcome unknown; if the hold survived its lease runs out */
+        drop_hold(lock); /* renewal has stopped: if the hold is still there, its lease runs out */
     }
 out:
     if (r)

@@ -74,14 +74,16 @@ lc_status lc_mux_new(lc_client *client, lc_mux **out);
 void lc_mux_free(lc_mux *m);
 
 /* Sends n commands through the multiplexed connection and waits for their replies (new,
- * caller frees). LC_OK (replies may be error replies) or LC_EIO (all replies NULL). */
+ * caller frees). LC_OK (replies may be error replies) or LC_EIO (all replies NULL). *sent (when
+ * sent is non-NULL) is 1 when the commands were written to a connection, so a failure may have
+ * left them running on the server, and 0 when they never left this process (no connection). */
 lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *argvs,
-                      const size_t *const *lens, redisReply **replies);
+                      const size_t *const *lens, redisReply **replies, int *sent);
 
 /* Runs n commands on the client: through the multiplexed connection, or pipelined on a pooled
  * one. Same contract as lc_mux_exec. */
 lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
-                  const size_t *const *lens, redisReply **replies);
+                  const size_t *const *lens, redisReply **replies, int *sent);
 
 /* Opens a new connection (connect, AUTH, SELECT, timeouts) into *out: LC_OK, LC_EIO or
  * LC_EREDIS (auth/select refused), with lc_errmsg set. */
@@ -97,6 +99,14 @@ void lc_conn_put(lc_client *client, lc_conn *conn, int broken);
  * message. *broken is set to 1 when the connection must be dropped. */
 lc_status lc_reply_status(redisContext *ctx, const redisReply *reply, int *broken);
 
+
+/* ---- scripts (script.c) ---- */
+
+/* lc_script_run plus *sent (may be NULL) as for lc_exec: whether the script may have run when
+ * the status is LC_EIO. */
+lc_status lc_script_call(lc_client *client, const lc_script *script, int nkeys, const char **keys,
+                         const size_t *keylens, int nargs, const char **args,
+                         const size_t *arglens, redisReply **reply, int *sent);
 
 /* ---- locks (lock.c) ---- */
 
@@ -158,5 +168,28 @@ int lc_notify_wait(lc_sub *sub, int timeout_ms);
 void lc_notify_unsubscribe(lc_sub *sub);
 
 void lc_notify_free(lc_notify *n);
+
+/* The listener's bookkeeping without its thread, for the unit tests (test_notify.c) and as the
+ * steps lc_notify_subscribe is made of. */
+
+/* A listener with no thread and no connection that behaves as if connected: what it would send
+ * is read with lc_notify_take, what Redis would answer is fed with lc_notify_push. Freed with
+ * lc_notify_free. NULL when out of memory. */
+lc_notify *lc_notify_new_detached(void);
+
+/* Registers a waiter on channel (queueing a SUBSCRIBE when one is needed) without waiting.
+ * NULL when out of memory. Drop it with lc_notify_unsubscribe. */
+lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel);
+
+/* 1 once Redis has confirmed the waiter's subscription (an unlock cannot be missed any more). */
+int lc_notify_sub_ready(lc_sub *sub);
+
+/* Takes the oldest queued (UN)SUBSCRIBE: 1 with *subscribe (1 or 0) and the channel name copied
+ * into name, 0 when the queue is empty. */
+int lc_notify_take(lc_notify *n, int *subscribe, char *name, size_t size);
+
+/* Applies one push message (subscribe, unsubscribe or message confirmation/delivery) as the
+ * listener thread does when Redis sends it. */
+void lc_notify_push(lc_notify *n, const redisReply *r);
 
 #endif

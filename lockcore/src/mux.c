@@ -26,6 +26,7 @@ typedef struct mux_req {
     redisReply *reply;
     lc_status st;
     int done;
+    int written;               /* moved into the connection's output buffer */
     struct mux_batch *batch;
     struct mux_req *next;
 } mux_req;
@@ -130,6 +131,7 @@ static void *mux_main(void *arg)
         int nnew = 0;
         for (mux_req *r = m->qhead; r; r = r->next) {
             redisAppendFormattedCommand(m->ctx, r->cmd, (size_t)r->len);
+            r->written = 1;
             free(r->cmd);
             r->cmd = NULL;
             nnew++;
@@ -195,6 +197,7 @@ static void *mux_main(void *arg)
                      timed_out ? "timeout" : m->ctx->err ? m->ctx->errstr : "connection lost");
             fail_all(m, LC_EIO, why, 0);
             drop(m);
+            m->progress_ms = 0; /* nothing owed now: the next command's clock starts anew */
         }
     }
     fail_all(m, LC_EIO, "redis: client closing", 1);
@@ -246,7 +249,7 @@ void lc_mux_free(lc_mux *m)
 }
 
 lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *argvs,
-                      const size_t *const *lens, redisReply **replies)
+                      const size_t *const *lens, redisReply **replies, int *sent)
 {
     enum { STACK = 8 };
     mux_req stack[STACK];
@@ -254,6 +257,8 @@ lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *ar
     if (!reqs)
         return lc_fail(LC_ENOMEM, "pipeline: out of memory");
     mux_batch batch = {.left = n};
+    if (sent)
+        *sent = 0;
     pthread_cond_init(&batch.cv, NULL);
     lc_status st = LC_OK;
     for (int i = 0; i < n; i++) {
@@ -281,6 +286,8 @@ lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *ar
         pthread_cond_wait(&batch.cv, &m->mu);
     pthread_mutex_unlock(&m->mu);
     for (int i = 0; i < n; i++) {
+        if (sent && reqs[i].written)
+            *sent = 1;
         replies[i] = reqs[i].reply;
         if (!reqs[i].reply && st == LC_OK)
             st = reqs[i].st; /* a transport failure (I/O, or auth when connecting) */

@@ -5,10 +5,17 @@
  * slip through. Channels are reference counted: the first waiter subscribes, the last one
  * unsubscribes. After a reconnect every live channel is subscribed again and all waiters are
  * woken to retry, since a message may have been lost during the outage.
+ *
+ * Redis confirms every SUBSCRIBE and UNSUBSCRIBE of a channel, in the order they were sent. A
+ * channel counts its requests not yet confirmed and is subscribed only when all are confirmed
+ * and the last one was a SUBSCRIBE: the confirmation of an earlier SUBSCRIBE, with an UNSUBSCRIBE
+ * sent after it still on its way, does not count for a waiter that came later. A channel is
+ * forgotten only when it has no waiter and no request on its way.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,15 +23,14 @@
 
 #include "lockcore_internal.h"
 
-enum chan_state { CH_NEW, CH_SUBSCRIBING, CH_SUBSCRIBED, CH_UNSUBSCRIBING };
-
 typedef struct chan {
     char *name;
-    int refs;
-    enum chan_state state;
+    int refs;              /* waiters */
+    int inflight;          /* SUBSCRIBEs and UNSUBSCRIBEs queued or sent, not yet confirmed */
+    int want;              /* the last one queued was a SUBSCRIBE (1) or an UNSUBSCRIBE/none (0) */
+    int subscribed;        /* all confirmed, and the last one was a SUBSCRIBE */
     uint64_t seq;          /* messages (and reconnects) seen */
-    int pending_subs;      /* SUBSCRIBEs sent and not yet confirmed */
-    pthread_cond_t cond;   /* state or seq changed */
+    pthread_cond_t cond;   /* subscribed or seq changed */
     struct chan *next;
 } chan;
 
@@ -38,6 +44,8 @@ struct lc_notify {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
+    int has_thread;        /* 0: detached (unit tests) */
+    int connected;         /* ctx is up (detached: always 1); guarded by mu */
     int wakefd[2];
     redisContext *ctx;     /* used by the listener thread only */
     chan *chans;
@@ -115,8 +123,21 @@ static void free_chan(lc_notify *n, chan *c)
     free(c);
 }
 
+/* Queues a SUBSCRIBE (1) or UNSUBSCRIBE (0) of c. Called with n->mu held. 0, or -1 when out
+ * of memory (nothing changed). */
+static int request(lc_notify *n, chan *c, int subscribe)
+{
+    if (enqueue(n, subscribe, c->name) != 0)
+        return -1;
+    c->inflight++;
+    c->want = subscribe;
+    c->subscribed = 0;
+    return 0;
+}
+
 /* After (re)connecting: subscribe again to every channel with waiters, forget the others, and
- * wake every waiter. Called with n->mu held. */
+ * wake every waiter. Nothing queued or sent before is confirmed on the new connection. Called
+ * with n->mu held. */
 static void resubscribe_all(lc_notify *n)
 {
     clear_queue(n);
@@ -126,10 +147,12 @@ static void resubscribe_all(lc_notify *n)
             free_chan(n, c);
             continue;
         }
-        c->state = CH_SUBSCRIBING;
+        c->inflight = 0;
+        c->want = 0;
+        c->subscribed = 0;
         c->seq++;
         pthread_cond_broadcast(&c->cond);
-        c->pending_subs = enqueue(n, 1, c->name) == 0;
+        request(n, c, 1);
     }
 }
 
@@ -146,17 +169,15 @@ static void handle_push(lc_notify *n, const redisReply *r)
     if (strcmp(kind, "message") == 0) {
         c->seq++;
         pthread_cond_broadcast(&c->cond);
-    } else if (strcmp(kind, "subscribe") == 0) {
-        /* Only the confirmation of the last SUBSCRIBE sent counts: an earlier one may be
-         * followed by an UNSUBSCRIBE still on its way. */
-        if (c->pending_subs > 0)
-            c->pending_subs--;
-        if (c->state == CH_SUBSCRIBING && c->pending_subs == 0) {
-            c->state = CH_SUBSCRIBED;
+    } else if (strcmp(kind, "subscribe") == 0 || strcmp(kind, "unsubscribe") == 0) {
+        /* Confirmations come in the order the requests were sent: only the last one's decides
+         * the state, an earlier one may be followed by the opposite request. */
+        if (c->inflight == 0 || --c->inflight > 0)
+            return;
+        c->subscribed = c->want;
+        if (c->subscribed)
             pthread_cond_broadcast(&c->cond);
-        }
-    } else if (strcmp(kind, "unsubscribe") == 0) {
-        if (c->state == CH_UNSUBSCRIBING && c->refs == 0)
+        else if (c->refs == 0)
             free_chan(n, c);
     }
 }
@@ -167,6 +188,7 @@ static void drop_connection(lc_notify *n)
         redisFree(n->ctx);
         n->ctx = NULL;
     }
+    n->connected = 0;
 }
 
 static void *notify_main(void *arg)
@@ -188,6 +210,7 @@ static void *notify_main(void *arg)
                 continue;
             }
             n->ctx = ctx;
+            n->connected = 1;
             resubscribe_all(n);
         }
         for (int i = 0; i < n->nqueue; i++) {
@@ -226,29 +249,34 @@ static void *notify_main(void *arg)
     return NULL;
 }
 
+/* A listener without its thread: mutex and wake-up pipe. NULL when out of memory or pipes. */
+static lc_notify *notify_alloc(lc_client *client)
+{
+    lc_notify *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->client = client;
+    if (pipe(n->wakefd) != 0) {
+        free(n);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(n->wakefd[i], F_SETFL, O_NONBLOCK);
+        fcntl(n->wakefd[i], F_SETFD, FD_CLOEXEC);
+    }
+    pthread_mutex_init(&n->mu, NULL);
+    return n;
+}
+
 /* Makes the client's listener on first use; NULL when it cannot be started. */
 static lc_notify *get_notify(lc_client *client)
 {
     pthread_mutex_lock(&client->lazy_mu);
     lc_notify *n = client->notify;
-    if (!n && (n = calloc(1, sizeof(*n)))) {
-        n->client = client;
-        pthread_mutex_init(&n->mu, NULL);
-        int ok = pipe(n->wakefd) == 0;
-        if (ok) {
-            for (int i = 0; i < 2; i++) {
-                fcntl(n->wakefd[i], F_SETFL, O_NONBLOCK);
-                fcntl(n->wakefd[i], F_SETFD, FD_CLOEXEC);
-            }
-            ok = pthread_create(&n->thread, NULL, notify_main, n) == 0;
-            if (!ok) {
-                close(n->wakefd[0]);
-                close(n->wakefd[1]);
-            }
-        }
-        if (!ok) {
-            pthread_mutex_destroy(&n->mu);
-            free(n);
+    if (!n && (n = notify_alloc(client))) {
+        n->has_thread = pthread_create(&n->thread, NULL, notify_main, n) == 0;
+        if (!n->has_thread) {
+            lc_notify_free(n);
             n = NULL;
         } else {
             client->notify = n;
@@ -258,10 +286,17 @@ static lc_notify *get_notify(lc_client *client)
     return n;
 }
 
-lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
+lc_notify *lc_notify_new_detached(void)
 {
-    lc_notify *n = get_notify(client);
-    lc_sub *sub = n ? calloc(1, sizeof(*sub)) : NULL;
+    lc_notify *n = notify_alloc(NULL);
+    if (n)
+        n->connected = 1;
+    return n;
+}
+
+lc_sub *lc_notify_sub_begin(lc_notify *n, const char *channel)
+{
+    lc_sub *sub = calloc(1, sizeof(*sub));
     if (!sub)
         return NULL;
     pthread_mutex_lock(&n->mu);
@@ -272,7 +307,6 @@ lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_
             c = NULL;
         } else {
             cond_init_mono(&c->cond);
-            c->state = CH_NEW;
             c->next = n->chans;
             n->chans = c;
         }
@@ -283,31 +317,47 @@ lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_
         return NULL;
     }
     c->refs++;
-    if (c->state == CH_NEW || c->state == CH_UNSUBSCRIBING) {
-        c->state = CH_SUBSCRIBING;
-        if (enqueue(n, 1, c->name) == 0)
-            c->pending_subs++;
-    }
+    if (!c->want)
+        request(n, c, 1); /* neither subscribed nor a SUBSCRIBE on its way */
+    sub->n = n;
+    sub->ch = c;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    return sub;
+}
+
+int lc_notify_sub_ready(lc_sub *sub)
+{
+    pthread_mutex_lock(&sub->n->mu);
+    int ready = sub->ch->subscribed;
+    pthread_mutex_unlock(&sub->n->mu);
+    return ready;
+}
+
+lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
+{
+    lc_notify *n = get_notify(client);
+    lc_sub *sub = n ? lc_notify_sub_begin(n, channel) : NULL;
+    if (!sub)
+        return NULL;
+    chan *c = sub->ch;
     struct timespec ts;
     int wait = timeout_ms < client->opts.command_timeout_ms ? timeout_ms
                                                             : client->opts.command_timeout_ms;
     int64_t until = lc_now_ms() + wait;
     ts.tv_sec = until / 1000;
     ts.tv_nsec = (until % 1000) * 1000000L;
-    while (c->state != CH_SUBSCRIBED && !n->stop)
+    pthread_mutex_lock(&n->mu);
+    while (!c->subscribed && !n->stop)
         if (pthread_cond_timedwait(&c->cond, &n->mu, &ts) == ETIMEDOUT)
             break;
-    if (c->state != CH_SUBSCRIBED) {
-        pthread_mutex_unlock(&n->mu);
-        sub->n = n;
-        sub->ch = c;
+    int ready = c->subscribed;
+    sub->seen = c->seq;
+    pthread_mutex_unlock(&n->mu);
+    if (!ready) {
         lc_notify_unsubscribe(sub);
         return NULL;
     }
-    sub->n = n;
-    sub->ch = c;
-    sub->seen = c->seq;
-    pthread_mutex_unlock(&n->mu);
     return sub;
 }
 
@@ -335,15 +385,14 @@ void lc_notify_unsubscribe(lc_sub *sub)
     chan *c = sub->ch;
     pthread_mutex_lock(&n->mu);
     if (--c->refs == 0) {
-        if (n->ctx && (c->state == CH_SUBSCRIBED || c->state == CH_SUBSCRIBING)) {
-            c->state = CH_UNSUBSCRIBING;
-            if (enqueue(n, 0, c->name) != 0)
-                c->state = CH_SUBSCRIBED; /* stays subscribed; harmless */
-        } else if (c->state == CH_NEW) {
+        if (c->want) {
+            /* Subscribed, or a SUBSCRIBE on its way: unsubscribe. Without a connection there
+             * is nothing to send (a reconnect forgets channels without waiters); out of memory
+             * it stays subscribed, which is harmless. */
+            if (n->connected)
+                request(n, c, 0);
+        } else if (c->inflight == 0) {
             free_chan(n, c);
-        } else {
-            /* No connection: it will not be subscribed again (refs == 0 on reconnect). */
-            c->state = CH_UNSUBSCRIBING;
         }
     }
     pthread_mutex_unlock(&n->mu);
@@ -358,7 +407,8 @@ void lc_notify_free(lc_notify *n)
     n->stop = 1;
     pthread_mutex_unlock(&n->mu);
     poke(n);
-    pthread_join(n->thread, NULL);
+    if (n->has_thread)
+        pthread_join(n->thread, NULL);
     drop_connection(n);
     clear_queue(n);
     free(n->queue);
@@ -368,4 +418,26 @@ void lc_notify_free(lc_notify *n)
     close(n->wakefd[1]);
     pthread_mutex_destroy(&n->mu);
     free(n);
+}
+
+void lc_notify_push(lc_notify *n, const redisReply *r)
+{
+    pthread_mutex_lock(&n->mu);
+    handle_push(n, r);
+    pthread_mutex_unlock(&n->mu);
+}
+
+int lc_notify_take(lc_notify *n, int *subscribe, char *name, size_t size)
+{
+    pthread_mutex_lock(&n->mu);
+    int got = n->nqueue > 0;
+    if (got) {
+        *subscribe = n->queue[0].subscribe;
+        snprintf(name, size, "%s", n->queue[0].name);
+        free(n->queue[0].name);
+        memmove(n->queue, n->queue + 1, sizeof(*n->queue) * (size_t)(n->nqueue - 1));
+        n->nqueue--;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return got;
 }

@@ -121,7 +121,8 @@ void lc_script_free(lc_script *script)
 /* Runs EVALSHA (or EVAL with the source when use_source) through lc_exec. */
 static lc_status send_eval(lc_client *client, const lc_script *script, int use_source, int nkeys,
                            const char **keys, const size_t *keylens, int nargs,
-                           const char **args, const size_t *arglens, redisReply **reply)
+                           const char **args, const size_t *arglens, redisReply **reply,
+                           int *sent)
 {
     enum { STACK_ARGS = 24 };
     const char *sv[STACK_ARGS];
@@ -156,7 +157,7 @@ static lc_status send_eval(lc_client *client, const lc_script *script, int use_s
     }
     const char **const cmds[1] = {argv};
     const size_t *const lv[1] = {lens};
-    lc_status st = lc_exec(client, 1, &argc, cmds, lv, reply);
+    lc_status st = lc_exec(client, 1, &argc, cmds, lv, reply, sent);
     if (argv != sv) {
         free(argv);
         free(lens);
@@ -168,8 +169,17 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
                         const size_t *keylens, int nargs, const char **args, const size_t *arglens,
                         redisReply **reply)
 {
+    return lc_script_call(client, script, nkeys, keys, keylens, nargs, args, arglens, reply, NULL);
+}
+
+lc_status lc_script_call(lc_client *client, const lc_script *script, int nkeys, const char **keys,
+                         const size_t *keylens, int nargs, const char **args,
+                         const size_t *arglens, redisReply **reply, int *sent)
+{
     if (reply)
         *reply = NULL;
+    if (sent)
+        *sent = 0;
     if (!client || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
         return lc_fail(LC_EINVAL, "script run: bad argument");
     for (int i = 0; i < nkeys; i++)
@@ -179,11 +189,12 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
         if (!args[i])
             return lc_fail(LC_EINVAL, "script run: arg %d is NULL", i);
     redisReply *r = NULL;
-    lc_status st = send_eval(client, script, 0, nkeys, keys, keylens, nargs, args, arglens, &r);
+    lc_status st =
+        send_eval(client, script, 0, nkeys, keys, keylens, nargs, args, arglens, &r, sent);
     if (st == LC_OK && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
         r = NULL;
-        st = send_eval(client, script, 1, nkeys, keys, keylens, nargs, args, arglens, &r);
+        st = send_eval(client, script, 1, nkeys, keys, keylens, nargs, args, arglens, &r, sent);
     }
     if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
         st = lc_fail(LC_EREDIS, "redis: %s", r->str);

@@ -2,16 +2,22 @@
  * Every Lua script lockcore runs, in one place. A lock NAME is a hash {o: owner token, c: hold
  * count, f: fencing token} whose TTL is the lease; NAME:fence counts fencing tokens and never
  * expires; NAME:unlock is the channel published on every full release.
+ *
+ * The hold count is the handle's: every script that changes it gets the handle's count and
+ * sets c from that (never HINCRBY), so running one request twice (a retry, or an undo after a
+ * lost reply) changes nothing the second time, and a c that drifted (a request that ran whose
+ * reply was lost) is set right by the handle's next call.
  */
 #ifndef LOCKCORE_SCRIPTS_H
 #define LOCKCORE_SCRIPTS_H
 
-/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms, the handle's local hold count.
- * -> {1, fence, hold count, values of read keys...} when taken (or re-entered),
+/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms, the handle's hold count n.
+ * -> {1, fence, hold count, values of read keys...} when taken (count 1) or re-entered
+ *    (count n + 1, set, not added: the same re-entry sent twice counts once),
  *    {0, pttl of the holder's lease} when another owner holds it.
  * The reads come first, so a read that fails (WRONGTYPE) aborts before anything is written. A
- * hold of this owner that the handle no longer counts (local count 0: an earlier reply was lost)
- * is replaced by a fresh hold with a new fencing token rather than re-entered. */
+ * hold of this owner that the handle does not count (n = 0: an earlier reply and its undo were
+ * lost) is replaced by a fresh hold with a new fencing token rather than re-entered. */
 #define LC_LUA_ACQUIRE                                                              \
     "local vals = {}\n"                                                             \
     "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"        \
@@ -22,7 +28,8 @@
     "  count = 1\n"                                                                 \
     "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"             \
     "elseif h[1] == ARGV[1] then\n"                                                 \
-    "  count = redis.call('HINCRBY', KEYS[1], 'c', 1)\n"                            \
+    "  count = tonumber(ARGV[3]) + 1\n"                                             \
+    "  redis.call('HSET', KEYS[1], 'c', count)\n"                                   \
     "  fence = tonumber(h[2])\n"                                                    \
     "else\n"                                                                        \
     "  return {0, redis.call('PTTL', KEYS[1])}\n"                                   \
@@ -32,12 +39,16 @@
     "for i = 1, #vals do r[#r + 1] = vals[i] end\n"                                 \
     "return r\n"
 
-/* KEYS: lock.  ARGV: owner token, lease ms, unlock channel.
- * -> holds left (0 = deleted and published), or -1 when the owner does not hold it. */
+/* KEYS: lock.  ARGV: owner token, lease ms, unlock channel, the handle's hold count n before
+ * this release.
+ * -> holds left, n - 1 (set, not subtracted; 0 = deleted and published), or -1 when the owner
+ *    does not hold it. Also the undo of an acquire whose reply was lost, with n = the handle's
+ *    count + 1: deletes a fresh hold of this owner, or sets a re-entered count back. */
 #define LC_LUA_RELEASE                                                              \
     "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return -1 end\n"          \
-    "local c = redis.call('HINCRBY', KEYS[1], 'c', -1)\n"                           \
+    "local c = tonumber(ARGV[4]) - 1\n"                                             \
     "if c > 0 then\n"                                                               \
+    "  redis.call('HSET', KEYS[1], 'c', c)\n"                                       \
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                   \
     "  return c\n"                                                                  \
     "end\n"                                                                         \
@@ -60,21 +71,24 @@
     "return 0\n"
 
 /* The guard around a body made by lc_fenced_script_new.
- * KEYS: lock, body keys...  ARGV: owner, fence, release flag, lease ms, channel, body args...
+ * KEYS: lock, body keys...  ARGV: owner, fence, release, lease ms, channel, body args...
+ * release: "0", or the handle's hold count n to drop one hold of after the body, as the release
+ * script does (c set to n - 1, or the lock deleted and the unlock published at 0).
  * -> {0} when the caller no longer holds the lock with that fence (nothing ran),
- *    {1, body result} otherwise (the hold dropped in the same step when the flag is "1"). */
+ *    {1, body result} otherwise. */
 #define LC_LUA_GUARD_HEAD                                                           \
     "local lc_lock_key = KEYS[1]\n"                                                 \
     "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f')\n"                     \
     "if lc_h[1] ~= ARGV[1] or lc_h[2] ~= ARGV[2] then return {0} end\n"             \
     "local lc_fence = tonumber(ARGV[2])\n"                                          \
-    "local lc_release, lc_lease, lc_channel = ARGV[3] == '1', ARGV[4], ARGV[5]\n"   \
+    "local lc_release, lc_lease, lc_channel = tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"\
     "local lc_result = (function(KEYS, ARGV)\n"
 
 #define LC_LUA_GUARD_TAIL                                                           \
     "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 6)})\n"                                \
-    "if lc_release then\n"                                                          \
-    "  if redis.call('HINCRBY', lc_lock_key, 'c', -1) > 0 then\n"                   \
+    "if lc_release > 0 then\n"                                                      \
+    "  if lc_release > 1 then\n"                                                    \
+    "    redis.call('HSET', lc_lock_key, 'c', lc_release - 1)\n"                    \
     "    redis.call('PEXPIRE', lc_lock_key, lc_lease)\n"                            \
     "  else\n"                                                                      \
     "    redis.call('DEL', lc_lock_key)\n"                                          \

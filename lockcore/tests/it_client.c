@@ -329,6 +329,25 @@ static void test_server_paused(void **state)
     lc_client_free(c);
 }
 
+/* After a command timed out, the next one gets a whole command timeout of its own. (In pipeline
+ * mode the first command after a timeout used to fail at once with "timeout": the clock of the
+ * timed-out one was still running.) */
+static void test_command_after_timeout(void **state)
+{
+    (void)state;
+    lc_client_opts o;
+    o = *lt_client_opts();
+    o.command_timeout_ms = 300;
+    lc_client *c = NULL;
+    assert_ok(lc_client_new(rf_url(srv), &o, &c));
+    assert_int_equal(rf_pause(srv), 0);
+    lc_status st = lc_client_ping(c);
+    assert_int_equal(rf_resume(srv), 0);
+    assert_status(st, LC_EIO);
+    assert_ok(lc_client_ping(c));
+    lc_client_free(c);
+}
+
 typedef struct acq_thread {
     lc_lock *lock;
     lc_status st;
@@ -412,6 +431,7 @@ int main(void)
         cmocka_unit_test_setup(test_threads_share_client, flush),
         cmocka_unit_test_setup(test_server_down, flush),
         cmocka_unit_test_setup(test_server_paused, flush),
+        cmocka_unit_test_setup(test_command_after_timeout, flush),
         cmocka_unit_test_setup(test_reconnect_after_restart, flush),
     };
     return cmocka_run_group_tests_name("it_client", tests, group_setup, group_teardown);

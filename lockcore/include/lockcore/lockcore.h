@@ -164,7 +164,11 @@ typedef struct lc_acquire_opts {
 } lc_acquire_opts;
 
 /* Tries once to take the lock: LC_OK (taken, or hold count + 1 if this owner already holds it),
- * LC_EBUSY when another owner holds it. fence (may be NULL) gets the hold's fencing token. */
+ * LC_EBUSY when another owner holds it. fence (may be NULL) gets the hold's fencing token.
+ * LC_EIO (this and the other acquire calls): the reply was lost and the acquire counts as not
+ * taken; if it had been sent, lockcore has already undone it, best effort, on another
+ * connection (a hold it took is deleted, a re-entry's count set back), which can make the call
+ * take up to twice command_timeout_ms. */
 lc_status lc_lock_try(lc_lock *lock, uint64_t *fence);
 
 /* Takes the lock, waiting up to wait_ms (woken by the unlock through pub/sub, with a jittered
@@ -180,7 +184,9 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
 
 /* Drops one hold; the last one deletes the lock and publishes the unlock. Renewal of this lock
  * has stopped before it returns. LC_ENOTHELD when this handle holds nothing; LC_ELOST when it
- * held the lock but Redis no longer has it as owner (the local hold is cleared either way). */
+ * held the lock but Redis no longer has it as owner (the local hold is cleared either way).
+ * LC_EIO: the release may or may not have run; it counts as done (the hold count drops by one;
+ * do not release that hold again). */
 lc_status lc_lock_release(lc_lock *lock);
 
 /* Sets the lease of the held lock to lease_ms from now (and for later renewals): LC_OK,
@@ -214,7 +220,8 @@ lc_status lc_lock_force_unlock(lc_client *client, const char *name);
  * report as LC_ELOST). With LC_EVAL_RELEASE the hold is dropped in the same script (renewal
  * stopped before the call is sent). On LC_OK *reply is the body's return value (new reply,
  * caller frees; NULL when the body returned nothing). Keys must hash to the lock's slot under
- * Redis Cluster. LC_EIO leaves the outcome unknown.
+ * Redis Cluster. LC_EIO leaves the outcome unknown; with LC_EVAL_RELEASE the hold counts as
+ * dropped, as for lc_lock_release.
  */
 lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nkeys,
                        const char **keys, const size_t *keylens, int nargs, const char **args,
