@@ -134,7 +134,9 @@ else
 fi
 (umask 077 && printf 'Authorization: Bearer %s\n' "$token" >"$run_dir/admin.header")
 
-# Starts inventoryd; a password in the URL never reaches the command line.
+# Starts inventoryd; a password in the URL never reaches the command line. The log exists before
+# it starts, so the wait below never reads a file tee has not made yet.
+: >>"$run_dir/inventoryd.log"
 env -u INVENTORY_REDIS_URL -u INVENTORY_REDIS_URL_FILE \
   "$build_dir/bin/inventoryd" ${flags[@]+"${flags[@]}"} ${args[@]+"${args[@]}"} \
   2> >(tee -a "$run_dir/inventoryd.log" >&2) &
@@ -142,7 +144,8 @@ pids+=($!)
 # The address and port it really listens on, from its start-up line ("listening on A port N").
 listen=""
 for _ in $(seq 100); do
-  listen=$(sed -n 's/.*listening on \([^ ]*\) port \([0-9]*\) .*/\1 \2/p' "$run_dir/inventoryd.log" 2>/dev/null | tail -1)
+  # (|| true: until tee has made the log, sed fails, and set -e with pipefail would end run.sh)
+  listen=$(sed -n 's/.*listening on \([^ ]*\) port \([0-9]*\) .*/\1 \2/p' "$run_dir/inventoryd.log" 2>/dev/null | tail -1) || true
   [ -n "$listen" ] && break
   kill -0 "${pids[-1]}" 2>/dev/null || break
   sleep 0.1
