@@ -123,6 +123,18 @@ int order_id_parse(const char *id, size_t len, int *segment, char *sku)
     return 0;
 }
 
+/* Takes what the cache knows now (empty and held segments, sold out) into ctx->view when the
+ * cache still holds ctx->view's version; otherwise keeps ctx->view as it is. 1 taken, 0 not. */
+static int view_refresh(struct order_ctx *ctx)
+{
+    struct sku_view v;
+    skucache_get(ctx->app->cache, ctx->in->sku, &v);
+    if (v.version != ctx->view.version || v.segments != ctx->view.segments)
+        return 0;
+    ctx->view = v;
+    return 1;
+}
+
 /* Reads the SKU's layout into ctx->view and the cache, completing a PUT, DELETE or restock
  * that was left half-way (layout.h). 1 found, 0 unknown SKU, -1 error. */
 static int load_layout(struct order_ctx *ctx)
@@ -136,8 +148,13 @@ static int load_layout(struct order_ctx *ctx)
     if (l.segments > SKUCACHE_MAX_SEGMENTS)
         return -1;
     skucache_set_layout(ctx->app->cache, ctx->in->sku, l.version, l.segments);
-    skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
-    return ctx->view.version ? 1 : -1;
+    /* The layout as read, not as re-read from the cache: another thread may drop or replace
+     * the cache entry at any moment (a restock, cancel or DELETE on this instance). */
+    memset(&ctx->view, 0, sizeof(ctx->view));
+    ctx->view.version = l.version;
+    ctx->view.segments = l.segments;
+    view_refresh(ctx);
+    return 1;
 }
 
 /* The sold-out re-check: reads every segment's stock and version in one pipelined round trip
@@ -184,7 +201,12 @@ static int recheck_sold_out(struct order_ctx *ctx)
         goto out;
     }
     skucache_set_empty(ctx->app->cache, ctx->in->sku, ctx->view.version, empty);
-    skucache_get(ctx->app->cache, ctx->in->sku, &ctx->view);
+    if (!view_refresh(ctx)) {
+        /* The cache entry went meanwhile: walk with what was just read. */
+        memcpy(ctx->view.empty, empty, sizeof(empty));
+        ctx->view.sold_out = nempty == nseg;
+        ctx->view.recheck_due = 0;
+    }
     rc = nempty == nseg;
     if (rc == 1) {
         /* Before saying sold out again: a restock (or PUT) cut off half-way would never reach
@@ -592,6 +614,8 @@ static enum order_outcome place_order(struct order_ctx *ctx)
         }
 
         int nseg = ctx->view.segments;
+        if (nseg <= 0 || nseg > SKUCACHE_MAX_SEGMENTS)
+            return OUT_UNAVAILABLE; /* never: a layout read always has segments */
         enum seg_result r;
         if (cfg->strategy == STRATEGY_SINGLE_LOCK) {
             int any_short = 0;
