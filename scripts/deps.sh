@@ -11,6 +11,7 @@ packages=(
   libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
   redis-server redis-tools
   wrk nginx curl gnuplot-nox
+  python3  # loadtest/chaos.py: the randomized history test's clients and checker (stdlib only)
   # scripts/fuzz.sh: clang with libFuzzer. libclang-rt-14-dev holds libFuzzer and the
   # sanitizer runtimes; clang only recommends it, and recommends are not installed here.
   clang libclang-rt-14-dev
