@@ -49,6 +49,11 @@ def log(msg):
         LOG.flush()
 
 
+
+# A segment's data keys (docs/design.md). A dropped segment keeps only its `sver`, as a tombstone
+# that stops an older PUT still rolling out from bringing it back, and lockcore's lock/fence keys.
+SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst"}
+
 class Infra(Exception):
     """Something the test needs (Redis, the nemesis) is not there: not a finding about the service."""
 
@@ -587,6 +592,8 @@ class Checker:
     # -- at checkpoints: Redis against the history --
     def snapshot(self, rds, sku):
         meta = pairs(rds.cmd("HGETALL", "inv:{%s}:meta" % sku))
+        if meta and as_int(meta.get("segments")) == 0:
+            meta = {}  # a layout of 0 segments: the SKU was deleted (its meta stays, docs/design.md)
         keys = rds.scan("inv:{%s:*}:*" % sku)
         pat = re.compile(r"^inv:\{" + re.escape(sku) + r":(\d+)\}:(.+)$")
         seg_keys = defaultdict(set)
@@ -686,7 +693,7 @@ class Checker:
                 if all(not d.maybe() and d.t1 < last.t0 for d in deletes):
                     self.fail("sku-existence", (s, "gone"), "checkpoint %s: %s has no meta, but PUT lop %d was acknowledged (version %s) after every DELETE had ended" % (
                         cp, s, last.id, (last.ack["body"] or {}).get("version")), last.seqs() + [x for d in deletes for x in d.seqs()][-4:])
-            stray = sorted(k for k, suf in seg_keys.items() if suf & {"stock", "sver", "cnt", "orders", "idem"})
+            stray = sorted(k for k, suf in seg_keys.items() if suf & SEGMENT_DATA_KEYS)
             if stray:
                 acked_del = [d for d in deletes if d.final == "acked"]
                 last_del = max(acked_del, key=lambda d: d.t0) if acked_del else None
@@ -699,8 +706,8 @@ class Checker:
         if v is None or not n or n < 1:
             self.fail("layout", (s, "meta", v), "checkpoint %s: %s meta is malformed: %s" % (cp, s, meta), [])
             return None
-        # Keys of segments outside the layout (lock/fence keys of lockcore may stay).
-        stray = sorted(k for k, suf in seg_keys.items() if k >= n and suf & {"stock", "sver", "cnt", "orders", "idem"})
+        # Keys of segments outside the layout (lock/fence keys of lockcore and sver tombstones stay).
+        stray = sorted(k for k, suf in seg_keys.items() if k >= n and suf & SEGMENT_DATA_KEYS)
         if stray:
             self.fail("layout", (s, "stray", v), "checkpoint %s: %s has %d segments (version %d) but keys of segments %s exist (%s)" % (
                 cp, s, n, v, stray[:8], sorted(seg_keys[stray[0]])), [])
