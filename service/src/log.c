@@ -15,6 +15,17 @@
 static atomic_int log_level = CONFIG_LOG_INFO;
 static _Atomic(FILE *) log_out = NULL; /* NULL: stderr */
 static pthread_mutex_t log_write_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local const char *log_req_id; /* borrowed; NULL: no request */
+
+void log_set_request_id(const char *id)
+{
+    log_req_id = id && *id ? id : NULL;
+}
+
+const char *log_request_id(void)
+{
+    return log_req_id;
+}
 
 void log_init(enum config_log_level level)
 {
@@ -185,6 +196,10 @@ static void lb_head(struct lbuf *b, enum config_log_level level, const char *eve
     if (!event)
         event = "log";
     lb_json_string(b, event, strlen(event));
+    if (log_req_id) {
+        lb_puts(b, ",\"request_id\":");
+        lb_json_string(b, log_req_id, strlen(log_req_id));
+    }
 }
 
 /* Finishes the line and writes it with one fwrite, then releases the buffer. */
