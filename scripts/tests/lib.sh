@@ -114,3 +114,14 @@ t_need_npm() {
   echo "$(basename "$0" .sh): SKIPPED: npm packages not installed (scripts/deps.sh runs npm ci in service/tests/e2e)"
   exit 77
 }
+
+# t_run NAME LOG CMD...: one check that runs CMD with its output in $t_dir/LOG, shown on stdout
+# when it passes and on stderr when it fails.
+t_run() {
+  local name=$1 log=$t_dir/$2; shift 2
+  if "$@" >"$log" 2>&1; then
+    cat "$log"; t_check "$name" true
+  else
+    cat "$log" >&2; t_check "$name" false
+  fi
+}

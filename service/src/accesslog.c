@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "accesslog.h"
+#include "log.h"
 
 static pthread_mutex_t al_lock = PTHREAD_MUTEX_INITIALIZER;
-static FILE *al_out;        /* NULL: no access log */
-static char al_path[4096];  /* "" for stdout */
+static FILE *al_out;       /* NULL: no access log */
+static char al_path[4096]; /* "" for stdout */
 
 /* Opens path for appending, close-on-exec, 0640. NULL with errno set on failure. */
 static FILE *open_append(const char *path)
@@ -116,13 +116,8 @@ void accesslog_write(const struct accesslog_entry *e)
 {
     if (!accesslog_enabled())
         return;
-    struct timespec ts;
-    struct tm tm;
-    char when[64];
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    char when[LOG_TIMESTAMP_LEN];
+    log_timestamp(when, sizeof(when));
     json_t *o = json_object();
     if (!o)
         return;

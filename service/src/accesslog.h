@@ -24,8 +24,8 @@ struct accesslog_entry {
     const char *path;
     const char *route; /* the route pattern, e.g. "/api/v1/skus/{sku}"; "other" for a 404 */
     int status;
-    size_t bytes;      /* body bytes sent */
-    double seconds;    /* from the first byte of the request to the response being queued */
+    size_t bytes;   /* body bytes sent */
+    double seconds; /* from the first byte of the request to the response being queued */
 };
 
 /* Opens the access log at path ("-": stdout; NULL or "": none, accesslog_write then does

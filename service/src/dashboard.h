@@ -15,9 +15,9 @@ extern const size_t dashboard_html_len;
 
 /* The Content-Security-Policy sent with the page: its own inline script and style only, fetches
  * to this origin only, no frames, no forms posting anywhere. */
-#define DASHBOARD_CSP                                                                          \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "              \
-    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "          \
+#define DASHBOARD_CSP                                                                              \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "              \
     "frame-ancestors 'none'"
 
 #endif

@@ -178,16 +178,21 @@ static const char *level_name(enum config_log_level level)
     return "error";
 }
 
-/* Appends {"ts":..,"level":..,"event":.., (without the closing brace). */
-static void lb_head(struct lbuf *b, enum config_log_level level, const char *event)
+void log_timestamp(char *buf, size_t len)
 {
     struct timespec ts;
     struct tm tm;
-    char when[64];
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+}
+
+/* Appends {"ts":..,"level":..,"event":.., (without the closing brace). */
+static void lb_head(struct lbuf *b, enum config_log_level level, const char *event)
+{
+    char when[LOG_TIMESTAMP_LEN];
+    log_timestamp(when, sizeof(when));
     lb_puts(b, "{\"ts\":\"");
     lb_puts(b, when);
     lb_puts(b, "\",\"level\":\"");

@@ -39,6 +39,11 @@ void log_set_request_id(const char *id);
 /* The id set by log_set_request_id on this thread, or NULL. Borrowed. */
 const char *log_request_id(void);
 
+/* Writes the current UTC time as the logs show it, "2026-11-22T02:40:00.123Z", into buf
+ * (len >= LOG_TIMESTAMP_LEN). */
+#define LOG_TIMESTAMP_LEN 32
+void log_timestamp(char *buf, size_t len);
+
 /* Nonzero when a message at level would be written. */
 int log_enabled(enum config_log_level level);
 

@@ -126,8 +126,10 @@ int main(int argc, char **argv)
         if (accesslog_reopen() == 0)
             log_msg(CONFIG_LOG_INFO, "sighup", "access log re-opened");
         else
-            log_msg(CONFIG_LOG_ERROR, "sighup", "cannot re-open the access log %s; still "
-                    "writing to the old file", cfg.access_log);
+            log_msg(CONFIG_LOG_ERROR, "sighup",
+                    "cannot re-open the access log %s; still "
+                    "writing to the old file",
+                    cfg.access_log);
     }
     atomic_store(&app.draining, 1);
     log_msg(CONFIG_LOG_INFO, "shutdown", "received %s; draining for up to %d ms",

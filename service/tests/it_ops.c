@@ -23,8 +23,8 @@
 #define TOKEN "ops-test-token-0123456789"
 
 static rf_server *redis;
-static sf_service *svc;      /* trusts 127.0.0.1 as a proxy, writes an access log */
-static sf_service *plain;    /* trusts no proxy */
+static sf_service *svc;   /* trusts 127.0.0.1 as a proxy, writes an access log */
+static sf_service *plain; /* trusts no proxy */
 static char access_path[512];
 static char dir[256];
 
@@ -38,8 +38,8 @@ static int group_setup(void **state)
     if (!mkdtemp(dir))
         return -1;
     snprintf(access_path, sizeof access_path, "%s/access.log", dir);
-    const char *args[] = {"--admin-token", TOKEN, "--trusted-proxies", "127.0.0.1",
-                          "--access-log", access_path, NULL};
+    const char *args[] = {"--admin-token", TOKEN, "--trusted-proxies", "127.0.0.1", "--access-log",
+                          access_path,     NULL};
     svc = sf_start(rf_url(redis), args);
     const char *pargs[] = {"--admin-token", TOKEN, NULL};
     plain = sf_start(rf_url(redis), pargs);
@@ -114,10 +114,14 @@ static void test_every_response_has_an_id(void **state)
         const char *method, *path, *body;
         int status;
     } cases[] = {
-        {"GET", "/healthz", NULL, 200},          {"GET", "/metrics", NULL, 200},
-        {"GET", "/", NULL, 200},                 {"GET", "/nope", NULL, 404},
-        {"PATCH", "/api/v1/orders", NULL, 405},  {"GET", "/api/v1/skus/none-such", NULL, 404},
-        {"PUT", "/api/v1/skus/x", "{}", 401},    {"POST", "/api/v1/orders", "{", 415},
+        {"GET", "/healthz", NULL, 200},
+        {"GET", "/metrics", NULL, 200},
+        {"GET", "/", NULL, 200},
+        {"GET", "/nope", NULL, 404},
+        {"PATCH", "/api/v1/orders", NULL, 405},
+        {"GET", "/api/v1/skus/none-such", NULL, 404},
+        {"PUT", "/api/v1/skus/x", "{}", 401},
+        {"POST", "/api/v1/orders", "{", 415},
     };
     sf_resp r = {0};
     char seen[8][64];
@@ -149,9 +153,8 @@ static void test_trusted_proxy_id(void **state)
     longid[129] = '\0';
     char hlong[240];
     snprintf(hlong, sizeof hlong, "X-Request-Id: %s", longid);
-    const char *bad[][2] = {{"X-Request-Id: two words", NULL},
-                            {"X-Request-Id: a\"b", NULL},
-                            {hlong, NULL}};
+    const char *bad[][2] = {
+        {"X-Request-Id: two words", NULL}, {"X-Request-Id: a\"b", NULL}, {hlong, NULL}};
     for (size_t i = 0; i < 3; i++) {
         sf_http(sf_port(svc), "GET", "/healthz", bad[i], NULL, 0, &r);
         SF_ASSERT(is_made_id(sf_header(&r, "X-Request-Id")), "%s was taken: %s", bad[i][0],
@@ -203,7 +206,8 @@ static void test_audit_and_request_ids_in_log(void **state)
     size_t found = 0;
     size_t i;
     json_t *line;
-    json_array_foreach(audit, i, line) {
+    json_array_foreach(audit, i, line)
+    {
         json_t *a = json_object_get(line, "audit");
         const char *target = json_string_value(json_object_get(a, "sku"));
         const char *order = json_string_value(json_object_get(a, "order_id"));
@@ -258,13 +262,13 @@ static void test_access_log_and_sighup(void **state)
     SF_ASSERT(json_array_size(lines) == 1, "%zu access lines with access-1",
               json_array_size(lines));
     json_t *e = json_array_get(lines, 0);
-    SF_ASSERT(strcmp(sf_str(e, "method"), "GET") == 0 &&
-                  strcmp(sf_str(e, "path"), "/api/v1/skus/not-there") == 0 &&
-                  strcmp(sf_str(e, "route"), "/api/v1/skus/{sku}") == 0 &&
-                  sf_json_int(e, "status", 0) == 404 && strcmp(sf_str(e, "client"), "127.0.0.1") == 0 &&
-                  json_is_number(json_object_get(e, "duration_s")) &&
-                  sf_json_int(e, "bytes", 0) > 0,
-              "access line %s", json_dumps(e, JSON_COMPACT));
+    SF_ASSERT(
+        strcmp(sf_str(e, "method"), "GET") == 0 &&
+            strcmp(sf_str(e, "path"), "/api/v1/skus/not-there") == 0 &&
+            strcmp(sf_str(e, "route"), "/api/v1/skus/{sku}") == 0 &&
+            sf_json_int(e, "status", 0) == 404 && strcmp(sf_str(e, "client"), "127.0.0.1") == 0 &&
+            json_is_number(json_object_get(e, "duration_s")) && sf_json_int(e, "bytes", 0) > 0,
+        "access line %s", json_dumps(e, JSON_COMPACT));
     json_decref(lines);
 
     /* logrotate: move the file away, SIGHUP, the next request lands in a new file. */

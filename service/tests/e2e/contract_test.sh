@@ -11,12 +11,8 @@ t_need redis-server curl
 token=contract-token-$RANDOM$RANDOM
 spec=$repo/docs/openapi.yaml
 
-if (cd "$e2e_dir" && node_modules/.bin/redocly lint --config redocly.yaml "$spec") >"$t_dir/lint.log" 2>&1; then
-  t_check "redocly lint docs/openapi.yaml" true
-else
-  cat "$t_dir/lint.log" >&2
-  t_check "redocly lint docs/openapi.yaml" false
-fi
+lint() { cd "$e2e_dir" && node_modules/.bin/redocly lint --config redocly.yaml "$spec"; }
+t_run "redocly lint docs/openapi.yaml" lint.log lint
 
 t_port; redis_port=$port; t_redis "$redis_port"
 t_port; dead_port=$port # nothing listens there
@@ -26,13 +22,7 @@ t_inventoryd down.log --redis "redis://127.0.0.1:$dead_port" --redis-timeout-ms 
 t_inventoryd rate.log --redis "redis://127.0.0.1:$redis_port" --rate-limit-rps 1 --rate-limit-burst 1 "${common[@]}"; rate=$port
 t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 --thread-per-connection 1 "${common[@]}"; hold=$port
 
-if SPEC=$spec TOKEN=$token URL_MAIN=http://127.0.0.1:$main URL_DOWN=http://127.0.0.1:$down \
-   URL_RATE=http://127.0.0.1:$rate URL_HOLD=http://127.0.0.1:$hold \
-   node "$e2e_dir/contract.mjs" >"$t_dir/contract.log" 2>&1; then
-  cat "$t_dir/contract.log"
-  t_check "every documented request and error, validated against docs/openapi.yaml" true
-else
-  cat "$t_dir/contract.log" >&2
-  t_check "every documented request and error, validated against docs/openapi.yaml" false
-fi
+t_run "every documented request and error, validated against docs/openapi.yaml" contract.log \
+  env SPEC="$spec" TOKEN="$token" URL_MAIN="http://127.0.0.1:$main" URL_DOWN="http://127.0.0.1:$down" \
+  URL_RATE="http://127.0.0.1:$rate" URL_HOLD="http://127.0.0.1:$hold" node "$e2e_dir/contract.mjs"
 t_done

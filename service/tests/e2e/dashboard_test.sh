@@ -12,12 +12,6 @@ artifacts=${ARTIFACT_DIR:-$build_dir/e2e-artifacts}
 t_port; redis_port=$port; t_redis "$redis_port"
 t_inventoryd main.log --redis "redis://127.0.0.1:$redis_port" --admin-token "$token" --threads 4 \
   --log-level warn
-if URL_MAIN=http://127.0.0.1:$port TOKEN=$token ARTIFACT_DIR=$artifacts \
-   node "$e2e_dir/dashboard.mjs" >"$t_dir/dashboard.log" 2>&1; then
-  cat "$t_dir/dashboard.log"
-  t_check "the dashboard in chromium (screenshot: $artifacts/dashboard.png)" true
-else
-  cat "$t_dir/dashboard.log" >&2
-  t_check "the dashboard in chromium" false
-fi
+t_run "the dashboard in chromium (screenshots in $artifacts/)" dashboard.log \
+  env URL_MAIN="http://127.0.0.1:$port" TOKEN="$token" ARTIFACT_DIR="$artifacts" node "$e2e_dir/dashboard.mjs"
 t_done
