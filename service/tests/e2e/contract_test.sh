@@ -11,7 +11,7 @@ t_need redis-server curl
 token=contract-token-$RANDOM$RANDOM
 spec=$repo/docs/openapi.yaml
 
-lint() { cd "$e2e_dir" && node_modules/.bin/redocly lint --config redocly.yaml "$spec"; }
+lint() { (cd "$e2e_dir" && node_modules/.bin/redocly lint --config redocly.yaml "$spec"); }
 t_run "redocly lint docs/openapi.yaml" lint.log lint
 
 t_port; redis_port=$port; t_redis "$redis_port"
