@@ -86,43 +86,8 @@ EOF
   fi
 fi
 
-# --- REPORT.md --------------------------------------------------------------------------------
-git_rev=$(param git_rev) # recorded by run.sh when it built; HEAD now may be another commit
-[ -n "$git_rev" ] || git_rev="unknown (not recorded)"
-[ -z "$(param inventoryd_args)" ] || git_rev+="; extra flags: $(param inventoryd_args)"
-{
-  echo "# inventoryd load test — $(basename "$res") ($mode)"
-  echo
-  echo "Produced by \`loadtest/run.sh$([ "$mode" = quick ] && echo ' --quick')\`. Machine: $(getconf _NPROCESSORS_ONLN) CPUs"\
-       "($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), $(uname -sr)."
-  echo "Software: $(redis-server --version | awk '{print $1, $2, $3}'), $(nginx -v 2>&1 | sed 's/.*: //'),"\
-       "wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null || echo '?'), libmicrohttpd $(pkg-config --modversion libmicrohttpd 2>/dev/null || echo '?'); inventoryd at $git_rev."
-  echo
-  echo "Set-up: wrk ($(param wrk_threads) threads, $(param conns) connections unless noted) → nginx (1 worker, upstream"\
-       "keep-alive 64) → $(param instances) inventoryd instances → one redis-server; all on this machine."\
-       "Each run: a fresh SKU ($(param stock) units unless noted), fresh instances and nginx,"\
-       "a $(param warmup) s warm-up run, then a $(param window) s measured window. \`--threads\` $(param threads_h0) per instance at hold 0,"\
-       "$(param threads_h2) at hold > 0; \`--lock-wait-ms $(param lock_wait)\`; quantity $(param qty) per order."
-  echo
-  cat <<'EOF'
-Columns: **ok/s** = answers of the run's success status (201 for orders, 409 for the flood, 2xx
-for ceilings) inside the window ÷ window; **p50…p99.9** from wrk's latency histogram (ms);
-**201/409/503/other** answer counts (other = any other status), **sock** = wrk socket errors;
-**inv.** = invariants: live snapshot mid-window / full check after the run (✓ pass, ✗ violated,
-— not applicable); **cmds/order** = Redis commands per 201 from `INFO commandstats` deltas:
-*top* = commands sent by clients (EVAL/EVALSHA/FCALL families plus connection-level commands),
-*all* = every command including those executed inside scripts; **RSS** = peak VmHWM of the
-instances (KiB, largest of them); **CPU µs/op** = CPU time per successful answer in the window,
-split inventoryd (all instances) / redis / nginx / wrk / rest (kernel work not charged to a
-process, and any other process on the machine), from /proc; **busy / others** = machine CPU
-utilisation during the window, and the part of it that is "rest" (work outside the benchmark's
-processes: well above a few % means a build or test competed for the 2 cores; such runs are
-measured again once, see `LT_RETRIES`), and (before) the utilisation during 0.5 s just before
-the run while the servers idled.
-EOF
-  echo
-  echo "## SPEC §9 ratios"
-  echo
+# --- the one-screen summary: SPEC §9 ratios with verdicts, invariants, plots ------------------
+ratios_table() {
   echo "| ratio | measured | target | verdict | from runs |"
   echo "|---|---|---|---|---|"
   ratio_row() { # name num_id den_id target op(ge|le) [column]
@@ -156,11 +121,67 @@ EOF
   else
     echo "| peak RSS under 256 connections | not measured | ≤ 32 MiB | — | |"
   fi
+
+}
+ratios=$(ratios_table)
+n_meet=$(grep -c '| meets |' <<<"$ratios" || true)
+n_short=$(grep -c '| falls short |' <<<"$ratios" || true)
+n_runs=$(($(wc -l <"$tsv") - 1))
+n_bad=$(awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["verify"] ~ /✗/ || $c["live"] ~ /✗/ { n++ } END { print n + 0 }' "$tsv")
+
+# --- REPORT.md --------------------------------------------------------------------------------
+git_rev=$(param git_rev) # recorded by run.sh when it built; HEAD now may be another commit
+[ -n "$git_rev" ] || git_rev="unknown (not recorded)"
+[ -z "$(param inventoryd_args)" ] || git_rev+="; extra flags: $(param inventoryd_args)"
+{
+  echo "# inventoryd load test — $(basename "$res") ($mode)"
+  echo
+  echo "## Summary"
+  echo
+  if [ "$n_bad" = 0 ]; then
+    echo "**Invariants (SPEC §8): all $n_runs runs passed.** SPEC §9: **$n_meet** ratio(s) meet their target, **$n_short** fall short."
+  else
+    echo "**Invariants (SPEC §8): $n_bad of $n_runs runs VIOLATED them** (see below and \`raw/*.verify.txt\`). SPEC §9: **$n_meet** ratio(s) meet their target, **$n_short** fall short."
+  fi
+  echo
+  echo "$ratios"
   echo
   echo "Ratios are printed, never asserted: the run fails only on an invariant violation or an"
-  echo "infrastructure failure."
+  echo "infrastructure failure. Details of every run below the plots."
   echo
-
+  case " $plots " in *" orders_vs_segments.png "*) echo "![orders/s vs segments](orders_vs_segments.png)" ;; esac
+  case " $plots " in *" latency_by_strategy.png "*) echo "![latency by strategy](latency_by_strategy.png)" ;; esac
+  [ -n "$plots" ] && echo
+  echo "## Set-up"
+  echo
+  echo "Produced by \`loadtest/run.sh$([ "$mode" = quick ] && echo ' --quick')\`. Machine: $(getconf _NPROCESSORS_ONLN) CPUs"\
+       "($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), $(uname -sr)."
+  echo "Software: $(redis-server --version | awk '{print $1, $2, $3}'), $(nginx -v 2>&1 | sed 's/.*: //'),"\
+       "wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null || echo '?'), libmicrohttpd $(pkg-config --modversion libmicrohttpd 2>/dev/null || echo '?'); inventoryd at $git_rev."
+  echo
+  echo "Set-up: wrk ($(param wrk_threads) threads, $(param conns) connections unless noted) → nginx (1 worker, upstream"\
+       "keep-alive 64) → $(param instances) inventoryd instances → one redis-server; all on this machine."\
+       "Each run: a fresh SKU ($(param stock) units unless noted), fresh instances and nginx,"\
+       "a $(param warmup) s warm-up run, then a $(param window) s measured window. \`--threads\` $(param threads_h0) per instance at hold 0,"\
+       "$(param threads_h2) at hold > 0; \`--lock-wait-ms $(param lock_wait)\`; quantity $(param qty) per order."
+  echo
+  cat <<'EOF'
+Columns: **ok/s** = answers of the run's success status (201 for orders, 409 for the flood, 2xx
+for ceilings) inside the window ÷ window; **p50…p99.9** from wrk's latency histogram (ms);
+**201/409/503/other** answer counts (other = any other status), **sock** = wrk socket errors;
+**inv.** = invariants: live snapshot mid-window / full check after the run (✓ pass, ✗ violated,
+— not applicable); **cmds/order** = Redis commands per 201 from `INFO commandstats` deltas:
+*top* = commands sent by clients (EVAL/EVALSHA/FCALL families plus connection-level commands),
+*all* = every command including those executed inside scripts; **RSS** = peak VmHWM of the
+instances (KiB, largest of them); **CPU µs/op** = CPU time per successful answer in the window,
+split inventoryd (all instances) / redis / nginx / wrk / rest (kernel work not charged to a
+process, and any other process on the machine), from /proc; **busy / others** = machine CPU
+utilisation during the window, and the part of it that is "rest" (work outside the benchmark's
+processes: well above a few % means a build or test competed for the 2 cores; such runs are
+measured again once, see `LT_RETRIES`), and (before) the utilisation during 0.5 s just before
+the run while the servers idled.
+EOF
+  echo
   scen_title() {
     case $1 in
       a) echo "(a) segment sweep, strategy segmented" ;;
@@ -238,5 +259,5 @@ EOF
 } >"$res/REPORT.md"
 
 # The ratios on the terminal too.
-sed -n '/^## SPEC §9 ratios/,/^Ratios are printed/p' "$res/REPORT.md" | grep '^|' | tail -n +3 \
+grep '^|' <<<"$ratios" | tail -n +3 \
   | awk -F'|' '{ gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3); gsub(/^ +| +$/, "", $5); printf "  %-50s %-40s %s\n", $2, $3, $5 }' >&2

@@ -232,7 +232,12 @@ run_case() {
   for kv in "$@"; do o[${kv%%=*}]=${kv#*=}; done
   local id=${o[id]}
   local raw=$res/raw/$id
-  log "run $id: ${o[label]}"
+  if [ "$planning" = 1 ]; then # the planning pass only counts the runs (progress())
+    planned=$((planned + 1)) last_disturbed=0
+    return 0
+  fi
+  runs_started=$((runs_started + 1))
+  log "run $id [$(progress "${o[scen]}" "${o[warmup]}")]: ${o[label]}"
 
   if [ "${o[kind]}" = inventoryd ]; then
     start_servers inventoryd "${o[n]}" "${o[threads]}" --strategy "${o[strategy]}" --hold-ms "${o[hold]}"
@@ -445,6 +450,28 @@ value_of() {
     $1 == id { print $c[col]; exit }' "$tsv"
 }
 
+# Progress: the scenarios are first walked with planning=1 (run_case only counts), so each run's
+# log line can say which run of how many it is, its scenario and about how long is left: until
+# two runs are done, per run warm-up + window + 6 s of set-up and checks; then the average so far.
+planning=0 planned=0 runs_started=0 progress_t0=$SECONDS
+last_units=${last_units:-0} last_created=${last_created:-0} last_unanswered=${last_unanswered:-0} last_sku=${last_sku:-}
+scen_name() {
+  case $1 in
+    a) echo "a: segment sweep" ;; b) echo "b: strategies" ;; c) echo "c: sell-out + 409 flood" ;;
+    d) echo "d: mixed" ;; e) echo "e: ceilings" ;; f) echo "f: RSS" ;; m) echo "m: MONITOR" ;;
+    p) echo "p: profile" ;; *) echo "$1" ;;
+  esac
+}
+# progress SCENARIO WARMUP_S: "3/12, scenario a: segment sweep, about 1m20s left".
+progress() {
+  local done=$((runs_started - 1)) left per
+  if [ "$done" -ge 2 ]; then per=$(((SECONDS - progress_t0) / done)); else per=$((${2:-$warmup} + window + 6)); fi
+  left=$(((planned - done) * per))
+  [ "$left" -ge 0 ] || left=0
+  printf '%d/%d, scenario %s, about %dm%02ds left' "$runs_started" "$planned" "$(scen_name "$1")" \
+    $((left / 60)) $((left % 60))
+}
+
 # measure key=value...: run_case, repeated (LT_RETRIES) while another process disturbed it.
 measure() {
   local attempt
@@ -464,6 +491,7 @@ start_redis
 log "redis on $redis_port, instance ports ${inst_ports[*]}, window ${window}s, $conns connections, $wrk_threads wrk threads"
 threads_for() { [ "$1" = 0 ] && echo "$threads_h0" || echo "$threads_h2"; }
 
+scenarios() {
 if has a; then
   for h in $holds; do
     for s in $sweep; do
@@ -522,6 +550,12 @@ if has m; then
       hold=2 threads="$threads_h2" monitor=1
   fi
 fi
+}
+planning=1; scenarios; planning=0
+[ "$profile" != 0 ] && planned=$((planned + 2))
+log "$planned runs planned (scenarios $scenarios)"
+progress_t0=$SECONDS
+scenarios
 if [ "$profile" != 0 ]; then
   if perf record -o /dev/null -- true >/dev/null 2>&1; then
     for st in segmented atomic; do

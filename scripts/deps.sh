@@ -4,6 +4,11 @@
 # Works as root or through sudo. Extra packages: DEPS_EXTRA="pkg1 pkg2" scripts/deps.sh
 # --docker adds what scripts/docker-test.sh needs: the Docker engine (docker.io), debootstrap
 # (the base images are made, not pulled) and docker-compose.
+# --e2e adds what the e2e tests need (ctest -L e2e: the OpenAPI contract, the dashboard in a
+# browser, Prometheus): chromium, prometheus (promtool), jq, man-db, Node.js and npm (npm only when
+# no npm is on PATH: a Node.js from elsewhere brings its own), then `npm ci` of the pinned
+# packages in service/tests/e2e (package-lock.json; only when node_modules is missing or older
+# than the lock file). playwright-core drives Debian's /usr/bin/chromium and downloads no browser.
 set -euo pipefail
 
 packages=(
@@ -18,12 +23,29 @@ packages=(
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
+e2e=0
 for arg in "$@"; do
   case "$arg" in
     --docker) packages+=(docker.io debootstrap docker-compose) ;;
-    *) echo "deps.sh: unknown option $arg (known: --docker)" >&2; exit 2 ;;
+    --e2e)
+      e2e=1
+      packages+=(chromium prometheus jq man-db)
+      command -v node >/dev/null 2>&1 || packages+=(nodejs)
+      command -v npm >/dev/null 2>&1 || packages+=(npm)
+      ;;
+    *) echo "deps.sh: unknown option $arg (known: --docker, --e2e)" >&2; exit 2 ;;
   esac
 done
+
+# npm ci of service/tests/e2e, when its node_modules is missing or older than the lock file.
+e2e_npm() {
+  local dir
+  dir=$(cd "$(dirname "$0")/.." && pwd)/service/tests/e2e
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "deps.sh: npm ci in $dir" >&2
+    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund >/dev/null)
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,6 +55,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
+  [ "$e2e" = 1 ] && e2e_npm
   exit 0
 fi
 
@@ -49,3 +72,5 @@ echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ "$e2e" = 1 ] && e2e_npm
+exit 0

@@ -76,3 +76,52 @@ t_done() {
   echo "$(basename "$0" .sh): $t_passed passed, $t_failed failed"
   [ "$t_failed" -eq 0 ]
 }
+
+# t_inventoryd LOG ARGS...: starts inventoryd on a free 127.0.0.1 port with ARGS, its stderr in
+# $t_dir/LOG; waits until /healthz answers. Sets $port (and t_pids gets the pid).
+t_inventoryd() {
+  local log=$1; shift
+  t_port
+  "$bin" --port "$port" --bind 127.0.0.1 "$@" 2>"$t_dir/$log" &
+  t_pids+=($!)
+  t_wait 100 curl -fsS "http://127.0.0.1:$port/healthz" || {
+    echo "inventoryd ($*) did not start:" >&2; cat "$t_dir/$log" >&2; return 1; }
+}
+
+# t_need TOOL... : every TOOL is on PATH (scripts/deps.sh installs them). Otherwise the test is
+# skipped with exit 77 (ctest's SKIP_RETURN_CODE), saying so; under CI=true it fails instead.
+t_need() {
+  local tool missing=()
+  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "${CI:-}" = true ]; then
+    echo "$(basename "$0" .sh): ${missing[*]} not installed (scripts/deps.sh installs it); CI=true: failing" >&2
+    exit 1
+  fi
+  echo "$(basename "$0" .sh): SKIPPED: ${missing[*]} not installed (scripts/deps.sh installs it)"
+  exit 77
+}
+
+# t_need_npm: the npm packages of service/tests/e2e (scripts/deps.sh runs npm ci there), as t_need.
+e2e_dir=$repo/service/tests/e2e
+t_need_npm() {
+  t_need node
+  [ -d "$e2e_dir/node_modules/ajv" ] && [ -d "$e2e_dir/node_modules/playwright-core" ] && return 0
+  if [ "${CI:-}" = true ]; then
+    echo "$(basename "$0" .sh): $e2e_dir/node_modules missing (scripts/deps.sh runs npm ci); CI=true: failing" >&2
+    exit 1
+  fi
+  echo "$(basename "$0" .sh): SKIPPED: npm packages not installed (scripts/deps.sh runs npm ci in service/tests/e2e)"
+  exit 77
+}
+
+# t_run NAME LOG CMD...: one check that runs CMD with its output in $t_dir/LOG, shown on stdout
+# when it passes and on stderr when it fails.
+t_run() {
+  local name=$1 log=$t_dir/$2; shift 2
+  if "$@" >"$log" 2>&1; then
+    cat "$log"; t_check "$name" true
+  else
+    cat "$log" >&2; t_check "$name" false
+  fi
+}

@@ -35,7 +35,8 @@ enum kind {
     K_TOKEN_FILE, /* a file holding the admin token */
     K_REDIS_FILE, /* a file holding the Redis URL */
     K_BOOL,       /* 0/1; as a flag, bare "--name" means 1 */
-    K_CIDRS       /* trusted_proxies */
+    K_CIDRS,      /* trusted_proxies */
+    K_ACCESS_LOG  /* a file path or "-" */
 };
 
 struct keydef {
@@ -117,6 +118,10 @@ static const struct keydef keys[] = {
     INT_KEY(max_connections_per_ip, "--max-connections-per-ip",
             "INVENTORY_MAX_CONNECTIONS_PER_IP", 0, 0, 1000000,
             "most concurrent HTTP connections of one client IP; 0: no limit"),
+    {{"access_log", "--access-log", "INVENTORY_ACCESS_LOG", "none",
+      "a file path (appended to) or - (stdout)",
+      "HTTP access log, one JSON object per request"},
+     K_ACCESS_LOG, 0, 0, 0},
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -155,6 +160,7 @@ static const char usage_text[] =
     "  --rate-limit-rps N         requests/s per client IP, then 429; 0 = off [0]\n"
     "  --rate-limit-burst N       burst per client IP above the rate [rate-limit-rps]\n"
     "  --max-connections-per-ip N connections per client IP; 0 = no limit [0]\n"
+    "  --access-log FILE|-        JSON access log, a line per request (- = stdout) [none]\n"
     "  --healthcheck              GET /healthz of the server this configuration describes;\n"
     "                             exit 0 when it answers 200, else 1 (container HEALTHCHECK)\n"
     "  -h, --help                 print this help and exit\n"
@@ -163,7 +169,12 @@ static const char usage_text[] =
     "Every option can also be set by the environment variable INVENTORY_<NAME> (e.g.\n"
     "INVENTORY_LOCK_LEASE_MS; the Redis URL is INVENTORY_REDIS_URL) or in the config file\n"
     "under its snake_case name (\"lock_lease_ms\"). Precedence: default < config file <\n"
-    "environment < option. An invalid value exits with status 2.\n";
+    "environment < option. An invalid value exits with status 2.\n"
+    "\n"
+    "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-opens the access log.\n"
+    "Manual: man inventoryd (docs/inventoryd.1). Documentation: docs/configuration.md,\n"
+    "docs/api.md and docs/openapi.yaml in the source tree, installed under\n"
+    "share/doc/inventoryd; GET / of a running instance is its live dashboard.\n";
 
 static const char version_text[] = "inventoryd " INVENTORYD_VERSION "\n";
 
@@ -697,6 +708,14 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
         }
         snprintf(cfg->trusted_proxies_text, sizeof(cfg->trusted_proxies_text), "%s", s);
         return 0;
+    case K_ACCESS_LOG:
+        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
+            seterr(err, errlen, "access_log: must be a file path of 1..%d bytes or - (%s %s)",
+                   CONFIG_PATH_MAX - 1, o->what, o->name);
+            return -1;
+        }
+        snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
+        return 0;
     case K_BOOL:
         break;
     case K_STRATEGY:
@@ -1079,6 +1098,7 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "rate_limit_burst", json_integer(cfg->rate_limit_burst));
     bad |= json_object_set_new(o, "max_connections_per_ip",
                                json_integer(cfg->max_connections_per_ip));
+    bad |= json_object_set_new(o, "access_log", path_or_null(cfg->access_log));
     if (bad) {
         json_decref(o);
         return -1;

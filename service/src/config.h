@@ -86,6 +86,7 @@ struct config {
                                            per client IP (more are closed at once) */
     int redis_pipeline;                 /* 0..1, default 0: 1 = one shared auto-pipelined
                                            Redis connection (lockcore's multiplexer) */
+    char access_log[CONFIG_PATH_MAX];   /* JSON access log: a path, "-" (stdout) or "" (none) */
     enum config_action action;          /* set by config_load() */
 };
 

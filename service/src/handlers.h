@@ -11,6 +11,7 @@
  *   stock.c   stock_put, stock_get, stock_delete, stock_restock
  *   order.c   order_create, order_get, order_cancel
  *   probe.c   probe_healthz, probe_readyz, probe_metrics
+ *   dashboard.c dashboard_get
  *   store.c   store_ping
  */
 #ifndef INVENTORY_HANDLERS_H
@@ -20,6 +21,9 @@
 
 #include "app.h"
 #include "request.h"
+
+/* GET /: the live dashboard (200 text/html, the page built into the binary; dashboard.h). */
+void dashboard_get(struct app *app, const struct request *req, struct response *res);
 
 /* PUT /api/v1/skus/{sku} (admin): (re)initialise a SKU. */
 void stock_put(struct app *app, const struct request *req, struct response *res);

@@ -22,8 +22,10 @@
 
 #include <microhttpd.h>
 
+#include "accesslog.h"
 #include "app.h"
 #include "http.h"
+#include "ids.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -48,7 +50,10 @@ struct req_state {
     bool answered;  /* a response was queued */
     bool close;     /* send Connection: close (the request's framing cannot be trusted) */
     bool has_client; /* client is known (an IPv4 or IPv6 peer) */
+    bool peer_trusted; /* the peer is in trusted_proxies */
     unsigned char client[PROXY_ADDR_LEN]; /* the peer, or the client a trusted proxy names */
+    char client_text[48];                 /* client as text; "" when unknown */
+    char request_id[HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id: a trusted proxy's, or made here */
     struct timespec start;
 };
 
@@ -170,8 +175,10 @@ static void find_client(struct http_server *srv, struct MHD_Connection *conn,
     const struct proxy_list *trusted = &srv->app->cfg.trusted_proxies;
     if (trusted->n == 0 || !proxy_trusted(trusted, peer)) {
         memcpy(st->client, peer, PROXY_ADDR_LEN);
+        proxy_addr_text(st->client, st->client_text, sizeof(st->client_text));
         return;
     }
+    st->peer_trusted = true;
     static _Thread_local struct xff_join xff;
     xff.len = 0;
     xff.buf[0] = '\0';
@@ -179,6 +186,37 @@ static void find_client(struct http_server *srv, struct MHD_Connection *conn,
     MHD_get_connection_values(conn, MHD_HEADER_KIND, xff_iter, &xff);
     const char *real_ip = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Real-IP");
     proxy_client(trusted, peer, xff.seen ? xff.buf : NULL, real_ip, st->client);
+    proxy_addr_text(st->client, st->client_text, sizeof(st->client_text));
+}
+
+bool http_request_id_ok(const char *id)
+{
+    if (!id)
+        return false;
+    size_t n = 0;
+    for (; id[n]; n++) {
+        char c = id[n];
+        if (n >= HTTP_REQUEST_ID_MAX ||
+            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("._:@/+=-", c)))
+            return false;
+    }
+    return n > 0;
+}
+
+/* Gives the request its id: the X-Request-Id a trusted proxy sent, when it is well-formed;
+ * otherwise 32 random hex digits. */
+static void assign_request_id(struct MHD_Connection *conn, struct req_state *st)
+{
+    if (st->peer_trusted) {
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+        if (http_request_id_ok(h)) {
+            snprintf(st->request_id, sizeof(st->request_id), "%s", h);
+            return;
+        }
+    }
+    if (ids_order_token(st->request_id, sizeof(st->request_id)) != 0)
+        snprintf(st->request_id, sizeof(st->request_id), "-");
 }
 
 static long elapsed_us(const struct timespec *start)
@@ -248,6 +286,9 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
     }
     if (res->www_authenticate)
         ok &= add_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (res->csp)
+        ok &= add_header(r, "Content-Security-Policy", res->csp);
+    ok &= add_header(r, "X-Request-Id", st->request_id);
     /* While draining, tell keep-alive clients to go elsewhere for their next request. */
     if (st->close || atomic_load(&srv->app->draining))
         ok &= add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -255,9 +296,24 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
     MHD_destroy_response(r);
     st->answered = true;
     metrics_request_end(res->status);
+    long us = elapsed_us(&st->start);
+    enum metrics_route route = router_metrics_route(url);
+    metrics_http_duration(route, (double)us / 1e6);
     if (log_enabled(CONFIG_LOG_DEBUG))
-        log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, res->status,
-                elapsed_us(&st->start));
+        log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, res->status, us);
+    if (accesslog_enabled()) {
+        struct accesslog_entry e = {
+            .request_id = st->request_id,
+            .client = st->client_text[0] ? st->client_text : NULL,
+            .method = method,
+            .path = url,
+            .route = metrics_route_label(route),
+            .status = res->status,
+            .bytes = len,
+            .seconds = (double)us / 1e6,
+        };
+        accesslog_write(&e);
+    }
     return qr;
 }
 
@@ -430,23 +486,18 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
     return true;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connection *conn,
+                                      const char *url, const char *method,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      struct req_state *st, bool first)
 {
-    (void)version;
-    struct http_server *srv = cls;
-    struct req_state *st = *req_cls;
-
-    if (!st) {
-        st = calloc(1, sizeof(*st));
-        if (!st)
-            return MHD_NO;
+    if (first) {
+        /* The first call for this request (headers complete). */
         clock_gettime(CLOCK_MONOTONIC, &st->start);
-        *req_cls = st;
         atomic_fetch_add(&srv->in_flight, 1);
         find_client(srv, conn, st);
+        assign_request_id(conn, st);
+        log_set_request_id(st->request_id);
         if (srv->limiter && !is_probe(url)) {
             int retry = rate_check(srv, st);
             if (retry > 0)
@@ -491,6 +542,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .authorization =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+        .request_id = st->request_id,
+        .client = st->client_text[0] ? st->client_text : NULL,
         .peer_loopback = st->has_client && proxy_is_loopback(st->client),
     };
     struct response res = {0};
@@ -498,6 +551,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     router_dispatch(srv->app, &req, &res);
     enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
     response_free(&res);
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    (void)version;
+    struct http_server *srv = cls;
+    struct req_state *st = *req_cls;
+    bool first = !st;
+    if (first) {
+        st = calloc(1, sizeof(*st));
+        if (!st)
+            return MHD_NO;
+        *req_cls = st;
+    }
+    /* Every log line written while this request is handled carries its id. */
+    log_set_request_id(st->request_id);
+    enum MHD_Result r = handle_request(srv, conn, url, method, upload_data, upload_data_size, st,
+                                      first);
+    log_set_request_id(NULL);
     return r;
 }
 

@@ -12,13 +12,23 @@
  * The client of a request is its peer address, or, when the peer is in cfg.trusted_proxies, the
  * client that peer names in X-Forwarded-For / X-Real-IP (proxy.h): the rate limit and the
  * loopback test of admin_allow_loopback use it; the per-IP connection cap always uses the peer.
+ *
+ * Every request gets an id: the X-Request-Id header a trusted proxy sent (when it is 1..128
+ * characters of [A-Za-z0-9._:@/+=-]), else 32 random hex digits. It is sent back in the
+ * X-Request-Id header of every response, carried by every log line written while the request
+ * is handled (log_set_request_id) and by its access-log line (accesslog.h). Each answered
+ * request is timed into inventory_http_request_duration_seconds{route}.
  */
 #ifndef INVENTORY_HTTP_H
 #define INVENTORY_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct app;
+
+/* Longest X-Request-Id taken from a trusted proxy. */
+#define HTTP_REQUEST_ID_MAX 128
 struct http_server;
 
 /* Starts listening on app->cfg.bind:app->cfg.port (an IPv4 or IPv6 literal; "::" listens
@@ -27,6 +37,9 @@ struct http_server;
  * app is borrowed and must outlive the server. Returns a new server to stop with http_stop, or
  * NULL with a one-line reason in err[0..errlen). */
 struct http_server *http_start(struct app *app, char *err, size_t errlen);
+
+/* True when id may be taken as a request id from a trusted proxy (see above). */
+bool http_request_id_ok(const char *id);
 
 /* The port the server listens on (useful after binding port 0); 0 when unknown. */
 int http_port(const struct http_server *srv);

@@ -15,6 +15,17 @@
 static atomic_int log_level = CONFIG_LOG_INFO;
 static _Atomic(FILE *) log_out = NULL; /* NULL: stderr */
 static pthread_mutex_t log_write_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local const char *log_req_id; /* borrowed; NULL: no request */
+
+void log_set_request_id(const char *id)
+{
+    log_req_id = id && *id ? id : NULL;
+}
+
+const char *log_request_id(void)
+{
+    return log_req_id;
+}
 
 void log_init(enum config_log_level level)
 {
@@ -167,16 +178,21 @@ static const char *level_name(enum config_log_level level)
     return "error";
 }
 
-/* Appends {"ts":..,"level":..,"event":.., (without the closing brace). */
-static void lb_head(struct lbuf *b, enum config_log_level level, const char *event)
+void log_timestamp(char *buf, size_t len)
 {
     struct timespec ts;
     struct tm tm;
-    char when[64];
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+}
+
+/* Appends {"ts":..,"level":..,"event":.., (without the closing brace). */
+static void lb_head(struct lbuf *b, enum config_log_level level, const char *event)
+{
+    char when[LOG_TIMESTAMP_LEN];
+    log_timestamp(when, sizeof(when));
     lb_puts(b, "{\"ts\":\"");
     lb_puts(b, when);
     lb_puts(b, "\",\"level\":\"");
@@ -185,6 +201,10 @@ static void lb_head(struct lbuf *b, enum config_log_level level, const char *eve
     if (!event)
         event = "log";
     lb_json_string(b, event, strlen(event));
+    if (log_req_id) {
+        lb_puts(b, ",\"request_id\":");
+        lb_json_string(b, log_req_id, strlen(log_req_id));
+    }
 }
 
 /* Finishes the line and writes it with one fwrite, then releases the buffer. */

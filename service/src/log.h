@@ -8,6 +8,9 @@
  * is JSON-escaped (quotes, backslashes, control characters as \uXXXX, invalid UTF-8 as U+FFFD),
  * so each line parses as JSON whatever the message holds.
  *
+ * A line written while a request is being handled on the thread (log_set_request_id) carries
+ * its id too: {"ts":..,"level":..,"event":..,"request_id":"<id>","msg":..}.
+ *
  * Thread-safe: a line is formatted in memory and written with one fwrite under a mutex, so
  * lines from different threads never interleave. A message below the configured level
  * costs one relaxed atomic load (log_enabled); guard expensive argument building with it.
@@ -27,6 +30,19 @@ void log_init(enum config_log_level level);
 /* Redirects the log to out (tests); NULL goes back to stderr. The stream is borrowed: the
  * caller keeps it open while it is in use and closes it after switching away. */
 void log_set_output(FILE *out);
+
+/* Sets the id of the request this thread is handling now (X-Request-Id): every line this thread
+ * writes until the next call carries it as "request_id". NULL or "" clears it. The string is
+ * borrowed: keep it alive until it is cleared. */
+void log_set_request_id(const char *id);
+
+/* The id set by log_set_request_id on this thread, or NULL. Borrowed. */
+const char *log_request_id(void);
+
+/* Writes the current UTC time as the logs show it, "2026-11-22T02:40:00.123Z", into buf
+ * (len >= LOG_TIMESTAMP_LEN). */
+#define LOG_TIMESTAMP_LEN 32
+void log_timestamp(char *buf, size_t len);
 
 /* Nonzero when a message at level would be written. */
 int log_enabled(enum config_log_level level);

@@ -8,8 +8,9 @@
  *
  * Exit status: 0 after --help/--version or a clean shutdown; 1 when the service cannot start
  * (app_init or listening failed); 2 for an invalid configuration (one message naming the key).
- * Signals: SIGTERM and SIGINT are blocked in every thread and taken by sigwait in main, so no
- * handler runs inside library code; SIGPIPE is ignored (a peer closing its socket is an error
+ * Signals: SIGTERM and SIGINT (drain and exit) and SIGHUP (re-open the access log, for
+ * logrotate) are blocked in every thread and taken by sigwait in main, so no handler runs
+ * inside library code; SIGPIPE is ignored (a peer closing its socket is an error
  * return, not a crash).
  */
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accesslog.h"
 #include "app.h"
 #include "config.h"
 #include "healthcheck.h"
@@ -79,6 +81,10 @@ int main(int argc, char **argv)
     if (cfg.action == CONFIG_ACTION_HEALTHCHECK)
         return healthcheck_run(&cfg, 2000);
     log_init(cfg.log_level);
+    if (accesslog_open(cfg.access_log, err, sizeof(err)) != 0) {
+        log_msg(CONFIG_LOG_ERROR, "config_error", "%s", err);
+        return 2;
+    }
     log_config(&cfg);
     log_admin_access(&cfg);
 
@@ -87,6 +93,7 @@ int main(int argc, char **argv)
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     struct sigaction ign;
     memset(&ign, 0, sizeof(ign));
@@ -96,12 +103,14 @@ int main(int argc, char **argv)
 
     if (app_init(&app, &cfg, err, sizeof(err)) != 0) {
         log_msg(CONFIG_LOG_ERROR, "startup_failed", "%s", err[0] ? err : "app_init failed");
+        accesslog_close();
         return 1;
     }
     struct http_server *srv = http_start(&app, err, sizeof(err));
     if (!srv) {
         log_msg(CONFIG_LOG_ERROR, "startup_failed", "%s", err);
         app_free(&app);
+        accesslog_close();
         return 1;
     }
     log_msg(CONFIG_LOG_INFO, "startup",
@@ -109,13 +118,25 @@ int main(int argc, char **argv)
             cfg.bind, http_port(srv), config_strategy_name(cfg.strategy), cfg.threads);
 
     int sig = 0;
-    while (sigwait(&stop, &sig) != 0)
-        ;
+    for (;;) {
+        if (sigwait(&stop, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        if (accesslog_reopen() == 0)
+            log_msg(CONFIG_LOG_INFO, "sighup", "access log re-opened");
+        else
+            log_msg(CONFIG_LOG_ERROR, "sighup",
+                    "cannot re-open the access log %s; still "
+                    "writing to the old file",
+                    cfg.access_log);
+    }
     atomic_store(&app.draining, 1);
     log_msg(CONFIG_LOG_INFO, "shutdown", "received %s; draining for up to %d ms",
             sig == SIGINT ? "SIGINT" : "SIGTERM", cfg.shutdown_grace_ms);
     http_stop(srv, cfg.shutdown_grace_ms);
     app_free(&app);
+    accesslog_close();
     log_msg(CONFIG_LOG_INFO, "stopped", "inventoryd stopped");
     return 0;
 }

@@ -3,13 +3,20 @@
  * The histogram keeps per-bucket (non-cumulative) counts and its sum in nanoseconds as
  * integers, because C11 has no atomic add on doubles; the render accumulates the buckets.
  */
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "metrics.h"
+
+#ifndef INVENTORYD_VERSION
+#define INVENTORYD_VERSION "0.0.0" /* CMake defines the real one */
+#endif
 
 #define HIST_BUCKETS 12 /* finite upper bounds; +Inf is one more slot */
 
@@ -30,10 +37,28 @@ static const char *const order_labels[METRICS_ORDER_RESULT_COUNT] = {
     [METRICS_ORDER_UNKNOWN_SKU] = "unknown_sku",
 };
 
+static const char *const route_labels[METRICS_ROUTE_COUNT] = {
+    [METRICS_ROUTE_DASHBOARD] = "/",
+    [METRICS_ROUTE_HEALTHZ] = "/healthz",
+    [METRICS_ROUTE_READYZ] = "/readyz",
+    [METRICS_ROUTE_METRICS] = "/metrics",
+    [METRICS_ROUTE_ORDERS] = "/api/v1/orders",
+    [METRICS_ROUTE_ORDER] = "/api/v1/orders/{id}",
+    [METRICS_ROUTE_SKU] = "/api/v1/skus/{sku}",
+    [METRICS_ROUTE_RESTOCK] = "/api/v1/skus/{sku}/restock",
+    [METRICS_ROUTE_OTHER] = "other",
+};
+
+/* One histogram: per-bucket (non-cumulative) counts, the last one +Inf, and the sum in ns. */
+struct hist {
+    atomic_ullong bucket[HIST_BUCKETS + 1];
+    atomic_ullong sum_ns;
+};
+
 static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
-static atomic_ullong m_hist[HIST_BUCKETS + 1];
-static atomic_ullong m_hist_sum_ns;
+static struct hist m_lock_hist;
+static struct hist m_http_hist[METRICS_ROUTE_COUNT];
 static atomic_ullong m_failovers;
 static atomic_ullong m_lock_waits;
 static atomic_ullong m_locks_lost;
@@ -64,18 +89,40 @@ void metrics_sold_out_fast(void)
     inc(&m_sold_out_fast);
 }
 
-void metrics_lock_acquire_seconds(double s)
+static void hist_observe(struct hist *h, double s)
 {
     if (!(s > 0)) /* negative and NaN */
         s = 0;
     size_t i = 0;
     while (i < HIST_BUCKETS && s > hist_bounds[i])
         i++;
-    inc(&m_hist[i]);
+    inc(&h->bucket[i]);
     /* Clamp before converting so an absurd value cannot overflow the integer sum. */
     double ns = s < 1e9 ? s * 1e9 : 1e18;
-    atomic_fetch_add_explicit(&m_hist_sum_ns, (unsigned long long)(ns + 0.5),
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, (unsigned long long)(ns + 0.5), memory_order_relaxed);
+}
+
+static void hist_reset(struct hist *h)
+{
+    for (int i = 0; i <= HIST_BUCKETS; i++)
+        atomic_store(&h->bucket[i], 0);
+    atomic_store(&h->sum_ns, 0);
+}
+
+void metrics_lock_acquire_seconds(double s)
+{
+    hist_observe(&m_lock_hist, s);
+}
+
+void metrics_http_duration(enum metrics_route r, double s)
+{
+    if ((unsigned)r < METRICS_ROUTE_COUNT)
+        hist_observe(&m_http_hist[r], s);
+}
+
+const char *metrics_route_label(enum metrics_route r)
+{
+    return (unsigned)r < METRICS_ROUTE_COUNT ? route_labels[r] : route_labels[METRICS_ROUTE_OTHER];
 }
 
 void metrics_failover(void)
@@ -147,6 +194,77 @@ static long long resident_bytes(void)
     return resident * page;
 }
 
+/* Open file descriptors (entries of /proc/self/fd less the one reading it), or -1. */
+static long long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long long n = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* The process's start as seconds since the epoch: its start in clock ticks after boot
+ * (/proc/self/stat field 22) plus the boot time (/proc/stat btime). -1 when unreadable. */
+static double start_time_seconds(void)
+{
+    static _Atomic double cached = -1;
+    double c = atomic_load(&cached);
+    if (c >= 0)
+        return c;
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and ')': fields resume after the last ')'. */
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    unsigned long long ticks = 0;
+    int field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ' && ++field == 22)
+            ticks = strtoull(p + 1, NULL, 10);
+    unsigned long long btime = 0;
+    f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "btime ", 6) == 0)
+            btime = strtoull(line + 6, NULL, 10);
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (field < 22 || btime == 0 || hz <= 0)
+        return -1;
+    c = (double)btime + (double)ticks / (double)hz;
+    atomic_store(&cached, c);
+    return c;
+}
+
+/* Renders histogram h as name{labels,le="..."} lines (labels: "" or e.g. route="/x"). */
+static void hist_render(FILE *f, const char *name, const char *labels, struct hist *h)
+{
+    const char *sep = labels[0] ? "," : "";
+    unsigned long long cum = 0;
+    for (int i = 0; i <= HIST_BUCKETS; i++) {
+        cum += get(&h->bucket[i]);
+        fprintf(f, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, labels, sep, hist_labels[i], cum);
+    }
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    fprintf(f, "%s_sum%s%s%s %.9f\n", name, open, labels, close,
+            (double)get(&h->sum_ns) / 1e9);
+    fprintf(f, "%s_count%s%s%s %llu\n", name, open, labels, close, cum);
+}
+
 static void counter(FILE *f, const char *name, const char *help, atomic_ullong *c)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, get(c));
@@ -178,14 +296,17 @@ char *metrics_render(void)
     fputs("# HELP inventory_lock_acquire_seconds Time to acquire a segment lock.\n"
           "# TYPE inventory_lock_acquire_seconds histogram\n",
           f);
-    unsigned long long cum = 0;
-    for (int i = 0; i <= HIST_BUCKETS; i++) {
-        cum += get(&m_hist[i]);
-        fprintf(f, "inventory_lock_acquire_seconds_bucket{le=\"%s\"} %llu\n", hist_labels[i],
-                cum);
+    hist_render(f, "inventory_lock_acquire_seconds", "", &m_lock_hist);
+
+    fputs("# HELP inventory_http_request_duration_seconds Time from a request's first byte to "
+          "its response being queued, by route.\n"
+          "# TYPE inventory_http_request_duration_seconds histogram\n",
+          f);
+    for (int r = 0; r < METRICS_ROUTE_COUNT; r++) {
+        char labels[96];
+        snprintf(labels, sizeof(labels), "route=\"%s\"", route_labels[r]);
+        hist_render(f, "inventory_http_request_duration_seconds", labels, &m_http_hist[r]);
     }
-    fprintf(f, "inventory_lock_acquire_seconds_sum %.9f\n", (double)get(&m_hist_sum_ns) / 1e9);
-    fprintf(f, "inventory_lock_acquire_seconds_count %llu\n", cum);
 
     counter(f, "inventory_failovers_total", "Orders moved on from one segment to another.",
             &m_failovers);
@@ -211,9 +332,37 @@ char *metrics_render(void)
     gauge(f, "inventory_critical_sections_peak",
           "Most orders inside segment critical sections at once.", metrics_cs_peak());
 
+    fprintf(f,
+            "# HELP inventory_build_info The version of inventoryd; the value is always 1.\n"
+            "# TYPE inventory_build_info gauge\n"
+            "inventory_build_info{version=\"%s\"} 1\n",
+            INVENTORYD_VERSION);
+
     long long rss = resident_bytes();
     if (rss >= 0)
         gauge(f, "process_resident_memory_bytes", "Resident memory size in bytes.", rss);
+    double start = start_time_seconds();
+    if (start >= 0)
+        fprintf(f,
+                "# HELP process_start_time_seconds Start time of the process since unix epoch "
+                "in seconds.\n# TYPE process_start_time_seconds gauge\n"
+                "process_start_time_seconds %.2f\n",
+                start);
+    long long fds = open_fds();
+    if (fds >= 0)
+        gauge(f, "process_open_fds", "Number of open file descriptors.", fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        gauge(f, "process_max_fds", "Maximum number of open file descriptors.",
+              (long long)rl.rlim_cur);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(f,
+                "# HELP process_cpu_seconds_total Total user and system CPU time spent in "
+                "seconds.\n# TYPE process_cpu_seconds_total counter\n"
+                "process_cpu_seconds_total %.6f\n",
+                (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 
     if (ferror(f)) {
         fclose(f);
@@ -231,12 +380,12 @@ void metrics_reset(void)
 {
     for (int i = 0; i < METRICS_ORDER_RESULT_COUNT; i++)
         atomic_store(&m_orders[i], 0);
-    for (int i = 0; i <= HIST_BUCKETS; i++)
-        atomic_store(&m_hist[i], 0);
+    hist_reset(&m_lock_hist);
+    for (int r = 0; r < METRICS_ROUTE_COUNT; r++)
+        hist_reset(&m_http_hist[r]);
     for (int i = 0; i < 5; i++)
         atomic_store(&m_requests[i], 0);
     atomic_store(&m_sold_out_fast, 0);
-    atomic_store(&m_hist_sum_ns, 0);
     atomic_store(&m_failovers, 0);
     atomic_store(&m_lock_waits, 0);
     atomic_store(&m_locks_lost, 0);

@@ -19,7 +19,13 @@
  *   inventory_requests_total{code="1xx".."5xx"} counter
  *   inventory_critical_sections_in_flight       gauge
  *   inventory_critical_sections_peak            gauge (highest in-flight value seen)
+ *   inventory_http_request_duration_seconds{route="/api/v1/orders"|...|"other"}
+ *                                               histogram, same buckets
+ *   inventory_build_info{version="x.y.z"}       gauge, always 1
  *   process_resident_memory_bytes               gauge, from /proc/self/statm
+ *   process_start_time_seconds                  gauge, from /proc/self/stat and /proc/stat
+ *   process_open_fds, process_max_fds           gauges, /proc/self/fd and RLIMIT_NOFILE
+ *   process_cpu_seconds_total                   counter, getrusage
  */
 #ifndef INVENTORY_METRICS_H
 #define INVENTORY_METRICS_H
@@ -35,6 +41,28 @@ enum metrics_order_result {
     METRICS_ORDER_UNKNOWN_SKU,  /* result="unknown_sku" */
     METRICS_ORDER_RESULT_COUNT  /* not a result */
 };
+
+/* The routes of the request-duration histogram (label route="..."); OTHER is every request no
+ * route matched (404s). */
+enum metrics_route {
+    METRICS_ROUTE_DASHBOARD, /* "/" */
+    METRICS_ROUTE_HEALTHZ,   /* "/healthz" */
+    METRICS_ROUTE_READYZ,    /* "/readyz" */
+    METRICS_ROUTE_METRICS,   /* "/metrics" */
+    METRICS_ROUTE_ORDERS,    /* "/api/v1/orders" */
+    METRICS_ROUTE_ORDER,     /* "/api/v1/orders/{id}" */
+    METRICS_ROUTE_SKU,       /* "/api/v1/skus/{sku}" */
+    METRICS_ROUTE_RESTOCK,   /* "/api/v1/skus/{sku}/restock" */
+    METRICS_ROUTE_OTHER,     /* "other" */
+    METRICS_ROUTE_COUNT      /* not a route */
+};
+
+/* Records one HTTP request of route r that took s seconds (negative or NaN counts as 0);
+ * out-of-range routes are ignored. */
+void metrics_http_duration(enum metrics_route r, double s);
+
+/* The label of route r ("/api/v1/skus/{sku}"), "other" for out-of-range values. Static. */
+const char *metrics_route_label(enum metrics_route r);
 
 /* Counts one finished order request by outcome. Out-of-range values are ignored. */
 void metrics_order(enum metrics_order_result r);

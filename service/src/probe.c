@@ -2,11 +2,17 @@
  * probe — the operational endpoints: liveness (/healthz), readiness (/readyz: Redis answers
  * and the instance is not draining) and the Prometheus scrape (/metrics).
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
+#include "skucache.h"
+
+/* Most SKUs /metrics reports per-SKU series for (label cardinality stays bounded). */
+#define PROBE_MAX_SKU_SERIES 200
 
 static void status_body(struct response *res, int status, const char *word, const char *reason)
 {
@@ -46,11 +52,63 @@ void probe_readyz(struct app *app, const struct request *req, struct response *r
     status_body(res, 503, "unavailable", "redis unavailable");
 }
 
+struct sku_series {
+    FILE *segments, *empty;
+};
+
+static void sku_line(const char *sku, int segments, int empty, void *arg)
+{
+    struct sku_series *s = arg;
+    fprintf(s->segments, "inventory_sku_segments{sku=\"%s\"} %d\n", sku, segments);
+    fprintf(s->empty, "inventory_sku_segments_empty{sku=\"%s\"} %d\n", sku, empty);
+}
+
+/* The per-SKU series of this instance's SKU cache: the layout's segment count and the segments
+ * seen empty within sold_out_recheck_ms, or all of them while it is cached sold out (so
+ * "segments with stock" = the difference). A NEW
+ * string, or NULL when out of memory. */
+static char *sku_series(struct app *app)
+{
+    char *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    struct sku_series s = {open_memstream(&a, &alen), open_memstream(&b, &blen)};
+    if (s.segments && s.empty) {
+        fputs("# HELP inventory_sku_segments Segments of a SKU's layout, as this instance last "
+              "read it.\n# TYPE inventory_sku_segments gauge\n",
+              s.segments);
+        fputs("# HELP inventory_sku_segments_empty Segments of a SKU this instance saw empty "
+              "within sold_out_recheck_ms.\n# TYPE inventory_sku_segments_empty gauge\n",
+              s.empty);
+        if (app->cache)
+            skucache_foreach(app->cache, PROBE_MAX_SKU_SERIES, sku_line, &s);
+    }
+    int bad = !s.segments || !s.empty;
+    if (s.segments)
+        bad |= fclose(s.segments) != 0;
+    if (s.empty)
+        bad |= fclose(s.empty) != 0;
+    char *out = bad ? NULL : malloc(alen + blen + 1);
+    if (out) {
+        memcpy(out, a, alen);
+        memcpy(out + alen, b, blen + 1);
+    }
+    free(a);
+    free(b);
+    return out;
+}
+
 void probe_metrics(struct app *app, const struct request *req, struct response *res)
 {
-    (void)app;
     (void)req;
-    char *text = metrics_render();
+    char *base = metrics_render();
+    char *skus = base ? sku_series(app) : NULL;
+    char *text = skus ? malloc(strlen(base) + strlen(skus) + 1) : NULL;
+    if (text) {
+        strcpy(text, base);
+        strcat(text, skus);
+    }
+    free(base);
+    free(skus);
     if (!text) {
         response_error(res, ERROR_INTERNAL, NULL);
         return;

@@ -32,6 +32,8 @@ struct request {
     const char *content_type;    /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
+    const char *request_id;      /* X-Request-Id of this request (never NULL from http.c) */
+    const char *client;          /* the client address as text (see peer_loopback), or NULL */
     int peer_loopback;           /* 1 when the client address (the peer, or the client a
                                     trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
 };
@@ -45,6 +47,7 @@ struct response {
     const char *allow;           /* Allow header when non-NULL (static string) */
     int retry_after;             /* Retry-After seconds when > 0 */
     int www_authenticate;        /* 1: send WWW-Authenticate: Bearer */
+    const char *csp;             /* Content-Security-Policy header when non-NULL (static) */
 };
 
 /* Sets status and a JSON body (steals the reference to body). */

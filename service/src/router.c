@@ -2,10 +2,16 @@
  * router — the static route table and the checks shared by every endpoint; see router.h.
  * Patterns are literal paths where '*' stands for one non-empty path segment.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "handlers.h"
+#include "log.h"
 #include "router.h"
+#include "sha256.h"
 #include "validate.h"
 
 #define MAX_METHODS 3
@@ -19,28 +25,36 @@ struct route_method {
 struct route {
     const char *pattern;
     const char *allow;
+    enum metrics_route metrics_route;
     struct route_method methods[MAX_METHODS]; /* unused slots have method HTTP_OTHER */
 };
 
 static const struct route routes[] = {
-    {"/healthz", "GET, HEAD", {{HTTP_GET, ROUTER_HEALTHZ, false}}},
-    {"/readyz", "GET, HEAD", {{HTTP_GET, ROUTER_READYZ, false}}},
-    {"/metrics", "GET, HEAD", {{HTTP_GET, ROUTER_METRICS, false}}},
-    {"/api/v1/orders", "POST", {{HTTP_POST, ROUTER_ORDER_CREATE, false}}},
+    {"/", "GET, HEAD", METRICS_ROUTE_DASHBOARD, {{HTTP_GET, ROUTER_DASHBOARD, false}}},
+    {"/healthz", "GET, HEAD", METRICS_ROUTE_HEALTHZ, {{HTTP_GET, ROUTER_HEALTHZ, false}}},
+    {"/readyz", "GET, HEAD", METRICS_ROUTE_READYZ, {{HTTP_GET, ROUTER_READYZ, false}}},
+    {"/metrics", "GET, HEAD", METRICS_ROUTE_METRICS, {{HTTP_GET, ROUTER_METRICS, false}}},
+    {"/api/v1/orders", "POST", METRICS_ROUTE_ORDERS, {{HTTP_POST, ROUTER_ORDER_CREATE, false}}},
     {"/api/v1/orders/*",
      "GET, HEAD, DELETE",
+     METRICS_ROUTE_ORDER,
      {{HTTP_GET, ROUTER_ORDER_GET, false}, {HTTP_DELETE, ROUTER_ORDER_CANCEL, true}}},
     {"/api/v1/skus/*",
      "GET, HEAD, PUT, DELETE",
+     METRICS_ROUTE_SKU,
      {{HTTP_GET, ROUTER_STOCK_GET, false},
       {HTTP_PUT, ROUTER_STOCK_PUT, true},
       {HTTP_DELETE, ROUTER_STOCK_DELETE, true}}},
-    {"/api/v1/skus/*/restock", "POST", {{HTTP_POST, ROUTER_STOCK_RESTOCK, true}}},
+    {"/api/v1/skus/*/restock",
+     "POST",
+     METRICS_ROUTE_RESTOCK,
+     {{HTTP_POST, ROUTER_STOCK_RESTOCK, true}}},
 };
 
 typedef void (*handler_fn)(struct app *, const struct request *, struct response *);
 
 static const handler_fn handlers[] = {
+    [ROUTER_DASHBOARD] = dashboard_get,
     [ROUTER_HEALTHZ] = probe_healthz,       [ROUTER_READYZ] = probe_readyz,
     [ROUTER_METRICS] = probe_metrics,       [ROUTER_STOCK_PUT] = stock_put,
     [ROUTER_STOCK_GET] = stock_get,         [ROUTER_STOCK_DELETE] = stock_delete,
@@ -73,6 +87,7 @@ enum router_outcome router_match(enum http_method method, const char *path,
 {
     memset(out, 0, sizeof(*out));
     out->outcome = ROUTER_NOT_FOUND;
+    out->metrics_route = METRICS_ROUTE_OTHER;
     if (!path)
         return out->outcome;
     if (method == HTTP_HEAD)
@@ -84,6 +99,7 @@ enum router_outcome router_match(enum http_method method, const char *path,
         if (!match_pattern(r->pattern, path, &param, &plen))
             continue;
         out->allow = r->allow;
+        out->metrics_route = r->metrics_route;
         out->param = param;
         out->param_len = plen;
         out->outcome = ROUTER_METHOD_NOT_ALLOWED;
@@ -120,16 +136,11 @@ static bool is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
-bool router_admin_ok(const struct config *cfg, const struct request *req)
+/* The token after "Bearer " in an Authorization header (*len bytes), or NULL. */
+static const char *bearer_token(const char *h, size_t *len)
 {
-    size_t toklen = strnlen(cfg->admin_token, sizeof(cfg->admin_token));
-    /* No token: closed, unless a developer opened them to this machine explicitly. */
-    if (toklen == 0)
-        return cfg->admin_allow_loopback && req->peer_loopback != 0;
-
-    const char *h = req->authorization;
     if (!h)
-        return false;
+        return NULL;
     while (is_ows(*h))
         h++;
     static const char scheme[] = "bearer";
@@ -138,19 +149,88 @@ bool router_admin_ok(const struct config *cfg, const struct request *req)
         if (c >= 'A' && c <= 'Z')
             c = (char)(c - 'A' + 'a');
         if (c != scheme[i])
-            return false; /* also at the end of h */
+            return NULL; /* also at the end of h */
     }
     h += sizeof(scheme) - 1;
     if (!is_ows(*h))
-        return false;
+        return NULL;
     while (is_ows(*h))
         h++;
-    size_t len = strlen(h);
-    while (len > 0 && is_ows(h[len - 1]))
-        len--;
-    if (len == 0)
+    size_t n = strlen(h);
+    while (n > 0 && is_ows(h[n - 1]))
+        n--;
+    *len = n;
+    return n > 0 ? h : NULL;
+}
+
+bool router_admin_ok(const struct config *cfg, const struct request *req)
+{
+    size_t toklen = strnlen(cfg->admin_token, sizeof(cfg->admin_token));
+    /* No token: closed, unless a developer opened them to this machine explicitly. */
+    if (toklen == 0)
+        return cfg->admin_allow_loopback && req->peer_loopback != 0;
+
+    size_t len = 0;
+    const char *h = bearer_token(req->authorization, &len);
+    if (!h)
         return false;
     return router_token_equal(h, len, cfg->admin_token, toklen);
+}
+
+enum metrics_route router_metrics_route(const char *path)
+{
+    struct router_route route;
+    router_match(HTTP_GET, path, &route);
+    return route.metrics_route;
+}
+
+static const char *audit_action(enum router_endpoint e)
+{
+    switch (e) {
+    case ROUTER_STOCK_PUT:
+        return "sku_put";
+    case ROUTER_STOCK_DELETE:
+        return "sku_delete";
+    case ROUTER_STOCK_RESTOCK:
+        return "sku_restock";
+    case ROUTER_ORDER_CANCEL:
+        return "order_cancel";
+    default:
+        return "admin";
+    }
+}
+
+/* Writes the audit line of an admin request (router.h). */
+static void audit(const struct app *app, const struct request *req,
+                  const struct router_route *route, const struct response *res, bool allowed)
+{
+    enum config_log_level level = res->status == 401 ? CONFIG_LOG_WARN : CONFIG_LOG_INFO;
+    if (!log_enabled(level))
+        return;
+    char target[129];
+    size_t n = req->param_len < sizeof(target) - 1 ? req->param_len : sizeof(target) - 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = req->param[i];
+        target[i] = c >= 0x21 && c < 0x7f ? c : '?';
+    }
+    target[n] = '\0';
+    size_t toklen = 0;
+    const char *tok = bearer_token(req->authorization, &toklen);
+    char fp[9] = "";
+    if (tok)
+        sha256_hex_prefix(tok, toklen, fp, 8);
+    const char *auth = !allowed ? "refused" : app->cfg.admin_token[0] ? "token" : "loopback";
+    const char *error = json_string_value(json_object_get(res->body, "error"));
+    bool order = route->endpoint == ROUTER_ORDER_CANCEL;
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?, s:s?}", "action",
+                          audit_action(route->endpoint), order ? "order_id" : "sku", target,
+                          "status", res->status, "result", error ? error : "ok", "auth", auth,
+                          "token_fingerprint", tok ? fp : NULL, "client", req->client);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (text)
+        log_json(level, "audit", "audit", text);
+    free(text);
+    json_decref(o);
 }
 
 bool router_media_ok(const struct request *req)
@@ -174,16 +254,17 @@ void router_dispatch(struct app *app, struct request *req, struct response *res)
     }
     req->param = route.param;
     req->param_len = route.param_len;
-    if (route.admin && !router_admin_ok(&app->cfg, req)) {
+    bool allowed = !route.admin || router_admin_ok(&app->cfg, req);
+    if (!allowed) {
         response_error(res, ERROR_UNAUTHORIZED, "admin authorization required");
-        return;
-    }
-    if (!router_media_ok(req)) {
+    } else if (!router_media_ok(req)) {
         response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE,
                        "Content-Type must be application/json");
-        return;
+    } else {
+        handlers[route.endpoint](app, req, res);
+        if (res->status == 0)
+            response_error(res, ERROR_INTERNAL, NULL);
     }
-    handlers[route.endpoint](app, req, res);
-    if (res->status == 0)
-        response_error(res, ERROR_INTERNAL, NULL);
+    if (route.admin)
+        audit(app, req, &route, res, allowed);
 }

@@ -16,11 +16,13 @@
 #include <stddef.h>
 
 #include "app.h"
+#include "metrics.h"
 #include "request.h"
 
 /* The endpoints, one per route-table entry. */
 enum router_endpoint {
     ROUTER_NONE = 0,
+    ROUTER_DASHBOARD,     /* GET  / (the live dashboard, HTML) */
     ROUTER_HEALTHZ,       /* GET  /healthz */
     ROUTER_READYZ,        /* GET  /readyz */
     ROUTER_METRICS,       /* GET  /metrics */
@@ -47,6 +49,8 @@ struct router_route {
                                       (static); NULL when ROUTER_NOT_FOUND */
     const char *param;             /* the {sku}/{id} segment inside path, or NULL */
     size_t param_len;
+    enum metrics_route metrics_route; /* the route's label in the request-duration histogram
+                                         (METRICS_ROUTE_OTHER when ROUTER_NOT_FOUND) */
 };
 
 /* Looks up path (without query string, NUL-terminated) and method in the route table and fills
@@ -71,8 +75,15 @@ bool router_admin_ok(const struct config *cfg, const struct request *req);
  * (validate_content_type: application/json, any case, parameters allowed, charset utf-8). */
 bool router_media_ok(const struct request *req);
 
+/* The request-duration histogram's route of path (METRICS_ROUTE_OTHER when no route has it). */
+enum metrics_route router_metrics_route(const char *path);
+
 /* Handles one request: matches the route (sets req->param/param_len), answers 404/405/401/415
- * itself, otherwise calls the endpoint's handler (handlers.h). On return res->status is set. */
+ * itself, otherwise calls the endpoint's handler (handlers.h). On return res->status is set.
+ * Every request to an admin endpoint (PUT/DELETE of a SKU, restock, cancel), allowed or not, is
+ * written to the log as an "audit" line (info; warn when refused with 401): the action, its
+ * SKU or order id, the status and error code, the client, how it was authorised and the
+ * presented token's fingerprint (the first 8 hex digits of its SHA-256; never the token). */
 void router_dispatch(struct app *app, struct request *req, struct response *res);
 
 #endif

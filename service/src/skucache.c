@@ -183,3 +183,22 @@ void skucache_forget(struct skucache *c, const char *sku)
     }
     pthread_mutex_unlock(&c->mu);
 }
+
+int skucache_foreach(struct skucache *c, int max,
+                     void (*fn)(const char *sku, int segments, int empty, void *arg), void *arg)
+{
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    int64_t now = now_ms();
+    for (int b = 0; b < BUCKETS && n < max; b++) {
+        for (const struct entry *e = c->bucket[b]; e && n < max; e = e->next) {
+            if (e->version == 0)
+                continue;
+            int fresh = now - e->empty_since_ms < c->recheck_ms;
+            fn(e->sku, e->segments, fresh || e->nempty == e->segments ? e->nempty : 0, arg);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}

@@ -48,6 +48,12 @@ void skucache_set_held(struct skucache *c, const char *sku, int k, int held);
 /* Forgets everything about sku (DELETE, restock, cancel on this instance). */
 void skucache_forget(struct skucache *c, const char *sku);
 
+/* Calls fn(sku, segments, empty, arg) for at most max SKUs of known layout (in no particular
+ * order), empty being the segments seen empty within recheck_ms; returns how many were visited.
+ * fn runs under the cache's lock: it must not call back into the cache. For /metrics. */
+int skucache_foreach(struct skucache *c, int max,
+                     void (*fn)(const char *sku, int segments, int empty, void *arg), void *arg);
+
 /* Bit helpers for sku_view.empty. */
 static inline int skucache_is_empty(const struct sku_view *v, int k)
 {

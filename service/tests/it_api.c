@@ -571,7 +571,8 @@ static void test_invalid_requests_change_nothing(void **state)
 static void test_not_found(void **state)
 {
     (void)state;
-    const char *paths[] = {"/",
+    const char *paths[] = {"//",
+                           "/index.html",
                            "/nope",
                            "/api/v1/skus",
                            "/api/v1/skus/",

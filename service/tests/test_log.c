@@ -203,6 +203,50 @@ static void test_log_json_embeds(void **state)
     json_decref(o);
 }
 
+/* A request id set on this thread goes into every line (msg and JSON lines, escaped) until it
+ * is cleared; another thread's lines do not carry it. */
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    log_msg(CONFIG_LOG_INFO, "other", "from another thread");
+    return NULL;
+}
+
+static void test_request_id(void **state)
+{
+    (void)state;
+    log_set_request_id("req-\"1\"");
+    assert_string_equal(log_request_id(), "req-\"1\"");
+    log_msg(CONFIG_LOG_INFO, "a", "first");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread, NULL), 0);
+    pthread_join(t, NULL);
+    log_json(CONFIG_LOG_INFO, "b", "data", "{\"x\":1}");
+    log_set_request_id(NULL);
+    assert_null(log_request_id());
+    log_msg(CONFIG_LOG_INFO, "c", "after");
+    log_set_request_id("");
+    assert_null(log_request_id());
+
+    const char *text = captured();
+    assert_int_equal(count_lines(text), 4);
+    const char *line = text;
+    const char *want[] = {"req-\"1\"", NULL, "req-\"1\"", NULL};
+    for (int i = 0; i < 4; i++) {
+        const char *nl = strchr(line, '\n');
+        json_error_t je;
+        json_t *o = json_loadb(line, (size_t)(nl - line), 0, &je);
+        assert_non_null(o);
+        const char *id = json_string_value(json_object_get(o, "request_id"));
+        if (want[i])
+            assert_string_equal(id, want[i]);
+        else
+            assert_null(json_object_get(o, "request_id"));
+        json_decref(o);
+        line = nl + 1;
+    }
+}
+
 #define THREADS 4
 #define LINES_PER_THREAD 300
 
@@ -248,6 +292,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_null_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_json_embeds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_do_not_interleave, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_request_id, setup, teardown),
     };
     return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }

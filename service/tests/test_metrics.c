@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <pthread.h>
@@ -99,6 +100,12 @@ static void test_format(void **state)
         "inventory_critical_sections_in_flight gauge",
         "inventory_critical_sections_peak gauge",
         "process_resident_memory_bytes gauge",
+        "inventory_http_request_duration_seconds histogram",
+        "inventory_build_info gauge",
+        "process_start_time_seconds gauge",
+        "process_open_fds gauge",
+        "process_max_fds gauge",
+        "process_cpu_seconds_total counter",
     };
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
         char type[128], help[128];
@@ -269,6 +276,51 @@ static void test_reset(void **state)
     free(doc);
 }
 
+/* The request-duration histogram: one set of buckets per route, each cumulative, its _count
+ * the number of requests of that route; process_start_time_seconds is a time of this run. */
+static void test_http_duration(void **state)
+{
+    (void)state;
+    metrics_http_duration(METRICS_ROUTE_ORDERS, 0.0002);
+    metrics_http_duration(METRICS_ROUTE_ORDERS, 0.003);
+    metrics_http_duration(METRICS_ROUTE_ORDERS, 7.0);
+    metrics_http_duration(METRICS_ROUTE_SKU, 0.02);
+    metrics_http_duration(METRICS_ROUTE_COUNT, 1.0); /* ignored */
+    char *doc = metrics_render();
+    assert_non_null(doc);
+    const char *o = "inventory_http_request_duration_seconds_bucket{route=\"/api/v1/orders\",";
+    char series[160];
+    snprintf(series, sizeof(series), "%sle=\"0.0005\"}", o);
+    assert_int_equal((int)sample(doc, series), 1);
+    snprintf(series, sizeof(series), "%sle=\"0.005\"}", o);
+    assert_int_equal((int)sample(doc, series), 2);
+    snprintf(series, sizeof(series), "%sle=\"+Inf\"}", o);
+    assert_int_equal((int)sample(doc, series), 3);
+    assert_int_equal(
+        (int)sample(doc, "inventory_http_request_duration_seconds_count{route=\"/api/v1/orders\"}"),
+        3);
+    assert_int_equal(
+        (int)sample(doc,
+                    "inventory_http_request_duration_seconds_count{route=\"/api/v1/skus/{sku}\"}"),
+        1);
+    assert_int_equal(
+        (int)sample(doc, "inventory_http_request_duration_seconds_count{route=\"other\"}"), 0);
+    assert_string_equal(metrics_route_label(METRICS_ROUTE_RESTOCK), "/api/v1/skus/{sku}/restock");
+    assert_string_equal(metrics_route_label(METRICS_ROUTE_COUNT), "other");
+    assert_int_equal((int)sample(doc, "inventory_build_info{version=\"" INVENTORYD_VERSION "\"}"),
+                     1);
+    double start = sample(doc, "process_start_time_seconds");
+    assert_true(start > 1.6e9 && start <= (double)time(NULL) + 1);
+    assert_true(sample(doc, "process_open_fds") >= 3);
+    free(doc);
+    metrics_reset();
+    doc = metrics_render();
+    assert_int_equal(
+        (int)sample(doc, "inventory_http_request_duration_seconds_count{route=\"/api/v1/orders\"}"),
+        0);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +331,7 @@ int main(void)
         cmocka_unit_test_setup(test_peak, reset),
         cmocka_unit_test_setup(test_concurrent, reset),
         cmocka_unit_test_setup(test_reset, reset),
+        cmocka_unit_test_setup(test_http_duration, reset),
     };
     return cmocka_run_group_tests_name("metrics", tests, NULL, NULL);
 }

@@ -116,6 +116,8 @@ static void test_match_every_route(void **state)
         bool admin;
         const char *param;
     } cases[] = {
+        {HTTP_GET, "/", ROUTER_DASHBOARD, false, NULL},
+        {HTTP_HEAD, "/", ROUTER_DASHBOARD, false, NULL},
         {HTTP_GET, "/healthz", ROUTER_HEALTHZ, false, NULL},
         {HTTP_HEAD, "/healthz", ROUTER_HEALTHZ, false, NULL},
         {HTTP_GET, "/readyz", ROUTER_READYZ, false, NULL},
@@ -163,7 +165,8 @@ static void test_match_not_found(void **state)
     (void)state;
     static const char *const paths[] = {
         "",
-        "/",
+        "//",
+        "/index.html",
         "/healthz/",
         "/healthzz",
         "/Healthz",
