@@ -238,6 +238,7 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
         if (!opts->read_keys[i])
             return lc_fail(LC_EINVAL, "acquire: read key %d is NULL", i);
     pthread_mutex_lock(&lock->mu);
+    lock->last_wake = LC_WAKE_NONE;
     int64_t deadline = lc_now_ms() + opts->wait_ms;
     int64_t pttl = 0;
     lc_status st = acquire_once(lock, opts, &pttl, values);
@@ -267,8 +268,9 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
             if (wait > remaining)
                 wait = remaining;
             if (sub)
-                lc_notify_wait(sub, (int)wait);
+                lock->last_wake = lc_notify_wait(sub, (int)wait) ? LC_WAKE_UNLOCK : LC_WAKE_POLL;
             else {
+                lock->last_wake = LC_WAKE_POLL;
                 struct timespec ts = {wait / 1000, (wait % 1000) * 1000000L};
                 nanosleep(&ts, NULL);
             }
@@ -280,6 +282,14 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
     lc_lock_note(lock, st);
     pthread_mutex_unlock(&lock->mu);
     return st;
+}
+
+int lc_lock_last_wake(lc_lock *lock)
+{
+    pthread_mutex_lock(&lock->mu);
+    int w = lock->last_wake;
+    pthread_mutex_unlock(&lock->mu);
+    return w;
 }
 
 lc_status lc_lock_acquire(lc_lock *lock, int wait_ms, uint64_t *fence)

@@ -124,11 +124,18 @@ struct lc_lock {
     atomic_int lost;          /* set by the watchdog */
     int64_t held_since_ms;
     void *wd_entry;           /* watchdog registry entry; guarded by the watchdog's mutex */
+    int last_wake;            /* how the last wait of the last acquire ended (enum lc_wake) */
     char errstr[128];
 };
 
 /* Records st/the thread's message into lock->errstr and returns st. */
 lc_status lc_lock_note(lc_lock *lock, lc_status st);
+
+/* How the last wait inside the handle's last acquire ended: no wait at all, woken by the unlock
+ * message, or the fallback poll's timer. Tests tell a wake-up by pub/sub from a lucky poll with
+ * it, instead of by how fast the waiter came (which a loaded machine makes slow). */
+enum lc_wake { LC_WAKE_NONE = 0, LC_WAKE_UNLOCK, LC_WAKE_POLL };
+int lc_lock_last_wake(lc_lock *lock);
 
 /* ---- watchdog (watchdog.c) ---- */
 

@@ -1,10 +1,11 @@
 /*
  * Integration tests of lock-with-deadline and the unlock listener (notify.c): the deadline is
- * kept, an unlock wakes a waiter within 50 ms (faster than any back-off poll, so it must be
- * pub/sub), an unlock racing with the waiter's subscription is not missed, a queue of waiters
+ * kept, an unlock wakes a waiter (the handle says its wait ended by the unlock message, not by
+ * the back-off poll's timer), an unlock racing with the waiter's subscription is not missed, a queue of waiters
  * hands the lock on promptly and exclusively, and force-unlock wakes waiters too.
  */
 #include "lc_test.h"
+#include "lockcore_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,8 +34,10 @@ static int flush(void **state)
     return lt_flushall(srv);
 }
 
-/* The pub/sub wake-up must beat this; the fallback poll is at least 200 ms. */
-#define WAKE_MAX_US 50000
+/* Whether a waiter was woken by the unlock message is read from the handle (lc_lock_last_wake),
+ * not guessed from how fast it came: on a loaded machine a pub/sub wake-up can take longer than
+ * the fallback poll's first period (200 ms). This bound only catches a hang. */
+#define WAKE_MAX_US 2000000
 
 /* One lc_lock_acquire on its own thread. */
 typedef struct waiter {
@@ -118,7 +121,7 @@ static void test_short_deadlines(void **state)
     lc_client_free(c);
 }
 
-/* The holder releases at a known moment; the waiter's acquire returns within 50 ms of it.
+/* The holder releases at a known moment; the waiter's acquire is woken by the unlock message.
  * Three rounds with different hold times, so a lucky poll cannot pass all of them. */
 static void test_unlock_wakes_waiter(void **state)
 {
@@ -139,6 +142,7 @@ static void test_unlock_wakes_waiter(void **state)
         assert_status(w.st, LC_OK);
         int64_t lat = w.done_us - t_rel;
         print_message("round %d: woken %lld us after the release\n", i, (long long)lat);
+        assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
         assert_between(lat, 0, WAKE_MAX_US);
         assert_ok(lc_lock_release(b));
     }
@@ -169,9 +173,12 @@ static void test_unlock_race_not_missed(void **state)
         int64_t lat = w.done_us - t_rel;
         if (lat > worst)
             worst = lat;
-        if (lat > 2 * WAKE_MAX_US)
-            fail_msg("round %d: waiter took %lld us after the release (missed wake-up?)", i,
-                     (long long)lat);
+        /* The unlock either came before the retry that follows the subscription (no wait) or
+         * woke the wait; a wait ended by the poll's timer means the unlock was missed. */
+        if (lc_lock_last_wake(b) == LC_WAKE_POLL || lat > WAKE_MAX_US)
+            fail_msg("round %d: waiter took %lld us after the release, last wait ended by %s "
+                     "(missed wake-up)",
+                     i, (long long)lat, lc_lock_last_wake(b) == LC_WAKE_POLL ? "the poll" : "?");
         assert_ok(lc_lock_release(b));
     }
     print_message("worst wake-up %lld us\n", (long long)worst);
@@ -181,7 +188,7 @@ static void test_unlock_race_not_missed(void **state)
 }
 
 /* A queue of waiters (one owner each) that hold for 30 ms: exclusive, and each hand-over
- * happens within 100 ms of the previous release. */
+ * is made by an unlock message (not a poll). */
 enum { QUEUE_N = 4, QUEUE_HOLD_MS = 30 };
 
 typedef struct queue_state {
@@ -197,6 +204,7 @@ typedef struct queue_worker {
     lc_lock *lock;
     queue_state *q;
     lc_status st;
+    int wake; /* how its acquire's last wait ended */
     pthread_t tid;
 } queue_worker;
 
@@ -208,6 +216,7 @@ static void *queue_main(void *arg)
     if (w->st != LC_OK)
         return NULL;
     int64_t acq = tu_now_us();
+    w->wake = lc_lock_last_wake(w->lock);
     if (atomic_fetch_add(&w->q->inside, 1) != 0)
         atomic_fetch_add(&w->q->overlaps, 1);
     tu_sleep_ms(QUEUE_HOLD_MS);
@@ -243,6 +252,9 @@ static void test_waiter_queue(void **state)
     for (int i = 0; i < QUEUE_N; i++) {
         pthread_join(w[i].tid, NULL);
         assert_status(w[i].st, LC_OK);
+        /* Each waited (the lock was held when it started) and was handed the lock by an unlock
+         * message, not by its poll. */
+        assert_int_equal(w[i].wake, LC_WAKE_UNLOCK);
         lc_lock_free(w[i].lock);
     }
     assert_int_equal(atomic_load(&q.overlaps), 0);
@@ -251,14 +263,14 @@ static void test_waiter_queue(void **state)
     for (int k = 1; k <= QUEUE_N; k++) {
         int64_t gap = q.acq_us[k] - q.rel_us[k - 1];
         print_message("hand-over %d: %lld us\n", k, (long long)gap);
-        assert_between(gap, 0, 2 * WAKE_MAX_US);
+        assert_between(gap, 0, WAKE_MAX_US);
     }
     pthread_mutex_destroy(&q.mu);
     lc_lock_free(a);
     lc_client_free(c);
 }
 
-/* force_unlock publishes the unlock too: a waiter gets the lock within 50 ms. */
+/* force_unlock publishes the unlock too: a waiter is woken by it. */
 static void test_force_unlock_wakes(void **state)
 {
     (void)state;
@@ -274,6 +286,7 @@ static void test_force_unlock_wakes(void **state)
     assert_ok(lc_lock_force_unlock(c, name));
     pthread_join(w.tid, NULL);
     assert_status(w.st, LC_OK);
+    assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
     assert_between(w.done_us - t_rel, 0, WAKE_MAX_US);
     char owner[64];
     assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
