@@ -2,6 +2,7 @@
  * The client: a pool of Redis connections (each used by one thread at a time, dropped after
  * any I/O error and reopened on demand), plus the lazily started watchdog and unlock listener.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,7 @@ void lc_client_free(lc_client *client)
 lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
                   const size_t *const *lens, redisReply **replies, int *sent)
 {
+    assert(lc_in_loop == 0 && "blocking lockcore call on an event-loop thread");
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
     if (sent)

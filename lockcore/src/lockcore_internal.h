@@ -29,6 +29,10 @@ void lc_token_new(char out[33]);
 /* A random integer in [0, bound) from a per-thread generator (jitter; not for secrets). */
 uint32_t lc_rand_below(uint32_t bound);
 
+/* Non-zero while this thread runs lockcore's asynchronous code from an event loop (async.c):
+ * a blocking call there would stall the loop, which debug builds assert against. */
+extern _Thread_local int lc_in_loop;
+
 /* ---- URL (url.c) ---- */
 
 typedef struct lc_url {
