@@ -39,8 +39,7 @@ static void on_lost(lc_async_lock *lock, void *arg)
 }
 
 /* Last step: the decrement ran (or not) and the lock is released in the same script. */
-static void on_decremented(lc_async_lock *lock, lc_status st, const redisReply *reply,
-                           void *arg)
+static void on_decremented(lc_async_lock *lock, lc_status st, const redisReply *reply, void *arg)
 {
     (void)lock;
     order *o = arg;
@@ -58,8 +57,8 @@ static void on_decremented(lc_async_lock *lock, lc_status st, const redisReply *
 }
 
 /* The lock is ours (or not): values holds the segment's stock read in the same script. */
-static void on_locked(lc_async_lock *lock, lc_status st, uint64_t fence,
-                      const redisReply *values, void *arg)
+static void on_locked(lc_async_lock *lock, lc_status st, uint64_t fence, const redisReply *values,
+                      void *arg)
 {
     order *o = arg;
     if (st != LC_OK) {
@@ -68,8 +67,8 @@ static void on_locked(lc_async_lock *lock, lc_status st, uint64_t fence,
         return;
     }
     const redisReply *stock = values->element[0]; /* borrowed: valid in this callback only */
-    printf("locked %s with fencing token %" PRIu64 ", stock %s\n", lc_async_lock_name(lock),
-           fence, stock->type == REDIS_REPLY_STRING ? stock->str : "(none)");
+    printf("locked %s with fencing token %" PRIu64 ", stock %s\n", lc_async_lock_name(lock), fence,
+           stock->type == REDIS_REPLY_STRING ? stock->str : "(none)");
     const char *args[1] = {"1"};
     st = lc_async_eval(lock, o->decrement, LC_EVAL_RELEASE, 1, (const char **)SEGMENT, NULL, 1,
                        args, NULL, on_decremented, o);
@@ -92,8 +91,8 @@ int main(int argc, char **argv)
     lc_lock_opts_init(&opts);
     opts.lease_ms = 5000; /* renewed every ~1.7 s on a loop timer while held */
     if ((st = lc_async_client_new(o.base, url, NULL, &client)) != LC_OK ||
-        (st = lc_async_lock_new(client, "example:sku42:seg3:lock", &opts, on_lost, NULL,
-                                &lock)) != LC_OK ||
+        (st = lc_async_lock_new(client, "example:sku42:seg3:lock", &opts, on_lost, NULL, &lock)) !=
+            LC_OK ||
         (st = lc_fenced_script_new(DECREMENT_BODY, &o.decrement)) != LC_OK ||
         (st = lc_async_lock_acquire(lock, 2000, 1, SEGMENT, NULL, on_locked, &o)) != LC_OK) {
         fprintf(stderr, "setup: %s: %s\n", lc_status_name(st), lc_errmsg());

@@ -47,12 +47,12 @@ typedef struct chan chan;
 
 typedef struct aconn {
     lc_async_client *client;
-    redisAsyncContext *ac;     /* NULL while down */
-    int sub;                   /* 1: the subscriber connection */
-    int up;                    /* connected (the connect callback said so) */
+    redisAsyncContext *ac; /* NULL while down */
+    int sub;               /* 1: the subscriber connection */
+    int up;                /* connected (the connect callback said so) */
     int backoff_ms;
-    struct event *reconnect;   /* back-off timer while down */
-    const char *why;           /* message for the commands failed by a drop we made */
+    struct event *reconnect; /* back-off timer while down */
+    const char *why;         /* message for the commands failed by a drop we made */
 } aconn;
 
 struct lc_async_client {
@@ -60,42 +60,42 @@ struct lc_async_client {
     lc_url url;
     lc_client_opts opts;
     aconn data, subc;
-    aop *ops;                  /* every operation in flight */
-    lc_async_lock *locks;      /* every live lock */
+    aop *ops;             /* every operation in flight */
+    lc_async_lock *locks; /* every live lock */
     chan *chans;
-    acmd *deferred;            /* fire-and-forget commands waiting for the data connection */
+    acmd *deferred; /* fire-and-forget commands waiting for the data connection */
     int ndeferred;
-    int depth;                 /* lc_async_enter nesting */
+    int depth; /* lc_async_enter nesting */
     int free_requested;
     int freeing;
     long wakeups;
 };
 
 struct lc_async_lock {
-    lc_async_client *client;   /* NULL once orphaned by lc_async_client_free */
+    lc_async_client *client; /* NULL once orphaned by lc_async_client_free */
     lc_hold h;
     lc_async_lost_fn on_lost;
     void *on_lost_arg;
-    aop *op;                   /* the operation in flight, or NULL */
-    struct event *renew;       /* renewal timer, made on the first hold with watchdog on */
-    acmd *renew_cmd;           /* renewal in flight */
-    int64_t renewed_ms;        /* last time Redis confirmed the lease */
+    aop *op;             /* the operation in flight, or NULL */
+    struct event *renew; /* renewal timer, made on the first hold with watchdog on */
+    acmd *renew_cmd;     /* renewal in flight */
+    int64_t renewed_ms;  /* last time Redis confirmed the lease */
     lc_async_lock *prev, *next;
 };
 
 struct acmd {
     lc_async_client *client;
-    aop *op;                   /* the operation waiting for this reply, or NULL */
-    lc_async_lock *renew_of;   /* a renewal of this lock, or NULL */
-    acmd *undo;                /* detached acquire: sent if the acquire may have run */
-    struct event *timer;       /* the command's deadline */
+    aop *op;                 /* the operation waiting for this reply, or NULL */
+    lc_async_lock *renew_of; /* a renewal of this lock, or NULL */
+    acmd *undo;              /* detached acquire: sent if the acquire may have run */
+    struct event *timer;     /* the command's deadline */
     const lc_script *script;
-    int builtin;               /* script is one of lockcore's (lives forever) */
-    int resent;                /* already sent again with EVAL after NOSCRIPT */
-    int argc;                  /* including EVALSHA and the SHA */
+    int builtin; /* script is one of lockcore's (lives forever) */
+    int resent;  /* already sent again with EVAL after NOSCRIPT */
+    int argc;    /* including EVALSHA and the SHA */
     const char **argv;
     size_t *lens;
-    acmd *next;                /* in the deferred list */
+    acmd *next; /* in the deferred list */
 };
 
 typedef enum op_kind { OP_ACQUIRE, OP_EVAL, OP_RELEASE } op_kind;
@@ -120,37 +120,37 @@ struct aop {
         lc_async_done_fn done;
     } cb;
     void *arg;
-    acmd *cmd;                 /* in flight */
-    struct event *timer;       /* deferred failure, subscription wait, fallback poll */
-    lc_status deferred_st;     /* the failure the timer delivers in OPS_ATTEMPT */
+    acmd *cmd;             /* in flight */
+    struct event *timer;   /* deferred failure, subscription wait, fallback poll */
+    lc_status deferred_st; /* the failure the timer delivers in OPS_ATTEMPT */
     /* acquire */
     int wait_ms;
     int64_t deadline_ms;
     struct event *deadline;
     int deadline_passed;
-    int attempts;              /* answered */
+    int attempts; /* answered */
     int poll, poll_max;
     lc_status last_st;
     chan *ch;
-    int woken;                 /* woken by an unlock, attempt not answered yet */
-    aop *qprev, *qnext;        /* in ch's waiters */
+    int woken;          /* woken by an unlock, attempt not answered yet */
+    aop *qprev, *qnext; /* in ch's waiters */
     int nread;
     char **read_keys;
     size_t *read_lens;
     /* eval */
     int release;
     lc_status eval_st;
-    aop *prev, *next;          /* in the client's operations */
+    aop *prev, *next; /* in the client's operations */
 };
 
 struct chan {
     char *name;
-    int refs;                  /* waiters */
-    int inflight;              /* (UN)SUBSCRIBEs sent, not yet confirmed */
-    int want;                  /* the last one sent was a SUBSCRIBE */
-    int subscribed;            /* all confirmed and the last one was a SUBSCRIBE */
-    int resync;                /* resubscribed after a reconnect: wake every sleeper once */
-    long unclaimed;            /* unlocks that found no sleeping waiter */
+    int refs;       /* waiters */
+    int inflight;   /* (UN)SUBSCRIBEs sent, not yet confirmed */
+    int want;       /* the last one sent was a SUBSCRIBE */
+    int subscribed; /* all confirmed and the last one was a SUBSCRIBE */
+    int resync;     /* resubscribed after a reconnect: wake every sleeper once */
+    long unclaimed; /* unlocks that found no sleeping waiter */
     aop *head, *tail;
     chan *next;
 };
@@ -207,8 +207,8 @@ static acmd *cmd_new(lc_async_client *client, const lc_call *call, int builtin)
     size_t bytes = 0;
     for (int i = 2; i < argc; i++)
         bytes += lens[i] + 1;
-    c = calloc(1, sizeof(*c) + sizeof(char *) * (size_t)argc + sizeof(size_t) * (size_t)argc +
-                      bytes);
+    c = calloc(1,
+               sizeof(*c) + sizeof(char *) * (size_t)argc + sizeof(size_t) * (size_t)argc + bytes);
     if (!c)
         goto out;
     c->client = client;
@@ -335,8 +335,10 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (!r) {
         aconn *conn = &client->data;
         const char *why = conn->ac == ac || !conn->why ? NULL : conn->why;
-        st = lc_fail(LC_EIO, "%s", why ? why : ac->errstr && ac->errstr[0] ? ac->errstr
-                                                                           : "redis: connection lost");
+        st = lc_fail(LC_EIO, "%s",
+                     why                           ? why
+                     : ac->errstr && ac->errstr[0] ? ac->errstr
+                                                   : "redis: connection lost");
         conn_lost(conn, ac); /* hiredis is tearing it down already */
     } else {
         client->data.backoff_ms = 0; /* Redis answers: a later drop reconnects at once */
@@ -514,8 +516,7 @@ static int sub_request(lc_async_client *client, chan *c, int subscribe)
     if (!ac || client->freeing)
         return -1;
     const char *av[2] = {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", c->name};
-    if (redisAsyncCommandArgv(ac, subscribe ? on_sub_push : NULL, client, 2, av, NULL) !=
-        REDIS_OK)
+    if (redisAsyncCommandArgv(ac, subscribe ? on_sub_push : NULL, client, 2, av, NULL) != REDIS_OK)
         return -1;
     c->inflight++;
     c->want = subscribe;
@@ -686,8 +687,7 @@ static void renew_start(lc_async_lock *l)
 static void renew_on_reply(lc_async_lock *l, lc_status st, const redisReply *r)
 {
     int64_t now = lc_now_ms();
-    int verdict = lc_renew_verdict(lc_renew_result(st, r), now, l->renewed_ms,
-                                   l->h.opts.lease_ms);
+    int verdict = lc_renew_verdict(lc_renew_result(st, r), now, l->renewed_ms, l->h.opts.lease_ms);
     if (verdict == LC_RENEW_OK) {
         l->renewed_ms = now;
         arm(l->renew, lc_renew_period_ms(l->h.opts.lease_ms));
@@ -930,9 +930,10 @@ static void acquire_on(aop *op, op_event ev, lc_status st, redisReply *r, int se
             return;
         }
         if (op->deadline_passed || op->deadline_ms - lc_now_ms() <= 0) {
-            op_finish(op, st == LC_EBUSY ? lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms",
-                                                   l->h.name, op->wait_ms)
-                                         : st,
+            op_finish(op,
+                      st == LC_EBUSY ? lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms",
+                                               l->h.name, op->wait_ms)
+                                     : st,
                       NULL);
             return;
         }
@@ -979,12 +980,13 @@ static void acquire_on(aop *op, op_event ev, lc_status st, redisReply *r, int se
     case EV_DEADLINE:
         op->deadline_passed = 1;
         if (op->state == OPS_SUBSCRIBING || op->state == OPS_SLEEPING)
-            op_finish(op, op->last_st == LC_EIO
-                              ? lc_fail(LC_EIO, "lock %s: Redis unreachable until the deadline",
-                                        l->h.name)
-                              : lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms",
-                                        l->h.name, op->wait_ms),
-                      NULL);
+            op_finish(
+                op,
+                op->last_st == LC_EIO
+                    ? lc_fail(LC_EIO, "lock %s: Redis unreachable until the deadline", l->h.name)
+                    : lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms", l->h.name,
+                              op->wait_ms),
+                NULL);
         return; /* an attempt in flight decides when answered */
     }
 }
@@ -1036,9 +1038,7 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
 static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
 {
     switch (op->kind) {
-    case OP_ACQUIRE:
-        acquire_on(op, ev, st, r, sent);
-        return;
+    case OP_ACQUIRE: acquire_on(op, ev, st, r, sent); return;
     case OP_EVAL:
         if (ev == EV_REPLY)
             eval_on(op, st, r);
@@ -1057,8 +1057,8 @@ static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
 
 /* ---- public API ---- */
 
-lc_status lc_async_client_new(struct event_base *base, const char *url,
-                              const lc_client_opts *opts, lc_async_client **out)
+lc_status lc_async_client_new(struct event_base *base, const char *url, const lc_client_opts *opts,
+                              lc_async_client **out)
 {
     if (out)
         *out = NULL;

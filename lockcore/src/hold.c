@@ -34,15 +34,8 @@ static void builtin_init(void)
             builtin[i] = NULL;
 }
 
-/* Freed at exit so leak checkers see nothing: the scripts live as long as the process. */
-__attribute__((destructor)) static void builtin_fini(void)
-{
-    for (int i = 0; i < LC_S_COUNT; i++) {
-        lc_script_free(builtin[i]);
-        builtin[i] = NULL;
-    }
-}
-
+/* Never freed: they live as long as the process (a watchdog thread still running at exit may
+ * use them), and the static pointers keep them reachable for leak checkers. */
 const lc_script *lc_builtin_script(lc_builtin which)
 {
     pthread_once(&builtin_once, builtin_init);
@@ -188,8 +181,7 @@ lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *c
     put_key(c, 0, h->name, h->name_len);
     put_key(c, 1, h->fence_key, strlen(h->fence_key));
     for (int i = 0; i < nread; i++)
-        put_key(c, 2 + i, read_keys[i],
-                read_keylens ? read_keylens[i] : strlen(read_keys[i]));
+        put_key(c, 2 + i, read_keys[i], read_keylens ? read_keylens[i] : strlen(read_keys[i]));
     snprintf(c->lease, sizeof(c->lease), "%d", h->opts.lease_ms);
     snprintf(c->held, sizeof(c->held), "%d", h->count);
     put_arg(c, 0, h->token);
@@ -235,8 +227,8 @@ lc_status lc_call_force(lc_call *c, const char *name, const char *channel)
     return LC_OK;
 }
 
-lc_status lc_eval_check(const lc_script *script, int flags, int nkeys, const char **keys,
-                        int nargs, const char **args)
+lc_status lc_eval_check(const lc_script *script, int flags, int nkeys, const char **keys, int nargs,
+                        const char **args)
 {
     if (!script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args) ||
         (flags & ~LC_EVAL_RELEASE))
@@ -349,8 +341,8 @@ lc_status lc_hold_on_release(lc_hold *h, lc_status st, const redisReply *r, int 
     return st;
 }
 
-lc_status lc_hold_on_eval(lc_hold *h, int release, lc_status st, redisReply *r,
-                          redisReply **reply, int *dropped, int *release_alone)
+lc_status lc_hold_on_eval(lc_hold *h, int release, lc_status st, redisReply *r, redisReply **reply,
+                          int *dropped, int *release_alone)
 {
     *dropped = 0;
     *release_alone = 0;

@@ -111,7 +111,7 @@ typedef struct result {
     int calls;
     lc_status st;
     uint64_t fence;
-    long long value;          /* integer reply / first read value */
+    long long value; /* integer reply / first read value */
     int64_t at_ms;
 } result;
 
@@ -314,16 +314,16 @@ static void me_on_get(lc_async_lock *l, lc_status st, const redisReply *reply, v
     snprintf(v, sizeof v, "%lld", w->seen + 1);
     const char *keys[1] = {ME_COUNTER};
     const char *args[1] = {v};
-    lc_status s = lc_async_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL,
-                                me_on_set, w);
+    lc_status s =
+        lc_async_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, me_on_set, w);
     if (s != LC_OK) {
         me_inside--;
         w->failed = s;
     }
 }
 
-static void me_on_acquired(lc_async_lock *l, lc_status st, uint64_t fence,
-                           const redisReply *values, void *arg)
+static void me_on_acquired(lc_async_lock *l, lc_status st, uint64_t fence, const redisReply *values,
+                           void *arg)
 {
     (void)fence;
     (void)values;
@@ -398,8 +398,7 @@ static void *blocking_main(void *arg)
         char s[32];
         snprintf(s, sizeof s, "%lld", v + 1);
         const char *args[1] = {s};
-        if (lc_lock_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, NULL) !=
-            LC_OK) {
+        if (lc_lock_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, NULL) != LC_OK) {
             b->failed_line = __LINE__;
             break;
         }
@@ -460,11 +459,11 @@ typedef struct herd {
     lc_async_client *client;
     lc_async_lock *lock[HERD_N];
     result r[HERD_N];
-    int holders;              /* waiters holding right now */
+    int holders; /* waiters holding right now */
     int order[HERD_N];
     int ndone;
-    int releases;             /* unlocks published so far */
-    long max_excess;          /* max over time of wakeups - releases */
+    int releases;    /* unlocks published so far */
+    long max_excess; /* max over time of wakeups - releases */
 } herd;
 
 static herd H;
@@ -509,8 +508,8 @@ static void test_unlock_wakes_one(void **state)
     assert_ok(acquire_sync(holder, 0, &hr));
     for (int i = 0; i < HERD_N; i++) {
         H.lock[i] = alock(H.client, name, 30000, 1, NULL, NULL);
-        assert_ok(lc_async_lock_acquire(H.lock[i], 60000, 0, NULL, NULL, herd_on_acquired,
-                                        &H.r[i]));
+        assert_ok(
+            lc_async_lock_acquire(H.lock[i], 60000, 0, NULL, NULL, herd_on_acquired, &H.r[i]));
     }
     assert_true(run_until(herd_asleep, NULL, 20000));
     assert_int_equal(lc_async_debug_wakeups(H.client), 0);

@@ -54,8 +54,8 @@ typedef struct lc_async_lock lc_async_lock;
  * pool and pipeline fields are not used. Starts connecting without waiting: a Redis that is
  * down is no error here; operations report it (LC_EIO). LC_OK with *out to free with
  * lc_async_client_free, else *out is NULL. */
-lc_status lc_async_client_new(struct event_base *base, const char *url,
-                              const lc_client_opts *opts, lc_async_client **out);
+lc_status lc_async_client_new(struct event_base *base, const char *url, const lc_client_opts *opts,
+                              lc_async_client **out);
 
 /* Frees the client: every operation still running on any of its locks ends with LC_ESTATE
  * (callback called from inside this call), renewals stop, both connections close. Holds still
