@@ -86,12 +86,18 @@ static void renew_batch(lc_watchdog *wd, wd_entry **batch, int n, const int *lea
     }
     int sent = 0;
     for (int i = 0; i < n; i++) {
-        char ls[16];
-        snprintf(ls, sizeof(ls), "%d", lease[i]);
-        /* The entry's lock fields (name, token) are immutable while it is registered. */
-        const char *argv[6] = {"EVALSHA", lc_script_sha(s), "1", batch[i]->lock->h.name,
-                               batch[i]->lock->h.token, ls};
-        if (redisAppendCommandArgv(wd->ctx, 6, argv, NULL) != REDIS_OK)
+        /* The hold's name and token are immutable while it is registered; the arguments are
+         * hold.c's, as for every other script. */
+        lc_call call;
+        if (lc_call_renew(&call, &batch[i]->lock->h, lease[i]) != LC_OK)
+            break;
+        const char *argv[3 + 3];
+        size_t lens[3 + 3];
+        char nk[16];
+        int argc = lc_script_argv(&call, 0, argv, lens, nk);
+        int rc = redisAppendCommandArgv(wd->ctx, argc, argv, lens);
+        lc_call_done(&call);
+        if (rc != REDIS_OK)
             break;
         sent++;
     }
