@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "async_internal.h"
+#include "slowproxy.h"
 #include "lockcore/lockcore_async.h"
 
 static rf_server *srv;
@@ -752,6 +753,61 @@ static void test_free_in_flight(void **state)
     lc_async_client_free(c);
 }
 
+/* ---- a lost acquire reply is undone ---- */
+
+typedef struct undone_arg {
+    const char *name;
+    int64_t next_check_ms;
+    int last;
+} undone_arg;
+
+/* The acquire ran (fence counter 1) and its hold is gone again (checked every 50 ms). */
+static int acquire_ran_and_undone(void *arg)
+{
+    undone_arg *u = arg;
+    if (tu_now_ms() < u->next_check_ms)
+        return u->last;
+    u->next_check_ms = tu_now_ms() + 50;
+    char fkey[128];
+    snprintf(fkey, sizeof fkey, "%s:fence", u->name);
+    u->last = lt_get_ll(srv, fkey) == 1 && rf_integer(srv, "EXISTS %s", u->name) == 0;
+    return u->last;
+}
+
+/* A try whose reply is lost (a proxy delays it past the command timeout) answers LC_EIO and
+ * counts as not taken; the acquire still runs at Redis, and lockcore's undo, sent once the
+ * client has reconnected, deletes the hold long before its 30 s lease ends. */
+static void test_lost_reply_undone(void **state)
+{
+    (void)state;
+    const char *name = "it_async:lostreply";
+    sp_proxy *p = sp_start(rf_port(srv));
+    assert_non_null(p);
+    lc_client_opts o;
+    lc_client_opts_init(&o);
+    o.command_timeout_ms = 1000;
+    lc_async_client *c = NULL;
+    assert_ok(lc_async_client_new(base, sp_url(p), &o, &c));
+    lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
+    /* Warm up: connected, script cached (a delayed EVALSHA must run, not answer NOSCRIPT). */
+    result r;
+    assert_ok(acquire_sync(a, 0, &r));
+    assert_ok(release_sync(a));
+    assert_int_equal(rf_integer(srv, "DEL %s:fence", name), 1);
+    sp_set_delay_ms(p, 2000);
+    assert_status(acquire_sync(a, 0, &r), LC_EIO);
+    assert_int_equal(lc_async_lock_held(a), 0);
+    undone_arg u = {name, 0, 0};
+    int ok = run_until(acquire_ran_and_undone, &u, 20000);
+    if (!ok)
+        fail_msg("fence %lld, exists %lld, connected %d",
+                 lt_get_ll(srv, "it_async:lostreply:fence"), rf_integer(srv, "EXISTS %s", name),
+                 lc_async_debug_connected(c));
+    lc_async_lock_free(a);
+    lc_async_client_free(c);
+    sp_stop(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -763,6 +819,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_renewal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_reply_undone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigstop, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
