@@ -2,13 +2,13 @@
  * The client: a pool of Redis connections (each used by one thread at a time, dropped after
  * any I/O error and reopened on demand), plus the lazily started watchdog and unlock listener.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include "lockcore_internal.h"
-#include "scripts.h"
 
 void lc_client_opts_init(lc_client_opts *opts)
 {
@@ -153,8 +153,11 @@ lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client *
     }
     pthread_mutex_init(&c->pool_mu, NULL);
     pthread_mutex_init(&c->lazy_mu, NULL);
-    if (lc_script_new(LC_LUA_ACQUIRE, &c->s_acquire) || lc_script_new(LC_LUA_RELEASE, &c->s_release) ||
-        lc_script_new(LC_LUA_RENEW, &c->s_renew) || lc_script_new(LC_LUA_FORCE, &c->s_force)) {
+    c->s_acquire = lc_builtin_script(LC_S_ACQUIRE);
+    c->s_release = lc_builtin_script(LC_S_RELEASE);
+    c->s_renew = lc_builtin_script(LC_S_RENEW);
+    c->s_force = lc_builtin_script(LC_S_FORCE);
+    if (!c->s_acquire || !c->s_release || !c->s_renew || !c->s_force) {
         lc_client_free(c);
         return lc_fail(LC_ENOMEM, "client: out of memory");
     }
@@ -186,10 +189,6 @@ void lc_client_free(lc_client *client)
         redisFree(c->ctx);
         free(c);
     }
-    lc_script_free(client->s_acquire);
-    lc_script_free(client->s_release);
-    lc_script_free(client->s_renew);
-    lc_script_free(client->s_force);
     pthread_mutex_destroy(&client->pool_mu);
     pthread_mutex_destroy(&client->lazy_mu);
     free(client);
@@ -198,6 +197,7 @@ void lc_client_free(lc_client *client)
 lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
                   const size_t *const *lens, redisReply **replies, int *sent)
 {
+    assert(lc_in_loop == 0 && "blocking lockcore call on an event-loop thread");
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
     if (sent)

@@ -18,11 +18,6 @@
 
 const char LC_LUA_FENCE_ACCEPT[] = LC_LUA_FENCE_ACCEPT_SRC;
 
-/* Fallback poll interval bounds while waiting: with the unlock listener the poll only covers a
- * lost message, so it is slow; without it the poll is all there is, so it starts fast. */
-enum { POLL_SUBSCRIBED_MIN_MS = 200, POLL_SUBSCRIBED_MAX_MS = 1000,
-       POLL_ALONE_MIN_MS = 10, POLL_ALONE_MAX_MS = 200 };
-
 void lc_lock_opts_init(lc_lock_opts *opts)
 {
     if (!opts)
@@ -39,17 +34,6 @@ lc_status lc_lock_note(lc_lock *lock, lc_status st)
     return st;
 }
 
-static char *concat(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
-    if (s) {
-        memcpy(s, a, la);
-        memcpy(s + la, b, lb + 1);
-    }
-    return s;
-}
-
 lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts,
                       lc_lock **out)
 {
@@ -57,33 +41,16 @@ lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *o
         *out = NULL;
     if (!client || !name || !out)
         return lc_fail(LC_EINVAL, "lock: NULL argument");
-    size_t len = strnlen(name, LC_NAME_MAX + 1);
-    if (len == 0 || len > LC_NAME_MAX)
-        return lc_fail(LC_EINVAL, "lock: name must be 1..%d bytes", LC_NAME_MAX);
-    lc_lock_opts o;
-    lc_lock_opts_init(&o);
-    if (opts)
-        o = *opts;
-    if (o.lease_ms <= 0)
-        return lc_fail(LC_EINVAL, "lock: lease_ms must be > 0, got %d", o.lease_ms);
-    if (o.max_hold_ms < 0)
-        return lc_fail(LC_EINVAL, "lock: max_hold_ms must be >= 0, got %d", o.max_hold_ms);
     lc_lock *l = calloc(1, sizeof(*l));
     if (!l)
         return lc_fail(LC_ENOMEM, "lock: out of memory");
-    l->client = client;
-    l->opts = o;
-    l->name_len = len;
-    l->name = strdup(name);
-    l->fence_key = concat(name, ":fence");
-    l->channel = concat(name, ":unlock");
-    if (!l->name || !l->fence_key || !l->channel) {
-        lc_lock_free(l);
-        return lc_fail(LC_ENOMEM, "lock: out of memory");
+    lc_status st = lc_hold_init(&l->h, name, opts);
+    if (st != LC_OK) {
+        free(l);
+        return st;
     }
+    l->client = client;
     pthread_mutex_init(&l->mu, NULL);
-    atomic_init(&l->lost, 0);
-    lc_token_new(l->token);
     *out = l;
     return LC_OK;
 }
@@ -92,8 +59,7 @@ lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *o
 static void drop_hold(lc_lock *l)
 {
     lc_watchdog_remove(l->client, l);
-    l->count = 0;
-    l->fence = 0;
+    lc_hold_drop(&l->h);
 }
 
 /* Runs the release script for a handle holding `holds` (the count before this release):
@@ -101,13 +67,12 @@ static void drop_hold(lc_lock *l)
  * reply and *sent as for lc_script_call. */
 static lc_status run_release(lc_lock *l, int holds, redisReply **r, int *sent)
 {
-    char lease[16], held[16];
-    snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
-    snprintf(held, sizeof(held), "%d", holds);
-    const char *keys[1] = {l->name};
-    const char *args[4] = {l->token, lease, l->channel, held};
-    size_t klen[1] = {l->name_len};
-    return lc_script_call(l->client, l->client->s_release, 1, keys, klen, 4, args, NULL, r, sent);
+    lc_call call;
+    lc_status st = lc_call_release(&call, &l->h, holds);
+    if (st == LC_OK)
+        st = lc_call_run(l->client, &call, r, sent);
+    lc_call_done(&call);
+    return st;
 }
 
 /* After an acquire that failed with LC_EIO once it was sent: it may have run, and nobody would
@@ -123,7 +88,7 @@ static void undo_acquire(lc_lock *l)
     char msg[256];
     snprintf(msg, sizeof(msg), "%s", lc_errmsg());
     redisReply *r = NULL;
-    run_release(l, l->count + 1, &r, NULL);
+    run_release(l, l->h.count + 1, &r, NULL);
     if (r)
         freeReplyObject(r);
     lc_fail(LC_EIO, "%s", msg);
@@ -134,95 +99,39 @@ static void undo_acquire(lc_lock *l)
 static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *pttl,
                               redisReply **values)
 {
-    enum { STACK_KEYS = 8 };
-    const char *kv[STACK_KEYS + 2];
-    size_t kl[STACK_KEYS + 2];
-    const char **keys = kv;
-    size_t *lens = kl;
-    int nkeys = 2 + o->nread;
-    if (o->nread > STACK_KEYS) {
-        keys = malloc(sizeof(*keys) * (size_t)nkeys);
-        lens = malloc(sizeof(*lens) * (size_t)nkeys);
-        if (!keys || !lens) {
-            free(keys);
-            free(lens);
-            return lc_fail(LC_ENOMEM, "acquire: out of memory");
-        }
-    }
-    keys[0] = l->name;
-    lens[0] = l->name_len;
-    keys[1] = l->fence_key;
-    lens[1] = strlen(l->fence_key);
-    for (int i = 0; i < o->nread; i++) {
-        keys[2 + i] = o->read_keys[i];
-        lens[2 + i] = o->read_keylens ? o->read_keylens[i] : strlen(o->read_keys[i]);
-    }
-    char lease[16], held[16];
-    snprintf(lease, sizeof(lease), "%d", l->opts.lease_ms);
-    snprintf(held, sizeof(held), "%d", l->count);
-    const char *args[3] = {l->token, lease, held};
+    lc_call call;
     redisReply *r = NULL;
     int sent = 0;
-    lc_status st = lc_script_call(l->client, l->client->s_acquire, nkeys, keys, lens, 3, args,
-                                  NULL, &r, &sent);
-    if (keys != kv) {
-        free(keys);
-        free(lens);
-    }
+    lc_status st = lc_call_acquire(&call, &l->h, o->nread, o->read_keys, o->read_keylens);
+    if (st == LC_OK)
+        st = lc_call_run(l->client, &call, &r, &sent);
+    lc_call_done(&call);
     if (st == LC_EIO && sent)
         undo_acquire(l);
+    lc_acquired a;
+    st = lc_hold_on_acquire(&l->h, st, r, o->nread, &a);
+    *pttl = a.pttl;
     if (st != LC_OK)
         goto out;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER) {
-        st = lc_fail(LC_EREDIS, "acquire: unexpected reply from Redis");
-        goto out;
-    }
-    if (r->element[0]->integer == 0) {
-        *pttl = r->element[1]->integer;
-        st = lc_fail(LC_EBUSY, "lock %s is held by another owner", l->name);
-        goto out;
-    }
-    if (r->elements < 3 + (size_t)o->nread) {
-        st = lc_fail(LC_EREDIS, "acquire: short reply from Redis");
-        goto out;
-    }
-    uint64_t fence = (uint64_t)r->element[1]->integer;
-    int count = (int)r->element[2]->integer;
-    if (l->count == 0 || count == 1) {
-        /* A fresh hold: this handle held nothing (the script then made a new hold even if
-         * Redis still had a forgotten one of ours), or its previous hold was lost. */
+    if (a.fresh) {
         lc_watchdog_remove(l->client, l);
-        l->fence = fence;
-        l->held_since_ms = lc_now_ms();
-        atomic_store(&l->lost, 0);
-        if (l->opts.watchdog) {
-            l->count = count;
+        lc_hold_start(&l->h, &a);
+        if (l->h.opts.watchdog) {
             st = lc_watchdog_add(l->client, l);
             if (st != LC_OK)
                 goto out; /* hold kept; its lease runs out unless released */
         }
     }
-    l->count = count;
+    l->h.count = a.count;
     if (values) {
-        /* Hand the caller only the read values: shift them to the front of the reply. */
-        for (int i = 0; i < 3; i++)
-            freeReplyObject(r->element[i]);
-        memmove(r->element, r->element + 3, sizeof(*r->element) * (r->elements - 3));
-        r->elements -= 3;
-        *values = r;
+        /* Hand the caller only the read values. */
+        *values = lc_acquire_values(r);
         r = NULL;
     }
 out:
     if (r)
         freeReplyObject(r);
     return st;
-}
-
-/* Milliseconds from base to base*2 (jitter), for the fallback poll. */
-static int jitter(int base)
-{
-    return base + (int)lc_rand_below((uint32_t)base + 1);
 }
 
 lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_t *fence,
@@ -246,10 +155,10 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
         /* Subscribe first, then retry: an unlock published after the retry failed must reach
          * us, and one published before it is seen by the retry itself. */
         int64_t left = deadline - lc_now_ms();
-        lc_sub *sub = left > 0 ? lc_notify_subscribe(lock->client, lock->channel, (int)left)
+        lc_sub *sub = left > 0 ? lc_notify_subscribe(lock->client, lock->h.channel, (int)left)
                                : NULL;
-        int poll = sub ? POLL_SUBSCRIBED_MIN_MS : POLL_ALONE_MIN_MS;
-        int poll_max = sub ? POLL_SUBSCRIBED_MAX_MS : POLL_ALONE_MAX_MS;
+        int poll = sub ? LC_POLL_SUBSCRIBED_MIN_MS : LC_POLL_ALONE_MIN_MS;
+        int poll_max = sub ? LC_POLL_SUBSCRIBED_MAX_MS : LC_POLL_ALONE_MAX_MS;
         for (;;) {
             st = acquire_once(lock, opts, &pttl, values);
             if (st != LC_EBUSY && st != LC_EIO)
@@ -257,11 +166,11 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
             int64_t remaining = deadline - lc_now_ms();
             if (remaining <= 0) {
                 if (st == LC_EBUSY)
-                    st = lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms", lock->name,
+                    st = lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms", lock->h.name,
                                  opts->wait_ms);
                 break;
             }
-            int64_t wait = jitter(poll);
+            int64_t wait = lc_jitter_ms(poll);
             poll = poll * 2 > poll_max ? poll_max : poll * 2;
             if (st == LC_EBUSY && pttl >= 0 && pttl + 1 < wait)
                 wait = pttl + 1; /* the holder's lease ends first */
@@ -278,7 +187,7 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
         lc_notify_unsubscribe(sub);
     }
     if (st == LC_OK && fence)
-        *fence = lock->fence;
+        *fence = lock->h.fence;
     lc_lock_note(lock, st);
     pthread_mutex_unlock(&lock->mu);
     return st;
@@ -303,40 +212,20 @@ lc_status lc_lock_try(lc_lock *lock, uint64_t *fence)
     return lc_lock_acquire(lock, 0, fence);
 }
 
-/* Counts one release whose outcome is unknown (LC_EIO) as done: the caller will not release
- * that hold again. If it did not run, Redis keeps one hold more than the handle until the
- * handle's next call sets the count, or (the last hold) until the lease runs out. */
-static void release_unknown(lc_lock *l)
-{
-    if (l->count == 1)
-        drop_hold(l);
-    else
-        l->count--;
-}
-
 /* Drops one hold. Called with l->mu held. */
 static lc_status release_locked(lc_lock *l)
 {
-    if (l->count == 0)
-        return lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", l->name);
-    if (l->count == 1)
+    lc_status st = lc_hold_need(&l->h);
+    if (st != LC_OK)
+        return st;
+    if (l->h.count == 1)
         lc_watchdog_remove(l->client, l); /* renewal stops before the release is sent */
     redisReply *r = NULL;
-    lc_status st = run_release(l, l->count, &r, NULL);
-    if (st == LC_OK && r->type != REDIS_REPLY_INTEGER)
-        st = lc_fail(LC_EREDIS, "release: unexpected reply from Redis");
-    if (st == LC_OK && r->integer < 0) {
-        st = lc_fail(LC_ELOST, "lock %s: lost before release (expired or taken)", l->name);
-        drop_hold(l);
-    } else if (st == LC_OK) {
-        l->count = (int)r->integer;
-        if (l->count == 0)
-            drop_hold(l);
-    } else if (st == LC_EIO) {
-        release_unknown(l);
-    } else if (l->count == 1) {
-        drop_hold(l); /* renewal has stopped: if the hold is still there, its lease runs out */
-    }
+    int dropped;
+    st = run_release(l, l->h.count, &r, NULL);
+    st = lc_hold_on_release(&l->h, st, r, &dropped);
+    if (dropped)
+        lc_watchdog_remove(l->client, l);
     if (r)
         freeReplyObject(r);
     return st;
@@ -360,13 +249,13 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
     lc_status st;
     if (lease_ms <= 0) {
         st = lc_fail(LC_EINVAL, "extend: lease_ms must be > 0");
-    } else if (lock->count == 0) {
-        st = lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", lock->name);
+    } else if (lock->h.count == 0) {
+        st = lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", lock->h.name);
     } else {
         char lease[16];
         snprintf(lease, sizeof(lease), "%d", lease_ms);
-        const char *keys[1] = {lock->name};
-        const char *args[2] = {lock->token, lease};
+        const char *keys[1] = {lock->h.name};
+        const char *args[2] = {lock->h.token, lease};
         redisReply *r = NULL;
         /* Before the extend is sent, so that no renewal with the old lease can land after it
          * (its TTL could end before the first renewal with the new lease). */
@@ -374,15 +263,15 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
         int64_t sent_ms = lc_now_ms();
         st = lc_script_run(lock->client, lock->client->s_renew, 1, keys, NULL, 2, args, NULL, &r);
         if (st == LC_OK && (r->type != REDIS_REPLY_INTEGER || r->integer != 1)) {
-            st = lc_fail(LC_ELOST, "lock %s: lost before extend", lock->name);
-            atomic_store(&lock->lost, 1);
+            st = lc_fail(LC_ELOST, "lock %s: lost before extend", lock->h.name);
+            atomic_store(&lock->h.lost, 1);
             drop_hold(lock);
         } else if (st == LC_OK) {
-            lock->opts.lease_ms = lease_ms;
+            lock->h.opts.lease_ms = lease_ms;
             lc_watchdog_renewed(lock->client, lock, sent_ms);
         } else {
             /* Outcome unknown: Redis holds the old lease or the new one; renew with the old. */
-            lc_watchdog_set_lease(lock->client, lock, lock->opts.lease_ms);
+            lc_watchdog_set_lease(lock->client, lock, lock->h.opts.lease_ms);
         }
         if (r)
             freeReplyObject(r);
@@ -396,17 +285,13 @@ void lc_lock_free(lc_lock *lock)
 {
     if (!lock)
         return;
-    if (lock->name) {
-        pthread_mutex_lock(&lock->mu);
-        while (lock->count > 0 && release_locked(lock) == LC_OK)
-            ;
-        drop_hold(lock);
-        pthread_mutex_unlock(&lock->mu);
-        pthread_mutex_destroy(&lock->mu);
-    }
-    free(lock->name);
-    free(lock->fence_key);
-    free(lock->channel);
+    pthread_mutex_lock(&lock->mu);
+    while (lock->h.count > 0 && release_locked(lock) == LC_OK)
+        ;
+    drop_hold(lock);
+    pthread_mutex_unlock(&lock->mu);
+    pthread_mutex_destroy(&lock->mu);
+    lc_hold_clear(&lock->h);
     free(lock);
 }
 
@@ -415,14 +300,14 @@ int lc_lock_held(lc_lock *lock)
     if (!lock)
         return 0;
     pthread_mutex_lock(&lock->mu);
-    int n = lock->count;
+    int n = lock->h.count;
     pthread_mutex_unlock(&lock->mu);
     return n;
 }
 
 int lc_lock_lost(lc_lock *lock)
 {
-    return lock ? atomic_load(&lock->lost) : 0;
+    return lock ? atomic_load(&lock->h.lost) : 0;
 }
 
 uint64_t lc_lock_fence(lc_lock *lock)
@@ -430,19 +315,19 @@ uint64_t lc_lock_fence(lc_lock *lock)
     if (!lock)
         return 0;
     pthread_mutex_lock(&lock->mu);
-    uint64_t f = lock->fence;
+    uint64_t f = lock->h.fence;
     pthread_mutex_unlock(&lock->mu);
     return f;
 }
 
 const char *lc_lock_name(const lc_lock *lock)
 {
-    return lock ? lock->name : "";
+    return lock ? lock->h.name : "";
 }
 
 const char *lc_lock_token(const lc_lock *lock)
 {
-    return lock ? lock->token : "";
+    return lock ? lock->h.token : "";
 }
 
 const char *lc_lock_errmsg(lc_lock *lock)
@@ -457,13 +342,17 @@ lc_status lc_lock_force_unlock(lc_client *client, const char *name)
     size_t len = strnlen(name, LC_NAME_MAX + 1);
     if (len == 0 || len > LC_NAME_MAX)
         return lc_fail(LC_EINVAL, "force unlock: name must be 1..%d bytes", LC_NAME_MAX);
-    char *channel = concat(name, ":unlock");
+    char *channel = malloc(len + sizeof(":unlock"));
     if (!channel)
         return lc_fail(LC_ENOMEM, "force unlock: out of memory");
-    const char *keys[1] = {name};
-    const char *args[1] = {channel};
+    memcpy(channel, name, len);
+    memcpy(channel + len, ":unlock", sizeof(":unlock"));
+    lc_call call;
     redisReply *r = NULL;
-    lc_status st = lc_script_run(client, client->s_force, 1, keys, NULL, 1, args, NULL, &r);
+    lc_status st = lc_call_force(&call, name, channel);
+    if (st == LC_OK)
+        st = lc_call_run(client, &call, &r, NULL);
+    lc_call_done(&call);
     if (st == LC_OK && (r->type != REDIS_REPLY_INTEGER || r->integer != 1))
         st = lc_fail(LC_ENOTHELD, "force unlock: lock %s was not held", name);
     if (r)
@@ -502,99 +391,39 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
 {
     if (reply)
         *reply = NULL;
-    if (!lock || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args) ||
-        (flags & ~LC_EVAL_RELEASE))
+    if (!lock)
         return lc_fail(LC_EINVAL, "eval: bad argument");
-    for (int i = 0; i < nkeys; i++)
-        if (!keys[i])
-            return lc_fail(LC_EINVAL, "eval: key %d is NULL", i);
-    for (int i = 0; i < nargs; i++)
-        if (!args[i])
-            return lc_fail(LC_EINVAL, "eval: arg %d is NULL", i);
-    enum { STACK = 16, GUARD_ARGS = 5 };
-    const char *kv[STACK], *av[STACK];
-    size_t kl[STACK], al[STACK];
-    const char **k = kv, **a = av;
-    size_t *klen = kl, *alen = al;
-    if (nkeys + 1 > STACK || nargs + GUARD_ARGS > STACK) {
-        k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
-        klen = malloc(sizeof(*klen) * (size_t)(nkeys + 1));
-        a = malloc(sizeof(*a) * (size_t)(nargs + GUARD_ARGS));
-        alen = malloc(sizeof(*alen) * (size_t)(nargs + GUARD_ARGS));
-        if (!k || !klen || !a || !alen) {
-            free(k);
-            free(klen);
-            free(a);
-            free(alen);
-            return lc_fail(LC_ENOMEM, "eval: out of memory");
-        }
-    }
+    lc_status st = lc_eval_check(script, flags, nkeys, keys, nargs, args);
+    if (st != LC_OK)
+        return st;
     pthread_mutex_lock(&lock->mu);
-    lc_status st;
     redisReply *r = NULL;
     int release = flags & LC_EVAL_RELEASE;
-    if (lock->count == 0) {
-        st = lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", lock->name);
+    if ((st = lc_hold_need(&lock->h)) != LC_OK)
         goto out;
-    }
-    if (release && lock->count == 1)
+    lc_call call;
+    st = lc_call_eval(&call, &lock->h, script, release, nkeys, keys, keylens, nargs, args,
+                      arglens);
+    if (st != LC_OK)
+        goto out;
+    if (release && lock->h.count == 1)
+        lc_watchdog_remove(lock->client, lock); /* renewal stops before the release is sent */
+    st = lc_call_run(lock->client, &call, &r, NULL);
+    lc_call_done(&call);
+    int dropped, release_alone;
+    st = lc_hold_on_eval(&lock->h, release, st, r, reply, &dropped, &release_alone);
+    if (dropped)
         lc_watchdog_remove(lock->client, lock);
-    char fence[24], lease[16], held[16];
-    snprintf(fence, sizeof(fence), "%" PRIu64, lock->fence);
-    snprintf(lease, sizeof(lease), "%d", lock->opts.lease_ms);
-    snprintf(held, sizeof(held), "%d", release ? lock->count : 0);
-    k[0] = lock->name;
-    klen[0] = lock->name_len;
-    for (int i = 0; i < nkeys; i++) {
-        k[1 + i] = keys[i];
-        klen[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
-    }
-    const char *guard[GUARD_ARGS] = {lock->token, fence, held, lease, lock->channel};
-    for (int i = 0; i < GUARD_ARGS; i++) {
-        a[i] = guard[i];
-        alen[i] = strlen(guard[i]);
-    }
-    for (int i = 0; i < nargs; i++) {
-        a[GUARD_ARGS + i] = args[i];
-        alen[GUARD_ARGS + i] = arglens ? arglens[i] : strlen(args[i]);
-    }
-    st = lc_script_run(lock->client, script, nkeys + 1, k, klen, nargs + GUARD_ARGS, a, alen, &r);
-    if (st == LC_OK && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER))
-        st = lc_fail(LC_EREDIS, "eval: unexpected reply (not made by lc_fenced_script_new?)");
-    if (st == LC_OK && r->element[0]->integer == 0) {
-        st = lc_fail(LC_ELOST, "lock %s: lost (fencing token %" PRIu64 " is stale)", lock->name,
-                     lock->fence);
-        atomic_store(&lock->lost, 1);
-        drop_hold(lock);
-    } else if (st == LC_OK) {
-        if (reply && r->elements > 1) {
-            *reply = r->element[1];
-            r->element[1] = NULL;
-        }
-        if (release && --lock->count == 0)
-            drop_hold(lock);
-    } else if (st == LC_EREDIS && release) {
-        /* The script failed before it released (a body error): release on its own. */
+    if (release_alone) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", lc_errmsg());
         release_locked(lock);
         lc_fail(st, "%s", msg);
-    } else if (release && st == LC_EIO) {
-        release_unknown(lock);
-    } else if (release && lock->count == 1) {
-        drop_hold(lock); /* renewal has stopped: if the hold is still there, its lease runs out */
     }
 out:
     if (r)
         freeReplyObject(r);
     lc_lock_note(lock, st);
     pthread_mutex_unlock(&lock->mu);
-    if (k != kv) {
-        free(k);
-        free(klen);
-        free(a);
-        free(alen);
-    }
     return st;
 }

@@ -3,6 +3,7 @@
  * answers NOSCRIPT (after a restart or SCRIPT FLUSH). Includes a small SHA1 so a script's
  * digest is known without a round trip.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,16 +119,41 @@ void lc_script_free(lc_script *script)
     free(script);
 }
 
-/* Runs EVALSHA (or EVAL with the source when use_source) through lc_exec. */
-static lc_status send_eval(lc_client *client, const lc_script *script, int use_source, int nkeys,
-                           const char **keys, const size_t *keylens, int nargs,
-                           const char **args, const size_t *arglens, redisReply **reply,
-                           int *sent)
+int lc_script_argv(const lc_call *call, int use_source, const char **argv, size_t *lens,
+                   char nk[16])
+{
+    const lc_script *script = call->script;
+    int nklen = snprintf(nk, 16, "%d", call->nkeys);
+    argv[0] = use_source ? "EVAL" : "EVALSHA";
+    lens[0] = use_source ? 4 : 7;
+    argv[1] = use_source ? script->source : script->sha;
+    lens[1] = use_source ? script->len : 40;
+    argv[2] = nk;
+    lens[2] = (size_t)nklen;
+    for (int i = 0; i < call->nkeys; i++) {
+        argv[3 + i] = call->keys[i];
+        lens[3 + i] = call->keylens[i];
+    }
+    for (int i = 0; i < call->nargs; i++) {
+        argv[3 + call->nkeys + i] = call->args[i];
+        lens[3 + call->nkeys + i] = call->arglens[i];
+    }
+    return 3 + call->nkeys + call->nargs;
+}
+
+int lc_is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Runs EVALSHA (or EVAL with the source when use_source) of call through lc_exec. */
+static lc_status send_eval(lc_client *client, const lc_call *call, int use_source,
+                           redisReply **reply, int *sent)
 {
     enum { STACK_ARGS = 24 };
     const char *sv[STACK_ARGS];
     size_t sl[STACK_ARGS];
-    int argc = 3 + nkeys + nargs;
+    int argc = 3 + call->nkeys + call->nargs;
     const char **argv = sv;
     size_t *lens = sl;
     if (argc > STACK_ARGS) {
@@ -140,21 +166,7 @@ static lc_status send_eval(lc_client *client, const lc_script *script, int use_s
         }
     }
     char nk[16];
-    int nklen = snprintf(nk, sizeof(nk), "%d", nkeys);
-    argv[0] = use_source ? "EVAL" : "EVALSHA";
-    lens[0] = strlen(argv[0]);
-    argv[1] = use_source ? script->source : script->sha;
-    lens[1] = use_source ? script->len : 40;
-    argv[2] = nk;
-    lens[2] = (size_t)nklen;
-    for (int i = 0; i < nkeys; i++) {
-        argv[3 + i] = keys[i];
-        lens[3 + i] = keylens ? keylens[i] : strlen(keys[i]);
-    }
-    for (int i = 0; i < nargs; i++) {
-        argv[3 + nkeys + i] = args[i];
-        lens[3 + nkeys + i] = arglens ? arglens[i] : strlen(args[i]);
-    }
+    lc_script_argv(call, use_source, argv, lens, nk);
     const char **const cmds[1] = {argv};
     const size_t *const lv[1] = {lens};
     lc_status st = lc_exec(client, 1, &argc, cmds, lv, reply, sent);
@@ -162,6 +174,28 @@ static lc_status send_eval(lc_client *client, const lc_script *script, int use_s
         free(argv);
         free(lens);
     }
+    return st;
+}
+
+lc_status lc_call_run(lc_client *client, const lc_call *call, redisReply **reply, int *sent)
+{
+    if (reply)
+        *reply = NULL;
+    if (sent)
+        *sent = 0;
+    redisReply *r = NULL;
+    lc_status st = send_eval(client, call, 0, &r, sent);
+    if (st == LC_OK && lc_is_noscript(r)) {
+        freeReplyObject(r);
+        r = NULL;
+        st = send_eval(client, call, 1, &r, sent);
+    }
+    if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
+        st = lc_fail(LC_EREDIS, "redis: %s", r->str);
+    if (reply)
+        *reply = r;
+    else if (r)
+        freeReplyObject(r);
     return st;
 }
 
@@ -188,19 +222,29 @@ lc_status lc_script_call(lc_client *client, const lc_script *script, int nkeys, 
     for (int i = 0; i < nargs; i++)
         if (!args[i])
             return lc_fail(LC_EINVAL, "script run: arg %d is NULL", i);
-    redisReply *r = NULL;
-    lc_status st =
-        send_eval(client, script, 0, nkeys, keys, keylens, nargs, args, arglens, &r, sent);
-    if (st == LC_OK && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        freeReplyObject(r);
-        r = NULL;
-        st = send_eval(client, script, 1, nkeys, keys, keylens, nargs, args, arglens, &r, sent);
+    /* Borrow the caller's arrays through a call; only missing lengths need room. */
+    lc_call call;
+    memset(&call, 0, sizeof(call));
+    call.script = script;
+    call.nkeys = nkeys;
+    call.nargs = nargs;
+    call.keys = keys;
+    call.args = args;
+    size_t *kl = NULL, *al = NULL;
+    if (!keylens && nkeys > 0 && !(kl = malloc(sizeof(*kl) * (size_t)nkeys)))
+        return lc_fail(LC_ENOMEM, "script: out of memory");
+    if (!arglens && nargs > 0 && !(al = malloc(sizeof(*al) * (size_t)nargs))) {
+        free(kl);
+        return lc_fail(LC_ENOMEM, "script: out of memory");
     }
-    if (st == LC_OK && r->type == REDIS_REPLY_ERROR)
-        st = lc_fail(LC_EREDIS, "redis: %s", r->str);
-    if (reply)
-        *reply = r;
-    else if (r)
-        freeReplyObject(r);
+    for (int i = 0; kl && i < nkeys; i++)
+        kl[i] = strlen(keys[i]);
+    for (int i = 0; al && i < nargs; i++)
+        al[i] = strlen(args[i]);
+    call.keylens = keylens ? (size_t *)keylens : kl;
+    call.arglens = arglens ? (size_t *)arglens : al;
+    lc_status st = lc_call_run(client, &call, reply, sent);
+    free(kl);
+    free(al);
     return st;
 }

@@ -41,12 +41,6 @@ struct lc_watchdog {
 
 enum { BATCH_MAX = 256 };
 
-/* Time between renewals of a lease: a third of it, so two renewals may fail before it ends. */
-static int renew_period_ms(int lease_ms)
-{
-    return lease_ms / 3 > 0 ? lease_ms / 3 : 1;
-}
-
 static void timespec_at(struct timespec *ts, int64_t at_ms)
 {
     ts->tv_sec = at_ms / 1000;
@@ -92,12 +86,18 @@ static void renew_batch(lc_watchdog *wd, wd_entry **batch, int n, const int *lea
     }
     int sent = 0;
     for (int i = 0; i < n; i++) {
-        char ls[16];
-        snprintf(ls, sizeof(ls), "%d", lease[i]);
-        /* The entry's lock fields (name, token) are immutable while it is registered. */
-        const char *argv[6] = {"EVALSHA", lc_script_sha(s), "1", batch[i]->lock->name,
-                               batch[i]->lock->token, ls};
-        if (redisAppendCommandArgv(wd->ctx, 6, argv, NULL) != REDIS_OK)
+        /* The hold's name and token are immutable while it is registered; the arguments are
+         * hold.c's, as for every other script. */
+        lc_call call;
+        if (lc_call_renew(&call, &batch[i]->lock->h, lease[i]) != LC_OK)
+            break;
+        const char *argv[3 + 3];
+        size_t lens[3 + 3];
+        char nk[16];
+        int argc = lc_script_argv(&call, 0, argv, lens, nk);
+        int rc = redisAppendCommandArgv(wd->ctx, argc, argv, lens);
+        lc_call_done(&call);
+        if (rc != REDIS_OK)
             break;
         sent++;
     }
@@ -169,16 +169,16 @@ static void *watchdog_main(void *arg)
         now = lc_now_ms();
         for (int i = 0; i < n; i++) {
             wd_entry *e = batch[i];
-            if (e->result == 1) {
+            int verdict = lc_renew_verdict(e->result, now, e->renewed_ms, e->lease_ms);
+            if (verdict == LC_RENEW_OK) {
                 e->renewed_ms = now;
-            } else if (e->result < 0 && now - e->renewed_ms < e->lease_ms) {
-                /* Unknown outcome but the last lease may still run: retry soon. */
+            } else if (verdict == LC_RENEW_RETRY) {
                 e->result = 2;
             } else {
                 e->result = 0;
-                atomic_store(&e->lock->lost, 1);
-                if (e->lock->opts.on_lost)
-                    e->lock->opts.on_lost(e->lock, e->lock->opts.on_lost_arg);
+                atomic_store(&e->lock->h.lost, 1);
+                if (e->lock->h.opts.on_lost)
+                    e->lock->h.opts.on_lost(e->lock, e->lock->h.opts.on_lost_arg);
             }
         }
         pthread_mutex_lock(&wd->mu);
@@ -189,7 +189,7 @@ static void *watchdog_main(void *arg)
                 unlink_entry(wd, e);
                 continue;
             }
-            e->next_ms = now + (e->result == 2 ? 50 : renew_period_ms(e->lease_ms));
+            e->next_ms = now + (e->result == 2 ? LC_RENEW_RETRY_MS : lc_renew_period_ms(e->lease_ms));
         }
         pthread_cond_broadcast(&wd->idle);
     }
@@ -238,10 +238,10 @@ lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
     }
     int64_t now = lc_now_ms();
     e->lock = lock;
-    e->lease_ms = lock->opts.lease_ms;
+    e->lease_ms = lock->h.opts.lease_ms;
     e->renewed_ms = now;
-    e->next_ms = now + renew_period_ms(e->lease_ms);
-    e->cap_ms = lock->opts.max_hold_ms ? lock->held_since_ms + lock->opts.max_hold_ms : 0;
+    e->next_ms = now + lc_renew_period_ms(e->lease_ms);
+    e->cap_ms = lock->h.opts.max_hold_ms ? lock->h.held_since_ms + lock->h.opts.max_hold_ms : 0;
     pthread_mutex_lock(&wd->mu);
     e->next = wd->head;
     if (wd->head)
@@ -287,7 +287,7 @@ void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
     wd_entry *e = idle_entry(wd, lock);
     if (e) {
         e->lease_ms = lease_ms;
-        e->next_ms = lc_now_ms() + renew_period_ms(lease_ms);
+        e->next_ms = lc_now_ms() + lc_renew_period_ms(lease_ms);
         pthread_cond_signal(&wd->wake);
     }
     pthread_mutex_unlock(&wd->mu);

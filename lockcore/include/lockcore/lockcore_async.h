@@ -1,0 +1,149 @@
+/*
+ * lockcore, asynchronous face: the same locks as lockcore.h, driven by a libevent loop.
+ *
+ * An lc_async_client belongs to one event loop (struct event_base) and is used only from the
+ * thread that runs that loop. It has two hiredis async connections: a data connection, on which
+ * every command of every lock of the client is pipelined (the commands issued during one loop
+ * turn leave in one write), and a subscriber connection on which waiters of busy locks listen
+ * for unlocks. No function here ever blocks; the results come to callbacks run by the loop.
+ *
+ * The lock logic is lockcore's one implementation (the scripts and hold bookkeeping of the
+ * blocking lc_lock): same keys, same owner tokens, same fencing tokens, same exact hold count;
+ * async and blocking owners of one name exclude each other.
+ *
+ * Callback contract (every lc_async_* call that takes a callback):
+ *   - The call returns LC_OK when the operation started: its callback then runs exactly once,
+ *     on the loop thread, from the loop (never from inside the starting call), with the result.
+ *   - Any other return (LC_EINVAL, LC_ENOMEM, LC_ESTATE) means nothing started and the callback
+ *     will never run.
+ *   - A redisReply handed to a callback (read values, a script's result) is borrowed: it is
+ *     freed when the callback returns (copy what you need). It may be NULL.
+ *   - Inside a callback any lc_async_* function may be called, including starting the next
+ *     operation on the same lock, lc_async_lock_free and lc_async_client_free (the client is
+ *     then freed once the loop leaves lockcore's code).
+ *   - lc_async_lock_free and lc_async_client_free call the callbacks of the operations they
+ *     cut short, from inside the free call, with LC_ESTATE: exactly once, as always.
+ *
+ * Deadlines: hiredis 0.14 has no command timeout, so every command lockcore sends carries its
+ * own timer of lc_client_opts.command_timeout_ms. A command that outlives it means Redis is not
+ * answering: the connection is dropped, every command in flight on it fails with LC_EIO (the
+ * outcome of each is unknown, as in the blocking API), and the client reconnects with a
+ * back-off. Operations issued while the data connection is down fail with LC_EIO at once
+ * (reported by the loop) or, when waiting for a lock, retry until their deadline.
+ *
+ * Handles are not thread-safe: use a client and its locks on their loop's thread only. One
+ * operation at a time per lock handle (a second one is LC_ESTATE); give independent owners
+ * their own handles.
+ */
+#ifndef LOCKCORE_LOCKCORE_ASYNC_H
+#define LOCKCORE_LOCKCORE_ASYNC_H
+
+#include "lockcore/lockcore.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+
+typedef struct lc_async_client lc_async_client;
+typedef struct lc_async_lock lc_async_lock;
+
+/* Makes a client on loop base for the Redis at url (forms as lc_client_new). opts may be NULL
+ * for the defaults; command_timeout_ms is every command's deadline, connect_timeout_ms and the
+ * pool and pipeline fields are not used. Starts connecting without waiting: a Redis that is
+ * down is no error here; operations report it (LC_EIO). LC_OK with *out to free with
+ * lc_async_client_free, else *out is NULL. */
+lc_status lc_async_client_new(struct event_base *base, const char *url, const lc_client_opts *opts,
+                              lc_async_client **out);
+
+/* Frees the client: every operation still running on any of its locks ends with LC_ESTATE
+ * (callback called from inside this call), renewals stop, both connections close. Holds still
+ * held are not released (they lapse with their lease). Locks of the client that are still
+ * alive become orphans: their calls return LC_ESTATE and they must still be freed with
+ * lc_async_lock_free. Called from inside a lockcore callback, the free is finished when the
+ * loop leaves lockcore's code. Must run on the loop's thread, before the event_base is freed.
+ * NULL-safe. */
+void lc_async_client_free(lc_async_client *client);
+
+/* Called on the loop thread when renewal found a held lock lost (deleted, expired, taken by
+ * another owner, or Redis unreachable until the last confirmed lease ran out). The lock is
+ * already marked lost (lc_async_lock_lost); its hold count is kept so that the next release or
+ * eval reports LC_ELOST. Any lc_async_* call may be made from it. */
+typedef void (*lc_async_lost_fn)(lc_async_lock *lock, void *arg);
+
+/* Makes an owner of the lock called name (as lc_lock_new: 1..LC_NAME_MAX bytes, copied; a new
+ * random owner token). opts: lease_ms, watchdog (renewal every lease/3 on a loop timer while
+ * held) and max_hold_ms as for lc_lock; opts->on_lost must be NULL (use on_lost here: the
+ * callback of the async face gets an lc_async_lock). Makes no Redis call. *out to be freed with
+ * lc_async_lock_free. */
+lc_status lc_async_lock_new(lc_async_client *client, const char *name, const lc_lock_opts *opts,
+                            lc_async_lost_fn on_lost, void *on_lost_arg, lc_async_lock **out);
+
+/* Frees the handle. An operation in flight ends with LC_ESTATE (callback from inside this
+ * call); an acquire of it that Redis runs anyway is undone when its reply comes. A hold still
+ * held is released in the background (all holds, best effort, no callback). NULL-safe. */
+void lc_async_lock_free(lc_async_lock *lock);
+
+/* Result of an acquire: st is LC_OK (taken, or re-entered: hold count + 1), LC_EBUSY (try:
+ * another owner holds it), LC_ETIMEOUT (the wait's deadline passed), LC_EIO (no answer; counts
+ * as not taken: if the acquire had been sent it is undone in the background, as for
+ * lc_lock_try), LC_EREDIS, or LC_ESTATE (freed). fence is the hold's fencing token (0 unless
+ * LC_OK). values: with LC_OK, an array reply with one element per read key (string or nil),
+ * borrowed; NULL otherwise. */
+typedef void (*lc_async_acquire_fn)(lc_async_lock *lock, lc_status st, uint64_t fence,
+                                    const redisReply *values, void *arg);
+
+/*
+ * Takes the lock, and on success reads read_keys (may be NULL when nread is 0; copied) in the
+ * same atomic script. wait_ms = 0 tries once. wait_ms > 0 waits: after a first busy answer the
+ * waiter subscribes to the lock's unlock channel (on the client's one subscriber connection),
+ * retries once its subscription is confirmed (so an unlock in between cannot be missed), then
+ * sleeps until an unlock wakes it or a jittered fallback timer fires. Each unlock message wakes
+ * one waiter of that name in this client, the oldest; the others wait for the next unlock. At
+ * the deadline a sleeping waiter ends with LC_ETIMEOUT; an attempt in flight at the deadline is
+ * answered first (LC_OK if it took the lock), so the callback comes at most one command
+ * timeout after the deadline. The timers and the subscription are gone when the callback runs.
+ */
+lc_status lc_async_lock_acquire(lc_async_lock *lock, int wait_ms, int nread,
+                                const char *const *read_keys, const size_t *read_keylens,
+                                lc_async_acquire_fn cb, void *arg);
+
+/* lc_async_lock_acquire with wait_ms = 0: one attempt, LC_OK or LC_EBUSY. */
+lc_status lc_async_lock_try(lc_async_lock *lock, int nread, const char *const *read_keys,
+                            const size_t *read_keylens, lc_async_acquire_fn cb, void *arg);
+
+/* Result of a fenced eval: as for lc_lock_eval (LC_OK, LC_ELOST, LC_ENOTHELD, LC_EREDIS,
+ * LC_EIO), or LC_ESTATE (freed). reply: the body's return value (borrowed; NULL when it
+ * returned nothing or on failure). */
+typedef void (*lc_async_eval_fn)(lc_async_lock *lock, lc_status st, const redisReply *reply,
+                                 void *arg);
+
+/* Runs script (made by lc_fenced_script_new; it must stay alive until the callback) with the
+ * fencing guard, exactly as lc_lock_eval: keys and args are copied; flags LC_EVAL_RELEASE drops
+ * one hold in the same script (renewal stops before it is sent). A lock not held answers
+ * LC_ENOTHELD through the callback. */
+lc_status lc_async_eval(lc_async_lock *lock, const lc_script *script, int flags, int nkeys,
+                        const char **keys, const size_t *keylens, int nargs, const char **args,
+                        const size_t *arglens, lc_async_eval_fn cb, void *arg);
+
+/* Result of a release: LC_OK, LC_ENOTHELD, LC_ELOST, LC_EIO (counts as done), LC_EREDIS, or
+ * LC_ESTATE (freed). */
+typedef void (*lc_async_done_fn)(lc_async_lock *lock, lc_status st, void *arg);
+
+/* Drops one hold, as lc_lock_release; renewal of the last hold stops before the release is
+ * sent. cb may be NULL (fire and forget: the hold count still follows the result). */
+lc_status lc_async_release(lc_async_lock *lock, lc_async_done_fn cb, void *arg);
+
+/* State of the handle as this process knows it (no Redis call). */
+int lc_async_lock_held(const lc_async_lock *lock);       /* hold count; 0 when not held */
+int lc_async_lock_lost(const lc_async_lock *lock);       /* 1 when renewal found it lost */
+uint64_t lc_async_lock_fence(const lc_async_lock *lock); /* 0 when not held */
+const char *lc_async_lock_name(const lc_async_lock *lock);
+const char *lc_async_lock_token(const lc_async_lock *lock);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOCKCORE_LOCKCORE_ASYNC_H */

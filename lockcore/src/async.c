@@ -1,0 +1,1357 @@
+/*
+ * The asynchronous face of lockcore (lockcore_async.h): locks driven by a libevent loop over
+ * two hiredis async connections per client, a pipelined data connection and a subscriber
+ * connection. The lock logic itself (arguments, replies, hold count, undo) is hold.c's, shared
+ * with the blocking face; this file is transport, timers and the waiting state machine.
+ *
+ * Objects and ownership:
+ *   lc_async_client  made by the user; owns both connections, the channel table, the list of
+ *                    operations in flight and the list of live locks (to orphan them at free).
+ *   lc_async_lock    made by the user; owns its hold (lc_hold), its renewal timer and at most
+ *                    one operation at a time.
+ *   aop              one per operation in flight (acquire, eval, release): all its state, a
+ *                    named state, its timers. Made by the starting call, freed by op_finish,
+ *                    which runs the user's callback exactly once.
+ *   acmd             one per command sent: its argument copy (for the EVAL resend after
+ *                    NOSCRIPT, and for undos), its deadline timer. Owned by hiredis once sent:
+ *                    hiredis calls on_cmd_reply exactly once (with NULL when the connection
+ *                    goes), which frees it. An operation that ends first detaches itself
+ *                    (cmd->op = NULL): the late reply is then harmless (an acquire it carried is
+ *                    undone if it took the lock).
+ *   chan             one per lock name with waiters: the subscription state and the waiters,
+ *                    oldest first. An unlock message wakes the oldest sleeping waiter only.
+ *
+ * Every wait has a timer: each command its deadline (command_timeout_ms; on expiry the
+ * connection is dropped, which fails every command on it with LC_EIO), each acquire its wait
+ * deadline, each sleeping or subscribing waiter its fallback timer. op_finish cancels all of an
+ * operation's timers and leaves its channel on every path.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <event2/event.h>
+
+#include "async_internal.h"
+#include "lockcore_internal.h"
+
+_Thread_local int lc_in_loop;
+
+enum { RECONNECT_MIN_MS = 10, RECONNECT_MAX_MS = 1000, DEFERRED_MAX = 1024 };
+
+typedef struct aop aop;
+typedef struct acmd acmd;
+typedef struct chan chan;
+
+typedef struct aconn {
+    lc_async_client *client;
+    redisAsyncContext *ac; /* NULL while down */
+    int sub;               /* 1: the subscriber connection */
+    int up;                /* connected (the connect callback said so) */
+    int backoff_ms;
+    struct event *reconnect; /* back-off timer while down */
+    const char *why;         /* message for the commands failed by a drop we made */
+} aconn;
+
+struct lc_async_client {
+    struct event_base *base;
+    lc_url url;
+    lc_client_opts opts;
+    aconn data, subc;
+    aop *ops;             /* every operation in flight */
+    lc_async_lock *locks; /* every live lock */
+    chan *chans;
+    acmd *deferred; /* fire-and-forget commands waiting for the data connection */
+    int ndeferred;
+    int depth; /* lc_async_enter nesting */
+    int free_requested;
+    int freeing;
+    long wakeups;
+};
+
+struct lc_async_lock {
+    lc_async_client *client; /* NULL once orphaned by lc_async_client_free */
+    lc_hold h;
+    lc_async_lost_fn on_lost;
+    void *on_lost_arg;
+    aop *op;             /* the operation in flight, or NULL */
+    struct event *renew; /* renewal timer, made on the first hold with watchdog on */
+    acmd *renew_cmd;     /* renewal in flight */
+    int64_t renewed_ms;  /* last time Redis confirmed the lease */
+    lc_async_lock *prev, *next;
+};
+
+struct acmd {
+    lc_async_client *client;
+    aop *op;                 /* the operation waiting for this reply, or NULL */
+    lc_async_lock *renew_of; /* a renewal of this lock, or NULL */
+    acmd *undo;              /* detached acquire: sent if the acquire may have run */
+    struct event *timer;     /* the command's deadline */
+    const lc_script *script;
+    int builtin; /* script is one of lockcore's (lives forever) */
+    int resent;  /* already sent again with EVAL after NOSCRIPT */
+    int argc;    /* including EVALSHA and the SHA */
+    const char **argv;
+    size_t *lens;
+    acmd *next; /* in the deferred list */
+};
+
+typedef enum op_kind { OP_ACQUIRE, OP_EVAL, OP_RELEASE } op_kind;
+
+typedef enum op_state {
+    OPS_ATTEMPT,     /* a command is in flight (or its failure is deferred to the loop) */
+    OPS_SUBSCRIBING, /* acquire: busy, waiting for the unlock channel's subscription */
+    OPS_SLEEPING,    /* acquire: waiting for an unlock, the fallback timer or the deadline */
+    OPS_RELEASING    /* eval: the body failed, releasing on its own */
+} op_state;
+
+typedef enum op_event { EV_REPLY, EV_SUBSCRIBED, EV_UNLOCK, EV_TIMER, EV_DEADLINE } op_event;
+
+struct aop {
+    lc_async_client *client;
+    lc_async_lock *lock;
+    op_kind kind;
+    op_state state;
+    union {
+        lc_async_acquire_fn acquire;
+        lc_async_eval_fn eval;
+        lc_async_done_fn done;
+    } cb;
+    void *arg;
+    acmd *cmd;             /* in flight */
+    struct event *timer;   /* deferred failure, subscription wait, fallback poll */
+    lc_status deferred_st; /* the failure the timer delivers in OPS_ATTEMPT */
+    /* acquire */
+    int wait_ms;
+    int64_t deadline_ms;
+    struct event *deadline;
+    int deadline_passed;
+    int attempts; /* answered */
+    int poll, poll_max;
+    lc_status last_st;
+    chan *ch;
+    int woken;          /* woken by an unlock, attempt not answered yet */
+    aop *qprev, *qnext; /* in ch's waiters */
+    int nread;
+    char **read_keys;
+    size_t *read_lens;
+    /* eval */
+    int release;
+    lc_status eval_st;
+    aop *prev, *next; /* in the client's operations */
+};
+
+struct chan {
+    char *name;
+    int refs;       /* waiters */
+    int inflight;   /* (UN)SUBSCRIBEs sent, not yet confirmed */
+    int want;       /* the last one sent was a SUBSCRIBE */
+    int subscribed; /* all confirmed and the last one was a SUBSCRIBE */
+    int resync;     /* resubscribed after a reconnect: wake every sleeper once */
+    long unclaimed; /* unlocks that found no sleeping waiter */
+    aop *head, *tail;
+    chan *next;
+};
+
+static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent);
+static void attempt(aop *op);
+static void conn_open(aconn *conn);
+static void on_renew_timer(evutil_socket_t fd, short what, void *arg);
+
+/* ---- entering and leaving from the loop ---- */
+
+void lc_async_enter(lc_async_client *client)
+{
+    client->depth++;
+    lc_in_loop++;
+}
+
+void lc_async_leave(lc_async_client *client)
+{
+    lc_in_loop--;
+    if (--client->depth == 0 && client->free_requested) {
+        client->free_requested = 0;
+        lc_async_client_free(client);
+    }
+}
+
+static struct timeval tv_ms(int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv = tv_ms(ms);
+    evtimer_add(ev, &tv);
+}
+
+/* ---- commands ---- */
+
+/* A command record for call (arguments copied). NULL when out of memory. */
+static acmd *cmd_new(lc_async_client *client, const lc_call *call, int builtin)
+{
+    int argc = 3 + call->nkeys + call->nargs;
+    const char **argv = malloc(sizeof(*argv) * (size_t)argc);
+    size_t *lens = malloc(sizeof(*lens) * (size_t)argc);
+    char nk[16];
+    acmd *c = NULL;
+    if (!argv || !lens)
+        goto out;
+    lc_script_argv(call, 0, argv, lens, nk);
+    size_t bytes = 0;
+    for (int i = 2; i < argc; i++)
+        bytes += lens[i] + 1;
+    c = calloc(1,
+               sizeof(*c) + sizeof(char *) * (size_t)argc + sizeof(size_t) * (size_t)argc + bytes);
+    if (!c)
+        goto out;
+    c->client = client;
+    c->script = call->script;
+    c->builtin = builtin;
+    c->argc = argc;
+    c->argv = (const char **)(c + 1);
+    c->lens = (size_t *)(c->argv + argc);
+    char *p = (char *)(c->lens + argc);
+    for (int i = 2; i < argc; i++) {
+        memcpy(p, argv[i], lens[i]);
+        p[lens[i]] = '\0';
+        c->argv[i] = p;
+        c->lens[i] = lens[i];
+        p += lens[i] + 1;
+    }
+out:
+    free(argv);
+    free(lens);
+    return c;
+}
+
+static void cmd_free(acmd *c)
+{
+    if (!c)
+        return;
+    if (c->timer)
+        event_free(c->timer);
+    cmd_free(c->undo);
+    free(c);
+}
+
+static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+static void conn_fail(aconn *conn, const char *why);
+static void conn_lost(aconn *conn, const redisAsyncContext *ac);
+
+static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    acmd *c = arg;
+    lc_async_client *client = c->client;
+    lc_async_enter(client);
+    /* Redis stopped answering: it is down. Both connections go; every command in flight fails
+     * with LC_EIO (this one included) and the client reconnects with a back-off. */
+    conn_fail(&client->data, "redis: no reply within the command timeout");
+    conn_fail(&client->subc, "redis: no reply within the command timeout");
+    lc_async_leave(client);
+}
+
+/* Sends c on the data connection (EVALSHA, or EVAL once resent) with its deadline. 0, or -1
+ * when the connection is down or hiredis refused (c not sent). */
+static int cmd_send(acmd *c)
+{
+    lc_async_client *client = c->client;
+    redisAsyncContext *ac = client->data.ac;
+    if (!ac || client->freeing)
+        return -1;
+    const char *src = lc_script_source(c->script);
+    c->argv[0] = c->resent ? "EVAL" : "EVALSHA";
+    c->lens[0] = strlen(c->argv[0]);
+    c->argv[1] = c->resent ? src : lc_script_sha(c->script);
+    c->lens[1] = c->resent ? strlen(src) : 40;
+    if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
+        return -1;
+    if (!c->timer)
+        c->timer = evtimer_new(client->base, on_cmd_timeout, c);
+    if (c->timer)
+        arm(c->timer, client->opts.command_timeout_ms);
+    return 0;
+}
+
+/* Sends a command nobody waits for (an undo, a release at lock free). When the data connection
+ * is down it waits for the next connect (bounded list). Takes c. */
+static void send_detached(acmd *c)
+{
+    lc_async_client *client = c->client;
+    if (client->freeing || !c) {
+        cmd_free(c);
+        return;
+    }
+    if (cmd_send(c) == 0)
+        return;
+    if (client->ndeferred >= DEFERRED_MAX) {
+        cmd_free(c);
+        return;
+    }
+    c->next = client->deferred;
+    client->deferred = c;
+    client->ndeferred++;
+}
+
+/* The undo of an acquire of l sent while l counted its current holds: the release script for
+ * one hold more (hold.c). NULL when out of memory. */
+static acmd *undo_cmd(lc_async_lock *l)
+{
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_release(&call, &l->h, l->h.count + 1) == LC_OK)
+        c = cmd_new(l->client, &call, 1);
+    lc_call_done(&call);
+    return c;
+}
+
+static void renew_on_reply(lc_async_lock *l, lc_status st, const redisReply *r);
+
+/* Whether an acquire reply says the lock was taken. */
+static int acquire_taken(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+}
+
+static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    acmd *c = privdata;
+    lc_async_client *client = c->client;
+    redisReply *r = reply;
+    lc_status st;
+    int sent = 1;
+    if (c->timer)
+        event_del(c->timer);
+    if (!r) {
+        aconn *conn = &client->data;
+        const char *why = conn->ac == ac || !conn->why ? NULL : conn->why;
+        st = lc_fail(LC_EIO, "%s",
+                     why                           ? why
+                     : ac->errstr && ac->errstr[0] ? ac->errstr
+                                                   : "redis: connection lost");
+        conn_lost(conn, ac); /* hiredis is tearing it down already */
+    } else {
+        client->data.backoff_ms = 0; /* Redis answers: a later drop reconnects at once */
+        if (lc_is_noscript(r) && !c->resent && (c->op || c->builtin)) {
+            /* Not run: the server lost its script cache. Again with the source. */
+            c->resent = 1;
+            if (cmd_send(c) == 0)
+                return;
+            sent = 0;
+            r = NULL;
+            st = lc_fail(LC_EIO, "redis: connection lost");
+        } else if (r->type == REDIS_REPLY_ERROR) {
+            st = lc_fail(LC_EREDIS, "redis: %s", r->str);
+        } else {
+            st = LC_OK;
+        }
+    }
+    if (c->renew_of) {
+        lc_async_lock *l = c->renew_of;
+        c->renew_of = NULL;
+        l->renew_cmd = NULL;
+        renew_on_reply(l, st, r);
+    } else if (c->op) {
+        aop *op = c->op;
+        c->op = NULL;
+        op->cmd = NULL;
+        op_on(op, EV_REPLY, st, r, sent);
+    } else if (c->undo && ((st == LC_OK && acquire_taken(r)) || (st == LC_EIO && sent))) {
+        acmd *undo = c->undo;
+        c->undo = NULL;
+        send_detached(undo);
+    }
+    cmd_free(c);
+}
+
+/* ---- connections ---- */
+
+static void sub_lost(lc_async_client *client);
+static void sub_connected(lc_async_client *client);
+
+static void schedule_reconnect(aconn *conn)
+{
+    lc_async_client *client = conn->client;
+    if (client->freeing || !conn->reconnect)
+        return;
+    int b = conn->backoff_ms;
+    b = b == 0 ? RECONNECT_MIN_MS : (b * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : b * 2);
+    conn->backoff_ms = b;
+    arm(conn->reconnect, lc_jitter_ms(b / 2 > 0 ? b / 2 : 1));
+}
+
+/* The connection ac of conn is gone or going (idempotent; ignores an older context). */
+static void conn_lost(aconn *conn, const redisAsyncContext *ac)
+{
+    if (!ac || conn->ac != ac)
+        return;
+    conn->ac = NULL;
+    conn->up = 0;
+    if (conn->sub)
+        sub_lost(conn->client);
+    schedule_reconnect(conn);
+}
+
+/* Drops conn's connection ourselves: every command on it gets its callback (NULL reply), which
+ * reads why as its message. */
+static void conn_fail(aconn *conn, const char *why)
+{
+    redisAsyncContext *ac = conn->ac;
+    if (!ac)
+        return;
+    if (why)
+        conn->why = why;
+    conn_lost(conn, ac);
+    redisAsyncFree(ac);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    aconn *conn = ac->data;
+    if (status != REDIS_OK)
+        conn_lost(conn, ac);
+    else if (conn->ac == ac)
+        conn->up = 1;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    (void)status;
+    conn_lost(ac->data, ac);
+}
+
+static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    aconn *conn = arg;
+    lc_async_client *client = conn->client;
+    lc_async_enter(client);
+    if (!conn->ac)
+        conn_open(conn);
+    lc_async_leave(client);
+}
+
+/* Starts connecting conn (AUTH and SELECT queued first). On failure, retries after back-off. */
+static void conn_open(aconn *conn)
+{
+    lc_async_client *client = conn->client;
+    const lc_url *u = &client->url;
+    redisAsyncContext *ac =
+        u->unix_socket ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
+    if (!ac || ac->err || lc_ev_attach(ac, client->base, client) != 0) {
+        if (ac)
+            redisAsyncFree(ac);
+        schedule_reconnect(conn);
+        return;
+    }
+    ac->data = conn;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    conn->ac = ac;
+    conn->why = NULL;
+    if (u->password[0]) {
+        const char *av[3] = {"AUTH", u->user[0] ? u->user : u->password, u->password};
+        redisAsyncCommandArgv(ac, NULL, NULL, u->user[0] ? 3 : 2, av, NULL);
+    }
+    if (u->db) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", u->db);
+        const char *av[2] = {"SELECT", db};
+        redisAsyncCommandArgv(ac, NULL, NULL, 2, av, NULL);
+    }
+    if (conn->sub) {
+        sub_connected(client);
+    } else {
+        acmd *list = client->deferred;
+        client->deferred = NULL;
+        client->ndeferred = 0;
+        while (list) {
+            acmd *c = list;
+            list = c->next;
+            c->next = NULL;
+            send_detached(c);
+        }
+    }
+}
+
+/* ---- the subscriber connection: channels and their waiters ---- */
+
+static void on_sub_push(redisAsyncContext *ac, void *reply, void *privdata);
+
+static chan *find_chan(lc_async_client *client, const char *name)
+{
+    for (chan *c = client->chans; c; c = c->next)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+static void free_chan(lc_async_client *client, chan *c)
+{
+    for (chan **p = &client->chans; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    free(c->name);
+    free(c);
+}
+
+/* Sends a SUBSCRIBE (1) or UNSUBSCRIBE (0) of c. 0, or -1 when the subscriber connection is
+ * down or refused it (nothing changed). */
+static int sub_request(lc_async_client *client, chan *c, int subscribe)
+{
+    redisAsyncContext *ac = client->subc.ac;
+    if (!ac || client->freeing)
+        return -1;
+    const char *av[2] = {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", c->name};
+    if (redisAsyncCommandArgv(ac, subscribe ? on_sub_push : NULL, client, 2, av, NULL) != REDIS_OK)
+        return -1;
+    c->inflight++;
+    c->want = subscribe;
+    c->subscribed = 0;
+    return 0;
+}
+
+/* Wakes the oldest sleeping waiter of c (one per unlock: no herd); with none asleep, the
+ * unlock is kept for the next waiter to fall asleep. */
+static void wake_one(lc_async_client *client, chan *c)
+{
+    for (aop *op = c->head; op; op = op->qnext)
+        if (op->state == OPS_SLEEPING) {
+            client->wakeups++;
+            op_on(op, EV_UNLOCK, LC_OK, NULL, 0);
+            return;
+        }
+    c->unclaimed++;
+}
+
+static void on_sub_push(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    lc_async_client *client = privdata;
+    const redisReply *r = reply;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return; /* NULL: the connection is going; sub_lost deals with that */
+    const char *kind = r->element[0]->str;
+    chan *c = find_chan(client, r->element[1]->str);
+    if (!c)
+        return;
+    if (strcmp(kind, "message") == 0) {
+        wake_one(client, c);
+        return;
+    }
+    if (strcmp(kind, "subscribe") != 0 && strcmp(kind, "unsubscribe") != 0)
+        return;
+    /* Confirmations come in the order the requests were sent: only the last one decides. */
+    if (c->inflight == 0 || --c->inflight > 0)
+        return;
+    c->subscribed = c->want;
+    if (!c->subscribed) {
+        if (c->refs == 0)
+            free_chan(client, c);
+        return;
+    }
+    int resync = c->resync;
+    c->resync = 0;
+    /* Attempts never end an operation synchronously, so the list stays as it is. */
+    for (aop *op = c->head, *next; op; op = next) {
+        next = op->qnext;
+        if (op->state == OPS_SUBSCRIBING)
+            op_on(op, EV_SUBSCRIBED, LC_OK, NULL, 0);
+        else if (resync && op->state == OPS_SLEEPING)
+            op_on(op, EV_UNLOCK, LC_OK, NULL, 0); /* an unlock may have been missed meanwhile */
+    }
+}
+
+/* The subscriber connection went: nothing is subscribed any more. Subscribing waiters go on
+ * without (their timer), sleepers keep their fallback timer; channels without waiters go. */
+static void sub_lost(lc_async_client *client)
+{
+    for (chan *c = client->chans, *next; c; c = next) {
+        next = c->next;
+        c->inflight = 0;
+        c->want = 0;
+        c->subscribed = 0;
+        if (c->refs == 0)
+            free_chan(client, c);
+    }
+}
+
+/* The subscriber connection is (re)opening: subscribe again to every channel with waiters. */
+static void sub_connected(lc_async_client *client)
+{
+    for (chan *c = client->chans; c; c = c->next)
+        if (c->refs > 0 && !c->want && sub_request(client, c, 1) == 0)
+            c->resync = 1;
+}
+
+/* Adds op to the waiters of its lock's channel. 1: subscribed already; 0: a subscription is on
+ * its way; -1: none possible now (subscriber connection down, out of memory). */
+static int chan_join(aop *op)
+{
+    lc_async_client *client = op->client;
+    const char *name = op->lock->h.channel;
+    chan *c = find_chan(client, name);
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c || !(c->name = strdup(name))) {
+            free(c);
+            return -1;
+        }
+        c->next = client->chans;
+        client->chans = c;
+    }
+    op->ch = c;
+    op->qnext = NULL;
+    op->qprev = c->tail;
+    if (c->tail)
+        c->tail->qnext = op;
+    else
+        c->head = op;
+    c->tail = op;
+    c->refs++;
+    if (c->subscribed)
+        return 1;
+    if (c->want)
+        return 0;
+    return sub_request(client, c, 1) == 0 ? 0 : -1;
+}
+
+/* Removes op from its channel's waiters; a woken waiter that did not take the lock passes the
+ * wake-up on, so an unlock is never swallowed. The last waiter unsubscribes. */
+static void chan_leave(aop *op, int pass)
+{
+    lc_async_client *client = op->client;
+    chan *c = op->ch;
+    if (!c)
+        return;
+    if (op->qprev)
+        op->qprev->qnext = op->qnext;
+    else
+        c->head = op->qnext;
+    if (op->qnext)
+        op->qnext->qprev = op->qprev;
+    else
+        c->tail = op->qprev;
+    op->ch = NULL;
+    op->qprev = op->qnext = NULL;
+    c->refs--;
+    if (pass && c->refs > 0 && !client->freeing)
+        wake_one(client, c);
+    if (c->refs > 0)
+        return;
+    c->unclaimed = 0;
+    if (c->want && sub_request(client, c, 0) == 0)
+        return;
+    if (c->inflight == 0 || !client->subc.ac)
+        free_chan(client, c);
+}
+
+/* ---- renewal on a loop timer ---- */
+
+static void renew_stop(lc_async_lock *l)
+{
+    if (l->renew)
+        event_del(l->renew);
+    if (l->renew_cmd) {
+        l->renew_cmd->renew_of = NULL; /* its reply, if any, changes nothing */
+        l->renew_cmd = NULL;
+    }
+}
+
+static void renew_start(lc_async_lock *l)
+{
+    lc_async_client *client = l->client;
+    if (!l->h.opts.watchdog || !client)
+        return;
+    if (!l->renew)
+        l->renew = evtimer_new(client->base, on_renew_timer, l);
+    l->renewed_ms = lc_now_ms();
+    if (l->renew)
+        arm(l->renew, lc_renew_period_ms(l->h.opts.lease_ms));
+}
+
+static void renew_on_reply(lc_async_lock *l, lc_status st, const redisReply *r)
+{
+    int64_t now = lc_now_ms();
+    int verdict = lc_renew_verdict(lc_renew_result(st, r), now, l->renewed_ms, l->h.opts.lease_ms);
+    if (verdict == LC_RENEW_OK) {
+        l->renewed_ms = now;
+        arm(l->renew, lc_renew_period_ms(l->h.opts.lease_ms));
+    } else if (verdict == LC_RENEW_RETRY) {
+        arm(l->renew, LC_RENEW_RETRY_MS);
+    } else {
+        atomic_store(&l->h.lost, 1);
+        if (l->on_lost)
+            l->on_lost(l, l->on_lost_arg); /* last: it may free the lock */
+    }
+}
+
+static void on_renew_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_async_lock *l = arg;
+    lc_async_client *client = l->client;
+    lc_async_enter(client);
+    int64_t now = lc_now_ms();
+    int lease = l->h.opts.lease_ms;
+    int64_t cap = l->h.opts.max_hold_ms ? l->h.held_since_ms + l->h.opts.max_hold_ms : 0;
+    if (cap && cap - now <= 0)
+        goto out; /* hold cap reached: let the lease run out */
+    if (cap && cap - now < lease)
+        lease = (int)(cap - now);
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_renew(&call, &l->h, lease) == LC_OK)
+        c = cmd_new(client, &call, 1);
+    lc_call_done(&call);
+    if (c && cmd_send(c) == 0) {
+        c->renew_of = l;
+        l->renew_cmd = c;
+    } else {
+        cmd_free(c);
+        renew_on_reply(l, LC_EIO, NULL);
+    }
+out:
+    lc_async_leave(client);
+}
+
+/* ---- operations ---- */
+
+static void on_op_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    aop *op = arg;
+    lc_async_client *client = op->client;
+    lc_async_enter(client);
+    if (op->state == OPS_ATTEMPT)
+        op_on(op, EV_REPLY, op->deferred_st, NULL, 0); /* a send that failed, now reported */
+    else
+        op_on(op, EV_TIMER, LC_OK, NULL, 0);
+    lc_async_leave(client);
+}
+
+static void on_op_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    aop *op = arg;
+    lc_async_client *client = op->client;
+    lc_async_enter(client);
+    op_on(op, EV_DEADLINE, LC_OK, NULL, 0);
+    lc_async_leave(client);
+}
+
+static aop *op_new(lc_async_lock *l, op_kind kind, void *arg)
+{
+    lc_async_client *client = l->client;
+    aop *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    op->client = client;
+    op->lock = l;
+    op->kind = kind;
+    op->arg = arg;
+    op->timer = evtimer_new(client->base, on_op_timer, op);
+    if (!op->timer) {
+        free(op);
+        return NULL;
+    }
+    op->next = client->ops;
+    if (client->ops)
+        client->ops->prev = op;
+    client->ops = op;
+    l->op = op;
+    return op;
+}
+
+/* The operation's command failed before it left: the failure reaches the operation from the
+ * loop, never from inside the call that started it. */
+static void op_defer(aop *op, lc_status st)
+{
+    op->state = OPS_ATTEMPT;
+    op->deferred_st = st;
+    arm(op->timer, 0);
+}
+
+/* Sends c for op, or defers the failure. Takes c. */
+static void op_send(aop *op, acmd *c)
+{
+    if (!c) {
+        op_defer(op, lc_fail(LC_ENOMEM, "async: out of memory"));
+        return;
+    }
+    op->state = OPS_ATTEMPT;
+    if (cmd_send(c) != 0) {
+        cmd_free(c);
+        op_defer(op, lc_fail(LC_EIO, "redis: not connected"));
+        return;
+    }
+    c->op = op;
+    op->cmd = c;
+}
+
+/* Ends op: timers, channel, command; then its callback, exactly once, and the op is freed.
+ * reply: borrowed by the callback (values of an acquire, the body's result of an eval). */
+static void op_finish(aop *op, lc_status st, const redisReply *reply)
+{
+    lc_async_client *client = op->client;
+    lc_async_lock *l = op->lock;
+    chan_leave(op, op->woken && st != LC_OK);
+    event_free(op->timer);
+    if (op->deadline)
+        event_free(op->deadline);
+    if (op->cmd) {
+        acmd *c = op->cmd;
+        c->op = NULL;
+        if (op->kind == OP_ACQUIRE && l && !client->freeing)
+            c->undo = undo_cmd(l); /* if Redis runs it anyway, the hold is given back */
+    }
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        client->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    if (l && l->op == op)
+        l->op = NULL;
+    switch (op->kind) {
+    case OP_ACQUIRE:
+        if (op->cb.acquire)
+            op->cb.acquire(l, st, st == LC_OK && l ? l->h.fence : 0, st == LC_OK ? reply : NULL,
+                           op->arg);
+        break;
+    case OP_EVAL:
+        if (op->cb.eval)
+            op->cb.eval(l, st, st == LC_OK ? reply : NULL, op->arg);
+        break;
+    case OP_RELEASE:
+        if (op->cb.done)
+            op->cb.done(l, st, op->arg);
+        break;
+    }
+    for (int i = 0; i < op->nread; i++)
+        free(op->read_keys[i]);
+    free(op->read_keys);
+    free(op->read_lens);
+    free(op);
+}
+
+/* Sends the next acquire attempt of op. */
+static void attempt(aop *op)
+{
+    lc_async_lock *l = op->lock;
+    if (op->client->freeing)
+        return;
+    if (op->state == OPS_SLEEPING || op->state == OPS_SUBSCRIBING)
+        event_del(op->timer);
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_acquire(&call, &l->h, op->nread, (const char *const *)op->read_keys,
+                        op->read_lens) == LC_OK)
+        c = cmd_new(op->client, &call, 1);
+    lc_call_done(&call);
+    op_send(op, c);
+}
+
+/* Busy (or no answer) while waiting: sleep until an unlock, the fallback poll or the deadline. */
+static void op_sleep(aop *op, lc_status st, int64_t pttl)
+{
+    chan *c = op->ch;
+    op->woken = 0;
+    op->state = OPS_SLEEPING;
+    if (c && c->unclaimed > 0) {
+        /* An unlock came while this waiter's attempt was on its way and nobody slept. */
+        c->unclaimed--;
+        op->client->wakeups++;
+        op->woken = 1;
+        attempt(op);
+        return;
+    }
+    int64_t wait = lc_jitter_ms(op->poll);
+    op->poll = op->poll * 2 > op->poll_max ? op->poll_max : op->poll * 2;
+    if (st == LC_EBUSY && pttl >= 0 && pttl + 1 < wait)
+        wait = pttl + 1; /* the holder's lease ends first */
+    int64_t remaining = op->deadline_ms - lc_now_ms();
+    if (wait > remaining)
+        wait = remaining;
+    arm(op->timer, wait);
+}
+
+/* Applies an acquire's success to the lock: a fresh hold restarts renewal. */
+static void acquired(lc_async_lock *l, const lc_acquired *a)
+{
+    if (a->fresh) {
+        renew_stop(l);
+        lc_hold_start(&l->h, a);
+        renew_start(l);
+    }
+    l->h.count = a->count;
+}
+
+/* The acquire state machine: (state, event) -> next step. */
+static void acquire_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
+{
+    lc_async_lock *l = op->lock;
+    switch (ev) {
+    case EV_REPLY: {
+        if (st == LC_EIO && sent) {
+            /* It may have run: undo it (queued until the data connection is back). */
+            acmd *undo = undo_cmd(l);
+            if (undo)
+                send_detached(undo);
+        }
+        lc_acquired a;
+        st = lc_hold_on_acquire(&l->h, st, r, op->nread, &a);
+        if (st == LC_OK) {
+            acquired(l, &a);
+            op_finish(op, LC_OK, lc_acquire_values(r));
+            return;
+        }
+        int first = op->attempts++ == 0;
+        op->last_st = st;
+        if (op->wait_ms == 0 || (st != LC_EBUSY && (first || st != LC_EIO))) {
+            op_finish(op, st, NULL);
+            return;
+        }
+        if (op->deadline_passed || op->deadline_ms - lc_now_ms() <= 0) {
+            op_finish(op,
+                      st == LC_EBUSY ? lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms",
+                                               l->h.name, op->wait_ms)
+                                     : st,
+                      NULL);
+            return;
+        }
+        if (first) {
+            /* Subscribe first, then retry: an unlock published after the retry failed must
+             * reach us, and one published before it is seen by the retry itself. */
+            int ready = chan_join(op);
+            op->poll = ready >= 0 ? LC_POLL_SUBSCRIBED_MIN_MS : LC_POLL_ALONE_MIN_MS;
+            op->poll_max = ready >= 0 ? LC_POLL_SUBSCRIBED_MAX_MS : LC_POLL_ALONE_MAX_MS;
+            if (ready == 0) {
+                op->state = OPS_SUBSCRIBING;
+                int64_t wait = op->deadline_ms - lc_now_ms();
+                if (wait > op->client->opts.command_timeout_ms)
+                    wait = op->client->opts.command_timeout_ms;
+                arm(op->timer, wait);
+                return;
+            }
+            attempt(op);
+            return;
+        }
+        op_sleep(op, st, a.pttl);
+        return;
+    }
+    case EV_SUBSCRIBED:
+        if (op->state == OPS_SUBSCRIBING)
+            attempt(op);
+        return;
+    case EV_TIMER:
+        if (op->state == OPS_SUBSCRIBING) {
+            /* The subscription is too slow: go on polling alone. */
+            op->poll = LC_POLL_ALONE_MIN_MS;
+            op->poll_max = LC_POLL_ALONE_MAX_MS;
+            attempt(op);
+        } else if (op->state == OPS_SLEEPING) {
+            attempt(op);
+        }
+        return;
+    case EV_UNLOCK:
+        if (op->state == OPS_SLEEPING) {
+            op->woken = 1;
+            attempt(op);
+        }
+        return;
+    case EV_DEADLINE:
+        op->deadline_passed = 1;
+        if (op->state == OPS_SUBSCRIBING || op->state == OPS_SLEEPING)
+            op_finish(
+                op,
+                op->last_st == LC_EIO
+                    ? lc_fail(LC_EIO, "lock %s: Redis unreachable until the deadline", l->h.name)
+                    : lc_fail(LC_ETIMEOUT, "lock %s: not acquired within %d ms", l->h.name,
+                              op->wait_ms),
+                NULL);
+        return; /* an attempt in flight decides when answered */
+    }
+}
+
+static acmd *release_cmd(lc_async_lock *l, int holds)
+{
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_release(&call, &l->h, holds) == LC_OK)
+        c = cmd_new(l->client, &call, 1);
+    lc_call_done(&call);
+    return c;
+}
+
+static void eval_on(aop *op, lc_status st, redisReply *r)
+{
+    lc_async_lock *l = op->lock;
+    int dropped;
+    if (op->state == OPS_RELEASING) {
+        lc_hold_on_release(&l->h, st, r, &dropped);
+        if (dropped)
+            renew_stop(l);
+        op_finish(op, lc_fail(op->eval_st, "eval: body failed before the release"), NULL);
+        return;
+    }
+    int release_alone;
+    redisReply *body = NULL;
+    st = lc_hold_on_eval(&l->h, op->release, st, r, &body, &dropped, &release_alone);
+    if (dropped)
+        renew_stop(l);
+    if (release_alone && l->h.count > 0) {
+        op->eval_st = st;
+        if (l->h.count == 1)
+            renew_stop(l);
+        op_send(op, release_cmd(l, l->h.count));
+        op->state = op->cmd ? OPS_RELEASING : OPS_ATTEMPT;
+        if (op->state == OPS_RELEASING)
+            return;
+        /* Not sent: report the eval's own failure; the release counts as unknown. */
+        lc_hold_on_release(&l->h, LC_EIO, NULL, &dropped);
+        event_del(op->timer);
+    }
+    op_finish(op, st, body);
+    if (body)
+        freeReplyObject(body);
+}
+
+/* Dispatches an event to op's kind. */
+static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
+{
+    switch (op->kind) {
+    case OP_ACQUIRE: acquire_on(op, ev, st, r, sent); return;
+    case OP_EVAL:
+        if (ev == EV_REPLY)
+            eval_on(op, st, r);
+        return;
+    case OP_RELEASE:
+        if (ev == EV_REPLY) {
+            int dropped;
+            st = lc_hold_on_release(&op->lock->h, st, r, &dropped);
+            if (dropped)
+                renew_stop(op->lock);
+            op_finish(op, st, NULL);
+        }
+        return;
+    }
+}
+
+/* ---- public API ---- */
+
+lc_status lc_async_client_new(struct event_base *base, const char *url, const lc_client_opts *opts,
+                              lc_async_client **out)
+{
+    if (out)
+        *out = NULL;
+    if (!base || !url || !out)
+        return lc_fail(LC_EINVAL, "async client: NULL argument");
+    lc_async_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return lc_fail(LC_ENOMEM, "async client: out of memory");
+    lc_client_opts_init(&c->opts);
+    if (opts) {
+        if (opts->command_timeout_ms <= 0) {
+            free(c);
+            return lc_fail(LC_EINVAL, "async client: command_timeout_ms must be > 0");
+        }
+        c->opts = *opts;
+    }
+    lc_status st = lc_url_parse(url, &c->url);
+    if (st != LC_OK) {
+        free(c);
+        return st;
+    }
+    c->base = base;
+    c->data.client = c->subc.client = c;
+    c->subc.sub = 1;
+    c->data.reconnect = evtimer_new(base, on_reconnect_timer, &c->data);
+    c->subc.reconnect = evtimer_new(base, on_reconnect_timer, &c->subc);
+    if (!c->data.reconnect || !c->subc.reconnect || !lc_builtin_script(LC_S_ACQUIRE)) {
+        lc_async_client_free(c);
+        return lc_fail(LC_ENOMEM, "async client: out of memory");
+    }
+    conn_open(&c->data);
+    conn_open(&c->subc);
+    *out = c;
+    return LC_OK;
+}
+
+void lc_async_client_free(lc_async_client *client)
+{
+    if (!client || client->freeing)
+        return;
+    if (client->depth > 0) {
+        client->free_requested = 1; /* inside lockcore's code: finished by lc_async_leave */
+        return;
+    }
+    client->depth++;
+    client->freeing = 1;
+    while (client->ops)
+        op_finish(client->ops, lc_fail(LC_ESTATE, "async client freed"), NULL);
+    for (lc_async_lock *l = client->locks; l; l = l->next) {
+        renew_stop(l);
+        if (l->renew)
+            event_free(l->renew);
+        l->renew = NULL;
+        l->client = NULL;
+    }
+    client->locks = NULL;
+    client->depth--;
+    /* Every command still in flight gets its NULL reply here; none has an operation any more. */
+    for (aconn *conn = &client->data; conn; conn = conn == &client->data ? &client->subc : NULL) {
+        redisAsyncContext *ac = conn->ac;
+        conn->ac = NULL;
+        if (ac)
+            redisAsyncFree(ac);
+        if (conn->reconnect)
+            event_free(conn->reconnect);
+    }
+    while (client->chans)
+        free_chan(client, client->chans);
+    while (client->deferred) {
+        acmd *c = client->deferred;
+        client->deferred = c->next;
+        cmd_free(c);
+    }
+    free(client);
+}
+
+lc_status lc_async_lock_new(lc_async_client *client, const char *name, const lc_lock_opts *opts,
+                            lc_async_lost_fn on_lost, void *on_lost_arg, lc_async_lock **out)
+{
+    if (out)
+        *out = NULL;
+    if (!client || !name || !out)
+        return lc_fail(LC_EINVAL, "async lock: NULL argument");
+    if (opts && opts->on_lost)
+        return lc_fail(LC_EINVAL, "async lock: opts->on_lost must be NULL (pass on_lost)");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async lock: client is being freed");
+    lc_async_lock *l = calloc(1, sizeof(*l));
+    if (!l)
+        return lc_fail(LC_ENOMEM, "async lock: out of memory");
+    lc_status st = lc_hold_init(&l->h, name, opts);
+    if (st != LC_OK) {
+        free(l);
+        return st;
+    }
+    l->client = client;
+    l->on_lost = on_lost;
+    l->on_lost_arg = on_lost_arg;
+    l->next = client->locks;
+    if (client->locks)
+        client->locks->prev = l;
+    client->locks = l;
+    *out = l;
+    return LC_OK;
+}
+
+void lc_async_lock_free(lc_async_lock *lock)
+{
+    if (!lock)
+        return;
+    lc_async_client *client = lock->client;
+    if (lock->op)
+        op_finish(lock->op, lc_fail(LC_ESTATE, "async lock freed"), NULL);
+    renew_stop(lock);
+    if (lock->renew)
+        event_free(lock->renew);
+    if (client) {
+        if (lock->h.count > 0 && !client->freeing)
+            send_detached(release_cmd(lock, 1)); /* all holds at once: the lock is deleted */
+        if (lock->prev)
+            lock->prev->next = lock->next;
+        else if (client->locks == lock)
+            client->locks = lock->next;
+        if (lock->next)
+            lock->next->prev = lock->prev;
+    }
+    lc_hold_clear(&lock->h);
+    free(lock);
+}
+
+/* Common checks of an operation's start: LC_OK, or LC_EINVAL/LC_ESTATE. */
+static lc_status can_start(lc_async_lock *lock)
+{
+    if (!lock)
+        return lc_fail(LC_EINVAL, "async: NULL lock");
+    if (!lock->client || lock->client->freeing)
+        return lc_fail(LC_ESTATE, "async lock %s: its client was freed", lock->h.name);
+    if (lock->op)
+        return lc_fail(LC_ESTATE, "async lock %s: another operation is in flight", lock->h.name);
+    return LC_OK;
+}
+
+lc_status lc_async_lock_acquire(lc_async_lock *lock, int wait_ms, int nread,
+                                const char *const *read_keys, const size_t *read_keylens,
+                                lc_async_acquire_fn cb, void *arg)
+{
+    lc_status st = can_start(lock);
+    if (st != LC_OK)
+        return st;
+    if (wait_ms < 0 || nread < 0 || (nread && !read_keys))
+        return lc_fail(LC_EINVAL, "acquire: wait_ms and nread must be >= 0");
+    for (int i = 0; i < nread; i++)
+        if (!read_keys[i])
+            return lc_fail(LC_EINVAL, "acquire: read key %d is NULL", i);
+    aop *op = op_new(lock, OP_ACQUIRE, arg);
+    if (!op)
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    op->cb.acquire = cb;
+    op->wait_ms = wait_ms;
+    op->deadline_ms = lc_now_ms() + wait_ms;
+    if (nread > 0) {
+        op->read_keys = calloc((size_t)nread, sizeof(*op->read_keys));
+        op->read_lens = calloc((size_t)nread, sizeof(*op->read_lens));
+        int ok = op->read_keys && op->read_lens;
+        for (int i = 0; ok && i < nread; i++) {
+            size_t len = read_keylens ? read_keylens[i] : strlen(read_keys[i]);
+            if (!(op->read_keys[i] = malloc(len + 1))) {
+                ok = 0;
+                break;
+            }
+            memcpy(op->read_keys[i], read_keys[i], len);
+            op->read_keys[i][len] = '\0';
+            op->read_lens[i] = len;
+            op->nread = i + 1;
+        }
+        if (!ok) {
+            op->cb.acquire = NULL; /* not started: no callback */
+            op_finish(op, LC_ENOMEM, NULL);
+            return lc_fail(LC_ENOMEM, "async: out of memory");
+        }
+    }
+    if (wait_ms > 0) {
+        op->deadline = evtimer_new(lock->client->base, on_op_deadline, op);
+        if (!op->deadline) {
+            op->cb.acquire = NULL;
+            op_finish(op, LC_ENOMEM, NULL);
+            return lc_fail(LC_ENOMEM, "async: out of memory");
+        }
+        arm(op->deadline, wait_ms);
+    }
+    attempt(op);
+    return LC_OK;
+}
+
+lc_status lc_async_lock_try(lc_async_lock *lock, int nread, const char *const *read_keys,
+                            const size_t *read_keylens, lc_async_acquire_fn cb, void *arg)
+{
+    return lc_async_lock_acquire(lock, 0, nread, read_keys, read_keylens, cb, arg);
+}
+
+lc_status lc_async_eval(lc_async_lock *lock, const lc_script *script, int flags, int nkeys,
+                        const char **keys, const size_t *keylens, int nargs, const char **args,
+                        const size_t *arglens, lc_async_eval_fn cb, void *arg)
+{
+    lc_status st = can_start(lock);
+    if (st != LC_OK)
+        return st;
+    if ((st = lc_eval_check(script, flags, nkeys, keys, nargs, args)) != LC_OK)
+        return st;
+    aop *op = op_new(lock, OP_EVAL, arg);
+    if (!op)
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    op->cb.eval = cb;
+    op->release = flags & LC_EVAL_RELEASE;
+    if ((st = lc_hold_need(&lock->h)) != LC_OK) {
+        op_defer(op, st);
+        return LC_OK;
+    }
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_eval(&call, &lock->h, script, op->release, nkeys, keys, keylens, nargs, args,
+                     arglens) == LC_OK)
+        c = cmd_new(lock->client, &call, 0);
+    lc_call_done(&call);
+    if (c && op->release && lock->h.count == 1)
+        renew_stop(lock); /* renewal stops before the release is sent */
+    op_send(op, c);
+    return LC_OK;
+}
+
+lc_status lc_async_release(lc_async_lock *lock, lc_async_done_fn cb, void *arg)
+{
+    lc_status st = can_start(lock);
+    if (st != LC_OK)
+        return st;
+    aop *op = op_new(lock, OP_RELEASE, arg);
+    if (!op)
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    op->cb.done = cb;
+    if ((st = lc_hold_need(&lock->h)) != LC_OK) {
+        op_defer(op, st);
+        return LC_OK;
+    }
+    acmd *c = release_cmd(lock, lock->h.count);
+    if (c && lock->h.count == 1)
+        renew_stop(lock); /* renewal stops before the release is sent */
+    op_send(op, c);
+    return LC_OK;
+}
+
+int lc_async_lock_held(const lc_async_lock *lock)
+{
+    return lock ? lock->h.count : 0;
+}
+
+int lc_async_lock_lost(const lc_async_lock *lock)
+{
+    return lock ? atomic_load(&((lc_async_lock *)lock)->h.lost) : 0;
+}
+
+uint64_t lc_async_lock_fence(const lc_async_lock *lock)
+{
+    return lock ? lock->h.fence : 0;
+}
+
+const char *lc_async_lock_name(const lc_async_lock *lock)
+{
+    return lock ? lock->h.name : "";
+}
+
+const char *lc_async_lock_token(const lc_async_lock *lock)
+{
+    return lock ? lock->h.token : "";
+}
+
+long lc_async_debug_wakeups(const lc_async_client *client)
+{
+    return client->wakeups;
+}
+
+int lc_async_debug_sleepers(const lc_async_client *client, const char *name)
+{
+    char channel[LC_NAME_MAX + 16];
+    snprintf(channel, sizeof(channel), "%s:unlock", name);
+    int n = 0;
+    for (chan *c = client->chans; c; c = c->next)
+        if (strcmp(c->name, channel) == 0)
+            for (aop *op = c->head; op; op = op->qnext)
+                n += op->state == OPS_SLEEPING && c->subscribed;
+    return n;
+}
+
+int lc_async_debug_connected(const lc_async_client *client)
+{
+    return client->data.up;
+}
