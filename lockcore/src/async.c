@@ -98,7 +98,7 @@ struct acmd {
     acmd *next; /* in the deferred list */
 };
 
-typedef enum op_kind { OP_ACQUIRE, OP_EVAL, OP_RELEASE } op_kind;
+typedef enum op_kind { OP_ACQUIRE, OP_EVAL, OP_RELEASE, OP_COMMAND } op_kind;
 
 typedef enum op_state {
     OPS_ATTEMPT,     /* a command is in flight (or its failure is deferred to the loop) */
@@ -118,6 +118,7 @@ struct aop {
         lc_async_acquire_fn acquire;
         lc_async_eval_fn eval;
         lc_async_done_fn done;
+        lc_async_reply_fn reply;
     } cb;
     void *arg;
     acmd *cmd;             /* in flight */
@@ -268,6 +269,16 @@ static int cmd_send(acmd *c)
     redisAsyncContext *ac = client->data.ac;
     if (!ac || client->freeing)
         return -1;
+    if (!c->script) {
+        /* A plain command (lc_async_command): sent as given. */
+        if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
+            return -1;
+        if (!c->timer)
+            c->timer = evtimer_new(client->base, on_cmd_timeout, c);
+        if (c->timer)
+            arm(c->timer, client->opts.command_timeout_ms);
+        return 0;
+    }
     const char *src = lc_script_source(c->script);
     c->argv[0] = c->resent ? "EVAL" : "EVALSHA";
     c->lens[0] = strlen(c->argv[0]);
@@ -342,7 +353,7 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
         conn_lost(conn, ac); /* hiredis is tearing it down already */
     } else {
         client->data.backoff_ms = 0; /* Redis answers: a later drop reconnects at once */
-        if (lc_is_noscript(r) && !c->resent && (c->op || c->builtin)) {
+        if (c->script && lc_is_noscript(r) && !c->resent && (c->op || c->builtin)) {
             /* Not run: the server lost its script cache. Again with the source. */
             c->resent = 1;
             if (cmd_send(c) == 0)
@@ -757,9 +768,8 @@ static void on_op_deadline(evutil_socket_t fd, short what, void *arg)
     lc_async_leave(client);
 }
 
-static aop *op_new(lc_async_lock *l, op_kind kind, void *arg)
+static aop *op_new_on(lc_async_client *client, lc_async_lock *l, op_kind kind, void *arg)
 {
-    lc_async_client *client = l->client;
     aop *op = calloc(1, sizeof(*op));
     if (!op)
         return NULL;
@@ -776,8 +786,14 @@ static aop *op_new(lc_async_lock *l, op_kind kind, void *arg)
     if (client->ops)
         client->ops->prev = op;
     client->ops = op;
-    l->op = op;
+    if (l)
+        l->op = op;
     return op;
+}
+
+static aop *op_new(lc_async_lock *l, op_kind kind, void *arg)
+{
+    return op_new_on(l->client, l, kind, arg);
 }
 
 /* The operation's command failed before it left: the failure reaches the operation from the
@@ -843,6 +859,10 @@ static void op_finish(aop *op, lc_status st, const redisReply *reply)
     case OP_RELEASE:
         if (op->cb.done)
             op->cb.done(l, st, op->arg);
+        break;
+    case OP_COMMAND:
+        if (op->cb.reply)
+            op->cb.reply(st, st == LC_OK ? reply : NULL, op->arg);
         break;
     }
     for (int i = 0; i < op->nread; i++)
@@ -1042,6 +1062,10 @@ static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
     case OP_EVAL:
         if (ev == EV_REPLY)
             eval_on(op, st, r);
+        return;
+    case OP_COMMAND:
+        if (ev == EV_REPLY)
+            op_finish(op, st, r);
         return;
     case OP_RELEASE:
         if (ev == EV_REPLY) {
@@ -1354,4 +1378,101 @@ int lc_async_debug_sleepers(const lc_async_client *client, const char *name)
 int lc_async_debug_connected(const lc_async_client *client)
 {
     return client->data.up;
+}
+
+/* ---- plain commands and scripts (no lock) ---- */
+
+/* A command record holding a copy of argv (sent as it is). NULL when out of memory. */
+static acmd *cmd_new_raw(lc_async_client *client, int argc, const char *const *argv,
+                         const size_t *lens)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < argc; i++)
+        bytes += (lens ? lens[i] : strlen(argv[i])) + 1;
+    acmd *c =
+        calloc(1, sizeof(*c) + sizeof(char *) * (size_t)argc + sizeof(size_t) * (size_t)argc + bytes);
+    if (!c)
+        return NULL;
+    c->client = client;
+    c->argc = argc;
+    c->argv = (const char **)(c + 1);
+    c->lens = (size_t *)(c->argv + argc);
+    char *p = (char *)(c->lens + argc);
+    for (int i = 0; i < argc; i++) {
+        size_t n = lens ? lens[i] : strlen(argv[i]);
+        memcpy(p, argv[i], n);
+        p[n] = '\0';
+        c->argv[i] = p;
+        c->lens[i] = n;
+        p += n + 1;
+    }
+    return c;
+}
+
+/* Starts op for the command c (taken). */
+static lc_status command_start(lc_async_client *client, acmd *c, lc_async_reply_fn cb, void *arg)
+{
+    aop *op = c ? op_new_on(client, NULL, OP_COMMAND, arg) : NULL;
+    if (!op) {
+        cmd_free(c);
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    }
+    op->cb.reply = cb;
+    op_send(op, c);
+    return LC_OK;
+}
+
+lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
+                           const size_t *lens, lc_async_reply_fn cb, void *arg)
+{
+    if (!client || argc <= 0 || !argv)
+        return lc_fail(LC_EINVAL, "async command: bad arguments");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async command: the client was freed");
+    for (int i = 0; i < argc; i++)
+        if (!argv[i])
+            return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    return command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
+}
+
+lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,
+                          const char *const *keys, const size_t *keylens, int nargs,
+                          const char *const *args, const size_t *arglens, lc_async_reply_fn cb,
+                          void *arg)
+{
+    enum { INLINE = 16 };
+    if (!client || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
+        return lc_fail(LC_EINVAL, "async script: bad arguments");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async script: the client was freed");
+    size_t klv[INLINE], alv[INLINE];
+    size_t *kl = nkeys <= INLINE ? klv : malloc(sizeof(*kl) * (size_t)nkeys);
+    size_t *al = nargs <= INLINE ? alv : malloc(sizeof(*al) * (size_t)nargs);
+    lc_status st = lc_fail(LC_ENOMEM, "async: out of memory");
+    if (kl && al) {
+        for (int i = 0; i < nkeys; i++)
+            kl[i] = keylens ? keylens[i] : strlen(keys[i]);
+        for (int i = 0; i < nargs; i++)
+            al[i] = arglens ? arglens[i] : strlen(args[i]);
+        lc_call call;
+        memset(&call, 0, sizeof(call));
+        call.script = script;
+        call.nkeys = nkeys;
+        call.nargs = nargs;
+        call.keys = (const char **)keys;
+        call.args = (const char **)args;
+        call.keylens = kl;
+        call.arglens = al;
+        st = command_start(client, cmd_new(client, &call, 0), cb, arg);
+    }
+    if (kl != klv)
+        free(kl);
+    if (al != alv)
+        free(al);
+    return st;
+}
+
+void lc_async_mark_loop_thread(int on)
+{
+    lc_in_loop += on ? 1 : -1;
 }

@@ -1,7 +1,18 @@
 /*
- * http — libmicrohttpd glue; see http.h. Follows MHD's largepost pattern: per-request state in
- * *req_cls on the first call, the body accumulated while *upload_data_size != 0, the answer on
- * the final call, cleanup in the NOTIFY_COMPLETED callback.
+ * http — libmicrohttpd glue and the worker event loops; see http.h and areq.h.
+ *
+ * --threads worker loops, each a thread running a libevent event_base that owns one MHD daemon
+ * in external-epoll mode (MHD's epoll fd is a persistent read event on the loop, MHD_get_timeout
+ * a timer) and one asynchronous lockcore client. The daemons share the port with SO_REUSEPORT,
+ * so the kernel spreads connections over the loops, and a connection stays on its loop.
+ *
+ * Per request, MHD's largepost pattern: state in *req_cls on the first call, the body
+ * accumulated while *upload_data_size != 0, the answer on the final call, cleanup in the
+ * NOTIFY_COMPLETED callback. A handler that waits on Redis gets an areq (areq.h): the
+ * connection is suspended, the handler runs on the loop's Redis client, areq_done marks the
+ * request ready and the loop resumes the connection and runs MHD again, which calls the access
+ * handler once more: the answer is queued then. Every suspended request has a deadline timer;
+ * at shutdown every suspended connection is resumed before MHD_stop_daemon.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,29 +28,84 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <event2/event.h>
+#include <lockcore/lockcore_async.h>
 
 #include <microhttpd.h>
 
 #include "accesslog.h"
 #include "app.h"
+#include "areq.h"
 #include "http.h"
 #include "ids.h"
 #include "log.h"
 #include "metrics.h"
+#include "offload.h"
 #include "proxy.h"
 #include "ratelimit.h"
 #include "request.h"
 #include "router.h"
+#include "store.h"
 #include "validate.h"
 
+struct worker;
+struct req_state;
+
+/* A per-peer count of open connections, for max_connections_per_ip across every loop's
+ * daemon (MHD's own per-IP limit only sees one daemon). */
+struct ipcount {
+    unsigned char addr[PROXY_ADDR_LEN];
+    int n;
+    struct ipcount *next;
+};
+#define IPCOUNT_BUCKETS 256
+
 struct http_server {
-    struct MHD_Daemon *daemon;
     struct app *app;
+    struct worker *workers;
+    int nworkers;
     atomic_int in_flight; /* requests between their first callback and completion */
     struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
+    struct offload *pool;      /* blocking steps (offload.h) */
     int port;
+    int async_deadline_ms;     /* a suspended request's safety deadline */
+    atomic_int connections;    /* open connections, all loops */
+    pthread_mutex_t ip_mu;
+    struct ipcount *ip[IPCOUNT_BUCKETS];
+};
+
+/* A function posted to a loop from another thread (worker_post). */
+struct post {
+    void (*fn)(void *);
+    void *arg;
+    struct post *next;
+};
+
+/* One event loop: its thread, MHD daemon, Redis client and the requests suspended on it.
+ * Everything but the post queue (mu) is touched only by the loop's thread once it runs. */
+struct worker {
+    struct http_server *srv;
+    int id;
+    struct event_base *base;
+    pthread_t thread;
+    bool started;
+    struct MHD_Daemon *mhd;
+    MHD_socket lsock;               /* the listening socket once quiesced */
+    struct event *mhd_io;           /* MHD's epoll fd readable */
+    struct event *mhd_timer;        /* MHD_get_timeout */
+    struct event *kick;             /* resume the ready requests and run MHD (same loop) */
+    struct event *mail;             /* mailfd readable: posts from other threads */
+    int mailfd;                     /* eventfd */
+    pthread_mutex_t mu;
+    struct post *posts, *posts_tail;
+    lc_async_client *lc;
+    struct req_state *suspended;    /* suspended requests (list) */
+    struct req_state *ready;        /* answered, waiting for MHD_resume_connection */
+    bool stopping;
 };
 
 /* Per-request state, from the first access-handler call to NOTIFY_COMPLETED. */
@@ -55,7 +121,20 @@ struct req_state {
     char client_text[48];                 /* client as text; "" when unknown */
     char request_id[HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id: a trusted proxy's, or made here */
     struct timespec start;
+    /* An asynchronous request (areq.h): from the suspend to the resumed call. */
+    struct worker *w;
+    struct MHD_Connection *conn;
+    struct areq *ar;            /* the handler's while !ready; ours once ready */
+    struct response own;        /* our answer when the handler was cut off (deadline, stop) */
+    bool suspended, ready, abandoned;
+    struct event *deadline;
+    struct router_route route;
+    bool allowed;
+    struct req_state *prev, *next; /* in w->suspended, or next in w->ready */
 };
+
+/* The loop of the calling thread (NULL on other threads). */
+static _Thread_local struct worker *current_worker;
 
 /* The last MHD error message of this thread, so http_start can report why MHD refused. */
 static _Thread_local char mhd_last_error[256];
@@ -486,6 +565,267 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
     return true;
 }
 
+/* ---- asynchronous requests (areq.h) ---- */
+
+#ifndef ASYNC_ORDERS
+#define ASYNC_ORDERS 0
+#endif
+#if !ASYNC_ORDERS
+void order_create_async(struct areq *ar)
+{
+    (void)ar;
+}
+#endif
+
+/* Endpoints whose handler waits on Redis: answered later, on the loop. */
+static bool endpoint_async(enum router_endpoint e)
+{
+    switch (e) {
+    case ROUTER_READYZ:
+    case ROUTER_STOCK_PUT:
+    case ROUTER_STOCK_GET:
+    case ROUTER_STOCK_DELETE:
+    case ROUTER_STOCK_RESTOCK:
+    case ROUTER_ORDER_CREATE:
+    case ROUTER_ORDER_GET:
+    case ROUTER_ORDER_CANCEL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void areq_free(struct areq *ar)
+{
+    if (!ar)
+        return;
+    response_free(&ar->res);
+    free(ar);
+}
+
+static char *dup_into(char **p, const char *s, size_t n)
+{
+    if (!s)
+        return NULL;
+    char *d = *p;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    *p += n + 1;
+    return d;
+}
+
+/* An areq holding copies of req's strings (one allocation). NULL when out of memory. */
+static struct areq *areq_new(struct worker *w, const struct request *req)
+{
+    const char *strs[7] = {req->path, req->content_type, req->authorization,
+                           req->idempotency_key, req->request_id, req->client, NULL};
+    size_t bytes = req->body ? req->body_len + 1 : 0;
+    for (int i = 0; strs[i] || i < 6; i++)
+        if (strs[i])
+            bytes += strlen(strs[i]) + 1;
+    struct areq *ar = calloc(1, sizeof(*ar) + bytes);
+    if (!ar)
+        return NULL;
+    char *p = (char *)(ar + 1);
+    ar->app = w->srv->app;
+    ar->worker = w;
+    ar->base = w->base;
+    ar->lc = w->lc;
+    ar->req = *req;
+    ar->req.path = dup_into(&p, req->path, strlen(req->path));
+    if (req->param)
+        ar->req.param = ar->req.path + (req->param - req->path);
+    ar->req.body = req->body ? dup_into(&p, req->body, req->body_len) : NULL;
+#define DUP(f) ar->req.f = req->f ? dup_into(&p, req->f, strlen(req->f)) : NULL
+    DUP(content_type);
+    DUP(authorization);
+    DUP(idempotency_key);
+    DUP(request_id);
+    DUP(client);
+#undef DUP
+    return ar;
+}
+
+/* Queues st for resumption on its loop (never from inside MHD_run's access handler call: the
+ * kick event does it). */
+static void mark_ready(struct req_state *st)
+{
+    struct worker *w = st->w;
+    if (st->deadline)
+        event_del(st->deadline);
+    if (st->prev)
+        st->prev->next = st->next;
+    else if (w->suspended == st)
+        w->suspended = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->prev = NULL;
+    st->ready = true;
+    st->next = w->ready;
+    w->ready = st;
+    event_active(w->kick, EV_TIMEOUT, 0);
+}
+
+bool areq_abandoned(const struct areq *ar)
+{
+    return ar->http == NULL;
+}
+
+void areq_done(struct areq *ar)
+{
+    struct req_state *st = ar->http;
+    if (!st) {
+        areq_free(ar); /* cut off by the deadline or the shutdown: the answer was sent */
+        return;
+    }
+    mark_ready(st);
+}
+
+/* Answers a suspended request without its handler (503): the handler's areq is abandoned and
+ * freed by its areq_done. */
+static void abandon(struct req_state *st, const char *why, bool outcome_unknown)
+{
+    if (st->ready || !st->ar)
+        return;
+    st->ar->http = NULL;
+    st->ar = NULL;
+    st->abandoned = true;
+    response_error(&st->own, ERROR_UNAVAILABLE, why);
+    if (outcome_unknown && st->own.body)
+        json_object_set_new(st->own.body, "outcome", json_string("unknown"));
+    mark_ready(st);
+}
+
+static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct req_state *st = arg;
+    log_set_request_id(st->request_id);
+    log_msg(CONFIG_LOG_WARN, "request_deadline", "no answer within %d ms; answering 503",
+            st->w->srv->async_deadline_ms);
+    abandon(st, "the request did not finish in time; retry later",
+            st->route.endpoint == ROUTER_ORDER_CREATE);
+    log_set_request_id(NULL);
+}
+
+struct offloaded {
+    struct areq *ar;
+    router_handler_fn fn;
+};
+
+static void offloaded_run(void *arg)
+{
+    struct offloaded *o = arg;
+    log_set_request_id(o->ar->req.request_id);
+    o->fn(o->ar->app, &o->ar->req, &o->ar->res);
+}
+
+static void offloaded_done(void *arg)
+{
+    struct offloaded *o = arg;
+    struct areq *ar = o->ar;
+    free(o);
+    areq_done(ar);
+}
+
+struct offload_job {
+    struct worker *w;
+    void (*work)(void *);
+    void (*done)(void *);
+    void *arg;
+};
+
+static void offload_job_run(void *arg)
+{
+    struct offload_job *j = arg;
+    j->work(j->arg);
+    worker_post(j->w, j->done, j->arg);
+    free(j);
+}
+
+void worker_offload(struct worker *w, void (*work)(void *), void (*done)(void *), void *arg)
+{
+    struct offload_job *j = malloc(sizeof(*j));
+    if (j) {
+        j->w = w;
+        j->work = work;
+        j->done = done;
+        j->arg = arg;
+        if (offload_submit(w->srv->pool, offload_job_run, j) == 0)
+            return;
+        free(j);
+    }
+    /* No pool (stopping) or no memory: run it here, on the loop. Blocking, but only on the
+     * shutdown path after every request was answered. */
+    work(arg);
+    worker_post(w, done, arg);
+}
+
+/* Starts the handler of an asynchronous endpoint: copies the request into an areq, suspends the
+ * connection and arms the deadline. MHD_YES, or MHD_NO when out of memory. */
+static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connection *conn,
+                                   struct req_state *st, const struct request *req)
+{
+    struct worker *w = current_worker;
+    struct areq *ar = areq_new(w, req);
+    if (!ar)
+        return MHD_NO;
+    st->deadline = evtimer_new(w->base, on_request_deadline, st);
+    if (!st->deadline) {
+        areq_free(ar);
+        return MHD_NO;
+    }
+    st->w = w;
+    st->conn = conn;
+    st->ar = ar;
+    ar->http = st;
+    MHD_suspend_connection(conn);
+    st->suspended = true;
+    st->next = w->suspended;
+    if (w->suspended)
+        w->suspended->prev = st;
+    w->suspended = st;
+    struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
+    evtimer_add(st->deadline, &tv);
+    if (st->route.endpoint == ROUTER_ORDER_CREATE && ASYNC_ORDERS) {
+        order_create_async(ar);
+    } else {
+        struct offloaded *o = malloc(sizeof(*o));
+        if (!o) {
+            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+            areq_done(ar);
+        } else {
+            o->ar = ar;
+            o->fn = router_handler(st->route.endpoint);
+            worker_offload(w, offloaded_run, offloaded_done, o);
+        }
+    }
+    return MHD_YES;
+}
+
+/* The resumed call of an asynchronous request: sends its answer. */
+static enum MHD_Result finish_async(struct http_server *srv, struct MHD_Connection *conn,
+                                    struct req_state *st, const char *method, const char *url)
+{
+    struct response res = {0};
+    if (st->ar) {
+        res = st->ar->res;
+        memset(&st->ar->res, 0, sizeof(st->ar->res));
+        router_end(srv->app, &st->ar->req, &st->route, &res, st->allowed);
+        areq_free(st->ar);
+        st->ar = NULL;
+    } else {
+        res = st->own;
+        memset(&st->own, 0, sizeof(st->own));
+    }
+    st->suspended = false;
+    st->ready = false;
+    enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
+    response_free(&res);
+    return r;
+}
+
 static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connection *conn,
                                       const char *url, const char *method,
                                       const char *upload_data, size_t *upload_data_size,
@@ -519,6 +859,12 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         }
         return MHD_YES;
     }
+    if (st->ready)
+        return finish_async(srv, conn, st, method, url);
+    if (st->suspended) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     if (st->answered) {
         *upload_data_size = 0;
         return MHD_YES;
@@ -548,7 +894,19 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
     };
     struct response res = {0};
     metrics_request_begin();
-    router_dispatch(srv->app, &req, &res);
+    if (router_begin(srv->app, &req, &res, &st->route, &st->allowed)) {
+        if (endpoint_async(st->route.endpoint) && current_worker && current_worker->stopping) {
+            response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
+        } else if (endpoint_async(st->route.endpoint) && current_worker) {
+            enum MHD_Result r = start_async(srv, conn, st, &req);
+            if (r == MHD_YES)
+                return r;
+            response_error(&res, ERROR_INTERNAL, "out of memory");
+        } else {
+            router_handler(st->route.endpoint)(srv->app, &req, &res);
+        }
+        router_end(srv->app, &req, &st->route, &res, st->allowed);
+    }
     enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
     response_free(&res);
     return r;
@@ -586,17 +944,283 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct req_state *st = *req_cls;
     if (!st)
         return;
+    if (st->ar) {
+        if (st->ready) {
+            areq_free(st->ar); /* answered, but the connection went before it was sent */
+        } else {
+            st->ar->http = NULL; /* never: a suspended connection does not complete */
+        }
+    }
+    if (st->ready && st->w) {
+        /* Still on the ready list (the connection closed first): take it off. */
+        for (struct req_state **pp = &st->w->ready; *pp; pp = &(*pp)->next)
+            if (*pp == st) {
+                *pp = st->next;
+                break;
+            }
+    }
+    if (st->deadline)
+        event_free(st->deadline);
+    response_free(&st->own);
     free(st->body);
     free(st);
     *req_cls = NULL;
     atomic_fetch_sub(&srv->in_flight, 1);
 }
 
+/* ---- connection limits across the loops ---- */
+
+static unsigned ip_bucket(const unsigned char *a)
+{
+    unsigned h = 2166136261u;
+    for (int i = 0; i < PROXY_ADDR_LEN; i++)
+        h = (h ^ a[i]) * 16777619u;
+    return h % IPCOUNT_BUCKETS;
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    struct http_server *srv = cls;
+    const struct config *cfg = &srv->app->cfg;
+    if (atomic_load(&srv->connections) >= cfg->max_connections)
+        return MHD_NO;
+    unsigned char a[PROXY_ADDR_LEN];
+    if (cfg->max_connections_per_ip <= 0 || !proxy_addr_of(addr, a))
+        return MHD_YES;
+    int n = 0;
+    pthread_mutex_lock(&srv->ip_mu);
+    for (struct ipcount *c = srv->ip[ip_bucket(a)]; c; c = c->next)
+        if (memcmp(c->addr, a, PROXY_ADDR_LEN) == 0)
+            n = c->n;
+    pthread_mutex_unlock(&srv->ip_mu);
+    return n < cfg->max_connections_per_ip ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct http_server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&srv->connections, 1);
+        *socket_context = NULL;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        unsigned char a[PROXY_ADDR_LEN];
+        if (srv->app->cfg.max_connections_per_ip <= 0 || !ci ||
+            !proxy_addr_of(ci->client_addr, a))
+            return;
+        unsigned b = ip_bucket(a);
+        pthread_mutex_lock(&srv->ip_mu);
+        struct ipcount *c = srv->ip[b];
+        while (c && memcmp(c->addr, a, PROXY_ADDR_LEN) != 0)
+            c = c->next;
+        if (!c && (c = calloc(1, sizeof(*c))) != NULL) {
+            memcpy(c->addr, a, PROXY_ADDR_LEN);
+            c->next = srv->ip[b];
+            srv->ip[b] = c;
+        }
+        if (c)
+            c->n++;
+        *socket_context = c;
+        pthread_mutex_unlock(&srv->ip_mu);
+        return;
+    }
+    atomic_fetch_sub(&srv->connections, 1);
+    struct ipcount *c = *socket_context;
+    if (!c)
+        return;
+    pthread_mutex_lock(&srv->ip_mu);
+    if (--c->n == 0) {
+        for (struct ipcount **pp = &srv->ip[ip_bucket(c->addr)]; *pp; pp = &(*pp)->next)
+            if (*pp == c) {
+                *pp = c->next;
+                break;
+            }
+        free(c);
+    }
+    pthread_mutex_unlock(&srv->ip_mu);
+    *socket_context = NULL;
+}
+
+/* ---- the loops ---- */
+
+/* Runs MHD and re-arms its timer. */
+static void mhd_pump(struct worker *w)
+{
+    if (!w->mhd)
+        return;
+    MHD_run(w->mhd);
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (MHD_get_timeout(w->mhd, &ms) == MHD_YES) {
+        if (ms > 3600000ULL)
+            ms = 3600000ULL;
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+        evtimer_add(w->mhd_timer, &tv);
+    } else {
+        evtimer_del(w->mhd_timer);
+    }
+}
+
+static void on_mhd(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    mhd_pump(arg);
+}
+
+/* Resumes every ready request, then lets MHD send their answers. */
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *w = arg;
+    struct req_state *list = w->ready;
+    w->ready = NULL;
+    while (list) {
+        struct req_state *st = list;
+        list = st->next;
+        st->next = NULL;
+        MHD_resume_connection(st->conn);
+    }
+    mhd_pump(w);
+}
+
+static void on_mail(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct worker *w = arg;
+    uint64_t n;
+    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        log_msg(CONFIG_LOG_WARN, "loop", "eventfd read: %s", strerror(errno));
+    pthread_mutex_lock(&w->mu);
+    struct post *p = w->posts;
+    w->posts = w->posts_tail = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (p) {
+        struct post *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+    }
+}
+
+void worker_post(struct worker *w, void (*fn)(void *), void *arg)
+{
+    struct post *p = malloc(sizeof(*p));
+    while (!p) {
+        struct timespec ts = {0, 1000000L}; /* never on a loop in practice: out of memory */
+        nanosleep(&ts, NULL);
+        p = malloc(sizeof(*p));
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->next = NULL;
+    pthread_mutex_lock(&w->mu);
+    if (w->posts_tail)
+        w->posts_tail->next = p;
+    else
+        w->posts = p;
+    w->posts_tail = p;
+    pthread_mutex_unlock(&w->mu);
+    uint64_t one = 1;
+    if (write(w->mailfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_msg(CONFIG_LOG_WARN, "loop", "eventfd write: %s", strerror(errno));
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    current_worker = w;
+    lc_async_mark_loop_thread(1); /* debug builds: a blocking lockcore call here asserts */
+    event_base_dispatch(w->base);
+    lc_async_mark_loop_thread(0);
+    current_worker = NULL;
+    return NULL;
+}
+
+/* On the loop: stop accepting (the listening socket is shut down, so Linux refuses new
+ * connects instead of queueing them). */
+static void worker_quiesce(void *arg)
+{
+    struct worker *w = arg;
+    w->lsock = MHD_quiesce_daemon(w->mhd);
+    if (w->lsock != MHD_INVALID_SOCKET)
+        shutdown(w->lsock, SHUT_RDWR);
+    mhd_pump(w);
+}
+
+/* On the loop: answer every request still suspended (503) and resume it. */
+static void worker_cut(void *arg)
+{
+    struct worker *w = arg;
+    w->stopping = true;
+    while (w->suspended) {
+        struct req_state *st = w->suspended;
+        log_set_request_id(st->request_id);
+        abandon(st, "the service is shutting down; retry later",
+                st->route.endpoint == ROUTER_ORDER_CREATE);
+        log_set_request_id(NULL);
+    }
+    on_kick(-1, 0, w);
+}
+
+/* On the loop: the end. The Redis client goes first (the operations it cuts short end their
+ * handlers, whose requests were all answered), then MHD (no connection is suspended now). */
+static void worker_end(void *arg)
+{
+    struct worker *w = arg;
+    on_kick(-1, 0, w);
+    lc_async_client_free(w->lc);
+    w->lc = NULL;
+    on_kick(-1, 0, w); /* handlers the free ended */
+    if (w->mhd) {
+        /* Resumed connections are moved back by MHD_run; stop only once none is suspended. */
+        for (int i = 0; i < 8 && w->suspended; i++)
+            mhd_pump(w);
+        MHD_stop_daemon(w->mhd);
+        w->mhd = NULL;
+    }
+    event_base_loopbreak(w->base);
+}
+
+static void worker_free(struct worker *w)
+{
+    if (w->mhd_io)
+        event_free(w->mhd_io);
+    if (w->mhd_timer)
+        event_free(w->mhd_timer);
+    if (w->kick)
+        event_free(w->kick);
+    if (w->mail)
+        event_free(w->mail);
+    if (w->mhd)
+        MHD_stop_daemon(w->mhd);
+    w->mhd = NULL;
+    if (w->lc)
+        lc_async_client_free(w->lc);
+    w->lc = NULL;
+    if (w->base)
+        event_base_free(w->base);
+    w->base = NULL;
+    if (w->mailfd >= 0)
+        close(w->mailfd);
+    struct post *p = w->posts;
+    while (p) {
+        struct post *next = p->next;
+        free(p);
+        p = next;
+    }
+    if (w->lsock != MHD_INVALID_SOCKET)
+        close(w->lsock);
+    pthread_mutex_destroy(&w->mu);
+}
+
 struct http_server *http_start(struct app *app, char *err, size_t errlen)
 {
     const struct config *cfg = &app->cfg;
     struct sockaddr_storage ss;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     memset(&ss, 0, sizeof(ss));
 
     struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
@@ -617,17 +1241,14 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         snprintf(err, errlen, "bind: \"%s\" is not an IPv4 or IPv6 address", cfg->bind);
         return NULL;
     }
-
-    if (cfg->thread_per_connection) {
-        /* One thread per connection: a lock wait parks only its own connection. */
-        flags |= MHD_USE_THREAD_PER_CONNECTION;
-        if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
-            flags |= MHD_USE_POLL;
-    } else if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
-        flags |= MHD_USE_EPOLL;
-    } else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) {
-        flags |= MHD_USE_POLL;
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+        snprintf(err, errlen, "libmicrohttpd was built without epoll");
+        return NULL;
     }
+    if (cfg->thread_per_connection)
+        log_msg(CONFIG_LOG_WARN, "config",
+                "thread_per_connection is ignored: connections are served by %d event loop(s)",
+                cfg->threads);
 
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
@@ -636,41 +1257,117 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     }
     srv->app = app;
     atomic_init(&srv->in_flight, 0);
+    atomic_init(&srv->connections, 0);
+    pthread_mutex_init(&srv->ip_mu, NULL);
+    srv->async_deadline_ms = 2 * (cfg->lock_wait_ms + cfg->hold_ms) + cfg->lock_lease_ms +
+                             4 * cfg->redis_timeout_ms + 5000;
     if (cfg->rate_limit_rps > 0) {
         int burst = cfg->rate_limit_burst > 0 ? cfg->rate_limit_burst : cfg->rate_limit_rps;
         srv->limiter = ratelimit_new(cfg->rate_limit_rps, burst);
         if (!srv->limiter) {
             snprintf(err, errlen, "rate limiter: out of memory");
-            free(srv);
-            return NULL;
+            goto fail;
         }
     }
-
-    mhd_last_error[0] = '\0';
-    /* A pool size of 1 means "no pool" to MHD; thread-per-connection takes no pool at all. */
-    unsigned int threads = cfg->threads > 1 && !cfg->thread_per_connection ? (unsigned)cfg->threads
-                                                                           : 0;
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first, so it sees every message */
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
-        MHD_OPTION_END);
-    if (!srv->daemon) {
-        snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
-                 mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
-        ratelimit_free(srv->limiter);
-        free(srv);
-        return NULL;
+    int n = cfg->threads > 0 ? cfg->threads : 1;
+    srv->pool = offload_new(n < 4 ? 4 : n);
+    srv->workers = calloc((size_t)n, sizeof(*srv->workers));
+    if (!srv->pool || !srv->workers) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = di ? di->port : cfg->port;
+    lc_client_opts lo;
+    lc_client_opts_init(&lo);
+    lo.connect_timeout_ms = cfg->redis_timeout_ms;
+    lo.command_timeout_ms = cfg->redis_timeout_ms;
+    mhd_last_error[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &srv->workers[i];
+        srv->nworkers++;
+        w->srv = srv;
+        w->id = i;
+        w->mailfd = -1;
+        w->lsock = MHD_INVALID_SOCKET;
+        pthread_mutex_init(&w->mu, NULL);
+        w->base = event_base_new();
+        w->mailfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (!w->base || w->mailfd < 0) {
+            snprintf(err, errlen, "event loop %d: %s", i, strerror(errno));
+            goto fail;
+        }
+        if (lc_async_client_new(w->base, cfg->redis_url, &lo, &w->lc) != LC_OK) {
+            snprintf(err, errlen, "redis client of loop %d: %s", i, lc_errmsg());
+            goto fail;
+        }
+        /* Every daemon listens on the same port (SO_REUSEPORT): the first one's, when the
+         * configured port is 0. */
+        if (i > 0) {
+            if (in4->sin_family == AF_INET)
+                in4->sin_port = htons((uint16_t)srv->port);
+            else
+                in6->sin6_port = htons((uint16_t)srv->port);
+        }
+        w->mhd = MHD_start_daemon(
+            flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first, so it sees every message */
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+            MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
+            MHD_OPTION_END);
+        if (!w->mhd) {
+            snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
+                     mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
+            goto fail;
+        }
+        if (i == 0) {
+            const union MHD_DaemonInfo *di =
+                MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_BIND_PORT);
+            srv->port = di ? di->port : cfg->port;
+        }
+        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!ei) {
+            snprintf(err, errlen, "libmicrohttpd: no epoll fd");
+            goto fail;
+        }
+        w->mhd_io = event_new(w->base, ei->epoll_fd, EV_READ | EV_PERSIST, on_mhd, w);
+        w->mhd_timer = evtimer_new(w->base, on_mhd, w);
+        w->kick = event_new(w->base, -1, 0, on_kick, w);
+        w->mail = event_new(w->base, w->mailfd, EV_READ | EV_PERSIST, on_mail, w);
+        if (!w->mhd_io || !w->mhd_timer || !w->kick || !w->mail || event_add(w->mhd_io, NULL) ||
+            event_add(w->mail, NULL)) {
+            snprintf(err, errlen, "event loop %d: out of memory", i);
+            goto fail;
+        }
+        struct timeval now = {0, 0};
+        evtimer_add(w->mhd_timer, &now);
+    }
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &srv->workers[i];
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            snprintf(err, errlen, "cannot start event loop %d", i);
+            for (int j = 0; j < i; j++) {
+                worker_post(&srv->workers[j], worker_end, &srv->workers[j]);
+                pthread_join(srv->workers[j].thread, NULL);
+                srv->workers[j].started = false;
+            }
+            goto fail;
+        }
+        w->started = true;
+    }
     return srv;
+fail:
+    for (int i = 0; srv->workers && i < srv->nworkers; i++)
+        worker_free(&srv->workers[i]);
+    free(srv->workers);
+    offload_free(srv->pool);
+    ratelimit_free(srv->limiter);
+    pthread_mutex_destroy(&srv->ip_mu);
+    free(srv);
+    return NULL;
 }
 
 int http_port(const struct http_server *srv)
@@ -682,11 +1379,8 @@ void http_stop(struct http_server *srv, int grace_ms)
 {
     if (!srv)
         return;
-    MHD_socket lsock = MHD_quiesce_daemon(srv->daemon);
-    /* MHD's threads may still hold the descriptor until MHD_stop_daemon, so it is only shut
-     * down here (Linux then refuses new connects instead of queueing them) and closed later. */
-    if (lsock != MHD_INVALID_SOCKET)
-        shutdown(lsock, SHUT_RDWR);
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_post(&srv->workers[i], worker_quiesce, &srv->workers[i]);
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (atomic_load(&srv->in_flight) > 0 && elapsed_us(&start) < (long)grace_ms * 1000L) {
@@ -697,9 +1391,27 @@ void http_stop(struct http_server *srv, int grace_ms)
     if (left > 0)
         log_msg(CONFIG_LOG_WARN, "shutdown", "%d request(s) still in flight after %d ms; closing",
                 left, grace_ms);
-    MHD_stop_daemon(srv->daemon);
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
+    /* Answer what is still suspended, let the blocking pool finish (its results reach loops
+     * that still run), then end the loops. */
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_post(&srv->workers[i], worker_cut, &srv->workers[i]);
+    offload_stop(srv->pool);
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_post(&srv->workers[i], worker_end, &srv->workers[i]);
+    for (int i = 0; i < srv->nworkers; i++)
+        if (srv->workers[i].started)
+            pthread_join(srv->workers[i].thread, NULL);
+    for (int i = 0; i < srv->nworkers; i++)
+        worker_free(&srv->workers[i]);
+    free(srv->workers);
+    offload_free(srv->pool);
     ratelimit_free(srv->limiter);
+    for (int b = 0; b < IPCOUNT_BUCKETS; b++)
+        while (srv->ip[b]) {
+            struct ipcount *c = srv->ip[b];
+            srv->ip[b] = c->next;
+            free(c);
+        }
+    pthread_mutex_destroy(&srv->ip_mu);
     free(srv);
 }

@@ -62,6 +62,11 @@ static const handler_fn handlers[] = {
     [ROUTER_ORDER_GET] = order_get,         [ROUTER_ORDER_CANCEL] = order_cancel,
 };
 
+router_handler_fn router_handler(enum router_endpoint e)
+{
+    return e > ROUTER_NONE && e <= ROUTER_ORDER_CANCEL ? handlers[e] : NULL;
+}
+
 /* True when path matches pat; the segment matched by '*' goes to *param / *plen. */
 static bool match_pattern(const char *pat, const char *path, const char **param, size_t *plen)
 {
@@ -238,33 +243,51 @@ bool router_media_ok(const struct request *req)
     return req->body_len == 0 || validate_content_type(req->content_type);
 }
 
-void router_dispatch(struct app *app, struct request *req, struct response *res)
+bool router_begin(struct app *app, struct request *req, struct response *res,
+                  struct router_route *route, bool *allowed)
 {
-    struct router_route route;
-    switch (router_match(req->method, req->path, &route)) {
+    *allowed = true;
+    switch (router_match(req->method, req->path, route)) {
     case ROUTER_NOT_FOUND:
         response_error(res, ERROR_NOT_FOUND, NULL);
-        return;
+        return false;
     case ROUTER_METHOD_NOT_ALLOWED:
         response_error(res, ERROR_METHOD_NOT_ALLOWED, NULL);
-        res->allow = route.allow;
-        return;
+        res->allow = route->allow;
+        return false;
     case ROUTER_FOUND:
         break;
     }
-    req->param = route.param;
-    req->param_len = route.param_len;
-    bool allowed = !route.admin || router_admin_ok(&app->cfg, req);
-    if (!allowed) {
+    req->param = route->param;
+    req->param_len = route->param_len;
+    *allowed = !route->admin || router_admin_ok(&app->cfg, req);
+    if (!*allowed) {
         response_error(res, ERROR_UNAUTHORIZED, "admin authorization required");
     } else if (!router_media_ok(req)) {
         response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE,
                        "Content-Type must be application/json");
     } else {
-        handlers[route.endpoint](app, req, res);
-        if (res->status == 0)
-            response_error(res, ERROR_INTERNAL, NULL);
+        return true;
     }
-    if (route.admin)
-        audit(app, req, &route, res, allowed);
+    router_end(app, req, route, res, *allowed);
+    return false;
+}
+
+void router_end(struct app *app, const struct request *req, const struct router_route *route,
+                struct response *res, bool allowed)
+{
+    if (res->status == 0)
+        response_error(res, ERROR_INTERNAL, NULL);
+    if (route->outcome == ROUTER_FOUND && route->admin)
+        audit(app, req, route, res, allowed);
+}
+
+void router_dispatch(struct app *app, struct request *req, struct response *res)
+{
+    struct router_route route;
+    bool allowed;
+    if (!router_begin(app, req, res, &route, &allowed))
+        return;
+    handlers[route.endpoint](app, req, res);
+    router_end(app, req, &route, res, allowed);
 }

@@ -86,4 +86,18 @@ enum metrics_route router_metrics_route(const char *path);
  * presented token's fingerprint (the first 8 hex digits of its SHA-256; never the token). */
 void router_dispatch(struct app *app, struct request *req, struct response *res);
 
+/* The handler of endpoint e (handlers.h). */
+typedef void (*router_handler_fn)(struct app *, const struct request *, struct response *);
+router_handler_fn router_handler(enum router_endpoint e);
+
+/* router_dispatch in two halves, for handlers that finish later (on an event loop):
+ * router_begin matches and checks; true when the endpoint's handler is to run (route and
+ * *allowed filled, req->param set), false when res already holds the answer (404, 405, 401,
+ * 415; audited). router_end, once the handler filled res: a 500 when it set nothing, and the
+ * audit line of an admin endpoint. */
+bool router_begin(struct app *app, struct request *req, struct response *res,
+                  struct router_route *route, bool *allowed);
+void router_end(struct app *app, const struct request *req, const struct router_route *route,
+                struct response *res, bool allowed);
+
 #endif

@@ -135,6 +135,29 @@ typedef void (*lc_async_done_fn)(lc_async_lock *lock, lc_status st, void *arg);
  * sent. cb may be NULL (fire and forget: the hold count still follows the result). */
 lc_status lc_async_release(lc_async_lock *lock, lc_async_done_fn cb, void *arg);
 
+/* Result of a plain command or a script: st is LC_OK (reply: Redis's answer, borrowed, never
+ * an error reply), LC_EREDIS (Redis answered with an error), LC_EIO (no answer within the
+ * command timeout, or the connection is down: the outcome is unknown), LC_ENOMEM, or LC_ESTATE
+ * (the client was freed). */
+typedef void (*lc_async_reply_fn)(lc_status st, const redisReply *reply, void *arg);
+
+/* Sends one command (argv copied; lens may be NULL for NUL-terminated strings) on the client's
+ * pipelined data connection, with the command timeout as its deadline. Callback contract as
+ * above. */
+lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
+                           const size_t *lens, lc_async_reply_fn cb, void *arg);
+
+/* Runs script (lc_script_new; alive until the callback) by EVALSHA, resent once with EVAL when
+ * Redis answers NOSCRIPT. keys and args copied; the lens arrays may be NULL. */
+lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,
+                          const char *const *keys, const size_t *keylens, int nargs,
+                          const char *const *args, const size_t *arglens, lc_async_reply_fn cb,
+                          void *arg);
+
+/* Marks the calling thread as an event-loop thread (on = 1) or not any more (on = 0): in debug
+ * builds every blocking lockcore call made on a marked thread fails an assertion. */
+void lc_async_mark_loop_thread(int on);
+
 /* State of the handle as this process knows it (no Redis call). */
 int lc_async_lock_held(const lc_async_lock *lock);       /* hold count; 0 when not held */
 int lc_async_lock_lost(const lc_async_lock *lock);       /* 1 when renewal found it lost */

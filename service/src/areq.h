@@ -1,0 +1,59 @@
+/*
+ * areq — a request answered later, on its worker's event loop (http.c owns the loops).
+ *
+ * A handler that has to wait on Redis gets a struct areq instead of returning a response: it
+ * starts its work on the loop's asynchronous lockcore client (areq->lc) and calls areq_done
+ * exactly once, on the loop's thread, once areq->res holds the answer. Meanwhile the HTTP
+ * connection is suspended (libmicrohttpd's MHD_suspend_connection) and the loop serves others.
+ *
+ * Ownership: http.c allocates the areq (its request strings are copies that live as long as
+ * the areq) and hands it to the handler; from then until areq_done the handler owns it and
+ * must not free it. areq_done gives it back: http.c answers with areq->res and frees it. When
+ * the request's deadline passes first (or the process shuts down), http.c answers 503 by
+ * itself and marks the areq abandoned (areq_abandoned); the handler still calls areq_done
+ * later (its response is then dropped and the areq freed), so a late Redis reply stays
+ * harmless.
+ */
+#ifndef INVENTORY_AREQ_H
+#define INVENTORY_AREQ_H
+
+#include <stdbool.h>
+
+#include <lockcore/lockcore_async.h>
+
+#include "app.h"
+#include "request.h"
+#include "router.h"
+
+struct worker;
+struct event_base;
+
+struct areq {
+    struct app *app;
+    struct worker *worker;   /* the loop this request runs on */
+    struct event_base *base; /* that loop's event_base */
+    lc_async_client *lc;     /* that loop's Redis client (data + subscriber connection) */
+    struct request req;      /* strings owned by the areq */
+    struct response res;     /* filled by the handler before areq_done */
+    void *http;              /* http.c's: the suspended request, NULL once abandoned */
+};
+
+/* Hands the areq back (on its loop's thread): the response is sent, or dropped when the
+ * request was abandoned. */
+void areq_done(struct areq *ar);
+
+/* True when http.c has answered without this handler (deadline or shutdown): whatever the
+ * handler does next is not seen by the client; it should finish soon (areq_done). */
+bool areq_abandoned(const struct areq *ar);
+
+/* Runs fn(arg) on worker w's loop thread soon. Any thread. */
+void worker_post(struct worker *w, void (*fn)(void *), void *arg);
+
+/* Runs work(arg) on a thread of the blocking pool (never a loop thread), then done(arg) on w's
+ * loop. For the steps not yet asynchronous (see docs/design.md). */
+void worker_offload(struct worker *w, void (*work)(void *), void (*done)(void *), void *arg);
+
+/* Asynchronous handlers (on the loop; end with areq_done). */
+void order_create_async(struct areq *ar);
+
+#endif
