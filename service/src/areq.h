@@ -36,6 +36,12 @@ struct areq {
     struct request req;      /* strings owned by the areq */
     struct response res;     /* filled by the handler before areq_done */
     void *http;              /* http.c's: the suspended request, NULL once abandoned */
+    /* Set by the handler: called on the loop when it is ending (shutdown, after every request
+     * was answered) so that work waiting on a timer ends; work waiting on lockcore ends with
+     * LC_ESTATE when the loop's client is freed next. May call areq_done. */
+    void (*cancel)(struct areq *ar);
+    void *handler;           /* the handler's state, for cancel */
+    struct areq *lprev, *lnext; /* http.c's: the loop's live areqs */
 };
 
 /* Hands the areq back (on its loop's thread): the response is sent, or dropped when the

@@ -105,6 +105,7 @@ struct worker {
     lc_async_client *lc;
     struct req_state *suspended;    /* suspended requests (list) */
     struct req_state *ready;        /* answered, waiting for MHD_resume_connection */
+    struct areq *areqs;             /* every live areq (handlers' work in progress) */
     bool stopping;
 };
 
@@ -567,16 +568,6 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
 
 /* ---- asynchronous requests (areq.h) ---- */
 
-#ifndef ASYNC_ORDERS
-#define ASYNC_ORDERS 0
-#endif
-#if !ASYNC_ORDERS
-void order_create_async(struct areq *ar)
-{
-    (void)ar;
-}
-#endif
-
 /* Endpoints whose handler waits on Redis: answered later, on the loop. */
 static bool endpoint_async(enum router_endpoint e)
 {
@@ -599,6 +590,13 @@ static void areq_free(struct areq *ar)
 {
     if (!ar)
         return;
+    struct worker *w = ar->worker;
+    if (ar->lprev)
+        ar->lprev->lnext = ar->lnext;
+    else if (w->areqs == ar)
+        w->areqs = ar->lnext;
+    if (ar->lnext)
+        ar->lnext->lprev = ar->lprev;
     response_free(&ar->res);
     free(ar);
 }
@@ -643,6 +641,10 @@ static struct areq *areq_new(struct worker *w, const struct request *req)
     DUP(request_id);
     DUP(client);
 #undef DUP
+    ar->lnext = w->areqs;
+    if (w->areqs)
+        w->areqs->lprev = ar;
+    w->areqs = ar;
     return ar;
 }
 
@@ -788,7 +790,7 @@ static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connectio
     w->suspended = st;
     struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
     evtimer_add(st->deadline, &tv);
-    if (st->route.endpoint == ROUTER_ORDER_CREATE && ASYNC_ORDERS) {
+    if (st->route.endpoint == ROUTER_ORDER_CREATE) {
         order_create_async(ar);
     } else {
         struct offloaded *o = malloc(sizeof(*o));
@@ -1171,6 +1173,12 @@ static void worker_end(void *arg)
 {
     struct worker *w = arg;
     on_kick(-1, 0, w);
+    /* Handlers waiting on a timer end now; those waiting on Redis when the client goes. */
+    for (struct areq *ar = w->areqs, *next; ar; ar = next) {
+        next = ar->lnext;
+        if (ar->cancel)
+            ar->cancel(ar);
+    }
     lc_async_client_free(w->lc);
     w->lc = NULL;
     on_kick(-1, 0, w); /* handlers the free ended */

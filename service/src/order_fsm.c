@@ -1,0 +1,1515 @@
+/*
+ * The order path (SPEC §6) as one explicit state machine on a worker's event loop.
+ *
+ * For the segmented strategy:
+ *   1. validate; replay or claim the Idempotency-Key (on Redis's clock);
+ *   2. answer 409 at once when this instance knows the SKU's current version is sold out
+ *      (re-checked against Redis at most sold_out_recheck_ms later);
+ *   3. walk the segments from a random start, skipping known-empty ones, try-locking the others;
+ *      the acquire script returns the segment's stock and version in the same round trip;
+ *   4. with enough stock: the critical section (--hold-ms, a loop timer), then the fenced commit
+ *      script, which checks the lock is still ours, decrements, writes the order and counters
+ *      and releases the lock in one step: 2 round trips in all when uncontended;
+ *   5. when every segment with stock was busy: wait for one of them (lockcore's asynchronous
+ *      acquire, woken by its unlock) up to --lock-wait-ms, then 503 lock_timeout; all empty:
+ *      409 sold_out; stock left but no segment with enough: 409 insufficient_stock.
+ * A lost lock (stale fencing token) changes nothing and the walk goes on elsewhere. A segment
+ * whose version differs from the cached one means a PUT happened: the layout is re-read and the
+ * walk starts again under the new version.
+ *
+ * Shape. One struct order per in-flight order holds all of its state; o->state names what it
+ * waits for; step(o, ev) is the one function that decides the next step from (state, event).
+ * The callbacks (on_<event>) only translate a lockcore result into an event. The strategies are
+ * a table (struct strategy): how one segment is tried, and whether there is a walk at all.
+ *
+ * Ownership. order_create_async allocates the order; it owns itself until finish(), which
+ * hands the areq back (areq_done) and frees it. At most one asynchronous operation is in flight
+ * per order (a batch of pipelined reads counts as one: it completes when its last reply is
+ * in), so finish() is only ever reached with nothing in flight and no timer armed; every timer
+ * is deleted on the path that leaves its state. A lockcore callback always comes (exactly once,
+ * with LC_ESTATE when the client is freed at shutdown), so an order whose HTTP request was
+ * abandoned (deadline, shutdown) still runs to finish() and is freed there; its late replies
+ * are harmless. The areq's lc and base are the loop's; the order never leaves its loop, except
+ * for the layout steps that still use the blocking store (offloaded to the pool: the order is
+ * then touched only by that pool thread until the result is posted back).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "areq.h"
+#include "handlers.h"
+#include "ids.h"
+#include "layout.h"
+#include "log.h"
+#include "metrics.h"
+#include "order.h"
+#include "skucache.h"
+#include "store.h"
+#include "validate.h"
+
+/* What trying one segment came to. */
+enum seg_result {
+    SEG_DONE,     /* order committed */
+    SEG_BUSY,     /* locked by someone else */
+    SEG_NOTREADY, /* a PUT is resetting it to the new version right now */
+    SEG_EMPTY,    /* no stock */
+    SEG_SHORT,    /* some stock, less than asked */
+    SEG_STALE,    /* the segment belongs to another version: re-read the layout */
+    SEG_LOST,     /* our lock was lost before the commit: nothing changed */
+    SEG_ERROR,    /* Redis failed (or the segment is damaged) before anything changed */
+    SEG_EXPIRED,  /* the Idempotency-Key claim expired before the commit: nothing changed */
+    SEG_UNKNOWN   /* Redis failed during the commit: the outcome is unknown */
+};
+
+/* Outcome of the whole order attempt. */
+enum order_outcome {
+    OUT_CREATED,
+    OUT_SOLD_OUT,
+    OUT_SOLD_OUT_FAST,
+    OUT_INSUFFICIENT,
+    OUT_LOCK_TIMEOUT,
+    OUT_UNAVAILABLE,      /* Redis failed before anything changed */
+    OUT_OUTCOME_UNKNOWN,  /* Redis failed during the commit: the order may have been placed */
+    OUT_UNKNOWN_SKU,
+    OUT_REPLAYED,         /* the Idempotency-Key named a finished order: res holds it */
+    OUT_IDEM_FAILED       /* the key step failed: res holds the error */
+};
+
+/* What the order waits for. */
+enum ostate {
+    OS_NEW,
+    OS_IDEM_LAYOUT,     /* offload: the layout, before the key claim */
+    OS_IDEM_CLAIM,      /* IDEM_CLAIM script */
+    OS_IDEM_FETCH,      /* HGET of the order a finished claim names (replay) */
+    OS_IDEM_FIND,       /* batch: HGET of the key in every segment's idem hash */
+    OS_IDEM_ADOPT,      /* IDEM_TAKEOVER making the claim final with the order found */
+    OS_IDEM_TAKEOVER,   /* IDEM_TAKEOVER taking the claim for this request */
+    OS_IDEM_PAUSE,      /* timer: a claim still pending elsewhere */
+    OS_LAYOUT,          /* offload: load the layout (settling what is pending) */
+    OS_RECHECK,         /* batch: GET stock and version of every segment */
+    OS_RECHECK_LAYOUT,  /* offload: after a re-check: the layout changed or may be unsettled */
+    OS_ACQUIRE,         /* a segment lock: try (walk) or acquire with waiting (after a walk) */
+    OS_HOLD,            /* timer: --hold-ms, inside the critical section */
+    OS_COMMIT,          /* the commit script (fenced, or the atomic one) */
+    OS_SINGLE_ACQUIRE,  /* single-lock: the SKU's lock, with waiting */
+    OS_SINGLE_COMMIT,   /* single-lock: a fenced commit of one segment under it */
+    OS_ROLLOUT,         /* offload (settle once) or timer (2 ms): a PUT rolling out */
+    OS_IDEM_END,        /* IDEM_SWAP settling the key claim after the order */
+    OS_DONE
+};
+
+/* What happened. */
+enum oevent {
+    EV_START,
+    EV_REPLY,     /* a command or script answered: st, reply */
+    EV_BATCH,     /* the last reply of a batch is in */
+    EV_ACQUIRED,  /* a lock acquire ended: st, reply = the values read */
+    EV_EVAL,      /* a fenced eval ended: st, reply */
+    EV_TIMER,     /* the state's timer */
+    EV_OFFLOADED, /* an offloaded layout step is back: o->off_rc */
+    EV_CANCEL     /* the loop is ending */
+};
+
+struct order;
+
+/* A strategy: how one segment is tried during a walk (NULL: the strategy has no walk and
+ * starts the whole order its own way). */
+struct strategy {
+    const char *name;
+    void (*try_segment)(struct order *o, int k);
+    void (*start)(struct order *o);
+};
+
+/* What one walk over the segments found, besides a settling result. */
+struct walk {
+    uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty, short or failed: out for this request */
+    int busy[SKUCACHE_MAX_SEGMENTS];           /* held by others: candidates for the wait */
+    int nbusy;
+    int retry;      /* a segment to come back to: not ready (a PUT rolling out) or lock lost */
+    int notready;   /* of which: not ready */
+    int any_short;  /* some segment had stock, less than asked */
+    int any_error;  /* some segment failed with a Redis error: never answer sold out then */
+};
+
+struct order {
+    struct areq *ar;
+    struct app *app;
+    lc_async_client *lc;
+    const struct strategy *strat;
+    enum ostate state;
+    struct validate_order in;
+    const char *idem; /* "" when none */
+    struct sku_view view;
+    int64_t deadline_ms;
+    int settled;      /* this request already settled the SKU's layout once */
+    int cancelled;    /* the loop is ending: finish at the next step */
+    char order_id[ORDER_ID_MAX + 1];
+    char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
+    enum order_outcome out;
+    struct event *timer;
+    /* the Idempotency-Key claim */
+    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
+    char claim_value[64];
+    char claim_expiry[24]; /* the claim's expiry in Redis ms; "0" without a key */
+    char bound[24], ttl[24], margin[24], token[40];
+    char seen[256];
+    int64_t idem_give_up;
+    /* the walk */
+    struct walk w;
+    int need_layout, first, start, i, tried, waiting;
+    int k;               /* the segment being tried */
+    struct seg_keys sk;  /* its keys */
+    lc_async_lock *lock; /* its lock (or the SKU's, single-lock) */
+    int64_t t0;
+    int any_short;       /* single-lock */
+    enum seg_result sres;
+    /* offloaded layout steps */
+    void (*off_fn)(struct order *o);
+    int off_rc;
+    /* batches of pipelined reads */
+    int batch_n, batch_left, batch_failed;
+    long long *batch_ints;          /* per reply: its integer (or string as integer) */
+    char batch_str[ORDER_ID_MAX + 1]; /* the first string reply (idem find) */
+    int batch_found;
+    struct bslot *slots;
+};
+
+struct bslot {
+    struct order *o;
+    int i;
+};
+
+static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+
+/* ---- small helpers ---- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A random number from a per-thread generator (segment choice, claim tokens; order ids come
+ * from ids.c). */
+static uint64_t rnd64(void)
+{
+    static _Thread_local uint64_t s;
+    if (s == 0) {
+        if (getrandom(&s, sizeof(s), 0) != sizeof(s))
+            s = (uint64_t)wall_ms() ^ (uint64_t)(uintptr_t)&s;
+        s |= 1;
+    }
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s * 0x2545F4914F6CDD1DULL;
+}
+
+static void arm_timer(struct order *o, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(o->timer, &tv);
+}
+
+/* Takes what the cache knows now into o->view when the cache still holds o->view's version.
+ * 1 taken, 0 not. */
+static int view_refresh(struct order *o)
+{
+    struct sku_view v;
+    skucache_get(o->app->cache, o->in.sku, &v);
+    if (v.version != o->view.version || v.segments != o->view.segments)
+        return 0;
+    o->view = v;
+    return 1;
+}
+
+/* Makes the order id and record for segment k; returns the record's JSON text (kept in
+ * o->record, sent as the 201 body as it is, so the order is serialised once). */
+static const char *make_record(struct order *o, int k)
+{
+    char token[IDS_ORDER_HEX + 1];
+    free(o->record);
+    o->record = NULL;
+    if (ids_order_token(token, sizeof(token)) != 0) {
+        /* No randomness: no id at all rather than a guessable (or a previous attempt's) one. */
+        o->order_id[0] = '\0';
+        return NULL;
+    }
+    snprintf(o->order_id, sizeof(o->order_id), "%s-%d-%s", token, k, o->in.sku);
+    int64_t now = wall_ms();
+    time_t secs = (time_t)(now / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char created[64];
+    snprintf(created, sizeof(created), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(now % 1000));
+    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s}", "order_id", o->order_id, "sku",
+                          o->in.sku, "quantity", (json_int_t)o->in.quantity, "segment", k,
+                          "user_id", o->in.has_user_id ? json_string(o->in.user_id) : json_null(),
+                          "created_at", created, "status", "created");
+    o->record = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return o->record;
+}
+
+/* Interprets a commit script result {code, value}. */
+static enum seg_result commit_result(struct order *o, int k, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+        return SEG_UNKNOWN;
+    long long code = r->element[0]->integer, value = r->element[1]->integer;
+    if (code == 1) {
+        if (value == 0)
+            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
+        return SEG_DONE;
+    }
+    if (code == -1) {
+        if (value <= 0)
+            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
+        return value <= 0 ? SEG_EMPTY : SEG_SHORT;
+    }
+    if (code == -4)
+        return SEG_EXPIRED;
+    if (code == -5) {
+        log_msg(CONFIG_LOG_ERROR, "segment_damaged",
+                "sku %s segment %d: stock or counters missing or not numbers; nothing written",
+                o->in.sku, k);
+        return SEG_ERROR;
+    }
+    return value > o->view.version || value == 0 ? SEG_STALE : SEG_NOTREADY;
+}
+
+/* The commit's keys and args for segment k (record made). */
+struct commit_args {
+    char ver[24], qty[24];
+    const char *keys[5];
+    const char *args[6];
+};
+
+static void commit_args(struct order *o, struct commit_args *c)
+{
+    snprintf(c->ver, sizeof(c->ver), "%" PRId64, o->view.version);
+    snprintf(c->qty, sizeof(c->qty), "%" PRId64, o->in.quantity);
+    c->keys[0] = o->sk.stock;
+    c->keys[1] = o->sk.sver;
+    c->keys[2] = o->sk.cnt;
+    c->keys[3] = o->sk.orders;
+    c->keys[4] = o->sk.idem;
+    c->args[0] = c->ver;
+    c->args[1] = c->qty;
+    c->args[2] = o->order_id;
+    c->args[3] = o->record;
+    c->args[4] = o->idem;
+    c->args[5] = o->claim_expiry;
+}
+
+/* The options of every order lock: the configured lease, renewed on loop timers unless
+ * lock_renewal is 0. */
+static void lock_opts(const struct order *o, lc_lock_opts *lo)
+{
+    lc_lock_opts_init(lo);
+    lo->lease_ms = o->app->cfg.lock_lease_ms;
+    lo->watchdog = o->app->cfg.lock_renewal;
+}
+
+/* Frees the order's lock handle (a hold still held is released in the background). */
+static void drop_lock(struct order *o)
+{
+    lc_async_lock_free(o->lock);
+    o->lock = NULL;
+}
+
+/* ---- lockcore callbacks: each turns a result into an event ---- */
+
+static void on_reply(lc_status st, const redisReply *r, void *arg)
+{
+    step(arg, EV_REPLY, st, r);
+}
+
+static void on_acquired(lc_async_lock *lock, lc_status st, uint64_t fence, const redisReply *v,
+                        void *arg)
+{
+    (void)lock;
+    (void)fence;
+    step(arg, EV_ACQUIRED, st, v);
+}
+
+static void on_evaluated(lc_async_lock *lock, lc_status st, const redisReply *r, void *arg)
+{
+    (void)lock;
+    step(arg, EV_EVAL, st, r);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    step(arg, EV_TIMER, LC_OK, NULL);
+}
+
+static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+{
+    struct bslot *s = arg;
+    struct order *o = s->o;
+    if (st != LC_OK) {
+        o->batch_failed = 1;
+    } else {
+        o->batch_ints[s->i] = store_reply_int(r, 0);
+        if (!o->batch_found && r && r->type == REDIS_REPLY_STRING) {
+            snprintf(o->batch_str, sizeof(o->batch_str), "%s", r->str);
+            o->batch_found = 1;
+        }
+    }
+    if (--o->batch_left == 0)
+        step(o, EV_BATCH, LC_OK, NULL);
+}
+
+/* ---- starting operations (each leaves the order in a state waiting for its event) ---- */
+
+/* Runs a store script; a start failure comes back as an EV_REPLY with LC_EIO via the timer. */
+static void run_script(struct order *o, enum ostate next, enum store_script id, int nkeys,
+                       const char *const *keys, int nargs, const char *const *args)
+{
+    o->state = next;
+    if (lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs, args,
+                        NULL, on_reply, o) != LC_OK)
+        step(o, EV_REPLY, LC_EIO, NULL);
+}
+
+/* Sends n commands (argv i: argvs[i], argc 2 or 3) in one loop turn; EV_BATCH when all are
+ * answered. A start failure counts as a failed reply. */
+static void run_batch(struct order *o, enum ostate next, int n, const char *const (*argvs)[3],
+                      int argc)
+{
+    o->state = next;
+    free(o->batch_ints);
+    free(o->slots);
+    o->batch_ints = calloc((size_t)n, sizeof(*o->batch_ints));
+    o->slots = calloc((size_t)n, sizeof(*o->slots));
+    o->batch_n = n;
+    o->batch_left = n + 1; /* + 1 for this function: the batch ends after every start */
+    o->batch_failed = 0;
+    o->batch_found = 0;
+    o->batch_str[0] = '\0';
+    if (!o->batch_ints || !o->slots) {
+        o->batch_failed = 1;
+        o->batch_left = 1;
+    } else {
+        for (int i = 0; i < n; i++) {
+            o->slots[i].o = o;
+            o->slots[i].i = i;
+            if (lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]) !=
+                LC_OK) {
+                o->batch_failed = 1;
+                o->batch_left--;
+            }
+        }
+    }
+    if (--o->batch_left == 0)
+        step(o, EV_BATCH, LC_OK, NULL);
+}
+
+struct offload_arg {
+    struct order *o;
+};
+
+static void offload_work(void *arg)
+{
+    struct order *o = arg;
+    log_set_request_id(o->ar->req.request_id);
+    o->off_fn(o);
+}
+
+static void offload_back(void *arg)
+{
+    struct order *o = arg;
+    log_set_request_id(o->ar->req.request_id);
+    step(o, EV_OFFLOADED, LC_OK, NULL);
+    log_set_request_id(NULL);
+}
+
+/* Runs fn(o) on the blocking pool (layout steps), then EV_OFFLOADED on the loop. */
+static void run_offloaded(struct order *o, enum ostate next, void (*fn)(struct order *))
+{
+    o->state = next;
+    o->off_fn = fn;
+    o->off_rc = -1;
+    worker_offload(o->ar->worker, offload_work, offload_back, o);
+}
+
+/* ---- layout steps (blocking store; run on the pool) ---- */
+
+/* Reads the SKU's layout into o->view and the cache, completing a PUT, DELETE or restock
+ * that was left half-way (layout.h). 1 found, 0 unknown SKU, -1 error. */
+static int load_layout(struct order *o)
+{
+    struct layout l;
+    int found = layout_read_settled(o->app->store, o->in.sku, &l);
+    if (found == 0)
+        skucache_forget(o->app->cache, o->in.sku);
+    if (found <= 0)
+        return found;
+    if (l.segments > SKUCACHE_MAX_SEGMENTS)
+        return -1;
+    skucache_set_layout(o->app->cache, o->in.sku, l.version, l.segments);
+    /* The layout as read, not as re-read from the cache: another request may drop or replace
+     * the cache entry at any moment (a restock, cancel or DELETE on this instance). */
+    memset(&o->view, 0, sizeof(o->view));
+    o->view.version = l.version;
+    o->view.segments = l.segments;
+    view_refresh(o);
+    return 1;
+}
+
+static void job_load_layout(struct order *o)
+{
+    o->off_rc = load_layout(o);
+}
+
+/* After a re-check: rc 2 the layout changed (o->view reloaded), -2 the SKU is gone, -1 error;
+ * for a re-check that found everything empty, 1 still sold out (nothing pending) or 2 after
+ * completing a restock or PUT left half-way. */
+static void job_recheck_stale(struct order *o)
+{
+    int found = load_layout(o);
+    o->off_rc = found > 0 ? 2 : found == 0 ? -2 : -1;
+}
+
+static void job_recheck_empty(struct order *o)
+{
+    struct layout l;
+    int found = layout_read(o->app->store, o->in.sku, &l);
+    if (found < 0) {
+        o->off_rc = -1;
+    } else if (layout_unsettled(&l)) {
+        skucache_forget(o->app->cache, o->in.sku);
+        found = load_layout(o);
+        o->off_rc = found > 0 ? 2 : found == 0 ? -2 : -1;
+    } else {
+        o->off_rc = 1;
+    }
+}
+
+static void job_settle(struct order *o)
+{
+    struct layout l;
+    o->off_rc = layout_read_settled(o->app->store, o->in.sku, &l);
+}
+
+/* ---- the walk ---- */
+
+/* True when a segment's result decides the whole order: committed, the outcome unknown, or
+ * the Idempotency-Key claim expired (another request may own the key now: stop). */
+static int settles(enum seg_result r)
+{
+    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED;
+}
+
+static enum order_outcome settled_outcome(enum seg_result r)
+{
+    return r == SEG_DONE      ? OUT_CREATED
+           : r == SEG_UNKNOWN ? OUT_OUTCOME_UNKNOWN
+                              : OUT_UNAVAILABLE;
+}
+
+/* Files the result r of segment k into w: empty, short and failed segments are left out for the
+ * rest of the request; a lost lock or a segment not ready is come back to (never sold out). */
+static void walk_note(struct walk *w, int k, enum seg_result r)
+{
+    switch (r) {
+    case SEG_BUSY: w->busy[w->nbusy++] = k; return;
+    case SEG_NOTREADY: w->retry = w->notready = 1; return;
+    case SEG_LOST: w->retry = 1; break;
+    case SEG_SHORT: w->any_short = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
+    case SEG_EMPTY: w->done[k / 64] |= 1ULL << (k % 64); break;
+    case SEG_ERROR: w->any_error = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
+    default: return;
+    }
+    metrics_failover();
+}
+
+/* The answer when no segment can be tried any more. */
+static enum order_outcome walk_end(const struct walk *w, int timed_out)
+{
+    if (w->any_error)
+        return OUT_UNAVAILABLE;
+    if (timed_out || w->nbusy > 0 || w->retry)
+        return OUT_LOCK_TIMEOUT;
+    return w->any_short ? OUT_INSUFFICIENT : OUT_SOLD_OUT;
+}
+
+static void place_done(struct order *o, enum order_outcome out);
+static void round_begin(struct order *o);
+static void segment_done(struct order *o, enum seg_result r);
+static void walk_next(struct order *o);
+
+/* Leaves the critical section's gauge and starts the commit of segment k under o->lock (or the
+ * atomic script). */
+static void commit_segment(struct order *o)
+{
+    if (!make_record(o, o->k)) {
+        /* No id or record (no randomness, no memory): nothing may be committed. */
+        metrics_cs_leave();
+        o->state = OS_COMMIT;
+        if (o->lock) {
+            drop_lock(o);
+            skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
+        }
+        segment_done(o, SEG_ERROR);
+        return;
+    }
+    struct commit_args c;
+    commit_args(o, &c);
+    o->state = OS_COMMIT;
+    if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
+        if (lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
+                            NULL, 6, c.args, NULL, on_reply, o) != LC_OK)
+            step(o, EV_REPLY, LC_EIO, NULL);
+        return;
+    }
+    /* The critical section ends when the commit leaves: Redis releases the lock in the commit
+     * itself, so the next holder may enter before its reply is back here. */
+    metrics_cs_leave();
+    if (lc_async_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
+                      c.keys, NULL, 6, (const char **)c.args, NULL, on_evaluated,
+                      o) != LC_OK)
+        step(o, EV_EVAL, LC_EIO, NULL);
+}
+
+/* Enters the critical section: --hold-ms on a loop timer, then the commit. */
+static void critical_section(struct order *o)
+{
+    metrics_cs_enter();
+    if (o->app->cfg.hold_ms > 0) {
+        o->state = OS_HOLD;
+        arm_timer(o, o->app->cfg.hold_ms);
+        return;
+    }
+    commit_segment(o);
+}
+
+/* Segmented: lock segment k (waiting up to o->waiting ms), check it and commit. */
+static void try_segment_locked(struct order *o, int k)
+{
+    o->k = k;
+    store_seg_keys(o->in.sku, k, &o->sk);
+    lc_lock_opts lo;
+    lock_opts(o, &lo);
+    o->state = OS_ACQUIRE;
+    if (lc_async_lock_new(o->lc, o->sk.lock, &lo, NULL, NULL, &o->lock) != LC_OK) {
+        o->lock = NULL;
+        step(o, EV_ACQUIRED, LC_EIO, NULL);
+        return;
+    }
+    const char *reads[2] = {o->sk.stock, o->sk.sver};
+    o->t0 = mono_ms();
+    if (lc_async_lock_acquire(o->lock, o->waiting, 2, reads, NULL, on_acquired, o) != LC_OK)
+        step(o, EV_ACQUIRED, LC_EIO, NULL);
+}
+
+/* Atomic: one lock-free script on segment k. */
+static void try_segment_atomic(struct order *o, int k)
+{
+    o->k = k;
+    store_seg_keys(o->in.sku, k, &o->sk);
+    critical_section(o);
+}
+
+/* Single-lock (the baseline): the SKU's one lock, taken with waiting, then the segments are
+ * tried under it. */
+static void single_start(struct order *o)
+{
+    char name[STORE_KEY_MAX];
+    store_sku_key(name, o->in.sku, "slock");
+    lc_lock_opts lo;
+    lock_opts(o, &lo);
+    o->any_short = 0;
+    o->state = OS_SINGLE_ACQUIRE;
+    if (lc_async_lock_new(o->lc, name, &lo, NULL, NULL, &o->lock) != LC_OK) {
+        o->lock = NULL;
+        step(o, EV_ACQUIRED, LC_EIO, NULL);
+        return;
+    }
+    int64_t wait = o->deadline_ms - mono_ms();
+    o->t0 = mono_ms();
+    if (lc_async_lock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, NULL, on_acquired, o) !=
+        LC_OK)
+        step(o, EV_ACQUIRED, LC_EIO, NULL);
+}
+
+static const struct strategy strategies[] = {
+    [STRATEGY_SEGMENTED] = {"segmented", try_segment_locked, NULL},
+    [STRATEGY_SINGLE_LOCK] = {"single-lock", NULL, single_start},
+    [STRATEGY_ATOMIC] = {"atomic", try_segment_atomic, NULL},
+};
+
+/* Single-lock: commits on the next non-empty segment under the SKU's lock, or ends. */
+static void single_next(struct order *o)
+{
+    int nseg = o->view.segments;
+    for (; o->i < nseg; o->i++) {
+        int k = (o->start + o->i) % nseg;
+        if (skucache_is_empty(&o->view, k))
+            continue;
+        o->k = k;
+        store_seg_keys(o->in.sku, k, &o->sk);
+        if (!make_record(o, k)) {
+            o->sres = SEG_ERROR;
+            break;
+        }
+        struct commit_args c;
+        commit_args(o, &c);
+        o->i++;
+        o->state = OS_SINGLE_COMMIT;
+        if (lc_async_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys,
+                          NULL, 6, (const char **)c.args, NULL, on_evaluated, o) != LC_OK)
+            step(o, EV_EVAL, LC_EIO, NULL);
+        return;
+    }
+    /* The end of the single-lock attempt. */
+    metrics_cs_leave();
+    enum seg_result r = o->sres;
+    if (r != SEG_DONE && o->any_short)
+        r = SEG_SHORT;
+    drop_lock(o); /* released in the background, pipelined before anything sent next */
+    if (settles(r) || r == SEG_ERROR) {
+        place_done(o, settled_outcome(r));
+        return;
+    }
+    switch (r) {
+    case SEG_BUSY: place_done(o, OUT_LOCK_TIMEOUT); return;
+    case SEG_EMPTY: place_done(o, OUT_SOLD_OUT); return;
+    case SEG_SHORT: place_done(o, OUT_INSUFFICIENT); return;
+    case SEG_NOTREADY:
+        if (!o->settled) {
+            o->settled = 1;
+            run_offloaded(o, OS_ROLLOUT, job_settle);
+        } else {
+            o->state = OS_ROLLOUT;
+            o->off_rc = -1;
+            arm_timer(o, 2);
+        }
+        return;
+    case SEG_LOST: round_begin(o); return;
+    default: /* stale: read the layout again */
+        skucache_forget(o->app->cache, o->in.sku);
+        o->need_layout = 1;
+        round_begin(o);
+        return;
+    }
+}
+
+/* The walk itself: tries the next segment that may serve, or ends the round. */
+static void walk_next(struct order *o)
+{
+    int nseg = o->view.segments;
+    for (; o->i < nseg && !o->need_layout; o->i++) {
+        int k = (o->start + o->i) % nseg;
+        if (skucache_is_empty(&o->view, k) || ((o->w.done[k / 64] >> (k % 64)) & 1))
+            continue;
+        if (o->app->cfg.strategy == STRATEGY_SEGMENTED && skucache_is_held(&o->view, k)) {
+            o->w.busy[o->w.nbusy++] = k; /* this instance holds it: no round trip to learn that */
+            continue;
+        }
+        /* A request paused or slowed past its deadline takes no new lock. */
+        if ((o->tried++ > 0 || !o->first) && mono_ms() >= o->deadline_ms) {
+            place_done(o, walk_end(&o->w, 1));
+            return;
+        }
+        o->i++;
+        o->waiting = 0;
+        o->strat->try_segment(o, k);
+        return;
+    }
+    /* The round is over. */
+    o->first = 0;
+    if (o->need_layout) {
+        skucache_forget(o->app->cache, o->in.sku);
+        round_begin(o);
+        return;
+    }
+    if (o->w.nbusy == 0 && !o->w.retry) {
+        place_done(o, walk_end(&o->w, 0));
+        return;
+    }
+    int64_t left = o->deadline_ms - mono_ms();
+    if (left <= 0) {
+        place_done(o, walk_end(&o->w, 1));
+        return;
+    }
+    if (o->w.nbusy == 0) {
+        if (!o->w.notready) {
+            round_begin(o);
+        } else if (!o->settled) {
+            o->settled = 1;
+            run_offloaded(o, OS_ROLLOUT, job_settle);
+        } else {
+            o->state = OS_ROLLOUT;
+            o->off_rc = -1;
+            arm_timer(o, 2);
+        }
+        return;
+    }
+    /* Every segment that might serve was busy: wait for one, woken by its unlock. */
+    metrics_lock_wait();
+    int k = o->w.busy[rnd64() % (uint64_t)o->w.nbusy];
+    o->waiting = (int)left;
+    try_segment_locked(o, k);
+}
+
+/* A segment's result during a walk (o->waiting: the wait after a round) or its wait. */
+static void segment_done(struct order *o, enum seg_result r)
+{
+    if (o->cancelled) {
+        place_done(o, settles(r) ? settled_outcome(r) : OUT_UNAVAILABLE);
+        return;
+    }
+    if (settles(r)) {
+        place_done(o, settled_outcome(r));
+        return;
+    }
+    if (!o->waiting) {
+        if (r == SEG_STALE)
+            o->need_layout = 1;
+        else
+            walk_note(&o->w, o->k, r);
+        walk_next(o);
+        return;
+    }
+    o->waiting = 0;
+    if (r == SEG_BUSY) {
+        place_done(o, walk_end(&o->w, 1));
+        return;
+    }
+    if (r == SEG_STALE) {
+        skucache_forget(o->app->cache, o->in.sku);
+        o->need_layout = 1;
+    } else {
+        int nbusy = o->w.nbusy;
+        walk_note(&o->w, o->k, r);
+        o->w.nbusy = nbusy;
+    }
+    round_begin(o);
+}
+
+/* Starts the walk of this round (the layout is known). */
+static void walk_start(struct order *o)
+{
+    int nseg = o->view.segments;
+    if (nseg <= 0 || nseg > SKUCACHE_MAX_SEGMENTS) {
+        place_done(o, OUT_UNAVAILABLE); /* never: a layout read always has segments */
+        return;
+    }
+    if (o->strat->start) {
+        o->strat->start(o);
+        return;
+    }
+    o->w.nbusy = 0;
+    o->w.retry = o->w.notready = 0;
+    o->start = (int)(rnd64() % (uint64_t)nseg);
+    o->i = 0;
+    o->tried = 0;
+    walk_next(o);
+}
+
+/* The sold-out re-check: every segment's stock and version in one pipelined batch. */
+static void recheck_start(struct order *o)
+{
+    int nseg = o->view.segments;
+    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
+    const char *(*argvs)[3] = malloc(sizeof(*argvs) * 2 * (size_t)nseg);
+    if (!keys || !argvs) {
+        free(keys);
+        free(argvs);
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    for (int k = 0; k < nseg; k++) {
+        store_seg_keys(o->in.sku, k, &keys[k]);
+        argvs[2 * k][0] = "GET";
+        argvs[2 * k][1] = keys[k].stock;
+        argvs[2 * k + 1][0] = "GET";
+        argvs[2 * k + 1][1] = keys[k].sver;
+    }
+    run_batch(o, OS_RECHECK, 2 * nseg, (const char *const(*)[3])argvs, 2);
+    free(argvs);
+    free(keys);
+}
+
+/* The layout is known (o->view): the sold-out answers, then the walk. */
+static void layout_known(struct order *o)
+{
+    if (o->view.sold_out && !o->view.recheck_due) {
+        place_done(o, OUT_SOLD_OUT_FAST);
+        return;
+    }
+    if (o->view.sold_out) {
+        recheck_start(o);
+        return;
+    }
+    walk_start(o);
+}
+
+/* The top of a round: every round is bounded by the deadline, checked before every lock
+ * attempt; "unavailable" is only ever the answer to a Redis failure. Segments found empty,
+ * short or failing stay excluded for the rest of this request. */
+static void round_begin(struct order *o)
+{
+    if (o->cancelled) {
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    if (!o->first && mono_ms() >= o->deadline_ms) {
+        place_done(o, walk_end(&o->w, 1));
+        return;
+    }
+    if (o->need_layout) {
+        o->need_layout = 0;
+        memset(&o->w, 0, sizeof(o->w));
+        skucache_get(o->app->cache, o->in.sku, &o->view);
+        if (!o->view.version) {
+            run_offloaded(o, OS_LAYOUT, job_load_layout);
+            return;
+        }
+        layout_known(o);
+        return;
+    }
+    /* Fresh knowledge of empty and held segments for the next walk. */
+    int64_t version = o->view.version;
+    skucache_get(o->app->cache, o->in.sku, &o->view);
+    if (o->view.version != version) {
+        o->need_layout = 1;
+        round_begin(o);
+        return;
+    }
+    walk_start(o);
+}
+
+/* ---- the Idempotency-Key ---- */
+
+/* How far past a claim's expiry (Redis ms) another request may take the key over: room for
+ * the clocks of two Redis nodes (the claim's and the commit's, on a cluster) to differ. */
+#define IDEM_TAKEOVER_MARGIN_MS 1000
+
+static void idem_unavailable(struct order *o)
+{
+    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s",
+            o->in.sku, lc_errmsg());
+    metrics_redis_error();
+    response_error(&o->ar->res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+    place_done(o, OUT_IDEM_FAILED);
+}
+
+/* Takes a claim result {code, value[, expiry]} that made this request the owner. 0, or -1 when
+ * the reply is malformed. */
+static int idem_own(struct order *o, const redisReply *r)
+{
+    if (r->elements < 3 || r->element[1]->type != REDIS_REPLY_STRING)
+        return -1;
+    snprintf(o->claim_value, sizeof(o->claim_value), "%s", r->element[1]->str);
+    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld",
+             store_reply_int(r->element[2], 0));
+    return 0;
+}
+
+static void idem_claim(struct order *o)
+{
+    const char *keys[1] = {o->claim};
+    const char *args[4] = {o->bound, o->ttl, o->token, o->margin};
+    run_script(o, OS_IDEM_CLAIM, SCRIPT_IDEM_CLAIM, 1, keys, 4, args);
+}
+
+/* The claim's holder can no longer commit, or its order was removed: take the key. */
+static void idem_takeover(struct order *o)
+{
+    const char *keys[1] = {o->claim};
+    const char *args[4] = {o->seen, "", o->bound, o->token};
+    run_script(o, OS_IDEM_TAKEOVER, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
+}
+
+/*
+ * Claims the key or replays its order. A claim still pending is waited for up to the longest
+ * an order can take; once Redis's clock says it is past its expiry (+ a margin), its request
+ * can no longer commit: its order, if it committed in time, is looked for in the segments
+ * (written atomically with the order) and the claim is taken over. No instance's clock decides
+ * anything. The commit refuses to run after the claim's expiry (claim_expiry).
+ */
+static void idem_begin(struct order *o)
+{
+    const struct config *cfg = &o->app->cfg;
+    char base[STORE_KEY_MAX];
+    store_sku_key(base, o->in.sku, "idem:");
+    snprintf(o->claim, sizeof(o->claim), "%s%s", base, o->idem);
+    snprintf(o->bound, sizeof(o->bound), "%d",
+             cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
+    snprintf(o->ttl, sizeof(o->ttl), "%d", 24 * 3600 * 1000);
+    snprintf(o->margin, sizeof(o->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    snprintf(o->token, sizeof(o->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
+    o->idem_give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
+    idem_claim(o);
+}
+
+/* The claim's answer. */
+static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
+{
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        idem_unavailable(o);
+        return;
+    }
+    long long code = r->element[0]->integer;
+    if (code == 1) {
+        if (idem_own(o, r) != 0) {
+            idem_unavailable(o);
+            return;
+        }
+        o->first = 1;
+        o->need_layout = 1;
+        round_begin(o);
+        return;
+    }
+    snprintf(o->seen, sizeof(o->seen), "%s",
+             r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
+    if (code == 0 && strncmp(o->seen, "pending:", 8) != 0) {
+        /* A finished order: replay it (if it still exists). */
+        int k;
+        char sku[VALIDATE_SKU_MAX + 1];
+        if (order_id_parse(o->seen, strlen(o->seen), &k, sku) != 0) {
+            idem_takeover(o);
+            return;
+        }
+        struct seg_keys sk;
+        store_seg_keys(sku, k, &sk);
+        const char *argv[3] = {"HGET", sk.orders, o->seen};
+        o->state = OS_IDEM_FETCH;
+        if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
+            step(o, EV_REPLY, LC_EIO, NULL);
+        return;
+    }
+    if (code == 2) {
+        /* The claimer can no longer commit. Its order, if it got that far, is in a segment's
+         * idem hash. */
+        int nseg = o->view.segments;
+        struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
+        const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)nseg);
+        if (!keys || !argvs) {
+            free(keys);
+            free(argvs);
+            idem_unavailable(o);
+            return;
+        }
+        for (int k = 0; k < nseg; k++) {
+            store_seg_keys(o->in.sku, k, &keys[k]);
+            argvs[k][0] = "HGET";
+            argvs[k][1] = keys[k].idem;
+            argvs[k][2] = o->idem;
+        }
+        run_batch(o, OS_IDEM_FIND, nseg, (const char *const(*)[3])argvs, 3);
+        free(argvs);
+        free(keys);
+        return;
+    }
+    /* Pending elsewhere: look again shortly, up to the longest an order can take. */
+    if (mono_ms() > o->idem_give_up) {
+        response_error(&o->ar->res, ERROR_UNAVAILABLE,
+                       "an order with this Idempotency-Key is still in progress");
+        place_done(o, OUT_IDEM_FAILED);
+        return;
+    }
+    o->state = OS_IDEM_PAUSE;
+    arm_timer(o, 20);
+}
+
+/* Settles the claim after the order: the order id on success, deleted on a definite failure,
+ * left pending when the outcome is unknown (a replay then recovers it) or when the claim
+ * expired (another request may own it). Then the answer. */
+static void answer(struct order *o);
+
+static void idem_end(struct order *o)
+{
+    const char *final;
+    if (o->out == OUT_CREATED)
+        final = o->order_id;
+    else if (o->out == OUT_UNAVAILABLE || o->out == OUT_OUTCOME_UNKNOWN)
+        final = NULL;
+    else
+        final = "";
+    if (!final || o->cancelled) {
+        answer(o);
+        return;
+    }
+    const char *keys[1] = {o->claim};
+    const char *args[2] = {o->claim_value, final};
+    run_script(o, OS_IDEM_END, SCRIPT_IDEM_SWAP, 1, keys, 2, args);
+}
+
+/* ---- the end ---- */
+
+static void order_free(struct order *o)
+{
+    if (o->timer)
+        event_free(o->timer);
+    drop_lock(o);
+    free(o->record);
+    free(o->batch_ints);
+    free(o->slots);
+    free(o);
+}
+
+/* Fills the response from the outcome, hands the areq back and frees the order. */
+static void answer(struct order *o)
+{
+    struct response *res = &o->ar->res;
+    switch (o->out) {
+    case OUT_CREATED:
+        metrics_order(METRICS_ORDER_CREATED);
+        snprintf(res->location, sizeof(res->location), "/api/v1/orders/%s", o->order_id);
+        res->status = 201;
+        res->text = o->record;
+        res->content_type = "application/json";
+        o->record = NULL;
+        break;
+    case OUT_SOLD_OUT_FAST:
+        metrics_sold_out_fast();
+        __attribute__((fallthrough));
+    case OUT_SOLD_OUT:
+        metrics_order(METRICS_ORDER_SOLD_OUT);
+        response_error(res, ERROR_SOLD_OUT, "sold out");
+        break;
+    case OUT_INSUFFICIENT:
+        metrics_order(METRICS_ORDER_INSUFFICIENT);
+        response_error(res, ERROR_INSUFFICIENT_STOCK,
+                       "no segment holds the quantity asked for; try a smaller quantity");
+        break;
+    case OUT_LOCK_TIMEOUT:
+        metrics_order(METRICS_ORDER_LOCK_TIMEOUT);
+        response_error(res, ERROR_LOCK_TIMEOUT, "every segment with stock stayed busy");
+        break;
+    case OUT_UNKNOWN_SKU:
+        metrics_order(METRICS_ORDER_UNKNOWN_SKU);
+        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
+        break;
+    case OUT_UNAVAILABLE:
+        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku, lc_errmsg());
+        metrics_order(METRICS_ORDER_UNAVAILABLE);
+        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+        break;
+    case OUT_OUTCOME_UNKNOWN:
+        /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
+         * twice: the same Idempotency-Key replays the order if it was placed. */
+        log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku, lc_errmsg());
+        metrics_order(METRICS_ORDER_UNAVAILABLE);
+        response_error(res, ERROR_UNAVAILABLE,
+                       "the stock store failed during the commit: the order may have been "
+                       "placed; retry with the same Idempotency-Key to find out");
+        if (res->body)
+            json_object_set_new(res->body, "outcome", json_string("unknown"));
+        break;
+    case OUT_REPLAYED:
+        metrics_order(METRICS_ORDER_REPLAYED);
+        break;
+    case OUT_IDEM_FAILED:
+        break; /* res holds the error */
+    }
+    o->state = OS_DONE;
+    struct areq *ar = o->ar;
+    order_free(o);
+    areq_done(ar);
+}
+
+/* The order attempt is decided: settle the key claim (if any), then answer. */
+static void place_done(struct order *o, enum order_outcome out)
+{
+    o->out = out;
+    if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED) {
+        idem_end(o);
+        return;
+    }
+    answer(o);
+}
+
+/* ---- the state machine ---- */
+
+/* The result of the lock acquire of a segment (segmented strategy). */
+static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
+{
+    if (st == LC_EBUSY || st == LC_ETIMEOUT) {
+        drop_lock(o);
+        segment_done(o, SEG_BUSY);
+        return;
+    }
+    if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
+        metrics_redis_error();
+        drop_lock(o);
+        segment_done(o, SEG_ERROR);
+        return;
+    }
+    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    skucache_set_held(o->app->cache, o->in.sku, o->k, 1);
+    long long stock = store_reply_int(v->element[0], 0);
+    long long sver = store_reply_int(v->element[1], 0);
+    if (sver != o->view.version) {
+        drop_lock(o);
+        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
+        /* An older version here means a PUT is resetting the segments: come back to it. */
+        segment_done(o, sver > 0 && sver < o->view.version ? SEG_NOTREADY : SEG_STALE);
+        return;
+    }
+    if (stock < o->in.quantity) {
+        drop_lock(o);
+        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
+        if (stock <= 0)
+            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, o->k);
+        segment_done(o, stock <= 0 ? SEG_EMPTY : SEG_SHORT);
+        return;
+    }
+    critical_section(o);
+}
+
+/* The result of a commit (fenced eval, or the atomic script's reply). */
+static void segment_on_commit(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+{
+    enum seg_result res;
+    if (ev == EV_REPLY) { /* atomic */
+        metrics_cs_leave();
+        if (st != LC_OK) {
+            metrics_redis_error();
+            res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
+        } else {
+            res = commit_result(o, o->k, r);
+        }
+    } else if (st == LC_ELOST) {
+        metrics_lock_lost();
+        res = SEG_LOST;
+    } else if (st != LC_OK) {
+        metrics_redis_error();
+        res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
+    } else {
+        res = commit_result(o, o->k, r);
+    }
+    o->sres = SEG_EMPTY;
+    if (o->lock) {
+        drop_lock(o);
+        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
+    }
+    segment_done(o, res);
+}
+
+/* The batch of a sold-out re-check is in. */
+static void recheck_on_batch(struct order *o)
+{
+    int nseg = o->view.segments;
+    if (o->batch_failed) {
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
+    int nempty = 0, stale = 0;
+    for (int k = 0; k < nseg; k++) {
+        if (o->batch_ints[2 * k + 1] != o->view.version)
+            stale = 1;
+        if (o->batch_ints[2 * k] <= 0) {
+            empty[k / 64] |= 1ULL << (k % 64);
+            nempty++;
+        }
+    }
+    if (stale) {
+        run_offloaded(o, OS_RECHECK_LAYOUT, job_recheck_stale);
+        return;
+    }
+    skucache_set_empty(o->app->cache, o->in.sku, o->view.version, empty);
+    if (!view_refresh(o)) {
+        /* The cache entry went meanwhile: walk with what was just read. */
+        memcpy(o->view.empty, empty, sizeof(empty));
+        o->view.sold_out = nempty == nseg;
+        o->view.recheck_due = 0;
+    }
+    if (nempty == nseg) {
+        /* Before saying sold out again: a restock (or PUT) cut off half-way would never reach
+         * the segments if nobody met it. Complete it here, then walk the segments afresh. */
+        run_offloaded(o, OS_RECHECK_LAYOUT, job_recheck_empty);
+        return;
+    }
+    walk_start(o);
+}
+
+static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+{
+    if (ev == EV_CANCEL) {
+        /* The loop is ending. Waiting on a timer: end now; waiting on lockcore or the pool: the
+         * answer comes (LC_ESTATE once the client is freed) and the flag ends the order. */
+        o->cancelled = 1;
+        if (o->state == OS_HOLD) {
+            evtimer_del(o->timer);
+            metrics_cs_leave();
+            segment_done(o, SEG_ERROR);
+        } else if (o->state == OS_IDEM_PAUSE) {
+            evtimer_del(o->timer);
+            idem_unavailable(o);
+        } else if (o->state == OS_ROLLOUT && evtimer_pending(o->timer, NULL)) {
+            evtimer_del(o->timer);
+            place_done(o, OUT_UNAVAILABLE);
+        }
+        return;
+    }
+    switch (o->state) {
+    case OS_NEW:
+        break;
+    case OS_IDEM_LAYOUT:
+        if (o->off_rc <= 0) {
+            int found = o->off_rc;
+            metrics_order(found ? METRICS_ORDER_UNAVAILABLE : METRICS_ORDER_UNKNOWN_SKU);
+            response_error(&o->ar->res, found ? ERROR_UNAVAILABLE : ERROR_UNKNOWN_SKU,
+                           found ? "the stock store is unavailable" : "no such sku");
+            place_done(o, OUT_IDEM_FAILED);
+            return;
+        }
+        idem_begin(o);
+        return;
+    case OS_IDEM_CLAIM:
+        idem_on_claim(o, st, r);
+        return;
+    case OS_IDEM_FETCH:
+        if (st != LC_OK) {
+            idem_unavailable(o);
+            return;
+        }
+        if (r && r->type == REDIS_REPLY_STRING) {
+            json_t *order = json_loadb(r->str, r->len, 0, NULL);
+            if (!order) {
+                idem_unavailable(o);
+                return;
+            }
+            snprintf(o->ar->res.location, sizeof(o->ar->res.location), "/api/v1/orders/%.*s",
+                     ORDER_ID_MAX, o->seen);
+            response_json(&o->ar->res, 200, order);
+            place_done(o, OUT_REPLAYED);
+            return;
+        }
+        /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again for an
+         * order under the current version. */
+        idem_takeover(o);
+        return;
+    case OS_IDEM_FIND:
+        if (o->batch_failed) {
+            idem_unavailable(o);
+        } else if (o->batch_found) {
+            const char *keys[1] = {o->claim};
+            const char *args[4] = {o->seen, o->batch_str, o->bound, o->token};
+            run_script(o, OS_IDEM_ADOPT, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
+        } else {
+            idem_takeover(o);
+        }
+        return;
+    case OS_IDEM_ADOPT:
+        if (st != LC_OK)
+            idem_unavailable(o);
+        else
+            idem_claim(o); /* replay the now-final claim */
+        return;
+    case OS_IDEM_TAKEOVER:
+        if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+            idem_unavailable(o);
+        } else if (r->element[0]->integer == 2) {
+            if (idem_own(o, r) != 0) {
+                idem_unavailable(o);
+                return;
+            }
+            o->first = 1;
+            o->need_layout = 1;
+            round_begin(o);
+        } else {
+            idem_claim(o); /* someone else changed it meanwhile: look again */
+        }
+        return;
+    case OS_IDEM_PAUSE:
+        idem_claim(o);
+        return;
+    case OS_LAYOUT:
+        if (o->off_rc < 0)
+            place_done(o, OUT_UNAVAILABLE);
+        else if (o->off_rc == 0)
+            place_done(o, OUT_UNKNOWN_SKU);
+        else
+            layout_known(o);
+        return;
+    case OS_RECHECK:
+        recheck_on_batch(o);
+        return;
+    case OS_RECHECK_LAYOUT:
+        if (o->off_rc == -2)
+            place_done(o, OUT_UNKNOWN_SKU);
+        else if (o->off_rc < 0)
+            place_done(o, OUT_UNAVAILABLE);
+        else if (o->off_rc == 1)
+            place_done(o, OUT_SOLD_OUT);
+        else
+            walk_start(o);
+        return;
+    case OS_ACQUIRE:
+        segment_on_acquired(o, st, r);
+        return;
+    case OS_HOLD:
+        if (o->app->cfg.strategy == STRATEGY_SINGLE_LOCK) {
+            o->start = (int)(rnd64() % (uint64_t)o->view.segments);
+            o->i = 0;
+            o->sres = SEG_EMPTY;
+            single_next(o);
+        } else {
+            commit_segment(o);
+        }
+        return;
+    case OS_COMMIT:
+        segment_on_commit(o, ev, st, r);
+        return;
+    case OS_SINGLE_ACQUIRE:
+        if (st != LC_OK) {
+            drop_lock(o);
+            if (st == LC_ETIMEOUT || st == LC_EBUSY) {
+                place_done(o, OUT_LOCK_TIMEOUT);
+            } else {
+                metrics_redis_error();
+                place_done(o, OUT_UNAVAILABLE);
+            }
+            return;
+        }
+        metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+        metrics_cs_enter();
+        if (o->app->cfg.hold_ms > 0) {
+            o->state = OS_HOLD;
+            arm_timer(o, o->app->cfg.hold_ms);
+            return;
+        }
+        o->start = (int)(rnd64() % (uint64_t)o->view.segments);
+        o->i = 0;
+        o->sres = SEG_EMPTY;
+        single_next(o);
+        return;
+    case OS_SINGLE_COMMIT: {
+        enum seg_result res;
+        if (st == LC_ELOST) {
+            metrics_lock_lost();
+            res = SEG_LOST;
+        } else if (st != LC_OK) {
+            metrics_redis_error();
+            res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
+        } else {
+            res = commit_result(o, o->k, r);
+        }
+        o->sres = res;
+        if (res == SEG_SHORT)
+            o->any_short = 1;
+        if (res != SEG_EMPTY && res != SEG_SHORT)
+            o->i = o->view.segments; /* decisive: end the loop */
+        else
+            metrics_failover();
+        if (o->cancelled && o->i < o->view.segments) {
+            o->i = o->view.segments;
+            o->sres = SEG_ERROR;
+        }
+        single_next(o);
+        return;
+    }
+    case OS_ROLLOUT:
+        /* A PUT rolling out was settled here (once per request), or given 2 ms. */
+        if (ev == EV_OFFLOADED && o->off_rc < 0) {
+            o->off_rc = -1;
+            arm_timer(o, 2);
+            return;
+        }
+        round_begin(o);
+        return;
+    case OS_IDEM_END:
+        answer(o);
+        return;
+    case OS_DONE:
+        break;
+    }
+}
+
+/* ---- the handler ---- */
+
+/* The loop is ending (areq.h: cancel). */
+static void order_cancel_async(struct areq *ar)
+{
+    step(ar->handler, EV_CANCEL, LC_ESTATE, NULL);
+}
+
+void order_create_async(struct areq *ar)
+{
+    struct app *app = ar->app;
+    const struct request *req = &ar->req;
+    struct order *o = calloc(1, sizeof(*o));
+    if (!o) {
+        response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        areq_done(ar);
+        return;
+    }
+    o->ar = ar;
+    o->app = app;
+    o->lc = ar->lc;
+    o->strat = &strategies[app->cfg.strategy];
+    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "0");
+    struct validate_error verr;
+    if (validate_order_body(req->body, req->body ? req->body_len : 0, app->cfg.max_quantity,
+                            &o->in, &verr) != 0) {
+        metrics_order(METRICS_ORDER_INVALID);
+        response_error(&ar->res, verr.code, verr.message);
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    o->idem = req->idempotency_key ? req->idempotency_key : "";
+    if (req->idempotency_key && !validate_printable(o->idem, strlen(o->idem))) {
+        metrics_order(METRICS_ORDER_INVALID);
+        response_error(&ar->res, ERROR_INVALID_REQUEST,
+                       "Idempotency-Key: must be 1..128 printable ASCII characters");
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    o->deadline_ms = mono_ms() + app->cfg.lock_wait_ms;
+    /* The sold-out fast path needs no Redis at all. */
+    skucache_get(app->cache, o->in.sku, &o->view);
+    if (o->view.sold_out && !o->view.recheck_due && !*o->idem) {
+        metrics_sold_out_fast();
+        metrics_order(METRICS_ORDER_SOLD_OUT);
+        response_error(&ar->res, ERROR_SOLD_OUT, "sold out");
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    o->timer = evtimer_new(ar->base, on_timer, o);
+    if (!o->timer) {
+        response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    ar->cancel = order_cancel_async;
+    ar->handler = o;
+    if (*o->idem) {
+        if (!o->view.version) {
+            run_offloaded(o, OS_IDEM_LAYOUT, job_load_layout);
+            return;
+        }
+        idem_begin(o);
+        return;
+    }
+    o->first = 1;
+    o->need_layout = 1;
+    round_begin(o);
+}
