@@ -52,6 +52,7 @@ typedef struct aconn {
     int up;                /* connected (the connect callback said so) */
     int backoff_ms;
     struct event *reconnect; /* back-off timer while down */
+    int64_t opened_ms;       /* the last connect attempt (lc_now_ms) */
     const char *why;         /* message for the commands failed by a drop we made */
 } aconn;
 
@@ -266,8 +267,19 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 static int cmd_send(acmd *c)
 {
     lc_async_client *client = c->client;
-    redisAsyncContext *ac = client->data.ac;
-    if (!ac || client->freeing)
+    if (client->freeing)
+        return -1;
+    aconn *data = &client->data;
+    if (!data->ac && data->reconnect && lc_now_ms() - data->opened_ms >= RECONNECT_MIN_MS) {
+        /* Down and waiting out its back-off: a command to send is worth an attempt now (at
+         * most one per RECONNECT_MIN_MS). hiredis queues commands on a context still
+         * connecting; if the connect fails they fail with LC_EIO as any command on a lost
+         * connection would. */
+        event_del(data->reconnect);
+        conn_open(data);
+    }
+    redisAsyncContext *ac = data->ac;
+    if (!ac)
         return -1;
     if (!c->script) {
         /* A plain command (lc_async_command): sent as given. */
@@ -458,6 +470,7 @@ static void conn_open(aconn *conn)
 {
     lc_async_client *client = conn->client;
     const lc_url *u = &client->url;
+    conn->opened_ms = lc_now_ms();
     redisAsyncContext *ac =
         u->unix_socket ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
     if (!ac || ac->err || lc_ev_attach(ac, client->base, client) != 0) {

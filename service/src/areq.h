@@ -52,14 +52,19 @@ void areq_done(struct areq *ar);
  * handler does next is not seen by the client; it should finish soon (areq_done). */
 bool areq_abandoned(const struct areq *ar);
 
-/* Runs fn(arg) on worker w's loop thread soon. Any thread. */
-void worker_post(struct worker *w, void (*fn)(void *), void *arg);
-
-/* Runs work(arg) on a thread of the blocking pool (never a loop thread), then done(arg) on w's
- * loop. For the steps not yet asynchronous (see docs/design.md). */
-void worker_offload(struct worker *w, void (*work)(void *), void (*done)(void *), void *arg);
+/* Brackets a callback of the request's work on its loop: every log line written in between
+ * carries the request's id (copied: the areq may be freed inside). Nestable. */
+void areq_log_begin(const struct areq *ar);
+void areq_log_end(void);
 
 /* Asynchronous handlers (on the loop; end with areq_done). */
 void order_create_async(struct areq *ar);
+void order_get_async(struct areq *ar);
+void order_cancel_async(struct areq *ar);
+void probe_readyz_async(struct areq *ar);
+void stock_get_async(struct areq *ar);
+void stock_put_async(struct areq *ar);
+void stock_delete_async(struct areq *ar);
+void stock_restock_async(struct areq *ar);
 
 #endif

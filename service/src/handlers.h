@@ -54,4 +54,9 @@ void probe_metrics(struct app *app, const struct request *req, struct response *
  * human reason in reason[0..len) (NUL-terminated, no secrets). Implemented in store.c. */
 int store_ping(struct store *store, char *reason, size_t len);
 
+/* The /readyz answer from a PING's result: 200 ready, or 503 with the reason logged (LC_ESTATE:
+ * shutting down). */
+#include <lockcore/lockcore.h>
+void probe_readyz_answer(lc_status st, const char *reason, struct response *res);
+
 #endif

@@ -44,7 +44,6 @@
 #include "ids.h"
 #include "log.h"
 #include "metrics.h"
-#include "offload.h"
 #include "proxy.h"
 #include "ratelimit.h"
 #include "request.h"
@@ -70,7 +69,6 @@ struct http_server {
     int nworkers;
     atomic_int in_flight; /* requests between their first callback and completion */
     struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
-    struct offload *pool;      /* blocking steps (offload.h) */
     int port;
     int async_deadline_ms;     /* a suspended request's safety deadline */
     atomic_int connections;    /* open connections, all loops */
@@ -668,6 +666,23 @@ static void mark_ready(struct req_state *st)
     event_active(w->kick, EV_TIMEOUT, 0);
 }
 
+static _Thread_local char log_id[HTTP_REQUEST_ID_MAX + 1];
+static _Thread_local int log_depth;
+
+void areq_log_begin(const struct areq *ar)
+{
+    if (log_depth++ > 0)
+        return;
+    snprintf(log_id, sizeof(log_id), "%s", ar->req.request_id ? ar->req.request_id : "");
+    log_set_request_id(log_id);
+}
+
+void areq_log_end(void)
+{
+    if (--log_depth == 0)
+        log_set_request_id(NULL);
+}
+
 bool areq_abandoned(const struct areq *ar)
 {
     return ar->http == NULL;
@@ -711,59 +726,6 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
     log_set_request_id(NULL);
 }
 
-struct offloaded {
-    struct areq *ar;
-    router_handler_fn fn;
-};
-
-static void offloaded_run(void *arg)
-{
-    struct offloaded *o = arg;
-    log_set_request_id(o->ar->req.request_id);
-    o->fn(o->ar->app, &o->ar->req, &o->ar->res);
-}
-
-static void offloaded_done(void *arg)
-{
-    struct offloaded *o = arg;
-    struct areq *ar = o->ar;
-    free(o);
-    areq_done(ar);
-}
-
-struct offload_job {
-    struct worker *w;
-    void (*work)(void *);
-    void (*done)(void *);
-    void *arg;
-};
-
-static void offload_job_run(void *arg)
-{
-    struct offload_job *j = arg;
-    j->work(j->arg);
-    worker_post(j->w, j->done, j->arg);
-    free(j);
-}
-
-void worker_offload(struct worker *w, void (*work)(void *), void (*done)(void *), void *arg)
-{
-    struct offload_job *j = malloc(sizeof(*j));
-    if (j) {
-        j->w = w;
-        j->work = work;
-        j->done = done;
-        j->arg = arg;
-        if (offload_submit(w->srv->pool, offload_job_run, j) == 0)
-            return;
-        free(j);
-    }
-    /* No pool (stopping) or no memory: run it here, on the loop. Blocking, but only on the
-     * shutdown path after every request was answered. */
-    work(arg);
-    worker_post(w, done, arg);
-}
-
 /* Starts the handler of an asynchronous endpoint: copies the request into an areq, suspends the
  * connection and arms the deadline. MHD_YES, or MHD_NO when out of memory. */
 static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connection *conn,
@@ -790,18 +752,23 @@ static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connectio
     w->suspended = st;
     struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
     evtimer_add(st->deadline, &tv);
-    if (st->route.endpoint == ROUTER_ORDER_CREATE) {
-        order_create_async(ar);
+    void (*async)(struct areq *) = NULL;
+    switch (st->route.endpoint) {
+    case ROUTER_ORDER_CREATE: async = order_create_async; break;
+    case ROUTER_ORDER_GET: async = order_get_async; break;
+    case ROUTER_ORDER_CANCEL: async = order_cancel_async; break;
+    case ROUTER_READYZ: async = probe_readyz_async; break;
+    case ROUTER_STOCK_GET: async = stock_get_async; break;
+    case ROUTER_STOCK_PUT: async = stock_put_async; break;
+    case ROUTER_STOCK_DELETE: async = stock_delete_async; break;
+    case ROUTER_STOCK_RESTOCK: async = stock_restock_async; break;
+    default: break;
+    }
+    if (async) {
+        async(ar);
     } else {
-        struct offloaded *o = malloc(sizeof(*o));
-        if (!o) {
-            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
-            areq_done(ar);
-        } else {
-            o->ar = ar;
-            o->fn = router_handler(st->route.endpoint);
-            worker_offload(w, offloaded_run, offloaded_done, o);
-        }
+        response_error(&ar->res, ERROR_INTERNAL, "no asynchronous handler");
+        areq_done(ar);
     }
     return MHD_YES;
 }
@@ -1107,7 +1074,8 @@ static void on_mail(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void worker_post(struct worker *w, void (*fn)(void *), void *arg)
+/* Runs fn(arg) on w's loop thread soon. Any thread. */
+static void worker_post(struct worker *w, void (*fn)(void *), void *arg)
 {
     struct post *p = malloc(sizeof(*p));
     while (!p) {
@@ -1278,9 +1246,8 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         }
     }
     int n = cfg->threads > 0 ? cfg->threads : 1;
-    srv->pool = offload_new(n < 4 ? 4 : n);
     srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-    if (!srv->pool || !srv->workers) {
+    if (!srv->workers) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1371,7 +1338,6 @@ fail:
     for (int i = 0; srv->workers && i < srv->nworkers; i++)
         worker_free(&srv->workers[i]);
     free(srv->workers);
-    offload_free(srv->pool);
     ratelimit_free(srv->limiter);
     pthread_mutex_destroy(&srv->ip_mu);
     free(srv);
@@ -1399,11 +1365,9 @@ void http_stop(struct http_server *srv, int grace_ms)
     if (left > 0)
         log_msg(CONFIG_LOG_WARN, "shutdown", "%d request(s) still in flight after %d ms; closing",
                 left, grace_ms);
-    /* Answer what is still suspended, let the blocking pool finish (its results reach loops
-     * that still run), then end the loops. */
+    /* Answer what is still suspended, then end the loops. */
     for (int i = 0; i < srv->nworkers; i++)
         worker_post(&srv->workers[i], worker_cut, &srv->workers[i]);
-    offload_stop(srv->pool);
     for (int i = 0; i < srv->nworkers; i++)
         worker_post(&srv->workers[i], worker_end, &srv->workers[i]);
     for (int i = 0; i < srv->nworkers; i++)
@@ -1412,7 +1376,6 @@ void http_stop(struct http_server *srv, int grace_ms)
     for (int i = 0; i < srv->nworkers; i++)
         worker_free(&srv->workers[i]);
     free(srv->workers);
-    offload_free(srv->pool);
     ratelimit_free(srv->limiter);
     for (int b = 0; b < IPCOUNT_BUCKETS; b++)
         while (srv->ip[b]) {

@@ -23,20 +23,13 @@ static long long str_int(const redisReply *r, long long dflt)
     return store_reply_int(r, dflt);
 }
 
-int layout_read(struct store *st, const char *sku, struct layout *out)
+/* Fills out from a LAYOUT_READ reply. 1 the SKU exists, 0 it does not, -1 a bad reply. */
+static int layout_parse(const redisReply *r, struct layout *out)
 {
     memset(out, 0, sizeof(*out));
     out->stock = -1;
-    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX];
-    store_sku_key(meta, sku, "meta");
-    store_sku_key(rst, sku, "rst");
-    const char *keys[2] = {meta, rst};
-    redisReply *r = NULL;
-    if (store_run_many(st, SCRIPT_LAYOUT_READ, 1, 2, keys, 0, NULL, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        store_free_replies(&r, 1);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6)
         return -1;
-    }
     out->version = str_int(r->element[0], 0);
     out->segments = (int)str_int(r->element[1], 0);
     out->stock = str_int(r->element[2], -1);
@@ -54,7 +47,6 @@ int layout_read(struct store *st, const char *sku, struct layout *out)
             continue;
         out->nrestocks++;
     }
-    freeReplyObject(r);
     if (out->segments < 0 || out->segments > 1024 || out->hwm < 0 || out->hwm > 1024)
         return -1;
     return out->version > 0 && out->segments > 0;
@@ -65,166 +57,295 @@ int layout_unsettled(const struct layout *l)
     return l->pending || l->nrestocks > 0;
 }
 
-/* One script run on each segment of a range: which keys of (stock, sver, cnt, orders, idem,
- * rst) it takes (pick), and how many args (from args[k][0..nargs)). */
-struct seg_call {
-    enum store_script id;
-    int nkeys;
-    const int *pick;
-    int nargs;
+/*
+ * The settle, on a worker loop: a chain of callbacks over one struct settle, which owns
+ * itself from layout_*_async to its last callback (the caller's cb is called once, then it is
+ * freed). Steps, each a pipelined batch or one script:
+ *   read -> [roll-out: SEG_RESET on [0, segments), SEG_DROP on [segments, hwm), LAYOUT_DONE]
+ *        -> [each pending restock of this version: RESTOCK_APPLY on every segment, and
+ *            RESTOCK_END once every segment has it] -> read -> ... (at most 4 rounds: a
+ *            concurrent PUT may put a newer layout in place meanwhile; every restock listed
+ *            belongs to the current version, a PUT drops the others).
+ * Every step is idempotent and guarded by the segment's version (store_scripts.h), so any
+ * number of settles, concurrent or cut off half-way, converge on the newest layout.
+ */
+struct settle {
+    struct store *st;
+    lc_async_client *lc;
+    char sku[STORE_KEY_MAX];
+    struct layout l;
+    int settle; /* settle what is pending (layout_read_settled_async), not just read */
+    int round;
+    int ri; /* the restock being applied */
+    layout_fn cb;
+    void *arg;
+    /* the keys and args of the batch in flight */
+    struct seg_keys *sk;
+    const char **kflat, **aflat;
+    char (*args)[3][24];
 };
 
-/* Runs c on segments [from, to) of sku in one pipelined round trip, segment k with the args
- * args[k - from]. Replies into rep[0..to-from) (the caller frees them); 0, or -1 on a Redis
- * error or when a reply is not an integer. */
-static int run_on_segments(struct store *st, const char *sku, int from, int to,
-                           const struct seg_call *c, char (*args)[3][24], redisReply **rep)
+static void settle_round(struct settle *s);
+static void settle_restocks(struct settle *s);
+
+static void settle_end(struct settle *s, int rc)
+{
+    s->cb(s->arg, rc, &s->l);
+    free(s->sk);
+    free(s->kflat);
+    free(s->aflat);
+    free(s->args);
+    free(s);
+}
+
+static void settle_fail(struct settle *s)
+{
+    settle_end(s, -1);
+}
+
+static void on_read(lc_status st, const redisReply *r, void *arg)
+{
+    struct settle *s = arg;
+    int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
+    if (found < 0 || !s->settle || !layout_unsettled(&s->l) || s->round >= 4) {
+        settle_end(s, found < 0 ? -1 : s->l.version > 0 && s->l.segments > 0);
+        return;
+    }
+    settle_round(s);
+}
+
+static void settle_read(struct settle *s)
+{
+    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX];
+    store_sku_key(meta, s->sku, "meta");
+    store_sku_key(rst, s->sku, "rst");
+    const char *keys[2] = {meta, rst};
+    store_script_async(s->st, s->lc, SCRIPT_LAYOUT_READ, 2, keys, 0, NULL, on_read, s);
+}
+
+/* Starts script c on segments [from, to) with args[i] (i = k - from; the args are set by the
+ * caller in s->args), keys picked from (stock, sver, cnt, orders, idem, rst). */
+static void run_on_segments(struct settle *s, int from, int to, enum store_script id, int nkeys,
+                            const int *pick, int nargs, store_batch_fn cb)
 {
     int n = to - from;
-    struct seg_keys *sk = malloc(sizeof(*sk) * (size_t)n);
-    const char **kflat = calloc((size_t)n * (size_t)c->nkeys, sizeof(*kflat));
-    const char **aflat = calloc((size_t)n * (size_t)c->nargs + 1, sizeof(*aflat));
-    int rc = -1;
-    if (!sk || !kflat || !aflat)
-        goto out;
+    free(s->sk);
+    free(s->kflat);
+    free(s->aflat);
+    s->sk = malloc(sizeof(*s->sk) * (size_t)n);
+    s->kflat = calloc((size_t)n * (size_t)nkeys, sizeof(*s->kflat));
+    s->aflat = calloc((size_t)n * (size_t)nargs + 1, sizeof(*s->aflat));
+    if (!s->sk || !s->kflat || !s->aflat) {
+        cb(s, 1, NULL, 0);
+        return;
+    }
     for (int i = 0; i < n; i++) {
-        store_seg_keys(sku, from + i, &sk[i]);
-        const char *all[6] = {sk[i].stock, sk[i].sver, sk[i].cnt,
-                              sk[i].orders, sk[i].idem, sk[i].rst};
-        for (int j = 0; j < c->nkeys; j++)
-            kflat[i * c->nkeys + j] = all[c->pick[j]];
-        for (int j = 0; j < c->nargs; j++)
-            aflat[i * c->nargs + j] = args[i][j];
+        store_seg_keys(s->sku, from + i, &s->sk[i]);
+        const char *all[6] = {s->sk[i].stock, s->sk[i].sver, s->sk[i].cnt,
+                              s->sk[i].orders, s->sk[i].idem, s->sk[i].rst};
+        for (int j = 0; j < nkeys; j++)
+            s->kflat[i * nkeys + j] = all[pick[j]];
+        for (int j = 0; j < nargs; j++)
+            s->aflat[i * nargs + j] = s->args[i][j];
     }
-    rc = store_run_many(st, c->id, n, c->nkeys, kflat, c->nargs, aflat, rep);
-    for (int i = 0; rc == 0 && i < n; i++)
-        if (!rep[i] || rep[i]->type != REDIS_REPLY_INTEGER)
-            rc = -1;
-out:
-    free(aflat);
-    free(kflat);
-    free(sk);
-    return rc;
+    store_batch_async(s->st, s->lc, id, n, nkeys, s->kflat, nargs, s->aflat, cb, s);
 }
 
-/* Runs c on [from, to) with args[i] = {version, units of segment from + i in the spread}, and
- * frees the replies. 0 or -1. */
-static int spread_on_segments(struct store *st, const char *sku, int from, int to,
-                              const struct seg_call *c, int64_t version, long long units,
-                              int nseg)
+/* Every reply an integer: the segment steps answer nothing else. */
+static int all_integers(int failed, const struct store_item *items, int n)
 {
-    if (to <= from)
+    if (failed)
         return 0;
+    for (int i = 0; i < n; i++)
+        if (items[i].type != REDIS_REPLY_INTEGER)
+            return 0;
+    return 1;
+}
+
+/* args[i] = {version, units of segment from + i in the spread} for [from, to). 0 or -1. */
+static int spread_args(struct settle *s, int from, int to, long long units, int nseg)
+{
     int n = to - from;
-    char(*args)[3][24] = calloc((size_t)n, sizeof(*args));
-    redisReply **rep = calloc((size_t)n, sizeof(*rep));
-    int rc = -1;
-    if (args && rep) {
-        for (int i = 0; i < n; i++) {
-            snprintf(args[i][0], 24, "%" PRId64, version);
-            snprintf(args[i][1], 24, "%lld", nseg > 0 ? layout_share(units, nseg, from + i) : 0);
-        }
-        rc = run_on_segments(st, sku, from, to, c, args, rep);
-        store_free_replies(rep, n);
-    }
-    free(rep);
-    free(args);
-    return rc;
-}
-
-/* Resets segments [0, segments) to the layout and drops [segments, hwm), then marks the layout
- * rolled out. 0 or -1. */
-static int roll_out(struct store *st, const char *sku, const struct layout *l)
-{
-    static const int all6[6] = {0, 1, 2, 3, 4, 5};
-    const struct seg_call reset = {SCRIPT_SEG_RESET, 6, all6, 2};
-    const struct seg_call drop = {SCRIPT_SEG_DROP, 6, all6, 1};
-    if (spread_on_segments(st, sku, 0, l->segments, &reset, l->version, l->stock, l->segments) ||
-        spread_on_segments(st, sku, l->segments, l->hwm, &drop, l->version, 0, 0))
+    free(s->args);
+    s->args = calloc((size_t)n + 1, sizeof(*s->args));
+    if (!s->args)
         return -1;
-    char meta[STORE_KEY_MAX], ver[24], segs[24];
-    store_sku_key(meta, sku, "meta");
-    snprintf(ver, sizeof(ver), "%" PRId64, l->version);
-    snprintf(segs, sizeof(segs), "%d", l->segments);
-    const char *keys[1] = {meta};
-    const char *a[2] = {ver, segs};
-    redisReply *r = NULL;
-    int rc = store_run_many(st, SCRIPT_LAYOUT_DONE, 1, 1, keys, 2, a, &r);
-    if (rc == 0 && (!r || r->type != REDIS_REPLY_INTEGER))
-        rc = -1;
-    store_free_replies(&r, 1);
-    return rc;
-}
-
-/* Applies restock x to every segment of the layout (once each), then records it done. 0 (also
- * when a newer layout superseded it), -1 on a Redis error. */
-static int apply_restock(struct store *st, const char *sku, const struct layout *l,
-                         const struct layout_restock *x)
-{
-    static const int pick[4] = {0, 1, 2, 5};
-    int n = l->segments;
-    char(*args)[3][24] = calloc((size_t)n, sizeof(*args));
-    redisReply **rep = calloc((size_t)n, sizeof(*rep));
-    int rc = -1, all = 1;
-    if (!args || !rep)
-        goto out;
-    for (int k = 0; k < n; k++) {
-        snprintf(args[k][0], 24, "%lld", x->version);
-        snprintf(args[k][1], 24, "%lld", layout_share(x->units, n, k));
-        snprintf(args[k][2], 24, "%lld", x->rid);
-    }
-    const struct seg_call apply = {SCRIPT_RESTOCK_APPLY, 4, pick, 3};
-    if (run_on_segments(st, sku, 0, n, &apply, args, rep) != 0)
-        goto out;
-    for (int k = 0; k < n; k++)
-        if (rep[k]->integer < 0)
-            all = 0;
-    rc = 0;
-    if (all) {
-        char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40];
-        store_sku_key(meta, sku, "meta");
-        store_sku_key(rst, sku, "rst");
-        snprintf(suffix, sizeof(suffix), "rres:%lld", x->rid);
-        store_sku_key(rres, sku, suffix);
-        const char *keys[3] = {meta, rst, rres};
-        const char *a[3] = {args[0][2], args[0][0], LAYOUT_RESULT_TTL};
-        redisReply *r = NULL;
-        if (store_run_many(st, SCRIPT_RESTOCK_END, 1, 3, keys, 3, a, &r) != 0 || !r ||
-            r->type != REDIS_REPLY_INTEGER)
-            rc = -1;
-        store_free_replies(&r, 1);
-    }
-out:
-    if (rep)
-        store_free_replies(rep, n);
-    free(rep);
-    free(args);
-    return rc;
-}
-
-int layout_settle(struct store *st, const char *sku, struct layout *l)
-{
-    /* A few rounds: a concurrent PUT may put a newer layout in place while this one settles
-     * (every restock listed belongs to the current version: a PUT drops the others). */
-    for (int round = 0; round < 4 && layout_unsettled(l); round++) {
-        if (l->pending && roll_out(st, sku, l) != 0)
-            return -1;
-        for (int i = 0; i < l->nrestocks; i++)
-            if (l->restocks[i].version == l->version && l->segments > 0 &&
-                apply_restock(st, sku, l, &l->restocks[i]) != 0)
-                return -1;
-        if (layout_read(st, sku, l) < 0)
-            return -1;
+    for (int i = 0; i < n; i++) {
+        snprintf(s->args[i][0], 24, "%" PRId64, s->l.version);
+        snprintf(s->args[i][1], 24, "%lld", nseg > 0 ? layout_share(units, nseg, from + i) : 0);
     }
     return 0;
 }
 
-int layout_read_settled(struct store *st, const char *sku, struct layout *l)
+static const int all6[6] = {0, 1, 2, 3, 4, 5};
+
+static void on_layout_done(lc_status st, const redisReply *r, void *arg)
 {
-    int found = layout_read(st, sku, l);
-    if (found < 0 || !layout_unsettled(l))
-        return found;
-    if (layout_settle(st, sku, l) != 0)
-        return -1;
-    return l->version > 0 && l->segments > 0;
+    struct settle *s = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        settle_fail(s);
+        return;
+    }
+    s->ri = 0;
+    settle_restocks(s);
+}
+
+static void on_dropped(void *arg, int failed, const struct store_item *items, int n)
+{
+    struct settle *s = arg;
+    if (!all_integers(failed, items, n)) {
+        settle_fail(s);
+        return;
+    }
+    char meta[STORE_KEY_MAX], ver[24], segs[24];
+    store_sku_key(meta, s->sku, "meta");
+    snprintf(ver, sizeof(ver), "%" PRId64, s->l.version);
+    snprintf(segs, sizeof(segs), "%d", s->l.segments);
+    const char *keys[1] = {meta};
+    const char *a[2] = {ver, segs};
+    store_script_async(s->st, s->lc, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
+}
+
+static void on_reset(void *arg, int failed, const struct store_item *items, int n)
+{
+    struct settle *s = arg;
+    if (!all_integers(failed, items, n)) {
+        settle_fail(s);
+        return;
+    }
+    /* Drops [segments, hwm): the segments of an older, larger layout. */
+    if (s->l.hwm <= s->l.segments) {
+        on_dropped(s, 0, NULL, 0);
+        return;
+    }
+    if (spread_args(s, s->l.segments, s->l.hwm, 0, 0) != 0) {
+        settle_fail(s);
+        return;
+    }
+    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 6, all6, 1, on_dropped);
+}
+
+/* Resets segments [0, segments) to the layout, drops [segments, hwm), marks it rolled out. */
+static void roll_out(struct settle *s)
+{
+    if (s->l.segments <= 0) {
+        on_reset(s, 0, NULL, 0);
+        return;
+    }
+    if (spread_args(s, 0, s->l.segments, s->l.stock, s->l.segments) != 0) {
+        settle_fail(s);
+        return;
+    }
+    run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 6, all6, 2, on_reset);
+}
+
+static void on_restock_end(lc_status st, const redisReply *r, void *arg)
+{
+    struct settle *s = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        settle_fail(s);
+        return;
+    }
+    s->ri++;
+    settle_restocks(s);
+}
+
+static void on_applied(void *arg, int failed, const struct store_item *items, int n)
+{
+    struct settle *s = arg;
+    if (!all_integers(failed, items, n)) {
+        settle_fail(s);
+        return;
+    }
+    int all = 1;
+    for (int k = 0; k < n; k++)
+        if (items[k].v < 0)
+            all = 0;
+    if (!all) {
+        /* A newer layout superseded it on some segment: nothing more to do with it. */
+        s->ri++;
+        settle_restocks(s);
+        return;
+    }
+    const struct layout_restock *x = &s->l.restocks[s->ri];
+    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40], rid[24],
+        ver[24];
+    store_sku_key(meta, s->sku, "meta");
+    store_sku_key(rst, s->sku, "rst");
+    snprintf(suffix, sizeof(suffix), "rres:%lld", x->rid);
+    store_sku_key(rres, s->sku, suffix);
+    snprintf(rid, sizeof(rid), "%lld", x->rid);
+    snprintf(ver, sizeof(ver), "%lld", x->version);
+    const char *keys[3] = {meta, rst, rres};
+    const char *a[3] = {rid, ver, LAYOUT_RESULT_TTL};
+    store_script_async(s->st, s->lc, SCRIPT_RESTOCK_END, 3, keys, 3, a, on_restock_end, s);
+}
+
+/* Applies the pending restocks of this version from s->ri on (each to every segment once, then
+ * recorded done), then reads the layout again for the next round. */
+static void settle_restocks(struct settle *s)
+{
+    static const int pick[4] = {0, 1, 2, 5};
+    for (; s->ri < s->l.nrestocks; s->ri++) {
+        const struct layout_restock *x = &s->l.restocks[s->ri];
+        if (x->version != s->l.version || s->l.segments <= 0)
+            continue;
+        int n = s->l.segments;
+        free(s->args);
+        s->args = calloc((size_t)n, sizeof(*s->args));
+        if (!s->args) {
+            settle_fail(s);
+            return;
+        }
+        for (int k = 0; k < n; k++) {
+            snprintf(s->args[k][0], 24, "%lld", x->version);
+            snprintf(s->args[k][1], 24, "%lld", layout_share(x->units, n, k));
+            snprintf(s->args[k][2], 24, "%lld", x->rid);
+        }
+        run_on_segments(s, 0, n, SCRIPT_RESTOCK_APPLY, 4, pick, 3, on_applied);
+        return;
+    }
+    s->round++;
+    settle_read(s);
+}
+
+static void settle_round(struct settle *s)
+{
+    if (s->l.pending) {
+        roll_out(s);
+        return;
+    }
+    s->ri = 0;
+    settle_restocks(s);
+}
+
+static void settle_start(struct store *st, lc_async_client *lc, const char *sku, int settle,
+                         layout_fn cb, void *arg)
+{
+    struct settle *s = calloc(1, sizeof(*s));
+    if (!s) {
+        struct layout l;
+        memset(&l, 0, sizeof(l));
+        cb(arg, -1, &l);
+        return;
+    }
+    s->st = st;
+    s->lc = lc;
+    snprintf(s->sku, sizeof(s->sku), "%s", sku);
+    s->settle = settle;
+    s->cb = cb;
+    s->arg = arg;
+    settle_read(s);
+}
+
+void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                       void *arg)
+{
+    settle_start(st, lc, sku, 0, cb, arg);
+}
+
+void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
+                               layout_fn cb, void *arg)
+{
+    settle_start(st, lc, sku, 1, cb, arg);
 }

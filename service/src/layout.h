@@ -36,18 +36,22 @@ struct layout {
 /* Units of segment k when units are spread over n segments (the first units % n get one more).*/
 long long layout_share(long long units, int n, int k);
 
-/* Reads sku's layout. 1 the SKU exists (segments > 0), 0 it does not (out still filled: a
- * deleted SKU may be pending), -1 Redis error. */
-int layout_read(struct store *st, const char *sku, struct layout *out);
-
-/* 1 when l has work for layout_settle (a roll-out or restocks pending). */
+/* 1 when l has work for a settle (a roll-out or restocks pending). */
 int layout_unsettled(const struct layout *l);
 
-/* Brings every segment of sku to its current layout and applies the pending restocks, then
- * reads the layout again into *l. 0, or -1 on a Redis error (l then as last read). */
-int layout_settle(struct store *st, const char *sku, struct layout *l);
+/* The result of a layout read: rc 1 the SKU exists (segments > 0), 0 it does not (l still
+ * filled: a deleted SKU may be pending), -1 Redis error. l is borrowed for the call. */
+typedef void (*layout_fn)(void *arg, int rc, struct layout *l);
 
-/* layout_read, then layout_settle when something is pending. Same results as layout_read. */
-int layout_read_settled(struct store *st, const char *sku, struct layout *l);
+/* Reads sku's layout on lc (a worker loop's client). cb is called exactly once, on the loop
+ * (from inside this call only when nothing could be started). */
+void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                       void *arg);
+
+/* Reads sku's layout and, when something is pending, brings every segment to it and applies
+ * the pending restocks (at most 4 rounds), then reads it again: same results as
+ * layout_read_async, -1 also when a settle step failed (l then as last read). */
+void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
+                               layout_fn cb, void *arg);
 
 #endif

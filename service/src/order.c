@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "areq.h"
 #include "handlers.h"
 #include "ids.h"
 #include "log.h"
@@ -43,34 +44,63 @@ int order_id_parse(const char *id, size_t len, int *segment, char *sku)
     return 0;
 }
 
-/* Fetches order id of sku/segment; 1 found (*out new reference), 0 not found, -1 error. */
-static int fetch_order(struct app *app, const char *id, size_t idlen, json_t **out)
+/* The answer to GET /api/v1/orders/{id} from the HGET of the order (st: lockcore's status). */
+static void get_answer(lc_status st, const redisReply *r, struct response *res)
+{
+    json_t *order = NULL;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_STRING &&
+        !(order = json_loadb(r->str, r->len, 0, NULL)))
+        st = LC_EREDIS; /* not an order record */
+    if (st != LC_OK) {
+        metrics_redis_error();
+        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+    } else if (!order) {
+        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
+    } else {
+        response_json(res, 200, order);
+    }
+}
+
+/* The answer to DELETE /api/v1/orders/{id} from the CANCEL script's reply. */
+static void cancel_answer(struct app *app, const char *sku, lc_status st, const redisReply *r,
+                          struct response *res)
+{
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        metrics_redis_error();
+        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+        return;
+    }
+    long long code = r->element[0]->integer;
+    if (code == 0) {
+        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
+    } else if (code < 0) {
+        response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
+    } else {
+        json_t *order = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
+                            ? json_loadb(r->element[1]->str, r->element[1]->len, 0, NULL)
+                            : NULL;
+        skucache_forget(app->cache, sku); /* its units are back: not sold out any more */
+        response_json(res, 200, order ? order : json_object());
+    }
+}
+
+/* The keys of an order id's segment; 0, or -1 when id is not an order id. */
+struct by_id {
+    struct areq *ar;
+    char sku[VALIDATE_SKU_MAX + 1];
+    char id[ORDER_ID_MAX + 1];
+    struct seg_keys sk;
+};
+
+static int by_id_parse(const struct request *req, struct by_id *b)
 {
     int k;
-    char sku[VALIDATE_SKU_MAX + 1];
-    *out = NULL;
-    if (order_id_parse(id, idlen, &k, sku) != 0)
-        return 0;
-    lc_client *c = store_client(app->store);
-    if (!c)
+    if (!req->param || order_id_parse(req->param, req->param_len, &k, b->sku) != 0)
         return -1;
-    struct seg_keys sk;
-    store_seg_keys(sku, k, &sk);
-    const char *argv[3] = {"HGET", sk.orders, id};
-    size_t lens[3] = {4, strlen(sk.orders), idlen};
-    redisReply *r = NULL;
-    if (lc_client_command(c, 3, argv, lens, &r) != LC_OK) {
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    int found = 0;
-    if (r->type == REDIS_REPLY_STRING) {
-        *out = json_loadb(r->str, r->len, 0, NULL);
-        found = *out ? 1 : -1;
-    }
-    freeReplyObject(r);
-    return found;
+    memcpy(b->id, req->param, req->param_len);
+    b->id[req->param_len] = '\0';
+    store_seg_keys(b->sku, k, &b->sk);
+    return 0;
 }
 
 /* POST /api/v1/orders is taken by order_create_async (order_fsm.c) on a worker loop; the
@@ -82,55 +112,95 @@ void order_create(struct app *app, const struct request *req, struct response *r
     response_error(res, ERROR_INTERNAL, "orders are taken on a worker loop");
 }
 
+/* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
+ * request from the handler's start to its callback (always called once), which frees it. */
+static void on_get_reply(lc_status st, const redisReply *r, void *arg)
+{
+    struct by_id *b = arg;
+    areq_log_begin(b->ar);
+    get_answer(st, r, &b->ar->res);
+    areq_log_end();
+    areq_done(b->ar);
+    free(b);
+}
+
+void order_get_async(struct areq *ar)
+{
+    struct by_id *b = calloc(1, sizeof(*b));
+    if (!b || by_id_parse(&ar->req, b) != 0) {
+        if (b)
+            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
+        else
+            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        free(b);
+        areq_done(ar);
+        return;
+    }
+    b->ar = ar;
+    const char *argv[3] = {"HGET", b->sk.orders, b->id};
+    if (lc_async_command(ar->lc, 3, argv, NULL, on_get_reply, b) != LC_OK)
+        on_get_reply(LC_EIO, NULL, b);
+}
+
+static void on_cancel_reply(lc_status st, const redisReply *r, void *arg)
+{
+    struct by_id *b = arg;
+    areq_log_begin(b->ar);
+    cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
+    areq_log_end();
+    areq_done(b->ar);
+    free(b);
+}
+
+void order_cancel_async(struct areq *ar)
+{
+    struct by_id *b = calloc(1, sizeof(*b));
+    if (!b || by_id_parse(&ar->req, b) != 0) {
+        if (b)
+            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
+        else
+            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        free(b);
+        areq_done(ar);
+        return;
+    }
+    b->ar = ar;
+    const char *keys[3] = {b->sk.stock, b->sk.cnt, b->sk.orders};
+    const char *args[1] = {b->id};
+    if (lc_async_script(ar->lc, store_script(ar->app->store, SCRIPT_CANCEL), 3, keys, NULL, 1,
+                        args, NULL, on_cancel_reply, b) != LC_OK)
+        on_cancel_reply(LC_EIO, NULL, b);
+}
+
+/* The blocking faces (the router's table; unit tests): the same commands and answers. */
 void order_get(struct app *app, const struct request *req, struct response *res)
 {
-    json_t *order;
-    int found = req->param ? fetch_order(app, req->param, req->param_len, &order) : 0;
-    if (found < 0) {
-        metrics_redis_error();
-        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
-    } else if (found == 0) {
+    struct by_id b;
+    lc_client *c = store_client(app->store);
+    if (by_id_parse(req, &b) != 0) {
         response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-    } else {
-        response_json(res, 200, order);
+        return;
     }
+    const char *argv[3] = {"HGET", b.sk.orders, b.id};
+    redisReply *r = NULL;
+    lc_status st = c ? lc_client_command(c, 3, argv, NULL, &r) : LC_EIO;
+    get_answer(st, r, res);
+    if (r)
+        freeReplyObject(r);
 }
 
 void order_cancel(struct app *app, const struct request *req, struct response *res)
 {
-    int k;
-    char sku[VALIDATE_SKU_MAX + 1];
-    if (!req->param || order_id_parse(req->param, req->param_len, &k, sku) != 0) {
+    struct by_id b;
+    if (by_id_parse(req, &b) != 0) {
         response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
         return;
     }
-    struct seg_keys sk;
-    store_seg_keys(sku, k, &sk);
-    char id[ORDER_ID_MAX + 1];
-    memcpy(id, req->param, req->param_len);
-    id[req->param_len] = '\0';
-    const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
-    const char *args[1] = {id};
+    const char *keys[3] = {b.sk.stock, b.sk.cnt, b.sk.orders};
+    const char *args[1] = {b.id};
     redisReply *r = NULL;
-    if (store_run_many(app->store, SCRIPT_CANCEL, 1, 3, keys, 1, args, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        store_free_replies(&r, 1);
-        metrics_redis_error();
-        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
-        return;
-    }
-    long long code = r->element[0]->integer;
-    json_t *order = code != 0 && r->elements > 1
-                        ? json_loadb(r->element[1]->str, r->element[1]->len, 0, NULL)
-                        : NULL;
+    int rc = store_run_many(app->store, SCRIPT_CANCEL, 1, 3, keys, 1, args, &r);
+    cancel_answer(app, b.sku, rc == 0 && r && r->type != REDIS_REPLY_ERROR ? LC_OK : LC_EIO, r,
+                  res);
     store_free_replies(&r, 1);
-    if (code == 0) {
-        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-    } else if (code < 0) {
-        json_decref(order);
-        response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
-    } else {
-        skucache_forget(app->cache, sku); /* its units are back: not sold out any more */
-        response_json(res, 200, order ? order : json_object());
-    }
 }

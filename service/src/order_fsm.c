@@ -29,9 +29,7 @@
  * is deleted on the path that leaves its state. A lockcore callback always comes (exactly once,
  * with LC_ESTATE when the client is freed at shutdown), so an order whose HTTP request was
  * abandoned (deadline, shutdown) still runs to finish() and is freed there; its late replies
- * are harmless. The areq's lc and base are the loop's; the order never leaves its loop, except
- * for the layout steps that still use the blocking store (offloaded to the pool: the order is
- * then touched only by that pool thread until the result is posted back).
+ * are harmless. The areq's lc and base are the loop's; the order never leaves its loop.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -84,22 +82,22 @@ enum order_outcome {
 /* What the order waits for. */
 enum ostate {
     OS_NEW,
-    OS_IDEM_LAYOUT,     /* offload: the layout, before the key claim */
+    OS_IDEM_LAYOUT,     /* the layout (settled), before the key claim */
     OS_IDEM_CLAIM,      /* IDEM_CLAIM script */
     OS_IDEM_FETCH,      /* HGET of the order a finished claim names (replay) */
     OS_IDEM_FIND,       /* batch: HGET of the key in every segment's idem hash */
     OS_IDEM_ADOPT,      /* IDEM_TAKEOVER making the claim final with the order found */
     OS_IDEM_TAKEOVER,   /* IDEM_TAKEOVER taking the claim for this request */
     OS_IDEM_PAUSE,      /* timer: a claim still pending elsewhere */
-    OS_LAYOUT,          /* offload: load the layout (settling what is pending) */
+    OS_LAYOUT,          /* load the layout (settling what is pending) */
     OS_RECHECK,         /* batch: GET stock and version of every segment */
-    OS_RECHECK_LAYOUT,  /* offload: after a re-check: the layout changed or may be unsettled */
+    OS_RECHECK_LAYOUT,  /* after a re-check: the layout changed or may be unsettled */
     OS_ACQUIRE,         /* a segment lock: try (walk) or acquire with waiting (after a walk) */
     OS_HOLD,            /* timer: --hold-ms, inside the critical section */
     OS_COMMIT,          /* the commit script (fenced, or the atomic one) */
     OS_SINGLE_ACQUIRE,  /* single-lock: the SKU's lock, with waiting */
     OS_SINGLE_COMMIT,   /* single-lock: a fenced commit of one segment under it */
-    OS_ROLLOUT,         /* offload (settle once) or timer (2 ms): a PUT rolling out */
+    OS_ROLLOUT,         /* settle (once per request) or timer (2 ms): a PUT rolling out */
     OS_IDEM_END,        /* IDEM_SWAP settling the key claim after the order */
     OS_DONE
 };
@@ -112,9 +110,12 @@ enum oevent {
     EV_ACQUIRED,  /* a lock acquire ended: st, reply = the values read */
     EV_EVAL,      /* a fenced eval ended: st, reply */
     EV_TIMER,     /* the state's timer */
-    EV_OFFLOADED, /* an offloaded layout step is back: o->off_rc */
+    EV_LAYOUT,    /* a layout step is back: o->off_rc */
     EV_CANCEL     /* the loop is ending */
 };
+
+/* Which layout step is in flight (run_layout). */
+enum layout_job { LJ_LOAD, LJ_RELOAD, LJ_CHECK_PENDING, LJ_SETTLE };
 
 struct order;
 
@@ -169,8 +170,8 @@ struct order {
     int64_t t0;
     int any_short;       /* single-lock */
     enum seg_result sres;
-    /* offloaded layout steps */
-    void (*off_fn)(struct order *o);
+    /* layout steps */
+    enum layout_job layout_job;
     int off_rc;
     /* batches of pipelined reads */
     int batch_n, batch_left, batch_failed;
@@ -423,91 +424,72 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
         step(o, EV_BATCH, LC_OK, NULL);
 }
 
-struct offload_arg {
-    struct order *o;
-};
+/* ---- layout steps (layout.c's asynchronous read and settle) ---- */
 
-static void offload_work(void *arg)
+/* Takes a layout read into o->view and the cache. 1 found, 0 unknown SKU, -1 error. */
+static int take_layout(struct order *o, int found, const struct layout *l)
 {
-    struct order *o = arg;
-    log_set_request_id(o->ar->req.request_id);
-    o->off_fn(o);
-}
-
-static void offload_back(void *arg)
-{
-    struct order *o = arg;
-    log_set_request_id(o->ar->req.request_id);
-    step(o, EV_OFFLOADED, LC_OK, NULL);
-    log_set_request_id(NULL);
-}
-
-/* Runs fn(o) on the blocking pool (layout steps), then EV_OFFLOADED on the loop. */
-static void run_offloaded(struct order *o, enum ostate next, void (*fn)(struct order *))
-{
-    o->state = next;
-    o->off_fn = fn;
-    o->off_rc = -1;
-    worker_offload(o->ar->worker, offload_work, offload_back, o);
-}
-
-/* ---- layout steps (blocking store; run on the pool) ---- */
-
-/* Reads the SKU's layout into o->view and the cache, completing a PUT, DELETE or restock
- * that was left half-way (layout.h). 1 found, 0 unknown SKU, -1 error. */
-static int load_layout(struct order *o)
-{
-    struct layout l;
-    int found = layout_read_settled(o->app->store, o->in.sku, &l);
     if (found == 0)
         skucache_forget(o->app->cache, o->in.sku);
     if (found <= 0)
         return found;
-    if (l.segments > SKUCACHE_MAX_SEGMENTS)
+    if (l->segments > SKUCACHE_MAX_SEGMENTS)
         return -1;
-    skucache_set_layout(o->app->cache, o->in.sku, l.version, l.segments);
+    skucache_set_layout(o->app->cache, o->in.sku, l->version, l->segments);
     /* The layout as read, not as re-read from the cache: another request may drop or replace
      * the cache entry at any moment (a restock, cancel or DELETE on this instance). */
     memset(&o->view, 0, sizeof(o->view));
-    o->view.version = l.version;
-    o->view.segments = l.segments;
+    o->view.version = l->version;
+    o->view.segments = l->segments;
     view_refresh(o);
     return 1;
 }
 
-static void job_load_layout(struct order *o)
+/* o->off_rc for the state: OS_LAYOUT / OS_IDEM_LAYOUT 1, 0 or -1 (take_layout); OS_ROLLOUT the
+ * settle's result; OS_RECHECK_LAYOUT 2 the layout changed (reloaded), -2 the SKU is gone, -1
+ * error, 1 still sold out (nothing pending). */
+static void on_layout(void *arg, int found, struct layout *l)
 {
-    o->off_rc = load_layout(o);
-}
-
-/* After a re-check: rc 2 the layout changed (o->view reloaded), -2 the SKU is gone, -1 error;
- * for a re-check that found everything empty, 1 still sold out (nothing pending) or 2 after
- * completing a restock or PUT left half-way. */
-static void job_recheck_stale(struct order *o)
-{
-    int found = load_layout(o);
-    o->off_rc = found > 0 ? 2 : found == 0 ? -2 : -1;
-}
-
-static void job_recheck_empty(struct order *o)
-{
-    struct layout l;
-    int found = layout_read(o->app->store, o->in.sku, &l);
-    if (found < 0) {
-        o->off_rc = -1;
-    } else if (layout_unsettled(&l)) {
-        skucache_forget(o->app->cache, o->in.sku);
-        found = load_layout(o);
+    struct order *o = arg;
+    switch (o->layout_job) {
+    case LJ_LOAD:
+        o->off_rc = take_layout(o, found, l);
+        break;
+    case LJ_RELOAD:
+        found = take_layout(o, found, l);
         o->off_rc = found > 0 ? 2 : found == 0 ? -2 : -1;
-    } else {
-        o->off_rc = 1;
+        break;
+    case LJ_CHECK_PENDING:
+        if (found < 0) {
+            o->off_rc = -1;
+        } else if (layout_unsettled(l)) {
+            /* A restock (or PUT) cut off half-way: complete it, then walk afresh. */
+            skucache_forget(o->app->cache, o->in.sku);
+            o->layout_job = LJ_RELOAD;
+            layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+            return;
+        } else {
+            o->off_rc = 1;
+        }
+        break;
+    case LJ_SETTLE:
+        o->off_rc = found;
+        break;
     }
+    step(o, EV_LAYOUT, LC_OK, NULL);
 }
 
-static void job_settle(struct order *o)
+/* Starts a layout step: LJ_LOAD, LJ_RELOAD and LJ_SETTLE read and settle; LJ_CHECK_PENDING
+ * reads, and settles and reloads only when something is pending. */
+static void run_layout(struct order *o, enum ostate next, enum layout_job job)
 {
-    struct layout l;
-    o->off_rc = layout_read_settled(o->app->store, o->in.sku, &l);
+    o->state = next;
+    o->layout_job = job;
+    o->off_rc = -1;
+    if (job == LJ_CHECK_PENDING)
+        layout_read_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+    else
+        layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout, o);
 }
 
 /* ---- the walk ---- */
@@ -697,7 +679,7 @@ static void single_next(struct order *o)
     case SEG_NOTREADY:
         if (!o->settled) {
             o->settled = 1;
-            run_offloaded(o, OS_ROLLOUT, job_settle);
+            run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         } else {
             o->state = OS_ROLLOUT;
             o->off_rc = -1;
@@ -756,7 +738,7 @@ static void walk_next(struct order *o)
             round_begin(o);
         } else if (!o->settled) {
             o->settled = 1;
-            run_offloaded(o, OS_ROLLOUT, job_settle);
+            run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         } else {
             o->state = OS_ROLLOUT;
             o->off_rc = -1;
@@ -882,7 +864,7 @@ static void round_begin(struct order *o)
         memset(&o->w, 0, sizeof(o->w));
         skucache_get(o->app->cache, o->in.sku, &o->view);
         if (!o->view.version) {
-            run_offloaded(o, OS_LAYOUT, job_load_layout);
+            run_layout(o, OS_LAYOUT, LJ_LOAD);
             return;
         }
         layout_known(o);
@@ -1227,7 +1209,7 @@ static void recheck_on_batch(struct order *o)
         }
     }
     if (stale) {
-        run_offloaded(o, OS_RECHECK_LAYOUT, job_recheck_stale);
+        run_layout(o, OS_RECHECK_LAYOUT, LJ_RELOAD);
         return;
     }
     skucache_set_empty(o->app->cache, o->in.sku, o->view.version, empty);
@@ -1240,13 +1222,23 @@ static void recheck_on_batch(struct order *o)
     if (nempty == nseg) {
         /* Before saying sold out again: a restock (or PUT) cut off half-way would never reach
          * the segments if nobody met it. Complete it here, then walk the segments afresh. */
-        run_offloaded(o, OS_RECHECK_LAYOUT, job_recheck_empty);
+        run_layout(o, OS_RECHECK_LAYOUT, LJ_CHECK_PENDING);
         return;
     }
     walk_start(o);
 }
 
+static void step_in(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+
+/* Every event of an order is handled with the request's id on its log lines. */
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+{
+    areq_log_begin(o->ar);
+    step_in(o, ev, st, r);
+    areq_log_end();
+}
+
+static void step_in(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
 {
     if (ev == EV_CANCEL) {
         /* The loop is ending. Waiting on a timer: end now; waiting on lockcore or the pool: the
@@ -1425,7 +1417,7 @@ static void step(struct order *o, enum oevent ev, lc_status st, const redisReply
     }
     case OS_ROLLOUT:
         /* A PUT rolling out was settled here (once per request), or given 2 ms. */
-        if (ev == EV_OFFLOADED && o->off_rc < 0) {
+        if (ev == EV_LAYOUT && o->off_rc < 0) {
             o->off_rc = -1;
             arm_timer(o, 2);
             return;
@@ -1443,7 +1435,7 @@ static void step(struct order *o, enum oevent ev, lc_status st, const redisReply
 /* ---- the handler ---- */
 
 /* The loop is ending (areq.h: cancel). */
-static void order_cancel_async(struct areq *ar)
+static void order_on_loop_end(struct areq *ar)
 {
     step(ar->handler, EV_CANCEL, LC_ESTATE, NULL);
 }
@@ -1499,11 +1491,11 @@ void order_create_async(struct areq *ar)
         areq_done(ar);
         return;
     }
-    ar->cancel = order_cancel_async;
+    ar->cancel = order_on_loop_end;
     ar->handler = o;
     if (*o->idem) {
         if (!o->view.version) {
-            run_offloaded(o, OS_IDEM_LAYOUT, job_load_layout);
+            run_layout(o, OS_IDEM_LAYOUT, LJ_LOAD);
             return;
         }
         idem_begin(o);

@@ -32,6 +32,24 @@ void probe_healthz(struct app *app, const struct request *req, struct response *
     status_body(res, 200, "ok", NULL);
 }
 
+/* The readiness answer from a PING's result (st: lockcore's status; reason when it failed). */
+void probe_readyz_answer(lc_status st, const char *reason, struct response *res)
+{
+    if (st == LC_ESTATE) {
+        status_body(res, 503, "unavailable", "shutting down");
+        return;
+    }
+    if (st == LC_OK) {
+        status_body(res, 200, "ready", NULL);
+        return;
+    }
+    /* The details (Redis's own error text, addresses, auth failures) go to the log only: the
+     * probe is open to anyone who can reach the port. */
+    log_msg(CONFIG_LOG_WARN, "readyz_unavailable", "Redis did not answer the readiness ping: %s",
+            reason && reason[0] ? reason : "(no reason given)");
+    status_body(res, 503, "unavailable", "redis unavailable");
+}
+
 void probe_readyz(struct app *app, const struct request *req, struct response *res)
 {
     (void)req;
@@ -40,16 +58,9 @@ void probe_readyz(struct app *app, const struct request *req, struct response *r
         return;
     }
     char reason[256] = "";
-    if (store_ping(app->store, reason, sizeof(reason)) == 0) {
-        status_body(res, 200, "ready", NULL);
-        return;
-    }
+    int rc = store_ping(app->store, reason, sizeof(reason));
     reason[sizeof(reason) - 1] = '\0';
-    /* The details (Redis's own error text, addresses, auth failures) go to the log only: the
-     * probe is open to anyone who can reach the port. */
-    log_msg(CONFIG_LOG_WARN, "readyz_unavailable", "Redis did not answer the readiness ping: %s",
-            reason[0] ? reason : "(no reason given)");
-    status_body(res, 503, "unavailable", "redis unavailable");
+    probe_readyz_answer(rc == 0 ? LC_OK : LC_EIO, reason, res);
 }
 
 struct sku_series {

@@ -1,5 +1,9 @@
 /*
- * SKU handlers: PUT /api/v1/skus/{sku}, GET, POST .../restock, DELETE.
+ * SKU handlers: PUT /api/v1/skus/{sku}, GET, POST .../restock, DELETE, on a worker loop.
+ *
+ * Each request is a struct admin, owned by itself from its handler to admin_end (which hands
+ * the areq back and frees it); its steps are chained callbacks (on_<what came back>) over the
+ * asynchronous store and layout.c's asynchronous settle, one Redis step in flight at a time.
  *
  * PUT, DELETE and restock write their intent to the SKU's meta in one atomic step and then
  * settle the segments (layout.c); an interrupted one is completed by whoever next meets it. An
@@ -13,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "areq.h"
 #include "handlers.h"
 #include "layout.h"
 #include "log.h"
@@ -81,310 +86,570 @@ static int stored_answer(struct response *res, const char *stored)
     return 0;
 }
 
-/* Replaces the admin key's value expected by the final answer in res (best effort: a failure
- * leaves the key pending, and a retry with it then finishes the same restock again). */
-static void store_answer(struct app *app, const char *claim, const char *expected,
-                         const struct response *res)
+struct admin {
+    struct areq *ar;
+    struct app *app;
+    char sku[VALIDATE_SKU_MAX + 1];
+    const char *key;                                        /* Idempotency-Key, or NULL */
+    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8]; /* its Redis name */
+    int attempt;         /* status reads */
+    struct layout l;     /* the layout the status read is for */
+    void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
+    char answer[512];    /* PUT: the stored answer */
+    int replay;
+    char segs[24], stock[24];
+    long long rid, qty;  /* restock */
+    char pending[64];
+};
+
+static struct admin *admin_new(struct areq *ar)
 {
-    char *body = res->body ? json_dumps(res->body, JSON_COMPACT) : NULL;
-    if (!body)
-        return;
-    size_t len = strlen(body) + 8;
-    char *value = malloc(len);
-    if (value) {
-        snprintf(value, len, "%d %s", res->status, body);
-        const char *keys[1] = {claim};
-        const char *args[2] = {expected, value};
-        redisReply *r = NULL;
-        store_run_many(app->store, SCRIPT_IDEM_SWAP, 1, 1, keys, 2, args, &r);
-        store_free_replies(&r, 1);
+    struct admin *a = calloc(1, sizeof(*a));
+    if (!a) {
+        response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        areq_done(ar);
+        return NULL;
     }
-    free(value);
-    free(body);
+    a->ar = ar;
+    a->app = ar->app;
+    return a;
 }
 
-/* Reads every segment of the current layout with SEG_STATUS (one atomic read per segment, one
- * pipelined round trip) into a status object. 1 done, 0 a segment is not at l's version (a PUT
- * raced: read the layout again), -1 Redis error. */
-static int read_segments(struct app *app, const char *sku, const struct layout *l, json_t **out)
+static void admin_end(struct admin *a)
 {
+    struct areq *ar = a->ar;
+    free(a);
+    areq_done(ar);
+}
+
+static void admin_down(struct admin *a)
+{
+    redis_down(&a->ar->res);
+    admin_end(a);
+}
+
+/* ---- the status read ---- */
+
+static void status_read(struct admin *a);
+
+/* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders);
+ * 1 done, 0 a segment is not at the layout's version (a PUT raced: read again), -1 error. */
+static int status_build(struct admin *a, int failed, const struct store_item *items, int n,
+                        json_t **out)
+{
+    *out = NULL;
+    if (failed || n != a->l.segments)
+        return -1;
+    for (int k = 0; k < n; k++)
+        if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 5)
+            return -1;
+    for (int k = 0; k < n; k++)
+        if (items[k].e[1] != a->l.version)
+            return 0;
+    long long total = 0, remaining = 0, sold = 0, orders = 0;
+    json_t *segs = json_array();
+    for (int k = 0; k < n; k++) {
+        const long long *e = items[k].e;
+        total += e[2];
+        remaining += e[0];
+        sold += e[3];
+        orders += e[4];
+        json_array_append_new(segs, json_pack("{s:i, s:I, s:I}", "index", k, "remaining",
+                                              (json_int_t)e[0], "sold", (json_int_t)e[3]));
+    }
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", a->sku, "version",
+                     (json_int_t)a->l.version, "stock_total", (json_int_t)total, "remaining",
+                     (json_int_t)remaining, "sold", (json_int_t)sold, "orders",
+                     (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
+    return *out ? 1 : -1;
+}
+
+static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n);
+
+static void on_segments(void *arg, int failed, const struct store_item *items, int n)
+{
+    struct admin *a = arg;
+    areq_log_begin(a->ar);
+    on_segments_in(a, failed, items, n);
+    areq_log_end();
+}
+
+static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n)
+{
+    json_t *st;
+    int rc = status_build(a, failed, items, n, &st);
+    if (rc == 0 && ++a->attempt < 5) {
+        status_read(a);
+        return;
+    }
+    a->status_done(a, rc == 0 ? -1 : rc, st);
+}
+
+static void on_status_layout_in(void *arg, int found, struct layout *l);
+
+static void on_status_layout(void *arg, int found, struct layout *l)
+{
+    areq_log_begin(((struct admin *)arg)->ar);
+    on_status_layout_in(arg, found, l);
+    areq_log_end();
+}
+
+static void on_status_layout_in(void *arg, int found, struct layout *l)
+{
+    struct admin *a = arg;
+    if (found <= 0) {
+        a->status_done(a, found, NULL);
+        return;
+    }
+    a->l = *l;
     int nseg = l->segments;
     struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
     const char **kflat = malloc(sizeof(*kflat) * 3 * (size_t)nseg);
-    redisReply **rep = calloc((size_t)nseg, sizeof(*rep));
-    int rc = -1;
-    if (!keys || !kflat || !rep)
-        goto out;
+    if (!keys || !kflat) {
+        free(keys);
+        free(kflat);
+        a->status_done(a, -1, NULL);
+        return;
+    }
     for (int k = 0; k < nseg; k++) {
-        store_seg_keys(sku, k, &keys[k]);
+        store_seg_keys(a->sku, k, &keys[k]);
         kflat[3 * k] = keys[k].stock;
         kflat[3 * k + 1] = keys[k].sver;
         kflat[3 * k + 2] = keys[k].cnt;
     }
-    if (store_run_many(app->store, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL, rep) != 0)
-        goto out;
-    long long total = 0, remaining = 0, sold = 0, orders = 0;
-    for (int k = 0; k < nseg; k++)
-        if (!rep[k] || rep[k]->type != REDIS_REPLY_ARRAY || rep[k]->elements != 5)
-            goto out;
-    rc = 0;
-    for (int k = 0; k < nseg; k++)
-        if (store_reply_int(rep[k]->element[1], 0) != l->version)
-            goto out;
-    json_t *segs = json_array();
-    for (int k = 0; k < nseg; k++) {
-        redisReply **e = rep[k]->element;
-        long long rem = store_reply_int(e[0], 0), t = store_reply_int(e[2], 0),
-                  s = store_reply_int(e[3], 0), o = store_reply_int(e[4], 0);
-        total += t;
-        remaining += rem;
-        sold += s;
-        orders += o;
-        json_array_append_new(segs, json_pack("{s:i, s:I, s:I}", "index", k, "remaining",
-                                              (json_int_t)rem, "sold", (json_int_t)s));
-    }
-    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", sku, "version",
-                     (json_int_t)l->version, "stock_total", (json_int_t)total, "remaining",
-                     (json_int_t)remaining, "sold", (json_int_t)sold, "orders",
-                     (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
-    rc = *out ? 1 : -1;
-out:
-    if (rep)
-        store_free_replies(rep, nseg);
-    free(rep);
+    /* The keys are copied by lockcore when the calls start. */
+    store_batch_async(a->app->store, a->ar->lc, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL,
+                      on_segments, a);
     free(kflat);
     free(keys);
-    return rc;
 }
 
-int stock_status(struct app *app, const char *sku, json_t **out)
+/* The SPEC §5 status object of a->sku, then a->status_done(a, rc, status): rc 1 with a new
+ * reference, 0 unknown SKU, -1 Redis error. Settled first, so the answer is one layout's,
+ * complete; a PUT racing the read shows as a segment of another version, and the read starts
+ * again (5 attempts). */
+static void status_read(struct admin *a)
 {
-    *out = NULL;
-    /* Settled first, so the answer is one layout's, complete; a PUT racing the read shows as a
-     * segment of another version, and the read starts again. */
-    for (int attempt = 0; attempt < 5; attempt++) {
-        struct layout l;
-        int found = layout_read_settled(app->store, sku, &l);
-        if (found <= 0)
-            return found;
-        int rc = read_segments(app, sku, &l, out);
-        if (rc != 0)
-            return rc;
+    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, on_status_layout, a);
+}
+
+/* ---- GET ---- */
+
+static void get_on_status(struct admin *a, int found, json_t *st)
+{
+    if (found < 0)
+        redis_down(&a->ar->res);
+    else if (found == 0)
+        response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
+    else
+        response_json(&a->ar->res, 200, st);
+    admin_end(a);
+}
+
+void stock_get_async(struct areq *ar)
+{
+    struct admin *a = admin_new(ar);
+    if (!a)
+        return;
+    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return;
     }
-    return -1;
+    a->status_done = get_on_status;
+    status_read(a);
+}
+
+/* ---- PUT ---- */
+
+static void put_on_settled_in(void *arg, int found, struct layout *l);
+
+static void put_on_settled(void *arg, int found, struct layout *l)
+{
+    areq_log_begin(((struct admin *)arg)->ar);
+    put_on_settled_in(arg, found, l);
+    areq_log_end();
+}
+
+static void put_on_settled_in(void *arg, int found, struct layout *l)
+{
+    (void)l;
+    struct admin *a = arg;
+    if (found < 0) {
+        admin_down(a);
+        return;
+    }
+    if (stored_answer(&a->ar->res, a->answer) != 0) {
+        response_error(&a->ar->res, ERROR_INVALID_REQUEST,
+                       "Idempotency-Key: already used by another kind of request");
+        admin_end(a);
+        return;
+    }
+    log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s%s", a->sku, a->segs,
+            a->stock, a->replay ? " (Idempotency-Key replay)" : "");
+    admin_end(a);
+}
+
+static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r);
+
+static void on_put_meta(lc_status st, const redisReply *r, void *arg)
+{
+    struct admin *a = arg;
+    areq_log_begin(a->ar);
+    on_put_meta_in(a, st, r);
+    areq_log_end();
+}
+
+static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r)
+{
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING) {
+        admin_down(a);
+        return;
+    }
+    a->replay = r->element[0]->integer == 0;
+    snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
+    skucache_forget(a->app->cache, a->sku);
+    /* Roll the layout out (a replay too: the first try may have been cut off before). */
+    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, put_on_settled, a);
 }
 
 /* The answer of a PUT: the stored "<status> <body>" of the meta script. */
-void stock_put(struct app *app, const struct request *req, struct response *res)
+void stock_put_async(struct areq *ar)
 {
-    char sku[VALIDATE_SKU_MAX + 1];
-    if (stock_sku_param(req, res, sku) != 0)
+    const struct request *req = &ar->req;
+    struct admin *a = admin_new(ar);
+    if (!a)
         return;
+    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return;
+    }
     struct validate_put_sku body;
     struct validate_error verr;
     if (validate_put_sku_body(req->body, req->body_len, &body, &verr) != 0) {
-        response_error(res, verr.code, verr.message);
+        response_error(&ar->res, verr.code, verr.message);
+        admin_end(a);
         return;
     }
-    const char *key;
-    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
-    if (admin_key(req, res, sku, "put", &key, claim, sizeof(claim)) != 0)
-        return;
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], segs[24], stock[24];
-    store_sku_key(meta, sku, "meta");
-    store_sku_key(ver, sku, "ver");
-    store_sku_key(rst, sku, "rst");
-    snprintf(segs, sizeof(segs), "%" PRId64, body.segments);
-    snprintf(stock, sizeof(stock), "%" PRId64, body.stock);
-    const char *keys[4] = {meta, ver, rst, key ? claim : meta};
-    const char *args[5] = {segs, stock, sku, key ? "1" : "0", STOCK_KEY_TTL_MS};
-    redisReply *r = NULL;
-    if (store_run_many(app->store, SCRIPT_PUT_META, 1, 4, keys, 5, args, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[1]->type != REDIS_REPLY_STRING) {
-        store_free_replies(&r, 1);
-        redis_down(res);
+    if (admin_key(req, &ar->res, a->sku, "put", &a->key, a->claim, sizeof(a->claim)) != 0) {
+        admin_end(a);
         return;
     }
-    int replay = r->element[0]->integer == 0;
-    char answer[512];
-    snprintf(answer, sizeof(answer), "%s", r->element[1]->str);
-    store_free_replies(&r, 1);
-    skucache_forget(app->cache, sku);
-    /* Roll the layout out (a replay too: the first try may have been cut off before). */
-    struct layout l;
-    if (layout_read_settled(app->store, sku, &l) < 0) {
-        redis_down(res);
-        return;
-    }
-    if (stored_answer(res, answer) != 0) {
-        response_error(res, ERROR_INVALID_REQUEST,
-                       "Idempotency-Key: already used by another kind of request");
-        return;
-    }
-    log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s%s", sku, segs, stock,
-            replay ? " (Idempotency-Key replay)" : "");
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    store_sku_key(ver, a->sku, "ver");
+    store_sku_key(rst, a->sku, "rst");
+    snprintf(a->segs, sizeof(a->segs), "%" PRId64, body.segments);
+    snprintf(a->stock, sizeof(a->stock), "%" PRId64, body.stock);
+    const char *keys[4] = {meta, ver, rst, a->key ? a->claim : meta};
+    const char *args[5] = {a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS};
+    store_script_async(a->app->store, ar->lc, SCRIPT_PUT_META, 4, keys, 5, args, on_put_meta, a);
 }
 
-void stock_get(struct app *app, const struct request *req, struct response *res)
+/* ---- restock ---- */
+
+static void on_answer_stored(lc_status st, const redisReply *r, void *arg)
 {
-    char sku[VALIDATE_SKU_MAX + 1];
-    if (stock_sku_param(req, res, sku) != 0)
+    (void)st; /* best effort: a failure leaves the key pending, and a retry with it then
+                 finishes the same restock again */
+    (void)r;
+    admin_end(arg);
+}
+
+/* The end of a restock: the answer is stored with the admin key (when there is one and the
+ * answer is final), logged, and sent. */
+static void restock_end(struct admin *a)
+{
+    struct response *res = &a->ar->res;
+    if (res->status == 200)
+        log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)",
+                a->sku, a->qty, a->rid);
+    char *body = a->key && (res->status == 200 || res->status == 409) && res->body
+                     ? json_dumps(res->body, JSON_COMPACT)
+                     : NULL;
+    if (!body) {
+        admin_end(a);
         return;
-    json_t *st;
-    int found = stock_status(app, sku, &st);
-    if (found < 0)
+    }
+    size_t len = strlen(body) + 8;
+    char *value = malloc(len);
+    if (!value) {
+        free(body);
+        admin_end(a);
+        return;
+    }
+    snprintf(value, len, "%d %s", res->status, body);
+    const char *keys[1] = {a->claim};
+    const char *args[2] = {a->pending, value};
+    store_script_async(a->app->store, a->ar->lc, SCRIPT_IDEM_SWAP, 1, keys, 2, args,
+                       on_answer_stored, a);
+    free(value);
+    free(body);
+}
+
+static void restock_on_status(struct admin *a, int found, json_t *st)
+{
+    struct response *res = &a->ar->res;
+    if (found < 0) {
         redis_down(res);
-    else if (found == 0)
-        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
-    else
+    } else if (found == 0) {
+        response_error(res, ERROR_SKU_CHANGED,
+                       "the SKU was deleted after the restock: nothing of it is left");
+    } else {
+        json_object_set_new(st, "added", json_integer((json_int_t)a->qty));
         response_json(res, 200, st);
+    }
+    restock_end(a);
+}
+
+static void on_rres_in(struct admin *a, lc_status st, const redisReply *r);
+
+static void on_rres(lc_status st, const redisReply *r, void *arg)
+{
+    struct admin *a = arg;
+    areq_log_begin(a->ar);
+    on_rres_in(a, st, r);
+    areq_log_end();
+}
+
+static void on_rres_in(struct admin *a, lc_status st, const redisReply *r)
+{
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        redis_down(&a->ar->res);
+        restock_end(a);
+        return;
+    }
+    int done = r->integer == 1;
+    int still_pending = 0;
+    for (int i = 0; i < a->l.nrestocks; i++)
+        still_pending |= a->l.restocks[i].rid == a->rid;
+    if (!done && still_pending) {
+        redis_down(&a->ar->res);
+        restock_end(a);
+        return;
+    }
+    if (!done) {
+        response_error(&a->ar->res, ERROR_SKU_CHANGED,
+                       "the SKU was re-initialised or deleted while restocking: nothing was "
+                       "added to its current layout");
+        restock_end(a);
+        return;
+    }
+    a->status_done = restock_on_status;
+    a->attempt = 0;
+    status_read(a);
+}
+
+static void restock_on_settled_in(void *arg, int found, struct layout *l);
+
+static void restock_on_settled(void *arg, int found, struct layout *l)
+{
+    areq_log_begin(((struct admin *)arg)->ar);
+    restock_on_settled_in(arg, found, l);
+    areq_log_end();
+}
+
+static void restock_on_settled_in(void *arg, int found, struct layout *l)
+{
+    struct admin *a = arg;
+    if (found < 0) {
+        redis_down(&a->ar->res);
+        restock_end(a);
+        return;
+    }
+    a->l = *l;
+    char rres[STORE_KEY_MAX], suffix[40];
+    snprintf(suffix, sizeof(suffix), "rres:%lld", a->rid);
+    store_sku_key(rres, a->sku, suffix);
+    const char *argv[2] = {"EXISTS", rres};
+    if (lc_async_command(a->ar->lc, 2, argv, NULL, on_rres, a) != LC_OK)
+        on_rres(LC_EIO, NULL, a);
 }
 
 /* Settles sku (which applies restock rid with everything else pending) and answers: 200 with
  * the status and "added" when rid reached every segment, 409 sku_changed when a PUT or DELETE
  * came first, 503 when Redis failed (the restock stays pending: a retry with the same key, or
  * the next reader, completes it). */
-static void finish_restock(struct app *app, const char *sku, long long rid, long long units,
-                           struct response *res)
+static void finish_restock(struct admin *a)
 {
-    struct layout l;
-    if (layout_read_settled(app->store, sku, &l) < 0) {
-        redis_down(res);
-        return;
-    }
-    lc_client *c = store_client(app->store);
-    char rres[STORE_KEY_MAX], suffix[40];
-    snprintf(suffix, sizeof(suffix), "rres:%lld", rid);
-    store_sku_key(rres, sku, suffix);
-    const char *argv[2] = {"EXISTS", rres};
-    redisReply *r = NULL;
-    if (!c || lc_client_command(c, 2, argv, NULL, &r) != LC_OK || r->type != REDIS_REPLY_INTEGER) {
-        if (r)
-            freeReplyObject(r);
-        redis_down(res);
-        return;
-    }
-    int done = r->integer == 1;
-    freeReplyObject(r);
-    int still_pending = 0;
-    for (int i = 0; i < l.nrestocks; i++)
-        still_pending |= l.restocks[i].rid == rid;
-    if (!done && still_pending) {
-        redis_down(res);
-        return;
-    }
-    if (!done) {
-        response_error(res, ERROR_SKU_CHANGED,
-                       "the SKU was re-initialised or deleted while restocking: nothing was "
-                       "added to its current layout");
-        return;
-    }
-    json_t *st;
-    int found = stock_status(app, sku, &st);
-    if (found < 0) {
-        redis_down(res);
-        return;
-    }
-    if (found == 0) {
-        response_error(res, ERROR_SKU_CHANGED,
-                       "the SKU was deleted after the restock: nothing of it is left");
-        return;
-    }
-    json_object_set_new(st, "added", json_integer((json_int_t)units));
-    response_json(res, 200, st);
+    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, restock_on_settled, a);
 }
 
-void stock_restock(struct app *app, const struct request *req, struct response *res)
+static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r);
+
+static void on_restock_begin(lc_status st, const redisReply *r, void *arg)
 {
-    char sku[VALIDATE_SKU_MAX + 1];
-    if (stock_sku_param(req, res, sku) != 0)
-        return;
-    struct validate_restock body;
-    struct validate_error verr;
-    if (validate_restock_body(req->body, req->body_len, &body, &verr) != 0) {
-        response_error(res, verr.code, verr.message);
-        return;
-    }
-    const char *key;
-    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
-    if (admin_key(req, res, sku, "restock", &key, claim, sizeof(claim)) != 0)
-        return;
-    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], units[24];
-    store_sku_key(meta, sku, "meta");
-    store_sku_key(rst, sku, "rst");
-    snprintf(units, sizeof(units), "%" PRId64, body.quantity);
-    const char *keys[3] = {meta, rst, key ? claim : meta};
-    const char *args[3] = {units, key ? "1" : "0", STOCK_KEY_TTL_MS};
-    redisReply *r = NULL;
-    if (store_run_many(app->store, SCRIPT_RESTOCK_BEGIN, 1, 3, keys, 3, args, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        store_free_replies(&r, 1);
-        redis_down(res);
+    struct admin *a = arg;
+    areq_log_begin(a->ar);
+    on_restock_begin_in(a, st, r);
+    areq_log_end();
+}
+
+static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r)
+{
+    struct response *res = &a->ar->res;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        admin_down(a);
         return;
     }
-    long long code = r->element[0]->integer, rid = 0, qty = body.quantity;
+    long long code = r->element[0]->integer;
     char stored[1024] = "";
     if (code == 1 && r->elements >= 2)
-        rid = store_reply_int(r->element[1], 0);
+        a->rid = store_reply_int(r->element[1], 0);
     else if (code == 0 && r->elements >= 2 && r->element[1]->type == REDIS_REPLY_STRING)
         snprintf(stored, sizeof(stored), "%s", r->element[1]->str);
-    store_free_replies(&r, 1);
-    skucache_forget(app->cache, sku);
+    skucache_forget(a->app->cache, a->sku);
     if (code == -1) {
         response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
+        admin_end(a);
         return;
     }
-    char pending[64] = "";
     if (code == 0) {
         /* A replay: the stored answer, or a restock the first try left running. */
-        if (sscanf(stored, "P %lld %lld", &rid, &qty) != 2) {
+        if (sscanf(stored, "P %lld %lld", &a->rid, &a->qty) != 2) {
             if (stored_answer(res, stored) != 0)
                 response_error(res, ERROR_INVALID_REQUEST,
                                "Idempotency-Key: already used by another kind of request");
+            admin_end(a);
             return;
         }
-        snprintf(pending, sizeof(pending), "%s", stored);
-    } else if (key) {
-        snprintf(pending, sizeof(pending), "P %lld %lld", rid, qty);
+        snprintf(a->pending, sizeof(a->pending), "%s", stored);
+    } else if (a->key) {
+        snprintf(a->pending, sizeof(a->pending), "P %lld %lld", a->rid, a->qty);
     }
-    finish_restock(app, sku, rid, qty, res);
-    if (key && (res->status == 200 || res->status == 409))
-        store_answer(app, claim, pending, res);
-    if (res->status == 200)
-        log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)", sku,
-                qty, rid);
+    finish_restock(a);
 }
 
-void stock_delete(struct app *app, const struct request *req, struct response *res)
+void stock_restock_async(struct areq *ar)
 {
-    char sku[VALIDATE_SKU_MAX + 1];
-    if (stock_sku_param(req, res, sku) != 0)
+    const struct request *req = &ar->req;
+    struct admin *a = admin_new(ar);
+    if (!a)
         return;
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
-    store_sku_key(meta, sku, "meta");
-    store_sku_key(ver, sku, "ver");
-    store_sku_key(rst, sku, "rst");
-    const char *keys[3] = {meta, ver, rst};
-    redisReply *r = NULL;
-    if (store_run_many(app->store, SCRIPT_DELETE_META, 1, 3, keys, 0, NULL, &r) != 0 || !r ||
-        r->type != REDIS_REPLY_INTEGER) {
-        store_free_replies(&r, 1);
-        redis_down(res);
+    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return;
+    }
+    struct validate_restock body;
+    struct validate_error verr;
+    if (validate_restock_body(req->body, req->body_len, &body, &verr) != 0) {
+        response_error(&ar->res, verr.code, verr.message);
+        admin_end(a);
+        return;
+    }
+    if (admin_key(req, &ar->res, a->sku, "restock", &a->key, a->claim, sizeof(a->claim)) != 0) {
+        admin_end(a);
+        return;
+    }
+    a->qty = body.quantity;
+    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], units[24];
+    store_sku_key(meta, a->sku, "meta");
+    store_sku_key(rst, a->sku, "rst");
+    snprintf(units, sizeof(units), "%" PRId64, body.quantity);
+    const char *keys[3] = {meta, rst, a->key ? a->claim : meta};
+    const char *args[3] = {units, a->key ? "1" : "0", STOCK_KEY_TTL_MS};
+    store_script_async(a->app->store, ar->lc, SCRIPT_RESTOCK_BEGIN, 3, keys, 3, args,
+                       on_restock_begin, a);
+}
+
+/* ---- DELETE ---- */
+
+static void delete_on_settled_in(void *arg, int found, struct layout *l);
+
+static void delete_on_settled(void *arg, int found, struct layout *l)
+{
+    areq_log_begin(((struct admin *)arg)->ar);
+    delete_on_settled_in(arg, found, l);
+    areq_log_end();
+}
+
+static void delete_on_settled_in(void *arg, int found, struct layout *l)
+{
+    (void)l;
+    struct admin *a = arg;
+    if (found < 0)
+        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s",
+                a->sku, lc_errmsg());
+    a->ar->res.status = 204;
+    admin_end(a);
+}
+
+static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r);
+
+static void on_delete_meta(lc_status st, const redisReply *r, void *arg)
+{
+    struct admin *a = arg;
+    areq_log_begin(a->ar);
+    on_delete_meta_in(a, st, r);
+    areq_log_end();
+}
+
+static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r)
+{
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        admin_down(a);
         return;
     }
     long long version = r->integer;
-    store_free_replies(&r, 1);
-    skucache_forget(app->cache, sku);
+    skucache_forget(a->app->cache, a->sku);
     if (version == 0) {
-        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
+        response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
+        admin_end(a);
         return;
     }
     /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
      * next settle when this one fails. */
-    struct layout l;
-    if (layout_read_settled(app->store, sku, &l) < 0)
-        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", sku,
-                lc_errmsg());
-    res->status = 204;
+    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, delete_on_settled, a);
+}
+
+void stock_delete_async(struct areq *ar)
+{
+    struct admin *a = admin_new(ar);
+    if (!a)
+        return;
+    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return;
+    }
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    store_sku_key(ver, a->sku, "ver");
+    store_sku_key(rst, a->sku, "rst");
+    const char *keys[3] = {meta, ver, rst};
+    store_script_async(a->app->store, ar->lc, SCRIPT_DELETE_META, 3, keys, 0, NULL,
+                       on_delete_meta, a);
+}
+
+/* The router's synchronous table: these endpoints are served on a worker loop (above). */
+static void on_a_loop(struct response *res)
+{
+    response_error(res, ERROR_INTERNAL, "SKU requests are served on a worker loop");
+}
+
+void stock_put(struct app *app, const struct request *req, struct response *res)
+{
+    (void)app;
+    (void)req;
+    on_a_loop(res);
+}
+
+void stock_get(struct app *app, const struct request *req, struct response *res)
+{
+    (void)app;
+    (void)req;
+    on_a_loop(res);
+}
+
+void stock_restock(struct app *app, const struct request *req, struct response *res)
+{
+    (void)app;
+    (void)req;
+    on_a_loop(res);
+}
+
+void stock_delete(struct app *app, const struct request *req, struct response *res)
+{
+    (void)app;
+    (void)req;
+    on_a_loop(res);
 }

@@ -234,3 +234,89 @@ out:
     free(nk);
     return rc;
 }
+
+/* ---- asynchronous ---- */
+
+/* A batch in flight: owned by itself, freed when its last reply is in (after the callback). */
+struct batch {
+    store_batch_fn cb;
+    void *arg;
+    int n, left, failed;
+    struct store_item *items;
+    struct bslot {
+        struct batch *b;
+        int i;
+    } *slots;
+};
+
+static void batch_end(struct batch *b)
+{
+    b->cb(b->arg, b->failed, b->items, b->n);
+    free(b->slots);
+    free(b->items);
+    free(b);
+}
+
+static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+{
+    struct bslot *s = arg;
+    struct batch *b = s->b;
+    if (st != LC_OK || !r) {
+        b->failed = 1;
+    } else {
+        struct store_item *it = &b->items[s->i];
+        it->type = r->type;
+        it->v = store_reply_int(r, 0);
+        if (r->type == REDIS_REPLY_ARRAY) {
+            it->n = (int)r->elements;
+            for (size_t j = 0; j < r->elements && j < STORE_ITEM_MAX; j++)
+                it->e[j] = store_reply_int(r->element[j], 0);
+        }
+    }
+    if (--b->left == 0)
+        batch_end(b);
+}
+
+void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
+                       int nkeys, const char *const *keys, int nargs, const char *const *args,
+                       store_batch_fn cb, void *arg)
+{
+    struct batch *b = calloc(1, sizeof(*b));
+    if (!b) {
+        cb(arg, 1, NULL, 0);
+        return;
+    }
+    b->cb = cb;
+    b->arg = arg;
+    b->n = n;
+    b->items = calloc((size_t)n + 1, sizeof(*b->items));
+    b->slots = calloc((size_t)n + 1, sizeof(*b->slots));
+    b->left = 1; /* this function's own reference: the batch ends after every call started */
+    if (!b->items || !b->slots) {
+        b->failed = 1;
+        n = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        b->slots[i].b = b;
+        b->slots[i].i = i;
+        b->left++;
+        if (lc_async_script(lc, store->scripts[id], nkeys,
+                            keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
+                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_reply,
+                            &b->slots[i]) != LC_OK) {
+            b->failed = 1;
+            b->left--;
+        }
+    }
+    if (--b->left == 0)
+        batch_end(b);
+}
+
+void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
+                        int nkeys, const char *const *keys, int nargs, const char *const *args,
+                        lc_async_reply_fn cb, void *arg)
+{
+    if (lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg) !=
+        LC_OK)
+        cb(LC_EIO, NULL, arg);
+}

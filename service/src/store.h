@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <lockcore/lockcore.h>
+#include <lockcore/lockcore_async.h>
 
 #include "config.h"
 
@@ -73,6 +74,36 @@ int store_run_many(struct store *store, enum store_script id, int n, int nkeys,
 
 /* Frees n replies (NULL entries allowed). */
 void store_free_replies(redisReply **replies, int n);
+
+/* ---- the asynchronous store (on a worker loop's lockcore client) ---- */
+
+/* One reply of a batch, as much of it as the callers use (the reply itself is freed by
+ * lockcore once its callback returns): its type, its integer value (store_reply_int, 0 when
+ * none) and, for an array, the integer values of its first STORE_ITEM_MAX elements. */
+#define STORE_ITEM_MAX 6
+struct store_item {
+    int type;
+    long long v;
+    int n; /* elements of an array reply */
+    long long e[STORE_ITEM_MAX];
+};
+
+/* Called once every call of a batch is answered: failed is 1 when any failed (no answer, or a
+ * Redis error). items[0..n) are borrowed for the call. */
+typedef void (*store_batch_fn)(void *arg, int failed, const struct store_item *items, int n);
+
+/* Runs script id n times on lc (call i: keys keys[i*nkeys..], args args[i*nargs..], copied),
+ * pipelined: they leave in one write. cb is called exactly once, on the loop, normally after
+ * this returns (only when no call could even start, e.g. at shutdown, from inside it). */
+void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
+                       int nkeys, const char *const *keys, int nargs, const char *const *args,
+                       store_batch_fn cb, void *arg);
+
+/* One script call on lc; cb as for lc_async_script (called exactly once; from inside this call
+ * only when it could not start). */
+void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
+                        int nkeys, const char *const *keys, int nargs, const char *const *args,
+                        lc_async_reply_fn cb, void *arg);
 
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);

@@ -1,0 +1,33 @@
+/*
+ * GET /readyz on a worker loop: one PING on the loop's Redis client (probe.c answers). Kept
+ * apart from probe.c so that probe.c's synchronous handlers link without the loops.
+ */
+#include <stdatomic.h>
+
+#include "areq.h"
+#include "handlers.h"
+
+/* The same probe on a worker loop: one PING on the loop's client. */
+static void on_ping(lc_status st, const redisReply *r, void *arg)
+{
+    struct areq *ar = arg;
+    if (st == LC_OK && !(r && r->type == REDIS_REPLY_STATUS))
+        st = LC_EREDIS;
+    areq_log_begin(ar);
+    probe_readyz_answer(st, st == LC_OK ? NULL : lc_errmsg(), &ar->res);
+    areq_log_end();
+    areq_done(ar);
+}
+
+void probe_readyz_async(struct areq *ar)
+{
+    if (atomic_load(&ar->app->draining)) {
+        probe_readyz_answer(LC_ESTATE, NULL, &ar->res);
+        areq_done(ar);
+        return;
+    }
+    const char *argv[1] = {"PING"};
+    if (lc_async_command(ar->lc, 1, argv, NULL, on_ping, ar) != LC_OK)
+        on_ping(LC_EIO, NULL, ar);
+}
+
