@@ -599,6 +599,10 @@ static void try_segment_locked(struct order *o, int k)
     }
     const char *reads[2] = {o->sk.stock, o->sk.sver};
     o->t0 = mono_ms();
+    /* A try marks the segment held by this instance from the moment it is sent: the other
+     * orders of this instance walk past it instead of sending a try bound to find it busy. */
+    if (!o->waiting)
+        skucache_set_held(o->app->cache, o->in.sku, k, 1);
     if (lc_async_lock_acquire(o->lock, o->waiting, 2, reads, NULL, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
 }
@@ -1128,6 +1132,8 @@ static void place_done(struct order *o, enum order_outcome out)
 /* The result of the lock acquire of a segment (segmented strategy). */
 static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
 {
+    if (st != LC_OK && !o->waiting)
+        skucache_set_held(o->app->cache, o->in.sku, o->k, 0); /* the mark of the try */
     if (st == LC_EBUSY || st == LC_ETIMEOUT) {
         drop_lock(o);
         segment_done(o, SEG_BUSY);
@@ -1136,6 +1142,7 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
     if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
         metrics_redis_error();
         drop_lock(o);
+        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         segment_done(o, SEG_ERROR);
         return;
     }
