@@ -126,6 +126,7 @@ struct req_state {
     struct areq *ar;            /* the handler's while !ready; ours once ready */
     struct response own;        /* our answer when the handler was cut off (deadline, stop) */
     bool suspended, ready, abandoned;
+    bool begun; /* counted by metrics_request_begin on the final call */
     struct event *deadline;
     struct router_route route;
     bool allowed;
@@ -863,6 +864,7 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
     };
     struct response res = {0};
     metrics_request_begin();
+    st->begun = true;
     if (router_begin(srv->app, &req, &res, &st->route, &st->allowed)) {
         if (endpoint_async(st->route.endpoint) && current_worker && current_worker->stopping) {
             response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
@@ -913,6 +915,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct req_state *st = *req_cls;
     if (!st)
         return;
+    if (st->begun && !st->answered) {
+        /* The connection went before the answer could be sent (the client gave up while the
+         * request was suspended): the request still ends for the in-flight gauge. */
+        int status = st->ar ? st->ar->res.status : st->own.status;
+        metrics_request_end(status ? status : 503);
+    }
     if (st->ar) {
         if (st->ready) {
             areq_free(st->ar); /* answered, but the connection went before it was sent */
