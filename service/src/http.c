@@ -70,6 +70,7 @@ struct http_server {
     atomic_int in_flight; /* requests between their first callback and completion */
     struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
     int port;
+    int listen_fd;             /* the first daemon's listening socket (borrowed) */
     int async_deadline_ms;     /* a suspended request's safety deadline */
     atomic_int connections;    /* open connections, all loops */
     pthread_mutex_t ip_mu;
@@ -1290,17 +1291,40 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
             else
                 in6->sin6_port = htons((uint16_t)srv->port);
         }
-        w->mhd = MHD_start_daemon(
-            flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
-            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first, so it sees every message */
-            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-            MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
-            MHD_OPTION_END);
+        /* With a per-IP connection cap, the loops accept from one queue instead (a dup of the
+         * first daemon's socket each): connections are then accepted in the order they came,
+         * so the cap counts a client's earlier connections before its next one. Separate
+         * SO_REUSEPORT queues could accept a later connection first. */
+        int shared = i > 0 && cfg->max_connections_per_ip > 0 ? dup(srv->listen_fd) : -1;
+        if (i > 0 && cfg->max_connections_per_ip > 0 && shared < 0) {
+            snprintf(err, errlen, "dup of the listening socket: %s", strerror(errno));
+            goto fail;
+        }
+        if (shared >= 0)
+            w->mhd = MHD_start_daemon(
+                flags, 0, on_accept, srv, on_request, srv,
+                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                MHD_OPTION_LISTEN_SOCKET, (MHD_socket)shared,
+                MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
+                MHD_OPTION_END);
+        else
+            w->mhd = MHD_start_daemon(
+                flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
+                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
+                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
+                MHD_OPTION_END);
+        if (!w->mhd && shared >= 0)
+            close(shared);
         if (!w->mhd) {
             snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
                      mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
@@ -1310,6 +1334,13 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
             const union MHD_DaemonInfo *di =
                 MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_BIND_PORT);
             srv->port = di ? di->port : cfg->port;
+            const union MHD_DaemonInfo *li =
+                MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+            srv->listen_fd = li ? li->listen_fd : -1;
+            if (srv->listen_fd < 0 && cfg->max_connections_per_ip > 0) {
+                snprintf(err, errlen, "libmicrohttpd: no listening socket");
+                goto fail;
+            }
         }
         const union MHD_DaemonInfo *ei = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
         if (!ei) {
