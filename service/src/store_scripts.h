@@ -167,7 +167,9 @@
  * (may be ""), the Idempotency-Key claim's expiry in Redis ms ("0": no key).
  * -> {1, stock left} | {-1, stock left} not enough | {-3, segment version} |
  *    {-4, 0} the claim expired (another request may own the key now) | {-5, 0} damaged segment.
- * Nothing is written unless the result is 1. */
+ * Nothing is written unless the result is 1: every read and check comes first, and the first
+ * write is the order record's HSET (a wrong-typed :orders key fails there, before anything
+ * else), so no separate type check of :orders is needed. */
 #define STORE_LUA_COMMIT_BODY                                                       \
     "local sv = redis.call('GET', KEYS[2])\n"                                       \
     "if sv ~= ARGV[1] then return {-3, tonumber(sv or '0') or 0} end\n"             \
@@ -178,16 +180,15 @@
     "end\n"                                                                         \
     "local n = tonumber(redis.call('GET', KEYS[1]) or '')\n"                        \
     "local c = redis.call('HMGET', KEYS[3], 't', 's', 'o')\n"                       \
-    "redis.call('HEXISTS', KEYS[4], ARGV[3])\n"                                     \
     "if ARGV[5] ~= '' then redis.call('HEXISTS', KEYS[5], ARGV[5]) end\n"           \
     "if n == nil or tonumber(c[1] or '') == nil or tonumber(c[2] or '') == nil or\n" \
     "   tonumber(c[3] or '') == nil then return {-5, 0} end\n"                      \
     "local q = tonumber(ARGV[2])\n"                                                 \
     "if n < q then return {-1, n} end\n"                                            \
+    "redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])\n"                               \
     "local left = redis.call('DECRBY', KEYS[1], q)\n"                               \
     "redis.call('HINCRBY', KEYS[3], 's', q)\n"                                      \
     "redis.call('HINCRBY', KEYS[3], 'o', 1)\n"                                      \
-    "redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])\n"                               \
     "if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end\n"     \
     "return {1, left}\n"
 
