@@ -165,6 +165,43 @@ uint64_t lc_async_lock_fence(const lc_async_lock *lock); /* 0 when not held */
 const char *lc_async_lock_name(const lc_async_lock *lock);
 const char *lc_async_lock_token(const lc_async_lock *lock);
 
+/* ---- Redlock on an event loop (see lockcore.h for the algorithm) ---------------------- */
+
+typedef struct lc_async_redlock lc_async_redlock;
+
+/* Result of a Redlock operation: st as for the blocking lc_redlock_* call of the same name (or
+ * LC_ESTATE: the handle was freed); fence is the quorum's token (0 unless an acquire's LC_OK). */
+typedef void (*lc_async_redlock_fn)(lc_async_redlock *lock, lc_status st, uint64_t fence,
+                                    void *arg);
+/* Called on the loop when renewal found the lock lost; any lc_async_* call may be made from it. */
+typedef void (*lc_async_redlock_lost_fn)(lc_async_redlock *lock, void *arg);
+
+/* Makes an owner of the Redlock called name over the n nodes (1..LC_REDLOCK_MAX_NODES clients,
+ * one per independent master, all on the same event loop; the array is copied, the clients are
+ * borrowed and must outlive the handle). No Redis call. *out to free with
+ * lc_async_redlock_free. */
+lc_status lc_async_redlock_new(int n, lc_async_client *const *nodes, const char *name,
+                               const lc_redlock_opts *opts, lc_async_redlock_lost_fn on_lost,
+                               void *on_lost_arg, lc_async_redlock **out);
+
+/* Frees the handle: an operation in flight ends with LC_ESTATE (callback from inside this
+ * call), a hold (or an attempt in flight) is released on every node in the background. */
+void lc_async_redlock_free(lc_async_redlock *lock);
+
+/* One operation at a time per handle (another is LC_ESTATE); callback contract as above. */
+lc_status lc_async_redlock_acquire(lc_async_redlock *lock, int wait_ms, lc_async_redlock_fn cb,
+                                   void *arg);
+lc_status lc_async_redlock_release(lc_async_redlock *lock, lc_async_redlock_fn cb, void *arg);
+lc_status lc_async_redlock_extend(lc_async_redlock *lock, int lease_ms, lc_async_redlock_fn cb,
+                                  void *arg);
+
+int lc_async_redlock_held(const lc_async_redlock *lock);
+int lc_async_redlock_lost(const lc_async_redlock *lock);
+uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
+int64_t lc_async_redlock_validity_ms(const lc_async_redlock *lock);
+const char *lc_async_redlock_name(const lc_async_redlock *lock);
+const char *lc_async_redlock_token(const lc_async_redlock *lock);
+
 #ifdef __cplusplus
 }
 #endif
