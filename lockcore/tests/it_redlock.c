@@ -140,7 +140,8 @@ static void test_paused_nodes(void **state)
     int64_t t0 = tu_now_ms();
     assert_ok(lc_redlock_try(a, NULL));
     int64_t took = tu_now_ms() - t0;
-    assert_true(took >= 300);                       /* waited for the frozen ones */
+    /* Waited for the frozen ones (libevent's timers run on a coarse clock: a few ms early). */
+    assert_true(took >= 300 - 20);
     assert_true(lc_redlock_validity_ms(a) <= 20000 - 300);
     assert_int_equal(lt_nodes_owned(&nodes, "rl:paused", lc_redlock_token(a)), 3);
     assert_ok(lc_redlock_release(a));
@@ -188,7 +189,7 @@ static void test_slow_nodes(void **state)
         sp_set_delay_ms(px[i], 200);
     int64_t t0 = tu_now_ms();
     assert_ok(lc_redlock_try(a, NULL));
-    assert_true(tu_now_ms() - t0 >= 400);
+    assert_true(tu_now_ms() - t0 >= 400 - 20);
     int64_t v = lc_redlock_validity_ms(a);
     assert_between(v, 1, 1500 - 400);
     assert_ok(lc_redlock_release(a));
