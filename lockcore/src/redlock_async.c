@@ -41,7 +41,7 @@
 #include "lockcore_internal.h"
 
 typedef enum rl_round { R_NONE, R_ACQUIRE, R_RAISE, R_UNLOCK, R_RENEW } rl_round;
-typedef enum rl_op { OP_NONE, OP_ACQUIRE, OP_RELEASE, OP_EXTEND } rl_op;
+typedef enum rl_op { OP_NONE, OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_EVAL } rl_op;
 
 /* One request to one node, freed by its reply callback. */
 typedef struct rslot {
@@ -76,7 +76,10 @@ struct lc_async_redlock {
     /* the operation in flight */
     rl_op op;
     lc_async_redlock_fn cb;
+    lc_async_redlock_eval_fn eval_cb; /* OP_EVAL */
     void *arg;
+    rslot *eval_slot; /* OP_EVAL: the store's answer in flight */
+    int eval_release;
     int wait_ms;
     int64_t deadline_ms;
     int64_t attempt_ms; /* when the current attempt began */
@@ -259,19 +262,36 @@ static void release_everywhere(lc_async_redlock *rl)
 
 /* ---- operations ---- */
 
-/* Ends the operation: its callback, last (it may free the handle). */
-static void op_finish(lc_async_redlock *rl, lc_status st, uint64_t fence)
+/* Ends the operation: its callback, last (it may free the handle). reply: OP_EVAL's. */
+static void op_finish_reply(lc_async_redlock *rl, lc_status st, uint64_t fence,
+                            const redisReply *reply)
 {
     lc_async_redlock_fn cb = rl->cb;
+    lc_async_redlock_eval_fn eval_cb = rl->eval_cb;
     void *arg = rl->arg;
+    rl_op op = rl->op;
     rl->op = OP_NONE;
     rl->cb = NULL;
+    rl->eval_cb = NULL;
     rl->arg = NULL;
     event_del(rl->retry_timer);
+    if (rl->eval_slot) {
+        rl->eval_slot->rl = NULL; /* its late answer is dropped */
+        rl->eval_slot = NULL;
+    }
     if (st != LC_OK)
         lc_fail(st, "%s", rl->why);
-    if (cb)
+    if (op == OP_EVAL) {
+        if (eval_cb)
+            eval_cb(rl, st, st == LC_OK ? reply : NULL, arg);
+    } else if (cb) {
         cb(rl, st, fence, arg);
+    }
+}
+
+static void op_finish(lc_async_redlock *rl, lc_status st, uint64_t fence)
+{
+    op_finish_reply(rl, st, fence, NULL);
 }
 
 static void fail_why(lc_async_redlock *rl, const char *what)
@@ -526,6 +546,109 @@ static void round_end(lc_async_redlock *rl)
         break;
     case R_NONE: break;
     }
+}
+
+/* ---- a data-store script fenced by the token ---- */
+
+/* Gives the hold up: renewal stopped, the release sent to every node, no answer awaited. */
+static void release_in_background(lc_async_redlock *rl)
+{
+    event_del(rl->renew_timer);
+    if (rl->round == R_RENEW) { /* a renewal in flight next to the eval: its answer is moot */
+        round_detach(rl);
+        rl->round = R_NONE;
+    }
+    release_everywhere(rl);
+    lc_hold_drop(&rl->h);
+    atomic_store(&rl->h.lost, 0);
+    atomic_store(&rl->valid_until_ms, 0);
+}
+
+static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
+{
+    rslot *s = arg;
+    lc_async_redlock *rl = s->rl;
+    free(s);
+    if (!rl)
+        return;
+    rl->eval_slot = NULL;
+    const redisReply *body = NULL;
+    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
+        st = LC_EREDIS;
+        snprintf(rl->why, sizeof(rl->why),
+                 "redlock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
+                 rl->h.name);
+    } else if (st == LC_OK && r->element[0]->integer == 0) {
+        st = LC_ELOST;
+        snprintf(rl->why, sizeof(rl->why),
+                 "redlock %s: lost (the store has seen a token above %" PRIu64 ")", rl->h.name,
+                 rl->h.fence);
+        atomic_store(&rl->h.lost, 1);
+        atomic_store(&rl->valid_until_ms, 0);
+        event_del(rl->renew_timer);
+    } else if (st == LC_OK) {
+        body = r->elements > 1 ? r->element[1] : NULL;
+    } else {
+        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, lc_errmsg());
+    }
+    if (rl->eval_release)
+        release_in_background(rl);
+    op_finish_reply(rl, st, 0, body);
+}
+
+lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
+                                const lc_script *script, const char *seen_key, int flags,
+                                int nkeys, const char *const *keys, const size_t *keylens,
+                                int nargs, const char *const *args, const size_t *arglens,
+                                lc_async_redlock_eval_fn cb, void *arg)
+{
+    if (!rl || !store || !script || !seen_key || nkeys < 0 || nargs < 0 || (nkeys && !keys) ||
+        (nargs && !args) || (flags & ~LC_EVAL_RELEASE))
+        return lc_fail(LC_EINVAL, "redlock eval: bad argument");
+    if (rl->h.count == 0)
+        return lc_fail(LC_ENOTHELD, "redlock %s: not held by this owner", rl->h.name);
+    if (rl->op != OP_NONE || rl->freeing)
+        return lc_fail(LC_ESTATE, "redlock %s: another operation is in flight", rl->h.name);
+    const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
+    const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
+    size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
+    size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
+    rslot *s = malloc(sizeof(*s));
+    char token[24];
+    lc_status st = lc_fail(LC_ENOMEM, "redlock eval: out of memory");
+    if (k && a && kl && al && s) {
+        snprintf(token, sizeof(token), "%" PRIu64, rl->h.fence);
+        k[0] = seen_key;
+        kl[0] = strlen(seen_key);
+        a[0] = token;
+        al[0] = strlen(token);
+        for (int i = 0; i < nkeys; i++) {
+            k[1 + i] = keys[i];
+            kl[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
+        }
+        for (int i = 0; i < nargs; i++) {
+            a[1 + i] = args[i];
+            al[1 + i] = arglens ? arglens[i] : strlen(args[i]);
+        }
+        *s = (rslot){rl, -1};
+        st = lc_async_script(store, script, nkeys + 1, k, kl, nargs + 1, a, al, on_eval_reply, s);
+    }
+    free(k);
+    free(a);
+    free(kl);
+    free(al);
+    if (st != LC_OK) {
+        free(s);
+        return st;
+    }
+    rl->op = OP_EVAL;
+    rl->eval_cb = cb;
+    rl->arg = arg;
+    rl->why[0] = '\0';
+    rl->eval_slot = s;
+    rl->eval_release = flags & LC_EVAL_RELEASE;
+    return LC_OK;
 }
 
 /* ---- public functions ---- */

@@ -111,6 +111,20 @@
     "end\n"                                                                         \
     "return {1, lc_result}\n"
 
+/* The guard around a body made by lc_token_fenced_script_new (a data-store script fenced by a
+ * token alone, as Redlock's): LC_LUA_FENCE_ACCEPT_SRC first, then
+ * KEYS: seen key, body keys...  ARGV: token, body args...
+ * -> {0} when the token is below the highest seen at the seen key (nothing ran),
+ *    {1, body result} otherwise (the token is recorded as seen). */
+#define LC_LUA_TOKEN_GUARD_HEAD                                                     \
+    "if not lc_fence_accept(KEYS[1], ARGV[1]) then return {0} end\n"               \
+    "local lc_fence = tonumber(ARGV[1])\n"                                          \
+    "local lc_result = (function(KEYS, ARGV)\n"
+
+#define LC_LUA_TOKEN_GUARD_TAIL                                                     \
+    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 2)})\n"                               \
+    "return {1, lc_result}\n"
+
 /* Pasted into data-store scripts: accept a write only from the newest fencing token seen. */
 #define LC_LUA_FENCE_ACCEPT_SRC                                                     \
     "local function lc_fence_accept(seen_key, token)\n"                             \

@@ -12,6 +12,8 @@
 #include "lockcore/lockcore_async.h"
 
 static lt_nodes nodes;
+static rf_server *store; /* the data store: not one of the lock nodes */
+static lc_async_client *store_cl;
 static struct event_base *base;
 static struct event *tick;
 static lc_async_client *cl[LT_NODES];
@@ -26,13 +28,17 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static int group_setup(void **state)
 {
     (void)state;
-    return lt_nodes_start(&nodes, NULL);
+    if (lt_nodes_start(&nodes, NULL) != 0)
+        return -1;
+    store = rf_start(NULL);
+    return store ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
     lt_nodes_stop(&nodes);
+    rf_stop(store);
     return 0;
 }
 
@@ -48,6 +54,8 @@ static int setup(void **state)
     for (int i = 0; i < LT_NODES; i++)
         if (lc_async_client_new(base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
             return -1;
+    if (lt_flushall(store) != 0 || lc_async_client_new(base, rf_url(store), NULL, &store_cl))
+        return -1;
     return 0;
 }
 
@@ -56,6 +64,7 @@ static int teardown(void **state)
     (void)state;
     for (int i = 0; i < LT_NODES; i++)
         lc_async_client_free(cl[i]);
+    lc_async_client_free(store_cl);
     event_free(tick);
     event_base_free(base);
     return 0;
@@ -231,6 +240,83 @@ static void test_async_free_in_flight(void **state)
     assert_true(run_until(no_key, (void *)"rla:free", 5000));
 }
 
+typedef struct eresult {
+    int calls;
+    lc_status st;
+    long long value;
+} eresult;
+
+static int edone(void *arg)
+{
+    return ((eresult *)arg)->calls > 0;
+}
+
+static void on_eval(lc_async_redlock *l, lc_status st, const redisReply *reply, void *arg)
+{
+    (void)l;
+    eresult *r = arg;
+    r->calls++;
+    r->st = st;
+    r->value = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+}
+
+/* Sets KEYS[1] to ARGV[1] and returns the token it ran with. */
+static const char WRITE_BODY[] = "redis.call('SET', KEYS[1], ARGV[1])\nreturn lc_fence\n";
+
+static lc_status eval_write(lc_async_redlock *l, const lc_script *s, int flags, const char *v,
+                            eresult *r)
+{
+    const char *keys[1] = {"seg:{7}:stock"};
+    const char *args[1] = {v};
+    memset(r, 0, sizeof(*r));
+    lc_status st = lc_async_redlock_eval(l, store_cl, s, "seg:{7}:seen", flags, 1, keys, NULL, 1,
+                                         args, NULL, on_eval, r);
+    if (st == LC_OK) {
+        assert_int_equal(r->calls, 0);
+        assert_true(run_until(edone, r, 10000));
+    }
+    return st;
+}
+
+/* The store accepts the holder's token and refuses an older holder's once a later one wrote;
+ * LC_EVAL_RELEASE releases the Redlock with the write. */
+static void test_async_eval_fenced(void **state)
+{
+    (void)state;
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(WRITE_BODY, &s));
+    lc_async_redlock *a = arlock("rla:eval", 300, 0, NULL, NULL); /* A's lease runs out */
+    lc_async_redlock *b = arlock("rla:eval", 10000, 0, NULL, NULL);
+    eresult e;
+    assert_status(eval_write(a, s, 0, "x", &e), LC_ENOTHELD);
+    result r = {0};
+    assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
+    RUN(r, LC_OK);
+    uint64_t ta = r.fence;
+    assert_ok(eval_write(a, s, 0, "a1", &e));
+    assert_int_equal(e.st, LC_OK);
+    assert_int_equal(e.value, (long long)ta);
+    memset(&r, 0, sizeof r);
+    assert_ok(lc_async_redlock_acquire(b, 5000, on_result, &r)); /* after A's lease */
+    RUN(r, LC_OK);
+    assert_true(r.fence > ta);
+    assert_ok(eval_write(b, s, 0, "b1", &e));
+    assert_int_equal(e.st, LC_OK);
+    assert_ok(eval_write(a, s, 0, "a2", &e)); /* the paused holder wakes up */
+    assert_int_equal(e.st, LC_ELOST);
+    assert_int_equal(lc_async_redlock_lost(a), 1);
+    char buf[16];
+    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_string_equal(buf, "b1");
+    assert_ok(eval_write(b, s, LC_EVAL_RELEASE, "b2", &e));
+    assert_int_equal(e.st, LC_OK);
+    assert_int_equal(lc_async_redlock_held(b), 0);
+    assert_true(run_until(no_key, (void *)"rla:eval", 5000)); /* released on every node */
+    lc_async_redlock_free(a);
+    lc_async_redlock_free(b);
+    lc_script_free(s);
+}
+
 static void test_async_bad_arguments(void **state)
 {
     (void)state;
@@ -255,6 +341,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_acquire_wait_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_renew_extend_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_free_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_eval_fenced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

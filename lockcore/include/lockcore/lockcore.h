@@ -242,6 +242,14 @@ lc_status lc_fenced_script_new(const char *body, lc_script **out);
 extern const char LC_LUA_FENCE_ACCEPT[];
 int lc_fence_newer(uint64_t token, uint64_t highest_seen);
 
+/* Makes a data-store script fenced by a token alone (a Redlock's, run with
+ * lc_async_redlock_eval): LC_LUA_FENCE_ACCEPT around the body. Called with KEYS = the seen key
+ * (where the highest token so far is kept; under Redis Cluster in the slot of the body's keys),
+ * then the body's keys, and ARGV = the token, then the body's args; the body sees only its own
+ * KEYS/ARGV and the Lua local lc_fence. -> {0} (nothing ran: a later holder's token was seen
+ * there) or {1, body result}. Rules for the body as for lc_fenced_script_new. */
+lc_status lc_token_fenced_script_new(const char *body, lc_script **out);
+
 /* ---- multi-lock ------------------------------------------------------------------------- */
 
 typedef struct lc_multilock lc_multilock;

@@ -209,6 +209,23 @@ lc_status lc_async_redlock_release(lc_async_redlock *lock, lc_async_redlock_fn c
 lc_status lc_async_redlock_extend(lc_async_redlock *lock, int lease_ms, lc_async_redlock_fn cb,
                                   void *arg);
 
+/* Result of lc_async_redlock_eval: LC_OK (reply: the body's result, borrowed, may be NULL),
+ * LC_ELOST (the store has seen a later holder's token: nothing ran, the lock is marked lost),
+ * LC_EREDIS, LC_EIO (outcome unknown), LC_ENOTHELD, LC_ESTATE (freed). */
+typedef void (*lc_async_redlock_eval_fn)(lc_async_redlock *lock, lc_status st,
+                                         const redisReply *reply, void *arg);
+
+/* Runs script (lc_token_fenced_script_new; alive until the callback) on the data store `store`
+ * (an lc_async_client of the same loop, not one of the lock nodes) with this hold's fencing
+ * token: the body runs only if the token is at least the highest one seen at seen_key. keys and
+ * args copied. With LC_EVAL_RELEASE the Redlock is released on every node (in the background)
+ * once the script has answered, whatever the answer. */
+lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
+                                const lc_script *script, const char *seen_key, int flags,
+                                int nkeys, const char *const *keys, const size_t *keylens,
+                                int nargs, const char *const *args, const size_t *arglens,
+                                lc_async_redlock_eval_fn cb, void *arg);
+
 int lc_async_redlock_held(const lc_async_redlock *lock);
 int lc_async_redlock_lost(const lc_async_redlock *lock);
 uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
