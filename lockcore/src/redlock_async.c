@@ -57,6 +57,7 @@ typedef struct rnode {
     int64_t val;   /* acquire: the node's fence (OK) or the holder's pttl (busy); else the reply */
     int granted;   /* this attempt holds the lock on the node */
     int at_token;  /* ... and the node's counter is at the quorum's token */
+    int gone;      /* its client answered LC_ESTATE (being freed): never used again */
 } rnode;
 
 struct lc_async_redlock {
@@ -170,6 +171,8 @@ static void on_node_reply(lc_status st, const redisReply *r, void *arg)
     if (!rl)
         return; /* late: its round is over */
     rl->node[i].slot = NULL;
+    if (st == LC_ESTATE)
+        rl->node[i].gone = 1; /* its client is being freed: its memory goes next */
     node_answer(rl, i, st, r);
     if (--rl->pending == 0) {
         event_del(rl->round_timer);
@@ -222,6 +225,10 @@ static void round_start(lc_async_redlock *rl, rl_round kind, const int *to)
         nd->sent = !to || to[i];
         if (!nd->sent)
             continue;
+        if (nd->gone) {
+            nd->st = LC_ESTATE;
+            continue;
+        }
         nd->st = LC_EIO; /* until it answers */
         nd->val = 0;
         lc_call call;
@@ -251,7 +258,7 @@ static void release_everywhere(lc_async_redlock *rl)
 {
     for (int i = 0; i < rl->n; i++) {
         lc_call call;
-        if (lc_call_release(&call, &rl->h, 1) != LC_OK)
+        if (rl->node[i].gone || lc_call_release(&call, &rl->h, 1) != LC_OK)
             continue;
         lc_async_script(rl->nodes[i], call.script, call.nkeys, (const char *const *)call.keys,
                         call.keylens, call.nargs, (const char *const *)call.args, call.arglens,
@@ -435,6 +442,15 @@ static void attempt_failed(lc_async_redlock *rl, const char *what)
 /* The undo of a failed attempt is done: pause and try again, or give up. */
 static void after_undo(lc_async_redlock *rl)
 {
+    int gone = 0;
+    for (int i = 0; i < rl->n; i++)
+        gone += rl->node[i].gone;
+    if (gone > rl->n - rl->quorum) {
+        snprintf(rl->why, sizeof(rl->why), "redlock %s: %d of %d node clients were freed",
+                 rl->h.name, gone, rl->n);
+        op_finish(rl, LC_ESTATE, 0);
+        return;
+    }
     int64_t left = rl->deadline_ms - lc_now_ms();
     if (rl->wait_ms > 0 && left > 0) {
         int64_t pause = lc_jitter_ms(rl->o.retry_delay_ms);

@@ -192,8 +192,10 @@ typedef void (*lc_async_redlock_lost_fn)(lc_async_redlock *lock, void *arg);
 
 /* Makes an owner of the Redlock called name over the n nodes (1..LC_REDLOCK_MAX_NODES clients,
  * one per independent master, all on the same event loop; the array is copied, the clients are
- * borrowed and must outlive the handle). No Redis call. *out to free with
- * lc_async_redlock_free. */
+ * borrowed). No Redis call. *out to free with lc_async_redlock_free. Free the handles before
+ * their clients where you can; a node client freed while a request of the handle is in flight
+ * on it (it answers LC_ESTATE) is never used by that handle again, and an acquire that can no
+ * longer reach a majority of live clients ends with LC_ESTATE. */
 lc_status lc_async_redlock_new(int n, lc_async_client *const *nodes, const char *name,
                                const lc_redlock_opts *opts, lc_async_redlock_lost_fn on_lost,
                                void *on_lost_arg, lc_async_redlock **out);
