@@ -95,11 +95,14 @@ run() {
   res=$(cd $lt && ulimit -n 65536 2>/dev/null; LT_SKU=lc LT_OK=$ok LT_WINDOW_S=$window \
         wrk -t2 -c"$conns" -d"$((window + 3))s" --timeout 10s -s $script \
         "http://127.0.0.1:$port/api/v1/orders" 2>"$tmp/$name.wrk.err" | grep '^RESULT')
+  echo "$name $res" >>"${LOOPCORE_RAW:-/dev/null}"
   local rss=- top=- inner=- verdict=-
   if [ "$b" != bare ]; then
     rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
     local calls total created
-    calls=$(( $(stat_calls evalsha || echo 0) + $(stat_calls eval || echo 0) ))
+    local evalsha eval_
+    evalsha=$(stat_calls evalsha); eval_=$(stat_calls eval)
+    calls=$(( ${evalsha:-0} + ${eval_:-0} ))
     total=$(rcli info stats | tr -d '\r' | sed -n 's/^total_commands_processed:\([0-9]*\)/\1/p')
     created=$(field created "$res")
     if [ "${created:-0}" -gt 0 ]; then
@@ -112,11 +115,14 @@ run() {
   if [ "$b" != bare ]; then
     # +1: the order placed before the counts started
     if $lt/verify.sh --redis-port "$rport" --sku lc --units "$(( $(field units "$res") + 1 ))" \
-         --orders "$(( $(field created "$res") + 1 ))" --unanswered "$(field unanswered "$res")" \
+         --orders "$(( $(field created "$res") + 1 ))" --unanswered "$(( $(field unanswered "$res") + $(field s503_unknown "$res") ))" \
          --stock-total 1000000000 >"$tmp/$name.verify" 2>&1; then
       verdict=ok
+      grep -v incomplete "$tmp/$name.log" | head -20 >>"${LOOPCORE_RAW:-/dev/null}"
     else
       verdict=VIOLATED; failed=1; tail -5 "$tmp/$name.verify" >&2
+      cat "$tmp/$name.verify" >>"${LOOPCORE_RAW:-/dev/null}"
+      grep -v incomplete "$tmp/$name.log" | head -20 >>"${LOOPCORE_RAW:-/dev/null}"
     fi
   fi
   local rate p99 s503
@@ -127,6 +133,8 @@ run() {
     "$name" "$rate" "$p99" "$top" "$inner" "$s503" "$rss" "$verdict" >&2
 }
 
+only=${LOOPCORE_ONLY:-}
+if [ -n "$only" ]; then run "$only" "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 ${LOOPCORE_ARGS:-}; exit $failed; fi
 run bare bare - 0 64
 run atomic "$bin" 16 0 64 --strategy atomic
 run seg16 "$bin" 16 0 64
