@@ -77,6 +77,7 @@ struct config {
     enum config_log_level log_level;    /* default CONFIG_LOG_INFO */
     int max_connections;                /* 1..1000000, default 4096 */
     int connection_timeout_s;           /* idle HTTP connection timeout, 1..3600, default 30 */
+    int connection_memory_kib;          /* libmicrohttpd's pool per connection, 2..1024, default 4 */
     int redis_timeout_ms;               /* connect/command timeout, 1..60000, default 1000 */
     int sold_out_recheck_ms;            /* 1..1000, default 500: a cached sold-out state is
                                            re-checked (so a restock ends it) within this bound */
