@@ -218,6 +218,29 @@ static void test_async_renew_extend_lost(void **state)
     assert_true(run_until(no_key, (void *)"rla:renew", 5000));
 }
 
+/* max_hold_ms caps the renewals: the lock lapses at about the cap, silently (as lc_lock's). */
+static void test_async_hold_cap(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    lc_redlock_opts o = lt_redlock_opts(600, 1);
+    o.max_hold_ms = 2000;
+    lc_async_redlock *a = NULL;
+    assert_ok(lc_async_redlock_new(LT_NODES, cl, "rla:cap", &o, on_lost, NULL, &a));
+    result r = {0};
+    assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
+    RUN(r, LC_OK);
+    run_until(never, NULL, 700); /* past the first lease: renewed (the cap is 1.3 s away) */
+    assert_int_equal(lt_nodes_owned(&nodes, "rla:cap", lc_async_redlock_token(a)), LT_NODES);
+    assert_true(run_until(no_key, (void *)"rla:cap", 5000)); /* lapsed at about the cap */
+    assert_int_equal(lost_calls, 0);
+    assert_int_equal(lc_async_redlock_lost(a), 0);
+    memset(&r, 0, sizeof r);
+    assert_ok(lc_async_redlock_release(a, on_result, &r));
+    RUN(r, LC_ELOST);
+    lc_async_redlock_free(a);
+}
+
 static void test_async_free_in_flight(void **state)
 {
     (void)state;
@@ -341,6 +364,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_acquire_wait_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_renew_extend_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_free_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_hold_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eval_fenced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };
