@@ -340,6 +340,94 @@ static void test_async_eval_fenced(void **state)
     lc_script_free(s);
 }
 
+typedef struct mresult {
+    int calls;
+    lc_status st;
+} mresult;
+
+static int mdone(void *arg)
+{
+    return ((mresult *)arg)->calls > 0;
+}
+
+static void on_multi(lc_async_redlock_multi *m, lc_status st, void *arg)
+{
+    (void)m;
+    mresult *r = arg;
+    r->calls++;
+    r->st = st;
+}
+
+/* Runs a multi operation to its callback and checks it came once, with want. */
+#define MRUN(res, want)                                                                            \
+    do {                                                                                           \
+        assert_int_equal((res).calls, 0);                                                          \
+        assert_true(run_until(mdone, &(res), 10000));                                              \
+        assert_int_equal((res).calls, 1);                                                          \
+        if ((res).st != (want))                                                                    \
+            fail_msg("got %s (%s), expected %s", lc_status_name((res).st), lc_errmsg(),            \
+                     lc_status_name(want));                                                        \
+        memset(&(res), 0, sizeof(res));                                                            \
+    } while (0)
+
+/* Several Redlock names on a loop: sorted, all or nothing, a failure gives back what it took. */
+static void test_async_multi(void **state)
+{
+    (void)state;
+    lc_redlock_opts o = lt_redlock_opts(10000, 0);
+    const char *n1[] = {"rla:m:c", "rla:m:a", "rla:m:b", "rla:m:a"};
+    const char *n2[] = {"rla:m:d", "rla:m:c"};
+    lc_async_redlock_multi *m1 = NULL, *m2 = NULL;
+    assert_ok(lc_async_redlock_multi_new(LT_NODES, cl, 4, n1, &o, &m1));
+    assert_ok(lc_async_redlock_multi_new(LT_NODES, cl, 2, n2, &o, &m2));
+    assert_int_equal(lc_async_redlock_multi_count(m1), 3);
+    assert_string_equal(lc_async_redlock_name(lc_async_redlock_multi_get(m1, 0)), "rla:m:a");
+    assert_string_equal(lc_async_redlock_name(lc_async_redlock_multi_get(m2, 0)), "rla:m:c");
+    mresult r = {0};
+    assert_status(lc_async_redlock_multi_release(m1, on_multi, &r), LC_ENOTHELD);
+    assert_ok(lc_async_redlock_multi_acquire(m1, 0, on_multi, &r));
+    assert_status(lc_async_redlock_multi_acquire(m1, 0, on_multi, &r), LC_ESTATE);
+    MRUN(r, LC_OK);
+    for (int i = 0; i < 3; i++)
+        assert_true(lc_async_redlock_fence(lc_async_redlock_multi_get(m1, i)) > 0);
+    /* m2 finds c busy: it took nothing (c sorts before d). */
+    assert_ok(lc_async_redlock_multi_acquire(m2, 0, on_multi, &r));
+    MRUN(r, LC_EBUSY);
+    assert_int_equal(lt_nodes_with_key(&nodes, "rla:m:d"), 0);
+    assert_ok(lc_async_redlock_multi_acquire(m2, 200, on_multi, &r));
+    MRUN(r, LC_ETIMEOUT);
+    /* m2 waits; m1's release lets it in. */
+    mresult r1 = {0};
+    assert_ok(lc_async_redlock_multi_acquire(m2, 10000, on_multi, &r));
+    assert_ok(lc_async_redlock_multi_release(m1, on_multi, &r1));
+    MRUN(r1, LC_OK);
+    MRUN(r, LC_OK);
+    assert_int_equal(lt_nodes_with_key(&nodes, "rla:m:a"), 0);
+    assert_int_equal(lt_nodes_with_key(&nodes, "rla:m:d"), LT_NODES);
+    /* A name taken by another owner in the middle: what was taken before it is given back. */
+    lc_async_redlock *x = arlock("rla:m:b", 10000, 0, NULL, NULL);
+    result rx = {0};
+    assert_ok(lc_async_redlock_acquire(x, 0, on_result, &rx));
+    RUN(rx, LC_OK);
+    assert_ok(lc_async_redlock_multi_acquire(m1, 0, on_multi, &r));
+    MRUN(r, LC_EBUSY);
+    assert_int_equal(lt_nodes_with_key(&nodes, "rla:m:a"), 0); /* a was taken, then undone */
+    assert_int_equal(lc_async_redlock_held(lc_async_redlock_multi_get(m1, 0)), 0);
+    /* Freed while waiting: LC_ESTATE from inside the free. */
+    assert_ok(lc_async_redlock_multi_acquire(m1, 10000, on_multi, &r));
+    run_until(never, NULL, 100);
+    assert_int_equal(r.calls, 0);
+    lc_async_redlock_multi_free(m1);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.st, LC_ESTATE);
+    memset(&r, 0, sizeof r);
+    assert_ok(lc_async_redlock_multi_release(m2, on_multi, &r));
+    MRUN(r, LC_OK);
+    lc_async_redlock_multi_free(m2);
+    lc_async_redlock_free(x);
+    assert_true(run_until(no_key, (void *)"rla:m:b", 5000)); /* x's hold, released at free */
+}
+
 static void test_async_bad_arguments(void **state)
 {
     (void)state;
@@ -366,6 +454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_free_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_hold_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eval_fenced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_multi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -228,6 +228,26 @@ lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
                                 int nargs, const char *const *args, const size_t *arglens,
                                 lc_async_redlock_eval_fn cb, void *arg);
 
+/* Several Redlock names over the same nodes, all or nothing, taken one after the other in
+ * sorted byte order (names copied, duplicates removed), as lc_redlock_multi. */
+typedef struct lc_async_redlock_multi lc_async_redlock_multi;
+typedef void (*lc_async_redlock_multi_fn)(lc_async_redlock_multi *m, lc_status st, void *arg);
+lc_status lc_async_redlock_multi_new(int nnodes, lc_async_client *const *nodes, int n,
+                                     const char *const *names, const lc_redlock_opts *opts,
+                                     lc_async_redlock_multi **out);
+/* Frees every handle (an operation in flight ends with LC_ESTATE; holds are released in the
+ * background). NULL-safe. */
+void lc_async_redlock_multi_free(lc_async_redlock_multi *m);
+/* Takes every name within wait_ms in total (0: one attempt each): LC_OK, or the first failure
+ * once what was taken has been released. One operation at a time (else LC_ESTATE). */
+lc_status lc_async_redlock_multi_acquire(lc_async_redlock_multi *m, int wait_ms,
+                                         lc_async_redlock_multi_fn cb, void *arg);
+/* Releases every name held, in reverse order: LC_OK or the first failure after trying all. */
+lc_status lc_async_redlock_multi_release(lc_async_redlock_multi *m, lc_async_redlock_multi_fn cb,
+                                         void *arg);
+int lc_async_redlock_multi_count(const lc_async_redlock_multi *m);
+lc_async_redlock *lc_async_redlock_multi_get(lc_async_redlock_multi *m, int i); /* borrowed */
+
 int lc_async_redlock_held(const lc_async_redlock *lock);
 int lc_async_redlock_lost(const lc_async_redlock *lock);
 uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
