@@ -105,8 +105,8 @@ static void job_run(lc_redlock_client *rc, rjob *j)
     case J_EXTEND: st = lc_async_redlock_extend(l->al, j->value, on_async_done, j); break;
     case J_STOP: event_base_loopbreak(rc->base); break;
     }
-    int started = st == LC_OK && (j->kind == J_ACQUIRE || j->kind == J_RELEASE ||
-                                  j->kind == J_EXTEND);
+    int started =
+        st == LC_OK && (j->kind == J_ACQUIRE || j->kind == J_RELEASE || j->kind == J_EXTEND);
     if (!started)
         job_done(rc, j, st, 0);
 }

@@ -51,13 +51,13 @@ typedef struct rslot {
 
 /* One node in the current round. */
 typedef struct rnode {
-    rslot *slot;   /* request in flight, or NULL */
-    int sent;      /* a request of this round went to the node */
-    lc_status st;  /* its answer: LC_OK, LC_EBUSY, LC_ELOST (renew: not the owner), LC_EIO... */
-    int64_t val;   /* acquire: the node's fence (OK) or the holder's pttl (busy); else the reply */
-    int granted;   /* this attempt holds the lock on the node */
-    int at_token;  /* ... and the node's counter is at the quorum's token */
-    int gone;      /* its client answered LC_ESTATE (being freed): never used again */
+    rslot *slot;  /* request in flight, or NULL */
+    int sent;     /* a request of this round went to the node */
+    lc_status st; /* its answer: LC_OK, LC_EBUSY, LC_ELOST (renew: not the owner), LC_EIO... */
+    int64_t val;  /* acquire: the node's fence (OK) or the holder's pttl (busy); else the reply */
+    int granted;  /* this attempt holds the lock on the node */
+    int at_token; /* ... and the node's counter is at the quorum's token */
+    int gone;     /* its client answered LC_ESTATE (being freed): never used again */
 } rnode;
 
 struct lc_async_redlock {
@@ -71,8 +71,8 @@ struct lc_async_redlock {
     rnode *node;
     rl_round round;
     int pending;
-    int64_t round_ms;  /* when the round was sent */
-    int round_lease;   /* RENEW: the lease it sets */
+    int64_t round_ms; /* when the round was sent */
+    int round_lease;  /* RENEW: the lease it sets */
     struct event *round_timer;
     /* the operation in flight */
     rl_op op;
@@ -534,8 +534,9 @@ static void after_release(lc_async_redlock *rl)
     atomic_store(&rl->valid_until_ms, 0);
     lc_status st = LC_OK;
     if (was_lost || (ok < rl->quorum && gone > rl->n - rl->quorum)) {
-        snprintf(rl->why, sizeof(rl->why), "redlock %s: lost before release (%d of %d nodes still had it)",
-                 rl->h.name, ok, rl->n);
+        snprintf(rl->why, sizeof(rl->why),
+                 "redlock %s: lost before release (%d of %d nodes still had it)", rl->h.name, ok,
+                 rl->n);
         st = LC_ELOST;
     } else if (ok < rl->quorum) {
         snprintf(rl->why, sizeof(rl->why),
@@ -614,9 +615,9 @@ static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
 }
 
 lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
-                                const lc_script *script, const char *seen_key, int flags,
-                                int nkeys, const char *const *keys, const size_t *keylens,
-                                int nargs, const char *const *args, const size_t *arglens,
+                                const lc_script *script, const char *seen_key, int flags, int nkeys,
+                                const char *const *keys, const size_t *keylens, int nargs,
+                                const char *const *args, const size_t *arglens,
                                 lc_async_redlock_eval_fn cb, void *arg)
 {
     if (!rl || !store || !script || !seen_key || nkeys < 0 || nargs < 0 || (nkeys && !keys) ||

@@ -116,7 +116,7 @@ static lc_async_redlock *arlock(const char *name, int lease_ms, int watchdog,
 /* Runs op's callback to completion and checks it came once, with want. */
 #define RUN(res, want)                                                                             \
     do {                                                                                           \
-        assert_int_equal((res).calls, 0); /* not from inside the starting call */                 \
+        assert_int_equal((res).calls, 0); /* not from inside the starting call */                  \
         assert_true(run_until(done, &(res), 10000));                                               \
         assert_int_equal((res).calls, 1);                                                          \
         if ((res).st != (want))                                                                    \

@@ -79,7 +79,8 @@ static void test_restart_at_once_admits_two(void **state)
     assert_ok(st);
     int64_t overlap = a_until - b_at;
     print_message("rule broken: B acquired while A's validity had %lld ms to run "
-                  "(two holders)\n", (long long)overlap);
+                  "(two holders)\n",
+                  (long long)overlap);
     assert_true(overlap > 0);
     assert_int_equal(lt_nodes_owned(&nodes, "rlr:lock", lc_redlock_token(b.lock)), 3);
     holder_free(&b);

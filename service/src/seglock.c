@@ -17,10 +17,10 @@ struct mget {
 
 struct seglock {
     struct seglock_env env;
-    lc_async_lock *plain;  /* without --lock-redis */
-    lc_async_redlock *rl;  /* with it */
+    lc_async_lock *plain; /* without --lock-redis */
+    lc_async_redlock *rl; /* with it */
     lc_redlock_opts ro;
-    char *name, *seen;     /* seen: "<name>:seen" on the data Redis */
+    char *name, *seen; /* seen: "<name>:seen" on the data Redis */
     seglock_acquired_fn acb;
     seglock_eval_fn ecb;
     void *arg;
@@ -271,14 +271,13 @@ lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, i
         return LC_ESTATE;
     sl->ecb = cb;
     sl->arg = arg;
-    lc_status st =
-        !sl->plain && !sl->rl ? LC_ESTATE
-        : sl->plain
-            ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args, NULL,
-                            on_plain_eval, sl)
-            : lc_async_redlock_eval(sl->rl, sl->env.data, script, sl->seen, flags, nkeys,
-                                    (const char *const *)keys, NULL, nargs,
-                                    (const char *const *)args, NULL, on_rl_eval, sl);
+    lc_status st = !sl->plain && !sl->rl ? LC_ESTATE
+                   : sl->plain
+                       ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args,
+                                       NULL, on_plain_eval, sl)
+                       : lc_async_redlock_eval(sl->rl, sl->env.data, script, sl->seen, flags, nkeys,
+                                               (const char *const *)keys, NULL, nargs,
+                                               (const char *const *)args, NULL, on_rl_eval, sl);
     if (st != LC_OK)
         sl->ecb = NULL;
     return st;
@@ -311,8 +310,8 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
                                 lc_async_reply_fn cb, void *arg)
 {
     if (sl->plain)
-        return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL,
-                                      cb, arg);
+        return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL, cb,
+                                      arg);
     if (!sl->rl || !lc_async_redlock_held(sl->rl))
         return LC_ENOTHELD;
     enum { MAXA = 16 };
