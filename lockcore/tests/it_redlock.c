@@ -230,10 +230,10 @@ static void test_watchdog_and_lost(void **state)
     (void)state;
     atomic_store(&lost_calls, 0);
     lc_redlock_client *rc = rclient();
-    lc_redlock_opts o = lt_redlock_opts(900, 1);
+    lc_redlock_opts o = lt_redlock_opts(1500, 1);
     lc_redlock *a = rlock(rc, "rl:wd", &o, on_lost, NULL);
     assert_ok(lc_redlock_try(a, NULL));
-    tu_sleep_ms(2500); /* almost three leases */
+    tu_sleep_ms(3500); /* more than two leases */
     assert_int_equal(lc_redlock_lost(a), 0);
     assert_int_equal(lt_nodes_owned(&nodes, "rl:wd", lc_redlock_token(a)), LT_NODES);
     assert_true(lc_redlock_validity_ms(a) > 0);

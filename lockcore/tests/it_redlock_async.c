@@ -177,11 +177,11 @@ static void test_async_renew_extend_lost(void **state)
 {
     (void)state;
     lost_calls = 0;
-    lc_async_redlock *a = arlock("rla:renew", 900, 1, on_lost, NULL);
+    lc_async_redlock *a = arlock("rla:renew", 1500, 1, on_lost, NULL);
     result r = {0};
     assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
     RUN(r, LC_OK);
-    run_until(never, NULL, 2500); /* almost three leases, renewed on loop timers */
+    run_until(never, NULL, 3500); /* more than two leases, renewed on loop timers */
     assert_int_equal(lc_async_redlock_lost(a), 0);
     assert_true(lc_async_redlock_validity_ms(a) > 0);
     assert_int_equal(lt_nodes_owned(&nodes, "rla:renew", lc_async_redlock_token(a)), LT_NODES);
