@@ -389,9 +389,11 @@ static void gate_leave(struct order *o)
     if (o->gate_k < 0)
         return;
     struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
-    o->gate_k = -1;
     if (w)
         gate_wake(w->owner);
+    else
+        skucache_set_held(o->app->cache, o->in.sku, o->gate_k, 0);
+    o->gate_k = -1;
 }
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
@@ -632,10 +634,8 @@ static void commit_segment(struct order *o)
         /* No id or record (no randomness, no memory): nothing may be committed. */
         metrics_cs_leave();
         o->state = OS_COMMIT;
-        if (o->lock) {
+        if (o->lock)
             drop_lock(o);
-            skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
-        }
         segment_done(o, SEG_ERROR);
         return;
     }
@@ -688,8 +688,12 @@ static void try_segment_locked(struct order *o, int k)
     o->k = k;
     if (o->gate_k != k) {
         gate_leave(o); /* never owned here: one segment at a time */
-        if (seggate_enter(o->gates, o->in.sku, k) == 0)
+        if (seggate_enter(o->gates, o->in.sku, k) == 0) {
             o->gate_k = k;
+            /* The instance-wide hint: the other loops walk past the segment while a gate of
+             * this loop is on it, instead of sending a try bound to find it busy. */
+            skucache_set_held(o->app->cache, o->in.sku, k, 1);
+        }
     }
     struct seg_keys sk;
     store_seg_keys(o->in.sku, k, &sk);
@@ -706,10 +710,6 @@ static void try_segment_locked(struct order *o, int k)
     }
     const char *reads[2] = {sk.stock, sk.sver};
     o->t0 = mono_ms();
-    /* A try marks the segment held by this instance from the moment it is sent: the other
-     * orders of this instance walk past it instead of sending a try bound to find it busy. */
-    if (!o->waiting)
-        skucache_set_held(o->app->cache, o->in.sku, k, 1);
     if (seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
 }
@@ -826,9 +826,8 @@ static unsigned own_salt(const char *sku)
 
 /* Whether segment k is a first choice of the order's loop: with several loops, each walks its
  * own share of the segments first (their gates are on that loop, so their waits are local) and
- * the others' only when none of its own can serve (all empty, short or failed; an own segment
- * that is busy is waited for instead), which keeps the loops of one instance out of each
- * other's way. The
+ * the others' after, which keeps the loops of one instance out of each other's way (a segment
+ * a gate of another loop is on is passed by the instance-wide hint). The
  * share is shifted per SKU and per process, so the instances of a cluster do not all start on
  * the same segments either. */
 static int own_segment(const struct order *o, int k)
@@ -843,8 +842,6 @@ static void walk_next(struct order *o)
     int nseg = o->view.segments;
     int passes = o->app->cfg.strategy == STRATEGY_SEGMENTED && o->nloops > 1 ? 2 : 1;
     for (; o->i < passes * nseg && !o->need_layout; o->i++) {
-        if (passes > 1 && o->i == nseg && o->w.nbusy > 0)
-            break; /* an own segment is busy: wait for it here rather than take another loop's */
         int k = (o->start + o->i % nseg) % nseg;
         if (passes > 1 && (o->i < nseg) != own_segment(o, k))
             continue;
@@ -1329,8 +1326,6 @@ static void place_done(struct order *o, enum order_outcome out)
 /* The result of the lock acquire of a segment (segmented strategy). */
 static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
 {
-    if (st != LC_OK && !o->waiting)
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0); /* the mark of the try */
     if (st == LC_EBUSY || st == LC_ETIMEOUT) {
         drop_lock(o);
         segment_done(o, SEG_BUSY);
@@ -1339,24 +1334,20 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
     if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
         metrics_redis_error();
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         segment_done(o, SEG_ERROR);
         return;
     }
     metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-    skucache_set_held(o->app->cache, o->in.sku, o->k, 1);
     long long stock = store_reply_int(v->element[0], 0);
     long long sver = store_reply_int(v->element[1], 0);
     if (sver != o->view.version) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         /* An older version here means a PUT is resetting the segments: come back to it. */
         segment_done(o, sver > 0 && sver < o->view.version ? SEG_NOTREADY : SEG_STALE);
         return;
     }
     if (stock < o->in.quantity) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         if (stock <= 0)
             skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, o->k);
         segment_done(o, stock <= 0 ? SEG_EMPTY : SEG_SHORT);
@@ -1390,7 +1381,6 @@ static void segment_on_commit(struct order *o, enum oevent ev, lc_status st, con
     o->sres = SEG_EMPTY;
     if (o->lock) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
     }
     segment_done(o, res);
 }
