@@ -147,6 +147,15 @@ typedef void (*lc_async_reply_fn)(lc_status st, const redisReply *reply, void *a
 lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
                            const size_t *lens, lc_async_reply_fn cb, void *arg);
 
+/* As lc_async_command, but the command goes to the node that serves key[0..keylen) on a
+ * Redis Cluster (on one Redis: the same connection as every command). For keyless commands
+ * that must run where a key lives, on the same pipelined connection as the commands sent
+ * before for that key: e.g. WAIT numreplicas timeout after a write (the WAIT then covers it).
+ * The key is not sent. */
+lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
+                               const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
+                               void *arg);
+
 /* Runs script (lc_script_new; alive until the callback) by EVALSHA, resent once with EVAL when
  * Redis answers NOSCRIPT. keys and args copied; the lens arrays may be NULL. */
 lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,
