@@ -1675,6 +1675,60 @@ lc_status lc_async_eval(lc_async_lock *lock, const lc_script *script, int flags,
     return LC_OK;
 }
 
+static lc_status command_start(lc_async_client *client, acmd *c, lc_async_reply_fn cb, void *arg);
+
+/* The caller's callback of a detached eval, and the unwrapping of the guard's reply. */
+typedef struct detached {
+    lc_async_reply_fn cb;
+    void *arg;
+} detached;
+
+static void detached_on_reply(lc_status st, const redisReply *r, void *arg)
+{
+    detached d = *(detached *)arg;
+    free(arg);
+    const redisReply *body = NULL;
+    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                        r->element[0]->type != REDIS_REPLY_INTEGER))
+        st = lc_fail(LC_EREDIS, "eval: unexpected reply (not made by lc_fenced_script_new?)");
+    else if (st == LC_OK && r->element[0]->integer == 0)
+        st = lc_fail(LC_ELOST, "lost (the fencing token is stale): nothing ran");
+    else if (st == LC_OK && r->elements > 1)
+        body = r->element[1];
+    d.cb(st, body, d.arg);
+}
+
+lc_status lc_async_eval_detached(lc_async_lock *lock, const lc_script *script, int nkeys,
+                                 const char **keys, const size_t *keylens, int nargs,
+                                 const char **args, const size_t *arglens, lc_async_reply_fn cb,
+                                 void *arg)
+{
+    if (!lock || !cb)
+        return lc_fail(LC_EINVAL, "async: NULL lock or callback");
+    if (!lock->client || lock->client->freeing)
+        return lc_fail(LC_ESTATE, "async lock %s: its client was freed", lock->h.name);
+    lc_status st = lc_eval_check(script, 0, nkeys, keys, nargs, args);
+    if (st == LC_OK)
+        st = lc_hold_need(&lock->h);
+    if (st != LC_OK)
+        return st;
+    detached *d = malloc(sizeof(*d));
+    if (!d)
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    d->cb = cb;
+    d->arg = arg;
+    lc_call call;
+    acmd *c = NULL;
+    if (lc_call_eval(&call, &lock->h, script, 0, nkeys, keys, keylens, nargs, args, arglens) ==
+        LC_OK)
+        c = cmd_new(lock->client, &call, 0);
+    lc_call_done(&call);
+    st = command_start(lock->client, c, detached_on_reply, d);
+    if (st != LC_OK)
+        free(d);
+    return st;
+}
+
 lc_status lc_async_release(lc_async_lock *lock, lc_async_done_fn cb, void *arg)
 {
     lc_status st = can_start(lock);

@@ -52,6 +52,12 @@ void areq_done(struct areq *ar);
  * handler does next is not seen by the client; it should finish soon (areq_done). */
 bool areq_abandoned(const struct areq *ar);
 
+/* The per-segment gates of the request's loop (seggate.h). */
+struct seggate *areq_gates(const struct areq *ar);
+
+/* The request's loop: its index, 0..*nloops - 1. */
+int areq_loop(const struct areq *ar, int *nloops);
+
 /* Brackets a callback of the request's work on its loop: every log line written in between
  * carries the request's id (copied: the areq may be freed inside). Nestable. */
 void areq_log_begin(const struct areq *ar);

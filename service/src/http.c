@@ -46,6 +46,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "ratelimit.h"
+#include "seggate.h"
 #include "request.h"
 #include "router.h"
 #include "store.h"
@@ -102,6 +103,7 @@ struct worker {
     pthread_mutex_t mu;
     struct post *posts, *posts_tail;
     lc_async_client *lc;
+    struct seggate *gates;          /* the loop's per-segment gates (orders) */
     struct req_state *suspended;    /* suspended requests (list) */
     struct req_state *ready;        /* answered, waiting for MHD_resume_connection */
     struct areq *areqs;             /* every live areq (handlers' work in progress) */
@@ -685,6 +687,17 @@ void areq_log_end(void)
         log_set_request_id(NULL);
 }
 
+struct seggate *areq_gates(const struct areq *ar)
+{
+    return ar->worker->gates;
+}
+
+int areq_loop(const struct areq *ar, int *nloops)
+{
+    *nloops = ar->worker->srv->nworkers;
+    return ar->worker->id;
+}
+
 bool areq_abandoned(const struct areq *ar)
 {
     return ar->http == NULL;
@@ -1159,6 +1172,8 @@ static void worker_end(void *arg)
     lc_async_client_free(w->lc);
     w->lc = NULL;
     on_kick(-1, 0, w); /* handlers the free ended */
+    seggate_free(w->gates); /* every order has ended: nobody is queued */
+    w->gates = NULL;
     if (w->mhd) {
         /* Resumed connections are moved back by MHD_run; stop only once none is suspended. */
         for (int i = 0; i < 8 && w->suspended; i++)
@@ -1185,6 +1200,8 @@ static void worker_free(struct worker *w)
     if (w->lc)
         lc_async_client_free(w->lc);
     w->lc = NULL;
+    seggate_free(w->gates);
+    w->gates = NULL;
     if (w->base)
         event_base_free(w->base);
     w->base = NULL;
@@ -1277,6 +1294,11 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         w->mailfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (!w->base || w->mailfd < 0) {
             snprintf(err, errlen, "event loop %d: %s", i, strerror(errno));
+            goto fail;
+        }
+        w->gates = seggate_new();
+        if (!w->gates) {
+            snprintf(err, errlen, "event loop %d: out of memory", i);
             goto fail;
         }
         if (lc_async_client_new(w->base, cfg->redis_url, &lo, &w->lc) != LC_OK) {

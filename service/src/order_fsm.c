@@ -10,9 +10,15 @@
  *   4. with enough stock: the critical section (--hold-ms, a loop timer), then the fenced commit
  *      script, which checks the lock is still ours, decrements, writes the order and counters
  *      and releases the lock in one step: 2 round trips in all when uncontended;
- *   5. when every segment with stock was busy: wait for one of them (lockcore's asynchronous
- *      acquire, woken by its unlock) up to --lock-wait-ms, then 503 lock_timeout; all empty:
- *      409 sold_out; stock left but no segment with enough: 409 insufficient_stock.
+ *   5. when every segment with stock was busy: wait for one of them up to --lock-wait-ms, then
+ *      503 lock_timeout; all empty: 409 sold_out; stock left but no segment with enough: 409
+ *      insufficient_stock. The wait is local when an order of this loop is on that segment
+ *      already (seggate.h: queued behind it, woken by its release, which hands the gate over
+ *      with the next acquire pipelined right behind the commit), else lockcore's asynchronous
+ *      acquire, woken by the unlock message.
+ * Per loop, at most one order is in Redis for a segment at a time (its gate, seggate.h): the
+ * walk passes segments whose gate is taken, so it never sends a try bound to find the segment
+ * held by its own loop.
  * A lost lock (stale fencing token) changes nothing and the walk goes on elsewhere. A segment
  * whose version differs from the cached one means a PUT happened: the layout is re-read and the
  * walk starts again under the new version.
@@ -32,6 +38,7 @@
  * are harmless. The areq's lc and base are the loop's; the order never leaves its loop.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +54,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "seggate.h"
 #include "skucache.h"
 #include "store.h"
 #include "validate.h"
@@ -92,6 +100,7 @@ enum ostate {
     OS_LAYOUT,          /* load the layout (settling what is pending) */
     OS_RECHECK,         /* batch: GET stock and version of every segment */
     OS_RECHECK_LAYOUT,  /* after a re-check: the layout changed or may be unsettled */
+    OS_GATE,            /* queued on a segment's gate (timer: the deadline, or the wake) */
     OS_ACQUIRE,         /* a segment lock: try (walk) or acquire with waiting (after a walk) */
     OS_HOLD,            /* timer: --hold-ms, inside the critical section */
     OS_COMMIT,          /* the commit script (fenced, or the atomic one) */
@@ -166,6 +175,13 @@ struct order {
     int need_layout, first, start, i, tried, waiting;
     int k;               /* the segment being tried */
     struct seg_keys sk;  /* its keys */
+    struct seggate *gates;   /* the loop's segment gates */
+    int gate_k;              /* the segment whose gate this order owns, or -1 */
+    struct seggate_waiter gw; /* queued on the gate of segment o->k (state OS_GATE) */
+    int woken;               /* OS_GATE: the gate was handed over (else the timer is the deadline) */
+    int chain;               /* orders before this one under the same hold (GATE_CHAIN_MAX) */
+    int loop, nloops;        /* this order's worker loop, of how many */
+    unsigned own_salt;       /* which segments are its loop's first choice (own_segment) */
     lc_async_lock *lock; /* its lock (or the SKU's, single-lock) */
     int64_t t0;
     int any_short;       /* single-lock */
@@ -332,6 +348,35 @@ static void drop_lock(struct order *o)
 {
     lc_async_lock_free(o->lock);
     o->lock = NULL;
+}
+
+/* Most orders of one loop served under one hold of a segment's lock. While orders of the loop
+ * are queued on the segment's gate, the holder commits without releasing and hands the hold
+ * (and the gate) to the first of them, whose commit then follows in the same write; the last
+ * of a chain commits with the release. Each commit is fenced on its own. After a release the
+ * gate passes on only when the commit is answered, when other loops and instances, woken by
+ * the same unlock message, have an even chance at the segment. */
+#define GATE_CHAIN_MAX 8
+
+/* Wakes an order the gate was just handed to: on its timer, so on this loop turn, but after
+ * the current step (whose commit is already in the output buffer). */
+static void gate_wake(struct order *o)
+{
+    evtimer_del(o->timer);
+    o->woken = 1;
+    o->gate_k = o->k;
+    event_active(o->timer, EV_TIMEOUT, 1);
+}
+
+/* The order is done with the gate it owns (if any): the next queued order owns it now. */
+static void gate_leave(struct order *o)
+{
+    if (o->gate_k < 0)
+        return;
+    struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
+    o->gate_k = -1;
+    if (w)
+        gate_wake(w->owner);
 }
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
@@ -566,6 +611,20 @@ static void commit_segment(struct order *o)
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
      * itself, so the next holder may enter before its reply is back here. */
     metrics_cs_leave();
+    if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
+        seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !lc_async_lock_lost(o->lock) &&
+        lc_async_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 5, c.keys,
+                               NULL, 6, (const char **)c.args, NULL, on_reply, o) == LC_OK) {
+        /* The next queued order of the loop takes over the hold and the gate. */
+        struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
+        struct order *n = w->owner;
+        n->lock = o->lock;
+        n->chain = o->chain + 1;
+        o->lock = NULL;
+        o->gate_k = -1;
+        gate_wake(n);
+        return;
+    }
     if (lc_async_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
                       c.keys, NULL, 6, (const char **)c.args, NULL, on_evaluated,
                       o) != LC_OK)
@@ -588,9 +647,15 @@ static void critical_section(struct order *o)
 static void try_segment_locked(struct order *o, int k)
 {
     o->k = k;
+    if (o->gate_k != k) {
+        gate_leave(o); /* never owned here: one segment at a time */
+        if (seggate_enter(o->gates, o->in.sku, k) == 0)
+            o->gate_k = k;
+    }
     store_seg_keys(o->in.sku, k, &o->sk);
     lc_lock_opts lo;
     lock_opts(o, &lo);
+    o->chain = 0;
     o->state = OS_ACQUIRE;
     if (lc_async_lock_new(o->lc, o->sk.lock, &lo, NULL, NULL, &o->lock) != LC_OK) {
         o->lock = NULL;
@@ -699,15 +764,53 @@ static void single_next(struct order *o)
     }
 }
 
-/* The walk itself: tries the next segment that may serve, or ends the round. */
+static unsigned process_salt;
+static pthread_once_t process_salt_once = PTHREAD_ONCE_INIT;
+
+static void process_salt_init(void)
+{
+    if (getrandom(&process_salt, sizeof(process_salt), 0) != sizeof(process_salt))
+        process_salt = (unsigned)wall_ms();
+}
+
+/* The shift of the loops' shares of sku's segments (own_segment). */
+static unsigned own_salt(const char *sku)
+{
+    pthread_once(&process_salt_once, process_salt_init);
+    unsigned h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)sku; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return (h ^ process_salt) & 0xffffu;
+}
+
+/* Whether segment k is a first choice of the order's loop: with several loops, each walks its
+ * own share of the segments first (their gates are on that loop, so their waits are local) and
+ * the others' only when none of its own can serve (all empty, short or failed; an own segment
+ * that is busy is waited for instead), which keeps the loops of one instance out of each
+ * other's way. The
+ * share is shifted per SKU and per process, so the instances of a cluster do not all start on
+ * the same segments either. */
+static int own_segment(const struct order *o, int k)
+{
+    return (int)(((unsigned)k + o->own_salt) % (unsigned)o->nloops) == o->loop;
+}
+
+/* The walk itself: tries the next segment that may serve, or ends the round. Segmented with
+ * several loops: two passes, the loop's own segments, then the others. */
 static void walk_next(struct order *o)
 {
     int nseg = o->view.segments;
-    for (; o->i < nseg && !o->need_layout; o->i++) {
-        int k = (o->start + o->i) % nseg;
+    int passes = o->app->cfg.strategy == STRATEGY_SEGMENTED && o->nloops > 1 ? 2 : 1;
+    for (; o->i < passes * nseg && !o->need_layout; o->i++) {
+        if (passes > 1 && o->i == nseg && o->w.nbusy > 0)
+            break; /* an own segment is busy: wait for it here rather than take another loop's */
+        int k = (o->start + o->i % nseg) % nseg;
+        if (passes > 1 && (o->i < nseg) != own_segment(o, k))
+            continue;
         if (skucache_is_empty(&o->view, k) || ((o->w.done[k / 64] >> (k % 64)) & 1))
             continue;
-        if (o->app->cfg.strategy == STRATEGY_SEGMENTED && skucache_is_held(&o->view, k)) {
+        if (o->app->cfg.strategy == STRATEGY_SEGMENTED &&
+            (seggate_busy(o->gates, o->in.sku, k) || skucache_is_held(&o->view, k))) {
             o->w.busy[o->w.nbusy++] = k; /* this instance holds it: no round trip to learn that */
             continue;
         }
@@ -750,16 +853,66 @@ static void walk_next(struct order *o)
         }
         return;
     }
-    /* Every segment that might serve was busy: wait for one, woken by its unlock. */
+    /* Every segment that might serve was busy: wait for one. Behind an order of this loop
+     * when there is one (the shortest queue), woken by its release; else in Redis, woken by the
+     * unlock message. */
     metrics_lock_wait();
-    int k = o->w.busy[rnd64() % (uint64_t)o->w.nbusy];
+    int at = (int)(rnd64() % (uint64_t)o->w.nbusy), best = -1, best_q = 0;
+    for (int j = 0; j < o->w.nbusy; j++) {
+        int k = o->w.busy[(at + j) % o->w.nbusy];
+        if (!seggate_busy(o->gates, o->in.sku, k))
+            continue;
+        int q = seggate_queued(o->gates, o->in.sku, k);
+        if (best < 0 || q < best_q) {
+            best = k;
+            best_q = q;
+        }
+    }
+    if (best >= 0) {
+        o->k = best;
+        o->woken = 0;
+        o->gw.owner = o;
+        seggate_queue(o->gates, o->in.sku, best, &o->gw);
+        o->state = OS_GATE;
+        arm_timer(o, (int)left);
+        return;
+    }
     o->waiting = (int)left;
-    try_segment_locked(o, k);
+    try_segment_locked(o, o->w.busy[at]);
+}
+
+/* Queued on segment o->k's gate: handed the gate (o->woken), or the deadline passed. */
+static void gate_on_timer(struct order *o)
+{
+    if (!o->woken) {
+        seggate_unqueue(o->gates, o->in.sku, o->k, &o->gw);
+        place_done(o, walk_end(&o->w, 1));
+        return;
+    }
+    o->woken = 0;
+    int64_t left = o->deadline_ms - mono_ms();
+    if (left <= 0 || o->cancelled) {
+        if (o->lock)
+            drop_lock(o); /* an inherited hold: released in the background */
+        gate_leave(o);
+        place_done(o, o->cancelled ? OUT_UNAVAILABLE : walk_end(&o->w, 1));
+        return;
+    }
+    if (o->lock) {
+        /* Handed the hold too (GATE_CHAIN_MAX): straight into the critical section; the commit
+         * finds out whether the segment still has enough. */
+        store_seg_keys(o->in.sku, o->k, &o->sk);
+        critical_section(o);
+        return;
+    }
+    o->waiting = (int)left;
+    try_segment_locked(o, o->k);
 }
 
 /* A segment's result during a walk (o->waiting: the wait after a round) or its wait. */
 static void segment_done(struct order *o, enum seg_result r)
 {
+    gate_leave(o); /* the segment's turn is over for this order */
     if (o->cancelled) {
         place_done(o, settles(r) ? settled_outcome(r) : OUT_UNAVAILABLE);
         return;
@@ -1046,6 +1199,7 @@ static void idem_end(struct order *o)
 
 static void order_free(struct order *o)
 {
+    gate_leave(o); /* never owned here on any path; a backstop, so a gate cannot stay shut */
     if (o->timer)
         event_free(o->timer);
     drop_lock(o);
@@ -1172,7 +1326,8 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
 static void segment_on_commit(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
 {
     enum seg_result res;
-    if (ev == EV_REPLY) { /* atomic */
+    (void)ev;
+    if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         metrics_cs_leave();
         if (st != LC_OK) {
             metrics_redis_error();
@@ -1255,6 +1410,15 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             evtimer_del(o->timer);
             metrics_cs_leave();
             segment_done(o, SEG_ERROR);
+        } else if (o->state == OS_GATE) {
+            evtimer_del(o->timer);
+            if (!o->woken)
+                seggate_unqueue(o->gates, o->in.sku, o->k, &o->gw);
+            o->woken = 0;
+            if (o->lock)
+                drop_lock(o);
+            gate_leave(o);
+            place_done(o, OUT_UNAVAILABLE);
         } else if (o->state == OS_IDEM_PAUSE) {
             evtimer_del(o->timer);
             idem_unavailable(o);
@@ -1357,6 +1521,9 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             place_done(o, OUT_SOLD_OUT);
         else
             walk_start(o);
+        return;
+    case OS_GATE:
+        gate_on_timer(o);
         return;
     case OS_ACQUIRE:
         segment_on_acquired(o, st, r);
@@ -1461,6 +1628,9 @@ void order_create_async(struct areq *ar)
     o->app = app;
     o->lc = ar->lc;
     o->strat = &strategies[app->cfg.strategy];
+    o->gates = areq_gates(ar);
+    o->gate_k = -1;
+    o->loop = areq_loop(ar, &o->nloops);
     snprintf(o->claim_expiry, sizeof(o->claim_expiry), "0");
     struct validate_error verr;
     if (validate_order_body(req->body, req->body ? req->body_len : 0, app->cfg.max_quantity,
@@ -1481,6 +1651,7 @@ void order_create_async(struct areq *ar)
         return;
     }
     o->deadline_ms = mono_ms() + app->cfg.lock_wait_ms;
+    o->own_salt = own_salt(o->in.sku);
     /* The sold-out fast path needs no Redis at all. */
     skucache_get(app->cache, o->in.sku, &o->view);
     if (o->view.sold_out && !o->view.recheck_due && !*o->idem) {

@@ -163,6 +163,20 @@ lc_status lc_async_script(lc_async_client *client, const lc_script *script, int 
                           const char *const *args, const size_t *arglens, lc_async_reply_fn cb,
                           void *arg);
 
+/* Runs script with the fencing guard of lock's current hold, like lc_async_eval without
+ * LC_EVAL_RELEASE, but outside the handle's one-operation-at-a-time rule: any number may be in
+ * flight, alongside each other and alongside the handle's own operation, and they run on the
+ * server in the order they were sent. The owner and fencing tokens are copied at the call, and
+ * the callback never sees the handle, so the handle may be handed on (to the next user of the
+ * same hold) or freed before the reply comes. The callback gets the body's reply, or LC_ELOST
+ * when the hold was gone on the server (nothing ran), LC_EIO, LC_EREDIS, LC_ESTATE (the client
+ * was freed). Returns LC_ENOTHELD when the handle holds nothing (then no callback). The hold is
+ * not marked lost by this call's result: the handle's next operation finds that out. */
+lc_status lc_async_eval_detached(lc_async_lock *lock, const lc_script *script, int nkeys,
+                                 const char **keys, const size_t *keylens, int nargs,
+                                 const char **args, const size_t *arglens, lc_async_reply_fn cb,
+                                 void *arg);
+
 /* Marks the calling thread as an event-loop thread (on = 1) or not any more (on = 0): in debug
  * builds every blocking lockcore call made on a marked thread fails an assertion. */
 void lc_async_mark_loop_thread(int on);

@@ -1,0 +1,99 @@
+/*
+ * Unit tests of service/src/seggate.c, a worker loop's per-segment gates: first come first
+ * served, a waiter taken out of the middle of a queue is never handed the gate, a gate with no
+ * owner is free (and busy again only once entered), and SKUs and segments do not share gates.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "seggate.h"
+
+static void test_fifo_handover(void **state)
+{
+    (void)state;
+    struct seggate *g = seggate_new();
+    assert_non_null(g);
+    assert_false(seggate_busy(g, "a", 3));
+    assert_int_equal(seggate_enter(g, "a", 3), 0);
+    assert_true(seggate_busy(g, "a", 3));
+    assert_int_equal(seggate_enter(g, "a", 3), -1); /* owned: a second owner is refused */
+    struct seggate_waiter w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i].owner = &w[i];
+        seggate_queue(g, "a", 3, &w[i]);
+    }
+    assert_int_equal(seggate_queued(g, "a", 3), 4);
+    seggate_unqueue(g, "a", 3, &w[1]); /* its deadline passed */
+    seggate_unqueue(g, "a", 3, &w[1]); /* twice: harmless */
+    assert_int_equal(seggate_queued(g, "a", 3), 3);
+    assert_ptr_equal(seggate_leave(g, "a", 3), &w[0]);
+    assert_true(seggate_busy(g, "a", 3)); /* w[0] owns it now */
+    assert_ptr_equal(seggate_leave(g, "a", 3), &w[2]);
+    assert_ptr_equal(seggate_leave(g, "a", 3), &w[3]);
+    assert_int_equal(seggate_queued(g, "a", 3), 0);
+    assert_null(seggate_leave(g, "a", 3));
+    assert_false(seggate_busy(g, "a", 3));
+    assert_null(seggate_leave(g, "a", 3)); /* leaving a free gate: nothing */
+    seggate_free(g);
+}
+
+static void test_unqueue_ends_of_queue(void **state)
+{
+    (void)state;
+    struct seggate *g = seggate_new();
+    struct seggate_waiter w[3];
+    assert_int_equal(seggate_enter(g, "s", 0), 0);
+    for (int i = 0; i < 3; i++)
+        seggate_queue(g, "s", 0, &w[i]);
+    seggate_unqueue(g, "s", 0, &w[0]); /* the head */
+    seggate_unqueue(g, "s", 0, &w[2]); /* the tail */
+    assert_int_equal(seggate_queued(g, "s", 0), 1);
+    struct seggate_waiter x;
+    seggate_queue(g, "s", 0, &x); /* queued after the tail went: behind w[1] */
+    assert_ptr_equal(seggate_leave(g, "s", 0), &w[1]);
+    assert_ptr_equal(seggate_leave(g, "s", 0), &x);
+    assert_null(seggate_leave(g, "s", 0));
+    seggate_free(g);
+}
+
+static void test_keys_are_separate(void **state)
+{
+    (void)state;
+    struct seggate *g = seggate_new();
+    /* Many gates at once, more than the buckets, some sharing a bucket. */
+    char sku[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(sku, sizeof(sku), "sku-%d", i % 300);
+        assert_int_equal(seggate_enter(g, sku, i / 300), 0);
+    }
+    for (int i = 0; i < 3000; i++) {
+        snprintf(sku, sizeof(sku), "sku-%d", i % 300);
+        assert_true(seggate_busy(g, sku, i / 300));
+        assert_false(seggate_busy(g, sku, 10 + i / 300));
+    }
+    assert_false(seggate_busy(g, "sku-1", -1));
+    assert_false(seggate_busy(g, "sku-1x", 0));
+    for (int i = 0; i < 3000; i += 2) {
+        snprintf(sku, sizeof(sku), "sku-%d", i % 300);
+        assert_null(seggate_leave(g, sku, i / 300));
+    }
+    for (int i = 0; i < 3000; i++) {
+        snprintf(sku, sizeof(sku), "sku-%d", i % 300);
+        assert_int_equal(seggate_busy(g, sku, i / 300), i % 2 == 1);
+    }
+    seggate_free(g); /* frees the gates still owned */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_handover),
+        cmocka_unit_test(test_unqueue_ends_of_queue),
+        cmocka_unit_test(test_keys_are_separate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
