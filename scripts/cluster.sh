@@ -83,6 +83,12 @@ formed() {
     [ "$(grep -c ' connected' <<<"$nodes")" -eq "$#" ] || return 1
     [ "$(awk '$3 ~ /master/ && $9 != "" {n++} END {print n+0}' <<<"$nodes")" -eq "$masters" ] || return 1
     [ "$(grep -c 'slave' <<<"$nodes")" -eq $((masters * replicas)) ] || return 1
+    # A replica counts once its link is up and the initial sync is over (WAIT needs it).
+    info=$(cli "$p" INFO replication 2>/dev/null) || return 1
+    if grep -q '^role:slave' <<<"$info"; then
+      grep -q '^master_link_status:up' <<<"$info" || return 1
+      grep -q '^master_sync_in_progress:0' <<<"$info" || return 1
+    fi
   done
 }
 

@@ -131,6 +131,14 @@ static int node_formed(const cf_cluster *c, int i, int want)
         connected++;
     ok = ok && lines == want && connected == want && !strstr(r->str, "fail");
     freeReplyObject(r);
+    if (!ok)
+        return 0;
+    /* A replica counts once its link is up and its initial sync is over (WAIT needs it). */
+    r = rf_command(c->node[i], "INFO replication");
+    ok = r && r->type == REDIS_REPLY_STRING &&
+         (strstr(r->str, "role:master") ||
+          (strstr(r->str, "master_link_status:up") && strstr(r->str, "master_sync_in_progress:0")));
+    freeReplyObject(r);
     return ok;
 }
 
