@@ -20,6 +20,11 @@
 # while one master is down (before its replica is promoted) the other masters go on serving
 # their slots, which is what lets a sale fail over to segments on the other masters. No
 # persistence (save "", appendonly no): the replicas are the copies.
+# CLUSTER_MIN_REPLICAS_TO_WRITE=N (default 0) makes every master refuse writes while fewer than
+# N replicas are connected with a lag of at most CLUSTER_MIN_REPLICAS_MAX_LAG seconds (2): the
+# companion of inventoryd --redis-replica-acks N (docs/scaling.md), so that a promoted master
+# that has no replica yet refuses orders (they fail over to other masters' segments) instead of
+# committing orders that no replica can acknowledge.
 #
 # Env: CLUSTER_PORTS ("p1 p2 …": masters first, then replicas; default: free ports, each with
 #      port+10000 free for the cluster bus), CLUSTER_MASTERS (3), CLUSTER_REPLICAS (1),
@@ -33,6 +38,8 @@ redis_cli=${REDIS_CLI:-redis-cli}
 masters=${CLUSTER_MASTERS:-3}
 replicas=${CLUSTER_REPLICAS:-1}
 node_timeout=${CLUSTER_NODE_TIMEOUT:-1000}
+min_replicas=${CLUSTER_MIN_REPLICAS_TO_WRITE:-0}
+max_lag=${CLUSTER_MIN_REPLICAS_MAX_LAG:-2}
 wait_s=${CLUSTER_WAIT_S:-30}
 mode=${1:-foreground}
 [ $# -gt 0 ] && shift
@@ -88,6 +95,8 @@ formed() {
     if grep -q '^role:slave' <<<"$info"; then
       grep -q '^master_link_status:up' <<<"$info" || return 1
       grep -q '^master_sync_in_progress:0' <<<"$info" || return 1
+    else # with min-replicas-to-write: the master counts its replicas good (accepts writes)
+      grep -q '^min_slaves_good_slaves:0' <<<"$info" && return 1
     fi
   done
 }
@@ -111,7 +120,8 @@ start_cluster() {
       --pidfile "$dir/$p/pid" --logfile "$dir/$p/redis.log" --save "" --appendonly no \
       --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
       --cluster-node-timeout "$node_timeout" --cluster-require-full-coverage no \
-      --cluster-replica-validity-factor 0 >/dev/null ||
+      --cluster-replica-validity-factor 0 \
+      --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" >/dev/null ||
       die "redis-server on port $p did not start (see $dir/$p/redis.log)"
   done
   for p in $ports; do

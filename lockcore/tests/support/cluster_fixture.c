@@ -56,7 +56,7 @@ static int create(cf_cluster *c, int replicas)
     const char *cli = getenv("RF_REDIS_CLI");
     if (!cli || !*cli)
         cli = "redis-cli";
-    char addr[CF_MAX_NODES][32], reps[8], log[512];
+    char addr[CF_MAX_NODES][32], reps[16], log[512];
     const char *argv[CF_MAX_NODES + 8];
     int argc = 0;
     argv[argc++] = cli;
@@ -111,6 +111,15 @@ static int create(cf_cluster *c, int replicas)
     return 0;
 }
 
+/* INFO replication says: a replica whose link is up and initial sync over, or a master that
+ * (with min-replicas-to-write set) counts enough good replicas to accept writes. */
+static int replication_ready(const char *info)
+{
+    if (strstr(info, "role:master"))
+        return !strstr(info, "min_slaves_good_slaves:0");
+    return strstr(info, "master_link_status:up") && strstr(info, "master_sync_in_progress:0");
+}
+
 /* Node i says cluster_state:ok and knows want nodes, all connected, none failing. */
 static int node_formed(const cf_cluster *c, int i, int want)
 {
@@ -135,9 +144,7 @@ static int node_formed(const cf_cluster *c, int i, int want)
         return 0;
     /* A replica counts once its link is up and its initial sync is over (WAIT needs it). */
     r = rf_command(c->node[i], "INFO replication");
-    ok = r && r->type == REDIS_REPLY_STRING &&
-         (strstr(r->str, "role:master") ||
-          (strstr(r->str, "master_link_status:up") && strstr(r->str, "master_sync_in_progress:0")));
+    ok = r && r->type == REDIS_REPLY_STRING && replication_ready(r->str);
     freeReplyObject(r);
     return ok;
 }
@@ -153,6 +160,11 @@ static int formed(void *arg)
 
 cf_cluster *cf_start(int masters, int replicas)
 {
+    return cf_start_ex(masters, replicas, NULL);
+}
+
+cf_cluster *cf_start_ex(int masters, int replicas, const char *const *extra_args)
+{
     int total = masters * (1 + replicas);
     if (masters < 3 || replicas < 0 || total > CF_MAX_NODES) {
         fprintf(stderr, "cluster_fixture: %d masters x %d replicas not supported\n", masters,
@@ -163,17 +175,18 @@ cf_cluster *cf_start(int masters, int replicas)
     if (!c)
         return NULL;
     c->masters = masters;
-    static const char *const args[] = {"--cluster-enabled",
-                                       "yes",
-                                       "--cluster-config-file",
-                                       "{dir}/nodes.conf",
-                                       "--cluster-node-timeout",
-                                       "1000",
-                                       "--cluster-require-full-coverage",
-                                       "no",
-                                       "--cluster-replica-validity-factor",
-                                       "0",
-                                       NULL};
+    static const char *const base[] = {"--cluster-enabled", "yes", "--cluster-config-file",
+                                       "{dir}/nodes.conf", "--cluster-node-timeout", "1000",
+                                       "--cluster-require-full-coverage", "no",
+                                       "--cluster-replica-validity-factor", "0"};
+    enum { NBASE = sizeof base / sizeof base[0] };
+    const char *args[NBASE + 16];
+    int nargs = 0;
+    for (int i = 0; i < NBASE; i++)
+        args[nargs++] = base[i];
+    for (int i = 0; extra_args && extra_args[i] && nargs < NBASE + 15; i++)
+        args[nargs++] = extra_args[i];
+    args[nargs] = NULL;
     for (int i = 0; i < total; i++) {
         /* The cluster bus listens on port + 10000: retry until a node gets a port that allows
          * it (rf_start gives up on a node that exits at start). */
@@ -328,4 +341,24 @@ int cf_wait_slot_served(const cf_cluster *c, int slot, int timeout_ms)
 {
     struct served s = {c, slot};
     return tu_poll_until(slot_served, &s, timeout_ms, 50) ? 0 : -1;
+}
+
+static int replicas_synced(void *arg)
+{
+    const cf_cluster *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        if (!rf_pid(c->node[i]))
+            continue;
+        redisReply *r = rf_command(c->node[i], "INFO replication");
+        int ok = r && r->type == REDIS_REPLY_STRING && replication_ready(r->str);
+        freeReplyObject(r);
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+int cf_wait_replicas(const cf_cluster *c, int timeout_ms)
+{
+    return tu_poll_until(replicas_synced, (void *)c, timeout_ms, 50) ? 0 : -1;
 }

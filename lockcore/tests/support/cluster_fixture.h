@@ -22,6 +22,14 @@ enum { CF_MAX_NODES = 12 };
  * others. Nodes 0..masters-1 are the masters at creation. NULL with the reason on stderr. */
 cf_cluster *cf_start(int masters, int replicas);
 
+/* cf_start with more redis-server arguments for every node (NULL-terminated, may be NULL), e.g.
+ * {"--min-replicas-to-write", "1", "--min-replicas-max-lag", "2", NULL}. */
+cf_cluster *cf_start_ex(int masters, int replicas, const char *const *extra_args);
+
+/* Waits (at most timeout_ms) until every running replica's link to its master is up and its
+ * initial sync is over. 0, or -1. */
+int cf_wait_replicas(const cf_cluster *c, int timeout_ms);
+
 /* Stops every node and frees the cluster. NULL-safe. */
 void cf_stop(cf_cluster *c);
 
