@@ -54,7 +54,9 @@ pick_ports() {
   local n=$1 p i
   ports=""
   for ((i = 0; i < 400 && $(wc -w <<<"$ports") < n; i++)); do
-    p=$((12000 + (RANDOM * 32768 + RANDOM) % 20000))
+    # Below 22768, so that the bus port stays below the kernel's ephemeral range (32768+),
+    # where an outgoing connection could take it between this check and the node's start.
+    p=$((12000 + (RANDOM * 32768 + RANDOM) % 10768))
     [[ " $ports " == *" $p "* ]] && continue
     port_free "$p" && port_free $((p + 10000)) && ports+="$p "
   done
@@ -95,10 +97,11 @@ formed() {
     if grep -q '^role:slave' <<<"$info"; then
       grep -q '^master_link_status:up' <<<"$info" || return 1
       grep -q '^master_sync_in_progress:0' <<<"$info" || return 1
-    else # with min-replicas-to-write: the master counts its replicas good (accepts writes)
-      grep -q '^min_slaves_good_slaves:0' <<<"$info" && return 1
+    elif grep -q '^min_slaves_good_slaves:0' <<<"$info"; then
+      return 1 # with min-replicas-to-write: a master that does not accept writes yet
     fi
   done
+  return 0
 }
 
 # start_cluster: starts the nodes in $dir, creates the cluster, waits for it. Sets $url.
