@@ -324,7 +324,23 @@ failover_one() { # ACKS
   local t0 kill_ms promoted_ms back_ms
   t0=$(date +%s%N)
   start_wrk "$res/raw/$skun" "$window"
-  sleep $((window / 4))
+  sleep $((window / 4 - 1))
+  # How far the replica trails its master under this load (the orders at risk with acks 0):
+  # 20 samples of master_repl_offset - the replica's offset, and the replication bytes per
+  # order over the same second.
+  local off0 off1 c0 c1 lags
+  off0=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
+  c0=$(created_total)
+  lags=$(for _ in $(seq 20); do
+    redis-cli -p "$vport" INFO replication | tr -d '\r' |
+      awk -F'[:,=]' '/^master_repl_offset:/ {m = $2} /^slave0:/ {for (i = 1; i < NF; i++) if ($i == "offset") o = $(i + 1)} END {print m - o}'
+    sleep 0.05
+  done | sort -n | awk '{a[NR] = $1} END {printf "%d %d", a[int(NR / 2) + 1], a[NR]}')
+  off1=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
+  c1=$(created_total)
+  local per_order=$(((off1 - off0) / ((c1 - c0) > 0 ? (c1 - c0) : 1)))
+  log "failover acks $acks: replica lag median ${lags% *} bytes, max ${lags#* } bytes; ~$per_order replication bytes per order (all orders of the cluster) in the second before the kill"
+  lag_note="lag ${lags% *}/${lags#* } B, $per_order B/order"
   vdir=$cluster_dir/$vport
   kill -9 "$(cat "$vdir/pid")"
   kill_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -355,9 +371,9 @@ failover_one() { # ACKS
   check_sku "$skun" "$(field units "$result")" \
     $(($(field unanswered "$result") + $(field s503_unknown "$result"))) \
     "$([ "$acks" = 1 ] && echo covered || echo loss)"
-  printf '| %s | %s of %s | %s | %s | %s | %s | %s / %s / %s | %s | %s |\n' "$acks" "$nseg" "$segments" \
+  printf '| %s | %s of %s | %s | %s | %s | %s | %s / %s / %s | %s | %s | %s |\n' "$acks" "$nseg" "$segments" \
     "$r_before" "$r_down" "$r_promoted" "$r_after" "$kill_ms" "$promoted_ms" "$back_ms" \
-    "$(field s503_unknown "$result")" "$check_line" >>"$report"
+    "$(field s503_unknown "$result")" "$check_line" "$lag_note" >>"$report"
   down
   cluster_down
 }
@@ -367,8 +383,8 @@ failover() {
     echo
     echo "## kill -9 of a master under load (3+3, min-replicas-to-write 1, ${LT_WINDOW_S:-24} s)"
     echo
-    echo "| acks | victim's segments | orders/s before | master down | promoted, no replica yet | replica back | kill / promoted / back ms | 503 unknown | Redis vs 201s |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| acks | victim's segments | orders/s before | master down | promoted, no replica yet | replica back | kill / promoted / back ms | 503 unknown | Redis vs 201s | replica lag before the kill (median/max), bytes per order |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
   } >>"$report"
   failover_one 1
   failover_one 0

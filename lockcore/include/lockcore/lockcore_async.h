@@ -49,7 +49,11 @@ struct event_base;
 typedef struct lc_async_client lc_async_client;
 typedef struct lc_async_lock lc_async_lock;
 
-/* Makes a client on loop base for the Redis at url (forms as lc_client_new). opts may be NULL
+/* Makes a client on loop base for the Redis at url (forms as lc_client_new), or for a Redis
+ * Cluster: redis-cluster://[[user]:password@]host[:port][,host[:port]...] names seed nodes; every
+ * command then goes to the master of its key's slot (a script's first key, a plain command's
+ * key) on a pipelined connection per node, MOVED/ASK/TRYAGAIN are followed inside lockcore and
+ * the slot map is refreshed on change (docs/lockcore.md, "Redis Cluster"). opts may be NULL
  * for the defaults; command_timeout_ms is every command's deadline, connect_timeout_ms and the
  * pool and pipeline fields are not used. Starts connecting without waiting: a Redis that is
  * down is no error here; operations report it (LC_EIO). LC_OK with *out to free with
