@@ -21,7 +21,9 @@
 # Exit: 0 all checks passed, 1 an invariant was violated, 3 infrastructure failure.
 # Env: BUILD_DIR (build), LT_WINDOW_S (10 bench; 24 failover/reshard), LT_CONNECTIONS (64),
 #      LT_WRK_THREADS (2), LT_THREADS (2: --threads per instance), LT_SEGMENTS (16),
-#      LT_RESULTS_DIR (loadtest/results), LT_PORT_MIN/MAX (20000/32000).
+#      LT_RESULTS_DIR (loadtest/results), LT_PORT_MIN/MAX (12000/22000: cluster bus ports,
+#      port + 10000, stay below the ephemeral range), LT_ROUNDS (1: --bench repeats its whole
+#      sequence, so that a machine shared with other work disturbs every topology alike).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,8 +42,9 @@ build_dir=${BUILD_DIR:-$root/build}
 case "$build_dir" in /*) ;; *) build_dir=$root/$build_dir ;; esac
 bin=${INVENTORYD_BIN:-$build_dir/bin/inventoryd}
 instances=3
-port_min=${LT_PORT_MIN:-20000}
-port_max=${LT_PORT_MAX:-32000}
+port_min=${LT_PORT_MIN:-12000}
+port_max=${LT_PORT_MAX:-22000}
+rounds=${LT_ROUNDS:-1}
 wrk_threads=${LT_WRK_THREADS:-2}
 conns=${LT_CONNECTIONS:-64}
 threads=${LT_THREADS:-2}
@@ -228,7 +231,7 @@ bench_one() { # NAME ARGS...
   per=$(awk -v t="$total" -v c="$created" 'BEGIN {printf "%.1f", c ? t * 1e6 / c : 0}')
   local permaster
   permaster=$(awk -v d="$d" -v c="$created" 'BEGIN {n = split(d, a, " "); for (i = 1; i <= n; i++) printf "%s%.1f", (i > 1 ? " / " : ""), c ? a[i] * 1e6 / c : 0}')
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$rate" "$(field p99_us "$result")" \
+  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$round" "$name" "$rate" "$(field p99_us "$result")" \
     "$per" "$permaster" "$(field s503 "$result")" >>"$report"
   log "bench $name: $rate orders/s, Redis CPU $per us/order ($permaster per master)"
   local unanswered=$(($(field unanswered "$result") + warm_unanswered))
@@ -240,11 +243,16 @@ bench_one() { # NAME ARGS...
 bench() {
   {
     echo
-    echo "## Orders/s and Redis CPU per order (3 instances behind nginx, wrk -t$wrk_threads -c$conns, $segments segments, hold 0, ${LT_WINDOW_S:-10} s)"
+    echo "## Orders/s and Redis CPU per order (3 instances behind nginx, wrk -t$wrk_threads -c$conns, $segments segments, hold 0, ${LT_WINDOW_S:-10} s, $rounds rounds)"
     echo
-    echo "| Redis | orders/s | p99 µs | Redis CPU µs/order (all masters) | per master | 503 |"
-    echo "|---|---|---|---|---|---|"
+    echo "| round | Redis | orders/s | p99 µs | Redis CPU µs/order (all masters) | per master | 503 |"
+    echo "|---|---|---|---|---|---|---|"
   } >>"$report"
+  local round
+  for ((round = 1; round <= rounds; round++)); do bench_round; done
+}
+
+bench_round() {
   redis_port=""
   start_redis
   redis_url="redis://127.0.0.1:$redis_port" masters_ports=$redis_port
