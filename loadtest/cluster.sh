@@ -18,6 +18,10 @@
 #               ones are the loss window. Run with acks 0 and with acks 1.
 #   --reshard   the same load while `redis-cli --cluster reshard` moves every slot of one
 #               master (segments included) to another; then the invariants.
+#   --routing   the routing layer's own cost: one instance (--threads 1) on a one-node cluster,
+#               wrk -t1 -c16 straight to it, through redis:// and redis-cluster:// in turn
+#               (LT_ROUNDS times, at least 3): orders/s and inventoryd's CPU per order
+#               (/proc/PID/stat), which a loaded machine disturbs far less than orders/s.
 # Exit: 0 all checks passed, 1 an invariant was violated, 3 infrastructure failure.
 # Env: BUILD_DIR (build), LT_WINDOW_S (10 bench; 24 failover/reshard), LT_CONNECTIONS (64),
 #      LT_WRK_THREADS (2), LT_THREADS (2: --threads per instance), LT_SEGMENTS (16),
@@ -31,7 +35,7 @@ lt=$root/loadtest
 modes=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --bench | --failover | --reshard) modes+=" ${1#--}"; shift ;;
+    --bench | --failover | --reshard | --routing) modes+=" ${1#--}"; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -334,21 +338,28 @@ failover_one() { # ACKS
   start_wrk "$res/raw/$skun" "$window"
   sleep $((window / 4 - 1))
   # How far the replica trails its master under this load (the orders at risk with acks 0):
-  # 20 samples of master_repl_offset - the replica's offset, and the replication bytes per
-  # order over the same second.
-  local off0 off1 c0 c1 lags
-  off0=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
+  # 20 samples of the master's master_repl_offset, then the replica's own offset (its
+  # slave_repl_offset), then the master's again: the lag lies between the two differences.
+  # (The slave0 offset the master reports is only the replica's last ACK, once a second.)
+  local rport off0 off1 c0 c1 lags
+  rport=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^slave0:.*port=\([0-9]*\).*/\1/p')
+  moff() { redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p'; }
+  roff() { redis-cli -p "$rport" INFO replication | tr -d '\r' | sed -n 's/^slave_repl_offset://p'; }
+  off0=$(moff)
   c0=$(created_total)
-  lags=$(for _ in $(seq 20); do
-    redis-cli -p "$vport" INFO replication | tr -d '\r' |
-      awk -F'[:,=]' '/^master_repl_offset:/ {m = $2} /^slave0:/ {for (i = 1; i < NF; i++) if ($i == "offset") o = $(i + 1)} END {print m - o}'
+  local samples a r b
+  samples=$(for _ in $(seq 20); do
+    a=$(moff); r=$(roff); b=$(moff)
+    echo "$((a - r > 0 ? a - r : 0)) $((b - r))"
     sleep 0.05
-  done | sort -n | awk '{a[NR] = $1} END {printf "%d %d", a[int(NR / 2) + 1], a[NR]}')
-  off1=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
+  done)
+  lags="$(cut -d' ' -f1 <<<"$samples" | sort -n | sed -n 11p) $(cut -d' ' -f2 <<<"$samples" | sort -n | sed -n 11p) $(cut -d' ' -f2 <<<"$samples" | sort -n | tail -1)"
+  off1=$(moff)
   c1=$(created_total)
   local per_order=$(((off1 - off0) / ((c1 - c0) > 0 ? (c1 - c0) : 1)))
-  log "failover acks $acks: replica lag median ${lags% *} bytes, max ${lags#* } bytes; ~$per_order replication bytes per order (all orders of the cluster) in the second before the kill"
-  lag_note="lag ${lags% *}/${lags#* } B, $per_order B/order"
+  set -- $lags
+  log "failover acks $acks: replica lag between $1 and $2 bytes (medians of 20 samples; largest upper bound $3); ~$per_order replication bytes per order (all orders of the cluster) in the second before the kill"
+  lag_note="lag $1..$2 B (max $3), $per_order B/order"
   vdir=$cluster_dir/$vport
   kill -9 "$(cat "$vdir/pid")"
   kill_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -427,19 +438,58 @@ reshard() {
   e_ms=$((($(date +%s%N) - t0) / 1000000))
   finish_wrk "$res/raw/$skun"
   stop_pid "$sampler" 10
-  local left
+  local left r_before r_during r_after
   left=$(slots_of "$a")
-  log "reshard: every slot of :$a moved to :$b in $((e_ms - s_ms)) ms under load ($left slots left on :$a); orders/s before $(rates "$series" 0 "$s_ms"), during $(rates "$series" "$s_ms" "$e_ms"), after $(rates "$series" "$e_ms" $((window * 1000)))"
+  r_before=$(rates "$series" 0 "$s_ms")
+  r_during=$(rates "$series" "$s_ms" "$e_ms")
+  r_after=$(rates "$series" "$e_ms" $((window * 1000)))
+  log "reshard: every slot of :$a moved to :$b in $((e_ms - s_ms)) ms under load ($left slots left on :$a); orders/s before $r_before, during $r_during, after $r_after"
   check_sku "$skun" "$(field units "$result")" \
     $(($(field unanswered "$result") + $(field s503_unknown "$result"))) covered
-  {
-    echo
-    echo "## redis-cli --cluster reshard under load (3 masters; every slot of one master moved)"
-    echo
-    echo "moved in $((e_ms - s_ms)) ms; orders/s before $(rates "$series" 0 "$s_ms"), during $(rates "$series" "$s_ms" "$e_ms"), after $(rates "$series" "$e_ms" $((window * 1000))); $(field s503 "$result") answers 503 ($(field s503_unknown "$result") outcome unknown); $check_line"
-  } >>"$report"
+  local line="moved in $((e_ms - s_ms)) ms; orders/s before $r_before, during $r_during, after $r_after;"
+  line+=" $(field s503 "$result") answers 503 ($(field s503_unknown "$result") outcome unknown); $check_line"
+  printf '\n## redis-cli --cluster reshard under load (3 masters; every slot of one master moved)\n\n%s\n' \
+    "$line" >>"$report"
   down
   cluster_down
+}
+
+routing() {
+  {
+    echo
+    echo "## The routing layer's cost (one instance, --threads 1, wrk -t1 -c16 direct, a one-node cluster)"
+    echo
+    echo "| round | URL | orders/s | inventoryd CPU µs/order |"
+    echo "|---|---|---|---|"
+  } >>"$report"
+  redis_port=""
+  one_node_cluster
+  local round u kind t0 t1 tk n
+  tk=$(getconf CLK_TCK)
+  instances=1
+  for ((round = 1; round <= (rounds > 3 ? rounds : 3); round++)); do
+    for kind in plain cluster; do
+      [ "$kind" = plain ] && u="redis://127.0.0.1:$redis_port" || u="redis-cluster://127.0.0.1:$redis_port"
+      pick_instance_ports
+      redis_url_override=$u
+      start_servers inventoryd 1 1 --hold-ms 0
+      put_sku "routing-$round-$kind" 1000000000 "$segments" "$res/raw/routing.put"
+      url=http://127.0.0.1:${inst_ports[0]}/api/v1/orders
+      t0=$(awk '{print $14 + $15}' "/proc/${inst_pids[0]}/stat")
+      declare -gA o=([conns]=16 [script]=order.lua [ok]=201)
+      sku=routing-$round-$kind
+      drain_max=$(((lock_wait + 999) / 1000 + 3))
+      wrk_threads=1 start_wrk "$res/raw/routing-$round-$kind" "${LT_WINDOW_S:-6}"
+      wrk_threads=1 finish_wrk "$res/raw/routing-$round-$kind"
+      t1=$(awk '{print $14 + $15}' "/proc/${inst_pids[0]}/stat")
+      n=$(field created "$result")
+      printf '| %s | %s | %s | %s |\n' "$round" "${u%%:*}://" "$(field rate "$result")" \
+        "$(awk -v a="$t0" -v b="$t1" -v tk="$tk" -v n="$n" 'BEGIN {printf "%.1f", n ? (b - a) / tk * 1e6 / n : 0}')" >>"$report"
+      stop_instances
+    done
+  done
+  instances=3
+  stop_redis
 }
 
 for m in $modes; do "$m"; done
