@@ -30,9 +30,9 @@
 #   LT_CONNECTIONS (64)          wrk connections; LT_WRK_THREADS (2)
 #   LT_THREADS_HOLD0 (2)         --threads per instance for --hold-ms 0 runs (the default:
 #                                one per CPU; 4 and 8 measured slower on 2 cores)
-#   LT_THREADS_HOLD2 (8)         --threads per instance for --hold-ms > 0 runs (a lock wait
-#                                parks a worker thread in the current design; 4..32 measured,
-#                                8 best)
+#   LT_THREADS_HOLD2 (2)         --threads per instance for --hold-ms > 0 runs (the default:
+#                                a lock wait parks no thread since the event-loop core; 8 was
+#                                the thread pool's best)
 #   LT_LOCK_WAIT_MS (2000)       --lock-wait-ms
 #   LT_STOCK (1000000000)        units per SKU in the order scenarios (never sells out)
 #   LT_SELLOUT_STOCK (20000; quick 3000)  units of the sell-out scenario
@@ -82,7 +82,7 @@ port_max=${LT_PORT_MAX:-32000}
 conns=${LT_CONNECTIONS:-64}
 wrk_threads=${LT_WRK_THREADS:-2}
 threads_h0=${LT_THREADS_HOLD0:-2}
-threads_h2=${LT_THREADS_HOLD2:-8}
+threads_h2=${LT_THREADS_HOLD2:-2}
 lock_wait=${LT_LOCK_WAIT_MS:-2000}
 stock=${LT_STOCK:-1000000000}
 warmup=${LT_WARMUP_S:-1}

@@ -244,6 +244,83 @@ static void test_try_eval_release(void **state)
     lc_async_client_free(c);
 }
 
+/* lc_async_eval_detached: three detached evals and the handle's own eval with release, sent in
+ * one loop turn, all run in the order sent under the one hold; the handle is freed before the
+ * detached replies come; a detached eval on a hold that is gone on the server runs nothing
+ * (LC_ELOST); on a handle that holds nothing it is refused at once (LC_ENOTHELD). */
+static void on_detached(lc_status st, const redisReply *reply, void *arg)
+{
+    result *r = arg;
+    r->calls++;
+    r->st = st;
+    r->value = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+}
+
+static int all_done(void *arg)
+{
+    result *r = arg;
+    for (int i = 0; i < 4; i++)
+        if (r[i].calls == 0)
+            return 0;
+    return 1;
+}
+
+static void test_eval_detached(void **state)
+{
+    (void)state;
+    const char *name = "it_async:detached";
+    assert_int_equal(rf_integer(srv, "SET it_async:stock 10"), RF_NOT_INTEGER);
+    lc_async_client *c = aclient(0);
+    lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
+    result r;
+    assert_ok(acquire_sync(a, 0, &r));
+    lc_script *dec = NULL;
+    assert_ok(lc_fenced_script_new("return redis.call('DECRBY', KEYS[1], ARGV[1])", &dec));
+    const char *keys[1] = {"it_async:stock"};
+    const char *one[1] = {"1"};
+    result d[4];
+    memset(d, 0, sizeof(d));
+    for (int i = 0; i < 3; i++)
+        assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[i]));
+    /* The handle's own operation alongside them, sent last: it runs last. */
+    assert_ok(lc_async_eval(a, dec, LC_EVAL_RELEASE, 1, keys, NULL, 1, one, NULL, on_evaled,
+                            &d[3]));
+    assert_true(run_until(all_done, d, 10000));
+    for (int i = 0; i < 4; i++) {
+        assert_ok(d[i].st);
+        assert_int_equal(d[i].value, 9 - i); /* in the order sent */
+    }
+    assert_int_equal(lc_async_lock_held(a), 0);
+    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_status(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]),
+                  LC_ENOTHELD);
+
+    /* Freed with a detached eval in flight: its reply still comes, to the callback only. */
+    assert_ok(acquire_sync(a, 0, &r));
+    memset(d, 0, sizeof(d));
+    assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]));
+    lc_async_lock_free(a); /* its hold is released in the background, after the eval */
+    assert_true(run_until(done, &d[0], 10000));
+    assert_ok(d[0].st);
+    assert_int_equal(d[0].value, 5);
+
+    /* The hold gone on the server (deleted behind the owner's back): nothing runs. */
+    a = alock(c, name, 30000, 1, NULL, NULL);
+    assert_ok(acquire_sync(a, 0, &r));
+    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    memset(d, 0, sizeof(d));
+    assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]));
+    assert_true(run_until(done, &d[0], 10000));
+    assert_status(d[0].st, LC_ELOST);
+    char buf[16];
+    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_async:stock"), 1);
+    assert_string_equal(buf, "5");
+
+    lc_script_free(dec);
+    lc_async_lock_free(a);
+    lc_async_client_free(c);
+}
+
 /* Re-entry counts exactly in Redis, as for the blocking face; a fresh SCRIPT FLUSH is
  * survived (EVAL after NOSCRIPT). */
 static void test_reentry_and_noscript(void **state)
@@ -812,6 +889,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_try_eval_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eval_detached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentry_and_noscript, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unlock_wakes_one, setup, teardown),

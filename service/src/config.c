@@ -103,6 +103,9 @@ static const struct keydef keys[] = {
             "most concurrent HTTP connections; more are refused"),
     INT_KEY(connection_timeout_s, "--connection-timeout-s", "INVENTORY_CONNECTION_TIMEOUT_S", 30,
             1, 3600, "idle HTTP connections are closed after this many seconds"),
+    INT_KEY(connection_memory_kib, "--connection-memory-kib", "INVENTORY_CONNECTION_MEMORY_KIB",
+            4, 2, 1024,
+            "memory per HTTP connection for its request line and headers; larger headers get 431"),
     INT_KEY(redis_timeout_ms, "--redis-timeout-ms", "INVENTORY_REDIS_TIMEOUT_MS", 1000, 1, 60000,
             "Redis connect and command timeout"),
     INT_KEY(redis_replica_acks, "--redis-replica-acks", "INVENTORY_REDIS_REPLICA_ACKS", 0, 0, 16,
@@ -158,6 +161,8 @@ static const char usage_text[] =
     "  --log-level L              debug, info, warn or error [info]\n"
     "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
     "  --connection-timeout-s N   idle connection timeout, 1..3600 [30]\n"
+    "  --connection-memory-kib N  per-connection memory for request line and headers,\n"
+    "                             2..1024; larger headers are answered 431 [4]\n"
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
     "  --redis-replica-acks N     replicas that must have a commit (WAIT) before 201, 0..16 [0]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
@@ -806,6 +811,7 @@ void config_defaults(struct config *out)
     out->log_level = CONFIG_LOG_INFO;
     out->max_connections = 4096;
     out->connection_timeout_s = 30;
+    out->connection_memory_kib = 4;
     out->redis_timeout_ms = 1000;
     out->redis_replica_acks = 0;
     out->sold_out_recheck_ms = 500;
@@ -1140,6 +1146,8 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "max_connections", json_integer(cfg->max_connections));
     bad |= json_object_set_new(o, "connection_timeout_s",
                                json_integer(cfg->connection_timeout_s));
+    bad |= json_object_set_new(o, "connection_memory_kib",
+                               json_integer(cfg->connection_memory_kib));
     bad |= json_object_set_new(o, "redis_timeout_ms", json_integer(cfg->redis_timeout_ms));
     bad |= json_object_set_new(o, "redis_replica_acks", json_integer(cfg->redis_replica_acks));
     bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));

@@ -73,6 +73,7 @@ struct config {
     enum config_log_level log_level;    /* default CONFIG_LOG_INFO */
     int max_connections;                /* 1..1000000, default 4096 */
     int connection_timeout_s;           /* idle HTTP connection timeout, 1..3600, default 30 */
+    int connection_memory_kib;          /* libmicrohttpd's pool per connection, 2..1024, default 4 */
     int redis_timeout_ms;               /* connect/command timeout, 1..60000, default 1000 */
     int redis_replica_acks;             /* 0..16, default 0: replicas that must have a commit
                                            (WAIT after it, on the same master) before 201 */

@@ -140,7 +140,7 @@ struct strategy {
 /* What one walk over the segments found, besides a settling result. */
 struct walk {
     uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty, short or failed: out for this request */
-    int busy[SKUCACHE_MAX_SEGMENTS];           /* held by others: candidates for the wait */
+    uint64_t busy[SKUCACHE_MAX_SEGMENTS / 64]; /* held by others: candidates for the wait */
     int nbusy;
     int retry;      /* a segment to come back to: not ready (a PUT rolling out) or lock lost */
     int notready;   /* of which: not ready */
@@ -176,7 +176,6 @@ struct order {
     struct walk w;
     int need_layout, first, start, i, tried, waiting;
     int k;               /* the segment being tried */
-    struct seg_keys sk;  /* its keys */
     struct seggate *gates;   /* the loop's segment gates */
     int gate_k;              /* the segment whose gate this order owns, or -1 */
     struct seggate_waiter gw; /* queued on the gate of segment o->k (state OS_GATE) */
@@ -314,6 +313,7 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
 
 /* The commit's keys and args for segment k (record made). */
 struct commit_args {
+    struct seg_keys sk;
     char ver[24], qty[24];
     const char *keys[5];
     const char *args[6];
@@ -323,11 +323,12 @@ static void commit_args(struct order *o, struct commit_args *c)
 {
     snprintf(c->ver, sizeof(c->ver), "%" PRId64, o->view.version);
     snprintf(c->qty, sizeof(c->qty), "%" PRId64, o->in.quantity);
-    c->keys[0] = o->sk.stock;
-    c->keys[1] = o->sk.sver;
-    c->keys[2] = o->sk.cnt;
-    c->keys[3] = o->sk.orders;
-    c->keys[4] = o->sk.idem;
+    store_seg_keys(o->in.sku, o->k, &c->sk);
+    c->keys[0] = c->sk.stock;
+    c->keys[1] = c->sk.sver;
+    c->keys[2] = c->sk.cnt;
+    c->keys[3] = c->sk.orders;
+    c->keys[4] = c->sk.idem;
     c->args[0] = c->ver;
     c->args[1] = c->qty;
     c->args[2] = o->order_id;
@@ -376,9 +377,11 @@ static void gate_leave(struct order *o)
     if (o->gate_k < 0)
         return;
     struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
-    o->gate_k = -1;
     if (w)
         gate_wake(w->owner);
+    else
+        skucache_set_held(o->app->cache, o->in.sku, o->gate_k, 0);
+    o->gate_k = -1;
 }
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
@@ -557,10 +560,37 @@ static enum order_outcome settled_outcome(enum seg_result r)
 
 /* Files the result r of segment k into w: empty, short and failed segments are left out for the
  * rest of the request; a lost lock or a segment not ready is come back to (never sold out). */
+/* Notes segment k busy (once). */
+static void walk_busy(struct walk *w, int k)
+{
+    uint64_t bit = 1ULL << (k % 64);
+    if (!(w->busy[k / 64] & bit)) {
+        w->busy[k / 64] |= bit;
+        w->nbusy++;
+    }
+}
+
+/* The n-th busy segment (0-based, n < w->nbusy). */
+static int walk_busy_nth(const struct walk *w, int n)
+{
+    for (int i = 0; i < SKUCACHE_MAX_SEGMENTS / 64; i++) {
+        int c = __builtin_popcountll(w->busy[i]);
+        if (n >= c) {
+            n -= c;
+            continue;
+        }
+        uint64_t b = w->busy[i];
+        while (n-- > 0)
+            b &= b - 1;
+        return i * 64 + __builtin_ctzll(b);
+    }
+    return 0; /* never: n < nbusy */
+}
+
 static void walk_note(struct walk *w, int k, enum seg_result r)
 {
     switch (r) {
-    case SEG_BUSY: w->busy[w->nbusy++] = k; return;
+    case SEG_BUSY: walk_busy(w, k); return;
     case SEG_NOTREADY: w->retry = w->notready = 1; return;
     case SEG_LOST: w->retry = 1; break;
     case SEG_SHORT: w->any_short = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
@@ -594,10 +624,8 @@ static void commit_segment(struct order *o)
         /* No id or record (no randomness, no memory): nothing may be committed. */
         metrics_cs_leave();
         o->state = OS_COMMIT;
-        if (o->lock) {
+        if (o->lock)
             drop_lock(o);
-            skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
-        }
         segment_done(o, SEG_ERROR);
         return;
     }
@@ -651,25 +679,26 @@ static void try_segment_locked(struct order *o, int k)
     o->k = k;
     if (o->gate_k != k) {
         gate_leave(o); /* never owned here: one segment at a time */
-        if (seggate_enter(o->gates, o->in.sku, k) == 0)
+        if (seggate_enter(o->gates, o->in.sku, k) == 0) {
             o->gate_k = k;
+            /* The instance-wide hint: the other loops walk past the segment while a gate of
+             * this loop is on it, instead of sending a try bound to find it busy. */
+            skucache_set_held(o->app->cache, o->in.sku, k, 1);
+        }
     }
-    store_seg_keys(o->in.sku, k, &o->sk);
+    struct seg_keys sk;
+    store_seg_keys(o->in.sku, k, &sk);
     lc_lock_opts lo;
     lock_opts(o, &lo);
     o->chain = 0;
     o->state = OS_ACQUIRE;
-    if (lc_async_lock_new(o->lc, o->sk.lock, &lo, NULL, NULL, &o->lock) != LC_OK) {
+    if (lc_async_lock_new(o->lc, sk.lock, &lo, NULL, NULL, &o->lock) != LC_OK) {
         o->lock = NULL;
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
-    const char *reads[2] = {o->sk.stock, o->sk.sver};
+    const char *reads[2] = {sk.stock, sk.sver};
     o->t0 = mono_ms();
-    /* A try marks the segment held by this instance from the moment it is sent: the other
-     * orders of this instance walk past it instead of sending a try bound to find it busy. */
-    if (!o->waiting)
-        skucache_set_held(o->app->cache, o->in.sku, k, 1);
     if (lc_async_lock_acquire(o->lock, o->waiting, 2, reads, NULL, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
 }
@@ -678,7 +707,6 @@ static void try_segment_locked(struct order *o, int k)
 static void try_segment_atomic(struct order *o, int k)
 {
     o->k = k;
-    store_seg_keys(o->in.sku, k, &o->sk);
     critical_section(o);
 }
 
@@ -719,8 +747,7 @@ static void single_next(struct order *o)
         if (skucache_is_empty(&o->view, k))
             continue;
         o->k = k;
-        store_seg_keys(o->in.sku, k, &o->sk);
-        if (!make_record(o, k)) {
+            if (!make_record(o, k)) {
             o->sres = SEG_ERROR;
             break;
         }
@@ -787,9 +814,8 @@ static unsigned own_salt(const char *sku)
 
 /* Whether segment k is a first choice of the order's loop: with several loops, each walks its
  * own share of the segments first (their gates are on that loop, so their waits are local) and
- * the others' only when none of its own can serve (all empty, short or failed; an own segment
- * that is busy is waited for instead), which keeps the loops of one instance out of each
- * other's way. The
+ * the others' after, which keeps the loops of one instance out of each other's way (a segment
+ * a gate of another loop is on is passed by the instance-wide hint). The
  * share is shifted per SKU and per process, so the instances of a cluster do not all start on
  * the same segments either. */
 static int own_segment(const struct order *o, int k)
@@ -804,8 +830,6 @@ static void walk_next(struct order *o)
     int nseg = o->view.segments;
     int passes = o->app->cfg.strategy == STRATEGY_SEGMENTED && o->nloops > 1 ? 2 : 1;
     for (; o->i < passes * nseg && !o->need_layout; o->i++) {
-        if (passes > 1 && o->i == nseg && o->w.nbusy > 0)
-            break; /* an own segment is busy: wait for it here rather than take another loop's */
         int k = (o->start + o->i % nseg) % nseg;
         if (passes > 1 && (o->i < nseg) != own_segment(o, k))
             continue;
@@ -813,7 +837,7 @@ static void walk_next(struct order *o)
             continue;
         if (o->app->cfg.strategy == STRATEGY_SEGMENTED &&
             (seggate_busy(o->gates, o->in.sku, k) || skucache_is_held(&o->view, k))) {
-            o->w.busy[o->w.nbusy++] = k; /* this instance holds it: no round trip to learn that */
+            walk_busy(&o->w, k); /* this instance holds it: no round trip to learn that */
             continue;
         }
         /* A request paused or slowed past its deadline takes no new lock. */
@@ -859,9 +883,11 @@ static void walk_next(struct order *o)
      * when there is one (the shortest queue), woken by its release; else in Redis, woken by the
      * unlock message. */
     metrics_lock_wait();
-    int at = (int)(rnd64() % (uint64_t)o->w.nbusy), best = -1, best_q = 0;
-    for (int j = 0; j < o->w.nbusy; j++) {
-        int k = o->w.busy[(at + j) % o->w.nbusy];
+    int at = walk_busy_nth(&o->w, (int)(rnd64() % (uint64_t)o->w.nbusy)), best = -1, best_q = 0;
+    for (int j = 0; j < nseg; j++) {
+        int k = (at + j) % nseg;
+        if (!((o->w.busy[k / 64] >> (k % 64)) & 1))
+            continue;
         if (!seggate_busy(o->gates, o->in.sku, k))
             continue;
         int q = seggate_queued(o->gates, o->in.sku, k);
@@ -880,7 +906,7 @@ static void walk_next(struct order *o)
         return;
     }
     o->waiting = (int)left;
-    try_segment_locked(o, o->w.busy[at]);
+    try_segment_locked(o, at);
 }
 
 /* Queued on segment o->k's gate: handed the gate (o->woken), or the deadline passed. */
@@ -903,7 +929,6 @@ static void gate_on_timer(struct order *o)
     if (o->lock) {
         /* Handed the hold too (GATE_CHAIN_MAX): straight into the critical section; the commit
          * finds out whether the segment still has enough. */
-        store_seg_keys(o->in.sku, o->k, &o->sk);
         critical_section(o);
         return;
     }
@@ -960,6 +985,7 @@ static void walk_start(struct order *o)
         return;
     }
     o->w.nbusy = 0;
+    memset(o->w.busy, 0, sizeof(o->w.busy));
     o->w.retry = o->w.notready = 0;
     o->start = (int)(rnd64() % (uint64_t)nseg);
     o->i = 0;
@@ -1330,8 +1356,6 @@ static void place_done(struct order *o, enum order_outcome out)
 /* The result of the lock acquire of a segment (segmented strategy). */
 static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
 {
-    if (st != LC_OK && !o->waiting)
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0); /* the mark of the try */
     if (st == LC_EBUSY || st == LC_ETIMEOUT) {
         drop_lock(o);
         segment_done(o, SEG_BUSY);
@@ -1340,24 +1364,20 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
     if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
         metrics_redis_error();
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         segment_done(o, SEG_ERROR);
         return;
     }
     metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-    skucache_set_held(o->app->cache, o->in.sku, o->k, 1);
     long long stock = store_reply_int(v->element[0], 0);
     long long sver = store_reply_int(v->element[1], 0);
     if (sver != o->view.version) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         /* An older version here means a PUT is resetting the segments: come back to it. */
         segment_done(o, sver > 0 && sver < o->view.version ? SEG_NOTREADY : SEG_STALE);
         return;
     }
     if (stock < o->in.quantity) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
         if (stock <= 0)
             skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, o->k);
         segment_done(o, stock <= 0 ? SEG_EMPTY : SEG_SHORT);
@@ -1391,7 +1411,6 @@ static void segment_on_commit(struct order *o, enum oevent ev, lc_status st, con
     o->sres = SEG_EMPTY;
     if (o->lock) {
         drop_lock(o);
-        skucache_set_held(o->app->cache, o->in.sku, o->k, 0);
     }
     segment_done(o, res);
 }

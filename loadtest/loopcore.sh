@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The event-loop core's targets (issue #11), measured side by side in one run, direct to one
+# instance (no nginx): wrk -t2 -c64, 16 segments, quantity 1, default --threads unless said.
+# Every order run is checked afterwards with loadtest/verify.sh (SPEC §8 from Redis).
+#
+#   bare      the bare libmicrohttpd handler (loadtest/bare_handler.c), the HTTP ceiling
+#   atomic    --strategy atomic, hold 0
+#   seg16     segmented, 16 segments, hold 0   (also with --baseline: the older binary)
+#   seg1h2 / seg16h2   segmented, 1 and 16 segments, --hold-ms 2
+#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers)
+# Top-level Redis calls (EVALSHA + EVAL) and inner commands per created order come from INFO
+# commandstats (CONFIG RESETSTAT before each run; the inner count is total commands processed
+# minus the top-level ones).
+#
+# Usage: loadtest/loopcore.sh [--baseline BIN] [--window S] [--skip-c10k] [--out FILE]
+#   --baseline BIN  an inventoryd built from an older commit, for "segmented vs before"
+#   --window S      seconds per run [6]
+#   --out FILE      also write the table (markdown) to FILE
+# Env: BUILD_DIR (build), INVENTORYD_BIN. Exit 0 all invariant checks passed, 1 one failed,
+# 3 infrastructure (a server did not start, wrk missing).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lt=loadtest
+bin=${INVENTORYD_BIN:-${BUILD_DIR:-build}/bin/inventoryd}
+baseline="" window=6 skip_c10k=0 out=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --baseline) baseline=$2; shift 2 ;;
+    --window) window=$2; shift 2 ;;
+    --skip-c10k) skip_c10k=1; shift ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: $0 [--baseline BIN] [--window S] [--skip-c10k] [--out FILE]" >&2; exit 2 ;;
+  esac
+done
+for t in wrk redis-server redis-cli curl cc; do
+  command -v "$t" >/dev/null || { echo "loopcore: $t is missing (scripts/deps.sh)" >&2; exit 3; }
+done
+[ -x "$bin" ] || { echo "loopcore: no $bin (build first)" >&2; exit 3; }
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bare=$tmp/bare_handler
+cc -std=c11 -O2 -o "$bare" $lt/bare_handler.c $(pkg-config --cflags --libs libmicrohttpd) \
+  || { echo "loopcore: cannot build bare_handler" >&2; exit 3; }
+
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do [ "$(redis-cli -p "$rport" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+rcli() { redis-cli -p "$rport" "$@"; }
+
+wait_http() { for _ in $(seq 100); do curl -sf "http://127.0.0.1:$1/healthz" >/dev/null && return 0; sleep 0.1; done; return 1; }
+field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
+stat_calls() { rcli info commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\).*/\1/p"; }
+
+failed=0
+rows=()
+# run NAME BINARY|bare SEGMENTS HOLD CONNS EXTRA_ARGS...
+run() {
+  local name=$1 b=$2 seg=$3 hold=$4 conns=$5; shift 5
+  local port pid
+  port=$(free_port)
+  rcli flushall >/dev/null
+  if [ "$b" = bare ]; then
+    "$bare" "$port" 2 2>"$tmp/$name.log" &
+  else
+    ulimit -n 65536 2>/dev/null
+    "$b" --port "$port" --bind 127.0.0.1 --redis "redis://127.0.0.1:$rport" --admin-token tok \
+      --log-level warn --hold-ms "$hold" --max-connections 20000 "$@" >"$tmp/$name.log" 2>&1 &
+  fi
+  pid=$!
+  pids+=("$pid")
+  wait_http "$port" || { echo "loopcore: $name did not start" >&2; cat "$tmp/$name.log" >&2; exit 3; }
+  local script=order.lua ok=201
+  if [ "$b" = bare ]; then
+    script=ceiling.lua ok=2xx
+  else
+    curl -sf -X PUT -H 'Authorization: Bearer tok' -H 'Content-Type: application/json' \
+      -d "{\"stock\":1000000000,\"segments\":$seg}" "http://127.0.0.1:$port/api/v1/skus/lc" >/dev/null \
+      || { echo "loopcore: PUT failed" >&2; exit 3; }
+    # one order first, so the layout is cached before the counts start
+    curl -sf -X POST -H 'Content-Type: application/json' -d '{"sku":"lc","quantity":1}' \
+      "http://127.0.0.1:$port/api/v1/orders" >/dev/null
+  fi
+  rcli config resetstat >/dev/null
+  local res
+  res=$(cd $lt && ulimit -n 65536 2>/dev/null; LT_SKU=lc LT_OK=$ok LT_WINDOW_S=$window \
+        wrk -t2 -c"$conns" -d"$((window + 3))s" --timeout 10s -s $script \
+        "http://127.0.0.1:$port/api/v1/orders" 2>"$tmp/$name.wrk.err" | grep '^RESULT')
+  echo "$name $res" >>"${LOOPCORE_RAW:-/dev/null}"
+  local rss=- top=- inner=- verdict=-
+  if [ "$b" != bare ]; then
+    rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
+    local calls total created
+    local evalsha eval_
+    evalsha=$(stat_calls evalsha); eval_=$(stat_calls eval)
+    calls=$(( ${evalsha:-0} + ${eval_:-0} ))
+    total=$(rcli info stats | tr -d '\r' | sed -n 's/^total_commands_processed:\([0-9]*\)/\1/p')
+    created=$(field created "$res")
+    if [ "${created:-0}" -gt 0 ]; then
+      top=$(awk -v c="$calls" -v n="$created" 'BEGIN {printf "%.2f", c / n}')
+      inner=$(awk -v t="$total" -v c="$calls" -v n="$created" 'BEGIN {printf "%.1f", (t - c) / n}')
+    fi
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if [ "$b" != bare ]; then
+    # +1: the order placed before the counts started
+    if $lt/verify.sh --redis-port "$rport" --sku lc --units "$(( $(field units "$res") + 1 ))" \
+         --orders "$(( $(field created "$res") + 1 ))" --unanswered "$(( $(field unanswered "$res") + $(field s503_unknown "$res") ))" \
+         --stock-total 1000000000 >"$tmp/$name.verify" 2>&1; then
+      verdict=ok
+      grep -v incomplete "$tmp/$name.log" | head -20 >>"${LOOPCORE_RAW:-/dev/null}"
+    else
+      verdict=VIOLATED; failed=1; tail -5 "$tmp/$name.verify" >&2
+      cat "$tmp/$name.verify" >>"${LOOPCORE_RAW:-/dev/null}"
+      grep -v incomplete "$tmp/$name.log" | head -20 >>"${LOOPCORE_RAW:-/dev/null}"
+    fi
+  fi
+  local rate p99 s503
+  rate=$(field rate "$res"); p99=$(field p99_us "$res"); s503=$(field s503 "$res")
+  rows+=("$name|$rate|$p99|$top|$inner|$(field created "$res")|$s503|$(field unanswered "$res")|$rss|$verdict")
+  eval "rate_$name=${rate:-0}"
+  printf '%-10s rate=%s p99_us=%s calls/order=%s inner/order=%s 503=%s rss_mib=%s invariants=%s\n' \
+    "$name" "$rate" "$p99" "$top" "$inner" "$s503" "$rss" "$verdict" >&2
+}
+
+only=${LOOPCORE_ONLY:-}
+if [ -n "$only" ]; then run "$only" "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 ${LOOPCORE_ARGS:-}; exit $failed; fi
+run bare bare - 0 64
+run atomic "$bin" 16 0 64 --strategy atomic
+run seg16 "$bin" 16 0 64
+[ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64
+run seg1h2 "$bin" 1 2 64
+run seg16h2 "$bin" 16 2 64
+[ "$skip_c10k" = 1 ] || run c10k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+{
+  echo "| run | orders/s | p99 µs | top-level calls/order | inner commands/order | created | 503 | unanswered | RSS MiB | SPEC §8 |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for r in "${rows[@]}"; do echo "| ${r//|/ | } |"; done
+  echo
+  echo "- atomic / bare handler: $(ratio "$rate_atomic" "$rate_bare") (target ≥ 0.5)"
+  echo "- segmented / atomic (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_atomic") (target ≥ 0.7)"
+  [ -n "$baseline" ] && echo "- segmented / segmented before (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_seg16_before") (target ≥ 2.5)"
+  echo "- 16 vs 1 segments at hold 2 ms: $(ratio "$rate_seg16h2" "$rate_seg1h2") (target ≥ 15)"
+} | tee "${out:-/dev/null}"
+exit $failed
