@@ -1313,9 +1313,11 @@ static void replica_wait(struct order *o)
     snprintf(n, sizeof(n), "%d", o->app->cfg.redis_replica_acks);
     snprintf(ms, sizeof(ms), "%d", timeout > 0 ? timeout : 1);
     const char *argv[3] = {"WAIT", n, ms};
+    struct seg_keys sk;
+    store_seg_keys(o->in.sku, o->k, &sk); /* the committed segment's: its master */
     o->state = OS_REPLICA_WAIT;
-    if (lc_async_command_key(o->lc, o->sk.stock, strlen(o->sk.stock), 3, argv, NULL, on_reply,
-                             o) != LC_OK)
+    if (lc_async_command_key(o->lc, sk.stock, strlen(sk.stock), 3, argv, NULL, on_reply, o) !=
+        LC_OK)
         step(o, EV_REPLY, LC_EIO, NULL);
 }
 
