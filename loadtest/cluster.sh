@@ -337,29 +337,43 @@ failover_one() { # ACKS
   t0=$(date +%s%N)
   start_wrk "$res/raw/$skun" "$window"
   sleep $((window / 4 - 1))
-  # How far the replica trails its master under this load (the orders at risk with acks 0):
-  # 20 samples of the master's master_repl_offset, then the replica's own offset (its
-  # slave_repl_offset), then the master's again: the lag lies between the two differences.
-  # (The slave0 offset the master reports is only the replica's last ACK, once a second.)
-  local rport off0 off1 c0 c1 lags
+  # How far the replica trails its master under this load (the window of acks 0): 50 times,
+  # SET a probe key (in a slot of the victim) on the master, then GET it on its replica until
+  # it is there: the replication delay, measured on two connections of one process.
+  local rport delays
   rport=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^slave0:.*port=\([0-9]*\).*/\1/p')
-  moff() { redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p'; }
-  roff() { redis-cli -p "$rport" INFO replication | tr -d '\r' | sed -n 's/^slave_repl_offset://p'; }
-  off0=$(moff)
-  c0=$(created_total)
-  local samples a r b
-  samples=$(for _ in $(seq 20); do
-    a=$(moff); r=$(roff); b=$(moff)
-    echo "$((a - r > 0 ? a - r : 0)) $((b - r))"
-    sleep 0.05
-  done)
-  lags="$(cut -d' ' -f1 <<<"$samples" | sort -n | sed -n 11p) $(cut -d' ' -f2 <<<"$samples" | sort -n | sed -n 11p) $(cut -d' ' -f2 <<<"$samples" | sort -n | tail -1)"
-  off1=$(moff)
-  c1=$(created_total)
-  local per_order=$(((off1 - off0) / ((c1 - c0) > 0 ? (c1 - c0) : 1)))
-  set -- $lags
-  log "failover acks $acks: replica lag between $1 and $2 bytes (medians of 20 samples; largest upper bound $3); ~$per_order replication bytes per order (all orders of the cluster) in the second before the kill"
-  lag_note="lag $1..$2 B (max $3), $per_order B/order"
+  delays=$(python3 - "$vport" "$rport" "{$skun:0}:probe" <<'PY'
+import socket, sys, time
+def conn(port):
+    s = socket.create_connection(("127.0.0.1", int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+def cmd(s, *args):
+    s.sendall(b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]))
+    buf = b""
+    while not buf.endswith(b"\r\n") or (buf.startswith(b"$") and buf.count(b"\r\n") < 2 and not buf.startswith(b"$-1")):
+        buf += s.recv(4096)
+    return buf
+m, r, key = conn(sys.argv[1]), conn(sys.argv[2]), sys.argv[3].encode()
+cmd(r, b"READONLY")
+out = []
+for i in range(50):
+    v = b"%d" % (time.monotonic_ns() + i)
+    cmd(m, b"SET", key, v)
+    t0 = time.monotonic_ns()
+    while v not in cmd(r, b"GET", key):
+        pass
+    out.append((time.monotonic_ns() - t0) / 1000)
+    time.sleep(0.01)
+out.sort()
+print("%.0f %.0f %.0f" % (out[len(out) // 2], out[int(len(out) * 0.9)], out[-1]))
+PY
+  ) || delays="? ? ?"
+  set -- $delays
+  local rate_now
+  rate_now=$(rates "$series" $(($(tail -1 "$series" | cut -d' ' -f1) - 2000)) 999999999)
+  log "failover acks $acks: replication delay median $1 us, p90 $2 us, max $3 us (at ~$rate_now orders/s: ~$(awk -v d="$1" -v r="$rate_now" 'BEGIN {printf "%.1f", d * r / 1e6}') orders in flight to the replica at a time, cluster-wide)"
+  lag_note="delay $1 / $2 / $3 µs (median / p90 / max)"
   vdir=$cluster_dir/$vport
   kill -9 "$(cat "$vdir/pid")"
   kill_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -402,7 +416,7 @@ failover() {
     echo
     echo "## kill -9 of a master under load (3+3, min-replicas-to-write 1, ${LT_WINDOW_S:-24} s)"
     echo
-    echo "| acks | victim's segments | orders/s before | master down | promoted, no replica yet | replica back | kill / promoted / back ms | 503 unknown | Redis vs 201s | replica lag before the kill (median/max), bytes per order |"
+    echo "| acks | victim's segments | orders/s before | master down | promoted, no replica yet | replica back | kill / promoted / back ms | 503 unknown | Redis vs 201s | replication delay before the kill |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
   } >>"$report"
   failover_one 1

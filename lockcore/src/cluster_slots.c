@@ -98,8 +98,8 @@ lc_status lc_slotmap_parse(const redisReply *r, const char *from_host, lc_slotma
             e->element[1]->type != REDIS_REPLY_INTEGER ||
             e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
             lc_slotmap_clear(out);
-            return lc_fail(LC_EINVAL, "cluster slots: range %zu is not [start, end, [host, port…]…]",
-                           i);
+            return lc_fail(LC_EINVAL,
+                           "cluster slots: range %zu is not [start, end, [host, port…]…]", i);
         }
         long long start = e->element[0]->integer, end = e->element[1]->integer;
         const redisReply *node = e->element[2];
@@ -111,8 +111,8 @@ lc_status lc_slotmap_parse(const redisReply *r, const char *from_host, lc_slotma
             node->element[1]->type != REDIS_REPLY_INTEGER || node->element[1]->integer < 1 ||
             node->element[1]->integer > 65535) {
             lc_slotmap_clear(out);
-            return lc_fail(LC_EINVAL, "cluster slots: bad master address in range %lld-%lld",
-                           start, end);
+            return lc_fail(LC_EINVAL, "cluster slots: bad master address in range %lld-%lld", start,
+                           end);
         }
         g->start = (int)start;
         g->end = (int)end;
@@ -190,8 +190,7 @@ lc_redirect_kind lc_redirect_parse(const char *err, size_t len, const char *from
             out->kind = LC_REDIRECT_ASK;
     } else if (len >= 8 && memcmp(err, "TRYAGAIN", 8) == 0 && (len == 8 || err[8] == ' ')) {
         out->kind = LC_REDIRECT_TRYAGAIN;
-    } else if (len >= 11 && memcmp(err, "CLUSTERDOWN", 11) == 0 &&
-               (len == 11 || err[11] == ' ')) {
+    } else if (len >= 11 && memcmp(err, "CLUSTERDOWN", 11) == 0 && (len == 11 || err[11] == ' ')) {
         out->kind = LC_REDIRECT_CLUSTERDOWN;
     }
     return out->kind;
@@ -206,16 +205,17 @@ static int arg_is(const char *const *argv, const size_t *lens, int i, const char
 
 int lc_command_key(int argc, const char *const *argv, const size_t *lens)
 {
-    static const char *const scripts[] = {"EVAL",   "EVALSHA",   "EVAL_RO",
-                                          "EVALSHA_RO", "FCALL", "FCALL_RO"};
+    static const char *const scripts[] = {"EVAL",       "EVALSHA", "EVAL_RO",
+                                          "EVALSHA_RO", "FCALL",   "FCALL_RO"};
     static const char *const keyless[] = {
-        "PING",     "ECHO",    "INFO",      "TIME",     "WAIT",     "WAITAOF", "CLUSTER",
-        "ASKING",   "READONLY", "READWRITE", "PUBLISH",  "SCRIPT",   "FUNCTION", "FLUSHALL",
-        "FLUSHDB",  "DBSIZE",  "CONFIG",    "CLIENT",   "COMMAND",  "AUTH",    "HELLO",
-        "SELECT",   "DEBUG",   "LASTSAVE",  "SAVE",     "BGSAVE",   "BGREWRITEAOF", "ROLE",
-        "RANDOMKEY", "SCAN",   "KEYS",      "MULTI",    "EXEC",     "DISCARD", "QUIT",
-        "RESET",    "SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE", "PUNSUBSCRIBE", "SLOWLOG",
-        "LATENCY",  "MONITOR", "SHUTDOWN",  "REPLICAOF", "SLAVEOF", "FAILOVER", "ACL"};
+        "PING",      "ECHO",        "INFO",         "TIME",         "WAIT",      "WAITAOF",
+        "CLUSTER",   "ASKING",      "READONLY",     "READWRITE",    "PUBLISH",   "SCRIPT",
+        "FUNCTION",  "FLUSHALL",    "FLUSHDB",      "DBSIZE",       "CONFIG",    "CLIENT",
+        "COMMAND",   "AUTH",        "HELLO",        "SELECT",       "DEBUG",     "LASTSAVE",
+        "SAVE",      "BGSAVE",      "BGREWRITEAOF", "ROLE",         "RANDOMKEY", "SCAN",
+        "KEYS",      "MULTI",       "EXEC",         "DISCARD",      "QUIT",      "RESET",
+        "SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE",   "PUNSUBSCRIBE", "SLOWLOG",   "LATENCY",
+        "MONITOR",   "SHUTDOWN",    "REPLICAOF",    "SLAVEOF",      "FAILOVER",  "ACL"};
     if (argc < 1)
         return -1;
     for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++)

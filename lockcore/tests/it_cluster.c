@@ -5,8 +5,9 @@
  * CLUSTER KEYSLOT for 10,000 random keys; commands and locks spread over the masters from one
  * seed node; MOVED after a slot was moved; ASK while a slot migrates, TRYAGAIN for a script
  * whose keys are split by the migration (retried until the migration ends, or reported at the
- * command timeout); a master killed with SIGKILL (errors within the command timeout, then the
- * promoted replica serves the slot). The failover test kills a master, so it runs last.
+ * command timeout); CLUSTERDOWN for a slot no master serves; a master killed with SIGKILL
+ * (errors within the command timeout, then the promoted replica serves the slot). The failover
+ * test kills a master, so it runs last.
  *
  * Timing: bounds are generous (2 shared cores); loops run until a condition holds or a deadline
  * of seconds passes.
@@ -115,8 +116,7 @@ static void on_reply(lc_status st, const redisReply *reply, void *arg)
     else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
              reply->element[0]->type == REDIS_REPLY_STRING &&
              reply->element[1]->type == REDIS_REPLY_STRING)
-        snprintf(r->str, sizeof r->str, "%s,%s", reply->element[0]->str,
-                 reply->element[1]->str);
+        snprintf(r->str, sizeof r->str, "%s,%s", reply->element[0]->str, reply->element[1]->str);
     else if (st == LC_EREDIS)
         snprintf(r->str, sizeof r->str, "%s", lc_errmsg());
 }
@@ -152,10 +152,10 @@ static int tag_not_on(const char *prefix, int not, char tag[32])
         snprintf(tag, 32, "%s%d", prefix, i);
         int slot = lc_key_slot(tag, strlen(tag));
         int m = cf_master_of(cl, slot);
-        if (m >= 0 && m != not)
+        if (m >= 0 && m != not )
             return slot;
     }
-    fail_msg("no tag off node %d", not);
+    fail_msg("no tag off node %d", not );
     return -1;
 }
 
@@ -179,8 +179,7 @@ static void test_keyslot_matches_server(void **state)
             int p = rand() % 10;
             keys[i][j] = p == 0 ? '{' : p == 1 ? '}' : (char)(rand() % 256);
         }
-        assert_int_equal(redisAppendCommand(ctx, "CLUSTER KEYSLOT %b", keys[i], lens[i]),
-                         REDIS_OK);
+        assert_int_equal(redisAppendCommand(ctx, "CLUSTER KEYSLOT %b", keys[i], lens[i]), REDIS_OK);
     }
     int tagged = 0;
     for (int i = 0; i < N; i++) {
@@ -189,8 +188,8 @@ static void test_keyslot_matches_server(void **state)
         assert_non_null(r);
         assert_int_equal(r->type, REDIS_REPLY_INTEGER);
         if (r->integer != lc_key_slot(keys[i], lens[i]))
-            fail_msg("key %d (%zu bytes): server slot %lld, lc_key_slot %d", i, lens[i],
-                     r->integer, lc_key_slot(keys[i], lens[i]));
+            fail_msg("key %d (%zu bytes): server slot %lld, lc_key_slot %d", i, lens[i], r->integer,
+                     lc_key_slot(keys[i], lens[i]));
         const char *open = memchr(keys[i], '{', lens[i]);
         tagged += open && memchr(open, '}', lens[i] - (size_t)(open - keys[i])) != NULL;
         freeReplyObject(r);
@@ -483,8 +482,8 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, src)));
 
     lc_script *both = NULL;
-    assert_ok(lc_script_new("return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}",
-                            &both));
+    assert_ok(
+        lc_script_new("return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}", &both));
     const char *keys[2] = {k1, k2};
 
     /* Never ends (within the 400 ms timeout): TRYAGAIN is reported, not retried forever. */
@@ -516,6 +515,55 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, dst)));
     lc_script_free(both);
     lc_async_client_free(fast);
+    lc_async_client_free(c);
+}
+
+/* The client sent a CLUSTER SLOTS since the count `since`. */
+struct refreshed {
+    lc_async_client *c;
+    long since;
+};
+
+static int refreshed_since(void *arg)
+{
+    struct refreshed *r = arg;
+    return stats(r->c).refreshes > r->since;
+}
+
+/* A slot no master serves: the node answers CLUSTERDOWN, which is reported as it is
+ * (LC_EREDIS, "CLUSTERDOWN …"), counted, and makes the client ask for the map again; once the
+ * slot is served again, commands for it succeed. */
+static void test_clusterdown_reported(void **state)
+{
+    (void)state;
+    char tag[32], key[48];
+    int slot = tag_not_on("cd", -1, tag);
+    snprintf(key, sizeof key, "{%s}:k", tag);
+    int owner = cf_master_of(cl, slot);
+    assert_int_equal(rf_integer(cf_node(cl, owner), "SET %s here", key), RF_NOT_INTEGER);
+    lc_async_client *c = cclient(0);
+    result r;
+    assert_status(get_sync(c, key, &r), LC_OK);
+    lc_cluster_stats s0 = stats(c);
+
+    redisReply *d = rf_command(cf_node(cl, owner), "CLUSTER DELSLOTS %d", slot);
+    assert_non_null(d);
+    assert_int_equal(d->type, REDIS_REPLY_STATUS);
+    freeReplyObject(d);
+    assert_status(get_sync(c, key, &r), LC_EREDIS);
+    assert_non_null(strstr(r.str, "CLUSTERDOWN"));
+    lc_cluster_stats s1 = stats(c);
+    assert_int_equal(s1.clusterdown, s0.clusterdown + 1);
+
+    d = rf_command(cf_node(cl, owner), "CLUSTER ADDSLOTS %d", slot);
+    assert_non_null(d);
+    assert_int_equal(d->type, REDIS_REPLY_STATUS);
+    freeReplyObject(d);
+    assert_status(get_sync(c, key, &r), LC_OK);
+    assert_string_equal(r.str, "here");
+    /* The map was asked for again (at most one CLUSTER SLOTS per 100 ms: maybe a bit later). */
+    struct refreshed rf = {c, s0.refreshes};
+    assert_true(run_until(refreshed_since, &rf, 5000));
     lc_async_client_free(c);
 }
 
@@ -556,7 +604,7 @@ static void test_master_killed_then_failover(void **state)
     int64_t t0 = tu_now_ms();
     lc_status st = get_sync(c, key, &r);
     assert_status(st, LC_EIO);
-    assert_true(r.at_ms - t0 < 2000); /* an error within the deadline, no hang */
+    assert_true(r.at_ms - t0 < 2000);             /* an error within the deadline, no hang */
     assert_status(get_sync(c, other, &r), LC_OK); /* the other masters serve meanwhile */
     assert_string_equal(r.str, "here");
 
@@ -607,6 +655,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_locks_over_masters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_moved_after_slot_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_and_tryagain_during_migration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clusterdown_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_then_failover, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -101,13 +101,12 @@ static void test_hash_tags(void **state)
 static void test_slotmap_parse(void **state)
 {
     (void)state;
-    redisReply *r = mk_arr(
-        3,
-        mk_arr(4, mk_int(0), mk_int(5460), mk_node("127.0.0.1", 7001, "a"),
-               mk_node("127.0.0.1", 7004, "d")),
-        mk_arr(4, mk_int(5461), mk_int(10922), mk_node("", 7002, "b"),
-               mk_node("127.0.0.1", 7005, "e")),
-        mk_arr(3, mk_int(10923), mk_int(16383), mk_node("?", 7003, "c")));
+    redisReply *r = mk_arr(3,
+                           mk_arr(4, mk_int(0), mk_int(5460), mk_node("127.0.0.1", 7001, "a"),
+                                  mk_node("127.0.0.1", 7004, "d")),
+                           mk_arr(4, mk_int(5461), mk_int(10922), mk_node("", 7002, "b"),
+                                  mk_node("127.0.0.1", 7005, "e")),
+                           mk_arr(3, mk_int(10923), mk_int(16383), mk_node("?", 7003, "c")));
     lc_slotmap m;
     assert_ok(lc_slotmap_parse(r, "10.0.0.9", &m));
     assert_int_equal(m.n, 3);
@@ -201,11 +200,25 @@ static void test_redirect_parse(void **state)
     assert_int_equal(redirect("CLUSTERDOWN Hash slot not served", &rd), LC_REDIRECT_CLUSTERDOWN);
 
     static const char *const none[] = {
-        "ERR unknown command",  "MOVED",          "MOVED 3999",        "MOVED 3999 host",
-        "MOVED 16384 h:1",      "MOVED x h:1",    "MOVED 1 h:",        "MOVED 1 h:70000",
-        "MOVED 1 h:0",          "MOVED 1 h:12a",  "MOVED -1 h:1",      "MOVEDX 1 h:1",
-        "ASK 1",                "TRYAGAINX",      "CLUSTERDOWNX",      "NOSCRIPT No matching",
-        "WRONGTYPE Operation", "moved 1 h:1",    "",
+        "ERR unknown command",
+        "MOVED",
+        "MOVED 3999",
+        "MOVED 3999 host",
+        "MOVED 16384 h:1",
+        "MOVED x h:1",
+        "MOVED 1 h:",
+        "MOVED 1 h:70000",
+        "MOVED 1 h:0",
+        "MOVED 1 h:12a",
+        "MOVED -1 h:1",
+        "MOVEDX 1 h:1",
+        "ASK 1",
+        "TRYAGAINX",
+        "CLUSTERDOWNX",
+        "NOSCRIPT No matching",
+        "WRONGTYPE Operation",
+        "moved 1 h:1",
+        "",
     };
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
         if (redirect(none[i], &rd) != LC_REDIRECT_NONE)
@@ -237,8 +250,8 @@ static void test_command_key(void **state)
     assert_int_equal(key_of(4, "eval", "return 1", "1", "k1"), 3);
     assert_int_equal(key_of(4, "FCALL", "f", "1", "k1"), 3);
     assert_int_equal(key_of(4, "EVALSHA", "abc", "0", "a"), -1);
-    assert_int_equal(key_of(3, "EVALSHA", "abc", "1"), -1);   /* numkeys but no key */
-    assert_int_equal(key_of(4, "EVAL", "s", "x1", "k"), -1);  /* numkeys not a number */
+    assert_int_equal(key_of(3, "EVALSHA", "abc", "1"), -1);  /* numkeys but no key */
+    assert_int_equal(key_of(4, "EVAL", "s", "x1", "k"), -1); /* numkeys not a number */
     assert_int_equal(key_of(1, "PING"), -1);
     assert_int_equal(key_of(3, "wait", "1", "100"), -1);
     assert_int_equal(key_of(2, "CLUSTER", "SLOTS"), -1);
@@ -337,9 +350,9 @@ static void test_cluster_url(void **state)
     assert_int_equal(u.db, 2);
 
     static const char *const bad[] = {
-        "redis-cluster://",          "redis-cluster://a:1,",       "redis-cluster://a:1,,b:2",
-        "redis-cluster://a:1/1",     "redis-cluster://a:0",        "redis-cluster://a:1,b:x",
-        "redis-cluster://a b:1",     "redis-cluster://[::1:7000", "rediscluster://a:1",
+        "redis-cluster://",        "redis-cluster://a:1,",      "redis-cluster://a:1,,b:2",
+        "redis-cluster://a:1/1",   "redis-cluster://a:0",       "redis-cluster://a:1,b:x",
+        "redis-cluster://a b:1",   "redis-cluster://[::1:7000", "rediscluster://a:1",
         "redis-cluster://a:1/0/x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -360,10 +373,14 @@ static void test_cluster_url(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crc16_and_known_slots), cmocka_unit_test(test_hash_tags),
-        cmocka_unit_test(test_slotmap_parse),         cmocka_unit_test(test_slotmap_parse_bad),
-        cmocka_unit_test(test_redirect_parse),        cmocka_unit_test(test_command_key),
-        cmocka_unit_test(test_route),                 cmocka_unit_test(test_cluster_url),
+        cmocka_unit_test(test_crc16_and_known_slots),
+        cmocka_unit_test(test_hash_tags),
+        cmocka_unit_test(test_slotmap_parse),
+        cmocka_unit_test(test_slotmap_parse_bad),
+        cmocka_unit_test(test_redirect_parse),
+        cmocka_unit_test(test_command_key),
+        cmocka_unit_test(test_route),
+        cmocka_unit_test(test_cluster_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,8 +41,17 @@ static int group_setup(void **state)
     snprintf(url, sizeof url, "%s", cf_url(cl, 3)); /* the masters as seeds */
     /* --hold-ms 5: a segment serves at most ~200 orders/s, so the failover sale lasts long
      * enough to kill a master in the middle of it. */
-    const char *args[] = {"--threads", "2", "--redis-replica-acks", "1", "--lock-lease-ms",
-                          "2000", "--redis-timeout-ms", "1000", "--hold-ms", "5", NULL};
+    const char *args[] = {"--threads",
+                          "2",
+                          "--redis-replica-acks",
+                          "1",
+                          "--lock-lease-ms",
+                          "2000",
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--hold-ms",
+                          "5",
+                          NULL};
     for (int i = 0; i < 2; i++)
         if (!(svc[i] = sf_start(url, args)))
             return -1;
@@ -76,8 +85,8 @@ static int master_of_segment(const char *sku, int k)
 struct buyer {
     int port;
     const char *sku;
-    atomic_int *stop;          /* set: stop at the next answer */
-    char (*ids)[112];          /* the order ids of its 201s */
+    atomic_int *stop; /* set: stop at the next answer */
+    char (*ids)[112]; /* the order ids of its 201s */
     int nids;
     long long units;
     atomic_int created; /* read by the test thread while the sale runs */
@@ -227,8 +236,7 @@ static void test_sale_over_cluster(void **state)
     sale_join(&s, 120000, &total);
     sale_free(&s);
     fprintf(stderr, "sale: %d created, %d sold_out, %d unavailable, %d unknown\n",
-            atomic_load(&total.created),
-            total.sold_out, total.unavailable, total.unknown);
+            atomic_load(&total.created), total.sold_out, total.unavailable, total.unknown);
     SF_ASSERT_EQ(total.units, stock);
     SF_ASSERT_EQ(total.unknown, 0);
     SF_ASSERT_EQ(total.other, 0);
@@ -298,8 +306,7 @@ static void test_master_killed_mid_sale(void **state)
     /* The old master comes back (same dir: its nodes.conf) as the new master's replica, so
      * the promoted master accepts writes again and the sale can sell its segments too. */
     SF_ASSERT(rf_restart(cf_node(cl, victim)) == 0, "restart of node %d", victim);
-    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica",
-              victim);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", victim);
     int64_t back = tu_now_ms();
     long long promoted_to_back = created(&s) - before - during;
     struct buyer total;

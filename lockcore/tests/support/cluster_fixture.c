@@ -175,10 +175,16 @@ cf_cluster *cf_start_ex(int masters, int replicas, const char *const *extra_args
     if (!c)
         return NULL;
     c->masters = masters;
-    static const char *const base[] = {"--cluster-enabled", "yes", "--cluster-config-file",
-                                       "{dir}/nodes.conf", "--cluster-node-timeout", "1000",
-                                       "--cluster-require-full-coverage", "no",
-                                       "--cluster-replica-validity-factor", "0"};
+    static const char *const base[] = {"--cluster-enabled",
+                                       "yes",
+                                       "--cluster-config-file",
+                                       "{dir}/nodes.conf",
+                                       "--cluster-node-timeout",
+                                       "1000",
+                                       "--cluster-require-full-coverage",
+                                       "no",
+                                       "--cluster-replica-validity-factor",
+                                       "0"};
     enum { NBASE = sizeof base / sizeof base[0] };
     const char *args[NBASE + 16];
     int nargs = 0;
@@ -222,8 +228,8 @@ static int slot_port_by(const cf_cluster *c, int i, int slot)
     int port = -1;
     for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
         redisReply *e = r->element[k];
-        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 3 &&
-            e->element[0]->integer <= slot && slot <= e->element[1]->integer)
+        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 3 && e->element[0]->integer <= slot &&
+            slot <= e->element[1]->integer)
             port = (int)e->element[2]->element[1]->integer;
     }
     freeReplyObject(r);
@@ -254,8 +260,7 @@ static int ok_reply(redisReply *r)
 {
     int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
     if (!ok)
-        fprintf(stderr, "cluster_fixture: unexpected reply %s\n",
-                r && r->str ? r->str : "(none)");
+        fprintf(stderr, "cluster_fixture: unexpected reply %s\n", r && r->str ? r->str : "(none)");
     freeReplyObject(r);
     return ok ? 0 : -1;
 }
