@@ -172,6 +172,8 @@ pick_instance_ports() {
 
 # Where inventoryd instances reach Redis (a proxy in front of it, say); default $redis_port.
 redis_url_port=""
+# Or a whole URL (a redis-cluster://…, loadtest/cluster.sh); default none.
+redis_url_override=""
 # The path start_servers waits for: /readyz needs Redis; /healthz only the process.
 ready_path=/readyz
 # launch_instance I THREADS [inventoryd flags...]: starts inventoryd I on inst_ports[I] in the
@@ -181,7 +183,7 @@ launch_instance() {
   local i=$1 threads=$2; shift 2
   # shellcheck disable=SC2086
   "$bin" --port "${inst_ports[i]}" --bind 127.0.0.1 \
-    --redis "redis://127.0.0.1:${redis_url_port:-$redis_port}" \
+    --redis "${redis_url_override:-redis://127.0.0.1:${redis_url_port:-$redis_port}}" \
     --threads "$threads" --lock-wait-ms "$lock_wait" --log-level warn \
     --shutdown-grace-ms 3000 --admin-allow-loopback \
     "$@" ${LT_INVENTORYD_ARGS:-} 2>>"$res/logs/inventoryd$i.log" &

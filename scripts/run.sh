@@ -6,6 +6,9 @@
 # Options of run.sh itself (all others go to inventoryd, e.g. --threads 8 --strategy atomic):
 #   --redis URL, --redis-url-file FILE   your Redis (also INVENTORY_REDIS_URL / _FILE); else a
 #                                        private redis-server on REDIS_PORT
+#   --cluster                            a private local Redis Cluster instead (scripts/cluster.sh:
+#                                        3 masters + 1 replica each, on free ports or CLUSTER_PORTS),
+#                                        stopped with run.sh; inventoryd gets redis-cluster://…
 #   --port N                             HTTP port (also INVENTORY_PORT; default 8080)
 #   --admin-token T, --admin-token-file FILE   the admin token (also INVENTORY_ADMIN_TOKEN /
 #                                        _FILE); else one is generated for this run
@@ -41,6 +44,7 @@ token=${INVENTORY_ADMIN_TOKEN:-}
 token_file=${INVENTORY_ADMIN_TOKEN_FILE:-}
 token_from_env=${INVENTORY_ADMIN_TOKEN:+1}${INVENTORY_ADMIN_TOKEN_FILE:+1}
 config=""
+cluster=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --admin-token=*) token=${1#--admin-token=}; token_file=""; token_from_env=""; shift ;;
     --admin-token-file) token_file=$2; token=""; token_from_env=""; shift 2 ;;
     --admin-token-file=*) token_file=${1#--admin-token-file=}; token=""; token_from_env=""; shift ;;
+    --cluster) cluster=1; shift ;;
     --config) config=$2; args+=("$1" "$2"); shift 2 ;;
     --config=*) config=${1#--config=}; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
@@ -79,9 +84,11 @@ if [ "${RUN_SKIP_BUILD:-0}" != 1 ]; then
 fi
 
 pids=()
+cluster_dir=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -z "$cluster_dir" ] || CLUSTER_DIR=$cluster_dir scripts/cluster.sh stop || true
   rm -f "$run_dir/admin-token" "$run_dir/admin.header" "$run_dir/redis-url"
 }
 trap cleanup EXIT
@@ -91,8 +98,19 @@ flags=()
 # Port: ours unless the config file sets it and the user did not.
 if [ -n "$port_given" ] || [ -z "$(config_value port)" ]; then flags+=(--port "$port"); fi
 
-# Redis: the user's (as a file), the config file's, or a private one.
-if [ -n "$redis_url_file" ]; then
+# Redis: the user's (as a file), the config file's, a private cluster, or a private one.
+if [ -n "$cluster" ] && [ -n "$redis_url$redis_url_file" ]; then
+  echo "run.sh: --cluster starts its own cluster: give it or --redis, not both" >&2
+  exit 2
+fi
+if [ -n "$cluster" ]; then
+  cluster_dir=$run_dir/cluster
+  CLUSTER_DIR=$cluster_dir scripts/cluster.sh start >"$run_dir/cluster.env" \
+    || { echo "run.sh: the local Redis Cluster did not start" >&2; exit 1; }
+  redis_url=$(sed -n 's/^CLUSTER_URL=//p' "$run_dir/cluster.env")
+  flags+=(--redis-url-file "$(secret_file redis-url "$redis_url")")
+  echo "run.sh: private Redis Cluster (3 masters, 3 replicas) at $redis_url (data in $cluster_dir)"
+elif [ -n "$redis_url_file" ]; then
   flags+=(--redis-url-file "$redis_url_file")
   redis_url=$(head -n1 "$redis_url_file")
 elif [ -n "$redis_url" ]; then
@@ -169,7 +187,7 @@ curl -fsS -X PUT -H "@$hdr" -H 'Content-Type: application/json' \
   -d "{\"stock\": $stock, \"segments\": $segments}" "$base/api/v1/skus/$sku" >/dev/null \
   || { echo "run.sh: preheating $sku failed (is the admin token right?)" >&2; exit 1; }
 # The URL as printed: its password masked.
-shown_url=$(sed 's#^\(redis://[^:/@]*\):[^@/]*@#\1:***@#' <<<"$redis_url")
+shown_url=$(sed 's#^\(redis\(-cluster\)\?://[^:/@]*\):[^@/]*@#\1:***@#' <<<"$redis_url")
 cat <<MSG
 
 inventoryd is up at $base (Redis: $shown_url). Demo SKU "$sku": $stock units in $segments segments.

@@ -35,11 +35,16 @@
 #include <event2/event.h>
 
 #include "async_internal.h"
+#include "cluster_internal.h"
 #include "lockcore_internal.h"
 
 _Thread_local int lc_in_loop;
 
 enum { RECONNECT_MIN_MS = 10, RECONNECT_MAX_MS = 1000, DEFERRED_MAX = 1024 };
+
+/* Cluster: at most one CLUSTER SLOTS per REFRESH_MIN_MS; a command follows at most
+ * REDIRECTS_MAX redirections; TRYAGAIN pauses start at TRYAGAIN_MIN_MS and double. */
+enum { REFRESH_MIN_MS = 100, REDIRECTS_MAX = 16, TRYAGAIN_MIN_MS = 10 };
 
 typedef struct aop aop;
 typedef struct acmd acmd;
@@ -54,6 +59,7 @@ typedef struct aconn {
     struct event *reconnect; /* back-off timer while down */
     int64_t opened_ms;       /* the last connect attempt (lc_now_ms) */
     const char *why;         /* message for the commands failed by a drop we made */
+    int node;                /* cluster: the node (lc_route index) it goes to; else -1 */
 } aconn;
 
 struct lc_async_client {
@@ -70,6 +76,20 @@ struct lc_async_client {
     int free_requested;
     int freeing;
     long wakeups;
+    /* Cluster mode (redis-cluster://): the routing table, one data connection per node (made
+     * on first use; `data` is unused), the slot-map refresh and the commands paused by a
+     * TRYAGAIN. All NULL/0 for one Redis. */
+    lc_route *route;
+    aconn **nodes;
+    int nnodes;
+    int sub_next;            /* the node the subscriber connection tries next */
+    int refresh_next;        /* the node the next CLUSTER SLOTS tries first */
+    struct event *refresh;   /* timer of the next CLUSTER SLOTS */
+    int refresh_inflight;
+    int refresh_wanted;      /* another refresh asked for while one was in flight */
+    int64_t refresh_sent_ms;
+    acmd *parked;
+    lc_cluster_stats stats;
 };
 
 struct lc_async_lock {
@@ -96,7 +116,15 @@ struct acmd {
     int argc;    /* including EVALSHA and the SHA */
     const char **argv;
     size_t *lens;
-    acmd *next; /* in the deferred list */
+    acmd *next; /* in the deferred list, or the parked list (cluster) */
+    /* cluster */
+    int slot;            /* of the command's key; -1: none (any node) */
+    aconn *conn;         /* the connection it was last sent on */
+    int ask;             /* node + 1 to send to once, after ASKING (an ASK); 0: by slot */
+    int redirects;       /* redirections followed */
+    int parked;          /* waiting out a TRYAGAIN pause (not in hiredis: ours) */
+    int detached;        /* sent by send_detached: nobody waits, but it must still arrive */
+    int64_t deadline_ms; /* first sent + command timeout: TRYAGAIN retries end there */
 };
 
 typedef enum op_kind { OP_ACQUIRE, OP_EVAL, OP_RELEASE, OP_COMMAND } op_kind;
@@ -216,6 +244,7 @@ static acmd *cmd_new(lc_async_client *client, const lc_call *call, int builtin)
     c->client = client;
     c->script = call->script;
     c->builtin = builtin;
+    c->slot = client->route && call->nkeys > 0 ? lc_key_slot(call->keys[0], call->keylens[0]) : -1;
     c->argc = argc;
     c->argv = (const char **)(c + 1);
     c->lens = (size_t *)(c->argv + argc);
@@ -247,6 +276,9 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void conn_fail(aconn *conn, const char *why);
 static void conn_lost(aconn *conn, const redisAsyncContext *ac);
+static void cluster_unpark(acmd *c);
+static aconn *cluster_conn(lc_async_client *client, acmd *c);
+static int cluster_redirect(acmd *c, const redisReply *r, aconn *conn);
 
 static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
 {
@@ -255,10 +287,21 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
     acmd *c = arg;
     lc_async_client *client = c->client;
     lc_async_enter(client);
-    /* Redis stopped answering: it is down. Both connections go; every command in flight fails
-     * with LC_EIO (this one included) and the client reconnects with a back-off. */
-    conn_fail(&client->data, "redis: no reply within the command timeout");
-    conn_fail(&client->subc, "redis: no reply within the command timeout");
+    if (c->parked) {
+        cluster_unpark(c); /* its TRYAGAIN pause is over */
+    } else if (client->route) {
+        /* That node stopped answering. Its connection goes (and the subscriber connection if
+         * it is on the same node); the other nodes' are not concerned. */
+        aconn *conn = c->conn;
+        if (client->subc.ac && client->subc.node == conn->node)
+            conn_fail(&client->subc, "redis: no reply within the command timeout");
+        conn_fail(conn, "redis: no reply within the command timeout");
+    } else {
+        /* Redis stopped answering: it is down. Both connections go; every command in flight
+         * fails with LC_EIO (this one included) and the client reconnects with a back-off. */
+        conn_fail(&client->data, "redis: no reply within the command timeout");
+        conn_fail(&client->subc, "redis: no reply within the command timeout");
+    }
     lc_async_leave(client);
 }
 
@@ -269,7 +312,9 @@ static int cmd_send(acmd *c)
     lc_async_client *client = c->client;
     if (client->freeing)
         return -1;
-    aconn *data = &client->data;
+    aconn *data = client->route ? cluster_conn(client, c) : &client->data;
+    if (!data)
+        return -1;
     if (!data->ac && data->reconnect && lc_now_ms() - data->opened_ms >= RECONNECT_MIN_MS) {
         /* Down and waiting out its back-off: a command to send is worth an attempt now (at
          * most one per RECONNECT_MIN_MS). hiredis queues commands on a context still
@@ -281,6 +326,18 @@ static int cmd_send(acmd *c)
     redisAsyncContext *ac = data->ac;
     if (!ac)
         return -1;
+    c->conn = data;
+    if (client->route) {
+        if (!c->deadline_ms)
+            c->deadline_ms = lc_now_ms() + client->opts.command_timeout_ms;
+        if (c->ask) {
+            /* An ASK: this one command may use the importing node's slot, once. */
+            const char *asking[1] = {"ASKING"};
+            if (redisAsyncCommandArgv(ac, NULL, NULL, 1, asking, NULL) != REDIS_OK)
+                return -1;
+            c->ask = 0;
+        }
+    }
     if (!c->script) {
         /* A plain command (lc_async_command): sent as given. */
         if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
@@ -314,6 +371,7 @@ static void send_detached(acmd *c)
         cmd_free(c);
         return;
     }
+    c->detached = 1;
     if (cmd_send(c) == 0)
         return;
     if (client->ndeferred >= DEFERRED_MAX) {
@@ -355,8 +413,8 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
     int sent = 1;
     if (c->timer)
         event_del(c->timer);
+    aconn *conn = ac->data;
     if (!r) {
-        aconn *conn = &client->data;
         const char *why = conn->ac == ac || !conn->why ? NULL : conn->why;
         st = lc_fail(LC_EIO, "%s",
                      why                           ? why
@@ -364,8 +422,17 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
                                                    : "redis: connection lost");
         conn_lost(conn, ac); /* hiredis is tearing it down already */
     } else {
-        client->data.backoff_ms = 0; /* Redis answers: a later drop reconnects at once */
-        if (c->script && lc_is_noscript(r) && !c->resent && (c->op || c->builtin)) {
+        conn->backoff_ms = 0; /* Redis answers: a later drop reconnects at once */
+        int redirected =
+            client->route && r->type == REDIS_REPLY_ERROR ? cluster_redirect(c, r, conn) : 0;
+        if (redirected > 0)
+            return; /* on its way again, paused, or dropped: c is not ours here any more */
+        if (redirected < 0) {
+            /* Redirected (so not run), but the new node cannot be reached now. */
+            sent = 0;
+            r = NULL;
+            st = lc_fail(LC_EIO, "redis cluster: the node a redirection named is not connected");
+        } else if (c->script && lc_is_noscript(r) && !c->resent && (c->op || c->builtin)) {
             /* Not run: the server lost its script cache. Again with the source. */
             c->resent = 1;
             if (cmd_send(c) == 0)
@@ -401,6 +468,7 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 static void sub_lost(lc_async_client *client);
 static void sub_connected(lc_async_client *client);
+static void cluster_refresh_soon(lc_async_client *client);
 
 static void schedule_reconnect(aconn *conn)
 {
@@ -422,6 +490,8 @@ static void conn_lost(aconn *conn, const redisAsyncContext *ac)
     conn->up = 0;
     if (conn->sub)
         sub_lost(conn->client);
+    else if (conn->client->route && !conn->client->freeing)
+        cluster_refresh_soon(conn->client); /* a node went: its slots may have a new master */
     schedule_reconnect(conn);
 }
 
@@ -471,8 +541,14 @@ static void conn_open(aconn *conn)
     lc_async_client *client = conn->client;
     const lc_url *u = &client->url;
     conn->opened_ms = lc_now_ms();
+    if (client->route && conn->sub) /* any node hears every PUBLISH of the cluster */
+        conn->node = client->sub_next++ % lc_route_nodes(client->route);
     redisAsyncContext *ac =
-        u->unix_socket ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
+        u->unix_socket ? redisAsyncConnectUnix(u->path)
+        : client->route
+            ? redisAsyncConnect(lc_route_host(client->route, conn->node),
+                                lc_route_port(client->route, conn->node))
+            : redisAsyncConnect(u->host, u->port);
     if (!ac || ac->err || lc_ev_attach(ac, client->base, client) != 0) {
         if (ac)
             redisAsyncFree(ac);
@@ -507,6 +583,247 @@ static void conn_open(aconn *conn)
             send_detached(c);
         }
     }
+}
+
+/* ---- Redis Cluster: a connection per node, redirections, the slot map ----
+ *
+ * In cluster mode (a redis-cluster:// URL) every command goes on the data connection of the
+ * node that serves its key's slot (cluster_conn; the key is a script's first key, or the key
+ * of a plain command, see lc_command_key), so the commands of one loop turn leave in one write
+ * per node. Keyless commands go to any connected node. The map (cluster_route.c) comes from
+ * CLUSTER SLOTS, asked at start, after a MOVED, a CLUSTERDOWN, and whenever a node's connection
+ * goes (a dead master's replica takes over its slots), at most once per REFRESH_MIN_MS.
+ * Redirections (cluster_redirect) are followed inside lockcore, invisibly to the operation:
+ * MOVED updates the slot and resends; ASK resends once to the named node after ASKING;
+ * TRYAGAIN pauses the command (parked, with a doubling pause) and resends it while its first
+ * send's command timeout allows, after which the TRYAGAIN error is reported. A redirected
+ * command did not run, so resending it can never apply it twice. CLUSTERDOWN is reported as
+ * the error it is (LC_EREDIS).
+ */
+
+/* The data connection of node (made on first use, not yet connected). NULL when out of memory. */
+static aconn *node_conn(lc_async_client *client, int node)
+{
+    if (node < 0 || node >= lc_route_nodes(client->route))
+        return NULL;
+    if (node >= client->nnodes) {
+        int n = lc_route_nodes(client->route);
+        aconn **nodes = realloc(client->nodes, sizeof(*nodes) * (size_t)n);
+        if (!nodes)
+            return NULL;
+        for (int i = client->nnodes; i < n; i++)
+            nodes[i] = NULL;
+        client->nodes = nodes;
+        client->nnodes = n;
+    }
+    aconn *conn = client->nodes[node];
+    if (!conn) {
+        conn = calloc(1, sizeof(*conn));
+        if (!conn)
+            return NULL;
+        conn->client = client;
+        conn->node = node;
+        conn->reconnect = evtimer_new(client->base, on_reconnect_timer, conn);
+        if (!conn->reconnect) {
+            free(conn);
+            return NULL;
+        }
+        client->nodes[node] = conn;
+    }
+    return conn;
+}
+
+/* The connection for c: an ASK's node, else the master of c's slot, else (no key, or a slot
+ * the map does not know yet: a MOVED will tell) a node whose connection is up, else a seed. */
+static aconn *cluster_conn(lc_async_client *client, acmd *c)
+{
+    int node = c->ask ? c->ask - 1 : lc_route_slot(client->route, c->slot);
+    if (node < 0) {
+        for (int i = 0; i < client->nnodes && node < 0; i++)
+            if (client->nodes[i] && client->nodes[i]->up)
+                node = i;
+        if (node < 0)
+            node = 0;
+    }
+    return node_conn(client, node);
+}
+
+static void on_slots_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends CLUSTER SLOTS to a node whose connection is up (taking turns), else to the next one
+ * in turn (connecting it). When none can be asked now, tries again later. */
+static void cluster_refresh_send(lc_async_client *client)
+{
+    int n = lc_route_nodes(client->route);
+    aconn *conn = NULL;
+    for (int k = 0; k < n && !conn; k++) {
+        int i = (client->refresh_next + k) % n;
+        if (i < client->nnodes && client->nodes[i] && client->nodes[i]->up)
+            conn = client->nodes[i];
+    }
+    if (!conn) {
+        conn = node_conn(client, client->refresh_next % n);
+        client->refresh_next = (client->refresh_next + 1) % n;
+        if (conn && !conn->ac)
+            conn_open(conn);
+    } else {
+        client->refresh_next = (conn->node + 1) % n;
+    }
+    const char *av[2] = {"CLUSTER", "SLOTS"};
+    if (!conn || !conn->ac ||
+        redisAsyncCommandArgv(conn->ac, on_slots_reply, client, 2, av, NULL) != REDIS_OK) {
+        client->refresh_sent_ms = lc_now_ms();
+        cluster_refresh_soon(client);
+        return;
+    }
+    client->refresh_inflight = 1;
+    client->refresh_sent_ms = lc_now_ms();
+    client->stats.refreshes++;
+}
+
+static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_async_client *client = arg;
+    lc_async_enter(client);
+    if (!client->freeing)
+        cluster_refresh_send(client);
+    lc_async_leave(client);
+}
+
+/* Asks for a CLUSTER SLOTS soon: at once unless one was sent less than REFRESH_MIN_MS ago; one
+ * in flight (answered within the command timeout) is followed by another when it is answered. */
+static void cluster_refresh_soon(lc_async_client *client)
+{
+    if (client->freeing || !client->refresh)
+        return;
+    int64_t since = lc_now_ms() - client->refresh_sent_ms;
+    if (client->refresh_inflight && since < client->opts.command_timeout_ms) {
+        client->refresh_wanted = 1;
+        return;
+    }
+    client->refresh_inflight = 0;
+    if (evtimer_pending(client->refresh, NULL))
+        return;
+    arm(client->refresh, since >= REFRESH_MIN_MS ? 0 : REFRESH_MIN_MS - since);
+}
+
+static void on_slots_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    lc_async_client *client = privdata;
+    const redisReply *r = reply;
+    if (client->freeing)
+        return;
+    aconn *conn = ac->data;
+    client->refresh_inflight = 0;
+    lc_slotmap m;
+    int ok = 0;
+    if (r && lc_slotmap_parse(r, lc_route_host(client->route, conn->node), &m) == LC_OK) {
+        /* A node that answers with no slot at all (not joined yet, or reset) is no map. */
+        if (m.n > 0) {
+            int changed = lc_route_apply(client->route, &m);
+            ok = changed >= 0;
+            if (changed > 0)
+                client->stats.refresh_changes++;
+        }
+        lc_slotmap_clear(&m);
+    }
+    if (!ok || client->refresh_wanted) {
+        client->refresh_wanted = 0;
+        cluster_refresh_soon(client);
+    }
+}
+
+/* Removes c from the parked list and resends it (or drops it when nobody needs it any more). */
+static void cluster_unpark(acmd *c)
+{
+    lc_async_client *client = c->client;
+    for (acmd **p = &client->parked; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    c->next = NULL;
+    c->parked = 0;
+    if (!c->op && !c->renew_of && !c->detached) {
+        cmd_free(c); /* it did not run (TRYAGAIN): an acquire's undo is not needed either */
+        return;
+    }
+    if (cmd_send(c) == 0)
+        return;
+    if (c->detached) {
+        cmd_free(c);
+        return;
+    }
+    /* Cannot be resent now: fail it as a command that did not leave. */
+    lc_status st = lc_fail(LC_EIO, "redis cluster: not connected to the node after TRYAGAIN");
+    if (c->renew_of) {
+        lc_async_lock *l = c->renew_of;
+        c->renew_of = NULL;
+        l->renew_cmd = NULL;
+        renew_on_reply(l, st, NULL);
+    } else {
+        aop *op = c->op;
+        c->op = NULL;
+        op->cmd = NULL;
+        op_on(op, EV_REPLY, st, NULL, 0);
+    }
+    cmd_free(c);
+}
+
+/* Handles an error reply r to c (from conn's node) that is a cluster redirection. Returns 0:
+ * not one to follow (report r); 1: followed (c resent, parked, or freed when nobody needs it);
+ * -1: it should be resent but cannot be now (c did not run: report LC_EIO, not sent). */
+static int cluster_redirect(acmd *c, const redisReply *r, aconn *conn)
+{
+    lc_async_client *client = c->client;
+    lc_redirect rd;
+    lc_redirect_kind kind =
+        lc_redirect_parse(r->str, r->len, lc_route_host(client->route, conn->node), &rd);
+    if (kind == LC_REDIRECT_NONE)
+        return 0;
+    if (kind == LC_REDIRECT_CLUSTERDOWN) {
+        client->stats.clusterdown++;
+        cluster_refresh_soon(client);
+        return 0;
+    }
+    if (!c->op && !c->renew_of && !c->detached) {
+        cmd_free(c); /* nobody waits, and it did not run (an acquire needs no undo) */
+        return 1;
+    }
+    if (++c->redirects > REDIRECTS_MAX)
+        return 0;
+    int node;
+    switch (kind) {
+    case LC_REDIRECT_MOVED:
+        client->stats.moved++;
+        if ((node = lc_route_node(client->route, rd.host, rd.port)) < 0)
+            return 0;
+        lc_route_set_slot(client->route, rd.slot, node);
+        cluster_refresh_soon(client); /* one slot moved: others may have too */
+        break;
+    case LC_REDIRECT_ASK:
+        client->stats.ask++;
+        if ((node = lc_route_node(client->route, rd.host, rd.port)) < 0)
+            return 0;
+        c->ask = node + 1;
+        break;
+    case LC_REDIRECT_TRYAGAIN: {
+        client->stats.tryagain++;
+        int64_t pause = (int64_t)TRYAGAIN_MIN_MS << (c->redirects < 7 ? c->redirects - 1 : 6);
+        int64_t left = c->deadline_ms - lc_now_ms();
+        if (left <= pause || !c->timer)
+            return 0; /* the command timeout ends the retries: report TRYAGAIN */
+        c->parked = 1;
+        c->next = client->parked;
+        client->parked = c;
+        arm(c->timer, lc_jitter_ms((int)pause / 2 > 0 ? (int)pause / 2 : 1));
+        return 1;
+    }
+    default: return 0;
+    }
+    return cmd_send(c) == 0 ? 1 : -1;
 }
 
 /* ---- the subscriber connection: channels and their waiters ---- */
@@ -1119,14 +1436,32 @@ lc_status lc_async_client_new(struct event_base *base, const char *url, const lc
     }
     c->base = base;
     c->data.client = c->subc.client = c;
+    c->data.node = c->subc.node = -1;
     c->subc.sub = 1;
     c->data.reconnect = evtimer_new(base, on_reconnect_timer, &c->data);
     c->subc.reconnect = evtimer_new(base, on_reconnect_timer, &c->subc);
-    if (!c->data.reconnect || !c->subc.reconnect || !lc_builtin_script(LC_S_ACQUIRE)) {
+    int ok = c->data.reconnect && c->subc.reconnect && lc_builtin_script(LC_S_ACQUIRE);
+    if (ok && c->url.cluster) {
+        const char *hosts[LC_URL_SEEDS_MAX];
+        int ports[LC_URL_SEEDS_MAX];
+        for (int i = 0; i < c->url.nseeds; i++) {
+            hosts[i] = c->url.seeds[i].host;
+            ports[i] = c->url.seeds[i].port;
+        }
+        c->route = lc_route_new(c->url.nseeds, hosts, ports);
+        c->refresh = evtimer_new(base, on_refresh_timer, c);
+        ok = c->route && c->refresh;
+    }
+    if (!ok) {
         lc_async_client_free(c);
         return lc_fail(LC_ENOMEM, "async client: out of memory");
     }
-    conn_open(&c->data);
+    if (c->route) {
+        c->refresh_sent_ms = lc_now_ms() - REFRESH_MIN_MS;
+        cluster_refresh_send(c); /* the slot map; commands sent before it follow MOVED */
+    } else {
+        conn_open(&c->data);
+    }
     conn_open(&c->subc);
     *out = c;
     return LC_OK;
@@ -1154,14 +1489,28 @@ void lc_async_client_free(lc_async_client *client)
     client->locks = NULL;
     client->depth--;
     /* Every command still in flight gets its NULL reply here; none has an operation any more. */
-    for (aconn *conn = &client->data; conn; conn = conn == &client->data ? &client->subc : NULL) {
+    for (int i = -2; i < client->nnodes; i++) {
+        aconn *conn = i == -2 ? &client->data : i == -1 ? &client->subc : client->nodes[i];
+        if (!conn)
+            continue;
         redisAsyncContext *ac = conn->ac;
         conn->ac = NULL;
         if (ac)
             redisAsyncFree(ac);
         if (conn->reconnect)
             event_free(conn->reconnect);
+        if (i >= 0)
+            free(conn);
     }
+    free(client->nodes);
+    while (client->parked) {
+        acmd *c = client->parked;
+        client->parked = c->next;
+        cmd_free(c);
+    }
+    if (client->refresh)
+        event_free(client->refresh);
+    lc_route_free(client->route);
     while (client->chans)
         free_chan(client, client->chans);
     while (client->deferred) {
@@ -1444,7 +1793,22 @@ int lc_async_debug_sleepers(const lc_async_client *client, const char *name)
 
 int lc_async_debug_connected(const lc_async_client *client)
 {
+    for (int i = 0; i < client->nnodes; i++)
+        if (client->nodes[i] && client->nodes[i]->up)
+            return 1;
     return client->data.up;
+}
+
+void lc_async_debug_cluster(const lc_async_client *client, lc_cluster_stats *out)
+{
+    *out = client->stats;
+    out->known_slots = client->route ? lc_route_known(client->route) : 0;
+}
+
+int lc_async_debug_slot_port(const lc_async_client *client, int slot)
+{
+    int node = client->route ? lc_route_slot(client->route, slot) : -1;
+    return node < 0 ? -1 : lc_route_port(client->route, node);
 }
 
 /* ---- plain commands and scripts (no lock) ---- */
@@ -1464,6 +1828,7 @@ static acmd *cmd_new_raw(lc_async_client *client, int argc, const char *const *a
     c->argc = argc;
     c->argv = (const char **)(c + 1);
     c->lens = (size_t *)(c->argv + argc);
+    c->slot = -1;
     char *p = (char *)(c->lens + argc);
     for (int i = 0; i < argc; i++) {
         size_t n = lens ? lens[i] : strlen(argv[i]);
@@ -1472,6 +1837,10 @@ static acmd *cmd_new_raw(lc_async_client *client, int argc, const char *const *a
         c->argv[i] = p;
         c->lens[i] = n;
         p += n + 1;
+    }
+    if (client->route) {
+        int k = lc_command_key(argc, c->argv, c->lens);
+        c->slot = k < 0 ? -1 : lc_key_slot(c->argv[k], c->lens[k]);
     }
     return c;
 }
@@ -1500,6 +1869,23 @@ lc_status lc_async_command(lc_async_client *client, int argc, const char *const 
         if (!argv[i])
             return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
     return command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
+}
+
+lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
+                               const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
+                               void *arg)
+{
+    if (!client || !key || argc <= 0 || !argv)
+        return lc_fail(LC_EINVAL, "async command: bad arguments");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async command: the client was freed");
+    for (int i = 0; i < argc; i++)
+        if (!argv[i])
+            return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    acmd *c = cmd_new_raw(client, argc, argv, lens);
+    if (c && client->route)
+        c->slot = lc_key_slot(key, keylen);
+    return command_start(client, c, cb, arg);
 }
 
 lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,

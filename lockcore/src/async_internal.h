@@ -28,4 +28,14 @@ long lc_async_debug_wakeups(const lc_async_client *client);
 int lc_async_debug_sleepers(const lc_async_client *client, const char *name);
 int lc_async_debug_connected(const lc_async_client *client);
 
+/* Cluster mode: what the routing did so far (redirections followed, CLUSTER SLOTS sent and
+ * those that changed the map) and how many slots the map knows now. All 0 for one Redis. */
+typedef struct lc_cluster_stats {
+    long moved, ask, tryagain, clusterdown, refreshes, refresh_changes;
+    int known_slots;
+} lc_cluster_stats;
+void lc_async_debug_cluster(const lc_async_client *client, lc_cluster_stats *out);
+/* The port of the master the map names for slot, or -1 (unknown, or one Redis). */
+int lc_async_debug_slot_port(const lc_async_client *client, int slot);
+
 #endif

@@ -147,6 +147,9 @@ lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client *
         c->opts = *opts;
     }
     lc_status st = lc_url_parse(url, &c->url);
+    if (st == LC_OK && c->url.cluster)
+        st = lc_fail(LC_EINVAL, "redis url: redis-cluster:// needs the asynchronous face "
+                                "(lc_async_client_new); the blocking client speaks to one Redis");
     if (st != LC_OK) {
         free(c);
         return st;

@@ -35,8 +35,18 @@ extern _Thread_local int lc_in_loop;
 
 /* ---- URL (url.c) ---- */
 
+enum { LC_URL_SEEDS_MAX = 16 };
+
+typedef struct lc_url_seed {
+    char host[256];
+    int port;
+} lc_url_seed;
+
 typedef struct lc_url {
     int unix_socket;   /* 1: path is set; 0: host and port */
+    int cluster;       /* 1: redis-cluster://, seeds[0..nseeds) (host and port = seeds[0]) */
+    int nseeds;
+    lc_url_seed seeds[LC_URL_SEEDS_MAX];
     char host[256];
     int port;
     char path[256];

@@ -1,5 +1,6 @@
 /*
- * Redis URL parsing: redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N].
+ * Redis URL parsing: redis://[[user]:password@]host[:port][/db], unix:///path[?db=N] and
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]…] (the seed nodes of a cluster).
  * User and password may be percent-encoded; an IPv6 host is written in brackets.
  */
 #include <ctype.h>
@@ -67,6 +68,75 @@ static lc_status parse_unix(const char *url, lc_url *out)
     return LC_OK;
 }
 
+/* Parses host[:port] from p[0..hostend) into host/port (port left as it is when absent). The
+ * host is a name, an IPv4 address or [IPv6]. LC_OK or LC_EINVAL with a message. */
+static lc_status parse_hostport(const char *p, const char *hostend, char *host, size_t cap,
+                                int *port)
+{
+    const char *portsep = NULL;
+    if (*p == '[') {
+        const char *rb = memchr(p, ']', (size_t)(hostend - p));
+        if (!rb)
+            return lc_fail(LC_EINVAL, "redis url: unterminated [IPv6] host");
+        if ((size_t)(rb - p - 1) >= cap || rb == p + 1)
+            return lc_fail(LC_EINVAL, "redis url: bad IPv6 host");
+        memcpy(host, p + 1, (size_t)(rb - p - 1));
+        host[rb - p - 1] = '\0';
+        if (rb + 1 < hostend) {
+            if (rb[1] != ':')
+                return lc_fail(LC_EINVAL, "redis url: junk after [IPv6] host");
+            portsep = rb + 1;
+        }
+    } else {
+        portsep = memchr(p, ':', (size_t)(hostend - p));
+        const char *he = portsep ? portsep : hostend;
+        if (he == p)
+            return lc_fail(LC_EINVAL, "redis url: missing host");
+        if ((size_t)(he - p) >= cap)
+            return lc_fail(LC_EINVAL, "redis url: host too long");
+        for (const char *s = p; s < he; s++)
+            if (!isalnum((unsigned char)*s) && *s != '.' && *s != '-' && *s != '_')
+                return lc_fail(LC_EINVAL, "redis url: bad character in host");
+        memcpy(host, p, (size_t)(he - p));
+        host[he - p] = '\0';
+    }
+    if (portsep && parse_int(portsep + 1, (size_t)(hostend - portsep - 1), 1, 65535, port))
+        return lc_fail(LC_EINVAL, "redis url: port must be a number 1..65535");
+    return LC_OK;
+}
+
+/* redis-cluster://[[user]:password@]host[:port][,host[:port]…][/0]: the seed nodes. */
+static lc_status parse_cluster(const char *p, const char *end, lc_url *out)
+{
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    if (slash) {
+        if (!(end - slash == 1 || (end - slash == 2 && slash[1] == '0')))
+            return lc_fail(LC_EINVAL, "redis url: a cluster has only db 0");
+        end = slash;
+    }
+    out->cluster = 1;
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *he = comma ? comma : end;
+        if (out->nseeds == LC_URL_SEEDS_MAX)
+            return lc_fail(LC_EINVAL, "redis url: at most %d cluster nodes", LC_URL_SEEDS_MAX);
+        lc_url_seed *sd = &out->seeds[out->nseeds];
+        sd->port = 6379;
+        lc_status st = parse_hostport(p, he, sd->host, sizeof(sd->host), &sd->port);
+        if (st != LC_OK)
+            return st;
+        out->nseeds++;
+        p = comma ? comma + 1 : end;
+        if (comma && p == end)
+            return lc_fail(LC_EINVAL, "redis url: missing host after ','");
+    }
+    if (out->nseeds == 0)
+        return lc_fail(LC_EINVAL, "redis url: missing host");
+    memcpy(out->host, out->seeds[0].host, sizeof(out->host));
+    out->port = out->seeds[0].port;
+    return LC_OK;
+}
+
 lc_status lc_url_parse(const char *url, lc_url *out)
 {
     if (!url || !out)
@@ -75,10 +145,12 @@ lc_status lc_url_parse(const char *url, lc_url *out)
     out->port = 6379;
     if (strncmp(url, "unix://", 7) == 0)
         return parse_unix(url, out);
-    if (strncmp(url, "redis://", 8) != 0)
-        return lc_fail(LC_EINVAL, "redis url: must start with redis:// or unix://");
+    int cluster = strncmp(url, "redis-cluster://", 16) == 0;
+    if (!cluster && strncmp(url, "redis://", 8) != 0)
+        return lc_fail(LC_EINVAL,
+                       "redis url: must start with redis://, redis-cluster:// or unix://");
 
-    const char *p = url + 8;
+    const char *p = url + (cluster ? 16 : 8);
     const char *end = p + strlen(p);
     const char *slash = memchr(p, '/', (size_t)(end - p));
     const char *auth_end = NULL;
@@ -95,37 +167,13 @@ lc_status lc_url_parse(const char *url, lc_url *out)
             return lc_fail(LC_EINVAL, "redis url: bad or too long user/password");
         p = auth_end + 1;
     }
+    if (cluster)
+        return parse_cluster(p, end, out);
 
     const char *hostend = slash ? slash : end;
-    const char *portsep = NULL;
-    if (*p == '[') {
-        const char *rb = memchr(p, ']', (size_t)(hostend - p));
-        if (!rb)
-            return lc_fail(LC_EINVAL, "redis url: unterminated [IPv6] host");
-        if ((size_t)(rb - p - 1) >= sizeof(out->host) || rb == p + 1)
-            return lc_fail(LC_EINVAL, "redis url: bad IPv6 host");
-        memcpy(out->host, p + 1, (size_t)(rb - p - 1));
-        out->host[rb - p - 1] = '\0';
-        if (rb + 1 < hostend) {
-            if (rb[1] != ':')
-                return lc_fail(LC_EINVAL, "redis url: junk after [IPv6] host");
-            portsep = rb + 1;
-        }
-    } else {
-        portsep = memchr(p, ':', (size_t)(hostend - p));
-        const char *he = portsep ? portsep : hostend;
-        if (he == p)
-            return lc_fail(LC_EINVAL, "redis url: missing host");
-        if ((size_t)(he - p) >= sizeof(out->host))
-            return lc_fail(LC_EINVAL, "redis url: host too long");
-        for (const char *s = p; s < he; s++)
-            if (!isalnum((unsigned char)*s) && *s != '.' && *s != '-' && *s != '_')
-                return lc_fail(LC_EINVAL, "redis url: bad character in host");
-        memcpy(out->host, p, (size_t)(he - p));
-        out->host[he - p] = '\0';
-    }
-    if (portsep && parse_int(portsep + 1, (size_t)(hostend - portsep - 1), 1, 65535, &out->port))
-        return lc_fail(LC_EINVAL, "redis url: port must be a number 1..65535");
+    lc_status st = parse_hostport(p, hostend, out->host, sizeof(out->host), &out->port);
+    if (st != LC_OK)
+        return st;
     if (slash && slash + 1 < end &&
         parse_int(slash + 1, (size_t)(end - slash - 1), 0, 100000, &out->db))
         return lc_fail(LC_EINVAL, "redis url: db must be a number");

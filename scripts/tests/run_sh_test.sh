@@ -4,7 +4,9 @@
 #      in run.sh's output; the admin token run.sh generates is not printed either;
 #   B. --admin-token T given by the user: the preheat uses it, T is in no command line and not
 #      in the output, a wrong token is refused;
-#   C. --config FILE that sets the port and the admin token file: run.sh does not override them.
+#   C. --config FILE that sets the port and the admin token file: run.sh does not override them;
+#   D. --cluster (issue 12): a private local Redis Cluster, the demo on it, and no node left
+#      running after Ctrl-C.
 # Each time every curl line run.sh prints is run exactly as printed and must succeed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -115,4 +117,20 @@ t_check "C: the config file's token is what inventoryd wants" \
   test "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(cat "$t_dir/config-token")" \
     -X DELETE "http://127.0.0.1:$cport/api/v1/skus/other-sku")" = 204
 stop_run
+
+# D. --cluster: the demo on a private Redis Cluster (scripts/cluster.sh), stopped with run.sh.
+t_port; hport=$port
+INVENTORY_PORT=$hport start_run D --cluster --threads 2
+t_check "D: inventoryd runs on a redis-cluster:// URL" grep -q 'Redis: redis-cluster://' "$t_dir/D.out"
+t_check "D: every printed curl line works as printed" curl_lines_work D
+d_ports=$(cat "$t_dir/D/cluster/ports")
+t_check "D: the demo SKU's segments sit on three masters" bash -c "
+  n=0; for p in $d_ports; do
+    redis-cli -p \$p ROLE | head -1 | grep -q master || continue
+    [ \"\$(redis-cli -p \$p --scan --pattern 'inv:{demo-sku:*}:stock' | wc -l)\" -gt 0 ] && n=\$((n + 1))
+  done; [ \$n -eq 3 ]"
+stop_run
+t_check "D: no cluster node is left after Ctrl-C" bash -c "
+  for p in $d_ports; do ! redis-cli -p \$p PING >/dev/null 2>&1 || exit 1; done"
+t_check "D: the cluster's dir is gone" test ! -e "$t_dir/D/cluster"
 t_done

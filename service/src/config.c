@@ -59,7 +59,9 @@ static const struct keydef keys[] = {
       "listen address"},
      K_BIND, 0, 0, 0},
     {{"redis", "--redis", "INVENTORY_REDIS_URL", "redis://127.0.0.1:6379",
-      "redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]", "Redis server URL"},
+      "redis://[[user]:password@]host[:port][/db], unix:///path[?db=N] or "
+      "redis-cluster://[[user]:password@]host[:port][,host[:port]...]",
+      "Redis server URL (a cluster: its seed nodes)"},
      K_REDIS, 0, 0, 0},
     {{"redis_url_file", "--redis-url-file", "INVENTORY_REDIS_URL_FILE", "none",
       "path of a file holding the Redis URL", "read the Redis URL (and its password) from a file"},
@@ -111,6 +113,9 @@ static const struct keydef keys[] = {
             "memory per HTTP connection for its request line and headers; larger headers get 431"),
     INT_KEY(redis_timeout_ms, "--redis-timeout-ms", "INVENTORY_REDIS_TIMEOUT_MS", 1000, 1, 60000,
             "Redis connect and command timeout"),
+    INT_KEY(redis_replica_acks, "--redis-replica-acks", "INVENTORY_REDIS_REPLICA_ACKS", 0, 0, 16,
+            "replicas that must have a commit (WAIT) before 201; on a WAIT timeout 503 with "
+            "outcome unknown"),
     INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
             1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
     INT_KEY(thread_per_connection, "--thread-per-connection", "INVENTORY_THREAD_PER_CONNECTION",
@@ -142,7 +147,8 @@ static const char usage_text[] =
     "  --config FILE              JSON config file [none]\n"
     "  --port N                   HTTP port, 1..65535 [8080]\n"
     "  --bind ADDR                listen address, IPv4/IPv6 literal [0.0.0.0]\n"
-    "  --redis URL                redis://[[user]:password@]host[:port][/db] or unix:///path\n"
+    "  --redis URL                redis://[[user]:password@]host[:port][/db], unix:///path\n"
+    "                             or redis-cluster://host:port[,host:port...]\n"
     "                             [redis://127.0.0.1:6379]\n"
     "  --redis-url-file FILE      read the Redis URL from FILE (keeps a password out of ps)\n"
     "  --admin-token T            bearer token for admin endpoints; without one they are\n"
@@ -165,6 +171,7 @@ static const char usage_text[] =
     "  --connection-memory-kib N  per-connection memory for request line and headers,\n"
     "                             2..1024; larger headers are answered 431 [4]\n"
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
+    "  --redis-replica-acks N     replicas that must have a commit (WAIT) before 201, 0..16 [0]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
     "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
     "  --thread-per-connection 0|1  a thread per connection instead of the pool [0]\n"
@@ -485,51 +492,9 @@ static bool why(char *buf, size_t len, const char *text)
     return false;
 }
 
-bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
+/* host[:port] in p[0..hostend): a name, an IPv4 address or [IPv6], port 1..65535. */
+static bool hostport_ok(const char *p, const char *hostend, char *whybuf, size_t whylen)
 {
-    if (!url || !*url)
-        return why(whybuf, whylen, "empty");
-    if (strlen(url) >= CONFIG_REDIS_URL_MAX)
-        return why(whybuf, whylen, "longer than 1023 characters");
-    for (const char *s = url; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
-            return why(whybuf, whylen, "contains a control or non-ASCII character");
-
-    if (strncmp(url, "unix://", 7) == 0) {
-        const char *path = url + 7;
-        const char *q = strchr(path, '?');
-        size_t plen = q ? (size_t)(q - path) : strlen(path);
-        if (plen == 0 || path[0] != '/')
-            return why(whybuf, whylen, "the unix socket path must be absolute (unix:///path)");
-        if (plen > 107)
-            return why(whybuf, whylen, "the unix socket path is longer than 107 bytes");
-        if (q && (strncmp(q, "?db=", 4) != 0 || !url_int_ok(q + 4, strlen(q + 4), 0, 100000)))
-            return why(whybuf, whylen, "only ?db=N (0..100000) may follow the socket path");
-        return true;
-    }
-    if (strncmp(url, "rediss://", 9) == 0)
-        return why(whybuf, whylen, "TLS (rediss://) is not supported");
-    if (strncmp(url, "redis://", 8) != 0)
-        return why(whybuf, whylen, "must start with redis:// or unix://");
-
-    const char *p = url + 8;
-    const char *end = p + strlen(p);
-    const char *slash = strchr(p, '/');
-    const char *hostend = slash ? slash : end;
-    const char *at = NULL;
-    for (const char *s = p; s < hostend; s++)
-        if (*s == '@')
-            at = s;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon)
-            return why(whybuf, whylen, "credentials must be written [user]:password@");
-        if (!url_part_ok(p, (size_t)(colon - p), 128))
-            return why(whybuf, whylen, "bad user name (too long, bad %-escape or character)");
-        if (!url_part_ok(colon + 1, (size_t)(at - colon - 1), 256))
-            return why(whybuf, whylen, "bad password (too long, bad %-escape or character)");
-        p = at + 1;
-    }
     const char *portsep = NULL;
     if (*p == '[') {
         const char *rb = memchr(p, ']', (size_t)(hostend - p));
@@ -565,6 +530,84 @@ bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
     }
     if (portsep && !url_int_ok(portsep + 1, (size_t)(hostend - portsep - 1), 1, 65535))
         return why(whybuf, whylen, "port must be a number 1..65535");
+    return true;
+}
+
+/* The seed list of a redis-cluster:// URL in p[0..end): host[:port][,host[:port]...] (at most
+ * 16), optionally followed by "/" or "/0" (a cluster has only db 0). */
+static bool cluster_nodes_ok(const char *p, const char *end, char *whybuf, size_t whylen)
+{
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    if (slash) {
+        if (!(end - slash == 1 || (end - slash == 2 && slash[1] == '0')))
+            return why(whybuf, whylen, "a Redis Cluster has only db 0");
+        end = slash;
+    }
+    int n = 0;
+    while (p < end || n == 0) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *he = comma ? comma : end;
+        if (++n > 16)
+            return why(whybuf, whylen, "at most 16 cluster nodes");
+        if (!hostport_ok(p, he, whybuf, whylen))
+            return false;
+        p = comma ? comma + 1 : end;
+        if (comma && p == end)
+            return why(whybuf, whylen, "missing host after ','");
+    }
+    return true;
+}
+
+bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
+{
+    if (!url || !*url)
+        return why(whybuf, whylen, "empty");
+    if (strlen(url) >= CONFIG_REDIS_URL_MAX)
+        return why(whybuf, whylen, "longer than 1023 characters");
+    for (const char *s = url; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            return why(whybuf, whylen, "contains a control or non-ASCII character");
+
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        const char *q = strchr(path, '?');
+        size_t plen = q ? (size_t)(q - path) : strlen(path);
+        if (plen == 0 || path[0] != '/')
+            return why(whybuf, whylen, "the unix socket path must be absolute (unix:///path)");
+        if (plen > 107)
+            return why(whybuf, whylen, "the unix socket path is longer than 107 bytes");
+        if (q && (strncmp(q, "?db=", 4) != 0 || !url_int_ok(q + 4, strlen(q + 4), 0, 100000)))
+            return why(whybuf, whylen, "only ?db=N (0..100000) may follow the socket path");
+        return true;
+    }
+    if (strncmp(url, "rediss://", 9) == 0)
+        return why(whybuf, whylen, "TLS (rediss://) is not supported");
+    bool cluster = strncmp(url, "redis-cluster://", 16) == 0;
+    if (!cluster && strncmp(url, "redis://", 8) != 0)
+        return why(whybuf, whylen, "must start with redis://, redis-cluster:// or unix://");
+
+    const char *p = url + (cluster ? 16 : 8);
+    const char *end = p + strlen(p);
+    const char *slash = strchr(p, '/');
+    const char *at = NULL;
+    for (const char *s = p; s < (slash ? slash : end); s++)
+        if (*s == '@')
+            at = s;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (!colon)
+            return why(whybuf, whylen, "credentials must be written [user]:password@");
+        if (!url_part_ok(p, (size_t)(colon - p), 128))
+            return why(whybuf, whylen, "bad user name (too long, bad %-escape or character)");
+        if (!url_part_ok(colon + 1, (size_t)(at - colon - 1), 256))
+            return why(whybuf, whylen, "bad password (too long, bad %-escape or character)");
+        p = at + 1;
+    }
+    if (cluster)
+        return cluster_nodes_ok(p, end, whybuf, whylen);
+    const char *hostend = slash ? slash : end;
+    if (!hostport_ok(p, hostend, whybuf, whylen))
+        return false;
     if (slash && slash + 1 < end && !url_int_ok(slash + 1, (size_t)(end - slash - 1), 0, 100000))
         return why(whybuf, whylen, "db must be a number 0..100000");
     return true;
@@ -664,8 +707,8 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
         if (!config_redis_url_valid(s, reason, sizeof(reason))) {
             /* Not quoted: the URL may carry a password. */
             seterr(err, errlen,
-                   "redis: invalid URL: %s; expected redis://[[user]:password@]host[:port][/db] "
-                   "or unix:///path (%s %s)",
+                   "redis: invalid URL: %s; expected redis://[[user]:password@]host[:port][/db], "
+                   "unix:///path or redis-cluster://host:port[,host:port...] (%s %s)",
                    reason, o->what, o->name);
             return -1;
         }
@@ -828,6 +871,7 @@ void config_defaults(struct config *out)
     out->connection_timeout_s = 30;
     out->connection_memory_kib = 4;
     out->redis_timeout_ms = 1000;
+    out->redis_replica_acks = 0;
     out->sold_out_recheck_ms = 500;
     out->shutdown_grace_ms = 5000;
     out->redis_pipeline = 0;
@@ -1075,6 +1119,11 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         if (k->kind != K_CONFIG && apply(out, k, value, NULL, &o, err, errlen))
             return -1;
     }
+    if (out->strategy == STRATEGY_SINGLE_LOCK && strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
+        seterr(err, errlen, "strategy: single-lock needs one Redis (its SKU lock guards keys in "
+                            "other cluster slots); use segmented or atomic with redis-cluster://");
+        return -1;
+    }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
     return 0;
 }
@@ -1085,9 +1134,12 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
 static void mask_url(const char *url, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", url);
-    if (strncmp(url, "redis://", 8) != 0)
+    size_t skip = strncmp(url, "redis://", 8) == 0           ? 8
+                  : strncmp(url, "redis-cluster://", 16) == 0 ? 16
+                                                             : 0;
+    if (!skip)
         return;
-    const char *p = url + 8;
+    const char *p = url + skip;
     const char *slash = strchr(p, '/');
     const char *hostend = slash ? slash : p + strlen(p);
     const char *at = NULL;
@@ -1157,6 +1209,7 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "connection_memory_kib",
                                json_integer(cfg->connection_memory_kib));
     bad |= json_object_set_new(o, "redis_timeout_ms", json_integer(cfg->redis_timeout_ms));
+    bad |= json_object_set_new(o, "redis_replica_acks", json_integer(cfg->redis_replica_acks));
     bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
     bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
     bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));

@@ -79,6 +79,8 @@ struct config {
     int connection_timeout_s;           /* idle HTTP connection timeout, 1..3600, default 30 */
     int connection_memory_kib;          /* libmicrohttpd's pool per connection, 2..1024, default 4 */
     int redis_timeout_ms;               /* connect/command timeout, 1..60000, default 1000 */
+    int redis_replica_acks;             /* 0..16, default 0: replicas that must have a commit
+                                           (WAIT after it, on the same master) before 201 */
     int sold_out_recheck_ms;            /* 1..1000, default 500: a cached sold-out state is
                                            re-checked (so a restock ends it) within this bound */
     int shutdown_grace_ms;              /* 0..600000, default 5000: in-flight drain on SIGTERM */

@@ -108,6 +108,7 @@ enum ostate {
     OS_SINGLE_ACQUIRE,  /* single-lock: the SKU's lock, with waiting */
     OS_SINGLE_COMMIT,   /* single-lock: a fenced commit of one segment under it */
     OS_ROLLOUT,         /* settle (once per request) or timer (2 ms): a PUT rolling out */
+    OS_REPLICA_WAIT,    /* WAIT after a commit: --redis-replica-acks replicas have it (or not) */
     OS_IDEM_END,        /* IDEM_SWAP settling the key claim after the order */
     OS_DONE
 };
@@ -159,6 +160,7 @@ struct order {
     struct sku_view view;
     int64_t deadline_ms;
     int settled;      /* this request already settled the SKU's layout once */
+    int acked;        /* the WAIT after the commit was answered (redis_replica_acks > 0) */
     int cancelled;    /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];
     char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
@@ -1290,7 +1292,9 @@ static void answer(struct order *o)
     case OUT_OUTCOME_UNKNOWN:
         /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
          * twice: the same Idempotency-Key replays the order if it was placed. */
-        log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku, lc_errmsg());
+        if (!o->acked) /* else replica_on_wait said why */
+            log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku,
+                    lc_errmsg());
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE,
                        "the stock store failed during the commit: the order may have been "
@@ -1310,9 +1314,51 @@ static void answer(struct order *o)
     areq_done(ar);
 }
 
+/*
+ * With --redis-replica-acks N: after a commit, WAIT N on the connection that carried it (the
+ * segment's master: lc_async_command_key routes by the segment's key), so the order is on N
+ * replicas before the 201. WAIT blocks that connection in Redis, so its timeout is a quarter
+ * of the Redis timeout: commands pipelined behind it keep their own deadline.
+ */
+static void replica_wait(struct order *o)
+{
+    char n[16], ms[16];
+    int timeout = o->app->cfg.redis_timeout_ms / 4;
+    snprintf(n, sizeof(n), "%d", o->app->cfg.redis_replica_acks);
+    snprintf(ms, sizeof(ms), "%d", timeout > 0 ? timeout : 1);
+    const char *argv[3] = {"WAIT", n, ms};
+    struct seg_keys sk;
+    store_seg_keys(o->in.sku, o->k, &sk); /* the committed segment's: its master */
+    o->state = OS_REPLICA_WAIT;
+    if (lc_async_command_key(o->lc, sk.stock, strlen(sk.stock), 3, argv, NULL, on_reply, o) !=
+        LC_OK)
+        step(o, EV_REPLY, LC_EIO, NULL);
+}
+
+/* WAIT's answer: enough replicas → the 201; fewer (timeout), or no answer → the order is
+ * committed on the master but may not survive its failover: 503 with outcome unknown. */
+static void replica_on_wait(struct order *o, lc_status st, const redisReply *r)
+{
+    o->acked = 1;
+    long long got = st == LC_OK && r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (got >= o->app->cfg.redis_replica_acks) {
+        place_done(o, OUT_CREATED);
+        return;
+    }
+    log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
+            "sku %s order %s: committed, but on %lld of %d replicas (%s)", o->in.sku,
+            o->order_id, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            st == LC_OK ? "WAIT timed out" : lc_errmsg());
+    place_done(o, OUT_OUTCOME_UNKNOWN);
+}
+
 /* The order attempt is decided: settle the key claim (if any), then answer. */
 static void place_done(struct order *o, enum order_outcome out)
 {
+    if (out == OUT_CREATED && o->app->cfg.redis_replica_acks > 0 && !o->acked) {
+        replica_wait(o);
+        return;
+    }
     o->out = out;
     if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED) {
         idem_end(o);
@@ -1573,6 +1619,9 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
         return;
     case OS_COMMIT:
         segment_on_commit(o, ev, st, r);
+        return;
+    case OS_REPLICA_WAIT:
+        replica_on_wait(o, st, r);
         return;
     case OS_SINGLE_ACQUIRE:
         if (st != LC_OK) {

@@ -572,10 +572,17 @@ static void test_redis_urls(void **state)
         "redis://[2001:db8::1]/3",
         "unix:///tmp/redis.sock",
         "unix:///tmp/r.sock?db=3",
+        "redis-cluster://127.0.0.1:7001",
+        "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,[::1]:7003,h",
+        "redis-cluster://:pw@h1:7000,h2:7000/0",
+        "redis-cluster://u:p%40w@h1/",
     };
     static const char *const bad[] = {
         "redis://h:65536", "redis://h/100001", "redis://[::1]x", "redis://:pw@", "redis://u:%4@h",
         "REDIS://h",       "redis:/h",         "unix://",        "redis://h\x7f", "tcp://h:1",
+        "redis-cluster://", "redis-cluster://h:1,", "redis-cluster://h:1,,h:2",
+        "redis-cluster://h:1/1", "redis-cluster://h:0", "redis-cluster://h:1,[::1",
+        "redis-cluster://a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1,q:1",
     };
     char why[128];
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
@@ -592,6 +599,36 @@ static void test_redis_urls(void **state)
     memset(longurl + 8, 'h', 1050);
     longurl[1058] = '\0';
     assert_false(config_redis_url_valid(longurl, why, sizeof(why)));
+}
+
+/* A cluster URL's password is masked too; single-lock is refused with a cluster (its SKU lock
+ * guards keys of other slots); --redis-replica-acks is read and bounded. */
+static void test_cluster_settings(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--redis", "redis-cluster://:hunter2@h1:7000,h2:7001", "--redis-replica-acks",
+                      "1"),
+             NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.redis_replica_acks, 1);
+    char buf[2048];
+    assert_true(config_describe(&r.cfg, buf, sizeof(buf)) > 0);
+    assert_null(strstr(buf, "hunter2"));
+    assert_non_null(strstr(buf, "redis-cluster://:***@h1:7000,h2:7001"));
+
+    run_load(&r, ARGS("--redis", "redis-cluster://h1:7000", "--strategy", "single-lock"), NONE,
+             NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "single-lock"));
+    run_load(&r, ARGS("--redis", "redis-cluster://h1:7000", "--strategy", "atomic"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    run_load(&r, ARGS("--redis-replica-acks", "17"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "redis_replica_acks"));
+    run_load(&r, NONE, ARGS("INVENTORY_REDIS_REPLICA_ACKS=2"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.redis_replica_acks, 2);
 }
 
 /* ---- describe -------------------------------------------------------------------------- */
@@ -615,6 +652,7 @@ static void test_describe(void **state)
         fail_msg("describe is not JSON: %s: %s", je.text, buf);
     assert_string_equal(json_string_value(json_object_get(o, "admin_token")), "***");
     assert_string_equal(json_string_value(json_object_get(o, "redis")), "redis://bob:***@h:1/2");
+    assert_int_equal(json_integer_value(json_object_get(o, "redis_replica_acks")), 0);
     assert_true(json_is_null(json_object_get(o, "config")));
     assert_string_equal(json_string_value(json_object_get(o, "strategy")), "segmented");
     assert_string_equal(json_string_value(json_object_get(o, "log_level")), "info");
@@ -903,6 +941,7 @@ int main(void)
         cmocka_unit_test(test_file_syntax_errors_quote_nothing),
         cmocka_unit_test(test_small_error_buffer),
         cmocka_unit_test(test_redis_urls),
+        cmocka_unit_test(test_cluster_settings),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_shipped_config_file),
         cmocka_unit_test(test_docs_mention_every_key),

@@ -76,8 +76,8 @@ typedef struct lc_client_opts {
 void lc_client_opts_init(lc_client_opts *opts);
 
 /* Makes a client for the Redis at url and checks it with one PING (and AUTH/SELECT when the
- * URL asks). URL forms: redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N].
- * opts may be NULL for the defaults. On LC_OK *out is a new client to free with lc_client_free;
+ * URL asks). URL forms: redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N]
+ * (redis-cluster:// URLs are LC_EINVAL here: see lc_async_client_new). opts may be NULL for the defaults. On LC_OK *out is a new client to free with lc_client_free;
  * otherwise *out is NULL. A client whose server is down at creation is an error (LC_EIO); later
  * outages are survived: a broken connection is dropped and the next call reconnects. */
 lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client **out);

@@ -49,7 +49,11 @@ struct event_base;
 typedef struct lc_async_client lc_async_client;
 typedef struct lc_async_lock lc_async_lock;
 
-/* Makes a client on loop base for the Redis at url (forms as lc_client_new). opts may be NULL
+/* Makes a client on loop base for the Redis at url (forms as lc_client_new), or for a Redis
+ * Cluster: redis-cluster://[[user]:password@]host[:port][,host[:port]...] names seed nodes; every
+ * command then goes to the master of its key's slot (a script's first key, a plain command's
+ * key) on a pipelined connection per node, MOVED/ASK/TRYAGAIN are followed inside lockcore and
+ * the slot map is refreshed on change (docs/lockcore.md, "Redis Cluster"). opts may be NULL
  * for the defaults; command_timeout_ms is every command's deadline, connect_timeout_ms and the
  * pool and pipeline fields are not used. Starts connecting without waiting: a Redis that is
  * down is no error here; operations report it (LC_EIO). LC_OK with *out to free with
@@ -146,6 +150,15 @@ typedef void (*lc_async_reply_fn)(lc_status st, const redisReply *reply, void *a
  * above. */
 lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
                            const size_t *lens, lc_async_reply_fn cb, void *arg);
+
+/* As lc_async_command, but the command goes to the node that serves key[0..keylen) on a
+ * Redis Cluster (on one Redis: the same connection as every command). For keyless commands
+ * that must run where a key lives, on the same pipelined connection as the commands sent
+ * before for that key: e.g. WAIT numreplicas timeout after a write (the WAIT then covers it).
+ * The key is not sent. */
+lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
+                               const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
+                               void *arg);
 
 /* Runs script (lc_script_new; alive until the callback) by EVALSHA, resent once with EVAL when
  * Redis answers NOSCRIPT. keys and args copied; the lens arrays may be NULL. */

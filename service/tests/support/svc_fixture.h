@@ -217,7 +217,8 @@ typedef struct sf_report {
 } sf_report;
 
 /*
- * Reads every segment of sku from the Redis at redis_url (redis://[:password@]host:port[/db])
+ * Reads every segment of sku from the Redis at redis_url (redis://[:password@]host:port[/db],
+ * or redis-cluster://host:port[,…]: each key from its master, found with CLUSTER KEYSLOT)
  * and checks, for each k in [0, meta.segments), on one MULTI/EXEC snapshot of the segment:
  *   stock >= 0; sver == meta.version; cnt.t == stock + cnt.s;
  *   cnt.s == Σ quantity of its order records whose status is not "cancelled";

@@ -92,6 +92,93 @@ static redisContext *sf_redis_connect(const char *url, sf_report *rep)
     return c;
 }
 
+/*
+ * Where the keys live: one Redis, or a Redis Cluster (redis-cluster://seed[,…]: the first seed
+ * is asked CLUSTER SLOTS, each master gets a connection, and each key's slot comes from the
+ * server's own CLUSTER KEYSLOT, so the checker shares no code with the routing it checks).
+ */
+#define SF_MAX_NODES 16
+typedef struct sf_keys {
+    int cluster;
+    redisContext *seed;              /* the one Redis, or the seed node */
+    int n;                           /* cluster: masters */
+    int start[SF_MAX_NODES * 8], end[SF_MAX_NODES * 8], of[SF_MAX_NODES * 8], nranges;
+    redisContext *node[SF_MAX_NODES];
+    char host[SF_MAX_NODES][64];
+    int port[SF_MAX_NODES];
+} sf_keys;
+
+static void sf_redis_close(sf_keys *sr)
+{
+    redisFree(sr->seed);
+    for (int i = 0; i < sr->n; i++)
+        redisFree(sr->node[i]);
+    memset(sr, 0, sizeof *sr);
+}
+
+/* Opens sr for url. 0, or -1 with the reason in rep. */
+static int sf_redis_open(sf_keys *sr, const char *url, sf_report *rep)
+{
+    memset(sr, 0, sizeof *sr);
+    if (strncmp(url, "redis-cluster://", 16) != 0) {
+        sr->seed = sf_redis_connect(url, rep);
+        return sr->seed ? 0 : -1;
+    }
+    char first[512];
+    snprintf(first, sizeof first, "redis://%.*s", (int)strcspn(url + 16, ",/"), url + 16);
+    sr->cluster = 1;
+    if (!(sr->seed = sf_redis_connect(first, rep)))
+        return -1;
+    redisReply *r = redisCommand(sr->seed, "CLUSTER SLOTS");
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || sr->nranges == SF_MAX_NODES * 8)
+            continue;
+        const char *host = e->element[2]->element[0]->str;
+        int port = (int)e->element[2]->element[1]->integer;
+        int m = 0;
+        while (m < sr->n && !(sr->port[m] == port && strcmp(sr->host[m], host) == 0))
+            m++;
+        if (m == sr->n && sr->n < SF_MAX_NODES) {
+            char nurl[128];
+            snprintf(sr->host[m], sizeof sr->host[m], "%s", host);
+            sr->port[m] = port;
+            snprintf(nurl, sizeof nurl, "redis://%s:%d", host, port);
+            if (!(sr->node[m] = sf_redis_connect(nurl, rep))) {
+                freeReplyObject(r);
+                sf_redis_close(sr);
+                return -1;
+            }
+            sr->n++;
+        }
+        sr->start[sr->nranges] = (int)e->element[0]->integer;
+        sr->end[sr->nranges] = (int)e->element[1]->integer;
+        sr->of[sr->nranges++] = m;
+    }
+    freeReplyObject(r);
+    if (sr->n == 0) {
+        sf_problem(rep, "CLUSTER SLOTS of %s named no master", first);
+        sf_redis_close(sr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The connection holding key, or NULL (rep says why). */
+static redisContext *sf_redis_for(sf_keys *sr, const char *key, sf_report *rep)
+{
+    if (!sr->cluster)
+        return sr->seed;
+    redisReply *r = redisCommand(sr->seed, "CLUSTER KEYSLOT %s", key);
+    long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    for (int i = 0; i < sr->nranges; i++)
+        if (sr->start[i] <= slot && slot <= sr->end[i])
+            return sr->node[sr->of[i]];
+    sf_problem(rep, "no master serves the slot of %s", key);
+    return NULL;
+}
+
 /* The integer value of a bulk string or integer reply; *ok = 0 for anything else. */
 static long long sf_reply_ll(const redisReply *r, int *ok)
 {
@@ -262,15 +349,16 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     rep->ok = 1;
-    redisContext *c = sf_redis_connect(redis_url, rep);
-    if (c == NULL)
+    sf_keys sr;
+    if (sf_redis_open(&sr, redis_url, rep) != 0)
         return -1;
     int rc = -1;
     char key[512];
     snprintf(key, sizeof key, "inv:{%s}:meta", sku);
-    redisReply *meta = redisCommand(c, "HMGET %s version segments state", key);
+    redisContext *c = sf_redis_for(&sr, key, rep);
+    redisReply *meta = c ? redisCommand(c, "HMGET %s version segments state", key) : NULL;
     if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 3) {
-        sf_problem(rep, "HMGET meta failed: %s", meta ? "bad reply" : c->errstr);
+        sf_problem(rep, "HMGET meta failed: %s", meta ? "bad reply" : c ? c->errstr : "");
         freeReplyObject(meta);
         goto out;
     }
@@ -302,6 +390,8 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         snprintf(cnt, sizeof cnt, "inv:{%s:%d}:cnt", sku, k);
         snprintf(orders, sizeof orders, "inv:{%s:%d}:orders", sku, k);
         snprintf(idem, sizeof idem, "inv:{%s:%d}:idem", sku, k);
+        if (!(c = sf_redis_for(&sr, stock, rep)))
+            goto out;
         redisAppendCommand(c, "MULTI");
         redisAppendCommand(c, "GET %s", stock);
         redisAppendCommand(c, "GET %s", sver);
@@ -330,14 +420,15 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         sf_check_segment(rep, sku, k, x);
         freeReplyObject(x);
     }
-    if (sf_check_strays(c, sku, rep) != 0)
-        goto out;
+    for (int i = 0; i < (sr.cluster ? sr.n : 1); i++)
+        if (sf_check_strays(sr.cluster ? sr.node[i] : sr.seed, sku, rep) != 0)
+            goto out;
     if (rep->sold != rep->stock_total - rep->remaining)
         sf_problem(rep, "sold %lld != stock_total %lld - remaining %lld", rep->sold,
                    rep->stock_total, rep->remaining);
     rc = 0;
 out:
-    redisFree(c);
+    sf_redis_close(&sr);
     return rc;
 }
 
