@@ -20,15 +20,23 @@
 #             trip answers 503 within its bounds and changes nothing
 #   lease     lease 100 ms < hold 300 ms: with renewal (the watchdog) orders succeed and no lock
 #             is lost; with --lock-renewal 0 every commit is refused, 0 units sold
+#   locknode  (--lock-redis only) kill -9 of one lock node mid-load, then of a second one: the
+#             instances go on selling on the majority left, 0 oversold
+# With --lock-redis the instances guard their segments with Redlock on 5 lock redis-servers
+# (AOF, appendfsync always) started here, the stock staying on the data Redis, every commit
+# fenced by the Redlock's token; the faults then default to kill,pause,locknode (the others
+# are about the data Redis, or, for lease, about the owner check that token fencing replaces).
 # Writes loadtest/results/faults-<UTC timestamp>/ with FAULTS.md (a row per fault: its checks
 # and measurements), run.log, raw/ (wrk output, probe and readiness timelines, verify output)
 # and logs/. Everything it starts is stopped on exit, also on failure.
 #
-# Usage: loadtest/faults.sh [--soak] [--faults LIST] [--out DIR]
+# Usage: loadtest/faults.sh [--soak] [--lock-redis] [--faults LIST] [--out DIR]
 #   --soak     the long version: 60 s windows, 500,000 units, and the fault repeated (kill
 #              and restart an instance every 10 s, pause every 8 s, restart Redis every 15 s);
 #              about 9 min
-#   --faults   comma-separated subset of: kill,pause,everysec,always,absent,latency,lease [all]
+#   --faults   comma-separated subset of: kill,pause,everysec,always,absent,latency,lease,
+#              locknode [all but locknode; with --lock-redis: kill,pause,locknode]
+#   --lock-redis  Redlock mode (above)
 #   --out DIR  results directory
 # Exit status: 0 every check passed; 1 a check failed; 2 usage; 3 infrastructure failure.
 #
@@ -40,10 +48,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 lt=$root/loadtest
 
-soak=0 faults="" out=""
+soak=0 faults="" out="" redlock=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --soak) soak=1; shift ;;
+    --lock-redis) redlock=1; shift ;;
     --faults) faults=$2; shift 2 ;;
     --faults=*) faults=${1#*=}; shift ;;
     --out) out=$2; shift 2 ;;
@@ -52,10 +61,12 @@ while [ $# -gt 0 ]; do
     *) echo "faults.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-all_faults=kill,pause,everysec,always,absent,latency,lease
-faults=${faults:-$all_faults}
+all_faults=kill,pause,everysec,always,absent,latency,lease,locknode
+if [ "$redlock" = 1 ]; then faults=${faults:-kill,pause,locknode}
+else faults=${faults:-kill,pause,everysec,always,absent,latency,lease}; fi
 for f in ${faults//,/ }; do
   [[ ",$all_faults," == *",$f,"* ]] || { echo "faults.sh: unknown fault '$f' (one of $all_faults)" >&2; exit 2; }
+  [ "$f" != locknode ] || [ "$redlock" = 1 ] || { echo "faults.sh: locknode needs --lock-redis" >&2; exit 2; }
 done
 
 build_dir=${BUILD_DIR:-$root/build}
@@ -78,7 +89,7 @@ else window=${FT_WINDOW_S:-8} stock=${FT_STOCK:-20000}; fi
 slack_ms=1000
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-res=${out:-$lt/results/faults-$stamp$([ "$soak" = 1 ] && echo -soak || true)}
+res=${out:-$lt/results/faults-$stamp$([ "$soak" = 1 ] && echo -soak || true)$([ "$redlock" = 1 ] && echo -redlock || true)}
 mkdir -p "$res/raw" "$res/logs"
 run_dir=$res/run
 mkdir -p "$run_dir"
@@ -87,9 +98,37 @@ lib_name=faults
 . "$lt/lib.sh"
 
 obs_pids=()
+lock_pids=() lock_ports=() lock_flags=()
 cleanup_hook() {
   [ -z "${stop_file:-}" ] || touch "$stop_file"
   for p in ${obs_pids[@]+"${obs_pids[@]}"}; do stop_pid "$p" 20; done
+  lock_nodes_stop
+}
+# --- Redlock's lock nodes (--lock-redis) ----------------------------------------------------
+lock_node_up() { [ "$(timeout 2 redis-cli -p "${lock_ports[$1]}" ping 2>/dev/null)" = PONG ]; }
+# lock_node_start I: lock node I on lock_ports[I] (picked the first time), AOF fsync always.
+lock_node_start() {
+  local i=$1
+  if [ -z "${lock_ports[i]:-}" ]; then pick_port || die "no free port for lock node $i"; lock_ports[i]=$picked; fi
+  mkdir -p "$run_dir/lock$i"
+  redis-server --port "${lock_ports[i]}" --bind 127.0.0.1 --save "" --appendonly yes \
+    --appendfsync always --dir "$run_dir/lock$i" --logfile "$res/logs/lock$i.log" --daemonize no &
+  lock_pids[i]=$!
+  wait_ready "${lock_pids[i]}" 300 lock_node_up "$i" || die "lock node $i did not start"
+}
+lock_nodes_start() {
+  local i urls=""
+  for ((i = 0; i < 5; i++)); do
+    lock_node_start "$i"
+    urls+="${urls:+,}redis://127.0.0.1:${lock_ports[i]}"
+  done
+  lock_flags=(--lock-redis "$urls")
+  log "Redlock mode: 5 lock nodes on ports ${lock_ports[*]}"
+}
+lock_nodes_stop() {
+  local p
+  for p in ${lock_pids[@]+"${lock_pids[@]}"}; do stop_pid "$p" 50; done
+  lock_pids=()
 }
 install_cleanup
 
@@ -98,6 +137,7 @@ check_tools
 [ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets inventoryd delayproxy
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 pick_instance_ports
+[ "$redlock" = 0 ] || lock_nodes_start
 
 now_ms() { date +%s%3N; }
 failures=0
@@ -196,10 +236,10 @@ fault_begin() {
   sku=ft-$name
   log "fault $name"
   [ -n "$redis_pid" ] || start_redis
-  start_servers inventoryd "$instances" "$threads" "$@"
+  start_servers inventoryd "$instances" "$threads" "$@" ${lock_flags[@]+"${lock_flags[@]}"}
   start_nginx "$instances"
   put_sku "$sku" "$stock" "$segments" "$raw.put.json"
-  inst_flags=("$@") inst_threads=$threads
+  inst_flags=("$@" ${lock_flags[@]+"${lock_flags[@]}"}) inst_threads=$threads
 }
 # sleep_until MS: sleeps until the epoch-ms instant (at once when it has passed).
 sleep_until() {
@@ -221,12 +261,19 @@ load_finish() {
   sleep_until "$(load_end_ms)"
   finish_wrk "$raw"
 }
-# locks_clear: true when no segment lock of the SKU exists (no order is inside a segment).
+# locks_clear: true when no segment lock of the SKU exists (no order is inside a segment): on
+# the data Redis, or on every live lock node with --lock-redis.
 locks_clear() {
-  local k n
-  for ((k = 0; k < segments; k++)); do
-    n=$(timeout 2 redis-cli -p "$redis_port" EXISTS "inv:{$sku:$k}:lock" 2>/dev/null || echo 1)
-    [ "$n" = 0 ] || return 1
+  local k n p ports=("$redis_port")
+  [ "$redlock" = 0 ] || ports=()
+  for ((k = 0; k < ${#lock_pids[@]}; k++)); do
+    kill -0 "${lock_pids[k]}" 2>/dev/null && ports+=("${lock_ports[k]}")
+  done
+  for p in "${ports[@]}"; do
+    for ((k = 0; k < segments; k++)); do
+      n=$(timeout 2 redis-cli -p "$p" EXISTS "inv:{$sku:$k}:lock" 2>/dev/null || echo 1)
+      [ "$n" = 0 ] || return 1
+    done
   done
 }
 # quiet: no request in flight in any live instance (its own /metrics request aside) and no
@@ -552,6 +599,37 @@ fault_lease() {
   fault_end
 }
 
+# kill -9 of lock nodes mid-load (--lock-redis): one, then a second; both restarted at the end.
+fault_locknode() {
+  hold=0 lease=2000
+  local stock=$((stock * 10)) # it must not sell out before the second kill
+  fault_begin locknode 2 --lock-lease-ms "$lease"
+  observers_start
+  load_start
+  local t1 t2 sold1 sold2
+  sleep_until $((load_t0 + 1000))
+  t1=$(now_ms)
+  kill -KILL "${lock_pids[0]}"; wait "${lock_pids[0]}" 2>/dev/null || true
+  log "  kill -9 lock node 0"
+  sleep_until $((load_t0 + 3000))
+  t2=$(now_ms)
+  kill -KILL "${lock_pids[1]}"; wait "${lock_pids[1]}" 2>/dev/null || true
+  log "  kill -9 lock node 1 (2 of 5 down)"
+  sleep_until $((load_t0 + 5000))
+  sold1=$(sold_between "$((t1 + 200))" "$t2")
+  sold2=$(sold_between "$((t2 + 200))" "$(now_ms)")
+  load_finish
+  observers_stop
+  check "sold with 1 of 5 lock nodes down: $sold1 units" ge "$sold1" 1
+  check "sold with 2 of 5 lock nodes down: $sold2 units" ge "$sold2" 1
+  verify_sku
+  report "kill -9 of 1, then 2 of 5 lock nodes (Redlock)" \
+    "units sold with 1 down: $sold1, with 2 down: $sold2; $(field created "$result") orders created"
+  fault_end
+  lock_node_start 0
+  lock_node_start 1
+}
+
 t_begin=$(date +%s)
 for f in ${faults//,/ }; do
   case "$f" in
@@ -561,6 +639,7 @@ for f in ${faults//,/ }; do
     absent) fault_absent ;;
     latency) fault_latency ;;
     lease) fault_lease ;;
+    locknode) fault_locknode ;;
   esac
 done
 log "$checks_passed checks passed, $failures failed, in $(($(date +%s) - t_begin)) s; $res/FAULTS.md"

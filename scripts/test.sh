@@ -23,7 +23,9 @@
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # loadtest/chaos.sh --short (the randomized concurrent-history test, about 70 s; --long is the
 # 10-minute form, not run here) and loadtest/faults.sh (the fault tests: kill -9, SIGSTOP, Redis restarts, Redis absent,
-# latency, lease < hold; its --soak form is the long one, not run here).
+# latency, lease < hold; its --soak form is the long one, not run here), then again with
+# --lock-redis (Redlock on 5 lock nodes: kill -9, SIGSTOP past the lease, kill -9 of lock
+# nodes; about 35 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,5 +87,7 @@ fi
 if [ "${SKIP_FAULTS:-0}" != 1 ]; then
   echo "== loadtest/faults.sh"
   LT_SKIP_DEPS=1 loadtest/faults.sh
+  echo "== loadtest/faults.sh --lock-redis (kill, pause and lock-node kills with Redlock)"
+  LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/faults.sh --lock-redis
 fi
 echo "scripts/test.sh: all passed"

@@ -1539,6 +1539,11 @@ lc_status lc_async_script(lc_async_client *client, const lc_script *script, int 
     return st;
 }
 
+struct event_base *lc_async_client_base(const lc_async_client *client)
+{
+    return client->base;
+}
+
 void lc_async_mark_loop_thread(int on)
 {
     lc_in_loop += on ? 1 : -1;

@@ -28,7 +28,7 @@ static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
 static void builtin_init(void)
 {
     static const char *const src[LC_S_COUNT] = {LC_LUA_ACQUIRE, LC_LUA_RELEASE, LC_LUA_RENEW,
-                                                LC_LUA_FORCE};
+                                                LC_LUA_FORCE, LC_LUA_FENCE_RAISE};
     for (int i = 0; i < LC_S_COUNT; i++)
         if (lc_script_new(src[i], &builtin[i]) != LC_OK)
             builtin[i] = NULL;
@@ -224,6 +224,19 @@ lc_status lc_call_force(lc_call *c, const char *name, const char *channel)
         return st;
     put_key(c, 0, name, strlen(name));
     put_arg(c, 0, channel);
+    return LC_OK;
+}
+
+lc_status lc_call_raise(lc_call *c, const lc_hold *h, uint64_t fence)
+{
+    lc_status st = call_alloc(c, lc_builtin_script(LC_S_RAISE), 2, 2);
+    if (st != LC_OK)
+        return st;
+    put_key(c, 0, h->name, h->name_len);
+    put_key(c, 1, h->fence_key, strlen(h->fence_key));
+    snprintf(c->fence, sizeof(c->fence), "%" PRIu64, fence);
+    put_arg(c, 0, h->token);
+    put_arg(c, 1, c->fence);
     return LC_OK;
 }
 

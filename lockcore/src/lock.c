@@ -380,6 +380,24 @@ lc_status lc_fenced_script_new(const char *body, lc_script **out)
     return st;
 }
 
+lc_status lc_token_fenced_script_new(const char *body, lc_script **out)
+{
+    if (out)
+        *out = NULL;
+    if (!body || !out)
+        return lc_fail(LC_EINVAL, "token-fenced script: NULL argument");
+    size_t len = strlen(LC_LUA_FENCE_ACCEPT_SRC) + strlen(LC_LUA_TOKEN_GUARD_HEAD) +
+                 strlen(body) + strlen(LC_LUA_TOKEN_GUARD_TAIL) + 1;
+    char *src = malloc(len);
+    if (!src)
+        return lc_fail(LC_ENOMEM, "token-fenced script: out of memory");
+    snprintf(src, len, "%s%s%s%s", LC_LUA_FENCE_ACCEPT_SRC, LC_LUA_TOKEN_GUARD_HEAD, body,
+             LC_LUA_TOKEN_GUARD_TAIL);
+    lc_status st = lc_script_new(src, out);
+    free(src);
+    return st;
+}
+
 int lc_fence_newer(uint64_t token, uint64_t highest_seen)
 {
     return token >= highest_seen;

@@ -52,7 +52,9 @@ lc_status lc_url_parse(const char *url, lc_url *out);
 
 /* The built-in scripts of scripts.h, made once per process (shared by every client of both
  * faces; never freed by a caller). NULL only when out of memory at first use. */
-typedef enum lc_builtin { LC_S_ACQUIRE, LC_S_RELEASE, LC_S_RENEW, LC_S_FORCE, LC_S_COUNT } lc_builtin;
+typedef enum lc_builtin {
+    LC_S_ACQUIRE, LC_S_RELEASE, LC_S_RENEW, LC_S_FORCE, LC_S_RAISE, LC_S_COUNT
+} lc_builtin;
 const lc_script *lc_builtin_script(lc_builtin which);
 
 /* One owner's view of its hold of one lock name: what both lc_lock and lc_async_lock are
@@ -156,6 +158,8 @@ lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *c
 lc_status lc_call_release(lc_call *c, const lc_hold *h, int holds);
 lc_status lc_call_renew(lc_call *c, const lc_hold *h, int lease_ms);
 lc_status lc_call_force(lc_call *c, const char *name, const char *channel);
+/* Redlock's fence raise (scripts.h LC_LUA_FENCE_RAISE) of the quorum's token on one node. */
+lc_status lc_call_raise(lc_call *c, const lc_hold *h, uint64_t fence);
 /* The fencing guard's arguments around the caller's keys and args (release: drop one hold). */
 lc_status lc_call_eval(lc_call *c, const lc_hold *h, const lc_script *script, int release,
                        int nkeys, const char **keys, const size_t *keylens, int nargs,

@@ -70,6 +70,20 @@
     "end\n"                                                                         \
     "return 0\n"
 
+/* Redlock's second step (redlock_async.c), on a node where the quorum's fencing token T is
+ * above the node's own: KEYS: lock, fence.  ARGV: owner token, T.
+ * -> 1 when this owner holds the lock there: NAME:fence raised to at least T (never lowered) and
+ *    the hold's f set to T; 0 (nothing changed) when it does not. Once a majority has T, every
+ *    later acquire's INCR on any majority meets a node at T or above, so its token is larger. */
+#define LC_LUA_FENCE_RAISE                                                          \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"           \
+    "local t = tonumber(ARGV[2])\n"                                                 \
+    "if tonumber(redis.call('GET', KEYS[2]) or '0') < t then\n"                     \
+    "  redis.call('SET', KEYS[2], ARGV[2])\n"                                       \
+    "end\n"                                                                         \
+    "redis.call('HSET', KEYS[1], 'f', ARGV[2])\n"                                   \
+    "return 1\n"
+
 /* The guard around a body made by lc_fenced_script_new.
  * KEYS: lock, body keys...  ARGV: owner, fence, release, lease ms, channel, body args...
  * release: "0", or the handle's hold count n to drop one hold of after the body, as the release
@@ -95,6 +109,20 @@
     "    redis.call('PUBLISH', lc_channel, '0')\n"                                  \
     "  end\n"                                                                       \
     "end\n"                                                                         \
+    "return {1, lc_result}\n"
+
+/* The guard around a body made by lc_token_fenced_script_new (a data-store script fenced by a
+ * token alone, as Redlock's): LC_LUA_FENCE_ACCEPT_SRC first, then
+ * KEYS: seen key, body keys...  ARGV: token, body args...
+ * -> {0} when the token is below the highest seen at the seen key (nothing ran),
+ *    {1, body result} otherwise (the token is recorded as seen). */
+#define LC_LUA_TOKEN_GUARD_HEAD                                                     \
+    "if not lc_fence_accept(KEYS[1], ARGV[1]) then return {0} end\n"               \
+    "local lc_fence = tonumber(ARGV[1])\n"                                          \
+    "local lc_result = (function(KEYS, ARGV)\n"
+
+#define LC_LUA_TOKEN_GUARD_TAIL                                                     \
+    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 2)})\n"                               \
     "return {1, lc_result}\n"
 
 /* Pasted into data-store scripts: accept a write only from the newest fencing token seen. */

@@ -55,6 +55,14 @@ bool areq_abandoned(const struct areq *ar);
 /* The per-segment gates of the request's loop (seggate.h). */
 struct seggate *areq_gates(const struct areq *ar);
 
+/* The Redlock node clients of the request's loop (--lock-redis): how many (0 = none), and
+ * *nodes the array (borrowed, the loop's). */
+int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes);
+
+/* The loop's list of live Redlock seglocks (seglock.h), closed before its node clients go. */
+struct seglock;
+struct seglock **areq_live_seglocks(const struct areq *ar);
+
 /* The request's loop: its index, 0..*nloops - 1. */
 int areq_loop(const struct areq *ar, int *nloops);
 

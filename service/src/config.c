@@ -36,7 +36,8 @@ enum kind {
     K_REDIS_FILE, /* a file holding the Redis URL */
     K_BOOL,       /* 0/1; as a flag, bare "--name" means 1 */
     K_CIDRS,      /* trusted_proxies */
-    K_ACCESS_LOG  /* a file path or "-" */
+    K_ACCESS_LOG, /* a file path or "-" */
+    K_LOCK_REDIS  /* Redis URLs separated by commas: Redlock's nodes */
 };
 
 struct keydef {
@@ -84,6 +85,10 @@ static const struct keydef keys[] = {
     {{"strategy", "--strategy", "INVENTORY_STRATEGY", "segmented",
       "segmented, single-lock, atomic", "stock locking strategy"},
      K_STRATEGY, 0, 0, 0},
+    {{"lock_redis", "--lock-redis", "INVENTORY_LOCK_REDIS", "none",
+      "1..15 redis:// URLs separated by commas, independent masters (3 or 5 typically)",
+      "guard segment locks with Redlock on these nodes; stock stays on --redis, fenced"},
+     K_LOCK_REDIS, 0, 0, 0},
     INT_KEY(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,
             "segment lock lease, renewed by the watchdog while held"),
     INT_KEY(lock_renewal, "--lock-renewal", "INVENTORY_LOCK_RENEWAL", 1, 0, 1,
@@ -147,6 +152,8 @@ static const char usage_text[] =
     "  --trusted-proxies CIDRS    proxies whose X-Forwarded-For/X-Real-IP is believed [none]\n"
     "  --threads N                HTTP worker threads, 1..1024 [number of CPUs]\n"
     "  --strategy S               segmented, single-lock or atomic [segmented]\n"
+    "  --lock-redis URLS          Redlock on these independent Redis masters (comma-\n"
+    "                             separated); stock stays on --redis, fenced [none]\n"
     "  --lock-lease-ms N          lock lease, 1..3600000 [10000]\n"
     "  --lock-renewal 0|1         renew held leases (watchdog); 0: holds end at the lease [1]\n"
     "  --lock-wait-ms N           longest wait for a segment lock, 0..600000 [2000]\n"
@@ -205,6 +212,24 @@ const struct config_key *config_key_at(size_t i)
 
 static const char *const strategy_names[] = {"segmented", "single-lock", "atomic"};
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+int config_lock_redis_url(const struct config *cfg, int i, char *buf, size_t len)
+{
+    const char *p = cfg->lock_redis;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    if (!p || i < 0 || i >= cfg->lock_redis_n || len == 0)
+        return -1;
+    size_t n = strcspn(p, ",");
+    if (n >= len)
+        return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return 0;
+}
 
 const char *config_strategy_name(enum config_strategy s)
 {
@@ -721,6 +746,39 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
         }
         snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
         return 0;
+    case K_LOCK_REDIS: {
+        /* Not quoted in messages: a URL may carry a password. */
+        if (strlen(s) >= sizeof(cfg->lock_redis)) {
+            seterr(err, errlen, "lock_redis: longer than %zu characters (%s %s)",
+                   sizeof(cfg->lock_redis) - 1, o->what, o->name);
+            return -1;
+        }
+        int n = 0;
+        for (const char *p = s;; n++) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            char url[CONFIG_REDIS_URL_MAX];
+            if (n >= CONFIG_LOCK_NODES_MAX || len == 0 || len >= sizeof(url)) {
+                seterr(err, errlen,
+                       "lock_redis: must be 1..%d Redis URLs separated by commas (%s %s)",
+                       CONFIG_LOCK_NODES_MAX, o->what, o->name);
+                return -1;
+            }
+            memcpy(url, p, len);
+            url[len] = '\0';
+            if (!config_redis_url_valid(url, reason, sizeof(reason))) {
+                seterr(err, errlen, "lock_redis: URL %d is invalid: %s (%s %s)", n + 1, reason,
+                       o->what, o->name);
+                return -1;
+            }
+            if (!end)
+                break;
+            p = end + 1;
+        }
+        snprintf(cfg->lock_redis, sizeof(cfg->lock_redis), "%s", s);
+        cfg->lock_redis_n = n + 1;
+        return 0;
+    }
     case K_BOOL:
         break;
     case K_STRATEGY:
@@ -1084,6 +1142,8 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "trusted_proxies", json_string(cfg->trusted_proxies_text));
     bad |= json_object_set_new(o, "threads", json_integer(cfg->threads));
     bad |= json_object_set_new(o, "strategy", json_string(config_strategy_name(cfg->strategy)));
+    bad |= json_object_set_new(o, "lock_redis",
+                               cfg->lock_redis_n ? json_integer(cfg->lock_redis_n) : json_null());
     bad |= json_object_set_new(o, "lock_lease_ms", json_integer(cfg->lock_lease_ms));
     bad |= json_object_set_new(o, "lock_renewal", json_integer(cfg->lock_renewal));
     bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));

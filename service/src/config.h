@@ -30,6 +30,7 @@
 #define CONFIG_REDIS_URL_MAX 1024
 #define CONFIG_ADMIN_TOKEN_MAX 256
 #define CONFIG_PROXIES_MAX 1024 /* text of trusted_proxies */
+#define CONFIG_LOCK_NODES_MAX 15 /* Redlock nodes of lock_redis */
 
 enum config_strategy {
     STRATEGY_SEGMENTED,   /* "segmented": N segments, one lock each (the product) */
@@ -64,6 +65,9 @@ struct config {
     struct proxy_list trusted_proxies;  /* parsed: peers whose X-Forwarded-For is believed */
     int threads;                        /* 1..1024, default the number of online CPUs */
     enum config_strategy strategy;      /* default STRATEGY_SEGMENTED */
+    char lock_redis[4096];              /* Redlock's node URLs, comma-separated; "" = none: the
+                                           segment locks live on redis_url */
+    int lock_redis_n;                   /* how many URLs lock_redis holds (0 = none) */
     int lock_lease_ms;                  /* 1..3600000, default 10000 */
     int lock_renewal;                   /* 0..1, default 1: the watchdog renews held leases;
                                            0: a hold ends when its lease does (fault tests) */
@@ -137,6 +141,10 @@ int config_describe(const struct config *cfg, char *buf, size_t len);
 
 /* Names of enum values as used on the command line: "segmented", "single-lock", "atomic";
  * "debug", "info", "warn", "error". Static strings; "unknown" for values outside the enum. */
+/* Copies the i-th (0-based) URL of cfg->lock_redis into buf: 0, or -1 when there is no such URL
+ * or it does not fit. */
+int config_lock_redis_url(const struct config *cfg, int i, char *buf, size_t len);
+
 const char *config_strategy_name(enum config_strategy s);
 const char *config_log_level_name(enum config_log_level l);
 

@@ -47,6 +47,7 @@
 #include "proxy.h"
 #include "ratelimit.h"
 #include "seggate.h"
+#include "seglock.h"
 #include "request.h"
 #include "router.h"
 #include "store.h"
@@ -103,6 +104,9 @@ struct worker {
     pthread_mutex_t mu;
     struct post *posts, *posts_tail;
     lc_async_client *lc;
+    lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
+    int nlocknodes;
+    struct seglock *live_seglocks;  /* the orders' live Redlock seglocks (seglock_close_all) */
     struct seggate *gates;          /* the loop's per-segment gates (orders) */
     struct req_state *suspended;    /* suspended requests (list) */
     struct req_state *ready;        /* answered, waiting for MHD_resume_connection */
@@ -692,6 +696,17 @@ struct seggate *areq_gates(const struct areq *ar)
     return ar->worker->gates;
 }
 
+struct seglock **areq_live_seglocks(const struct areq *ar)
+{
+    return &ar->worker->live_seglocks;
+}
+
+int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes)
+{
+    *nodes = ar->worker->locknodes;
+    return ar->worker->nlocknodes;
+}
+
 int areq_loop(const struct areq *ar, int *nloops)
 {
     *nloops = ar->worker->srv->nworkers;
@@ -1157,6 +1172,30 @@ static void worker_cut(void *arg)
     on_kick(-1, 0, w);
 }
 
+/* The loop's Redlock node clients (--lock-redis): made with the data client, freed after it. */
+static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_client_opts *lo,
+                          char *err, size_t errlen)
+{
+    for (; w->nlocknodes < cfg->lock_redis_n; w->nlocknodes++) {
+        char url[CONFIG_REDIS_URL_MAX];
+        if (config_lock_redis_url(cfg, w->nlocknodes, url, sizeof(url)) != 0 ||
+            lc_async_client_new(w->base, url, lo, &w->locknodes[w->nlocknodes]) != LC_OK) {
+            snprintf(err, errlen, "lock node %d of loop %d: %s", w->nlocknodes + 1, w->id,
+                     lc_errmsg());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void lock_nodes_free(struct worker *w)
+{
+    seglock_close_all(&w->live_seglocks); /* no Redlock may outlive its node clients */
+    for (int i = 0; i < w->nlocknodes; i++)
+        lc_async_client_free(w->locknodes[i]);
+    w->nlocknodes = 0;
+}
+
 /* On the loop: the end. The Redis client goes first (the operations it cuts short end their
  * handlers, whose requests were all answered), then MHD (no connection is suspended now). */
 static void worker_end(void *arg)
@@ -1171,6 +1210,7 @@ static void worker_end(void *arg)
     }
     lc_async_client_free(w->lc);
     w->lc = NULL;
+    lock_nodes_free(w);
     on_kick(-1, 0, w); /* handlers the free ended */
     seggate_free(w->gates); /* every order has ended: nobody is queued */
     w->gates = NULL;
@@ -1214,6 +1254,7 @@ static void worker_free(struct worker *w)
     if (w->lc)
         lc_async_client_free(w->lc);
     w->lc = NULL;
+    lock_nodes_free(w);
     seggate_free(w->gates);
     w->gates = NULL;
     if (w->base)
@@ -1319,6 +1360,8 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
             snprintf(err, errlen, "redis client of loop %d: %s", i, lc_errmsg());
             goto fail;
         }
+        if (lock_nodes_new(w, cfg, &lo, err, errlen) != 0)
+            goto fail;
         /* Every daemon listens on the same port (SO_REUSEPORT): the first one's, when the
          * configured port is 0. */
         if (i > 0) {

@@ -55,6 +55,7 @@
 #include "metrics.h"
 #include "order.h"
 #include "seggate.h"
+#include "seglock.h"
 #include "skucache.h"
 #include "store.h"
 #include "validate.h"
@@ -181,7 +182,7 @@ struct order {
     int chain;               /* orders before this one under the same hold (GATE_CHAIN_MAX) */
     int loop, nloops;        /* this order's worker loop, of how many */
     unsigned own_salt;       /* which segments are its loop's first choice (own_segment) */
-    lc_async_lock *lock; /* its lock (or the SKU's, single-lock) */
+    struct seglock *lock; /* its lock (or the SKU's, single-lock): seglock.h */
     int64_t t0;
     int any_short;       /* single-lock */
     enum seg_result sres;
@@ -347,8 +348,21 @@ static void lock_opts(const struct order *o, lc_lock_opts *lo)
 /* Frees the order's lock handle (a hold still held is released in the background). */
 static void drop_lock(struct order *o)
 {
-    lc_async_lock_free(o->lock);
-    o->lock = NULL;
+    struct seglock *l = o->lock;
+    o->lock = NULL; /* before the free, which may call back into this order */
+    seglock_free(l);
+}
+
+/* Where the order's locks live: the loop's Redis, or --lock-redis's nodes (seglock.h). */
+static void lock_env(const struct order *o, struct seglock_env *env)
+{
+    env->data = o->lc;
+    env->n = areq_lock_nodes(o->ar, &env->nodes);
+    env->live = areq_live_seglocks(o->ar);
+    /* A silent node costs every attempt this much: a fraction of the lease, at most the Redis
+     * timeout. */
+    int t = o->app->cfg.lock_lease_ms / 10, most = o->app->cfg.redis_timeout_ms;
+    env->node_timeout_ms = t < 1 ? 1 : t > most ? most : t;
 }
 
 /* Most orders of one loop served under one hold of a segment's lock. While orders of the loop
@@ -389,15 +403,13 @@ static void on_reply(lc_status st, const redisReply *r, void *arg)
     step(arg, EV_REPLY, st, r);
 }
 
-static void on_acquired(lc_async_lock *lock, lc_status st, uint64_t fence, const redisReply *v,
-                        void *arg)
+static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
 {
     (void)lock;
-    (void)fence;
     step(arg, EV_ACQUIRED, st, v);
 }
 
-static void on_evaluated(lc_async_lock *lock, lc_status st, const redisReply *r, void *arg)
+static void on_evaluated(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
     (void)lock;
     step(arg, EV_EVAL, st, r);
@@ -640,9 +652,9 @@ static void commit_segment(struct order *o)
      * itself, so the next holder may enter before its reply is back here. */
     metrics_cs_leave();
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
-        seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !lc_async_lock_lost(o->lock) &&
-        lc_async_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 5, c.keys,
-                               NULL, 6, (const char **)c.args, NULL, on_reply, o) == LC_OK) {
+        seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
+        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 5, c.keys, 6,
+                              (const char **)c.args, on_reply, o) == LC_OK) {
         /* The next queued order of the loop takes over the hold and the gate. */
         struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
         struct order *n = w->owner;
@@ -653,9 +665,8 @@ static void commit_segment(struct order *o)
         gate_wake(n);
         return;
     }
-    if (lc_async_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
-                      c.keys, NULL, 6, (const char **)c.args, NULL, on_evaluated,
-                      o) != LC_OK)
+    if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
+                     c.keys, 6, (const char **)c.args, on_evaluated, o) != LC_OK)
         step(o, EV_EVAL, LC_EIO, NULL);
 }
 
@@ -688,16 +699,18 @@ static void try_segment_locked(struct order *o, int k)
     store_seg_keys(o->in.sku, k, &sk);
     lc_lock_opts lo;
     lock_opts(o, &lo);
+    struct seglock_env env;
+    lock_env(o, &env);
     o->chain = 0;
     o->state = OS_ACQUIRE;
-    if (lc_async_lock_new(o->lc, sk.lock, &lo, NULL, NULL, &o->lock) != LC_OK) {
+    if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     const char *reads[2] = {sk.stock, sk.sver};
     o->t0 = mono_ms();
-    if (lc_async_lock_acquire(o->lock, o->waiting, 2, reads, NULL, on_acquired, o) != LC_OK)
+    if (seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
 }
 
@@ -716,17 +729,18 @@ static void single_start(struct order *o)
     store_sku_key(name, o->in.sku, "slock");
     lc_lock_opts lo;
     lock_opts(o, &lo);
+    struct seglock_env env;
+    lock_env(o, &env);
     o->any_short = 0;
     o->state = OS_SINGLE_ACQUIRE;
-    if (lc_async_lock_new(o->lc, name, &lo, NULL, NULL, &o->lock) != LC_OK) {
+    if (seglock_new(&env, name, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     int64_t wait = o->deadline_ms - mono_ms();
     o->t0 = mono_ms();
-    if (lc_async_lock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, NULL, on_acquired, o) !=
-        LC_OK)
+    if (seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
 }
 
@@ -753,8 +767,8 @@ static void single_next(struct order *o)
         commit_args(o, &c);
         o->i++;
         o->state = OS_SINGLE_COMMIT;
-        if (lc_async_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys,
-                          NULL, 6, (const char **)c.args, NULL, on_evaluated, o) != LC_OK)
+        if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys, 6,
+                         (const char **)c.args, on_evaluated, o) != LC_OK)
             step(o, EV_EVAL, LC_EIO, NULL);
         return;
     }

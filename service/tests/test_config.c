@@ -832,6 +832,51 @@ static void test_trusted_proxies(void **state)
     }
 }
 
+/* --lock-redis: 1..15 URLs separated by commas, each checked as --redis is; passwords are not
+ * echoed; config_lock_redis_url hands them out one by one. */
+static void test_lock_redis(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, NONE, NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.lock_redis_n, 0);
+    run_load(&r, ARGS("--lock-redis", "redis://a:1,redis://:pw@b:2/3,unix:///run/c.sock"), NONE,
+             NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.lock_redis_n, 3);
+    char url[CONFIG_REDIS_URL_MAX];
+    assert_int_equal(config_lock_redis_url(&r.cfg, 0, url, sizeof url), 0);
+    assert_string_equal(url, "redis://a:1");
+    assert_int_equal(config_lock_redis_url(&r.cfg, 1, url, sizeof url), 0);
+    assert_string_equal(url, "redis://:pw@b:2/3");
+    assert_int_equal(config_lock_redis_url(&r.cfg, 2, url, sizeof url), 0);
+    assert_string_equal(url, "unix:///run/c.sock");
+    assert_int_equal(config_lock_redis_url(&r.cfg, 3, url, sizeof url), -1);
+    assert_int_equal(config_lock_redis_url(&r.cfg, -1, url, sizeof url), -1);
+    char buf[4096];
+    assert_true(config_describe(&r.cfg, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "\"lock_redis\":3"));
+    assert_null(strstr(buf, "pw@"));
+    run_load(&r, NONE, ARGS("INVENTORY_LOCK_REDIS=redis://x:1"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.lock_redis_n, 1);
+    run_load(&r, NONE, NONE, "{\"lock_redis\": \"redis://x:1,redis://y:2\"}");
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.cfg.lock_redis_n, 2);
+    static const char *const bad[] = {"", "redis://a:1,", ",redis://a:1", "redis://a:1,,redis://b:2",
+                                      "http://a:1", "redis://:s3cret@a:99999",
+                                      "redis://1:1,redis://2:1,redis://3:1,redis://4:1,redis://5:1,"
+                                      "redis://6:1,redis://7:1,redis://8:1,redis://9:1,redis://10:1,"
+                                      "redis://11:1,redis://12:1,redis://13:1,redis://14:1,"
+                                      "redis://15:1,redis://16:1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_load(&r, ARGS("--lock-redis", bad[i]), NONE, NULL);
+        if (r.rc != -1 || strncmp(r.err, "lock_redis: ", 12) != 0 || strstr(r.err, "s3cret"))
+            fail_msg("--lock-redis %s: rc %d \"%s\"", bad[i], r.rc, r.err);
+    }
+}
+
 static void test_healthcheck_action(void **state)
 {
     (void)state;
@@ -865,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_admin_allow_loopback),
         cmocka_unit_test(test_trusted_proxies),
         cmocka_unit_test(test_healthcheck_action),
+        cmocka_unit_test(test_lock_redis),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

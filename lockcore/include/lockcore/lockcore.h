@@ -242,6 +242,14 @@ lc_status lc_fenced_script_new(const char *body, lc_script **out);
 extern const char LC_LUA_FENCE_ACCEPT[];
 int lc_fence_newer(uint64_t token, uint64_t highest_seen);
 
+/* Makes a data-store script fenced by a token alone (a Redlock's, run with
+ * lc_async_redlock_eval): LC_LUA_FENCE_ACCEPT around the body. Called with KEYS = the seen key
+ * (where the highest token so far is kept; under Redis Cluster in the slot of the body's keys),
+ * then the body's keys, and ARGV = the token, then the body's args; the body sees only its own
+ * KEYS/ARGV and the Lua local lc_fence. -> {0} (nothing ran: a later holder's token was seen
+ * there) or {1, body result}. Rules for the body as for lc_fenced_script_new. */
+lc_status lc_token_fenced_script_new(const char *body, lc_script **out);
+
 /* ---- multi-lock ------------------------------------------------------------------------- */
 
 typedef struct lc_multilock lc_multilock;
@@ -262,6 +270,103 @@ lc_status lc_multilock_release(lc_multilock *ml);
 /* The lock for names[i] in sorted order (borrowed), e.g. to read its fencing token. */
 int lc_multilock_count(const lc_multilock *ml);
 lc_lock *lc_multilock_get(lc_multilock *ml, int i);
+
+/* ---- Redlock: one lock over N independent Redis masters ------------------------------- */
+
+/*
+ * A Redlock lock is held when a majority (N/2 + 1) of N independent masters (no replication
+ * between them) run lockcore's acquire script for it within its lease. Every attempt sends the
+ * script to all nodes at once, waits for each at most node_timeout_ms, and counts the nodes that
+ * granted it; with a majority, the lock is valid for
+ *     validity = lease - elapsed - (lease * drift_factor + 2 ms)
+ * where elapsed is the attempt's duration on CLOCK_MONOTONIC. A failed attempt (no majority, or
+ * validity <= 0) is undone on every node and retried after a jittered pause until the wait's
+ * deadline. The keys on each node are those of an lc_lock of the same name (NAME, NAME:fence,
+ * NAME:unlock), so an lc_lock and a Redlock of one name on one node exclude each other there.
+ *
+ * Fencing: each granted node increments its own NAME:fence; the lock's token is the maximum
+ * over the granting majority, and it is written back (raised, never lowered) to granting nodes
+ * that were behind until a majority carries it. Any later majority shares a node with that one,
+ * so a later holder's token is strictly larger: check it at the data store with
+ * LC_LUA_FENCE_ACCEPT. The counters must survive restarts (persistence): see docs/lockcore.md.
+ *
+ * Renewal (watchdog), extension and release go to every node; a renewal or extension that no
+ * longer finds a majority reports the lock lost. A Redlock handle is not reentrant.
+ *
+ * This blocking face runs the asynchronous one (lockcore_async.h) on a loop thread of its own
+ * per lc_redlock_client: the calls below hand their request to that thread and wait for its
+ * answer. Handles are thread-safe; a handle's calls are serialised.
+ */
+typedef struct lc_redlock_client lc_redlock_client;
+typedef struct lc_redlock lc_redlock;
+
+typedef struct lc_redlock_opts {
+    int lease_ms;        /* lease on every node (default 30000, > 0) */
+    int watchdog;        /* 1: renew on every node every lease/3 while held (default 1) */
+    int max_hold_ms;     /* with watchdog: no renewal past this much total hold (0 = no cap) */
+    int node_timeout_ms; /* the longest one node's answer is waited for (default 100, > 0) */
+    int retry_delay_ms;  /* pause between attempts: random in [base, 2 * base] (default 100) */
+    double drift_factor; /* clock drift allowed per ms of lease (default 0.01) */
+} lc_redlock_opts;
+
+/* Fills opts with the defaults above. */
+void lc_redlock_opts_init(lc_redlock_opts *opts);
+
+/* Makes a client for the n (1..LC_REDLOCK_MAX_NODES) independent masters at urls (forms as
+ * lc_client_new) and starts its loop thread. opts as for lc_async_client_new (NULL: defaults).
+ * Nodes that are down are no error here: Redlock works as long as a majority answers. LC_OK with
+ * *out to free with lc_redlock_client_free (after every lock made from it). */
+#define LC_REDLOCK_MAX_NODES 64
+lc_status lc_redlock_client_new(int n, const char *const *urls, const lc_client_opts *opts,
+                                lc_redlock_client **out);
+void lc_redlock_client_free(lc_redlock_client *rc);
+
+/* Called on the client's loop thread when a renewal found the lock lost (no majority renewed it
+ * before its validity ran out). Only lc_redlock_lost, _name and _token may be called from it. */
+typedef void (*lc_redlock_lost_fn)(lc_redlock *lock, void *arg);
+
+/* Makes an owner of the Redlock called name (1..LC_NAME_MAX bytes) with a fresh owner token.
+ * opts may be NULL for the defaults; on_lost may be NULL. No Redis call. *out to be freed with
+ * lc_redlock_free (which releases a hold still held). */
+lc_status lc_redlock_new(lc_redlock_client *rc, const char *name, const lc_redlock_opts *opts,
+                         lc_redlock_lost_fn on_lost, void *on_lost_arg, lc_redlock **out);
+void lc_redlock_free(lc_redlock *lock);
+
+/* Takes the lock on a majority, retrying until wait_ms has passed (0: one attempt).
+ * LC_OK with *fence (may be NULL) the quorum's fencing token; LC_EBUSY (one attempt: another
+ * owner holds it on too many nodes), LC_ETIMEOUT (wait_ms > 0 and no attempt succeeded), LC_EIO
+ * (one attempt: too few nodes answered), LC_ESTATE (the handle already holds the lock). */
+lc_status lc_redlock_acquire(lc_redlock *lock, int wait_ms, uint64_t *fence);
+lc_status lc_redlock_try(lc_redlock *lock, uint64_t *fence);
+
+/* Releases on every node. LC_OK when a majority had the hold and deleted it, LC_ELOST when a
+ * majority no longer had it, LC_EIO when too few answered (the hold counts as released either
+ * way), LC_ENOTHELD. */
+lc_status lc_redlock_release(lc_redlock *lock);
+
+/* Sets the lease on every node to lease_ms from now (and for later renewals). LC_OK when a
+ * majority confirmed (the validity starts again), LC_ELOST when too few did (marked lost). */
+lc_status lc_redlock_extend(lc_redlock *lock, int lease_ms);
+
+int lc_redlock_held(lc_redlock *lock);          /* 1 when held, else 0 */
+int lc_redlock_lost(lc_redlock *lock);          /* 1 when renewal or extension found it lost */
+uint64_t lc_redlock_fence(lc_redlock *lock);    /* the quorum's token; 0 when not held */
+int64_t lc_redlock_validity_ms(lc_redlock *lock); /* ms the hold is still valid; <= 0: not */
+const char *lc_redlock_name(const lc_redlock *lock);
+const char *lc_redlock_token(const lc_redlock *lock);
+
+/* Several Redlock names, all or nothing, taken in sorted byte order (as lc_multilock). */
+typedef struct lc_redlock_multi lc_redlock_multi;
+lc_status lc_redlock_multi_new(lc_redlock_client *rc, int n, const char *const *names,
+                               const lc_redlock_opts *opts, lc_redlock_multi **out);
+void lc_redlock_multi_free(lc_redlock_multi *m);
+/* Takes every name within wait_ms in total (0: one attempt each), or releases what it took and
+ * returns the first failure. */
+lc_status lc_redlock_multi_acquire(lc_redlock_multi *m, int wait_ms);
+/* Releases every name: LC_OK or the first failure after trying all. */
+lc_status lc_redlock_multi_release(lc_redlock_multi *m);
+int lc_redlock_multi_count(const lc_redlock_multi *m);
+lc_redlock *lc_redlock_multi_get(lc_redlock_multi *m, int i); /* sorted order, borrowed */
 
 #ifdef __cplusplus
 }

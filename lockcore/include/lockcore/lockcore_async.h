@@ -179,6 +179,82 @@ uint64_t lc_async_lock_fence(const lc_async_lock *lock); /* 0 when not held */
 const char *lc_async_lock_name(const lc_async_lock *lock);
 const char *lc_async_lock_token(const lc_async_lock *lock);
 
+/* ---- Redlock on an event loop (see lockcore.h for the algorithm) ---------------------- */
+
+typedef struct lc_async_redlock lc_async_redlock;
+
+/* Result of a Redlock operation: st as for the blocking lc_redlock_* call of the same name (or
+ * LC_ESTATE: the handle was freed); fence is the quorum's token (0 unless an acquire's LC_OK). */
+typedef void (*lc_async_redlock_fn)(lc_async_redlock *lock, lc_status st, uint64_t fence,
+                                    void *arg);
+/* Called on the loop when renewal found the lock lost; any lc_async_* call may be made from it. */
+typedef void (*lc_async_redlock_lost_fn)(lc_async_redlock *lock, void *arg);
+
+/* Makes an owner of the Redlock called name over the n nodes (1..LC_REDLOCK_MAX_NODES clients,
+ * one per independent master, all on the same event loop; the array is copied, the clients are
+ * borrowed). No Redis call. *out to free with lc_async_redlock_free. Free the handles before
+ * their clients where you can; a node client freed while a request of the handle is in flight
+ * on it (it answers LC_ESTATE) is never used by that handle again, and an acquire that can no
+ * longer reach a majority of live clients ends with LC_ESTATE. */
+lc_status lc_async_redlock_new(int n, lc_async_client *const *nodes, const char *name,
+                               const lc_redlock_opts *opts, lc_async_redlock_lost_fn on_lost,
+                               void *on_lost_arg, lc_async_redlock **out);
+
+/* Frees the handle: an operation in flight ends with LC_ESTATE (callback from inside this
+ * call), a hold (or an attempt in flight) is released on every node in the background. */
+void lc_async_redlock_free(lc_async_redlock *lock);
+
+/* One operation at a time per handle (another is LC_ESTATE); callback contract as above. */
+lc_status lc_async_redlock_acquire(lc_async_redlock *lock, int wait_ms, lc_async_redlock_fn cb,
+                                   void *arg);
+lc_status lc_async_redlock_release(lc_async_redlock *lock, lc_async_redlock_fn cb, void *arg);
+lc_status lc_async_redlock_extend(lc_async_redlock *lock, int lease_ms, lc_async_redlock_fn cb,
+                                  void *arg);
+
+/* Result of lc_async_redlock_eval: LC_OK (reply: the body's result, borrowed, may be NULL),
+ * LC_ELOST (the store has seen a later holder's token: nothing ran, the lock is marked lost),
+ * LC_EREDIS, LC_EIO (outcome unknown), LC_ENOTHELD, LC_ESTATE (freed). */
+typedef void (*lc_async_redlock_eval_fn)(lc_async_redlock *lock, lc_status st,
+                                         const redisReply *reply, void *arg);
+
+/* Runs script (lc_token_fenced_script_new; alive until the callback) on the data store `store`
+ * (an lc_async_client of the same loop, not one of the lock nodes) with this hold's fencing
+ * token: the body runs only if the token is at least the highest one seen at seen_key. keys and
+ * args copied. With LC_EVAL_RELEASE the Redlock is released on every node (in the background)
+ * once the script has answered, whatever the answer. */
+lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
+                                const lc_script *script, const char *seen_key, int flags,
+                                int nkeys, const char *const *keys, const size_t *keylens,
+                                int nargs, const char *const *args, const size_t *arglens,
+                                lc_async_redlock_eval_fn cb, void *arg);
+
+/* Several Redlock names over the same nodes, all or nothing, taken one after the other in
+ * sorted byte order (names copied, duplicates removed), as lc_redlock_multi. */
+typedef struct lc_async_redlock_multi lc_async_redlock_multi;
+typedef void (*lc_async_redlock_multi_fn)(lc_async_redlock_multi *m, lc_status st, void *arg);
+lc_status lc_async_redlock_multi_new(int nnodes, lc_async_client *const *nodes, int n,
+                                     const char *const *names, const lc_redlock_opts *opts,
+                                     lc_async_redlock_multi **out);
+/* Frees every handle (an operation in flight ends with LC_ESTATE; holds are released in the
+ * background). NULL-safe. */
+void lc_async_redlock_multi_free(lc_async_redlock_multi *m);
+/* Takes every name within wait_ms in total (0: one attempt each): LC_OK, or the first failure
+ * once what was taken has been released. One operation at a time (else LC_ESTATE). */
+lc_status lc_async_redlock_multi_acquire(lc_async_redlock_multi *m, int wait_ms,
+                                         lc_async_redlock_multi_fn cb, void *arg);
+/* Releases every name held, in reverse order: LC_OK or the first failure after trying all. */
+lc_status lc_async_redlock_multi_release(lc_async_redlock_multi *m, lc_async_redlock_multi_fn cb,
+                                         void *arg);
+int lc_async_redlock_multi_count(const lc_async_redlock_multi *m);
+lc_async_redlock *lc_async_redlock_multi_get(lc_async_redlock_multi *m, int i); /* borrowed */
+
+int lc_async_redlock_held(const lc_async_redlock *lock);
+int lc_async_redlock_lost(const lc_async_redlock *lock);
+uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
+int64_t lc_async_redlock_validity_ms(const lc_async_redlock *lock);
+const char *lc_async_redlock_name(const lc_async_redlock *lock);
+const char *lc_async_redlock_token(const lc_async_redlock *lock);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,338 @@
+/*
+ * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock with
+ * the stock read and the commit fenced on the data Redis (see seglock.h). This file is only the
+ * adapter; all lock logic is lockcore's.
+ */
+#include "seglock.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The MGET of the stock after a Redlock acquire, detachable: freed by its reply callback. */
+struct mget {
+    struct seglock *sl; /* NULL once the seglock was freed */
+};
+
+struct seglock {
+    struct seglock_env env;
+    lc_async_lock *plain; /* without --lock-redis */
+    lc_async_redlock *rl; /* with it */
+    lc_redlock_opts ro;
+    char *name, *seen; /* seen: "<name>:seen" on the data Redis */
+    seglock_acquired_fn acb;
+    seglock_eval_fn ecb;
+    void *arg;
+    int nread;
+    char **reads;
+    struct mget *pending;
+    int freeing;
+    struct seglock **live, *prev, *next; /* in the loop's list of live Redlock seglocks */
+};
+
+static void unlink_live(struct seglock *sl)
+{
+    if (!sl->live)
+        return;
+    if (sl->prev)
+        sl->prev->next = sl->next;
+    else
+        *sl->live = sl->next;
+    if (sl->next)
+        sl->next->prev = sl->prev;
+    sl->live = NULL;
+    sl->prev = sl->next = NULL;
+}
+
+void seglock_close_all(struct seglock **live)
+{
+    while (*live) {
+        struct seglock *sl = *live;
+        unlink_live(sl);
+        lc_async_redlock *rl = sl->rl;
+        sl->rl = NULL;
+        lc_async_redlock_free(rl); /* may call back into the owner, which may free sl */
+    }
+}
+
+static void free_reads(struct seglock *sl)
+{
+    for (int i = 0; i < sl->nread; i++)
+        free(sl->reads[i]);
+    free(sl->reads);
+    sl->reads = NULL;
+    sl->nread = 0;
+}
+
+lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_lock_opts *lo,
+                      struct seglock **out)
+{
+    *out = NULL;
+    struct seglock *sl = calloc(1, sizeof(*sl));
+    if (!sl)
+        return LC_ENOMEM;
+    sl->env = *env;
+    lc_status st;
+    if (env->n == 0) {
+        st = lc_async_lock_new(env->data, name, lo, NULL, NULL, &sl->plain);
+    } else {
+        lc_redlock_opts_init(&sl->ro);
+        sl->ro.lease_ms = lo->lease_ms;
+        sl->ro.watchdog = lo->watchdog;
+        sl->ro.max_hold_ms = lo->max_hold_ms;
+        sl->ro.node_timeout_ms = env->node_timeout_ms;
+        size_t len = strlen(name);
+        sl->name = strdup(name);
+        sl->seen = malloc(len + sizeof(":seen"));
+        if (!sl->name || !sl->seen) {
+            seglock_free(sl);
+            return LC_ENOMEM;
+        }
+        memcpy(sl->seen, name, len);
+        memcpy(sl->seen + len, ":seen", sizeof(":seen"));
+        st = lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
+        if (st == LC_OK && env->live) {
+            sl->live = env->live;
+            sl->next = *env->live;
+            if (sl->next)
+                sl->next->prev = sl;
+            *env->live = sl;
+        }
+    }
+    if (st != LC_OK) {
+        seglock_free(sl);
+        return st;
+    }
+    *out = sl;
+    return LC_OK;
+}
+
+void seglock_free(struct seglock *sl)
+{
+    if (!sl || sl->freeing)
+        return;
+    sl->freeing = 1;
+    unlink_live(sl);
+    if (sl->pending) {
+        /* The MGET after the acquire: its reply will be dropped; the hold goes with rl. */
+        seglock_acquired_fn cb = sl->acb;
+        void *arg = sl->arg;
+        sl->pending->sl = NULL;
+        sl->pending = NULL;
+        sl->acb = NULL;
+        if (cb)
+            cb(sl, LC_ESTATE, NULL, arg);
+    }
+    lc_async_lock_free(sl->plain);
+    lc_async_redlock_free(sl->rl);
+    free_reads(sl);
+    free(sl->name);
+    free(sl->seen);
+    free(sl);
+}
+
+int seglock_lost(const struct seglock *sl)
+{
+    return sl->plain ? lc_async_lock_lost(sl->plain) : sl->rl ? lc_async_redlock_lost(sl->rl) : 1;
+}
+
+/* Gives the hold back at once (in the background) and takes a fresh handle for the next try;
+ * none once seglock_close_all has closed this seglock. */
+static void replace_redlock(struct seglock *sl)
+{
+    lc_async_redlock *old = sl->rl;
+    sl->rl = NULL;
+    if (sl->live || !sl->env.live)
+        lc_async_redlock_new(sl->env.n, sl->env.nodes, sl->name, &sl->ro, NULL, NULL, &sl->rl);
+    lc_async_redlock_free(old);
+}
+
+/* ---- acquire ---- */
+
+static void on_plain_acquired(lc_async_lock *l, lc_status st, uint64_t fence, const redisReply *v,
+                              void *arg)
+{
+    (void)l;
+    (void)fence;
+    struct seglock *sl = arg;
+    seglock_acquired_fn cb = sl->acb;
+    sl->acb = NULL;
+    cb(sl, st, v, sl->arg);
+}
+
+static void on_mget(lc_status st, const redisReply *r, void *arg)
+{
+    struct mget *m = arg;
+    struct seglock *sl = m->sl;
+    free(m);
+    if (!sl)
+        return;
+    sl->pending = NULL;
+    seglock_acquired_fn cb = sl->acb;
+    sl->acb = NULL;
+    free_reads(sl);
+    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY))
+        st = LC_EREDIS;
+    if (st != LC_OK) {
+        /* The lock is held but the stock is unknown: give the hold back, and report the
+         * acquire as failed. */
+        replace_redlock(sl);
+        cb(sl, st == LC_ESTATE ? LC_ESTATE : LC_EIO, NULL, sl->arg);
+        return;
+    }
+    cb(sl, LC_OK, r, sl->arg);
+}
+
+static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+{
+    (void)rl;
+    (void)fence;
+    struct seglock *sl = arg;
+    if (st == LC_OK && sl->nread > 0) {
+        struct mget *m = malloc(sizeof(*m));
+        const char **argv = malloc(sizeof(*argv) * (size_t)(sl->nread + 1));
+        lc_status sst = LC_ENOMEM;
+        if (m && argv) {
+            m->sl = sl;
+            argv[0] = "MGET";
+            for (int i = 0; i < sl->nread; i++)
+                argv[1 + i] = sl->reads[i];
+            sst = lc_async_command(sl->env.data, sl->nread + 1, argv, NULL, on_mget, m);
+        }
+        free(argv);
+        if (sst == LC_OK) {
+            sl->pending = m;
+            return;
+        }
+        free(m);
+        st = LC_EIO;
+        replace_redlock(sl);
+    }
+    seglock_acquired_fn cb = sl->acb;
+    sl->acb = NULL;
+    free_reads(sl);
+    cb(sl, st, NULL, sl->arg);
+}
+
+lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char *const *reads,
+                          seglock_acquired_fn cb, void *arg)
+{
+    if (sl->acb || sl->pending)
+        return LC_ESTATE;
+    sl->acb = cb;
+    sl->arg = arg;
+    lc_status st;
+    if (sl->plain) {
+        st = lc_async_lock_acquire(sl->plain, wait_ms, nread, reads, NULL, on_plain_acquired, sl);
+    } else if (!sl->rl) {
+        st = LC_ESTATE;
+    } else {
+        sl->reads = nread > 0 ? calloc((size_t)nread, sizeof(*sl->reads)) : NULL;
+        for (int i = 0; i < nread && sl->reads; i++, sl->nread++)
+            if (!(sl->reads[i] = strdup(reads[i])))
+                break;
+        st = nread > 0 && sl->nread != nread
+                 ? LC_ENOMEM
+                 : lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
+        if (st != LC_OK)
+            free_reads(sl);
+    }
+    if (st != LC_OK)
+        sl->acb = NULL;
+    return st;
+}
+
+/* ---- commit ---- */
+
+static void on_plain_eval(lc_async_lock *l, lc_status st, const redisReply *r, void *arg)
+{
+    (void)l;
+    struct seglock *sl = arg;
+    seglock_eval_fn cb = sl->ecb;
+    sl->ecb = NULL;
+    cb(sl, st, r, sl->arg);
+}
+
+static void on_rl_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, void *arg)
+{
+    (void)rl;
+    struct seglock *sl = arg;
+    seglock_eval_fn cb = sl->ecb;
+    sl->ecb = NULL;
+    cb(sl, st, r, sl->arg);
+}
+
+lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, int nkeys,
+                       const char **keys, int nargs, const char **args, seglock_eval_fn cb,
+                       void *arg)
+{
+    if (sl->ecb || sl->acb)
+        return LC_ESTATE;
+    sl->ecb = cb;
+    sl->arg = arg;
+    lc_status st = !sl->plain && !sl->rl ? LC_ESTATE
+                   : sl->plain
+                       ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args,
+                                       NULL, on_plain_eval, sl)
+                       : lc_async_redlock_eval(sl->rl, sl->env.data, script, sl->seen, flags, nkeys,
+                                               (const char *const *)keys, NULL, nargs,
+                                               (const char *const *)args, NULL, on_rl_eval, sl);
+    if (st != LC_OK)
+        sl->ecb = NULL;
+    return st;
+}
+
+/* A detached Redlock commit: the token-fenced script's {0} / {1, result} as the callback's
+ * LC_ELOST / LC_OK, as lc_async_eval_detached answers. */
+struct detached {
+    lc_async_reply_fn cb;
+    void *arg;
+};
+
+static void on_detached(lc_status st, const redisReply *r, void *arg)
+{
+    struct detached d = *(struct detached *)arg;
+    free(arg);
+    const redisReply *body = NULL;
+    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                        r->element[0]->type != REDIS_REPLY_INTEGER))
+        st = LC_EREDIS;
+    else if (st == LC_OK && r->element[0]->integer == 0)
+        st = LC_ELOST;
+    else if (st == LC_OK)
+        body = r->elements > 1 ? r->element[1] : NULL;
+    d.cb(st, body, d.arg);
+}
+
+lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int nkeys,
+                                const char **keys, int nargs, const char **args,
+                                lc_async_reply_fn cb, void *arg)
+{
+    if (sl->plain)
+        return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL, cb,
+                                      arg);
+    if (!sl->rl || !lc_async_redlock_held(sl->rl))
+        return LC_ENOTHELD;
+    enum { MAXA = 16 };
+    if (nkeys + 1 > MAXA || nargs + 1 > MAXA)
+        return LC_EINVAL;
+    const char *k[MAXA], *a[MAXA];
+    char token[24];
+    snprintf(token, sizeof(token), "%" PRIu64, lc_async_redlock_fence(sl->rl));
+    k[0] = sl->seen;
+    a[0] = token;
+    for (int i = 0; i < nkeys; i++)
+        k[1 + i] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        a[1 + i] = args[i];
+    struct detached *d = malloc(sizeof(*d));
+    if (!d)
+        return LC_ENOMEM;
+    *d = (struct detached){cb, arg};
+    lc_status st = lc_async_script(sl->env.data, script, nkeys + 1, k, NULL, nargs + 1, a, NULL,
+                                   on_detached, d);
+    if (st != LC_OK)
+        free(d);
+    return st;
+}
