@@ -388,6 +388,23 @@ static int sf_wait_ready(sf_service *svc)
     return -1;
 }
 
+/* After a logged clean stop, how much longer the exit may take (sanitizer builds). */
+#define SF_EXIT_GRACE_MS 50000
+
+/* Prints every thread's stack of pid to stderr with gdb, when gdb is installed (a process that
+ * will not end is about to be killed: this is what tells why). */
+static void sf_dump_threads(pid_t pid)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof cmd,
+             "command -v gdb >/dev/null && timeout 30 gdb -p %d -batch -ex 'thread apply all bt' "
+             "2>/dev/null | grep -v '^\\[New' >&2",
+             (int)pid);
+    if (system(cmd) != 0)
+        fprintf(stderr, "svc_fixture: no thread dump of pid %d (gdb missing or failed)\n",
+                (int)pid);
+}
+
 /* Signals the process and waits for it; SIGKILL after timeout_ms. */
 static void sf_terminate(sf_service *svc, int sig, int timeout_ms)
 {
@@ -397,10 +414,23 @@ static void sf_terminate(sf_service *svc, int sig, int timeout_ms)
     if (sig != SIGKILL)
         kill(svc->pid, SIGCONT); /* a paused process could not act on SIGTERM */
     int64_t deadline = tu_now_ms() + timeout_ms;
+    int extended = 0;
     while (!sf_reaped(svc)) {
+        if (tu_now_ms() >= deadline && sig != SIGKILL && !extended &&
+            sf_log_contains(svc, "\"event\":\"stopped\"")) {
+            /* It logged its clean stop: what is left is the process's exit, where a sanitizer
+             * build runs LeakSanitizer's check, which took over 10 s once on a loaded machine.
+             * Give it longer, and show where it is if it still does not end. */
+            fprintf(stderr, "svc_fixture: inventoryd on port %d stopped but has not exited "
+                            "after %d ms; waiting up to %d ms more\n",
+                    svc->port, timeout_ms, SF_EXIT_GRACE_MS);
+            deadline = tu_now_ms() + SF_EXIT_GRACE_MS;
+            extended = 1;
+        }
         if (tu_now_ms() >= deadline) {
             fprintf(stderr, "svc_fixture: inventoryd on port %d ignored signal %d for %d ms; "
                             "SIGKILL\n", svc->port, sig, timeout_ms);
+            sf_dump_threads(svc->pid);
             kill(svc->pid, SIGKILL);
             int status;
             if (waitpid(svc->pid, &status, 0) == svc->pid)
