@@ -351,14 +351,18 @@ enum { ME_ASYNC_HANDLES = 3, ME_ROUNDS = 15, ME_BLOCKING_ROUNDS = 15 };
 static const char ME_NAME[] = "it_async:mutex";
 static const char ME_COUNTER[] = "it_async:counter";
 static lc_script *me_get, *me_set;
-static int me_inside; /* async owners inside their critical section (test-side check) */
+/* Holders that found another holder's fencing token in ME_INSIDE between their read and their
+ * write: an overlap as Redis saw it (a count on the test's side would see the replies of two
+ * connections in whatever order the loop reads them, not the order Redis ran them). */
 static int me_overlaps;
+static const char ME_INSIDE[] = "it_async:inside";
 
 typedef struct worker {
     lc_async_lock *lock;
     int rounds;
     int step;
     long long seen;
+    uint64_t fence;
     lc_status failed;
 } worker;
 
@@ -369,11 +373,12 @@ static void me_on_set(lc_async_lock *l, lc_status st, const redisReply *reply, v
     (void)l;
     (void)reply;
     worker *w = arg;
-    me_inside--;
     if (st != LC_OK) {
         w->failed = st;
         return;
     }
+    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 2)
+        me_overlaps++;
     w->rounds++;
     me_next(w);
 }
@@ -382,42 +387,39 @@ static void me_on_get(lc_async_lock *l, lc_status st, const redisReply *reply, v
 {
     worker *w = arg;
     if (st != LC_OK) {
-        me_inside--;
         w->failed = st;
         return;
     }
     w->seen = reply && reply->type == REDIS_REPLY_STRING ? atoll(reply->str) : 0;
     /* Read, then write in a second round trip: a second holder in between loses an update. */
-    char v[32];
+    char v[32], f[32];
     snprintf(v, sizeof v, "%lld", w->seen + 1);
-    const char *keys[1] = {ME_COUNTER};
-    const char *args[1] = {v};
+    snprintf(f, sizeof f, "%llu", (unsigned long long)w->fence);
+    const char *keys[2] = {ME_COUNTER, ME_INSIDE};
+    const char *args[2] = {v, f};
     lc_status s =
-        lc_async_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, me_on_set, w);
-    if (s != LC_OK) {
-        me_inside--;
+        lc_async_eval(l, me_set, LC_EVAL_RELEASE, 2, keys, NULL, 2, args, NULL, me_on_set, w);
+    if (s != LC_OK)
         w->failed = s;
-    }
 }
 
 static void me_on_acquired(lc_async_lock *l, lc_status st, uint64_t fence, const redisReply *values,
                            void *arg)
 {
-    (void)fence;
     (void)values;
     worker *w = arg;
     if (st != LC_OK) {
         w->failed = st;
         return;
     }
-    if (me_inside++ != 0)
-        me_overlaps++;
-    const char *keys[1] = {ME_COUNTER};
-    lc_status s = lc_async_eval(l, me_get, 0, 1, keys, NULL, 0, NULL, NULL, me_on_get, w);
-    if (s != LC_OK) {
-        me_inside--;
+    w->fence = fence;
+    char f[32];
+    snprintf(f, sizeof f, "%llu", (unsigned long long)fence);
+    const char *keys[2] = {ME_COUNTER, ME_INSIDE};
+    const char *args[1] = {f};
+    lc_status s = lc_async_eval(l, me_get, 0, 2, keys, NULL, 1, args, NULL, me_on_get, w);
+    if (s != LC_OK)
         w->failed = s;
-    }
 }
 
 static void me_next(worker *w)
@@ -464,9 +466,12 @@ static void *blocking_main(void *arg)
             b->failed_line = __LINE__;
             break;
         }
-        const char *keys[1] = {ME_COUNTER};
+        const char *keys[2] = {ME_COUNTER, ME_INSIDE};
+        char f[32];
+        snprintf(f, sizeof f, "%llu", (unsigned long long)lc_lock_fence(l));
+        const char *fargs[1] = {f};
         redisReply *r = NULL;
-        if (lc_lock_eval(l, me_get, 0, 1, keys, NULL, 0, NULL, NULL, &r) != LC_OK) {
+        if (lc_lock_eval(l, me_get, 0, 2, keys, NULL, 1, fargs, NULL, &r) != LC_OK) {
             b->failed_line = __LINE__;
             break;
         }
@@ -475,11 +480,15 @@ static void *blocking_main(void *arg)
         tu_sleep_ms(2); /* widen the window an overlapping holder would need */
         char s[32];
         snprintf(s, sizeof s, "%lld", v + 1);
-        const char *args[1] = {s};
-        if (lc_lock_eval(l, me_set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, NULL) != LC_OK) {
-            b->failed_line = __LINE__;
+        const char *args[2] = {s, f};
+        r = NULL;
+        if (lc_lock_eval(l, me_set, LC_EVAL_RELEASE, 2, keys, NULL, 2, args, NULL, &r) != LC_OK ||
+            !r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
+            freeReplyObject(r);
+            b->failed_line = __LINE__; /* an overlap (2) or a failure */
             break;
         }
+        freeReplyObject(r);
     }
 out:
     lc_lock_free(l);
@@ -490,13 +499,19 @@ out:
 
 /* Two async clients with three owners each and one blocking owner on a thread take turns on
  * one lock name; each round reads the counter and writes it + 1 in two round trips. No update
- * is lost, and no two async owners are ever inside at once. */
+ * is lost, and no holder ever finds another's fencing token in it_async:inside between its read
+ * and its write (no two holders inside at once, as Redis ran them). */
 static void test_mutual_exclusion(void **state)
 {
     (void)state;
-    assert_ok(lc_fenced_script_new("return redis.call('GET', KEYS[1])", &me_get));
-    assert_ok(lc_fenced_script_new("return redis.call('SET', KEYS[1], ARGV[1]) and 1", &me_set));
-    me_inside = me_overlaps = 0;
+    /* KEYS: counter, inside.  get: ARGV fence (entered);  set: ARGV value, fence -> 1 written,
+     * 2 another holder entered since this one's get (nothing written). */
+    assert_ok(lc_fenced_script_new(
+        "redis.call('SET', KEYS[2], ARGV[1]) return redis.call('GET', KEYS[1])", &me_get));
+    assert_ok(lc_fenced_script_new("if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 2 end "
+                                   "redis.call('SET', KEYS[1], ARGV[1]) return 1",
+                                   &me_set));
+    me_overlaps = 0;
     lc_async_client *c1 = aclient(0), *c2 = aclient(0);
     worker w[2 * ME_ASYNC_HANDLES];
     memset(w, 0, sizeof w);
