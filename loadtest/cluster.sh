@@ -70,7 +70,7 @@ cleanup_hook() {
 }
 install_cleanup
 check_tools
-command -v jq >/dev/null 2>&1 || die "jq is not installed (scripts/deps.sh installs it)"
+command -v python3 >/dev/null 2>&1 || die "python3 is not installed (scripts/deps.sh installs it)"
 [ -x "$bin" ] || die "no inventoryd at $bin (build first)"
 failed=0
 redis_port="" redis_url_port=""
@@ -161,11 +161,6 @@ down() {
   stop_instances
 }
 
-# status_field SKU FIELD: a number of GET status of SKU (instance 0).
-status_field() {
-  curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$1" | jq -r ".$2"
-}
-
 # check_sku SKU UNITS UNANSWERED EXPECT: GET status on every instance agrees with itself
 # (sold = stock_total - remaining, no segment below 0) and with the others; then the 201 units
 # against sold: EXPECT "exact" (= sold, nothing unanswered), "covered" (units <= sold <= units
@@ -176,11 +171,10 @@ check_sku() {
   for ((i = 0; i < instances; i++)); do
     body=$(curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[i]}/api/v1/skus/$sku") ||
       { log "✗ GET status on instance $i failed"; failed=1; return; }
-    t=$(jq -r .stock_total <<<"$body")
-    r=$(jq -r .remaining <<<"$body")
-    s=$(jq -r .sold <<<"$body")
-    o=$(jq -r .orders <<<"$body")
-    neg=$(jq '[.segments[] | select(.remaining < 0)] | length' <<<"$body")
+    # stock_total remaining sold orders and the number of segments below 0
+    read -r t r s o neg < <(python3 -c 'import json, sys
+j = json.load(sys.stdin)
+print(j["stock_total"], j["remaining"], j["sold"], j["orders"], sum(1 for g in j["segments"] if g["remaining"] < 0))' <<<"$body")
     if [ "$s" != $((t - r)) ] || [ "$neg" != 0 ] || [ "$o" != "$s" ]; then
       log "✗ $sku: instance $i: sold $s, stock_total $t, remaining $r, orders $o, negative $neg"
       failed=1

@@ -228,7 +228,8 @@ static void fuzz_url(const uint8_t *data, size_t size)
         CHECK(memchr(why, '\0', sizeof(why)) != NULL && why[0] != '\0');
     } else {
         /* A valid URL is printable ASCII with a known scheme. */
-        CHECK(strncmp(url, "redis://", 8) == 0 || strncmp(url, "unix://", 7) == 0);
+        CHECK(strncmp(url, "redis://", 8) == 0 || strncmp(url, "unix://", 7) == 0 ||
+              strncmp(url, "redis-cluster://", 16) == 0);
         for (const char *p = url; *p; p++)
             CHECK(*p >= 0x20 && *p <= 0x7e);
     }
