@@ -3,12 +3,12 @@
  * cluster_route.c, async.c) against a real cluster of 3 masters with 1 replica each
  * (cluster_fixture.h, started once for the file and always stopped): lc_key_slot against
  * CLUSTER KEYSLOT for 10,000 random keys; commands and locks spread over the masters from one
- * seed node; MOVED after a slot was moved; ASK while a slot migrates, TRYAGAIN for a script
- * whose keys are split by the migration (retried until the migration ends, or reported at the
- * command timeout); CLUSTERDOWN for a slot no master serves; a master killed with SIGKILL
- * (errors within the command timeout; the client finds the promoted replica by itself, without
- * traffic, and it serves the slot). The failover
- * test kills a master, so it runs last.
+ * seed node, each master's share of a loop turn's commands in one write; MOVED after a slot
+ * was moved; ASK while a slot migrates, TRYAGAIN for a script whose keys are split by the
+ * migration (retried until the migration ends, or reported at the command timeout);
+ * CLUSTERDOWN for a slot no master serves; a master killed with SIGKILL (errors within the
+ * command timeout; the client finds the promoted replica by itself, without traffic, and it
+ * serves the slot). The failover test kills a master, so it runs last.
  *
  * Timing: bounds are generous (2 shared cores); loops run until a condition holds or a deadline
  * of seconds passes.
@@ -249,6 +249,61 @@ static void test_commands_spread_over_masters(void **state)
         assert_string_equal(res[i].str, val[i]);
     }
     assert_int_equal(stats(c).moved, moved);
+    lc_async_client_free(c);
+}
+
+/* total_reads_processed of node i (INFO stats): how many reads its event loop made. */
+static long long reads_of(int i)
+{
+    redisReply *r = rf_command(cf_node(cl, i), "INFO stats");
+    long long n = -1;
+    const char *p =
+        r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "total_reads_processed:") : NULL;
+    if (p)
+        n = atoll(p + strlen("total_reads_processed:"));
+    freeReplyObject(r);
+    return n;
+}
+
+/* Commands issued in one loop turn leave in one write per master: 300 GETs over the three
+ * masters (about 100 each) cost each master a handful of reads, not one per command (what a
+ * status read over many segments relies on: one pipelined round per master). */
+static void test_one_write_per_master(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    lc_async_client *c = cclient(0);
+    static result res[N];
+    char key[N][32];
+    memset(res, 0, sizeof res);
+    for (int i = 0; i < N; i++) { /* warm: the map and a connection to every master */
+        snprintf(key[i], sizeof key[i], "batch:%d", i);
+        const char *argv[2] = {"GET", key[i]};
+        assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
+    }
+    for (int i = 0; i < N; i++)
+        assert_true(run_until(done, &res[i], 20000));
+    long long before[3], per[3] = {0};
+    for (int i = 0; i < N; i++) /* (asks node 0: before its reads are counted) */
+        per[cf_master_of(cl, lc_key_slot(key[i], strlen(key[i])))]++;
+    for (int m = 0; m < 3; m++)
+        before[m] = reads_of(m);
+    memset(res, 0, sizeof res);
+    for (int i = 0; i < N; i++) {
+        const char *argv[2] = {"GET", key[i]};
+        assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
+    }
+    for (int i = 0; i < N; i++) {
+        assert_true(run_until(done, &res[i], 20000));
+        assert_status(res[i].st, LC_OK);
+    }
+    for (int m = 0; m < 3; m++) {
+        /* 1 read for the batch (a few more if the kernel splits it), + 1 for INFO itself:
+         * measured 3 per master. */
+        long long reads = reads_of(m) - before[m];
+        if (per[m] < 50 || reads > 8)
+            fail_msg("master %d: %lld commands took %lld reads", m, per[m], reads);
+    }
     lc_async_client_free(c);
 }
 
@@ -659,6 +714,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_keyslot_matches_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commands_spread_over_masters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_write_per_master, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks_over_masters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_moved_after_slot_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_and_tryagain_during_migration, setup, teardown),
