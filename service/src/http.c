@@ -40,6 +40,7 @@
 #include "accesslog.h"
 #include "app.h"
 #include "areq.h"
+#include "hash.h"
 #include "http.h"
 #include "ids.h"
 #include "log.h"
@@ -978,10 +979,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 
 static unsigned ip_bucket(const unsigned char *a)
 {
-    unsigned h = 2166136261u;
-    for (int i = 0; i < PROXY_ADDR_LEN; i++)
-        h = (h ^ a[i]) * 16777619u;
-    return h % IPCOUNT_BUCKETS;
+    return hash_bytes(HASH_FNV_BASIS, a, PROXY_ADDR_LEN) % IPCOUNT_BUCKETS;
 }
 
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
@@ -1379,31 +1377,30 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
             snprintf(err, errlen, "dup of the listening socket: %s", strerror(errno));
             goto fail;
         }
+        /* The options every daemon has; then either the shared accept queue's socket or
+         * an address of its own (SO_REUSEPORT). */
+        struct MHD_OptionItem common[] = {
+            {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)cfg->max_connections, NULL},
+            {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->connection_timeout_s, NULL},
+            {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->connection_memory_kib * 1024,
+             NULL},
+            {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
+            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv},
+            {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_keep_nul, NULL},
+            {MHD_OPTION_END, 0, NULL}};
         if (shared >= 0)
             w->mhd = MHD_start_daemon(
                 flags, 0, on_accept, srv, on_request, srv,
-                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
                 MHD_OPTION_LISTEN_SOCKET, (MHD_socket)shared,
-                MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_kib * 1024,
-                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-                MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
-                MHD_OPTION_END);
+                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
         else
             w->mhd = MHD_start_daemon(
                 flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
                 MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-                MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory_kib * 1024,
-                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-                MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
-                MHD_OPTION_END);
+                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
         if (!w->mhd && shared >= 0)
             close(shared);
         if (!w->mhd) {

@@ -49,6 +49,7 @@
 
 #include "areq.h"
 #include "handlers.h"
+#include "hash.h"
 #include "ids.h"
 #include "layout.h"
 #include "log.h"
@@ -820,10 +821,7 @@ static void process_salt_init(void)
 static unsigned own_salt(const char *sku)
 {
     pthread_once(&process_salt_once, process_salt_init);
-    unsigned h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)sku; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return (h ^ process_salt) & 0xffffu;
+    return (hash_str(HASH_FNV_BASIS, sku) ^ process_salt) & 0xffffu;
 }
 
 /* Whether segment k is a first choice of the order's loop: with several loops, each walks its

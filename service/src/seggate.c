@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "validate.h"
 
 #define SEGGATE_BUCKETS 1024 /* a power of two; gates live as long as an order uses them */
@@ -25,11 +26,7 @@ struct seggate {
 
 static unsigned bucket(const char *sku, int k)
 {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)sku; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    h = (h ^ (uint32_t)k) * 16777619u;
-    return h & (SEGGATE_BUCKETS - 1);
+    return hash_bytes(hash_str(HASH_FNV_BASIS, sku), &k, sizeof(k)) & (SEGGATE_BUCKETS - 1);
 }
 
 static struct gate **slot(const struct seggate *g, const char *sku, int k)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hash.h"
 #include "skucache.h"
 
 enum { BUCKETS = 1024 };
@@ -37,10 +38,7 @@ static int64_t now_ms(void)
 
 static unsigned hash(const char *s)
 {
-    unsigned h = 2166136261u;
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 16777619u;
-    return h % BUCKETS;
+    return hash_str(HASH_FNV_BASIS, s) % BUCKETS;
 }
 
 struct skucache *skucache_new(int recheck_ms)
