@@ -68,6 +68,20 @@ static int is_lost(void *arg)
     return lc_lock_lost(arg);
 }
 
+/* tu_poll_until predicate: the probe's on_lost has run. */
+static int probe_called(void *arg)
+{
+    return atomic_load(&((lost_probe *)arg)->calls) > 0;
+}
+
+/* The lost flag is set before on_lost runs (on the watchdog thread), so a test that saw the
+ * flag gives the callback its moment before counting calls. */
+static int lost_calls(lost_probe *p)
+{
+    (void)tu_poll_until(probe_called, p, 1000, 2);
+    return atomic_load(&p->calls);
+}
+
 /* A 300 ms lease held for 2 s stays held throughout; after release nothing renews it. */
 static void test_renewal_keeps_lease(void **state)
 {
@@ -123,10 +137,7 @@ static void test_lost_on_delete(void **state)
     int64_t took = tu_now_ms() - t0;
     print_message("lost seen after %lld ms\n", (long long)took);
     assert_between(took, 0, lease / 3 + 150);
-    /* The flag is set before the callback runs; give the callback its moment. */
-    for (int i = 0; i < 100 && atomic_load(&p.calls) == 0; i++)
-        tu_sleep_ms(2);
-    assert_int_equal(atomic_load(&p.calls), 1);
+    assert_int_equal(lost_calls(&p), 1);
     assert_ptr_equal(atomic_load(&p.lock), a);
     assert_ptr_equal(atomic_load(&p.arg), &p);
     assert_between(atomic_load(&p.first_ms) - t0, 0, lease / 3 + 150);
@@ -292,7 +303,7 @@ static void test_lost_after_restart(void **state)
     int64_t t0 = tu_now_ms();
     assert_true(tu_poll_until(is_lost, a, 3000, 5));
     print_message("lost seen %lld ms after the restart\n", (long long)(tu_now_ms() - t0));
-    assert_int_equal(atomic_load(&p.calls), 1);
+    assert_int_equal(lost_calls(&p), 1);
     /* Dead pooled connections may answer LC_EIO once; that is documented. */
     assert_ok(lt_ping_until_ok(c, 2000));
     assert_status(lc_lock_release(a), LC_ELOST);
@@ -336,7 +347,7 @@ static void test_lost_when_unreachable(void **state)
     print_message("lost seen %lld ms into the outage\n", (long long)took);
     assert_true(lost);
     assert_between(took, 0, lease + timeout + 250);
-    assert_int_equal(atomic_load(&p.calls), 1);
+    assert_int_equal(lost_calls(&p), 1);
     assert_ok(lt_ping_until_ok(c, 2000));
     assert_status(lc_lock_release(a), LC_ELOST);
     lc_lock_free(a);
