@@ -425,10 +425,12 @@ struct is_worker {
     int port;
     const char *sku;
     pthread_barrier_t *go;
-    int insufficient, other;
+    int insufficient, lock_timeouts, other;
     char first_other[300];
     pthread_t tid;
 };
+
+#define IS_MAX_LOCK_TIMEOUTS 20 /* per thread: retried, as a client would */
 
 static void *is_run(void *arg)
 {
@@ -440,6 +442,14 @@ static void *is_run(void *arg)
         int st = sf_order(c, 0, w->sku, 3, &r);
         if (st == 409 && strcmp(sf_error_code(&r), "insufficient_stock") == 0) {
             w->insufficient++;
+        } else if (st == 503 && strcmp(sf_error_code(&r), "lock_timeout") == 0 &&
+                   w->lock_timeouts < IS_MAX_LOCK_TIMEOUTS) {
+            /* Every segment stayed busy for the whole --lock-wait-ms: the locks are not fair,
+             * and 64 buyers on 4 segments of a sanitizer build on a loaded machine can lose
+             * every race for 2 s (seen in a TSan run). An honest answer, not a sale: asked
+             * again, the request must end in 409. */
+            w->lock_timeouts++;
+            i--;
         } else if (w->other++ == 0) {
             snprintf(w->first_other, sizeof w->first_other, "%s", sf_resp_summary(&r));
         }
@@ -478,16 +488,19 @@ static void test_insufficient_stock_under_contention(void **state)
     for (int i = 0; i < CC_THREADS; i++)
         pthread_join(w[i].tid, NULL);
     pthread_barrier_destroy(&go);
-    int insufficient = 0, other = 0;
+    int insufficient = 0, other = 0, lock_timeouts = 0;
     const char *first = NULL;
     for (int i = 0; i < CC_THREADS; i++) {
         insufficient += w[i].insufficient;
+        lock_timeouts += w[i].lock_timeouts;
         other += w[i].other;
         if (first == NULL && w[i].other > 0)
             first = w[i].first_other;
     }
-    fprintf(stderr, "qty 3 on %d segments of 2 units: %d x 409 insufficient_stock, %d other\n",
-            s->segments, insufficient, other);
+    fprintf(stderr,
+            "qty 3 on %d segments of 2 units: %d x 409 insufficient_stock, %d x 503 "
+            "lock_timeout (asked again), %d other\n",
+            s->segments, insufficient, lock_timeouts, other);
     if (other > 0)
         print_counters(s);
     SF_ASSERT(other == 0, "%d of %d answers were not 409 insufficient_stock; first: %s", other,
