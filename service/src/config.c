@@ -99,6 +99,9 @@ static const struct keydef keys[] = {
             "longest an order waits for a segment lock before 503 lock_timeout"),
     INT_KEY(hold_ms, "--hold-ms", "INVENTORY_HOLD_MS", 0, 0, 60000,
             "simulated business work inside the critical section (benchmarks)"),
+    INT_KEY(busy_hint_max_ms, "--busy-hint-max-ms", "INVENTORY_BUSY_HINT_MAX_MS", 20, 0, 1000,
+            "longest a worker loop walks past a segment it found locked by another instance; "
+            "0: no hint"),
     INT_KEY(max_quantity, "--max-quantity", "INVENTORY_MAX_QUANTITY", 100, 1, 1000000,
             "largest quantity one order may ask for"),
     {{"log_level", "--log-level", "INVENTORY_LOG_LEVEL", "info", "debug, info, warn, error",
@@ -164,6 +167,8 @@ static const char usage_text[] =
     "  --lock-renewal 0|1         renew held leases (watchdog); 0: holds end at the lease [1]\n"
     "  --lock-wait-ms N           longest wait for a segment lock, 0..600000 [2000]\n"
     "  --hold-ms N                simulated work in the critical section, 0..60000 [0]\n"
+    "  --busy-hint-max-ms N       longest a loop walks past a segment another instance\n"
+    "                             holds, 0..1000; 0 = try it every time [20]\n"
     "  --max-quantity N           largest quantity per order, 1..1000000 [100]\n"
     "  --log-level L              debug, info, warn or error [info]\n"
     "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
@@ -865,6 +870,7 @@ void config_defaults(struct config *out)
     out->lock_renewal = 1;
     out->lock_wait_ms = 2000;
     out->hold_ms = 0;
+    out->busy_hint_max_ms = 20;
     out->max_quantity = 100;
     out->log_level = CONFIG_LOG_INFO;
     out->max_connections = 4096;
@@ -1200,6 +1206,7 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "lock_renewal", json_integer(cfg->lock_renewal));
     bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));
     bad |= json_object_set_new(o, "hold_ms", json_integer(cfg->hold_ms));
+    bad |= json_object_set_new(o, "busy_hint_max_ms", json_integer(cfg->busy_hint_max_ms));
     bad |= json_object_set_new(o, "max_quantity", json_integer(cfg->max_quantity));
     bad |= json_object_set_new(o, "log_level",
                                json_string(config_log_level_name(cfg->log_level)));

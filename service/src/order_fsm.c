@@ -685,6 +685,15 @@ static void critical_section(struct order *o)
     commit_segment(o);
 }
 
+/* How long a segment found held elsewhere is walked past at first: about the rest of the
+ * holder's critical section (--hold-ms, the same on every instance of a deployment), at least
+ * 1 ms (a commit's round trip); found held again, longer, up to --busy-hint-max-ms. */
+static int busy_hint_ms(const struct order *o)
+{
+    int h = o->app->cfg.hold_ms, max = o->app->cfg.busy_hint_max_ms;
+    return h < 1 ? 1 : h > max ? max : h;
+}
+
 /* Segmented: lock segment k (waiting up to o->waiting ms), check it and commit. */
 static void try_segment_locked(struct order *o, int k)
 {
@@ -841,6 +850,7 @@ static void walk_next(struct order *o)
 {
     int nseg = o->view.segments;
     int passes = o->app->cfg.strategy == STRATEGY_SEGMENTED && o->nloops > 1 ? 2 : 1;
+    int64_t now = mono_ms();
     for (; o->i < passes * nseg && !o->need_layout; o->i++) {
         int k = (o->start + o->i % nseg) % nseg;
         if (passes > 1 && (o->i < nseg) != own_segment(o, k))
@@ -848,8 +858,10 @@ static void walk_next(struct order *o)
         if (skucache_is_empty(&o->view, k) || ((o->w.done[k / 64] >> (k % 64)) & 1))
             continue;
         if (o->app->cfg.strategy == STRATEGY_SEGMENTED &&
-            (seggate_busy(o->gates, o->in.sku, k) || skucache_is_held(&o->view, k))) {
-            walk_busy(&o->w, k); /* this instance holds it: no round trip to learn that */
+            (seggate_busy(o->gates, o->in.sku, k) || skucache_is_held(&o->view, k) ||
+             seggate_hinted_busy(o->gates, o->in.sku, k, now))) {
+            /* this instance holds it, or another one did a moment ago: no round trip */
+            walk_busy(&o->w, k);
             continue;
         }
         /* A request paused or slowed past its deadline takes no new lock. */
@@ -1371,6 +1383,11 @@ static void place_done(struct order *o, enum order_outcome out)
 static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
 {
     if (st == LC_EBUSY || st == LC_ETIMEOUT) {
+        /* A try (not a wait) that found the lock taken: held by another instance, most likely
+         * for about a hold more. The loop's next orders walk past it until then. */
+        if (st == LC_EBUSY && !o->waiting && o->app->cfg.busy_hint_max_ms > 0)
+            seggate_hint_busy(o->gates, o->in.sku, o->k, mono_ms(), busy_hint_ms(o),
+                              o->app->cfg.busy_hint_max_ms);
         drop_lock(o);
         segment_done(o, SEG_BUSY);
         return;
@@ -1382,6 +1399,7 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
         return;
     }
     metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    seggate_hint_clear(o->gates, o->in.sku, o->k);
     long long stock = store_reply_int(v->element[0], 0);
     long long sver = store_reply_int(v->element[1], 0);
     if (sver != o->view.version) {
@@ -1633,6 +1651,7 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             return;
         }
         metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    seggate_hint_clear(o->gates, o->in.sku, o->k);
         metrics_cs_enter();
         if (o->app->cfg.hold_ms > 0) {
             o->state = OS_HOLD;

@@ -19,9 +19,19 @@ struct gate {
     struct gate *next;
 };
 
+#define SEGGATE_HINTS 256 /* a power of two: busy-elsewhere hints, direct-mapped */
+
+struct hint {
+    char sku[VALIDATE_SKU_MAX + 1];
+    int k;
+    int ms;           /* the length of the last hint */
+    int64_t until_ms; /* 0: an empty slot */
+};
+
 struct seggate {
     struct gate *b[SEGGATE_BUCKETS];
     struct gate *spare; /* one freed gate kept, so a busy segment does not malloc per order */
+    struct hint hints[SEGGATE_HINTS];
 };
 
 static unsigned bucket(const char *sku, int k)
@@ -142,4 +152,45 @@ int seggate_queued(const struct seggate *g, const char *sku, int k)
 {
     const struct gate *e = *slot(g, sku, k);
     return e ? e->queued : 0;
+}
+
+static struct hint *hint_slot(const struct seggate *g, const char *sku, int k)
+{
+    return (struct hint *)&g->hints[bucket(sku, k) & (SEGGATE_HINTS - 1)];
+}
+
+static bool hint_is(const struct hint *h, const char *sku, int k)
+{
+    return h->until_ms != 0 && h->k == k && strcmp(h->sku, sku) == 0;
+}
+
+void seggate_hint_busy(struct seggate *g, const char *sku, int k, int64_t now_ms, int ms,
+                       int max_ms)
+{
+    struct hint *h = hint_slot(g, sku, k);
+    if (hint_is(h, sku, k) && now_ms < h->until_ms + max_ms) {
+        /* Found held again within max_ms of the last hint's end: another instance keeps it
+         * busy (its queued orders take turns on it); walk past it twice as long. The window is
+         * max_ms, not the hint's length, so that a loop slowed down (a loaded machine) whose
+         * next look comes late still counts it as the same busy spell. */
+        ms = h->ms * 2 > max_ms ? max_ms : h->ms * 2;
+    } else {
+        snprintf(h->sku, sizeof(h->sku), "%s", sku);
+        h->k = k;
+    }
+    h->ms = ms;
+    h->until_ms = now_ms + ms;
+}
+
+bool seggate_hinted_busy(const struct seggate *g, const char *sku, int k, int64_t now_ms)
+{
+    const struct hint *h = hint_slot(g, sku, k);
+    return hint_is(h, sku, k) && now_ms < h->until_ms;
+}
+
+void seggate_hint_clear(struct seggate *g, const char *sku, int k)
+{
+    struct hint *h = hint_slot(g, sku, k);
+    if (hint_is(h, sku, k))
+        h->until_ms = 0;
 }

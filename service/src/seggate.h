@@ -13,6 +13,7 @@
 #define INVENTORY_SEGGATE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct seggate;
 
@@ -44,5 +45,20 @@ struct seggate_waiter *seggate_leave(struct seggate *g, const char *sku, int k);
 
 /* Queued waiters of (sku, k): 0 when the gate is free. */
 int seggate_queued(const struct seggate *g, const char *sku, int k);
+
+/* Busy elsewhere: a try of this loop found (sku, k) held by another instance (the gates and the
+ * instance-wide held hint only know this one). For ms from now_ms the loop's orders walk past
+ * it instead of each sending a try bound to find it busy; found held again within max_ms of the
+ * hint's end, it is walked past twice as long as before, up to max_ms. A hint, not a lock: a
+ * small direct-mapped table, where a newer hint may push out an older one (which then just
+ * costs a try). */
+void seggate_hint_busy(struct seggate *g, const char *sku, int k, int64_t now_ms, int ms,
+                       int max_ms);
+
+/* True while a hint of seggate_hint_busy on (sku, k) runs at now_ms. */
+bool seggate_hinted_busy(const struct seggate *g, const char *sku, int k, int64_t now_ms);
+
+/* Ends the hint on (sku, k): this loop got its lock. */
+void seggate_hint_clear(struct seggate *g, const char *sku, int k);
 
 #endif
