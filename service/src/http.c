@@ -362,7 +362,7 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
     bool ok = true;
     if (ctype)
         ok &= add_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (res->location[0])
+    if (res->location)
         ok &= add_header(r, MHD_HTTP_HEADER_LOCATION, res->location);
     if (res->allow)
         ok &= add_header(r, MHD_HTTP_HEADER_ALLOW, res->allow);

@@ -150,6 +150,18 @@ struct walk {
     int any_error;  /* some segment failed with a Redis error: never answer sold out then */
 };
 
+/* An Idempotency-Key claim's strings (idempotency.md): allocated for a request with a key
+ * only, so an order in flight without one (most; 10,000 of them at once with 10,000
+ * connections) does not carry them. */
+struct idem_claim {
+    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
+    char claim_value[64];
+    char bound[24], ttl[24], margin[24], token[40];
+    char seen[256];
+    char found[ORDER_ID_MAX + 1]; /* the order an idem find batch found */
+    int64_t give_up;
+};
+
 struct order {
     struct areq *ar;
     struct app *app;
@@ -167,13 +179,9 @@ struct order {
     char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
     enum order_outcome out;
     struct event *timer;
-    /* the Idempotency-Key claim */
-    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
-    char claim_value[64];
+    /* the Idempotency-Key claim: ic only for a request with a key */
+    struct idem_claim *ic;
     char claim_expiry[24]; /* the claim's expiry in Redis ms; "0" without a key */
-    char bound[24], ttl[24], margin[24], token[40];
-    char seen[256];
-    int64_t idem_give_up;
     /* the walk */
     struct walk w;
     int need_layout, first, start, i, tried, waiting;
@@ -195,8 +203,7 @@ struct order {
     /* batches of pipelined reads */
     int batch_n, batch_left, batch_failed;
     long long *batch_ints;          /* per reply: its integer (or string as integer) */
-    char batch_str[ORDER_ID_MAX + 1]; /* the first string reply (idem find) */
-    int batch_found;
+    int batch_found;                /* ic->found has the batch's first string reply */
     struct bslot *slots;
 };
 
@@ -433,8 +440,8 @@ static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
         o->batch_failed = 1;
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
-        if (!o->batch_found && r && r->type == REDIS_REPLY_STRING) {
-            snprintf(o->batch_str, sizeof(o->batch_str), "%s", r->str);
+        if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
+            snprintf(o->ic->found, sizeof(o->ic->found), "%s", r->str);
             o->batch_found = 1;
         }
     }
@@ -468,7 +475,6 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
     o->batch_left = n + 1; /* + 1 for this function: the batch ends after every start */
     o->batch_failed = 0;
     o->batch_found = 0;
-    o->batch_str[0] = '\0';
     if (!o->batch_ints || !o->slots) {
         o->batch_failed = 1;
         o->batch_left = 1;
@@ -1111,7 +1117,7 @@ static int idem_own(struct order *o, const redisReply *r)
 {
     if (r->elements < 3 || r->element[1]->type != REDIS_REPLY_STRING)
         return -1;
-    snprintf(o->claim_value, sizeof(o->claim_value), "%s", r->element[1]->str);
+    snprintf(o->ic->claim_value, sizeof(o->ic->claim_value), "%s", r->element[1]->str);
     snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld",
              store_reply_int(r->element[2], 0));
     return 0;
@@ -1119,16 +1125,16 @@ static int idem_own(struct order *o, const redisReply *r)
 
 static void idem_claim(struct order *o)
 {
-    const char *keys[1] = {o->claim};
-    const char *args[4] = {o->bound, o->ttl, o->token, o->margin};
+    const char *keys[1] = {o->ic->claim};
+    const char *args[4] = {o->ic->bound, o->ic->ttl, o->ic->token, o->ic->margin};
     run_script(o, OS_IDEM_CLAIM, SCRIPT_IDEM_CLAIM, 1, keys, 4, args);
 }
 
 /* The claim's holder can no longer commit, or its order was removed: take the key. */
 static void idem_takeover(struct order *o)
 {
-    const char *keys[1] = {o->claim};
-    const char *args[4] = {o->seen, "", o->bound, o->token};
+    const char *keys[1] = {o->ic->claim};
+    const char *args[4] = {o->ic->seen, "", o->ic->bound, o->ic->token};
     run_script(o, OS_IDEM_TAKEOVER, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
 }
 
@@ -1142,15 +1148,21 @@ static void idem_takeover(struct order *o)
 static void idem_begin(struct order *o)
 {
     const struct config *cfg = &o->app->cfg;
+    if (!o->ic && !(o->ic = calloc(1, sizeof(*o->ic)))) {
+        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: out of memory", o->in.sku);
+        response_error(&o->ar->res, ERROR_UNAVAILABLE, "out of memory, retry later");
+        place_done(o, OUT_IDEM_FAILED);
+        return;
+    }
     char base[STORE_KEY_MAX];
     store_sku_key(base, o->in.sku, "idem:");
-    snprintf(o->claim, sizeof(o->claim), "%s%s", base, o->idem);
-    snprintf(o->bound, sizeof(o->bound), "%d",
+    snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%s", base, o->idem);
+    snprintf(o->ic->bound, sizeof(o->ic->bound), "%d",
              cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
-    snprintf(o->ttl, sizeof(o->ttl), "%d", 24 * 3600 * 1000);
-    snprintf(o->margin, sizeof(o->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
-    snprintf(o->token, sizeof(o->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
-    o->idem_give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
+    snprintf(o->ic->ttl, sizeof(o->ic->ttl), "%d", 24 * 3600 * 1000);
+    snprintf(o->ic->margin, sizeof(o->ic->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
+    o->ic->give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
     idem_claim(o);
 }
 
@@ -1172,19 +1184,19 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
         round_begin(o);
         return;
     }
-    snprintf(o->seen, sizeof(o->seen), "%s",
+    snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
              r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
-    if (code == 0 && strncmp(o->seen, "pending:", 8) != 0) {
+    if (code == 0 && strncmp(o->ic->seen, "pending:", 8) != 0) {
         /* A finished order: replay it (if it still exists). */
         int k;
         char sku[VALIDATE_SKU_MAX + 1];
-        if (order_id_parse(o->seen, strlen(o->seen), &k, sku) != 0) {
+        if (order_id_parse(o->ic->seen, strlen(o->ic->seen), &k, sku) != 0) {
             idem_takeover(o);
             return;
         }
         struct seg_keys sk;
         store_seg_keys(sku, k, &sk);
-        const char *argv[3] = {"HGET", sk.orders, o->seen};
+        const char *argv[3] = {"HGET", sk.orders, o->ic->seen};
         o->state = OS_IDEM_FETCH;
         if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
             step(o, EV_REPLY, LC_EIO, NULL);
@@ -1214,7 +1226,7 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
         return;
     }
     /* Pending elsewhere: look again shortly, up to the longest an order can take. */
-    if (mono_ms() > o->idem_give_up) {
+    if (mono_ms() > o->ic->give_up) {
         response_error(&o->ar->res, ERROR_UNAVAILABLE,
                        "an order with this Idempotency-Key is still in progress");
         place_done(o, OUT_IDEM_FAILED);
@@ -1242,8 +1254,8 @@ static void idem_end(struct order *o)
         answer(o);
         return;
     }
-    const char *keys[1] = {o->claim};
-    const char *args[2] = {o->claim_value, final};
+    const char *keys[1] = {o->ic->claim};
+    const char *args[2] = {o->ic->claim_value, final};
     run_script(o, OS_IDEM_END, SCRIPT_IDEM_SWAP, 1, keys, 2, args);
 }
 
@@ -1258,6 +1270,7 @@ static void order_free(struct order *o)
     free(o->record);
     free(o->batch_ints);
     free(o->slots);
+    free(o->ic);
     free(o);
 }
 
@@ -1268,7 +1281,7 @@ static void answer(struct order *o)
     switch (o->out) {
     case OUT_CREATED:
         metrics_order(METRICS_ORDER_CREATED);
-        snprintf(res->location, sizeof(res->location), "/api/v1/orders/%s", o->order_id);
+        (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
         res->status = 201;
         res->text = o->record;
         res->content_type = "application/json";
@@ -1551,8 +1564,7 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
                 idem_unavailable(o);
                 return;
             }
-            snprintf(o->ar->res.location, sizeof(o->ar->res.location), "/api/v1/orders/%.*s",
-                     ORDER_ID_MAX, o->seen);
+            (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
             response_json(&o->ar->res, 200, order);
             place_done(o, OUT_REPLAYED);
             return;
@@ -1565,8 +1577,8 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
         if (o->batch_failed) {
             idem_unavailable(o);
         } else if (o->batch_found) {
-            const char *keys[1] = {o->claim};
-            const char *args[4] = {o->seen, o->batch_str, o->bound, o->token};
+            const char *keys[1] = {o->ic->claim};
+            const char *args[4] = {o->ic->seen, o->ic->found, o->ic->bound, o->ic->token};
             run_script(o, OS_IDEM_ADOPT, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
         } else {
             idem_takeover(o);

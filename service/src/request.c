@@ -24,6 +24,21 @@ int response_error(struct response *res, enum error_code code, const char *messa
     return res->status;
 }
 
+int response_order_location(struct response *res, const char *id, int id_len)
+{
+    static const char prefix[] = "/api/v1/orders/";
+    size_t n = strnlen(id, (size_t)(id_len > 0 ? id_len : 0));
+    char *l = malloc(sizeof(prefix) + n);
+    if (!l)
+        return -1;
+    memcpy(l, prefix, sizeof(prefix) - 1);
+    memcpy(l + sizeof(prefix) - 1, id, n);
+    l[sizeof(prefix) - 1 + n] = '\0';
+    free(res->location);
+    res->location = l;
+    return 0;
+}
+
 void response_free(struct response *res)
 {
     if (!res)
@@ -31,5 +46,6 @@ void response_free(struct response *res)
     if (res->body)
         json_decref(res->body);
     free(res->text);
+    free(res->location);
     memset(res, 0, sizeof(*res));
 }

@@ -43,7 +43,8 @@ struct response {
     json_t *body;                /* owned by the response (response_free); NULL for no body */
     char *text;                  /* alternative raw body (malloc'd, owned), e.g. /metrics */
     const char *content_type;    /* for text; JSON bodies are application/json */
-    char location[200];          /* Location header when non-empty */
+    char *location;              /* Location header when non-NULL (malloc'd, owned):
+                                    response_order_location */
     const char *allow;           /* Allow header when non-NULL (static string) */
     int retry_after;             /* Retry-After seconds when > 0 */
     int www_authenticate;        /* 1: send WWW-Authenticate: Bearer */
@@ -56,6 +57,11 @@ void response_json(struct response *res, int status, json_t *body);
 /* Sets the error response of code with message (may be NULL for the default message), plus
  * Retry-After / WWW-Authenticate where the code calls for them. Returns the status. */
 int response_error(struct response *res, enum error_code code, const char *message);
+
+/* Sets the Location header to /api/v1/orders/<the first id_len bytes of id>. 0, or -1 out of
+ * memory (then the response has no Location). Allocated, not kept inline: an order waiting
+ * in flight would carry 200 unused bytes (10,000 open connections, issue #11). */
+int response_order_location(struct response *res, const char *id, int id_len);
 
 /* Releases what the response owns and zeroes it. NULL-safe. */
 void response_free(struct response *res);
