@@ -7,7 +7,10 @@
 #   atomic    --strategy atomic, hold 0
 #   seg16     segmented, 16 segments, hold 0   (also with --baseline: the older binary)
 #   seg1h2 / seg16h2   segmented, 1 and 16 segments, --hold-ms 2
-#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers)
+#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers);
+#   c10k_2k   the same with --connection-memory-kib 2 (the setting for that many connections)
+# The table goes to loadtest/results/<UTC stamp>-loopcore/REPORT.md (LT_RESULTS_DIR) and to
+# --out FILE when given.
 # Top-level Redis calls (EVALSHA + EVAL) and inner commands per created order come from INFO
 # commandstats (CONFIG RESETSTAT before each run; the inner count is total commands processed
 # minus the top-level ones).
@@ -129,6 +132,7 @@ run() {
   rate=$(field rate "$res"); p99=$(field p99_us "$res"); s503=$(field s503 "$res")
   rows+=("$name|$rate|$p99|$top|$inner|$(field created "$res")|$s503|$(field unanswered "$res")|$rss|$verdict")
   eval "rate_$name=${rate:-0}"
+  eval "rss_$name=$rss"
   printf '%-10s rate=%s p99_us=%s calls/order=%s inner/order=%s 503=%s rss_mib=%s invariants=%s\n' \
     "$name" "$rate" "$p99" "$top" "$inner" "$s503" "$rss" "$verdict" >&2
 }
@@ -141,8 +145,21 @@ run seg16 "$bin" 16 0 64
 [ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64
 run seg1h2 "$bin" 1 2 64
 run seg16h2 "$bin" 16 2 64
-[ "$skip_c10k" = 1 ] || run c10k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000
+if [ "$skip_c10k" = 1 ]; then :; else
+  run c10k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000
+  run c10k_2k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 --connection-memory-kib 2
+fi
 
+report_dir=${LT_RESULTS_DIR:-$lt/results}/$(date -u +%Y%m%dT%H%M%SZ)-loopcore
+mkdir -p "$report_dir"
+report=$report_dir/REPORT.md
+{
+  echo "# loadtest/loopcore.sh — $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "Direct to one instance, wrk -t2 -c64 (c10k: -c10000), quantity 1; binary $bin${baseline:+, baseline $baseline};"
+  echo "window ${window} s per run; load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+} >"$report"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 {
   echo "| run | orders/s | p99 µs | top-level calls/order | inner commands/order | created | 503 | unanswered | RSS MiB | SPEC §8 |"
@@ -153,5 +170,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
   echo "- segmented / atomic (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_atomic") (target ≥ 0.7)"
   [ -n "$baseline" ] && echo "- segmented / segmented before (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_seg16_before") (target ≥ 2.5)"
   echo "- 16 vs 1 segments at hold 2 ms: $(ratio "$rate_seg16h2" "$rate_seg1h2") (target ≥ 15)"
-} | tee "${out:-/dev/null}"
+  [ "$skip_c10k" = 1 ] || echo "- RSS with 10,000 connections (VmHWM): ${rss_c10k:-?} MiB at the default 4 KiB connection pool, ${rss_c10k_2k:-?} MiB with --connection-memory-kib 2 (target ≤ 64)"
+} | tee -a "$report" ${out:+"$out"}
+echo "loopcore: report in $report" >&2
 exit $failed
