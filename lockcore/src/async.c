@@ -35,10 +35,11 @@
 #include <event2/event.h>
 
 #include "async_internal.h"
+#include "base_internal.h"
+#include "client_internal.h"
 #include "cluster_internal.h"
-#include "lockcore_internal.h"
-
-_Thread_local int lc_in_loop;
+#include "hold_internal.h"
+#include "script_internal.h"
 
 enum { RECONNECT_MIN_MS = 10, RECONNECT_MAX_MS = 1000, DEFERRED_MAX = 1024 };
 

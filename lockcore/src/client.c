@@ -1,14 +1,41 @@
 /*
- * The client: a pool of Redis connections (each used by one thread at a time, dropped after
- * any I/O error and reopened on demand), plus the lazily started watchdog and unlock listener.
+ * The client: how every command of the blocking face reaches Redis. Either a pool of
+ * connections (each used by one thread at a time, dropped after any I/O error and reopened on
+ * demand) or, with lc_client_opts.pipeline, one multiplexed connection (mux.c). It also keeps
+ * the services that upper layers start for it (client_internal.h), and stops them when freed.
  */
 #include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "client_internal.h"
+#include "conn_internal.h"
+#include "mux_internal.h"
+
+_Thread_local int lc_in_loop;
+
+typedef struct lc_conn {
+    redisContext *ctx;
+    struct lc_conn *next;
+} lc_conn;
+
+struct lc_client {
+    lc_endpoint ep;
+    pthread_mutex_t pool_mu;
+    lc_conn *idle; /* LIFO stack of idle connections */
+    int nidle;
+    lc_mux *mux;                 /* opts.pipeline: the one multiplexed connection */
+    pthread_mutex_t services_mu; /* held while a service starts */
+    struct {
+        const lc_service *kind;
+        void *instance;
+    } services[LC_CLIENT_SERVICES_MAX]; /* [0, nservices) never change once counted */
+    atomic_int nservices;
+};
 
 void lc_client_opts_init(lc_client_opts *opts)
 {
@@ -20,74 +47,9 @@ void lc_client_opts_init(lc_client_opts *opts)
     opts->pipeline = 0;
 }
 
-static struct timeval tv_ms(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
-lc_status lc_reply_status(redisContext *ctx, const redisReply *reply, int *broken)
-{
-    if (!reply) {
-        *broken = 1;
-        return lc_fail(LC_EIO, "redis: %s", ctx && ctx->err ? ctx->errstr : "no reply");
-    }
-    if (reply->type == REDIS_REPLY_ERROR)
-        return lc_fail(LC_EREDIS, "redis: %s", reply->str);
-    return LC_OK;
-}
-
-/* Runs one simple command on a fresh connection during connect. */
-static lc_status setup_command(redisContext *ctx, int argc, const char **argv)
-{
-    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
-    int broken = 0;
-    lc_status st = lc_reply_status(ctx, r, &broken);
-    if (r)
-        freeReplyObject(r);
-    return st;
-}
-
-lc_status lc_connect(const lc_client *client, redisContext **out)
-{
-    *out = NULL;
-    const lc_url *u = &client->url;
-    struct timeval ctv = tv_ms(client->opts.connect_timeout_ms);
-    redisContext *ctx = u->unix_socket ? redisConnectUnixWithTimeout(u->path, ctv)
-                                       : redisConnectWithTimeout(u->host, u->port, ctv);
-    if (!ctx)
-        return lc_fail(LC_ENOMEM, "redis connect: out of memory");
-    if (ctx->err) {
-        lc_status st = u->unix_socket
-                           ? lc_fail(LC_EIO, "redis connect %s: %s", u->path, ctx->errstr)
-                           : lc_fail(LC_EIO, "redis connect %s:%d: %s", u->host, u->port,
-                                     ctx->errstr);
-        redisFree(ctx);
-        return st;
-    }
-    redisSetTimeout(ctx, tv_ms(client->opts.command_timeout_ms));
-    if (!u->unix_socket)
-        redisEnableKeepAlive(ctx);
-    lc_status st = LC_OK;
-    if (u->password[0]) {
-        const char *av[3] = {"AUTH", u->user[0] ? u->user : u->password, u->password};
-        st = setup_command(ctx, u->user[0] ? 3 : 2, av);
-    }
-    if (st == LC_OK && u->db) {
-        char db[16];
-        snprintf(db, sizeof(db), "%d", u->db);
-        const char *av[2] = {"SELECT", db};
-        st = setup_command(ctx, 2, av);
-    }
-    if (st != LC_OK) {
-        redisFree(ctx);
-        return st;
-    }
-    *out = ctx;
-    return LC_OK;
-}
-
-lc_status lc_conn_get(lc_client *client, lc_conn **out)
+/* Borrows a connection from the pool (opening one when none is idle). LC_OK, LC_ENOMEM,
+ * LC_EIO or LC_EREDIS (as lc_connect). */
+static lc_status conn_get(lc_client *client, lc_conn **out)
 {
     pthread_mutex_lock(&client->pool_mu);
     lc_conn *c = client->idle;
@@ -100,7 +62,7 @@ lc_status lc_conn_get(lc_client *client, lc_conn **out)
         c = calloc(1, sizeof(*c));
         if (!c)
             return lc_fail(LC_ENOMEM, "redis connect: out of memory");
-        lc_status st = lc_connect(client, &c->ctx);
+        lc_status st = lc_connect(&client->ep, &c->ctx);
         if (st != LC_OK) {
             free(c);
             return st;
@@ -110,11 +72,12 @@ lc_status lc_conn_get(lc_client *client, lc_conn **out)
     return LC_OK;
 }
 
-void lc_conn_put(lc_client *client, lc_conn *conn, int broken)
+/* Returns a connection to the pool; broken = 1 closes it instead (after any I/O error). */
+static void conn_put(lc_client *client, lc_conn *conn, int broken)
 {
     if (!broken) {
         pthread_mutex_lock(&client->pool_mu);
-        if (client->nidle < client->opts.pool_max_idle) {
+        if (client->nidle < client->ep.opts.pool_max_idle) {
             conn->next = client->idle;
             client->idle = conn;
             client->nidle++;
@@ -137,17 +100,17 @@ lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client *
     lc_client *c = calloc(1, sizeof(*c));
     if (!c)
         return lc_fail(LC_ENOMEM, "client: out of memory");
-    lc_client_opts_init(&c->opts);
+    lc_client_opts_init(&c->ep.opts);
     if (opts) {
         if (opts->connect_timeout_ms <= 0 || opts->command_timeout_ms <= 0 ||
             opts->pool_max_idle < 0) {
             free(c);
             return lc_fail(LC_EINVAL, "client: timeouts must be > 0 and pool_max_idle >= 0");
         }
-        c->opts = *opts;
+        c->ep.opts = *opts;
     }
-    lc_status st = lc_url_parse(url, &c->url);
-    if (st == LC_OK && c->url.cluster)
+    lc_status st = lc_url_parse(url, &c->ep.url);
+    if (st == LC_OK && c->ep.url.cluster)
         st = lc_fail(LC_EINVAL, "redis url: redis-cluster:// needs the asynchronous face "
                                 "(lc_async_client_new); the blocking client speaks to one Redis");
     if (st != LC_OK) {
@@ -155,16 +118,9 @@ lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client *
         return st;
     }
     pthread_mutex_init(&c->pool_mu, NULL);
-    pthread_mutex_init(&c->lazy_mu, NULL);
-    c->s_acquire = lc_builtin_script(LC_S_ACQUIRE);
-    c->s_release = lc_builtin_script(LC_S_RELEASE);
-    c->s_renew = lc_builtin_script(LC_S_RENEW);
-    c->s_force = lc_builtin_script(LC_S_FORCE);
-    if (!c->s_acquire || !c->s_release || !c->s_renew || !c->s_force) {
-        lc_client_free(c);
-        return lc_fail(LC_ENOMEM, "client: out of memory");
-    }
-    if (c->opts.pipeline && (st = lc_mux_new(c, &c->mux)) != LC_OK) {
+    pthread_mutex_init(&c->services_mu, NULL);
+    atomic_init(&c->nservices, 0);
+    if (c->ep.opts.pipeline && (st = lc_mux_new(&c->ep, &c->mux)) != LC_OK) {
         lc_client_free(c);
         return st;
     }
@@ -183,8 +139,8 @@ void lc_client_free(lc_client *client)
 {
     if (!client)
         return;
-    lc_watchdog_free(atomic_load(&client->watchdog));
-    lc_notify_free(client->notify);
+    for (int i = atomic_load(&client->nservices) - 1; i >= 0; i--)
+        client->services[i].kind->stop(client->services[i].instance);
     lc_mux_free(client->mux);
     while (client->idle) {
         lc_conn *c = client->idle;
@@ -193,8 +149,39 @@ void lc_client_free(lc_client *client)
         free(c);
     }
     pthread_mutex_destroy(&client->pool_mu);
-    pthread_mutex_destroy(&client->lazy_mu);
+    pthread_mutex_destroy(&client->services_mu);
     free(client);
+}
+
+const lc_endpoint *lc_client_endpoint(const lc_client *client)
+{
+    return &client->ep;
+}
+
+void *lc_client_service_running(lc_client *client, const lc_service *kind)
+{
+    int n = atomic_load_explicit(&client->nservices, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (client->services[i].kind == kind)
+            return client->services[i].instance;
+    return NULL;
+}
+
+void *lc_client_service(lc_client *client, const lc_service *kind)
+{
+    void *instance = lc_client_service_running(client, kind);
+    if (instance)
+        return instance;
+    pthread_mutex_lock(&client->services_mu);
+    instance = lc_client_service_running(client, kind);
+    int n = atomic_load_explicit(&client->nservices, memory_order_relaxed);
+    if (!instance && n < LC_CLIENT_SERVICES_MAX && (instance = kind->start(client))) {
+        client->services[n].kind = kind;
+        client->services[n].instance = instance;
+        atomic_store_explicit(&client->nservices, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&client->services_mu);
+    return instance;
 }
 
 lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const *argvs,
@@ -207,8 +194,8 @@ lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const
         *sent = 0;
     if (client->mux)
         return lc_mux_exec(client->mux, n, argcs, argvs, lens, replies, sent);
-    lc_conn *conn;
-    lc_status st = lc_conn_get(client, &conn);
+    lc_conn *conn = NULL;
+    lc_status st = conn_get(client, &conn);
     if (st != LC_OK)
         return st;
     if (sent)
@@ -237,7 +224,7 @@ lc_status lc_exec(lc_client *client, int n, const int *argcs, const char **const
                 replies[i] = NULL;
             }
     }
-    lc_conn_put(client, conn, broken);
+    conn_put(client, conn, broken);
     return st;
 }
 

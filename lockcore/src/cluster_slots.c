@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "cluster_internal.h"
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 static uint16_t crc_table[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;

@@ -17,12 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "hold_internal.h"
+#include "script_internal.h"
 #include "scripts.h"
 
 /* ---- the built-in scripts, made once per process ---- */
 
-static lc_script *builtin[LC_S_COUNT];
+static lc_script builtin[LC_S_COUNT];
 static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
 
 static void builtin_init(void)
@@ -30,19 +32,27 @@ static void builtin_init(void)
     static const char *const src[LC_S_COUNT] = {LC_LUA_ACQUIRE, LC_LUA_RELEASE, LC_LUA_RENEW,
                                                 LC_LUA_FORCE, LC_LUA_FENCE_RAISE};
     for (int i = 0; i < LC_S_COUNT; i++)
-        if (lc_script_new(src[i], &builtin[i]) != LC_OK)
-            builtin[i] = NULL;
+        lc_script_init_static(&builtin[i], src[i]);
 }
 
-/* Never freed: they live as long as the process (a watchdog thread still running at exit may
- * use them), and the static pointers keep them reachable for leak checkers. */
+/* Static storage over the string literals: nothing to allocate, so nothing can fail, and they
+ * live as long as the process (a watchdog thread still running at exit may use them). */
 const lc_script *lc_builtin_script(lc_builtin which)
 {
     pthread_once(&builtin_once, builtin_init);
-    return builtin[which];
+    return &builtin[which];
 }
 
 /* ---- hold state ---- */
+
+void lc_lock_opts_init(lc_lock_opts *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->lease_ms = 30000;
+    opts->watchdog = 1;
+}
 
 static char *concat(const char *a, const char *b)
 {
@@ -116,50 +126,6 @@ lc_status lc_hold_need(const lc_hold *h)
 
 /* ---- script arguments ---- */
 
-/* Makes room for nkeys keys and nargs args (on the call's own arrays when they fit). */
-static lc_status call_alloc(lc_call *c, const lc_script *s, int nkeys, int nargs)
-{
-    memset(c, 0, sizeof(*c));
-    c->script = s;
-    c->nkeys = nkeys;
-    c->nargs = nargs;
-    c->keys = c->kv;
-    c->keylens = c->kl;
-    c->args = c->av;
-    c->arglens = c->al;
-    if (!s)
-        return lc_fail(LC_ENOMEM, "script: out of memory");
-    if (nkeys > LC_CALL_INLINE) {
-        c->keys = malloc(sizeof(*c->keys) * (size_t)nkeys);
-        c->keylens = malloc(sizeof(*c->keylens) * (size_t)nkeys);
-    }
-    if (nargs > LC_CALL_INLINE) {
-        c->args = malloc(sizeof(*c->args) * (size_t)nargs);
-        c->arglens = malloc(sizeof(*c->arglens) * (size_t)nargs);
-    }
-    if (!c->keys || !c->keylens || !c->args || !c->arglens) {
-        lc_call_done(c);
-        return lc_fail(LC_ENOMEM, "script: out of memory");
-    }
-    return LC_OK;
-}
-
-void lc_call_done(lc_call *c)
-{
-    if (c->keys != c->kv)
-        free(c->keys);
-    if (c->keylens != c->kl)
-        free(c->keylens);
-    if (c->args != c->av)
-        free(c->args);
-    if (c->arglens != c->al)
-        free(c->arglens);
-    c->keys = c->kv;
-    c->keylens = c->kl;
-    c->args = c->av;
-    c->arglens = c->al;
-}
-
 static void put_key(lc_call *c, int i, const char *s, size_t len)
 {
     c->keys[i] = s;
@@ -175,7 +141,7 @@ static void put_arg(lc_call *c, int i, const char *s)
 lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *const *read_keys,
                           const size_t *read_keylens)
 {
-    lc_status st = call_alloc(c, lc_builtin_script(LC_S_ACQUIRE), 2 + nread, 3);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_ACQUIRE), 2 + nread, 3);
     if (st != LC_OK)
         return st;
     put_key(c, 0, h->name, h->name_len);
@@ -192,7 +158,7 @@ lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *c
 
 lc_status lc_call_release(lc_call *c, const lc_hold *h, int holds)
 {
-    lc_status st = call_alloc(c, lc_builtin_script(LC_S_RELEASE), 1, 4);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_RELEASE), 1, 4);
     if (st != LC_OK)
         return st;
     put_key(c, 0, h->name, h->name_len);
@@ -207,7 +173,7 @@ lc_status lc_call_release(lc_call *c, const lc_hold *h, int holds)
 
 lc_status lc_call_renew(lc_call *c, const lc_hold *h, int lease_ms)
 {
-    lc_status st = call_alloc(c, lc_builtin_script(LC_S_RENEW), 1, 2);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_RENEW), 1, 2);
     if (st != LC_OK)
         return st;
     put_key(c, 0, h->name, h->name_len);
@@ -219,7 +185,7 @@ lc_status lc_call_renew(lc_call *c, const lc_hold *h, int lease_ms)
 
 lc_status lc_call_force(lc_call *c, const char *name, const char *channel)
 {
-    lc_status st = call_alloc(c, lc_builtin_script(LC_S_FORCE), 1, 1);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_FORCE), 1, 1);
     if (st != LC_OK)
         return st;
     put_key(c, 0, name, strlen(name));
@@ -229,7 +195,7 @@ lc_status lc_call_force(lc_call *c, const char *name, const char *channel)
 
 lc_status lc_call_raise(lc_call *c, const lc_hold *h, uint64_t fence)
 {
-    lc_status st = call_alloc(c, lc_builtin_script(LC_S_RAISE), 2, 2);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_RAISE), 2, 2);
     if (st != LC_OK)
         return st;
     put_key(c, 0, h->name, h->name_len);
@@ -261,7 +227,7 @@ lc_status lc_call_eval(lc_call *c, const lc_hold *h, const lc_script *script, in
                        int nkeys, const char **keys, const size_t *keylens, int nargs,
                        const char **args, const size_t *arglens)
 {
-    lc_status st = call_alloc(c, script, nkeys + 1, nargs + GUARD_ARGS);
+    lc_status st = lc_call_init(c, script, nkeys + 1, nargs + GUARD_ARGS);
     if (st != LC_OK)
         return st;
     snprintf(c->fence, sizeof(c->fence), "%" PRIu64, h->fence);

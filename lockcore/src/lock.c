@@ -1,33 +1,39 @@
 /*
  * One owner of one lock name: acquire (try, with deadline, with reads), release, extend, and
  * scripts guarded by the current hold's fencing token. All state changes on the server are
- * single Lua scripts (scripts.h); this file keeps the owner's local view in step with them.
+ * single Lua scripts (scripts.h), whose calls and replies are hold.c's; this file runs them on
+ * the client, keeps the owner's local view in step with them, registers each fresh hold with the
+ * watchdog (watchdog.c) and waits for unlocks through the listener (notify.c).
  *
  * The handle's hold count is the truth: every script that changes the count in Redis is sent
  * the handle's count and sets Redis' from it. When a reply is lost (LC_EIO once the request was
  * sent) the request may or may not have run: an acquire is then undone on another connection
  * (undo_acquire) and counts as not taken, a release counts as done.
  */
-#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "lockcore_internal.h"
-#include "scripts.h"
+#include "base_internal.h"
+#include "hold_internal.h"
+#include "lock_internal.h"
+#include "notify_internal.h"
+#include "script_internal.h"
+#include "watchdog_internal.h"
 
-const char LC_LUA_FENCE_ACCEPT[] = LC_LUA_FENCE_ACCEPT_SRC;
+struct lc_lock {
+    lc_client *client;
+    pthread_mutex_t mu; /* serialises this owner's calls */
+    lc_hold h;          /* name, token, hold count, fence (hold.c) */
+    lc_watch wd;        /* the hold's watchdog registration (watchdog.c) */
+    int last_wake;      /* how the last wait of the last acquire ended (enum lc_wake) */
+    char errstr[128];
+};
 
-void lc_lock_opts_init(lc_lock_opts *opts)
-{
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->lease_ms = 30000;
-    opts->watchdog = 1;
-}
-
-lc_status lc_lock_note(lc_lock *lock, lc_status st)
+/* Records st/the thread's message into lock->errstr and returns st. */
+static lc_status lc_lock_note(lc_lock *lock, lc_status st)
 {
     if (st != LC_OK)
         snprintf(lock->errstr, sizeof(lock->errstr), "%s", lc_errmsg());
@@ -58,13 +64,13 @@ lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *o
 /* Forgets the local hold (after a release of the last hold, or when found lost). */
 static void drop_hold(lc_lock *l)
 {
-    lc_watchdog_remove(l->client, l);
+    lc_watchdog_remove(l->client, &l->wd);
     lc_hold_drop(&l->h);
 }
 
 /* Runs the release script for a handle holding `holds` (the count before this release):
  * Redis' count becomes holds - 1, or the lock is deleted and the unlock published at 0. Status,
- * reply and *sent as for lc_script_call. */
+ * reply and *sent as for lc_call_run. */
 static lc_status run_release(lc_lock *l, int holds, redisReply **r, int *sent)
 {
     lc_call call;
@@ -114,10 +120,10 @@ static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *ptt
     if (st != LC_OK)
         goto out;
     if (a.fresh) {
-        lc_watchdog_remove(l->client, l);
+        lc_watchdog_remove(l->client, &l->wd);
         lc_hold_start(&l->h, &a);
         if (l->h.opts.watchdog) {
-            st = lc_watchdog_add(l->client, l);
+            st = lc_watchdog_add(l->client, &l->wd, &l->h, l);
             if (st != LC_OK)
                 goto out; /* hold kept; its lease runs out unless released */
         }
@@ -219,13 +225,13 @@ static lc_status release_locked(lc_lock *l)
     if (st != LC_OK)
         return st;
     if (l->h.count == 1)
-        lc_watchdog_remove(l->client, l); /* renewal stops before the release is sent */
+        lc_watchdog_remove(l->client, &l->wd); /* renewal stops before the release is sent */
     redisReply *r = NULL;
     int dropped;
     st = run_release(l, l->h.count, &r, NULL);
     st = lc_hold_on_release(&l->h, st, r, &dropped);
     if (dropped)
-        lc_watchdog_remove(l->client, l);
+        lc_watchdog_remove(l->client, &l->wd);
     if (r)
         freeReplyObject(r);
     return st;
@@ -252,26 +258,26 @@ lc_status lc_lock_extend(lc_lock *lock, int lease_ms)
     } else if (lock->h.count == 0) {
         st = lc_fail(LC_ENOTHELD, "lock %s: not held by this owner", lock->h.name);
     } else {
-        char lease[16];
-        snprintf(lease, sizeof(lease), "%d", lease_ms);
-        const char *keys[1] = {lock->h.name};
-        const char *args[2] = {lock->h.token, lease};
+        lc_call call;
         redisReply *r = NULL;
         /* Before the extend is sent, so that no renewal with the old lease can land after it
          * (its TTL could end before the first renewal with the new lease). */
-        lc_watchdog_set_lease(lock->client, lock, lease_ms);
+        lc_watchdog_set_lease(lock->client, &lock->wd, lease_ms);
         int64_t sent_ms = lc_now_ms();
-        st = lc_script_run(lock->client, lock->client->s_renew, 1, keys, NULL, 2, args, NULL, &r);
+        st = lc_call_renew(&call, &lock->h, lease_ms);
+        if (st == LC_OK)
+            st = lc_call_run(lock->client, &call, &r, NULL);
+        lc_call_done(&call);
         if (st == LC_OK && (r->type != REDIS_REPLY_INTEGER || r->integer != 1)) {
             st = lc_fail(LC_ELOST, "lock %s: lost before extend", lock->h.name);
             atomic_store(&lock->h.lost, 1);
             drop_hold(lock);
         } else if (st == LC_OK) {
             lock->h.opts.lease_ms = lease_ms;
-            lc_watchdog_renewed(lock->client, lock, sent_ms);
+            lc_watchdog_renewed(lock->client, &lock->wd, sent_ms);
         } else {
             /* Outcome unknown: Redis holds the old lease or the new one; renew with the old. */
-            lc_watchdog_set_lease(lock->client, lock, lock->h.opts.lease_ms);
+            lc_watchdog_set_lease(lock->client, &lock->wd, lock->h.opts.lease_ms);
         }
         if (r)
             freeReplyObject(r);
@@ -361,48 +367,6 @@ lc_status lc_lock_force_unlock(lc_client *client, const char *name)
     return st;
 }
 
-/* ---- fenced scripts ---- */
-
-lc_status lc_fenced_script_new(const char *body, lc_script **out)
-{
-    if (out)
-        *out = NULL;
-    if (!body || !out)
-        return lc_fail(LC_EINVAL, "fenced script: NULL argument");
-    char *src = malloc(strlen(LC_LUA_GUARD_HEAD) + strlen(body) + strlen(LC_LUA_GUARD_TAIL) + 1);
-    if (!src)
-        return lc_fail(LC_ENOMEM, "fenced script: out of memory");
-    strcpy(src, LC_LUA_GUARD_HEAD);
-    strcat(src, body);
-    strcat(src, LC_LUA_GUARD_TAIL);
-    lc_status st = lc_script_new(src, out);
-    free(src);
-    return st;
-}
-
-lc_status lc_token_fenced_script_new(const char *body, lc_script **out)
-{
-    if (out)
-        *out = NULL;
-    if (!body || !out)
-        return lc_fail(LC_EINVAL, "token-fenced script: NULL argument");
-    size_t len = strlen(LC_LUA_FENCE_ACCEPT_SRC) + strlen(LC_LUA_TOKEN_GUARD_HEAD) +
-                 strlen(body) + strlen(LC_LUA_TOKEN_GUARD_TAIL) + 1;
-    char *src = malloc(len);
-    if (!src)
-        return lc_fail(LC_ENOMEM, "token-fenced script: out of memory");
-    snprintf(src, len, "%s%s%s%s", LC_LUA_FENCE_ACCEPT_SRC, LC_LUA_TOKEN_GUARD_HEAD, body,
-             LC_LUA_TOKEN_GUARD_TAIL);
-    lc_status st = lc_script_new(src, out);
-    free(src);
-    return st;
-}
-
-int lc_fence_newer(uint64_t token, uint64_t highest_seen)
-{
-    return token >= highest_seen;
-}
-
 lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nkeys,
                        const char **keys, const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, redisReply **reply)
@@ -425,13 +389,13 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
     if (st != LC_OK)
         goto out;
     if (release && lock->h.count == 1)
-        lc_watchdog_remove(lock->client, lock); /* renewal stops before the release is sent */
+        lc_watchdog_remove(lock->client, &lock->wd); /* renewal stops before the release is sent */
     st = lc_call_run(lock->client, &call, &r, NULL);
     lc_call_done(&call);
     int dropped, release_alone;
     st = lc_hold_on_eval(&lock->h, release, st, r, reply, &dropped, &release_alone);
     if (dropped)
-        lc_watchdog_remove(lock->client, lock);
+        lc_watchdog_remove(lock->client, &lock->wd);
     if (release_alone) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", lc_errmsg());

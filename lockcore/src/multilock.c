@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 struct lc_multilock {
     int n;

@@ -13,12 +13,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "conn_internal.h"
+#include "mux_internal.h"
 
 typedef struct mux_req {
     char *cmd;                 /* formatted command, freed by the I/O thread once written */
@@ -39,7 +42,7 @@ typedef struct mux_batch {
 } mux_batch;
 
 struct lc_mux {
-    lc_client *client;
+    const lc_endpoint *ep; /* borrowed from the client */
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
@@ -118,7 +121,7 @@ static void *mux_main(void *arg)
             }
             pthread_mutex_unlock(&m->mu);
             redisContext *ctx = NULL;
-            lc_status st = lc_connect(m->client, &ctx);
+            lc_status st = lc_connect(m->ep, &ctx);
             snprintf(why, sizeof(why), "%s", lc_errmsg());
             pthread_mutex_lock(&m->mu);
             if (st != LC_OK) {
@@ -158,12 +161,12 @@ static void *mux_main(void *arg)
         struct pollfd p[2] = {{m->wakefd[0], POLLIN, 0}, {m->ctx->fd, POLLIN, 0}};
         int timeout = 1000;
         if (inflight) {
-            int64_t left = m->progress_ms + m->client->opts.command_timeout_ms - now;
+            int64_t left = m->progress_ms + m->ep->opts.command_timeout_ms - now;
             timeout = left > 0 ? (int)left : 0;
         }
         int n = failed ? 0 : poll(p, 2, timeout);
-        int timed_out = inflight && !failed &&
-                        lc_now_ms() - m->progress_ms >= m->client->opts.command_timeout_ms;
+        int timed_out =
+            inflight && !failed && lc_now_ms() - m->progress_ms >= m->ep->opts.command_timeout_ms;
         if (n < 0 && errno != EINTR)
             failed = 1;
         if (n > 0 && (p[0].revents & POLLIN)) {
@@ -205,12 +208,12 @@ static void *mux_main(void *arg)
     return NULL;
 }
 
-lc_status lc_mux_new(lc_client *client, lc_mux **out)
+lc_status lc_mux_new(const lc_endpoint *ep, lc_mux **out)
 {
     lc_mux *m = calloc(1, sizeof(*m));
     if (!m)
         return lc_fail(LC_ENOMEM, "pipeline: out of memory");
-    m->client = client;
+    m->ep = ep;
     pthread_mutex_init(&m->mu, NULL);
     if (pipe(m->wakefd) != 0) {
         pthread_mutex_destroy(&m->mu);

@@ -11,17 +11,24 @@
  * and the last one was a SUBSCRIBE: the confirmation of an earlier SUBSCRIBE, with an UNSUBSCRIBE
  * sent after it still on its way, does not count for a waiter that came later. A channel is
  * forgotten only when it has no waiter and no request on its way.
+ *
+ * A service of the client (client_internal.h): the first lc_notify_subscribe starts it, and
+ * lc_client_free stops it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "client_internal.h"
+#include "conn_internal.h"
+#include "notify_internal.h"
 
 typedef struct chan {
     char *name;
@@ -40,7 +47,7 @@ typedef struct pending {
 } pending;
 
 struct lc_notify {
-    lc_client *client;
+    const lc_endpoint *ep; /* borrowed from the client; NULL when detached */
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
@@ -199,7 +206,7 @@ static void *notify_main(void *arg)
         if (!n->ctx) {
             pthread_mutex_unlock(&n->mu);
             redisContext *ctx = NULL;
-            if (lc_connect(n->client, &ctx) != LC_OK)
+            if (lc_connect(n->ep, &ctx) != LC_OK)
                 ctx = NULL;
             pthread_mutex_lock(&n->mu);
             if (!ctx) {
@@ -250,12 +257,12 @@ static void *notify_main(void *arg)
 }
 
 /* A listener without its thread: mutex and wake-up pipe. NULL when out of memory or pipes. */
-static lc_notify *notify_alloc(lc_client *client)
+static lc_notify *notify_alloc(const lc_endpoint *ep)
 {
     lc_notify *n = calloc(1, sizeof(*n));
     if (!n)
         return NULL;
-    n->client = client;
+    n->ep = ep;
     if (pipe(n->wakefd) != 0) {
         free(n);
         return NULL;
@@ -268,23 +275,28 @@ static lc_notify *notify_alloc(lc_client *client)
     return n;
 }
 
-/* Makes the client's listener on first use; NULL when it cannot be started. */
-static lc_notify *get_notify(lc_client *client)
+/* The service's start (client_internal.h): a listener for client with its thread running; NULL
+ * when it cannot be started. */
+static void *notify_start(lc_client *client)
 {
-    pthread_mutex_lock(&client->lazy_mu);
-    lc_notify *n = client->notify;
-    if (!n && (n = notify_alloc(client))) {
-        n->has_thread = pthread_create(&n->thread, NULL, notify_main, n) == 0;
-        if (!n->has_thread) {
-            lc_notify_free(n);
-            n = NULL;
-        } else {
-            client->notify = n;
-        }
+    lc_notify *n = notify_alloc(lc_client_endpoint(client));
+    if (!n)
+        return NULL;
+    n->has_thread = pthread_create(&n->thread, NULL, notify_main, n) == 0;
+    if (!n->has_thread) {
+        lc_notify_free(n);
+        return NULL;
     }
-    pthread_mutex_unlock(&client->lazy_mu);
     return n;
 }
+
+/* The service's stop: called by lc_client_free. */
+static void notify_stop(void *instance)
+{
+    lc_notify_free(instance);
+}
+
+static const lc_service notify_service = {notify_start, notify_stop};
 
 lc_notify *lc_notify_new_detached(void)
 {
@@ -336,14 +348,14 @@ int lc_notify_sub_ready(lc_sub *sub)
 
 lc_sub *lc_notify_subscribe(lc_client *client, const char *channel, int timeout_ms)
 {
-    lc_notify *n = get_notify(client);
+    lc_notify *n = lc_client_service(client, &notify_service);
     lc_sub *sub = n ? lc_notify_sub_begin(n, channel) : NULL;
     if (!sub)
         return NULL;
     chan *c = sub->ch;
     struct timespec ts;
-    int wait = timeout_ms < client->opts.command_timeout_ms ? timeout_ms
-                                                            : client->opts.command_timeout_ms;
+    int command_timeout_ms = n->ep->opts.command_timeout_ms;
+    int wait = timeout_ms < command_timeout_ms ? timeout_ms : command_timeout_ms;
     int64_t until = lc_now_ms() + wait;
     ts.tv_sec = until / 1000;
     ts.tv_nsec = (until % 1000) * 1000000L;

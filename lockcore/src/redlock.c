@@ -22,7 +22,7 @@
 #include <event2/event.h>
 
 #include "lockcore/lockcore_async.h"
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 typedef enum job_kind { J_NEW, J_FREE, J_ACQUIRE, J_RELEASE, J_EXTEND, J_STOP } job_kind;
 

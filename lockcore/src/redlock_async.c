@@ -38,7 +38,8 @@
 #include <event2/event.h>
 
 #include "async_internal.h"
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "hold_internal.h"
 
 typedef enum rl_round { R_NONE, R_ACQUIRE, R_RAISE, R_UNLOCK, R_RENEW } rl_round;
 typedef enum rl_op { OP_NONE, OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_EVAL } rl_op;

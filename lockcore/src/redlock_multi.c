@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "lockcore/lockcore_async.h"
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 struct lc_redlock_multi {
     int n;

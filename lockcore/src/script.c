@@ -1,19 +1,16 @@
 /*
  * Lua scripts known by SHA1: made once, run with EVALSHA and re-sent with EVAL when the server
  * answers NOSCRIPT (after a restart or SCRIPT FLUSH). Includes a small SHA1 so a script's
- * digest is known without a round trip.
+ * digest is known without a round trip. A call (lc_call) is a script with its keys and
+ * arguments, built by the layer above (hold.c) and run here on a client's connections.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockcore_internal.h"
-
-struct lc_script {
-    char *source;
-    size_t len;
-    char sha[41];
-};
+#include "base_internal.h"
+#include "client_internal.h"
+#include "script_internal.h"
 
 /* ---- SHA1 (FIPS 180-1), enough for script digests ---- */
 
@@ -91,14 +88,23 @@ lc_status lc_script_new(const char *source, lc_script **out)
     if (!source || !out || !*source)
         return lc_fail(LC_EINVAL, "script: NULL or empty source");
     lc_script *s = calloc(1, sizeof(*s));
-    if (!s || !(s->source = strdup(source))) {
+    if (!s || !(s->owned = strdup(source))) {
         free(s);
         return lc_fail(LC_ENOMEM, "script: out of memory");
     }
+    s->source = s->owned;
     s->len = strlen(source);
     sha1_hex(s->source, s->len, s->sha);
     *out = s;
     return LC_OK;
+}
+
+void lc_script_init_static(lc_script *s, const char *source)
+{
+    s->source = source;
+    s->owned = NULL;
+    s->len = strlen(source);
+    sha1_hex(s->source, s->len, s->sha);
 }
 
 const char *lc_script_source(const lc_script *script)
@@ -115,8 +121,51 @@ void lc_script_free(lc_script *script)
 {
     if (!script)
         return;
-    free(script->source);
+    free(script->owned);
     free(script);
+}
+
+lc_status lc_call_init(lc_call *c, const lc_script *s, int nkeys, int nargs)
+{
+    memset(c, 0, sizeof(*c));
+    c->script = s;
+    c->nkeys = nkeys;
+    c->nargs = nargs;
+    c->keys = c->kv;
+    c->keylens = c->kl;
+    c->args = c->av;
+    c->arglens = c->al;
+    if (!s)
+        return lc_fail(LC_ENOMEM, "script: out of memory");
+    if (nkeys > LC_CALL_INLINE) {
+        c->keys = malloc(sizeof(*c->keys) * (size_t)nkeys);
+        c->keylens = malloc(sizeof(*c->keylens) * (size_t)nkeys);
+    }
+    if (nargs > LC_CALL_INLINE) {
+        c->args = malloc(sizeof(*c->args) * (size_t)nargs);
+        c->arglens = malloc(sizeof(*c->arglens) * (size_t)nargs);
+    }
+    if (!c->keys || !c->keylens || !c->args || !c->arglens) {
+        lc_call_done(c);
+        return lc_fail(LC_ENOMEM, "script: out of memory");
+    }
+    return LC_OK;
+}
+
+void lc_call_done(lc_call *c)
+{
+    if (c->keys != c->kv)
+        free(c->keys);
+    if (c->keylens != c->kl)
+        free(c->keylens);
+    if (c->args != c->av)
+        free(c->args);
+    if (c->arglens != c->al)
+        free(c->arglens);
+    c->keys = c->kv;
+    c->keylens = c->kl;
+    c->args = c->av;
+    c->arglens = c->al;
 }
 
 int lc_script_argv(const lc_call *call, int use_source, const char **argv, size_t *lens,
@@ -203,17 +252,8 @@ lc_status lc_script_run(lc_client *client, const lc_script *script, int nkeys, c
                         const size_t *keylens, int nargs, const char **args, const size_t *arglens,
                         redisReply **reply)
 {
-    return lc_script_call(client, script, nkeys, keys, keylens, nargs, args, arglens, reply, NULL);
-}
-
-lc_status lc_script_call(lc_client *client, const lc_script *script, int nkeys, const char **keys,
-                         const size_t *keylens, int nargs, const char **args,
-                         const size_t *arglens, redisReply **reply, int *sent)
-{
     if (reply)
         *reply = NULL;
-    if (sent)
-        *sent = 0;
     if (!client || !script || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
         return lc_fail(LC_EINVAL, "script run: bad argument");
     for (int i = 0; i < nkeys; i++)
@@ -243,7 +283,7 @@ lc_status lc_script_call(lc_client *client, const lc_script *script, int nkeys, 
         al[i] = strlen(args[i]);
     call.keylens = keylens ? (size_t *)keylens : kl;
     call.arglens = arglens ? (size_t *)arglens : al;
-    lc_status st = lc_call_run(client, &call, reply, sent);
+    lc_status st = lc_call_run(client, &call, reply, NULL);
     free(kl);
     free(al);
     return st;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 static _Thread_local char errmsg[256];
 

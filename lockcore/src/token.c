@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 static void fill_random(void *buf, size_t len)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
 
 /* Copies src[0..len) into dst (size cap) percent-decoding it. 0 on success, -1 on overflow or a
  * bad escape. */

@@ -6,16 +6,30 @@
  * belongs to the watchdog thread (busy): removal and lease changes wait for it, so once
  * lc_watchdog_remove returns no renewal of that lock can reach Redis, and once
  * lc_watchdog_set_lease returns none with the old lease can.
+ *
+ * A service of the client (client_internal.h): the first lc_watchdog_add starts it, and
+ * lc_client_free stops it. It knows a registered hold by its lc_hold and hands the owner's
+ * lc_lock, unread, to the on_lost callback.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "lockcore_internal.h"
+#include "base_internal.h"
+#include "client_internal.h"
+#include "conn_internal.h"
+#include "hold_internal.h"
+#include "script_internal.h"
+#include "watchdog_internal.h"
 
-typedef struct wd_entry {
-    lc_lock *lock;
+typedef struct lc_wd_entry wd_entry;
+
+struct lc_wd_entry {
+    lc_hold *hold;   /* borrowed from the owner, as are owner and watch */
+    lc_lock *owner;  /* for the on_lost callback */
+    lc_watch *watch; /* where the owner keeps this entry */
     int lease_ms;
     int64_t next_ms;      /* when the next renewal is due */
     int64_t cap_ms;       /* stop renewing at this time (0: never) */
@@ -23,11 +37,11 @@ typedef struct wd_entry {
     int busy;             /* a renewal (or the lost callback) is in flight: only the watchdog
                              thread touches the entry until it clears this */
     int result;           /* of the last renewal: 1 ok, 0 lost, -1 unknown (I/O) */
-    struct wd_entry *prev, *next;
-} wd_entry;
+    wd_entry *prev, *next;
+};
 
-struct lc_watchdog {
-    lc_client *client;
+typedef struct lc_watchdog {
+    const lc_endpoint *ep; /* borrowed from the client */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;  /* the thread: stop, or an entry was added */
@@ -37,7 +51,7 @@ struct lc_watchdog {
     redisContext *ctx;    /* used by the watchdog thread only */
     int loaded;           /* the renew script is in ctx's server's script cache */
     int64_t wake_at_ms;   /* when the sleeping thread wakes by itself; 0 while it works */
-};
+} lc_watchdog;
 
 enum { BATCH_MAX = 256 };
 
@@ -55,17 +69,17 @@ static void unlink_entry(lc_watchdog *wd, wd_entry *e)
         wd->head = e->next;
     if (e->next)
         e->next->prev = e->prev;
-    e->lock->wd_entry = NULL;
+    e->watch->entry = NULL;
     free(e);
 }
 
 /* Sends one pipelined batch of renewals and fills each entry's result. Runs unlocked. */
 static void renew_batch(lc_watchdog *wd, wd_entry **batch, int n, const int *lease)
 {
-    const lc_script *s = wd->client->s_renew;
+    const lc_script *s = lc_builtin_script(LC_S_RENEW);
     if (!wd->ctx) {
         wd->loaded = 0;
-        if (lc_connect(wd->client, &wd->ctx) != LC_OK)
+        if (lc_connect(wd->ep, &wd->ctx) != LC_OK)
             wd->ctx = NULL;
     }
     if (wd->ctx && !wd->loaded) {
@@ -89,7 +103,7 @@ static void renew_batch(lc_watchdog *wd, wd_entry **batch, int n, const int *lea
         /* The hold's name and token are immutable while it is registered; the arguments are
          * hold.c's, as for every other script. */
         lc_call call;
-        if (lc_call_renew(&call, &batch[i]->lock->h, lease[i]) != LC_OK)
+        if (lc_call_renew(&call, batch[i]->hold, lease[i]) != LC_OK)
             break;
         const char *argv[3 + 3];
         size_t lens[3 + 3];
@@ -176,9 +190,9 @@ static void *watchdog_main(void *arg)
                 e->result = 2;
             } else {
                 e->result = 0;
-                atomic_store(&e->lock->h.lost, 1);
-                if (e->lock->h.opts.on_lost)
-                    e->lock->h.opts.on_lost(e->lock, e->lock->h.opts.on_lost_arg);
+                atomic_store(&e->hold->lost, 1);
+                if (e->hold->opts.on_lost)
+                    e->hold->opts.on_lost(e->owner, e->hold->opts.on_lost_arg);
             }
         }
         pthread_mutex_lock(&wd->mu);
@@ -197,118 +211,35 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-/* Makes the client's watchdog on first use. */
-static lc_watchdog *get_watchdog(lc_client *client)
+/* The service's start (client_internal.h): a watchdog for client with its thread running; NULL
+ * when out of memory or threads. */
+static void *watchdog_start(lc_client *client)
 {
-    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
-    if (wd)
-        return wd;
-    pthread_mutex_lock(&client->lazy_mu);
-    wd = atomic_load_explicit(&client->watchdog, memory_order_relaxed);
-    if (!wd && (wd = calloc(1, sizeof(*wd)))) {
-        wd->client = client;
-        pthread_mutex_init(&wd->mu, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&wd->wake, &ca);
-        pthread_condattr_destroy(&ca);
-        pthread_cond_init(&wd->idle, NULL);
-        if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
-            pthread_mutex_destroy(&wd->mu);
-            pthread_cond_destroy(&wd->wake);
-            pthread_cond_destroy(&wd->idle);
-            free(wd);
-            wd = NULL;
-        } else {
-            atomic_store_explicit(&client->watchdog, wd, memory_order_release);
-        }
+    lc_watchdog *wd = calloc(1, sizeof(*wd));
+    if (!wd)
+        return NULL;
+    wd->ep = lc_client_endpoint(client);
+    pthread_mutex_init(&wd->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&wd->idle, NULL);
+    if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
+        pthread_mutex_destroy(&wd->mu);
+        pthread_cond_destroy(&wd->wake);
+        pthread_cond_destroy(&wd->idle);
+        free(wd);
+        return NULL;
     }
-    pthread_mutex_unlock(&client->lazy_mu);
     return wd;
 }
 
-lc_status lc_watchdog_add(lc_client *client, lc_lock *lock)
+/* The service's stop: called by lc_client_free. */
+static void watchdog_stop(void *instance)
 {
-    lc_watchdog *wd = get_watchdog(client);
-    wd_entry *e = calloc(1, sizeof(*e));
-    if (!wd || !e) {
-        free(e);
-        return lc_fail(LC_ENOMEM, "watchdog: cannot start (out of memory or threads)");
-    }
-    int64_t now = lc_now_ms();
-    e->lock = lock;
-    e->lease_ms = lock->h.opts.lease_ms;
-    e->renewed_ms = now;
-    e->next_ms = now + lc_renew_period_ms(e->lease_ms);
-    e->cap_ms = lock->h.opts.max_hold_ms ? lock->h.held_since_ms + lock->h.opts.max_hold_ms : 0;
-    pthread_mutex_lock(&wd->mu);
-    e->next = wd->head;
-    if (wd->head)
-        wd->head->prev = e;
-    wd->head = e;
-    lock->wd_entry = e;
-    /* Wake the thread only if it would sleep past this entry's first renewal: most holds are
-     * shorter than lease/3 and never need the thread at all. */
-    if (wd->wake_at_ms && e->next_ms < wd->wake_at_ms)
-        pthread_cond_signal(&wd->wake);
-    pthread_mutex_unlock(&wd->mu);
-    return LC_OK;
-}
-
-/* The lock's entry once no renewal of it is in flight (NULL when it is not registered). Called
- * with wd->mu held; may wait on wd->idle. */
-static wd_entry *idle_entry(lc_watchdog *wd, lc_lock *lock)
-{
-    wd_entry *e;
-    while ((e = lock->wd_entry) && e->busy)
-        pthread_cond_wait(&wd->idle, &wd->mu);
-    return e;
-}
-
-void lc_watchdog_remove(lc_client *client, lc_lock *lock)
-{
-    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
-    if (!wd)
-        return;
-    pthread_mutex_lock(&wd->mu);
-    wd_entry *e = idle_entry(wd, lock);
-    if (e)
-        unlink_entry(wd, e);
-    pthread_mutex_unlock(&wd->mu);
-}
-
-void lc_watchdog_set_lease(lc_client *client, lc_lock *lock, int lease_ms)
-{
-    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
-    if (!wd)
-        return;
-    pthread_mutex_lock(&wd->mu);
-    wd_entry *e = idle_entry(wd, lock);
-    if (e) {
-        e->lease_ms = lease_ms;
-        e->next_ms = lc_now_ms() + lc_renew_period_ms(lease_ms);
-        pthread_cond_signal(&wd->wake);
-    }
-    pthread_mutex_unlock(&wd->mu);
-}
-
-void lc_watchdog_renewed(lc_client *client, lc_lock *lock, int64_t at_ms)
-{
-    lc_watchdog *wd = atomic_load_explicit(&client->watchdog, memory_order_acquire);
-    if (!wd)
-        return;
-    pthread_mutex_lock(&wd->mu);
-    wd_entry *e = idle_entry(wd, lock);
-    if (e && at_ms > e->renewed_ms)
-        e->renewed_ms = at_ms;
-    pthread_mutex_unlock(&wd->mu);
-}
-
-void lc_watchdog_free(lc_watchdog *wd)
-{
-    if (!wd)
-        return;
+    lc_watchdog *wd = instance;
     pthread_mutex_lock(&wd->mu);
     wd->stop = 1;
     pthread_cond_signal(&wd->wake);
@@ -322,4 +253,85 @@ void lc_watchdog_free(lc_watchdog *wd)
     pthread_cond_destroy(&wd->wake);
     pthread_cond_destroy(&wd->idle);
     free(wd);
+}
+
+static const lc_service watchdog_service = {watchdog_start, watchdog_stop};
+
+lc_status lc_watchdog_add(lc_client *client, lc_watch *w, lc_hold *h, lc_lock *owner)
+{
+    lc_watchdog *wd = lc_client_service(client, &watchdog_service);
+    wd_entry *e = calloc(1, sizeof(*e));
+    if (!wd || !e) {
+        free(e);
+        return lc_fail(LC_ENOMEM, "watchdog: cannot start (out of memory or threads)");
+    }
+    int64_t now = lc_now_ms();
+    e->hold = h;
+    e->owner = owner;
+    e->watch = w;
+    e->lease_ms = h->opts.lease_ms;
+    e->renewed_ms = now;
+    e->next_ms = now + lc_renew_period_ms(e->lease_ms);
+    e->cap_ms = h->opts.max_hold_ms ? h->held_since_ms + h->opts.max_hold_ms : 0;
+    pthread_mutex_lock(&wd->mu);
+    e->next = wd->head;
+    if (wd->head)
+        wd->head->prev = e;
+    wd->head = e;
+    w->entry = e;
+    /* Wake the thread only if it would sleep past this entry's first renewal: most holds are
+     * shorter than lease/3 and never need the thread at all. */
+    if (wd->wake_at_ms && e->next_ms < wd->wake_at_ms)
+        pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+    return LC_OK;
+}
+
+/* The registration's entry once no renewal of it is in flight (NULL when it is not registered).
+ * Called with wd->mu held; may wait on wd->idle. */
+static wd_entry *idle_entry(lc_watchdog *wd, lc_watch *w)
+{
+    wd_entry *e;
+    while ((e = w->entry) && e->busy)
+        pthread_cond_wait(&wd->idle, &wd->mu);
+    return e;
+}
+
+void lc_watchdog_remove(lc_client *client, lc_watch *w)
+{
+    lc_watchdog *wd = lc_client_service_running(client, &watchdog_service);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e = idle_entry(wd, w);
+    if (e)
+        unlink_entry(wd, e);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void lc_watchdog_set_lease(lc_client *client, lc_watch *w, int lease_ms)
+{
+    lc_watchdog *wd = lc_client_service_running(client, &watchdog_service);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e = idle_entry(wd, w);
+    if (e) {
+        e->lease_ms = lease_ms;
+        e->next_ms = lc_now_ms() + lc_renew_period_ms(lease_ms);
+        pthread_cond_signal(&wd->wake);
+    }
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void lc_watchdog_renewed(lc_client *client, lc_watch *w, int64_t at_ms)
+{
+    lc_watchdog *wd = lc_client_service_running(client, &watchdog_service);
+    if (!wd)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd_entry *e = idle_entry(wd, w);
+    if (e && at_ms > e->renewed_ms)
+        e->renewed_ms = at_ms;
+    pthread_mutex_unlock(&wd->mu);
 }

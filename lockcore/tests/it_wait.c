@@ -5,7 +5,7 @@
  * hands the lock on promptly and exclusively, and force-unlock wakes waiters too.
  */
 #include "lc_test.h"
-#include "lockcore_internal.h"
+#include "lock_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -6,8 +6,8 @@
  */
 #include "lc_test.h"
 
+#include "base_internal.h"
 #include "cluster_internal.h"
-#include "lockcore_internal.h"
 
 /* ---- hand-built replies (freed with freeReplyObject, as hiredis' own) ---- */
 

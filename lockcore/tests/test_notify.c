@@ -7,7 +7,7 @@
  */
 #include "lc_test.h"
 
-#include "lockcore_internal.h"
+#include "notify_internal.h"
 
 static const char CH[] = "lock:unlock";
 

@@ -1,0 +1,54 @@
+/*
+ * Fenced scripts: a caller's Lua body wrapped in the fencing guard of scripts.h, so that it runs
+ * only while the caller's hold is the current one (lc_fenced_script_new), or only for a fencing
+ * token at least as new as the highest one its store has seen (lc_token_fenced_script_new, for
+ * Redlock); and the same token rule for stores written from C (lc_fence_newer).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base_internal.h"
+#include "scripts.h"
+
+const char LC_LUA_FENCE_ACCEPT[] = LC_LUA_FENCE_ACCEPT_SRC;
+
+lc_status lc_fenced_script_new(const char *body, lc_script **out)
+{
+    if (out)
+        *out = NULL;
+    if (!body || !out)
+        return lc_fail(LC_EINVAL, "fenced script: NULL argument");
+    char *src = malloc(strlen(LC_LUA_GUARD_HEAD) + strlen(body) + strlen(LC_LUA_GUARD_TAIL) + 1);
+    if (!src)
+        return lc_fail(LC_ENOMEM, "fenced script: out of memory");
+    strcpy(src, LC_LUA_GUARD_HEAD);
+    strcat(src, body);
+    strcat(src, LC_LUA_GUARD_TAIL);
+    lc_status st = lc_script_new(src, out);
+    free(src);
+    return st;
+}
+
+lc_status lc_token_fenced_script_new(const char *body, lc_script **out)
+{
+    if (out)
+        *out = NULL;
+    if (!body || !out)
+        return lc_fail(LC_EINVAL, "token-fenced script: NULL argument");
+    size_t len = strlen(LC_LUA_FENCE_ACCEPT_SRC) + strlen(LC_LUA_TOKEN_GUARD_HEAD) + strlen(body) +
+                 strlen(LC_LUA_TOKEN_GUARD_TAIL) + 1;
+    char *src = malloc(len);
+    if (!src)
+        return lc_fail(LC_ENOMEM, "token-fenced script: out of memory");
+    snprintf(src, len, "%s%s%s%s", LC_LUA_FENCE_ACCEPT_SRC, LC_LUA_TOKEN_GUARD_HEAD, body,
+             LC_LUA_TOKEN_GUARD_TAIL);
+    lc_status st = lc_script_new(src, out);
+    free(src);
+    return st;
+}
+
+int lc_fence_newer(uint64_t token, uint64_t highest_seen)
+{
+    return token >= highest_seen;
+}
