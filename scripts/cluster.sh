@@ -116,6 +116,8 @@ formed() {
 }
 
 # start_node PORT: redis-server of node PORT in $dir/PORT (its nodes.conf there too), daemonized.
+# Its stdin is /dev/null: redis-server 7.0 started daemonized with fd 0 closed (a CI runner
+# without stdin) crashes at start ("Error registering the readable event for the module pipe").
 start_node() {
   local p=$1
   mkdir -p "$dir/$p"
@@ -124,7 +126,7 @@ start_node() {
     --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
     --cluster-node-timeout "$node_timeout" --cluster-require-full-coverage no \
     --cluster-replica-validity-factor 0 \
-    --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" >/dev/null ||
+    --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" </dev/null >/dev/null ||
     die "redis-server on port $p did not start (see $dir/$p/redis.log)"
 }
 # answers PORT: node PORT answers PING within 5 s.
