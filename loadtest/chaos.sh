@@ -23,7 +23,7 @@
 # Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about
 #              70 s in all (what CI runs). With --cluster: 30 s of traffic, a checkpoint at
-#              15 s and one at the end; about 50 s with the cluster's start
+#              15 s and one at the end; about 40 s with the cluster's start
 #   --long     600 s of traffic, a checkpoint every 30 s; about 11 min
 #   --cluster  on a Redis Cluster, with master failovers among the faults (above)
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
@@ -38,7 +38,8 @@
 # (/usr/bin/python3), CH_SEED, CH_DURATION_S, CH_CHECKPOINT_S, CH_CLIENTS (16), CH_SKUS (4),
 # CH_LEASE_MS (1000), CH_LOCK_WAIT_MS (500), CH_REDIS_TIMEOUT_MS (500), CH_THREADS (4 per
 # instance), CH_CLIENT_TIMEOUT_S (2), CH_THINK_MS (a client's pause between operations, up to;
-# 20, long 40), CH_NEMESIS_GAP_MS ("1500 5000": the pause between faults, min max),
+# 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
+# --cluster "1000 3000"),
 # CH_NEMESIS=0 (no faults), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
