@@ -13,8 +13,14 @@ from Redis directly (a tiny RESP client, plus loadtest/verify.sh per SKU) and ch
 the history; at the end the answers themselves are checked too. See loadtest/README.md and
 docs/reliability.md ("Randomized history test") for what is checked and why it is sound.
 
+With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
+master of its key's slot and SCANs to every master (loadtest/resp.py, which verify.sh uses too),
+the slot map asked for again after each failover.
+
 Talks to chaos.sh through files in --ctl: it creates pause.<N> and waits for paused.<N> (the
 nemesis has restored everything and holds still), later creates resume.<N>; done at the end.
+With --calm S, calm exists in the last S seconds of traffic before each checkpoint: the nemesis
+starts no fault then, so that a checkpoint does not wait long for one (a master's takes ~8 s).
 Exit status: 0 every check passed, 1 a violation, 3 infrastructure failure.
 """
 
@@ -25,7 +31,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -58,73 +63,10 @@ class Infra(Exception):
     """Something the test needs (Redis, the nemesis) is not there: not a finding about the service."""
 
 
-# --- Redis, read directly ----------------------------------------------------------------------
+# --- Redis, read directly: one redis-server (Redis) or a Redis Cluster (Cluster), loadtest/resp.py
 
-class RedisError(str):
-    """An error reply (returned, not raised, so a pipeline reads every reply)."""
-
-
-class Redis:
-    """A minimal RESP2 client: one socket, pipelined commands, replies as Python values."""
-
-    def __init__(self, port, host="127.0.0.1", timeout=5.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.rf = self.sock.makefile("rb")
-
-    def close(self):
-        try:
-            self.rf.close()
-            self.sock.close()
-        except OSError:
-            pass
-
-    def cmd(self, *args):
-        return self.pipeline([args])[0]
-
-    def pipeline(self, cmds):
-        out = bytearray()
-        for args in cmds:
-            out += b"*%d\r\n" % len(args)
-            for a in args:
-                b = a if isinstance(a, bytes) else str(a).encode()
-                out += b"$%d\r\n%s\r\n" % (len(b), b)
-        self.sock.sendall(out)
-        return [self._read() for _ in cmds]
-
-    def _read(self):
-        line = self.rf.readline()
-        if not line.endswith(b"\r\n"):
-            raise ConnectionError("Redis closed the connection")
-        t, rest = line[:1], line[1:-2]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            return RedisError(rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self.rf.read(n + 2)
-            return data[:-2].decode("utf-8", "replace")
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._read() for _ in range(n)]
-        raise ConnectionError("unexpected reply %r" % line)
-
-    def scan(self, pattern, limit=10000):
-        """Every key matching pattern (bounded: at most `limit` SCAN calls)."""
-        keys, cursor = set(), "0"
-        for _ in range(limit):
-            r = self.cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            if isinstance(r, RedisError) or not isinstance(r, list):
-                raise Infra("SCAN failed: %r" % (r,))
-            cursor = r[0]
-            keys.update(r[1])
-            if cursor == "0":
-                return keys
-        raise Infra("SCAN did not finish")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resp import Cluster, Redis, RedisError  # noqa: E402  (beside this file)
 
 
 def pairs(lst):
@@ -176,6 +118,8 @@ def http_call(port, method, path, body=None, headers=None, timeout=3.0):
 # --- logical operations and their attempts ----------------------------------------------------
 
 NONE, YES, MAYBE = "none", "yes", "maybe"
+# The nemesis events (nemesis.jsonl) that are faults, as chaos.sh names them.
+FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "crash")
 
 
 def effect(op, a):
@@ -266,6 +210,12 @@ class Run:
         self.traffic_since = None       # when the current stretch of traffic began
         self.checks = Checker(self)
         self.checkpoints = []
+
+    def redis(self, timeout):
+        """A reading connection to Redis: the one server, or the cluster (routed by slot)."""
+        if self.a.redis_cluster:
+            return Cluster(self.a.redis_cluster, timeout=timeout, retry_s=timeout)
+        return Redis(self.a.redis_port, timeout=timeout)
 
     # -- logical operations --
     def new_lop(self, op, sku, thr, args, keyed):
@@ -455,7 +405,7 @@ class Run:
         end, last = now() + bound, "not checked"
         while now() < end:
             try:
-                rds = Redis(self.a.redis_port, timeout=2.0)
+                rds = self.redis(2.0)
                 try:
                     if rds.cmd("PING") != "PONG":
                         last = "Redis does not answer PONG"
@@ -528,8 +478,8 @@ class Run:
 
     def main(self):
         a = self.a
-        log("seed %d: %d clients, SKUs %s, %d s of traffic, checkpoint every %d s, instances on %s, Redis on %d"
-            % (a.seed, a.clients, ",".join(self.skus), a.duration, a.checkpoint_every, a.ports, a.redis_port))
+        log("seed %d: %d clients, SKUs %s, %d s of traffic, checkpoint every %d s, instances on %s, Redis on %s"
+            % (a.seed, a.clients, ",".join(self.skus), a.duration, a.checkpoint_every, a.ports, a.redis_cluster or a.redis_port))
         rng = random.Random("%d/setup" % a.seed)
         for s in self.skus:
             self.op_put(rng, -1, s)
@@ -543,9 +493,13 @@ class Run:
             n += 1
             target = min(a.duration, n * a.checkpoint_every)
             while self.traffic_now() < target:
+                if a.calm and self.traffic_now() >= target - a.calm and not os.path.exists(os.path.join(a.ctl, "calm")):
+                    self.ctl("calm")
                 time.sleep(0.1)
             final = target >= a.duration
             self.checkpoint("final" if final else str(n), final)
+            if os.path.exists(os.path.join(a.ctl, "calm")):
+                os.remove(os.path.join(a.ctl, "calm"))
             if final:
                 break
         self.ctl("done")
@@ -634,7 +588,7 @@ class Checker:
         run = self.run
         self.crashes()
         try:
-            rds = Redis(run.a.redis_port, timeout=10.0)
+            rds = run.redis(10.0)
             try:
                 snaps = {s: self.snapshot(rds, s) for s in run.skus}
             finally:
@@ -663,7 +617,8 @@ class Checker:
     def verify_sh(self, cp, sku):
         """loadtest/verify.sh for the history-independent §8 checks of one SKU."""
         run = self.run
-        cmd = [run.a.verify, "--redis-port", str(run.a.redis_port), "--sku", sku, "--max-qty", str(MAX_QTY),
+        where = ["--redis-cluster", run.a.redis_cluster] if run.a.redis_cluster else ["--redis-port", str(run.a.redis_port)]
+        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(MAX_QTY),
                "--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku)]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -1015,8 +970,11 @@ class Checker:
         out = []
         out.append("# Randomized history test: seed %d" % a.seed)
         out.append("")
-        out.append("Replay the random choices: loadtest/chaos.sh --seed %d %s" % (a.seed, "--long" if a.duration >= 600 else "--short"))
+        out.append("Replay the random choices: %s" % (a.replay or "loadtest/chaos.sh --seed %d %s" % (a.seed, "--long" if a.duration >= 600 else "--short")))
         out.append("")
+        if a.setup:
+            out.append(a.setup)
+            out.append("")
         by_op = Counter()
         for l in lops:
             for x in l.attempts:
@@ -1041,11 +999,11 @@ class Checker:
                 ev = [json.loads(x) for x in f if x.strip()]
         except (OSError, ValueError):
             pass
-        evc = Counter(e["ev"] for e in ev if e["ev"] in ("kill9", "sigstop", "redis-kill9", "crash"))
+        evc = Counter(e["ev"] for e in ev if e["ev"] in FAULTS)
         out.append("## Nemesis: %s" % (", ".join("%s ×%d" % kv for kv in sorted(evc.items())) or "nothing"))
         out.append("")
         for e in ev:
-            if e["ev"] in ("kill9", "sigstop", "redis-kill9", "crash"):
+            if e["ev"] in FAULTS:
                 out.append("- %s %s %s" % (e["ev"], e["target"], e.get("detail", "")))
         out.append("")
         out.append("## Checkpoints")
@@ -1085,7 +1043,10 @@ class Checker:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--redis-port", type=int, help="the one redis-server")
+    ap.add_argument("--redis-cluster", help="or a Redis Cluster: redis-cluster://host:port[,…]")
+    ap.add_argument("--setup", default="", help="a line for SUMMARY.md: what Redis is, the faults")
+    ap.add_argument("--replay", default="", help="the command that replays this run")
     ap.add_argument("--ports", required=True, help="instance ports, comma-separated")
     ap.add_argument("--token", required=True)
     ap.add_argument("--out", required=True)
@@ -1098,7 +1059,10 @@ def main():
     ap.add_argument("--client-timeout", type=float, default=3.0)
     ap.add_argument("--think-ms", type=float, default=0)
     ap.add_argument("--storms", type=int, default=1, help="0: no bursts of concurrent PUTs")
+    ap.add_argument("--calm", type=float, default=0, help="no fault starts in the last S s of traffic before a checkpoint")
     a = ap.parse_args()
+    if (a.redis_port is None) == (a.redis_cluster is None):
+        ap.error("give one of --redis-port and --redis-cluster")
     global LOG
     LOG = open(os.path.join(a.out, "run.log"), "a")
     run = Run(a)

@@ -11,10 +11,21 @@
 # Redis directly (plus loadtest/verify.sh per SKU) against the history, and the answers
 # themselves. Everything it starts is stopped on exit, also on failure or interrupt.
 #
-# Usage: loadtest/chaos.sh [--short | --long] [--seed N] [--out DIR]
+# --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
+# masters with a replica each, min-replicas-to-write 1) and the instances with
+# --redis-replica-acks 1. Its nemesis kill -9s a master — its replica is promoted — and brings
+# the dead node back once the replica took over (it rejoins as the new master's replica);
+# sometimes it first cuts the replica off (SIGSTOP, its replication link closed by the master),
+# so the promoted replica has only what it had then; and it kill -9s and SIGSTOPs instances
+# as above. The first fault of a cluster run is always a master's. The checker reads each key
+# from the master of its slot (loadtest/resp.py, also what verify.sh --redis-cluster uses).
+#
+# Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about
-#              70 s in all (what CI runs)
+#              70 s in all (what CI runs). With --cluster: 30 s of traffic, a checkpoint at
+#              15 s and one at the end; about 40 s with the cluster's start
 #   --long     600 s of traffic, a checkpoint every 30 s; about 11 min
+#   --cluster  on a Redis Cluster, with master failovers among the faults (above)
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
 #              and so the interleaving, differs from run to run). Default: random, printed.
 #   --out DIR  results directory (default loadtest/results/chaos-<UTC time>)
@@ -27,18 +38,26 @@
 # (/usr/bin/python3), CH_SEED, CH_DURATION_S, CH_CHECKPOINT_S, CH_CLIENTS (16), CH_SKUS (4),
 # CH_LEASE_MS (1000), CH_LOCK_WAIT_MS (500), CH_REDIS_TIMEOUT_MS (500), CH_THREADS (4 per
 # instance), CH_CLIENT_TIMEOUT_S (2), CH_THINK_MS (a client's pause between operations, up to;
-# 20, long 40), CH_NEMESIS_GAP_MS ("1500 5000": the pause between faults, min max),
+# 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
+# --cluster "1000 3000"),
 # CH_NEMESIS=0 (no faults), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
+# (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
+# the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
+# seconds of traffic before a checkpoint). Only acks 1 is a checked mode: with 0 an order
+# answered 201 may be lost in a failover (docs/scaling.md, "The loss window"), and the checker
+# reports it as a violation — which is how it is shown to catch one (loadtest/README.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 lt=$root/loadtest
 
-mode=short seed=${CH_SEED:-} out=""
+mode=short seed=${CH_SEED:-} out="" cluster=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) mode=short; shift ;;
     --long) mode=long; shift ;;
+    --cluster) cluster=1; shift ;;
     --seed) seed=${2:-}; shift 2 || { echo "chaos.sh: --seed needs a number" >&2; exit 2; } ;;
     --seed=*) seed=${1#*=}; shift ;;
     --out) out=${2:-}; shift 2 || { echo "chaos.sh: --out needs a directory" >&2; exit 2; } ;;
@@ -52,9 +71,14 @@ done
 
 if [ "$mode" = long ]; then
   duration=${CH_DURATION_S:-600} every=${CH_CHECKPOINT_S:-30} think=${CH_THINK_MS:-40}
+elif [ "$cluster" = 1 ]; then
+  duration=${CH_DURATION_S:-30} every=${CH_CHECKPOINT_S:-15} think=${CH_THINK_MS:-20}
 else
   duration=${CH_DURATION_S:-60} every=${CH_CHECKPOINT_S:-12} think=${CH_THINK_MS:-20}
 fi
+# No fault starts in the last $calm s of traffic before a checkpoint: a master's fault takes
+# ~8 s (failover, restart, resync), and a checkpoint waits for the fault under way.
+calm=${CH_CALM_S:-$([ "$cluster" = 1 ] && echo 5 || echo 0)}
 build_dir=${BUILD_DIR:-$root/build}
 case "$build_dir" in /*) ;; *) build_dir=$root/$build_dir ;; esac
 bin=$build_dir/bin/inventoryd
@@ -62,15 +86,24 @@ py=${PYTHON:-/usr/bin/python3}
 instances=3
 port_min=${LT_PORT_MIN:-20000}
 port_max=${LT_PORT_MAX:-32000}
+acks=${CH_REPLICA_ACKS:-1}
+min_replicas=${CH_MIN_REPLICAS:-1}
+cut_pct=${CH_MASTER_CUT:-33}
 lock_wait=${CH_LOCK_WAIT_MS:-500}
 lease=${CH_LEASE_MS:-1000}
 redis_timeout=${CH_REDIS_TIMEOUT_MS:-500}
 threads=${CH_THREADS:-4}
 token=${CH_ADMIN_TOKEN:-chaos-admin-token}
-read -r gap_min gap_max <<<"${CH_NEMESIS_GAP_MS:-1500 5000}"
+if [ "$cluster" = 1 ]; then
+  read -r gap_min gap_max <<<"${CH_NEMESIS_GAP_MS:-1000 3000}"
+else
+  read -r gap_min gap_max <<<"${CH_NEMESIS_GAP_MS:-1500 5000}"
+fi
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-res=${out:-$lt/results/chaos-$stamp}
+flag=""
+[ "$cluster" = 0 ] || flag=" --cluster"
+res=${out:-$lt/results/chaos-${flag:+cluster-}$stamp}
 mkdir -p "$res/logs"
 res=$(cd "$res" && pwd)
 run_dir=$res/run ctl=$res/ctl
@@ -93,17 +126,29 @@ done
 [ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets inventoryd
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 
-log "seed $seed ($mode: $duration s of traffic, checkpoint every $every s); replay: loadtest/chaos.sh --$mode --seed $seed"
+replay="loadtest/chaos.sh --$mode$flag --seed $seed"
+log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
-# Redis with its AOF fsynced before every reply: a kill -9 of Redis then loses no acknowledged
-# write, so a missing acknowledged order is the service's fault, not the test's.
-redis_args=(--appendonly yes --appendfsync always)
-start_redis
-pick_instance_ports
 inst_flags=(--admin-token "$token" --lock-lease-ms "$lease" --redis-timeout-ms "$redis_timeout")
+if [ "$cluster" = 1 ]; then
+  command -v "$py" >/dev/null 2>&1 || die "no $py"
+  cluster_up 3 1 "$min_replicas"
+  redis_url_override=$redis_url
+  inst_flags+=(--redis-replica-acks "$acks")
+  setup="Redis: a cluster of 3 masters + 3 replicas (min-replicas-to-write $min_replicas, node timeout 1 s); inventoryd --redis-replica-acks $acks$([ "$acks" -ge 1 ] || echo " (not a checked mode: an order answered 201 may be lost in a failover)")."
+  where=(--redis-cluster "$redis_url")
+else
+  # Redis with its AOF fsynced before every reply: a kill -9 of Redis then loses no acknowledged
+  # write, so a missing acknowledged order is the service's fault, not the test's.
+  redis_args=(--appendonly yes --appendfsync always)
+  start_redis
+  setup="Redis: one redis-server, AOF appendfsync always."
+  where=(--redis-port "$redis_port")
+fi
+pick_instance_ports
 start_servers inventoryd "$instances" "$threads" "${inst_flags[@]}"
-log "redis-server on $redis_port (AOF always), inventoryd on ${inst_ports[*]} (lease $lease ms, lock wait $lock_wait ms)"
+log "${redis_url:-redis-server on $redis_port (AOF always)}, inventoryd on ${inst_ports[*]} (lease $lease ms, lock wait $lock_wait ms${redis_url:+, replica acks $acks})"
 
 now_ms() { date +%s%3N; }
 # sleep_ms N
@@ -123,44 +168,95 @@ restart_instance() {
   wait_ready "$pid" 100 curl -fsS --max-time 1 "http://127.0.0.1:${inst_ports[i]}/readyz" \
     || die "inventoryd $i did not come back on port ${inst_ports[i]} (see $res/logs/inventoryd$i.log)"
 }
+# kill_instance I: kill -9 of inventoryd I, restarted after 200–2000 ms.
+kill_instance() {
+  local i=$1 ms
+  rnd 200 2000; ms=$r
+  event kill9 "inventoryd$i" "down ${ms} ms"
+  kill -KILL "${inst_pids[i]}" 2>/dev/null || true
+  wait "${inst_pids[i]}" 2>/dev/null || true
+  sleep_ms "$ms"
+  restart_instance "$i"
+  event back "inventoryd$i"
+}
+# stop_instance I: SIGSTOP of inventoryd I past its lease, and often past an Idempotency-Key
+# claim's age limit too (lock wait + lease + 2 × Redis timeout), after which another request
+# may take the claim over; then SIGCONT.
+stop_instance() {
+  local i=$1 ms
+  rnd $((lease * 2)) $((lease * 5)); ms=$r
+  event sigstop "inventoryd$i" "stopped ${ms} ms (lease $lease ms)"
+  kill -STOP "${inst_pids[i]}"
+  sleep_ms "$ms"
+  kill -CONT "${inst_pids[i]}"
+  event back "inventoryd$i"
+}
+# restart_redis: kill -9 of redis-server, restarted from its AOF after 200–1500 ms.
+restart_redis() {
+  local ms
+  rnd 200 1500; ms=$r
+  event redis-kill9 redis "down ${ms} ms + AOF load"
+  kill -KILL "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+  redis_pid=""
+  sleep_ms "$ms"
+  launch_redis || die "redis-server did not restart (see $res/logs/redis.log)"
+  event back redis
+}
+# master_fault (--cluster): kill -9 of one of the masters; its replica is promoted; then the
+# dead node is brought back (lib.sh node_back: it rejoins as the promoted one's replica). In
+# CH_MASTER_CUT % of them (33) the replica is cut off first: stopped (SIGSTOP) and its
+# replication link closed by the master (CLIENT KILL TYPE replica) 200–900 ms before the kill,
+# let go (SIGCONT) after it, and promoted with only what it had when cut off. Whatever the
+# master took in between is lost with it: with min-replicas-to-write 1 it takes nothing
+# (NOREPLICAS), and with --redis-replica-acks 1 nothing it took is answered 201 (its WAIT times
+# out: 503 outcome unknown). A plain kill -9 loses nothing here even with acks 0: on loopback
+# the replica still reads what the master had written to the socket.
+master_fault() {
+  local m cut ms rep ports
+  read -ra ports <<<"$(cluster_masters)"
+  [ "${#ports[@]}" -gt 0 ] || die "no master answers (see $res/logs/cluster.log)"
+  rnd 0 $((${#ports[@]} - 1)); m=${ports[r]}
+  rnd 0 99; cut=$r
+  rnd 200 900; ms=$r
+  if [ "$cut" -lt "$cut_pct" ]; then
+    rep=$(replica_of "$m")
+    [ -n "$rep" ] || die "master $m has no replica"
+    event master-cut-kill9 "redis-$m" "replica $rep stopped and cut off ${ms} ms before the kill"
+    kill -STOP "$(node_pid "$rep")"
+    redis-cli -p "$m" CLIENT KILL TYPE replica >/dev/null 2>&1 || true
+    sleep_ms "$ms"
+    kill -KILL "$(node_pid "$m")"
+    kill -CONT "$(node_pid "$rep")"
+  else
+    event master-kill9 "redis-$m" "its replica takes over"
+    kill -KILL "$(node_pid "$m")"
+  fi
+  node_back "$m"
+  event back "redis-$m"
+}
 # One fault, chosen and timed by the seed; when it returns, everything is running again.
+# On one Redis: kill -9 of an instance 30 %, SIGSTOP of one 45 %, Redis restart 25 %. On a
+# cluster: a master's fault 45 % (and always the first), SIGSTOP of an instance 30 %, kill -9 25 %.
+faults_done=0
 fault() {
-  local i kind ms
+  local i kind
   rnd 0 99; kind=$r
   rnd 0 $((instances - 1)); i=$r
-  if [ "$kind" -lt 30 ]; then
-    rnd 200 2000; ms=$r
-    event kill9 "inventoryd$i" "down ${ms} ms"
-    kill -KILL "${inst_pids[i]}" 2>/dev/null || true
-    wait "${inst_pids[i]}" 2>/dev/null || true
-    sleep_ms "$ms"
-    restart_instance "$i"
-    event back "inventoryd$i"
-  elif [ "$kind" -lt 75 ]; then
-    # Past the lease, and often past an Idempotency-Key claim's age limit too (lock wait +
-    # lease + 2 × Redis timeout), after which another request may take the claim over.
-    rnd $((lease * 2)) $((lease * 5)); ms=$r
-    event sigstop "inventoryd$i" "stopped ${ms} ms (lease $lease ms)"
-    kill -STOP "${inst_pids[i]}"
-    sleep_ms "$ms"
-    kill -CONT "${inst_pids[i]}"
-    event back "inventoryd$i"
-  else
-    rnd 200 1500; ms=$r
-    event redis-kill9 redis "down ${ms} ms + AOF load"
-    kill -KILL "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
-    redis_pid=""
-    sleep_ms "$ms"
-    launch_redis || die "redis-server did not restart (see $res/logs/redis.log)"
-    event back redis
-  fi
+  if [ "$cluster" = 1 ]; then
+    if [ "$faults_done" = 0 ] || [ "$kind" -lt 45 ]; then master_fault
+    elif [ "$kind" -lt 75 ]; then stop_instance "$i"
+    else kill_instance "$i"; fi
+  elif [ "$kind" -lt 30 ]; then kill_instance "$i"
+  elif [ "$kind" -lt 75 ]; then stop_instance "$i"
+  else restart_redis; fi
+  faults_done=$((faults_done + 1))
 }
 # reap_crashed: an instance or redis-server that exited although no fault killed it is a
 # finding (chaos.py reports the "crash" events with their exit status); it is restarted so that
 # the run goes on.
 reap_crashed() {
-  local i st
+  local i st p
   for ((i = 0; i < instances; i++)); do
     kill -0 "${inst_pids[i]}" 2>/dev/null && continue
     st=0
@@ -169,7 +265,14 @@ reap_crashed() {
     log "inventoryd $i exited by itself (status $st); restarting it"
     restart_instance "$i"
   done
-  if ! kill -0 "$redis_pid" 2>/dev/null; then
+  if [ "$cluster" = 1 ]; then
+    for p in $cluster_ports; do
+      kill -0 "$(node_pid "$p")" 2>/dev/null && continue
+      event crash "redis-$p" "exited (a daemon: no exit status)"
+      log "cluster node $p exited by itself; bringing it back"
+      node_back "$p"
+    done
+  elif ! kill -0 "$redis_pid" 2>/dev/null; then
     st=0
     wait "$redis_pid" 2>/dev/null || st=$?
     event crash redis "exit status $st"
@@ -186,6 +289,7 @@ hold_still() {
     n=${f##*/pause.}
     [ -e "$ctl/paused.$n" ] && continue
     event pause "checkpoint $n"
+    if [ "$cluster" = 1 ]; then cluster_whole || die "the cluster is not whole (see $res/logs/cluster.log)"; fi
     : >"$ctl/paused.$n"
     for ((i = 0; i < 6000; i++)); do
       [ -e "$ctl/resume.$n" ] || [ -e "$ctl/done" ] && break
@@ -200,11 +304,12 @@ hold_still() {
 }
 
 # shellcheck disable=SC2086
-"$py" "$lt/chaos.py" --seed "$seed" --redis-port "$redis_port" \
+"$py" "$lt/chaos.py" --seed "$seed" "${where[@]}" --setup "$setup" --replay "$replay" \
   --ports "$(IFS=,; echo "${inst_ports[*]}")" --token "$token" --out "$res" --ctl "$ctl" \
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
-  --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" &
+  --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
+  --calm "$calm" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
@@ -221,7 +326,7 @@ while kill -0 "$py_pid" 2>/dev/null && [ ! -e "$ctl/done" ]; do
     next=$(($(now_ms) + r))
     continue
   fi
-  if [ "${CH_NEMESIS:-1}" != 0 ] && [ "$(now_ms)" -ge "$next" ]; then
+  if [ "${CH_NEMESIS:-1}" != 0 ] && [ "$(now_ms)" -ge "$next" ] && [ ! -e "$ctl/calm" ]; then
     fault
     rnd "$gap_min" "$gap_max"
     next=$(($(now_ms) + r))

@@ -63,11 +63,6 @@ lib_name=cluster
 # shellcheck source=loadtest/lib.sh
 . "$lt/lib.sh"
 
-cluster_dir=""
-cleanup_hook() {
-  [ -z "$cluster_dir" ] || CLUSTER_DIR=$cluster_dir "$root/scripts/cluster.sh" stop || true
-  cluster_dir=""
-}
 install_cleanup
 check_tools
 command -v python3 >/dev/null 2>&1 || die "python3 is not installed (scripts/deps.sh installs it)"
@@ -79,33 +74,8 @@ echo "# inventoryd on Redis Cluster — $(date -u +%FT%TZ)" >"$report"
 
 # --- the Redis side ---------------------------------------------------------------------------
 
-# cluster_up MASTERS REPLICAS [MIN_REPLICAS_TO_WRITE]: scripts/cluster.sh start; sets
-# redis_url, masters_ports (the masters, space-separated) and cluster_ports.
-cluster_up() {
-  cluster_dir=$run_dir/cluster-$RANDOM
-  CLUSTER_DIR=$cluster_dir CLUSTER_MASTERS=$1 CLUSTER_REPLICAS=$2 \
-    CLUSTER_MIN_REPLICAS_TO_WRITE=${3:-0} "$root/scripts/cluster.sh" start >"$res/logs/cluster.env" \
-    2>>"$res/logs/cluster.log" || die "scripts/cluster.sh start failed (see $res/logs/cluster.log)"
-  redis_url=$(sed -n 's/^CLUSTER_URL=//p' "$res/logs/cluster.env")
-  cluster_ports=$(cat "$cluster_dir/ports")
-  masters_ports=""
-  local p
-  for p in $cluster_ports; do
-    redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q master && masters_ports+="$p "
-  done
-  masters_ports=${masters_ports% }
-}
-cluster_down() { cleanup_hook; }
+# cluster_up, cluster_down, slot_owner, node_back: loadtest/lib.sh.
 
-# slot_owner PORT SLOT: the port of the master serving SLOT, per CLUSTER NODES of node PORT.
-slot_owner() {
-  redis-cli -p "$1" CLUSTER NODES | awk -v s="$2" '$3 ~ /master/ && $8 == "connected" {
-    for (i = 9; i <= NF; i++) {
-      if ($i ~ /^\[/) continue
-      n = split($i, r, "-"); lo = r[1] + 0; hi = (n > 1 ? r[2] : r[1]) + 0
-      if (s >= lo && s <= hi) { split($2, a, "[:@]"); print a[2]; exit }
-    } }'
-}
 # slots_of PORT: how many slots node PORT serves (CLUSTER NODES, myself).
 slots_of() {
   redis-cli -p "$1" CLUSTER NODES | awk '/myself/ { for (i = 9; i <= NF; i++) {
@@ -312,7 +282,7 @@ failover_one() { # ACKS
   local skun=fo-acks$acks
   put_sku "$skun" 1000000000 "$segments" "$res/raw/$skun.put"
   # The victim: the master of segment 0.
-  local slot vport vdir s
+  local slot vport s
   slot=$(redis-cli -p "${masters_ports%% *}" CLUSTER KEYSLOT "inv:{$skun:0}:stock")
   vport=$(slot_owner "${masters_ports%% *}" "$slot")
   [ -n "$vport" ] || die "no master for slot $slot"
@@ -368,8 +338,7 @@ PY
   rate_now=$(rates "$series" $(($(tail -1 "$series" | cut -d' ' -f1) - 2000)) 999999999)
   log "failover acks $acks: replication delay median $1 us, p90 $2 us, max $3 us (at ~$rate_now orders/s: ~$(awk -v d="$1" -v r="$rate_now" 'BEGIN {printf "%.1f", d * r / 1e6}') orders in flight to the replica at a time, cluster-wide)"
   lag_note="delay $1 / $2 / $3 µs (median / p90 / max)"
-  vdir=$cluster_dir/$vport
-  kill -9 "$(cat "$vdir/pid")"
+  kill -9 "$(node_pid "$vport")"
   kill_ms=$((($(date +%s%N) - t0) / 1000000))
   log "failover acks $acks: killed master :$vport ($nseg of $segments segments) at $kill_ms ms"
   local other
@@ -378,11 +347,8 @@ PY
   wait_until 300 promoted_to || die "slot $slot was not failed over"
   promoted_ms=$((($(date +%s%N) - t0) / 1000000))
   # The old master comes back (its nodes.conf) as a replica of the promoted one.
-  redis-server --port "$vport" --bind 127.0.0.1 --dir "$vdir" --daemonize yes --pidfile "$vdir/pid" \
-    --logfile "$vdir/redis.log" --save "" --appendonly no --cluster-enabled yes \
-    --cluster-config-file "$vdir/nodes.conf" --cluster-node-timeout 1000 \
-    --cluster-require-full-coverage no --cluster-replica-validity-factor 0 \
-    --min-replicas-to-write 1 --min-replicas-max-lag 2 >/dev/null
+  CLUSTER_DIR=$cluster_dir "$root/scripts/cluster.sh" restart "$vport" >>"$res/logs/cluster.log" 2>&1 ||
+    die "node $vport did not restart (see $cluster_dir/$vport/redis.log)"
   wait_until 300 bash -c "redis-cli -p $vport INFO replication | grep -q master_link_status:up" ||
     die "the old master did not come back as a replica"
   back_ms=$((($(date +%s%N) - t0) / 1000000))

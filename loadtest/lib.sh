@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# loadtest/lib.sh — what loadtest/run.sh (the benchmark) and loadtest/faults.sh (the fault
-# tests) share: logging, free ports, starting and stopping redis-server, inventoryd instances,
-# bare handlers and nginx, and running wrk with the drain of common.lua. Sourced, never run.
+# loadtest/lib.sh — what loadtest/run.sh (the benchmark), loadtest/faults.sh (the fault tests),
+# loadtest/chaos.sh and loadtest/cluster.sh share: logging, free ports, starting and stopping
+# redis-server, a Redis Cluster (scripts/cluster.sh) and its nodes, inventoryd instances, bare
+# handlers and nginx, and running wrk with the drain of common.lua. Sourced, never run.
 #
 # The sourcing script sets, before it calls anything here:
 #   root lt          the repository and its loadtest/ directory
@@ -56,6 +57,7 @@ stop_all() {
   stop_nginx
   stop_instances
   stop_redis
+  cluster_down
 }
 
 # install_cleanup: on exit (also on failure or interrupt) runs the sourcing script's
@@ -158,6 +160,83 @@ start_redis() {
   die "redis-server did not start (see $res/logs/redis.log)"
 }
 rcli() { redis-cli -p "$redis_port" "$@"; }
+
+# --- a Redis Cluster (scripts/cluster.sh) ---------------------------------------------------
+
+cluster_dir="" cluster_ports="" masters_ports=""
+# cluster_up MASTERS REPLICAS [MIN_REPLICAS_TO_WRITE]: scripts/cluster.sh start, its state in
+# $run_dir; sets redis_url (redis-cluster://…), cluster_ports (every node) and masters_ports.
+# stop_all stops it (cluster_down).
+cluster_up() {
+  cluster_dir=$run_dir/cluster-$RANDOM
+  CLUSTER_DIR=$cluster_dir CLUSTER_MASTERS=$1 CLUSTER_REPLICAS=$2 \
+    CLUSTER_MIN_REPLICAS_TO_WRITE=${3:-0} "$root/scripts/cluster.sh" start >"$res/logs/cluster.env" \
+    2>>"$res/logs/cluster.log" || die "scripts/cluster.sh start failed (see $res/logs/cluster.log)"
+  redis_url=$(sed -n 's/^CLUSTER_URL=//p' "$res/logs/cluster.env")
+  cluster_ports=$(cat "$cluster_dir/ports")
+  masters_ports=$(cluster_masters)
+}
+# cluster_down: stops it (scripts/cluster.sh stop removes its directory); the nodes' logs so
+# far are kept as logs/redis-PORT.log (appended).
+cluster_down() {
+  local p
+  [ -n "$cluster_dir" ] || return 0
+  for p in $cluster_ports; do
+    cat "$cluster_dir/$p/redis.log" >>"$res/logs/redis-$p.log" 2>/dev/null || true
+  done
+  CLUSTER_DIR=$cluster_dir "$root/scripts/cluster.sh" stop >>"$res/logs/cluster.log" 2>&1 || true
+  cluster_dir=""
+}
+# cluster_nodes: CLUSTER NODES from the first node that answers.
+cluster_nodes() {
+  local p
+  for p in $cluster_ports; do redis-cli -p "$p" CLUSTER NODES 2>/dev/null && return 0; done
+  return 1
+}
+# cluster_masters: the ports of the masters that serve slots now (space-separated, sorted).
+cluster_masters() {
+  cluster_nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && $9 != "" { split($2, a, "[:@]"); print a[2] }' |
+    sort -n | tr '\n' ' ' | sed 's/ $//'
+}
+# slot_owner PORT SLOT: the port of the master serving SLOT, per CLUSTER NODES of node PORT.
+slot_owner() {
+  redis-cli -p "$1" CLUSTER NODES | awk -v s="$2" '$3 ~ /master/ && $8 == "connected" {
+    for (i = 9; i <= NF; i++) {
+      if ($i ~ /^\[/) continue
+      n = split($i, r, "-"); lo = r[1] + 0; hi = (n > 1 ? r[2] : r[1]) + 0
+      if (s >= lo && s <= hi) { split($2, a, "[:@]"); print a[2]; exit }
+    } }'
+}
+# node_pid PORT: the pid of cluster node PORT (from its pid file; it may be dead).
+node_pid() { cat "$cluster_dir/$1/pid" 2>/dev/null; }
+# replica_of PORT: the port of a replica of master PORT.
+replica_of() {
+  redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n 's/^slave0:.*port=\([0-9]*\).*/\1/p'
+}
+# taken_over PORT: every live node but PORT says PORT serves no slot (its replica took over).
+taken_over() {
+  local p nodes seen=0
+  for p in $cluster_ports; do
+    [ "$p" = "$1" ] && continue
+    nodes=$(redis-cli -p "$p" CLUSTER NODES 2>/dev/null) || continue
+    awk -v me=":$1@" '$2 ~ me && $3 ~ /master/ && $9 != "" { f = 1 } END { exit f }' <<<"$nodes" || return 1
+    seen=1
+  done
+  [ "$seen" = 1 ]
+}
+# node_back PORT: brings back node PORT, which died (kill -9): once its slots, if it served any,
+# are served by its promoted replica (≤ 30 s; a node with no persistence must not come back
+# as the master of its slots, empty), scripts/cluster.sh restart: it rejoins as a replica of
+# the promoted one. Returns once the cluster is whole again (scripts/cluster.sh wait, ≤ 30 s:
+# every node connected, every master with its replica in sync).
+node_back() {
+  wait_until 300 taken_over "$1" || die "the slots of node $1 were not taken over within 30 s"
+  CLUSTER_DIR=$cluster_dir "$root/scripts/cluster.sh" restart "$1" >>"$res/logs/cluster.log" 2>&1 ||
+    die "node $1 did not restart (see $cluster_dir/$1/redis.log)"
+  cluster_whole || die "the cluster is not whole 30 s after node $1 came back (see $res/logs/cluster.log)"
+}
+# cluster_whole: scripts/cluster.sh wait (≤ 30 s): every node up, every master with its replica.
+cluster_whole() { CLUSTER_DIR=$cluster_dir "$root/scripts/cluster.sh" wait >>"$res/logs/cluster.log" 2>&1; }
 
 # pick_instance_ports: inst_ports[0..instances-1] from LT_BASE_PORT or free ports.
 inst_ports=()

@@ -5,7 +5,12 @@
 # parses the order records with awk and adds up.
 #
 # Usage: loadtest/verify.sh --redis-port P --sku S [options]
+#        loadtest/verify.sh --redis-cluster URL --sku S [options]
 #   --redis-host H        Redis host (127.0.0.1)
+#   --redis-cluster URL   a Redis Cluster instead (redis-cluster://host:port[,…], any of its
+#                         nodes): every command goes to the master of its key's slot, the slot
+#                         map asked for again after a failover (loadtest/resp.py, the routing
+#                         loadtest/chaos.py uses too); PYTHON (/usr/bin/python3) runs it
 #   --units U             units in 201 answers counted by wrk (order.lua's `units`)
 #   --orders N            number of 201 answers counted by wrk (`created`)
 #   --unanswered X        requests wrk sent without getting an answer (0: exact comparison)
@@ -29,12 +34,14 @@ set -euo pipefail
 
 host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
+cluster=""
 sku=""
 units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
     --redis-port) port=$2; shift 2 ;;
+    --redis-cluster) cluster=$2; shift 2 ;;
     --sku) sku=$2; shift 2 ;;
     --units) units=$2; shift 2 ;;
     --orders) orders=$2; shift 2 ;;
@@ -48,15 +55,23 @@ while [ $# -gt 0 ]; do
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ -n "$port" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port and --sku are required" >&2; exit 2; }
+[ -n "$port$cluster" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port (or --redis-cluster) and --sku are required" >&2; exit 2; }
 
-rcli() { redis-cli -h "$host" -p "$port" --raw "$@"; }
+if [ -n "$cluster" ]; then
+  # Commands as arguments or one a line on stdin, like redis-cli; replies as redis-cli --raw.
+  resp=("${PYTHON:-/usr/bin/python3}" "$(dirname "$0")/resp.py" --cluster "$cluster")
+  rcli() { if [ $# -gt 0 ]; then printf '%s\n' "$*" | "${resp[@]}"; else "${resp[@]}"; fi; }
+  where=$cluster
+else
+  rcli() { redis-cli -h "$host" -p "$port" --raw "$@"; }
+  where=$host:$port
+fi
 failures=0
 pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
 is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
 
-meta=$(rcli HMGET "inv:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $host:$port" >&2; exit 3; }
+meta=$(rcli HMGET "inv:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
 version=$(sed -n 1p <<<"$meta")
 nseg=$(sed -n 2p <<<"$meta")
 state=$(sed -n 3p <<<"$meta")

@@ -14,6 +14,13 @@
 #   scripts/cluster.sh stop            stop the cluster whose state is in CLUSTER_DIR (kill -9
 #                                      after 3 s), remove the dir
 #   scripts/cluster.sh status          CLUSTER NODES of the cluster in CLUSTER_DIR
+#   scripts/cluster.sh restart PORT    start node PORT of the cluster in CLUSTER_DIR again, with
+#                                      its settings and nodes.conf, after it died (kill -9): a
+#                                      master whose replica took over comes back as that
+#                                      replica's replica. Returns once it answers PING
+#   scripts/cluster.sh wait            wait (CLUSTER_WAIT_S) until the cluster in CLUSTER_DIR is
+#                                      whole as at start: every node up and connected, every
+#                                      master with its replicas in sync; exit 1 if it is not
 #
 # The nodes use a short cluster-node-timeout (CLUSTER_NODE_TIMEOUT, 1000 ms) so that a replica
 # takes over within a few seconds of its master's death, and cluster-require-full-coverage no:
@@ -70,7 +77,11 @@ cli() { "$redis_cli" -h 127.0.0.1 -p "$1" "${@:2}"; }
 stop_dir() {
   local dir=$1 pid i alive
   [ -d "$dir" ] || return 0
-  for pid in $(cat "$dir"/*/pid 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+  # CONT too: a node a test left stopped (SIGSTOP) could not act on the TERM.
+  for pid in $(cat "$dir"/*/pid 2>/dev/null); do
+    kill "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+  done
   for ((i = 0; i < 30; i++)); do
     alive=0
     for pid in $(cat "$dir"/*/pid 2>/dev/null); do kill -0 "$pid" 2>/dev/null && alive=1; done
@@ -104,9 +115,45 @@ formed() {
   return 0
 }
 
+# start_node PORT: redis-server of node PORT in $dir/PORT (its nodes.conf there too), daemonized.
+# Its stdin is /dev/null: redis-server 7.0 started daemonized with fd 0 closed (a CI runner
+# without stdin) crashes at start ("Error registering the readable event for the module pipe").
+start_node() {
+  local p=$1
+  mkdir -p "$dir/$p"
+  "$redis_server" --port "$p" --bind 127.0.0.1 --dir "$dir/$p" --daemonize yes \
+    --pidfile "$dir/$p/pid" --logfile "$dir/$p/redis.log" --save "" --appendonly no \
+    --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
+    --cluster-node-timeout "$node_timeout" --cluster-require-full-coverage no \
+    --cluster-replica-validity-factor 0 \
+    --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" </dev/null >/dev/null ||
+    die "redis-server on port $p did not start (see $dir/$p/redis.log)"
+}
+# answers PORT: node PORT answers PING within 5 s.
+answers() {
+  local i
+  for ((i = 0; i < 50; i++)); do cli "$1" PING >/dev/null 2>&1 && return 0; sleep 0.1; done
+  die "node $1 does not answer (see $dir/$1/redis.log)"
+}
+# wait_formed: formed, waited for up to $wait_s.
+wait_formed() {
+  local i
+  # shellcheck disable=SC2086
+  for ((i = 0; i < wait_s * 10; i++)); do formed $ports && return 0; sleep 0.1; done
+  # shellcheck disable=SC2086
+  formed $ports
+}
+# load_dir: $dir, $ports and the settings of the cluster in CLUSTER_DIR.
+load_dir() {
+  dir=${CLUSTER_DIR:-}
+  [ -n "$dir" ] && [ -r "$dir/ports" ] && [ -r "$dir/settings" ] || die "$mode: set CLUSTER_DIR (printed by start)"
+  ports=$(cat "$dir/ports")
+  read -r masters replicas node_timeout min_replicas max_lag < <(sed 's/[a-z_]*=//g' "$dir/settings")
+}
+
 # start_cluster: starts the nodes in $dir, creates the cluster, waits for it. Sets $url.
 start_cluster() {
-  local total=$((masters * (1 + replicas))) p i
+  local total=$((masters * (1 + replicas))) p
   [ "$masters" -ge 3 ] || die "redis-cli --cluster create needs at least 3 masters"
   command -v "$redis_server" >/dev/null || die "no $redis_server (Debian package redis-server)"
   command -v "$redis_cli" >/dev/null || die "no $redis_cli (Debian package redis-tools)"
@@ -117,28 +164,16 @@ start_cluster() {
   else
     pick_ports "$total"
   fi
-  for p in $ports; do
-    mkdir -p "$dir/$p"
-    "$redis_server" --port "$p" --bind 127.0.0.1 --dir "$dir/$p" --daemonize yes \
-      --pidfile "$dir/$p/pid" --logfile "$dir/$p/redis.log" --save "" --appendonly no \
-      --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
-      --cluster-node-timeout "$node_timeout" --cluster-require-full-coverage no \
-      --cluster-replica-validity-factor 0 \
-      --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" >/dev/null ||
-      die "redis-server on port $p did not start (see $dir/$p/redis.log)"
-  done
-  for p in $ports; do
-    for ((i = 0; i < 50; i++)); do cli "$p" PING >/dev/null 2>&1 && break; sleep 0.1; done
-    cli "$p" PING >/dev/null 2>&1 || die "node $p does not answer (see $dir/$p/redis.log)"
-  done
+  # What restart and wait need later.
+  printf 'masters=%s replicas=%s node_timeout=%s min_replicas=%s max_lag=%s\n' "$masters" \
+    "$replicas" "$node_timeout" "$min_replicas" "$max_lag" >"$dir/settings"
+  for p in $ports; do start_node "$p"; done
+  for p in $ports; do answers "$p"; done
   local addrs=()
   for p in $ports; do addrs+=("127.0.0.1:$p"); done
   "$redis_cli" --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
     >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
-  # shellcheck disable=SC2086
-  for ((i = 0; i < wait_s * 10; i++)); do formed $ports && break; sleep 0.1; done
-  # shellcheck disable=SC2086
-  formed $ports || die "the cluster did not reach cluster_state:ok within ${wait_s}s"
+  wait_formed || die "the cluster did not reach cluster_state:ok within ${wait_s}s"
   url="redis-cluster://$(sed 's/ /,/g; s/\([0-9]\+\)/127.0.0.1:\1/g' <<<"$ports")"
   printf '%s\n' "$url" >"$dir/url"
   printf '%s\n' "$ports" >"$dir/ports"
@@ -148,6 +183,16 @@ case "$mode" in
   stop)
     [ -n "${CLUSTER_DIR:-}" ] || die "stop: set CLUSTER_DIR (printed by start)"
     stop_dir "$CLUSTER_DIR"
+    ;;
+  restart)
+    load_dir
+    [[ " $ports " == *" ${1:-} "* ]] || die "restart: ${1:-no port} is not a node of the cluster in $dir"
+    start_node "$1"
+    answers "$1"
+    ;;
+  wait)
+    load_dir
+    wait_formed || die "the cluster in $dir is not whole after ${wait_s}s"
     ;;
   status)
     [ -n "${CLUSTER_DIR:-}" ] && [ -r "$CLUSTER_DIR/ports" ] || die "status: set CLUSTER_DIR"
@@ -183,5 +228,5 @@ case "$mode" in
     echo "cluster up: $url (dir $dir); Ctrl-C stops it"
     while :; do sleep 3600; done
     ;;
-  *) die "usage: cluster.sh [start|stop|status|run CMD…]" ;;
+  *) die "usage: cluster.sh [start|stop|status|restart PORT|wait|run CMD…]" ;;
 esac

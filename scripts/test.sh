@@ -14,7 +14,8 @@
 #      TSAN_BUILD_DIR (build-tsan), SKIP_TSAN=1 to skip the third pass, TSAN_OPTIONS
 #      (halt_on_error=1:second_deadlock_stack=1), JOBS (2), CTEST_ARGS (extra ctest arguments,
 #      e.g. "-L unit"), SKIP_LOADTEST=1, SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1,
-#      SKIP_DOCKER=1, SKIP_CHAOS=1, SKIP_CLUSTER=1, CLUSTER_WINDOW_S (12).
+#      SKIP_DOCKER=1, SKIP_CHAOS=1 (both chaos runs), SKIP_CHAOS_CLUSTER=1 (its cluster run only),
+#      SKIP_CLUSTER=1, CLUSTER_WINDOW_S (12).
 # Then scripts/docker-test.sh: the image (docker build), a container of it and docker-compose.yml in
 # a real Docker engine, started here if needed (about 4-6 minutes the first time on 2 cores, the
 # debootstrap'd base image then cached; it skips with one line where dockerd cannot start, but
@@ -22,7 +23,10 @@
 # --install) are ctest tests, labelled "scripts".
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # loadtest/chaos.sh --short (the randomized concurrent-history test, about 70 s; --long is the
-# 10-minute form, not run here), loadtest/cluster.sh --failover --reshard (a local Redis Cluster under
+# 10-minute form, not run here), loadtest/chaos.sh --cluster --short (the same history against a
+# local Redis Cluster with --redis-replica-acks 1: kill -9 of masters, their replicas promoted, the
+# dead nodes back as replicas, and instance faults; about 40 s with the cluster's start; every 201
+# order must be in Redis afterwards), loadtest/cluster.sh --failover --reshard (a local Redis Cluster under
 # load: kill -9 of a master with --redis-replica-acks 1 and 0, and redis-cli --cluster reshard; about
 # 80 s; invariants and every 201 against Redis checked) and loadtest/faults.sh (the fault tests: kill -9,
 # SIGSTOP, Redis restarts, Redis absent, latency, lease < hold; its --soak form is the long one, not run
@@ -85,6 +89,10 @@ fi
 if [ "${SKIP_CHAOS:-0}" != 1 ]; then
   echo "== loadtest/chaos.sh --short (randomized history test; seed printed, replay with --seed)"
   LT_SKIP_DEPS=1 loadtest/chaos.sh --short
+  if [ "${SKIP_CHAOS_CLUSTER:-0}" != 1 ]; then
+    echo "== loadtest/chaos.sh --cluster --short (the same on a Redis Cluster: master kill -9 and restart, acks 1)"
+    LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/chaos.sh --cluster --short
+  fi
 fi
 if [ "${SKIP_CLUSTER:-0}" != 1 ]; then
   echo "== loadtest/cluster.sh --failover --reshard (Redis Cluster: kill -9 of a master and a reshard under load)"
