@@ -142,12 +142,41 @@ void order_get_async(struct areq *ar)
         on_get_reply(LC_EIO, NULL, b);
 }
 
+/* With --redis-replica-acks N, a cancel is acknowledged only once N replicas have it, as an
+ * order is: else a failover could bring back an order its client was told was cancelled. */
+static void on_cancel_acked(lc_status st, const redisReply *r, void *arg)
+{
+    struct by_id *b = arg;
+    int want = b->ar->app->cfg.redis_replica_acks;
+    long long got = store_reply_acks(st, r);
+    areq_log_begin(b->ar);
+    if (got < want) {
+        log_msg(CONFIG_LOG_WARN, "cancel_replica_ack_missing",
+                "order %s: cancelled, but on %lld of %d replicas (%s)", b->id, got < 0 ? 0 : got,
+                want, st == LC_OK ? "WAIT timed out" : lc_errmsg());
+        struct response *res = &b->ar->res;
+        response_error(res, ERROR_UNAVAILABLE,
+                       "the cancel was applied but may not survive a failover of the stock "
+                       "store: cancel again (409 already_cancelled if it held) or GET the order");
+        if (res->body)
+            json_object_set_new(res->body, "outcome", json_string("unknown"));
+    }
+    areq_log_end();
+    areq_done(b->ar);
+    free(b);
+}
+
 static void on_cancel_reply(lc_status st, const redisReply *r, void *arg)
 {
     struct by_id *b = arg;
     areq_log_begin(b->ar);
     cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
     areq_log_end();
+    if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
+        store_replica_wait_async(b->ar->lc, b->sk.stock, b->ar->app->cfg.redis_replica_acks,
+                                 b->ar->app->cfg.redis_timeout_ms, on_cancel_acked, b);
+        return;
+    }
     areq_done(b->ar);
     free(b);
 }

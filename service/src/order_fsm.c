@@ -1337,25 +1337,15 @@ static void answer(struct order *o)
     areq_done(ar);
 }
 
-/*
- * With --redis-replica-acks N: after a commit, WAIT N on the connection that carried it (the
- * segment's master: lc_async_command_key routes by the segment's key), so the order is on N
- * replicas before the 201. WAIT blocks that connection in Redis, so its timeout is a quarter
- * of the Redis timeout: commands pipelined behind it keep their own deadline.
- */
+/* With --redis-replica-acks N: after a commit, WAIT N on the committed segment's master, so
+ * the order is on N replicas before the 201 (store_replica_wait_async). */
 static void replica_wait(struct order *o)
 {
-    char n[16], ms[16];
-    int timeout = o->app->cfg.redis_timeout_ms / 4;
-    snprintf(n, sizeof(n), "%d", o->app->cfg.redis_replica_acks);
-    snprintf(ms, sizeof(ms), "%d", timeout > 0 ? timeout : 1);
-    const char *argv[3] = {"WAIT", n, ms};
     struct seg_keys sk;
     store_seg_keys(o->in.sku, o->k, &sk); /* the committed segment's: its master */
     o->state = OS_REPLICA_WAIT;
-    if (lc_async_command_key(o->lc, sk.stock, strlen(sk.stock), 3, argv, NULL, on_reply, o) !=
-        LC_OK)
-        step(o, EV_REPLY, LC_EIO, NULL);
+    store_replica_wait_async(o->lc, sk.stock, o->app->cfg.redis_replica_acks,
+                             o->app->cfg.redis_timeout_ms, on_reply, o);
 }
 
 /* WAIT's answer: enough replicas → the 201; fewer (timeout), or no answer → the order is
@@ -1363,7 +1353,7 @@ static void replica_wait(struct order *o)
 static void replica_on_wait(struct order *o, lc_status st, const redisReply *r)
 {
     o->acked = 1;
-    long long got = st == LC_OK && r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    long long got = store_reply_acks(st, r);
     if (got >= o->app->cfg.redis_replica_acks) {
         place_done(o, OUT_CREATED);
         return;

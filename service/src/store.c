@@ -315,6 +315,23 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         batch_end(b);
 }
 
+void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
+                              int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
+{
+    char n[16], ms[16];
+    int timeout = redis_timeout_ms / 4;
+    snprintf(n, sizeof(n), "%d", acks);
+    snprintf(ms, sizeof(ms), "%d", timeout > 0 ? timeout : 1);
+    const char *argv[3] = {"WAIT", n, ms};
+    if (lc_async_command_key(lc, key, strlen(key), 3, argv, NULL, cb, arg) != LC_OK)
+        cb(LC_EIO, NULL, arg);
+}
+
+long long store_reply_acks(lc_status st, const redisReply *r)
+{
+    return st == LC_OK && r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+}
+
 void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg)

@@ -105,6 +105,18 @@ void store_script_async(struct store *store, lc_async_client *lc, enum store_scr
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg);
 
+/* With --redis-replica-acks acks > 0, after a write: WAIT acks on the connection of key's
+ * master (the one that carried the write: lc_async_command_key routes by the key's slot), so
+ * the write is on acks replicas before it is acknowledged. WAIT blocks that connection in
+ * Redis, so its timeout is a quarter of redis_timeout_ms: commands pipelined behind it keep
+ * their own deadline. cb as for lc_async_command (exactly once; from inside this call only
+ * when it could not start); store_reply_acks reads its answer. */
+void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
+                              int redis_timeout_ms, lc_async_reply_fn cb, void *arg);
+
+/* The replicas a WAIT reached, or -1 when it failed. */
+long long store_reply_acks(lc_status st, const redisReply *r);
+
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);
 

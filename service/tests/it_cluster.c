@@ -248,6 +248,77 @@ static void test_sale_over_cluster(void **state)
     status_agrees(sku, &rep);
 }
 
+/* The replica (fixture index) of master m, or -1. */
+static int replica_of(int m)
+{
+    int mport = rf_port(cf_node(cl, m));
+    for (int i = 0; i < cf_nodes(cl); i++) {
+        if (i == m)
+            continue;
+        redisReply *r = rf_command(cf_node(cl, i), "ROLE");
+        int is = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+                 r->element[0]->type == REDIS_REPLY_STRING &&
+                 strcmp(r->element[0]->str, "slave") == 0 &&
+                 r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == mport;
+        freeReplyObject(r);
+        if (is)
+            return i;
+    }
+    return -1;
+}
+
+/* A cancel, like an order, is acknowledged only once --redis-replica-acks replicas have it:
+ * with the replica of the order's master stopped (SIGSTOP), DELETE /api/v1/orders/{id} applies
+ * the cancel on the master but answers 503 with "outcome":"unknown", not 200 (a failover then
+ * could bring the order back). Asked again once the replica is back: 409 already_cancelled,
+ * and the order reads cancelled. Before the fix the first answer was 200. */
+static void test_cancel_waits_for_replica(void **state)
+{
+    (void)state;
+    const char *sku = "cl-cancel";
+    int port = sf_port(svc[0]);
+    sf_resp r = {0};
+    sf_put_sku(port, NULL, sku, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_order(NULL, port, sku, 1, &r), 201);
+    char id[112], path[200];
+    snprintf(id, sizeof id, "%s", sf_str(r.json, "order_id"));
+    sf_resp_free(&r);
+    snprintf(path, sizeof path, "/api/v1/orders/%s", id);
+
+    int m = master_of_segment(sku, 0);
+    SF_ASSERT(m >= 0, "%s", "no master for the segment");
+    int rep = replica_of(m);
+    SF_ASSERT(rep >= 0, "master %d has no replica", m);
+    /* min-replicas-to-write 1 would refuse the write itself once the replica lags: the test is
+     * about the answer to a write the master took. */
+    freeReplyObject(rf_command(cf_node(cl, m), "CONFIG SET min-replicas-to-write 0"));
+    SF_ASSERT_EQ(rf_pause(cf_node(cl, rep)), 0);
+    int st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    char outcome[32], first[300];
+    snprintf(outcome, sizeof outcome, "%s", st == 503 ? sf_str(r.json, "outcome") : "");
+    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    freeReplyObject(rf_command(cf_node(cl, m), "CONFIG SET min-replicas-to-write 1"));
+    SF_ASSERT(st == 503 && strcmp(outcome, "unknown") == 0,
+              "cancel with the replica stopped: %s (want 503 outcome unknown)", first);
+
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "%s", "the replica did not catch up");
+    st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT(st == 409 && strcmp(sf_error_code(&r), "already_cancelled") == 0,
+              "cancel again: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "GET", path, NULL, NULL, NULL, &r), 200);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "order after the cancel: %s",
+              sf_resp_summary(&r));
+    sf_resp_free(&r);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 0);
+}
+
 /* kill -9 of a master mid-sale, its replica promoted: no acknowledged order lost. */
 /* Orders created so far by the buyers of s. */
 static long long created(struct sale *s)
@@ -358,6 +429,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sale_over_cluster),
+        cmocka_unit_test(test_cancel_waits_for_replica),
         cmocka_unit_test(test_master_killed_mid_sale),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
