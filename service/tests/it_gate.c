@@ -88,6 +88,30 @@ static long long gt_calls(const char *info, const char *cmd)
     return p ? atoll(p + strlen(needle)) : 0;
 }
 
+/* Redis's command counts since gt_reset_stats. */
+struct gt_stats {
+    long long calls; /* top-level: EVALSHA + EVAL */
+    long long subs;  /* SUBSCRIBE */
+    long long pttl;  /* PTTL: one per try that found the lock taken */
+};
+
+static void gt_reset_stats(void)
+{
+    redisReply *reset = rf_command(sf_redis, "CONFIG RESETSTAT");
+    SF_ASSERT(reset != NULL, "%s", "CONFIG RESETSTAT failed");
+    freeReplyObject(reset);
+}
+
+static struct gt_stats gt_read_stats(void)
+{
+    redisReply *info = rf_command(sf_redis, "INFO commandstats");
+    SF_ASSERT(info != NULL && info->type == REDIS_REPLY_STRING, "%s", "INFO failed");
+    struct gt_stats st = {gt_calls(info->str, "evalsha") + gt_calls(info->str, "eval"),
+                          gt_calls(info->str, "subscribe"), gt_calls(info->str, "pttl")};
+    freeReplyObject(info);
+    return st;
+}
+
 static void test_contended_orders_calls(void **state)
 {
     (void)state;
@@ -104,16 +128,11 @@ static void test_contended_orders_calls(void **state)
     /* The layout is read once and cached: an order before the count starts. */
     SF_ASSERT_EQ(sf_order(NULL, port, sku, 1, &r), 201);
     sf_resp_free(&r);
-    redisReply *reset = rf_command(sf_redis, "CONFIG RESETSTAT");
-    SF_ASSERT(reset != NULL, "%s", "CONFIG RESETSTAT failed");
-    freeReplyObject(reset);
+    gt_reset_stats();
     int timeouts;
     int created = gt_load(port, sku, GT_CLIENTS, GT_PER_CLIENT, &timeouts);
-    redisReply *info = rf_command(sf_redis, "INFO commandstats");
-    SF_ASSERT(info != NULL && info->type == REDIS_REPLY_STRING, "%s", "INFO failed");
-    long long calls = gt_calls(info->str, "evalsha") + gt_calls(info->str, "eval");
-    long long subs = gt_calls(info->str, "subscribe");
-    freeReplyObject(info);
+    struct gt_stats stats = gt_read_stats();
+    long long calls = stats.calls, subs = stats.subs;
     printf("# %d orders created, %d lock timeouts; %lld top-level calls (%.2f per order), "
            "%lld SUBSCRIBE\n",
            created, timeouts, calls, created ? (double)calls / created : 0.0, subs);
@@ -175,9 +194,7 @@ static double gt_three_instances(const char *tag, const char *hint_ms)
             sf_resp_free(&r);
         }
     }
-    redisReply *reset = rf_command(sf_redis, "CONFIG RESETSTAT");
-    SF_ASSERT(reset != NULL, "%s", "CONFIG RESETSTAT failed");
-    freeReplyObject(reset);
+    gt_reset_stats();
     for (int i = 0; i < GT_INSTANCES; i++)
         SF_ASSERT_EQ(pthread_create(&p[i].tid, NULL, gt_inst_run, &p[i]), 0);
     int created = 0, timeouts = 0;
@@ -186,11 +203,8 @@ static double gt_three_instances(const char *tag, const char *hint_ms)
         created += p[i].created;
         timeouts += p[i].timeouts;
     }
-    redisReply *info = rf_command(sf_redis, "INFO commandstats");
-    SF_ASSERT(info != NULL && info->type == REDIS_REPLY_STRING, "%s", "INFO failed");
-    long long calls = gt_calls(info->str, "evalsha") + gt_calls(info->str, "eval");
-    long long pttl = gt_calls(info->str, "pttl");
-    freeReplyObject(info);
+    struct gt_stats stats = gt_read_stats();
+    long long calls = stats.calls, pttl = stats.pttl;
     printf("# --busy-hint-max-ms %s: %d orders created, %d lock timeouts; %lld top-level calls "
            "(%.2f per order), %lld busy tries (PTTL, %.2f per order)\n",
            hint_ms, created, timeouts, calls, created ? (double)calls / created : 0.0, pttl,
