@@ -330,11 +330,18 @@ start_nginx() {
 }
 
 # put_sku SKU STOCK SEGMENTS FILE: PUT (preheat) a SKU through instance 0; the answer in FILE.
+# A 503 is asked again (at most 5 times, 0.5 s apart): with --redis-replica-acks a PUT is
+# answered 503 "outcome unknown" when a replica was slow to confirm it (a loaded machine), and
+# the same PUT again is harmless before the run's orders start.
 put_sku() {
-  curl -fsS --max-time 10 -X PUT -H 'Content-Type: application/json' \
-    -d "{\"stock\": $2, \"segments\": $3}" \
-    "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$1" >"$4" 2>>"$res/logs/curl.log" \
-    || die "preheat PUT of $1 failed"
+  local try
+  for try in 1 2 3 4 5; do
+    curl -fsS --max-time 10 -X PUT -H 'Content-Type: application/json' \
+      -d "{\"stock\": $2, \"segments\": $3}" \
+      "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$1" >"$4" 2>>"$res/logs/curl.log" && return 0
+    sleep 0.5
+  done
+  die "preheat PUT of $1 failed"
 }
 
 # --- wrk --------------------------------------------------------------------------------------

@@ -1872,6 +1872,41 @@ lc_status lc_async_command(lc_async_client *client, int argc, const char *const 
     return command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
 }
 
+lc_status lc_async_command_masters(lc_async_client *client, int argc, const char *const *argv,
+                                   const size_t *lens, lc_async_reply_fn cb, void *arg,
+                                   int *sent)
+{
+    if (sent)
+        *sent = 0;
+    if (!client || argc <= 0 || !argv || !sent)
+        return lc_fail(LC_EINVAL, "async command: bad arguments");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async command: the client was freed");
+    for (int i = 0; i < argc; i++)
+        if (!argv[i])
+            return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    if (!client->route) {
+        lc_status st = command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
+        *sent = st == LC_OK;
+        return st;
+    }
+    int n = lc_route_nodes(client->route);
+    int *slots = malloc(sizeof(*slots) * (size_t)(n > 0 ? n : 1));
+    if (!slots)
+        return lc_fail(LC_ENOMEM, "async: out of memory");
+    int masters = lc_route_master_slots(client->route, slots, n);
+    lc_status st = masters > 0 ? LC_OK : lc_fail(LC_ESTATE, "async command: no master known yet");
+    for (int i = 0; i < masters && st == LC_OK; i++) {
+        acmd *c = cmd_new_raw(client, argc, argv, lens);
+        if (c)
+            c->slot = slots[i]; /* routed like a key of that slot: to its master */
+        st = command_start(client, c, cb, arg);
+        *sent += st == LC_OK;
+    }
+    free(slots);
+    return st;
+}
+
 lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
                                const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
                                void *arg)

@@ -106,4 +106,8 @@ int lc_route_apply(lc_route *rt, const lc_slotmap *m);
 /* Number of slots with a known node (16384 once a full CLUSTER SLOTS was applied). */
 int lc_route_known(const lc_route *rt);
 
+/* One slot of each node that serves any (the masters the map knows), at most max of them, in
+ * node order: slots[i] is the first slot node i serves. Returns how many were written. */
+int lc_route_master_slots(const lc_route *rt, int *slots, int max);
+
 #endif

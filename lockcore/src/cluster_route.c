@@ -121,6 +121,20 @@ int lc_route_apply(lc_route *rt, const lc_slotmap *m)
     return changed;
 }
 
+int lc_route_master_slots(const lc_route *rt, int *slots, int max)
+{
+    int n = 0;
+    for (int node = 0; node < rt->n && n < max; node++) {
+        for (int s = 0; s < LC_CLUSTER_SLOTS; s++) {
+            if (rt->slot[s] == node) {
+                slots[n++] = s;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
 int lc_route_known(const lc_route *rt)
 {
     int n = 0;

@@ -252,6 +252,61 @@ static void test_commands_spread_over_masters(void **state)
     lc_async_client_free(c);
 }
 
+/* lc_async_command_masters: one copy to each master, after the map is known. */
+typedef struct masters_seen {
+    int calls, ok;
+    int ports[8];
+} masters_seen;
+
+static void on_port(lc_status st, const redisReply *r, void *arg)
+{
+    masters_seen *m = arg;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && m->ok < 8)
+        m->ports[m->ok++] = atoi(r->element[1]->str);
+    m->calls++;
+}
+
+static int seen_three(void *arg)
+{
+    return ((masters_seen *)arg)->calls >= 3;
+}
+
+static void test_command_to_every_master(void **state)
+{
+    (void)state;
+    lc_async_client *c = cclient(0);
+    /* Before the map is known there is no master to send to. */
+    masters_seen m = {0};
+    int sent = -1;
+    const char *argv[3] = {"CONFIG", "GET", "port"};
+    assert_status(lc_async_command_masters(c, 3, argv, NULL, on_port, &m, &sent), LC_ESTATE);
+    assert_int_equal(sent, 0);
+    /* A command teaches it the map (CLUSTER SLOTS after the first MOVED or at start). */
+    result r0 = {0};
+    const char *ping[1] = {"PING"};
+    assert_ok(lc_async_command(c, 1, ping, NULL, on_reply, &r0));
+    assert_true(run_until(done, &r0, 20000));
+    int64_t deadline = tu_now_ms() + 20000;
+    while (stats(c).known_slots < 16384 && tu_now_ms() < deadline)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(stats(c).known_slots, 16384);
+
+    assert_ok(lc_async_command_masters(c, 3, argv, NULL, on_port, &m, &sent));
+    assert_int_equal(sent, 3);
+    assert_true(run_until(seen_three, &m, 20000));
+    assert_int_equal(m.calls, 3);
+    assert_int_equal(m.ok, 3);
+    for (int i = 0; i < 3; i++) { /* the three masters' ports, each once */
+        int want = rf_port(cf_node(cl, i)), n = 0;
+        for (int j = 0; j < 3; j++)
+            n += m.ports[j] == want;
+        if (n != 1)
+            fail_msg("master %d (port %d) answered %d times", i, want, n);
+    }
+    assert_status(lc_async_command_masters(c, 3, argv, NULL, on_port, &m, NULL), LC_EINVAL);
+    lc_async_client_free(c);
+}
+
 /* total_reads_processed of node i (INFO stats): how many reads its event loop made. */
 static long long reads_of(int i)
 {
@@ -715,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keyslot_matches_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commands_spread_over_masters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_write_per_master, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_to_every_master, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locks_over_masters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_moved_after_slot_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_and_tryagain_during_migration, setup, teardown),

@@ -301,10 +301,19 @@ static void test_route(void **state)
     assert_string_equal(lc_route_host(rt, 3), "127.0.0.1");
     assert_int_equal(lc_route_port(rt, 3), 7005);
 
+    /* The masters: nodes 2 (7003, from 8192) and 3 (7005, from 0); 0 and 1 serve nothing. */
+    int slots[8];
+    assert_int_equal(lc_route_master_slots(rt, slots, 8), 2);
+    assert_int_equal(slots[0], 8192);
+    assert_int_equal(slots[1], 0);
+    assert_int_equal(lc_route_master_slots(rt, slots, 1), 1); /* at most max */
+
     /* A MOVED corrects one slot. */
     lc_route_set_slot(rt, 100, 0);
     assert_int_equal(lc_route_slot(rt, 100), 0);
     assert_int_equal(lc_route_slot(rt, 101), 3);
+    assert_int_equal(lc_route_master_slots(rt, slots, 8), 3); /* node 0 serves slot 100 now */
+    assert_int_equal(slots[0], 100);
     lc_route_set_slot(rt, 100, 99); /* no such node: ignored */
     assert_int_equal(lc_route_slot(rt, 100), 0);
 
@@ -312,6 +321,7 @@ static void test_route(void **state)
     lc_slotmap none = {0, NULL};
     assert_int_equal(lc_route_apply(rt, &none), 16384);
     assert_int_equal(lc_route_known(rt), 0);
+    assert_int_equal(lc_route_master_slots(rt, slots, 8), 0);
     lc_route_free(rt);
     lc_route_free(NULL);
     assert_null(lc_route_new(0, hosts, ports));

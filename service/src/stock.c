@@ -100,6 +100,8 @@ struct admin {
     char segs[24], stock[24];
     long long rid, qty;  /* restock */
     char pending[64];
+    int write;           /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
+    int waited;          /* that WAIT was done */
 };
 
 static struct admin *admin_new(struct areq *ar)
@@ -115,11 +117,47 @@ static struct admin *admin_new(struct areq *ar)
     return a;
 }
 
+static void on_admin_acked(void *arg, long long got);
+
+/* Sends the answer and frees a. With --redis-replica-acks N, a write's 2xx waits first until N
+ * replicas of every master have it (the SKU's meta and its segments live on several masters),
+ * as an order's 201 does. */
 static void admin_end(struct admin *a)
 {
     struct areq *ar = a->ar;
+    int acks = a->app->cfg.redis_replica_acks;
+    if (a->write && !a->waited && acks > 0 && ar->res.status / 100 == 2) {
+        a->waited = 1;
+        store_replica_wait_all_async(ar->lc, acks, a->app->cfg.redis_timeout_ms, on_admin_acked,
+                                     a);
+        return;
+    }
     free(a);
     areq_done(ar);
+}
+
+/* Fewer acknowledgements than asked: the write is applied on the masters but may not survive
+ * a failover, so the answer is 503 with "outcome":"unknown" (a retry with the same
+ * Idempotency-Key, or a read, tells). */
+static void on_admin_acked(void *arg, long long got)
+{
+    struct admin *a = arg;
+    int want = a->app->cfg.redis_replica_acks;
+    if (got < want) {
+        areq_log_begin(a->ar);
+        log_msg(CONFIG_LOG_WARN, "sku_replica_ack_missing",
+                "sku %s: written, but on %lld of %d replicas of some master", a->sku,
+                got < 0 ? 0 : got, want);
+        struct response *res = &a->ar->res;
+        response_error(res, ERROR_UNAVAILABLE,
+                       "the change was applied but fewer replicas than --redis-replica-acks "
+                       "confirmed it in time, so a failover could undo it: retry with the same "
+                       "Idempotency-Key, or read the SKU");
+        if (res->body)
+            json_object_set_new(res->body, "outcome", json_string("unknown"));
+        areq_log_end();
+    }
+    admin_end(a);
 }
 
 static void admin_down(struct admin *a)
@@ -320,6 +358,7 @@ void stock_put_async(struct areq *ar)
     struct admin *a = admin_new(ar);
     if (!a)
         return;
+    a->write = 1;
     if (stock_sku_param(req, &ar->res, a->sku) != 0) {
         admin_end(a);
         return;
@@ -526,6 +565,7 @@ void stock_restock_async(struct areq *ar)
     struct admin *a = admin_new(ar);
     if (!a)
         return;
+    a->write = 1;
     if (stock_sku_param(req, &ar->res, a->sku) != 0) {
         admin_end(a);
         return;
@@ -607,6 +647,7 @@ void stock_delete_async(struct areq *ar)
     struct admin *a = admin_new(ar);
     if (!a)
         return;
+    a->write = 1;
     if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
         admin_end(a);
         return;

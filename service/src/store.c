@@ -2,6 +2,7 @@
  * Redis access for the service; see store.h. The lockcore client is made lazily and kept for
  * the life of the process: lockcore itself drops and reopens broken connections.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,16 +316,73 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         batch_end(b);
 }
 
+/* WAIT's argv: "WAIT", n, ms (n and ms are the caller's buffers). */
+static void wait_argv(const char *argv[3], char n[16], char ms[16], int acks,
+                      int redis_timeout_ms)
+{
+    int timeout = redis_timeout_ms / 4;
+    snprintf(n, 16, "%d", acks);
+    snprintf(ms, 16, "%d", timeout > 0 ? timeout : 1);
+    argv[0] = "WAIT";
+    argv[1] = n;
+    argv[2] = ms;
+}
+
 void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
                               int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
 {
     char n[16], ms[16];
-    int timeout = redis_timeout_ms / 4;
-    snprintf(n, sizeof(n), "%d", acks);
-    snprintf(ms, sizeof(ms), "%d", timeout > 0 ? timeout : 1);
-    const char *argv[3] = {"WAIT", n, ms};
+    const char *argv[3];
+    wait_argv(argv, n, ms, acks, redis_timeout_ms);
     if (lc_async_command_key(lc, key, strlen(key), 3, argv, NULL, cb, arg) != LC_OK)
         cb(LC_EIO, NULL, arg);
+}
+
+/* The WAITs of one store_replica_wait_all_async: the fewest acknowledgements so far. */
+struct wait_all {
+    store_acked_fn cb;
+    void *arg;
+    int left; /* replies to come, + 1 while sending */
+    long long fewest;
+};
+
+static void wait_all_one(struct wait_all *w, long long got)
+{
+    if (got < w->fewest)
+        w->fewest = got;
+    if (--w->left == 0) {
+        struct wait_all done = *w;
+        free(w);
+        done.cb(done.arg, done.fewest);
+    }
+}
+
+static void on_wait_all(lc_status st, const redisReply *r, void *arg)
+{
+    wait_all_one(arg, store_reply_acks(st, r));
+}
+
+void store_replica_wait_all_async(lc_async_client *lc, int acks, int redis_timeout_ms,
+                                  store_acked_fn cb, void *arg)
+{
+    struct wait_all *w = malloc(sizeof(*w));
+    if (!w) {
+        cb(arg, -1);
+        return;
+    }
+    /* While sending, left is too large for a reply to end it (a reply may come back from
+     * inside the send); then it becomes the sends not yet answered, + 1 for this function. */
+    enum { SENDING = 1 << 30 };
+    *w = (struct wait_all){cb, arg, SENDING, LLONG_MAX};
+    char n[16], ms[16];
+    const char *argv[3];
+    wait_argv(argv, n, ms, acks, redis_timeout_ms);
+    int sent = 0;
+    lc_status st = lc_async_command_masters(lc, 3, argv, NULL, on_wait_all, w, &sent);
+    w->left = w->left - SENDING + sent + 1;
+    if (st != LC_OK || sent == 0)
+        w->fewest = -1;
+    wait_all_one(w, w->fewest);
 }
 
 long long store_reply_acks(lc_status st, const redisReply *r)

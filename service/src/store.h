@@ -117,6 +117,14 @@ void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
 /* The replicas a WAIT reached, or -1 when it failed. */
 long long store_reply_acks(lc_status st, const redisReply *r);
 
+/* As store_replica_wait_async for a write that touched several masters (a SKU's meta and its
+ * segments): WAIT on every master lc knows (lc_async_command_masters). cb gets the fewest
+ * replicas any master's WAIT reached, -1 when one failed or none could be sent; called exactly
+ * once (from inside this call only when nothing could be sent). */
+typedef void (*store_acked_fn)(void *arg, long long acks);
+void store_replica_wait_all_async(lc_async_client *lc, int acks, int redis_timeout_ms,
+                                  store_acked_fn cb, void *arg);
+
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);
 

@@ -38,6 +38,10 @@ static int group_setup(void **state)
     cl = cf_start_ex(3, 1, redis_args);
     if (!cl)
         return -1;
+    /* With acks 1 a write is acknowledged once a replica has it: not before the replicas'
+     * initial sync (a PUT right after the cluster's start would be 503 outcome unknown). */
+    if (cf_wait_replicas(cl, 30000) != 0)
+        return -1;
     snprintf(url, sizeof url, "%s", cf_url(cl, 3)); /* the masters as seeds */
     /* --hold-ms 5: a segment serves at most ~200 orders/s, so the failover sale lasts long
      * enough to kill a master in the middle of it. */
@@ -267,12 +271,13 @@ static int replica_of(int m)
     return -1;
 }
 
-/* A cancel, like an order, is acknowledged only once --redis-replica-acks replicas have it:
- * with the replica of the order's master stopped (SIGSTOP), DELETE /api/v1/orders/{id} applies
- * the cancel on the master but answers 503 with "outcome":"unknown", not 200 (a failover then
- * could bring the order back). Asked again once the replica is back: 409 already_cancelled,
- * and the order reads cancelled. Before the fix the first answer was 200. */
-static void test_cancel_waits_for_replica(void **state)
+/* A cancel and a restock, like an order, are acknowledged only once --redis-replica-acks
+ * replicas have them: with the replica of the order's master stopped (SIGSTOP), DELETE
+ * /api/v1/orders/{id} and POST .../restock are applied on the masters but answer 503 with
+ * "outcome":"unknown", not 200 (a failover then could undo them). Asked again once the replica
+ * is back: 409 already_cancelled and the order reads cancelled; the restock's key replays 200,
+ * applied once. Before the fix both first answers were 200. */
+static void test_writes_wait_for_replica(void **state)
 {
     (void)state;
     const char *sku = "cl-cancel";
@@ -300,10 +305,21 @@ static void test_cancel_waits_for_replica(void **state)
     snprintf(outcome, sizeof outcome, "%s", st == 503 ? sf_str(r.json, "outcome") : "");
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
+    /* A restock writes the SKU's meta and its segment (on up to two masters): the same. */
+    char rpath[200];
+    snprintf(rpath, sizeof rpath, "/api/v1/skus/%s/restock", sku);
+    int rst = sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1", "{\"quantity\": 5}",
+                              &r);
+    char routcome[32], rfirst[300];
+    snprintf(routcome, sizeof routcome, "%s", rst == 503 ? sf_str(r.json, "outcome") : "");
+    snprintf(rfirst, sizeof rfirst, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
     SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
     freeReplyObject(rf_command(cf_node(cl, m), "CONFIG SET min-replicas-to-write 1"));
     SF_ASSERT(st == 503 && strcmp(outcome, "unknown") == 0,
               "cancel with the replica stopped: %s (want 503 outcome unknown)", first);
+    SF_ASSERT(rst == 503 && strcmp(routcome, "unknown") == 0,
+              "restock with the replica stopped: %s (want 503 outcome unknown)", rfirst);
 
     SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "%s", "the replica did not catch up");
     st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
@@ -314,9 +330,16 @@ static void test_cancel_waits_for_replica(void **state)
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "order after the cancel: %s",
               sf_resp_summary(&r));
     sf_resp_free(&r);
+    /* The restock was applied once: asked again with its key, 200 and added 5; 10 + 5 units. */
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1",
+                                 "{\"quantity\": 5}", &r),
+                 200);
+    SF_ASSERT_EQ(sf_json_int(r.json, "added", -1), 5);
+    sf_resp_free(&r);
     sf_report rp;
     SF_ASSERT_INVARIANTS(url, sku, &rp);
     SF_ASSERT_EQ(rp.sold, 0);
+    SF_ASSERT_EQ(rp.remaining, 15);
 }
 
 /* kill -9 of a master mid-sale, its replica promoted: no acknowledged order lost. */
@@ -429,7 +452,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sale_over_cluster),
-        cmocka_unit_test(test_cancel_waits_for_replica),
+        cmocka_unit_test(test_writes_wait_for_replica),
         cmocka_unit_test(test_master_killed_mid_sale),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -156,6 +156,16 @@ lc_status lc_async_command(lc_async_client *client, int argc, const char *const 
  * that must run where a key lives, on the same pipelined connection as the commands sent
  * before for that key: e.g. WAIT numreplicas timeout after a write (the WAIT then covers it).
  * The key is not sent. */
+/* Sends the command once to every master the client's slot map knows (on one Redis: once), each
+ * on the same pipelined connection as the commands sent before to that master: e.g. WAIT
+ * numreplicas timeout after writes to several masters. cb is called once per send; *sent gets
+ * the number of sends (each one's reply comes to cb). LC_OK, or an error with *sent the sends
+ * already made (their callbacks still come); LC_ESTATE on a cluster whose map knows no master
+ * yet (nothing was sent). */
+lc_status lc_async_command_masters(lc_async_client *client, int argc, const char *const *argv,
+                                   const size_t *lens, lc_async_reply_fn cb, void *arg,
+                                   int *sent);
+
 lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
                                const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
                                void *arg);
