@@ -458,6 +458,7 @@ class Run:
             self.op_status(rng, -1, s)
         if ok:
             ok, why = self.quiet(10)
+        self.checks.examined["quiescence"] += 1
         if not ok:
             self.checks.fail("quiescence", name, "checkpoint %s: not quiescent after 40 s: %s" % (name, why), [])
         log("checkpoint %s: %s after %.1f s (nemesis paused after %.1f s, clients idle after %.1f s more); reading Redis" % (
