@@ -10,7 +10,9 @@
  *     segments on the other masters while the dead master's replica is not promoted yet), the
  *     replica is promoted, the sale sells out, SPEC §8 holds, and every order answered 201 is
  *     in Redis (GET /api/v1/orders/{id} finds it on the promoted master too): with acks 1 no
- *     acknowledged order is lost in the failover.
+ *     acknowledged order is lost in the failover;
+ *   - a cancel and a restock wait for the replica too (503 outcome unknown while it is stopped);
+ *   - segment locks as Redlock on three lock nodes (--lock-redis) over the cluster: exact.
  * The failover test kills a master, so it runs last.
  */
 #include "svc_test.h"
@@ -252,6 +254,65 @@ static void test_sale_over_cluster(void **state)
     status_agrees(sku, &rep);
 }
 
+/* Segment locks as Redlock on three independent lock nodes (--lock-redis) while the stock is
+ * on the cluster, with acks 1: a sale sells out exactly (the fenced commit's seen key shares
+ * its segment's slot), SPEC §8 holds on the cluster and no lock is left on the lock nodes. */
+static void test_lock_redis_over_cluster(void **state)
+{
+    (void)state;
+    rf_server *ln[3] = {0};
+    char lock_urls[256] = "";
+    for (int i = 0; i < 3; i++) {
+        ln[i] = rf_start(NULL);
+        SF_ASSERT(ln[i] != NULL, "lock node %d did not start", i);
+        snprintf(lock_urls + strlen(lock_urls), sizeof lock_urls - strlen(lock_urls), "%s%s",
+                 i ? "," : "", rf_url(ln[i]));
+    }
+    const char *args[] = {"--threads", "2", "--redis-replica-acks", "1", "--lock-redis",
+                          lock_urls, NULL};
+    sf_service *lr = sf_start(url, args);
+    SF_ASSERT(lr != NULL, "%s", "inventoryd --lock-redis did not start");
+    const char *sku = "cl-redlock";
+    const long long stock = 120;
+    sf_resp r = {0};
+    sf_put_sku(sf_port(lr), NULL, sku, stock, 6, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    long long units = 0;
+    int unknown = 0;
+    sf_conn *c = sf_conn_open(sf_port(lr), 15000);
+    for (int i = 0; i < 400 && units < stock; i++) {
+        int st = sf_order(c, 0, sku, 1, &r);
+        if (st == 201)
+            units++;
+        else if (st == 503 && strcmp(sf_str(r.json, "outcome"), "unknown") == 0)
+            unknown++;
+        else
+            SF_ASSERT(st == 503, "order: %s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+    }
+    sf_conn_close(c);
+    fprintf(stderr, "--lock-redis over the cluster: %lld units in 201s, %d unknown\n", units,
+            unknown);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(url, sku, &rep);
+    SF_ASSERT(rep.sold >= units && rep.sold <= units + unknown, "sold %lld, 201 units %lld",
+              rep.sold, units);
+    SF_ASSERT_EQ(rep.sold + rep.remaining, stock);
+    SF_ASSERT(units + unknown >= stock, "only %lld units sold of %lld", units, stock);
+    for (int i = 0; i < 3; i++) {
+        long long held = 0;
+        redisReply *keys = rf_command(ln[i], "KEYS *:lock");
+        if (keys && keys->type == REDIS_REPLY_ARRAY)
+            held = (long long)keys->elements;
+        freeReplyObject(keys);
+        SF_ASSERT(held == 0, "lock node %d still holds %lld locks", i, held);
+    }
+    SF_ASSERT_EQ(sf_stop(lr), 0);
+    for (int i = 0; i < 3; i++)
+        rf_stop(ln[i]);
+}
+
 /* The replica (fixture index) of master m, or -1. */
 static int replica_of(int m)
 {
@@ -453,6 +514,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sale_over_cluster),
         cmocka_unit_test(test_writes_wait_for_replica),
+        cmocka_unit_test(test_lock_redis_over_cluster),
         cmocka_unit_test(test_master_killed_mid_sale),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
