@@ -1859,16 +1859,27 @@ static lc_status command_start(lc_async_client *client, acmd *c, lc_async_reply_
     return LC_OK;
 }
 
-lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
-                           const size_t *lens, lc_async_reply_fn cb, void *arg)
+/* The checks every plain command call makes: a live client and argc non-NULL arguments (the
+ * caller has checked client, argc and argv themselves). */
+static lc_status command_args_ok(const lc_async_client *client, int argc,
+                                 const char *const *argv)
 {
-    if (!client || argc <= 0 || !argv)
-        return lc_fail(LC_EINVAL, "async command: bad arguments");
     if (client->freeing)
         return lc_fail(LC_ESTATE, "async command: the client was freed");
     for (int i = 0; i < argc; i++)
         if (!argv[i])
             return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    return LC_OK;
+}
+
+lc_status lc_async_command(lc_async_client *client, int argc, const char *const *argv,
+                           const size_t *lens, lc_async_reply_fn cb, void *arg)
+{
+    if (!client || argc <= 0 || !argv)
+        return lc_fail(LC_EINVAL, "async command: bad arguments");
+    lc_status chk = command_args_ok(client, argc, argv);
+    if (chk != LC_OK)
+        return chk;
     return command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
 }
 
@@ -1880,11 +1891,9 @@ lc_status lc_async_command_masters(lc_async_client *client, int argc, const char
         *sent = 0;
     if (!client || argc <= 0 || !argv || !sent)
         return lc_fail(LC_EINVAL, "async command: bad arguments");
-    if (client->freeing)
-        return lc_fail(LC_ESTATE, "async command: the client was freed");
-    for (int i = 0; i < argc; i++)
-        if (!argv[i])
-            return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    lc_status chk = command_args_ok(client, argc, argv);
+    if (chk != LC_OK)
+        return chk;
     if (!client->route) {
         lc_status st = command_start(client, cmd_new_raw(client, argc, argv, lens), cb, arg);
         *sent = st == LC_OK;
@@ -1913,11 +1922,9 @@ lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t 
 {
     if (!client || !key || argc <= 0 || !argv)
         return lc_fail(LC_EINVAL, "async command: bad arguments");
-    if (client->freeing)
-        return lc_fail(LC_ESTATE, "async command: the client was freed");
-    for (int i = 0; i < argc; i++)
-        if (!argv[i])
-            return lc_fail(LC_EINVAL, "async command: argument %d is NULL", i);
+    lc_status chk = command_args_ok(client, argc, argv);
+    if (chk != LC_OK)
+        return chk;
     acmd *c = cmd_new_raw(client, argc, argv, lens);
     if (c && client->route)
         c->slot = lc_key_slot(key, keylen);
