@@ -395,7 +395,7 @@ class Run:
     def locks_held(self, rds):
         held = []
         for s in self.skus:
-            for k in rds.scan("inv:{%s:*}:lock" % s):
+            for k in rds.scan("inv:2:{%s/*}:lock" % s):
                 held.append((k, rds.cmd("PTTL", k)))
         return held
 
@@ -546,11 +546,11 @@ class Checker:
 
     # -- at checkpoints: Redis against the history --
     def snapshot(self, rds, sku):
-        meta = pairs(rds.cmd("HGETALL", "inv:{%s}:meta" % sku))
+        meta = pairs(rds.cmd("HGETALL", "inv:2:{%s}:meta" % sku))
         if meta and as_int(meta.get("segments")) == 0:
             meta = {}  # a layout of 0 segments: the SKU was deleted (its meta stays, docs/design.md)
-        keys = rds.scan("inv:{%s:*}:*" % sku)
-        pat = re.compile(r"^inv:\{" + re.escape(sku) + r":(\d+)\}:(.+)$")
+        keys = rds.scan("inv:2:{%s/*}:*" % sku)
+        pat = re.compile(r"^inv:2:\{" + re.escape(sku) + r"/(\d+)\}:(.+)$")
         seg_keys = defaultdict(set)
         for k in keys:
             m = pat.match(k)
@@ -561,7 +561,7 @@ class Checker:
         if n and n > 0:
             cmds = []
             for k in range(n):
-                p = "inv:{%s:%d}:" % (sku, k)
+                p = "inv:2:{%s/%d}:" % (sku, k)
                 cmds += [("GET", p + "stock"), ("GET", p + "sver"), ("HGETALL", p + "cnt"), ("HGETALL", p + "orders")]
             rep = rds.pipeline(cmds)
             for k in range(n):

@@ -283,12 +283,12 @@ failover_one() { # ACKS
   put_sku "$skun" 1000000000 "$segments" "$res/raw/$skun.put"
   # The victim: the master of segment 0.
   local slot vport s
-  slot=$(redis-cli -p "${masters_ports%% *}" CLUSTER KEYSLOT "inv:{$skun:0}:stock")
+  slot=$(redis-cli -p "${masters_ports%% *}" CLUSTER KEYSLOT "inv:2:{$skun/0}:stock")
   vport=$(slot_owner "${masters_ports%% *}" "$slot")
   [ -n "$vport" ] || die "no master for slot $slot"
   local nseg=0 k
   for ((k = 0; k < segments; k++)); do
-    s=$(redis-cli -p "$vport" CLUSTER KEYSLOT "inv:{$skun:$k}:stock")
+    s=$(redis-cli -p "$vport" CLUSTER KEYSLOT "inv:2:{$skun/$k}:stock")
     [ "$(slot_owner "$vport" "$s")" = "$vport" ] && nseg=$((nseg + 1))
   done
   local series=$res/raw/$skun.sold

@@ -175,7 +175,7 @@ metric() {
 # remaining: units left in the SKU's segments, read from Redis ("down" when it cannot be read).
 remaining() {
   local keys=() k
-  for ((k = 0; k < segments; k++)); do keys+=("inv:{$sku:$k}:stock"); done
+  for ((k = 0; k < segments; k++)); do keys+=("inv:2:{$sku/$k}:stock"); done
   timeout 2 redis-cli -p "$redis_port" --raw MGET "${keys[@]}" 2>/dev/null \
     | awk -v n="$segments" '/^-?[0-9]+$/ { s += $1; c++ } END { if (c == n) print s; else print "down" }' \
     || echo down
@@ -271,7 +271,7 @@ locks_clear() {
   done
   for p in "${ports[@]}"; do
     for ((k = 0; k < segments; k++)); do
-      n=$(timeout 2 redis-cli -p "$p" EXISTS "inv:{$sku:$k}:lock" 2>/dev/null || echo 1)
+      n=$(timeout 2 redis-cli -p "$p" EXISTS "inv:2:{$sku/$k}:lock" 2>/dev/null || echo 1)
       [ "$n" = 0 ] || return 1
     done
   done

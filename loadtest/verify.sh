@@ -23,7 +23,7 @@
 #                         o = records in :orders — this last one assumes no cancellations,
 #                         which the load test never makes)
 # Quiescent checks (default; no request in flight), per segment k of the current version:
-#   stock ≥ 0; sver = meta.version; t = stock + s; o = live records in inv:{S:k}:orders;
+#   stock ≥ 0; sver = meta.version; t = stock + s; o = live records in inv:2:{S/k}:orders;
 #   s = Σ quantity of those records; every record names this SKU and segment k.
 # and per SKU: Σ t = stock total; Σ s = units counted by wrk (and Σ o = 201 answers); with
 # unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty instead.
@@ -71,12 +71,12 @@ pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
 is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
 
-meta=$(rcli HMGET "inv:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
+meta=$(rcli HMGET "inv:2:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
 version=$(sed -n 1p <<<"$meta")
 nseg=$(sed -n 2p <<<"$meta")
 state=$(sed -n 3p <<<"$meta")
 if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
-  echo "verify: ✗ inv:{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
+  echo "verify: ✗ inv:2:{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
 fi
@@ -90,7 +90,7 @@ fi
 if [ "$live" = 1 ]; then
   # One MULTI/EXEC per segment: an atomic snapshot of that segment while orders run.
   out=$(for ((k = 0; k < nseg; k++)); do
-          printf 'MULTI\nGET inv:{%s:%d}:stock\nHMGET inv:{%s:%d}:cnt t s o\nHLEN inv:{%s:%d}:orders\nEXEC\n' \
+          printf 'MULTI\nGET inv:2:{%s/%d}:stock\nHMGET inv:2:{%s/%d}:cnt t s o\nHLEN inv:2:{%s/%d}:orders\nEXEC\n' \
             "$sku" "$k" "$sku" "$k" "$sku" "$k"
         done | rcli | grep -v -e '^OK$' -e '^QUEUED$') || { echo "verify: cannot read Redis" >&2; exit 3; }
   mapfile -t v <<<"$out"
@@ -112,14 +112,14 @@ fi
 
 # Scalars of every segment in one pipelined redis-cli call: 7 lines per segment.
 scal=$(for ((k = 0; k < nseg; k++)); do
-         printf 'GET inv:{%s:%d}:stock\nGET inv:{%s:%d}:sver\nHMGET inv:{%s:%d}:cnt t s o\nEXISTS inv:{%s:%d}:lock\nHLEN inv:{%s:%d}:orders\n' \
+         printf 'GET inv:2:{%s/%d}:stock\nGET inv:2:{%s/%d}:sver\nHMGET inv:2:{%s/%d}:cnt t s o\nEXISTS inv:2:{%s/%d}:lock\nHLEN inv:2:{%s/%d}:orders\n' \
            "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
        done | rcli) || { echo "verify: cannot read Redis" >&2; exit 3; }
 mapfile -t sv <<<"$scal"
 # Every order record, segment by segment, aggregated by awk: per segment
 # "k records live_count live_units cancelled malformed".
 agg=$(for ((k = 0; k < nseg; k++)); do
-        printf 'ECHO @@seg:%d\nHVALS inv:{%s:%d}:orders\n' "$k" "$sku" "$k"
+        printf 'ECHO @@seg:%d\nHVALS inv:2:{%s/%d}:orders\n' "$k" "$sku" "$k"
       done | rcli | awk -v sku="$sku" '
   function flush() { if (seg != "") print seg, n, live, units, canc, bad }
   /^@@seg:/ { flush(); seg = substr($0, 7); n = live = units = canc = bad = 0; next }

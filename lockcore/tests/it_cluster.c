@@ -439,8 +439,8 @@ static void test_locks_over_masters(void **state)
     memset(r, 0, sizeof r);
     int masters_used[CF_MAX_NODES] = {0};
     for (int k = 0; k < SEGS; k++) {
-        snprintf(lock[k], sizeof lock[k], "inv:{itc:%d}:lock", k);
-        snprintf(stock[k], sizeof stock[k], "inv:{itc:%d}:stock", k);
+        snprintf(lock[k], sizeof lock[k], "inv:2:{itc/%d}:lock", k);
+        snprintf(stock[k], sizeof stock[k], "inv:2:{itc/%d}:stock", k);
         int m = cf_master_of(cl, lc_key_slot(stock[k], strlen(stock[k])));
         masters_used[m] = 1;
         assert_int_equal(rf_integer(cf_node(cl, m), "SET %s 10", stock[k]), RF_NOT_INTEGER);

@@ -127,7 +127,7 @@ d_ports=$(cat "$t_dir/D/cluster/ports")
 t_check "D: the demo SKU's segments sit on three masters" bash -c "
   n=0; for p in $d_ports; do
     redis-cli -p \$p ROLE | head -1 | grep -q master || continue
-    [ \"\$(redis-cli -p \$p --scan --pattern 'inv:{demo-sku:*}:stock' | wc -l)\" -gt 0 ] && n=\$((n + 1))
+    [ \"\$(redis-cli -p \$p --scan --pattern 'inv:2:{demo-sku/*}:stock' | wc -l)\" -gt 0 ] && n=\$((n + 1))
   done; [ \$n -eq 3 ]"
 stop_run
 t_check "D: no cluster node is left after Ctrl-C" bash -c "

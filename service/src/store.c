@@ -124,18 +124,22 @@ const lc_script *store_script(struct store *store, enum store_script id)
 
 void store_seg_keys(const char *sku, int k, struct seg_keys *out)
 {
-    snprintf(out->stock, sizeof(out->stock), "inv:{%s:%d}:stock", sku, k);
-    snprintf(out->sver, sizeof(out->sver), "inv:{%s:%d}:sver", sku, k);
-    snprintf(out->cnt, sizeof(out->cnt), "inv:{%s:%d}:cnt", sku, k);
-    snprintf(out->orders, sizeof(out->orders), "inv:{%s:%d}:orders", sku, k);
-    snprintf(out->idem, sizeof(out->idem), "inv:{%s:%d}:idem", sku, k);
-    snprintf(out->rst, sizeof(out->rst), "inv:{%s:%d}:rst", sku, k);
-    snprintf(out->lock, sizeof(out->lock), "inv:{%s:%d}:lock", sku, k);
+#define SEG_KEY(field)                                                                             \
+    snprintf(out->field, sizeof(out->field), STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:" #field,   \
+             sku, k)
+    SEG_KEY(stock);
+    SEG_KEY(sver);
+    SEG_KEY(cnt);
+    SEG_KEY(orders);
+    SEG_KEY(idem);
+    SEG_KEY(rst);
+    SEG_KEY(lock);
+#undef SEG_KEY
 }
 
 void store_sku_key(char *buf, const char *sku, const char *suffix)
 {
-    snprintf(buf, STORE_KEY_MAX, "inv:{%s}:%s", sku, suffix);
+    snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

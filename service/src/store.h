@@ -33,7 +33,14 @@ enum store_script {
     SCRIPT_COUNT
 };
 
-/* Longest key this file builds: "inv:{" + 64-byte SKU + ":" + 4-digit segment + "}:" + suffix
+/* Key schema 2 (docs/design.md): every key starts "inv:2:"; a SKU's own keys carry the hash tag
+ * {<sku>}, segment k's keys {<sku>/<k>}. '/' is not allowed in a SKU name (SPEC §5), so the tag
+ * of one SKU's segment can never be another SKU's tag, whatever the names contain (schema 1 used
+ * {<sku>:<k>}, and SKU "x:1" met segment 1 of SKU "x"). Schema-1 keys ("inv:{") are not read. */
+#define STORE_KEY_PREFIX "inv:2:"
+#define STORE_SEG_SEP "/"
+
+/* Longest key this file builds: "inv:2:{" + 64-byte SKU + "/" + 4-digit segment + "}:" + suffix
  * (+ a 128-byte Idempotency-Key for claims). */
 #define STORE_KEY_MAX 256
 
@@ -62,7 +69,7 @@ const lc_script *store_script(struct store *store, enum store_script id);
 /* Fills the keys of segment k of sku. */
 void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
-/* Writes "inv:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
+/* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
 
 /* Runs script n times in one pipelined round trip: call i gets nkeys keys keys[i*nkeys..] and

@@ -2,27 +2,27 @@
  * Every Lua script of the service, in one place (loaded once per server, run by SHA).
  *
  * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
- * {S:k}, so every script below touches one Redis Cluster slot:
- *   inv:{S}:meta          hash {version, segments, stock, state, hwm, rseq}   the SKU's layout:
+ * {S/k}, so every script below touches one Redis Cluster slot:
+ *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq}   the SKU's layout:
  *                         state "p" while the layout is being rolled out to the segments, "r"
  *                         once every segment carries it; hwm = segments whose keys may exist;
  *                         segments 0 = deleted
- *   inv:{S}:ver           integer                        version counter (survives DELETE)
- *   inv:{S}:rst           hash rid -> "version:units"    restocks not yet applied everywhere
- *   inv:{S}:rres:<rid>    string (24 h)                  restock rid was applied everywhere
- *   inv:{S}:idem:<key>    string (24 h)                  order Idempotency-Key claim: the order
+ *   inv:2:{S}:ver           integer                        version counter (survives DELETE)
+ *   inv:2:{S}:rst           hash rid -> "version:units"    restocks not yet applied everywhere
+ *   inv:2:{S}:rres:<rid>    string (24 h)                  restock rid was applied everywhere
+ *   inv:2:{S}:idem:<key>    string (24 h)                  order Idempotency-Key claim: the order
  *                         id, or "pending:<expiry, Redis ms>:<token>" while an order runs
- *   inv:{S}:aidem:<op>:<key> string (24 h)               admin Idempotency-Key: "<status> <body>"
+ *   inv:2:{S}:aidem:<op>:<key> string (24 h)               admin Idempotency-Key: "<status> <body>"
  *                         of the answer, or "P <rid> <units>" while a restock runs
- *   inv:{S}:slock         lockcore lock                  the single-lock strategy's lock
- *   inv:{S:k}:stock       integer                        units left in segment k
- *   inv:{S:k}:sver        integer                        version segment k belongs to (kept as
+ *   inv:2:{S}:slock         lockcore lock                  the single-lock strategy's lock
+ *   inv:2:{S/k}:stock       integer                        units left in segment k
+ *   inv:2:{S/k}:sver        integer                        version segment k belongs to (kept as
  *                                                        a tombstone when k is dropped)
- *   inv:{S:k}:cnt         hash {t, s, o}                 units stocked, units sold, live orders
- *   inv:{S:k}:orders      hash order id -> order JSON    order records of segment k
- *   inv:{S:k}:idem        hash idempotency key -> id     written atomically with the order
- *   inv:{S:k}:rst         set of rid                     restocks applied to segment k
- *   inv:{S:k}:lock        lockcore lock (+ :fence, :unlock)
+ *   inv:2:{S/k}:cnt         hash {t, s, o}                 units stocked, units sold, live orders
+ *   inv:2:{S/k}:orders      hash order id -> order JSON    order records of segment k
+ *   inv:2:{S/k}:idem        hash idempotency key -> id     written atomically with the order
+ *   inv:2:{S/k}:rst         set of rid                     restocks applied to segment k
+ *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
  * Every script reads and checks all it needs before its first write: Redis does not roll a
  * script back, so a failure after a write would leave drift.

@@ -310,15 +310,15 @@ static void test_delete(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_resp_free(&r);
     for (int k = 0; k < 2; k++) {
-        long long n = rf_integer(redis, "EXISTS inv:{%s:%d}:stock inv:{%s:%d}:cnt "
-                                        "inv:{%s:%d}:orders inv:{%s:%d}:idem",
+        long long n = rf_integer(redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
+                                        "inv:2:{%s/%d}:orders inv:2:{%s/%d}:idem",
                                  sku, k, sku, k, sku, k, sku, k);
         SF_ASSERT(n == 0, "%lld keys of segment %d of the deleted SKU remain", n, k);
     }
     /* What stays: the meta as a layout of 0 segments and each segment's version (tombstones,
      * so that a slower, older PUT cannot bring the SKU back). */
     char segs[16] = "";
-    SF_ASSERT(rf_string(redis, segs, sizeof segs, "HGET inv:{%s}:meta segments", sku) == 1 &&
+    SF_ASSERT(rf_string(redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) == 1 &&
                   strcmp(segs, "0") == 0,
               "meta.segments '%s' after DELETE", segs);
     /* A new PUT of the same name starts afresh, with a higher version than ever before. */
@@ -1032,16 +1032,16 @@ static void test_checker_catches_drift(void **state)
     struct {
         const char *what, *doit, *undo;
     } drifts[] = {
-        {"stock taken without an order", "DECRBY inv:{%s:%lld}:stock 1",
-         "INCRBY inv:{%s:%lld}:stock 1"},
-        {"an order counter without its units", "HINCRBY inv:{%s:%lld}:cnt o 1",
-         "HINCRBY inv:{%s:%lld}:cnt o -1"},
-        {"sold units without stock moving", "HINCRBY inv:{%s:%lld}:cnt s 1",
-         "HINCRBY inv:{%s:%lld}:cnt s -1"},
-        {"a segment below zero", "SET inv:{%s:%lld}:stock -1", NULL},
+        {"stock taken without an order", "DECRBY inv:2:{%s/%lld}:stock 1",
+         "INCRBY inv:2:{%s/%lld}:stock 1"},
+        {"an order counter without its units", "HINCRBY inv:2:{%s/%lld}:cnt o 1",
+         "HINCRBY inv:2:{%s/%lld}:cnt o -1"},
+        {"sold units without stock moving", "HINCRBY inv:2:{%s/%lld}:cnt s 1",
+         "HINCRBY inv:2:{%s/%lld}:cnt s -1"},
+        {"a segment below zero", "SET inv:2:{%s/%lld}:stock -1", NULL},
     };
     for (size_t i = 0; i < sizeof drifts / sizeof drifts[0]; i++) {
-        redisReply *before = rf_command(redis, "GET inv:{%s:%lld}:stock", sku, k);
+        redisReply *before = rf_command(redis, "GET inv:2:{%s/%lld}:stock", sku, k);
         char saved[32];
         snprintf(saved, sizeof saved, "%s", before && before->str ? before->str : "0");
         freeReplyObject(before);
@@ -1051,28 +1051,28 @@ static void test_checker_catches_drift(void **state)
         if (drifts[i].undo != NULL)
             freeReplyObject(rf_command(redis, drifts[i].undo, sku, k));
         else
-            freeReplyObject(rf_command(redis, "SET inv:{%s:%lld}:stock %s", sku, k, saved));
+            freeReplyObject(rf_command(redis, "SET inv:2:{%s/%lld}:stock %s", sku, k, saved));
         SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
     }
     /* An order record that is not where its id says, and one that lost its units. */
     long long other = (k + 1) % 3;
-    redisReply *rec = rf_command(redis, "HGET inv:{%s:%lld}:orders %s", sku, k, id);
+    redisReply *rec = rf_command(redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
     SF_ASSERT(rec != NULL && rec->type == REDIS_REPLY_STRING, "no record of order %s", id);
-    freeReplyObject(rf_command(redis, "HSET inv:{%s:%lld}:orders %s %s", sku, other, id,
+    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
                                rec->str));
     SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed an order record in the wrong segment");
-    freeReplyObject(rf_command(redis, "HDEL inv:{%s:%lld}:orders %s", sku, other, id));
-    freeReplyObject(rf_command(redis, "HDEL inv:{%s:%lld}:orders %s", sku, k, id));
+    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
+    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
     SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed counters of an order whose record is gone");
-    freeReplyObject(rf_command(redis, "HSET inv:{%s:%lld}:orders %s %s", sku, k, id, rec->str));
+    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
     freeReplyObject(rec);
     /* A segment left over from a larger layout. */
-    freeReplyObject(rf_command(redis, "SET inv:{%s:7}:stock 5", sku));
+    freeReplyObject(rf_command(redis, "SET inv:2:{%s/7}:stock 5", sku));
     SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed a stray segment");
-    freeReplyObject(rf_command(redis, "DEL inv:{%s:7}:stock", sku));
+    freeReplyObject(rf_command(redis, "DEL inv:2:{%s/7}:stock", sku));
     SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
     SF_ASSERT(rep.sold == 2 && rep.orders == 1 && rep.remaining == 10, "sold %lld orders %lld",
               rep.sold, rep.orders);

@@ -77,7 +77,7 @@ static int group_teardown(void **state)
 static int master_of_segment(const char *sku, int k)
 {
     char key[128];
-    snprintf(key, sizeof key, "inv:{%s:%d}:stock", sku, k);
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
     redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
     int slot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
     freeReplyObject(r);
@@ -425,7 +425,7 @@ static void test_master_killed_mid_sale(void **state)
     /* The victim: the master of segment 0, and not where the SKU's own keys (meta, layout)
      * live, so that the layout stays readable while the segments fail over. */
     char meta[128];
-    snprintf(meta, sizeof meta, "inv:{%s}:meta", sku);
+    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
     redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", meta);
     int meta_master = cf_master_of(cl, (int)ks->integer);
     freeReplyObject(ks);
@@ -442,7 +442,7 @@ static void test_master_killed_mid_sale(void **state)
         victim_segments += master_of_segment(sku, k) == victim;
 
     char key[128];
-    snprintf(key, sizeof key, "inv:{%s:%d}:stock", sku, vk);
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, vk);
     redisReply *kr = rf_command(cf_node(cl, meta_master), "CLUSTER KEYSLOT %s", key);
     int vslot = (int)kr->integer;
     freeReplyObject(kr);

@@ -180,7 +180,7 @@ static void check_records(const char *sku, const struct cc_order *all, int n)
     redisContext *c = rf_connect(sf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < n; i++)
-        redisAppendCommand(c, "HGET inv:{%s:%d}:orders %s", sku, all[i].segment, all[i].id);
+        redisAppendCommand(c, "HGET inv:2:{%s/%d}:orders %s", sku, all[i].segment, all[i].id);
     int missing = 0, wrong = 0;
     char first[300] = "";
     for (int i = 0; i < n; i++) {

@@ -52,7 +52,7 @@ static void redis_do(const char *fmt, const char *sku, int k, const char *value)
 static long long seg_stock(const char *sku, int k)
 {
     char buf[32];
-    SF_ASSERT(rf_string(sf_redis, buf, sizeof buf, "GET inv:{%s:%d}:stock", sku, k) == 1,
+    SF_ASSERT(rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) == 1,
               "%s", "GET stock");
     return atoll(buf);
 }
@@ -63,14 +63,14 @@ static void test_order_on_damaged_segment_changes_nothing(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmord");
     put(sku, 10, 1);
-    redis_do("HSET inv:{%s:%d}:cnt s %s", sku, 0, "not-a-number");
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     sf_resp r = {0};
     sf_order(NULL, port, sku, 1, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     sf_resp_free(&r);
     SF_ASSERT_EQ(seg_stock(sku, 0), 10);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:{%s:0}:orders", sku), 0);
-    redis_do("HSET inv:{%s:%d}:cnt s %s", sku, 0, "0");
+    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s/0}:orders", sku), 0);
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
@@ -86,7 +86,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     sf_order(NULL, port, sku, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
-    redis_do("HSET inv:{%s:%d}:cnt o %s", sku, 0, "not-a-number");
+    redis_do("HSET inv:2:{%s/%d}:cnt o %s", sku, 0, "not-a-number");
     sf_json_request(NULL, port, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     SF_ASSERT_EQ(seg_stock(sku, 0), 8);
@@ -94,7 +94,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "created") == 0, "order after a failed cancel: %s",
               r.body);
-    redis_do("HSET inv:{%s:%d}:cnt o %s", sku, 0, "1");
+    redis_do("HSET inv:2:{%s/%d}:cnt o %s", sku, 0, "1");
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 2);
@@ -112,7 +112,7 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmfo");
     put(sku, 20, 2);
-    redis_do("HSET inv:{%s:%d}:cnt s %s", sku, 0, "not-a-number");
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     for (int i = 0; i < 8; i++) {
         sf_resp r = {0};
         sf_order(NULL, port, sku, 1, &r);
@@ -122,7 +122,7 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
     }
     SF_ASSERT_EQ(seg_stock(sku, 0), 10);
     SF_ASSERT_EQ(seg_stock(sku, 1), 2);
-    redis_do("HSET inv:{%s:%d}:cnt s %s", sku, 0, "0");
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 8);

@@ -50,8 +50,8 @@ static void stock_only_in_full_segment(const char *sku, long long per_segment)
     for (int k = 0; k < FO_SEGMENTS; k++) {
         if (k == FO_FULL)
             continue;
-        redisReply *a = rf_command(redis, "SET inv:{%s:%d}:stock 0", sku, k);
-        redisReply *b = rf_command(redis, "HSET inv:{%s:%d}:cnt t 0", sku, k);
+        redisReply *a = rf_command(redis, "SET inv:2:{%s/%d}:stock 0", sku, k);
+        redisReply *b = rf_command(redis, "HSET inv:2:{%s/%d}:cnt t 0", sku, k);
         SF_ASSERT(a != NULL && b != NULL && a->type != REDIS_REPLY_ERROR &&
                       b->type != REDIS_REPLY_ERROR,
                   "emptying segment %d failed", k);
@@ -68,7 +68,7 @@ static void stock_only_in_full_segment(const char *sku, long long per_segment)
 static long long segment_stock(const char *sku, int k)
 {
     char buf[32];
-    if (rf_string(redis, buf, sizeof buf, "GET inv:{%s:%d}:stock", sku, k) != 1)
+    if (rf_string(redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) != 1)
         return -999;
     return strtoll(buf, NULL, 10);
 }

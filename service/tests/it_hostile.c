@@ -805,12 +805,12 @@ static long long dbsize(void)
     return rf_integer(redis, "DBSIZE");
 }
 
-/* The number of keys of sku: inv:{<sku>} and inv:{<sku>:<k>} ones. */
+/* The number of keys of sku: inv:2:{<sku>} and inv:2:{<sku>/<k>} ones. */
 static long long keys_of(const char *sku)
 {
     long long n = 0;
     char cursor[32] = "0", pattern[128];
-    snprintf(pattern, sizeof pattern, "inv:{%s[}:]*", sku);
+    snprintf(pattern, sizeof pattern, "inv:2:{%s[}/]*", sku);
     do {
         redisReply *r = rf_command(redis, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         SF_ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "SCAN failed");
@@ -822,7 +822,7 @@ static long long keys_of(const char *sku)
 }
 
 /* Every key in Redis must follow docs/design.md's schema, built from a valid SKU:
- * inv:{<sku>}:<meta|ver|slock|idem:...> or inv:{<sku>:<k>}:<stock|sver|cnt|orders|idem|lock|
+ * inv:2:{<sku>}:<meta|ver|slock|idem:...> or inv:2:{<sku>/<k>}:<stock|sver|cnt|orders|idem|lock|
  * fence|...>. Returns the number of keys seen; fails on the first other one. */
 static long long check_key_schema(void)
 {
@@ -836,25 +836,23 @@ static long long check_key_schema(void)
             const redisReply *k = r->element[1]->element[i];
             n++;
             const char *key = k->str;
-            SF_ASSERT(k->len == strlen(key) && strncmp(key, "inv:{", 5) == 0,
+            SF_ASSERT(k->len == strlen(key) && strncmp(key, "inv:2:{", 7) == 0,
                       "key outside the schema: %s", key);
-            const char *close = strchr(key + 5, '}');
+            const char *tag0 = key + 7;
+            const char *close = strchr(tag0, '}');
             SF_ASSERT(close != NULL && close[1] == ':', "key outside the schema: %s", key);
-            /* The tag is <sku> or <sku>:<k>; the SKU part must be a valid SKU. */
-            size_t tag = (size_t)(close - (key + 5));
-            const char *colon = NULL;
-            for (const char *c = close - 1; c > key + 5; c--) {
-                if (*c == ':') {
-                    colon = c;
-                    break;
-                }
-                if (*c < '0' || *c > '9')
-                    break;
+            /* The tag is <sku> or <sku>/<k>; the SKU part must be a valid SKU. */
+            const char *slash = memchr(tag0, '/', (size_t)(close - tag0));
+            if (slash != NULL) {
+                int digits = close - slash > 1;
+                for (const char *c = slash + 1; c < close; c++)
+                    digits = digits && *c >= '0' && *c <= '9';
+                SF_ASSERT(digits, "segment tag without a segment number: %s", key);
             }
-            size_t skulen = colon != NULL ? (size_t)(colon - (key + 5)) : tag;
+            size_t skulen = (size_t)((slash != NULL ? slash : close) - tag0);
             int valid = skulen >= 1 && skulen <= 64;
             for (size_t j = 0; valid && j < skulen; j++) {
-                char c = key[5 + j];
+                char c = tag0[j];
                 valid = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
                         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
             }
@@ -988,10 +986,10 @@ static void test_hostile_looking_but_valid(void **state)
     SF_ASSERT_EQ(rep.sold, 2);
     SF_ASSERT_EQ(rep.orders, 1);
     /* Nothing was flushed or deleted: only keys of this SKU were added (the order's and the
-     * Idempotency-Key claim inv:{sku}:idem:<key>). */
+     * Idempotency-Key claim inv:2:{sku}:idem:<key>). */
     SF_ASSERT_EQ(dbsize() - keys_of(sku), keys_before - keys_of_before);
     char claim[512];
-    snprintf(claim, sizeof claim, "inv:{%s}:idem:%s", sku, idem);
+    snprintf(claim, sizeof claim, "inv:2:{%s}:idem:%s", sku, idem);
     SF_ASSERT_EQ(rf_integer(redis, "EXISTS %s", claim), 1);
     check_key_schema();
 }

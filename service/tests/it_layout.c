@@ -192,10 +192,10 @@ static void test_concurrent_puts_leave_one_layout(void **state)
  * layout in meta, state "p", the segments untouched. Returns the new version. */
 static long long cut_off_put(const char *sku, long long stock, int segments, int old_segments)
 {
-    long long v = rf_integer(sf_redis, "INCR inv:{%s}:ver", sku);
+    long long v = rf_integer(sf_redis, "INCR inv:2:{%s}:ver", sku);
     SF_ASSERT(v > 0, "INCR ver: %lld", v);
     redisReply *r = rf_command(sf_redis,
-                               "HSET inv:{%s}:meta version %lld segments %d stock %lld state p "
+                               "HSET inv:2:{%s}:meta version %lld segments %d stock %lld state p "
                                "hwm %d",
                                sku, v, segments, stock,
                                segments > old_segments ? segments : old_segments);
@@ -317,12 +317,12 @@ static void test_restock_overtaken_by_put_is_sku_changed(void **state)
     long long v = put(port[0], sku, 10, 2, NULL, 201);
     /* A restock registered (as its first step leaves it), then a re-PUT before it was applied;
      * its client retries with the key. */
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:{%s}:rst %lld %lld:5", sku, rid, v);
+    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
     freeReplyObject(x);
     char val[64];
     snprintf(val, sizeof val, "P %lld 5", rid);
-    x = rf_command(sf_redis, "SET inv:{%s}:aidem:restock:%s %s", sku, key, val);
+    x = rf_command(sf_redis, "SET inv:2:{%s}:aidem:restock:%s %s", sku, key, val);
     freeReplyObject(x);
     put(port[1], sku, 30, 3, NULL, 200);
     sf_resp r = {0};
@@ -340,8 +340,8 @@ static void test_interrupted_restock_completed_by_status_read(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rcut");
     long long v = put(port[0], sku, 10, 3, NULL, 201);
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:{%s}:rst %lld %lld:7", sku, rid, v);
+    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:7", sku, rid, v);
     freeReplyObject(x);
     json_t *st = sf_sku_status(port[1], sku);
     SF_ASSERT(st != NULL && sf_json_int(st, "stock_total", -1) == 17,
@@ -370,8 +370,8 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
     sf_order(NULL, port[1], sku, 1, &r);
     SF_ASSERT_ERROR(&r, 409, "sold_out");
     /* A restock registered and cut off before it reached the segment; only orders come. */
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:{%s}:rst %lld %lld:5", sku, rid, v);
+    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
     freeReplyObject(x);
     /* The instance's sold-out answer is re-checked within sold_out_recheck_ms (<= 1 s). */
     int64_t until = tu_now_ms() + 5000;
@@ -409,6 +409,61 @@ static void *ly_buy(void *arg)
     sf_resp_free(&r);
     sf_conn_close(c);
     return NULL;
+}
+
+/* Issue 18 item 1: SKU names may contain ':', so schema 1's segment tag {x:1} was SKU "x:1"'s
+ * own tag: restocking "x" made every request of "x:1" answer 503, and a PUT or DELETE of "x:1"
+ * erased x's applied-restock set (a pending restock of x could then be applied twice). Failed
+ * on the schema-1 binary (GET x:1 answered 503 after the restock of x). */
+static void test_sku_names_that_alias(void **state)
+{
+    (void)state;
+    char base[48], var[3][64];
+    tu_unique_name(base, sizeof base, "alias");
+    put(port[0], base, 40, 4, NULL, 201);
+    for (int i = 0; i < 3; i++) {
+        snprintf(var[i], sizeof var[i], "%s:%d", base, i + 1);
+        put(port[i % 2], var[i], 10, 2, NULL, 201);
+    }
+    sf_resp r = {0};
+    restock(port[0], base, 8, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    for (int i = 0; i < 3; i++) {
+        json_t *st = sf_sku_status(port[1], var[i]);
+        SF_ASSERT(st != NULL && sf_json_int(st, "stock_total", -1) == 10,
+                  "status of %s after a restock of %s: %s", var[i], base,
+                  st ? json_dumps(st, JSON_COMPACT) : "no answer");
+        json_decref(st);
+        sf_order(NULL, port[i % 2], var[i], 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        restock(port[1], var[i], 2, NULL, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        sf_resp_free(&r);
+    }
+    /* A re-PUT and a DELETE of a variant leave the base SKU alone. */
+    put(port[1], var[0], 6, 4, NULL, 200);
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", var[1]);
+    sf_json_request(NULL, port[0], "DELETE", path, LY_TOKEN, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_resp_free(&r);
+    for (int k = 0; k < 4; k++) {
+        sf_order(NULL, port[k % 2], base, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+    }
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), base, &rep);
+    SF_ASSERT(rep.stock_total == 48 && rep.sold == 4, "%s: stock_total %lld (want 48), sold %lld",
+              base, rep.stock_total, rep.sold);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), var[0], &rep);
+    SF_ASSERT(rep.stock_total == 6 && rep.sold == 0, "%s: stock_total %lld (want 6)", var[0],
+              rep.stock_total);
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), var[2], &rep);
+    SF_ASSERT(rep.stock_total == 12 && rep.sold == 1, "%s: stock_total %lld (want 12)", var[2],
+              rep.stock_total);
 }
 
 static void test_status_answers_consistent_under_orders(void **state)
@@ -468,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_restock_overtaken_by_put_is_sku_changed),
         cmocka_unit_test(test_interrupted_restock_completed_by_status_read),
         cmocka_unit_test(test_cut_off_restock_after_sell_out_completed_by_order),
+        cmocka_unit_test(test_sku_names_that_alias),
         cmocka_unit_test(test_status_answers_consistent_under_orders),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);

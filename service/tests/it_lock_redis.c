@@ -143,10 +143,10 @@ static void test_sell_out_two_instances(void **state)
     SF_ASSERT_EQ(rep.sold, 60);
     SF_ASSERT_EQ(rep.remaining, 0);
     /* The locks and their counters are on the lock nodes; the data Redis has the seen tokens. */
-    snprintf(key, sizeof key, "inv:{%s:0}:lock:fence", sku);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:lock:fence", sku);
     SF_ASSERT(nodes_with(key) >= 3, "%s on %d lock nodes", key, nodes_with(key));
     SF_ASSERT_EQ(rf_integer(sf_redis, "EXISTS %s", key), 0);
-    snprintf(key, sizeof key, "inv:{%s:0}:lock:seen", sku);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:lock:seen", sku);
     SF_ASSERT_EQ(rf_integer(sf_redis, "EXISTS %s", key), 1);
     SF_ASSERT_EQ(sf_stop(a), 0);
     SF_ASSERT_EQ(sf_stop(b), 0);
@@ -178,7 +178,7 @@ static void test_sigstop_past_lease(void **state)
     for (;;) {
         char sku[64], lock[128];
         tu_unique_name(sku, sizeof sku, "lrstop");
-        snprintf(lock, sizeof lock, "inv:{%s:0}:lock", sku);
+        snprintf(lock, sizeof lock, "inv:2:{%s/0}:lock", sku);
         sf_resp r = {0};
         sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
         SF_ASSERT_STATUS(&r, 201);

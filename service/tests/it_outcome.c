@@ -109,7 +109,7 @@ static void put_sku(const char *sku, long long stock)
 static long long seg_stock(const char *sku)
 {
     char buf[32];
-    if (rf_string(sf_redis, buf, sizeof buf, "GET inv:{%s:0}:stock", sku) != 1)
+    if (rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/0}:stock", sku) != 1)
         return -999;
     return strtoll(buf, NULL, 10);
 }
@@ -117,7 +117,7 @@ static long long seg_stock(const char *sku)
 /* The order id segment 0's idem hash holds for key (written with the order), "" when none. */
 static void idem_order_id(const char *sku, const char *key, char *id, size_t size)
 {
-    if (rf_string(sf_redis, id, size, "HGET inv:{%s:0}:idem %s", sku, key) != 1)
+    if (rf_string(sf_redis, id, size, "HGET inv:2:{%s/0}:idem %s", sku, key) != 1)
         id[0] = '\0';
 }
 
@@ -215,7 +215,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
                                            sf_resp *first)
 {
     char lock_key[256];
-    snprintf(lock_key, sizeof lock_key, "inv:{%s:0}:lock", sku);
+    snprintf(lock_key, sizeof lock_key, "inv:2:{%s/0}:lock", sku);
     redisContext *watch = rf_connect(sf_redis);
     SF_ASSERT(watch != NULL, "%s", "cannot connect to redis-server");
 
@@ -328,7 +328,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
                   placed_id, sf_resp_summary(&r), seg_stock(sku));
         SF_ASSERT(strcmp(id, placed_id) == 0, "replayed order %s, Redis placed %s", id, placed_id);
         char record[2048];
-        SF_ASSERT(rf_string(sf_redis, record, sizeof record, "HGET inv:{%s:0}:orders %s", sku,
+        SF_ASSERT(rf_string(sf_redis, record, sizeof record, "HGET inv:2:{%s/0}:orders %s", sku,
                             placed_id) == 1,
                   "no record of %s", placed_id);
         json_t *stored = json_loads(record, 0, NULL);
@@ -348,7 +348,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 
     /* The claim is final now: the key replays at once, and GET finds the order. */
     char claim[200];
-    SF_ASSERT(rf_string(sf_redis, claim, sizeof claim, "GET inv:{%s}:idem:%s", sku, key) == 1 &&
+    SF_ASSERT(rf_string(sf_redis, claim, sizeof claim, "GET inv:2:{%s}:idem:%s", sku, key) == 1 &&
                   strcmp(claim, placed_id) == 0,
               "claim of the key: \"%s\", expected %s", claim, placed_id);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);

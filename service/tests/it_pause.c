@@ -57,7 +57,7 @@ static void *pa_post_run(void *arg)
 static int lock_held(const char *sku, int segments)
 {
     for (int k = 0; k < segments; k++)
-        if (rf_integer(sf_redis, "EXISTS inv:{%s:%d}:lock", sku, k) == 1)
+        if (rf_integer(sf_redis, "EXISTS inv:2:{%s/%d}:lock", sku, k) == 1)
             return 1;
     return 0;
 }

@@ -194,7 +194,7 @@ static void reput_while_ordering(void **state)
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < RP_THREADS; i++)
         for (int j = 0; j < w[i].n; j++)
-            redisAppendCommand(c, "HGET inv:{%s:%d}:orders %s", sku, w[i].orders[j].segment,
+            redisAppendCommand(c, "HGET inv:2:{%s/%d}:orders %s", sku, w[i].orders[j].segment,
                                w[i].orders[j].id);
     long long new_units = 0, new_orders = 0;
     for (int i = 0; i < RP_THREADS; i++) {

@@ -187,7 +187,7 @@ static void test_redis_password_and_acl_user(void **state)
         tu_unique_name(sku, sizeof sku, i ? "acl" : "pw");
         SF_ASSERT(sf_put_sku(port, "t0ken-it-security", sku, 20, 4, &r) == 201, "PUT: %s",
                   sf_resp_summary(&r));
-        /* With an Idempotency-Key too: its claim key is under inv:{sku} like the rest. */
+        /* With an Idempotency-Key too: its claim key is under inv:2:{sku} like the rest. */
         char body[160];
         snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
         for (int k = 0; k < 5; k++) {

@@ -199,7 +199,7 @@ double sf_metric(int port, const char *series);
 
 typedef struct sf_report {
     int ok;                 /* 1 when every check below passed */
-    int found;              /* inv:{S}:meta exists */
+    int found;              /* inv:2:{S}:meta exists */
     long long version;      /* meta.version */
     int segments;           /* meta.segments */
     long long stock_total;  /* Σ cnt.t */

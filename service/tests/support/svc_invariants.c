@@ -313,8 +313,8 @@ static void sf_check_segment(sf_report *rep, const char *sku, int k, const redis
 static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
 {
     char pattern[256];
-    snprintf(pattern, sizeof pattern, "inv:{%s:*}:*", sku);
-    size_t prefix = strlen("inv:{") + strlen(sku) + 1;
+    snprintf(pattern, sizeof pattern, "inv:2:{%s/*}:*", sku);
+    size_t prefix = strlen("inv:2:{") + strlen(sku) + 1;
     char cursor[32] = "0";
     do {
         redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
@@ -331,7 +331,7 @@ static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
             char *end;
             long idx = strtol(p, &end, 10);
             if (end == p || strncmp(end, "}:", 2) != 0)
-                continue; /* another SKU whose name starts with "<sku>:" */
+                continue; /* not a segment key */
             if (strcmp(end, "}:lock") == 0 || strncmp(end, "}:lock:", 7) == 0)
                 continue; /* lock keys are lockcore's and outlive layouts */
             if (strcmp(end, "}:sver") == 0)
@@ -354,7 +354,7 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         return -1;
     int rc = -1;
     char key[512];
-    snprintf(key, sizeof key, "inv:{%s}:meta", sku);
+    snprintf(key, sizeof key, "inv:2:{%s}:meta", sku);
     redisContext *c = sf_redis_for(&sr, key, rep);
     redisReply *meta = c ? redisCommand(c, "HMGET %s version segments state", key) : NULL;
     if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 3) {
@@ -385,11 +385,11 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     }
     for (int k = 0; k < rep->segments; k++) {
         char stock[512], sver[512], cnt[512], orders[512], idem[512];
-        snprintf(stock, sizeof stock, "inv:{%s:%d}:stock", sku, k);
-        snprintf(sver, sizeof sver, "inv:{%s:%d}:sver", sku, k);
-        snprintf(cnt, sizeof cnt, "inv:{%s:%d}:cnt", sku, k);
-        snprintf(orders, sizeof orders, "inv:{%s:%d}:orders", sku, k);
-        snprintf(idem, sizeof idem, "inv:{%s:%d}:idem", sku, k);
+        snprintf(stock, sizeof stock, "inv:2:{%s/%d}:stock", sku, k);
+        snprintf(sver, sizeof sver, "inv:2:{%s/%d}:sver", sku, k);
+        snprintf(cnt, sizeof cnt, "inv:2:{%s/%d}:cnt", sku, k);
+        snprintf(orders, sizeof orders, "inv:2:{%s/%d}:orders", sku, k);
+        snprintf(idem, sizeof idem, "inv:2:{%s/%d}:idem", sku, k);
         if (!(c = sf_redis_for(&sr, stock, rep)))
             goto out;
         redisAppendCommand(c, "MULTI");
