@@ -12,7 +12,7 @@ ARG VERSION=0.1.0
 FROM debian:bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev make cmake pkg-config binutils \
-      libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev \
+      libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -34,7 +34,7 @@ LABEL org.opencontainers.image.title="inventoryd" \
       org.opencontainers.image.base.name="debian:bookworm-slim"
 # Runtime libraries only (no compiler, no curl: the health check is the binary itself).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libmicrohttpd12 libhiredis0.14 libjansson4 libevent-2.1-7 \
+ && apt-get install -y --no-install-recommends libmicrohttpd12 libhiredis0.14 libjansson4 libevent-2.1-7 libssl3 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/local/bin/inventoryd /usr/local/bin/inventoryd
 COPY --from=build /out/usr/local/etc/inventoryd/inventoryd.json /etc/inventoryd/inventoryd.json

@@ -14,6 +14,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
+  libssl-dev  # OpenSSL's libcrypto: SHA-256 of the admin token's audit fingerprint
   redis-server redis-tools
   wrk nginx curl gnuplot-nox
   python3  # loadtest/chaos.py: the randomized history test's clients and checker (stdlib only)

@@ -1,5 +1,5 @@
 /*
- * sha256 — FIPS 180-4 SHA-256 of a byte string, for the admin token's fingerprint in the audit
+ * sha256 — SHA-256 of a byte string (OpenSSL libcrypto underneath), for the admin token's fingerprint in the audit
  * log (the first 8 hex digits of the token's digest identify which token was used without
  * revealing it). Pure functions: no allocation, thread-safe.
  */
