@@ -29,7 +29,7 @@ static int group_setup(void **state)
     char timeout[16];
     snprintf(timeout, sizeof timeout, "%d", AO_REDIS_TIMEOUT_MS);
     const char *args[] = {"--threads", "2", "--admin-token", AO_TOKEN, "--redis-timeout-ms",
-                          timeout, NULL};
+                          timeout,     NULL};
     svc = sf_start(rf_url(sf_redis), args);
     if (svc == NULL)
         return -1;
@@ -114,8 +114,7 @@ static long long wait_number(long long want, const char *fmt, const char *sku)
     int64_t until = tu_now_ms() + AO_THAW_MS;
     char buf[32];
     long long got;
-    while ((got = rf_string(sf_redis, buf, sizeof buf, fmt, sku) == 1 ? atoll(buf) : -1) !=
-               want &&
+    while ((got = rf_string(sf_redis, buf, sizeof buf, fmt, sku) == 1 ? atoll(buf) : -1) != want &&
            tu_now_ms() < until)
         tu_sleep_ms(20);
     return got;
@@ -187,8 +186,8 @@ static void test_restock_whose_settle_fails_is_unknown(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "ao-rset");
     put(sku, 10, 2);
-    redisReply *x = rf_command(sf_redis, "RENAME inv:2:{%s/1}:cnt inv:2:{%s/1}:cnt-aside", sku,
-                               sku);
+    redisReply *x =
+        rf_command(sf_redis, "RENAME inv:2:{%s/1}:cnt inv:2:{%s/1}:cnt-aside", sku, sku);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "RENAME cnt");
     freeReplyObject(x);
     x = rf_command(sf_redis, "SET inv:2:{%s/1}:cnt not-a-hash", sku);

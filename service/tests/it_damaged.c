@@ -61,8 +61,8 @@ static void redis_do(const char *fmt, const char *sku, int k, const char *value)
 static long long seg_stock(const char *sku, int k)
 {
     char buf[32];
-    SF_ASSERT(rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) == 1,
-              "%s", "GET stock");
+    SF_ASSERT(rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) == 1, "%s",
+              "GET stock");
     return atoll(buf);
 }
 
@@ -144,7 +144,10 @@ static void damaged_forms(long long n, char out[3][32])
 {
     snprintf(out[0], 32, "%lld.0", n);
     snprintf(out[1], 32, " %lld", n);
-    snprintf(out[2], 32, "%lld" "e0", n);
+    snprintf(out[2], 32,
+             "%lld"
+             "e0",
+             n);
 }
 
 /* PUTs sku (one segment unless told) and returns its version. */
@@ -163,8 +166,8 @@ static long long poke_restock(const char *sku, long long version, long long unit
 {
     long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
     SF_ASSERT(rid > 0, "HINCRBY rseq: %lld", rid);
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:%lld", sku, rid, version,
-                               units);
+    redisReply *x =
+        rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:%lld", sku, rid, version, units);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_INTEGER, "%s", "HSET rst");
     freeReplyObject(x);
     return rid;
@@ -287,8 +290,7 @@ static void test_order_on_damaged_number_changes_nothing(void **state)
                       "%s %s = '%s': an order record was written", key,
                       cases[c].field ? cases[c].field : "", forms[i]);
             SF_ASSERT(strcmp(raw(st1, sizeof st1, stock, NULL), st0) == 0 &&
-                          strcmp(raw(cnt1, sizeof cnt1, cnt,
-                                     cases[c].field ? cases[c].field : "s"),
+                          strcmp(raw(cnt1, sizeof cnt1, cnt, cases[c].field ? cases[c].field : "s"),
                                  cnt0) == 0,
                       "%s = '%s': stock '%s' -> '%s', cnt '%s' -> '%s'", key, forms[i], st0, st1,
                       cnt0, cnt1);
