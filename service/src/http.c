@@ -752,8 +752,7 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
     log_set_request_id(st->request_id);
     log_msg(CONFIG_LOG_WARN, "request_deadline", "no answer within %d ms; answering 503",
             st->w->srv->async_deadline_ms);
-    abandon(st, "the request did not finish in time; retry later",
-            st->route.endpoint == ROUTER_ORDER_CREATE);
+    abandon(st, "the request did not finish in time; retry later", st->route.writes);
     log_set_request_id(NULL);
 }
 
@@ -1163,8 +1162,7 @@ static void worker_cut(void *arg)
     while (w->suspended) {
         struct req_state *st = w->suspended;
         log_set_request_id(st->request_id);
-        abandon(st, "the service is shutting down; retry later",
-                st->route.endpoint == ROUTER_ORDER_CREATE);
+        abandon(st, "the service is shutting down; retry later", st->route.writes);
         log_set_request_id(NULL);
     }
     on_kick(-1, 0, w);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "store_scripts.h"
 
 /* Restock results are kept this long (the Idempotency-Key claims' lifetime). */
 #define LAYOUT_RESULT_TTL "86400000"
@@ -47,7 +48,8 @@ static int layout_parse(const redisReply *r, struct layout *out)
             continue;
         out->nrestocks++;
     }
-    if (out->segments < 0 || out->segments > 1024 || out->hwm < 0 || out->hwm > 1024)
+    if (out->segments < 0 || out->segments > STORE_SEGMENTS_MAX || out->hwm < 0 ||
+        out->hwm > STORE_SEGMENTS_MAX)
         return -1;
     return out->version > 0 && out->segments > 0;
 }

@@ -67,7 +67,14 @@ static void cancel_answer(struct app *app, const char *sku, lc_status st, const 
 {
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         metrics_redis_error();
-        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+        /* The script is one atomic step that checks before it writes: an error reply changed
+         * nothing; a lost reply (LC_EIO) or an odd one may follow a cancel that was made. */
+        if (st == LC_OK || st == LC_EIO)
+            response_outcome_unknown(res, "the stock store failed after the cancel reached it: "
+                                          "it may be applied; GET the order, or cancel again "
+                                          "(409 already_cancelled once it is)");
+        else
+            response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         return;
     }
     long long code = r->element[0]->integer;
@@ -154,12 +161,10 @@ static void on_cancel_acked(lc_status st, const redisReply *r, void *arg)
         log_msg(CONFIG_LOG_WARN, "cancel_replica_ack_missing",
                 "order %s: cancelled, but on %lld of %d replicas (%s)", b->id, got < 0 ? 0 : got,
                 want, st == LC_OK ? "WAIT timed out" : lc_errmsg());
-        struct response *res = &b->ar->res;
-        response_error(res, ERROR_UNAVAILABLE,
-                       "the cancel was applied but may not survive a failover of the stock "
-                       "store: cancel again (409 already_cancelled if it held) or GET the order");
-        if (res->body)
-            json_object_set_new(res->body, "outcome", json_string("unknown"));
+        response_outcome_unknown(&b->ar->res,
+                                 "the cancel was applied but may not survive a failover of the "
+                                 "stock store: cancel again (409 already_cancelled if it held) "
+                                 "or GET the order");
     }
     areq_log_end();
     areq_done(b->ar);
@@ -196,9 +201,10 @@ void order_cancel_async(struct areq *ar)
     b->ar = ar;
     const char *keys[3] = {b->sk.stock, b->sk.cnt, b->sk.orders};
     const char *args[1] = {b->id};
-    if (lc_async_script(ar->lc, store_script(ar->app->store, SCRIPT_CANCEL), 3, keys, NULL, 1,
-                        args, NULL, on_cancel_reply, b) != LC_OK)
-        on_cancel_reply(LC_EIO, NULL, b);
+    lc_status st = lc_async_script(ar->lc, store_script(ar->app->store, SCRIPT_CANCEL), 3, keys,
+                                   NULL, 1, args, NULL, on_cancel_reply, b);
+    if (st != LC_OK)
+        on_cancel_reply(st, NULL, b); /* never sent: nothing changed */
 }
 
 /* The blocking faces (the router's table; unit tests): the same commands and answers. */
@@ -229,7 +235,9 @@ void order_cancel(struct app *app, const struct request *req, struct response *r
     const char *args[1] = {b.id};
     redisReply *r = NULL;
     int rc = store_run_many(app->store, SCRIPT_CANCEL, 1, 3, keys, 1, args, &r);
-    cancel_answer(app, b.sku, rc == 0 && r && r->type != REDIS_REPLY_ERROR ? LC_OK : LC_EIO, r,
-                  res);
+    lc_status st = rc != 0 || !r                 ? LC_EIO
+                   : r->type == REDIS_REPLY_ERROR ? LC_EREDIS
+                                                  : LC_OK;
+    cancel_answer(app, b.sku, st, r, res);
     store_free_replies(&r, 1);
 }

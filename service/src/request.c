@@ -24,6 +24,14 @@ int response_error(struct response *res, enum error_code code, const char *messa
     return res->status;
 }
 
+int response_outcome_unknown(struct response *res, const char *message)
+{
+    response_error(res, ERROR_UNAVAILABLE, message);
+    if (res->body)
+        json_object_set_new(res->body, "outcome", json_string("unknown"));
+    return res->status;
+}
+
 int response_order_location(struct response *res, const char *id, int id_len)
 {
     static const char prefix[] = "/api/v1/orders/";

@@ -58,6 +58,12 @@ void response_json(struct response *res, int status, json_t *body);
  * Retry-After / WWW-Authenticate where the code calls for them. Returns the status. */
 int response_error(struct response *res, enum error_code code, const char *message);
 
+/* The 503 of a write that may have changed something (its request reached Redis and the reply
+ * was lost, or its intent is recorded and a later step failed): unavailable with message,
+ * plus "outcome": "unknown" (docs/api.md, "What a 503 means"). A plain 503 says nothing
+ * changed. Returns the status. */
+int response_outcome_unknown(struct response *res, const char *message);
+
 /* Sets the Location header to /api/v1/orders/<the first id_len bytes of id>. 0, or -1 out of
  * memory (then the response has no Location). Allocated, not kept inline: an order waiting
  * in flight would carry 200 unused bytes (10,000 open connections, issue #11). */

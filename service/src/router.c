@@ -20,6 +20,7 @@ struct route_method {
     enum http_method method;
     enum router_endpoint endpoint;
     bool admin;
+    bool writes; /* changes stock: a 503 cut off mid-way may follow a change (outcome unknown) */
 };
 
 struct route {
@@ -30,25 +31,25 @@ struct route {
 };
 
 static const struct route routes[] = {
-    {"/", "GET, HEAD", METRICS_ROUTE_DASHBOARD, {{HTTP_GET, ROUTER_DASHBOARD, false}}},
-    {"/healthz", "GET, HEAD", METRICS_ROUTE_HEALTHZ, {{HTTP_GET, ROUTER_HEALTHZ, false}}},
-    {"/readyz", "GET, HEAD", METRICS_ROUTE_READYZ, {{HTTP_GET, ROUTER_READYZ, false}}},
-    {"/metrics", "GET, HEAD", METRICS_ROUTE_METRICS, {{HTTP_GET, ROUTER_METRICS, false}}},
-    {"/api/v1/orders", "POST", METRICS_ROUTE_ORDERS, {{HTTP_POST, ROUTER_ORDER_CREATE, false}}},
+    {"/", "GET, HEAD", METRICS_ROUTE_DASHBOARD, {{HTTP_GET, ROUTER_DASHBOARD, false, false}}},
+    {"/healthz", "GET, HEAD", METRICS_ROUTE_HEALTHZ, {{HTTP_GET, ROUTER_HEALTHZ, false, false}}},
+    {"/readyz", "GET, HEAD", METRICS_ROUTE_READYZ, {{HTTP_GET, ROUTER_READYZ, false, false}}},
+    {"/metrics", "GET, HEAD", METRICS_ROUTE_METRICS, {{HTTP_GET, ROUTER_METRICS, false, false}}},
+    {"/api/v1/orders", "POST", METRICS_ROUTE_ORDERS, {{HTTP_POST, ROUTER_ORDER_CREATE, false, true}}},
     {"/api/v1/orders/*",
      "GET, HEAD, DELETE",
      METRICS_ROUTE_ORDER,
-     {{HTTP_GET, ROUTER_ORDER_GET, false}, {HTTP_DELETE, ROUTER_ORDER_CANCEL, true}}},
+     {{HTTP_GET, ROUTER_ORDER_GET, false, false}, {HTTP_DELETE, ROUTER_ORDER_CANCEL, true, true}}},
     {"/api/v1/skus/*",
      "GET, HEAD, PUT, DELETE",
      METRICS_ROUTE_SKU,
-     {{HTTP_GET, ROUTER_STOCK_GET, false},
-      {HTTP_PUT, ROUTER_STOCK_PUT, true},
-      {HTTP_DELETE, ROUTER_STOCK_DELETE, true}}},
+     {{HTTP_GET, ROUTER_STOCK_GET, false, false},
+      {HTTP_PUT, ROUTER_STOCK_PUT, true, true},
+      {HTTP_DELETE, ROUTER_STOCK_DELETE, true, true}}},
     {"/api/v1/skus/*/restock",
      "POST",
      METRICS_ROUTE_RESTOCK,
-     {{HTTP_POST, ROUTER_STOCK_RESTOCK, true}}},
+     {{HTTP_POST, ROUTER_STOCK_RESTOCK, true, true}}},
 };
 
 typedef void (*handler_fn)(struct app *, const struct request *, struct response *);
@@ -113,6 +114,7 @@ enum router_outcome router_match(enum http_method method, const char *path,
                 out->outcome = ROUTER_FOUND;
                 out->endpoint = r->methods[m].endpoint;
                 out->admin = r->methods[m].admin;
+                out->writes = r->methods[m].writes;
                 break;
             }
         }

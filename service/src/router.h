@@ -45,6 +45,8 @@ struct router_route {
     enum router_outcome outcome;
     enum router_endpoint endpoint; /* ROUTER_NONE unless ROUTER_FOUND */
     bool admin;                    /* the endpoint needs admin authorisation */
+    bool writes;                   /* the endpoint changes stock (orders, cancel, PUT, restock,
+                                      DELETE): a 503 that cuts it off carries "outcome":"unknown" */
     const char *allow;             /* Allow header of the path, e.g. "GET, HEAD, PUT, DELETE"
                                       (static); NULL when ROUTER_NOT_FOUND */
     const char *param;             /* the {sku}/{id} segment inside path, or NULL */

@@ -11,6 +11,12 @@
  * under the new one (order.c), so a PUT is safe while orders are in flight. PUT and restock
  * take an Idempotency-Key: the answer is stored with it and a retry gets it back, applying
  * nothing twice.
+ *
+ * What a 503 of PUT, restock and DELETE means (docs/api.md): plain, nothing changed (the intent
+ * script was refused by Redis, which checks before it writes, or never sent); with
+ * "outcome":"unknown" (admin_unknown), the intent was sent and its reply lost, or it is
+ * recorded and a later step failed: it may be applied, and a recorded one is completed by the
+ * next reader of the SKU.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,6 +31,7 @@
 #include "skucache.h"
 #include "stock.h"
 #include "store.h"
+#include "store_scripts.h"
 #include "validate.h"
 
 /* Admin Idempotency-Keys (and restock results) are kept this long. */
@@ -148,13 +155,11 @@ static void on_admin_acked(void *arg, long long got)
         log_msg(CONFIG_LOG_WARN, "sku_replica_ack_missing",
                 "sku %s: written, but on %lld of %d replicas of some master", a->sku,
                 got < 0 ? 0 : got, want);
-        struct response *res = &a->ar->res;
-        response_error(res, ERROR_UNAVAILABLE,
-                       "the change was applied but fewer replicas than --redis-replica-acks "
-                       "confirmed it in time, so a failover could undo it: retry with the same "
-                       "Idempotency-Key, or read the SKU");
-        if (res->body)
-            json_object_set_new(res->body, "outcome", json_string("unknown"));
+        response_outcome_unknown(&a->ar->res,
+                                 "the change was applied but fewer replicas than "
+                                 "--redis-replica-acks confirmed it in time, so a failover "
+                                 "could undo it: retry with the same Idempotency-Key, or read "
+                                 "the SKU");
         areq_log_end();
     }
     admin_end(a);
@@ -164,6 +169,36 @@ static void admin_down(struct admin *a)
 {
     redis_down(&a->ar->res);
     admin_end(a);
+}
+
+/* True when the intent script whose callback got st may have run: it answered (LC_OK), or it
+ * was sent and its reply lost (LC_EIO). An error reply (LC_EREDIS: the scripts check before
+ * their first write) or a call that never started changed nothing. */
+static int may_have_run(lc_status st)
+{
+    return st == LC_OK || st == LC_EIO;
+}
+
+/* What each write's "outcome unknown" tells its client to do. */
+static const char *const unknown_put =
+    "the stock store failed after the PUT reached it: it may be applied (a recorded PUT is "
+    "completed by the next read of the SKU); retry with the same Idempotency-Key, or read the "
+    "SKU's version, to find out";
+static const char *const unknown_restock =
+    "the stock store failed after the restock reached it: it may be applied or pending (a "
+    "pending restock is completed by the next read of the SKU); retry with the same "
+    "Idempotency-Key, or read the SKU, to find out: a retry without the key may add the units "
+    "twice";
+static const char *const unknown_delete =
+    "the stock store failed after the DELETE reached it: it may be applied; read the SKU, or "
+    "delete again (404 once it is gone)";
+
+/* Fills the 503 with "outcome":"unknown" (why: what the client does); does not end a. */
+static void admin_unknown(struct admin *a, const char *why)
+{
+    log_msg(CONFIG_LOG_WARN, "sku_outcome_unknown", "sku %s: %s", a->sku, lc_errmsg());
+    metrics_redis_error();
+    response_outcome_unknown(&a->ar->res, why);
 }
 
 /* ---- the status read ---- */
@@ -313,7 +348,9 @@ static void put_on_settled_in(void *arg, int found, struct layout *l)
     (void)l;
     struct admin *a = arg;
     if (found < 0) {
-        admin_down(a);
+        /* The new layout is in meta: the next reader rolls it out. */
+        admin_unknown(a, unknown_put);
+        admin_end(a);
         return;
     }
     if (stored_answer(&a->ar->res, a->answer) != 0) {
@@ -341,7 +378,12 @@ static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r)
 {
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING) {
-        admin_down(a);
+        if (may_have_run(st)) {
+            admin_unknown(a, unknown_put);
+            admin_end(a);
+        } else {
+            admin_down(a);
+        }
         return;
     }
     a->replay = r->element[0]->integer == 0;
@@ -430,7 +472,7 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
 {
     struct response *res = &a->ar->res;
     if (found < 0) {
-        redis_down(res);
+        admin_unknown(a, unknown_restock); /* applied; the status could not be read */
     } else if (found == 0) {
         response_error(res, ERROR_SKU_CHANGED,
                        "the SKU was deleted after the restock: nothing of it is left");
@@ -441,33 +483,27 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
     restock_end(a);
 }
 
-static void on_rres_in(struct admin *a, lc_status st, const redisReply *r);
+static void on_restock_state_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_rres(lc_status st, const redisReply *r, void *arg)
+static void on_restock_state(lc_status st, const redisReply *r, void *arg)
 {
     struct admin *a = arg;
     areq_log_begin(a->ar);
-    on_rres_in(a, st, r);
+    on_restock_state_in(a, st, r);
     areq_log_end();
 }
 
-static void on_rres_in(struct admin *a, lc_status st, const redisReply *r)
+static void on_restock_state_in(struct admin *a, lc_status st, const redisReply *r)
 {
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
-        redis_down(&a->ar->res);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER ||
+        r->integer == STORE_RESTOCK_PENDING) {
+        /* Registered, and not yet everywhere (this settle had more to do than it may do, or
+         * failed) or unknown: never "nothing was added". */
+        admin_unknown(a, unknown_restock);
         restock_end(a);
         return;
     }
-    int done = r->integer == 1;
-    int still_pending = 0;
-    for (int i = 0; i < a->l.nrestocks; i++)
-        still_pending |= a->l.restocks[i].rid == a->rid;
-    if (!done && still_pending) {
-        redis_down(&a->ar->res);
-        restock_end(a);
-        return;
-    }
-    if (!done) {
+    if (r->integer != STORE_RESTOCK_DONE) {
         response_error(&a->ar->res, ERROR_SKU_CHANGED,
                        "the SKU was re-initialised or deleted while restocking: nothing was "
                        "added to its current layout");
@@ -490,25 +526,29 @@ static void restock_on_settled(void *arg, int found, struct layout *l)
 
 static void restock_on_settled_in(void *arg, int found, struct layout *l)
 {
+    (void)l;
     struct admin *a = arg;
     if (found < 0) {
-        redis_down(&a->ar->res);
+        admin_unknown(a, unknown_restock); /* registered: the next reader applies it */
         restock_end(a);
         return;
     }
-    a->l = *l;
-    char rres[STORE_KEY_MAX], suffix[40];
+    /* Asked of Redis, not looked up in l: l lists only the first LAYOUT_MAX_RESTOCKS. */
+    char rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40], rid[24];
+    store_sku_key(rst, a->sku, "rst");
     snprintf(suffix, sizeof(suffix), "rres:%lld", a->rid);
     store_sku_key(rres, a->sku, suffix);
-    const char *argv[2] = {"EXISTS", rres};
-    if (lc_async_command(a->ar->lc, 2, argv, NULL, on_rres, a) != LC_OK)
-        on_rres(LC_EIO, NULL, a);
+    snprintf(rid, sizeof(rid), "%lld", a->rid);
+    const char *keys[2] = {rst, rres};
+    const char *args[1] = {rid};
+    store_script_async(a->app->store, a->ar->lc, SCRIPT_RESTOCK_STATE, 2, keys, 1, args,
+                       on_restock_state, a);
 }
 
 /* Settles sku (which applies restock rid with everything else pending) and answers: 200 with
  * the status and "added" when rid reached every segment, 409 sku_changed when a PUT or DELETE
- * came first, 503 when Redis failed (the restock stays pending: a retry with the same key, or
- * the next reader, completes it). */
+ * came first, 503 with "outcome":"unknown" when it is still pending or Redis failed (a retry
+ * with the same key, or the next reader, completes it). */
 static void finish_restock(struct admin *a)
 {
     layout_read_settled_async(a->app->store, a->ar->lc, a->sku, restock_on_settled, a);
@@ -528,7 +568,12 @@ static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply 
 {
     struct response *res = &a->ar->res;
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        admin_down(a);
+        if (may_have_run(st)) {
+            admin_unknown(a, unknown_restock);
+            admin_end(a);
+        } else {
+            admin_down(a);
+        }
         return;
     }
     long long code = r->element[0]->integer;
@@ -627,7 +672,12 @@ static void on_delete_meta(lc_status st, const redisReply *r, void *arg)
 static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r)
 {
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
-        admin_down(a);
+        if (may_have_run(st)) {
+            admin_unknown(a, unknown_delete);
+            admin_end(a);
+        } else {
+            admin_down(a);
+        }
         return;
     }
     long long version = r->integer;

@@ -55,6 +55,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_RESTOCK_BEGIN] = STORE_LUA_RESTOCK_BEGIN,
         [SCRIPT_RESTOCK_APPLY] = STORE_LUA_RESTOCK_APPLY,
         [SCRIPT_RESTOCK_END] = STORE_LUA_RESTOCK_END,
+        [SCRIPT_RESTOCK_STATE] = STORE_LUA_RESTOCK_STATE,
         [SCRIPT_COMMIT] = STORE_LUA_COMMIT_BODY,
         [SCRIPT_COMMIT_ATOMIC] = STORE_LUA_COMMIT_ATOMIC,
         [SCRIPT_CANCEL] = STORE_LUA_CANCEL,
@@ -398,7 +399,8 @@ void store_script_async(struct store *store, lc_async_client *lc, enum store_scr
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg)
 {
-    if (lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg) !=
-        LC_OK)
-        cb(LC_EIO, NULL, arg);
+    lc_status st =
+        lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg);
+    if (st != LC_OK)
+        cb(st, NULL, arg); /* nothing was sent: not LC_EIO, whose effect is unknown */
 }

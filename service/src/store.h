@@ -24,6 +24,7 @@ enum store_script {
     SCRIPT_RESTOCK_BEGIN,
     SCRIPT_RESTOCK_APPLY,
     SCRIPT_RESTOCK_END,
+    SCRIPT_RESTOCK_STATE,
     SCRIPT_COMMIT,        /* fenced: run with lc_lock_eval */
     SCRIPT_COMMIT_ATOMIC,
     SCRIPT_CANCEL,
@@ -107,7 +108,8 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
                        store_batch_fn cb, void *arg);
 
 /* One script call on lc; cb as for lc_async_script (called exactly once; from inside this call
- * only when it could not start). */
+ * only when it could not start, then with lc_async_script's status: never LC_EIO, which says
+ * the script may have run). */
 void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg);
