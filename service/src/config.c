@@ -112,8 +112,9 @@ static const struct keydef keys[] = {
     INT_KEY(connection_timeout_s, "--connection-timeout-s", "INVENTORY_CONNECTION_TIMEOUT_S", 30,
             1, 3600, "idle HTTP connections are closed after this many seconds"),
     INT_KEY(connection_memory_kib, "--connection-memory-kib", "INVENTORY_CONNECTION_MEMORY_KIB",
-            4, 2, 1024,
-            "memory per HTTP connection for its request line and headers; larger headers get 431"),
+            24, 2, 1024,
+            "memory per HTTP connection for its request head and the answer's headers; "
+            "heads over 8 KiB or that do not fit get 431"),
     INT_KEY(redis_timeout_ms, "--redis-timeout-ms", "INVENTORY_REDIS_TIMEOUT_MS", 1000, 1, 60000,
             "Redis connect and command timeout"),
     INT_KEY(redis_replica_acks, "--redis-replica-acks", "INVENTORY_REDIS_REPLICA_ACKS", 0, 0, 16,
@@ -173,8 +174,9 @@ static const char usage_text[] =
     "  --log-level L              debug, info, warn or error [info]\n"
     "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
     "  --connection-timeout-s N   idle connection timeout, 1..3600 [30]\n"
-    "  --connection-memory-kib N  per-connection memory for request line and headers,\n"
-    "                             2..1024; larger headers are answered 431 [4]\n"
+    "  --connection-memory-kib N  per-connection memory for the request head and the\n"
+    "                             answer's headers, 2..1024; heads over 8 KiB or that do\n"
+    "                             not fit are answered 431 [24]\n"
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
     "  --redis-replica-acks N     replicas that must have a commit (WAIT) before 201, 0..16 [0]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
@@ -875,7 +877,7 @@ void config_defaults(struct config *out)
     out->log_level = CONFIG_LOG_INFO;
     out->max_connections = 4096;
     out->connection_timeout_s = 30;
-    out->connection_memory_kib = 4;
+    out->connection_memory_kib = 24;
     out->redis_timeout_ms = 1000;
     out->redis_replica_acks = 0;
     out->sold_out_recheck_ms = 500;

@@ -32,6 +32,8 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
     [ERROR_SKU_CHANGED] = {409, "sku_changed",
                            "the SKU was re-initialised or deleted meanwhile", false},
     [ERROR_BODY_TOO_LARGE] = {413, "body_too_large", "the request body is too large", false},
+    [ERROR_HEADERS_TOO_LARGE] = {431, "headers_too_large",
+                                 "the request line and headers are too large", false},
     [ERROR_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type",
                                       "the request body must be application/json", false},
     [ERROR_RATE_LIMITED] = {429, "rate_limited", "too many requests, retry later", true},

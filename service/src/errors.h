@@ -28,6 +28,7 @@ enum error_code {
     ERROR_ALREADY_CANCELLED,    /* 409 already_cancelled */
     ERROR_SKU_CHANGED,          /* 409 sku_changed: re-PUT or deleted during a restock */
     ERROR_BODY_TOO_LARGE,       /* 413 body_too_large */
+    ERROR_HEADERS_TOO_LARGE,    /* 431 headers_too_large: the request head */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */
     ERROR_RATE_LIMITED,         /* 429 rate_limited (send Retry-After) */
     ERROR_INTERNAL,             /* 500 internal */

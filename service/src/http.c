@@ -28,6 +28,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,6 +148,10 @@ static _Thread_local struct worker *current_worker;
 /* The last MHD error message of this thread, so http_start can report why MHD refused. */
 static _Thread_local char mhd_last_error[256];
 
+/* Set (until MHD_run returns) when the handler returns MHD_NO after answering on the socket itself, so that
+ * libmicrohttpd's "internal error" message for that close is not logged. */
+static _Thread_local bool mhd_close_is_ours;
+
 /* libmicrohttpd writes a message for every refused connection and every malformed request, so
  * a flood of either would flood the log: at most MHD_LOG_PER_SECOND of its messages are logged
  * per second; the number dropped is reported with the next one logged. */
@@ -167,6 +172,11 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
     memcpy(mhd_last_error, msg, n + 1);
+    if (mhd_close_is_ours) {
+        mhd_close_is_ours = false;
+        if (strncmp(msg, "Application reported internal error", 35) == 0)
+            return; /* the handler answered on the socket and asked for the close */
+    }
 
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -318,6 +328,32 @@ static bool add_header(struct MHD_Response *r, const char *name, const char *val
     return MHD_add_response_header(r, name, value) == MHD_YES;
 }
 
+/* Marks st answered and counts the answer: metrics, the debug line, the access log. */
+static void count_answer(struct req_state *st, const char *method, const char *url, int status,
+                         size_t body_bytes)
+{
+    st->answered = true;
+    metrics_request_end(status);
+    long us = elapsed_us(&st->start);
+    enum metrics_route route = router_metrics_route(url);
+    metrics_http_duration(route, (double)us / 1e6);
+    if (log_enabled(CONFIG_LOG_DEBUG))
+        log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, status, us);
+    if (accesslog_enabled()) {
+        struct accesslog_entry e = {
+            .request_id = st->request_id,
+            .client = st->client_text[0] ? st->client_text : NULL,
+            .method = method,
+            .path = url,
+            .route = metrics_route_label(route),
+            .status = status,
+            .bytes = body_bytes,
+            .seconds = (double)us / 1e6,
+        };
+        accesslog_write(&e);
+    }
+}
+
 /* Serialises res, queues it on conn and counts it. Returns MHD's verdict. */
 static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connection *conn,
                                      struct req_state *st, const char *method, const char *url,
@@ -381,26 +417,7 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
         ok &= add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result qr = ok ? MHD_queue_response(conn, (unsigned)res->status, r) : MHD_NO;
     MHD_destroy_response(r);
-    st->answered = true;
-    metrics_request_end(res->status);
-    long us = elapsed_us(&st->start);
-    enum metrics_route route = router_metrics_route(url);
-    metrics_http_duration(route, (double)us / 1e6);
-    if (log_enabled(CONFIG_LOG_DEBUG))
-        log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, res->status, us);
-    if (accesslog_enabled()) {
-        struct accesslog_entry e = {
-            .request_id = st->request_id,
-            .client = st->client_text[0] ? st->client_text : NULL,
-            .method = method,
-            .path = url,
-            .route = metrics_route_label(route),
-            .status = res->status,
-            .bytes = len,
-            .seconds = (double)us / 1e6,
-        };
-        accesslog_write(&e);
-    }
+    count_answer(st, method, url, res->status, len);
     return qr;
 }
 
@@ -415,6 +432,122 @@ static enum MHD_Result answer_too_large(struct http_server *srv, struct MHD_Conn
     enum MHD_Result r = send_response(srv, conn, st, method, url, &res);
     response_free(&res);
     return r;
+}
+
+/* ---- the request head and libmicrohttpd's connection pool ----
+ *
+ * libmicrohttpd 0.9.75 keeps everything of a request in one fixed pool per connection
+ * (--connection-memory-kib): the head's bytes, a 56-byte record (64 with its alignment) for
+ * each header line, cookie and query parameter, a copy of the Cookie header, and, when the
+ * answer goes out, the answer's status line and headers. A head that does not fit gets
+ * libmicrohttpd's own 431 (HTML); one that fits with too little room left for the answer's
+ * headers got the connection closed with no answer at all ("failed to create response
+ * header"): with 40-byte header lines that happened at 1.5 KiB in a 4 KiB pool. So every head
+ * that reaches the handler is weighed here, and one that is longer than HTTP_HEAD_MAX or leaves
+ * less than POOL_ANSWER_ROOM in the pool is answered 431 headers_too_large, written on the
+ * socket by us (the pool may have no room for it). */
+
+/* A field's record in the pool: sizeof(struct MHD_HTTP_Header) (56) rounded to 16. */
+#define POOL_FIELD_COST 64
+/* Room kept for the answer's status line and headers (the largest, the dashboard's with its
+ * Content-Security-Policy and a 128-character X-Request-Id, is about 520 bytes). */
+#define POOL_ANSWER_ROOM 768
+
+static size_t round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+struct head_weigh {
+    size_t fields;
+    size_t cookie_bytes;
+};
+
+static enum MHD_Result head_weigh_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       size_t key_size, const char *value, size_t value_size)
+{
+    struct head_weigh *hw = cls;
+    hw->fields++;
+    if (kind == MHD_HEADER_KIND && key_size == 6 && strncasecmp(key, "Cookie", 6) == 0 && value)
+        hw->cookie_bytes += round16(value_size + 1);
+    return MHD_YES;
+}
+
+/* The pool bytes the request head of conn takes, and its size (*head_bytes). */
+static size_t head_cost(struct MHD_Connection *conn, size_t *head_bytes)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    *head_bytes = ci ? ci->header_size : 0;
+    struct head_weigh hw = {0, 0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
+                                head_weigh_iter, &hw);
+    return round16(*head_bytes) + hw.fields * POOL_FIELD_COST + hw.cookie_bytes;
+}
+
+/* Why the head of conn is refused (431), or NULL when it is served. */
+static const char *head_too_large(const struct http_server *srv, struct MHD_Connection *conn,
+                                  char *why, size_t whylen)
+{
+    size_t bytes;
+    size_t cost = head_cost(conn, &bytes);
+    size_t pool = (size_t)srv->app->cfg.connection_memory_kib * 1024;
+    if (bytes > HTTP_HEAD_MAX) {
+        snprintf(why, whylen, "the request head (request line and headers) of %zu bytes exceeds %d",
+                 bytes, HTTP_HEAD_MAX);
+        return why;
+    }
+    if (cost + POOL_ANSWER_ROOM > pool) {
+        snprintf(why, whylen,
+                 "the request head of %zu bytes has too many header fields or cookies for the "
+                 "connection memory (%d KiB)",
+                 bytes, srv->app->cfg.connection_memory_kib);
+        return why;
+    }
+    return NULL;
+}
+
+/* Answers 431 headers_too_large: the answer is written on the connection's socket here, whole
+ * (the socket's send buffer is empty while a request is read, and the answer is small), and
+ * MHD_NO makes libmicrohttpd close the connection without writing anything itself. */
+static enum MHD_Result answer_head_too_large(struct MHD_Connection *conn, struct req_state *st,
+                                             const char *method, const char *url,
+                                             const char *why)
+{
+    struct response res = {0};
+    metrics_request_begin();
+    response_error(&res, ERROR_HEADERS_TOO_LARGE, why);
+    char *body = res.body ? json_dumps(res.body, JSON_COMPACT) : NULL;
+    response_free(&res);
+    size_t blen = body ? strlen(body) : 0;
+    char date[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    char head[512];
+    int hlen = snprintf(head, sizeof(head),
+                        "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                        "Date: %s\r\n"
+                        "Content-Type: application/json\r\n"
+                        "Content-Length: %zu\r\n"
+                        "X-Request-Id: %s\r\n"
+                        "Connection: close\r\n\r\n",
+                        date, blen, st->request_id);
+    struct iovec iov[2] = {{head, (size_t)hlen}, {body, blen}};
+    struct msghdr msg = {0};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = body && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0 ? 2 : 1;
+    size_t want = (size_t)hlen + (msg.msg_iovlen == 2 ? blen : 0);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    ssize_t sent = ci ? sendmsg(ci->connect_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+    if (sent != (ssize_t)want)
+        log_msg(CONFIG_LOG_WARN, "http_431", "the 431 answer could not be written whole: %s",
+                sent < 0 ? strerror(errno) : "short write");
+    count_answer(st, method, url, 431, blen);
+    free(body);
+    mhd_close_is_ours = true;
+    return MHD_NO;
 }
 
 /* The probes are never rate-limited: a load balancer's health checks must not be refused
@@ -837,6 +970,9 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         find_client(srv, conn, st);
         assign_request_id(conn, st);
         log_set_request_id(st->request_id);
+        char why[160];
+        if (head_too_large(srv, conn, why, sizeof(why)))
+            return answer_head_too_large(conn, st, method, url, why);
         if (srv->limiter && !is_probe(url)) {
             int retry = rate_check(srv, st);
             if (retry > 0)
@@ -1054,6 +1190,7 @@ static void mhd_pump(struct worker *w)
     if (!w->mhd)
         return;
     MHD_run(w->mhd);
+    mhd_close_is_ours = false;
     MHD_UNSIGNED_LONG_LONG ms;
     if (MHD_get_timeout(w->mhd, &ms) == MHD_YES) {
         if (ms > 3600000ULL)

@@ -29,6 +29,11 @@ struct app;
 
 /* Longest X-Request-Id taken from a trusted proxy. */
 #define HTTP_REQUEST_ID_MAX 128
+
+/* Longest request head served (request line, header lines and the blank line, in bytes);
+ * a longer one is answered 431 headers_too_large. A head must also fit the connection's
+ * pool (--connection-memory-kib): see head_cost in http.c. */
+#define HTTP_HEAD_MAX 8192
 struct http_server;
 
 /* Starts listening on app->cfg.bind:app->cfg.port (an IPv4 or IPv6 literal; "::" listens

@@ -31,6 +31,7 @@ static const struct {
     {ERROR_ALREADY_CANCELLED, 409, "already_cancelled", false},
     {ERROR_SKU_CHANGED, 409, "sku_changed", false},
     {ERROR_BODY_TOO_LARGE, 413, "body_too_large", false},
+    {ERROR_HEADERS_TOO_LARGE, 431, "headers_too_large", false},
     {ERROR_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", false},
     {ERROR_RATE_LIMITED, 429, "rate_limited", true},
     {ERROR_INTERNAL, 500, "internal", false},
