@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "metrics.h"
 #include "skucache.h"
 #include "store.h"
 
@@ -13,6 +14,7 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
     memset(app, 0, sizeof(*app));
     app->cfg = *cfg;
     atomic_init(&app->draining, 0);
+    metrics_set_order_redis_call_budget(cfg->order_redis_call_budget);
     if (store_new(cfg, &app->store, err, errlen) != 0)
         return -1;
     app->cache = skucache_new(cfg->sold_out_recheck_ms);

@@ -102,6 +102,9 @@ static const struct keydef keys[] = {
     INT_KEY(busy_hint_max_ms, "--busy-hint-max-ms", "INVENTORY_BUSY_HINT_MAX_MS", 20, 0, 1000,
             "longest a worker loop walks past a segment it found locked by another instance; "
             "0: no hint"),
+    INT_KEY(order_redis_call_budget, "--order-redis-call-budget",
+            "INVENTORY_ORDER_REDIS_CALL_BUDGET", 256, 16, 100000,
+            "most Redis calls one order may make; past it the order answers 503 unavailable"),
     INT_KEY(max_quantity, "--max-quantity", "INVENTORY_MAX_QUANTITY", 100, 1, 1000000,
             "largest quantity one order may ask for"),
     {{"log_level", "--log-level", "INVENTORY_LOG_LEVEL", "info", "debug, info, warn, error",
@@ -170,6 +173,8 @@ static const char usage_text[] =
     "  --hold-ms N                simulated work in the critical section, 0..60000 [0]\n"
     "  --busy-hint-max-ms N       longest a loop walks past a segment another instance\n"
     "                             holds, 0..1000; 0 = try it every time [20]\n"
+    "  --order-redis-call-budget N  most Redis calls one order may make; past it 503,\n"
+    "                             nothing changed, 16..100000 [256]\n"
     "  --max-quantity N           largest quantity per order, 1..1000000 [100]\n"
     "  --log-level L              debug, info, warn or error [info]\n"
     "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
@@ -873,6 +878,7 @@ void config_defaults(struct config *out)
     out->lock_wait_ms = 2000;
     out->hold_ms = 0;
     out->busy_hint_max_ms = 20;
+    out->order_redis_call_budget = 256;
     out->max_quantity = 100;
     out->log_level = CONFIG_LOG_INFO;
     out->max_connections = 4096;
@@ -1209,6 +1215,8 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));
     bad |= json_object_set_new(o, "hold_ms", json_integer(cfg->hold_ms));
     bad |= json_object_set_new(o, "busy_hint_max_ms", json_integer(cfg->busy_hint_max_ms));
+    bad |= json_object_set_new(o, "order_redis_call_budget",
+                               json_integer(cfg->order_redis_call_budget));
     bad |= json_object_set_new(o, "max_quantity", json_integer(cfg->max_quantity));
     bad |= json_object_set_new(o, "log_level",
                                json_string(config_log_level_name(cfg->log_level)));

@@ -74,6 +74,7 @@ struct config {
     int lock_wait_ms;                   /* 0..600000, default 2000 */
     int hold_ms;                        /* 0..60000, default 0 */
     int busy_hint_max_ms;               /* 0..1000, default 20; 0: no busy-elsewhere hint */
+    int order_redis_call_budget;        /* 16..100000, default 256: Redis calls per order */
     int max_quantity;                   /* 1..1000000, default 100 */
     enum config_log_level log_level;    /* default CONFIG_LOG_INFO */
     int max_connections;                /* 1..1000000, default 4096 */

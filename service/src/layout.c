@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "log.h"
 #include "store_scripts.h"
 
 /* Restock results are kept this long (the Idempotency-Key claims' lifetime). */
@@ -77,6 +78,8 @@ struct settle {
     char sku[STORE_KEY_MAX];
     struct layout l;
     int settle; /* settle what is pending (layout_read_settled_async), not just read */
+    int heal;   /* roll the layout out even when it says it is (layout_heal_async), once */
+    int calls;  /* Redis calls made so far (struct layout's calls) */
     int round;
     int ri; /* the restock being applied */
     layout_fn cb;
@@ -92,6 +95,7 @@ static void settle_restocks(struct settle *s);
 
 static void settle_end(struct settle *s, int rc)
 {
+    s->l.calls = s->calls;
     s->cb(s->arg, rc, &s->l);
     free(s->sk);
     free(s->kflat);
@@ -109,9 +113,14 @@ static void on_read(lc_status st, const redisReply *r, void *arg)
 {
     struct settle *s = arg;
     int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
-    if (found < 0 || !s->settle || !layout_unsettled(&s->l) || s->round >= 4) {
+    int heal = s->heal && found >= 0 && s->l.version > 0;
+    if (found < 0 || !s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4) {
         settle_end(s, found < 0 ? -1 : s->l.version > 0 && s->l.segments > 0);
         return;
+    }
+    if (heal) {
+        s->heal = 0;
+        s->l.pending = 1; /* roll it out again: every step is guarded by the segment's version */
     }
     settle_round(s);
 }
@@ -122,6 +131,7 @@ static void settle_read(struct settle *s)
     store_sku_key(meta, s->sku, "meta");
     store_sku_key(rst, s->sku, "rst");
     const char *keys[2] = {meta, rst};
+    s->calls++;
     store_script_async(s->st, s->lc, SCRIPT_LAYOUT_READ, 2, keys, 0, NULL, on_read, s);
 }
 
@@ -150,6 +160,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
         for (int j = 0; j < nargs; j++)
             s->aflat[i * nargs + j] = s->args[i][j];
     }
+    s->calls += n;
     store_batch_async(s->st, s->lc, id, n, nkeys, s->kflat, nargs, s->aflat, cb, s);
 }
 
@@ -205,6 +216,7 @@ static void on_dropped(void *arg, int failed, const struct store_item *items, in
     snprintf(segs, sizeof(segs), "%d", s->l.segments);
     const char *keys[1] = {meta};
     const char *a[2] = {ver, segs};
+    s->calls++;
     store_script_async(s->st, s->lc, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
 }
 
@@ -280,6 +292,7 @@ static void on_applied(void *arg, int failed, const struct store_item *items, in
     snprintf(ver, sizeof(ver), "%lld", x->version);
     const char *keys[3] = {meta, rst, rres};
     const char *a[3] = {rid, ver, LAYOUT_RESULT_TTL};
+    s->calls++;
     store_script_async(s->st, s->lc, SCRIPT_RESTOCK_END, 3, keys, 3, a, on_restock_end, s);
 }
 
@@ -322,7 +335,7 @@ static void settle_round(struct settle *s)
 }
 
 static void settle_start(struct store *st, lc_async_client *lc, const char *sku, int settle,
-                         layout_fn cb, void *arg)
+                         int heal, layout_fn cb, void *arg)
 {
     struct settle *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -335,6 +348,7 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
     s->lc = lc;
     snprintf(s->sku, sizeof(s->sku), "%s", sku);
     s->settle = settle;
+    s->heal = heal;
     s->cb = cb;
     s->arg = arg;
     settle_read(s);
@@ -343,11 +357,41 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
 void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg)
 {
-    settle_start(st, lc, sku, 0, cb, arg);
+    settle_start(st, lc, sku, 0, 0, cb, arg);
 }
 
 void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
                                layout_fn cb, void *arg)
 {
-    settle_start(st, lc, sku, 1, cb, arg);
+    settle_start(st, lc, sku, 1, 0, cb, arg);
+}
+
+void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                       void *arg)
+{
+    settle_start(st, lc, sku, 1, 1, cb, arg);
+}
+
+static void on_version_raised(lc_status st, const redisReply *r, void *arg)
+{
+    (void)r;
+    (void)arg;
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "sku_version_raise_failed",
+                "raising a version counter: %s (the next reader tries again)", lc_errmsg());
+}
+
+void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
+                       int64_t seen, int64_t version)
+{
+    log_msg(CONFIG_LOG_WARN, "segment_ahead",
+            "sku %s segment %d: at version %" PRId64 ", ahead of the layout's %" PRId64
+            " (a layout write was lost): its units are not sold until the next PUT of the SKU",
+            sku, k, seen, version);
+    char ver[STORE_KEY_MAX], v[24];
+    store_sku_key(ver, sku, "ver");
+    snprintf(v, sizeof(v), "%" PRId64, seen);
+    const char *keys[1] = {ver};
+    const char *args[1] = {v};
+    store_script_async(st, lc, SCRIPT_VER_RAISE, 1, keys, 1, args, on_version_raised, NULL);
 }

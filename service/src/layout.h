@@ -31,6 +31,7 @@ struct layout {
     int hwm;             /* segments [0, hwm) may have keys */
     int nrestocks;       /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
     struct layout_restock restocks[LAYOUT_MAX_RESTOCKS];
+    int calls;           /* Redis calls the read (and settle) made, for the callers' budgets */
 };
 
 /* Units of segment k when units are spread over n segments (the first units % n get one more).*/
@@ -53,5 +54,22 @@ void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, l
  * layout_read_async, -1 also when a settle step failed (l then as last read). */
 void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
                                layout_fn cb, void *arg);
+
+/* As layout_read_settled_async, but brings every segment to the layout even when the meta says
+ * it is rolled out: for a segment found behind a settled layout (its reset lost in a failover
+ * of its master). The reset of each segment is guarded by its version (a segment at the layout's
+ * version or a newer one is left alone), so this is safe to run at any time and to repeat: it
+ * costs one script per segment. */
+void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                       void *arg);
+
+/* A segment of sku was found at version seen, ahead of the meta's (the meta write of a later PUT
+ * was lost in a failover of the SKU's master, the segment's reset was not): raises the SKU's
+ * version counter to seen, so that the next PUT or DELETE gets a version above it and its
+ * roll-out brings the segment back (nothing else may: its orders were answered 201, and a
+ * reset to the older layout would put their units up for sale again). One script, not waited
+ * for; logged. */
+void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
+                       int64_t seen, int64_t version);
 
 #endif

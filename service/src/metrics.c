@@ -67,6 +67,9 @@ static atomic_long m_cs_in_flight;
 static atomic_long m_cs_peak;
 static atomic_long m_req_in_flight;
 static atomic_ullong m_requests[5]; /* 1xx .. 5xx */
+static atomic_ullong m_order_calls;
+static atomic_long m_order_calls_max;
+static atomic_long m_order_call_budget;
 
 static void inc(atomic_ullong *c)
 {
@@ -123,6 +126,23 @@ void metrics_http_duration(enum metrics_route r, double s)
 const char *metrics_route_label(enum metrics_route r)
 {
     return (unsigned)r < METRICS_ROUTE_COUNT ? route_labels[r] : route_labels[METRICS_ROUTE_OTHER];
+}
+
+void metrics_order_redis_calls(long calls)
+{
+    if (calls <= 0)
+        return;
+    atomic_fetch_add_explicit(&m_order_calls, (unsigned long long)calls, memory_order_relaxed);
+    long max = atomic_load_explicit(&m_order_calls_max, memory_order_relaxed);
+    while (calls > max &&
+           !atomic_compare_exchange_weak_explicit(&m_order_calls_max, &max, calls,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+void metrics_set_order_redis_call_budget(long budget)
+{
+    atomic_store_explicit(&m_order_call_budget, budget, memory_order_relaxed);
 }
 
 void metrics_failover(void)
@@ -331,6 +351,13 @@ char *metrics_render(void)
           atomic_load_explicit(&m_cs_in_flight, memory_order_relaxed));
     gauge(f, "inventory_critical_sections_peak",
           "Most orders inside segment critical sections at once.", metrics_cs_peak());
+    counter(f, "inventory_order_redis_calls_total",
+            "Redis calls made by orders (commands, scripts, lock attempts).", &m_order_calls);
+    gauge(f, "inventory_order_redis_calls_max", "Most Redis calls any one order made.",
+          atomic_load_explicit(&m_order_calls_max, memory_order_relaxed));
+    gauge(f, "inventory_order_redis_call_budget",
+          "Most Redis calls one order may make (order_redis_call_budget).",
+          atomic_load_explicit(&m_order_call_budget, memory_order_relaxed));
 
     fprintf(f,
             "# HELP inventory_build_info The version of inventoryd; the value is always 1.\n"
@@ -393,4 +420,6 @@ void metrics_reset(void)
     atomic_store(&m_cs_in_flight, 0);
     atomic_store(&m_cs_peak, 0);
     atomic_store(&m_req_in_flight, 0);
+    atomic_store(&m_order_calls, 0);
+    atomic_store(&m_order_calls_max, 0);
 }

@@ -19,6 +19,9 @@
  *   inventory_requests_total{code="1xx".."5xx"} counter
  *   inventory_critical_sections_in_flight       gauge
  *   inventory_critical_sections_peak            gauge (highest in-flight value seen)
+ *   inventory_order_redis_calls_total           counter: Redis calls made by orders
+ *   inventory_order_redis_calls_max             gauge: most Redis calls one order made
+ *   inventory_order_redis_call_budget           gauge: --order-redis-call-budget
  *   inventory_http_request_duration_seconds{route="/api/v1/orders"|...|"other"}
  *                                               histogram, same buckets
  *   inventory_build_info{version="x.y.z"}       gauge, always 1
@@ -90,6 +93,13 @@ void metrics_redis_error(void);
  * peak. Calls must pair. */
 void metrics_cs_enter(void);
 void metrics_cs_leave(void);
+
+/* Records one finished order that made calls Redis calls (adds them to the total, raises the
+ * most any one order made). */
+void metrics_order_redis_calls(long calls);
+
+/* Sets the per-order Redis call budget shown by /metrics (config order_redis_call_budget). */
+void metrics_set_order_redis_call_budget(long budget);
 
 /* The highest number of critical sections in flight at once since start (or metrics_reset). */
 long metrics_cs_peak(void);

@@ -83,6 +83,7 @@ enum order_outcome {
     OUT_INSUFFICIENT,
     OUT_LOCK_TIMEOUT,
     OUT_UNAVAILABLE,      /* Redis failed before anything changed */
+    OUT_OVER_BUDGET,      /* the next step would pass order_redis_call_budget: nothing changed */
     OUT_OUTCOME_UNKNOWN,  /* Redis failed during the commit: the order may have been placed */
     OUT_UNKNOWN_SKU,
     OUT_REPLAYED,         /* the Idempotency-Key named a finished order: res holds it */
@@ -160,6 +161,7 @@ struct idem_claim {
     char seen[256];
     char found[ORDER_ID_MAX + 1]; /* the order an idem find batch found */
     int64_t give_up;
+    int pause_ms; /* the next look at a claim pending elsewhere: 20 ms, doubling up to 160 */
 };
 
 struct order {
@@ -173,6 +175,11 @@ struct order {
     struct sku_view view;
     int64_t deadline_ms;
     int settled;      /* this request already settled the SKU's layout once */
+    int healed;       /* ... and that settle brought every segment to the layout (layout_heal) */
+    int64_t stale_from; /* the view's version when a segment ahead of it made the order re-read
+                           the layout: the same version again means the segment is ahead of the
+                           meta itself (docs/design.md, "The healing rules") */
+    int calls;        /* Redis calls this order made (order_redis_call_budget) */
     int acked;        /* the WAIT after the commit was answered (redis_replica_acks > 0) */
     int cancelled;    /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];
@@ -213,6 +220,7 @@ struct bslot {
 };
 
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+static void place_done(struct order *o, enum order_outcome out);
 
 /* ---- small helpers ---- */
 
@@ -250,6 +258,21 @@ static void arm_timer(struct order *o, int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(o->timer, &tv);
+}
+
+/* Counts n Redis calls of the order. */
+static void spend(struct order *o, int n)
+{
+    o->calls += n;
+}
+
+/* 1 when a step of n more Redis calls would take the order past its budget, keeping what the
+ * end of the order needs: the WAIT after a commit (--redis-replica-acks) and the settling of
+ * its Idempotency-Key claim. */
+static int over_budget(const struct order *o, int n)
+{
+    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0');
+    return o->calls + n + end > o->app->cfg.order_redis_call_budget;
 }
 
 /* Takes what the cache knows now into o->view when the cache still holds o->view's version.
@@ -293,6 +316,41 @@ static const char *make_record(struct order *o, int k)
     return o->record;
 }
 
+/*
+ * Segment k is at version sver, not at o->view.version (the healing rules, docs/design.md):
+ *   - behind (older, or no version at all): a PUT is rolling out, or the segment's reset was
+ *     lost (a failover of its master). The order heals the layout once (layout_heal_async:
+ *     every segment's reset again, each guarded by its version) and comes back to it
+ *     (SEG_NOTREADY); still behind after that, the segment is left out (SEG_ERROR);
+ *   - ahead: the cached layout is stale (SEG_STALE: re-read it), unless it was just re-read and
+ *     the meta still has that version: then the meta write of a later PUT was lost and the
+ *     segment is ahead of the meta itself. Its units are neither sold nor reset (their orders
+ *     were answered 201); the SKU's version counter is raised past it so that the next PUT
+ *     brings it back, and the order goes on without it (SEG_ERROR: never "sold out" while
+ *     its stock is unknown).
+ */
+static enum seg_result version_differs(struct order *o, int k, long long sver)
+{
+    if (sver < o->view.version) {
+        if (!o->healed)
+            return SEG_NOTREADY;
+        log_msg(CONFIG_LOG_ERROR, "segment_behind",
+                "sku %s segment %d: at version %lld after the layout %" PRId64
+                " was rolled out again; left out",
+                o->in.sku, k, sver, o->view.version);
+        return SEG_ERROR;
+    }
+    if (o->stale_from != o->view.version) {
+        o->stale_from = o->view.version;
+        return SEG_STALE;
+    }
+    if (!over_budget(o, 1)) { /* else the next reader raises the counter */
+        spend(o, 1);
+        layout_note_ahead(o->app->store, o->lc, o->in.sku, k, sver, o->view.version);
+    }
+    return SEG_ERROR;
+}
+
 /* Interprets a commit script result {code, value}. */
 static enum seg_result commit_result(struct order *o, int k, const redisReply *r)
 {
@@ -317,7 +375,7 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
                 o->in.sku, k);
         return SEG_ERROR;
     }
-    return value > o->view.version || value == 0 ? SEG_STALE : SEG_NOTREADY;
+    return version_differs(o, k, value);
 }
 
 /* The commit's keys and args for segment k (record made). */
@@ -456,6 +514,7 @@ static void run_script(struct order *o, enum ostate next, enum store_script id, 
                        const char *const *keys, int nargs, const char *const *args)
 {
     o->state = next;
+    spend(o, 1);
     if (lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs, args,
                         NULL, on_reply, o) != LC_OK)
         step(o, EV_REPLY, LC_EIO, NULL);
@@ -467,6 +526,7 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
                       int argc)
 {
     o->state = next;
+    spend(o, n);
     free(o->batch_ints);
     free(o->slots);
     o->batch_ints = calloc((size_t)n, sizeof(*o->batch_ints));
@@ -520,6 +580,7 @@ static int take_layout(struct order *o, int found, const struct layout *l)
 static void on_layout(void *arg, int found, struct layout *l)
 {
     struct order *o = arg;
+    spend(o, l->calls);
     switch (o->layout_job) {
     case LJ_LOAD:
         o->off_rc = take_layout(o, found, l);
@@ -543,6 +604,7 @@ static void on_layout(void *arg, int found, struct layout *l)
         break;
     case LJ_SETTLE:
         o->off_rc = found;
+        o->healed = found > 0;
         break;
     }
     step(o, EV_LAYOUT, LC_OK, NULL);
@@ -552,11 +614,19 @@ static void on_layout(void *arg, int found, struct layout *l)
  * reads, and settles and reloads only when something is pending. */
 static void run_layout(struct order *o, enum ostate next, enum layout_job job)
 {
+    /* A settle may take a script per segment; a heal does. */
+    int cost = job == LJ_SETTLE ? 3 + o->view.segments : 1;
+    if (over_budget(o, cost)) {
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
     o->state = next;
     o->layout_job = job;
     o->off_rc = -1;
     if (job == LJ_CHECK_PENDING)
         layout_read_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+    else if (job == LJ_SETTLE)
+        layout_heal_async(o->app->store, o->lc, o->in.sku, on_layout, o);
     else
         layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout, o);
 }
@@ -651,6 +721,7 @@ static void commit_segment(struct order *o)
     struct commit_args c;
     commit_args(o, &c);
     o->state = OS_COMMIT;
+    spend(o, 1);
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         if (lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
                             NULL, 6, c.args, NULL, on_reply, o) != LC_OK)
@@ -703,6 +774,17 @@ static int busy_hint_ms(const struct order *o)
 /* Segmented: lock segment k (waiting up to o->waiting ms), check it and commit. */
 static void try_segment_locked(struct order *o, int k)
 {
+    struct seglock_env env;
+    lock_env(o, &env);
+    /* the acquire (on each lock node and the data Redis with --lock-redis), and its release
+     * when the segment cannot serve */
+    int cost = (env.n > 0 ? env.n + 1 : 1) + 1;
+    if (over_budget(o, cost)) {
+        gate_leave(o);
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
+    spend(o, cost - 1);
     o->k = k;
     if (o->gate_k != k) {
         gate_leave(o); /* never owned here: one segment at a time */
@@ -717,8 +799,6 @@ static void try_segment_locked(struct order *o, int k)
     store_seg_keys(o->in.sku, k, &sk);
     lc_lock_opts lo;
     lock_opts(o, &lo);
-    struct seglock_env env;
-    lock_env(o, &env);
     o->chain = 0;
     o->state = OS_ACQUIRE;
     if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
@@ -735,6 +815,10 @@ static void try_segment_locked(struct order *o, int k)
 /* Atomic: one lock-free script on segment k. */
 static void try_segment_atomic(struct order *o, int k)
 {
+    if (over_budget(o, 1)) {
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
     o->k = k;
     critical_section(o);
 }
@@ -757,6 +841,7 @@ static void single_start(struct order *o)
         return;
     }
     int64_t wait = o->deadline_ms - mono_ms();
+    spend(o, (env.n > 0 ? env.n + 1 : 1) + 1); /* the acquire, and the release at the end */
     o->t0 = mono_ms();
     if (seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o) != LC_OK)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
@@ -777,7 +862,7 @@ static void single_next(struct order *o)
         if (skucache_is_empty(&o->view, k))
             continue;
         o->k = k;
-            if (!make_record(o, k)) {
+        if (over_budget(o, 1) || !make_record(o, k)) {
             o->sres = SEG_ERROR;
             break;
         }
@@ -785,6 +870,7 @@ static void single_next(struct order *o)
         commit_args(o, &c);
         o->i++;
         o->state = OS_SINGLE_COMMIT;
+        spend(o, 1);
         if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys, 6,
                          (const char **)c.args, on_evaluated, o) != LC_OK)
             step(o, EV_EVAL, LC_EIO, NULL);
@@ -959,6 +1045,12 @@ static void gate_on_timer(struct order *o)
     if (o->lock) {
         /* Handed the hold too (GATE_CHAIN_MAX): straight into the critical section; the commit
          * finds out whether the segment still has enough. */
+        if (over_budget(o, 1)) {
+            drop_lock(o); /* released in the background */
+            gate_leave(o);
+            place_done(o, OUT_OVER_BUDGET);
+            return;
+        }
         critical_section(o);
         return;
     }
@@ -976,6 +1068,14 @@ static void segment_done(struct order *o, enum seg_result r)
     }
     if (settles(r)) {
         place_done(o, settled_outcome(r));
+        return;
+    }
+    if (r == SEG_NOTREADY && !o->settled) {
+        /* Behind the layout: bring the segments to it now (a PUT rolling out, or a reset lost
+         * in a failover), then walk again; the busy segments are still there afterwards. */
+        o->waiting = 0;
+        o->settled = 1;
+        run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         return;
     }
     if (!o->waiting) {
@@ -1027,6 +1127,10 @@ static void walk_start(struct order *o)
 static void recheck_start(struct order *o)
 {
     int nseg = o->view.segments;
+    if (over_budget(o, 2 * nseg)) {
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
     struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
     const char *(*argvs)[3] = malloc(sizeof(*argvs) * 2 * (size_t)nseg);
     if (!keys || !argvs) {
@@ -1125,9 +1229,11 @@ static int idem_own(struct order *o, const redisReply *r)
 
 static void idem_claim(struct order *o)
 {
-    const char *keys[1] = {o->ic->claim};
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, o->in.sku, "meta");
+    const char *keys[2] = {o->ic->claim, meta};
     const char *args[4] = {o->ic->bound, o->ic->ttl, o->ic->token, o->ic->margin};
-    run_script(o, OS_IDEM_CLAIM, SCRIPT_IDEM_CLAIM, 1, keys, 4, args);
+    run_script(o, OS_IDEM_CLAIM, SCRIPT_IDEM_CLAIM, 2, keys, 4, args);
 }
 
 /* The claim's holder can no longer commit, or its order was removed: take the key. */
@@ -1163,6 +1269,7 @@ static void idem_begin(struct order *o)
     snprintf(o->ic->margin, sizeof(o->ic->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
     snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
     o->ic->give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
+    o->ic->pause_ms = 20;
     idem_claim(o);
 }
 
@@ -1198,14 +1305,31 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
         store_seg_keys(sku, k, &sk);
         const char *argv[3] = {"HGET", sk.orders, o->ic->seen};
         o->state = OS_IDEM_FETCH;
+        spend(o, 1);
         if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
             step(o, EV_REPLY, LC_EIO, NULL);
         return;
     }
     if (code == 2) {
-        /* The claimer can no longer commit. Its order, if it got that far, is in a segment's
-         * idem hash. */
-        int nseg = o->view.segments;
+        /* The claimer can no longer commit. Its order, if it got that far, is in the idem hash
+         * of one of the segments whose keys may exist as Redis has the layout (the claim
+         * script read it from the meta): this instance's cached layout may be older (a
+         * re-PUT with more segments through another instance). */
+        long long segs = r->elements >= 4 ? store_reply_int(r->element[2], 0) : 0;
+        long long hwm = r->elements >= 4 ? store_reply_int(r->element[3], 0) : 0;
+        int nseg = (int)(hwm > segs ? hwm : segs);
+        if (r->elements < 4 || nseg < 0 || nseg > SKUCACHE_MAX_SEGMENTS) {
+            idem_unavailable(o);
+            return;
+        }
+        if (nseg == 0) {
+            idem_takeover(o); /* no segment (deleted): no order can be there */
+            return;
+        }
+        if (over_budget(o, nseg + 2)) {
+            place_done(o, OUT_OVER_BUDGET);
+            return;
+        }
         struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
         const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)nseg);
         if (!keys || !argvs) {
@@ -1232,8 +1356,14 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
         place_done(o, OUT_IDEM_FAILED);
         return;
     }
+    if (over_budget(o, 1)) {
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
     o->state = OS_IDEM_PAUSE;
-    arm_timer(o, 20);
+    arm_timer(o, o->ic->pause_ms);
+    if (o->ic->pause_ms < 160)
+        o->ic->pause_ms *= 2;
 }
 
 /* Settles the claim after the order: the order id on success, deleted on a definite failure,
@@ -1244,6 +1374,10 @@ static void answer(struct order *o);
 static void idem_end(struct order *o)
 {
     const char *final;
+    if (!o->ic || !o->ic->claim_value[0]) {
+        answer(o); /* the key was never claimed by this request */
+        return;
+    }
     if (o->out == OUT_CREATED)
         final = o->order_id;
     else if (o->out == OUT_UNAVAILABLE || o->out == OUT_OUTCOME_UNKNOWN)
@@ -1312,6 +1446,16 @@ static void answer(struct order *o)
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;
+    case OUT_OVER_BUDGET:
+        log_msg(CONFIG_LOG_WARN, "order_over_budget",
+                "sku %s: %d Redis calls made, the next step would pass "
+                "order_redis_call_budget %d; nothing changed",
+                o->in.sku, o->calls, o->app->cfg.order_redis_call_budget);
+        metrics_order(METRICS_ORDER_UNAVAILABLE);
+        response_error(res, ERROR_UNAVAILABLE,
+                       "this order would need more Redis calls than its budget allows "
+                       "(order_redis_call_budget); nothing was changed, retry later");
+        break;
     case OUT_OUTCOME_UNKNOWN:
         /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
          * twice: the same Idempotency-Key replays the order if it was placed. */
@@ -1332,6 +1476,7 @@ static void answer(struct order *o)
         break; /* res holds the error */
     }
     o->state = OS_DONE;
+    metrics_order_redis_calls(o->calls);
     struct areq *ar = o->ar;
     order_free(o);
     areq_done(ar);
@@ -1344,6 +1489,7 @@ static void replica_wait(struct order *o)
     struct seg_keys sk;
     store_seg_keys(o->in.sku, o->k, &sk); /* the committed segment's: its master */
     o->state = OS_REPLICA_WAIT;
+    spend(o, 1);
     store_replica_wait_async(o->lc, sk.stock, o->app->cfg.redis_replica_acks,
                              o->app->cfg.redis_timeout_ms, on_reply, o);
 }
@@ -1406,12 +1552,13 @@ static void segment_on_acquired(struct order *o, lc_status st, const redisReply 
     long long stock = store_reply_int(v->element[0], 0);
     long long sver = store_reply_int(v->element[1], 0);
     if (sver != o->view.version) {
+        spend(o, 1); /* the release */
         drop_lock(o);
-        /* An older version here means a PUT is resetting the segments: come back to it. */
-        segment_done(o, sver > 0 && sver < o->view.version ? SEG_NOTREADY : SEG_STALE);
+        segment_done(o, version_differs(o, o->k, sver));
         return;
     }
     if (stock < o->in.quantity) {
+        spend(o, 1); /* the release */
         drop_lock(o);
         if (stock <= 0)
             skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, o->k);
@@ -1696,6 +1843,11 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             o->off_rc = -1;
             arm_timer(o, 2);
             return;
+        }
+        if (ev == EV_LAYOUT && o->off_rc == 0) {
+            /* deleted meanwhile: the reload answers unknown SKU */
+            skucache_forget(o->app->cache, o->in.sku);
+            o->need_layout = 1;
         }
         round_begin(o);
         return;

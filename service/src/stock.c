@@ -101,6 +101,9 @@ struct admin {
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8]; /* its Redis name */
     int attempt;         /* status reads */
     struct layout l;     /* the layout the status read is for */
+    int healed;          /* the status read rolled the layout out again (a segment behind) */
+    int64_t stale_from;  /* the layout's version when a segment ahead made it read again */
+    char why[200];       /* why the status read answers 503 when Redis did not fail */
     void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
     char answer[512];    /* PUT: the stored answer */
     int replay;
@@ -206,9 +209,10 @@ static void admin_unknown(struct admin *a, const char *why)
 static void status_read(struct admin *a);
 
 /* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders);
- * 1 done, 0 a segment is not at the layout's version (a PUT raced: read again), -1 error. */
+ * 1 done, -1 error, 0 a segment is behind the layout's version, 2 a segment is ahead of it
+ * (*off: that segment). */
 static int status_build(struct admin *a, int failed, const struct store_item *items, int n,
-                        json_t **out)
+                        json_t **out, int *off)
 {
     *out = NULL;
     if (failed || n != a->l.segments)
@@ -216,9 +220,13 @@ static int status_build(struct admin *a, int failed, const struct store_item *it
     for (int k = 0; k < n; k++)
         if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 5)
             return -1;
-    for (int k = 0; k < n; k++)
-        if (items[k].e[1] != a->l.version)
+    for (int k = 0; k < n; k++) {
+        *off = k;
+        if (items[k].e[1] < a->l.version)
             return 0;
+        if (items[k].e[1] > a->l.version)
+            return 2;
+    }
     long long total = 0, remaining = 0, sold = 0, orders = 0;
     json_t *segs = json_array();
     for (int k = 0; k < n; k++) {
@@ -247,15 +255,47 @@ static void on_segments(void *arg, int failed, const struct store_item *items, i
     areq_log_end();
 }
 
+static void on_status_layout(void *arg, int found, struct layout *l);
+
+/*
+ * A segment at another version than the layout read (the healing rules, docs/design.md): a
+ * PUT raced the read (the layout is read again), or a write was lost in a failover. Behind:
+ * the layout is rolled out again once (layout_heal_async, guarded by each segment's version),
+ * then read. Ahead of a layout read twice: the meta write of a later PUT was lost; nothing
+ * here may repair that (the segment's orders were answered 201), so the answer is 503 naming
+ * the segment, and the version counter is raised so that the next PUT repairs it. At most 5
+ * reads: a status read never spins.
+ */
 static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n)
 {
     json_t *st;
-    int rc = status_build(a, failed, items, n, &st);
-    if (rc == 0 && ++a->attempt < 5) {
-        status_read(a);
+    int k = 0;
+    int rc = status_build(a, failed, items, n, &st, &k);
+    if (rc == 1 || rc < 0) {
+        a->status_done(a, rc, st);
         return;
     }
-    a->status_done(a, rc == 0 ? -1 : rc, st);
+    long long sver = items[k].e[1];
+    if (++a->attempt >= 5 || (rc == 0 && a->healed) ||
+        (rc == 2 && a->stale_from == a->l.version)) {
+        if (rc == 2)
+            layout_note_ahead(a->app->store, a->ar->lc, a->sku, k, sver, a->l.version);
+        snprintf(a->why, sizeof(a->why),
+                 "segment %d is at version %lld, the SKU's layout at %" PRId64 " (%s)", k, sver,
+                 a->l.version,
+                 rc == 2 ? "a layout write was lost in a failover: PUT the SKU again to repair it"
+                         : "it could not be brought to the layout: retry later");
+        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku, a->why);
+        a->status_done(a, -1, NULL);
+        return;
+    }
+    if (rc == 0) {
+        a->healed = 1;
+        layout_heal_async(a->app->store, a->ar->lc, a->sku, on_status_layout, a);
+        return;
+    }
+    a->stale_from = a->l.version;
+    status_read(a);
 }
 
 static void on_status_layout_in(void *arg, int found, struct layout *l);
@@ -310,7 +350,9 @@ static void status_read(struct admin *a)
 
 static void get_on_status(struct admin *a, int found, json_t *st)
 {
-    if (found < 0)
+    if (found < 0 && a->why[0])
+        response_error(&a->ar->res, ERROR_UNAVAILABLE, a->why);
+    else if (found < 0)
         redis_down(&a->ar->res);
     else if (found == 0)
         response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");

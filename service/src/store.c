@@ -62,6 +62,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_IDEM_CLAIM] = STORE_LUA_IDEM_CLAIM,
         [SCRIPT_IDEM_TAKEOVER] = STORE_LUA_IDEM_TAKEOVER,
         [SCRIPT_IDEM_SWAP] = STORE_LUA_IDEM_SWAP,
+        [SCRIPT_VER_RAISE] = STORE_LUA_VER_RAISE,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with

@@ -31,6 +31,7 @@ enum store_script {
     SCRIPT_IDEM_CLAIM,
     SCRIPT_IDEM_TAKEOVER,
     SCRIPT_IDEM_SWAP,
+    SCRIPT_VER_RAISE,
     SCRIPT_COUNT
 };
 

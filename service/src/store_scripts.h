@@ -310,22 +310,41 @@
 
 /* Claims an order's Idempotency-Key. The claim expires on Redis's clock (no instance's clock
  * decides anything): the commit refuses to run after the expiry, and the claim may be taken
- * over only once it is `margin` ms past it.
- * KEYS: claim.  ARGV: bound ms, key ttl ms, token, margin ms.
+ * over only once it is `margin` ms past it. An expired claim's order, if it committed, is in the
+ * idem hash of one of the segments whose keys may exist, so the layout as Redis has it (meta,
+ * the same slot) comes back with it: never an instance's cached layout, which a re-PUT through
+ * another instance leaves stale.
+ * KEYS: claim, meta.  ARGV: bound ms, key ttl ms, token, margin ms.
  * -> {1, value, expiry} claimed | {0, value} taken (an order id, or pending and alive) |
- *    {2, value} pending and expired: the caller may look for its order and take it over */
+ *    {2, value, segments, hwm} pending and expired: the caller may look for its order in
+ *    segments [0, max(segments, hwm)) and take it over */
 #define STORE_LUA_IDEM_CLAIM                                                        \
     STORE_LUA_NOW                                                                   \
     "local v = redis.call('GET', KEYS[1])\n"                                        \
     "if v then\n"                                                                   \
     "  local exp = tonumber(string.match(v, '^pending:(%d+)') or '')\n"             \
-    "  if exp and now > exp + tonumber(ARGV[4]) then return {2, v} end\n"          \
+    "  if exp and now > exp + tonumber(ARGV[4]) then\n"                             \
+    "    local m = redis.call('HMGET', KEYS[2], 'segments', 'hwm')\n"                \
+    "    return {2, v, tonumber(m[1] or '0') or 0, tonumber(m[2] or '0') or 0}\n"    \
+    "  end\n"                                                                       \
     "  return {0, v}\n"                                                             \
     "end\n"                                                                         \
     "local exp = now + tonumber(ARGV[1])\n"                                         \
     "v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[3]\n"              \
     "redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"                                \
     "return {1, v, exp}\n"
+
+/* Raises the SKU's version counter to at least a version seen on one of its segments, so that
+ * the next PUT or DELETE gets a version above it (a segment ahead of the meta: the meta write of
+ * a later PUT was lost in a failover, with the INCR of the counter). Never lowers it.
+ * KEYS: ver.  ARGV: version seen.  -> the counter */
+#define STORE_LUA_VER_RAISE                                                         \
+    "local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"                 \
+    "if v < tonumber(ARGV[1]) then\n"                                              \
+    "  redis.call('SET', KEYS[1], ARGV[1])\n"                                      \
+    "  return tonumber(ARGV[1])\n"                                                 \
+    "end\n"                                                                        \
+    "return v\n"
 
 /* Takes a claim over from the value seen: to the order id found (when given), else to a fresh
  * pending claim of this request. KEYS: claim.  ARGV: expected, order id or "", bound, token.

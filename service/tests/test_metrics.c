@@ -60,6 +60,10 @@ static void test_orders_and_counters(void **state)
     metrics_redis_error();
     metrics_redis_error();
     metrics_redis_error();
+    metrics_order_redis_calls(2);
+    metrics_order_redis_calls(7);
+    metrics_order_redis_calls(3);
+    metrics_set_order_redis_call_budget(256);
 
     char *doc = metrics_render();
     assert_non_null(doc);
@@ -77,6 +81,9 @@ static void test_orders_and_counters(void **state)
     assert_int_equal((int)sample(doc, "inventory_lock_waits_total"), 1);
     assert_int_equal((int)sample(doc, "inventory_locks_lost_total"), 1);
     assert_int_equal((int)sample(doc, "inventory_redis_errors_total"), 3);
+    assert_int_equal((int)sample(doc, "inventory_order_redis_calls_total"), 12);
+    assert_int_equal((int)sample(doc, "inventory_order_redis_calls_max"), 7);
+    assert_int_equal((int)sample(doc, "inventory_order_redis_call_budget"), 256);
     free(doc);
 }
 
@@ -99,6 +106,9 @@ static void test_format(void **state)
         "inventory_requests_total counter",
         "inventory_critical_sections_in_flight gauge",
         "inventory_critical_sections_peak gauge",
+        "inventory_order_redis_calls_total counter",
+        "inventory_order_redis_calls_max gauge",
+        "inventory_order_redis_call_budget gauge",
         "process_resident_memory_bytes gauge",
         "inventory_http_request_duration_seconds histogram",
         "inventory_build_info gauge",

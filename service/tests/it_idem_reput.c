@@ -1,0 +1,109 @@
+/*
+ * One order per Idempotency-Key after a re-PUT with more segments (issue 18 item 3), with two
+ * real inventoryd instances on one real redis-server:
+ *   A has the SKU's old layout (1 segment) in its cache; B re-PUTs it with 4 segments, then an
+ *   order with key K through B commits on segment 1, 2 or 3 (segment 0's lock is held by the
+ *   test) but answers 503 "outcome unknown" (--redis-replica-acks 1 and no replica: the WAIT
+ *   times out), leaving K's claim pending. Once the claim is past its expiry, the client retries
+ *   with K through A: A must find the committed order (200, the same order id), not place a
+ *   second one. Before the fix (34f3be8) A searched only the segments of its own cached layout
+ *   (segment 0), took the key over and answered 201 with a second order.
+ */
+#include "svc_test.h"
+
+#define IR_TOKEN "idem-reput-token"
+#define IR_LOCK_WAIT_MS 300
+#define IR_LEASE_MS 1000
+#define IR_REDIS_TIMEOUT_MS 200
+/* When a pending claim may be taken over: its bound (order_fsm.c idem_begin) + 1 s margin. */
+#define IR_CLAIM_OVER_MS (IR_LOCK_WAIT_MS + IR_LEASE_MS + 2 * IR_REDIS_TIMEOUT_MS + 1000)
+
+static sf_service *svc[2]; /* A: no replica acks; B: --redis-replica-acks 1 */
+
+static int group_setup(void **state)
+{
+    if (sf_redis_group_setup(state) != 0)
+        return -1;
+    char wait[16], lease[16], timeout[16];
+    snprintf(wait, sizeof wait, "%d", IR_LOCK_WAIT_MS);
+    snprintf(lease, sizeof lease, "%d", IR_LEASE_MS);
+    snprintf(timeout, sizeof timeout, "%d", IR_REDIS_TIMEOUT_MS);
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--threads",
+                              "2",
+                              "--admin-token",
+                              IR_TOKEN,
+                              "--lock-wait-ms",
+                              wait,
+                              "--lock-lease-ms",
+                              lease,
+                              "--redis-timeout-ms",
+                              timeout,
+                              "--redis-replica-acks",
+                              i ? "1" : "0",
+                              NULL};
+        if (!(svc[i] = sf_start(rf_url(sf_redis), args)))
+            return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    int bad = sf_stop_all(svc, 2) != 0;
+    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
+}
+
+static void test_retry_on_stale_instance_finds_the_order(void **state)
+{
+    (void)state;
+    int a = sf_port(svc[0]), b = sf_port(svc[1]);
+    char sku[64], body[160];
+    tu_unique_name(sku, sizeof sku, "irp");
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1}", sku);
+    sf_resp r = {0};
+    sf_put_sku(a, IR_TOKEN, sku, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    /* A learns the 1-segment layout. */
+    sf_order(NULL, a, sku, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    /* B's PUT is applied but unconfirmed by a replica (there is none): 503 outcome unknown. */
+    sf_put_sku(b, IR_TOKEN, sku, 40, 4, &r);
+    SF_ASSERT(r.status == 200 || r.status == 503, "re-PUT through B: %s", sf_resp_summary(&r));
+    char segs[16] = "";
+    rf_string(sf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku);
+    SF_ASSERT(strcmp(segs, "4") == 0, "meta segments %s after the re-PUT", segs);
+    /* Segment 0 busy, so B's order lands on a segment A's cached layout does not have. */
+    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s/0}:lock o test c 1 f 1", sku);
+    freeReplyObject(x);
+    x = rf_command(sf_redis, "PEXPIRE inv:2:{%s/0}:lock 60000", sku);
+    freeReplyObject(x);
+    sf_json_request(NULL, b, "POST", "/api/v1/orders", NULL, "key-1", body, &r);
+    SF_ASSERT(r.status == 503 && strcmp(sf_str(r.json, "outcome"), "unknown") == 0,
+              "B's answer: %s", sf_resp_summary(&r));
+    x = rf_command(sf_redis, "DEL inv:2:{%s/0}:lock", sku);
+    freeReplyObject(x);
+    char first[128] = "";
+    for (int k = 1; k < 4 && !first[0]; k++)
+        rf_string(sf_redis, first, sizeof first, "HGET inv:2:{%s/%d}:idem key-1", sku, k);
+    SF_ASSERT(first[0] != '\0', "%s", "B's order was not committed on segment 1..3");
+    tu_sleep_ms(IR_CLAIM_OVER_MS + 300);
+    sf_json_request(NULL, a, "POST", "/api/v1/orders", NULL, "key-1", body, &r);
+    SF_ASSERT(r.status == 200, "the retry through A: %s (B's order: %s)", sf_resp_summary(&r),
+              first);
+    SF_ASSERT(strcmp(sf_str(r.json, "order_id"), first) == 0, "replayed %s, committed %s",
+              sf_str(r.json, "order_id"), first);
+    sf_resp_free(&r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.orders, 1);
+    SF_ASSERT_EQ(rep.sold, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_retry_on_stale_instance_finds_the_order),
+    };
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+}
