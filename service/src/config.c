@@ -195,7 +195,10 @@ static const char usage_text[] =
     "  --healthcheck              GET /healthz of the server this configuration describes;\n"
     "                             exit 0 when it answers 200, else 1 (container HEALTHCHECK)\n"
     "  -h, --help                 print this help and exit\n"
-    "  -V, --version              print the version and exit\n"
+    "  -V, --version              print the version and exit\n";
+
+/* The help's second half: ISO C only promises string literals of 4095 characters. */
+static const char usage_footer[] =
     "\n"
     "Every option can also be set by the environment variable INVENTORY_<NAME> (e.g.\n"
     "INVENTORY_LOCK_LEASE_MS; the Redis URL is INVENTORY_REDIS_URL) or in the config file\n"
@@ -211,7 +214,10 @@ static const char version_text[] = "inventoryd " INVENTORYD_VERSION "\n";
 
 const char *config_usage(void)
 {
-    return usage_text;
+    static char text[sizeof usage_text + sizeof usage_footer];
+    if (text[0] == '\0') /* main's thread only, before any other starts */
+        snprintf(text, sizeof text, "%s%s", usage_text, usage_footer);
+    return text;
 }
 
 const char *config_version(void)
