@@ -54,4 +54,9 @@ void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, l
 void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
                                layout_fn cb, void *arg);
 
+/* layout_read_settled_async noting in conns (the caller's, alive until cb) the connections
+ * its reads and writes went on, for the WAITs that vouch for them (an admin write's). */
+void layout_read_settled_noted_async(struct store *st, lc_async_client *lc, const char *sku,
+                                     struct store_conns *conns, layout_fn cb, void *arg);
+
 #endif
