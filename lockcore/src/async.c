@@ -61,6 +61,7 @@ typedef struct aconn {
     int64_t opened_ms;       /* the last connect attempt (lc_now_ms) */
     const char *why;         /* message for the commands failed by a drop we made */
     int node;                /* cluster: the node (lc_route index) it goes to; else -1 */
+    uint64_t gen;            /* which connection: + 1 at every connect (lc_async_conn_ref) */
 } aconn;
 
 struct lc_async_client {
@@ -91,6 +92,9 @@ struct lc_async_client {
     int64_t refresh_sent_ms;
     acmd *parked;
     lc_cluster_stats stats;
+    /* The connection of the reply whose callback runs now (lc_async_reply_conn), else NULL. */
+    aconn *reply_conn;
+    uint64_t reply_gen;
 };
 
 struct lc_async_lock {
@@ -125,6 +129,8 @@ struct acmd {
     int redirects;       /* redirections followed */
     int parked;          /* waiting out a TRYAGAIN pause (not in hiredis: ours) */
     int detached;        /* sent by send_detached: nobody waits, but it must still arrive */
+    aconn *pin;          /* lc_async_wait: only on this connection, while its gen is pin_gen */
+    uint64_t pin_gen;
     int64_t deadline_ms; /* first sent + command timeout: TRYAGAIN retries end there */
 };
 
@@ -313,6 +319,21 @@ static int cmd_send(acmd *c)
     lc_async_client *client = c->client;
     if (client->freeing)
         return -1;
+    if (c->pin) {
+        /* A WAIT for commands that went on that connection: on no other (a fresh connection's
+         * WAIT covers nothing), and not on a new connection to the same node. */
+        if (!c->pin->ac || c->pin->gen != c->pin_gen)
+            return -1;
+        c->conn = c->pin;
+        if (redisAsyncCommandArgv(c->pin->ac, on_cmd_reply, c, c->argc, c->argv, c->lens) !=
+            REDIS_OK)
+            return -1;
+        if (!c->timer)
+            c->timer = evtimer_new(client->base, on_cmd_timeout, c);
+        if (c->timer)
+            arm(c->timer, client->opts.command_timeout_ms);
+        return 0;
+    }
     aconn *data = client->route ? cluster_conn(client, c) : &client->data;
     if (!data)
         return -1;
@@ -447,6 +468,12 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
             st = LC_OK;
         }
     }
+    /* The connection this reply came on, for lc_async_reply_conn in the callbacks below (a
+     * redirected command's last node: after an ASK, the importing node). */
+    aconn *outer = client->reply_conn;
+    uint64_t outer_gen = client->reply_gen;
+    client->reply_conn = r && sent && conn->ac == ac ? conn : NULL;
+    client->reply_gen = conn->gen;
     if (c->renew_of) {
         lc_async_lock *l = c->renew_of;
         c->renew_of = NULL;
@@ -462,6 +489,8 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
         c->undo = NULL;
         send_detached(undo);
     }
+    client->reply_conn = outer;
+    client->reply_gen = outer_gen;
     cmd_free(c);
 }
 
@@ -557,6 +586,7 @@ static void conn_open(aconn *conn)
         return;
     }
     ac->data = conn;
+    conn->gen++;
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     conn->ac = ac;
@@ -1928,6 +1958,45 @@ lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t 
     acmd *c = cmd_new_raw(client, argc, argv, lens);
     if (c && client->route)
         c->slot = lc_key_slot(key, keylen);
+    return command_start(client, c, cb, arg);
+}
+
+int lc_async_reply_conn(const lc_async_client *client, lc_async_conn_ref *out)
+{
+    if (!client || !out)
+        return -1;
+    const aconn *conn = client->reply_conn;
+    if (!conn)
+        return -1;
+    out->node = conn->node;
+    out->gen = client->reply_gen;
+    return 0;
+}
+
+lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, int numreplicas,
+                        int timeout_ms, lc_async_reply_fn cb, void *arg)
+{
+    if (!client || !ref || numreplicas < 0 || timeout_ms < 0)
+        return lc_fail(LC_EINVAL, "async wait: bad arguments");
+    if (client->freeing)
+        return lc_fail(LC_ESTATE, "async wait: the client was freed");
+    aconn *conn = NULL;
+    if (!client->route)
+        conn = ref->node == -1 ? &client->data : NULL;
+    else if (ref->node >= 0 && ref->node < client->nnodes)
+        conn = client->nodes[ref->node];
+    if (!conn)
+        return lc_fail(LC_EINVAL, "async wait: not a connection of this client");
+    char n[16], ms[16];
+    snprintf(n, sizeof(n), "%d", numreplicas);
+    snprintf(ms, sizeof(ms), "%d", timeout_ms);
+    const char *argv[3] = {"WAIT", n, ms};
+    acmd *c = cmd_new_raw(client, 3, argv, NULL);
+    if (c) {
+        c->pin = conn;
+        c->pin_gen = ref->gen;
+    }
+    /* A connection gone since (or going) fails the WAIT with LC_EIO from the loop (op_send). */
     return command_start(client, c, cb, arg);
 }
 

@@ -900,6 +900,113 @@ static void test_lost_reply_undone(void **state)
     sp_stop(p);
 }
 
+/* ---- WAIT on the connection that carried the write (lc_async_wait) ---- */
+
+typedef struct waited {
+    int calls;
+    lc_status st;
+    long long n;    /* WAIT's answer, or the script's */
+    int have_ref;   /* lc_async_reply_conn worked inside the callback */
+    lc_async_conn_ref ref;
+    lc_async_client *c;
+} waited;
+
+static int waited_done(void *arg)
+{
+    return ((waited *)arg)->calls > 0;
+}
+
+static void on_waited(lc_status st, const redisReply *r, void *arg)
+{
+    waited *w = arg;
+    w->calls++;
+    w->st = st;
+    w->n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    w->have_ref = lc_async_reply_conn(w->c, &w->ref) == 0;
+}
+
+/* A write by script; returns where it ran. */
+static lc_async_conn_ref write_on(lc_async_client *c, const lc_script *s, const char *val)
+{
+    waited w = {.c = c};
+    const char *keys[1] = {"it_async:wait"};
+    const char *args[1] = {val};
+    assert_ok(lc_async_script(c, s, 1, keys, NULL, 1, args, NULL, on_waited, &w));
+    assert_true(run_until(waited_done, &w, 10000));
+    assert_int_equal(w.st, LC_OK);
+    assert_true(w.have_ref);
+    return w.ref;
+}
+
+static long long wait_on(lc_async_client *c, const lc_async_conn_ref *ref, int ms,
+                         lc_status *st)
+{
+    waited w = {.c = c};
+    assert_ok(lc_async_wait(c, ref, 1, ms, on_waited, &w));
+    assert_int_equal(w.calls, 0); /* never from inside the call */
+    assert_true(run_until(waited_done, &w, 10000));
+    *st = w.st;
+    return w.n;
+}
+
+/* Issue 18 item 4: WAIT counts the replicas that have what *its connection* carried. On the
+ * connection of the write it says whether the replica has it (1 while it runs, 0 while it is
+ * frozen); once that connection is gone lc_async_wait refuses (LC_EIO): a WAIT on the new
+ * connection (lc_async_command_key, which the service used) would count what that connection
+ * saw, not the write. */
+static void test_wait_on_the_connection_of_the_write(void **state)
+{
+    (void)state;
+    char port[16];
+    snprintf(port, sizeof port, "%d", rf_port(srv));
+    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
+    rf_server *rep = rf_start(args);
+    assert_non_null(rep);
+    int64_t until = tu_now_ms() + 10000;
+    char info[4096] = "";
+    while (tu_now_ms() < until) {
+        if (rf_string(srv, info, sizeof info, "INFO replication") == 1 &&
+            strstr(info, "state=online"))
+            break;
+        tu_sleep_ms(20);
+    }
+    assert_non_null(strstr(info, "state=online"));
+    lc_script *s = NULL;
+    assert_ok(lc_script_new("return redis.call('SET', KEYS[1], ARGV[1])", &s));
+    lc_async_client *c = aclient(3000);
+    lc_status st;
+    lc_async_conn_ref ref = write_on(c, s, "1");
+    assert_int_equal(wait_on(c, &ref, 2000, &st), 1);
+    assert_int_equal(st, LC_OK);
+
+    /* The replica frozen: the write's own connection says it is not there. */
+    kill(rf_pid(rep), SIGSTOP);
+    ref = write_on(c, s, "2");
+    assert_int_equal(wait_on(c, &ref, 100, &st), 0);
+    assert_int_equal(st, LC_OK);
+
+    /* That connection dropped (as by a failover) and replaced: the WAIT is refused. */
+    assert_true(rf_integer(srv, "CLIENT KILL SKIPME yes TYPE normal") >= 1);
+    waited ping = {.c = c};
+    const char *pargv[1] = {"PING"};
+    until = tu_now_ms() + 10000;
+    do {
+        memset(&ping, 0, sizeof ping);
+        ping.c = c;
+        assert_ok(lc_async_command(c, 1, pargv, NULL, on_waited, &ping));
+        assert_true(run_until(waited_done, &ping, 10000));
+    } while (ping.st != LC_OK && tu_now_ms() < until);
+    assert_int_equal(ping.st, LC_OK);
+    wait_on(c, &ref, 100, &st);
+    assert_int_equal(st, LC_EIO);
+    kill(rf_pid(rep), SIGCONT);
+    /* A ref outside a callback: none. */
+    assert_int_equal(lc_async_reply_conn(c, &ref), -1);
+    lc_async_client_free(c);
+    lc_script_free(s);
+    rf_stop(rep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -914,6 +1021,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_free_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_undone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigstop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_on_the_connection_of_the_write, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -84,6 +84,7 @@ struct settle {
     int ri; /* the restock being applied */
     layout_fn cb;
     void *arg;
+    struct store_conns *conns; /* where its commands ran (the caller's; may be NULL) */
     /* the keys and args of the batch in flight */
     struct seg_keys *sk;
     const char **kflat, **aflat;
@@ -112,6 +113,7 @@ static void settle_fail(struct settle *s)
 static void on_read(lc_status st, const redisReply *r, void *arg)
 {
     struct settle *s = arg;
+    store_conns_note(s->conns, s->lc);
     int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
     int heal = s->heal && found >= 0 && s->l.version > 0;
     if (found < 0 || !s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4) {
@@ -161,7 +163,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
             s->aflat[i * nargs + j] = s->args[i][j];
     }
     s->calls += n;
-    store_batch_async(s->st, s->lc, id, n, nkeys, s->kflat, nargs, s->aflat, cb, s);
+    store_batch_async(s->st, s->lc, id, n, nkeys, s->kflat, nargs, s->aflat, s->conns, cb, s);
 }
 
 /* Every reply an integer: the segment steps answer nothing else. */
@@ -195,6 +197,7 @@ static const int all6[6] = {0, 1, 2, 3, 4, 5};
 static void on_layout_done(lc_status st, const redisReply *r, void *arg)
 {
     struct settle *s = arg;
+    store_conns_note(s->conns, s->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
         settle_fail(s);
         return;
@@ -256,6 +259,7 @@ static void roll_out(struct settle *s)
 static void on_restock_end(lc_status st, const redisReply *r, void *arg)
 {
     struct settle *s = arg;
+    store_conns_note(s->conns, s->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
         settle_fail(s);
         return;
@@ -335,7 +339,7 @@ static void settle_round(struct settle *s)
 }
 
 static void settle_start(struct store *st, lc_async_client *lc, const char *sku, int settle,
-                         int heal, layout_fn cb, void *arg)
+                         int heal, struct store_conns *conns, layout_fn cb, void *arg)
 {
     struct settle *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -351,25 +355,26 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
     s->heal = heal;
     s->cb = cb;
     s->arg = arg;
+    s->conns = conns;
     settle_read(s);
 }
 
 void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg)
 {
-    settle_start(st, lc, sku, 0, 0, cb, arg);
+    settle_start(st, lc, sku, 0, 0, NULL, cb, arg);
 }
 
 void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
                                layout_fn cb, void *arg)
 {
-    settle_start(st, lc, sku, 1, 0, cb, arg);
+    settle_start(st, lc, sku, 1, 0, NULL, cb, arg);
 }
 
 void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg)
 {
-    settle_start(st, lc, sku, 1, 1, cb, arg);
+    settle_start(st, lc, sku, 1, 1, NULL, cb, arg);
 }
 
 static void on_version_raised(lc_status st, const redisReply *r, void *arg)
@@ -394,4 +399,10 @@ void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, i
     const char *keys[1] = {ver};
     const char *args[1] = {v};
     store_script_async(st, lc, SCRIPT_VER_RAISE, 1, keys, 1, args, on_version_raised, NULL);
+}
+
+void layout_read_settled_noted_async(struct store *st, lc_async_client *lc, const char *sku,
+                                     struct store_conns *conns, layout_fn cb, void *arg)
+{
+    settle_start(st, lc, sku, 1, 0, conns, cb, arg);
 }

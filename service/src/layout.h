@@ -72,4 +72,9 @@ void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, l
 void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
                        int64_t seen, int64_t version);
 
+/* layout_read_settled_async noting in conns (the caller's, alive until cb) the connections
+ * its reads and writes went on, for the WAITs that vouch for them (an admin write's). */
+void layout_read_settled_noted_async(struct store *st, lc_async_client *lc, const char *sku,
+                                     struct store_conns *conns, layout_fn cb, void *arg);
+
 #endif

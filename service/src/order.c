@@ -177,9 +177,15 @@ static void on_cancel_reply(lc_status st, const redisReply *r, void *arg)
     areq_log_begin(b->ar);
     cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
     areq_log_end();
+    lc_async_conn_ref ref;
     if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
-        store_replica_wait_async(b->ar->lc, b->sk.stock, b->ar->app->cfg.redis_replica_acks,
-                                 b->ar->app->cfg.redis_timeout_ms, on_cancel_acked, b);
+        /* On the connection that carried the cancel (a new one would vouch for nothing). */
+        if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
+            on_cancel_acked(LC_EIO, NULL, b);
+            return;
+        }
+        store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
+                                     b->ar->app->cfg.redis_timeout_ms, on_cancel_acked, b);
         return;
     }
     areq_done(b->ar);

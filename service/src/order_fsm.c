@@ -100,6 +100,7 @@ enum ostate {
     OS_IDEM_ADOPT,      /* IDEM_TAKEOVER making the claim final with the order found */
     OS_IDEM_TAKEOVER,   /* IDEM_TAKEOVER taking the claim for this request */
     OS_IDEM_PAUSE,      /* timer: a claim still pending elsewhere */
+    OS_IDEM_CLAIM_WAIT, /* WAIT on the claim's connection: the claim on replicas first */
     OS_LAYOUT,          /* load the layout (settling what is pending) */
     OS_RECHECK,         /* batch: GET stock and version of every segment */
     OS_RECHECK_LAYOUT,  /* after a re-check: the layout changed or may be unsettled */
@@ -181,6 +182,8 @@ struct order {
                            meta itself (docs/design.md, "The healing rules") */
     int calls;        /* Redis calls this order made (order_redis_call_budget) */
     int acked;        /* the WAIT after the commit was answered (redis_replica_acks > 0) */
+    int have_ref;     /* ref names the connection of the claim, then of the commit */
+    lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
     int cancelled;    /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];
     char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
@@ -466,8 +469,18 @@ static void gate_leave(struct order *o)
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
 
+/* Notes the connection that carried a claim or a commit: the WAIT that vouches for it must go
+ * on that connection (lockcore_async.h, lc_async_wait). */
+static void note_ref(struct order *o)
+{
+    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_COMMIT ||
+        o->state == OS_SINGLE_COMMIT)
+        o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
+}
+
 static void on_reply(lc_status st, const redisReply *r, void *arg)
 {
+    note_ref(arg);
     step(arg, EV_REPLY, st, r);
 }
 
@@ -480,6 +493,7 @@ static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v,
 static void on_evaluated(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
     (void)lock;
+    note_ref(arg);
     step(arg, EV_EVAL, st, r);
 }
 
@@ -1273,6 +1287,51 @@ static void idem_begin(struct order *o)
     idem_claim(o);
 }
 
+/* The key is this request's: the order may begin. With --redis-replica-acks N the claim must
+ * first be on N replicas of the SKU's master (a WAIT on the connection that carried it): the
+ * commit's WAIT covers only the segment's master, and a failover of the SKU's master that lost
+ * the claim would let a retry with the key claim it afresh and place a second order. */
+static void idem_owned(struct order *o)
+{
+    int acks = o->app->cfg.redis_replica_acks;
+    if (acks > 0) {
+        o->state = OS_IDEM_CLAIM_WAIT;
+        if (!o->have_ref) {
+            step(o, EV_REPLY, LC_EIO, NULL);
+            return;
+        }
+        spend(o, 1);
+        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms,
+                                     on_reply, o);
+        return;
+    }
+    o->first = 1;
+    o->need_layout = 1;
+    round_begin(o);
+}
+
+/* The claim WAIT's answer: on enough replicas, the order begins; else nothing was placed, and
+ * the claim is left to expire (a retry with the key waits for it, then takes it over). */
+static void idem_on_claim_wait(struct order *o, lc_status st, const redisReply *r)
+{
+    long long got = store_reply_acks(st, r);
+    if (got >= o->app->cfg.redis_replica_acks) {
+        o->first = 1;
+        o->need_layout = 1;
+        round_begin(o);
+        return;
+    }
+    log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
+            "sku %s: Idempotency-Key claim on %lld of %d replicas (%s): no order placed",
+            o->in.sku, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            st == LC_OK ? "WAIT timed out" : lc_errmsg());
+    metrics_redis_error();
+    response_error(&o->ar->res, ERROR_UNAVAILABLE,
+                   "the stock store could not make the Idempotency-Key durable: no order was "
+                   "placed, retry later");
+    place_done(o, OUT_IDEM_FAILED);
+}
+
 /* The claim's answer. */
 static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
 {
@@ -1286,9 +1345,7 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
             idem_unavailable(o);
             return;
         }
-        o->first = 1;
-        o->need_layout = 1;
-        round_begin(o);
+        idem_owned(o);
         return;
     }
     snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
@@ -1482,16 +1539,19 @@ static void answer(struct order *o)
     areq_done(ar);
 }
 
-/* With --redis-replica-acks N: after a commit, WAIT N on the committed segment's master, so
- * the order is on N replicas before the 201 (store_replica_wait_async). */
+/* With --redis-replica-acks N: after a commit, WAIT N on the connection that carried it (so
+ * on the committed segment's master, the one that ran it even after an ASK), so the order is
+ * on N replicas before the 201. A commit whose connection is unknown gets no 201. */
 static void replica_wait(struct order *o)
 {
-    struct seg_keys sk;
-    store_seg_keys(o->in.sku, o->k, &sk); /* the committed segment's: its master */
     o->state = OS_REPLICA_WAIT;
+    if (!o->have_ref) {
+        step(o, EV_REPLY, LC_EIO, NULL);
+        return;
+    }
     spend(o, 1);
-    store_replica_wait_async(o->lc, sk.stock, o->app->cfg.redis_replica_acks,
-                             o->app->cfg.redis_timeout_ms, on_reply, o);
+    store_replica_wait_ref_async(o->lc, &o->ref, o->app->cfg.redis_replica_acks,
+                                 o->app->cfg.redis_timeout_ms, on_reply, o);
 }
 
 /* WAIT's answer: enough replicas → the 201; fewer (timeout), or no answer → the order is
@@ -1735,15 +1795,16 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
                 idem_unavailable(o);
                 return;
             }
-            o->first = 1;
-            o->need_layout = 1;
-            round_begin(o);
+            idem_owned(o);
         } else {
             idem_claim(o); /* someone else changed it meanwhile: look again */
         }
         return;
     case OS_IDEM_PAUSE:
         idem_claim(o);
+        return;
+    case OS_IDEM_CLAIM_WAIT:
+        idem_on_claim_wait(o, st, r);
         return;
     case OS_LAYOUT:
         if (o->off_rc < 0)

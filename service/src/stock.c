@@ -112,6 +112,7 @@ struct admin {
     char pending[64];
     int write;           /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
     int waited;          /* that WAIT was done */
+    struct store_conns conns; /* the connections its commands went on: the WAITs go there */
 };
 
 static struct admin *admin_new(struct areq *ar)
@@ -130,16 +131,17 @@ static struct admin *admin_new(struct areq *ar)
 static void on_admin_acked(void *arg, long long got);
 
 /* Sends the answer and frees a. With --redis-replica-acks N, a write's 2xx waits first until N
- * replicas of every master have it (the SKU's meta and its segments live on several masters),
- * as an order's 201 does. */
+ * replicas of every master it touched have it (the SKU's meta and its segments live on several
+ * masters), as an order's 201 does: a WAIT on each connection its commands went on, which
+ * covers what each of them wrote or read there (a replay's reads: the state it vouches for). */
 static void admin_end(struct admin *a)
 {
     struct areq *ar = a->ar;
     int acks = a->app->cfg.redis_replica_acks;
     if (a->write && !a->waited && acks > 0 && ar->res.status / 100 == 2) {
         a->waited = 1;
-        store_replica_wait_all_async(ar->lc, acks, a->app->cfg.redis_timeout_ms, on_admin_acked,
-                                     a);
+        store_replica_wait_conns_async(ar->lc, &a->conns, acks, a->app->cfg.redis_timeout_ms,
+                                       on_admin_acked, a);
         return;
     }
     free(a);
@@ -332,7 +334,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
     }
     /* The keys are copied by lockcore when the calls start. */
     store_batch_async(a->app->store, a->ar->lc, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL,
-                      on_segments, a);
+                      &a->conns, on_segments, a);
     free(kflat);
     free(keys);
 }
@@ -343,7 +345,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
  * again (5 attempts). */
 static void status_read(struct admin *a)
 {
-    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, on_status_layout, a);
+    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, on_status_layout, a);
 }
 
 /* ---- GET ---- */
@@ -385,6 +387,31 @@ static void put_on_settled(void *arg, int found, struct layout *l)
     areq_log_end();
 }
 
+/* A replay's check of the segments (--redis-replica-acks): every segment read at the layout's
+ * version, on the connections the 2xx's WAITs then go on. */
+static void put_on_replay_checked(struct admin *a, int found, json_t *st)
+{
+    json_decref(st);
+    if (found < 0) {
+        /* A segment is not at the layout (its master lost its part in a failover, and it is
+         * not healed yet) or Redis failed: the stored 2xx would vouch for what is not there. */
+        log_msg(CONFIG_LOG_WARN, "sku_put",
+                "sku %s: Idempotency-Key replay: segments not confirmed (%s)", a->sku,
+                lc_errmsg());
+        struct response *res = &a->ar->res;
+        response_error(res, ERROR_UNAVAILABLE,
+                       "the PUT was recorded but its segments could not be confirmed: retry "
+                       "with the same Idempotency-Key, or read the SKU");
+        if (res->body)
+            json_object_set_new(res->body, "outcome", json_string("unknown"));
+        admin_end(a);
+        return;
+    }
+    log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s (Idempotency-Key replay)",
+            a->sku, a->segs, a->stock);
+    admin_end(a);
+}
+
 static void put_on_settled_in(void *arg, int found, struct layout *l)
 {
     (void)l;
@@ -393,6 +420,15 @@ static void put_on_settled_in(void *arg, int found, struct layout *l)
         /* The new layout is in meta: the next reader rolls it out. */
         admin_unknown(a, unknown_put);
         admin_end(a);
+        return;
+    }
+    if (a->replay && a->app->cfg.redis_replica_acks > 0 && found > 0 &&
+        stored_answer(&a->ar->res, a->answer) == 0 && a->ar->res.status / 100 == 2) {
+        /* A replay reads only the SKU's master: read every segment too, so that the WAITs
+         * before the stored 2xx cover the segments as they are now. */
+        a->status_done = put_on_replay_checked;
+        a->attempt = 0;
+        status_read(a);
         return;
     }
     if (stored_answer(&a->ar->res, a->answer) != 0) {
@@ -411,6 +447,7 @@ static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r);
 static void on_put_meta(lc_status st, const redisReply *r, void *arg)
 {
     struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
     areq_log_begin(a->ar);
     on_put_meta_in(a, st, r);
     areq_log_end();
@@ -432,7 +469,7 @@ static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r)
     snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
     skucache_forget(a->app->cache, a->sku);
     /* Roll the layout out (a replay too: the first try may have been cut off before). */
-    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, put_on_settled, a);
+    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, put_on_settled, a);
 }
 
 /* The answer of a PUT: the stored "<status> <body>" of the meta script. */
@@ -476,7 +513,25 @@ static void on_answer_stored(lc_status st, const redisReply *r, void *arg)
     (void)st; /* best effort: a failure leaves the key pending, and a retry with it then
                  finishes the same restock again */
     (void)r;
-    admin_end(arg);
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    admin_end(a);
+}
+
+static void restock_store_answer(struct admin *a);
+
+/* The restock's writes on every master it touched are on the replicas (or not) before its
+ * answer is stored as the key's "done" marker: a stored 2xx is replayed on a read of the SKU's
+ * master alone, so it must never name writes a failover of a segment's master could lose. */
+static void on_restock_acked(void *arg, long long got)
+{
+    struct admin *a = arg;
+    if (got < a->app->cfg.redis_replica_acks) {
+        a->waited = 1;          /* answered now: no second WAIT */
+        on_admin_acked(a, got); /* 503 outcome unknown; the key stays pending */
+    } else {
+        restock_store_answer(a);
+    }
 }
 
 /* The end of a restock: the answer is stored with the admin key (when there is one and the
@@ -487,9 +542,24 @@ static void restock_end(struct admin *a)
     if (res->status == 200)
         log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)",
                 a->sku, a->qty, a->rid);
-    char *body = a->key && (res->status == 200 || res->status == 409) && res->body
-                     ? json_dumps(res->body, JSON_COMPACT)
-                     : NULL;
+    if (!a->key || (res->status != 200 && res->status != 409) || !res->body) {
+        admin_end(a);
+        return;
+    }
+    if (a->app->cfg.redis_replica_acks > 0) {
+        store_replica_wait_conns_async(a->ar->lc, &a->conns, a->app->cfg.redis_replica_acks,
+                                       a->app->cfg.redis_timeout_ms, on_restock_acked, a);
+        return;
+    }
+    restock_store_answer(a);
+}
+
+/* Stores the restock's final answer with its key (IDEM_SWAP from the pending value), then
+ * answers. */
+static void restock_store_answer(struct admin *a)
+{
+    struct response *res = &a->ar->res;
+    char *body = json_dumps(res->body, JSON_COMPACT);
     if (!body) {
         admin_end(a);
         return;
@@ -530,6 +600,7 @@ static void on_restock_state_in(struct admin *a, lc_status st, const redisReply 
 static void on_restock_state(lc_status st, const redisReply *r, void *arg)
 {
     struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
     areq_log_begin(a->ar);
     on_restock_state_in(a, st, r);
     areq_log_end();
@@ -593,7 +664,7 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
  * with the same key, or the next reader, completes it). */
 static void finish_restock(struct admin *a)
 {
-    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, restock_on_settled, a);
+    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, restock_on_settled, a);
 }
 
 static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r);
@@ -601,6 +672,7 @@ static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply 
 static void on_restock_begin(lc_status st, const redisReply *r, void *arg)
 {
     struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
     areq_log_begin(a->ar);
     on_restock_begin_in(a, st, r);
     areq_log_end();
@@ -706,6 +778,7 @@ static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r
 static void on_delete_meta(lc_status st, const redisReply *r, void *arg)
 {
     struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
     areq_log_begin(a->ar);
     on_delete_meta_in(a, st, r);
     areq_log_end();
@@ -731,7 +804,7 @@ static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r
     }
     /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
      * next settle when this one fails. */
-    layout_read_settled_async(a->app->store, a->ar->lc, a->sku, delete_on_settled, a);
+    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, delete_on_settled, a);
 }
 
 void stock_delete_async(struct areq *ar)

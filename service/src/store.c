@@ -257,6 +257,8 @@ struct batch {
         struct batch *b;
         int i;
     } *slots;
+    struct store_conns *conns;
+    const lc_async_client *lc;
 };
 
 static void batch_end(struct batch *b)
@@ -271,6 +273,7 @@ static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
 {
     struct bslot *s = arg;
     struct batch *b = s->b;
+    store_conns_note(b->conns, b->lc);
     if (st != LC_OK || !r) {
         b->failed = 1;
     } else {
@@ -289,7 +292,7 @@ static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
 
 void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
                        int nkeys, const char *const *keys, int nargs, const char *const *args,
-                       store_batch_fn cb, void *arg)
+                       struct store_conns *conns, store_batch_fn cb, void *arg)
 {
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) {
@@ -299,6 +302,8 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
     b->cb = cb;
     b->arg = arg;
     b->n = n;
+    b->conns = conns;
+    b->lc = lc;
     b->items = calloc((size_t)n + 1, sizeof(*b->items));
     b->slots = calloc((size_t)n + 1, sizeof(*b->slots));
     b->left = 1; /* this function's own reference: the batch ends after every call started */
@@ -322,29 +327,36 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         batch_end(b);
 }
 
-/* WAIT's argv: "WAIT", n, ms (n and ms are the caller's buffers). */
-static void wait_argv(const char *argv[3], char n[16], char ms[16], int acks,
-                      int redis_timeout_ms)
+/* WAIT's timeout: a quarter of the Redis timeout (at least 1 ms). */
+static int wait_ms(int redis_timeout_ms)
 {
     int timeout = redis_timeout_ms / 4;
-    snprintf(n, 16, "%d", acks);
-    snprintf(ms, 16, "%d", timeout > 0 ? timeout : 1);
-    argv[0] = "WAIT";
-    argv[1] = n;
-    argv[2] = ms;
+    return timeout > 0 ? timeout : 1;
 }
 
-void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
-                              int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
+void store_conns_note(struct store_conns *cs, const lc_async_client *lc)
 {
-    char n[16], ms[16];
-    const char *argv[3];
-    wait_argv(argv, n, ms, acks, redis_timeout_ms);
-    if (lc_async_command_key(lc, key, strlen(key), 3, argv, NULL, cb, arg) != LC_OK)
+    lc_async_conn_ref ref;
+    if (!cs || lc_async_reply_conn(lc, &ref) != 0)
+        return;
+    for (int i = 0; i < cs->n; i++)
+        if (cs->ref[i].node == ref.node && cs->ref[i].gen == ref.gen)
+            return;
+    if (cs->n == STORE_CONNS_MAX) {
+        cs->overflow = 1;
+        return;
+    }
+    cs->ref[cs->n++] = ref;
+}
+
+void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *ref, int acks,
+                                  int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
+{
+    if (lc_async_wait(lc, ref, acks, wait_ms(redis_timeout_ms), cb, arg) != LC_OK)
         cb(LC_EIO, NULL, arg);
 }
 
-/* The WAITs of one store_replica_wait_all_async: the fewest acknowledgements so far. */
+/* The WAITs of one store_replica_wait_conns_async: the fewest acknowledgements so far. */
 struct wait_all {
     store_acked_fn cb;
     void *arg;
@@ -368,26 +380,21 @@ static void on_wait_all(lc_status st, const redisReply *r, void *arg)
     wait_all_one(arg, store_reply_acks(st, r));
 }
 
-void store_replica_wait_all_async(lc_async_client *lc, int acks, int redis_timeout_ms,
-                                  store_acked_fn cb, void *arg)
+void store_replica_wait_conns_async(lc_async_client *lc, const struct store_conns *cs, int acks,
+                                    int redis_timeout_ms, store_acked_fn cb, void *arg)
 {
     struct wait_all *w = malloc(sizeof(*w));
-    if (!w) {
+    if (!w || cs->overflow) {
+        free(w);
         cb(arg, -1);
         return;
     }
-    /* While sending, left is too large for a reply to end it (a reply may come back from
-     * inside the send); then it becomes the sends not yet answered, + 1 for this function. */
-    enum { SENDING = 1 << 30 };
-    *w = (struct wait_all){cb, arg, SENDING, LLONG_MAX};
-    char n[16], ms[16];
-    const char *argv[3];
-    wait_argv(argv, n, ms, acks, redis_timeout_ms);
-    int sent = 0;
-    lc_status st = lc_async_command_masters(lc, 3, argv, NULL, on_wait_all, w, &sent);
-    w->left = w->left - SENDING + sent + 1;
-    if (st != LC_OK || sent == 0)
-        w->fewest = -1;
+    /* left counts this function too, so a WAIT failing at once cannot end it mid-loop. */
+    *w = (struct wait_all){cb, arg, cs->n + 1, acks};
+    for (int i = 0; i < cs->n; i++)
+        if (lc_async_wait(lc, &cs->ref[i], acks, wait_ms(redis_timeout_ms), on_wait_all, w) !=
+            LC_OK)
+            wait_all_one(w, -1);
     wait_all_one(w, w->fewest);
 }
 

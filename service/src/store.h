@@ -89,6 +89,8 @@ void store_free_replies(redisReply **replies, int n);
 /* One reply of a batch, as much of it as the callers use (the reply itself is freed by
  * lockcore once its callback returns): its type, its integer value (store_reply_int, 0 when
  * none) and, for an array, the integer values of its first STORE_ITEM_MAX elements. */
+struct store_conns;
+
 #define STORE_ITEM_MAX 6
 struct store_item {
     int type;
@@ -102,11 +104,11 @@ struct store_item {
 typedef void (*store_batch_fn)(void *arg, int failed, const struct store_item *items, int n);
 
 /* Runs script id n times on lc (call i: keys keys[i*nkeys..], args args[i*nargs..], copied),
- * pipelined: they leave in one write. cb is called exactly once, on the loop, normally after
+ * pipelined: they leave in one write; conns (may be NULL) notes where they ran. cb is called exactly once, on the loop, normally after
  * this returns (only when no call could even start, e.g. at shutdown, from inside it). */
 void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
                        int nkeys, const char *const *keys, int nargs, const char *const *args,
-                       store_batch_fn cb, void *arg);
+                       struct store_conns *conns, store_batch_fn cb, void *arg);
 
 /* One script call on lc; cb as for lc_async_script (called exactly once; from inside this call
  * only when it could not start, then with lc_async_script's status: never LC_EIO, which says
@@ -115,25 +117,40 @@ void store_script_async(struct store *store, lc_async_client *lc, enum store_scr
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg);
 
-/* With --redis-replica-acks acks > 0, after a write: WAIT acks on the connection of key's
- * master (the one that carried the write: lc_async_command_key routes by the key's slot), so
- * the write is on acks replicas before it is acknowledged. WAIT blocks that connection in
- * Redis, so its timeout is a quarter of redis_timeout_ms: commands pipelined behind it keep
- * their own deadline. cb as for lc_async_command (exactly once; from inside this call only
- * when it could not start); store_reply_acks reads its answer. */
-void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
-                              int redis_timeout_ms, lc_async_reply_fn cb, void *arg);
+/* The connections (so the masters) that carried a request's commands, for the WAITs that
+ * vouch for them (--redis-replica-acks): a WAIT counts the replicas that have everything its
+ * connection saw on its master, reads as well as writes, and vouches for nothing on any other
+ * connection (lockcore_async.h, lc_async_wait). */
+#define STORE_CONNS_MAX 16
+struct store_conns {
+    lc_async_conn_ref ref[STORE_CONNS_MAX];
+    int n;
+    int overflow; /* more connections than ref holds: the WAITs cannot cover them all */
+};
+
+/* Inside a reply callback on lc: notes the connection that carried the reply (once each).
+ * cs may be NULL (nothing noted). A callback without a reply notes nothing: its caller fails
+ * on that reply anyway. */
+void store_conns_note(struct store_conns *cs, const lc_async_client *lc);
 
 /* The replicas a WAIT reached, or -1 when it failed. */
 long long store_reply_acks(lc_status st, const redisReply *r);
 
-/* As store_replica_wait_async for a write that touched several masters (a SKU's meta and its
- * segments): WAIT on every master lc knows (lc_async_command_masters). cb gets the fewest
- * replicas any master's WAIT reached, -1 when one failed or none could be sent; called exactly
- * once (from inside this call only when nothing could be sent). */
+/* With --redis-replica-acks acks > 0: WAIT acks on the connection ref (lc_async_wait), so the
+ * writes it carried are on acks replicas before they are acknowledged. WAIT blocks that
+ * connection in Redis, so its timeout is a quarter of redis_timeout_ms: commands pipelined
+ * behind it keep their own deadline. A connection closed or replaced since answers LC_EIO (the
+ * writes' fate is unknown). cb as for lc_async_command (exactly once; from inside this call
+ * only when it could not start); store_reply_acks reads its answer. */
+void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *ref, int acks,
+                                  int redis_timeout_ms, lc_async_reply_fn cb, void *arg);
+
+/* store_replica_wait_ref_async on every connection of cs at once. cb gets the fewest replicas
+ * any WAIT reached, -1 when one failed or cs overflowed, acks when cs is empty (nothing was
+ * carried); called exactly once (from inside this call only when nothing could be sent). */
 typedef void (*store_acked_fn)(void *arg, long long acks);
-void store_replica_wait_all_async(lc_async_client *lc, int acks, int redis_timeout_ms,
-                                  store_acked_fn cb, void *arg);
+void store_replica_wait_conns_async(lc_async_client *lc, const struct store_conns *cs, int acks,
+                                    int redis_timeout_ms, store_acked_fn cb, void *arg);
 
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);

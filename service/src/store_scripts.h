@@ -58,6 +58,18 @@
     "  return redis.error_reply('ERR damaged: ' .. key .. ' holds a number that is not an integer')\n" \
     "end\n"
 
+/* The next value of a version counter or restock id that a failover cannot make go back: one
+ * more than the counter, but at least Redis's clock in microseconds (< 2^53: exact in Lua). A
+ * counter lost with its master (the promoted replica had not received the last increments)
+ * would hand out a version or restock id already used on the segments (other masters), and
+ * the PUT or restock would be a silent no-op there. The clock has moved past every id given
+ * out before the failover: ids given faster than one per microsecond run ahead of it by their
+ * count at most, which a failover's seconds absorb (the nodes' clocks must agree to within the
+ * failover's time). Sets Lua local `nid` from the previous value `prev` (a number). */
+#define STORE_LUA_NEXT_ID                                                           \
+    "local id_t = redis.call('TIME')\n"                                             \
+    "local nid = math.max(prev + 1, tonumber(id_t[1]) * 1000000 + tonumber(id_t[2]))\n"
+
 /* The intent of a PUT, in one step: the new version and the whole layout go into meta with
  * state "p"; restocks of the old layout still pending are dropped. A damaged ver, or a
  * damaged segments or hwm of the old layout (which say what keys must go), fails it with
@@ -78,10 +90,14 @@
     "   oldseg > " STORE_STR(STORE_SEGMENTS_MAX) " or oldhwm > " STORE_STR(STORE_SEGMENTS_MAX) " then\n" \
     "  return damaged(KEYS[1])\n"                                                   \
     "end\n"                                                                         \
-    "if not int(redis.call('GET', KEYS[2]) or '0') then return damaged(KEYS[2]) end\n" \
+    "local prev = int(redis.call('GET', KEYS[2]) or '0')\n"                         \
+    "if not prev then return damaged(KEYS[2]) end\n"                                \
     "local hwm = math.max(oldhwm, oldseg, tonumber(ARGV[1]))\n"                      \
-    "local v = redis.call('INCR', KEYS[2])\n"                                       \
-    "redis.call('HSET', KEYS[1], 'version', v, 'segments', ARGV[1], 'stock', ARGV[2],\n" \
+    STORE_LUA_NEXT_ID                                                               \
+    "local v = nid\n"                                                               \
+    "redis.call('SET', KEYS[2], string.format('%.0f', v))\n"                         \
+    "redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARGV[1],\n" \
+    "           'stock', ARGV[2],\n"                                                \
     "           'state', 'p', 'hwm', hwm)\n"                                        \
     "redis.call('DEL', KEYS[3])\n"                                                  \
     "local status = (old[1] and oldseg > 0) and '200' or '201'\n"                   \
@@ -103,13 +119,16 @@
     "  return damaged(KEYS[1])\n"                                                   \
     "end\n"                                                                         \
     "if not old[1] or oldseg == 0 then return 0 end\n"                              \
-    "if not int(redis.call('GET', KEYS[2]) or '0') then return damaged(KEYS[2]) end\n" \
+    "local prev = int(redis.call('GET', KEYS[2]) or '0')\n"                         \
+    "if not prev then return damaged(KEYS[2]) end\n"                                \
     "local hwm = math.max(oldhwm, oldseg)\n"                                        \
-    "local v = redis.call('INCR', KEYS[2])\n"                                       \
+    STORE_LUA_NEXT_ID                                                               \
+    "local v = string.format('%.0f', nid)\n"                                        \
+    "redis.call('SET', KEYS[2], v)\n"                                               \
     "redis.call('HSET', KEYS[1], 'version', v, 'segments', 0, 'stock', 0, 'state', 'p',\n" \
     "           'hwm', hwm)\n"                                                      \
     "redis.call('DEL', KEYS[3])\n"                                                  \
-    "return v\n"
+    "return nid\n"
 
 /* KEYS: meta, rst.  -> {version, segments, stock, state, hwm, {rid, "v:units", ...}} ("" for a
  * missing field: a layout written before state/stock/hwm existed is complete). An error when a
@@ -193,12 +212,15 @@
     "end\n"                                                                         \
     "if not m[1] or int(m[2] or '0') == 0 then return {-1} end\n"                   \
     "redis.call('HLEN', KEYS[2])\n"                                                 \
-    "local rid = redis.call('HINCRBY', KEYS[1], 'rseq', 1)\n"                       \
+    "local prev = int(m[3] or '0')\n"                                              \
+    STORE_LUA_NEXT_ID                                                               \
+    "local rid = string.format('%.0f', nid)\n"                                      \
+    "redis.call('HSET', KEYS[1], 'rseq', rid)\n"                                    \
     "redis.call('HSET', KEYS[2], rid, m[1] .. ':' .. ARGV[1])\n"                    \
     "if ARGV[2] == '1' then\n"                                                      \
     "  redis.call('SET', KEYS[3], 'P ' .. rid .. ' ' .. ARGV[1], 'PX', ARGV[3])\n"  \
     "end\n"                                                                         \
-    "return {1, rid, int(m[1]), int(m[2])}\n"
+    "return {1, nid, int(m[1]), int(m[2])}\n"
 
 /* Applies restock rid's share to segment k, once; a damaged sver, stock or t is an error
  * with nothing written (else INCRBY could pass and HINCRBY fail, and every settle would add

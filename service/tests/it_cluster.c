@@ -403,6 +403,95 @@ static void test_writes_wait_for_replica(void **state)
     SF_ASSERT_EQ(rp.remaining, 15);
 }
 
+/* The master (fixture index) of sku's own keys (meta, Idempotency-Key claims). */
+static int master_of_sku(const char *sku)
+{
+    char key[128];
+    snprintf(key, sizeof key, "inv:2:{%s}:meta", sku);
+    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
+    int slot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    freeReplyObject(r);
+    return slot < 0 ? -1 : cf_master_of(cl, slot);
+}
+
+/* Issue 18 item 4: an order's Idempotency-Key claim lives on the SKU's master, its commit on
+ * the segment's. With the SKU master's replica stopped, the claim never reached it; the
+ * commit's WAIT (segment's master, replica running) vouched for the commit alone, and the 201
+ * went out (the master also drops the replica's link, so nothing reaches it). kill -9 of the SKU's master, its replica promoted without the claim: the retry
+ * with the same key claimed it afresh and placed a second order (old binary: two 201s with
+ * different order ids, sold 2). Now the claim is WAITed for on its own connection before the
+ * order begins: the first answer is 503 with nothing placed, and the retry places one order. */
+static void test_claim_survives_failover_of_sku_master(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms = -1;
+    for (int i = 0; i < 64 && ms < 0; i++) {
+        snprintf(sku, sizeof sku, "cl-claim-%d", i);
+        int a = master_of_sku(sku), b = master_of_segment(sku, 0);
+        if (a >= 0 && b >= 0 && a != b)
+            ms = a;
+    }
+    SF_ASSERT(ms >= 0, "%s", "no SKU name whose segment lives on another master");
+    int port = sf_port(svc[0]);
+    sf_resp r = {0};
+    sf_put_sku(port, NULL, sku, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    int rep = replica_of(ms);
+    SF_ASSERT(rep >= 0, "master %d has no replica", ms);
+    char mslot_key[128];
+    snprintf(mslot_key, sizeof mslot_key, "inv:2:{%s}:meta", sku);
+    redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", mslot_key);
+    int mslot = (int)ks->integer;
+    freeReplyObject(ks);
+
+    /* The claim reaches the SKU's master only. */
+    freeReplyObject(rf_command(cf_node(cl, ms), "CONFIG SET min-replicas-to-write 0"));
+    SF_ASSERT_EQ(rf_pause(cf_node(cl, rep)), 0);
+    /* Its link dropped by the master too: a stopped replica would still read, once resumed,
+     * what the master had written into the link's socket before it died. */
+    freeReplyObject(rf_command(cf_node(cl, ms), "CLIENT KILL TYPE replica"));
+    char obody[160];
+    snprintf(obody, sizeof obody, "{\"sku\": \"%s\", \"quantity\": 1}", sku);
+    int st1 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody,
+                              &r);
+    char id1[112] = "", first[300];
+    if (st1 == 201)
+        snprintf(id1, sizeof id1, "%s", sf_str(r.json, "order_id"));
+    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* The SKU's master dies before the claim replicated; its replica takes over. */
+    SF_ASSERT(rf_halt(cf_node(cl, ms), SIGKILL) == 0, "kill -9 of node %d", ms);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    SF_ASSERT(cf_wait_slot_served(cl, mslot, 30000) == 0, "%s", "the replica was not promoted");
+    SF_ASSERT(rf_restart(cf_node(cl, ms)) == 0, "restart of node %d", ms);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", ms);
+
+    /* The client retries with the same key (until the cluster takes writes again). */
+    int st2 = 0;
+    char id2[112] = "", second[300] = "";
+    int64_t until = tu_now_ms() + 20000;
+    do {
+        st2 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody,
+                              &r);
+        if (st2 == 201 || st2 == 200)
+            snprintf(id2, sizeof id2, "%s", sf_str(r.json, "order_id"));
+        snprintf(second, sizeof second, "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        if (st2 == 503)
+            tu_sleep_ms(200);
+    } while (st2 == 503 && tu_now_ms() < until);
+    fprintf(stderr, "claim failover: first answer %s; retry %s\n", first, second);
+    SF_ASSERT(st2 == 201 || st2 == 200, "retry after the failover: %s", second);
+    SF_ASSERT(st1 != 201 || strcmp(id1, id2) == 0,
+              "the key placed two orders: %s, then %s after the failover", id1, id2);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT(rp.sold == 1, "sold %lld for one Idempotency-Key (first answer %s)", rp.sold,
+              first);
+}
+
 /* kill -9 of a master mid-sale, its replica promoted: no acknowledged order lost. */
 /* Orders created so far by the buyers of s. */
 static long long created(struct sale *s)
@@ -514,6 +603,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sale_over_cluster),
         cmocka_unit_test(test_writes_wait_for_replica),
+        cmocka_unit_test(test_claim_survives_failover_of_sku_master),
         cmocka_unit_test(test_lock_redis_over_cluster),
         cmocka_unit_test(test_master_killed_mid_sale),
     };

@@ -388,6 +388,70 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
               rep.stock_total, rep.sold);
 }
 
+/* ---- counters that go back (issue 18 item 4) -------------------------------------------- */
+
+/* The SKU's master fails over before its last PUT replicated: its meta and version counter go
+ * back to the previous PUT's, while the segments (other masters) kept the lost PUT's version.
+ * The next PUT must still apply: with a reused version every segment's reset was a no-op and
+ * the PUT was answered 200 with the old stock left in place. Failed on the old binary
+ * (stock_total 20, not 50). */
+static void test_put_after_version_counter_went_back(void **state)
+{
+    (void)state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "vback");
+    long long v1 = put(port[0], sku, 10, 2, NULL, 201);
+    long long v2 = put(port[0], sku, 20, 2, NULL, 200);
+    SF_ASSERT(v2 > v1, "versions %lld then %lld", v1, v2);
+    /* What the promoted replica holds: the first PUT's meta and counter. */
+    redisReply *x = rf_command(sf_redis, "SET inv:2:{%s}:ver %lld", sku, v1);
+    freeReplyObject(x);
+    x = rf_command(sf_redis, "HSET inv:2:{%s}:meta version %lld stock 10 state r", sku, v1);
+    freeReplyObject(x);
+    tu_sleep_ms(5); /* a failover takes seconds (the cluster's node timeout), never less */
+    long long v3 = put(port[1], sku, 50, 2, NULL, 200);
+    SF_ASSERT(v3 > v2, "the PUT after the counter went back got version %lld, the segments "
+                       "already carry %lld", v3, v2);
+    json_t *st = sf_sku_status(port[0], sku);
+    SF_ASSERT(st != NULL && sf_json_int(st, "stock_total", -1) == 50,
+              "status after the PUT of 50: %s", st ? json_dumps(st, JSON_COMPACT) : "none");
+    json_decref(st);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.stock_total, 50);
+}
+
+/* The same for restock ids: the meta's rseq goes back below a restock every segment has
+ * applied (and its "done" marker is lost with it). The next restock must add its units: with
+ * a reused id every segment took it for a replay and the restock answered 200 "added" with
+ * nothing added. Failed on the old binary (stock_total 15, not 22). */
+static void test_restock_after_restock_id_went_back(void **state)
+{
+    (void)state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "rback");
+    put(port[0], sku, 10, 2, NULL, 201);
+    sf_resp r = {0};
+    restock(port[0], sku, 5, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 0", sku);
+    SF_ASSERT(rid > 0, "rseq %lld", rid);
+    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:meta rseq %lld", sku, rid - 1);
+    freeReplyObject(x);
+    x = rf_command(sf_redis, "DEL inv:2:{%s}:rres:%lld", sku, rid);
+    freeReplyObject(x);
+    tu_sleep_ms(5); /* as a failover: never that fast */
+    restock(port[1], sku, 7, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    SF_ASSERT(sf_json_int(r.json, "stock_total", -1) == 22,
+              "restock of 7 on 15 after rseq went back answered %s", r.body);
+    sf_resp_free(&r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.stock_total, 22);
+}
+
 /* ---- status answers under load ---------------------------------------------------------- */
 
 struct ly_buyer {
@@ -525,6 +589,8 @@ int main(void)
         cmocka_unit_test(test_cut_off_restock_after_sell_out_completed_by_order),
         cmocka_unit_test(test_sku_names_that_alias),
         cmocka_unit_test(test_status_answers_consistent_under_orders),
+        cmocka_unit_test(test_put_after_version_counter_went_back),
+        cmocka_unit_test(test_restock_after_restock_id_went_back),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -152,13 +152,13 @@ lc_status lc_async_command(lc_async_client *client, int argc, const char *const 
                            const size_t *lens, lc_async_reply_fn cb, void *arg);
 
 /* As lc_async_command, but the command goes to the node that serves key[0..keylen) on a
- * Redis Cluster (on one Redis: the same connection as every command). For keyless commands
- * that must run where a key lives, on the same pipelined connection as the commands sent
- * before for that key: e.g. WAIT numreplicas timeout after a write (the WAIT then covers it).
- * The key is not sent. */
+ * Redis Cluster (on one Redis: the same connection as every command): for keyless commands
+ * that must run where a key lives now. The key is not sent. Not for a WAIT that must cover a
+ * write: the connection may have been replaced since the write, or the write redirected by
+ * ASK (use lc_async_wait). */
 /* Sends the command once to every master the client's slot map knows (on one Redis: once), each
- * on the same pipelined connection as the commands sent before to that master: e.g. WAIT
- * numreplicas timeout after writes to several masters. cb is called once per send; *sent gets
+ * on that master's current connection (for a WAIT that must cover given writes, use
+ * lc_async_wait on the connections that carried them). cb is called once per send; *sent gets
  * the number of sends (each one's reply comes to cb). LC_OK, or an error with *sent the sends
  * already made (their callbacks still come); LC_ESTATE on a cluster whose map knows no master
  * yet (nothing was sent). */
@@ -169,6 +169,42 @@ lc_status lc_async_command_masters(lc_async_client *client, int argc, const char
 lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
                                const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
                                void *arg);
+
+/*
+ * WAIT on the connection that carried a write (--replica acknowledgements that mean something).
+ *
+ * Redis's WAIT numreplicas timeout answers how many replicas have everything *this connection*
+ * saw on its master: the offset Redis records after each command of the connection, a read as
+ * well as a write. WAIT sent anywhere else vouches for nothing: on a fresh connection (after a
+ * reconnect, or to the master a failover promoted) it answers at once with every replica,
+ * though the write it should cover may be lost; on a Redis Cluster the master of the key's slot
+ * is not where a command redirected by ASK ran. So a WAIT must go on the very connection that
+ * carried the commands it vouches for, and when that connection is gone nothing can tell.
+ *
+ * lc_async_reply_conn, called inside any callback of a command, script, eval or acquire of
+ * client that carries Redis's reply (st LC_OK or LC_EREDIS), names the connection that reply
+ * came on: after a redirection, the node that ran it. lc_async_wait then sends WAIT on that
+ * connection only.
+ */
+typedef struct lc_async_conn_ref {
+    int node;              /* which node (-1 on one Redis); compare, do not interpret */
+    unsigned long long gen; /* which of that node's connections (a reconnect makes a new one) */
+} lc_async_conn_ref;
+
+/* Inside a callback of client with Redis's reply: fills *out with the connection that carried
+ * the command, 0. -1 (out untouched) outside such a callback, or when no reply came (LC_EIO:
+ * the command may have run, on a connection now gone). */
+int lc_async_reply_conn(const lc_async_client *client, lc_async_conn_ref *out);
+
+/* Sends WAIT numreplicas timeout_ms on the connection ref names (lc_async_reply_conn), so the
+ * answer counts the replicas that have every command that connection carried up to now. cb
+ * gets Redis's integer reply, or LC_EIO without sending anything when that connection has been
+ * closed or replaced since (its commands' fate on the replicas is unknown), or LC_EIO when it
+ * fails while the WAIT is in flight. WAIT blocks the connection in Redis for up to timeout_ms:
+ * keep it well below the command timeout, which is this call's deadline too. LC_EINVAL when
+ * ref is not one of client's connections. Callback contract as above. */
+lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, int numreplicas,
+                        int timeout_ms, lc_async_reply_fn cb, void *arg);
 
 /* Runs script (lc_script_new; alive until the callback) by EVALSHA, resent once with EVAL when
  * Redis answers NOSCRIPT. keys and args copied; the lens arrays may be NULL. */
