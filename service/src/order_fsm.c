@@ -1653,7 +1653,6 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             return;
         }
         metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-    seggate_hint_clear(o->gates, o->in.sku, o->k);
         metrics_cs_enter();
         if (o->app->cfg.hold_ms > 0) {
             o->state = OS_HOLD;
