@@ -417,6 +417,9 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
     aconn *conn = ac->data;
     if (!r) {
         const char *why = conn->ac == ac || !conn->why ? NULL : conn->why;
+        /* hiredis writes nothing before the connect completes: a command queued on a context
+         * that never connected (a send while reconnecting) did not leave. */
+        sent = (ac->c.flags & REDIS_CONNECTED) != 0;
         st = lc_fail(LC_EIO, "%s",
                      why                           ? why
                      : ac->errstr && ac->errstr[0] ? ac->errstr
@@ -1385,9 +1388,12 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         freeReplyObject(body);
 }
 
-/* Dispatches an event to op's kind. */
+/* Dispatches an event to op's kind. A command or eval that never left is LC_EDOWN, not
+ * LC_EIO: its caller knows nothing changed (the message stays). */
 static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
 {
+    if (ev == EV_REPLY && st == LC_EIO && !sent && (op->kind == OP_EVAL || op->kind == OP_COMMAND))
+        st = LC_EDOWN;
     switch (op->kind) {
     case OP_ACQUIRE: acquire_on(op, ev, st, r, sent); return;
     case OP_EVAL:

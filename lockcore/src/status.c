@@ -22,6 +22,7 @@ const char *lc_status_name(lc_status st)
     case LC_ENOTHELD: return "LC_ENOTHELD";
     case LC_ELOST: return "LC_ELOST";
     case LC_ESTATE: return "LC_ESTATE";
+    case LC_EDOWN: return "LC_EDOWN";
     }
     return "LC_UNKNOWN";
 }

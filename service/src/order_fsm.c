@@ -651,10 +651,14 @@ static void commit_segment(struct order *o)
     struct commit_args c;
     commit_args(o, &c);
     o->state = OS_COMMIT;
+    /* A commit that does not start was never sent: its status (never LC_EIO) says nothing
+     * changed. */
+    lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
-        if (lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
-                            NULL, 6, c.args, NULL, on_reply, o) != LC_OK)
-            step(o, EV_REPLY, LC_EIO, NULL);
+        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
+                             NULL, 6, c.args, NULL, on_reply, o);
+        if (st != LC_OK)
+            step(o, EV_REPLY, st, NULL);
         return;
     }
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
@@ -674,9 +678,10 @@ static void commit_segment(struct order *o)
         gate_wake(n);
         return;
     }
-    if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
-                     c.keys, 6, (const char **)c.args, on_evaluated, o) != LC_OK)
-        step(o, EV_EVAL, LC_EIO, NULL);
+    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
+                      c.keys, 6, (const char **)c.args, on_evaluated, o);
+    if (st != LC_OK)
+        step(o, EV_EVAL, st, NULL);
 }
 
 /* Enters the critical section: --hold-ms on a loop timer, then the commit. */
@@ -785,9 +790,10 @@ static void single_next(struct order *o)
         commit_args(o, &c);
         o->i++;
         o->state = OS_SINGLE_COMMIT;
-        if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys, 6,
-                         (const char **)c.args, on_evaluated, o) != LC_OK)
-            step(o, EV_EVAL, LC_EIO, NULL);
+        lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5,
+                                    c.keys, 6, (const char **)c.args, on_evaluated, o);
+        if (st != LC_OK)
+            step(o, EV_EVAL, st, NULL); /* not sent: never LC_EIO, so not "unknown" */
         return;
     }
     /* The end of the single-lock attempt. */

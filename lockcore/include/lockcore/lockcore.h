@@ -46,7 +46,10 @@ typedef enum lc_status {
     LC_ETIMEOUT,  /* lock-with-deadline: the deadline passed before the lock was free */
     LC_ENOTHELD,  /* release/extend/eval by an owner that does not hold the lock */
     LC_ELOST,     /* the lock was held but has expired or was taken or deleted since */
-    LC_ESTATE     /* the call does not fit the handle's state (e.g. client being freed) */
+    LC_ESTATE,    /* the call does not fit the handle's state (e.g. client being freed) */
+    LC_EDOWN      /* async face, a command, script or fenced eval: the connection was down, the
+                     command was never written, so it did not run (LC_EIO whenever it may
+                     have been written) */
 } lc_status;
 
 /* Short constant name of a status ("LC_ETIMEOUT"); never NULL. */
