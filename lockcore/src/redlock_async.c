@@ -628,6 +628,21 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
         return lc_fail(LC_ENOTHELD, "redlock %s: not held by this owner", rl->h.name);
     if (rl->op != OP_NONE || rl->freeing)
         return lc_fail(LC_ESTATE, "redlock %s: another operation is in flight", rl->h.name);
+    if (atomic_load(&rl->h.lost) || lc_async_redlock_validity_ms(rl) <= 0) {
+        /* The validity (lease - elapsed - drift since the last confirmed acquire or renewal)
+         * has run out: another owner may hold the lock now, so nothing is written under it.
+         * The store's token check would refuse it only once a later holder had written. */
+        int64_t left = lc_async_redlock_validity_ms(rl);
+        snprintf(rl->why, sizeof(rl->why),
+                 "redlock %s: lost (validity over by %" PRId64 " ms before the eval): not sent",
+                 rl->h.name, left < 0 ? -left : 0);
+        atomic_store(&rl->h.lost, 1);
+        atomic_store(&rl->valid_until_ms, 0);
+        renew_stop(rl);
+        if (flags & LC_EVAL_RELEASE)
+            release_in_background(rl);
+        return lc_fail(LC_ELOST, "%s", rl->why);
+    }
     const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
     const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
     size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));

@@ -244,7 +244,10 @@ typedef void (*lc_async_redlock_eval_fn)(lc_async_redlock *lock, lc_status st,
  * (an lc_async_client of the same loop, not one of the lock nodes) with this hold's fencing
  * token: the body runs only if the token is at least the highest one seen at seen_key. keys and
  * args copied. With LC_EVAL_RELEASE the Redlock is released on every node (in the background)
- * once the script has answered, whatever the answer. */
+ * once the script has answered, whatever the answer. Returns LC_ELOST, sending nothing (no
+ * callback), when the hold's validity (lc_async_redlock_validity_ms: lease - elapsed - drift)
+ * has run out or renewal found it lost: the lock is then marked lost (with LC_EVAL_RELEASE
+ * released in the background). */
 lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
                                 const lc_script *script, const char *seen_key, int flags,
                                 int nkeys, const char *const *keys, const size_t *keylens,
