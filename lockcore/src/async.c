@@ -91,6 +91,11 @@ struct lc_async_client {
     int64_t refresh_sent_ms;
     acmd *parked;
     lc_cluster_stats stats;
+    /* The subscriber connection's liveness (sub_probe): its timer, and whether a probe is
+     * unanswered. */
+    struct event *probe;
+    int probe_out;
+    long sub_drops; /* subscriber connections dropped for want of an answer (tests) */
 };
 
 struct lc_async_lock {
@@ -914,25 +919,85 @@ static void on_sub_push(redisAsyncContext *ac, void *reply, void *privdata)
     /* Attempts never end an operation synchronously, so the list stays as it is. */
     for (aop *op = c->head, *next; op; op = next) {
         next = op->qnext;
-        if (op->state == OPS_SUBSCRIBING)
+        if (op->state == OPS_SUBSCRIBING) {
             op_on(op, EV_SUBSCRIBED, LC_OK, NULL, 0);
-        else if (resync && op->state == OPS_SLEEPING)
+        } else if (resync && op->state == OPS_SLEEPING) {
+            op->poll = LC_POLL_SUBSCRIBED_MIN_MS; /* subscribed again: the unlock wakes it */
+            op->poll_max = LC_POLL_SUBSCRIBED_MAX_MS;
             op_on(op, EV_UNLOCK, LC_OK, NULL, 0); /* an unlock may have been missed meanwhile */
+        }
     }
 }
 
 /* The subscriber connection went: nothing is subscribed any more. Subscribing waiters go on
- * without (their timer), sleepers keep their fallback timer; channels without waiters go. */
+ * without (their timer); sleepers poll alone until the subscription is back (the short back-off
+ * of a waiter without one, their next poll brought forward to it); channels without waiters
+ * go. */
 static void sub_lost(lc_async_client *client)
 {
+    client->probe_out = 0;
     for (chan *c = client->chans, *next; c; c = next) {
         next = c->next;
         c->inflight = 0;
         c->want = 0;
         c->subscribed = 0;
+        for (aop *op = c->head; op; op = op->qnext) {
+            op->poll = LC_POLL_ALONE_MIN_MS;
+            op->poll_max = LC_POLL_ALONE_MAX_MS;
+            if (op->state == OPS_SLEEPING) {
+                int64_t wait = lc_jitter_ms(op->poll), left = op->deadline_ms - lc_now_ms();
+                arm(op->timer, wait < left ? wait : left > 0 ? left : 0);
+            }
+        }
         if (c->refs == 0)
             free_chan(client, c);
     }
+}
+
+/* The channel the liveness probe subscribes to (nothing is published there). */
+static const char PROBE_CHANNEL[] = "lockcore:probe";
+
+/* Redis confirmed a probe's SUBSCRIBE: the subscriber connection answers. NULL: it is going. */
+static void on_sub_probe(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    lc_async_client *client = privdata;
+    const redisReply *r = reply;
+    if (!r || client->freeing || ac != client->subc.ac)
+        return;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "subscribe") == 0)
+        client->probe_out = 0;
+}
+
+/*
+ * The subscriber connection's liveness, every command timeout: nothing else is sent on it while
+ * waiters sleep, so a node that stops answering (frozen, cut off) would hold every unlock of
+ * the client back unnoticed, its waiters left to their slow fallback polls. A SUBSCRIBE of
+ * PROBE_CHANNEL (hiredis 0.14 cannot route a PING's answer on a subscribed connection; Redis
+ * confirms every SUBSCRIBE) must be confirmed before the next tick, and a connect must have
+ * completed by then; otherwise the connection is dropped: its waiters poll alone meanwhile
+ * (sub_lost), and it reconnects (on a cluster to the next node), subscribes again and wakes
+ * every sleeper once confirmed (an unlock may have been missed).
+ */
+static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_async_client *client = arg;
+    aconn *s = &client->subc;
+    lc_async_enter(client);
+    int timeout = client->opts.command_timeout_ms;
+    if (s->ac && (client->probe_out || (!s->up && lc_now_ms() - s->opened_ms >= timeout))) {
+        client->sub_drops++;
+        conn_fail(s, "redis: the subscriber connection did not answer within the command timeout");
+    } else if (s->ac && s->up) {
+        const char *av[2] = {"SUBSCRIBE", PROBE_CHANNEL};
+        if (redisAsyncCommandArgv(s->ac, on_sub_probe, client, 2, av, NULL) == REDIS_OK)
+            client->probe_out = 1;
+    }
+    if (!client->freeing)
+        arm(client->probe, timeout);
+    lc_async_leave(client);
 }
 
 /* The subscriber connection is (re)opening: subscribe again to every channel with waiters. */
@@ -1447,7 +1512,8 @@ lc_status lc_async_client_new(struct event_base *base, const char *url, const lc
     c->subc.sub = 1;
     c->data.reconnect = evtimer_new(base, on_reconnect_timer, &c->data);
     c->subc.reconnect = evtimer_new(base, on_reconnect_timer, &c->subc);
-    int ok = c->data.reconnect && c->subc.reconnect && lc_builtin_script(LC_S_ACQUIRE);
+    c->probe = evtimer_new(base, on_probe_timer, c);
+    int ok = c->data.reconnect && c->subc.reconnect && c->probe && lc_builtin_script(LC_S_ACQUIRE);
     if (ok && c->url.cluster) {
         const char *hosts[LC_URL_SEEDS_MAX];
         int ports[LC_URL_SEEDS_MAX];
@@ -1470,6 +1536,7 @@ lc_status lc_async_client_new(struct event_base *base, const char *url, const lc
         conn_open(&c->data);
     }
     conn_open(&c->subc);
+    arm(c->probe, c->opts.command_timeout_ms);
     *out = c;
     return LC_OK;
 }
@@ -1517,6 +1584,8 @@ void lc_async_client_free(lc_async_client *client)
     }
     if (client->refresh)
         event_free(client->refresh);
+    if (client->probe)
+        event_free(client->probe);
     lc_route_free(client->route);
     while (client->chans)
         free_chan(client, client->chans);
@@ -1796,6 +1865,20 @@ int lc_async_debug_sleepers(const lc_async_client *client, const char *name)
             for (aop *op = c->head; op; op = op->qnext)
                 n += op->state == OPS_SLEEPING && c->subscribed;
     return n;
+}
+
+int lc_async_debug_sub_port(const lc_async_client *client)
+{
+    if (!client->subc.up)
+        return -1;
+    if (client->route)
+        return lc_route_port(client->route, client->subc.node);
+    return client->url.port;
+}
+
+long lc_async_debug_sub_drops(const lc_async_client *client)
+{
+    return client->sub_drops;
 }
 
 int lc_async_debug_connected(const lc_async_client *client)
