@@ -107,6 +107,7 @@ struct lc_async_lock {
     struct event *renew; /* renewal timer, made on the first hold with watchdog on */
     acmd *renew_cmd;     /* renewal in flight */
     int64_t renewed_ms;  /* last time Redis confirmed the lease */
+    char errstr[LC_ERRSTR_MAX]; /* the last operation's failure ("" after a success) */
     lc_async_lock *prev, *next;
 };
 
@@ -159,6 +160,7 @@ struct aop {
     acmd *cmd;             /* in flight */
     struct event *timer;   /* deferred failure, subscription wait, fallback poll */
     lc_status deferred_st; /* the failure the timer delivers in OPS_ATTEMPT */
+    char deferred_msg[LC_ERRSTR_MAX]; /* ... and its message */
     /* acquire */
     int wait_ms;
     int64_t deadline_ms;
@@ -1149,8 +1151,8 @@ static void on_op_timer(evutil_socket_t fd, short what, void *arg)
     aop *op = arg;
     lc_async_client *client = op->client;
     lc_async_enter(client);
-    if (op->state == OPS_ATTEMPT)
-        op_on(op, EV_REPLY, op->deferred_st, NULL, 0); /* a send that failed, now reported */
+    if (op->state == OPS_ATTEMPT) /* a send that failed, now reported with its own message */
+        op_on(op, EV_REPLY, lc_fail(op->deferred_st, "%s", op->deferred_msg), NULL, 0);
     else
         op_on(op, EV_TIMER, LC_OK, NULL, 0);
     lc_async_leave(client);
@@ -1201,6 +1203,7 @@ static void op_defer(aop *op, lc_status st)
 {
     op->state = OPS_ATTEMPT;
     op->deferred_st = st;
+    snprintf(op->deferred_msg, sizeof(op->deferred_msg), "%s", lc_errmsg());
     arm(op->timer, 0);
 }
 
@@ -1222,11 +1225,18 @@ static void op_send(aop *op, acmd *c)
 }
 
 /* Ends op: timers, channel, command; then its callback, exactly once, and the op is freed.
- * reply: borrowed by the callback (values of an acquire, the body's result of an eval). */
+ * reply: borrowed by the callback (values of an acquire, the body's result of an eval). The
+ * message of a failure is the one lc_fail recorded on the way here (in this call chain: the
+ * thread's lc_errmsg() is lockcore's scratch, never read across loop turns); it travels with
+ * the result: on the lock handle (lc_async_lock_errmsg) and as a reply callback's errstr. */
 static void op_finish(aop *op, lc_status st, const redisReply *reply)
 {
     lc_async_client *client = op->client;
     lc_async_lock *l = op->lock;
+    char msg[LC_ERRSTR_MAX];
+    snprintf(msg, sizeof(msg), "%s", st == LC_OK ? "" : lc_errmsg());
+    if (l)
+        memcpy(l->errstr, msg, sizeof(msg));
     chan_leave(op, op->woken && st != LC_OK);
     event_free(op->timer);
     if (op->deadline)
@@ -1261,7 +1271,7 @@ static void op_finish(aop *op, lc_status st, const redisReply *reply)
         break;
     case OP_COMMAND:
         if (op->cb.reply)
-            op->cb.reply(st, st == LC_OK ? reply : NULL, op->arg);
+            op->cb.reply(st, st == LC_OK ? reply : NULL, msg, op->arg);
         break;
     }
     for (int i = 0; i < op->nread; i++)
@@ -1428,7 +1438,7 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         lc_hold_on_release(&l->h, st, r, &dropped);
         if (dropped)
             renew_stop(l);
-        op_finish(op, lc_fail(op->eval_st, "eval: body failed before the release"), NULL);
+        op_finish(op, lc_fail(op->eval_st, "%s", op->deferred_msg), NULL); /* the body's */
         return;
     }
     int release_alone;
@@ -1438,6 +1448,8 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         renew_stop(l);
     if (release_alone && l->h.count > 0) {
         op->eval_st = st;
+        snprintf(op->deferred_msg, sizeof(op->deferred_msg),
+                 "eval: body failed before the release: %s", lc_errmsg());
         if (l->h.count == 1)
             renew_stop(l);
         op_send(op, release_cmd(l, l->h.count));
@@ -1759,19 +1771,22 @@ typedef struct detached {
     void *arg;
 } detached;
 
-static void detached_on_reply(lc_status st, const redisReply *r, void *arg)
+static void detached_on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     detached d = *(detached *)arg;
     free(arg);
     const redisReply *body = NULL;
     if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER))
-        st = lc_fail(LC_EREDIS, "eval: unexpected reply (not made by lc_fenced_script_new?)");
-    else if (st == LC_OK && r->element[0]->integer == 0)
-        st = lc_fail(LC_ELOST, "lost (the fencing token is stale): nothing ran");
-    else if (st == LC_OK && r->elements > 1)
+                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
+        st = LC_EREDIS;
+        errstr = "eval: unexpected reply (not made by lc_fenced_script_new?)";
+    } else if (st == LC_OK && r->element[0]->integer == 0) {
+        st = LC_ELOST;
+        errstr = "lost (the fencing token is stale): nothing ran";
+    } else if (st == LC_OK && r->elements > 1) {
         body = r->element[1];
-    d.cb(st, body, d.arg);
+    }
+    d.cb(st, body, errstr, d.arg);
 }
 
 lc_status lc_async_eval_detached(lc_async_lock *lock, const lc_script *script, int nkeys,
@@ -1843,6 +1858,11 @@ uint64_t lc_async_lock_fence(const lc_async_lock *lock)
 const char *lc_async_lock_name(const lc_async_lock *lock)
 {
     return lock ? lock->h.name : "";
+}
+
+const char *lc_async_lock_errmsg(const lc_async_lock *lock)
+{
+    return lock ? lock->errstr : "";
 }
 
 const char *lc_async_lock_token(const lc_async_lock *lock)

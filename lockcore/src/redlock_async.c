@@ -87,7 +87,7 @@ struct lc_async_redlock {
     int64_t attempt_ms; /* when the current attempt began */
     uint64_t token;     /* the current attempt's token */
     lc_status last;     /* why the last attempt failed */
-    char why[192];
+    char why[LC_ERRSTR_MAX];
     struct event *retry_timer;
     /* renewal */
     struct event *renew_timer;
@@ -163,8 +163,9 @@ static void node_answer(lc_async_redlock *rl, int i, lc_status st, const redisRe
     }
 }
 
-static void on_node_reply(lc_status st, const redisReply *r, void *arg)
+static void on_node_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr; /* a node's failure is summed up in the round's verdict (rl->why) */
     rslot *s = arg;
     lc_async_redlock *rl = s->rl;
     int i = s->node;
@@ -582,7 +583,7 @@ static void release_in_background(lc_async_redlock *rl)
     atomic_store(&rl->valid_until_ms, 0);
 }
 
-static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
+static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     rslot *s = arg;
     lc_async_redlock *rl = s->rl;
@@ -608,7 +609,7 @@ static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
     } else if (st == LC_OK) {
         body = r->elements > 1 ? r->element[1] : NULL;
     } else {
-        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, lc_errmsg());
+        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, errstr);
     }
     if (rl->eval_release)
         release_in_background(rl);
@@ -854,6 +855,11 @@ int64_t lc_async_redlock_validity_ms(const lc_async_redlock *rl)
 const char *lc_async_redlock_name(const lc_async_redlock *rl)
 {
     return rl ? rl->h.name : "";
+}
+
+const char *lc_async_redlock_errmsg(const lc_async_redlock *rl)
+{
+    return rl ? rl->why : "";
 }
 
 const char *lc_async_redlock_token(const lc_async_redlock *rl)

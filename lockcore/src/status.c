@@ -7,7 +7,7 @@
 
 #include "base_internal.h"
 
-static _Thread_local char errmsg[256];
+static _Thread_local char errmsg[LC_ERRSTR_MAX];
 
 const char *lc_status_name(lc_status st)
 {

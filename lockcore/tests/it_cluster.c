@@ -102,7 +102,7 @@ static int done(void *arg)
     return ((result *)arg)->calls > 0;
 }
 
-static void on_reply(lc_status st, const redisReply *reply, void *arg)
+static void on_reply(lc_status st, const redisReply *reply, const char *errstr, void *arg)
 {
     result *r = arg;
     r->calls++;
@@ -119,7 +119,7 @@ static void on_reply(lc_status st, const redisReply *reply, void *arg)
              reply->element[1]->type == REDIS_REPLY_STRING)
         snprintf(r->str, sizeof r->str, "%s,%s", reply->element[0]->str, reply->element[1]->str);
     else if (st == LC_EREDIS)
-        snprintf(r->str, sizeof r->str, "%s", lc_errmsg());
+        snprintf(r->str, sizeof r->str, "%s", errstr);
 }
 
 /* Runs one command and waits for its reply. */
@@ -258,8 +258,9 @@ typedef struct masters_seen {
     int ports[8];
 } masters_seen;
 
-static void on_port(lc_status st, const redisReply *r, void *arg)
+static void on_port(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr;
     masters_seen *m = arg;
     if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && m->ok < 8)
         m->ports[m->ok++] = atoi(r->element[1]->str);

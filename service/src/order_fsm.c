@@ -178,6 +178,7 @@ struct order {
     char order_id[ORDER_ID_MAX + 1];
     char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
     enum order_outcome out;
+    char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
     /* the Idempotency-Key claim: ic only for a request with a key */
     struct idem_claim *ic;
@@ -215,6 +216,16 @@ struct bslot {
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
 
 /* ---- small helpers ---- */
+
+/* Keeps msg as the order's reason when st is a failure (a busy or lost lock and a lock wait's
+ * timeout are outcomes, not failures). The message comes with the result (lockcore_async.h),
+ * never from lc_errmsg(), which is the last failure of any request of the loop; it is read
+ * there only right after a call that failed to start. */
+static void note_why(struct order *o, lc_status st, const char *msg)
+{
+    if (st != LC_OK && st != LC_EBUSY && st != LC_ETIMEOUT && st != LC_ELOST)
+        snprintf(o->why, sizeof(o->why), "%s", msg && *msg ? msg : lc_status_name(st));
+}
 
 static int64_t mono_ms(void)
 {
@@ -315,6 +326,7 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
         log_msg(CONFIG_LOG_ERROR, "segment_damaged",
                 "sku %s segment %d: stock or counters missing or not numbers; nothing written",
                 o->in.sku, k);
+        snprintf(o->why, sizeof(o->why), "segment %d damaged", k);
         return SEG_ERROR;
     }
     return value > o->view.version || value == 0 ? SEG_STALE : SEG_NOTREADY;
@@ -408,20 +420,21 @@ static void gate_leave(struct order *o)
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
 
-static void on_reply(lc_status st, const redisReply *r, void *arg)
+static void on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    note_why(arg, st, errstr);
     step(arg, EV_REPLY, st, r);
 }
 
 static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
 {
-    (void)lock;
+    note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_ACQUIRED, st, v);
 }
 
 static void on_evaluated(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
-    (void)lock;
+    note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_EVAL, st, r);
 }
 
@@ -432,11 +445,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     step(arg, EV_TIMER, LC_OK, NULL);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct bslot *s = arg;
     struct order *o = s->o;
     if (st != LC_OK) {
+        note_why(o, st, errstr);
         o->batch_failed = 1;
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
@@ -456,9 +470,12 @@ static void run_script(struct order *o, enum ostate next, enum store_script id, 
                        const char *const *keys, int nargs, const char *const *args)
 {
     o->state = next;
-    if (lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs, args,
-                        NULL, on_reply, o) != LC_OK)
+    lc_status st = lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs,
+                                   args, NULL, on_reply, o);
+    if (st != LC_OK) {
+        note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
         step(o, EV_REPLY, LC_EIO, NULL);
+    }
 }
 
 /* Sends n commands (argv i: argvs[i], argc 2 or 3) in one loop turn; EV_BATCH when all are
@@ -476,14 +493,17 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
     o->batch_failed = 0;
     o->batch_found = 0;
     if (!o->batch_ints || !o->slots) {
+        note_why(o, LC_ENOMEM, "out of memory");
         o->batch_failed = 1;
         o->batch_left = 1;
     } else {
         for (int i = 0; i < n; i++) {
             o->slots[i].o = o;
             o->slots[i].i = i;
-            if (lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]) !=
-                LC_OK) {
+            lc_status st =
+                lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]);
+            if (st != LC_OK) {
+                note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
                 o->batch_failed = 1;
                 o->batch_left--;
             }
@@ -520,6 +540,8 @@ static int take_layout(struct order *o, int found, const struct layout *l)
 static void on_layout(void *arg, int found, struct layout *l)
 {
     struct order *o = arg;
+    if (found < 0)
+        note_why(o, LC_EIO, l->why);
     switch (o->layout_job) {
     case LJ_LOAD:
         o->off_rc = take_layout(o, found, l);
@@ -657,8 +679,10 @@ static void commit_segment(struct order *o)
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
                              NULL, 6, c.args, NULL, on_reply, o);
-        if (st != LC_OK)
+        if (st != LC_OK) {
+            note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
             step(o, EV_REPLY, st, NULL);
+        }
         return;
     }
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
@@ -680,8 +704,10 @@ static void commit_segment(struct order *o)
     }
     st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
                       c.keys, 6, (const char **)c.args, on_evaluated, o);
-    if (st != LC_OK)
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_EVAL, st, NULL);
+    }
 }
 
 /* Enters the critical section: --hold-ms on a loop timer, then the commit. */
@@ -728,13 +754,17 @@ static void try_segment_locked(struct order *o, int k)
     o->state = OS_ACQUIRE;
     if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
+        note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     const char *reads[2] = {sk.stock, sk.sver};
     o->t0 = mono_ms();
-    if (seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o) != LC_OK)
+    lc_status st = seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o);
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
+    }
 }
 
 /* Atomic: one lock-free script on segment k. */
@@ -758,13 +788,17 @@ static void single_start(struct order *o)
     o->state = OS_SINGLE_ACQUIRE;
     if (seglock_new(&env, name, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
+        note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     int64_t wait = o->deadline_ms - mono_ms();
     o->t0 = mono_ms();
-    if (seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o) != LC_OK)
+    lc_status st = seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o);
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
+    }
 }
 
 static const struct strategy strategies[] = {
@@ -792,8 +826,10 @@ static void single_next(struct order *o)
         o->state = OS_SINGLE_COMMIT;
         lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5,
                                     c.keys, 6, (const char **)c.args, on_evaluated, o);
-        if (st != LC_OK)
-            step(o, EV_EVAL, st, NULL); /* not sent: never LC_EIO, so not "unknown" */
+        if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
+            note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+            step(o, EV_EVAL, st, NULL);
+        }
         return;
     }
     /* The end of the single-lock attempt. */
@@ -1110,8 +1146,8 @@ static void round_begin(struct order *o)
 
 static void idem_unavailable(struct order *o)
 {
-    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s",
-            o->in.sku, lc_errmsg());
+    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s", o->in.sku,
+            o->why[0] ? o->why : "unexpected reply");
     metrics_redis_error();
     response_error(&o->ar->res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
     place_done(o, OUT_IDEM_FAILED);
@@ -1314,7 +1350,10 @@ static void answer(struct order *o)
         response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
         break;
     case OUT_UNAVAILABLE:
-        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku, lc_errmsg());
+        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku,
+                o->why[0]      ? o->why
+                : o->cancelled ? "the loop is ending"
+                               : "unexpected reply");
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;
@@ -1323,7 +1362,7 @@ static void answer(struct order *o)
          * twice: the same Idempotency-Key replays the order if it was placed. */
         if (!o->acked) /* else replica_on_wait said why */
             log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku,
-                    lc_errmsg());
+                    o->why[0] ? o->why : "unexpected reply");
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE,
                        "the stock store failed during the commit: the order may have been "
@@ -1365,9 +1404,9 @@ static void replica_on_wait(struct order *o, lc_status st, const redisReply *r)
         return;
     }
     log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-            "sku %s order %s: committed, but on %lld of %d replicas (%s)", o->in.sku,
-            o->order_id, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
-            st == LC_OK ? "WAIT timed out" : lc_errmsg());
+            "sku %s order %s: committed, but on %lld of %d replicas (%s)", o->in.sku, o->order_id,
+            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            st == LC_OK ? "WAIT timed out" : o->why);
     place_done(o, OUT_OUTCOME_UNKNOWN);
 }
 

@@ -42,10 +42,10 @@ int stock_sku_param(const struct request *req, struct response *res, char *sku)
     return 0;
 }
 
-/* Answers 503 for a Redis failure. */
-static void redis_down(struct response *res)
+/* Answers 503 for a Redis failure; why: this request's own message of it. */
+static void redis_down(struct response *res, const char *why)
 {
-    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", lc_errmsg());
+    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", why && *why ? why : "unexpected reply");
     metrics_redis_error();
     response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
 }
@@ -102,7 +102,14 @@ struct admin {
     char pending[64];
     int write;           /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
     int waited;          /* that WAIT was done */
+    char why[LAYOUT_WHY_MAX]; /* this request's last Redis failure, for its log line */
 };
+
+/* Keeps the message of a failure of a's own (lockcore's errstr, a layout's why). */
+static void admin_why(struct admin *a, const char *why)
+{
+    snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+}
 
 static struct admin *admin_new(struct areq *ar)
 {
@@ -162,7 +169,7 @@ static void on_admin_acked(void *arg, long long got)
 
 static void admin_down(struct admin *a)
 {
-    redis_down(&a->ar->res);
+    redis_down(&a->ar->res, a->why);
     admin_end(a);
 }
 
@@ -172,7 +179,7 @@ static void status_read(struct admin *a);
 
 /* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders);
  * 1 done, 0 a segment is not at the layout's version (a PUT raced: read again), -1 error. */
-static int status_build(struct admin *a, int failed, const struct store_item *items, int n,
+static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
                         json_t **out)
 {
     *out = NULL;
@@ -202,17 +209,21 @@ static int status_build(struct admin *a, int failed, const struct store_item *it
     return *out ? 1 : -1;
 }
 
-static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n);
+static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
+                           int n);
 
-static void on_segments(void *arg, int failed, const struct store_item *items, int n)
+static void on_segments(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct admin *a = arg;
+    if (failed)
+        admin_why(a, failed);
     areq_log_begin(a->ar);
     on_segments_in(a, failed, items, n);
     areq_log_end();
 }
 
-static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n)
+static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
+                           int n)
 {
     json_t *st;
     int rc = status_build(a, failed, items, n, &st);
@@ -235,6 +246,8 @@ static void on_status_layout(void *arg, int found, struct layout *l)
 static void on_status_layout_in(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
+    if (found < 0)
+        admin_why(a, l->why);
     if (found <= 0) {
         a->status_done(a, found, NULL);
         return;
@@ -246,6 +259,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
     if (!keys || !kflat) {
         free(keys);
         free(kflat);
+        admin_why(a, "out of memory");
         a->status_done(a, -1, NULL);
         return;
     }
@@ -276,7 +290,7 @@ static void status_read(struct admin *a)
 static void get_on_status(struct admin *a, int found, json_t *st)
 {
     if (found < 0)
-        redis_down(&a->ar->res);
+        redis_down(&a->ar->res, a->why);
     else if (found == 0)
         response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
     else
@@ -310,9 +324,9 @@ static void put_on_settled(void *arg, int found, struct layout *l)
 
 static void put_on_settled_in(void *arg, int found, struct layout *l)
 {
-    (void)l;
     struct admin *a = arg;
     if (found < 0) {
+        admin_why(a, l->why);
         admin_down(a);
         return;
     }
@@ -329,9 +343,11 @@ static void put_on_settled_in(void *arg, int found, struct layout *l)
 
 static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_put_meta(lc_status st, const redisReply *r, void *arg)
+static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_put_meta_in(a, st, r);
     areq_log_end();
@@ -387,11 +403,12 @@ void stock_put_async(struct areq *ar)
 
 /* ---- restock ---- */
 
-static void on_answer_stored(lc_status st, const redisReply *r, void *arg)
+static void on_answer_stored(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)st; /* best effort: a failure leaves the key pending, and a retry with it then
                  finishes the same restock again */
     (void)r;
+    (void)errstr;
     admin_end(arg);
 }
 
@@ -430,7 +447,7 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
 {
     struct response *res = &a->ar->res;
     if (found < 0) {
-        redis_down(res);
+        redis_down(res, a->why);
     } else if (found == 0) {
         response_error(res, ERROR_SKU_CHANGED,
                        "the SKU was deleted after the restock: nothing of it is left");
@@ -443,9 +460,11 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
 
 static void on_rres_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_rres(lc_status st, const redisReply *r, void *arg)
+static void on_rres(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_rres_in(a, st, r);
     areq_log_end();
@@ -454,7 +473,7 @@ static void on_rres(lc_status st, const redisReply *r, void *arg)
 static void on_rres_in(struct admin *a, lc_status st, const redisReply *r)
 {
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
-        redis_down(&a->ar->res);
+        redis_down(&a->ar->res, a->why);
         restock_end(a);
         return;
     }
@@ -463,7 +482,8 @@ static void on_rres_in(struct admin *a, lc_status st, const redisReply *r)
     for (int i = 0; i < a->l.nrestocks; i++)
         still_pending |= a->l.restocks[i].rid == a->rid;
     if (!done && still_pending) {
-        redis_down(&a->ar->res);
+        admin_why(a, "the restock is still pending after the settle");
+        redis_down(&a->ar->res, a->why);
         restock_end(a);
         return;
     }
@@ -492,7 +512,8 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
     if (found < 0) {
-        redis_down(&a->ar->res);
+        admin_why(a, l->why);
+        redis_down(&a->ar->res, a->why);
         restock_end(a);
         return;
     }
@@ -502,7 +523,7 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
     store_sku_key(rres, a->sku, suffix);
     const char *argv[2] = {"EXISTS", rres};
     if (lc_async_command(a->ar->lc, 2, argv, NULL, on_rres, a) != LC_OK)
-        on_rres(LC_EIO, NULL, a);
+        on_rres(LC_EIO, NULL, lc_errmsg(), a); /* the start's failure, just recorded */
 }
 
 /* Settles sku (which applies restock rid with everything else pending) and answers: 200 with
@@ -516,9 +537,11 @@ static void finish_restock(struct admin *a)
 
 static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_restock_begin(lc_status st, const redisReply *r, void *arg)
+static void on_restock_begin(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_restock_begin_in(a, st, r);
     areq_log_end();
@@ -605,20 +628,21 @@ static void delete_on_settled(void *arg, int found, struct layout *l)
 
 static void delete_on_settled_in(void *arg, int found, struct layout *l)
 {
-    (void)l;
     struct admin *a = arg;
     if (found < 0)
-        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s",
-                a->sku, lc_errmsg());
+        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", a->sku,
+                l->why);
     a->ar->res.status = 204;
     admin_end(a);
 }
 
 static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_delete_meta(lc_status st, const redisReply *r, void *arg)
+static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_delete_meta_in(a, st, r);
     areq_log_end();

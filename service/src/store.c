@@ -250,6 +250,7 @@ struct batch {
     store_batch_fn cb;
     void *arg;
     int n, left, failed;
+    char why[256]; /* the first failure's message */
     struct store_item *items;
     struct bslot {
         struct batch *b;
@@ -259,17 +260,19 @@ struct batch {
 
 static void batch_end(struct batch *b)
 {
-    b->cb(b->arg, b->failed, b->items, b->n);
+    b->cb(b->arg, b->failed ? b->why : NULL, b->items, b->n);
     free(b->slots);
     free(b->items);
     free(b);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct bslot *s = arg;
     struct batch *b = s->b;
     if (st != LC_OK || !r) {
+        if (!b->failed)
+            snprintf(b->why, sizeof(b->why), "%s", st != LC_OK ? errstr : "no reply");
         b->failed = 1;
     } else {
         struct store_item *it = &b->items[s->i];
@@ -291,7 +294,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
 {
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) {
-        cb(arg, 1, NULL, 0);
+        cb(arg, "out of memory", NULL, 0);
         return;
     }
     b->cb = cb;
@@ -301,6 +304,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
     b->slots = calloc((size_t)n + 1, sizeof(*b->slots));
     b->left = 1; /* this function's own reference: the batch ends after every call started */
     if (!b->items || !b->slots) {
+        snprintf(b->why, sizeof(b->why), "out of memory");
         b->failed = 1;
         n = 0;
     }
@@ -312,6 +316,8 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
                             keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
                             args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_reply,
                             &b->slots[i]) != LC_OK) {
+            if (!b->failed) /* the start's failure, just recorded */
+                snprintf(b->why, sizeof(b->why), "%s", lc_errmsg());
             b->failed = 1;
             b->left--;
         }
@@ -338,8 +344,9 @@ void store_replica_wait_async(lc_async_client *lc, const char *key, int acks,
     char n[16], ms[16];
     const char *argv[3];
     wait_argv(argv, n, ms, acks, redis_timeout_ms);
-    if (lc_async_command_key(lc, key, strlen(key), 3, argv, NULL, cb, arg) != LC_OK)
-        cb(LC_EIO, NULL, arg);
+    lc_status st = lc_async_command_key(lc, key, strlen(key), 3, argv, NULL, cb, arg);
+    if (st != LC_OK)
+        cb(st, NULL, lc_errmsg(), arg); /* not started; the message just recorded */
 }
 
 /* The WAITs of one store_replica_wait_all_async: the fewest acknowledgements so far. */
@@ -361,8 +368,9 @@ static void wait_all_one(struct wait_all *w, long long got)
     }
 }
 
-static void on_wait_all(lc_status st, const redisReply *r, void *arg)
+static void on_wait_all(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr; /* the fewest acknowledgements is the answer */
     wait_all_one(arg, store_reply_acks(st, r));
 }
 
@@ -398,7 +406,8 @@ void store_script_async(struct store *store, lc_async_client *lc, enum store_scr
                         int nkeys, const char *const *keys, int nargs, const char *const *args,
                         lc_async_reply_fn cb, void *arg)
 {
-    if (lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg) !=
-        LC_OK)
-        cb(LC_EIO, NULL, arg);
+    lc_status st =
+        lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg);
+    if (st != LC_OK)
+        cb(st, NULL, lc_errmsg(), arg); /* not started; the message just recorded */
 }

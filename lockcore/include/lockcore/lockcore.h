@@ -14,7 +14,8 @@
  *
  * Errors: every call returns an lc_status. The message for the last non-OK status on the calling
  * thread is lc_errmsg(); the last message of a lock handle is also kept in lc_lock_errmsg().
- * The library never logs.
+ * The asynchronous face carries each message with its result instead (lockcore_async.h): a
+ * loop's thread serves many requests. The library never logs.
  *
  * Redis keys used for a lock called NAME (keep a {hash tag} in NAME under Redis Cluster so all
  * three share one slot):
