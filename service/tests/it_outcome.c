@@ -41,9 +41,9 @@
 static sf_service *svc; /* a fresh one per test, so its log holds that test's lines only */
 static int port;
 
-static int svc_setup(void **state)
+/* inventoryd on the Redis at url with this file's timings (hold, Redis timeout, lease, wait). */
+static sf_service *start_on(const char *url)
 {
-    (void)state;
     char hold[16], timeout[16], lease[16], wait[16];
     snprintf(hold, sizeof hold, "%d", OC_HOLD_MS);
     snprintf(timeout, sizeof timeout, "%d", OC_REDIS_TIMEOUT_MS);
@@ -60,7 +60,13 @@ static int svc_setup(void **state)
                           "--lock-wait-ms",
                           wait,
                           NULL};
-    svc = sf_start(rf_url(sf_redis), args);
+    return sf_start(url, args);
+}
+
+static int svc_setup(void **state)
+{
+    (void)state;
+    svc = start_on(rf_url(sf_redis));
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -461,21 +467,7 @@ static void test_redis_gone_before_commit_plain_unavailable(void **state)
     const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     rf_server *own = rf_start(aof);
     SF_ASSERT(own != NULL, "%s", "cannot start a redis-server");
-    char hold[16], timeout[16], lease[16], wait[16];
-    snprintf(hold, sizeof hold, "%d", OC_HOLD_MS);
-    snprintf(timeout, sizeof timeout, "%d", OC_REDIS_TIMEOUT_MS);
-    snprintf(lease, sizeof lease, "%d", OC_LEASE_MS);
-    snprintf(wait, sizeof wait, "%d", OC_LOCK_WAIT_MS);
-    const char *args[] = {"--hold-ms",
-                          hold,
-                          "--redis-timeout-ms",
-                          timeout,
-                          "--lock-lease-ms",
-                          lease,
-                          "--lock-wait-ms",
-                          wait,
-                          NULL};
-    sf_service *s = sf_start(rf_url(own), args);
+    sf_service *s = start_on(rf_url(own));
     SF_ASSERT(s != NULL, "%s", "cannot start inventoryd");
     int p = sf_port(s);
     char sku[64], body[200], lock_key[256], stock_key[256], buf[32];
