@@ -41,7 +41,6 @@ static void on_lost(lc_async_lock *lock, void *arg)
 /* Last step: the decrement ran (or not) and the lock is released in the same script. */
 static void on_decremented(lc_async_lock *lock, lc_status st, const redisReply *reply, void *arg)
 {
-    (void)lock;
     order *o = arg;
     if (st == LC_OK && reply && reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0) {
         printf("sold one, %lld left\n", reply->integer);
@@ -51,7 +50,7 @@ static void on_decremented(lc_async_lock *lock, lc_status st, const redisReply *
         o->rc = 0;
     } else {
         /* LC_ELOST: nothing written. LC_EIO: unknown outcome, reconcile before retrying. */
-        fprintf(stderr, "decrement: %s: %s\n", lc_status_name(st), lc_errmsg());
+        fprintf(stderr, "decrement: %s: %s\n", lc_status_name(st), lc_async_lock_errmsg(lock));
     }
     event_base_loopbreak(o->base);
 }
@@ -62,7 +61,8 @@ static void on_locked(lc_async_lock *lock, lc_status st, uint64_t fence, const r
 {
     order *o = arg;
     if (st != LC_OK) {
-        fprintf(stderr, "acquire: %s: %s\n", lc_status_name(st), lc_errmsg());
+        /* the message travels with the handle: lc_errmsg() is any request's last failure */
+        fprintf(stderr, "acquire: %s: %s\n", lc_status_name(st), lc_async_lock_errmsg(lock));
         event_base_loopbreak(o->base);
         return;
     }

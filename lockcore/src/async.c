@@ -95,6 +95,11 @@ struct lc_async_client {
     /* The connection of the reply whose callback runs now (lc_async_reply_conn), else NULL. */
     aconn *reply_conn;
     uint64_t reply_gen;
+    /* The subscriber connection's liveness (sub_probe): its timer, and whether a probe is
+     * unanswered. */
+    struct event *probe;
+    int probe_out;
+    long sub_drops; /* subscriber connections dropped for want of an answer (tests) */
 };
 
 struct lc_async_lock {
@@ -106,6 +111,7 @@ struct lc_async_lock {
     struct event *renew; /* renewal timer, made on the first hold with watchdog on */
     acmd *renew_cmd;     /* renewal in flight */
     int64_t renewed_ms;  /* last time Redis confirmed the lease */
+    char errstr[LC_ERRSTR_MAX]; /* the last operation's failure ("" after a success) */
     lc_async_lock *prev, *next;
 };
 
@@ -160,6 +166,7 @@ struct aop {
     acmd *cmd;             /* in flight */
     struct event *timer;   /* deferred failure, subscription wait, fallback poll */
     lc_status deferred_st; /* the failure the timer delivers in OPS_ATTEMPT */
+    char deferred_msg[LC_ERRSTR_MAX]; /* ... and its message */
     /* acquire */
     int wait_ms;
     int64_t deadline_ms;
@@ -438,6 +445,9 @@ static void on_cmd_reply(redisAsyncContext *ac, void *reply, void *privdata)
     aconn *conn = ac->data;
     if (!r) {
         const char *why = conn->ac == ac || !conn->why ? NULL : conn->why;
+        /* hiredis writes nothing before the connect completes: a command queued on a context
+         * that never connected (a send while reconnecting) did not leave. */
+        sent = (ac->c.flags & REDIS_CONNECTED) != 0;
         st = lc_fail(LC_EIO, "%s",
                      why                           ? why
                      : ac->errstr && ac->errstr[0] ? ac->errstr
@@ -941,25 +951,85 @@ static void on_sub_push(redisAsyncContext *ac, void *reply, void *privdata)
     /* Attempts never end an operation synchronously, so the list stays as it is. */
     for (aop *op = c->head, *next; op; op = next) {
         next = op->qnext;
-        if (op->state == OPS_SUBSCRIBING)
+        if (op->state == OPS_SUBSCRIBING) {
             op_on(op, EV_SUBSCRIBED, LC_OK, NULL, 0);
-        else if (resync && op->state == OPS_SLEEPING)
+        } else if (resync && op->state == OPS_SLEEPING) {
+            op->poll = LC_POLL_SUBSCRIBED_MIN_MS; /* subscribed again: the unlock wakes it */
+            op->poll_max = LC_POLL_SUBSCRIBED_MAX_MS;
             op_on(op, EV_UNLOCK, LC_OK, NULL, 0); /* an unlock may have been missed meanwhile */
+        }
     }
 }
 
 /* The subscriber connection went: nothing is subscribed any more. Subscribing waiters go on
- * without (their timer), sleepers keep their fallback timer; channels without waiters go. */
+ * without (their timer); sleepers poll alone until the subscription is back (the short back-off
+ * of a waiter without one, their next poll brought forward to it); channels without waiters
+ * go. */
 static void sub_lost(lc_async_client *client)
 {
+    client->probe_out = 0;
     for (chan *c = client->chans, *next; c; c = next) {
         next = c->next;
         c->inflight = 0;
         c->want = 0;
         c->subscribed = 0;
+        for (aop *op = c->head; op; op = op->qnext) {
+            op->poll = LC_POLL_ALONE_MIN_MS;
+            op->poll_max = LC_POLL_ALONE_MAX_MS;
+            if (op->state == OPS_SLEEPING) {
+                int64_t wait = lc_jitter_ms(op->poll), left = op->deadline_ms - lc_now_ms();
+                arm(op->timer, wait < left ? wait : left > 0 ? left : 0);
+            }
+        }
         if (c->refs == 0)
             free_chan(client, c);
     }
+}
+
+/* The channel the liveness probe subscribes to (nothing is published there). */
+static const char PROBE_CHANNEL[] = "lockcore:probe";
+
+/* Redis confirmed a probe's SUBSCRIBE: the subscriber connection answers. NULL: it is going. */
+static void on_sub_probe(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    lc_async_client *client = privdata;
+    const redisReply *r = reply;
+    if (!r || client->freeing || ac != client->subc.ac)
+        return;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "subscribe") == 0)
+        client->probe_out = 0;
+}
+
+/*
+ * The subscriber connection's liveness, every command timeout: nothing else is sent on it while
+ * waiters sleep, so a node that stops answering (frozen, cut off) would hold every unlock of
+ * the client back unnoticed, its waiters left to their slow fallback polls. A SUBSCRIBE of
+ * PROBE_CHANNEL (hiredis 0.14 cannot route a PING's answer on a subscribed connection; Redis
+ * confirms every SUBSCRIBE) must be confirmed before the next tick, and a connect must have
+ * completed by then; otherwise the connection is dropped: its waiters poll alone meanwhile
+ * (sub_lost), and it reconnects (on a cluster to the next node), subscribes again and wakes
+ * every sleeper once confirmed (an unlock may have been missed).
+ */
+static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_async_client *client = arg;
+    aconn *s = &client->subc;
+    lc_async_enter(client);
+    int timeout = client->opts.command_timeout_ms;
+    if (s->ac && (client->probe_out || (!s->up && lc_now_ms() - s->opened_ms >= timeout))) {
+        client->sub_drops++;
+        conn_fail(s, "redis: the subscriber connection did not answer within the command timeout");
+    } else if (s->ac && s->up) {
+        const char *av[2] = {"SUBSCRIBE", PROBE_CHANNEL};
+        if (redisAsyncCommandArgv(s->ac, on_sub_probe, client, 2, av, NULL) == REDIS_OK)
+            client->probe_out = 1;
+    }
+    if (!client->freeing)
+        arm(client->probe, timeout);
+    lc_async_leave(client);
 }
 
 /* The subscriber connection is (re)opening: subscribe again to every channel with waiters. */
@@ -1111,8 +1181,8 @@ static void on_op_timer(evutil_socket_t fd, short what, void *arg)
     aop *op = arg;
     lc_async_client *client = op->client;
     lc_async_enter(client);
-    if (op->state == OPS_ATTEMPT)
-        op_on(op, EV_REPLY, op->deferred_st, NULL, 0); /* a send that failed, now reported */
+    if (op->state == OPS_ATTEMPT) /* a send that failed, now reported with its own message */
+        op_on(op, EV_REPLY, lc_fail(op->deferred_st, "%s", op->deferred_msg), NULL, 0);
     else
         op_on(op, EV_TIMER, LC_OK, NULL, 0);
     lc_async_leave(client);
@@ -1163,6 +1233,7 @@ static void op_defer(aop *op, lc_status st)
 {
     op->state = OPS_ATTEMPT;
     op->deferred_st = st;
+    snprintf(op->deferred_msg, sizeof(op->deferred_msg), "%s", lc_errmsg());
     arm(op->timer, 0);
 }
 
@@ -1184,11 +1255,18 @@ static void op_send(aop *op, acmd *c)
 }
 
 /* Ends op: timers, channel, command; then its callback, exactly once, and the op is freed.
- * reply: borrowed by the callback (values of an acquire, the body's result of an eval). */
+ * reply: borrowed by the callback (values of an acquire, the body's result of an eval). The
+ * message of a failure is the one lc_fail recorded on the way here (in this call chain: the
+ * thread's lc_errmsg() is lockcore's scratch, never read across loop turns); it travels with
+ * the result: on the lock handle (lc_async_lock_errmsg) and as a reply callback's errstr. */
 static void op_finish(aop *op, lc_status st, const redisReply *reply)
 {
     lc_async_client *client = op->client;
     lc_async_lock *l = op->lock;
+    char msg[LC_ERRSTR_MAX];
+    snprintf(msg, sizeof(msg), "%s", st == LC_OK ? "" : lc_errmsg());
+    if (l)
+        memcpy(l->errstr, msg, sizeof(msg));
     chan_leave(op, op->woken && st != LC_OK);
     event_free(op->timer);
     if (op->deadline)
@@ -1223,7 +1301,7 @@ static void op_finish(aop *op, lc_status st, const redisReply *reply)
         break;
     case OP_COMMAND:
         if (op->cb.reply)
-            op->cb.reply(st, st == LC_OK ? reply : NULL, op->arg);
+            op->cb.reply(st, st == LC_OK ? reply : NULL, msg, op->arg);
         break;
     }
     for (int i = 0; i < op->nread; i++)
@@ -1390,7 +1468,7 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         lc_hold_on_release(&l->h, st, r, &dropped);
         if (dropped)
             renew_stop(l);
-        op_finish(op, lc_fail(op->eval_st, "eval: body failed before the release"), NULL);
+        op_finish(op, lc_fail(op->eval_st, "%s", op->deferred_msg), NULL); /* the body's */
         return;
     }
     int release_alone;
@@ -1400,6 +1478,8 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         renew_stop(l);
     if (release_alone && l->h.count > 0) {
         op->eval_st = st;
+        snprintf(op->deferred_msg, sizeof(op->deferred_msg),
+                 "eval: body failed before the release: %s", lc_errmsg());
         if (l->h.count == 1)
             renew_stop(l);
         op_send(op, release_cmd(l, l->h.count));
@@ -1415,9 +1495,12 @@ static void eval_on(aop *op, lc_status st, redisReply *r)
         freeReplyObject(body);
 }
 
-/* Dispatches an event to op's kind. */
+/* Dispatches an event to op's kind. A command or eval that never left is LC_EDOWN, not
+ * LC_EIO: its caller knows nothing changed (the message stays). */
 static void op_on(aop *op, op_event ev, lc_status st, redisReply *r, int sent)
 {
+    if (ev == EV_REPLY && st == LC_EIO && !sent && (op->kind == OP_EVAL || op->kind == OP_COMMAND))
+        st = LC_EDOWN;
     switch (op->kind) {
     case OP_ACQUIRE: acquire_on(op, ev, st, r, sent); return;
     case OP_EVAL:
@@ -1471,7 +1554,8 @@ lc_status lc_async_client_new(struct event_base *base, const char *url, const lc
     c->subc.sub = 1;
     c->data.reconnect = evtimer_new(base, on_reconnect_timer, &c->data);
     c->subc.reconnect = evtimer_new(base, on_reconnect_timer, &c->subc);
-    int ok = c->data.reconnect && c->subc.reconnect && lc_builtin_script(LC_S_ACQUIRE);
+    c->probe = evtimer_new(base, on_probe_timer, c);
+    int ok = c->data.reconnect && c->subc.reconnect && c->probe && lc_builtin_script(LC_S_ACQUIRE);
     if (ok && c->url.cluster) {
         const char *hosts[LC_URL_SEEDS_MAX];
         int ports[LC_URL_SEEDS_MAX];
@@ -1494,6 +1578,7 @@ lc_status lc_async_client_new(struct event_base *base, const char *url, const lc
         conn_open(&c->data);
     }
     conn_open(&c->subc);
+    arm(c->probe, c->opts.command_timeout_ms);
     *out = c;
     return LC_OK;
 }
@@ -1541,6 +1626,8 @@ void lc_async_client_free(lc_async_client *client)
     }
     if (client->refresh)
         event_free(client->refresh);
+    if (client->probe)
+        event_free(client->probe);
     lc_route_free(client->route);
     while (client->chans)
         free_chan(client, client->chans);
@@ -1714,19 +1801,22 @@ typedef struct detached {
     void *arg;
 } detached;
 
-static void detached_on_reply(lc_status st, const redisReply *r, void *arg)
+static void detached_on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     detached d = *(detached *)arg;
     free(arg);
     const redisReply *body = NULL;
     if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER))
-        st = lc_fail(LC_EREDIS, "eval: unexpected reply (not made by lc_fenced_script_new?)");
-    else if (st == LC_OK && r->element[0]->integer == 0)
-        st = lc_fail(LC_ELOST, "lost (the fencing token is stale): nothing ran");
-    else if (st == LC_OK && r->elements > 1)
+                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
+        st = LC_EREDIS;
+        errstr = "eval: unexpected reply (not made by lc_fenced_script_new?)";
+    } else if (st == LC_OK && r->element[0]->integer == 0) {
+        st = LC_ELOST;
+        errstr = "lost (the fencing token is stale): nothing ran";
+    } else if (st == LC_OK && r->elements > 1) {
         body = r->element[1];
-    d.cb(st, body, d.arg);
+    }
+    d.cb(st, body, errstr, d.arg);
 }
 
 lc_status lc_async_eval_detached(lc_async_lock *lock, const lc_script *script, int nkeys,
@@ -1800,6 +1890,11 @@ const char *lc_async_lock_name(const lc_async_lock *lock)
     return lock ? lock->h.name : "";
 }
 
+const char *lc_async_lock_errmsg(const lc_async_lock *lock)
+{
+    return lock ? lock->errstr : "";
+}
+
 const char *lc_async_lock_token(const lc_async_lock *lock)
 {
     return lock ? lock->h.token : "";
@@ -1820,6 +1915,20 @@ int lc_async_debug_sleepers(const lc_async_client *client, const char *name)
             for (aop *op = c->head; op; op = op->qnext)
                 n += op->state == OPS_SLEEPING && c->subscribed;
     return n;
+}
+
+int lc_async_debug_sub_port(const lc_async_client *client)
+{
+    if (!client->subc.up)
+        return -1;
+    if (client->route)
+        return lc_route_port(client->route, client->subc.node);
+    return client->url.port;
+}
+
+long lc_async_debug_sub_drops(const lc_async_client *client)
+{
+    return client->sub_drops;
 }
 
 int lc_async_debug_connected(const lc_async_client *client)

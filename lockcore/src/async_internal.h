@@ -27,6 +27,10 @@ struct event_base *lc_async_client_base(const lc_async_client *client);
 long lc_async_debug_wakeups(const lc_async_client *client);
 int lc_async_debug_sleepers(const lc_async_client *client, const char *name);
 int lc_async_debug_connected(const lc_async_client *client);
+/* The port the subscriber connection is up on (-1 while down), and how many times the
+ * liveness probe dropped it. */
+int lc_async_debug_sub_port(const lc_async_client *client);
+long lc_async_debug_sub_drops(const lc_async_client *client);
 
 /* Cluster mode: what the routing did so far (redirections followed, CLUSTER SLOTS sent and
  * those that changed the map) and how many slots the map knows now. All 0 for one Redis. */

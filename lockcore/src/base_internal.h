@@ -12,7 +12,12 @@
 
 /* ---- errors and the clock (status.c) ---- */
 
-/* Records a formatted message as this thread's lc_errmsg() and returns st. */
+/* The longest error message kept, with its NUL (lc_errmsg() and every per-handle copy). */
+#define LC_ERRSTR_MAX 256
+
+/* Records a formatted message as this thread's lc_errmsg() and returns st. Inside lockcore the
+ * thread's message is only a scratch within one call chain: whatever must outlive it (a
+ * deferred failure, a handle's last error, a callback's errstr) is copied where it belongs. */
 lc_status lc_fail(lc_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* CLOCK_MONOTONIC in milliseconds. */

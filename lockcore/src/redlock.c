@@ -65,11 +65,11 @@ struct lc_redlock {
 /* ---- on the loop thread ---- */
 
 /* Hands the result back to the waiting caller; the job is not touched afterwards. */
-static void job_done(lc_redlock_client *rc, rjob *j, lc_status st, uint64_t fence)
+static void job_done(lc_redlock_client *rc, rjob *j, lc_status st, uint64_t fence, const char *msg)
 {
     j->st = st;
     j->fence = fence;
-    snprintf(j->msg, sizeof(j->msg), "%s", st == LC_OK ? "" : lc_errmsg());
+    snprintf(j->msg, sizeof(j->msg), "%s", st == LC_OK ? "" : msg);
     pthread_mutex_lock(&rc->mu);
     j->done = 1;
     pthread_cond_broadcast(&rc->cv);
@@ -78,9 +78,8 @@ static void job_done(lc_redlock_client *rc, rjob *j, lc_status st, uint64_t fenc
 
 static void on_async_done(lc_async_redlock *al, lc_status st, uint64_t fence, void *arg)
 {
-    (void)al;
     rjob *j = arg;
-    job_done(j->lock->rc, j, st, fence);
+    job_done(j->lock->rc, j, st, fence, lc_async_redlock_errmsg(al));
 }
 
 static void on_async_lost(lc_async_redlock *al, void *arg)
@@ -108,7 +107,7 @@ static void job_run(lc_redlock_client *rc, rjob *j)
     int started =
         st == LC_OK && (j->kind == J_ACQUIRE || j->kind == J_RELEASE || j->kind == J_EXTEND);
     if (!started)
-        job_done(rc, j, st, 0);
+        job_done(rc, j, st, 0, lc_errmsg()); /* the start's own failure, just recorded */
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)

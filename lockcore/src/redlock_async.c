@@ -87,7 +87,7 @@ struct lc_async_redlock {
     int64_t attempt_ms; /* when the current attempt began */
     uint64_t token;     /* the current attempt's token */
     lc_status last;     /* why the last attempt failed */
-    char why[192];
+    char why[LC_ERRSTR_MAX];
     struct event *retry_timer;
     /* renewal */
     struct event *renew_timer;
@@ -163,8 +163,9 @@ static void node_answer(lc_async_redlock *rl, int i, lc_status st, const redisRe
     }
 }
 
-static void on_node_reply(lc_status st, const redisReply *r, void *arg)
+static void on_node_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr; /* a node's failure is summed up in the round's verdict (rl->why) */
     rslot *s = arg;
     lc_async_redlock *rl = s->rl;
     int i = s->node;
@@ -582,7 +583,7 @@ static void release_in_background(lc_async_redlock *rl)
     atomic_store(&rl->valid_until_ms, 0);
 }
 
-static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
+static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     rslot *s = arg;
     lc_async_redlock *rl = s->rl;
@@ -608,7 +609,7 @@ static void on_eval_reply(lc_status st, const redisReply *r, void *arg)
     } else if (st == LC_OK) {
         body = r->elements > 1 ? r->element[1] : NULL;
     } else {
-        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, lc_errmsg());
+        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, errstr);
     }
     if (rl->eval_release)
         release_in_background(rl);
@@ -628,6 +629,21 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
         return lc_fail(LC_ENOTHELD, "redlock %s: not held by this owner", rl->h.name);
     if (rl->op != OP_NONE || rl->freeing)
         return lc_fail(LC_ESTATE, "redlock %s: another operation is in flight", rl->h.name);
+    if (atomic_load(&rl->h.lost) || lc_async_redlock_validity_ms(rl) <= 0) {
+        /* The validity (lease - elapsed - drift since the last confirmed acquire or renewal)
+         * has run out: another owner may hold the lock now, so nothing is written under it.
+         * The store's token check would refuse it only once a later holder had written. */
+        int64_t left = lc_async_redlock_validity_ms(rl);
+        snprintf(rl->why, sizeof(rl->why),
+                 "redlock %s: lost (validity over by %" PRId64 " ms before the eval): not sent",
+                 rl->h.name, left < 0 ? -left : 0);
+        atomic_store(&rl->h.lost, 1);
+        atomic_store(&rl->valid_until_ms, 0);
+        renew_stop(rl);
+        if (flags & LC_EVAL_RELEASE)
+            release_in_background(rl);
+        return lc_fail(LC_ELOST, "%s", rl->why);
+    }
     const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
     const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
     size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
@@ -839,6 +855,11 @@ int64_t lc_async_redlock_validity_ms(const lc_async_redlock *rl)
 const char *lc_async_redlock_name(const lc_async_redlock *rl)
 {
     return rl ? rl->h.name : "";
+}
+
+const char *lc_async_redlock_errmsg(const lc_async_redlock *rl)
+{
+    return rl ? rl->why : "";
 }
 
 const char *lc_async_redlock_token(const lc_async_redlock *rl)

@@ -199,11 +199,12 @@ static void multi_finish(lc_async_redlock_multi *m, lc_status st)
         cb(m, st, arg);
 }
 
-static void multi_note(lc_async_redlock_multi *m, lc_status st)
+/* Keeps the first failure and its message (a handle's, or a start's just recorded). */
+static void multi_note(lc_async_redlock_multi *m, lc_status st, const char *msg)
 {
     if (st != LC_OK && m->first == LC_OK) {
         m->first = st;
-        snprintf(m->msg, sizeof(m->msg), "%s", lc_errmsg());
+        snprintf(m->msg, sizeof(m->msg), "%s", msg);
     }
 }
 
@@ -219,7 +220,7 @@ static void multi_release_next(lc_async_redlock_multi *m)
         lc_status st = lc_async_redlock_release(l, on_multi_released, m);
         if (st == LC_OK)
             return;
-        multi_note(m, st);
+        multi_note(m, st, lc_errmsg()); /* the start's failure, just recorded */
     }
     multi_finish(m, m->first);
 }
@@ -234,7 +235,7 @@ static void on_multi_released(lc_async_redlock *rl, lc_status st, uint64_t fence
         return;
     }
     /* An unwind keeps the acquire's failure; a release reports its first one. */
-    multi_note(m, st);
+    multi_note(m, st, lc_async_redlock_errmsg(rl));
     multi_release_next(m);
 }
 
@@ -250,24 +251,27 @@ static lc_status multi_acquire_next(lc_async_redlock_multi *m)
 
 static void on_multi_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
 {
-    (void)rl;
     (void)fence;
     lc_async_redlock_multi *m = arg;
     if (m->freeing) {
         multi_finish(m, LC_ESTATE);
         return;
     }
+    char msg[LC_ERRSTR_MAX];
+    snprintf(msg, sizeof(msg), "%s", lc_async_redlock_errmsg(rl));
     while (st == LC_OK && ++m->i < m->n)
         if ((st = multi_acquire_next(m)) == LC_OK)
             return;
+        else
+            snprintf(msg, sizeof(msg), "%s", lc_errmsg()); /* the start's, just recorded */
     if (st == LC_OK) {
         multi_finish(m, LC_OK);
         return;
     }
     if (st == LC_EBUSY && m->wait_ms > 0)
-        lc_fail(LC_ETIMEOUT, "redlock multi: %s not acquired in time",
-                lc_async_redlock_name(m->locks[m->i]));
-    multi_note(m, st == LC_EBUSY && m->wait_ms > 0 ? LC_ETIMEOUT : st);
+        snprintf(msg, sizeof(msg), "redlock multi: %s not acquired in time",
+                 lc_async_redlock_name(m->locks[m->i]));
+    multi_note(m, st == LC_EBUSY && m->wait_ms > 0 ? LC_ETIMEOUT : st, msg);
     m->i--; /* unwind what was taken */
     multi_release_next(m);
 }
@@ -328,6 +332,11 @@ void lc_async_redlock_multi_free(lc_async_redlock_multi *m)
         multi_finish(m, LC_ESTATE); /* not reached when the handle's callback finished it */
     free(m->locks);
     free(m);
+}
+
+const char *lc_async_redlock_multi_errmsg(const lc_async_redlock_multi *m)
+{
+    return m ? m->msg : "";
 }
 
 int lc_async_redlock_multi_count(const lc_async_redlock_multi *m)

@@ -7,7 +7,7 @@
 
 #include "base_internal.h"
 
-static _Thread_local char errmsg[256];
+static _Thread_local char errmsg[LC_ERRSTR_MAX];
 
 const char *lc_status_name(lc_status st)
 {
@@ -22,6 +22,7 @@ const char *lc_status_name(lc_status st)
     case LC_ENOTHELD: return "LC_ENOTHELD";
     case LC_ELOST: return "LC_ELOST";
     case LC_ESTATE: return "LC_ESTATE";
+    case LC_EDOWN: return "LC_EDOWN";
     }
     return "LC_UNKNOWN";
 }

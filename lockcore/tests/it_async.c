@@ -248,8 +248,9 @@ static void test_try_eval_release(void **state)
  * one loop turn, all run in the order sent under the one hold; the handle is freed before the
  * detached replies come; a detached eval on a hold that is gone on the server runs nothing
  * (LC_ELOST); on a handle that holds nothing it is refused at once (LC_ENOTHELD). */
-static void on_detached(lc_status st, const redisReply *reply, void *arg)
+static void on_detached(lc_status st, const redisReply *reply, const char *errstr, void *arg)
 {
+    (void)errstr;
     result *r = arg;
     r->calls++;
     r->st = st;
@@ -916,8 +917,9 @@ static int waited_done(void *arg)
     return ((waited *)arg)->calls > 0;
 }
 
-static void on_waited(lc_status st, const redisReply *r, void *arg)
+static void on_waited(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr;
     waited *w = arg;
     w->calls++;
     w->st = st;
@@ -1007,9 +1009,70 @@ static void test_wait_on_the_connection_of_the_write(void **state)
     rf_stop(rep);
 }
 
+/* Failures' messages travel with their results (issue 18 item 7): two commands failing in one
+ * loop turn each get their own errstr; a lock handle keeps the message of its own last failure
+ * while other operations of the loop fail after it (lc_errmsg() then holds theirs). */
+typedef struct errres {
+    int calls;
+    lc_status st;
+    char msg[256];
+} errres;
+
+static void on_err_reply(lc_status st, const redisReply *reply, const char *errstr, void *arg)
+{
+    (void)reply;
+    errres *e = arg;
+    e->calls++;
+    e->st = st;
+    snprintf(e->msg, sizeof e->msg, "%s", errstr);
+}
+
+static int both_done(void *arg)
+{
+    errres *e = arg;
+    return e[0].calls > 0 && e[1].calls > 0;
+}
+
+static void test_errors_travel_with_results(void **state)
+{
+    (void)state;
+    lc_async_client *c = aclient(1000);
+    assert_int_equal(rf_integer(srv, "SET it_async:str abc"), RF_NOT_INTEGER);
+    errres e[2];
+    memset(e, 0, sizeof e);
+    const char *incr[2] = {"INCR", "it_async:str"};
+    const char *hget[3] = {"HGET", "it_async:str", "f"};
+    assert_ok(lc_async_command(c, 2, incr, NULL, on_err_reply, &e[0]));
+    assert_ok(lc_async_command(c, 3, hget, NULL, on_err_reply, &e[1]));
+    assert_true(run_until(both_done, e, 10000));
+    assert_status(e[0].st, LC_EREDIS);
+    assert_status(e[1].st, LC_EREDIS);
+    if (!strstr(e[0].msg, "not an integer") || !strstr(e[1].msg, "WRONGTYPE"))
+        fail_msg("INCR got \"%s\", HGET got \"%s\"", e[0].msg, e[1].msg);
+
+    lc_async_lock *a = alock(c, "it_async:errs:x", 30000, 1, NULL, NULL);
+    lc_async_lock *b = alock(c, "it_async:errs:x", 30000, 1, NULL, NULL);
+    result r;
+    assert_ok(acquire_sync(a, 0, &r));
+    assert_string_equal(lc_async_lock_errmsg(a), "");
+    assert_status(acquire_sync(b, 0, &r), LC_EBUSY);
+    memset(e, 0, sizeof e);
+    assert_ok(lc_async_command(c, 3, hget, NULL, on_err_reply, &e[0]));
+    assert_ok(lc_async_command(c, 2, incr, NULL, on_err_reply, &e[1]));
+    assert_true(run_until(both_done, e, 10000));
+    /* The thread's message is the last failure of the loop; b's stays its own. */
+    assert_non_null(strstr(lc_errmsg(), "not an integer"));
+    assert_non_null(strstr(lc_async_lock_errmsg(b), "it_async:errs:x is held by another owner"));
+    assert_ok(release_sync(a));
+    lc_async_lock_free(a);
+    lc_async_lock_free(b);
+    lc_async_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_errors_travel_with_results, setup, teardown),
         cmocka_unit_test_setup_teardown(test_try_eval_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eval_detached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reentry_and_noscript, setup, teardown),

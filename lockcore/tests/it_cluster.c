@@ -102,7 +102,7 @@ static int done(void *arg)
     return ((result *)arg)->calls > 0;
 }
 
-static void on_reply(lc_status st, const redisReply *reply, void *arg)
+static void on_reply(lc_status st, const redisReply *reply, const char *errstr, void *arg)
 {
     result *r = arg;
     r->calls++;
@@ -119,7 +119,7 @@ static void on_reply(lc_status st, const redisReply *reply, void *arg)
              reply->element[1]->type == REDIS_REPLY_STRING)
         snprintf(r->str, sizeof r->str, "%s,%s", reply->element[0]->str, reply->element[1]->str);
     else if (st == LC_EREDIS)
-        snprintf(r->str, sizeof r->str, "%s", lc_errmsg());
+        snprintf(r->str, sizeof r->str, "%s", errstr);
 }
 
 /* Runs one command and waits for its reply. */
@@ -258,8 +258,9 @@ typedef struct masters_seen {
     int ports[8];
 } masters_seen;
 
-static void on_port(lc_status st, const redisReply *r, void *arg)
+static void on_port(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr;
     masters_seen *m = arg;
     if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && m->ok < 8)
         m->ports[m->ok++] = atoi(r->element[1]->str);
@@ -764,6 +765,100 @@ static void test_master_killed_then_failover(void **state)
     lc_async_client_free(c);
 }
 
+static int never(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static int sub_up(void *arg)
+{
+    return lc_async_debug_sub_port(arg) > 0;
+}
+
+/* Resumes every node: a test that failed with a node frozen must not leave it so. */
+static int teardown_resume(void **state)
+{
+    for (int i = 0; i < cf_nodes(cl); i++)
+        if (rf_pid(cf_node(cl, i)) != 0)
+            rf_resume(cf_node(cl, i));
+    return teardown(state);
+}
+
+/* The node holding the client's subscriber connection freezes (SIGSTOP) while a waiter sleeps
+ * subscribed there; the lock lives on another master. Each unlock must still wake the waiter at
+ * once: the liveness probe drops the silent connection within two command timeouts, the waiter
+ * polls alone meanwhile, and the client subscribes again on another node (issue 18 item 7).
+ * Without the probe the unlock messages go to the frozen node and the waiter only finds the lock
+ * free on its fallback poll (up to a second apart). */
+static void test_frozen_listener_node(void **state)
+{
+    (void)state;
+    enum { CYCLES = 5, PROMPT_MS = 250 };
+    lc_async_client *c = cclient(300), *h = cclient(300);
+    assert_true(run_until(sub_up, c, 20000));
+    int sport = lc_async_debug_sub_port(c), frozen = -1;
+    for (int i = 0; i < cf_nodes(cl); i++)
+        if (rf_pid(cf_node(cl, i)) != 0 && rf_port(cf_node(cl, i)) == sport)
+            frozen = i;
+    assert_true(frozen >= 0);
+    char tag[32], name[64];
+    tag_not_on("frz", frozen, tag);
+    snprintf(name, sizeof name, "{%s}:lock", tag);
+    lc_lock_opts o = lt_opts(30000, 1);
+    lc_async_lock *a = NULL, *b = NULL;
+    assert_ok(lc_async_lock_new(h, name, &o, NULL, NULL, &a));
+    assert_ok(lc_async_lock_new(c, name, &o, NULL, NULL, &b));
+    lres ra = {0}, rb = {0}, rr = {0};
+    assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
+    assert_true(run_until(ldone, &ra, 20000));
+    assert_status(ra.st, LC_OK);
+    assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
+    struct sleeping sl = {c, name};
+    assert_true(run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
+    assert_int_equal(rf_pause(cf_node(cl, frozen)), 0);
+    int woken = 0;
+    int64_t worst = 0;
+    for (int i = 0; i < CYCLES; i++) {
+        run_until(never, NULL, 1500); /* b sleeps; its polls have slowed down */
+        assert_int_equal(rb.calls, 0);
+        long before = lc_async_debug_wakeups(c);
+        memset(&rr, 0, sizeof rr);
+        int64_t t0 = tu_now_ms();
+        assert_ok(lc_async_release(a, on_released, &rr));
+        assert_true(run_until(ldone, &rb, 20000));
+        int64_t took = tu_now_ms() - t0;
+        assert_status(rb.st, LC_OK);
+        woken += lc_async_debug_wakeups(c) > before;
+        worst = took > worst ? took : worst;
+        fprintf(stderr, "cycle %d: the waiter had the lock %lld ms after the unlock (%s)\n", i,
+                (long long)took,
+                lc_async_debug_wakeups(c) > before ? "woken by the message" : "found by a poll");
+        assert_true(run_until(ldone, &rr, 20000));
+        /* Swap: b holds, a takes it back once b releases, b waits again. */
+        memset(&rr, 0, sizeof rr);
+        assert_ok(lc_async_release(b, on_released, &rr));
+        assert_true(run_until(ldone, &rr, 20000));
+        memset(&ra, 0, sizeof ra);
+        assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
+        assert_true(run_until(ldone, &ra, 20000));
+        assert_status(ra.st, LC_OK);
+        memset(&rb, 0, sizeof rb);
+        assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
+    }
+    fprintf(stderr, "worst %lld ms, %d of %d woken by the unlock message, %ld probe drops\n",
+            (long long)worst, woken, CYCLES, lc_async_debug_sub_drops(c));
+    assert_true(woken >= CYCLES - 1); /* subscribed again elsewhere, not just polling */
+    assert_true(worst < PROMPT_MS);
+    assert_true(lc_async_debug_sub_drops(c) >= 1);
+    assert_true(lc_async_debug_sub_port(c) != sport);
+    lc_async_lock_free(b); /* its wait ends (LC_ESTATE) */
+    lc_async_lock_free(a);
+    lc_async_client_free(c);
+    lc_async_client_free(h);
+    assert_int_equal(rf_resume(cf_node(cl, frozen)), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -776,6 +871,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ask_and_tryagain_during_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clusterdown_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_then_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frozen_listener_node, setup, teardown_resume),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

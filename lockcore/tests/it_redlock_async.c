@@ -301,8 +301,8 @@ static lc_status eval_write(lc_async_redlock *l, const lc_script *s, int flags, 
     return st;
 }
 
-/* The store accepts the holder's token and refuses an older holder's once a later one wrote;
- * LC_EVAL_RELEASE releases the Redlock with the write. */
+/* The store accepts the holder's token; a holder whose validity is over is refused before
+ * anything is sent; LC_EVAL_RELEASE releases the Redlock with the write. */
 static void test_async_eval_fenced(void **state)
 {
     (void)state;
@@ -325,8 +325,9 @@ static void test_async_eval_fenced(void **state)
     assert_true(r.fence > ta);
     assert_ok(eval_write(b, s, 0, "b1", &e));
     assert_int_equal(e.st, LC_OK);
-    assert_ok(eval_write(a, s, 0, "a2", &e)); /* the paused holder wakes up */
-    assert_int_equal(e.st, LC_ELOST);
+    /* The paused holder wakes up: its validity is over, so the eval is refused before it is
+     * sent (the store would refuse it too, B having written a larger token). */
+    assert_status(eval_write(a, s, 0, "a2", &e), LC_ELOST);
     assert_int_equal(lc_async_redlock_lost(a), 1);
     char buf[16];
     assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
@@ -335,6 +336,19 @@ static void test_async_eval_fenced(void **state)
     assert_int_equal(e.st, LC_OK);
     assert_int_equal(lc_async_redlock_held(b), 0);
     assert_true(run_until(no_key, (void *)"rla:eval", 5000)); /* released on every node */
+    /* No later holder, so the store would take it: the validity check alone refuses a write
+     * after the lease (issue 18 item 7). */
+    lc_async_redlock *c = arlock("rla:eval", 200, 0, NULL, NULL);
+    memset(&r, 0, sizeof r);
+    assert_ok(lc_async_redlock_acquire(c, 0, on_result, &r));
+    RUN(r, LC_OK);
+    tu_sleep_ms(300);
+    assert_true(lc_async_redlock_validity_ms(c) <= 0);
+    assert_status(eval_write(c, s, LC_EVAL_RELEASE, "c1", &e), LC_ELOST);
+    assert_int_equal(lc_async_redlock_held(c), 0); /* released in the background */
+    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_string_equal(buf, "b2");
+    lc_async_redlock_free(c);
     lc_async_redlock_free(a);
     lc_async_redlock_free(b);
     lc_script_free(s);

@@ -24,6 +24,7 @@ static void test_status_names(void **state)
         {LC_ENOTHELD, "LC_ENOTHELD"},
         {LC_ELOST, "LC_ELOST"},
         {LC_ESTATE, "LC_ESTATE"},
+        {LC_EDOWN, "LC_EDOWN"},
     };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         assert_int_equal(all[i].st, (lc_status)i); /* LC_OK = 0, no gaps */

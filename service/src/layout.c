@@ -105,19 +105,27 @@ static void settle_end(struct settle *s, int rc)
     free(s);
 }
 
-static void settle_fail(struct settle *s)
+/* Ends the read or settle with -1; why: the failure's message (lockcore's errstr), or NULL for
+ * a reply of the wrong shape. */
+static void settle_fail(struct settle *s, const char *why)
 {
+    snprintf(s->l.why, sizeof(s->l.why), "layout: %.200s",
+             why ? why : "unexpected reply from Redis");
     settle_end(s, -1);
 }
 
-static void on_read(lc_status st, const redisReply *r, void *arg)
+static void on_read(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct settle *s = arg;
     store_conns_note(s->conns, s->lc);
     int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
     int heal = s->heal && found >= 0 && s->l.version > 0;
-    if (found < 0 || !s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4) {
-        settle_end(s, found < 0 ? -1 : s->l.version > 0 && s->l.segments > 0);
+    if (found < 0) {
+        settle_fail(s, st == LC_OK ? NULL : errstr);
+        return;
+    }
+    if (!s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4) {
+        settle_end(s, s->l.version > 0 && s->l.segments > 0);
         return;
     }
     if (heal) {
@@ -150,7 +158,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     s->kflat = calloc((size_t)n * (size_t)nkeys, sizeof(*s->kflat));
     s->aflat = calloc((size_t)n * (size_t)nargs + 1, sizeof(*s->aflat));
     if (!s->sk || !s->kflat || !s->aflat) {
-        cb(s, 1, NULL, 0);
+        cb(s, "out of memory", NULL, 0);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -167,7 +175,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
 }
 
 /* Every reply an integer: the segment steps answer nothing else. */
-static int all_integers(int failed, const struct store_item *items, int n)
+static int all_integers(const char *failed, const struct store_item *items, int n)
 {
     if (failed)
         return 0;
@@ -194,23 +202,23 @@ static int spread_args(struct settle *s, int from, int to, long long units, int 
 
 static const int all6[6] = {0, 1, 2, 3, 4, 5};
 
-static void on_layout_done(lc_status st, const redisReply *r, void *arg)
+static void on_layout_done(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct settle *s = arg;
     store_conns_note(s->conns, s->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
-        settle_fail(s);
+        settle_fail(s, st == LC_OK ? NULL : errstr);
         return;
     }
     s->ri = 0;
     settle_restocks(s);
 }
 
-static void on_dropped(void *arg, int failed, const struct store_item *items, int n)
+static void on_dropped(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
     if (!all_integers(failed, items, n)) {
-        settle_fail(s);
+        settle_fail(s, failed);
         return;
     }
     char meta[STORE_KEY_MAX], ver[24], segs[24];
@@ -223,20 +231,20 @@ static void on_dropped(void *arg, int failed, const struct store_item *items, in
     store_script_async(s->st, s->lc, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
 }
 
-static void on_reset(void *arg, int failed, const struct store_item *items, int n)
+static void on_reset(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
     if (!all_integers(failed, items, n)) {
-        settle_fail(s);
+        settle_fail(s, failed);
         return;
     }
     /* Drops [segments, hwm): the segments of an older, larger layout. */
     if (s->l.hwm <= s->l.segments) {
-        on_dropped(s, 0, NULL, 0);
+        on_dropped(s, NULL, NULL, 0);
         return;
     }
     if (spread_args(s, s->l.segments, s->l.hwm, 0, 0) != 0) {
-        settle_fail(s);
+        settle_fail(s, "out of memory");
         return;
     }
     run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 6, all6, 1, on_dropped);
@@ -246,33 +254,33 @@ static void on_reset(void *arg, int failed, const struct store_item *items, int 
 static void roll_out(struct settle *s)
 {
     if (s->l.segments <= 0) {
-        on_reset(s, 0, NULL, 0);
+        on_reset(s, NULL, NULL, 0);
         return;
     }
     if (spread_args(s, 0, s->l.segments, s->l.stock, s->l.segments) != 0) {
-        settle_fail(s);
+        settle_fail(s, "out of memory");
         return;
     }
     run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 6, all6, 2, on_reset);
 }
 
-static void on_restock_end(lc_status st, const redisReply *r, void *arg)
+static void on_restock_end(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct settle *s = arg;
     store_conns_note(s->conns, s->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
-        settle_fail(s);
+        settle_fail(s, st == LC_OK ? NULL : errstr);
         return;
     }
     s->ri++;
     settle_restocks(s);
 }
 
-static void on_applied(void *arg, int failed, const struct store_item *items, int n)
+static void on_applied(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
     if (!all_integers(failed, items, n)) {
-        settle_fail(s);
+        settle_fail(s, failed);
         return;
     }
     int all = 1;
@@ -313,7 +321,7 @@ static void settle_restocks(struct settle *s)
         free(s->args);
         s->args = calloc((size_t)n, sizeof(*s->args));
         if (!s->args) {
-            settle_fail(s);
+            settle_fail(s, "out of memory");
             return;
         }
         for (int k = 0; k < n; k++) {
@@ -345,6 +353,7 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
     if (!s) {
         struct layout l;
         memset(&l, 0, sizeof(l));
+        snprintf(l.why, sizeof(l.why), "layout: out of memory");
         cb(arg, -1, &l);
         return;
     }
@@ -377,13 +386,13 @@ void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, l
     settle_start(st, lc, sku, 1, 1, NULL, cb, arg);
 }
 
-static void on_version_raised(lc_status st, const redisReply *r, void *arg)
+static void on_version_raised(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)r;
     (void)arg;
     if (st != LC_OK)
         log_msg(CONFIG_LOG_WARN, "sku_version_raise_failed",
-                "raising a version counter: %s (the next reader tries again)", lc_errmsg());
+                "raising a version counter: %s (the next reader tries again)", errstr);
 }
 
 void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,

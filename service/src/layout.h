@@ -23,6 +23,9 @@ struct layout_restock {
     long long rid, version, units;
 };
 
+/* The longest failure message a layout read keeps (struct layout's why). */
+#define LAYOUT_WHY_MAX 256
+
 struct layout {
     int64_t version;     /* 0 when the SKU never existed */
     int segments;        /* 0: deleted (or never existed) */
@@ -32,6 +35,7 @@ struct layout {
     int nrestocks;       /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
     struct layout_restock restocks[LAYOUT_MAX_RESTOCKS];
     int calls;           /* Redis calls the read (and settle) made, for the callers' budgets */
+    char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */
 };
 
 /* Units of segment k when units are spread over n segments (the first units % n get one more).*/

@@ -121,8 +121,9 @@ void order_create(struct app *app, const struct request *req, struct response *r
 
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
  * request from the handler's start to its callback (always called once), which frees it. */
-static void on_get_reply(lc_status st, const redisReply *r, void *arg)
+static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr;
     struct by_id *b = arg;
     areq_log_begin(b->ar);
     get_answer(st, r, &b->ar->res);
@@ -146,12 +147,12 @@ void order_get_async(struct areq *ar)
     b->ar = ar;
     const char *argv[3] = {"HGET", b->sk.orders, b->id};
     if (lc_async_command(ar->lc, 3, argv, NULL, on_get_reply, b) != LC_OK)
-        on_get_reply(LC_EIO, NULL, b);
+        on_get_reply(LC_EIO, NULL, lc_errmsg(), b); /* the start's failure, just recorded */
 }
 
 /* With --redis-replica-acks N, a cancel is acknowledged only once N replicas have it, as an
  * order is: else a failover could bring back an order its client was told was cancelled. */
-static void on_cancel_acked(lc_status st, const redisReply *r, void *arg)
+static void on_cancel_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct by_id *b = arg;
     int want = b->ar->app->cfg.redis_replica_acks;
@@ -160,7 +161,7 @@ static void on_cancel_acked(lc_status st, const redisReply *r, void *arg)
     if (got < want) {
         log_msg(CONFIG_LOG_WARN, "cancel_replica_ack_missing",
                 "order %s: cancelled, but on %lld of %d replicas (%s)", b->id, got < 0 ? 0 : got,
-                want, st == LC_OK ? "WAIT timed out" : lc_errmsg());
+                want, st == LC_OK ? "WAIT timed out" : errstr);
         response_outcome_unknown(&b->ar->res,
                                  "the cancel was applied but may not survive a failover of the "
                                  "stock store: cancel again (409 already_cancelled if it held) "
@@ -171,8 +172,9 @@ static void on_cancel_acked(lc_status st, const redisReply *r, void *arg)
     free(b);
 }
 
-static void on_cancel_reply(lc_status st, const redisReply *r, void *arg)
+static void on_cancel_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr;
     struct by_id *b = arg;
     areq_log_begin(b->ar);
     cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
@@ -181,7 +183,7 @@ static void on_cancel_reply(lc_status st, const redisReply *r, void *arg)
     if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
         /* On the connection that carried the cancel (a new one would vouch for nothing). */
         if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
-            on_cancel_acked(LC_EIO, NULL, b);
+            on_cancel_acked(LC_EIO, NULL, "the connection of the cancel is not known", b);
             return;
         }
         store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
@@ -210,7 +212,7 @@ void order_cancel_async(struct areq *ar)
     lc_status st = lc_async_script(ar->lc, store_script(ar->app->store, SCRIPT_CANCEL), 3, keys,
                                    NULL, 1, args, NULL, on_cancel_reply, b);
     if (st != LC_OK)
-        on_cancel_reply(st, NULL, b); /* never sent: nothing changed */
+        on_cancel_reply(st, NULL, lc_errmsg(), b); /* never sent: nothing changed */
 }
 
 /* The blocking faces (the router's table; unit tests): the same commands and answers. */

@@ -188,6 +188,7 @@ struct order {
     char order_id[ORDER_ID_MAX + 1];
     char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
     enum order_outcome out;
+    char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
     /* the Idempotency-Key claim: ic only for a request with a key */
     struct idem_claim *ic;
@@ -226,6 +227,16 @@ static void step(struct order *o, enum oevent ev, lc_status st, const redisReply
 static void place_done(struct order *o, enum order_outcome out);
 
 /* ---- small helpers ---- */
+
+/* Keeps msg as the order's reason when st is a failure (a busy or lost lock and a lock wait's
+ * timeout are outcomes, not failures). The message comes with the result (lockcore_async.h),
+ * never from lc_errmsg(), which is the last failure of any request of the loop; it is read
+ * there only right after a call that failed to start. */
+static void note_why(struct order *o, lc_status st, const char *msg)
+{
+    if (st != LC_OK && st != LC_EBUSY && st != LC_ETIMEOUT && st != LC_ELOST)
+        snprintf(o->why, sizeof(o->why), "%s", msg && *msg ? msg : lc_status_name(st));
+}
 
 static int64_t mono_ms(void)
 {
@@ -376,6 +387,7 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
         log_msg(CONFIG_LOG_ERROR, "segment_damaged",
                 "sku %s segment %d: stock or counters missing or not numbers; nothing written",
                 o->in.sku, k);
+        snprintf(o->why, sizeof(o->why), "segment %d damaged", k);
         return SEG_ERROR;
     }
     return version_differs(o, k, value);
@@ -478,22 +490,23 @@ static void note_ref(struct order *o)
         o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
 }
 
-static void on_reply(lc_status st, const redisReply *r, void *arg)
+static void on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     note_ref(arg);
+    note_why(arg, st, errstr);
     step(arg, EV_REPLY, st, r);
 }
 
 static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
 {
-    (void)lock;
+    note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_ACQUIRED, st, v);
 }
 
 static void on_evaluated(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
-    (void)lock;
     note_ref(arg);
+    note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_EVAL, st, r);
 }
 
@@ -504,11 +517,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     step(arg, EV_TIMER, LC_OK, NULL);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct bslot *s = arg;
     struct order *o = s->o;
     if (st != LC_OK) {
+        note_why(o, st, errstr);
         o->batch_failed = 1;
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
@@ -529,9 +543,12 @@ static void run_script(struct order *o, enum ostate next, enum store_script id, 
 {
     o->state = next;
     spend(o, 1);
-    if (lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs, args,
-                        NULL, on_reply, o) != LC_OK)
+    lc_status st = lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs,
+                                   args, NULL, on_reply, o);
+    if (st != LC_OK) {
+        note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
         step(o, EV_REPLY, LC_EIO, NULL);
+    }
 }
 
 /* Sends n commands (argv i: argvs[i], argc 2 or 3) in one loop turn; EV_BATCH when all are
@@ -550,14 +567,17 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
     o->batch_failed = 0;
     o->batch_found = 0;
     if (!o->batch_ints || !o->slots) {
+        note_why(o, LC_ENOMEM, "out of memory");
         o->batch_failed = 1;
         o->batch_left = 1;
     } else {
         for (int i = 0; i < n; i++) {
             o->slots[i].o = o;
             o->slots[i].i = i;
-            if (lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]) !=
-                LC_OK) {
+            lc_status st =
+                lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]);
+            if (st != LC_OK) {
+                note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
                 o->batch_failed = 1;
                 o->batch_left--;
             }
@@ -595,6 +615,8 @@ static void on_layout(void *arg, int found, struct layout *l)
 {
     struct order *o = arg;
     spend(o, l->calls);
+    if (found < 0)
+        note_why(o, LC_EIO, l->why);
     switch (o->layout_job) {
     case LJ_LOAD:
         o->off_rc = take_layout(o, found, l);
@@ -736,10 +758,16 @@ static void commit_segment(struct order *o)
     commit_args(o, &c);
     o->state = OS_COMMIT;
     spend(o, 1);
+    /* A commit that does not start was never sent: its status (never LC_EIO) says nothing
+     * changed. */
+    lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
-        if (lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
-                            NULL, 6, c.args, NULL, on_reply, o) != LC_OK)
-            step(o, EV_REPLY, LC_EIO, NULL);
+        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
+                             NULL, 6, c.args, NULL, on_reply, o);
+        if (st != LC_OK) {
+            note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
+            step(o, EV_REPLY, st, NULL);
+        }
         return;
     }
     /* The critical section ends when the commit leaves: Redis releases the lock in the commit
@@ -759,9 +787,12 @@ static void commit_segment(struct order *o)
         gate_wake(n);
         return;
     }
-    if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
-                     c.keys, 6, (const char **)c.args, on_evaluated, o) != LC_OK)
-        step(o, EV_EVAL, LC_EIO, NULL);
+    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
+                      c.keys, 6, (const char **)c.args, on_evaluated, o);
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+        step(o, EV_EVAL, st, NULL);
+    }
 }
 
 /* Enters the critical section: --hold-ms on a loop timer, then the commit. */
@@ -817,13 +848,17 @@ static void try_segment_locked(struct order *o, int k)
     o->state = OS_ACQUIRE;
     if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
+        note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     const char *reads[2] = {sk.stock, sk.sver};
     o->t0 = mono_ms();
-    if (seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o) != LC_OK)
+    lc_status st = seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o);
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
+    }
 }
 
 /* Atomic: one lock-free script on segment k. */
@@ -851,14 +886,18 @@ static void single_start(struct order *o)
     o->state = OS_SINGLE_ACQUIRE;
     if (seglock_new(&env, name, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
+        note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     int64_t wait = o->deadline_ms - mono_ms();
     spend(o, (env.n > 0 ? env.n + 1 : 1) + 1); /* the acquire, and the release at the end */
     o->t0 = mono_ms();
-    if (seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o) != LC_OK)
+    lc_status st = seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o);
+    if (st != LC_OK) {
+        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
+    }
 }
 
 static const struct strategy strategies[] = {
@@ -885,9 +924,12 @@ static void single_next(struct order *o)
         o->i++;
         o->state = OS_SINGLE_COMMIT;
         spend(o, 1);
-        if (seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5, c.keys, 6,
-                         (const char **)c.args, on_evaluated, o) != LC_OK)
-            step(o, EV_EVAL, LC_EIO, NULL);
+        lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5,
+                                    c.keys, 6, (const char **)c.args, on_evaluated, o);
+        if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
+            note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+            step(o, EV_EVAL, st, NULL);
+        }
         return;
     }
     /* The end of the single-lock attempt. */
@@ -1222,8 +1264,8 @@ static void round_begin(struct order *o)
 
 static void idem_unavailable(struct order *o)
 {
-    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s",
-            o->in.sku, lc_errmsg());
+    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s", o->in.sku,
+            o->why[0] ? o->why : "unexpected reply");
     metrics_redis_error();
     response_error(&o->ar->res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
     place_done(o, OUT_IDEM_FAILED);
@@ -1324,7 +1366,7 @@ static void idem_on_claim_wait(struct order *o, lc_status st, const redisReply *
     log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
             "sku %s: Idempotency-Key claim on %lld of %d replicas (%s): no order placed",
             o->in.sku, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
-            st == LC_OK ? "WAIT timed out" : lc_errmsg());
+            st == LC_OK ? "WAIT timed out" : o->why);
     metrics_redis_error();
     response_error(&o->ar->res, ERROR_UNAVAILABLE,
                    "the stock store could not make the Idempotency-Key durable: no order was "
@@ -1499,7 +1541,10 @@ static void answer(struct order *o)
         response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
         break;
     case OUT_UNAVAILABLE:
-        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku, lc_errmsg());
+        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku,
+                o->why[0]      ? o->why
+                : o->cancelled ? "the loop is ending"
+                               : "unexpected reply");
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;
@@ -1518,7 +1563,7 @@ static void answer(struct order *o)
          * twice: the same Idempotency-Key replays the order if it was placed. */
         if (!o->acked) /* else replica_on_wait said why */
             log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku,
-                    lc_errmsg());
+                    o->why[0] ? o->why : "unexpected reply");
         metrics_order(METRICS_ORDER_UNAVAILABLE);
         response_error(res, ERROR_UNAVAILABLE,
                        "the stock store failed during the commit: the order may have been "
@@ -1565,9 +1610,9 @@ static void replica_on_wait(struct order *o, lc_status st, const redisReply *r)
         return;
     }
     log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-            "sku %s order %s: committed, but on %lld of %d replicas (%s)", o->in.sku,
-            o->order_id, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
-            st == LC_OK ? "WAIT timed out" : lc_errmsg());
+            "sku %s order %s: committed, but on %lld of %d replicas (%s)", o->in.sku, o->order_id,
+            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            st == LC_OK ? "WAIT timed out" : o->why);
     place_done(o, OUT_OUTCOME_UNKNOWN);
 }
 
@@ -1861,7 +1906,6 @@ static void step_in(struct order *o, enum oevent ev, lc_status st, const redisRe
             return;
         }
         metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-    seggate_hint_clear(o->gates, o->in.sku, o->k);
         metrics_cs_enter();
         if (o->app->cfg.hold_ms > 0) {
             o->state = OS_HOLD;

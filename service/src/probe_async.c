@@ -8,13 +8,15 @@
 #include "handlers.h"
 
 /* The same probe on a worker loop: one PING on the loop's client. */
-static void on_ping(lc_status st, const redisReply *r, void *arg)
+static void on_ping(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct areq *ar = arg;
-    if (st == LC_OK && !(r && r->type == REDIS_REPLY_STATUS))
+    if (st == LC_OK && !(r && r->type == REDIS_REPLY_STATUS)) {
         st = LC_EREDIS;
+        errstr = "PING: unexpected reply";
+    }
     areq_log_begin(ar);
-    probe_readyz_answer(st, st == LC_OK ? NULL : lc_errmsg(), &ar->res);
+    probe_readyz_answer(st, st == LC_OK ? NULL : errstr, &ar->res);
     areq_log_end();
     areq_done(ar);
 }
@@ -27,7 +29,8 @@ void probe_readyz_async(struct areq *ar)
         return;
     }
     const char *argv[1] = {"PING"};
-    if (lc_async_command(ar->lc, 1, argv, NULL, on_ping, ar) != LC_OK)
-        on_ping(LC_EIO, NULL, ar);
+    lc_status st = lc_async_command(ar->lc, 1, argv, NULL, on_ping, ar);
+    if (st != LC_OK)
+        on_ping(st, NULL, lc_errmsg(), ar); /* not started; the message just recorded */
 }
 

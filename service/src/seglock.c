@@ -27,6 +27,7 @@ struct seglock {
     int nread;
     char **reads;
     struct mget *pending;
+    char why[256]; /* the last operation's failure (seglock_errmsg) */
     int freeing;
     struct seglock **live, *prev, *next; /* in the loop's list of live Redlock seglocks */
 };
@@ -132,6 +133,17 @@ void seglock_free(struct seglock *sl)
     free(sl);
 }
 
+/* Keeps msg as the message of the operation ending now ("" when it succeeded). */
+static void set_why(struct seglock *sl, lc_status st, const char *msg)
+{
+    snprintf(sl->why, sizeof(sl->why), "%s", st == LC_OK || !msg ? "" : msg);
+}
+
+const char *seglock_errmsg(const struct seglock *sl)
+{
+    return sl->why;
+}
+
 int seglock_lost(const struct seglock *sl)
 {
     return sl->plain ? lc_async_lock_lost(sl->plain) : sl->rl ? lc_async_redlock_lost(sl->rl) : 1;
@@ -153,15 +165,15 @@ static void replace_redlock(struct seglock *sl)
 static void on_plain_acquired(lc_async_lock *l, lc_status st, uint64_t fence, const redisReply *v,
                               void *arg)
 {
-    (void)l;
     (void)fence;
     struct seglock *sl = arg;
     seglock_acquired_fn cb = sl->acb;
     sl->acb = NULL;
+    set_why(sl, st, lc_async_lock_errmsg(l));
     cb(sl, st, v, sl->arg);
 }
 
-static void on_mget(lc_status st, const redisReply *r, void *arg)
+static void on_mget(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct mget *m = arg;
     struct seglock *sl = m->sl;
@@ -172,8 +184,11 @@ static void on_mget(lc_status st, const redisReply *r, void *arg)
     seglock_acquired_fn cb = sl->acb;
     sl->acb = NULL;
     free_reads(sl);
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY))
+    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY)) {
         st = LC_EREDIS;
+        errstr = "MGET of the stock: unexpected reply";
+    }
+    set_why(sl, st, errstr);
     if (st != LC_OK) {
         /* The lock is held but the stock is unknown: give the hold back, and report the
          * acquire as failed. */
@@ -186,7 +201,6 @@ static void on_mget(lc_status st, const redisReply *r, void *arg)
 
 static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
 {
-    (void)rl;
     (void)fence;
     struct seglock *sl = arg;
     if (st == LC_OK && sl->nread > 0) {
@@ -200,14 +214,18 @@ static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, v
                 argv[1 + i] = sl->reads[i];
             sst = lc_async_command(sl->env.data, sl->nread + 1, argv, NULL, on_mget, m);
         }
+        /* not started: the message just recorded, or no memory to start it */
+        set_why(sl, sst, m && argv ? lc_errmsg() : "out of memory");
         free(argv);
         if (sst == LC_OK) {
             sl->pending = m;
             return;
         }
         free(m);
-        st = LC_EIO;
+        st = sst;
         replace_redlock(sl);
+    } else {
+        set_why(sl, st, lc_async_redlock_errmsg(rl));
     }
     seglock_acquired_fn cb = sl->acb;
     sl->acb = NULL;
@@ -247,19 +265,19 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
 
 static void on_plain_eval(lc_async_lock *l, lc_status st, const redisReply *r, void *arg)
 {
-    (void)l;
     struct seglock *sl = arg;
     seglock_eval_fn cb = sl->ecb;
     sl->ecb = NULL;
+    set_why(sl, st, lc_async_lock_errmsg(l));
     cb(sl, st, r, sl->arg);
 }
 
 static void on_rl_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, void *arg)
 {
-    (void)rl;
     struct seglock *sl = arg;
     seglock_eval_fn cb = sl->ecb;
     sl->ecb = NULL;
+    set_why(sl, st, lc_async_redlock_errmsg(rl));
     cb(sl, st, r, sl->arg);
 }
 
@@ -290,19 +308,22 @@ struct detached {
     void *arg;
 };
 
-static void on_detached(lc_status st, const redisReply *r, void *arg)
+static void on_detached(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct detached d = *(struct detached *)arg;
     free(arg);
     const redisReply *body = NULL;
     if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER))
+                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
         st = LC_EREDIS;
-    else if (st == LC_OK && r->element[0]->integer == 0)
+        errstr = "commit: unexpected reply";
+    } else if (st == LC_OK && r->element[0]->integer == 0) {
         st = LC_ELOST;
-    else if (st == LC_OK)
+        errstr = "lost (a later holder's token was seen): nothing ran";
+    } else if (st == LC_OK) {
         body = r->elements > 1 ? r->element[1] : NULL;
-    d.cb(st, body, d.arg);
+    }
+    d.cb(st, body, errstr, d.arg);
 }
 
 lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int nkeys,

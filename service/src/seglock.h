@@ -67,4 +67,9 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
 /* 1 when renewal found the hold lost. */
 int seglock_lost(const struct seglock *sl);
 
+/* The message of the last acquire or eval that failed ("" after a success), borrowed, valid
+ * until the next operation ends: read it in the callback (lockcore_async.h: the message travels
+ * with the handle, never through lc_errmsg()). */
+const char *seglock_errmsg(const struct seglock *sl);
+
 #endif

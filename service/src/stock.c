@@ -49,10 +49,10 @@ int stock_sku_param(const struct request *req, struct response *res, char *sku)
     return 0;
 }
 
-/* Answers 503 for a Redis failure. */
-static void redis_down(struct response *res)
+/* Answers 503 for a Redis failure; why: this request's own message of it. */
+static void redis_down(struct response *res, const char *why)
 {
-    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", lc_errmsg());
+    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", why && *why ? why : "unexpected reply");
     metrics_redis_error();
     response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
 }
@@ -103,7 +103,7 @@ struct admin {
     struct layout l;     /* the layout the status read is for */
     int healed;          /* the status read rolled the layout out again (a segment behind) */
     int64_t stale_from;  /* the layout's version when a segment ahead made it read again */
-    char why[200];       /* why the status read answers 503 when Redis did not fail */
+    char out_of_step[200]; /* why the status read answers 503 when Redis did not fail */
     void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
     char answer[512];    /* PUT: the stored answer */
     int replay;
@@ -113,7 +113,14 @@ struct admin {
     int write;           /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
     int waited;          /* that WAIT was done */
     struct store_conns conns; /* the connections its commands went on: the WAITs go there */
+    char why[LAYOUT_WHY_MAX]; /* this request's last Redis failure, for its log line */
 };
+
+/* Keeps the message of a failure of a's own (lockcore's errstr, a layout's why). */
+static void admin_why(struct admin *a, const char *why)
+{
+    snprintf(a->why, sizeof(a->why), "%s", why ? why : "");
+}
 
 static struct admin *admin_new(struct areq *ar)
 {
@@ -172,7 +179,7 @@ static void on_admin_acked(void *arg, long long got)
 
 static void admin_down(struct admin *a)
 {
-    redis_down(&a->ar->res);
+    redis_down(&a->ar->res, a->why);
     admin_end(a);
 }
 
@@ -201,7 +208,8 @@ static const char *const unknown_delete =
 /* Fills the 503 with "outcome":"unknown" (why: what the client does); does not end a. */
 static void admin_unknown(struct admin *a, const char *why)
 {
-    log_msg(CONFIG_LOG_WARN, "sku_outcome_unknown", "sku %s: %s", a->sku, lc_errmsg());
+    log_msg(CONFIG_LOG_WARN, "sku_outcome_unknown", "sku %s: %s", a->sku,
+            a->why[0] ? a->why : "no reply");
     metrics_redis_error();
     response_outcome_unknown(&a->ar->res, why);
 }
@@ -213,7 +221,7 @@ static void status_read(struct admin *a);
 /* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders);
  * 1 done, -1 error, 0 a segment is behind the layout's version, 2 a segment is ahead of it
  * (*off: that segment). */
-static int status_build(struct admin *a, int failed, const struct store_item *items, int n,
+static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
                         json_t **out, int *off)
 {
     *out = NULL;
@@ -247,11 +255,14 @@ static int status_build(struct admin *a, int failed, const struct store_item *it
     return *out ? 1 : -1;
 }
 
-static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n);
+static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
+                           int n);
 
-static void on_segments(void *arg, int failed, const struct store_item *items, int n)
+static void on_segments(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct admin *a = arg;
+    if (failed)
+        admin_why(a, failed);
     areq_log_begin(a->ar);
     on_segments_in(a, failed, items, n);
     areq_log_end();
@@ -268,7 +279,8 @@ static void on_status_layout(void *arg, int found, struct layout *l);
  * the segment, and the version counter is raised so that the next PUT repairs it. At most 5
  * reads: a status read never spins.
  */
-static void on_segments_in(struct admin *a, int failed, const struct store_item *items, int n)
+static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
+                           int n)
 {
     json_t *st;
     int k = 0;
@@ -282,12 +294,13 @@ static void on_segments_in(struct admin *a, int failed, const struct store_item 
         (rc == 2 && a->stale_from == a->l.version)) {
         if (rc == 2)
             layout_note_ahead(a->app->store, a->ar->lc, a->sku, k, sver, a->l.version);
-        snprintf(a->why, sizeof(a->why),
+        snprintf(a->out_of_step, sizeof(a->out_of_step),
                  "segment %d is at version %lld, the SKU's layout at %" PRId64 " (%s)", k, sver,
                  a->l.version,
                  rc == 2 ? "a layout write was lost in a failover: PUT the SKU again to repair it"
                          : "it could not be brought to the layout: retry later");
-        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku, a->why);
+        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku,
+                a->out_of_step);
         a->status_done(a, -1, NULL);
         return;
     }
@@ -312,6 +325,8 @@ static void on_status_layout(void *arg, int found, struct layout *l)
 static void on_status_layout_in(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
+    if (found < 0)
+        admin_why(a, l->why);
     if (found <= 0) {
         a->status_done(a, found, NULL);
         return;
@@ -323,6 +338,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
     if (!keys || !kflat) {
         free(keys);
         free(kflat);
+        admin_why(a, "out of memory");
         a->status_done(a, -1, NULL);
         return;
     }
@@ -352,10 +368,10 @@ static void status_read(struct admin *a)
 
 static void get_on_status(struct admin *a, int found, json_t *st)
 {
-    if (found < 0 && a->why[0])
-        response_error(&a->ar->res, ERROR_UNAVAILABLE, a->why);
+    if (found < 0 && a->out_of_step[0])
+        response_error(&a->ar->res, ERROR_UNAVAILABLE, a->out_of_step);
     else if (found < 0)
-        redis_down(&a->ar->res);
+        redis_down(&a->ar->res, a->why);
     else if (found == 0)
         response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
     else
@@ -397,7 +413,7 @@ static void put_on_replay_checked(struct admin *a, int found, json_t *st)
          * not healed yet) or Redis failed: the stored 2xx would vouch for what is not there. */
         log_msg(CONFIG_LOG_WARN, "sku_put",
                 "sku %s: Idempotency-Key replay: segments not confirmed (%s)", a->sku,
-                lc_errmsg());
+                a->out_of_step[0] ? a->out_of_step : a->why);
         struct response *res = &a->ar->res;
         response_error(res, ERROR_UNAVAILABLE,
                        "the PUT was recorded but its segments could not be confirmed: retry "
@@ -414,9 +430,9 @@ static void put_on_replay_checked(struct admin *a, int found, json_t *st)
 
 static void put_on_settled_in(void *arg, int found, struct layout *l)
 {
-    (void)l;
     struct admin *a = arg;
     if (found < 0) {
+        admin_why(a, l->why);
         /* The new layout is in meta: the next reader rolls it out. */
         admin_unknown(a, unknown_put);
         admin_end(a);
@@ -444,10 +460,12 @@ static void put_on_settled_in(void *arg, int found, struct layout *l)
 
 static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_put_meta(lc_status st, const redisReply *r, void *arg)
+static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_put_meta_in(a, st, r);
     areq_log_end();
@@ -508,11 +526,12 @@ void stock_put_async(struct areq *ar)
 
 /* ---- restock ---- */
 
-static void on_answer_stored(lc_status st, const redisReply *r, void *arg)
+static void on_answer_stored(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)st; /* best effort: a failure leaves the key pending, and a retry with it then
                  finishes the same restock again */
     (void)r;
+    (void)errstr;
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
     admin_end(a);
@@ -597,10 +616,12 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
 
 static void on_restock_state_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_restock_state(lc_status st, const redisReply *r, void *arg)
+static void on_restock_state(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_restock_state_in(a, st, r);
     areq_log_end();
@@ -642,6 +663,7 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
     (void)l;
     struct admin *a = arg;
     if (found < 0) {
+        admin_why(a, l->why);
         admin_unknown(a, unknown_restock); /* registered: the next reader applies it */
         restock_end(a);
         return;
@@ -669,10 +691,12 @@ static void finish_restock(struct admin *a)
 
 static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_restock_begin(lc_status st, const redisReply *r, void *arg)
+static void on_restock_begin(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_restock_begin_in(a, st, r);
     areq_log_end();
@@ -764,21 +788,22 @@ static void delete_on_settled(void *arg, int found, struct layout *l)
 
 static void delete_on_settled_in(void *arg, int found, struct layout *l)
 {
-    (void)l;
     struct admin *a = arg;
     if (found < 0)
-        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s",
-                a->sku, lc_errmsg());
+        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", a->sku,
+                l->why);
     a->ar->res.status = 204;
     admin_end(a);
 }
 
 static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r);
 
-static void on_delete_meta(lc_status st, const redisReply *r, void *arg)
+static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        admin_why(a, errstr);
     areq_log_begin(a->ar);
     on_delete_meta_in(a, st, r);
     areq_log_end();

@@ -252,6 +252,7 @@ struct batch {
     store_batch_fn cb;
     void *arg;
     int n, left, failed;
+    char why[256]; /* the first failure's message */
     struct store_item *items;
     struct bslot {
         struct batch *b;
@@ -263,18 +264,20 @@ struct batch {
 
 static void batch_end(struct batch *b)
 {
-    b->cb(b->arg, b->failed, b->items, b->n);
+    b->cb(b->arg, b->failed ? b->why : NULL, b->items, b->n);
     free(b->slots);
     free(b->items);
     free(b);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, void *arg)
+static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct bslot *s = arg;
     struct batch *b = s->b;
     store_conns_note(b->conns, b->lc);
     if (st != LC_OK || !r) {
+        if (!b->failed)
+            snprintf(b->why, sizeof(b->why), "%s", st != LC_OK ? errstr : "no reply");
         b->failed = 1;
     } else {
         struct store_item *it = &b->items[s->i];
@@ -296,7 +299,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
 {
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) {
-        cb(arg, 1, NULL, 0);
+        cb(arg, "out of memory", NULL, 0);
         return;
     }
     b->cb = cb;
@@ -308,6 +311,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
     b->slots = calloc((size_t)n + 1, sizeof(*b->slots));
     b->left = 1; /* this function's own reference: the batch ends after every call started */
     if (!b->items || !b->slots) {
+        snprintf(b->why, sizeof(b->why), "out of memory");
         b->failed = 1;
         n = 0;
     }
@@ -319,6 +323,8 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
                             keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
                             args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_reply,
                             &b->slots[i]) != LC_OK) {
+            if (!b->failed) /* the start's failure, just recorded */
+                snprintf(b->why, sizeof(b->why), "%s", lc_errmsg());
             b->failed = 1;
             b->left--;
         }
@@ -353,7 +359,7 @@ void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *
                                   int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
 {
     if (lc_async_wait(lc, ref, acks, wait_ms(redis_timeout_ms), cb, arg) != LC_OK)
-        cb(LC_EIO, NULL, arg);
+        cb(LC_EIO, NULL, lc_errmsg(), arg); /* not started; the message just recorded */
 }
 
 /* The WAITs of one store_replica_wait_conns_async: the fewest acknowledgements so far. */
@@ -375,8 +381,9 @@ static void wait_all_one(struct wait_all *w, long long got)
     }
 }
 
-static void on_wait_all(lc_status st, const redisReply *r, void *arg)
+static void on_wait_all(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
+    (void)errstr; /* the fewest acknowledgements is the answer */
     wait_all_one(arg, store_reply_acks(st, r));
 }
 
@@ -410,5 +417,5 @@ void store_script_async(struct store *store, lc_async_client *lc, enum store_scr
     lc_status st =
         lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg);
     if (st != LC_OK)
-        cb(st, NULL, arg); /* nothing was sent: not LC_EIO, whose effect is unknown */
+        cb(st, NULL, lc_errmsg(), arg); /* nothing was sent: not LC_EIO, whose effect is unknown */
 }

@@ -99,9 +99,11 @@ struct store_item {
     long long e[STORE_ITEM_MAX];
 };
 
-/* Called once every call of a batch is answered: failed is 1 when any failed (no answer, or a
- * Redis error). items[0..n) are borrowed for the call. */
-typedef void (*store_batch_fn)(void *arg, int failed, const struct store_item *items, int n);
+/* Called once every call of a batch is answered: failed is NULL when all were answered, else
+ * the message of the first that failed (no answer, or a Redis error), borrowed for the call, as
+ * are items[0..n). */
+typedef void (*store_batch_fn)(void *arg, const char *failed, const struct store_item *items,
+                               int n);
 
 /* Runs script id n times on lc (call i: keys keys[i*nkeys..], args args[i*nargs..], copied),
  * pipelined: they leave in one write; conns (may be NULL) notes where they ran. cb is called exactly once, on the loop, normally after

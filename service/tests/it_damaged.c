@@ -470,6 +470,61 @@ static void test_damaged_pending_entry_applies_nothing(void **state)
     }
 }
 
+/* The log line of the order_unavailable answer for sku, into line ("" when none). */
+static void unavailable_line(const sf_service *s, const char *sku, char *line, size_t size)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "\"msg\":\"sku %s:", sku);
+    line[0] = '\0';
+    FILE *f = fopen(sf_log_path(s), "r");
+    SF_ASSERT(f != NULL, "%s", "cannot read the service's log");
+    char buf[4096];
+    while (fgets(buf, sizeof buf, f))
+        if (strstr(buf, "order_unavailable") && strstr(buf, needle))
+            snprintf(line, size, "%s", buf);
+    fclose(f);
+}
+
+/* Two orders failing on one worker loop, each for a reason of its own: the first's commit
+ * script fails in Redis (its orders key has the wrong type), the second's segment is damaged
+ * (the script answers so; lockcore reports no failure). Each log line carries its own reason:
+ * the message travels with the request, not in lockcore's thread-local lc_errmsg(), which
+ * still held the first order's error when the second answered (issue 18 item 7). */
+static void test_each_order_logs_its_own_error(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "1", "--admin-token", DM_TOKEN, NULL};
+    sf_service *one = sf_start(rf_url(sf_redis), args);
+    SF_ASSERT(one != NULL, "%s", "cannot start inventoryd");
+    int p = sf_port(one);
+    char a[64], b[64], line[4096];
+    tu_unique_name(a, sizeof a, "dmloga");
+    tu_unique_name(b, sizeof b, "dmlogb");
+    sf_resp r = {0};
+    sf_put_sku(p, DM_TOKEN, a, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_put_sku(p, DM_TOKEN, b, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    redis_do("SET inv:2:{%s/%d}:orders %s", a, 0, "not-a-hash");
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", b, 0, "not-a-number");
+    sf_order(NULL, p, a, 1, &r);
+    SF_ASSERT_ERROR(&r, 503, "unavailable");
+    sf_order(NULL, p, b, 1, &r);
+    SF_ASSERT_ERROR(&r, 503, "unavailable");
+    sf_resp_free(&r);
+    unavailable_line(one, b, line, sizeof line);
+    fprintf(stderr, "%s: %s", b, line);
+    SF_ASSERT(strstr(line, "damaged") != NULL && strstr(line, "WRONGTYPE") == NULL &&
+                  strstr(line, "body failed") == NULL,
+              "%s's line does not carry its own reason: %s", b, line);
+    unavailable_line(one, a, line, sizeof line);
+    fprintf(stderr, "%s: %s", a, line);
+    SF_ASSERT(strstr(line, "WRONGTYPE") != NULL, "%s's line lacks its Redis error: %s", a, line);
+    SF_ASSERT_EQ(sf_stop(one), 0);
+    redis_do("DEL inv:2:{%s/%d}:orders%s", a, 0, "");
+    redis_do("HSET inv:2:{%s/%d}:cnt s %s", b, 0, "0");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -482,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_put_over_damaged_sver),
         cmocka_unit_test(test_damaged_meta_changes_nothing),
         cmocka_unit_test(test_damaged_pending_entry_applies_nothing),
+        cmocka_unit_test(test_each_order_logs_its_own_error),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -214,6 +214,37 @@ static void test_sigstop_past_lease(void **state)
     SF_ASSERT_EQ(sf_stop(b), 0);
 }
 
+/* A critical section longer than the lease, renewal off: when the commit is due the Redlock's
+ * validity (lease - elapsed - drift) has run out, so the commit must not be sent, even though no
+ * later holder has written a larger token that the store would refuse it by (issue 18 item 7).
+ * Every attempt loses its lock the same way: 503 lock_timeout, nothing sold, the losses
+ * counted. */
+static void test_commit_after_validity(void **state)
+{
+    (void)state;
+    const char *slow[] = {"--hold-ms",    "300", "--lock-lease-ms", "100", "--lock-renewal", "0",
+                          "--lock-wait-ms", "800", NULL};
+    sf_service *a = start(slow);
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "lrvalid");
+    sf_resp r = {0};
+    sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    int st = sf_order(NULL, sf_port(a), sku, 1, &r);
+    fprintf(stderr, "order with a 300 ms hold under a 100 ms Redlock lease: %s\n",
+            sf_resp_summary(&r));
+    SF_ASSERT(st == 503, "a commit sent after the lock's validity: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT(sf_metric(sf_port(a), "inventory_locks_lost_total") >= 1, "%s",
+              "no lock counted lost");
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 0);
+    SF_ASSERT_EQ(rep.remaining, 10);
+    SF_ASSERT_EQ(sf_stop(a), 0);
+}
+
 /* kill -9 of lock nodes under a stream of orders. */
 static void test_kill_lock_nodes(void **state)
 {
@@ -263,6 +294,7 @@ int main(void)
         cmocka_unit_test_setup(test_sell_out_two_instances, setup),
         cmocka_unit_test_setup(test_sigstop_past_lease, setup),
         cmocka_unit_test_setup(test_kill_lock_nodes, setup),
+        cmocka_unit_test_setup(test_commit_after_validity, setup),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

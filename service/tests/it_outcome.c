@@ -22,6 +22,7 @@
  */
 #include "svc_test.h"
 
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -40,9 +41,9 @@
 static sf_service *svc; /* a fresh one per test, so its log holds that test's lines only */
 static int port;
 
-static int svc_setup(void **state)
+/* inventoryd on the Redis at url with this file's timings (hold, Redis timeout, lease, wait). */
+static sf_service *start_on(const char *url)
 {
-    (void)state;
     char hold[16], timeout[16], lease[16], wait[16];
     snprintf(hold, sizeof hold, "%d", OC_HOLD_MS);
     snprintf(timeout, sizeof timeout, "%d", OC_REDIS_TIMEOUT_MS);
@@ -59,7 +60,13 @@ static int svc_setup(void **state)
                           "--lock-wait-ms",
                           wait,
                           NULL};
-    svc = sf_start(rf_url(sf_redis), args);
+    return sf_start(url, args);
+}
+
+static int svc_setup(void **state)
+{
+    (void)state;
+    svc = start_on(rf_url(sf_redis));
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -447,6 +454,70 @@ static void test_redis_frozen_before_claim_plain_unavailable(void **state)
     expect_sold(sku, UNITS, 1);
 }
 
+/* ---- Redis gone before the commit was written ---- */
+
+/* Redis is killed inside the hold (its own Redis, with every write on disk) and stays down:
+ * the commit finds the connection closed and is never written, so nothing changed and the
+ * answer is a plain 503, not "outcome unknown" (issue 18 item 7). Restarted from its
+ * append-only file, Redis shows the stock untouched. */
+static void test_redis_gone_before_commit_plain_unavailable(void **state)
+{
+    (void)state;
+    enum { UNITS = 10 };
+    const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
+    rf_server *own = rf_start(aof);
+    SF_ASSERT(own != NULL, "%s", "cannot start a redis-server");
+    sf_service *s = start_on(rf_url(own));
+    SF_ASSERT(s != NULL, "%s", "cannot start inventoryd");
+    int p = sf_port(s);
+    char sku[64], body[200], lock_key[256], stock_key[256], buf[32];
+    tu_unique_name(sku, sizeof sku, "outcome-gone");
+    order_body(body, sizeof body, sku);
+    snprintf(lock_key, sizeof lock_key, "inv:2:{%s/0}:lock", sku);
+    snprintf(stock_key, sizeof stock_key, "inv:2:{%s/0}:stock", sku);
+    sf_resp r = {0};
+    sf_put_sku(p, NULL, sku, UNITS, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+
+    int killed = 0, created = 0;
+    for (int attempt = 0; attempt < OC_ATTEMPTS && !killed; attempt++) {
+        struct poster po = {.key = NULL, .body = body};
+        int saved = port;
+        port = p; /* poster_run posts to port */
+        assert_int_equal(pthread_create(&po.tid, NULL, poster_run, &po), 0);
+        int64_t deadline = tu_now_ms() + OC_LOCK_SEEN_MS;
+        while (!atomic_load(&po.done) && tu_now_ms() < deadline) {
+            if (rf_integer(own, "EXISTS %s", lock_key) == 1) {
+                /* The acquire has run and its reply has left (OC_FREEZE_AFTER_LOCK_MS): the
+                 * service sleeps in its hold, the commit comes next. */
+                tu_sleep_ms(OC_FREEZE_AFTER_LOCK_MS);
+                killed = rf_halt(own, SIGKILL) == 0;
+                break;
+            }
+            tu_sleep_us(500);
+        }
+        pthread_join(po.tid, NULL);
+        port = saved;
+        sf_resp_free(&r);
+        r = po.resp;
+        if (!killed) {
+            SF_ASSERT(r.status == 201, "Redis not killed, yet %s", sf_resp_summary(&r));
+            created++;
+        }
+    }
+    SF_ASSERT(killed, "%s", "could not kill redis-server inside the hold");
+    fprintf(stderr, "order with Redis gone before its commit: %s\n", sf_resp_summary(&r));
+    ASSERT_UNAVAILABLE(&r, 0);
+    SF_ASSERT(!sf_log_contains(s, "order_outcome_unknown"), "%s",
+              "order_outcome_unknown logged for a commit that was never sent");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(rf_restart(own), 0);
+    SF_ASSERT_EQ(rf_string(own, buf, sizeof buf, "GET %s", stock_key), 1);
+    SF_ASSERT_EQ(strtoll(buf, NULL, 10), UNITS - created);
+    SF_ASSERT_EQ(sf_stop(s), 0);
+    rf_stop(own);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -456,6 +527,7 @@ int main(void)
                                         svc_setup, svc_teardown),
         cmocka_unit_test_setup_teardown(test_redis_frozen_before_claim_plain_unavailable, svc_setup,
                                         svc_teardown),
+        cmocka_unit_test(test_redis_gone_before_commit_plain_unavailable),
     };
     return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
 }

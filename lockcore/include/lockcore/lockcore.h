@@ -14,7 +14,8 @@
  *
  * Errors: every call returns an lc_status. The message for the last non-OK status on the calling
  * thread is lc_errmsg(); the last message of a lock handle is also kept in lc_lock_errmsg().
- * The library never logs.
+ * The asynchronous face carries each message with its result instead (lockcore_async.h): a
+ * loop's thread serves many requests. The library never logs.
  *
  * Redis keys used for a lock called NAME (keep a {hash tag} in NAME under Redis Cluster so all
  * three share one slot):
@@ -46,7 +47,10 @@ typedef enum lc_status {
     LC_ETIMEOUT,  /* lock-with-deadline: the deadline passed before the lock was free */
     LC_ENOTHELD,  /* release/extend/eval by an owner that does not hold the lock */
     LC_ELOST,     /* the lock was held but has expired or was taken or deleted since */
-    LC_ESTATE     /* the call does not fit the handle's state (e.g. client being freed) */
+    LC_ESTATE,    /* the call does not fit the handle's state (e.g. client being freed) */
+    LC_EDOWN      /* async face, a command, script or fenced eval: the connection was down, the
+                     command was never written, so it did not run (LC_EIO whenever it may
+                     have been written) */
 } lc_status;
 
 /* Short constant name of a status ("LC_ETIMEOUT"); never NULL. */

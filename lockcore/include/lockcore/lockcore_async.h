@@ -23,6 +23,12 @@
  *     then freed once the loop leaves lockcore's code).
  *   - lc_async_lock_free and lc_async_client_free call the callbacks of the operations they
  *     cut short, from inside the free call, with LC_ESTATE: exactly once, as always.
+ *   - The message of a failure travels with its result, never through lc_errmsg() (one loop
+ *     serves many requests, and the thread's message is the last failure of any of them): a
+ *     reply callback gets it as errstr; a handle keeps the message of its last operation
+ *     (lc_async_lock_errmsg, lc_async_redlock_errmsg, lc_async_redlock_multi_errmsg), "" after
+ *     a success, until its next operation ends. Read it in the callback, copy what you keep.
+ *     lc_errmsg() stays meaningful only right after a call that failed to start.
  *
  * Deadlines: hiredis 0.14 has no command timeout, so every command lockcore sends carries its
  * own timer of lc_client_opts.command_timeout_ms. A command that outlives it means Redis is not
@@ -141,9 +147,11 @@ lc_status lc_async_release(lc_async_lock *lock, lc_async_done_fn cb, void *arg);
 
 /* Result of a plain command or a script: st is LC_OK (reply: Redis's answer, borrowed, never
  * an error reply), LC_EREDIS (Redis answered with an error), LC_EIO (no answer within the
- * command timeout, or the connection is down: the outcome is unknown), LC_ENOMEM, or LC_ESTATE
- * (the client was freed). */
-typedef void (*lc_async_reply_fn)(lc_status st, const redisReply *reply, void *arg);
+ * command timeout: the outcome is unknown), LC_EDOWN (never sent: the connection was down),
+ * LC_ENOMEM, or LC_ESTATE (the client was freed). errstr: the failure's message ("" with
+ * LC_OK), borrowed, valid during the callback. */
+typedef void (*lc_async_reply_fn)(lc_status st, const redisReply *reply, const char *errstr,
+                                  void *arg);
 
 /* Sends one command (argv copied; lens may be NULL for NUL-terminated strings) on the client's
  * pipelined data connection, with the command timeout as its deadline. Callback contract as
@@ -237,6 +245,9 @@ int lc_async_lock_lost(const lc_async_lock *lock);       /* 1 when renewal found
 uint64_t lc_async_lock_fence(const lc_async_lock *lock); /* 0 when not held */
 const char *lc_async_lock_name(const lc_async_lock *lock);
 const char *lc_async_lock_token(const lc_async_lock *lock);
+/* The message of the handle's last operation that failed ("" after a success), borrowed, valid
+ * until its next operation ends: read it in the operation's callback. */
+const char *lc_async_lock_errmsg(const lc_async_lock *lock);
 
 /* ---- Redlock on an event loop (see lockcore.h for the algorithm) ---------------------- */
 
@@ -280,7 +291,10 @@ typedef void (*lc_async_redlock_eval_fn)(lc_async_redlock *lock, lc_status st,
  * (an lc_async_client of the same loop, not one of the lock nodes) with this hold's fencing
  * token: the body runs only if the token is at least the highest one seen at seen_key. keys and
  * args copied. With LC_EVAL_RELEASE the Redlock is released on every node (in the background)
- * once the script has answered, whatever the answer. */
+ * once the script has answered, whatever the answer. Returns LC_ELOST, sending nothing (no
+ * callback), when the hold's validity (lc_async_redlock_validity_ms: lease - elapsed - drift)
+ * has run out or renewal found it lost: the lock is then marked lost (with LC_EVAL_RELEASE
+ * released in the background). */
 lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
                                 const lc_script *script, const char *seen_key, int flags,
                                 int nkeys, const char *const *keys, const size_t *keylens,
@@ -305,6 +319,9 @@ lc_status lc_async_redlock_multi_acquire(lc_async_redlock_multi *m, int wait_ms,
 lc_status lc_async_redlock_multi_release(lc_async_redlock_multi *m, lc_async_redlock_multi_fn cb,
                                          void *arg);
 int lc_async_redlock_multi_count(const lc_async_redlock_multi *m);
+/* The message of the last operation's first failure ("" after a success), as
+ * lc_async_lock_errmsg. */
+const char *lc_async_redlock_multi_errmsg(const lc_async_redlock_multi *m);
 lc_async_redlock *lc_async_redlock_multi_get(lc_async_redlock_multi *m, int i); /* borrowed */
 
 int lc_async_redlock_held(const lc_async_redlock *lock);
@@ -313,6 +330,8 @@ uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
 int64_t lc_async_redlock_validity_ms(const lc_async_redlock *lock);
 const char *lc_async_redlock_name(const lc_async_redlock *lock);
 const char *lc_async_redlock_token(const lc_async_redlock *lock);
+/* The message of the handle's last failed operation, as lc_async_lock_errmsg. */
+const char *lc_async_redlock_errmsg(const lc_async_redlock *lock);
 
 #ifdef __cplusplus
 }
