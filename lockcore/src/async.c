@@ -2105,7 +2105,8 @@ lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, i
         c->pin = conn;
         c->pin_gen = ref->gen;
     }
-    /* A connection gone since (or going) fails the WAIT with LC_EIO from the loop (op_send). */
+    /* A connection gone since (or going) fails the WAIT with LC_EDOWN from the loop (op_send):
+     * never sent. */
     return command_start(client, c, cb, arg);
 }
 

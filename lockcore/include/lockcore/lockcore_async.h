@@ -206,9 +206,9 @@ int lc_async_reply_conn(const lc_async_client *client, lc_async_conn_ref *out);
 
 /* Sends WAIT numreplicas timeout_ms on the connection ref names (lc_async_reply_conn), so the
  * answer counts the replicas that have every command that connection carried up to now. cb
- * gets Redis's integer reply, or LC_EIO without sending anything when that connection has been
- * closed or replaced since (its commands' fate on the replicas is unknown), or LC_EIO when it
- * fails while the WAIT is in flight. WAIT blocks the connection in Redis for up to timeout_ms:
+ * gets Redis's integer reply, or LC_EDOWN without sending anything when that connection has
+ * been closed or replaced since (its commands' fate on the replicas is unknown: the caller must
+ * not take that as "replicated"), or LC_EIO when it fails while the WAIT is in flight. WAIT blocks the connection in Redis for up to timeout_ms:
  * keep it well below the command timeout, which is this call's deadline too. LC_EINVAL when
  * ref is not one of client's connections. Callback contract as above. */
 lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, int numreplicas,
