@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config_options.h"
 #include "proxy.h"
 
 #ifndef INVENTORYD_VERSION
@@ -50,53 +51,17 @@ enum config_action {
                                  when it answers 200, else 1 (config_load returned 0) */
 };
 
+/* The fields of the settings come from the rows of config_options.h (an INT row's field is its
+ * key, an OPT row names its field), in the table's order; what each means, its bounds and its
+ * default are said there once. After them, what config_load derives. */
+#define CONFIG_FIELD_INT(key, ...) int key;
+#define CONFIG_FIELD_OPT(name, field, type, dim, ...) type field dim;
 struct config {
-    char config_path[CONFIG_PATH_MAX];  /* the config file read; "" when none */
-    int port;                           /* 1..65535, default 8080 */
-    char bind[CONFIG_BIND_MAX];         /* IPv4/IPv6 literal, default "0.0.0.0" */
-    char redis_url[CONFIG_REDIS_URL_MAX]; /* default "redis://127.0.0.1:6379" */
-    char admin_token[CONFIG_ADMIN_TOKEN_MAX + 1]; /* "" = none: admin endpoints closed
-                                                     (unless admin_allow_loopback) */
-    char admin_token_file[CONFIG_PATH_MAX]; /* where admin_token was read from; "" = not a file */
-    char redis_url_file[CONFIG_PATH_MAX];   /* where redis_url was read from; "" = not a file */
-    int admin_allow_loopback;           /* 0..1, default 0: 1 = without an admin token, admin
-                                           endpoints accept loopback clients (development) */
-    char trusted_proxies_text[CONFIG_PROXIES_MAX]; /* as given, "" = none */
-    struct proxy_list trusted_proxies;  /* parsed: peers whose X-Forwarded-For is believed */
-    int threads;                        /* 1..1024, default the number of online CPUs */
-    enum config_strategy strategy;      /* default STRATEGY_SEGMENTED */
-    char lock_redis[4096];              /* Redlock's node URLs, comma-separated; "" = none: the
-                                           segment locks live on redis_url */
-    int lock_redis_n;                   /* how many URLs lock_redis holds (0 = none) */
-    int lock_lease_ms;                  /* 1..3600000, default 10000 */
-    int lock_renewal;                   /* 0..1, default 1: the watchdog renews held leases;
-                                           0: a hold ends when its lease does (fault tests) */
-    int lock_wait_ms;                   /* 0..600000, default 2000 */
-    int hold_ms;                        /* 0..60000, default 0 */
-    int busy_hint_max_ms;               /* 0..1000, default 20; 0: no busy-elsewhere hint */
-    int order_redis_call_budget;        /* 16..100000, default 256: Redis calls per order */
-    int max_quantity;                   /* 1..1000000, default 100 */
-    enum config_log_level log_level;    /* default CONFIG_LOG_INFO */
-    int max_connections;                /* 1..1000000, default 4096 */
-    int connection_timeout_s;           /* idle HTTP connection timeout, 1..3600, default 30 */
-    int connection_memory_kib;          /* libmicrohttpd's pool per connection, 2..1024, default 4 */
-    int redis_timeout_ms;               /* connect/command timeout, 1..60000, default 1000 */
-    int redis_replica_acks;             /* 0..16, default 0: replicas that must have a commit
-                                           (WAIT after it, on the same master) before 201 */
-    int sold_out_recheck_ms;            /* 1..1000, default 500: a cached sold-out state is
-                                           re-checked (so a restock ends it) within this bound */
-    int shutdown_grace_ms;              /* 0..600000, default 5000: in-flight drain on SIGTERM */
-    int thread_per_connection;          /* 0..1, default 0: 1 = MHD thread per connection */
-    int rate_limit_rps;                 /* 0..1000000, default 0 (off): token-bucket rate per
-                                           client IP; over it, 429 rate_limited */
-    int rate_limit_burst;               /* 0..1000000, default 0: the bucket size; 0 means
-                                           rate_limit_rps */
-    int max_connections_per_ip;         /* 0..1000000, default 0 (off): concurrent connections
-                                           per client IP (more are closed at once) */
-    int redis_pipeline;                 /* 0..1, default 0: 1 = one shared auto-pipelined
-                                           Redis connection (lockcore's multiplexer) */
-    char access_log[CONFIG_PATH_MAX];   /* JSON access log: a path, "-" (stdout) or "" (none) */
-    enum config_action action;          /* set by config_load() */
+    CONFIG_OPTIONS(CONFIG_FIELD_INT, CONFIG_FIELD_INT, CONFIG_FIELD_INT, CONFIG_FIELD_OPT)
+    struct proxy_list trusted_proxies; /* trusted_proxies_text parsed: peers whose
+                                          X-Forwarded-For is believed */
+    int lock_redis_n;                  /* how many URLs lock_redis holds (0 = none) */
+    enum config_action action;         /* set by config_load() */
 };
 
 /* Description of one setting, for help and documentation checks. Every field is a static
@@ -104,13 +69,15 @@ struct config {
 struct config_key {
     const char *name;      /* config-file key, e.g. "lock_lease_ms" */
     const char *flag;      /* e.g. "--lock-lease-ms" */
+    const char *arg;       /* its value in --help and the docs, e.g. "N"; "" for a switch */
     const char *env;       /* e.g. "INVENTORY_LOCK_LEASE_MS" */
-    const char *def;       /* the default, as text */
-    const char *range;     /* the accepted values, as text */
+    const char *def;       /* the default, as text ("none": not set) */
+    const char *range;     /* the accepted values, as text ("lo..hi" for an integer) */
     const char *help;      /* one line */
 };
 
-/* Fills *out with the built-in defaults (threads = online CPUs clamped to 1..1024). */
+/* Fills *out with the built-in defaults: each row's default of config_options.h (threads:
+ * the online CPUs clamped to 1..1024). */
 void config_defaults(struct config *out);
 
 /* Loads the configuration: defaults, then the config file named by --config or
