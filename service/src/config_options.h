@@ -115,7 +115,7 @@
     INT(max_connections_per_ip, "--max-connections-per-ip",                                    \
         "INVENTORY_MAX_CONNECTIONS_PER_IP", 0, 0, 1000000,                                     \
         "most concurrent HTTP connections of one client IP; 0: no limit")                      \
-    OPT("access_log", access_log, char, [CONFIG_PATH_MAX], "--access-log", "FILE|-",           \
+    OPT("access_log", access_log, char, [CONFIG_PATH_MAX], "--access-log", "FILE",             \
         "INVENTORY_ACCESS_LOG", "none", access_log,                                            \
         "a file path (appended to) or - (stdout)",                                             \
         "HTTP access log, one JSON object per request")

@@ -685,8 +685,79 @@ static void test_describe(void **state)
     assert_string_equal(config_log_level_name((enum config_log_level)-1), "unknown");
 }
 
-/* ---- checked-in files ------------------------------------------------------------------ */
+/* ---- checked-in files: exactly the table's options, with the table's defaults -------------- */
 
+/* The row of config_options.h whose flag is flag[0..n), or -1. */
+static int row_of_flag(const char *flag, size_t n)
+{
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        if (strlen(k->flag) == n && strncmp(k->flag, flag, n) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* An INT row (its accepted values are its bounds "lo..hi", which every document must give). */
+static bool is_int_row(const struct config_key *k)
+{
+    return strcmp(k->arg, "N") == 0;
+}
+
+/* s[0..n) without leading and trailing blanks and backticks, cut before " (" (a note after
+ * the value: "0 (off)", "none (the locks live on --redis)"), into buf. */
+static const char *doc_value(const char *s, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++)
+        if (s[i] != '`')
+            buf[o++] = s[i];
+    buf[o] = '\0';
+    char *note = strstr(buf, " (");
+    if (note)
+        *note = '\0';
+    char *p = buf;
+    while (*p == ' ')
+        p++;
+    memmove(buf, p, strlen(p) + 1);
+    for (size_t l = strlen(buf); l > 0 && (buf[l - 1] == ' ' || buf[l - 1] == '.'); l--)
+        buf[l - 1] = '\0';
+    return buf;
+}
+
+/* Counts a document's entry for row i: an error when it is the second. */
+static int seen_once(int *seen, int i, const char *doc)
+{
+    if (seen[i]++ == 0)
+        return 0;
+    print_error("%s: %s is listed twice\n", doc, config_key_at((size_t)i)->flag);
+    return 1;
+}
+
+/* Every row is seen: the number of rows missing from doc (each printed). */
+static int missing_rows(const int *seen, const char *doc)
+{
+    int failures = 0;
+    for (size_t i = 0; i < config_key_count(); i++)
+        if (!seen[i]) {
+            print_error("%s lacks %s (a row of config_options.h)\n", doc, config_key_at(i)->flag);
+            failures++;
+        }
+    return failures;
+}
+
+/* want == got, else an error naming doc, the flag and what differs. */
+static int same_text(const char *doc, const char *flag, const char *what, const char *want,
+                     const char *got)
+{
+    if (strcmp(want, got) == 0)
+        return 0;
+    print_error("%s, %s: %s is \"%s\", the table says \"%s\"\n", doc, flag, what, got, want);
+    return 1;
+}
+
+/* The shipped config file loads to the defaults, holds exactly the table's keys, and each key's
+ * "_key" comment names its flag, its variable, its default and (integers) its bounds. */
 static void test_shipped_config_file(void **state)
 {
     (void)state;
@@ -704,43 +775,211 @@ static void test_shipped_config_file(void **state)
     snprintf(d.config_path, sizeof(d.config_path), "%s", path);
     assert_memory_equal(&d, &r.cfg, sizeof(d));
 
-    /* every key is present and documented by its "_key" comment */
     json_error_t je;
     json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     assert_non_null(o);
-    for (size_t i = 1; i < config_key_count(); i++) {
-        const char *name = config_key_at(i)->name;
-        char comment[80];
-        snprintf(comment, sizeof(comment), "_%s", name);
-        if (!json_object_get(o, name))
-            fail_msg("config/inventoryd.json lacks key %s", name);
-        json_t *c = json_object_get(o, comment);
-        if (!json_is_string(c) || json_string_length(c) < 20)
-            fail_msg("config/inventoryd.json lacks a %s comment", comment);
+    int failures = 0;
+    const char *name;
+    json_t *value;
+    json_object_foreach(o, name, value) {
+        bool known = name[0] == '_';
+        for (size_t i = 0; i < config_key_count() && !known; i++)
+            known = config_key_at(i)->name && strcmp(config_key_at(i)->name, name) == 0;
+        if (!known) {
+            print_error("config/inventoryd.json: key %s is no row of config_options.h\n", name);
+            failures++;
+        }
+    }
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        if (!k->name)
+            continue; /* --config */
+        char comment[80], env[80];
+        snprintf(comment, sizeof(comment), "_%s", k->name);
+        snprintf(env, sizeof(env), "env %s", k->env);
+        const char *c = json_string_value(json_object_get(o, comment));
+        bool ok = json_object_get(o, k->name) && c && strstr(c, k->flag) && strstr(c, env) &&
+                  (strcmp(k->def, "none") == 0 || strstr(c, k->def)) &&
+                  (!is_int_row(k) || strstr(c, k->range));
+        if (!ok) {
+            print_error("config/inventoryd.json: key %s with a %s comment naming %s, %s, the "
+                        "default %s%s%s\n",
+                        k->name, comment, k->flag, env, k->def, is_int_row(k) ? " and " : "",
+                        is_int_row(k) ? k->range : "");
+            failures++;
+        }
     }
     json_decref(o);
+    assert_int_equal(failures, 0);
 }
 
-static void test_docs_mention_every_key(void **state)
+/* One row of docs/configuration.md's key table: | key | `--flag ARG` | `ENV` | default |
+ * accepted | meaning |. Returns the number of disagreements with the table. */
+static int check_md_row(const char *line, int *seen)
+{
+    const char *cell[6];
+    size_t len[6];
+    const char *p = line + 1;
+    for (int c = 0; c < 6; c++) {
+        const char *bar = strchr(p, '|');
+        const char *eol = strchr(p, '\n');
+        if (!bar || (eol && bar > eol)) {
+            print_error("docs/configuration.md: a row of fewer than 6 cells: %.60s\n", line);
+            return 1;
+        }
+        cell[c] = p;
+        len[c] = (size_t)(bar - p);
+        p = bar + 1;
+    }
+    char flag[128], key[128], env[128], def[256], accepted[512], want[160];
+    doc_value(cell[1], len[1], flag, sizeof(flag));
+    int i = row_of_flag(flag, strcspn(flag, " "));
+    if (i < 0) {
+        print_error("docs/configuration.md: %s is no row of config_options.h\n", flag);
+        return 1;
+    }
+    const struct config_key *k = config_key_at((size_t)i);
+    const char *doc = "docs/configuration.md";
+    snprintf(want, sizeof(want), "%s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
+    int failures = seen_once(seen, i, doc);
+    failures += same_text(doc, k->flag, "the flag", want, flag);
+    failures += same_text(doc, k->flag, "the key", k->name ? k->name : "—",
+                          doc_value(cell[0], len[0], key, sizeof(key)));
+    failures += same_text(doc, k->flag, "the variable", k->env,
+                          doc_value(cell[2], len[2], env, sizeof(env)));
+    failures += same_text(doc, k->flag, "the default", k->def,
+                          doc_value(cell[3], len[3], def, sizeof(def)));
+    if (is_int_row(k))
+        failures += same_text(doc, k->flag, "the range", k->range,
+                              doc_value(cell[4], len[4], accepted, sizeof(accepted)));
+    return failures;
+}
+
+static void test_configuration_md_lists_the_table(void **state)
 {
     (void)state;
     char *doc = read_text("docs/configuration.md");
-    for (size_t i = 0; i < config_key_count(); i++) {
-        const struct config_key *k = config_key_at(i);
-        char needle[80];
-        snprintf(needle, sizeof(needle), "`%s", k->flag);
-        if (!strstr(doc, needle))
-            fail_msg("docs/configuration.md lacks flag %s", k->flag);
-        snprintf(needle, sizeof(needle), "`%s`", k->env);
-        if (!strstr(doc, needle))
-            fail_msg("docs/configuration.md lacks env %s", k->env);
-        if (k->name) {
-            snprintf(needle, sizeof(needle), "`%s`", k->name);
-            if (!strstr(doc, needle))
-                fail_msg("docs/configuration.md lacks key %s", k->name);
+    const char *table = strstr(doc, "\n## Keys\n");
+    assert_non_null(table);
+    const char *end = strstr(table + 1, "\n## ");
+    int seen[64] = {0}, failures = 0, rows = 0;
+    assert_true(config_key_count() <= 64);
+    for (const char *line = table + 1; line && (!end || line < end); line = strchr(line, '\n')) {
+        line += line[0] == '\n';
+        if (strncmp(line, "| ", 2) != 0 || strncmp(line, "| config-file key", 17) == 0)
+            continue;
+        failures += check_md_row(line, seen);
+        rows++;
+    }
+    failures += missing_rows(seen, "docs/configuration.md");
+    print_message("  docs/configuration.md: %d rows checked\n", rows);
+    free(doc);
+    assert_int_equal(failures, 0);
+}
+
+/* Copies man page text s[0..n) without its font escapes (\fB, \fI, \fR, \fP) and with \- as
+ * -, into buf. */
+static char *untroff(const char *s, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++) {
+        if (s[i] == '\\' && i + 2 < n && s[i + 1] == 'f') {
+            i += 2;
+        } else if (s[i] == '\\' && i + 1 < n && s[i + 1] == '-') {
+            buf[o++] = '-';
+            i++;
+        } else {
+            buf[o++] = s[i];
         }
     }
-    free(doc);
+    buf[o] = '\0';
+    return buf;
+}
+
+/* The text after label in entry, up to the next ". " or "; " or the end of its line, or "". */
+static const char *man_field(const char *entry, const char *label, char *buf, size_t cap)
+{
+    const char *p = strstr(entry, label);
+    buf[0] = '\0';
+    if (!p)
+        return buf;
+    p += strlen(label);
+    size_t n = strcspn(p, "\n");
+    static const char *const stops[] = {". ", "; "};
+    for (size_t i = 0; i < 2; i++) {
+        const char *stop = strstr(p, stops[i]);
+        if (stop && (size_t)(stop - p) < n)
+            n = (size_t)(stop - p);
+    }
+    return doc_value(p, n, buf, cap);
+}
+
+/* One .TP entry of the man page's OPTIONS (its untroffed text, the head line first). */
+static int check_man_entry(const char *entry, int *seen)
+{
+    const char *doc = "docs/inventoryd.1";
+    char head[256], want[160], buf[512];
+    snprintf(head, sizeof(head), "%.*s", (int)strcspn(entry, "\n"), entry);
+    const char *flag = strstr(head, "--");
+    if (!flag || strncmp(head, ".B", 2) != 0) {
+        print_error("%s: an entry without a flag: %s\n", doc, head);
+        return 1;
+    }
+    int i = row_of_flag(flag, strcspn(flag, " \","));
+    if (i < 0) { /* a mode (--help, ...): --help lists it */
+        char mode[80];
+        snprintf(mode, sizeof(mode), "%.*s", (int)strcspn(flag, " \","), flag);
+        if (strstr(config_usage(), mode))
+            return 0;
+        print_error("%s: %s is no row of config_options.h and no mode\n", doc, mode);
+        return 1;
+    }
+    const struct config_key *k = config_key_at((size_t)i);
+    snprintf(want, sizeof(want), ".B %s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
+    int failures = seen_once(seen, i, doc);
+    failures += same_text(doc, k->flag, "the head", want, head);
+    failures += same_text(doc, k->flag, "the default", k->def,
+                          man_field(entry, "Default: ", buf, sizeof(buf)));
+    failures += same_text(doc, k->flag, "the variable", k->env,
+                          man_field(entry, "Environment: ", buf, sizeof(buf)));
+    const char *key = strstr(entry, "; config-file key: ");
+    failures += same_text(doc, k->flag, "the key", k->name ? k->name : "(none)",
+                          key ? doc_value(key + 19, strcspn(key + 19, "\n"), buf, sizeof(buf))
+                              : "(none)");
+    if (is_int_row(k))
+        failures += same_text(doc, k->flag, "the range", k->range,
+                              man_field(entry, "Accepted: ", buf, sizeof(buf)));
+    return failures;
+}
+
+static void test_man_page_lists_the_table(void **state)
+{
+    (void)state;
+    char *raw = read_text("docs/inventoryd.1");
+    const char *from = strstr(raw, "\n.SH OPTIONS\n"), *to = strstr(raw, "\n.SH ENVIRONMENT\n");
+    assert_true(from && to && from < to);
+    size_t cap = (size_t)(to - from) + 1;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    untroff(from, (size_t)(to - from), text, cap);
+    int seen[64] = {0}, failures = 0, entries = 0;
+    char *entry = strstr(text, "\n.TP\n");
+    while (entry) {
+        entry += 5;
+        char *next = strstr(entry, "\n.TP\n");
+        if (next)
+            *next = '\0';
+        failures += check_man_entry(entry, seen);
+        entries++;
+        entry = next ? next : NULL;
+        if (next)
+            *next = '\n';
+    }
+    failures += missing_rows(seen, "docs/inventoryd.1");
+    print_message("  docs/inventoryd.1: %d entries checked\n", entries);
+    free(text);
+    free(raw);
+    assert_int_equal(failures, 0);
 }
 
 /* ---- issue #10: secret files, admin_allow_loopback, trusted_proxies, --healthcheck ------ */
@@ -944,7 +1183,8 @@ int main(void)
         cmocka_unit_test(test_cluster_settings),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_shipped_config_file),
-        cmocka_unit_test(test_docs_mention_every_key),
+        cmocka_unit_test(test_configuration_md_lists_the_table),
+        cmocka_unit_test(test_man_page_lists_the_table),
         cmocka_unit_test(test_secret_files),
         cmocka_unit_test(test_admin_allow_loopback),
         cmocka_unit_test(test_trusted_proxies),
