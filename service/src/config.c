@@ -40,8 +40,8 @@ struct keydef;
  * (<origin>)") and how config_describe shows the field (show: a new reference, NULL when out of
  * memory). */
 struct opt_kind {
-    int (*set)(struct config *cfg, const struct keydef *k, const char *s,
-               const struct origin *o, char *err, size_t errlen);
+    int (*set)(struct config *cfg, const struct keydef *k, const char *s, const struct origin *o,
+               char *err, size_t errlen);
     json_t *(*show)(const struct config *cfg, const struct keydef *k);
     bool secret;         /* a config-file value of another type than string is not quoted */
     const char *partner; /* the key that gives the same setting another way (a file names the
@@ -53,14 +53,14 @@ enum row { ROW_INT, ROW_BOOL, ROW_OPT };
 struct keydef {
     struct config_key pub;
     enum row row;
-    long long min, max;         /* ROW_INT: the bounds */
-    size_t offset, size;        /* the field in struct config */
+    long long min, max;                  /* ROW_INT: the bounds */
+    size_t offset, size;                 /* the field in struct config */
     int (*auto_default)(int lo, int hi); /* INT_AUTO: computes the default */
-    const struct opt_kind *kind; /* ROW_OPT */
+    const struct opt_kind *kind;         /* ROW_OPT */
 };
 
-#define SET_FN(name)                                                                           \
-    static int set_##name(struct config *cfg, const struct keydef *k, const char *s,          \
+#define SET_FN(name)                                                                               \
+    static int set_##name(struct config *cfg, const struct keydef *k, const char *s,               \
                           const struct origin *o, char *err, size_t errlen);
 #define SHOW_FN(name) static json_t *show_##name(const struct config *cfg, const struct keydef *k);
 SET_FN(config)
@@ -98,14 +98,19 @@ static const struct opt_kind kind_access_log = {set_access_log, show_path, false
 
 /* One keydef per row of config_options.h. */
 #define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
-#define KEY_INT(key, flag, env, def, lo, hi, help)                                             \
+#define KEY_INT(key, flag, env, def, lo, hi, help)                                                 \
     {{#key, flag, "N", env, #def, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), NULL, NULL},
-#define KEY_INT_AUTO(key, flag, env, fn, deftext, lo, hi, help)                                \
+#define KEY_INT_AUTO(key, flag, env, fn, deftext, lo, hi, help)                                    \
     {{#key, flag, "N", env, deftext, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), fn, NULL},
-#define KEY_BOOL(key, flag, env, def, help)                                                    \
-    {{#key, flag, "", env, #def, "0..1 (the bare flag means 1)", help},                        \
-     ROW_BOOL, 0, 1, FIELD(key), NULL, NULL},
-#define KEY_OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)             \
+#define KEY_BOOL(key, flag, env, def, help)                                                        \
+    {{#key, flag, "", env, #def, "0..1 (the bare flag means 1)", help},                            \
+     ROW_BOOL,                                                                                     \
+     0,                                                                                            \
+     1,                                                                                            \
+     FIELD(key),                                                                                   \
+     NULL,                                                                                         \
+     NULL},
+#define KEY_OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)                 \
     {{name, flag, arg, env, def, accepted, help}, ROW_OPT, 0, 0, FIELD(field), NULL, &kind_##kind},
 
 static const struct keydef keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_BOOL, KEY_OPT)};
@@ -113,9 +118,9 @@ static const struct keydef keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_B
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
 /* Every integer default within its own bounds, checked when compiling. */
-#define CHECK_INT(key, flag, env, def, lo, hi, help)                                           \
+#define CHECK_INT(key, flag, env, def, lo, hi, help)                                               \
     _Static_assert((lo) <= (def) && (def) <= (hi), #key ": default outside its bounds");
-#define CHECK_BOOL(key, flag, env, def, help)                                                  \
+#define CHECK_BOOL(key, flag, env, def, help)                                                      \
     _Static_assert((def) == 0 || (def) == 1, #key ": default neither 0 nor 1");
 #define CHECK_NONE(...)
 CONFIG_OPTIONS(CHECK_INT, CHECK_NONE, CHECK_BOOL, CHECK_NONE)
@@ -642,8 +647,8 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
 }
 
 /* A file path of 1..CONFIG_PATH_MAX-1 bytes; what adds to the message ("" or " or -"). */
-static int path_ok(const struct keydef *k, const char *s, const char *what,
-                   const struct origin *o, char *err, size_t errlen)
+static int path_ok(const struct keydef *k, const char *s, const char *what, const struct origin *o,
+                   char *err, size_t errlen)
 {
     if (*s && strlen(s) < CONFIG_PATH_MAX)
         return 0;
@@ -719,16 +724,16 @@ static int set_admin_token(struct config *cfg, const struct keydef *k, const cha
 
 /* Reads the secret file named by s into secret (cap bytes) for key k; its printable path goes
  * in path (CONFIG_PATH_MAX bytes). Returns 0, or -1 with err set. */
-static int secret_file(const struct keydef *k, const char *s, char *path, char *secret,
-                       size_t cap, const struct origin *o, char *err, size_t errlen)
+static int secret_file(const struct keydef *k, const char *s, char *path, char *secret, size_t cap,
+                       const struct origin *o, char *err, size_t errlen)
 {
     if (path_ok(k, s, "", o, err, errlen))
         return -1;
     printable_copy(s, path, CONFIG_PATH_MAX);
     const char *problem = read_secret(s, secret, cap);
     if (problem) {
-        seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key_name(k), path, problem,
-               o->what, o->name);
+        seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key_name(k), path, problem, o->what,
+               o->name);
         return -1;
     }
     return 0;
@@ -764,8 +769,8 @@ static int set_redis_url_file(struct config *cfg, const struct keydef *k, const 
         return -1;
     int rc = 0;
     if (!config_redis_url_valid(secret, reason, sizeof(reason))) {
-        seterr(err, errlen, "%s: %s does not hold a valid Redis URL: %s (%s %s)", key_name(k),
-               path, reason, o->what, o->name);
+        seterr(err, errlen, "%s: %s does not hold a valid Redis URL: %s (%s %s)", key_name(k), path,
+               reason, o->what, o->name);
         rc = -1;
     } else {
         /* valid, so shorter than the field */
@@ -945,8 +950,7 @@ static int partner_conflict(char **envp, const json_t *root, const char *path, c
 }
 
 /* Applies every key of the JSON object root (the config file read from path). */
-static int load_object(struct config *cfg, json_t *root, const char *path, char *err,
-                       size_t errlen)
+static int load_object(struct config *cfg, json_t *root, const char *path, char *err, size_t errlen)
 {
     if (!json_is_object(root)) {
         seterr(err, errlen, "config: %s must hold one JSON object", path);
@@ -957,7 +961,8 @@ static int load_object(struct config *cfg, json_t *root, const char *path, char 
     struct origin o = {"config file", path};
     const char *name;
     json_t *value;
-    json_object_foreach(root, name, value) {
+    json_object_foreach(root, name, value)
+    {
         if (name[0] == '_')
             continue; /* comment */
         const struct keydef *k = key_named(name);
@@ -1061,8 +1066,7 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
 /* The --config row (the table's first). */
 static const struct keydef *const config_row = &keys[0];
 
-int config_load(struct config *out, int argc, char **argv, char **envp, char *err,
-                size_t errlen)
+int config_load(struct config *out, int argc, char **argv, char **envp, char *err, size_t errlen)
 {
     if (!envp)
         envp = environ;
@@ -1137,8 +1141,9 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
     }
     if (out->strategy == STRATEGY_SINGLE_LOCK &&
         strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
-        seterr(err, errlen, "strategy: single-lock needs one Redis (its SKU lock guards keys in "
-                            "other cluster slots); use segmented or atomic with redis-cluster://");
+        seterr(err, errlen,
+               "strategy: single-lock needs one Redis (its SKU lock guards keys in "
+               "other cluster slots); use segmented or atomic with redis-cluster://");
         return -1;
     }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
@@ -1147,7 +1152,7 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
 
 /* ---- --help ---------------------------------------------------------------------------- */
 
-#define USAGE_WIDTH 79 /* columns of --help */
+#define USAGE_WIDTH 79  /* columns of --help */
 #define USAGE_INDENT 31 /* where an option's text starts */
 
 struct text {
@@ -1235,9 +1240,9 @@ const char *config_usage(void)
 static void mask_url(const char *url, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", url);
-    size_t skip = strncmp(url, "redis://", 8) == 0           ? 8
+    size_t skip = strncmp(url, "redis://", 8) == 0            ? 8
                   : strncmp(url, "redis-cluster://", 16) == 0 ? 16
-                                                             : 0;
+                                                              : 0;
     if (!skip)
         return;
     const char *p = url + skip;

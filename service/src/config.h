@@ -1,5 +1,6 @@
 /*
- * config — every inventoryd setting (SPEC §4 plus the service keys below), loaded in layers:
+ * config — every inventoryd setting (SPEC §4 plus the service keys; the rows of
+ * config_options.h), loaded in layers:
  *
  *     built-in default  <  JSON config file  <  INVENTORY_* environment  <  --flags
  *
@@ -30,7 +31,7 @@
 #define CONFIG_BIND_MAX 64
 #define CONFIG_REDIS_URL_MAX 1024
 #define CONFIG_ADMIN_TOKEN_MAX 256
-#define CONFIG_PROXIES_MAX 1024 /* text of trusted_proxies */
+#define CONFIG_PROXIES_MAX 1024  /* text of trusted_proxies */
 #define CONFIG_LOCK_NODES_MAX 15 /* Redlock nodes of lock_redis */
 
 enum config_strategy {
@@ -44,9 +45,9 @@ enum config_log_level { CONFIG_LOG_DEBUG, CONFIG_LOG_INFO, CONFIG_LOG_WARN, CONF
 
 /* What config_load() asks the caller to do when it returns 1. */
 enum config_action {
-    CONFIG_ACTION_RUN = 0,  /* start the service (config_load returned 0) */
-    CONFIG_ACTION_HELP,     /* print config_usage() on stdout, exit 0 */
-    CONFIG_ACTION_VERSION,  /* print config_version() on stdout, exit 0 */
+    CONFIG_ACTION_RUN = 0,    /* start the service (config_load returned 0) */
+    CONFIG_ACTION_HELP,       /* print config_usage() on stdout, exit 0 */
+    CONFIG_ACTION_VERSION,    /* print config_version() on stdout, exit 0 */
     CONFIG_ACTION_HEALTHCHECK /* --healthcheck: GET /healthz of the configured server, exit 0
                                  when it answers 200, else 1 (config_load returned 0) */
 };
@@ -67,13 +68,13 @@ struct config {
 /* Description of one setting, for help and documentation checks. Every field is a static
  * string; name is NULL for --config (it has no config-file key). */
 struct config_key {
-    const char *name;      /* config-file key, e.g. "lock_lease_ms" */
-    const char *flag;      /* e.g. "--lock-lease-ms" */
-    const char *arg;       /* its value in --help and the docs, e.g. "N"; "" for a switch */
-    const char *env;       /* e.g. "INVENTORY_LOCK_LEASE_MS" */
-    const char *def;       /* the default, as text ("none": not set) */
-    const char *range;     /* the accepted values, as text ("lo..hi" for an integer) */
-    const char *help;      /* one line */
+    const char *name;  /* config-file key, e.g. "lock_lease_ms" */
+    const char *flag;  /* e.g. "--lock-lease-ms" */
+    const char *arg;   /* its value in --help and the docs, e.g. "N"; "" for a switch */
+    const char *env;   /* e.g. "INVENTORY_LOCK_LEASE_MS" */
+    const char *def;   /* the default, as text ("none": not set) */
+    const char *range; /* the accepted values, as text ("lo..hi" for an integer) */
+    const char *help;  /* one line */
 };
 
 /* Fills *out with the built-in defaults: each row's default of config_options.h (threads:
@@ -94,8 +95,7 @@ void config_defaults(struct config *out);
  *      "<key>: <what is wrong> (<where it came from>)"; the caller prints it and exits 2.
  *      *out is unspecified.
  * err may be NULL when errlen is 0. argv strings are only read. */
-int config_load(struct config *out, int argc, char **argv, char **envp, char *err,
-                size_t errlen);
+int config_load(struct config *out, int argc, char **argv, char **envp, char *err, size_t errlen);
 
 /* The --help text (static, ends with a newline). */
 const char *config_usage(void);
@@ -110,12 +110,12 @@ const char *config_version(void);
  * a truncated object); -1 when out of memory. */
 int config_describe(const struct config *cfg, char *buf, size_t len);
 
-/* Names of enum values as used on the command line: "segmented", "single-lock", "atomic";
- * "debug", "info", "warn", "error". Static strings; "unknown" for values outside the enum. */
 /* Copies the i-th (0-based) URL of cfg->lock_redis into buf: 0, or -1 when there is no such URL
  * or it does not fit. */
 int config_lock_redis_url(const struct config *cfg, int i, char *buf, size_t len);
 
+/* Names of enum values as used on the command line: "segmented", "single-lock", "atomic";
+ * "debug", "info", "warn", "error". Static strings; "unknown" for values outside the enum. */
 const char *config_strategy_name(enum config_strategy s);
 const char *config_log_level_name(enum config_log_level l);
 
@@ -125,8 +125,9 @@ const char *config_log_level_name(enum config_log_level l);
  * why is non-NULL, a short reason in why (never quoting the URL, which may hold a password). */
 bool config_redis_url_valid(const char *url, char *why, size_t whylen);
 
-/* The table of settings: config_key_count() entries, config_key_at(i) for i below that
- * (NULL past the end). The first entry is --config. Static data. */
+/* The table of settings, the rows of config_options.h in order: config_key_count() entries,
+ * config_key_at(i) for i below that (NULL past the end). The first entry is --config. Static
+ * data. */
 size_t config_key_count(void);
 const struct config_key *config_key_at(size_t i);
 

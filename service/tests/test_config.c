@@ -200,8 +200,8 @@ static void test_every_key_every_layer(void **state)
     run_load(&r,
              ARGS("--port", "9000", "--bind=::1", "--redis", "redis://:pw@redis.local:6380/2",
                   "--admin-token=s3cr3t", "--threads", "7", "--strategy=single-lock",
-                  "--lock-lease-ms", "1", "--lock-renewal=0", "--lock-wait-ms=0", "--hold-ms", "60000",
-                  "--max-quantity=1000000", "--log-level", "debug"),
+                  "--lock-lease-ms", "1", "--lock-renewal=0", "--lock-wait-ms=0", "--hold-ms",
+                  "60000", "--max-quantity=1000000", "--log-level", "debug"),
              NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.port, 9000);
@@ -219,8 +219,8 @@ static void test_every_key_every_layer(void **state)
 
     run_load(&r,
              ARGS("--max-connections=1", "--connection-timeout-s", "3600", "--redis-timeout-ms",
-                  "60000", "--sold-out-recheck-ms=1000", "--shutdown-grace-ms", "0",
-                  "--strategy", "atomic", "--log-level=error"),
+                  "60000", "--sold-out-recheck-ms=1000", "--shutdown-grace-ms", "0", "--strategy",
+                  "atomic", "--log-level=error"),
              NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.max_connections, 1);
@@ -369,8 +369,11 @@ struct bad {
 };
 
 static const struct bad bad_cases[] = {
-    {{"--port", "abc"}, {0}, NULL,
-     "port: must be an integer between 1 and 65535, got \"abc\" (flag --port)", NULL},
+    {{"--port", "abc"},
+     {0},
+     NULL,
+     "port: must be an integer between 1 and 65535, got \"abc\" (flag --port)",
+     NULL},
     {{"--port=0"}, {0}, NULL, "port: must be an integer between 1 and 65535, got \"0\"", NULL},
     {{"--port", "65536"}, {0}, NULL, "port: ", "got \"65536\""},
     {{"--port", "-1"}, {0}, NULL, "port: ", NULL},
@@ -383,13 +386,18 @@ static const struct bad bad_cases[] = {
     {{"--port", "99999999999999999999999"}, {0}, NULL, "port: ", NULL},
     {{"--threads", "0"}, {0}, NULL, "threads: must be an integer between 1 and 1024", NULL},
     {{"--threads", "1025"}, {0}, NULL, "threads: ", NULL},
-    {{"--lock-lease-ms", "abc"}, {0}, NULL,
+    {{"--lock-lease-ms", "abc"},
+     {0},
+     NULL,
      "lock_lease_ms: must be an integer between 1 and 3600000, got \"abc\" (flag --lock-lease-ms)",
      NULL},
     {{"--lock-lease-ms", "0"}, {0}, NULL, "lock_lease_ms: ", NULL},
     {{"--lock-lease-ms", "3600001"}, {0}, NULL, "lock_lease_ms: ", NULL},
-    {{"--lock-renewal", "2"}, {0}, NULL,
-     "lock_renewal: must be an integer between 0 and 1, got \"2\" (flag --lock-renewal)", NULL},
+    {{"--lock-renewal", "2"},
+     {0},
+     NULL,
+     "lock_renewal: must be an integer between 0 and 1, got \"2\" (flag --lock-renewal)",
+     NULL},
     {{"--lock-renewal", "yes"}, {0}, NULL, "lock_renewal: ", NULL},
     {{"--lock-wait-ms", "-1"}, {0}, NULL, "lock_wait_ms: ", NULL},
     {{"--lock-wait-ms", "600001"}, {0}, NULL, "lock_wait_ms: ", NULL},
@@ -400,12 +408,18 @@ static const struct bad bad_cases[] = {
     {{"--connection-timeout-s", "0"}, {0}, NULL, "connection_timeout_s: ", NULL},
     {{"--connection-timeout-s", "3601"}, {0}, NULL, "connection_timeout_s: ", NULL},
     {{"--redis-timeout-ms", "0"}, {0}, NULL, "redis_timeout_ms: ", NULL},
-    {{"--sold-out-recheck-ms", "0"}, {0}, NULL,
-     "sold_out_recheck_ms: must be an integer between 1 and 1000", NULL},
+    {{"--sold-out-recheck-ms", "0"},
+     {0},
+     NULL,
+     "sold_out_recheck_ms: must be an integer between 1 and 1000",
+     NULL},
     {{"--sold-out-recheck-ms", "1001"}, {0}, NULL, "sold_out_recheck_ms: ", NULL},
     {{"--shutdown-grace-ms", "-5"}, {0}, NULL, "shutdown_grace_ms: ", NULL},
-    {{"--bind", "localhost"}, {0}, NULL,
-     "bind: must be an IPv4 or IPv6 address literal, got \"localhost\" (flag --bind)", NULL},
+    {{"--bind", "localhost"},
+     {0},
+     NULL,
+     "bind: must be an IPv4 or IPv6 address literal, got \"localhost\" (flag --bind)",
+     NULL},
     {{"--bind", "1.2.3"}, {0}, NULL, "bind: ", NULL},
     {{"--bind", "::g"}, {0}, NULL, "bind: ", NULL},
     {{"--bind", "10.0.0.1:80"}, {0}, NULL, "bind: ", NULL},
@@ -429,11 +443,17 @@ static const struct bad bad_cases[] = {
     {{"--admin-token", "a b"}, {0}, NULL, "admin_token: ", "(flag --admin-token)"},
     {{"--admin-token", "tok\x01"}, {0}, NULL, "admin_token: ", NULL},
     {{"--admin-token", "caf\xc3\xa9"}, {0}, NULL, "admin_token: ", NULL},
-    {{"--strategy", "Segmented"}, {0}, NULL,
-     "strategy: must be one of segmented, single-lock, atomic, got \"Segmented\"", NULL},
+    {{"--strategy", "Segmented"},
+     {0},
+     NULL,
+     "strategy: must be one of segmented, single-lock, atomic, got \"Segmented\"",
+     NULL},
     {{"--strategy", "single_lock"}, {0}, NULL, "strategy: ", NULL},
-    {{"--log-level", "verbose"}, {0}, NULL,
-     "log_level: must be one of debug, info, warn, error, got \"verbose\"", NULL},
+    {{"--log-level", "verbose"},
+     {0},
+     NULL,
+     "log_level: must be one of debug, info, warn, error, got \"verbose\"",
+     NULL},
     {{"--prot", "80"}, {0}, NULL, "\"--prot\": unknown option, did you mean --port?", NULL},
     {{"--frobnicate"}, {0}, NULL, "\"--frobnicate\": unknown option (see --help)", NULL},
     {{"-p", "80"}, {0}, NULL, "\"-p\": unexpected argument", NULL},
@@ -441,28 +461,41 @@ static const struct bad bad_cases[] = {
     {{"--"}, {0}, NULL, "\"--\": unexpected argument", NULL},
     {{"--port"}, {0}, NULL, "--port: missing value", NULL},
     {{"--config="}, {0}, NULL, "config: must be a file path", NULL},
-    {{0}, {"INVENTORY_PORT=abc"}, NULL,
+    {{0},
+     {"INVENTORY_PORT=abc"},
+     NULL,
      "port: must be an integer between 1 and 65535, got \"abc\" (environment INVENTORY_PORT)",
      NULL},
     {{0}, {"INVENTORY_STRATEGY=fast"}, NULL, "strategy: ", "(environment INVENTORY_STRATEGY)"},
-    {{0}, {"INVENTORY_REDIS_URL=redis://h:x"}, NULL, "redis: ",
+    {{0},
+     {"INVENTORY_REDIS_URL=redis://h:x"},
+     NULL,
+     "redis: ",
      "(environment INVENTORY_REDIS_URL)"},
     {{0}, {"INVENTORY_SOLD_OUT_RECHECK_MS=2000"}, NULL, "sold_out_recheck_ms: ", NULL},
-    {{0}, {0}, "{\"lock_lease\": 5}", "\"lock_lease\": unknown key, did you mean \"lock_lease_ms\"?",
+    {{0},
+     {0},
+     "{\"lock_lease\": 5}",
+     "\"lock_lease\": unknown key, did you mean \"lock_lease_ms\"?",
      "(config file /"},
     {{0}, {0}, "{\"colour\": \"blue\"}", "\"colour\": unknown key (config file", NULL},
     {{0}, {0}, "{\"config\": \"/x\"}", "\"config\": unknown key", NULL},
-    {{0}, {0}, "{\"port\": \"8080\"}", "port: must be an integer between 1 and 65535, got \"8080\"",
+    {{0},
+     {0},
+     "{\"port\": \"8080\"}",
+     "port: must be an integer between 1 and 65535, got \"8080\"",
      "(config file /"},
     {{0}, {0}, "{\"port\": 8080.0}", "port: ", "got 8080.0"},
     {{0}, {0}, "{\"port\": true}", "port: ", "got true"},
     {{0}, {0}, "{\"port\": [8080]}", "port: ", NULL},
     {{0}, {0}, "{\"port\": 99999999999999999999}", "config: invalid JSON in /", "line 1"},
     {{0}, {0}, "{\"bind\": 1}", "bind: must be a string, got 1", NULL},
-    {{0}, {0}, "{\"admin_token\": 12345}", "admin_token: must be a string, got another type",
-     NULL},
-    {{0}, {0}, "{\"strategy\": \"atomic\", \"strategy\": \"segmented\"}",
-     "config: invalid JSON in /", "duplicate"},
+    {{0}, {0}, "{\"admin_token\": 12345}", "admin_token: must be a string, got another type", NULL},
+    {{0},
+     {0},
+     "{\"strategy\": \"atomic\", \"strategy\": \"segmented\"}",
+     "config: invalid JSON in /",
+     "duplicate"},
     {{0}, {0}, "[1, 2]", "config: ", "must hold one JSON object"},
     {{0}, {0}, "{\"port\": 80", "config: invalid JSON in /", NULL},
     {{0}, {0}, "", "config: invalid JSON in /", NULL},
@@ -485,10 +518,11 @@ static void test_invalid_table(void **state)
                   (!c->contains || strstr(r.err, c->contains));
         if (!ok) {
             print_error("case %zu (%s%s): rc %d, message \"%s\"; wanted prefix \"%s\"%s%s\n", i,
-                        c->args[0] ? c->args[0] : c->env[0] ? c->env[0] : "file",
-                        c->args[1] ? " ..." : "", r.rc, r.rc == -1 ? r.err : "",
-                        c->prefix, c->contains ? " containing " : "",
-                        c->contains ? c->contains : "");
+                        c->args[0]  ? c->args[0]
+                        : c->env[0] ? c->env[0]
+                                    : "file",
+                        c->args[1] ? " ..." : "", r.rc, r.rc == -1 ? r.err : "", c->prefix,
+                        c->contains ? " containing " : "", c->contains ? c->contains : "");
             failures++;
         }
     }
@@ -518,10 +552,10 @@ static void test_file_syntax_errors_quote_nothing(void **state)
 {
     (void)state;
     static const char *const files[] = {
-        "{\"admin_token\": \"Sup3r-Secret\nValue\"}",    /* raw newline in the string */
-        "{\"admin_token\": \"Sup3r-Secret-Value",          /* truncated */
+        "{\"admin_token\": \"Sup3r-Secret\nValue\"}",             /* raw newline in the string */
+        "{\"admin_token\": \"Sup3r-Secret-Value",                 /* truncated */
         "{\"redis\": \"redis://:Sup3r-Secret@h:1\" \"port\": 1}", /* missing comma */
-        "{\"admin_token\": Sup3r-Secret}",                /* not a string */
+        "{\"admin_token\": Sup3r-Secret}",                        /* not a string */
     };
     struct run r;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -578,10 +612,22 @@ static void test_redis_urls(void **state)
         "redis-cluster://u:p%40w@h1/",
     };
     static const char *const bad[] = {
-        "redis://h:65536", "redis://h/100001", "redis://[::1]x", "redis://:pw@", "redis://u:%4@h",
-        "REDIS://h",       "redis:/h",         "unix://",        "redis://h\x7f", "tcp://h:1",
-        "redis-cluster://", "redis-cluster://h:1,", "redis-cluster://h:1,,h:2",
-        "redis-cluster://h:1/1", "redis-cluster://h:0", "redis-cluster://h:1,[::1",
+        "redis://h:65536",
+        "redis://h/100001",
+        "redis://[::1]x",
+        "redis://:pw@",
+        "redis://u:%4@h",
+        "REDIS://h",
+        "redis:/h",
+        "unix://",
+        "redis://h\x7f",
+        "tcp://h:1",
+        "redis-cluster://",
+        "redis-cluster://h:1,",
+        "redis-cluster://h:1,,h:2",
+        "redis-cluster://h:1/1",
+        "redis-cluster://h:0",
+        "redis-cluster://h:1,[::1",
         "redis-cluster://a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1,q:1",
     };
     char why[128];
@@ -607,9 +653,10 @@ static void test_cluster_settings(void **state)
 {
     (void)state;
     struct run r;
-    run_load(&r, ARGS("--redis", "redis-cluster://:hunter2@h1:7000,h2:7001", "--redis-replica-acks",
-                      "1"),
-             NONE, NULL);
+    run_load(
+        &r,
+        ARGS("--redis", "redis-cluster://:hunter2@h1:7000,h2:7001", "--redis-replica-acks", "1"),
+        NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.redis_replica_acks, 1);
     char buf[2048];
@@ -682,7 +729,7 @@ static void test_describe(void **state)
     assert_string_equal(config_strategy_name(STRATEGY_SINGLE_LOCK), "single-lock");
     assert_string_equal(config_strategy_name((enum config_strategy)9), "unknown");
     assert_string_equal(config_log_level_name(CONFIG_LOG_WARN), "warn");
-    assert_string_equal(config_log_level_name((enum config_log_level)-1), "unknown");
+    assert_string_equal(config_log_level_name((enum config_log_level) - 1), "unknown");
 }
 
 /* ---- checked-in files: exactly the table's options, with the table's defaults -------------- */
@@ -781,7 +828,8 @@ static void test_shipped_config_file(void **state)
     int failures = 0;
     const char *name;
     json_t *value;
-    json_object_foreach(o, name, value) {
+    json_object_foreach(o, name, value)
+    {
         bool known = name[0] == '_';
         for (size_t i = 0; i < config_key_count() && !known; i++)
             known = config_key_at(i)->name && strcmp(config_key_at(i)->name, name) == 0;
@@ -943,9 +991,9 @@ static int check_man_entry(const char *entry, int *seen)
     failures += same_text(doc, k->flag, "the variable", k->env,
                           man_field(entry, "Environment: ", buf, sizeof(buf)));
     const char *key = strstr(entry, "; config-file key: ");
-    failures += same_text(doc, k->flag, "the key", k->name ? k->name : "(none)",
-                          key ? doc_value(key + 19, strcspn(key + 19, "\n"), buf, sizeof(buf))
-                              : "(none)");
+    failures +=
+        same_text(doc, k->flag, "the key", k->name ? k->name : "(none)",
+                  key ? doc_value(key + 19, strcspn(key + 19, "\n"), buf, sizeof(buf)) : "(none)");
     if (is_int_row(k))
         failures += same_text(doc, k->flag, "the range", k->range,
                               man_field(entry, "Accepted: ", buf, sizeof(buf)));
@@ -1090,8 +1138,7 @@ static void test_trusted_proxies(void **state)
 {
     (void)state;
     struct run r;
-    run_load(&r, ARGS("--trusted-proxies", "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128"), NONE,
-             NULL);
+    run_load(&r, ARGS("--trusted-proxies", "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128"), NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.trusted_proxies.n, 4);
     assert_string_equal(r.cfg.trusted_proxies_text, "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128");
@@ -1141,12 +1188,17 @@ static void test_lock_redis(void **state)
     run_load(&r, NONE, NONE, "{\"lock_redis\": \"redis://x:1,redis://y:2\"}");
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.lock_redis_n, 2);
-    static const char *const bad[] = {"", "redis://a:1,", ",redis://a:1", "redis://a:1,,redis://b:2",
-                                      "http://a:1", "redis://:s3cret@a:99999",
-                                      "redis://1:1,redis://2:1,redis://3:1,redis://4:1,redis://5:1,"
-                                      "redis://6:1,redis://7:1,redis://8:1,redis://9:1,redis://10:1,"
-                                      "redis://11:1,redis://12:1,redis://13:1,redis://14:1,"
-                                      "redis://15:1,redis://16:1"};
+    static const char *const bad[] = {
+        "",
+        "redis://a:1,",
+        ",redis://a:1",
+        "redis://a:1,,redis://b:2",
+        "http://a:1",
+        "redis://:s3cret@a:99999",
+        "redis://1:1,redis://2:1,redis://3:1,redis://4:1,redis://5:1,"
+        "redis://6:1,redis://7:1,redis://8:1,redis://9:1,redis://10:1,"
+        "redis://11:1,redis://12:1,redis://13:1,redis://14:1,"
+        "redis://15:1,redis://16:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_load(&r, ARGS("--lock-redis", bad[i]), NONE, NULL);
         if (r.rc != -1 || strncmp(r.err, "lock_redis: ", 12) != 0 || strstr(r.err, "s3cret"))
