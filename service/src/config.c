@@ -2,10 +2,13 @@
  * config — loading and validating inventoryd's settings from defaults, a JSON file, the
  * environment and the command line (see config.h for the rules).
  *
- * One table (keys[] below) describes every setting: its config-file key, flag, environment
- * variable, default, range and how to parse it. The loader walks the layers in precedence order
- * and applies each value through the same table entry, so a setting is validated identically
- * wherever it comes from, and the error names the key and the layer that supplied it.
+ * The settings are the rows of config_options.h; keys[] below is built from them, and so are
+ * the defaults (config_defaults parses each row's default text as a flag's value), --help
+ * (config_usage), the key table (config_key_at) and config_describe. The loader walks the
+ * layers in precedence order and applies each value through its row, so a setting is
+ * validated identically wherever it comes from, and the error names the key and the layer that
+ * supplied it. Integer and 0/1 rows are handled here generically; an OPT row names its kind,
+ * kind_<name> below: the parser that sets its field and the function that shows it.
  */
 #include "config.h"
 
@@ -24,201 +27,115 @@
 
 extern char **environ;
 
-enum kind {
-    K_CONFIG,
-    K_INT,
-    K_BIND,
-    K_REDIS,
-    K_TOKEN,
-    K_STRATEGY,
-    K_LOG_LEVEL,
-    K_TOKEN_FILE, /* a file holding the admin token */
-    K_REDIS_FILE, /* a file holding the Redis URL */
-    K_BOOL,       /* 0/1; as a flag, bare "--name" means 1 */
-    K_CIDRS,      /* trusted_proxies */
-    K_ACCESS_LOG, /* a file path or "-" */
-    K_LOCK_REDIS  /* Redis URLs separated by commas: Redlock's nodes */
+/* Where a value came from, for messages: "flag --port", "environment INVENTORY_PORT",
+ * "config file /etc/inventoryd.json". */
+struct origin {
+    const char *what;
+    const char *name;
 };
+
+struct keydef;
+
+/* How an OPT row's text becomes its field (set: 0, or -1 with err = "<key>: <problem>
+ * (<origin>)") and how config_describe shows the field (show: a new reference, NULL when out of
+ * memory). */
+struct opt_kind {
+    int (*set)(struct config *cfg, const struct keydef *k, const char *s, const struct origin *o,
+               char *err, size_t errlen);
+    json_t *(*show)(const struct config *cfg, const struct keydef *k);
+    bool secret;         /* a config-file value of another type than string is not quoted */
+    const char *partner; /* the key that gives the same setting another way (a file names the
+                            value's key): both in one layer is an error */
+};
+
+enum row { ROW_INT, ROW_BOOL, ROW_OPT };
 
 struct keydef {
     struct config_key pub;
-    enum kind kind;
-    long long min, max; /* K_INT */
-    size_t offset;      /* K_INT: offset of the int field in struct config */
+    enum row row;
+    long long min, max;                  /* ROW_INT: the bounds */
+    size_t offset, size;                 /* the field in struct config */
+    int (*auto_default)(int lo, int hi); /* INT_AUTO: computes the default */
+    const struct opt_kind *kind;         /* ROW_OPT */
 };
 
-#define INT_KEY(field, flag, env, def, lo, hi, help)                                       \
-    {{#field, flag, env, #def, #lo ".." #hi, help}, K_INT, lo, hi, offsetof(struct config, field)}
+#define SET_FN(name)                                                                               \
+    static int set_##name(struct config *cfg, const struct keydef *k, const char *s,               \
+                          const struct origin *o, char *err, size_t errlen);
+#define SHOW_FN(name) static json_t *show_##name(const struct config *cfg, const struct keydef *k);
+SET_FN(config)
+SET_FN(bind)
+SET_FN(redis)
+SET_FN(redis_url_file)
+SET_FN(admin_token)
+SET_FN(admin_token_file)
+SET_FN(trusted_proxies)
+SET_FN(strategy)
+SET_FN(lock_redis)
+SET_FN(log_level)
+SET_FN(access_log)
+SHOW_FN(text)
+SHOW_FN(path)
+SHOW_FN(redis)
+SHOW_FN(admin_token)
+SHOW_FN(strategy)
+SHOW_FN(lock_redis)
+SHOW_FN(log_level)
+static int config_online_cpus(int lo, int hi);
 
-static const struct keydef keys[] = {
-    {{NULL, "--config", "INVENTORY_CONFIG", "none", "path of a JSON file",
-      "JSON config file; keys are the snake_case of the flags"},
-     K_CONFIG, 0, 0, 0},
-    INT_KEY(port, "--port", "INVENTORY_PORT", 8080, 1, 65535, "HTTP port"),
-    {{"bind", "--bind", "INVENTORY_BIND", "0.0.0.0", "IPv4 or IPv6 address literal",
-      "listen address"},
-     K_BIND, 0, 0, 0},
-    {{"redis", "--redis", "INVENTORY_REDIS_URL", "redis://127.0.0.1:6379",
-      "redis://[[user]:password@]host[:port][/db], unix:///path[?db=N] or "
-      "redis-cluster://[[user]:password@]host[:port][,host[:port]...]",
-      "Redis server URL (a cluster: its seed nodes)"},
-     K_REDIS, 0, 0, 0},
-    {{"redis_url_file", "--redis-url-file", "INVENTORY_REDIS_URL_FILE", "none",
-      "path of a file holding the Redis URL", "read the Redis URL (and its password) from a file"},
-     K_REDIS_FILE, 0, 0, 0},
-    {{"admin_token", "--admin-token", "INVENTORY_ADMIN_TOKEN", "none",
-      "1..256 visible ASCII characters (0x21..0x7e)",
-      "bearer token for admin endpoints; none: admin endpoints closed"},
-     K_TOKEN, 0, 0, 0},
-    {{"admin_token_file", "--admin-token-file", "INVENTORY_ADMIN_TOKEN_FILE", "none",
-      "path of a file holding the token", "read the admin token from a file"},
-     K_TOKEN_FILE, 0, 0, 0},
-    {{"admin_allow_loopback", "--admin-allow-loopback", "INVENTORY_ADMIN_ALLOW_LOOPBACK", "0",
-      "0..1 (the bare flag means 1)",
-      "development only: without an admin token, admin endpoints accept loopback clients"},
-     K_BOOL, 0, 1, offsetof(struct config, admin_allow_loopback)},
-    {{"trusted_proxies", "--trusted-proxies", "INVENTORY_TRUSTED_PROXIES", "none",
-      "IPv4/IPv6 CIDRs separated by commas or spaces",
-      "proxies whose X-Forwarded-For / X-Real-IP name the client"},
-     K_CIDRS, 0, 0, 0},
-    {{"threads", "--threads", "INVENTORY_THREADS", "number of CPUs", "1..1024",
-      "HTTP worker threads"},
-     K_INT, 1, 1024, offsetof(struct config, threads)},
-    {{"strategy", "--strategy", "INVENTORY_STRATEGY", "segmented",
-      "segmented, single-lock, atomic", "stock locking strategy"},
-     K_STRATEGY, 0, 0, 0},
-    {{"lock_redis", "--lock-redis", "INVENTORY_LOCK_REDIS", "none",
-      "1..15 redis:// URLs separated by commas, independent masters (3 or 5 typically)",
-      "guard segment locks with Redlock on these nodes; stock stays on --redis, fenced"},
-     K_LOCK_REDIS, 0, 0, 0},
-    INT_KEY(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,
-            "segment lock lease, renewed by the watchdog while held"),
-    INT_KEY(lock_renewal, "--lock-renewal", "INVENTORY_LOCK_RENEWAL", 1, 0, 1,
-            "1: the watchdog renews a held lock's lease; 0: a hold longer than the lease is lost"),
-    INT_KEY(lock_wait_ms, "--lock-wait-ms", "INVENTORY_LOCK_WAIT_MS", 2000, 0, 600000,
-            "longest an order waits for a segment lock before 503 lock_timeout"),
-    INT_KEY(hold_ms, "--hold-ms", "INVENTORY_HOLD_MS", 0, 0, 60000,
-            "simulated business work inside the critical section (benchmarks)"),
-    INT_KEY(busy_hint_max_ms, "--busy-hint-max-ms", "INVENTORY_BUSY_HINT_MAX_MS", 20, 0, 1000,
-            "longest a worker loop walks past a segment it found locked by another instance; "
-            "0: no hint"),
-    INT_KEY(order_redis_call_budget, "--order-redis-call-budget",
-            "INVENTORY_ORDER_REDIS_CALL_BUDGET", 256, 16, 100000,
-            "most Redis calls one order may make; past it the order answers 503 unavailable"),
-    INT_KEY(max_quantity, "--max-quantity", "INVENTORY_MAX_QUANTITY", 100, 1, 1000000,
-            "largest quantity one order may ask for"),
-    {{"log_level", "--log-level", "INVENTORY_LOG_LEVEL", "info", "debug, info, warn, error",
-      "least severe level logged"},
-     K_LOG_LEVEL, 0, 0, 0},
-    INT_KEY(max_connections, "--max-connections", "INVENTORY_MAX_CONNECTIONS", 4096, 1, 1000000,
-            "most concurrent HTTP connections; more are refused"),
-    INT_KEY(connection_timeout_s, "--connection-timeout-s", "INVENTORY_CONNECTION_TIMEOUT_S", 30,
-            1, 3600, "idle HTTP connections are closed after this many seconds"),
-    INT_KEY(connection_memory_kib, "--connection-memory-kib", "INVENTORY_CONNECTION_MEMORY_KIB",
-            24, 2, 1024,
-            "memory per HTTP connection for its request head and the answer's headers; "
-            "heads over 8 KiB or that do not fit get 431"),
-    INT_KEY(redis_timeout_ms, "--redis-timeout-ms", "INVENTORY_REDIS_TIMEOUT_MS", 1000, 1, 60000,
-            "Redis connect and command timeout"),
-    INT_KEY(redis_replica_acks, "--redis-replica-acks", "INVENTORY_REDIS_REPLICA_ACKS", 0, 0, 16,
-            "replicas that must have a commit (WAIT) before 201; on a WAIT timeout 503 with "
-            "outcome unknown"),
-    INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
-            1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
-    INT_KEY(thread_per_connection, "--thread-per-connection", "INVENTORY_THREAD_PER_CONNECTION",
-            0, 0, 1, "1: one HTTP thread per connection instead of the --threads pool"),
-    INT_KEY(redis_pipeline, "--redis-pipeline", "INVENTORY_REDIS_PIPELINE", 0, 0, 1,
-            "1: all worker threads share one auto-pipelined Redis connection"),
-    INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
-            600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish"),
-    INT_KEY(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,
-            "requests per second per client IP before 429 rate_limited; 0: no limit"),
-    INT_KEY(rate_limit_burst, "--rate-limit-burst", "INVENTORY_RATE_LIMIT_BURST", 0, 0, 1000000,
-            "requests a client IP may send at once above the rate; 0: rate_limit_rps"),
-    INT_KEY(max_connections_per_ip, "--max-connections-per-ip",
-            "INVENTORY_MAX_CONNECTIONS_PER_IP", 0, 0, 1000000,
-            "most concurrent HTTP connections of one client IP; 0: no limit"),
-    {{"access_log", "--access-log", "INVENTORY_ACCESS_LOG", "none",
-      "a file path (appended to) or - (stdout)",
-      "HTTP access log, one JSON object per request"},
-     K_ACCESS_LOG, 0, 0, 0},
-};
+static const struct opt_kind kind_config = {set_config, show_path, false, NULL};
+static const struct opt_kind kind_bind = {set_bind, show_text, false, NULL};
+static const struct opt_kind kind_redis = {set_redis, show_redis, false, NULL};
+static const struct opt_kind kind_redis_url_file = {set_redis_url_file, show_path, false, "redis"};
+static const struct opt_kind kind_admin_token = {set_admin_token, show_admin_token, true, NULL};
+static const struct opt_kind kind_admin_token_file = {set_admin_token_file, show_path, false,
+                                                      "admin_token"};
+static const struct opt_kind kind_trusted_proxies = {set_trusted_proxies, show_text, false, NULL};
+static const struct opt_kind kind_strategy = {set_strategy, show_strategy, false, NULL};
+static const struct opt_kind kind_lock_redis = {set_lock_redis, show_lock_redis, false, NULL};
+static const struct opt_kind kind_log_level = {set_log_level, show_log_level, false, NULL};
+static const struct opt_kind kind_access_log = {set_access_log, show_path, false, NULL};
+
+/* One keydef per row of config_options.h. */
+#define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
+#define KEY_INT(key, flag, env, def, lo, hi, help)                                                 \
+    {{#key, flag, "N", env, #def, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), NULL, NULL},
+#define KEY_INT_AUTO(key, flag, env, fn, deftext, lo, hi, help)                                    \
+    {{#key, flag, "N", env, deftext, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), fn, NULL},
+#define KEY_BOOL(key, flag, env, def, help)                                                        \
+    {{#key, flag, "", env, #def, "0..1 (the bare flag means 1)", help},                            \
+     ROW_BOOL,                                                                                     \
+     0,                                                                                            \
+     1,                                                                                            \
+     FIELD(key),                                                                                   \
+     NULL,                                                                                         \
+     NULL},
+#define KEY_OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)                 \
+    {{name, flag, arg, env, def, accepted, help}, ROW_OPT, 0, 0, FIELD(field), NULL, &kind_##kind},
+
+static const struct keydef keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_BOOL, KEY_OPT)};
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
-static const char usage_text[] =
-    "Usage: inventoryd [OPTION]...\n"
-    "HTTP flash-sale order service: segmented stock with per-segment distributed locks on Redis.\n"
-    "\n"
-    "Options (each also VALUE via --option=VALUE; defaults in brackets):\n"
-    "  --config FILE              JSON config file [none]\n"
-    "  --port N                   HTTP port, 1..65535 [8080]\n"
-    "  --bind ADDR                listen address, IPv4/IPv6 literal [0.0.0.0]\n"
-    "  --redis URL                redis://[[user]:password@]host[:port][/db], unix:///path\n"
-    "                             or redis-cluster://host:port[,host:port...]\n"
-    "                             [redis://127.0.0.1:6379]\n"
-    "  --redis-url-file FILE      read the Redis URL from FILE (keeps a password out of ps)\n"
-    "  --admin-token T            bearer token for admin endpoints; without one they are\n"
-    "                             closed [none]\n"
-    "  --admin-token-file FILE    read the admin token from FILE (keeps it out of ps)\n"
-    "  --admin-allow-loopback     development only: no token needed from loopback [off]\n"
-    "  --trusted-proxies CIDRS    proxies whose X-Forwarded-For/X-Real-IP is believed [none]\n"
-    "  --threads N                HTTP worker threads, 1..1024 [number of CPUs]\n"
-    "  --strategy S               segmented, single-lock or atomic [segmented]\n"
-    "  --lock-redis URLS          Redlock on these independent Redis masters (comma-\n"
-    "                             separated); stock stays on --redis, fenced [none]\n"
-    "  --lock-lease-ms N          lock lease, 1..3600000 [10000]\n"
-    "  --lock-renewal 0|1         renew held leases (watchdog); 0: holds end at the lease [1]\n"
-    "  --lock-wait-ms N           longest wait for a segment lock, 0..600000 [2000]\n"
-    "  --hold-ms N                simulated work in the critical section, 0..60000 [0]\n"
-    "  --busy-hint-max-ms N       longest a loop walks past a segment another instance\n"
-    "                             holds, 0..1000; 0 = try it every time [20]\n"
-    "  --order-redis-call-budget N  most Redis calls one order may make; past it 503,\n"
-    "                             nothing changed, 16..100000 [256]\n"
-    "  --max-quantity N           largest quantity per order, 1..1000000 [100]\n"
-    "  --log-level L              debug, info, warn or error [info]\n"
-    "  --max-connections N        most concurrent HTTP connections, 1..1000000 [4096]\n"
-    "  --connection-timeout-s N   idle connection timeout, 1..3600 [30]\n"
-    "  --connection-memory-kib N  per-connection memory for the request head and the\n"
-    "                             answer's headers, 2..1024; heads over 8 KiB or that do\n"
-    "                             not fit are answered 431 [24]\n"
-    "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
-    "  --redis-replica-acks N     replicas that must have a commit (WAIT) before 201, 0..16 [0]\n"
-    "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
-    "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
-    "  --thread-per-connection 0|1  a thread per connection instead of the pool [0]\n"
-    "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
-    "  --rate-limit-rps N         requests/s per client IP, then 429; 0 = off [0]\n"
-    "  --rate-limit-burst N       burst per client IP above the rate [rate-limit-rps]\n"
-    "  --max-connections-per-ip N connections per client IP; 0 = no limit [0]\n"
-    "  --access-log FILE|-        JSON access log, a line per request (- = stdout) [none]\n"
-    "  --healthcheck              GET /healthz of the server this configuration describes;\n"
-    "                             exit 0 when it answers 200, else 1 (container HEALTHCHECK)\n"
-    "  -h, --help                 print this help and exit\n"
-    "  -V, --version              print the version and exit\n";
+/* Every integer default within its own bounds, checked when compiling. */
+#define CHECK_INT(key, flag, env, def, lo, hi, help)                                               \
+    _Static_assert((lo) <= (def) && (def) <= (hi), #key ": default outside its bounds");
+#define CHECK_BOOL(key, flag, env, def, help)                                                      \
+    _Static_assert((def) == 0 || (def) == 1, #key ": default neither 0 nor 1");
+#define CHECK_NONE(...)
+CONFIG_OPTIONS(CHECK_INT, CHECK_NONE, CHECK_BOOL, CHECK_NONE)
 
-/* The help's second half: ISO C only promises string literals of 4095 characters. */
-static const char usage_footer[] =
-    "\n"
-    "Every option can also be set by the environment variable INVENTORY_<NAME> (e.g.\n"
-    "INVENTORY_LOCK_LEASE_MS; the Redis URL is INVENTORY_REDIS_URL) or in the config file\n"
-    "under its snake_case name (\"lock_lease_ms\"). Precedence: default < config file <\n"
-    "environment < option. An invalid value exits with status 2.\n"
-    "\n"
-    "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-opens the access log.\n"
-    "Manual: man inventoryd (docs/inventoryd.1). Documentation: docs/configuration.md,\n"
-    "docs/api.md and docs/openapi.yaml in the source tree, installed under\n"
-    "share/doc/inventoryd; GET / of a running instance is its live dashboard.\n";
+/* The modes (--help, --version, --healthcheck): flags that are no setting. */
+struct mode {
+    const char *flag, *short_flag;
+    enum config_action action;
+    const char *help;
+};
+#define MODE_ROW(flag, short_flag, action, help) {flag, short_flag, action, help},
+static const struct mode modes[] = {CONFIG_MODES(MODE_ROW)};
+#define NMODES (sizeof(modes) / sizeof(modes[0]))
 
 static const char version_text[] = "inventoryd " INVENTORYD_VERSION "\n";
-
-const char *config_usage(void)
-{
-    static char text[sizeof usage_text + sizeof usage_footer];
-    if (text[0] == '\0') /* main's thread only, before any other starts */
-        snprintf(text, sizeof text, "%s%s", usage_text, usage_footer);
-    return text;
-}
 
 const char *config_version(void)
 {
@@ -233,6 +150,23 @@ size_t config_key_count(void)
 const struct config_key *config_key_at(size_t i)
 {
     return i < NKEYS ? &keys[i].pub : NULL;
+}
+
+/* The int field of an INT or BOOL row. */
+static int *int_field(struct config *cfg, const struct keydef *k)
+{
+    return (int *)(void *)((char *)cfg + k->offset);
+}
+
+static int int_value(const struct config *cfg, const struct keydef *k)
+{
+    return *(const int *)(const void *)((const char *)cfg + k->offset);
+}
+
+/* The text field of an OPT row (showing it; text rows only). */
+static const char *text_value(const struct config *cfg, const struct keydef *k)
+{
+    return (const char *)cfg + k->offset;
 }
 
 static const char *const strategy_names[] = {"segmented", "single-lock", "atomic"};
@@ -633,276 +567,331 @@ bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
 
 /* ---- applying one value ---------------------------------------------------------------- */
 
-/* Where a value came from, for messages: "flag --port", "environment INVENTORY_PORT",
- * "config file /etc/inventoryd.json". */
-struct origin {
-    const char *what;
-    const char *name;
-};
+/* The key a message names: the row's config-file key ("config" for --config, which has none). */
+static const char *key_name(const struct keydef *k)
+{
+    return k->pub.name ? k->pub.name : "config";
+}
 
-/* Sets key k of cfg from the text s (flag or environment) or the JSON value j (config file;
- * exactly one of s, j is non-NULL). Returns 0, or -1 with err = "<key>: <problem> (<origin>)". */
+/* An INT row from the text s or the JSON value j (exactly one is non-NULL). */
+static int set_int(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
+                   const struct origin *o, char *err, size_t errlen)
+{
+    char got[192];
+    long long v = 0;
+    bool ok;
+    if (j) {
+        ok = json_is_integer(j);
+        v = ok ? (long long)json_integer_value(j) : 0;
+        render_json(j, got, sizeof(got));
+    } else {
+        ok = parse_int(s, &v);
+        quote(s, got, sizeof(got));
+    }
+    if (!ok || v < k->min || v > k->max) {
+        seterr(err, errlen, "%s: must be an integer between %lld and %lld, got %s (%s %s)",
+               key_name(k), k->min, k->max, got, o->what, o->name);
+        return -1;
+    }
+    *int_field(cfg, k) = (int)v;
+    return 0;
+}
+
+/* A BOOL row: "0"/"1" as text; true, false, 0 or 1 in the config file. */
+static int set_bool(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
+                    const struct origin *o, char *err, size_t errlen)
+{
+    char got[192];
+    int v = -1;
+    if (j) {
+        if (json_is_boolean(j))
+            v = json_is_true(j) ? 1 : 0;
+        else if (json_is_integer(j) && (json_integer_value(j) == 0 || json_integer_value(j) == 1))
+            v = (int)json_integer_value(j);
+        render_json(j, got, sizeof(got));
+    } else {
+        if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
+            v = s[0] - '0';
+        quote(s, got, sizeof(got));
+    }
+    if (v < 0) {
+        seterr(err, errlen, "%s: must be 0 or 1 (true or false in the config file), got %s (%s %s)",
+               key_name(k), got, o->what, o->name);
+        return -1;
+    }
+    *int_field(cfg, k) = v;
+    return 0;
+}
+
+/* Sets key k of cfg from the text s (flag, environment or the row's default) or the JSON value
+ * j (config file; exactly one of s, j is non-NULL). Returns 0, or -1 with err = "<key>:
+ * <problem> (<origin>)". */
 static int apply(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
                  const struct origin *o, char *err, size_t errlen)
 {
-    const char *key = k->pub.name ? k->pub.name : "config";
-    char got[192];
-
-    if (k->kind == K_INT) {
-        long long v = 0;
-        bool ok;
-        if (j) {
-            ok = json_is_integer(j);
-            v = ok ? (long long)json_integer_value(j) : 0;
-            render_json(j, got, sizeof(got));
-        } else {
-            ok = parse_int(s, &v);
-            quote(s, got, sizeof(got));
-        }
-        if (!ok || v < k->min || v > k->max) {
-            seterr(err, errlen, "%s: must be an integer between %lld and %lld, got %s (%s %s)",
-                   key, k->min, k->max, got, o->what, o->name);
-            return -1;
-        }
-        *(int *)(void *)((char *)cfg + k->offset) = (int)v;
-        return 0;
-    }
-
-    if (k->kind == K_BOOL) {
-        int v = -1;
-        if (j) {
-            if (json_is_boolean(j))
-                v = json_is_true(j) ? 1 : 0;
-            else if (json_is_integer(j) &&
-                     (json_integer_value(j) == 0 || json_integer_value(j) == 1))
-                v = (int)json_integer_value(j);
-            render_json(j, got, sizeof(got));
-        } else {
-            if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
-                v = s[0] - '0';
-            quote(s, got, sizeof(got));
-        }
-        if (v < 0) {
-            seterr(err, errlen,
-                   "%s: must be 0 or 1 (true or false in the config file), got %s (%s %s)", key,
-                   got, o->what, o->name);
-            return -1;
-        }
-        *(int *)(void *)((char *)cfg + k->offset) = v;
-        return 0;
-    }
-
-    /* Every other kind is a string. */
+    if (k->row == ROW_INT)
+        return set_int(cfg, k, s, j, o, err, errlen);
+    if (k->row == ROW_BOOL)
+        return set_bool(cfg, k, s, j, o, err, errlen);
     if (j) {
         if (!json_is_string(j) || strlen(json_string_value(j)) != json_string_length(j)) {
+            char got[192];
             render_json(j, got, sizeof(got));
-            seterr(err, errlen, "%s: must be a string, got %s (%s %s)", key,
-                   k->kind == K_TOKEN ? "another type" : got, o->what, o->name);
+            seterr(err, errlen, "%s: must be a string, got %s (%s %s)", key_name(k),
+                   k->kind->secret ? "another type" : got, o->what, o->name);
             return -1;
         }
         s = json_string_value(j);
     }
-    quote(s, got, sizeof(got));
-    char reason[128];
-    switch (k->kind) {
-    case K_CONFIG:
-        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
-            seterr(err, errlen, "config: must be a file path of 1..%d bytes (%s %s)",
-                   CONFIG_PATH_MAX - 1, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", s);
+    return k->kind->set(cfg, k, s, o, err, errlen);
+}
+
+/* A file path of 1..CONFIG_PATH_MAX-1 bytes; what adds to the message ("" or " or -"). */
+static int path_ok(const struct keydef *k, const char *s, const char *what, const struct origin *o,
+                   char *err, size_t errlen)
+{
+    if (*s && strlen(s) < CONFIG_PATH_MAX)
         return 0;
-    case K_BIND:
-        if (!bind_ok(s)) {
-            seterr(err, errlen, "bind: must be an IPv4 or IPv6 address literal, got %s (%s %s)",
-                   got, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->bind, sizeof(cfg->bind), "%s", s);
-        return 0;
-    case K_REDIS:
-        if (!config_redis_url_valid(s, reason, sizeof(reason))) {
-            /* Not quoted: the URL may carry a password. */
-            seterr(err, errlen,
-                   "redis: invalid URL: %s; expected redis://[[user]:password@]host[:port][/db], "
-                   "unix:///path or redis-cluster://host:port[,host:port...] (%s %s)",
-                   reason, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", s);
-        cfg->redis_url_file[0] = '\0';
-        return 0;
-    case K_TOKEN:
-        if (!token_ok(s, strlen(s))) {
-            /* Not quoted: it is a secret. */
-            seterr(err, errlen,
-                   "admin_token: must be 1 to %d visible ASCII characters (no spaces or "
-                   "control characters) (%s %s)",
-                   CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", s);
-        cfg->admin_token_file[0] = '\0';
-        return 0;
-    case K_TOKEN_FILE:
-    case K_REDIS_FILE: {
-        bool tok = k->kind == K_TOKEN_FILE;
-        char path[CONFIG_PATH_MAX];
-        char secret[CONFIG_REDIS_URL_MAX + 2];
-        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
-            seterr(err, errlen, "%s: must be a file path of 1..%d bytes (%s %s)", key,
-                   CONFIG_PATH_MAX - 1, o->what, o->name);
-            return -1;
-        }
-        printable_copy(s, path, sizeof(path));
-        const char *problem = read_secret(s, secret, sizeof(secret));
-        if (problem) {
-            seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key, path, problem, o->what,
-                   o->name);
-            return -1;
-        }
-        /* The contents are a secret: never quoted. */
-        if (tok && !token_ok(secret, strlen(secret))) {
-            seterr(err, errlen,
-                   "%s: %s must hold 1 to %d visible ASCII characters (no spaces or control "
-                   "characters; a trailing newline is allowed) (%s %s)",
-                   key, path, CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
-            explicit_clear(secret, sizeof(secret));
-            return -1;
-        }
-        if (!tok && !config_redis_url_valid(secret, reason, sizeof(reason))) {
-            seterr(err, errlen, "%s: %s does not hold a valid Redis URL: %s (%s %s)", key, path,
-                   reason, o->what, o->name);
-            explicit_clear(secret, sizeof(secret));
-            return -1;
-        }
-        if (tok) {
-            snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", secret);
-            snprintf(cfg->admin_token_file, sizeof(cfg->admin_token_file), "%s", s);
-        } else {
-            snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", secret);
-            snprintf(cfg->redis_url_file, sizeof(cfg->redis_url_file), "%s", s);
-        }
-        explicit_clear(secret, sizeof(secret));
-        return 0;
-    }
-    case K_CIDRS:
-        if (strlen(s) >= CONFIG_PROXIES_MAX) {
-            seterr(err, errlen, "trusted_proxies: longer than %d characters (%s %s)",
-                   CONFIG_PROXIES_MAX - 1, o->what, o->name);
-            return -1;
-        }
-        if (proxy_parse_list(s, &cfg->trusted_proxies, reason, sizeof(reason)) != 0) {
-            seterr(err, errlen, "trusted_proxies: %s (%s %s)", reason, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->trusted_proxies_text, sizeof(cfg->trusted_proxies_text), "%s", s);
-        return 0;
-    case K_ACCESS_LOG:
-        if (!*s || strlen(s) >= CONFIG_PATH_MAX) {
-            seterr(err, errlen, "access_log: must be a file path of 1..%d bytes or - (%s %s)",
-                   CONFIG_PATH_MAX - 1, o->what, o->name);
-            return -1;
-        }
-        snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
-        return 0;
-    case K_LOCK_REDIS: {
-        /* Not quoted in messages: a URL may carry a password. */
-        if (strlen(s) >= sizeof(cfg->lock_redis)) {
-            seterr(err, errlen, "lock_redis: longer than %zu characters (%s %s)",
-                   sizeof(cfg->lock_redis) - 1, o->what, o->name);
-            return -1;
-        }
-        int n = 0;
-        for (const char *p = s;; n++) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            char url[CONFIG_REDIS_URL_MAX];
-            if (n >= CONFIG_LOCK_NODES_MAX || len == 0 || len >= sizeof(url)) {
-                seterr(err, errlen,
-                       "lock_redis: must be 1..%d Redis URLs separated by commas (%s %s)",
-                       CONFIG_LOCK_NODES_MAX, o->what, o->name);
-                return -1;
-            }
-            memcpy(url, p, len);
-            url[len] = '\0';
-            if (!config_redis_url_valid(url, reason, sizeof(reason))) {
-                seterr(err, errlen, "lock_redis: URL %d is invalid: %s (%s %s)", n + 1, reason,
-                       o->what, o->name);
-                return -1;
-            }
-            if (!end)
-                break;
-            p = end + 1;
-        }
-        snprintf(cfg->lock_redis, sizeof(cfg->lock_redis), "%s", s);
-        cfg->lock_redis_n = n + 1;
-        return 0;
-    }
-    case K_BOOL:
-        break;
-    case K_STRATEGY:
-        for (int i = 0; i < 3; i++) {
-            if (strcmp(s, strategy_names[i]) == 0) {
-                cfg->strategy = (enum config_strategy)i;
-                return 0;
-            }
-        }
-        seterr(err, errlen, "strategy: must be one of segmented, single-lock, atomic, got %s (%s %s)",
-               got, o->what, o->name);
-        return -1;
-    case K_LOG_LEVEL:
-        for (int i = 0; i < 4; i++) {
-            if (strcmp(s, level_names[i]) == 0) {
-                cfg->log_level = (enum config_log_level)i;
-                return 0;
-            }
-        }
-        seterr(err, errlen, "log_level: must be one of debug, info, warn, error, got %s (%s %s)",
-               got, o->what, o->name);
-        return -1;
-    case K_INT:
-        break;
-    }
+    seterr(err, errlen, "%s: must be a file path of 1..%d bytes%s (%s %s)", key_name(k),
+           CONFIG_PATH_MAX - 1, what, o->what, o->name);
     return -1;
 }
 
-/* ---- layers ---------------------------------------------------------------------------- */
+static int set_config(struct config *cfg, const struct keydef *k, const char *s,
+                      const struct origin *o, char *err, size_t errlen)
+{
+    if (path_ok(k, s, "", o, err, errlen))
+        return -1;
+    snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", s);
+    return 0;
+}
+
+static int set_access_log(struct config *cfg, const struct keydef *k, const char *s,
+                          const struct origin *o, char *err, size_t errlen)
+{
+    if (path_ok(k, s, " or -", o, err, errlen))
+        return -1;
+    snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
+    return 0;
+}
+
+static int set_bind(struct config *cfg, const struct keydef *k, const char *s,
+                    const struct origin *o, char *err, size_t errlen)
+{
+    char got[192];
+    if (!bind_ok(s)) {
+        quote(s, got, sizeof(got));
+        seterr(err, errlen, "%s: must be an IPv4 or IPv6 address literal, got %s (%s %s)",
+               key_name(k), got, o->what, o->name);
+        return -1;
+    }
+    snprintf(cfg->bind, sizeof(cfg->bind), "%s", s);
+    return 0;
+}
+
+static int set_redis(struct config *cfg, const struct keydef *k, const char *s,
+                     const struct origin *o, char *err, size_t errlen)
+{
+    char reason[128];
+    if (!config_redis_url_valid(s, reason, sizeof(reason))) {
+        /* Not quoted: the URL may carry a password. */
+        seterr(err, errlen,
+               "%s: invalid URL: %s; expected redis://[[user]:password@]host[:port][/db], "
+               "unix:///path or redis-cluster://host:port[,host:port...] (%s %s)",
+               key_name(k), reason, o->what, o->name);
+        return -1;
+    }
+    snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", s);
+    cfg->redis_url_file[0] = '\0';
+    return 0;
+}
+
+static int set_admin_token(struct config *cfg, const struct keydef *k, const char *s,
+                           const struct origin *o, char *err, size_t errlen)
+{
+    if (!token_ok(s, strlen(s))) {
+        /* Not quoted: it is a secret. */
+        seterr(err, errlen,
+               "%s: must be 1 to %d visible ASCII characters (no spaces or control characters) "
+               "(%s %s)",
+               key_name(k), CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
+        return -1;
+    }
+    snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", s);
+    cfg->admin_token_file[0] = '\0';
+    return 0;
+}
+
+/* Reads the secret file named by s into secret (cap bytes) for key k; its printable path goes
+ * in path (CONFIG_PATH_MAX bytes). Returns 0, or -1 with err set. */
+static int secret_file(const struct keydef *k, const char *s, char *path, char *secret, size_t cap,
+                       const struct origin *o, char *err, size_t errlen)
+{
+    if (path_ok(k, s, "", o, err, errlen))
+        return -1;
+    printable_copy(s, path, CONFIG_PATH_MAX);
+    const char *problem = read_secret(s, secret, cap);
+    if (problem) {
+        seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key_name(k), path, problem, o->what,
+               o->name);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_admin_token_file(struct config *cfg, const struct keydef *k, const char *s,
+                                const struct origin *o, char *err, size_t errlen)
+{
+    char path[CONFIG_PATH_MAX], secret[CONFIG_REDIS_URL_MAX + 2];
+    if (secret_file(k, s, path, secret, sizeof(secret), o, err, errlen))
+        return -1;
+    /* The contents are a secret: never quoted. */
+    int rc = 0;
+    if (!token_ok(secret, strlen(secret))) {
+        seterr(err, errlen,
+               "%s: %s must hold 1 to %d visible ASCII characters (no spaces or control "
+               "characters; a trailing newline is allowed) (%s %s)",
+               key_name(k), path, CONFIG_ADMIN_TOKEN_MAX, o->what, o->name);
+        rc = -1;
+    } else {
+        snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", secret);
+        snprintf(cfg->admin_token_file, sizeof(cfg->admin_token_file), "%s", s);
+    }
+    explicit_clear(secret, sizeof(secret));
+    return rc;
+}
+
+static int set_redis_url_file(struct config *cfg, const struct keydef *k, const char *s,
+                              const struct origin *o, char *err, size_t errlen)
+{
+    char path[CONFIG_PATH_MAX], secret[CONFIG_REDIS_URL_MAX + 2], reason[128];
+    if (secret_file(k, s, path, secret, sizeof(secret), o, err, errlen))
+        return -1;
+    int rc = 0;
+    if (!config_redis_url_valid(secret, reason, sizeof(reason))) {
+        seterr(err, errlen, "%s: %s does not hold a valid Redis URL: %s (%s %s)", key_name(k), path,
+               reason, o->what, o->name);
+        rc = -1;
+    } else {
+        /* valid, so shorter than the field */
+        snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%.*s", CONFIG_REDIS_URL_MAX - 1, secret);
+        snprintf(cfg->redis_url_file, sizeof(cfg->redis_url_file), "%s", s);
+    }
+    explicit_clear(secret, sizeof(secret));
+    return rc;
+}
+
+static int set_trusted_proxies(struct config *cfg, const struct keydef *k, const char *s,
+                               const struct origin *o, char *err, size_t errlen)
+{
+    char reason[128];
+    if (strlen(s) >= sizeof(cfg->trusted_proxies_text)) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
+               sizeof(cfg->trusted_proxies_text) - 1, o->what, o->name);
+        return -1;
+    }
+    if (proxy_parse_list(s, &cfg->trusted_proxies, reason, sizeof(reason)) != 0) {
+        seterr(err, errlen, "%s: %s (%s %s)", key_name(k), reason, o->what, o->name);
+        return -1;
+    }
+    snprintf(cfg->trusted_proxies_text, sizeof(cfg->trusted_proxies_text), "%s", s);
+    return 0;
+}
+
+static int set_lock_redis(struct config *cfg, const struct keydef *k, const char *s,
+                          const struct origin *o, char *err, size_t errlen)
+{
+    /* Not quoted in messages: a URL may carry a password. */
+    char reason[128];
+    if (strlen(s) >= sizeof(cfg->lock_redis)) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
+               sizeof(cfg->lock_redis) - 1, o->what, o->name);
+        return -1;
+    }
+    int n = 0;
+    for (const char *p = s;; n++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char url[CONFIG_REDIS_URL_MAX];
+        if (n >= CONFIG_LOCK_NODES_MAX || len == 0 || len >= sizeof(url)) {
+            seterr(err, errlen, "%s: must be 1..%d Redis URLs separated by commas (%s %s)",
+                   key_name(k), CONFIG_LOCK_NODES_MAX, o->what, o->name);
+            return -1;
+        }
+        memcpy(url, p, len);
+        url[len] = '\0';
+        if (!config_redis_url_valid(url, reason, sizeof(reason))) {
+            seterr(err, errlen, "%s: URL %d is invalid: %s (%s %s)", key_name(k), n + 1, reason,
+                   o->what, o->name);
+            return -1;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    snprintf(cfg->lock_redis, sizeof(cfg->lock_redis), "%s", s);
+    cfg->lock_redis_n = n + 1;
+    return 0;
+}
+
+/* The index of s in names[0..n), or -1 with err = "<key>: must be one of <the row's accepted
+ * values>, got ...". */
+static int choice(const struct keydef *k, const char *const *names, int n, const char *s,
+                  const struct origin *o, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    char got[192];
+    quote(s, got, sizeof(got));
+    seterr(err, errlen, "%s: must be one of %s, got %s (%s %s)", key_name(k), k->pub.range, got,
+           o->what, o->name);
+    return -1;
+}
+
+static int set_strategy(struct config *cfg, const struct keydef *k, const char *s,
+                        const struct origin *o, char *err, size_t errlen)
+{
+    int i = choice(k, strategy_names, 3, s, o, err, errlen);
+    if (i >= 0)
+        cfg->strategy = (enum config_strategy)i;
+    return i < 0 ? -1 : 0;
+}
+
+static int set_log_level(struct config *cfg, const struct keydef *k, const char *s,
+                         const struct origin *o, char *err, size_t errlen)
+{
+    int i = choice(k, level_names, 4, s, o, err, errlen);
+    if (i >= 0)
+        cfg->log_level = (enum config_log_level)i;
+    return i < 0 ? -1 : 0;
+}
+
+/* ---- defaults -------------------------------------------------------------------------- */
+
+/* threads' default: the online CPUs, clamped to lo..hi. */
+static int config_online_cpus(int lo, int hi)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < lo ? lo : cpus > hi ? hi : (int)cpus;
+}
 
 void config_defaults(struct config *out)
 {
     memset(out, 0, sizeof(*out));
-    out->port = 8080;
-    snprintf(out->bind, sizeof(out->bind), "0.0.0.0");
-    snprintf(out->redis_url, sizeof(out->redis_url), "redis://127.0.0.1:6379");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    out->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (int)cpus;
-    out->strategy = STRATEGY_SEGMENTED;
-    out->lock_lease_ms = 10000;
-    out->lock_renewal = 1;
-    out->lock_wait_ms = 2000;
-    out->hold_ms = 0;
-    out->busy_hint_max_ms = 20;
-    out->order_redis_call_budget = 256;
-    out->max_quantity = 100;
-    out->log_level = CONFIG_LOG_INFO;
-    out->max_connections = 4096;
-    out->connection_timeout_s = 30;
-    out->connection_memory_kib = 24;
-    out->redis_timeout_ms = 1000;
-    out->redis_replica_acks = 0;
-    out->sold_out_recheck_ms = 500;
-    out->shutdown_grace_ms = 5000;
-    out->redis_pipeline = 0;
-    out->thread_per_connection = 0;
-    out->rate_limit_rps = 0;
-    out->rate_limit_burst = 0;
-    out->max_connections_per_ip = 0;
-    out->admin_allow_loopback = 0;
-    out->trusted_proxies.n = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct keydef *k = &keys[i];
+        struct origin o = {"default of", k->pub.flag};
+        if (k->auto_default)
+            *int_field(out, k) = k->auto_default((int)k->min, (int)k->max);
+        else if (strcmp(k->pub.def, "none") != 0 && apply(out, k, k->pub.def, NULL, &o, NULL, 0))
+            abort(); /* a row of config_options.h with an invalid default (test_config says
+                        which) */
+    }
     out->action = CONFIG_ACTION_RUN;
 }
+
+/* ---- layers ---------------------------------------------------------------------------- */
 
 /* The value of environment variable name, or NULL when unset or empty. */
 static const char *env_get(char **envp, const char *name)
@@ -925,14 +914,70 @@ static void json_error_for_message(const json_error_t *je, char *buf, size_t cap
         *near = '\0';
 }
 
-/* -1 with err set when both environment variables a and b are set (one setting twice). */
-static int env_conflict(char **envp, const char *a, const char *b, const char *key, char *err,
-                        size_t errlen)
+/* The row whose config-file key is name, or NULL. */
+static const struct keydef *key_named(const char *name)
 {
-    if (!env_get(envp, a) || !env_get(envp, b))
-        return 0;
-    seterr(err, errlen, "%s: both %s and %s are set; set one of them (environment)", key, a, b);
-    return -1;
+    for (size_t i = 0; i < NKEYS; i++)
+        if (keys[i].pub.name && strcmp(keys[i].pub.name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+/* A setting given both as a value and as a file in one layer is ambiguous: -1 with err set
+ * when the environment (root NULL) or the config file root (read from path) holds both. */
+static int partner_conflict(char **envp, const json_t *root, const char *path, char *err,
+                            size_t errlen)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct keydef *b = &keys[i], *a;
+        if (b->row != ROW_OPT || !b->kind->partner || !(a = key_named(b->kind->partner)))
+            continue;
+        if (!root && env_get(envp, a->pub.env) && env_get(envp, b->pub.env)) {
+            seterr(err, errlen, "%s: both %s and %s are set; set one of them (environment)",
+                   a->pub.name, a->pub.env, b->pub.env);
+            return -1;
+        }
+        const json_t *va = root ? json_object_get(root, a->pub.name) : NULL;
+        const json_t *vb = root ? json_object_get(root, b->pub.name) : NULL;
+        if (va && vb && !json_is_null(va) && !json_is_null(vb)) {
+            seterr(err, errlen,
+                   "%s: both \"%s\" and \"%s\" are set; set one of them (config file %s)",
+                   a->pub.name, a->pub.name, b->pub.name, path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Applies every key of the JSON object root (the config file read from path). */
+static int load_object(struct config *cfg, json_t *root, const char *path, char *err, size_t errlen)
+{
+    if (!json_is_object(root)) {
+        seterr(err, errlen, "config: %s must hold one JSON object", path);
+        return -1;
+    }
+    if (partner_conflict(NULL, root, path, err, errlen))
+        return -1;
+    struct origin o = {"config file", path};
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value)
+    {
+        if (name[0] == '_')
+            continue; /* comment */
+        const struct keydef *k = key_named(name);
+        if (!k) {
+            char q[192];
+            const char *hint = closest(name, false);
+            quote(name, q, sizeof(q));
+            seterr(err, errlen, "%s: unknown key%s%s%s (config file %s)", q,
+                   hint ? ", did you mean \"" : "", hint ? hint : "", hint ? "\"?" : "", path);
+            return -1;
+        }
+        if (!json_is_null(value) && apply(cfg, k, NULL, value, &o, err, errlen))
+            return -1; /* null: not set here */
+    }
+    return 0;
 }
 
 static int load_file(struct config *cfg, const char *file, char *err, size_t errlen)
@@ -951,56 +996,25 @@ static int load_file(struct config *cfg, const char *file, char *err, size_t err
             seterr(err, errlen, "config: cannot read %s: %s", path, why);
         return -1;
     }
-    int rc = 0;
-    if (!json_is_object(root)) {
-        seterr(err, errlen, "config: %s must hold one JSON object", path);
-        rc = -1;
-        goto done;
-    }
-    static const char *const pairs[][2] = {{"admin_token", "admin_token_file"},
-                                           {"redis", "redis_url_file"}};
-    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
-        json_t *a = json_object_get(root, pairs[i][0]), *b = json_object_get(root, pairs[i][1]);
-        if (a && b && !json_is_null(a) && !json_is_null(b)) {
-            seterr(err, errlen, "%s: both \"%s\" and \"%s\" are set; set one of them (config "
-                   "file %s)", pairs[i][0], pairs[i][0], pairs[i][1], path);
-            rc = -1;
-            goto done;
-        }
-    }
-    struct origin o = {"config file", path};
-    const char *name;
-    json_t *value;
-    json_object_foreach(root, name, value) {
-        if (name[0] == '_')
-            continue; /* comment */
-        const struct keydef *k = NULL;
-        for (size_t i = 0; i < NKEYS && !k; i++)
-            if (keys[i].pub.name && strcmp(keys[i].pub.name, name) == 0)
-                k = &keys[i];
-        if (!k) {
-            char q[192];
-            const char *hint = closest(name, false);
-            quote(name, q, sizeof(q));
-            seterr(err, errlen, "%s: unknown key%s%s%s (config file %s)", q,
-                   hint ? ", did you mean \"" : "", hint ? hint : "", hint ? "\"?" : "", path);
-            rc = -1;
-            goto done;
-        }
-        if (json_is_null(value))
-            continue; /* not set here */
-        if (apply(cfg, k, NULL, value, &o, err, errlen)) {
-            rc = -1;
-            goto done;
-        }
-    }
-done:
+    int rc = load_object(cfg, root, path, err, errlen);
     json_decref(root);
     return rc;
 }
 
+/* The mode (--help, ...) named by arg[0..n), or NULL. */
+static const struct mode *mode_named(const char *arg, size_t n)
+{
+    for (size_t i = 0; i < NMODES; i++)
+        if ((strlen(modes[i].flag) == n && strncmp(modes[i].flag, arg, n) == 0) ||
+            (modes[i].short_flag && strlen(modes[i].short_flag) == n &&
+             strncmp(modes[i].short_flag, arg, n) == 0))
+            return &modes[i];
+    return NULL;
+}
+
 /* Parses the option at argv[*i] (advancing *i past its value). Sets *k to its key, or to NULL
- * with *action set for --help/--version. Returns 0, or -1 with err set. */
+ * with *action set for a mode (--help, --version, --healthcheck). Returns 0, or -1 with err
+ * set. */
 static int next_flag(int argc, char **argv, int *i, const struct keydef **k, const char **value,
                      enum config_action *action, char *err, size_t errlen)
 {
@@ -1008,16 +1022,9 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     *k = NULL;
     *value = NULL;
     *action = CONFIG_ACTION_RUN;
-    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-        *action = CONFIG_ACTION_HELP;
-        return 0;
-    }
-    if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0) {
-        *action = CONFIG_ACTION_VERSION;
-        return 0;
-    }
-    if (strcmp(arg, "--healthcheck") == 0) {
-        *action = CONFIG_ACTION_HEALTHCHECK;
+    const struct mode *m = mode_named(arg, strlen(arg));
+    if (m) {
+        *action = m->action;
         return 0;
     }
     char q[192];
@@ -1028,20 +1035,15 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     }
     const char *eq = strchr(arg, '=');
     size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-    for (size_t j = 0; j < NKEYS; j++) {
-        const char *flag = keys[j].pub.flag;
-        if (strlen(flag) == nlen && strncmp(flag, arg, nlen) == 0) {
+    for (size_t j = 0; j < NKEYS && !*k; j++)
+        if (strlen(keys[j].pub.flag) == nlen && strncmp(keys[j].pub.flag, arg, nlen) == 0)
             *k = &keys[j];
-            break;
-        }
-    }
     if (!*k) {
         char name[64];
         snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), arg);
         const char *hint = closest(name, true);
         quote(name, q, sizeof(q));
-        if (strcmp(name, "--help") == 0 || strcmp(name, "--version") == 0 ||
-            strcmp(name, "--healthcheck") == 0)
+        if (mode_named(name, strlen(name)))
             seterr(err, errlen, "%s: takes no value", name);
         else
             seterr(err, errlen, "%s: unknown option%s%s%s (see --help)", q,
@@ -1050,7 +1052,7 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     }
     if (eq) {
         *value = eq + 1;
-    } else if ((*k)->kind == K_BOOL) {
+    } else if ((*k)->row == ROW_BOOL) {
         *value = "1"; /* a bare switch */
     } else if (*i + 1 < argc) {
         *value = argv[++*i];
@@ -1061,8 +1063,10 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     return 0;
 }
 
-int config_load(struct config *out, int argc, char **argv, char **envp, char *err,
-                size_t errlen)
+/* The --config row (the table's first). */
+static const struct keydef *const config_row = &keys[0];
+
+int config_load(struct config *out, int argc, char **argv, char **envp, char *err, size_t errlen)
 {
     if (!envp)
         envp = environ;
@@ -1093,36 +1097,32 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
             seterr(err, errlen, "%s", "");
             return 1;
         }
-        if (k->kind == K_CONFIG)
+        if (k == config_row)
             config_path = value;
     }
     if (bad)
         return -1;
 
     /* Layer 1: the config file. */
-    const struct keydef *config_key = &keys[0];
     if (config_path) {
-        struct origin o = {"flag", "--config"};
-        if (apply(out, config_key, config_path, NULL, &o, err, errlen))
+        struct origin o = {"flag", config_row->pub.flag};
+        if (apply(out, config_row, config_path, NULL, &o, err, errlen))
             return -1;
-    } else if ((config_path = env_get(envp, "INVENTORY_CONFIG"))) {
-        struct origin o = {"environment", "INVENTORY_CONFIG"};
-        if (apply(out, config_key, config_path, NULL, &o, err, errlen))
+    } else if ((config_path = env_get(envp, config_row->pub.env))) {
+        struct origin o = {"environment", config_row->pub.env};
+        if (apply(out, config_row, config_path, NULL, &o, err, errlen))
             return -1;
     }
     if (out->config_path[0] && load_file(out, out->config_path, err, errlen))
         return -1;
 
-    /* Layer 2: the environment. A secret given both as a value and as a file is ambiguous. */
-    if (env_conflict(envp, "INVENTORY_ADMIN_TOKEN", "INVENTORY_ADMIN_TOKEN_FILE", "admin_token",
-                     err, errlen) ||
-        env_conflict(envp, "INVENTORY_REDIS_URL", "INVENTORY_REDIS_URL_FILE", "redis", err,
-                     errlen))
+    /* Layer 2: the environment. */
+    if (partner_conflict(envp, NULL, NULL, err, errlen))
         return -1;
-    for (size_t j = 1; j < NKEYS; j++) {
+    for (size_t j = 0; j < NKEYS; j++) {
         const char *v = env_get(envp, keys[j].pub.env);
         struct origin o = {"environment", keys[j].pub.env};
-        if (v && apply(out, &keys[j], v, NULL, &o, err, errlen))
+        if (&keys[j] != config_row && v && apply(out, &keys[j], v, NULL, &o, err, errlen))
             return -1;
     }
 
@@ -1136,16 +1136,102 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         if (!k)
             continue; /* --healthcheck */
         struct origin o = {"flag", k->pub.flag};
-        if (k->kind != K_CONFIG && apply(out, k, value, NULL, &o, err, errlen))
+        if (k != config_row && apply(out, k, value, NULL, &o, err, errlen))
             return -1;
     }
-    if (out->strategy == STRATEGY_SINGLE_LOCK && strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
-        seterr(err, errlen, "strategy: single-lock needs one Redis (its SKU lock guards keys in "
-                            "other cluster slots); use segmented or atomic with redis-cluster://");
+    if (out->strategy == STRATEGY_SINGLE_LOCK &&
+        strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
+        seterr(err, errlen,
+               "strategy: single-lock needs one Redis (its SKU lock guards keys in "
+               "other cluster slots); use segmented or atomic with redis-cluster://");
         return -1;
     }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
     return 0;
+}
+
+/* ---- --help ---------------------------------------------------------------------------- */
+
+#define USAGE_WIDTH 79  /* columns of --help */
+#define USAGE_INDENT 31 /* where an option's text starts */
+
+struct text {
+    char buf[16384];
+    size_t len;
+};
+
+static void add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void add(struct text *t, const char *fmt, ...)
+{
+    if (t->len >= sizeof(t->buf))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, sizeof(t->buf) - t->len, fmt, ap);
+    va_end(ap);
+    t->len += n > 0 ? (size_t)n : 0;
+}
+
+/* One option: "  <flags>" then words, wrapped at USAGE_WIDTH with continuation lines indented
+ * to USAGE_INDENT (a word longer than a line gets a line of its own). */
+static void add_option(struct text *t, const char *flags, const char *words)
+{
+    add(t, "  %-*s", USAGE_INDENT - 3, flags);
+    size_t col = 2 + (strlen(flags) > USAGE_INDENT - 3 ? strlen(flags) : USAGE_INDENT - 3);
+    for (const char *w = words; *w;) {
+        size_t n = strcspn(w, " ");
+        if (col + 1 + n > USAGE_WIDTH && col > USAGE_INDENT) {
+            add(t, "\n%*s", USAGE_INDENT - 1, "");
+            col = USAGE_INDENT - 1;
+        }
+        add(t, " %.*s", (int)n, w);
+        col += 1 + n;
+        w += n;
+        w += strspn(w, " ");
+    }
+    add(t, "\n");
+}
+
+static const char usage_head[] =
+    "Usage: inventoryd [OPTION]...\n"
+    "HTTP flash-sale order service: segmented stock with per-segment distributed locks on Redis.\n"
+    "\n"
+    "Options (each also VALUE via --option=VALUE; accepted values, [default]):\n";
+
+static const char usage_footer[] =
+    "\n"
+    "Every option can also be set by its environment variable INVENTORY_<NAME> (e.g.\n"
+    "INVENTORY_LOCK_LEASE_MS; the Redis URL is INVENTORY_REDIS_URL) or in the config file\n"
+    "under its snake_case name (\"lock_lease_ms\"). Precedence: default < config file <\n"
+    "environment < option. An invalid value exits with status 2.\n"
+    "\n"
+    "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-opens the access log.\n"
+    "Manual: man inventoryd (docs/inventoryd.1). Documentation: docs/configuration.md,\n"
+    "docs/api.md and docs/openapi.yaml in the source tree, installed under\n"
+    "share/doc/inventoryd; GET / of a running instance is its live dashboard.\n";
+
+const char *config_usage(void)
+{
+    static struct text t;
+    if (t.len) /* main's thread only, before any other starts */
+        return t.buf;
+    add(&t, "%s", usage_head);
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct config_key *k = &keys[i].pub;
+        char flags[64], words[512];
+        snprintf(flags, sizeof(flags), "%s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
+        snprintf(words, sizeof(words), "%s; %s [%s]", k->help, k->range, k->def);
+        add_option(&t, flags, words);
+    }
+    for (size_t i = 0; i < NMODES; i++) {
+        char flags[64];
+        snprintf(flags, sizeof(flags), "%s%s%s", modes[i].short_flag ? modes[i].short_flag : "",
+                 modes[i].short_flag ? ", " : "", modes[i].flag);
+        add_option(&t, flags, modes[i].help);
+    }
+    add(&t, "%s", usage_footer);
+    return t.buf;
 }
 
 /* ---- describe -------------------------------------------------------------------------- */
@@ -1154,9 +1240,9 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
 static void mask_url(const char *url, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", url);
-    size_t skip = strncmp(url, "redis://", 8) == 0           ? 8
+    size_t skip = strncmp(url, "redis://", 8) == 0            ? 8
                   : strncmp(url, "redis-cluster://", 16) == 0 ? 16
-                                                             : 0;
+                                                              : 0;
     if (!skip)
         return;
     const char *p = url + skip;
@@ -1174,9 +1260,15 @@ static void mask_url(const char *url, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
 }
 
-/* A path for the description: null when "", non-printable bytes as '?' (valid JSON). */
-static json_t *path_or_null(const char *path)
+static json_t *show_text(const struct config *cfg, const struct keydef *k)
 {
+    return json_string(text_value(cfg, k));
+}
+
+/* A path: null when "", non-printable bytes as '?' (the log line stays valid JSON). */
+static json_t *show_path(const struct config *cfg, const struct keydef *k)
+{
+    const char *path = text_value(cfg, k);
     if (!path[0])
         return json_null();
     char copy[CONFIG_PATH_MAX];
@@ -1184,65 +1276,50 @@ static json_t *path_or_null(const char *path)
     return json_string(copy);
 }
 
-int config_describe(const struct config *cfg, char *buf, size_t len)
+static json_t *show_redis(const struct config *cfg, const struct keydef *k)
 {
+    (void)k;
     char url[CONFIG_REDIS_URL_MAX + 8];
     mask_url(cfg->redis_url, url, sizeof(url));
+    return json_string(url);
+}
+
+static json_t *show_admin_token(const struct config *cfg, const struct keydef *k)
+{
+    (void)k;
+    return cfg->admin_token[0] ? json_string("***") : json_null();
+}
+
+static json_t *show_strategy(const struct config *cfg, const struct keydef *k)
+{
+    (void)k;
+    return json_string(config_strategy_name(cfg->strategy));
+}
+
+static json_t *show_log_level(const struct config *cfg, const struct keydef *k)
+{
+    (void)k;
+    return json_string(config_log_level_name(cfg->log_level));
+}
+
+/* How many nodes, never their URLs (passwords). */
+static json_t *show_lock_redis(const struct config *cfg, const struct keydef *k)
+{
+    (void)k;
+    return cfg->lock_redis_n ? json_integer(cfg->lock_redis_n) : json_null();
+}
+
+int config_describe(const struct config *cfg, char *buf, size_t len)
+{
     json_t *o = json_object();
     if (!o)
         return -1;
     int bad = 0;
-    char path[CONFIG_PATH_MAX];
-    /* A path may hold any bytes; the log line must stay valid JSON. */
-    for (size_t i = 0; i < sizeof(path); i++) {
-        unsigned char c = (unsigned char)cfg->config_path[i];
-        path[i] = (c == 0 || (c >= 0x20 && c <= 0x7e)) ? (char)c : '?';
-        if (c == 0)
-            break;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct keydef *k = &keys[i];
+        json_t *v = k->row == ROW_OPT ? k->kind->show(cfg, k) : json_integer(int_value(cfg, k));
+        bad |= json_object_set_new(o, key_name(k), v);
     }
-    path[sizeof(path) - 1] = '\0';
-    bad |= json_object_set_new(o, "config", path[0] ? json_string(path) : json_null());
-    bad |= json_object_set_new(o, "port", json_integer(cfg->port));
-    bad |= json_object_set_new(o, "bind", json_string(cfg->bind));
-    bad |= json_object_set_new(o, "redis", json_string(url));
-    bad |= json_object_set_new(o, "admin_token",
-                               cfg->admin_token[0] ? json_string("***") : json_null());
-    bad |= json_object_set_new(o, "admin_token_file", path_or_null(cfg->admin_token_file));
-    bad |= json_object_set_new(o, "redis_url_file", path_or_null(cfg->redis_url_file));
-    bad |= json_object_set_new(o, "admin_allow_loopback",
-                               json_integer(cfg->admin_allow_loopback));
-    bad |= json_object_set_new(o, "trusted_proxies", json_string(cfg->trusted_proxies_text));
-    bad |= json_object_set_new(o, "threads", json_integer(cfg->threads));
-    bad |= json_object_set_new(o, "strategy", json_string(config_strategy_name(cfg->strategy)));
-    bad |= json_object_set_new(o, "lock_redis",
-                               cfg->lock_redis_n ? json_integer(cfg->lock_redis_n) : json_null());
-    bad |= json_object_set_new(o, "lock_lease_ms", json_integer(cfg->lock_lease_ms));
-    bad |= json_object_set_new(o, "lock_renewal", json_integer(cfg->lock_renewal));
-    bad |= json_object_set_new(o, "lock_wait_ms", json_integer(cfg->lock_wait_ms));
-    bad |= json_object_set_new(o, "hold_ms", json_integer(cfg->hold_ms));
-    bad |= json_object_set_new(o, "busy_hint_max_ms", json_integer(cfg->busy_hint_max_ms));
-    bad |= json_object_set_new(o, "order_redis_call_budget",
-                               json_integer(cfg->order_redis_call_budget));
-    bad |= json_object_set_new(o, "max_quantity", json_integer(cfg->max_quantity));
-    bad |= json_object_set_new(o, "log_level",
-                               json_string(config_log_level_name(cfg->log_level)));
-    bad |= json_object_set_new(o, "max_connections", json_integer(cfg->max_connections));
-    bad |= json_object_set_new(o, "connection_timeout_s",
-                               json_integer(cfg->connection_timeout_s));
-    bad |= json_object_set_new(o, "connection_memory_kib",
-                               json_integer(cfg->connection_memory_kib));
-    bad |= json_object_set_new(o, "redis_timeout_ms", json_integer(cfg->redis_timeout_ms));
-    bad |= json_object_set_new(o, "redis_replica_acks", json_integer(cfg->redis_replica_acks));
-    bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
-    bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
-    bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));
-    bad |= json_object_set_new(o, "thread_per_connection",
-                               json_integer(cfg->thread_per_connection));
-    bad |= json_object_set_new(o, "rate_limit_rps", json_integer(cfg->rate_limit_rps));
-    bad |= json_object_set_new(o, "rate_limit_burst", json_integer(cfg->rate_limit_burst));
-    bad |= json_object_set_new(o, "max_connections_per_ip",
-                               json_integer(cfg->max_connections_per_ip));
-    bad |= json_object_set_new(o, "access_log", path_or_null(cfg->access_log));
     if (bad) {
         json_decref(o);
         return -1;

@@ -200,8 +200,8 @@ static void test_every_key_every_layer(void **state)
     run_load(&r,
              ARGS("--port", "9000", "--bind=::1", "--redis", "redis://:pw@redis.local:6380/2",
                   "--admin-token=s3cr3t", "--threads", "7", "--strategy=single-lock",
-                  "--lock-lease-ms", "1", "--lock-renewal=0", "--lock-wait-ms=0", "--hold-ms", "60000",
-                  "--max-quantity=1000000", "--log-level", "debug"),
+                  "--lock-lease-ms", "1", "--lock-renewal=0", "--lock-wait-ms=0", "--hold-ms",
+                  "60000", "--max-quantity=1000000", "--log-level", "debug"),
              NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.port, 9000);
@@ -219,8 +219,8 @@ static void test_every_key_every_layer(void **state)
 
     run_load(&r,
              ARGS("--max-connections=1", "--connection-timeout-s", "3600", "--redis-timeout-ms",
-                  "60000", "--sold-out-recheck-ms=1000", "--shutdown-grace-ms", "0",
-                  "--strategy", "atomic", "--log-level=error"),
+                  "60000", "--sold-out-recheck-ms=1000", "--shutdown-grace-ms", "0", "--strategy",
+                  "atomic", "--log-level=error"),
              NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.max_connections, 1);
@@ -369,8 +369,11 @@ struct bad {
 };
 
 static const struct bad bad_cases[] = {
-    {{"--port", "abc"}, {0}, NULL,
-     "port: must be an integer between 1 and 65535, got \"abc\" (flag --port)", NULL},
+    {{"--port", "abc"},
+     {0},
+     NULL,
+     "port: must be an integer between 1 and 65535, got \"abc\" (flag --port)",
+     NULL},
     {{"--port=0"}, {0}, NULL, "port: must be an integer between 1 and 65535, got \"0\"", NULL},
     {{"--port", "65536"}, {0}, NULL, "port: ", "got \"65536\""},
     {{"--port", "-1"}, {0}, NULL, "port: ", NULL},
@@ -383,13 +386,18 @@ static const struct bad bad_cases[] = {
     {{"--port", "99999999999999999999999"}, {0}, NULL, "port: ", NULL},
     {{"--threads", "0"}, {0}, NULL, "threads: must be an integer between 1 and 1024", NULL},
     {{"--threads", "1025"}, {0}, NULL, "threads: ", NULL},
-    {{"--lock-lease-ms", "abc"}, {0}, NULL,
+    {{"--lock-lease-ms", "abc"},
+     {0},
+     NULL,
      "lock_lease_ms: must be an integer between 1 and 3600000, got \"abc\" (flag --lock-lease-ms)",
      NULL},
     {{"--lock-lease-ms", "0"}, {0}, NULL, "lock_lease_ms: ", NULL},
     {{"--lock-lease-ms", "3600001"}, {0}, NULL, "lock_lease_ms: ", NULL},
-    {{"--lock-renewal", "2"}, {0}, NULL,
-     "lock_renewal: must be an integer between 0 and 1, got \"2\" (flag --lock-renewal)", NULL},
+    {{"--lock-renewal", "2"},
+     {0},
+     NULL,
+     "lock_renewal: must be an integer between 0 and 1, got \"2\" (flag --lock-renewal)",
+     NULL},
     {{"--lock-renewal", "yes"}, {0}, NULL, "lock_renewal: ", NULL},
     {{"--lock-wait-ms", "-1"}, {0}, NULL, "lock_wait_ms: ", NULL},
     {{"--lock-wait-ms", "600001"}, {0}, NULL, "lock_wait_ms: ", NULL},
@@ -400,12 +408,18 @@ static const struct bad bad_cases[] = {
     {{"--connection-timeout-s", "0"}, {0}, NULL, "connection_timeout_s: ", NULL},
     {{"--connection-timeout-s", "3601"}, {0}, NULL, "connection_timeout_s: ", NULL},
     {{"--redis-timeout-ms", "0"}, {0}, NULL, "redis_timeout_ms: ", NULL},
-    {{"--sold-out-recheck-ms", "0"}, {0}, NULL,
-     "sold_out_recheck_ms: must be an integer between 1 and 1000", NULL},
+    {{"--sold-out-recheck-ms", "0"},
+     {0},
+     NULL,
+     "sold_out_recheck_ms: must be an integer between 1 and 1000",
+     NULL},
     {{"--sold-out-recheck-ms", "1001"}, {0}, NULL, "sold_out_recheck_ms: ", NULL},
     {{"--shutdown-grace-ms", "-5"}, {0}, NULL, "shutdown_grace_ms: ", NULL},
-    {{"--bind", "localhost"}, {0}, NULL,
-     "bind: must be an IPv4 or IPv6 address literal, got \"localhost\" (flag --bind)", NULL},
+    {{"--bind", "localhost"},
+     {0},
+     NULL,
+     "bind: must be an IPv4 or IPv6 address literal, got \"localhost\" (flag --bind)",
+     NULL},
     {{"--bind", "1.2.3"}, {0}, NULL, "bind: ", NULL},
     {{"--bind", "::g"}, {0}, NULL, "bind: ", NULL},
     {{"--bind", "10.0.0.1:80"}, {0}, NULL, "bind: ", NULL},
@@ -429,11 +443,17 @@ static const struct bad bad_cases[] = {
     {{"--admin-token", "a b"}, {0}, NULL, "admin_token: ", "(flag --admin-token)"},
     {{"--admin-token", "tok\x01"}, {0}, NULL, "admin_token: ", NULL},
     {{"--admin-token", "caf\xc3\xa9"}, {0}, NULL, "admin_token: ", NULL},
-    {{"--strategy", "Segmented"}, {0}, NULL,
-     "strategy: must be one of segmented, single-lock, atomic, got \"Segmented\"", NULL},
+    {{"--strategy", "Segmented"},
+     {0},
+     NULL,
+     "strategy: must be one of segmented, single-lock, atomic, got \"Segmented\"",
+     NULL},
     {{"--strategy", "single_lock"}, {0}, NULL, "strategy: ", NULL},
-    {{"--log-level", "verbose"}, {0}, NULL,
-     "log_level: must be one of debug, info, warn, error, got \"verbose\"", NULL},
+    {{"--log-level", "verbose"},
+     {0},
+     NULL,
+     "log_level: must be one of debug, info, warn, error, got \"verbose\"",
+     NULL},
     {{"--prot", "80"}, {0}, NULL, "\"--prot\": unknown option, did you mean --port?", NULL},
     {{"--frobnicate"}, {0}, NULL, "\"--frobnicate\": unknown option (see --help)", NULL},
     {{"-p", "80"}, {0}, NULL, "\"-p\": unexpected argument", NULL},
@@ -441,28 +461,41 @@ static const struct bad bad_cases[] = {
     {{"--"}, {0}, NULL, "\"--\": unexpected argument", NULL},
     {{"--port"}, {0}, NULL, "--port: missing value", NULL},
     {{"--config="}, {0}, NULL, "config: must be a file path", NULL},
-    {{0}, {"INVENTORY_PORT=abc"}, NULL,
+    {{0},
+     {"INVENTORY_PORT=abc"},
+     NULL,
      "port: must be an integer between 1 and 65535, got \"abc\" (environment INVENTORY_PORT)",
      NULL},
     {{0}, {"INVENTORY_STRATEGY=fast"}, NULL, "strategy: ", "(environment INVENTORY_STRATEGY)"},
-    {{0}, {"INVENTORY_REDIS_URL=redis://h:x"}, NULL, "redis: ",
+    {{0},
+     {"INVENTORY_REDIS_URL=redis://h:x"},
+     NULL,
+     "redis: ",
      "(environment INVENTORY_REDIS_URL)"},
     {{0}, {"INVENTORY_SOLD_OUT_RECHECK_MS=2000"}, NULL, "sold_out_recheck_ms: ", NULL},
-    {{0}, {0}, "{\"lock_lease\": 5}", "\"lock_lease\": unknown key, did you mean \"lock_lease_ms\"?",
+    {{0},
+     {0},
+     "{\"lock_lease\": 5}",
+     "\"lock_lease\": unknown key, did you mean \"lock_lease_ms\"?",
      "(config file /"},
     {{0}, {0}, "{\"colour\": \"blue\"}", "\"colour\": unknown key (config file", NULL},
     {{0}, {0}, "{\"config\": \"/x\"}", "\"config\": unknown key", NULL},
-    {{0}, {0}, "{\"port\": \"8080\"}", "port: must be an integer between 1 and 65535, got \"8080\"",
+    {{0},
+     {0},
+     "{\"port\": \"8080\"}",
+     "port: must be an integer between 1 and 65535, got \"8080\"",
      "(config file /"},
     {{0}, {0}, "{\"port\": 8080.0}", "port: ", "got 8080.0"},
     {{0}, {0}, "{\"port\": true}", "port: ", "got true"},
     {{0}, {0}, "{\"port\": [8080]}", "port: ", NULL},
     {{0}, {0}, "{\"port\": 99999999999999999999}", "config: invalid JSON in /", "line 1"},
     {{0}, {0}, "{\"bind\": 1}", "bind: must be a string, got 1", NULL},
-    {{0}, {0}, "{\"admin_token\": 12345}", "admin_token: must be a string, got another type",
-     NULL},
-    {{0}, {0}, "{\"strategy\": \"atomic\", \"strategy\": \"segmented\"}",
-     "config: invalid JSON in /", "duplicate"},
+    {{0}, {0}, "{\"admin_token\": 12345}", "admin_token: must be a string, got another type", NULL},
+    {{0},
+     {0},
+     "{\"strategy\": \"atomic\", \"strategy\": \"segmented\"}",
+     "config: invalid JSON in /",
+     "duplicate"},
     {{0}, {0}, "[1, 2]", "config: ", "must hold one JSON object"},
     {{0}, {0}, "{\"port\": 80", "config: invalid JSON in /", NULL},
     {{0}, {0}, "", "config: invalid JSON in /", NULL},
@@ -485,10 +518,11 @@ static void test_invalid_table(void **state)
                   (!c->contains || strstr(r.err, c->contains));
         if (!ok) {
             print_error("case %zu (%s%s): rc %d, message \"%s\"; wanted prefix \"%s\"%s%s\n", i,
-                        c->args[0] ? c->args[0] : c->env[0] ? c->env[0] : "file",
-                        c->args[1] ? " ..." : "", r.rc, r.rc == -1 ? r.err : "",
-                        c->prefix, c->contains ? " containing " : "",
-                        c->contains ? c->contains : "");
+                        c->args[0]  ? c->args[0]
+                        : c->env[0] ? c->env[0]
+                                    : "file",
+                        c->args[1] ? " ..." : "", r.rc, r.rc == -1 ? r.err : "", c->prefix,
+                        c->contains ? " containing " : "", c->contains ? c->contains : "");
             failures++;
         }
     }
@@ -518,10 +552,10 @@ static void test_file_syntax_errors_quote_nothing(void **state)
 {
     (void)state;
     static const char *const files[] = {
-        "{\"admin_token\": \"Sup3r-Secret\nValue\"}",    /* raw newline in the string */
-        "{\"admin_token\": \"Sup3r-Secret-Value",          /* truncated */
+        "{\"admin_token\": \"Sup3r-Secret\nValue\"}",             /* raw newline in the string */
+        "{\"admin_token\": \"Sup3r-Secret-Value",                 /* truncated */
         "{\"redis\": \"redis://:Sup3r-Secret@h:1\" \"port\": 1}", /* missing comma */
-        "{\"admin_token\": Sup3r-Secret}",                /* not a string */
+        "{\"admin_token\": Sup3r-Secret}",                        /* not a string */
     };
     struct run r;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -578,10 +612,22 @@ static void test_redis_urls(void **state)
         "redis-cluster://u:p%40w@h1/",
     };
     static const char *const bad[] = {
-        "redis://h:65536", "redis://h/100001", "redis://[::1]x", "redis://:pw@", "redis://u:%4@h",
-        "REDIS://h",       "redis:/h",         "unix://",        "redis://h\x7f", "tcp://h:1",
-        "redis-cluster://", "redis-cluster://h:1,", "redis-cluster://h:1,,h:2",
-        "redis-cluster://h:1/1", "redis-cluster://h:0", "redis-cluster://h:1,[::1",
+        "redis://h:65536",
+        "redis://h/100001",
+        "redis://[::1]x",
+        "redis://:pw@",
+        "redis://u:%4@h",
+        "REDIS://h",
+        "redis:/h",
+        "unix://",
+        "redis://h\x7f",
+        "tcp://h:1",
+        "redis-cluster://",
+        "redis-cluster://h:1,",
+        "redis-cluster://h:1,,h:2",
+        "redis-cluster://h:1/1",
+        "redis-cluster://h:0",
+        "redis-cluster://h:1,[::1",
         "redis-cluster://a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1,q:1",
     };
     char why[128];
@@ -607,9 +653,10 @@ static void test_cluster_settings(void **state)
 {
     (void)state;
     struct run r;
-    run_load(&r, ARGS("--redis", "redis-cluster://:hunter2@h1:7000,h2:7001", "--redis-replica-acks",
-                      "1"),
-             NONE, NULL);
+    run_load(
+        &r,
+        ARGS("--redis", "redis-cluster://:hunter2@h1:7000,h2:7001", "--redis-replica-acks", "1"),
+        NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.redis_replica_acks, 1);
     char buf[2048];
@@ -682,11 +729,82 @@ static void test_describe(void **state)
     assert_string_equal(config_strategy_name(STRATEGY_SINGLE_LOCK), "single-lock");
     assert_string_equal(config_strategy_name((enum config_strategy)9), "unknown");
     assert_string_equal(config_log_level_name(CONFIG_LOG_WARN), "warn");
-    assert_string_equal(config_log_level_name((enum config_log_level)-1), "unknown");
+    assert_string_equal(config_log_level_name((enum config_log_level) - 1), "unknown");
 }
 
-/* ---- checked-in files ------------------------------------------------------------------ */
+/* ---- checked-in files: exactly the table's options, with the table's defaults -------------- */
 
+/* The row of config_options.h whose flag is flag[0..n), or -1. */
+static int row_of_flag(const char *flag, size_t n)
+{
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        if (strlen(k->flag) == n && strncmp(k->flag, flag, n) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* An INT row (its accepted values are its bounds "lo..hi", which every document must give). */
+static bool is_int_row(const struct config_key *k)
+{
+    return strcmp(k->arg, "N") == 0;
+}
+
+/* s[0..n) without leading and trailing blanks and backticks, cut before " (" (a note after
+ * the value: "0 (off)", "none (the locks live on --redis)"), into buf. */
+static const char *doc_value(const char *s, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++)
+        if (s[i] != '`')
+            buf[o++] = s[i];
+    buf[o] = '\0';
+    char *note = strstr(buf, " (");
+    if (note)
+        *note = '\0';
+    char *p = buf;
+    while (*p == ' ')
+        p++;
+    memmove(buf, p, strlen(p) + 1);
+    for (size_t l = strlen(buf); l > 0 && (buf[l - 1] == ' ' || buf[l - 1] == '.'); l--)
+        buf[l - 1] = '\0';
+    return buf;
+}
+
+/* Counts a document's entry for row i: an error when it is the second. */
+static int seen_once(int *seen, int i, const char *doc)
+{
+    if (seen[i]++ == 0)
+        return 0;
+    print_error("%s: %s is listed twice\n", doc, config_key_at((size_t)i)->flag);
+    return 1;
+}
+
+/* Every row is seen: the number of rows missing from doc (each printed). */
+static int missing_rows(const int *seen, const char *doc)
+{
+    int failures = 0;
+    for (size_t i = 0; i < config_key_count(); i++)
+        if (!seen[i]) {
+            print_error("%s lacks %s (a row of config_options.h)\n", doc, config_key_at(i)->flag);
+            failures++;
+        }
+    return failures;
+}
+
+/* want == got, else an error naming doc, the flag and what differs. */
+static int same_text(const char *doc, const char *flag, const char *what, const char *want,
+                     const char *got)
+{
+    if (strcmp(want, got) == 0)
+        return 0;
+    print_error("%s, %s: %s is \"%s\", the table says \"%s\"\n", doc, flag, what, got, want);
+    return 1;
+}
+
+/* The shipped config file loads to the defaults, holds exactly the table's keys, and each key's
+ * "_key" comment names its flag, its variable, its default and (integers) its bounds. */
 static void test_shipped_config_file(void **state)
 {
     (void)state;
@@ -704,43 +822,212 @@ static void test_shipped_config_file(void **state)
     snprintf(d.config_path, sizeof(d.config_path), "%s", path);
     assert_memory_equal(&d, &r.cfg, sizeof(d));
 
-    /* every key is present and documented by its "_key" comment */
     json_error_t je;
     json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     assert_non_null(o);
-    for (size_t i = 1; i < config_key_count(); i++) {
-        const char *name = config_key_at(i)->name;
-        char comment[80];
-        snprintf(comment, sizeof(comment), "_%s", name);
-        if (!json_object_get(o, name))
-            fail_msg("config/inventoryd.json lacks key %s", name);
-        json_t *c = json_object_get(o, comment);
-        if (!json_is_string(c) || json_string_length(c) < 20)
-            fail_msg("config/inventoryd.json lacks a %s comment", comment);
+    int failures = 0;
+    const char *name;
+    json_t *value;
+    json_object_foreach(o, name, value)
+    {
+        bool known = name[0] == '_';
+        for (size_t i = 0; i < config_key_count() && !known; i++)
+            known = config_key_at(i)->name && strcmp(config_key_at(i)->name, name) == 0;
+        if (!known) {
+            print_error("config/inventoryd.json: key %s is no row of config_options.h\n", name);
+            failures++;
+        }
+    }
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        if (!k->name)
+            continue; /* --config */
+        char comment[80], env[80];
+        snprintf(comment, sizeof(comment), "_%s", k->name);
+        snprintf(env, sizeof(env), "env %s", k->env);
+        const char *c = json_string_value(json_object_get(o, comment));
+        bool ok = json_object_get(o, k->name) && c && strstr(c, k->flag) && strstr(c, env) &&
+                  (strcmp(k->def, "none") == 0 || strstr(c, k->def)) &&
+                  (!is_int_row(k) || strstr(c, k->range));
+        if (!ok) {
+            print_error("config/inventoryd.json: key %s with a %s comment naming %s, %s, the "
+                        "default %s%s%s\n",
+                        k->name, comment, k->flag, env, k->def, is_int_row(k) ? " and " : "",
+                        is_int_row(k) ? k->range : "");
+            failures++;
+        }
     }
     json_decref(o);
+    assert_int_equal(failures, 0);
 }
 
-static void test_docs_mention_every_key(void **state)
+/* One row of docs/configuration.md's key table: | key | `--flag ARG` | `ENV` | default |
+ * accepted | meaning |. Returns the number of disagreements with the table. */
+static int check_md_row(const char *line, int *seen)
+{
+    const char *cell[6];
+    size_t len[6];
+    const char *p = line + 1;
+    for (int c = 0; c < 6; c++) {
+        const char *bar = strchr(p, '|');
+        const char *eol = strchr(p, '\n');
+        if (!bar || (eol && bar > eol)) {
+            print_error("docs/configuration.md: a row of fewer than 6 cells: %.60s\n", line);
+            return 1;
+        }
+        cell[c] = p;
+        len[c] = (size_t)(bar - p);
+        p = bar + 1;
+    }
+    char flag[128], key[128], env[128], def[256], accepted[512], want[160];
+    doc_value(cell[1], len[1], flag, sizeof(flag));
+    int i = row_of_flag(flag, strcspn(flag, " "));
+    if (i < 0) {
+        print_error("docs/configuration.md: %s is no row of config_options.h\n", flag);
+        return 1;
+    }
+    const struct config_key *k = config_key_at((size_t)i);
+    const char *doc = "docs/configuration.md";
+    snprintf(want, sizeof(want), "%s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
+    int failures = seen_once(seen, i, doc);
+    failures += same_text(doc, k->flag, "the flag", want, flag);
+    failures += same_text(doc, k->flag, "the key", k->name ? k->name : "—",
+                          doc_value(cell[0], len[0], key, sizeof(key)));
+    failures += same_text(doc, k->flag, "the variable", k->env,
+                          doc_value(cell[2], len[2], env, sizeof(env)));
+    failures += same_text(doc, k->flag, "the default", k->def,
+                          doc_value(cell[3], len[3], def, sizeof(def)));
+    if (is_int_row(k))
+        failures += same_text(doc, k->flag, "the range", k->range,
+                              doc_value(cell[4], len[4], accepted, sizeof(accepted)));
+    return failures;
+}
+
+static void test_configuration_md_lists_the_table(void **state)
 {
     (void)state;
     char *doc = read_text("docs/configuration.md");
-    for (size_t i = 0; i < config_key_count(); i++) {
-        const struct config_key *k = config_key_at(i);
-        char needle[80];
-        snprintf(needle, sizeof(needle), "`%s", k->flag);
-        if (!strstr(doc, needle))
-            fail_msg("docs/configuration.md lacks flag %s", k->flag);
-        snprintf(needle, sizeof(needle), "`%s`", k->env);
-        if (!strstr(doc, needle))
-            fail_msg("docs/configuration.md lacks env %s", k->env);
-        if (k->name) {
-            snprintf(needle, sizeof(needle), "`%s`", k->name);
-            if (!strstr(doc, needle))
-                fail_msg("docs/configuration.md lacks key %s", k->name);
+    const char *table = strstr(doc, "\n## Keys\n");
+    assert_non_null(table);
+    const char *end = strstr(table + 1, "\n## ");
+    int seen[64] = {0}, failures = 0, rows = 0;
+    assert_true(config_key_count() <= 64);
+    for (const char *line = table + 1; line && (!end || line < end); line = strchr(line, '\n')) {
+        line += line[0] == '\n';
+        if (strncmp(line, "| ", 2) != 0 || strncmp(line, "| config-file key", 17) == 0)
+            continue;
+        failures += check_md_row(line, seen);
+        rows++;
+    }
+    failures += missing_rows(seen, "docs/configuration.md");
+    print_message("  docs/configuration.md: %d rows checked\n", rows);
+    free(doc);
+    assert_int_equal(failures, 0);
+}
+
+/* Copies man page text s[0..n) without its font escapes (\fB, \fI, \fR, \fP) and with \- as
+ * -, into buf. */
+static char *untroff(const char *s, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap; i++) {
+        if (s[i] == '\\' && i + 2 < n && s[i + 1] == 'f') {
+            i += 2;
+        } else if (s[i] == '\\' && i + 1 < n && s[i + 1] == '-') {
+            buf[o++] = '-';
+            i++;
+        } else {
+            buf[o++] = s[i];
         }
     }
-    free(doc);
+    buf[o] = '\0';
+    return buf;
+}
+
+/* The text after label in entry, up to the next ". " or "; " or the end of its line, or "". */
+static const char *man_field(const char *entry, const char *label, char *buf, size_t cap)
+{
+    const char *p = strstr(entry, label);
+    buf[0] = '\0';
+    if (!p)
+        return buf;
+    p += strlen(label);
+    size_t n = strcspn(p, "\n");
+    static const char *const stops[] = {". ", "; "};
+    for (size_t i = 0; i < 2; i++) {
+        const char *stop = strstr(p, stops[i]);
+        if (stop && (size_t)(stop - p) < n)
+            n = (size_t)(stop - p);
+    }
+    return doc_value(p, n, buf, cap);
+}
+
+/* One .TP entry of the man page's OPTIONS (its untroffed text, the head line first). */
+static int check_man_entry(const char *entry, int *seen)
+{
+    const char *doc = "docs/inventoryd.1";
+    char head[256], want[160], buf[512];
+    snprintf(head, sizeof(head), "%.*s", (int)strcspn(entry, "\n"), entry);
+    const char *flag = strstr(head, "--");
+    if (!flag || strncmp(head, ".B", 2) != 0) {
+        print_error("%s: an entry without a flag: %s\n", doc, head);
+        return 1;
+    }
+    int i = row_of_flag(flag, strcspn(flag, " \","));
+    if (i < 0) { /* a mode (--help, ...): --help lists it */
+        char mode[80];
+        snprintf(mode, sizeof(mode), "%.*s", (int)strcspn(flag, " \","), flag);
+        if (strstr(config_usage(), mode))
+            return 0;
+        print_error("%s: %s is no row of config_options.h and no mode\n", doc, mode);
+        return 1;
+    }
+    const struct config_key *k = config_key_at((size_t)i);
+    snprintf(want, sizeof(want), ".B %s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
+    int failures = seen_once(seen, i, doc);
+    failures += same_text(doc, k->flag, "the head", want, head);
+    failures += same_text(doc, k->flag, "the default", k->def,
+                          man_field(entry, "Default: ", buf, sizeof(buf)));
+    failures += same_text(doc, k->flag, "the variable", k->env,
+                          man_field(entry, "Environment: ", buf, sizeof(buf)));
+    const char *key = strstr(entry, "; config-file key: ");
+    failures +=
+        same_text(doc, k->flag, "the key", k->name ? k->name : "(none)",
+                  key ? doc_value(key + 19, strcspn(key + 19, "\n"), buf, sizeof(buf)) : "(none)");
+    if (is_int_row(k))
+        failures += same_text(doc, k->flag, "the range", k->range,
+                              man_field(entry, "Accepted: ", buf, sizeof(buf)));
+    return failures;
+}
+
+static void test_man_page_lists_the_table(void **state)
+{
+    (void)state;
+    char *raw = read_text("docs/inventoryd.1");
+    const char *from = strstr(raw, "\n.SH OPTIONS\n"), *to = strstr(raw, "\n.SH ENVIRONMENT\n");
+    assert_true(from && to && from < to);
+    size_t cap = (size_t)(to - from) + 1;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    untroff(from, (size_t)(to - from), text, cap);
+    int seen[64] = {0}, failures = 0, entries = 0;
+    char *entry = strstr(text, "\n.TP\n");
+    while (entry) {
+        entry += 5;
+        char *next = strstr(entry, "\n.TP\n");
+        if (next)
+            *next = '\0';
+        failures += check_man_entry(entry, seen);
+        entries++;
+        entry = next ? next : NULL;
+        if (next)
+            *next = '\n';
+    }
+    failures += missing_rows(seen, "docs/inventoryd.1");
+    print_message("  docs/inventoryd.1: %d entries checked\n", entries);
+    free(text);
+    free(raw);
+    assert_int_equal(failures, 0);
 }
 
 /* ---- issue #10: secret files, admin_allow_loopback, trusted_proxies, --healthcheck ------ */
@@ -851,8 +1138,7 @@ static void test_trusted_proxies(void **state)
 {
     (void)state;
     struct run r;
-    run_load(&r, ARGS("--trusted-proxies", "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128"), NONE,
-             NULL);
+    run_load(&r, ARGS("--trusted-proxies", "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128"), NONE, NULL);
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.trusted_proxies.n, 4);
     assert_string_equal(r.cfg.trusted_proxies_text, "127.0.0.1, 10.0.0.0/8 fd00::/8,::1/128");
@@ -902,12 +1188,17 @@ static void test_lock_redis(void **state)
     run_load(&r, NONE, NONE, "{\"lock_redis\": \"redis://x:1,redis://y:2\"}");
     assert_int_equal(r.rc, 0);
     assert_int_equal(r.cfg.lock_redis_n, 2);
-    static const char *const bad[] = {"", "redis://a:1,", ",redis://a:1", "redis://a:1,,redis://b:2",
-                                      "http://a:1", "redis://:s3cret@a:99999",
-                                      "redis://1:1,redis://2:1,redis://3:1,redis://4:1,redis://5:1,"
-                                      "redis://6:1,redis://7:1,redis://8:1,redis://9:1,redis://10:1,"
-                                      "redis://11:1,redis://12:1,redis://13:1,redis://14:1,"
-                                      "redis://15:1,redis://16:1"};
+    static const char *const bad[] = {
+        "",
+        "redis://a:1,",
+        ",redis://a:1",
+        "redis://a:1,,redis://b:2",
+        "http://a:1",
+        "redis://:s3cret@a:99999",
+        "redis://1:1,redis://2:1,redis://3:1,redis://4:1,redis://5:1,"
+        "redis://6:1,redis://7:1,redis://8:1,redis://9:1,redis://10:1,"
+        "redis://11:1,redis://12:1,redis://13:1,redis://14:1,"
+        "redis://15:1,redis://16:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_load(&r, ARGS("--lock-redis", bad[i]), NONE, NULL);
         if (r.rc != -1 || strncmp(r.err, "lock_redis: ", 12) != 0 || strstr(r.err, "s3cret"))
@@ -944,7 +1235,8 @@ int main(void)
         cmocka_unit_test(test_cluster_settings),
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_shipped_config_file),
-        cmocka_unit_test(test_docs_mention_every_key),
+        cmocka_unit_test(test_configuration_md_lists_the_table),
+        cmocka_unit_test(test_man_page_lists_the_table),
         cmocka_unit_test(test_secret_files),
         cmocka_unit_test(test_admin_allow_loopback),
         cmocka_unit_test(test_trusted_proxies),
