@@ -125,10 +125,6 @@ static const struct keydef keys[] = {
             "outcome unknown"),
     INT_KEY(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1,
             1000, "a cached sold-out state is re-checked within this time, so a restock ends it"),
-    INT_KEY(thread_per_connection, "--thread-per-connection", "INVENTORY_THREAD_PER_CONNECTION",
-            0, 0, 1, "1: one HTTP thread per connection instead of the --threads pool"),
-    INT_KEY(redis_pipeline, "--redis-pipeline", "INVENTORY_REDIS_PIPELINE", 0, 0, 1,
-            "1: all worker threads share one auto-pipelined Redis connection"),
     INT_KEY(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,
             600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish"),
     INT_KEY(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,
@@ -185,8 +181,6 @@ static const char usage_text[] =
     "  --redis-timeout-ms N       Redis connect/command timeout, 1..60000 [1000]\n"
     "  --redis-replica-acks N     replicas that must have a commit (WAIT) before 201, 0..16 [0]\n"
     "  --sold-out-recheck-ms N    bound on a cached sold-out state, 1..1000 [500]\n"
-    "  --redis-pipeline 0|1       share one auto-pipelined Redis connection [0]\n"
-    "  --thread-per-connection 0|1  a thread per connection instead of the pool [0]\n"
     "  --shutdown-grace-ms N      drain time on SIGTERM/SIGINT, 0..600000 [5000]\n"
     "  --rate-limit-rps N         requests/s per client IP, then 429; 0 = off [0]\n"
     "  --rate-limit-burst N       burst per client IP above the rate [rate-limit-rps]\n"
@@ -894,8 +888,6 @@ void config_defaults(struct config *out)
     out->redis_replica_acks = 0;
     out->sold_out_recheck_ms = 500;
     out->shutdown_grace_ms = 5000;
-    out->redis_pipeline = 0;
-    out->thread_per_connection = 0;
     out->rate_limit_rps = 0;
     out->rate_limit_burst = 0;
     out->max_connections_per_ip = 0;
@@ -1235,9 +1227,6 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
     bad |= json_object_set_new(o, "redis_replica_acks", json_integer(cfg->redis_replica_acks));
     bad |= json_object_set_new(o, "sold_out_recheck_ms", json_integer(cfg->sold_out_recheck_ms));
     bad |= json_object_set_new(o, "shutdown_grace_ms", json_integer(cfg->shutdown_grace_ms));
-    bad |= json_object_set_new(o, "redis_pipeline", json_integer(cfg->redis_pipeline));
-    bad |= json_object_set_new(o, "thread_per_connection",
-                               json_integer(cfg->thread_per_connection));
     bad |= json_object_set_new(o, "rate_limit_rps", json_integer(cfg->rate_limit_rps));
     bad |= json_object_set_new(o, "rate_limit_burst", json_integer(cfg->rate_limit_burst));
     bad |= json_object_set_new(o, "max_connections_per_ip",

@@ -86,15 +86,12 @@ struct config {
     int sold_out_recheck_ms;            /* 1..1000, default 500: a cached sold-out state is
                                            re-checked (so a restock ends it) within this bound */
     int shutdown_grace_ms;              /* 0..600000, default 5000: in-flight drain on SIGTERM */
-    int thread_per_connection;          /* 0..1, default 0: 1 = MHD thread per connection */
     int rate_limit_rps;                 /* 0..1000000, default 0 (off): token-bucket rate per
                                            client IP; over it, 429 rate_limited */
     int rate_limit_burst;               /* 0..1000000, default 0: the bucket size; 0 means
                                            rate_limit_rps */
     int max_connections_per_ip;         /* 0..1000000, default 0 (off): concurrent connections
                                            per client IP (more are closed at once) */
-    int redis_pipeline;                 /* 0..1, default 0: 1 = one shared auto-pipelined
-                                           Redis connection (lockcore's multiplexer) */
     char access_log[CONFIG_PATH_MAX];   /* JSON access log: a path, "-" (stdout) or "" (none) */
     enum config_action action;          /* set by config_load() */
 };

@@ -335,8 +335,7 @@ static void count_answer(struct req_state *st, const char *method, const char *u
     st->answered = true;
     metrics_request_end(status);
     long us = elapsed_us(&st->start);
-    enum metrics_route route = router_metrics_route(url);
-    metrics_http_duration(route, (double)us / 1e6);
+    metrics_http_duration(st->route.label, (double)us / 1e6);
     if (log_enabled(CONFIG_LOG_DEBUG))
         log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, status, us);
     if (accesslog_enabled()) {
@@ -345,7 +344,7 @@ static void count_answer(struct req_state *st, const char *method, const char *u
             .client = st->client_text[0] ? st->client_text : NULL,
             .method = method,
             .path = url,
-            .route = metrics_route_label(route),
+            .route = router_label(st->route.label),
             .status = status,
             .bytes = body_bytes,
             .seconds = (double)us / 1e6,
@@ -550,14 +549,6 @@ static enum MHD_Result answer_head_too_large(struct MHD_Connection *conn, struct
     return MHD_NO;
 }
 
-/* The probes are never rate-limited: a load balancer's health checks must not be refused
- * because its address also carries client traffic. */
-static bool is_probe(const char *url)
-{
-    return strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
-           strcmp(url, "/metrics") == 0;
-}
-
 /* Takes a token from the client's bucket; 0 when the request may go on, else the Retry-After
  * seconds of the 429. */
 static int rate_check(struct http_server *srv, const struct req_state *st)
@@ -707,24 +698,6 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
 }
 
 /* ---- asynchronous requests (areq.h) ---- */
-
-/* Endpoints whose handler waits on Redis: answered later, on the loop. */
-static bool endpoint_async(enum router_endpoint e)
-{
-    switch (e) {
-    case ROUTER_READYZ:
-    case ROUTER_STOCK_PUT:
-    case ROUTER_STOCK_GET:
-    case ROUTER_STOCK_DELETE:
-    case ROUTER_STOCK_RESTOCK:
-    case ROUTER_ORDER_CREATE:
-    case ROUTER_ORDER_GET:
-    case ROUTER_ORDER_CANCEL:
-        return true;
-    default:
-        return false;
-    }
-}
 
 static void areq_free(struct areq *ar)
 {
@@ -885,7 +858,8 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
     log_set_request_id(st->request_id);
     log_msg(CONFIG_LOG_WARN, "request_deadline", "no answer within %d ms; answering 503",
             st->w->srv->async_deadline_ms);
-    abandon(st, "the request did not finish in time; retry later", st->route.writes);
+    abandon(st, "the request did not finish in time; retry later",
+            st->route.row->flags & ROUTER_WRITES);
     log_set_request_id(NULL);
 }
 
@@ -915,24 +889,7 @@ static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connectio
     w->suspended = st;
     struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
     evtimer_add(st->deadline, &tv);
-    void (*async)(struct areq *) = NULL;
-    switch (st->route.endpoint) {
-    case ROUTER_ORDER_CREATE: async = order_create_async; break;
-    case ROUTER_ORDER_GET: async = order_get_async; break;
-    case ROUTER_ORDER_CANCEL: async = order_cancel_async; break;
-    case ROUTER_READYZ: async = probe_readyz_async; break;
-    case ROUTER_STOCK_GET: async = stock_get_async; break;
-    case ROUTER_STOCK_PUT: async = stock_put_async; break;
-    case ROUTER_STOCK_DELETE: async = stock_delete_async; break;
-    case ROUTER_STOCK_RESTOCK: async = stock_restock_async; break;
-    default: break;
-    }
-    if (async) {
-        async(ar);
-    } else {
-        response_error(&ar->res, ERROR_INTERNAL, "no asynchronous handler");
-        areq_done(ar);
-    }
+    st->route.row->start(ar);
     return MHD_YES;
 }
 
@@ -967,13 +924,18 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         /* The first call for this request (headers complete). */
         clock_gettime(CLOCK_MONOTONIC, &st->start);
         atomic_fetch_add(&srv->in_flight, 1);
+        /* The route (its metrics label, whether it is a probe) for answers given before the
+         * body is read; router_begin matches again once it is. */
+        router_match(method_of(method), url, &st->route);
         find_client(srv, conn, st);
         assign_request_id(conn, st);
         log_set_request_id(st->request_id);
         char why[160];
         if (head_too_large(srv, conn, why, sizeof(why)))
             return answer_head_too_large(conn, st, method, url, why);
-        if (srv->limiter && !is_probe(url)) {
+        /* A load balancer's probes are never limited: its checks must not be refused because
+         * its address also carries client traffic. */
+        if (srv->limiter && !(st->route.row && (st->route.row->flags & ROUTER_PROBE))) {
             int retry = rate_check(srv, st);
             if (retry > 0)
                 return answer_rate_limited(srv, conn, st, method, url, retry);
@@ -1031,15 +993,16 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
     metrics_request_begin();
     st->begun = true;
     if (router_begin(srv->app, &req, &res, &st->route, &st->allowed)) {
-        if (endpoint_async(st->route.endpoint) && current_worker && current_worker->stopping) {
+        const struct router_row *row = st->route.row;
+        if (row->run) {
+            row->run(srv->app, &req, &res);
+        } else if (!current_worker || current_worker->stopping) {
             response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
-        } else if (endpoint_async(st->route.endpoint) && current_worker) {
+        } else {
             enum MHD_Result r = start_async(srv, conn, st, &req);
             if (r == MHD_YES)
                 return r;
             response_error(&res, ERROR_INTERNAL, "out of memory");
-        } else {
-            router_handler(st->route.endpoint)(srv->app, &req, &res);
         }
         router_end(srv->app, &req, &st->route, &res, st->allowed);
     }
@@ -1299,7 +1262,8 @@ static void worker_cut(void *arg)
     while (w->suspended) {
         struct req_state *st = w->suspended;
         log_set_request_id(st->request_id);
-        abandon(st, "the service is shutting down; retry later", st->route.writes);
+        abandon(st, "the service is shutting down; retry later",
+            st->route.row->flags & ROUTER_WRITES);
         log_set_request_id(NULL);
     }
     on_kick(-1, 0, w);
@@ -1435,11 +1399,6 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         snprintf(err, errlen, "libmicrohttpd was built without epoll");
         return NULL;
     }
-    if (cfg->thread_per_connection)
-        log_msg(CONFIG_LOG_WARN, "config",
-                "thread_per_connection is ignored: connections are served by %d event loop(s)",
-                cfg->threads);
-
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
         snprintf(err, errlen, "out of memory");

@@ -20,7 +20,7 @@ common=(--admin-token "$token" --threads 2 --log-level warn)
 t_inventoryd main.log --redis "redis://127.0.0.1:$redis_port" "${common[@]}"; main=$port
 t_inventoryd down.log --redis "redis://127.0.0.1:$dead_port" --redis-timeout-ms 300 "${common[@]}"; down=$port
 t_inventoryd rate.log --redis "redis://127.0.0.1:$redis_port" --rate-limit-rps 1 --rate-limit-burst 1 "${common[@]}"; rate=$port
-t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 --thread-per-connection 1 "${common[@]}"; hold=$port
+t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 "${common[@]}"; hold=$port
 
 t_run "every documented request and error, validated against docs/openapi.yaml" contract.log \
   env SPEC="$spec" TOKEN="$token" URL_MAIN="http://127.0.0.1:$main" URL_DOWN="http://127.0.0.1:$down" \
