@@ -2,7 +2,8 @@
 # The API contract (issue 14): docs/openapi.yaml is linted with @redocly/cli (redocly.yaml), then
 # contract.mjs sends every documented request and error to live inventoryd instances on free
 # loopback ports (one normal, one whose Redis is absent, one rate-limited, one holding its
-# lock for 3 s, one thread per connection so the second order is not queued behind the first) against a real redis-server, and validates every response against the document
+# lock for 3 s: its loop serves the second order meanwhile) against a real redis-server, and
+# validates every response against the document
 # with ajv. Everything started here is stopped by lib.sh's trap, also on failure.
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/tests/lib.sh"
