@@ -8,7 +8,6 @@
 
 #include <jansson.h>
 
-#include "areq.h"
 #include "handlers.h"
 #include "log.h"
 #include "router.h"
@@ -19,21 +18,21 @@
  * Allow header; the first row of each path names its metrics series, and the paths keep the
  * order of the /metrics document. */
 static const struct router_row rows[] = {
-    {HTTP_GET, "/", 0, dashboard_get, NULL, NULL, NULL},
-    {HTTP_GET, "/healthz", ROUTER_PROBE, probe_healthz, NULL, NULL, NULL},
-    {HTTP_GET, "/readyz", ROUTER_PROBE, NULL, probe_readyz_async, NULL, NULL},
-    {HTTP_GET, "/metrics", ROUTER_PROBE, probe_metrics, NULL, NULL, NULL},
-    {HTTP_POST, "/api/v1/orders", ROUTER_WRITES, NULL, order_create_async, NULL, NULL},
-    {HTTP_GET, "/api/v1/orders/{id}", 0, NULL, order_get_async, NULL, NULL},
-    {HTTP_DELETE, "/api/v1/orders/{id}", ROUTER_ADMIN | ROUTER_WRITES, NULL, order_cancel_async,
-     "order_cancel", "order_id"},
-    {HTTP_GET, "/api/v1/skus/{sku}", 0, NULL, stock_get_async, NULL, NULL},
-    {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, NULL, stock_put_async,
-     "sku_put", "sku"},
-    {HTTP_DELETE, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, NULL, stock_delete_async,
-     "sku_delete", "sku"},
-    {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES, NULL,
-     stock_restock_async, "sku_restock", "sku"},
+    {HTTP_GET, "/", 0, .run = dashboard_get},
+    {HTTP_GET, "/healthz", ROUTER_PROBE, .run = probe_healthz},
+    {HTTP_GET, "/readyz", ROUTER_PROBE, .start = probe_readyz_async},
+    {HTTP_GET, "/metrics", ROUTER_PROBE, .run = probe_metrics},
+    {HTTP_POST, "/api/v1/orders", ROUTER_WRITES, .start = order_create_async},
+    {HTTP_GET, "/api/v1/orders/{id}", 0, .start = order_get_async},
+    {HTTP_DELETE, "/api/v1/orders/{id}", ROUTER_ADMIN | ROUTER_WRITES, .start = order_cancel_async,
+     .audit_action = "order_cancel", .audit_target = "order_id"},
+    {HTTP_GET, "/api/v1/skus/{sku}", 0, .start = stock_get_async},
+    {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
+     .audit_action = "sku_put", .audit_target = "sku"},
+    {HTTP_DELETE, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_delete_async,
+     .audit_action = "sku_delete", .audit_target = "sku"},
+    {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES,
+     .start = stock_restock_async, .audit_action = "sku_restock", .audit_target = "sku"},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");
@@ -225,10 +224,10 @@ static void audit(const struct app *app, const struct request *req,
     const char *auth = !allowed ? "refused" : app->cfg.admin_token[0] ? "token" : "loopback";
     const char *error = json_string_value(json_object_get(res->body, "error"));
     const struct router_row *row = route->row;
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?, s:s?}", "action", row->audit_action,
-                          row->audit_target, target,
-                          "status", res->status, "result", error ? error : "ok", "auth", auth,
-                          "token_fingerprint", tok ? fp : NULL, "client", req->client);
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?, s:s?}", "action", row->audit_action,
+                  row->audit_target, target, "status", res->status, "result", error ? error : "ok",
+                  "auth", auth, "token_fingerprint", tok ? fp : NULL, "client", req->client);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (text)
         log_json(level, "audit", "audit", text);
@@ -246,15 +245,12 @@ bool router_begin(struct app *app, struct request *req, struct response *res,
 {
     *allowed = true;
     switch (router_match(req->method, req->path, route)) {
-    case ROUTER_NOT_FOUND:
-        response_error(res, ERROR_NOT_FOUND, NULL);
-        return false;
+    case ROUTER_NOT_FOUND: response_error(res, ERROR_NOT_FOUND, NULL); return false;
     case ROUTER_METHOD_NOT_ALLOWED:
         response_error(res, ERROR_METHOD_NOT_ALLOWED, NULL);
         res->allow = route->allow;
         return false;
-    case ROUTER_FOUND:
-        break;
+    case ROUTER_FOUND: break;
     }
     req->param = route->param;
     req->param_len = route->param_len;
@@ -262,8 +258,7 @@ bool router_begin(struct app *app, struct request *req, struct response *res,
     if (!*allowed) {
         response_error(res, ERROR_UNAUTHORIZED, "admin authorization required");
     } else if (!router_media_ok(req)) {
-        response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE,
-                       "Content-Type must be application/json");
+        response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json");
     } else {
         return true;
     }

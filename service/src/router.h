@@ -29,10 +29,11 @@
 struct areq;
 
 /* Row flags. */
-#define ROUTER_ADMIN 0x1u  /* needs admin authorisation (401 without it); every request audited */
-#define ROUTER_WRITES 0x2u /* changes stock: a 503 that cuts it off (deadline, shutdown) carries
-                              "outcome":"unknown" */
-#define ROUTER_PROBE 0x4u  /* a load balancer's probe: never rate-limited */
+#define ROUTER_ADMIN 0x1u /* needs admin authorisation (401 without it); every request audited */
+#define ROUTER_WRITES                                                                              \
+    0x2u                  /* changes stock: a 503 that cuts it off (deadline, shutdown) carries    \
+                             "outcome":"unknown" */
+#define ROUTER_PROBE 0x4u /* a load balancer's probe: never rate-limited */
 
 /* A handler that answers at once, on the loop, without waiting on anything (fills res). */
 typedef void (*router_run_fn)(struct app *app, const struct request *req, struct response *res);
@@ -56,9 +57,9 @@ struct router_row {
 const struct router_row *router_rows(size_t *n);
 
 enum router_outcome {
-    ROUTER_FOUND,              /* path and method match: row is set */
-    ROUTER_NOT_FOUND,          /* no row has this path: 404 */
-    ROUTER_METHOD_NOT_ALLOWED  /* the path is known, the method is not: 405 with allow */
+    ROUTER_FOUND,             /* path and method match: row is set */
+    ROUTER_NOT_FOUND,         /* no row has this path: 404 */
+    ROUTER_METHOD_NOT_ALLOWED /* the path is known, the method is not: 405 with allow */
 };
 
 /* The metrics label index of a request no row's pattern matched ("other"). Labels are
@@ -68,12 +69,12 @@ enum router_outcome {
 struct router_route {
     enum router_outcome outcome;
     const struct router_row *row; /* NULL unless ROUTER_FOUND */
-    const char *allow;             /* Allow header of the path, e.g. "GET, HEAD, PUT, DELETE"
-                                      (static); NULL when ROUTER_NOT_FOUND */
-    const char *param;             /* the {..} segment inside path, or NULL */
+    const char *allow;            /* Allow header of the path, e.g. "GET, HEAD, PUT, DELETE"
+                                     (static); NULL when ROUTER_NOT_FOUND */
+    const char *param;            /* the {..} segment inside path, or NULL */
     size_t param_len;
-    int label;                     /* the path's metrics label (router_label); ROUTER_LABEL_OTHER
-                                      when ROUTER_NOT_FOUND */
+    int label; /* the path's metrics label (router_label); ROUTER_LABEL_OTHER
+                  when ROUTER_NOT_FOUND */
 };
 
 /* Looks up path (without query string, NUL-terminated) and method in the route table and fills

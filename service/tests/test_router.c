@@ -47,9 +47,9 @@ static const char *error_of(const struct response *res)
     return json_string_value(json_object_get(res->body, "error"));
 }
 
-static const char *const method_names[] = {[HTTP_OTHER] = "OTHER", [HTTP_GET] = "GET",
-                                           [HTTP_HEAD] = "HEAD",   [HTTP_POST] = "POST",
-                                           [HTTP_PUT] = "PUT",     [HTTP_DELETE] = "DELETE"};
+static const char *const method_names[] = {
+    [HTTP_OTHER] = "OTHER", [HTTP_GET] = "GET", [HTTP_HEAD] = "HEAD",
+    [HTTP_POST] = "POST",   [HTTP_PUT] = "PUT", [HTTP_DELETE] = "DELETE"};
 
 /* A path that row's pattern matches: each "{..}" replaced by param. */
 static void sample_path(const struct router_row *row, const char *param, char *out, size_t len)
@@ -322,7 +322,7 @@ static void test_token_equal(void **state)
     assert_true(router_token_equal(NULL, 0, NULL, 0));
     assert_false(router_token_equal("secret", 6, "secreT", 6));
     assert_false(router_token_equal("secret", 6, "Secret", 6));
-    assert_false(router_token_equal("secret", 6, "secre", 5));   /* prefix */
+    assert_false(router_token_equal("secret", 6, "secre", 5)); /* prefix */
     assert_false(router_token_equal("secre", 5, "secret", 6));
     assert_false(router_token_equal("secret", 6, "secretX", 7)); /* extension */
     assert_false(router_token_equal("", 0, "x", 1));
@@ -455,8 +455,7 @@ static void test_media(void **state)
         r.body_len = cases[i].body_len;
         if (router_media_ok(&r) != cases[i].ok)
             fail_msg("case %zu \"%s\" body %zu: expected %d", i,
-                     cases[i].ctype ? cases[i].ctype : "(null)", cases[i].body_len,
-                     cases[i].ok);
+                     cases[i].ctype ? cases[i].ctype : "(null)", cases[i].body_len, cases[i].ok);
     }
 }
 
@@ -647,8 +646,7 @@ static void test_readyz_answer(void **state)
 
     probe_readyz_answer(LC_ESTATE, NULL, &res);
     assert_int_equal(res.status, 503);
-    assert_string_equal(json_string_value(json_object_get(res.body, "reason")),
-                        "shutting down");
+    assert_string_equal(json_string_value(json_object_get(res.body, "reason")), "shutting down");
     response_free(&res);
 }
 
