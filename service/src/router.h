@@ -28,12 +28,13 @@
 
 struct areq;
 
-/* Row flags. */
-#define ROUTER_ADMIN 0x1u /* needs admin authorisation (401 without it); every request audited */
-#define ROUTER_WRITES                                                                              \
-    0x2u                  /* changes stock: a 503 that cuts it off (deadline, shutdown) carries    \
-                             "outcome":"unknown" */
-#define ROUTER_PROBE 0x4u /* a load balancer's probe: never rate-limited */
+/* Row flags (struct router_row.flags). */
+enum router_flag {
+    ROUTER_ADMIN = 0x1,  /* needs admin authorisation (401 without it); every request audited */
+    ROUTER_WRITES = 0x2, /* changes stock: a 503 that cuts it off (deadline, shutdown) carries
+                            "outcome":"unknown" */
+    ROUTER_PROBE = 0x4   /* a load balancer's probe: never rate-limited */
+};
 
 /* A handler that answers at once, on the loop, without waiting on anything (fills res). */
 typedef void (*router_run_fn)(struct app *app, const struct request *req, struct response *res);
