@@ -41,7 +41,7 @@
 #   LT_STRATEGY_SEGMENTS (16)    segments of the strategy comparison
 #   LT_RSS_CONNECTIONS (256)     connections of the RSS run (direct to one instance)
 #   LT_INVENTORYD_ARGS           extra inventoryd flags for every instance, e.g.
-#                                "--redis-pipeline 1" (word-split)
+#                                "--redis-replica-acks 0" (word-split)
 #   LT_QUIET_WAIT_S (30; quick 0) before each run, wait up to this long for other processes on
 #                                the machine to use < 15 % CPU (the load seen is reported)
 #   LT_RETRIES (1; quick 0)      a run during which more than LT_DISTURBED_PCT (15) % of the

@@ -2,7 +2,8 @@
  * libFuzzer target: router.c's pure parts on arbitrary bytes. The input is split at '\n' into a
  * method selector (first byte), a path, an Authorization header value and a Content-Type value:
  *   - router_match: the outcome agrees with the parameter it reports (a non-empty segment
- *     inside the path, without '/'), Allow is set exactly when the path is known;
+ *     inside the path, without '/'), Allow is set exactly when the path is known, the row
+ *     found has the request's method, the label is one router_label names;
  *   - router_admin_ok: with a token configured, only "Bearer <that token>" passes (checked
  *     against a plain re-statement of the rule); without one, only a loopback peer;
  *   - router_token_equal agrees with memcmp on two arbitrary byte strings;
@@ -49,13 +50,17 @@ static void check_match(enum http_method m, const char *path)
     CHECK(o == r.outcome);
     size_t plen = strlen(path);
     switch (o) {
-    case ROUTER_NOT_FOUND: CHECK(r.allow == NULL && r.endpoint == ROUTER_NONE); break;
-    case ROUTER_METHOD_NOT_ALLOWED: CHECK(r.allow != NULL && r.endpoint == ROUTER_NONE); break;
+    case ROUTER_NOT_FOUND:
+        CHECK(r.allow == NULL && r.row == NULL && r.label == ROUTER_LABEL_OTHER);
+        break;
+    case ROUTER_METHOD_NOT_ALLOWED: CHECK(r.allow != NULL && r.row == NULL); break;
     case ROUTER_FOUND:
-        CHECK(r.allow != NULL && r.endpoint != ROUTER_NONE);
+        CHECK(r.allow != NULL && r.row != NULL);
         CHECK(path[0] == '/');
+        CHECK(r.row->method == (m == HTTP_HEAD ? HTTP_GET : m));
         break;
     }
+    CHECK(router_label(r.label) != NULL);
     if (r.param) {
         CHECK(r.param >= path && r.param + r.param_len <= path + plen);
         CHECK(r.param_len > 0 && memchr(r.param, '/', r.param_len) == NULL);

@@ -23,8 +23,6 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         app_free(app);
         return -1;
     }
-    /* Connect now if Redis is there; if not, the first request (or /readyz) tries again. */
-    store_client(app->store);
     return 0;
 }
 

@@ -1,9 +1,10 @@
 /*
  * areq — a request answered later, on its worker's event loop (http.c owns the loops).
  *
- * A handler that has to wait on Redis gets a struct areq instead of returning a response: it
- * starts its work on the loop's asynchronous lockcore client (areq->lc) and calls areq_done
- * exactly once, on the loop's thread, once areq->res holds the answer. Meanwhile the HTTP
+ * A handler that has to wait on Redis (handlers.h, the *_async ones; a router row's start)
+ * gets a struct areq instead of returning a response: it starts its work on the loop's
+ * asynchronous lockcore client (areq->lc) and calls areq_done exactly once, on the loop's
+ * thread, once areq->res holds the answer. Meanwhile the HTTP
  * connection is suspended (libmicrohttpd's MHD_suspend_connection) and the loop serves others.
  *
  * Ownership: http.c allocates the areq (its request strings are copies that live as long as
@@ -70,15 +71,5 @@ int areq_loop(const struct areq *ar, int *nloops);
  * carries the request's id (copied: the areq may be freed inside). Nestable. */
 void areq_log_begin(const struct areq *ar);
 void areq_log_end(void);
-
-/* Asynchronous handlers (on the loop; end with areq_done). */
-void order_create_async(struct areq *ar);
-void order_get_async(struct areq *ar);
-void order_cancel_async(struct areq *ar);
-void probe_readyz_async(struct areq *ar);
-void stock_get_async(struct areq *ar);
-void stock_put_async(struct areq *ar);
-void stock_delete_async(struct areq *ar);
-void stock_restock_async(struct areq *ar);
 
 #endif

@@ -102,10 +102,6 @@
         "outcome unknown")                                                                     \
     INT(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1, \
         1000, "a cached sold-out state is re-checked within this time, so a restock ends it")  \
-    INT(thread_per_connection, "--thread-per-connection", "INVENTORY_THREAD_PER_CONNECTION",   \
-        0, 0, 1, "1: one HTTP thread per connection instead of the --threads pool")            \
-    INT(redis_pipeline, "--redis-pipeline", "INVENTORY_REDIS_PIPELINE", 0, 0, 1,               \
-        "1: all worker threads share one auto-pipelined Redis connection")                     \
     INT(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,      \
         600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish")            \
     INT(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,         \

@@ -335,8 +335,7 @@ static void count_answer(struct req_state *st, const char *method, const char *u
     st->answered = true;
     metrics_request_end(status);
     long us = elapsed_us(&st->start);
-    enum metrics_route route = router_metrics_route(url);
-    metrics_http_duration(route, (double)us / 1e6);
+    metrics_http_duration(st->route.label, (double)us / 1e6);
     if (log_enabled(CONFIG_LOG_DEBUG))
         log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, status, us);
     if (accesslog_enabled()) {
@@ -345,7 +344,7 @@ static void count_answer(struct req_state *st, const char *method, const char *u
             .client = st->client_text[0] ? st->client_text : NULL,
             .method = method,
             .path = url,
-            .route = metrics_route_label(route),
+            .route = router_label(st->route.label),
             .status = status,
             .bytes = body_bytes,
             .seconds = (double)us / 1e6,
@@ -550,14 +549,6 @@ static enum MHD_Result answer_head_too_large(struct MHD_Connection *conn, struct
     return MHD_NO;
 }
 
-/* The probes are never rate-limited: a load balancer's health checks must not be refused
- * because its address also carries client traffic. */
-static bool is_probe(const char *url)
-{
-    return strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
-           strcmp(url, "/metrics") == 0;
-}
-
 /* Takes a token from the client's bucket; 0 when the request may go on, else the Retry-After
  * seconds of the 429. */
 static int rate_check(struct http_server *srv, const struct req_state *st)
@@ -707,24 +698,6 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
 }
 
 /* ---- asynchronous requests (areq.h) ---- */
-
-/* Endpoints whose handler waits on Redis: answered later, on the loop. */
-static bool endpoint_async(enum router_endpoint e)
-{
-    switch (e) {
-    case ROUTER_READYZ:
-    case ROUTER_STOCK_PUT:
-    case ROUTER_STOCK_GET:
-    case ROUTER_STOCK_DELETE:
-    case ROUTER_STOCK_RESTOCK:
-    case ROUTER_ORDER_CREATE:
-    case ROUTER_ORDER_GET:
-    case ROUTER_ORDER_CANCEL:
-        return true;
-    default:
-        return false;
-    }
-}
 
 static void areq_free(struct areq *ar)
 {
@@ -885,7 +858,8 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
     log_set_request_id(st->request_id);
     log_msg(CONFIG_LOG_WARN, "request_deadline", "no answer within %d ms; answering 503",
             st->w->srv->async_deadline_ms);
-    abandon(st, "the request did not finish in time; retry later", st->route.writes);
+    abandon(st, "the request did not finish in time; retry later",
+            st->route.row->flags & ROUTER_WRITES);
     log_set_request_id(NULL);
 }
 
@@ -915,24 +889,7 @@ static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connectio
     w->suspended = st;
     struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
     evtimer_add(st->deadline, &tv);
-    void (*async)(struct areq *) = NULL;
-    switch (st->route.endpoint) {
-    case ROUTER_ORDER_CREATE: async = order_create_async; break;
-    case ROUTER_ORDER_GET: async = order_get_async; break;
-    case ROUTER_ORDER_CANCEL: async = order_cancel_async; break;
-    case ROUTER_READYZ: async = probe_readyz_async; break;
-    case ROUTER_STOCK_GET: async = stock_get_async; break;
-    case ROUTER_STOCK_PUT: async = stock_put_async; break;
-    case ROUTER_STOCK_DELETE: async = stock_delete_async; break;
-    case ROUTER_STOCK_RESTOCK: async = stock_restock_async; break;
-    default: break;
-    }
-    if (async) {
-        async(ar);
-    } else {
-        response_error(&ar->res, ERROR_INTERNAL, "no asynchronous handler");
-        areq_done(ar);
-    }
+    st->route.row->start(ar);
     return MHD_YES;
 }
 
@@ -967,13 +924,18 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         /* The first call for this request (headers complete). */
         clock_gettime(CLOCK_MONOTONIC, &st->start);
         atomic_fetch_add(&srv->in_flight, 1);
+        /* The route (its metrics label, whether it is a probe) for answers given before the
+         * body is read; router_begin matches again once it is. */
+        router_match(method_of(method), url, &st->route);
         find_client(srv, conn, st);
         assign_request_id(conn, st);
         log_set_request_id(st->request_id);
         char why[160];
         if (head_too_large(srv, conn, why, sizeof(why)))
             return answer_head_too_large(conn, st, method, url, why);
-        if (srv->limiter && !is_probe(url)) {
+        /* A load balancer's probes are never limited: its checks must not be refused because
+         * its address also carries client traffic. */
+        if (srv->limiter && !(st->route.row && (st->route.row->flags & ROUTER_PROBE))) {
             int retry = rate_check(srv, st);
             if (retry > 0)
                 return answer_rate_limited(srv, conn, st, method, url, retry);
@@ -1031,15 +993,16 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
     metrics_request_begin();
     st->begun = true;
     if (router_begin(srv->app, &req, &res, &st->route, &st->allowed)) {
-        if (endpoint_async(st->route.endpoint) && current_worker && current_worker->stopping) {
+        const struct router_row *row = st->route.row;
+        if (row->run) {
+            row->run(srv->app, &req, &res);
+        } else if (!current_worker || current_worker->stopping) {
             response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
-        } else if (endpoint_async(st->route.endpoint) && current_worker) {
+        } else {
             enum MHD_Result r = start_async(srv, conn, st, &req);
             if (r == MHD_YES)
                 return r;
             response_error(&res, ERROR_INTERNAL, "out of memory");
-        } else {
-            router_handler(st->route.endpoint)(srv->app, &req, &res);
         }
         router_end(srv->app, &req, &st->route, &res, st->allowed);
     }
@@ -1299,7 +1262,8 @@ static void worker_cut(void *arg)
     while (w->suspended) {
         struct req_state *st = w->suspended;
         log_set_request_id(st->request_id);
-        abandon(st, "the service is shutting down; retry later", st->route.writes);
+        abandon(st, "the service is shutting down; retry later",
+                st->route.row->flags & ROUTER_WRITES);
         log_set_request_id(NULL);
     }
     on_kick(-1, 0, w);
@@ -1406,18 +1370,17 @@ static void worker_free(struct worker *w)
     pthread_mutex_destroy(&w->mu);
 }
 
-struct http_server *http_start(struct app *app, char *err, size_t errlen)
+/* Parses cfg's bind address and port into *ss, adding the IPv6 flags to *flags. 0, or -1 with
+ * err set. */
+static int listen_addr(const struct config *cfg, struct sockaddr_storage *ss, unsigned int *flags,
+                       char *err, size_t errlen)
 {
-    const struct config *cfg = &app->cfg;
-    struct sockaddr_storage ss;
-    unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    memset(&ss, 0, sizeof(ss));
-
-    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
     if (cfg->port < 0 || cfg->port > 65535) {
         snprintf(err, errlen, "port: %d is out of range", cfg->port);
-        return NULL;
+        return -1;
     }
     if (inet_pton(AF_INET, cfg->bind, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
@@ -1426,20 +1389,142 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         in6->sin6_family = AF_INET6;
         in6->sin6_port = htons((uint16_t)cfg->port);
         /* "::" means every address: serve IPv4 too. A specific IPv6 address is IPv6 only. */
-        flags |= IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+        *flags |= IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
     } else {
         snprintf(err, errlen, "bind: \"%s\" is not an IPv4 or IPv6 address", cfg->bind);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* Starts loop i's MHD daemon on ss (flags as for MHD_start_daemon); the first one's port and
+ * listening socket go to srv. 0, or -1 with err set. */
+static int worker_daemon(struct worker *w, int i, struct sockaddr_storage *ss, unsigned int flags,
+                         char *err, size_t errlen)
+{
+    struct http_server *srv = w->srv;
+    const struct config *cfg = &srv->app->cfg;
+    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
+    /* Every daemon listens on the same port (SO_REUSEPORT): the first one's, when the
+     * configured port is 0. */
+    if (i > 0) {
+        if (in4->sin_family == AF_INET)
+            in4->sin_port = htons((uint16_t)srv->port);
+        else
+            in6->sin6_port = htons((uint16_t)srv->port);
+    }
+    /* With a per-IP connection cap, the loops accept from one queue instead (a dup of the
+     * first daemon's socket each): connections are then accepted in the order they came,
+     * so the cap counts a client's earlier connections before its next one. Separate
+     * SO_REUSEPORT queues could accept a later connection first. */
+    int shared = i > 0 && cfg->max_connections_per_ip > 0 ? dup(srv->listen_fd) : -1;
+    if (i > 0 && cfg->max_connections_per_ip > 0 && shared < 0) {
+        snprintf(err, errlen, "dup of the listening socket: %s", strerror(errno));
+        return -1;
+    }
+    /* The options every daemon has; then either the shared accept queue's socket or
+     * an address of its own (SO_REUSEPORT). */
+    struct MHD_OptionItem common[] = {
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)cfg->max_connections, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->connection_timeout_s, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->connection_memory_kib * 1024, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_keep_nul, NULL},
+        {MHD_OPTION_END, 0, NULL}};
+    if (shared >= 0)
+        w->mhd = MHD_start_daemon(
+            flags, 0, on_accept, srv, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
+            NULL, /* first: it sees every message */
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)shared, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    else
+        w->mhd = MHD_start_daemon(
+            flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
+            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
+            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+            (unsigned int)1, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    if (!w->mhd && shared >= 0)
+        close(shared);
+    if (!w->mhd) {
+        snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
+                 mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
+        return -1;
+    }
+    if (i == 0) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        srv->port = di ? di->port : cfg->port;
+        const union MHD_DaemonInfo *li = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+        srv->listen_fd = li ? li->listen_fd : -1;
+        if (srv->listen_fd < 0 && cfg->max_connections_per_ip > 0) {
+            snprintf(err, errlen, "libmicrohttpd: no listening socket");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Makes loop i of srv (not yet running): its event base, gates, Redis clients, daemon and
+ * events. 0, or -1 with err set (worker_free undoes what was made). */
+static int worker_init(struct http_server *srv, int i, struct sockaddr_storage *ss,
+                       unsigned int flags, const lc_client_opts *lo, char *err, size_t errlen)
+{
+    const struct config *cfg = &srv->app->cfg;
+    struct worker *w = &srv->workers[i];
+    srv->nworkers++;
+    w->srv = srv;
+    w->id = i;
+    w->mailfd = -1;
+    w->lsock = MHD_INVALID_SOCKET;
+    pthread_mutex_init(&w->mu, NULL);
+    w->base = loop_base_new();
+    w->mailfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!w->base || w->mailfd < 0) {
+        snprintf(err, errlen, "event loop %d: %s", i, strerror(errno));
+        return -1;
+    }
+    w->gates = seggate_new();
+    if (!w->gates) {
+        snprintf(err, errlen, "event loop %d: out of memory", i);
+        return -1;
+    }
+    if (lc_async_client_new(w->base, cfg->redis_url, lo, &w->lc) != LC_OK) {
+        snprintf(err, errlen, "redis client of loop %d: %s", i, lc_errmsg());
+        return -1;
+    }
+    if (lock_nodes_new(w, cfg, lo, err, errlen) != 0 ||
+        worker_daemon(w, i, ss, flags, err, errlen) != 0)
+        return -1;
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ei) {
+        snprintf(err, errlen, "libmicrohttpd: no epoll fd");
+        return -1;
+    }
+    w->mhd_io = event_new(w->base, ei->epoll_fd, EV_READ | EV_PERSIST, on_mhd, w);
+    w->mhd_timer = evtimer_new(w->base, on_mhd, w);
+    w->kick = event_new(w->base, -1, 0, on_kick, w);
+    w->mail = event_new(w->base, w->mailfd, EV_READ | EV_PERSIST, on_mail, w);
+    if (!w->mhd_io || !w->mhd_timer || !w->kick || !w->mail || event_add(w->mhd_io, NULL) ||
+        event_add(w->mail, NULL)) {
+        snprintf(err, errlen, "event loop %d: out of memory", i);
+        return -1;
+    }
+    struct timeval now = {0, 0};
+    evtimer_add(w->mhd_timer, &now);
+    return 0;
+}
+
+struct http_server *http_start(struct app *app, char *err, size_t errlen)
+{
+    const struct config *cfg = &app->cfg;
+    struct sockaddr_storage ss;
+    unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (listen_addr(cfg, &ss, &flags, err, errlen) != 0)
+        return NULL;
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
         snprintf(err, errlen, "libmicrohttpd was built without epoll");
         return NULL;
     }
-    if (cfg->thread_per_connection)
-        log_msg(CONFIG_LOG_WARN, "config",
-                "thread_per_connection is ignored: connections are served by %d event loop(s)",
-                cfg->threads);
-
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
         snprintf(err, errlen, "out of memory");
@@ -1470,108 +1555,9 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     lo.connect_timeout_ms = cfg->redis_timeout_ms;
     lo.command_timeout_ms = cfg->redis_timeout_ms;
     mhd_last_error[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        struct worker *w = &srv->workers[i];
-        srv->nworkers++;
-        w->srv = srv;
-        w->id = i;
-        w->mailfd = -1;
-        w->lsock = MHD_INVALID_SOCKET;
-        pthread_mutex_init(&w->mu, NULL);
-        w->base = loop_base_new();
-        w->mailfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (!w->base || w->mailfd < 0) {
-            snprintf(err, errlen, "event loop %d: %s", i, strerror(errno));
+    for (int i = 0; i < n; i++)
+        if (worker_init(srv, i, &ss, flags, &lo, err, errlen) != 0)
             goto fail;
-        }
-        w->gates = seggate_new();
-        if (!w->gates) {
-            snprintf(err, errlen, "event loop %d: out of memory", i);
-            goto fail;
-        }
-        if (lc_async_client_new(w->base, cfg->redis_url, &lo, &w->lc) != LC_OK) {
-            snprintf(err, errlen, "redis client of loop %d: %s", i, lc_errmsg());
-            goto fail;
-        }
-        if (lock_nodes_new(w, cfg, &lo, err, errlen) != 0)
-            goto fail;
-        /* Every daemon listens on the same port (SO_REUSEPORT): the first one's, when the
-         * configured port is 0. */
-        if (i > 0) {
-            if (in4->sin_family == AF_INET)
-                in4->sin_port = htons((uint16_t)srv->port);
-            else
-                in6->sin6_port = htons((uint16_t)srv->port);
-        }
-        /* With a per-IP connection cap, the loops accept from one queue instead (a dup of the
-         * first daemon's socket each): connections are then accepted in the order they came,
-         * so the cap counts a client's earlier connections before its next one. Separate
-         * SO_REUSEPORT queues could accept a later connection first. */
-        int shared = i > 0 && cfg->max_connections_per_ip > 0 ? dup(srv->listen_fd) : -1;
-        if (i > 0 && cfg->max_connections_per_ip > 0 && shared < 0) {
-            snprintf(err, errlen, "dup of the listening socket: %s", strerror(errno));
-            goto fail;
-        }
-        /* The options every daemon has; then either the shared accept queue's socket or
-         * an address of its own (SO_REUSEPORT). */
-        struct MHD_OptionItem common[] = {
-            {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)cfg->max_connections, NULL},
-            {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->connection_timeout_s, NULL},
-            {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->connection_memory_kib * 1024,
-             NULL},
-            {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
-            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv},
-            {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_keep_nul, NULL},
-            {MHD_OPTION_END, 0, NULL}};
-        if (shared >= 0)
-            w->mhd = MHD_start_daemon(
-                flags, 0, on_accept, srv, on_request, srv,
-                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
-                MHD_OPTION_LISTEN_SOCKET, (MHD_socket)shared,
-                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
-        else
-            w->mhd = MHD_start_daemon(
-                flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
-                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
-                MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
-                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
-        if (!w->mhd && shared >= 0)
-            close(shared);
-        if (!w->mhd) {
-            snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
-                     mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
-            goto fail;
-        }
-        if (i == 0) {
-            const union MHD_DaemonInfo *di =
-                MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_BIND_PORT);
-            srv->port = di ? di->port : cfg->port;
-            const union MHD_DaemonInfo *li =
-                MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_LISTEN_FD);
-            srv->listen_fd = li ? li->listen_fd : -1;
-            if (srv->listen_fd < 0 && cfg->max_connections_per_ip > 0) {
-                snprintf(err, errlen, "libmicrohttpd: no listening socket");
-                goto fail;
-            }
-        }
-        const union MHD_DaemonInfo *ei = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-        if (!ei) {
-            snprintf(err, errlen, "libmicrohttpd: no epoll fd");
-            goto fail;
-        }
-        w->mhd_io = event_new(w->base, ei->epoll_fd, EV_READ | EV_PERSIST, on_mhd, w);
-        w->mhd_timer = evtimer_new(w->base, on_mhd, w);
-        w->kick = event_new(w->base, -1, 0, on_kick, w);
-        w->mail = event_new(w->base, w->mailfd, EV_READ | EV_PERSIST, on_mail, w);
-        if (!w->mhd_io || !w->mhd_timer || !w->kick || !w->mail || event_add(w->mhd_io, NULL) ||
-            event_add(w->mail, NULL)) {
-            snprintf(err, errlen, "event loop %d: out of memory", i);
-            goto fail;
-        }
-        struct timeval now = {0, 0};
-        evtimer_add(w->mhd_timer, &now);
-    }
     for (int i = 0; i < n; i++) {
         struct worker *w = &srv->workers[i];
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

@@ -1,13 +1,14 @@
 /*
  * http — the HTTP edge: the only file that knows libmicrohttpd. It listens, reads each request
- * (body capped at 16 KiB: 413 body_too_large), turns it into a struct request, hands it to
- * router_dispatch, and sends back the struct response the handler filled (JSON compact, or the
- * handler's raw text). Handlers run on MHD's worker threads (cfg.threads, epoll).
+ * (body capped at 16 KiB: 413 body_too_large), turns it into a struct request, runs the
+ * handler of its router row between router_begin and router_end (at once, or suspended until
+ * the handler's areq_done: areq.h), and sends back the struct response the handler filled
+ * (JSON compact, or the handler's raw text). Handlers run on the worker loops (cfg.threads).
  *
  * Abuse limits, both per peer address and off by default: cfg.rate_limit_rps/rate_limit_burst
  * (ratelimit.h token buckets; a request over the rate gets 429 rate_limited + Retry-After before
- * its body is read or a handler runs; /healthz, /readyz and /metrics are exempt) and
- * cfg.max_connections_per_ip (libmicrohttpd closes a connection over it at once).
+ * its body is read or a handler runs; the probe rows, /healthz, /readyz and /metrics, are
+ * exempt) and cfg.max_connections_per_ip (libmicrohttpd closes a connection over it at once).
  *
  * The client of a request is its peer address, or, when the peer is in cfg.trusted_proxies, the
  * client that peer names in X-Forwarded-For / X-Real-IP (proxy.h): the rate limit and the

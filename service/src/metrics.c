@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "router.h"
 
 #ifndef INVENTORYD_VERSION
 #define INVENTORYD_VERSION "0.0.0" /* CMake defines the real one */
@@ -37,18 +38,6 @@ static const char *const order_labels[METRICS_ORDER_RESULT_COUNT] = {
     [METRICS_ORDER_UNKNOWN_SKU] = "unknown_sku",
 };
 
-static const char *const route_labels[METRICS_ROUTE_COUNT] = {
-    [METRICS_ROUTE_DASHBOARD] = "/",
-    [METRICS_ROUTE_HEALTHZ] = "/healthz",
-    [METRICS_ROUTE_READYZ] = "/readyz",
-    [METRICS_ROUTE_METRICS] = "/metrics",
-    [METRICS_ROUTE_ORDERS] = "/api/v1/orders",
-    [METRICS_ROUTE_ORDER] = "/api/v1/orders/{id}",
-    [METRICS_ROUTE_SKU] = "/api/v1/skus/{sku}",
-    [METRICS_ROUTE_RESTOCK] = "/api/v1/skus/{sku}/restock",
-    [METRICS_ROUTE_OTHER] = "other",
-};
-
 /* One histogram: per-bucket (non-cumulative) counts, the last one +Inf, and the sum in ns. */
 struct hist {
     atomic_ullong bucket[HIST_BUCKETS + 1];
@@ -58,7 +47,7 @@ struct hist {
 static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
 static struct hist m_lock_hist;
-static struct hist m_http_hist[METRICS_ROUTE_COUNT];
+static struct hist m_http_hist[METRICS_ROUTES_MAX];
 static atomic_ullong m_failovers;
 static atomic_ullong m_lock_waits;
 static atomic_ullong m_locks_lost;
@@ -117,15 +106,10 @@ void metrics_lock_acquire_seconds(double s)
     hist_observe(&m_lock_hist, s);
 }
 
-void metrics_http_duration(enum metrics_route r, double s)
+void metrics_http_duration(int r, double s)
 {
-    if ((unsigned)r < METRICS_ROUTE_COUNT)
+    if (r >= 0 && r < METRICS_ROUTES_MAX)
         hist_observe(&m_http_hist[r], s);
-}
-
-const char *metrics_route_label(enum metrics_route r)
-{
-    return (unsigned)r < METRICS_ROUTE_COUNT ? route_labels[r] : route_labels[METRICS_ROUTE_OTHER];
 }
 
 void metrics_order_redis_calls(long calls)
@@ -322,9 +306,12 @@ char *metrics_render(void)
           "its response being queued, by route.\n"
           "# TYPE inventory_http_request_duration_seconds histogram\n",
           f);
-    for (int r = 0; r < METRICS_ROUTE_COUNT; r++) {
+    for (int r = 0; r < METRICS_ROUTES_MAX; r++) {
+        const char *label = router_label(r);
+        if (!label)
+            continue;
         char labels[96];
-        snprintf(labels, sizeof(labels), "route=\"%s\"", route_labels[r]);
+        snprintf(labels, sizeof(labels), "route=\"%s\"", label);
         hist_render(f, "inventory_http_request_duration_seconds", labels, &m_http_hist[r]);
     }
 
@@ -408,7 +395,7 @@ void metrics_reset(void)
     for (int i = 0; i < METRICS_ORDER_RESULT_COUNT; i++)
         atomic_store(&m_orders[i], 0);
     hist_reset(&m_lock_hist);
-    for (int r = 0; r < METRICS_ROUTE_COUNT; r++)
+    for (int r = 0; r < METRICS_ROUTES_MAX; r++)
         hist_reset(&m_http_hist[r]);
     for (int i = 0; i < 5; i++)
         atomic_store(&m_requests[i], 0);

@@ -45,27 +45,15 @@ enum metrics_order_result {
     METRICS_ORDER_RESULT_COUNT  /* not a result */
 };
 
-/* The routes of the request-duration histogram (label route="..."); OTHER is every request no
- * route matched (404s). */
-enum metrics_route {
-    METRICS_ROUTE_DASHBOARD, /* "/" */
-    METRICS_ROUTE_HEALTHZ,   /* "/healthz" */
-    METRICS_ROUTE_READYZ,    /* "/readyz" */
-    METRICS_ROUTE_METRICS,   /* "/metrics" */
-    METRICS_ROUTE_ORDERS,    /* "/api/v1/orders" */
-    METRICS_ROUTE_ORDER,     /* "/api/v1/orders/{id}" */
-    METRICS_ROUTE_SKU,       /* "/api/v1/skus/{sku}" */
-    METRICS_ROUTE_RESTOCK,   /* "/api/v1/skus/{sku}/restock" */
-    METRICS_ROUTE_OTHER,     /* "other" */
-    METRICS_ROUTE_COUNT      /* not a route */
-};
+/* The request-duration histogram's series: route index r in 0..METRICS_ROUTES_MAX - 1, whose
+ * label route="..." is router_label(r) (router.h: each path's pattern, e.g.
+ * "/api/v1/skus/{sku}", and "other" for 404s); an index router_label does not name has no
+ * series. */
+#define METRICS_ROUTES_MAX 32
 
-/* Records one HTTP request of route r that took s seconds (negative or NaN counts as 0);
- * out-of-range routes are ignored. */
-void metrics_http_duration(enum metrics_route r, double s);
-
-/* The label of route r ("/api/v1/skus/{sku}"), "other" for out-of-range values. Static. */
-const char *metrics_route_label(enum metrics_route r);
+/* Records one HTTP request of route index r that took s seconds (negative or NaN counts as 0);
+ * out-of-range indices are ignored. */
+void metrics_http_duration(int r, double s);
 
 /* Counts one finished order request by outcome. Out-of-range values are ignored. */
 void metrics_order(enum metrics_order_result r);

@@ -110,15 +110,6 @@ static int by_id_parse(const struct request *req, struct by_id *b)
     return 0;
 }
 
-/* POST /api/v1/orders is taken by order_create_async (order_fsm.c) on a worker loop; the
- * router's synchronous table keeps this entry for completeness only. */
-void order_create(struct app *app, const struct request *req, struct response *res)
-{
-    (void)app;
-    (void)req;
-    response_error(res, ERROR_INTERNAL, "orders are taken on a worker loop");
-}
-
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
  * request from the handler's start to its callback (always called once), which frees it. */
 static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -213,39 +204,4 @@ void order_cancel_async(struct areq *ar)
                                    NULL, 1, args, NULL, on_cancel_reply, b);
     if (st != LC_OK)
         on_cancel_reply(st, NULL, lc_errmsg(), b); /* never sent: nothing changed */
-}
-
-/* The blocking faces (the router's table; unit tests): the same commands and answers. */
-void order_get(struct app *app, const struct request *req, struct response *res)
-{
-    struct by_id b;
-    lc_client *c = store_client(app->store);
-    if (by_id_parse(req, &b) != 0) {
-        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-        return;
-    }
-    const char *argv[3] = {"HGET", b.sk.orders, b.id};
-    redisReply *r = NULL;
-    lc_status st = c ? lc_client_command(c, 3, argv, NULL, &r) : LC_EIO;
-    get_answer(st, r, res);
-    if (r)
-        freeReplyObject(r);
-}
-
-void order_cancel(struct app *app, const struct request *req, struct response *res)
-{
-    struct by_id b;
-    if (by_id_parse(req, &b) != 0) {
-        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-        return;
-    }
-    const char *keys[3] = {b.sk.stock, b.sk.cnt, b.sk.orders};
-    const char *args[1] = {b.id};
-    redisReply *r = NULL;
-    int rc = store_run_many(app->store, SCRIPT_CANCEL, 1, 3, keys, 1, args, &r);
-    lc_status st = rc != 0 || !r                 ? LC_EIO
-                   : r->type == REDIS_REPLY_ERROR ? LC_EREDIS
-                                                  : LC_OK;
-    cancel_answer(app, b.sku, st, r, res);
-    store_free_replies(&r, 1);
 }

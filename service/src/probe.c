@@ -50,19 +50,6 @@ void probe_readyz_answer(lc_status st, const char *reason, struct response *res)
     status_body(res, 503, "unavailable", "redis unavailable");
 }
 
-void probe_readyz(struct app *app, const struct request *req, struct response *res)
-{
-    (void)req;
-    if (atomic_load(&app->draining)) {
-        status_body(res, 503, "unavailable", "shutting down");
-        return;
-    }
-    char reason[256] = "";
-    int rc = store_ping(app->store, reason, sizeof(reason));
-    reason[sizeof(reason) - 1] = '\0';
-    probe_readyz_answer(rc == 0 ? LC_OK : LC_EIO, reason, res);
-}
-
 struct sku_series {
     FILE *segments, *empty;
 };

@@ -1,13 +1,13 @@
 /*
- * GET /readyz on a worker loop: one PING on the loop's Redis client (probe.c answers). Kept
- * apart from probe.c so that probe.c's synchronous handlers link without the loops.
+ * GET /readyz on a worker loop: one PING on the loop's Redis client (probe.c's
+ * probe_readyz_answer answers).
  */
 #include <stdatomic.h>
 
 #include "areq.h"
 #include "handlers.h"
 
-/* The same probe on a worker loop: one PING on the loop's client. */
+/* The PING's reply (or its failure to start): the answer. */
 static void on_ping(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct areq *ar = arg;

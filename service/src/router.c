@@ -1,7 +1,7 @@
 /*
- * router — the static route table and the checks shared by every endpoint; see router.h.
- * Patterns are literal paths where '*' stands for one non-empty path segment.
+ * router — the route table and the checks shared by every endpoint; see router.h.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,65 +14,76 @@
 #include "sha256.h"
 #include "validate.h"
 
-#define MAX_METHODS 3
-
-struct route_method {
-    enum http_method method;
-    enum router_endpoint endpoint;
-    bool admin;
-    bool writes; /* changes stock: a 503 cut off mid-way may follow a change (outcome unknown) */
+/* The route table: one row per endpoint (router.h). Rows of one path keep the order of its
+ * Allow header; the first row of each path names its metrics series, and the paths keep the
+ * order of the /metrics document. */
+static const struct router_row rows[] = {
+    {HTTP_GET, "/", 0, .run = dashboard_get},
+    {HTTP_GET, "/healthz", ROUTER_PROBE, .run = probe_healthz},
+    {HTTP_GET, "/readyz", ROUTER_PROBE, .start = probe_readyz_async},
+    {HTTP_GET, "/metrics", ROUTER_PROBE, .run = probe_metrics},
+    {HTTP_POST, "/api/v1/orders", ROUTER_WRITES, .start = order_create_async},
+    {HTTP_GET, "/api/v1/orders/{id}", 0, .start = order_get_async},
+    {HTTP_DELETE, "/api/v1/orders/{id}", ROUTER_ADMIN | ROUTER_WRITES, .start = order_cancel_async,
+     .audit_action = "order_cancel", .audit_target = "order_id"},
+    {HTTP_GET, "/api/v1/skus/{sku}", 0, .start = stock_get_async},
+    {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
+     .audit_action = "sku_put", .audit_target = "sku"},
+    {HTTP_DELETE, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_delete_async,
+     .audit_action = "sku_delete", .audit_target = "sku"},
+    {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES,
+     .start = stock_restock_async, .audit_action = "sku_restock", .audit_target = "sku"},
 };
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+_Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");
 
-struct route {
-    const char *pattern;
-    const char *allow;
-    enum metrics_route metrics_route;
-    struct route_method methods[MAX_METHODS]; /* unused slots have method HTTP_OTHER */
-};
-
-static const struct route routes[] = {
-    {"/", "GET, HEAD", METRICS_ROUTE_DASHBOARD, {{HTTP_GET, ROUTER_DASHBOARD, false, false}}},
-    {"/healthz", "GET, HEAD", METRICS_ROUTE_HEALTHZ, {{HTTP_GET, ROUTER_HEALTHZ, false, false}}},
-    {"/readyz", "GET, HEAD", METRICS_ROUTE_READYZ, {{HTTP_GET, ROUTER_READYZ, false, false}}},
-    {"/metrics", "GET, HEAD", METRICS_ROUTE_METRICS, {{HTTP_GET, ROUTER_METRICS, false, false}}},
-    {"/api/v1/orders", "POST", METRICS_ROUTE_ORDERS, {{HTTP_POST, ROUTER_ORDER_CREATE, false, true}}},
-    {"/api/v1/orders/*",
-     "GET, HEAD, DELETE",
-     METRICS_ROUTE_ORDER,
-     {{HTTP_GET, ROUTER_ORDER_GET, false, false}, {HTTP_DELETE, ROUTER_ORDER_CANCEL, true, true}}},
-    {"/api/v1/skus/*",
-     "GET, HEAD, PUT, DELETE",
-     METRICS_ROUTE_SKU,
-     {{HTTP_GET, ROUTER_STOCK_GET, false, false},
-      {HTTP_PUT, ROUTER_STOCK_PUT, true, true},
-      {HTTP_DELETE, ROUTER_STOCK_DELETE, true, true}}},
-    {"/api/v1/skus/*/restock",
-     "POST",
-     METRICS_ROUTE_RESTOCK,
-     {{HTTP_POST, ROUTER_STOCK_RESTOCK, true, true}}},
-};
-
-typedef void (*handler_fn)(struct app *, const struct request *, struct response *);
-
-static const handler_fn handlers[] = {
-    [ROUTER_DASHBOARD] = dashboard_get,
-    [ROUTER_HEALTHZ] = probe_healthz,       [ROUTER_READYZ] = probe_readyz,
-    [ROUTER_METRICS] = probe_metrics,       [ROUTER_STOCK_PUT] = stock_put,
-    [ROUTER_STOCK_GET] = stock_get,         [ROUTER_STOCK_DELETE] = stock_delete,
-    [ROUTER_STOCK_RESTOCK] = stock_restock, [ROUTER_ORDER_CREATE] = order_create,
-    [ROUTER_ORDER_GET] = order_get,         [ROUTER_ORDER_CANCEL] = order_cancel,
-};
-
-router_handler_fn router_handler(enum router_endpoint e)
+const struct router_row *router_rows(size_t *n)
 {
-    return e > ROUTER_NONE && e <= ROUTER_ORDER_CANCEL ? handlers[e] : NULL;
+    *n = NROWS;
+    return rows;
 }
 
-/* True when path matches pat; the segment matched by '*' goes to *param / *plen. */
+static const char *const method_names[] = {
+    [HTTP_GET] = "GET", [HTTP_POST] = "POST", [HTTP_PUT] = "PUT", [HTTP_DELETE] = "DELETE"};
+
+/* The Allow header of each path, at the index of its first row: its rows' methods in table
+ * order, HEAD after GET. Made once (allow_once). */
+static char allow_text[NROWS][48];
+static pthread_once_t allow_once = PTHREAD_ONCE_INIT;
+
+/* The index of the first row with row i's pattern. */
+static size_t first_of_path(size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(rows[j].pattern, rows[i].pattern) == 0)
+            return j;
+    return i;
+}
+
+static void allow_build(void)
+{
+    for (size_t i = 0; i < NROWS; i++) {
+        char *a = allow_text[first_of_path(i)];
+        size_t n = strlen(a);
+        snprintf(a + n, sizeof(allow_text[0]) - n, "%s%s%s", n ? ", " : "",
+                 method_names[rows[i].method], rows[i].method == HTTP_GET ? ", HEAD" : "");
+    }
+}
+
+const char *router_label(int i)
+{
+    if (i == ROUTER_LABEL_OTHER)
+        return "other";
+    if (i < 0 || (size_t)i >= NROWS || first_of_path((size_t)i) != (size_t)i)
+        return NULL;
+    return rows[i].pattern;
+}
+
+/* True when path matches pat; the segment matched by "{...}" goes to *param / *plen. */
 static bool match_pattern(const char *pat, const char *path, const char **param, size_t *plen)
 {
     while (*pat) {
-        if (*pat == '*') {
+        if (*pat == '{') {
             const char *seg = path;
             while (*path && *path != '/')
                 path++;
@@ -80,7 +91,7 @@ static bool match_pattern(const char *pat, const char *path, const char **param,
                 return false;
             *param = seg;
             *plen = (size_t)(path - seg);
-            pat++;
+            pat = strchr(pat, '}') + 1;
         } else if (*pat++ != *path++) {
             return false; /* also stops at the end of path: '\0' never equals a pattern byte */
         }
@@ -93,32 +104,39 @@ enum router_outcome router_match(enum http_method method, const char *path,
 {
     memset(out, 0, sizeof(*out));
     out->outcome = ROUTER_NOT_FOUND;
-    out->metrics_route = METRICS_ROUTE_OTHER;
+    out->label = ROUTER_LABEL_OTHER;
     if (!path)
         return out->outcome;
     if (method == HTTP_HEAD)
         method = HTTP_GET;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        const struct route *r = &routes[i];
+    for (size_t i = 0; i < NROWS; i++) {
         const char *param = NULL;
         size_t plen = 0;
-        if (!match_pattern(r->pattern, path, &param, &plen))
+        if (!match_pattern(rows[i].pattern, path, &param, &plen))
             continue;
-        out->allow = r->allow;
-        out->metrics_route = r->metrics_route;
-        out->param = param;
-        out->param_len = plen;
-        out->outcome = ROUTER_METHOD_NOT_ALLOWED;
-        for (size_t m = 0; m < MAX_METHODS; m++) {
-            if (r->methods[m].method != HTTP_OTHER && r->methods[m].method == method) {
-                out->outcome = ROUTER_FOUND;
-                out->endpoint = r->methods[m].endpoint;
-                out->admin = r->methods[m].admin;
-                out->writes = r->methods[m].writes;
-                break;
-            }
+        if (out->outcome == ROUTER_NOT_FOUND) {
+            /* The path's first row: its label; the path's other rows follow it. */
+            out->outcome = ROUTER_METHOD_NOT_ALLOWED;
+            out->label = (int)i;
+            out->param = param;
+            out->param_len = plen;
         }
-        return out->outcome;
+        if (rows[i].method == method) {
+            out->outcome = ROUTER_FOUND;
+            out->row = &rows[i];
+            if (param != out->param || plen != out->param_len ||
+                strcmp(rows[i].pattern, rows[out->label].pattern) != 0) {
+                /* another path's row (patterns that overlap): its own segment and label */
+                out->param = param;
+                out->param_len = plen;
+                out->label = (int)first_of_path(i);
+            }
+            break;
+        }
+    }
+    if (out->outcome != ROUTER_NOT_FOUND) {
+        pthread_once(&allow_once, allow_build);
+        out->allow = allow_text[out->label];
     }
     return out->outcome;
 }
@@ -184,29 +202,6 @@ bool router_admin_ok(const struct config *cfg, const struct request *req)
     return router_token_equal(h, len, cfg->admin_token, toklen);
 }
 
-enum metrics_route router_metrics_route(const char *path)
-{
-    struct router_route route;
-    router_match(HTTP_GET, path, &route);
-    return route.metrics_route;
-}
-
-static const char *audit_action(enum router_endpoint e)
-{
-    switch (e) {
-    case ROUTER_STOCK_PUT:
-        return "sku_put";
-    case ROUTER_STOCK_DELETE:
-        return "sku_delete";
-    case ROUTER_STOCK_RESTOCK:
-        return "sku_restock";
-    case ROUTER_ORDER_CANCEL:
-        return "order_cancel";
-    default:
-        return "admin";
-    }
-}
-
 /* Writes the audit line of an admin request (router.h). */
 static void audit(const struct app *app, const struct request *req,
                   const struct router_route *route, const struct response *res, bool allowed)
@@ -228,11 +223,11 @@ static void audit(const struct app *app, const struct request *req,
         sha256_hex_prefix(tok, toklen, fp, 8);
     const char *auth = !allowed ? "refused" : app->cfg.admin_token[0] ? "token" : "loopback";
     const char *error = json_string_value(json_object_get(res->body, "error"));
-    bool order = route->endpoint == ROUTER_ORDER_CANCEL;
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?, s:s?}", "action",
-                          audit_action(route->endpoint), order ? "order_id" : "sku", target,
-                          "status", res->status, "result", error ? error : "ok", "auth", auth,
-                          "token_fingerprint", tok ? fp : NULL, "client", req->client);
+    const struct router_row *row = route->row;
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?, s:s?}", "action", row->audit_action,
+                  row->audit_target, target, "status", res->status, "result", error ? error : "ok",
+                  "auth", auth, "token_fingerprint", tok ? fp : NULL, "client", req->client);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (text)
         log_json(level, "audit", "audit", text);
@@ -250,24 +245,20 @@ bool router_begin(struct app *app, struct request *req, struct response *res,
 {
     *allowed = true;
     switch (router_match(req->method, req->path, route)) {
-    case ROUTER_NOT_FOUND:
-        response_error(res, ERROR_NOT_FOUND, NULL);
-        return false;
+    case ROUTER_NOT_FOUND: response_error(res, ERROR_NOT_FOUND, NULL); return false;
     case ROUTER_METHOD_NOT_ALLOWED:
         response_error(res, ERROR_METHOD_NOT_ALLOWED, NULL);
         res->allow = route->allow;
         return false;
-    case ROUTER_FOUND:
-        break;
+    case ROUTER_FOUND: break;
     }
     req->param = route->param;
     req->param_len = route->param_len;
-    *allowed = !route->admin || router_admin_ok(&app->cfg, req);
+    *allowed = !(route->row->flags & ROUTER_ADMIN) || router_admin_ok(&app->cfg, req);
     if (!*allowed) {
         response_error(res, ERROR_UNAUTHORIZED, "admin authorization required");
     } else if (!router_media_ok(req)) {
-        response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE,
-                       "Content-Type must be application/json");
+        response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json");
     } else {
         return true;
     }
@@ -280,16 +271,6 @@ void router_end(struct app *app, const struct request *req, const struct router_
 {
     if (res->status == 0)
         response_error(res, ERROR_INTERNAL, NULL);
-    if (route->outcome == ROUTER_FOUND && route->admin)
+    if (route->outcome == ROUTER_FOUND && (route->row->flags & ROUTER_ADMIN))
         audit(app, req, route, res, allowed);
-}
-
-void router_dispatch(struct app *app, struct request *req, struct response *res)
-{
-    struct router_route route;
-    bool allowed;
-    if (!router_begin(app, req, res, &route, &allowed))
-        return;
-    handlers[route.endpoint](app, req, res);
-    router_end(app, req, &route, res, allowed);
 }

@@ -850,37 +850,3 @@ void stock_delete_async(struct areq *ar)
     store_script_async(a->app->store, ar->lc, SCRIPT_DELETE_META, 3, keys, 0, NULL,
                        on_delete_meta, a);
 }
-
-/* The router's synchronous table: these endpoints are served on a worker loop (above). */
-static void on_a_loop(struct response *res)
-{
-    response_error(res, ERROR_INTERNAL, "SKU requests are served on a worker loop");
-}
-
-void stock_put(struct app *app, const struct request *req, struct response *res)
-{
-    (void)app;
-    (void)req;
-    on_a_loop(res);
-}
-
-void stock_get(struct app *app, const struct request *req, struct response *res)
-{
-    (void)app;
-    (void)req;
-    on_a_loop(res);
-}
-
-void stock_restock(struct app *app, const struct request *req, struct response *res)
-{
-    (void)app;
-    (void)req;
-    on_a_loop(res);
-}
-
-void stock_delete(struct app *app, const struct request *req, struct response *res)
-{
-    (void)app;
-    (void)req;
-    on_a_loop(res);
-}

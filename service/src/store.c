@@ -1,32 +1,18 @@
 /*
- * Redis access for the service; see store.h. The lockcore client is made lazily and kept for
- * the life of the process: lockcore itself drops and reopens broken connections.
+ * Redis access for the service; see store.h. Every command goes through a worker loop's
+ * asynchronous lockcore client (http.c makes them); the store holds the scripts and builds
+ * the keys.
  */
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "store.h"
 #include "store_scripts.h"
 
 struct store {
-    char url[CONFIG_REDIS_URL_MAX];
-    lc_client_opts opts;
-    pthread_mutex_t mu;
-    lc_client *client;
-    int64_t last_attempt_ms;
     lc_script *scripts[SCRIPT_COUNT];
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int store_new(const struct config *cfg, struct store **out, char *err, size_t errlen)
 {
@@ -36,14 +22,6 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         snprintf(err, errlen, "store: out of memory");
         return -1;
     }
-    snprintf(s->url, sizeof(s->url), "%s", cfg->redis_url);
-    lc_client_opts_init(&s->opts);
-    s->opts.connect_timeout_ms = cfg->redis_timeout_ms;
-    s->opts.command_timeout_ms = cfg->redis_timeout_ms;
-    s->opts.pool_max_idle = cfg->threads * 2 + 8;
-    s->opts.pipeline = cfg->redis_pipeline;
-    pthread_mutex_init(&s->mu, NULL);
-    s->last_attempt_ms = -1000000;
     static const char *const sources[SCRIPT_COUNT] = {
         [SCRIPT_PUT_META] = STORE_LUA_PUT_META,
         [SCRIPT_DELETE_META] = STORE_LUA_DELETE_META,
@@ -84,39 +62,9 @@ void store_free(struct store *store)
 {
     if (!store)
         return;
-    lc_client_free(store->client);
     for (int i = 0; i < SCRIPT_COUNT; i++)
         lc_script_free(store->scripts[i]);
-    pthread_mutex_destroy(&store->mu);
     free(store);
-}
-
-lc_client *store_client(struct store *store)
-{
-    pthread_mutex_lock(&store->mu);
-    lc_client *c = store->client;
-    if (!c && now_ms() - store->last_attempt_ms >= 200) {
-        store->last_attempt_ms = now_ms();
-        if (lc_client_new(store->url, &store->opts, &c) != LC_OK)
-            c = NULL;
-        store->client = c;
-    }
-    pthread_mutex_unlock(&store->mu);
-    return c;
-}
-
-int store_ping(struct store *store, char *reason, size_t len)
-{
-    lc_client *c = store_client(store);
-    if (!c) {
-        snprintf(reason, len, "redis unreachable");
-        return -1;
-    }
-    if (lc_client_ping(c) != LC_OK) {
-        snprintf(reason, len, "%s", lc_errmsg());
-        return -1;
-    }
-    return 0;
 }
 
 const lc_script *store_script(struct store *store, enum store_script id)
@@ -156,93 +104,6 @@ long long store_reply_int(const redisReply *r, long long dflt)
         return end != r->str && *end == '\0' ? v : dflt;
     }
     return dflt;
-}
-
-void store_free_replies(redisReply **replies, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (replies[i]) {
-            freeReplyObject(replies[i]);
-            replies[i] = NULL;
-        }
-}
-
-/* Builds the argv of call i: EVALSHA|EVAL, sha|source, nkeys, keys..., args... */
-static void build_eval(const lc_script *sc, int use_source, int nkeys, const char *const *keys,
-                       int nargs, const char *const *args, const char **argv, char *nk)
-{
-    snprintf(nk, 8, "%d", nkeys);
-    argv[0] = use_source ? "EVAL" : "EVALSHA";
-    argv[1] = use_source ? lc_script_source(sc) : lc_script_sha(sc);
-    argv[2] = nk;
-    for (int j = 0; j < nkeys; j++)
-        argv[3 + j] = keys[j];
-    for (int j = 0; j < nargs; j++)
-        argv[3 + nkeys + j] = args[j];
-}
-
-int store_run_many(struct store *store, enum store_script id, int n, int nkeys,
-                   const char *const *keys, int nargs, const char *const *args,
-                   redisReply **replies)
-{
-    for (int i = 0; i < n; i++)
-        replies[i] = NULL;
-    lc_client *c = store_client(store);
-    if (!c || n <= 0)
-        return c ? 0 : -1;
-    const lc_script *sc = store->scripts[id];
-    int argc = 3 + nkeys + nargs;
-    const char **flat = malloc(sizeof(*flat) * (size_t)argc * (size_t)n);
-    const char ***cmds = malloc(sizeof(*cmds) * (size_t)n);
-    int *argcs = malloc(sizeof(*argcs) * (size_t)n);
-    char(*nk)[8] = malloc(8 * (size_t)n);
-    int rc = -1;
-    if (!flat || !cmds || !argcs || !nk)
-        goto out;
-    for (int pass = 0; pass < 2; pass++) {
-        /* Pass 0: EVALSHA for all; pass 1: EVAL for those that got NOSCRIPT. */
-        int m = 0;
-        for (int i = 0; i < n; i++) {
-            if (pass == 1 && !(replies[i] && replies[i]->type == REDIS_REPLY_ERROR &&
-                               strncmp(replies[i]->str, "NOSCRIPT", 8) == 0))
-                continue;
-            cmds[m] = flat + (size_t)m * (size_t)argc;
-            argcs[m] = argc;
-            build_eval(sc, pass, nkeys, keys + (size_t)i * (size_t)nkeys, nargs,
-                       args + (size_t)i * (size_t)nargs, cmds[m], nk[m]);
-            m++;
-        }
-        if (m == 0)
-            break;
-        redisReply **got = malloc(sizeof(*got) * (size_t)m);
-        if (!got)
-            goto out;
-        lc_status st = lc_client_pipeline(c, m, argcs, (const char **const *)cmds, NULL, got);
-        if (st != LC_OK) {
-            free(got);
-            store_free_replies(replies, n);
-            goto out;
-        }
-        if (pass == 0) {
-            for (int i = 0; i < n; i++)
-                replies[i] = got[i];
-        } else {
-            for (int i = 0, j = 0; i < n; i++)
-                if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR &&
-                    strncmp(replies[i]->str, "NOSCRIPT", 8) == 0) {
-                    freeReplyObject(replies[i]);
-                    replies[i] = got[j++];
-                }
-        }
-        free(got);
-    }
-    rc = 0;
-out:
-    free(flat);
-    free(cmds);
-    free(argcs);
-    free(nk);
-    return rc;
 }
 
 /* ---- asynchronous ---- */

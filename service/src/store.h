@@ -1,6 +1,7 @@
 /*
- * Redis access for the service: the lockcore client (connected on first use, so inventoryd
- * starts without Redis), the key names of docs/design.md and the scripts of store_scripts.h.
+ * Redis access for the service: the key names of docs/design.md, the scripts of
+ * store_scripts.h and the calls on a worker loop's asynchronous lockcore client (each loop
+ * has its own, connected on demand, so inventoryd starts without Redis).
  */
 #ifndef INVENTORY_STORE_H
 #define INVENTORY_STORE_H
@@ -54,16 +55,9 @@ struct seg_keys {
 
 struct store;
 
-/* Makes the store (no connection yet). 0, or -1 with err set. */
+/* Makes the store (the scripts; no connection). 0, or -1 with err set. */
 int store_new(const struct config *cfg, struct store **out, char *err, size_t errlen);
 void store_free(struct store *store);
-
-/* The lockcore client, connecting when there is none yet (at most one attempt per 200 ms);
- * NULL while Redis cannot be reached. Borrowed. */
-lc_client *store_client(struct store *store);
-
-/* A PING round trip: 0 when Redis answers, else -1 with a reason. */
-int store_ping(struct store *store, char *reason, size_t len);
 
 /* The script made from store_scripts.h (borrowed). */
 const lc_script *store_script(struct store *store, enum store_script id);
@@ -73,16 +67,6 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
-
-/* Runs script n times in one pipelined round trip: call i gets nkeys keys keys[i*nkeys..] and
- * nargs args args[i*nargs..] (NUL-terminated strings). replies[i] are new replies the caller
- * frees (store_free_replies). 0, or -1 on an I/O error (all replies NULL). */
-int store_run_many(struct store *store, enum store_script id, int n, int nkeys,
-                   const char *const *keys, int nargs, const char *const *args,
-                   redisReply **replies);
-
-/* Frees n replies (NULL entries allowed). */
-void store_free_replies(redisReply **replies, int n);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ---- */
 

@@ -1,16 +1,18 @@
 /*
- * Unit tests of service/src/router.c and service/src/probe.c: the route table (every route,
- * HEAD as GET, 404, 405 + Allow), the constant-time token compare, admin authorisation (token,
- * loopback rule, 401 + WWW-Authenticate), the 415 rule, dispatch order, and the three probes.
+ * Unit tests of service/src/router.c and the probes of service/src/probe.c: the route table
+ * itself (every row reachable by its method and path, HEAD as GET, one handler per row, admin
+ * rows audited, each path's Allow header and metrics label), 404 and 405 + Allow, the
+ * constant-time token compare, admin authorisation (token, loopback rule, 401 +
+ * WWW-Authenticate on every admin row), the 415 rule, the order of the checks in router_begin,
+ * router_end's 500, and the probes that answer at once.
  *
- * The stock_* / order_* handlers and store_ping live in colleagues' files; this test defines
- * them as WEAK stubs. A static library member is only pulled in to resolve an undefined symbol,
- * and these are already defined here, so stock.o/order.o/store.o are never linked into this
- * test and the stubs never clash with them. Should one ever be pulled in for another reason,
- * its strong definition would win and check_called() would fail loudly instead of the link.
+ * The table is read through router_rows, so a row added later is tested by the table-driven
+ * tests without a line here; test_rows_are_the_api restates SPEC §5 so that a row changed or
+ * dropped by mistake fails.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,47 +26,6 @@
 #include "metrics.h"
 #include "router.h"
 
-/* ---- stubs ----------------------------------------------------------------------------- */
-
-static const char *called;      /* name of the last stub handler called */
-static char called_param[128];  /* its req->param */
-static int stub_leave_unset;    /* 1: the stub leaves res->status at 0 */
-static int ping_result;         /* what store_ping returns */
-static const char *ping_reason; /* what store_ping writes */
-
-static void stub(const char *name, const struct request *req, struct response *res)
-{
-    called = name;
-    snprintf(called_param, sizeof(called_param), "%.*s", (int)req->param_len,
-             req->param ? req->param : "");
-    if (!stub_leave_unset)
-        response_json(res, 299, json_object());
-}
-
-#define STUB(name)                                                                           \
-    __attribute__((weak)) void name(struct app *app, const struct request *req,              \
-                                    struct response *res)                                    \
-    {                                                                                        \
-        (void)app;                                                                           \
-        stub(#name, req, res);                                                               \
-    }
-
-STUB(stock_put)
-STUB(stock_get)
-STUB(stock_delete)
-STUB(stock_restock)
-STUB(order_create)
-STUB(order_get)
-STUB(order_cancel)
-
-__attribute__((weak)) int store_ping(struct store *store, char *reason, size_t len)
-{
-    (void)store;
-    called = "store_ping";
-    snprintf(reason, len, "%s", ping_reason ? ping_reason : "");
-    return ping_result;
-}
-
 static struct app app;
 
 static int setup(void **state)
@@ -72,25 +33,7 @@ static int setup(void **state)
     (void)state;
     memset(&app, 0, sizeof(app));
     config_defaults(&app.cfg);
-    called = NULL;
-    called_param[0] = '\0';
-    stub_leave_unset = 0;
-    ping_result = 0;
-    ping_reason = NULL;
     return 0;
-}
-
-/* Fails unless the stub called last is want (NULL: none). */
-static void check_called(const char *want)
-{
-    if (!want) {
-        if (called)
-            fail_msg("handler %s ran but should not have", called);
-        return;
-    }
-    if (!called || strcmp(called, want) != 0)
-        fail_msg("expected stub %s, got %s (is the real one linked in?)", want,
-                 called ? called : "nothing");
 }
 
 static struct request make_req(enum http_method m, const char *path)
@@ -104,61 +47,198 @@ static const char *error_of(const struct response *res)
     return json_string_value(json_object_get(res->body, "error"));
 }
 
-/* ---- router_match ---------------------------------------------------------------------- */
+static const char *const method_names[] = {
+    [HTTP_OTHER] = "OTHER", [HTTP_GET] = "GET", [HTTP_HEAD] = "HEAD",
+    [HTTP_POST] = "POST",   [HTTP_PUT] = "PUT", [HTTP_DELETE] = "DELETE"};
 
-static void test_match_every_route(void **state)
+/* A path that row's pattern matches: each "{..}" replaced by param. */
+static void sample_path(const struct router_row *row, const char *param, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = row->pattern; *p && n + 1 < len; p++) {
+        if (*p == '{') {
+            n += (size_t)snprintf(out + n, len - n, "%s", param);
+            p = strchr(p, '}');
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* True when s, a ", "-separated list, holds word. */
+static bool list_has(const char *s, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = s; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 2 : NULL)
+        if (strncmp(p, word, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* ---- the table ------------------------------------------------------------------------- */
+
+/* Every row is reached by its own method and a path of its pattern (a row shadowed by an
+ * earlier one, or never looked at, fails here), GET rows by HEAD too; the {..} segment is the
+ * request's param; every other method on the path is 405 with an Allow that lists exactly the
+ * methods that have a row there. */
+static void test_every_row_reachable(void **state)
+{
+    (void)state;
+    size_t n;
+    const struct router_row *rows = router_rows(&n);
+    assert_true(n > 0 && n < ROUTER_LABEL_OTHER);
+    for (size_t i = 0; i < n; i++) {
+        char path[256];
+        sample_path(&rows[i], "p-1.x", path, sizeof(path));
+        struct router_route r;
+        if (router_match(rows[i].method, path, &r) != ROUTER_FOUND || r.row != &rows[i])
+            fail_msg("row %zu (%s %s) is not reached by %s", i, method_names[rows[i].method],
+                     rows[i].pattern, path);
+        if (strchr(rows[i].pattern, '{')) {
+            assert_non_null(r.param);
+            assert_int_equal(r.param_len, strlen("p-1.x"));
+            assert_memory_equal(r.param, "p-1.x", r.param_len);
+            assert_true(r.param > path && r.param < path + strlen(path));
+        } else {
+            assert_null(r.param);
+        }
+        assert_non_null(r.allow);
+        assert_true(list_has(r.allow, method_names[rows[i].method]));
+        if (rows[i].method == HTTP_GET) {
+            assert_int_equal(router_match(HTTP_HEAD, path, &r), ROUTER_FOUND);
+            assert_ptr_equal(r.row, &rows[i]);
+            assert_true(list_has(r.allow, "HEAD"));
+        }
+        for (enum http_method m = HTTP_OTHER; m <= HTTP_DELETE; m++) {
+            enum router_outcome o = router_match(m, path, &r);
+            bool listed = list_has(r.allow, method_names[m]);
+            if (o == ROUTER_FOUND) {
+                assert_true(listed);
+                assert_string_equal(r.row->pattern, rows[i].pattern);
+            } else if (o != ROUTER_METHOD_NOT_ALLOWED || listed || r.row) {
+                fail_msg("%s %s: outcome %d, Allow \"%s\"", method_names[m], path, (int)o,
+                         r.allow ? r.allow : "(null)");
+            }
+        }
+    }
+}
+
+/* Each row has exactly one handler; admin rows say what their audit line calls them; no two
+ * rows share a method and a pattern. */
+static void test_rows_well_formed(void **state)
+{
+    (void)state;
+    size_t n;
+    const struct router_row *rows = router_rows(&n);
+    for (size_t i = 0; i < n; i++) {
+        const struct router_row *row = &rows[i];
+        if (!row->run == !row->start)
+            fail_msg("row %s %s: needs exactly one of run and start", method_names[row->method],
+                     row->pattern);
+        assert_true(row->method == HTTP_GET || row->method == HTTP_POST ||
+                    row->method == HTTP_PUT || row->method == HTTP_DELETE);
+        assert_int_equal(row->pattern[0], '/');
+        if (row->flags & ROUTER_ADMIN) {
+            assert_non_null(row->audit_action);
+            assert_non_null(row->audit_target);
+            assert_non_null(strchr(row->pattern, '{')); /* the audit line names its target */
+        }
+        if (row->flags & ROUTER_PROBE)
+            assert_false(row->flags & (ROUTER_ADMIN | ROUTER_WRITES));
+        for (size_t j = 0; j < i; j++)
+            assert_false(rows[j].method == row->method &&
+                         strcmp(rows[j].pattern, row->pattern) == 0);
+    }
+}
+
+/* SPEC §5, restated: which rows there are, their handlers and flags. */
+static void test_rows_are_the_api(void **state)
 {
     (void)state;
     static const struct {
         enum http_method m;
         const char *path;
-        enum router_endpoint ep;
-        bool admin;
-        const char *param;
-    } cases[] = {
-        {HTTP_GET, "/", ROUTER_DASHBOARD, false, NULL},
-        {HTTP_HEAD, "/", ROUTER_DASHBOARD, false, NULL},
-        {HTTP_GET, "/healthz", ROUTER_HEALTHZ, false, NULL},
-        {HTTP_HEAD, "/healthz", ROUTER_HEALTHZ, false, NULL},
-        {HTTP_GET, "/readyz", ROUTER_READYZ, false, NULL},
-        {HTTP_HEAD, "/readyz", ROUTER_READYZ, false, NULL},
-        {HTTP_GET, "/metrics", ROUTER_METRICS, false, NULL},
-        {HTTP_HEAD, "/metrics", ROUTER_METRICS, false, NULL},
-        {HTTP_PUT, "/api/v1/skus/iphone-15", ROUTER_STOCK_PUT, true, "iphone-15"},
-        {HTTP_GET, "/api/v1/skus/iphone-15", ROUTER_STOCK_GET, false, "iphone-15"},
-        {HTTP_HEAD, "/api/v1/skus/a", ROUTER_STOCK_GET, false, "a"},
-        {HTTP_DELETE, "/api/v1/skus/A.b:c_d", ROUTER_STOCK_DELETE, true, "A.b:c_d"},
-        {HTTP_POST, "/api/v1/skus/x1/restock", ROUTER_STOCK_RESTOCK, true, "x1"},
-        {HTTP_POST, "/api/v1/orders", ROUTER_ORDER_CREATE, false, NULL},
-        {HTTP_GET, "/api/v1/orders/o-123", ROUTER_ORDER_GET, false, "o-123"},
-        {HTTP_HEAD, "/api/v1/orders/o-123", ROUTER_ORDER_GET, false, "o-123"},
-        {HTTP_DELETE, "/api/v1/orders/o-123", ROUTER_ORDER_CANCEL, true, "o-123"},
+        router_run_fn run;
+        router_start_fn start;
+        unsigned flags;
+        const char *audit;
+    } api[] = {
+        {HTTP_GET, "/", dashboard_get, NULL, 0, NULL},
+        {HTTP_GET, "/healthz", probe_healthz, NULL, ROUTER_PROBE, NULL},
+        {HTTP_GET, "/readyz", NULL, probe_readyz_async, ROUTER_PROBE, NULL},
+        {HTTP_GET, "/metrics", probe_metrics, NULL, ROUTER_PROBE, NULL},
+        {HTTP_POST, "/api/v1/orders", NULL, order_create_async, ROUTER_WRITES, NULL},
+        {HTTP_GET, "/api/v1/orders/o-123", NULL, order_get_async, 0, NULL},
+        {HTTP_DELETE, "/api/v1/orders/o-123", NULL, order_cancel_async,
+         ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
+        {HTTP_GET, "/api/v1/skus/iphone-15", NULL, stock_get_async, 0, NULL},
+        {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
+         "sku_put"},
+        {HTTP_DELETE, "/api/v1/skus/x", NULL, stock_delete_async, ROUTER_ADMIN | ROUTER_WRITES,
+         "sku_delete"},
+        {HTTP_POST, "/api/v1/skus/x1/restock", NULL, stock_restock_async,
+         ROUTER_ADMIN | ROUTER_WRITES, "sku_restock"},
         /* the param is not validated here: any bytes but '/' */
-        {HTTP_GET, "/api/v1/skus/bad sku!%", ROUTER_STOCK_GET, false, "bad sku!%"},
-        {HTTP_GET, "/api/v1/skus/restock", ROUTER_STOCK_GET, false, "restock"},
+        {HTTP_GET, "/api/v1/skus/bad sku!%", NULL, stock_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/skus/restock", NULL, stock_get_async, 0, NULL},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    size_t n;
+    router_rows(&n);
+    assert_int_equal(n, 11); /* the api[] rows but the last two */
+    for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
-        enum router_outcome o = router_match(cases[i].m, cases[i].path, &r);
-        if (o != ROUTER_FOUND)
-            fail_msg("case %zu %s: outcome %d", i, cases[i].path, (int)o);
-        assert_int_equal(r.outcome, ROUTER_FOUND);
-        assert_int_equal(r.endpoint, cases[i].ep);
-        assert_int_equal(r.admin, cases[i].admin);
-        assert_non_null(r.allow);
-        if (cases[i].param) {
-            assert_non_null(r.param);
-            assert_int_equal(r.param_len, strlen(cases[i].param));
-            assert_memory_equal(r.param, cases[i].param, r.param_len);
-            /* the param points into the path */
-            assert_true(r.param > cases[i].path &&
-                        r.param < cases[i].path + strlen(cases[i].path));
-        } else {
-            assert_null(r.param);
-            assert_int_equal(r.param_len, 0);
-        }
+        if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
+            fail_msg("%s %s: not found", method_names[api[i].m], api[i].path);
+        assert_ptr_equal(r.row->run, api[i].run);
+        assert_ptr_equal(r.row->start, api[i].start);
+        assert_int_equal(r.row->flags, api[i].flags);
+        if (api[i].audit)
+            assert_string_equal(r.row->audit_action, api[i].audit);
     }
 }
+
+/* Each path's first row names its metrics series (its pattern), in table order, then "other";
+ * a request's label is its path's, whatever its method. */
+static void test_labels(void **state)
+{
+    (void)state;
+    static const char *const want[] = {
+        "/",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/api/v1/orders",
+        "/api/v1/orders/{id}",
+        "/api/v1/skus/{sku}",
+        "/api/v1/skus/{sku}/restock",
+        "other",
+    };
+    size_t k = 0;
+    for (int i = 0; i < METRICS_ROUTES_MAX; i++) {
+        const char *l = router_label(i);
+        if (!l)
+            continue;
+        if (k >= sizeof(want) / sizeof(want[0]))
+            fail_msg("label %d \"%s\" is one too many", i, l);
+        assert_string_equal(l, want[k]);
+        k++;
+    }
+    assert_int_equal(k, sizeof(want) / sizeof(want[0]));
+    assert_null(router_label(-1));
+    assert_null(router_label(METRICS_ROUTES_MAX));
+    assert_string_equal(router_label(ROUTER_LABEL_OTHER), "other");
+
+    struct router_route r;
+    router_match(HTTP_PUT, "/api/v1/orders/o1", &r); /* 405: still the path's label */
+    assert_string_equal(router_label(r.label), "/api/v1/orders/{id}");
+    router_match(HTTP_DELETE, "/api/v1/skus/a", &r);
+    assert_string_equal(router_label(r.label), "/api/v1/skus/{sku}");
+    router_match(HTTP_GET, "/nope", &r);
+    assert_string_equal(router_label(r.label), "other");
+}
+
+/* ---- router_match: 404 and 405 ------------------------------------------------------- */
 
 static void test_match_not_found(void **state)
 {
@@ -190,7 +270,8 @@ static void test_match_not_found(void **state)
         struct router_route r;
         if (router_match(HTTP_GET, paths[i], &r) != ROUTER_NOT_FOUND)
             fail_msg("\"%s\" should be 404", paths[i]);
-        assert_int_equal(r.endpoint, ROUTER_NONE);
+        assert_null(r.row);
+        assert_int_equal(r.label, ROUTER_LABEL_OTHER);
         assert_null(r.allow);
         if (router_match(HTTP_POST, paths[i], &r) != ROUTER_NOT_FOUND)
             fail_msg("POST \"%s\" should be 404", paths[i]);
@@ -225,7 +306,7 @@ static void test_match_method_not_allowed(void **state)
         struct router_route r;
         if (router_match(cases[i].m, cases[i].path, &r) != ROUTER_METHOD_NOT_ALLOWED)
             fail_msg("case %zu %s should be 405", i, cases[i].path);
-        assert_int_equal(r.endpoint, ROUTER_NONE);
+        assert_null(r.row);
         assert_non_null(r.allow);
         assert_string_equal(r.allow, cases[i].allow);
     }
@@ -241,7 +322,7 @@ static void test_token_equal(void **state)
     assert_true(router_token_equal(NULL, 0, NULL, 0));
     assert_false(router_token_equal("secret", 6, "secreT", 6));
     assert_false(router_token_equal("secret", 6, "Secret", 6));
-    assert_false(router_token_equal("secret", 6, "secre", 5));   /* prefix */
+    assert_false(router_token_equal("secret", 6, "secre", 5)); /* prefix */
     assert_false(router_token_equal("secre", 5, "secret", 6));
     assert_false(router_token_equal("secret", 6, "secretX", 7)); /* extension */
     assert_false(router_token_equal("", 0, "x", 1));
@@ -318,9 +399,11 @@ static void test_admin_closed_without_token(void **state)
     assert_false(router_admin_ok(&app.cfg, &r));
 
     struct response res = {0};
+    struct router_route route;
+    bool allowed = true;
     r.authorization = NULL;
-    router_dispatch(&app, &r, &res);
-    check_called(NULL);
+    assert_false(router_begin(&app, &r, &res, &route, &allowed));
+    assert_false(allowed);
     assert_int_equal(res.status, 401);
     response_free(&res);
 }
@@ -372,57 +455,40 @@ static void test_media(void **state)
         r.body_len = cases[i].body_len;
         if (router_media_ok(&r) != cases[i].ok)
             fail_msg("case %zu \"%s\" body %zu: expected %d", i,
-                     cases[i].ctype ? cases[i].ctype : "(null)", cases[i].body_len,
-                     cases[i].ok);
+                     cases[i].ctype ? cases[i].ctype : "(null)", cases[i].body_len, cases[i].ok);
     }
 }
 
-/* ---- router_dispatch ------------------------------------------------------------------- */
+/* ---- router_begin / router_end --------------------------------------------------------- */
 
-static void dispatch_expect(enum http_method m, const char *path, const char *handler,
-                            const char *param)
+/* router_begin on req: its verdict, with res freed and the status kept in *status. */
+static bool begin(struct request *req, int *status, struct router_route *route)
 {
-    struct request req = make_req(m, path);
-    req.peer_loopback = 1; /* admin allowed: no token configured, loopback allowed */
-    app.cfg.admin_allow_loopback = 1;
     struct response res = {0};
-    called = NULL;
-    router_dispatch(&app, &req, &res);
-    check_called(handler);
-    assert_int_equal(res.status, 299);
-    assert_string_equal(called_param, param);
+    bool allowed = true;
+    bool go = router_begin(&app, req, &res, route, &allowed);
+    *status = res.status;
+    if (go)
+        assert_int_equal(res.status, 0);
     response_free(&res);
+    return go;
 }
 
-static void test_dispatch_every_handler(void **state)
-{
-    (void)state;
-    dispatch_expect(HTTP_PUT, "/api/v1/skus/s1", "stock_put", "s1");
-    dispatch_expect(HTTP_GET, "/api/v1/skus/s1", "stock_get", "s1");
-    dispatch_expect(HTTP_HEAD, "/api/v1/skus/s1", "stock_get", "s1");
-    dispatch_expect(HTTP_DELETE, "/api/v1/skus/s1", "stock_delete", "s1");
-    dispatch_expect(HTTP_POST, "/api/v1/skus/s1/restock", "stock_restock", "s1");
-    dispatch_expect(HTTP_POST, "/api/v1/orders", "order_create", "");
-    dispatch_expect(HTTP_GET, "/api/v1/orders/o9", "order_get", "o9");
-    dispatch_expect(HTTP_HEAD, "/api/v1/orders/o9", "order_get", "o9");
-    dispatch_expect(HTTP_DELETE, "/api/v1/orders/o9", "order_cancel", "o9");
-}
-
-static void test_dispatch_404_405(void **state)
+static void test_begin_404_405(void **state)
 {
     (void)state;
     struct request req = make_req(HTTP_GET, "/nope");
     struct response res = {0};
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
+    struct router_route route;
+    bool allowed;
+    assert_false(router_begin(&app, &req, &res, &route, &allowed));
     assert_int_equal(res.status, 404);
     assert_string_equal(error_of(&res), "not_found");
     assert_null(res.allow);
     response_free(&res);
 
     req = make_req(HTTP_PUT, "/api/v1/orders/o1");
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
+    assert_false(router_begin(&app, &req, &res, &route, &allowed));
     assert_int_equal(res.status, 405);
     assert_string_equal(error_of(&res), "method_not_allowed");
     assert_non_null(res.allow);
@@ -430,114 +496,99 @@ static void test_dispatch_404_405(void **state)
     response_free(&res);
 }
 
-static void test_dispatch_admin_401(void **state)
+/* Every admin row: 401 + WWW-Authenticate without authorisation (no token, remote peer; a
+ * wrong token); its handler's turn with the token. Every other row needs nothing. */
+static void test_begin_admin_rows(void **state)
 {
     (void)state;
-    /* No token configured, remote peer: refused. */
-    struct request req = make_req(HTTP_DELETE, "/api/v1/orders/o1");
-    struct response res = {0};
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 401);
-    assert_string_equal(error_of(&res), "unauthorized");
-    assert_int_equal(res.www_authenticate, 1);
-    response_free(&res);
+    size_t n;
+    const struct router_row *rows = router_rows(&n);
+    for (size_t i = 0; i < n; i++) {
+        char path[256];
+        sample_path(&rows[i], "a", path, sizeof(path));
+        bool admin = rows[i].flags & ROUTER_ADMIN;
+        snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "");
+        struct request req = make_req(rows[i].method, path);
+        struct response res = {0};
+        struct router_route route;
+        bool allowed = true;
+        bool go = router_begin(&app, &req, &res, &route, &allowed);
+        if (go != !admin || allowed != !admin)
+            fail_msg("%s %s: went on %d, allowed %d", method_names[rows[i].method], path, go,
+                     allowed);
+        if (admin) {
+            assert_int_equal(res.status, 401);
+            assert_string_equal(error_of(&res), "unauthorized");
+            assert_int_equal(res.www_authenticate, 1);
+        }
+        response_free(&res);
 
-    /* Non-admin routes need nothing. */
-    req = make_req(HTTP_GET, "/api/v1/orders/o1");
-    router_dispatch(&app, &req, &res);
-    check_called("order_get");
-    response_free(&res);
-
-    /* With a token: loopback alone is not enough, the right token is (even with
-     * admin_allow_loopback, which only applies without a token). */
-    app.cfg.admin_allow_loopback = 1;
-    snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "tok");
-    called = NULL;
-    req = make_req(HTTP_PUT, "/api/v1/skus/a");
-    req.peer_loopback = 1;
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 401);
-    assert_int_equal(res.www_authenticate, 1);
-    response_free(&res);
-
-    req.authorization = "Bearer wrong";
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 401);
-    response_free(&res);
-
-    req.authorization = "Bearer tok";
-    req.peer_loopback = 0;
-    router_dispatch(&app, &req, &res);
-    check_called("stock_put");
-    assert_int_equal(res.status, 299);
-    response_free(&res);
+        int status;
+        snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "tok");
+        req.authorization = "Bearer wrong";
+        req.peer_loopback = 1; /* with a token, loopback alone is not enough */
+        app.cfg.admin_allow_loopback = 1;
+        assert_int_equal(begin(&req, &status, &route), !admin);
+        if (admin)
+            assert_int_equal(status, 401);
+        app.cfg.admin_allow_loopback = 0;
+        req.authorization = "Bearer tok";
+        req.peer_loopback = 0;
+        assert_true(begin(&req, &status, &route));
+        assert_ptr_equal(route.row, &rows[i]);
+        if (strchr(rows[i].pattern, '{'))
+            assert_int_equal(req.param_len, 1); /* router_begin set the request's param */
+    }
 }
 
-static void test_dispatch_415(void **state)
+static void test_begin_415(void **state)
 {
     (void)state;
+    int status;
+    struct router_route route;
     struct request req = make_req(HTTP_POST, "/api/v1/orders");
     req.body = "{\"sku\":\"a\"}";
     req.body_len = strlen(req.body);
     req.content_type = "text/plain";
-    struct response res = {0};
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 415);
-    assert_string_equal(error_of(&res), "unsupported_media_type");
-    response_free(&res);
-
+    assert_false(begin(&req, &status, &route));
+    assert_int_equal(status, 415);
     req.content_type = NULL;
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 415);
-    response_free(&res);
-
+    assert_false(begin(&req, &status, &route));
+    assert_int_equal(status, 415);
     req.content_type = "application/json; charset=utf-8";
-    router_dispatch(&app, &req, &res);
-    check_called("order_create");
-    response_free(&res);
+    assert_true(begin(&req, &status, &route));
 
     /* An empty body with any Content-Type reaches the handler (it answers 400 itself). */
-    called = NULL;
     req.body = NULL;
     req.body_len = 0;
     req.content_type = "text/plain";
-    router_dispatch(&app, &req, &res);
-    check_called("order_create");
-    response_free(&res);
+    assert_true(begin(&req, &status, &route));
 
     /* 401 comes before 415 on admin routes: say nothing more to an unauthorised client. */
-    called = NULL;
     req = make_req(HTTP_PUT, "/api/v1/skus/a");
     req.body = "x";
     req.body_len = 1;
     req.content_type = "text/plain";
-    router_dispatch(&app, &req, &res);
-    check_called(NULL);
-    assert_int_equal(res.status, 401);
-    response_free(&res);
+    assert_false(begin(&req, &status, &route));
+    assert_int_equal(status, 401);
 
     /* 404/405 come before 415. */
     req = make_req(HTTP_POST, "/nope");
     req.body = "x";
     req.body_len = 1;
-    router_dispatch(&app, &req, &res);
-    assert_int_equal(res.status, 404);
-    response_free(&res);
+    assert_false(begin(&req, &status, &route));
+    assert_int_equal(status, 404);
 }
 
-static void test_dispatch_unset_status_is_500(void **state)
+static void test_end_unset_status_is_500(void **state)
 {
     (void)state;
-    stub_leave_unset = 1;
     struct request req = make_req(HTTP_GET, "/api/v1/skus/a");
     struct response res = {0};
-    router_dispatch(&app, &req, &res);
-    check_called("stock_get");
+    struct router_route route;
+    bool allowed;
+    assert_true(router_begin(&app, &req, &res, &route, &allowed));
+    router_end(&app, &req, &route, &res, allowed); /* the handler set nothing */
     assert_int_equal(res.status, 500);
     assert_string_equal(error_of(&res), "internal");
     response_free(&res);
@@ -545,56 +596,57 @@ static void test_dispatch_unset_status_is_500(void **state)
 
 /* ---- probes ---------------------------------------------------------------------------- */
 
+/* Runs the row of GET path (one that answers at once) as http.c does. */
+static void run_get(const char *path, struct response *res)
+{
+    struct request req = make_req(HTTP_GET, path);
+    struct router_route route;
+    bool allowed;
+    assert_true(router_begin(&app, &req, res, &route, &allowed));
+    assert_non_null(route.row->run);
+    route.row->run(&app, &req, res);
+    router_end(&app, &req, &route, res, allowed);
+}
+
 static void test_healthz(void **state)
 {
     (void)state;
-    struct request req = make_req(HTTP_GET, "/healthz");
     struct response res = {0};
     app.draining = 1; /* alive even while draining */
-    router_dispatch(&app, &req, &res);
+    run_get("/healthz", &res);
     assert_int_equal(res.status, 200);
     assert_string_equal(json_string_value(json_object_get(res.body, "status")), "ok");
     assert_int_equal(json_object_size(res.body), 1);
     response_free(&res);
 }
 
-static void test_readyz(void **state)
+static void test_readyz_answer(void **state)
 {
     (void)state;
-    struct request req = make_req(HTTP_GET, "/readyz");
     struct response res = {0};
-    ping_result = 0;
-    router_dispatch(&app, &req, &res);
-    check_called("store_ping");
+    probe_readyz_answer(LC_OK, NULL, &res);
     assert_int_equal(res.status, 200);
     assert_string_equal(json_string_value(json_object_get(res.body, "status")), "ready");
     response_free(&res);
 
     /* Issue #10: Redis's own error text (here one naming an address and an auth failure) is
      * logged, never sent: the probe answers anyone. */
-    ping_result = -1;
-    ping_reason = "WRONGPASS invalid username-password pair (10.1.2.3:6379)\n\x01";
-    router_dispatch(&app, &req, &res);
+    probe_readyz_answer(LC_EIO, "WRONGPASS invalid username-password pair (10.1.2.3:6379)\n\x01",
+                        &res);
     assert_int_equal(res.status, 503);
     assert_string_equal(json_string_value(json_object_get(res.body, "status")), "unavailable");
     assert_string_equal(json_string_value(json_object_get(res.body, "reason")),
                         "redis unavailable");
     response_free(&res);
 
-    ping_reason = "";
-    router_dispatch(&app, &req, &res);
+    probe_readyz_answer(LC_EREDIS, "", &res);
     assert_int_equal(res.status, 503);
     assert_non_null(json_string_value(json_object_get(res.body, "reason")));
     response_free(&res);
 
-    called = NULL;
-    ping_result = 0;
-    app.draining = 1;
-    router_dispatch(&app, &req, &res);
-    check_called(NULL); /* no Redis round trip while draining */
+    probe_readyz_answer(LC_ESTATE, NULL, &res);
     assert_int_equal(res.status, 503);
-    assert_string_equal(json_string_value(json_object_get(res.body, "reason")),
-                        "shutting down");
+    assert_string_equal(json_string_value(json_object_get(res.body, "reason")), "shutting down");
     response_free(&res);
 }
 
@@ -603,9 +655,8 @@ static void test_metrics_endpoint(void **state)
     (void)state;
     metrics_reset();
     metrics_order(METRICS_ORDER_CREATED);
-    struct request req = make_req(HTTP_GET, "/metrics");
     struct response res = {0};
-    router_dispatch(&app, &req, &res);
+    run_get("/metrics", &res);
     assert_int_equal(res.status, 200);
     assert_null(res.body);
     assert_non_null(res.text);
@@ -613,13 +664,19 @@ static void test_metrics_endpoint(void **state)
     assert_non_null(strstr(res.content_type, "text/plain"));
     assert_non_null(strstr(res.content_type, "version=0.0.4"));
     assert_non_null(strstr(res.text, "inventory_orders_total{result=\"created\"} 1\n"));
+    /* one request-duration series per path, named by its row */
+    assert_non_null(strstr(res.text, "inventory_http_request_duration_seconds_count{route=\"/"
+                                     "api/v1/skus/{sku}/restock\"} 0\n"));
     response_free(&res);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_match_every_route, setup),
+        cmocka_unit_test_setup(test_every_row_reachable, setup),
+        cmocka_unit_test_setup(test_rows_well_formed, setup),
+        cmocka_unit_test_setup(test_rows_are_the_api, setup),
+        cmocka_unit_test_setup(test_labels, setup),
         cmocka_unit_test_setup(test_match_not_found, setup),
         cmocka_unit_test_setup(test_match_method_not_allowed, setup),
         cmocka_unit_test_setup(test_token_equal, setup),
@@ -627,13 +684,12 @@ int main(void)
         cmocka_unit_test_setup(test_admin_closed_without_token, setup),
         cmocka_unit_test_setup(test_admin_without_token, setup),
         cmocka_unit_test_setup(test_media, setup),
-        cmocka_unit_test_setup(test_dispatch_every_handler, setup),
-        cmocka_unit_test_setup(test_dispatch_404_405, setup),
-        cmocka_unit_test_setup(test_dispatch_admin_401, setup),
-        cmocka_unit_test_setup(test_dispatch_415, setup),
-        cmocka_unit_test_setup(test_dispatch_unset_status_is_500, setup),
+        cmocka_unit_test_setup(test_begin_404_405, setup),
+        cmocka_unit_test_setup(test_begin_admin_rows, setup),
+        cmocka_unit_test_setup(test_begin_415, setup),
+        cmocka_unit_test_setup(test_end_unset_status_is_500, setup),
         cmocka_unit_test_setup(test_healthz, setup),
-        cmocka_unit_test_setup(test_readyz, setup),
+        cmocka_unit_test_setup(test_readyz_answer, setup),
         cmocka_unit_test_setup(test_metrics_endpoint, setup),
     };
     return cmocka_run_group_tests_name("router", tests, NULL, NULL);

@@ -2,7 +2,8 @@
 # The API contract (issue 14): docs/openapi.yaml is linted with @redocly/cli (redocly.yaml), then
 # contract.mjs sends every documented request and error to live inventoryd instances on free
 # loopback ports (one normal, one whose Redis is absent, one rate-limited, one holding its
-# lock for 3 s, one thread per connection so the second order is not queued behind the first) against a real redis-server, and validates every response against the document
+# lock for 3 s: its loop serves the second order meanwhile) against a real redis-server, and
+# validates every response against the document
 # with ajv. Everything started here is stopped by lib.sh's trap, also on failure.
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/tests/lib.sh"
@@ -20,7 +21,7 @@ common=(--admin-token "$token" --threads 2 --log-level warn)
 t_inventoryd main.log --redis "redis://127.0.0.1:$redis_port" "${common[@]}"; main=$port
 t_inventoryd down.log --redis "redis://127.0.0.1:$dead_port" --redis-timeout-ms 300 "${common[@]}"; down=$port
 t_inventoryd rate.log --redis "redis://127.0.0.1:$redis_port" --rate-limit-rps 1 --rate-limit-burst 1 "${common[@]}"; rate=$port
-t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 --thread-per-connection 1 "${common[@]}"; hold=$port
+t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 "${common[@]}"; hold=$port
 
 t_run "every documented request and error, validated against docs/openapi.yaml" contract.log \
   env SPEC="$spec" TOKEN="$token" URL_MAIN="http://127.0.0.1:$main" URL_DOWN="http://127.0.0.1:$down" \
