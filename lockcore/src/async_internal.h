@@ -112,8 +112,8 @@ struct lc_async_client {
     /* The connection of the reply whose callback runs now (lc_async_reply_conn), else NULL. */
     aconn *reply_conn;
     uint64_t reply_gen;
-    /* The subscriber connection's liveness (sub_probe): its timer, and whether a probe is
-     * unanswered. */
+    /* The subscriber connection's liveness (lc_asub_on_probe_timer, async_sub.c): its timer,
+     * and whether a probe is unanswered. */
     struct event *probe;
     int probe_out;
     long sub_drops; /* subscriber connections dropped for want of an answer (tests) */
