@@ -92,6 +92,19 @@ static void on_cmd_timeout(evutil_socket_t fd, short what, void *arg)
     lc_async_leave(client);
 }
 
+/* Writes c on ac with on_cmd_reply as its callback and (re)arms its deadline. 0, or -1 when
+ * hiredis refused (c not sent). */
+static int send_armed(acmd *c, redisAsyncContext *ac)
+{
+    if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
+        return -1;
+    if (!c->timer)
+        c->timer = evtimer_new(c->client->base, on_cmd_timeout, c);
+    if (c->timer)
+        lc_async_arm(c->timer, c->client->opts.command_timeout_ms);
+    return 0;
+}
+
 /* Sends c on the data connection (EVALSHA, or EVAL once resent) with its deadline. 0, or -1
  * when the connection is down or hiredis refused (c not sent). */
 int lc_acmd_send(acmd *c)
@@ -105,14 +118,7 @@ int lc_acmd_send(acmd *c)
         if (!c->pin->ac || c->pin->gen != c->pin_gen)
             return -1;
         c->conn = c->pin;
-        if (redisAsyncCommandArgv(c->pin->ac, on_cmd_reply, c, c->argc, c->argv, c->lens) !=
-            REDIS_OK)
-            return -1;
-        if (!c->timer)
-            c->timer = evtimer_new(client->base, on_cmd_timeout, c);
-        if (c->timer)
-            lc_async_arm(c->timer, client->opts.command_timeout_ms);
-        return 0;
+        return send_armed(c, c->pin->ac);
     }
     aconn *data = client->route ? lc_acluster_conn(client, c) : &client->data;
     if (!data)
@@ -140,28 +146,16 @@ int lc_acmd_send(acmd *c)
             c->ask = 0;
         }
     }
-    if (!c->script) {
-        /* A plain command (lc_async_command): sent as given. */
-        if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
-            return -1;
-        if (!c->timer)
-            c->timer = evtimer_new(client->base, on_cmd_timeout, c);
-        if (c->timer)
-            lc_async_arm(c->timer, client->opts.command_timeout_ms);
-        return 0;
+    if (c->script) {
+        /* A plain command (lc_async_command) is sent as given; a script by SHA, or with its
+         * source once resent after NOSCRIPT. */
+        const char *src = lc_script_source(c->script);
+        c->argv[0] = c->resent ? "EVAL" : "EVALSHA";
+        c->lens[0] = strlen(c->argv[0]);
+        c->argv[1] = c->resent ? src : lc_script_sha(c->script);
+        c->lens[1] = c->resent ? strlen(src) : 40;
     }
-    const char *src = lc_script_source(c->script);
-    c->argv[0] = c->resent ? "EVAL" : "EVALSHA";
-    c->lens[0] = strlen(c->argv[0]);
-    c->argv[1] = c->resent ? src : lc_script_sha(c->script);
-    c->lens[1] = c->resent ? strlen(src) : 40;
-    if (redisAsyncCommandArgv(ac, on_cmd_reply, c, c->argc, c->argv, c->lens) != REDIS_OK)
-        return -1;
-    if (!c->timer)
-        c->timer = evtimer_new(client->base, on_cmd_timeout, c);
-    if (c->timer)
-        lc_async_arm(c->timer, client->opts.command_timeout_ms);
-    return 0;
+    return send_armed(c, ac);
 }
 
 /* Sends a command nobody waits for (an undo, a release at lock free). When the data connection
