@@ -2,7 +2,7 @@
  * Redis Cluster routing, private to lockcore: the pure parts (cluster_slots.c: key slots,
  * CLUSTER SLOTS replies, redirection errors, which argument of a command is its key) and the
  * routing table of one asynchronous client (cluster_route.c: the nodes seen so far and which
- * node serves each slot). Neither does any I/O; async.c sends and resends the commands.
+ * node serves each slot). Neither does any I/O; async_cluster.c sends and resends the commands.
  * See docs/lockcore.md, "Redis Cluster".
  */
 #ifndef LOCKCORE_CLUSTER_INTERNAL_H

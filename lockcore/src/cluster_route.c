@@ -1,6 +1,6 @@
 /*
  * The routing table of one asynchronous cluster client (cluster_internal.h): the nodes seen so
- * far, each with a stable index (async.c keeps one connection per index), and the master of
+ * far, each with a stable index (async_cluster.c keeps one connection per index), and the master of
  * each of the 16384 slots. Filled from CLUSTER SLOTS (lc_route_apply) and corrected slot by
  * slot by MOVED (lc_route_set_slot). No I/O; one thread (the client's loop).
  */

@@ -1,5 +1,5 @@
 /*
- * The lock logic shared by the blocking face (lock.c) and the asynchronous face (async.c): one
+ * The lock logic shared by the blocking face (lock.c) and the asynchronous face (async_op.c): one
  * owner's hold state (lc_hold), the arguments of every lock script built from it (lc_call), and
  * what each script's reply means for the hold. Neither face builds a script argument or reads a
  * script reply by itself; they only add their own transport (a pooled or multiplexed blocking

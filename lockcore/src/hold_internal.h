@@ -3,7 +3,7 @@
  * lock name, the arguments of every lock script built from it, what each script's reply means
  * for the hold, and when to renew; fence.c makes the fenced scripts (public: lockcore.h). No
  * I/O: the blocking face (lock.c, with watchdog.c and notify.c) and the asynchronous face
- * (async.c) add their transport and their renewal. Not public API.
+ * (async_op.c, async_lock.c) add their transport and their renewal. Not public API.
  */
 #ifndef LOCKCORE_HOLD_INTERNAL_H
 #define LOCKCORE_HOLD_INTERNAL_H

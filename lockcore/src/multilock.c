@@ -14,7 +14,7 @@ struct lc_multilock {
     lc_lock **locks;
 };
 
-static int cmp_names(const void *a, const void *b)
+static int cmp_lock_names(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -43,7 +43,7 @@ lc_status lc_multilock_new(lc_client *client, int n, const char *const *names,
         }
         sorted[i] = names[i];
     }
-    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_names);
+    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_lock_names);
     lc_status st = LC_OK;
     for (int i = 0; i < n && st == LC_OK; i++) {
         if (i > 0 && strcmp(sorted[i], sorted[i - 1]) == 0)

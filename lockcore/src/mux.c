@@ -54,7 +54,7 @@ struct lc_mux {
     int64_t progress_ms;       /* last time a reply arrived or the in-flight list was empty */
 };
 
-static void poke(lc_mux *m)
+static void mux_poke(lc_mux *m)
 {
     char b = 1;
     ssize_t w = write(m->wakefd[1], &b, 1);
@@ -242,7 +242,7 @@ void lc_mux_free(lc_mux *m)
     pthread_mutex_lock(&m->mu);
     m->stop = 1;
     pthread_mutex_unlock(&m->mu);
-    poke(m);
+    mux_poke(m);
     pthread_join(m->thread, NULL);
     drop(m);
     close(m->wakefd[0]);
@@ -284,7 +284,7 @@ lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *ar
         m->qhead = &reqs[0];
     m->qtail = &reqs[n - 1];
     if (m->polling)
-        poke(m);
+        mux_poke(m);
     while (batch.left > 0)
         pthread_cond_wait(&batch.cv, &m->mu);
     pthread_mutex_unlock(&m->mu);

@@ -75,7 +75,7 @@ static void cond_init_mono(pthread_cond_t *c)
     pthread_condattr_destroy(&ca);
 }
 
-static void poke(lc_notify *n)
+static void notify_poke(lc_notify *n)
 {
     char b = 1;
     ssize_t w = write(n->wakefd[1], &b, 1);
@@ -99,7 +99,7 @@ static int enqueue(lc_notify *n, int subscribe, const char *name)
     n->queue[n->nqueue].subscribe = subscribe;
     n->queue[n->nqueue].name = copy;
     n->nqueue++;
-    poke(n);
+    notify_poke(n);
     return 0;
 }
 
@@ -418,7 +418,7 @@ void lc_notify_free(lc_notify *n)
     pthread_mutex_lock(&n->mu);
     n->stop = 1;
     pthread_mutex_unlock(&n->mu);
-    poke(n);
+    notify_poke(n);
     if (n->has_thread)
         pthread_join(n->thread, NULL);
     drop_connection(n);

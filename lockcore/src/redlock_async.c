@@ -42,7 +42,7 @@
 #include "hold_internal.h"
 
 typedef enum rl_round { R_NONE, R_ACQUIRE, R_RAISE, R_UNLOCK, R_RENEW } rl_round;
-typedef enum rl_op { OP_NONE, OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_EVAL } rl_op;
+typedef enum rl_op { RL_OP_NONE, RL_OP_ACQUIRE, RL_OP_RELEASE, RL_OP_EXTEND, RL_OP_EVAL } rl_op;
 
 /* One request to one node, freed by its reply callback. */
 typedef struct rslot {
@@ -51,7 +51,7 @@ typedef struct rslot {
 } rslot;
 
 /* One node in the current round. */
-typedef struct rnode {
+typedef struct rl_node {
     rslot *slot;  /* request in flight, or NULL */
     int sent;     /* a request of this round went to the node */
     lc_status st; /* its answer: LC_OK, LC_EBUSY, LC_ELOST (renew: not the owner), LC_EIO... */
@@ -59,7 +59,7 @@ typedef struct rnode {
     int granted;  /* this attempt holds the lock on the node */
     int at_token; /* ... and the node's counter is at the quorum's token */
     int gone;     /* its client answered LC_ESTATE (being freed): never used again */
-} rnode;
+} rl_node;
 
 struct lc_async_redlock {
     int n, quorum;
@@ -69,7 +69,7 @@ struct lc_async_redlock {
     lc_redlock_opts o;
     lc_async_redlock_lost_fn on_lost;
     void *on_lost_arg;
-    rnode *node;
+    rl_node *node;
     rl_round round;
     int pending;
     int64_t round_ms; /* when the round was sent */
@@ -78,9 +78,9 @@ struct lc_async_redlock {
     /* the operation in flight */
     rl_op op;
     lc_async_redlock_fn cb;
-    lc_async_redlock_eval_fn eval_cb; /* OP_EVAL */
+    lc_async_redlock_eval_fn eval_cb; /* RL_OP_EVAL */
     void *arg;
-    rslot *eval_slot; /* OP_EVAL: the store's answer in flight */
+    rslot *eval_slot; /* RL_OP_EVAL: the store's answer in flight */
     int eval_release;
     int wait_ms;
     int64_t deadline_ms;
@@ -100,14 +100,6 @@ enum { RENEW_RETRY_MS = 50 };
 static void round_end(lc_async_redlock *rl);
 static void attempt(lc_async_redlock *rl);
 static void after_undo(lc_async_redlock *rl);
-
-static void arm(struct event *ev, int64_t ms)
-{
-    if (ms < 0)
-        ms = 0;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    evtimer_add(ev, &tv);
-}
 
 /* The drift allowance of a lease: clock rate differences plus 2 ms for the timer granularity. */
 static int64_t drift_ms(const lc_async_redlock *rl, int lease_ms)
@@ -140,7 +132,7 @@ static int count(const lc_async_redlock *rl, lc_status st)
 /* What node i's answer means for the round in flight. */
 static void node_answer(lc_async_redlock *rl, int i, lc_status st, const redisReply *r)
 {
-    rnode *nd = &rl->node[i];
+    rl_node *nd = &rl->node[i];
     if (rl->round == R_ACQUIRE) {
         lc_acquired a;
         nd->st = lc_hold_on_acquire(&rl->h, st, r, 0, &a);
@@ -222,7 +214,7 @@ static void round_start(lc_async_redlock *rl, rl_round kind, const int *to)
     rl->pending = 0;
     rl->round_ms = lc_now_ms();
     for (int i = 0; i < rl->n; i++) {
-        rnode *nd = &rl->node[i];
+        rl_node *nd = &rl->node[i];
         nd->slot = NULL;
         nd->sent = !to || to[i];
         if (!nd->sent)
@@ -251,7 +243,7 @@ static void round_start(lc_async_redlock *rl, rl_round kind, const int *to)
             nd->st = st;
         }
     }
-    arm(rl->round_timer, rl->pending ? rl->o.node_timeout_ms : 0);
+    lc_async_arm(rl->round_timer, rl->pending ? rl->o.node_timeout_ms : 0);
 }
 
 /* Sends the release script to every node (no answer awaited): the background release of a
@@ -271,7 +263,7 @@ static void release_everywhere(lc_async_redlock *rl)
 
 /* ---- operations ---- */
 
-/* Ends the operation: its callback, last (it may free the handle). reply: OP_EVAL's. */
+/* Ends the operation: its callback, last (it may free the handle). reply: RL_OP_EVAL's. */
 static void op_finish_reply(lc_async_redlock *rl, lc_status st, uint64_t fence,
                             const redisReply *reply)
 {
@@ -279,7 +271,7 @@ static void op_finish_reply(lc_async_redlock *rl, lc_status st, uint64_t fence,
     lc_async_redlock_eval_fn eval_cb = rl->eval_cb;
     void *arg = rl->arg;
     rl_op op = rl->op;
-    rl->op = OP_NONE;
+    rl->op = RL_OP_NONE;
     rl->cb = NULL;
     rl->eval_cb = NULL;
     rl->arg = NULL;
@@ -290,7 +282,7 @@ static void op_finish_reply(lc_async_redlock *rl, lc_status st, uint64_t fence,
     }
     if (st != LC_OK)
         lc_fail(st, "%s", rl->why);
-    if (op == OP_EVAL) {
+    if (op == RL_OP_EVAL) {
         if (eval_cb)
             eval_cb(rl, st, st == LC_OK ? reply : NULL, arg);
     } else if (cb) {
@@ -321,7 +313,7 @@ static void fail_why(lc_async_redlock *rl, const char *what)
 static void renew_stop(lc_async_redlock *rl)
 {
     event_del(rl->renew_timer);
-    if (rl->round == R_RENEW && rl->op == OP_NONE) {
+    if (rl->round == R_RENEW && rl->op == RL_OP_NONE) {
         round_detach(rl);
         rl->round = R_NONE;
     }
@@ -330,7 +322,7 @@ static void renew_stop(lc_async_redlock *rl)
 static void renew_arm(lc_async_redlock *rl, int64_t ms)
 {
     if (rl->o.watchdog)
-        arm(rl->renew_timer, ms);
+        lc_async_arm(rl->renew_timer, ms);
 }
 
 /* The renewal's lease: the handle's, cut at the hold cap; 0 when the cap is reached. */
@@ -378,16 +370,16 @@ static void after_renew(lc_async_redlock *rl)
     if (verdict == LC_RENEW_OK) {
         atomic_store(&rl->valid_until_ms,
                      rl->round_ms + rl->round_lease - drift_ms(rl, rl->round_lease));
-        if (rl->op == OP_EXTEND)
+        if (rl->op == RL_OP_EXTEND)
             rl->h.opts.lease_ms = rl->round_lease;
         renew_arm(rl, lc_renew_period_ms(rl->h.opts.lease_ms));
-        if (rl->op == OP_EXTEND)
+        if (rl->op == RL_OP_EXTEND)
             op_finish(rl, LC_OK, 0);
         return;
     }
     if (verdict == LC_RENEW_RETRY) {
         renew_arm(rl, RENEW_RETRY_MS);
-        if (rl->op == OP_EXTEND) {
+        if (rl->op == RL_OP_EXTEND) {
             fail_why(rl, "extension not confirmed by a majority (lease unchanged where unknown)");
             op_finish(rl, LC_EIO, 0);
         }
@@ -398,7 +390,7 @@ static void after_renew(lc_async_redlock *rl)
     event_del(rl->renew_timer);
     snprintf(rl->why, sizeof(rl->why), "redlock %s: lost (%d of %d nodes renewed, %d needed)",
              rl->h.name, ok, rl->n, rl->quorum);
-    if (rl->op == OP_EXTEND) {
+    if (rl->op == RL_OP_EXTEND) {
         op_finish(rl, LC_ELOST, 0);
         return;
     }
@@ -431,7 +423,7 @@ static void attempt_failed(lc_async_redlock *rl, const char *what)
     rl->last = count(rl, LC_EBUSY) > 0 ? LC_EBUSY : LC_EIO;
     int to[LC_REDLOCK_MAX_NODES], any = 0;
     for (int i = 0; i < rl->n; i++) {
-        rnode *nd = &rl->node[i];
+        rl_node *nd = &rl->node[i];
         to[i] = nd->granted || nd->st == LC_EIO;
         any |= to[i];
     }
@@ -456,7 +448,7 @@ static void after_undo(lc_async_redlock *rl)
     int64_t left = rl->deadline_ms - lc_now_ms();
     if (rl->wait_ms > 0 && left > 0) {
         int64_t pause = lc_jitter_ms(rl->o.retry_delay_ms);
-        arm(rl->retry_timer, pause < left ? pause : left);
+        lc_async_arm(rl->retry_timer, pause < left ? pause : left);
         return;
     }
     if (rl->wait_ms > 0) {
@@ -492,7 +484,7 @@ static void settle_token(lc_async_redlock *rl, int may_raise)
 {
     int at = 0, to[LC_REDLOCK_MAX_NODES], any = 0;
     for (int i = 0; i < rl->n; i++) {
-        rnode *nd = &rl->node[i];
+        rl_node *nd = &rl->node[i];
         at += nd->granted && nd->at_token;
         to[i] = nd->granted && !nd->at_token;
         any |= to[i];
@@ -558,9 +550,9 @@ static void round_end(lc_async_redlock *rl)
     case R_RAISE: settle_token(rl, 0); break;
     case R_RENEW: after_renew(rl); break;
     case R_UNLOCK:
-        if (rl->op == OP_ACQUIRE)
+        if (rl->op == RL_OP_ACQUIRE)
             after_undo(rl);
-        else if (rl->op == OP_RELEASE)
+        else if (rl->op == RL_OP_RELEASE)
             after_release(rl);
         break;
     case R_NONE: break;
@@ -627,7 +619,7 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
         return lc_fail(LC_EINVAL, "redlock eval: bad argument");
     if (rl->h.count == 0)
         return lc_fail(LC_ENOTHELD, "redlock %s: not held by this owner", rl->h.name);
-    if (rl->op != OP_NONE || rl->freeing)
+    if (rl->op != RL_OP_NONE || rl->freeing)
         return lc_fail(LC_ESTATE, "redlock %s: another operation is in flight", rl->h.name);
     if (atomic_load(&rl->h.lost) || lc_async_redlock_validity_ms(rl) <= 0) {
         /* The validity (lease - elapsed - drift since the last confirmed acquire or renewal)
@@ -676,7 +668,7 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
         free(s);
         return st;
     }
-    rl->op = OP_EVAL;
+    rl->op = RL_OP_EVAL;
     rl->eval_cb = cb;
     rl->arg = arg;
     rl->why[0] = '\0';
@@ -746,8 +738,8 @@ void lc_async_redlock_free(lc_async_redlock *rl)
     if (!rl || rl->freeing)
         return;
     rl->freeing = 1;
-    int taking = rl->op == OP_ACQUIRE;
-    if (rl->op != OP_NONE) {
+    int taking = rl->op == RL_OP_ACQUIRE;
+    if (rl->op != RL_OP_NONE) {
         snprintf(rl->why, sizeof(rl->why), "redlock %s: handle freed", rl->h.name);
         op_finish(rl, LC_ESTATE, 0);
     }
@@ -772,7 +764,7 @@ static lc_status op_begin(lc_async_redlock *rl, rl_op op, lc_async_redlock_fn cb
 {
     if (!rl)
         return lc_fail(LC_EINVAL, "redlock: NULL handle");
-    if (rl->op != OP_NONE || rl->freeing)
+    if (rl->op != RL_OP_NONE || rl->freeing)
         return lc_fail(LC_ESTATE, "redlock %s: another operation is in flight", rl->h.name);
     rl->op = op;
     rl->cb = cb;
@@ -789,7 +781,7 @@ lc_status lc_async_redlock_acquire(lc_async_redlock *rl, int wait_ms, lc_async_r
                        rl->h.name);
     if (wait_ms < 0)
         return lc_fail(LC_EINVAL, "redlock: wait_ms must be >= 0");
-    lc_status st = op_begin(rl, OP_ACQUIRE, cb, arg);
+    lc_status st = op_begin(rl, RL_OP_ACQUIRE, cb, arg);
     if (st != LC_OK)
         return st;
     rl->wait_ms = wait_ms;
@@ -802,9 +794,9 @@ lc_status lc_async_redlock_release(lc_async_redlock *rl, lc_async_redlock_fn cb,
 {
     if (rl && rl->h.count == 0)
         return lc_fail(LC_ENOTHELD, "redlock %s: not held by this owner", rl->h.name);
-    if (rl && rl->op == OP_NONE)
+    if (rl && rl->op == RL_OP_NONE)
         renew_stop(rl); /* renewal stops before the release is sent */
-    lc_status st = op_begin(rl, OP_RELEASE, cb, arg);
+    lc_status st = op_begin(rl, RL_OP_RELEASE, cb, arg);
     if (st != LC_OK)
         return st;
     round_start(rl, R_UNLOCK, NULL);
@@ -819,9 +811,9 @@ lc_status lc_async_redlock_extend(lc_async_redlock *rl, int lease_ms, lc_async_r
     if (rl && (rl->h.count == 0 || atomic_load(&rl->h.lost)))
         return lc_fail(rl->h.count ? LC_ELOST : LC_ENOTHELD, "redlock %s: not held (%s)",
                        rl->h.name, rl->h.count ? "lost" : "not acquired");
-    if (rl && rl->op == OP_NONE)
+    if (rl && rl->op == RL_OP_NONE)
         renew_stop(rl);
-    lc_status st = op_begin(rl, OP_EXTEND, cb, arg);
+    lc_status st = op_begin(rl, RL_OP_EXTEND, cb, arg);
     if (st != LC_OK)
         return st;
     rl->round_lease = lease_ms;

@@ -18,7 +18,7 @@ struct lc_redlock_multi {
     lc_redlock **locks;
 };
 
-static int cmp_names(const void *a, const void *b)
+static int cmp_redlock_names(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -37,7 +37,7 @@ static lc_status sorted_names(int n, const char *const *names, const char ***out
     if (!sorted)
         return lc_fail(LC_ENOMEM, "redlock multi: out of memory");
     memcpy(sorted, names, sizeof(*sorted) * (size_t)n);
-    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_names);
+    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_redlock_names);
     int k = 0;
     for (int i = 0; i < n; i++)
         if (k == 0 || strcmp(sorted[i], sorted[k - 1]) != 0)
