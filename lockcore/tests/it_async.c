@@ -19,7 +19,6 @@
 #include "slowproxy.h"
 #include "lockcore/lockcore_async.h"
 
-static rf_server *srv;
 static struct event_base *base;
 static struct event *tick;
 
@@ -28,21 +27,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
 }
 
 /* Each test: an empty Redis and a fresh loop with a 5 ms tick, so one loop turn never blocks
@@ -54,7 +38,7 @@ static int setup(void **state)
     tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
     struct timeval tv = {0, 5000};
     event_add(tick, &tv);
-    return base && tick ? lt_flushall(srv) : -1;
+    return base && tick ? rf_flushall(gf_redis) : -1;
 }
 
 static int teardown(void **state)
@@ -94,7 +78,7 @@ static lc_async_client *aclient(int command_timeout_ms)
     if (command_timeout_ms)
         o.command_timeout_ms = command_timeout_ms;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, rf_url(srv), &o, &c));
+    assert_ok(lc_async_client_new(base, rf_url(gf_redis), &o, &c));
     return c;
 }
 
@@ -191,7 +175,7 @@ static void test_try_eval_release(void **state)
 {
     (void)state;
     const char *name = "it_async:basic";
-    assert_int_equal(rf_integer(srv, "SET it_async:stock 7"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:stock 7"), RF_NOT_INTEGER);
     lc_async_client *c = aclient(0);
     lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
     lc_async_lock *b = alock(c, name, 30000, 1, NULL, NULL);
@@ -223,7 +207,7 @@ static void test_try_eval_release(void **state)
     assert_ok(eval_sync(a, dec, LC_EVAL_RELEASE, 1, keys, 1, args, &left));
     assert_int_equal(left, 3);
     assert_int_equal(lc_async_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(eval_sync(a, dec, 0, 1, keys, 1, args, NULL), LC_ENOTHELD);
     assert_status(release_sync(a), LC_ENOTHELD);
 
@@ -235,7 +219,7 @@ static void test_try_eval_release(void **state)
     assert_int_equal(r.fence, 3);
     assert_ok(release_sync(a));
     char buf[16];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_async:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_async:stock"), 1);
     assert_string_equal(buf, "3");
 
     lc_script_free(dec);
@@ -270,7 +254,7 @@ static void test_eval_detached(void **state)
 {
     (void)state;
     const char *name = "it_async:detached";
-    assert_int_equal(rf_integer(srv, "SET it_async:stock 10"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:stock 10"), RF_NOT_INTEGER);
     lc_async_client *c = aclient(0);
     lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
     result r;
@@ -292,7 +276,7 @@ static void test_eval_detached(void **state)
         assert_int_equal(d[i].value, 9 - i); /* in the order sent */
     }
     assert_int_equal(lc_async_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]),
                   LC_ENOTHELD);
 
@@ -308,13 +292,13 @@ static void test_eval_detached(void **state)
     /* The hold gone on the server (deleted behind the owner's back): nothing runs. */
     a = alock(c, name, 30000, 1, NULL, NULL);
     assert_ok(acquire_sync(a, 0, &r));
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     memset(d, 0, sizeof(d));
     assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]));
     assert_true(run_until(done, &d[0], 10000));
     assert_status(d[0].st, LC_ELOST);
     char buf[16];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_async:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_async:stock"), 1);
     assert_string_equal(buf, "5");
 
     lc_script_free(dec);
@@ -332,15 +316,15 @@ static void test_reentry_and_noscript(void **state)
     lc_async_lock *a = alock(c, name, 30000, 0, NULL, NULL);
     result r;
     assert_ok(acquire_sync(a, 0, &r));
-    redisReply *fl = rf_command(srv, "SCRIPT FLUSH");
+    redisReply *fl = rf_command(gf_redis, "SCRIPT FLUSH");
     freeReplyObject(fl);
     assert_ok(acquire_sync(a, 0, &r));
     assert_int_equal(lc_async_lock_held(a), 2);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 2);
     assert_ok(release_sync(a));
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 1);
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_async_lock_free(a);
     lc_async_client_free(c);
 }
@@ -457,7 +441,7 @@ static void *blocking_main(void *arg)
     blocking_arg *b = arg;
     lc_client *c = NULL;
     lc_lock *l = NULL;
-    if (lc_client_new(rf_url(srv), NULL, &c) != LC_OK ||
+    if (lc_client_new(rf_url(gf_redis), NULL, &c) != LC_OK ||
         lc_lock_new(c, ME_NAME, NULL, &l) != LC_OK) {
         b->failed_line = __LINE__;
         goto out;
@@ -537,7 +521,7 @@ static void test_mutual_exclusion(void **state)
         lc_async_lock_free(w[i].lock);
     }
     assert_int_equal(me_overlaps, 0);
-    assert_int_equal(lt_get_ll(srv, ME_COUNTER),
+    assert_int_equal(lt_get_ll(gf_redis, ME_COUNTER),
                      2 * ME_ASYNC_HANDLES * ME_ROUNDS + ME_BLOCKING_ROUNDS);
     lc_async_client_free(c1);
     lc_async_client_free(c2);
@@ -640,7 +624,7 @@ static void test_unlock_wakes_one(void **state)
 
 static int numsub_zero(void *arg)
 {
-    redisReply *r = rf_command(srv, "PUBSUB NUMSUB %s", (const char *)arg);
+    redisReply *r = rf_command(gf_redis, "PUBSUB NUMSUB %s", (const char *)arg);
     int zero = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 0;
     freeReplyObject(r);
@@ -700,14 +684,14 @@ static void test_sigstop(void **state)
     assert_ok(acquire_sync(held, 0, &r));
     frozen f;
     memset(&f, 0, sizeof f);
-    assert_int_equal(rf_pause(srv), 0);
+    assert_int_equal(rf_pause(gf_redis), 0);
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &f.r[0]));
     assert_ok(lc_async_lock_acquire(b, 1500, 0, NULL, NULL, on_acquired, &f.r[1]));
     assert_ok(lc_async_release(held, on_released, &f.r[2]));
     int ok = run_until(frozen_done, &f, 20000);
     int64_t elapsed = tu_now_ms() - t0;
-    assert_int_equal(rf_resume(srv), 0);
+    assert_int_equal(rf_resume(gf_redis), 0);
     assert_true(ok);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(f.r[i].calls, 1);
@@ -743,11 +727,11 @@ static void test_renewal(void **state)
     assert_ok(acquire_sync(a, 0, &r));
     run_for(2500);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_async_lock_token(a));
-    assert_true(rf_integer(srv, "PTTL %s", name) > 0);
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_async_lock_token(a));
+    assert_true(rf_integer(gf_redis, "PTTL %s", name) > 0);
     assert_int_equal(lc_async_lock_lost(a), 0);
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_async_lock_free(a);
     lc_async_client_free(c);
 }
@@ -774,7 +758,7 @@ static void test_lost(void **state)
     lc_async_lock *a = alock(c, name, 600, 1, on_lost, &lost);
     result r;
     assert_ok(acquire_sync(a, 0, &r));
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     assert_true(run_until(flag_set, &lost, 10000));
     assert_int_equal(lost, 1);
     assert_int_equal(lc_async_lock_lost(a), 1);
@@ -840,7 +824,7 @@ static void test_free_in_flight(void **state)
     const char *key = "it_async:free3";
     int gone = 0;
     until = tu_now_ms() + 10000;
-    while (!(gone = rf_integer(srv, "EXISTS %s", key) == 0) && tu_now_ms() < until)
+    while (!(gone = rf_integer(gf_redis, "EXISTS %s", key) == 0) && tu_now_ms() < until)
         event_base_loop(base, EVLOOP_ONCE);
     assert_true(gone);
     lc_async_client_free(c);
@@ -863,7 +847,7 @@ static int acquire_ran_and_undone(void *arg)
     u->next_check_ms = tu_now_ms() + 50;
     char fkey[128];
     snprintf(fkey, sizeof fkey, "%s:fence", u->name);
-    u->last = lt_get_ll(srv, fkey) == 1 && rf_integer(srv, "EXISTS %s", u->name) == 0;
+    u->last = lt_get_ll(gf_redis, fkey) == 1 && rf_integer(gf_redis, "EXISTS %s", u->name) == 0;
     return u->last;
 }
 
@@ -874,7 +858,7 @@ static void test_lost_reply_undone(void **state)
 {
     (void)state;
     const char *name = "it_async:lostreply";
-    sp_proxy *p = sp_start(rf_port(srv));
+    sp_proxy *p = sp_start(rf_port(gf_redis));
     assert_non_null(p);
     lc_client_opts o;
     lc_client_opts_init(&o);
@@ -886,7 +870,7 @@ static void test_lost_reply_undone(void **state)
     result r;
     assert_ok(acquire_sync(a, 0, &r));
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "DEL %s:fence", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s:fence", name), 1);
     sp_set_delay_ms(p, 2000);
     assert_status(acquire_sync(a, 0, &r), LC_EIO);
     assert_int_equal(lc_async_lock_held(a), 0);
@@ -894,7 +878,7 @@ static void test_lost_reply_undone(void **state)
     int ok = run_until(acquire_ran_and_undone, &u, 20000);
     if (!ok)
         fail_msg("fence %lld, exists %lld, connected %d",
-                 lt_get_ll(srv, "it_async:lostreply:fence"), rf_integer(srv, "EXISTS %s", name),
+                 lt_get_ll(gf_redis, "it_async:lostreply:fence"), rf_integer(gf_redis, "EXISTS %s", name),
                  lc_async_debug_connected(c));
     lc_async_lock_free(a);
     lc_async_client_free(c);
@@ -960,14 +944,14 @@ static void test_wait_on_the_connection_of_the_write(void **state)
 {
     (void)state;
     char port[16];
-    snprintf(port, sizeof port, "%d", rf_port(srv));
+    snprintf(port, sizeof port, "%d", rf_port(gf_redis));
     const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
     rf_server *rep = rf_start(args);
     assert_non_null(rep);
     int64_t until = tu_now_ms() + 10000;
     char info[4096] = "";
     while (tu_now_ms() < until) {
-        if (rf_string(srv, info, sizeof info, "INFO replication") == 1 &&
+        if (rf_string(gf_redis, info, sizeof info, "INFO replication") == 1 &&
             strstr(info, "state=online"))
             break;
         tu_sleep_ms(20);
@@ -988,7 +972,7 @@ static void test_wait_on_the_connection_of_the_write(void **state)
     assert_int_equal(st, LC_OK);
 
     /* That connection dropped (as by a failover) and replaced: the WAIT is refused. */
-    assert_true(rf_integer(srv, "CLIENT KILL SKIPME yes TYPE normal") >= 1);
+    assert_true(rf_integer(gf_redis, "CLIENT KILL SKIPME yes TYPE normal") >= 1);
     waited ping = {.c = c};
     const char *pargv[1] = {"PING"};
     until = tu_now_ms() + 10000;
@@ -1037,7 +1021,7 @@ static void test_errors_travel_with_results(void **state)
 {
     (void)state;
     lc_async_client *c = aclient(1000);
-    assert_int_equal(rf_integer(srv, "SET it_async:str abc"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:str abc"), RF_NOT_INTEGER);
     errres e[2];
     memset(e, 0, sizeof e);
     const char *incr[2] = {"INCR", "it_async:str"};
@@ -1087,5 +1071,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_on_the_connection_of_the_write, setup,
                                         teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, gf_group_setup, gf_group_teardown);
 }

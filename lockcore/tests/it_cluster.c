@@ -22,7 +22,6 @@
 #include "cluster_internal.h"
 #include "lockcore/lockcore_async.h"
 
-static cf_cluster *cl;
 static struct event_base *base;
 static struct event *tick;
 
@@ -33,19 +32,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)arg;
 }
 
+/* One cluster of 3 masters with a replica each for the whole file. */
 static int group_setup(void **state)
 {
     (void)state;
-    cl = cf_start(3, 1);
-    return cl ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    cf_stop(cl);
-    cl = NULL;
-    return 0;
+    return gf_start_cluster(3, 1);
 }
 
 static int setup(void **state)
@@ -83,7 +74,7 @@ static lc_async_client *cclient(int command_timeout_ms)
     if (command_timeout_ms)
         o.command_timeout_ms = command_timeout_ms;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, cf_url(cl, 1), &o, &c));
+    assert_ok(lc_async_client_new(base, cf_url(gf_cluster, 1), &o, &c));
     return c;
 }
 
@@ -152,7 +143,7 @@ static int tag_not_on(const char *prefix, int not, char tag[32])
     for (int i = 0; i < 1000; i++) {
         snprintf(tag, 32, "%s%d", prefix, i);
         int slot = lc_key_slot(tag, strlen(tag));
-        int m = cf_master_of(cl, slot);
+        int m = cf_master_of(gf_cluster, slot);
         if (m >= 0 && m != not )
             return slot;
     }
@@ -169,7 +160,7 @@ static void test_keyslot_matches_server(void **state)
 {
     (void)state;
     enum { N = 10000 };
-    redisContext *ctx = rf_connect(cf_node(cl, 0));
+    redisContext *ctx = rf_connect(cf_node(gf_cluster, 0));
     assert_non_null(ctx);
     static char keys[N][48];
     static size_t lens[N];
@@ -223,11 +214,11 @@ static void test_commands_spread_over_masters(void **state)
     }
     int per_master[CF_MAX_NODES] = {0};
     for (int i = 0; i < N; i++) {
-        int m = cf_master_of(cl, lc_key_slot(key[i], strlen(key[i])));
+        int m = cf_master_of(gf_cluster, lc_key_slot(key[i], strlen(key[i])));
         assert_true(m >= 0);
         per_master[m]++;
         char got[32];
-        assert_int_equal(rf_string(cf_node(cl, m), got, sizeof got, "GET %s", key[i]), 1);
+        assert_int_equal(rf_string(cf_node(gf_cluster, m), got, sizeof got, "GET %s", key[i]), 1);
         assert_string_equal(got, val[i]);
     }
     for (int m = 0; m < 3; m++)
@@ -298,7 +289,7 @@ static void test_command_to_every_master(void **state)
     assert_int_equal(m.calls, 3);
     assert_int_equal(m.ok, 3);
     for (int i = 0; i < 3; i++) { /* the three masters' ports, each once */
-        int want = rf_port(cf_node(cl, i)), n = 0;
+        int want = rf_port(cf_node(gf_cluster, i)), n = 0;
         for (int j = 0; j < 3; j++)
             n += m.ports[j] == want;
         if (n != 1)
@@ -311,7 +302,7 @@ static void test_command_to_every_master(void **state)
 /* total_reads_processed of node i (INFO stats): how many reads its event loop made. */
 static long long reads_of(int i)
 {
-    redisReply *r = rf_command(cf_node(cl, i), "INFO stats");
+    redisReply *r = rf_command(cf_node(gf_cluster, i), "INFO stats");
     long long n = -1;
     const char *p =
         r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "total_reads_processed:") : NULL;
@@ -341,7 +332,7 @@ static void test_one_write_per_master(void **state)
         assert_true(run_until(done, &res[i], 20000));
     long long before[3], per[3] = {0};
     for (int i = 0; i < N; i++) /* (asks node 0: before its reads are counted) */
-        per[cf_master_of(cl, lc_key_slot(key[i], strlen(key[i])))]++;
+        per[cf_master_of(gf_cluster, lc_key_slot(key[i], strlen(key[i])))]++;
     for (int m = 0; m < 3; m++)
         before[m] = reads_of(m);
     memset(res, 0, sizeof res);
@@ -442,9 +433,9 @@ static void test_locks_over_masters(void **state)
     for (int k = 0; k < SEGS; k++) {
         snprintf(lock[k], sizeof lock[k], "inv:2:{itc/%d}:lock", k);
         snprintf(stock[k], sizeof stock[k], "inv:2:{itc/%d}:stock", k);
-        int m = cf_master_of(cl, lc_key_slot(stock[k], strlen(stock[k])));
+        int m = cf_master_of(gf_cluster, lc_key_slot(stock[k], strlen(stock[k])));
         masters_used[m] = 1;
-        assert_int_equal(rf_integer(cf_node(cl, m), "SET %s 10", stock[k]), RF_NOT_INTEGER);
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "SET %s 10", stock[k]), RF_NOT_INTEGER);
         lc_lock_opts o = lt_opts(10000, 1);
         assert_ok(lc_async_lock_new(c, lock[k], &o, NULL, NULL, &l[k]));
         const char *reads[1] = {stock[k]};
@@ -456,8 +447,8 @@ static void test_locks_over_masters(void **state)
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 10);
         assert_true(r[k].fence >= 1);
-        int m = cf_master_of(cl, lc_key_slot(lock[k], strlen(lock[k])));
-        assert_int_equal(rf_integer(cf_node(cl, m), "EXISTS %s", lock[k]), 1);
+        int m = cf_master_of(gf_cluster, lc_key_slot(lock[k], strlen(lock[k])));
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "EXISTS %s", lock[k]), 1);
     }
     memset(r, 0, sizeof r);
     for (int k = 0; k < SEGS; k++) {
@@ -471,9 +462,9 @@ static void test_locks_over_masters(void **state)
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 7);
         assert_int_equal(lc_async_lock_held(l[k]), 0);
-        int m = cf_master_of(cl, lc_key_slot(lock[k], strlen(lock[k])));
-        assert_int_equal(rf_integer(cf_node(cl, m), "EXISTS %s", lock[k]), 0);
-        assert_int_equal(rf_integer(cf_node(cl, m), "DECRBY %s 0", stock[k]), 7);
+        int m = cf_master_of(gf_cluster, lc_key_slot(lock[k], strlen(lock[k])));
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "EXISTS %s", lock[k]), 0);
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "DECRBY %s 0", stock[k]), 7);
     }
 
     /* Wake-up across nodes: the lock's master is not node 0 (where the subscriber went). */
@@ -514,26 +505,26 @@ static void test_moved_after_slot_moved(void **state)
     char tag[32], key[48];
     int slot = tag_not_on("mv", -1, tag);
     snprintf(key, sizeof key, "{%s}:k", tag);
-    int src = cf_master_of(cl, slot);
+    int src = cf_master_of(gf_cluster, slot);
     int dst = (src + 1) % 3;
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s moved-value", key), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s moved-value", key), RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(0);
     result r;
     assert_status(get_sync(c, key, &r), LC_OK); /* learns the map */
     assert_string_equal(r.str, "moved-value");
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, src)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, src)));
     long moved = stats(c).moved;
 
     const char *keys[1] = {key};
-    assert_int_equal(cf_migrate_begin(cl, slot, src, dst), 0);
-    assert_int_equal(cf_migrate_keys(cl, src, dst, 1, keys), 0);
-    assert_int_equal(cf_migrate_end(cl, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_begin(gf_cluster, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_keys(gf_cluster, src, dst, 1, keys), 0);
+    assert_int_equal(cf_migrate_end(gf_cluster, slot, src, dst), 0);
 
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_string_equal(r.str, "moved-value");
     assert_int_equal(stats(c).moved, moved + 1);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, dst)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, dst)));
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_int_equal(stats(c).moved, moved + 1);
     lc_async_client_free(c);
@@ -552,8 +543,8 @@ static void on_finish_migration(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct mig *m = arg;
     const char *keys[1] = {m->key};
-    m->done = cf_migrate_keys(cl, m->src, m->dst, 1, keys) == 0 &&
-                      cf_migrate_end(cl, m->slot, m->src, m->dst) == 0
+    m->done = cf_migrate_keys(gf_cluster, m->src, m->dst, 1, keys) == 0 &&
+                      cf_migrate_end(gf_cluster, m->slot, m->src, m->dst) == 0
                   ? 1
                   : -1;
 }
@@ -569,10 +560,10 @@ static void test_ask_and_tryagain_during_migration(void **state)
     int slot = tag_not_on("ask", -1, tag);
     snprintf(k1, sizeof k1, "{%s}:1", tag);
     snprintf(k2, sizeof k2, "{%s}:2", tag);
-    int src = cf_master_of(cl, slot);
+    int src = cf_master_of(gf_cluster, slot);
     int dst = (src + 1) % 3;
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s one", k1), RF_NOT_INTEGER);
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s two", k2), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s one", k1), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s two", k2), RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(3000);
     lc_async_client *fast = cclient(400);
@@ -581,8 +572,8 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_status(get_sync(fast, k1, &r), LC_OK);
 
     const char *keys1[1] = {k1};
-    assert_int_equal(cf_migrate_begin(cl, slot, src, dst), 0);
-    assert_int_equal(cf_migrate_keys(cl, src, dst, 1, keys1), 0);
+    assert_int_equal(cf_migrate_begin(gf_cluster, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_keys(gf_cluster, src, dst, 1, keys1), 0);
 
     lc_cluster_stats s0 = stats(c);
     assert_status(get_sync(c, k1, &r), LC_OK); /* moved already: ASK */
@@ -591,7 +582,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_status(get_sync(c, k2, &r), LC_OK); /* still on the source */
     assert_string_equal(r.str, "two");
     assert_int_equal(stats(c).ask, s0.ask + 1);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, src)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, src)));
 
     lc_script *both = NULL;
     assert_ok(
@@ -624,7 +615,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     lc_cluster_stats s1 = stats(c);
     assert_true(s1.tryagain > s0.tryagain);
     assert_true(s1.moved > s0.moved);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, dst)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, dst)));
     lc_script_free(both);
     lc_async_client_free(fast);
     lc_async_client_free(c);
@@ -651,14 +642,14 @@ static void test_clusterdown_reported(void **state)
     char tag[32], key[48];
     int slot = tag_not_on("cd", -1, tag);
     snprintf(key, sizeof key, "{%s}:k", tag);
-    int owner = cf_master_of(cl, slot);
-    assert_int_equal(rf_integer(cf_node(cl, owner), "SET %s here", key), RF_NOT_INTEGER);
+    int owner = cf_master_of(gf_cluster, slot);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, owner), "SET %s here", key), RF_NOT_INTEGER);
     lc_async_client *c = cclient(0);
     result r;
     assert_status(get_sync(c, key, &r), LC_OK);
     lc_cluster_stats s0 = stats(c);
 
-    redisReply *d = rf_command(cf_node(cl, owner), "CLUSTER DELSLOTS %d", slot);
+    redisReply *d = rf_command(cf_node(gf_cluster, owner), "CLUSTER DELSLOTS %d", slot);
     assert_non_null(d);
     assert_int_equal(d->type, REDIS_REPLY_STATUS);
     freeReplyObject(d);
@@ -667,7 +658,7 @@ static void test_clusterdown_reported(void **state)
     lc_cluster_stats s1 = stats(c);
     assert_int_equal(s1.clusterdown, s0.clusterdown + 1);
 
-    d = rf_command(cf_node(cl, owner), "CLUSTER ADDSLOTS %d", slot);
+    d = rf_command(cf_node(gf_cluster, owner), "CLUSTER ADDSLOTS %d", slot);
     assert_non_null(d);
     assert_int_equal(d->type, REDIS_REPLY_STATUS);
     freeReplyObject(d);
@@ -708,16 +699,16 @@ static void test_master_killed_then_failover(void **state)
     int slot = tag_not_on("fo", 0, tag); /* not node 0, the seed */
     snprintf(key, sizeof key, "{%s}:k", tag);
     snprintf(lockname, sizeof lockname, "{%s}:lock", tag);
-    int victim = cf_master_of(cl, slot);
+    int victim = cf_master_of(gf_cluster, slot);
     int oslot = -1;
-    for (int i = 0; oslot < 0 || cf_master_of(cl, oslot) == victim; i++) {
+    for (int i = 0; oslot < 0 || cf_master_of(gf_cluster, oslot) == victim; i++) {
         snprintf(other_tag, sizeof other_tag, "fo-other%d", i);
         oslot = lc_key_slot(other_tag, strlen(other_tag));
     }
     snprintf(other, sizeof other, "{%s}:k", other_tag);
-    assert_int_equal(rf_integer(cf_node(cl, victim), "SET %s survives", key), RF_NOT_INTEGER);
-    assert_int_equal(rf_integer(cf_node(cl, victim), "WAIT 1 5000"), 1); /* on its replica */
-    assert_int_equal(rf_integer(cf_node(cl, cf_master_of(cl, oslot)), "SET %s here", other),
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "SET %s survives", key), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "WAIT 1 5000"), 1); /* on its replica */
+    assert_int_equal(rf_integer(cf_node(gf_cluster, cf_master_of(gf_cluster, oslot)), "SET %s here", other),
                      RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(500);
@@ -725,7 +716,7 @@ static void test_master_killed_then_failover(void **state)
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_status(get_sync(c, other, &r), LC_OK);
 
-    assert_int_equal(rf_halt(cf_node(cl, victim), SIGKILL), 0);
+    assert_int_equal(rf_halt(cf_node(gf_cluster, victim), SIGKILL), 0);
     int64_t t0 = tu_now_ms();
     lc_status st = get_sync(c, key, &r);
     assert_status(st, LC_EIO);
@@ -736,15 +727,15 @@ static void test_master_killed_then_failover(void **state)
     /* The replica takes over (node timeout 1 s). The client sends nothing meanwhile: it finds
      * the promoted master by itself (each failed reconnect to the dead master, every <= 1 s of
      * back-off, asks for CLUSTER SLOTS again). */
-    struct slot_moved sm = {c, slot, rf_port(cf_node(cl, victim))};
+    struct slot_moved sm = {c, slot, rf_port(cf_node(gf_cluster, victim))};
     assert_true(run_until(slot_moved_away, &sm, 30000));
     memset(&r, 0, sizeof r);
     assert_status(get_sync(c, key, &r), LC_OK); /* the first command after it succeeds */
     assert_true(served_ok(&r));
     assert_string_equal(r.str, "survives");
-    int promoted = cf_master_of(cl, slot);
+    int promoted = cf_master_of(gf_cluster, slot);
     assert_true(promoted >= 0 && promoted != victim);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, promoted)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, promoted)));
     fprintf(stderr, "failover: served again %lld ms after the kill\n",
             (long long)(tu_now_ms() - t0));
 
@@ -756,7 +747,7 @@ static void test_master_killed_then_failover(void **state)
     assert_ok(lc_async_lock_try(l, 0, NULL, NULL, on_acquired, &lr));
     assert_true(run_until(ldone, &lr, 20000));
     assert_status(lr.st, LC_OK);
-    assert_int_equal(rf_integer(cf_node(cl, promoted), "EXISTS %s", lockname), 1);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, promoted), "EXISTS %s", lockname), 1);
     memset(&lr, 0, sizeof lr);
     assert_ok(lc_async_release(l, on_released, &lr));
     assert_true(run_until(ldone, &lr, 20000));
@@ -779,9 +770,9 @@ static int sub_up(void *arg)
 /* Resumes every node: a test that failed with a node frozen must not leave it so. */
 static int teardown_resume(void **state)
 {
-    for (int i = 0; i < cf_nodes(cl); i++)
-        if (rf_pid(cf_node(cl, i)) != 0)
-            rf_resume(cf_node(cl, i));
+    for (int i = 0; i < cf_nodes(gf_cluster); i++)
+        if (rf_pid(cf_node(gf_cluster, i)) != 0)
+            rf_resume(cf_node(gf_cluster, i));
     return teardown(state);
 }
 
@@ -798,8 +789,8 @@ static void test_frozen_listener_node(void **state)
     lc_async_client *c = cclient(300), *h = cclient(300);
     assert_true(run_until(sub_up, c, 20000));
     int sport = lc_async_debug_sub_port(c), frozen = -1;
-    for (int i = 0; i < cf_nodes(cl); i++)
-        if (rf_pid(cf_node(cl, i)) != 0 && rf_port(cf_node(cl, i)) == sport)
+    for (int i = 0; i < cf_nodes(gf_cluster); i++)
+        if (rf_pid(cf_node(gf_cluster, i)) != 0 && rf_port(cf_node(gf_cluster, i)) == sport)
             frozen = i;
     assert_true(frozen >= 0);
     char tag[32], name[64];
@@ -816,7 +807,7 @@ static void test_frozen_listener_node(void **state)
     assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
     struct sleeping sl = {c, name};
     assert_true(run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
-    assert_int_equal(rf_pause(cf_node(cl, frozen)), 0);
+    assert_int_equal(rf_pause(cf_node(gf_cluster, frozen)), 0);
     int woken = 0;
     int64_t worst = 0;
     for (int i = 0; i < CYCLES; i++) {
@@ -856,7 +847,7 @@ static void test_frozen_listener_node(void **state)
     lc_async_lock_free(a);
     lc_async_client_free(c);
     lc_async_client_free(h);
-    assert_int_equal(rf_resume(cf_node(cl, frozen)), 0);
+    assert_int_equal(rf_resume(cf_node(gf_cluster, frozen)), 0);
 }
 
 int main(void)
@@ -873,5 +864,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_killed_then_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen_listener_node, setup, teardown_resume),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -12,7 +12,6 @@
 #include "lockcore/lockcore_async.h"
 
 static lt_nodes nodes;
-static rf_server *store; /* the data store: not one of the lock nodes */
 static lc_async_client *store_cl;
 static struct event_base *base;
 static struct event *tick;
@@ -25,21 +24,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)arg;
 }
 
+/* The five lock nodes, and the data store (gf_redis), not one of them. */
 static int group_setup(void **state)
 {
     (void)state;
-    if (lt_nodes_start(&nodes, NULL) != 0)
-        return -1;
-    store = rf_start(NULL);
-    return store ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    lt_nodes_stop(&nodes);
-    rf_stop(store);
-    return 0;
+    return lt_nodes_start(&nodes, NULL) == 0 && gf_start(NULL, NULL) == 0 ? 0 : -1;
 }
 
 static int setup(void **state)
@@ -54,7 +43,7 @@ static int setup(void **state)
     for (int i = 0; i < LT_NODES; i++)
         if (lc_async_client_new(base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
             return -1;
-    if (lt_flushall(store) != 0 || lc_async_client_new(base, rf_url(store), NULL, &store_cl))
+    if (rf_flushall(gf_redis) != 0 || lc_async_client_new(base, rf_url(gf_redis), NULL, &store_cl))
         return -1;
     return 0;
 }
@@ -330,7 +319,7 @@ static void test_async_eval_fenced(void **state)
     assert_status(eval_write(a, s, 0, "a2", &e), LC_ELOST);
     assert_int_equal(lc_async_redlock_lost(a), 1);
     char buf[16];
-    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{7}:stock"), 1);
     assert_string_equal(buf, "b1");
     assert_ok(eval_write(b, s, LC_EVAL_RELEASE, "b2", &e));
     assert_int_equal(e.st, LC_OK);
@@ -346,7 +335,7 @@ static void test_async_eval_fenced(void **state)
     assert_true(lc_async_redlock_validity_ms(c) <= 0);
     assert_status(eval_write(c, s, LC_EVAL_RELEASE, "c1", &e), LC_ELOST);
     assert_int_equal(lc_async_redlock_held(c), 0); /* released in the background */
-    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{7}:stock"), 1);
     assert_string_equal(buf, "b2");
     lc_async_redlock_free(c);
     lc_async_redlock_free(a);
@@ -471,5 +460,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_multi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "lockcore/lockcore.h"
+#include "group_fixture.h"
 #include "redis_fixture.h"
 #include "testutil.h"
 
@@ -141,15 +142,6 @@ static inline int lt_wait_child(pid_t pid, int timeout_ms)
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     return 128 + WTERMSIG(status);
-}
-
-/* Per-test setup for tests on a shared server: FLUSHALL so every test starts from empty. */
-static inline int lt_flushall(rf_server *srv)
-{
-    redisReply *r = rf_command(srv, "FLUSHALL");
-    int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-    freeReplyObject(r);
-    return ok ? 0 : -1;
 }
 
 /* The owner token stored in the lock hash (field o), or "" when absent. */

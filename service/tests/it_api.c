@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-static rf_server *redis;
 static sf_service *svc; /* --admin-token TOKEN */
 static int port;
 
@@ -22,25 +21,10 @@ static const char TOKEN[] = "it-api-secret-token";
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     const char *args[] = {"--admin-token", TOKEN, "--threads", "8", NULL};
-    svc = sf_start(rf_url(redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int st = sf_stop(svc);
-    svc = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return st == 0 ? 0 : -1;
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 /* ---- helpers ---- */
@@ -92,7 +76,7 @@ static void expect_totals(const char *sku, long long total, long long remaining,
                           long long orders)
 {
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     json_t *st = status_of(port, sku);
     char *text = json_dumps(st, JSON_COMPACT);
     SF_ASSERT(sf_json_int(st, "stock_total", -1) == total &&
@@ -159,7 +143,7 @@ static void test_put_created_then_replaced(void **state)
 
     /* The old layout (4 segments) is gone: the checker also looks for stray segment keys. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v2);
     SF_ASSERT_EQ(rep.segments, 2);
     json_t *st = status_of(port, sku);
@@ -257,7 +241,7 @@ static void test_unknown_sku(void **state)
     sf_resp_free(&r);
     /* None of that created anything. */
     sf_report rep;
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.found,
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.found,
               "unknown SKU %s exists in Redis after the 404s", sku);
 }
 
@@ -310,7 +294,7 @@ static void test_delete(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_resp_free(&r);
     for (int k = 0; k < 2; k++) {
-        long long n = rf_integer(redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
+        long long n = rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
                                         "inv:2:{%s/%d}:orders inv:2:{%s/%d}:idem",
                                  sku, k, sku, k, sku, k, sku, k);
         SF_ASSERT(n == 0, "%lld keys of segment %d of the deleted SKU remain", n, k);
@@ -318,7 +302,7 @@ static void test_delete(void **state)
     /* What stays: the meta as a layout of 0 segments and each segment's version (tombstones,
      * so that a slower, older PUT cannot bring the SKU back). */
     char segs[16] = "";
-    SF_ASSERT(rf_string(redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) == 1 &&
+    SF_ASSERT(rf_string(gf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) == 1 &&
                   strcmp(segs, "0") == 0,
               "meta.segments '%s' after DELETE", segs);
     /* A new PUT of the same name starts afresh, with a higher version than ever before. */
@@ -450,7 +434,7 @@ static void test_cancel(void **state)
     /* Nothing moved twice. */
     sf_report rep;
     expect_totals(sku, 10, 9, 1, 1);
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.cancelled, 1);
     json_decref(o);
     json_decref(keep);
@@ -562,7 +546,7 @@ static void test_invalid_requests_change_nothing(void **state)
 
     /* Nothing changed: same version, same stock, no orders. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v);
     SF_ASSERT_EQ(rep.segments, 2);
     expect_totals(sku, 10, 10, 0, 0);
@@ -769,7 +753,7 @@ static void test_admin_auth(void **state)
     sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 401, "unauthorized");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v);
     expect_totals(sku, 10, 9, 1, 1);
 
@@ -989,7 +973,7 @@ static void test_lock_timeout(void **state)
     /* Without --admin-token, admin calls from loopback are accepted (the fixture passes
      * --admin-allow-loopback). */
     const char *args[] = {"--hold-ms", "800", "--lock-wait-ms", "150", "--threads", "4", NULL};
-    sf_service *slow = sf_start(rf_url(redis), args);
+    sf_service *slow = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(slow != NULL, "could not start inventoryd %s", "--hold-ms 800");
     int sp = sf_port(slow);
     char sku[64];
@@ -1027,7 +1011,7 @@ static void test_checker_catches_drift(void **state)
     long long k = sf_json_int(o, "segment", -1);
     const char *id = json_string_value(json_object_get(o, "order_id"));
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 
     struct {
         const char *what, *doit, *undo;
@@ -1041,39 +1025,39 @@ static void test_checker_catches_drift(void **state)
         {"a segment below zero", "SET inv:2:{%s/%lld}:stock -1", NULL},
     };
     for (size_t i = 0; i < sizeof drifts / sizeof drifts[0]; i++) {
-        redisReply *before = rf_command(redis, "GET inv:2:{%s/%lld}:stock", sku, k);
+        redisReply *before = rf_command(gf_redis, "GET inv:2:{%s/%lld}:stock", sku, k);
         char saved[32];
         snprintf(saved, sizeof saved, "%s", before && before->str ? before->str : "0");
         freeReplyObject(before);
-        freeReplyObject(rf_command(redis, drifts[i].doit, sku, k));
-        SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+        freeReplyObject(rf_command(gf_redis, drifts[i].doit, sku, k));
+        SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
                   "the checker missed: %s", drifts[i].what);
         if (drifts[i].undo != NULL)
-            freeReplyObject(rf_command(redis, drifts[i].undo, sku, k));
+            freeReplyObject(rf_command(gf_redis, drifts[i].undo, sku, k));
         else
-            freeReplyObject(rf_command(redis, "SET inv:2:{%s/%lld}:stock %s", sku, k, saved));
-        SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+            freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/%lld}:stock %s", sku, k, saved));
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     }
     /* An order record that is not where its id says, and one that lost its units. */
     long long other = (k + 1) % 3;
-    redisReply *rec = rf_command(redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
+    redisReply *rec = rf_command(gf_redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
     SF_ASSERT(rec != NULL && rec->type == REDIS_REPLY_STRING, "no record of order %s", id);
-    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
+    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
                                rec->str));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed an order record in the wrong segment");
-    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
-    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
+    freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed counters of an order whose record is gone");
-    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
+    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
     freeReplyObject(rec);
     /* A segment left over from a larger layout. */
-    freeReplyObject(rf_command(redis, "SET inv:2:{%s/7}:stock 5", sku));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/7}:stock 5", sku));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed a stray segment");
-    freeReplyObject(rf_command(redis, "DEL inv:2:{%s/7}:stock", sku));
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    freeReplyObject(rf_command(gf_redis, "DEL inv:2:{%s/7}:stock", sku));
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 2 && rep.orders == 1 && rep.remaining == 10, "sold %lld orders %lld",
               rep.sold, rep.orders);
     json_decref(o);
@@ -1106,7 +1090,7 @@ static void test_sigterm_drains_and_exits_0(void **state)
 {
     (void)state;
     const char *args[] = {"--hold-ms", "400", "--threads", "2", NULL};
-    sf_service *s = sf_start(rf_url(redis), args);
+    sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "could not start inventoryd %s", "--hold-ms 400");
     char sku[64];
     new_sku(sku, sizeof sku);
@@ -1225,5 +1209,5 @@ int main(void)
         cmocka_unit_test(test_sigterm_drains_and_exits_0),
         cmocka_unit_test(test_redis_down_503_and_recovery),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

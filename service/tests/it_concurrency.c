@@ -33,7 +33,7 @@ static int start_instances(void **state)
     const char *args[] = {"--strategy", s->strategy, "--threads", "8", "--hold-ms", s->hold_ms,
                           NULL};
     for (int i = 0; i < CC_INSTANCES; i++) {
-        s->svc[i] = sf_start(rf_url(sf_redis), args);
+        s->svc[i] = sf_start(rf_url(gf_redis), args);
         if (s->svc[i] == NULL)
             return -1;
     }
@@ -177,7 +177,7 @@ static int cmp_id(const void *a, const void *b)
 /* Checks that every order of the client has its record at its segment with its quantity. */
 static void check_records(const char *sku, const struct cc_order *all, int n)
 {
-    redisContext *c = rf_connect(sf_redis);
+    redisContext *c = rf_connect(gf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < n; i++)
         redisAppendCommand(c, "HGET inv:2:{%s/%d}:orders %s", sku, all[i].segment, all[i].id);
@@ -312,7 +312,7 @@ static void sell(struct cc_setup *s, const char *sku, long long units_expected,
     free(all);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.negative_segments == 0, "%d segments below zero", rep.negative_segments);
     SF_ASSERT(rep.sold == units_expected && rep.remaining == 0 && rep.stock_total == stock_total,
               "Redis: sold %lld remaining %lld stock_total %lld; expected %lld sold of %lld",
@@ -506,7 +506,7 @@ static void test_insufficient_stock_under_contention(void **state)
     SF_ASSERT(other == 0, "%d of %d answers were not 409 insufficient_stock; first: %s", other,
               CC_THREADS * IS_REQUESTS, first);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 0 && rep.remaining == 2LL * s->segments, "sold %lld remaining %lld",
               rep.sold, rep.remaining);
 }
@@ -563,5 +563,5 @@ int main(void)
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
                                                  start_instances, stop_instances, &shortage),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

@@ -28,7 +28,6 @@
 #define HEAD_MAX 8192
 #define SKU "heads-sku"
 
-static rf_server *redis;
 static sf_service *svc;
 static int port;
 
@@ -127,10 +126,7 @@ static int is_json(const sf_resp *r)
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
-    svc = sf_start(rf_url(redis), NULL); /* the defaults: no pool or connection flags */
+    svc = sf_group_service(NULL); /* the defaults: no pool or connection flags */
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -138,16 +134,6 @@ static int group_setup(void **state)
     int st = sf_put_sku(port, NULL, SKU, 5, 2, &r);
     sf_resp_free(&r);
     return st == 201 || st == 200 ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int st = sf_stop(svc);
-    svc = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return st == 0 ? 0 : -1;
 }
 
 static void test_heads_up_to_8k_served(void **state)
@@ -226,5 +212,5 @@ int main(void)
         cmocka_unit_test(test_heads_up_to_8k_served),
         cmocka_unit_test(test_heads_over_8k_refused),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -33,8 +33,7 @@ static int port;
 
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
-        return -1;
+    (void)state;
     char wait[16], budget[16];
     snprintf(wait, sizeof wait, "%d", HL_LOCK_WAIT_MS);
     snprintf(budget, sizeof budget, "%d", HL_BUDGET);
@@ -42,17 +41,9 @@ static int group_setup(void **state)
     setenv("INVENTORY_ORDER_REDIS_CALL_BUDGET", budget, 1);
     const char *args[] = {"--threads", "4", "--admin-token", HL_TOKEN, "--lock-wait-ms",
                           wait,        NULL};
-    svc = sf_start(rf_url(sf_redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    int bad = svc != NULL && sf_stop(svc) != 0;
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 static long long put(const char *sku, long long stock, int segments)
@@ -68,13 +59,13 @@ static long long put(const char *sku, long long stock, int segments)
 static long long sver(const char *sku, int k)
 {
     char buf[32] = "";
-    rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:sver", sku, k);
+    rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:sver", sku, k);
     return atoll(buf);
 }
 
 static void set_sver(const char *sku, int k, long long v)
 {
-    redisReply *r = rf_command(sf_redis, "SET inv:2:{%s/%d}:sver %lld", sku, k, v);
+    redisReply *r = rf_command(gf_redis, "SET inv:2:{%s/%d}:sver %lld", sku, k, v);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_STATUS, "%s", "SET sver");
     freeReplyObject(r);
 }
@@ -191,7 +182,7 @@ static void test_behind_status_heals(void **state)
     sf_resp_free(&r);
     SF_ASSERT_EQ(sver(sku, 3), v);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.remaining, 40);
 }
 
@@ -208,7 +199,7 @@ static void test_behind_orders_heal(void **state)
               HL_ORDERS, t.unavailable);
     SF_ASSERT_EQ(sver(sku, 3), v);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, HL_ORDERS);
     SF_ASSERT_EQ(rep.remaining, 0);
     assert_calls_bounded();
@@ -231,7 +222,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
               "an order took %.1f ms (lock wait %d): it looped", (double)t.slowest_us / 1000.0,
               HL_LOCK_WAIT_MS);
     SF_ASSERT_EQ(sver(sku, 2), v + 1);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s/2}:orders", sku), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s/2}:orders", sku), 0);
     assert_calls_bounded();
     /* The status read does not spin either: it names the segment. */
     sf_resp r = {0};
@@ -243,12 +234,12 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     sf_resp_free(&r);
     /* The next PUT gets a version above the segment's and brings every segment to it. */
     char buf[32] = "";
-    rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s}:ver", sku);
+    rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s}:ver", sku);
     SF_ASSERT(atoll(buf) >= v + 1, "version counter %s, segment 2 at %lld", buf, v + 1);
     long long v2 = put(sku, 20, 4);
     SF_ASSERT(v2 > v + 1, "new version %lld, segment 2 at %lld", v2, v + 1);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.remaining, 20);
     SF_ASSERT_EQ(rep.sold, 0);
 }
@@ -272,7 +263,7 @@ static void test_budget_ends_a_long_walk(void **state)
     SF_ASSERT(max >= HL_BUDGET - 2 && max <= HL_BUDGET, "calls max %.0f, budget %d", max,
               HL_BUDGET);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
 }
 
@@ -284,5 +275,5 @@ int main(void)
         cmocka_unit_test(test_ahead_fails_over_then_put_heals),
         cmocka_unit_test(test_budget_ends_a_long_walk),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -57,7 +57,7 @@ static void test_token_bucket(void **state)
     /* 2 requests/s, bursts of 5. */
     const char *args[] = {"--admin-token",      TOKEN, "--threads", "2", "--rate-limit-rps", "2",
                           "--rate-limit-burst", "5",   NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -130,7 +130,7 @@ static void test_token_bucket(void **state)
 
     /* The refused order changed nothing. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT_EQ(rep.orders, 0);
     SF_ASSERT_EQ(sf_stop(svc), 0);
@@ -140,7 +140,7 @@ static void test_connection_cap(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "2", "--max-connections-per-ip", "4", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
@@ -184,7 +184,7 @@ static void test_connection_cap(void **state)
 static void test_off_by_default(void **state)
 {
     (void)state;
-    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    sf_service *svc = sf_start(rf_url(gf_redis), NULL);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
@@ -265,7 +265,7 @@ static void test_trusted_proxy(void **state)
     const char *args[] = {"--admin-token", TOKEN, "--threads", "2", "--rate-limit-rps", "1",
                           "--rate-limit-burst", "3", "--trusted-proxies", "127.0.0.2/32, ::1",
                           NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -302,5 +302,5 @@ int main(void)
         cmocka_unit_test(test_bad_values_exit_2),
         cmocka_unit_test(test_trusted_proxy),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }
