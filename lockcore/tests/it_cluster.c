@@ -13,7 +13,7 @@
  * Timing: bounds are generous (2 shared cores); loops run until a condition holds or a deadline
  * of seconds passes.
  */
-#include "lc_test.h"
+#include "lt_loop.h"
 
 #include <event2/event.h>
 
@@ -21,16 +21,6 @@
 #include "cluster_fixture.h"
 #include "cluster_internal.h"
 #include "lockcore/lockcore_async.h"
-
-static struct event_base *base;
-static struct event *tick;
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-}
 
 /* One cluster of 3 masters with a replica each for the whole file. */
 static int group_setup(void **state)
@@ -42,28 +32,14 @@ static int group_setup(void **state)
 static int setup(void **state)
 {
     (void)state;
-    base = event_base_new();
-    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    struct timeval tv = {0, 5000};
-    event_add(tick, &tv);
-    return base && tick ? 0 : -1;
+    return lt_loop_start();
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    event_free(tick);
-    event_base_free(base);
-    base = NULL;
+    lt_loop_stop();
     return 0;
-}
-
-static int run_until(int (*pred)(void *), void *arg, int timeout_ms)
-{
-    int64_t deadline = tu_now_ms() + timeout_ms;
-    while (!pred(arg) && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    return pred(arg);
 }
 
 /* A client seeded with node 0 only: it must learn the rest from CLUSTER SLOTS and MOVED. */
@@ -74,7 +50,7 @@ static lc_async_client *cclient(int command_timeout_ms)
     if (command_timeout_ms)
         o.command_timeout_ms = command_timeout_ms;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, cf_url(gf_cluster, 1), &o, &c));
+    assert_ok(lc_async_client_new(lt_base, cf_url(gf_cluster, 1), &o, &c));
     return c;
 }
 
@@ -118,7 +94,7 @@ static lc_status cmd_sync(lc_async_client *c, result *r, int argc, const char **
 {
     memset(r, 0, sizeof(*r));
     assert_ok(lc_async_command(c, argc, argv, NULL, on_reply, r));
-    assert_true(run_until(done, r, 20000));
+    assert_true(lt_run_until(done, r, 20000));
     assert_int_equal(r->calls, 1);
     return r->st;
 }
@@ -208,7 +184,7 @@ static void test_commands_spread_over_masters(void **state)
         assert_ok(lc_async_command(c, 3, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         if (res[i].st != LC_OK)
             fail_msg("SET %s: %s (%s)", key[i], lc_status_name(res[i].st), res[i].str);
     }
@@ -235,7 +211,7 @@ static void test_commands_spread_over_masters(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         assert_int_equal(res[i].st, LC_OK);
         assert_string_equal(res[i].str, val[i]);
     }
@@ -277,15 +253,15 @@ static void test_command_to_every_master(void **state)
     result r0 = {0};
     const char *ping[1] = {"PING"};
     assert_ok(lc_async_command(c, 1, ping, NULL, on_reply, &r0));
-    assert_true(run_until(done, &r0, 20000));
+    assert_true(lt_run_until(done, &r0, 20000));
     int64_t deadline = tu_now_ms() + 20000;
     while (stats(c).known_slots < 16384 && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
+        event_base_loop(lt_base, EVLOOP_ONCE);
     assert_int_equal(stats(c).known_slots, 16384);
 
     assert_ok(lc_async_command_masters(c, 3, argv, NULL, on_port, &m, &sent));
     assert_int_equal(sent, 3);
-    assert_true(run_until(seen_three, &m, 20000));
+    assert_true(lt_run_until(seen_three, &m, 20000));
     assert_int_equal(m.calls, 3);
     assert_int_equal(m.ok, 3);
     for (int i = 0; i < 3; i++) { /* the three masters' ports, each once */
@@ -329,7 +305,7 @@ static void test_one_write_per_master(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++)
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
     long long before[3], per[3] = {0};
     for (int i = 0; i < N; i++) /* (asks node 0: before its reads are counted) */
         per[cf_master_of(gf_cluster, lc_key_slot(key[i], strlen(key[i])))]++;
@@ -341,7 +317,7 @@ static void test_one_write_per_master(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         assert_status(res[i].st, LC_OK);
     }
     for (int m = 0; m < 3; m++) {
@@ -443,7 +419,7 @@ static void test_locks_over_masters(void **state)
     }
     assert_int_equal(masters_used[0] + masters_used[1] + masters_used[2], 3);
     for (int k = 0; k < SEGS; k++) {
-        assert_true(run_until(ldone, &r[k], 20000));
+        assert_true(lt_run_until(ldone, &r[k], 20000));
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 10);
         assert_true(r[k].fence >= 1);
@@ -458,7 +434,7 @@ static void test_locks_over_masters(void **state)
                                 on_evaled, &r[k]));
     }
     for (int k = 0; k < SEGS; k++) {
-        assert_true(run_until(ldone, &r[k], 20000));
+        assert_true(lt_run_until(ldone, &r[k], 20000));
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 7);
         assert_int_equal(lc_async_lock_held(l[k]), 0);
@@ -477,15 +453,15 @@ static void test_locks_over_masters(void **state)
     assert_ok(lc_async_lock_new(c, name, &o, NULL, NULL, &b));
     lres ra = {0}, rb = {0}, rr = {0};
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-    assert_true(run_until(ldone, &ra, 20000));
+    assert_true(lt_run_until(ldone, &ra, 20000));
     assert_status(ra.st, LC_OK);
     long woken = lc_async_debug_wakeups(c);
     assert_ok(lc_async_lock_acquire(b, 20000, 0, NULL, NULL, on_acquired, &rb));
     struct sleeping sl = {c, name};
-    assert_true(run_until(asleep, &sl, 20000));
+    assert_true(lt_run_until(asleep, &sl, 20000));
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_release(a, on_released, &rr));
-    assert_true(run_until(ldone, &rb, 20000));
+    assert_true(lt_run_until(ldone, &rb, 20000));
     assert_status(rb.st, LC_OK);
     assert_true(lc_async_debug_wakeups(c) > woken); /* the unlock woke it, not a poll */
     assert_true(tu_now_ms() - t0 < 5000);
@@ -593,7 +569,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     result rf = {0};
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_script(fast, both, 2, keys, NULL, 0, NULL, NULL, on_reply, &rf));
-    assert_true(run_until(done, &rf, 20000));
+    assert_true(lt_run_until(done, &rf, 20000));
     assert_status(rf.st, LC_EREDIS);
     assert_non_null(strstr(rf.str, "TRYAGAIN"));
     assert_true(stats(fast).tryagain >= 1);
@@ -601,12 +577,12 @@ static void test_ask_and_tryagain_during_migration(void **state)
 
     /* Ends 100 ms after the script was first refused: the retry succeeds on the new master. */
     struct mig m = {slot, src, dst, 0, k2};
-    struct event *finish = evtimer_new(base, on_finish_migration, &m);
+    struct event *finish = evtimer_new(lt_base, on_finish_migration, &m);
     struct timeval tv = {0, 100000};
     evtimer_add(finish, &tv);
     memset(&r, 0, sizeof r);
     assert_ok(lc_async_script(c, both, 2, keys, NULL, 0, NULL, NULL, on_reply, &r));
-    assert_true(run_until(done, &r, 20000));
+    assert_true(lt_run_until(done, &r, 20000));
     event_free(finish);
     assert_int_equal(m.done, 1);
     if (r.st != LC_OK)
@@ -666,7 +642,7 @@ static void test_clusterdown_reported(void **state)
     assert_string_equal(r.str, "here");
     /* The map was asked for again (at most one CLUSTER SLOTS per 100 ms: maybe a bit later). */
     struct refreshed rf = {c, s0.refreshes};
-    assert_true(run_until(refreshed_since, &rf, 5000));
+    assert_true(lt_run_until(refreshed_since, &rf, 5000));
     lc_async_client_free(c);
 }
 
@@ -728,7 +704,7 @@ static void test_master_killed_then_failover(void **state)
      * the promoted master by itself (each failed reconnect to the dead master, every <= 1 s of
      * back-off, asks for CLUSTER SLOTS again). */
     struct slot_moved sm = {c, slot, rf_port(cf_node(gf_cluster, victim))};
-    assert_true(run_until(slot_moved_away, &sm, 30000));
+    assert_true(lt_run_until(slot_moved_away, &sm, 30000));
     memset(&r, 0, sizeof r);
     assert_status(get_sync(c, key, &r), LC_OK); /* the first command after it succeeds */
     assert_true(served_ok(&r));
@@ -745,21 +721,15 @@ static void test_master_killed_then_failover(void **state)
     assert_ok(lc_async_lock_new(c, lockname, &o, NULL, NULL, &l));
     lres lr = {0};
     assert_ok(lc_async_lock_try(l, 0, NULL, NULL, on_acquired, &lr));
-    assert_true(run_until(ldone, &lr, 20000));
+    assert_true(lt_run_until(ldone, &lr, 20000));
     assert_status(lr.st, LC_OK);
     assert_int_equal(rf_integer(cf_node(gf_cluster, promoted), "EXISTS %s", lockname), 1);
     memset(&lr, 0, sizeof lr);
     assert_ok(lc_async_release(l, on_released, &lr));
-    assert_true(run_until(ldone, &lr, 20000));
+    assert_true(lt_run_until(ldone, &lr, 20000));
     assert_status(lr.st, LC_OK);
     lc_async_lock_free(l);
     lc_async_client_free(c);
-}
-
-static int never(void *arg)
-{
-    (void)arg;
-    return 0;
 }
 
 static int sub_up(void *arg)
@@ -787,7 +757,7 @@ static void test_frozen_listener_node(void **state)
     (void)state;
     enum { CYCLES = 5, PROMPT_MS = 250 };
     lc_async_client *c = cclient(300), *h = cclient(300);
-    assert_true(run_until(sub_up, c, 20000));
+    assert_true(lt_run_until(sub_up, c, 20000));
     int sport = lc_async_debug_sub_port(c), frozen = -1;
     for (int i = 0; i < cf_nodes(gf_cluster); i++)
         if (rf_pid(cf_node(gf_cluster, i)) != 0 && rf_port(cf_node(gf_cluster, i)) == sport)
@@ -802,22 +772,22 @@ static void test_frozen_listener_node(void **state)
     assert_ok(lc_async_lock_new(c, name, &o, NULL, NULL, &b));
     lres ra = {0}, rb = {0}, rr = {0};
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-    assert_true(run_until(ldone, &ra, 20000));
+    assert_true(lt_run_until(ldone, &ra, 20000));
     assert_status(ra.st, LC_OK);
     assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
     struct sleeping sl = {c, name};
-    assert_true(run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
+    assert_true(lt_run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
     assert_int_equal(rf_pause(cf_node(gf_cluster, frozen)), 0);
     int woken = 0;
     int64_t worst = 0;
     for (int i = 0; i < CYCLES; i++) {
-        run_until(never, NULL, 1500); /* b sleeps; its polls have slowed down */
+        lt_run_until(lt_never, NULL, 1500); /* b sleeps; its polls have slowed down */
         assert_int_equal(rb.calls, 0);
         long before = lc_async_debug_wakeups(c);
         memset(&rr, 0, sizeof rr);
         int64_t t0 = tu_now_ms();
         assert_ok(lc_async_release(a, on_released, &rr));
-        assert_true(run_until(ldone, &rb, 20000));
+        assert_true(lt_run_until(ldone, &rb, 20000));
         int64_t took = tu_now_ms() - t0;
         assert_status(rb.st, LC_OK);
         woken += lc_async_debug_wakeups(c) > before;
@@ -825,14 +795,14 @@ static void test_frozen_listener_node(void **state)
         fprintf(stderr, "cycle %d: the waiter had the lock %lld ms after the unlock (%s)\n", i,
                 (long long)took,
                 lc_async_debug_wakeups(c) > before ? "woken by the message" : "found by a poll");
-        assert_true(run_until(ldone, &rr, 20000));
+        assert_true(lt_run_until(ldone, &rr, 20000));
         /* Swap: b holds, a takes it back once b releases, b waits again. */
         memset(&rr, 0, sizeof rr);
         assert_ok(lc_async_release(b, on_released, &rr));
-        assert_true(run_until(ldone, &rr, 20000));
+        assert_true(lt_run_until(ldone, &rr, 20000));
         memset(&ra, 0, sizeof ra);
         assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-        assert_true(run_until(ldone, &ra, 20000));
+        assert_true(lt_run_until(ldone, &ra, 20000));
         assert_status(ra.st, LC_OK);
         memset(&rb, 0, sizeof rb);
         assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));

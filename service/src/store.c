@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "store.h"
 #include "store_scripts.h"
 
@@ -20,13 +20,6 @@ struct store {
     int64_t last_attempt_ms;
     lc_script *scripts[SCRIPT_COUNT];
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int store_new(const struct config *cfg, struct store **out, char *err, size_t errlen)
 {
@@ -95,8 +88,8 @@ lc_client *store_client(struct store *store)
 {
     pthread_mutex_lock(&store->mu);
     lc_client *c = store->client;
-    if (!c && now_ms() - store->last_attempt_ms >= 200) {
-        store->last_attempt_ms = now_ms();
+    if (!c && clock_mono_ms() - store->last_attempt_ms >= 200) {
+        store->last_attempt_ms = clock_mono_ms();
         if (lc_client_new(store->url, &store->opts, &c) != LC_OK)
             c = NULL;
         store->client = c;
@@ -254,7 +247,7 @@ struct batch {
     int n, left, failed;
     char why[256]; /* the first failure's message */
     struct store_item *items;
-    struct bslot {
+    struct batch_slot {
         struct batch *b;
         int i;
     } *slots;
@@ -270,9 +263,9 @@ static void batch_end(struct batch *b)
     free(b);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_batch_item(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
-    struct bslot *s = arg;
+    struct batch_slot *s = arg;
     struct batch *b = s->b;
     store_conns_note(b->conns, b->lc);
     if (st != LC_OK || !r) {
@@ -321,7 +314,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         b->left++;
         if (lc_async_script(lc, store->scripts[id], nkeys,
                             keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
-                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_reply,
+                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_item,
                             &b->slots[i]) != LC_OK) {
             if (!b->failed) /* the start's failure, just recorded */
                 snprintf(b->why, sizeof(b->why), "%s", lc_errmsg());

@@ -34,23 +34,6 @@ static int group_setup(void **state)
     return svc != NULL ? 0 : -1;
 }
 
-static long long put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, AO_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT(r.status == 201 || r.status == 200, "PUT: %s", sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    sf_resp_free(&r);
-    return v;
-}
-
-static void assert_unknown_503(const sf_resp *r)
-{
-    SF_ASSERT(r->status == 503 && strcmp(sf_error_code(r), "unavailable") == 0 &&
-                  strcmp(sf_str(r->json, "outcome"), "unknown") == 0,
-              "a 503 with \"outcome\":\"unknown\" was expected: %s", sf_resp_summary(r));
-}
-
 static long long stock_total(const char *sku)
 {
     json_t *st = sf_sku_status(port, sku);
@@ -66,7 +49,7 @@ static void warm_up(void)
 {
     char sku[64], path[200];
     tu_unique_name(sku, sizeof sku, "ao-warm");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     sf_resp r = {0};
     sf_restock(port, AO_TOKEN, sku, 1, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -121,19 +104,19 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
     /* Restock, no key: once thawed the restock is registered (and the next read applies it);
      * a plain 503 would tell the client to send it again. */
     tu_unique_name(sku, sizeof sku, "ao-rst");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s/restock", sku);
     while_frozen("POST", path, "{\"quantity\": 5}", &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     SF_ASSERT_EQ(wait_integer(1, "HLEN inv:2:{%s}:rst", sku), 1);
     SF_ASSERT_EQ(stock_total(sku), 15);
 
     /* PUT, no key. */
     tu_unique_name(sku, sizeof sku, "ao-put");
-    long long v = put(sku, 10, 1);
+    long long v = SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("PUT", path, "{\"stock\": 30, \"segments\": 2}", &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     /* Versions only go up (by at least one: issue 18 item 4 took them from Redis's clock). */
     char ver[32] = "";
     int64_t until = tu_now_ms() + AO_THAW_MS;
@@ -146,10 +129,10 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
 
     /* DELETE. */
     tu_unique_name(sku, sizeof sku, "ao-del");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("DELETE", path, NULL, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     char segs[32] = "";
     until = tu_now_ms() + AO_THAW_MS;
     while ((rf_string(gf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) != 1 ||
@@ -161,12 +144,12 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
 
     /* Cancel. */
     tu_unique_name(sku, sizeof sku, "ao-can");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     sf_order(NULL, port, sku, 3, &r);
     SF_ASSERT_STATUS(&r, 201);
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
     while_frozen("DELETE", path, NULL, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     SF_ASSERT_EQ(wait_number(10, "GET inv:2:{%s/0}:stock", sku), 10);
     sf_json_request(NULL, port, "DELETE", path, AO_TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 409, "already_cancelled");
@@ -183,7 +166,7 @@ static void test_restock_whose_settle_fails_is_unknown(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "ao-rset");
-    put(sku, 10, 2);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 2);
     redisReply *x =
         rf_command(gf_redis, "RENAME inv:2:{%s/1}:cnt inv:2:{%s/1}:cnt-aside", sku, sku);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "RENAME cnt");
@@ -192,7 +175,7 @@ static void test_restock_whose_settle_fails_is_unknown(void **state)
     freeReplyObject(x);
     sf_resp r = {0};
     sf_restock(port, AO_TOKEN, sku, 6, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     sf_resp_free(&r);
     x = rf_command(gf_redis, "RENAME inv:2:{%s/1}:cnt-aside inv:2:{%s/1}:cnt", sku, sku);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "RENAME back");
@@ -215,7 +198,7 @@ static void test_restock_behind_many_pending_is_never_409(void **state)
     freeReplyObject(x);
     char sku[64];
     tu_unique_name(sku, sizeof sku, "ao-many");
-    long long v = put(sku, 0, 1);
+    long long v = SF_PUT_SKU(port, AO_TOKEN, sku, 0, 1);
     for (int i = 0; i < AHEAD; i++) {
         long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
         x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:1", sku, rid, v);
@@ -226,7 +209,7 @@ static void test_restock_behind_many_pending_is_never_409(void **state)
     sf_restock(port, AO_TOKEN, sku, UNITS, &r);
     SF_ASSERT(r.status != 409, "a restock still pending answered %s", sf_resp_summary(&r));
     if (r.status != 200)
-        assert_unknown_503(&r);
+        SF_ASSERT_OUTCOME_UNKNOWN(&r);
     sf_resp_free(&r);
     /* Reads complete it, once. */
     int64_t until = tu_now_ms() + AO_THAW_MS;

@@ -39,18 +39,6 @@ static void sku_path(char *buf, size_t size, const char *sku)
     snprintf(buf, size, "/api/v1/skus/%s", sku);
 }
 
-/* PUTs the SKU on port p with the admin token and asserts 201/200. Returns the version. */
-static long long put_sku(int p, const char *token, const char *sku, long long stock, int segs)
-{
-    sf_resp r = {0};
-    int st = sf_put_sku(p, token, sku, stock, segs, &r);
-    SF_ASSERT(st == 201 || st == 200, "PUT %s: %s", sku, sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    SF_ASSERT(v >= 1, "PUT %s: no version in %s", sku, sf_resp_summary(&r));
-    sf_resp_free(&r);
-    return v;
-}
-
 /* GET status (asserting 200). New reference. */
 static json_t *status_of(int p, const char *sku)
 {
@@ -153,7 +141,7 @@ static void test_put_created_then_replaced(void **state)
     expect_totals(sku, 50, 50, 0, 0);
 
     /* A third PUT keeps counting up. */
-    long long v3 = put_sku(port, TOKEN, sku, 7, 7);
+    long long v3 = SF_PUT_SKU(port, TOKEN, sku, 7, 7);
     SF_ASSERT(v3 > v2, "version went from %lld to %lld", v2, v3);
     expect_totals(sku, 7, 7, 0, 0);
 }
@@ -193,7 +181,7 @@ static void test_status_fields(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    long long v = put_sku(port, TOKEN, sku, 10, 4);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 4);
     json_t *st = status_of(port, sku);
     check_status_shape(st, sku, 4);
     SF_ASSERT_EQ(sf_json_int(st, "version", -1), v);
@@ -250,7 +238,7 @@ static void test_restock(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    long long v = put_sku(port, TOKEN, sku, 8, 4);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 8, 4);
     json_decref(order_ok(port, sku, 1));
     sf_resp r = {0};
     sf_restock(port, TOKEN, sku, 6, &r);
@@ -274,7 +262,7 @@ static void test_delete(void **state)
     char sku[64], path[160], opath[256];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(port, TOKEN, sku, 6, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 6, 2);
     json_t *o = order_ok(port, sku, 1);
     snprintf(opath, sizeof opath, "/api/v1/orders/%s",
              json_string_value(json_object_get(o, "order_id")));
@@ -306,7 +294,7 @@ static void test_delete(void **state)
                   strcmp(segs, "0") == 0,
               "meta.segments '%s' after DELETE", segs);
     /* A new PUT of the same name starts afresh, with a higher version than ever before. */
-    long long v = put_sku(port, TOKEN, sku, 3, 1);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 3, 1);
     SF_ASSERT(v >= 2, "version %lld after DELETE + PUT", v);
     expect_totals(sku, 3, 3, 0, 0);
 }
@@ -331,7 +319,7 @@ static void test_order_fields(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
 
     char body[256];
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2, \"user_id\": \"alice\"}", sku);
@@ -391,7 +379,7 @@ static void test_cancel(void **state)
     (void)state;
     char sku[64], opath[256];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     json_t *o = order_ok(port, sku, 3);
     json_t *keep = order_ok(port, sku, 1);
     const char *id = json_string_value(json_object_get(o, "order_id"));
@@ -443,7 +431,7 @@ static void test_cancel(void **state)
 /* ---- errors ---- */
 
 /* Copies tmpl into out replacing $SKU, LONGSKU and LONGUSER. */
-static void expand(char *out, size_t size, const char *tmpl, const char *sku,
+static void expand_template(char *out, size_t size, const char *tmpl, const char *sku,
                    const char *long_sku, const char *long_user)
 {
     size_t n = 0;
@@ -475,7 +463,7 @@ static void test_invalid_requests_change_nothing(void **state)
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
     snprintf(restock, sizeof restock, "%s/restock", path);
-    long long v = put_sku(port, TOKEN, sku, 10, 2);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 2);
 
     char long_sku[80], long_user[140];
     memset(long_sku, 'a', 65);
@@ -501,7 +489,7 @@ static void test_invalid_requests_change_nothing(void **state)
     sf_resp r = {0};
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
         char body[600];
-        expand(body, sizeof body, orders[i], sku, long_sku, long_user);
+        expand_template(body, sizeof body, orders[i], sku, long_sku, long_user);
         sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
         if (r.status != 400)
             sf_fail_at(__FILE__, __LINE__, "bad order body accepted", "body %s: %s", body,
@@ -615,7 +603,7 @@ static void test_sold_out(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 3, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 3, 1);
     json_decref(order_ok(port, sku, 3));
     sf_resp r = {0};
     sf_order(NULL, port, sku, 1, &r);
@@ -631,7 +619,7 @@ static void test_insufficient_stock(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 8, 4); /* 2 units in each segment */
+    SF_PUT_SKU(port, TOKEN, sku, 8, 4); /* 2 units in each segment */
     sf_resp r = {0};
     sf_order(NULL, port, sku, 3, &r); /* 3 <= 8 in all, but more than any segment holds */
     SF_ASSERT_ERROR(&r, 409, "insufficient_stock");
@@ -648,7 +636,7 @@ static void test_body_too_large(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 5, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 5, 1);
 
     /* 17 KiB: a valid order padded with an unknown member. */
     size_t big = 17 * 1024;
@@ -680,7 +668,7 @@ static void test_unsupported_media_type(void **state)
     char sku[64], body[200], path[160];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(port, TOKEN, sku, 5, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 5, 1);
     snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
     size_t len = strlen(body);
     sf_resp r = {0};
@@ -737,7 +725,7 @@ static void test_admin_auth(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_sku"); /* the refused PUTs made nothing */
 
     /* The right token. */
-    long long v = put_sku(port, TOKEN, sku, 10, 2);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     json_t *o = order_ok(port, sku, 1); /* orders need no token */
     snprintf(opath, sizeof opath, "/api/v1/orders/%s",
              json_string_value(json_object_get(o, "order_id")));
@@ -809,7 +797,7 @@ static void test_idempotency_replay(void **state)
     (void)state;
     char sku[64], body[200], key[80];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2}", sku);
     tu_unique_name(key, sizeof key, "key");
     double replayed0 = sf_metric(port, "inventory_orders_total{result=\"replayed\"}");
@@ -851,12 +839,12 @@ static void test_idempotency_key_after_reput(void **state)
     char sku[64], body[200], key[80];
     new_sku(sku, sizeof sku);
     tu_unique_name(key, sizeof key, "key-reput");
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
     sf_resp r = {0};
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
     SF_ASSERT_STATUS(&r, 201);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
     SF_ASSERT(r.status == 201, "the same Idempotency-Key after a re-PUT: %s (expected a new order "
                                "under the new version; unknown_order is not an answer of "
@@ -902,7 +890,7 @@ static void test_idempotency_concurrent(void **state)
     char sku[64], key[80], body[200];
     new_sku(sku, sizeof sku);
     tu_unique_name(key, sizeof key, "concurrent-key");
-    put_sku(port, TOKEN, sku, 20, 4);
+    SF_PUT_SKU(port, TOKEN, sku, 20, 4);
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, IDEM_THREADS);
     struct idem_worker w[IDEM_THREADS];
@@ -978,7 +966,7 @@ static void test_lock_timeout(void **state)
     int sp = sf_port(slow);
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(sp, NULL, sku, 10, 1);
+    SF_PUT_SKU(sp, NULL, sku, 10, 1);
 
     struct slow_order holder = {.port = sp, .sku = sku};
     assert_int_equal(pthread_create(&holder.tid, NULL, slow_order_run, &holder), 0);
@@ -1006,7 +994,7 @@ static void test_checker_catches_drift(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 12, 3);
+    SF_PUT_SKU(port, TOKEN, sku, 12, 3);
     json_t *o = order_ok(port, sku, 2);
     long long k = sf_json_int(o, "segment", -1);
     const char *id = json_string_value(json_object_get(o, "order_id"));
@@ -1094,7 +1082,7 @@ static void test_sigterm_drains_and_exits_0(void **state)
     SF_ASSERT(s != NULL, "could not start inventoryd %s", "--hold-ms 400");
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(sf_port(s), NULL, sku, 5, 1);
+    SF_PUT_SKU(sf_port(s), NULL, sku, 5, 1);
     struct slow_order inflight = {.port = sf_port(s), .sku = sku};
     assert_int_equal(pthread_create(&inflight.tid, NULL, slow_order_run, &inflight), 0);
     tu_sleep_ms(150);
@@ -1127,7 +1115,7 @@ static void test_redis_down_503_and_recovery(void **state)
     char sku[64], path[160];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(sp, NULL, sku, 20, 4);
+    SF_PUT_SKU(sp, NULL, sku, 20, 4);
     json_decref(order_ok(sp, sku, 2));
 
     SF_ASSERT(rf_halt(r2, SIGKILL) == 0, "%s", "kill redis");

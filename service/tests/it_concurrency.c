@@ -27,7 +27,7 @@ struct cc_setup {
 };
 
 /* Per test: CC_INSTANCES instances with the test's strategy. */
-static int start_instances(void **state)
+static int cc_start(void **state)
 {
     struct cc_setup *s = *state;
     const char *args[] = {"--strategy", s->strategy, "--threads", "8", "--hold-ms", s->hold_ms,
@@ -40,7 +40,7 @@ static int start_instances(void **state)
     return 0;
 }
 
-static int stop_instances(void **state)
+static int cc_stop(void **state)
 {
     struct cc_setup *s = *state;
     int bad = 0;
@@ -548,20 +548,20 @@ int main(void)
     static struct cc_setup shortage = {"segmented", "0", 0, 4, {NULL}};
     static struct cc_setup changes = {"segmented", "0", 1000, 16, {NULL}};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_segmented, start_instances,
-                                                 stop_instances, &segmented),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, start_instances,
-                                                 stop_instances, &hold),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, start_instances,
-                                                 stop_instances, &one),
-        cmocka_unit_test_prestate_setup_teardown(test_single_lock, start_instances,
-                                                 stop_instances, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_atomic, start_instances, stop_instances,
+        cmocka_unit_test_prestate_setup_teardown(test_segmented, cc_start,
+                                                 cc_stop, &segmented),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, cc_start,
+                                                 cc_stop, &hold),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, cc_start,
+                                                 cc_stop, &one),
+        cmocka_unit_test_prestate_setup_teardown(test_single_lock, cc_start,
+                                                 cc_stop, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_atomic, cc_start, cc_stop,
                                                  &atomic),
         cmocka_unit_test_prestate_setup_teardown(test_restock_and_cancel_during_sale,
-                                                 start_instances, stop_instances, &changes),
+                                                 cc_start, cc_stop, &changes),
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
-                                                 start_instances, stop_instances, &shortage),
+                                                 cc_start, cc_stop, &shortage),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

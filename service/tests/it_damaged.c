@@ -33,14 +33,6 @@ static int group_setup(void **state)
     return svc != NULL ? 0 : -1;
 }
 
-static void put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, DM_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-}
-
 static void redis_do(const char *fmt, const char *sku, int k, const char *value)
 {
     redisReply *r = rf_command(gf_redis, fmt, sku, k, value);
@@ -49,26 +41,18 @@ static void redis_do(const char *fmt, const char *sku, int k, const char *value)
     freeReplyObject(r);
 }
 
-static long long seg_stock(const char *sku, int k)
-{
-    char buf[32];
-    SF_ASSERT(rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) == 1, "%s",
-              "GET stock");
-    return atoll(buf);
-}
-
 static void test_order_on_damaged_segment_changes_nothing(void **state)
 {
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmord");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 10, 1);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     sf_resp r = {0};
     sf_order(NULL, port, sku, 1, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     sf_resp_free(&r);
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
     SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s/0}:orders", sku), 0);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
@@ -81,7 +65,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     (void)state;
     char sku[64], path[200];
     tu_unique_name(sku, sizeof sku, "dmcan");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 10, 1);
     sf_resp r = {0};
     sf_order(NULL, port, sku, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -89,7 +73,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     redis_do("HSET inv:2:{%s/%d}:cnt o %s", sku, 0, "not-a-number");
     sf_json_request(NULL, port, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
-    SF_ASSERT_EQ(seg_stock(sku, 0), 8);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 8);
     sf_http(port, "GET", path, NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "created") == 0, "order after a failed cancel: %s",
@@ -102,7 +86,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     sf_json_request(NULL, port, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
     sf_resp_free(&r);
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
@@ -111,7 +95,7 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmfo");
-    put(sku, 20, 2);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 20, 2);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     for (int i = 0; i < 8; i++) {
         sf_resp r = {0};
@@ -120,8 +104,8 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
         SF_ASSERT_EQ(sf_json_int(r.json, "segment", -1), 1);
         sf_resp_free(&r);
     }
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
-    SF_ASSERT_EQ(seg_stock(sku, 1), 2);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 1), 2);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
@@ -188,14 +172,6 @@ static int sku_get(const char *sku, sf_resp *r)
     char path[160];
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     return sf_http(port, "GET", path, NULL, NULL, 0, r);
-}
-
-/* A 503 that says the change may have been made: "outcome": "unknown". */
-static void assert_unknown_503(const sf_resp *r)
-{
-    SF_ASSERT(r->status == 503 && strcmp(sf_error_code(r), "unavailable") == 0 &&
-                  strcmp(sf_str(r->json, "outcome"), "unknown") == 0,
-              "a 503 with \"outcome\":\"unknown\" was expected: %s", sf_resp_summary(r));
 }
 
 /* A 503 that says nothing changed: no "outcome". */
@@ -362,7 +338,7 @@ static void test_put_over_damaged_sver(void **state)
         raw(before, sizeof before, stock, NULL);
         sf_resp r = {0};
         sf_put_sku(port, DM_TOKEN, sku, 40, 2, &r);
-        assert_unknown_503(&r); /* its intent is recorded */
+        SF_ASSERT_OUTCOME_UNKNOWN(&r); /* its intent is recorded */
         SF_ASSERT(strcmp(raw(after, sizeof after, stock, NULL), before) == 0,
                   "sver '%s': segment 1's stock '%s' -> '%s'", forms[i], before, after);
         sku_get(sku, &r);

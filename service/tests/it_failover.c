@@ -103,7 +103,7 @@ static void test_sequential_orders_find_the_last_segment(void **state)
 
 #define FO_BUYERS 8
 
-struct buyer {
+struct fo_buyer {
     int port;
     const char *sku;
     pthread_barrier_t *go;
@@ -115,7 +115,7 @@ struct buyer {
 
 static void *buyer_run(void *arg)
 {
-    struct buyer *b = arg;
+    struct fo_buyer *b = arg;
     sf_conn *c = sf_conn_open(b->port, 15000);
     sf_resp r = {0};
     pthread_barrier_wait(b->go);
@@ -155,7 +155,7 @@ static void test_concurrent_buyers_drain_the_last_segment(void **state)
 
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, FO_BUYERS);
-    struct buyer b[FO_BUYERS];
+    struct fo_buyer b[FO_BUYERS];
     for (int i = 0; i < FO_BUYERS; i++) {
         memset(&b[i], 0, sizeof b[i]);
         b[i].port = sf_port(svc[i % 2]);

@@ -46,16 +46,6 @@ static int group_setup(void **state)
     return svc != NULL ? 0 : -1;
 }
 
-static long long put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, HL_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT(r.status == 200 || r.status == 201, "PUT %s: %s", sku, sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    sf_resp_free(&r);
-    return v;
-}
-
 static long long sver(const char *sku, int k)
 {
     char buf[32] = "";
@@ -167,7 +157,7 @@ static void test_behind_status_heals(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbs");
-    long long v = put(sku, 40, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, 40, 4);
     set_sver(sku, 3, v - 1);
     int64_t t0 = tu_now_ms();
     sf_resp r = {0};
@@ -191,7 +181,7 @@ static void test_behind_orders_heal(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbo");
-    long long v = put(sku, HL_ORDERS, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, HL_ORDERS, 4);
     set_sver(sku, 3, v - 1);
     struct hl_tally t = order_burst(sku);
     SF_ASSERT(t.other == 0, "unexpected answer: %s", t.other_text);
@@ -211,7 +201,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "hlah");
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
-    long long v = put(sku, HL_ORDERS, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, HL_ORDERS, 4);
     set_sver(sku, 2, v + 1); /* the meta of PUT v + 1 was lost, its reset of segment 2 was not */
     struct hl_tally t = order_burst(sku);
     SF_ASSERT(t.other == 0, "unexpected answer: %s", t.other_text);
@@ -236,7 +226,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     char buf[32] = "";
     rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s}:ver", sku);
     SF_ASSERT(atoll(buf) >= v + 1, "version counter %s, segment 2 at %lld", buf, v + 1);
-    long long v2 = put(sku, 20, 4);
+    long long v2 = SF_PUT_SKU(port, HL_TOKEN, sku, 20, 4);
     SF_ASSERT(v2 > v + 1, "new version %lld, segment 2 at %lld", v2, v + 1);
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
@@ -250,7 +240,7 @@ static void test_budget_ends_a_long_walk(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbud");
     /* 2 * budget segments of 1 unit: an order of 2 would try every one of them. */
-    put(sku, 2 * HL_BUDGET, 2 * HL_BUDGET);
+    SF_PUT_SKU(port, HL_TOKEN, sku, 2 * HL_BUDGET, 2 * HL_BUDGET);
     sf_resp r = {0};
     char body[160];
     snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":2}", sku);

@@ -113,7 +113,7 @@ struct row {
     }
 
 /* Expands $SKU, $TOKEN, $A65 / $A256 (that many 'A'), $U129 (129 'u') in s[0..n). */
-static void expand(struct sr_buf *out, const char *s, size_t n, const char *sku)
+static void expand_marks(struct sr_buf *out, const char *s, size_t n, const char *sku)
 {
     static const struct {
         const char *mark;
@@ -728,22 +728,22 @@ static const struct row rows[] = {
 #define NROWS (sizeof rows / sizeof rows[0])
 
 /* Builds the raw request of row r. */
-static void build(const struct row *r, const char *sku, struct sr_buf *out)
+static void build_row(const struct row *r, const char *sku, struct sr_buf *out)
 {
     if (r->gen != NULL) {
         r->gen(out, sku);
         return;
     }
     if (r->method[0] == '\0') {
-        expand(out, r->body, r->body_len, sku);
+        expand_marks(out, r->body, r->body_len, sku);
         return;
     }
     struct sr_buf body = {0};
     if (r->body != NULL)
-        expand(&body, r->body, r->body_len, sku);
+        expand_marks(&body, r->body, r->body_len, sku);
     buf_puts(out, r->method);
     buf_puts(out, " ");
-    expand(out, r->target, strlen(r->target), sku);
+    expand_marks(out, r->target, strlen(r->target), sku);
     buf_puts(out, " HTTP/1.1\r\nHost: t\r\n");
     if (!(r->flags & F_KEEP))
         buf_puts(out, "Connection: close\r\n");
@@ -755,7 +755,7 @@ static void build(const struct row *r, const char *sku, struct sr_buf *out)
         buf_puts(out, "\r\n");
     }
     if (r->headers != NULL)
-        expand(out, r->headers, r->headers_len, sku);
+        expand_marks(out, r->headers, r->headers_len, sku);
     if (body.len > 0 || (r->flags & F_BODY)) {
         char cl[64];
         snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", body.len);
@@ -865,7 +865,7 @@ static void test_hostile_table(void **state)
     for (size_t i = 0; i < NROWS; i++) {
         const struct row *row = &rows[i];
         struct sr_buf req = {0};
-        build(row, sku, &req);
+        build_row(row, sku, &req);
         int closed = 0;
         const char *method = row->method != NULL && row->method[0] ? row->method : "GET";
         int shut = (row->flags & F_SHUTWR) != 0;

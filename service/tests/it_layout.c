@@ -42,7 +42,7 @@ static int group_setup(void **state)
     return 0;
 }
 
-static long long put(int p, const char *sku, long long stock, int segments, const char *key,
+static long long put_with_key(int p, const char *sku, long long stock, int segments, const char *key,
                      int want)
 {
     char body[96];
@@ -191,7 +191,7 @@ static void test_interrupted_put_completed_by_next_order(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "iput");
-    put(port[0], sku, 100, 4, NULL, 201);
+    put_with_key(port[0], sku, 100, 4, NULL, 201);
     long long v = cut_off_put(sku, 10, 2, 4);
     /* Orders on the other instance (it has not cached the SKU yet) sell from the new layout. */
     for (int i = 0; i < 3; i++) {
@@ -212,7 +212,7 @@ static void test_interrupted_put_completed_by_status_read(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "iputs");
-    put(port[0], sku, 100, 3, NULL, 201);
+    put_with_key(port[0], sku, 100, 3, NULL, 201);
     long long v = cut_off_put(sku, 50, 5, 3);
     json_t *st = sf_sku_status(port[1], sku);
     SF_ASSERT(st != NULL, "%s", "no status");
@@ -232,21 +232,21 @@ static void test_put_idempotency_key_applies_once(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "iputk");
     snprintf(key, sizeof key, "put-%s", sku);
-    long long v1 = put(port[0], sku, 40, 4, key, 201);
+    long long v1 = put_with_key(port[0], sku, 40, 4, key, 201);
     sf_resp o = {0};
     sf_order(NULL, port[0], sku, 1, &o);
     SF_ASSERT_STATUS(&o, 201);
     sf_resp_free(&o);
     /* The retry (through the other instance) replays the first answer, and re-PUTs nothing: the
      * order made meanwhile is still there. */
-    long long v2 = put(port[1], sku, 40, 4, key, 201);
+    long long v2 = put_with_key(port[1], sku, 40, 4, key, 201);
     SF_ASSERT(v2 == v1, "a replayed PUT answered version %lld, the first %lld", v2, v1);
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.version == v1 && rep.sold == 1, "version %lld (want %lld), sold %lld (want 1)",
               rep.version, v1, rep.sold);
     /* Another key is another PUT. */
-    long long v3 = put(port[1], sku, 40, 4, "another-key", 200);
+    long long v3 = put_with_key(port[1], sku, 40, 4, "another-key", 200);
     SF_ASSERT(v3 > v1, "version %lld after a new PUT, was %lld", v3, v1);
 }
 
@@ -256,7 +256,7 @@ static void test_restock_idempotency_key_applies_once(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "irst");
     snprintf(key, sizeof key, "restock-%s", sku);
-    put(port[0], sku, 8, 4, NULL, 201);
+    put_with_key(port[0], sku, 8, 4, NULL, 201);
     sf_resp r = {0}, r2 = {0};
     restock(port[0], sku, 6, key, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -277,7 +277,7 @@ static void test_restock_during_rollout_adds_to_new_layout(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rroll");
-    put(port[0], sku, 100, 4, NULL, 201);
+    put_with_key(port[0], sku, 100, 4, NULL, 201);
     cut_off_put(sku, 20, 4, 4); /* a PUT half-way: meta new, segments still old */
     sf_resp r = {0};
     restock(port[1], sku, 8, NULL, &r);
@@ -296,7 +296,7 @@ static void test_restock_overtaken_by_put_is_sku_changed(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "rchg");
     snprintf(key, sizeof key, "rk-%s", sku);
-    long long v = put(port[0], sku, 10, 2, NULL, 201);
+    long long v = put_with_key(port[0], sku, 10, 2, NULL, 201);
     /* A restock registered (as its first step leaves it), then a re-PUT before it was applied;
      * its client retries with the key. */
     long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
@@ -306,7 +306,7 @@ static void test_restock_overtaken_by_put_is_sku_changed(void **state)
     snprintf(val, sizeof val, "P %lld 5", rid);
     x = rf_command(gf_redis, "SET inv:2:{%s}:aidem:restock:%s %s", sku, key, val);
     freeReplyObject(x);
-    put(port[1], sku, 30, 3, NULL, 200);
+    put_with_key(port[1], sku, 30, 3, NULL, 200);
     sf_resp r = {0};
     restock(port[0], sku, 5, key, &r);
     SF_ASSERT_ERROR(&r, 409, "sku_changed");
@@ -321,7 +321,7 @@ static void test_interrupted_restock_completed_by_status_read(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rcut");
-    long long v = put(port[0], sku, 10, 3, NULL, 201);
+    long long v = put_with_key(port[0], sku, 10, 3, NULL, 201);
     long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
     redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:7", sku, rid, v);
     freeReplyObject(x);
@@ -343,7 +343,7 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rso");
-    long long v = put(port[0], sku, 2, 1, NULL, 201);
+    long long v = put_with_key(port[0], sku, 2, 1, NULL, 201);
     sf_resp r = {0};
     for (int i = 0; i < 2; i++) {
         sf_order(NULL, port[1], sku, 1, &r);
@@ -382,8 +382,8 @@ static void test_put_after_version_counter_went_back(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "vback");
-    long long v1 = put(port[0], sku, 10, 2, NULL, 201);
-    long long v2 = put(port[0], sku, 20, 2, NULL, 200);
+    long long v1 = put_with_key(port[0], sku, 10, 2, NULL, 201);
+    long long v2 = put_with_key(port[0], sku, 20, 2, NULL, 200);
     SF_ASSERT(v2 > v1, "versions %lld then %lld", v1, v2);
     /* What the promoted replica holds: the first PUT's meta and counter. */
     redisReply *x = rf_command(gf_redis, "SET inv:2:{%s}:ver %lld", sku, v1);
@@ -391,7 +391,7 @@ static void test_put_after_version_counter_went_back(void **state)
     x = rf_command(gf_redis, "HSET inv:2:{%s}:meta version %lld stock 10 state r", sku, v1);
     freeReplyObject(x);
     tu_sleep_ms(5); /* a failover takes seconds (the cluster's node timeout), never less */
-    long long v3 = put(port[1], sku, 50, 2, NULL, 200);
+    long long v3 = put_with_key(port[1], sku, 50, 2, NULL, 200);
     SF_ASSERT(v3 > v2, "the PUT after the counter went back got version %lld, the segments "
                        "already carry %lld", v3, v2);
     json_t *st = sf_sku_status(port[0], sku);
@@ -412,7 +412,7 @@ static void test_restock_after_restock_id_went_back(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rback");
-    put(port[0], sku, 10, 2, NULL, 201);
+    put_with_key(port[0], sku, 10, 2, NULL, 201);
     sf_resp r = {0};
     restock(port[0], sku, 5, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -466,10 +466,10 @@ static void test_sku_names_that_alias(void **state)
     (void)state;
     char base[48], var[3][64];
     tu_unique_name(base, sizeof base, "alias");
-    put(port[0], base, 40, 4, NULL, 201);
+    put_with_key(port[0], base, 40, 4, NULL, 201);
     for (int i = 0; i < 3; i++) {
         snprintf(var[i], sizeof var[i], "%s:%d", base, i + 1);
-        put(port[i % 2], var[i], 10, 2, NULL, 201);
+        put_with_key(port[i % 2], var[i], 10, 2, NULL, 201);
     }
     sf_resp r = {0};
     restock(port[0], base, 8, NULL, &r);
@@ -489,7 +489,7 @@ static void test_sku_names_that_alias(void **state)
         sf_resp_free(&r);
     }
     /* A re-PUT and a DELETE of a variant leave the base SKU alone. */
-    put(port[1], var[0], 6, 4, NULL, 200);
+    put_with_key(port[1], var[0], 6, 4, NULL, 200);
     char path[160];
     snprintf(path, sizeof path, "/api/v1/skus/%s", var[1]);
     sf_json_request(NULL, port[0], "DELETE", path, LY_TOKEN, NULL, NULL, &r);
@@ -517,7 +517,7 @@ static void test_status_answers_consistent_under_orders(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "stcons");
-    put(port[0], sku, 10000000, 64, NULL, 201);
+    put_with_key(port[0], sku, 10000000, 64, NULL, 201);
     atomic_int stop = 0;
     struct ly_buyer b[4];
     for (int i = 0; i < 4; i++) {

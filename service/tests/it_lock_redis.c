@@ -58,18 +58,18 @@ static int nodes_with(const char *key)
 
 /* ---- buyers: threads placing orders of one unit until told to stop or sold out ---- */
 
-typedef struct buyer {
+typedef struct lr_buyer {
     int port;
     const char *sku;
     atomic_int *stop;
     atomic_int created;
     int sold_out, other;
     pthread_t tid;
-} buyer;
+} lr_buyer;
 
-static void *buy(void *arg)
+static void *lr_buy(void *arg)
 {
-    buyer *b = arg;
+    lr_buyer *b = arg;
     sf_conn *c = sf_conn_open(b->port, 10000);
     while (!atomic_load(b->stop)) {
         sf_resp r = {0};
@@ -119,10 +119,10 @@ static void test_sell_out_two_instances(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    buyer bs[6];
+    lr_buyer bs[6];
     for (int i = 0; i < 6; i++) {
-        bs[i] = (buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, buy, &bs[i]), 0);
+        bs[i] = (lr_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lr_buy, &bs[i]), 0);
     }
     int created = 0;
     for (int i = 0; i < 6; i++) {
@@ -249,10 +249,10 @@ static void test_kill_lock_nodes(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    buyer bs[3];
+    lr_buyer bs[3];
     for (int i = 0; i < 3; i++) {
-        bs[i] = (buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, buy, &bs[i]), 0);
+        bs[i] = (lr_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lr_buy, &bs[i]), 0);
     }
     tu_sleep_ms(300);
     assert_int_equal(rf_halt(gf_node[0], SIGKILL), 0);

@@ -104,23 +104,6 @@ static void order_body(char *buf, size_t size, const char *sku)
     snprintf(buf, size, "{\"sku\": \"%s\", \"quantity\": 1}", sku);
 }
 
-static void put_sku(const char *sku, long long stock)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, NULL, sku, stock, 1, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-}
-
-/* Segment 0's stock read from Redis, -999 when unreadable. */
-static long long seg_stock(const char *sku)
-{
-    char buf[32];
-    if (rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/0}:stock", sku) != 1)
-        return -999;
-    return strtoll(buf, NULL, 10);
-}
-
 /* The order id segment 0's idem hash holds for key (written with the order), "" when none. */
 static void idem_order_id(const char *sku, const char *key, char *id, size_t size)
 {
@@ -264,10 +247,10 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
  * received as soon as it is thawed, so this is normally the first read. Returns the stock. */
 static long long stock_after_thaw(const char *sku, long long start)
 {
-    long long s = seg_stock(sku);
+    long long s = sf_seg_stock(sku, 0);
     for (int64_t deadline = tu_now_ms() + 2000; s == start && tu_now_ms() < deadline;) {
         tu_sleep_ms(20);
-        s = seg_stock(sku);
+        s = sf_seg_stock(sku, 0);
     }
     return s;
 }
@@ -283,7 +266,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
         tu_unique_name(sku, sizeof sku, "outcome");
         tu_unique_name(key, sizeof key, "outcome-key");
         order_body(body, sizeof body, sku);
-        put_sku(sku, UNITS);
+        SF_PUT_SKU(port, NULL, sku, UNITS, 1);
         sf_resp_free(&first);
         how = post_and_freeze_in_hold(sku, key, body, &first);
         if (how == FROZE_IN_HOLD)
@@ -332,7 +315,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
         SF_ASSERT(r.status == 200,
                   "the order Redis placed (%s) was not replayed: %s; segment "
                   "stock now %lld",
-                  placed_id, sf_resp_summary(&r), seg_stock(sku));
+                  placed_id, sf_resp_summary(&r), sf_seg_stock(sku, 0));
         SF_ASSERT(strcmp(id, placed_id) == 0, "replayed order %s, Redis placed %s", id, placed_id);
         char record[2048];
         SF_ASSERT(rf_string(gf_redis, record, sizeof record, "HGET inv:2:{%s/0}:orders %s", sku,
@@ -370,7 +353,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
     sf_resp_free(&r);
 
     expect_sold(sku, UNITS, 1);
-    SF_ASSERT_EQ(seg_stock(sku), UNITS - 1);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), UNITS - 1);
 }
 
 /* ---- Redis frozen before the order arrives ---- */
@@ -400,7 +383,7 @@ static void test_redis_frozen_before_acquire_plain_unavailable(void **state)
     char sku[64], body[200];
     tu_unique_name(sku, sizeof sku, "outcome-acq");
     order_body(body, sizeof body, sku);
-    put_sku(sku, UNITS);
+    SF_PUT_SKU(port, NULL, sku, UNITS, 1);
 
     sf_resp r = {0};
     order_while_frozen(sku, UNITS, NULL, body, &r);
@@ -433,7 +416,7 @@ static void test_redis_frozen_before_claim_plain_unavailable(void **state)
     tu_unique_name(sku, sizeof sku, "outcome-claim");
     tu_unique_name(key, sizeof key, "outcome-claim-key");
     order_body(body, sizeof body, sku);
-    put_sku(sku, UNITS);
+    SF_PUT_SKU(port, NULL, sku, UNITS, 1);
 
     sf_resp r = {0};
     order_while_frozen(sku, UNITS, key, body, &r);

@@ -26,7 +26,7 @@ struct rp_case {
 };
 
 /* Per test: two instances with the case's strategy. */
-static int start_instances(void **state)
+static int rp_start(void **state)
 {
     const struct rp_case *rc = *state;
     const char *args[] = {"--threads", "8", "--strategy", rc->strategy, NULL};
@@ -38,7 +38,7 @@ static int start_instances(void **state)
     return 0;
 }
 
-static int stop_instances(void **state)
+static int rp_stop(void **state)
 {
     (void)state;
     return sf_stop_all(svc, 2);
@@ -293,14 +293,14 @@ int main(void)
     static struct rp_case single = {"single-lock", 16, 300, 8};
     static struct rp_case atomic = {"atomic", 16, 600, 8};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, start_instances,
-                                                 stop_instances, &fewer),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, start_instances,
-                                                 stop_instances, &more),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, start_instances,
-                                                 stop_instances, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, start_instances,
-                                                 stop_instances, &atomic),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, rp_start,
+                                                 rp_stop, &fewer),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, rp_start,
+                                                 rp_stop, &more),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, rp_start,
+                                                 rp_stop, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, rp_start,
+                                                 rp_stop, &atomic),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

@@ -229,7 +229,7 @@ static void test_redis_password_and_acl_user(void **state)
 
 /* ---- issue #10 ------------------------------------------------------------------------------ */
 
-static void test_admin_closed_without_token(void **state)
+static void test_admin_closed_without_token_over_http(void **state)
 {
     (void)state;
     /* inventoryd's default (the fixture adds --admin-allow-loopback; this takes it back). */
@@ -383,7 +383,7 @@ static void assert_not_in_proc(pid_t pid, const char *what, const char *secret)
     SF_ASSERT(strstr(text, secret) == NULL, "a secret is in %s", path);
 }
 
-static void test_secret_files(void **state)
+static void test_secret_files_at_start(void **state)
 {
     (void)state;
     static const char password[] = "File-Redis-Pass-6Ty2";
@@ -455,10 +455,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_token_never_logged),
         cmocka_unit_test(test_redis_password_and_acl_user),
-        cmocka_unit_test(test_admin_closed_without_token),
+        cmocka_unit_test(test_admin_closed_without_token_over_http),
         cmocka_unit_test(test_order_ids_unguessable),
         cmocka_unit_test(test_readyz_reason_is_short),
-        cmocka_unit_test(test_secret_files),
+        cmocka_unit_test(test_secret_files_at_start),
         cmocka_unit_test(test_healthcheck_mode),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
