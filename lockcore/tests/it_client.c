@@ -331,30 +331,14 @@ static void test_command_after_timeout(void **state)
     lc_client_free(c);
 }
 
-typedef struct acq_thread {
-    lc_lock *lock;
-    lc_status st;
-    int64_t done_us;
-    pthread_t tid;
-} acq_thread;
-
-/* lc_lock_acquire (5 s) on a thread, noting when it returned. */
-static void *acq_main(void *arg)
-{
-    acq_thread *t = arg;
-    t->st = lc_lock_acquire(t->lock, 5000, NULL);
-    t->done_us = tu_now_us();
-    return NULL;
-}
-
 /* Wake-up latency (us) of a waiter on name when the holder releases after 300 ms. */
 static int64_t wake_latency(lc_client *c, const char *name)
 {
     lc_lock *a = lt_lock(c, name, 30000, 0);
-    acq_thread t = {0};
+    lt_acquirer t = {0};
     t.lock = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_int_equal(pthread_create(&t.tid, NULL, acq_main, &t), 0);
+    assert_int_equal(pthread_create(&t.tid, NULL, lt_acquire_main, &t), 0);
     tu_sleep_ms(300);
     int64_t t_rel = tu_now_us();
     assert_ok(lc_lock_release(a));

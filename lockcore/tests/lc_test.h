@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,23 @@ static inline int lt_wait_child(pid_t pid, int timeout_ms)
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
     return 128 + WTERMSIG(status);
+}
+
+/* One lc_lock_acquire (5 s) on a thread of its own (pthread_create(&a.tid, NULL,
+ * lt_acquire_main, &a)): its status and when it returned. */
+typedef struct lt_acquirer {
+    lc_lock *lock;
+    lc_status st;
+    int64_t done_us;
+    pthread_t tid;
+} lt_acquirer;
+
+static inline void *lt_acquire_main(void *arg)
+{
+    lt_acquirer *t = arg;
+    t->st = lc_lock_acquire(t->lock, 5000, NULL);
+    t->done_us = tu_now_us();
+    return NULL;
 }
 
 /* The owner token stored in the lock hash (field o), or "" when absent. */

@@ -5,10 +5,12 @@
 #include "proc_registry.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +110,49 @@ static void pr_install(void)
         if (sigaction(g_signals[i], &sa, &g_oldact[i]) == 0)
             g_hooked[i] = 1;
     }
+}
+
+pid_t pr_spawn(const char *const *argv, int outfd, int errfd)
+{
+    pid_t parent = getpid();
+    long maxfd = sysconf(_SC_OPEN_MAX);
+    if (maxfd < 0 || maxfd > 4096)
+        maxfd = 4096;
+    /* Opened before fork: the child may only make async-signal-safe calls. */
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "proc_registry: fork: %s\n", strerror(errno));
+        if (devnull >= 0)
+            close(devnull);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127); /* the test died before prctl took effect */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        static const int dfl[] = {SIGTERM, SIGINT, SIGPIPE, SIGABRT, SIGSEGV};
+        for (size_t i = 0; i < sizeof dfl / sizeof dfl[0]; i++)
+            signal(dfl[i], SIG_DFL);
+        if (devnull >= 0)
+            dup2(devnull, 0);
+        int out = outfd >= 0 ? outfd : devnull, err = errfd >= 0 ? errfd : devnull;
+        if (out >= 0)
+            dup2(out, 1);
+        if (err >= 0)
+            dup2(err, 2);
+        /* Do not let the child keep the test's pipes and sockets open. */
+        for (long fd = 3; fd < maxfd; fd++)
+            close((int)fd);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    if (devnull >= 0)
+        close(devnull);
+    return pid;
 }
 
 int pr_add(const pr_kind *kind, void *obj)

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -205,48 +204,12 @@ static int rf_spawn(rf_server *srv)
         argv[argc++] = srv->extra[i];
     argv[argc] = NULL;
 
-    pid_t parent = getpid();
-    long maxfd = sysconf(_SC_OPEN_MAX);
-    if (maxfd < 0 || maxfd > 4096)
-        maxfd = 4096;
-    /* Opened before fork: the child may only make async-signal-safe calls. */
     int out = open(srv->outpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "redis_fixture: fork: %s\n", strerror(errno));
-        if (out >= 0)
-            close(out);
-        if (devnull >= 0)
-            close(devnull);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127); /* the test died before prctl took effect */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        if (out >= 0) {
-            dup2(out, 1);
-            dup2(out, 2);
-        }
-        /* Do not let redis keep the test's pipes and sockets open. */
-        for (long fd = 3; fd < maxfd; fd++)
-            close((int)fd);
-        execvp(bin, (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = pr_spawn(argv, out, out);
     if (out >= 0)
         close(out);
-    if (devnull >= 0)
-        close(devnull);
+    if (pid < 0)
+        return -1;
     srv->pid = pid;
     pr_set_pid(srv->slot, pid);
     return 0;

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -199,51 +198,6 @@ static int sf_decode_status(int status)
     return -1;
 }
 
-/* Forks and execs argv[0] with argv, stdout to outfd and stderr to errfd (-1: /dev/null),
- * stdin from /dev/null, dying with the calling thread. Returns the pid or -1. */
-static pid_t sf_spawn_argv(const char *const *argv, int outfd, int errfd)
-{
-    pid_t parent = getpid();
-    long maxfd = sysconf(_SC_OPEN_MAX);
-    if (maxfd < 0 || maxfd > 4096)
-        maxfd = 4096;
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "svc_fixture: fork: %s\n", strerror(errno));
-        if (devnull >= 0)
-            close(devnull);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGABRT, SIG_DFL);
-        signal(SIGSEGV, SIG_DFL);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        int out = outfd >= 0 ? outfd : devnull, err = errfd >= 0 ? errfd : devnull;
-        if (out >= 0)
-            dup2(out, 1);
-        if (err >= 0)
-            dup2(err, 2);
-        for (long fd = 3; fd < maxfd; fd++)
-            close((int)fd);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    if (devnull >= 0)
-        close(devnull);
-    return pid;
-}
-
 /* Starts svc's process on svc->port. Returns 0 or -1. */
 static int sf_spawn(sf_service *svc)
 {
@@ -275,7 +229,7 @@ static int sf_spawn(sf_service *svc)
         fprintf(stderr, "svc_fixture: open %s: %s\n", svc->logpath, strerror(errno));
         return -1;
     }
-    pid_t pid = sf_spawn_argv(argv, out, out);
+    pid_t pid = pr_spawn(argv, out, out);
     close(out);
     if (pid < 0)
         return -1;
@@ -613,7 +567,7 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, ch
     argv[argc] = NULL;
 
     int ofd = sf_temp_fd(), efd = sf_temp_fd();
-    pid_t pid = ofd >= 0 && efd >= 0 ? sf_spawn_argv(argv, ofd, efd) : -1;
+    pid_t pid = ofd >= 0 && efd >= 0 ? pr_spawn(argv, ofd, efd) : -1;
     int status = 0, result = -1;
     int64_t deadline = tu_now_ms() + timeout_ms;
     while (pid > 0) {
