@@ -1,4 +1,5 @@
-# The house warning set (STYLE.md habit 1), applied to every target defined after this file.
+# The house warning set, applied to every target defined after this file (errors with
+# -DWERROR=ON, on by default under CI=true).
 add_compile_options(
   -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes
   -Wwrite-strings -Wformat=2 -Wimplicit-fallthrough)

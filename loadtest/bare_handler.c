@@ -6,10 +6,9 @@
  * connection limit and timeout), so "order path / bare handler" isolates the cost of the order
  * path. GET /healthz answers 200 so scripts can wait for readiness.
  *
- * Build: cc -O2 -o bare_handler bare_handler.c $(pkg-config --cflags --libs libmicrohttpd)
+ * Built by loadtest/CMakeLists.txt into bin/bare_handler.
  * Usage: bare_handler PORT [THREADS]   (binds 127.0.0.1; SIGTERM/SIGINT stop it)
  */
-#define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>

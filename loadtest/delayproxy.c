@@ -19,7 +19,6 @@
  * stops it (exit 0); bad arguments exit 2, a listener or resolver failure exits 1.
  * Built by loadtest/CMakeLists.txt into bin/delayproxy.
  */
-#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -51,9 +51,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-bare=$tmp/bare_handler
-cc -std=c11 -O2 -o "$bare" $lt/bare_handler.c $(pkg-config --cflags --libs libmicrohttpd) \
-  || { echo "loopcore: cannot build bare_handler" >&2; exit 3; }
+bare=${BUILD_DIR:-build}/bin/bare_handler
+[ -x "$bare" ] || { echo "loopcore: no $bare (cmake --build ${BUILD_DIR:-build} --target bare_handler)" >&2; exit 3; }
 
 rport=$(free_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &

@@ -153,18 +153,13 @@ install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
 check_tools
-if [ "${LT_SKIP_BUILD:-0}" != 1 ] && [ -z "${INVENTORYD_BIN:-}" ]; then
-  build_targets inventoryd
+if [ "${LT_SKIP_BUILD:-0}" != 1 ]; then
+  # With INVENTORYD_BIN given, only the ceiling is built here.
+  if [ -z "${INVENTORYD_BIN:-}" ]; then build_targets inventoryd bare_handler; else build_targets bare_handler; fi
 fi
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
-bare_bin=$build_dir/loadtest/bare_handler
-mkdir -p "$(dirname "$bare_bin")"
-if [ ! -x "$bare_bin" ] || [ "$lt/bare_handler.c" -nt "$bare_bin" ]; then
-  # shellcheck disable=SC2046
-  cc -std=c11 -O2 -g -Wall -Wextra -o "$bare_bin" "$lt/bare_handler.c" \
-    $(pkg-config --cflags --libs libmicrohttpd) >"$res/logs/bare_build.log" 2>&1 \
-    || die "cannot build loadtest/bare_handler.c (see $res/logs/bare_build.log)"
-fi
+bare_bin=$build_dir/bin/bare_handler
+[ -x "$bare_bin" ] || die "no bare_handler at $bare_bin (cmake --build $build_dir --target bare_handler)"
 pick_instance_ports
 
 # --- measurements -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 /*
  * lockcore's own libevent adapter for hiredis async contexts (instead of Debian hiredis
- * 0.14.1's adapters/libevent.h, which predates fixes for freeing a context from inside its
+ * 0.14.1's hiredis/adapters/libevent.h, which predates fixes for freeing a context from inside its
  * callbacks). Two differences: every read/write event is bracketed by lc_async_enter/leave, so
  * a client freed from inside a callback is freed only once hiredis has returned; and the
  * adapter keeps no pointer into the context after a handler returns (hiredis may have freed the

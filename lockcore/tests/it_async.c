@@ -8,7 +8,7 @@
  * Timing: bounds are generous (the machine is small and loaded); loops run until a condition
  * holds or a deadline of seconds passes, and no sleep decides an outcome.
  */
-#include "lc_test.h"
+#include "lt_loop.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,72 +19,27 @@
 #include "slowproxy.h"
 #include "lockcore/lockcore_async.h"
 
-static rf_server *srv;
-static struct event_base *base;
-static struct event *tick;
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
 /* Each test: an empty Redis and a fresh loop with a 5 ms tick, so one loop turn never blocks
  * longer than that. */
 static int setup(void **state)
 {
     (void)state;
-    base = event_base_new();
-    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    struct timeval tv = {0, 5000};
-    event_add(tick, &tv);
-    return base && tick ? lt_flushall(srv) : -1;
+    if (lt_loop_start() != 0)
+        return -1;
+    return rf_flushall(gf_redis);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    event_free(tick);
-    event_base_free(base);
-    base = NULL;
-    return 0;
-}
-
-/* Runs the loop until pred(arg) or timeout_ms; returns pred's last value. */
-static int run_until(int (*pred)(void *), void *arg, int timeout_ms)
-{
-    int64_t deadline = tu_now_ms() + timeout_ms;
-    while (!pred(arg) && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    return pred(arg);
-}
-
-static int never(void *arg)
-{
-    (void)arg;
+    lt_loop_stop();
     return 0;
 }
 
 /* Runs the loop for ms (only where time itself is the point: a lease must run out). */
 static void run_for(int ms)
 {
-    run_until(never, NULL, ms);
+    lt_run_until(lt_never, NULL, ms);
 }
 
 static lc_async_client *aclient(int command_timeout_ms)
@@ -94,7 +49,7 @@ static lc_async_client *aclient(int command_timeout_ms)
     if (command_timeout_ms)
         o.command_timeout_ms = command_timeout_ms;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, rf_url(srv), &o, &c));
+    assert_ok(lc_async_client_new(lt_base, rf_url(gf_redis), &o, &c));
     return c;
 }
 
@@ -159,7 +114,7 @@ static lc_status acquire_sync(lc_async_lock *l, int wait_ms, result *r)
 {
     memset(r, 0, sizeof(*r));
     assert_ok(lc_async_lock_acquire(l, wait_ms, 0, NULL, NULL, on_acquired, r));
-    assert_true(run_until(done, r, wait_ms + 10000));
+    assert_true(lt_run_until(done, r, wait_ms + 10000));
     assert_int_equal(r->calls, 1);
     return r->st;
 }
@@ -168,7 +123,7 @@ static lc_status release_sync(lc_async_lock *l)
 {
     result r = {0};
     assert_ok(lc_async_release(l, on_released, &r));
-    assert_true(run_until(done, &r, 10000));
+    assert_true(lt_run_until(done, &r, 10000));
     assert_int_equal(r.calls, 1);
     return r.st;
 }
@@ -178,7 +133,7 @@ static lc_status eval_sync(lc_async_lock *l, const lc_script *s, int flags, int 
 {
     result r = {0};
     assert_ok(lc_async_eval(l, s, flags, nkeys, keys, NULL, nargs, args, NULL, on_evaled, &r));
-    assert_true(run_until(done, &r, 10000));
+    assert_true(lt_run_until(done, &r, 10000));
     assert_int_equal(r.calls, 1);
     if (value)
         *value = r.value;
@@ -191,7 +146,7 @@ static void test_try_eval_release(void **state)
 {
     (void)state;
     const char *name = "it_async:basic";
-    assert_int_equal(rf_integer(srv, "SET it_async:stock 7"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:stock 7"), RF_NOT_INTEGER);
     lc_async_client *c = aclient(0);
     lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
     lc_async_lock *b = alock(c, name, 30000, 1, NULL, NULL);
@@ -201,7 +156,7 @@ static void test_try_eval_release(void **state)
     assert_ok(lc_async_lock_try(a, 1, reads, NULL, on_acquired, &r));
     assert_int_equal(r.calls, 0); /* never from inside the call */
     assert_status(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &r), LC_ESTATE); /* one op */
-    assert_true(run_until(done, &r, 10000));
+    assert_true(lt_run_until(done, &r, 10000));
     assert_ok(r.st);
     assert_int_equal(r.fence, 1);
     assert_int_equal(r.value, 7);
@@ -223,7 +178,7 @@ static void test_try_eval_release(void **state)
     assert_ok(eval_sync(a, dec, LC_EVAL_RELEASE, 1, keys, 1, args, &left));
     assert_int_equal(left, 3);
     assert_int_equal(lc_async_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(eval_sync(a, dec, 0, 1, keys, 1, args, NULL), LC_ENOTHELD);
     assert_status(release_sync(a), LC_ENOTHELD);
 
@@ -235,7 +190,7 @@ static void test_try_eval_release(void **state)
     assert_int_equal(r.fence, 3);
     assert_ok(release_sync(a));
     char buf[16];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_async:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_async:stock"), 1);
     assert_string_equal(buf, "3");
 
     lc_script_free(dec);
@@ -270,7 +225,7 @@ static void test_eval_detached(void **state)
 {
     (void)state;
     const char *name = "it_async:detached";
-    assert_int_equal(rf_integer(srv, "SET it_async:stock 10"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:stock 10"), RF_NOT_INTEGER);
     lc_async_client *c = aclient(0);
     lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
     result r;
@@ -286,13 +241,13 @@ static void test_eval_detached(void **state)
     /* The handle's own operation alongside them, sent last: it runs last. */
     assert_ok(lc_async_eval(a, dec, LC_EVAL_RELEASE, 1, keys, NULL, 1, one, NULL, on_evaled,
                             &d[3]));
-    assert_true(run_until(all_done, d, 10000));
+    assert_true(lt_run_until(all_done, d, 10000));
     for (int i = 0; i < 4; i++) {
         assert_ok(d[i].st);
         assert_int_equal(d[i].value, 9 - i); /* in the order sent */
     }
     assert_int_equal(lc_async_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]),
                   LC_ENOTHELD);
 
@@ -301,20 +256,20 @@ static void test_eval_detached(void **state)
     memset(d, 0, sizeof(d));
     assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]));
     lc_async_lock_free(a); /* its hold is released in the background, after the eval */
-    assert_true(run_until(done, &d[0], 10000));
+    assert_true(lt_run_until(done, &d[0], 10000));
     assert_ok(d[0].st);
     assert_int_equal(d[0].value, 5);
 
     /* The hold gone on the server (deleted behind the owner's back): nothing runs. */
     a = alock(c, name, 30000, 1, NULL, NULL);
     assert_ok(acquire_sync(a, 0, &r));
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     memset(d, 0, sizeof(d));
     assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[0]));
-    assert_true(run_until(done, &d[0], 10000));
+    assert_true(lt_run_until(done, &d[0], 10000));
     assert_status(d[0].st, LC_ELOST);
     char buf[16];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_async:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_async:stock"), 1);
     assert_string_equal(buf, "5");
 
     lc_script_free(dec);
@@ -332,15 +287,15 @@ static void test_reentry_and_noscript(void **state)
     lc_async_lock *a = alock(c, name, 30000, 0, NULL, NULL);
     result r;
     assert_ok(acquire_sync(a, 0, &r));
-    redisReply *fl = rf_command(srv, "SCRIPT FLUSH");
+    redisReply *fl = rf_command(gf_redis, "SCRIPT FLUSH");
     freeReplyObject(fl);
     assert_ok(acquire_sync(a, 0, &r));
     assert_int_equal(lc_async_lock_held(a), 2);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 2);
     assert_ok(release_sync(a));
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 1);
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_async_lock_free(a);
     lc_async_client_free(c);
 }
@@ -457,7 +412,7 @@ static void *blocking_main(void *arg)
     blocking_arg *b = arg;
     lc_client *c = NULL;
     lc_lock *l = NULL;
-    if (lc_client_new(rf_url(srv), NULL, &c) != LC_OK ||
+    if (lc_client_new(rf_url(gf_redis), NULL, &c) != LC_OK ||
         lc_lock_new(c, ME_NAME, NULL, &l) != LC_OK) {
         b->failed_line = __LINE__;
         goto out;
@@ -526,7 +481,7 @@ static void test_mutual_exclusion(void **state)
     for (int i = 0; i < 2 * ME_ASYNC_HANDLES; i++)
         me_next(&w[i]);
     me_all all = {w, 2 * ME_ASYNC_HANDLES, &b.done};
-    int ok = run_until(me_finished, &all, 120000);
+    int ok = lt_run_until(me_finished, &all, 120000);
     pthread_join(tid, NULL);
     assert_true(ok);
     assert_int_equal(b.failed_line, 0);
@@ -537,7 +492,7 @@ static void test_mutual_exclusion(void **state)
         lc_async_lock_free(w[i].lock);
     }
     assert_int_equal(me_overlaps, 0);
-    assert_int_equal(lt_get_ll(srv, ME_COUNTER),
+    assert_int_equal(lt_get_ll(gf_redis, ME_COUNTER),
                      2 * ME_ASYNC_HANDLES * ME_ROUNDS + ME_BLOCKING_ROUNDS);
     lc_async_client_free(c1);
     lc_async_client_free(c2);
@@ -605,13 +560,13 @@ static void test_unlock_wakes_one(void **state)
         assert_ok(
             lc_async_lock_acquire(H.lock[i], 60000, 0, NULL, NULL, herd_on_acquired, &H.r[i]));
     }
-    assert_true(run_until(herd_asleep, NULL, 20000));
+    assert_true(lt_run_until(herd_asleep, NULL, 20000));
     assert_int_equal(lc_async_debug_wakeups(H.client), 0);
 
     H.releases = 1;
     assert_ok(release_sync(holder));
     for (int round = 0; round < HERD_N; round++) {
-        assert_true(run_until(herd_someone_holds, NULL, 20000));
+        assert_true(lt_run_until(herd_someone_holds, NULL, 20000));
         assert_int_equal(H.holders, 1);
         int i = H.order[H.ndone - 1];
         /* Every other waiter is still waiting. */
@@ -640,7 +595,7 @@ static void test_unlock_wakes_one(void **state)
 
 static int numsub_zero(void *arg)
 {
-    redisReply *r = rf_command(srv, "PUBSUB NUMSUB %s", (const char *)arg);
+    redisReply *r = rf_command(gf_redis, "PUBSUB NUMSUB %s", (const char *)arg);
     int zero = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 0;
     freeReplyObject(r);
@@ -663,7 +618,7 @@ static void test_deadline(void **state)
     assert_between(r.at_ms - t0, 290, 3000);
     assert_int_equal(lc_async_debug_sleepers(c, name), 0);
     char channel[] = "it_async:deadline:unlock";
-    assert_true(run_until(numsub_zero, channel, 10000));
+    assert_true(lt_run_until(numsub_zero, channel, 10000));
     assert_int_equal(lc_async_lock_held(w), 0);
     /* The handle works again afterwards. */
     assert_ok(release_sync(holder));
@@ -700,14 +655,14 @@ static void test_sigstop(void **state)
     assert_ok(acquire_sync(held, 0, &r));
     frozen f;
     memset(&f, 0, sizeof f);
-    assert_int_equal(rf_pause(srv), 0);
+    assert_int_equal(rf_pause(gf_redis), 0);
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &f.r[0]));
     assert_ok(lc_async_lock_acquire(b, 1500, 0, NULL, NULL, on_acquired, &f.r[1]));
     assert_ok(lc_async_release(held, on_released, &f.r[2]));
-    int ok = run_until(frozen_done, &f, 20000);
+    int ok = lt_run_until(frozen_done, &f, 20000);
     int64_t elapsed = tu_now_ms() - t0;
-    assert_int_equal(rf_resume(srv), 0);
+    assert_int_equal(rf_resume(gf_redis), 0);
     assert_true(ok);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(f.r[i].calls, 1);
@@ -743,11 +698,11 @@ static void test_renewal(void **state)
     assert_ok(acquire_sync(a, 0, &r));
     run_for(2500);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_async_lock_token(a));
-    assert_true(rf_integer(srv, "PTTL %s", name) > 0);
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_async_lock_token(a));
+    assert_true(rf_integer(gf_redis, "PTTL %s", name) > 0);
     assert_int_equal(lc_async_lock_lost(a), 0);
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_async_lock_free(a);
     lc_async_client_free(c);
 }
@@ -774,8 +729,8 @@ static void test_lost(void **state)
     lc_async_lock *a = alock(c, name, 600, 1, on_lost, &lost);
     result r;
     assert_ok(acquire_sync(a, 0, &r));
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
-    assert_true(run_until(flag_set, &lost, 10000));
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
+    assert_true(lt_run_until(flag_set, &lost, 10000));
     assert_int_equal(lost, 1);
     assert_int_equal(lc_async_lock_lost(a), 1);
     assert_status(release_sync(a), LC_ELOST);
@@ -805,7 +760,7 @@ static void test_free_in_flight(void **state)
     /* Let both waiters fall asleep, then free one of them. */
     int64_t until = tu_now_ms() + 20000;
     while (lc_async_debug_sleepers(c, name) < 2 && tu_now_ms() < until)
-        event_base_loop(base, EVLOOP_ONCE);
+        event_base_loop(lt_base, EVLOOP_ONCE);
     assert_int_equal(lc_async_debug_sleepers(c, name), 2);
     lc_async_lock_free(w1);
     assert_int_equal(rw1.calls, 1);
@@ -830,7 +785,7 @@ static void test_free_in_flight(void **state)
     lc_script_free(s);
     /* Nothing of the client is left on the loop but the test's own tick. */
     run_for(50);
-    assert_int_equal(event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED), 1);
+    assert_int_equal(event_base_get_num_events(lt_base, EVENT_BASE_COUNT_ADDED), 1);
 
     /* A held lock freed is released in the background. */
     c = aclient(0);
@@ -840,8 +795,8 @@ static void test_free_in_flight(void **state)
     const char *key = "it_async:free3";
     int gone = 0;
     until = tu_now_ms() + 10000;
-    while (!(gone = rf_integer(srv, "EXISTS %s", key) == 0) && tu_now_ms() < until)
-        event_base_loop(base, EVLOOP_ONCE);
+    while (!(gone = rf_integer(gf_redis, "EXISTS %s", key) == 0) && tu_now_ms() < until)
+        event_base_loop(lt_base, EVLOOP_ONCE);
     assert_true(gone);
     lc_async_client_free(c);
 }
@@ -863,7 +818,7 @@ static int acquire_ran_and_undone(void *arg)
     u->next_check_ms = tu_now_ms() + 50;
     char fkey[128];
     snprintf(fkey, sizeof fkey, "%s:fence", u->name);
-    u->last = lt_get_ll(srv, fkey) == 1 && rf_integer(srv, "EXISTS %s", u->name) == 0;
+    u->last = lt_get_ll(gf_redis, fkey) == 1 && rf_integer(gf_redis, "EXISTS %s", u->name) == 0;
     return u->last;
 }
 
@@ -874,27 +829,27 @@ static void test_lost_reply_undone(void **state)
 {
     (void)state;
     const char *name = "it_async:lostreply";
-    sp_proxy *p = sp_start(rf_port(srv));
+    sp_proxy *p = sp_start(rf_port(gf_redis));
     assert_non_null(p);
     lc_client_opts o;
     lc_client_opts_init(&o);
     o.command_timeout_ms = 1000;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, sp_url(p), &o, &c));
+    assert_ok(lc_async_client_new(lt_base, sp_url(p), &o, &c));
     lc_async_lock *a = alock(c, name, 30000, 1, NULL, NULL);
     /* Warm up: connected, script cached (a delayed EVALSHA must run, not answer NOSCRIPT). */
     result r;
     assert_ok(acquire_sync(a, 0, &r));
     assert_ok(release_sync(a));
-    assert_int_equal(rf_integer(srv, "DEL %s:fence", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s:fence", name), 1);
     sp_set_delay_ms(p, 2000);
     assert_status(acquire_sync(a, 0, &r), LC_EIO);
     assert_int_equal(lc_async_lock_held(a), 0);
     undone_arg u = {name, 0, 0};
-    int ok = run_until(acquire_ran_and_undone, &u, 20000);
+    int ok = lt_run_until(acquire_ran_and_undone, &u, 20000);
     if (!ok)
         fail_msg("fence %lld, exists %lld, connected %d",
-                 lt_get_ll(srv, "it_async:lostreply:fence"), rf_integer(srv, "EXISTS %s", name),
+                 lt_get_ll(gf_redis, "it_async:lostreply:fence"), rf_integer(gf_redis, "EXISTS %s", name),
                  lc_async_debug_connected(c));
     lc_async_lock_free(a);
     lc_async_client_free(c);
@@ -934,7 +889,7 @@ static lc_async_conn_ref write_on(lc_async_client *c, const lc_script *s, const 
     const char *keys[1] = {"it_async:wait"};
     const char *args[1] = {val};
     assert_ok(lc_async_script(c, s, 1, keys, NULL, 1, args, NULL, on_waited, &w));
-    assert_true(run_until(waited_done, &w, 10000));
+    assert_true(lt_run_until(waited_done, &w, 10000));
     assert_int_equal(w.st, LC_OK);
     assert_true(w.have_ref);
     return w.ref;
@@ -946,7 +901,7 @@ static long long wait_on(lc_async_client *c, const lc_async_conn_ref *ref, int m
     waited w = {.c = c};
     assert_ok(lc_async_wait(c, ref, 1, ms, on_waited, &w));
     assert_int_equal(w.calls, 0); /* never from inside the call */
-    assert_true(run_until(waited_done, &w, 10000));
+    assert_true(lt_run_until(waited_done, &w, 10000));
     *st = w.st;
     return w.n;
 }
@@ -960,14 +915,14 @@ static void test_wait_on_the_connection_of_the_write(void **state)
 {
     (void)state;
     char port[16];
-    snprintf(port, sizeof port, "%d", rf_port(srv));
+    snprintf(port, sizeof port, "%d", rf_port(gf_redis));
     const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
     rf_server *rep = rf_start(args);
     assert_non_null(rep);
     int64_t until = tu_now_ms() + 10000;
     char info[4096] = "";
     while (tu_now_ms() < until) {
-        if (rf_string(srv, info, sizeof info, "INFO replication") == 1 &&
+        if (rf_string(gf_redis, info, sizeof info, "INFO replication") == 1 &&
             strstr(info, "state=online"))
             break;
         tu_sleep_ms(20);
@@ -988,7 +943,7 @@ static void test_wait_on_the_connection_of_the_write(void **state)
     assert_int_equal(st, LC_OK);
 
     /* That connection dropped (as by a failover) and replaced: the WAIT is refused. */
-    assert_true(rf_integer(srv, "CLIENT KILL SKIPME yes TYPE normal") >= 1);
+    assert_true(rf_integer(gf_redis, "CLIENT KILL SKIPME yes TYPE normal") >= 1);
     waited ping = {.c = c};
     const char *pargv[1] = {"PING"};
     until = tu_now_ms() + 10000;
@@ -996,7 +951,7 @@ static void test_wait_on_the_connection_of_the_write(void **state)
         memset(&ping, 0, sizeof ping);
         ping.c = c;
         assert_ok(lc_async_command(c, 1, pargv, NULL, on_waited, &ping));
-        assert_true(run_until(waited_done, &ping, 10000));
+        assert_true(lt_run_until(waited_done, &ping, 10000));
     } while (ping.st != LC_OK && tu_now_ms() < until);
     assert_int_equal(ping.st, LC_OK);
     wait_on(c, &ref, 100, &st);
@@ -1037,14 +992,14 @@ static void test_errors_travel_with_results(void **state)
 {
     (void)state;
     lc_async_client *c = aclient(1000);
-    assert_int_equal(rf_integer(srv, "SET it_async:str abc"), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(gf_redis, "SET it_async:str abc"), RF_NOT_INTEGER);
     errres e[2];
     memset(e, 0, sizeof e);
     const char *incr[2] = {"INCR", "it_async:str"};
     const char *hget[3] = {"HGET", "it_async:str", "f"};
     assert_ok(lc_async_command(c, 2, incr, NULL, on_err_reply, &e[0]));
     assert_ok(lc_async_command(c, 3, hget, NULL, on_err_reply, &e[1]));
-    assert_true(run_until(both_done, e, 10000));
+    assert_true(lt_run_until(both_done, e, 10000));
     assert_status(e[0].st, LC_EREDIS);
     assert_status(e[1].st, LC_EREDIS);
     if (!strstr(e[0].msg, "not an integer") || !strstr(e[1].msg, "WRONGTYPE"))
@@ -1059,7 +1014,7 @@ static void test_errors_travel_with_results(void **state)
     memset(e, 0, sizeof e);
     assert_ok(lc_async_command(c, 3, hget, NULL, on_err_reply, &e[0]));
     assert_ok(lc_async_command(c, 2, incr, NULL, on_err_reply, &e[1]));
-    assert_true(run_until(both_done, e, 10000));
+    assert_true(lt_run_until(both_done, e, 10000));
     /* The thread's message is the last failure of the loop; b's stays its own. */
     assert_non_null(strstr(lc_errmsg(), "not an integer"));
     assert_non_null(strstr(lc_async_lock_errmsg(b), "it_async:errs:x is held by another owner"));
@@ -1087,5 +1042,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_on_the_connection_of_the_write, setup,
                                         teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, gf_group_setup, gf_group_teardown);
 }

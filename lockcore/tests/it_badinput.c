@@ -6,38 +6,17 @@
  */
 #include "lc_test.h"
 
-static rf_server *srv;
-static lc_client *client;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
+/* One redis-server and one client for the whole file. */
 static int group_setup(void **state)
 {
     (void)state;
-    srv = rf_start(NULL);
-    if (srv == NULL)
-        return -1;
-    return lc_client_new(rf_url(srv), lt_client_opts(), &client) == LC_OK ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    lc_client_free(client);
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
+    return gf_start(NULL, lt_client_opts());
 }
 
 /* Keys in db 0: stays 0 when a refused call sent nothing to Redis. */
 static long long dbsize(void)
 {
-    return rf_integer(srv, "DBSIZE");
+    return rf_integer(gf_redis, "DBSIZE");
 }
 
 /* A new (malloc) string of len 'n' bytes. */
@@ -54,7 +33,7 @@ static char *name_of(size_t len)
 static lc_status lock_new(const char *name, const lc_lock_opts *o, lc_lock **out)
 {
     *out = (lc_lock *)&out;
-    return lc_lock_new(client, name, o, out);
+    return lc_lock_new(gf_client, name, o, out);
 }
 
 /* Names: NULL, empty, LC_NAME_MAX + 1 and 10 KB are refused; LC_NAME_MAX bytes works. */
@@ -73,18 +52,18 @@ static void test_lock_names(void **state)
     char *big = name_of(10 * 1024);
     assert_status(lock_new(big, NULL, &l), LC_EINVAL);
     assert_null(l);
-    assert_status(lc_lock_force_unlock(client, big), LC_EINVAL);
+    assert_status(lc_lock_force_unlock(gf_client, big), LC_EINVAL);
     free(big);
-    assert_status(lc_lock_force_unlock(client, ""), LC_EINVAL);
-    assert_status(lc_lock_force_unlock(client, NULL), LC_EINVAL);
-    assert_status(lc_lock_new(client, "ok", NULL, NULL), LC_EINVAL);
+    assert_status(lc_lock_force_unlock(gf_client, ""), LC_EINVAL);
+    assert_status(lc_lock_force_unlock(gf_client, NULL), LC_EINVAL);
+    assert_status(lc_lock_new(gf_client, "ok", NULL, NULL), LC_EINVAL);
     assert_int_equal(dbsize(), 0);
 
     char *max = name_of(LC_NAME_MAX);
     assert_ok(lock_new(max, NULL, &l));
     assert_string_equal(lc_lock_name(l), max);
     assert_ok(lc_lock_acquire(l, 0, NULL));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", max), 1);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", max), 1);
     assert_ok(lc_lock_release(l));
     lc_lock_free(l);
     free(max);
@@ -105,7 +84,7 @@ static void test_bad_leases(void **state)
         assert_status(lock_new("it_bad:lease", &o, &l), LC_EINVAL);
         assert_null(l);
         lc_multilock *ml = (lc_multilock *)&ml;
-        assert_status(lc_multilock_new(client, 2, names, &o, &ml), LC_EINVAL);
+        assert_status(lc_multilock_new(gf_client, 2, names, &o, &ml), LC_EINVAL);
         assert_null(ml);
     }
     assert_int_equal(dbsize(), 0);
@@ -115,7 +94,7 @@ static void test_bad_leases(void **state)
 static void test_bad_acquire_args(void **state)
 {
     (void)state;
-    lc_lock *l = lt_lock(client, "it_bad:acq", 30000, 0);
+    lc_lock *l = lt_lock(gf_client, "it_bad:acq", 30000, 0);
     assert_status(lc_lock_acquire(l, -1, NULL), LC_EINVAL);
     lc_acquire_opts ao = {.wait_ms = 0, .nread = -1};
     redisReply *values = (redisReply *)&values;
@@ -133,7 +112,7 @@ static void test_bad_acquire_args(void **state)
     assert_ok(lc_lock_acquire(l, 0, NULL));
     assert_status(lc_lock_extend(l, 0), LC_EINVAL);
     assert_status(lc_lock_extend(l, -5), LC_EINVAL);
-    assert_true(rf_integer(srv, "PTTL it_bad:acq") > 20000);
+    assert_true(rf_integer(gf_redis, "PTTL it_bad:acq") > 20000);
     assert_int_equal(lc_lock_held(l), 1);
     assert_ok(lc_lock_release(l));
     lc_lock_free(l);
@@ -143,7 +122,7 @@ static void test_bad_acquire_args(void **state)
 static void test_null_read_key(void **state)
 {
     (void)state;
-    lc_lock *l = lt_lock(client, "it_bad:nullkey", 30000, 0);
+    lc_lock *l = lt_lock(gf_client, "it_bad:nullkey", 30000, 0);
     const char *keys[] = {"it_bad:k1", NULL};
     lc_acquire_opts ao = {.wait_ms = 0, .nread = 2, .read_keys = keys, .read_keylens = NULL};
     redisReply *values = (redisReply *)&values;
@@ -159,24 +138,24 @@ static void test_bad_command_args(void **state)
 {
     (void)state;
     redisReply *r = (redisReply *)&r;
-    assert_status(lc_client_command(client, 0, NULL, NULL, &r), LC_EINVAL);
+    assert_status(lc_client_command(gf_client, 0, NULL, NULL, &r), LC_EINVAL);
     assert_null(r);
     const char *argv[] = {"PING"};
-    assert_status(lc_client_command(client, 0, argv, NULL, NULL), LC_EINVAL);
-    assert_status(lc_client_command(client, -1, argv, NULL, NULL), LC_EINVAL);
-    assert_status(lc_client_command(client, 1, NULL, NULL, NULL), LC_EINVAL);
+    assert_status(lc_client_command(gf_client, 0, argv, NULL, NULL), LC_EINVAL);
+    assert_status(lc_client_command(gf_client, -1, argv, NULL, NULL), LC_EINVAL);
+    assert_status(lc_client_command(gf_client, 1, NULL, NULL, NULL), LC_EINVAL);
 
     lc_script *s = NULL;
     assert_ok(lc_script_new("return redis.call('SET', KEYS[1], ARGV[1])", &s));
-    assert_status(lc_script_run(client, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
-    assert_status(lc_script_run(client, s, -1, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
-    assert_status(lc_script_run(client, s, 1, NULL, NULL, 1, NULL, NULL, NULL), LC_EINVAL);
+    assert_status(lc_script_run(gf_client, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
+    assert_status(lc_script_run(gf_client, s, -1, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
+    assert_status(lc_script_run(gf_client, s, 1, NULL, NULL, 1, NULL, NULL, NULL), LC_EINVAL);
     const char *keys[] = {"it_bad:k"};
-    assert_status(lc_script_run(client, s, 1, keys, NULL, 1, NULL, NULL, NULL), LC_EINVAL);
+    assert_status(lc_script_run(gf_client, s, 1, keys, NULL, 1, NULL, NULL, NULL), LC_EINVAL);
 
     lc_script *f = NULL;
     assert_ok(lc_fenced_script_new("return 1", &f));
-    lc_lock *l = lt_lock(client, "it_bad:eval", 30000, 0);
+    lc_lock *l = lt_lock(gf_client, "it_bad:eval", 30000, 0);
     assert_ok(lc_lock_acquire(l, 0, NULL));
     assert_status(lc_lock_eval(l, NULL, 0, 0, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
     assert_status(lc_lock_eval(l, f, 0, -1, NULL, NULL, 0, NULL, NULL, NULL), LC_EINVAL);
@@ -190,7 +169,7 @@ static void test_bad_command_args(void **state)
     assert_int_equal(reply->integer, 1);
     freeReplyObject(reply);
     assert_ok(lc_lock_release(l));
-    assert_int_equal(rf_integer(srv, "EXISTS it_bad:k"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_bad:k"), 0);
 
     lc_lock_free(l);
     lc_script_free(s);
@@ -213,16 +192,16 @@ static void test_bad_multilock_args(void **state)
     } bad[] = {{0, ok}, {-1, ok}, {2, NULL}, {2, with_null}, {2, with_empty}, {2, with_over}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ml = (lc_multilock *)&ml;
-        lc_status st = lc_multilock_new(client, bad[i].n, bad[i].names, NULL, &ml);
+        lc_status st = lc_multilock_new(gf_client, bad[i].n, bad[i].names, NULL, &ml);
         if (st != LC_EINVAL)
             fail_msg("case %zu: %s, expected LC_EINVAL", i, lc_status_name(st));
         assert_null(ml);
     }
     free(over);
-    assert_status(lc_multilock_new(client, 2, ok, NULL, NULL), LC_EINVAL);
+    assert_status(lc_multilock_new(gf_client, 2, ok, NULL, NULL), LC_EINVAL);
     assert_int_equal(dbsize(), 0);
 
-    assert_ok(lc_multilock_new(client, 2, ok, NULL, &ml));
+    assert_ok(lc_multilock_new(gf_client, 2, ok, NULL, &ml));
     assert_int_equal(lc_multilock_count(ml), 2);
     assert_null(lc_multilock_get(ml, -1));
     assert_null(lc_multilock_get(ml, 2));
@@ -235,13 +214,13 @@ static void test_bad_multilock_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_lock_names, flush),
-        cmocka_unit_test_setup(test_bad_leases, flush),
-        cmocka_unit_test_setup(test_bad_acquire_args, flush),
-        cmocka_unit_test_setup(test_bad_command_args, flush),
-        cmocka_unit_test_setup(test_bad_multilock_args, flush),
+        cmocka_unit_test_setup(test_lock_names, gf_flush),
+        cmocka_unit_test_setup(test_bad_leases, gf_flush),
+        cmocka_unit_test_setup(test_bad_acquire_args, gf_flush),
+        cmocka_unit_test_setup(test_bad_command_args, gf_flush),
+        cmocka_unit_test_setup(test_bad_multilock_args, gf_flush),
         /* Last: it crashes a library that does not check, which ends a sanitizer build. */
-        cmocka_unit_test_setup(test_null_read_key, flush),
+        cmocka_unit_test_setup(test_null_read_key, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_badinput", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_badinput", tests, group_setup, gf_group_teardown);
 }

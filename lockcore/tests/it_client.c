@@ -8,32 +8,15 @@
 
 #include <pthread.h>
 
-static rf_server *srv; /* plain, also listening on a unix socket */
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
+/* lc_client_new with *out preset to garbage to see it reset to NULL on failure. */
+/* One redis-server for the whole file, also listening on a unix socket. */
 static int group_setup(void **state)
 {
     (void)state;
     const char *args[] = {"--unixsocket", "{dir}/redis.sock", "--unixsocketperm", "700", NULL};
-    srv = rf_start(args);
-    return srv != NULL ? 0 : -1;
+    return gf_start(args, NULL);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
-/* lc_client_new with *out preset to garbage to see it reset to NULL on failure. */
 static lc_status client_new(const char *url, lc_client **out)
 {
     *out = (lc_client *)&out; /* must be overwritten: NULL on failure */
@@ -53,7 +36,7 @@ static void lock_roundtrip(lc_client *c, const char *name)
 static void test_ping_and_command(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     assert_ok(lc_client_ping(c));
 
     const char *set[] = {"SET", "it_client:bin", "x\0y\r\nz"};
@@ -81,7 +64,7 @@ static void test_ping_and_command(void **state)
 
     /* A host name instead of an address. */
     char url[64];
-    snprintf(url, sizeof url, "redis://localhost:%d", rf_port(srv));
+    snprintf(url, sizeof url, "redis://localhost:%d", rf_port(gf_redis));
     c = lt_client(url);
     assert_ok(lc_client_ping(c));
     lc_client_free(c);
@@ -149,13 +132,13 @@ static void test_db_number(void **state)
 {
     (void)state;
     char url[128];
-    snprintf(url, sizeof url, "%s/3", rf_url(srv));
+    snprintf(url, sizeof url, "%s/3", rf_url(gf_redis));
     lc_client *c = lt_client(url);
     lc_lock *l = lt_lock(c, "it_client:db", 30000, 0);
     assert_ok(lc_lock_acquire(l, 0, NULL));
-    assert_int_equal(rf_integer(srv, "EXISTS it_client:db"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_client:db"), 0);
 
-    redisContext *rc = rf_connect(srv);
+    redisContext *rc = rf_connect(gf_redis);
     assert_non_null(rc);
     redisReply *r = redisCommand(rc, "SELECT 3");
     assert_non_null(r);
@@ -178,9 +161,9 @@ static void test_db_number(void **state)
 static void test_unix_socket(void **state)
 {
     (void)state;
-    assert_non_null(rf_unixsocket(srv));
+    assert_non_null(rf_unixsocket(gf_redis));
     char url[300];
-    snprintf(url, sizeof url, "unix://%s", rf_unixsocket(srv));
+    snprintf(url, sizeof url, "unix://%s", rf_unixsocket(gf_redis));
     lc_client *c = lt_client(url);
     assert_ok(lc_client_ping(c));
     lock_roundtrip(c, "it_client:unix");
@@ -192,11 +175,11 @@ static void test_unix_socket(void **state)
     freeReplyObject(r);
     lc_client_free(c);
 
-    snprintf(url, sizeof url, "unix://%s?db=2", rf_unixsocket(srv));
+    snprintf(url, sizeof url, "unix://%s?db=2", rf_unixsocket(gf_redis));
     c = lt_client(url);
     lc_lock *l = lt_lock(c, "it_client:unixdb", 30000, 0);
     assert_ok(lc_lock_acquire(l, 0, NULL));
-    redisContext *rc = rf_connect(srv);
+    redisContext *rc = rf_connect(gf_redis);
     assert_non_null(rc);
     r = redisCommand(rc, "SELECT 2");
     freeReplyObject(r);
@@ -232,7 +215,7 @@ static void *incr_main(void *arg)
 static long long connected_clients(void)
 {
     char info[4096];
-    if (rf_string(srv, info, sizeof info, "INFO clients") != 1)
+    if (rf_string(gf_redis, info, sizeof info, "INFO clients") != 1)
         return -1;
     const char *p = strstr(info, "connected_clients:");
     return p ? strtoll(p + strlen("connected_clients:"), NULL, 10) : -1;
@@ -247,7 +230,7 @@ static void test_threads_share_client(void **state)
     o = *lt_client_opts();
     o.pool_max_idle = 2;
     lc_client *c = NULL;
-    assert_ok(lc_client_new(rf_url(srv), &o, &c));
+    assert_ok(lc_client_new(rf_url(gf_redis), &o, &c));
     incr_worker w[8];
     for (int i = 0; i < 8; i++) {
         w[i].client = c;
@@ -258,7 +241,7 @@ static void test_threads_share_client(void **state)
         pthread_join(w[i].tid, NULL);
         assert_int_equal(w[i].failures, 0);
     }
-    assert_int_equal(lt_get_ll(srv, "it_client:shared"), 1600);
+    assert_int_equal(lt_get_ll(gf_redis, "it_client:shared"), 1600);
     /* Ours (at most 2 idle) plus the one rf_string itself uses. */
     long long n = connected_clients();
     print_message("%lld connections after the burst\n", n);
@@ -315,13 +298,13 @@ static void test_server_paused(void **state)
     o = *lt_client_opts();
     o.command_timeout_ms = 300;
     lc_client *c = NULL;
-    assert_ok(lc_client_new(rf_url(srv), &o, &c));
+    assert_ok(lc_client_new(rf_url(gf_redis), &o, &c));
     assert_ok(lc_client_ping(c));
-    assert_int_equal(rf_pause(srv), 0);
+    assert_int_equal(rf_pause(gf_redis), 0);
     int64_t t0 = tu_now_ms();
     lc_status st = lc_client_ping(c);
     int64_t took = tu_now_ms() - t0;
-    assert_int_equal(rf_resume(srv), 0);
+    assert_int_equal(rf_resume(gf_redis), 0);
     assert_status(st, LC_EIO);
     print_message("timed out after %lld ms\n", (long long)took);
     assert_between(took, 250, 1500);
@@ -339,39 +322,23 @@ static void test_command_after_timeout(void **state)
     o = *lt_client_opts();
     o.command_timeout_ms = 300;
     lc_client *c = NULL;
-    assert_ok(lc_client_new(rf_url(srv), &o, &c));
-    assert_int_equal(rf_pause(srv), 0);
+    assert_ok(lc_client_new(rf_url(gf_redis), &o, &c));
+    assert_int_equal(rf_pause(gf_redis), 0);
     lc_status st = lc_client_ping(c);
-    assert_int_equal(rf_resume(srv), 0);
+    assert_int_equal(rf_resume(gf_redis), 0);
     assert_status(st, LC_EIO);
     assert_ok(lc_client_ping(c));
     lc_client_free(c);
-}
-
-typedef struct acq_thread {
-    lc_lock *lock;
-    lc_status st;
-    int64_t done_us;
-    pthread_t tid;
-} acq_thread;
-
-/* lc_lock_acquire (5 s) on a thread, noting when it returned. */
-static void *acq_main(void *arg)
-{
-    acq_thread *t = arg;
-    t->st = lc_lock_acquire(t->lock, 5000, NULL);
-    t->done_us = tu_now_us();
-    return NULL;
 }
 
 /* Wake-up latency (us) of a waiter on name when the holder releases after 300 ms. */
 static int64_t wake_latency(lc_client *c, const char *name)
 {
     lc_lock *a = lt_lock(c, name, 30000, 0);
-    acq_thread t = {0};
+    lt_acquirer t = {0};
     t.lock = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_int_equal(pthread_create(&t.tid, NULL, acq_main, &t), 0);
+    assert_int_equal(pthread_create(&t.tid, NULL, lt_acquire_main, &t), 0);
     tu_sleep_ms(300);
     int64_t t_rel = tu_now_us();
     assert_ok(lc_lock_release(a));
@@ -388,12 +355,12 @@ static int64_t wake_latency(lc_client *c, const char *name)
 static void test_reconnect_after_restart(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lock_roundtrip(c, "it_client:restart");
     int64_t before = wake_latency(c, "it_client:wake");
     assert_between(before, 0, 50000);
 
-    assert_int_equal(rf_restart(srv), 0);
+    assert_int_equal(rf_restart(gf_redis), 0);
     int eio = 0, other = 0;
     lc_status st;
     int64_t deadline = tu_now_ms() + 3000;
@@ -424,15 +391,15 @@ static void test_reconnect_after_restart(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_ping_and_command, flush),
-        cmocka_unit_test_setup(test_password_and_acl, flush),
-        cmocka_unit_test_setup(test_db_number, flush),
-        cmocka_unit_test_setup(test_unix_socket, flush),
-        cmocka_unit_test_setup(test_threads_share_client, flush),
-        cmocka_unit_test_setup(test_server_down, flush),
-        cmocka_unit_test_setup(test_server_paused, flush),
-        cmocka_unit_test_setup(test_command_after_timeout, flush),
-        cmocka_unit_test_setup(test_reconnect_after_restart, flush),
+        cmocka_unit_test_setup(test_ping_and_command, gf_flush),
+        cmocka_unit_test_setup(test_password_and_acl, gf_flush),
+        cmocka_unit_test_setup(test_db_number, gf_flush),
+        cmocka_unit_test_setup(test_unix_socket, gf_flush),
+        cmocka_unit_test_setup(test_threads_share_client, gf_flush),
+        cmocka_unit_test_setup(test_server_down, gf_flush),
+        cmocka_unit_test_setup(test_server_paused, gf_flush),
+        cmocka_unit_test_setup(test_command_after_timeout, gf_flush),
+        cmocka_unit_test_setup(test_reconnect_after_restart, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_client", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_client", tests, group_setup, gf_group_teardown);
 }

@@ -13,7 +13,7 @@
  * Timing: bounds are generous (2 shared cores); loops run until a condition holds or a deadline
  * of seconds passes.
  */
-#include "lc_test.h"
+#include "lt_loop.h"
 
 #include <event2/event.h>
 
@@ -22,57 +22,24 @@
 #include "cluster_internal.h"
 #include "lockcore/lockcore_async.h"
 
-static cf_cluster *cl;
-static struct event_base *base;
-static struct event *tick;
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-}
-
+/* One cluster of 3 masters with a replica each for the whole file. */
 static int group_setup(void **state)
 {
     (void)state;
-    cl = cf_start(3, 1);
-    return cl ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    cf_stop(cl);
-    cl = NULL;
-    return 0;
+    return gf_start_cluster(3, 1);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    base = event_base_new();
-    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    struct timeval tv = {0, 5000};
-    event_add(tick, &tv);
-    return base && tick ? 0 : -1;
+    return lt_loop_start();
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    event_free(tick);
-    event_base_free(base);
-    base = NULL;
+    lt_loop_stop();
     return 0;
-}
-
-static int run_until(int (*pred)(void *), void *arg, int timeout_ms)
-{
-    int64_t deadline = tu_now_ms() + timeout_ms;
-    while (!pred(arg) && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    return pred(arg);
 }
 
 /* A client seeded with node 0 only: it must learn the rest from CLUSTER SLOTS and MOVED. */
@@ -83,7 +50,7 @@ static lc_async_client *cclient(int command_timeout_ms)
     if (command_timeout_ms)
         o.command_timeout_ms = command_timeout_ms;
     lc_async_client *c = NULL;
-    assert_ok(lc_async_client_new(base, cf_url(cl, 1), &o, &c));
+    assert_ok(lc_async_client_new(lt_base, cf_url(gf_cluster, 1), &o, &c));
     return c;
 }
 
@@ -127,7 +94,7 @@ static lc_status cmd_sync(lc_async_client *c, result *r, int argc, const char **
 {
     memset(r, 0, sizeof(*r));
     assert_ok(lc_async_command(c, argc, argv, NULL, on_reply, r));
-    assert_true(run_until(done, r, 20000));
+    assert_true(lt_run_until(done, r, 20000));
     assert_int_equal(r->calls, 1);
     return r->st;
 }
@@ -152,7 +119,7 @@ static int tag_not_on(const char *prefix, int not, char tag[32])
     for (int i = 0; i < 1000; i++) {
         snprintf(tag, 32, "%s%d", prefix, i);
         int slot = lc_key_slot(tag, strlen(tag));
-        int m = cf_master_of(cl, slot);
+        int m = cf_master_of(gf_cluster, slot);
         if (m >= 0 && m != not )
             return slot;
     }
@@ -169,7 +136,7 @@ static void test_keyslot_matches_server(void **state)
 {
     (void)state;
     enum { N = 10000 };
-    redisContext *ctx = rf_connect(cf_node(cl, 0));
+    redisContext *ctx = rf_connect(cf_node(gf_cluster, 0));
     assert_non_null(ctx);
     static char keys[N][48];
     static size_t lens[N];
@@ -217,17 +184,17 @@ static void test_commands_spread_over_masters(void **state)
         assert_ok(lc_async_command(c, 3, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         if (res[i].st != LC_OK)
             fail_msg("SET %s: %s (%s)", key[i], lc_status_name(res[i].st), res[i].str);
     }
     int per_master[CF_MAX_NODES] = {0};
     for (int i = 0; i < N; i++) {
-        int m = cf_master_of(cl, lc_key_slot(key[i], strlen(key[i])));
+        int m = cf_master_of(gf_cluster, lc_key_slot(key[i], strlen(key[i])));
         assert_true(m >= 0);
         per_master[m]++;
         char got[32];
-        assert_int_equal(rf_string(cf_node(cl, m), got, sizeof got, "GET %s", key[i]), 1);
+        assert_int_equal(rf_string(cf_node(gf_cluster, m), got, sizeof got, "GET %s", key[i]), 1);
         assert_string_equal(got, val[i]);
     }
     for (int m = 0; m < 3; m++)
@@ -244,7 +211,7 @@ static void test_commands_spread_over_masters(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         assert_int_equal(res[i].st, LC_OK);
         assert_string_equal(res[i].str, val[i]);
     }
@@ -286,19 +253,19 @@ static void test_command_to_every_master(void **state)
     result r0 = {0};
     const char *ping[1] = {"PING"};
     assert_ok(lc_async_command(c, 1, ping, NULL, on_reply, &r0));
-    assert_true(run_until(done, &r0, 20000));
+    assert_true(lt_run_until(done, &r0, 20000));
     int64_t deadline = tu_now_ms() + 20000;
     while (stats(c).known_slots < 16384 && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
+        event_base_loop(lt_base, EVLOOP_ONCE);
     assert_int_equal(stats(c).known_slots, 16384);
 
     assert_ok(lc_async_command_masters(c, 3, argv, NULL, on_port, &m, &sent));
     assert_int_equal(sent, 3);
-    assert_true(run_until(seen_three, &m, 20000));
+    assert_true(lt_run_until(seen_three, &m, 20000));
     assert_int_equal(m.calls, 3);
     assert_int_equal(m.ok, 3);
     for (int i = 0; i < 3; i++) { /* the three masters' ports, each once */
-        int want = rf_port(cf_node(cl, i)), n = 0;
+        int want = rf_port(cf_node(gf_cluster, i)), n = 0;
         for (int j = 0; j < 3; j++)
             n += m.ports[j] == want;
         if (n != 1)
@@ -311,7 +278,7 @@ static void test_command_to_every_master(void **state)
 /* total_reads_processed of node i (INFO stats): how many reads its event loop made. */
 static long long reads_of(int i)
 {
-    redisReply *r = rf_command(cf_node(cl, i), "INFO stats");
+    redisReply *r = rf_command(cf_node(gf_cluster, i), "INFO stats");
     long long n = -1;
     const char *p =
         r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "total_reads_processed:") : NULL;
@@ -338,10 +305,10 @@ static void test_one_write_per_master(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++)
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
     long long before[3], per[3] = {0};
     for (int i = 0; i < N; i++) /* (asks node 0: before its reads are counted) */
-        per[cf_master_of(cl, lc_key_slot(key[i], strlen(key[i])))]++;
+        per[cf_master_of(gf_cluster, lc_key_slot(key[i], strlen(key[i])))]++;
     for (int m = 0; m < 3; m++)
         before[m] = reads_of(m);
     memset(res, 0, sizeof res);
@@ -350,7 +317,7 @@ static void test_one_write_per_master(void **state)
         assert_ok(lc_async_command(c, 2, argv, NULL, on_reply, &res[i]));
     }
     for (int i = 0; i < N; i++) {
-        assert_true(run_until(done, &res[i], 20000));
+        assert_true(lt_run_until(done, &res[i], 20000));
         assert_status(res[i].st, LC_OK);
     }
     for (int m = 0; m < 3; m++) {
@@ -442,9 +409,9 @@ static void test_locks_over_masters(void **state)
     for (int k = 0; k < SEGS; k++) {
         snprintf(lock[k], sizeof lock[k], "inv:2:{itc/%d}:lock", k);
         snprintf(stock[k], sizeof stock[k], "inv:2:{itc/%d}:stock", k);
-        int m = cf_master_of(cl, lc_key_slot(stock[k], strlen(stock[k])));
+        int m = cf_master_of(gf_cluster, lc_key_slot(stock[k], strlen(stock[k])));
         masters_used[m] = 1;
-        assert_int_equal(rf_integer(cf_node(cl, m), "SET %s 10", stock[k]), RF_NOT_INTEGER);
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "SET %s 10", stock[k]), RF_NOT_INTEGER);
         lc_lock_opts o = lt_opts(10000, 1);
         assert_ok(lc_async_lock_new(c, lock[k], &o, NULL, NULL, &l[k]));
         const char *reads[1] = {stock[k]};
@@ -452,12 +419,12 @@ static void test_locks_over_masters(void **state)
     }
     assert_int_equal(masters_used[0] + masters_used[1] + masters_used[2], 3);
     for (int k = 0; k < SEGS; k++) {
-        assert_true(run_until(ldone, &r[k], 20000));
+        assert_true(lt_run_until(ldone, &r[k], 20000));
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 10);
         assert_true(r[k].fence >= 1);
-        int m = cf_master_of(cl, lc_key_slot(lock[k], strlen(lock[k])));
-        assert_int_equal(rf_integer(cf_node(cl, m), "EXISTS %s", lock[k]), 1);
+        int m = cf_master_of(gf_cluster, lc_key_slot(lock[k], strlen(lock[k])));
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "EXISTS %s", lock[k]), 1);
     }
     memset(r, 0, sizeof r);
     for (int k = 0; k < SEGS; k++) {
@@ -467,13 +434,13 @@ static void test_locks_over_masters(void **state)
                                 on_evaled, &r[k]));
     }
     for (int k = 0; k < SEGS; k++) {
-        assert_true(run_until(ldone, &r[k], 20000));
+        assert_true(lt_run_until(ldone, &r[k], 20000));
         assert_status(r[k].st, LC_OK);
         assert_int_equal(r[k].value, 7);
         assert_int_equal(lc_async_lock_held(l[k]), 0);
-        int m = cf_master_of(cl, lc_key_slot(lock[k], strlen(lock[k])));
-        assert_int_equal(rf_integer(cf_node(cl, m), "EXISTS %s", lock[k]), 0);
-        assert_int_equal(rf_integer(cf_node(cl, m), "DECRBY %s 0", stock[k]), 7);
+        int m = cf_master_of(gf_cluster, lc_key_slot(lock[k], strlen(lock[k])));
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "EXISTS %s", lock[k]), 0);
+        assert_int_equal(rf_integer(cf_node(gf_cluster, m), "DECRBY %s 0", stock[k]), 7);
     }
 
     /* Wake-up across nodes: the lock's master is not node 0 (where the subscriber went). */
@@ -486,15 +453,15 @@ static void test_locks_over_masters(void **state)
     assert_ok(lc_async_lock_new(c, name, &o, NULL, NULL, &b));
     lres ra = {0}, rb = {0}, rr = {0};
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-    assert_true(run_until(ldone, &ra, 20000));
+    assert_true(lt_run_until(ldone, &ra, 20000));
     assert_status(ra.st, LC_OK);
     long woken = lc_async_debug_wakeups(c);
     assert_ok(lc_async_lock_acquire(b, 20000, 0, NULL, NULL, on_acquired, &rb));
     struct sleeping sl = {c, name};
-    assert_true(run_until(asleep, &sl, 20000));
+    assert_true(lt_run_until(asleep, &sl, 20000));
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_release(a, on_released, &rr));
-    assert_true(run_until(ldone, &rb, 20000));
+    assert_true(lt_run_until(ldone, &rb, 20000));
     assert_status(rb.st, LC_OK);
     assert_true(lc_async_debug_wakeups(c) > woken); /* the unlock woke it, not a poll */
     assert_true(tu_now_ms() - t0 < 5000);
@@ -514,26 +481,26 @@ static void test_moved_after_slot_moved(void **state)
     char tag[32], key[48];
     int slot = tag_not_on("mv", -1, tag);
     snprintf(key, sizeof key, "{%s}:k", tag);
-    int src = cf_master_of(cl, slot);
+    int src = cf_master_of(gf_cluster, slot);
     int dst = (src + 1) % 3;
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s moved-value", key), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s moved-value", key), RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(0);
     result r;
     assert_status(get_sync(c, key, &r), LC_OK); /* learns the map */
     assert_string_equal(r.str, "moved-value");
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, src)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, src)));
     long moved = stats(c).moved;
 
     const char *keys[1] = {key};
-    assert_int_equal(cf_migrate_begin(cl, slot, src, dst), 0);
-    assert_int_equal(cf_migrate_keys(cl, src, dst, 1, keys), 0);
-    assert_int_equal(cf_migrate_end(cl, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_begin(gf_cluster, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_keys(gf_cluster, src, dst, 1, keys), 0);
+    assert_int_equal(cf_migrate_end(gf_cluster, slot, src, dst), 0);
 
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_string_equal(r.str, "moved-value");
     assert_int_equal(stats(c).moved, moved + 1);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, dst)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, dst)));
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_int_equal(stats(c).moved, moved + 1);
     lc_async_client_free(c);
@@ -552,8 +519,8 @@ static void on_finish_migration(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct mig *m = arg;
     const char *keys[1] = {m->key};
-    m->done = cf_migrate_keys(cl, m->src, m->dst, 1, keys) == 0 &&
-                      cf_migrate_end(cl, m->slot, m->src, m->dst) == 0
+    m->done = cf_migrate_keys(gf_cluster, m->src, m->dst, 1, keys) == 0 &&
+                      cf_migrate_end(gf_cluster, m->slot, m->src, m->dst) == 0
                   ? 1
                   : -1;
 }
@@ -569,10 +536,10 @@ static void test_ask_and_tryagain_during_migration(void **state)
     int slot = tag_not_on("ask", -1, tag);
     snprintf(k1, sizeof k1, "{%s}:1", tag);
     snprintf(k2, sizeof k2, "{%s}:2", tag);
-    int src = cf_master_of(cl, slot);
+    int src = cf_master_of(gf_cluster, slot);
     int dst = (src + 1) % 3;
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s one", k1), RF_NOT_INTEGER);
-    assert_int_equal(rf_integer(cf_node(cl, src), "SET %s two", k2), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s one", k1), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s two", k2), RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(3000);
     lc_async_client *fast = cclient(400);
@@ -581,8 +548,8 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_status(get_sync(fast, k1, &r), LC_OK);
 
     const char *keys1[1] = {k1};
-    assert_int_equal(cf_migrate_begin(cl, slot, src, dst), 0);
-    assert_int_equal(cf_migrate_keys(cl, src, dst, 1, keys1), 0);
+    assert_int_equal(cf_migrate_begin(gf_cluster, slot, src, dst), 0);
+    assert_int_equal(cf_migrate_keys(gf_cluster, src, dst, 1, keys1), 0);
 
     lc_cluster_stats s0 = stats(c);
     assert_status(get_sync(c, k1, &r), LC_OK); /* moved already: ASK */
@@ -591,7 +558,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     assert_status(get_sync(c, k2, &r), LC_OK); /* still on the source */
     assert_string_equal(r.str, "two");
     assert_int_equal(stats(c).ask, s0.ask + 1);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, src)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, src)));
 
     lc_script *both = NULL;
     assert_ok(
@@ -602,7 +569,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     result rf = {0};
     int64_t t0 = tu_now_ms();
     assert_ok(lc_async_script(fast, both, 2, keys, NULL, 0, NULL, NULL, on_reply, &rf));
-    assert_true(run_until(done, &rf, 20000));
+    assert_true(lt_run_until(done, &rf, 20000));
     assert_status(rf.st, LC_EREDIS);
     assert_non_null(strstr(rf.str, "TRYAGAIN"));
     assert_true(stats(fast).tryagain >= 1);
@@ -610,12 +577,12 @@ static void test_ask_and_tryagain_during_migration(void **state)
 
     /* Ends 100 ms after the script was first refused: the retry succeeds on the new master. */
     struct mig m = {slot, src, dst, 0, k2};
-    struct event *finish = evtimer_new(base, on_finish_migration, &m);
+    struct event *finish = evtimer_new(lt_base, on_finish_migration, &m);
     struct timeval tv = {0, 100000};
     evtimer_add(finish, &tv);
     memset(&r, 0, sizeof r);
     assert_ok(lc_async_script(c, both, 2, keys, NULL, 0, NULL, NULL, on_reply, &r));
-    assert_true(run_until(done, &r, 20000));
+    assert_true(lt_run_until(done, &r, 20000));
     event_free(finish);
     assert_int_equal(m.done, 1);
     if (r.st != LC_OK)
@@ -624,7 +591,7 @@ static void test_ask_and_tryagain_during_migration(void **state)
     lc_cluster_stats s1 = stats(c);
     assert_true(s1.tryagain > s0.tryagain);
     assert_true(s1.moved > s0.moved);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, dst)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, dst)));
     lc_script_free(both);
     lc_async_client_free(fast);
     lc_async_client_free(c);
@@ -651,14 +618,14 @@ static void test_clusterdown_reported(void **state)
     char tag[32], key[48];
     int slot = tag_not_on("cd", -1, tag);
     snprintf(key, sizeof key, "{%s}:k", tag);
-    int owner = cf_master_of(cl, slot);
-    assert_int_equal(rf_integer(cf_node(cl, owner), "SET %s here", key), RF_NOT_INTEGER);
+    int owner = cf_master_of(gf_cluster, slot);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, owner), "SET %s here", key), RF_NOT_INTEGER);
     lc_async_client *c = cclient(0);
     result r;
     assert_status(get_sync(c, key, &r), LC_OK);
     lc_cluster_stats s0 = stats(c);
 
-    redisReply *d = rf_command(cf_node(cl, owner), "CLUSTER DELSLOTS %d", slot);
+    redisReply *d = rf_command(cf_node(gf_cluster, owner), "CLUSTER DELSLOTS %d", slot);
     assert_non_null(d);
     assert_int_equal(d->type, REDIS_REPLY_STATUS);
     freeReplyObject(d);
@@ -667,7 +634,7 @@ static void test_clusterdown_reported(void **state)
     lc_cluster_stats s1 = stats(c);
     assert_int_equal(s1.clusterdown, s0.clusterdown + 1);
 
-    d = rf_command(cf_node(cl, owner), "CLUSTER ADDSLOTS %d", slot);
+    d = rf_command(cf_node(gf_cluster, owner), "CLUSTER ADDSLOTS %d", slot);
     assert_non_null(d);
     assert_int_equal(d->type, REDIS_REPLY_STATUS);
     freeReplyObject(d);
@@ -675,7 +642,7 @@ static void test_clusterdown_reported(void **state)
     assert_string_equal(r.str, "here");
     /* The map was asked for again (at most one CLUSTER SLOTS per 100 ms: maybe a bit later). */
     struct refreshed rf = {c, s0.refreshes};
-    assert_true(run_until(refreshed_since, &rf, 5000));
+    assert_true(lt_run_until(refreshed_since, &rf, 5000));
     lc_async_client_free(c);
 }
 
@@ -708,16 +675,16 @@ static void test_master_killed_then_failover(void **state)
     int slot = tag_not_on("fo", 0, tag); /* not node 0, the seed */
     snprintf(key, sizeof key, "{%s}:k", tag);
     snprintf(lockname, sizeof lockname, "{%s}:lock", tag);
-    int victim = cf_master_of(cl, slot);
+    int victim = cf_master_of(gf_cluster, slot);
     int oslot = -1;
-    for (int i = 0; oslot < 0 || cf_master_of(cl, oslot) == victim; i++) {
+    for (int i = 0; oslot < 0 || cf_master_of(gf_cluster, oslot) == victim; i++) {
         snprintf(other_tag, sizeof other_tag, "fo-other%d", i);
         oslot = lc_key_slot(other_tag, strlen(other_tag));
     }
     snprintf(other, sizeof other, "{%s}:k", other_tag);
-    assert_int_equal(rf_integer(cf_node(cl, victim), "SET %s survives", key), RF_NOT_INTEGER);
-    assert_int_equal(rf_integer(cf_node(cl, victim), "WAIT 1 5000"), 1); /* on its replica */
-    assert_int_equal(rf_integer(cf_node(cl, cf_master_of(cl, oslot)), "SET %s here", other),
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "SET %s survives", key), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "WAIT 1 5000"), 1); /* on its replica */
+    assert_int_equal(rf_integer(cf_node(gf_cluster, cf_master_of(gf_cluster, oslot)), "SET %s here", other),
                      RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(500);
@@ -725,7 +692,7 @@ static void test_master_killed_then_failover(void **state)
     assert_status(get_sync(c, key, &r), LC_OK);
     assert_status(get_sync(c, other, &r), LC_OK);
 
-    assert_int_equal(rf_halt(cf_node(cl, victim), SIGKILL), 0);
+    assert_int_equal(rf_halt(cf_node(gf_cluster, victim), SIGKILL), 0);
     int64_t t0 = tu_now_ms();
     lc_status st = get_sync(c, key, &r);
     assert_status(st, LC_EIO);
@@ -736,15 +703,15 @@ static void test_master_killed_then_failover(void **state)
     /* The replica takes over (node timeout 1 s). The client sends nothing meanwhile: it finds
      * the promoted master by itself (each failed reconnect to the dead master, every <= 1 s of
      * back-off, asks for CLUSTER SLOTS again). */
-    struct slot_moved sm = {c, slot, rf_port(cf_node(cl, victim))};
-    assert_true(run_until(slot_moved_away, &sm, 30000));
+    struct slot_moved sm = {c, slot, rf_port(cf_node(gf_cluster, victim))};
+    assert_true(lt_run_until(slot_moved_away, &sm, 30000));
     memset(&r, 0, sizeof r);
     assert_status(get_sync(c, key, &r), LC_OK); /* the first command after it succeeds */
     assert_true(served_ok(&r));
     assert_string_equal(r.str, "survives");
-    int promoted = cf_master_of(cl, slot);
+    int promoted = cf_master_of(gf_cluster, slot);
     assert_true(promoted >= 0 && promoted != victim);
-    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(cl, promoted)));
+    assert_int_equal(lc_async_debug_slot_port(c, slot), rf_port(cf_node(gf_cluster, promoted)));
     fprintf(stderr, "failover: served again %lld ms after the kill\n",
             (long long)(tu_now_ms() - t0));
 
@@ -754,21 +721,15 @@ static void test_master_killed_then_failover(void **state)
     assert_ok(lc_async_lock_new(c, lockname, &o, NULL, NULL, &l));
     lres lr = {0};
     assert_ok(lc_async_lock_try(l, 0, NULL, NULL, on_acquired, &lr));
-    assert_true(run_until(ldone, &lr, 20000));
+    assert_true(lt_run_until(ldone, &lr, 20000));
     assert_status(lr.st, LC_OK);
-    assert_int_equal(rf_integer(cf_node(cl, promoted), "EXISTS %s", lockname), 1);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, promoted), "EXISTS %s", lockname), 1);
     memset(&lr, 0, sizeof lr);
     assert_ok(lc_async_release(l, on_released, &lr));
-    assert_true(run_until(ldone, &lr, 20000));
+    assert_true(lt_run_until(ldone, &lr, 20000));
     assert_status(lr.st, LC_OK);
     lc_async_lock_free(l);
     lc_async_client_free(c);
-}
-
-static int never(void *arg)
-{
-    (void)arg;
-    return 0;
 }
 
 static int sub_up(void *arg)
@@ -779,9 +740,9 @@ static int sub_up(void *arg)
 /* Resumes every node: a test that failed with a node frozen must not leave it so. */
 static int teardown_resume(void **state)
 {
-    for (int i = 0; i < cf_nodes(cl); i++)
-        if (rf_pid(cf_node(cl, i)) != 0)
-            rf_resume(cf_node(cl, i));
+    for (int i = 0; i < cf_nodes(gf_cluster); i++)
+        if (rf_pid(cf_node(gf_cluster, i)) != 0)
+            rf_resume(cf_node(gf_cluster, i));
     return teardown(state);
 }
 
@@ -796,10 +757,10 @@ static void test_frozen_listener_node(void **state)
     (void)state;
     enum { CYCLES = 5, PROMPT_MS = 250 };
     lc_async_client *c = cclient(300), *h = cclient(300);
-    assert_true(run_until(sub_up, c, 20000));
+    assert_true(lt_run_until(sub_up, c, 20000));
     int sport = lc_async_debug_sub_port(c), frozen = -1;
-    for (int i = 0; i < cf_nodes(cl); i++)
-        if (rf_pid(cf_node(cl, i)) != 0 && rf_port(cf_node(cl, i)) == sport)
+    for (int i = 0; i < cf_nodes(gf_cluster); i++)
+        if (rf_pid(cf_node(gf_cluster, i)) != 0 && rf_port(cf_node(gf_cluster, i)) == sport)
             frozen = i;
     assert_true(frozen >= 0);
     char tag[32], name[64];
@@ -811,22 +772,22 @@ static void test_frozen_listener_node(void **state)
     assert_ok(lc_async_lock_new(c, name, &o, NULL, NULL, &b));
     lres ra = {0}, rb = {0}, rr = {0};
     assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-    assert_true(run_until(ldone, &ra, 20000));
+    assert_true(lt_run_until(ldone, &ra, 20000));
     assert_status(ra.st, LC_OK);
     assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
     struct sleeping sl = {c, name};
-    assert_true(run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
-    assert_int_equal(rf_pause(cf_node(cl, frozen)), 0);
+    assert_true(lt_run_until(asleep, &sl, 20000)); /* subscribed on the node about to freeze */
+    assert_int_equal(rf_pause(cf_node(gf_cluster, frozen)), 0);
     int woken = 0;
     int64_t worst = 0;
     for (int i = 0; i < CYCLES; i++) {
-        run_until(never, NULL, 1500); /* b sleeps; its polls have slowed down */
+        lt_run_until(lt_never, NULL, 1500); /* b sleeps; its polls have slowed down */
         assert_int_equal(rb.calls, 0);
         long before = lc_async_debug_wakeups(c);
         memset(&rr, 0, sizeof rr);
         int64_t t0 = tu_now_ms();
         assert_ok(lc_async_release(a, on_released, &rr));
-        assert_true(run_until(ldone, &rb, 20000));
+        assert_true(lt_run_until(ldone, &rb, 20000));
         int64_t took = tu_now_ms() - t0;
         assert_status(rb.st, LC_OK);
         woken += lc_async_debug_wakeups(c) > before;
@@ -834,14 +795,14 @@ static void test_frozen_listener_node(void **state)
         fprintf(stderr, "cycle %d: the waiter had the lock %lld ms after the unlock (%s)\n", i,
                 (long long)took,
                 lc_async_debug_wakeups(c) > before ? "woken by the message" : "found by a poll");
-        assert_true(run_until(ldone, &rr, 20000));
+        assert_true(lt_run_until(ldone, &rr, 20000));
         /* Swap: b holds, a takes it back once b releases, b waits again. */
         memset(&rr, 0, sizeof rr);
         assert_ok(lc_async_release(b, on_released, &rr));
-        assert_true(run_until(ldone, &rr, 20000));
+        assert_true(lt_run_until(ldone, &rr, 20000));
         memset(&ra, 0, sizeof ra);
         assert_ok(lc_async_lock_try(a, 0, NULL, NULL, on_acquired, &ra));
-        assert_true(run_until(ldone, &ra, 20000));
+        assert_true(lt_run_until(ldone, &ra, 20000));
         assert_status(ra.st, LC_OK);
         memset(&rb, 0, sizeof rb);
         assert_ok(lc_async_lock_acquire(b, 60000, 0, NULL, NULL, on_acquired, &rb));
@@ -856,7 +817,7 @@ static void test_frozen_listener_node(void **state)
     lc_async_lock_free(a);
     lc_async_client_free(c);
     lc_async_client_free(h);
-    assert_int_equal(rf_resume(cf_node(cl, frozen)), 0);
+    assert_int_equal(rf_resume(cf_node(gf_cluster, frozen)), 0);
 }
 
 int main(void)
@@ -873,5 +834,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_killed_then_failover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frozen_listener_node, setup, teardown_resume),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -8,30 +8,6 @@
 
 #include <pthread.h>
 
-static rf_server *srv;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
 /* Sets KEYS[1] to ARGV[1] and returns the hold's fencing token. */
 static const char SET_BODY[] = "redis.call('SET', KEYS[1], ARGV[1])\nreturn lc_fence\n";
 
@@ -56,7 +32,7 @@ static lc_status eval_set(lc_lock *l, const lc_script *s, int flags, const char 
 /* GET key into buf, "(nil)" when absent. */
 static const char *get_str(const char *key, char *buf, size_t size)
 {
-    if (rf_string(srv, buf, size, "GET %s", key) != 1)
+    if (rf_string(gf_redis, buf, size, "GET %s", key) != 1)
         snprintf(buf, size, "(nil)");
     return buf;
 }
@@ -66,7 +42,7 @@ static void test_fence_increases_across_owners(void **state)
 {
     (void)state;
     const char *name = "it_fence:owners";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *l[3];
     for (int i = 0; i < 3; i++)
         l[i] = lt_lock(c, name, 30000, 0);
@@ -77,7 +53,7 @@ static void test_fence_increases_across_owners(void **state)
         assert_ok(lc_lock_acquire(x, 1000, &f));
         assert_true(f > prev);
         assert_int_equal(lc_lock_fence(x), f);
-        assert_int_equal(lt_get_ll(srv, "it_fence:owners:fence"), (long long)f);
+        assert_int_equal(lt_get_ll(gf_redis, "it_fence:owners:fence"), (long long)f);
         prev = f;
         assert_ok(lc_lock_release(x));
         assert_int_equal(lc_lock_fence(x), 0);
@@ -132,7 +108,7 @@ static void test_fence_increases_across_processes(void **state)
     if (pid == 0) {
         close(go[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(gf_redis), lt_client_opts(), &c) == LC_OK);
         char b;
         LT_CHILD_CHECK(read(go[0], &b, 1) == 1);
         int bad = fence_rounds(c, name);
@@ -141,13 +117,13 @@ static void test_fence_increases_across_processes(void **state)
         _exit(0);
     }
     close(go[0]);
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     assert_int_equal(write(go[1], "g", 1), 1);
     close(go[1]);
     assert_int_equal(fence_rounds(c, name), 0);
     assert_int_equal(lt_wait_child(pid, 30000), 0);
 
-    redisReply *r = rf_command(srv, "LRANGE it_fence:log 0 -1");
+    redisReply *r = rf_command(gf_redis, "LRANGE it_fence:log 0 -1");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 2 * FP_ROUNDS);
@@ -167,7 +143,7 @@ static void test_eval_by_holder(void **state)
 {
     (void)state;
     const char *name = "it_fence:eval";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *set = fenced(SET_BODY);
     lc_script *key = fenced("return lc_lock_key");
     lc_lock *a = lt_lock(c, name, 30000, 1);
@@ -207,9 +183,9 @@ static void test_eval_stale_holder(void **state)
 {
     (void)state;
     const char *name = "it_fence:stale";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *set = fenced(SET_BODY);
-    redisReply *r = rf_command(srv, "SET it_fence:data orig");
+    redisReply *r = rf_command(gf_redis, "SET it_fence:data orig");
     freeReplyObject(r);
     char buf[64];
 
@@ -241,7 +217,7 @@ static void test_eval_stale_holder(void **state)
     assert_status(eval_set(n, set, 0, "it_fence:data", "never", NULL), LC_ENOTHELD);
     assert_string_equal(get_str("it_fence:data", buf, sizeof buf), "fresh");
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
 
     assert_ok(lc_lock_release(b));
     lc_lock_free(a);
@@ -256,7 +232,7 @@ static void test_eval_release(void **state)
 {
     (void)state;
     const char *name = "it_fence:evrel";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *incr = fenced("return redis.call('INCR', KEYS[1])");
     lc_lock *a = lt_lock(c, name, 30000, 1);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -269,16 +245,16 @@ static void test_eval_release(void **state)
     assert_int_equal(reply->integer, 1);
     freeReplyObject(reply);
     assert_int_equal(lc_lock_held(a), 1);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 1);
 
     assert_ok(lc_lock_eval(a, incr, LC_EVAL_RELEASE, 1, keys, NULL, 0, NULL, NULL, NULL));
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
-    assert_int_equal(lt_get_ll(srv, "it_fence:counter"), 2);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
+    assert_int_equal(lt_get_ll(gf_redis, "it_fence:counter"), 2);
     /* Nothing left to release, nothing renewed back into existence. */
     assert_status(lc_lock_release(a), LC_ENOTHELD);
     tu_sleep_ms(100);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
 
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_try(b, NULL));
@@ -289,34 +265,18 @@ static void test_eval_release(void **state)
     lc_client_free(c);
 }
 
-typedef struct acq_thread {
-    lc_lock *lock;
-    lc_status st;
-    int64_t done_us;
-    pthread_t tid;
-} acq_thread;
-
-/* lc_lock_acquire (5 s) on a thread, noting when it returned. */
-static void *acq_main(void *arg)
-{
-    acq_thread *t = arg;
-    t->st = lc_lock_acquire(t->lock, 5000, NULL);
-    t->done_us = tu_now_us();
-    return NULL;
-}
-
 /* The full release done by LC_EVAL_RELEASE publishes the unlock like lc_lock_release. */
 static void test_eval_release_wakes_waiter(void **state)
 {
     (void)state;
     const char *name = "it_fence:evwake";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *set = fenced(SET_BODY);
     lc_lock *a = lt_lock(c, name, 30000, 0);
-    acq_thread t = {0};
+    lt_acquirer t = {0};
     t.lock = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_int_equal(pthread_create(&t.tid, NULL, acq_main, &t), 0);
+    assert_int_equal(pthread_create(&t.tid, NULL, lt_acquire_main, &t), 0);
     tu_sleep_ms(320);
     int64_t t_rel = tu_now_us();
     assert_ok(eval_set(a, set, LC_EVAL_RELEASE, "it_fence:data", "x", NULL));
@@ -373,7 +333,7 @@ static long long run_accept(lc_client *c, const lc_script *s, unsigned long long
 static void test_lua_fence_accept(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *s = accept_script();
     char buf[64];
     assert_int_equal(run_accept(c, s, 5, "a"), 1);
@@ -382,7 +342,7 @@ static void test_lua_fence_accept(void **state)
     assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "b");
     assert_int_equal(run_accept(c, s, 7, "c"), 1); /* the same holder writes again */
     assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "c");
-    assert_int_equal(lt_get_ll(srv, "it_fence:seen"), 7);
+    assert_int_equal(lt_get_ll(gf_redis, "it_fence:seen"), 7);
     assert_int_equal(run_accept(c, s, 1, "old"), 0);
     assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "c");
 
@@ -394,7 +354,7 @@ static void test_lua_fence_accept(void **state)
     assert_ok(lc_lock_acquire(a, 0, &fa));
     tu_sleep_ms(300);
     assert_ok(lc_lock_acquire(b, 0, &fb));
-    redisReply *r = rf_command(srv, "DEL it_fence:seen");
+    redisReply *r = rf_command(gf_redis, "DEL it_fence:seen");
     freeReplyObject(r);
     assert_int_equal(run_accept(c, s, fb, "from b"), 1);
     assert_int_equal(run_accept(c, s, fa, "from a"), 0);
@@ -412,12 +372,12 @@ static void test_lua_fence_accept(void **state)
 static void test_lua_fence_accept_large_tokens(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *s = accept_script();
     char buf[64];
     const unsigned long long big = 123456789012345ULL; /* exact as a double, 15 digits */
     assert_int_equal(run_accept(c, s, big, "new"), 1);
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_fence:seen"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_fence:seen"), 1);
     assert_string_equal(buf, "123456789012345");
     assert_int_equal(run_accept(c, s, big - 1, "stale"), 0);
     assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "new");
@@ -444,15 +404,15 @@ static void test_fence_newer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_fence_increases_across_owners, flush),
-        cmocka_unit_test_setup(test_fence_increases_across_processes, flush),
-        cmocka_unit_test_setup(test_eval_by_holder, flush),
-        cmocka_unit_test_setup(test_eval_stale_holder, flush),
-        cmocka_unit_test_setup(test_eval_release, flush),
-        cmocka_unit_test_setup(test_eval_release_wakes_waiter, flush),
-        cmocka_unit_test_setup(test_lua_fence_accept, flush),
-        cmocka_unit_test_setup(test_lua_fence_accept_large_tokens, flush),
+        cmocka_unit_test_setup(test_fence_increases_across_owners, gf_flush),
+        cmocka_unit_test_setup(test_fence_increases_across_processes, gf_flush),
+        cmocka_unit_test_setup(test_eval_by_holder, gf_flush),
+        cmocka_unit_test_setup(test_eval_stale_holder, gf_flush),
+        cmocka_unit_test_setup(test_eval_release, gf_flush),
+        cmocka_unit_test_setup(test_eval_release_wakes_waiter, gf_flush),
+        cmocka_unit_test_setup(test_lua_fence_accept, gf_flush),
+        cmocka_unit_test_setup(test_lua_fence_accept_large_tokens, gf_flush),
         cmocka_unit_test(test_fence_newer),
     };
-    return cmocka_run_group_tests_name("it_fence", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_fence", tests, gf_group_setup, gf_group_teardown);
 }

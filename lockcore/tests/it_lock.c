@@ -8,30 +8,6 @@
 
 #include <pthread.h>
 
-static rf_server *srv;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
 /* ---- mutual exclusion: non-atomic GET + SET increments --------------------------------- */
 
 #define MX_PROCS 2
@@ -153,7 +129,7 @@ static long mx_workload(int use_lock)
         close(ready[0]);
         close(go[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(gf_redis), lt_client_opts(), &c) == LC_OK);
         LT_CHILD_CHECK(write(ready[1], "r", 1) == 1);
         char b;
         LT_CHILD_CHECK(read(go[0], &b, 1) == 1);
@@ -166,7 +142,7 @@ static long mx_workload(int use_lock)
     }
     close(ready[1]);
     close(go[0]);
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     char b;
     assert_int_equal(read(ready[0], &b, 1), 1);
     assert_int_equal(write(go[1], "g", 1), 1);
@@ -181,7 +157,7 @@ static long mx_workload(int use_lock)
     assert_int_equal(code, 0);
     long long v = RF_NOT_INTEGER;
     char buf[32];
-    if (rf_string(srv, buf, sizeof buf, "GET %s", MX_COUNTER) == 1)
+    if (rf_string(gf_redis, buf, sizeof buf, "GET %s", MX_COUNTER) == 1)
         v = strtoll(buf, NULL, 10);
     return (long)v;
 }
@@ -195,7 +171,7 @@ static void test_mutual_exclusion(void **state)
     print_message("locked workload: counter %ld in %lld ms\n", v, (long long)(tu_now_ms() - t0));
     assert_int_equal(v, MX_TOTAL);
     /* Every lock was released: nothing left behind but the fencing counter. */
-    assert_int_equal(rf_integer(srv, "EXISTS %s", MX_LOCK), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", MX_LOCK), 0);
 }
 
 /* The control run: the same workload without the lock loses updates, so the test above is
@@ -215,22 +191,22 @@ static void test_mutual_exclusion_control(void **state)
 static void test_release_by_other_owner(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, "it_lock:other", 30000, 0);
     lc_lock *b = lt_lock(c, "it_lock:other", 30000, 0);
     assert_string_not_equal(lc_lock_token(a), lc_lock_token(b));
 
     assert_ok(lc_lock_acquire(a, 0, NULL));
     assert_status(lc_lock_release(b), LC_ENOTHELD);
-    assert_int_equal(rf_integer(srv, "EXISTS it_lock:other"), 1);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_lock:other"), 1);
     char owner[64];
-    assert_string_equal(lt_owner(srv, "it_lock:other", owner, sizeof owner), lc_lock_token(a));
+    assert_string_equal(lt_owner(gf_redis, "it_lock:other", owner, sizeof owner), lc_lock_token(a));
     assert_int_equal(lc_lock_held(a), 1);
     assert_int_equal(lc_lock_held(b), 0);
     assert_status(lc_lock_try(b, NULL), LC_EBUSY);
 
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS it_lock:other"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_lock:other"), 0);
     lc_lock_free(a);
     lc_lock_free(b);
     lc_client_free(c);
@@ -241,7 +217,7 @@ static void test_release_by_other_owner(void **state)
 static void test_release_after_takeover(void **state)
 {
     (void)state;
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, "it_lock:takeover", 200, 0);
     lc_lock *b = lt_lock(c, "it_lock:takeover", 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -251,8 +227,8 @@ static void test_release_after_takeover(void **state)
     assert_status(lc_lock_release(a), LC_ELOST);
     assert_int_equal(lc_lock_held(a), 0);
     char owner[64];
-    assert_string_equal(lt_owner(srv, "it_lock:takeover", owner, sizeof owner), lc_lock_token(b));
-    assert_true(rf_integer(srv, "PTTL it_lock:takeover") > 20000);
+    assert_string_equal(lt_owner(gf_redis, "it_lock:takeover", owner, sizeof owner), lc_lock_token(b));
+    assert_true(rf_integer(gf_redis, "PTTL it_lock:takeover") > 20000);
     /* The local hold was cleared by the failed release. */
     assert_status(lc_lock_release(a), LC_ENOTHELD);
 
@@ -267,7 +243,7 @@ static void test_reentrant(void **state)
 {
     (void)state;
     const char *name = "it_lock:reentrant";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     for (int i = 1; i <= 3; i++) {
@@ -276,13 +252,13 @@ static void test_reentrant(void **state)
         assert_true(fence > 0);
         assert_int_equal(lc_lock_fence(a), fence);
         assert_int_equal(lc_lock_held(a), i);
-        assert_int_equal(lt_hget_ll(srv, name, "c"), i);
+        assert_int_equal(lt_hget_ll(gf_redis, name, "c"), i);
     }
     for (int i = 2; i >= 0; i--) {
         assert_status(lc_lock_try(b, NULL), LC_EBUSY);
         assert_ok(lc_lock_release(a));
         assert_int_equal(lc_lock_held(a), i);
-        assert_int_equal(rf_integer(srv, "EXISTS %s", name), i > 0 ? 1 : 0);
+        assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), i > 0 ? 1 : 0);
     }
     assert_int_equal(lc_lock_fence(a), 0);
     assert_status(lc_lock_release(a), LC_ENOTHELD);
@@ -298,7 +274,7 @@ static void test_try_busy(void **state)
 {
     (void)state;
     const char *name = "it_lock:try";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 1);
     lc_lock *b = lt_lock(c, name, 30000, 1);
     assert_ok(lc_lock_try(a, NULL));
@@ -329,10 +305,10 @@ static void test_acquire_ex_reads(void **state)
 {
     (void)state;
     const char *name = "it_lock:ex";
-    lc_client *c = lt_client(rf_url(srv));
-    redisReply *r = rf_command(srv, "SET it_lock:ex:k1 %s", "v1");
+    lc_client *c = lt_client(rf_url(gf_redis));
+    redisReply *r = rf_command(gf_redis, "SET it_lock:ex:k1 %s", "v1");
     freeReplyObject(r);
-    r = rf_command(srv, "SET it_lock:ex:k3 %b", "a\0b", (size_t)3);
+    r = rf_command(gf_redis, "SET it_lock:ex:k3 %b", "a\0b", (size_t)3);
     freeReplyObject(r);
 
     lc_lock *a = lt_lock(c, name, 30000, 0);
@@ -387,7 +363,7 @@ static void test_key_layout(void **state)
 {
     (void)state;
     const char *name = "it_lock:layout";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 5000, 0);
     assert_string_equal(lc_lock_name(a), name);
     const char *tok = lc_lock_token(a);
@@ -398,19 +374,19 @@ static void test_key_layout(void **state)
     uint64_t fence = 0;
     assert_ok(lc_lock_acquire(a, 0, &fence));
     char buf[64];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "TYPE %s", name), 1); /* status reply */
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "TYPE %s", name), 1); /* status reply */
     assert_string_equal(buf, "hash");
-    assert_string_equal(lt_owner(srv, name, buf, sizeof buf), tok);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
-    assert_int_equal(lt_hget_ll(srv, name, "f"), (long long)fence);
+    assert_string_equal(lt_owner(gf_redis, name, buf, sizeof buf), tok);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 1);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "f"), (long long)fence);
     char fkey[64];
     snprintf(fkey, sizeof fkey, "%s:fence", name);
-    assert_int_equal(lt_get_ll(srv, fkey), (long long)fence);
-    assert_between(rf_integer(srv, "PTTL %s", name), 4000, 5000);
+    assert_int_equal(lt_get_ll(gf_redis, fkey), (long long)fence);
+    assert_between(rf_integer(gf_redis, "PTTL %s", name), 4000, 5000);
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     /* The fencing counter outlives the lock and never expires. */
-    assert_int_equal(rf_integer(srv, "PTTL %s:fence", name), -1);
+    assert_int_equal(rf_integer(gf_redis, "PTTL %s:fence", name), -1);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -420,14 +396,14 @@ static void test_lease_expires(void **state)
 {
     (void)state;
     const char *name = "it_lock:lease";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 200, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_between(rf_integer(srv, "PTTL %s", name), 1, 200);
+    assert_between(rf_integer(gf_redis, "PTTL %s", name), 1, 200);
     assert_status(lc_lock_try(b, NULL), LC_EBUSY);
     tu_sleep_ms(300);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_ok(lc_lock_try(b, NULL));
     assert_ok(lc_lock_release(b));
     lc_lock_free(a);
@@ -440,19 +416,19 @@ static void test_extend(void **state)
 {
     (void)state;
     const char *name = "it_lock:extend";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 300, 0);
     lc_lock *b = lt_lock(c, name, 300, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     assert_ok(lc_lock_extend(a, 2000));
-    assert_between(rf_integer(srv, "PTTL %s", name), 1500, 2000);
+    assert_between(rf_integer(gf_redis, "PTTL %s", name), 1500, 2000);
     tu_sleep_ms(400);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 1);
     assert_status(lc_lock_extend(b, 2000), LC_ENOTHELD);
 
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     assert_status(lc_lock_extend(a, 2000), LC_ELOST);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_lock_free(b);
     lc_client_free(c);
@@ -464,16 +440,16 @@ static void test_force_unlock(void **state)
 {
     (void)state;
     const char *name = "it_lock:force";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 1);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     assert_ok(lc_lock_force_unlock(c, name));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_ok(lc_lock_try(b, NULL));
     assert_status(lc_lock_release(a), LC_ELOST);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
     assert_ok(lc_lock_release(b));
     assert_status(lc_lock_force_unlock(c, name), LC_ENOTHELD);
     lc_lock_free(a);
@@ -486,12 +462,12 @@ static void test_free_releases(void **state)
 {
     (void)state;
     const char *name = "it_lock:free";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 1);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     assert_ok(lc_lock_acquire(a, 0, NULL));
     lc_lock_free(a);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_client_free(c);
 }
 
@@ -520,7 +496,7 @@ static void test_shared_handle_threads(void **state)
 {
     (void)state;
     const char *name = "it_lock:shared";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 1);
     shared_worker w[4];
     for (int i = 0; i < 4; i++) {
@@ -533,7 +509,7 @@ static void test_shared_handle_threads(void **state)
         assert_int_equal(w[i].errors, 0);
     }
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -552,7 +528,7 @@ static void test_crashed_holder(void **state)
     if (pid == 0) {
         close(ready[0]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(gf_redis), lt_client_opts(), &c) == LC_OK);
         lc_lock_opts o = lt_opts(lease, 1);
         lc_lock *l = NULL;
         LT_CHILD_CHECK(lc_lock_new(c, name, &o, &l) == LC_OK);
@@ -570,7 +546,7 @@ static void test_crashed_holder(void **state)
         int code = lt_wait_child(pid, 1000);
         fail_msg("child did not take the lock (exit %d)", code);
     }
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *b = lt_lock(c, name, 30000, 0);
     /* Past the first lease: only the child's watchdog can have kept it. */
     tu_sleep_ms(lease + 300);
@@ -596,20 +572,20 @@ static void test_forgotten_hold_replaced(void **state)
 {
     (void)state;
     const char *name = "it_lock:forgotten";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
-    rf_integer(srv, "HSET %s o %s c 1 f 5", name, lc_lock_token(a));
-    rf_integer(srv, "PEXPIRE %s 30000", name);
-    rf_integer(srv, "SET %s:fence 5", name);
+    rf_integer(gf_redis, "HSET %s o %s c 1 f 5", name, lc_lock_token(a));
+    rf_integer(gf_redis, "PEXPIRE %s 30000", name);
+    rf_integer(gf_redis, "SET %s:fence 5", name);
     uint64_t fence = 0;
     assert_ok(lc_lock_acquire(a, 0, &fence));
     assert_true(fence > 5);
     assert_int_equal(lc_lock_held(a), 1);
     char count[16];
-    assert_int_equal(rf_string(srv, count, sizeof(count), "HGET %s c", name), 1);
+    assert_int_equal(rf_string(gf_redis, count, sizeof(count), "HGET %s c", name), 1);
     assert_string_equal(count, "1");
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -619,17 +595,17 @@ static void test_bad_read_key_writes_nothing(void **state)
 {
     (void)state;
     const char *name = "it_lock:badread";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
-    rf_integer(srv, "HSET it_lock:ahash f v");
+    rf_integer(gf_redis, "HSET it_lock:ahash f v");
     const char *reads[1] = {"it_lock:ahash"};
     lc_acquire_opts ao = {.wait_ms = 0, .nread = 1, .read_keys = reads};
     redisReply *vals = NULL;
     assert_status(lc_lock_acquire_ex(a, &ao, NULL, &vals), LC_EREDIS);
     assert_null(vals);
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s:fence", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s:fence", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -637,22 +613,22 @@ static void test_bad_read_key_writes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_mutual_exclusion, flush),
-        cmocka_unit_test_setup(test_mutual_exclusion_control, flush),
-        cmocka_unit_test_setup(test_release_by_other_owner, flush),
-        cmocka_unit_test_setup(test_release_after_takeover, flush),
-        cmocka_unit_test_setup(test_reentrant, flush),
-        cmocka_unit_test_setup(test_try_busy, flush),
-        cmocka_unit_test_setup(test_acquire_ex_reads, flush),
-        cmocka_unit_test_setup(test_key_layout, flush),
-        cmocka_unit_test_setup(test_lease_expires, flush),
-        cmocka_unit_test_setup(test_extend, flush),
-        cmocka_unit_test_setup(test_force_unlock, flush),
-        cmocka_unit_test_setup(test_free_releases, flush),
-        cmocka_unit_test_setup(test_shared_handle_threads, flush),
-        cmocka_unit_test_setup(test_crashed_holder, flush),
-        cmocka_unit_test_setup(test_forgotten_hold_replaced, flush),
-        cmocka_unit_test_setup(test_bad_read_key_writes_nothing, flush),
+        cmocka_unit_test_setup(test_mutual_exclusion, gf_flush),
+        cmocka_unit_test_setup(test_mutual_exclusion_control, gf_flush),
+        cmocka_unit_test_setup(test_release_by_other_owner, gf_flush),
+        cmocka_unit_test_setup(test_release_after_takeover, gf_flush),
+        cmocka_unit_test_setup(test_reentrant, gf_flush),
+        cmocka_unit_test_setup(test_try_busy, gf_flush),
+        cmocka_unit_test_setup(test_acquire_ex_reads, gf_flush),
+        cmocka_unit_test_setup(test_key_layout, gf_flush),
+        cmocka_unit_test_setup(test_lease_expires, gf_flush),
+        cmocka_unit_test_setup(test_extend, gf_flush),
+        cmocka_unit_test_setup(test_force_unlock, gf_flush),
+        cmocka_unit_test_setup(test_free_releases, gf_flush),
+        cmocka_unit_test_setup(test_shared_handle_threads, gf_flush),
+        cmocka_unit_test_setup(test_crashed_holder, gf_flush),
+        cmocka_unit_test_setup(test_forgotten_hold_replaced, gf_flush),
+        cmocka_unit_test_setup(test_bad_read_key_writes_nothing, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_lock", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_lock", tests, gf_group_setup, gf_group_teardown);
 }

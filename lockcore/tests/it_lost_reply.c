@@ -19,30 +19,7 @@
 
 #include "slowproxy.h"
 
-static rf_server *srv;
-
 enum { DELAY_MS = 2000, TIMEOUT_MS = 1000, SETTLE_MS = 10000, LEASE_MS = 30000 };
-
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
 
 /* A client through the proxy with a short command timeout. It takes and releases a lock of
  * its own once, so Redis has the lock scripts cached: a delayed EVALSHA must run, not answer
@@ -64,7 +41,7 @@ static lc_client *slow_client(sp_proxy *p)
 
 static sp_proxy *proxy(void)
 {
-    sp_proxy *p = sp_start(rf_port(srv));
+    sp_proxy *p = sp_start(rf_port(gf_redis));
     assert_non_null(p);
     return p;
 }
@@ -92,7 +69,7 @@ static int acquire_ran_and_undone(void *arg)
     const undone_arg *u = arg;
     char fkey[128];
     snprintf(fkey, sizeof fkey, "%s:fence", u->name);
-    return lt_get_ll(srv, fkey) == u->fence && rf_integer(srv, "EXISTS %s", u->name) == 0;
+    return lt_get_ll(gf_redis, fkey) == u->fence && rf_integer(gf_redis, "EXISTS %s", u->name) == 0;
 }
 
 /* The hold count field c of the lock equals want. */
@@ -104,7 +81,7 @@ typedef struct count_arg {
 static int count_is(void *arg)
 {
     const count_arg *a = arg;
-    return lt_hget_ll(srv, a->name, "c") == a->want;
+    return lt_hget_ll(gf_redis, a->name, "c") == a->want;
 }
 
 enum { VIA_TRY, VIA_ACQUIRE, VIA_ACQUIRE_EX };
@@ -117,7 +94,7 @@ static void acquire_lost(int via, const char *name)
 {
     sp_proxy *p = proxy();
     lc_client *c = slow_client(p);
-    lc_client *direct = lt_client(rf_url(srv));
+    lc_client *direct = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, LEASE_MS, 1);
     lc_lock *b = lt_lock(direct, name, LEASE_MS, 0);
 
@@ -143,7 +120,7 @@ static void acquire_lost(int via, const char *name)
         char fkey[128];
         snprintf(fkey, sizeof fkey, "%s:fence", name);
         fail_msg("%s: fence %lld, lock pttl %lld ms: the lost acquire was not undone", name,
-                 lt_get_ll(srv, fkey), rf_integer(srv, "PTTL %s", name));
+                 lt_get_ll(gf_redis, fkey), rf_integer(gf_redis, "PTTL %s", name));
     }
     uint64_t fence = 0;
     assert_ok(lc_lock_try(b, &fence));
@@ -154,7 +131,7 @@ static void acquire_lost(int via, const char *name)
     assert_ok(lc_lock_try(a, NULL));
     assert_int_equal(lc_lock_held(a), 1);
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
 
     lc_lock_free(a);
     lc_lock_free(b);
@@ -205,13 +182,13 @@ static void test_reentrant_reply_lost_counted_once(void **state)
     assert_ok(lc_lock_try(a, &f2));
     assert_int_equal(f2, f1);
     assert_int_equal(lc_lock_held(a), 2);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 2);
     assert_ok(lc_lock_release(a));
     assert_int_equal(lc_lock_held(a), 1);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 1);
     assert_ok(lc_lock_release(a));
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
     sp_stop(p);
@@ -229,7 +206,7 @@ static void test_release_reply_lost_counted(void **state)
     lc_lock *a = lt_lock(c, name, LEASE_MS, 0);
     assert_ok(lc_lock_try(a, NULL));
     assert_ok(lc_lock_try(a, NULL));
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 2);
 
     sp_set_delay_ms(p, DELAY_MS);
     lc_status st = lc_lock_release(a);
@@ -241,7 +218,7 @@ static void test_release_reply_lost_counted(void **state)
 
     assert_ok(lc_lock_release(a));
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(lc_lock_release(a), LC_ENOTHELD);
     lc_lock_free(a);
     lc_client_free(c);
@@ -254,16 +231,16 @@ static void test_acquire_count_follows_handle(void **state)
 {
     (void)state;
     const char *name = "it_lost_reply:drift_acquire";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, LEASE_MS, 0);
     assert_ok(lc_lock_try(a, NULL));
-    rf_integer(srv, "HSET %s c 2", name);
+    rf_integer(gf_redis, "HSET %s c 2", name);
     assert_ok(lc_lock_try(a, NULL));
     assert_int_equal(lc_lock_held(a), 2);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 2);
     assert_ok(lc_lock_release(a));
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -274,17 +251,17 @@ static void test_release_count_follows_handle(void **state)
 {
     (void)state;
     const char *name = "it_lost_reply:drift_release";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, LEASE_MS, 0);
     assert_ok(lc_lock_try(a, NULL));
     assert_ok(lc_lock_try(a, NULL));
-    rf_integer(srv, "HSET %s c 3", name);
+    rf_integer(gf_redis, "HSET %s c 3", name);
     assert_ok(lc_lock_release(a));
     assert_int_equal(lc_lock_held(a), 1);
-    assert_int_equal(lt_hget_ll(srv, name, "c"), 1);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "c"), 1);
     assert_ok(lc_lock_release(a));
     assert_int_equal(lc_lock_held(a), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -292,13 +269,13 @@ static void test_release_count_follows_handle(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_try_reply_lost_undone, flush),
-        cmocka_unit_test_setup(test_acquire_reply_lost_undone, flush),
-        cmocka_unit_test_setup(test_acquire_ex_reply_lost_undone, flush),
-        cmocka_unit_test_setup(test_reentrant_reply_lost_counted_once, flush),
-        cmocka_unit_test_setup(test_release_reply_lost_counted, flush),
-        cmocka_unit_test_setup(test_acquire_count_follows_handle, flush),
-        cmocka_unit_test_setup(test_release_count_follows_handle, flush),
+        cmocka_unit_test_setup(test_try_reply_lost_undone, gf_flush),
+        cmocka_unit_test_setup(test_acquire_reply_lost_undone, gf_flush),
+        cmocka_unit_test_setup(test_acquire_ex_reply_lost_undone, gf_flush),
+        cmocka_unit_test_setup(test_reentrant_reply_lost_counted_once, gf_flush),
+        cmocka_unit_test_setup(test_release_reply_lost_counted, gf_flush),
+        cmocka_unit_test_setup(test_acquire_count_follows_handle, gf_flush),
+        cmocka_unit_test_setup(test_release_count_follows_handle, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_lost_reply", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_lost_reply", tests, gf_group_setup, gf_group_teardown);
 }

@@ -8,30 +8,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-static rf_server *srv;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
 /* A new multi-lock over names with the given lease; fails the test otherwise. */
 static lc_multilock *multilock(lc_client *c, int n, const char *const *names, int lease)
 {
@@ -45,7 +21,7 @@ static lc_multilock *multilock(lc_client *c, int n, const char *const *names, in
 /* EXISTS name. */
 static long long exists(const char *name)
 {
-    return rf_integer(srv, "EXISTS %s", name);
+    return rf_integer(gf_redis, "EXISTS %s", name);
 }
 
 /* One name held by another owner: try and wait both fail, and none of the other names stays
@@ -54,7 +30,7 @@ static void test_all_or_nothing(void **state)
 {
     (void)state;
     const char *names[] = {"it_ml:a", "it_ml:b", "it_ml:c"};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *other = lt_lock(c, "it_ml:b", 30000, 0);
     assert_ok(lc_lock_acquire(other, 0, NULL));
     lc_multilock *ml = multilock(c, 3, names, 30000);
@@ -70,7 +46,7 @@ static void test_all_or_nothing(void **state)
     for (int i = 0; i < lc_multilock_count(ml); i++)
         assert_int_equal(lc_lock_held(lc_multilock_get(ml, i)), 0);
     char owner[64];
-    assert_string_equal(lt_owner(srv, "it_ml:b", owner, sizeof owner), lc_lock_token(other));
+    assert_string_equal(lt_owner(gf_redis, "it_ml:b", owner, sizeof owner), lc_lock_token(other));
 
     assert_ok(lc_lock_release(other));
     assert_ok(lc_multilock_acquire(ml, 0));
@@ -78,11 +54,11 @@ static void test_all_or_nothing(void **state)
         lc_lock *l = lc_multilock_get(ml, i);
         assert_int_equal(lc_lock_held(l), 1);
         assert_true(lc_lock_fence(l) > 0);
-        assert_string_equal(lt_owner(srv, lc_lock_name(l), owner, sizeof owner), lc_lock_token(l));
+        assert_string_equal(lt_owner(gf_redis, lc_lock_name(l), owner, sizeof owner), lc_lock_token(l));
     }
     assert_status(lc_lock_try(other, NULL), LC_EBUSY);
     assert_ok(lc_multilock_release(ml));
-    assert_int_equal(rf_integer(srv, "EXISTS it_ml:a it_ml:b it_ml:c"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_ml:a it_ml:b it_ml:c"), 0);
     assert_true(lc_multilock_release(ml) != LC_OK);
 
     lc_multilock_free(ml);
@@ -96,12 +72,12 @@ static void test_partial_rolled_back(void **state)
 {
     (void)state;
     const char *names[] = {"it_ml:z", "it_ml:m", "it_ml:a"};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *other = lt_lock(c, "it_ml:z", 30000, 0);
     assert_ok(lc_lock_acquire(other, 0, NULL));
     lc_multilock *ml = multilock(c, 3, names, 30000);
     assert_status(lc_multilock_acquire(ml, 0), LC_EBUSY);
-    assert_int_equal(rf_integer(srv, "EXISTS it_ml:a it_ml:m"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_ml:a it_ml:m"), 0);
     lc_lock *probe = lt_lock(c, "it_ml:a", 30000, 0);
     assert_ok(lc_lock_try(probe, NULL));
     assert_ok(lc_lock_release(probe));
@@ -118,18 +94,18 @@ static void test_dedup_sorted(void **state)
     (void)state;
     const char *names[] = {"it_ml:c", "it_ml:a", "it_ml:b", "it_ml:a", "it_ml:c", "it_ml:B"};
     const char *want[] = {"it_ml:B", "it_ml:a", "it_ml:b", "it_ml:c"};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_multilock *ml = multilock(c, 6, names, 30000);
     assert_int_equal(lc_multilock_count(ml), 4);
     for (int i = 0; i < 4; i++)
         assert_string_equal(lc_lock_name(lc_multilock_get(ml, i)), want[i]);
     assert_ok(lc_multilock_acquire(ml, 0));
-    assert_int_equal(rf_integer(srv, "EXISTS it_ml:B it_ml:a it_ml:b it_ml:c"), 4);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_ml:B it_ml:a it_ml:b it_ml:c"), 4);
     /* Each name taken once (hold count 1), not twice for the duplicate. */
     for (int i = 0; i < 4; i++)
         assert_int_equal(lc_lock_held(lc_multilock_get(ml, i)), 1);
     assert_ok(lc_multilock_release(ml));
-    assert_int_equal(rf_integer(srv, "EXISTS it_ml:B it_ml:a it_ml:b it_ml:c"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_ml:B it_ml:a it_ml:b it_ml:c"), 0);
     lc_multilock_free(ml);
     lc_client_free(c);
 }
@@ -178,7 +154,7 @@ static void test_opposite_order_no_deadlock(void **state)
     (void)state;
     const char *fwd[] = {"it_ml:x", "it_ml:y", "it_ml:z"};
     const char *rev[] = {"it_ml:z", "it_ml:y", "it_ml:w"};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     atomic_int inside = 0, overlaps = 0;
     ml_worker w[2] = {
         {.client = c, .names = fwd, .n = 3, .inside = &inside, .overlaps = &overlaps},
@@ -195,17 +171,17 @@ static void test_opposite_order_no_deadlock(void **state)
         assert_int_equal(w[i].rounds_done, 100);
     }
     assert_int_equal(atomic_load(&overlaps), 0);
-    assert_int_equal(rf_integer(srv, "EXISTS it_ml:w it_ml:x it_ml:y it_ml:z"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_ml:w it_ml:x it_ml:y it_ml:z"), 0);
     lc_client_free(c);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_all_or_nothing, flush),
-        cmocka_unit_test_setup(test_partial_rolled_back, flush),
-        cmocka_unit_test_setup(test_dedup_sorted, flush),
-        cmocka_unit_test_setup(test_opposite_order_no_deadlock, flush),
+        cmocka_unit_test_setup(test_all_or_nothing, gf_flush),
+        cmocka_unit_test_setup(test_partial_rolled_back, gf_flush),
+        cmocka_unit_test_setup(test_dedup_sorted, gf_flush),
+        cmocka_unit_test_setup(test_opposite_order_no_deadlock, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_multilock", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_multilock", tests, gf_group_setup, gf_group_teardown);
 }

@@ -23,13 +23,6 @@ static int group_setup(void **state)
     return lt_nodes_start(&nodes, NULL);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    lt_nodes_stop(&nodes);
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -426,5 +419,5 @@ int main(void)
         cmocka_unit_test_setup(test_threads_exclusion, setup),
         cmocka_unit_test_setup(test_bad_arguments, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

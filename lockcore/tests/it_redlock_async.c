@@ -5,6 +5,7 @@
  * that loses its majority, a handle freed while its acquire waits on frozen nodes (LC_ESTATE,
  * and nothing left behind), and the callback contract (never from inside the starting call).
  */
+#include "lt_loop.h"
 #include "lt_nodes.h"
 
 #include <event2/event.h>
@@ -12,34 +13,14 @@
 #include "lockcore/lockcore_async.h"
 
 static lt_nodes nodes;
-static rf_server *store; /* the data store: not one of the lock nodes */
 static lc_async_client *store_cl;
-static struct event_base *base;
-static struct event *tick;
 static lc_async_client *cl[LT_NODES];
 
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-}
-
+/* The five lock nodes, and the data store (gf_redis), not one of them. */
 static int group_setup(void **state)
 {
     (void)state;
-    if (lt_nodes_start(&nodes, NULL) != 0)
-        return -1;
-    store = rf_start(NULL);
-    return store ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    lt_nodes_stop(&nodes);
-    rf_stop(store);
-    return 0;
+    return lt_nodes_start(&nodes, NULL) == 0 && gf_start(NULL, NULL) == 0 ? 0 : -1;
 }
 
 static int setup(void **state)
@@ -47,14 +28,12 @@ static int setup(void **state)
     (void)state;
     if (lt_nodes_reset(&nodes) != 0)
         return -1;
-    base = event_base_new();
-    tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    struct timeval tv = {0, 5000};
-    event_add(tick, &tv);
+    if (lt_loop_start() != 0)
+        return -1;
     for (int i = 0; i < LT_NODES; i++)
-        if (lc_async_client_new(base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
+        if (lc_async_client_new(lt_base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
             return -1;
-    if (lt_flushall(store) != 0 || lc_async_client_new(base, rf_url(store), NULL, &store_cl))
+    if (rf_flushall(gf_redis) != 0 || lc_async_client_new(lt_base, rf_url(gf_redis), NULL, &store_cl))
         return -1;
     return 0;
 }
@@ -65,22 +44,7 @@ static int teardown(void **state)
     for (int i = 0; i < LT_NODES; i++)
         lc_async_client_free(cl[i]);
     lc_async_client_free(store_cl);
-    event_free(tick);
-    event_base_free(base);
-    return 0;
-}
-
-static int run_until(int (*pred)(void *), void *arg, int timeout_ms)
-{
-    int64_t deadline = tu_now_ms() + timeout_ms;
-    while (!pred(arg) && tu_now_ms() < deadline)
-        event_base_loop(base, EVLOOP_ONCE);
-    return pred(arg);
-}
-
-static int never(void *arg)
-{
-    (void)arg;
+    lt_loop_stop();
     return 0;
 }
 
@@ -117,7 +81,7 @@ static lc_async_redlock *arlock(const char *name, int lease_ms, int watchdog,
 #define RUN(res, want)                                                                             \
     do {                                                                                           \
         assert_int_equal((res).calls, 0); /* not from inside the starting call */                  \
-        assert_true(run_until(done, &(res), 10000));                                               \
+        assert_true(lt_run_until(done, &(res), 10000));                                               \
         assert_int_equal((res).calls, 1);                                                          \
         if ((res).st != (want))                                                                    \
             fail_msg("got %s (%s), expected %s", lc_status_name((res).st), lc_errmsg(),            \
@@ -139,7 +103,7 @@ static void test_async_acquire_wait_release(void **state)
     assert_int_equal(lt_nodes_owned(&nodes, "rla:basic", lc_async_redlock_token(a)), LT_NODES);
 
     assert_ok(lc_async_redlock_acquire(b, 10000, on_result, &rb)); /* waits */
-    run_until(never, NULL, 200);
+    lt_run_until(lt_never, NULL, 200);
     assert_int_equal(rb.calls, 0);
     assert_ok(lc_async_redlock_release(a, on_result, &rr));
     RUN(rr, LC_OK);
@@ -181,7 +145,7 @@ static void test_async_renew_extend_lost(void **state)
     result r = {0};
     assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
     RUN(r, LC_OK);
-    run_until(never, NULL, 3500); /* more than two leases, renewed on loop timers */
+    lt_run_until(lt_never, NULL, 3500); /* more than two leases, renewed on loop timers */
     assert_int_equal(lc_async_redlock_lost(a), 0);
     assert_true(lc_async_redlock_validity_ms(a) > 0);
     assert_int_equal(lt_nodes_owned(&nodes, "rla:renew", lc_async_redlock_token(a)), LT_NODES);
@@ -212,10 +176,10 @@ static void test_async_renew_extend_lost(void **state)
     RUN(r, LC_OK);
     for (int i = 0; i < 3; i++)
         assert_int_equal(rf_integer(nodes.srv[i], "DEL rla:renew"), 1);
-    assert_true(run_until(is_lost, a, 5000));
+    assert_true(lt_run_until(is_lost, a, 5000));
     assert_int_equal(lost_calls, 1);
     lc_async_redlock_free(a); /* releases on every node in the background */
-    assert_true(run_until(no_key, (void *)"rla:renew", 5000));
+    assert_true(lt_run_until(no_key, (void *)"rla:renew", 5000));
 }
 
 /* max_hold_ms caps the renewals: the lock lapses at about the cap, silently (as lc_lock's). */
@@ -230,9 +194,9 @@ static void test_async_hold_cap(void **state)
     result r = {0};
     assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
     RUN(r, LC_OK);
-    run_until(never, NULL, 700); /* past the first lease: renewed (the cap is 1.3 s away) */
+    lt_run_until(lt_never, NULL, 700); /* past the first lease: renewed (the cap is 1.3 s away) */
     assert_int_equal(lt_nodes_owned(&nodes, "rla:cap", lc_async_redlock_token(a)), LT_NODES);
-    assert_true(run_until(no_key, (void *)"rla:cap", 5000)); /* lapsed at about the cap */
+    assert_true(lt_run_until(no_key, (void *)"rla:cap", 5000)); /* lapsed at about the cap */
     assert_int_equal(lost_calls, 0);
     assert_int_equal(lc_async_redlock_lost(a), 0);
     memset(&r, 0, sizeof r);
@@ -252,7 +216,7 @@ static void test_async_free_in_flight(void **state)
         lt_node_pause(&nodes, i);
     result r = {0};
     assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
-    run_until(never, NULL, 100);
+    lt_run_until(lt_never, NULL, 100);
     assert_int_equal(r.calls, 0); /* waiting on the frozen nodes */
     lc_async_redlock_free(a);
     assert_int_equal(r.calls, 1); /* from inside the free */
@@ -260,7 +224,7 @@ static void test_async_free_in_flight(void **state)
     for (int i = 0; i < 3; i++)
         lt_node_resume(&nodes, i);
     /* The acquires the frozen nodes run late are followed by the background release. */
-    assert_true(run_until(no_key, (void *)"rla:free", 5000));
+    assert_true(lt_run_until(no_key, (void *)"rla:free", 5000));
 }
 
 typedef struct eresult {
@@ -296,7 +260,7 @@ static lc_status eval_write(lc_async_redlock *l, const lc_script *s, int flags, 
                                          args, NULL, on_eval, r);
     if (st == LC_OK) {
         assert_int_equal(r->calls, 0);
-        assert_true(run_until(edone, r, 10000));
+        assert_true(lt_run_until(edone, r, 10000));
     }
     return st;
 }
@@ -330,12 +294,12 @@ static void test_async_eval_fenced(void **state)
     assert_status(eval_write(a, s, 0, "a2", &e), LC_ELOST);
     assert_int_equal(lc_async_redlock_lost(a), 1);
     char buf[16];
-    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{7}:stock"), 1);
     assert_string_equal(buf, "b1");
     assert_ok(eval_write(b, s, LC_EVAL_RELEASE, "b2", &e));
     assert_int_equal(e.st, LC_OK);
     assert_int_equal(lc_async_redlock_held(b), 0);
-    assert_true(run_until(no_key, (void *)"rla:eval", 5000)); /* released on every node */
+    assert_true(lt_run_until(no_key, (void *)"rla:eval", 5000)); /* released on every node */
     /* No later holder, so the store would take it: the validity check alone refuses a write
      * after the lease (issue 18 item 7). */
     lc_async_redlock *c = arlock("rla:eval", 200, 0, NULL, NULL);
@@ -346,7 +310,7 @@ static void test_async_eval_fenced(void **state)
     assert_true(lc_async_redlock_validity_ms(c) <= 0);
     assert_status(eval_write(c, s, LC_EVAL_RELEASE, "c1", &e), LC_ELOST);
     assert_int_equal(lc_async_redlock_held(c), 0); /* released in the background */
-    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{7}:stock"), 1);
     assert_string_equal(buf, "b2");
     lc_async_redlock_free(c);
     lc_async_redlock_free(a);
@@ -376,7 +340,7 @@ static void on_multi(lc_async_redlock_multi *m, lc_status st, void *arg)
 #define MRUN(res, want)                                                                            \
     do {                                                                                           \
         assert_int_equal((res).calls, 0);                                                          \
-        assert_true(run_until(mdone, &(res), 10000));                                              \
+        assert_true(lt_run_until(mdone, &(res), 10000));                                              \
         assert_int_equal((res).calls, 1);                                                          \
         if ((res).st != (want))                                                                    \
             fail_msg("got %s (%s), expected %s", lc_status_name((res).st), lc_errmsg(),            \
@@ -429,7 +393,7 @@ static void test_async_multi(void **state)
     assert_int_equal(lc_async_redlock_held(lc_async_redlock_multi_get(m1, 0)), 0);
     /* Freed while waiting: LC_ESTATE from inside the free. */
     assert_ok(lc_async_redlock_multi_acquire(m1, 10000, on_multi, &r));
-    run_until(never, NULL, 100);
+    lt_run_until(lt_never, NULL, 100);
     assert_int_equal(r.calls, 0);
     lc_async_redlock_multi_free(m1);
     assert_int_equal(r.calls, 1);
@@ -439,7 +403,7 @@ static void test_async_multi(void **state)
     MRUN(r, LC_OK);
     lc_async_redlock_multi_free(m2);
     lc_async_redlock_free(x);
-    assert_true(run_until(no_key, (void *)"rla:m:b", 5000)); /* x's hold, released at free */
+    assert_true(lt_run_until(no_key, (void *)"rla:m:b", 5000)); /* x's hold, released at free */
 }
 
 static void test_async_bad_arguments(void **state)
@@ -471,5 +435,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_multi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -10,31 +10,20 @@
 #include "lt_nodes.h"
 
 static lt_nodes nodes;
-static rf_server *store; /* the data store: not one of the lock nodes */
 
 static const char *const PERSIST[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
 
+/* The five lock nodes, and the data store (gf_redis), not one of them. */
 static int group_setup(void **state)
 {
     (void)state;
-    if (lt_nodes_start(&nodes, PERSIST) != 0)
-        return -1;
-    store = rf_start(NULL);
-    return store ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    lt_nodes_stop(&nodes);
-    rf_stop(store);
-    return 0;
+    return lt_nodes_start(&nodes, PERSIST) == 0 && gf_start(NULL, NULL) == 0 ? 0 : -1;
 }
 
 static int setup(void **state)
 {
     (void)state;
-    return lt_nodes_reset(&nodes) == 0 && lt_flushall(store) == 0 ? 0 : -1;
+    return lt_nodes_reset(&nodes) == 0 && rf_flushall(gf_redis) == 0 ? 0 : -1;
 }
 
 static lc_redlock_client *rclient(void)
@@ -198,7 +187,7 @@ static void test_store_refuses_stale_holder(void **state)
     lc_script *s = NULL;
     assert_ok(lc_script_new(src, &s));
     free(src);
-    lc_client *c = lt_client(rf_url(store));
+    lc_client *c = lt_client(rf_url(gf_redis));
 
     uint64_t ta = 0, tb = 0;
     assert_ok(lc_redlock_try(a, &ta));
@@ -210,7 +199,7 @@ static void test_store_refuses_stale_holder(void **state)
     /* A wakes up and writes with its old token: refused, B's value stays. */
     assert_int_equal(store_write(c, s, ta, "a2"), 0);
     char buf[16];
-    assert_int_equal(rf_string(store, buf, sizeof buf, "GET seg:{1}:stock"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{1}:stock"), 1);
     assert_string_equal(buf, "b1");
     assert_int_equal(store_write(c, s, tb, "b2"), 1); /* the holder itself, again */
     assert_status(lc_redlock_release(a), LC_ELOST);
@@ -229,5 +218,5 @@ int main(void)
         cmocka_unit_test_setup(test_restarts_between_holders, setup),
         cmocka_unit_test_setup(test_store_refuses_stale_holder, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -18,13 +18,6 @@ static int group_setup(void **state)
     return lt_nodes_start(&nodes, NULL);
 }
 
-static int group_teardown(void **state)
-{
-    (void)state;
-    lt_nodes_stop(&nodes);
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -125,5 +118,5 @@ int main(void)
         cmocka_unit_test_setup(test_restart_at_once_admits_two, setup),
         cmocka_unit_test_setup(test_delayed_restart_keeps_one, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, gf_group_teardown);
 }

@@ -10,30 +10,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-static rf_server *srv;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
 /* Whether a waiter was woken by the unlock message is read from the handle (lc_lock_last_wake),
  * not guessed from how fast it came: on a loaded machine a pub/sub wake-up can take longer than
  * the fallback poll's first period (200 ms). This bound only catches a hang. */
@@ -76,7 +52,7 @@ static void test_deadline_timeout(void **state)
 {
     (void)state;
     const char *name = "it_wait:deadline";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -90,7 +66,7 @@ static void test_deadline_timeout(void **state)
     assert_int_equal(lc_lock_held(b), 0);
     assert_int_equal(lc_lock_fence(b), 0);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(a));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(a));
 
     assert_ok(lc_lock_release(a));
     assert_ok(lc_lock_acquire(b, 300, NULL));
@@ -106,7 +82,7 @@ static void test_short_deadlines(void **state)
 {
     (void)state;
     const char *name = "it_wait:short";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -127,7 +103,7 @@ static void test_unlock_wakes_waiter(void **state)
 {
     (void)state;
     const char *name = "it_wait:wake";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     const int holds[] = {300, 370, 440};
@@ -157,7 +133,7 @@ static void test_unlock_race_not_missed(void **state)
 {
     (void)state;
     const char *name = "it_wait:race";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     int64_t worst = 0;
@@ -234,7 +210,7 @@ static void test_waiter_queue(void **state)
 {
     (void)state;
     const char *name = "it_wait:queue";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     queue_state q;
@@ -275,7 +251,7 @@ static void test_force_unlock_wakes(void **state)
 {
     (void)state;
     const char *name = "it_wait:force";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -289,7 +265,7 @@ static void test_force_unlock_wakes(void **state)
     assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
     assert_between(w.done_us - t_rel, 0, WAKE_MAX_US);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
     assert_ok(lc_lock_release(b));
     assert_status(lc_lock_release(a), LC_ELOST);
     lc_lock_free(a);
@@ -303,7 +279,7 @@ static void test_expiry_without_unlock(void **state)
 {
     (void)state;
     const char *name = "it_wait:expiry";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 400, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -321,13 +297,13 @@ static void test_expiry_without_unlock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_deadline_timeout, flush),
-        cmocka_unit_test_setup(test_short_deadlines, flush),
-        cmocka_unit_test_setup(test_unlock_wakes_waiter, flush),
-        cmocka_unit_test_setup(test_unlock_race_not_missed, flush),
-        cmocka_unit_test_setup(test_waiter_queue, flush),
-        cmocka_unit_test_setup(test_force_unlock_wakes, flush),
-        cmocka_unit_test_setup(test_expiry_without_unlock, flush),
+        cmocka_unit_test_setup(test_deadline_timeout, gf_flush),
+        cmocka_unit_test_setup(test_short_deadlines, gf_flush),
+        cmocka_unit_test_setup(test_unlock_wakes_waiter, gf_flush),
+        cmocka_unit_test_setup(test_unlock_race_not_missed, gf_flush),
+        cmocka_unit_test_setup(test_waiter_queue, gf_flush),
+        cmocka_unit_test_setup(test_force_unlock_wakes, gf_flush),
+        cmocka_unit_test_setup(test_expiry_without_unlock, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_wait", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_wait", tests, gf_group_setup, gf_group_teardown);
 }

@@ -8,30 +8,6 @@
 
 #include <stdatomic.h>
 
-static rf_server *srv;
-
-/* One redis-server for the whole file (group setup/teardown); FLUSHALL before each test. */
-static int group_setup(void **state)
-{
-    (void)state;
-    srv = rf_start(NULL);
-    return srv != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    rf_stop(srv);
-    srv = NULL;
-    return 0;
-}
-
-static int flush(void **state)
-{
-    (void)state;
-    return lt_flushall(srv);
-}
-
 /* What the on_lost callback saw. */
 typedef struct lost_probe {
     atomic_int calls;
@@ -87,14 +63,14 @@ static void test_renewal_keeps_lease(void **state)
 {
     (void)state;
     const char *name = "it_wd:keep";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 300, 1);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     int64_t t0 = tu_now_ms();
     long long min_pttl = 1000000;
     int samples = 0;
     while (tu_now_ms() - t0 < 2000) {
-        long long pttl = rf_integer(srv, "PTTL %s", name);
+        long long pttl = rf_integer(gf_redis, "PTTL %s", name);
         if (pttl <= 0)
             fail_msg("PTTL %lld after %lld ms of a 300 ms lease", pttl,
                      (long long)(tu_now_ms() - t0));
@@ -104,16 +80,16 @@ static void test_renewal_keeps_lease(void **state)
         tu_sleep_ms(20);
     }
     print_message("%d samples, lowest PTTL %lld ms\n", samples, min_pttl);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 1);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(a));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(a));
     assert_int_equal(lc_lock_lost(a), 0);
     assert_int_equal(lc_lock_held(a), 1);
 
     assert_ok(lc_lock_release(a));
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     tu_sleep_ms(1000);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     lc_lock_free(a);
     lc_client_free(c);
 }
@@ -125,14 +101,14 @@ static void test_lost_on_delete(void **state)
     const char *name = "it_wd:del";
     const int lease = 300;
     lost_probe p = {0};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lock_with_probe(c, name, lease, &p);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     tu_sleep_ms(150); /* let the watchdog settle into its rhythm */
     assert_int_equal(lc_lock_lost(a), 0);
 
     int64_t t0 = tu_now_ms();
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     assert_true(tu_poll_until(is_lost, a, 1000, 2));
     int64_t took = tu_now_ms() - t0;
     print_message("lost seen after %lld ms\n", (long long)took);
@@ -145,7 +121,7 @@ static void test_lost_on_delete(void **state)
     /* Reported once, and the renewal did not recreate the key. */
     tu_sleep_ms(300);
     assert_int_equal(atomic_load(&p.calls), 1);
-    assert_int_equal(rf_integer(srv, "EXISTS %s", name), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS %s", name), 0);
     assert_status(lc_lock_release(a), LC_ELOST);
     assert_int_equal(lc_lock_held(a), 0);
     lc_lock_free(a);
@@ -159,21 +135,21 @@ static void test_lost_when_taken(void **state)
     (void)state;
     const char *name = "it_wd:taken";
     lost_probe p = {0};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lock_with_probe(c, name, 300, &p);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_int_equal(rf_integer(srv, "DEL %s", name), 1);
+    assert_int_equal(rf_integer(gf_redis, "DEL %s", name), 1);
     assert_ok(lc_lock_try(b, NULL));
     int64_t t0 = tu_now_ms();
     assert_true(tu_poll_until(is_lost, a, 1000, 2));
     assert_between(tu_now_ms() - t0, 0, 100 + 150);
     tu_sleep_ms(250);
     char owner[64];
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
-    assert_true(rf_integer(srv, "PTTL %s", name) > 29000);
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
+    assert_true(rf_integer(gf_redis, "PTTL %s", name) > 29000);
     assert_status(lc_lock_release(a), LC_ELOST);
-    assert_string_equal(lt_owner(srv, name, owner, sizeof owner), lc_lock_token(b));
+    assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
     assert_ok(lc_lock_release(b));
     lc_lock_free(a);
     lc_lock_free(b);
@@ -186,7 +162,7 @@ static void test_max_hold(void **state)
 {
     (void)state;
     const char *name = "it_wd:cap";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock_opts o = lt_opts(300, 1);
     o.max_hold_ms = 800;
     lc_lock *a = NULL;
@@ -197,7 +173,7 @@ static void test_max_hold(void **state)
     int64_t last_seen = 0, gone = -1;
     while (tu_now_ms() - t0 < 2000) {
         int64_t t = tu_now_ms() - t0;
-        if (rf_integer(srv, "EXISTS %s", name) == 1) {
+        if (rf_integer(gf_redis, "EXISTS %s", name) == 1) {
             last_seen = t;
         } else {
             gone = t;
@@ -219,14 +195,14 @@ static void test_extend_sets_renewal_lease(void **state)
 {
     (void)state;
     const char *name = "it_wd:extend";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 300, 1);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     assert_ok(lc_lock_extend(a, 3000));
-    assert_between(rf_integer(srv, "PTTL %s", name), 2500, 3000);
+    assert_between(rf_integer(gf_redis, "PTTL %s", name), 2500, 3000);
     /* Renewals with the old 300 ms lease (every 100 ms) would bring PTTL down to <= 300. */
     tu_sleep_ms(700);
-    assert_between(rf_integer(srv, "PTTL %s", name), 1500, 3000);
+    assert_between(rf_integer(gf_redis, "PTTL %s", name), 1500, 3000);
     assert_int_equal(lc_lock_lost(a), 0);
     assert_ok(lc_lock_release(a));
     lc_lock_free(a);
@@ -244,7 +220,7 @@ static void test_extend_during_renewal(void **state)
     /* 600 ms: the watchdog may be held up 400 ms (a loaded machine) before a lease ends. */
     enum { SHORT = 600, LONG = 6000, ROUNDS = 24 };
     const char *name = "it_wd:extend-race";
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, SHORT, 1);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     for (int i = 0; i < ROUNDS; i++) {
@@ -253,7 +229,7 @@ static void test_extend_during_renewal(void **state)
          * that moment, 0.25 ms apart. */
         tu_sleep_us((SHORT / 3 - 3) * 1000L + (long)i * 250);
         assert_ok(lc_lock_extend(a, LONG));
-        long long pttl = rf_integer(srv, "PTTL %s", name);
+        long long pttl = rf_integer(gf_redis, "PTTL %s", name);
         if (pttl <= SHORT)
             fail_msg("round %d: PTTL %lld ms right after an extend to %d ms", i, pttl, LONG);
     }
@@ -268,7 +244,7 @@ static void test_many_locks(void **state)
 {
     (void)state;
     enum { N = 20 };
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *locks[N];
     char names[N][32];
     for (int i = 0; i < N; i++) {
@@ -278,14 +254,14 @@ static void test_many_locks(void **state)
     }
     tu_sleep_ms(1000);
     for (int i = 0; i < N; i++) {
-        assert_int_equal(rf_integer(srv, "EXISTS %s", names[i]), 1);
+        assert_int_equal(rf_integer(gf_redis, "EXISTS %s", names[i]), 1);
         assert_int_equal(lc_lock_lost(locks[i]), 0);
     }
     for (int i = 0; i < N; i++) {
         assert_ok(lc_lock_release(locks[i]));
         lc_lock_free(locks[i]);
     }
-    assert_int_equal(rf_integer(srv, "EXISTS it_wd:many:0 it_wd:many:19"), 0);
+    assert_int_equal(rf_integer(gf_redis, "EXISTS it_wd:many:0 it_wd:many:19"), 0);
     lc_client_free(c);
 }
 
@@ -296,10 +272,10 @@ static void test_lost_after_restart(void **state)
     (void)state;
     const char *name = "it_wd:restart";
     lost_probe p = {0};
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lock_with_probe(c, name, 300, &p);
     assert_ok(lc_lock_acquire(a, 0, NULL));
-    assert_int_equal(rf_restart(srv), 0);
+    assert_int_equal(rf_restart(gf_redis), 0);
     int64_t t0 = tu_now_ms();
     assert_true(tu_poll_until(is_lost, a, 3000, 5));
     print_message("lost seen %lld ms after the restart\n", (long long)(tu_now_ms() - t0));
@@ -334,16 +310,16 @@ static void test_lost_when_unreachable(void **state)
     co.connect_timeout_ms = timeout;
     co.command_timeout_ms = timeout;
     lc_client *c = NULL;
-    assert_ok(lc_client_new(rf_url(srv), &co, &c));
+    assert_ok(lc_client_new(rf_url(gf_redis), &co, &c));
     lost_probe p = {0};
     lc_lock *a = lock_with_probe(c, name, lease, &p);
     assert_ok(lc_lock_acquire(a, 0, NULL));
     tu_sleep_ms(50);
-    assert_int_equal(rf_pause(srv), 0);
+    assert_int_equal(rf_pause(gf_redis), 0);
     int64_t t0 = tu_now_ms();
     int lost = tu_poll_until(is_lost, a, 2000, 5);
     int64_t took = tu_now_ms() - t0;
-    assert_int_equal(rf_resume(srv), 0);
+    assert_int_equal(rf_resume(gf_redis), 0);
     print_message("lost seen %lld ms into the outage\n", (long long)took);
     assert_true(lost);
     assert_between(took, 0, lease + timeout + 250);
@@ -381,7 +357,7 @@ static void test_holder_paused_past_lease(void **state)
         close(ready[0]);
         close(cont[1]);
         lc_client *c = NULL;
-        LT_CHILD_CHECK(lc_client_new(rf_url(srv), lt_client_opts(), &c) == LC_OK);
+        LT_CHILD_CHECK(lc_client_new(rf_url(gf_redis), lt_client_opts(), &c) == LC_OK);
         lc_script *s = NULL;
         LT_CHILD_CHECK(lc_fenced_script_new(SET_BODY, &s) == LC_OK);
         lc_lock_opts o = lt_opts(lease, 1);
@@ -417,7 +393,7 @@ static void test_holder_paused_past_lease(void **state)
         fail_msg("child did not take the lock (exit %d)", code);
     }
     assert_int_equal(kill(pid, SIGSTOP), 0);
-    lc_client *c = lt_client(rf_url(srv));
+    lc_client *c = lt_client(rf_url(gf_redis));
     lc_script *s = NULL;
     assert_ok(lc_fenced_script_new(SET_BODY, &s));
     lc_lock *l = lt_lock(c, name, 30000, 0);
@@ -432,9 +408,9 @@ static void test_holder_paused_past_lease(void **state)
     assert_status(wst, LC_OK);
     assert_int_equal(code, 0);
     char buf[64];
-    assert_int_equal(rf_string(srv, buf, sizeof buf, "GET it_wd:data"), 1);
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET it_wd:data"), 1);
     assert_string_equal(buf, "parent");
-    assert_string_equal(lt_owner(srv, name, buf, sizeof buf), lc_lock_token(l));
+    assert_string_equal(lt_owner(gf_redis, name, buf, sizeof buf), lc_lock_token(l));
     assert_ok(lc_lock_release(l));
     lc_lock_free(l);
     lc_script_free(s);
@@ -444,16 +420,16 @@ static void test_holder_paused_past_lease(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_renewal_keeps_lease, flush),
-        cmocka_unit_test_setup(test_lost_on_delete, flush),
-        cmocka_unit_test_setup(test_lost_when_taken, flush),
-        cmocka_unit_test_setup(test_max_hold, flush),
-        cmocka_unit_test_setup(test_extend_sets_renewal_lease, flush),
-        cmocka_unit_test_setup(test_extend_during_renewal, flush),
-        cmocka_unit_test_setup(test_many_locks, flush),
-        cmocka_unit_test_setup(test_lost_when_unreachable, flush),
-        cmocka_unit_test_setup(test_holder_paused_past_lease, flush),
-        cmocka_unit_test_setup(test_lost_after_restart, flush),
+        cmocka_unit_test_setup(test_renewal_keeps_lease, gf_flush),
+        cmocka_unit_test_setup(test_lost_on_delete, gf_flush),
+        cmocka_unit_test_setup(test_lost_when_taken, gf_flush),
+        cmocka_unit_test_setup(test_max_hold, gf_flush),
+        cmocka_unit_test_setup(test_extend_sets_renewal_lease, gf_flush),
+        cmocka_unit_test_setup(test_extend_during_renewal, gf_flush),
+        cmocka_unit_test_setup(test_many_locks, gf_flush),
+        cmocka_unit_test_setup(test_lost_when_unreachable, gf_flush),
+        cmocka_unit_test_setup(test_holder_paused_past_lease, gf_flush),
+        cmocka_unit_test_setup(test_lost_after_restart, gf_flush),
     };
-    return cmocka_run_group_tests_name("it_watchdog", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("it_watchdog", tests, gf_group_setup, gf_group_teardown);
 }

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "lockcore/lockcore.h"
+#include "group_fixture.h"
 #include "redis_fixture.h"
 #include "testutil.h"
 
@@ -143,13 +145,21 @@ static inline int lt_wait_child(pid_t pid, int timeout_ms)
     return 128 + WTERMSIG(status);
 }
 
-/* Per-test setup for tests on a shared server: FLUSHALL so every test starts from empty. */
-static inline int lt_flushall(rf_server *srv)
+/* One lc_lock_acquire (5 s) on a thread of its own (pthread_create(&a.tid, NULL,
+ * lt_acquire_main, &a)): its status and when it returned. */
+typedef struct lt_acquirer {
+    lc_lock *lock;
+    lc_status st;
+    int64_t done_us;
+    pthread_t tid;
+} lt_acquirer;
+
+static inline void *lt_acquire_main(void *arg)
 {
-    redisReply *r = rf_command(srv, "FLUSHALL");
-    int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-    freeReplyObject(r);
-    return ok ? 0 : -1;
+    lt_acquirer *t = arg;
+    t->st = lc_lock_acquire(t->lock, 5000, NULL);
+    t->done_us = tu_now_us();
+    return NULL;
 }
 
 /* The owner token stored in the lock hash (field o), or "" when absent. */

@@ -1,7 +1,7 @@
 /*
  * Five independent redis-server processes for the Redlock tests (header-only, static inline):
- * started on free ports by the group setup, stopped by the group teardown (and, on any failure
- * or signal, by the redis fixture's own cleanup), put back in shape before each test (resumed,
+ * started on free ports by the group setup, stopped by the group teardown (gf_group_teardown;
+ * on any failure or signal, by the fixtures' process registry), put back in shape before each test (resumed,
  * restarted, flushed), plus checks of a lock across the nodes.
  */
 #ifndef LC_TESTS_LT_NODES_H
@@ -9,7 +9,7 @@
 
 #include "lc_test.h"
 
-#define LT_NODES 5
+#define LT_NODES GF_NODES
 
 typedef struct lt_nodes {
     rf_server *srv[LT_NODES];
@@ -17,26 +17,18 @@ typedef struct lt_nodes {
     int paused[LT_NODES];
 } lt_nodes;
 
-/* Starts the five servers with the extra args (NULL-terminated, may be NULL). 0 or -1. */
+/* Starts the five servers with the extra args (NULL-terminated, may be NULL) as the group's
+ * nodes (group_fixture.h: gf_group_teardown stops them). 0 or -1. */
 static inline int lt_nodes_start(lt_nodes *n, const char *const *extra)
 {
     memset(n, 0, sizeof(*n));
+    if (gf_start_nodes(extra) != 0)
+        return -1;
     for (int i = 0; i < LT_NODES; i++) {
-        if (!(n->srv[i] = rf_start(extra)))
-            return -1;
-        n->urls[i] = rf_url(n->srv[i]);
+        n->srv[i] = gf_node[i];
+        n->urls[i] = gf_node_url[i];
     }
     return 0;
-}
-
-static inline void lt_nodes_stop(lt_nodes *n)
-{
-    for (int i = 0; i < LT_NODES; i++) {
-        if (n->paused[i])
-            rf_resume(n->srv[i]);
-        rf_stop(n->srv[i]);
-        n->srv[i] = NULL;
-    }
 }
 
 static inline void lt_node_pause(lt_nodes *n, int i)
@@ -74,7 +66,7 @@ static inline int lt_nodes_reset(lt_nodes *n)
         n->paused[i] = 0;
         if (rf_pid(n->srv[i]) == 0 && rf_restart(n->srv[i]) != 0)
             return -1;
-        if (lt_flushall(n->srv[i]) != 0)
+        if (rf_flushall(n->srv[i]) != 0)
             return -1;
     }
     return 0;

@@ -3,8 +3,9 @@
  *
  * A PUT, a DELETE and a restock each write their *intent* to the SKU's meta hash in one atomic
  * step (the new version and layout, or a pending restock); the segments (other Redis slots, so
- * no script can touch them all) are then brought to it by layout_settle. Every step of
- * layout_settle is idempotent and guarded by the segment's version, so any number of settles of
+ * no script can touch them all) are then brought to it by the settle (layout_read_settled_async,
+ * layout_heal_async). Every step of a settle is idempotent and guarded by the segment's
+ * version, so any number of settles of
  * any number of PUTs, concurrent or cut off half-way, converge on the newest layout; a settle
  * is run by the writer itself and by whoever next meets a layout still pending (an order, a
  * status read, the next admin call), so nothing waits for an admin to repair it.

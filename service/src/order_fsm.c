@@ -28,13 +28,13 @@
  * The callbacks (on_<event>) only translate a lockcore result into an event. The strategies are
  * a table (struct strategy): how one segment is tried, and whether there is a walk at all.
  *
- * Ownership. order_create_async allocates the order; it owns itself until finish(), which
+ * Ownership. order_create_async allocates the order; it owns itself until answer(), which
  * hands the areq back (areq_done) and frees it. At most one asynchronous operation is in flight
  * per order (a batch of pipelined reads counts as one: it completes when its last reply is
- * in), so finish() is only ever reached with nothing in flight and no timer armed; every timer
+ * in), so answer() is only ever reached with nothing in flight and no timer armed; every timer
  * is deleted on the path that leaves its state. A lockcore callback always comes (exactly once,
  * with LC_ESTATE when the client is freed at shutdown), so an order whose HTTP request was
- * abandoned (deadline, shutdown) still runs to finish() and is freed there; its late replies
+ * abandoned (deadline, shutdown) still runs to answer() and is freed there; its late replies
  * are harmless. The areq's lc and base are the loop's; the order never leaves its loop.
  */
 #include <inttypes.h>
@@ -152,7 +152,7 @@ struct walk {
     int any_error;  /* some segment failed with a Redis error: never answer sold out then */
 };
 
-/* An Idempotency-Key claim's strings (idempotency.md): allocated for a request with a key
+/* An Idempotency-Key claim's strings (docs/design.md, "The order path"): allocated for a request with a key
  * only, so an order in flight without one (most; 10,000 of them at once with 10,000
  * connections) does not carry them. */
 struct idem_claim {
@@ -176,7 +176,7 @@ struct order {
     struct sku_view view;
     int64_t deadline_ms;
     int settled;      /* this request already settled the SKU's layout once */
-    int healed;       /* ... and that settle brought every segment to the layout (layout_heal) */
+    int healed;       /* ... and that settle brought every segment to the layout (layout_heal_async) */
     int64_t stale_from; /* the view's version when a segment ahead of it made the order re-read
                            the layout: the same version again means the segment is ahead of the
                            meta itself (docs/design.md, "The healing rules") */

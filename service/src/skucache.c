@@ -5,8 +5,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "hash.h"
 #include "skucache.h"
 
@@ -28,13 +28,6 @@ struct skucache {
     pthread_mutex_t mu;
     struct entry *bucket[BUCKETS];
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static unsigned hash(const char *s)
 {
@@ -99,7 +92,7 @@ void skucache_get(struct skucache *c, const char *sku, struct sku_view *out)
         out->segments = e->segments;
         memcpy(out->held, e->held, sizeof(out->held));
         if (e->nempty > 0) {
-            int fresh = now_ms() - e->empty_since_ms < c->recheck_ms;
+            int fresh = clock_mono_ms() - e->empty_since_ms < c->recheck_ms;
             if (e->nempty == e->segments) {
                 out->sold_out = 1;
                 out->recheck_due = !fresh;
@@ -133,7 +126,7 @@ void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, i
     if (e && e->version == version && k >= 0 && k < e->segments &&
         !((e->empty[k / 64] >> (k % 64)) & 1)) {
         if (e->nempty == 0)
-            e->empty_since_ms = now_ms();
+            e->empty_since_ms = clock_mono_ms();
         e->empty[k / 64] |= 1ULL << (k % 64);
         e->nempty++;
     }
@@ -150,7 +143,7 @@ void skucache_set_empty(struct skucache *c, const char *sku, int64_t version,
         e->nempty = 0;
         for (int k = 0; k < e->segments; k++)
             e->nempty += (int)((empty[k / 64] >> (k % 64)) & 1);
-        e->empty_since_ms = now_ms();
+        e->empty_since_ms = clock_mono_ms();
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -187,7 +180,7 @@ int skucache_foreach(struct skucache *c, int max,
 {
     int n = 0;
     pthread_mutex_lock(&c->mu);
-    int64_t now = now_ms();
+    int64_t now = clock_mono_ms();
     for (int b = 0; b < BUCKETS && n < max; b++) {
         for (const struct entry *e = c->bucket[b]; e && n < max; e = e->next) {
             if (e->version == 0)

@@ -115,7 +115,7 @@ struct batch {
     int n, left, failed;
     char why[256]; /* the first failure's message */
     struct store_item *items;
-    struct bslot {
+    struct batch_slot {
         struct batch *b;
         int i;
     } *slots;
@@ -131,9 +131,9 @@ static void batch_end(struct batch *b)
     free(b);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_batch_item(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
-    struct bslot *s = arg;
+    struct batch_slot *s = arg;
     struct batch *b = s->b;
     store_conns_note(b->conns, b->lc);
     if (st != LC_OK || !r) {
@@ -182,7 +182,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         b->left++;
         if (lc_async_script(lc, store->scripts[id], nkeys,
                             keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
-                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_reply,
+                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_item,
                             &b->slots[i]) != LC_OK) {
             if (!b->failed) /* the start's failure, just recorded */
                 snprintf(b->why, sizeof(b->why), "%s", lc_errmsg());

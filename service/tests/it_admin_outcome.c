@@ -24,40 +24,14 @@ static int port;
 
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
-        return -1;
+    (void)state;
     char timeout[16];
     snprintf(timeout, sizeof timeout, "%d", AO_REDIS_TIMEOUT_MS);
     const char *args[] = {"--threads", "2", "--admin-token", AO_TOKEN, "--redis-timeout-ms",
                           timeout,     NULL};
-    svc = sf_start(rf_url(sf_redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    int bad = svc != NULL && sf_stop(svc) != 0;
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
-}
-
-static long long put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, AO_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT(r.status == 201 || r.status == 200, "PUT: %s", sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    sf_resp_free(&r);
-    return v;
-}
-
-static void assert_unknown_503(const sf_resp *r)
-{
-    SF_ASSERT(r->status == 503 && strcmp(sf_error_code(r), "unavailable") == 0 &&
-                  strcmp(sf_str(r->json, "outcome"), "unknown") == 0,
-              "a 503 with \"outcome\":\"unknown\" was expected: %s", sf_resp_summary(r));
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 static long long stock_total(const char *sku)
@@ -75,7 +49,7 @@ static void warm_up(void)
 {
     char sku[64], path[200];
     tu_unique_name(sku, sizeof sku, "ao-warm");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     sf_resp r = {0};
     sf_restock(port, AO_TOKEN, sku, 1, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -93,9 +67,9 @@ static void warm_up(void)
 /* Sends method path body while redis-server is frozen, into *r, then thaws it. */
 static void while_frozen(const char *method, const char *path, const char *body, sf_resp *r)
 {
-    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
+    SF_ASSERT(rf_pause(gf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_json_request(NULL, port, method, path, AO_TOKEN, NULL, body, r);
-    rf_resume(sf_redis);
+    rf_resume(gf_redis);
 }
 
 /* Polls Redis until the integer fmt answers want (or AO_THAW_MS passed); the last answer. */
@@ -103,7 +77,7 @@ static long long wait_integer(long long want, const char *fmt, const char *sku)
 {
     int64_t until = tu_now_ms() + AO_THAW_MS;
     long long got;
-    while ((got = rf_integer(sf_redis, fmt, sku)) != want && tu_now_ms() < until)
+    while ((got = rf_integer(gf_redis, fmt, sku)) != want && tu_now_ms() < until)
         tu_sleep_ms(20);
     return got;
 }
@@ -114,7 +88,7 @@ static long long wait_number(long long want, const char *fmt, const char *sku)
     int64_t until = tu_now_ms() + AO_THAW_MS;
     char buf[32];
     long long got;
-    while ((got = rf_string(sf_redis, buf, sizeof buf, fmt, sku) == 1 ? atoll(buf) : -1) != want &&
+    while ((got = rf_string(gf_redis, buf, sizeof buf, fmt, sku) == 1 ? atoll(buf) : -1) != want &&
            tu_now_ms() < until)
         tu_sleep_ms(20);
     return got;
@@ -130,23 +104,23 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
     /* Restock, no key: once thawed the restock is registered (and the next read applies it);
      * a plain 503 would tell the client to send it again. */
     tu_unique_name(sku, sizeof sku, "ao-rst");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s/restock", sku);
     while_frozen("POST", path, "{\"quantity\": 5}", &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     SF_ASSERT_EQ(wait_integer(1, "HLEN inv:2:{%s}:rst", sku), 1);
     SF_ASSERT_EQ(stock_total(sku), 15);
 
     /* PUT, no key. */
     tu_unique_name(sku, sizeof sku, "ao-put");
-    long long v = put(sku, 10, 1);
+    long long v = SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("PUT", path, "{\"stock\": 30, \"segments\": 2}", &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     /* Versions only go up (by at least one: issue 18 item 4 took them from Redis's clock). */
     char ver[32] = "";
     int64_t until = tu_now_ms() + AO_THAW_MS;
-    while ((rf_string(sf_redis, ver, sizeof ver, "GET inv:2:{%s}:ver", sku) != 1 ||
+    while ((rf_string(gf_redis, ver, sizeof ver, "GET inv:2:{%s}:ver", sku) != 1 ||
             atoll(ver) <= v) &&
            tu_now_ms() < until)
         tu_sleep_ms(20);
@@ -155,13 +129,13 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
 
     /* DELETE. */
     tu_unique_name(sku, sizeof sku, "ao-del");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("DELETE", path, NULL, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     char segs[32] = "";
     until = tu_now_ms() + AO_THAW_MS;
-    while ((rf_string(sf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) != 1 ||
+    while ((rf_string(gf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) != 1 ||
             strcmp(segs, "0") != 0) &&
            tu_now_ms() < until)
         tu_sleep_ms(20);
@@ -170,18 +144,18 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
 
     /* Cancel. */
     tu_unique_name(sku, sizeof sku, "ao-can");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
     sf_order(NULL, port, sku, 3, &r);
     SF_ASSERT_STATUS(&r, 201);
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
     while_frozen("DELETE", path, NULL, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     SF_ASSERT_EQ(wait_number(10, "GET inv:2:{%s/0}:stock", sku), 10);
     sf_json_request(NULL, port, "DELETE", path, AO_TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 409, "already_cancelled");
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 /* A restock registered whose settle then fails (segment 1's counters are a string, so its
@@ -192,24 +166,24 @@ static void test_restock_whose_settle_fails_is_unknown(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "ao-rset");
-    put(sku, 10, 2);
+    SF_PUT_SKU(port, AO_TOKEN, sku, 10, 2);
     redisReply *x =
-        rf_command(sf_redis, "RENAME inv:2:{%s/1}:cnt inv:2:{%s/1}:cnt-aside", sku, sku);
+        rf_command(gf_redis, "RENAME inv:2:{%s/1}:cnt inv:2:{%s/1}:cnt-aside", sku, sku);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "RENAME cnt");
     freeReplyObject(x);
-    x = rf_command(sf_redis, "SET inv:2:{%s/1}:cnt not-a-hash", sku);
+    x = rf_command(gf_redis, "SET inv:2:{%s/1}:cnt not-a-hash", sku);
     freeReplyObject(x);
     sf_resp r = {0};
     sf_restock(port, AO_TOKEN, sku, 6, &r);
-    assert_unknown_503(&r);
+    SF_ASSERT_OUTCOME_UNKNOWN(&r);
     sf_resp_free(&r);
-    x = rf_command(sf_redis, "RENAME inv:2:{%s/1}:cnt-aside inv:2:{%s/1}:cnt", sku, sku);
+    x = rf_command(gf_redis, "RENAME inv:2:{%s/1}:cnt-aside inv:2:{%s/1}:cnt", sku, sku);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "RENAME back");
     freeReplyObject(x);
     SF_ASSERT_EQ(stock_total(sku), 16);
     SF_ASSERT_EQ(stock_total(sku), 16);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 /* 160 restocks pending ahead of this one (1 unit each): one settle applies 4 rounds of 32, so
@@ -219,15 +193,15 @@ static void test_restock_behind_many_pending_is_never_409(void **state)
 {
     (void)state;
     enum { AHEAD = 160, UNITS = 1000 };
-    redisReply *x = rf_command(sf_redis, "CONFIG SET hash-max-listpack-entries 1024");
+    redisReply *x = rf_command(gf_redis, "CONFIG SET hash-max-listpack-entries 1024");
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "CONFIG SET");
     freeReplyObject(x);
     char sku[64];
     tu_unique_name(sku, sizeof sku, "ao-many");
-    long long v = put(sku, 0, 1);
+    long long v = SF_PUT_SKU(port, AO_TOKEN, sku, 0, 1);
     for (int i = 0; i < AHEAD; i++) {
-        long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
-        x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:1", sku, rid, v);
+        long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+        x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:1", sku, rid, v);
         SF_ASSERT(x != NULL && x->type == REDIS_REPLY_INTEGER, "%s", "HSET rst");
         freeReplyObject(x);
     }
@@ -235,7 +209,7 @@ static void test_restock_behind_many_pending_is_never_409(void **state)
     sf_restock(port, AO_TOKEN, sku, UNITS, &r);
     SF_ASSERT(r.status != 409, "a restock still pending answered %s", sf_resp_summary(&r));
     if (r.status != 200)
-        assert_unknown_503(&r);
+        SF_ASSERT_OUTCOME_UNKNOWN(&r);
     sf_resp_free(&r);
     /* Reads complete it, once. */
     int64_t until = tu_now_ms() + AO_THAW_MS;
@@ -243,10 +217,10 @@ static void test_restock_behind_many_pending_is_never_409(void **state)
     while ((t = stock_total(sku)) != AHEAD + UNITS && tu_now_ms() < until)
         tu_sleep_ms(20);
     SF_ASSERT_EQ(t, AHEAD + UNITS);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s}:rst", sku), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s}:rst", sku), 0);
     SF_ASSERT_EQ(stock_total(sku), AHEAD + UNITS);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 int main(void)
@@ -256,5 +230,5 @@ int main(void)
         cmocka_unit_test(test_restock_whose_settle_fails_is_unknown),
         cmocka_unit_test(test_restock_behind_many_pending_is_never_409),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-static rf_server *redis;
 static sf_service *svc; /* --admin-token TOKEN */
 static int port;
 
@@ -22,25 +21,10 @@ static const char TOKEN[] = "it-api-secret-token";
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     const char *args[] = {"--admin-token", TOKEN, "--threads", "8", NULL};
-    svc = sf_start(rf_url(redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int st = sf_stop(svc);
-    svc = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return st == 0 ? 0 : -1;
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 /* ---- helpers ---- */
@@ -53,18 +37,6 @@ static char *new_sku(char *buf, size_t size)
 static void sku_path(char *buf, size_t size, const char *sku)
 {
     snprintf(buf, size, "/api/v1/skus/%s", sku);
-}
-
-/* PUTs the SKU on port p with the admin token and asserts 201/200. Returns the version. */
-static long long put_sku(int p, const char *token, const char *sku, long long stock, int segs)
-{
-    sf_resp r = {0};
-    int st = sf_put_sku(p, token, sku, stock, segs, &r);
-    SF_ASSERT(st == 201 || st == 200, "PUT %s: %s", sku, sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    SF_ASSERT(v >= 1, "PUT %s: no version in %s", sku, sf_resp_summary(&r));
-    sf_resp_free(&r);
-    return v;
 }
 
 /* GET status (asserting 200). New reference. */
@@ -92,7 +64,7 @@ static void expect_totals(const char *sku, long long total, long long remaining,
                           long long orders)
 {
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     json_t *st = status_of(port, sku);
     char *text = json_dumps(st, JSON_COMPACT);
     SF_ASSERT(sf_json_int(st, "stock_total", -1) == total &&
@@ -159,7 +131,7 @@ static void test_put_created_then_replaced(void **state)
 
     /* The old layout (4 segments) is gone: the checker also looks for stray segment keys. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v2);
     SF_ASSERT_EQ(rep.segments, 2);
     json_t *st = status_of(port, sku);
@@ -169,7 +141,7 @@ static void test_put_created_then_replaced(void **state)
     expect_totals(sku, 50, 50, 0, 0);
 
     /* A third PUT keeps counting up. */
-    long long v3 = put_sku(port, TOKEN, sku, 7, 7);
+    long long v3 = SF_PUT_SKU(port, TOKEN, sku, 7, 7);
     SF_ASSERT(v3 > v2, "version went from %lld to %lld", v2, v3);
     expect_totals(sku, 7, 7, 0, 0);
 }
@@ -209,7 +181,7 @@ static void test_status_fields(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    long long v = put_sku(port, TOKEN, sku, 10, 4);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 4);
     json_t *st = status_of(port, sku);
     check_status_shape(st, sku, 4);
     SF_ASSERT_EQ(sf_json_int(st, "version", -1), v);
@@ -257,7 +229,7 @@ static void test_unknown_sku(void **state)
     sf_resp_free(&r);
     /* None of that created anything. */
     sf_report rep;
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.found,
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.found,
               "unknown SKU %s exists in Redis after the 404s", sku);
 }
 
@@ -266,7 +238,7 @@ static void test_restock(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    long long v = put_sku(port, TOKEN, sku, 8, 4);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 8, 4);
     json_decref(order_ok(port, sku, 1));
     sf_resp r = {0};
     sf_restock(port, TOKEN, sku, 6, &r);
@@ -290,7 +262,7 @@ static void test_delete(void **state)
     char sku[64], path[160], opath[256];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(port, TOKEN, sku, 6, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 6, 2);
     json_t *o = order_ok(port, sku, 1);
     snprintf(opath, sizeof opath, "/api/v1/orders/%s",
              json_string_value(json_object_get(o, "order_id")));
@@ -310,7 +282,7 @@ static void test_delete(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_resp_free(&r);
     for (int k = 0; k < 2; k++) {
-        long long n = rf_integer(redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
+        long long n = rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
                                         "inv:2:{%s/%d}:orders inv:2:{%s/%d}:idem",
                                  sku, k, sku, k, sku, k, sku, k);
         SF_ASSERT(n == 0, "%lld keys of segment %d of the deleted SKU remain", n, k);
@@ -318,11 +290,11 @@ static void test_delete(void **state)
     /* What stays: the meta as a layout of 0 segments and each segment's version (tombstones,
      * so that a slower, older PUT cannot bring the SKU back). */
     char segs[16] = "";
-    SF_ASSERT(rf_string(redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) == 1 &&
+    SF_ASSERT(rf_string(gf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku) == 1 &&
                   strcmp(segs, "0") == 0,
               "meta.segments '%s' after DELETE", segs);
     /* A new PUT of the same name starts afresh, with a higher version than ever before. */
-    long long v = put_sku(port, TOKEN, sku, 3, 1);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 3, 1);
     SF_ASSERT(v >= 2, "version %lld after DELETE + PUT", v);
     expect_totals(sku, 3, 3, 0, 0);
 }
@@ -347,7 +319,7 @@ static void test_order_fields(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
 
     char body[256];
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2, \"user_id\": \"alice\"}", sku);
@@ -407,7 +379,7 @@ static void test_cancel(void **state)
     (void)state;
     char sku[64], opath[256];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     json_t *o = order_ok(port, sku, 3);
     json_t *keep = order_ok(port, sku, 1);
     const char *id = json_string_value(json_object_get(o, "order_id"));
@@ -450,7 +422,7 @@ static void test_cancel(void **state)
     /* Nothing moved twice. */
     sf_report rep;
     expect_totals(sku, 10, 9, 1, 1);
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.cancelled, 1);
     json_decref(o);
     json_decref(keep);
@@ -459,7 +431,7 @@ static void test_cancel(void **state)
 /* ---- errors ---- */
 
 /* Copies tmpl into out replacing $SKU, LONGSKU and LONGUSER. */
-static void expand(char *out, size_t size, const char *tmpl, const char *sku,
+static void expand_template(char *out, size_t size, const char *tmpl, const char *sku,
                    const char *long_sku, const char *long_user)
 {
     size_t n = 0;
@@ -491,7 +463,7 @@ static void test_invalid_requests_change_nothing(void **state)
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
     snprintf(restock, sizeof restock, "%s/restock", path);
-    long long v = put_sku(port, TOKEN, sku, 10, 2);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 2);
 
     char long_sku[80], long_user[140];
     memset(long_sku, 'a', 65);
@@ -517,7 +489,7 @@ static void test_invalid_requests_change_nothing(void **state)
     sf_resp r = {0};
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
         char body[600];
-        expand(body, sizeof body, orders[i], sku, long_sku, long_user);
+        expand_template(body, sizeof body, orders[i], sku, long_sku, long_user);
         sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
         if (r.status != 400)
             sf_fail_at(__FILE__, __LINE__, "bad order body accepted", "body %s: %s", body,
@@ -562,7 +534,7 @@ static void test_invalid_requests_change_nothing(void **state)
 
     /* Nothing changed: same version, same stock, no orders. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v);
     SF_ASSERT_EQ(rep.segments, 2);
     expect_totals(sku, 10, 10, 0, 0);
@@ -631,7 +603,7 @@ static void test_sold_out(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 3, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 3, 1);
     json_decref(order_ok(port, sku, 3));
     sf_resp r = {0};
     sf_order(NULL, port, sku, 1, &r);
@@ -647,7 +619,7 @@ static void test_insufficient_stock(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 8, 4); /* 2 units in each segment */
+    SF_PUT_SKU(port, TOKEN, sku, 8, 4); /* 2 units in each segment */
     sf_resp r = {0};
     sf_order(NULL, port, sku, 3, &r); /* 3 <= 8 in all, but more than any segment holds */
     SF_ASSERT_ERROR(&r, 409, "insufficient_stock");
@@ -664,7 +636,7 @@ static void test_body_too_large(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 5, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 5, 1);
 
     /* 17 KiB: a valid order padded with an unknown member. */
     size_t big = 17 * 1024;
@@ -696,7 +668,7 @@ static void test_unsupported_media_type(void **state)
     char sku[64], body[200], path[160];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(port, TOKEN, sku, 5, 1);
+    SF_PUT_SKU(port, TOKEN, sku, 5, 1);
     snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
     size_t len = strlen(body);
     sf_resp r = {0};
@@ -753,7 +725,7 @@ static void test_admin_auth(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_sku"); /* the refused PUTs made nothing */
 
     /* The right token. */
-    long long v = put_sku(port, TOKEN, sku, 10, 2);
+    long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     json_t *o = order_ok(port, sku, 1); /* orders need no token */
     snprintf(opath, sizeof opath, "/api/v1/orders/%s",
              json_string_value(json_object_get(o, "order_id")));
@@ -769,7 +741,7 @@ static void test_admin_auth(void **state)
     sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 401, "unauthorized");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, v);
     expect_totals(sku, 10, 9, 1, 1);
 
@@ -825,7 +797,7 @@ static void test_idempotency_replay(void **state)
     (void)state;
     char sku[64], body[200], key[80];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2}", sku);
     tu_unique_name(key, sizeof key, "key");
     double replayed0 = sf_metric(port, "inventory_orders_total{result=\"replayed\"}");
@@ -867,12 +839,12 @@ static void test_idempotency_key_after_reput(void **state)
     char sku[64], body[200], key[80];
     new_sku(sku, sizeof sku);
     tu_unique_name(key, sizeof key, "key-reput");
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     snprintf(body, sizeof body, "{\"sku\": \"%s\"}", sku);
     sf_resp r = {0};
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
     SF_ASSERT_STATUS(&r, 201);
-    put_sku(port, TOKEN, sku, 10, 2);
+    SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
     SF_ASSERT(r.status == 201, "the same Idempotency-Key after a re-PUT: %s (expected a new order "
                                "under the new version; unknown_order is not an answer of "
@@ -918,7 +890,7 @@ static void test_idempotency_concurrent(void **state)
     char sku[64], key[80], body[200];
     new_sku(sku, sizeof sku);
     tu_unique_name(key, sizeof key, "concurrent-key");
-    put_sku(port, TOKEN, sku, 20, 4);
+    SF_PUT_SKU(port, TOKEN, sku, 20, 4);
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, IDEM_THREADS);
     struct idem_worker w[IDEM_THREADS];
@@ -989,12 +961,12 @@ static void test_lock_timeout(void **state)
     /* Without --admin-token, admin calls from loopback are accepted (the fixture passes
      * --admin-allow-loopback). */
     const char *args[] = {"--hold-ms", "800", "--lock-wait-ms", "150", "--threads", "4", NULL};
-    sf_service *slow = sf_start(rf_url(redis), args);
+    sf_service *slow = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(slow != NULL, "could not start inventoryd %s", "--hold-ms 800");
     int sp = sf_port(slow);
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(sp, NULL, sku, 10, 1);
+    SF_PUT_SKU(sp, NULL, sku, 10, 1);
 
     struct slow_order holder = {.port = sp, .sku = sku};
     assert_int_equal(pthread_create(&holder.tid, NULL, slow_order_run, &holder), 0);
@@ -1022,12 +994,12 @@ static void test_checker_catches_drift(void **state)
     (void)state;
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(port, TOKEN, sku, 12, 3);
+    SF_PUT_SKU(port, TOKEN, sku, 12, 3);
     json_t *o = order_ok(port, sku, 2);
     long long k = sf_json_int(o, "segment", -1);
     const char *id = json_string_value(json_object_get(o, "order_id"));
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 
     struct {
         const char *what, *doit, *undo;
@@ -1041,39 +1013,39 @@ static void test_checker_catches_drift(void **state)
         {"a segment below zero", "SET inv:2:{%s/%lld}:stock -1", NULL},
     };
     for (size_t i = 0; i < sizeof drifts / sizeof drifts[0]; i++) {
-        redisReply *before = rf_command(redis, "GET inv:2:{%s/%lld}:stock", sku, k);
+        redisReply *before = rf_command(gf_redis, "GET inv:2:{%s/%lld}:stock", sku, k);
         char saved[32];
         snprintf(saved, sizeof saved, "%s", before && before->str ? before->str : "0");
         freeReplyObject(before);
-        freeReplyObject(rf_command(redis, drifts[i].doit, sku, k));
-        SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+        freeReplyObject(rf_command(gf_redis, drifts[i].doit, sku, k));
+        SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
                   "the checker missed: %s", drifts[i].what);
         if (drifts[i].undo != NULL)
-            freeReplyObject(rf_command(redis, drifts[i].undo, sku, k));
+            freeReplyObject(rf_command(gf_redis, drifts[i].undo, sku, k));
         else
-            freeReplyObject(rf_command(redis, "SET inv:2:{%s/%lld}:stock %s", sku, k, saved));
-        SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+            freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/%lld}:stock %s", sku, k, saved));
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     }
     /* An order record that is not where its id says, and one that lost its units. */
     long long other = (k + 1) % 3;
-    redisReply *rec = rf_command(redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
+    redisReply *rec = rf_command(gf_redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
     SF_ASSERT(rec != NULL && rec->type == REDIS_REPLY_STRING, "no record of order %s", id);
-    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
+    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
                                rec->str));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed an order record in the wrong segment");
-    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
-    freeReplyObject(rf_command(redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
+    freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed counters of an order whose record is gone");
-    freeReplyObject(rf_command(redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
+    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
     freeReplyObject(rec);
     /* A segment left over from a larger layout. */
-    freeReplyObject(rf_command(redis, "SET inv:2:{%s/7}:stock 5", sku));
-    SF_ASSERT(sf_check_invariants(rf_url(redis), sku, &rep) == 0 && !rep.ok,
+    freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/7}:stock 5", sku));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
               "%s", "the checker missed a stray segment");
-    freeReplyObject(rf_command(redis, "DEL inv:2:{%s/7}:stock", sku));
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    freeReplyObject(rf_command(gf_redis, "DEL inv:2:{%s/7}:stock", sku));
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 2 && rep.orders == 1 && rep.remaining == 10, "sold %lld orders %lld",
               rep.sold, rep.orders);
     json_decref(o);
@@ -1106,11 +1078,11 @@ static void test_sigterm_drains_and_exits_0(void **state)
 {
     (void)state;
     const char *args[] = {"--hold-ms", "400", "--threads", "2", NULL};
-    sf_service *s = sf_start(rf_url(redis), args);
+    sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "could not start inventoryd %s", "--hold-ms 400");
     char sku[64];
     new_sku(sku, sizeof sku);
-    put_sku(sf_port(s), NULL, sku, 5, 1);
+    SF_PUT_SKU(sf_port(s), NULL, sku, 5, 1);
     struct slow_order inflight = {.port = sf_port(s), .sku = sku};
     assert_int_equal(pthread_create(&inflight.tid, NULL, slow_order_run, &inflight), 0);
     tu_sleep_ms(150);
@@ -1143,7 +1115,7 @@ static void test_redis_down_503_and_recovery(void **state)
     char sku[64], path[160];
     new_sku(sku, sizeof sku);
     sku_path(path, sizeof path, sku);
-    put_sku(sp, NULL, sku, 20, 4);
+    SF_PUT_SKU(sp, NULL, sku, 20, 4);
     json_decref(order_ok(sp, sku, 2));
 
     SF_ASSERT(rf_halt(r2, SIGKILL) == 0, "%s", "kill redis");
@@ -1225,5 +1197,5 @@ int main(void)
         cmocka_unit_test(test_sigterm_drains_and_exits_0),
         cmocka_unit_test(test_redis_down_503_and_recovery),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -88,7 +88,7 @@ static int master_of_segment(const char *sku, int k)
 
 #define CL_MAX_ORDERS 4096
 
-struct buyer {
+struct cl_buyer {
     int port;
     const char *sku;
     atomic_int *stop; /* set: stop at the next answer */
@@ -101,9 +101,9 @@ struct buyer {
     atomic_int done;
 };
 
-static void *buy(void *arg)
+static void *cl_buy(void *arg)
 {
-    struct buyer *b = arg;
+    struct cl_buyer *b = arg;
     sf_conn *c = sf_conn_open(b->port, 15000);
     int64_t sold_out_since = 0;
     while (!atomic_load(b->stop)) {
@@ -148,7 +148,7 @@ static void *buy(void *arg)
 }
 
 struct sale {
-    struct buyer b[CL_THREADS];
+    struct cl_buyer b[CL_THREADS];
     pthread_t t[CL_THREADS];
     atomic_int stop;
     _Atomic int64_t last_created_ms;
@@ -160,7 +160,7 @@ static void sale_start(struct sale *s, const char *sku)
     atomic_init(&s->stop, 0);
     atomic_init(&s->last_created_ms, 0);
     for (int i = 0; i < CL_THREADS; i++) {
-        struct buyer *b = &s->b[i];
+        struct cl_buyer *b = &s->b[i];
         b->port = sf_port(svc[i % 2]);
         b->sku = sku;
         b->stop = &s->stop;
@@ -169,12 +169,12 @@ static void sale_start(struct sale *s, const char *sku)
         atomic_init(&b->created, 0);
         b->ids = calloc(CL_MAX_ORDERS, sizeof(*b->ids));
         SF_ASSERT(b->ids != NULL, "out of memory");
-        SF_ASSERT(pthread_create(&s->t[i], NULL, buy, b) == 0, "pthread_create");
+        SF_ASSERT(pthread_create(&s->t[i], NULL, cl_buy, b) == 0, "pthread_create");
     }
 }
 
 /* Waits for the buyers (at most timeout_ms, then tells them to stop). Sums into *total. */
-static void sale_join(struct sale *s, int timeout_ms, struct buyer *total)
+static void sale_join(struct sale *s, int timeout_ms, struct cl_buyer *total)
 {
     int64_t deadline = tu_now_ms() + timeout_ms;
     for (int i = 0; i < CL_THREADS; i++) {
@@ -237,7 +237,7 @@ static void test_sale_over_cluster(void **state)
               on[1], on[2]);
 
     struct sale s;
-    struct buyer total;
+    struct cl_buyer total;
     sale_start(&s, sku);
     sale_join(&s, 120000, &total);
     sale_free(&s);
@@ -553,7 +553,7 @@ static void test_master_killed_mid_sale(void **state)
     SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", victim);
     int64_t back = tu_now_ms();
     long long promoted_to_back = created(&s) - before - during;
-    struct buyer total;
+    struct cl_buyer total;
     sale_join(&s, 180000, &total);
     int64_t end = tu_now_ms();
     long long after = atomic_load(&total.created) - before - during - promoted_to_back;

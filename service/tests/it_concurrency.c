@@ -27,20 +27,20 @@ struct cc_setup {
 };
 
 /* Per test: CC_INSTANCES instances with the test's strategy. */
-static int start_instances(void **state)
+static int cc_start(void **state)
 {
     struct cc_setup *s = *state;
     const char *args[] = {"--strategy", s->strategy, "--threads", "8", "--hold-ms", s->hold_ms,
                           NULL};
     for (int i = 0; i < CC_INSTANCES; i++) {
-        s->svc[i] = sf_start(rf_url(sf_redis), args);
+        s->svc[i] = sf_start(rf_url(gf_redis), args);
         if (s->svc[i] == NULL)
             return -1;
     }
     return 0;
 }
 
-static int stop_instances(void **state)
+static int cc_stop(void **state)
 {
     struct cc_setup *s = *state;
     int bad = 0;
@@ -177,7 +177,7 @@ static int cmp_id(const void *a, const void *b)
 /* Checks that every order of the client has its record at its segment with its quantity. */
 static void check_records(const char *sku, const struct cc_order *all, int n)
 {
-    redisContext *c = rf_connect(sf_redis);
+    redisContext *c = rf_connect(gf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < n; i++)
         redisAppendCommand(c, "HGET inv:2:{%s/%d}:orders %s", sku, all[i].segment, all[i].id);
@@ -312,7 +312,7 @@ static void sell(struct cc_setup *s, const char *sku, long long units_expected,
     free(all);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.negative_segments == 0, "%d segments below zero", rep.negative_segments);
     SF_ASSERT(rep.sold == units_expected && rep.remaining == 0 && rep.stock_total == stock_total,
               "Redis: sold %lld remaining %lld stock_total %lld; expected %lld sold of %lld",
@@ -506,7 +506,7 @@ static void test_insufficient_stock_under_contention(void **state)
     SF_ASSERT(other == 0, "%d of %d answers were not 409 insufficient_stock; first: %s", other,
               CC_THREADS * IS_REQUESTS, first);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 0 && rep.remaining == 2LL * s->segments, "sold %lld remaining %lld",
               rep.sold, rep.remaining);
 }
@@ -548,20 +548,20 @@ int main(void)
     static struct cc_setup shortage = {"segmented", "0", 0, 4, {NULL}};
     static struct cc_setup changes = {"segmented", "0", 1000, 16, {NULL}};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_segmented, start_instances,
-                                                 stop_instances, &segmented),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, start_instances,
-                                                 stop_instances, &hold),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, start_instances,
-                                                 stop_instances, &one),
-        cmocka_unit_test_prestate_setup_teardown(test_single_lock, start_instances,
-                                                 stop_instances, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_atomic, start_instances, stop_instances,
+        cmocka_unit_test_prestate_setup_teardown(test_segmented, cc_start,
+                                                 cc_stop, &segmented),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, cc_start,
+                                                 cc_stop, &hold),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, cc_start,
+                                                 cc_stop, &one),
+        cmocka_unit_test_prestate_setup_teardown(test_single_lock, cc_start,
+                                                 cc_stop, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_atomic, cc_start, cc_stop,
                                                  &atomic),
         cmocka_unit_test_prestate_setup_teardown(test_restock_and_cancel_during_sale,
-                                                 start_instances, stop_instances, &changes),
+                                                 cc_start, cc_stop, &changes),
         cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
-                                                 start_instances, stop_instances, &shortage),
+                                                 cc_start, cc_stop, &shortage),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

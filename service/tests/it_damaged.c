@@ -26,44 +26,19 @@ static int port;
 
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
-        return -1;
+    (void)state;
     const char *args[] = {"--threads", "4", "--admin-token", DM_TOKEN, NULL};
-    svc = sf_start(rf_url(sf_redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    int bad = svc != NULL && sf_stop(svc) != 0;
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
-}
-
-static void put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, DM_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 static void redis_do(const char *fmt, const char *sku, int k, const char *value)
 {
-    redisReply *r = rf_command(sf_redis, fmt, sku, k, value);
+    redisReply *r = rf_command(gf_redis, fmt, sku, k, value);
     SF_ASSERT(r != NULL && r->type != REDIS_REPLY_ERROR, "%s: %s", fmt,
               r && r->str ? r->str : "no reply");
     freeReplyObject(r);
-}
-
-static long long seg_stock(const char *sku, int k)
-{
-    char buf[32];
-    SF_ASSERT(rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) == 1, "%s",
-              "GET stock");
-    return atoll(buf);
 }
 
 static void test_order_on_damaged_segment_changes_nothing(void **state)
@@ -71,17 +46,17 @@ static void test_order_on_damaged_segment_changes_nothing(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmord");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 10, 1);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     sf_resp r = {0};
     sf_order(NULL, port, sku, 1, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     sf_resp_free(&r);
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s/0}:orders", sku), 0);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s/0}:orders", sku), 0);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
 }
 
@@ -90,7 +65,7 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     (void)state;
     char sku[64], path[200];
     tu_unique_name(sku, sizeof sku, "dmcan");
-    put(sku, 10, 1);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 10, 1);
     sf_resp r = {0};
     sf_order(NULL, port, sku, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -98,21 +73,21 @@ static void test_cancel_on_damaged_segment_changes_nothing(void **state)
     redis_do("HSET inv:2:{%s/%d}:cnt o %s", sku, 0, "not-a-number");
     sf_json_request(NULL, port, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
-    SF_ASSERT_EQ(seg_stock(sku, 0), 8);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 8);
     sf_http(port, "GET", path, NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "created") == 0, "order after a failed cancel: %s",
               r.body);
     redis_do("HSET inv:2:{%s/%d}:cnt o %s", sku, 0, "1");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 2);
     /* Repaired, the cancel works and gives the units back once. */
     sf_json_request(NULL, port, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
     sf_resp_free(&r);
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 static void test_orders_fail_over_from_damaged_segment(void **state)
@@ -120,7 +95,7 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "dmfo");
-    put(sku, 20, 2);
+    SF_PUT_SKU(port, DM_TOKEN, sku, 20, 2);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "not-a-number");
     for (int i = 0; i < 8; i++) {
         sf_resp r = {0};
@@ -129,11 +104,11 @@ static void test_orders_fail_over_from_damaged_segment(void **state)
         SF_ASSERT_EQ(sf_json_int(r.json, "segment", -1), 1);
         sf_resp_free(&r);
     }
-    SF_ASSERT_EQ(seg_stock(sku, 0), 10);
-    SF_ASSERT_EQ(seg_stock(sku, 1), 2);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), 10);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 1), 2);
     redis_do("HSET inv:2:{%s/%d}:cnt s %s", sku, 0, "0");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 8);
 }
 
@@ -164,10 +139,10 @@ static long long put_v(const char *sku, long long stock, int segments)
 /* A restock registered and not yet applied (as its first step leaves it): its rid. */
 static long long poke_restock(const char *sku, long long version, long long units)
 {
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
     SF_ASSERT(rid > 0, "HINCRBY rseq: %lld", rid);
     redisReply *x =
-        rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:%lld", sku, rid, version, units);
+        rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:%lld", sku, rid, version, units);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_INTEGER, "%s", "HSET rst");
     freeReplyObject(x);
     return rid;
@@ -176,8 +151,8 @@ static long long poke_restock(const char *sku, long long version, long long unit
 /* The raw value of a key (field NULL) or hash field, "(nil)" when missing. */
 static const char *raw(char *buf, size_t len, const char *key, const char *field)
 {
-    int rc = field ? rf_string(sf_redis, buf, len, "HGET %s %s", key, field)
-                   : rf_string(sf_redis, buf, len, "GET %s", key);
+    int rc = field ? rf_string(gf_redis, buf, len, "HGET %s %s", key, field)
+                   : rf_string(gf_redis, buf, len, "GET %s", key);
     if (rc != 1)
         snprintf(buf, len, "(nil)");
     return buf;
@@ -186,8 +161,8 @@ static const char *raw(char *buf, size_t len, const char *key, const char *field
 /* Sets a key (field NULL) or hash field to value. */
 static void poke(const char *key, const char *field, const char *value)
 {
-    redisReply *r = field ? rf_command(sf_redis, "HSET %s %s %s", key, field, value)
-                          : rf_command(sf_redis, "SET %s %s", key, value);
+    redisReply *r = field ? rf_command(gf_redis, "HSET %s %s %s", key, field, value)
+                          : rf_command(gf_redis, "SET %s %s", key, value);
     SF_ASSERT(r != NULL && r->type != REDIS_REPLY_ERROR, "poke %s %s", key, field ? field : "");
     freeReplyObject(r);
 }
@@ -197,14 +172,6 @@ static int sku_get(const char *sku, sf_resp *r)
     char path[160];
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     return sf_http(port, "GET", path, NULL, NULL, 0, r);
-}
-
-/* A 503 that says the change may have been made: "outcome": "unknown". */
-static void assert_unknown_503(const sf_resp *r)
-{
-    SF_ASSERT(r->status == 503 && strcmp(sf_error_code(r), "unavailable") == 0 &&
-                  strcmp(sf_str(r->json, "outcome"), "unknown") == 0,
-              "a 503 with \"outcome\":\"unknown\" was expected: %s", sf_resp_summary(r));
 }
 
 /* A 503 that says nothing changed: no "outcome". */
@@ -243,7 +210,7 @@ static void test_restock_on_damaged_counter_adds_nothing(void **state)
             SF_ASSERT(strcmp(raw(after, sizeof after, stock, NULL), before) == 0,
                       "%s %s = '%s': stock '%s' after 3 reads, was '%s'", key,
                       fields[f] ? fields[f] : "", forms[i], after, before);
-            SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s}:rst", sku), 1);
+            SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s}:rst", sku), 1);
             /* Repaired, the restock is applied once. */
             poke(key, fields[f], "10");
             for (int k = 0; k < 2; k++) {
@@ -253,7 +220,7 @@ static void test_restock_on_damaged_counter_adds_nothing(void **state)
             }
             sf_resp_free(&r);
             sf_report rep;
-            SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+            SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         }
     }
 }
@@ -286,7 +253,7 @@ static void test_order_on_damaged_number_changes_nothing(void **state)
             SF_ASSERT(r.status == 503 || r.status == 409, "%s %s = '%s': order answered %s", key,
                       cases[c].field ? cases[c].field : "", forms[i], sf_resp_summary(&r));
             sf_resp_free(&r);
-            SF_ASSERT(rf_integer(sf_redis, "HLEN inv:2:{%s/0}:orders", sku) == 0,
+            SF_ASSERT(rf_integer(gf_redis, "HLEN inv:2:{%s/0}:orders", sku) == 0,
                       "%s %s = '%s': an order record was written", key,
                       cases[c].field ? cases[c].field : "", forms[i]);
             SF_ASSERT(strcmp(raw(st1, sizeof st1, stock, NULL), st0) == 0 &&
@@ -298,7 +265,7 @@ static void test_order_on_damaged_number_changes_nothing(void **state)
             snprintf(goodbuf, sizeof goodbuf, "%lld", good);
             poke(key, cases[c].field, goodbuf);
             sf_report rep;
-            SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+            SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
             SF_ASSERT_EQ(rep.sold, 0);
         }
     }
@@ -345,7 +312,7 @@ static void test_cancel_on_damaged_number_changes_nothing(void **state)
             SF_ASSERT_STATUS(&r, 200);
             sf_resp_free(&r);
             sf_report rep;
-            SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+            SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
             SF_ASSERT_EQ(rep.sold, 0);
         }
     }
@@ -371,7 +338,7 @@ static void test_put_over_damaged_sver(void **state)
         raw(before, sizeof before, stock, NULL);
         sf_resp r = {0};
         sf_put_sku(port, DM_TOKEN, sku, 40, 2, &r);
-        assert_unknown_503(&r); /* its intent is recorded */
+        SF_ASSERT_OUTCOME_UNKNOWN(&r); /* its intent is recorded */
         SF_ASSERT(strcmp(raw(after, sizeof after, stock, NULL), before) == 0,
                   "sver '%s': segment 1's stock '%s' -> '%s'", forms[i], before, after);
         sku_get(sku, &r);
@@ -386,7 +353,7 @@ static void test_put_over_damaged_sver(void **state)
                   "after repair: %s", r.body);
         sf_resp_free(&r);
         sf_report rep;
-        SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     }
 }
 
@@ -411,7 +378,7 @@ static void test_damaged_meta_changes_nothing(void **state)
             sf_resp r = {0};
             sf_restock(port, DM_TOKEN, sku, 5, &r);
             assert_plain_503(&r);
-            SF_ASSERT(rf_integer(sf_redis, "HLEN inv:2:{%s}:rst", sku) == 0,
+            SF_ASSERT(rf_integer(gf_redis, "HLEN inv:2:{%s}:rst", sku) == 0,
                       "meta %s = '%s': a restock was registered", fields[f], forms[i]);
             SF_ASSERT(strcmp(raw(rseq1, sizeof rseq1, meta, "rseq"), rseq0) == 0,
                       "meta %s = '%s': rseq '%s' -> '%s'", fields[f], forms[i], rseq0, rseq1);
@@ -426,7 +393,7 @@ static void test_damaged_meta_changes_nothing(void **state)
             SF_ASSERT_EQ(sf_json_int(r.json, "stock_total", -1), 15);
             sf_resp_free(&r);
             sf_report rep;
-            SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+            SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         }
     }
 }
@@ -466,7 +433,7 @@ static void test_damaged_pending_entry_applies_nothing(void **state)
         SF_ASSERT_EQ(sf_json_int(r.json, "stock_total", -1), 15);
         sf_resp_free(&r);
         sf_report rep;
-        SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     }
 }
 
@@ -494,7 +461,7 @@ static void test_each_order_logs_its_own_error(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "1", "--admin-token", DM_TOKEN, NULL};
-    sf_service *one = sf_start(rf_url(sf_redis), args);
+    sf_service *one = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(one != NULL, "%s", "cannot start inventoryd");
     int p = sf_port(one);
     char a[64], b[64], line[4096];
@@ -539,5 +506,5 @@ int main(void)
         cmocka_unit_test(test_damaged_pending_entry_applies_nothing),
         cmocka_unit_test(test_each_order_logs_its_own_error),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -12,31 +12,17 @@
 #define FO_SEGMENTS 16
 #define FO_FULL 7 /* the one segment with stock */
 
-static rf_server *redis;
 static sf_service *svc[2];
 
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     const char *args[] = {"--threads", "8", NULL};
     for (int i = 0; i < 2; i++) {
-        svc[i] = sf_start(rf_url(redis), args);
-        if (svc[i] == NULL)
+        if (!(svc[i] = sf_group_service(args)))
             return -1;
     }
     return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int bad = sf_stop_all(svc, 2) != 0;
-    rf_stop(redis);
-    redis = NULL;
-    return bad ? -1 : 0;
 }
 
 /* PUTs sku with per_segment units in each of 16 segments, then empties every segment but
@@ -50,8 +36,8 @@ static void stock_only_in_full_segment(const char *sku, long long per_segment)
     for (int k = 0; k < FO_SEGMENTS; k++) {
         if (k == FO_FULL)
             continue;
-        redisReply *a = rf_command(redis, "SET inv:2:{%s/%d}:stock 0", sku, k);
-        redisReply *b = rf_command(redis, "HSET inv:2:{%s/%d}:cnt t 0", sku, k);
+        redisReply *a = rf_command(gf_redis, "SET inv:2:{%s/%d}:stock 0", sku, k);
+        redisReply *b = rf_command(gf_redis, "HSET inv:2:{%s/%d}:cnt t 0", sku, k);
         SF_ASSERT(a != NULL && b != NULL && a->type != REDIS_REPLY_ERROR &&
                       b->type != REDIS_REPLY_ERROR,
                   "emptying segment %d failed", k);
@@ -59,7 +45,7 @@ static void stock_only_in_full_segment(const char *sku, long long per_segment)
         freeReplyObject(b);
     }
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.remaining == per_segment && rep.seg_stock[FO_FULL] == per_segment,
               "set-up: remaining %lld, segment %d holds %lld", rep.remaining, FO_FULL,
               rep.seg_stock[FO_FULL]);
@@ -68,7 +54,7 @@ static void stock_only_in_full_segment(const char *sku, long long per_segment)
 static long long segment_stock(const char *sku, int k)
 {
     char buf[32];
-    if (rf_string(redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) != 1)
+    if (rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) != 1)
         return -999;
     return strtoll(buf, NULL, 10);
 }
@@ -109,7 +95,7 @@ static void test_sequential_orders_find_the_last_segment(void **state)
     SF_ASSERT(f1 > f0, "inventory_failovers_total did not grow (%g -> %g)", f0, f1);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == UNITS && rep.orders == UNITS && rep.remaining == 0 &&
                   rep.seg_sold[FO_FULL] == UNITS,
               "sold %lld orders %lld remaining %lld", rep.sold, rep.orders, rep.remaining);
@@ -117,7 +103,7 @@ static void test_sequential_orders_find_the_last_segment(void **state)
 
 #define FO_BUYERS 8
 
-struct buyer {
+struct fo_buyer {
     int port;
     const char *sku;
     pthread_barrier_t *go;
@@ -129,7 +115,7 @@ struct buyer {
 
 static void *buyer_run(void *arg)
 {
-    struct buyer *b = arg;
+    struct fo_buyer *b = arg;
     sf_conn *c = sf_conn_open(b->port, 15000);
     sf_resp r = {0};
     pthread_barrier_wait(b->go);
@@ -169,7 +155,7 @@ static void test_concurrent_buyers_drain_the_last_segment(void **state)
 
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, FO_BUYERS);
-    struct buyer b[FO_BUYERS];
+    struct fo_buyer b[FO_BUYERS];
     for (int i = 0; i < FO_BUYERS; i++) {
         memset(&b[i], 0, sizeof b[i]);
         b[i].port = sf_port(svc[i % 2]);
@@ -192,7 +178,7 @@ static void test_concurrent_buyers_drain_the_last_segment(void **state)
     }
     SF_ASSERT(sold == UNITS, "the buyers got %d units, segment %d held %d", sold, FO_FULL, UNITS);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == UNITS && rep.orders == UNITS && rep.remaining == 0,
               "sold %lld orders %lld remaining %lld", rep.sold, rep.orders, rep.remaining);
 }
@@ -203,5 +189,5 @@ int main(void)
         cmocka_unit_test(test_sequential_orders_find_the_last_segment),
         cmocka_unit_test(test_concurrent_buyers_drain_the_last_segment),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

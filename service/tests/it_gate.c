@@ -97,14 +97,14 @@ struct gt_stats {
 
 static void gt_reset_stats(void)
 {
-    redisReply *reset = rf_command(sf_redis, "CONFIG RESETSTAT");
+    redisReply *reset = rf_command(gf_redis, "CONFIG RESETSTAT");
     SF_ASSERT(reset != NULL, "%s", "CONFIG RESETSTAT failed");
     freeReplyObject(reset);
 }
 
 static struct gt_stats gt_read_stats(void)
 {
-    redisReply *info = rf_command(sf_redis, "INFO commandstats");
+    redisReply *info = rf_command(gf_redis, "INFO commandstats");
     SF_ASSERT(info != NULL && info->type == REDIS_REPLY_STRING, "%s", "INFO failed");
     struct gt_stats st = {gt_calls(info->str, "evalsha") + gt_calls(info->str, "eval"),
                           gt_calls(info->str, "subscribe"), gt_calls(info->str, "pttl")};
@@ -116,7 +116,7 @@ static void test_contended_orders_calls(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "1", "--lock-wait-ms", "10000", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
@@ -142,7 +142,7 @@ static void test_contended_orders_calls(void **state)
               calls, created);
     SF_ASSERT(subs == 0, "%lld SUBSCRIBEs: orders of the one loop waited on Redis", subs);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created + 1);
     SF_ASSERT_EQ(sf_stop(svc), 0);
 }
@@ -178,7 +178,7 @@ static double gt_three_instances(const char *tag, const char *hint_ms)
     snprintf(sku, sizeof(sku), "gate-%d-%s", (int)getpid(), tag);
     sf_resp r = {0};
     for (int i = 0; i < GT_INSTANCES; i++) {
-        svc[i] = sf_start(rf_url(sf_redis), args);
+        svc[i] = sf_start(rf_url(gf_redis), args);
         SF_ASSERT(svc[i] != NULL, "inventoryd %d did not start", i);
         if (i == 0) {
             SF_ASSERT(sf_put_sku(sf_port(svc[0]), NULL, sku, 1000000, 16, &r) / 100 == 2,
@@ -212,7 +212,7 @@ static double gt_three_instances(const char *tag, const char *hint_ms)
     SF_ASSERT_EQ(timeouts, 0);
     SF_ASSERT_EQ(created, GT_INSTANCES * GT_INST_CLIENTS * GT_INST_PER);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created + 4 * GT_INSTANCES);
     for (int i = 0; i < GT_INSTANCES; i++)
         SF_ASSERT_EQ(sf_stop(svc[i]), 0);
@@ -251,7 +251,7 @@ static void test_chain_past_the_lease(void **state)
     const char *args[] = {"--threads",       "1",   "--lock-renewal", "0",
                           "--lock-lease-ms", "150", "--hold-ms",      "60",
                           "--lock-wait-ms",  "6000", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
@@ -268,7 +268,7 @@ static void test_chain_past_the_lease(void **state)
     SF_ASSERT(lost >= 1, "%s", "no commit was refused: the chain never outlived the lease");
     SF_ASSERT(created >= 1, "%s", "nothing was sold");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created);
     SF_ASSERT_EQ(sf_stop(svc), 0);
 }
@@ -280,5 +280,5 @@ int main(void)
         cmocka_unit_test(test_busy_elsewhere_hint),
         cmocka_unit_test(test_chain_past_the_lease),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

@@ -28,7 +28,6 @@
 #define HEAD_MAX 8192
 #define SKU "heads-sku"
 
-static rf_server *redis;
 static sf_service *svc;
 static int port;
 
@@ -55,7 +54,7 @@ static void put_str(struct sr_buf *b, const char *s)
 
 /* A request (GET the SKU, or POST an order with a body) whose head (request line, header lines
  * and the blank line) is exactly size bytes, padded in the given shape. */
-static void build(struct sr_buf *b, enum shape shape, int post, size_t size)
+static void build_head(struct sr_buf *b, enum shape shape, int post, size_t size)
 {
     static const char body[] = "{\"sku\":\"no-such-sku\",\"quantity\":1}";
     b->len = 0;
@@ -127,10 +126,7 @@ static int is_json(const sf_resp *r)
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
-    svc = sf_start(rf_url(redis), NULL); /* the defaults: no pool or connection flags */
+    svc = sf_group_service(NULL); /* the defaults: no pool or connection flags */
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -138,16 +134,6 @@ static int group_setup(void **state)
     int st = sf_put_sku(port, NULL, SKU, 5, 2, &r);
     sf_resp_free(&r);
     return st == 201 || st == 200 ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int st = sf_stop(svc);
-    svc = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return st == 0 ? 0 : -1;
 }
 
 static void test_heads_up_to_8k_served(void **state)
@@ -161,7 +147,7 @@ static void test_heads_up_to_8k_served(void **state)
             /* every 32 bytes, and 8 KiB itself */
             for (size_t size = 512; size <= HEAD_MAX;
                  size = size < HEAD_MAX && size + 32 > HEAD_MAX ? HEAD_MAX : size + 32) {
-                build(&b, (enum shape)shape, post, size);
+                build_head(&b, (enum shape)shape, post, size);
                 SF_ASSERT(head_len(&b) == size, "%s: head of %zu bytes, wanted %zu",
                           shape_name[shape], head_len(&b), size);
                 int fd = sr_connect(port, NULL);
@@ -197,7 +183,7 @@ static void test_heads_over_8k_refused(void **state)
         size_t last = shape == SHAPE_ONE_HEADER ? 16384 : 9216;
         for (size_t size = HEAD_MAX + 1; size <= last; size += size < 9216 ? 32 : 256) {
             for (int post = 0; post <= 1; post++) {
-                build(&b, (enum shape)shape, post, size);
+                build_head(&b, (enum shape)shape, post, size);
                 int closed = 0;
                 sr_exchange(port, b.p, b.len, post ? "POST" : "GET", 0, 10000, &r, &closed);
                 const char *code = r.json ? json_string_value(json_object_get(r.json, "error"))
@@ -226,5 +212,5 @@ int main(void)
         cmocka_unit_test(test_heads_up_to_8k_served),
         cmocka_unit_test(test_heads_over_8k_refused),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -33,8 +33,7 @@ static int port;
 
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
-        return -1;
+    (void)state;
     char wait[16], budget[16];
     snprintf(wait, sizeof wait, "%d", HL_LOCK_WAIT_MS);
     snprintf(budget, sizeof budget, "%d", HL_BUDGET);
@@ -42,39 +41,21 @@ static int group_setup(void **state)
     setenv("INVENTORY_ORDER_REDIS_CALL_BUDGET", budget, 1);
     const char *args[] = {"--threads", "4", "--admin-token", HL_TOKEN, "--lock-wait-ms",
                           wait,        NULL};
-    svc = sf_start(rf_url(sf_redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    int bad = svc != NULL && sf_stop(svc) != 0;
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
-}
-
-static long long put(const char *sku, long long stock, int segments)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, HL_TOKEN, sku, stock, segments, &r);
-    SF_ASSERT(r.status == 200 || r.status == 201, "PUT %s: %s", sku, sf_resp_summary(&r));
-    long long v = sf_json_int(r.json, "version", -1);
-    sf_resp_free(&r);
-    return v;
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 static long long sver(const char *sku, int k)
 {
     char buf[32] = "";
-    rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:sver", sku, k);
+    rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:sver", sku, k);
     return atoll(buf);
 }
 
 static void set_sver(const char *sku, int k, long long v)
 {
-    redisReply *r = rf_command(sf_redis, "SET inv:2:{%s/%d}:sver %lld", sku, k, v);
+    redisReply *r = rf_command(gf_redis, "SET inv:2:{%s/%d}:sver %lld", sku, k, v);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_STATUS, "%s", "SET sver");
     freeReplyObject(r);
 }
@@ -176,7 +157,7 @@ static void test_behind_status_heals(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbs");
-    long long v = put(sku, 40, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, 40, 4);
     set_sver(sku, 3, v - 1);
     int64_t t0 = tu_now_ms();
     sf_resp r = {0};
@@ -191,7 +172,7 @@ static void test_behind_status_heals(void **state)
     sf_resp_free(&r);
     SF_ASSERT_EQ(sver(sku, 3), v);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.remaining, 40);
 }
 
@@ -200,7 +181,7 @@ static void test_behind_orders_heal(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbo");
-    long long v = put(sku, HL_ORDERS, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, HL_ORDERS, 4);
     set_sver(sku, 3, v - 1);
     struct hl_tally t = order_burst(sku);
     SF_ASSERT(t.other == 0, "unexpected answer: %s", t.other_text);
@@ -208,7 +189,7 @@ static void test_behind_orders_heal(void **state)
               HL_ORDERS, t.unavailable);
     SF_ASSERT_EQ(sver(sku, 3), v);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, HL_ORDERS);
     SF_ASSERT_EQ(rep.remaining, 0);
     assert_calls_bounded();
@@ -220,7 +201,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "hlah");
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
-    long long v = put(sku, HL_ORDERS, 4);
+    long long v = SF_PUT_SKU(port, HL_TOKEN, sku, HL_ORDERS, 4);
     set_sver(sku, 2, v + 1); /* the meta of PUT v + 1 was lost, its reset of segment 2 was not */
     struct hl_tally t = order_burst(sku);
     SF_ASSERT(t.other == 0, "unexpected answer: %s", t.other_text);
@@ -231,7 +212,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
               "an order took %.1f ms (lock wait %d): it looped", (double)t.slowest_us / 1000.0,
               HL_LOCK_WAIT_MS);
     SF_ASSERT_EQ(sver(sku, 2), v + 1);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "HLEN inv:2:{%s/2}:orders", sku), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "HLEN inv:2:{%s/2}:orders", sku), 0);
     assert_calls_bounded();
     /* The status read does not spin either: it names the segment. */
     sf_resp r = {0};
@@ -243,12 +224,12 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     sf_resp_free(&r);
     /* The next PUT gets a version above the segment's and brings every segment to it. */
     char buf[32] = "";
-    rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s}:ver", sku);
+    rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s}:ver", sku);
     SF_ASSERT(atoll(buf) >= v + 1, "version counter %s, segment 2 at %lld", buf, v + 1);
-    long long v2 = put(sku, 20, 4);
+    long long v2 = SF_PUT_SKU(port, HL_TOKEN, sku, 20, 4);
     SF_ASSERT(v2 > v + 1, "new version %lld, segment 2 at %lld", v2, v + 1);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.remaining, 20);
     SF_ASSERT_EQ(rep.sold, 0);
 }
@@ -259,7 +240,7 @@ static void test_budget_ends_a_long_walk(void **state)
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbud");
     /* 2 * budget segments of 1 unit: an order of 2 would try every one of them. */
-    put(sku, 2 * HL_BUDGET, 2 * HL_BUDGET);
+    SF_PUT_SKU(port, HL_TOKEN, sku, 2 * HL_BUDGET, 2 * HL_BUDGET);
     sf_resp r = {0};
     char body[160];
     snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":2}", sku);
@@ -272,7 +253,7 @@ static void test_budget_ends_a_long_walk(void **state)
     SF_ASSERT(max >= HL_BUDGET - 2 && max <= HL_BUDGET, "calls max %.0f, budget %d", max,
               HL_BUDGET);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
 }
 
@@ -284,5 +265,5 @@ int main(void)
         cmocka_unit_test(test_ahead_fails_over_then_put_heals),
         cmocka_unit_test(test_budget_ends_a_long_walk),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

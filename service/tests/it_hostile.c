@@ -29,7 +29,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static rf_server *redis;
 static sf_service *svc;
 static int port;
 
@@ -56,26 +55,11 @@ static int group_setup(void **state)
 {
     (void)state;
     raise_nofile(WANT_NOFILE);
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     /* Two HTTP threads: a handful of slow or idle clients could starve them if they blocked. */
     const char *args[] = {"--admin-token", TOKEN, "--threads", "2", "--log-level", "debug", NULL};
-    svc = sf_start(rf_url(redis), args);
-    if (svc == NULL)
-        return -1;
-    port = sf_port(svc);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    int st = sf_stop(svc);
-    svc = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return st == 0 ? 0 : -1;
+    svc = sf_group_service(args);
+    port = svc != NULL ? sf_port(svc) : 0;
+    return svc != NULL ? 0 : -1;
 }
 
 /* ---- raw HTTP ---------------------------------------------------------------------------- */
@@ -129,7 +113,7 @@ struct row {
     }
 
 /* Expands $SKU, $TOKEN, $A65 / $A256 (that many 'A'), $U129 (129 'u') in s[0..n). */
-static void expand(struct sr_buf *out, const char *s, size_t n, const char *sku)
+static void expand_marks(struct sr_buf *out, const char *s, size_t n, const char *sku)
 {
     static const struct {
         const char *mark;
@@ -744,22 +728,22 @@ static const struct row rows[] = {
 #define NROWS (sizeof rows / sizeof rows[0])
 
 /* Builds the raw request of row r. */
-static void build(const struct row *r, const char *sku, struct sr_buf *out)
+static void build_row(const struct row *r, const char *sku, struct sr_buf *out)
 {
     if (r->gen != NULL) {
         r->gen(out, sku);
         return;
     }
     if (r->method[0] == '\0') {
-        expand(out, r->body, r->body_len, sku);
+        expand_marks(out, r->body, r->body_len, sku);
         return;
     }
     struct sr_buf body = {0};
     if (r->body != NULL)
-        expand(&body, r->body, r->body_len, sku);
+        expand_marks(&body, r->body, r->body_len, sku);
     buf_puts(out, r->method);
     buf_puts(out, " ");
-    expand(out, r->target, strlen(r->target), sku);
+    expand_marks(out, r->target, strlen(r->target), sku);
     buf_puts(out, " HTTP/1.1\r\nHost: t\r\n");
     if (!(r->flags & F_KEEP))
         buf_puts(out, "Connection: close\r\n");
@@ -771,7 +755,7 @@ static void build(const struct row *r, const char *sku, struct sr_buf *out)
         buf_puts(out, "\r\n");
     }
     if (r->headers != NULL)
-        expand(out, r->headers, r->headers_len, sku);
+        expand_marks(out, r->headers, r->headers_len, sku);
     if (body.len > 0 || (r->flags & F_BODY)) {
         char cl[64];
         snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", body.len);
@@ -802,7 +786,7 @@ static void snap(const char *sku, struct snapshot *s)
 
 static long long dbsize(void)
 {
-    return rf_integer(redis, "DBSIZE");
+    return rf_integer(gf_redis, "DBSIZE");
 }
 
 /* The number of keys of sku: inv:2:{<sku>} and inv:2:{<sku>/<k>} ones. */
@@ -812,7 +796,7 @@ static long long keys_of(const char *sku)
     char cursor[32] = "0", pattern[128];
     snprintf(pattern, sizeof pattern, "inv:2:{%s[}/]*", sku);
     do {
-        redisReply *r = rf_command(redis, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        redisReply *r = rf_command(gf_redis, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         SF_ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "SCAN failed");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         n += (long long)r->element[1]->elements;
@@ -829,7 +813,7 @@ static long long check_key_schema(void)
     long long n = 0;
     char cursor[32] = "0";
     do {
-        redisReply *r = rf_command(redis, "SCAN %s COUNT 1000", cursor);
+        redisReply *r = rf_command(gf_redis, "SCAN %s COUNT 1000", cursor);
         SF_ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "SCAN failed");
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         for (size_t i = 0; i < r->element[1]->elements; i++) {
@@ -875,13 +859,13 @@ static void test_hostile_table(void **state)
     snap(sku, &before);
     long long keys_before = dbsize();
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 
     int answered_by_mhd = 0, json_errors = 0, no_response = 0;
     for (size_t i = 0; i < NROWS; i++) {
         const struct row *row = &rows[i];
         struct sr_buf req = {0};
-        build(row, sku, &req);
+        build_row(row, sku, &req);
         int closed = 0;
         const char *method = row->method != NULL && row->method[0] ? row->method : "GET";
         int shut = (row->flags & F_SHUTWR) != 0;
@@ -941,13 +925,13 @@ static void test_hostile_table(void **state)
     SF_ASSERT(NROWS >= 60, "only %zu rows", NROWS);
 
     /* Redis agrees, holds the same number of keys, and nothing the requests carried. */
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.version, before.version);
     SF_ASSERT_EQ(rep.remaining, before.remaining);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT_EQ(rep.orders, 0);
     SF_ASSERT_EQ(dbsize(), keys_before);
-    SF_ASSERT_EQ(rf_integer(redis, "EXISTS x"), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS x"), 0);
     SF_ASSERT_EQ(check_key_schema(), keys_before);
 }
 
@@ -982,7 +966,7 @@ static void test_hostile_looking_but_valid(void **state)
     sf_resp_free(&r);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 2);
     SF_ASSERT_EQ(rep.orders, 1);
     /* Nothing was flushed or deleted: only keys of this SKU were added (the order's and the
@@ -990,7 +974,7 @@ static void test_hostile_looking_but_valid(void **state)
     SF_ASSERT_EQ(dbsize() - keys_of(sku), keys_before - keys_of_before);
     char claim[512];
     snprintf(claim, sizeof claim, "inv:2:{%s}:idem:%s", sku, idem);
-    SF_ASSERT_EQ(rf_integer(redis, "EXISTS %s", claim), 1);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", claim), 1);
     check_key_schema();
 }
 
@@ -1084,7 +1068,7 @@ static void test_slow_headers(void **state)
     for (int i = 0; i < SLOW_CLIENTS; i++)
         SF_ASSERT(ctx.statuses[i] == 200, "slow client %d got %d", i, ctx.statuses[i]);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.orders, orders);
 }
 
@@ -1166,7 +1150,7 @@ static void test_idle_connections(void **state)
     SF_ASSERT(alive >= nconns - 1, "only %d of %d idle connections still open", alive, nconns);
     SF_ASSERT(sf_alive(svc), "%s", "inventoryd died");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.orders, orders);
     SF_ASSERT_EQ(orders, 20);
 }
@@ -1242,5 +1226,5 @@ int main(void)
         cmocka_unit_test(test_slow_headers),  cmocka_unit_test(test_idle_connections),
         cmocka_unit_test(test_log_flood),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

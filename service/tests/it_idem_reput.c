@@ -22,8 +22,7 @@ static sf_service *svc[2]; /* A and B */
 
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
-        return -1;
+    (void)state;
     char wait[16], lease[16], timeout[16];
     snprintf(wait, sizeof wait, "%d", IR_LOCK_WAIT_MS);
     snprintf(lease, sizeof lease, "%d", IR_LEASE_MS);
@@ -40,16 +39,10 @@ static int group_setup(void **state)
                               "--redis-timeout-ms",
                               timeout,
                               NULL};
-        if (!(svc[i] = sf_start(rf_url(sf_redis), args)))
+        if (!(svc[i] = sf_group_service(args)))
             return -1;
     }
     return 0;
-}
-
-static int group_teardown(void **state)
-{
-    int bad = sf_stop_all(svc, 2) != 0;
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
 }
 
 static void test_retry_on_stale_instance_finds_the_order(void **state)
@@ -69,28 +62,28 @@ static void test_retry_on_stale_instance_finds_the_order(void **state)
     sf_put_sku(b, IR_TOKEN, sku, 40, 4, &r);
     SF_ASSERT_STATUS(&r, 200);
     char segs[16] = "";
-    rf_string(sf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku);
+    rf_string(gf_redis, segs, sizeof segs, "HGET inv:2:{%s}:meta segments", sku);
     SF_ASSERT(strcmp(segs, "4") == 0, "meta segments %s after the re-PUT", segs);
     /* Segment 0 busy, so B's order lands on a segment A's cached layout does not have. */
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s/0}:lock o test c 1 f 1", sku);
+    redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s/0}:lock o test c 1 f 1", sku);
     freeReplyObject(x);
-    x = rf_command(sf_redis, "PEXPIRE inv:2:{%s/0}:lock 60000", sku);
+    x = rf_command(gf_redis, "PEXPIRE inv:2:{%s/0}:lock 60000", sku);
     freeReplyObject(x);
     sf_json_request(NULL, b, "POST", "/api/v1/orders", NULL, "key-1", body, &r);
     SF_ASSERT_STATUS(&r, 201);
-    x = rf_command(sf_redis, "DEL inv:2:{%s/0}:lock", sku);
+    x = rf_command(gf_redis, "DEL inv:2:{%s/0}:lock", sku);
     freeReplyObject(x);
     char first[128] = "";
     for (int k = 1; k < 4 && !first[0]; k++)
-        rf_string(sf_redis, first, sizeof first, "HGET inv:2:{%s/%d}:idem key-1", sku, k);
+        rf_string(gf_redis, first, sizeof first, "HGET inv:2:{%s/%d}:idem key-1", sku, k);
     SF_ASSERT(first[0] != '\0', "%s", "B's order was not committed on segment 1..3");
     /* K's claim as B leaves it when cut off between the commit and settling the claim:
      * pending, and expired 10 s ago on Redis's clock (past the take-over margin). */
-    redisReply *t = rf_command(sf_redis, "TIME");
+    redisReply *t = rf_command(gf_redis, "TIME");
     SF_ASSERT(t != NULL && t->type == REDIS_REPLY_ARRAY && t->elements == 2, "%s", "TIME failed");
     long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
     freeReplyObject(t);
-    x = rf_command(sf_redis, "SET inv:2:{%s}:idem:key-1 pending:%lld:cut-off-token PX 86400000",
+    x = rf_command(gf_redis, "SET inv:2:{%s}:idem:key-1 pending:%lld:cut-off-token PX 86400000",
                    sku, now_ms - 10000);
     SF_ASSERT(x != NULL && x->type == REDIS_REPLY_STATUS, "%s", "SET of the claim failed");
     freeReplyObject(x);
@@ -101,7 +94,7 @@ static void test_retry_on_stale_instance_finds_the_order(void **state)
               sf_str(r.json, "order_id"), first);
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.orders, 1);
     SF_ASSERT_EQ(rep.sold, 1);
 }
@@ -111,5 +104,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_retry_on_stale_instance_finds_the_order),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

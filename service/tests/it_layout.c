@@ -29,38 +29,20 @@
 static sf_service *svc[2];
 static int port[2];
 
-static int start_instances(void **state)
+static int group_setup(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "8", "--admin-token", LY_TOKEN, "--lock-wait-ms", "3000",
                           NULL};
     for (int i = 0; i < 2; i++) {
-        svc[i] = sf_start(rf_url(sf_redis), args);
-        if (svc[i] == NULL)
+        if (!(svc[i] = sf_group_service(args)))
             return -1;
         port[i] = sf_port(svc[i]);
     }
     return 0;
 }
 
-static int stop_instances(void **state)
-{
-    (void)state;
-    return sf_stop_all(svc, 2);
-}
-
-static int group_setup(void **state)
-{
-    return sf_redis_group_setup(state) != 0 ? -1 : start_instances(state);
-}
-
-static int group_teardown(void **state)
-{
-    int bad = stop_instances(state);
-    return sf_redis_group_teardown(state) != 0 || bad ? -1 : 0;
-}
-
-static long long put(int p, const char *sku, long long stock, int segments, const char *key,
+static long long put_with_key(int p, const char *sku, long long stock, int segments, const char *key,
                      int want)
 {
     char body[96];
@@ -177,7 +159,7 @@ static void test_concurrent_puts_leave_one_layout(void **state)
                   w[newest].version, w[newest].segments, w[newest].stock);
         json_decref(st);
         sf_report rep;
-        SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         /* And it sells. */
         sf_resp r = {0};
         sf_order(NULL, port[(round + 1) % 2], sku, 1, &r);
@@ -192,9 +174,9 @@ static void test_concurrent_puts_leave_one_layout(void **state)
  * layout in meta, state "p", the segments untouched. Returns the new version. */
 static long long cut_off_put(const char *sku, long long stock, int segments, int old_segments)
 {
-    long long v = rf_integer(sf_redis, "INCR inv:2:{%s}:ver", sku);
+    long long v = rf_integer(gf_redis, "INCR inv:2:{%s}:ver", sku);
     SF_ASSERT(v > 0, "INCR ver: %lld", v);
-    redisReply *r = rf_command(sf_redis,
+    redisReply *r = rf_command(gf_redis,
                                "HSET inv:2:{%s}:meta version %lld segments %d stock %lld state p "
                                "hwm %d",
                                sku, v, segments, stock,
@@ -209,7 +191,7 @@ static void test_interrupted_put_completed_by_next_order(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "iput");
-    put(port[0], sku, 100, 4, NULL, 201);
+    put_with_key(port[0], sku, 100, 4, NULL, 201);
     long long v = cut_off_put(sku, 10, 2, 4);
     /* Orders on the other instance (it has not cached the SKU yet) sell from the new layout. */
     for (int i = 0; i < 3; i++) {
@@ -219,7 +201,7 @@ static void test_interrupted_put_completed_by_next_order(void **state)
         sf_resp_free(&r);
     }
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.version == v && rep.segments == 2 && rep.stock_total == 10 && rep.sold == 3,
               "version %lld (want %lld), %d segments, stock_total %lld, sold %lld", rep.version,
               v, rep.segments, rep.stock_total, rep.sold);
@@ -230,7 +212,7 @@ static void test_interrupted_put_completed_by_status_read(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "iputs");
-    put(port[0], sku, 100, 3, NULL, 201);
+    put_with_key(port[0], sku, 100, 3, NULL, 201);
     long long v = cut_off_put(sku, 50, 5, 3);
     json_t *st = sf_sku_status(port[1], sku);
     SF_ASSERT(st != NULL, "%s", "no status");
@@ -239,7 +221,7 @@ static void test_interrupted_put_completed_by_status_read(void **state)
               "status after a cut-off PUT: %s", json_dumps(st, JSON_COMPACT));
     json_decref(st);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 /* ---- Idempotency-Key on PUT and restock --------------------------------------------------- */
@@ -250,21 +232,21 @@ static void test_put_idempotency_key_applies_once(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "iputk");
     snprintf(key, sizeof key, "put-%s", sku);
-    long long v1 = put(port[0], sku, 40, 4, key, 201);
+    long long v1 = put_with_key(port[0], sku, 40, 4, key, 201);
     sf_resp o = {0};
     sf_order(NULL, port[0], sku, 1, &o);
     SF_ASSERT_STATUS(&o, 201);
     sf_resp_free(&o);
     /* The retry (through the other instance) replays the first answer, and re-PUTs nothing: the
      * order made meanwhile is still there. */
-    long long v2 = put(port[1], sku, 40, 4, key, 201);
+    long long v2 = put_with_key(port[1], sku, 40, 4, key, 201);
     SF_ASSERT(v2 == v1, "a replayed PUT answered version %lld, the first %lld", v2, v1);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.version == v1 && rep.sold == 1, "version %lld (want %lld), sold %lld (want 1)",
               rep.version, v1, rep.sold);
     /* Another key is another PUT. */
-    long long v3 = put(port[1], sku, 40, 4, "another-key", 200);
+    long long v3 = put_with_key(port[1], sku, 40, 4, "another-key", 200);
     SF_ASSERT(v3 > v1, "version %lld after a new PUT, was %lld", v3, v1);
 }
 
@@ -274,7 +256,7 @@ static void test_restock_idempotency_key_applies_once(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "irst");
     snprintf(key, sizeof key, "restock-%s", sku);
-    put(port[0], sku, 8, 4, NULL, 201);
+    put_with_key(port[0], sku, 8, 4, NULL, 201);
     sf_resp r = {0}, r2 = {0};
     restock(port[0], sku, 6, key, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -286,7 +268,7 @@ static void test_restock_idempotency_key_applies_once(void **state)
     sf_resp_free(&r);
     sf_resp_free(&r2);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.stock_total, 14);
 }
 
@@ -295,7 +277,7 @@ static void test_restock_during_rollout_adds_to_new_layout(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rroll");
-    put(port[0], sku, 100, 4, NULL, 201);
+    put_with_key(port[0], sku, 100, 4, NULL, 201);
     cut_off_put(sku, 20, 4, 4); /* a PUT half-way: meta new, segments still old */
     sf_resp r = {0};
     restock(port[1], sku, 8, NULL, &r);
@@ -304,7 +286,7 @@ static void test_restock_during_rollout_adds_to_new_layout(void **state)
               "restock answered %s, want added 8 and stock_total 20 + 8", r.body);
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.stock_total, 28);
 }
 
@@ -314,23 +296,23 @@ static void test_restock_overtaken_by_put_is_sku_changed(void **state)
     char sku[64], key[80];
     tu_unique_name(sku, sizeof sku, "rchg");
     snprintf(key, sizeof key, "rk-%s", sku);
-    long long v = put(port[0], sku, 10, 2, NULL, 201);
+    long long v = put_with_key(port[0], sku, 10, 2, NULL, 201);
     /* A restock registered (as its first step leaves it), then a re-PUT before it was applied;
      * its client retries with the key. */
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
+    long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
     freeReplyObject(x);
     char val[64];
     snprintf(val, sizeof val, "P %lld 5", rid);
-    x = rf_command(sf_redis, "SET inv:2:{%s}:aidem:restock:%s %s", sku, key, val);
+    x = rf_command(gf_redis, "SET inv:2:{%s}:aidem:restock:%s %s", sku, key, val);
     freeReplyObject(x);
-    put(port[1], sku, 30, 3, NULL, 200);
+    put_with_key(port[1], sku, 30, 3, NULL, 200);
     sf_resp r = {0};
     restock(port[0], sku, 5, key, &r);
     SF_ASSERT_ERROR(&r, 409, "sku_changed");
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.stock_total, 30);
 }
 
@@ -339,9 +321,9 @@ static void test_interrupted_restock_completed_by_status_read(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rcut");
-    long long v = put(port[0], sku, 10, 3, NULL, 201);
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:7", sku, rid, v);
+    long long v = put_with_key(port[0], sku, 10, 3, NULL, 201);
+    long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:7", sku, rid, v);
     freeReplyObject(x);
     json_t *st = sf_sku_status(port[1], sku);
     SF_ASSERT(st != NULL && sf_json_int(st, "stock_total", -1) == 17,
@@ -353,7 +335,7 @@ static void test_interrupted_restock_completed_by_status_read(void **state)
     SF_ASSERT_EQ(sf_json_int(st, "stock_total", -1), 17);
     json_decref(st);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
 }
 
 static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
@@ -361,7 +343,7 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rso");
-    long long v = put(port[0], sku, 2, 1, NULL, 201);
+    long long v = put_with_key(port[0], sku, 2, 1, NULL, 201);
     sf_resp r = {0};
     for (int i = 0; i < 2; i++) {
         sf_order(NULL, port[1], sku, 1, &r);
@@ -370,8 +352,8 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
     sf_order(NULL, port[1], sku, 1, &r);
     SF_ASSERT_ERROR(&r, 409, "sold_out");
     /* A restock registered and cut off before it reached the segment; only orders come. */
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
+    long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 1", sku);
+    redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s}:rst %lld %lld:5", sku, rid, v);
     freeReplyObject(x);
     /* The instance's sold-out answer is re-checked within sold_out_recheck_ms (<= 1 s). */
     int64_t until = tu_now_ms() + 5000;
@@ -383,7 +365,7 @@ static void test_cut_off_restock_after_sell_out_completed_by_order(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.stock_total == 7 && rep.sold == 3, "stock_total %lld (want 7), sold %lld",
               rep.stock_total, rep.sold);
 }
@@ -400,16 +382,16 @@ static void test_put_after_version_counter_went_back(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "vback");
-    long long v1 = put(port[0], sku, 10, 2, NULL, 201);
-    long long v2 = put(port[0], sku, 20, 2, NULL, 200);
+    long long v1 = put_with_key(port[0], sku, 10, 2, NULL, 201);
+    long long v2 = put_with_key(port[0], sku, 20, 2, NULL, 200);
     SF_ASSERT(v2 > v1, "versions %lld then %lld", v1, v2);
     /* What the promoted replica holds: the first PUT's meta and counter. */
-    redisReply *x = rf_command(sf_redis, "SET inv:2:{%s}:ver %lld", sku, v1);
+    redisReply *x = rf_command(gf_redis, "SET inv:2:{%s}:ver %lld", sku, v1);
     freeReplyObject(x);
-    x = rf_command(sf_redis, "HSET inv:2:{%s}:meta version %lld stock 10 state r", sku, v1);
+    x = rf_command(gf_redis, "HSET inv:2:{%s}:meta version %lld stock 10 state r", sku, v1);
     freeReplyObject(x);
     tu_sleep_ms(5); /* a failover takes seconds (the cluster's node timeout), never less */
-    long long v3 = put(port[1], sku, 50, 2, NULL, 200);
+    long long v3 = put_with_key(port[1], sku, 50, 2, NULL, 200);
     SF_ASSERT(v3 > v2, "the PUT after the counter went back got version %lld, the segments "
                        "already carry %lld", v3, v2);
     json_t *st = sf_sku_status(port[0], sku);
@@ -417,7 +399,7 @@ static void test_put_after_version_counter_went_back(void **state)
               "status after the PUT of 50: %s", st ? json_dumps(st, JSON_COMPACT) : "none");
     json_decref(st);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.stock_total, 50);
 }
 
@@ -430,16 +412,16 @@ static void test_restock_after_restock_id_went_back(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "rback");
-    put(port[0], sku, 10, 2, NULL, 201);
+    put_with_key(port[0], sku, 10, 2, NULL, 201);
     sf_resp r = {0};
     restock(port[0], sku, 5, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
     sf_resp_free(&r);
-    long long rid = rf_integer(sf_redis, "HINCRBY inv:2:{%s}:meta rseq 0", sku);
+    long long rid = rf_integer(gf_redis, "HINCRBY inv:2:{%s}:meta rseq 0", sku);
     SF_ASSERT(rid > 0, "rseq %lld", rid);
-    redisReply *x = rf_command(sf_redis, "HSET inv:2:{%s}:meta rseq %lld", sku, rid - 1);
+    redisReply *x = rf_command(gf_redis, "HSET inv:2:{%s}:meta rseq %lld", sku, rid - 1);
     freeReplyObject(x);
-    x = rf_command(sf_redis, "DEL inv:2:{%s}:rres:%lld", sku, rid);
+    x = rf_command(gf_redis, "DEL inv:2:{%s}:rres:%lld", sku, rid);
     freeReplyObject(x);
     tu_sleep_ms(5); /* as a failover: never that fast */
     restock(port[1], sku, 7, NULL, &r);
@@ -448,7 +430,7 @@ static void test_restock_after_restock_id_went_back(void **state)
               "restock of 7 on 15 after rseq went back answered %s", r.body);
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.stock_total, 22);
 }
 
@@ -484,10 +466,10 @@ static void test_sku_names_that_alias(void **state)
     (void)state;
     char base[48], var[3][64];
     tu_unique_name(base, sizeof base, "alias");
-    put(port[0], base, 40, 4, NULL, 201);
+    put_with_key(port[0], base, 40, 4, NULL, 201);
     for (int i = 0; i < 3; i++) {
         snprintf(var[i], sizeof var[i], "%s:%d", base, i + 1);
-        put(port[i % 2], var[i], 10, 2, NULL, 201);
+        put_with_key(port[i % 2], var[i], 10, 2, NULL, 201);
     }
     sf_resp r = {0};
     restock(port[0], base, 8, NULL, &r);
@@ -507,7 +489,7 @@ static void test_sku_names_that_alias(void **state)
         sf_resp_free(&r);
     }
     /* A re-PUT and a DELETE of a variant leave the base SKU alone. */
-    put(port[1], var[0], 6, 4, NULL, 200);
+    put_with_key(port[1], var[0], 6, 4, NULL, 200);
     char path[160];
     snprintf(path, sizeof path, "/api/v1/skus/%s", var[1]);
     sf_json_request(NULL, port[0], "DELETE", path, LY_TOKEN, NULL, NULL, &r);
@@ -519,13 +501,13 @@ static void test_sku_names_that_alias(void **state)
         sf_resp_free(&r);
     }
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), base, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), base, &rep);
     SF_ASSERT(rep.stock_total == 48 && rep.sold == 4, "%s: stock_total %lld (want 48), sold %lld",
               base, rep.stock_total, rep.sold);
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), var[0], &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), var[0], &rep);
     SF_ASSERT(rep.stock_total == 6 && rep.sold == 0, "%s: stock_total %lld (want 6)", var[0],
               rep.stock_total);
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), var[2], &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), var[2], &rep);
     SF_ASSERT(rep.stock_total == 12 && rep.sold == 1, "%s: stock_total %lld (want 12)", var[2],
               rep.stock_total);
 }
@@ -535,7 +517,7 @@ static void test_status_answers_consistent_under_orders(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "stcons");
-    put(port[0], sku, 10000000, 64, NULL, 201);
+    put_with_key(port[0], sku, 10000000, 64, NULL, 201);
     atomic_int stop = 0;
     struct ly_buyer b[4];
     for (int i = 0; i < 4; i++) {
@@ -571,7 +553,7 @@ static void test_status_answers_consistent_under_orders(void **state)
     SF_ASSERT(bad == 0, "%d of %d status answers broke SPEC §8 on their own, e.g. %s", bad, reads,
               first);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created);
 }
 
@@ -592,5 +574,5 @@ int main(void)
         cmocka_unit_test(test_put_after_version_counter_went_back),
         cmocka_unit_test(test_restock_after_restock_id_went_back),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -17,31 +17,23 @@
 #include <signal.h>
 #include <stdatomic.h>
 
-#define LR_NODES 5
+#define LR_NODES GF_NODES
 
-static rf_server *node[LR_NODES];
 static char urls[LR_NODES * 40];
 
+/* The store (gf_redis) and the five lock nodes, one URL list of them for --lock-redis. */
 static int group_setup(void **state)
 {
-    if (sf_redis_group_setup(state) != 0)
+    (void)state;
+    if (gf_start(NULL, NULL) != 0 || gf_start_nodes(NULL) != 0)
         return -1;
     urls[0] = '\0';
     for (int i = 0; i < LR_NODES; i++) {
-        if (!(node[i] = rf_start(NULL)))
-            return -1;
         if (i)
             strcat(urls, ",");
-        strcat(urls, rf_url(node[i]));
+        strcat(urls, gf_node_url[i]);
     }
     return 0;
-}
-
-static int group_teardown(void **state)
-{
-    for (int i = 0; i < LR_NODES; i++)
-        rf_stop(node[i]);
-    return sf_redis_group_teardown(state);
 }
 
 /* Every lock node running again (after a test killed some). */
@@ -49,7 +41,7 @@ static int setup(void **state)
 {
     (void)state;
     for (int i = 0; i < LR_NODES; i++)
-        if (rf_pid(node[i]) == 0 && rf_restart(node[i]) != 0)
+        if (rf_pid(gf_node[i]) == 0 && rf_restart(gf_node[i]) != 0)
             return -1;
     return 0;
 }
@@ -59,25 +51,25 @@ static int nodes_with(const char *key)
 {
     int k = 0;
     for (int i = 0; i < LR_NODES; i++)
-        if (rf_pid(node[i]) != 0 && rf_integer(node[i], "EXISTS %s", key) == 1)
+        if (rf_pid(gf_node[i]) != 0 && rf_integer(gf_node[i], "EXISTS %s", key) == 1)
             k++;
     return k;
 }
 
 /* ---- buyers: threads placing orders of one unit until told to stop or sold out ---- */
 
-typedef struct buyer {
+typedef struct lr_buyer {
     int port;
     const char *sku;
     atomic_int *stop;
     atomic_int created;
     int sold_out, other;
     pthread_t tid;
-} buyer;
+} lr_buyer;
 
-static void *buy(void *arg)
+static void *lr_buy(void *arg)
 {
-    buyer *b = arg;
+    lr_buyer *b = arg;
     sf_conn *c = sf_conn_open(b->port, 10000);
     while (!atomic_load(b->stop)) {
         sf_resp r = {0};
@@ -111,7 +103,7 @@ static sf_service *start(const char *const *more)
     for (int i = 0; more && more[i]; i++)
         args[n++] = more[i];
     args[n] = NULL;
-    sf_service *s = sf_start(rf_url(sf_redis), args);
+    sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "%s", "could not start inventoryd --lock-redis");
     return s;
 }
@@ -127,10 +119,10 @@ static void test_sell_out_two_instances(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    buyer bs[6];
+    lr_buyer bs[6];
     for (int i = 0; i < 6; i++) {
-        bs[i] = (buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, buy, &bs[i]), 0);
+        bs[i] = (lr_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lr_buy, &bs[i]), 0);
     }
     int created = 0;
     for (int i = 0; i < 6; i++) {
@@ -139,15 +131,15 @@ static void test_sell_out_two_instances(void **state)
     }
     SF_ASSERT_EQ(created, 60);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 60);
     SF_ASSERT_EQ(rep.remaining, 0);
     /* The locks and their counters are on the lock nodes; the data Redis has the seen tokens. */
     snprintf(key, sizeof key, "inv:2:{%s/0}:lock:fence", sku);
     SF_ASSERT(nodes_with(key) >= 3, "%s on %d lock nodes", key, nodes_with(key));
-    SF_ASSERT_EQ(rf_integer(sf_redis, "EXISTS %s", key), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", key), 0);
     snprintf(key, sizeof key, "inv:2:{%s/0}:lock:seen", sku);
-    SF_ASSERT_EQ(rf_integer(sf_redis, "EXISTS %s", key), 1);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", key), 1);
     SF_ASSERT_EQ(sf_stop(a), 0);
     SF_ASSERT_EQ(sf_stop(b), 0);
 }
@@ -205,7 +197,7 @@ static void test_sigstop_past_lease(void **state)
         SF_ASSERT(sf_metric(sf_port(a), "inventory_locks_lost_total") >= 1, "%s",
                   "A's stale commit was not refused: the test proved nothing");
         sf_report rep;
-        SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         SF_ASSERT_EQ(rep.sold, 1 + (first.status == 201));
         SF_ASSERT_EQ(rep.remaining, 10 - rep.sold);
         break;
@@ -239,7 +231,7 @@ static void test_commit_after_validity(void **state)
     SF_ASSERT(sf_metric(sf_port(a), "inventory_locks_lost_total") >= 1, "%s",
               "no lock counted lost");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT_EQ(rep.remaining, 10);
     SF_ASSERT_EQ(sf_stop(a), 0);
@@ -257,14 +249,14 @@ static void test_kill_lock_nodes(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    buyer bs[3];
+    lr_buyer bs[3];
     for (int i = 0; i < 3; i++) {
-        bs[i] = (buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, buy, &bs[i]), 0);
+        bs[i] = (lr_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lr_buy, &bs[i]), 0);
     }
     tu_sleep_ms(300);
-    assert_int_equal(rf_halt(node[0], SIGKILL), 0);
-    assert_int_equal(rf_halt(node[1], SIGKILL), 0);
+    assert_int_equal(rf_halt(gf_node[0], SIGKILL), 0);
+    assert_int_equal(rf_halt(gf_node[1], SIGKILL), 0);
     int before = 0;
     for (int i = 0; i < 3; i++)
         before += atomic_load(&bs[i].created);
@@ -278,12 +270,12 @@ static void test_kill_lock_nodes(void **state)
     SF_ASSERT(created > before, "no order placed with 2 of 5 lock nodes down (%d, %d before)",
               created, before);
     /* Three down: refused, nothing placed. */
-    assert_int_equal(rf_halt(node[2], SIGKILL), 0);
+    assert_int_equal(rf_halt(gf_node[2], SIGKILL), 0);
     int st = sf_order(NULL, sf_port(a), sku, 1, &r);
     SF_ASSERT(st == 503, "an order with 3 of 5 lock nodes down: %s", sf_resp_summary(&r));
     sf_resp_free(&r);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created);
     SF_ASSERT_EQ(sf_stop(a), 0);
 }
@@ -296,5 +288,5 @@ int main(void)
         cmocka_unit_test_setup(test_kill_lock_nodes, setup),
         cmocka_unit_test_setup(test_commit_after_validity, setup),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, gf_group_teardown);
 }

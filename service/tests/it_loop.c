@@ -50,7 +50,7 @@ static void test_one_thread_many_critical_sections(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "1", "--hold-ms", "300", "--lock-wait-ms", "5000", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
@@ -70,7 +70,7 @@ static void test_one_thread_many_critical_sections(void **state)
     double peak = sf_metric(port, "inventory_critical_sections_peak");
     SF_ASSERT(peak >= 2, "one loop thread had at most %g critical section(s) at once", peak);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created);
     sf_resp_free(&r);
     SF_ASSERT_EQ(sf_stop(svc), 0);
@@ -80,7 +80,7 @@ static void test_sigterm_finishes_suspended_orders(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "1", "--hold-ms", "800", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
@@ -101,7 +101,7 @@ static void test_sigterm_finishes_suspended_orders(void **state)
     }
     SF_ASSERT(created >= 1, "%s", "no order in its critical section finished after SIGTERM");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, created);
     sf_resp_free(&r);
 }
@@ -112,5 +112,5 @@ int main(void)
         cmocka_unit_test(test_one_thread_many_critical_sections),
         cmocka_unit_test(test_sigterm_finishes_suspended_orders),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

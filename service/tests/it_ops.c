@@ -22,7 +22,6 @@
 
 #define TOKEN "ops-test-token-0123456789"
 
-static rf_server *redis;
 static sf_service *svc;   /* trusts 127.0.0.1 as a proxy, writes an access log */
 static sf_service *plain; /* trusts no proxy */
 static char access_path[512];
@@ -31,29 +30,19 @@ static char dir[256];
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     snprintf(dir, sizeof dir, "%s/it_ops-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir))
         return -1;
     snprintf(access_path, sizeof access_path, "%s/access.log", dir);
     const char *args[] = {"--admin-token", TOKEN, "--trusted-proxies", "127.0.0.1", "--access-log",
                           access_path,     NULL};
-    svc = sf_start(rf_url(redis), args);
     const char *pargs[] = {"--admin-token", TOKEN, NULL};
-    plain = sf_start(rf_url(redis), pargs);
-    return svc && plain ? 0 : -1;
+    return (svc = sf_group_service(args)) && (plain = sf_group_service(pargs)) ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    (void)state;
-    int bad = sf_stop(svc) != 0;
-    bad |= sf_stop(plain) != 0;
-    svc = plain = NULL;
-    rf_stop(redis);
-    redis = NULL;
+    int bad = sf_group_teardown(state) != 0;
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

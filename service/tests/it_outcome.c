@@ -66,7 +66,7 @@ static sf_service *start_on(const char *url)
 static int svc_setup(void **state)
 {
     (void)state;
-    svc = start_on(rf_url(sf_redis));
+    svc = start_on(rf_url(gf_redis));
     if (svc == NULL)
         return -1;
     port = sf_port(svc);
@@ -91,7 +91,7 @@ static int svc_setup(void **state)
 static int svc_teardown(void **state)
 {
     (void)state;
-    rf_resume(sf_redis);
+    rf_resume(gf_redis);
     int st = sf_stop(svc);
     svc = NULL;
     return st == 0 ? 0 : -1;
@@ -104,27 +104,10 @@ static void order_body(char *buf, size_t size, const char *sku)
     snprintf(buf, size, "{\"sku\": \"%s\", \"quantity\": 1}", sku);
 }
 
-static void put_sku(const char *sku, long long stock)
-{
-    sf_resp r = {0};
-    sf_put_sku(port, NULL, sku, stock, 1, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-}
-
-/* Segment 0's stock read from Redis, -999 when unreadable. */
-static long long seg_stock(const char *sku)
-{
-    char buf[32];
-    if (rf_string(sf_redis, buf, sizeof buf, "GET inv:2:{%s/0}:stock", sku) != 1)
-        return -999;
-    return strtoll(buf, NULL, 10);
-}
-
 /* The order id segment 0's idem hash holds for key (written with the order), "" when none. */
 static void idem_order_id(const char *sku, const char *key, char *id, size_t size)
 {
-    if (rf_string(sf_redis, id, size, "HGET inv:2:{%s/0}:idem %s", sku, key) != 1)
+    if (rf_string(gf_redis, id, size, "HGET inv:2:{%s/0}:idem %s", sku, key) != 1)
         id[0] = '\0';
 }
 
@@ -156,7 +139,7 @@ static void assert_unavailable_at(const char *file, int line, const sf_resp *r, 
 static void expect_sold(const char *sku, long long stock_total, long long sold)
 {
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.stock_total == stock_total && rep.sold == sold && rep.orders == sold &&
                   rep.remaining == stock_total - sold && rep.live_orders == sold,
               "SKU %s: expected %lld sold of %lld in %lld order(s); Redis has stock_total %lld "
@@ -223,7 +206,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
 {
     char lock_key[256];
     snprintf(lock_key, sizeof lock_key, "inv:2:{%s/0}:lock", sku);
-    redisContext *watch = rf_connect(sf_redis);
+    redisContext *watch = rf_connect(gf_redis);
     SF_ASSERT(watch != NULL, "%s", "cannot connect to redis-server");
 
     struct poster p = {.key = key, .body = body};
@@ -238,7 +221,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
         if (seen) {
             /* The acquire has run: the service sleeps in its hold, the commit comes next. */
             tu_sleep_ms(OC_FREEZE_AFTER_LOCK_MS);
-            paused = rf_pause(sf_redis) == 0;
+            paused = rf_pause(gf_redis) == 0;
             break;
         }
         tu_sleep_us(500);
@@ -246,7 +229,7 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
     redisFree(watch);
     pthread_join(p.tid, NULL); /* the client's own timeout (10 s) bounds this */
     if (paused)
-        rf_resume(sf_redis);
+        rf_resume(gf_redis);
     *first = p.resp;
     SF_ASSERT(!seen || paused, "%s", "could not SIGSTOP redis-server");
     if (!paused)
@@ -264,10 +247,10 @@ static enum freeze post_and_freeze_in_hold(const char *sku, const char *key, con
  * received as soon as it is thawed, so this is normally the first read. Returns the stock. */
 static long long stock_after_thaw(const char *sku, long long start)
 {
-    long long s = seg_stock(sku);
+    long long s = sf_seg_stock(sku, 0);
     for (int64_t deadline = tu_now_ms() + 2000; s == start && tu_now_ms() < deadline;) {
         tu_sleep_ms(20);
-        s = seg_stock(sku);
+        s = sf_seg_stock(sku, 0);
     }
     return s;
 }
@@ -283,7 +266,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
         tu_unique_name(sku, sizeof sku, "outcome");
         tu_unique_name(key, sizeof key, "outcome-key");
         order_body(body, sizeof body, sku);
-        put_sku(sku, UNITS);
+        SF_PUT_SKU(port, NULL, sku, UNITS, 1);
         sf_resp_free(&first);
         how = post_and_freeze_in_hold(sku, key, body, &first);
         if (how == FROZE_IN_HOLD)
@@ -332,10 +315,10 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
         SF_ASSERT(r.status == 200,
                   "the order Redis placed (%s) was not replayed: %s; segment "
                   "stock now %lld",
-                  placed_id, sf_resp_summary(&r), seg_stock(sku));
+                  placed_id, sf_resp_summary(&r), sf_seg_stock(sku, 0));
         SF_ASSERT(strcmp(id, placed_id) == 0, "replayed order %s, Redis placed %s", id, placed_id);
         char record[2048];
-        SF_ASSERT(rf_string(sf_redis, record, sizeof record, "HGET inv:2:{%s/0}:orders %s", sku,
+        SF_ASSERT(rf_string(gf_redis, record, sizeof record, "HGET inv:2:{%s/0}:orders %s", sku,
                             placed_id) == 1,
                   "no record of %s", placed_id);
         json_t *stored = json_loads(record, 0, NULL);
@@ -355,7 +338,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 
     /* The claim is final now: the key replays at once, and GET finds the order. */
     char claim[200];
-    SF_ASSERT(rf_string(sf_redis, claim, sizeof claim, "GET inv:2:{%s}:idem:%s", sku, key) == 1 &&
+    SF_ASSERT(rf_string(gf_redis, claim, sizeof claim, "GET inv:2:{%s}:idem:%s", sku, key) == 1 &&
                   strcmp(claim, placed_id) == 0,
               "claim of the key: \"%s\", expected %s", claim, placed_id);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
@@ -370,7 +353,7 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
     sf_resp_free(&r);
 
     expect_sold(sku, UNITS, 1);
-    SF_ASSERT_EQ(seg_stock(sku), UNITS - 1);
+    SF_ASSERT_EQ(sf_seg_stock(sku, 0), UNITS - 1);
 }
 
 /* ---- Redis frozen before the order arrives ---- */
@@ -381,9 +364,9 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 static void order_while_frozen(const char *sku, long long units, const char *key,
                                const char *body, sf_resp *r)
 {
-    SF_ASSERT(rf_pause(sf_redis) == 0, "%s", "could not SIGSTOP redis-server");
+    SF_ASSERT(rf_pause(gf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, r);
-    rf_resume(sf_redis);
+    rf_resume(gf_redis);
     ASSERT_UNAVAILABLE(r, 0);
     SF_ASSERT(!sf_log_contains(svc, "order_outcome_unknown"), "%s",
               "order_outcome_unknown logged for a failure before the commit");
@@ -400,7 +383,7 @@ static void test_redis_frozen_before_acquire_plain_unavailable(void **state)
     char sku[64], body[200];
     tu_unique_name(sku, sizeof sku, "outcome-acq");
     order_body(body, sizeof body, sku);
-    put_sku(sku, UNITS);
+    SF_PUT_SKU(port, NULL, sku, UNITS, 1);
 
     sf_resp r = {0};
     order_while_frozen(sku, UNITS, NULL, body, &r);
@@ -433,7 +416,7 @@ static void test_redis_frozen_before_claim_plain_unavailable(void **state)
     tu_unique_name(sku, sizeof sku, "outcome-claim");
     tu_unique_name(key, sizeof key, "outcome-claim-key");
     order_body(body, sizeof body, sku);
-    put_sku(sku, UNITS);
+    SF_PUT_SKU(port, NULL, sku, UNITS, 1);
 
     sf_resp r = {0};
     order_while_frozen(sku, UNITS, key, body, &r);
@@ -529,5 +512,5 @@ int main(void)
                                         svc_teardown),
         cmocka_unit_test(test_redis_gone_before_commit_plain_unavailable),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

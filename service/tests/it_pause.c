@@ -24,16 +24,6 @@
 #define PA_CLAIM_BOUND_MS (PA_WAIT_MS + PA_HOLD_MS + PA_LEASE_MS + 2 * PA_REDIS_TIMEOUT_MS)
 #define PA_TAKEOVER_MS (PA_CLAIM_BOUND_MS + 1000)
 
-static int group_setup(void **state)
-{
-    return sf_redis_group_setup(state);
-}
-
-static int group_teardown(void **state)
-{
-    return sf_redis_group_teardown(state);
-}
-
 struct pa_post {
     int port;
     const char *body, *key;
@@ -57,7 +47,7 @@ static void *pa_post_run(void *arg)
 static int lock_held(const char *sku, int segments)
 {
     for (int k = 0; k < segments; k++)
-        if (rf_integer(sf_redis, "EXISTS inv:2:{%s/%d}:lock", sku, k) == 1)
+        if (rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:lock", sku, k) == 1)
             return 1;
     return 0;
 }
@@ -73,8 +63,8 @@ static void test_paused_order_does_not_buy_twice_with_one_key(void **state)
     const char *args[] = {"--threads",     "4",   "--hold-ms",          hold,
                           "--lock-lease-ms", lease, "--lock-wait-ms",   wait,
                           "--redis-timeout-ms", timeout, "--admin-token", PA_TOKEN, NULL};
-    sf_service *a = sf_start(rf_url(sf_redis), args);
-    sf_service *b = sf_start(rf_url(sf_redis), args);
+    sf_service *a = sf_start(rf_url(gf_redis), args);
+    sf_service *b = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(a != NULL && b != NULL, "%s", "could not start inventoryd");
     int tries = 0;
     for (;;) {
@@ -118,7 +108,7 @@ static void test_paused_order_does_not_buy_twice_with_one_key(void **state)
                   sf_str(r.json, "order_id"), id);
         sf_resp_free(&r);
         sf_report rep;
-        SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         SF_ASSERT(rep.orders == 1 && rep.sold == 1, "one Idempotency-Key made %lld orders (%lld "
                                                     "units)",
                   rep.orders, rep.sold);
@@ -134,7 +124,7 @@ static void test_lost_lock_is_not_sold_out(void **state)
     const char *args[] = {"--threads",      "4",    "--hold-ms",     "600",
                           "--lock-lease-ms", "200", "--lock-renewal", "0",
                           "--lock-wait-ms",  "1500", "--admin-token", PA_TOKEN, NULL};
-    sf_service *s = sf_start(rf_url(sf_redis), args);
+    sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "%s", "could not start inventoryd");
     char sku[64];
     tu_unique_name(sku, sizeof sku, "plost");
@@ -147,7 +137,7 @@ static void test_lost_lock_is_not_sold_out(void **state)
     SF_ASSERT(sf_metric(sf_port(s), "inventory_locks_lost_total") >= 1, "%s",
               "no lock was lost: the test proved nothing");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.remaining, 10);
     SF_ASSERT_EQ(sf_stop(s), 0);
 }
@@ -158,5 +148,5 @@ int main(void)
         cmocka_unit_test(test_paused_order_does_not_buy_twice_with_one_key),
         cmocka_unit_test(test_lost_lock_is_not_sold_out),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

@@ -34,7 +34,7 @@ static int request_on(int fd, const char *method, const char *path, const char *
 }
 
 /* A keep-alive connection from source_ip, asserted open. */
-static int client(int port, const char *source_ip)
+static int connect_from(int port, const char *source_ip)
 {
     int fd = sr_connect(port, source_ip);
     SF_ASSERT(fd >= 0, "connect from %s: %s", source_ip, strerror(errno));
@@ -45,7 +45,7 @@ static int client(int port, const char *source_ip)
 static int request_from(int port, const char *source_ip, const char *method, const char *path,
                         const char *body, sf_resp *r)
 {
-    int fd = client(port, source_ip);
+    int fd = connect_from(port, source_ip);
     int st = request_on(fd, method, path, body, r);
     close(fd);
     return st;
@@ -57,7 +57,7 @@ static void test_token_bucket(void **state)
     /* 2 requests/s, bursts of 5. */
     const char *args[] = {"--admin-token",      TOKEN, "--threads", "2", "--rate-limit-rps", "2",
                           "--rate-limit-burst", "5",   NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -69,7 +69,7 @@ static void test_token_bucket(void **state)
 
     /* Client A (127.0.0.2): the burst of 5 passes on one keep-alive connection, the 6th is
      * refused; being answered before the request is read, the 429 closes the connection. */
-    int a = client(port, "127.0.0.2");
+    int a = connect_from(port, "127.0.0.2");
     for (int i = 0; i < 5; i++) {
         request_on(a, "GET", path, NULL, &r);
         SF_ASSERT(r.status == 200, "request %d of the burst: %s", i + 1, sf_resp_summary(&r));
@@ -130,7 +130,7 @@ static void test_token_bucket(void **state)
 
     /* The refused order changed nothing. */
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT_EQ(rep.orders, 0);
     SF_ASSERT_EQ(sf_stop(svc), 0);
@@ -140,7 +140,7 @@ static void test_connection_cap(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "2", "--max-connections-per-ip", "4", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
@@ -148,19 +148,19 @@ static void test_connection_cap(void **state)
     /* Four connections from 127.0.0.2, one of them in use, the rest idle. */
     int held[4];
     for (int i = 0; i < 4; i++)
-        held[i] = client(port, "127.0.0.2");
+        held[i] = connect_from(port, "127.0.0.2");
     request_on(held[0], "GET", "/healthz", NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
 
     /* The fifth is closed at once, without an answer. */
-    int fifth = client(port, "127.0.0.2");
+    int fifth = connect_from(port, "127.0.0.2");
     request_on(fifth, "GET", "/healthz", NULL, &r);
     SF_ASSERT(r.status == 0, "a fifth connection from one address was served: %s",
               sf_resp_summary(&r));
     close(fifth);
 
     /* Another address is not affected. */
-    int other = client(port, "127.0.0.3");
+    int other = connect_from(port, "127.0.0.3");
     request_on(other, "GET", "/healthz", NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
     close(other);
@@ -170,7 +170,7 @@ static void test_connection_cap(void **state)
     int ok = 0;
     for (int attempt = 0; attempt < 50 && !ok; attempt++) {
         tu_sleep_ms(20);
-        int again = client(port, "127.0.0.2");
+        int again = connect_from(port, "127.0.0.2");
         ok = request_on(again, "GET", "/healthz", NULL, &r) == 200;
         close(again);
     }
@@ -184,13 +184,13 @@ static void test_connection_cap(void **state)
 static void test_off_by_default(void **state)
 {
     (void)state;
-    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    sf_service *svc = sf_start(rf_url(gf_redis), NULL);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     sf_resp r = {0};
     int fds[12];
     for (int i = 0; i < 12; i++)
-        fds[i] = client(port, "127.0.0.2");
+        fds[i] = connect_from(port, "127.0.0.2");
     for (int i = 0; i < 300; i++) {
         request_on(fds[i % 12], "GET", "/api/v1/skus/no-such-sku", NULL, &r);
         SF_ASSERT(r.status == 404, "request %d: %s", i, sf_resp_summary(&r));
@@ -225,7 +225,7 @@ static void test_bad_values_exit_2(void **state)
 static int get_forwarded(int port, const char *source_ip, const char *xff, const char *path,
                          sf_resp *r)
 {
-    int fd = client(port, source_ip);
+    int fd = connect_from(port, source_ip);
     char head[512];
     int n = snprintf(head, sizeof head,
                      "GET %s HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: %s\r\nConnection: close\r\n\r\n",
@@ -265,7 +265,7 @@ static void test_trusted_proxy(void **state)
     const char *args[] = {"--admin-token", TOKEN, "--threads", "2", "--rate-limit-rps", "1",
                           "--rate-limit-burst", "3", "--trusted-proxies", "127.0.0.2/32, ::1",
                           NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -302,5 +302,5 @@ int main(void)
         cmocka_unit_test(test_bad_values_exit_2),
         cmocka_unit_test(test_trusted_proxy),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

@@ -26,19 +26,19 @@ struct rp_case {
 };
 
 /* Per test: two instances with the case's strategy. */
-static int start_instances(void **state)
+static int rp_start(void **state)
 {
     const struct rp_case *rc = *state;
     const char *args[] = {"--threads", "8", "--strategy", rc->strategy, NULL};
     for (int i = 0; i < 2; i++) {
-        svc[i] = sf_start(rf_url(sf_redis), args);
+        svc[i] = sf_start(rf_url(gf_redis), args);
         if (svc[i] == NULL)
             return -1;
     }
     return 0;
 }
 
-static int stop_instances(void **state)
+static int rp_stop(void **state)
 {
     (void)state;
     return sf_stop_all(svc, 2);
@@ -190,7 +190,7 @@ static void reput_while_ordering(void **state)
     }
 
     /* Which 201s are orders of the new version: their records are in its segments. */
-    redisContext *c = rf_connect(sf_redis);
+    redisContext *c = rf_connect(gf_redis);
     SF_ASSERT(c != NULL, "%s", "connect to redis");
     for (int i = 0; i < RP_THREADS; i++)
         for (int j = 0; j < w[i].n; j++)
@@ -238,7 +238,7 @@ static void reput_while_ordering(void **state)
               before, after);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.version == v2 && rep.segments == new_segments,
               "Redis layout: version %lld, %d segments; the PUT said version %lld, %d segments",
               rep.version, rep.segments, v2, new_segments);
@@ -293,14 +293,14 @@ int main(void)
     static struct rp_case single = {"single-lock", 16, 300, 8};
     static struct rp_case atomic = {"atomic", 16, 600, 8};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, start_instances,
-                                                 stop_instances, &fewer),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, start_instances,
-                                                 stop_instances, &more),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, start_instances,
-                                                 stop_instances, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, start_instances,
-                                                 stop_instances, &atomic),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, rp_start,
+                                                 rp_stop, &fewer),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, rp_start,
+                                                 rp_stop, &more),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, rp_start,
+                                                 rp_stop, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, rp_start,
+                                                 rp_stop, &atomic),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

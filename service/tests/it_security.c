@@ -92,7 +92,7 @@ static void test_admin_token_never_logged(void **state)
 
     /* 1. --admin-token, at debug level (every request is logged). */
     const char *args[] = {"--admin-token", flag_token, "--log-level", "debug", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), args);
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), flag_token);
     SF_ASSERT(sf_log_contains(svc, "\"admin_token\":\"***\""), "%s",
@@ -103,7 +103,7 @@ static void test_admin_token_never_logged(void **state)
     /* 2. INVENTORY_ADMIN_TOKEN (inherited by the service). */
     setenv("INVENTORY_ADMIN_TOKEN", env_token, 1);
     const char *dbg[] = {"--log-level", "debug", NULL};
-    svc = sf_start(rf_url(sf_redis), dbg);
+    svc = sf_start(rf_url(gf_redis), dbg);
     unsetenv("INVENTORY_ADMIN_TOKEN");
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), env_token);
@@ -122,7 +122,7 @@ static void test_admin_token_never_logged(void **state)
     SF_ASSERT(write(fd, text, (size_t)n) == n, "%s", "write");
     close(fd);
     const char *cargs[] = {"--config", cfg, NULL};
-    svc = sf_start(rf_url(sf_redis), cargs);
+    svc = sf_start(rf_url(gf_redis), cargs);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     admin_traffic(sf_port(svc), file_token);
     keep_log(svc, log_copy[2], sizeof log_copy[2]);
@@ -229,12 +229,12 @@ static void test_redis_password_and_acl_user(void **state)
 
 /* ---- issue #10 ------------------------------------------------------------------------------ */
 
-static void test_admin_closed_without_token(void **state)
+static void test_admin_closed_without_token_over_http(void **state)
 {
     (void)state;
     /* inventoryd's default (the fixture adds --admin-allow-loopback; this takes it back). */
     const char *closed[] = {"--admin-allow-loopback=0", NULL};
-    sf_service *svc = sf_start(rf_url(sf_redis), closed);
+    sf_service *svc = sf_start(rf_url(gf_redis), closed);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with --admin-allow-loopback=0");
     int port = sf_port(svc);
     char sku[64], path[128];
@@ -256,7 +256,7 @@ static void test_admin_closed_without_token(void **state)
     /* --admin-allow-loopback: open to loopback, with a warning; behind a trusted proxy on
      * loopback, the client it names decides. */
     const char *open_lb[] = {"--trusted-proxies", "127.0.0.1/32", NULL};
-    svc = sf_start(rf_url(sf_redis), open_lb);
+    svc = sf_start(rf_url(gf_redis), open_lb);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with --admin-allow-loopback");
     port = sf_port(svc);
     SF_ASSERT(sf_log_contains(svc, "WITHOUT a token (--admin-allow-loopback)"), "%s",
@@ -296,7 +296,7 @@ static int id_well_formed(const char *s, const char *sku)
 static void test_order_ids_unguessable(void **state)
 {
     (void)state;
-    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    sf_service *svc = sf_start(rf_url(gf_redis), NULL);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
@@ -383,7 +383,7 @@ static void assert_not_in_proc(pid_t pid, const char *what, const char *secret)
     SF_ASSERT(strstr(text, secret) == NULL, "a secret is in %s", path);
 }
 
-static void test_secret_files(void **state)
+static void test_secret_files_at_start(void **state)
 {
     (void)state;
     static const char password[] = "File-Redis-Pass-6Ty2";
@@ -432,7 +432,7 @@ static void test_secret_files(void **state)
 static void test_healthcheck_mode(void **state)
 {
     (void)state;
-    sf_service *svc = sf_start(rf_url(sf_redis), NULL);
+    sf_service *svc = sf_start(rf_url(gf_redis), NULL);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     char port[16];
     snprintf(port, sizeof port, "%d", sf_port(svc));
@@ -455,11 +455,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_token_never_logged),
         cmocka_unit_test(test_redis_password_and_acl_user),
-        cmocka_unit_test(test_admin_closed_without_token),
+        cmocka_unit_test(test_admin_closed_without_token_over_http),
         cmocka_unit_test(test_order_ids_unguessable),
         cmocka_unit_test(test_readyz_reason_is_short),
-        cmocka_unit_test(test_secret_files),
+        cmocka_unit_test(test_secret_files_at_start),
         cmocka_unit_test(test_healthcheck_mode),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

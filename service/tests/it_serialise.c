@@ -47,7 +47,7 @@ static void *se_run(void *arg)
 static int64_t run_orders(int segments, double *peak, double *waits, int *distinct_segments)
 {
     const char *args[] = {"--hold-ms", "50", "--threads", "8", NULL};
-    sf_service *s = sf_start(rf_url(sf_redis), args);
+    sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "%s", "could not start inventoryd");
     int p = sf_port(s);
     char sku[64];
@@ -87,7 +87,7 @@ static int64_t run_orders(int segments, double *peak, double *waits, int *distin
     *peak = sf_metric(p, "inventory_critical_sections_peak");
     *waits = sf_metric(p, "inventory_lock_waits_total");
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(sf_redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == SE_ORDERS && rep.orders == SE_ORDERS, "sold %lld orders %lld", rep.sold,
               rep.orders);
     SF_ASSERT_EQ(sf_stop(s), 0);
@@ -131,5 +131,5 @@ int main(void)
         cmocka_unit_test(test_one_segment_serialises),
         cmocka_unit_test(test_four_segments_run_in_parallel),
     };
-    return SF_RUN_GROUP_TESTS(tests, sf_redis_group_setup, sf_redis_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

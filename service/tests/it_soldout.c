@@ -13,37 +13,18 @@
 #define SO_MARGIN_MS 150
 #define SO_FAST_TRIES 20
 
-static rf_server *redis;
 static sf_service *a, *b;
 static int pa, pb;
 
 static int group_setup(void **state)
 {
     (void)state;
-    redis = rf_start(NULL);
-    if (redis == NULL)
-        return -1;
     const char *args[] = {"--threads", "4", NULL};
-    a = sf_start(rf_url(redis), args);
-    b = sf_start(rf_url(redis), args);
-    if (a == NULL || b == NULL)
+    if (!(a = sf_group_service(args)) || !(b = sf_group_service(args)))
         return -1;
     pa = sf_port(a);
     pb = sf_port(b);
     return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    /* Both stopped, whatever the first one returns. */
-    int bad_a = sf_stop(a) != 0;
-    int bad_b = sf_stop(b) != 0;
-    int bad = bad_a || bad_b;
-    a = b = NULL;
-    rf_stop(redis);
-    redis = NULL;
-    return bad ? -1 : 0;
 }
 
 static double fast_count(int port)
@@ -140,7 +121,7 @@ static void test_sold_out_fast_then_restock(void **state)
     sf_resp_free(&r);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.stock_total == 50 && rep.sold == 42 && rep.remaining == 8,
               "stock_total %lld sold %lld remaining %lld", rep.stock_total, rep.sold,
               rep.remaining);
@@ -163,7 +144,7 @@ static void test_cancel_ends_sold_out_elsewhere(void **state)
     json_decref(ids);
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 10 && rep.remaining == 0 && rep.cancelled == 1,
               "sold %lld remaining %lld cancelled %lld", rep.sold, rep.remaining, rep.cancelled);
 }
@@ -184,7 +165,7 @@ static void test_reput_ends_sold_out_elsewhere(void **state)
     poll_until_sold(pa, sku, "a re-PUT through B");
 
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(redis), sku, &rep);
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.segments == 3 && rep.stock_total == 5 && rep.sold == 1,
               "segments %d stock_total %lld sold %lld", rep.segments, rep.stock_total, rep.sold);
 }
@@ -262,5 +243,5 @@ int main(void)
         cmocka_unit_test(test_delete_seen_elsewhere),
         cmocka_unit_test(test_delete_of_sold_out_sku_seen_elsewhere),
     };
-    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

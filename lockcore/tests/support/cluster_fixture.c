@@ -3,13 +3,14 @@
  */
 #include "cluster_fixture.h"
 
+#include "proc_registry.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,23 +74,11 @@ static int create(cf_cluster *c, int replicas)
     argv[argc] = NULL;
     snprintf(log, sizeof log, "%s/cluster-create.log", rf_dir(c->node[0]));
     int out = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    pid_t pid = fork();
-    if (pid < 0) {
-        if (out >= 0)
-            close(out);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (out >= 0) {
-            dup2(out, 1);
-            dup2(out, 2);
-        }
-        execvp(cli, (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = pr_spawn(argv, out, out);
     if (out >= 0)
         close(out);
+    if (pid < 0)
+        return -1;
     int status = 0;
     int64_t deadline = tu_now_ms() + 60000;
     for (;;) {

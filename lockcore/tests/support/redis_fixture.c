@@ -5,6 +5,8 @@
  */
 #include "redis_fixture.h"
 
+#include "proc_registry.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,13 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define RF_MAX_SERVERS 64
 #define RF_MAX_ARGS 64
 #define RF_START_TIMEOUT_MS 5000
 #define RF_STOP_TIMEOUT_MS 3000
@@ -28,7 +28,7 @@
 struct rf_server {
     pid_t pid; /* 0 when not running */
     int port;
-    int slot; /* index in the registry */
+    int slot; /* in the process registry (proc_registry.h) */
     char dir[256];
     char url[64];
     char logpath[300];   /* redis' own --logfile */
@@ -41,61 +41,28 @@ struct rf_server {
     char *extra[RF_MAX_ARGS]; /* extra args with {dir} substituted */
 };
 
-/* The registry, read by the signal handlers: plain pid slots so the handler needs no lock. */
-static volatile pid_t g_pid[RF_MAX_SERVERS];
-static volatile pid_t g_owner[RF_MAX_SERVERS];
-static rf_server *g_server[RF_MAX_SERVERS];
-
-/* Kills (SIGKILL) and reaps every server this process started, and removes the files a
- * default server leaves in its dir, then the dir. Async-signal-safe (unlink, rmdir). */
-static void rf_kill_registered(void)
+/* From the fatal-signal handler (proc_registry.h), after the process was killed: removes the
+ * files a default server leaves in its dir, then the dir. Async-signal-safe (unlink, rmdir). */
+static void rf_remove_files(void *obj)
 {
-    pid_t self = getpid();
-    for (int i = 0; i < RF_MAX_SERVERS; i++) {
-        pid_t pid = g_pid[i];
-        if (pid > 0 && g_owner[i] == self) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            g_pid[i] = 0;
-        }
-        rf_server *srv = g_server[i];
-        if (srv != NULL && g_owner[i] == self && srv->dir[0] != '\0') {
-            unlink(srv->logpath);
-            unlink(srv->outpath);
-            unlink(srv->rdbpath);
-            unlink(srv->ownerpath);
-            if (srv->unixsocket != NULL)
-                unlink(srv->unixsocket);
-            rmdir(srv->dir);
-        }
-    }
+    rf_server *srv = obj;
+    if (srv->dir[0] == '\0')
+        return;
+    unlink(srv->logpath);
+    unlink(srv->outpath);
+    unlink(srv->rdbpath);
+    unlink(srv->ownerpath);
+    if (srv->unixsocket != NULL)
+        unlink(srv->unixsocket);
+    rmdir(srv->dir);
 }
 
-/* atexit: stop whatever the test left running (a failed test skips its teardown). */
-static void rf_at_exit(void)
+static void rf_stop_obj(void *obj)
 {
-    pid_t self = getpid();
-    for (int i = 0; i < RF_MAX_SERVERS; i++) {
-        if (g_server[i] != NULL && g_owner[i] == self)
-            rf_stop(g_server[i]);
-    }
+    rf_stop(obj);
 }
 
-/* Puts srv in a free registry slot owned by this process. 0, or -1 when full. */
-static int rf_register(rf_server *srv)
-{
-    for (int i = 0; i < RF_MAX_SERVERS; i++) {
-        if (g_server[i] == NULL) {
-            g_server[i] = srv;
-            g_owner[i] = getpid();
-            g_pid[i] = 0;
-            srv->slot = i;
-            return 0;
-        }
-    }
-    fprintf(stderr, "redis_fixture: more than %d servers at once\n", RF_MAX_SERVERS);
-    return -1;
-}
+static const pr_kind rf_kind = {rf_remove_files, rf_stop_obj};
 
 /* Removes path and, for a directory, everything below it. Best effort. */
 static void rf_remove_tree(const char *path)
@@ -237,50 +204,14 @@ static int rf_spawn(rf_server *srv)
         argv[argc++] = srv->extra[i];
     argv[argc] = NULL;
 
-    pid_t parent = getpid();
-    long maxfd = sysconf(_SC_OPEN_MAX);
-    if (maxfd < 0 || maxfd > 4096)
-        maxfd = 4096;
-    /* Opened before fork: the child may only make async-signal-safe calls. */
     int out = open(srv->outpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "redis_fixture: fork: %s\n", strerror(errno));
-        if (out >= 0)
-            close(out);
-        if (devnull >= 0)
-            close(devnull);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127); /* the test died before prctl took effect */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        if (out >= 0) {
-            dup2(out, 1);
-            dup2(out, 2);
-        }
-        /* Do not let redis keep the test's pipes and sockets open. */
-        for (long fd = 3; fd < maxfd; fd++)
-            close((int)fd);
-        execvp(bin, (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = pr_spawn(argv, out, out);
     if (out >= 0)
         close(out);
-    if (devnull >= 0)
-        close(devnull);
+    if (pid < 0)
+        return -1;
     srv->pid = pid;
-    g_pid[srv->slot] = pid;
+    pr_set_pid(srv->slot, pid);
     return 0;
 }
 
@@ -291,7 +222,7 @@ static int rf_reaped(rf_server *srv)
     pid_t r = waitpid(srv->pid, &status, WNOHANG);
     if (r == srv->pid || (r < 0 && errno == ECHILD)) {
         srv->pid = 0;
-        g_pid[srv->slot] = 0;
+        pr_set_pid(srv->slot, 0);
         return 1;
     }
     return 0;
@@ -340,7 +271,7 @@ static void rf_terminate(rf_server *srv, int sig)
             kill(srv->pid, SIGKILL);
             waitpid(srv->pid, NULL, 0);
             srv->pid = 0;
-            g_pid[srv->slot] = 0;
+            pr_set_pid(srv->slot, 0);
             break;
         }
         tu_sleep_ms(5);
@@ -388,11 +319,10 @@ static void rf_sweep_stale(const char *tmp)
 rf_server *rf_start(const char *const *extra_args)
 {
     static int swept;
-    tu_on_cleanup(rf_kill_registered, rf_at_exit);
     rf_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL)
         return NULL;
-    if (rf_register(srv) != 0) {
+    if ((srv->slot = pr_add(&rf_kind, srv)) < 0) {
         free(srv);
         return NULL;
     }
@@ -468,8 +398,7 @@ void rf_stop(rf_server *srv)
         rf_remove_tree(srv->dir);
     for (int i = 0; i < srv->nextra; i++)
         free(srv->extra[i]);
-    g_pid[srv->slot] = 0;
-    g_server[srv->slot] = NULL;
+    pr_remove(srv->slot);
     free(srv);
 }
 
@@ -568,6 +497,14 @@ redisReply *rf_command(const rf_server *srv, const char *fmt, ...)
     redisReply *r = rf_vcommand(srv, fmt, ap);
     va_end(ap);
     return r;
+}
+
+int rf_flushall(const rf_server *srv)
+{
+    redisReply *r = rf_command(srv, "FLUSHALL");
+    int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    return ok ? 0 : -1;
 }
 
 long long rf_integer(const rf_server *srv, const char *fmt, ...)

@@ -3,12 +3,12 @@
  * stopped (and the dir removed) by the test, and also when the test process exits, aborts or
  * is killed. Plus short-lived connections for assertions on the server's state (rf_command).
  *
- * Every server started here is registered in a process-wide list. An atexit handler and
- * handlers for SIGABRT, SIGSEGV, SIGTERM and SIGINT (which then re-raise) kill what is still
- * running, and each server gets PR_SET_PDEATHSIG so even a SIGKILLed test takes it along.
- * PR_SET_PDEATHSIG follows the *thread* that forked: start and restart servers from the
+ * Every server started here is in the fixtures' process registry (proc_registry.h): an atexit
+ * handler and handlers for SIGABRT, SIGSEGV, SIGTERM and SIGINT (which then re-raise) kill what
+ * is still running, and each server gets PR_SET_PDEATHSIG so even a SIGKILLed test takes it
+ * along. PR_SET_PDEATHSIG follows the *thread* that forked: start and restart servers from the
  * main thread (cmocka group setup is fine). A forked child of the test never stops the
- * parent's servers (the list remembers which process started each one). A SIGKILLed test
+ * parent's servers (the registry remembers which process started each one). A SIGKILLed test
  * cannot remove its temp dir; the first rf_start of a later test process removes such dirs
  * (TMPDIR/lc-redis-*, whose "owner" pid is gone).
  *
@@ -73,6 +73,9 @@ redisContext *rf_connect(const rf_server *srv);
  * Returns the new reply to free with freeReplyObject (Redis error replies included), or NULL
  * when the server could not be reached. */
 redisReply *rf_command(const rf_server *srv, const char *fmt, ...);
+
+/* FLUSHALL: every database of the server emptied. 0, or -1 when that failed. */
+int rf_flushall(const rf_server *srv);
 
 /* rf_command for commands answering an integer (EXISTS, PTTL, DEL, ...): the integer, or
  * RF_NOT_INTEGER for any other reply or no reply. */

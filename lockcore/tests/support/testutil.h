@@ -35,12 +35,4 @@ char *tu_unique_name(char *buf, size_t size, const char *prefix);
  * port, or -1 (errno set) when no socket could be made. */
 int tu_free_port(void);
 
-/* Registers the cleanup of processes a fixture started, once per fixture: kill_fn runs from the
- * fatal-signal handler (SIGABRT, SIGSEGV, SIGTERM, SIGINT; it must be async-signal-safe), exit_fn
- * at exit (a failed test skips its teardown). Later registrations run first, so services stop
- * before the Redis they use. The handler then restores the previous disposition and lets the
- * signal do what it would have done (ASan's report, a core dump, plain death). Up to 4 fixtures;
- * a fixture registering again is ignored. */
-void tu_on_cleanup(void (*kill_fn)(void), void (*exit_fn)(void));
-
 #endif /* LC_TESTS_TESTUTIL_H */

@@ -5,6 +5,8 @@
  */
 #include "svc_fixture.h"
 
+#include "proc_registry.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,12 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define SF_MAX_SERVICES 32
 #define SF_MAX_ARGS 64
 #define SF_START_TIMEOUT_MS 5000
 #define SF_STOP_TIMEOUT_MS 10000
@@ -26,7 +26,7 @@
 struct sf_service {
     pid_t pid;          /* 0 when not running */
     int port;
-    int slot;           /* index in the registry */
+    int slot;           /* in the process registry (proc_registry.h) */
     int exit_status;    /* as sf_stop reports it; -1 while running or never ran */
     char dir[256];
     char logpath[300];
@@ -36,56 +36,23 @@ struct sf_service {
     char *extra[SF_MAX_ARGS];
 };
 
-/* The registry, read by the signal handlers: plain pid slots so the handler needs no lock. */
-static volatile pid_t g_pid[SF_MAX_SERVICES];
-static volatile pid_t g_owner[SF_MAX_SERVICES];
-static sf_service *g_svc[SF_MAX_SERVICES];
-
-/* Kills (SIGKILL) and reaps every service this process started and removes its log and dir.
- * Async-signal-safe. */
-static void sf_kill_registered(void)
+/* From the fatal-signal handler (proc_registry.h), after the process was killed: removes its
+ * log and dir. Async-signal-safe. */
+static void sf_remove_files(void *obj)
 {
-    pid_t self = getpid();
-    for (int i = 0; i < SF_MAX_SERVICES; i++) {
-        if (g_owner[i] != self)
-            continue;
-        pid_t pid = g_pid[i];
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            g_pid[i] = 0;
-        }
-        sf_service *svc = g_svc[i];
-        if (svc != NULL && svc->dir[0] != '\0') {
-            unlink(svc->logpath);
-            rmdir(svc->dir);
-        }
+    sf_service *svc = obj;
+    if (svc->dir[0] != '\0') {
+        unlink(svc->logpath);
+        rmdir(svc->dir);
     }
 }
 
-static void sf_at_exit(void)
+static void sf_stop_obj(void *obj)
 {
-    pid_t self = getpid();
-    for (int i = 0; i < SF_MAX_SERVICES; i++) {
-        if (g_svc[i] != NULL && g_owner[i] == self)
-            sf_stop(g_svc[i]);
-    }
+    sf_stop(obj);
 }
 
-static int sf_register(sf_service *svc)
-{
-    for (int i = 0; i < SF_MAX_SERVICES; i++) {
-        if (g_svc[i] == NULL) {
-            g_svc[i] = svc;
-            g_owner[i] = getpid();
-            g_pid[i] = 0;
-            svc->slot = i;
-            return 0;
-        }
-    }
-    fprintf(stderr, "svc_fixture: more than %d services at once\n", SF_MAX_SERVICES);
-    return -1;
-}
+static const pr_kind sf_kind = {sf_remove_files, sf_stop_obj};
 
 /* ---- the binary ---- */
 
@@ -201,13 +168,14 @@ void sf_print_log(const sf_service *svc, int max_lines)
     free(text);
 }
 
+static void sf_print_log_of(void *obj, void *arg)
+{
+    sf_print_log(obj, *(const int *)arg);
+}
+
 void sf_print_all_logs(int max_lines)
 {
-    pid_t self = getpid();
-    for (int i = 0; i < SF_MAX_SERVICES; i++) {
-        if (g_svc[i] != NULL && g_owner[i] == self)
-            sf_print_log(g_svc[i], max_lines);
-    }
+    pr_each(&sf_kind, sf_print_log_of, &max_lines);
 }
 
 int sf_log_contains(const sf_service *svc, const char *needle)
@@ -228,51 +196,6 @@ static int sf_decode_status(int status)
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return -1;
-}
-
-/* Forks and execs argv[0] with argv, stdout to outfd and stderr to errfd (-1: /dev/null),
- * stdin from /dev/null, dying with the calling thread. Returns the pid or -1. */
-static pid_t sf_spawn_argv(const char *const *argv, int outfd, int errfd)
-{
-    pid_t parent = getpid();
-    long maxfd = sysconf(_SC_OPEN_MAX);
-    if (maxfd < 0 || maxfd > 4096)
-        maxfd = 4096;
-    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "svc_fixture: fork: %s\n", strerror(errno));
-        if (devnull >= 0)
-            close(devnull);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGABRT, SIG_DFL);
-        signal(SIGSEGV, SIG_DFL);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        int out = outfd >= 0 ? outfd : devnull, err = errfd >= 0 ? errfd : devnull;
-        if (out >= 0)
-            dup2(out, 1);
-        if (err >= 0)
-            dup2(err, 2);
-        for (long fd = 3; fd < maxfd; fd++)
-            close((int)fd);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    if (devnull >= 0)
-        close(devnull);
-    return pid;
 }
 
 /* Starts svc's process on svc->port. Returns 0 or -1. */
@@ -306,13 +229,13 @@ static int sf_spawn(sf_service *svc)
         fprintf(stderr, "svc_fixture: open %s: %s\n", svc->logpath, strerror(errno));
         return -1;
     }
-    pid_t pid = sf_spawn_argv(argv, out, out);
+    pid_t pid = pr_spawn(argv, out, out);
     close(out);
     if (pid < 0)
         return -1;
     svc->pid = pid;
     svc->exit_status = -1;
-    g_pid[svc->slot] = pid;
+    pr_set_pid(svc->slot, pid);
     return 0;
 }
 
@@ -326,12 +249,12 @@ static int sf_reaped(sf_service *svc)
     if (r == svc->pid) {
         svc->exit_status = sf_decode_status(status);
         svc->pid = 0;
-        g_pid[svc->slot] = 0;
+        pr_set_pid(svc->slot, 0);
         return 1;
     }
     if (r < 0 && errno == ECHILD) {
         svc->pid = 0;
-        g_pid[svc->slot] = 0;
+        pr_set_pid(svc->slot, 0);
         return 1;
     }
     return 0;
@@ -441,7 +364,7 @@ static void sf_terminate(sf_service *svc, int sig, int timeout_ms)
             if (waitpid(svc->pid, &status, 0) == svc->pid)
                 svc->exit_status = sf_decode_status(status);
             svc->pid = 0;
-            g_pid[svc->slot] = 0;
+            pr_set_pid(svc->slot, 0);
             break;
         }
         tu_sleep_ms(5);
@@ -456,21 +379,19 @@ static void sf_free(sf_service *svc)
     }
     for (int i = 0; i < svc->nextra; i++)
         free(svc->extra[i]);
-    g_pid[svc->slot] = 0;
-    g_svc[svc->slot] = NULL;
+    pr_remove(svc->slot);
     free(svc);
 }
 
 sf_service *sf_start(const char *redis_url, const char *const *extra_args)
 {
-    tu_on_cleanup(sf_kill_registered, sf_at_exit);
     if (sf_binary() == NULL)
         return NULL;
     sf_service *svc = calloc(1, sizeof *svc);
     if (svc == NULL)
         return NULL;
     svc->exit_status = -1;
-    if (sf_register(svc) != 0) {
+    if ((svc->slot = pr_add(&sf_kind, svc)) < 0) {
         free(svc);
         return NULL;
     }
@@ -651,7 +572,7 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, ch
     argv[argc] = NULL;
 
     int ofd = sf_temp_fd(), efd = sf_temp_fd();
-    pid_t pid = ofd >= 0 && efd >= 0 ? sf_spawn_argv(argv, ofd, efd) : -1;
+    pid_t pid = ofd >= 0 && efd >= 0 ? pr_spawn(argv, ofd, efd) : -1;
     int status = 0, result = -1;
     int64_t deadline = tu_now_ms() + timeout_ms;
     while (pid > 0) {
@@ -674,19 +595,33 @@ int sf_run(const char *const *args, int timeout_ms, char *out, size_t outlen, ch
     return result;
 }
 
-rf_server *sf_redis;
+/* ---- the group's services ---- */
 
-int sf_redis_group_setup(void **state)
+#define SF_GROUP_MAX 4
+static sf_service *g_group[SF_GROUP_MAX];
+static int g_ngroup;
+
+sf_service *sf_group_service(const char *const *args)
 {
-    (void)state;
-    sf_redis = rf_start(NULL);
-    return sf_redis != NULL ? 0 : -1;
+    if (gf_redis == NULL && gf_start(NULL, NULL) != 0)
+        return NULL;
+    sf_service *svc = NULL;
+    if (g_ngroup == SF_GROUP_MAX)
+        fprintf(stderr, "svc_fixture: more than %d group services\n", SF_GROUP_MAX);
+    else
+        svc = sf_start(rf_url(gf_redis), args);
+    if (svc == NULL) {
+        sf_group_teardown(NULL);
+        return NULL;
+    }
+    g_group[g_ngroup++] = svc;
+    return svc;
 }
 
-int sf_redis_group_teardown(void **state)
+int sf_group_teardown(void **state)
 {
-    (void)state;
-    rf_stop(sf_redis);
-    sf_redis = NULL;
-    return 0;
+    int bad = sf_stop_all(g_group, g_ngroup) != 0;
+    g_ngroup = 0;
+    gf_group_teardown(state);
+    return bad ? -1 : 0;
 }

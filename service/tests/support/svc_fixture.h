@@ -4,10 +4,13 @@
  *   - inventoryd processes: started on a free 127.0.0.1 port with the test's arguments, their
  *     stderr in a log file of a temp dir, ready once GET /healthz answers; stopped with SIGTERM
  *     (the exit status is returned), killed, paused and resumed for fault tests. Every process
- *     started here dies with the test: PR_SET_PDEATHSIG, plus an atexit handler and handlers for
- *     SIGABRT, SIGSEGV, SIGTERM and SIGINT (chained with the redis fixture's) that kill what is
- *     still running. PR_SET_PDEATHSIG follows the *thread* that forked: start services from the
- *     main thread (cmocka group setup and test bodies are fine);
+ *     started here dies with the test: PR_SET_PDEATHSIG, plus lockcore's fixture process
+ *     registry (proc_registry.h: at exit and on SIGABRT, SIGSEGV, SIGTERM and SIGINT it ends
+ *     what is still running, services before the Redis they use). PR_SET_PDEATHSIG follows the
+ *     *thread* that forked: start services from the main thread (cmocka group setup and test
+ *     bodies are fine);
+ *   - the group's Redis and inventoryd: gf_redis (lockcore's group_fixture.h) and
+ *     sf_group_service, stopped by sf_group_teardown;
  *   - a small blocking HTTP/1.1 client over real sockets, keep-alive capable, with timeouts;
  *   - the invariant checker (SPEC §8), which reads Redis directly with hiredis using the key
  *     schema of docs/design.md, independently of the service's own GET status.
@@ -24,6 +27,7 @@
 
 #include <jansson.h>
 
+#include "group_fixture.h"
 #include "redis_fixture.h"
 #include "testutil.h"
 
@@ -36,11 +40,16 @@ typedef struct sf_service sf_service;
  * when none is executable. */
 const char *sf_binary(void);
 
-/* The redis-server a suite shares for its whole group: sf_redis_group_setup starts it into
- * sf_redis, sf_redis_group_teardown stops it (cmocka group setup and teardown; 0 or -1). */
-extern rf_server *sf_redis;
-int sf_redis_group_setup(void **state);
-int sf_redis_group_teardown(void **state);
+/* The group's inventoryd (cmocka group setup): starts the group's redis-server, gf_redis
+ * (group_fixture.h), unless it runs already, then inventoryd on it with args, as sf_start does.
+ * A file may start several. Returns the service, or NULL with every group process stopped
+ * again. */
+sf_service *sf_group_service(const char *const *args);
+
+/* cmocka group teardown: stops the services sf_group_service started, then gf_redis and
+ * whatever else the group fixture started (gf_group_teardown). 0, or -1 when a service did not
+ * exit with status 0 (its log tail is on stderr). */
+int sf_group_teardown(void **state);
 
 /*
  * Starts inventoryd with

@@ -113,6 +113,46 @@ static inline const char *sf_str(const json_t *obj, const char *key)
                        sf_b_);                                                                 \
     } while (0)
 
+/* Fails unless the response is a 503 unavailable whose body says "outcome": "unknown" (the
+ * change may have been made). */
+#define SF_ASSERT_OUTCOME_UNKNOWN(resp) sf_assert_outcome_unknown_at(__FILE__, __LINE__, (resp))
+
+static inline void sf_assert_outcome_unknown_at(const char *file, int line, const sf_resp *r)
+{
+    if (r->status != 503 || strcmp(sf_error_code(r), "unavailable") != 0 ||
+        strcmp(sf_str(r->json, "outcome"), "unknown") != 0)
+        sf_fail_at(file, line, "unexpected response",
+                   "a 503 with \"outcome\":\"unknown\" was expected: %s", sf_resp_summary(r));
+}
+
+/* PUT /api/v1/skus/{sku} {"stock", "segments"} on port with the admin token (NULL: none);
+ * fails unless the answer is 201 or 200 with a version. Returns the version. */
+#define SF_PUT_SKU(port, token, sku, stock, segments)                                          \
+    sf_put_sku_at(__FILE__, __LINE__, (port), (token), (sku), (stock), (segments))
+
+static inline long long sf_put_sku_at(const char *file, int line, int port, const char *token,
+                                      const char *sku, long long stock, int segments)
+{
+    sf_resp r = {0};
+    int st = sf_put_sku(port, token, sku, stock, segments, &r);
+    long long v = sf_json_int(r.json, "version", -1);
+    if ((st != 201 && st != 200) || v < 1)
+        sf_fail_at(file, line, "PUT", "%s: %s", sku, sf_resp_summary(&r));
+    sf_resp_free(&r);
+    return v;
+}
+
+/* Segment k's stock read from the group's Redis (gf_redis), or RF_NOT_INTEGER when it cannot
+ * be read. */
+static inline long long sf_seg_stock(const char *sku, int k)
+{
+    char buf[32], *end;
+    if (rf_string(gf_redis, buf, sizeof buf, "GET inv:2:{%s/%d}:stock", sku, k) != 1)
+        return RF_NOT_INTEGER;
+    long long v = strtoll(buf, &end, 10);
+    return *end == '\0' && end != buf ? v : RF_NOT_INTEGER;
+}
+
 /* ---- running the group ---------------------------------------------------------------------- */
 
 /* The group teardown SF_RUN_GROUP_TESTS wraps and what it returned. */

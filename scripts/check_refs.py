@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Comments and docs that name things which exist.
+
+Reads the comments of the sources (C, shell, Python, Lua, JavaScript, CMake) and the prose of
+the docs (Markdown, the man page, openapi.yaml) of a tree, and reports every reference there
+to something the tree does not have:
+
+  - a call-shaped name, `name()` (in a comment, backticks or not): no function, macro or
+    variable of that name in the code;
+  - a snake_case name (with an underscore) in a C comment, or in backticks in a doc: no such
+    word anywhere in the code (identifiers, strings, config keys: the code is what is checked
+    against, never the comments or the docs, so a stale name cannot vouch for itself);
+  - a file name in backticks (`layout.c`, `docs/api.md`): no such path from the tree's root or
+    from the referring file's folder, and no file of that name anywhere in the tree;
+  - a path that leaves the tree (`../shared/SPEC.md`, a Markdown link to ../): the repository
+    stands alone;
+  - "SPEC §N" where docs/spec.md has no section "## §N".
+
+Usage: scripts/check_refs.py [ROOT]       ROOT: the tree (default: this script's repository);
+                                           the files git tracks there, or every file without git.
+       scripts/check_refs.py --self-test  a throwaway tree with one stale reference of each kind
+                                           must get each reported, and a clean one nothing.
+Exit 0 when nothing is stale, 1 with one line per stale reference (file:line: what), 2 on usage.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+CODE_EXT = {".c", ".h", ".sh", ".py", ".lua", ".mjs", ".js", ".cmake", ".txt", ".json", ".yml",
+            ".html", ".css", ".service", ".conf", ".template", ".lua"}
+DOC_EXT = {".md", ".1", ".yaml"}
+# What a file name in backticks may end with.
+FILE_EXT = ("c", "h", "md", "sh", "py", "lua", "mjs", "js", "json", "yaml", "yml", "txt", "cmake",
+            "html", "css", "service", "1", "template")
+FILE_RE = re.compile(r"^[A-Za-z0-9_./-]*[A-Za-z_][A-Za-z0-9_-]*\.(?:%s)$" % "|".join(FILE_EXT))
+CALL_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\(\)")
+SNAKE_RE = re.compile(r"(?<![\w.:/${-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(/-])")
+BARE_FILE_RE = re.compile(r"(?<![\w./:~$-])((?:[\w-]+/)*[\w-]*[A-Za-z_][\w-]*"
+                          r"\.(?:md|c|h|sh|lua|py|mjs|yaml|json))(?![\w/-]|\.\w)")
+TICK_RE = re.compile(r"`([^`\n]+)`")
+SPEC_RE = re.compile(r"SPEC §(\d+)")
+UP_LINK_RE = re.compile(r"(?:\]\(|`)(\.\./[^)`\s]*)")
+WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Words of the world outside the tree that comments name on purpose: C library and POSIX
+# calls, libraries' APIs, Redis commands; checked only when they are call-shaped and the prefix
+# is not one of ours.
+OURS = re.compile(r"^(lc|sf|rf|gf|cf|sp|tu|pr|lt|http|router|stock|order|store|config|layout|"
+                  r"skucache|seggate|metrics|log|validate|errors|ids|ratelimit|proxy|areq|inv)_")
+
+
+def tracked_files(root):
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True,
+                             check=True).stdout.decode()
+        files = [f for f in out.split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for d, _, names in os.walk(root):
+            if "/." in d or "/build" in d:
+                continue
+            files += [os.path.relpath(os.path.join(d, n), root) for n in names]
+    return [f for f in files if os.path.isfile(os.path.join(root, f))]
+
+
+def read(root, f):
+    try:
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            return fh.read()
+    except (UnicodeDecodeError, OSError):
+        return None
+
+
+def split_c(text):
+    """(code, [(line, comment text)]) of a C file; strings stay in the code."""
+    code, comments, i, n = [], [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            comments.append((text.count("\n", 0, i) + 1, text[i:j]))
+            code.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            comments.append((text.count("\n", 0, i) + 1, text[i:j]))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            code.append(text[i:j + 1])
+            i = j + 1
+        else:
+            code.append(c)
+            i += 1
+    return "".join(code), comments
+
+
+def split_hash(text, marker="#"):
+    """(code, [(line, comment)]) for languages with line comments (shell, Python, CMake, Lua)."""
+    code, comments = [], []
+    for k, line in enumerate(text.split("\n"), 1):
+        s = line.lstrip()
+        if s.startswith(marker) and not s.startswith("#!"):
+            comments.append((k, s))
+        else:
+            code.append(line)
+    return "\n".join(code), comments
+
+
+def split_source(f, text):
+    ext = os.path.splitext(f)[1]
+    if ext in (".c", ".h", ".mjs", ".js", ".css"):
+        return split_c(text)
+    if ext == ".lua":
+        return split_hash(text, "--")
+    if ext in (".sh", ".py", ".cmake", ".txt", ".yml", ".service", ".conf", ".template") or \
+            os.path.basename(f) in ("Dockerfile", "CMakeLists.txt"):
+        return split_hash(text)
+    return text, []
+
+
+def spec_sections(root):
+    text = read(root, "docs/spec.md") or ""
+    return set(re.findall(r"^## §(\d+)", text, re.M))
+
+
+def check(root):
+    files = tracked_files(root)
+    paths = set(files)
+    basenames = {os.path.basename(f) for f in files}
+    dirs = set()
+    for f in files:
+        d = os.path.dirname(f)
+        while d and d not in dirs:
+            dirs.add(d)
+            d = os.path.dirname(d)
+    top = {f.split("/")[0] for f in files}
+    words = {os.path.splitext(b)[0] for b in basenames}
+    called = set()          # called or defined in the code, outside C files' own statics
+    own_calls = {}          # a C file: what its code calls or defines, statics included
+    include_dirs = set()    # <dir/...> the C code includes from: other projects' headers
+    code_text = []
+    sources, docs = [], []
+    for f in files:
+        ext = os.path.splitext(f)[1]
+        base = os.path.basename(f)
+        if f.startswith("docs/img/") or "/corpus/" in f or base == "CHANGELOG.md":
+            continue  # the changelog is history: it names what was removed
+        text = read(root, f)
+        if text is None:
+            continue
+        if ext in DOC_EXT or base == "README.md":
+            docs.append((f, text))
+        elif ext in CODE_EXT or base in ("Dockerfile", "CMakeLists.txt"):
+            code, comments = split_source(f, text)
+            words.update(WORD_RE.findall(code))
+            calls = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", code))
+            if ext in (".c", ".h"):
+                own_calls[f] = calls
+                statics = set(re.findall(r"^static\b[^;=(]*?\b(\w+)\s*\(", code, re.M))
+                calls = calls - statics
+                include_dirs.update(re.findall(r"#\s*include\s*<(\w+)/", code))
+            called.update(calls)
+            code_text.append(code)
+            sources.append((f, comments))
+    code_text = "\n".join(code_text)
+    sections = spec_sections(root)
+    problems = []
+
+    def file_exists(name, referrer):
+        name = name.rstrip("/")
+        if name.startswith("./"):
+            name = name[2:]
+        here = os.path.normpath(os.path.join(os.path.dirname(referrer), name))
+        # A file of the tree (from its root or the referrer's folder, or by its name alone, or a
+        # path ending like one), or one the code writes or reads by that name (a report, an
+        # installed path).
+        return (name in paths or here in paths or name in dirs or here in dirs or
+                name.split("/")[0] in include_dirs or
+                ("/" not in name and name in basenames) or
+                any(p.endswith("/" + name) for p in paths) or
+                os.path.basename(name) in code_text)
+
+    def check_text(f, line, text, in_c_comment):
+        for m in UP_LINK_RE.finditer(text):
+            target = os.path.normpath(os.path.join(os.path.dirname(f), m.group(1)))
+            if target.startswith("..") or target.split("/")[0] not in top:
+                problems.append("%s:%d: %s points outside the repository" % (f, line, m.group(1)))
+            elif target not in paths and target not in dirs:
+                problems.append("%s:%d: file %s does not exist" % (f, line, m.group(1)))
+        for m in SPEC_RE.finditer(text):
+            if m.group(1) not in sections:
+                problems.append("%s:%d: SPEC §%s is not a section of docs/spec.md" %
+                                (f, line, m.group(1)))
+        for m in CALL_RE.finditer(text):
+            name = m.group(1)
+            if name not in called and name not in own_calls.get(f, ()) and \
+                    (OURS.match(name) or "_" in name or in_c_comment):
+                problems.append("%s:%d: %s() is not in the code" % (f, line, name))
+        for m in BARE_FILE_RE.finditer(TICK_RE.sub(" ", text)):
+            if not file_exists(m.group(1), f):
+                problems.append("%s:%d: file %s does not exist" % (f, line, m.group(1)))
+        for m in TICK_RE.finditer(text):
+            tok = m.group(1).strip()
+            if FILE_RE.match(tok) and not tok.startswith("../") and not file_exists(tok, f):
+                problems.append("%s:%d: file %s does not exist" % (f, line, tok))
+            elif re.fullmatch(SNAKE_RE.pattern, tok) and tok not in words and OURS.match(tok):
+                problems.append("%s:%d: %s is not in the code" % (f, line, tok))
+        if in_c_comment:
+            for m in SNAKE_RE.finditer(text):
+                name = m.group(1)
+                if name not in words and OURS.match(name):
+                    problems.append("%s:%d: %s is not in the code" % (f, line, name))
+
+    for f, comments in sources:
+        is_c = os.path.splitext(f)[1] in (".c", ".h")
+        for line, text in comments:
+            for k, part in enumerate(text.split("\n")):
+                check_text(f, line + k, part, is_c)
+    for f, text in docs:
+        if f.endswith(".1"):
+            text = re.sub(r"\\f[BIRP]", "", text)  # troff font changes
+        for k, part in enumerate(text.split("\n"), 1):
+            check_text(f, k, part, False)
+    return sorted(set(problems))
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as tmp:
+        def write(path, text):
+            os.makedirs(os.path.dirname(os.path.join(tmp, path)), exist_ok=True)
+            with open(os.path.join(tmp, path), "w") as fh:
+                fh.write(text)
+        write("docs/spec.md", "# spec\n## §8 Invariants\n")
+        write("src/layout.c", "/* layout_apply() and `layout.h`, SPEC §8 */\n"
+                              "int layout_apply(void) { return 0; }\n")
+        write("src/layout.h", "int layout_apply(void);\n")
+        write("src/mux.c", "static void finish(void) {}\nvoid mux(void) { finish(); }\n")
+        write("docs/design.md", "See `src/layout.c` and `layout_apply`, SPEC §8.\n")
+        clean = check(tmp)
+        if clean:
+            print("self-test: a clean tree got reports:\n  " + "\n  ".join(clean))
+            return 1
+        write("src/stale.c", "/* Runs until finish(), then layout_settle; see `idempotency.md`.\n"
+                             " * (SPEC §12) */\nint stale(void) { return 0; }\n")
+        write("docs/more.md", "The contract is `../shared/SPEC.md`; [it](../x.md); "
+                              "`layout_gone` and `store_gone()`.\n")
+        got = check(tmp)
+        want = ["src/stale.c:1: finish() is not in the code",
+                "src/stale.c:1: layout_settle is not in the code",
+                "src/stale.c:1: file idempotency.md does not exist",
+                "src/stale.c:2: SPEC §12 is not a section of docs/spec.md",
+                "docs/more.md:1: ../shared/SPEC.md points outside the repository",
+                "docs/more.md:1: ../x.md points outside the repository",
+                "docs/more.md:1: layout_gone is not in the code",
+                "docs/more.md:1: store_gone() is not in the code"]
+        missing = [w for w in want if w not in got]
+        if missing:
+            print("self-test: not reported:\n  " + "\n  ".join(missing))
+            print("reported:\n  " + "\n  ".join(got))
+            return 1
+    print("check_refs self-test: ok")
+    return 0
+
+
+def main(argv):
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-") and argv[1] != "--self-test"):
+        print(__doc__.split("\n\n")[2], file=sys.stderr)
+        return 2
+    if len(argv) == 2 and argv[1] == "--self-test":
+        return self_test()
+    root = argv[1] if len(argv) == 2 else os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))
+    problems = check(root)
+    for p in problems:
+        print(p)
+    if problems:
+        print("check_refs: %d stale references (comments and docs must name what exists)" %
+              len(problems), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
