@@ -950,7 +950,8 @@ static int partner_conflict(char **envp, const json_t *root, const char *path, c
 }
 
 /* Applies every key of the JSON object root (the config file read from path). */
-static int load_object(struct config *cfg, json_t *root, const char *path, char *err, size_t errlen)
+static int load_config_object(struct config *cfg, json_t *root, const char *path, char *err,
+                              size_t errlen)
 {
     if (!json_is_object(root)) {
         seterr(err, errlen, "config: %s must hold one JSON object", path);
@@ -996,7 +997,7 @@ static int load_file(struct config *cfg, const char *file, char *err, size_t err
             seterr(err, errlen, "config: cannot read %s: %s", path, why);
         return -1;
     }
-    int rc = load_object(cfg, root, path, err, errlen);
+    int rc = load_config_object(cfg, root, path, err, errlen);
     json_decref(root);
     return rc;
 }
