@@ -94,6 +94,11 @@ lease=${CH_LEASE_MS:-1000}
 redis_timeout=${CH_REDIS_TIMEOUT_MS:-500}
 threads=${CH_THREADS:-4}
 token=${CH_ADMIN_TOKEN:-chaos-admin-token}
+key_schema=${CH_KEY_SCHEMA:-2}
+[[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
+damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
+damage_hold=${CH_DAMAGE_HOLD_MS:-1000 3000}
+[ "${CH_NEMESIS:-1}" != 0 ] || damage_gap="0 0"
 if [ "$cluster" = 1 ]; then
   read -r gap_min gap_max <<<"${CH_NEMESIS_GAP_MS:-1000 3000}"
 else
@@ -212,39 +217,65 @@ restart_redis() {
 # (NOREPLICAS), and with --redis-replica-acks 1 nothing it took is answered 201 (its WAIT times
 # out: 503 outcome unknown). A plain kill -9 loses nothing here even with acks 0: on loopback
 # the replica still reads what the master had written to the socket.
+# master_fault [PORT NAME WHY]: that master (default: one chosen by the seed), its events named
+# NAME-kill9 / NAME-cut-kill9 (default master), WHY leading their detail.
 master_fault() {
-  local m cut ms rep ports
-  read -ra ports <<<"$(cluster_masters)"
-  [ "${#ports[@]}" -gt 0 ] || die "no master answers (see $res/logs/cluster.log)"
-  rnd 0 $((${#ports[@]} - 1)); m=${ports[r]}
+  local m=${1:-} name=${2:-master} why=${3:-} cut ms rep ports
+  if [ -z "$m" ]; then
+    read -ra ports <<<"$(cluster_masters)"
+    [ "${#ports[@]}" -gt 0 ] || die "no master answers (see $res/logs/cluster.log)"
+    rnd 0 $((${#ports[@]} - 1)); m=${ports[r]}
+  fi
   rnd 0 99; cut=$r
   rnd 200 900; ms=$r
   if [ "$cut" -lt "$cut_pct" ]; then
     rep=$(replica_of "$m")
     [ -n "$rep" ] || die "master $m has no replica"
-    event master-cut-kill9 "redis-$m" "replica $rep stopped and cut off ${ms} ms before the kill"
+    event "$name-cut-kill9" "redis-$m" "${why}replica $rep stopped and cut off ${ms} ms before the kill"
     kill -STOP "$(node_pid "$rep")"
     redis-cli -p "$m" CLIENT KILL TYPE replica >/dev/null 2>&1 || true
     sleep_ms "$ms"
     kill -KILL "$(node_pid "$m")"
     kill -CONT "$(node_pid "$rep")"
   else
-    event master-kill9 "redis-$m" "its replica takes over"
+    event "$name-kill9" "redis-$m" "${why}its replica takes over"
     kill -KILL "$(node_pid "$m")"
   fi
   node_back "$m"
   event back "redis-$m"
 }
+# meta_key SKU: the key of the SKU's layout, in the key schema of the binary under test.
+meta_key() { if [ "$key_schema" = 1 ]; then echo "inv:{$1}:meta"; else echo "inv:2:{$1}:meta"; fi; }
+# sku_master_fault (--cluster): master_fault of the master serving a SKU's own keys — the slot
+# of its meta (CLUSTER KEYSLOT), that slot's master (CLUSTER NODES) —, the SKU chosen by the
+# seed among chaos.py's (ctl/skus); a random master when none is known yet.
+sku_master_fault() {
+  local skus sku slot p m=""
+  skus=()
+  [ -s "$ctl/skus" ] && mapfile -t skus <"$ctl/skus"
+  [ "${#skus[@]}" -gt 0 ] || { master_fault; return; }
+  rnd 0 $((${#skus[@]} - 1)); sku=${skus[r]}
+  for p in $cluster_ports; do
+    slot=$(redis-cli -p "$p" CLUSTER KEYSLOT "$(meta_key "$sku")" 2>/dev/null) || continue
+    m=$(slot_owner "$p" "$slot" 2>/dev/null) || m=""
+    [ -n "$m" ] && break
+  done
+  [ -n "$m" ] || { master_fault; return; }
+  master_fault "$m" sku-master "the master of $sku's own keys (slot $slot of $(meta_key "$sku")); "
+}
 # One fault, chosen and timed by the seed; when it returns, everything is running again.
 # On one Redis: kill -9 of an instance 30 %, SIGSTOP of one 45 %, Redis restart 25 %. On a
-# cluster: a master's fault 45 % (and always the first), SIGSTOP of an instance 30 %, kill -9 25 %.
+# cluster: a master's fault 45 % — the master of a SKU's own keys 22 % (and always the first),
+# a random master 23 % —, SIGSTOP of an instance 30 %, kill -9 25 %. (chaos.py damages counters
+# on its own schedule, the damager: docs/reliability.md.)
 faults_done=0
 fault() {
   local i kind
   rnd 0 99; kind=$r
   rnd 0 $((instances - 1)); i=$r
   if [ "$cluster" = 1 ]; then
-    if [ "$faults_done" = 0 ] || [ "$kind" -lt 45 ]; then master_fault
+    if [ "$faults_done" = 0 ] || [ "$kind" -lt 22 ]; then sku_master_fault
+    elif [ "$kind" -lt 45 ]; then master_fault
     elif [ "$kind" -lt 75 ]; then stop_instance "$i"
     else kill_instance "$i"; fi
   elif [ "$kind" -lt 30 ]; then kill_instance "$i"
@@ -309,7 +340,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
