@@ -1306,8 +1306,11 @@ class Checker:
                     if not isinstance(ad, int) or not 0 <= ad <= l.args["quantity"]:
                         errs.append("added %r of a restock of %d" % (ad, l.args["quantity"]))
                 if errs:
-                    self.fail("status-answers", ("%s %s" % (l.op, a["seq"])), "%s answer of %s (lop %d, instance %d, %.3f..%.3f s): %s" % (
-                        l.op, l.sku, l.id, a["inst"], a["t0"], a["t1"], "; ".join(errs)), [a["seq"]])
+                    dmg = [d for d in run.damages if d["sku"] == l.sku and d["result"] == "damaged" and d["t0"] < a["t1"] and (d["t1"] or 1e9) > a["t0"]]
+                    self.fail("status-answers", ("%s %s" % (l.op, a["seq"])), "%s answer of %s (lop %d, instance %d, %.3f..%.3f s%s): %s" % (
+                        l.op, l.sku, l.id, a["inst"], a["t0"], a["t1"],
+                        "; while segment %d's %s was damaged" % (dmg[0]["k"], dmg[0]["key"].rsplit(":", 1)[1] + (" " + dmg[0]["field"] if dmg[0]["field"] else "")) if dmg else "",
+                        "; ".join(errs)), [a["seq"]])
         # Order and cancel answers.
         for l in lops:
             if l.op == "order" and l.ack:
