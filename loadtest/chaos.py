@@ -3,15 +3,31 @@
 concurrent-history test (Jepsen-style). Python 3 standard library only; started by chaos.sh,
 which owns every process (redis-server, the inventoryd instances) and runs the nemesis.
 
-Many client threads send a seeded random mix of requests straight to the instances (PUT,
-restock, orders with and without Idempotency-Key, cancels, DELETE of a SKU, status reads) and
-behave like real clients: short timeouts, bounded retries with back-off (the same
+Many client threads send a seeded random mix of requests straight to the instances (PUT with
+1..16 segments — never the count of the SKU's last PUT —, restock, orders with and without
+Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads) on SKU names that
+alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
 Idempotency-Key on every retry), a keyless order whose outcome is unknown is not retried.
 Every attempt and its answer is one line of history.jsonl. At checkpoints (nemesis paused,
 clients idle, instances ready with nothing in flight, no segment lock held) the state is read
 from Redis directly (a tiny RESP client, plus loadtest/verify.sh per SKU) and checked against
 the history; at the end the answers themselves are checked too. See loadtest/README.md and
 docs/reliability.md ("Randomized history test") for what is checked and why it is sound.
+
+The damager (a thread beside the clients, the nemesis of the data) writes a damaged value into
+one counter of one settled segment (stock, sver, cnt t/s/o: "{v}.0", " {v}", "{v}e0", "1e3",
+"abc"), reading the whole segment in the same script, holds it, then writes the value back only
+if the counter still holds the damage, again reading the segment in the same script. Nothing
+but the repair may write the segment meanwhile (a PUT/DELETE of the SKU that overlapped, or on
+a cluster a master failover, excuse a change); the SKU's orders may fail on that segment (a
+5xx is an honest answer) but must fail over to the others: not a 5xx storm. Status answers
+meanwhile must satisfy §8 like any other. It is repaired before every checkpoint.
+
+At each checkpoint every instance's /metrics must show inventory_order_redis_calls_max ≤
+inventory_order_redis_call_budget ("not available" when the binary exports neither); on one
+Redis, INFO commandstats deltas over the stretches of traffic give the commands per request.
+
+With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
 master of its key's slot and SCANs to every master (loadtest/resp.py, which verify.sh uses too),

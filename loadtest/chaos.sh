@@ -2,14 +2,21 @@
 # The randomized concurrent-history test (Jepsen-style; docs/reliability.md "Randomized history
 # test"). Starts its own redis-server (AOF, appendfsync always) and 3 inventoryd instances
 # (loadtest/lib.sh), runs loadtest/chaos.py — many client threads sending a seeded random mix
-# of PUT, restock, orders with and without Idempotency-Key, cancels, DELETE of a SKU and status
-# reads straight to the instances, retrying like real clients, every attempt recorded in
-# history.jsonl — while this script is the nemesis: at random moments it kill -9s an instance
-# and restarts it, SIGSTOPs one past its lock lease and SIGCONTs it, or kill -9s redis-server
-# and restarts it from its AOF. At checkpoints (nemesis paused, clients idle, instances ready
-# with nothing in flight, no segment lock held) and at the end chaos.py checks SPEC §8 from
-# Redis directly (plus loadtest/verify.sh per SKU) against the history, and the answers
-# themselves. Everything it starts is stopped on exit, also on failure or interrupt.
+# of PUT (1..16 segments, never the count of the SKU's last PUT), restock, orders with and
+# without Idempotency-Key, cancels, DELETE of a SKU, DELETE followed at once by a PUT, and
+# status reads straight to the instances, on SKU names that alias (x, x:1, x:2, x:3: in key
+# schema 1 SKU x:k's keys were segment k's of x), retrying like real clients, every attempt
+# recorded in history.jsonl — while this script is the nemesis: at random moments it kill -9s
+# an instance and restarts it, SIGSTOPs one past its lock lease and SIGCONTs it, or kill -9s
+# redis-server and restarts it from its AOF. chaos.py's damager is the nemesis of the data:
+# every 2–6 s it writes a damaged value (10.0, ' 5', 1e3, abc: "{v}.0", " {v}", "{v}e0", 1e3,
+# abc of the value v) into one counter (stock, sver, cnt t/s/o) of one settled segment, holds it
+# 1–3 s and writes the value back (at once when a checkpoint is due); the checker requires that
+# nothing but the repair wrote that segment meanwhile, that the SKU's orders were not mostly
+# 5xx while its other segments had stock, and every status answer meanwhile to satisfy §8 or be
+# an error. At checkpoints (nemesis paused, clients idle, instances ready with nothing in
+# flight, no segment lock held) and at the end chaos.py checks SPEC §8 from Redis directly
+# (plus loadtest/verify.sh per SKU) against the history, and the answers themselves. Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
 # masters with a replica each, min-replicas-to-write 1) and the instances with
@@ -17,8 +24,11 @@
 # the dead node back once the replica took over (it rejoins as the new master's replica);
 # sometimes it first cuts the replica off (SIGSTOP, its replication link closed by the master),
 # so the promoted replica has only what it had then; and it kill -9s and SIGSTOPs instances
-# as above. The first fault of a cluster run is always a master's. The checker reads each key
-# from the master of its slot (loadtest/resp.py, also what verify.sh --redis-cluster uses).
+# as above. Half of the master faults, and always the first fault of a cluster run, hit the
+# master holding a SKU's own keys (the slot of inv:2:{<sku>}:meta, CLUSTER KEYSLOT, its master
+# from CLUSTER NODES): its layout, versions, restock intents and Idempotency-Key claims. The
+# checker reads each key from the master of its slot (loadtest/resp.py, also what verify.sh
+# --redis-cluster uses).
 #
 # Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about
@@ -29,9 +39,18 @@
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
 #              and so the interleaving, differs from run to run). Default: random, printed.
 #   --out DIR  results directory (default loadtest/results/chaos-<UTC time>)
-# Results: SUMMARY.md (ops by type and answer, nemesis events, checkpoints, every check with
-# the first violations and their history lines), history.jsonl, nemesis.jsonl, run.log,
-# verify-<checkpoint>-<sku>.txt, logs/ (redis, instances).
+# Results: SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
+# was written meanwhile, Redis calls, checkpoints, every check with the first violations and
+# their history lines), history.jsonl, nemesis.jsonl, run.log, verify-<checkpoint>-<sku>.txt,
+# logs/ (redis, instances).
+# Redis calls: at each checkpoint every instance's /metrics must have
+# inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (issue 18 item 2; "not
+# available" when the binary exports neither); on one Redis, INFO commandstats deltas over the
+# stretches of traffic give the commands per request of the run (SUMMARY.md).
+# What the additions cost (measured on this machine): the damager and the aliasing SKUs add no
+# time of their own (the repair comes before the checkpoint's wait; the checks of a damage are
+# arithmetic on the history); a SKU master's fault is a master fault (~8 s of which the traffic
+# goes on); --short stays ~65–70 s and --cluster --short ~40–45 s.
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
@@ -40,7 +59,10 @@
 # instance), CH_CLIENT_TIMEOUT_S (2), CH_THINK_MS (a client's pause between operations, up to;
 # 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
 # --cluster "1000 3000"),
-# CH_NEMESIS=0 (no faults), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# CH_NEMESIS=0 (no faults, no damage), CH_DAMAGE_GAP_MS (the pause between counter damages, min
+# max: "2000 6000"; "0 0": no damage), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
+# "1000 3000"), CH_KEY_SCHEMA (2; 1: the keys of binaries before 34f3be8, inv:{S}:… and
+# inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -132,6 +154,7 @@ done
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
+[ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
