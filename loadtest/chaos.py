@@ -1009,6 +1009,9 @@ class Checker:
             if changed and why_ok:
                 note += " (not a violation: %s)" % why_ok
             self.damage_notes.append(note)
+            if changed:
+                drift = self.segment_drift(af)
+                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s and o = the live records, with the counter put back)")
             if changed and not why_ok:
                 seqs = [x for oid in new_orders[:3] for tag in [self.record_tag(af.get("orders"), oid)] if tag in order_by_tag for x in order_by_tag[tag].seqs()]
                 self.fail("damaged-segments", (d["sku"], d["k"], round(t0, 2)), "%s, damaged %.3f..%.3f s: written while damaged: %s" % (
@@ -1019,6 +1022,29 @@ class Checker:
                     seqs = [a["seq"] for l in orders[d["sku"]] for a in l.attempts if a["status"] is not None and a["status"] >= 500 and t0 <= a["t0"] and a["t1"] <= t1][:6]
                     self.fail("damage-failover", (d["sku"], d["k"], round(t0, 2)), "%s, damaged %.3f..%.3f s with %d units in the other %d segments: %d of %d order answers of the SKU were 5xx (%.0f %%; other SKUs %.0f %%): %s" % (
                         what, t0, t1, d["other_stock"], d["n"] - 1, mine.get("5xx", 0), n_m, 100 * r_m, 100 * r_o, dict(sorted(mine.items()))), seqs)
+
+    @staticmethod
+    def segment_drift(st):
+        """What breaks §8 in a damage script's segment state (the damaged counter put back)."""
+        try:
+            stock = as_int(st["stock"][1])
+            cnt = st["cnt"][1] if isinstance(st["cnt"][1], dict) else {}
+            t, sold, o = as_int(cnt.get("t")), as_int(cnt.get("s")), as_int(cnt.get("o"))
+            recs = [json.loads(x) for x in (st["orders"][1] or {}).values()] if isinstance(st["orders"][1], dict) else []
+        except (KeyError, TypeError, ValueError):
+            return "unreadable segment"
+        live = [r for r in recs if isinstance(r, dict) and r.get("status") == "created"]
+        units = sum(r.get("quantity", 0) for r in live if isinstance(r.get("quantity"), int))
+        bad = []
+        if None in (stock, t, sold, o):
+            return "a counter is not an integer: stock %r t %r s %r o %r" % (stock, t, sold, o)
+        if t != stock + sold:
+            bad.append("t %d != stock %d + s %d" % (t, stock, sold))
+        if sold != units:
+            bad.append("s %d != %d units in live records" % (sold, units))
+        if o != len(live):
+            bad.append("o %d != %d live records" % (o, len(live)))
+        return ", ".join(bad)
 
     @staticmethod
     def record_tag(orders_state, oid):
