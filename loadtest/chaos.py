@@ -308,6 +308,7 @@ class Run:
         self.damages = []               # the damager's faults, their segment before and at repair
         self.stretches = []             # stretches of traffic: requests sent, Redis commands run
         self.stretch = (0.0, None)
+        self.damager_failed = None
 
     def redis(self, timeout):
         """A reading connection to Redis: the one server, or the cluster (routed by slot)."""
@@ -500,7 +501,13 @@ class Run:
                 self.hold_idle()
                 continue
             if self.nap(rng.uniform(gmin, gmax) / 1000.0):
-                self.damage_once(rng)
+                try:
+                    self.damage_once(rng)
+                except Infra as e:
+                    # A counter left damaged: the next checkpoint stops the run (Infra).
+                    log("damager: %s" % e)
+                    self.damager_failed = str(e)
+                    return
 
     def damage_once(self, rng):
         sku = rng.choice(self.skus)
@@ -707,6 +714,8 @@ class Run:
         if final and busy:
             raise Infra("client threads still busy after 90 s: %s" % busy)
         self.stretch_end()
+        if self.damager_failed:
+            raise Infra("the damager could not repair a counter: %s" % self.damager_failed)
         ok, why = self.quiet(30)
         # Meet every SKU once (a PUT left half-done may be completed by whoever meets it).
         rng = random.Random("%d/checkpoint/%s" % (self.a.seed, name))
