@@ -1014,6 +1014,9 @@ class Checker:
                     changed.append("%s: %s" % (key, ", ".join(diff[:4]) + (" …" if len(diff) > 4 else "")))
                 else:
                     changed.append("%s: %r→%r" % (key, x, y))
+            if changed:
+                drift = self.segment_drift(af)
+                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s and o = the live records, with the counter put back)")
             why_ok = None
             resets = [l.id for l in admin[d["sku"]] if any(
                 a["sent"] and a["eff"] != NONE and a["t0"] < t1 and (a["t1"] + (10 if a["eff"] == MAYBE else 0)) > t0 for a in l.attempts)]
@@ -1026,9 +1029,6 @@ class Checker:
             if changed and why_ok:
                 note += " (not a violation: %s)" % why_ok
             self.damage_notes.append(note)
-            if changed:
-                drift = self.segment_drift(af)
-                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s and o = the live records, with the counter put back)")
             if changed and not why_ok:
                 seqs = [x for oid in new_orders[:3] for tag in [self.record_tag(af.get("orders"), oid)] if tag in order_by_tag for x in order_by_tag[tag].seqs()]
                 self.fail("damaged-segments", (d["sku"], d["k"], round(t0, 2)), "%s, damaged %.3f..%.3f s: written while damaged: %s" % (
