@@ -1056,6 +1056,8 @@ class Checker:
     @staticmethod
     def segment_drift(st):
         """What breaks §8 in a damage script's segment state (the damaged counter put back)."""
+        if all(st.get(k, ("none",))[0] == "none" for k in ("stock", "cnt")):
+            return ""       # the segment was dropped (a smaller re-PUT, a DELETE): nothing to add up
         try:
             stock = as_int(st["stock"][1])
             cnt = st["cnt"][1] if isinstance(st["cnt"][1], dict) else {}
