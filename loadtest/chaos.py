@@ -3,15 +3,31 @@
 concurrent-history test (Jepsen-style). Python 3 standard library only; started by chaos.sh,
 which owns every process (redis-server, the inventoryd instances) and runs the nemesis.
 
-Many client threads send a seeded random mix of requests straight to the instances (PUT,
-restock, orders with and without Idempotency-Key, cancels, DELETE of a SKU, status reads) and
-behave like real clients: short timeouts, bounded retries with back-off (the same
+Many client threads send a seeded random mix of requests straight to the instances (PUT with
+1..16 segments — never the count of the SKU's last PUT —, restock, orders with and without
+Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads) on SKU names that
+alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
 Idempotency-Key on every retry), a keyless order whose outcome is unknown is not retried.
 Every attempt and its answer is one line of history.jsonl. At checkpoints (nemesis paused,
 clients idle, instances ready with nothing in flight, no segment lock held) the state is read
 from Redis directly (a tiny RESP client, plus loadtest/verify.sh per SKU) and checked against
 the history; at the end the answers themselves are checked too. See loadtest/README.md and
 docs/reliability.md ("Randomized history test") for what is checked and why it is sound.
+
+The damager (a thread beside the clients, the nemesis of the data) writes a damaged value into
+one counter of one settled segment (stock, sver, cnt t/s/o: "{v}.0", " {v}", "{v}e0", "1e3",
+"abc"), reading the whole segment in the same script, holds it, then writes the value back only
+if the counter still holds the damage, again reading the segment in the same script. Nothing
+but the repair may write the segment meanwhile (a PUT/DELETE of the SKU that overlapped, or on
+a cluster a master failover, excuse a change); the SKU's orders may fail on that segment (a
+5xx is an honest answer) but must fail over to the others: not a 5xx storm. Status answers
+meanwhile must satisfy §8 like any other. It is repaired before every checkpoint.
+
+At each checkpoint every instance's /metrics must show inventory_order_redis_calls_max ≤
+inventory_order_redis_call_budget ("not available" when the binary exports neither); on one
+Redis, INFO commandstats deltas over the stretches of traffic give the commands per request.
+
+With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
 master of its key's slot and SCANs to every master (loadtest/resp.py, which verify.sh uses too),
@@ -58,6 +74,31 @@ def log(msg):
 # A segment's data keys (docs/design.md). A dropped segment keeps only its `sver`, as a tombstone
 # that stops an older PUT still rolling out from bringing it back, and lockcore's lock/fence keys.
 SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst"}
+
+
+class Keys:
+    """The key schema the checker reads (docs/design.md): 2 (default) `inv:2:{S}:…` and
+    `inv:2:{S/k}:…`; 1 (--key-schema 1, the binaries before 34f3be8) `inv:{S}:…` and
+    `inv:{S:k}:…` — in which SKU `x:1`'s keys share their tag with segment 1 of SKU `x`."""
+
+    def __init__(self, schema):
+        self.v = schema
+        self.pre, self.sep = ("inv:2:", "/") if schema == 2 else ("inv:", ":")
+
+    def sku(self, s, suffix):
+        return "%s{%s}:%s" % (self.pre, s, suffix)
+
+    def seg(self, s, k, suffix):
+        return "%s{%s%s%d}:%s" % (self.pre, s, self.sep, k, suffix)
+
+    def seg_glob(self, s, suffix):
+        return "%s{%s%s*}:%s" % (self.pre, s, self.sep, suffix)
+
+    def seg_re(self, s):
+        return re.compile(r"^" + re.escape(self.pre) + r"\{" + re.escape(s + self.sep) + r"(\d+)\}:(.+)$")
+
+
+KEYS = Keys(2)
 
 class Infra(Exception):
     """Something the test needs (Redis, the nemesis) is not there: not a finding about the service."""
@@ -119,7 +160,8 @@ def http_call(port, method, path, body=None, headers=None, timeout=3.0):
 
 NONE, YES, MAYBE = "none", "yes", "maybe"
 # The nemesis events (nemesis.jsonl) that are faults, as chaos.sh names them.
-FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "crash")
+FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "sku-master-kill9",
+          "sku-master-cut-kill9", "damage", "crash")
 
 
 def effect(op, a):
@@ -185,6 +227,55 @@ class History:
             self.f.close()
 
 
+# --- the damager's faults ---------------------------------------------------------------------
+
+# The keys of one segment the damage script reads (every one a service's script may write) and
+# the counters it damages: (index in DAMAGE_KEYS, hash field or None).
+DAMAGE_KEYS = ["stock", "sver", "cnt", "orders", "idem", "rst"]
+DAMAGE_TARGETS = [(0, None), (1, None), (2, "t"), (2, "s"), (2, "o")]
+# What a damaged counter reads, from its value {v}: Lua's tonumber accepts the first three, and
+# INCRBY/HINCRBY refuse every one (docs/reliability.md, issue 18 item 5).
+DAMAGE_FORMS = ["{v}.0", " {v}", "{v}e0", "1e3", "abc"]
+# KEYS: DAMAGE_KEYS of one segment. ARGV: index of the target key, hash field ("" for a
+# string), "damage" or "repair", the good value, the damaged one. Reads the whole segment
+# (JSON) and, atomically with the read: damage writes the damaged value if the counter holds
+# the good one (returns 1; 2 if it holds the damaged one already, 0 otherwise); repair writes
+# the good one back if the counter still holds the damaged one (1; else 0). Returns
+# {result, the segment as it was before this script, the counter's value}.
+DAMAGE_LUA = r"""
+local st = {}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k)['ok']
+  local v = nil
+  if t == 'string' then v = redis.call('GET', k)
+  elseif t == 'hash' then v = redis.call('HGETALL', k)
+  elseif t == 'set' then v = redis.call('SMEMBERS', k); table.sort(v)
+  end
+  st[#st + 1] = {k, t, v}
+end
+local key, field = KEYS[tonumber(ARGV[1])], ARGV[2]
+local cur
+if field == '' then cur = redis.call('GET', key) else cur = redis.call('HGET', key, field) end
+local function put(x) if field == '' then redis.call('SET', key, x) else redis.call('HSET', key, field, x) end end
+local res = 0
+if ARGV[3] == 'damage' then
+  if cur == ARGV[4] then put(ARGV[5]); res = 1 elseif cur == ARGV[5] then res = 2 end
+elseif cur == ARGV[5] then put(ARGV[4]); res = 1 end
+return {res, cjson.encode(st), cur or ''}
+"""
+
+
+def seg_state(st):
+    """The damage script's JSON of a segment as {key suffix: value} (hashes as dicts)."""
+    out = {}
+    for k, t, *v in st:
+        v = v[0] if v else None
+        if t == "hash" and isinstance(v, list):
+            v = pairs(v)
+        out[k.rsplit(":", 1)[1]] = (t, v)
+    return out
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 MAX_QTY = 5
@@ -196,7 +287,11 @@ class Run:
     def __init__(self, a):
         self.a = a
         self.ports = [int(p) for p in a.ports.split(",")]
-        self.skus = ["chaos%d-%s" % (a.seed % 1000, chr(ord("a") + i)) for i in range(a.skus)]
+        # SKU names that alias: x, x:1, x:2, x:3 (in key schema 1 SKU x:k's keys met segment
+        # k's of x), then y, y:1, … for more than 4.
+        self.skus = ["chaos%d-%s%s" % (a.seed % 1000, chr(ord("a") + i // 4), ":%d" % (i % 4) if i % 4 else "")
+                     for i in range(a.skus)]
+        self.last_segments = {}         # sku -> the segment count of the last PUT sent
         self.hist = History(os.path.join(a.out, "history.jsonl"))
         self.lock = threading.Lock()
         self.lops = []
@@ -210,6 +305,10 @@ class Run:
         self.traffic_since = None       # when the current stretch of traffic began
         self.checks = Checker(self)
         self.checkpoints = []
+        self.damages = []               # the damager's faults, their segment before and at repair
+        self.stretches = []             # stretches of traffic: requests sent, Redis commands run
+        self.stretch = (0.0, None)
+        self.damager_failed = None
 
     def redis(self, timeout):
         """A reading connection to Redis: the one server, or the cluster (routed by slot)."""
@@ -276,7 +375,13 @@ class Run:
 
     # -- operations --
     def op_put(self, rng, thr, sku):
-        args = {"stock": rng.randint(0, 2000), "segments": rng.randint(1, 32)}
+        # 1..16 segments, never the count of the last PUT sent for this SKU: every re-PUT
+        # changes the layout (segments dropped, added, their keys reset).
+        with self.lock:
+            last = self.last_segments.get(sku)
+            n = rng.choice([x for x in range(1, 17) if x != last])
+            self.last_segments[sku] = n
+        args = {"stock": rng.randint(0, 2000), "segments": n}
         lop = self.new_lop("put", sku, thr, args, True)
         return self.execute(rng, lop, "PUT", "/api/v1/skus/" + sku, args, admin=True)
 
@@ -306,6 +411,11 @@ class Run:
         lop = self.new_lop("delete", sku, thr, {}, False)
         return self.execute(rng, lop, "DELETE", "/api/v1/skus/" + sku, admin=True)
 
+    def op_delete_put(self, rng, thr, sku):
+        """DELETE of the SKU, then at once a PUT of it (another segment count)."""
+        self.op_delete(rng, thr, sku)
+        return self.op_put(rng, thr, sku)
+
     def op_status(self, rng, thr, sku):
         lop = self.new_lop("status", sku, thr, {}, False)
         return self.execute(rng, lop, "GET", "/api/v1/skus/" + sku)
@@ -321,17 +431,21 @@ class Run:
         hit, sku, at = r.random() < 0.6, r.choice(self.skus), r.uniform(0, 6.5)
         return sku if hit and at <= t - 7 * e < at + 0.25 else None
 
+    def hold_idle(self):
+        """A thread asked to hold still for a checkpoint: counted idle until resumed."""
+        with self.idle_cv:
+            self.idle += 1
+            self.idle_cv.notify_all()
+            while self.pause.is_set() and not self.stop.is_set():
+                self.idle_cv.wait(0.2)
+            self.idle -= 1
+
     def client(self, thr):
         rng = random.Random("%d/client/%d" % (self.a.seed, thr))
         put_next = None
         while not self.stop.is_set():
             if self.pause.is_set():
-                with self.idle_cv:
-                    self.idle += 1
-                    self.idle_cv.notify_all()
-                    while self.pause.is_set() and not self.stop.is_set():
-                        self.idle_cv.wait(0.2)
-                    self.idle -= 1
+                self.hold_idle()
                 continue
             sku = rng.choice(self.skus)
             x = rng.random() * 100
@@ -345,6 +459,8 @@ class Run:
                 self.op_put(rng, thr, sku)
             elif x < 0.04:
                 self.op_delete(rng, thr, sku)
+            elif x < 0.05:
+                self.op_delete_put(rng, thr, sku)
             elif x < 1.5:
                 self.op_restock(rng, thr, sku)
             elif x < 13.0:
@@ -357,6 +473,152 @@ class Run:
                     put_next = sku   # the SKU is gone: someone (re)creates it
             if self.a.think_ms:
                 time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
+
+    # -- the damager: the nemesis's counter damage (docs/reliability.md) --
+    def nemesis_event(self, ev, target, detail):
+        """One line of nemesis.jsonl, like chaos.sh's (short lines appended: no interleaving)."""
+        line = json.dumps({"t_ms": int(time.time() * 1000), "ev": ev, "target": target, "detail": detail}) + "\n"
+        with open(os.path.join(self.a.out, "nemesis.jsonl"), "a") as f:
+            f.write(line)
+
+    def nap(self, secs):
+        """Sleeps secs of traffic; False as soon as a checkpoint or the end is asked for."""
+        end = now() + secs
+        while now() < end:
+            if self.pause.is_set() or self.stop.is_set():
+                return False
+            time.sleep(min(0.05, max(0.0, end - now())))
+        return True
+
+    def damager(self):
+        """Every gap (--damage-gap-ms), damages one counter of one settled segment, holds it
+        --damage-hold-ms, and repairs it — at once when a checkpoint or the end is asked for,
+        so that no checkpoint ever sees a damaged counter."""
+        rng = random.Random("%d/damage" % self.a.seed)
+        gmin, gmax = self.a.damage_gap
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                self.hold_idle()
+                continue
+            if self.nap(rng.uniform(gmin, gmax) / 1000.0):
+                try:
+                    self.damage_once(rng)
+                except Infra as e:
+                    # A counter left damaged: the next checkpoint stops the run (Infra).
+                    log("damager: %s" % e)
+                    self.damager_failed = str(e)
+                    return
+
+    def damage_once(self, rng):
+        sku = rng.choice(self.skus)
+        target = rng.choice(DAMAGE_TARGETS)
+        form = rng.choice(DAMAGE_FORMS)
+        hold = rng.uniform(*self.a.damage_hold) / 1000.0
+        try:
+            rds = self.redis(2.0)
+            try:
+                meta = pairs(rds.cmd("HGETALL", KEYS.sku(sku, "meta")))
+                n, v = as_int(meta.get("segments")), as_int(meta.get("version"))
+                if not n or v is None or meta.get("state") != "r":
+                    return      # no settled layout to damage: no fault this time
+                k = rng.randrange(n)
+                keys = [KEYS.seg(sku, k, x) for x in DAMAGE_KEYS]
+                rep = rds.pipeline([("GET", keys[1])] + [("GET", KEYS.seg(sku, j, "stock")) for j in range(n)])
+                if as_int(rep[0]) != v:
+                    return      # the segment is not at the layout's version: not settled
+                stocks = [as_int(x) for x in rep[1:]]
+                other = sum(x or 0 for j, x in enumerate(stocks) if j != k)
+                kidx, field = target
+                cur = rds.cmd("HGET", keys[kidx], field) if field else rds.cmd("GET", keys[kidx])
+                if isinstance(cur, RedisError) or as_int(cur) is None:
+                    return
+                bad = form.replace("{v}", cur)
+                d = {"sku": sku, "k": k, "n": n, "version": v, "key": keys[kidx], "field": field, "orig": cur, "bad": bad,
+                     "other_stock": other, "t0": now(), "t1": None, "before": None, "after": None, "result": "unknown"}
+                self.damages.append(d)
+                r = rds.cmd("EVAL", DAMAGE_LUA, len(keys), *keys, kidx + 1, field or "", "damage", cur, bad)
+            finally:
+                rds.close()
+        except (OSError, ConnectionError) as e:
+            if self.damages and self.damages[-1]["t1"] is None and self.damages[-1]["sku"] == sku:
+                self.repair(self.damages[-1], "the damage's answer was lost (%s)" % e)
+            return
+        if isinstance(r, RedisError) or not isinstance(r, list):
+            d["result"], d["t1"] = "refused: %s" % r, now()   # NOREPLICAS, say: nothing written
+            return
+        d["before"] = json.loads(r[1])
+        d["result"] = "damaged" if r[0] == 1 else ("already" if r[0] == 2 else "changed meanwhile")
+        if r[0] != 1:
+            d["t1"] = now()
+            if r[0] == 2:
+                self.repair(d, "found already damaged (a resent EVAL)")
+            return
+        self.nemesis_event("damage", "%s segment %d" % (sku, k), "%s%s %r -> %r for %.0f ms" % (
+            keys[kidx].rsplit(":", 1)[1], " " + field if field else "", cur, bad, hold * 1000))
+        self.nap(hold)
+        self.repair(d, "")
+
+    def repair(self, d, why):
+        """Writes the damaged counter's value back (only if it still holds the damage), reading
+        the segment in the same script. Retries ≤ 60 s (Redis restarting, a failover)."""
+        keys = [KEYS.seg(d["sku"], d["k"], x) for x in DAMAGE_KEYS]
+        kidx = DAMAGE_KEYS.index(d["key"].rsplit(":", 1)[1])
+        end, last = now() + 60, None
+        while now() < end:
+            try:
+                rds = self.redis(2.0)
+                try:
+                    r = rds.cmd("EVAL", DAMAGE_LUA, len(keys), *keys, kidx + 1, d["field"] or "", "repair", d["orig"], d["bad"])
+                finally:
+                    rds.close()
+                if isinstance(r, list):
+                    d["t1"], d["after"] = now(), json.loads(r[1])
+                    d["repaired"], d["found"] = r[0] == 1, r[2] if len(r) > 2 else None
+                    self.nemesis_event("repair", "%s segment %d" % (d["sku"], d["k"]), "%s: %s%s" % (
+                        "written back" if r[0] == 1 else "NOT written back: it held %r" % d["found"], d["orig"], "; " + why if why else ""))
+                    return
+                last = r
+            except (OSError, ConnectionError) as e:
+                last = e
+            time.sleep(0.2)
+        raise Infra("cannot repair the damaged counter %s %s: %s" % (d["key"], d["field"] or "", last))
+
+    # -- Redis commands per request, from INFO commandstats (one redis-server only) --
+    def cmdstats(self):
+        """(run_id, {command: calls}) of the one redis-server, or None (a cluster, unreadable)."""
+        if self.a.redis_cluster:
+            return None
+        try:
+            rds = Redis(self.a.redis_port, timeout=2.0)
+            try:
+                srv, cs = rds.pipeline([("INFO", "server"), ("INFO", "commandstats")])
+            finally:
+                rds.close()
+        except (OSError, ConnectionError):
+            return None
+        if isinstance(srv, RedisError) or isinstance(cs, RedisError):
+            return None
+        rid = re.search(r"^run_id:(\w+)", srv, re.M)
+        calls = {m.group(1): int(m.group(2)) for m in re.finditer(r"^cmdstat_([\w|]+):calls=(\d+)", cs, re.M)}
+        return (rid.group(1) if rid else "?", calls)
+
+    def stretch_begin(self):
+        self.stretch = (now(), self.cmdstats())
+
+    def stretch_end(self):
+        """Commands Redis ran during this stretch of traffic (clients idle at both ends), and
+        the requests sent meanwhile: chaos.py's own reads happen outside the stretches."""
+        t0, st0 = self.stretch
+        st1 = self.cmdstats()
+        t1 = now()
+        with self.lock:
+            sent = Counter(l.op for l in self.lops for a in l.attempts if a["sent"] and t0 <= a["t0"] < t1)
+        if st0 is None or st1 is None:
+            self.stretches.append({"t0": t0, "t1": t1, "sent": sent, "calls": None, "restarted": False})
+            return
+        restarted = st0[0] != st1[0]
+        calls = Counter({c: n - (0 if restarted else st0[1].get(c, 0)) for c, n in st1[1].items() if c != "info"})
+        self.stretches.append({"t0": t0, "t1": t1, "sent": sent, "calls": calls, "restarted": restarted})
 
     def traffic_now(self):
         with self.lock:
@@ -395,7 +657,7 @@ class Run:
     def locks_held(self, rds):
         held = []
         for s in self.skus:
-            for k in rds.scan("inv:2:{%s/*}:lock" % s):
+            for k in rds.scan(KEYS.seg_glob(s, "lock")):
                 held.append((k, rds.cmd("PTTL", k)))
         return held
 
@@ -451,6 +713,9 @@ class Run:
         busy = [t.name for t in self.threads if t.is_alive()] if final else []
         if final and busy:
             raise Infra("client threads still busy after 90 s: %s" % busy)
+        self.stretch_end()
+        if self.damager_failed:
+            raise Infra("the damager could not repair a counter: %s" % self.damager_failed)
         ok, why = self.quiet(30)
         # Meet every SKU once (a PUT left half-done may be completed by whoever meets it).
         rng = random.Random("%d/checkpoint/%s" % (self.a.seed, name))
@@ -464,6 +729,7 @@ class Run:
         log("checkpoint %s: %s after %.1f s (nemesis paused after %.1f s, clients idle after %.1f s more); reading Redis" % (
             name, "quiet" if ok else "NOT quiet (" + why + ")", now() - t_begin, t_nem - t_begin, t_idle - t_nem))
         self.checks.redis_checks(name)
+        self.checks.redis_call_bound(name)
         cp = {"kind": "checkpoint", "name": name, "quiet": ok, "why": why, "t": round(now(), 3),
               "wait_s": round(now() - t_begin, 2), "violations_so_far": self.checks.count()}
         self.hist.write(dict(cp))
@@ -472,6 +738,7 @@ class Run:
         if not final:
             with self.lock:
                 self.traffic_since = now()
+            self.stretch_begin()
             self.pause.clear()
             with self.idle_cv:
                 self.idle_cv.notify_all()
@@ -481,14 +748,20 @@ class Run:
         a = self.a
         log("seed %d: %d clients, SKUs %s, %d s of traffic, checkpoint every %d s, instances on %s, Redis on %s"
             % (a.seed, a.clients, ",".join(self.skus), a.duration, a.checkpoint_every, a.ports, a.redis_cluster or a.redis_port))
+        # The SKU names, for the nemesis's failover of a SKU's master (chaos.sh --cluster).
+        with open(os.path.join(a.ctl, "skus"), "w") as f:
+            f.write("".join(s + "\n" for s in self.skus))
         rng = random.Random("%d/setup" % a.seed)
         for s in self.skus:
             self.op_put(rng, -1, s)
         self.traffic_since = now()
         self.threads = [threading.Thread(target=self.client, args=(i,), name="client%d" % i, daemon=True)
                         for i in range(a.clients)]
+        if a.damage_gap[1] > 0:
+            self.threads.append(threading.Thread(target=self.damager, name="damager", daemon=True))
         for t in self.threads:
             t.start()
+        self.stretch_begin()
         n = 0
         while True:
             n += 1
@@ -527,6 +800,9 @@ CHECKS = [
     ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, no negative number, orders ≤ sold ≤ 5 × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
     ("put-answers", "PUT answers echo the request, versions are unique per SKU and grow in real-time order"),
     ("order-answers", "201/200 order bodies echo the request (SKU, quantity, user_id, segment in the id); cancel answers are the cancelled order"),
+    ("damaged-segments", "while one of its counters is damaged (10.0, ' 5', 1e3, abc …), a segment is written by nothing but the repair: its keys (stock, sver, cnt, orders, idem, rst) at the repair are what they were at the damage (unless a PUT/DELETE of the SKU overlapped, or, on a cluster, a master failover)"),
+    ("damage-failover", "no 5xx storm on a damaged SKU: when the other segments hold ≥ 20 units and ≥ 10 orders of the SKU were answered during the damage before 201s took all but 10 of those units, < 50 % of them are 5xx, or at most 30 points more than the other SKUs' orders meanwhile or the SKU's own in the 5 s before"),
+    ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
 
 
@@ -535,6 +811,9 @@ class Checker:
         self.run = run
         self.viol = {name: {} for name, _ in CHECKS}
         self.examined = Counter()
+        self.unavailable = {}           # check -> why it could not be made
+        self.calls_seen = []            # (checkpoint, instance, max, budget)
+        self.damage_notes = []          # per damage: one line for SUMMARY.md
 
     def fail(self, check, subject, msg, seqs):
         d = self.viol[check]
@@ -546,11 +825,11 @@ class Checker:
 
     # -- at checkpoints: Redis against the history --
     def snapshot(self, rds, sku):
-        meta = pairs(rds.cmd("HGETALL", "inv:2:{%s}:meta" % sku))
+        meta = pairs(rds.cmd("HGETALL", KEYS.sku(sku, "meta")))
         if meta and as_int(meta.get("segments")) == 0:
             meta = {}  # a layout of 0 segments: the SKU was deleted (its meta stays, docs/design.md)
-        keys = rds.scan("inv:2:{%s/*}:*" % sku)
-        pat = re.compile(r"^inv:2:\{" + re.escape(sku) + r"/(\d+)\}:(.+)$")
+        keys = rds.scan(KEYS.seg_glob(sku, "*"))
+        pat = KEYS.seg_re(sku)
         seg_keys = defaultdict(set)
         for k in keys:
             m = pat.match(k)
@@ -561,8 +840,8 @@ class Checker:
         if n and n > 0:
             cmds = []
             for k in range(n):
-                p = "inv:2:{%s/%d}:" % (sku, k)
-                cmds += [("GET", p + "stock"), ("GET", p + "sver"), ("HGETALL", p + "cnt"), ("HGETALL", p + "orders")]
+                cmds += [("GET", KEYS.seg(sku, k, "stock")), ("GET", KEYS.seg(sku, k, "sver")),
+                         ("HGETALL", KEYS.seg(sku, k, "cnt")), ("HGETALL", KEYS.seg(sku, k, "orders"))]
             rep = rds.pipeline(cmds)
             for k in range(n):
                 st, sv, cnt, orders = rep[4 * k: 4 * k + 4]
@@ -620,7 +899,7 @@ class Checker:
         run = self.run
         where = ["--redis-cluster", run.a.redis_cluster] if run.a.redis_cluster else ["--redis-port", str(run.a.redis_port)]
         cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(MAX_QTY),
-               "--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku)]
+               "--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku), "--key-schema", str(KEYS.v)]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -635,6 +914,176 @@ class Checker:
             if line.startswith("verify: ✗"):
                 # The subject drops the checkpoint so that one fault found again is reported once.
                 self.fail("segments", (sku, re.sub(r"\d+", "#", line)), "checkpoint %s, %s: %s" % (cp, sku, line[len("verify: ✗ "):]), [])
+
+    def redis_call_bound(self, cp):
+        """The Redis-call bound of issue 18 item 2, from every instance's /metrics."""
+        run = self.run
+        for i in range(len(run.ports)):
+            t = run.metrics_text(i) or ""
+            mx = re.search(r"^inventory_order_redis_calls_max(?:\{[^}]*\})? ([0-9.eE+-]+)", t, re.M)
+            bd = re.search(r"^inventory_order_redis_call_budget(?:\{[^}]*\})? ([0-9.eE+-]+)", t, re.M)
+            if not mx or not bd:
+                self.unavailable.setdefault("redis-calls", "instance %d (checkpoint %s) exports no inventory_order_redis_calls_max / inventory_order_redis_call_budget" % (i, cp))
+                continue
+            mx, bd = float(mx.group(1)), float(bd.group(1))
+            self.examined["redis-calls"] += 1
+            self.calls_seen.append((cp, i, mx, bd))
+            if mx > bd:
+                self.fail("redis-calls", i, "checkpoint %s: instance %d: an order made %g Redis calls, over the budget of %g" % (cp, i, mx, bd), [])
+
+    def master_fault_spans(self):
+        """[(t0, t1)] in chaos.py's clock of the cluster's master faults (kill to back)."""
+        try:
+            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
+                ev = [json.loads(x) for x in f if x.strip()]
+        except (OSError, ValueError):
+            return []
+        t_start = time.time() - now()
+        spans, open_ = [], {}
+        for e in ev:
+            t = e["t_ms"] / 1000.0 - t_start
+            if e["ev"] in ("master-kill9", "master-cut-kill9", "sku-master-kill9", "sku-master-cut-kill9"):
+                open_[e["target"]] = t
+            elif e["ev"] == "back" and e["target"] in open_:
+                spans.append((open_.pop(e["target"]), t))
+        return spans + [(t, float("inf")) for t in open_.values()]
+
+    def damage_checks(self):
+        """Each counter damage against the history: what was written on its segment while it
+        was damaged, and how the SKU's orders were answered meanwhile."""
+        run = self.run
+        lops = list(run.lops)
+        admin = defaultdict(list)
+        orders = defaultdict(list)
+        for l in lops:
+            if l.op in ("put", "delete"):
+                admin[l.sku].append(l)
+            elif l.op == "order":
+                orders[l.sku].append(l)
+        order_by_tag = {l.args["user_id"]: l for l in lops if l.op == "order"}
+        spans = self.master_fault_spans() if run.a.redis_cluster else []
+        for d in run.damages:
+            what = "%s segment %d/%d %s%s %r→%r" % (d["sku"], d["k"], d["n"], d["key"].rsplit(":", 1)[1], " " + d["field"] if d["field"] else "", d["orig"], d["bad"])
+            if d["result"] != "damaged" or d["before"] is None or d["after"] is None:
+                self.damage_notes.append("- %s: %s, not checked" % (what, d["result"]))
+                continue
+            t0, t1 = d["t0"], d["t1"]
+            ans, pre, inwin = Counter(), Counter(), []
+            for sku, ls in orders.items():
+                for l in ls:
+                    for a in l.attempts:
+                        if a["status"] is None:
+                            continue
+                        if a["t0"] >= t0 and a["t1"] <= t1:
+                            ans[(sku == d["sku"], "5xx" if a["status"] >= 500 else str(a["status"]))] += 1
+                            if sku == d["sku"]:
+                                inwin.append((a["t1"], a["status"], l.args["quantity"]))
+                        elif sku == d["sku"] and t0 - 5 <= a["t0"] and a["t1"] < t0:
+                            pre[a["status"] >= 500] += 1
+            mine = {k[1]: v for k, v in ans.items() if k[0]}
+            # The storm check counts the SKU's answers only while the other segments may still
+            # hold stock: once the units answered 201 in the window come within 10 of what they
+            # held at the damage, an order may find only the damaged segment (503 is honest).
+            storm, sold = Counter(), 0
+            for _, st, q in sorted(inwin):
+                if sold >= d["other_stock"] - 10:
+                    break
+                storm["5xx" if st >= 500 else str(st)] += 1
+                if st in (200, 201):
+                    sold += q
+            n_o = sum(v for k, v in ans.items() if not k[0])
+            r_o = ans.get((False, "5xx"), 0) / n_o if n_o else 0.0
+            # The SKU's own 5xx rate in the 5 s before the damage (with ≥ 5 answers): a SKU that
+            # was failing already (an earlier defect, a fault) is not failing for the damage.
+            n_p = pre[True] + pre[False]
+            r_p = pre[True] / n_p if n_p >= 5 else 0.0
+            # What was written meanwhile: the segment at the repair, with the damaged counter
+            # put back, against the segment at the damage.
+            self.examined["damaged-segments"] += 1
+            b, af = seg_state(d["before"]), seg_state(d["after"])
+            suf = d["key"].rsplit(":", 1)[1]
+            changed = []
+            if not d.get("repaired"):
+                changed.append("the damaged counter held %r at the repair, not %r" % (d.get("found"), d["bad"]))
+            elif suf in af:
+                t, v = af[suf]
+                if d["field"] and isinstance(v, dict):
+                    v = dict(v)
+                    v[d["field"]] = d["orig"]
+                elif not d["field"]:
+                    v = d["orig"]
+                af[suf] = (t, v)
+            new_orders = []
+            for key in sorted(set(b) | set(af)):
+                x, y = b.get(key, ("none", None)), af.get(key, ("none", None))
+                if x == y:
+                    continue
+                if x[0] == y[0] == "hash" and isinstance(x[1], dict) and isinstance(y[1], dict):
+                    diff = ["%s %r→%r" % (f, x[1].get(f), y[1].get(f)) for f in sorted(set(x[1]) | set(y[1])) if x[1].get(f) != y[1].get(f)]
+                    if key == "orders":
+                        new_orders = [f for f in y[1] if f not in x[1]]
+                    changed.append("%s: %s" % (key, ", ".join(diff[:4]) + (" …" if len(diff) > 4 else "")))
+                else:
+                    changed.append("%s: %r→%r" % (key, x, y))
+            if changed:
+                drift = self.segment_drift(af)
+                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s and o = the live records, with the counter put back)")
+            why_ok = None
+            resets = [l.id for l in admin[d["sku"]] if any(
+                a["sent"] and a["eff"] != NONE and a["t0"] < t1 and (a["t1"] + (10 if a["eff"] == MAYBE else 0)) > t0 for a in l.attempts)]
+            if resets:
+                why_ok = "PUT/DELETE lops %s overlapped" % resets[:4]
+            elif any(f0 < t1 and f1 > t0 for f0, f1 in spans):
+                why_ok = "a master failover overlapped"
+            note = "- %s, %.1f..%.1f s: orders of the SKU answered %s (other SKUs' 5xx %.0f %%); written meanwhile: %s" % (
+                what, t0, t1, dict(sorted(mine.items())) or "none", 100 * r_o, "; ".join(changed) if changed else "nothing")
+            if changed and why_ok:
+                note += " (not a violation: %s)" % why_ok
+            self.damage_notes.append(note)
+            if changed and not why_ok:
+                seqs = [x for oid in new_orders[:3] for tag in [self.record_tag(af.get("orders"), oid)] if tag in order_by_tag for x in order_by_tag[tag].seqs()]
+                self.fail("damaged-segments", (d["sku"], d["k"], round(t0, 2)), "%s, damaged %.3f..%.3f s: written while damaged: %s" % (
+                    what, t0, t1, "; ".join(changed)), seqs)
+            n_s = sum(storm.values())
+            r_s = storm.get("5xx", 0) / n_s if n_s else 0.0
+            if d["n"] >= 2 and d["other_stock"] >= 20 and n_s >= 10:
+                self.examined["damage-failover"] += 1
+                if r_s >= 0.5 and r_s >= r_o + 0.3 and r_s >= r_p + 0.3:
+                    seqs = [a["seq"] for l in orders[d["sku"]] for a in l.attempts if a["status"] is not None and a["status"] >= 500 and t0 <= a["t0"] and a["t1"] <= t1][:6]
+                    self.fail("damage-failover", (d["sku"], d["k"], round(t0, 2)), "%s, damaged %.3f..%.3f s with %d units in the other %d segments: %d of the SKU's first %d order answers (while the others may have had stock) were 5xx (%.0f %%; other SKUs %.0f %%, this SKU in the 5 s before %.0f %%); all its answers meanwhile: %s" % (
+                        what, t0, t1, d["other_stock"], d["n"] - 1, storm.get("5xx", 0), n_s, 100 * r_s, 100 * r_o, 100 * r_p, dict(sorted(mine.items()))), seqs)
+
+    @staticmethod
+    def segment_drift(st):
+        """What breaks §8 in a damage script's segment state (the damaged counter put back)."""
+        if all(st.get(k, ("none",))[0] == "none" for k in ("stock", "cnt")):
+            return ""       # the segment was dropped (a smaller re-PUT, a DELETE): nothing to add up
+        try:
+            stock = as_int(st["stock"][1])
+            cnt = st["cnt"][1] if isinstance(st["cnt"][1], dict) else {}
+            t, sold, o = as_int(cnt.get("t")), as_int(cnt.get("s")), as_int(cnt.get("o"))
+            recs = [json.loads(x) for x in (st["orders"][1] or {}).values()] if isinstance(st["orders"][1], dict) else []
+        except (KeyError, TypeError, ValueError):
+            return "unreadable segment"
+        live = [r for r in recs if isinstance(r, dict) and r.get("status") == "created"]
+        units = sum(r.get("quantity", 0) for r in live if isinstance(r.get("quantity"), int))
+        bad = []
+        if None in (stock, t, sold, o):
+            return "a counter is not an integer: stock %r t %r s %r o %r" % (stock, t, sold, o)
+        if t != stock + sold:
+            bad.append("t %d != stock %d + s %d" % (t, stock, sold))
+        if sold != units:
+            bad.append("s %d != %d units in live records" % (sold, units))
+        if o != len(live):
+            bad.append("o %d != %d live records" % (o, len(live)))
+        return ", ".join(bad)
+
+    @staticmethod
+    def record_tag(orders_state, oid):
+        try:
+            return json.loads(orders_state[1][oid]).get("user_id")
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
 
     def check_layout(self, cp, s, snap, ops):
         """Which PUT this SKU's layout is, and Σ t against it. Returns (P, P's ack time or None,
@@ -866,6 +1315,7 @@ class Checker:
     def history_checks(self):
         run = self.run
         self.crashes()
+        self.damage_checks()
         lops = list(run.lops)
         puts = defaultdict(list)
         for l in lops:
@@ -930,8 +1380,11 @@ class Checker:
                     if not isinstance(ad, int) or not 0 <= ad <= l.args["quantity"]:
                         errs.append("added %r of a restock of %d" % (ad, l.args["quantity"]))
                 if errs:
-                    self.fail("status-answers", ("%s %s" % (l.op, a["seq"])), "%s answer of %s (lop %d, instance %d, %.3f..%.3f s): %s" % (
-                        l.op, l.sku, l.id, a["inst"], a["t0"], a["t1"], "; ".join(errs)), [a["seq"]])
+                    dmg = [d for d in run.damages if d["sku"] == l.sku and d["result"] == "damaged" and d["t0"] < a["t1"] and (d["t1"] or 1e9) > a["t0"]]
+                    self.fail("status-answers", ("%s %s" % (l.op, a["seq"])), "%s answer of %s (lop %d, instance %d, %.3f..%.3f s%s): %s" % (
+                        l.op, l.sku, l.id, a["inst"], a["t0"], a["t1"],
+                        "; while segment %d's %s was damaged" % (dmg[0]["k"], dmg[0]["key"].rsplit(":", 1)[1] + (" " + dmg[0]["field"] if dmg[0]["field"] else "")) if dmg else "",
+                        "; ".join(errs)), [a["seq"]])
         # Order and cancel answers.
         for l in lops:
             if l.op == "order" and l.ack:
@@ -1007,6 +1460,37 @@ class Checker:
             if e["ev"] in FAULTS:
                 out.append("- %s %s %s" % (e["ev"], e["target"], e.get("detail", "")))
         out.append("")
+        if run.damages or a.damage_gap[1] > 0:
+            out.append("## Damaged counters: %d" % len([d for d in run.damages if d["result"] == "damaged"]))
+            out.append("")
+            out.extend(self.damage_notes or ["- none"])
+            out.append("")
+        out.append("## Redis calls")
+        out.append("")
+        if self.calls_seen:
+            worst = max(self.calls_seen, key=lambda x: x[2] / x[3] if x[3] else float("inf"))
+            out.append("- /metrics: the most Redis calls of one order, any instance, any checkpoint: %g (budget %g, checkpoint %s, instance %d)" % (
+                worst[2], worst[3], worst[0], worst[1]))
+        else:
+            out.append("- /metrics: %s" % self.unavailable.get("redis-calls", "not read"))
+        st = [x for x in run.stretches if x["calls"] is not None]
+        if st:
+            tot, sent = Counter(), Counter()
+            for x in st:
+                tot.update(x["calls"])
+                sent.update(x["sent"])
+            n_req = sum(sent.values())
+            out.append("- INFO commandstats over %d stretches of traffic (%.0f s%s): %d commands for %d requests sent (%s): %.1f per request; orders are %.0f %% of them. Most run: %s" % (
+                len(st), sum(x["t1"] - x["t0"] for x in st),
+                "; %d across a Redis restart, counted from its start" % sum(1 for x in st if x["restarted"]) if any(x["restarted"] for x in st) else "",
+                sum(tot.values()), n_req, ", ".join("%s %d" % kv for kv in sorted(sent.items())), sum(tot.values()) / max(1, n_req),
+                100.0 * sent.get("order", 0) / max(1, n_req), ", ".join("%s %d" % kv for kv in tot.most_common(8))))
+            worst = max(st, key=lambda x: sum(x["calls"].values()) / max(1, sum(x["sent"].values())))
+            out.append("- the stretch with the most commands per request: %.1f..%.1f s, %.1f per request (%d commands, %d requests)" % (
+                worst["t0"], worst["t1"], sum(worst["calls"].values()) / max(1, sum(worst["sent"].values())), sum(worst["calls"].values()), sum(worst["sent"].values())))
+        else:
+            out.append("- INFO commandstats: not measured%s" % (" (a cluster: failovers move and reset the counts)" if a.redis_cluster else ""))
+        out.append("")
         out.append("## Checkpoints")
         out.append("")
         for cp in run.checkpoints:
@@ -1019,6 +1503,9 @@ class Checker:
         for name, desc in CHECKS:
             d = self.viol[name]
             total += len(d)
+            if name in self.unavailable and not self.examined[name]:
+                out.append("- – %s: not available (%s): %s" % (name, self.unavailable[name], desc))
+                continue
             out.append("- %s %s (%d examined, %d violation%s): %s" % ("✗" if d else "✓", name, self.examined[name], len(d), "" if len(d) == 1 else "s", desc))
         for name, _ in CHECKS:
             d = self.viol[name]
@@ -1061,7 +1548,18 @@ def main():
     ap.add_argument("--think-ms", type=float, default=0)
     ap.add_argument("--storms", type=int, default=1, help="0: no bursts of concurrent PUTs")
     ap.add_argument("--calm", type=float, default=0, help="no fault starts in the last S s of traffic before a checkpoint")
+    ap.add_argument("--damage-gap-ms", default="2000 6000", help="min max pause between counter damages ('0 0': none)")
+    ap.add_argument("--damage-hold-ms", default="1000 3000", help="min max time a counter stays damaged")
+    ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     a = ap.parse_args()
+    try:
+        a.damage_gap = [float(x) for x in a.damage_gap_ms.split()]
+        a.damage_hold = [float(x) for x in a.damage_hold_ms.split()]
+        assert len(a.damage_gap) == 2 and len(a.damage_hold) == 2 and 0 <= a.damage_gap[0] <= a.damage_gap[1] and 0 <= a.damage_hold[0] <= a.damage_hold[1]
+    except (ValueError, AssertionError):
+        ap.error("--damage-gap-ms and --damage-hold-ms take two numbers, min ≤ max")
+    global KEYS
+    KEYS = Keys(a.key_schema)
     if (a.redis_port is None) == (a.redis_cluster is None):
         ap.error("give one of --redis-port and --redis-cluster")
     global LOG

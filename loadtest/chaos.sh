@@ -2,14 +2,21 @@
 # The randomized concurrent-history test (Jepsen-style; docs/reliability.md "Randomized history
 # test"). Starts its own redis-server (AOF, appendfsync always) and 3 inventoryd instances
 # (loadtest/lib.sh), runs loadtest/chaos.py — many client threads sending a seeded random mix
-# of PUT, restock, orders with and without Idempotency-Key, cancels, DELETE of a SKU and status
-# reads straight to the instances, retrying like real clients, every attempt recorded in
-# history.jsonl — while this script is the nemesis: at random moments it kill -9s an instance
-# and restarts it, SIGSTOPs one past its lock lease and SIGCONTs it, or kill -9s redis-server
-# and restarts it from its AOF. At checkpoints (nemesis paused, clients idle, instances ready
-# with nothing in flight, no segment lock held) and at the end chaos.py checks SPEC §8 from
-# Redis directly (plus loadtest/verify.sh per SKU) against the history, and the answers
-# themselves. Everything it starts is stopped on exit, also on failure or interrupt.
+# of PUT (1..16 segments, never the count of the SKU's last PUT), restock, orders with and
+# without Idempotency-Key, cancels, DELETE of a SKU, DELETE followed at once by a PUT, and
+# status reads straight to the instances, on SKU names that alias (x, x:1, x:2, x:3: in key
+# schema 1 SKU x:k's keys were segment k's of x), retrying like real clients, every attempt
+# recorded in history.jsonl — while this script is the nemesis: at random moments it kill -9s
+# an instance and restarts it, SIGSTOPs one past its lock lease and SIGCONTs it, or kill -9s
+# redis-server and restarts it from its AOF. chaos.py's damager is the nemesis of the data:
+# every 2–6 s it writes a damaged value (10.0, ' 5', 1e3, abc: "{v}.0", " {v}", "{v}e0", 1e3,
+# abc of the value v) into one counter (stock, sver, cnt t/s/o) of one settled segment, holds it
+# 1–3 s and writes the value back (at once when a checkpoint is due); the checker requires that
+# nothing but the repair wrote that segment meanwhile, that the SKU's orders were not mostly
+# 5xx while its other segments had stock, and every status answer meanwhile to satisfy §8 or be
+# an error. At checkpoints (nemesis paused, clients idle, instances ready with nothing in
+# flight, no segment lock held) and at the end chaos.py checks SPEC §8 from Redis directly
+# (plus loadtest/verify.sh per SKU) against the history, and the answers themselves. Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
 # masters with a replica each, min-replicas-to-write 1) and the instances with
@@ -17,8 +24,11 @@
 # the dead node back once the replica took over (it rejoins as the new master's replica);
 # sometimes it first cuts the replica off (SIGSTOP, its replication link closed by the master),
 # so the promoted replica has only what it had then; and it kill -9s and SIGSTOPs instances
-# as above. The first fault of a cluster run is always a master's. The checker reads each key
-# from the master of its slot (loadtest/resp.py, also what verify.sh --redis-cluster uses).
+# as above. Half of the master faults, and always the first fault of a cluster run, hit the
+# master holding a SKU's own keys (the slot of inv:2:{<sku>}:meta, CLUSTER KEYSLOT, its master
+# from CLUSTER NODES): its layout, versions, restock intents and Idempotency-Key claims. The
+# checker reads each key from the master of its slot (loadtest/resp.py, also what verify.sh
+# --redis-cluster uses).
 #
 # Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about
@@ -29,9 +39,19 @@
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
 #              and so the interleaving, differs from run to run). Default: random, printed.
 #   --out DIR  results directory (default loadtest/results/chaos-<UTC time>)
-# Results: SUMMARY.md (ops by type and answer, nemesis events, checkpoints, every check with
-# the first violations and their history lines), history.jsonl, nemesis.jsonl, run.log,
-# verify-<checkpoint>-<sku>.txt, logs/ (redis, instances).
+# Results: SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
+# was written meanwhile, Redis calls, checkpoints, every check with the first violations and
+# their history lines), history.jsonl, nemesis.jsonl, run.log, verify-<checkpoint>-<sku>.txt,
+# logs/ (redis, instances).
+# Redis calls: at each checkpoint every instance's /metrics must have
+# inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (issue 18 item 2; "not
+# available" when the binary exports neither); on one Redis, INFO commandstats deltas over the
+# stretches of traffic give the commands per request of the run (SUMMARY.md).
+# What the additions cost (measured on this machine, other builds running): the damager and
+# the aliasing SKUs add no time of their own (a repair takes < 10 ms and comes before the
+# checkpoint's wait; a damage's checks are arithmetic on the history, < 0.1 s); a SKU master's
+# fault is a master fault (~8 s, traffic going on); /metrics at a checkpoint < 0.1 s. --short
+# took 64–69 s (3 runs) and --cluster --short 40–47 s (3 runs; 40 s with the damager off).
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
@@ -40,7 +60,10 @@
 # instance), CH_CLIENT_TIMEOUT_S (2), CH_THINK_MS (a client's pause between operations, up to;
 # 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
 # --cluster "1000 3000"),
-# CH_NEMESIS=0 (no faults), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# CH_NEMESIS=0 (no faults, no damage), CH_DAMAGE_GAP_MS (the pause between counter damages, min
+# max: "2000 6000"; "0 0": no damage), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
+# "1000 3000"), CH_KEY_SCHEMA (2; 1: the keys of binaries before 34f3be8, inv:{S}:… and
+# inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -94,6 +117,11 @@ lease=${CH_LEASE_MS:-1000}
 redis_timeout=${CH_REDIS_TIMEOUT_MS:-500}
 threads=${CH_THREADS:-4}
 token=${CH_ADMIN_TOKEN:-chaos-admin-token}
+key_schema=${CH_KEY_SCHEMA:-2}
+[[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
+damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
+damage_hold=${CH_DAMAGE_HOLD_MS:-1000 3000}
+[ "${CH_NEMESIS:-1}" != 0 ] || damage_gap="0 0"
 if [ "$cluster" = 1 ]; then
   read -r gap_min gap_max <<<"${CH_NEMESIS_GAP_MS:-1000 3000}"
 else
@@ -127,6 +155,7 @@ done
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
+[ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
@@ -212,39 +241,65 @@ restart_redis() {
 # (NOREPLICAS), and with --redis-replica-acks 1 nothing it took is answered 201 (its WAIT times
 # out: 503 outcome unknown). A plain kill -9 loses nothing here even with acks 0: on loopback
 # the replica still reads what the master had written to the socket.
+# master_fault [PORT NAME WHY]: that master (default: one chosen by the seed), its events named
+# NAME-kill9 / NAME-cut-kill9 (default master), WHY leading their detail.
 master_fault() {
-  local m cut ms rep ports
-  read -ra ports <<<"$(cluster_masters)"
-  [ "${#ports[@]}" -gt 0 ] || die "no master answers (see $res/logs/cluster.log)"
-  rnd 0 $((${#ports[@]} - 1)); m=${ports[r]}
+  local m=${1:-} name=${2:-master} why=${3:-} cut ms rep ports
+  if [ -z "$m" ]; then
+    read -ra ports <<<"$(cluster_masters)"
+    [ "${#ports[@]}" -gt 0 ] || die "no master answers (see $res/logs/cluster.log)"
+    rnd 0 $((${#ports[@]} - 1)); m=${ports[r]}
+  fi
   rnd 0 99; cut=$r
   rnd 200 900; ms=$r
   if [ "$cut" -lt "$cut_pct" ]; then
     rep=$(replica_of "$m")
     [ -n "$rep" ] || die "master $m has no replica"
-    event master-cut-kill9 "redis-$m" "replica $rep stopped and cut off ${ms} ms before the kill"
+    event "$name-cut-kill9" "redis-$m" "${why}replica $rep stopped and cut off ${ms} ms before the kill"
     kill -STOP "$(node_pid "$rep")"
     redis-cli -p "$m" CLIENT KILL TYPE replica >/dev/null 2>&1 || true
     sleep_ms "$ms"
     kill -KILL "$(node_pid "$m")"
     kill -CONT "$(node_pid "$rep")"
   else
-    event master-kill9 "redis-$m" "its replica takes over"
+    event "$name-kill9" "redis-$m" "${why}its replica takes over"
     kill -KILL "$(node_pid "$m")"
   fi
   node_back "$m"
   event back "redis-$m"
 }
+# meta_key SKU: the key of the SKU's layout, in the key schema of the binary under test.
+meta_key() { if [ "$key_schema" = 1 ]; then echo "inv:{$1}:meta"; else echo "inv:2:{$1}:meta"; fi; }
+# sku_master_fault (--cluster): master_fault of the master serving a SKU's own keys — the slot
+# of its meta (CLUSTER KEYSLOT), that slot's master (CLUSTER NODES) —, the SKU chosen by the
+# seed among chaos.py's (ctl/skus); a random master when none is known yet.
+sku_master_fault() {
+  local skus sku slot p m=""
+  skus=()
+  [ -s "$ctl/skus" ] && mapfile -t skus <"$ctl/skus"
+  [ "${#skus[@]}" -gt 0 ] || { master_fault; return; }
+  rnd 0 $((${#skus[@]} - 1)); sku=${skus[r]}
+  for p in $cluster_ports; do
+    slot=$(redis-cli -p "$p" CLUSTER KEYSLOT "$(meta_key "$sku")" 2>/dev/null) || continue
+    m=$(slot_owner "$p" "$slot" 2>/dev/null) || m=""
+    [ -n "$m" ] && break
+  done
+  [ -n "$m" ] || { master_fault; return; }
+  master_fault "$m" sku-master "the master of $sku's own keys (slot $slot of $(meta_key "$sku")); "
+}
 # One fault, chosen and timed by the seed; when it returns, everything is running again.
 # On one Redis: kill -9 of an instance 30 %, SIGSTOP of one 45 %, Redis restart 25 %. On a
-# cluster: a master's fault 45 % (and always the first), SIGSTOP of an instance 30 %, kill -9 25 %.
+# cluster: a master's fault 45 % — the master of a SKU's own keys 22 % (and always the first),
+# a random master 23 % —, SIGSTOP of an instance 30 %, kill -9 25 %. (chaos.py damages counters
+# on its own schedule, the damager: docs/reliability.md.)
 faults_done=0
 fault() {
   local i kind
   rnd 0 99; kind=$r
   rnd 0 $((instances - 1)); i=$r
   if [ "$cluster" = 1 ]; then
-    if [ "$faults_done" = 0 ] || [ "$kind" -lt 45 ]; then master_fault
+    if [ "$faults_done" = 0 ] || [ "$kind" -lt 22 ]; then sku_master_fault
+    elif [ "$kind" -lt 45 ]; then master_fault
     elif [ "$kind" -lt 75 ]; then stop_instance "$i"
     else kill_instance "$i"; fi
   elif [ "$kind" -lt 30 ]; then kill_instance "$i"
@@ -309,7 +364,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" &
 py_pid=$!
 extra_pids+=("$py_pid")
 

@@ -6,7 +6,9 @@ imports it, and loadtest/verify.sh runs it as a command (below) in place of redi
 given a cluster.
 
 The checkers only read (GET, HGETALL, HMGET, HLEN, HVALS, EXISTS, PTTL, SCAN, MULTI/EXEC of
-those), so a command that meets a redirection or a cluster in transition is simply sent again:
+those); the one writer, chaos.py's counter damage and its repair, is an EVAL whose every run is
+safe to repeat (routed by its first key). So a command that meets a redirection or a cluster in
+transition is simply sent again:
 `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN` and a node that does not answer
 make the client ask for the slot map again (`CLUSTER SLOTS`, from any node it knows) and retry,
 for at most `retry_s` seconds; then it gives up with ConnectionError. The slot map is asked for
@@ -209,8 +211,11 @@ class Cluster:
 
     def _node(self, unit):
         for args in unit:
-            if str(args[0]).upper() not in KEYLESS and len(args) > 1:
-                i = bisect.bisect_right(self.los, key_slot(args[1])) - 1
+            name = str(args[0]).upper()
+            # EVAL script numkeys key…: the first key routes it (a script's keys share a slot).
+            key = args[3] if name in ("EVAL", "EVALSHA") and len(args) > 3 else (args[1] if len(args) > 1 else None)
+            if name not in KEYLESS and key is not None:
+                i = bisect.bisect_right(self.los, key_slot(key)) - 1
                 return self.ranges[i][2]
         return self.ranges[0][2]
 

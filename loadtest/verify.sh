@@ -18,6 +18,8 @@
 #   --stock-total T       units preheated (+ restocked): Σ t must equal it
 #   --expect-sold-out     every segment must be at 0
 #   --status-url URL      GET this (…/api/v1/skus/S) and compare its totals with Redis
+#   --key-schema 1        the keys of the binaries before 34f3be8 (inv:{S}:…, inv:{S:k}:…);
+#                         default 2 (inv:2:{S}:…, inv:2:{S/k}:…, docs/design.md)
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
 #                         o = records in :orders — this last one assumes no cancellations,
@@ -36,7 +38,7 @@ host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
-units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0
+units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
@@ -51,11 +53,18 @@ while [ $# -gt 0 ]; do
     --expect-sold-out) expect_sold_out=1; shift ;;
     --status-url) status_url=$2; shift 2 ;;
     --live) live=1; shift ;;
+    --key-schema) schema=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$port$cluster" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port (or --redis-cluster) and --sku are required" >&2; exit 2; }
+# The key schema: kp the prefix, sp a segment's key prefix as a printf format (SKU, index).
+case "$schema" in
+  2) kp='inv:2:' sp='inv:2:{%s/%d}' ;;
+  1) kp='inv:' sp='inv:{%s:%d}' ;;
+  *) echo "verify.sh: --key-schema is 1 or 2" >&2; exit 2 ;;
+esac
 
 if [ -n "$cluster" ]; then
   # Commands as arguments or one a line on stdin, like redis-cli; replies as redis-cli --raw.
@@ -71,12 +80,12 @@ pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
 is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
 
-meta=$(rcli HMGET "inv:2:{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
+meta=$(rcli HMGET "${kp}{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
 version=$(sed -n 1p <<<"$meta")
 nseg=$(sed -n 2p <<<"$meta")
 state=$(sed -n 3p <<<"$meta")
 if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
-  echo "verify: ✗ inv:2:{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
+  echo "verify: ✗ ${kp}{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
 fi
@@ -90,7 +99,8 @@ fi
 if [ "$live" = 1 ]; then
   # One MULTI/EXEC per segment: an atomic snapshot of that segment while orders run.
   out=$(for ((k = 0; k < nseg; k++)); do
-          printf 'MULTI\nGET inv:2:{%s/%d}:stock\nHMGET inv:2:{%s/%d}:cnt t s o\nHLEN inv:2:{%s/%d}:orders\nEXEC\n' \
+          # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
+          printf "MULTI\nGET ${sp}:stock\nHMGET ${sp}:cnt t s o\nHLEN ${sp}:orders\nEXEC\n" \
             "$sku" "$k" "$sku" "$k" "$sku" "$k"
         done | rcli | grep -v -e '^OK$' -e '^QUEUED$') || { echo "verify: cannot read Redis" >&2; exit 3; }
   mapfile -t v <<<"$out"
@@ -112,14 +122,16 @@ fi
 
 # Scalars of every segment in one pipelined redis-cli call: 7 lines per segment.
 scal=$(for ((k = 0; k < nseg; k++)); do
-         printf 'GET inv:2:{%s/%d}:stock\nGET inv:2:{%s/%d}:sver\nHMGET inv:2:{%s/%d}:cnt t s o\nEXISTS inv:2:{%s/%d}:lock\nHLEN inv:2:{%s/%d}:orders\n' \
+         # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
+         printf "GET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\n" \
            "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
        done | rcli) || { echo "verify: cannot read Redis" >&2; exit 3; }
 mapfile -t sv <<<"$scal"
 # Every order record, segment by segment, aggregated by awk: per segment
 # "k records live_count live_units cancelled malformed".
 agg=$(for ((k = 0; k < nseg; k++)); do
-        printf 'ECHO @@seg:%d\nHVALS inv:2:{%s/%d}:orders\n' "$k" "$sku" "$k"
+        # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
+        printf "ECHO @@seg:%d\nHVALS ${sp}:orders\n" "$k" "$sku" "$k"
       done | rcli | awk -v sku="$sku" '
   function flush() { if (seg != "") print seg, n, live, units, canc, bad }
   /^@@seg:/ { flush(); seg = substr($0, 7); n = live = units = canc = bad = 0; next }
