@@ -12,7 +12,8 @@
 # every 2–6 s it writes a damaged value (10.0, ' 5', 1e3, abc: "{v}.0", " {v}", "{v}e0", 1e3,
 # abc of the value v) into one counter (stock, sver, cnt t/s/o) of one settled segment, holds it
 # 1–3 s and writes the value back (at once when a checkpoint is due); the checker requires that
-# nothing but the repair wrote that segment meanwhile, that the SKU's orders were not mostly
+# nothing but the repair wrote that counter meanwhile and that the segment, the counter put back,
+# still satisfies §8 (scripts that do not read it may run), that the SKU's orders were not mostly
 # 5xx while its other segments had stock, and every status answer meanwhile to satisfy §8 or be
 # an error. At checkpoints (nemesis paused, clients idle, instances ready with nothing in
 # flight, no segment lock held) and at the end chaos.py checks SPEC §8 from Redis directly
