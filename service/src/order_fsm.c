@@ -24,17 +24,21 @@
  * walk starts again under the new version.
  *
  * Shape. One struct order per in-flight order holds all of its state; o->state names what it
- * waits for; step(o, ev) is the one function that decides the next step from (state, event).
- * The callbacks (on_<event>) only translate a lockcore result into an event. The strategies are
- * a table (struct strategy): how one segment is tried, and whether there is a walk at all.
+ * waits for, one wait per state, and on_<state> is what the order does when that wait ends;
+ * step(o, ev) runs it. Every change of state goes through set_state(), checked against the
+ * table `states` (the states each may go to, and the functions that take it there), which
+ * also deletes a timed state's timer and keeps the critical-section gauge. The callbacks
+ * (on_reply, on_acquired, ...) only translate a lockcore result into an event. The decisions
+ * that need no I/O are in order_walk.c and order_idem.c. The strategies are a table (struct
+ * strategy): how one segment is tried, and whether there is a walk at all.
  *
- * Ownership. order_create_async allocates the order; it owns itself until finish(), which
+ * Ownership. order_create_async allocates the order; it owns itself until answer(), which
  * hands the areq back (areq_done) and frees it. At most one asynchronous operation is in flight
  * per order (a batch of pipelined reads counts as one: it completes when its last reply is
- * in), so finish() is only ever reached with nothing in flight and no timer armed; every timer
- * is deleted on the path that leaves its state. A lockcore callback always comes (exactly once,
+ * in), so answer() is only ever reached with nothing in flight and no timer armed; set_state
+ * deletes a timer with the state it belongs to. A lockcore callback always comes (exactly once,
  * with LC_ESTATE when the client is freed at shutdown), so an order whose HTTP request was
- * abandoned (deadline, shutdown) still runs to finish() and is freed there; its late replies
+ * abandoned (deadline, shutdown) still runs to answer() and is freed there; its late replies
  * are harmless. The areq's lc and base are the loop's; the order never leaves its loop.
  */
 #include <assert.h>
@@ -144,7 +148,7 @@ struct strategy {
     void (*start)(struct order *o);
 };
 
-/* An Idempotency-Key claim's strings (idempotency.md): allocated for a request with a key
+/* An Idempotency-Key claim's strings (docs/design.md): allocated for a request with a key
  * only, so an order in flight without one (most; 10,000 of them at once with 10,000
  * connections) does not carry them. */
 struct idem_claim {
