@@ -1746,19 +1746,23 @@ static void on_hold(struct order *o, const struct oev *e)
     commit_segment(o);
 }
 
+/* What a commit's answer came to (fenced: under a lock, whose loss it may report). */
+static enum seg_result commit_outcome(struct order *o, const struct oev *e, int fenced)
+{
+    if (e->st == LC_OK)
+        return commit_result(o, o->k, e->r);
+    enum seg_result res = order_walk_commit_failed(e->st, fenced);
+    if (res == SEG_LOST)
+        metrics_lock_lost();
+    else
+        metrics_redis_error();
+    return res;
+}
+
 /* A segment's commit under its lock (fenced eval, or detached when the hold was handed on). */
 static void on_commit(struct order *o, const struct oev *e)
 {
-    enum seg_result res;
-    if (e->st == LC_OK) {
-        res = commit_result(o, o->k, e->r);
-    } else {
-        res = order_walk_commit_failed(e->st, 1);
-        if (res == SEG_LOST)
-            metrics_lock_lost();
-        else
-            metrics_redis_error();
-    }
+    enum seg_result res = commit_outcome(o, e, 1);
     o->sres = SEG_EMPTY;
     if (o->lock)
         drop_lock(o);
@@ -1768,13 +1772,7 @@ static void on_commit(struct order *o, const struct oev *e)
 /* The atomic strategy's commit script. */
 static void on_atomic_commit(struct order *o, const struct oev *e)
 {
-    enum seg_result res;
-    if (e->st == LC_OK) {
-        res = commit_result(o, o->k, e->r);
-    } else {
-        metrics_redis_error();
-        res = order_walk_commit_failed(e->st, 0);
-    }
+    enum seg_result res = commit_outcome(o, e, 0);
     o->sres = SEG_EMPTY;
     segment_done(o, res);
 }
@@ -1799,16 +1797,7 @@ static void on_single_acquire(struct order *o, const struct oev *e)
 /* Single-lock: one segment's commit under the SKU's lock; empty or short: the next one. */
 static void on_single_commit(struct order *o, const struct oev *e)
 {
-    enum seg_result res;
-    if (e->st == LC_OK) {
-        res = commit_result(o, o->k, e->r);
-    } else {
-        res = order_walk_commit_failed(e->st, 1);
-        if (res == SEG_LOST)
-            metrics_lock_lost();
-        else
-            metrics_redis_error();
-    }
+    enum seg_result res = commit_outcome(o, e, 1);
     o->sres = res;
     if (res == SEG_SHORT)
         o->any_short = 1;
