@@ -15,6 +15,7 @@
 #include "order.h"
 #include "skucache.h"
 #include "store.h"
+#include "store_scripts.h"
 #include "validate.h"
 
 int order_id_parse(const char *id, size_t len, int *segment, char *sku)
@@ -78,9 +79,9 @@ static void cancel_answer(struct app *app, const char *sku, lc_status st, const 
         return;
     }
     long long code = r->element[0]->integer;
-    if (code == 0) {
+    if (code == STORE_CANCEL_NONE) {
         response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-    } else if (code < 0) {
+    } else if (code == STORE_CANCEL_ALREADY) {
         response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
     } else {
         json_t *order = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING

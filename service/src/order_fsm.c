@@ -24,19 +24,24 @@
  * walk starts again under the new version.
  *
  * Shape. One struct order per in-flight order holds all of its state; o->state names what it
- * waits for; step(o, ev) is the one function that decides the next step from (state, event).
- * The callbacks (on_<event>) only translate a lockcore result into an event. The strategies are
- * a table (struct strategy): how one segment is tried, and whether there is a walk at all.
+ * waits for, one wait per state, and on_<state> is what the order does when that wait ends;
+ * step(o, ev) runs it. Every change of state goes through set_state(), checked against the
+ * table `states` (the states each may go to, and the functions that take it there), which
+ * also deletes a timed state's timer and keeps the critical-section gauge. The callbacks
+ * (on_reply, on_acquired, ...) only translate a lockcore result into an event. The decisions
+ * that need no I/O are in order_walk.c and order_idem.c. The strategies are a table (struct
+ * strategy): how one segment is tried, and whether there is a walk at all.
  *
  * Ownership. order_create_async allocates the order; it owns itself until answer(), which
  * hands the areq back (areq_done) and frees it. At most one asynchronous operation is in flight
  * per order (a batch of pipelined reads counts as one: it completes when its last reply is
- * in), so answer() is only ever reached with nothing in flight and no timer armed; every timer
- * is deleted on the path that leaves its state. A lockcore callback always comes (exactly once,
+ * in), so answer() is only ever reached with nothing in flight and no timer armed; set_state
+ * deletes a timer with the state it belongs to. A lockcore callback always comes (exactly once,
  * with LC_ESTATE when the client is freed at shutdown), so an order whose HTTP request was
  * abandoned (deadline, shutdown) still runs to answer() and is freed there; its late replies
  * are harmless. The areq's lc and base are the loop's; the order never leaves its loop.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -55,77 +60,79 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_idem.h"
+#include "order_walk.h"
 #include "seggate.h"
 #include "seglock.h"
 #include "skucache.h"
 #include "store.h"
 #include "validate.h"
 
-/* What trying one segment came to. */
-enum seg_result {
-    SEG_DONE,     /* order committed */
-    SEG_BUSY,     /* locked by someone else */
-    SEG_NOTREADY, /* a PUT is resetting it to the new version right now */
-    SEG_EMPTY,    /* no stock */
-    SEG_SHORT,    /* some stock, less than asked */
-    SEG_STALE,    /* the segment belongs to another version: re-read the layout */
-    SEG_LOST,     /* our lock was lost before the commit: nothing changed */
-    SEG_ERROR,    /* Redis failed (or the segment is damaged) before anything changed */
-    SEG_EXPIRED,  /* the Idempotency-Key claim expired before the commit: nothing changed */
-    SEG_UNKNOWN   /* Redis failed during the commit: the outcome is unknown */
-};
-
-/* Outcome of the whole order attempt. */
-enum order_outcome {
-    OUT_CREATED,
-    OUT_SOLD_OUT,
-    OUT_SOLD_OUT_FAST,
-    OUT_INSUFFICIENT,
-    OUT_LOCK_TIMEOUT,
-    OUT_UNAVAILABLE,      /* Redis failed before anything changed */
-    OUT_OVER_BUDGET,      /* the next step would pass order_redis_call_budget: nothing changed */
-    OUT_OUTCOME_UNKNOWN,  /* Redis failed during the commit: the order may have been placed */
-    OUT_UNKNOWN_SKU,
-    OUT_REPLAYED,         /* the Idempotency-Key named a finished order: res holds it */
-    OUT_IDEM_FAILED       /* the key step failed: res holds the error */
-};
-
-/* What the order waits for. */
+/*
+ * What the order waits for: one state per wait, each with its handler on_<state> (the event it
+ * waits for in brackets). The states an order may go to from each, and the functions that take
+ * it there, are the table `states` at the end of this file, beside the dispatcher; every
+ * change of state goes through set_state(), which checks it against that table, deletes the
+ * timer of a timed state it leaves and keeps the critical-section gauge (a state marked
+ * "critical" is inside the segment's critical section).
+ *
+ *   NEW --(key)--> IDEM_LAYOUT -> IDEM_CLAIM <-> IDEM_FETCH / IDEM_FIND / IDEM_ADOPT /
+ *        |                          |           IDEM_TAKEOVER / IDEM_PAUSE
+ *        |                          v
+ *        |                     IDEM_CLAIM_WAIT
+ *        v                          v
+ *      (a round) LAYOUT -> RECHECK -> RECHECK_LAYOUT
+ *            |  walk: ACQUIRE / GATE / ROLLOUT / ROLLOUT_PAUSE / SINGLE_ACQUIRE
+ *            v
+ *          HOLD -> COMMIT (segmented) | ATOMIC_COMMIT | SINGLE_COMMIT -> (the walk goes on)
+ *   (decided) -> REPLICA_WAIT -> IDEM_END -> DONE
+ */
 enum ostate {
     OS_NEW,
-    OS_IDEM_LAYOUT,     /* the layout (settled), before the key claim */
-    OS_IDEM_CLAIM,      /* IDEM_CLAIM script */
-    OS_IDEM_FETCH,      /* HGET of the order a finished claim names (replay) */
-    OS_IDEM_FIND,       /* batch: HGET of the key in every segment's idem hash */
-    OS_IDEM_ADOPT,      /* IDEM_TAKEOVER making the claim final with the order found */
-    OS_IDEM_TAKEOVER,   /* IDEM_TAKEOVER taking the claim for this request */
-    OS_IDEM_PAUSE,      /* timer: a claim still pending elsewhere */
-    OS_IDEM_CLAIM_WAIT, /* WAIT on the claim's connection: the claim on replicas first */
-    OS_LAYOUT,          /* load the layout (settling what is pending) */
-    OS_RECHECK,         /* batch: GET stock and version of every segment */
-    OS_RECHECK_LAYOUT,  /* after a re-check: the layout changed or may be unsettled */
-    OS_GATE,            /* queued on a segment's gate (timer: the deadline, or the wake) */
-    OS_ACQUIRE,         /* a segment lock: try (walk) or acquire with waiting (after a walk) */
-    OS_HOLD,            /* timer: --hold-ms, inside the critical section */
-    OS_COMMIT,          /* the commit script (fenced, or the atomic one) */
-    OS_SINGLE_ACQUIRE,  /* single-lock: the SKU's lock, with waiting */
-    OS_SINGLE_COMMIT,   /* single-lock: a fenced commit of one segment under it */
-    OS_ROLLOUT,         /* settle (once per request) or timer (2 ms): a PUT rolling out */
-    OS_REPLICA_WAIT,    /* WAIT after a commit: --redis-replica-acks replicas have it (or not) */
-    OS_IDEM_END,        /* IDEM_SWAP settling the key claim after the order */
-    OS_DONE
+    OS_IDEM_LAYOUT,     /* [layout] the layout (settled), before the key claim */
+    OS_IDEM_CLAIM,      /* [reply] IDEM_CLAIM script */
+    OS_IDEM_FETCH,      /* [reply] HGET of the order a finished claim names (replay) */
+    OS_IDEM_FIND,       /* [batch] HGET of the key in every segment's idem hash */
+    OS_IDEM_ADOPT,      /* [reply] IDEM_TAKEOVER making the claim final with the order found */
+    OS_IDEM_TAKEOVER,   /* [reply] IDEM_TAKEOVER taking the claim for this request */
+    OS_IDEM_PAUSE,      /* [timer] a claim still pending elsewhere */
+    OS_IDEM_CLAIM_WAIT, /* [reply] WAIT on the claim's connection: the claim on replicas first */
+    OS_LAYOUT,          /* [layout] load the layout (settling what is pending) */
+    OS_RECHECK,         /* [batch] GET stock and version of every segment */
+    OS_RECHECK_LAYOUT,  /* [layout] after a re-check: the layout changed or may be unsettled */
+    OS_GATE,            /* [timer] queued on a segment's gate (the deadline, or the wake) */
+    OS_ACQUIRE,         /* [acquired] a segment lock: try (walk) or acquire with waiting */
+    OS_HOLD,            /* [timer] --hold-ms, inside the critical section (critical) */
+    OS_COMMIT,          /* [eval] the fenced commit, which releases the lock */
+    OS_ATOMIC_COMMIT,   /* [reply] the atomic strategy's commit script (critical) */
+    OS_SINGLE_ACQUIRE,  /* [acquired] single-lock: the SKU's lock, with waiting */
+    OS_SINGLE_COMMIT,   /* [eval] single-lock: a fenced commit of one segment under it (critical) */
+    OS_ROLLOUT,         /* [layout] settle (once per request): a PUT rolling out */
+    OS_ROLLOUT_PAUSE,   /* [timer] 2 ms: a PUT rolling out, settled once already */
+    OS_REPLICA_WAIT,    /* [reply] WAIT after a commit: --redis-replica-acks replicas have it */
+    OS_IDEM_END,        /* [reply] IDEM_SWAP settling the key claim after the order */
+    OS_DONE,
+    OS_COUNT
 };
 
 /* What happened. */
 enum oevent {
     EV_START,
-    EV_REPLY,     /* a command or script answered: st, reply */
-    EV_BATCH,     /* the last reply of a batch is in */
-    EV_ACQUIRED,  /* a lock acquire ended: st, reply = the values read */
-    EV_EVAL,      /* a fenced eval ended: st, reply */
-    EV_TIMER,     /* the state's timer */
-    EV_LAYOUT,    /* a layout step is back: o->off_rc */
-    EV_CANCEL     /* the loop is ending */
+    EV_REPLY,    /* a command or script answered: st, reply */
+    EV_BATCH,    /* the last reply of a batch is in */
+    EV_ACQUIRED, /* a lock acquire ended: st, reply = the values read */
+    EV_EVAL,     /* a fenced eval ended: st, reply */
+    EV_TIMER,    /* the state's timer */
+    EV_LAYOUT,   /* a layout step is back: o->off_rc */
+    EV_CANCEL    /* the loop is ending (handled by the timed states; the others finish
+                    when their answer comes, o->cancelled set) */
+};
+
+/* An event with what came with it. */
+struct oev {
+    enum oevent ev;
+    lc_status st;
+    const redisReply *r; /* the reply (lockcore owns it; valid during the step) */
 };
 
 /* Which layout step is in flight (run_layout). */
@@ -141,18 +148,7 @@ struct strategy {
     void (*start)(struct order *o);
 };
 
-/* What one walk over the segments found, besides a settling result. */
-struct walk {
-    uint64_t done[SKUCACHE_MAX_SEGMENTS / 64]; /* empty, short or failed: out for this request */
-    uint64_t busy[SKUCACHE_MAX_SEGMENTS / 64]; /* held by others: candidates for the wait */
-    int nbusy;
-    int retry;      /* a segment to come back to: not ready (a PUT rolling out) or lock lost */
-    int notready;   /* of which: not ready */
-    int any_short;  /* some segment had stock, less than asked */
-    int any_error;  /* some segment failed with a Redis error: never answer sold out then */
-};
-
-/* An Idempotency-Key claim's strings (docs/design.md, "The order path"): allocated for a request with a key
+/* An Idempotency-Key claim's strings (docs/design.md): allocated for a request with a key
  * only, so an order in flight without one (most; 10,000 of them at once with 10,000
  * connections) does not carry them. */
 struct idem_claim {
@@ -175,46 +171,47 @@ struct order {
     const char *idem; /* "" when none */
     struct sku_view view;
     int64_t deadline_ms;
-    int settled;      /* this request already settled the SKU's layout once */
-    int healed;       /* ... and that settle brought every segment to the layout (layout_heal_async) */
+    int settled;        /* this request already settled the SKU's layout once */
+    int healed;         /* ... and that settle brought every segment to the layout (layout_heal_async) */
     int64_t stale_from; /* the view's version when a segment ahead of it made the order re-read
                            the layout: the same version again means the segment is ahead of the
                            meta itself (docs/design.md, "The healing rules") */
-    int calls;        /* Redis calls this order made (order_redis_call_budget) */
-    int acked;        /* the WAIT after the commit was answered (redis_replica_acks > 0) */
-    int have_ref;     /* ref names the connection of the claim, then of the commit */
+    int calls;          /* Redis calls this order made (order_redis_call_budget) */
+    int acked;          /* the WAIT after the commit was answered (redis_replica_acks > 0) */
+    int have_ref;       /* ref names the connection of the claim, then of the commit */
     lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
-    int cancelled;    /* the loop is ending: finish at the next step */
+    int cancelled;         /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];
-    char *record;     /* the order's JSON text: stored in Redis, and the 201 body */
+    char *record; /* the order's JSON text: stored in Redis, and the 201 body */
     enum order_outcome out;
     char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
+    int timer_on; /* the timer is armed (or made active): set_state deletes it */
     /* the Idempotency-Key claim: ic only for a request with a key */
     struct idem_claim *ic;
     char claim_expiry[24]; /* the claim's expiry in Redis ms; "0" without a key */
     /* the walk */
     struct walk w;
     int need_layout, first, start, i, tried, waiting;
-    int k;               /* the segment being tried */
-    struct seggate *gates;   /* the loop's segment gates */
-    int gate_k;              /* the segment whose gate this order owns, or -1 */
+    int k;                    /* the segment being tried */
+    struct seggate *gates;    /* the loop's segment gates */
+    int gate_k;               /* the segment whose gate this order owns, or -1 */
     struct seggate_waiter gw; /* queued on the gate of segment o->k (state OS_GATE) */
-    int woken;               /* OS_GATE: the gate was handed over (else the timer is the deadline) */
-    int chain;               /* orders before this one under the same hold (GATE_CHAIN_MAX) */
-    int loop, nloops;        /* this order's worker loop, of how many */
-    unsigned own_salt;       /* which segments are its loop's first choice (own_segment) */
+    int woken;            /* OS_GATE: the gate was handed over (else the timer is the deadline) */
+    int chain;            /* orders before this one under the same hold (GATE_CHAIN_MAX) */
+    int loop, nloops;     /* this order's worker loop, of how many */
+    unsigned own_salt;    /* which segments are its loop's first choice (own_segment) */
     struct seglock *lock; /* its lock (or the SKU's, single-lock): seglock.h */
     int64_t t0;
-    int any_short;       /* single-lock */
+    int any_short; /* single-lock */
     enum seg_result sres;
     /* layout steps */
     enum layout_job layout_job;
     int off_rc;
     /* batches of pipelined reads */
     int batch_n, batch_left, batch_failed;
-    long long *batch_ints;          /* per reply: its integer (or string as integer) */
-    int batch_found;                /* ic->found has the batch's first string reply */
+    long long *batch_ints; /* per reply: its integer (or string as integer) */
+    int batch_found;       /* ic->found has the batch's first string reply */
     struct bslot *slots;
 };
 
@@ -224,6 +221,9 @@ struct bslot {
 };
 
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+static void set_state(struct order *o, enum ostate next);
+static void on_hold(struct order *o, const struct oev *e);
+static void on_idem_claim(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
 
 /* ---- small helpers ---- */
@@ -268,10 +268,13 @@ static uint64_t rnd64(void)
     return s * 0x2545F4914F6CDD1DULL;
 }
 
-static void arm_timer(struct order *o, int ms)
+/* Enters the timed state next with its timer armed for ms. */
+static void set_state_timed(struct order *o, enum ostate next, int ms)
 {
+    set_state(o, next);
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(o->timer, &tv);
+    o->timer_on = 1;
 }
 
 /* Counts n Redis calls of the order. */
@@ -345,18 +348,16 @@ static const char *make_record(struct order *o, int k)
  */
 static enum seg_result version_differs(struct order *o, int k, long long sver)
 {
-    if (sver < o->view.version) {
-        if (!o->healed)
-            return SEG_NOTREADY;
+    switch (order_walk_version(sver, o->view.version, o->healed, o->stale_from)) {
+    case VV_NOTREADY: return SEG_NOTREADY;
+    case VV_LEFT_OUT:
         log_msg(CONFIG_LOG_ERROR, "segment_behind",
                 "sku %s segment %d: at version %lld after the layout %" PRId64
                 " was rolled out again; left out",
                 o->in.sku, k, sver, o->view.version);
         return SEG_ERROR;
-    }
-    if (o->stale_from != o->view.version) {
-        o->stale_from = o->view.version;
-        return SEG_STALE;
+    case VV_STALE: o->stale_from = o->view.version; return SEG_STALE;
+    case VV_AHEAD: break;
     }
     if (!over_budget(o, 1)) { /* else the next reader raises the counter */
         spend(o, 1);
@@ -365,32 +366,27 @@ static enum seg_result version_differs(struct order *o, int k, long long sver)
     return SEG_ERROR;
 }
 
-/* Interprets a commit script result {code, value}. */
-static enum seg_result commit_result(struct order *o, int k, const redisReply *r)
+/* Acts on a segment's verdict (order_walk.h): marks it empty in the cache, logs a damaged one,
+ * decides a version that differs; returns the segment's result. */
+static enum seg_result take_verdict(struct order *o, int k, const struct seg_verdict *v)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2)
-        return SEG_UNKNOWN;
-    long long code = r->element[0]->integer, value = r->element[1]->integer;
-    if (code == 1) {
-        if (value == 0)
-            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
-        return SEG_DONE;
-    }
-    if (code == -1) {
-        if (value <= 0)
-            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
-        return value <= 0 ? SEG_EMPTY : SEG_SHORT;
-    }
-    if (code == -4)
-        return SEG_EXPIRED;
-    if (code == -5) {
+    if (v->empty)
+        skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
+    if (v->damaged) {
         log_msg(CONFIG_LOG_ERROR, "segment_damaged",
                 "sku %s segment %d: stock or counters missing or not numbers; nothing written",
                 o->in.sku, k);
         snprintf(o->why, sizeof(o->why), "segment %d damaged", k);
-        return SEG_ERROR;
     }
-    return version_differs(o, k, value);
+    return v->differs ? version_differs(o, k, v->sver) : v->r;
+}
+
+/* Interprets a commit script result {code, value}. */
+static enum seg_result commit_result(struct order *o, int k, const redisReply *r)
+{
+    struct seg_verdict v;
+    order_walk_commit_verdict(r, &v);
+    return take_verdict(o, k, &v);
 }
 
 /* The commit's keys and args for segment k (record made). */
@@ -464,6 +460,7 @@ static void gate_wake(struct order *o)
     o->woken = 1;
     o->gate_k = o->k;
     event_active(o->timer, EV_TIMEOUT, 1);
+    o->timer_on = 1;
 }
 
 /* The order is done with the gate it owns (if any): the next queued order owns it now. */
@@ -486,7 +483,7 @@ static void gate_leave(struct order *o)
 static void note_ref(struct order *o)
 {
     if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_COMMIT ||
-        o->state == OS_SINGLE_COMMIT)
+        o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
         o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
 }
 
@@ -514,6 +511,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
+    ((struct order *)arg)->timer_on = 0;
     step(arg, EV_TIMER, LC_OK, NULL);
 }
 
@@ -541,7 +539,7 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
 static void run_script(struct order *o, enum ostate next, enum store_script id, int nkeys,
                        const char *const *keys, int nargs, const char *const *args)
 {
-    o->state = next;
+    set_state(o, next);
     spend(o, 1);
     lc_status st = lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs,
                                    args, NULL, on_reply, o);
@@ -556,7 +554,7 @@ static void run_script(struct order *o, enum ostate next, enum store_script id, 
 static void run_batch(struct order *o, enum ostate next, int n, const char *const (*argvs)[3],
                       int argc)
 {
-    o->state = next;
+    set_state(o, next);
     spend(o, n);
     free(o->batch_ints);
     free(o->slots);
@@ -611,16 +609,14 @@ static int take_layout(struct order *o, int found, const struct layout *l)
 /* o->off_rc for the state: OS_LAYOUT / OS_IDEM_LAYOUT 1, 0 or -1 (take_layout); OS_ROLLOUT the
  * settle's result; OS_RECHECK_LAYOUT 2 the layout changed (reloaded), -2 the SKU is gone, -1
  * error, 1 still sold out (nothing pending). */
-static void on_layout(void *arg, int found, struct layout *l)
+static void on_layout_back(void *arg, int found, struct layout *l)
 {
     struct order *o = arg;
     spend(o, l->calls);
     if (found < 0)
         note_why(o, LC_EIO, l->why);
     switch (o->layout_job) {
-    case LJ_LOAD:
-        o->off_rc = take_layout(o, found, l);
-        break;
+    case LJ_LOAD: o->off_rc = take_layout(o, found, l); break;
     case LJ_RELOAD:
         found = take_layout(o, found, l);
         o->off_rc = found > 0 ? 2 : found == 0 ? -2 : -1;
@@ -632,7 +628,7 @@ static void on_layout(void *arg, int found, struct layout *l)
             /* A restock (or PUT) cut off half-way: complete it, then walk afresh. */
             skucache_forget(o->app->cache, o->in.sku);
             o->layout_job = LJ_RELOAD;
-            layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+            layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout_back, o);
             return;
         } else {
             o->off_rc = 1;
@@ -656,99 +652,34 @@ static void run_layout(struct order *o, enum ostate next, enum layout_job job)
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
-    o->state = next;
+    set_state(o, next);
     o->layout_job = job;
     o->off_rc = -1;
     if (job == LJ_CHECK_PENDING)
-        layout_read_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+        layout_read_async(o->app->store, o->lc, o->in.sku, on_layout_back, o);
     else if (job == LJ_SETTLE)
-        layout_heal_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+        layout_heal_async(o->app->store, o->lc, o->in.sku, on_layout_back, o);
     else
-        layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout, o);
+        layout_read_settled_async(o->app->store, o->lc, o->in.sku, on_layout_back, o);
 }
 
 /* ---- the walk ---- */
-
-/* True when a segment's result decides the whole order: committed, the outcome unknown, or
- * the Idempotency-Key claim expired (another request may own the key now: stop). */
-static int settles(enum seg_result r)
-{
-    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED;
-}
-
-static enum order_outcome settled_outcome(enum seg_result r)
-{
-    return r == SEG_DONE      ? OUT_CREATED
-           : r == SEG_UNKNOWN ? OUT_OUTCOME_UNKNOWN
-                              : OUT_UNAVAILABLE;
-}
-
-/* Files the result r of segment k into w: empty, short and failed segments are left out for the
- * rest of the request; a lost lock or a segment not ready is come back to (never sold out). */
-/* Notes segment k busy (once). */
-static void walk_busy(struct walk *w, int k)
-{
-    uint64_t bit = 1ULL << (k % 64);
-    if (!(w->busy[k / 64] & bit)) {
-        w->busy[k / 64] |= bit;
-        w->nbusy++;
-    }
-}
-
-/* The n-th busy segment (0-based, n < w->nbusy). */
-static int walk_busy_nth(const struct walk *w, int n)
-{
-    for (int i = 0; i < SKUCACHE_MAX_SEGMENTS / 64; i++) {
-        int c = __builtin_popcountll(w->busy[i]);
-        if (n >= c) {
-            n -= c;
-            continue;
-        }
-        uint64_t b = w->busy[i];
-        while (n-- > 0)
-            b &= b - 1;
-        return i * 64 + __builtin_ctzll(b);
-    }
-    return 0; /* never: n < nbusy */
-}
-
-static void walk_note(struct walk *w, int k, enum seg_result r)
-{
-    switch (r) {
-    case SEG_BUSY: walk_busy(w, k); return;
-    case SEG_NOTREADY: w->retry = w->notready = 1; return;
-    case SEG_LOST: w->retry = 1; break;
-    case SEG_SHORT: w->any_short = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
-    case SEG_EMPTY: w->done[k / 64] |= 1ULL << (k % 64); break;
-    case SEG_ERROR: w->any_error = 1; w->done[k / 64] |= 1ULL << (k % 64); break;
-    default: return;
-    }
-    metrics_failover();
-}
-
-/* The answer when no segment can be tried any more. */
-static enum order_outcome walk_end(const struct walk *w, int timed_out)
-{
-    if (w->any_error)
-        return OUT_UNAVAILABLE;
-    if (timed_out || w->nbusy > 0 || w->retry)
-        return OUT_LOCK_TIMEOUT;
-    return w->any_short ? OUT_INSUFFICIENT : OUT_SOLD_OUT;
-}
 
 static void place_done(struct order *o, enum order_outcome out);
 static void round_begin(struct order *o);
 static void segment_done(struct order *o, enum seg_result r);
 static void walk_next(struct order *o);
+static void round_end(struct order *o);
+static void wait_for_busy(struct order *o, int64_t left);
 
-/* Leaves the critical section's gauge and starts the commit of segment k under o->lock (or the
- * atomic script). */
+/* Starts the commit of segment k under o->lock (OS_COMMIT, out of the critical section: Redis
+ * releases the lock in the commit itself, so the next holder may enter before its reply is back
+ * here), or the atomic script (OS_ATOMIC_COMMIT, inside it until the reply). */
 static void commit_segment(struct order *o)
 {
     if (!make_record(o, o->k)) {
         /* No id or record (no randomness, no memory): nothing may be committed. */
-        metrics_cs_leave();
-        o->state = OS_COMMIT;
+        set_state(o, OS_COMMIT);
         if (o->lock)
             drop_lock(o);
         segment_done(o, SEG_ERROR);
@@ -756,12 +687,12 @@ static void commit_segment(struct order *o)
     }
     struct commit_args c;
     commit_args(o, &c);
-    o->state = OS_COMMIT;
     spend(o, 1);
     /* A commit that does not start was never sent: its status (never LC_EIO) says nothing
      * changed. */
     lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
+        set_state(o, OS_ATOMIC_COMMIT);
         st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
                              NULL, 6, c.args, NULL, on_reply, o);
         if (st != LC_OK) {
@@ -770,9 +701,7 @@ static void commit_segment(struct order *o)
         }
         return;
     }
-    /* The critical section ends when the commit leaves: Redis releases the lock in the commit
-     * itself, so the next holder may enter before its reply is back here. */
-    metrics_cs_leave();
+    set_state(o, OS_COMMIT);
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
         seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
         seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 5, c.keys, 6,
@@ -795,16 +724,17 @@ static void commit_segment(struct order *o)
     }
 }
 
-/* Enters the critical section: --hold-ms on a loop timer, then the commit. */
+/* Enters the critical section (OS_HOLD): --hold-ms on a loop timer, then the commit (with no
+ * hold at once, from the same state). */
 static void critical_section(struct order *o)
 {
-    metrics_cs_enter();
     if (o->app->cfg.hold_ms > 0) {
-        o->state = OS_HOLD;
-        arm_timer(o, o->app->cfg.hold_ms);
+        set_state_timed(o, OS_HOLD, o->app->cfg.hold_ms);
         return;
     }
-    commit_segment(o);
+    set_state(o, OS_HOLD);
+    struct oev e = {EV_TIMER, LC_OK, NULL};
+    on_hold(o, &e);
 }
 
 /* How long a segment found held elsewhere is walked past at first: about the rest of the
@@ -845,7 +775,7 @@ static void try_segment_locked(struct order *o, int k)
     lc_lock_opts lo;
     lock_opts(o, &lo);
     o->chain = 0;
-    o->state = OS_ACQUIRE;
+    set_state(o, OS_ACQUIRE);
     if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
         note_why(o, LC_ENOMEM, "lock handle: out of memory");
@@ -883,7 +813,7 @@ static void single_start(struct order *o)
     struct seglock_env env;
     lock_env(o, &env);
     o->any_short = 0;
-    o->state = OS_SINGLE_ACQUIRE;
+    set_state(o, OS_SINGLE_ACQUIRE);
     if (seglock_new(&env, name, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
         note_why(o, LC_ENOMEM, "lock handle: out of memory");
@@ -922,7 +852,7 @@ static void single_next(struct order *o)
         struct commit_args c;
         commit_args(o, &c);
         o->i++;
-        o->state = OS_SINGLE_COMMIT;
+        set_state(o, OS_SINGLE_COMMIT);
         spend(o, 1);
         lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5,
                                     c.keys, 6, (const char **)c.args, on_evaluated, o);
@@ -932,37 +862,24 @@ static void single_next(struct order *o)
         }
         return;
     }
-    /* The end of the single-lock attempt. */
-    metrics_cs_leave();
-    enum seg_result r = o->sres;
-    if (r != SEG_DONE && o->any_short)
-        r = SEG_SHORT;
+    /* The end of the single-lock attempt (the critical section ends with the next state). */
+    enum order_outcome out = OUT_UNAVAILABLE;
+    enum single_end end = order_walk_single_end(o->sres, o->any_short, o->settled, &out);
     drop_lock(o); /* released in the background, pipelined before anything sent next */
-    if (settles(r) || r == SEG_ERROR) {
-        place_done(o, settled_outcome(r));
+    switch (end) {
+    case SE_ANSWER: place_done(o, out); return;
+    case SE_SETTLE:
+        o->settled = 1;
+        run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         return;
-    }
-    switch (r) {
-    case SEG_BUSY: place_done(o, OUT_LOCK_TIMEOUT); return;
-    case SEG_EMPTY: place_done(o, OUT_SOLD_OUT); return;
-    case SEG_SHORT: place_done(o, OUT_INSUFFICIENT); return;
-    case SEG_NOTREADY:
-        if (!o->settled) {
-            o->settled = 1;
-            run_layout(o, OS_ROLLOUT, LJ_SETTLE);
-        } else {
-            o->state = OS_ROLLOUT;
-            o->off_rc = -1;
-            arm_timer(o, 2);
-        }
-        return;
-    case SEG_LOST: round_begin(o); return;
-    default: /* stale: read the layout again */
+    case SE_PAUSE: set_state_timed(o, OS_ROLLOUT_PAUSE, 2); return;
+    case SE_RELOAD:
         skucache_forget(o->app->cache, o->in.sku);
         o->need_layout = 1;
-        round_begin(o);
-        return;
+        break;
+    case SE_AGAIN: break;
     }
+    round_begin(o);
 }
 
 static unsigned process_salt;
@@ -1009,12 +926,12 @@ static void walk_next(struct order *o)
             (seggate_busy(o->gates, o->in.sku, k) || skucache_is_held(&o->view, k) ||
              seggate_hinted_busy(o->gates, o->in.sku, k, now))) {
             /* this instance holds it, or another one did a moment ago: no round trip */
-            walk_busy(&o->w, k);
+            order_walk_busy(&o->w, k);
             continue;
         }
         /* A request paused or slowed past its deadline takes no new lock. */
         if ((o->tried++ > 0 || !o->first) && mono_ms() >= o->deadline_ms) {
-            place_done(o, walk_end(&o->w, 1));
+            place_done(o, order_walk_end(&o->w, 1));
             return;
         }
         o->i++;
@@ -1022,40 +939,40 @@ static void walk_next(struct order *o)
         o->strat->try_segment(o, k);
         return;
     }
-    /* The round is over. */
+    round_end(o);
+}
+
+/* The round is over: what order_walk_round_end says. */
+static void round_end(struct order *o)
+{
     o->first = 0;
-    if (o->need_layout) {
+    int64_t left = o->deadline_ms - mono_ms();
+    switch (order_walk_round_end(&o->w, o->need_layout, left, o->settled)) {
+    case RE_RELOAD:
         skucache_forget(o->app->cache, o->in.sku);
         round_begin(o);
         return;
-    }
-    if (o->w.nbusy == 0 && !o->w.retry) {
-        place_done(o, walk_end(&o->w, 0));
+    case RE_ANSWER: place_done(o, order_walk_end(&o->w, 0)); return;
+    case RE_TIMEOUT: place_done(o, order_walk_end(&o->w, 1)); return;
+    case RE_AGAIN: round_begin(o); return;
+    case RE_SETTLE:
+        o->settled = 1;
+        run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         return;
+    case RE_PAUSE: set_state_timed(o, OS_ROLLOUT_PAUSE, 2); return;
+    case RE_WAIT: wait_for_busy(o, left); return;
     }
-    int64_t left = o->deadline_ms - mono_ms();
-    if (left <= 0) {
-        place_done(o, walk_end(&o->w, 1));
-        return;
-    }
-    if (o->w.nbusy == 0) {
-        if (!o->w.notready) {
-            round_begin(o);
-        } else if (!o->settled) {
-            o->settled = 1;
-            run_layout(o, OS_ROLLOUT, LJ_SETTLE);
-        } else {
-            o->state = OS_ROLLOUT;
-            o->off_rc = -1;
-            arm_timer(o, 2);
-        }
-        return;
-    }
-    /* Every segment that might serve was busy: wait for one. Behind an order of this loop
-     * when there is one (the shortest queue), woken by its release; else in Redis, woken by the
-     * unlock message. */
+}
+
+/* Every segment that might serve was busy: wait for one, up to left ms. Behind an order of
+ * this loop when there is one (the shortest queue), woken by its release; else in Redis, woken
+ * by the unlock message. */
+static void wait_for_busy(struct order *o, int64_t left)
+{
+    int nseg = o->view.segments;
     metrics_lock_wait();
-    int at = walk_busy_nth(&o->w, (int)(rnd64() % (uint64_t)o->w.nbusy)), best = -1, best_q = 0;
+    int at = order_walk_busy_nth(&o->w, (int)(rnd64() % (uint64_t)o->w.nbusy)), best = -1,
+        best_q = 0;
     for (int j = 0; j < nseg; j++) {
         int k = (at + j) % nseg;
         if (!((o->w.busy[k / 64] >> (k % 64)) & 1))
@@ -1073,8 +990,7 @@ static void walk_next(struct order *o)
         o->woken = 0;
         o->gw.owner = o;
         seggate_queue(o->gates, o->in.sku, best, &o->gw);
-        o->state = OS_GATE;
-        arm_timer(o, (int)left);
+        set_state_timed(o, OS_GATE, (int)left);
         return;
     }
     o->waiting = (int)left;
@@ -1086,7 +1002,7 @@ static void gate_on_timer(struct order *o)
 {
     if (!o->woken) {
         seggate_unqueue(o->gates, o->in.sku, o->k, &o->gw);
-        place_done(o, walk_end(&o->w, 1));
+        place_done(o, order_walk_end(&o->w, 1));
         return;
     }
     o->woken = 0;
@@ -1095,7 +1011,7 @@ static void gate_on_timer(struct order *o)
         if (o->lock)
             drop_lock(o); /* an inherited hold: released in the background */
         gate_leave(o);
-        place_done(o, o->cancelled ? OUT_UNAVAILABLE : walk_end(&o->w, 1));
+        place_done(o, o->cancelled ? OUT_UNAVAILABLE : order_walk_end(&o->w, 1));
         return;
     }
     if (o->lock) {
@@ -1119,11 +1035,11 @@ static void segment_done(struct order *o, enum seg_result r)
 {
     gate_leave(o); /* the segment's turn is over for this order */
     if (o->cancelled) {
-        place_done(o, settles(r) ? settled_outcome(r) : OUT_UNAVAILABLE);
+        place_done(o, order_walk_settles(r) ? order_walk_settled_outcome(r) : OUT_UNAVAILABLE);
         return;
     }
-    if (settles(r)) {
-        place_done(o, settled_outcome(r));
+    if (order_walk_settles(r)) {
+        place_done(o, order_walk_settled_outcome(r));
         return;
     }
     if (r == SEG_NOTREADY && !o->settled) {
@@ -1137,14 +1053,14 @@ static void segment_done(struct order *o, enum seg_result r)
     if (!o->waiting) {
         if (r == SEG_STALE)
             o->need_layout = 1;
-        else
-            walk_note(&o->w, o->k, r);
+        else if (order_walk_note(&o->w, o->k, r))
+            metrics_failover();
         walk_next(o);
         return;
     }
     o->waiting = 0;
     if (r == SEG_BUSY) {
-        place_done(o, walk_end(&o->w, 1));
+        place_done(o, order_walk_end(&o->w, 1));
         return;
     }
     if (r == SEG_STALE) {
@@ -1152,7 +1068,8 @@ static void segment_done(struct order *o, enum seg_result r)
         o->need_layout = 1;
     } else {
         int nbusy = o->w.nbusy;
-        walk_note(&o->w, o->k, r);
+        if (order_walk_note(&o->w, o->k, r))
+            metrics_failover();
         o->w.nbusy = nbusy;
     }
     round_begin(o);
@@ -1231,7 +1148,7 @@ static void round_begin(struct order *o)
         return;
     }
     if (!o->first && mono_ms() >= o->deadline_ms) {
-        place_done(o, walk_end(&o->w, 1));
+        place_done(o, order_walk_end(&o->w, 1));
         return;
     }
     if (o->need_layout) {
@@ -1271,16 +1188,12 @@ static void idem_unavailable(struct order *o)
     place_done(o, OUT_IDEM_FAILED);
 }
 
-/* Takes a claim result {code, value[, expiry]} that made this request the owner. 0, or -1 when
- * the reply is malformed. */
-static int idem_own(struct order *o, const redisReply *r)
+/* Takes a claim result {code, value, expiry} that made this request the owner (IDEM_OWNED:
+ * checked by order_idem.c). */
+static void idem_own(struct order *o, const redisReply *r)
 {
-    if (r->elements < 3 || r->element[1]->type != REDIS_REPLY_STRING)
-        return -1;
     snprintf(o->ic->claim_value, sizeof(o->ic->claim_value), "%s", r->element[1]->str);
-    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld",
-             store_reply_int(r->element[2], 0));
-    return 0;
+    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", store_reply_int(r->element[2], 0));
 }
 
 static void idem_claim(struct order *o)
@@ -1337,14 +1250,14 @@ static void idem_owned(struct order *o)
 {
     int acks = o->app->cfg.redis_replica_acks;
     if (acks > 0) {
-        o->state = OS_IDEM_CLAIM_WAIT;
+        set_state(o, OS_IDEM_CLAIM_WAIT);
         if (!o->have_ref) {
             step(o, EV_REPLY, LC_EIO, NULL);
             return;
         }
         spend(o, 1);
-        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms,
-                                     on_reply, o);
+        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply,
+                                     o);
         return;
     }
     o->first = 1;
@@ -1354,8 +1267,10 @@ static void idem_owned(struct order *o)
 
 /* The claim WAIT's answer: on enough replicas, the order begins; else nothing was placed, and
  * the claim is left to expire (a retry with the key waits for it, then takes it over). */
-static void idem_on_claim_wait(struct order *o, lc_status st, const redisReply *r)
+static void on_idem_claim_wait(struct order *o, const struct oev *e)
 {
+    lc_status st = e->st;
+    const redisReply *r = e->r;
     long long got = store_reply_acks(st, r);
     if (got >= o->app->cfg.redis_replica_acks) {
         o->first = 1;
@@ -1364,8 +1279,8 @@ static void idem_on_claim_wait(struct order *o, lc_status st, const redisReply *
         return;
     }
     log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-            "sku %s: Idempotency-Key claim on %lld of %d replicas (%s): no order placed",
-            o->in.sku, got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            "sku %s: Idempotency-Key claim on %lld of %d replicas (%s): no order placed", o->in.sku,
+            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
             st == LC_OK ? "WAIT timed out" : o->why);
     metrics_redis_error();
     response_error(&o->ar->res, ERROR_UNAVAILABLE,
@@ -1374,81 +1289,47 @@ static void idem_on_claim_wait(struct order *o, lc_status st, const redisReply *
     place_done(o, OUT_IDEM_FAILED);
 }
 
-/* The claim's answer. */
-static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
+/* Looks for an expired claim's order in the idem hash of segments [0, nseg) (one batch). */
+static void idem_find(struct order *o, int nseg)
 {
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+    if (over_budget(o, nseg + 2)) {
+        place_done(o, OUT_OVER_BUDGET);
+        return;
+    }
+    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
+    const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)nseg);
+    if (!keys || !argvs) {
+        free(keys);
+        free(argvs);
         idem_unavailable(o);
         return;
     }
-    long long code = r->element[0]->integer;
-    if (code == 1) {
-        if (idem_own(o, r) != 0) {
-            idem_unavailable(o);
-            return;
-        }
-        idem_owned(o);
-        return;
+    for (int k = 0; k < nseg; k++) {
+        store_seg_keys(o->in.sku, k, &keys[k]);
+        argvs[k][0] = "HGET";
+        argvs[k][1] = keys[k].idem;
+        argvs[k][2] = o->idem;
     }
-    snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
-             r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
-    if (code == 0 && strncmp(o->ic->seen, "pending:", 8) != 0) {
-        /* A finished order: replay it (if it still exists). */
-        int k;
-        char sku[VALIDATE_SKU_MAX + 1];
-        if (order_id_parse(o->ic->seen, strlen(o->ic->seen), &k, sku) != 0) {
-            idem_takeover(o);
-            return;
-        }
-        struct seg_keys sk;
-        store_seg_keys(sku, k, &sk);
-        const char *argv[3] = {"HGET", sk.orders, o->ic->seen};
-        o->state = OS_IDEM_FETCH;
-        spend(o, 1);
-        if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
-            step(o, EV_REPLY, LC_EIO, NULL);
-        return;
-    }
-    if (code == 2) {
-        /* The claimer can no longer commit. Its order, if it got that far, is in the idem hash
-         * of one of the segments whose keys may exist as Redis has the layout (the claim
-         * script read it from the meta): this instance's cached layout may be older (a
-         * re-PUT with more segments through another instance). */
-        long long segs = r->elements >= 4 ? store_reply_int(r->element[2], 0) : 0;
-        long long hwm = r->elements >= 4 ? store_reply_int(r->element[3], 0) : 0;
-        int nseg = (int)(hwm > segs ? hwm : segs);
-        if (r->elements < 4 || nseg < 0 || nseg > SKUCACHE_MAX_SEGMENTS) {
-            idem_unavailable(o);
-            return;
-        }
-        if (nseg == 0) {
-            idem_takeover(o); /* no segment (deleted): no order can be there */
-            return;
-        }
-        if (over_budget(o, nseg + 2)) {
-            place_done(o, OUT_OVER_BUDGET);
-            return;
-        }
-        struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
-        const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)nseg);
-        if (!keys || !argvs) {
-            free(keys);
-            free(argvs);
-            idem_unavailable(o);
-            return;
-        }
-        for (int k = 0; k < nseg; k++) {
-            store_seg_keys(o->in.sku, k, &keys[k]);
-            argvs[k][0] = "HGET";
-            argvs[k][1] = keys[k].idem;
-            argvs[k][2] = o->idem;
-        }
-        run_batch(o, OS_IDEM_FIND, nseg, (const char *const(*)[3])argvs, 3);
-        free(argvs);
-        free(keys);
-        return;
-    }
-    /* Pending elsewhere: look again shortly, up to the longest an order can take. */
+    run_batch(o, OS_IDEM_FIND, nseg, (const char *const(*)[3])argvs, 3);
+    free(argvs);
+    free(keys);
+}
+
+/* Fetches the finished order the claim names (segment k of sku), to replay it. */
+static void idem_fetch(struct order *o, int k, const char *sku)
+{
+    struct seg_keys sk;
+    store_seg_keys(sku, k, &sk);
+    const char *argv[3] = {"HGET", sk.orders, o->ic->seen};
+    set_state(o, OS_IDEM_FETCH);
+    spend(o, 1);
+    if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
+        step(o, EV_REPLY, LC_EIO, NULL);
+}
+
+/* Pending elsewhere: look again shortly, up to the longest an order can take. */
+static void idem_pause(struct order *o)
+{
     if (mono_ms() > o->ic->give_up) {
         response_error(&o->ar->res, ERROR_UNAVAILABLE,
                        "an order with this Idempotency-Key is still in progress");
@@ -1459,10 +1340,34 @@ static void idem_on_claim(struct order *o, lc_status st, const redisReply *r)
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
-    o->state = OS_IDEM_PAUSE;
-    arm_timer(o, o->ic->pause_ms);
+    set_state_timed(o, OS_IDEM_PAUSE, o->ic->pause_ms);
     if (o->ic->pause_ms < 160)
         o->ic->pause_ms *= 2;
+}
+
+/* The claim's answer (order_idem_claim_verdict decides). */
+static void on_idem_claim(struct order *o, const struct oev *e)
+{
+    lc_status st = e->st;
+    const redisReply *r = e->r;
+    struct idem_verdict v;
+    order_idem_claim_verdict(st, r, SKUCACHE_MAX_SEGMENTS, &v);
+    if (v.step != IDEM_UNAVAILABLE && v.step != IDEM_OWNED)
+        snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
+                 r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
+    switch (v.step) {
+    case IDEM_OWNED:
+        idem_own(o, r);
+        idem_owned(o);
+        return;
+    case IDEM_REPLAY: idem_fetch(o, v.k, v.sku); return;
+    case IDEM_TAKEOVER: idem_takeover(o); return;
+    case IDEM_FIND: idem_find(o, v.nseg); return;
+    case IDEM_PENDING: idem_pause(o); return;
+    case IDEM_UNAVAILABLE:
+    case IDEM_CLAIM: break;
+    }
+    idem_unavailable(o);
 }
 
 /* Settles the claim after the order: the order id on success, deleted on a definite failure,
@@ -1472,18 +1377,13 @@ static void answer(struct order *o);
 
 static void idem_end(struct order *o)
 {
-    const char *final;
     if (!o->ic || !o->ic->claim_value[0]) {
         answer(o); /* the key was never claimed by this request */
         return;
     }
-    if (o->out == OUT_CREATED)
-        final = o->order_id;
-    else if (o->out == OUT_UNAVAILABLE || o->out == OUT_OUTCOME_UNKNOWN)
-        final = NULL;
-    else
-        final = "";
-    if (!final || o->cancelled) {
+    enum idem_final f = order_idem_final(o->out);
+    const char *final = f == IDEM_FINAL_ORDER ? o->order_id : "";
+    if (f == IDEM_FINAL_LEAVE || o->cancelled) {
         answer(o);
         return;
     }
@@ -1520,9 +1420,7 @@ static void answer(struct order *o)
         res->content_type = "application/json";
         o->record = NULL;
         break;
-    case OUT_SOLD_OUT_FAST:
-        metrics_sold_out_fast();
-        __attribute__((fallthrough));
+    case OUT_SOLD_OUT_FAST: metrics_sold_out_fast(); __attribute__((fallthrough));
     case OUT_SOLD_OUT:
         metrics_order(METRICS_ORDER_SOLD_OUT);
         response_error(res, ERROR_SOLD_OUT, "sold out");
@@ -1561,7 +1459,7 @@ static void answer(struct order *o)
     case OUT_OUTCOME_UNKNOWN:
         /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
          * twice: the same Idempotency-Key replays the order if it was placed. */
-        if (!o->acked) /* else replica_on_wait said why */
+        if (!o->acked) /* else on_replica_wait said why */
             log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku,
                     o->why[0] ? o->why : "unexpected reply");
         metrics_order(METRICS_ORDER_UNAVAILABLE);
@@ -1571,13 +1469,10 @@ static void answer(struct order *o)
         if (res->body)
             json_object_set_new(res->body, "outcome", json_string("unknown"));
         break;
-    case OUT_REPLAYED:
-        metrics_order(METRICS_ORDER_REPLAYED);
-        break;
-    case OUT_IDEM_FAILED:
-        break; /* res holds the error */
+    case OUT_REPLAYED: metrics_order(METRICS_ORDER_REPLAYED); break;
+    case OUT_IDEM_FAILED: break; /* res holds the error */
     }
-    o->state = OS_DONE;
+    set_state(o, OS_DONE);
     metrics_order_redis_calls(o->calls);
     struct areq *ar = o->ar;
     order_free(o);
@@ -1589,7 +1484,7 @@ static void answer(struct order *o)
  * on N replicas before the 201. A commit whose connection is unknown gets no 201. */
 static void replica_wait(struct order *o)
 {
-    o->state = OS_REPLICA_WAIT;
+    set_state(o, OS_REPLICA_WAIT);
     if (!o->have_ref) {
         step(o, EV_REPLY, LC_EIO, NULL);
         return;
@@ -1601,8 +1496,10 @@ static void replica_wait(struct order *o)
 
 /* WAIT's answer: enough replicas → the 201; fewer (timeout), or no answer → the order is
  * committed on the master but may not survive its failover: 503 with outcome unknown. */
-static void replica_on_wait(struct order *o, lc_status st, const redisReply *r)
+static void on_replica_wait(struct order *o, const struct oev *e)
 {
+    lc_status st = e->st;
+    const redisReply *r = e->r;
     o->acked = 1;
     long long got = store_reply_acks(st, r);
     if (got >= o->app->cfg.redis_replica_acks) {
@@ -1631,80 +1528,106 @@ static void place_done(struct order *o, enum order_outcome out)
     answer(o);
 }
 
-/* ---- the state machine ---- */
+/* ---- the states: one handler each (the event it waits for came: e) ---- */
 
-/* The result of the lock acquire of a segment (segmented strategy). */
-static void segment_on_acquired(struct order *o, lc_status st, const redisReply *v)
+static void on_idem_layout(struct order *o, const struct oev *e)
 {
-    if (st == LC_EBUSY || st == LC_ETIMEOUT) {
-        /* A try (not a wait) that found the lock taken: held by another instance, most likely
-         * for about a hold more. The loop's next orders walk past it until then. */
-        if (st == LC_EBUSY && !o->waiting && o->app->cfg.busy_hint_max_ms > 0)
-            seggate_hint_busy(o->gates, o->in.sku, o->k, mono_ms(), busy_hint_ms(o),
-                              o->app->cfg.busy_hint_max_ms);
-        drop_lock(o);
-        segment_done(o, SEG_BUSY);
+    (void)e;
+    if (o->off_rc <= 0) {
+        int found = o->off_rc;
+        metrics_order(found ? METRICS_ORDER_UNAVAILABLE : METRICS_ORDER_UNKNOWN_SKU);
+        response_error(&o->ar->res, found ? ERROR_UNAVAILABLE : ERROR_UNKNOWN_SKU,
+                       found ? "the stock store is unavailable" : "no such sku");
+        place_done(o, OUT_IDEM_FAILED);
         return;
     }
-    if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
-        metrics_redis_error();
-        drop_lock(o);
-        segment_done(o, SEG_ERROR);
-        return;
-    }
-    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-    seggate_hint_clear(o->gates, o->in.sku, o->k);
-    long long stock = store_reply_int(v->element[0], 0);
-    long long sver = store_reply_int(v->element[1], 0);
-    if (sver != o->view.version) {
-        spend(o, 1); /* the release */
-        drop_lock(o);
-        segment_done(o, version_differs(o, o->k, sver));
-        return;
-    }
-    if (stock < o->in.quantity) {
-        spend(o, 1); /* the release */
-        drop_lock(o);
-        if (stock <= 0)
-            skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, o->k);
-        segment_done(o, stock <= 0 ? SEG_EMPTY : SEG_SHORT);
-        return;
-    }
-    critical_section(o);
+    idem_begin(o);
 }
 
-/* The result of a commit (fenced eval, or the atomic script's reply). */
-static void segment_on_commit(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+/* The order a finished claim names: replayed, or gone (the key is free again). */
+static void on_idem_fetch(struct order *o, const struct oev *e)
 {
-    enum seg_result res;
-    (void)ev;
-    if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
-        metrics_cs_leave();
-        if (st != LC_OK) {
-            metrics_redis_error();
-            res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
-        } else {
-            res = commit_result(o, o->k, r);
+    const redisReply *r = e->r;
+    if (e->st != LC_OK) {
+        idem_unavailable(o);
+        return;
+    }
+    if (r && r->type == REDIS_REPLY_STRING) {
+        json_t *order = json_loadb(r->str, r->len, 0, NULL);
+        if (!order) {
+            idem_unavailable(o);
+            return;
         }
-    } else if (st == LC_ELOST) {
-        metrics_lock_lost();
-        res = SEG_LOST;
-    } else if (st != LC_OK) {
-        metrics_redis_error();
-        res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
+        (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
+        response_json(&o->ar->res, 200, order);
+        place_done(o, OUT_REPLAYED);
+        return;
+    }
+    /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again for an
+     * order under the current version. */
+    idem_takeover(o);
+}
+
+/* The search of an expired claim's order: found, the claim is made final with it. */
+static void on_idem_find(struct order *o, const struct oev *e)
+{
+    (void)e;
+    if (o->batch_failed) {
+        idem_unavailable(o);
+    } else if (o->batch_found) {
+        const char *keys[1] = {o->ic->claim};
+        const char *args[4] = {o->ic->seen, o->ic->found, o->ic->bound, o->ic->token};
+        run_script(o, OS_IDEM_ADOPT, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
     } else {
-        res = commit_result(o, o->k, r);
+        idem_takeover(o);
     }
-    o->sres = SEG_EMPTY;
-    if (o->lock) {
-        drop_lock(o);
+}
+
+static void on_idem_adopt(struct order *o, const struct oev *e)
+{
+    if (e->st != LC_OK)
+        idem_unavailable(o);
+    else
+        idem_claim(o); /* replay the now-final claim */
+}
+
+static void on_idem_takeover(struct order *o, const struct oev *e)
+{
+    switch (order_idem_takeover_verdict(e->st, e->r)) {
+    case IDEM_OWNED:
+        idem_own(o, e->r);
+        idem_owned(o);
+        return;
+    case IDEM_CLAIM:
+        idem_claim(o); /* someone else changed it meanwhile: look again */
+        return;
+    default: idem_unavailable(o); return;
     }
-    segment_done(o, res);
+}
+
+static void on_idem_pause(struct order *o, const struct oev *e)
+{
+    if (e->ev == EV_CANCEL)
+        idem_unavailable(o);
+    else
+        idem_claim(o);
+}
+
+static void on_layout(struct order *o, const struct oev *e)
+{
+    (void)e;
+    if (o->off_rc < 0)
+        place_done(o, OUT_UNAVAILABLE);
+    else if (o->off_rc == 0)
+        place_done(o, OUT_UNKNOWN_SKU);
+    else
+        layout_known(o);
 }
 
 /* The batch of a sold-out re-check is in. */
-static void recheck_on_batch(struct order *o)
+static void on_recheck(struct order *o, const struct oev *e)
 {
+    (void)e;
     int nseg = o->view.segments;
     if (o->batch_failed) {
         place_done(o, OUT_UNAVAILABLE);
@@ -1740,228 +1663,331 @@ static void recheck_on_batch(struct order *o)
     walk_start(o);
 }
 
-static void step_in(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
-
-/* Every event of an order is handled with the request's id on its log lines. */
-static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+static void on_recheck_layout(struct order *o, const struct oev *e)
 {
-    areq_log_begin(o->ar);
-    step_in(o, ev, st, r);
-    areq_log_end();
+    (void)e;
+    if (o->off_rc == -2)
+        place_done(o, OUT_UNKNOWN_SKU);
+    else if (o->off_rc < 0)
+        place_done(o, OUT_UNAVAILABLE);
+    else if (o->off_rc == 1)
+        place_done(o, OUT_SOLD_OUT);
+    else
+        walk_start(o);
 }
 
-static void step_in(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+/* Queued on segment o->k's gate: handed the gate (o->woken), the deadline passed, or the loop
+ * is ending. */
+static void on_gate(struct order *o, const struct oev *e)
 {
-    if (ev == EV_CANCEL) {
-        /* The loop is ending. Waiting on a timer: end now; waiting on lockcore or the pool: the
-         * answer comes (LC_ESTATE once the client is freed) and the flag ends the order. */
-        o->cancelled = 1;
-        if (o->state == OS_HOLD) {
-            evtimer_del(o->timer);
-            metrics_cs_leave();
-            segment_done(o, SEG_ERROR);
-        } else if (o->state == OS_GATE) {
-            evtimer_del(o->timer);
-            if (!o->woken)
-                seggate_unqueue(o->gates, o->in.sku, o->k, &o->gw);
-            o->woken = 0;
-            if (o->lock)
-                drop_lock(o);
-            gate_leave(o);
-            place_done(o, OUT_UNAVAILABLE);
-        } else if (o->state == OS_IDEM_PAUSE) {
-            evtimer_del(o->timer);
-            idem_unavailable(o);
-        } else if (o->state == OS_ROLLOUT && evtimer_pending(o->timer, NULL)) {
-            evtimer_del(o->timer);
-            place_done(o, OUT_UNAVAILABLE);
-        }
+    if (e->ev == EV_CANCEL) {
+        if (!o->woken)
+            seggate_unqueue(o->gates, o->in.sku, o->k, &o->gw);
+        o->woken = 0;
+        if (o->lock)
+            drop_lock(o);
+        gate_leave(o);
+        place_done(o, OUT_UNAVAILABLE);
         return;
     }
-    switch (o->state) {
-    case OS_NEW:
-        break;
-    case OS_IDEM_LAYOUT:
-        if (o->off_rc <= 0) {
-            int found = o->off_rc;
-            metrics_order(found ? METRICS_ORDER_UNAVAILABLE : METRICS_ORDER_UNKNOWN_SKU);
-            response_error(&o->ar->res, found ? ERROR_UNAVAILABLE : ERROR_UNKNOWN_SKU,
-                           found ? "the stock store is unavailable" : "no such sku");
-            place_done(o, OUT_IDEM_FAILED);
-            return;
-        }
-        idem_begin(o);
+    gate_on_timer(o);
+}
+
+/* The lock acquire of a segment (segmented strategy): with enough stock at the order's version,
+ * the critical section. */
+static void on_acquire(struct order *o, const struct oev *e)
+{
+    lc_status st = e->st;
+    const redisReply *v = e->r;
+    if (st == LC_EBUSY || st == LC_ETIMEOUT) {
+        /* A try (not a wait) that found the lock taken: held by another instance, most likely
+         * for about a hold more. The loop's next orders walk past it until then. */
+        if (st == LC_EBUSY && !o->waiting && o->app->cfg.busy_hint_max_ms > 0)
+            seggate_hint_busy(o->gates, o->in.sku, o->k, mono_ms(), busy_hint_ms(o),
+                              o->app->cfg.busy_hint_max_ms);
+        drop_lock(o);
+        segment_done(o, SEG_BUSY);
         return;
-    case OS_IDEM_CLAIM:
-        idem_on_claim(o, st, r);
+    }
+    if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
+        metrics_redis_error();
+        drop_lock(o);
+        segment_done(o, SEG_ERROR);
         return;
-    case OS_IDEM_FETCH:
-        if (st != LC_OK) {
-            idem_unavailable(o);
-            return;
-        }
-        if (r && r->type == REDIS_REPLY_STRING) {
-            json_t *order = json_loadb(r->str, r->len, 0, NULL);
-            if (!order) {
-                idem_unavailable(o);
-                return;
-            }
-            (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
-            response_json(&o->ar->res, 200, order);
-            place_done(o, OUT_REPLAYED);
-            return;
-        }
-        /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again for an
-         * order under the current version. */
-        idem_takeover(o);
+    }
+    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    seggate_hint_clear(o->gates, o->in.sku, o->k);
+    struct seg_verdict sv;
+    order_walk_acquire_verdict(store_reply_int(v->element[0], 0), store_reply_int(v->element[1], 0),
+                               o->view.version, o->in.quantity, &sv);
+    if (sv.differs || sv.r != SEG_DONE) {
+        spend(o, 1); /* the release */
+        drop_lock(o);
+        segment_done(o, take_verdict(o, o->k, &sv));
         return;
-    case OS_IDEM_FIND:
-        if (o->batch_failed) {
-            idem_unavailable(o);
-        } else if (o->batch_found) {
-            const char *keys[1] = {o->ic->claim};
-            const char *args[4] = {o->ic->seen, o->ic->found, o->ic->bound, o->ic->token};
-            run_script(o, OS_IDEM_ADOPT, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
-        } else {
-            idem_takeover(o);
-        }
+    }
+    critical_section(o);
+}
+
+/* The end of --hold-ms (or no hold): the commit; single-lock: its walk under the SKU's lock. */
+static void on_hold(struct order *o, const struct oev *e)
+{
+    if (e->ev == EV_CANCEL) {
+        segment_done(o, SEG_ERROR);
         return;
-    case OS_IDEM_ADOPT:
-        if (st != LC_OK)
-            idem_unavailable(o);
-        else
-            idem_claim(o); /* replay the now-final claim */
-        return;
-    case OS_IDEM_TAKEOVER:
-        if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-            idem_unavailable(o);
-        } else if (r->element[0]->integer == 2) {
-            if (idem_own(o, r) != 0) {
-                idem_unavailable(o);
-                return;
-            }
-            idem_owned(o);
-        } else {
-            idem_claim(o); /* someone else changed it meanwhile: look again */
-        }
-        return;
-    case OS_IDEM_PAUSE:
-        idem_claim(o);
-        return;
-    case OS_IDEM_CLAIM_WAIT:
-        idem_on_claim_wait(o, st, r);
-        return;
-    case OS_LAYOUT:
-        if (o->off_rc < 0)
-            place_done(o, OUT_UNAVAILABLE);
-        else if (o->off_rc == 0)
-            place_done(o, OUT_UNKNOWN_SKU);
-        else
-            layout_known(o);
-        return;
-    case OS_RECHECK:
-        recheck_on_batch(o);
-        return;
-    case OS_RECHECK_LAYOUT:
-        if (o->off_rc == -2)
-            place_done(o, OUT_UNKNOWN_SKU);
-        else if (o->off_rc < 0)
-            place_done(o, OUT_UNAVAILABLE);
-        else if (o->off_rc == 1)
-            place_done(o, OUT_SOLD_OUT);
-        else
-            walk_start(o);
-        return;
-    case OS_GATE:
-        gate_on_timer(o);
-        return;
-    case OS_ACQUIRE:
-        segment_on_acquired(o, st, r);
-        return;
-    case OS_HOLD:
-        if (o->app->cfg.strategy == STRATEGY_SINGLE_LOCK) {
-            o->start = (int)(rnd64() % (uint64_t)o->view.segments);
-            o->i = 0;
-            o->sres = SEG_EMPTY;
-            single_next(o);
-        } else {
-            commit_segment(o);
-        }
-        return;
-    case OS_COMMIT:
-        segment_on_commit(o, ev, st, r);
-        return;
-    case OS_REPLICA_WAIT:
-        replica_on_wait(o, st, r);
-        return;
-    case OS_SINGLE_ACQUIRE:
-        if (st != LC_OK) {
-            drop_lock(o);
-            if (st == LC_ETIMEOUT || st == LC_EBUSY) {
-                place_done(o, OUT_LOCK_TIMEOUT);
-            } else {
-                metrics_redis_error();
-                place_done(o, OUT_UNAVAILABLE);
-            }
-            return;
-        }
-        metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
-        metrics_cs_enter();
-        if (o->app->cfg.hold_ms > 0) {
-            o->state = OS_HOLD;
-            arm_timer(o, o->app->cfg.hold_ms);
-            return;
-        }
+    }
+    if (o->app->cfg.strategy == STRATEGY_SINGLE_LOCK) {
         o->start = (int)(rnd64() % (uint64_t)o->view.segments);
         o->i = 0;
         o->sres = SEG_EMPTY;
         single_next(o);
         return;
-    case OS_SINGLE_COMMIT: {
-        enum seg_result res;
-        if (st == LC_ELOST) {
-            metrics_lock_lost();
-            res = SEG_LOST;
-        } else if (st != LC_OK) {
-            metrics_redis_error();
-            res = st == LC_EIO ? SEG_UNKNOWN : SEG_ERROR;
+    }
+    commit_segment(o);
+}
+
+/* What a commit's answer came to (fenced: under a lock, whose loss it may report). */
+static enum seg_result commit_outcome(struct order *o, const struct oev *e, int fenced)
+{
+    if (e->st == LC_OK)
+        return commit_result(o, o->k, e->r);
+    enum seg_result res = order_walk_commit_failed(e->st, fenced);
+    if (res == SEG_LOST)
+        metrics_lock_lost();
+    else
+        metrics_redis_error();
+    return res;
+}
+
+/* A segment's commit under its lock (fenced eval, or detached when the hold was handed on). */
+static void on_commit(struct order *o, const struct oev *e)
+{
+    enum seg_result res = commit_outcome(o, e, 1);
+    o->sres = SEG_EMPTY;
+    if (o->lock)
+        drop_lock(o);
+    segment_done(o, res);
+}
+
+/* The atomic strategy's commit script. */
+static void on_atomic_commit(struct order *o, const struct oev *e)
+{
+    enum seg_result res = commit_outcome(o, e, 0);
+    o->sres = SEG_EMPTY;
+    segment_done(o, res);
+}
+
+/* Single-lock: the SKU's lock, then the critical section. */
+static void on_single_acquire(struct order *o, const struct oev *e)
+{
+    if (e->st != LC_OK) {
+        drop_lock(o);
+        if (e->st == LC_ETIMEOUT || e->st == LC_EBUSY) {
+            place_done(o, OUT_LOCK_TIMEOUT);
         } else {
-            res = commit_result(o, o->k, r);
+            metrics_redis_error();
+            place_done(o, OUT_UNAVAILABLE);
         }
-        o->sres = res;
-        if (res == SEG_SHORT)
-            o->any_short = 1;
-        if (res != SEG_EMPTY && res != SEG_SHORT)
-            o->i = o->view.segments; /* decisive: end the loop */
-        else
-            metrics_failover();
-        if (o->cancelled && o->i < o->view.segments) {
-            o->i = o->view.segments;
-            o->sres = SEG_ERROR;
-        }
-        single_next(o);
         return;
     }
-    case OS_ROLLOUT:
-        /* A PUT rolling out was settled here (once per request), or given 2 ms. */
-        if (ev == EV_LAYOUT && o->off_rc < 0) {
-            o->off_rc = -1;
-            arm_timer(o, 2);
-            return;
-        }
-        if (ev == EV_LAYOUT && o->off_rc == 0) {
-            /* deleted meanwhile: the reload answers unknown SKU */
-            skucache_forget(o->app->cache, o->in.sku);
-            o->need_layout = 1;
-        }
+    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    critical_section(o);
+}
+
+/* Single-lock: one segment's commit under the SKU's lock; empty or short: the next one. */
+static void on_single_commit(struct order *o, const struct oev *e)
+{
+    enum seg_result res = commit_outcome(o, e, 1);
+    o->sres = res;
+    if (res == SEG_SHORT)
+        o->any_short = 1;
+    if (res != SEG_EMPTY && res != SEG_SHORT)
+        o->i = o->view.segments; /* decisive: end the loop */
+    else
+        metrics_failover();
+    if (o->cancelled && o->i < o->view.segments) {
+        o->i = o->view.segments;
+        o->sres = SEG_ERROR;
+    }
+    single_next(o);
+}
+
+/* A PUT rolling out was settled here (once per request). */
+static void on_rollout(struct order *o, const struct oev *e)
+{
+    (void)e;
+    if (o->off_rc < 0) {
+        set_state_timed(o, OS_ROLLOUT_PAUSE, 2);
+        return;
+    }
+    if (o->off_rc == 0) {
+        /* deleted meanwhile: the reload answers unknown SKU */
+        skucache_forget(o->app->cache, o->in.sku);
+        o->need_layout = 1;
+    }
+    round_begin(o);
+}
+
+/* ... or given 2 ms. */
+static void on_rollout_pause(struct order *o, const struct oev *e)
+{
+    if (e->ev == EV_CANCEL)
+        place_done(o, OUT_UNAVAILABLE);
+    else
         round_begin(o);
-        return;
-    case OS_IDEM_END:
-        answer(o);
-        return;
-    case OS_DONE:
+}
+
+static void on_idem_end(struct order *o, const struct oev *e)
+{
+    (void)e;
+    answer(o);
+}
+
+/* ---- the table of states and the dispatcher ---- */
+
+#define TO(s) (1u << (s))
+/* Where the end of an order goes (place_done): the WAIT after a commit, the claim's
+ * settling, the answer. */
+#define TO_END (TO(OS_REPLICA_WAIT) | TO(OS_IDEM_END) | TO(OS_DONE))
+/* Where a round can go (round_begin, walk_start, walk_next, round_end, segment_done): the
+ * layout, the re-check, a segment's lock or gate, the critical section, a roll-out, the end. */
+#define TO_ROUND                                                                                   \
+    (TO(OS_LAYOUT) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | TO(OS_HOLD) |                 \
+     TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+
+/* Each state: its handler, whether it waits on the order's timer (timed: set_state deletes
+ * it when the state is left, and EV_CANCEL ends the wait at once) or is inside the critical
+ * section, and the states it may go to, with the functions that take it there. */
+static const struct state_row {
+    const char *name;
+    void (*on)(struct order *o, const struct oev *e);
+    unsigned timed : 1, critical : 1;
+    uint32_t next;
+} states[OS_COUNT] = {
+    /* order_create_async: run_layout (key, layout unknown), idem_begin, round_begin */
+    [OS_NEW] = {"new", NULL, 0, 0, TO(OS_IDEM_LAYOUT) | TO(OS_IDEM_CLAIM) | TO_ROUND},
+    /* on_idem_layout: idem_begin, or the answer */
+    [OS_IDEM_LAYOUT] = {"idem_layout", on_idem_layout, 0, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
+    /* on_idem_claim: idem_owned (claim WAIT, or the round), idem_fetch, idem_takeover,
+     * idem_find, idem_pause, or the answer */
+    [OS_IDEM_CLAIM] = {"idem_claim", on_idem_claim, 0, 0,
+                       TO(OS_IDEM_CLAIM_WAIT) | TO(OS_IDEM_FETCH) | TO(OS_IDEM_TAKEOVER) |
+                           TO(OS_IDEM_FIND) | TO(OS_IDEM_PAUSE) | TO_ROUND},
+    /* on_idem_fetch: the replay, or idem_takeover */
+    [OS_IDEM_FETCH] = {"idem_fetch", on_idem_fetch, 0, 0, TO(OS_IDEM_TAKEOVER) | TO(OS_DONE)},
+    /* on_idem_find: adopt the order found, or idem_takeover */
+    [OS_IDEM_FIND] = {"idem_find", on_idem_find, 0, 0,
+                      TO(OS_IDEM_ADOPT) | TO(OS_IDEM_TAKEOVER) | TO(OS_DONE)},
+    /* on_idem_adopt: idem_claim again (to replay) */
+    [OS_IDEM_ADOPT] = {"idem_adopt", on_idem_adopt, 0, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
+    /* on_idem_takeover: idem_owned, or idem_claim again */
+    [OS_IDEM_TAKEOVER] = {"idem_takeover", on_idem_takeover, 0, 0,
+                          TO(OS_IDEM_CLAIM) | TO(OS_IDEM_CLAIM_WAIT) | TO_ROUND},
+    /* on_idem_pause: idem_claim again */
+    [OS_IDEM_PAUSE] = {"idem_pause", on_idem_pause, 1, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
+    /* on_idem_claim_wait: round_begin, or the answer */
+    [OS_IDEM_CLAIM_WAIT] = {"idem_claim_wait", on_idem_claim_wait, 0, 0, TO_ROUND},
+    /* on_layout: layout_known (the re-check or the walk) */
+    [OS_LAYOUT] = {"layout", on_layout, 0, 0, TO_ROUND},
+    /* on_recheck: run_layout (changed, or sold out: anything pending?), walk_start */
+    [OS_RECHECK] = {"recheck", on_recheck, 0, 0, TO(OS_RECHECK_LAYOUT) | TO_ROUND},
+    /* on_recheck_layout: walk_start */
+    [OS_RECHECK_LAYOUT] = {"recheck_layout", on_recheck_layout, 0, 0, TO_ROUND},
+    /* on_gate: critical_section (handed the hold), try_segment_locked */
+    [OS_GATE] = {"gate", on_gate, 1, 0, TO_ROUND},
+    /* on_acquire: critical_section, segment_done */
+    [OS_ACQUIRE] = {"acquire", on_acquire, 0, 0, TO_ROUND},
+    /* on_hold: commit_segment, single_next; segment_done (cancelled) */
+    [OS_HOLD] = {"hold", on_hold, 1, 1,
+                 TO(OS_COMMIT) | TO(OS_ATOMIC_COMMIT) | TO(OS_SINGLE_COMMIT) | TO_ROUND},
+    /* on_commit: segment_done */
+    [OS_COMMIT] = {"commit", on_commit, 0, 0, TO_ROUND},
+    /* on_atomic_commit: segment_done */
+    [OS_ATOMIC_COMMIT] = {"atomic_commit", on_atomic_commit, 0, 1, TO_ROUND},
+    /* on_single_acquire: critical_section, or the answer */
+    [OS_SINGLE_ACQUIRE] = {"single_acquire", on_single_acquire, 0, 0, TO(OS_HOLD) | TO_END},
+    /* on_single_commit: single_next (the next segment, or the end under the lock) */
+    [OS_SINGLE_COMMIT] = {"single_commit", on_single_commit, 0, 1, TO(OS_SINGLE_COMMIT) | TO_ROUND},
+    /* on_rollout: round_begin, or a pause */
+    [OS_ROLLOUT] = {"rollout", on_rollout, 0, 0, TO(OS_ROLLOUT_PAUSE) | TO_ROUND},
+    /* on_rollout_pause: round_begin */
+    [OS_ROLLOUT_PAUSE] = {"rollout_pause", on_rollout_pause, 1, 0, TO_ROUND},
+    /* on_replica_wait: place_done (the claim, the answer) */
+    [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, TO(OS_IDEM_END) | TO(OS_DONE)},
+    /* on_idem_end: answer */
+    [OS_IDEM_END] = {"idem_end", on_idem_end, 0, 0, TO(OS_DONE)},
+    [OS_DONE] = {"done", NULL, 0, 0, 0},
+};
+_Static_assert(OS_COUNT <= 32, "a state's next states are a 32-bit mask");
+
+/* What must hold in the state just entered (debug builds). */
+static void assert_order_state(const struct order *o)
+{
+#ifndef NDEBUG
+    int atomic = o->app->cfg.strategy == STRATEGY_ATOMIC;
+    switch (o->state) {
+    case OS_ACQUIRE:
+    case OS_SINGLE_ACQUIRE:
+        assert(o->lock == NULL); /* the previous segment's lock was let go */
         break;
+    case OS_HOLD:
+    case OS_SINGLE_COMMIT: assert(atomic || o->lock != NULL); break;
+    case OS_GATE: assert(o->gw.owner == o); break;
+    default: break;
     }
+#else
+    (void)o;
+#endif
+}
+
+/* The one way an order changes state: the move must be in the table (an assertion in debug
+ * builds, an error line in release builds); a timed state's timer goes with it; entering or
+ * leaving the critical section moves its gauge. */
+static void set_state(struct order *o, enum ostate next)
+{
+    const struct state_row *from = &states[o->state], *to = &states[next];
+    if (!(from->next & TO(next))) {
+        log_msg(CONFIG_LOG_ERROR, "order_bad_transition",
+                "sku %s: state %s to %s is not in the table of order_fsm.c", o->in.sku, from->name,
+                to->name);
+        assert(!"an order's state change that is not in the table");
+    }
+    if (o->timer_on) {
+        evtimer_del(o->timer);
+        o->timer_on = 0;
+    }
+    if (from->critical != to->critical) {
+        if (to->critical)
+            metrics_cs_enter();
+        else
+            metrics_cs_leave();
+    }
+    o->state = next;
+    assert_order_state(o);
+}
+
+/* Decides the next step from (state, event): the state's handler. EV_CANCEL (the loop is
+ * ending) ends a timed state's wait now; any other state waits for its answer, which comes
+ * (LC_ESTATE once the client is freed), and o->cancelled ends the order then. */
+static void step_in(struct order *o, const struct oev *e)
+{
+    const struct state_row *s = &states[o->state];
+    if (e->ev == EV_CANCEL) {
+        o->cancelled = 1;
+        if (!s->timed)
+            return;
+    }
+    if (s->on)
+        s->on(o, e);
+}
+
+/* Every event of an order is handled with the request's id on its log lines. */
+static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+{
+    struct oev e = {ev, st, r};
+    areq_log_begin(o->ar);
+    step_in(o, &e);
+    areq_log_end();
 }
 
 /* ---- the handler ---- */
@@ -1991,8 +2017,8 @@ void order_create_async(struct areq *ar)
     o->loop = areq_loop(ar, &o->nloops);
     snprintf(o->claim_expiry, sizeof(o->claim_expiry), "0");
     struct validate_error verr;
-    if (validate_order_body(req->body, req->body ? req->body_len : 0, app->cfg.max_quantity,
-                            &o->in, &verr) != 0) {
+    if (validate_order_body(req->body, req->body ? req->body_len : 0, app->cfg.max_quantity, &o->in,
+                            &verr) != 0) {
         metrics_order(METRICS_ORDER_INVALID);
         response_error(&ar->res, verr.code, verr.message);
         order_free(o);

@@ -268,52 +268,58 @@
  * request still holds the segment's lock with its fencing token, and releases it afterwards).
  * KEYS: stock, sver, cnt, orders, idem.  ARGV: version, quantity, order id, record, idem key
  * (may be ""), the Idempotency-Key claim's expiry in Redis ms ("0": no key).
- * -> {1, stock left} | {-1, stock left} not enough | {-3, segment version} |
- *    {-4, 0} the claim expired (another request may own the key now) | {-5, 0} damaged segment
- *    (a counter or sver that is not an integer, STORE_LUA_INT).
+ * -> {code, value}, code one of STORE_COMMIT_* below.
  * Nothing is written unless the result is 1: every read and check comes first, and the first
  * write is the order record's HSET (a wrong-typed :orders key fails there, before anything
  * else), so no separate type check of :orders is needed. */
+#define STORE_COMMIT_OK 1          /* {1, stock left}: the order is written */
+#define STORE_COMMIT_SHORT (-1)    /* {-1, stock left}: not enough */
+#define STORE_COMMIT_VERSION (-3)  /* {-3, segment version}: not at the order's version */
+#define STORE_COMMIT_EXPIRED (-4)  /* {-4, 0}: the claim expired (another request may own the key) */
+#define STORE_COMMIT_DAMAGED (-5)  /* {-5, 0}: a counter or sver that is not an integer */
 #define STORE_LUA_COMMIT_BODY                                                       \
     STORE_LUA_INT                                                                   \
     "local sv = redis.call('GET', KEYS[2])\n"                                       \
-    "if sv and not int(sv) then return {-5, 0} end\n"                               \
-    "if sv ~= ARGV[1] then return {-3, int(sv or '0')} end\n"                       \
+    "if sv and not int(sv) then return {" STORE_STR(STORE_COMMIT_DAMAGED) ", 0} end\n" \
+    "if sv ~= ARGV[1] then return {" STORE_STR(STORE_COMMIT_VERSION) ", int(sv or '0')} end\n" \
     "if ARGV[6] ~= '0' then\n"                                                      \
     "  local t = redis.call('TIME')\n"                                              \
     "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"     \
-    "  if now > tonumber(ARGV[6]) then return {-4, 0} end\n"                        \
+    "  if now > tonumber(ARGV[6]) then return {" STORE_STR(STORE_COMMIT_EXPIRED) ", 0} end\n" \
     "end\n"                                                                         \
     "local n = int(redis.call('GET', KEYS[1]) or '')\n"                             \
     "local c = redis.call('HMGET', KEYS[3], 't', 's', 'o')\n"                       \
     "if ARGV[5] ~= '' then redis.call('HEXISTS', KEYS[5], ARGV[5]) end\n"           \
     "if not n or not int(c[1] or '') or not int(c[2] or '') or not int(c[3] or '') then\n" \
-    "  return {-5, 0}\n"                                                            \
+    "  return {" STORE_STR(STORE_COMMIT_DAMAGED) ", 0}\n"                         \
     "end\n"                                                                         \
     "local q = tonumber(ARGV[2])\n"                                                 \
-    "if n < q then return {-1, n} end\n"                                            \
+    "if n < q then return {" STORE_STR(STORE_COMMIT_SHORT) ", n} end\n"             \
     "redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])\n"                               \
     "local left = redis.call('DECRBY', KEYS[1], q)\n"                               \
     "redis.call('HINCRBY', KEYS[3], 's', q)\n"                                      \
     "redis.call('HINCRBY', KEYS[3], 'o', 1)\n"                                      \
     "if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end\n"     \
-    "return {1, left}\n"
+    "return {" STORE_STR(STORE_COMMIT_OK) ", left}\n"
 
 /* The atomic strategy's commit: the same without any lock.  Same KEYS, ARGV and results. */
 #define STORE_LUA_COMMIT_ATOMIC STORE_LUA_COMMIT_BODY
 
 /* KEYS: stock, cnt, orders.  ARGV: order id.
- * -> {1, record} cancelled now | {-1, record} was already cancelled | {0} no such order;
- *    an error (nothing written) when the record or the segment is damaged */
+ * -> {code[, record]}, code one of STORE_CANCEL_* below; an error (nothing written) when the
+ *    record or the segment is damaged */
+#define STORE_CANCEL_DONE 1        /* {1, record}: cancelled now */
+#define STORE_CANCEL_NONE 0        /* {0}: no such order */
+#define STORE_CANCEL_ALREADY (-1)  /* {-1, record}: was already cancelled */
 #define STORE_LUA_CANCEL                                                            \
     STORE_LUA_INT                                                                   \
     "local rec = redis.call('HGET', KEYS[3], ARGV[1])\n"                            \
-    "if not rec then return {0} end\n"                                              \
+    "if not rec then return {" STORE_STR(STORE_CANCEL_NONE) "} end\n"              \
     "local ok, o = pcall(cjson.decode, rec)\n"                                      \
     "if not ok or type(o) ~= 'table' then\n"                                        \
     "  return redis.error_reply('ERR order record damaged')\n"                      \
     "end\n"                                                                         \
-    "if o.status == 'cancelled' then return {-1, rec} end\n"                        \
+    "if o.status == 'cancelled' then return {" STORE_STR(STORE_CANCEL_ALREADY) ", rec} end\n" \
     "local q = tonumber(o.quantity)\n"                                              \
     "local n = int(redis.call('GET', KEYS[1]) or '')\n"                             \
     "local c = redis.call('HMGET', KEYS[2], 's', 'o')\n"                            \
@@ -328,7 +334,7 @@
     "redis.call('INCRBY', KEYS[1], q)\n"                                            \
     "redis.call('HINCRBY', KEYS[2], 's', -q)\n"                                     \
     "redis.call('HINCRBY', KEYS[2], 'o', -1)\n"                                     \
-    "return {1, rec}\n"
+    "return {" STORE_STR(STORE_CANCEL_DONE) ", rec}\n"
 
 /* Claims an order's Idempotency-Key. The claim expires on Redis's clock (no instance's clock
  * decides anything): the commit refuses to run after the expiry, and the claim may be taken
@@ -337,9 +343,12 @@
  * the same slot) comes back with it: never an instance's cached layout, which a re-PUT through
  * another instance leaves stale.
  * KEYS: claim, meta.  ARGV: bound ms, key ttl ms, token, margin ms.
- * -> {1, value, expiry} claimed | {0, value} taken (an order id, or pending and alive) |
- *    {2, value, segments, hwm} pending and expired: the caller may look for its order in
- *    segments [0, max(segments, hwm)) and take it over */
+ * -> {code, value, ...}, code one of STORE_CLAIM_* below */
+#define STORE_CLAIM_TAKEN 0   /* {0, value}: taken (an order id, or pending and alive) */
+#define STORE_CLAIM_OWNED 1   /* {1, value, expiry}: claimed for this request */
+#define STORE_CLAIM_EXPIRED 2 /* {2, value, segments, hwm}: pending and expired: the caller may
+                                 look for its order in segments [0, max(segments, hwm)) and take
+                                 it over */
 #define STORE_LUA_IDEM_CLAIM                                                        \
     STORE_LUA_NOW                                                                   \
     "local v = redis.call('GET', KEYS[1])\n"                                        \
@@ -347,14 +356,15 @@
     "  local exp = tonumber(string.match(v, '^pending:(%d+)') or '')\n"             \
     "  if exp and now > exp + tonumber(ARGV[4]) then\n"                             \
     "    local m = redis.call('HMGET', KEYS[2], 'segments', 'hwm')\n"                \
-    "    return {2, v, tonumber(m[1] or '0') or 0, tonumber(m[2] or '0') or 0}\n"    \
+    "    return {" STORE_STR(STORE_CLAIM_EXPIRED) ", v, tonumber(m[1] or '0') or 0,\n" \
+    "            tonumber(m[2] or '0') or 0}\n"                                      \
     "  end\n"                                                                       \
-    "  return {0, v}\n"                                                             \
+    "  return {" STORE_STR(STORE_CLAIM_TAKEN) ", v}\n"                              \
     "end\n"                                                                         \
     "local exp = now + tonumber(ARGV[1])\n"                                         \
     "v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[3]\n"              \
     "redis.call('SET', KEYS[1], v, 'PX', ARGV[2])\n"                                \
-    "return {1, v, exp}\n"
+    "return {" STORE_STR(STORE_CLAIM_OWNED) ", v, exp}\n"
 
 /* Raises the SKU's version counter to at least a version seen on one of its segments, so that
  * the next PUT or DELETE gets a version above it (a segment ahead of the meta: the meta write of
@@ -370,24 +380,33 @@
 
 /* Takes a claim over from the value seen: to the order id found (when given), else to a fresh
  * pending claim of this request. KEYS: claim.  ARGV: expected, order id or "", bound, token.
- * -> {0} the claim changed meanwhile | {1, order id} | {2, value, expiry} now ours */
+ * -> {code, ...}, code one of STORE_TAKEOVER_* below */
+#define STORE_TAKEOVER_CHANGED 0 /* {0}: the claim changed meanwhile */
+#define STORE_TAKEOVER_ADOPTED 1 /* {1, order id}: the claim names the order found */
+#define STORE_TAKEOVER_OWNED 2   /* {2, value, expiry}: now this request's */
 #define STORE_LUA_IDEM_TAKEOVER                                                     \
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end\n"                \
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"                                \
+    "  return {" STORE_STR(STORE_TAKEOVER_CHANGED) "}\n"                              \
+    "end\n"                                                                         \
     "if ARGV[2] ~= '' then\n"                                                       \
     "  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')\n"                            \
-    "  return {1, ARGV[2]}\n"                                                       \
+    "  return {" STORE_STR(STORE_TAKEOVER_ADOPTED) ", ARGV[2]}\n"                                                       \
     "end\n"                                                                         \
     STORE_LUA_NOW                                                                   \
     "local exp = now + tonumber(ARGV[3])\n"                                         \
     "local v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[4]\n"        \
     "redis.call('SET', KEYS[1], v, 'KEEPTTL')\n"                                    \
-    "return {2, v, exp}\n"
+    "return {" STORE_STR(STORE_TAKEOVER_OWNED) ", v, exp}\n"
 
-/* KEYS: claim.  ARGV: expected value, new value ("" deletes).  -> 1 swapped, 0 not ours */
+/* KEYS: claim.  ARGV: expected value, new value ("" deletes).  -> one of: */
+#define STORE_SWAP_NOT_OURS 0 /* the claim holds another value: nothing written */
+#define STORE_SWAP_DONE 1     /* swapped (or deleted) */
 #define STORE_LUA_IDEM_SWAP                                                         \
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"                  \
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"                                \
+    "  return " STORE_STR(STORE_SWAP_NOT_OURS) "\n"                                  \
+    "end\n"                                                                         \
     "if ARGV[2] == '' then redis.call('DEL', KEYS[1])\n"                            \
     "else redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL') end\n"                     \
-    "return 1\n"
+    "return " STORE_STR(STORE_SWAP_DONE) "\n"
 
 #endif
