@@ -80,6 +80,7 @@ struct settle {
     int settle; /* settle what is pending (layout_read_settled_async), not just read */
     int heal;   /* roll the layout out even when it says it is (layout_heal_async), once */
     int calls;  /* Redis calls made so far (struct layout's calls) */
+    int refused; /* a segment refused a restock (a damaged number): no further round */
     int round;
     int ri; /* the restock being applied */
     layout_fn cb;
@@ -124,7 +125,7 @@ static void on_read(lc_status st, const redisReply *r, const char *errstr, void 
         settle_fail(s, st == LC_OK ? NULL : errstr);
         return;
     }
-    if (!s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4) {
+    if (!s->settle || (!layout_unsettled(&s->l) && !heal) || s->round >= 4 || s->refused) {
         settle_end(s, s->l.version > 0 && s->l.segments > 0);
         return;
     }
@@ -279,14 +280,33 @@ static void on_restock_end(lc_status st, const redisReply *r, const char *errstr
 static void on_applied(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
-    if (!all_integers(failed, items, n)) {
+    int all = 1, refused = -1, lost = failed && !items;
+    for (int k = 0; k < n && !lost; k++) {
+        if (items[k].type == REDIS_REPLY_ERROR)
+            refused = k;
+        else if (items[k].type != REDIS_REPLY_INTEGER)
+            lost = 1; /* no answer: its fate is unknown */
+        else if (items[k].v < 0)
+            all = 0;
+    }
+    if (lost) {
         settle_fail(s, failed);
         return;
     }
-    int all = 1;
-    for (int k = 0; k < n; k++)
-        if (items[k].v < 0)
-            all = 0;
+    if (refused >= 0) {
+        /* A segment refused its share (a damaged number: its script wrote nothing). The others
+         * have theirs, each applied once (the segment's rst set), and the restock stays pending
+         * for a reader after the repair: the layout is still one to sell from, so the read ends
+         * well, with the restock listed as pending; a restock's own answer asks Redis where it
+         * stands (503 "outcome":"unknown" while it is pending). */
+        log_msg(CONFIG_LOG_WARN, "restock_refused",
+                "sku %s segment %d refused restock %lld (a damaged number?): it stays pending",
+                s->sku, refused, s->l.restocks[s->ri].rid);
+        s->refused = 1;
+        s->ri++;
+        settle_restocks(s);
+        return;
+    }
     if (!all) {
         /* A newer layout superseded it on some segment: nothing more to do with it. */
         s->ri++;

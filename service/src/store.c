@@ -140,6 +140,8 @@ static void on_batch_item(lc_status st, const redisReply *r, const char *errstr,
         if (!b->failed)
             snprintf(b->why, sizeof(b->why), "%s", st != LC_OK ? errstr : "no reply");
         b->failed = 1;
+        if (st == LC_EREDIS) /* answered, with an error: that call wrote nothing */
+            b->items[s->i].type = REDIS_REPLY_ERROR;
     } else {
         struct store_item *it = &b->items[s->i];
         it->type = r->type;

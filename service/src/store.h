@@ -85,7 +85,8 @@ struct store_item {
 
 /* Called once every call of a batch is answered: failed is NULL when all were answered, else
  * the message of the first that failed (no answer, or a Redis error), borrowed for the call, as
- * are items[0..n). */
+ * are items[0..n). A call Redis answered with an error has type REDIS_REPLY_ERROR (scripts check
+ * before their first write: it changed nothing); one with no answer has type 0. */
 typedef void (*store_batch_fn)(void *arg, const char *failed, const struct store_item *items,
                                int n);
 
