@@ -350,6 +350,21 @@ static int64_t wake_latency(lc_client *c, const char *name)
     return t.done_us - t_rel;
 }
 
+/* The best of up to 3 wake-ups (stopping at the first under 50 ms): one slow wake-up is the
+ * machine's load (65 ms once under ASan with a load average of 10), a waiter woken only by its
+ * poll (every 200 ms and more) is slow every time. */
+static int64_t best_wake_latency(lc_client *c, const char *name, const char *what)
+{
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 3 && best > 50000; i++) {
+        int64_t lat = wake_latency(c, name);
+        print_message("wake-up %s, try %d: %lld us\n", what, i, (long long)lat);
+        if (lat < best)
+            best = lat;
+    }
+    return best;
+}
+
 /* Redis restarted under a client: a call may fail once with LC_EIO, then commands, lock scripts
  * (reloaded after NOSCRIPT: the script cache is gone) and unlock wake-ups work again. */
 static void test_reconnect_after_restart(void **state)
@@ -357,8 +372,7 @@ static void test_reconnect_after_restart(void **state)
     (void)state;
     lc_client *c = lt_client(rf_url(gf_redis));
     lock_roundtrip(c, "it_client:restart");
-    int64_t before = wake_latency(c, "it_client:wake");
-    assert_between(before, 0, 50000);
+    assert_between(best_wake_latency(c, "it_client:wake", "before the restart"), 0, 50000);
 
     assert_int_equal(rf_restart(gf_redis), 0);
     int eio = 0, other = 0;
@@ -377,14 +391,7 @@ static void test_reconnect_after_restart(void **state)
     assert_ok(lc_client_ping(c));
     lock_roundtrip(c, "it_client:restart");
 
-    int64_t best = INT64_MAX;
-    for (int i = 0; i < 3 && best > 50000; i++) {
-        int64_t lat = wake_latency(c, "it_client:wake");
-        print_message("wake-up after restart, try %d: %lld us\n", i, (long long)lat);
-        if (lat < best)
-            best = lat;
-    }
-    assert_between(best, 0, 50000);
+    assert_between(best_wake_latency(c, "it_client:wake", "after the restart"), 0, 50000);
     lc_client_free(c);
 }
 
