@@ -1,5 +1,5 @@
 /*
- * areq — a request answered later, on its worker's event loop (http.c owns the loops).
+ * areq — a request answered later, on its worker's event loop (worker.h runs the loops).
  *
  * A handler that has to wait on Redis (handlers.h, the *_async ones; a router row's start)
  * gets a struct areq instead of returning a response: it starts its work on the loop's
@@ -7,13 +7,16 @@
  * thread, once areq->res holds the answer. Meanwhile the HTTP
  * connection is suspended (libmicrohttpd's MHD_suspend_connection) and the loop serves others.
  *
- * Ownership: http.c allocates the areq (its request strings are copies that live as long as
- * the areq) and hands it to the handler; from then until areq_done the handler owns it and
- * must not free it. areq_done gives it back: http.c answers with areq->res and frees it. When
- * the request's deadline passes first (or the process shuts down), http.c answers 503 by
- * itself and marks the areq abandoned (areq_abandoned); the handler still calls areq_done
- * later (its response is then dropped and the areq freed), so a late Redis reply stays
- * harmless.
+ * Ownership: the HTTP edge (http.c) makes the areq with areq_new (its request strings are
+ * copies that live as long as the areq) and hands it to the handler; from then until areq_done
+ * the handler owns it and must not free it. areq_done gives it back through the one callback
+ * the edge gave areq_new: the edge answers with areq->res and frees it. When the request's
+ * deadline passes first (or the process shuts down), the edge answers 503 by itself and
+ * abandons the areq (areq_abandon); the handler still calls areq_done later (its response is
+ * then dropped and the areq freed), so a late Redis reply stays harmless.
+ *
+ * This file knows neither libmicrohttpd nor the loop's thread: what a loop lends its requests
+ * is a struct areq_env, which worker.c fills.
  */
 #ifndef INVENTORY_AREQ_H
 #define INVENTORY_AREQ_H
@@ -26,30 +29,61 @@
 #include "request.h"
 #include "router.h"
 
-struct worker;
 struct event_base;
+struct seggate;
+struct seglock;
+struct areq;
+
+/* What a loop lends the requests it runs (worker.c fills it; read through the functions
+ * below). Touched only by the loop's thread once it runs. */
+struct areq_env {
+    struct event_base *base;                           /* the loop's event_base */
+    lc_async_client *lc;                               /* the loop's Redis client */
+    lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
+    int nlocknodes;
+    struct seglock *live_seglocks; /* the orders' live Redlock seglocks (seglock_close_all) */
+    struct seggate *gates;         /* the loop's per-segment gates (orders) */
+    int id, nloops;                /* the loop's index, 0..nloops - 1 */
+    struct areq *live;             /* every live areq (handlers' work in progress) */
+};
 
 struct areq {
     struct app *app;
-    struct worker *worker;   /* the loop this request runs on */
-    struct event_base *base; /* that loop's event_base */
-    lc_async_client *lc;     /* that loop's Redis client (data + subscriber connection) */
-    struct request req;      /* strings owned by the areq */
-    struct response res;     /* filled by the handler before areq_done */
-    void *http;              /* http.c's: the suspended request, NULL once abandoned */
+    struct areq_env *env;      /* the loop this request runs on */
+    struct event_base *base;   /* that loop's event_base */
+    lc_async_client *lc;       /* that loop's Redis client (data + subscriber connection) */
+    struct request req;        /* strings owned by the areq */
+    struct response res;       /* filled by the handler before areq_done */
+    void *http;                /* the edge's: the suspended request, NULL once abandoned */
+    void (*ready)(void *http); /* the edge's: called by areq_done while not abandoned */
     /* Set by the handler: called on the loop when it is ending (shutdown, after every request
      * was answered) so that work waiting on a timer ends; work waiting on lockcore ends with
      * LC_ESTATE when the loop's client is freed next. May call areq_done. */
     void (*cancel)(struct areq *ar);
-    void *handler;           /* the handler's state, for cancel */
-    struct areq *lprev, *lnext; /* http.c's: the loop's live areqs */
+    void *handler;              /* the handler's state, for cancel */
+    struct areq *lprev, *lnext; /* in env->live */
 };
+
+/* An areq on env's loop holding copies of req's strings (one allocation), in env->live; its
+ * areq_done calls ready(http). NULL when out of memory. */
+struct areq *areq_new(struct areq_env *env, struct app *app, const struct request *req,
+                      void (*ready)(void *http), void *http);
+
+/* Takes ar off its loop's list and frees it with its response. NULL-safe. */
+void areq_free(struct areq *ar);
+
+/* The edge answered without the handler (deadline, shutdown): ready is not called any more,
+ * and the handler's areq_done frees ar. */
+void areq_abandon(struct areq *ar);
+
+/* The loop is ending: calls the cancel of every live areq of env (see cancel above). */
+void areq_cancel_all(struct areq_env *env);
 
 /* Hands the areq back (on its loop's thread): the response is sent, or dropped when the
  * request was abandoned. */
 void areq_done(struct areq *ar);
 
-/* True when http.c has answered without this handler (deadline or shutdown): whatever the
+/* True when the edge has answered without this handler (deadline or shutdown): whatever the
  * handler does next is not seen by the client; it should finish soon (areq_done). */
 bool areq_abandoned(const struct areq *ar);
 
@@ -61,7 +95,6 @@ struct seggate *areq_gates(const struct areq *ar);
 int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes);
 
 /* The loop's list of live Redlock seglocks (seglock.h), closed before its node clients go. */
-struct seglock;
 struct seglock **areq_live_seglocks(const struct areq *ar);
 
 /* The request's loop: its index, 0..*nloops - 1. */

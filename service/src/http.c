@@ -1,18 +1,19 @@
 /*
- * http — libmicrohttpd glue and the worker event loops; see http.h and areq.h.
+ * http — libmicrohttpd glue; see http.h, and worker.h and areq.h for the loops and the requests
+ * answered later.
  *
- * --threads worker loops, each a thread running a libevent event_base that owns one MHD daemon
- * in external-epoll mode (MHD's epoll fd is a persistent read event on the loop, MHD_get_timeout
- * a timer) and one asynchronous lockcore client. The daemons share the port with SO_REUSEPORT,
- * so the kernel spreads connections over the loops, and a connection stays on its loop.
+ * --threads worker loops (worker.h), each with one MHD daemon of ours in external-epoll mode
+ * (MHD's epoll fd is a persistent read event on the loop, MHD_get_timeout a timer), hooked to the
+ * loop as its front end (struct worker_front). The daemons share the port with SO_REUSEPORT, so
+ * the kernel spreads connections over the loops, and a connection stays on its loop.
  *
  * Per request, MHD's largepost pattern: state in *req_cls on the first call, the body
  * accumulated while *upload_data_size != 0, the answer on the final call, cleanup in the
  * NOTIFY_COMPLETED callback. A handler that waits on Redis gets an areq (areq.h): the
- * connection is suspended, the handler runs on the loop's Redis client, areq_done marks the
- * request ready and the loop resumes the connection and runs MHD again, which calls the access
- * handler once more: the answer is queued then. Every suspended request has a deadline timer;
- * at shutdown every suspended connection is resumed before MHD_stop_daemon.
+ * connection is suspended, the handler runs on the loop's Redis client, areq_done calls back
+ * mark_ready, which queues the request, and the loop resumes the connection and runs MHD again,
+ * which calls the access handler once more: the answer is queued then. Every suspended request has
+ * a deadline timer; at shutdown every suspended connection is resumed before MHD_stop_daemon.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,7 +30,6 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,14 +48,13 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "ratelimit.h"
-#include "seggate.h"
-#include "seglock.h"
 #include "request.h"
 #include "router.h"
 #include "store.h"
 #include "validate.h"
+#include "worker.h"
 
-struct worker;
+struct http_loop;
 struct req_state;
 
 /* A per-peer count of open connections, for max_connections_per_ip across every loop's
@@ -69,87 +68,65 @@ struct ipcount {
 
 struct http_server {
     struct app *app;
-    struct worker *workers;
-    int nworkers;
-    atomic_int in_flight; /* requests between their first callback and completion */
+    struct worker *workers;  /* the loops, and ... */
+    struct http_loop *loops; /* ... our front end on each */
+    int nworkers;            /* made (loop_init), of nloops */
+    int nloops;
+    atomic_int in_flight;      /* requests between their first callback and completion */
     struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
     int port;
-    int listen_fd;             /* the first daemon's listening socket (borrowed) */
-    int async_deadline_ms;     /* a suspended request's safety deadline */
-    atomic_int connections;    /* open connections, all loops */
+    int listen_fd;          /* the first daemon's listening socket (borrowed) */
+    int async_deadline_ms;  /* a suspended request's safety deadline */
+    atomic_int connections; /* open connections, all loops */
     pthread_mutex_t ip_mu;
     struct ipcount *ip[IPCOUNT_BUCKETS];
 };
 
-/* A function posted to a loop from another thread (worker_post). */
-struct post {
-    void (*fn)(void *);
-    void *arg;
-    struct post *next;
-};
-
-/* One event loop: its thread, MHD daemon, Redis client and the requests suspended on it.
- * Everything but the post queue (mu) is touched only by the loop's thread once it runs. */
-struct worker {
+/* Our front end on one loop (its struct worker_front's data): the loop's MHD daemon and the
+ * requests suspended on it. Touched only by the loop's thread once it runs. */
+struct http_loop {
     struct http_server *srv;
-    int id;
-    struct event_base *base;
-    pthread_t thread;
-    bool started;
+    struct worker *w;
     struct MHD_Daemon *mhd;
-    MHD_socket lsock;               /* the listening socket once quiesced */
-    struct event *mhd_io;           /* MHD's epoll fd readable */
-    struct event *mhd_timer;        /* MHD_get_timeout */
-    struct event *kick;             /* resume the ready requests and run MHD (same loop) */
-    struct event *mail;             /* mailfd readable: posts from other threads */
-    int mailfd;                     /* eventfd */
-    pthread_mutex_t mu;
-    struct post *posts, *posts_tail;
-    lc_async_client *lc;
-    lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
-    int nlocknodes;
-    struct seglock *live_seglocks;  /* the orders' live Redlock seglocks (seglock_close_all) */
-    struct seggate *gates;          /* the loop's per-segment gates (orders) */
-    struct req_state *suspended;    /* suspended requests (list) */
-    struct req_state *ready;        /* answered, waiting for MHD_resume_connection */
-    struct areq *areqs;             /* every live areq (handlers' work in progress) */
-    bool stopping;
+    MHD_socket lsock;            /* the listening socket once quiesced */
+    struct event *mhd_io;        /* MHD's epoll fd readable */
+    struct event *mhd_timer;     /* MHD_get_timeout */
+    struct event *kick;          /* resume the ready requests and run MHD (same loop) */
+    struct req_state *suspended; /* suspended requests (list) */
+    struct req_state *ready;     /* answered, waiting for MHD_resume_connection */
 };
 
 /* Per-request state, from the first access-handler call to NOTIFY_COMPLETED. */
 struct req_state {
     char *body;
     size_t len, cap;
-    bool too_large; /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
-    bool answered;  /* a response was queued */
-    bool close;     /* send Connection: close (the request's framing cannot be trusted) */
-    bool has_client; /* client is known (an IPv4 or IPv6 peer) */
+    bool too_large;    /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
+    bool answered;     /* a response was queued */
+    bool close;        /* send Connection: close (the request's framing cannot be trusted) */
+    bool has_client;   /* client is known (an IPv4 or IPv6 peer) */
     bool peer_trusted; /* the peer is in trusted_proxies */
     unsigned char client[PROXY_ADDR_LEN]; /* the peer, or the client a trusted proxy names */
     char client_text[48];                 /* client as text; "" when unknown */
-    char request_id[HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id: a trusted proxy's, or made here */
+    char request_id[REQUEST_ID_MAX + 1];  /* X-Request-Id: a trusted proxy's, or made here */
     struct timespec start;
     /* An asynchronous request (areq.h): from the suspend to the resumed call. */
-    struct worker *w;
+    struct http_loop *loop;
     struct MHD_Connection *conn;
-    struct areq *ar;            /* the handler's while !ready; ours once ready */
-    struct response own;        /* our answer when the handler was cut off (deadline, stop) */
+    struct areq *ar;     /* the handler's while !ready; ours once ready */
+    struct response own; /* our answer when the handler was cut off (deadline, stop) */
     bool suspended, ready, abandoned;
     bool begun; /* counted by metrics_request_begin on the final call */
     struct event *deadline;
     struct router_route route;
     bool allowed;
-    struct req_state *prev, *next; /* in w->suspended, or next in w->ready */
+    struct req_state *prev, *next; /* in loop->suspended, or next in loop->ready */
 };
-
-/* The loop of the calling thread (NULL on other threads). */
-static _Thread_local struct worker *current_worker;
 
 /* The last MHD error message of this thread, so http_start can report why MHD refused. */
 static _Thread_local char mhd_last_error[256];
 
-/* Set (until MHD_run returns) when the handler returns MHD_NO after answering on the socket itself, so that
- * libmicrohttpd's "internal error" message for that close is not logged. */
+/* Set (until MHD_run returns) when the handler returns MHD_NO after answering on the socket itself,
+ * so that libmicrohttpd's "internal error" message for that close is not logged. */
 static _Thread_local bool mhd_close_is_ours;
 
 /* libmicrohttpd writes a message for every refused connection and every malformed request, so
@@ -260,8 +237,7 @@ static enum MHD_Result xff_iter(void *cls, enum MHD_ValueKind kind, const char *
 }
 
 /* Works out the request's client address (config trusted_proxies, proxy.h) into st. */
-static void find_client(struct http_server *srv, struct MHD_Connection *conn,
-                        struct req_state *st)
+static void find_client(struct http_server *srv, struct MHD_Connection *conn, struct req_state *st)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -293,9 +269,8 @@ bool http_request_id_ok(const char *id)
     size_t n = 0;
     for (; id[n]; n++) {
         char c = id[n];
-        if (n >= HTTP_REQUEST_ID_MAX ||
-            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              strchr("._:@/+=-", c)))
+        if (n >= REQUEST_ID_MAX || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                     (c >= '0' && c <= '9') || strchr("._:@/+=-", c)))
             return false;
     }
     return n > 0;
@@ -422,8 +397,7 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
 
 /* Answers 413 body_too_large (at the first call, without reading the body, or at the end). */
 static enum MHD_Result answer_too_large(struct http_server *srv, struct MHD_Connection *conn,
-                                        struct req_state *st, const char *method,
-                                        const char *url)
+                                        struct req_state *st, const char *method, const char *url)
 {
     struct response res = {0};
     metrics_request_begin();
@@ -510,8 +484,7 @@ static const char *head_too_large(const struct http_server *srv, struct MHD_Conn
  * (the socket's send buffer is empty while a request is read, and the answer is small), and
  * MHD_NO makes libmicrohttpd close the connection without writing anything itself. */
 static enum MHD_Result answer_head_too_large(struct MHD_Connection *conn, struct req_state *st,
-                                             const char *method, const char *url,
-                                             const char *why)
+                                             const char *method, const char *url, const char *why)
 {
     struct response res = {0};
     metrics_request_begin();
@@ -619,8 +592,8 @@ static const char *framing_error(struct MHD_Connection *conn)
 
 /* Answers 400 invalid_request for a request whose body cannot be delimited, and closes. */
 static enum MHD_Result answer_bad_framing(struct http_server *srv, struct MHD_Connection *conn,
-                                          struct req_state *st, const char *method,
-                                          const char *url, const char *why)
+                                          struct req_state *st, const char *method, const char *url,
+                                          const char *why)
 {
     struct response res = {0};
     metrics_request_begin();
@@ -699,140 +672,25 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
 
 /* ---- asynchronous requests (areq.h) ---- */
 
-static void areq_free(struct areq *ar)
-{
-    if (!ar)
-        return;
-    struct worker *w = ar->worker;
-    if (ar->lprev)
-        ar->lprev->lnext = ar->lnext;
-    else if (w->areqs == ar)
-        w->areqs = ar->lnext;
-    if (ar->lnext)
-        ar->lnext->lprev = ar->lprev;
-    response_free(&ar->res);
-    free(ar);
-}
-
-static char *dup_into(char **p, const char *s, size_t n)
-{
-    if (!s)
-        return NULL;
-    char *d = *p;
-    memcpy(d, s, n);
-    d[n] = '\0';
-    *p += n + 1;
-    return d;
-}
-
-/* An areq holding copies of req's strings (one allocation). NULL when out of memory. */
-static struct areq *areq_new(struct worker *w, const struct request *req)
-{
-    const char *strs[7] = {req->path, req->content_type, req->authorization,
-                           req->idempotency_key, req->request_id, req->client, NULL};
-    size_t bytes = req->body ? req->body_len + 1 : 0;
-    for (int i = 0; strs[i] || i < 6; i++)
-        if (strs[i])
-            bytes += strlen(strs[i]) + 1;
-    struct areq *ar = calloc(1, sizeof(*ar) + bytes);
-    if (!ar)
-        return NULL;
-    char *p = (char *)(ar + 1);
-    ar->app = w->srv->app;
-    ar->worker = w;
-    ar->base = w->base;
-    ar->lc = w->lc;
-    ar->req = *req;
-    ar->req.path = dup_into(&p, req->path, strlen(req->path));
-    if (req->param)
-        ar->req.param = ar->req.path + (req->param - req->path);
-    ar->req.body = req->body ? dup_into(&p, req->body, req->body_len) : NULL;
-#define DUP(f) ar->req.f = req->f ? dup_into(&p, req->f, strlen(req->f)) : NULL
-    DUP(content_type);
-    DUP(authorization);
-    DUP(idempotency_key);
-    DUP(request_id);
-    DUP(client);
-#undef DUP
-    ar->lnext = w->areqs;
-    if (w->areqs)
-        w->areqs->lprev = ar;
-    w->areqs = ar;
-    return ar;
-}
-
 /* Queues st for resumption on its loop (never from inside MHD_run's access handler call: the
  * kick event does it). */
-static void mark_ready(struct req_state *st)
+static void mark_ready(void *arg)
 {
-    struct worker *w = st->w;
+    struct req_state *st = arg;
+    struct http_loop *hl = st->loop;
     if (st->deadline)
         event_del(st->deadline);
     if (st->prev)
         st->prev->next = st->next;
-    else if (w->suspended == st)
-        w->suspended = st->next;
+    else if (hl->suspended == st)
+        hl->suspended = st->next;
     if (st->next)
         st->next->prev = st->prev;
     st->prev = NULL;
     st->ready = true;
-    st->next = w->ready;
-    w->ready = st;
-    event_active(w->kick, EV_TIMEOUT, 0);
-}
-
-static _Thread_local char log_id[HTTP_REQUEST_ID_MAX + 1];
-static _Thread_local int log_depth;
-
-void areq_log_begin(const struct areq *ar)
-{
-    if (log_depth++ > 0)
-        return;
-    snprintf(log_id, sizeof(log_id), "%s", ar->req.request_id ? ar->req.request_id : "");
-    log_set_request_id(log_id);
-}
-
-void areq_log_end(void)
-{
-    if (--log_depth == 0)
-        log_set_request_id(NULL);
-}
-
-struct seggate *areq_gates(const struct areq *ar)
-{
-    return ar->worker->gates;
-}
-
-struct seglock **areq_live_seglocks(const struct areq *ar)
-{
-    return &ar->worker->live_seglocks;
-}
-
-int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes)
-{
-    *nodes = ar->worker->locknodes;
-    return ar->worker->nlocknodes;
-}
-
-int areq_loop(const struct areq *ar, int *nloops)
-{
-    *nloops = ar->worker->srv->nworkers;
-    return ar->worker->id;
-}
-
-bool areq_abandoned(const struct areq *ar)
-{
-    return ar->http == NULL;
-}
-
-void areq_done(struct areq *ar)
-{
-    struct req_state *st = ar->http;
-    if (!st) {
-        areq_free(ar); /* cut off by the deadline or the shutdown: the answer was sent */
-        return;
-    }
-    mark_ready(st);
+    st->next = hl->ready;
+    hl->ready = st;
+    event_active(hl->kick, EV_TIMEOUT, 0);
 }
 
 /* Answers a suspended request without its handler (503): the handler's areq is abandoned and
@@ -841,7 +699,7 @@ static void abandon(struct req_state *st, const char *why, bool outcome_unknown)
 {
     if (st->ready || !st->ar)
         return;
-    st->ar->http = NULL;
+    areq_abandon(st->ar);
     st->ar = NULL;
     st->abandoned = true;
     response_error(&st->own, ERROR_UNAVAILABLE, why);
@@ -857,7 +715,7 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
     struct req_state *st = arg;
     log_set_request_id(st->request_id);
     log_msg(CONFIG_LOG_WARN, "request_deadline", "no answer within %d ms; answering 503",
-            st->w->srv->async_deadline_ms);
+            st->loop->srv->async_deadline_ms);
     abandon(st, "the request did not finish in time; retry later",
             st->route.row->flags & ROUTER_WRITES);
     log_set_request_id(NULL);
@@ -868,25 +726,24 @@ static void on_request_deadline(evutil_socket_t fd, short what, void *arg)
 static enum MHD_Result start_async(struct http_server *srv, struct MHD_Connection *conn,
                                    struct req_state *st, const struct request *req)
 {
-    struct worker *w = current_worker;
-    struct areq *ar = areq_new(w, req);
+    struct http_loop *hl = worker_current()->front.data;
+    struct areq *ar = areq_new(&hl->w->env, srv->app, req, mark_ready, st);
     if (!ar)
         return MHD_NO;
-    st->deadline = evtimer_new(w->base, on_request_deadline, st);
+    st->deadline = evtimer_new(hl->w->env.base, on_request_deadline, st);
     if (!st->deadline) {
         areq_free(ar);
         return MHD_NO;
     }
-    st->w = w;
+    st->loop = hl;
     st->conn = conn;
     st->ar = ar;
-    ar->http = st;
     MHD_suspend_connection(conn);
     st->suspended = true;
-    st->next = w->suspended;
-    if (w->suspended)
-        w->suspended->prev = st;
-    w->suspended = st;
+    st->next = hl->suspended;
+    if (hl->suspended)
+        hl->suspended->prev = st;
+    hl->suspended = st;
     struct timeval tv = {srv->async_deadline_ms / 1000, (srv->async_deadline_ms % 1000) * 1000};
     evtimer_add(st->deadline, &tv);
     st->route.row->start(ar);
@@ -916,9 +773,8 @@ static enum MHD_Result finish_async(struct http_server *srv, struct MHD_Connecti
 }
 
 static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connection *conn,
-                                      const char *url, const char *method,
-                                      const char *upload_data, size_t *upload_data_size,
-                                      struct req_state *st, bool first)
+                                      const char *url, const char *method, const char *upload_data,
+                                      size_t *upload_data_size, struct req_state *st, bool first)
 {
     if (first) {
         /* The first call for this request (headers complete). */
@@ -996,7 +852,7 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         const struct router_row *row = st->route.row;
         if (row->run) {
             row->run(srv->app, &req, &res);
-        } else if (!current_worker || current_worker->stopping) {
+        } else if (!worker_current() || worker_current()->stopping) {
             response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
         } else {
             enum MHD_Result r = start_async(srv, conn, st, &req);
@@ -1012,9 +868,8 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     (void)version;
     struct http_server *srv = cls;
@@ -1028,8 +883,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* Every log line written while this request is handled carries its id. */
     log_set_request_id(st->request_id);
-    enum MHD_Result r = handle_request(srv, conn, url, method, upload_data, upload_data_size, st,
-                                      first);
+    enum MHD_Result r =
+        handle_request(srv, conn, url, method, upload_data, upload_data_size, st, first);
     log_set_request_id(NULL);
     return r;
 }
@@ -1053,12 +908,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         if (st->ready) {
             areq_free(st->ar); /* answered, but the connection went before it was sent */
         } else {
-            st->ar->http = NULL; /* never: a suspended connection does not complete */
+            areq_abandon(st->ar); /* never: a suspended connection does not complete */
         }
     }
-    if (st->ready && st->w) {
+    if (st->ready && st->loop) {
         /* Still on the ready list (the connection closed first): take it off. */
-        for (struct req_state **pp = &st->w->ready; *pp; pp = &(*pp)->next)
+        for (struct req_state **pp = &st->loop->ready; *pp; pp = &(*pp)->next)
             if (*pp == st) {
                 *pp = st->next;
                 break;
@@ -1109,8 +964,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         unsigned char a[PROXY_ADDR_LEN];
-        if (srv->app->cfg.max_connections_per_ip <= 0 || !ci ||
-            !proxy_addr_of(ci->client_addr, a))
+        if (srv->app->cfg.max_connections_per_ip <= 0 || !ci || !proxy_addr_of(ci->client_addr, a))
             return;
         unsigned b = ip_bucket(a);
         pthread_mutex_lock(&srv->ip_mu);
@@ -1145,23 +999,23 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     *socket_context = NULL;
 }
 
-/* ---- the loops ---- */
+/* ---- our front end on the loops (struct worker_front) ---- */
 
 /* Runs MHD and re-arms its timer. */
-static void mhd_pump(struct worker *w)
+static void mhd_pump(struct http_loop *hl)
 {
-    if (!w->mhd)
+    if (!hl->mhd)
         return;
-    MHD_run(w->mhd);
+    MHD_run(hl->mhd);
     mhd_close_is_ours = false;
     MHD_UNSIGNED_LONG_LONG ms;
-    if (MHD_get_timeout(w->mhd, &ms) == MHD_YES) {
+    if (MHD_get_timeout(hl->mhd, &ms) == MHD_YES) {
         if (ms > 3600000ULL)
             ms = 3600000ULL;
         struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-        evtimer_add(w->mhd_timer, &tv);
+        evtimer_add(hl->mhd_timer, &tv);
     } else {
-        evtimer_del(w->mhd_timer);
+        evtimer_del(hl->mhd_timer);
     }
 }
 
@@ -1172,202 +1026,80 @@ static void on_mhd(evutil_socket_t fd, short what, void *arg)
     mhd_pump(arg);
 }
 
-/* Resumes every ready request, then lets MHD send their answers. */
-static void on_kick(evutil_socket_t fd, short what, void *arg)
+/* Resumes every ready request, then lets MHD send their answers (front.flush). */
+static void loop_flush(void *arg)
 {
-    (void)fd;
-    (void)what;
-    struct worker *w = arg;
-    struct req_state *list = w->ready;
-    w->ready = NULL;
+    struct http_loop *hl = arg;
+    struct req_state *list = hl->ready;
+    hl->ready = NULL;
     while (list) {
         struct req_state *st = list;
         list = st->next;
         st->next = NULL;
         MHD_resume_connection(st->conn);
     }
-    mhd_pump(w);
+    mhd_pump(hl);
 }
 
-static void on_mail(evutil_socket_t fd, short what, void *arg)
+static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
     (void)what;
-    struct worker *w = arg;
-    uint64_t n;
-    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        log_msg(CONFIG_LOG_WARN, "loop", "eventfd read: %s", strerror(errno));
-    pthread_mutex_lock(&w->mu);
-    struct post *p = w->posts;
-    w->posts = w->posts_tail = NULL;
-    pthread_mutex_unlock(&w->mu);
-    while (p) {
-        struct post *next = p->next;
-        p->fn(p->arg);
-        free(p);
-        p = next;
-    }
+    loop_flush(arg);
 }
 
-/* Runs fn(arg) on w's loop thread soon. Any thread. */
-static void worker_post(struct worker *w, void (*fn)(void *), void *arg)
+/* Stop accepting (front.quiesce): the listening socket is shut down, so Linux refuses new
+ * connects instead of queueing them. */
+static void loop_quiesce(void *arg)
 {
-    struct post *p = malloc(sizeof(*p));
-    while (!p) {
-        struct timespec ts = {0, 1000000L}; /* never on a loop in practice: out of memory */
-        nanosleep(&ts, NULL);
-        p = malloc(sizeof(*p));
-    }
-    p->fn = fn;
-    p->arg = arg;
-    p->next = NULL;
-    pthread_mutex_lock(&w->mu);
-    if (w->posts_tail)
-        w->posts_tail->next = p;
-    else
-        w->posts = p;
-    w->posts_tail = p;
-    pthread_mutex_unlock(&w->mu);
-    uint64_t one = 1;
-    if (write(w->mailfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        log_msg(CONFIG_LOG_WARN, "loop", "eventfd write: %s", strerror(errno));
+    struct http_loop *hl = arg;
+    hl->lsock = MHD_quiesce_daemon(hl->mhd);
+    if (hl->lsock != MHD_INVALID_SOCKET)
+        shutdown(hl->lsock, SHUT_RDWR);
+    mhd_pump(hl);
 }
 
-static void *worker_main(void *arg)
+/* Answers every request still suspended (503) (front.cut; the loop flushes next). */
+static void loop_cut(void *arg)
 {
-    struct worker *w = arg;
-    current_worker = w;
-    lc_async_mark_loop_thread(1); /* debug builds: a blocking lockcore call here asserts */
-    event_base_dispatch(w->base);
-    lc_async_mark_loop_thread(0);
-    current_worker = NULL;
-    return NULL;
-}
-
-/* On the loop: stop accepting (the listening socket is shut down, so Linux refuses new
- * connects instead of queueing them). */
-static void worker_quiesce(void *arg)
-{
-    struct worker *w = arg;
-    w->lsock = MHD_quiesce_daemon(w->mhd);
-    if (w->lsock != MHD_INVALID_SOCKET)
-        shutdown(w->lsock, SHUT_RDWR);
-    mhd_pump(w);
-}
-
-/* On the loop: answer every request still suspended (503) and resume it. */
-static void worker_cut(void *arg)
-{
-    struct worker *w = arg;
-    w->stopping = true;
-    while (w->suspended) {
-        struct req_state *st = w->suspended;
+    struct http_loop *hl = arg;
+    while (hl->suspended) {
+        struct req_state *st = hl->suspended;
         log_set_request_id(st->request_id);
         abandon(st, "the service is shutting down; retry later",
                 st->route.row->flags & ROUTER_WRITES);
         log_set_request_id(NULL);
     }
-    on_kick(-1, 0, w);
 }
 
-/* The loop's Redlock node clients (--lock-redis): made with the data client, freed after it. */
-static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_client_opts *lo,
-                          char *err, size_t errlen)
+/* The end (front.close): no connection is suspended now. */
+static void loop_close(void *arg)
 {
-    for (; w->nlocknodes < cfg->lock_redis_n; w->nlocknodes++) {
-        char url[CONFIG_REDIS_URL_MAX];
-        if (config_lock_redis_url(cfg, w->nlocknodes, url, sizeof(url)) != 0 ||
-            lc_async_client_new(w->base, url, lo, &w->locknodes[w->nlocknodes]) != LC_OK) {
-            snprintf(err, errlen, "lock node %d of loop %d: %s", w->nlocknodes + 1, w->id,
-                     lc_errmsg());
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void lock_nodes_free(struct worker *w)
-{
-    seglock_close_all(&w->live_seglocks); /* no Redlock may outlive its node clients */
-    for (int i = 0; i < w->nlocknodes; i++)
-        lc_async_client_free(w->locknodes[i]);
-    w->nlocknodes = 0;
-}
-
-/* On the loop: the end. The Redis client goes first (the operations it cuts short end their
- * handlers, whose requests were all answered), then MHD (no connection is suspended now). */
-static void worker_end(void *arg)
-{
-    struct worker *w = arg;
-    on_kick(-1, 0, w);
-    /* Handlers waiting on a timer end now; those waiting on Redis when the client goes. */
-    for (struct areq *ar = w->areqs, *next; ar; ar = next) {
-        next = ar->lnext;
-        if (ar->cancel)
-            ar->cancel(ar);
-    }
-    lc_async_client_free(w->lc);
-    w->lc = NULL;
-    lock_nodes_free(w);
-    on_kick(-1, 0, w); /* handlers the free ended */
-    seggate_free(w->gates); /* every order has ended: nobody is queued */
-    w->gates = NULL;
-    if (w->mhd) {
+    struct http_loop *hl = arg;
+    if (hl->mhd) {
         /* Resumed connections are moved back by MHD_run; stop only once none is suspended. */
-        for (int i = 0; i < 8 && w->suspended; i++)
-            mhd_pump(w);
-        MHD_stop_daemon(w->mhd);
-        w->mhd = NULL;
+        for (int i = 0; i < 8 && hl->suspended; i++)
+            mhd_pump(hl);
+        MHD_stop_daemon(hl->mhd);
+        hl->mhd = NULL;
     }
-    event_base_loopbreak(w->base);
 }
 
-/* A loop's event_base with precise timers (timerfd with epoll): --hold-ms and the lock waits
- * are a few milliseconds, and epoll_wait's millisecond timeout, rounded up, made a 2 ms hold
- * last about 4. */
-static struct event_base *loop_base_new(void)
+static void loop_free(struct http_loop *hl)
 {
-    struct event_config *ec = event_config_new();
-    if (!ec)
-        return NULL;
-    event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
-    struct event_base *b = event_base_new_with_config(ec);
-    event_config_free(ec);
-    return b;
-}
-
-static void worker_free(struct worker *w)
-{
-    if (w->mhd_io)
-        event_free(w->mhd_io);
-    if (w->mhd_timer)
-        event_free(w->mhd_timer);
-    if (w->kick)
-        event_free(w->kick);
-    if (w->mail)
-        event_free(w->mail);
-    if (w->mhd)
-        MHD_stop_daemon(w->mhd);
-    w->mhd = NULL;
-    if (w->lc)
-        lc_async_client_free(w->lc);
-    w->lc = NULL;
-    lock_nodes_free(w);
-    seggate_free(w->gates);
-    w->gates = NULL;
-    if (w->base)
-        event_base_free(w->base);
-    w->base = NULL;
-    if (w->mailfd >= 0)
-        close(w->mailfd);
-    struct post *p = w->posts;
-    while (p) {
-        struct post *next = p->next;
-        free(p);
-        p = next;
-    }
-    if (w->lsock != MHD_INVALID_SOCKET)
-        close(w->lsock);
-    pthread_mutex_destroy(&w->mu);
+    if (hl->mhd_io)
+        event_free(hl->mhd_io);
+    if (hl->mhd_timer)
+        event_free(hl->mhd_timer);
+    if (hl->kick)
+        event_free(hl->kick);
+    hl->mhd_io = hl->mhd_timer = hl->kick = NULL;
+    if (hl->mhd)
+        MHD_stop_daemon(hl->mhd);
+    hl->mhd = NULL;
+    if (hl->lsock != MHD_INVALID_SOCKET)
+        close(hl->lsock);
+    hl->lsock = MHD_INVALID_SOCKET;
 }
 
 /* Parses cfg's bind address and port into *ss, adding the IPv6 flags to *flags. 0, or -1 with
@@ -1399,10 +1131,10 @@ static int listen_addr(const struct config *cfg, struct sockaddr_storage *ss, un
 
 /* Starts loop i's MHD daemon on ss (flags as for MHD_start_daemon); the first one's port and
  * listening socket go to srv. 0, or -1 with err set. */
-static int worker_daemon(struct worker *w, int i, struct sockaddr_storage *ss, unsigned int flags,
-                         char *err, size_t errlen)
+static int loop_daemon(struct http_loop *hl, int i, struct sockaddr_storage *ss, unsigned int flags,
+                       char *err, size_t errlen)
 {
-    struct http_server *srv = w->srv;
+    struct http_server *srv = hl->srv;
     const struct config *cfg = &srv->app->cfg;
     struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
@@ -1434,27 +1166,27 @@ static int worker_daemon(struct worker *w, int i, struct sockaddr_storage *ss, u
         {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_keep_nul, NULL},
         {MHD_OPTION_END, 0, NULL}};
     if (shared >= 0)
-        w->mhd = MHD_start_daemon(
+        hl->mhd = MHD_start_daemon(
             flags, 0, on_accept, srv, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
             NULL, /* first: it sees every message */
             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)shared, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
     else
-        w->mhd = MHD_start_daemon(
+        hl->mhd = MHD_start_daemon(
             flags, (uint16_t)(i > 0 ? srv->port : cfg->port), on_accept, srv, on_request, srv,
             MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, /* first: it sees every message */
             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_LISTENING_ADDRESS_REUSE,
             (unsigned int)1, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
-    if (!w->mhd && shared >= 0)
+    if (!hl->mhd && shared >= 0)
         close(shared);
-    if (!w->mhd) {
+    if (!hl->mhd) {
         snprintf(err, errlen, "cannot listen on %s port %d: %s", cfg->bind, cfg->port,
                  mhd_last_error[0] ? mhd_last_error : "libmicrohttpd refused to start");
         return -1;
     }
     if (i == 0) {
-        const union MHD_DaemonInfo *di = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_BIND_PORT);
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(hl->mhd, MHD_DAEMON_INFO_BIND_PORT);
         srv->port = di ? di->port : cfg->port;
-        const union MHD_DaemonInfo *li = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+        const union MHD_DaemonInfo *li = MHD_get_daemon_info(hl->mhd, MHD_DAEMON_INFO_LISTEN_FD);
         srv->listen_fd = li ? li->listen_fd : -1;
         if (srv->listen_fd < 0 && cfg->max_connections_per_ip > 0) {
             snprintf(err, errlen, "libmicrohttpd: no listening socket");
@@ -1464,53 +1196,41 @@ static int worker_daemon(struct worker *w, int i, struct sockaddr_storage *ss, u
     return 0;
 }
 
-/* Makes loop i of srv (not yet running): its event base, gates, Redis clients, daemon and
- * events. 0, or -1 with err set (worker_free undoes what was made). */
-static int worker_init(struct http_server *srv, int i, struct sockaddr_storage *ss,
-                       unsigned int flags, const lc_client_opts *lo, char *err, size_t errlen)
+/* Makes loop i of srv (not yet running): the loop (worker_init), then our daemon and events
+ * on it. 0, or -1 with err set (loop_free and worker_free undo what was made). */
+static int loop_init(struct http_server *srv, int i, struct sockaddr_storage *ss,
+                     unsigned int flags, const lc_client_opts *lo, char *err, size_t errlen)
 {
-    const struct config *cfg = &srv->app->cfg;
     struct worker *w = &srv->workers[i];
+    struct http_loop *hl = &srv->loops[i];
+    int n = srv->nloops;
     srv->nworkers++;
-    w->srv = srv;
-    w->id = i;
-    w->mailfd = -1;
-    w->lsock = MHD_INVALID_SOCKET;
-    pthread_mutex_init(&w->mu, NULL);
-    w->base = loop_base_new();
-    w->mailfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!w->base || w->mailfd < 0) {
-        snprintf(err, errlen, "event loop %d: %s", i, strerror(errno));
+    hl->srv = srv;
+    hl->w = w;
+    hl->lsock = MHD_INVALID_SOCKET;
+    w->front = (struct worker_front){.data = hl,
+                                     .quiesce = loop_quiesce,
+                                     .cut = loop_cut,
+                                     .flush = loop_flush,
+                                     .close = loop_close};
+    if (worker_init(w, i, n, &srv->app->cfg, lo, err, errlen) != 0 ||
+        loop_daemon(hl, i, ss, flags, err, errlen) != 0)
         return -1;
-    }
-    w->gates = seggate_new();
-    if (!w->gates) {
-        snprintf(err, errlen, "event loop %d: out of memory", i);
-        return -1;
-    }
-    if (lc_async_client_new(w->base, cfg->redis_url, lo, &w->lc) != LC_OK) {
-        snprintf(err, errlen, "redis client of loop %d: %s", i, lc_errmsg());
-        return -1;
-    }
-    if (lock_nodes_new(w, cfg, lo, err, errlen) != 0 ||
-        worker_daemon(w, i, ss, flags, err, errlen) != 0)
-        return -1;
-    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(hl->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei) {
         snprintf(err, errlen, "libmicrohttpd: no epoll fd");
         return -1;
     }
-    w->mhd_io = event_new(w->base, ei->epoll_fd, EV_READ | EV_PERSIST, on_mhd, w);
-    w->mhd_timer = evtimer_new(w->base, on_mhd, w);
-    w->kick = event_new(w->base, -1, 0, on_kick, w);
-    w->mail = event_new(w->base, w->mailfd, EV_READ | EV_PERSIST, on_mail, w);
-    if (!w->mhd_io || !w->mhd_timer || !w->kick || !w->mail || event_add(w->mhd_io, NULL) ||
-        event_add(w->mail, NULL)) {
+    struct event_base *base = w->env.base;
+    hl->mhd_io = event_new(base, ei->epoll_fd, EV_READ | EV_PERSIST, on_mhd, hl);
+    hl->mhd_timer = evtimer_new(base, on_mhd, hl);
+    hl->kick = event_new(base, -1, 0, on_kick, hl);
+    if (!hl->mhd_io || !hl->mhd_timer || !hl->kick || event_add(hl->mhd_io, NULL)) {
         snprintf(err, errlen, "event loop %d: out of memory", i);
         return -1;
     }
     struct timeval now = {0, 0};
-    evtimer_add(w->mhd_timer, &now);
+    evtimer_add(hl->mhd_timer, &now);
     return 0;
 }
 
@@ -1545,8 +1265,10 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         }
     }
     int n = cfg->threads > 0 ? cfg->threads : 1;
+    srv->nloops = n;
     srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-    if (!srv->workers) {
+    srv->loops = calloc((size_t)n, sizeof(*srv->loops));
+    if (!srv->workers || !srv->loops) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1556,26 +1278,26 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     lo.command_timeout_ms = cfg->redis_timeout_ms;
     mhd_last_error[0] = '\0';
     for (int i = 0; i < n; i++)
-        if (worker_init(srv, i, &ss, flags, &lo, err, errlen) != 0)
+        if (loop_init(srv, i, &ss, flags, &lo, err, errlen) != 0)
             goto fail;
     for (int i = 0; i < n; i++) {
-        struct worker *w = &srv->workers[i];
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        if (worker_start(&srv->workers[i]) != 0) {
             snprintf(err, errlen, "cannot start event loop %d", i);
             for (int j = 0; j < i; j++) {
-                worker_post(&srv->workers[j], worker_end, &srv->workers[j]);
-                pthread_join(srv->workers[j].thread, NULL);
-                srv->workers[j].started = false;
+                worker_end(&srv->workers[j]);
+                worker_join(&srv->workers[j]);
             }
             goto fail;
         }
-        w->started = true;
     }
     return srv;
 fail:
-    for (int i = 0; srv->workers && i < srv->nworkers; i++)
+    for (int i = 0; i < srv->nworkers; i++) {
+        loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);
+    }
     free(srv->workers);
+    free(srv->loops);
     ratelimit_free(srv->limiter);
     pthread_mutex_destroy(&srv->ip_mu);
     free(srv);
@@ -1592,7 +1314,7 @@ void http_stop(struct http_server *srv, int grace_ms)
     if (!srv)
         return;
     for (int i = 0; i < srv->nworkers; i++)
-        worker_post(&srv->workers[i], worker_quiesce, &srv->workers[i]);
+        worker_quiesce(&srv->workers[i]);
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (atomic_load(&srv->in_flight) > 0 && elapsed_us(&start) < (long)grace_ms * 1000L) {
@@ -1605,15 +1327,17 @@ void http_stop(struct http_server *srv, int grace_ms)
                 left, grace_ms);
     /* Answer what is still suspended, then end the loops. */
     for (int i = 0; i < srv->nworkers; i++)
-        worker_post(&srv->workers[i], worker_cut, &srv->workers[i]);
+        worker_cut(&srv->workers[i]);
     for (int i = 0; i < srv->nworkers; i++)
-        worker_post(&srv->workers[i], worker_end, &srv->workers[i]);
+        worker_end(&srv->workers[i]);
     for (int i = 0; i < srv->nworkers; i++)
-        if (srv->workers[i].started)
-            pthread_join(srv->workers[i].thread, NULL);
-    for (int i = 0; i < srv->nworkers; i++)
+        worker_join(&srv->workers[i]);
+    for (int i = 0; i < srv->nworkers; i++) {
+        loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);
+    }
     free(srv->workers);
+    free(srv->loops);
     ratelimit_free(srv->limiter);
     for (int b = 0; b < IPCOUNT_BUCKETS; b++)
         while (srv->ip[b]) {

@@ -3,7 +3,8 @@
  * (body capped at 16 KiB: 413 body_too_large), turns it into a struct request, runs the
  * handler of its router row between router_begin and router_end (at once, or suspended until
  * the handler's areq_done: areq.h), and sends back the struct response the handler filled
- * (JSON compact, or the handler's raw text). Handlers run on the worker loops (cfg.threads).
+ * (JSON compact, or the handler's raw text). Handlers run on the worker loops (cfg.threads,
+ * worker.h), where this file's daemons are the loops' front ends (struct worker_front).
  *
  * Abuse limits, both per peer address and off by default: cfg.rate_limit_rps/rate_limit_burst
  * (ratelimit.h token buckets; a request over the rate gets 429 rate_limited + Retry-After before
@@ -27,9 +28,6 @@
 #include <stddef.h>
 
 struct app;
-
-/* Longest X-Request-Id taken from a trusted proxy. */
-#define HTTP_REQUEST_ID_MAX 128
 
 /* Longest request head served (request line, header lines and the blank line, in bytes);
  * a longer one is answered 431 headers_too_large. A head must also fit the connection's

@@ -13,6 +13,9 @@
 
 #include "errors.h"
 
+/* Longest X-Request-Id taken from a trusted proxy (http.h says which ids are taken). */
+#define REQUEST_ID_MAX 128
+
 enum http_method {
     HTTP_OTHER = 0,
     HTTP_GET,

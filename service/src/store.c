@@ -1,6 +1,6 @@
 /*
  * Redis access for the service; see store.h. Every command goes through a worker loop's
- * asynchronous lockcore client (http.c makes them); the store holds the scripts and builds
+ * asynchronous lockcore client (worker.c makes them); the store holds the scripts and builds
  * the keys.
  */
 #include <stdio.h>
