@@ -246,12 +246,10 @@ static void test_waiter_queue(void **state)
     lc_client_free(c);
 }
 
-/* force_unlock publishes the unlock too: a waiter is woken by it. */
-static void test_force_unlock_wakes(void **state)
+/* One force_unlock of a lock a waiter waits for: the waiter gets the lock promptly; returns how
+ * it was woken (lc_lock_last_wake). */
+static int force_unlock_round(lc_client *c, const char *name)
 {
-    (void)state;
-    const char *name = "it_wait:force";
-    lc_client *c = lt_client(rf_url(gf_redis));
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     assert_ok(lc_lock_acquire(a, 0, NULL));
@@ -262,7 +260,7 @@ static void test_force_unlock_wakes(void **state)
     assert_ok(lc_lock_force_unlock(c, name));
     pthread_join(w.tid, NULL);
     assert_status(w.st, LC_OK);
-    assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
+    int wake = lc_lock_last_wake(b);
     assert_between(w.done_us - t_rel, 0, WAKE_MAX_US);
     char owner[64];
     assert_string_equal(lt_owner(gf_redis, name, owner, sizeof owner), lc_lock_token(b));
@@ -270,6 +268,23 @@ static void test_force_unlock_wakes(void **state)
     assert_status(lc_lock_release(a), LC_ELOST);
     lc_lock_free(a);
     lc_lock_free(b);
+    return wake;
+}
+
+/* force_unlock publishes the unlock too: a waiter is woken by it. The waiter's fallback poll
+ * can win the race with the message now and then on a loaded machine (once at load 8), so up
+ * to 3 rounds, one of which must be woken by the unlock: a force_unlock that published nothing
+ * would be woken by the poll every time. */
+static void test_force_unlock_wakes(void **state)
+{
+    (void)state;
+    lc_client *c = lt_client(rf_url(gf_redis));
+    int wake = -1;
+    for (int i = 0; i < 3 && wake != LC_WAKE_UNLOCK; i++) {
+        wake = force_unlock_round(c, "it_wait:force");
+        print_message("round %d: woken by %d\n", i, wake);
+    }
+    assert_int_equal(wake, LC_WAKE_UNLOCK);
     lc_client_free(c);
 }
 
