@@ -21,6 +21,7 @@ packages=(
   # scripts/fuzz.sh: clang with libFuzzer. libclang-rt-14-dev holds libFuzzer and the
   # sanitizer runtimes; clang only recommends it, and recommends are not installed here.
   clang libclang-rt-14-dev
+  clang-format  # scripts/format.sh: the one formatter (.clang-format); test.sh runs its --check
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
 )
 # shellcheck disable=SC2206
