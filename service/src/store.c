@@ -268,7 +268,7 @@ void store_batch_async(struct store *store, lc_async_client *lc, const struct ar
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) {
         ctx_begin(ar);
-        cb(arg, "store: out of memory", NULL, 0);
+        cb(arg, "out of memory", NULL, 0);
         ctx_end(ar);
         return;
     }
