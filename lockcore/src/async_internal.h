@@ -227,9 +227,6 @@ int lc_ev_attach(redisAsyncContext *ac, struct event_base *base, lc_async_client
 void lc_async_enter(lc_async_client *client);
 void lc_async_leave(lc_async_client *client);
 
-/* The loop the client was made on (for timers of objects built on the client: redlock_async.c). */
-struct event_base *lc_async_client_base(const lc_async_client *client);
-
 /* For the tests: unlock messages that woke a waiter, waiters sleeping (subscribed, waiting for
  * an unlock) on the lock called name, and whether the data connection is up. */
 long lc_async_debug_wakeups(const lc_async_client *client);

@@ -1,6 +1,7 @@
 /*
- * clock — the service's clock for deadlines, ages and intervals, in one place: CLOCK_MONOTONIC
- * milliseconds (it never jumps).
+ * clock — the service's clocks, in one place: CLOCK_MONOTONIC milliseconds for deadlines, ages
+ * and intervals (it never jumps), CLOCK_REALTIME milliseconds for what names a moment (log
+ * timestamps). No other file of service/src reads a clock.
  */
 #ifndef INVENTORY_CLOCK_H
 #define INVENTORY_CLOCK_H
@@ -13,6 +14,14 @@ static inline int64_t clock_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds since the Unix epoch on CLOCK_REALTIME (may jump: never for intervals). */
+static inline int64_t clock_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 

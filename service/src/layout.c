@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "areq.h"
 #include "layout.h"
 #include "log.h"
 #include "store_scripts.h"
@@ -75,6 +76,7 @@ int layout_unsettled(const struct layout *l)
 struct settle {
     struct store *st;
     lc_async_client *lc;
+    const struct areq *ar; /* the request it is for (store.h: its callbacks' log context) */
     char sku[STORE_KEY_MAX];
     struct layout l;
     int settle; /* settle what is pending (layout_read_settled_async), not just read */
@@ -143,7 +145,7 @@ static void settle_read(struct settle *s)
     store_sku_key(rst, s->sku, "rst");
     const char *keys[2] = {meta, rst};
     s->calls++;
-    store_script_async(s->st, s->lc, SCRIPT_LAYOUT_READ, 2, keys, 0, NULL, on_read, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_READ, 2, keys, 0, NULL, on_read, s);
 }
 
 /* Starts script c on segments [from, to) with args[i] (i = k - from; the args are set by the
@@ -172,7 +174,8 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
             s->aflat[i * nargs + j] = s->args[i][j];
     }
     s->calls += n;
-    store_batch_async(s->st, s->lc, id, n, nkeys, s->kflat, nargs, s->aflat, s->conns, cb, s);
+    store_batch_async(s->st, s->lc, s->ar, id, n, nkeys, s->kflat, nargs, s->aflat, s->conns, cb,
+                      s);
 }
 
 /* Every reply an integer: the segment steps answer nothing else. */
@@ -229,7 +232,7 @@ static void on_dropped(void *arg, const char *failed, const struct store_item *i
     const char *keys[1] = {meta};
     const char *a[2] = {ver, segs};
     s->calls++;
-    store_script_async(s->st, s->lc, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
 }
 
 static void on_reset(void *arg, const char *failed, const struct store_item *items, int n)
@@ -325,7 +328,7 @@ static void on_applied(void *arg, const char *failed, const struct store_item *i
     const char *keys[3] = {meta, rst, rres};
     const char *a[3] = {rid, ver, LAYOUT_RESULT_TTL};
     s->calls++;
-    store_script_async(s->st, s->lc, SCRIPT_RESTOCK_END, 3, keys, 3, a, on_restock_end, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_RESTOCK_END, 3, keys, 3, a, on_restock_end, s);
 }
 
 /* Applies the pending restocks of this version from s->ri on (each to every segment once, then
@@ -366,8 +369,9 @@ static void settle_round(struct settle *s)
     settle_restocks(s);
 }
 
-static void settle_start(struct store *st, lc_async_client *lc, const char *sku, int settle,
-                         int heal, struct store_conns *conns, layout_fn cb, void *arg)
+static void settle_start(struct store *st, lc_async_client *lc, const struct areq *ar,
+                         const char *sku, int settle, int heal, struct store_conns *conns,
+                         layout_fn cb, void *arg)
 {
     struct settle *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -379,6 +383,7 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
     }
     s->st = st;
     s->lc = lc;
+    s->ar = ar;
     snprintf(s->sku, sizeof(s->sku), "%s", sku);
     s->settle = settle;
     s->heal = heal;
@@ -391,19 +396,19 @@ static void settle_start(struct store *st, lc_async_client *lc, const char *sku,
 void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg)
 {
-    settle_start(st, lc, sku, 0, 0, NULL, cb, arg);
+    settle_start(st, lc, NULL, sku, 0, 0, NULL, cb, arg);
 }
 
 void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
                                layout_fn cb, void *arg)
 {
-    settle_start(st, lc, sku, 1, 0, NULL, cb, arg);
+    settle_start(st, lc, NULL, sku, 1, 0, NULL, cb, arg);
 }
 
 void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg)
 {
-    settle_start(st, lc, sku, 1, 1, NULL, cb, arg);
+    settle_start(st, lc, NULL, sku, 1, 1, NULL, cb, arg);
 }
 
 static void on_version_raised(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -427,11 +432,11 @@ void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, i
     snprintf(v, sizeof(v), "%" PRId64, seen);
     const char *keys[1] = {ver};
     const char *args[1] = {v};
-    store_script_async(st, lc, SCRIPT_VER_RAISE, 1, keys, 1, args, on_version_raised, NULL);
+    store_script_async(st, lc, NULL, SCRIPT_VER_RAISE, 1, keys, 1, args, on_version_raised, NULL);
 }
 
-void layout_read_settled_noted_async(struct store *st, lc_async_client *lc, const char *sku,
-                                     struct store_conns *conns, layout_fn cb, void *arg)
+void layout_settle_for_async(struct store *st, const struct areq *ar, const char *sku, int heal,
+                             struct store_conns *conns, layout_fn cb, void *arg)
 {
-    settle_start(st, lc, sku, 1, 0, conns, cb, arg);
+    settle_start(st, ar->lc, ar, sku, 1, heal, conns, cb, arg);
 }

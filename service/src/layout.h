@@ -49,8 +49,9 @@ int layout_unsettled(const struct layout *l);
  * filled: a deleted SKU may be pending), -1 Redis error. l is borrowed for the call. */
 typedef void (*layout_fn)(void *arg, int rc, struct layout *l);
 
-/* Reads sku's layout on lc (a worker loop's client). cb is called exactly once, on the loop
- * (from inside this call only when nothing could be started). */
+/* Reads sku's layout on lc (a worker loop's client). cb is called exactly once, on the loop,
+ * never from inside this call (store.h's rule and its exceptions: LC_ESTATE at the loop's end,
+ * out of memory); without a request context (the caller brackets its own). */
 void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg);
 
@@ -77,9 +78,12 @@ void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, l
 void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
                        int64_t seen, int64_t version);
 
-/* layout_read_settled_async noting in conns (the caller's, alive until cb) the connections
- * its reads and writes went on, for the WAITs that vouch for them (an admin write's). */
-void layout_read_settled_noted_async(struct store *st, lc_async_client *lc, const char *sku,
-                                     struct store_conns *conns, layout_fn cb, void *arg);
+/* For the request ar, on its loop's client: layout_read_settled_async (heal 0) or
+ * layout_heal_async (heal 1), cb run in ar's log context (store.h), and, when conns is not NULL
+ * (the caller's, alive until cb), the connections its reads and writes went on noted there, for
+ * the WAITs that vouch for them (an admin write's). */
+struct areq;
+void layout_settle_for_async(struct store *st, const struct areq *ar, const char *sku, int heal,
+                             struct store_conns *conns, layout_fn cb, void *arg);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 static atomic_int log_level = CONFIG_LOG_INFO;
@@ -180,12 +181,12 @@ static const char *level_name(enum config_log_level level)
 
 void log_timestamp(char *buf, size_t len)
 {
-    struct timespec ts;
+    int64_t ms = clock_wall_ms();
+    time_t sec = (time_t)(ms / 1000);
     struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&sec, &tm);
     size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    snprintf(buf + n, len - n, ".%03dZ", (int)(ms % 1000));
 }
 
 /* Appends {"ts":..,"level":..,"event":.., (without the closing brace). */

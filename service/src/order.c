@@ -112,14 +112,13 @@ static int by_id_parse(const struct request *req, struct by_id *b)
 }
 
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
- * request from the handler's start to its callback (always called once), which frees it. */
+ * request from the handler's start to its callback (always called once, in the request's log
+ * context: store.h), which frees it. */
 static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)errstr;
     struct by_id *b = arg;
-    areq_log_begin(b->ar);
     get_answer(st, r, &b->ar->res);
-    areq_log_end();
     areq_done(b->ar);
     free(b);
 }
@@ -138,8 +137,7 @@ void order_get_async(struct areq *ar)
     }
     b->ar = ar;
     const char *argv[3] = {"HGET", b->sk.orders, b->id};
-    if (lc_async_command(ar->lc, 3, argv, NULL, on_get_reply, b) != LC_OK)
-        on_get_reply(LC_EIO, NULL, lc_errmsg(), b); /* the start's failure, just recorded */
+    store_command_async(ar->lc, ar, 3, argv, on_get_reply, b);
 }
 
 /* With --redis-replica-acks N, a cancel is acknowledged only once N replicas have it, as an
@@ -168,9 +166,7 @@ static void on_cancel_reply(lc_status st, const redisReply *r, const char *errst
 {
     (void)errstr;
     struct by_id *b = arg;
-    areq_log_begin(b->ar);
     cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
-    areq_log_end();
     lc_async_conn_ref ref;
     if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
         /* On the connection that carried the cancel (a new one would vouch for nothing). */
@@ -201,8 +197,6 @@ void order_cancel_async(struct areq *ar)
     b->ar = ar;
     const char *keys[3] = {b->sk.stock, b->sk.cnt, b->sk.orders};
     const char *args[1] = {b->id};
-    lc_status st = lc_async_script(ar->lc, store_script(ar->app->store, SCRIPT_CANCEL), 3, keys,
-                                   NULL, 1, args, NULL, on_cancel_reply, b);
-    if (st != LC_OK)
-        on_cancel_reply(st, NULL, lc_errmsg(), b); /* never sent: nothing changed */
+    store_script_async(ar->app->store, ar->lc, ar, SCRIPT_CANCEL, 3, keys, 1, args, on_cancel_reply,
+                       b);
 }

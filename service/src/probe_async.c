@@ -6,8 +6,9 @@
 
 #include "areq.h"
 #include "handlers.h"
+#include "store.h"
 
-/* The PING's reply (or its failure to start): the answer. */
+/* The PING's reply (or its failure to start): the answer, in the request's log context. */
 static void on_ping(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct areq *ar = arg;
@@ -15,9 +16,7 @@ static void on_ping(lc_status st, const redisReply *r, const char *errstr, void 
         st = LC_EREDIS;
         errstr = "PING: unexpected reply";
     }
-    areq_log_begin(ar);
     probe_readyz_answer(st, st == LC_OK ? NULL : errstr, &ar->res);
-    areq_log_end();
     areq_done(ar);
 }
 
@@ -29,8 +28,6 @@ void probe_readyz_async(struct areq *ar)
         return;
     }
     const char *argv[1] = {"PING"};
-    lc_status st = lc_async_command(ar->lc, 1, argv, NULL, on_ping, ar);
-    if (st != LC_OK)
-        on_ping(st, NULL, lc_errmsg(), ar); /* not started; the message just recorded */
+    store_command_async(ar->lc, ar, 1, argv, on_ping, ar);
 }
 

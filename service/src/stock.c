@@ -147,7 +147,7 @@ static void admin_end(struct admin *a)
     int acks = a->app->cfg.redis_replica_acks;
     if (a->write && !a->waited && acks > 0 && ar->res.status / 100 == 2) {
         a->waited = 1;
-        store_replica_wait_conns_async(ar->lc, &a->conns, acks, a->app->cfg.redis_timeout_ms,
+        store_replica_wait_conns_async(ar->lc, ar, &a->conns, acks, a->app->cfg.redis_timeout_ms,
                                        on_admin_acked, a);
         return;
     }
@@ -163,7 +163,6 @@ static void on_admin_acked(void *arg, long long got)
     struct admin *a = arg;
     int want = a->app->cfg.redis_replica_acks;
     if (got < want) {
-        areq_log_begin(a->ar);
         log_msg(CONFIG_LOG_WARN, "sku_replica_ack_missing",
                 "sku %s: written, but on %lld of %d replicas of some master", a->sku,
                 got < 0 ? 0 : got, want);
@@ -172,7 +171,6 @@ static void on_admin_acked(void *arg, long long got)
                                  "--redis-replica-acks confirmed it in time, so a failover "
                                  "could undo it: retry with the same Idempotency-Key, or read "
                                  "the SKU");
-        areq_log_end();
     }
     admin_end(a);
 }
@@ -255,19 +253,6 @@ static int status_build(struct admin *a, const char *failed, const struct store_
     return *out ? 1 : -1;
 }
 
-static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
-                           int n);
-
-static void on_segments(void *arg, const char *failed, const struct store_item *items, int n)
-{
-    struct admin *a = arg;
-    if (failed)
-        admin_why(a, failed);
-    areq_log_begin(a->ar);
-    on_segments_in(a, failed, items, n);
-    areq_log_end();
-}
-
 static void on_status_layout(void *arg, int found, struct layout *l);
 
 /*
@@ -279,9 +264,11 @@ static void on_status_layout(void *arg, int found, struct layout *l);
  * the segment, and the version counter is raised so that the next PUT repairs it. At most 5
  * reads: a status read never spins.
  */
-static void on_segments_in(struct admin *a, const char *failed, const struct store_item *items,
-                           int n)
+static void on_segments(void *arg, const char *failed, const struct store_item *items, int n)
 {
+    struct admin *a = arg;
+    if (failed)
+        admin_why(a, failed);
     json_t *st;
     int k = 0;
     int rc = status_build(a, failed, items, n, &st, &k);
@@ -306,23 +293,14 @@ static void on_segments_in(struct admin *a, const char *failed, const struct sto
     }
     if (rc == 0) {
         a->healed = 1;
-        layout_heal_async(a->app->store, a->ar->lc, a->sku, on_status_layout, a);
+        layout_settle_for_async(a->app->store, a->ar, a->sku, 1, NULL, on_status_layout, a);
         return;
     }
     a->stale_from = a->l.version;
     status_read(a);
 }
 
-static void on_status_layout_in(void *arg, int found, struct layout *l);
-
 static void on_status_layout(void *arg, int found, struct layout *l)
-{
-    areq_log_begin(((struct admin *)arg)->ar);
-    on_status_layout_in(arg, found, l);
-    areq_log_end();
-}
-
-static void on_status_layout_in(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
     if (found < 0)
@@ -349,7 +327,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
         kflat[3 * k + 2] = keys[k].cnt;
     }
     /* The keys are copied by lockcore when the calls start. */
-    store_batch_async(a->app->store, a->ar->lc, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL,
+    store_batch_async(a->app->store, a->ar->lc, a->ar, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL,
                       &a->conns, on_segments, a);
     free(kflat);
     free(keys);
@@ -361,7 +339,7 @@ static void on_status_layout_in(void *arg, int found, struct layout *l)
  * again (5 attempts). */
 static void status_read(struct admin *a)
 {
-    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, on_status_layout, a);
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, on_status_layout, a);
 }
 
 /* ---- GET ---- */
@@ -394,15 +372,6 @@ void stock_get_async(struct areq *ar)
 
 /* ---- PUT ---- */
 
-static void put_on_settled_in(void *arg, int found, struct layout *l);
-
-static void put_on_settled(void *arg, int found, struct layout *l)
-{
-    areq_log_begin(((struct admin *)arg)->ar);
-    put_on_settled_in(arg, found, l);
-    areq_log_end();
-}
-
 /* A replay's check of the segments (--redis-replica-acks): every segment read at the layout's
  * version, on the connections the 2xx's WAITs then go on. */
 static void put_on_replay_checked(struct admin *a, int found, json_t *st)
@@ -428,7 +397,7 @@ static void put_on_replay_checked(struct admin *a, int found, json_t *st)
     admin_end(a);
 }
 
-static void put_on_settled_in(void *arg, int found, struct layout *l)
+static void put_on_settled(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
     if (found < 0) {
@@ -458,21 +427,12 @@ static void put_on_settled_in(void *arg, int found, struct layout *l)
     admin_end(a);
 }
 
-static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r);
-
 static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
     if (st != LC_OK)
         admin_why(a, errstr);
-    areq_log_begin(a->ar);
-    on_put_meta_in(a, st, r);
-    areq_log_end();
-}
-
-static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r)
-{
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING) {
         if (may_have_run(st)) {
@@ -487,7 +447,7 @@ static void on_put_meta_in(struct admin *a, lc_status st, const redisReply *r)
     snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
     skucache_forget(a->app->cache, a->sku);
     /* Roll the layout out (a replay too: the first try may have been cut off before). */
-    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, put_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, put_on_settled, a);
 }
 
 /* The answer of a PUT: the stored "<status> <body>" of the meta script. */
@@ -521,7 +481,8 @@ void stock_put_async(struct areq *ar)
     snprintf(a->stock, sizeof(a->stock), "%" PRId64, body.stock);
     const char *keys[4] = {meta, ver, rst, a->key ? a->claim : meta};
     const char *args[5] = {a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS};
-    store_script_async(a->app->store, ar->lc, SCRIPT_PUT_META, 4, keys, 5, args, on_put_meta, a);
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_PUT_META, 4, keys, 5, args, on_put_meta,
+                       a);
 }
 
 /* ---- restock ---- */
@@ -566,7 +527,7 @@ static void restock_end(struct admin *a)
         return;
     }
     if (a->app->cfg.redis_replica_acks > 0) {
-        store_replica_wait_conns_async(a->ar->lc, &a->conns, a->app->cfg.redis_replica_acks,
+        store_replica_wait_conns_async(a->ar->lc, a->ar, &a->conns, a->app->cfg.redis_replica_acks,
                                        a->app->cfg.redis_timeout_ms, on_restock_acked, a);
         return;
     }
@@ -593,7 +554,7 @@ static void restock_store_answer(struct admin *a)
     snprintf(value, len, "%d %s", res->status, body);
     const char *keys[1] = {a->claim};
     const char *args[2] = {a->pending, value};
-    store_script_async(a->app->store, a->ar->lc, SCRIPT_IDEM_SWAP, 1, keys, 2, args,
+    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_IDEM_SWAP, 1, keys, 2, args,
                        on_answer_stored, a);
     free(value);
     free(body);
@@ -614,21 +575,12 @@ static void restock_on_status(struct admin *a, int found, json_t *st)
     restock_end(a);
 }
 
-static void on_restock_state_in(struct admin *a, lc_status st, const redisReply *r);
-
 static void on_restock_state(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
     if (st != LC_OK)
         admin_why(a, errstr);
-    areq_log_begin(a->ar);
-    on_restock_state_in(a, st, r);
-    areq_log_end();
-}
-
-static void on_restock_state_in(struct admin *a, lc_status st, const redisReply *r)
-{
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER ||
         r->integer == STORE_RESTOCK_PENDING) {
         /* Registered, and not yet everywhere (this settle had more to do than it may do, or
@@ -649,16 +601,7 @@ static void on_restock_state_in(struct admin *a, lc_status st, const redisReply 
     status_read(a);
 }
 
-static void restock_on_settled_in(void *arg, int found, struct layout *l);
-
 static void restock_on_settled(void *arg, int found, struct layout *l)
-{
-    areq_log_begin(((struct admin *)arg)->ar);
-    restock_on_settled_in(arg, found, l);
-    areq_log_end();
-}
-
-static void restock_on_settled_in(void *arg, int found, struct layout *l)
 {
     (void)l;
     struct admin *a = arg;
@@ -676,7 +619,7 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
     snprintf(rid, sizeof(rid), "%lld", a->rid);
     const char *keys[2] = {rst, rres};
     const char *args[1] = {rid};
-    store_script_async(a->app->store, a->ar->lc, SCRIPT_RESTOCK_STATE, 2, keys, 1, args,
+    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_RESTOCK_STATE, 2, keys, 1, args,
                        on_restock_state, a);
 }
 
@@ -686,10 +629,8 @@ static void restock_on_settled_in(void *arg, int found, struct layout *l)
  * with the same key, or the next reader, completes it). */
 static void finish_restock(struct admin *a)
 {
-    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, restock_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, restock_on_settled, a);
 }
-
-static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r);
 
 static void on_restock_begin(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -697,13 +638,6 @@ static void on_restock_begin(lc_status st, const redisReply *r, const char *errs
     store_conns_note(&a->conns, a->ar->lc);
     if (st != LC_OK)
         admin_why(a, errstr);
-    areq_log_begin(a->ar);
-    on_restock_begin_in(a, st, r);
-    areq_log_end();
-}
-
-static void on_restock_begin_in(struct admin *a, lc_status st, const redisReply *r)
-{
     struct response *res = &a->ar->res;
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (may_have_run(st)) {
@@ -771,22 +705,13 @@ void stock_restock_async(struct areq *ar)
     snprintf(units, sizeof(units), "%" PRId64, body.quantity);
     const char *keys[3] = {meta, rst, a->key ? a->claim : meta};
     const char *args[3] = {units, a->key ? "1" : "0", STOCK_KEY_TTL_MS};
-    store_script_async(a->app->store, ar->lc, SCRIPT_RESTOCK_BEGIN, 3, keys, 3, args,
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_RESTOCK_BEGIN, 3, keys, 3, args,
                        on_restock_begin, a);
 }
 
 /* ---- DELETE ---- */
 
-static void delete_on_settled_in(void *arg, int found, struct layout *l);
-
 static void delete_on_settled(void *arg, int found, struct layout *l)
-{
-    areq_log_begin(((struct admin *)arg)->ar);
-    delete_on_settled_in(arg, found, l);
-    areq_log_end();
-}
-
-static void delete_on_settled_in(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
     if (found < 0)
@@ -796,21 +721,12 @@ static void delete_on_settled_in(void *arg, int found, struct layout *l)
     admin_end(a);
 }
 
-static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r);
-
 static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
     if (st != LC_OK)
         admin_why(a, errstr);
-    areq_log_begin(a->ar);
-    on_delete_meta_in(a, st, r);
-    areq_log_end();
-}
-
-static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r)
-{
     if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
         if (may_have_run(st)) {
             admin_unknown(a, unknown_delete);
@@ -829,7 +745,7 @@ static void on_delete_meta_in(struct admin *a, lc_status st, const redisReply *r
     }
     /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
      * next settle when this one fails. */
-    layout_read_settled_noted_async(a->app->store, a->ar->lc, a->sku, &a->conns, delete_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
 }
 
 void stock_delete_async(struct areq *ar)
@@ -847,6 +763,6 @@ void stock_delete_async(struct areq *ar)
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
     const char *keys[3] = {meta, ver, rst};
-    store_script_async(a->app->store, ar->lc, SCRIPT_DELETE_META, 3, keys, 0, NULL,
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 3, keys, 0, NULL,
                        on_delete_meta, a);
 }

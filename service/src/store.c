@@ -1,12 +1,17 @@
 /*
  * Redis access for the service; see store.h. Every command goes through a worker loop's
  * asynchronous lockcore client (worker.c makes them); the store holds the scripts and builds
- * the keys.
+ * the keys. Every callback of a store call goes through one funnel here (on_call_reply,
+ * batch_end, wait_all_end): in its request's log context, on the loop, never from inside the
+ * call that started it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
+#include "areq.h"
 #include "store.h"
 #include "store_scripts.h"
 
@@ -108,12 +113,104 @@ long long store_reply_int(const redisReply *r, long long dflt)
 
 /* ---- asynchronous ---- */
 
+/* Runs fn(p) on lc's loop's next turn, so that a call that could not start never calls back
+ * from inside itself. Now instead only when there is no next turn: st LC_ESTATE (the client is
+ * being freed at the loop's end, and lc_async_client_free ends every operation inside itself)
+ * or libevent cannot allocate the event (out of memory). */
+static void defer(lc_async_client *lc, lc_status st, event_callback_fn fn, void *p)
+{
+    static const struct timeval next_turn = {0, 0};
+    if (st == LC_ESTATE ||
+        event_base_once(lc_async_client_base(lc), -1, EV_TIMEOUT, fn, p, &next_turn) != 0)
+        fn(-1, EV_TIMEOUT, p);
+}
+
+/* The request context of a callback: its log lines carry ar's id (none when ar is NULL). Every
+ * callback of this file is run between these two, and nowhere else in the service is a store
+ * callback bracketed. */
+static void ctx_begin(const struct areq *ar)
+{
+    if (ar)
+        areq_log_begin(ar);
+}
+
+static void ctx_end(const struct areq *ar)
+{
+    if (ar)
+        areq_log_end();
+}
+
+/* One call in flight, from its start to its callback (which frees it first): the callback, its
+ * request and, for a call that could not start, that failure (status and lockcore's message,
+ * copied when it happened: lc_errmsg() is the loop's last failure, not this call's). */
+struct call {
+    const struct areq *ar;
+    lc_async_reply_fn cb;
+    void *arg;
+    lc_status st;
+    char why[STORE_WHY_MAX];
+};
+
+/* The trampoline: every reply of a single call comes here, and goes to its callback in its
+ * request's context. */
+static void on_call_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct call *c = arg;
+    const struct areq *ar = c->ar;
+    lc_async_reply_fn cb = c->cb;
+    void *cb_arg = c->arg;
+    free(c);
+    ctx_begin(ar);
+    cb(st, r, errstr, cb_arg);
+    ctx_end(ar);
+}
+
+static void on_call_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct call *c = arg;
+    char why[STORE_WHY_MAX];
+    memcpy(why, c->why, sizeof(why)); /* c is freed before the callback */
+    on_call_reply(c->st, NULL, why, c);
+}
+
+/* A new call record, or NULL (out of memory: cb has been called, the one synchronous case). */
+static struct call *call_new(const struct areq *ar, lc_async_reply_fn cb, void *arg)
+{
+    struct call *c = malloc(sizeof(*c));
+    if (!c) {
+        ctx_begin(ar);
+        cb(LC_ENOMEM, NULL, "store: out of memory", arg);
+        ctx_end(ar);
+        return NULL;
+    }
+    c->ar = ar;
+    c->cb = cb;
+    c->arg = arg;
+    c->st = LC_OK;
+    c->why[0] = '\0';
+    return c;
+}
+
+/* After a start that returned st: nothing when it started (the reply comes to on_call_reply),
+ * else its failure, reported as report (st itself when LC_OK), on the next turn. */
+static void call_started(lc_async_client *lc, struct call *c, lc_status st, lc_status report)
+{
+    if (st == LC_OK)
+        return;
+    c->st = report != LC_OK ? report : st;
+    snprintf(c->why, sizeof(c->why), "%s", lc_errmsg()); /* the start's failure, just recorded */
+    defer(lc, st, on_call_deferred, c);
+}
+
 /* A batch in flight: owned by itself, freed when its last reply is in (after the callback). */
 struct batch {
     store_batch_fn cb;
     void *arg;
+    const struct areq *ar;
     int n, left, failed;
-    char why[256]; /* the first failure's message */
+    char why[STORE_WHY_MAX]; /* the first failure's message */
     struct store_item *items;
     struct batch_slot {
         struct batch *b;
@@ -125,10 +222,19 @@ struct batch {
 
 static void batch_end(struct batch *b)
 {
+    ctx_begin(b->ar);
     b->cb(b->arg, b->failed ? b->why : NULL, b->items, b->n);
+    ctx_end(b->ar);
     free(b->slots);
     free(b->items);
     free(b);
+}
+
+static void on_batch_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    batch_end(arg);
 }
 
 static void on_batch_item(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -156,17 +262,21 @@ static void on_batch_item(lc_status st, const redisReply *r, const char *errstr,
         batch_end(b);
 }
 
-void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
-                       int nkeys, const char *const *keys, int nargs, const char *const *args,
-                       struct store_conns *conns, store_batch_fn cb, void *arg)
+void store_batch_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                       enum store_script id, int n, int nkeys, const char *const *keys, int nargs,
+                       const char *const *args, struct store_conns *conns, store_batch_fn cb,
+                       void *arg)
 {
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) {
+        ctx_begin(ar);
         cb(arg, "out of memory", NULL, 0);
+        ctx_end(ar);
         return;
     }
     b->cb = cb;
     b->arg = arg;
+    b->ar = ar;
     b->n = n;
     b->conns = conns;
     b->lc = lc;
@@ -178,22 +288,26 @@ void store_batch_async(struct store *store, lc_async_client *lc, enum store_scri
         b->failed = 1;
         n = 0;
     }
+    lc_status first = LC_OK; /* the first start's failure */
     for (int i = 0; i < n; i++) {
         b->slots[i].b = b;
         b->slots[i].i = i;
         b->left++;
-        if (lc_async_script(lc, store->scripts[id], nkeys,
-                            keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
-                            args ? args + (size_t)i * (size_t)nargs : NULL, NULL, on_batch_item,
-                            &b->slots[i]) != LC_OK) {
+        lc_status st = lc_async_script(lc, store->scripts[id], nkeys,
+                                       keys ? keys + (size_t)i * (size_t)nkeys : NULL, NULL, nargs,
+                                       args ? args + (size_t)i * (size_t)nargs : NULL, NULL,
+                                       on_batch_item, &b->slots[i]);
+        if (st != LC_OK) {
             if (!b->failed) /* the start's failure, just recorded */
                 snprintf(b->why, sizeof(b->why), "%s", lc_errmsg());
+            if (first == LC_OK)
+                first = st;
             b->failed = 1;
             b->left--;
         }
     }
-    if (--b->left == 0)
-        batch_end(b);
+    if (--b->left == 0) /* nothing in flight: every call failed to start (or n is 0) */
+        defer(lc, first, on_batch_deferred, b);
 }
 
 /* WAIT's timeout: a quarter of the Redis timeout (at least 1 ms). */
@@ -221,27 +335,44 @@ void store_conns_note(struct store_conns *cs, const lc_async_client *lc)
 void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *ref, int acks,
                                   int redis_timeout_ms, lc_async_reply_fn cb, void *arg)
 {
-    if (lc_async_wait(lc, ref, acks, wait_ms(redis_timeout_ms), cb, arg) != LC_OK)
-        cb(LC_EIO, NULL, lc_errmsg(), arg); /* not started; the message just recorded */
+    struct call *c = call_new(NULL, cb, arg);
+    if (!c)
+        return;
+    lc_status st = lc_async_wait(lc, ref, acks, wait_ms(redis_timeout_ms), on_call_reply, c);
+    call_started(lc, c, st, LC_EIO); /* a WAIT not sent vouches for nothing */
 }
 
 /* The WAITs of one store_replica_wait_conns_async: the fewest acknowledgements so far. */
 struct wait_all {
     store_acked_fn cb;
     void *arg;
+    const struct areq *ar;
     int left; /* replies to come, + 1 while sending */
     long long fewest;
 };
+
+static void wait_all_end(struct wait_all *w)
+{
+    struct wait_all done = *w;
+    free(w);
+    ctx_begin(done.ar);
+    done.cb(done.arg, done.fewest);
+    ctx_end(done.ar);
+}
+
+static void on_wait_all_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wait_all_end(arg);
+}
 
 static void wait_all_one(struct wait_all *w, long long got)
 {
     if (got < w->fewest)
         w->fewest = got;
-    if (--w->left == 0) {
-        struct wait_all done = *w;
-        free(w);
-        done.cb(done.arg, done.fewest);
-    }
+    if (--w->left == 0)
+        wait_all_end(w);
 }
 
 static void on_wait_all(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -250,22 +381,33 @@ static void on_wait_all(lc_status st, const redisReply *r, const char *errstr, v
     wait_all_one(arg, store_reply_acks(st, r));
 }
 
-void store_replica_wait_conns_async(lc_async_client *lc, const struct store_conns *cs, int acks,
-                                    int redis_timeout_ms, store_acked_fn cb, void *arg)
+void store_replica_wait_conns_async(lc_async_client *lc, const struct areq *ar,
+                                    const struct store_conns *cs, int acks, int redis_timeout_ms,
+                                    store_acked_fn cb, void *arg)
 {
     struct wait_all *w = malloc(sizeof(*w));
-    if (!w || cs->overflow) {
-        free(w);
+    if (!w) {
+        ctx_begin(ar);
         cb(arg, -1);
+        ctx_end(ar);
         return;
     }
-    /* left counts this function too, so a WAIT failing at once cannot end it mid-loop. */
-    *w = (struct wait_all){cb, arg, cs->n + 1, acks};
-    for (int i = 0; i < cs->n; i++)
-        if (lc_async_wait(lc, &cs->ref[i], acks, wait_ms(redis_timeout_ms), on_wait_all, w) !=
-            LC_OK)
+    /* left counts this function too, so a WAIT failing at once cannot end it mid-loop. An
+     * overflowed cs sends nothing: its WAITs could not cover every connection. */
+    int n = cs->overflow ? 0 : cs->n;
+    *w = (struct wait_all){cb, arg, ar, n + 1, cs->overflow ? -1 : acks};
+    lc_status first = LC_OK; /* the first start's failure */
+    for (int i = 0; i < n; i++) {
+        lc_status st =
+            lc_async_wait(lc, &cs->ref[i], acks, wait_ms(redis_timeout_ms), on_wait_all, w);
+        if (st != LC_OK) {
+            if (first == LC_OK)
+                first = st;
             wait_all_one(w, -1);
-    wait_all_one(w, w->fewest);
+        }
+    }
+    if (--w->left == 0) /* nothing in flight: no connection, or no WAIT started */
+        defer(lc, first, on_wait_all_deferred, w);
 }
 
 long long store_reply_acks(lc_status st, const redisReply *r)
@@ -273,12 +415,24 @@ long long store_reply_acks(lc_status st, const redisReply *r)
     return st == LC_OK && r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 }
 
-void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
-                        int nkeys, const char *const *keys, int nargs, const char *const *args,
-                        lc_async_reply_fn cb, void *arg)
+void store_script_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                        enum store_script id, int nkeys, const char *const *keys, int nargs,
+                        const char *const *args, lc_async_reply_fn cb, void *arg)
 {
-    lc_status st =
-        lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL, cb, arg);
-    if (st != LC_OK)
-        cb(st, NULL, lc_errmsg(), arg); /* nothing was sent: not LC_EIO, whose effect is unknown */
+    struct call *c = call_new(ar, cb, arg);
+    if (!c)
+        return;
+    lc_status st = lc_async_script(lc, store->scripts[id], nkeys, keys, NULL, nargs, args, NULL,
+                                   on_call_reply, c);
+    call_started(lc, c, st, LC_OK); /* nothing was sent: not LC_EIO, whose effect is unknown */
+}
+
+void store_command_async(lc_async_client *lc, const struct areq *ar, int argc,
+                         const char *const *argv, lc_async_reply_fn cb, void *arg)
+{
+    struct call *c = call_new(ar, cb, arg);
+    if (!c)
+        return;
+    lc_status st = lc_async_command(lc, argc, argv, NULL, on_call_reply, c);
+    call_started(lc, c, st, LC_OK);
 }

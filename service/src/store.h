@@ -68,13 +68,27 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
 
-/* ---- the asynchronous store (on a worker loop's lockcore client) ---- */
+/* ---- the asynchronous store (on a worker loop's lockcore client) ----
+ *
+ * Every call below calls its callback exactly once, on the loop, and never from inside the
+ * call itself: one that could not start (lockcore refused it: bad arguments, out of memory)
+ * calls back on the loop's next turn, with the status and message of that refusal (copied when
+ * it happened). Two exceptions, where there is no next turn to wait for: LC_ESTATE (the client
+ * is being freed at the loop's end, when lc_async_client_free ends every operation inside
+ * itself) and running out of memory for the call's own record.
+ *
+ * ar (may be NULL): the request the call is for. Its callback then runs with the request's id
+ * on its log lines (areq_log_begin/areq_log_end around it: written here once, for every store
+ * callback). */
+struct areq;
+struct store_conns;
+
+/* The longest failure message a store callback is given for a call that did not start. */
+#define STORE_WHY_MAX 256
 
 /* One reply of a batch, as much of it as the callers use (the reply itself is freed by
  * lockcore once its callback returns): its type, its integer value (store_reply_int, 0 when
  * none) and, for an array, the integer values of its first STORE_ITEM_MAX elements. */
-struct store_conns;
-
 #define STORE_ITEM_MAX 6
 struct store_item {
     int type;
@@ -91,18 +105,21 @@ typedef void (*store_batch_fn)(void *arg, const char *failed, const struct store
                                int n);
 
 /* Runs script id n times on lc (call i: keys keys[i*nkeys..], args args[i*nargs..], copied),
- * pipelined: they leave in one write; conns (may be NULL) notes where they ran. cb is called exactly once, on the loop, normally after
- * this returns (only when no call could even start, e.g. at shutdown, from inside it). */
-void store_batch_async(struct store *store, lc_async_client *lc, enum store_script id, int n,
-                       int nkeys, const char *const *keys, int nargs, const char *const *args,
-                       struct store_conns *conns, store_batch_fn cb, void *arg);
+ * pipelined: they leave in one write; conns (may be NULL) notes where they ran. cb as above. */
+void store_batch_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                       enum store_script id, int n, int nkeys, const char *const *keys, int nargs,
+                       const char *const *args, struct store_conns *conns, store_batch_fn cb,
+                       void *arg);
 
-/* One script call on lc; cb as for lc_async_script (called exactly once; from inside this call
- * only when it could not start, then with lc_async_script's status: never LC_EIO, which says
- * the script may have run). */
-void store_script_async(struct store *store, lc_async_client *lc, enum store_script id,
-                        int nkeys, const char *const *keys, int nargs, const char *const *args,
-                        lc_async_reply_fn cb, void *arg);
+/* One script call on lc; cb as for lc_async_script. A call that did not start gets
+ * lc_async_script's status: never LC_EIO, which says the script may have run. */
+void store_script_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                        enum store_script id, int nkeys, const char *const *keys, int nargs,
+                        const char *const *args, lc_async_reply_fn cb, void *arg);
+
+/* One plain command on lc (argv copied); cb as for lc_async_command. */
+void store_command_async(lc_async_client *lc, const struct areq *ar, int argc,
+                         const char *const *argv, lc_async_reply_fn cb, void *arg);
 
 /* The connections (so the masters) that carried a request's commands, for the WAITs that
  * vouch for them (--redis-replica-acks): a WAIT counts the replicas that have everything its
@@ -127,17 +144,19 @@ long long store_reply_acks(lc_status st, const redisReply *r);
  * writes it carried are on acks replicas before they are acknowledged. WAIT blocks that
  * connection in Redis, so its timeout is a quarter of redis_timeout_ms: commands pipelined
  * behind it keep their own deadline. A connection closed or replaced since answers LC_EIO (the
- * writes' fate is unknown). cb as for lc_async_command (exactly once; from inside this call
- * only when it could not start); store_reply_acks reads its answer. */
+ * writes' fate is unknown), and so does a WAIT that could not start. cb as for
+ * lc_async_command (as above, without a request context: the caller brackets its own);
+ * store_reply_acks reads its answer. */
 void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *ref, int acks,
                                   int redis_timeout_ms, lc_async_reply_fn cb, void *arg);
 
 /* store_replica_wait_ref_async on every connection of cs at once. cb gets the fewest replicas
  * any WAIT reached, -1 when one failed or cs overflowed, acks when cs is empty (nothing was
- * carried); called exactly once (from inside this call only when nothing could be sent). */
+ * carried); cb and ar as above (an answer known at once comes on the next turn too). */
 typedef void (*store_acked_fn)(void *arg, long long acks);
-void store_replica_wait_conns_async(lc_async_client *lc, const struct store_conns *cs, int acks,
-                                    int redis_timeout_ms, store_acked_fn cb, void *arg);
+void store_replica_wait_conns_async(lc_async_client *lc, const struct areq *ar,
+                                    const struct store_conns *cs, int acks, int redis_timeout_ms,
+                                    store_acked_fn cb, void *arg);
 
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);

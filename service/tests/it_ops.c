@@ -238,6 +238,14 @@ static void test_audit_and_request_ids_in_log(void **state)
         strstr(sf_str(line, "msg"), sku) && strcmp(sf_str(line, "request_id"), "audit-put-1") == 0;
     SF_ASSERT(ok, "%s", "the sku_put line does not carry the request id");
     json_decref(put_lines);
+    /* So does the restock's, written after a layout settle and a batch of status reads: their
+     * callbacks run in the request's log context (store.c's one bracket). */
+    json_t *restock_lines = lines_with(log, "\"event\":\"sku_restock\"");
+    ok = 0;
+    json_array_foreach(restock_lines, i, line) ok |=
+        strstr(sf_str(line, "msg"), sku) && strcmp(sf_str(line, "request_id"), restock_id) == 0;
+    SF_ASSERT(ok, "%s", "the sku_restock line does not carry the request id");
+    json_decref(restock_lines);
 }
 
 static void test_access_log_and_sighup(void **state)

@@ -67,6 +67,10 @@ typedef struct lc_async_lock lc_async_lock;
 lc_status lc_async_client_new(struct event_base *base, const char *url, const lc_client_opts *opts,
                               lc_async_client **out);
 
+/* The loop the client was made on (lc_async_client_new's base): for timers of objects built on
+ * the client (redlock_async.c), and for a caller that runs something on the loop's next turn. */
+struct event_base *lc_async_client_base(const lc_async_client *client);
+
 /* Frees the client: every operation still running on any of its locks ends with LC_ESTATE
  * (callback called from inside this call), renewals stop, both connections close. Holds still
  * held are not released (they lapse with their lease). Locks of the client that are still
