@@ -53,6 +53,7 @@
 #include <event2/event.h>
 
 #include "areq.h"
+#include "clock.h"
 #include "handlers.h"
 #include "hash.h"
 #include "ids.h"
@@ -238,20 +239,6 @@ static void note_why(struct order *o, lc_status st, const char *msg)
         snprintf(o->why, sizeof(o->why), "%s", msg && *msg ? msg : lc_status_name(st));
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A random number from a per-thread generator (segment choice, claim tokens; order ids come
  * from ids.c). */
 static uint64_t rnd64(void)
@@ -259,7 +246,7 @@ static uint64_t rnd64(void)
     static _Thread_local uint64_t s;
     if (s == 0) {
         if (getrandom(&s, sizeof(s), 0) != sizeof(s))
-            s = (uint64_t)wall_ms() ^ (uint64_t)(uintptr_t)&s;
+            s = (uint64_t)clock_wall_ms() ^ (uint64_t)(uintptr_t)&s;
         s |= 1;
     }
     s ^= s << 13;
@@ -317,7 +304,7 @@ static const char *make_record(struct order *o, int k)
         return NULL;
     }
     snprintf(o->order_id, sizeof(o->order_id), "%s-%d-%s", token, k, o->in.sku);
-    int64_t now = wall_ms();
+    int64_t now = clock_wall_ms();
     time_t secs = (time_t)(now / 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
@@ -783,7 +770,7 @@ static void try_segment_locked(struct order *o, int k)
         return;
     }
     const char *reads[2] = {sk.stock, sk.sver};
-    o->t0 = mono_ms();
+    o->t0 = clock_mono_ms();
     lc_status st = seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o);
     if (st != LC_OK) {
         note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
@@ -820,9 +807,9 @@ static void single_start(struct order *o)
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
-    int64_t wait = o->deadline_ms - mono_ms();
+    int64_t wait = o->deadline_ms - clock_mono_ms();
     spend(o, (env.n > 0 ? env.n + 1 : 1) + 1); /* the acquire, and the release at the end */
-    o->t0 = mono_ms();
+    o->t0 = clock_mono_ms();
     lc_status st = seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o);
     if (st != LC_OK) {
         note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
@@ -888,7 +875,7 @@ static pthread_once_t process_salt_once = PTHREAD_ONCE_INIT;
 static void process_salt_init(void)
 {
     if (getrandom(&process_salt, sizeof(process_salt), 0) != sizeof(process_salt))
-        process_salt = (unsigned)wall_ms();
+        process_salt = (unsigned)clock_wall_ms();
 }
 
 /* The shift of the loops' shares of sku's segments (own_segment). */
@@ -915,7 +902,7 @@ static void walk_next(struct order *o)
 {
     int nseg = o->view.segments;
     int passes = o->app->cfg.strategy == STRATEGY_SEGMENTED && o->nloops > 1 ? 2 : 1;
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     for (; o->i < passes * nseg && !o->need_layout; o->i++) {
         int k = (o->start + o->i % nseg) % nseg;
         if (passes > 1 && (o->i < nseg) != own_segment(o, k))
@@ -930,7 +917,7 @@ static void walk_next(struct order *o)
             continue;
         }
         /* A request paused or slowed past its deadline takes no new lock. */
-        if ((o->tried++ > 0 || !o->first) && mono_ms() >= o->deadline_ms) {
+        if ((o->tried++ > 0 || !o->first) && clock_mono_ms() >= o->deadline_ms) {
             place_done(o, order_walk_end(&o->w, 1));
             return;
         }
@@ -946,7 +933,7 @@ static void walk_next(struct order *o)
 static void round_end(struct order *o)
 {
     o->first = 0;
-    int64_t left = o->deadline_ms - mono_ms();
+    int64_t left = o->deadline_ms - clock_mono_ms();
     switch (order_walk_round_end(&o->w, o->need_layout, left, o->settled)) {
     case RE_RELOAD:
         skucache_forget(o->app->cache, o->in.sku);
@@ -1006,7 +993,7 @@ static void gate_on_timer(struct order *o)
         return;
     }
     o->woken = 0;
-    int64_t left = o->deadline_ms - mono_ms();
+    int64_t left = o->deadline_ms - clock_mono_ms();
     if (left <= 0 || o->cancelled) {
         if (o->lock)
             drop_lock(o); /* an inherited hold: released in the background */
@@ -1147,7 +1134,7 @@ static void round_begin(struct order *o)
         place_done(o, OUT_UNAVAILABLE);
         return;
     }
-    if (!o->first && mono_ms() >= o->deadline_ms) {
+    if (!o->first && clock_mono_ms() >= o->deadline_ms) {
         place_done(o, order_walk_end(&o->w, 1));
         return;
     }
@@ -1237,7 +1224,7 @@ static void idem_begin(struct order *o)
     snprintf(o->ic->ttl, sizeof(o->ic->ttl), "%d", 24 * 3600 * 1000);
     snprintf(o->ic->margin, sizeof(o->ic->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
     snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
-    o->ic->give_up = mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
+    o->ic->give_up = clock_mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
     o->ic->pause_ms = 20;
     idem_claim(o);
 }
@@ -1330,7 +1317,7 @@ static void idem_fetch(struct order *o, int k, const char *sku)
 /* Pending elsewhere: look again shortly, up to the longest an order can take. */
 static void idem_pause(struct order *o)
 {
-    if (mono_ms() > o->ic->give_up) {
+    if (clock_mono_ms() > o->ic->give_up) {
         response_error(&o->ar->res, ERROR_UNAVAILABLE,
                        "an order with this Idempotency-Key is still in progress");
         place_done(o, OUT_IDEM_FAILED);
@@ -1703,7 +1690,7 @@ static void on_acquire(struct order *o, const struct oev *e)
         /* A try (not a wait) that found the lock taken: held by another instance, most likely
          * for about a hold more. The loop's next orders walk past it until then. */
         if (st == LC_EBUSY && !o->waiting && o->app->cfg.busy_hint_max_ms > 0)
-            seggate_hint_busy(o->gates, o->in.sku, o->k, mono_ms(), busy_hint_ms(o),
+            seggate_hint_busy(o->gates, o->in.sku, o->k, clock_mono_ms(), busy_hint_ms(o),
                               o->app->cfg.busy_hint_max_ms);
         drop_lock(o);
         segment_done(o, SEG_BUSY);
@@ -1715,7 +1702,7 @@ static void on_acquire(struct order *o, const struct oev *e)
         segment_done(o, SEG_ERROR);
         return;
     }
-    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    metrics_lock_acquire_seconds((double)(clock_mono_ms() - o->t0) / 1000.0);
     seggate_hint_clear(o->gates, o->in.sku, o->k);
     struct seg_verdict sv;
     order_walk_acquire_verdict(store_reply_int(v->element[0], 0), store_reply_int(v->element[1], 0),
@@ -1790,7 +1777,7 @@ static void on_single_acquire(struct order *o, const struct oev *e)
         }
         return;
     }
-    metrics_lock_acquire_seconds((double)(mono_ms() - o->t0) / 1000.0);
+    metrics_lock_acquire_seconds((double)(clock_mono_ms() - o->t0) / 1000.0);
     critical_section(o);
 }
 
@@ -2034,7 +2021,7 @@ void order_create_async(struct areq *ar)
         areq_done(ar);
         return;
     }
-    o->deadline_ms = mono_ms() + app->cfg.lock_wait_ms;
+    o->deadline_ms = clock_mono_ms() + app->cfg.lock_wait_ms;
     o->own_salt = own_salt(o->in.sku);
     /* The sold-out fast path needs no Redis at all. */
     skucache_get(app->cache, o->in.sku, &o->view);
