@@ -59,7 +59,7 @@ static long long put_with_key(int p, const char *sku, long long stock, int segme
 
 static void restock(int p, const char *sku, long long qty, const char *key, sf_resp *r)
 {
-    char body[64], path[160];
+    char body[64], path[256];
     snprintf(body, sizeof body, "{\"quantity\": %lld}", qty);
     snprintf(path, sizeof path, "/api/v1/skus/%s/restock", sku);
     sf_json_request(NULL, p, "POST", path, LY_TOKEN, key, body, r);
