@@ -39,9 +39,8 @@ static void on_signal(int sig)
 /* MHD access handler: first call marks the request, upload calls discard the body, the final
  * call queues the prebuilt response. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     (void)cls;
     (void)url;
@@ -85,8 +84,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    order_resp = fixed_json(order_body, sizeof(order_body) - 1,
-                            "/api/v1/orders/0000000000000000-0-bare");
+    order_resp =
+        fixed_json(order_body, sizeof(order_body) - 1, "/api/v1/orders/0000000000000000-0-bare");
     ok_resp = fixed_json(ok_body, sizeof(ok_body) - 1, NULL);
     if (!order_resp || !ok_resp)
         return 1;
@@ -104,12 +103,9 @@ int main(int argc, char **argv)
     else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
         flags |= MHD_USE_POLL;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)threads,
-        MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-        MHD_OPTION_END);
+        flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)threads,
+        MHD_OPTION_CONNECTION_LIMIT, 4096u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bare_handler: cannot listen on 127.0.0.1:%ld\n", port);
         return 1;

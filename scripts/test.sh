@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test with ctest: once in a normal build, once
+# Installs what is missing, checks the formatting (scripts/format.sh --check), builds, and runs
+# every test with ctest: once in a normal build, once
 # more under AddressSanitizer + UndefinedBehaviorSanitizer and once more under ThreadSanitizer
 # (every test: about 2 minutes with the build on 2 cores; the inventoryd processes the service
 # tests start are the TSan build too, and a report in one fails its test through its exit
@@ -46,6 +47,8 @@ if [ "${SKIP_DOCKER:-0}" != 1 ]; then
 fi
 scripts/deps.sh --e2e || echo "== deps: the e2e packages could not be installed (the e2e tests will say)"
 scripts/deps.sh
+echo "== format check (scripts/format.sh --check: every C file as .clang-format says; fix with scripts/format.sh)"
+scripts/format.sh --check
 
 # run_suite DIR EXTRA_CTEST_ARGS [CMAKE_ARGS...]
 run_suite() {

@@ -40,8 +40,7 @@ static lc_status lc_lock_note(lc_lock *lock, lc_status st)
     return st;
 }
 
-lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts,
-                      lc_lock **out)
+lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts, lc_lock **out)
 {
     if (out)
         *out = NULL;
@@ -161,8 +160,8 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
         /* Subscribe first, then retry: an unlock published after the retry failed must reach
          * us, and one published before it is seen by the retry itself. */
         int64_t left = deadline - lc_now_ms();
-        lc_sub *sub = left > 0 ? lc_notify_subscribe(lock->client, lock->h.channel, (int)left)
-                               : NULL;
+        lc_sub *sub =
+            left > 0 ? lc_notify_subscribe(lock->client, lock->h.channel, (int)left) : NULL;
         int poll = sub ? LC_POLL_SUBSCRIBED_MIN_MS : LC_POLL_ALONE_MIN_MS;
         int poll_max = sub ? LC_POLL_SUBSCRIBED_MAX_MS : LC_POLL_ALONE_MAX_MS;
         for (;;) {
@@ -384,8 +383,7 @@ lc_status lc_lock_eval(lc_lock *lock, const lc_script *script, int flags, int nk
     if ((st = lc_hold_need(&lock->h)) != LC_OK)
         goto out;
     lc_call call;
-    st = lc_call_eval(&call, &lock->h, script, release, nkeys, keys, keylens, nargs, args,
-                      arglens);
+    st = lc_call_eval(&call, &lock->h, script, release, nkeys, keys, keylens, nargs, args, arglens);
     if (st != LC_OK)
         goto out;
     if (release && lock->h.count == 1)

@@ -24,12 +24,12 @@
 #include "mux_internal.h"
 
 typedef struct mux_req {
-    char *cmd;                 /* formatted command, freed by the I/O thread once written */
+    char *cmd; /* formatted command, freed by the I/O thread once written */
     int len;
     redisReply *reply;
     lc_status st;
     int done;
-    int written;               /* moved into the connection's output buffer */
+    int written; /* moved into the connection's output buffer */
     struct mux_batch *batch;
     struct mux_req *next;
 } mux_req;
@@ -46,12 +46,12 @@ struct lc_mux {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
-    int polling;               /* the I/O thread sleeps in poll(): poke it */
+    int polling; /* the I/O thread sleeps in poll(): poke it */
     int wakefd[2];
-    mux_req *qhead, *qtail;    /* queued, not yet written */
-    mux_req *fhead, *ftail;    /* written, waiting for their replies (FIFO) */
-    redisContext *ctx;         /* I/O thread only */
-    int64_t progress_ms;       /* last time a reply arrived or the in-flight list was empty */
+    mux_req *qhead, *qtail; /* queued, not yet written */
+    mux_req *fhead, *ftail; /* written, waiting for their replies (FIFO) */
+    redisContext *ctx;      /* I/O thread only */
+    int64_t progress_ms;    /* last time a reply arrived or the in-flight list was empty */
 };
 
 static void mux_poke(lc_mux *m)
@@ -187,17 +187,18 @@ static void *mux_main(void *arg)
             if (!m->fhead)
                 m->ftail = NULL;
             m->progress_ms = lc_now_ms();
-            finish(r, ((redisReply *)reply)->type == REDIS_REPLY_ERROR ? LC_EREDIS : LC_OK,
-                   reply, ((redisReply *)reply)->type == REDIS_REPLY_ERROR
-                              ? ((redisReply *)reply)->str
-                              : NULL);
+            finish(r, ((redisReply *)reply)->type == REDIS_REPLY_ERROR ? LC_EREDIS : LC_OK, reply,
+                   ((redisReply *)reply)->type == REDIS_REPLY_ERROR ? ((redisReply *)reply)->str
+                                                                    : NULL);
             reply = NULL;
         }
         if (!m->fhead)
             m->progress_ms = 0;
         if (failed || m->ctx->err || (timed_out && m->fhead)) {
             snprintf(why, sizeof(why), "redis: %s",
-                     timed_out ? "timeout" : m->ctx->err ? m->ctx->errstr : "connection lost");
+                     timed_out     ? "timeout"
+                     : m->ctx->err ? m->ctx->errstr
+                                   : "connection lost");
             fail_all(m, LC_EIO, why, 0);
             drop(m);
             m->progress_ms = 0; /* nothing owed now: the next command's clock starts anew */
@@ -267,7 +268,8 @@ lc_status lc_mux_exec(lc_mux *m, int n, const int *argcs, const char **const *ar
     for (int i = 0; i < n; i++) {
         memset(&reqs[i], 0, sizeof(reqs[i]));
         reqs[i].batch = &batch;
-        reqs[i].len = redisFormatCommandArgv(&reqs[i].cmd, argcs[i], argvs[i], lens ? lens[i] : NULL);
+        reqs[i].len =
+            redisFormatCommandArgv(&reqs[i].cmd, argcs[i], argvs[i], lens ? lens[i] : NULL);
         if (reqs[i].len < 0) {
             for (int j = 0; j <= i; j++)
                 free(reqs[j].cmd);

@@ -32,17 +32,17 @@
 
 typedef struct chan {
     char *name;
-    int refs;              /* waiters */
-    int inflight;          /* SUBSCRIBEs and UNSUBSCRIBEs queued or sent, not yet confirmed */
-    int want;              /* the last one queued was a SUBSCRIBE (1) or an UNSUBSCRIBE/none (0) */
-    int subscribed;        /* all confirmed, and the last one was a SUBSCRIBE */
-    uint64_t seq;          /* messages (and reconnects) seen */
-    pthread_cond_t cond;   /* subscribed or seq changed */
+    int refs;            /* waiters */
+    int inflight;        /* SUBSCRIBEs and UNSUBSCRIBEs queued or sent, not yet confirmed */
+    int want;            /* the last one queued was a SUBSCRIBE (1) or an UNSUBSCRIBE/none (0) */
+    int subscribed;      /* all confirmed, and the last one was a SUBSCRIBE */
+    uint64_t seq;        /* messages (and reconnects) seen */
+    pthread_cond_t cond; /* subscribed or seq changed */
     struct chan *next;
 } chan;
 
 typedef struct pending {
-    int subscribe;         /* 1 SUBSCRIBE, 0 UNSUBSCRIBE */
+    int subscribe; /* 1 SUBSCRIBE, 0 UNSUBSCRIBE */
     char *name;
 } pending;
 
@@ -51,10 +51,10 @@ struct lc_notify {
     pthread_t thread;
     pthread_mutex_t mu;
     int stop;
-    int has_thread;        /* 0: detached (unit tests) */
-    int connected;         /* ctx is up (detached: always 1); guarded by mu */
+    int has_thread; /* 0: detached (unit tests) */
+    int connected;  /* ctx is up (detached: always 1); guarded by mu */
     int wakefd[2];
-    redisContext *ctx;     /* used by the listener thread only */
+    redisContext *ctx; /* used by the listener thread only */
     chan *chans;
     pending *queue;
     int nqueue, capqueue;

@@ -18,25 +18,25 @@
  * The reads come first, so a read that fails (WRONGTYPE) aborts before anything is written. A
  * hold of this owner that the handle does not count (n = 0: an earlier reply and its undo were
  * lost) is replaced by a fresh hold with a new fencing token rather than re-entered. */
-#define LC_LUA_ACQUIRE                                                              \
-    "local vals = {}\n"                                                             \
-    "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"        \
-    "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                           \
-    "local fence, count\n"                                                          \
-    "if h[1] == false or (h[1] == ARGV[1] and ARGV[3] == '0') then\n"               \
-    "  fence = redis.call('INCR', KEYS[2])\n"                                       \
-    "  count = 1\n"                                                                 \
-    "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"             \
-    "elseif h[1] == ARGV[1] then\n"                                                 \
-    "  count = tonumber(ARGV[3]) + 1\n"                                             \
-    "  redis.call('HSET', KEYS[1], 'c', count)\n"                                   \
-    "  fence = tonumber(h[2])\n"                                                    \
-    "else\n"                                                                        \
-    "  return {0, redis.call('PTTL', KEYS[1])}\n"                                   \
-    "end\n"                                                                         \
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                     \
-    "local r = {1, fence, count}\n"                                                 \
-    "for i = 1, #vals do r[#r + 1] = vals[i] end\n"                                 \
+#define LC_LUA_ACQUIRE                                                                             \
+    "local vals = {}\n"                                                                            \
+    "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"                       \
+    "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                                           \
+    "local fence, count\n"                                                                         \
+    "if h[1] == false or (h[1] == ARGV[1] and ARGV[3] == '0') then\n"                              \
+    "  fence = redis.call('INCR', KEYS[2])\n"                                                      \
+    "  count = 1\n"                                                                                \
+    "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"                            \
+    "elseif h[1] == ARGV[1] then\n"                                                                \
+    "  count = tonumber(ARGV[3]) + 1\n"                                                            \
+    "  redis.call('HSET', KEYS[1], 'c', count)\n"                                                  \
+    "  fence = tonumber(h[2])\n"                                                                   \
+    "else\n"                                                                                       \
+    "  return {0, redis.call('PTTL', KEYS[1])}\n"                                                  \
+    "end\n"                                                                                        \
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                    \
+    "local r = {1, fence, count}\n"                                                                \
+    "for i = 1, #vals do r[#r + 1] = vals[i] end\n"                                                \
     "return r\n"
 
 /* KEYS: lock.  ARGV: owner token, lease ms, unlock channel, the handle's hold count n before
@@ -44,30 +44,30 @@
  * -> holds left, n - 1 (set, not subtracted; 0 = deleted and published), or -1 when the owner
  *    does not hold it. Also the undo of an acquire whose reply was lost, with n = the handle's
  *    count + 1: deletes a fresh hold of this owner, or sets a re-entered count back. */
-#define LC_LUA_RELEASE                                                              \
-    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return -1 end\n"          \
-    "local c = tonumber(ARGV[4]) - 1\n"                                             \
-    "if c > 0 then\n"                                                               \
-    "  redis.call('HSET', KEYS[1], 'c', c)\n"                                       \
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                   \
-    "  return c\n"                                                                  \
-    "end\n"                                                                         \
-    "redis.call('DEL', KEYS[1])\n"                                                  \
-    "redis.call('PUBLISH', ARGV[3], '0')\n"                                         \
+#define LC_LUA_RELEASE                                                                             \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return -1 end\n"                          \
+    "local c = tonumber(ARGV[4]) - 1\n"                                                            \
+    "if c > 0 then\n"                                                                              \
+    "  redis.call('HSET', KEYS[1], 'c', c)\n"                                                      \
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                  \
+    "  return c\n"                                                                                 \
+    "end\n"                                                                                        \
+    "redis.call('DEL', KEYS[1])\n"                                                                 \
+    "redis.call('PUBLISH', ARGV[3], '0')\n"                                                        \
     "return 0\n"
 
 /* KEYS: lock.  ARGV: owner token, lease ms.  -> 1 renewed, 0 not the owner (lost). */
-#define LC_LUA_RENEW                                                                \
-    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"           \
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                     \
+#define LC_LUA_RENEW                                                                               \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"                           \
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                    \
     "return 1\n"
 
 /* KEYS: lock.  ARGV: unlock channel.  -> 1 deleted and published, 0 there was no lock. */
-#define LC_LUA_FORCE                                                                \
-    "if redis.call('DEL', KEYS[1]) == 1 then\n"                                     \
-    "  redis.call('PUBLISH', ARGV[1], '0')\n"                                       \
-    "  return 1\n"                                                                  \
-    "end\n"                                                                         \
+#define LC_LUA_FORCE                                                                               \
+    "if redis.call('DEL', KEYS[1]) == 1 then\n"                                                    \
+    "  redis.call('PUBLISH', ARGV[1], '0')\n"                                                      \
+    "  return 1\n"                                                                                 \
+    "end\n"                                                                                        \
     "return 0\n"
 
 /* Redlock's second step (redlock_async.c), on a node where the quorum's fencing token T is
@@ -75,13 +75,13 @@
  * -> 1 when this owner holds the lock there: NAME:fence raised to at least T (never lowered) and
  *    the hold's f set to T; 0 (nothing changed) when it does not. Once a majority has T, every
  *    later acquire's INCR on any majority meets a node at T or above, so its token is larger. */
-#define LC_LUA_FENCE_RAISE                                                          \
-    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"           \
-    "local t = tonumber(ARGV[2])\n"                                                 \
-    "if tonumber(redis.call('GET', KEYS[2]) or '0') < t then\n"                     \
-    "  redis.call('SET', KEYS[2], ARGV[2])\n"                                       \
-    "end\n"                                                                         \
-    "redis.call('HSET', KEYS[1], 'f', ARGV[2])\n"                                   \
+#define LC_LUA_FENCE_RAISE                                                                         \
+    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end\n"                           \
+    "local t = tonumber(ARGV[2])\n"                                                                \
+    "if tonumber(redis.call('GET', KEYS[2]) or '0') < t then\n"                                    \
+    "  redis.call('SET', KEYS[2], ARGV[2])\n"                                                      \
+    "end\n"                                                                                        \
+    "redis.call('HSET', KEYS[1], 'f', ARGV[2])\n"                                                  \
     "return 1\n"
 
 /* The guard around a body made by lc_fenced_script_new.
@@ -90,25 +90,25 @@
  * script does (c set to n - 1, or the lock deleted and the unlock published at 0).
  * -> {0} when the caller no longer holds the lock with that fence (nothing ran),
  *    {1, body result} otherwise. */
-#define LC_LUA_GUARD_HEAD                                                           \
-    "local lc_lock_key = KEYS[1]\n"                                                 \
-    "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f')\n"                     \
-    "if lc_h[1] ~= ARGV[1] or lc_h[2] ~= ARGV[2] then return {0} end\n"             \
-    "local lc_fence = tonumber(ARGV[2])\n"                                          \
-    "local lc_release, lc_lease, lc_channel = tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"\
+#define LC_LUA_GUARD_HEAD                                                                          \
+    "local lc_lock_key = KEYS[1]\n"                                                                \
+    "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f')\n"                                    \
+    "if lc_h[1] ~= ARGV[1] or lc_h[2] ~= ARGV[2] then return {0} end\n"                            \
+    "local lc_fence = tonumber(ARGV[2])\n"                                                         \
+    "local lc_release, lc_lease, lc_channel = tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"               \
     "local lc_result = (function(KEYS, ARGV)\n"
 
-#define LC_LUA_GUARD_TAIL                                                           \
-    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 6)})\n"                                \
-    "if lc_release > 0 then\n"                                                      \
-    "  if lc_release > 1 then\n"                                                    \
-    "    redis.call('HSET', lc_lock_key, 'c', lc_release - 1)\n"                    \
-    "    redis.call('PEXPIRE', lc_lock_key, lc_lease)\n"                            \
-    "  else\n"                                                                      \
-    "    redis.call('DEL', lc_lock_key)\n"                                          \
-    "    redis.call('PUBLISH', lc_channel, '0')\n"                                  \
-    "  end\n"                                                                       \
-    "end\n"                                                                         \
+#define LC_LUA_GUARD_TAIL                                                                          \
+    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 6)})\n"                                               \
+    "if lc_release > 0 then\n"                                                                     \
+    "  if lc_release > 1 then\n"                                                                   \
+    "    redis.call('HSET', lc_lock_key, 'c', lc_release - 1)\n"                                   \
+    "    redis.call('PEXPIRE', lc_lock_key, lc_lease)\n"                                           \
+    "  else\n"                                                                                     \
+    "    redis.call('DEL', lc_lock_key)\n"                                                         \
+    "    redis.call('PUBLISH', lc_channel, '0')\n"                                                 \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
     "return {1, lc_result}\n"
 
 /* The guard around a body made by lc_token_fenced_script_new (a data-store script fenced by a
@@ -116,23 +116,23 @@
  * KEYS: seen key, body keys...  ARGV: token, body args...
  * -> {0} when the token is below the highest seen at the seen key (nothing ran),
  *    {1, body result} otherwise (the token is recorded as seen). */
-#define LC_LUA_TOKEN_GUARD_HEAD                                                     \
-    "if not lc_fence_accept(KEYS[1], ARGV[1]) then return {0} end\n"               \
-    "local lc_fence = tonumber(ARGV[1])\n"                                          \
+#define LC_LUA_TOKEN_GUARD_HEAD                                                                    \
+    "if not lc_fence_accept(KEYS[1], ARGV[1]) then return {0} end\n"                               \
+    "local lc_fence = tonumber(ARGV[1])\n"                                                         \
     "local lc_result = (function(KEYS, ARGV)\n"
 
-#define LC_LUA_TOKEN_GUARD_TAIL                                                     \
-    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 2)})\n"                               \
+#define LC_LUA_TOKEN_GUARD_TAIL                                                                    \
+    "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 2)})\n"                                               \
     "return {1, lc_result}\n"
 
 /* Pasted into data-store scripts: accept a write only from the newest fencing token seen. */
-#define LC_LUA_FENCE_ACCEPT_SRC                                                     \
-    "local function lc_fence_accept(seen_key, token)\n"                             \
-    "  local seen = tonumber(redis.call('GET', seen_key) or '0')\n"                 \
-    "  local t = tonumber(token)\n"                                                 \
-    "  if t == nil or t < seen then return false end\n"                             \
-    "  if t > seen then redis.call('SET', seen_key, t) end\n"                       \
-    "  return true\n"                                                               \
+#define LC_LUA_FENCE_ACCEPT_SRC                                                                    \
+    "local function lc_fence_accept(seen_key, token)\n"                                            \
+    "  local seen = tonumber(redis.call('GET', seen_key) or '0')\n"                                \
+    "  local t = tonumber(token)\n"                                                                \
+    "  if t == nil or t < seen then return false end\n"                                            \
+    "  if t > seen then redis.call('SET', seen_key, t) end\n"                                      \
+    "  return true\n"                                                                              \
     "end\n"
 
 #endif

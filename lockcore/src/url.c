@@ -162,8 +162,7 @@ lc_status lc_url_parse(const char *url, lc_url *out)
         if (!colon)
             return lc_fail(LC_EINVAL, "redis url: credentials must be [user]:password@");
         if (decode(out->user, sizeof(out->user), p, (size_t)(colon - p)) ||
-            decode(out->password, sizeof(out->password), colon + 1,
-                   (size_t)(auth_end - colon - 1)))
+            decode(out->password, sizeof(out->password), colon + 1, (size_t)(auth_end - colon - 1)))
             return lc_fail(LC_EINVAL, "redis url: bad or too long user/password");
         p = auth_end + 1;
     }

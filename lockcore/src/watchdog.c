@@ -31,12 +31,12 @@ struct lc_wd_entry {
     lc_lock *owner;  /* for the on_lost callback */
     lc_watch *watch; /* where the owner keeps this entry */
     int lease_ms;
-    int64_t next_ms;      /* when the next renewal is due */
-    int64_t cap_ms;       /* stop renewing at this time (0: never) */
-    int64_t renewed_ms;   /* last time Redis confirmed the lease */
-    int busy;             /* a renewal (or the lost callback) is in flight: only the watchdog
-                             thread touches the entry until it clears this */
-    int result;           /* of the last renewal: 1 ok, 0 lost, -1 unknown (I/O) */
+    int64_t next_ms;    /* when the next renewal is due */
+    int64_t cap_ms;     /* stop renewing at this time (0: never) */
+    int64_t renewed_ms; /* last time Redis confirmed the lease */
+    int busy;           /* a renewal (or the lost callback) is in flight: only the watchdog
+                           thread touches the entry until it clears this */
+    int result;         /* of the last renewal: 1 ok, 0 lost, -1 unknown (I/O) */
     wd_entry *prev, *next;
 };
 
@@ -44,13 +44,13 @@ typedef struct lc_watchdog {
     const lc_endpoint *ep; /* borrowed from the client */
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t wake;  /* the thread: stop, or an entry was added */
-    pthread_cond_t idle;  /* removers: a renewal batch finished */
+    pthread_cond_t wake; /* the thread: stop, or an entry was added */
+    pthread_cond_t idle; /* removers: a renewal batch finished */
     wd_entry *head;
     int stop;
-    redisContext *ctx;    /* used by the watchdog thread only */
-    int loaded;           /* the renew script is in ctx's server's script cache */
-    int64_t wake_at_ms;   /* when the sleeping thread wakes by itself; 0 while it works */
+    redisContext *ctx;  /* used by the watchdog thread only */
+    int loaded;         /* the renew script is in ctx's server's script cache */
+    int64_t wake_at_ms; /* when the sleeping thread wakes by itself; 0 while it works */
 } lc_watchdog;
 
 enum { BATCH_MAX = 256 };
@@ -203,7 +203,8 @@ static void *watchdog_main(void *arg)
                 unlink_entry(wd, e);
                 continue;
             }
-            e->next_ms = now + (e->result == 2 ? LC_RENEW_RETRY_MS : lc_renew_period_ms(e->lease_ms));
+            e->next_ms =
+                now + (e->result == 2 ? LC_RENEW_RETRY_MS : lc_renew_period_ms(e->lease_ms));
         }
         pthread_cond_broadcast(&wd->idle);
     }

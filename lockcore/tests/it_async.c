@@ -239,8 +239,8 @@ static void test_eval_detached(void **state)
     for (int i = 0; i < 3; i++)
         assert_ok(lc_async_eval_detached(a, dec, 1, keys, NULL, 1, one, NULL, on_detached, &d[i]));
     /* The handle's own operation alongside them, sent last: it runs last. */
-    assert_ok(lc_async_eval(a, dec, LC_EVAL_RELEASE, 1, keys, NULL, 1, one, NULL, on_evaled,
-                            &d[3]));
+    assert_ok(
+        lc_async_eval(a, dec, LC_EVAL_RELEASE, 1, keys, NULL, 1, one, NULL, on_evaled, &d[3]));
     assert_true(lt_run_until(all_done, d, 10000));
     for (int i = 0; i < 4; i++) {
         assert_ok(d[i].st);
@@ -849,8 +849,8 @@ static void test_lost_reply_undone(void **state)
     int ok = lt_run_until(acquire_ran_and_undone, &u, 20000);
     if (!ok)
         fail_msg("fence %lld, exists %lld, connected %d",
-                 lt_get_ll(gf_redis, "it_async:lostreply:fence"), rf_integer(gf_redis, "EXISTS %s", name),
-                 lc_async_debug_connected(c));
+                 lt_get_ll(gf_redis, "it_async:lostreply:fence"),
+                 rf_integer(gf_redis, "EXISTS %s", name), lc_async_debug_connected(c));
     lc_async_lock_free(a);
     lc_async_client_free(c);
     sp_stop(p);
@@ -861,8 +861,8 @@ static void test_lost_reply_undone(void **state)
 typedef struct waited {
     int calls;
     lc_status st;
-    long long n;    /* WAIT's answer, or the script's */
-    int have_ref;   /* lc_async_reply_conn worked inside the callback */
+    long long n;  /* WAIT's answer, or the script's */
+    int have_ref; /* lc_async_reply_conn worked inside the callback */
     lc_async_conn_ref ref;
     lc_async_client *c;
 } waited;
@@ -895,8 +895,7 @@ static lc_async_conn_ref write_on(lc_async_client *c, const lc_script *s, const 
     return w.ref;
 }
 
-static long long wait_on(lc_async_client *c, const lc_async_conn_ref *ref, int ms,
-                         lc_status *st)
+static long long wait_on(lc_async_client *c, const lc_async_conn_ref *ref, int ms, lc_status *st)
 {
     waited w = {.c = c};
     assert_ok(lc_async_wait(c, ref, 1, ms, on_waited, &w));
@@ -1039,8 +1038,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_free_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_reply_undone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigstop, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wait_on_the_connection_of_the_write, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_wait_on_the_connection_of_the_write, setup, teardown),
     };
     return cmocka_run_group_tests(tests, gf_group_setup, gf_group_teardown);
 }

@@ -483,7 +483,8 @@ static void test_moved_after_slot_moved(void **state)
     snprintf(key, sizeof key, "{%s}:k", tag);
     int src = cf_master_of(gf_cluster, slot);
     int dst = (src + 1) % 3;
-    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s moved-value", key), RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, src), "SET %s moved-value", key),
+                     RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(0);
     result r;
@@ -682,10 +683,13 @@ static void test_master_killed_then_failover(void **state)
         oslot = lc_key_slot(other_tag, strlen(other_tag));
     }
     snprintf(other, sizeof other, "{%s}:k", other_tag);
-    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "SET %s survives", key), RF_NOT_INTEGER);
-    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "WAIT 1 5000"), 1); /* on its replica */
-    assert_int_equal(rf_integer(cf_node(gf_cluster, cf_master_of(gf_cluster, oslot)), "SET %s here", other),
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "SET %s survives", key),
                      RF_NOT_INTEGER);
+    assert_int_equal(rf_integer(cf_node(gf_cluster, victim), "WAIT 1 5000"),
+                     1); /* on its replica */
+    assert_int_equal(
+        rf_integer(cf_node(gf_cluster, cf_master_of(gf_cluster, oslot)), "SET %s here", other),
+        RF_NOT_INTEGER);
 
     lc_async_client *c = cclient(500);
     result r;

@@ -227,7 +227,8 @@ static void test_release_after_takeover(void **state)
     assert_status(lc_lock_release(a), LC_ELOST);
     assert_int_equal(lc_lock_held(a), 0);
     char owner[64];
-    assert_string_equal(lt_owner(gf_redis, "it_lock:takeover", owner, sizeof owner), lc_lock_token(b));
+    assert_string_equal(lt_owner(gf_redis, "it_lock:takeover", owner, sizeof owner),
+                        lc_lock_token(b));
     assert_true(rf_integer(gf_redis, "PTTL it_lock:takeover") > 20000);
     /* The local hold was cleared by the failed release. */
     assert_status(lc_lock_release(a), LC_ENOTHELD);

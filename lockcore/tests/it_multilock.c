@@ -54,7 +54,8 @@ static void test_all_or_nothing(void **state)
         lc_lock *l = lc_multilock_get(ml, i);
         assert_int_equal(lc_lock_held(l), 1);
         assert_true(lc_lock_fence(l) > 0);
-        assert_string_equal(lt_owner(gf_redis, lc_lock_name(l), owner, sizeof owner), lc_lock_token(l));
+        assert_string_equal(lt_owner(gf_redis, lc_lock_name(l), owner, sizeof owner),
+                            lc_lock_token(l));
     }
     assert_status(lc_lock_try(other, NULL), LC_EBUSY);
     assert_ok(lc_multilock_release(ml));

@@ -33,7 +33,8 @@ static int setup(void **state)
     for (int i = 0; i < LT_NODES; i++)
         if (lc_async_client_new(lt_base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
             return -1;
-    if (rf_flushall(gf_redis) != 0 || lc_async_client_new(lt_base, rf_url(gf_redis), NULL, &store_cl))
+    if (rf_flushall(gf_redis) != 0 ||
+        lc_async_client_new(lt_base, rf_url(gf_redis), NULL, &store_cl))
         return -1;
     return 0;
 }
@@ -81,7 +82,7 @@ static lc_async_redlock *arlock(const char *name, int lease_ms, int watchdog,
 #define RUN(res, want)                                                                             \
     do {                                                                                           \
         assert_int_equal((res).calls, 0); /* not from inside the starting call */                  \
-        assert_true(lt_run_until(done, &(res), 10000));                                               \
+        assert_true(lt_run_until(done, &(res), 10000));                                            \
         assert_int_equal((res).calls, 1);                                                          \
         if ((res).st != (want))                                                                    \
             fail_msg("got %s (%s), expected %s", lc_status_name((res).st), lc_errmsg(),            \
@@ -340,7 +341,7 @@ static void on_multi(lc_async_redlock_multi *m, lc_status st, void *arg)
 #define MRUN(res, want)                                                                            \
     do {                                                                                           \
         assert_int_equal((res).calls, 0);                                                          \
-        assert_true(lt_run_until(mdone, &(res), 10000));                                              \
+        assert_true(lt_run_until(mdone, &(res), 10000));                                           \
         assert_int_equal((res).calls, 1);                                                          \
         if ((res).st != (want))                                                                    \
             fail_msg("got %s (%s), expected %s", lc_status_name((res).st), lc_errmsg(),            \

@@ -1,8 +1,8 @@
 /*
  * Integration tests of lock-with-deadline and the unlock listener (notify.c): the deadline is
  * kept, an unlock wakes a waiter (the handle says its wait ended by the unlock message, not by
- * the back-off poll's timer), an unlock racing with the waiter's subscription is not missed, a queue of waiters
- * hands the lock on promptly and exclusively, and force-unlock wakes waiters too.
+ * the back-off poll's timer), an unlock racing with the waiter's subscription is not missed, a
+ * queue of waiters hands the lock on promptly and exclusively, and force-unlock wakes waiters too.
  */
 #include "lc_test.h"
 #include "lock_internal.h"

@@ -1,8 +1,8 @@
 /*
  * Five independent redis-server processes for the Redlock tests (header-only, static inline):
  * started on free ports by the group setup, stopped by the group teardown (gf_group_teardown;
- * on any failure or signal, by the fixtures' process registry), put back in shape before each test (resumed,
- * restarted, flushed), plus checks of a lock across the nodes.
+ * on any failure or signal, by the fixtures' process registry), put back in shape before each test
+ * (resumed, restarted, flushed), plus checks of a lock across the nodes.
  */
 #ifndef LC_TESTS_LT_NODES_H
 #define LC_TESTS_LT_NODES_H

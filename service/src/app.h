@@ -15,9 +15,9 @@ struct skucache;
 
 struct app {
     struct config cfg;
-    struct store *store;       /* Redis access: scripts and keys (store.h) */
-    struct skucache *cache;    /* what this instance knows of each SKU (version, empty segments) */
-    atomic_int draining;       /* 1 once shutdown began */
+    struct store *store;    /* Redis access: scripts and keys (store.h) */
+    struct skucache *cache; /* what this instance knows of each SKU (version, empty segments) */
+    atomic_int draining;    /* 1 once shutdown began */
 };
 
 /* Fills app from cfg and makes the store and cache. Redis need not be up: nothing connects

@@ -17,24 +17,24 @@
  * the functions below treat it (and any out-of-range value) as ERROR_INTERNAL. */
 enum error_code {
     ERROR_NONE = 0,
-    ERROR_INVALID_REQUEST,      /* 400 invalid_request */
-    ERROR_UNAUTHORIZED,         /* 401 unauthorized (send WWW-Authenticate: Bearer) */
-    ERROR_NOT_FOUND,            /* 404 not_found: unknown path */
-    ERROR_UNKNOWN_SKU,          /* 404 unknown_sku */
-    ERROR_UNKNOWN_ORDER,        /* 404 unknown_order */
-    ERROR_METHOD_NOT_ALLOWED,   /* 405 method_not_allowed (send Allow) */
-    ERROR_SOLD_OUT,             /* 409 sold_out */
-    ERROR_INSUFFICIENT_STOCK,   /* 409 insufficient_stock */
-    ERROR_ALREADY_CANCELLED,    /* 409 already_cancelled */
-    ERROR_SKU_CHANGED,          /* 409 sku_changed: re-PUT or deleted during a restock */
-    ERROR_BODY_TOO_LARGE,       /* 413 body_too_large */
-    ERROR_HEADERS_TOO_LARGE,    /* 431 headers_too_large: the request head */
+    ERROR_INVALID_REQUEST,        /* 400 invalid_request */
+    ERROR_UNAUTHORIZED,           /* 401 unauthorized (send WWW-Authenticate: Bearer) */
+    ERROR_NOT_FOUND,              /* 404 not_found: unknown path */
+    ERROR_UNKNOWN_SKU,            /* 404 unknown_sku */
+    ERROR_UNKNOWN_ORDER,          /* 404 unknown_order */
+    ERROR_METHOD_NOT_ALLOWED,     /* 405 method_not_allowed (send Allow) */
+    ERROR_SOLD_OUT,               /* 409 sold_out */
+    ERROR_INSUFFICIENT_STOCK,     /* 409 insufficient_stock */
+    ERROR_ALREADY_CANCELLED,      /* 409 already_cancelled */
+    ERROR_SKU_CHANGED,            /* 409 sku_changed: re-PUT or deleted during a restock */
+    ERROR_BODY_TOO_LARGE,         /* 413 body_too_large */
+    ERROR_HEADERS_TOO_LARGE,      /* 431 headers_too_large: the request head */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */
-    ERROR_RATE_LIMITED,         /* 429 rate_limited (send Retry-After) */
-    ERROR_INTERNAL,             /* 500 internal */
-    ERROR_UNAVAILABLE,          /* 503 unavailable (send Retry-After) */
-    ERROR_LOCK_TIMEOUT,         /* 503 lock_timeout (send Retry-After) */
-    ERROR_CODE_COUNT            /* number of values above, ERROR_NONE included; not a code */
+    ERROR_RATE_LIMITED,           /* 429 rate_limited (send Retry-After) */
+    ERROR_INTERNAL,               /* 500 internal */
+    ERROR_UNAVAILABLE,            /* 503 unavailable (send Retry-After) */
+    ERROR_LOCK_TIMEOUT,           /* 503 lock_timeout (send Retry-After) */
+    ERROR_CODE_COUNT              /* number of values above, ERROR_NONE included; not a code */
 };
 
 /* The HTTP status of code (400, 404, ...). ERROR_NONE and unknown values give 500. */

@@ -36,7 +36,8 @@ static int layout_parse(const redisReply *r, struct layout *out)
     out->version = str_int(r->element[0], 0);
     out->segments = (int)str_int(r->element[1], 0);
     out->stock = str_int(r->element[2], -1);
-    out->pending = r->element[3]->type == REDIS_REPLY_STRING && strcmp(r->element[3]->str, "p") == 0;
+    out->pending =
+        r->element[3]->type == REDIS_REPLY_STRING && strcmp(r->element[3]->str, "p") == 0;
     out->hwm = (int)str_int(r->element[4], out->segments);
     const redisReply *rs = r->element[5];
     for (size_t i = 0; rs->type == REDIS_REPLY_ARRAY && i + 1 < rs->elements &&
@@ -79,9 +80,9 @@ struct settle {
     const struct areq *ar; /* the request it is for (store.h: its callbacks' log context) */
     char sku[STORE_KEY_MAX];
     struct layout l;
-    int settle; /* settle what is pending (layout_read_settled_async), not just read */
-    int heal;   /* roll the layout out even when it says it is (layout_heal_async), once */
-    int calls;  /* Redis calls made so far (struct layout's calls) */
+    int settle;  /* settle what is pending (layout_read_settled_async), not just read */
+    int heal;    /* roll the layout out even when it says it is (layout_heal_async), once */
+    int calls;   /* Redis calls made so far (struct layout's calls) */
     int refused; /* a segment refused a restock (a damaged number): no further round */
     int round;
     int ri; /* the restock being applied */
@@ -166,7 +167,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     }
     for (int i = 0; i < n; i++) {
         store_seg_keys(s->sku, from + i, &s->sk[i]);
-        const char *all[6] = {s->sk[i].stock, s->sk[i].sver, s->sk[i].cnt,
+        const char *all[6] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt,
                               s->sk[i].orders, s->sk[i].idem, s->sk[i].rst};
         for (int j = 0; j < nkeys; j++)
             s->kflat[i * nkeys + j] = all[pick[j]];
@@ -317,8 +318,7 @@ static void on_applied(void *arg, const char *failed, const struct store_item *i
         return;
     }
     const struct layout_restock *x = &s->l.restocks[s->ri];
-    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40], rid[24],
-        ver[24];
+    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40], rid[24], ver[24];
     store_sku_key(meta, s->sku, "meta");
     store_sku_key(rst, s->sku, "rst");
     snprintf(suffix, sizeof(suffix), "rres:%lld", x->rid);
@@ -399,8 +399,8 @@ void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, l
     settle_start(st, lc, NULL, sku, 0, 0, NULL, cb, arg);
 }
 
-void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
-                               layout_fn cb, void *arg)
+void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                               void *arg)
 {
     settle_start(st, lc, NULL, sku, 1, 0, NULL, cb, arg);
 }
@@ -420,8 +420,8 @@ static void on_version_raised(lc_status st, const redisReply *r, const char *err
                 "raising a version counter: %s (the next reader tries again)", errstr);
 }
 
-void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
-                       int64_t seen, int64_t version)
+void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k, int64_t seen,
+                       int64_t version)
 {
     log_msg(CONFIG_LOG_WARN, "segment_ahead",
             "sku %s segment %d: at version %" PRId64 ", ahead of the layout's %" PRId64

@@ -28,14 +28,14 @@ struct layout_restock {
 #define LAYOUT_WHY_MAX 256
 
 struct layout {
-    int64_t version;     /* 0 when the SKU never existed */
-    int segments;        /* 0: deleted (or never existed) */
-    long long stock;     /* the PUT's stock; -1 when meta predates this field */
-    int pending;         /* the layout is not yet on every segment */
-    int hwm;             /* segments [0, hwm) may have keys */
-    int nrestocks;       /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
+    int64_t version; /* 0 when the SKU never existed */
+    int segments;    /* 0: deleted (or never existed) */
+    long long stock; /* the PUT's stock; -1 when meta predates this field */
+    int pending;     /* the layout is not yet on every segment */
+    int hwm;         /* segments [0, hwm) may have keys */
+    int nrestocks;   /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
     struct layout_restock restocks[LAYOUT_MAX_RESTOCKS];
-    int calls;           /* Redis calls the read (and settle) made, for the callers' budgets */
+    int calls;                /* Redis calls the read (and settle) made, for the callers' budgets */
     char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */
 };
 
@@ -58,8 +58,8 @@ void layout_read_async(struct store *st, lc_async_client *lc, const char *sku, l
 /* Reads sku's layout and, when something is pending, brings every segment to it and applies
  * the pending restocks (at most 4 rounds), then reads it again: same results as
  * layout_read_async, -1 also when a settle step failed (l then as last read). */
-void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku,
-                               layout_fn cb, void *arg);
+void layout_read_settled_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
+                               void *arg);
 
 /* As layout_read_settled_async, but brings every segment to the layout even when the meta says
  * it is rolled out: for a segment found behind a settled layout (its reset lost in a failover
@@ -75,8 +75,8 @@ void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, l
  * roll-out brings the segment back (nothing else may: its orders were answered 201, and a
  * reset to the older layout would put their units up for sale again). One script, not waited
  * for; logged. */
-void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
-                       int64_t seen, int64_t version);
+void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k, int64_t seen,
+                       int64_t version);
 
 /* For the request ar, on its loop's client: layout_read_settled_async (heal 0) or
  * layout_heal_async (heal 1), cb run in ar's log context (store.h), and, when conns is not NULL

@@ -167,14 +167,10 @@ static void lb_json_string(struct lbuf *b, const char *s, size_t n)
 static const char *level_name(enum config_log_level level)
 {
     switch (level) {
-    case CONFIG_LOG_DEBUG:
-        return "debug";
-    case CONFIG_LOG_INFO:
-        return "info";
-    case CONFIG_LOG_WARN:
-        return "warn";
-    case CONFIG_LOG_ERROR:
-        return "error";
+    case CONFIG_LOG_DEBUG: return "debug";
+    case CONFIG_LOG_INFO: return "info";
+    case CONFIG_LOG_WARN: return "warn";
+    case CONFIG_LOG_ERROR: return "error";
     }
     return "error";
 }

@@ -153,9 +153,8 @@ void metrics_cs_enter(void)
 {
     long now = atomic_fetch_add_explicit(&m_cs_in_flight, 1, memory_order_relaxed) + 1;
     long peak = atomic_load_explicit(&m_cs_peak, memory_order_relaxed);
-    while (now > peak &&
-           !atomic_compare_exchange_weak_explicit(&m_cs_peak, &peak, now, memory_order_relaxed,
-                                                  memory_order_relaxed))
+    while (now > peak && !atomic_compare_exchange_weak_explicit(
+                             &m_cs_peak, &peak, now, memory_order_relaxed, memory_order_relaxed))
         ;
 }
 
@@ -264,8 +263,7 @@ static void hist_render(FILE *f, const char *name, const char *labels, struct hi
         fprintf(f, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, labels, sep, hist_labels[i], cum);
     }
     const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
-    fprintf(f, "%s_sum%s%s%s %.9f\n", name, open, labels, close,
-            (double)get(&h->sum_ns) / 1e9);
+    fprintf(f, "%s_sum%s%s%s %.9f\n", name, open, labels, close, (double)get(&h->sum_ns) / 1e9);
     fprintf(f, "%s_count%s%s%s %llu\n", name, open, labels, close, cum);
 }
 

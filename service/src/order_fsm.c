@@ -172,14 +172,14 @@ struct order {
     const char *idem; /* "" when none */
     struct sku_view view;
     int64_t deadline_ms;
-    int settled;        /* this request already settled the SKU's layout once */
-    int healed;         /* ... and that settle brought every segment to the layout (layout_heal_async) */
-    int64_t stale_from; /* the view's version when a segment ahead of it made the order re-read
-                           the layout: the same version again means the segment is ahead of the
-                           meta itself (docs/design.md, "The healing rules") */
-    int calls;          /* Redis calls this order made (order_redis_call_budget) */
-    int acked;          /* the WAIT after the commit was answered (redis_replica_acks > 0) */
-    int have_ref;       /* ref names the connection of the claim, then of the commit */
+    int settled; /* this request already settled the SKU's layout once */
+    int healed;  /* ... and that settle brought every segment to the layout (layout_heal_async) */
+    int64_t stale_from;    /* the view's version when a segment ahead of it made the order re-read
+                              the layout: the same version again means the segment is ahead of the
+                              meta itself (docs/design.md, "The healing rules") */
+    int calls;             /* Redis calls this order made (order_redis_call_budget) */
+    int acked;             /* the WAIT after the commit was answered (redis_replica_acks > 0) */
+    int have_ref;          /* ref names the connection of the claim, then of the commit */
     lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
     int cancelled;         /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];

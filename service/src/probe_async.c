@@ -30,4 +30,3 @@ void probe_readyz_async(struct areq *ar)
     const char *argv[1] = {"PING"};
     store_command_async(ar->lc, ar, 1, argv, on_ping, ar);
 }
-

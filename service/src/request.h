@@ -16,42 +16,35 @@
 /* Longest X-Request-Id taken from a trusted proxy (http.h says which ids are taken). */
 #define REQUEST_ID_MAX 128
 
-enum http_method {
-    HTTP_OTHER = 0,
-    HTTP_GET,
-    HTTP_HEAD,
-    HTTP_POST,
-    HTTP_PUT,
-    HTTP_DELETE
-};
+enum http_method { HTTP_OTHER = 0, HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_DELETE };
 
 struct request {
     enum http_method method;
-    const char *path;            /* URL path without query, NUL-terminated */
-    const char *param;           /* the {sku} or {id} path segment matched by the router; or NULL */
+    const char *path;  /* URL path without query, NUL-terminated */
+    const char *param; /* the {sku} or {id} path segment matched by the router; or NULL */
     size_t param_len;
-    const char *body;            /* NULL when there is none */
+    const char *body; /* NULL when there is none */
     size_t body_len;
-    const char *content_type;    /* header values, NULL when absent */
+    const char *content_type; /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
-    const char *request_id;      /* X-Request-Id of this request (never NULL from http.c) */
-    const char *client;          /* the client address as text (see peer_loopback), or NULL */
-    int peer_loopback;           /* 1 when the client address (the peer, or the client a
-                                    trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
+    const char *request_id; /* X-Request-Id of this request (never NULL from http.c) */
+    const char *client;     /* the client address as text (see peer_loopback), or NULL */
+    int peer_loopback;      /* 1 when the client address (the peer, or the client a
+                               trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
 };
 
 struct response {
-    int status;                  /* 0 until set */
-    json_t *body;                /* owned by the response (response_free); NULL for no body */
-    char *text;                  /* alternative raw body (malloc'd, owned), e.g. /metrics */
-    const char *content_type;    /* for text; JSON bodies are application/json */
-    char *location;              /* Location header when non-NULL (malloc'd, owned):
-                                    response_order_location */
-    const char *allow;           /* Allow header when non-NULL (static string) */
-    int retry_after;             /* Retry-After seconds when > 0 */
-    int www_authenticate;        /* 1: send WWW-Authenticate: Bearer */
-    const char *csp;             /* Content-Security-Policy header when non-NULL (static) */
+    int status;               /* 0 until set */
+    json_t *body;             /* owned by the response (response_free); NULL for no body */
+    char *text;               /* alternative raw body (malloc'd, owned), e.g. /metrics */
+    const char *content_type; /* for text; JSON bodies are application/json */
+    char *location;           /* Location header when non-NULL (malloc'd, owned):
+                                 response_order_location */
+    const char *allow;        /* Allow header when non-NULL (static string) */
+    int retry_after;          /* Retry-After seconds when > 0 */
+    int www_authenticate;     /* 1: send WWW-Authenticate: Bearer */
+    const char *csp;          /* Content-Security-Policy header when non-NULL (static) */
 };
 
 /* Sets status and a JSON body (steals the reference to body). */

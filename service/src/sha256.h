@@ -1,7 +1,7 @@
 /*
- * sha256 — SHA-256 of a byte string (OpenSSL libcrypto underneath), for the admin token's fingerprint in the audit
- * log (the first 8 hex digits of the token's digest identify which token was used without
- * revealing it). Pure functions: no allocation, thread-safe.
+ * sha256 — SHA-256 of a byte string (OpenSSL libcrypto underneath), for the admin token's
+ * fingerprint in the audit log (the first 8 hex digits of the token's digest identify which token
+ * was used without revealing it). Pure functions: no allocation, thread-safe.
  */
 #ifndef INVENTORY_SHA256_H
 #define INVENTORY_SHA256_H

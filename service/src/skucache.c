@@ -17,7 +17,7 @@ struct entry {
     int64_t version;
     int segments;
     int nempty;
-    int64_t empty_since_ms;   /* when the oldest empty mark was made */
+    int64_t empty_since_ms; /* when the oldest empty mark was made */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64];
     uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];
     struct entry *next;
@@ -133,8 +133,7 @@ void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, i
     pthread_mutex_unlock(&c->mu);
 }
 
-void skucache_set_empty(struct skucache *c, const char *sku, int64_t version,
-                        const uint64_t *empty)
+void skucache_set_empty(struct skucache *c, const char *sku, int64_t version, const uint64_t *empty)
 {
     pthread_mutex_lock(&c->mu);
     struct entry *e = find(c, sku, 0);

@@ -16,10 +16,10 @@ struct skucache;
 
 /* A copy of one SKU's entry. */
 struct sku_view {
-    int64_t version;          /* 0: not known */
+    int64_t version; /* 0: not known */
     int segments;
-    int sold_out;             /* every segment was empty, less than recheck_ms ago */
-    int recheck_due;          /* sold out, but the bound passed: check Redis before answering */
+    int sold_out;    /* every segment was empty, less than recheck_ms ago */
+    int recheck_due; /* sold out, but the bound passed: check Redis before answering */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64]; /* segments seen empty within recheck_ms */
     uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];  /* segment locks this instance holds now */
 };

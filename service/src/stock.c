@@ -99,19 +99,19 @@ struct admin {
     char sku[VALIDATE_SKU_MAX + 1];
     const char *key;                                        /* Idempotency-Key, or NULL */
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8]; /* its Redis name */
-    int attempt;         /* status reads */
-    struct layout l;     /* the layout the status read is for */
-    int healed;          /* the status read rolled the layout out again (a segment behind) */
-    int64_t stale_from;  /* the layout's version when a segment ahead made it read again */
+    int attempt;                                            /* status reads */
+    struct layout l;                                        /* the layout the status read is for */
+    int healed;            /* the status read rolled the layout out again (a segment behind) */
+    int64_t stale_from;    /* the layout's version when a segment ahead made it read again */
     char out_of_step[200]; /* why the status read answers 503 when Redis did not fail */
     void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
-    char answer[512];    /* PUT: the stored answer */
+    char answer[512];                                             /* PUT: the stored answer */
     int replay;
     char segs[24], stock[24];
-    long long rid, qty;  /* restock */
+    long long rid, qty; /* restock */
     char pending[64];
-    int write;           /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
-    int waited;          /* that WAIT was done */
+    int write;                /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
+    int waited;               /* that WAIT was done */
     struct store_conns conns; /* the connections its commands went on: the WAITs go there */
     char why[LAYOUT_WHY_MAX]; /* this request's last Redis failure, for its log line */
 };
@@ -248,8 +248,8 @@ static int status_build(struct admin *a, const char *failed, const struct store_
     }
     *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", a->sku, "version",
                      (json_int_t)a->l.version, "stock_total", (json_int_t)total, "remaining",
-                     (json_int_t)remaining, "sold", (json_int_t)sold, "orders",
-                     (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
+                     (json_int_t)remaining, "sold", (json_int_t)sold, "orders", (json_int_t)orders,
+                     "sold_out", remaining == 0, "segments", segs);
     return *out ? 1 : -1;
 }
 
@@ -277,8 +277,7 @@ static void on_segments(void *arg, const char *failed, const struct store_item *
         return;
     }
     long long sver = items[k].e[1];
-    if (++a->attempt >= 5 || (rc == 0 && a->healed) ||
-        (rc == 2 && a->stale_from == a->l.version)) {
+    if (++a->attempt >= 5 || (rc == 0 && a->healed) || (rc == 2 && a->stale_from == a->l.version)) {
         if (rc == 2)
             layout_note_ahead(a->app->store, a->ar->lc, a->sku, k, sver, a->l.version);
         snprintf(a->out_of_step, sizeof(a->out_of_step),
@@ -286,8 +285,7 @@ static void on_segments(void *arg, const char *failed, const struct store_item *
                  a->l.version,
                  rc == 2 ? "a layout write was lost in a failover: PUT the SKU again to repair it"
                          : "it could not be brought to the layout: retry later");
-        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku,
-                a->out_of_step);
+        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku, a->out_of_step);
         a->status_done(a, -1, NULL);
         return;
     }
@@ -520,8 +518,8 @@ static void restock_end(struct admin *a)
 {
     struct response *res = &a->ar->res;
     if (res->status == 200)
-        log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)",
-                a->sku, a->qty, a->rid);
+        log_msg(CONFIG_LOG_INFO, "sku_restock", "sku %s: %lld units added (restock %lld)", a->sku,
+                a->qty, a->rid);
     if (!a->key || (res->status != 200 && res->status != 409) || !res->body) {
         admin_end(a);
         return;

@@ -50,7 +50,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
          * --lock-redis the Redlock's token alone (seglock.c). */
-        lc_status st = i != SCRIPT_COMMIT ? lc_script_new(sources[i], &s->scripts[i])
+        lc_status st = i != SCRIPT_COMMIT  ? lc_script_new(sources[i], &s->scripts[i])
                        : cfg->lock_redis_n ? lc_token_fenced_script_new(sources[i], &s->scripts[i])
                                            : lc_fenced_script_new(sources[i], &s->scripts[i]);
         if (st != LC_OK) {
@@ -215,7 +215,7 @@ struct batch {
     struct batch_slot {
         struct batch *b;
         int i;
-    } *slots;
+    } * slots;
     struct store_conns *conns;
     const lc_async_client *lc;
 };

@@ -26,7 +26,7 @@ enum store_script {
     SCRIPT_RESTOCK_APPLY,
     SCRIPT_RESTOCK_END,
     SCRIPT_RESTOCK_STATE,
-    SCRIPT_COMMIT,        /* fenced: run with lc_lock_eval */
+    SCRIPT_COMMIT, /* fenced: run with lc_lock_eval */
     SCRIPT_COMMIT_ATOMIC,
     SCRIPT_CANCEL,
     SCRIPT_IDEM_CLAIM,

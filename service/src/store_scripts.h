@@ -32,6 +32,10 @@
 #ifndef INVENTORY_STORE_SCRIPTS_H
 #define INVENTORY_STORE_SCRIPTS_H
 
+/* The scripts are Lua text in C string macros, aligned by hand: clang-format would re-wrap them
+ * (scripts/format.sh --check passes on this file as it is). */
+/* clang-format off */
+
 /* Segments a layout may have (SPEC §5), in C and in the scripts. */
 #define STORE_SEGMENTS_MAX 1024
 #define STORE_STR_(x) #x
@@ -408,5 +412,7 @@
     "if ARGV[2] == '' then redis.call('DEL', KEYS[1])\n"                            \
     "else redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL') end\n"                     \
     "return " STORE_STR(STORE_SWAP_DONE) "\n"
+
+/* clang-format on */
 
 #endif

@@ -192,13 +192,9 @@ static bool member_at(const char *b, size_t len, size_t pos, bool key_mode, char
             }
             depth++;
             break;
-        case '[':
-            depth++;
-            break;
+        case '[': depth++; break;
         case '}':
-        case ']':
-            depth--;
-            break;
+        case ']': depth--; break;
         case ':':
             if (object && depth == 1) {
                 key_s = cand_s;
@@ -212,8 +208,7 @@ static bool member_at(const char *b, size_t len, size_t pos, bool key_mode, char
                 in_value = false;
             }
             break;
-        default:
-            break;
+        default: break;
         }
     }
     if (key_mode || !object || depth < 1 || !in_value)
@@ -244,8 +239,7 @@ static const struct int_field *find_int_field(const struct int_field *fields, si
 
 /* Turns a jansson parse error into a message naming the field when one can be told. */
 static void fail_parse(const char *body, size_t len, const json_error_t *je,
-                       const struct int_field *fields, size_t nfields,
-                       struct validate_error *err)
+                       const struct int_field *fields, size_t nfields, struct validate_error *err)
 {
     char key[33];
     size_t pos = (size_t)(je->position > 0 ? je->position : 0);
@@ -256,8 +250,8 @@ static void fail_parse(const char *body, size_t len, const json_error_t *je,
             fail(err, ERROR_INVALID_REQUEST, "%s: duplicate key", key);
             return;
         }
-        fail(err, ERROR_INVALID_REQUEST, "body: duplicate key (line %d, column %d)",
-             je->line, je->column);
+        fail(err, ERROR_INVALID_REQUEST, "body: duplicate key (line %d, column %d)", je->line,
+             je->column);
         return;
     case json_error_numeric_overflow:
         if (member_at(body, len, pos, false, key, sizeof(key))) {
@@ -269,20 +263,19 @@ static void fail_parse(const char *body, size_t len, const json_error_t *je,
             int n = (int)(e - s > GOT_MAX ? GOT_MAX : e - s);
             if (f)
                 fail(err, ERROR_INVALID_REQUEST,
-                     "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %.*s%s",
-                     key, f->min, f->max, n, body + s, (e - s > GOT_MAX) ? "..." : "");
+                     "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %.*s%s", key,
+                     f->min, f->max, n, body + s, (e - s > GOT_MAX) ? "..." : "");
             else
                 fail(err, ERROR_INVALID_REQUEST, "%s: number out of range, got %.*s%s", key, n,
                      body + s, (e - s > GOT_MAX) ? "..." : "");
             return;
         }
-        fail(err, ERROR_INVALID_REQUEST, "body: number out of range (line %d, column %d)",
-             je->line, je->column);
+        fail(err, ERROR_INVALID_REQUEST, "body: number out of range (line %d, column %d)", je->line,
+             je->column);
         return;
     case json_error_null_character:
         if (member_at(body, len, pos, false, key, sizeof(key))) {
-            fail(err, ERROR_INVALID_REQUEST, "%s: must not contain NUL (\\u0000) characters",
-                 key);
+            fail(err, ERROR_INVALID_REQUEST, "%s: must not contain NUL (\\u0000) characters", key);
             return;
         }
         fail(err, ERROR_INVALID_REQUEST,
@@ -339,13 +332,12 @@ static int get_int(const json_t *obj, const struct int_field *f, bool required, 
              f->max);
         return -1;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < f->min ||
-        json_integer_value(v) > f->max) {
+    if (!json_is_integer(v) || json_integer_value(v) < f->min || json_integer_value(v) > f->max) {
         char got[GOT_MAX + 8];
         render(v, got, sizeof(got));
         fail(err, ERROR_INVALID_REQUEST,
-             "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %s", f->name,
-             f->min, f->max, got);
+             "%s: must be an integer between %" PRId64 " and %" PRId64 ", got %s", f->name, f->min,
+             f->max, got);
         return -1;
     }
     *out = (int64_t)json_integer_value(v);
@@ -356,8 +348,8 @@ static int get_int(const json_t *obj, const struct int_field *f, bool required, 
  * *present tells whether it was there. Returns 0 or -1 with *err filled; rule is the text that
  * describes an acceptable value. */
 static int get_string(const json_t *obj, const char *name, bool required,
-                      bool (*check)(const char *, size_t), const char *rule, char *buf,
-                      size_t cap, bool *present, struct validate_error *err)
+                      bool (*check)(const char *, size_t), const char *rule, char *buf, size_t cap,
+                      bool *present, struct validate_error *err)
 {
     const json_t *v = json_object_get(obj, name);
     *present = v != NULL;

@@ -23,11 +23,11 @@
 
 #include "errors.h"
 
-#define VALIDATE_MAX_BODY 16384           /* largest accepted body, bytes (SPEC §5: 16 KiB) */
-#define VALIDATE_SKU_MAX 64               /* longest SKU name */
-#define VALIDATE_PRINTABLE_MAX 128        /* longest user_id / Idempotency-Key */
+#define VALIDATE_MAX_BODY 16384            /* largest accepted body, bytes (SPEC §5: 16 KiB) */
+#define VALIDATE_SKU_MAX 64                /* longest SKU name */
+#define VALIDATE_PRINTABLE_MAX 128         /* longest user_id / Idempotency-Key */
 #define VALIDATE_STOCK_MAX 1000000000000LL /* 10^12: largest stock of a PUT, largest restock */
-#define VALIDATE_SEGMENTS_MAX 1024        /* most segments of one SKU */
+#define VALIDATE_SEGMENTS_MAX 1024         /* most segments of one SKU */
 
 /* Why a body was refused. code is ERROR_INVALID_REQUEST, or ERROR_BODY_TOO_LARGE when the body
  * exceeds VALIDATE_MAX_BODY. message is "<field>: <problem>" (field "body" when the body as a
@@ -40,7 +40,7 @@ struct validate_error {
 /* POST /api/v1/orders body: {"sku": str, "quantity": int (default 1), "user_id": str (opt.)}. */
 struct validate_order {
     char sku[VALIDATE_SKU_MAX + 1];
-    int64_t quantity;                       /* 1..max_quantity; 1 when absent */
+    int64_t quantity;                         /* 1..max_quantity; 1 when absent */
     char user_id[VALIDATE_PRINTABLE_MAX + 1]; /* "" when absent */
     bool has_user_id;
 };

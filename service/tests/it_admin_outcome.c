@@ -120,9 +120,9 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
     /* Versions only go up (by at least one: issue 18 item 4 took them from Redis's clock). */
     char ver[32] = "";
     int64_t until = tu_now_ms() + AO_THAW_MS;
-    while ((rf_string(gf_redis, ver, sizeof ver, "GET inv:2:{%s}:ver", sku) != 1 ||
-            atoll(ver) <= v) &&
-           tu_now_ms() < until)
+    while (
+        (rf_string(gf_redis, ver, sizeof ver, "GET inv:2:{%s}:ver", sku) != 1 || atoll(ver) <= v) &&
+        tu_now_ms() < until)
         tu_sleep_ms(20);
     SF_ASSERT(atoll(ver) > v, "the version counter is %s after the PUT, was %lld", ver, v);
     SF_ASSERT_EQ(stock_total(sku), 30);

@@ -148,11 +148,10 @@ static void test_put_created_then_replaced(void **state)
 
 static void check_status_shape(const json_t *st, const char *sku, int nseg)
 {
-    static const char *const keys[] = {"sku",    "version",  "stock_total", "remaining",
-                                       "sold",   "orders",   "sold_out",    "segments"};
+    static const char *const keys[] = {"sku",  "version", "stock_total", "remaining",
+                                       "sold", "orders",  "sold_out",    "segments"};
     SF_ASSERT(has_exactly(st, keys, 8), "status members: %s", dump(st));
-    SF_ASSERT(json_is_string(json_object_get(st, "sku")) &&
-                  strcmp(sf_str(st, "sku"), sku) == 0,
+    SF_ASSERT(json_is_string(json_object_get(st, "sku")) && strcmp(sf_str(st, "sku"), sku) == 0,
               "%s", dump(st));
     static const char *const ints[] = {"version", "stock_total", "remaining", "sold", "orders"};
     for (size_t i = 0; i < 5; i++)
@@ -282,8 +281,9 @@ static void test_delete(void **state)
     SF_ASSERT_ERROR(&r, 404, "unknown_order");
     sf_resp_free(&r);
     for (int k = 0; k < 2; k++) {
-        long long n = rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
-                                        "inv:2:{%s/%d}:orders inv:2:{%s/%d}:idem",
+        long long n = rf_integer(gf_redis,
+                                 "EXISTS inv:2:{%s/%d}:stock inv:2:{%s/%d}:cnt "
+                                 "inv:2:{%s/%d}:orders inv:2:{%s/%d}:idem",
                                  sku, k, sku, k, sku, k, sku, k);
         SF_ASSERT(n == 0, "%lld keys of segment %d of the deleted SKU remain", n, k);
     }
@@ -337,10 +337,8 @@ static void test_order_fields(void **state)
     SF_ASSERT(seg == 0 || seg == 1, "%s", r.body);
     const char *user = json_string_value(json_object_get(r.json, "user_id"));
     SF_ASSERT(user != NULL && strcmp(user, "alice") == 0, "%s", r.body);
-    SF_ASSERT(iso8601_utc(json_string_value(json_object_get(r.json, "created_at"))), "%s",
-              r.body);
-    SF_ASSERT(strcmp(sf_str(r.json, "status"), "created") == 0, "%s",
-              r.body);
+    SF_ASSERT(iso8601_utc(json_string_value(json_object_get(r.json, "created_at"))), "%s", r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "created") == 0, "%s", r.body);
     char want_loc[256];
     snprintf(want_loc, sizeof want_loc, "/api/v1/orders/%s", id);
     const char *loc = sf_header(&r, "Location");
@@ -392,10 +390,8 @@ static void test_cancel(void **state)
     sf_json_request(NULL, port, "DELETE", opath, TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(has_exactly(r.json, keys, 7), "cancelled order members: %s", r.body);
-    SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0,
-              "%s", r.body);
-    SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "%s",
-              r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "%s", r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "%s", r.body);
     SF_ASSERT_EQ(sf_json_int(r.json, "quantity", -1), 3);
     /* The units went back: remaining grows by 3, sold and orders drop. */
     expect_totals(sku, 10, 9, 1, 1);
@@ -403,8 +399,7 @@ static void test_cancel(void **state)
     sf_http(port, "GET", opath, NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(has_exactly(r.json, keys, 7), "cancelled order members: %s", r.body);
-    SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0,
-              "%s", r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "%s", r.body);
     SF_ASSERT(json_equal(json_object_get(r.json, "created_at"), json_object_get(o, "created_at")) &&
                   json_equal(json_object_get(r.json, "user_id"), json_object_get(o, "user_id")) &&
                   json_equal(json_object_get(r.json, "segment"), json_object_get(o, "segment")),
@@ -432,7 +427,7 @@ static void test_cancel(void **state)
 
 /* Copies tmpl into out replacing $SKU, LONGSKU and LONGUSER. */
 static void expand_template(char *out, size_t size, const char *tmpl, const char *sku,
-                   const char *long_sku, const char *long_user)
+                            const char *long_sku, const char *long_user)
 {
     size_t n = 0;
     while (*tmpl != '\0' && n + 1 < size) {
@@ -472,19 +467,34 @@ static void test_invalid_requests_change_nothing(void **state)
     long_user[129] = '\0';
     /* $SKU stands for the SKU, LONGSKU for 65 characters, LONGUSER for 129. */
     const char *orders[] = {
-        "", "{", "not json", "[]", "\"x\"", "{\"sku\": \"$SKU\"", "{\"sku\": 5}",
-        "{\"quantity\": 1}", "{\"sku\": \"$SKU\", \"quantity\": 0}",
-        "{\"sku\": \"$SKU\", \"quantity\": -1}", "{\"sku\": \"$SKU\", \"quantity\": 101}",
-        "{\"sku\": \"$SKU\", \"quantity\": 1.5}", "{\"sku\": \"$SKU\", \"quantity\": 1.0}",
-        "{\"sku\": \"$SKU\", \"quantity\": \"1\"}", "{\"sku\": \"$SKU\", \"quantity\": true}",
+        "",
+        "{",
+        "not json",
+        "[]",
+        "\"x\"",
+        "{\"sku\": \"$SKU\"",
+        "{\"sku\": 5}",
+        "{\"quantity\": 1}",
+        "{\"sku\": \"$SKU\", \"quantity\": 0}",
+        "{\"sku\": \"$SKU\", \"quantity\": -1}",
+        "{\"sku\": \"$SKU\", \"quantity\": 101}",
+        "{\"sku\": \"$SKU\", \"quantity\": 1.5}",
+        "{\"sku\": \"$SKU\", \"quantity\": 1.0}",
+        "{\"sku\": \"$SKU\", \"quantity\": \"1\"}",
+        "{\"sku\": \"$SKU\", \"quantity\": true}",
         "{\"sku\": \"$SKU\", \"quantity\": null}",
         "{\"sku\": \"$SKU\", \"quantity\": 99999999999999999999999}",
         "{\"sku\": \"$SKU\", \"sku\": \"$SKU\"}",
         "{\"sku\": \"$SKU\", \"quantity\": 1, \"quantity\": 2}",
-        "{\"sku\": \"bad sku!\"}", "{\"sku\": \"\"}", "{\"sku\": \"LONGSKU\"}",
-        "{\"sku\": \"$SKU\", \"user_id\": \"\"}", "{\"sku\": \"$SKU\", \"user_id\": \"LONGUSER\"}",
-        "{\"sku\": \"$SKU\", \"user_id\": \"tab\\there\"}", "{\"sku\": \"$SKU\", \"user_id\": 7}",
-        "{\"sku\": \"$SKU\"} trailing", "{\"sku\": \"$SKU\"}{}",
+        "{\"sku\": \"bad sku!\"}",
+        "{\"sku\": \"\"}",
+        "{\"sku\": \"LONGSKU\"}",
+        "{\"sku\": \"$SKU\", \"user_id\": \"\"}",
+        "{\"sku\": \"$SKU\", \"user_id\": \"LONGUSER\"}",
+        "{\"sku\": \"$SKU\", \"user_id\": \"tab\\there\"}",
+        "{\"sku\": \"$SKU\", \"user_id\": 7}",
+        "{\"sku\": \"$SKU\"} trailing",
+        "{\"sku\": \"$SKU\"}{}",
     };
     sf_resp r = {0};
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
@@ -503,11 +513,18 @@ static void test_invalid_requests_change_nothing(void **state)
     SF_ASSERT_ERROR(&r, 400, "invalid_request");
 
     const char *puts[] = {
-        "{\"stock\": -1, \"segments\": 2}", "{\"stock\": 10, \"segments\": 0}",
-        "{\"stock\": 10, \"segments\": 1025}", "{\"stock\": 1000000000001, \"segments\": 1}",
-        "{\"stock\": 10}", "{\"segments\": 2}", "{\"stock\": \"10\", \"segments\": 2}",
-        "{\"stock\": 10.0, \"segments\": 2}", "{\"stock\": 10, \"segments\": 2, \"stock\": 5}",
-        "{\"stock\": 10, \"segments\": 2", "[10, 2]", "",
+        "{\"stock\": -1, \"segments\": 2}",
+        "{\"stock\": 10, \"segments\": 0}",
+        "{\"stock\": 10, \"segments\": 1025}",
+        "{\"stock\": 1000000000001, \"segments\": 1}",
+        "{\"stock\": 10}",
+        "{\"segments\": 2}",
+        "{\"stock\": \"10\", \"segments\": 2}",
+        "{\"stock\": 10.0, \"segments\": 2}",
+        "{\"stock\": 10, \"segments\": 2, \"stock\": 5}",
+        "{\"stock\": 10, \"segments\": 2",
+        "[10, 2]",
+        "",
     };
     for (size_t i = 0; i < sizeof puts / sizeof puts[0]; i++) {
         sf_json_request(NULL, port, "PUT", path, TOKEN, NULL, puts[i], &r);
@@ -517,14 +534,19 @@ static void test_invalid_requests_change_nothing(void **state)
         SF_ASSERT_ERROR(&r, 400, "invalid_request");
     }
     const char *restocks[] = {
-        "{\"quantity\": 0}", "{\"quantity\": -5}", "{}", "{\"quantity\": \"5\"}",
-        "{\"quantity\": 1000000000001}", "{\"quantity\": 2.5}", "",
+        "{\"quantity\": 0}",
+        "{\"quantity\": -5}",
+        "{}",
+        "{\"quantity\": \"5\"}",
+        "{\"quantity\": 1000000000001}",
+        "{\"quantity\": 2.5}",
+        "",
     };
     for (size_t i = 0; i < sizeof restocks / sizeof restocks[0]; i++) {
         sf_json_request(NULL, port, "POST", restock, TOKEN, NULL, restocks[i], &r);
         if (r.status != 400)
-            sf_fail_at(__FILE__, __LINE__, "bad restock body accepted", "body %s: %s",
-                       restocks[i], sf_resp_summary(&r));
+            sf_fail_at(__FILE__, __LINE__, "bad restock body accepted", "body %s: %s", restocks[i],
+                       sf_resp_summary(&r));
         SF_ASSERT_ERROR(&r, 400, "invalid_request");
     }
     /* An invalid SKU in the path. */
@@ -767,8 +789,7 @@ static void test_probes(void **state)
               "%s", r.body);
     sf_http(port, "GET", "/readyz", NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(strcmp(sf_str(r.json, "status"), "ready") == 0, "%s",
-              r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "ready") == 0, "%s", r.body);
     sf_http(port, "HEAD", "/healthz", NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
     SF_ASSERT(r.body_len == 0, "HEAD with a body");
@@ -846,9 +867,10 @@ static void test_idempotency_key_after_reput(void **state)
     SF_ASSERT_STATUS(&r, 201);
     SF_PUT_SKU(port, TOKEN, sku, 10, 2);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
-    SF_ASSERT(r.status == 201, "the same Idempotency-Key after a re-PUT: %s (expected a new order "
-                               "under the new version; unknown_order is not an answer of "
-                               "POST /api/v1/orders)",
+    SF_ASSERT(r.status == 201,
+              "the same Idempotency-Key after a re-PUT: %s (expected a new order "
+              "under the new version; unknown_order is not an answer of "
+              "POST /api/v1/orders)",
               sf_resp_summary(&r));
     sf_resp_free(&r);
     expect_totals(sku, 10, 9, 1, 1);
@@ -919,8 +941,8 @@ static void test_idempotency_concurrent(void **state)
             sf_fail_at(__FILE__, __LINE__, "concurrent key", "request %d: %s", i, w[i].summary);
         }
     }
-    SF_ASSERT(created == 1, "%d requests created an order (200: %d, 503: %d)", created,
-              replayed, busy);
+    SF_ASSERT(created == 1, "%d requests created an order (200: %d, 503: %d)", created, replayed,
+              busy);
     for (int i = 0; i < IDEM_THREADS; i++)
         SF_ASSERT(w[i].status == 503 || strcmp(w[i].order_id, id) == 0,
                   "request %d got order %s, the created one is %s", i, w[i].order_id, id);
@@ -929,8 +951,7 @@ static void test_idempotency_concurrent(void **state)
     sf_resp r = {0};
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, &r);
     SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "%s",
-              r.body);
+    SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "%s", r.body);
     sf_resp_free(&r);
     expect_totals(sku, 20, 17, 3, 1);
 }
@@ -1030,20 +1051,21 @@ static void test_checker_catches_drift(void **state)
     long long other = (k + 1) % 3;
     redisReply *rec = rf_command(gf_redis, "HGET inv:2:{%s/%lld}:orders %s", sku, k, id);
     SF_ASSERT(rec != NULL && rec->type == REDIS_REPLY_STRING, "no record of order %s", id);
-    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id,
-                               rec->str));
-    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
-              "%s", "the checker missed an order record in the wrong segment");
+    freeReplyObject(
+        rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, other, id, rec->str));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok, "%s",
+              "the checker missed an order record in the wrong segment");
     freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, other, id));
     freeReplyObject(rf_command(gf_redis, "HDEL inv:2:{%s/%lld}:orders %s", sku, k, id));
-    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
-              "%s", "the checker missed counters of an order whose record is gone");
-    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok, "%s",
+              "the checker missed counters of an order whose record is gone");
+    freeReplyObject(
+        rf_command(gf_redis, "HSET inv:2:{%s/%lld}:orders %s %s", sku, k, id, rec->str));
     freeReplyObject(rec);
     /* A segment left over from a larger layout. */
     freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/7}:stock 5", sku));
-    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok,
-              "%s", "the checker missed a stray segment");
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), sku, &rep) == 0 && !rep.ok, "%s",
+              "the checker missed a stray segment");
     freeReplyObject(rf_command(gf_redis, "DEL inv:2:{%s/7}:stock", sku));
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.sold == 2 && rep.orders == 1 && rep.remaining == 10, "sold %lld orders %lld",
@@ -1067,8 +1089,7 @@ static void test_config_errors_exit_2(void **state)
         char out[1024], err[4096];
         const char *args[] = {bad[i].flag, bad[i].value, NULL};
         int st = sf_run(args, 5000, out, sizeof out, err, sizeof err);
-        SF_ASSERT(st == 2, "%s %s: exit status %d, stderr: %s", bad[i].flag, bad[i].value, st,
-                  err);
+        SF_ASSERT(st == 2, "%s %s: exit status %d, stderr: %s", bad[i].flag, bad[i].value, st, err);
         SF_ASSERT(strstr(err, bad[i].key) != NULL, "%s %s: stderr does not name %s: %s",
                   bad[i].flag, bad[i].value, bad[i].key, err);
     }

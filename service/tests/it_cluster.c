@@ -269,7 +269,7 @@ static void test_lock_redis_over_cluster(void **state)
                  i ? "," : "", rf_url(ln[i]));
     }
     const char *args[] = {"--threads", "2", "--redis-replica-acks", "1", "--lock-redis",
-                          lock_urls, NULL};
+                          lock_urls,   NULL};
     sf_service *lr = sf_start(url, args);
     SF_ASSERT(lr != NULL, "%s", "inventoryd --lock-redis did not start");
     const char *sku = "cl-redlock";
@@ -369,8 +369,8 @@ static void test_writes_wait_for_replica(void **state)
     /* A restock writes the SKU's meta and its segment (on up to two masters): the same. */
     char rpath[200];
     snprintf(rpath, sizeof rpath, "/api/v1/skus/%s/restock", sku);
-    int rst = sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1", "{\"quantity\": 5}",
-                              &r);
+    int rst =
+        sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1", "{\"quantity\": 5}", &r);
     char routcome[32], rfirst[300];
     snprintf(routcome, sizeof routcome, "%s", rst == 503 ? sf_str(r.json, "outcome") : "");
     snprintf(rfirst, sizeof rfirst, "%s", sf_resp_summary(&r));
@@ -384,17 +384,17 @@ static void test_writes_wait_for_replica(void **state)
 
     SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "%s", "the replica did not catch up");
     st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
-    SF_ASSERT(st == 409 && strcmp(sf_error_code(&r), "already_cancelled") == 0,
-              "cancel again: %s", sf_resp_summary(&r));
+    SF_ASSERT(st == 409 && strcmp(sf_error_code(&r), "already_cancelled") == 0, "cancel again: %s",
+              sf_resp_summary(&r));
     sf_resp_free(&r);
     SF_ASSERT_EQ(sf_json_request(NULL, port, "GET", path, NULL, NULL, NULL, &r), 200);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "order after the cancel: %s",
               sf_resp_summary(&r));
     sf_resp_free(&r);
     /* The restock was applied once: asked again with its key, 200 and added 5; 10 + 5 units. */
-    SF_ASSERT_EQ(sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1",
-                                 "{\"quantity\": 5}", &r),
-                 200);
+    SF_ASSERT_EQ(
+        sf_json_request(NULL, port, "POST", rpath, NULL, "cl-restock-1", "{\"quantity\": 5}", &r),
+        200);
     SF_ASSERT_EQ(sf_json_int(r.json, "added", -1), 5);
     sf_resp_free(&r);
     sf_report rp;
@@ -417,10 +417,11 @@ static int master_of_sku(const char *sku)
 /* Issue 18 item 4: an order's Idempotency-Key claim lives on the SKU's master, its commit on
  * the segment's. With the SKU master's replica stopped, the claim never reached it; the
  * commit's WAIT (segment's master, replica running) vouched for the commit alone, and the 201
- * went out (the master also drops the replica's link, so nothing reaches it). kill -9 of the SKU's master, its replica promoted without the claim: the retry
- * with the same key claimed it afresh and placed a second order (old binary: two 201s with
- * different order ids, sold 2). Now the claim is WAITed for on its own connection before the
- * order begins: the first answer is 503 with nothing placed, and the retry places one order. */
+ * went out (the master also drops the replica's link, so nothing reaches it). kill -9 of the SKU's
+ * master, its replica promoted without the claim: the retry with the same key claimed it afresh and
+ * placed a second order (old binary: two 201s with different order ids, sold 2). Now the claim is
+ * WAITed for on its own connection before the order begins: the first answer is 503 with nothing
+ * placed, and the retry places one order. */
 static void test_claim_survives_failover_of_sku_master(void **state)
 {
     (void)state;
@@ -454,8 +455,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
     freeReplyObject(rf_command(cf_node(cl, ms), "CLIENT KILL TYPE replica"));
     char obody[160];
     snprintf(obody, sizeof obody, "{\"sku\": \"%s\", \"quantity\": 1}", sku);
-    int st1 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody,
-                              &r);
+    int st1 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody, &r);
     char id1[112] = "", first[300];
     if (st1 == 201)
         snprintf(id1, sizeof id1, "%s", sf_str(r.json, "order_id"));
@@ -473,8 +473,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
     char id2[112] = "", second[300] = "";
     int64_t until = tu_now_ms() + 20000;
     do {
-        st2 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody,
-                              &r);
+        st2 = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "claim-key-1", obody, &r);
         if (st2 == 201 || st2 == 200)
             snprintf(id2, sizeof id2, "%s", sf_str(r.json, "order_id"));
         snprintf(second, sizeof second, "%s", sf_resp_summary(&r));
@@ -488,8 +487,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
               "the key placed two orders: %s, then %s after the failover", id1, id2);
     sf_report rp;
     SF_ASSERT_INVARIANTS(url, sku, &rp);
-    SF_ASSERT(rp.sold == 1, "sold %lld for one Idempotency-Key (first answer %s)", rp.sold,
-              first);
+    SF_ASSERT(rp.sold == 1, "sold %lld for one Idempotency-Key (first answer %s)", rp.sold, first);
 }
 
 /* kill -9 of a master mid-sale, its replica promoted: no acknowledged order lost. */

@@ -17,7 +17,6 @@
 #define CC_THREADS 64
 #define CC_MAX_LOCK_TIMEOUTS 2000 /* per thread; 503 lock_timeout is retried */
 
-
 struct cc_setup {
     const char *strategy;
     const char *hold_ms;
@@ -30,8 +29,8 @@ struct cc_setup {
 static int cc_start(void **state)
 {
     struct cc_setup *s = *state;
-    const char *args[] = {"--strategy", s->strategy, "--threads", "8", "--hold-ms", s->hold_ms,
-                          NULL};
+    const char *args[] = {"--strategy", s->strategy, "--threads", "8",
+                          "--hold-ms",  s->hold_ms,  NULL};
     for (int i = 0; i < CC_INSTANCES; i++) {
         s->svc[i] = sf_start(rf_url(gf_redis), args);
         if (s->svc[i] == NULL)
@@ -71,14 +70,14 @@ struct cc_worker {
      * from a cached empty segment that a cancel has refilled (an order read it before the
      * cancel), and re-checks that against Redis within sold_out_recheck_ms (500). */
     const _Atomic int64_t *wait_for;
-    int64_t sold_out_since;     /* first sold_out of the current run of them, 0: none */
+    int64_t sold_out_since; /* first sold_out of the current run of them, 0: none */
     unsigned seed;
     pthread_barrier_t *go;
     struct cc_order *orders;
     int norders, cap;
     long long units;
     int sold_out, insufficient, lock_timeouts, requests;
-    int unavailable;             /* 503 unavailable although Redis is up (retried, reported) */
+    int unavailable; /* 503 unavailable although Redis is up (retried, reported) */
     char first_unavailable[300];
     int error;
     char err[400];
@@ -189,8 +188,8 @@ static void check_records(const char *sku, const struct cc_order *all, int n)
         redisReply *rep = v;
         if (rep->type != REDIS_REPLY_STRING) {
             if (missing++ == 0)
-                snprintf(first, sizeof first, "order %s (segment %d) has no record",
-                         all[i].id, all[i].segment);
+                snprintf(first, sizeof first, "order %s (segment %d) has no record", all[i].id,
+                         all[i].segment);
         } else {
             json_t *o = json_loadb(rep->str, rep->len, 0, NULL);
             if (sf_json_int(o, "quantity", -1) != all[i].qty ||
@@ -204,8 +203,8 @@ static void check_records(const char *sku, const struct cc_order *all, int n)
         freeReplyObject(rep);
     }
     redisFree(c);
-    SF_ASSERT(missing == 0 && wrong == 0, "%d of %d 201s have no record, %d differ; %s", missing,
-              n, wrong, first);
+    SF_ASSERT(missing == 0 && wrong == 0, "%d of %d 201s have no record, %d differ; %s", missing, n,
+              wrong, first);
 }
 
 /* Prints the counters that tell a failed order's path, per instance (failure context). */
@@ -230,8 +229,7 @@ static void print_counters(const struct cc_setup *s)
 
 /* What runs on the main thread during a sale (restocks, cancels). It must not fail cmocka
  * assertions (the buyers would wait for it forever): it records problems in err instead. */
-typedef void (*during_fn)(struct cc_setup *s, const char *sku, void *arg, char *err,
-                          size_t errlen);
+typedef void (*during_fn)(struct cc_setup *s, const char *sku, void *arg, char *err, size_t errlen);
 
 /*
  * Sells sku (already PUT) with CC_THREADS buyers until it is sold out, running during() (if not
@@ -284,14 +282,15 @@ static void sell(struct cc_setup *s, const char *sku, long long units_expected,
         if (first_unavailable == NULL && w[i].unavailable > 0)
             first_unavailable = w[i].first_unavailable;
     }
-    fprintf(stderr, "%s, %d segments, --hold-ms %s: %lld units in %d orders, %d requests (%d "
-                    "lock_timeout, %d insufficient_stock, %d unavailable) in %lld ms\n",
+    fprintf(stderr,
+            "%s, %d segments, --hold-ms %s: %lld units in %d orders, %d requests (%d "
+            "lock_timeout, %d insufficient_stock, %d unavailable) in %lld ms\n",
             s->strategy, s->segments, s->hold_ms, units, n201, requests, lock_timeouts,
             insufficient, unavailable, (long long)took);
 
     /* Exactly the stock was sold: nothing oversold, nothing lost. */
-    SF_ASSERT(units == units_expected, "201 responses carry %lld units, %lld were for sale",
-              units, units_expected);
+    SF_ASSERT(units == units_expected, "201 responses carry %lld units, %lld were for sale", units,
+              units_expected);
 
     struct cc_order *all = malloc(sizeof *all * (size_t)(n201 > 0 ? n201 : 1));
     assert_non_null(all);
@@ -548,20 +547,16 @@ int main(void)
     static struct cc_setup shortage = {"segmented", "0", 0, 4, {NULL}};
     static struct cc_setup changes = {"segmented", "0", 1000, 16, {NULL}};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_segmented, cc_start,
-                                                 cc_stop, &segmented),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, cc_start,
-                                                 cc_stop, &hold),
-        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, cc_start,
-                                                 cc_stop, &one),
-        cmocka_unit_test_prestate_setup_teardown(test_single_lock, cc_start,
-                                                 cc_stop, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_atomic, cc_start, cc_stop,
-                                                 &atomic),
-        cmocka_unit_test_prestate_setup_teardown(test_restock_and_cancel_during_sale,
-                                                 cc_start, cc_stop, &changes),
-        cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention,
-                                                 cc_start, cc_stop, &shortage),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented, cc_start, cc_stop, &segmented),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_hold, cc_start, cc_stop, &hold),
+        cmocka_unit_test_prestate_setup_teardown(test_segmented_one_segment, cc_start, cc_stop,
+                                                 &one),
+        cmocka_unit_test_prestate_setup_teardown(test_single_lock, cc_start, cc_stop, &single),
+        cmocka_unit_test_prestate_setup_teardown(test_atomic, cc_start, cc_stop, &atomic),
+        cmocka_unit_test_prestate_setup_teardown(test_restock_and_cancel_during_sale, cc_start,
+                                                 cc_stop, &changes),
+        cmocka_unit_test_prestate_setup_teardown(test_insufficient_stock_under_contention, cc_start,
+                                                 cc_stop, &shortage),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

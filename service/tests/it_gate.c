@@ -166,12 +166,13 @@ static void *gt_inst_run(void *arg)
 #define GT_INST_PER 20
 
 /* Three instances of two loops on a SKU of 16 segments with a 5 ms hold (loadtest/run.sh's
- * shape, with a longer hold) and --busy-hint-max-ms hint_ms; returns the top-level Redis calls per order.
- * Every order 201 and SPEC §8 holds. */
+ * shape, with a longer hold) and --busy-hint-max-ms hint_ms; returns the top-level Redis calls per
+ * order. Every order 201 and SPEC §8 holds. */
 static double gt_three_instances(const char *tag, const char *hint_ms)
 {
-    const char *args[] = {"--threads",      "2",    "--hold-ms",           "5",
-                          "--lock-wait-ms", "10000", "--busy-hint-max-ms", hint_ms, NULL};
+    const char *args[] = {
+        "--threads",          "2",     "--hold-ms", "5", "--lock-wait-ms", "10000",
+        "--busy-hint-max-ms", hint_ms, NULL};
     sf_service *svc[GT_INSTANCES];
     struct gt_inst p[GT_INSTANCES];
     char sku[64];
@@ -181,8 +182,8 @@ static double gt_three_instances(const char *tag, const char *hint_ms)
         svc[i] = sf_start(rf_url(gf_redis), args);
         SF_ASSERT(svc[i] != NULL, "inventoryd %d did not start", i);
         if (i == 0) {
-            SF_ASSERT(sf_put_sku(sf_port(svc[0]), NULL, sku, 1000000, 16, &r) / 100 == 2,
-                      "PUT: %s", sf_resp_summary(&r));
+            SF_ASSERT(sf_put_sku(sf_port(svc[0]), NULL, sku, 1000000, 16, &r) / 100 == 2, "PUT: %s",
+                      sf_resp_summary(&r));
             sf_resp_free(&r);
         }
         p[i] = (struct gt_inst){
@@ -248,23 +249,29 @@ static void test_busy_elsewhere_hint(void **state)
 static void test_chain_past_the_lease(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads",       "1",   "--lock-renewal", "0",
-                          "--lock-lease-ms", "150", "--hold-ms",      "60",
-                          "--lock-wait-ms",  "6000", NULL};
+    const char *args[] = {"--threads",
+                          "1",
+                          "--lock-renewal",
+                          "0",
+                          "--lock-lease-ms",
+                          "150",
+                          "--hold-ms",
+                          "60",
+                          "--lock-wait-ms",
+                          "6000",
+                          NULL};
     sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
     int port = sf_port(svc);
     char sku[64];
     snprintf(sku, sizeof(sku), "gate-%d-b", (int)getpid());
     sf_resp r = {0};
-    SF_ASSERT(sf_put_sku(port, NULL, sku, 1000, 1, &r) / 100 == 2, "PUT: %s",
-              sf_resp_summary(&r));
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 1000, 1, &r) / 100 == 2, "PUT: %s", sf_resp_summary(&r));
     sf_resp_free(&r);
     int timeouts;
     int created = gt_load(port, sku, 8, 3, &timeouts);
     double lost = sf_metric(port, "inventory_locks_lost_total");
-    printf("# %d created, %d lock timeouts, %g commits refused as lost\n", created, timeouts,
-           lost);
+    printf("# %d created, %d lock timeouts, %g commits refused as lost\n", created, timeouts, lost);
     SF_ASSERT(lost >= 1, "%s", "no commit was refused: the chain never outlived the lease");
     SF_ASSERT(created >= 1, "%s", "nothing was sold");
     sf_report rep;

@@ -102,8 +102,7 @@ static void build_head(struct sr_buf *b, enum shape shape, int post, size_t size
         }
         put_str(b, "\r\n");
         break;
-    default:
-        break;
+    default: break;
     }
     put_str(b, "\r\n");
     if (post)
@@ -159,8 +158,8 @@ static void test_heads_up_to_8k_served(void **state)
                     SF_ASSERT(r.status == want && is_json(&r),
                               "%s %s, head of %zu bytes, request %d on the connection: wanted "
                               "%d JSON, got %s",
-                              shape_name[shape], post ? "POST order" : "GET SKU", size,
-                              round + 1, want, sf_resp_summary(&r));
+                              shape_name[shape], post ? "POST order" : "GET SKU", size, round + 1,
+                              want, sf_resp_summary(&r));
                     checked++;
                 }
                 close(fd);
@@ -186,8 +185,8 @@ static void test_heads_over_8k_refused(void **state)
                 build_head(&b, (enum shape)shape, post, size);
                 int closed = 0;
                 sr_exchange(port, b.p, b.len, post ? "POST" : "GET", 0, 10000, &r, &closed);
-                const char *code = r.json ? json_string_value(json_object_get(r.json, "error"))
-                                          : NULL;
+                const char *code =
+                    r.json ? json_string_value(json_object_get(r.json, "error")) : NULL;
                 SF_ASSERT(r.status == 431 && is_json(&r) && code &&
                               strcmp(code, "headers_too_large") == 0,
                           "%s %s, head of %zu bytes: wanted 431 headers_too_large JSON, got %s",

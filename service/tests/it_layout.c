@@ -32,8 +32,8 @@ static int port[2];
 static int group_setup(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads", "8", "--admin-token", LY_TOKEN, "--lock-wait-ms", "3000",
-                          NULL};
+    const char *args[] = {"--threads", "8", "--admin-token", LY_TOKEN, "--lock-wait-ms",
+                          "3000",      NULL};
     for (int i = 0; i < 2; i++) {
         if (!(svc[i] = sf_group_service(args)))
             return -1;
@@ -42,8 +42,8 @@ static int group_setup(void **state)
     return 0;
 }
 
-static long long put_with_key(int p, const char *sku, long long stock, int segments, const char *key,
-                     int want)
+static long long put_with_key(int p, const char *sku, long long stock, int segments,
+                              const char *key, int want)
 {
     char body[96];
     snprintf(body, sizeof body, "{\"stock\": %lld, \"segments\": %d}", stock, segments);
@@ -83,8 +83,9 @@ static const char *status_problem(const json_t *st, char *buf, size_t len)
         ssold += b;
     }
     if (total < 0 || rem < 0 || sold < 0 || sold != total - rem || srem != rem || ssold != sold)
-        return snprintf(buf, len, "stock_total %lld remaining %lld sold %lld, segments: "
-                                  "remaining %lld sold %lld",
+        return snprintf(buf, len,
+                        "stock_total %lld remaining %lld sold %lld, segments: "
+                        "remaining %lld sold %lld",
                         total, rem, sold, srem, ssold),
                buf;
     return "";
@@ -128,7 +129,9 @@ static void test_concurrent_puts_leave_one_layout(void **state)
         struct ly_putter w[LY_PUT_THREADS];
         for (int i = 0; i < LY_PUT_THREADS; i++) {
             /* Different segment counts (large and small) and a stock that tells them apart. */
-            w[i] = (struct ly_putter){.p = port[i % 2], .sku = sku, .go = &go,
+            w[i] = (struct ly_putter){.p = port[i % 2],
+                                      .sku = sku,
+                                      .go = &go,
                                       .segments = 1 + (i * 37 + round * 11) % 64,
                                       .stock = 1000 + 100 * i + round};
             assert_int_equal(pthread_create(&w[i].tid, NULL, ly_put_run, &w[i]), 0);
@@ -176,11 +179,11 @@ static long long cut_off_put(const char *sku, long long stock, int segments, int
 {
     long long v = rf_integer(gf_redis, "INCR inv:2:{%s}:ver", sku);
     SF_ASSERT(v > 0, "INCR ver: %lld", v);
-    redisReply *r = rf_command(gf_redis,
-                               "HSET inv:2:{%s}:meta version %lld segments %d stock %lld state p "
-                               "hwm %d",
-                               sku, v, segments, stock,
-                               segments > old_segments ? segments : old_segments);
+    redisReply *r =
+        rf_command(gf_redis,
+                   "HSET inv:2:{%s}:meta version %lld segments %d stock %lld state p "
+                   "hwm %d",
+                   sku, v, segments, stock, segments > old_segments ? segments : old_segments);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "%s", "HSET meta");
     freeReplyObject(r);
     return v;
@@ -203,8 +206,8 @@ static void test_interrupted_put_completed_by_next_order(void **state)
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT(rep.version == v && rep.segments == 2 && rep.stock_total == 10 && rep.sold == 3,
-              "version %lld (want %lld), %d segments, stock_total %lld, sold %lld", rep.version,
-              v, rep.segments, rep.stock_total, rep.sold);
+              "version %lld (want %lld), %d segments, stock_total %lld, sold %lld", rep.version, v,
+              rep.segments, rep.stock_total, rep.sold);
 }
 
 static void test_interrupted_put_completed_by_status_read(void **state)
@@ -392,8 +395,10 @@ static void test_put_after_version_counter_went_back(void **state)
     freeReplyObject(x);
     tu_sleep_ms(5); /* a failover takes seconds (the cluster's node timeout), never less */
     long long v3 = put_with_key(port[1], sku, 50, 2, NULL, 200);
-    SF_ASSERT(v3 > v2, "the PUT after the counter went back got version %lld, the segments "
-                       "already carry %lld", v3, v2);
+    SF_ASSERT(v3 > v2,
+              "the PUT after the counter went back got version %lld, the segments "
+              "already carry %lld",
+              v3, v2);
     json_t *st = sf_sku_status(port[0], sku);
     SF_ASSERT(st != NULL && sf_json_int(st, "stock_total", -1) == 50,
               "status after the PUT of 50: %s", st ? json_dumps(st, JSON_COMPACT) : "none");

@@ -214,8 +214,9 @@ static void test_sigstop_past_lease(void **state)
 static void test_commit_after_validity(void **state)
 {
     (void)state;
-    const char *slow[] = {"--hold-ms",    "300", "--lock-lease-ms", "100", "--lock-renewal", "0",
-                          "--lock-wait-ms", "800", NULL};
+    const char *slow[] = {
+        "--hold-ms", "300", "--lock-lease-ms", "100", "--lock-renewal", "0", "--lock-wait-ms",
+        "800",       NULL};
     sf_service *a = start(slow);
     char sku[64];
     tu_unique_name(sku, sizeof sku, "lrvalid");

@@ -86,8 +86,7 @@ static void test_sigterm_finishes_suspended_orders(void **state)
     char sku[64];
     snprintf(sku, sizeof(sku), "loop-%d-b", (int)getpid());
     sf_resp r = {0};
-    SF_ASSERT(sf_put_sku(port, NULL, sku, 100, 4, &r) / 100 == 2, "PUT: %s",
-              sf_resp_summary(&r));
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 100, 4, &r) / 100 == 2, "PUT: %s", sf_resp_summary(&r));
     struct lp_worker w[4];
     start_orders(w, 4, port, sku);
     /* Wait until at least one is inside its critical section (suspended on the loop). */

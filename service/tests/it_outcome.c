@@ -361,8 +361,8 @@ static void test_redis_frozen_during_commit_outcome_unknown_then_replay(void **s
 /* Posts the order (with key when not NULL) while redis-server is stopped, into *r: a plain
  * 503 unavailable, no unknown outcome logged, and once Redis is back no unit of the SKU's
  * `units` is sold. */
-static void order_while_frozen(const char *sku, long long units, const char *key,
-                               const char *body, sf_resp *r)
+static void order_while_frozen(const char *sku, long long units, const char *key, const char *body,
+                               sf_resp *r)
 {
     SF_ASSERT(rf_pause(gf_redis) == 0, "%s", "could not SIGSTOP redis-server");
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, r);

@@ -36,8 +36,7 @@ static void *pa_post_run(void *arg)
 {
     struct pa_post *p = arg;
     sf_resp r = {0};
-    p->status = sf_json_request(NULL, p->port, "POST", "/api/v1/orders", NULL, p->key, p->body,
-                                &r);
+    p->status = sf_json_request(NULL, p->port, "POST", "/api/v1/orders", NULL, p->key, p->body, &r);
     snprintf(p->summary, sizeof p->summary, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     return NULL;
@@ -60,9 +59,19 @@ static void test_paused_order_does_not_buy_twice_with_one_key(void **state)
     snprintf(lease, sizeof lease, "%d", PA_LEASE_MS);
     snprintf(wait, sizeof wait, "%d", PA_WAIT_MS);
     snprintf(timeout, sizeof timeout, "%d", PA_REDIS_TIMEOUT_MS);
-    const char *args[] = {"--threads",     "4",   "--hold-ms",          hold,
-                          "--lock-lease-ms", lease, "--lock-wait-ms",   wait,
-                          "--redis-timeout-ms", timeout, "--admin-token", PA_TOKEN, NULL};
+    const char *args[] = {"--threads",
+                          "4",
+                          "--hold-ms",
+                          hold,
+                          "--lock-lease-ms",
+                          lease,
+                          "--lock-wait-ms",
+                          wait,
+                          "--redis-timeout-ms",
+                          timeout,
+                          "--admin-token",
+                          PA_TOKEN,
+                          NULL};
     sf_service *a = sf_start(rf_url(gf_redis), args);
     sf_service *b = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(a != NULL && b != NULL, "%s", "could not start inventoryd");
@@ -109,8 +118,9 @@ static void test_paused_order_does_not_buy_twice_with_one_key(void **state)
         sf_resp_free(&r);
         sf_report rep;
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
-        SF_ASSERT(rep.orders == 1 && rep.sold == 1, "one Idempotency-Key made %lld orders (%lld "
-                                                    "units)",
+        SF_ASSERT(rep.orders == 1 && rep.sold == 1,
+                  "one Idempotency-Key made %lld orders (%lld "
+                  "units)",
                   rep.orders, rep.sold);
         break;
     }
@@ -121,9 +131,19 @@ static void test_paused_order_does_not_buy_twice_with_one_key(void **state)
 static void test_lost_lock_is_not_sold_out(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads",      "4",    "--hold-ms",     "600",
-                          "--lock-lease-ms", "200", "--lock-renewal", "0",
-                          "--lock-wait-ms",  "1500", "--admin-token", PA_TOKEN, NULL};
+    const char *args[] = {"--threads",
+                          "4",
+                          "--hold-ms",
+                          "600",
+                          "--lock-lease-ms",
+                          "200",
+                          "--lock-renewal",
+                          "0",
+                          "--lock-wait-ms",
+                          "1500",
+                          "--admin-token",
+                          PA_TOKEN,
+                          NULL};
     sf_service *s = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(s != NULL, "%s", "could not start inventoryd");
     char sku[64];

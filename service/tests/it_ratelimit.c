@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <unistd.h>
 
-
 static const char TOKEN[] = "it-ratelimit-token";
 
 /* One request on fd (keep-alive), read back into *r. Returns the status (0: none). */
@@ -227,9 +226,10 @@ static int get_forwarded(int port, const char *source_ip, const char *xff, const
 {
     int fd = connect_from(port, source_ip);
     char head[512];
-    int n = snprintf(head, sizeof head,
-                     "GET %s HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: %s\r\nConnection: close\r\n\r\n",
-                     path, xff);
+    int n =
+        snprintf(head, sizeof head,
+                 "GET %s HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: %s\r\nConnection: close\r\n\r\n",
+                 path, xff);
     sr_send(fd, head, (size_t)n);
     sr_read_response(fd, "GET", 5000, r, NULL);
     close(fd);
@@ -262,8 +262,16 @@ static void test_trusted_proxy(void **state)
 {
     (void)state;
     /* 127.0.0.2 plays the proxy (trusted); 127.0.0.3 is a client that forges the header. */
-    const char *args[] = {"--admin-token", TOKEN, "--threads", "2", "--rate-limit-rps", "1",
-                          "--rate-limit-burst", "3", "--trusted-proxies", "127.0.0.2/32, ::1",
+    const char *args[] = {"--admin-token",
+                          TOKEN,
+                          "--threads",
+                          "2",
+                          "--rate-limit-rps",
+                          "1",
+                          "--rate-limit-burst",
+                          "3",
+                          "--trusted-proxies",
+                          "127.0.0.2/32, ::1",
                           NULL};
     sf_service *svc = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
@@ -296,10 +304,8 @@ static void test_trusted_proxy(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_token_bucket),
-        cmocka_unit_test(test_connection_cap),
-        cmocka_unit_test(test_off_by_default),
-        cmocka_unit_test(test_bad_values_exit_2),
+        cmocka_unit_test(test_token_bucket),   cmocka_unit_test(test_connection_cap),
+        cmocka_unit_test(test_off_by_default), cmocka_unit_test(test_bad_values_exit_2),
         cmocka_unit_test(test_trusted_proxy),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);

@@ -212,15 +212,17 @@ static void reput_while_ordering(void **state)
                           "old layout (new layout: %d segments)",
                           o->id, (long long)(o->sent_us - put_done_us) / 1000, o->segment,
                           new_segments);
-                SF_ASSERT(in_new, "order %s sent %lld ms after the PUT's answer is not an order "
-                                  "of the new version",
+                SF_ASSERT(in_new,
+                          "order %s sent %lld ms after the PUT's answer is not an order "
+                          "of the new version",
                           o->id, (long long)(o->sent_us - put_done_us) / 1000);
             } else {
                 before++;
             }
             if (o->recv_us < put_sent_us)
-                SF_ASSERT(!in_new, "order %s, answered before the PUT was sent, is an order of "
-                                   "the new version",
+                SF_ASSERT(!in_new,
+                          "order %s, answered before the PUT was sent, is an order of "
+                          "the new version",
                           o->id);
             if (in_new) {
                 new_units += o->qty;
@@ -230,8 +232,9 @@ static void reput_while_ordering(void **state)
         free(w[i].orders);
     }
     redisFree(c);
-    fprintf(stderr, "%s, re-PUT %d -> %d segments: %d orders (%d sent before the PUT's answer, %d "
-                    "after), %lld orders / %lld units of the new version, %d unavailable\n",
+    fprintf(stderr,
+            "%s, re-PUT %d -> %d segments: %d orders (%d sent before the PUT's answer, %d "
+            "after), %lld orders / %lld units of the new version, %d unavailable\n",
             rc->strategy, old_segments, new_segments, n, before, after, new_orders, new_units,
             unavailable);
     SF_ASSERT(before > 0 && after > 0, "the PUT did not land amid orders (%d before, %d after)",
@@ -252,11 +255,11 @@ static void reput_while_ordering(void **state)
     for (int i = 0; i < 2; i++) {
         json_t *st = sf_sku_status(sf_port(svc[i]), sku);
         SF_ASSERT(st != NULL, "GET status on instance %d", i);
-        SF_ASSERT(sf_json_int(st, "version", -1) == v2 && sf_json_int(st, "sold", -1) == new_units &&
-                      json_array_size(json_object_get(st, "segments")) == (size_t)new_segments,
-                  "instance %d: version %lld sold %lld segments %zu", i,
-                  sf_json_int(st, "version", -1), sf_json_int(st, "sold", -1),
-                  json_array_size(json_object_get(st, "segments")));
+        SF_ASSERT(
+            sf_json_int(st, "version", -1) == v2 && sf_json_int(st, "sold", -1) == new_units &&
+                json_array_size(json_object_get(st, "segments")) == (size_t)new_segments,
+            "instance %d: version %lld sold %lld segments %zu", i, sf_json_int(st, "version", -1),
+            sf_json_int(st, "sold", -1), json_array_size(json_object_get(st, "segments")));
         json_decref(st);
     }
     SF_ASSERT(unavailable == 0, "%d answers were 503 unavailable with Redis up; first: %s",
@@ -293,14 +296,13 @@ int main(void)
     static struct rp_case single = {"single-lock", 16, 300, 8};
     static struct rp_case atomic = {"atomic", 16, 600, 8};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, rp_start,
-                                                 rp_stop, &fewer),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, rp_start,
-                                                 rp_stop, &more),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, rp_start,
-                                                 rp_stop, &single),
-        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, rp_start,
-                                                 rp_stop, &atomic),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_fewer_segments, rp_start, rp_stop,
+                                                 &fewer),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_more_segments, rp_start, rp_stop,
+                                                 &more),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_single_lock, rp_start, rp_stop,
+                                                 &single),
+        cmocka_unit_test_prestate_setup_teardown(test_reput_atomic, rp_start, rp_stop, &atomic),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }

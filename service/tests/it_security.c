@@ -20,7 +20,6 @@
 
 #include <unistd.h>
 
-
 /* Fails when the log file at path contains secret; returns the log's size. */
 static long assert_not_in_log(const char *path, const char *secret, const char *what)
 {
@@ -264,8 +263,7 @@ static void test_admin_closed_without_token_over_http(void **state)
     SF_ASSERT(sf_put_sku(port, NULL, sku, 10, 2, &r) == 201, "PUT from loopback: %s",
               sf_resp_summary(&r));
     static const char body[] = "{\"stock\": 5, \"segments\": 1}";
-    const char *remote[] = {"Content-Type: application/json", "X-Forwarded-For: 203.0.113.9",
-                            NULL};
+    const char *remote[] = {"Content-Type: application/json", "X-Forwarded-For: 203.0.113.9", NULL};
     sf_http(port, "PUT", path, remote, body, strlen(body), &r);
     SF_ASSERT_ERROR(&r, 401, "unauthorized");
     const char *local[] = {"Content-Type: application/json", "X-Forwarded-For: 127.0.0.1", NULL};
@@ -348,8 +346,8 @@ static void test_readyz_reason_is_short(void **state)
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "unavailable") == 0, "%s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "reason"), "redis unavailable") == 0,
               "/readyz tells the world more than \"redis unavailable\": %s", r.body);
-    SF_ASSERT(sf_log_contains(svc, "readyz_unavailable") && sf_log_contains(svc, "NOPERM"),
-              "%s", "the Redis error is not in the log");
+    SF_ASSERT(sf_log_contains(svc, "readyz_unavailable") && sf_log_contains(svc, "NOPERM"), "%s",
+              "the Redis error is not in the log");
     sf_resp_free(&r);
     SF_ASSERT_EQ(sf_stop(svc), 0);
     rf_stop(own);
@@ -358,7 +356,8 @@ static void test_readyz_reason_is_short(void **state)
 /* Writes text to a new mode-0600 file under the temp dir; its path goes in path. */
 static void secret_file(const char *text, char *path, size_t size)
 {
-    snprintf(path, size, "%s/it_security-secret-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(path, size, "%s/it_security-secret-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     int fd = mkstemp(path);
     SF_ASSERT(fd >= 0, "mkstemp %s", path);
     size_t n = strlen(text);
@@ -397,8 +396,13 @@ static void test_secret_files_at_start(void **state)
     snprintf(url, sizeof url, "%s\n", token);
     secret_file(url, token_file, sizeof token_file);
 
-    const char *args[] = {"--redis-url-file", url_file, "--admin-token-file", token_file,
-                          "--log-level", "debug", NULL};
+    const char *args[] = {"--redis-url-file",
+                          url_file,
+                          "--admin-token-file",
+                          token_file,
+                          "--log-level",
+                          "debug",
+                          NULL};
     sf_service *svc = sf_start(NULL, args);
     SF_ASSERT(svc != NULL, "%s", "inventoryd did not start with secret files");
     int port = sf_port(svc);

@@ -14,7 +14,6 @@
 #define SE_ORDERS 4
 #define SE_STAGGER_MS 8 /* between the starts, so each lands on an idle HTTP worker */
 
-
 struct se_order {
     int port, index;
     const char *sku;
@@ -57,7 +56,8 @@ static int64_t run_orders(int segments, double *peak, double *waits, int *distin
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     SF_ASSERT(sf_metric(p, "inventory_critical_sections_peak") == 0,
-              "a fresh instance has a peak of %g", sf_metric(p, "inventory_critical_sections_peak"));
+              "a fresh instance has a peak of %g",
+              sf_metric(p, "inventory_critical_sections_peak"));
 
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, SE_ORDERS + 1);
@@ -106,8 +106,10 @@ static void test_one_segment_serialises(void **state)
     SF_ASSERT(took >= SE_ORDERS * SE_HOLD_MS, "%d critical sections of %d ms took %lld ms",
               SE_ORDERS, SE_HOLD_MS, (long long)took);
     /* They did meet at the service: the lock, not the HTTP layer, serialised them. */
-    SF_ASSERT(waits >= 1, "no order waited for the lock (lock waits %g): the orders never "
-                          "overlapped, so the test proved nothing", waits);
+    SF_ASSERT(waits >= 1,
+              "no order waited for the lock (lock waits %g): the orders never "
+              "overlapped, so the test proved nothing",
+              waits);
 }
 
 static void test_four_segments_run_in_parallel(void **state)
@@ -120,8 +122,9 @@ static void test_four_segments_run_in_parallel(void **state)
             SE_ORDERS, (long long)took, segs, peak, waits);
     SF_ASSERT(peak >= 2, "inventory_critical_sections_peak %g with four segments", peak);
     SF_ASSERT(segs >= 2, "the orders used %d segment(s)", segs);
-    SF_ASSERT(took < SE_ORDERS * SE_HOLD_MS, "%d orders on 4 segments took %lld ms, no faster "
-                                             "than one at a time",
+    SF_ASSERT(took < SE_ORDERS * SE_HOLD_MS,
+              "%d orders on 4 segments took %lld ms, no faster "
+              "than one at a time",
               SE_ORDERS, (long long)took);
 }
 

@@ -106,8 +106,7 @@ static void test_sold_out_fast_then_restock(void **state)
     double fa = expect_sold_out_fast(pa, sku);
     double fb = expect_sold_out_fast(pb, sku);
     SF_ASSERT(fa >= SO_FAST_TRIES - 2 && fb >= SO_FAST_TRIES - 2,
-              "of %d sold_out answers, A served %g and B %g without Redis", SO_FAST_TRIES, fa,
-              fb);
+              "of %d sold_out answers, A served %g and B %g without Redis", SO_FAST_TRIES, fa, fb);
 
     sf_resp r = {0};
     sf_restock(pb, NULL, sku, 10, &r);

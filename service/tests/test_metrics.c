@@ -52,7 +52,7 @@ static void test_orders_and_counters(void **state)
     metrics_order(METRICS_ORDER_INVALID);
     metrics_order(METRICS_ORDER_UNKNOWN_SKU);
     metrics_order(METRICS_ORDER_RESULT_COUNT); /* ignored */
-    metrics_order((enum metrics_order_result)-1);
+    metrics_order((enum metrics_order_result) - 1);
     metrics_sold_out_fast();
     metrics_failover();
     metrics_failover();
@@ -71,8 +71,7 @@ static void test_orders_and_counters(void **state)
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"created\"}"), 3);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"replayed\"}"), 1);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"sold_out\"}"), 2);
-    assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"insufficient_stock\"}"),
-                     1);
+    assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"insufficient_stock\"}"), 1);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"lock_timeout\"}"), 1);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"unavailable\"}"), 1);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"invalid\"}"), 1);
@@ -121,8 +120,7 @@ static void test_format(void **state)
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
         char type[128], help[128];
         snprintf(type, sizeof(type), "\n# TYPE %s\n", families[i]);
-        snprintf(help, sizeof(help), "# HELP %.*s ", (int)strcspn(families[i], " "),
-                 families[i]);
+        snprintf(help, sizeof(help), "# HELP %.*s ", (int)strcspn(families[i], " "), families[i]);
         if (!strstr(doc, type) && strncmp(doc, type + 1, strlen(type + 1)) != 0)
             fail_msg("missing %s", type);
         assert_non_null(strstr(doc, help));
@@ -148,12 +146,12 @@ static void test_format(void **state)
 static void test_histogram_cumulative(void **state)
 {
     (void)state;
-    metrics_lock_acquire_seconds(0.0003);  /* <= 0.0005 */
-    metrics_lock_acquire_seconds(0.0005);  /* == bound: in le="0.0005" */
-    metrics_lock_acquire_seconds(0.003);   /* <= 0.005 */
-    metrics_lock_acquire_seconds(0.2);     /* <= 0.25 */
-    metrics_lock_acquire_seconds(3.0);     /* +Inf only */
-    metrics_lock_acquire_seconds(-1.0);    /* counted as 0 */
+    metrics_lock_acquire_seconds(0.0003); /* <= 0.0005 */
+    metrics_lock_acquire_seconds(0.0005); /* == bound: in le="0.0005" */
+    metrics_lock_acquire_seconds(0.003);  /* <= 0.005 */
+    metrics_lock_acquire_seconds(0.2);    /* <= 0.25 */
+    metrics_lock_acquire_seconds(3.0);    /* +Inf only */
+    metrics_lock_acquire_seconds(-1.0);   /* counted as 0 */
 
     char *doc = metrics_render();
     assert_non_null(doc);

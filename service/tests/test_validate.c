@@ -108,8 +108,8 @@ static const struct invalid_case invalid[] = {
     {"quantity null", ORDER, "{\"sku\":\"A\",\"quantity\":null}", 0, "quantity", IR},
     {"quantity array", ORDER, "{\"sku\":\"A\",\"quantity\":[1]}", 0, "quantity", IR},
     {"quantity object", ORDER, "{\"sku\":\"A\",\"quantity\":{}}", 0, "quantity", IR},
-    {"quantity int64 max", ORDER, "{\"sku\":\"A\",\"quantity\":9223372036854775807}", 0,
-     "quantity", IR},
+    {"quantity int64 max", ORDER, "{\"sku\":\"A\",\"quantity\":9223372036854775807}", 0, "quantity",
+     IR},
     {"quantity beyond int64", ORDER, "{\"sku\":\"A\",\"quantity\":99999999999999999999}", 0,
      "quantity", IR},
     {"quantity beyond -int64", ORDER, "{\"sku\":\"A\",\"quantity\":-99999999999999999999}", 0,
@@ -161,29 +161,29 @@ static const struct valid_case valid[] = {
     {"order quantity max", ORDER, "{\"sku\":\"A\",\"quantity\":100}", 0, "A", 100, 0, NULL},
     {"order with user", ORDER, "{\"sku\":\"A\",\"quantity\":1,\"user_id\":\"u-1\"}", 0, "A", 1, 0,
      "u-1"},
-    {"order keys reordered", ORDER, "{\"user_id\":\"bob\",\"quantity\":3,\"sku\":\"X\"}", 0, "X",
-     3, 0, "bob"},
+    {"order keys reordered", ORDER, "{\"user_id\":\"bob\",\"quantity\":3,\"sku\":\"X\"}", 0, "X", 3,
+     0, "bob"},
     {"order whitespace", ORDER, " \n{ \"sku\" : \"B\" ,\t\"quantity\" : 2 }\r\n", 0, "B", 2, 0,
      NULL},
     {"order unknown fields", ORDER,
-     "{\"sku\":\"A\",\"note\":\"x\",\"extra\":{\"deep\":[1,2.5,null,true]},\"q\":1e300}", 0, "A",
-     1, 0, NULL},
+     "{\"sku\":\"A\",\"note\":\"x\",\"extra\":{\"deep\":[1,2.5,null,true]},\"q\":1e300}", 0, "A", 1,
+     0, NULL},
     {"order sku charset", ORDER, "{\"sku\":\"aZ09_.:-\"}", 0, "aZ09_.:-", 1, 0, NULL},
     {"order sku 64 chars", ORDER, sku64_body, 0, sku64, 1, 0, NULL},
     {"order sku unicode escape", ORDER, "{\"sku\":\"\\u0041\\u0042\"}", 0, "AB", 1, 0, NULL},
     {"order user_id 128 chars", ORDER, user128_body, 0, "A", 1, 0, user128},
     {"order user_id space and tilde", ORDER, "{\"sku\":\"A\",\"user_id\":\" ~ \"}", 0, "A", 1, 0,
      " ~ "},
-    {"order user_id escapes", ORDER, "{\"sku\":\"A\",\"user_id\":\"a\\\"b\\\\c\\/d\"}", 0, "A",
-     1, 0, "a\"b\\c/d"},
-    {"order unknown field duplicate-looking", ORDER, "{\"sku\":\"A\",\"sku_\":\"B\"}", 0, "A", 1,
-     0, NULL},
+    {"order user_id escapes", ORDER, "{\"sku\":\"A\",\"user_id\":\"a\\\"b\\\\c\\/d\"}", 0, "A", 1,
+     0, "a\"b\\c/d"},
+    {"order unknown field duplicate-looking", ORDER, "{\"sku\":\"A\",\"sku_\":\"B\"}", 0, "A", 1, 0,
+     NULL},
     {"order -0 unknown field", ORDER, "{\"sku\":\"A\",\"z\":-0}", 0, "A", 1, 0, NULL},
     {"put minimal", PUT_SKU, "{\"stock\":0,\"segments\":1}", 0, NULL, 0, 1, NULL},
     {"put maximal", PUT_SKU, "{\"stock\":1000000000000,\"segments\":1024}", 0, NULL,
      1000000000000LL, 1024, NULL},
-    {"put reordered + unknown", PUT_SKU, "{\"segments\":16,\"x\":[],\"stock\":1000}", 0, NULL,
-     1000, 16, NULL},
+    {"put reordered + unknown", PUT_SKU, "{\"segments\":16,\"x\":[],\"stock\":1000}", 0, NULL, 1000,
+     16, NULL},
     {"restock 1", RESTOCK, "{\"quantity\":1}", 0, NULL, 1, 0, NULL},
     {"restock 10^12", RESTOCK, "{\"quantity\":1000000000000}", 0, NULL, 1000000000000LL, 0, NULL},
 };
@@ -209,23 +209,16 @@ static void make_buffers(void)
 
 /* Runs the parser for kind on an exactly-sized copy of body[0..len). */
 static int parse(enum body_kind kind, const char *body, size_t len, struct validate_order *o,
-                 struct validate_put_sku *p, struct validate_restock *r,
-                 struct validate_error *err)
+                 struct validate_put_sku *p, struct validate_restock *r, struct validate_error *err)
 {
     char *copy = malloc(len ? len : 1);
     assert_non_null(copy);
     memcpy(copy, body, len);
     int rc = -2;
     switch (kind) {
-    case ORDER:
-        rc = validate_order_body(copy, len, MAXQ, o, err);
-        break;
-    case PUT_SKU:
-        rc = validate_put_sku_body(copy, len, p, err);
-        break;
-    case RESTOCK:
-        rc = validate_restock_body(copy, len, r, err);
-        break;
+    case ORDER: rc = validate_order_body(copy, len, MAXQ, o, err); break;
+    case PUT_SKU: rc = validate_put_sku_body(copy, len, p, err); break;
+    case RESTOCK: rc = validate_restock_body(copy, len, r, err); break;
     }
     free(copy);
     return rc;
@@ -277,9 +270,7 @@ static void test_valid_case(void **state)
         assert_int_equal(p.stock, c->a);
         assert_int_equal(p.segments, c->b);
         break;
-    case RESTOCK:
-        assert_int_equal(r.quantity, c->a);
-        break;
+    case RESTOCK: assert_int_equal(r.quantity, c->a); break;
     }
 }
 

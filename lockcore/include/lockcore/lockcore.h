@@ -39,18 +39,18 @@ extern "C" {
 
 typedef enum lc_status {
     LC_OK = 0,
-    LC_EINVAL,    /* bad argument: NULL handle, empty or oversized name, lease <= 0 ... */
-    LC_ENOMEM,    /* allocation failed */
-    LC_EIO,       /* connection failed, dropped or timed out; the operation's effect is unknown */
-    LC_EREDIS,    /* Redis answered with an error (auth, ACL, wrong type, script error) */
-    LC_EBUSY,     /* try-lock: another owner holds the lock */
-    LC_ETIMEOUT,  /* lock-with-deadline: the deadline passed before the lock was free */
-    LC_ENOTHELD,  /* release/extend/eval by an owner that does not hold the lock */
-    LC_ELOST,     /* the lock was held but has expired or was taken or deleted since */
-    LC_ESTATE,    /* the call does not fit the handle's state (e.g. client being freed) */
-    LC_EDOWN      /* async face, a command, script or fenced eval: the connection was down, the
-                     command was never written, so it did not run (LC_EIO whenever it may
-                     have been written) */
+    LC_EINVAL,   /* bad argument: NULL handle, empty or oversized name, lease <= 0 ... */
+    LC_ENOMEM,   /* allocation failed */
+    LC_EIO,      /* connection failed, dropped or timed out; the operation's effect is unknown */
+    LC_EREDIS,   /* Redis answered with an error (auth, ACL, wrong type, script error) */
+    LC_EBUSY,    /* try-lock: another owner holds the lock */
+    LC_ETIMEOUT, /* lock-with-deadline: the deadline passed before the lock was free */
+    LC_ENOTHELD, /* release/extend/eval by an owner that does not hold the lock */
+    LC_ELOST,    /* the lock was held but has expired or was taken or deleted since */
+    LC_ESTATE,   /* the call does not fit the handle's state (e.g. client being freed) */
+    LC_EDOWN     /* async face, a command, script or fenced eval: the connection was down, the
+                    command was never written, so it did not run (LC_EIO whenever it may
+                    have been written) */
 } lc_status;
 
 /* Short constant name of a status ("LC_ETIMEOUT"); never NULL. */
@@ -81,9 +81,10 @@ void lc_client_opts_init(lc_client_opts *opts);
 
 /* Makes a client for the Redis at url and checks it with one PING (and AUTH/SELECT when the
  * URL asks). URL forms: redis://[[user]:password@]host[:port][/db] and unix:///path[?db=N]
- * (redis-cluster:// URLs are LC_EINVAL here: see lc_async_client_new). opts may be NULL for the defaults. On LC_OK *out is a new client to free with lc_client_free;
- * otherwise *out is NULL. A client whose server is down at creation is an error (LC_EIO); later
- * outages are survived: a broken connection is dropped and the next call reconnects. */
+ * (redis-cluster:// URLs are LC_EINVAL here: see lc_async_client_new). opts may be NULL for the
+ * defaults. On LC_OK *out is a new client to free with lc_client_free; otherwise *out is NULL. A
+ * client whose server is down at creation is an error (LC_EIO); later outages are survived: a
+ * broken connection is dropped and the next call reconnects. */
 lc_status lc_client_new(const char *url, const lc_client_opts *opts, lc_client **out);
 
 /* Stops the watchdog and the listener, closes every connection and frees the client. Locks made
@@ -153,16 +154,15 @@ void lc_lock_opts_init(lc_lock_opts *opts);
 /* Makes an owner of the lock called name (1..LC_NAME_MAX bytes, copied) with a fresh random
  * 128-bit owner token. opts may be NULL for the defaults. Makes no Redis call. *out to be freed
  * with lc_lock_free. */
-lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts,
-                      lc_lock **out);
+lc_status lc_lock_new(lc_client *client, const char *name, const lc_lock_opts *opts, lc_lock **out);
 
 /* Frees the handle. A lock still held is released first (all holds, best effort). NULL-safe. */
 void lc_lock_free(lc_lock *lock);
 
 /* Options of one acquire. */
 typedef struct lc_acquire_opts {
-    int wait_ms;                /* 0: try once (try-lock); > 0: wait up to this long */
-    int nread;                  /* keys to GET in the same atomic step as a successful acquire */
+    int wait_ms; /* 0: try once (try-lock); > 0: wait up to this long */
+    int nread;   /* keys to GET in the same atomic step as a successful acquire */
     const char *const *read_keys;
     const size_t *read_keylens; /* NULL: read_keys are NUL-terminated */
 } lc_acquire_opts;
@@ -198,9 +198,9 @@ lc_status lc_lock_release(lc_lock *lock);
 lc_status lc_lock_extend(lc_lock *lock, int lease_ms);
 
 /* State of the handle, as this process knows it (no Redis call). */
-int lc_lock_held(lc_lock *lock);        /* hold count; 0 when not held */
-int lc_lock_lost(lc_lock *lock);        /* 1 when the current hold was found lost */
-uint64_t lc_lock_fence(lc_lock *lock);  /* fencing token of the current hold; 0 when not held */
+int lc_lock_held(lc_lock *lock);       /* hold count; 0 when not held */
+int lc_lock_lost(lc_lock *lock);       /* 1 when the current hold was found lost */
+uint64_t lc_lock_fence(lc_lock *lock); /* fencing token of the current hold; 0 when not held */
 const char *lc_lock_name(const lc_lock *lock);
 const char *lc_lock_token(const lc_lock *lock); /* 32 hex digits, borrowed */
 const char *lc_lock_errmsg(lc_lock *lock);      /* last error on this handle, borrowed */
@@ -352,9 +352,9 @@ lc_status lc_redlock_release(lc_redlock *lock);
  * majority confirmed (the validity starts again), LC_ELOST when too few did (marked lost). */
 lc_status lc_redlock_extend(lc_redlock *lock, int lease_ms);
 
-int lc_redlock_held(lc_redlock *lock);          /* 1 when held, else 0 */
-int lc_redlock_lost(lc_redlock *lock);          /* 1 when renewal or extension found it lost */
-uint64_t lc_redlock_fence(lc_redlock *lock);    /* the quorum's token; 0 when not held */
+int lc_redlock_held(lc_redlock *lock);            /* 1 when held, else 0 */
+int lc_redlock_lost(lc_redlock *lock);            /* 1 when renewal or extension found it lost */
+uint64_t lc_redlock_fence(lc_redlock *lock);      /* the quorum's token; 0 when not held */
 int64_t lc_redlock_validity_ms(lc_redlock *lock); /* ms the hold is still valid; <= 0: not */
 const char *lc_redlock_name(const lc_redlock *lock);
 const char *lc_redlock_token(const lc_redlock *lock);

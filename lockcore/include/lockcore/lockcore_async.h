@@ -175,8 +175,7 @@ lc_status lc_async_command(lc_async_client *client, int argc, const char *const 
  * already made (their callbacks still come); LC_ESTATE on a cluster whose map knows no master
  * yet (nothing was sent). */
 lc_status lc_async_command_masters(lc_async_client *client, int argc, const char *const *argv,
-                                   const size_t *lens, lc_async_reply_fn cb, void *arg,
-                                   int *sent);
+                                   const size_t *lens, lc_async_reply_fn cb, void *arg, int *sent);
 
 lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t keylen, int argc,
                                const char *const *argv, const size_t *lens, lc_async_reply_fn cb,
@@ -199,7 +198,7 @@ lc_status lc_async_command_key(lc_async_client *client, const char *key, size_t 
  * connection only.
  */
 typedef struct lc_async_conn_ref {
-    int node;              /* which node (-1 on one Redis); compare, do not interpret */
+    int node;               /* which node (-1 on one Redis); compare, do not interpret */
     unsigned long long gen; /* which of that node's connections (a reconnect makes a new one) */
 } lc_async_conn_ref;
 
@@ -212,9 +211,10 @@ int lc_async_reply_conn(const lc_async_client *client, lc_async_conn_ref *out);
  * answer counts the replicas that have every command that connection carried up to now. cb
  * gets Redis's integer reply, or LC_EDOWN without sending anything when that connection has
  * been closed or replaced since (its commands' fate on the replicas is unknown: the caller must
- * not take that as "replicated"), or LC_EIO when it fails while the WAIT is in flight. WAIT blocks the connection in Redis for up to timeout_ms:
- * keep it well below the command timeout, which is this call's deadline too. LC_EINVAL when
- * ref is not one of client's connections. Callback contract as above. */
+ * not take that as "replicated"), or LC_EIO when it fails while the WAIT is in flight. WAIT blocks
+ * the connection in Redis for up to timeout_ms: keep it well below the command timeout, which is
+ * this call's deadline too. LC_EINVAL when ref is not one of client's connections. Callback
+ * contract as above. */
 lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, int numreplicas,
                         int timeout_ms, lc_async_reply_fn cb, void *arg);
 
@@ -300,9 +300,9 @@ typedef void (*lc_async_redlock_eval_fn)(lc_async_redlock *lock, lc_status st,
  * has run out or renewal found it lost: the lock is then marked lost (with LC_EVAL_RELEASE
  * released in the background). */
 lc_status lc_async_redlock_eval(lc_async_redlock *lock, lc_async_client *store,
-                                const lc_script *script, const char *seen_key, int flags,
-                                int nkeys, const char *const *keys, const size_t *keylens,
-                                int nargs, const char *const *args, const size_t *arglens,
+                                const lc_script *script, const char *seen_key, int flags, int nkeys,
+                                const char *const *keys, const size_t *keylens, int nargs,
+                                const char *const *args, const size_t *arglens,
                                 lc_async_redlock_eval_fn cb, void *arg);
 
 /* Several Redlock names over the same nodes, all or nothing, taken one after the other in

@@ -18,11 +18,11 @@
 
 #define GF_NODES 5
 
-extern rf_server *gf_redis;              /* the group's redis-server, or NULL */
-extern lc_client *gf_client;             /* a client on gf_redis, when gf_start made one */
-extern rf_server *gf_node[GF_NODES];     /* the Redlock nodes, when gf_start_nodes ran */
+extern rf_server *gf_redis;          /* the group's redis-server, or NULL */
+extern lc_client *gf_client;         /* a client on gf_redis, when gf_start made one */
+extern rf_server *gf_node[GF_NODES]; /* the Redlock nodes, when gf_start_nodes ran */
 extern const char *gf_node_url[GF_NODES];
-extern cf_cluster *gf_cluster;           /* the cluster, when gf_start_cluster ran */
+extern cf_cluster *gf_cluster; /* the cluster, when gf_start_cluster ran */
 
 /* Starts gf_redis with extra_args (NULL-terminated, may be NULL) and, when client_opts is not
  * NULL, gf_client on it with those options. 0, or -1 with every group server stopped again. */

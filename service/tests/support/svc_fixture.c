@@ -24,10 +24,10 @@
 #define SF_PORT_ATTEMPTS 8
 
 struct sf_service {
-    pid_t pid;          /* 0 when not running */
+    pid_t pid; /* 0 when not running */
     int port;
-    int slot;           /* in the process registry (proc_registry.h) */
-    int exit_status;    /* as sf_stop reports it; -1 while running or never ran */
+    int slot;        /* in the process registry (proc_registry.h) */
+    int exit_status; /* as sf_stop reports it; -1 while running or never ran */
     char dir[256];
     char logpath[300];
     char url[1024];
@@ -72,8 +72,7 @@ const char *sf_binary(void)
         snprintf(path, sizeof path, "%s/inventoryd", dir);
         if (sf_executable(path))
             return path;
-        fprintf(stderr, "svc_fixture: INVENTORY_BUILD_BIN=%s has no executable inventoryd\n",
-                dir);
+        fprintf(stderr, "svc_fixture: INVENTORY_BUILD_BIN=%s has no executable inventoryd\n", dir);
     }
     char self[PATH_MAX - 32];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -133,8 +132,8 @@ void sf_print_log(const sf_service *svc, int max_lines)
     if (svc == NULL)
         return;
     char *text = sf_slurp(svc->logpath);
-    fprintf(stderr, "---- inventoryd port %d (pid %ld) log tail, %s\n", svc->port,
-            (long)svc->pid, svc->logpath);
+    fprintf(stderr, "---- inventoryd port %d (pid %ld) log tail, %s\n", svc->port, (long)svc->pid,
+            svc->logpath);
     if (text != NULL) {
         size_t len = strlen(text);
         const char *start = text;
@@ -293,8 +292,8 @@ static int sf_wait_ready(sf_service *svc)
         if (sf_reaped(svc)) {
             if (sf_log_contains(svc, "cannot listen"))
                 return 1;
-            fprintf(stderr, "svc_fixture: inventoryd on port %d exited with status %d\n",
-                    svc->port, svc->exit_status);
+            fprintf(stderr, "svc_fixture: inventoryd on port %d exited with status %d\n", svc->port,
+                    svc->exit_status);
             return -1;
         }
         if (sf_log_contains(svc, listening) || tu_now_ms() - start >= 1000) {
@@ -349,15 +348,18 @@ static void sf_terminate(sf_service *svc, int sig, int timeout_ms)
             /* It logged its clean stop: what is left is the process's exit, where a sanitizer
              * build runs LeakSanitizer's check, which took over 10 s once on a loaded machine.
              * Give it longer, and show where it is if it still does not end. */
-            fprintf(stderr, "svc_fixture: inventoryd on port %d stopped but has not exited "
-                            "after %d ms; waiting up to %d ms more\n",
+            fprintf(stderr,
+                    "svc_fixture: inventoryd on port %d stopped but has not exited "
+                    "after %d ms; waiting up to %d ms more\n",
                     svc->port, timeout_ms, SF_EXIT_GRACE_MS);
             deadline = tu_now_ms() + SF_EXIT_GRACE_MS;
             extended = 1;
         }
         if (tu_now_ms() >= deadline) {
-            fprintf(stderr, "svc_fixture: inventoryd on port %d ignored signal %d for %d ms; "
-                            "SIGKILL\n", svc->port, sig, timeout_ms);
+            fprintf(stderr,
+                    "svc_fixture: inventoryd on port %d ignored signal %d for %d ms; "
+                    "SIGKILL\n",
+                    svc->port, sig, timeout_ms);
             sf_dump_threads(svc->pid);
             kill(svc->pid, SIGKILL);
             int status;

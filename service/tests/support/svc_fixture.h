@@ -93,8 +93,8 @@ int sf_alive(sf_service *svc);
 int sf_exit_status(sf_service *svc);
 
 int sf_port(const sf_service *svc);
-pid_t sf_pid(const sf_service *svc);             /* 0 when not running */
-const char *sf_log_path(const sf_service *svc);  /* borrowed, valid until sf_stop */
+pid_t sf_pid(const sf_service *svc);            /* 0 when not running */
+const char *sf_log_path(const sf_service *svc); /* borrowed, valid until sf_stop */
 
 /* Prints the last max_lines lines of svc's log on stderr, framed with its port; before them the
  * first sanitizer report in the log, whole, when it starts before those lines. */
@@ -126,13 +126,13 @@ typedef struct sf_resp {
     int status;
     char err[160];
     int nheaders;
-    char *name[SF_MAX_HEADERS];   /* as received */
-    char *value[SF_MAX_HEADERS];  /* trimmed */
-    char *body;                   /* NUL-terminated (body_len bytes before it), never NULL after
-                                     a response */
+    char *name[SF_MAX_HEADERS];  /* as received */
+    char *value[SF_MAX_HEADERS]; /* trimmed */
+    char *body;                  /* NUL-terminated (body_len bytes before it), never NULL after
+                                    a response */
     size_t body_len;
-    json_t *json;                 /* the body parsed as JSON when it is valid JSON, else NULL */
-    int64_t elapsed_us;           /* from the start of sending to the end of the body */
+    json_t *json;       /* the body parsed as JSON when it is valid JSON, else NULL */
+    int64_t elapsed_us; /* from the start of sending to the end of the body */
 } sf_resp;
 
 /* The value of header name (case-insensitive) in r, or NULL. Borrowed. */
@@ -162,8 +162,8 @@ void sf_conn_close(sf_conn *c);
  * request is never sent twice. Returns resp->status (0 when no response arrived; the connection
  * is then closed).
  */
-int sf_conn_request(sf_conn *c, const char *method, const char *path,
-                    const char *const *headers, const char *body, size_t len, sf_resp *resp);
+int sf_conn_request(sf_conn *c, const char *method, const char *path, const char *const *headers,
+                    const char *body, size_t len, sf_resp *resp);
 
 /* One request on a connection of its own ("Connection: close"). Same contract. */
 int sf_http(int port, const char *method, const char *path, const char *const *headers,
@@ -172,8 +172,8 @@ int sf_http(int port, const char *method, const char *path, const char *const *h
 /* sf_http (c == NULL) or sf_conn_request with a JSON body (NULL for none): adds
  * "Content-Type: application/json" when there is a body, "Authorization: Bearer <token>" when
  * token is not NULL, and "Idempotency-Key: <idem>" when idem is not NULL. */
-int sf_json_request(sf_conn *c, int port, const char *method, const char *path,
-                    const char *token, const char *idem, const char *json_body, sf_resp *resp);
+int sf_json_request(sf_conn *c, int port, const char *method, const char *path, const char *token,
+                    const char *idem, const char *json_body, sf_resp *resp);
 
 /* PUT /api/v1/skus/{sku} {"stock": stock, "segments": segments}. Returns the status. */
 int sf_put_sku(int port, const char *token, const char *sku, long long stock, int segments,
@@ -207,22 +207,22 @@ double sf_metric(int port, const char *series);
 #define SF_MAX_SEGMENTS 1024
 
 typedef struct sf_report {
-    int ok;                 /* 1 when every check below passed */
-    int found;              /* inv:2:{S}:meta exists */
-    long long version;      /* meta.version */
-    int segments;           /* meta.segments */
-    long long stock_total;  /* Σ cnt.t */
-    long long remaining;    /* Σ stock */
-    long long sold;         /* Σ cnt.s */
-    long long orders;       /* Σ cnt.o */
-    long long live_units;   /* Σ quantity of live order records */
-    long long live_orders;  /* number of live order records */
-    long long cancelled;    /* number of cancelled order records */
-    int negative_segments;  /* segments with stock < 0 */
+    int ok;                /* 1 when every check below passed */
+    int found;             /* inv:2:{S}:meta exists */
+    long long version;     /* meta.version */
+    int segments;          /* meta.segments */
+    long long stock_total; /* Σ cnt.t */
+    long long remaining;   /* Σ stock */
+    long long sold;        /* Σ cnt.s */
+    long long orders;      /* Σ cnt.o */
+    long long live_units;  /* Σ quantity of live order records */
+    long long live_orders; /* number of live order records */
+    long long cancelled;   /* number of cancelled order records */
+    int negative_segments; /* segments with stock < 0 */
     long long seg_stock[SF_MAX_SEGMENTS];
     long long seg_sold[SF_MAX_SEGMENTS];
     int nproblems;
-    char problems[4096];    /* one line per problem (the first ones), "" when ok */
+    char problems[4096]; /* one line per problem (the first ones), "" when ok */
 } sf_report;
 
 /*

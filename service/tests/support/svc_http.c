@@ -25,8 +25,8 @@
 struct sf_conn {
     int port;
     int timeout_ms;
-    int fd;          /* -1 when not connected */
-    char *buf;       /* received bytes not consumed yet */
+    int fd;    /* -1 when not connected */
+    char *buf; /* received bytes not consumed yet */
     size_t len, cap;
 };
 
@@ -333,8 +333,7 @@ static int sf_read_response(sf_conn *c, const char *method, int64_t deadline, sf
         }
         ssize_t got = sf_fill(c, deadline);
         if (got <= 0) {
-            sf_set_err(r, "no response: %s",
-                       got == 0 ? "connection closed" : strerror(errno));
+            sf_set_err(r, "no response: %s", got == 0 ? "connection closed" : strerror(errno));
             return -1;
         }
     }
@@ -349,8 +348,7 @@ static int sf_read_response(sf_conn *c, const char *method, int64_t deadline, sf
     const char *cl = sf_header(r, "Content-Length");
     if (sf_body_append(r, "", 0) != 0) /* body is never NULL after a response */
         return -1;
-    if (strcmp(method, "HEAD") == 0 || r->status < 200 || r->status == 204 ||
-        r->status == 304) {
+    if (strcmp(method, "HEAD") == 0 || r->status < 200 || r->status == 204 || r->status == 304) {
         /* no body */
     } else if (te != NULL && strcasecmp(te, "chunked") == 0) {
         if (sf_read_chunked(c, deadline, r) != 0)
@@ -378,8 +376,8 @@ static int sf_read_response(sf_conn *c, const char *method, int64_t deadline, sf
     return close_after;
 }
 
-int sf_conn_request(sf_conn *c, const char *method, const char *path,
-                    const char *const *headers, const char *body, size_t len, sf_resp *resp)
+int sf_conn_request(sf_conn *c, const char *method, const char *path, const char *const *headers,
+                    const char *body, size_t len, sf_resp *resp)
 {
     sf_resp_free(resp);
     int64_t t0 = tu_now_us();
@@ -396,8 +394,7 @@ int sf_conn_request(sf_conn *c, const char *method, const char *path,
         sf_set_err(resp, "out of memory");
         return 0;
     }
-    int n = snprintf(head, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n", method, path,
-                     c->port);
+    int n = snprintf(head, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n", method, path, c->port);
     for (int i = 0; headers != NULL && headers[i] != NULL; i++)
         n += snprintf(head + n, cap - (size_t)n, "%s\r\n", headers[i]);
     if (body != NULL)
@@ -486,8 +483,8 @@ const char *sf_resp_summary(const sf_resp *r)
     return buf;
 }
 
-int sf_json_request(sf_conn *c, int port, const char *method, const char *path,
-                    const char *token, const char *idem, const char *json_body, sf_resp *resp)
+int sf_json_request(sf_conn *c, int port, const char *method, const char *path, const char *token,
+                    const char *idem, const char *json_body, sf_resp *resp)
 {
     char auth[512], key[512];
     const char *h[4];

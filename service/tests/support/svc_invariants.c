@@ -100,8 +100,8 @@ static redisContext *sf_redis_connect(const char *url, sf_report *rep)
 #define SF_MAX_NODES 16
 typedef struct sf_keys {
     int cluster;
-    redisContext *seed;              /* the one Redis, or the seed node */
-    int n;                           /* cluster: masters */
+    redisContext *seed; /* the one Redis, or the seed node */
+    int n;              /* cluster: masters */
     int start[SF_MAX_NODES * 8], end[SF_MAX_NODES * 8], of[SF_MAX_NODES * 8], nranges;
     redisContext *node[SF_MAX_NODES];
     char host[SF_MAX_NODES][64];
@@ -218,8 +218,8 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
         const char *id = orders->element[i]->str;
         const redisReply *rec = orders->element[i + 1];
         json_error_t jerr;
-        json_t *o = rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, &jerr)
-                                                    : NULL;
+        json_t *o =
+            rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, &jerr) : NULL;
         if (!json_is_object(o)) {
             sf_problem(rep, "segment %d: order %s: record is not a JSON object", k, id);
             json_decref(o);
@@ -243,8 +243,7 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
             sf_problem(rep, "segment %d: order %s: segment field is %g", k, id, s);
         if (q < 1 || q != (double)(long long)q)
             sf_problem(rep, "segment %d: order %s: quantity is %g", k, id, q);
-        if (status == NULL ||
-            (strcmp(status, "created") != 0 && strcmp(status, "cancelled") != 0))
+        if (status == NULL || (strcmp(status, "created") != 0 && strcmp(status, "cancelled") != 0))
             sf_problem(rep, "segment %d: order %s: status is %s", k, id,
                        status ? status : "missing");
         if (status != NULL && strcmp(status, "cancelled") == 0) {
@@ -271,8 +270,7 @@ static void sf_check_segment(sf_report *rep, const char *sku, int k, const redis
     ok = 1;
     long long v = sf_reply_ll(sver, &ok);
     if (!ok || v != rep->version)
-        sf_problem(rep, "segment %d: sver %lld, meta.version %lld", k, ok ? v : -1,
-                   rep->version);
+        sf_problem(rep, "segment %d: sver %lld, meta.version %lld", k, ok ? v : -1, rep->version);
     ok = 1;
     long long t = sf_reply_ll(sf_hfield(cnt, "t"), &ok);
     long long s = sf_reply_ll(sf_hfield(cnt, "s"), &ok);
@@ -295,8 +293,10 @@ static void sf_check_segment(sf_report *rep, const char *sku, int k, const redis
         for (size_t i = 0; i + 1 < idem->elements; i += 2) {
             const char *id = idem->element[i + 1]->str;
             if (sf_hfield(orders, id) == NULL)
-                sf_problem(rep, "segment %d: Idempotency-Key %s names order %s, not a record "
-                                "of the segment", k, idem->element[i]->str, id);
+                sf_problem(rep,
+                           "segment %d: Idempotency-Key %s names order %s, not a record "
+                           "of the segment",
+                           k, idem->element[i]->str, id);
         }
     }
     rep->seg_stock[k] = n;
@@ -365,12 +365,11 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     int ok = 1;
     rep->version = sf_reply_ll(meta->element[0], &ok);
     rep->segments = (int)sf_reply_ll(meta->element[1], &ok);
-    int rolling = meta->element[2]->type == REDIS_REPLY_STRING &&
-                  strcmp(meta->element[2]->str, "p") == 0;
+    int rolling =
+        meta->element[2]->type == REDIS_REPLY_STRING && strcmp(meta->element[2]->str, "p") == 0;
     freeReplyObject(meta);
     if (ok && rolling)
-        sf_problem(rep, "meta.state p: version %lld not rolled out to every segment",
-                   rep->version);
+        sf_problem(rep, "meta.state p: version %lld not rolled out to every segment", rep->version);
     if (!ok) {
         rep->found = 0;
         sf_problem(rep, "no SKU %s (meta missing or incomplete)", sku);

@@ -25,12 +25,11 @@
 
 #define SF_LOG_TAIL 25
 
-static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt,
-                              ...) __attribute__((format(printf, 4, 5)));
+static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Prints the services' log tails, then fails with "file:line: what: <fmt...>". */
-static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt,
-                              ...)
+static inline void sf_fail_at(const char *file, int line, const char *what, const char *fmt, ...)
 {
     char msg[2048];
     va_list ap;
@@ -42,25 +41,25 @@ static inline void sf_fail_at(const char *file, int line, const char *what, cons
 }
 
 /* SF_ASSERT(cond, fmt, args...): fails with the formatted context unless cond holds. */
-#define SF_ASSERT(cond, ...)                                                                   \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            sf_fail_at(__FILE__, __LINE__, "check failed: " #cond, __VA_ARGS__);               \
+#define SF_ASSERT(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            sf_fail_at(__FILE__, __LINE__, "check failed: " #cond, __VA_ARGS__);                   \
     } while (0)
 
 /* Fails unless the response has status want; prints the response. */
-#define SF_ASSERT_STATUS(resp, want)                                                           \
-    do {                                                                                       \
-        const sf_resp *sf_r_ = (resp);                                                         \
-        int sf_w_ = (want);                                                                    \
-        if (sf_r_->status != sf_w_)                                                            \
-            sf_fail_at(__FILE__, __LINE__, "unexpected response", "expected HTTP %d, got %s",  \
-                       sf_w_, sf_resp_summary(sf_r_));                                         \
+#define SF_ASSERT_STATUS(resp, want)                                                               \
+    do {                                                                                           \
+        const sf_resp *sf_r_ = (resp);                                                             \
+        int sf_w_ = (want);                                                                        \
+        if (sf_r_->status != sf_w_)                                                                \
+            sf_fail_at(__FILE__, __LINE__, "unexpected response", "expected HTTP %d, got %s",      \
+                       sf_w_, sf_resp_summary(sf_r_));                                             \
     } while (0)
 
 /* Fails unless the response is the SPEC §5 error body {"error": code, "message": "<text>"}
  * (exactly those two members, a non-empty message) with status want. */
-#define SF_ASSERT_ERROR(resp, want, code)                                                      \
+#define SF_ASSERT_ERROR(resp, want, code)                                                          \
     sf_assert_error_at(__FILE__, __LINE__, (resp), (want), (code))
 
 static inline void sf_assert_error_at(const char *file, int line, const sf_resp *r, int want,
@@ -83,7 +82,7 @@ static inline void sf_assert_error_at(const char *file, int line, const sf_resp 
 
 /* Runs the invariant checker on sku and fails (printing the report) unless every check
  * passed. Fills *rep for further comparisons. */
-#define SF_ASSERT_INVARIANTS(url, sku, rep)                                                    \
+#define SF_ASSERT_INVARIANTS(url, sku, rep)                                                        \
     sf_assert_invariants_at(__FILE__, __LINE__, (url), (sku), (rep))
 
 static inline void sf_assert_invariants_at(const char *file, int line, const char *url,
@@ -105,12 +104,12 @@ static inline const char *sf_str(const json_t *obj, const char *key)
 }
 
 /* Fails unless a == b, naming both expressions. */
-#define SF_ASSERT_EQ(a, b)                                                                     \
-    do {                                                                                       \
-        long long sf_a_ = (long long)(a), sf_b_ = (long long)(b);                              \
-        if (sf_a_ != sf_b_)                                                                    \
-            sf_fail_at(__FILE__, __LINE__, "not equal", "%s = %lld, %s = %lld", #a, sf_a_, #b, \
-                       sf_b_);                                                                 \
+#define SF_ASSERT_EQ(a, b)                                                                         \
+    do {                                                                                           \
+        long long sf_a_ = (long long)(a), sf_b_ = (long long)(b);                                  \
+        if (sf_a_ != sf_b_)                                                                        \
+            sf_fail_at(__FILE__, __LINE__, "not equal", "%s = %lld, %s = %lld", #a, sf_a_, #b,     \
+                       sf_b_);                                                                     \
     } while (0)
 
 /* Fails unless the response is a 503 unavailable whose body says "outcome": "unknown" (the
@@ -127,7 +126,7 @@ static inline void sf_assert_outcome_unknown_at(const char *file, int line, cons
 
 /* PUT /api/v1/skus/{sku} {"stock", "segments"} on port with the admin token (NULL: none);
  * fails unless the answer is 201 or 200 with a version. Returns the version. */
-#define SF_PUT_SKU(port, token, sku, stock, segments)                                          \
+#define SF_PUT_SKU(port, token, sku, stock, segments)                                              \
     sf_put_sku_at(__FILE__, __LINE__, (port), (token), (sku), (stock), (segments))
 
 static inline long long sf_put_sku_at(const char *file, int line, int port, const char *token,
@@ -197,7 +196,7 @@ static inline int sf_run_group_tests_(const char *name, const struct CMUnitTest 
  * prints "[  FAILED  ] GROUP TEARDOWN" but leaves it out of the count it returns. The group
  * teardowns are where sf_stop's status is checked, so without this an inventoryd that crashed
  * or that a sanitizer flagged (ThreadSanitizer exits 66) at the end of the group would pass. */
-#define SF_RUN_GROUP_TESTS(tests, setup, teardown)                                             \
+#define SF_RUN_GROUP_TESTS(tests, setup, teardown)                                                 \
     sf_run_group_tests_(#tests, (tests), sizeof(tests) / sizeof((tests)[0]), (setup), (teardown))
 
 #endif /* SVC_TESTS_SVC_TEST_H */
