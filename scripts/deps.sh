@@ -22,6 +22,7 @@ packages=(
   # sanitizer runtimes; clang only recommends it, and recommends are not installed here.
   clang libclang-rt-14-dev
   clang-format  # scripts/format.sh: the one formatter (.clang-format); test.sh runs its --check
+  lua5.1  # luac5.1 -p: the lua_syntax test parses every Lua script (scripts/check_lua.sh)
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
 )
 # shellcheck disable=SC2206

@@ -1,6 +1,6 @@
 /*
- * layout — see layout.h. The scripts are in store_scripts.h (PUT_META, DELETE_META,
- * LAYOUT_READ, LAYOUT_DONE, SEG_RESET, SEG_DROP, RESTOCK_*).
+ * layout — see layout.h. The scripts are in service/src/lua/ (put_meta.lua, delete_meta.lua,
+ * layout_read.lua, layout_done.lua, seg_reset.lua, seg_drop.lua, restock_*.lua).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -71,7 +71,7 @@ int layout_unsettled(const struct layout *l)
  *            RESTOCK_END once every segment has it] -> read -> ... (at most 4 rounds: a
  *            concurrent PUT may put a newer layout in place meanwhile; every restock listed
  *            belongs to the current version, a PUT drops the others).
- * Every step is idempotent and guarded by the segment's version (store_scripts.h), so any
+ * Every step is idempotent and guarded by the segment's version (lua/seg_reset.lua), so any
  * number of settles, concurrent or cut off half-way, converge on the newest layout.
  */
 struct settle {

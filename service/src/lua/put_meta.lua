@@ -1,0 +1,35 @@
+-- The intent of a PUT, in one step: the new version and the whole layout go into meta with
+-- state "p"; restocks of the old layout still pending are dropped. A damaged ver, or a
+-- damaged segments or hwm of the old layout (which say what keys must go), fails it with
+-- nothing written. The segments are then reset
+-- by whoever rolls the layout out (layout.c), so a PUT cut off half-way is completed by the
+-- next reader. With an Idempotency-Key the answer is stored with it, and a replay gets it back.
+-- KEYS: meta, ver, rst, aidem.  ARGV: segments, stock, sku, has key "1"/"0", key ttl ms.
+-- -> {1, "<status> <body>"} applied | {0, stored answer} a replay (nothing applied)
+-- @include int.lua
+if ARGV[4] == '1' then
+  local prev = redis.call('GET', KEYS[4])
+  if prev then return {0, prev} end
+end
+local old = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm')
+local oldseg, oldhwm = int(old[2] or '0'), int(old[3] or '0')
+if not oldseg or not oldhwm or oldseg < 0 or oldhwm < 0 or
+   oldseg > STORE_SEGMENTS_MAX or oldhwm > STORE_SEGMENTS_MAX then
+  return damaged(KEYS[1])
+end
+local prev = int(redis.call('GET', KEYS[2]) or '0')
+if not prev then return damaged(KEYS[2]) end
+local hwm = math.max(oldhwm, oldseg, tonumber(ARGV[1]))
+-- @include next_id.lua
+local v = nid
+redis.call('SET', KEYS[2], string.format('%.0f', v))
+redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARGV[1],
+           'stock', ARGV[2],
+           'state', 'p', 'hwm', hwm)
+redis.call('DEL', KEYS[3])
+local status = (old[1] and oldseg > 0) and '200' or '201'
+local resp = status .. ' ' .. string.format(
+  '{"sku":"%s","stock":%s,"segments":%s,"version":%.0f}',
+  ARGV[3], ARGV[2], ARGV[1], v)
+if ARGV[4] == '1' then redis.call('SET', KEYS[4], resp, 'PX', ARGV[5]) end
+return {1, resp}
