@@ -306,27 +306,35 @@ failover_one() { # ACKS
   # it is there: the replication delay, measured on two connections of one process.
   local rport delays
   rport=$(redis-cli -p "$vport" INFO replication | tr -d '\r' | sed -n 's/^slave0:.*port=\([0-9]*\).*/\1/p')
-  delays=$(python3 - "$vport" "$rport" "{$skun:0}:probe" <<'PY'
+  # The probe key carries segment 0's hash tag, so it is in a slot of the victim (with key
+  # schema 1's tag {sku:0} it was not: the SET got MOVED and the GET loop never ended). Every
+  # probe gives up after 2 s and every socket read after 5 s: then the delays are "? ? ?".
+  delays=$(timeout 60 python3 - "$vport" "$rport" "{$skun/0}:probe" <<'PY'
 import socket, sys, time
 def conn(port):
-    s = socket.create_connection(("127.0.0.1", int(port)))
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 def cmd(s, *args):
     s.sendall(b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]))
     buf = b""
     while not buf.endswith(b"\r\n") or (buf.startswith(b"$") and buf.count(b"\r\n") < 2 and not buf.startswith(b"$-1")):
-        buf += s.recv(4096)
+        chunk = s.recv(4096)
+        if not chunk:
+            sys.exit(1)
+        buf += chunk
     return buf
 m, r, key = conn(sys.argv[1]), conn(sys.argv[2]), sys.argv[3].encode()
 cmd(r, b"READONLY")
 out = []
 for i in range(50):
     v = b"%d" % (time.monotonic_ns() + i)
-    cmd(m, b"SET", key, v)
+    if not cmd(m, b"SET", key, v).startswith(b"+OK"):
+        sys.exit(1)
     t0 = time.monotonic_ns()
     while v not in cmd(r, b"GET", key):
-        pass
+        if time.monotonic_ns() - t0 > 2e9:
+            sys.exit(1)
     out.append((time.monotonic_ns() - t0) / 1000)
     time.sleep(0.01)
 out.sort()
