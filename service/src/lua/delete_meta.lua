@@ -2,12 +2,7 @@
 -- numbers as for PUT_META. KEYS: meta, ver, rst.  -> the new version, or 0 when there is no
 -- such SKU
 -- @include int.lua
-local old = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm')
-local oldseg, oldhwm = int(old[2] or '0'), int(old[3] or '0')
-if not oldseg or not oldhwm or oldseg < 0 or oldhwm < 0 or
-   oldseg > STORE_SEGMENTS_MAX or oldhwm > STORE_SEGMENTS_MAX then
-  return damaged(KEYS[1])
-end
+-- @include old_layout.lua
 if not old[1] or oldseg == 0 then return 0 end
 local prev = int(redis.call('GET', KEYS[2]) or '0')
 if not prev then return damaged(KEYS[2]) end

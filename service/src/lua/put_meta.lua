@@ -11,12 +11,7 @@ if ARGV[4] == '1' then
   local prev = redis.call('GET', KEYS[4])
   if prev then return {0, prev} end
 end
-local old = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm')
-local oldseg, oldhwm = int(old[2] or '0'), int(old[3] or '0')
-if not oldseg or not oldhwm or oldseg < 0 or oldhwm < 0 or
-   oldseg > STORE_SEGMENTS_MAX or oldhwm > STORE_SEGMENTS_MAX then
-  return damaged(KEYS[1])
-end
+-- @include old_layout.lua
 local prev = int(redis.call('GET', KEYS[2]) or '0')
 if not prev then return damaged(KEYS[2]) end
 local hwm = math.max(oldhwm, oldseg, tonumber(ARGV[1]))
