@@ -17,6 +17,14 @@ static inline int64_t clock_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Microseconds on CLOCK_MONOTONIC (request durations). */
+static inline int64_t clock_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* Milliseconds since the Unix epoch on CLOCK_REALTIME (may jump: never for intervals). */
 static inline int64_t clock_wall_ms(void)
 {

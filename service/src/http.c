@@ -41,6 +41,7 @@
 #include "accesslog.h"
 #include "app.h"
 #include "areq.h"
+#include "clock.h"
 #include "hash.h"
 #include "http.h"
 #include "ids.h"
@@ -108,7 +109,7 @@ struct req_state {
     unsigned char client[PROXY_ADDR_LEN]; /* the peer, or the client a trusted proxy names */
     char client_text[48];                 /* client as text; "" when unknown */
     char request_id[REQUEST_ID_MAX + 1];  /* X-Request-Id: a trusted proxy's, or made here */
-    struct timespec start;
+    int64_t start_us;                     /* clock_mono_us() at the first call */
     /* An asynchronous request (areq.h): from the suspend to the resumed call. */
     struct http_loop *loop;
     struct MHD_Connection *conn;
@@ -155,12 +156,11 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
             return; /* the handler answered on the socket and asked for the close */
     }
 
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    time_t second = (time_t)(clock_mono_ms() / 1000);
     int dropped = 0;
     pthread_mutex_lock(&mhd_log_lock);
-    if (now.tv_sec != mhd_log_second) {
-        mhd_log_second = now.tv_sec;
+    if (second != mhd_log_second) {
+        mhd_log_second = second;
         mhd_log_count = 0;
     }
     bool emit = mhd_log_count < MHD_LOG_PER_SECOND;
@@ -291,11 +291,9 @@ static void assign_request_id(struct MHD_Connection *conn, struct req_state *st)
         snprintf(st->request_id, sizeof(st->request_id), "-");
 }
 
-static long elapsed_us(const struct timespec *start)
+static long elapsed_us(int64_t start_us)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (long)(now.tv_sec - start->tv_sec) * 1000000L + (now.tv_nsec - start->tv_nsec) / 1000L;
+    return (long)(clock_mono_us() - start_us);
 }
 
 static bool add_header(struct MHD_Response *r, const char *name, const char *value)
@@ -309,7 +307,7 @@ static void count_answer(struct req_state *st, const char *method, const char *u
 {
     st->answered = true;
     metrics_request_end(status);
-    long us = elapsed_us(&st->start);
+    long us = elapsed_us(st->start_us);
     metrics_http_duration(st->route.label, (double)us / 1e6);
     if (log_enabled(CONFIG_LOG_DEBUG))
         log_msg(CONFIG_LOG_DEBUG, "request", "%s %s %d %ldus", method, url, status, us);
@@ -528,9 +526,7 @@ static int rate_check(struct http_server *srv, const struct req_state *st)
 {
     if (!st->has_client)
         return 0; /* not an IP peer (a UNIX socket): not limited */
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t now_ms = clock_mono_ms();
     unsigned char key[RATELIMIT_KEY_LEN];
     ratelimit_key_addr(st->client, key);
     return ratelimit_take_key(srv->limiter, key, now_ms);
@@ -778,7 +774,7 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
 {
     if (first) {
         /* The first call for this request (headers complete). */
-        clock_gettime(CLOCK_MONOTONIC, &st->start);
+        st->start_us = clock_mono_us();
         atomic_fetch_add(&srv->in_flight, 1);
         /* The route (its metrics label, whether it is a probe) for answers given before the
          * body is read; router_begin matches again once it is. */
@@ -1315,9 +1311,8 @@ void http_stop(struct http_server *srv, int grace_ms)
         return;
     for (int i = 0; i < srv->nworkers; i++)
         worker_quiesce(&srv->workers[i]);
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    while (atomic_load(&srv->in_flight) > 0 && elapsed_us(&start) < (long)grace_ms * 1000L) {
+    int64_t start_us = clock_mono_us();
+    while (atomic_load(&srv->in_flight) > 0 && elapsed_us(start_us) < (long)grace_ms * 1000L) {
         struct timespec tick = {0, 5 * 1000000L};
         nanosleep(&tick, NULL);
     }
