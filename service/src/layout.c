@@ -31,7 +31,7 @@ static int layout_parse(const redisReply *r, struct layout *out)
 {
     memset(out, 0, sizeof(*out));
     out->stock = -1;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 10)
         return -1;
     out->version = str_int(r->element[0], 0);
     out->segments = (int)str_int(r->element[1], 0);
@@ -51,6 +51,10 @@ static int layout_parse(const redisReply *r, struct layout *out)
             continue;
         out->nrestocks++;
     }
+    out->rules.limit_per_user = str_int(r->element[6], 0);
+    out->rules.sale_start_ms = str_int(r->element[7], 0);
+    out->rules.sale_end_ms = str_int(r->element[8], 0);
+    out->rules.ttl_s = str_int(r->element[9], 0);
     if (out->segments < 0 || out->segments > STORE_SEGMENTS_MAX || out->hwm < 0 ||
         out->hwm > STORE_SEGMENTS_MAX)
         return -1;

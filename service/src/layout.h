@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "rules.h"
 #include "store.h"
 
 /* Pending restocks one settle applies at most (the rest: the next one). */
@@ -35,6 +36,7 @@ struct layout {
     int hwm;         /* segments [0, hwm) may have keys */
     int nrestocks;   /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
     struct layout_restock restocks[LAYOUT_MAX_RESTOCKS];
+    struct sku_rules rules;   /* the sale rules (rules.h); all 0 when none */
     int calls;                /* Redis calls the read (and settle) made, for the callers' budgets */
     char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */
 };

@@ -583,12 +583,13 @@ static int take_layout(struct order *o, int found, const struct layout *l)
         return found;
     if (l->segments > SKUCACHE_MAX_SEGMENTS)
         return -1;
-    skucache_set_layout(o->app->cache, o->in.sku, l->version, l->segments);
+    skucache_set_layout(o->app->cache, o->in.sku, l->version, l->segments, &l->rules);
     /* The layout as read, not as re-read from the cache: another request may drop or replace
      * the cache entry at any moment (a restock, cancel or DELETE on this instance). */
     memset(&o->view, 0, sizeof(o->view));
     o->view.version = l->version;
     o->view.segments = l->segments;
+    o->view.rules = l->rules;
     view_refresh(o);
     return 1;
 }

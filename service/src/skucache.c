@@ -18,6 +18,8 @@ struct entry {
     int segments;
     int nempty;
     int64_t empty_since_ms; /* when the oldest empty mark was made */
+    struct sku_rules rules;
+    int64_t rules_at; /* when the rules were read */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64];
     uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];
     struct entry *next;
@@ -90,6 +92,8 @@ void skucache_get(struct skucache *c, const char *sku, struct sku_view *out)
     if (e) {
         out->version = e->version;
         out->segments = e->segments;
+        out->rules = e->rules;
+        out->rules_stale = clock_mono_ms() - e->rules_at >= c->recheck_ms;
         memcpy(out->held, e->held, sizeof(out->held));
         if (e->nempty > 0) {
             int fresh = clock_mono_ms() - e->empty_since_ms < c->recheck_ms;
@@ -107,7 +111,8 @@ void skucache_get(struct skucache *c, const char *sku, struct sku_view *out)
     pthread_mutex_unlock(&c->mu);
 }
 
-void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments)
+void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments,
+                         const struct sku_rules *rules)
 {
     pthread_mutex_lock(&c->mu);
     struct entry *e = find(c, sku, 1);
@@ -115,6 +120,10 @@ void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, i
         e->version = version;
         e->segments = segments;
         clear_empty(e);
+    }
+    if (e) {
+        e->rules = *rules;
+        e->rules_at = clock_mono_ms();
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "rules.h"
+
 #define SKUCACHE_MAX_SEGMENTS 1024
 
 struct skucache;
@@ -18,8 +20,10 @@ struct skucache;
 struct sku_view {
     int64_t version; /* 0: not known */
     int segments;
-    int sold_out;    /* every segment was empty, less than recheck_ms ago */
-    int recheck_due; /* sold out, but the bound passed: check Redis before answering */
+    int sold_out;           /* every segment was empty, less than recheck_ms ago */
+    int recheck_due;        /* sold out, but the bound passed: check Redis before answering */
+    struct sku_rules rules; /* the sale rules as last read with the layout (rules.h) */
+    int rules_stale;        /* they were read recheck_ms ago or more: read them again */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64]; /* segments seen empty within recheck_ms */
     uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];  /* segment locks this instance holds now */
 };
@@ -30,9 +34,10 @@ void skucache_free(struct skucache *c);
 /* Copies the entry of sku into out; out->version = 0 when unknown. */
 void skucache_get(struct skucache *c, const char *sku, struct sku_view *out);
 
-/* Records the layout read from Redis. A different version than cached forgets emptiness and
- * sold-out. */
-void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments);
+/* Records the layout read from Redis, with its sale rules (read now). A different version than
+ * cached forgets emptiness and sold-out. */
+void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments,
+                         const struct sku_rules *rules);
 
 /* Records segment k of that version as empty; when every segment is, the SKU is sold out. */
 void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, int k);
