@@ -27,6 +27,12 @@ enum error_code {
     ERROR_INSUFFICIENT_STOCK,     /* 409 insufficient_stock */
     ERROR_ALREADY_CANCELLED,      /* 409 already_cancelled */
     ERROR_SKU_CHANGED,            /* 409 sku_changed: re-PUT or deleted during a restock */
+    ERROR_USER_REQUIRED,          /* 401 user_required: a limit, and no verified user */
+    ERROR_LIMIT_EXCEEDED,         /* 409 limit_exceeded: past the user's limit per SKU */
+    ERROR_SALE_NOT_STARTED,       /* 409 sale_not_started (+ Retry-After, sale_start) */
+    ERROR_SALE_ENDED,             /* 409 sale_ended */
+    ERROR_RESERVATION_EXPIRED,    /* 409 reservation_expired: a confirm after the expiry */
+    ERROR_NOT_RESERVED,           /* 409 not_reserved: a confirm of an order never a hold */
     ERROR_BODY_TOO_LARGE,         /* 413 body_too_large */
     ERROR_HEADERS_TOO_LARGE,      /* 431 headers_too_large: the request head */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */

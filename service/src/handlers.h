@@ -16,7 +16,7 @@
  *   probe_async.c probe_readyz_async
  *   stock.c       stock_put_async, stock_get_async, stock_delete_async, stock_restock_async
  *   order_fsm.c   order_create_async
- *   order.c       order_get_async, order_cancel_async
+ *   order.c       order_get_async, order_cancel_async, order_confirm_async
  */
 #ifndef INVENTORY_HANDLERS_H
 #define INVENTORY_HANDLERS_H
@@ -57,5 +57,6 @@ void order_create_async(struct areq *ar);
 void order_get_async(struct areq *ar);
 /* DELETE /api/v1/orders/{id} (admin): cancel, units go back to stock. */
 void order_cancel_async(struct areq *ar);
+void order_confirm_async(struct areq *ar);
 
 #endif

@@ -53,6 +53,7 @@
 #include "router.h"
 #include "store.h"
 #include "validate.h"
+#include "sweep.h"
 #include "worker.h"
 
 struct http_loop;
@@ -78,6 +79,7 @@ struct http_server {
     int port;
     int listen_fd;          /* the first daemon's listening socket (borrowed) */
     int async_deadline_ms;  /* a suspended request's safety deadline */
+    struct sweep *sweep;    /* the expiry sweeper, on the first loop (sweep.h) */
     atomic_int connections; /* open connections, all loops */
     pthread_mutex_t ip_mu;
     struct ipcount *ip[IPCOUNT_BUCKETS];
@@ -1230,6 +1232,17 @@ static int loop_init(struct http_server *srv, int i, struct sockaddr_storage *ss
     return 0;
 }
 
+/* The sweeper runs on the first loop: started there, stopped before its Redis client goes. */
+static void on_start_sweep(void *arg)
+{
+    sweep_start(arg);
+}
+
+static void on_end_sweep(void *arg)
+{
+    sweep_stop(arg);
+}
+
 struct http_server *http_start(struct app *app, char *err, size_t errlen)
 {
     const struct config *cfg = &app->cfg;
@@ -1276,6 +1289,12 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     for (int i = 0; i < n; i++)
         if (loop_init(srv, i, &ss, flags, &lo, err, errlen) != 0)
             goto fail;
+    if (!(srv->sweep = sweep_new(app, &srv->workers[0].env))) {
+        snprintf(err, errlen, "expiry sweeper: out of memory");
+        goto fail;
+    }
+    srv->workers[0].on_end = on_end_sweep;
+    srv->workers[0].on_end_arg = srv->sweep;
     for (int i = 0; i < n; i++) {
         if (worker_start(&srv->workers[i]) != 0) {
             snprintf(err, errlen, "cannot start event loop %d", i);
@@ -1286,8 +1305,10 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
             goto fail;
         }
     }
+    worker_post(&srv->workers[0], on_start_sweep, srv->sweep);
     return srv;
 fail:
+    sweep_free(srv->sweep);
     for (int i = 0; i < srv->nworkers; i++) {
         loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);
@@ -1327,6 +1348,7 @@ void http_stop(struct http_server *srv, int grace_ms)
         worker_end(&srv->workers[i]);
     for (int i = 0; i < srv->nworkers; i++)
         worker_join(&srv->workers[i]);
+    sweep_free(srv->sweep);
     for (int i = 0; i < srv->nworkers; i++) {
         loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);

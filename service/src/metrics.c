@@ -36,6 +36,11 @@ static const char *const order_labels[METRICS_ORDER_RESULT_COUNT] = {
     [METRICS_ORDER_UNAVAILABLE] = "unavailable",
     [METRICS_ORDER_INVALID] = "invalid",
     [METRICS_ORDER_UNKNOWN_SKU] = "unknown_sku",
+    [METRICS_ORDER_RESERVED] = "reserved",
+    [METRICS_ORDER_LIMIT] = "limit_exceeded",
+    [METRICS_ORDER_NOT_STARTED] = "sale_not_started",
+    [METRICS_ORDER_ENDED] = "sale_ended",
+    [METRICS_ORDER_USER_REQUIRED] = "user_required",
 };
 
 /* One histogram: per-bucket (non-cumulative) counts, the last one +Inf, and the sum in ns. */
@@ -46,6 +51,10 @@ struct hist {
 
 static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
+static atomic_ullong m_window_fast;
+enum { HOLD_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, HOLD_EVENTS };
+static const char *const hold_labels[HOLD_EVENTS] = {"confirmed", "expired", "cancelled"};
+static atomic_ullong m_holds[HOLD_EVENTS];
 static struct hist m_lock_hist;
 static struct hist m_http_hist[METRICS_ROUTES_MAX];
 static atomic_ullong m_failovers;
@@ -79,6 +88,28 @@ void metrics_order(enum metrics_order_result r)
 void metrics_sold_out_fast(void)
 {
     inc(&m_sold_out_fast);
+}
+
+void metrics_sale_window_fast(void)
+{
+    inc(&m_window_fast);
+}
+
+void metrics_holds_expired(long long n)
+{
+    if (n > 0)
+        atomic_fetch_add_explicit(&m_holds[HOLD_EXPIRED], (unsigned long long)n,
+                                  memory_order_relaxed);
+}
+
+void metrics_hold_confirmed(void)
+{
+    inc(&m_holds[HOLD_CONFIRMED]);
+}
+
+void metrics_hold_cancelled(void)
+{
+    inc(&m_holds[HOLD_CANCELLED]);
 }
 
 static void hist_observe(struct hist *h, double s)
@@ -294,6 +325,16 @@ char *metrics_render(void)
     counter(f, "inventory_orders_sold_out_fast_total",
             "409 sold_out answers served from the in-process sold-out cache, without Redis.",
             &m_sold_out_fast);
+    counter(f, "inventory_orders_sale_window_fast_total",
+            "409 sale_not_started / sale_ended answers served from this instance's estimate of "
+            "Redis's clock, without Redis.",
+            &m_window_fast);
+    fputs("# HELP inventory_holds_total Holds (orders of a SKU with a reservation TTL) that ended, "
+          "by how.\n"
+          "# TYPE inventory_holds_total counter\n",
+          f);
+    for (int i = 0; i < HOLD_EVENTS; i++)
+        fprintf(f, "inventory_holds_total{event=\"%s\"} %llu\n", hold_labels[i], get(&m_holds[i]));
 
     fputs("# HELP inventory_lock_acquire_seconds Time to acquire a segment lock.\n"
           "# TYPE inventory_lock_acquire_seconds histogram\n",
@@ -398,6 +439,9 @@ void metrics_reset(void)
     for (int i = 0; i < 5; i++)
         atomic_store(&m_requests[i], 0);
     atomic_store(&m_sold_out_fast, 0);
+    atomic_store(&m_window_fast, 0);
+    for (int i = 0; i < HOLD_EVENTS; i++)
+        atomic_store(&m_holds[i], 0);
     atomic_store(&m_failovers, 0);
     atomic_store(&m_lock_waits, 0);
     atomic_store(&m_locks_lost, 0);

@@ -8,8 +8,12 @@
  *
  * Series (all prefixed inventory_ except the process one):
  *   inventory_orders_total{result="created|replayed|sold_out|insufficient_stock|lock_timeout|
- *                                   unavailable|invalid|unknown_sku"}         counter
+ *                                   unavailable|invalid|unknown_sku|reserved|limit_exceeded|
+ *                                   sale_not_started|sale_ended|user_required"}   counter
  *   inventory_orders_sold_out_fast_total        409s answered from the in-process cache
+ *   inventory_orders_sale_window_fast_total     sale_not_started / sale_ended answered from the
+ *                                               estimate of Redis's clock (rclock.h), no Redis
+ *   inventory_holds_total{event="confirmed|expired|cancelled"}   holds that ended so
  *   inventory_lock_acquire_seconds              histogram, le 0.0005 .. 2.5, +Inf
  *   inventory_failovers_total                   order moved on to another segment
  *   inventory_lock_waits_total                  order had to wait for a busy segment
@@ -34,15 +38,20 @@
 #define INVENTORY_METRICS_H
 
 enum metrics_order_result {
-    METRICS_ORDER_CREATED,      /* result="created" */
-    METRICS_ORDER_REPLAYED,     /* result="replayed": Idempotency-Key replay */
-    METRICS_ORDER_SOLD_OUT,     /* result="sold_out" (fast-path 409s included) */
-    METRICS_ORDER_INSUFFICIENT, /* result="insufficient_stock" */
-    METRICS_ORDER_LOCK_TIMEOUT, /* result="lock_timeout" */
-    METRICS_ORDER_UNAVAILABLE,  /* result="unavailable" */
-    METRICS_ORDER_INVALID,      /* result="invalid" */
-    METRICS_ORDER_UNKNOWN_SKU,  /* result="unknown_sku" */
-    METRICS_ORDER_RESULT_COUNT  /* not a result */
+    METRICS_ORDER_CREATED,       /* result="created" */
+    METRICS_ORDER_REPLAYED,      /* result="replayed": Idempotency-Key replay */
+    METRICS_ORDER_SOLD_OUT,      /* result="sold_out" (fast-path 409s included) */
+    METRICS_ORDER_INSUFFICIENT,  /* result="insufficient_stock" */
+    METRICS_ORDER_LOCK_TIMEOUT,  /* result="lock_timeout" */
+    METRICS_ORDER_UNAVAILABLE,   /* result="unavailable" */
+    METRICS_ORDER_INVALID,       /* result="invalid" */
+    METRICS_ORDER_UNKNOWN_SKU,   /* result="unknown_sku" */
+    METRICS_ORDER_RESERVED,      /* result="reserved": a hold placed (SPEC §11) */
+    METRICS_ORDER_LIMIT,         /* result="limit_exceeded": the user's limit */
+    METRICS_ORDER_NOT_STARTED,   /* result="sale_not_started" */
+    METRICS_ORDER_ENDED,         /* result="sale_ended" */
+    METRICS_ORDER_USER_REQUIRED, /* result="user_required": a limit and no verified user */
+    METRICS_ORDER_RESULT_COUNT   /* not a result */
 };
 
 /* The request-duration histogram's series: route index r in 0..METRICS_ROUTES_MAX - 1, whose
@@ -61,6 +70,15 @@ void metrics_order(enum metrics_order_result r);
 /* Counts one 409 answered from the in-process sold-out cache (without Redis). Call it in
  * addition to metrics_order(METRICS_ORDER_SOLD_OUT). */
 void metrics_sold_out_fast(void);
+
+/* Counts a sale-window refusal answered without Redis. */
+void metrics_sale_window_fast(void);
+
+/* Counts n holds expired (by this instance's sweeper or a confirm that found one due), one
+ * confirmed, one cancelled. */
+void metrics_holds_expired(long long n);
+void metrics_hold_confirmed(void);
+void metrics_hold_cancelled(void);
 
 /* Records one lock acquisition that took s seconds (negative or NaN counts as 0). */
 void metrics_lock_acquire_seconds(double s);

@@ -16,6 +16,7 @@
 #include "skucache.h"
 #include "store.h"
 #include "store_scripts.h"
+#include "sweep.h"
 #include "validate.h"
 
 int order_id_parse(const char *id, size_t len, int *segment, char *sku)
@@ -62,42 +63,15 @@ static void get_answer(lc_status st, const redisReply *r, struct response *res)
     }
 }
 
-/* The answer to DELETE /api/v1/orders/{id} from the CANCEL script's reply. */
-static void cancel_answer(struct app *app, const char *sku, lc_status st, const redisReply *r,
-                          struct response *res)
-{
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        metrics_redis_error();
-        /* The script is one atomic step that checks before it writes: an error reply changed
-         * nothing; a lost reply (LC_EIO) or an odd one may follow a cancel that was made. */
-        if (st == LC_OK || st == LC_EIO)
-            response_outcome_unknown(res, "the stock store failed after the cancel reached it: "
-                                          "it may be applied; GET the order, or cancel again "
-                                          "(409 already_cancelled once it is)");
-        else
-            response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
-        return;
-    }
-    long long code = r->element[0]->integer;
-    if (code == STORE_CANCEL_NONE) {
-        response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
-    } else if (code == STORE_CANCEL_ALREADY) {
-        response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
-    } else {
-        json_t *order = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
-                            ? json_loadb(r->element[1]->str, r->element[1]->len, 0, NULL)
-                            : NULL;
-        skucache_forget(app->cache, sku); /* its units are back: not sold out any more */
-        response_json(res, 200, order ? order : json_object());
-    }
-}
-
 /* The keys of an order id's segment; 0, or -1 when id is not an order id. */
 struct by_id {
     struct areq *ar;
     char sku[VALIDATE_SKU_MAX + 1];
     char id[ORDER_ID_MAX + 1];
+    int k;
     struct seg_keys sk;
+    int confirm;                                           /* confirm (1) or cancel (0) */
+    char give[IDS_ORDER_HEX + VALIDATE_PRINTABLE_MAX + 1]; /* the give-back ("": none) */
 };
 
 static int by_id_parse(const struct request *req, struct by_id *b)
@@ -107,6 +81,7 @@ static int by_id_parse(const struct request *req, struct by_id *b)
         return -1;
     memcpy(b->id, req->param, req->param_len);
     b->id[req->param_len] = '\0';
+    b->k = k;
     store_seg_keys(b->sku, k, &b->sk);
     return 0;
 }
@@ -140,49 +115,172 @@ void order_get_async(struct areq *ar)
     store_command_async(ar->lc, ar, 3, argv, on_get_reply, b);
 }
 
-/* With --redis-replica-acks N, a cancel is acknowledged only once N replicas have it, as an
- * order is: else a failover could bring back an order its client was told was cancelled. */
-static void on_cancel_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+/*
+ * Cancel (DELETE /api/v1/orders/{id}) and confirm (POST /api/v1/orders/{id}/confirm): one
+ * script each on the order's segment (lua/cancel.lua, lua/confirm.lua), then, with
+ * --redis-replica-acks N, a WAIT N on the connection that carried it (else a failover could
+ * bring back an order its client was told was cancelled or confirmed), then, when the order
+ * ended now (cancelled, or a hold found expired) and has a user, the give-back of its units to
+ * the user's count (sweep.h; queued in the same script, so a failure here only delays it to
+ * the sweeper's next pass).
+ */
+
+/* Notes the give-back of the order whose record rec (a Redis reply) ended. */
+static void note_give(struct by_id *b, const redisReply *rec)
+{
+    b->give[0] = '\0';
+    json_t *o =
+        rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
+    const char *user = o ? json_string_value(json_object_get(o, "user_id")) : NULL;
+    if (user && strlen(b->id) > IDS_ORDER_HEX)
+        snprintf(b->give, sizeof(b->give), "%.*s%s", IDS_ORDER_HEX, b->id, user);
+    json_decref(o);
+}
+
+/* The answer from the script's reply {code[, record]}; 1 when it wrote (a WAIT is due). */
+static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
+{
+    struct response *res = &b->ar->res;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        metrics_redis_error();
+        /* The script is one atomic step that checks before it writes: an error reply changed
+         * nothing; a lost reply (LC_EIO) or an odd one may follow a change that was made. */
+        if (st == LC_OK || st == LC_EIO)
+            response_outcome_unknown(res, b->confirm
+                                              ? "the stock store failed after the confirm "
+                                                "reached it: it may be applied; confirm again "
+                                                "or GET the order"
+                                              : "the stock store failed after the cancel reached "
+                                                "it: it may be applied; GET the order, or cancel "
+                                                "again (409 already_cancelled once it is)");
+        else
+            response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+        return 0;
+    }
+    long long code = r->element[0]->integer;
+    const redisReply *rec = r->elements > 1 ? r->element[1] : NULL;
+    json_t *order =
+        rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
+    int wrote = 0;
+    if (!b->confirm) {
+        switch (code) {
+        case STORE_CANCEL_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); break;
+        case STORE_CANCEL_ALREADY:
+            response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
+            break;
+        case STORE_CANCEL_EXPIRED:
+            note_give(b, rec);
+            wrote = 1;
+            response_error(res, ERROR_RESERVATION_EXPIRED,
+                           "the hold expired: its units are back in stock already");
+            break;
+        default:
+            note_give(b, rec);
+            wrote = 1;
+            if (order && json_object_get(order, "expires_at"))
+                metrics_hold_cancelled();
+            /* its units are back: not sold out any more */
+            skucache_forget(b->ar->app->cache, b->sku);
+            response_json(res, 200, order ? json_incref(order) : json_object());
+            break;
+        }
+    } else {
+        switch (code) {
+        case STORE_CONFIRM_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); break;
+        case STORE_CONFIRM_DONE:
+            wrote = 1;
+            metrics_hold_confirmed();
+            __attribute__((fallthrough));
+        case STORE_CONFIRM_ALREADY:
+            response_json(res, 200, order ? json_incref(order) : json_object());
+            break;
+        case STORE_CONFIRM_CANCELLED:
+            response_error(res, ERROR_ALREADY_CANCELLED, "the order was cancelled");
+            break;
+        case STORE_CONFIRM_EXPIRED:
+            note_give(b, rec);
+            wrote = 1;
+            response_error(res, ERROR_RESERVATION_EXPIRED,
+                           "the hold expired before it was confirmed: its units are back in "
+                           "stock");
+            break;
+        default:
+            response_error(res, ERROR_NOT_RESERVED,
+                           "the order was never a hold: there is nothing to confirm");
+            break;
+        }
+    }
+    json_decref(order);
+    return wrote;
+}
+
+static void end_done(struct by_id *b)
+{
+    areq_done(b->ar);
+    free(b);
+}
+
+static void on_given(void *arg, int ok)
+{
+    (void)ok; /* logged by giveback_async; the sweeper applies it later */
+    end_done(arg);
+}
+
+/* The give-back, when the order ended now; then the answer goes. */
+static void end_give(struct by_id *b)
+{
+    if (!b->give[0]) {
+        end_done(b);
+        return;
+    }
+    const char *members[1] = {b->give};
+    giveback_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, members, 1, on_given, b);
+}
+
+static void on_end_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct by_id *b = arg;
     int want = b->ar->app->cfg.redis_replica_acks;
     long long got = store_reply_acks(st, r);
     areq_log_begin(b->ar);
     if (got < want) {
-        log_msg(CONFIG_LOG_WARN, "cancel_replica_ack_missing",
-                "order %s: cancelled, but on %lld of %d replicas (%s)", b->id, got < 0 ? 0 : got,
-                want, st == LC_OK ? "WAIT timed out" : errstr);
-        response_outcome_unknown(&b->ar->res,
-                                 "the cancel was applied but may not survive a failover of the "
-                                 "stock store: cancel again (409 already_cancelled if it held) "
-                                 "or GET the order");
+        log_msg(CONFIG_LOG_WARN,
+                b->confirm ? "confirm_replica_ack_missing" : "cancel_replica_ack_missing",
+                "order %s: %s, but on %lld of %d replicas (%s)", b->id,
+                b->confirm ? "changed by a confirm" : "cancelled", got < 0 ? 0 : got, want,
+                st == LC_OK ? "WAIT timed out" : errstr);
+        response_free(&b->ar->res);
+        response_outcome_unknown(
+            &b->ar->res, b->confirm ? "the confirm was applied but may not survive a failover "
+                                      "of the stock store: confirm again or GET the order"
+                                    : "the cancel was applied but may not survive a failover "
+                                      "of the stock store: cancel again (409 already_cancelled "
+                                      "if it held) or GET the order");
     }
     areq_log_end();
-    areq_done(b->ar);
-    free(b);
+    end_give(b);
 }
 
-static void on_cancel_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_end_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)errstr;
     struct by_id *b = arg;
-    cancel_answer(b->ar->app, b->sku, st, r, &b->ar->res);
+    int wrote = end_answer(b, st, r);
     lc_async_conn_ref ref;
-    if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
-        /* On the connection that carried the cancel (a new one would vouch for nothing). */
+    if (wrote && b->ar->app->cfg.redis_replica_acks > 0) {
+        /* On the connection that carried the script (a new one would vouch for nothing). */
         if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
-            on_cancel_acked(LC_EIO, NULL, "the connection of the cancel is not known", b);
+            on_end_acked(LC_EIO, NULL, "the connection of the script is not known", b);
             return;
         }
         store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
-                                     b->ar->app->cfg.redis_timeout_ms, on_cancel_acked, b);
+                                     b->ar->app->cfg.redis_timeout_ms, on_end_acked, b);
         return;
     }
-    areq_done(b->ar);
-    free(b);
+    end_give(b);
 }
 
-void order_cancel_async(struct areq *ar)
+static void order_end_async(struct areq *ar, int confirm)
 {
     struct by_id *b = calloc(1, sizeof(*b));
     if (!b || by_id_parse(&ar->req, b) != 0) {
@@ -195,8 +293,19 @@ void order_cancel_async(struct areq *ar)
         return;
     }
     b->ar = ar;
-    const char *keys[3] = {b->sk.stock, b->sk.cnt, b->sk.orders};
+    b->confirm = confirm;
+    const char *keys[5] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due, b->sk.give};
     const char *args[1] = {b->id};
-    store_script_async(ar->app->store, ar->lc, ar, SCRIPT_CANCEL, 3, keys, 1, args, on_cancel_reply,
-                       b);
+    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 5,
+                       keys, 1, args, on_end_reply, b);
+}
+
+void order_cancel_async(struct areq *ar)
+{
+    order_end_async(ar, 0);
+}
+
+void order_confirm_async(struct areq *ar)
+{
+    order_end_async(ar, 1);
 }

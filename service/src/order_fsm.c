@@ -63,10 +63,13 @@
 #include "order.h"
 #include "order_idem.h"
 #include "order_walk.h"
+#include "rclock.h"
+#include "rules.h"
 #include "seggate.h"
 #include "seglock.h"
 #include "skucache.h"
 #include "store.h"
+#include "store_scripts.h"
 #include "validate.h"
 
 /*
@@ -82,11 +85,13 @@
  *        |                          v
  *        |                     IDEM_CLAIM_WAIT
  *        v                          v
- *      (a round) LAYOUT -> RECHECK -> RECHECK_LAYOUT
+ *      (a round) LAYOUT -> (once: the sale rules) USER_RESERVE <-> USER_VERIFY -> USER_RESOLVE,
+ *            |                                   USER_WAIT
+ *            |   -> RECHECK -> RECHECK_LAYOUT
  *            |  walk: ACQUIRE / GATE / ROLLOUT / ROLLOUT_PAUSE / SINGLE_ACQUIRE
  *            v
  *          HOLD -> COMMIT (segmented) | ATOMIC_COMMIT | SINGLE_COMMIT -> (the walk goes on)
- *   (decided) -> REPLICA_WAIT -> IDEM_END -> DONE
+ *   (decided) -> REPLICA_WAIT -> USER_RELEASE (failed, units reserved) -> IDEM_END -> DONE
  */
 enum ostate {
     OS_NEW,
@@ -98,6 +103,11 @@ enum ostate {
     OS_IDEM_TAKEOVER,   /* [reply] IDEM_TAKEOVER taking the claim for this request */
     OS_IDEM_PAUSE,      /* [timer] a claim still pending elsewhere */
     OS_IDEM_CLAIM_WAIT, /* [reply] WAIT on the claim's connection: the claim on replicas first */
+    OS_USER_RESERVE,    /* [reply] USER_RESERVE: the units against the user's limit */
+    OS_USER_VERIFY,     /* [batch] HGET of the orders of the user's entries past their deadline */
+    OS_USER_RESOLVE,    /* [reply] USER_RESOLVE settling those entries as found */
+    OS_USER_WAIT,       /* [reply] WAIT on the reservation's connection (replicas first) */
+    OS_USER_RELEASE,    /* [reply] USER_RELEASE: an order that failed gives its units back */
     OS_LAYOUT,          /* [layout] load the layout (settling what is pending) */
     OS_RECHECK,         /* [batch] GET stock and version of every segment */
     OS_RECHECK_LAYOUT,  /* [layout] after a re-check: the layout changed or may be unsettled */
@@ -162,6 +172,21 @@ struct idem_claim {
     int pause_ms; /* the next look at a claim pending elsewhere: 20 ms, doubling up to 160 */
 };
 
+/* A per-user reservation's strings and state (docs/design.md "Per-user limits"): allocated for
+ * an order of a SKU with a limit only. */
+#define USER_UNCERTAIN_MAX 8
+struct user_resv {
+    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX];
+    char qty[24], bound[24], margin[24];
+    int reserved; /* this request's entry is written: a failed order removes it */
+    int verified; /* the entries past their deadline were looked for once */
+    long long limit, held;
+    int nseg; /* segments to look in: [0, nseg) */
+    int n;    /* entries past their deadline */
+    char hex[USER_UNCERTAIN_MAX][IDS_ORDER_HEX + 1];
+    char exp[USER_UNCERTAIN_MAX][24];
+};
+
 struct order {
     struct areq *ar;
     struct app *app;
@@ -183,7 +208,13 @@ struct order {
     lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
     int cancelled;         /* the loop is ending: finish at the next step */
     char order_id[ORDER_ID_MAX + 1];
-    char *record; /* the order's JSON text: stored in Redis, and the 201 body */
+    char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
+    char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
+    char user[VALIDATE_PRINTABLE_MAX + 1]; /* the verified user (identity.h), when has_user */
+    int has_user;
+    int rules_done;       /* the sale rules were applied (window, reservation) */
+    struct user_resv *uv; /* the per-user reservation: only for a SKU with a limit */
+    int64_t sale_at;      /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
     enum order_outcome out;
     char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
@@ -275,7 +306,7 @@ static void spend(struct order *o, int n)
  * its Idempotency-Key claim. */
 static int over_budget(const struct order *o, int n)
 {
-    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0');
+    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
     return o->calls + n + end > o->app->cfg.order_redis_call_budget;
 }
 
@@ -292,29 +323,25 @@ static int view_refresh(struct order *o)
 }
 
 /* Makes the order id and record for segment k; returns the record's JSON text (kept in
- * o->record, sent as the 201 body as it is, so the order is serialised once). */
+ * o->record, sent as the 201 body as it is, so the order is serialised once). The id's random
+ * part is the request's (o->token), the same on every segment it tries: at most one commit of a
+ * request can succeed (the walk ends with the first that may have run), and a user's entry
+ * names the order by it. A SKU with holds makes a "reserved" record: its commit adds
+ * expires_at, on Redis's clock. */
 static const char *make_record(struct order *o, int k)
 {
-    char token[IDS_ORDER_HEX + 1];
     free(o->record);
     o->record = NULL;
-    if (ids_order_token(token, sizeof(token)) != 0) {
-        /* No randomness: no id at all rather than a guessable (or a previous attempt's) one. */
-        o->order_id[0] = '\0';
-        return NULL;
-    }
-    snprintf(o->order_id, sizeof(o->order_id), "%s-%d-%s", token, k, o->in.sku);
-    int64_t now = clock_wall_ms();
-    time_t secs = (time_t)(now / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char created[64];
-    snprintf(created, sizeof(created), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(now % 1000));
+    snprintf(o->order_id, sizeof(o->order_id), "%s-%d-%s", o->token, k, o->in.sku);
+    char created[32];
+    rules_format_time(clock_wall_ms(), created);
+    json_t *user = o->has_user         ? json_string(o->user)
+                   : o->in.has_user_id ? json_string(o->in.user_id)
+                                       : json_null();
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s}", "order_id", o->order_id, "sku",
                           o->in.sku, "quantity", (json_int_t)o->in.quantity, "segment", k,
-                          "user_id", o->in.has_user_id ? json_string(o->in.user_id) : json_null(),
-                          "created_at", created, "status", "created");
+                          "user_id", user, "created_at", created, "status",
+                          o->view.rules.ttl_s > 0 ? "reserved" : "created");
     o->record = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return o->record;
@@ -373,16 +400,29 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
 {
     struct seg_verdict v;
     order_walk_commit_verdict(r, &v);
+    if (v.r == SEG_DONE && !v.differs && r->elements > 2 &&
+        r->element[2]->type == REDIS_REPLY_STRING) {
+        /* a hold: its record as stored, with expires_at */
+        char *rec = strndup(r->element[2]->str, r->element[2]->len);
+        if (rec) {
+            free(o->record);
+            o->record = rec;
+        }
+    }
+    if (v.r == SEG_NOT_STARTED || v.r == SEG_ENDED)
+        o->sale_at = v.at;
     return take_verdict(o, k, &v);
 }
 
 /* The commit's keys and args for segment k (record made). */
 struct commit_args {
     struct seg_keys sk;
-    char ver[24], qty[24];
-    const char *keys[5];
-    const char *args[6];
+    char ver[24], qty[24], start[24], end[24], ttl[24];
+    const char *keys[6];
+    const char *args[9];
 };
+#define COMMIT_NKEYS 6
+#define COMMIT_NARGS 9
 
 static void commit_args(struct order *o, struct commit_args *c)
 {
@@ -394,12 +434,19 @@ static void commit_args(struct order *o, struct commit_args *c)
     c->keys[2] = c->sk.cnt;
     c->keys[3] = c->sk.orders;
     c->keys[4] = c->sk.idem;
+    c->keys[5] = c->sk.due;
+    snprintf(c->start, sizeof(c->start), "%" PRId64, o->view.rules.sale_start_ms);
+    snprintf(c->end, sizeof(c->end), "%" PRId64, o->view.rules.sale_end_ms);
+    snprintf(c->ttl, sizeof(c->ttl), "%lld", o->view.rules.ttl_s);
     c->args[0] = c->ver;
     c->args[1] = c->qty;
     c->args[2] = o->order_id;
     c->args[3] = o->record;
     c->args[4] = o->idem;
     c->args[5] = o->claim_expiry;
+    c->args[6] = c->start;
+    c->args[7] = c->end;
+    c->args[8] = c->ttl;
 }
 
 /* The options of every order lock: the configured lease, renewed on loop timers unless
@@ -511,7 +558,14 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
         o->batch_failed = 1;
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
-        if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
+        if (o->state == OS_USER_VERIFY) /* an order record: 1 live, 2 ended, 0 none */
+            o->batch_ints[s->i] = r && r->type == REDIS_REPLY_STRING
+                                      ? (strstr(r->str, "\"status\":\"cancelled\"") ||
+                                                 strstr(r->str, "\"status\":\"expired\"")
+                                             ? 2
+                                             : 1)
+                                      : 0;
+        else if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
             snprintf(o->ic->found, sizeof(o->ic->found), "%s", r->str);
             o->batch_found = 1;
         }
@@ -681,8 +735,8 @@ static void commit_segment(struct order *o)
     lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         set_state(o, OS_ATOMIC_COMMIT);
-        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), 5, c.keys,
-                             NULL, 6, c.args, NULL, on_reply, o);
+        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), COMMIT_NKEYS,
+                             c.keys, NULL, COMMIT_NARGS, c.args, NULL, on_reply, o);
         if (st != LC_OK) {
             note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
             step(o, EV_REPLY, st, NULL);
@@ -692,8 +746,8 @@ static void commit_segment(struct order *o)
     set_state(o, OS_COMMIT);
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
         seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
-        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 5, c.keys, 6,
-                              (const char **)c.args, on_reply, o) == LC_OK) {
+        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), COMMIT_NKEYS,
+                              c.keys, COMMIT_NARGS, (const char **)c.args, on_reply, o) == LC_OK) {
         /* The next queued order of the loop takes over the hold and the gate. */
         struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
         struct order *n = w->owner;
@@ -704,8 +758,8 @@ static void commit_segment(struct order *o)
         gate_wake(n);
         return;
     }
-    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 5,
-                      c.keys, 6, (const char **)c.args, on_evaluated, o);
+    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
+                      COMMIT_NKEYS, c.keys, COMMIT_NARGS, (const char **)c.args, on_evaluated, o);
     if (st != LC_OK) {
         note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_EVAL, st, NULL);
@@ -842,8 +896,9 @@ static void single_next(struct order *o)
         o->i++;
         set_state(o, OS_SINGLE_COMMIT);
         spend(o, 1);
-        lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, 5,
-                                    c.keys, 6, (const char **)c.args, on_evaluated, o);
+        lc_status st =
+            seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, COMMIT_NKEYS,
+                         c.keys, COMMIT_NARGS, (const char **)c.args, on_evaluated, o);
         if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
             note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
             step(o, EV_EVAL, st, NULL);
@@ -1112,9 +1167,16 @@ static void recheck_start(struct order *o)
     free(keys);
 }
 
-/* The layout is known (o->view): the sold-out answers, then the walk. */
+static void rules_begin(struct order *o);
+
+/* The layout is known (o->view): the sale rules (once per request), the sold-out answers, then
+ * the walk. */
 static void layout_known(struct order *o)
 {
+    if (!o->rules_done) {
+        rules_begin(o);
+        return;
+    }
     if (o->view.sold_out && !o->view.recheck_due) {
         place_done(o, OUT_SOLD_OUT_FAST);
         return;
@@ -1358,6 +1420,293 @@ static void on_idem_claim(struct order *o, const struct oev *e)
     idem_unavailable(o);
 }
 
+/* ---- the sale rules (SPEC §11): the window and the per-user limit ---- */
+
+/* How far (ms) from the sale's start or end an answer is left to Redis even when this
+ * instance's estimate of Redis's clock says which side it is on (beyond the estimate's own
+ * error bound, rclock.h). */
+#define SALE_FAST_MARGIN_MS 50
+
+/* The sale window by this instance's estimate of Redis's clock: OUT_NOT_STARTED or OUT_ENDED
+ * when the estimate is sure of it (o->sale_at set), else OUT_CREATED (go on: Redis decides, in
+ * the reservation or the commit). No Redis round trip: the thousands of requests that come
+ * before a sale's start are answered here (docs/design.md "The sale window"). */
+static enum order_outcome window_fast(struct order *o, const struct sku_rules *ru)
+{
+    int64_t now, err;
+    if ((ru->sale_start_ms <= 0 && ru->sale_end_ms <= 0) || rclock_now(&now, &err) != 0)
+        return OUT_CREATED;
+    if (ru->sale_start_ms > 0 && now + err + SALE_FAST_MARGIN_MS < ru->sale_start_ms) {
+        o->sale_at = ru->sale_start_ms;
+        return OUT_NOT_STARTED;
+    }
+    if (ru->sale_end_ms > 0 && now - err - SALE_FAST_MARGIN_MS >= ru->sale_end_ms) {
+        o->sale_at = ru->sale_end_ms;
+        return OUT_ENDED;
+    }
+    return OUT_CREATED;
+}
+
+static void user_reserve(struct order *o);
+
+/* Applies the SKU's rules before the walk (the layout, so the rules, known; re-read first when
+ * this instance's copy is older than sold_out_recheck_ms): the window's fast answer, then, for
+ * a SKU with a limit, the reservation against the user's count. */
+static void rules_begin(struct order *o)
+{
+    if (o->view.rules_stale) {
+        run_layout(o, OS_LAYOUT, LJ_LOAD);
+        return;
+    }
+    const struct sku_rules *ru = &o->view.rules;
+    enum order_outcome w = window_fast(o, ru);
+    if (w != OUT_CREATED) {
+        metrics_sale_window_fast();
+        place_done(o, w);
+        return;
+    }
+    if (ru->limit_per_user <= 0) {
+        o->rules_done = 1;
+        layout_known(o);
+        return;
+    }
+    if (!o->has_user) {
+        place_done(o, OUT_USER_REQUIRED);
+        return;
+    }
+    const struct config *cfg = &o->app->cfg;
+    if (!o->uv && !(o->uv = calloc(1, sizeof(*o->uv)))) {
+        note_why(o, LC_ENOMEM, "out of memory");
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    struct user_resv *uv = o->uv;
+    store_sku_key(uv->users, o->in.sku, "users");
+    store_sku_key(uv->meta, o->in.sku, "meta");
+    snprintf(uv->qty, sizeof(uv->qty), "%" PRId64, o->in.quantity);
+    /* The longest the order may still commit after the reservation: as an Idempotency-Key
+     * claim's (idem_begin), which the commit's deadline shares. */
+    snprintf(uv->bound, sizeof(uv->bound), "%d",
+             cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
+    snprintf(uv->margin, sizeof(uv->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    user_reserve(o);
+}
+
+static void user_reserve(struct order *o)
+{
+    struct user_resv *uv = o->uv;
+    const char *keys[2] = {uv->users, uv->meta};
+    const char *args[5] = {o->user, o->token, uv->qty, uv->bound, uv->margin};
+    run_script(o, OS_USER_RESERVE, SCRIPT_USER_RESERVE, 2, keys, 5, args);
+}
+
+/* The reservation holds: the commit must run before its expiry (the earlier of it and the
+ * claim's). With --redis-replica-acks N the entry is first on N replicas of the SKU's master,
+ * as an Idempotency-Key claim is: a failover that lost it would let the user past the limit. */
+static void user_reserved(struct order *o, long long expiry)
+{
+    long long claim = atoll(o->claim_expiry);
+    if (claim == 0 || expiry < claim)
+        snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", expiry);
+    int acks = o->app->cfg.redis_replica_acks;
+    if (acks > 0) {
+        set_state(o, OS_USER_WAIT);
+        if (!o->have_ref) {
+            step(o, EV_REPLY, LC_EIO, NULL);
+            return;
+        }
+        spend(o, 1);
+        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply,
+                                     o);
+        return;
+    }
+    o->rules_done = 1;
+    layout_known(o);
+}
+
+/* Looks for the orders of the user's entries past their deadline in every segment that may
+ * hold them (their segment is not known until then): one batch of HGETs. */
+static void user_verify(struct order *o)
+{
+    struct user_resv *uv = o->uv;
+    int n = uv->n * uv->nseg;
+    if (n <= 0 || uv->nseg > SKUCACHE_MAX_SEGMENTS || over_budget(o, n + 2)) {
+        place_done(o, n <= 0 ? OUT_LIMIT : OUT_OVER_BUDGET);
+        return;
+    }
+    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)uv->nseg);
+    char(*ids)[ORDER_ID_MAX + 1] = malloc(sizeof(*ids) * (size_t)n);
+    const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)n);
+    if (!keys || !ids || !argvs) {
+        free(keys);
+        free(ids);
+        free(argvs);
+        note_why(o, LC_ENOMEM, "out of memory");
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    for (int k = 0; k < uv->nseg; k++)
+        store_seg_keys(o->in.sku, k, &keys[k]);
+    for (int e = 0; e < uv->n; e++)
+        for (int k = 0; k < uv->nseg; k++) {
+            int i = e * uv->nseg + k;
+            snprintf(ids[i], sizeof(ids[i]), "%s-%d-%s", uv->hex[e], k, o->in.sku);
+            argvs[i][0] = "HGET";
+            argvs[i][1] = keys[k].orders;
+            argvs[i][2] = ids[i];
+        }
+    run_batch(o, OS_USER_VERIFY, n, (const char *const(*)[3])argvs, 3);
+    free(argvs);
+    free(ids);
+    free(keys);
+}
+
+/* The reservation's answer. */
+static void on_user_reserve(struct order *o, const struct oev *e)
+{
+    const redisReply *r = e->r;
+    struct user_resv *uv = o->uv;
+    if (e->st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        /* An error reply wrote nothing; a lost one may have written the entry, which then
+         * counts until it is found not to have committed (docs/design.md). */
+        if (e->st == LC_OK && r && r->type == REDIS_REPLY_ERROR)
+            note_why(o, LC_EREDIS, r->str);
+        metrics_redis_error();
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    long long code = r->element[0]->integer;
+    long long v1 = r->elements > 1 ? store_reply_int(r->element[1], 0) : 0;
+    switch (code) {
+    case STORE_RESERVE_OK:
+        uv->reserved = 1;
+        user_reserved(o, v1);
+        return;
+    case STORE_RESERVE_FREE: /* the limit was PATCHed away since this instance read it */
+        o->rules_done = 1;
+        layout_known(o);
+        return;
+    case STORE_RESERVE_NO_SKU: place_done(o, OUT_UNKNOWN_SKU); return;
+    case STORE_RESERVE_NOT_STARTED:
+        o->sale_at = v1;
+        place_done(o, OUT_NOT_STARTED);
+        return;
+    case STORE_RESERVE_ENDED:
+        o->sale_at = v1;
+        place_done(o, OUT_ENDED);
+        return;
+    case STORE_RESERVE_OVER:
+        uv->limit = v1;
+        uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
+        uv->nseg = r->elements > 3 ? (int)store_reply_int(r->element[3], 0) : 0;
+        uv->n = 0;
+        for (size_t i = 4; i + 1 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += 2) {
+            const redisReply *h = r->element[i], *x = r->element[i + 1];
+            if (h->type != REDIS_REPLY_STRING || h->len != IDS_ORDER_HEX ||
+                x->type != REDIS_REPLY_STRING || x->len >= sizeof(uv->exp[0]))
+                continue;
+            memcpy(uv->hex[uv->n], h->str, IDS_ORDER_HEX + 1);
+            memcpy(uv->exp[uv->n], x->str, x->len + 1);
+            uv->n++;
+        }
+        if (uv->n == 0 || uv->verified) {
+            place_done(o, OUT_LIMIT);
+            return;
+        }
+        uv->verified = 1;
+        user_verify(o);
+        return;
+    default: break;
+    }
+    metrics_redis_error();
+    place_done(o, OUT_UNAVAILABLE);
+}
+
+/* The search of the entries' orders is in: each entry is live (an order found, not ended) or
+ * not (none found: past its deadline it can no longer commit; or ended). */
+static void on_user_verify(struct order *o, const struct oev *e)
+{
+    (void)e;
+    struct user_resv *uv = o->uv;
+    if (o->batch_failed) {
+        metrics_redis_error();
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    const char *args[1 + 3 * USER_UNCERTAIN_MAX];
+    args[0] = o->user;
+    int na = 1;
+    for (int x = 0; x < uv->n; x++) {
+        int live = 0;
+        for (int k = 0; k < uv->nseg; k++)
+            live |= o->batch_ints[x * uv->nseg + k] == 1;
+        args[na++] = uv->hex[x];
+        args[na++] = uv->exp[x];
+        args[na++] = live ? "1" : "0";
+    }
+    const char *keys[1] = {uv->users};
+    run_script(o, OS_USER_RESOLVE, SCRIPT_USER_RESOLVE, 1, keys, na, args);
+}
+
+/* The entries are settled: reserve again (once). */
+static void on_user_resolve(struct order *o, const struct oev *e)
+{
+    if (e->st != LC_OK || !e->r || e->r->type != REDIS_REPLY_INTEGER) {
+        metrics_redis_error();
+        place_done(o, OUT_UNAVAILABLE);
+        return;
+    }
+    if (e->r->integer == 0) { /* nothing freed: the user is at the limit */
+        place_done(o, OUT_LIMIT);
+        return;
+    }
+    user_reserve(o);
+}
+
+/* The reservation's WAIT: on enough replicas, the walk; else no order (the entry is released:
+ * nothing was committed). */
+static void on_user_wait(struct order *o, const struct oev *e)
+{
+    long long got = store_reply_acks(e->st, e->r);
+    if (got >= o->app->cfg.redis_replica_acks) {
+        o->rules_done = 1;
+        layout_known(o);
+        return;
+    }
+    log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
+            "sku %s: per-user reservation on %lld of %d replicas (%s): no order placed", o->in.sku,
+            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
+            e->st == LC_OK ? "WAIT timed out" : o->why);
+    metrics_redis_error();
+    place_done(o, OUT_UNAVAILABLE);
+}
+
+/* An order that did not commit gives its reservation back at once (else it would count until
+ * its deadline passed and a refusal looked for it). Only when nothing may have committed. */
+static int user_release_needed(const struct order *o, enum order_outcome out)
+{
+    return o->uv && o->uv->reserved && out != OUT_CREATED && out != OUT_OUTCOME_UNKNOWN &&
+           out != OUT_REPLAYED;
+}
+
+static void user_release(struct order *o)
+{
+    o->uv->reserved = 0;
+    const char *keys[1] = {o->uv->users};
+    const char *args[2] = {o->user, o->token};
+    run_script(o, OS_USER_RELEASE, SCRIPT_USER_RELEASE, 1, keys, 2, args);
+}
+
+static void on_user_release(struct order *o, const struct oev *e)
+{
+    if (e->st != LC_OK || !e->r || e->r->type != REDIS_REPLY_ARRAY)
+        log_msg(CONFIG_LOG_WARN, "user_release_failed",
+                "sku %s: the units of an order that failed stay counted for its user until its "
+                "deadline passes (%s)",
+                o->in.sku, o->why[0] ? o->why : "unexpected reply");
+    place_done(o, o->out);
+}
+
 /* Settles the claim after the order: the order id on success, deleted on a definite failure,
  * left pending when the outcome is unknown (a replay then recovers it) or when the claim
  * expired (another request may own it). Then the answer. */
@@ -1392,6 +1741,7 @@ static void order_free(struct order *o)
     free(o->batch_ints);
     free(o->slots);
     free(o->ic);
+    free(o->uv);
     free(o);
 }
 
@@ -1401,7 +1751,7 @@ static void answer(struct order *o)
     struct response *res = &o->ar->res;
     switch (o->out) {
     case OUT_CREATED:
-        metrics_order(METRICS_ORDER_CREATED);
+        metrics_order(o->view.rules.ttl_s > 0 ? METRICS_ORDER_RESERVED : METRICS_ORDER_CREATED);
         (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
         res->status = 201;
         res->text = o->record;
@@ -1457,6 +1807,35 @@ static void answer(struct order *o)
         if (res->body)
             json_object_set_new(res->body, "outcome", json_string("unknown"));
         break;
+    case OUT_NOT_STARTED: {
+        metrics_order(METRICS_ORDER_NOT_STARTED);
+        response_error(res, ERROR_SALE_NOT_STARTED, "the sale has not started yet");
+        char at[32];
+        rules_format_time(o->sale_at, at);
+        if (res->body)
+            json_object_set_new(res->body, "sale_start", json_string(at));
+        int64_t now, err;
+        int64_t left = rclock_now(&now, &err) == 0 ? o->sale_at - now : 1000;
+        res->retry_after = left > 1000 ? (int)((left + 999) / 1000) : 1;
+        break;
+    }
+    case OUT_ENDED:
+        metrics_order(METRICS_ORDER_ENDED);
+        response_error(res, ERROR_SALE_ENDED, "the sale has ended");
+        break;
+    case OUT_LIMIT:
+        metrics_order(METRICS_ORDER_LIMIT);
+        response_error(res, ERROR_LIMIT_EXCEEDED,
+                       "the order would take the user past the SKU's limit per user");
+        if (res->body && o->uv)
+            json_object_set_new(res->body, "limit_per_user", json_integer(o->uv->limit));
+        break;
+    case OUT_USER_REQUIRED:
+        metrics_order(METRICS_ORDER_USER_REQUIRED);
+        response_error(res, ERROR_USER_REQUIRED,
+                       "this SKU limits units per user: the order needs a verified user "
+                       "(a bearer token, or the user header from a trusted proxy)");
+        break;
     case OUT_REPLAYED: metrics_order(METRICS_ORDER_REPLAYED); break;
     case OUT_IDEM_FAILED: break; /* res holds the error */
     }
@@ -1506,6 +1885,11 @@ static void place_done(struct order *o, enum order_outcome out)
 {
     if (out == OUT_CREATED && o->app->cfg.redis_replica_acks > 0 && !o->acked) {
         replica_wait(o);
+        return;
+    }
+    if (user_release_needed(o, out)) {
+        o->out = out;
+        user_release(o);
         return;
     }
     o->out = out;
@@ -1836,12 +2220,12 @@ static void on_idem_end(struct order *o, const struct oev *e)
 #define TO(s) (1u << (s))
 /* Where the end of an order goes (place_done): the WAIT after a commit, the claim's
  * settling, the answer. */
-#define TO_END (TO(OS_REPLICA_WAIT) | TO(OS_IDEM_END) | TO(OS_DONE))
+#define TO_END (TO(OS_REPLICA_WAIT) | TO(OS_USER_RELEASE) | TO(OS_IDEM_END) | TO(OS_DONE))
 /* Where a round can go (round_begin, walk_start, walk_next, round_end, segment_done): the
  * layout, the re-check, a segment's lock or gate, the critical section, a roll-out, the end. */
 #define TO_ROUND                                                                                   \
-    (TO(OS_LAYOUT) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | TO(OS_HOLD) |                 \
-     TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+    (TO(OS_LAYOUT) | TO(OS_USER_RESERVE) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) |         \
+     TO(OS_HOLD) | TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
 
 /* Each state: its handler, whether it waits on the order's timer (timed: set_state deletes
  * it when the state is left, and EV_CANCEL ends the wait at once) or is inside the critical
@@ -1875,6 +2259,17 @@ static const struct state_row {
     [OS_IDEM_PAUSE] = {"idem_pause", on_idem_pause, 1, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
     /* on_idem_claim_wait: round_begin, or the answer */
     [OS_IDEM_CLAIM_WAIT] = {"idem_claim_wait", on_idem_claim_wait, 0, 0, TO_ROUND},
+    /* on_user_reserve: user_reserved (the WAIT, or layout_known), user_verify, or the answer */
+    [OS_USER_RESERVE] = {"user_reserve", on_user_reserve, 0, 0,
+                         TO(OS_USER_WAIT) | TO(OS_USER_VERIFY) | TO_ROUND},
+    /* on_user_verify: user_resolve, or the answer */
+    [OS_USER_VERIFY] = {"user_verify", on_user_verify, 0, 0, TO(OS_USER_RESOLVE) | TO_END},
+    /* on_user_resolve: user_reserve again, or the answer */
+    [OS_USER_RESOLVE] = {"user_resolve", on_user_resolve, 0, 0, TO(OS_USER_RESERVE) | TO_END},
+    /* on_user_wait: layout_known (the walk), or the answer */
+    [OS_USER_WAIT] = {"user_wait", on_user_wait, 0, 0, TO_ROUND},
+    /* on_user_release: place_done again (the claim, the answer) */
+    [OS_USER_RELEASE] = {"user_release", on_user_release, 0, 0, TO(OS_IDEM_END) | TO(OS_DONE)},
     /* on_layout: layout_known (the re-check or the walk) */
     [OS_LAYOUT] = {"layout", on_layout, 0, 0, TO_ROUND},
     /* on_recheck: run_layout (changed, or sold out: anything pending?), walk_start */
@@ -1901,7 +2296,7 @@ static const struct state_row {
     /* on_rollout_pause: round_begin */
     [OS_ROLLOUT_PAUSE] = {"rollout_pause", on_rollout_pause, 1, 0, TO_ROUND},
     /* on_replica_wait: place_done (the claim, the answer) */
-    [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, TO(OS_IDEM_END) | TO(OS_DONE)},
+    [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, TO_END},
     /* on_idem_end: answer */
     [OS_IDEM_END] = {"idem_end", on_idem_end, 0, 0, TO(OS_DONE)},
     [OS_DONE] = {"done", NULL, 0, 0, 0},
@@ -2018,6 +2413,13 @@ void order_create_async(struct areq *ar)
         metrics_order(METRICS_ORDER_INVALID);
         response_error(&ar->res, ERROR_INVALID_REQUEST,
                        "Idempotency-Key: must be 1..128 printable ASCII characters");
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    if (ids_order_token(o->token, sizeof(o->token)) != 0) {
+        /* No randomness: no order id at all rather than a guessable one. */
+        response_error(&ar->res, ERROR_UNAVAILABLE, "no randomness for an order id, retry later");
         order_free(o);
         areq_done(ar);
         return;

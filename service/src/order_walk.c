@@ -62,12 +62,19 @@ enum order_outcome order_walk_end(const struct walk *w, int timed_out)
 
 int order_walk_settles(enum seg_result r)
 {
-    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED;
+    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED || r == SEG_NOT_STARTED ||
+           r == SEG_ENDED;
 }
 
 enum order_outcome order_walk_settled_outcome(enum seg_result r)
 {
-    return r == SEG_DONE ? OUT_CREATED : r == SEG_UNKNOWN ? OUT_OUTCOME_UNKNOWN : OUT_UNAVAILABLE;
+    switch (r) {
+    case SEG_DONE: return OUT_CREATED;
+    case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
+    case SEG_NOT_STARTED: return OUT_NOT_STARTED;
+    case SEG_ENDED: return OUT_ENDED;
+    default: return OUT_UNAVAILABLE;
+    }
 }
 
 enum round_end order_walk_round_end(const struct walk *w, int need_layout, int64_t left,
@@ -116,6 +123,14 @@ void order_walk_commit_verdict(const redisReply *r, struct seg_verdict *v)
         v->empty = value <= 0;
         return;
     case STORE_COMMIT_EXPIRED: v->r = SEG_EXPIRED; return;
+    case STORE_COMMIT_NOT_STARTED:
+        v->r = SEG_NOT_STARTED;
+        v->at = value;
+        return;
+    case STORE_COMMIT_ENDED:
+        v->r = SEG_ENDED;
+        v->at = value;
+        return;
     case STORE_COMMIT_DAMAGED:
         v->r = SEG_ERROR;
         v->damaged = 1;

@@ -17,16 +17,19 @@
 
 /* What trying one segment came to. */
 enum seg_result {
-    SEG_DONE,     /* order committed */
-    SEG_BUSY,     /* locked by someone else */
-    SEG_NOTREADY, /* a PUT is resetting it to the new version right now */
-    SEG_EMPTY,    /* no stock */
-    SEG_SHORT,    /* some stock, less than asked */
-    SEG_STALE,    /* the segment belongs to another version: re-read the layout */
-    SEG_LOST,     /* our lock was lost before the commit: nothing changed */
-    SEG_ERROR,    /* Redis failed (or the segment is damaged) before anything changed */
-    SEG_EXPIRED,  /* the Idempotency-Key claim expired before the commit: nothing changed */
-    SEG_UNKNOWN   /* Redis failed during the commit: the outcome is unknown */
+    SEG_DONE,        /* order committed */
+    SEG_BUSY,        /* locked by someone else */
+    SEG_NOTREADY,    /* a PUT is resetting it to the new version right now */
+    SEG_EMPTY,       /* no stock */
+    SEG_SHORT,       /* some stock, less than asked */
+    SEG_STALE,       /* the segment belongs to another version: re-read the layout */
+    SEG_LOST,        /* our lock was lost before the commit: nothing changed */
+    SEG_ERROR,       /* Redis failed (or the segment is damaged) before anything changed */
+    SEG_EXPIRED,     /* the request's Idempotency-Key claim or per-user reservation expired before
+                        the commit: nothing changed */
+    SEG_NOT_STARTED, /* the sale has not started (Redis's clock): nothing changed */
+    SEG_ENDED,       /* the sale has ended: nothing changed */
+    SEG_UNKNOWN      /* Redis failed during the commit: the outcome is unknown */
 };
 
 /* Outcome of the whole order attempt. */
@@ -40,8 +43,12 @@ enum order_outcome {
     OUT_OVER_BUDGET,     /* the next step would pass order_redis_call_budget: nothing changed */
     OUT_OUTCOME_UNKNOWN, /* Redis failed during the commit: the order may have been placed */
     OUT_UNKNOWN_SKU,
-    OUT_REPLAYED,   /* the Idempotency-Key named a finished order: res holds it */
-    OUT_IDEM_FAILED /* the key step failed: res holds the error */
+    OUT_NOT_STARTED,   /* the sale has not started (o->sale_at: its start) */
+    OUT_ENDED,         /* the sale has ended */
+    OUT_LIMIT,         /* the user's limit per SKU */
+    OUT_USER_REQUIRED, /* the SKU has a limit, the request no verified user */
+    OUT_REPLAYED,      /* the Idempotency-Key named a finished order: res holds it */
+    OUT_IDEM_FAILED    /* the key step failed: res holds the error */
 };
 
 /* What one walk over the segments found, besides a settling result. */
@@ -66,6 +73,7 @@ struct seg_verdict {
     long long sver;
     int empty;
     int damaged;
+    long long at; /* SEG_NOT_STARTED: the sale's start; SEG_ENDED: its end (Redis ms) */
 };
 
 /* What a segment at another version than the order's means (the healing rules,
@@ -112,8 +120,9 @@ int order_walk_note(struct walk *w, int k, enum seg_result r);
 /* The answer when no segment can be tried any more (timed_out: the deadline passed). */
 enum order_outcome order_walk_end(const struct walk *w, int timed_out);
 
-/* 1 when a segment's result decides the whole order: committed, the outcome unknown, or the
- * Idempotency-Key claim expired (another request may own the key now: stop). */
+/* 1 when a segment's result decides the whole order: committed, the outcome unknown, the
+ * Idempotency-Key claim or per-user reservation expired (another request may own the key now:
+ * stop), or the sale is not on (every segment judges it on the same rules). */
 int order_walk_settles(enum seg_result r);
 
 /* The answer of a result that settles the order (or of SEG_ERROR: unavailable). */

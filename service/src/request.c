@@ -19,7 +19,7 @@ int response_error(struct response *res, enum error_code code, const char *messa
     response_json(res, error_http_status(code), error_json(code, message));
     if (error_retry_after(code) && res->retry_after <= 0)
         res->retry_after = 1;
-    if (code == ERROR_UNAUTHORIZED)
+    if (error_http_status(code) == 401) /* RFC 9110: every 401 names its scheme */
         res->www_authenticate = 1;
     return res->status;
 }

@@ -26,6 +26,8 @@ static const struct router_row rows[] = {
     {HTTP_GET, "/api/v1/orders/{id}", 0, .start = order_get_async},
     {HTTP_DELETE, "/api/v1/orders/{id}", ROUTER_ADMIN | ROUTER_WRITES, .start = order_cancel_async,
      .audit_action = "order_cancel", .audit_target = "order_id"},
+    {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_ADMIN | ROUTER_WRITES,
+     .start = order_confirm_async, .audit_action = "order_confirm", .audit_target = "order_id"},
     {HTTP_GET, "/api/v1/skus/{sku}", 0, .start = stock_get_async},
     {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
      .audit_action = "sku_put", .audit_target = "sku"},

@@ -29,4 +29,7 @@ struct sku_rules {
     long long ttl_s;          /* 0: orders are final at once; > 0: holds of ttl_s seconds */
 };
 
+/* Writes ms (since the epoch) as RFC 3339 UTC with milliseconds, "2026-11-25T18:00:00.000Z". */
+void rules_format_time(int64_t ms, char out[32]);
+
 #endif

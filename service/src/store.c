@@ -46,6 +46,11 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_IDEM_TAKEOVER] = STORE_LUA_IDEM_TAKEOVER,
         [SCRIPT_IDEM_SWAP] = STORE_LUA_IDEM_SWAP,
         [SCRIPT_VER_RAISE] = STORE_LUA_VER_RAISE,
+        [SCRIPT_CONFIRM] = STORE_LUA_CONFIRM,
+        [SCRIPT_EXPIRE] = STORE_LUA_EXPIRE,
+        [SCRIPT_USER_RESERVE] = STORE_LUA_USER_RESERVE,
+        [SCRIPT_USER_RESOLVE] = STORE_LUA_USER_RESOLVE,
+        [SCRIPT_USER_RELEASE] = STORE_LUA_USER_RELEASE,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -89,12 +94,19 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(idem);
     SEG_KEY(rst);
     SEG_KEY(lock);
+    SEG_KEY(due);
+    SEG_KEY(give);
 #undef SEG_KEY
 }
 
 void store_sku_key(char *buf, const char *sku, const char *suffix)
 {
     snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
+}
+
+void store_registry_key(char *buf)
+{
+    snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "skus");
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

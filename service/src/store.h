@@ -33,6 +33,11 @@ enum store_script {
     SCRIPT_IDEM_TAKEOVER,
     SCRIPT_IDEM_SWAP,
     SCRIPT_VER_RAISE,
+    SCRIPT_CONFIRM,
+    SCRIPT_EXPIRE,
+    SCRIPT_USER_RESERVE,
+    SCRIPT_USER_RESOLVE,
+    SCRIPT_USER_RELEASE,
     SCRIPT_COUNT
 };
 
@@ -50,7 +55,8 @@ enum store_script {
 /* The keys of one segment. */
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
-        idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX];
+        idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
+        give[STORE_KEY_MAX];
 };
 
 struct store;
@@ -67,6 +73,10 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
+
+/* Writes the SKU registry's key, "inv:2:skus" (a set of every SKU's name: PUT adds, DELETE
+ * removes), into buf (STORE_KEY_MAX). */
+void store_registry_key(char *buf);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ----
  *

@@ -22,10 +22,15 @@
  *   inv:2:{S/k}:stock       integer                        units left in segment k
  *   inv:2:{S/k}:sver        integer                        version segment k belongs to (kept as
  *                                                        a tombstone when k is dropped)
- *   inv:2:{S/k}:cnt         hash {t, s, o}                 units stocked, units sold, live orders
+ *   inv:2:{S/k}:cnt         hash {t, s, o, r}              units stocked, units sold, live orders,
+ *                         units in holds (reserved)
  *   inv:2:{S/k}:orders      hash order id -> order JSON    order records of segment k
  *   inv:2:{S/k}:idem        hash idempotency key -> id     written atomically with the order
  *   inv:2:{S/k}:rst         set of rid                     restocks applied to segment k
+ *   inv:2:{S/k}:due         zset order id, score expiry    the segment's live holds (Redis ms)
+ *   inv:2:{S/k}:give        zset hex+user, score when      give-backs to users' counts not yet
+ *                         applied (an ended order of a user: docs/design.md "Per-user limits")
+ *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit)
  *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
  * Every script reads and checks all it needs before its first write: Redis does not roll a
@@ -66,6 +71,10 @@
 #define STORE_COMMIT_EXPIRED (-4)
 /* {-5, 0}: a counter or sver that is not an integer */
 #define STORE_COMMIT_DAMAGED (-5)
+/* {-6, sale_start}: the sale has not started (Redis's clock) */
+#define STORE_COMMIT_NOT_STARTED (-6)
+/* {-7, sale_end}: the sale has ended */
+#define STORE_COMMIT_ENDED (-7)
 
 /* lua/cancel.lua: {code[, record]}. */
 /* {1, record}: cancelled now */
@@ -74,6 +83,37 @@
 #define STORE_CANCEL_NONE 0
 /* {-1, record}: was already cancelled */
 #define STORE_CANCEL_ALREADY (-1)
+/* {-2, record}: a hold that expired (now or before) */
+#define STORE_CANCEL_EXPIRED (-2)
+
+/* lua/confirm.lua: {code[, record]}. */
+/* {1, record}: confirmed now */
+#define STORE_CONFIRM_DONE 1
+/* {2, record}: was confirmed already (a repeat) */
+#define STORE_CONFIRM_ALREADY 2
+/* {0}: no such order */
+#define STORE_CONFIRM_NONE 0
+/* {-1, record}: cancelled */
+#define STORE_CONFIRM_CANCELLED (-1)
+/* {-2, record}: expired (now or before) */
+#define STORE_CONFIRM_EXPIRED (-2)
+/* {-3, record}: never a hold */
+#define STORE_CONFIRM_NOT_RESERVED (-3)
+
+/* lua/user_reserve.lua: {code, ...}. */
+/* {1, expiry, now}: reserved (or reserved already by this request) until expiry */
+#define STORE_RESERVE_OK 1
+/* {2, 0, now}: the SKU has no limit now: nothing reserved */
+#define STORE_RESERVE_FREE 2
+/* {0}: no such SKU */
+#define STORE_RESERVE_NO_SKU 0
+/* {-1, limit, held, segments to search, hex, expiry, ...}: over the limit; the entries listed
+ * are past their commit deadline, to be looked for in the segments (user_resolve.lua) */
+#define STORE_RESERVE_OVER (-1)
+/* {-2, sale_start, now}: the sale has not started */
+#define STORE_RESERVE_NOT_STARTED (-2)
+/* {-3, sale_end, now}: the sale has ended */
+#define STORE_RESERVE_ENDED (-3)
 
 /* lua/idem_claim.lua: {code, value, ...}. */
 /* {0, value}: taken (an order id, or pending and alive) */

@@ -144,6 +144,8 @@ static void lock_nodes_free(struct worker *w)
 static void on_end(void *arg)
 {
     struct worker *w = arg;
+    if (w->on_end)
+        w->on_end(w->on_end_arg);
     w->front.flush(w->front.data);
     /* Handlers waiting on a timer end now; those waiting on Redis when the client goes. */
     areq_cancel_all(&w->env);

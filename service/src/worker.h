@@ -37,6 +37,9 @@ struct worker_front {
 struct worker {
     struct areq_env env; /* the loop's base, Redis clients and gates, lent to its requests */
     struct worker_front front;
+    void (*on_end)(void *arg); /* set before worker_start (may be NULL): the loop's first step
+                                  at its end, before its Redis clients go */
+    void *on_end_arg;
     pthread_t thread;
     bool started;
     bool stopping;      /* worker_cut ran: no new request may start */

@@ -132,6 +132,11 @@ static void test_final(void **state)
     assert_int_equal(order_idem_final(OUT_INSUFFICIENT), IDEM_FINAL_DELETE);
     assert_int_equal(order_idem_final(OUT_LOCK_TIMEOUT), IDEM_FINAL_DELETE);
     assert_int_equal(order_idem_final(OUT_OVER_BUDGET), IDEM_FINAL_DELETE);
+    /* the sale rules refuse before anything is written */
+    assert_int_equal(order_idem_final(OUT_LIMIT), IDEM_FINAL_DELETE);
+    assert_int_equal(order_idem_final(OUT_NOT_STARTED), IDEM_FINAL_DELETE);
+    assert_int_equal(order_idem_final(OUT_ENDED), IDEM_FINAL_DELETE);
+    assert_int_equal(order_idem_final(OUT_USER_REQUIRED), IDEM_FINAL_DELETE);
 }
 
 /* The codes are the ones the scripts' text returns (one definition for C and Lua). */
@@ -144,7 +149,7 @@ static void test_codes_in_lua(void **state)
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {0}"));
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {1, ARGV[2]}"));
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {2, v, exp}"));
-    assert_non_null(strstr(STORE_LUA_CANCEL, "return {(-1), rec}"));
+    assert_non_null(strstr(STORE_LUA_CANCEL, "return {(-1), redis.call('HGET'"));
     assert_non_null(strstr(STORE_LUA_CANCEL, "return {0}"));
 }
 

@@ -172,6 +172,8 @@ static void test_rows_are_the_api(void **state)
         {HTTP_GET, "/api/v1/orders/o-123", NULL, order_get_async, 0, NULL},
         {HTTP_DELETE, "/api/v1/orders/o-123", NULL, order_cancel_async,
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
+        {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
+         ROUTER_ADMIN | ROUTER_WRITES, "order_confirm"},
         {HTTP_GET, "/api/v1/skus/iphone-15", NULL, stock_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
          "sku_put"},
@@ -185,7 +187,7 @@ static void test_rows_are_the_api(void **state)
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 11); /* the api[] rows but the last two */
+    assert_int_equal(n, 12); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -210,6 +212,7 @@ static void test_labels(void **state)
         "/metrics",
         "/api/v1/orders",
         "/api/v1/orders/{id}",
+        "/api/v1/orders/{id}/confirm",
         "/api/v1/skus/{sku}",
         "/api/v1/skus/{sku}/restock",
         "other",

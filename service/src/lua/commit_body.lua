@@ -1,31 +1,47 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem.  ARGV: version, quantity, order id, record, idem key
--- (may be ""), the Idempotency-Key claim's expiry in Redis ms ("0": no key).
--- -> {code, value}, code one of STORE_COMMIT_* (store_scripts.h).
+-- KEYS: stock, sver, cnt, orders, idem, due.  ARGV: version, quantity, order id, record, idem
+-- key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and per-user
+-- reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s ("0":
+-- the order is final at once).
+-- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
+--    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
 -- write is the order record's HSET (a wrong-typed :orders key fails there, before anything
 -- else), so no separate type check of :orders is needed.
 -- @include int.lua
+-- @include now.lua
+-- @include iso_time.lua
 local sv = redis.call('GET', KEYS[2])
 if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
-if ARGV[6] ~= '0' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED, 0} end
-end
+if ARGV[6] ~= '0' and now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED, 0} end
+local start, fin = tonumber(ARGV[7]), tonumber(ARGV[8])
+if start > 0 and now < start then return {STORE_COMMIT_NOT_STARTED, start} end
+if fin > 0 and now >= fin then return {STORE_COMMIT_ENDED, fin} end
 local n = int(redis.call('GET', KEYS[1]) or '')
-local c = redis.call('HMGET', KEYS[3], 't', 's', 'o')
+local c = redis.call('HMGET', KEYS[3], 't', 's', 'o', 'r')
 if ARGV[5] ~= '' then redis.call('HEXISTS', KEYS[5], ARGV[5]) end
-if not n or not int(c[1] or '') or not int(c[2] or '') or not int(c[3] or '') then
+if not n or not int(c[1] or '') or not int(c[2] or '') or not int(c[3] or '') or
+   not int(c[4] or '0') then
   return {STORE_COMMIT_DAMAGED, 0}
 end
 local q = tonumber(ARGV[2])
 if n < q then return {STORE_COMMIT_SHORT, n} end
-redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
+local rec = ARGV[4]
+local ttl = tonumber(ARGV[9])
+local exp = now + ttl * 1000
+if ttl > 0 then
+  rec = string.sub(rec, 1, -2) .. ',"expires_at":"' .. iso(exp) .. '"}'
+end
+redis.call('HSET', KEYS[4], ARGV[3], rec)
 local left = redis.call('DECRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[3], 's', q)
 redis.call('HINCRBY', KEYS[3], 'o', 1)
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
+if ttl > 0 then
+  redis.call('HINCRBY', KEYS[3], 'r', q)
+  redis.call('ZADD', KEYS[6], exp, ARGV[3])
+  return {STORE_COMMIT_OK, left, rec}
+end
 return {STORE_COMMIT_OK, left}

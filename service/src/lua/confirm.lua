@@ -1,0 +1,31 @@
+-- Confirms a hold (POST /api/v1/orders/{id}/confirm): reserved -> confirmed, while its expiry
+-- (the due set's score, on this Redis's clock) has not come. A hold found due is expired here,
+-- in the same step, so a confirm racing the sweeper ends in exactly one of them and both see
+-- the same record.
+-- KEYS: stock, cnt, orders, due, give.  ARGV: order id.
+-- -> {code[, record]}, code one of STORE_CONFIRM_* (store_scripts.h); an error (nothing
+--    written) when the record or the segment is damaged
+-- @include int.lua
+-- @include now.lua
+-- @include hold_end.lua
+local o, q = order_read(ARGV[1])
+if not o then
+  if q == 'none' then return {STORE_CONFIRM_NONE} end
+  return redis.error_reply('ERR order record or segment damaged')
+end
+local rec = redis.call('HGET', KEYS[3], ARGV[1])
+if o.status == 'confirmed' then return {STORE_CONFIRM_ALREADY, rec} end
+if o.status == 'cancelled' then return {STORE_CONFIRM_CANCELLED, rec} end
+if o.status == 'expired' then return {STORE_CONFIRM_EXPIRED, rec} end
+if o.status ~= 'reserved' then return {STORE_CONFIRM_NOT_RESERVED, rec} end
+local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
+if due > 0 and now >= due then
+  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now)}
+end
+o.status = 'confirmed'
+o.expires_at = nil
+rec = cjson.encode(o)
+redis.call('HSET', KEYS[3], ARGV[1], rec)
+redis.call('HINCRBY', KEYS[2], 'r', -q)
+redis.call('ZREM', KEYS[4], ARGV[1])
+return {STORE_CONFIRM_DONE, rec}

@@ -1,0 +1,30 @@
+-- The expiry sweep of one segment: every hold whose expiry (the due set's score) has come, at
+-- most ARGV[1] of them, expires now (hold_end.lua: units back, counters down, give-back queued).
+-- Any instance may run it at any time, any number of times: a hold expires once, since it
+-- leaves the due set in the step that expires it.
+-- KEYS: stock, cnt, orders, due, give.  ARGV: most holds to expire, most give-backs to return.
+-- -> {expired, damaged, now, next due (Redis ms, 0: none), give-backs queued, member, ...}: the
+--    first give-backs of the queue (oldest first) for the caller to apply (giveback.c)
+-- @include int.lua
+-- @include now.lua
+-- @include hold_end.lua
+local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local expired, bad = 0, 0
+for _, id in ipairs(ids) do
+  local o, q = order_read(id)
+  if not o then
+    if q == 'none' then redis.call('ZREM', KEYS[4], id) else bad = bad + 1 end
+  elseif o.status ~= 'reserved' then
+    redis.call('ZREM', KEYS[4], id)
+  else
+    order_end(id, o, q, 'expired', now)
+    expired = expired + 1
+  end
+end
+local nxt = 0
+local first = redis.call('ZRANGE', KEYS[4], bad, bad, 'WITHSCORES')
+if first[2] then nxt = tonumber(first[2]) end
+local r = {expired, bad, now, nxt, redis.call('ZCARD', KEYS[5])}
+local give = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[2]) - 1)
+for _, m in ipairs(give) do r[#r + 1] = m end
+return r

@@ -1,0 +1,468 @@
+/*
+ * The expiry sweeper and the give-backs; see sweep.h. Everything here runs on one worker loop:
+ * no locks. The sweeper owns itself from sweep_new to sweep_free; each call in flight holds a
+ * struct call naming the SKU entry it is for, and an entry is freed only when nothing is in
+ * flight for it (entries are pointed to, never moved).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "app.h"
+#include "areq.h"
+#include "clock.h"
+#include "layout.h"
+#include "log.h"
+#include "metrics.h"
+#include "rclock.h"
+#include "store.h"
+#include "sweep.h"
+#include "validate.h"
+
+/* Holds one EXPIRE call expires at most, give-backs it returns at most, SKUs the sweeper keeps,
+ * and calls it has in flight at once. */
+#define SWEEP_BATCH 256
+#define SWEEP_GIVE_BATCH 128
+#define SWEEP_MAX_SKUS 10000
+#define SWEEP_MAX_INFLIGHT 64
+/* How long a SKU is swept after its last sign of holds or give-backs (its rules may have been
+ * PATCHed to none while holds were live). */
+#define SWEEP_LINGER_MS 60000
+#define SWEEP_REGISTRY_MS 1000
+
+/* ---- give-backs ---- */
+
+struct giveback {
+    struct store *st;
+    lc_async_client *lc;
+    const struct areq *ar;
+    char sku[VALIDATE_SKU_MAX + 1];
+    int k, n;
+    char **members;
+    giveback_fn cb;
+    void *arg;
+};
+
+static void giveback_end(struct giveback *g, int ok)
+{
+    g->cb(g->arg, ok);
+    for (int i = 0; i < g->n; i++)
+        free(g->members[i]);
+    free(g->members);
+    free(g);
+}
+
+static void on_give_dequeued(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct giveback *g = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER)
+        log_msg(CONFIG_LOG_WARN, "giveback_failed",
+                "sku %s segment %d: give-backs applied, not yet taken off the queue (%s): the "
+                "sweeper does it later",
+                g->sku, g->k, st != LC_OK ? errstr : "unexpected reply");
+    giveback_end(g, st == LC_OK && r && r->type == REDIS_REPLY_INTEGER);
+}
+
+static void on_give_released(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct giveback *g = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        log_msg(CONFIG_LOG_WARN, "giveback_failed",
+                "sku %s segment %d: giving units back to users: %s (left queued)", g->sku, g->k,
+                st != LC_OK ? errstr : "unexpected reply");
+        giveback_end(g, 0);
+        return;
+    }
+    if (r->element[1]->integer > 0)
+        log_msg(CONFIG_LOG_ERROR, "user_entries_damaged",
+                "sku %s: %lld users' entries are not what the service writes: left alone", g->sku,
+                r->element[1]->integer);
+    struct seg_keys sk;
+    store_seg_keys(g->sku, g->k, &sk);
+    const char **argv = calloc((size_t)g->n + 2, sizeof(*argv));
+    if (!argv) {
+        giveback_end(g, 0);
+        return;
+    }
+    argv[0] = "ZREM";
+    argv[1] = sk.give;
+    for (int i = 0; i < g->n; i++)
+        argv[2 + i] = g->members[i];
+    store_command_async(g->lc, g->ar, g->n + 2, argv, on_give_dequeued, g);
+    free(argv);
+}
+
+void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                    int k, const char *const *members, int n, giveback_fn cb, void *arg)
+{
+    struct giveback *g = calloc(1, sizeof(*g));
+    const char **args = calloc((size_t)n * 2 + 1, sizeof(*args));
+    char (*hex)[33] = calloc((size_t)n + 1, sizeof(*hex));
+    if (g)
+        g->members = calloc((size_t)n + 1, sizeof(*g->members));
+    if (!g || !g->members || !args || !hex) {
+        if (g)
+            free(g->members);
+        free(g);
+        free(args);
+        free(hex);
+        cb(arg, 0);
+        return;
+    }
+    *g = (struct giveback){.st = st, .lc = lc, .ar = ar, .k = k, .cb = cb, .arg = arg,
+                           .members = g->members};
+    snprintf(g->sku, sizeof(g->sku), "%s", sku);
+    int na = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(g->members[g->n] = strdup(members[i])))
+            break;
+        g->n++;
+        size_t len = strlen(members[i]);
+        if (len <= 32) /* not what the scripts queue: taken off the queue, nothing to give */
+            continue;
+        memcpy(hex[i], members[i], 32);
+        hex[i][32] = '\0';
+        args[na++] = members[i] + 32; /* the user */
+        args[na++] = hex[i];
+    }
+    char users[STORE_KEY_MAX];
+    store_sku_key(users, sku, "users");
+    const char *keys[1] = {users};
+    store_script_async(st, lc, ar, SCRIPT_USER_RELEASE, 1, keys, na, args, on_give_released, g);
+    free(args);
+    free(hex);
+}
+
+/* ---- the sweeper ---- */
+
+struct sweep_sku {
+    char sku[VALIDATE_SKU_MAX + 1];
+    int segments; /* as last read (0: not known, or deleted) */
+    struct sku_rules rules;
+    int64_t linger_until; /* mono ms: swept until then whatever its rules */
+    int64_t *next_at;     /* per segment: mono ms of its next sweep */
+    unsigned char *busy;  /* per segment: a call in flight */
+    int inflight;         /* calls in flight for this SKU (layout read and segments) */
+    int seen;             /* named by the last registry read */
+};
+
+struct sweep {
+    struct app *app;
+    struct areq_env *env;
+    struct event *timer;
+    int stopping;
+    int inflight;
+    struct sweep_sku **skus;
+    int nskus;
+    int64_t registry_at, clock_at;
+    int registry_busy, clock_busy;
+};
+
+struct call {
+    struct sweep *sw;
+    struct sweep_sku *s;
+    int k;
+    int64_t sent;
+};
+
+static struct call *call_new(struct sweep *sw, struct sweep_sku *s, int k)
+{
+    struct call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    *c = (struct call){sw, s, k, clock_mono_ms()};
+    sw->inflight++;
+    if (s)
+        s->inflight++;
+    return c;
+}
+
+static void call_end(struct call *c)
+{
+    c->sw->inflight--;
+    if (c->s)
+        c->s->inflight--;
+    free(c);
+}
+
+static void sku_free(struct sweep_sku *s)
+{
+    if (!s)
+        return;
+    free(s->next_at);
+    free(s->busy);
+    free(s);
+}
+
+/* The SKU's layout changed to n segments: new per-segment state, all due now. */
+static int sku_resize(struct sweep_sku *s, int n)
+{
+    if (n == s->segments && (n == 0 || s->next_at))
+        return 0;
+    for (int k = 0; k < s->segments; k++)
+        if (s->busy[k])
+            return -1; /* a call of the old layout is in flight: next time */
+    free(s->next_at);
+    free(s->busy);
+    s->next_at = NULL;
+    s->busy = NULL;
+    s->segments = 0;
+    if (n > 0) {
+        s->next_at = calloc((size_t)n, sizeof(*s->next_at));
+        s->busy = calloc((size_t)n, 1);
+        if (!s->next_at || !s->busy)
+            return -1;
+    }
+    s->segments = n;
+    return 0;
+}
+
+static void on_layout(void *arg, int found, struct layout *l)
+{
+    struct call *c = arg;
+    struct sweep_sku *s = c->s;
+    if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0)
+        s->rules = l->rules;
+    call_end(c);
+}
+
+static void on_registry(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct call *c = arg;
+    struct sweep *sw = c->sw;
+    sw->registry_busy = 0;
+    call_end(c);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "reading the SKU registry: %s",
+                    st != LC_OK ? errstr : "unexpected reply");
+        return;
+    }
+    if (sw->stopping)
+        return;
+    for (int i = 0; i < sw->nskus; i++)
+        sw->skus[i]->seen = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_STRING || !validate_sku(e->str, e->len))
+            continue;
+        struct sweep_sku *s = NULL;
+        for (int j = 0; j < sw->nskus && !s; j++)
+            if (strcmp(sw->skus[j]->sku, e->str) == 0)
+                s = sw->skus[j];
+        if (!s) {
+            if (sw->nskus >= SWEEP_MAX_SKUS) {
+                log_msg(CONFIG_LOG_WARN, "sweep_too_many_skus",
+                        "the SKU registry holds more than %d SKUs: the rest are not swept by "
+                        "this instance",
+                        SWEEP_MAX_SKUS);
+                break;
+            }
+            struct sweep_sku **grown =
+                realloc(sw->skus, sizeof(*sw->skus) * (size_t)(sw->nskus + 1));
+            if (!grown || !(s = calloc(1, sizeof(*s)))) {
+                if (grown)
+                    sw->skus = grown;
+                break;
+            }
+            sw->skus = grown;
+            snprintf(s->sku, sizeof(s->sku), "%s", e->str);
+            sw->skus[sw->nskus++] = s;
+        }
+        s->seen = 1;
+    }
+    /* Entries the registry no longer names go (once nothing is in flight for them); the
+     * others' layouts and rules are read again. */
+    for (int i = 0; i < sw->nskus;) {
+        struct sweep_sku *s = sw->skus[i];
+        if (!s->seen && s->inflight == 0) {
+            sku_free(s);
+            sw->skus[i] = sw->skus[--sw->nskus];
+            continue;
+        }
+        i++;
+        if (!s->seen || s->inflight > 0)
+            continue;
+        struct call *lc = call_new(sw, s, -1);
+        if (lc)
+            layout_read_async(sw->app->store, sw->env->lc, s->sku, on_layout, lc);
+    }
+}
+
+static void on_time(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)errstr;
+    struct call *c = arg;
+    c->sw->clock_busy = 0;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        long long secs = store_reply_int(r->element[0], -1);
+        long long usecs = store_reply_int(r->element[1], -1);
+        if (secs > 0 && usecs >= 0)
+            rclock_note(secs * 1000 + usecs / 1000, c->sent, clock_mono_ms());
+    }
+    call_end(c);
+}
+
+static void on_given(void *arg, int ok)
+{
+    struct call *c = arg;
+    if (!ok && c->k < c->s->segments)
+        c->s->next_at[c->k] = clock_mono_ms() + SWEEP_IDLE_MS;
+    if (c->k < c->s->segments)
+        c->s->busy[c->k] = 0;
+    call_end(c);
+}
+
+static void on_expired(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct call *c = arg;
+    struct sweep_sku *s = c->s;
+    int64_t now = clock_mono_ms();
+    int k = c->k;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 5) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s",
+                    s->sku, k, st != LC_OK ? errstr : "unexpected reply");
+        s->next_at[k] = now + SWEEP_IDLE_MS;
+        s->busy[k] = 0;
+        call_end(c);
+        return;
+    }
+    long long expired = r->element[0]->integer, bad = r->element[1]->integer;
+    long long rnow = r->element[2]->integer, next = r->element[3]->integer;
+    long long queued = r->element[4]->integer;
+    int ngive = (int)r->elements - 5;
+    if (expired > 0)
+        metrics_holds_expired(expired);
+    if (bad > 0)
+        log_msg(CONFIG_LOG_ERROR, "hold_damaged",
+                "sku %s segment %d: %lld due holds' records or counters are damaged: left as "
+                "they are",
+                s->sku, k, bad);
+    if (expired > 0 || next > 0 || queued > 0)
+        s->linger_until = now + SWEEP_LINGER_MS;
+    /* Next look: when the next hold is due (by Redis's clock, which moves as ours does), at
+     * the latest SWEEP_IDLE_MS from now; at once when the batch was full. */
+    int64_t wait = SWEEP_IDLE_MS;
+    if (next > 0 && next - rnow < wait)
+        wait = next - rnow > 0 ? next - rnow : 0;
+    if (expired >= SWEEP_BATCH || queued > ngive)
+        wait = 0;
+    s->next_at[k] = now + wait;
+    if (ngive == 0 || c->sw->stopping) {
+        s->busy[k] = 0;
+        call_end(c);
+        return;
+    }
+    const char *members[SWEEP_GIVE_BATCH];
+    int n = 0;
+    for (int i = 0; i < ngive && n < SWEEP_GIVE_BATCH; i++)
+        if (r->element[5 + i]->type == REDIS_REPLY_STRING)
+            members[n++] = r->element[5 + i]->str;
+    giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n, on_given, c);
+}
+
+/* Whether the SKU is swept at all now: holds or a limit, or signs of either lately. */
+static int sku_active(const struct sweep_sku *s, int64_t now)
+{
+    return s->segments > 0 &&
+           (s->rules.ttl_s > 0 || s->rules.limit_per_user > 0 || now < s->linger_until);
+}
+
+static void tick(struct sweep *sw)
+{
+    struct store *store = sw->app->store;
+    lc_async_client *lc = sw->env->lc;
+    int64_t now = clock_mono_ms();
+    if (!sw->clock_busy && now - sw->clock_at >= 1000) {
+        struct call *c = call_new(sw, NULL, -1);
+        if (c) {
+            sw->clock_busy = 1;
+            sw->clock_at = now;
+            const char *argv[1] = {"TIME"};
+            store_command_async(lc, NULL, 1, argv, on_time, c);
+        }
+    }
+    if (!sw->registry_busy && now - sw->registry_at >= SWEEP_REGISTRY_MS) {
+        struct call *c = call_new(sw, NULL, -1);
+        if (c) {
+            sw->registry_busy = 1;
+            sw->registry_at = now;
+            char key[STORE_KEY_MAX];
+            store_registry_key(key);
+            const char *argv[2] = {"SMEMBERS", key};
+            store_command_async(lc, NULL, 2, argv, on_registry, c);
+        }
+    }
+    char batch[24], give[24];
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
+    const char *args[2] = {batch, give};
+    for (int i = 0; i < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; i++) {
+        struct sweep_sku *s = sw->skus[i];
+        if (!sku_active(s, now))
+            continue;
+        for (int k = 0; k < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; k++) {
+            if (s->busy[k] || s->next_at[k] > now)
+                continue;
+            struct call *c = call_new(sw, s, k);
+            if (!c)
+                return;
+            s->busy[k] = 1;
+            struct seg_keys sk;
+            store_seg_keys(s->sku, k, &sk);
+            const char *keys[5] = {sk.stock, sk.cnt, sk.orders, sk.due, sk.give};
+            store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 5, keys, 2, args, on_expired, c);
+        }
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sweep *sw = arg;
+    if (!sw->stopping)
+        tick(sw);
+}
+
+struct sweep *sweep_new(struct app *app, struct areq_env *env)
+{
+    struct sweep *sw = calloc(1, sizeof(*sw));
+    if (!sw)
+        return NULL;
+    sw->app = app;
+    sw->env = env;
+    sw->timer = event_new(env->base, -1, EV_PERSIST, on_tick, sw);
+    if (!sw->timer) {
+        free(sw);
+        return NULL;
+    }
+    return sw;
+}
+
+void sweep_start(struct sweep *sw)
+{
+    struct timeval tv = {0, SWEEP_TICK_MS * 1000};
+    event_add(sw->timer, &tv);
+}
+
+void sweep_stop(struct sweep *sw)
+{
+    sw->stopping = 1;
+    event_del(sw->timer);
+}
+
+void sweep_free(struct sweep *sw)
+{
+    if (!sw)
+        return;
+    event_free(sw->timer);
+    for (int i = 0; i < sw->nskus; i++)
+        sku_free(sw->skus[i]);
+    free(sw->skus);
+    free(sw);
+}

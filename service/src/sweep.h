@@ -1,0 +1,56 @@
+/*
+ * sweep — the expiry of holds and the give-backs to users' counts (SPEC §11), run by every
+ * instance on its first worker loop, with no request traffic needed.
+ *
+ * Every second the sweeper reads the SKU registry (store_registry_key) and each SKU's layout
+ * and rules; then it runs the EXPIRE script (lua/expire.lua) on each segment of every SKU with
+ * holds or a limit (or that had either lately), at the latest every SWEEP_IDLE_MS and at the
+ * moment the segment's next hold is due (the script says when, on Redis's clock). A hold is
+ * expired in the script that takes it out of the due set, so it expires once, whichever
+ * instances sweep and however often; since a hold's TTL is at least a second and a segment is
+ * looked at at least every SWEEP_IDLE_MS, every hold is expired within about SWEEP_TICK_MS of
+ * its expiry while any instance runs. The give-backs the script returns (the ended orders of
+ * limited users, queued in the segment's give set in the same step that ended them) are applied
+ * to the SKU's per-user counts and then taken off the queue: applying one twice is harmless
+ * (user_release.lua removes an entry once), so a sweeper killed between the two steps loses
+ * nothing. It also keeps rclock's estimate of Redis's clock fresh (a TIME a second).
+ */
+#ifndef INVENTORY_SWEEP_H
+#define INVENTORY_SWEEP_H
+
+#include <lockcore/lockcore_async.h>
+
+struct app;
+struct areq;
+struct areq_env;
+struct store;
+
+/* The sweeper's period, and the longest a segment with holds goes unswept. */
+#define SWEEP_TICK_MS 50
+#define SWEEP_IDLE_MS 500
+
+struct sweep;
+
+/* Makes the sweeper for env's loop (not started). NULL when out of memory. */
+struct sweep *sweep_new(struct app *app, struct areq_env *env);
+
+/* Starts it: call on env's loop. */
+void sweep_start(struct sweep *sw);
+
+/* Stops it (no new work; work in flight ends when the loop's client is freed): on the loop,
+ * before its Redis client goes. */
+void sweep_stop(struct sweep *sw);
+
+/* Frees it once its loop has ended. NULL-safe. */
+void sweep_free(struct sweep *sw);
+
+/* Gives n ended orders' units back to their users' counts in sku: members are give-set members
+ * of segment k (32 hex digits of the order id, then the user id). Applies them to the SKU's
+ * per-user hash (user_release.lua), then takes them off segment k's give set. cb(arg, ok) once,
+ * on the loop: ok 0 when a step failed (the members stay queued: the sweeper applies them
+ * later). members are copied. */
+typedef void (*giveback_fn)(void *arg, int ok);
+void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                    int k, const char *const *members, int n, giveback_fn cb, void *arg);
+
+#endif
