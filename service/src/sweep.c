@@ -100,7 +100,7 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
 {
     struct giveback *g = calloc(1, sizeof(*g));
     const char **args = calloc((size_t)n * 2 + 1, sizeof(*args));
-    char (*hex)[33] = calloc((size_t)n + 1, sizeof(*hex));
+    char(*hex)[33] = calloc((size_t)n + 1, sizeof(*hex));
     if (g)
         g->members = calloc((size_t)n + 1, sizeof(*g->members));
     if (!g || !g->members || !args || !hex) {
@@ -112,8 +112,8 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
         cb(arg, 0);
         return;
     }
-    *g = (struct giveback){.st = st, .lc = lc, .ar = ar, .k = k, .cb = cb, .arg = arg,
-                           .members = g->members};
+    *g = (struct giveback){
+        .st = st, .lc = lc, .ar = ar, .k = k, .cb = cb, .arg = arg, .members = g->members};
     snprintf(g->sku, sizeof(g->sku), "%s", sku);
     int na = 0;
     for (int i = 0; i < n; i++) {
@@ -324,8 +324,8 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     int k = c->k;
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 5) {
         if (st != LC_ESTATE)
-            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s",
-                    s->sku, k, st != LC_OK ? errstr : "unexpected reply");
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s", s->sku,
+                    k, st != LC_OK ? errstr : "unexpected reply");
         s->next_at[k] = now + SWEEP_IDLE_MS;
         s->busy[k] = 0;
         call_end(c);

@@ -206,6 +206,15 @@ double sf_metric(int port, const char *series);
 
 #define SF_MAX_SEGMENTS 1024
 
+#define SF_MAX_USERS 256
+#define SF_USER_ORDERS_MAX 8
+struct sf_user {
+    char user[129];
+    long long units; /* in live orders */
+    int nhex;
+    char hex[SF_USER_ORDERS_MAX][33]; /* their ids' hex parts */
+};
+
 typedef struct sf_report {
     int ok;                /* 1 when every check below passed */
     int found;             /* inv:2:{S}:meta exists */
@@ -218,6 +227,13 @@ typedef struct sf_report {
     long long live_units;  /* Σ quantity of live order records */
     long long live_orders; /* number of live order records */
     long long cancelled;   /* number of cancelled order records */
+    long long expired;     /* number of expired order records (holds) */
+    long long reserved;    /* Σ units of reserved (hold) records = Σ cnt.r */
+    long long reserved_orders, confirmed_orders;
+    long long limit;          /* meta.limit (0: none) */
+    long long max_user_units; /* most units one user holds in live orders (with a limit) */
+    int nusers, users_overflow;
+    struct sf_user users[SF_MAX_USERS];
     int negative_segments; /* segments with stock < 0 */
     long long seg_stock[SF_MAX_SEGMENTS];
     long long seg_sold[SF_MAX_SEGMENTS];
@@ -233,7 +249,11 @@ typedef struct sf_report {
  *   cnt.s == Σ quantity of its order records whose status is not "cancelled";
  *   cnt.o == the number of those live records;
  *   every record is JSON with order_id == its hash field, sku == sku, segment == k, an integer
- *   quantity >= 1 and status "created" or "cancelled";
+ *   quantity >= 1 and status created, reserved, confirmed, cancelled or expired (live: the
+ *   first three), expires_at on a reserved one; cnt.r == Σ quantity of reserved records, and
+ *   the due set is exactly the reserved records (every hold expires);
+ *   with meta.limit > 0: no user holds more than it in live orders, and every live order of a
+ *   user is in the user's entries of inv:2:{S}:users (SPEC §11);
  *   every Idempotency-Key entry of the segment names one of its records;
  * and that no segment key exists for an index >= meta.segments (left over from a larger layout).
  * Fills *rep (totals for comparison with GET status and the client's count of 201 units).

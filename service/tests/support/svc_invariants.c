@@ -206,12 +206,36 @@ static const redisReply *sf_hfield(const redisReply *h, const char *name)
     return NULL;
 }
 
-/* Checks the order records of segment k; adds the live units and orders to *units, *live. */
+/* Notes units of a live order of user (whose id's hex part is hex) in the report's per-user
+ * table (SPEC §11's limit is checked against it once every segment is read). */
+static void sf_note_user(sf_report *rep, const char *user, const char *hex, long long units)
+{
+    for (int i = 0; i < rep->nusers; i++)
+        if (strcmp(rep->users[i].user, user) == 0) {
+            rep->users[i].units += units;
+            if (rep->users[i].nhex < SF_USER_ORDERS_MAX)
+                snprintf(rep->users[i].hex[rep->users[i].nhex++], 33, "%.32s", hex);
+            return;
+        }
+    if (rep->nusers == SF_MAX_USERS) {
+        rep->users_overflow = 1;
+        return;
+    }
+    struct sf_user *u = &rep->users[rep->nusers++];
+    memset(u, 0, sizeof *u);
+    snprintf(u->user, sizeof u->user, "%s", user);
+    u->units = units;
+    snprintf(u->hex[u->nhex++], 33, "%.32s", hex);
+}
+
+/* Checks the order records of segment k; adds the live units and orders to *units, *live, and
+ * the units of its holds (status reserved) to *held. */
 static void sf_check_records(sf_report *rep, const char *sku, int k, const redisReply *orders,
-                             long long *units, long long *live)
+                             long long *units, long long *live, long long *held)
 {
     *units = 0;
     *live = 0;
+    *held = 0;
     if (orders == NULL || orders->type != REDIS_REPLY_ARRAY)
         return;
     for (size_t i = 0; i + 1 < orders->elements; i += 2) {
@@ -243,24 +267,43 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
             sf_problem(rep, "segment %d: order %s: segment field is %g", k, id, s);
         if (q < 1 || q != (double)(long long)q)
             sf_problem(rep, "segment %d: order %s: quantity is %g", k, id, q);
-        if (status == NULL || (strcmp(status, "created") != 0 && strcmp(status, "cancelled") != 0))
+        static const char *const statuses[] = {"created", "reserved", "confirmed", "cancelled",
+                                               "expired"};
+        int st = -1;
+        for (int j = 0; status && j < 5; j++)
+            if (strcmp(status, statuses[j]) == 0)
+                st = j;
+        if (st < 0)
             sf_problem(rep, "segment %d: order %s: status is %s", k, id,
                        status ? status : "missing");
-        if (status != NULL && strcmp(status, "cancelled") == 0) {
+        int reserved = st == 1;
+        if (reserved != (json_object_get(o, "expires_at") != NULL) && st != 4 && st != 3)
+            sf_problem(rep, "segment %d: order %s: status %s %s expires_at", k, id, status,
+                       reserved ? "without" : "with");
+        if (st == 3) {
             rep->cancelled++;
+        } else if (st == 4) {
+            rep->expired++;
         } else if (q >= 1) {
             *units += (long long)q;
             (*live)++;
+            if (reserved)
+                *held += (long long)q;
+            rep->reserved_orders += reserved;
+            rep->confirmed_orders += st == 2;
+            const char *user = json_string_value(json_object_get(o, "user_id"));
+            if (user)
+                sf_note_user(rep, user, id, (long long)q);
         }
         json_decref(o);
     }
 }
 
-/* Checks one segment snapshot: EXEC's reply {stock, sver, cnt, orders, idem}. */
+/* Checks one segment snapshot: EXEC's reply {stock, sver, cnt, orders, idem, due}. */
 static void sf_check_segment(sf_report *rep, const char *sku, int k, const redisReply *x)
 {
     const redisReply *stock = x->element[0], *sver = x->element[1], *cnt = x->element[2],
-                     *orders = x->element[3], *idem = x->element[4];
+                     *orders = x->element[3], *idem = x->element[4], *due = x->element[5];
     int ok = 1;
     long long n = sf_reply_ll(stock, &ok);
     if (!ok) {
@@ -283,8 +326,39 @@ static void sf_check_segment(sf_report *rep, const char *sku, int k, const redis
     }
     if (t != n + s)
         sf_problem(rep, "segment %d: t %lld != stock %lld + s %lld", k, t, n, s);
-    long long units, live;
-    sf_check_records(rep, sku, k, orders, &units, &live);
+    long long units, live, held;
+    sf_check_records(rep, sku, k, orders, &units, &live, &held);
+    int rok = 1;
+    const redisReply *rf = sf_hfield(cnt, "r");
+    long long r = rf ? sf_reply_ll(rf, &rok) : 0;
+    if (!rok || r != held)
+        sf_problem(rep, "segment %d: r %lld != %lld units in reserved order records", k, r, held);
+    rep->reserved += held;
+    /* the due set is exactly the segment's holds */
+    long long ndue = 0;
+    for (size_t i = 0; due && due->type == REDIS_REPLY_ARRAY && i + 1 < due->elements; i += 2) {
+        const char *id = due->element[i]->str;
+        const redisReply *rec = sf_hfield(orders, id);
+        ndue++;
+        if (rec == NULL || rec->type != REDIS_REPLY_STRING ||
+            strstr(rec->str, "\"status\":\"reserved\"") == NULL)
+            sf_problem(rep, "segment %d: due set names %s, not a reserved order of the segment", k,
+                       id);
+    }
+    for (size_t i = 0; orders && orders->type == REDIS_REPLY_ARRAY && i + 1 < orders->elements;
+         i += 2) {
+        const redisReply *rec = orders->element[i + 1];
+        if (rec->type == REDIS_REPLY_STRING && strstr(rec->str, "\"status\":\"reserved\"")) {
+            int found = 0;
+            for (size_t j = 0; due && due->type == REDIS_REPLY_ARRAY && j + 1 < due->elements;
+                 j += 2)
+                found |= strcmp(due->element[j]->str, orders->element[i]->str) == 0;
+            if (!found)
+                sf_problem(rep, "segment %d: hold %s is not in the due set (it would never expire)",
+                           k, orders->element[i]->str);
+        }
+    }
+    (void)ndue;
     if (s != units)
         sf_problem(rep, "segment %d: s %lld != %lld units in live order records", k, s, units);
     if (o != live)
@@ -345,6 +419,40 @@ static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
     return 0;
 }
 
+/* SPEC §11, with a limit: no user holds more than the limit in live orders, and every live
+ * order of a user is counted in the user's entries (inv:2:{S}:users, field the user: a JSON
+ * object keyed by the order id's hex part), so the count can never let a user past it. */
+static int sf_check_users(sf_keys *sr, const char *sku, sf_report *rep)
+{
+    char key[512];
+    snprintf(key, sizeof key, "inv:2:{%s}:users", sku);
+    redisContext *c = sf_redis_for(sr, key, rep);
+    redisReply *h = c ? redisCommand(c, "HGETALL %s", key) : NULL;
+    if (h == NULL || h->type != REDIS_REPLY_ARRAY) {
+        sf_problem(rep, "HGETALL %s failed", key);
+        freeReplyObject(h);
+        return -1;
+    }
+    if (rep->users_overflow)
+        sf_problem(rep, "more than %d users: not all checked", SF_MAX_USERS);
+    for (int i = 0; i < rep->nusers; i++) {
+        const struct sf_user *u = &rep->users[i];
+        if (u->units > rep->limit)
+            sf_problem(rep, "user %s holds %lld units in live orders, over the limit %lld", u->user,
+                       u->units, rep->limit);
+        rep->max_user_units = u->units > rep->max_user_units ? u->units : rep->max_user_units;
+        const redisReply *v = sf_hfield(h, u->user);
+        json_t *e = v && v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+        for (int j = 0; j < u->nhex; j++)
+            if (!json_object_get(e, u->hex[j]))
+                sf_problem(rep, "user %s: live order %s... not in the user's entries", u->user,
+                           u->hex[j]);
+        json_decref(e);
+    }
+    freeReplyObject(h);
+    return 0;
+}
+
 int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
 {
     memset(rep, 0, sizeof *rep);
@@ -356,8 +464,8 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     char key[512];
     snprintf(key, sizeof key, "inv:2:{%s}:meta", sku);
     redisContext *c = sf_redis_for(&sr, key, rep);
-    redisReply *meta = c ? redisCommand(c, "HMGET %s version segments state", key) : NULL;
-    if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 3) {
+    redisReply *meta = c ? redisCommand(c, "HMGET %s version segments state limit", key) : NULL;
+    if (meta == NULL || meta->type != REDIS_REPLY_ARRAY || meta->elements != 4) {
         sf_problem(rep, "HMGET meta failed: %s", meta ? "bad reply" : c ? c->errstr : "");
         freeReplyObject(meta);
         goto out;
@@ -367,6 +475,9 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     rep->segments = (int)sf_reply_ll(meta->element[1], &ok);
     int rolling =
         meta->element[2]->type == REDIS_REPLY_STRING && strcmp(meta->element[2]->str, "p") == 0;
+    int lok = 1;
+    rep->limit =
+        meta->element[3]->type == REDIS_REPLY_STRING ? sf_reply_ll(meta->element[3], &lok) : 0;
     freeReplyObject(meta);
     if (ok && rolling)
         sf_problem(rep, "meta.state p: version %lld not rolled out to every segment", rep->version);
@@ -397,21 +508,22 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         redisAppendCommand(c, "HGETALL %s", cnt);
         redisAppendCommand(c, "HGETALL %s", orders);
         redisAppendCommand(c, "HGETALL %s", idem);
+        redisAppendCommand(c, "ZRANGE inv:2:{%s/%d}:due 0 -1 WITHSCORES", sku, k);
         redisAppendCommand(c, "EXEC");
         redisReply *x = NULL;
         int io = 0;
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < 8; i++) {
             void *r = NULL;
             if (redisGetReply(c, &r) != REDIS_OK) {
                 io = 1;
                 break;
             }
-            if (i == 6)
+            if (i == 7)
                 x = r;
             else
                 freeReplyObject(r);
         }
-        if (io || x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 5) {
+        if (io || x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 6) {
             sf_problem(rep, "segment %d: MULTI/EXEC failed: %s", k, io ? c->errstr : "bad reply");
             freeReplyObject(x);
             goto out;
@@ -425,6 +537,8 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     if (rep->sold != rep->stock_total - rep->remaining)
         sf_problem(rep, "sold %lld != stock_total %lld - remaining %lld", rep->sold,
                    rep->stock_total, rep->remaining);
+    if (rep->limit > 0 && sf_check_users(&sr, sku, rep) != 0)
+        goto out;
     rc = 0;
 out:
     sf_redis_close(&sr);
@@ -436,10 +550,12 @@ void sf_report_print(const char *what, const sf_report *rep)
     fprintf(stderr,
             "---- invariants %s: %s; found %d version %lld segments %d stock_total %lld "
             "remaining %lld sold %lld orders %lld (records: %lld live units, %lld live, %lld "
-            "cancelled), negative segments %d\n",
+            "cancelled, %lld expired; %lld units reserved in %lld holds, %lld confirmed), "
+            "negative segments %d, limit %lld (most units of a user %lld)\n",
             what, rep->ok ? "ok" : "FAILED", rep->found, rep->version, rep->segments,
             rep->stock_total, rep->remaining, rep->sold, rep->orders, rep->live_units,
-            rep->live_orders, rep->cancelled, rep->negative_segments);
+            rep->live_orders, rep->cancelled, rep->expired, rep->reserved, rep->reserved_orders,
+            rep->confirmed_orders, rep->negative_segments, rep->limit, rep->max_user_units);
     if (rep->nproblems > 0)
         fprintf(stderr, "%d problem(s):\n%s", rep->nproblems, rep->problems);
 }
