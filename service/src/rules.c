@@ -68,8 +68,8 @@ int rules_parse_time(const char *s, size_t len, int64_t *ms)
 {
     size_t i = 0;
     int y, mo, d, h, mi, sec, frac = 0;
-    if (!s || digits(s, len, &i, 4, &y) || expect(s, len, &i, '-') ||
-        digits(s, len, &i, 2, &mo) || expect(s, len, &i, '-') || digits(s, len, &i, 2, &d))
+    if (!s || digits(s, len, &i, 4, &y) || expect(s, len, &i, '-') || digits(s, len, &i, 2, &mo) ||
+        expect(s, len, &i, '-') || digits(s, len, &i, 2, &d))
         return -1;
     if (i >= len || (s[i] != 'T' && s[i] != 't'))
         return -1;

@@ -178,10 +178,8 @@ static void test_json(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_valid),
-        cmocka_unit_test(test_parse_invalid),
-        cmocka_unit_test(test_format),
-        cmocka_unit_test(test_round_trip_against_gmtime),
+        cmocka_unit_test(test_parse_valid), cmocka_unit_test(test_parse_invalid),
+        cmocka_unit_test(test_format),      cmocka_unit_test(test_round_trip_against_gmtime),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests_name("rules", tests, NULL, NULL);
