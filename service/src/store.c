@@ -46,6 +46,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_IDEM_TAKEOVER] = STORE_LUA_IDEM_TAKEOVER,
         [SCRIPT_IDEM_SWAP] = STORE_LUA_IDEM_SWAP,
         [SCRIPT_VER_RAISE] = STORE_LUA_VER_RAISE,
+        [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -95,6 +96,11 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
 void store_sku_key(char *buf, const char *sku, const char *suffix)
 {
     snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
+}
+
+const char *store_registry_key(void)
+{
+    return STORE_KEY_PREFIX "skus";
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

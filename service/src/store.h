@@ -33,6 +33,7 @@ enum store_script {
     SCRIPT_IDEM_TAKEOVER,
     SCRIPT_IDEM_SWAP,
     SCRIPT_VER_RAISE,
+    SCRIPT_PATCH_RULES,
     SCRIPT_COUNT
 };
 
@@ -67,6 +68,11 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
+
+/* The SKU registry's key, "inv:2:skus": a set of the SKU names a PUT created (docs/design.md).
+ * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.
+ * Static string. */
+const char *store_registry_key(void);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ----
  *

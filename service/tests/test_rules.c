@@ -149,7 +149,7 @@ static void test_round_trip_against_gmtime(void **state)
         if (i < 1000) /* near the ends and the leap days too */
             ms = i % 2 ? RULES_TIME_MAX - (int64_t)(x % 400000000000ULL)
                        : 1 + (int64_t)(x % 1000000000000ULL);
-        char buf[32], want[40];
+        char buf[32], want[80];
         rules_format_time(ms, buf);
         time_t t = (time_t)(ms / 1000);
         struct tm tm;
