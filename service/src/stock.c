@@ -181,6 +181,21 @@ static void on_admin_acked(void *arg, long long got)
     admin_end(a);
 }
 
+/* A write's admin (PUT, PATCH, restock, DELETE: its 2xx waits for --redis-replica-acks) with
+ * its {sku} checked; NULL when it is already answered (out of memory, a bad name). */
+static struct admin *admin_write_new(struct areq *ar)
+{
+    struct admin *a = admin_new(ar);
+    if (!a)
+        return NULL;
+    a->write = 1;
+    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return NULL;
+    }
+    return a;
+}
+
 static void admin_down(struct admin *a)
 {
     redis_down(&a->ar->res, a->why);
@@ -546,14 +561,9 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
 void stock_put_async(struct areq *ar)
 {
     const struct request *req = &ar->req;
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     struct validate_put_sku body;
     struct validate_error verr;
     if (validate_put_sku_body(req->body, req->body_len, &body, &verr) != 0) {
@@ -636,14 +646,9 @@ static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr
 void stock_patch_async(struct areq *ar)
 {
     const struct request *req = &ar->req;
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     struct validate_patch_rules body;
     struct validate_error verr;
     if (validate_patch_rules_body(req->body, req->body_len, &body, &verr) != 0) {
@@ -862,14 +867,9 @@ static void on_restock_begin(lc_status st, const redisReply *r, const char *errs
 void stock_restock_async(struct areq *ar)
 {
     const struct request *req = &ar->req;
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     struct validate_restock body;
     struct validate_error verr;
     if (validate_restock_body(req->body, req->body_len, &body, &verr) != 0) {
@@ -966,14 +966,9 @@ static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr
 
 void stock_delete_async(struct areq *ar)
 {
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], users[STORE_KEY_MAX];
     store_sku_key(meta, a->sku, "meta");
     store_sku_key(ver, a->sku, "ver");

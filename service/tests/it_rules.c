@@ -40,7 +40,7 @@ static int group_setup(void **state)
     return svc_acks != NULL ? 0 : -1;
 }
 
-static void sku_path(char *path, size_t len, const char *sku)
+static void rules_sku_path(char *path, size_t len, const char *sku)
 {
     snprintf(path, len, "/api/v1/skus/%s", sku);
 }
@@ -49,7 +49,7 @@ static void sku_path(char *path, size_t len, const char *sku)
 static int patch(int p, const char *sku, const char *body, sf_resp *r)
 {
     char path[160];
-    sku_path(path, sizeof path, sku);
+    rules_sku_path(path, sizeof path, sku);
     return sf_json_request(NULL, p, "PATCH", path, RU_TOKEN, NULL, body, r);
 }
 
@@ -85,7 +85,7 @@ static void test_put_rules_and_get(void **state)
     (void)state;
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "ru-put");
-    sku_path(path, sizeof path, sku);
+    rules_sku_path(path, sizeof path, sku);
     sf_resp r = {0};
     sf_json_request(NULL, port, "PUT", path, RU_TOKEN, NULL,
                     "{\"stock\":10,\"segments\":2,\"limit_per_user\":2,"
@@ -227,7 +227,7 @@ static void test_patch_refusals(void **state)
 
     /* Deleted: 404 too, and nothing written. */
     SF_PUT_SKU(port, RU_TOKEN, sku, 5, 1);
-    sku_path(path, sizeof path, sku);
+    rules_sku_path(path, sizeof path, sku);
     sf_json_request(NULL, port, "DELETE", path, RU_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 204);
     patch(port, sku, "{\"limit_per_user\":1}", &r);
@@ -338,7 +338,7 @@ static void test_reserved_counter(void **state)
     /* A damaged r is a damaged counter: 503, never read as 0. */
     static const char *const damaged[] = {"4.0", " 4", "1e3", "x"};
     char path[160];
-    sku_path(path, sizeof path, sku);
+    rules_sku_path(path, sizeof path, sku);
     for (size_t i = 0; i < sizeof damaged / sizeof damaged[0]; i++) {
         x = rf_command(gf_redis, "HSET inv:2:{%s/%d}:cnt r %s", sku, k, damaged[i]);
         freeReplyObject(x);
@@ -358,7 +358,7 @@ static void test_registry_and_users_key(void **state)
     (void)state;
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "ru-reg");
-    sku_path(path, sizeof path, sku);
+    rules_sku_path(path, sizeof path, sku);
     SF_ASSERT_EQ(rf_integer(gf_redis, "SISMEMBER inv:2:skus %s", sku), 0);
     /* A refused PUT registers nothing. */
     sf_resp r = {0};

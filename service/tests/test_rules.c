@@ -116,7 +116,7 @@ static void test_parse_invalid(void **state)
     assert_int_equal(rules_parse_time(nul, sizeof(nul) - 1, &ms), -1);
 }
 
-static void test_format(void **state)
+static void test_format_time(void **state)
 {
     (void)state;
     char buf[32];
@@ -179,7 +179,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid), cmocka_unit_test(test_parse_invalid),
-        cmocka_unit_test(test_format),      cmocka_unit_test(test_round_trip_against_gmtime),
+        cmocka_unit_test(test_format_time), cmocka_unit_test(test_round_trip_against_gmtime),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests_name("rules", tests, NULL, NULL);
