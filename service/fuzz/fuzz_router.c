@@ -97,9 +97,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data, size);
     buf[size] = '\0';
 
-    static const enum http_method methods[] = {HTTP_OTHER, HTTP_GET, HTTP_HEAD,
-                                               HTTP_POST,  HTTP_PUT, HTTP_DELETE};
-    enum http_method m = methods[(unsigned char)buf[0] % 6];
+    static const enum http_method methods[] = {HTTP_OTHER, HTTP_GET,    HTTP_HEAD, HTTP_POST,
+                                               HTTP_PUT,   HTTP_DELETE, HTTP_PATCH};
+    enum http_method m = methods[(unsigned char)buf[0] % 7];
     size_t pos = 1;
     char *path = field(buf, size, &pos);
     char *auth = field(buf, size, &pos);

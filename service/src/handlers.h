@@ -14,7 +14,8 @@
  *   dashboard.c   dashboard_get
  *   probe.c       probe_healthz, probe_metrics, probe_readyz_answer
  *   probe_async.c probe_readyz_async
- *   stock.c       stock_put_async, stock_get_async, stock_delete_async, stock_restock_async
+ *   stock.c       stock_put_async, stock_get_async, stock_delete_async, stock_restock_async,
+ *                 stock_patch_async
  *   order_fsm.c   order_create_async
  *   order.c       order_get_async, order_cancel_async, order_confirm_async
  */
@@ -50,6 +51,8 @@ void stock_get_async(struct areq *ar);
 void stock_delete_async(struct areq *ar);
 /* POST /api/v1/skus/{sku}/restock (admin). */
 void stock_restock_async(struct areq *ar);
+/* PATCH /api/v1/skus/{sku} (admin): change the SKU's sale rules alone (SPEC §11). */
+void stock_patch_async(struct areq *ar);
 
 /* POST /api/v1/orders: the order state machine (order_fsm.c). */
 void order_create_async(struct areq *ar);

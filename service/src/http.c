@@ -195,6 +195,8 @@ static enum http_method method_of(const char *m)
         return HTTP_PUT;
     if (strcmp(m, MHD_HTTP_METHOD_DELETE) == 0)
         return HTTP_DELETE;
+    if (strcmp(m, MHD_HTTP_METHOD_PATCH) == 0)
+        return HTTP_PATCH;
     return HTTP_OTHER;
 }
 

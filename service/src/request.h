@@ -16,7 +16,16 @@
 /* Longest X-Request-Id taken from a trusted proxy (http.h says which ids are taken). */
 #define REQUEST_ID_MAX 128
 
-enum http_method { HTTP_OTHER = 0, HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_DELETE };
+enum http_method {
+    HTTP_OTHER = 0,
+    HTTP_GET,
+    HTTP_HEAD,
+    HTTP_POST,
+    HTTP_PUT,
+    HTTP_DELETE,
+    HTTP_PATCH,
+    HTTP_METHOD_LAST = HTTP_PATCH /* the last one: tests loop over them all */
+};
 
 struct request {
     enum http_method method;

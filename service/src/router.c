@@ -33,6 +33,8 @@ static const struct router_row rows[] = {
      .audit_action = "sku_put", .audit_target = "sku"},
     {HTTP_DELETE, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_delete_async,
      .audit_action = "sku_delete", .audit_target = "sku"},
+    {HTTP_PATCH, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_patch_async,
+     .audit_action = "sku_patch", .audit_target = "sku"},
     {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES,
      .start = stock_restock_async, .audit_action = "sku_restock", .audit_target = "sku"},
 };
@@ -45,8 +47,11 @@ const struct router_row *router_rows(size_t *n)
     return rows;
 }
 
-static const char *const method_names[] = {
-    [HTTP_GET] = "GET", [HTTP_POST] = "POST", [HTTP_PUT] = "PUT", [HTTP_DELETE] = "DELETE"};
+static const char *const method_names[] = {[HTTP_GET] = "GET",
+                                           [HTTP_POST] = "POST",
+                                           [HTTP_PUT] = "PUT",
+                                           [HTTP_DELETE] = "DELETE",
+                                           [HTTP_PATCH] = "PATCH"};
 
 /* The Allow header of each path, at the index of its first row: its rows' methods in table
  * order, HEAD after GET. Made once (allow_once). */

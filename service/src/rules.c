@@ -1,20 +1,148 @@
-/* A SKU's sale rules: their times as text; see rules.h. */
+/*
+ * rules — see rules.h: RFC 3339 times to and from ms since the epoch, and the rules as JSON.
+ * The calendar arithmetic is the proleptic Gregorian day count of H. Hinnant's
+ * days_from_civil / civil_from_days: no libc time zone state, so it is the same on every
+ * thread and in every TZ.
+ */
 #include <stdio.h>
-#include <string.h>
-#include <time.h>
 
 #include "rules.h"
 
+#define MS_PER_DAY 86400000LL
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; y >= 1). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = y / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* The date of day z (days since 1970-01-01, z >= 0). */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = z / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static int days_in_month(int64_t y, int m)
+{
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m == 2 && leap ? 29 : days[m - 1];
+}
+
+/* Reads n decimal digits at s[*i] (within len) into *out; advances *i. 0, or -1. */
+static int digits(const char *s, size_t len, size_t *i, int n, int *out)
+{
+    int v = 0;
+    for (int k = 0; k < n; k++, (*i)++) {
+        if (*i >= len || s[*i] < '0' || s[*i] > '9')
+            return -1;
+        v = v * 10 + (s[*i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* The character c at s[*i], advancing past it; 0, or -1 when another is there. */
+static int expect(const char *s, size_t len, size_t *i, char c)
+{
+    if (*i >= len || s[*i] != c)
+        return -1;
+    (*i)++;
+    return 0;
+}
+
+int rules_parse_time(const char *s, size_t len, int64_t *ms)
+{
+    size_t i = 0;
+    int y, mo, d, h, mi, sec, frac = 0;
+    if (!s || digits(s, len, &i, 4, &y) || expect(s, len, &i, '-') || digits(s, len, &i, 2, &mo) ||
+        expect(s, len, &i, '-') || digits(s, len, &i, 2, &d))
+        return -1;
+    if (i >= len || (s[i] != 'T' && s[i] != 't'))
+        return -1;
+    i++;
+    if (digits(s, len, &i, 2, &h) || expect(s, len, &i, ':') || digits(s, len, &i, 2, &mi) ||
+        expect(s, len, &i, ':') || digits(s, len, &i, 2, &sec))
+        return -1;
+    if (i < len && s[i] == '.') {
+        i++;
+        int n = 0;
+        for (; i < len && s[i] >= '0' && s[i] <= '9'; i++, n++)
+            if (n < 3)
+                frac = frac * 10 + (s[i] - '0');
+        if (n == 0 || n > 9)
+            return -1;
+        for (; n < 3; n++)
+            frac *= 10;
+    }
+    int64_t offset_min = 0;
+    if (i < len && (s[i] == 'Z' || s[i] == 'z')) {
+        i++;
+    } else if (i < len && (s[i] == '+' || s[i] == '-')) {
+        int sign = s[i] == '-' ? -1 : 1, oh, om;
+        i++;
+        if (digits(s, len, &i, 2, &oh) || expect(s, len, &i, ':') || digits(s, len, &i, 2, &om) ||
+            oh > 23 || om > 59)
+            return -1;
+        offset_min = sign * (oh * 60 + om);
+    } else {
+        return -1;
+    }
+    if (i != len || y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 ||
+        d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59)
+        return -1;
+    int64_t t = days_from_civil(y, mo, d) * MS_PER_DAY +
+                ((int64_t)h * 3600 + (int64_t)mi * 60 + sec - offset_min * 60) * 1000 + frac;
+    if (t < RULES_TIME_MIN || t > RULES_TIME_MAX)
+        return -1;
+    *ms = t;
+    return 0;
+}
+
 void rules_format_time(int64_t ms, char out[32])
 {
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char buf[64];
-    int n = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
-    if (n < 0 || n > 31) /* a year past 9999: not a time the service writes */
-        n = 0;
-    memcpy(out, buf, (size_t)n);
-    out[n] = '\0';
+    if (ms < 0)
+        ms = 0;
+    if (ms > RULES_TIME_MAX)
+        ms = RULES_TIME_MAX;
+    int64_t days = ms / MS_PER_DAY, rest = ms % MS_PER_DAY, y;
+    int m, d;
+    civil_from_days(days, &y, &m, &d);
+    /* Each field reduced to its width, so the compiler sees the text fits (24 bytes). */
+    snprintf(out, 32, "%04u-%02u-%02uT%02u:%02u:%02u.%03uZ", (unsigned)(y % 10000),
+             (unsigned)m % 100u, (unsigned)d % 100u, (unsigned)(rest / 3600000 % 100),
+             (unsigned)(rest / 60000 % 60), (unsigned)(rest / 1000 % 60), (unsigned)(rest % 1000));
+}
+
+/* A time member: the RFC 3339 string, or null for 0. */
+static json_t *time_json(int64_t ms)
+{
+    if (ms == 0)
+        return json_null();
+    char buf[32];
+    rules_format_time(ms, buf);
+    return json_string(buf);
+}
+
+int rules_to_json(const struct sku_rules *r, json_t *obj)
+{
+    int rc = 0;
+    rc |= json_object_set_new(obj, RULES_J_LIMIT, json_integer((json_int_t)r->limit_per_user));
+    rc |= json_object_set_new(obj, RULES_J_START, time_json(r->sale_start_ms));
+    rc |= json_object_set_new(obj, RULES_J_END, time_json(r->sale_end_ms));
+    rc |= json_object_set_new(obj, RULES_J_TTL, json_integer((json_int_t)r->ttl_s));
+    return rc ? -1 : 0;
 }

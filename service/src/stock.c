@@ -5,6 +5,10 @@
  * the areq back and frees it); its steps are chained callbacks (on_<what came back>) over the
  * asynchronous store and layout.c's asynchronous settle, one Redis step in flight at a time.
  *
+ * PATCH changes the SKU's sale rules alone (rules.h), in one script that merges, checks and
+ * writes them: nothing else of the SKU moves. PUT registers the SKU in the registry
+ * (store_registry_key) before its meta write, DELETE unregisters it after its own.
+ *
  * PUT, DELETE and restock write their intent to the SKU's meta in one atomic step and then
  * settle the segments (layout.c); an interrupted one is completed by whoever next meets it. An
  * order that began under an older version fails its version check at commit and is retried
@@ -28,6 +32,7 @@
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
+#include "rules.h"
 #include "skucache.h"
 #include "stock.h"
 #include "store.h"
@@ -108,7 +113,8 @@ struct admin {
     char answer[512];                                             /* PUT: the stored answer */
     int replay;
     char segs[24], stock[24];
-    long long rid, qty; /* restock */
+    struct sku_rules rules; /* PUT: the body's rules */
+    long long rid, qty;     /* restock */
     char pending[64];
     int write;                /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
     int waited;               /* that WAIT was done */
@@ -175,6 +181,21 @@ static void on_admin_acked(void *arg, long long got)
     admin_end(a);
 }
 
+/* A write's admin (PUT, PATCH, restock, DELETE: its 2xx waits for --redis-replica-acks) with
+ * its {sku} checked; NULL when it is already answered (out of memory, a bad name). */
+static struct admin *admin_write_new(struct areq *ar)
+{
+    struct admin *a = admin_new(ar);
+    if (!a)
+        return NULL;
+    a->write = 1;
+    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
+        admin_end(a);
+        return NULL;
+    }
+    return a;
+}
+
 static void admin_down(struct admin *a)
 {
     redis_down(&a->ar->res, a->why);
@@ -216,7 +237,8 @@ static void admin_unknown(struct admin *a, const char *why)
 
 static void status_read(struct admin *a);
 
-/* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders);
+/* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders,
+ * reserved), with the layout's sale rules;
  * 1 done, -1 error, 0 a segment is behind the layout's version, 2 a segment is ahead of it
  * (*off: that segment). */
 static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
@@ -226,7 +248,7 @@ static int status_build(struct admin *a, const char *failed, const struct store_
     if (failed || n != a->l.segments)
         return -1;
     for (int k = 0; k < n; k++)
-        if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 5)
+        if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 6)
             return -1;
     for (int k = 0; k < n; k++) {
         *off = k;
@@ -235,7 +257,7 @@ static int status_build(struct admin *a, const char *failed, const struct store_
         if (items[k].e[1] > a->l.version)
             return 2;
     }
-    long long total = 0, remaining = 0, sold = 0, orders = 0;
+    long long total = 0, remaining = 0, sold = 0, orders = 0, reserved = 0;
     json_t *segs = json_array();
     for (int k = 0; k < n; k++) {
         const long long *e = items[k].e;
@@ -243,13 +265,20 @@ static int status_build(struct admin *a, const char *failed, const struct store_
         remaining += e[0];
         sold += e[3];
         orders += e[4];
-        json_array_append_new(segs, json_pack("{s:i, s:I, s:I}", "index", k, "remaining",
-                                              (json_int_t)e[0], "sold", (json_int_t)e[3]));
+        reserved += e[5];
+        json_array_append_new(segs, json_pack("{s:i, s:I, s:I, s:I}", "index", k, "remaining",
+                                              (json_int_t)e[0], "sold", (json_int_t)e[3],
+                                              "reserved", (json_int_t)e[5]));
     }
-    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", a->sku, "version",
-                     (json_int_t)a->l.version, "stock_total", (json_int_t)total, "remaining",
-                     (json_int_t)remaining, "sold", (json_int_t)sold, "orders", (json_int_t)orders,
-                     "sold_out", remaining == 0, "segments", segs);
+    *out =
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", a->sku, "version",
+                  (json_int_t)a->l.version, "stock_total", (json_int_t)total, "remaining",
+                  (json_int_t)remaining, "sold", (json_int_t)sold, "reserved", (json_int_t)reserved,
+                  "orders", (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
+    if (*out && rules_to_json(&a->l.rules, *out) != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
     return *out ? 1 : -1;
 }
 
@@ -370,6 +399,8 @@ void stock_get_async(struct areq *ar)
 
 /* ---- PUT ---- */
 
+static void put_end(struct admin *a);
+
 /* A replay's check of the segments (--redis-replica-acks): every segment read at the layout's
  * version, on the connections the 2xx's WAITs then go on. */
 static void put_on_replay_checked(struct admin *a, int found, json_t *st)
@@ -392,7 +423,37 @@ static void put_on_replay_checked(struct admin *a, int found, json_t *st)
     }
     log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s (Idempotency-Key replay)",
             a->sku, a->segs, a->stock);
+    put_end(a);
+}
+
+static void on_reregistered(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "sku_registry",
+                "sku %s: adding it to the registry again after its write: %s", a->sku, errstr);
     admin_end(a);
+}
+
+/* SADD of a->sku to the registry, then cb. */
+static void registry_add(struct admin *a, lc_async_reply_fn cb)
+{
+    const char *argv[3] = {"SADD", store_registry_key(), a->sku};
+    store_command_async(a->ar->lc, a->ar, 3, argv, cb, a);
+}
+
+/* A PUT that wrote the SKU adds it to the registry once more, best effort: a DELETE that
+ * unregistered it between the PUT's first SADD and its meta write (the registry is another
+ * slot, so nothing orders the two) would otherwise leave a live SKU out of it. */
+static void put_end(struct admin *a)
+{
+    if (a->ar->res.status / 100 != 2) {
+        admin_end(a);
+        return;
+    }
+    registry_add(a, on_reregistered);
 }
 
 static void put_on_settled(void *arg, int found, struct layout *l)
@@ -422,7 +483,7 @@ static void put_on_settled(void *arg, int found, struct layout *l)
     }
     log_msg(CONFIG_LOG_INFO, "sku_put", "sku %s: %s segments, stock %s%s", a->sku, a->segs,
             a->stock, a->replay ? " (Idempotency-Key replay)" : "");
-    admin_end(a);
+    put_end(a);
 }
 
 static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -448,18 +509,61 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
     layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, put_on_settled, a);
 }
 
-/* The answer of a PUT: the stored "<status> <body>" of the meta script. */
+/* The PUT's meta write (PUT_META), once the SKU is in the registry. */
+static void on_registered(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK) {
+        /* Nothing of the SKU is written (at most a registry entry of a SKU that may not
+         * exist, which every reader of the registry expects): a plain 503. */
+        admin_why(a, errstr);
+        admin_down(a);
+        return;
+    }
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], users[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    store_sku_key(ver, a->sku, "ver");
+    store_sku_key(rst, a->sku, "rst");
+    store_sku_key(users, a->sku, "users");
+    char limit[24], start[24], end[24], ttl[24], members[256] = "";
+    const struct sku_rules *ru = &a->rules;
+    snprintf(limit, sizeof(limit), "%lld", ru->limit_per_user);
+    snprintf(start, sizeof(start), "%" PRId64, ru->sale_start_ms);
+    snprintf(end, sizeof(end), "%" PRId64, ru->sale_end_ms);
+    snprintf(ttl, sizeof(ttl), "%lld", ru->ttl_s);
+    /* The answer's rule members, as rules_to_json writes them ('{' and '}' cut off). */
+    json_t *o = json_object();
+    char *text =
+        o && rules_to_json(ru, o) == 0 ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    size_t n = text ? strlen(text) : 0;
+    if (n < 2 || n - 2 >= sizeof(members)) {
+        free(text);
+        admin_why(a, "out of memory");
+        admin_down(a);
+        return;
+    }
+    memcpy(members, text + 1, n - 2);
+    members[n - 2] = '\0';
+    free(text);
+    const char *keys[5] = {meta, ver, rst, a->key ? a->claim : meta, users};
+    const char *args[10] = {
+        a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS, limit, start,
+        end,     ttl,      members};
+    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 5, keys, 10, args,
+                       on_put_meta, a);
+}
+
+/* The answer of a PUT: the stored "<status> <body>" of the meta script. The SKU goes into the
+ * registry first, so that a SKU in meta is always in the registry (docs/design.md). */
 void stock_put_async(struct areq *ar)
 {
     const struct request *req = &ar->req;
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     struct validate_put_sku body;
     struct validate_error verr;
     if (validate_put_sku_body(req->body, req->body_len, &body, &verr) != 0) {
@@ -471,16 +575,102 @@ void stock_put_async(struct areq *ar)
         admin_end(a);
         return;
     }
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
-    store_sku_key(meta, a->sku, "meta");
-    store_sku_key(ver, a->sku, "ver");
-    store_sku_key(rst, a->sku, "rst");
     snprintf(a->segs, sizeof(a->segs), "%" PRId64, body.segments);
     snprintf(a->stock, sizeof(a->stock), "%" PRId64, body.stock);
-    const char *keys[4] = {meta, ver, rst, a->key ? a->claim : meta};
-    const char *args[5] = {a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS};
-    store_script_async(a->app->store, ar->lc, ar, SCRIPT_PUT_META, 4, keys, 5, args, on_put_meta,
-                       a);
+    a->rules = body.rules;
+    registry_add(a, on_registered);
+}
+
+/* ---- PATCH (the sale rules) ---- */
+
+static const char *const unknown_patch =
+    "the stock store failed after the PATCH reached it: it may be applied; read the SKU, or "
+    "send the same PATCH again (it sets the same rules)";
+
+static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct admin *a = arg;
+    struct response *res = &a->ar->res;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        admin_why(a, errstr);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        if (st == LC_EIO || st == LC_OK)
+            admin_unknown(a, unknown_patch);
+        else
+            redis_down(res, a->why); /* refused (a damaged number) or never sent */
+        admin_end(a);
+        return;
+    }
+    long long code = r->element[0]->integer;
+    if (code == STORE_PATCH_NONE) {
+        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
+    } else if (code == STORE_PATCH_INVALID && r->elements == 3) {
+        char start[32], end[32], msg[200];
+        rules_format_time(store_reply_int(r->element[1], 0), start);
+        rules_format_time(store_reply_int(r->element[2], 0), end);
+        snprintf(msg, sizeof(msg),
+                 "sale_end: must be after sale_start (with this PATCH the SKU's would be %s and "
+                 "%s); nothing was changed",
+                 start, end);
+        response_error(res, ERROR_INVALID_REQUEST, msg);
+    } else if (code == STORE_PATCH_OK && r->elements == 5) {
+        struct sku_rules ru = {
+            .limit_per_user = store_reply_int(r->element[1], 0),
+            .sale_start_ms = store_reply_int(r->element[2], 0),
+            .sale_end_ms = store_reply_int(r->element[3], 0),
+            .ttl_s = store_reply_int(r->element[4], 0),
+        };
+        skucache_forget(a->app->cache, a->sku);
+        json_t *body = json_pack("{s:s}", "sku", a->sku);
+        if (!body || rules_to_json(&ru, body) != 0) {
+            json_decref(body);
+            response_error(res, ERROR_INTERNAL, "out of memory");
+        } else {
+            response_json(res, 200, body);
+            log_msg(CONFIG_LOG_INFO, "sku_patch",
+                    "sku %s: limit_per_user %lld, sale %" PRId64 "..%" PRId64
+                    " ms, reservation_ttl_s %lld",
+                    a->sku, ru.limit_per_user, ru.sale_start_ms, ru.sale_end_ms, ru.ttl_s);
+        }
+    } else {
+        admin_why(a, "patch_rules: unexpected reply");
+        admin_unknown(a, unknown_patch);
+    }
+    admin_end(a);
+}
+
+/* PATCH /api/v1/skus/{sku}: the given rule fields replace the SKU's, atomically (PATCH_RULES),
+ * and the merged rules are the answer. */
+void stock_patch_async(struct areq *ar)
+{
+    const struct request *req = &ar->req;
+    struct admin *a = admin_write_new(ar);
+    if (!a)
+        return;
+    struct validate_patch_rules body;
+    struct validate_error verr;
+    if (validate_patch_rules_body(req->body, req->body_len, &body, &verr) != 0) {
+        response_error(&ar->res, verr.code, verr.message);
+        admin_end(a);
+        return;
+    }
+    char meta[STORE_KEY_MAX], v[4][24];
+    store_sku_key(meta, a->sku, "meta");
+    const struct sku_rules *ru = &body.rules;
+    const long long vals[4] = {ru->limit_per_user, ru->sale_start_ms, ru->sale_end_ms, ru->ttl_s};
+    static const unsigned bits[4] = {VALIDATE_RULE_LIMIT, VALIDATE_RULE_START, VALIDATE_RULE_END,
+                                     VALIDATE_RULE_TTL};
+    for (int i = 0; i < 4; i++)
+        if (body.fields & bits[i])
+            snprintf(v[i], sizeof(v[i]), "%lld", vals[i]);
+        else
+            v[i][0] = '\0';
+    const char *keys[1] = {meta};
+    const char *args[4] = {v[0], v[1], v[2], v[3]};
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_PATCH_RULES, 1, keys, 4, args,
+                       on_patch_rules, a);
 }
 
 /* ---- restock ---- */
@@ -677,14 +867,9 @@ static void on_restock_begin(lc_status st, const redisReply *r, const char *errs
 void stock_restock_async(struct areq *ar)
 {
     const struct request *req = &ar->req;
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
     struct validate_restock body;
     struct validate_error verr;
     if (validate_restock_body(req->body, req->body_len, &body, &verr) != 0) {
@@ -709,6 +894,19 @@ void stock_restock_async(struct areq *ar)
 
 /* ---- DELETE ---- */
 
+static void delete_on_readded(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "sku_registry",
+                "sku %s: a PUT came after the DELETE, and adding it back to the registry "
+                "failed: %s",
+                a->sku, errstr);
+    admin_end(a);
+}
+
 static void delete_on_settled(void *arg, int found, struct layout *l)
 {
     struct admin *a = arg;
@@ -716,7 +914,28 @@ static void delete_on_settled(void *arg, int found, struct layout *l)
         log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", a->sku,
                 l->why);
     a->ar->res.status = 204;
+    if (found > 0) {
+        /* A PUT wrote the SKU again after this DELETE (its SADD may have come before this
+         * SREM): it stays in the registry. */
+        registry_add(a, delete_on_readded);
+        return;
+    }
     admin_end(a);
+}
+
+static void on_unregistered(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "sku_registry",
+                "sku %s: deleted, but removing it from the registry failed (readers of the "
+                "registry skip SKUs that do not exist): %s",
+                a->sku, errstr);
+    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
+     * next settle when this one fails. */
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
 }
 
 static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -741,26 +960,21 @@ static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr
         admin_end(a);
         return;
     }
-    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
-     * next settle when this one fails. */
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
+    const char *argv[3] = {"SREM", store_registry_key(), a->sku};
+    store_command_async(a->ar->lc, a->ar, 3, argv, on_unregistered, a);
 }
 
 void stock_delete_async(struct areq *ar)
 {
-    struct admin *a = admin_new(ar);
+    struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    a->write = 1;
-    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX];
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], users[STORE_KEY_MAX];
     store_sku_key(meta, a->sku, "meta");
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
-    const char *keys[3] = {meta, ver, rst};
-    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 3, keys, 0, NULL,
+    store_sku_key(users, a->sku, "users");
+    const char *keys[4] = {meta, ver, rst, users};
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 4, keys, 0, NULL,
                        on_delete_meta, a);
 }

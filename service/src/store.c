@@ -51,6 +51,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_USER_RESERVE] = STORE_LUA_USER_RESERVE,
         [SCRIPT_USER_RESOLVE] = STORE_LUA_USER_RESOLVE,
         [SCRIPT_USER_RELEASE] = STORE_LUA_USER_RELEASE,
+        [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -104,9 +105,9 @@ void store_sku_key(char *buf, const char *sku, const char *suffix)
     snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
 }
 
-void store_registry_key(char *buf)
+const char *store_registry_key(void)
 {
-    snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "skus");
+    return STORE_KEY_PREFIX "skus";
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

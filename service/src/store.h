@@ -38,6 +38,7 @@ enum store_script {
     SCRIPT_USER_RESERVE,
     SCRIPT_USER_RESOLVE,
     SCRIPT_USER_RELEASE,
+    SCRIPT_PATCH_RULES,
     SCRIPT_COUNT
 };
 
@@ -74,9 +75,10 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
 
-/* Writes the SKU registry's key, "inv:2:skus" (a set of every SKU's name: PUT adds, DELETE
- * removes), into buf (STORE_KEY_MAX). */
-void store_registry_key(char *buf);
+/* The SKU registry's key, "inv:2:skus": a set of the SKU names a PUT created (docs/design.md).
+ * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.
+ * Static string. */
+const char *store_registry_key(void);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ----
  *

@@ -7,10 +7,13 @@
  *
  * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
  * {S/k}, so every script below touches one Redis Cluster slot:
- *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq}   the SKU's layout:
+ *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, limit, sale_start,
+ *                         sale_end, ttl}   the SKU's layout and sale rules (rules.h):
  *                         state "p" while the layout is being rolled out to the segments, "r"
  *                         once every segment carries it; hwm = segments whose keys may exist;
  *                         segments 0 = deleted
+ *   inv:2:skus              set of SKU names (no hash tag: a slot of its own)   the registry:
+ *                         PUT adds before its meta write, DELETE removes after its own
  *   inv:2:{S}:ver           integer                        version counter (survives DELETE)
  *   inv:2:{S}:rst           hash rid -> "version:units"    restocks not yet applied everywhere
  *   inv:2:{S}:rres:<rid>    string (24 h)                  restock rid was applied everywhere
@@ -23,14 +26,15 @@
  *   inv:2:{S/k}:sver        integer                        version segment k belongs to (kept as
  *                                                        a tombstone when k is dropped)
  *   inv:2:{S/k}:cnt         hash {t, s, o, r}              units stocked, units sold, live orders,
- *                         units in holds (reserved)
+ *                                                        units in reserved orders (part of s)
  *   inv:2:{S/k}:orders      hash order id -> order JSON    order records of segment k
  *   inv:2:{S/k}:idem        hash idempotency key -> id     written atomically with the order
  *   inv:2:{S/k}:rst         set of rid                     restocks applied to segment k
  *   inv:2:{S/k}:due         zset order id, score expiry    the segment's live holds (Redis ms)
  *   inv:2:{S/k}:give        zset hex+user, score when      give-backs to users' counts not yet
  *                         applied (an ended order of a user: docs/design.md "Per-user limits")
- *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit)
+ *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
+ *                         PUT and DELETE delete it with the orders it counted
  *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
  * Every script reads and checks all it needs before its first write: Redis does not roll a
@@ -51,6 +55,14 @@
 
 /* The atomic strategy's commit: the same script without any lock (lua/commit_body.lua). */
 #define STORE_LUA_COMMIT_ATOMIC STORE_LUA_COMMIT_BODY
+
+/* lua/patch_rules.lua: {code, ...}. */
+/* {1, limit, sale_start, sale_end, ttl}: merged and written */
+#define STORE_PATCH_OK 1
+/* {0}: no such SKU, or deleted */
+#define STORE_PATCH_NONE 0
+/* {-1, sale_start, sale_end}: the merged window is empty; nothing written */
+#define STORE_PATCH_INVALID (-1)
 
 /* lua/restock_state.lua: where a restock stands. */
 /* neither: a PUT or DELETE dropped it before it was applied */

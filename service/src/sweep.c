@@ -161,26 +161,26 @@ struct sweep {
     int registry_busy, clock_busy;
 };
 
-struct call {
+struct sweep_call {
     struct sweep *sw;
     struct sweep_sku *s;
     int k;
     int64_t sent;
 };
 
-static struct call *call_new(struct sweep *sw, struct sweep_sku *s, int k)
+static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, int k)
 {
-    struct call *c = calloc(1, sizeof(*c));
+    struct sweep_call *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    *c = (struct call){sw, s, k, clock_mono_ms()};
+    *c = (struct sweep_call){sw, s, k, clock_mono_ms()};
     sw->inflight++;
     if (s)
         s->inflight++;
     return c;
 }
 
-static void call_end(struct call *c)
+static void sweep_call_end(struct sweep_call *c)
 {
     c->sw->inflight--;
     if (c->s)
@@ -220,21 +220,21 @@ static int sku_resize(struct sweep_sku *s, int n)
     return 0;
 }
 
-static void on_layout(void *arg, int found, struct layout *l)
+static void on_sku_layout(void *arg, int found, struct layout *l)
 {
-    struct call *c = arg;
+    struct sweep_call *c = arg;
     struct sweep_sku *s = c->s;
     if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0)
         s->rules = l->rules;
-    call_end(c);
+    sweep_call_end(c);
 }
 
 static void on_registry(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
-    struct call *c = arg;
+    struct sweep_call *c = arg;
     struct sweep *sw = c->sw;
     sw->registry_busy = 0;
-    call_end(c);
+    sweep_call_end(c);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
         if (st != LC_ESTATE)
             log_msg(CONFIG_LOG_WARN, "sweep_failed", "reading the SKU registry: %s",
@@ -286,16 +286,16 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
         i++;
         if (!s->seen || s->inflight > 0)
             continue;
-        struct call *lc = call_new(sw, s, -1);
+        struct sweep_call *lc = sweep_call_new(sw, s, -1);
         if (lc)
-            layout_read_async(sw->app->store, sw->env->lc, s->sku, on_layout, lc);
+            layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
     }
 }
 
 static void on_time(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)errstr;
-    struct call *c = arg;
+    struct sweep_call *c = arg;
     c->sw->clock_busy = 0;
     if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
         long long secs = store_reply_int(r->element[0], -1);
@@ -303,22 +303,22 @@ static void on_time(lc_status st, const redisReply *r, const char *errstr, void 
         if (secs > 0 && usecs >= 0)
             rclock_note(secs * 1000 + usecs / 1000, c->sent, clock_mono_ms());
     }
-    call_end(c);
+    sweep_call_end(c);
 }
 
-static void on_given(void *arg, int ok)
+static void on_segment_given(void *arg, int ok)
 {
-    struct call *c = arg;
+    struct sweep_call *c = arg;
     if (!ok && c->k < c->s->segments)
         c->s->next_at[c->k] = clock_mono_ms() + SWEEP_IDLE_MS;
     if (c->k < c->s->segments)
         c->s->busy[c->k] = 0;
-    call_end(c);
+    sweep_call_end(c);
 }
 
 static void on_expired(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
-    struct call *c = arg;
+    struct sweep_call *c = arg;
     struct sweep_sku *s = c->s;
     int64_t now = clock_mono_ms();
     int k = c->k;
@@ -328,7 +328,7 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
                     k, st != LC_OK ? errstr : "unexpected reply");
         s->next_at[k] = now + SWEEP_IDLE_MS;
         s->busy[k] = 0;
-        call_end(c);
+        sweep_call_end(c);
         return;
     }
     long long expired = r->element[0]->integer, bad = r->element[1]->integer;
@@ -354,7 +354,7 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     s->next_at[k] = now + wait;
     if (ngive == 0 || c->sw->stopping) {
         s->busy[k] = 0;
-        call_end(c);
+        sweep_call_end(c);
         return;
     }
     const char *members[SWEEP_GIVE_BATCH];
@@ -362,7 +362,8 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     for (int i = 0; i < ngive && n < SWEEP_GIVE_BATCH; i++)
         if (r->element[5 + i]->type == REDIS_REPLY_STRING)
             members[n++] = r->element[5 + i]->str;
-    giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n, on_given, c);
+    giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n, on_segment_given,
+                   c);
 }
 
 /* Whether the SKU is swept at all now: holds or a limit, or signs of either lately. */
@@ -378,7 +379,7 @@ static void tick(struct sweep *sw)
     lc_async_client *lc = sw->env->lc;
     int64_t now = clock_mono_ms();
     if (!sw->clock_busy && now - sw->clock_at >= 1000) {
-        struct call *c = call_new(sw, NULL, -1);
+        struct sweep_call *c = sweep_call_new(sw, NULL, -1);
         if (c) {
             sw->clock_busy = 1;
             sw->clock_at = now;
@@ -387,13 +388,11 @@ static void tick(struct sweep *sw)
         }
     }
     if (!sw->registry_busy && now - sw->registry_at >= SWEEP_REGISTRY_MS) {
-        struct call *c = call_new(sw, NULL, -1);
+        struct sweep_call *c = sweep_call_new(sw, NULL, -1);
         if (c) {
             sw->registry_busy = 1;
             sw->registry_at = now;
-            char key[STORE_KEY_MAX];
-            store_registry_key(key);
-            const char *argv[2] = {"SMEMBERS", key};
+            const char *argv[2] = {"SMEMBERS", store_registry_key()};
             store_command_async(lc, NULL, 2, argv, on_registry, c);
         }
     }
@@ -408,7 +407,7 @@ static void tick(struct sweep *sw)
         for (int k = 0; k < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; k++) {
             if (s->busy[k] || s->next_at[k] > now)
                 continue;
-            struct call *c = call_new(sw, s, k);
+            struct sweep_call *c = sweep_call_new(sw, s, k);
             if (!c)
                 return;
             s->busy[k] = 1;

@@ -393,22 +393,101 @@ done:
     return rc;
 }
 
+/* The rule fields a PUT or PATCH may carry, with the SKU's stock and segments (for the
+ * messages of numbers too large for jansson). */
+static const struct int_field sku_fields[] = {
+    {"stock", 0, VALIDATE_STOCK_MAX},
+    {"segments", 1, VALIDATE_SEGMENTS_MAX},
+    {RULES_J_LIMIT, 0, RULES_LIMIT_MAX},
+    {RULES_J_TTL, 0, RULES_TTL_MAX},
+};
+#define SKU_NFIELDS (sizeof(sku_fields) / sizeof(sku_fields[0]))
+
+/* Reads time field name of obj, if present, into *ms: an RFC 3339 string, or null (0). Sets
+ * bit in *fields when present. 0, or -1 with *err filled. */
+static int get_time(const json_t *obj, const char *name, unsigned bit, int64_t *ms,
+                    unsigned *fields, struct validate_error *err)
+{
+    const json_t *v = json_object_get(obj, name);
+    if (!v)
+        return 0;
+    *fields |= bit;
+    if (json_is_null(v)) {
+        *ms = 0;
+        return 0;
+    }
+    if (json_is_string(v) && rules_parse_time(json_string_value(v), json_string_length(v), ms) == 0)
+        return 0;
+    char got[GOT_MAX + 8];
+    render(v, got, sizeof(got));
+    fail(err, ERROR_INVALID_REQUEST,
+         "%s: must be an RFC 3339 date-time between 1970-01-01T00:00:00Z (excluded) and "
+         "9999-12-31T23:59:59.999Z, such as \"2026-11-25T18:00:00Z\", or null, got %s",
+         name, got);
+    return -1;
+}
+
+/* Reads an optional integer rule field f of obj into *v, setting bit in *fields when present. */
+static int get_rule_int(const json_t *obj, const struct int_field *f, unsigned bit, int64_t *v,
+                        unsigned *fields, struct validate_error *err)
+{
+    if (json_object_get(obj, f->name))
+        *fields |= bit;
+    return get_int(obj, f, false, 0, v, err);
+}
+
+/* Reads the rule fields of obj into *r (0 for those absent), *fields the ones present, and
+ * checks that sale_end is after sale_start when both are set. 0, or -1 with *err filled. */
+static int get_rules(const json_t *obj, struct sku_rules *r, unsigned *fields,
+                     struct validate_error *err)
+{
+    int64_t limit = 0, ttl = 0;
+    memset(r, 0, sizeof(*r));
+    *fields = 0;
+    if (get_rule_int(obj, &sku_fields[2], VALIDATE_RULE_LIMIT, &limit, fields, err) ||
+        get_time(obj, RULES_J_START, VALIDATE_RULE_START, &r->sale_start_ms, fields, err) ||
+        get_time(obj, RULES_J_END, VALIDATE_RULE_END, &r->sale_end_ms, fields, err) ||
+        get_rule_int(obj, &sku_fields[3], VALIDATE_RULE_TTL, &ttl, fields, err))
+        return -1;
+    r->limit_per_user = limit;
+    r->ttl_s = ttl;
+    if (r->sale_start_ms && r->sale_end_ms && r->sale_end_ms <= r->sale_start_ms) {
+        fail(err, ERROR_INVALID_REQUEST, "%s: must be after %s", RULES_J_END, RULES_J_START);
+        return -1;
+    }
+    return 0;
+}
+
 int validate_put_sku_body(const char *body, size_t len, struct validate_put_sku *out,
                           struct validate_error *err)
 {
-    static const struct int_field fields[] = {
-        {"stock", 0, VALIDATE_STOCK_MAX},
-        {"segments", 1, VALIDATE_SEGMENTS_MAX},
-    };
-    json_t *root = load_object(body, len, fields, 2, err);
+    json_t *root = load_object(body, len, sku_fields, SKU_NFIELDS, err);
     if (!root)
         return -1;
     int rc = -1;
-    if (get_int(root, &fields[0], true, 0, &out->stock, err) ||
-        get_int(root, &fields[1], true, 0, &out->segments, err))
+    unsigned fields;
+    if (get_int(root, &sku_fields[0], true, 0, &out->stock, err) ||
+        get_int(root, &sku_fields[1], true, 0, &out->segments, err) ||
+        get_rules(root, &out->rules, &fields, err))
         goto done;
     rc = 0;
 done:
+    json_decref(root);
+    return rc;
+}
+
+int validate_patch_rules_body(const char *body, size_t len, struct validate_patch_rules *out,
+                              struct validate_error *err)
+{
+    json_t *root = load_object(body, len, sku_fields + 2, 2, err);
+    if (!root)
+        return -1;
+    int rc = get_rules(root, &out->rules, &out->fields, err);
+    if (rc == 0 && out->fields == 0) {
+        fail(err, ERROR_INVALID_REQUEST, "body: must set at least one of %s, %s, %s, %s",
+             RULES_J_LIMIT, RULES_J_START, RULES_J_END, RULES_J_TTL);
+        rc = -1;
+    }
     json_decref(root);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "errors.h"
+#include "rules.h"
 
 #define VALIDATE_MAX_BODY 16384            /* largest accepted body, bytes (SPEC §5: 16 KiB) */
 #define VALIDATE_SKU_MAX 64                /* longest SKU name */
@@ -45,10 +46,30 @@ struct validate_order {
     bool has_user_id;
 };
 
-/* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required. */
+/* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required,
+ * and the sale rules (SPEC §11), each optional (absent or null: none, rules.h's 0):
+ * "limit_per_user": int 0..RULES_LIMIT_MAX, "sale_start" / "sale_end": RFC 3339 strings
+ * (rules_parse_time) or null, sale_end after sale_start when both are set,
+ * "reservation_ttl_s": int 0..RULES_TTL_MAX. */
 struct validate_put_sku {
     int64_t stock;
     int64_t segments;
+    struct sku_rules rules;
+};
+
+/* Which rule fields a PATCH body names (struct validate_patch_rules' fields). */
+#define VALIDATE_RULE_LIMIT 1u
+#define VALIDATE_RULE_START 2u
+#define VALIDATE_RULE_END 4u
+#define VALIDATE_RULE_TTL 8u
+
+/* PATCH /api/v1/skus/{sku} body: any non-empty subset of the rule fields of a PUT (same types;
+ * null clears a time). fields says which were given; rules holds their values (0: none / clear)
+ * and 0 for the others. sale_end after sale_start is checked here when the body sets both; the
+ * merge with the SKU's current rules is checked again where it happens (patch_rules.lua). */
+struct validate_patch_rules {
+    unsigned fields;
+    struct sku_rules rules;
 };
 
 /* POST /api/v1/skus/{sku}/restock body: {"quantity": int 1..10^12}. */
@@ -78,6 +99,10 @@ int validate_order_body(const char *body, size_t len, int64_t max_quantity,
 /* Parses a PUT-SKU body. Returns 0 and fills *out, or -1 and fills *err. */
 int validate_put_sku_body(const char *body, size_t len, struct validate_put_sku *out,
                           struct validate_error *err);
+
+/* Parses a PATCH-rules body. Returns 0 and fills *out, or -1 and fills *err. */
+int validate_patch_rules_body(const char *body, size_t len, struct validate_patch_rules *out,
+                              struct validate_error *err);
 
 /* Parses a restock body. Returns 0 and fills *out, or -1 and fills *err. */
 int validate_restock_body(const char *body, size_t len, struct validate_restock *out,

@@ -112,8 +112,10 @@ static void test_put_created_then_replaced(void **state)
     sf_resp r = {0};
     sf_put_sku(port, TOKEN, sku, 100, 4, &r);
     SF_ASSERT_STATUS(&r, 201);
-    static const char *const put_keys[] = {"sku", "stock", "segments", "version"};
-    SF_ASSERT(has_exactly(r.json, put_keys, 4), "PUT body %s", r.body);
+    static const char *const put_keys[] = {
+        "sku",        "stock",    "segments",         "version", "limit_per_user",
+        "sale_start", "sale_end", "reservation_ttl_s"};
+    SF_ASSERT(has_exactly(r.json, put_keys, 8), "PUT body %s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "sku"), sku) == 0, "%s", r.body);
     SF_ASSERT_EQ(sf_json_int(r.json, "stock", -1), 100);
     SF_ASSERT_EQ(sf_json_int(r.json, "segments", -1), 4);
@@ -122,7 +124,7 @@ static void test_put_created_then_replaced(void **state)
 
     sf_put_sku(port, TOKEN, sku, 50, 2, &r);
     SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(has_exactly(r.json, put_keys, 4), "PUT body %s", r.body);
+    SF_ASSERT(has_exactly(r.json, put_keys, 8), "PUT body %s", r.body);
     long long v2 = sf_json_int(r.json, "version", -1);
     SF_ASSERT(v2 > v1, "version went from %lld to %lld", v1, v2);
     SF_ASSERT_EQ(sf_json_int(r.json, "stock", -1), 50);
@@ -148,23 +150,27 @@ static void test_put_created_then_replaced(void **state)
 
 static void check_status_shape(const json_t *st, const char *sku, int nseg)
 {
-    static const char *const keys[] = {"sku",  "version", "stock_total", "remaining",
-                                       "sold", "orders",  "sold_out",    "segments"};
-    SF_ASSERT(has_exactly(st, keys, 8), "status members: %s", dump(st));
+    static const char *const keys[] = {
+        "sku",        "version",  "stock_total",      "remaining", "sold",
+        "reserved",   "orders",   "sold_out",         "segments",  "limit_per_user",
+        "sale_start", "sale_end", "reservation_ttl_s"};
+    SF_ASSERT(has_exactly(st, keys, 13), "status members: %s", dump(st));
     SF_ASSERT(json_is_string(json_object_get(st, "sku")) && strcmp(sf_str(st, "sku"), sku) == 0,
               "%s", dump(st));
-    static const char *const ints[] = {"version", "stock_total", "remaining", "sold", "orders"};
-    for (size_t i = 0; i < 5; i++)
+    static const char *const ints[] = {"version",        "stock_total",      "remaining",
+                                       "sold",           "orders",           "reserved",
+                                       "limit_per_user", "reservation_ttl_s"};
+    for (size_t i = 0; i < 8; i++)
         SF_ASSERT(json_is_integer(json_object_get(st, ints[i])), "%s not an integer: %s", ints[i],
                   dump(st));
     SF_ASSERT(json_is_boolean(json_object_get(st, "sold_out")), "%s", dump(st));
     const json_t *segs = json_object_get(st, "segments");
     SF_ASSERT(json_is_array(segs) && json_array_size(segs) == (size_t)nseg, "%s", dump(st));
     long long rem = 0, sold = 0;
-    static const char *const seg_keys[] = {"index", "remaining", "sold"};
+    static const char *const seg_keys[] = {"index", "remaining", "sold", "reserved"};
     for (size_t i = 0; i < json_array_size(segs); i++) {
         const json_t *s = json_array_get(segs, i);
-        SF_ASSERT(has_exactly(s, seg_keys, 3), "segment %zu: %s", i, dump(s));
+        SF_ASSERT(has_exactly(s, seg_keys, 4), "segment %zu: %s", i, dump(s));
         SF_ASSERT_EQ(sf_json_int(s, "index", -1), (long long)i);
         rem += sf_json_int(s, "remaining", -1000000);
         sold += sf_json_int(s, "sold", -1000000);
@@ -593,8 +599,9 @@ static void test_method_not_allowed(void **state)
     struct {
         const char *method, *path, *must_allow[3];
     } cases[] = {
-        {"PATCH", "/api/v1/skus/X", {"GET", "PUT", "DELETE"}},
-        {"POST", "/api/v1/skus/X", {"GET", "PUT", "DELETE"}},
+        {"OPTIONS", "/api/v1/skus/X", {"GET", "PUT", "DELETE"}},
+        {"POST", "/api/v1/skus/X", {"GET", "PUT", "PATCH"}},
+        {"PATCH", "/api/v1/orders/abc", {"GET", "DELETE", NULL}},
         {"GET", "/api/v1/orders", {"POST", NULL, NULL}},
         {"DELETE", "/api/v1/orders", {"POST", NULL, NULL}},
         {"PUT", "/api/v1/orders/abc", {"GET", "DELETE", NULL}},

@@ -805,9 +805,28 @@ static long long keys_of(const char *sku)
     return n;
 }
 
+/* The SKU registry (inv:2:skus, the one key without a tag) names valid SKUs only. */
+static void check_registry(void)
+{
+    redisReply *r = rf_command(gf_redis, "SMEMBERS inv:2:skus");
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY, "%s", "SMEMBERS inv:2:skus failed");
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *m = r->element[i]->str;
+        size_t len = r->element[i]->len;
+        int valid = len >= 1 && len <= 64 && strlen(m) == len;
+        for (size_t j = 0; valid && j < len; j++)
+            valid = (m[j] >= 'A' && m[j] <= 'Z') || (m[j] >= 'a' && m[j] <= 'z') ||
+                    (m[j] >= '0' && m[j] <= '9') || m[j] == '_' || m[j] == '.' || m[j] == ':' ||
+                    m[j] == '-';
+        SF_ASSERT(valid, "the registry names an invalid SKU: %s", m);
+    }
+    freeReplyObject(r);
+}
+
 /* Every key in Redis must follow docs/design.md's schema, built from a valid SKU:
  * inv:2:{<sku>}:<meta|ver|slock|idem:...> or inv:2:{<sku>/<k>}:<stock|sver|cnt|orders|idem|lock|
- * fence|...>. Returns the number of keys seen; fails on the first other one. */
+ * fence|...>, or be the SKU registry inv:2:skus. Returns the number of keys seen; fails on the
+ * first other one. */
 static long long check_key_schema(void)
 {
     long long n = 0;
@@ -820,6 +839,10 @@ static long long check_key_schema(void)
             const redisReply *k = r->element[1]->element[i];
             n++;
             const char *key = k->str;
+            if (strcmp(key, "inv:2:skus") == 0) {
+                check_registry();
+                continue;
+            }
             SF_ASSERT(k->len == strlen(key) && strncmp(key, "inv:2:{", 7) == 0,
                       "key outside the schema: %s", key);
             const char *tag0 = key + 7;

@@ -48,8 +48,8 @@ static const char *error_of(const struct response *res)
 }
 
 static const char *const method_names[] = {
-    [HTTP_OTHER] = "OTHER", [HTTP_GET] = "GET", [HTTP_HEAD] = "HEAD",
-    [HTTP_POST] = "POST",   [HTTP_PUT] = "PUT", [HTTP_DELETE] = "DELETE"};
+    [HTTP_OTHER] = "OTHER", [HTTP_GET] = "GET",       [HTTP_HEAD] = "HEAD",  [HTTP_POST] = "POST",
+    [HTTP_PUT] = "PUT",     [HTTP_DELETE] = "DELETE", [HTTP_PATCH] = "PATCH"};
 
 /* A path that row's pattern matches: each "{..}" replaced by param. */
 static void sample_path(const struct router_row *row, const char *param, char *out, size_t len)
@@ -110,7 +110,7 @@ static void test_every_row_reachable(void **state)
             assert_ptr_equal(r.row, &rows[i]);
             assert_true(list_has(r.allow, "HEAD"));
         }
-        for (enum http_method m = HTTP_OTHER; m <= HTTP_DELETE; m++) {
+        for (enum http_method m = HTTP_OTHER; m <= HTTP_METHOD_LAST; m++) {
             enum router_outcome o = router_match(m, path, &r);
             bool listed = list_has(r.allow, method_names[m]);
             if (o == ROUTER_FOUND) {
@@ -137,7 +137,8 @@ static void test_rows_well_formed(void **state)
             fail_msg("row %s %s: needs exactly one of run and start", method_names[row->method],
                      row->pattern);
         assert_true(row->method == HTTP_GET || row->method == HTTP_POST ||
-                    row->method == HTTP_PUT || row->method == HTTP_DELETE);
+                    row->method == HTTP_PUT || row->method == HTTP_DELETE ||
+                    row->method == HTTP_PATCH);
         assert_int_equal(row->pattern[0], '/');
         if (row->flags & ROUTER_ADMIN) {
             assert_non_null(row->audit_action);
@@ -179,6 +180,8 @@ static void test_rows_are_the_api(void **state)
          "sku_put"},
         {HTTP_DELETE, "/api/v1/skus/x", NULL, stock_delete_async, ROUTER_ADMIN | ROUTER_WRITES,
          "sku_delete"},
+        {HTTP_PATCH, "/api/v1/skus/x", NULL, stock_patch_async, ROUTER_ADMIN | ROUTER_WRITES,
+         "sku_patch"},
         {HTTP_POST, "/api/v1/skus/x1/restock", NULL, stock_restock_async,
          ROUTER_ADMIN | ROUTER_WRITES, "sku_restock"},
         /* the param is not validated here: any bytes but '/' */
@@ -187,7 +190,7 @@ static void test_rows_are_the_api(void **state)
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 12); /* the api[] rows but the last two */
+    assert_int_equal(n, 13); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -295,8 +298,10 @@ static void test_match_method_not_allowed(void **state)
         {HTTP_DELETE, "/readyz", "GET, HEAD"},
         {HTTP_PUT, "/metrics", "GET, HEAD"},
         {HTTP_OTHER, "/metrics", "GET, HEAD"},
-        {HTTP_POST, "/api/v1/skus/a", "GET, HEAD, PUT, DELETE"},
-        {HTTP_OTHER, "/api/v1/skus/a", "GET, HEAD, PUT, DELETE"},
+        {HTTP_POST, "/api/v1/skus/a", "GET, HEAD, PUT, DELETE, PATCH"},
+        {HTTP_OTHER, "/api/v1/skus/a", "GET, HEAD, PUT, DELETE, PATCH"},
+        {HTTP_PATCH, "/api/v1/skus/a/restock", "POST"},
+        {HTTP_PATCH, "/api/v1/orders/o1", "GET, HEAD, DELETE"},
         {HTTP_GET, "/api/v1/skus/a/restock", "POST"},
         {HTTP_PUT, "/api/v1/skus/a/restock", "POST"},
         {HTTP_GET, "/api/v1/orders", "POST"},

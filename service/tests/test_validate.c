@@ -19,7 +19,7 @@
 
 #define MAXQ 100 /* --max-quantity used by the order rows */
 
-enum body_kind { ORDER, PUT_SKU, RESTOCK };
+enum body_kind { ORDER, PUT_SKU, RESTOCK, PATCH };
 
 struct invalid_case {
     const char *name;
@@ -143,6 +143,68 @@ static const struct invalid_case invalid[] = {
     {"put segments null", PUT_SKU, "{\"stock\":10,\"segments\":null}", 0, "segments", IR},
     {"put array", PUT_SKU, "[10,4]", 0, "body", IR},
     {"put truncated", PUT_SKU, "{\"stock\":10,\"segments\":4", 0, "body", IR},
+    /* PUT's sale rules (SPEC §11) */
+    {"put limit -1", PUT_SKU, "{\"stock\":1,\"segments\":1,\"limit_per_user\":-1}", 0,
+     "limit_per_user", IR},
+    {"put limit 10^6+1", PUT_SKU, "{\"stock\":1,\"segments\":1,\"limit_per_user\":1000001}", 0,
+     "limit_per_user", IR},
+    {"put limit null", PUT_SKU, "{\"stock\":1,\"segments\":1,\"limit_per_user\":null}", 0,
+     "limit_per_user", IR},
+    {"put limit beyond int64", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"limit_per_user\":99999999999999999999999}", 0, "limit_per_user",
+     IR},
+    {"put ttl -1", PUT_SKU, "{\"stock\":1,\"segments\":1,\"reservation_ttl_s\":-1}", 0,
+     "reservation_ttl_s", IR},
+    {"put ttl 30 days + 1", PUT_SKU, "{\"stock\":1,\"segments\":1,\"reservation_ttl_s\":2592001}",
+     0, "reservation_ttl_s", IR},
+    {"put ttl real", PUT_SKU, "{\"stock\":1,\"segments\":1,\"reservation_ttl_s\":1.5}", 0,
+     "reservation_ttl_s", IR},
+    {"put start number", PUT_SKU, "{\"stock\":1,\"segments\":1,\"sale_start\":1795629600}", 0,
+     "sale_start", IR},
+    {"put start garbage", PUT_SKU, "{\"stock\":1,\"segments\":1,\"sale_start\":\"tomorrow\"}", 0,
+     "sale_start", IR},
+    {"put end Feb 30", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_end\":\"2026-02-30T00:00:00Z\"}", 0, "sale_end", IR},
+    {"put end year 10000", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_end\":\"10000-01-01T00:00:00Z\"}", 0, "sale_end", IR},
+    {"put start 1969", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_start\":\"1969-12-31T23:59:59Z\"}", 0, "sale_start", IR},
+    {"put end not after start", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_start\":\"2026-11-25T18:00:00Z\","
+     "\"sale_end\":\"2026-11-25T20:00:00+02:00\"}",
+     0, "sale_end", IR},
+    {"put end before start", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_start\":\"2026-11-25T18:00:00Z\","
+     "\"sale_end\":\"2026-11-24T18:00:00Z\"}",
+     0, "sale_end", IR},
+    {"put start duplicated", PUT_SKU,
+     "{\"stock\":1,\"segments\":1,\"sale_start\":null,\"sale_start\":null}", 0, "sale_start", IR},
+    {"put rules but no stock", PUT_SKU, "{\"segments\":1,\"limit_per_user\":1}", 0, "stock", IR},
+    /* PATCH /skus/{sku} */
+    {"patch empty object", PATCH, "{}", 0, "body", IR},
+    {"patch unknown fields only", PATCH, "{\"stock\":5,\"limit\":1}", 0, "body", IR},
+    {"patch empty body", PATCH, "", 0, "body", IR},
+    {"patch array", PATCH, "[]", 0, "body", IR},
+    {"patch truncated", PATCH, "{\"limit_per_user\":1", 0, "body", IR},
+    {"patch limit string", PATCH, "{\"limit_per_user\":\"1\"}", 0, "limit_per_user", IR},
+    {"patch limit true", PATCH, "{\"limit_per_user\":true}", 0, "limit_per_user", IR},
+    {"patch limit 10^6+1", PATCH, "{\"limit_per_user\":1000001}", 0, "limit_per_user", IR},
+    {"patch limit huge", PATCH, "{\"limit_per_user\":1e400}", 0, "limit_per_user", IR},
+    {"patch limit beyond int64", PATCH, "{\"limit_per_user\":18446744073709551616}", 0,
+     "limit_per_user", IR},
+    {"patch limit duplicated", PATCH, "{\"limit_per_user\":1,\"limit_per_user\":2}", 0,
+     "limit_per_user", IR},
+    {"patch ttl negative", PATCH, "{\"reservation_ttl_s\":-60}", 0, "reservation_ttl_s", IR},
+    {"patch ttl null", PATCH, "{\"reservation_ttl_s\":null}", 0, "reservation_ttl_s", IR},
+    {"patch start object", PATCH, "{\"sale_start\":{}}", 0, "sale_start", IR},
+    {"patch start empty", PATCH, "{\"sale_start\":\"\"}", 0, "sale_start", IR},
+    {"patch start no zone", PATCH, "{\"sale_start\":\"2026-11-25T18:00:00\"}", 0, "sale_start", IR},
+    {"patch start NUL", PATCH, "{\"sale_start\":\"2026-11-25T18:00:00Z\\u0000\"}", 0, "sale_start",
+     IR},
+    {"patch end 24:00", PATCH, "{\"sale_end\":\"2026-11-25T24:00:00Z\"}", 0, "sale_end", IR},
+    {"patch end equal to start", PATCH,
+     "{\"sale_start\":\"2026-11-25T18:00:00Z\",\"sale_end\":\"2026-11-25T18:00:00.000Z\"}", 0,
+     "sale_end", IR},
     /* POST /skus/{sku}/restock */
     {"restock empty object", RESTOCK, "{}", 0, "quantity", IR},
     {"restock 0", RESTOCK, "{\"quantity\":0}", 0, "quantity", IR},
@@ -209,7 +271,8 @@ static void make_buffers(void)
 
 /* Runs the parser for kind on an exactly-sized copy of body[0..len). */
 static int parse(enum body_kind kind, const char *body, size_t len, struct validate_order *o,
-                 struct validate_put_sku *p, struct validate_restock *r, struct validate_error *err)
+                 struct validate_put_sku *p, struct validate_restock *r,
+                 struct validate_patch_rules *pr, struct validate_error *err)
 {
     char *copy = malloc(len ? len : 1);
     assert_non_null(copy);
@@ -219,6 +282,7 @@ static int parse(enum body_kind kind, const char *body, size_t len, struct valid
     case ORDER: rc = validate_order_body(copy, len, MAXQ, o, err); break;
     case PUT_SKU: rc = validate_put_sku_body(copy, len, p, err); break;
     case RESTOCK: rc = validate_restock_body(copy, len, r, err); break;
+    case PATCH: rc = validate_patch_rules_body(copy, len, pr, err); break;
     }
     free(copy);
     return rc;
@@ -230,9 +294,10 @@ static void test_invalid_case(void **state)
     struct validate_order o;
     struct validate_put_sku p;
     struct validate_restock r;
+    struct validate_patch_rules pr;
     struct validate_error err = {ERROR_NONE, "unset"};
     size_t len = c->len ? c->len : strlen(c->body);
-    int rc = parse(c->kind, c->body, len, &o, &p, &r, &err);
+    int rc = parse(c->kind, c->body, len, &o, &p, &r, &pr, &err);
     print_message("  %s -> %s\n", c->name, err.message);
     assert_int_equal(rc, -1);
     assert_int_equal(err.code, c->code);
@@ -249,9 +314,10 @@ static void test_valid_case(void **state)
     struct validate_order o;
     struct validate_put_sku p;
     struct validate_restock r;
+    struct validate_patch_rules pr;
     struct validate_error err = {ERROR_NONE, ""};
     size_t len = c->len ? c->len : strlen(c->body);
-    int rc = parse(c->kind, c->body, len, &o, &p, &r, &err);
+    int rc = parse(c->kind, c->body, len, &o, &p, &r, &pr, &err);
     if (rc != 0)
         fail_msg("%s refused: %s", c->name, err.message);
     switch (c->kind) {
@@ -269,8 +335,76 @@ static void test_valid_case(void **state)
     case PUT_SKU:
         assert_int_equal(p.stock, c->a);
         assert_int_equal(p.segments, c->b);
+        assert_int_equal(p.rules.limit_per_user, 0); /* no rules given: none */
+        assert_int_equal(p.rules.sale_start_ms, 0);
+        assert_int_equal(p.rules.sale_end_ms, 0);
+        assert_int_equal(p.rules.ttl_s, 0);
         break;
     case RESTOCK: assert_int_equal(r.quantity, c->a); break;
+    case PATCH: fail_msg("PATCH rows are in test_rules_valid"); break;
+    }
+}
+
+/* The sale rules of PUT and PATCH bodies that must be taken, with what they must give. */
+static void test_rules_valid(void **state)
+{
+    (void)state;
+    static const struct {
+        enum body_kind kind;
+        const char *body;
+        unsigned fields; /* PATCH: the fields named */
+        struct sku_rules want;
+    } cases[] = {
+        {PUT_SKU,
+         "{\"stock\":5,\"segments\":2,\"limit_per_user\":2,\"sale_start\":"
+         "\"2026-11-25T18:00:00Z\",\"sale_end\":\"2026-11-25T19:00:00.250+01:00\","
+         "\"reservation_ttl_s\":600}",
+         0,
+         {2, 1795629600000LL, 1795629600250LL, 600}},
+        {PUT_SKU,
+         "{\"stock\":5,\"segments\":2,\"limit_per_user\":0,\"sale_start\":null,"
+         "\"sale_end\":null,\"reservation_ttl_s\":0}",
+         0,
+         {0, 0, 0, 0}},
+        {PUT_SKU,
+         "{\"stock\":5,\"segments\":2,\"limit_per_user\":1000000,\"reservation_ttl_s\":2592000,"
+         "\"sale_end\":\"9999-12-31T23:59:59.999Z\"}",
+         0,
+         {1000000, 0, RULES_TIME_MAX, 2592000}},
+        {PATCH, "{\"limit_per_user\":3}", VALIDATE_RULE_LIMIT, {3, 0, 0, 0}},
+        {PATCH, "{\"limit_per_user\":0}", VALIDATE_RULE_LIMIT, {0, 0, 0, 0}},
+        {PATCH, "{\"sale_start\":null}", VALIDATE_RULE_START, {0, 0, 0, 0}},
+        {PATCH,
+         "{\"sale_end\":\"2026-11-25T18:00:00Z\",\"x\":1}",
+         VALIDATE_RULE_END,
+         {0, 0, 1795629600000LL, 0}},
+        /* the end alone may be before a start the SKU has: the merge judges it */
+        {PATCH,
+         "{\"sale_end\":\"1970-01-01T00:00:00.001Z\",\"sale_start\":null}",
+         VALIDATE_RULE_END | VALIDATE_RULE_START,
+         {0, 0, 1, 0}},
+        {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {0, 0, 0, 1}},
+        {PATCH,
+         "{\"reservation_ttl_s\":5,\"limit_per_user\":1,\"sale_start\":\"2026-01-01T00:00:00Z\","
+         "\"sale_end\":\"2026-01-01T00:00:00.001Z\"}",
+         15,
+         {1, 1767225600000LL, 1767225600001LL, 5}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct validate_order o;
+        struct validate_put_sku p;
+        struct validate_restock r;
+        struct validate_patch_rules pr;
+        struct validate_error err = {ERROR_NONE, ""};
+        if (parse(cases[i].kind, cases[i].body, strlen(cases[i].body), &o, &p, &r, &pr, &err) != 0)
+            fail_msg("case %zu refused: %s", i, err.message);
+        const struct sku_rules *got = cases[i].kind == PATCH ? &pr.rules : &p.rules;
+        if (cases[i].kind == PATCH)
+            assert_int_equal(pr.fields, cases[i].fields);
+        assert_int_equal(got->limit_per_user, cases[i].want.limit_per_user);
+        assert_int_equal(got->sale_start_ms, cases[i].want.sale_start_ms);
+        assert_int_equal(got->sale_end_ms, cases[i].want.sale_end_ms);
+        assert_int_equal(got->ttl_s, cases[i].want.ttl_s);
     }
 }
 
@@ -391,9 +525,8 @@ int main(void)
 {
     make_buffers();
     static const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(test_sku),
-        cmocka_unit_test(test_printable),
-        cmocka_unit_test(test_content_type),
+        cmocka_unit_test(test_sku),       cmocka_unit_test(test_rules_valid),
+        cmocka_unit_test(test_printable), cmocka_unit_test(test_content_type),
         cmocka_unit_test(test_messages),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);

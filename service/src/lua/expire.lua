@@ -4,7 +4,7 @@
 -- leaves the due set in the step that expires it.
 -- KEYS: stock, cnt, orders, due, give.  ARGV: most holds to expire, most give-backs to return.
 -- -> {expired, damaged, now, next due (Redis ms, 0: none), give-backs queued, member, ...}: the
---    first give-backs of the queue (oldest first) for the caller to apply (giveback.c)
+--    first give-backs of the queue (oldest first) for the caller to apply (sweep.h, giveback_async)
 -- @include int.lua
 -- @include now.lua
 -- @include hold_end.lua

@@ -4,7 +4,11 @@
 -- nothing written. The segments are then reset
 -- by whoever rolls the layout out (layout.c), so a PUT cut off half-way is completed by the
 -- next reader. With an Idempotency-Key the answer is stored with it, and a replay gets it back.
--- KEYS: meta, ver, rst, aidem.  ARGV: segments, stock, sku, has key "1"/"0", key ttl ms.
+-- The sale rules (rules.h) are written with the layout: a PUT sets all four, "0" for none.
+-- The SKU's per-user counts (KEYS[5]) go: the PUT replaced every order they counted.
+-- KEYS: meta, ver, rst, aidem, users.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
+-- ms, limit, sale_start ms, sale_end ms, ttl s (canonical integers, checked by the caller),
+-- the rules as JSON members for the answer ('"limit_per_user":0,...').
 -- -> {1, "<status> <body>"} applied | {0, stored answer} a replay (nothing applied)
 -- @include int.lua
 if ARGV[4] == '1' then
@@ -20,11 +24,12 @@ local v = nid
 redis.call('SET', KEYS[2], string.format('%.0f', v))
 redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARGV[1],
            'stock', ARGV[2],
-           'state', 'p', 'hwm', hwm)
-redis.call('DEL', KEYS[3])
+           'state', 'p', 'hwm', hwm, 'limit', ARGV[6], 'sale_start', ARGV[7],
+           'sale_end', ARGV[8], 'ttl', ARGV[9])
+redis.call('DEL', KEYS[3], KEYS[5])
 local status = (old[1] and oldseg > 0) and '200' or '201'
 local resp = status .. ' ' .. string.format(
-  '{"sku":"%s","stock":%s,"segments":%s,"version":%.0f}',
-  ARGV[3], ARGV[2], ARGV[1], v)
+  '{"sku":"%s","stock":%s,"segments":%s,"version":%.0f,%s}',
+  ARGV[3], ARGV[2], ARGV[1], v, ARGV[10])
 if ARGV[4] == '1' then redis.call('SET', KEYS[4], resp, 'PX', ARGV[5]) end
 return {1, resp}

@@ -28,6 +28,7 @@ const NOT_EXERCISED = {
   "put /api/v1/skus/{sku} 500": "out of memory only",
   "get /api/v1/skus/{sku} 500": "out of memory only",
   "delete /api/v1/skus/{sku} 500": "out of memory only",
+  "patch /api/v1/skus/{sku} 500": "out of memory only",
   "post /api/v1/skus/{sku}/restock 500": "out of memory only",
   "post /api/v1/skus/{sku}/restock 409": "needs a PUT racing the restock: service/tests/it_layout.c",
   "head /readyz 503": "the same handler as GET /readyz 503 (exercised)",
@@ -167,6 +168,18 @@ await call(MAIN, "GET", SKU, { params: { sku: "no-such-" + sku }, expect: 404 })
 await call(MAIN, "HEAD", SKU, { params: { sku: "no-such-" + sku }, expect: 404 });
 await call(MAIN, "GET", SKU, { params: { sku: "bad*sku" }, expect: 400 });
 await call(MAIN, "HEAD", SKU, { params: { sku: "bad*sku" }, expect: 400 });
+// The sale rules (SPEC §11): PUT with them, PATCH each way.
+const ruled = uniq("ruled");
+await call(MAIN, "PUT", SKU, { params: { sku: ruled }, token: TOKEN, body: { stock: 5, segments: 1, limit_per_user: 2, sale_start: "2026-11-25T20:00:00+02:00", sale_end: null, reservation_ttl_s: 600 }, expect: 201 });
+await call(MAIN, "GET", SKU, { params: { sku: ruled }, expect: 200 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: { sale_end: "2026-11-26T18:00:00.5Z" }, expect: 200 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: { sale_start: null, limit_per_user: 0 }, expect: 200 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: { sale_start: "2026-11-27T00:00:00Z" }, expect: 400 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: {}, expect: 400 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, body: { limit_per_user: 1 }, expect: 401 });
+await call(MAIN, "PATCH", SKU, { params: { sku: "no-such-" + ruled }, token: TOKEN, body: { limit_per_user: 1 }, expect: 404 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, raw: big, headers: { "Content-Type": "application/json" }, expect: 413 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, raw: "{}", headers: { "Content-Type": "text/plain" }, expect: 415 });
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 4 }, headers: { "Idempotency-Key": "restock-1" }, expect: 200 });
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 4 }, headers: { "Idempotency-Key": "restock-1" }, expect: 200 });
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 0 }, expect: 400 });
@@ -229,6 +242,7 @@ await call(DOWN, "PUT", SKU, { params: { sku }, token: TOKEN, body: { stock: 1, 
 await call(DOWN, "GET", SKU, { params: { sku }, expect: 503 });
 await call(DOWN, "HEAD", SKU, { params: { sku }, expect: 503 });
 await call(DOWN, "DELETE", SKU, { params: { sku }, token: TOKEN, expect: 503 });
+await call(DOWN, "PATCH", SKU, { params: { sku }, token: TOKEN, body: { limit_per_user: 1 }, expect: 503 });
 await call(DOWN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 }, expect: 503 });
 await call(DOWN, "POST", ORDERS, { body: { sku }, expect: 503 });
 await call(DOWN, "GET", ORDER, { params: { id }, expect: 503 });
@@ -239,6 +253,7 @@ await call(DOWN, "DELETE", ORDER, { params: { id }, token: TOKEN, expect: 503 })
 const limited = [
   ["GET", "/", {}], ["HEAD", "/", {}], ["PUT", SKU, { params: { sku }, token: TOKEN, body: { stock: 1, segments: 1 } }],
   ["GET", SKU, { params: { sku } }], ["HEAD", SKU, { params: { sku } }], ["DELETE", SKU, { params: { sku }, token: TOKEN }],
+  ["PATCH", SKU, { params: { sku }, token: TOKEN, body: { reservation_ttl_s: 0 } }],
   ["POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 } }], ["POST", ORDERS, { body: { sku } }],
   ["GET", ORDER, { params: { id } }], ["HEAD", ORDER, { params: { id } }], ["DELETE", ORDER, { params: { id }, token: TOKEN }],
 ];
