@@ -1,6 +1,7 @@
 /*
  * The application state every handler gets: the effective configuration, the Redis store, the
- * per-instance SKU cache and who the users are (identity.h). One per process; made by app_init in main.c's start-up.
+ * per-instance SKU cache and who the users are (identity.h). One per process; made by app_init in
+ * main.c's start-up.
  */
 #ifndef INVENTORY_APP_H
 #define INVENTORY_APP_H
@@ -16,10 +17,10 @@ struct identity;
 
 struct app {
     struct config cfg;
-    struct store *store;    /* Redis access: scripts and keys (store.h) */
-    struct skucache *cache; /* what this instance knows of each SKU (version, empty segments) */
+    struct store *store;       /* Redis access: scripts and keys (store.h) */
+    struct skucache *cache;    /* what this instance knows of each SKU (version, empty segments) */
     struct identity *identity; /* who sends an order; the confirm token (identity.h) */
-    atomic_int draining;    /* 1 once shutdown began */
+    atomic_int draining;       /* 1 once shutdown began */
 };
 
 /* Fills app from cfg and makes the store, the cache and the identity (which reads

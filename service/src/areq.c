@@ -37,14 +37,9 @@ static char *dup_into(char **p, const char *s, size_t n)
 struct areq *areq_new(struct areq_env *env, struct app *app, const struct request *req,
                       void (*ready)(void *http), void *http)
 {
-    const char *strs[8] = {req->path,
-                           req->content_type,
-                           req->authorization,
-                           req->idempotency_key,
-                           req->request_id,
-                           req->client,
-                           req->user_header,
-                           NULL};
+    const char *strs[8] = {
+        req->path,       req->content_type, req->authorization, req->idempotency_key,
+        req->request_id, req->client,       req->user_header,   NULL};
     size_t bytes = req->body ? req->body_len + 1 : 0;
     for (int i = 0; strs[i] || i < 7; i++)
         if (strs[i])

@@ -50,10 +50,10 @@ struct identity {
     uint8_t confirm_digest[SHA256_DIGEST_LEN]; /* SHA-256 of the confirm token */
 };
 
-static void set_why(char *why, size_t whylen, const char *fmt, ...)
+static void explain(char *why, size_t whylen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void set_why(char *why, size_t whylen, const char *fmt, ...)
+static void explain(char *why, size_t whylen, const char *fmt, ...)
 {
     if (!why || whylen == 0)
         return;
@@ -94,7 +94,7 @@ static jwt_alg_t pem_alg(const char *pem, int len, char *why, size_t whylen)
     EVP_PKEY *pkey = bio ? PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL) : NULL;
     BIO_free(bio);
     if (!pkey) {
-        set_why(why, whylen, "holds no readable PEM public key (\"BEGIN PUBLIC KEY\")");
+        explain(why, whylen, "holds no readable PEM public key (\"BEGIN PUBLIC KEY\")");
         return JWT_ALG_INVAL;
     }
     jwt_alg_t alg = JWT_ALG_INVAL;
@@ -103,7 +103,7 @@ static jwt_alg_t pem_alg(const char *pem, int len, char *why, size_t whylen)
         if (bits >= RSA_BITS_MIN)
             alg = JWT_ALG_RS256;
         else
-            set_why(why, whylen, "holds an RSA key of %d bits; RS256 needs %d or more", bits,
+            explain(why, whylen, "holds an RSA key of %d bits; RS256 needs %d or more", bits,
                     RSA_BITS_MIN);
     } else if (EVP_PKEY_base_id(pkey) == EVP_PKEY_EC) {
         char curve[64] = "";
@@ -112,10 +112,10 @@ static jwt_alg_t pem_alg(const char *pem, int len, char *why, size_t whylen)
         if (strcmp(curve, SN_X9_62_prime256v1) == 0)
             alg = JWT_ALG_ES256;
         else
-            set_why(why, whylen, "holds an EC key on curve %s; ES256 needs P-256 (prime256v1)",
+            explain(why, whylen, "holds an EC key on curve %s; ES256 needs P-256 (prime256v1)",
                     curve[0] ? curve : "(unknown)");
     } else {
-        set_why(why, whylen, "holds a public key of a kind other than RSA or EC");
+        explain(why, whylen, "holds a public key of a kind other than RSA or EC");
     }
     EVP_PKEY_free(pkey);
     return alg;
@@ -126,14 +126,14 @@ static int load_key(struct identity *id, const char *path, char *err, size_t err
 {
     char *buf = malloc(KEY_FILE_MAX + 2);
     if (!buf) {
-        set_why(err, errlen, "jwt_key_file: out of memory");
+        explain(err, errlen, "jwt_key_file: out of memory");
         return -1;
     }
     char shown[256];
     shown_path(path, shown, sizeof(shown));
     const char *problem = config_read_secret(path, buf, KEY_FILE_MAX);
     if (problem) {
-        set_why(err, errlen, "jwt_key_file: cannot read %s: %s", shown, problem);
+        explain(err, errlen, "jwt_key_file: cannot read %s: %s", shown, problem);
         free(buf);
         return -1;
     }
@@ -153,14 +153,15 @@ static int load_key(struct identity *id, const char *path, char *err, size_t err
         else
             id->alg = pem_alg(buf, (int)n, why, sizeof(why));
     } else if (n < HS256_SECRET_MIN) {
-        snprintf(why, sizeof(why),
-                 "holds an HS256 secret of %zu bytes; it needs %d or more (openssl rand -base64 48)",
-                 n, HS256_SECRET_MIN);
+        snprintf(
+            why, sizeof(why),
+            "holds an HS256 secret of %zu bytes; it needs %d or more (openssl rand -base64 48)", n,
+            HS256_SECRET_MIN);
     } else {
         id->alg = JWT_ALG_HS256;
     }
     if (why[0]) {
-        set_why(err, errlen, "jwt_key_file: %s %s", shown, why);
+        explain(err, errlen, "jwt_key_file: %s %s", shown, why);
         OPENSSL_cleanse(buf, KEY_FILE_MAX + 2);
         free(buf);
         id->alg = JWT_ALG_NONE;
@@ -179,13 +180,13 @@ static int load_confirm(struct identity *id, const struct config *cfg, char *err
     shown_path(cfg->confirm_token_file, shown, sizeof(shown));
     const char *problem = config_read_secret(cfg->confirm_token_file, buf, sizeof(buf));
     if (problem) {
-        set_why(err, errlen, "confirm_token_file: cannot read %s: %s", shown, problem);
+        explain(err, errlen, "confirm_token_file: cannot read %s: %s", shown, problem);
         return -1;
     }
     size_t n = strlen(buf);
     int rc = 0;
     if (!token_chars_ok(buf, n)) {
-        set_why(err, errlen,
+        explain(err, errlen,
                 "confirm_token_file: %s must hold 1 to %d visible ASCII characters (no spaces or "
                 "control characters; a trailing newline is allowed)",
                 shown, CONFIG_ADMIN_TOKEN_MAX);
@@ -209,8 +210,8 @@ static void log_mode(const struct identity *id, const struct config *cfg)
         log_msg(CONFIG_LOG_INFO, "identity",
                 "orders need Authorization: Bearer <JWT> (%s, key %s%s%s%s%s); the user is its "
                 "sub claim",
-                jwt_alg_str(id->alg), cfg->jwt_key_file, id->issuer[0] ? ", iss " : "",
-                id->issuer, id->audience[0] ? ", aud " : "", id->audience);
+                jwt_alg_str(id->alg), cfg->jwt_key_file, id->issuer[0] ? ", iss " : "", id->issuer,
+                id->audience[0] ? ", aud " : "", id->audience);
         if (id->user_header || id->trust_body)
             log_msg(CONFIG_LOG_WARN, "identity",
                     "%s ignored: with jwt_key_file the token alone decides who the user is",
@@ -221,7 +222,7 @@ static void log_mode(const struct identity *id, const struct config *cfg)
     }
     if (id->user_header)
         log_msg(CONFIG_LOG_INFO, "identity",
-                "the user of an order is header %s, believed from trusted_proxies only", 
+                "the user of an order is header %s, believed from trusted_proxies only",
                 cfg->user_header);
     if (id->trust_body)
         log_msg(CONFIG_LOG_WARN, "identity",
@@ -239,7 +240,7 @@ int identity_new(const struct config *cfg, struct identity **out, char *err, siz
     *out = NULL;
     struct identity *id = calloc(1, sizeof(*id));
     if (!id) {
-        set_why(err, errlen, "identity: out of memory");
+        explain(err, errlen, "identity: out of memory");
         return -1;
     }
     id->alg = JWT_ALG_NONE;
@@ -248,12 +249,12 @@ int identity_new(const struct config *cfg, struct identity **out, char *err, siz
     snprintf(id->issuer, sizeof(id->issuer), "%s", cfg->jwt_issuer);
     snprintf(id->audience, sizeof(id->audience), "%s", cfg->jwt_audience);
     if (!cfg->jwt_key_file[0] && (id->issuer[0] || id->audience[0])) {
-        set_why(err, errlen, "%s: needs jwt_key_file (the key that verifies the token)",
+        explain(err, errlen, "%s: needs jwt_key_file (the key that verifies the token)",
                 id->issuer[0] ? "jwt_issuer" : "jwt_audience");
         goto fail;
     }
     if (id->user_header && cfg->trusted_proxies.n == 0) {
-        set_why(err, errlen,
+        explain(err, errlen,
                 "user_header: needs trusted_proxies (the proxies whose %s header is believed); "
                 "from any other peer it is ignored",
                 cfg->user_header);
@@ -327,25 +328,25 @@ static enum identity_verdict check_claims(const struct identity *id, json_t *cla
     json_t *exp = json_object_get(claims, "exp");
     json_t *nbf = json_object_get(claims, "nbf");
     if (!json_is_number(exp)) {
-        set_why(why, whylen, "the token has no exp claim (a NumericDate)");
+        explain(why, whylen, "the token has no exp claim (a NumericDate)");
         return IDENTITY_UNAUTHORIZED;
     }
     if (now > json_number_value(exp) + IDENTITY_JWT_LEEWAY_S) {
-        set_why(why, whylen, "the token has expired");
+        explain(why, whylen, "the token has expired");
         return IDENTITY_UNAUTHORIZED;
     }
     if (nbf && !json_is_number(nbf)) {
-        set_why(why, whylen, "the token's nbf claim is not a NumericDate");
+        explain(why, whylen, "the token's nbf claim is not a NumericDate");
         return IDENTITY_UNAUTHORIZED;
     }
     if (nbf && now < json_number_value(nbf) - IDENTITY_JWT_LEEWAY_S) {
-        set_why(why, whylen, "the token is not valid yet (nbf)");
+        explain(why, whylen, "the token is not valid yet (nbf)");
         return IDENTITY_UNAUTHORIZED;
     }
     if (id->issuer[0]) {
         const char *iss = json_string_value(json_object_get(claims, "iss"));
         if (!iss || strcmp(iss, id->issuer) != 0) {
-            set_why(why, whylen, "the token's issuer (iss) is not the one accepted");
+            explain(why, whylen, "the token's issuer (iss) is not the one accepted");
             return IDENTITY_UNAUTHORIZED;
         }
     }
@@ -355,22 +356,22 @@ static enum identity_verdict check_claims(const struct identity *id, json_t *cla
         size_t i;
         json_t *v;
         if (json_is_array(aud))
-            json_array_foreach(aud, i, v) ok = ok || (json_is_string(v) &&
-                                                      strcmp(json_string_value(v), id->audience) == 0);
+            json_array_foreach(aud, i, v) ok =
+                ok || (json_is_string(v) && strcmp(json_string_value(v), id->audience) == 0);
         if (!ok) {
-            set_why(why, whylen, "the token is not for this audience (aud)");
+            explain(why, whylen, "the token is not for this audience (aud)");
             return IDENTITY_UNAUTHORIZED;
         }
     }
     json_t *sub = json_object_get(claims, "sub");
     if (!json_is_string(sub)) {
-        set_why(why, whylen, "the token has no sub claim (a string: the user)");
+        explain(why, whylen, "the token has no sub claim (a string: the user)");
         return IDENTITY_UNAUTHORIZED;
     }
     size_t n = json_string_length(sub);
     const char *s = json_string_value(sub);
     if (n != strlen(s) || !validate_printable(s, n) || n >= cap) {
-        set_why(why, whylen, "the token's sub must be 1..%d printable ASCII characters",
+        explain(why, whylen, "the token's sub must be 1..%d printable ASCII characters",
                 VALIDATE_PRINTABLE_MAX);
         return IDENTITY_UNAUTHORIZED;
     }
@@ -385,17 +386,17 @@ static enum identity_verdict jwt_user(const struct identity *id, const char *aut
     size_t len = 0;
     const char *tok = request_bearer_token(authorization, &len);
     if (!tok) {
-        set_why(why, whylen, "a bearer token (JWT) is required");
+        explain(why, whylen, "a bearer token (JWT) is required");
         return IDENTITY_UNAUTHORIZED;
     }
     if (len > IDENTITY_TOKEN_MAX) {
-        set_why(why, whylen, "the token is longer than %d bytes", IDENTITY_TOKEN_MAX);
+        explain(why, whylen, "the token is longer than %d bytes", IDENTITY_TOKEN_MAX);
         return IDENTITY_UNAUTHORIZED;
     }
     const char *dot1 = memchr(tok, '.', len);
     const char *dot2 = dot1 ? memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - tok)) : NULL;
     if (!dot2 || memchr(dot2 + 1, '.', len - (size_t)(dot2 + 1 - tok))) {
-        set_why(why, whylen, "the token is not a JWT (three base64url parts)");
+        explain(why, whylen, "the token is not a JWT (three base64url parts)");
         return IDENTITY_UNAUTHORIZED;
     }
     /* The alg first, read from the header: a token for another algorithm never reaches a
@@ -405,7 +406,7 @@ static enum identity_verdict jwt_user(const struct identity *id, const char *aut
     bool alg_ok = alg && jwt_str_alg(alg) == id->alg && strcmp(alg, jwt_alg_str(id->alg)) == 0;
     json_decref(head);
     if (!alg_ok) {
-        set_why(why, whylen, "the token's header must name alg %s", jwt_alg_str(id->alg));
+        explain(why, whylen, "the token's header must name alg %s", jwt_alg_str(id->alg));
         return IDENTITY_UNAUTHORIZED;
     }
     char buf[IDENTITY_TOKEN_MAX + 1];
@@ -413,13 +414,13 @@ static enum identity_verdict jwt_user(const struct identity *id, const char *aut
     buf[len] = '\0';
     jwt_t *jwt = NULL;
     if (jwt_decode(&jwt, buf, id->key, id->key_len) != 0 || !jwt) {
-        set_why(why, whylen, "the token is malformed or its signature does not verify");
+        explain(why, whylen, "the token is malformed or its signature does not verify");
         return IDENTITY_UNAUTHORIZED;
     }
     /* libjwt verified with the algorithm of the token's header: it must be the key's. */
     if (jwt_get_alg(jwt) != id->alg) {
         jwt_free(jwt);
-        set_why(why, whylen, "the token's header must name alg %s", jwt_alg_str(id->alg));
+        explain(why, whylen, "the token's header must name alg %s", jwt_alg_str(id->alg));
         return IDENTITY_UNAUTHORIZED;
     }
     char *text = jwt_get_grants_json(jwt, NULL);
@@ -428,7 +429,7 @@ static enum identity_verdict jwt_user(const struct identity *id, const char *aut
     free(text);
     enum identity_verdict v;
     if (!json_is_object(claims)) {
-        set_why(why, whylen, "the token's claims are not a JSON object");
+        explain(why, whylen, "the token's claims are not a JSON object");
         v = IDENTITY_UNAUTHORIZED;
     } else {
         struct timespec ts;
@@ -456,11 +457,11 @@ enum identity_verdict identity_of(const struct identity *id, const struct reques
         const char *v = req->user_header;
         size_t n = v ? strlen(v) : 0;
         if (req->user_header_n > 1) {
-            set_why(why, whylen, "the user header came more than once");
+            explain(why, whylen, "the user header came more than once");
             return IDENTITY_UNAUTHORIZED;
         }
         if (!v || !validate_printable(v, n) || n >= cap) {
-            set_why(why, whylen, "the user header must be 1..%d printable ASCII characters",
+            explain(why, whylen, "the user header must be 1..%d printable ASCII characters",
                     VALIDATE_PRINTABLE_MAX);
             return IDENTITY_UNAUTHORIZED;
         }

@@ -28,11 +28,11 @@ struct request {
     const char *content_type; /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
-    const char *request_id; /* X-Request-Id of this request (never NULL from http.c) */
-    const char *client;     /* the client address as text (see peer_loopback), or NULL */
-    int peer_loopback;      /* 1 when the client address (the peer, or the client a
-                               trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
-    int peer_trusted;       /* 1 when the peer itself is in trusted_proxies (proxy.h) */
+    const char *request_id;  /* X-Request-Id of this request (never NULL from http.c) */
+    const char *client;      /* the client address as text (see peer_loopback), or NULL */
+    int peer_loopback;       /* 1 when the client address (the peer, or the client a
+                                trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
+    int peer_trusted;        /* 1 when the peer itself is in trusted_proxies (proxy.h) */
     const char *user_header; /* --user-header's value (any peer; identity.h decides whether it
                                 counts), NULL when absent or not configured */
     int user_header_n;       /* how many times that header came (0 when absent) */

@@ -205,10 +205,10 @@ static void audit(const struct app *app, const struct request *req,
     char fp[9] = "";
     if (tok)
         sha256_hex_prefix(tok, toklen, fp, 8);
-    const char *auth = !allowed                                 ? "refused"
-                       : !router_admin_ok(&app->cfg, req)       ? "confirm_token"
-                       : app->cfg.admin_token[0]                ? "token"
-                                                                : "loopback";
+    const char *auth = !allowed                           ? "refused"
+                       : !router_admin_ok(&app->cfg, req) ? "confirm_token"
+                       : app->cfg.admin_token[0]          ? "token"
+                                                          : "loopback";
     const char *error = json_string_value(json_object_get(res->body, "error"));
     const struct router_row *row = route->row;
     json_t *o =

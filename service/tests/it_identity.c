@@ -100,8 +100,7 @@ static char *token(jwt_alg_t alg, const char *key, const char *sub, long exp_in,
 }
 
 /* POST an order of 1 of sku with token (NULL: no Authorization) and extra header lines. */
-static void order(int port, const char *sku, const char *tok, const char *const *extra,
-                  sf_resp *r)
+static void order(int port, const char *sku, const char *tok, const char *const *extra, sf_resp *r)
 {
     char body[160], auth[4096];
     snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1,\"user_id\":\"body-user\"}", sku);
@@ -152,8 +151,8 @@ static void test_jwt_hs256(void **state)
     char *bad[] = {
         NULL, /* no token */
         token(JWT_ALG_HS256, "another-secret-of-32-bytes-or-more-xxxx", "alice", 300, aud),
-        token(JWT_ALG_HS256, SECRET, "alice", -60, aud),             /* expired */
-        token(JWT_ALG_NONE, NULL, "alice", 300, aud),                /* alg none */
+        token(JWT_ALG_HS256, SECRET, "alice", -60, aud),              /* expired */
+        token(JWT_ALG_NONE, NULL, "alice", 300, aud),                 /* alg none */
         token(JWT_ALG_HS256, SECRET, "alice", 300, ",\"aud\":\"x\""), /* another audience */
         strdup("not.a.jwt"),
     };
@@ -209,7 +208,7 @@ static void test_jwt_rs256(void **state)
 }
 
 /* --user-header: judged from a trusted proxy (this test's 127.0.0.1 peer), ignored otherwise. */
-static void test_user_header(void **state)
+static void test_user_header_over_http(void **state)
 {
     (void)state;
     char longest[200] = "X-User: ";
@@ -277,7 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jwt_hs256),
         cmocka_unit_test(test_jwt_rs256),
-        cmocka_unit_test(test_user_header),
+        cmocka_unit_test(test_user_header_over_http),
         cmocka_unit_test(test_start_refused_and_warned),
     };
     return SF_RUN_GROUP_TESTS(tests, setup, teardown);

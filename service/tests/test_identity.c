@@ -372,12 +372,12 @@ static void test_hs256_iss_aud(void **state)
                                       ",\"iss\":\"https://auth.example\","
                                       "\"aud\":[\"billing\",\"shipping\"]"))));
     assert_non_null(strstr(why, "aud"));
-    EXPECT_401(
-        of_token(id, hs(claims("alice", 300, 0,
-                               ",\"iss\":\"https://auth.example\",\"aud\":\"inventory-x\""))));
+    EXPECT_401(of_token(
+        id,
+        hs(claims("alice", 300, 0, ",\"iss\":\"https://auth.example\",\"aud\":\"inventory-x\""))));
     EXPECT_401(of_token(id, hs(claims("alice", 300, 0, ",\"iss\":\"https://auth.example\""))));
-    EXPECT_401(of_token(id, hs(claims("alice", 300, 0,
-                                      ",\"iss\":\"https://auth.example\",\"aud\":[1,2]"))));
+    EXPECT_401(of_token(
+        id, hs(claims("alice", 300, 0, ",\"iss\":\"https://auth.example\",\"aud\":[1,2]"))));
     EXPECT_401(of_token(id, hs(claims("alice", 300, 0,
                                       ",\"iss\":\"https://evil.example\",\"aud\":\"inventory\""))));
     assert_non_null(strstr(why, "iss"));
@@ -409,8 +409,8 @@ static void test_hs256_sub(void **state)
     EXPECT_401(of_token(id, hs(claims("a\\u0001b", 300, 0, NULL))));
     EXPECT_401(of_token(id, hs(claims("caf\\u00e9", 300, 0, NULL))));
     /* a NUL inside: libjwt's encoder will not make it, so by hand */
-    EXPECT_401(of_token(id, hand_hs256("{\"alg\":\"HS256\"}", claims("a\\u0000b", 300, 0, NULL),
-                                       SECRET)));
+    EXPECT_401(
+        of_token(id, hand_hs256("{\"alg\":\"HS256\"}", claims("a\\u0000b", 300, 0, NULL), SECRET)));
     identity_free(id);
 }
 
@@ -469,8 +469,11 @@ static void test_jwt_decides(void **state)
     char err[256];
     struct identity *id = make(&c, err, sizeof(err));
     assert_non_null(id);
-    struct request req = {.method = HTTP_POST, .path = "/api/v1/orders", .peer_trusted = 1,
-                          .user_header = "proxy-user", .user_header_n = 1};
+    struct request req = {.method = HTTP_POST,
+                          .path = "/api/v1/orders",
+                          .peer_trusted = 1,
+                          .user_header = "proxy-user",
+                          .user_header_n = 1};
     struct validate_order in = {.quantity = 1, .has_user_id = true};
     snprintf(in.user_id, sizeof(in.user_id), "body-user");
     assert_int_equal(identity_of(id, &req, &in, user, sizeof(user), why, sizeof(why)),
@@ -507,8 +510,8 @@ static void test_rs256(void **state)
     EXPECT_401(of_token(id, sign(JWT_ALG_HS256, rsa_pub_pem, strlen(rsa_pub_pem), cl)));
     EXPECT_401(of_token(id, sign(JWT_ALG_HS256, rsa_pub_pem, strlen(rsa_pub_pem) - 1, cl)));
     EXPECT_401(of_token(id, sign(JWT_ALG_NONE, NULL, 0, cl)));
-    EXPECT_401(of_token(id, sign(JWT_ALG_RS256, rsa_priv, strlen(rsa_priv),
-                                 claims("rsa-user", -60, 0, NULL))));
+    EXPECT_401(of_token(
+        id, sign(JWT_ALG_RS256, rsa_priv, strlen(rsa_priv), claims("rsa-user", -60, 0, NULL))));
     identity_free(id);
 }
 
