@@ -1,4 +1,5 @@
-# -DFUZZ=ON: the libFuzzer targets of service/fuzz (fuzz_validate, fuzz_config, fuzz_router),
+# -DFUZZ=ON: the libFuzzer targets of service/fuzz (fuzz_validate, fuzz_config, fuzz_router,
+# fuzz_identity),
 # built into bin/ next to inventoryd. Needs clang (-DCMAKE_C_COMPILER=clang); every target
 # defined after this file is compiled with libFuzzer's coverage instrumentation
 # (-fsanitize=fuzzer-no-link) and the fuzz targets are linked with libFuzzer's main

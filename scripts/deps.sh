@@ -15,6 +15,7 @@ packages=(
   build-essential cmake pkg-config
   libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
   libssl-dev  # OpenSSL's libcrypto: SHA-256 of the admin token's audit fingerprint
+  libjwt-dev  # libjwt 1.10: verifies the orders' bearer JWTs (--jwt-key-file, identity.c)
   redis-server redis-tools
   wrk nginx curl gnuplot-nox
   python3  # loadtest/chaos.py: the randomized history test's clients and checker (stdlib only)

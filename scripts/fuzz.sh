@@ -8,7 +8,7 @@
 #   scripts/fuzz.sh --probe        exit 0 when clang can build a libFuzzer binary, else 1
 #
 # Env: FUZZ_BUILD_DIR (build-fuzz), FUZZ_OUT_DIR (<build dir>/fuzz-out: work corpora, logs and
-#      crash artifacts), FUZZ_TARGETS (default "fuzz_validate fuzz_config fuzz_router"),
+#      crash artifacts), FUZZ_TARGETS (default "fuzz_validate fuzz_config fuzz_router fuzz_identity"),
 #      CC (clang), JOBS (2), FUZZ_ARGS (extra libFuzzer flags, e.g. "-dict=...").
 # A crash is reproduced with: <build dir>/bin/<target> <artifact>
 set -euo pipefail
@@ -42,7 +42,7 @@ seconds=${1:-30}
 case "$seconds" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] | --probe" >&2; exit 2 ;; esac
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 out_dir=${FUZZ_OUT_DIR:-$build_dir/fuzz-out}
-targets=${FUZZ_TARGETS:-fuzz_validate fuzz_config fuzz_router}
+targets=${FUZZ_TARGETS:-fuzz_validate fuzz_config fuzz_router fuzz_identity}
 jobs=${JOBS:-2}
 
 if ! probe; then
@@ -74,6 +74,7 @@ for t in $targets; do
   max_len=4096
   [ "$t" = fuzz_validate ] && max_len=20000 # reach the 16 KiB body limit and past it
   [ "$t" = fuzz_config ] && max_len=8192    # config/inventoryd.json is a seed
+  [ "$t" = fuzz_identity ] && max_len=9000  # past IDENTITY_TOKEN_MAX (8192)
   echo "== $t: ${seconds}s on a copy of $seeds ($(ls "$seeds" | wc -l) seeds)"
   rc=0
   # shellcheck disable=SC2086

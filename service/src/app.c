@@ -1,10 +1,11 @@
 /*
- * Application state: the configuration, the store and the SKU cache; see app.h.
+ * Application state: the configuration, the store, the SKU cache and the identity; see app.h.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "app.h"
+#include "identity.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "store.h"
@@ -23,6 +24,10 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         app_free(app);
         return -1;
     }
+    if (identity_new(cfg, &app->identity, err, errlen) != 0) {
+        app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -32,6 +37,8 @@ void app_free(struct app *app)
         return;
     store_free(app->store);
     skucache_free(app->cache);
+    identity_free(app->identity);
     app->store = NULL;
     app->cache = NULL;
+    app->identity = NULL;
 }

@@ -74,6 +74,9 @@ SET_FN(strategy)
 SET_FN(lock_redis)
 SET_FN(log_level)
 SET_FN(access_log)
+SET_FN(file)
+SET_FN(jwt_claim)
+SET_FN(user_header)
 SHOW_FN(text)
 SHOW_FN(path)
 SHOW_FN(redis)
@@ -95,6 +98,9 @@ static const struct opt_kind kind_strategy = {set_strategy, show_strategy, false
 static const struct opt_kind kind_lock_redis = {set_lock_redis, show_lock_redis, false, NULL};
 static const struct opt_kind kind_log_level = {set_log_level, show_log_level, false, NULL};
 static const struct opt_kind kind_access_log = {set_access_log, show_path, false, NULL};
+static const struct opt_kind kind_file = {set_file, show_path, false, NULL};
+static const struct opt_kind kind_jwt_claim = {set_jwt_claim, show_text, false, NULL};
+static const struct opt_kind kind_user_header = {set_user_header, show_text, false, NULL};
 
 /* One keydef per row of config_options.h. */
 #define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
@@ -311,10 +317,7 @@ static void explicit_clear(char *buf, size_t len)
         *p++ = 0;
 }
 
-/* Reads the secret file at path into buf (cap bytes, NUL-terminated), without the trailing
- * newline, carriage return or blanks an editor or `echo` leaves. Returns NULL, or a short reason
- * (static text, never the contents). */
-static const char *read_secret(const char *path, char *buf, size_t cap)
+const char *config_read_secret(const char *path, char *buf, size_t cap)
 {
     /* Non-blocking and regular files only: a FIFO, a terminal or /dev/stdin named by mistake
      * must not hang the start-up (Docker secrets and systemd credentials are regular files). */
@@ -675,6 +678,66 @@ static int set_access_log(struct config *cfg, const struct keydef *k, const char
     return 0;
 }
 
+/* The text field of an OPT row (setting it; text rows only). */
+static char *text_field(struct config *cfg, const struct keydef *k)
+{
+    return (char *)cfg + k->offset;
+}
+
+/* A file read at start by the setting's consumer (identity.h: jwt_key_file,
+ * confirm_token_file), which refuses the start when it cannot use it; here only the path. */
+static int set_file(struct config *cfg, const struct keydef *k, const char *s,
+                    const struct origin *o, char *err, size_t errlen)
+{
+    if (path_ok(k, s, "", o, err, errlen))
+        return -1;
+    snprintf(text_field(cfg, k), k->size, "%s", s);
+    return 0;
+}
+
+/* A claim value a token must carry: 1..CONFIG_JWT_CLAIM_MAX printable ASCII characters. */
+static int set_jwt_claim(struct config *cfg, const struct keydef *k, const char *s,
+                         const struct origin *o, char *err, size_t errlen)
+{
+    size_t n = strlen(s);
+    bool ok = n > 0 && n <= CONFIG_JWT_CLAIM_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] <= 0x7e;
+    if (!ok) {
+        char got[192];
+        quote(s, got, sizeof(got));
+        seterr(err, errlen, "%s: must be 1..%d printable ASCII characters, got %s (%s %s)",
+               key_name(k), CONFIG_JWT_CLAIM_MAX, got, o->what, o->name);
+        return -1;
+    }
+    snprintf(text_field(cfg, k), k->size, "%s", s);
+    return 0;
+}
+
+/* An HTTP header name: 1..CONFIG_USER_HEADER_MAX token characters (RFC 9110 tchar). */
+static int set_user_header(struct config *cfg, const struct keydef *k, const char *s,
+                           const struct origin *o, char *err, size_t errlen)
+{
+    size_t n = strlen(s);
+    bool ok = n > 0 && n <= CONFIG_USER_HEADER_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = s[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             (c != '\0' && strchr("!#$%&'*+-.^_`|~", c));
+    }
+    if (!ok) {
+        char got[192];
+        quote(s, got, sizeof(got));
+        seterr(err, errlen,
+               "%s: must be an HTTP header name of 1..%d letters, digits or !#$%%&'*+-.^_`|~, "
+               "got %s (%s %s)",
+               key_name(k), CONFIG_USER_HEADER_MAX, got, o->what, o->name);
+        return -1;
+    }
+    snprintf(text_field(cfg, k), k->size, "%s", s);
+    return 0;
+}
+
 static int set_bind(struct config *cfg, const struct keydef *k, const char *s,
                     const struct origin *o, char *err, size_t errlen)
 {
@@ -730,7 +793,7 @@ static int secret_file(const struct keydef *k, const char *s, char *path, char *
     if (path_ok(k, s, "", o, err, errlen))
         return -1;
     printable_copy(s, path, CONFIG_PATH_MAX);
-    const char *problem = read_secret(s, secret, cap);
+    const char *problem = config_read_secret(s, secret, cap);
     if (problem) {
         seterr(err, errlen, "%s: cannot read %s: %s (%s %s)", key_name(k), path, problem, o->what,
                o->name);

@@ -33,6 +33,8 @@
 #define CONFIG_ADMIN_TOKEN_MAX 256
 #define CONFIG_PROXIES_MAX 1024  /* text of trusted_proxies */
 #define CONFIG_LOCK_NODES_MAX 15 /* Redlock nodes of lock_redis */
+#define CONFIG_JWT_CLAIM_MAX 256 /* jwt_issuer, jwt_audience */
+#define CONFIG_USER_HEADER_MAX 64
 
 enum config_strategy {
     STRATEGY_SEGMENTED,   /* "segmented": N segments, one lock each (the product) */
@@ -124,6 +126,13 @@ const char *config_log_level_name(enum config_log_level l);
  * host goes in brackets, db is 0..100000). Returns true when valid; otherwise false and, when
  * why is non-NULL, a short reason in why (never quoting the URL, which may hold a password). */
 bool config_redis_url_valid(const char *url, char *why, size_t whylen);
+
+/* Reads the secret file at path into buf (cap >= 2 bytes, NUL-terminated), without the trailing
+ * newline, carriage return or blanks an editor or `echo` leaves; regular files only, opened
+ * without blocking (a FIFO named by mistake does not hang the start). Returns NULL, or a short
+ * reason (static text, never the contents: a file too large for buf, holding a NUL byte, or
+ * empty). buf is zeroed on failure. */
+const char *config_read_secret(const char *path, char *buf, size_t cap);
 
 /* The table of settings, the rows of config_options.h in order: config_key_count() entries,
  * config_key_at(i) for i below that (NULL past the end). The first entry is --config. Static

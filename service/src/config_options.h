@@ -59,6 +59,32 @@
         "--trusted-proxies", "CIDRS", "INVENTORY_TRUSTED_PROXIES", "none", trusted_proxies,    \
         "IPv4/IPv6 CIDRs separated by commas or spaces",                                       \
         "proxies whose X-Forwarded-For / X-Real-IP name the client")                           \
+    OPT("jwt_key_file", jwt_key_file, char, [CONFIG_PATH_MAX], "--jwt-key-file", "FILE",       \
+        "INVENTORY_JWT_KEY_FILE", "none", file,                                                \
+        "path of a readable file: an HS256 secret (32 bytes or more) or a PEM public key "     \
+        "(RSA of 2048 bits or more: RS256; EC P-256: ES256)",                                  \
+        "orders need Authorization: Bearer <JWT> signed with this key; the user is its sub")   \
+    OPT("jwt_issuer", jwt_issuer, char, [CONFIG_JWT_CLAIM_MAX + 1], "--jwt-issuer", "ISS",     \
+        "INVENTORY_JWT_ISSUER", "none", jwt_claim, "1..256 printable ASCII characters",        \
+        "the iss claim every order's token must carry (needs jwt_key_file)")                   \
+    OPT("jwt_audience", jwt_audience, char, [CONFIG_JWT_CLAIM_MAX + 1], "--jwt-audience",      \
+        "AUD", "INVENTORY_JWT_AUDIENCE", "none", jwt_claim,                                    \
+        "1..256 printable ASCII characters",                                                   \
+        "a value the aud claim (a string or an array) of every order's token must hold "       \
+        "(needs jwt_key_file)")                                                                \
+    OPT("user_header", user_header, char, [CONFIG_USER_HEADER_MAX + 1], "--user-header",       \
+        "NAME", "INVENTORY_USER_HEADER", "none", user_header,                                  \
+        "an HTTP header name of 1..64 token characters (letters, digits, !#$%&'*+-.^_`|~)",    \
+        "the header a trusted proxy (trusted_proxies) sets to the order's authenticated "      \
+        "user; ignored from other peers")                                                      \
+    BOOL(trust_body_user_id, "--trust-body-user-id", "INVENTORY_TRUST_BODY_USER_ID", 0,        \
+         "development only: the order body's user_id is the user (any client may claim any "   \
+         "user)")                                                                              \
+    OPT("confirm_token_file", confirm_token_file, char, [CONFIG_PATH_MAX],                     \
+        "--confirm-token-file", "FILE", "INVENTORY_CONFIRM_TOKEN_FILE", "none", file,          \
+        "path of a readable file holding 1..256 visible ASCII characters",                     \
+        "the payment service's bearer token: confirming an order accepts it besides the "      \
+        "admin token")                                                                         \
     INT_AUTO(threads, "--threads", "INVENTORY_THREADS", config_online_cpus,                    \
              "number of online CPUs", 1, 1024, "HTTP worker threads")                          \
     OPT("strategy", strategy, enum config_strategy, , "--strategy", "S", "INVENTORY_STRATEGY", \

@@ -266,6 +266,39 @@ static void find_client(struct http_server *srv, struct MHD_Connection *conn, st
     proxy_addr_text(st->client, st->client_text, sizeof(st->client_text));
 }
 
+/* The headers named name of a request: how many came, and the first one's value. */
+struct header_count {
+    const char *name;
+    const char *first;
+    int n;
+};
+
+static enum MHD_Result header_count_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         const char *value)
+{
+    (void)kind;
+    struct header_count *h = cls;
+    if (strcasecmp(key, h->name) != 0)
+        return MHD_YES;
+    if (h->n++ == 0)
+        h->first = value ? value : "";
+    return MHD_YES;
+}
+
+/* Fills req's user header (--user-header, identity.h): its value and how often it came. Looked
+ * up from every peer; identity_of believes it from trusted proxies only. */
+static void find_user_header(struct http_server *srv, struct MHD_Connection *conn,
+                             struct request *req)
+{
+    const char *name = srv->app->cfg.user_header;
+    if (!name[0])
+        return;
+    struct header_count h = {.name = name};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, header_count_iter, &h);
+    req->user_header = h.first;
+    req->user_header_n = h.n;
+}
+
 bool http_request_id_ok(const char *id)
 {
     if (!id)
@@ -844,7 +877,9 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         .request_id = st->request_id,
         .client = st->client_text[0] ? st->client_text : NULL,
         .peer_loopback = st->has_client && proxy_is_loopback(st->client),
+        .peer_trusted = st->peer_trusted,
     };
+    find_user_header(srv, conn, &req);
     struct response res = {0};
     metrics_request_begin();
     st->begun = true;

@@ -56,6 +56,7 @@
 #include "clock.h"
 #include "handlers.h"
 #include "hash.h"
+#include "identity.h"
 #include "ids.h"
 #include "layout.h"
 #include "log.h"
@@ -194,6 +195,8 @@ struct order {
     const struct strategy *strat;
     enum ostate state;
     struct validate_order in;
+    char user[VALIDATE_PRINTABLE_MAX + 1]; /* the verified user (identity.h) when has_user */
+    int has_user;
     const char *idem; /* "" when none */
     struct sku_view view;
     int64_t deadline_ms;
@@ -210,11 +213,9 @@ struct order {
     char order_id[ORDER_ID_MAX + 1];
     char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
     char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
-    char user[VALIDATE_PRINTABLE_MAX + 1]; /* the verified user (identity.h), when has_user */
-    int has_user;
-    int rules_done;       /* the sale rules were applied (window, reservation) */
-    struct user_resv *uv; /* the per-user reservation: only for a SKU with a limit */
-    int64_t sale_at;      /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
+    int rules_done;                /* the sale rules were applied (window, reservation) */
+    struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
+    int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
     enum order_outcome out;
     char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
@@ -2381,6 +2382,21 @@ static void order_on_loop_end(struct areq *ar)
     step(ar->handler, EV_CANCEL, LC_ESTATE, NULL);
 }
 
+/* Who sends the order (identity.h): o->user and o->has_user. 0, or -1 when the request is
+ * refused: 401 unauthorized (with WWW-Authenticate: Bearer) already in the areq's response. */
+static int order_identity(struct order *o)
+{
+    char why[160];
+    switch (identity_of(o->app->identity, &o->ar->req, &o->in, o->user, sizeof(o->user), why,
+                        sizeof(why))) {
+    case IDENTITY_USER: o->has_user = 1; return 0;
+    case IDENTITY_NONE: return 0;
+    case IDENTITY_UNAUTHORIZED: break;
+    }
+    response_error(&o->ar->res, ERROR_UNAUTHORIZED, why);
+    return -1;
+}
+
 void order_create_async(struct areq *ar)
 {
     struct app *app = ar->app;
@@ -2404,6 +2420,11 @@ void order_create_async(struct areq *ar)
                             &verr) != 0) {
         metrics_order(METRICS_ORDER_INVALID);
         response_error(&ar->res, verr.code, verr.message);
+        order_free(o);
+        areq_done(ar);
+        return;
+    }
+    if (order_identity(o) != 0) {
         order_free(o);
         areq_done(ar);
         return;

@@ -1,10 +1,43 @@
 /*
- * Helpers that fill a struct response; see request.h.
+ * Helpers that fill a struct response, and the Authorization header's bearer token; see
+ * request.h.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "request.h"
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+const char *request_bearer_token(const char *h, size_t *len)
+{
+    if (!h)
+        return NULL;
+    while (is_ows(*h))
+        h++;
+    static const char scheme[] = "bearer";
+    for (size_t i = 0; i < sizeof(scheme) - 1; i++) {
+        char c = h[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c != scheme[i])
+            return NULL; /* also at the end of h */
+    }
+    h += sizeof(scheme) - 1;
+    if (!is_ows(*h))
+        return NULL;
+    while (is_ows(*h))
+        h++;
+    size_t n = strlen(h);
+    while (n > 0 && is_ows(h[n - 1]))
+        n--;
+    *len = n;
+    return n > 0 ? h : NULL;
+}
 
 void response_json(struct response *res, int status, json_t *body)
 {

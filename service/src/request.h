@@ -37,10 +37,14 @@ struct request {
     const char *content_type; /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
-    const char *request_id; /* X-Request-Id of this request (never NULL from http.c) */
-    const char *client;     /* the client address as text (see peer_loopback), or NULL */
-    int peer_loopback;      /* 1 when the client address (the peer, or the client a
-                               trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
+    const char *request_id;  /* X-Request-Id of this request (never NULL from http.c) */
+    const char *client;      /* the client address as text (see peer_loopback), or NULL */
+    int peer_loopback;       /* 1 when the client address (the peer, or the client a
+                                trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
+    int peer_trusted;        /* 1 when the peer itself is in trusted_proxies (proxy.h) */
+    const char *user_header; /* --user-header's value (any peer; identity.h decides whether it
+                                counts), NULL when absent or not configured */
+    int user_header_n;       /* how many times that header came (0 when absent) */
 };
 
 struct response {
@@ -55,6 +59,11 @@ struct response {
     int www_authenticate;     /* 1: send WWW-Authenticate: Bearer */
     const char *csp;          /* Content-Security-Policy header when non-NULL (static) */
 };
+
+/* The token of an Authorization header value "Bearer <token>" (scheme case-insensitive, blanks
+ * around the token allowed): a pointer into h, *len bytes (no NUL at its end when blanks
+ * follow). NULL when h is NULL, another scheme, or no token. */
+const char *request_bearer_token(const char *h, size_t *len);
 
 /* Sets status and a JSON body (steals the reference to body). */
 void response_json(struct response *res, int status, json_t *body);

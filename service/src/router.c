@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "handlers.h"
+#include "identity.h"
 #include "log.h"
 #include "router.h"
 #include "sha256.h"
@@ -26,7 +27,7 @@ static const struct router_row rows[] = {
     {HTTP_GET, "/api/v1/orders/{id}", 0, .start = order_get_async},
     {HTTP_DELETE, "/api/v1/orders/{id}", ROUTER_ADMIN | ROUTER_WRITES, .start = order_cancel_async,
      .audit_action = "order_cancel", .audit_target = "order_id"},
-    {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_ADMIN | ROUTER_WRITES,
+    {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_CONFIRM | ROUTER_WRITES,
      .start = order_confirm_async, .audit_action = "order_confirm", .audit_target = "order_id"},
     {HTTP_GET, "/api/v1/skus/{sku}", 0, .start = stock_get_async},
     {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
@@ -163,38 +164,6 @@ bool router_token_equal(const char *a, size_t alen, const char *b, size_t blen)
     return diff == 0;
 }
 
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-/* The token after "Bearer " in an Authorization header (*len bytes), or NULL. */
-static const char *bearer_token(const char *h, size_t *len)
-{
-    if (!h)
-        return NULL;
-    while (is_ows(*h))
-        h++;
-    static const char scheme[] = "bearer";
-    for (size_t i = 0; i < sizeof(scheme) - 1; i++) {
-        char c = h[i];
-        if (c >= 'A' && c <= 'Z')
-            c = (char)(c - 'A' + 'a');
-        if (c != scheme[i])
-            return NULL; /* also at the end of h */
-    }
-    h += sizeof(scheme) - 1;
-    if (!is_ows(*h))
-        return NULL;
-    while (is_ows(*h))
-        h++;
-    size_t n = strlen(h);
-    while (n > 0 && is_ows(h[n - 1]))
-        n--;
-    *len = n;
-    return n > 0 ? h : NULL;
-}
-
 bool router_admin_ok(const struct config *cfg, const struct request *req)
 {
     size_t toklen = strnlen(cfg->admin_token, sizeof(cfg->admin_token));
@@ -203,13 +172,28 @@ bool router_admin_ok(const struct config *cfg, const struct request *req)
         return cfg->admin_allow_loopback && req->peer_loopback != 0;
 
     size_t len = 0;
-    const char *h = bearer_token(req->authorization, &len);
+    const char *h = request_bearer_token(req->authorization, &len);
     if (!h)
         return false;
     return router_token_equal(h, len, cfg->admin_token, toklen);
 }
 
-/* Writes the audit line of an admin request (router.h). */
+bool router_authorized(const struct app *app, unsigned flags, const struct request *req)
+{
+    if (!(flags & (ROUTER_ADMIN | ROUTER_CONFIRM)))
+        return true;
+    if (router_admin_ok(&app->cfg, req))
+        return true;
+    return (flags & ROUTER_CONFIRM) && identity_is_confirm_token(app->identity, req->authorization);
+}
+
+/* True for a row whose requests are authorised and audited (admin or confirm). */
+static bool audited(const struct router_row *row)
+{
+    return (row->flags & (ROUTER_ADMIN | ROUTER_CONFIRM)) != 0;
+}
+
+/* Writes the audit line of an admin or confirm request (router.h). */
 static void audit(const struct app *app, const struct request *req,
                   const struct router_route *route, const struct response *res, bool allowed)
 {
@@ -224,11 +208,14 @@ static void audit(const struct app *app, const struct request *req,
     }
     target[n] = '\0';
     size_t toklen = 0;
-    const char *tok = bearer_token(req->authorization, &toklen);
+    const char *tok = request_bearer_token(req->authorization, &toklen);
     char fp[9] = "";
     if (tok)
         sha256_hex_prefix(tok, toklen, fp, 8);
-    const char *auth = !allowed ? "refused" : app->cfg.admin_token[0] ? "token" : "loopback";
+    const char *auth = !allowed                           ? "refused"
+                       : !router_admin_ok(&app->cfg, req) ? "confirm_token"
+                       : app->cfg.admin_token[0]          ? "token"
+                                                          : "loopback";
     const char *error = json_string_value(json_object_get(res->body, "error"));
     const struct router_row *row = route->row;
     json_t *o =
@@ -261,9 +248,12 @@ bool router_begin(struct app *app, struct request *req, struct response *res,
     }
     req->param = route->param;
     req->param_len = route->param_len;
-    *allowed = !(route->row->flags & ROUTER_ADMIN) || router_admin_ok(&app->cfg, req);
+    *allowed = router_authorized(app, route->row->flags, req);
     if (!*allowed) {
-        response_error(res, ERROR_UNAUTHORIZED, "admin authorization required");
+        response_error(res, ERROR_UNAUTHORIZED,
+                       route->row->flags & ROUTER_CONFIRM
+                           ? "the admin token or the confirm token is required"
+                           : "admin authorization required");
     } else if (!router_media_ok(req)) {
         response_error(res, ERROR_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json");
     } else {
@@ -278,6 +268,6 @@ void router_end(struct app *app, const struct request *req, const struct router_
 {
     if (res->status == 0)
         response_error(res, ERROR_INTERNAL, NULL);
-    if (route->outcome == ROUTER_FOUND && (route->row->flags & ROUTER_ADMIN))
+    if (route->outcome == ROUTER_FOUND && audited(route->row))
         audit(app, req, route, res, allowed);
 }

@@ -2,8 +2,8 @@
  * router — the route table (SPEC §5), one row per endpoint, and the checks every endpoint
  * shares before its handler runs: 404 for an unknown path, 405 + Allow for a known path with
  * the wrong method, 401 for admin routes without the admin token (when none is configured: every
- * admin request, or, with --admin-allow-loopback, those of non-loopback clients), 415 for a body
- * that is not application/json.
+ * admin request, or, with --admin-allow-loopback, those of non-loopback clients) and for confirm
+ * routes without the admin or the confirm token, 415 for a body that is not application/json.
  *
  * A row (struct router_row, in router.c's table) holds everything the service knows of an
  * endpoint: method, path pattern (also the route="..." label of the request-duration histogram
@@ -12,7 +12,7 @@
  * deadline, the rate-limit exemption, the metrics label and the audit line all read the row;
  * nothing else names an endpoint. Adding an endpoint is one row plus its handler.
  *
- * The lookup (router_match) and the checks (router_admin_ok, router_media_ok,
+ * The lookup (router_match) and the checks (router_admin_ok, router_authorized, router_media_ok,
  * router_token_equal) are pure functions, testable without any handler; router_begin and
  * router_end bracket the handler (http.c calls them on its worker loop).
  */
@@ -33,7 +33,11 @@ enum router_flag {
     ROUTER_ADMIN = 0x1,  /* needs admin authorisation (401 without it); every request audited */
     ROUTER_WRITES = 0x2, /* changes stock: a 503 that cuts it off (deadline, shutdown) carries
                             "outcome":"unknown" */
-    ROUTER_PROBE = 0x4   /* a load balancer's probe: never rate-limited */
+    ROUTER_PROBE = 0x4,  /* a load balancer's probe: never rate-limited */
+    ROUTER_CONFIRM = 0x8 /* authorised as ROUTER_ADMIN, or by the confirm token
+                            (--confirm-token-file, identity.h): the payment service's
+                            least-privilege token, which ROUTER_ADMIN rows refuse; every request
+                            audited */
 };
 
 /* A handler that answers at once, on the loop, without waiting on anything (fills res). */
@@ -47,11 +51,13 @@ struct router_row {
     const char *pattern;     /* literal path bytes; "{name}" matches one non-empty segment (any
                                 bytes but '/'); no trailing-slash or case folding. Also the
                                 route's metrics label, e.g. "/api/v1/skus/{sku}" */
-    unsigned flags;          /* ROUTER_ADMIN | ROUTER_WRITES | ROUTER_PROBE */
+    unsigned flags;          /* ROUTER_ADMIN | ROUTER_WRITES | ROUTER_PROBE | ROUTER_CONFIRM */
     router_run_fn run;
     router_start_fn start;
-    const char *audit_action; /* admin rows: the audit line's "action", e.g. "sku_put" */
-    const char *audit_target; /* admin rows: the audit line's key for the {..} segment */
+    const char *audit_action; /* admin and confirm rows: the audit line's "action", e.g.
+                                 "sku_put" */
+    const char *audit_target; /* admin and confirm rows: the audit line's key for the {..}
+                                 segment */
 };
 
 /* The table: *n rows (static). */
@@ -99,6 +105,12 @@ bool router_token_equal(const char *a, size_t alen, const char *b, size_t blen);
  * closed), unless cfg->admin_allow_loopback and req->peer_loopback. */
 bool router_admin_ok(const struct config *cfg, const struct request *req);
 
+/* The authorisation a row with flags asks of req: true for a row with neither ROUTER_ADMIN nor
+ * ROUTER_CONFIRM; otherwise when router_admin_ok, or, for a ROUTER_CONFIRM row only, when
+ * req->authorization is "Bearer <the confirm token>" (identity_is_confirm_token; never when
+ * app->identity is NULL or has no confirm token). */
+bool router_authorized(const struct app *app, unsigned flags, const struct request *req);
+
 /* The 415 rule: true when req has no body (body_len == 0) or its Content-Type is JSON
  * (validate_content_type: application/json, any case, parameters allowed, charset utf-8). */
 bool router_media_ok(const struct request *req);
@@ -106,9 +118,10 @@ bool router_media_ok(const struct request *req);
 /* The two halves around a handler. router_begin matches req and checks it; true when the row's
  * handler is to run (route and *allowed filled, req->param set), false when res already holds
  * the answer (404, 405 + Allow, 401, 415; audited). router_end, once the handler filled res: a
- * 500 when it set nothing, and for an admin row the "audit" log line (info; warn when refused
- * with 401): the action, its {..} segment, the status and error code, the client, how it was
- * authorised and the presented token's fingerprint (the first 8 hex digits of its SHA-256;
+ * 500 when it set nothing, and for an admin or confirm row the "audit" log line (info; warn when
+ * refused with 401): the action, its {..} segment, the status and error code, the client, how it
+ * was authorised ("token", "loopback", "confirm_token" or "refused") and the presented token's
+ * fingerprint (the first 8 hex digits of its SHA-256;
  * never the token). */
 bool router_begin(struct app *app, struct request *req, struct response *res,
                   struct router_route *route, bool *allowed);

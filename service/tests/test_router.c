@@ -3,7 +3,8 @@
  * itself (every row reachable by its method and path, HEAD as GET, one handler per row, admin
  * rows audited, each path's Allow header and metrics label), 404 and 405 + Allow, the
  * constant-time token compare, admin authorisation (token, loopback rule, 401 +
- * WWW-Authenticate on every admin row), the 415 rule, the order of the checks in router_begin,
+ * WWW-Authenticate on every admin row), ROUTER_CONFIRM (the admin or the confirm token; admin
+ * rows refuse the confirm token), the 415 rule, the order of the checks in router_begin,
  * router_end's 500, and the probes that answer at once.
  *
  * The table is read through router_rows, so a row added later is tested by the table-driven
@@ -18,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "app.h"
 #include "handlers.h"
+#include "identity.h"
 #include "metrics.h"
 #include "router.h"
 
@@ -140,13 +143,15 @@ static void test_rows_well_formed(void **state)
                     row->method == HTTP_PUT || row->method == HTTP_DELETE ||
                     row->method == HTTP_PATCH);
         assert_int_equal(row->pattern[0], '/');
-        if (row->flags & ROUTER_ADMIN) {
+        if (row->flags & (ROUTER_ADMIN | ROUTER_CONFIRM)) {
             assert_non_null(row->audit_action);
             assert_non_null(row->audit_target);
             assert_non_null(strchr(row->pattern, '{')); /* the audit line names its target */
         }
         if (row->flags & ROUTER_PROBE)
-            assert_false(row->flags & (ROUTER_ADMIN | ROUTER_WRITES));
+            assert_false(row->flags & (ROUTER_ADMIN | ROUTER_WRITES | ROUTER_CONFIRM));
+        /* a row is admin-only or admin-or-confirm, not both */
+        assert_false((row->flags & ROUTER_ADMIN) && (row->flags & ROUTER_CONFIRM));
         for (size_t j = 0; j < i; j++)
             assert_false(rows[j].method == row->method &&
                          strcmp(rows[j].pattern, row->pattern) == 0);
@@ -174,7 +179,7 @@ static void test_rows_are_the_api(void **state)
         {HTTP_DELETE, "/api/v1/orders/o-123", NULL, order_cancel_async,
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
         {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
-         ROUTER_ADMIN | ROUTER_WRITES, "order_confirm"},
+         ROUTER_CONFIRM | ROUTER_WRITES, "order_confirm"},
         {HTTP_GET, "/api/v1/skus/iphone-15", NULL, stock_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
          "sku_put"},
@@ -514,7 +519,7 @@ static void test_begin_admin_rows(void **state)
     for (size_t i = 0; i < n; i++) {
         char path[256];
         sample_path(&rows[i], "a", path, sizeof(path));
-        bool admin = rows[i].flags & ROUTER_ADMIN;
+        bool admin = rows[i].flags & (ROUTER_ADMIN | ROUTER_CONFIRM); /* needs a token */
         snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "");
         struct request req = make_req(rows[i].method, path);
         struct response res = {0};
@@ -547,6 +552,87 @@ static void test_begin_admin_rows(void **state)
         if (strchr(rows[i].pattern, '{'))
             assert_int_equal(req.param_len, 1); /* router_begin set the request's param */
     }
+}
+
+/* ROUTER_CONFIRM: the admin token or the confirm token (--confirm-token-file); ROUTER_ADMIN
+ * rows refuse the confirm token; rows with neither need nothing. Tested on router_authorized,
+ * the decision router_begin takes for every row, with an identity made from a token file. */
+static void test_confirm_flag(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_router-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/confirm", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("pay-T0ken\n", f);
+    fclose(f);
+    snprintf(app.cfg.confirm_token_file, sizeof(app.cfg.confirm_token_file), "%s", path);
+    snprintf(app.cfg.admin_token, sizeof(app.cfg.admin_token), "%s", "adm-T0ken");
+    char err[256];
+    if (identity_new(&app.cfg, &app.identity, err, sizeof(err)) != 0)
+        fail_msg("identity_new: %s", err);
+    unlink(path);
+    rmdir(dir);
+
+    static const struct {
+        const char *auth;
+        int loopback;
+        bool admin_row, confirm_row;
+    } cases[] = {
+        {"Bearer adm-T0ken", 0, true, true},
+        {"Bearer pay-T0ken", 0, false, true},
+        {"bearer  pay-T0ken ", 1, false, true},
+        {"Bearer pay-T0ke", 0, false, false},
+        {"Bearer pay-T0kenn", 0, false, false},
+        {"Bearer wrong", 1, false, false},
+        {"pay-T0ken", 0, false, false},
+        {"Basic pay-T0ken", 0, false, false},
+        {NULL, 1, false, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct request r = make_req(HTTP_POST, "/api/v1/orders/o-1/confirm");
+        r.authorization = cases[i].auth;
+        r.peer_loopback = cases[i].loopback;
+        if (router_authorized(&app, ROUTER_ADMIN | ROUTER_WRITES, &r) != cases[i].admin_row ||
+            router_authorized(&app, ROUTER_CONFIRM | ROUTER_WRITES, &r) != cases[i].confirm_row ||
+            !router_authorized(&app, ROUTER_WRITES, &r) || !router_authorized(&app, 0, &r))
+            fail_msg("case %zu \"%s\": expected admin %d, confirm %d", i,
+                     cases[i].auth ? cases[i].auth : "(null)", cases[i].admin_row,
+                     cases[i].confirm_row);
+    }
+    /* every admin row of the table refuses the confirm token in router_begin */
+    size_t n;
+    const struct router_row *rows = router_rows(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!(rows[i].flags & ROUTER_ADMIN))
+            continue;
+        char p[256];
+        sample_path(&rows[i], "a", p, sizeof(p));
+        struct request req = make_req(rows[i].method, p);
+        req.authorization = "Bearer pay-T0ken";
+        int status;
+        struct router_route route;
+        assert_false(begin(&req, &status, &route));
+        assert_int_equal(status, 401);
+    }
+    identity_free(app.identity);
+    app.identity = NULL;
+
+    /* no confirm token configured: a confirm row takes the admin token only */
+    struct request r = make_req(HTTP_POST, "/api/v1/orders/o-1/confirm");
+    r.authorization = "Bearer pay-T0ken";
+    assert_false(router_authorized(&app, ROUTER_CONFIRM, &r));
+    r.authorization = "Bearer adm-T0ken";
+    assert_true(router_authorized(&app, ROUTER_CONFIRM, &r));
+    /* --admin-allow-loopback without an admin token opens confirm rows as it opens admin rows */
+    app.cfg.admin_token[0] = '\0';
+    app.cfg.admin_allow_loopback = 1;
+    r.authorization = NULL;
+    r.peer_loopback = 1;
+    assert_true(router_authorized(&app, ROUTER_CONFIRM, &r));
+    r.peer_loopback = 0;
+    assert_false(router_authorized(&app, ROUTER_CONFIRM, &r));
 }
 
 static void test_begin_415(void **state)
@@ -694,6 +780,7 @@ int main(void)
         cmocka_unit_test_setup(test_media, setup),
         cmocka_unit_test_setup(test_begin_404_405, setup),
         cmocka_unit_test_setup(test_begin_admin_rows, setup),
+        cmocka_unit_test_setup(test_confirm_flag, setup),
         cmocka_unit_test_setup(test_begin_415, setup),
         cmocka_unit_test_setup(test_end_unset_status_is_500, setup),
         cmocka_unit_test_setup(test_healthz, setup),
