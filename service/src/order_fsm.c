@@ -214,6 +214,7 @@ struct order {
     char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
     char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
     int rules_done;                /* the sale rules were applied (window, reservation) */
+    int rules_read;                /* ... after reading them again, found stale in the cache */
     struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
     int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
     enum order_outcome out;
@@ -1174,12 +1175,12 @@ static void rules_begin(struct order *o);
  * the walk. */
 static void layout_known(struct order *o)
 {
-    if (!o->rules_done) {
-        rules_begin(o);
-        return;
-    }
     if (o->view.sold_out && !o->view.recheck_due) {
         place_done(o, OUT_SOLD_OUT_FAST);
+        return;
+    }
+    if (!o->rules_done) {
+        rules_begin(o);
         return;
     }
     if (o->view.sold_out) {
@@ -1455,7 +1456,8 @@ static void user_reserve(struct order *o);
  * a SKU with a limit, the reservation against the user's count. */
 static void rules_begin(struct order *o)
 {
-    if (o->view.rules_stale) {
+    if (o->view.rules_stale && !o->rules_read) {
+        o->rules_read = 1; /* once: with sold_out_recheck_ms 0 they are always stale */
         run_layout(o, OS_LAYOUT, LJ_LOAD);
         return;
     }

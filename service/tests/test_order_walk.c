@@ -158,6 +158,18 @@ static void test_commit_verdict(void **state)
     order_walk_commit_verdict(pair(&p, STORE_COMMIT_DAMAGED, 0), &v);
     assert_int_equal(v.r, SEG_ERROR);
     assert_true(v.damaged);
+    /* the sale window, judged by the commit on Redis's clock: the order ends there */
+    order_walk_commit_verdict(pair(&p, STORE_COMMIT_NOT_STARTED, 1795600000000LL), &v);
+    assert_int_equal(v.r, SEG_NOT_STARTED);
+    assert_false(v.differs);
+    assert_int_equal(v.at, 1795600000000LL);
+    assert_true(order_walk_settles(v.r));
+    assert_int_equal(order_walk_settled_outcome(v.r), OUT_NOT_STARTED);
+    order_walk_commit_verdict(pair(&p, STORE_COMMIT_ENDED, 1795600000001LL), &v);
+    assert_int_equal(v.r, SEG_ENDED);
+    assert_int_equal(v.at, 1795600000001LL);
+    assert_true(order_walk_settles(v.r));
+    assert_int_equal(order_walk_settled_outcome(v.r), OUT_ENDED);
     /* The commit may have run: a reply that is not {code, value} is an unknown outcome. */
     order_walk_commit_verdict(NULL, &v);
     assert_int_equal(v.r, SEG_UNKNOWN);
@@ -181,6 +193,9 @@ static void test_commit_codes_in_lua(void **state)
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-3), int(sv or '0')}"));
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-4), 0}"));
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-5), 0}"));
+    assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-6), start}"));
+    assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-7), fin}"));
+    assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {1, left, rec}"));
 }
 
 static void test_commit_failed(void **state)
