@@ -74,7 +74,7 @@ void metrics_sold_out_fast(void);
 /* Counts a sale-window refusal answered without Redis. */
 void metrics_sale_window_fast(void);
 
-/* Counts n holds expired (by this instance's sweeper or a confirm that found one due), one
+/* Counts n holds expired by this instance's sweeper, one
  * confirmed, one cancelled. */
 void metrics_holds_expired(long long n);
 void metrics_hold_confirmed(void);

@@ -628,6 +628,25 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
         step(o, EV_BATCH, LC_OK, NULL);
 }
 
+/* With --redis-replica-acks N: enters state (waiting for EV_REPLY) and WAITs N on the
+ * connection that carried the order's last reply (o->ref: its claim, reservation or commit),
+ * which is where the write to vouch for went (lc_async_wait); a connection not known answers
+ * LC_EIO. 1 when the WAIT is under way, 0 when there is nothing to wait for (acks 0). */
+static int replicas_wait(struct order *o, enum ostate state)
+{
+    int acks = o->app->cfg.redis_replica_acks;
+    if (acks <= 0)
+        return 0;
+    set_state(o, state);
+    if (!o->have_ref) {
+        step(o, EV_REPLY, LC_EIO, NULL);
+        return 1;
+    }
+    spend(o, 1);
+    store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply, o);
+    return 1;
+}
+
 /* ---- layout steps (layout.c's asynchronous read and settle) ---- */
 
 /* Takes a layout read into o->view and the cache. 1 found, 0 unknown SKU, -1 error. */
@@ -1300,18 +1319,8 @@ static void idem_begin(struct order *o)
  * the claim would let a retry with the key claim it afresh and place a second order. */
 static void idem_owned(struct order *o)
 {
-    int acks = o->app->cfg.redis_replica_acks;
-    if (acks > 0) {
-        set_state(o, OS_IDEM_CLAIM_WAIT);
-        if (!o->have_ref) {
-            step(o, EV_REPLY, LC_EIO, NULL);
-            return;
-        }
-        spend(o, 1);
-        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply,
-                                     o);
+    if (replicas_wait(o, OS_IDEM_CLAIM_WAIT))
         return;
-    }
     o->first = 1;
     o->need_layout = 1;
     round_begin(o);
@@ -1511,18 +1520,8 @@ static void user_reserved(struct order *o, long long expiry)
     long long claim = atoll(o->claim_expiry);
     if (claim == 0 || expiry < claim)
         snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", expiry);
-    int acks = o->app->cfg.redis_replica_acks;
-    if (acks > 0) {
-        set_state(o, OS_USER_WAIT);
-        if (!o->have_ref) {
-            step(o, EV_REPLY, LC_EIO, NULL);
-            return;
-        }
-        spend(o, 1);
-        store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply,
-                                     o);
+    if (replicas_wait(o, OS_USER_WAIT))
         return;
-    }
     o->rules_done = 1;
     layout_known(o);
 }
@@ -1854,14 +1853,7 @@ static void answer(struct order *o)
  * on N replicas before the 201. A commit whose connection is unknown gets no 201. */
 static void replica_wait(struct order *o)
 {
-    set_state(o, OS_REPLICA_WAIT);
-    if (!o->have_ref) {
-        step(o, EV_REPLY, LC_EIO, NULL);
-        return;
-    }
-    spend(o, 1);
-    store_replica_wait_ref_async(o->lc, &o->ref, o->app->cfg.redis_replica_acks,
-                                 o->app->cfg.redis_timeout_ms, on_reply, o);
+    (void)replicas_wait(o, OS_REPLICA_WAIT);
 }
 
 /* WAIT's answer: enough replicas → the 201; fewer (timeout), or no answer → the order is

@@ -100,8 +100,7 @@ static void test_release_counts_once(void **state)
 static void test_resolve_is_compare_and_set(void **state)
 {
     (void)state;
-    num("HSET %s u1 {\"" HEX_A "\":[1,1000,-1],\"" HEX_B "\":[1,2000,-1]}",
-               USERS);
+    num("HSET %s u1 {\"" HEX_A "\":[1,1000,-1],\"" HEX_B "\":[1,2000,-1]}", USERS);
     /* a settler that saw another deadline changes nothing */
     const char *stale[] = {"1", USERS, "u1", HEX_A, "999", "0"};
     redisReply *r = eval(STORE_LUA_USER_RESOLVE, 6, stale);
@@ -128,8 +127,8 @@ static void test_reserve_lists_only_entries_past_their_deadline(void **state)
              now + 60000);
     redisReply *w = rf_command(gf_redis, "HSET %s u1 %s", USERS, fresh);
     freeReplyObject(w);
-    const char *args[] = {"2", USERS, META, "u1", "cccccccccccccccccccccccccccccccc", "1", "5000",
-                          "1000"};
+    const char *args[] = {"2", USERS,  META,  "u1", "cccccccccccccccccccccccccccccccc",
+                          "1", "5000", "1000"};
     redisReply *r = eval(STORE_LUA_USER_RESERVE, 8, args);
     SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 6, "reply type %d, %zu elements",
               r->type, r->elements);
