@@ -1,0 +1,32 @@
+/*
+ * orderlog — the order log (SPEC §12): one Redis stream per segment, inv:2:{S/k}:log
+ * (store_seg_keys' log), appended by the very script that changes an order (commit, confirm,
+ * cancel, expiry), so the log and the stock never disagree. Written only with --order-log; read
+ * by inventory-sink with a consumer group (ORDERLOG_GROUP), which moves it into the shop's
+ * database and trims what every group has acknowledged.
+ *
+ * An entry's fields (XADD <key> <MAXLEN-free> * field value ...), every value a string:
+ *   event     ORDERLOG_EV_*: created | reserved | confirmed | expired | cancelled
+ *   order     the order id ("<32 hex>-<segment>-<sku>")
+ *   sku       the SKU
+ *   segment   the segment k (decimal)
+ *   user      the order's user_id ("" when none)
+ *   quantity  units (decimal)
+ *   at        when, on the segment's Redis clock (ms since the epoch, decimal)
+ *   version   the segment's version (sver) when the entry was written (decimal)
+ * Entries of one order are in its segment's stream in the order the changes happened, so the
+ * latest entry of an order (by stream id) carries its current status.
+ */
+#ifndef INVENTORY_ORDERLOG_H
+#define INVENTORY_ORDERLOG_H
+
+#define ORDERLOG_KEY_SUFFIX "log"
+#define ORDERLOG_GROUP "sink"
+
+#define ORDERLOG_EV_CREATED "created"
+#define ORDERLOG_EV_RESERVED "reserved"
+#define ORDERLOG_EV_CONFIRMED "confirmed"
+#define ORDERLOG_EV_EXPIRED "expired"
+#define ORDERLOG_EV_CANCELLED "cancelled"
+
+#endif
