@@ -104,6 +104,12 @@
     INT(busy_hint_max_ms, "--busy-hint-max-ms", "INVENTORY_BUSY_HINT_MAX_MS", 20, 0, 1000,     \
         "longest a worker loop walks past a segment it found locked by another instance; "     \
         "0: no hint")                                                                          \
+    BOOL(order_log, "--order-log", "INVENTORY_ORDER_LOG", 0,                                   \
+         "append every change of an order to its segment's order log (a Redis stream, "        \
+         "read by inventory-sink)")                                                            \
+    INT(order_log_cap, "--order-log-cap", "INVENTORY_ORDER_LOG_CAP", 1000000, 1, 1000000000,   \
+        "with --order-log: entries a segment's log may hold before new orders are refused "    \
+        "(503: the sink is behind)")                                                           \
     INT(order_redis_call_budget, "--order-redis-call-budget",                                  \
         "INVENTORY_ORDER_REDIS_CALL_BUDGET", 256, 16, 100000,                                  \
         "most Redis calls one order may make; past it the order answers 503 unavailable, "     \

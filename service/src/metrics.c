@@ -52,6 +52,7 @@ struct hist {
 static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
 static atomic_ullong m_window_fast;
+static atomic_ullong m_log_full;
 enum { HOLD_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, HOLD_EVENTS };
 static const char *const hold_labels[HOLD_EVENTS] = {"confirmed", "expired", "cancelled"};
 static atomic_ullong m_holds[HOLD_EVENTS];
@@ -88,6 +89,11 @@ void metrics_order(enum metrics_order_result r)
 void metrics_sold_out_fast(void)
 {
     inc(&m_sold_out_fast);
+}
+
+void metrics_order_log_full(void)
+{
+    inc(&m_log_full);
 }
 
 void metrics_sale_window_fast(void)
@@ -325,6 +331,10 @@ char *metrics_render(void)
     counter(f, "inventory_orders_sold_out_fast_total",
             "409 sold_out answers served from the in-process sold-out cache, without Redis.",
             &m_sold_out_fast);
+    counter(f, "inventory_order_log_full_total",
+            "Commits a segment refused because its order log held --order-log-cap entries "
+            "(inventory-sink is behind): nothing was written.",
+            &m_log_full);
     counter(f, "inventory_orders_sale_window_fast_total",
             "409 sale_not_started / sale_ended answers served from this instance's estimate of "
             "Redis's clock, without Redis.",
@@ -440,6 +450,7 @@ void metrics_reset(void)
         atomic_store(&m_requests[i], 0);
     atomic_store(&m_sold_out_fast, 0);
     atomic_store(&m_window_fast, 0);
+    atomic_store(&m_log_full, 0);
     for (int i = 0; i < HOLD_EVENTS; i++)
         atomic_store(&m_holds[i], 0);
     atomic_store(&m_failovers, 0);

@@ -14,6 +14,7 @@
  *   inventory_orders_sale_window_fast_total     sale_not_started / sale_ended answered from the
  *                                               estimate of Redis's clock (rclock.h), no Redis
  *   inventory_holds_total{event="confirmed|expired|cancelled"}   holds that ended so
+ *   inventory_order_log_full_total              commits refused: the segment's order log was full
  *   inventory_lock_acquire_seconds              histogram, le 0.0005 .. 2.5, +Inf
  *   inventory_failovers_total                   order moved on to another segment
  *   inventory_lock_waits_total                  order had to wait for a busy segment
@@ -70,6 +71,9 @@ void metrics_order(enum metrics_order_result r);
 /* Counts one 409 answered from the in-process sold-out cache (without Redis). Call it in
  * addition to metrics_order(METRICS_ORDER_SOLD_OUT). */
 void metrics_sold_out_fast(void);
+
+/* Counts an order a segment refused because its order log was full (--order-log-cap). */
+void metrics_order_log_full(void);
 
 /* Counts a sale-window refusal answered without Redis. */
 void metrics_sale_window_fast(void);

@@ -294,10 +294,11 @@ static void order_end_async(struct areq *ar, int confirm)
     }
     b->ar = ar;
     b->confirm = confirm;
-    const char *keys[5] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due, b->sk.give};
-    const char *args[1] = {b->id};
-    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 5,
-                       keys, 1, args, on_end_reply, b);
+    const char *keys[7] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due,
+                           b->sk.give,  b->sk.log, b->sk.sver};
+    const char *args[2] = {b->id, ar->app->cfg.order_log ? "1" : "0"};
+    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 7,
+                       keys, 2, args, on_end_reply, b);
 }
 
 void order_cancel_async(struct areq *ar)

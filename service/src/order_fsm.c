@@ -413,18 +413,27 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
     }
     if (v.r == SEG_NOT_STARTED || v.r == SEG_ENDED)
         o->sale_at = v.at;
+    if (v.r == SEG_ERROR && v.at > 0) {
+        /* the order log is full (order_walk.c: STORE_COMMIT_LOG_FULL): the sink is behind */
+        metrics_order_log_full();
+        log_msg(CONFIG_LOG_ERROR, "order_log_full",
+                "sku %s segment %d: the order log holds %lld entries (--order-log-cap %d): new "
+                "orders are refused until inventory-sink catches up",
+                o->in.sku, k, v.at, o->app->cfg.order_log_cap);
+        snprintf(o->why, sizeof(o->why), "segment %d: the order log is full", k);
+    }
     return take_verdict(o, k, &v);
 }
 
 /* The commit's keys and args for segment k (record made). */
 struct commit_args {
     struct seg_keys sk;
-    char ver[24], qty[24], start[24], end[24], ttl[24];
-    const char *keys[6];
-    const char *args[9];
+    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24];
+    const char *keys[7];
+    const char *args[13];
 };
-#define COMMIT_NKEYS 6
-#define COMMIT_NARGS 9
+#define COMMIT_NKEYS 7
+#define COMMIT_NARGS 13
 
 static void commit_args(struct order *o, struct commit_args *c)
 {
@@ -437,6 +446,9 @@ static void commit_args(struct order *o, struct commit_args *c)
     c->keys[3] = c->sk.orders;
     c->keys[4] = c->sk.idem;
     c->keys[5] = c->sk.due;
+    c->keys[6] = c->sk.log;
+    snprintf(c->cap, sizeof(c->cap), "%d", o->app->cfg.order_log ? o->app->cfg.order_log_cap : 0);
+    snprintf(c->seg, sizeof(c->seg), "%d", o->k);
     snprintf(c->start, sizeof(c->start), "%" PRId64, o->view.rules.sale_start_ms);
     snprintf(c->end, sizeof(c->end), "%" PRId64, o->view.rules.sale_end_ms);
     snprintf(c->ttl, sizeof(c->ttl), "%lld", o->view.rules.ttl_s);
@@ -449,6 +461,10 @@ static void commit_args(struct order *o, struct commit_args *c)
     c->args[6] = c->start;
     c->args[7] = c->end;
     c->args[8] = c->ttl;
+    c->args[9] = c->cap;
+    c->args[10] = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
+    c->args[11] = o->in.sku;
+    c->args[12] = c->seg;
 }
 
 /* The options of every order lock: the configured lease, renewed on loop timers unless

@@ -131,6 +131,10 @@ void order_walk_commit_verdict(const redisReply *r, struct seg_verdict *v)
         v->r = SEG_ENDED;
         v->at = value;
         return;
+    case STORE_COMMIT_LOG_FULL: /* nothing written; the order may go on elsewhere */
+        v->r = SEG_ERROR;
+        v->at = value > 0 ? value : 1;
+        return;
     case STORE_COMMIT_DAMAGED:
         v->r = SEG_ERROR;
         v->damaged = 1;

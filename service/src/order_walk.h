@@ -73,7 +73,8 @@ struct seg_verdict {
     long long sver;
     int empty;
     int damaged;
-    long long at; /* SEG_NOT_STARTED: the sale's start; SEG_ENDED: its end (Redis ms) */
+    long long at; /* SEG_NOT_STARTED: the sale's start; SEG_ENDED: its end (Redis ms);
+                     SEG_ERROR: > 0 when the order log is full (its entries) */
 };
 
 /* What a segment at another version than the order's means (the healing rules,

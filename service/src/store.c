@@ -97,6 +97,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(lock);
     SEG_KEY(due);
     SEG_KEY(give);
+    SEG_KEY(log);
 #undef SEG_KEY
 }
 

@@ -31,6 +31,7 @@
  *   inv:2:{S/k}:idem        hash idempotency key -> id     written atomically with the order
  *   inv:2:{S/k}:rst         set of rid                     restocks applied to segment k
  *   inv:2:{S/k}:due         zset order id, score expiry    the segment's live holds (Redis ms)
+ *   inv:2:{S/k}:log         stream (orderlog.h)            the order log, with --order-log
  *   inv:2:{S/k}:give        zset hex+user, score when      give-backs to users' counts not yet
  *                         applied (an ended order of a user: docs/design.md "Per-user limits")
  *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
@@ -87,6 +88,8 @@
 #define STORE_COMMIT_NOT_STARTED (-6)
 /* {-7, sale_end}: the sale has ended */
 #define STORE_COMMIT_ENDED (-7)
+/* {-8, entries}: the order log holds its cap of entries (the sink is behind): nothing written */
+#define STORE_COMMIT_LOG_FULL (-8)
 
 /* lua/cancel.lua: {code[, record]}. */
 /* {1, record}: cancelled now */

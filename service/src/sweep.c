@@ -399,7 +399,7 @@ static void tick(struct sweep *sw)
     char batch[24], give[24];
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
     snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
-    const char *args[2] = {batch, give};
+    const char *args[3] = {batch, give, sw->app->cfg.order_log ? "1" : "0"};
     for (int i = 0; i < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; i++) {
         struct sweep_sku *s = sw->skus[i];
         if (!sku_active(s, now))
@@ -413,8 +413,8 @@ static void tick(struct sweep *sw)
             s->busy[k] = 1;
             struct seg_keys sk;
             store_seg_keys(s->sku, k, &sk);
-            const char *keys[5] = {sk.stock, sk.cnt, sk.orders, sk.due, sk.give};
-            store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 5, keys, 2, args, on_expired, c);
+            const char *keys[7] = {sk.stock, sk.cnt, sk.orders, sk.due, sk.give, sk.log, sk.sver};
+            store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 7, keys, 3, args, on_expired, c);
         }
     }
 }

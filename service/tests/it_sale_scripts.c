@@ -7,7 +7,9 @@
  *   - a refusal lists only the entries past their deadline and the clock margin;
  *   - a hold expires once, however many sweeps run, and a confirm that meets a due hold
  *     expires it instead of confirming it;
- *   - a user's damaged entry fails the reservation with nothing written.
+ *   - a user's damaged entry fails the reservation with nothing written;
+ *   - the order log (SPEC §12): the commit, a confirm and an expiry each append their entry in
+ *     the same step; a log at its cap refuses the commit with nothing written.
  * The scripts are the text the binary sends (the generated store_lua.h).
  */
 #include "svc_test.h"
@@ -24,6 +26,8 @@
 #define ORDERS "inv:2:{" SKU "/0}:orders"
 #define DUE "inv:2:{" SKU "/0}:due"
 #define GIVE "inv:2:{" SKU "/0}:give"
+#define LOG "inv:2:{" SKU "/0}:log"
+#define SVER "inv:2:{" SKU "/0}:sver"
 #define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HEX_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
@@ -179,9 +183,9 @@ static void test_hold_expires_once(void **state)
     (void)state;
     const char *id = HEX_A "-0-" SKU;
     make_hold(id, now_ms() - 10);
-    const char *args[] = {"5", STOCK, CNT, ORDERS, DUE, GIVE, "256", "128"};
+    const char *args[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, "256", "128", "0"};
     for (int i = 0; i < 3; i++) { /* three sweepers in turn */
-        redisReply *r = eval(STORE_LUA_EXPIRE, 8, args);
+        redisReply *r = eval(STORE_LUA_EXPIRE, 11, args);
         SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements >= 5, "reply type %d", r->type);
         SF_ASSERT_EQ(r->element[0]->integer, i == 0 ? 1 : 0);
         SF_ASSERT_EQ(r->element[3]->integer, 0); /* no hold left to be due */
@@ -203,11 +207,11 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     (void)state;
     const char *id = HEX_B "-0-" SKU;
     make_hold(id, now_ms() - 10);
-    const char *args[] = {"5", STOCK, CNT, ORDERS, DUE, GIVE, id};
-    redisReply *r = eval(STORE_LUA_CONFIRM, 7, args);
+    const char *args[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id, "0"};
+    redisReply *r = eval(STORE_LUA_CONFIRM, 10, args);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
     freeReplyObject(r);
-    r = eval(STORE_LUA_CONFIRM, 7, args); /* and again: the same answer, nothing more */
+    r = eval(STORE_LUA_CONFIRM, 10, args); /* and again: the same answer, nothing more */
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
     freeReplyObject(r);
     SF_ASSERT_EQ(num("GET %s", STOCK), 10);
@@ -215,8 +219,8 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     /* a hold not yet due is confirmed: out of the due set, r down, units still sold */
     const char *id2 = HEX_A "-0-" SKU;
     make_hold(id2, now_ms() + 60000);
-    const char *args2[] = {"5", STOCK, CNT, ORDERS, DUE, GIVE, id2};
-    r = eval(STORE_LUA_CONFIRM, 7, args2);
+    const char *args2[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id2, "0"};
+    r = eval(STORE_LUA_CONFIRM, 10, args2);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_DONE);
     SF_ASSERT(strstr(r->element[1]->str, "\"status\":\"confirmed\"") &&
                   !strstr(r->element[1]->str, "expires_at"),
@@ -225,6 +229,81 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     SF_ASSERT_EQ(num("GET %s", STOCK), 7);
     SF_ASSERT_EQ(num("HGET %s r", CNT), 0);
     SF_ASSERT_EQ(num("ZSCORE %s %s", DUE, id2), -1);
+    SF_ASSERT_EQ(num("EXISTS %s", LOG), 0); /* no order log asked for: none written */
+}
+
+/* The commit (the atomic strategy's script is the commit's body alone) of 2 units as a hold. */
+static redisReply *commit(const char *id, const char *cap)
+{
+    char rec[256];
+    snprintf(rec, sizeof rec,
+             "{\"order_id\":\"%s\",\"sku\":\"" SKU "\",\"quantity\":2,\"segment\":0,"
+             "\"user_id\":\"u1\",\"status\":\"reserved\"}",
+             id);
+    const char *args[] = {"7",
+                          STOCK,
+                          SVER,
+                          CNT,
+                          "inv:2:{" SKU "/0}:orders",
+                          "inv:2:{" SKU "/0}:idem",
+                          DUE,
+                          LOG,
+                          "5",
+                          "2",
+                          id,
+                          rec,
+                          "",
+                          "0",
+                          "0",
+                          "0",
+                          "60",
+                          cap,
+                          "u1",
+                          SKU,
+                          "0"};
+    return eval(STORE_LUA_COMMIT_ATOMIC, 21, args);
+}
+
+static void test_order_log(void **state)
+{
+    (void)state;
+    num("SET %s 10", STOCK);
+    num("SET %s 5", SVER);
+    num("HSET %s t 10 s 0 o 0", CNT);
+    const char *id = HEX_A "-0-" SKU;
+    redisReply *r = commit(id, "2");
+    SF_ASSERT_EQ(r->element[0]->integer, STORE_COMMIT_OK);
+    freeReplyObject(r);
+    SF_ASSERT_EQ(num("XLEN %s", LOG), 1);
+    redisReply *x = rf_command(gf_redis, "XRANGE %s - +", LOG);
+    const redisReply *f = x->element[0]->element[1];
+    const char *want[] = {"event", "reserved", "order", id,         "sku", SKU,       "segment",
+                          "0",     "user",     "u1",    "quantity", "2",   "version", "5"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i += 2) {
+        int found = 0;
+        for (size_t j = 0; j + 1 < f->elements; j += 2)
+            if (strcmp(f->element[j]->str, want[i]) == 0) {
+                SF_ASSERT(strcmp(f->element[j + 1]->str, want[i + 1]) == 0, "%s: %s, want %s",
+                          want[i], f->element[j + 1]->str, want[i + 1]);
+                found = 1;
+            }
+        SF_ASSERT(found, "field %s missing", want[i]);
+    }
+    freeReplyObject(x);
+    /* a confirm logs its change */
+    const char *cargs[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id, "1"};
+    r = eval(STORE_LUA_CONFIRM, 10, cargs);
+    SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_DONE);
+    freeReplyObject(r);
+    SF_ASSERT_EQ(num("XLEN %s", LOG), 2);
+    /* at the cap (2 entries), the next commit writes nothing at all */
+    r = commit(HEX_B "-0-" SKU, "2");
+    SF_ASSERT_EQ(r->element[0]->integer, STORE_COMMIT_LOG_FULL);
+    SF_ASSERT_EQ(r->element[1]->integer, 2);
+    freeReplyObject(r);
+    SF_ASSERT_EQ(num("GET %s", STOCK), 8);
+    SF_ASSERT_EQ(num("HLEN %s", ORDERS), 1);
+    SF_ASSERT_EQ(num("XLEN %s", LOG), 2);
 }
 
 int main(void)
@@ -236,6 +315,7 @@ int main(void)
         cmocka_unit_test_setup(test_damaged_entry_fails_with_nothing_written, gf_flush),
         cmocka_unit_test_setup(test_hold_expires_once, gf_flush),
         cmocka_unit_test_setup(test_confirm_of_a_due_hold_expires_it, gf_flush),
+        cmocka_unit_test_setup(test_order_log, gf_flush),
     };
     return cmocka_run_group_tests(tests, gf_group_setup, gf_group_teardown);
 }

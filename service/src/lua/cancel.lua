@@ -1,9 +1,11 @@
 -- Cancels an order (DELETE /api/v1/orders/{id}): created, reserved or confirmed.
--- KEYS: stock, cnt, orders, due, give.  ARGV: order id.
+-- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
 -- -> {code[, record]}, code one of STORE_CANCEL_* (store_scripts.h); an error (nothing
 --    written) when the record or the segment is damaged
 -- @include int.lua
 -- @include now.lua
+-- @include log.lua
+local logging = ARGV[2] == '1'
 -- @include hold_end.lua
 local o, q = order_read(ARGV[1])
 if not o then

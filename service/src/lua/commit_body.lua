@@ -1,9 +1,11 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due.  ARGV: version, quantity, order id, record, idem
--- key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and per-user
--- reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s ("0":
--- the order is final at once).
+-- KEYS: stock, sver, cnt, orders, idem, due, log.  ARGV: version, quantity, order id, record,
+-- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
+-- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
+-- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
+-- entries its stream may hold before new orders are refused), and for the log's entry: the
+-- user ("" none), the SKU, the segment.
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -12,6 +14,7 @@
 -- @include int.lua
 -- @include now.lua
 -- @include iso_time.lua
+-- @include log.lua
 local sv = redis.call('GET', KEYS[2])
 if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
@@ -19,6 +22,11 @@ if ARGV[6] ~= '0' and now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED,
 local start, fin = tonumber(ARGV[7]), tonumber(ARGV[8])
 if start > 0 and now < start then return {STORE_COMMIT_NOT_STARTED, start} end
 if fin > 0 and now >= fin then return {STORE_COMMIT_ENDED, fin} end
+local cap = tonumber(ARGV[10])
+if cap > 0 then
+  local len = redis.call('XLEN', KEYS[7])
+  if len >= cap then return {STORE_COMMIT_LOG_FULL, len} end
+end
 local n = int(redis.call('GET', KEYS[1]) or '')
 local c = redis.call('HMGET', KEYS[3], 't', 's', 'o', 'r')
 if ARGV[5] ~= '' then redis.call('HEXISTS', KEYS[5], ARGV[5]) end
@@ -39,6 +47,10 @@ local left = redis.call('DECRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[3], 's', q)
 redis.call('HINCRBY', KEYS[3], 'o', 1)
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
+if cap > 0 then
+  log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12], tonumber(ARGV[13]),
+            ARGV[11], q, now, ARGV[1])
+end
 if ttl > 0 then
   redis.call('HINCRBY', KEYS[3], 'r', q)
   redis.call('ZADD', KEYS[6], exp, ARGV[3])

@@ -2,11 +2,13 @@
 -- (the due set's score, on this Redis's clock) has not come. A hold found due is expired here,
 -- in the same step, so a confirm racing the sweeper ends in exactly one of them and both see
 -- the same record.
--- KEYS: stock, cnt, orders, due, give.  ARGV: order id.
+-- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
 -- -> {code[, record]}, code one of STORE_CONFIRM_* (store_scripts.h); an error (nothing
 --    written) when the record or the segment is damaged
 -- @include int.lua
 -- @include now.lua
+-- @include log.lua
+local logging = ARGV[2] == '1'
 -- @include hold_end.lua
 local o, q = order_read(ARGV[1])
 if not o then
@@ -28,4 +30,5 @@ rec = cjson.encode(o)
 redis.call('HSET', KEYS[3], ARGV[1], rec)
 redis.call('HINCRBY', KEYS[2], 'r', -q)
 redis.call('ZREM', KEYS[4], ARGV[1])
+order_logged(ARGV[1], o, q, 'confirmed', now)
 return {STORE_CONFIRM_DONE, rec}

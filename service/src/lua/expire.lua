@@ -2,11 +2,14 @@
 -- most ARGV[1] of them, expires now (hold_end.lua: units back, counters down, give-back queued).
 -- Any instance may run it at any time, any number of times: a hold expires once, since it
 -- leaves the due set in the step that expires it.
--- KEYS: stock, cnt, orders, due, give.  ARGV: most holds to expire, most give-backs to return.
+-- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: most holds to expire, most give-backs
+-- to return, "1" with the order log.
 -- -> {expired, damaged, now, next due (Redis ms, 0: none), give-backs queued, member, ...}: the
 --    first give-backs of the queue (oldest first) for the caller to apply (sweep.h, giveback_async)
 -- @include int.lua
 -- @include now.lua
+-- @include log.lua
+local logging = ARGV[3] == '1'
 -- @include hold_end.lua
 local ids = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local expired, bad = 0, 0

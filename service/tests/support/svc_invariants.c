@@ -410,6 +410,8 @@ static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
                 continue; /* lock keys are lockcore's and outlive layouts */
             if (strcmp(end, "}:sver") == 0)
                 continue; /* a dropped segment keeps its version as a tombstone */
+            if (strcmp(end, "}:log") == 0)
+                continue; /* its order log stays until the sink has drained it */
             if (idx >= rep->segments)
                 sf_problem(rep, "stray key %s (segment %ld >= %d segments)", key, idx,
                            rep->segments);

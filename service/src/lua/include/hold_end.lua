@@ -1,6 +1,7 @@
 -- The end of a live order of a segment, as Lua local functions over the segment's keys
--- KEYS[1] stock, KEYS[2] cnt, KEYS[3] orders, KEYS[4] due, KEYS[5] give (cancel.lua,
--- confirm.lua, expire.lua):
+-- KEYS[1] stock, KEYS[2] cnt, KEYS[3] orders, KEYS[4] due, KEYS[5] give, KEYS[6] log, KEYS[7]
+-- sver (cancel.lua, confirm.lua, expire.lua; each sets the local `logging`, true with
+-- --order-log, before including this):
 --   order_read(id) -> the record decoded and its quantity, or nil, why (no record: 'none';
 --     a record or a counter that is not what the scripts write: 'damaged'), checking every
 --     number the end would change before anything is written;
@@ -8,8 +9,10 @@
 --     'expired'), its units go back to the stock, the counters go down (r too for a hold), it
 --     leaves the due set, and its user's give-back is queued in the give set (member: the id's
 --     32 hex digits then the user id; drained by the sweeper into the SKU's per-user counts,
---     docs/design.md "Per-user limits"). Returns the new record text.
--- Needs int.lua.
+--     docs/design.md "Per-user limits"), and the change goes to the order log (log.lua).
+--     Returns the new record text.
+--   order_logged(id, o, q, event, now): the order log's entry of a change (when logging).
+-- Needs int.lua and log.lua.
 local function order_read(id)
   local rec = redis.call('HGET', KEYS[3], id)
   if not rec then return nil, 'none' end
@@ -27,6 +30,12 @@ local function order_read(id)
   end
   return o, q
 end
+local function order_logged(id, o, q, ev, now)
+  if logging then
+    log_event(KEYS[6], ev, id, o.sku, tonumber(o.segment) or 0, o.user_id, q, now,
+              redis.call('GET', KEYS[7]) or '0')
+  end
+end
 local function order_end(id, o, q, status, now)
   local held = o.status == 'reserved'
   o.status = status
@@ -42,5 +51,6 @@ local function order_end(id, o, q, status, now)
   if type(o.user_id) == 'string' then
     redis.call('ZADD', KEYS[5], now, string.sub(id, 1, 32) .. o.user_id)
   end
+  order_logged(id, o, q, status, now)
   return rec
 end
