@@ -1,13 +1,17 @@
 // inventoryd live dashboard: polls GET /api/v1/skus/{sku} for every watched SKU and GET /metrics
-// once a second, and draws one bar per segment. Only this origin is contacted. The admin token
-// typed into the admin form is read when a form is sent, goes out only as an
-// "Authorization: Bearer" header, and is never stored.
+// once a second, and draws one bar per segment (remaining, reserved in holds, and the rest of
+// sold: created + confirmed orders), the SKU's sale rules and a countdown to its sale_start (or
+// to its sale_end while the sale runs). The countdown runs on the server's clock, estimated
+// from the Date header of every answer (serverClock below), not on the browser's. Only this
+// origin is contacted. The admin token typed into the admin form is read when a form is sent,
+// goes out only as an "Authorization: Bearer" header, and is never stored.
 "use strict";
 (function () {
   const SKU_RE = /^[A-Za-z0-9_.:-]{1,64}$/;
   const REFRESH_MS = 1000;
   const RATE_WINDOW = 5; // samples (seconds) the rates and p99s are computed over
   const $ = (id) => document.getElementById(id);
+  const COUNTDOWN_MS = 250; // how often the countdowns are redrawn between polls
   const watched = new Map(); // sku -> {card, history: [{t, orders, sold}], status}
   const metricHistory = []; // [{t, m: Map(series -> value)}]
 
@@ -24,6 +28,48 @@
   function fmtSeconds(s) {
     if (s === null || !isFinite(s)) return "–";
     return s < 1 ? fmt(s * 1000, 2) + " ms" : fmt(s, 2) + " s";
+  }
+
+  function fmtDuration(ms) {
+    const t = Math.max(0, Math.ceil(ms / 1000));
+    const d = Math.floor(t / 86400), h = Math.floor(t / 3600) % 24, m = Math.floor(t / 60) % 60, sec = t % 60;
+    const p2 = (n) => String(n).padStart(2, "0");
+    return (d ? d + "d " : "") + (d || h ? p2(h) + ":" : "") + p2(m) + ":" + p2(sec);
+  }
+
+  // ---- the server's clock ------------------------------------------------------------------------
+  // Each answer's Date header (whole seconds) says the server's clock read D..D+1 s at some
+  // moment between the request leaving (t0) and the answer arriving (t1), both on the browser's
+  // clock: so offset = server − browser lies in [D − t1, D + 1000 − t0]. The intersection of
+  // these intervals over the answers seen narrows to well under a second; the estimate is its
+  // middle. An empty intersection (a clock was set meanwhile) starts over from that answer. The
+  // sale window itself is judged on Redis's clock (SPEC §11), which the server's follows by NTP.
+  const serverClock = {
+    lo: -Infinity, hi: Infinity, known: false,
+    note(resp, t0, t1) {
+      const d = Date.parse(resp.headers.get("Date") || "");
+      if (!isFinite(d)) return;
+      const lo = d - t1, hi = d + 1000 - t0;
+      if (Math.max(lo, this.lo) > Math.min(hi, this.hi)) { this.lo = lo; this.hi = hi; }
+      else { this.lo = Math.max(lo, this.lo); this.hi = Math.min(hi, this.hi); }
+      this.known = true;
+    },
+    offset() { return this.known ? (this.lo + this.hi) / 2 : 0; },
+    now() { return Date.now() + this.offset(); },
+  };
+  // fetch, noting the answer's Date in serverClock.
+  async function get(path) {
+    const t0 = Date.now();
+    const r = await fetch(path, { cache: "no-store" });
+    serverClock.note(r, t0, Date.now());
+    return r;
+  }
+  function drawClock() {
+    const c = $("clock");
+    if (!serverClock.known) return;
+    const off = serverClock.offset(), err = (serverClock.hi - serverClock.lo) / 2;
+    c.dataset.offsetMs = String(Math.round(off));
+    c.textContent = "server clock " + (off >= 0 ? "+" : "−") + fmt(Math.abs(off) / 1000, 1) + " s vs this browser (±" + fmt(err / 1000, 1) + " s)";
   }
 
   // ---- the watched list: #skus=a,b in the URL and localStorage -------------------------------
@@ -53,10 +99,19 @@
     close.addEventListener("click", () => { card.remove(); watched.delete(sku); saveWatched(); });
     h.append(close);
     const numbers = el("div", "numbers");
+    const rules = el("div", "rules");
+    const countdown = el("div", "countdown");
+    countdown.dataset.state = "unknown";
     const bars = el("div", "bars");
     bars.setAttribute("role", "img");
     const axis = el("div", "axis");
-    card.append(h, numbers, bars, axis);
+    const legend = el("div", "legend");
+    for (const [cls, text] of [["remaining", "remaining"], ["reserved", "reserved (holds)"], ["final", "sold: created + confirmed"]]) {
+      const item = el("span");
+      item.append(el("i", "swatch " + cls), text);
+      legend.append(item);
+    }
+    card.append(h, numbers, rules, countdown, bars, axis, legend);
     $("skus").append(card);
     watched.set(sku, { card, history: [], status: null });
     saveWatched();
@@ -71,6 +126,36 @@
     span.append(b);
     return span;
   }
+  // The sale's countdown of a card, on the server's clock: to sale_start before it, to sale_end
+  // while the sale runs. data-state: before | running | ended | open (no window) | unknown;
+  // data-seconds: whole seconds left (empty when there is nothing to count down to).
+  function drawCountdown(w) {
+    const c = w.card.querySelector(".countdown"), st = w.status;
+    let state = "unknown", text = "", left = null;
+    if (st) {
+      const now = serverClock.now();
+      const start = st.sale_start ? Date.parse(st.sale_start) : null;
+      const end = st.sale_end ? Date.parse(st.sale_end) : null;
+      if (start !== null && now < start) { state = "before"; left = start - now; text = "sale starts in " + fmtDuration(left); }
+      else if (end !== null && now >= end) { state = "ended"; text = "sale ended"; }
+      else if (end !== null) { state = "running"; left = end - now; text = "sale ends in " + fmtDuration(left); }
+      else if (start !== null) { state = "running"; text = "on sale (no end)"; }
+      else { state = "open"; text = "no sale window"; }
+    }
+    c.dataset.state = state;
+    c.dataset.seconds = left === null ? "" : String(Math.max(0, Math.ceil(left / 1000)));
+    c.textContent = text;
+    w.card.classList.toggle("not-started", state === "before");
+    w.card.classList.toggle("ended", state === "ended");
+  }
+  function drawRules(rules, status) {
+    const ttl = status.reservation_ttl_s, limit = status.limit_per_user;
+    rules.replaceChildren(
+      number("limit", limit ? fmt(limit, 0) + " per user" : "none", "limit_per_user"),
+      number("holds", ttl ? fmtDuration(ttl * 1000) + " to confirm" : "none (orders final at once)", "reservation_ttl_s"),
+      number("window", (status.sale_start || "open") + " → " + (status.sale_end || "open"), "window"));
+  }
+
   function drawSku(sku, w, status, missing) {
     const card = w.card;
     card.classList.toggle("missing", !!missing);
@@ -82,11 +167,16 @@
     if (missing) {
       badge.textContent = "unknown SKU";
       numbers.replaceChildren(el("span", "muted", "no such SKU (PUT it below)"));
+      card.querySelector(".rules").replaceChildren();
       bars.replaceChildren();
       axis.replaceChildren();
+      drawCountdown(w);
       return;
     }
-    badge.textContent = status.sold_out ? "SOLD OUT" : "on sale";
+    drawRules(card.querySelector(".rules"), status);
+    drawCountdown(w);
+    const phase = card.querySelector(".countdown").dataset.state;
+    badge.textContent = status.sold_out ? "SOLD OUT" : phase === "before" ? "not started" : phase === "ended" ? "sale ended" : "on sale";
     const h = w.history;
     let rate = null;
     if (h.length >= 2) {
@@ -97,37 +187,50 @@
       number("remaining", fmt(status.remaining, 0), "remaining"),
       number("of", fmt(status.stock_total, 0), "stock_total"),
       number("sold", fmt(status.sold, 0), "sold"),
+      number("reserved", fmt(status.reserved, 0), "reserved"),
+      number("created + confirmed", fmt(status.sold - status.reserved, 0), "final"),
       number("orders", fmt(status.orders, 0), "orders"),
       number("orders/s", fmt(rate, 1), "orders_per_s"),
       number("segments", String(status.segments.length), "segments"),
       number("version", String(status.version), "version"));
-    // Each bar: the segment's remaining over its own remaining + sold (its share of the stock).
+    // Each bar: the segment's remaining, then its reserved units, then the rest of its sold,
+    // stacked, over the largest remaining + sold of a segment (its share of the stock).
     let cap = 1;
     for (const s of status.segments) cap = Math.max(cap, s.remaining + s.sold);
     const have = bars.children;
     while (have.length > status.segments.length) bars.lastChild.remove();
     while (have.length < status.segments.length) {
       const bar = el("div", "bar");
-      bar.append(el("div", "fill"));
+      bar.append(el("div", "fill"), el("div", "fill-reserved"), el("div", "fill-final"));
       bars.append(bar);
     }
     status.segments.forEach((s, i) => {
       const bar = have[i];
       bar.dataset.segment = String(s.index);
       bar.dataset.remaining = String(s.remaining);
-      bar.title = "segment " + s.index + ": " + s.remaining + " left, " + s.sold + " sold";
+      bar.dataset.reserved = String(s.reserved);
+      bar.dataset.sold = String(s.sold);
+      bar.title = "segment " + s.index + ": " + s.remaining + " left, " + s.reserved + " reserved, " +
+                  (s.sold - s.reserved) + " created or confirmed";
       bar.classList.toggle("empty", s.remaining === 0);
-      bar.firstChild.style.height = (100 * s.remaining / cap).toFixed(2) + "%";
+      const pct = (n) => (100 * n / cap).toFixed(2) + "%";
+      const [fill, held, final] = bar.children;
+      fill.style.height = pct(s.remaining);
+      held.style.bottom = pct(s.remaining);
+      held.style.height = pct(s.reserved);
+      final.style.bottom = pct(s.remaining + s.reserved);
+      final.style.height = pct(s.sold - s.reserved);
     });
     bars.setAttribute("aria-label", status.segments.map((s) => s.remaining).join(" "));
     axis.replaceChildren(el("span", null, "segment 0"), el("span", null, "segment " + (status.segments.length - 1)));
   }
 
   async function refreshSku(sku, w, now) {
-    const r = await fetch("/api/v1/skus/" + encodeURIComponent(sku), { cache: "no-store" });
-    if (r.status === 404) { w.history = []; drawSku(sku, w, null, true); return; }
+    const r = await get("/api/v1/skus/" + encodeURIComponent(sku));
+    if (r.status === 404) { w.history = []; w.status = null; drawSku(sku, w, null, true); return; }
     if (!r.ok) throw new Error("GET " + sku + ": HTTP " + r.status);
     const status = await r.json();
+    w.status = status;
     w.history.push({ t: now, orders: status.orders, version: status.version });
     if (w.history.length > RATE_WINDOW + 1) w.history.shift();
     drawSku(sku, w, status, false);
@@ -171,7 +274,7 @@
     return null;
   }
   async function refreshMetrics(now) {
-    const r = await fetch("/metrics", { cache: "no-store" });
+    const r = await get("/metrics");
     if (!r.ok) throw new Error("GET /metrics: HTTP " + r.status);
     const m = parseMetrics(await r.text());
     metricHistory.push({ t: now, m });
@@ -182,10 +285,15 @@
     }
     $("m-lost").textContent = fmt(m.get("inventory_locks_lost_total"), 0);
     $("m-redis").textContent = fmt(m.get("inventory_redis_errors_total"), 0);
+    $("m-holds").textContent = ["confirmed", "expired", "cancelled"]
+      .map((e) => fmt(m.get('inventory_holds_total{event="' + e + '"}'), 0)).join(" / ");
     if (metricHistory.length < 2) return;
     const a = metricHistory[0].m, secs = (now - metricHistory[0].t) / 1000;
     const per = (x) => (x === null ? null : x / secs);
-    $("m-orders").textContent = fmt(per(delta(a, m, 'inventory_orders_total{result="created"}')));
+    // an order is placed as "created" (final at once) or "reserved" (a hold)
+    const sum = (results) => results.reduce((n, r) => n + (delta(a, m, 'inventory_orders_total{result="' + r + '"}') || 0), 0);
+    $("m-orders").textContent = fmt(per(sum(["created", "reserved"])));
+    $("m-rules").textContent = fmt(per(sum(["limit_exceeded", "sale_not_started", "sale_ended", "user_required"])));
     const c409 = (delta(a, m, 'inventory_orders_total{result="sold_out"}') || 0) +
                  (delta(a, m, 'inventory_orders_total{result="insufficient_stock"}') || 0);
     $("m-409").textContent = fmt(per(c409));
@@ -202,6 +310,7 @@
       conn.textContent = "live";
       conn.dataset.state = "ok";
       $("updated").textContent = "updated " + new Date(now).toLocaleTimeString();
+      drawClock();
     } catch (e) {
       conn.textContent = "error: " + e.message;
       conn.dataset.state = "error";
@@ -263,4 +372,5 @@
   initialWatched().forEach(watch);
   saveWatched();
   tick();
+  setInterval(() => { for (const w of watched.values()) drawCountdown(w); }, COUNTDOWN_MS);
 })();

@@ -8,9 +8,13 @@
 //
 // Env (contract_test.sh starts the servers): SPEC, TOKEN, URL_MAIN (a normal instance),
 // URL_DOWN (its Redis is not there), URL_RATE (--rate-limit-rps 1), URL_HOLD (--hold-ms 3000
-// --lock-wait-ms 0: one segment stays locked long enough for a 503 lock_timeout).
+// --lock-wait-ms 0: one segment stays locked long enough for a 503 lock_timeout), URL_USER
+// (--trust-body-user-id: the body's user_id is the user, for limit_exceeded), URL_JWT
+// (--jwt-key-file with the HS256 secret JWT_SECRET), CONFIRM_TOKEN (URL_MAIN's
+// --confirm-token-file).
 import { readFileSync } from "node:fs";
 import http from "node:http";
+import { createHmac } from "node:crypto";
 import YAML from "yaml";
 import Ajv2020 from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
@@ -19,12 +23,14 @@ const env = (k) => { if (!process.env[k]) throw new Error(`${k} is not set`); re
 const spec = YAML.parse(readFileSync(env("SPEC"), "utf8"));
 const TOKEN = env("TOKEN");
 const MAIN = env("URL_MAIN"), DOWN = env("URL_DOWN"), RATE = env("URL_RATE"), HOLD = env("URL_HOLD");
+const USER = env("URL_USER"), JWT = env("URL_JWT"), CONFIRM_TOKEN = env("CONFIRM_TOKEN"), JWT_SECRET = env("JWT_SECRET");
 
 // Statuses documented but not produced here, each with where it is tested instead.
 const NOT_EXERCISED = {
   "post /api/v1/orders 500": "out of memory only",
   "get /api/v1/orders/{id} 500": "out of memory only",
   "delete /api/v1/orders/{id} 500": "out of memory only",
+  "post /api/v1/orders/{id}/confirm 500": "out of memory only",
   "put /api/v1/skus/{sku} 500": "out of memory only",
   "get /api/v1/skus/{sku} 500": "out of memory only",
   "delete /api/v1/skus/{sku} 500": "out of memory only",
@@ -143,6 +149,19 @@ function send(base, method, path, headers, payload) {
 
 const uniq = (p) => `${p}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 const SKU = "/api/v1/skus/{sku}", RESTOCK = "/api/v1/skus/{sku}/restock", ORDERS = "/api/v1/orders", ORDER = "/api/v1/orders/{id}";
+const CONFIRM = "/api/v1/orders/{id}/confirm";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// An HS256 JWT for sub, valid for 5 minutes, signed with JWT_SECRET.
+function jwt(sub) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  const now = Math.floor(Date.now() / 1000);
+  const head = b64({ alg: "HS256", typ: "JWT" }) + "." + b64({ sub, iat: now, exp: now + 300 });
+  return head + "." + createHmac("sha256", JWT_SECRET).update(head).digest("base64url");
+}
+// The error code of an answer, checked against want.
+function expectError(what, r, want) {
+  if (r.json?.error !== want) fail(what, `expected error ${want}, got ${JSON.stringify(r.json)}`);
+}
 const big = "{\"stock\":1,\"pad\":\"" + "x".repeat(17000) + "\"}";
 
 // ---- probes, dashboard, metrics ----------------------------------------------------------
@@ -221,6 +240,69 @@ await call(MAIN, "DELETE", SKU, { params: { sku: one }, expect: 401 });
 await call(MAIN, "DELETE", SKU, { params: { sku: one }, token: TOKEN, expect: 204 });
 await call(MAIN, "DELETE", SKU, { params: { sku: one }, token: TOKEN, expect: 404 });
 
+// ---- the sale rules, holds and confirm (SPEC §11) ---------------------------------------------------
+// The window: before the start (409 sale_not_started with sale_start and Retry-After), after the end.
+const iso = (ms) => new Date(ms).toISOString();
+const early = uniq("early");
+await call(MAIN, "PUT", SKU, { params: { sku: early }, token: TOKEN, body: { stock: 5, segments: 1, sale_start: iso(Date.now() + 3600e3) }, expect: 201 });
+const ns = await call(MAIN, "POST", ORDERS, { body: { sku: early }, expect: 409 });
+expectError("sale_not_started", ns, "sale_not_started");
+const ra = Number(ns.headers.get("retry-after"));
+if (!(ra >= 3500 && ra <= 3601)) fail("sale_not_started", `Retry-After ${ns.headers.get("retry-after")}, want about 3600`);
+const late = uniq("late");
+await call(MAIN, "PUT", SKU, { params: { sku: late }, token: TOKEN, body: { stock: 5, segments: 1, sale_start: iso(Date.now() - 7200e3), sale_end: iso(Date.now() - 3600e3) }, expect: 201 });
+expectError("sale_ended", await call(MAIN, "POST", ORDERS, { body: { sku: late }, expect: 409 }), "sale_ended");
+
+// Who the user is: a limit and no verified user (401 user_required); a bad JWT (401
+// unauthorized); a good one (201); the body's user_id trusted (development): past the limit.
+const limited1 = uniq("limit");
+await call(MAIN, "PUT", SKU, { params: { sku: limited1 }, token: TOKEN, body: { stock: 10, segments: 2, limit_per_user: 2 }, expect: 201 });
+expectError("user_required", await call(MAIN, "POST", ORDERS, { body: { sku: limited1, user_id: "u-1" }, expect: 401 }), "user_required");
+expectError("jwt missing", await call(JWT, "POST", ORDERS, { body: { sku: limited1 }, expect: 401 }), "unauthorized");
+expectError("jwt bad", await call(JWT, "POST", ORDERS, { body: { sku: limited1 }, token: jwt("alice").slice(0, -4) + "AAAA", expect: 401 }), "unauthorized");
+const byJwt = await call(JWT, "POST", ORDERS, { body: { sku: limited1, quantity: 2 }, token: jwt("alice"), expect: 201 });
+if (byJwt.json?.user_id !== "alice") fail("jwt order", `the user is the token's sub: ${JSON.stringify(byJwt.json)}`);
+const le = await call(JWT, "POST", ORDERS, { body: { sku: limited1 }, token: jwt("alice"), expect: 409 });
+expectError("limit_exceeded (jwt)", le, "limit_exceeded");
+if (le.json?.limit_per_user !== 2) fail("limit_exceeded", `limit_per_user ${le.json?.limit_per_user}, want 2`);
+await call(USER, "POST", ORDERS, { body: { sku: limited1, user_id: "bob" }, expect: 201 });
+expectError("limit_exceeded (body user)", await call(USER, "POST", ORDERS, { body: { sku: limited1, user_id: "bob", quantity: 2 }, expect: 409 }), "limit_exceeded");
+
+// Holds of 1 s: placed reserved, confirmed (confirm token, admin token, a repeat), cancelled,
+// expired; each wrong confirm.
+const held1 = uniq("holds");
+await call(MAIN, "PUT", SKU, { params: { sku: held1 }, token: TOKEN, body: { stock: 20, segments: 2, reservation_ttl_s: 1 }, expect: 201 });
+const hold = async () => {
+  const r = await call(MAIN, "POST", ORDERS, { body: { sku: held1 }, expect: 201 });
+  if (r.json?.status !== "reserved" || !r.json?.expires_at) fail("hold", `a hold is reserved with expires_at: ${JSON.stringify(r.json)}`);
+  return r.json.order_id;
+};
+const hA = await hold(), hB = await hold(), hC = await hold();
+await call(MAIN, "GET", ORDER, { params: { id: hA }, expect: 200 });
+await call(MAIN, "POST", CONFIRM, { params: { id: hA }, expect: 401 });
+await call(MAIN, "POST", CONFIRM, { params: { id: hA }, token: "wrong", expect: 401 });
+const cA = await call(MAIN, "POST", CONFIRM, { params: { id: hA }, token: CONFIRM_TOKEN, expect: 200 });
+if (cA.json?.status !== "confirmed") fail("confirm", JSON.stringify(cA.json));
+await call(MAIN, "POST", CONFIRM, { params: { id: hA }, token: TOKEN, expect: 200 }); // a repeat, by the admin
+await call(MAIN, "POST", CONFIRM, { params: { id: "0".repeat(32) + "-0-" + held1 }, token: CONFIRM_TOKEN, expect: 404 });
+await call(MAIN, "POST", CONFIRM, { params: { id: "nope" }, token: CONFIRM_TOKEN, expect: 404 });
+await call(MAIN, "DELETE", ORDER, { params: { id: hB }, token: TOKEN, expect: 200 });
+expectError("confirm cancelled", await call(MAIN, "POST", CONFIRM, { params: { id: hB }, token: CONFIRM_TOKEN, expect: 409 }), "already_cancelled");
+const plain = await call(MAIN, "POST", ORDERS, { body: { sku }, expect: 201 }); // a SKU without holds
+expectError("not_reserved", await call(MAIN, "POST", CONFIRM, { params: { id: plain.json.order_id }, token: CONFIRM_TOKEN, expect: 409 }), "not_reserved");
+// hC expires within 1 s of its expires_at with no traffic (the sweeper); wait up to 4 s for it.
+let expired = null;
+for (let i = 0; i < 40 && expired?.status !== "expired"; i++) {
+  await sleep(100);
+  expired = (await call(MAIN, "GET", ORDER, { params: { id: hC }, expect: 200 })).json;
+}
+if (expired?.status !== "expired" || !expired.expires_at) fail("expiry", `the 1 s hold did not expire: ${JSON.stringify(expired)}`);
+expectError("confirm expired", await call(MAIN, "POST", CONFIRM, { params: { id: hC }, token: CONFIRM_TOKEN, expect: 409 }), "reservation_expired");
+expectError("cancel expired", await call(MAIN, "DELETE", ORDER, { params: { id: hC }, token: TOKEN, expect: 409 }), "reservation_expired");
+// the confirmed and the expired holds: the status counts them once each
+const hs = (await call(MAIN, "GET", SKU, { params: { sku: held1 }, expect: 200 })).json;
+if (hs?.sold !== 1 || hs?.reserved !== 0 || hs?.orders !== 1) fail("holds status", `one confirmed unit, nothing reserved: ${JSON.stringify(hs)}`);
+
 // ---- 503 lock_timeout: a 3 s hold on the only segment, and no wait ------------------------------
 const held = uniq("held");
 await call(HOLD, "PUT", SKU, { params: { sku: held }, token: TOKEN, body: { stock: 5, segments: 1 }, expect: 201 });
@@ -248,6 +330,7 @@ await call(DOWN, "POST", ORDERS, { body: { sku }, expect: 503 });
 await call(DOWN, "GET", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "HEAD", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "DELETE", ORDER, { params: { id }, token: TOKEN, expect: 503 });
+await call(DOWN, "POST", CONFIRM, { params: { id }, token: TOKEN, expect: 503 });
 
 // ---- 429 on every limited operation ---------------------------------------------------------------
 const limited = [
@@ -256,6 +339,7 @@ const limited = [
   ["PATCH", SKU, { params: { sku }, token: TOKEN, body: { reservation_ttl_s: 0 } }],
   ["POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 } }], ["POST", ORDERS, { body: { sku } }],
   ["GET", ORDER, { params: { id } }], ["HEAD", ORDER, { params: { id } }], ["DELETE", ORDER, { params: { id }, token: TOKEN }],
+  ["POST", CONFIRM, { params: { id }, token: TOKEN }],
 ];
 for (const [method, tpl, opts] of limited) {
   let got = false;
@@ -275,7 +359,7 @@ for (const [tpl, item] of Object.entries(spec.paths)) {
     if (!allowed.includes(m.toUpperCase())) fail(tpl, `${m} is documented but not in x-allow ${item["x-allow"]}`);
   }
 }
-for (const tpl of ["/", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, SKU, RESTOCK])
+for (const tpl of ["/", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, CONFIRM, SKU, RESTOCK])
   if (!spec.paths[tpl]) fail(tpl, "the service has this path, the document does not");
 
 // ---- every documented (operation, status) was exercised ------------------------------------------------
