@@ -78,8 +78,8 @@ void metrics_order_log_full(void);
 /* Counts a sale-window refusal answered without Redis. */
 void metrics_sale_window_fast(void);
 
-/* Counts n holds expired by this instance's sweeper, one
- * confirmed, one cancelled. */
+/* Counts n holds expired by this instance (its sweeper, or a confirm or cancel that found the
+ * hold due), one confirmed, one cancelled. */
 void metrics_holds_expired(long long n);
 void metrics_hold_confirmed(void);
 void metrics_hold_cancelled(void);

@@ -137,7 +137,8 @@ static void note_give(struct by_id *b, const redisReply *rec)
     json_decref(o);
 }
 
-/* The answer from the script's reply {code[, record]}; 1 when it wrote (a WAIT is due). */
+/* The answer from the script's reply {code[, record[, 1 when it expired the hold now]]}; 1
+ * when it wrote (a WAIT is due). */
 static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
 {
     struct response *res = &b->ar->res;
@@ -159,6 +160,9 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
     }
     long long code = r->element[0]->integer;
     const redisReply *rec = r->elements > 1 ? r->element[1] : NULL;
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER &&
+        r->element[2]->integer == 1)
+        metrics_holds_expired(1); /* due, and expired by this very call */
     json_t *order =
         rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
     int wrote = 0;

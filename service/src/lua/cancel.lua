@@ -1,7 +1,8 @@
 -- Cancels an order (DELETE /api/v1/orders/{id}): created, reserved or confirmed.
 -- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
 -- -> {code[, record]}, code one of STORE_CANCEL_* (store_scripts.h); an error (nothing
---    written) when the record or the segment is damaged
+--    written) when the record or the segment is damaged; {.._EXPIRED, record, 1} when this call
+--    expired the hold (it was due), without the 1 when it had expired before
 -- @include int.lua
 -- @include now.lua
 -- @include log.lua
@@ -17,7 +18,7 @@ if o.status == 'expired' then return {STORE_CANCEL_EXPIRED, redis.call('HGET', K
 if o.status == 'reserved' then
   local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
   if due > 0 and now >= due then
-    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, 'expired', now)}
+    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
   end
 end
 return {STORE_CANCEL_DONE, order_end(ARGV[1], o, q, 'cancelled', now)}

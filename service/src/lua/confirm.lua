@@ -4,7 +4,8 @@
 -- the same record.
 -- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
 -- -> {code[, record]}, code one of STORE_CONFIRM_* (store_scripts.h); an error (nothing
---    written) when the record or the segment is damaged
+--    written) when the record or the segment is damaged; {.._EXPIRED, record, 1} when this call
+--    expired the hold (it was due), without the 1 when it had expired before
 -- @include int.lua
 -- @include now.lua
 -- @include log.lua
@@ -22,7 +23,7 @@ if o.status == 'expired' then return {STORE_CONFIRM_EXPIRED, rec} end
 if o.status ~= 'reserved' then return {STORE_CONFIRM_NOT_RESERVED, rec} end
 local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
 if due > 0 and now >= due then
-  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now)}
+  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
 end
 o.status = 'confirmed'
 o.expires_at = nil
