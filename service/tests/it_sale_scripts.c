@@ -210,9 +210,12 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     const char *args[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id, "0"};
     redisReply *r = eval(STORE_LUA_CONFIRM, 10, args);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
+    /* this call expired it (the instance counts the expiry) */
+    SF_ASSERT(r->elements == 3 && r->element[2]->integer == 1, "%zu elements", r->elements);
     freeReplyObject(r);
     r = eval(STORE_LUA_CONFIRM, 10, args); /* and again: the same answer, nothing more */
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
+    SF_ASSERT_EQ(r->elements, 2); /* expired before: not counted again */
     freeReplyObject(r);
     SF_ASSERT_EQ(num("GET %s", STOCK), 10);
     SF_ASSERT_EQ(num("ZCARD %s", GIVE), 1);
