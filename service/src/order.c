@@ -159,6 +159,9 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
     }
     long long code = r->element[0]->integer;
     const redisReply *rec = r->elements > 1 ? r->element[1] : NULL;
+    /* the script found the hold due and expired it now (not before): counted once, here */
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer)
+        metrics_holds_expired(1);
     json_t *order =
         rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
     int wrote = 0;

@@ -1,7 +1,7 @@
 -- Cancels an order (DELETE /api/v1/orders/{id}): created, reserved or confirmed.
 -- KEYS: stock, cnt, orders, due, give.  ARGV: order id.
--- -> {code[, record]}, code one of STORE_CANCEL_* (store_scripts.h); an error (nothing
---    written) when the record or the segment is damaged
+-- -> {code[, record[, 1 when this call expired the hold]]}, code one of STORE_CANCEL_*
+--    (store_scripts.h); an error (nothing written) when the record or the segment is damaged
 -- @include int.lua
 -- @include now.lua
 -- @include hold_end.lua
@@ -15,7 +15,7 @@ if o.status == 'expired' then return {STORE_CANCEL_EXPIRED, redis.call('HGET', K
 if o.status == 'reserved' then
   local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
   if due > 0 and now >= due then
-    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, 'expired', now)}
+    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
   end
 end
 return {STORE_CANCEL_DONE, order_end(ARGV[1], o, q, 'cancelled', now)}

@@ -3,8 +3,8 @@
 -- in the same step, so a confirm racing the sweeper ends in exactly one of them and both see
 -- the same record.
 -- KEYS: stock, cnt, orders, due, give.  ARGV: order id.
--- -> {code[, record]}, code one of STORE_CONFIRM_* (store_scripts.h); an error (nothing
---    written) when the record or the segment is damaged
+-- -> {code[, record[, 1 when this call expired the hold]]}, code one of STORE_CONFIRM_*
+--    (store_scripts.h); an error (nothing written) when the record or the segment is damaged
 -- @include int.lua
 -- @include now.lua
 -- @include hold_end.lua
@@ -20,7 +20,7 @@ if o.status == 'expired' then return {STORE_CONFIRM_EXPIRED, rec} end
 if o.status ~= 'reserved' then return {STORE_CONFIRM_NOT_RESERVED, rec} end
 local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
 if due > 0 and now >= due then
-  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now)}
+  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
 end
 o.status = 'confirmed'
 o.expires_at = nil
