@@ -492,7 +492,7 @@ static void test_paused_before_commit(void **state)
 
 /* ---- the user from a trusted proxy's header ---- */
 
-static void test_user_header(void **state)
+static void test_limit_by_user_header(void **state)
 {
     (void)state;
     char sku[64];
@@ -541,7 +541,7 @@ int main(void)
         cmocka_unit_test(test_kill_mid_burst),
         cmocka_unit_test(test_stale_entry_heals),
         cmocka_unit_test(test_paused_before_commit),
-        cmocka_unit_test(test_user_header),
+        cmocka_unit_test(test_limit_by_user_header),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }
