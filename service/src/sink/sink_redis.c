@@ -169,6 +169,15 @@ redisReply *sink_redis_cmd(sink_redis *r, const char *key, int argc, const char 
     return c.reply;
 }
 
+int sink_cmd_error_is(const struct sink_cmd *c, const char *code)
+{
+    if (c->st != LC_EREDIS)
+        return 0;
+    if (c->reply != NULL && c->reply->type == REDIS_REPLY_ERROR)
+        return strncmp(c->reply->str, code, strlen(code)) == 0;
+    return strstr(c->err, code) != NULL; /* lockcore's message: "LC_EREDIS: redis: <error>" */
+}
+
 void sink_cmds_clear(int n, struct sink_cmd *cmds)
 {
     for (int i = 0; i < n; i++) {

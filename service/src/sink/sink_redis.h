@@ -46,6 +46,9 @@ int sink_redis_run(sink_redis *r, int n, struct sink_cmd *cmds);
 redisReply *sink_redis_cmd(sink_redis *r, const char *key, int argc, const char **argv, char *err,
                            size_t errlen);
 
+/* 1 when c ended with Redis's error reply starting with code ("BUSYGROUP", "NOGROUP"). */
+int sink_cmd_error_is(const struct sink_cmd *c, const char *code);
+
 /* Frees every cmds[i].reply and sets it NULL. */
 void sink_cmds_clear(int n, struct sink_cmd *cmds);
 

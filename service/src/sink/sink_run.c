@@ -185,13 +185,11 @@ static void add_streams(struct sink *s, struct stream *fresh, int n)
         sink_redis_run(s->redis, w, cmds);
         for (int i = 0; i < w; i++) {
             const struct sink_cmd *c = &cmds[i];
-            int ok = c->st == LC_OK ||
-                     (c->st == LC_EREDIS && c->reply && c->reply->type == REDIS_REPLY_ERROR &&
-                      strncmp(c->reply->str, "BUSYGROUP", 9) == 0);
+            int ok = c->st == LC_OK || sink_cmd_error_is(c, "BUSYGROUP");
             if (!ok) {
                 if (c->st == LC_EREDIS)
                     log_msg(CONFIG_LOG_WARN, "sink_group_error", "XGROUP CREATE %s: %s",
-                            fresh[off + i].key, c->reply ? c->reply->str : c->err);
+                            fresh[off + i].key, c->err);
                 else
                     redis_failed(s, "XGROUP CREATE", c->err);
                 continue;
@@ -428,7 +426,7 @@ static void ack_batch(struct sink *s, const struct sink_entry *e, int n)
             if (cmds[c].st == LC_OK || cmds[c].st == LC_EREDIS) {
                 if (cmds[c].st == LC_EREDIS)
                     log_msg(CONFIG_LOG_WARN, "sink_ack_error", "XACK %s: %s",
-                            s->streams[si].key, cmds[c].reply ? cmds[c].reply->str : "");
+                            s->streams[si].key, cmds[c].err);
                 for (int j = 0; j < n; j++)
                     if (e[j].stream == si && taken[j])
                         done[j] = 1;
@@ -500,8 +498,7 @@ static int read_round(struct sink *s)
     for (int i = 0; i < w; i++) {
         struct stream *st = &s->streams[idx[i]];
         const redisReply *r = cmds[i].reply;
-        if (cmds[i].st == LC_EREDIS && r && r->type == REDIS_REPLY_ERROR &&
-            strncmp(r->str, "NOGROUP", 7) == 0) {
+        if (sink_cmd_error_is(&cmds[i], "NOGROUP")) {
             lost[nlost++] = *st; /* the stream was deleted (FLUSHALL, a DELETE): regroup */
             continue;
         }
