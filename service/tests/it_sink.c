@@ -135,10 +135,10 @@ static sink_proc *sink_spawn(const char *consumer, const char *const *extra)
     p->metrics_port = tu_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", p->metrics_port);
-    const char *argv[40] = {bin,           "--redis",         rf_url(redis),  "--db",
-                            mdb_url(db),   "--metrics-port",  port,           "--consumer",
-                            consumer,      "--maintain-ms",   "300",          "--claim-idle-ms",
-                            "60000",       "--db-timeout-s",  "3",            "--redis-timeout-ms",
+    const char *argv[40] = {bin,         "--redis",        rf_url(redis), "--db",
+                            mdb_url(db), "--metrics-port", port,          "--consumer",
+                            consumer,    "--maintain-ms",  "300",         "--claim-idle-ms",
+                            "60000",     "--db-timeout-s", "3",           "--redis-timeout-ms",
                             "1000"};
     int argc = 17;
     for (int i = 0; extra != NULL && extra[i] != NULL && argc < 38; i++)
@@ -217,8 +217,8 @@ static void make_sku(const char *sku, int n)
 {
     long long a = rf_integer(redis, "SADD inv:2:skus %s", sku);
     SF_ASSERT(a >= 0, "SADD %s", sku);
-    redisReply *r = rf_command(redis, "HSET inv:2:{%s}:meta segments %d hwm %d version 1", sku,
-                               n, n);
+    redisReply *r =
+        rf_command(redis, "HSET inv:2:{%s}:meta segments %d hwm %d version 1", sku, n, n);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "HSET meta of %s", sku);
     freeReplyObject(r);
     all_segments += n;
@@ -308,8 +308,8 @@ static int reconcile(const char *sku, char *out, size_t cap)
     SF_ASSERT(bin != NULL, "%s", "no inventory-sink binary");
     char path[256];
     snprintf(path, sizeof path, "%s/reconcile.out", rf_dir(redis));
-    const char *argv[] = {bin,  "reconcile",  "--redis", rf_url(redis), "--db",
-                          mdb_url(db), "--sku", sku, NULL};
+    const char *argv[] = {bin,         "reconcile", "--redis", rf_url(redis), "--db",
+                          mdb_url(db), "--sku",     sku,       NULL};
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     pid_t pid = pr_spawn(argv, fd, -1);
     if (fd >= 0)
@@ -371,10 +371,10 @@ static void test_every_entry_lands_once(void **state)
     SF_ASSERT_EQ(metric(p, "inventory_sink_events_duplicate_total"), 0);
     SF_ASSERT_EQ(metric(p, "inventory_sink_errors_total{kind=\"malformed\"}"), 0);
     /* each order's latest status; units per status */
-    SF_ASSERT_EQ(mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t1' AND status='confirmed'"),
-                 100);
-    SF_ASSERT_EQ(mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t1' AND status='cancelled'"),
-                 100);
+    SF_ASSERT_EQ(
+        mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t1' AND status='confirmed'"), 100);
+    SF_ASSERT_EQ(
+        mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t1' AND status='cancelled'"), 100);
     SF_ASSERT_EQ(mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t1' AND user_id IS NULL"),
                  60);
     assert_reconciled("t1");
@@ -613,11 +613,13 @@ static void test_reconcile_names_each_difference(void **state)
     order_name(o2, sizeof o2, "t8", 0, 2);
     order_name(o3, sizeof o3, "t8", 1, 3);
     order_name(o4, sizeof o4, "t8", 0, 4);
-    snprintf(sql, sizeof sql, "UPDATE " MDB_DATABASE ".orders SET status='confirmed' WHERE order_id='%s'", o2);
+    snprintf(sql, sizeof sql,
+             "UPDATE " MDB_DATABASE ".orders SET status='confirmed' WHERE order_id='%s'", o2);
     SF_ASSERT_EQ(mdb_exec(db, sql), 0);
     snprintf(sql, sizeof sql, "DELETE FROM " MDB_DATABASE ".orders WHERE order_id='%s'", o3);
     SF_ASSERT_EQ(mdb_exec(db, sql), 0);
-    snprintf(sql, sizeof sql, "UPDATE " MDB_DATABASE ".orders SET quantity=quantity+10 WHERE order_id='%s'", o4);
+    snprintf(sql, sizeof sql,
+             "UPDATE " MDB_DATABASE ".orders SET quantity=quantity+10 WHERE order_id='%s'", o4);
     SF_ASSERT_EQ(mdb_exec(db, sql), 0);
     char out[8192], want[256];
     SF_ASSERT_EQ(reconcile("t8", out, sizeof out), 1);
@@ -637,7 +639,8 @@ static int group_setup(void **state)
 {
     (void)state;
     if (!mdb_available()) {
-        fprintf(stderr, "it_sink: mariadbd not installed (scripts/deps.sh installs mariadb-server)\n");
+        fprintf(stderr,
+                "it_sink: mariadbd not installed (scripts/deps.sh installs mariadb-server)\n");
         return getenv("CI") && strcmp(getenv("CI"), "true") == 0 ? -1 : 0;
     }
     redis = rf_start(NULL);
@@ -654,7 +657,6 @@ static int group_teardown(void **state)
     rf_stop(redis);
     return 0;
 }
-
 
 int main(void)
 {

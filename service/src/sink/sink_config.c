@@ -75,8 +75,8 @@ static int set_text(struct sink_config *cfg, const struct sink_opt *o, const cha
         errno = 0;
         long long v = strtoll(s, &end, 10);
         if (*s == '\0' || *end != '\0' || errno != 0 || v < o->lo || v > o->hi) {
-            seterr(err, errlen, "%s: %s must be an integer %lld..%lld, not \"%s\"", origin,
-                   o->flag, o->lo, o->hi, s);
+            seterr(err, errlen, "%s: %s must be an integer %lld..%lld, not \"%s\"", origin, o->flag,
+                   o->lo, o->hi, s);
             return -1;
         }
         *(int *)(void *)base = (int)v;
@@ -323,8 +323,8 @@ int sink_db_url_parse(const char *url, struct sink_db_url *out, char *err, size_
     }
     const char *db = slash + 1;
     size_t dlen = strlen(db);
-    if (dlen == 0 || dlen >= sizeof out->database || strspn(db,
-            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$") != dlen) {
+    if (dlen == 0 || dlen >= sizeof out->database ||
+        strspn(db, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$") != dlen) {
         seterr(err, errlen, "bad database name (1..64 of [A-Za-z0-9_$])");
         return -1;
     }

@@ -55,8 +55,8 @@ struct sink_config {
     SINK_OPTIONS(SINK_FIELD_INT, SINK_FIELD_STR)
 #undef SINK_FIELD_INT
 #undef SINK_FIELD_STR
-    int reconcile;                      /* 1: the `reconcile` subcommand */
-    enum config_log_level level;        /* log_level parsed */
+    int reconcile;               /* 1: the `reconcile` subcommand */
+    enum config_log_level level; /* log_level parsed */
 };
 
 /* Fills cfg from the defaults, the config file, the environment and argv (argv[1] may be the

@@ -57,8 +57,7 @@ static void dberr(sink_db *db, const char *what, char *err, size_t errlen)
     snprintf(err, errlen, "%s: %s (%u)", what, mysql_error(db->conn), mysql_errno(db->conn));
 }
 
-static int run(sink_db *db, const char *sql, size_t len, const char *what, char *err,
-               size_t errlen)
+static int run(sink_db *db, const char *sql, size_t len, const char *what, char *err, size_t errlen)
 {
     if (mysql_real_query(db->conn, sql, (unsigned long)len) != 0) {
         dberr(db, what, err, errlen);

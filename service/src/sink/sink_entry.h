@@ -12,19 +12,19 @@
 #define SINK_USER_MAX 512
 
 struct sink_entry {
-    int stream;                  /* index of its stream in the sink's table */
-    char sku[SINK_SKU_MAX + 1];  /* the stream's SKU and segment (the unique key's stream) */
+    int stream;                 /* index of its stream in the sink's table */
+    char sku[SINK_SKU_MAX + 1]; /* the stream's SKU and segment (the unique key's stream) */
     int segment;
-    unsigned long long ms, seq;  /* the stream entry id */
-    char id[48];                 /* the id as text, "<ms>-<seq>", for XACK */
-    int ok;                      /* 1: every field parsed; 0: malformed (acked, counted, logged) */
-    char event[16];              /* = the order's status after it */
+    unsigned long long ms, seq; /* the stream entry id */
+    char id[48];                /* the id as text, "<ms>-<seq>", for XACK */
+    int ok;                     /* 1: every field parsed; 0: malformed (acked, counted, logged) */
+    char event[16];             /* = the order's status after it */
     char order[SINK_ORDER_MAX + 1];
     char user[SINK_USER_MAX + 1]; /* "" when none */
     long long quantity;
-    long long at;                /* ms since the epoch, the segment's Redis clock */
+    long long at; /* ms since the epoch, the segment's Redis clock */
     long long version;
-    char why[96];                /* what was wrong with a malformed one */
+    char why[96]; /* what was wrong with a malformed one */
 };
 
 /* Parses "<ms>-<seq>". 0, or -1 when s is not a stream id. */

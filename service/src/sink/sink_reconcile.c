@@ -23,8 +23,7 @@
 #include "sink_redis.h"
 #include "store.h"
 
-static const char *const statuses[] = {"created", "reserved", "confirmed", "expired",
-                                       "cancelled"};
+static const char *const statuses[] = {"created", "reserved", "confirmed", "expired", "cancelled"};
 #define NSTATUS 5
 
 static int status_index(const char *s)
@@ -35,9 +34,10 @@ static int status_index(const char *s)
     return -1;
 }
 
-static int by_order(const void *a, const void *b)
+static int by_order_id(const void *a, const void *b)
 {
-    return strcmp(((const struct sink_db_order *)a)->order, ((const struct sink_db_order *)b)->order);
+    return strcmp(((const struct sink_db_order *)a)->order,
+                  ((const struct sink_db_order *)b)->order);
 }
 
 /* Reads the SKU's orders from Redis into a new sorted array. 0, or -1 (message on stderr). */
@@ -107,7 +107,7 @@ static int redis_orders(sink_redis *r, const char *sku, struct sink_db_order **o
         }
         freeReplyObject(h);
     }
-    qsort(o, len, sizeof *o, by_order);
+    qsort(o, len, sizeof *o, by_order_id);
     *out = o;
     *n = len;
     return 0;
@@ -181,8 +181,9 @@ int sink_reconcile(const struct sink_config *cfg)
                    units_r[s], units_d[s]);
             diffs++;
         }
-    fprintf(stderr, "reconcile: SKU %s: %zu orders in Redis, %zu in the database, %ld "
-                    "difference(s)\n",
+    fprintf(stderr,
+            "reconcile: SKU %s: %zu orders in Redis, %zu in the database, %ld "
+            "difference(s)\n",
             cfg->sku, nr, nd, diffs);
     rc = diffs ? 1 : 0;
 out:

@@ -38,20 +38,20 @@
 #include "sink_redis.h"
 #include "store.h"
 
-#define WINDOW 64           /* streams per read round / maintenance round trip */
-#define POLL_MS 100         /* idle wait after a full pass over the streams found nothing */
-#define DISCOVER_MS 1000    /* registry and meta scan period */
+#define WINDOW 64        /* streams per read round / maintenance round trip */
+#define POLL_MS 100      /* idle wait after a full pass over the streams found nothing */
+#define DISCOVER_MS 1000 /* registry and meta scan period */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define SEGMENTS_MAX 4096   /* a meta claiming more is damaged: those are not followed */
-#define GROUPS_MAX 16       /* consumer groups of one stream taken into account when trimming */
+#define SEGMENTS_MAX 4096 /* a meta claiming more is damaged: those are not followed */
+#define GROUPS_MAX 16     /* consumer groups of one stream taken into account when trimming */
 
 struct stream {
     char sku[SINK_SKU_MAX + 1];
     int segment;
     char key[STORE_KEY_MAX];
-    int replay;             /* 1: still reading this consumer's own pending entries */
-    char replay_from[48];   /* the id after which the replay continues */
+    int replay;           /* 1: still reading this consumer's own pending entries */
+    char replay_from[48]; /* the id after which the replay continues */
 };
 
 struct sink {
@@ -60,7 +60,7 @@ struct sink {
     sink_db *db;
     struct stream *streams;
     int nstreams, cap;
-    int next;               /* first stream of the next read round */
+    int next; /* first stream of the next read round */
     struct sink_entry *entries;
     int nentries, entcap;
     int backoff_ms;
@@ -164,9 +164,9 @@ static struct stream *find_stream(struct sink *s, const char *key)
 {
     struct stream probe;
     snprintf(probe.key, sizeof probe.key, "%s", key);
-    return s->nstreams ? bsearch(&probe, s->streams, (size_t)s->nstreams, sizeof *s->streams,
-                                 by_key)
-                       : NULL;
+    return s->nstreams
+               ? bsearch(&probe, s->streams, (size_t)s->nstreams, sizeof *s->streams, by_key)
+               : NULL;
 }
 
 /* XGROUP CREATE for n new streams; those that have their group now are added. */
@@ -177,8 +177,8 @@ static void add_streams(struct sink *s, struct stream *fresh, int n)
         struct sink_cmd cmds[WINDOW];
         const char *argv[WINDOW][6];
         for (int i = 0; i < w; i++) {
-            const char *a[6] = {"XGROUP", "CREATE", fresh[off + i].key, ORDERLOG_GROUP, "0",
-                                "MKSTREAM"};
+            const char *a[6] = {"XGROUP",       "CREATE", fresh[off + i].key,
+                                ORDERLOG_GROUP, "0",      "MKSTREAM"};
             memcpy(argv[i], a, sizeof a);
             cmds[i] = (struct sink_cmd){.key = fresh[off + i].key, .argc = 6, .argv = argv[i]};
         }
@@ -425,8 +425,8 @@ static void ack_batch(struct sink *s, const struct sink_entry *e, int n)
             int si = e[firsts[c]].stream;
             if (cmds[c].st == LC_OK || cmds[c].st == LC_EREDIS) {
                 if (cmds[c].st == LC_EREDIS)
-                    log_msg(CONFIG_LOG_WARN, "sink_ack_error", "XACK %s: %s",
-                            s->streams[si].key, cmds[c].err);
+                    log_msg(CONFIG_LOG_WARN, "sink_ack_error", "XACK %s: %s", s->streams[si].key,
+                            cmds[c].err);
                 for (int j = 0; j < n; j++)
                     if (e[j].stream == si && taken[j])
                         done[j] = 1;
@@ -484,8 +484,9 @@ static int read_round(struct sink *s)
     for (int i = 0; i < w; i++) {
         idx[i] = (s->next + i) % s->nstreams;
         struct stream *st = &s->streams[idx[i]];
-        const char *a[10] = {"XREADGROUP", "GROUP",   ORDERLOG_GROUP, s->cfg->consumer, "COUNT",
-                             count,        "STREAMS", st->key,        st->replay ? st->replay_from : ">"};
+        const char *a[10] = {"XREADGROUP",     "GROUP", ORDERLOG_GROUP,
+                             s->cfg->consumer, "COUNT", count,
+                             "STREAMS",        st->key, st->replay ? st->replay_from : ">"};
         memcpy(argv[i], a, sizeof a);
         cmds[i] = (struct sink_cmd){.key = st->key, .argc = 9, .argv = argv[i]};
     }
@@ -585,8 +586,8 @@ struct group_view {
     struct {
         int ours;
         long long pending;
-        unsigned long long ld_ms, ld_seq;   /* last-delivered-id */
-        unsigned long long lo_ms, lo_seq;   /* lowest pending id, when pending */
+        unsigned long long ld_ms, ld_seq; /* last-delivered-id */
+        unsigned long long lo_ms, lo_seq; /* lowest pending id, when pending */
         int has_lo;
     } g[GROUPS_MAX];
     int broken; /* the reply could not be read: this stream is not trimmed this time */

@@ -153,10 +153,19 @@ static int mdb_spawn(mdb_server *srv)
     snprintf(sock, sizeof sock, "--socket=%s", srv->sock);
     snprintf(errlog, sizeof errlog, "--log-error=%s", srv->errlog);
     snprintf(pidf, sizeof pidf, "--pid-file=%s/mariadbd.pid", srv->dir);
-    const char *argv[] = {bin, "--no-defaults", datadir, "--skip-networking=0",
-                          "--bind-address=127.0.0.1", port, sock, errlog, pidf,
-                          "--innodb-buffer-pool-size=32M", "--skip-name-resolve",
-                          geteuid() == 0 ? "--user=root" : NULL, NULL};
+    const char *argv[] = {bin,
+                          "--no-defaults",
+                          datadir,
+                          "--skip-networking=0",
+                          "--bind-address=127.0.0.1",
+                          port,
+                          sock,
+                          errlog,
+                          pidf,
+                          "--innodb-buffer-pool-size=32M",
+                          "--skip-name-resolve",
+                          geteuid() == 0 ? "--user=root" : NULL,
+                          NULL};
     pid_t pid = pr_spawn(argv, -1, -1);
     if (pid < 0)
         return -1;
@@ -221,8 +230,7 @@ static int mdb_wait_ready(mdb_server *srv, int timeout_ms)
         }
         tu_sleep_ms(50);
     }
-    fprintf(stderr, "mariadb_fixture: no answer on port %d within %d ms\n", srv->port,
-            timeout_ms);
+    fprintf(stderr, "mariadb_fixture: no answer on port %d within %d ms\n", srv->port, timeout_ms);
     return -1;
 }
 
@@ -300,15 +308,15 @@ mdb_server *mdb_start(void)
     }
     for (int attempt = 0; attempt < MDB_PORT_ATTEMPTS; attempt++) {
         srv->port = tu_free_port();
-        snprintf(srv->url, sizeof srv->url, "mysql://" MDB_USER ":" MDB_PASSWORD "@127.0.0.1:%d/"
-                 MDB_DATABASE, srv->port);
+        snprintf(srv->url, sizeof srv->url,
+                 "mysql://" MDB_USER ":" MDB_PASSWORD "@127.0.0.1:%d/" MDB_DATABASE, srv->port);
         if (srv->port <= 0 || mdb_spawn(srv) != 0)
             break;
         if (mdb_wait_ready(srv, MDB_START_TIMEOUT_MS) == 0) {
             /* The sink's database and user, with the privileges docs/deployment.md lists. */
             if (mdb_exec(srv, "CREATE DATABASE " MDB_DATABASE) != 0 ||
-                mdb_exec(srv, "CREATE USER '" MDB_USER "'@'127.0.0.1' IDENTIFIED BY '"
-                              MDB_PASSWORD "'") != 0 ||
+                mdb_exec(srv, "CREATE USER '" MDB_USER "'@'127.0.0.1' IDENTIFIED BY '" MDB_PASSWORD
+                              "'") != 0 ||
                 mdb_exec(srv, "GRANT SELECT, INSERT, UPDATE, CREATE ON " MDB_DATABASE
                               ".* TO '" MDB_USER "'@'127.0.0.1'") != 0)
                 break;
