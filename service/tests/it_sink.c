@@ -10,7 +10,9 @@
  *   - two sinks at once: each entry written by one of them, once;
  *   - a dead consumer's pending entries are claimed (XAUTOCLAIM) and written;
  *   - trimming stops at the lowest entry another group has not acknowledged;
- *   - reconcile names each difference of a database edited by hand, and exits non-zero.
+ *   - reconcile names each difference of a database edited by hand, and exits non-zero;
+ *   - Redis paused (no answers): the sink backs off and catches up;
+ *   - on a Redis Cluster of three masters the same holds.
  * Each test uses its own SKUs; the sinks run with short maintenance and claim periods.
  */
 #include "svc_test.h"
@@ -23,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_fixture.h"
 #include "mariadb_fixture.h"
 #include "proc_registry.h"
 #include "redis_fixture.h"
@@ -30,8 +33,100 @@
 
 static rf_server *redis;
 static mdb_server *db;
-static int all_segments;     /* segments of every SKU made so far: the streams a sink follows */
-static redisContext *writer; /* the connection log_event writes on (reopened after an error) */
+static int all_segments;    /* segments of every SKU made so far: the streams a sink follows */
+static cf_cluster *cluster; /* test_cluster's Redis Cluster, while it runs */
+static const char *target;  /* the Redis URL the sinks and reconcile get (redis or cluster) */
+static int target_port;     /* where rcmd starts (it follows MOVED from there) */
+
+/* ---- commands to the target, routed ---- */
+
+#define RCMD_CONNS 16
+static struct {
+    int port;
+    redisContext *c;
+} conns[RCMD_CONNS];
+
+static redisContext *conn_to(int port)
+{
+    for (int i = 0; i < RCMD_CONNS; i++)
+        if (conns[i].c != NULL && conns[i].port == port)
+            return conns[i].c;
+    for (int i = 0; i < RCMD_CONNS; i++)
+        if (conns[i].c == NULL) {
+            struct timeval t = {1, 0};
+            redisContext *c = redisConnectWithTimeout("127.0.0.1", port, t);
+            if (c == NULL || c->err) {
+                redisFree(c);
+                return NULL;
+            }
+            struct timeval rt = {5, 0};
+            redisSetTimeout(c, rt);
+            conns[i].port = port;
+            conns[i].c = c;
+            return c;
+        }
+    return NULL;
+}
+
+static void conns_close(void)
+{
+    for (int i = 0; i < RCMD_CONNS; i++) {
+        redisFree(conns[i].c);
+        conns[i].c = NULL;
+    }
+}
+
+/* One command (hiredis format) on the target: on a cluster it follows MOVED to the master of
+ * the key's slot. The new reply (error replies included), or NULL when no node answered. */
+static redisReply *rcmdv(const char *fmt, va_list ap)
+{
+    int port = target_port;
+    for (int hop = 0; hop < 5; hop++) {
+        redisContext *c = conn_to(port);
+        if (c == NULL)
+            return NULL;
+        va_list aq;
+        va_copy(aq, ap);
+        redisReply *r = redisvCommand(c, fmt, aq);
+        va_end(aq);
+        if (r == NULL) {
+            conns_close();
+            return NULL;
+        }
+        const char *colon;
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0 &&
+            (colon = strrchr(r->str, ':')) != NULL) {
+            port = atoi(colon + 1);
+            freeReplyObject(r);
+            continue;
+        }
+        return r;
+    }
+    return NULL;
+}
+
+static redisReply *rcmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static redisReply *rcmd(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rcmdv(fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* rcmd for an integer reply: the integer, or RF_NOT_INTEGER. */
+static long long rint_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static long long rint_(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rcmdv(fmt, ap);
+    va_end(ap);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : RF_NOT_INTEGER;
+    freeReplyObject(r);
+    return v;
+}
 
 /* ---- inventory-sink processes ---- */
 
@@ -135,10 +230,10 @@ static sink_proc *sink_spawn(const char *consumer, const char *const *extra)
     p->metrics_port = tu_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", p->metrics_port);
-    const char *argv[40] = {bin,         "--redis",        rf_url(redis), "--db",
-                            mdb_url(db), "--metrics-port", port,          "--consumer",
-                            consumer,    "--maintain-ms",  "300",         "--claim-idle-ms",
-                            "60000",     "--db-timeout-s", "3",           "--redis-timeout-ms",
+    const char *argv[40] = {bin,         "--redis",        target, "--db",
+                            mdb_url(db), "--metrics-port", port,   "--consumer",
+                            consumer,    "--maintain-ms",  "300",  "--claim-idle-ms",
+                            "60000",     "--db-timeout-s", "3",    "--redis-timeout-ms",
                             "1000"};
     int argc = 17;
     for (int i = 0; extra != NULL && extra[i] != NULL && argc < 38; i++)
@@ -183,10 +278,6 @@ static double metric(const sink_proc *p, const char *series)
 static void log_event(const char *sku, int k, const char *order, const char *event, long long q,
                       const char *user, char *id)
 {
-    if (writer == NULL)
-        writer = rf_connect(redis);
-    redisContext *c = writer;
-    SF_ASSERT(c != NULL, "%s", "connect");
     char key[256], orders[256], qs[24], at[24], rec[512];
     snprintf(key, sizeof key, "inv:2:{%s/%d}:log", sku, k);
     snprintf(orders, sizeof orders, "inv:2:{%s/%d}:orders", sku, k);
@@ -199,15 +290,14 @@ static void log_event(const char *sku, int k, const char *order, const char *eve
              "\"user_id\":%s%s%s,\"created_at\":\"2026-11-25T00:00:00.000Z\",\"status\":\"%s\"}",
              order, sku, q, k, user[0] ? "\"" : "", user[0] ? user : "null", user[0] ? "\"" : "",
              event);
-    redisReply *r = redisCommand(c,
-                                 "XADD %s * event %s order %s sku %s segment %d user %s "
-                                 "quantity %s at %s version 7",
-                                 key, event, order, sku, k, user, qs, at);
+    redisReply *r = rcmd("XADD %s * event %s order %s sku %s segment %d user %s "
+                         "quantity %s at %s version 7",
+                         key, event, order, sku, k, user, qs, at);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_STRING, "XADD %s", key);
     if (id != NULL)
         snprintf(id, 48, "%s", r->str);
     freeReplyObject(r);
-    r = redisCommand(c, "HSET %s %s %s", orders, order, rec);
+    r = rcmd("HSET %s %s %s", orders, order, rec);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "HSET %s", orders);
     freeReplyObject(r);
 }
@@ -215,10 +305,9 @@ static void log_event(const char *sku, int k, const char *order, const char *eve
 /* A SKU of n segments as the registry and the meta show it. */
 static void make_sku(const char *sku, int n)
 {
-    long long a = rf_integer(redis, "SADD inv:2:skus %s", sku);
+    long long a = rint_("SADD inv:2:skus %s", sku);
     SF_ASSERT(a >= 0, "SADD %s", sku);
-    redisReply *r =
-        rf_command(redis, "HSET inv:2:{%s}:meta segments %d hwm %d version 1", sku, n, n);
+    redisReply *r = rcmd("HSET inv:2:{%s}:meta segments %d hwm %d version 1", sku, n, n);
     SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "HSET meta of %s", sku);
     freeReplyObject(r);
     all_segments += n;
@@ -283,7 +372,7 @@ static long long pending(const char *sku, int segs)
 {
     long long sum = 0;
     for (int k = 0; k < segs; k++) {
-        redisReply *r = rf_command(redis, "XPENDING inv:2:{%s/%d}:log sink", sku, k);
+        redisReply *r = rcmd("XPENDING inv:2:{%s/%d}:log sink", sku, k);
         if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
             r->element[0]->type == REDIS_REPLY_INTEGER)
             sum += r->element[0]->integer;
@@ -308,7 +397,7 @@ static int reconcile(const char *sku, char *out, size_t cap)
     SF_ASSERT(bin != NULL, "%s", "no inventory-sink binary");
     char path[256];
     snprintf(path, sizeof path, "%s/reconcile.out", rf_dir(redis));
-    const char *argv[] = {bin,         "reconcile", "--redis", rf_url(redis), "--db",
+    const char *argv[] = {bin,         "reconcile", "--redis", target, "--db",
                           mdb_url(db), "--sku",     sku,       NULL};
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     pid_t pid = pr_spawn(argv, fd, -1);
@@ -635,6 +724,77 @@ static void test_reconcile_names_each_difference(void **state)
     SF_ASSERT_EQ(reconcile("no/such", out, sizeof out), 2);
 }
 
+static void test_redis_paused_then_resumed(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    make_sku("t9", 2);
+    int entries = make_orders("t9", 2, 0, 60);
+    sink_proc *p = sink_start("t9-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "t9", entries, 10000), entries);
+    /* Redis stops answering for 2.5 s: the sink's commands time out (1 s), it backs off */
+    SF_ASSERT_EQ(rf_pause(redis), 0);
+    tu_sleep_ms(2500);
+    sf_resp r = {0};
+    int health = sf_http(p->metrics_port, "GET", "/healthz", NULL, NULL, 0, &r);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(rf_resume(redis), 0);
+    SF_ASSERT_EQ(health, 503);
+    SF_ASSERT(metric(p, "inventory_sink_errors_total{kind=\"redis\"}") >= 1, "%s",
+              "Redis errors counted");
+    entries += make_orders("t9", 2, 60, 60);
+    SF_ASSERT_EQ(wait_rows("order_events", "t9", entries, 15000), entries);
+    SF_ASSERT_EQ(wait_pending_zero("t9", 2, 5000), 0);
+    assert_reconciled("t9");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+}
+
+/* The same sink on a Redis Cluster of three masters: the segments' streams live on different
+ * masters, and every command of the sink (and of reconcile) reaches the right one. Last: it
+ * points the helpers at the cluster. */
+static void test_cluster(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    cluster = cf_start(3, 0);
+    SF_ASSERT(cluster != NULL, "%s", "a 3-master cluster");
+    static char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(cluster, 3));
+    conns_close();
+    target = url;
+    target_port = rf_port(cf_node(cluster, 0));
+    all_segments = 0;
+    make_sku("c1", 6);
+    int seen[3] = {0}, masters = 0;
+    for (int k = 0; k < 6; k++) {
+        long long slot = rint_("CLUSTER KEYSLOT inv:2:{c1/%d}:log", k);
+        int m = slot >= 0 ? cf_master_of(cluster, (int)slot) : -1;
+        if (m >= 0 && m < 3 && !seen[m]) {
+            seen[m] = 1;
+            masters++;
+        }
+    }
+    SF_ASSERT(masters >= 2, "the 6 streams are on %d master(s)", masters);
+    int entries = make_orders("c1", 6, 0, 300);
+    sink_proc *p = sink_start("c1-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "c1", entries, 20000), entries);
+    SF_ASSERT_EQ(wait_pending_zero("c1", 6, 5000), 0);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_events_written_total"), entries);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_streams"), 6);
+    assert_reconciled("c1");
+    int64_t deadline = tu_now_ms() + 5000;
+    long long left;
+    do {
+        left = 0;
+        for (int k = 0; k < 6; k++)
+            left += rint_("XLEN inv:2:{c1/%d}:log", k);
+    } while (left != 0 && tu_now_ms() < deadline && (tu_sleep_ms(50), 1));
+    SF_ASSERT_EQ(left, 0); /* trimmed on every master */
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -645,14 +805,18 @@ static int group_setup(void **state)
     }
     redis = rf_start(NULL);
     db = mdb_start();
-    return redis && db ? 0 : -1;
+    if (redis == NULL || db == NULL)
+        return -1;
+    target = rf_url(redis);
+    target_port = rf_port(redis);
+    return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (writer != NULL)
-        redisFree(writer);
+    conns_close();
+    cf_stop(cluster);
     mdb_stop(db);
     rf_stop(redis);
     return 0;
@@ -669,6 +833,8 @@ int main(void)
         cmocka_unit_test_setup(test_dead_consumers_entries_are_claimed, per_test_setup),
         cmocka_unit_test_setup(test_trimming_keeps_unacknowledged_entries, per_test_setup),
         cmocka_unit_test_setup(test_reconcile_names_each_difference, per_test_setup),
+        cmocka_unit_test_setup(test_redis_paused_then_resumed, per_test_setup),
+        cmocka_unit_test_setup(test_cluster, per_test_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

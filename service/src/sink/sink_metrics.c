@@ -42,10 +42,14 @@ void sink_metrics_error(enum sink_error_kind kind)
     atomic_fetch_add_explicit(&m_errors[kind], 1, memory_order_relaxed);
 }
 
-void sink_metrics_gauges(double lag_s, long long pending, long long streams)
+void sink_metrics_gauges(double lag_s, long long pending)
 {
     atomic_store_explicit(&m_lag, lag_s, memory_order_relaxed);
     atomic_store_explicit(&m_pending, pending, memory_order_relaxed);
+}
+
+void sink_metrics_streams(long long streams)
+{
     atomic_store_explicit(&m_streams, streams, memory_order_relaxed);
 }
 

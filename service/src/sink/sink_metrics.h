@@ -29,7 +29,8 @@ void sink_metrics_written(long long entries, long long duplicates);
 void sink_metrics_claimed(long long n);
 void sink_metrics_trimmed(long long n);
 void sink_metrics_error(enum sink_error_kind kind);
-void sink_metrics_gauges(double lag_s, long long pending, long long streams);
+void sink_metrics_gauges(double lag_s, long long pending);
+void sink_metrics_streams(long long streams);
 /* What /healthz answers: 200 when both are up, else 503 naming the one down. */
 void sink_metrics_health(int redis_up, int db_up);
 

@@ -208,6 +208,7 @@ static void add_streams(struct sink *s, struct stream *fresh, int n)
         sink_cmds_clear(w, cmds);
     }
     qsort(s->streams, (size_t)s->nstreams, sizeof *s->streams, by_key);
+    sink_metrics_streams(s->nstreams);
 }
 
 static long long reply_int(const redisReply *r)
@@ -782,7 +783,7 @@ static void maintain(struct sink *s)
         long long age = wall_ms() - oldest;
         lag = age > 0 ? (double)age / 1000.0 : 0;
     }
-    sink_metrics_gauges(lag, pending, s->nstreams);
+    sink_metrics_gauges(lag, pending);
 }
 
 int sink_run(const struct sink_config *cfg_in)
