@@ -15,7 +15,7 @@
 
 #include "sink_entry.h"
 
-static redisReply *str(const char *s)
+static redisReply *reply_str(const char *s)
 {
     redisReply *r = calloc(1, sizeof *r);
     r->type = REDIS_REPLY_STRING;
@@ -31,7 +31,7 @@ static redisReply *entry(const char *id, const char *const *fields)
     e->type = REDIS_REPLY_ARRAY;
     e->elements = 2;
     e->element = calloc(2, sizeof *e->element);
-    e->element[0] = str(id);
+    e->element[0] = reply_str(id);
     redisReply *f = calloc(1, sizeof *f);
     if (fields == NULL) {
         f->type = REDIS_REPLY_NIL;
@@ -43,7 +43,7 @@ static redisReply *entry(const char *id, const char *const *fields)
         f->elements = n;
         f->element = calloc(n ? n : 1, sizeof *f->element);
         for (size_t i = 0; i < n; i++)
-            f->element[i] = str(fields[i]);
+            f->element[i] = reply_str(fields[i]);
     }
     e->element[1] = f;
     return e;
@@ -121,7 +121,7 @@ static void test_malformed_entries_are_marked(void **state)
     assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
     assert_int_equal(out.ok, 0);
     freeReplyObject(e);
-    redisReply *s = str("not an entry");
+    redisReply *s = reply_str("not an entry");
     assert_int_equal(sink_entry_parse(s, 0, "S", 0, &out), -1);
     freeReplyObject(s);
 }
