@@ -6,6 +6,7 @@
  *     is clean and the streams are trimmed once acknowledged;
  *   - a status only moves forward: an older entry delivered after a newer one changes nothing;
  *   - kill -9 of the sink mid-batch, then a restart: nothing missing, nothing doubled;
+ *   - SIGTERM mid-stream: what it read is committed and acknowledged before it exits 0;
  *   - the database killed and restarted: the sink retries (errors, /healthz 503) and catches up;
  *   - two sinks at once: each entry written by one of them, once;
  *   - a dead consumer's pending entries are claimed (XAUTOCLAIM) and written;
@@ -554,6 +555,32 @@ static void test_kill9_mid_batch_then_restart(void **state)
     sink_free(p);
 }
 
+static void test_sigterm_finishes_what_it_read(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    make_sku("t10", 4);
+    int entries = make_orders("t10", 4, 0, 3000);
+    const char *extra[] = {"--batch", "20", NULL};
+    sink_proc *p = sink_spawn("t10-a", extra);
+    int64_t deadline = tu_now_ms() + 20000;
+    while (db_count("order_events", "t10") < 1 && tu_now_ms() < deadline)
+        ;
+    SF_ASSERT_EQ(sink_stop(p), 0); /* SIGTERM mid-stream: exit 0 ... */
+    long long n = db_count("order_events", "t10");
+    fprintf(stderr, "# stopped with %lld of %d entries written\n", n, entries);
+    SF_ASSERT(n > 0 && n < entries, "stopped mid-stream: %lld of %d", n, entries);
+    /* ... once what it had read is committed and acknowledged: nothing left pending */
+    SF_ASSERT_EQ(pending("t10", 4), 0);
+    sink_free(p);
+    p = sink_start("t10-b", extra);
+    SF_ASSERT_EQ(wait_rows("order_events", "t10", entries, 30000), entries);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_events_written_total"), entries - n);
+    assert_reconciled("t10");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+}
+
 static void test_database_killed_and_restarted(void **state)
 {
     (void)state;
@@ -828,6 +855,7 @@ int main(void)
         cmocka_unit_test_setup(test_every_entry_lands_once, per_test_setup),
         cmocka_unit_test_setup(test_status_moves_forward_only, per_test_setup),
         cmocka_unit_test_setup(test_kill9_mid_batch_then_restart, per_test_setup),
+        cmocka_unit_test_setup(test_sigterm_finishes_what_it_read, per_test_setup),
         cmocka_unit_test_setup(test_database_killed_and_restarted, per_test_setup),
         cmocka_unit_test_setup(test_two_sinks_write_each_entry_once, per_test_setup),
         cmocka_unit_test_setup(test_dead_consumers_entries_are_claimed, per_test_setup),
