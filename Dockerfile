@@ -13,7 +13,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev make cmake pkg-config binutils \
       libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev libssl-dev \
-      libjwt-dev \
+      libjwt-dev libmariadb-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -23,7 +23,7 @@ COPY service service
 COPY loadtest loadtest
 COPY config config
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local \
- && cmake --build build -j"$(nproc)" --target inventoryd \
+ && cmake --build build -j"$(nproc)" --target inventoryd inventory-sink \
  && DESTDIR=/out cmake --install build --strip --component runtime
 
 FROM debian:bookworm-slim
@@ -36,9 +36,11 @@ LABEL org.opencontainers.image.title="inventoryd" \
 # Runtime libraries only (no compiler, no curl: the health check is the binary itself).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libmicrohttpd12 libhiredis0.14 libjansson4 libevent-2.1-7 libssl3 \
-      libjwt0 \
+      libjwt0 libmariadb3 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/local/bin/inventoryd /usr/local/bin/inventoryd
+# The order-log sink (docs/deployment.md): docker run --entrypoint /usr/local/bin/inventory-sink
+COPY --from=build /out/usr/local/bin/inventory-sink /usr/local/bin/inventory-sink
 COPY --from=build /out/usr/local/etc/inventoryd/inventoryd.json /etc/inventoryd/inventoryd.json
 # A numeric UID/GID with no account behind it: not root, and nothing to log in as.
 USER 10001:10001

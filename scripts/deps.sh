@@ -25,6 +25,8 @@ packages=(
   clang-format  # scripts/format.sh: the one formatter (.clang-format); test.sh runs its --check
   lua5.1  # luac5.1 -p: the lua_syntax test parses every Lua script (scripts/check_lua.sh)
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
+  libmariadb-dev  # inventory-sink writes the order log into MySQL/MariaDB (libmariadb)
+  mariadb-server  # mariadbd + mariadb-install-db: the tests' throwaway database (it_sink)
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})

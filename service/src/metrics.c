@@ -304,9 +304,19 @@ static void hist_render(FILE *f, const char *name, const char *labels, struct hi
     fprintf(f, "%s_count%s%s%s %llu\n", name, open, labels, close, cum);
 }
 
+void metrics_text_counter(FILE *f, const char *name, const char *help, unsigned long long v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+void metrics_text_gauge(FILE *f, const char *name, const char *help, double v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+}
+
 static void counter(FILE *f, const char *name, const char *help, atomic_ullong *c)
 {
-    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, get(c));
+    metrics_text_counter(f, name, help, get(c));
 }
 
 static void gauge(FILE *f, const char *name, const char *help, long long v)

@@ -38,6 +38,8 @@
 #ifndef INVENTORY_METRICS_H
 #define INVENTORY_METRICS_H
 
+#include <stdio.h>
+
 enum metrics_order_result {
     METRICS_ORDER_CREATED,       /* result="created" */
     METRICS_ORDER_REPLAYED,      /* result="replayed": Idempotency-Key replay */
@@ -123,6 +125,11 @@ void metrics_request_end(int http_status);
  * sample a line, ending with a newline). Returns a NEW malloc'd NUL-terminated string the
  * caller frees with free(), or NULL when out of memory. */
 char *metrics_render(void);
+
+/* One sample of an unlabelled counter / gauge with its HELP and TYPE lines, in the text format
+ * metrics_render writes: for other renderers of the same format (inventory-sink's /metrics). */
+void metrics_text_counter(FILE *f, const char *name, const char *help, unsigned long long v);
+void metrics_text_gauge(FILE *f, const char *name, const char *help, double v);
 
 /* Sets every counter, gauge and bucket back to 0 (tests). Not atomic as a whole: call it while
  * nothing else updates metrics. */

@@ -1,0 +1,339 @@
+/*
+ * sink_db — the database side of inventory-sink (see sink_db.h). SQL is built with every
+ * value escaped by mysql_real_escape_string (or a number printed by us); a batch is one
+ * multi-row INSERT IGNORE into order_events and one multi-row upsert into orders, in one
+ * transaction.
+ */
+#include "sink_db.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mysql.h>
+
+struct sink_db {
+    MYSQL *conn;
+};
+
+/* The schema, one statement each (docs/deployment.md shows the same text). Text columns that
+ * hold SKUs and order ids compare bytes (ascii_bin): SKU "A" and SKU "a" are two SKUs. */
+static const char *const schema[] = {
+    "CREATE TABLE IF NOT EXISTS orders ("
+    " order_id VARCHAR(160) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " sku VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " segment INT NOT NULL,"
+    " user_id VARBINARY(512) NULL,"
+    " quantity BIGINT NOT NULL,"
+    " status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " created_at DATETIME(3) NOT NULL,"
+    " updated_at DATETIME(3) NOT NULL,"
+    " last_stream_ms BIGINT UNSIGNED NOT NULL,"
+    " last_stream_seq BIGINT UNSIGNED NOT NULL,"
+    " PRIMARY KEY (order_id),"
+    " KEY orders_sku_status (sku, status)"
+    ") ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS order_events ("
+    " sku VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " segment INT NOT NULL,"
+    " stream_ms BIGINT UNSIGNED NOT NULL,"
+    " stream_seq BIGINT UNSIGNED NOT NULL,"
+    " order_id VARCHAR(160) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " event VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " quantity BIGINT NOT NULL,"
+    " user_id VARBINARY(512) NULL,"
+    " at DATETIME(3) NOT NULL,"
+    " version BIGINT NOT NULL,"
+    " written_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),"
+    " PRIMARY KEY (sku, segment, stream_ms, stream_seq),"
+    " KEY order_events_order (order_id)"
+    ") ENGINE=InnoDB",
+};
+
+static void dberr(sink_db *db, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s (%u)", what, mysql_error(db->conn), mysql_errno(db->conn));
+}
+
+static int run(sink_db *db, const char *sql, size_t len, const char *what, char *err, size_t errlen)
+{
+    if (mysql_real_query(db->conn, sql, (unsigned long)len) != 0) {
+        dberr(db, what, err, errlen);
+        return -1;
+    }
+    return 0;
+}
+
+int sink_db_open(const char *url, int timeout_s, sink_db **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct sink_db_url u;
+    if (sink_db_url_parse(url, &u, err, errlen) != 0)
+        return -1;
+    sink_db *db = calloc(1, sizeof *db);
+    if (db == NULL || (db->conn = mysql_init(NULL)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        free(db);
+        return -1;
+    }
+    unsigned int t = (unsigned int)timeout_s;
+    my_bool no = 0;
+    mysql_options(db->conn, MYSQL_OPT_CONNECT_TIMEOUT, &t);
+    mysql_options(db->conn, MYSQL_OPT_READ_TIMEOUT, &t);
+    mysql_options(db->conn, MYSQL_OPT_WRITE_TIMEOUT, &t);
+    mysql_options(db->conn, MYSQL_OPT_RECONNECT, &no);
+    mysql_options(db->conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (mysql_real_connect(db->conn, u.host, u.user, u.password, u.database, u.port, NULL, 0) ==
+        NULL) {
+        dberr(db, "connect", err, errlen);
+        sink_db_free(db);
+        return -1;
+    }
+    /* UTC for the DATETIME(3) columns; READ COMMITTED: no gap locks between two sinks. */
+    static const char *const session[] = {"SET time_zone = '+00:00'",
+                                          "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"};
+    for (size_t i = 0; i < sizeof session / sizeof session[0]; i++)
+        if (run(db, session[i], strlen(session[i]), "session settings", err, errlen) != 0) {
+            sink_db_free(db);
+            return -1;
+        }
+    for (size_t i = 0; i < sizeof schema / sizeof schema[0]; i++)
+        if (run(db, schema[i], strlen(schema[i]), "create table", err, errlen) != 0) {
+            sink_db_free(db);
+            return -1;
+        }
+    if (mysql_autocommit(db->conn, 0) != 0) {
+        dberr(db, "autocommit off", err, errlen);
+        sink_db_free(db);
+        return -1;
+    }
+    *out = db;
+    return 0;
+}
+
+void sink_db_free(sink_db *db)
+{
+    if (db == NULL)
+        return;
+    mysql_close(db->conn);
+    free(db);
+}
+
+/* A growing SQL text. */
+struct sql {
+    char *buf;
+    size_t len, cap;
+    int oom;
+};
+
+static void sql_reserve(struct sql *s, size_t more)
+{
+    if (s->oom || s->len + more + 1 <= s->cap)
+        return;
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < s->len + more + 1)
+        cap *= 2;
+    char *b = realloc(s->buf, cap);
+    if (b == NULL) {
+        s->oom = 1;
+        return;
+    }
+    s->buf = b;
+    s->cap = cap;
+}
+
+static void sql_add(struct sql *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sql_add(struct sql *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        s->oom = 1;
+        return;
+    }
+    sql_reserve(s, (size_t)n);
+    if (s->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)n;
+}
+
+/* Appends 'text' escaped, or NULL when null_if_empty and text is "". */
+static void sql_str(struct sql *s, MYSQL *conn, const char *text, int null_if_empty)
+{
+    size_t n = strlen(text);
+    if (null_if_empty && n == 0) {
+        sql_add(s, "NULL");
+        return;
+    }
+    sql_reserve(s, 2 * n + 2);
+    if (s->oom)
+        return;
+    s->buf[s->len++] = '\'';
+    s->len += mysql_real_escape_string(conn, s->buf + s->len, text, (unsigned long)n);
+    s->buf[s->len++] = '\'';
+    s->buf[s->len] = '\0';
+}
+
+/* 'YYYY-MM-DD HH:MM:SS.mmm' (UTC) of ms since the epoch. */
+static void sql_time(struct sql *s, long long ms)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    sql_add(s, "'%04d-%02d-%02d %02d:%02d:%02d.%03lld'", tm.tm_year + 1900, tm.tm_mon + 1,
+            tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
+}
+
+/* Orders rows in stream order per order (sorting by order, then id), which also takes row
+ * locks in one order in every sink: two sinks' transactions do not deadlock on each other. */
+static int by_order(const void *a, const void *b)
+{
+    const struct sink_entry *x = *(const struct sink_entry *const *)a;
+    const struct sink_entry *y = *(const struct sink_entry *const *)b;
+    int c = strcmp(x->order, y->order);
+    if (c != 0)
+        return c;
+    if (x->ms != y->ms)
+        return x->ms < y->ms ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* "the entry is newer than what the row holds", inside ON DUPLICATE KEY UPDATE. */
+#define NEWER                                                                                      \
+    "(VALUES(last_stream_ms) > last_stream_ms OR (VALUES(last_stream_ms) = last_stream_ms AND "    \
+    "VALUES(last_stream_seq) > last_stream_seq))"
+
+int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *inserted, char *err,
+                  size_t errlen)
+{
+    *inserted = 0;
+    const struct sink_entry **rows = calloc((size_t)(n > 0 ? n : 1), sizeof *rows);
+    if (rows == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (e[i].ok)
+            rows[m++] = &e[i];
+    if (m == 0) {
+        free(rows);
+        return 0;
+    }
+    qsort(rows, (size_t)m, sizeof *rows, by_order);
+    struct sql ev = {0}, up = {0};
+    sql_add(&ev, "INSERT IGNORE INTO order_events (sku, segment, stream_ms, stream_seq, order_id, "
+                 "event, quantity, user_id, at, version) VALUES ");
+    sql_add(&up, "INSERT INTO orders (order_id, sku, segment, user_id, quantity, status, "
+                 "created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ");
+    for (int i = 0; i < m; i++) {
+        const struct sink_entry *r = rows[i];
+        sql_add(&ev, "%s(", i ? "," : "");
+        sql_str(&ev, db->conn, r->sku, 0);
+        sql_add(&ev, ",%d,%llu,%llu,", r->segment, r->ms, r->seq);
+        sql_str(&ev, db->conn, r->order, 0);
+        sql_add(&ev, ",");
+        sql_str(&ev, db->conn, r->event, 0);
+        sql_add(&ev, ",%lld,", r->quantity);
+        sql_str(&ev, db->conn, r->user, 1);
+        sql_add(&ev, ",");
+        sql_time(&ev, r->at);
+        sql_add(&ev, ",%lld)", r->version);
+
+        sql_add(&up, "%s(", i ? "," : "");
+        sql_str(&up, db->conn, r->order, 0);
+        sql_add(&up, ",");
+        sql_str(&up, db->conn, r->sku, 0);
+        sql_add(&up, ",%d,", r->segment);
+        sql_str(&up, db->conn, r->user, 1);
+        sql_add(&up, ",%lld,", r->quantity);
+        sql_str(&up, db->conn, r->event, 0);
+        sql_add(&up, ",");
+        sql_time(&up, r->at);
+        sql_add(&up, ",");
+        sql_time(&up, r->at);
+        sql_add(&up, ",%llu,%llu)", r->ms, r->seq);
+    }
+    /* Assignments run left to right on the updated row: every column guarded by NEWER comes
+     * before last_stream_seq (guarded too), and last_stream_ms last, as GREATEST (a newer id
+     * never has a smaller ms), so NEWER still compares against the old id where it is used. */
+    sql_add(&up, " ON DUPLICATE KEY UPDATE"
+                 " created_at = LEAST(created_at, VALUES(created_at)),"
+                 " status = IF(" NEWER ", VALUES(status), status),"
+                 " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
+                 " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
+                 " updated_at = IF(" NEWER ", VALUES(updated_at), updated_at),"
+                 " last_stream_seq = IF(" NEWER ", VALUES(last_stream_seq), last_stream_seq),"
+                 " last_stream_ms = GREATEST(last_stream_ms, VALUES(last_stream_ms))");
+    free(rows);
+    int rc = -1;
+    if (ev.oom || up.oom) {
+        snprintf(err, errlen, "out of memory building the batch");
+    } else if (run(db, ev.buf, ev.len, "insert order_events", err, errlen) == 0) {
+        *inserted = (long long)mysql_affected_rows(db->conn);
+        if (run(db, up.buf, up.len, "upsert orders", err, errlen) == 0) {
+            if (mysql_commit(db->conn) != 0)
+                dberr(db, "commit", err, errlen);
+            else
+                rc = 0;
+        }
+    }
+    if (rc != 0)
+        mysql_rollback(db->conn); /* best effort: the caller drops the connection anyway */
+    free(ev.buf);
+    free(up.buf);
+    return rc;
+}
+
+int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, size_t *n, char *err,
+                   size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    struct sql q = {0};
+    sql_add(&q, "SELECT order_id, status, quantity, user_id FROM orders WHERE sku = ");
+    sql_str(&q, db->conn, sku, 0);
+    sql_add(&q, " ORDER BY order_id");
+    if (q.oom) {
+        free(q.buf);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = run(db, q.buf, q.len, "select orders", err, errlen);
+    free(q.buf);
+    if (rc != 0)
+        return -1;
+    MYSQL_RES *res = mysql_store_result(db->conn);
+    if (res == NULL) {
+        dberr(db, "select orders", err, errlen);
+        return -1;
+    }
+    size_t rows = (size_t)mysql_num_rows(res);
+    struct sink_db_order *o = calloc(rows ? rows : 1, sizeof *o);
+    if (o == NULL) {
+        mysql_free_result(res);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    MYSQL_ROW row;
+    size_t i = 0;
+    while ((row = mysql_fetch_row(res)) != NULL && i < rows) {
+        snprintf(o[i].order, sizeof o[i].order, "%s", row[0] ? row[0] : "");
+        snprintf(o[i].status, sizeof o[i].status, "%s", row[1] ? row[1] : "");
+        o[i].quantity = row[2] ? strtoll(row[2], NULL, 10) : 0;
+        snprintf(o[i].user, sizeof o[i].user, "%s", row[3] ? row[3] : "");
+        i++;
+    }
+    mysql_free_result(res);
+    mysql_commit(db->conn); /* end the read's transaction (autocommit is off) */
+    *out = o;
+    *n = i;
+    return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * sink_db — inventory-sink's side of the database (MySQL/MariaDB through libmariadb): the
+ * connection (every call bounded by the connect / read / write timeouts), the schema (created
+ * when missing; docs/deployment.md lists it), a batch of log entries written in one
+ * transaction, and the orders of one SKU for reconcile.
+ */
+#ifndef INVENTORY_SINK_DB_H
+#define INVENTORY_SINK_DB_H
+
+#include <stddef.h>
+
+#include "sink_config.h"
+#include "sink_entry.h"
+
+typedef struct sink_db sink_db;
+
+/* Connects to the database at url (sink_db_url_parse) with timeout_s for connecting, reading
+ * and writing, sets the session to UTC, and creates the tables when missing. 0 with *out to
+ * free with sink_db_free; -1 with the reason in err (the server down, bad credentials, no
+ * permission for CREATE). */
+int sink_db_open(const char *url, int timeout_s, sink_db **out, char *err, size_t errlen);
+
+/* NULL-safe. */
+void sink_db_free(sink_db *db);
+
+/* Writes entries e[0..n) (only those with ok set) in one transaction: each into order_events
+ * (INSERT IGNORE: unique on its stream and id, so a replay adds nothing) and into orders (an
+ * upsert that moves forward only: a row's status, quantity, user and updated_at change only
+ * for an entry with a later stream id than the one it holds). 0 once COMMIT succeeded; -1
+ * (rolled back or unknown: the caller drops the connection and retries the whole batch, which
+ * is harmless) with err. *inserted gets the number of order_events rows added. */
+int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *inserted, char *err,
+                  size_t errlen);
+
+/* One row of orders for reconcile. */
+struct sink_db_order {
+    char order[SINK_ORDER_MAX + 1];
+    char status[16];
+    long long quantity;
+    char user[SINK_USER_MAX + 1]; /* "" for NULL */
+};
+
+/* Reads every orders row of sku, sorted by order_id, into a new array *out (free with free())
+ * of *n rows. 0, or -1 with err. */
+int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, size_t *n, char *err,
+                   size_t errlen);
+
+#endif

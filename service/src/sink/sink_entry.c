@@ -1,0 +1,112 @@
+/*
+ * sink_entry — parses order-log entries (orderlog.h) out of stream replies.
+ */
+#include "sink_entry.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "orderlog.h"
+
+int sink_entry_parse_id(const char *s, unsigned long long *ms, unsigned long long *seq)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *ms = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '-' || end[1] < '0' || end[1] > '9')
+        return -1;
+    *seq = strtoull(end + 1, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    return 0;
+}
+
+/* A decimal integer lo..hi (no sign but '-', no spaces). */
+static int number(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    if (*s == '\0' || *s == '+' || *s == ' ')
+        return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int copy(char *dst, size_t cap, const redisReply *v)
+{
+    if (v == NULL || v->type != REDIS_REPLY_STRING || v->len >= cap || memchr(v->str, 0, v->len))
+        return -1;
+    memcpy(dst, v->str, v->len);
+    dst[v->len] = '\0';
+    return 0;
+}
+
+int sink_entry_parse(const redisReply *item, int stream, const char *sku, int segment,
+                     struct sink_entry *e)
+{
+    memset(e, 0, sizeof *e);
+    if (item == NULL || item->type != REDIS_REPLY_ARRAY || item->elements != 2 ||
+        copy(e->id, sizeof e->id, item->element[0]) != 0 ||
+        sink_entry_parse_id(e->id, &e->ms, &e->seq) != 0)
+        return -1;
+    e->stream = stream;
+    snprintf(e->sku, sizeof e->sku, "%s", sku);
+    e->segment = segment;
+    const redisReply *f = item->element[1];
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY) {
+        snprintf(e->why, sizeof e->why, "no fields (deleted from the stream)");
+        return 0;
+    }
+    char tmp[32];
+    int have = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k == NULL || k->type != REDIS_REPLY_STRING)
+            continue;
+        const char *name = k->str;
+        int bad = 0;
+        if (strcmp(name, "event") == 0) {
+            bad = copy(e->event, sizeof e->event, v);
+            have |= 1;
+        } else if (strcmp(name, "order") == 0) {
+            bad = copy(e->order, sizeof e->order, v) || e->order[0] == '\0';
+            have |= 2;
+        } else if (strcmp(name, "user") == 0) {
+            bad = copy(e->user, sizeof e->user, v);
+            have |= 4;
+        } else if (strcmp(name, "quantity") == 0) {
+            bad = copy(tmp, sizeof tmp, v) || number(tmp, 0, 1000000000000LL, &e->quantity);
+            have |= 8;
+        } else if (strcmp(name, "at") == 0) {
+            bad = copy(tmp, sizeof tmp, v) || number(tmp, 0, 253402300799999LL, &e->at);
+            have |= 16;
+        } else if (strcmp(name, "version") == 0) {
+            bad = copy(tmp, sizeof tmp, v) || number(tmp, 0, 9000000000000000000LL, &e->version);
+            have |= 32;
+        }
+        if (bad) {
+            snprintf(e->why, sizeof e->why, "field %.20s is malformed", name);
+            return 0;
+        }
+    }
+    if ((have & 59) != 59) { /* every field but user is required */
+        snprintf(e->why, sizeof e->why, "a required field is missing");
+        return 0;
+    }
+    static const char *const events[] = {ORDERLOG_EV_CREATED, ORDERLOG_EV_RESERVED,
+                                         ORDERLOG_EV_CONFIRMED, ORDERLOG_EV_EXPIRED,
+                                         ORDERLOG_EV_CANCELLED};
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+        if (strcmp(e->event, events[i]) == 0)
+            e->ok = 1;
+    if (!e->ok)
+        snprintf(e->why, sizeof e->why, "unknown event \"%.16s\"", e->event);
+    return 0;
+}

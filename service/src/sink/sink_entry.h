@@ -1,0 +1,39 @@
+/*
+ * sink_entry — one order-log entry as the sink carries it from a stream to the database
+ * (fields of orderlog.h), and its parser.
+ */
+#ifndef INVENTORY_SINK_ENTRY_H
+#define INVENTORY_SINK_ENTRY_H
+
+#include <hiredis/hiredis.h>
+
+#define SINK_SKU_MAX 64
+#define SINK_ORDER_MAX 160
+#define SINK_USER_MAX 512
+
+struct sink_entry {
+    int stream;                 /* index of its stream in the sink's table */
+    char sku[SINK_SKU_MAX + 1]; /* the stream's SKU and segment (the unique key's stream) */
+    int segment;
+    unsigned long long ms, seq; /* the stream entry id */
+    char id[48];                /* the id as text, "<ms>-<seq>", for XACK */
+    int ok;                     /* 1: every field parsed; 0: malformed (acked, counted, logged) */
+    char event[16];             /* = the order's status after it */
+    char order[SINK_ORDER_MAX + 1];
+    char user[SINK_USER_MAX + 1]; /* "" when none */
+    long long quantity;
+    long long at; /* ms since the epoch, the segment's Redis clock */
+    long long version;
+    char why[96]; /* what was wrong with a malformed one */
+};
+
+/* Parses "<ms>-<seq>". 0, or -1 when s is not a stream id. */
+int sink_entry_parse_id(const char *s, unsigned long long *ms, unsigned long long *seq);
+
+/* Fills e from one stream entry as XREADGROUP / XAUTOCLAIM answer it ([id, [field, value,
+ * ...]]). Returns 0 (e->ok tells whether the fields were right; an entry whose fields are nil,
+ * deleted from the stream, is not ok) or -1 when item is not an entry at all. */
+int sink_entry_parse(const redisReply *item, int stream, const char *sku, int segment,
+                     struct sink_entry *e);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * sink_metrics — inventory-sink's counters and gauges (relaxed atomics, updated by the sink's
+ * one thread, read by the HTTP thread) and its tiny HTTP server: GET /metrics (Prometheus text
+ * format 0.0.4) and GET /healthz.
+ *
+ * Series:
+ *   inventory_sink_events_written_total     log entries committed to the database by this process
+ *                                            (a replayed one counts again)
+ *   inventory_sink_events_duplicate_total   of those, entries whose order_events row was already
+ *                                            there (a replay after a crash or a claim)
+ *   inventory_sink_batches_total            transactions committed
+ *   inventory_sink_claimed_total            entries taken over from other consumers (XAUTOCLAIM)
+ *   inventory_sink_trimmed_total            entries trimmed from the streams (XTRIM MINID)
+ *   inventory_sink_errors_total{kind="redis|db|malformed"}
+ *   inventory_sink_lag_seconds              age of the oldest entry the group has not acknowledged
+ *                                            (pending or not yet delivered), 0 when none;
+ *                                            measured every --maintain-ms
+ *   inventory_sink_pending                  entries delivered to the group and not acknowledged
+ *   inventory_sink_streams                  segment streams followed
+ */
+#ifndef INVENTORY_SINK_METRICS_H
+#define INVENTORY_SINK_METRICS_H
+
+#include <stddef.h>
+
+enum sink_error_kind { SINK_ERR_REDIS, SINK_ERR_DB, SINK_ERR_MALFORMED, SINK_ERR_KINDS };
+
+void sink_metrics_written(long long entries, long long duplicates);
+void sink_metrics_claimed(long long n);
+void sink_metrics_trimmed(long long n);
+void sink_metrics_error(enum sink_error_kind kind);
+void sink_metrics_gauges(double lag_s, long long pending);
+void sink_metrics_streams(long long streams);
+/* What /healthz answers: 200 when both are up, else 503 naming the one down. */
+void sink_metrics_health(int redis_up, int db_up);
+
+/* The whole /metrics document, new (free()), or NULL when out of memory. */
+char *sink_metrics_render(void);
+
+/* Starts the HTTP server on port (its own thread). 0, or -1 with err. */
+int sink_http_start(int port, char *err, size_t errlen);
+/* Stops it; safe when it never started. */
+void sink_http_stop(void);
+
+#endif

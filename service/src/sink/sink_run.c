@@ -1,0 +1,858 @@
+/*
+ * sink_run — the sink's loop (SPEC §12). One thread; every Redis call goes through sink_redis
+ * (routed by key, each with a deadline), every database call through sink_db (with the
+ * connection's timeouts).
+ *
+ * Each turn of the loop:
+ *   1. every second, discovery: the SKU registry (inv:2:skus), each SKU's meta (segments,
+ *      hwm), and for each new segment k < max(segments, hwm) its stream inv:2:{S/k}:log and the
+ *      consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it exists);
+ *   2. a read round: XREADGROUP on a window of streams (round robin), at most --batch entries
+ *      from each; a stream first gives back this consumer's own pending entries (id 0: what a
+ *      sink of the same name read before it was killed), then new ones (">");
+ *   3. what was read is written in transactions of at most --batch entries (sink_db_write), and
+ *      acknowledged (XACK) only after the COMMIT: a crash between the two replays the entries,
+ *      which the database absorbs (order_events is unique per stream entry, orders only moves
+ *      forward);
+ *   4. every --maintain-ms: XAUTOCLAIM of entries pending longer than --claim-idle-ms (a dead
+ *      sink's), then per stream XINFO GROUPS / XPENDING to find the lowest id any group still
+ *      needs, XTRIM MINID to it, and the lag and pending gauges.
+ * A failing Redis or database is retried with a capped, jittered exponential back-off; the
+ * entries in hand are kept and written when it comes back. SIGTERM ends the loop once the batch
+ * in flight is committed and acknowledged (or, with the database down, abandoned: its entries
+ * stay pending and are read again).
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "orderlog.h"
+#include "sink.h"
+#include "sink_db.h"
+#include "sink_entry.h"
+#include "sink_metrics.h"
+#include "sink_redis.h"
+#include "store.h"
+
+#define WINDOW 64        /* streams per read round / maintenance round trip */
+#define POLL_MS 100      /* idle wait after a full pass over the streams found nothing */
+#define DISCOVER_MS 1000 /* registry and meta scan period */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define SEGMENTS_MAX 4096 /* a meta claiming more is damaged: those are not followed */
+#define GROUPS_MAX 16     /* consumer groups of one stream taken into account when trimming */
+
+struct stream {
+    char sku[SINK_SKU_MAX + 1];
+    int segment;
+    char key[STORE_KEY_MAX];
+    int replay;           /* 1: still reading this consumer's own pending entries */
+    char replay_from[48]; /* the id after which the replay continues */
+};
+
+struct sink {
+    const struct sink_config *cfg;
+    sink_redis *redis;
+    sink_db *db;
+    struct stream *streams;
+    int nstreams, cap;
+    int next; /* first stream of the next read round */
+    struct sink_entry *entries;
+    int nentries, entcap;
+    int backoff_ms;
+    int redis_up, db_up;
+};
+
+void sink_log_key(char *buf, size_t cap, const char *sku, int k)
+{
+    snprintf(buf, cap, STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:" ORDERLOG_KEY_SUFFIX, sku, k);
+}
+
+int sink_sku_ok(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= SINK_SKU_MAX &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") == n;
+}
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleeps ms, in steps, returning early once a stop is asked. */
+static void nap(int ms)
+{
+    while (ms > 0 && !sink_stop) {
+        int step = ms < 50 ? ms : 50;
+        struct timespec ts = {0, (long)step * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+}
+
+/* Waits the current back-off (jittered: a random time in [d/2, d]) and doubles it, up to the
+ * cap. */
+static void backoff(struct sink *s)
+{
+    int d = s->backoff_ms;
+    s->backoff_ms = d * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d * 2;
+    nap(d / 2 + rand() % (d / 2 + 1));
+}
+
+static void health(struct sink *s)
+{
+    sink_metrics_health(s->redis_up, s->db_up);
+}
+
+static void redis_failed(struct sink *s, const char *what, const char *why)
+{
+    sink_metrics_error(SINK_ERR_REDIS);
+    log_msg(CONFIG_LOG_WARN, "sink_redis_error", "%s: %s", what, why);
+    s->redis_up = 0;
+    health(s);
+}
+
+static void redis_ok(struct sink *s)
+{
+    if (!s->redis_up) {
+        s->redis_up = 1;
+        health(s);
+    }
+}
+
+/* Connects to the database when not connected. 0 when connected. */
+static int ensure_db(struct sink *s)
+{
+    if (s->db != NULL)
+        return 0;
+    char err[512];
+    if (sink_db_open(s->cfg->db, s->cfg->db_timeout_s, &s->db, err, sizeof err) != 0) {
+        sink_metrics_error(SINK_ERR_DB);
+        log_msg(CONFIG_LOG_WARN, "sink_db_error", "%s", err);
+        s->db_up = 0;
+        health(s);
+        return -1;
+    }
+    log_msg(CONFIG_LOG_INFO, "sink_db_connected", "connected to the database, schema in place");
+    s->db_up = 1;
+    health(s);
+    return 0;
+}
+
+/* ---- the streams ---- */
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct stream *)a)->key, ((const struct stream *)b)->key);
+}
+
+static struct stream *find_stream(struct sink *s, const char *key)
+{
+    struct stream probe;
+    snprintf(probe.key, sizeof probe.key, "%s", key);
+    return s->nstreams
+               ? bsearch(&probe, s->streams, (size_t)s->nstreams, sizeof *s->streams, by_key)
+               : NULL;
+}
+
+/* XGROUP CREATE for n new streams; those that have their group now are added. */
+static void add_streams(struct sink *s, struct stream *fresh, int n)
+{
+    for (int off = 0; off < n; off += WINDOW) {
+        int w = n - off < WINDOW ? n - off : WINDOW;
+        struct sink_cmd cmds[WINDOW];
+        const char *argv[WINDOW][6];
+        for (int i = 0; i < w; i++) {
+            const char *a[6] = {"XGROUP",       "CREATE", fresh[off + i].key,
+                                ORDERLOG_GROUP, "0",      "MKSTREAM"};
+            memcpy(argv[i], a, sizeof a);
+            cmds[i] = (struct sink_cmd){.key = fresh[off + i].key, .argc = 6, .argv = argv[i]};
+        }
+        sink_redis_run(s->redis, w, cmds);
+        for (int i = 0; i < w; i++) {
+            const struct sink_cmd *c = &cmds[i];
+            int ok = c->st == LC_OK || sink_cmd_error_is(c, "BUSYGROUP");
+            if (!ok) {
+                if (c->st == LC_EREDIS)
+                    log_msg(CONFIG_LOG_WARN, "sink_group_error", "XGROUP CREATE %s: %s",
+                            fresh[off + i].key, c->err);
+                else
+                    redis_failed(s, "XGROUP CREATE", c->err);
+                continue;
+            }
+            if (s->nstreams == s->cap) {
+                int cap = s->cap ? s->cap * 2 : 64;
+                struct stream *g = realloc(s->streams, (size_t)cap * sizeof *g);
+                if (g == NULL)
+                    break;
+                s->streams = g;
+                s->cap = cap;
+            }
+            s->streams[s->nstreams++] = fresh[off + i];
+            log_msg(CONFIG_LOG_INFO, "sink_stream", "following %s", fresh[off + i].key);
+        }
+        sink_cmds_clear(w, cmds);
+    }
+    qsort(s->streams, (size_t)s->nstreams, sizeof *s->streams, by_key);
+    sink_metrics_streams(s->nstreams);
+}
+
+static long long reply_int(const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING)
+        return 0;
+    char *end;
+    long long v = strtoll(r->str, &end, 10);
+    return *end == '\0' && v > 0 ? v : 0;
+}
+
+/* The registry, the metas, and the group of every new segment stream. 0, or -1 when Redis
+ * failed. */
+static int discover(struct sink *s)
+{
+    char err[200];
+    const char *argv[] = {"SMEMBERS", store_registry_key()};
+    redisReply *r = sink_redis_cmd(s->redis, argv[1], 2, argv, err, sizeof err);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        redis_failed(s, "SMEMBERS " STORE_KEY_PREFIX "skus",
+                     r && r->type == REDIS_REPLY_ERROR ? r->str : err);
+        freeReplyObject(r);
+        return -1;
+    }
+    struct stream *fresh = NULL;
+    int nfresh = 0, capfresh = 0, rc = 0;
+    size_t nsku = r->elements;
+    for (size_t off = 0; off < nsku && rc == 0; off += WINDOW) {
+        int w = nsku - off < WINDOW ? (int)(nsku - off) : WINDOW;
+        struct sink_cmd cmds[WINDOW];
+        const char *cargv[WINDOW][4];
+        char keys[WINDOW][STORE_KEY_MAX];
+        const char *skus[WINDOW];
+        int m = 0;
+        for (int i = 0; i < w; i++) {
+            const redisReply *e = r->element[off + (size_t)i];
+            if (e == NULL || e->type != REDIS_REPLY_STRING || !sink_sku_ok(e->str))
+                continue; /* not a SKU name: nothing of ours can be under it */
+            skus[m] = e->str;
+            store_sku_key(keys[m], e->str, "meta");
+            const char *a[4] = {"HMGET", keys[m], "segments", "hwm"};
+            memcpy(cargv[m], a, sizeof a);
+            cmds[m] = (struct sink_cmd){.key = keys[m], .argc = 4, .argv = cargv[m]};
+            m++;
+        }
+        sink_redis_run(s->redis, m, cmds);
+        for (int i = 0; i < m; i++) {
+            const redisReply *h = cmds[i].reply;
+            if (cmds[i].st != LC_OK || h == NULL || h->type != REDIS_REPLY_ARRAY ||
+                h->elements != 2) {
+                if (cmds[i].st != LC_EREDIS) {
+                    redis_failed(s, "HMGET meta", cmds[i].err);
+                    rc = -1;
+                }
+                continue;
+            }
+            long long a = reply_int(h->element[0]), b = reply_int(h->element[1]);
+            long long segs = a > b ? a : b;
+            if (segs > SEGMENTS_MAX)
+                segs = SEGMENTS_MAX;
+            for (int k = 0; k < segs; k++) {
+                char key[STORE_KEY_MAX];
+                sink_log_key(key, sizeof key, skus[i], k);
+                if (find_stream(s, key) != NULL)
+                    continue;
+                if (nfresh == capfresh) {
+                    int cap = capfresh ? capfresh * 2 : 16;
+                    struct stream *g = realloc(fresh, (size_t)cap * sizeof *g);
+                    if (g == NULL)
+                        break;
+                    fresh = g;
+                    capfresh = cap;
+                }
+                struct stream *st = &fresh[nfresh++];
+                memset(st, 0, sizeof *st);
+                snprintf(st->sku, sizeof st->sku, "%s", skus[i]);
+                st->segment = k;
+                snprintf(st->key, sizeof st->key, "%s", key);
+                st->replay = 1;
+                snprintf(st->replay_from, sizeof st->replay_from, "0");
+            }
+        }
+        sink_cmds_clear(m, cmds);
+    }
+    freeReplyObject(r);
+    if (nfresh > 0)
+        add_streams(s, fresh, nfresh);
+    free(fresh);
+    if (rc == 0)
+        redis_ok(s);
+    return rc;
+}
+
+/* ---- entries in hand ---- */
+
+static struct sink_entry *entry_slot(struct sink *s)
+{
+    if (s->nentries == s->entcap) {
+        int cap = s->entcap ? s->entcap * 2 : 256;
+        struct sink_entry *g = realloc(s->entries, (size_t)cap * sizeof *g);
+        if (g == NULL)
+            return NULL;
+        s->entries = g;
+        s->entcap = cap;
+    }
+    return &s->entries[s->nentries];
+}
+
+/* Appends the entries of list (an array of [id, fields]) read from stream si. Returns how many
+ * were appended; *last gets the last id seen (for a replay). */
+static int take_entries(struct sink *s, int si, const redisReply *list, char *last, size_t lastcap)
+{
+    int n = 0;
+    if (list == NULL || list->type != REDIS_REPLY_ARRAY)
+        return 0;
+    const struct stream *st = &s->streams[si];
+    for (size_t i = 0; i < list->elements; i++) {
+        struct sink_entry *e = entry_slot(s);
+        if (e == NULL)
+            break;
+        if (sink_entry_parse(list->element[i], si, st->sku, st->segment, e) != 0)
+            continue;
+        snprintf(last, lastcap, "%s", e->id);
+        s->nentries++;
+        n++;
+    }
+    return n;
+}
+
+/* ---- writing and acknowledging ---- */
+
+/* Writes e[0..n) in one transaction, retrying (new connection, back-off) until it commits or a
+ * stop is asked. 0 once committed. */
+static int write_batch(struct sink *s, const struct sink_entry *e, int n)
+{
+    int ok = 0;
+    for (int i = 0; i < n; i++)
+        ok += e[i].ok;
+    while (1) {
+        if (ensure_db(s) == 0) {
+            char err[512];
+            long long inserted = 0;
+            if (sink_db_write(s->db, e, n, &inserted, err, sizeof err) == 0) {
+                s->backoff_ms = BACKOFF_MIN_MS;
+                sink_metrics_written(ok, ok - inserted);
+                for (int i = 0; i < n; i++)
+                    if (!e[i].ok) {
+                        sink_metrics_error(SINK_ERR_MALFORMED);
+                        log_msg(CONFIG_LOG_ERROR, "sink_malformed",
+                                "%s entry %s skipped (acknowledged): %s",
+                                s->streams[e[i].stream].key, e[i].id, e[i].why);
+                    }
+                return 0;
+            }
+            sink_metrics_error(SINK_ERR_DB);
+            log_msg(CONFIG_LOG_WARN, "sink_db_error", "batch of %d not written: %s", n, err);
+            sink_db_free(s->db);
+            s->db = NULL;
+            s->db_up = 0;
+            health(s);
+        }
+        if (sink_stop)
+            return -1;
+        backoff(s);
+        if (sink_stop)
+            return -1;
+    }
+}
+
+/* XACK of e[0..n) (already committed), one XACK per stream, retried until Redis answers or a
+ * stop is asked. An error reply (the group is gone) is logged, not retried. */
+static void ack_batch(struct sink *s, const struct sink_entry *e, int n)
+{
+    /* The entries of one stream are contiguous in what a round read, but claims and replays
+     * may interleave: collect per stream. */
+    int *order = malloc((size_t)n * sizeof *order);
+    char *done = calloc((size_t)n, 1);
+    if (order == NULL || done == NULL) {
+        free(order);
+        free(done);
+        return;
+    }
+    while (1) {
+        int ncmd = 0, failed = 0;
+        struct sink_cmd cmds[WINDOW];
+        const char **argvs[WINDOW];
+        int firsts[WINDOW];
+        char *taken = calloc((size_t)n, 1);
+        if (taken == NULL)
+            break;
+        for (int i = 0; i < n; i++) {
+            if (done[i] || taken[i] || ncmd == WINDOW)
+                continue;
+            int cnt = 0;
+            for (int j = i; j < n; j++)
+                if (!done[j] && !taken[j] && e[j].stream == e[i].stream)
+                    order[cnt++] = j;
+            const char **argv = malloc((size_t)(cnt + 3) * sizeof *argv);
+            if (argv == NULL)
+                break;
+            argv[0] = "XACK";
+            argv[1] = s->streams[e[i].stream].key;
+            argv[2] = ORDERLOG_GROUP;
+            for (int j = 0; j < cnt; j++) {
+                argv[3 + j] = e[order[j]].id;
+                taken[order[j]] = 1;
+            }
+            argvs[ncmd] = argv;
+            firsts[ncmd] = i;
+            cmds[ncmd] = (struct sink_cmd){.key = argv[1], .argc = cnt + 3, .argv = argv};
+            ncmd++;
+        }
+        sink_redis_run(s->redis, ncmd, cmds);
+        for (int c = 0; c < ncmd; c++) {
+            int si = e[firsts[c]].stream;
+            if (cmds[c].st == LC_OK || cmds[c].st == LC_EREDIS) {
+                if (cmds[c].st == LC_EREDIS)
+                    log_msg(CONFIG_LOG_WARN, "sink_ack_error", "XACK %s: %s", s->streams[si].key,
+                            cmds[c].err);
+                for (int j = 0; j < n; j++)
+                    if (e[j].stream == si && taken[j])
+                        done[j] = 1;
+            } else {
+                failed++;
+                redis_failed(s, "XACK", cmds[c].err);
+            }
+            free(argvs[c]);
+        }
+        sink_cmds_clear(ncmd, cmds);
+        free(taken);
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            left += !done[i];
+        if (left == 0)
+            break;
+        if (failed > 0) {
+            if (sink_stop)
+                break; /* left pending: read again by a sink of this name, or claimed */
+            backoff(s);
+        }
+    }
+    free(order);
+    free(done);
+}
+
+/* Writes and acknowledges every entry in hand, --batch at a time. 0, or -1 when a stop cut it
+ * short (what was not committed stays pending in Redis). */
+static int flush(struct sink *s)
+{
+    int batch = s->cfg->batch;
+    for (int off = 0; off < s->nentries; off += batch) {
+        int m = s->nentries - off < batch ? s->nentries - off : batch;
+        if (write_batch(s, s->entries + off, m) != 0)
+            return -1;
+        ack_batch(s, s->entries + off, m);
+    }
+    s->nentries = 0;
+    return 0;
+}
+
+/* ---- reading ---- */
+
+/* One XREADGROUP on each stream of the next window. Returns the entries read (now in hand),
+ * or -1 when Redis failed for any of them. */
+static int read_round(struct sink *s)
+{
+    s->nentries = 0;
+    int w = s->nstreams < WINDOW ? s->nstreams : WINDOW;
+    struct sink_cmd cmds[WINDOW];
+    const char *argv[WINDOW][10];
+    int idx[WINDOW];
+    char count[16];
+    snprintf(count, sizeof count, "%d", s->cfg->batch);
+    for (int i = 0; i < w; i++) {
+        idx[i] = (s->next + i) % s->nstreams;
+        struct stream *st = &s->streams[idx[i]];
+        const char *a[10] = {"XREADGROUP",     "GROUP", ORDERLOG_GROUP,
+                             s->cfg->consumer, "COUNT", count,
+                             "STREAMS",        st->key, st->replay ? st->replay_from : ">"};
+        memcpy(argv[i], a, sizeof a);
+        cmds[i] = (struct sink_cmd){.key = st->key, .argc = 9, .argv = argv[i]};
+    }
+    if (s->nstreams > 0)
+        s->next = (s->next + w) % s->nstreams;
+    sink_redis_run(s->redis, w, cmds);
+    int failed = 0, got = 0;
+    struct stream lost[WINDOW];
+    int nlost = 0;
+    for (int i = 0; i < w; i++) {
+        struct stream *st = &s->streams[idx[i]];
+        const redisReply *r = cmds[i].reply;
+        if (sink_cmd_error_is(&cmds[i], "NOGROUP")) {
+            lost[nlost++] = *st; /* the stream was deleted (FLUSHALL, a DELETE): regroup */
+            continue;
+        }
+        if (cmds[i].st != LC_OK) {
+            failed++;
+            redis_failed(s, "XREADGROUP", cmds[i].err);
+            continue;
+        }
+        /* [[key, [entry, ...]]], or nil when nothing new. */
+        const redisReply *list = NULL;
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0] &&
+            r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2)
+            list = r->element[0]->element[1];
+        int n = take_entries(s, idx[i], list, st->replay_from, sizeof st->replay_from);
+        if (st->replay && n == 0)
+            st->replay = 0; /* own pending entries all handed back: new ones from now on */
+        got += n;
+    }
+    sink_cmds_clear(w, cmds);
+    if (nlost > 0) {
+        /* Re-create the groups in place (add_streams would add them a second time). */
+        for (int i = 0; i < nlost; i++) {
+            const char *a[6] = {"XGROUP", "CREATE", lost[i].key, ORDERLOG_GROUP, "0", "MKSTREAM"};
+            char err[200];
+            redisReply *r = sink_redis_cmd(s->redis, lost[i].key, 6, a, err, sizeof err);
+            log_msg(CONFIG_LOG_WARN, "sink_group_lost", "%s had no group %s: created again (%s)",
+                    lost[i].key, ORDERLOG_GROUP,
+                    r ? (r->type == REDIS_REPLY_ERROR ? r->str : "ok") : err);
+            freeReplyObject(r);
+        }
+    }
+    if (failed == 0 && w > 0)
+        redis_ok(s);
+    return failed ? -1 : got;
+}
+
+/* ---- maintenance: claims, trimming, gauges ---- */
+
+/* XAUTOCLAIM on every stream: entries pending longer than --claim-idle-ms (a dead consumer's)
+ * become this consumer's, and are written and acknowledged here. */
+static void claim(struct sink *s)
+{
+    char idle[24], count[16];
+    snprintf(idle, sizeof idle, "%d", s->cfg->claim_idle_ms);
+    snprintf(count, sizeof count, "%d", s->cfg->batch);
+    for (int off = 0; off < s->nstreams && !sink_stop; off += WINDOW) {
+        int w = s->nstreams - off < WINDOW ? s->nstreams - off : WINDOW;
+        struct sink_cmd cmds[WINDOW];
+        const char *argv[WINDOW][8];
+        for (int i = 0; i < w; i++) {
+            const struct stream *st = &s->streams[off + i];
+            const char *a[8] = {"XAUTOCLAIM", st->key, ORDERLOG_GROUP, s->cfg->consumer,
+                                idle,         "0-0",   "COUNT",        count};
+            memcpy(argv[i], a, sizeof a);
+            cmds[i] = (struct sink_cmd){.key = st->key, .argc = 8, .argv = argv[i]};
+        }
+        sink_redis_run(s->redis, w, cmds);
+        s->nentries = 0;
+        for (int i = 0; i < w; i++) {
+            const redisReply *r = cmds[i].reply;
+            if (cmds[i].st != LC_OK) {
+                if (cmds[i].st != LC_EREDIS)
+                    redis_failed(s, "XAUTOCLAIM", cmds[i].err);
+                continue;
+            }
+            if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+                char last[48];
+                int n = take_entries(s, off + i, r->element[1], last, sizeof last);
+                if (n > 0) {
+                    sink_metrics_claimed(n);
+                    log_msg(CONFIG_LOG_INFO, "sink_claimed",
+                            "%s: %d entries claimed from a consumer idle over %d ms",
+                            s->streams[off + i].key, n, s->cfg->claim_idle_ms);
+                }
+            }
+        }
+        sink_cmds_clear(w, cmds);
+        flush(s);
+    }
+}
+
+struct group_view {
+    int n;
+    struct {
+        int ours;
+        long long pending;
+        unsigned long long ld_ms, ld_seq; /* last-delivered-id */
+        unsigned long long lo_ms, lo_seq; /* lowest pending id, when pending */
+        int has_lo;
+    } g[GROUPS_MAX];
+    int broken; /* the reply could not be read: this stream is not trimmed this time */
+};
+
+static const redisReply *map_get(const redisReply *m, const char *name)
+{
+    if (m == NULL || m->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < m->elements; i += 2)
+        if (m->element[i] && m->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(m->element[i]->str, name) == 0)
+            return m->element[i + 1];
+    return NULL;
+}
+
+/* Compares (a_ms, a_seq) with (b_ms, b_seq). */
+static int id_cmp(unsigned long long am, unsigned long long as, unsigned long long bm,
+                  unsigned long long bs)
+{
+    if (am != bm)
+        return am < bm ? -1 : 1;
+    return as < bs ? -1 : as > bs;
+}
+
+/* For each stream of a window: the groups (XINFO GROUPS), their lowest pending ids (XPENDING),
+ * then XTRIM MINID to the lowest id any group still needs; adds the sink group's pending count
+ * and oldest unacknowledged entry to *pending and *oldest_ms. */
+static void trim_window(struct sink *s, int off, int w, long long *pending, long long *oldest_ms)
+{
+    struct sink_cmd cmds[WINDOW * GROUPS_MAX];
+    const char *argv[WINDOW * GROUPS_MAX][6];
+    struct group_view *gv = calloc((size_t)w, sizeof *gv);
+    if (gv == NULL)
+        return;
+    for (int i = 0; i < w; i++) {
+        const char *a[3] = {"XINFO", "GROUPS", s->streams[off + i].key};
+        memcpy(argv[i], a, sizeof a);
+        cmds[i] = (struct sink_cmd){.key = a[2], .argc = 3, .argv = argv[i]};
+    }
+    sink_redis_run(s->redis, w, cmds);
+    char names[WINDOW][GROUPS_MAX][64];
+    for (int i = 0; i < w; i++) {
+        const redisReply *r = cmds[i].reply;
+        if (cmds[i].st != LC_OK || r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            gv[i].broken = 1;
+            if (cmds[i].st != LC_OK && cmds[i].st != LC_EREDIS)
+                redis_failed(s, "XINFO GROUPS", cmds[i].err);
+            continue;
+        }
+        if (r->elements > GROUPS_MAX) {
+            gv[i].broken = 1; /* more groups than we look at: do not trim for any of them */
+            continue;
+        }
+        for (size_t j = 0; j < r->elements; j++) {
+            const redisReply *name = map_get(r->element[j], "name");
+            const redisReply *pend = map_get(r->element[j], "pending");
+            const redisReply *ld = map_get(r->element[j], "last-delivered-id");
+            int k = gv[i].n;
+            if (!name || name->type != REDIS_REPLY_STRING || name->len >= 64 || !pend ||
+                pend->type != REDIS_REPLY_INTEGER || !ld || ld->type != REDIS_REPLY_STRING ||
+                sink_entry_parse_id(ld->str, &gv[i].g[k].ld_ms, &gv[i].g[k].ld_seq) != 0) {
+                gv[i].broken = 1;
+                break;
+            }
+            snprintf(names[i][k], sizeof names[i][k], "%s", name->str);
+            gv[i].g[k].ours = strcmp(name->str, ORDERLOG_GROUP) == 0;
+            gv[i].g[k].pending = pend->integer;
+            gv[i].n++;
+        }
+    }
+    sink_cmds_clear(w, cmds);
+
+    /* XPENDING summaries of the groups with pending entries. */
+    int nc = 0, who[WINDOW * GROUPS_MAX][2];
+    for (int i = 0; i < w; i++)
+        for (int k = 0; k < gv[i].n && !gv[i].broken; k++)
+            if (gv[i].g[k].pending > 0) {
+                const char *a[3] = {"XPENDING", s->streams[off + i].key, names[i][k]};
+                memcpy(argv[nc], a, sizeof a);
+                cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 3, .argv = argv[nc]};
+                who[nc][0] = i;
+                who[nc][1] = k;
+                nc++;
+            }
+    sink_redis_run(s->redis, nc, cmds);
+    for (int c = 0; c < nc; c++) {
+        int i = who[c][0], k = who[c][1];
+        const redisReply *r = cmds[c].reply;
+        if (cmds[c].st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+            gv[i].broken = 1;
+            continue;
+        }
+        const redisReply *lo = r->element[1];
+        if (lo && lo->type == REDIS_REPLY_STRING &&
+            sink_entry_parse_id(lo->str, &gv[i].g[k].lo_ms, &gv[i].g[k].lo_seq) == 0)
+            gv[i].g[k].has_lo = 1; /* nil: acknowledged meanwhile, last-delivered + 1 holds */
+    }
+    sink_cmds_clear(nc, cmds);
+
+    /* The lowest id each stream still needs; the sink group's oldest unacknowledged entry. */
+    char minids[WINDOW][48];
+    char after[WINDOW][48];
+    int trim[WINDOW], probe[WINDOW];
+    nc = 0;
+    for (int i = 0; i < w; i++) {
+        trim[i] = probe[i] = 0;
+        if (gv[i].broken || gv[i].n == 0)
+            continue;
+        unsigned long long mm = ULLONG_MAX, ms = ULLONG_MAX;
+        for (int k = 0; k < gv[i].n; k++) {
+            unsigned long long nm = gv[i].g[k].ld_ms, ns = gv[i].g[k].ld_seq;
+            if (ns == ULLONG_MAX) {
+                nm++;
+                ns = 0;
+            } else {
+                ns++;
+            }
+            if (gv[i].g[k].has_lo && id_cmp(gv[i].g[k].lo_ms, gv[i].g[k].lo_seq, nm, ns) < 0) {
+                nm = gv[i].g[k].lo_ms;
+                ns = gv[i].g[k].lo_seq;
+            }
+            if (id_cmp(nm, ns, mm, ms) < 0) {
+                mm = nm;
+                ms = ns;
+            }
+            if (gv[i].g[k].ours) {
+                *pending += gv[i].g[k].pending;
+                if (gv[i].g[k].has_lo) {
+                    if (*oldest_ms == 0 || (long long)gv[i].g[k].lo_ms < *oldest_ms)
+                        *oldest_ms = (long long)gv[i].g[k].lo_ms;
+                } else {
+                    probe[i] = 1; /* is anything waiting after last-delivered? */
+                    snprintf(after[i], sizeof after[i], "(%llu-%llu", gv[i].g[k].ld_ms,
+                             gv[i].g[k].ld_seq);
+                }
+            }
+        }
+        snprintf(minids[i], sizeof minids[i], "%llu-%llu", mm, ms);
+        trim[i] = 1;
+    }
+    for (int i = 0; i < w; i++) {
+        if (trim[i]) {
+            const char *a[4] = {"XTRIM", s->streams[off + i].key, "MINID", minids[i]};
+            memcpy(argv[nc], a, sizeof a);
+            cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 4, .argv = argv[nc]};
+            who[nc][0] = i;
+            who[nc][1] = 0;
+            nc++;
+        }
+        if (probe[i]) {
+            const char *a[6] = {"XRANGE", s->streams[off + i].key, after[i], "+", "COUNT", "1"};
+            memcpy(argv[nc], a, sizeof a);
+            cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 6, .argv = argv[nc]};
+            who[nc][0] = i;
+            who[nc][1] = 1;
+            nc++;
+        }
+    }
+    sink_redis_run(s->redis, nc, cmds);
+    for (int c = 0; c < nc; c++) {
+        const redisReply *r = cmds[c].reply;
+        if (cmds[c].st != LC_OK || r == NULL)
+            continue;
+        if (who[c][1] == 0 && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+            sink_metrics_trimmed(r->integer);
+            log_msg(CONFIG_LOG_DEBUG, "sink_trimmed", "%s: %lld entries below %s trimmed",
+                    s->streams[off + who[c][0]].key, r->integer, minids[who[c][0]]);
+        } else if (who[c][1] == 1 && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+                   r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements >= 1 &&
+                   r->element[0]->element[0]->type == REDIS_REPLY_STRING) {
+            unsigned long long ms, seq;
+            if (sink_entry_parse_id(r->element[0]->element[0]->str, &ms, &seq) == 0 &&
+                (*oldest_ms == 0 || (long long)ms < *oldest_ms))
+                *oldest_ms = (long long)ms;
+        }
+    }
+    sink_cmds_clear(nc, cmds);
+    free(gv);
+}
+
+static void maintain(struct sink *s)
+{
+    claim(s);
+    long long pending = 0, oldest = 0;
+    for (int off = 0; off < s->nstreams && !sink_stop; off += WINDOW) {
+        int w = s->nstreams - off < WINDOW ? s->nstreams - off : WINDOW;
+        trim_window(s, off, w, &pending, &oldest);
+    }
+    double lag = 0;
+    if (oldest > 0) {
+        long long age = wall_ms() - oldest;
+        lag = age > 0 ? (double)age / 1000.0 : 0;
+    }
+    sink_metrics_gauges(lag, pending);
+}
+
+int sink_run(const struct sink_config *cfg_in)
+{
+    struct sink_config cfg = *cfg_in;
+    if (cfg.consumer[0] == '\0') {
+        char host[64] = "sink";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        snprintf(cfg.consumer, sizeof cfg.consumer, "%s-%ld", host, (long)getpid());
+    }
+    struct sink s = {.cfg = &cfg, .backoff_ms = BACKOFF_MIN_MS};
+    srand((unsigned)(wall_ms() ^ getpid()));
+    char err[512];
+    if (sink_redis_new(cfg.redis, cfg.redis_timeout_ms, &s.redis, err, sizeof err) != 0) {
+        log_msg(CONFIG_LOG_ERROR, "sink_start", "Redis client: %s", err);
+        return 2;
+    }
+    if (cfg.metrics_port > 0 && sink_http_start(cfg.metrics_port, err, sizeof err) != 0) {
+        log_msg(CONFIG_LOG_ERROR, "sink_start", "metrics server: %s", err);
+        sink_redis_free(s.redis);
+        return 2;
+    }
+    health(&s);
+    log_msg(CONFIG_LOG_INFO, "startup",
+            "inventory-sink %s: consumer %s of group %s, batch %d, claim idle %d ms, "
+            "maintenance every %d ms, metrics port %d",
+            INVENTORYD_VERSION, cfg.consumer, ORDERLOG_GROUP, cfg.batch, cfg.claim_idle_ms,
+            cfg.maintain_ms, cfg.metrics_port);
+    long long last_discover = -DISCOVER_MS, last_maintain = mono_ms();
+    int empty_rounds = 0;
+    while (!sink_stop) {
+        if (ensure_db(&s) != 0) {
+            backoff(&s);
+            continue;
+        }
+        long long now = mono_ms();
+        if (now - last_discover >= DISCOVER_MS) {
+            last_discover = now;
+            if (discover(&s) != 0) {
+                backoff(&s);
+                continue;
+            }
+        }
+        if (now - last_maintain >= cfg.maintain_ms) {
+            last_maintain = now;
+            maintain(&s);
+        }
+        int got = read_round(&s);
+        if (s.nentries > 0 && flush(&s) != 0)
+            break;
+        if (got < 0) {
+            backoff(&s);
+            continue;
+        }
+        s.backoff_ms = BACKOFF_MIN_MS;
+        /* Nap only once a whole pass over the streams found nothing. */
+        int windows = s.nstreams ? (s.nstreams + WINDOW - 1) / WINDOW : 1;
+        empty_rounds = got == 0 ? empty_rounds + 1 : 0;
+        if (empty_rounds >= windows) {
+            empty_rounds = 0;
+            nap(POLL_MS);
+        }
+    }
+    log_msg(CONFIG_LOG_INFO, "shutdown", "inventory-sink stopping (consumer %s)", cfg.consumer);
+    sink_http_stop();
+    sink_db_free(s.db);
+    sink_redis_free(s.redis);
+    free(s.streams);
+    free(s.entries);
+    return 0;
+}

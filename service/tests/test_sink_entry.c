@@ -1,0 +1,137 @@
+/*
+ * Order-log entries as inventory-sink reads them (service/src/sink/sink_entry.c): the fields of
+ * orderlog.h parsed; a malformed entry is marked (not ok, with the reason) rather than written;
+ * a stream id is "<ms>-<seq>".
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sink_entry.h"
+
+static redisReply *reply_str(const char *s)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    r->type = REDIS_REPLY_STRING;
+    r->str = strdup(s);
+    r->len = strlen(s);
+    return r;
+}
+
+/* [id, [k1, v1, ...]] from a NULL-terminated list; fields NULL: a nil (deleted entry). */
+static redisReply *entry(const char *id, const char *const *fields)
+{
+    redisReply *e = calloc(1, sizeof *e);
+    e->type = REDIS_REPLY_ARRAY;
+    e->elements = 2;
+    e->element = calloc(2, sizeof *e->element);
+    e->element[0] = reply_str(id);
+    redisReply *f = calloc(1, sizeof *f);
+    if (fields == NULL) {
+        f->type = REDIS_REPLY_NIL;
+    } else {
+        f->type = REDIS_REPLY_ARRAY;
+        size_t n = 0;
+        while (fields[n] != NULL)
+            n++;
+        f->elements = n;
+        f->element = calloc(n ? n : 1, sizeof *f->element);
+        for (size_t i = 0; i < n; i++)
+            f->element[i] = reply_str(fields[i]);
+    }
+    e->element[1] = f;
+    return e;
+}
+
+static void test_stream_ids(void **state)
+{
+    (void)state;
+    unsigned long long ms, seq;
+    assert_int_equal(sink_entry_parse_id("1764000000000-12", &ms, &seq), 0);
+    assert_true(ms == 1764000000000ULL && seq == 12);
+    static const char *const bad[] = {"", "12", "-1-2", "1-", "1-x", "a-1", "1-2-3", " 1-2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(sink_entry_parse_id(bad[i], &ms, &seq), -1);
+}
+
+static void test_a_good_entry(void **state)
+{
+    (void)state;
+    const char *f[] = {"event",   "confirmed", "order", "abc-1-S",  "sku", "S",  "segment",
+                       "1",       "user",      "u7",    "quantity", "3",   "at", "1764000000123",
+                       "version", "42",        NULL};
+    redisReply *e = entry("1764000000123-0", f);
+    struct sink_entry out;
+    assert_int_equal(sink_entry_parse(e, 5, "S", 1, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_int_equal(out.stream, 5);
+    assert_string_equal(out.event, "confirmed");
+    assert_string_equal(out.order, "abc-1-S");
+    assert_string_equal(out.user, "u7");
+    assert_int_equal(out.quantity, 3);
+    assert_true(out.at == 1764000000123LL && out.version == 42);
+    assert_string_equal(out.id, "1764000000123-0");
+    freeReplyObject(e);
+    /* no user field at all: none */
+    const char *g[] = {"event", "created", "order",   "o", "quantity", "1",
+                       "at",    "1",       "version", "1", NULL};
+    e = entry("1-1", g);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.user, "");
+    freeReplyObject(e);
+}
+
+static void test_malformed_entries_are_marked(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *f[13];
+        const char *why;
+    } bad[] = {
+        {{"event", "shipped", "order", "o", "quantity", "1", "at", "1", "version", "1"},
+         "unknown event"},
+        {{"event", "created", "order", "o", "quantity", "1.0", "at", "1", "version", "1"},
+         "quantity"},
+        {{"event", "created", "order", "o", "quantity", "-1", "at", "1", "version", "1"},
+         "quantity"},
+        {{"event", "created", "order", "o", "quantity", "1", "at", "1e3", "version", "1"}, "at"},
+        {{"event", "created", "order", "", "quantity", "1", "at", "1", "version", "1"}, "order"},
+        {{"event", "created", "quantity", "1", "at", "1", "version", "1"}, "missing"},
+        {{"event", "created", "order", "o", "quantity", "1", "at", "1"}, "missing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *e = entry("5-0", bad[i].f);
+        struct sink_entry out;
+        assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
+        if (out.ok || strstr(out.why, bad[i].why) == NULL)
+            fail_msg("case %zu: ok %d, why \"%s\" (expected \"%s\")", i, out.ok, out.why,
+                     bad[i].why);
+        assert_string_equal(out.id, "5-0"); /* still acknowledged by its id */
+        freeReplyObject(e);
+    }
+    redisReply *e = entry("6-0", NULL); /* deleted from the stream: nil fields */
+    struct sink_entry out;
+    assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
+    assert_int_equal(out.ok, 0);
+    freeReplyObject(e);
+    redisReply *s = reply_str("not an entry");
+    assert_int_equal(sink_entry_parse(s, 0, "S", 0, &out), -1);
+    freeReplyObject(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_ids),
+        cmocka_unit_test(test_a_good_entry),
+        cmocka_unit_test(test_malformed_entries_are_marked),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
