@@ -37,6 +37,7 @@
 #include "sink_metrics.h"
 #include "sink_redis.h"
 #include "store.h"
+#include "validate.h"
 
 #define WINDOW 64        /* streams per read round / maintenance round trip */
 #define POLL_MS 100      /* idle wait after a full pass over the streams found nothing */
@@ -69,14 +70,14 @@ struct sink {
 
 void sink_log_key(char *buf, size_t cap, const char *sku, int k)
 {
-    snprintf(buf, cap, STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:" ORDERLOG_KEY_SUFFIX, sku, k);
+    struct seg_keys sk; /* store.c builds every key */
+    store_seg_keys(sku, k, &sk);
+    snprintf(buf, cap, "%s", sk.log);
 }
 
 int sink_sku_ok(const char *s)
 {
-    size_t n = strlen(s);
-    return n >= 1 && n <= SINK_SKU_MAX &&
-           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") == n;
+    return validate_sku(s, strlen(s));
 }
 
 static long long mono_ms(void)
