@@ -120,6 +120,8 @@ threads=${CH_THREADS:-4}
 token=${CH_ADMIN_TOKEN:-chaos-admin-token}
 key_schema=${CH_KEY_SCHEMA:-2}
 [[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
+rules=${CH_RULES:-$([ "$key_schema" = 2 ] && echo 1 || echo 0)}
+[[ $rules =~ ^[01]$ ]] || { echo "chaos.sh: CH_RULES is 0 or 1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
 damage_hold=${CH_DAMAGE_HOLD_MS:-1000 3000}
 [ "${CH_NEMESIS:-1}" != 0 ] || damage_gap="0 0"
@@ -157,10 +159,13 @@ done
 
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
+[ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
 inst_flags=(--admin-token "$token" --lock-lease-ms "$lease" --redis-timeout-ms "$redis_timeout")
+# The orders' users are their bodies' user_id (SPEC §11: development only, which a test is).
+[ "$rules" = 0 ] || inst_flags+=(--trust-body-user-id)
 if [ "$cluster" = 1 ]; then
   command -v "$py" >/dev/null 2>&1 || die "no $py"
   cluster_up 3 1 "$min_replicas"
@@ -365,7 +370,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
