@@ -513,12 +513,12 @@ static void gate_leave(struct order *o)
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
 
-/* Notes the connection that carried a claim or a commit: the WAIT that vouches for it must go
- * on that connection (lockcore_async.h, lc_async_wait). */
+/* Notes the connection that carried a claim, a per-user reservation or a commit: the WAIT that
+ * vouches for it must go on that connection (lockcore_async.h, lc_async_wait). */
 static void note_ref(struct order *o)
 {
-    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_COMMIT ||
-        o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
+    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_USER_RESERVE ||
+        o->state == OS_COMMIT || o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
         o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
 }
 
