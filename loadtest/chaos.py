@@ -5,13 +5,17 @@ which owns every process (redis-server, the inventoryd instances) and runs the n
 
 Many client threads send a seeded random mix of requests straight to the instances (PUT with
 1..16 segments — never the count of the SKU's last PUT —, restock, orders with and without
-Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads) on SKU names that
-alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
+Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads; and SPEC §11's sale
+rules: PUTs with limit_per_user / reservation_ttl_s by the SKU's class, PATCHes of them, keyed
+orders from a small pool of users, confirms of holds before, racing and after their expiry) on
+SKU names that alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
 Idempotency-Key on every retry), a keyless order whose outcome is unknown is not retried.
 Every attempt and its answer is one line of history.jsonl. At checkpoints (nemesis paused,
 clients idle, instances ready with nothing in flight, no segment lock held) the state is read
 from Redis directly (a tiny RESP client, plus loadtest/verify.sh per SKU) and checked against
-the history; at the end the answers themselves are checked too. See loadtest/README.md and
+the history (since SPEC §11 also holds, confirms, limits and the users' entries; at the end,
+clients stopped, the last holds are waited out first); at the end the answers themselves are
+checked too. See loadtest/README.md and
 docs/reliability.md ("Randomized history test") for what is checked and why it is sound.
 
 The damager (a thread beside the clients, the nemesis of the data) writes a damaged value into
@@ -299,6 +303,10 @@ EXPIRY_BOUND_S = 1.5
 # Redis's TIME and this process's time.time() are the same machine's clock: an answer is
 # compared with expires_at allowing this much (ms rounding of expires_at, scheduling).
 CLOCK_SLACK_S = 0.02
+# The availability check: outside every fault, a SKU's orders (confirms, cancels) may not be
+# answered 5xx this often (%), given at least this many answers.
+AVAIL_MAX_5XX_PCT = 20
+AVAIL_MIN_ANSWERS = 30
 
 
 def parse_iso(t):
@@ -452,8 +460,8 @@ class Run:
     def op_confirm(self, rng, thr):
         """POST /api/v1/orders/{id}/confirm of a hold answered 201 — before its expiry (at once
         or a little later), racing it (sent within 30 ms of expires_at) or after it (0.1–1.5 s
-        late) —, or now and then of an order that never was a hold. The client waits for its
-        moment (≤ 2.5 s; a checkpoint or the end cancels the confirm)."""
+        late) —, or now and then of an order that never was a hold. The payer waits for its
+        moment (≤ 2.5 s; a checkpoint or the end cancels the confirm). None: nothing sent."""
         mode = rng.choices(("before", "race", "after", "nothold"), (35, 30, 30, 5))[0]
         wall = time.time()
         with self.lock:
@@ -563,17 +571,30 @@ class Run:
                 self.op_restock(rng, thr, sku)
             elif x < 1.8:
                 self.op_patch(rng, thr, sku)
-            elif x < 11.0:
+            elif x < 13.0:
                 self.op_cancel(rng, thr)
-            elif x < 18.0:
-                self.op_confirm(rng, thr)
-            elif x < 28.0:
+            elif x < 25.0:
                 self.op_status(rng, thr, sku)
             else:
                 lop = self.op_order(rng, thr, sku)
                 if lop.ack is None and any(a["status"] == 404 for a in lop.attempts) and rng.random() < 0.3:
                     put_next = sku   # the SKU is gone: someone (re)creates it
             if self.a.think_ms:
+                time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
+
+    def payer(self, i):
+        """A payment service's thread (--payers of them, beside the clients, so that their
+        waits for a hold's moment do not slow the clients down): confirms holds, one at a time,
+        at the moment it chose (op_confirm); looks again after 50 ms when no hold fits."""
+        rng = random.Random("%d/payer/%d" % (self.a.seed, i))
+        thr = 1000 + i
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                self.hold_idle()
+                continue
+            if self.op_confirm(rng, thr) is None:
+                time.sleep(0.05)
+            elif self.a.think_ms:
                 time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
 
     # -- the damager: the nemesis's counter damage (docs/reliability.md) --
@@ -886,6 +907,9 @@ class Run:
         self.traffic_since = now()
         self.threads = [threading.Thread(target=self.client, args=(i,), name="client%d" % i, daemon=True)
                         for i in range(a.clients)]
+        if a.rules:
+            self.threads += [threading.Thread(target=self.payer, args=(i,), name="payer%d" % i, daemon=True)
+                             for i in range(a.payers)]
         if a.damage_gap[1] > 0:
             self.threads.append(threading.Thread(target=self.damager, name="damager", daemon=True))
         for t in self.threads:
@@ -935,6 +959,7 @@ CHECKS = [
     ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
     ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; 201 order bodies are \"reserved\" with an expires_at 1–2 s after the request (TTL 1 or 2) exactly on the SKUs with holds"),
     ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user"),
+    ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
 
@@ -1674,6 +1699,7 @@ class Checker:
         self.damage_checks()
         lops = list(run.lops)
         self.confirm_answers(lops)
+        self.availability(lops)
         puts = defaultdict(list)
         for l in lops:
             if l.op == "put":
@@ -1770,6 +1796,78 @@ class Checker:
                 if b.get("order_id") != l.args["order_id"] or b.get("status") != "cancelled":
                     self.fail("order-answers", l.id, "cancel lop %d of %s answered %s" % (l.id, l.args["order_id"], b), [l.ack["seq"]])
 
+    def availability(self, lops):
+        """The 5xx share of each SKU's orders, confirms and cancels outside every fault."""
+        try:
+            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
+                ev = [json.loads(x) for x in f if x.strip()]
+        except (OSError, ValueError):
+            return
+        spans, open_ = [], {}
+        for e in ev:
+            t = e["t_ms"] / 1000.0
+            if e["ev"] == "crash":
+                spans.append((t, t + 5.0))
+            elif e["ev"] in FAULTS and e["ev"] != "damage":
+                open_.setdefault(e["target"], t)
+            elif e["ev"] == "back" and e["target"] in open_:
+                spans.append((open_.pop(e["target"]), t + 2.0))
+        spans += [(t, float("inf")) for t in open_.values()]
+        off = time.time() - now()
+        dmg = defaultdict(list)
+        for d in self.run.damages:
+            dmg[d["sku"]].append((d["t0"] + off, (d["t1"] if d["t1"] is not None else now()) + off + 1.0))
+        n, bad = Counter(), defaultdict(list)
+        for l in lops:
+            if l.op not in ("order", "confirm", "cancel"):
+                continue
+            for a in l.attempts:
+                if a["status"] is None or any(x <= a["w1"] and a["w0"] <= y for x, y in spans + dmg[l.sku]):
+                    continue
+                n[(l.sku, l.op)] += 1
+                if a["status"] >= 500:
+                    bad[(l.sku, l.op)].append(a)
+        for (sku, op), cnt in sorted(n.items()):
+            self.examined["availability"] += 1
+            b = bad.get((sku, op), [])
+            if cnt >= AVAIL_MIN_ANSWERS and 100 * len(b) >= AVAIL_MAX_5XX_PCT * cnt:
+                why = Counter(str((x["body"] or {}).get("message") if isinstance(x["body"], dict) else x["body"])[:120] for x in b)
+                self.fail("availability", (sku, op), "%s: %d of %d %s answers outside every fault were 5xx (%.0f %%; rules: limit %s, TTL %s): %s" % (
+                    sku, len(b), cnt, op, 100.0 * len(b) / cnt, self.run.rules[sku]["limit"] or "none", self.run.rules[sku]["ttl"] or "none",
+                    "; ".join("%d× %s" % (v, k) for k, v in why.most_common(3))), [x["seq"] for x in b[:4]])
+
+    def rules_report(self, lops):
+        """SUMMARY.md's lines on SPEC §11: per SKU its rules, and its orders, confirms (by
+        moment) and cancels by answer (a 201/200's status, a 4xx/5xx's error)."""
+        def ans(a):
+            b = a["body"] if isinstance(a["body"], dict) else {}
+            if a["status"] is None:
+                return "no-answer" if a["sent"] else "not-sent"
+            return "%d %s" % (a["status"], b.get("status") if a["status"] < 300 else b.get("error", ""))
+        out = ["## Sale rules (SPEC §11)", "",
+               "Users: %s (keyed orders) and one of its own per keyless order. Holds waited out at the end: %.1f s." % (
+                   ", ".join(self.run.users), self.run.checkpoints[-1].get("holds_waited_s", 0) if self.run.checkpoints else 0), "",
+               "| SKU | rules at the end (sent) | orders | confirms by moment | cancels |", "|---|---|---|---|---|"]
+        for sku in self.run.skus:
+            r = self.run.rules[sku]
+            o, c, x = Counter(), defaultdict(Counter), Counter()
+            for l in lops:
+                if l.sku != sku:
+                    continue
+                for a in l.attempts:
+                    if l.op == "order":
+                        o[ans(a)] += 1
+                    elif l.op == "confirm":
+                        c[l.args["mode"]][ans(a)] += 1
+                    elif l.op == "cancel":
+                        x[ans(a)] += 1
+            fmt = lambda cn: ", ".join("%s: %d" % kv for kv in sorted(cn.items())) or "none"
+            out.append("| %s | limit %s, TTL %s | %s | %s | %s |" % (
+                sku, r["limit"] or "none", "%d s" % r["ttl"] if r["ttl"] else "none (orders final at once)", fmt(o),
+                "; ".join("%s: %s" % (m, fmt(c[m])) for m in ("before", "race", "after", "nothold") if c[m]) or "none", fmt(x)))
+        out.append("")
+        return out
+
     def confirm_answers(self, lops):
         """Confirm and cancel answers against the hold's expires_at (this machine's clock is
         Redis's): a confirm answered 200 was first sent before it, a reservation_expired answer
@@ -1860,6 +1958,8 @@ class Checker:
             keyed[(True, "acked")], keyed[(True, "failed")], keyed[(True, "unknown")],
             keyed[(False, "acked")], keyed[(False, "failed")], keyed[(False, "unknown")]))
         out.append("")
+        if a.rules:
+            out.extend(self.rules_report(lops))
         ev = []
         try:
             with open(os.path.join(a.out, "nemesis.jsonl")) as f:
@@ -1965,6 +2065,7 @@ def main():
     ap.add_argument("--damage-hold-ms", default="1000 3000", help="min max time a counter stays damaged")
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
+    ap.add_argument("--payers", type=int, default=4, help="threads that confirm holds (with --rules 1)")
     a = ap.parse_args()
     try:
         a.damage_gap = [float(x) for x in a.damage_gap_ms.split()]

@@ -5,8 +5,13 @@
 # of PUT (1..16 segments, never the count of the SKU's last PUT), restock, orders with and
 # without Idempotency-Key, cancels, DELETE of a SKU, DELETE followed at once by a PUT, and
 # status reads straight to the instances, on SKU names that alias (x, x:1, x:2, x:3: in key
-# schema 1 SKU x:k's keys were segment k's of x), retrying like real clients, every attempt
-# recorded in history.jsonl — while this script is the nemesis: at random moments it kill -9s
+# schema 1 SKU x:k's keys were segment k's of x), and the order lifecycle of SPEC §11: the
+# instances run with --trust-body-user-id, the SKUs have a per-user limit and holds, holds
+# only, a limit only or neither (PUT with limit_per_user / reservation_ttl_s 1–2 s; PATCHes
+# raise a limit, never lower it, and change the TTL), keyed orders come from a pool of 5 users,
+# holds are confirmed before, racing and after their expiry, cancelled, or left to expire (at
+# the end the checker waits out the last ones, clients stopped) — retrying like real clients,
+# every attempt recorded in history.jsonl — while this script is the nemesis: at random moments it kill -9s
 # an instance and restarts it, SIGSTOPs one past its lock lease and SIGCONTs it, or kill -9s
 # redis-server and restarts it from its AOF. chaos.py's damager is the nemesis of the data:
 # every 2–6 s it writes a damaged value (10.0, ' 5', 1e3, abc: "{v}.0", " {v}", "{v}e0", 1e3,
@@ -17,7 +22,11 @@
 # 5xx while its other segments had stock, and every status answer meanwhile to satisfy §8 or be
 # an error. At checkpoints (nemesis paused, clients idle, instances ready with nothing in
 # flight, no segment lock held) and at the end chaos.py checks SPEC §8 from Redis directly
-# (plus loadtest/verify.sh per SKU) against the history, and the answers themselves. Everything it starts is stopped on exit, also on failure or interrupt.
+# (plus loadtest/verify.sh per SKU) against the history, and the answers themselves; since
+# SPEC §11 also that no user is over the limit and the users' entries name their live orders,
+# that holds end within 1.5 s of expires_at, that confirms and cancels agree with the records,
+# and that outside the faults a SKU's orders are not mostly 5xx (docs/reliability.md).
+# Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
 # masters with a replica each, min-replicas-to-write 1) and the instances with
@@ -62,9 +71,11 @@
 # 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
 # --cluster "1000 3000"),
 # CH_NEMESIS=0 (no faults, no damage), CH_DAMAGE_GAP_MS (the pause between counter damages, min
-# max: "2000 6000"; "0 0": no damage), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
+# max: "2000 6000"; "0 0": no damage), CH_PAYERS (4: threads that confirm holds, beside the
+# clients), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
 # "1000 3000"), CH_KEY_SCHEMA (2; 1: the keys of binaries before 34f3be8, inv:{S}:… and
-# inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_RULES (1; 0 with CH_KEY_SCHEMA=1: no
+# sale rules, PATCHes, confirms or --trust-body-user-id, for a binary before issue 20), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -370,7 +381,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-4}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
