@@ -2065,7 +2065,7 @@ def main():
     ap.add_argument("--damage-hold-ms", default="1000 3000", help="min max time a counter stays damaged")
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
-    ap.add_argument("--payers", type=int, default=4, help="threads that confirm holds (with --rules 1)")
+    ap.add_argument("--payers", type=int, default=8, help="threads that confirm holds (with --rules 1)")
     a = ap.parse_args()
     try:
         a.damage_gap = [float(x) for x in a.damage_gap_ms.split()]

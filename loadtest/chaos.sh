@@ -71,7 +71,7 @@
 # 20, long 40), CH_NEMESIS_GAP_MS (the pause between faults, min max: "1500 5000";
 # --cluster "1000 3000"),
 # CH_NEMESIS=0 (no faults, no damage), CH_DAMAGE_GAP_MS (the pause between counter damages, min
-# max: "2000 6000"; "0 0": no damage), CH_PAYERS (4: threads that confirm holds, beside the
+# max: "2000 6000"; "0 0": no damage), CH_PAYERS (8: threads that confirm holds, beside the
 # clients), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
 # "1000 3000"), CH_KEY_SCHEMA (2; 1: the keys of binaries before 34f3be8, inv:{S}:… and
 # inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_RULES (1; 0 with CH_KEY_SCHEMA=1: no
@@ -381,7 +381,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-4}" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
