@@ -46,6 +46,7 @@ Exit status: 0 every check passed, 1 a violation, 3 infrastructure failure.
 
 import argparse
 import bisect
+import calendar
 import http.client
 import json
 import os
@@ -314,7 +315,6 @@ def parse_iso(t):
     m = re.match(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z$", t) if isinstance(t, str) else None
     if not m:
         return None
-    import calendar
     y, mo, d, h, mi, se = (int(x) for x in m.groups()[:6])
     frac = float("0." + m.group(7)) if m.group(7) else 0.0
     return calendar.timegm((y, mo, d, h, mi, se, 0, 0, 0)) + frac
@@ -812,11 +812,10 @@ class Run:
             time.sleep(0.2)
         return False, last
 
-    def wait_out_holds(self):
-        """At the end, clients stopped: waits (≤ 10 s) until every hold in the due sets is
-        EXPIRY_BOUND_S past its expiry, so that the final check finds every hold ended with no
-        traffic at all (the sweepers alone). Returns the seconds waited."""
-        last = 0.0
+    def due_and_give(self):
+        """(the latest due time in any segment's due set, in s since the epoch or 0; the
+        give-backs queued in all the give sets)."""
+        last, queued = 0.0, 0
         try:
             rds = self.redis(5.0)
             try:
@@ -824,18 +823,32 @@ class Run:
                     n = as_int(rds.cmd("HGET", KEYS.sku(s, "meta"), "segments")) or 0
                     if n <= 0 or KEYS.v != 2:
                         continue
-                    rep = rds.pipeline([("ZRANGE", KEYS.seg(s, k, "due"), -1, -1, "WITHSCORES") for k in range(n)])
-                    for r in rep:
+                    rep = rds.pipeline([("ZRANGE", KEYS.seg(s, k, "due"), -1, -1, "WITHSCORES") for k in range(n)] +
+                                       [("ZCARD", KEYS.seg(s, k, "give")) for k in range(n)])
+                    for r in rep[:n]:
                         if isinstance(r, list) and len(r) == 2:
                             last = max(last, float(r[1]) / 1000.0)
+                    queued += sum(x for x in rep[n:] if isinstance(x, int))
             finally:
                 rds.close()
         except (OSError, ConnectionError) as e:
-            raise Infra("cannot read the due sets: %s" % e)
+            raise Infra("cannot read the due and give sets: %s" % e)
+        return last, queued
+
+    def wait_out_holds(self):
+        """At the end, clients stopped: waits (≤ 10 s) until every hold in the due sets is
+        EXPIRY_BOUND_S past its expiry, so that the final check finds every hold ended with no
+        traffic at all (the sweepers alone); then (≤ 5 s more) until the give sets are drained,
+        so that an ended order's entry must be gone from its user's. Returns the seconds waited."""
+        t0 = now()
+        last, _ = self.due_and_give()
         wait = min(10.0, last + EXPIRY_BOUND_S + 0.05 - time.time())
         if wait > 0:
             time.sleep(wait)
-        return max(0.0, wait)
+        end = now() + 5.0
+        while self.due_and_give()[1] and now() < end:
+            time.sleep(0.1)
+        return now() - t0
 
     def checkpoint(self, name, final):
         t_begin = now()
@@ -958,7 +971,7 @@ CHECKS = [
     ("holds", "SPEC §11 holds: none still reserved more than %.1f s (1 s + --redis-timeout-ms) after its expires_at (the bound runs from the end of a Redis outage or a damage of its segment that overlaps it); at the end the checker first waits out every hold in the due sets, clients stopped, so every 201 \"reserved\" order in the layout must be confirmed, cancelled or expired with no traffic; each segment's due set is exactly its reserved records, scored at their expires_at; an expired record was a hold whose expires_at has come" % EXPIRY_BOUND_S),
     ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
     ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; 201 order bodies are \"reserved\" with an expires_at 1–2 s after the request (TTL 1 or 2) exactly on the SKUs with holds"),
-    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user"),
+    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
@@ -1654,6 +1667,25 @@ class Checker:
             if missing:
                 self.fail("limits", (s, u, "missing", missing[0]), "checkpoint %s: %s user %s: live order(s) %s not in the user's entries %s (the count would let the user past the limit)" % (
                     cp, s, u, missing[:4], sorted(ent)[:8]), [x for o in missing[:3] if L_of.get(o) for x in L_of[o].seqs()])
+        if cp != "final":
+            return
+        # The give-backs drained (wait_out_holds): an ended order no longer counts for its user.
+        ended_of = defaultdict(list)
+        for o, (k, rec) in records.items():
+            if isinstance(rec, dict) and rec.get("status") in ENDED and isinstance(rec.get("user_id"), str):
+                ended_of[rec["user_id"]].append(o)
+        for u, raw in snap["users"].items():
+            try:
+                ent = json.loads(raw)
+            except ValueError:
+                continue        # reported above when the user has live orders
+            if not isinstance(ent, dict):
+                continue
+            self.examined["limits"] += 1
+            ended = [o for o in ended_of.get(u, []) if o.split("-", 1)[0] in ent]
+            if ended:
+                self.fail("limits", (s, u, "given", ended[0]), "checkpoint %s: %s user %s: ended order(s) %s still in the user's entries, the give sets drained (their units never given back to the user's count)" % (
+                    cp, s, u, ["%s %s" % (o, records[o][1]["status"]) for o in ended[:4]]), [x for o in ended[:3] if L_of.get(o) for x in L_of[o].seqs()])
 
     # -- at the end: the answers themselves --
     def status_problems(self, body, sku, put_segments):
