@@ -214,6 +214,7 @@ struct order {
     char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
     char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
     int rules_done;                /* the sale rules were applied (window, reservation) */
+    int64_t rules_version;         /* ... to the layout of this version */
     struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
     int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
     enum order_outcome out;
@@ -1170,10 +1171,21 @@ static void recheck_start(struct order *o)
 
 static void rules_begin(struct order *o);
 
-/* The layout is known (o->view): the sale rules (once per request), the sold-out answers, then
- * the walk. */
+/* The sale rules hold for the layout of o->view's version. */
+static void rules_applied(struct order *o)
+{
+    o->rules_done = 1;
+    o->rules_version = o->view.version;
+}
+
+/* The layout is known (o->view): the sale rules (once per layout), the sold-out answers, then
+ * the walk. A PUT since the rules were applied replaced the users' counts with its orders: the
+ * reservation is made again for the new layout (user_reserve.lua keeps an entry this request
+ * still has, so that costs one round trip), else the order could commit into it uncounted. */
 static void layout_known(struct order *o)
 {
+    if (o->rules_done && o->rules_version != o->view.version)
+        o->rules_done = 0;
     if (!o->rules_done) {
         rules_begin(o);
         return;
@@ -1467,7 +1479,7 @@ static void rules_begin(struct order *o)
         return;
     }
     if (ru->limit_per_user <= 0) {
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     }
@@ -1521,7 +1533,7 @@ static void user_reserved(struct order *o, long long expiry)
                                      o);
         return;
     }
-    o->rules_done = 1;
+    rules_applied(o);
     layout_known(o);
 }
 
@@ -1584,7 +1596,7 @@ static void on_user_reserve(struct order *o, const struct oev *e)
         user_reserved(o, v1);
         return;
     case STORE_RESERVE_FREE: /* the limit was PATCHed away since this instance read it */
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     case STORE_RESERVE_NO_SKU: place_done(o, OUT_UNKNOWN_SKU); return;
@@ -1670,7 +1682,7 @@ static void on_user_wait(struct order *o, const struct oev *e)
 {
     long long got = store_reply_acks(e->st, e->r);
     if (got >= o->app->cfg.redis_replica_acks) {
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     }
