@@ -1035,10 +1035,8 @@ class Checker:
 
     def crashes(self):
         """The processes that exited by themselves (chaos.sh's "crash" events)."""
-        try:
-            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
-        except (OSError, ValueError):
+        ev = self.nemesis_events()
+        if ev is None:
             return
         t_start = time.time() - now()
         for e in ev:
@@ -1140,11 +1138,7 @@ class Checker:
 
     def master_fault_spans(self):
         """[(t0, t1)] in chaos.py's clock of the cluster's master faults (kill to back)."""
-        try:
-            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
-        except (OSError, ValueError):
-            return []
+        ev = self.nemesis_events() or []
         t_start = time.time() - now()
         spans, open_ = [], {}
         for e in ev:
@@ -1514,28 +1508,36 @@ class Checker:
                 self.fail("units", (s, v, keyed), "checkpoint %s: %s version %d, %s orders begun after PUT lop %d was acknowledged: %d units placed in Redis, outside [%d acknowledged, %d = + %d of unknown outcome]" % (
                     cp, s, v, "keyed" if keyed else "keyless", P.id, placed, acked, acked + unknown, unknown), P.seqs()[-1:])
 
-    def redis_outages(self):
-        """[(t0, t1)] in wall-clock seconds when (part of) Redis was down: a kill -9 of the one
-        redis-server until it is back, or a cluster master's fault until it is back (and a
-        crash until the next event). The sweeper cannot expire what it cannot reach: the
-        expiry bound runs from the end of an outage that overlaps it."""
+    def nemesis_events(self):
+        """nemesis.jsonl's events (chaos.sh's and the damager's), or None when unreadable."""
         try:
             with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
+                return [json.loads(x) for x in f if x.strip()]
         except (OSError, ValueError):
-            return []
+            return None
+
+    def fault_spans(self, redis_only, after_back):
+        """[(t0, t1)] in wall-clock seconds of the nemesis's faults (the damager's excepted):
+        from a fault to after_back s after its target is back (a crash: 5 s, restarted at
+        once and reported under "processes"); redis_only: only Redis's (a kill -9 of the one
+        redis-server, a cluster master's fault)."""
         spans, open_ = [], {}
-        for e in ev:
+        for e in self.nemesis_events() or []:
             t, tgt = e["t_ms"] / 1000.0, e.get("target", "")
-            if not tgt.startswith("redis"):
+            if redis_only and not tgt.startswith("redis"):
                 continue
             if e["ev"] == "crash":
-                spans.append((t, t + 5.0))      # restarted at once (and reported under "processes")
-            elif e["ev"] in FAULTS:
+                spans.append((t, t + 5.0))
+            elif e["ev"] in FAULTS and e["ev"] != "damage":
                 open_.setdefault(tgt, t)
             elif e["ev"] == "back" and tgt in open_:
-                spans.append((open_.pop(tgt), t))
+                spans.append((open_.pop(tgt), t + after_back))
         return spans + [(t, float("inf")) for t in open_.values()]
+
+    def redis_outages(self):
+        """When (part of) Redis was down: the sweeper cannot expire what it cannot reach, so
+        the expiry bound runs from the end of an outage that overlaps it."""
+        return self.fault_spans(True, 0.0)
 
     @staticmethod
     def expiry_deadline(exp, outages):
@@ -1830,21 +1832,7 @@ class Checker:
 
     def availability(self, lops):
         """The 5xx share of each SKU's orders, confirms and cancels outside every fault."""
-        try:
-            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
-        except (OSError, ValueError):
-            return
-        spans, open_ = [], {}
-        for e in ev:
-            t = e["t_ms"] / 1000.0
-            if e["ev"] == "crash":
-                spans.append((t, t + 5.0))
-            elif e["ev"] in FAULTS and e["ev"] != "damage":
-                open_.setdefault(e["target"], t)
-            elif e["ev"] == "back" and e["target"] in open_:
-                spans.append((open_.pop(e["target"]), t + 2.0))
-        spans += [(t, float("inf")) for t in open_.values()]
+        spans = self.fault_spans(False, 2.0)
         off = time.time() - now()
         dmg = defaultdict(list)
         for d in self.run.damages:
