@@ -5,13 +5,17 @@ which owns every process (redis-server, the inventoryd instances) and runs the n
 
 Many client threads send a seeded random mix of requests straight to the instances (PUT with
 1..16 segments — never the count of the SKU's last PUT —, restock, orders with and without
-Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads) on SKU names that
-alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
+Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads; and SPEC §11's sale
+rules: PUTs with limit_per_user / reservation_ttl_s by the SKU's class, PATCHes of them, keyed
+orders from a small pool of users, confirms of holds before, racing and after their expiry) on
+SKU names that alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
 Idempotency-Key on every retry), a keyless order whose outcome is unknown is not retried.
 Every attempt and its answer is one line of history.jsonl. At checkpoints (nemesis paused,
 clients idle, instances ready with nothing in flight, no segment lock held) the state is read
 from Redis directly (a tiny RESP client, plus loadtest/verify.sh per SKU) and checked against
-the history; at the end the answers themselves are checked too. See loadtest/README.md and
+the history (since SPEC §11 also holds, confirms, limits and the users' entries; at the end,
+clients stopped, the last holds are waited out first); at the end the answers themselves are
+checked too. See loadtest/README.md and
 docs/reliability.md ("Randomized history test") for what is checked and why it is sound.
 
 The damager (a thread beside the clients, the nemesis of the data) writes a damaged value into
@@ -42,6 +46,7 @@ Exit status: 0 every check passed, 1 a violation, 3 infrastructure failure.
 
 import argparse
 import bisect
+import calendar
 import http.client
 import json
 import os
@@ -73,7 +78,10 @@ def log(msg):
 
 # A segment's data keys (docs/design.md). A dropped segment keeps only its `sver`, as a tombstone
 # that stops an older PUT still rolling out from bringing it back, and lockcore's lock/fence keys.
-SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst"}
+SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst", "due", "give"}
+# Order statuses (SPEC §11): live ones hold units (and count for their user), ended ones not.
+LIVE = ("created", "reserved", "confirmed")
+ENDED = ("cancelled", "expired")
 
 
 class Keys:
@@ -231,7 +239,7 @@ class History:
 
 # The keys of one segment the damage script reads (every one a service's script may write) and
 # the counters it damages: (index in DAMAGE_KEYS, hash field or None).
-DAMAGE_KEYS = ["stock", "sver", "cnt", "orders", "idem", "rst"]
+DAMAGE_KEYS = ["stock", "sver", "cnt", "orders", "idem", "rst", "due", "give"]
 DAMAGE_TARGETS = [(0, None), (1, None), (2, "t"), (2, "s"), (2, "o")]
 # What a damaged counter reads, from its value {v}: Lua's tonumber accepts the first three, and
 # INCRBY/HINCRBY refuse every one (docs/reliability.md, issue 18 item 5).
@@ -250,6 +258,7 @@ for i, k in ipairs(KEYS) do
   if t == 'string' then v = redis.call('GET', k)
   elseif t == 'hash' then v = redis.call('HGETALL', k)
   elseif t == 'set' then v = redis.call('SMEMBERS', k); table.sort(v)
+  elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
   end
   st[#st + 1] = {k, t, v}
 end
@@ -270,7 +279,7 @@ def seg_state(st):
     out = {}
     for k, t, *v in st:
         v = v[0] if v else None
-        if t == "hash" and isinstance(v, list):
+        if t in ("hash", "zset") and isinstance(v, list):
             v = pairs(v)
         out[k.rsplit(":", 1)[1]] = (t, v)
     return out
@@ -281,6 +290,34 @@ def seg_state(st):
 MAX_QTY = 5
 MAX_ATTEMPTS = 6
 RETRY_FOR_S = 8.0
+# The sale rules (SPEC §11) by SKU: the i-th SKU's class is i % 4 — 0: a per-user limit and
+# holds, 1: holds only, 2: a limit only, 3: neither. A limit starts at 2..3 and a PATCH may raise
+# it by one, up to LIMIT_MAX, never lower it: limits sent only rise, so "no user over the limit"
+# is judged against the highest limit sent (a stale PATCH applied late may lower the meta's
+# below it, never the units admitted before). A hold's TTL is 1 or 2 s, changed by PATCHes at
+# will (never 0: a SKU with holds keeps them).
+LIMIT_MAX = 5
+TTLS = (1, 2)
+USERS = 5               # keyed orders come from this many users, so that limits bite
+# A hold expires within 1 s of expires_at + one --redis-timeout-ms (SPEC §11): 1.5 s here.
+EXPIRY_BOUND_S = 1.5
+# Redis's TIME and this process's time.time() are the same machine's clock: an answer is
+# compared with expires_at allowing this much (ms rounding of expires_at, scheduling).
+CLOCK_SLACK_S = 0.02
+# The availability check: outside every fault, a SKU's orders (confirms, cancels) may not be
+# answered 5xx this often (%), given at least this many answers.
+AVAIL_MAX_5XX_PCT = 20
+AVAIL_MIN_ANSWERS = 30
+
+
+def parse_iso(t):
+    """An RFC 3339 time as the service writes it ("…T…Z", ms) in seconds since the epoch, or None."""
+    m = re.match(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z$", t) if isinstance(t, str) else None
+    if not m:
+        return None
+    y, mo, d, h, mi, se = (int(x) for x in m.groups()[:6])
+    frac = float("0." + m.group(7)) if m.group(7) else 0.0
+    return calendar.timegm((y, mo, d, h, mi, se, 0, 0, 0)) + frac
 
 
 class Run:
@@ -292,6 +329,12 @@ class Run:
         self.skus = ["chaos%d-%s%s" % (a.seed % 1000, chr(ord("a") + i // 4), ":%d" % (i % 4) if i % 4 else "")
                      for i in range(a.skus)]
         self.last_segments = {}         # sku -> the segment count of the last PUT sent
+        # The sale rules each SKU's PUTs and PATCHes send (LIMIT_MAX, TTLS above): {"limit", "ttl"}.
+        rr = random.Random("%d/rules" % a.seed)
+        self.rules = {s: {"limit": rr.randint(2, 3) if i % 4 in (0, 2) and a.rules else 0,
+                          "ttl": rr.choice(TTLS) if i % 4 in (0, 1) and a.rules else 0} for i, s in enumerate(self.skus)}
+        self.users = ["u%d-%d" % (a.seed % 1000, i) for i in range(USERS)]
+        self.holds = []                 # (order_id, expires_at in s since the epoch, lop) of 201 holds
         self.hist = History(os.path.join(a.out, "history.jsonl"))
         self.lock = threading.Lock()
         self.lops = []
@@ -323,7 +366,7 @@ class Run:
             lid = self.next_id
             lop = Lop(lid, op, sku, thr, args, "k%d-%d" % (self.a.seed, lid) if keyed else None)
             self.lops.append(lop)
-        if op == "order":
+        if op == "order" and "user_id" not in args:
             args["user_id"] = "L%d-%d" % (self.a.seed, lid)
         return lop
 
@@ -337,15 +380,15 @@ class Run:
             headers["Idempotency-Key"] = lop.key
         for n in range(MAX_ATTEMPTS):
             inst = rng.randrange(len(self.ports))
-            t0 = now()
+            t0, w0 = now(), time.time()
             r = http_call(self.ports[inst], method, path, body, headers, self.a.client_timeout)
             t1 = now()
-            a = {"inst": inst, "t0": t0, "t1": t1, "sent": r["sent"], "status": r["status"],
+            a = {"inst": inst, "t0": t0, "t1": t1, "w0": w0, "w1": time.time(), "sent": r["sent"], "status": r["status"],
                  "body": r["body"], "err": r["err"]}
             a["eff"] = effect(lop.op, a)
             a["seq"] = self.hist.write({"kind": "attempt", "lop": lop.id, "n": n, "thr": lop.thr,
                                         "op": lop.op, "sku": lop.sku, "args": lop.args, "key": lop.key,
-                                        "inst": inst, "t0": round(t0, 4), "t1": round(t1, 4),
+                                        "inst": inst, "t0": round(t0, 4), "t1": round(t1, 4), "w0": round(w0, 3), "w1": round(a["w1"], 3),
                                         "status": r["status"], "body": r["body"], "err": r["err"],
                                         "eff": a["eff"]})
             lop.attempts.append(a)
@@ -381,7 +424,12 @@ class Run:
             last = self.last_segments.get(sku)
             n = rng.choice([x for x in range(1, 17) if x != last])
             self.last_segments[sku] = n
+            rules = dict(self.rules[sku])
         args = {"stock": rng.randint(0, 2000), "segments": n}
+        if rules["limit"]:
+            args["limit_per_user"] = rules["limit"]
+        if rules["ttl"]:
+            args["reservation_ttl_s"] = rules["ttl"]
         lop = self.new_lop("put", sku, thr, args, True)
         return self.execute(rng, lop, "PUT", "/api/v1/skus/" + sku, args, admin=True)
 
@@ -391,13 +439,71 @@ class Run:
         return self.execute(rng, lop, "POST", "/api/v1/skus/%s/restock" % sku, args, admin=True)
 
     def op_order(self, rng, thr, sku):
+        """An order. A keyed one comes from the pool of users (their limits bite; its record is
+        traced to it through the segment's Idempotency-Key hash), a keyless one from a user of
+        its own, L<seed>-<lop> (the tag that traces a record whose 201 was lost to its request)."""
         args = {"sku": sku, "quantity": rng.randint(1, MAX_QTY)}
-        lop = self.new_lop("order", sku, thr, args, rng.random() < 0.5)
+        keyed = rng.random() < 0.5
+        if keyed:
+            args["user_id"] = rng.choice(self.users)
+        lop = self.new_lop("order", sku, thr, args, keyed)
         self.execute(rng, lop, "POST", "/api/v1/orders", args)
-        if lop.ack and isinstance(lop.ack["body"], dict) and isinstance(lop.ack["body"].get("order_id"), str):
+        b = lop.ack["body"] if lop.ack and isinstance(lop.ack["body"], dict) else {}
+        if isinstance(b.get("order_id"), str):
+            exp = parse_iso(b.get("expires_at")) if b.get("status") == "reserved" else None
             with self.lock:
-                self.known_orders.append((lop.ack["body"]["order_id"], lop))
+                self.known_orders.append((b["order_id"], lop))
+                if exp is not None:
+                    self.holds.append((b["order_id"], exp, lop))
         return lop
+
+    def op_confirm(self, rng, thr):
+        """POST /api/v1/orders/{id}/confirm of a hold answered 201 — before its expiry (at once
+        or a little later), racing it (sent within 30 ms of expires_at) or after it (0.1–1.5 s
+        late) —, or now and then of an order that never was a hold. The payer waits for its
+        moment (≤ 2.5 s; a checkpoint or the end cancels the confirm). None: nothing sent."""
+        mode = rng.choices(("before", "race", "after", "nothold"), (35, 30, 30, 5))[0]
+        wall = time.time()
+        with self.lock:
+            if mode == "nothold":
+                cands = [(oid, None, l) for oid, l in self.known_orders[-300:]
+                         if isinstance(l.ack["body"], dict) and l.ack["body"].get("status") == "created"]
+            elif mode == "before":
+                cands = [h for h in self.holds[-300:] if h[1] - wall > 0.3]
+            elif mode == "race":
+                cands = [h for h in self.holds[-300:] if 0.02 < h[1] - wall < 2.5]
+            else:
+                cands = [h for h in self.holds[-300:] if -1.4 < h[1] - wall < 1.0]
+        if not cands:
+            return None
+        oid, exp, olop = cands[rng.randrange(len(cands))]
+        if mode == "before":
+            at = wall + rng.uniform(0, max(0.0, min(0.8, exp - wall - 0.25)))
+        elif mode == "race":
+            at = exp + rng.uniform(-0.03, 0.03)
+        elif mode == "after":
+            at = max(wall, exp + rng.uniform(0.1, 1.5))
+        else:
+            at = wall
+        if at > wall and not self.nap(at - wall):
+            return None
+        lop = self.new_lop("confirm", olop.sku, thr, {"order_id": oid, "mode": mode, "expires_at": exp}, False)
+        return self.execute(rng, lop, "POST", "/api/v1/orders/%s/confirm" % oid, admin=True)
+
+    def op_patch(self, rng, thr, sku):
+        """PATCH /api/v1/skus/{sku} of the SKU's rules: a limit raised by one now and then (up
+        to LIMIT_MAX, never lowered), a hold TTL of 1 or 2 s; a SKU of neither restates none."""
+        if not self.a.rules:
+            return None
+        with self.lock:
+            r = self.rules[sku]
+            if r["limit"] and r["limit"] < LIMIT_MAX and rng.random() < 0.3:
+                r["limit"] += 1
+            if r["ttl"]:
+                r["ttl"] = rng.choice(TTLS)
+            args = {"limit_per_user": r["limit"], "reservation_ttl_s": r["ttl"]}
+        lop = self.new_lop("patch", sku, thr, args, False)
+        return self.execute(rng, lop, "PATCH", "/api/v1/skus/" + sku, args, admin=True)
 
     def op_cancel(self, rng, thr):
         with self.lock:
@@ -463,6 +569,8 @@ class Run:
                 self.op_delete_put(rng, thr, sku)
             elif x < 1.5:
                 self.op_restock(rng, thr, sku)
+            elif x < 1.8:
+                self.op_patch(rng, thr, sku)
             elif x < 13.0:
                 self.op_cancel(rng, thr)
             elif x < 25.0:
@@ -472,6 +580,21 @@ class Run:
                 if lop.ack is None and any(a["status"] == 404 for a in lop.attempts) and rng.random() < 0.3:
                     put_next = sku   # the SKU is gone: someone (re)creates it
             if self.a.think_ms:
+                time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
+
+    def payer(self, i):
+        """A payment service's thread (--payers of them, beside the clients, so that their
+        waits for a hold's moment do not slow the clients down): confirms holds, one at a time,
+        at the moment it chose (op_confirm); looks again after 50 ms when no hold fits."""
+        rng = random.Random("%d/payer/%d" % (self.a.seed, i))
+        thr = 1000 + i
+        while not self.stop.is_set():
+            if self.pause.is_set():
+                self.hold_idle()
+                continue
+            if self.op_confirm(rng, thr) is None:
+                time.sleep(0.05)
+            elif self.a.think_ms:
                 time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
 
     # -- the damager: the nemesis's counter damage (docs/reliability.md) --
@@ -689,6 +812,44 @@ class Run:
             time.sleep(0.2)
         return False, last
 
+    def due_and_give(self):
+        """(the latest due time in any segment's due set, in s since the epoch or 0; the
+        give-backs queued in all the give sets)."""
+        last, queued = 0.0, 0
+        try:
+            rds = self.redis(5.0)
+            try:
+                for s in self.skus:
+                    n = as_int(rds.cmd("HGET", KEYS.sku(s, "meta"), "segments")) or 0
+                    if n <= 0 or KEYS.v != 2:
+                        continue
+                    rep = rds.pipeline([("ZRANGE", KEYS.seg(s, k, "due"), -1, -1, "WITHSCORES") for k in range(n)] +
+                                       [("ZCARD", KEYS.seg(s, k, "give")) for k in range(n)])
+                    for r in rep[:n]:
+                        if isinstance(r, list) and len(r) == 2:
+                            last = max(last, float(r[1]) / 1000.0)
+                    queued += sum(x for x in rep[n:] if isinstance(x, int))
+            finally:
+                rds.close()
+        except (OSError, ConnectionError) as e:
+            raise Infra("cannot read the due and give sets: %s" % e)
+        return last, queued
+
+    def wait_out_holds(self):
+        """At the end, clients stopped: waits (≤ 10 s) until every hold in the due sets is
+        EXPIRY_BOUND_S past its expiry, so that the final check finds every hold ended with no
+        traffic at all (the sweepers alone); then (≤ 5 s more) until the give sets are drained,
+        so that an ended order's entry must be gone from its user's. Returns the seconds waited."""
+        t0 = now()
+        last, _ = self.due_and_give()
+        wait = min(10.0, last + EXPIRY_BOUND_S + 0.05 - time.time())
+        if wait > 0:
+            time.sleep(wait)
+        end = now() + 5.0
+        while self.due_and_give()[1] and now() < end:
+            time.sleep(0.1)
+        return now() - t0
+
     def checkpoint(self, name, final):
         t_begin = now()
         log("checkpoint %s: pausing the nemesis" % name)
@@ -723,14 +884,16 @@ class Run:
             self.op_status(rng, -1, s)
         if ok:
             ok, why = self.quiet(10)
+        waited = self.wait_out_holds() if final else 0.0
         self.checks.examined["quiescence"] += 1
         if not ok:
             self.checks.fail("quiescence", name, "checkpoint %s: not quiescent after 40 s: %s" % (name, why), [])
-        log("checkpoint %s: %s after %.1f s (nemesis paused after %.1f s, clients idle after %.1f s more); reading Redis" % (
-            name, "quiet" if ok else "NOT quiet (" + why + ")", now() - t_begin, t_nem - t_begin, t_idle - t_nem))
+        log("checkpoint %s: %s after %.1f s (nemesis paused after %.1f s, clients idle after %.1f s more%s); reading Redis" % (
+            name, "quiet" if ok else "NOT quiet (" + why + ")", now() - t_begin, t_nem - t_begin, t_idle - t_nem,
+            ", the last holds waited out %.1f s" % waited if waited else ""))
         self.checks.redis_checks(name)
         self.checks.redis_call_bound(name)
-        cp = {"kind": "checkpoint", "name": name, "quiet": ok, "why": why, "t": round(now(), 3),
+        cp = {"kind": "checkpoint", "name": name, "quiet": ok, "why": why, "t": round(now(), 3), "holds_waited_s": round(waited, 2),
               "wait_s": round(now() - t_begin, 2), "violations_so_far": self.checks.count()}
         self.hist.write(dict(cp))
         self.checkpoints.append(cp)
@@ -757,6 +920,9 @@ class Run:
         self.traffic_since = now()
         self.threads = [threading.Thread(target=self.client, args=(i,), name="client%d" % i, daemon=True)
                         for i in range(a.clients)]
+        if a.rules:
+            self.threads += [threading.Thread(target=self.payer, args=(i,), name="payer%d" % i, daemon=True)
+                             for i in range(a.payers)]
         if a.damage_gap[1] > 0:
             self.threads.append(threading.Thread(target=self.damager, name="damager", daemon=True))
         for t in self.threads:
@@ -793,15 +959,20 @@ CHECKS = [
     ("layout", "each SKU is exactly one PUT's layout: meta version/segments (and stock) match a PUT that was sent, Σ t = its stock + the restocks acknowledged since it (+ at most the unknown ones), no keys of segments ≥ n"),
     ("sku-existence", "a SKU whose last acknowledged PUT follows every DELETE exists; a SKU deleted (204) after every PUT has no keys left"),
     ("acked-orders", "every order acknowledged (201, or 200 replay) after its SKU's current PUT was acknowledged exists in Redis with its quantity, SKU and user"),
-    ("order-records", "every order record belongs to a request that may have placed it (its user_id tag, SKU, quantity, segment), none where every attempt was refused"),
+    ("order-records", "every order record belongs to a request that may have placed it (the order id of an answer, the segment's Idempotency-Key entry, or a keyless order's own user; SKU, user, quantity, segment; a known status, expires_at exactly on reserved ones), none where every attempt was refused"),
     ("idempotency", "at most one order record per logical order (per Idempotency-Key; a keyless order is sent once)"),
     ("units", "per SKU since its current PUT: units in 201/200 answers ≤ units placed ≤ those + units of unknown-outcome orders (keyless and keyed separately)"),
     ("cancels", "a cancelled record has a cancel request; an acknowledged cancel's order is cancelled in Redis; a 404 cancel's order does not reappear"),
-    ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, no negative number, orders ≤ sold ≤ 5 × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
+    ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, reserved ≤ sold, no negative number, orders ≤ sold ≤ 5 × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
     ("put-answers", "PUT answers echo the request, versions are unique per SKU and grow in real-time order"),
     ("order-answers", "201/200 order bodies echo the request (SKU, quantity, user_id, segment in the id); cancel answers are the cancelled order"),
     ("damaged-segments", "while one of its counters is damaged (10.0, ' 5', 1e3, abc …), nothing but the repair writes that counter, and whatever else is written on the segment keeps SPEC §8 (t = stock + s, s and o = the live records, checked with the counter put back): a script that does not read the damaged counter may run, one that reads it writes nothing (unless a PUT/DELETE of the SKU overlapped, or, on a cluster, a master failover)"),
     ("damage-failover", "no 5xx storm on a damaged SKU: when the other segments hold ≥ 20 units and ≥ 10 orders of the SKU were answered during the damage before 201s took all but 10 of those units, < 50 % of them are 5xx, or at most 30 points more than the other SKUs' orders meanwhile or the SKU's own in the 5 s before (not checked while a master failover overlaps, on a cluster)"),
+    ("holds", "SPEC §11 holds: none still reserved more than %.1f s (1 s + --redis-timeout-ms) after its expires_at (the bound runs from the end of a Redis outage or a damage of its segment that overlaps it); at the end the checker first waits out every hold in the due sets, clients stopped, so every 201 \"reserved\" order in the layout must be confirmed, cancelled or expired with no traffic; each segment's due set is exactly its reserved records, scored at their expires_at; an expired record was a hold whose expires_at has come" % EXPIRY_BOUND_S),
+    ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
+    ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; 201 order bodies are \"reserved\" with an expires_at 1–2 s after the request (TTL 1 or 2) exactly on the SKUs with holds"),
+    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
+    ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
 
@@ -836,26 +1007,36 @@ class Checker:
             if m:
                 seg_keys[int(m.group(1))].add(m.group(2))
         n = as_int(meta.get("segments"))
+        # The users' entries are read before the segments: the sweeper runs during a
+        # checkpoint (expiring holds, applying give-backs), and an entry only goes after its
+        # order has ended, while no order becomes live without a request: an order live in the
+        # segments read after was live, and in its entries, when the entries were read.
+        users = rds.cmd("HGETALL", KEYS.sku(sku, "users")) if KEYS.v == 2 else []
+        if isinstance(users, RedisError):
+            raise Infra("Redis error reading the users of %s: %s" % (sku, users))
+        wall = time.time()      # no segment below was read before this instant
         segs = {}
         if n and n > 0:
+            # One MULTI/EXEC per segment: the sweeper may end a hold between two reads.
             cmds = []
             for k in range(n):
-                cmds += [("GET", KEYS.seg(sku, k, "stock")), ("GET", KEYS.seg(sku, k, "sver")),
-                         ("HGETALL", KEYS.seg(sku, k, "cnt")), ("HGETALL", KEYS.seg(sku, k, "orders"))]
+                cmds += [("MULTI",), ("GET", KEYS.seg(sku, k, "stock")), ("GET", KEYS.seg(sku, k, "sver")),
+                         ("HGETALL", KEYS.seg(sku, k, "cnt")), ("HGETALL", KEYS.seg(sku, k, "orders")),
+                         ("HGETALL", KEYS.seg(sku, k, "idem")), ("ZRANGE", KEYS.seg(sku, k, "due"), 0, -1, "WITHSCORES"), ("EXEC",)]
             rep = rds.pipeline(cmds)
             for k in range(n):
-                st, sv, cnt, orders = rep[4 * k: 4 * k + 4]
-                if any(isinstance(x, RedisError) for x in (st, sv, cnt, orders)):
-                    raise Infra("Redis error reading segment %d of %s" % (k, sku))
-                segs[k] = {"stock": as_int(st), "sver": as_int(sv), "cnt": pairs(cnt), "orders": pairs(orders)}
-        return {"meta": meta, "seg_keys": seg_keys, "segs": segs}
+                x = rep[8 * k + 7]
+                if not isinstance(x, list) or len(x) != 6 or any(isinstance(y, RedisError) for y in x):
+                    raise Infra("Redis error reading segment %d of %s: %s" % (k, sku, x))
+                st, sv, cnt, orders, idem, due = x
+                segs[k] = {"stock": as_int(st), "sver": as_int(sv), "cnt": pairs(cnt), "orders": pairs(orders),
+                           "idem": pairs(idem), "due": pairs(due)}
+        return {"meta": meta, "seg_keys": seg_keys, "segs": segs, "users": pairs(users), "wall": wall}
 
     def crashes(self):
         """The processes that exited by themselves (chaos.sh's "crash" events)."""
-        try:
-            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
-        except (OSError, ValueError):
+        ev = self.nemesis_events()
+        if ev is None:
             return
         t_start = time.time() - now()
         for e in ev:
@@ -880,26 +1061,50 @@ class Checker:
         by_sku = defaultdict(lambda: defaultdict(list))
         for l in lops:
             by_sku[l.sku][l.op].append(l)
-        cancels_of = defaultdict(list)
+        cancels_of, confirms_of = defaultdict(list), defaultdict(list)
         for l in lops:
             if l.op == "cancel":
                 cancels_of[l.args["order_id"]].append(l)
-        order_by_tag = {l.args["user_id"]: l for l in lops if l.op == "order"}
+            elif l.op == "confirm":
+                confirms_of[l.args["order_id"]].append(l)
+        # How a record is traced to its request: the order id of an answer; else, for a keyed
+        # order (a pool user's), the segment's Idempotency-Key entry naming it; else the user
+        # of its own that a keyless order carries.
+        trace = {"oid": {}, "key": {}, "tag": {}}
+        for l in lops:
+            if l.op != "order":
+                continue
+            if l.key:
+                trace["key"][l.key] = l
+            else:
+                trace["tag"][l.args["user_id"]] = l
+            for a in l.attempts:
+                if a["eff"] == YES and isinstance(a["body"], dict) and isinstance(a["body"].get("order_id"), str):
+                    trace["oid"][a["body"]["order_id"]] = l
+        outages = self.redis_outages()
         for s in run.skus:
             snap = snaps[s]
             ops = by_sku[s]
             self.examined["layout"] += 1
             if snap["meta"]:
-                self.verify_sh(cp, s)
+                # The status endpoint is compared with Redis only when no hold is live: the
+                # sweeper may expire one between verify.sh's read and its GET.
+                live_holds = sum(len(x.get("due", {})) for x in snap["segs"].values())
+                self.verify_sh(cp, s, status=live_holds == 0)
             layout = self.check_layout(cp, s, snap, ops)
-            self.check_orders(cp, s, snap, ops, layout, order_by_tag, cancels_of)
+            self.check_orders(cp, s, snap, ops, layout, trace, cancels_of)
+            self.check_lifecycle(cp, s, snap, ops, layout, trace, cancels_of, confirms_of, outages)
 
-    def verify_sh(self, cp, sku):
-        """loadtest/verify.sh for the history-independent §8 checks of one SKU."""
+    def verify_sh(self, cp, sku, status=True):
+        """loadtest/verify.sh for the history-independent §8 checks of one SKU (status: compare
+        the status endpoint's totals with Redis too)."""
         run = self.run
         where = ["--redis-cluster", run.a.redis_cluster] if run.a.redis_cluster else ["--redis-port", str(run.a.redis_port)]
-        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(MAX_QTY),
-               "--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku), "--key-schema", str(KEYS.v)]
+        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(MAX_QTY), "--key-schema", str(KEYS.v)]
+        if status:
+            cmd += ["--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku)]
+        else:
+            self.examined["status-skipped"] += 1
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
@@ -933,11 +1138,7 @@ class Checker:
 
     def master_fault_spans(self):
         """[(t0, t1)] in chaos.py's clock of the cluster's master faults (kill to back)."""
-        try:
-            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
-                ev = [json.loads(x) for x in f if x.strip()]
-        except (OSError, ValueError):
-            return []
+        ev = self.nemesis_events() or []
         t_start = time.time() - now()
         spans, open_ = [], {}
         for e in ev:
@@ -1076,7 +1277,7 @@ class Checker:
             recs = [json.loads(x) for x in (st["orders"][1] or {}).values()] if isinstance(st["orders"][1], dict) else []
         except (KeyError, TypeError, ValueError):
             return "unreadable segment"
-        live = [r for r in recs if isinstance(r, dict) and r.get("status") == "created"]
+        live = [r for r in recs if isinstance(r, dict) and r.get("status") in LIVE]
         units = sum(r.get("quantity", 0) for r in live if isinstance(r.get("quantity"), int))
         bad = []
         if None in (stock, t, sold, o):
@@ -1192,10 +1393,9 @@ class Checker:
         p, ack_t1 = cands[0]
         return (p, ack_t1, n, v) if len(cands) == 1 else (None, None, n, v)
 
-    def check_orders(self, cp, s, snap, ops, layout, order_by_tag, cancels_of):
-        if layout is None:
-            return
-        P, p_ack, n, v = layout
+    @staticmethod
+    def records_of(snap, n):
+        """{order id: (segment, record or None)} of a snapshot's n segments."""
         records = {}
         for k in range(n):
             for oid, raw in snap["segs"][k]["orders"].items():
@@ -1204,27 +1404,47 @@ class Checker:
                 except ValueError:
                     rec = None
                 records[oid] = (k, rec)
-        by_tag = defaultdict(list)
+        return records
+
+    @staticmethod
+    def traced(trace, snap, k, oid, rec):
+        """The logical order that placed record oid of segment k, or None."""
+        L = trace["oid"].get(oid)
+        if L is None:
+            key = next((kk for kk, o in snap["segs"][k].get("idem", {}).items() if o == oid), None)
+            L = trace["key"].get(key) if key else None
+        return L or trace["tag"].get(rec.get("user_id"))
+
+    def check_orders(self, cp, s, snap, ops, layout, trace, cancels_of):
+        if layout is None:
+            return
+        P, p_ack, n, v = layout
+        records = self.records_of(snap, n)
+        by_tag = defaultdict(list)      # lop id -> its records
         for oid, (k, rec) in records.items():
             self.examined["order-records"] += 1
             if not isinstance(rec, dict):
                 continue    # verify.sh reports malformed records
             tag = rec.get("user_id")
-            L = order_by_tag.get(tag)
+            L = self.traced(trace, snap, k, oid, rec)
             m = ORDER_ID.match(oid)
             if L is None:
-                self.fail("order-records", oid, "checkpoint %s: %s segment %d holds order %s for user %r, which no request of this test made" % (cp, s, k, oid, tag), [])
+                self.fail("order-records", oid, "checkpoint %s: %s segment %d holds order %s for user %r, which no request of this test made (no answer named it, no Idempotency-Key entry of the segment does, and no keyless order carried that user)" % (cp, s, k, oid, tag), [])
                 continue
-            by_tag[tag].append(oid)
+            by_tag[L.id].append(oid)
             bad = []
+            if tag != L.args["user_id"]:
+                bad.append("user %r, asked %r" % (tag, L.args["user_id"]))
             if L.sku != s or rec.get("sku") != s:
                 bad.append("SKU %r/%r" % (rec.get("sku"), L.sku))
             if rec.get("quantity") != L.args["quantity"]:
                 bad.append("quantity %r, asked %d" % (rec.get("quantity"), L.args["quantity"]))
             if rec.get("segment") != k or not m or int(m.group(1)) != k:
                 bad.append("segment %r in segment %d" % (rec.get("segment"), k))
-            if rec.get("status") not in ("created", "cancelled"):
+            if rec.get("status") not in LIVE + ENDED:
                 bad.append("status %r" % rec.get("status"))
+            elif (rec.get("status") == "reserved") != isinstance(rec.get("expires_at"), str) and rec.get("status") in LIVE:
+                bad.append("status %r %s expires_at" % (rec.get("status"), "without" if rec.get("status") == "reserved" else "with"))
             if bad:
                 self.fail("order-records", oid, "checkpoint %s: order %s (lop %d) does not match its request: %s" % (cp, oid, L.id, ", ".join(bad)), L.seqs())
             if all(a["eff"] == NONE for a in L.attempts):
@@ -1234,10 +1454,11 @@ class Checker:
                 self.examined["cancels"] += 1
                 if not any(a["sent"] for c in cancels_of.get(oid, []) for a in c.attempts):
                     self.fail("cancels", oid, "checkpoint %s: order %s (lop %d) is cancelled, but no cancel of it was sent" % (cp, oid, L.id), L.seqs())
-        for tag, oids in by_tag.items():
+        lop_by_id = {L.id: L for L in ops["order"]}
+        for lid, oids in by_tag.items():
             self.examined["idempotency"] += 1
-            if len(oids) > 1:
-                L = order_by_tag[tag]
+            if len(oids) > 1 and lid in lop_by_id:
+                L = lop_by_id[lid]
                 self.fail("idempotency", tag, "checkpoint %s: %s logical order lop %d (%s, quantity %d; answers %s) has %d order records: %s" % (
                     cp, "keyed" if L.key else "keyless", L.id, "Idempotency-Key " + L.key if L.key else "no key", L.args["quantity"],
                     [a["status"] or a["err"] for a in L.attempts], len(oids), sorted(oids)), L.seqs())
@@ -1264,7 +1485,7 @@ class Checker:
                 continue
             keyed = L.key is not None
             q = L.args["quantity"]
-            placed = sum(1 for oid in by_tag.get(L.args["user_id"], []))
+            placed = len(by_tag.get(L.id, []))
             units[keyed][2] += placed * q
             if L.final == "acked":
                 units[keyed][0] += q
@@ -1287,6 +1508,187 @@ class Checker:
                 self.fail("units", (s, v, keyed), "checkpoint %s: %s version %d, %s orders begun after PUT lop %d was acknowledged: %d units placed in Redis, outside [%d acknowledged, %d = + %d of unknown outcome]" % (
                     cp, s, v, "keyed" if keyed else "keyless", P.id, placed, acked, acked + unknown, unknown), P.seqs()[-1:])
 
+    def nemesis_events(self):
+        """nemesis.jsonl's events (chaos.sh's and the damager's), or None when unreadable."""
+        try:
+            with open(os.path.join(self.run.a.out, "nemesis.jsonl")) as f:
+                return [json.loads(x) for x in f if x.strip()]
+        except (OSError, ValueError):
+            return None
+
+    def fault_spans(self, redis_only, after_back):
+        """[(t0, t1)] in wall-clock seconds of the nemesis's faults (the damager's excepted):
+        from a fault to after_back s after its target is back (a crash: 5 s, restarted at
+        once and reported under "processes"); redis_only: only Redis's (a kill -9 of the one
+        redis-server, a cluster master's fault)."""
+        spans, open_ = [], {}
+        for e in self.nemesis_events() or []:
+            t, tgt = e["t_ms"] / 1000.0, e.get("target", "")
+            if redis_only and not tgt.startswith("redis"):
+                continue
+            if e["ev"] == "crash":
+                spans.append((t, t + 5.0))
+            elif e["ev"] in FAULTS and e["ev"] != "damage":
+                open_.setdefault(tgt, t)
+            elif e["ev"] == "back" and tgt in open_:
+                spans.append((open_.pop(tgt), t + after_back))
+        return spans + [(t, float("inf")) for t in open_.values()]
+
+    def redis_outages(self):
+        """When (part of) Redis was down: the sweeper cannot expire what it cannot reach, so
+        the expiry bound runs from the end of an outage that overlaps it."""
+        return self.fault_spans(True, 0.0)
+
+    @staticmethod
+    def expiry_deadline(exp, outages):
+        """When a hold due at exp (wall s) must have ended: exp + EXPIRY_BOUND_S, or that long
+        after the end of an outage that overlaps [exp, deadline] (Redis down, or a counter of
+        the hold's segment damaged: the expiry refuses to write on a damaged segment)."""
+        d = exp + EXPIRY_BOUND_S
+        moved = True
+        while moved:
+            moved = False
+            for a, b in outages:
+                if a < d and b > exp and b + EXPIRY_BOUND_S > d:
+                    d, moved = b + EXPIRY_BOUND_S, True
+        return d
+
+    def check_lifecycle(self, cp, s, snap, ops, layout, trace, cancels_of, confirms_of, outages):
+        """SPEC §11 at a checkpoint: holds end in time and the due set is exactly the holds;
+        confirms and cancels against the records; no user over the limit, and every live order
+        of a user in the user's entries."""
+        if layout is None:
+            return
+        _, _, n, v = layout
+        records = self.records_of(snap, n)
+        wall = snap["wall"]
+        off = time.time() - now()
+        dmg = defaultdict(list)         # segment -> its damages, in wall-clock seconds
+        for d in self.run.damages:
+            if d["sku"] == s and d["result"] != "changed meanwhile":
+                dmg[d["k"]].append((d["t0"] + off, (d["t1"] if d["t1"] is not None else now()) + off))
+        # Holds: none still reserved past its bound; the due set = the reserved records.
+        for k in range(n):
+            due = snap["segs"][k].get("due", {})
+            held = {oid for oid, (kk, rec) in records.items() if kk == k and isinstance(rec, dict) and rec.get("status") == "reserved"}
+            self.examined["holds"] += 1
+            for oid in sorted(set(due) ^ held)[:3]:
+                self.fail("holds", (s, "due", oid), "checkpoint %s: %s segment %d: %s" % (
+                    cp, s, k, "the due set names %s, not a reserved record" % oid if oid in due else "hold %s is not in the due set (it would never expire)" % oid), [])
+            for oid in held & set(due):
+                rec = records[oid][1]
+                e = parse_iso(rec.get("expires_at"))
+                if e is None or abs(float(due[oid]) / 1000.0 - e) > 0.002:
+                    self.fail("holds", (s, "score", oid), "checkpoint %s: %s segment %d: hold %s expires_at %r, due-set score %s" % (
+                        cp, s, k, oid, rec.get("expires_at"), due[oid]), [])
+        L_of = {}
+        for oid, (k, rec) in records.items():
+            if isinstance(rec, dict):
+                L_of[oid] = self.traced(trace, snap, k, oid, rec)
+        for oid, (k, rec) in records.items():
+            if not isinstance(rec, dict):
+                continue
+            st, L = rec.get("status"), L_of.get(oid)
+            seqs = L.seqs() if L else []
+            e = parse_iso(rec.get("expires_at"))
+            if st == "reserved" and e is not None:
+                self.examined["holds"] += 1
+                d = self.expiry_deadline(e, outages + dmg[k])
+                if wall > d:
+                    self.fail("holds", (s, "late", oid), "checkpoint %s: %s hold %s (lop %s, user %s, quantity %s) is still reserved %.2f s after its expires_at %s (bound %.1f s%s)" % (
+                        cp, s, oid, L.id if L else "?", rec.get("user_id"), rec.get("quantity"), wall - e, rec.get("expires_at"), EXPIRY_BOUND_S,
+                        "; an outage (Redis, or a damaged counter of segment %d) overlapped: bound moved to %.2f s" % (k, d - e) if d > e + EXPIRY_BOUND_S else ""), seqs)
+            if st == "expired":
+                self.examined["holds"] += 1
+                if e is None or e > wall + CLOCK_SLACK_S:
+                    self.fail("holds", (s, "early", oid), "checkpoint %s: %s order %s is expired, but its expires_at %r %s" % (
+                        cp, s, oid, rec.get("expires_at"), "is missing (never a hold)" if e is None else "has not come yet"), seqs)
+            # Confirms against the record.
+            for c in confirms_of.get(oid, []):
+                if c.sku != s:
+                    continue
+                self.examined["confirms"] += 1
+                for a in c.attempts:
+                    body = a["body"] if isinstance(a["body"], dict) else {}
+                    err = body.get("error") if a["status"] == 409 else None
+                    want = None
+                    if a["status"] == 200:
+                        later = [x.id for x in cancels_of.get(oid, []) if x.t1 > a["t0"] and any(y["eff"] != NONE for y in x.attempts)]
+                        if not later:
+                            want = ("confirmed",)
+                    elif err == "reservation_expired":
+                        want = ("expired",)
+                    elif err == "already_cancelled":
+                        want = ("cancelled",)
+                    elif err == "not_reserved":
+                        want = ("created", "cancelled")
+                    elif a["status"] == 404:
+                        want = ()
+                    if want is not None and st not in want:
+                        self.fail("confirms", (oid, c.id), "checkpoint %s: confirm lop %d (%s) of %s was answered %s%s, yet the record's status is %r%s" % (
+                            cp, c.id, c.args["mode"], oid, a["status"], " " + err if err else "", st,
+                            " (404: the order exists in the current layout)" if a["status"] == 404 else ""), c.seqs() + seqs[-2:])
+                        break
+            if st == "confirmed":
+                self.examined["confirms"] += 1
+                if not any(a["sent"] and a["eff"] != NONE for c in confirms_of.get(oid, []) for a in c.attempts):
+                    self.fail("confirms", (oid, "unasked"), "checkpoint %s: %s order %s is confirmed, but no confirm of it that may have run was sent (%s)" % (
+                        cp, s, oid, [[a["status"] for a in c.attempts] for c in confirms_of.get(oid, [])]), seqs)
+            for c in cancels_of.get(oid, []):
+                if c.sku == s and any(a["status"] == 409 and isinstance(a["body"], dict) and a["body"].get("error") == "reservation_expired" for a in c.attempts) and st != "expired":
+                    self.fail("confirms", (oid, c.id), "checkpoint %s: cancel lop %d of %s was answered 409 reservation_expired, yet the record's status is %r" % (
+                        cp, c.id, oid, st), c.seqs() + seqs[-2:])
+        # Limits: the highest limit a PUT or PATCH that may have run sent (limits only rise).
+        sent = [l.args.get("limit_per_user", 0) for l in ops["put"] + ops["patch"] if any(a["eff"] != NONE for a in l.attempts)]
+        limit = max(sent) if sent else 0
+        mlimit = as_int(snap["meta"].get("limit")) or 0
+        if mlimit <= 0:
+            return
+        self.examined["limits"] += 1
+        if mlimit > limit:
+            self.fail("limits", (s, "meta", mlimit), "checkpoint %s: %s meta limit %d, above every limit sent (%d)" % (cp, s, mlimit, limit), [])
+        units, live = defaultdict(int), defaultdict(list)
+        for oid, (k, rec) in records.items():
+            if isinstance(rec, dict) and rec.get("status") in LIVE and isinstance(rec.get("user_id"), str) and isinstance(rec.get("quantity"), int):
+                units[rec["user_id"]] += rec["quantity"]
+                live[rec["user_id"]].append(oid)
+        for u, q in units.items():
+            self.examined["limits"] += 1
+            if q > limit:
+                self.fail("limits", (s, u, "over"), "checkpoint %s: %s user %s holds %d units in %d live orders (%s), over the limit %d (meta %d)" % (
+                    cp, s, u, q, len(live[u]), ", ".join("%s %s ×%s" % (o, records[o][1]["status"], records[o][1]["quantity"]) for o in sorted(live[u])[:8]), limit, mlimit),
+                    [x for o in sorted(live[u])[:4] if L_of.get(o) for x in L_of[o].seqs()[-1:]])
+            try:
+                ent = json.loads(snap["users"].get(u) or "{}")
+            except ValueError:
+                ent = None
+            if not isinstance(ent, dict):
+                self.fail("limits", (s, u, "entries"), "checkpoint %s: %s user %s: entries unreadable: %r" % (cp, s, u, snap["users"].get(u)), [])
+                continue
+            missing = [o for o in live[u] if o.split("-", 1)[0] not in ent]
+            if missing:
+                self.fail("limits", (s, u, "missing", missing[0]), "checkpoint %s: %s user %s: live order(s) %s not in the user's entries %s (the count would let the user past the limit)" % (
+                    cp, s, u, missing[:4], sorted(ent)[:8]), [x for o in missing[:3] if L_of.get(o) for x in L_of[o].seqs()])
+        if cp != "final":
+            return
+        # The give-backs drained (wait_out_holds): an ended order no longer counts for its user.
+        ended_of = defaultdict(list)
+        for o, (k, rec) in records.items():
+            if isinstance(rec, dict) and rec.get("status") in ENDED and isinstance(rec.get("user_id"), str):
+                ended_of[rec["user_id"]].append(o)
+        for u, raw in snap["users"].items():
+            try:
+                ent = json.loads(raw)
+            except ValueError:
+                continue        # reported above when the user has live orders
+            if not isinstance(ent, dict):
+                continue
+            self.examined["limits"] += 1
+            ended = [o for o in ended_of.get(u, []) if o.split("-", 1)[0] in ent]
+            if ended:
+                self.fail("limits", (s, u, "given", ended[0]), "checkpoint %s: %s user %s: ended order(s) %s still in the user's entries, the give sets drained (their units never given back to the user's count)" % (
+                    cp, s, u, ["%s %s" % (o, records[o][1]["status"]) for o in ended[:4]]), [x for o in ended[:3] if L_of.get(o) for x in L_of[o].seqs()])
+
     # -- at the end: the answers themselves --
     def status_problems(self, body, sku, put_segments):
         errs = []
@@ -1300,6 +1702,8 @@ class Checker:
             errs.append("sku %r" % body["sku"])
         if any(x < 0 for x in nums.values()):
             errs.append("a negative number")
+        if "reserved" in body and (not isinstance(body["reserved"], int) or not 0 <= body["reserved"] <= body["sold"]):
+            errs.append("reserved %r of sold %d" % (body["reserved"], body["sold"]))
         if body["sold"] != body["stock_total"] - body["remaining"]:
             errs.append("sold %d != stock_total %d - remaining %d" % (body["sold"], body["stock_total"], body["remaining"]))
         segs = body["segments"]
@@ -1328,6 +1732,8 @@ class Checker:
         self.crashes()
         self.damage_checks()
         lops = list(run.lops)
+        self.confirm_answers(lops)
+        self.availability(lops)
         puts = defaultdict(list)
         for l in lops:
             if l.op == "put":
@@ -1407,8 +1813,15 @@ class Checker:
                     bad.append("sku/quantity/user_id %r/%r/%r" % (b.get("sku"), b.get("quantity"), b.get("user_id")))
                 if not m or m.group(2) != l.sku or int(m.group(1)) != b.get("segment"):
                     bad.append("order_id %r vs segment %r" % (b.get("order_id"), b.get("segment")))
-                if l.ack["status"] == 201 and b.get("status") != "created":
-                    bad.append("status %r" % b.get("status"))
+                holds = self.run.rules[l.sku]["ttl"] > 0
+                if l.ack["status"] == 201 and b.get("status") != ("reserved" if holds else "created"):
+                    bad.append("status %r on a SKU %s holds" % (b.get("status"), "with" if holds else "without"))
+                elif b.get("status") == "reserved":
+                    e = parse_iso(b.get("expires_at"))
+                    first = next((a for a in l.attempts if a["sent"]), l.ack)
+                    if e is None or not first["w0"] + min(TTLS) - CLOCK_SLACK_S <= e <= l.ack["w1"] + max(TTLS) + CLOCK_SLACK_S:
+                        self.fail("confirm-answers", ("exp", l.id), "order lop %d %s answered %s %s: expires_at %r is not %d–%d s after the request (%.3f..%.3f)" % (
+                            l.id, l.args, l.ack["status"], b.get("status"), b.get("expires_at"), min(TTLS), max(TTLS), first["w0"], l.ack["w1"]), [l.ack["seq"]])
                 if bad:
                     self.fail("order-answers", l.id, "order lop %d %s answered %d: %s" % (l.id, l.args, l.ack["status"], "; ".join(bad)), [l.ack["seq"]])
             if l.op == "cancel" and l.ack:
@@ -1416,6 +1829,113 @@ class Checker:
                 b = l.ack["body"] if isinstance(l.ack["body"], dict) else {}
                 if b.get("order_id") != l.args["order_id"] or b.get("status") != "cancelled":
                     self.fail("order-answers", l.id, "cancel lop %d of %s answered %s" % (l.id, l.args["order_id"], b), [l.ack["seq"]])
+
+    def availability(self, lops):
+        """The 5xx share of each SKU's orders, confirms and cancels outside every fault."""
+        spans = self.fault_spans(False, 2.0)
+        off = time.time() - now()
+        dmg = defaultdict(list)
+        for d in self.run.damages:
+            dmg[d["sku"]].append((d["t0"] + off, (d["t1"] if d["t1"] is not None else now()) + off + 1.0))
+        n, bad = Counter(), defaultdict(list)
+        for l in lops:
+            if l.op not in ("order", "confirm", "cancel"):
+                continue
+            for a in l.attempts:
+                if a["status"] is None or any(x <= a["w1"] and a["w0"] <= y for x, y in spans + dmg[l.sku]):
+                    continue
+                n[(l.sku, l.op)] += 1
+                if a["status"] >= 500:
+                    bad[(l.sku, l.op)].append(a)
+        for (sku, op), cnt in sorted(n.items()):
+            self.examined["availability"] += 1
+            b = bad.get((sku, op), [])
+            if cnt >= AVAIL_MIN_ANSWERS and 100 * len(b) >= AVAIL_MAX_5XX_PCT * cnt:
+                why = Counter(str((x["body"] or {}).get("message") if isinstance(x["body"], dict) else x["body"])[:120] for x in b)
+                self.fail("availability", (sku, op), "%s: %d of %d %s answers outside every fault were 5xx (%.0f %%; rules: limit %s, TTL %s): %s" % (
+                    sku, len(b), cnt, op, 100.0 * len(b) / cnt, self.run.rules[sku]["limit"] or "none", self.run.rules[sku]["ttl"] or "none",
+                    "; ".join("%d× %s" % (v, k) for k, v in why.most_common(3))), [x["seq"] for x in b[:4]])
+
+    def rules_report(self, lops):
+        """SUMMARY.md's lines on SPEC §11: per SKU its rules, and its orders, confirms (by
+        moment) and cancels by answer (a 201/200's status, a 4xx/5xx's error)."""
+        def ans(a):
+            b = a["body"] if isinstance(a["body"], dict) else {}
+            if a["status"] is None:
+                return "no-answer" if a["sent"] else "not-sent"
+            return "%d %s" % (a["status"], b.get("status") if a["status"] < 300 else b.get("error", ""))
+        out = ["## Sale rules (SPEC §11)", "",
+               "Users: %s (keyed orders) and one of its own per keyless order. Holds waited out at the end: %.1f s." % (
+                   ", ".join(self.run.users), self.run.checkpoints[-1].get("holds_waited_s", 0) if self.run.checkpoints else 0), "",
+               "| SKU | rules at the end (sent) | orders | confirms by moment | cancels |", "|---|---|---|---|---|"]
+        for sku in self.run.skus:
+            r = self.run.rules[sku]
+            o, c, x = Counter(), defaultdict(Counter), Counter()
+            for l in lops:
+                if l.sku != sku:
+                    continue
+                for a in l.attempts:
+                    if l.op == "order":
+                        o[ans(a)] += 1
+                    elif l.op == "confirm":
+                        c[l.args["mode"]][ans(a)] += 1
+                    elif l.op == "cancel":
+                        x[ans(a)] += 1
+            fmt = lambda cn: ", ".join("%s: %d" % kv for kv in sorted(cn.items())) or "none"
+            out.append("| %s | limit %s, TTL %s | %s | %s | %s |" % (
+                sku, r["limit"] or "none", "%d s" % r["ttl"] if r["ttl"] else "none (orders final at once)", fmt(o),
+                "; ".join("%s: %s" % (m, fmt(c[m])) for m in ("before", "race", "after", "nothold") if c[m]) or "none", fmt(x)))
+        out.append("")
+        return out
+
+    def confirm_answers(self, lops):
+        """Confirm and cancel answers against the hold's expires_at (this machine's clock is
+        Redis's): a confirm answered 200 was first sent before it, a reservation_expired answer
+        came after it. A repeat answers 200 too: a 200 after expires_at needs a confirm of the
+        same order that may have run and was first sent before it."""
+        early = set()           # orders with a confirm that may have run, first sent before expiry
+        for l in lops:
+            if l.op == "confirm" and l.args.get("expires_at") is not None:
+                first = next((a for a in l.attempts if a["sent"]), None)
+                if first and first["w0"] <= l.args["expires_at"] + CLOCK_SLACK_S and any(a["eff"] != NONE for a in l.attempts):
+                    early.add(l.args["order_id"])
+        for l in lops:
+            if l.op == "confirm":
+                self.examined["confirm-answers"] += 1
+                e, oid = l.args.get("expires_at"), l.args["order_id"]
+                for a in l.attempts:
+                    b = a["body"] if isinstance(a["body"], dict) else {}
+                    bad = None
+                    if a["status"] == 200:
+                        if b.get("order_id") != oid or b.get("status") != "confirmed" or "expires_at" in b:
+                            bad = "the body is not the confirmed order: %s" % b
+                        elif e is None:
+                            bad = "the order was answered \"created\" (never a hold), yet the confirm succeeded"
+                        elif oid not in early:
+                            bad = "confirmed, but this confirm and every other of the order that may have run were first sent after expires_at (this one %.3f s after)" % (
+                                next(x for x in l.attempts if x["sent"])["w0"] - e)
+                    elif a["status"] == 409 and b.get("error") == "reservation_expired" and e is not None and a["w1"] < e - CLOCK_SLACK_S:
+                        bad = "reservation_expired answered %.3f s before expires_at" % (e - a["w1"])
+                    elif a["status"] == 409 and b.get("error") not in ("reservation_expired", "already_cancelled", "not_reserved"):
+                        bad = "409 %r" % b.get("error")
+                    if bad:
+                        self.fail("confirm-answers", ("confirm", l.id), "confirm lop %d (%s) of %s (expires_at %s): %s" % (
+                            l.id, l.args["mode"], oid, "%.3f" % e if e else "none", bad), [a["seq"]])
+                        break
+        exp_of = {}
+        for l in lops:
+            if l.op == "order" and l.ack and isinstance(l.ack["body"], dict) and l.ack["body"].get("status") == "reserved":
+                exp_of[l.ack["body"].get("order_id")] = parse_iso(l.ack["body"].get("expires_at"))
+        for l in lops:
+            if l.op != "cancel" or exp_of.get(l.args["order_id"]) is None:
+                continue
+            e = exp_of[l.args["order_id"]]
+            for a in l.attempts:
+                if a["status"] == 409 and isinstance(a["body"], dict) and a["body"].get("error") == "reservation_expired":
+                    self.examined["confirm-answers"] += 1
+                    if a["w1"] < e - CLOCK_SLACK_S:
+                        self.fail("confirm-answers", ("cancel", l.id), "cancel lop %d of hold %s answered reservation_expired %.3f s before its expires_at" % (
+                            l.id, l.args["order_id"], e - a["w1"]), [a["seq"]])
 
     # -- report --
     def report(self):
@@ -1449,7 +1969,7 @@ class Checker:
         out.append("")
         out.append("| op | logical: acked / failed / unknown | attempts by answer |")
         out.append("|---|---|---|")
-        for op in ("put", "restock", "order", "cancel", "delete", "status"):
+        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status"):
             st = ", ".join("%s: %d" % (k[1], v) for k, v in sorted(by_op.items()) if k[0] == op)
             out.append("| %s | %d / %d / %d | %s |" % (op, finals[(op, "acked")], finals[(op, "failed")], finals[(op, "unknown")], st))
         keyed = Counter((l.key is not None, l.final) for l in lops if l.op == "order")
@@ -1458,6 +1978,8 @@ class Checker:
             keyed[(True, "acked")], keyed[(True, "failed")], keyed[(True, "unknown")],
             keyed[(False, "acked")], keyed[(False, "failed")], keyed[(False, "unknown")]))
         out.append("")
+        if a.rules:
+            out.extend(self.rules_report(lops))
         ev = []
         try:
             with open(os.path.join(a.out, "nemesis.jsonl")) as f:
@@ -1562,6 +2084,8 @@ def main():
     ap.add_argument("--damage-gap-ms", default="2000 6000", help="min max pause between counter damages ('0 0': none)")
     ap.add_argument("--damage-hold-ms", default="1000 3000", help="min max time a counter stays damaged")
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
+    ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
+    ap.add_argument("--payers", type=int, default=8, help="threads that confirm holds (with --rules 1)")
     a = ap.parse_args()
     try:
         a.damage_gap = [float(x) for x in a.damage_gap_ms.split()]

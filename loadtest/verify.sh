@@ -17,16 +17,20 @@
 #   --max-qty Q           largest quantity one of those requests asked for (1)
 #   --stock-total T       units preheated (+ restocked): Σ t must equal it
 #   --expect-sold-out     every segment must be at 0
-#   --status-url URL      GET this (…/api/v1/skus/S) and compare its totals with Redis
+#   --status-url URL      GET this (…/api/v1/skus/S) and compare its totals with Redis (only
+#                         sound when no hold can expire meanwhile: none live, SPEC §11)
 #   --key-schema 1        the keys of the binaries before 34f3be8 (inv:{S}:…, inv:{S:k}:…);
 #                         default 2 (inv:2:{S}:…, inv:2:{S/k}:…, docs/design.md)
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
 #                         o = records in :orders — this last one assumes no cancellations,
 #                         which the load test never makes)
-# Quiescent checks (default; no request in flight), per segment k of the current version:
-#   stock ≥ 0; sver = meta.version; t = stock + s; o = live records in inv:2:{S/k}:orders;
-#   s = Σ quantity of those records; every record names this SKU and segment k.
+# Quiescent checks (default; no request in flight), per segment k of the current version, from
+# one MULTI/EXEC of the segment (the expiry sweep of holds runs without requests):
+#   stock ≥ 0; sver = meta.version; t = stock + s; o = live records (created, reserved,
+#   confirmed; ended: cancelled, expired) in inv:2:{S/k}:orders; s = Σ quantity of those
+#   records; r = Σ quantity of the reserved ones (holds); every record names this SKU and
+#   segment k.
 # and per SKU: Σ t = stock total; Σ s = units counted by wrk (and Σ o = 201 answers); with
 # unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty instead.
 # Prints one line per check ("✓"/"✗") and a last line
@@ -120,23 +124,26 @@ if [ "$live" = 1 ]; then
   exit 0
 fi
 
-# Scalars of every segment in one pipelined redis-cli call: 7 lines per segment.
-scal=$(for ((k = 0; k < nseg; k++)); do
-         # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-         printf "GET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\n" \
-           "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
-       done | rcli) || { echo "verify: cannot read Redis" >&2; exit 3; }
-mapfile -t sv <<<"$scal"
-# Every order record, segment by segment, aggregated by awk: per segment
-# "k records live_count live_units cancelled malformed".
+# Each segment in one MULTI/EXEC (an atomic snapshot: the expiry sweep of holds may run while
+# we read, SPEC §11), all of them in one pipelined redis-cli call; awk parses the order records
+# and prints one line per segment:
+#   "k stock sver t s o r lock hlen records live live_units ended reserved_units malformed".
+# The scalars are positional (a missing key reads as an empty line), the records follow.
 agg=$(for ((k = 0; k < nseg; k++)); do
         # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-        printf "ECHO @@seg:%d\nHVALS ${sp}:orders\n" "$k" "$sku" "$k"
+        printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nHVALS ${sp}:orders\nEXEC\n" \
+          "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
       done | rcli | awk -v sku="$sku" '
-  function flush() { if (seg != "") print seg, n, live, units, canc, bad }
-  /^@@seg:/ { flush(); seg = substr($0, 7); n = live = units = canc = bad = 0; next }
-  $0 == "" { next }
+  function nz(x) { return x == "" ? "-" : x }
+  function flush() {
+    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad
+  }
+  /^@@seg:/ { flush(); seg = substr($0, 7); line = 0; n = live = units = ended = held = bad = 0; split("", sc); next }
   {
+    line++
+    if (line <= 7) next                       # OK, then QUEUED for each of the 6 commands
+    if (line <= 15) { sc[line - 7] = $0; next }
+    if ($0 == "") next
     n++
     q = ""; st = ""; sk = ""; sg = ""
     if (match($0, /"quantity":[0-9]+/)) q = substr($0, RSTART + 11, RLENGTH - 11)
@@ -144,33 +151,33 @@ agg=$(for ((k = 0; k < nseg; k++)); do
     if (match($0, /"sku":"[^"]*"/)) sk = substr($0, RSTART + 7, RLENGTH - 8)
     if (match($0, /"segment":[0-9]+/)) sg = substr($0, RSTART + 10, RLENGTH - 10)
     if (q == "" || sk != sku || sg != seg) { bad++; next }
-    if (st == "created") { live++; units += q }
-    else if (st == "cancelled") canc++
+    if (st == "created" || st == "reserved" || st == "confirmed") { live++; units += q; if (st == "reserved") held += q }
+    else if (st == "cancelled" || st == "expired") ended++
     else bad++
   }
   END { flush() }') || { echo "verify: cannot read Redis" >&2; exit 3; }
 
-sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
+sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_r=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
 for ((k = 0; k < nseg; k++)); do
-  st=${sv[k * 7]:-} ver=${sv[k * 7 + 1]:-} t=${sv[k * 7 + 2]:-} s=${sv[k * 7 + 3]:-} o=${sv[k * 7 + 4]:-}
-  lk=${sv[k * 7 + 5]:-0} hl=${sv[k * 7 + 6]:-}
-  read -r ak n live lunits canc bad < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
+  read -r ak st ver t s o r lk hl n live lunits canc held bad < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
+  [ "${ak:-}" = "$k" ] || { fail "segment $k: unreadable"; seg_bad=1; continue; }
   if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
     fail "segment $k: missing keys (stock='$st' t='$t' s='$s' o='$o')"; seg_bad=1; continue
   fi
   [ "$ver" = "$version" ] || { fail "segment $k: sver '$ver' != meta version $version"; seg_bad=1; }
   [ "$st" -ge 0 ] || { fail "segment $k: stock $st < 0 (oversold)"; seg_bad=1; }
   [ "$t" -eq $((st + s)) ] || { fail "segment $k: t=$t != stock $st + s $s (stock taken without its order, or the reverse)"; seg_bad=1; }
-  [ "${ak:-}" = "$k" ] || { fail "segment $k: order records unreadable"; seg_bad=1; continue; }
   [ "$n" -eq "$hl" ] || { fail "segment $k: read $n records, HLEN says $hl"; seg_bad=1; }
   [ "$bad" -eq 0 ] || { fail "segment $k: $bad malformed record(s) (no quantity, wrong sku/segment or status)"; seg_bad=1; }
   [ "$o" -eq "$live" ] || { fail "segment $k: cnt.o=$o != $live live order records"; seg_bad=1; }
   [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
+  [ "$r" = - ] && r=0
+  if ! is_int "$r" || [ "$r" -ne "$held" ]; then fail "segment $k: cnt.r=$r != $held units in reserved (held) order records"; seg_bad=1; fi
   [ "$expect_sold_out" = 0 ] || [ "$st" -eq 0 ] || { fail "segment $k: $st units left, expected sold out"; seg_bad=1; }
   sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
-  sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
+  sum_r=$((sum_r + held)) sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
 done
-[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities"
+[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities, r = Σ those of holds"
 [ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
   || fail "sold $sum_s != stock_total $sum_t − remaining $sum_stock"
 if [ -n "$stock_total" ]; then
@@ -211,13 +218,15 @@ if [ -n "$status_url" ]; then
     fail "status endpoint $status_url did not answer"
   else
     a_total=$(num stock_total) a_rem=$(num remaining) a_sold=$(num sold) a_orders=$(num orders)
-    if [ "$a_total" = "$sum_t" ] && [ "$a_rem" = "$sum_stock" ] && [ "$a_sold" = "$sum_s" ] && [ "$a_orders" = "$sum_o" ]; then
-      pass "status endpoint agrees (stock_total $a_total, remaining $a_rem, sold $a_sold, orders $a_orders)"
+    a_res=$(num reserved)   # SPEC §11 (absent before it)
+    if [ "$a_total" = "$sum_t" ] && [ "$a_rem" = "$sum_stock" ] && [ "$a_sold" = "$sum_s" ] && [ "$a_orders" = "$sum_o" ] \
+       && { [ -z "$a_res" ] || [ "$a_res" = "$sum_r" ]; }; then
+      pass "status endpoint agrees (stock_total $a_total, remaining $a_rem, sold $a_sold, orders $a_orders${a_res:+, reserved $a_res})"
     else
-      fail "status endpoint says stock_total=$a_total remaining=$a_rem sold=$a_sold orders=$a_orders; Redis: $sum_t $sum_stock $sum_s $sum_o"
+      fail "status endpoint says stock_total=$a_total remaining=$a_rem sold=$a_sold orders=$a_orders${a_res:+ reserved=$a_res}; Redis: $sum_t $sum_stock $sum_s $sum_o${a_res:+ $sum_r}"
     fi
   fi
 fi
 ok=$([ "$failures" = 0 ] && echo 1 || echo 0)
-echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec cancelled=$sum_canc wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
+echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec ended=$sum_canc reserved=$sum_r wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
 [ "$ok" = 1 ] || exit 1

@@ -214,6 +214,7 @@ struct order {
     char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
     char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
     int rules_done;                /* the sale rules were applied (window, reservation) */
+    int64_t rules_version;         /* ... to the layout of this version */
     int rules_read;                /* ... after reading them again, found stale in the cache */
     struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
     int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
@@ -530,12 +531,12 @@ static void gate_leave(struct order *o)
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
 
-/* Notes the connection that carried a claim or a commit: the WAIT that vouches for it must go
- * on that connection (lockcore_async.h, lc_async_wait). */
+/* Notes the connection that carried a claim, a per-user reservation or a commit: the WAIT that
+ * vouches for it must go on that connection (lockcore_async.h, lc_async_wait). */
 static void note_ref(struct order *o)
 {
-    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_COMMIT ||
-        o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
+    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_USER_RESERVE ||
+        o->state == OS_COMMIT || o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
         o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
 }
 
@@ -1206,10 +1207,21 @@ static void recheck_start(struct order *o)
 
 static void rules_begin(struct order *o);
 
-/* The layout is known (o->view): the sale rules (once per request), the sold-out answers, then
- * the walk. */
+/* The sale rules hold for the layout of o->view's version. */
+static void rules_applied(struct order *o)
+{
+    o->rules_done = 1;
+    o->rules_version = o->view.version;
+}
+
+/* The layout is known (o->view): the sale rules (once per layout), the sold-out answers, then
+ * the walk. A PUT since the rules were applied replaced the users' counts with its orders: the
+ * reservation is made again for the new layout (user_reserve.lua keeps an entry this request
+ * still has, so that costs one round trip), else the order could commit into it uncounted. */
 static void layout_known(struct order *o)
 {
+    if (o->rules_done && o->rules_version != o->view.version)
+        o->rules_done = 0;
     if (o->view.sold_out && !o->view.recheck_due) {
         place_done(o, OUT_SOLD_OUT_FAST);
         return;
@@ -1495,7 +1507,7 @@ static void rules_begin(struct order *o)
         return;
     }
     if (ru->limit_per_user <= 0) {
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     }
@@ -1539,7 +1551,7 @@ static void user_reserved(struct order *o, long long expiry)
         snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", expiry);
     if (replicas_wait(o, OS_USER_WAIT))
         return;
-    o->rules_done = 1;
+    rules_applied(o);
     layout_known(o);
 }
 
@@ -1602,7 +1614,7 @@ static void on_user_reserve(struct order *o, const struct oev *e)
         user_reserved(o, v1);
         return;
     case STORE_RESERVE_FREE: /* the limit was PATCHed away since this instance read it */
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     case STORE_RESERVE_NO_SKU: place_done(o, OUT_UNKNOWN_SKU); return;
@@ -1688,7 +1700,7 @@ static void on_user_wait(struct order *o, const struct oev *e)
 {
     long long got = store_reply_acks(e->st, e->r);
     if (got >= o->app->cfg.redis_replica_acks) {
-        o->rules_done = 1;
+        rules_applied(o);
         layout_known(o);
         return;
     }

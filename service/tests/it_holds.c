@@ -761,8 +761,11 @@ static void test_sale_window(void **state)
         SF_ASSERT(strcmp(sf_str(r.json, "sale_start"), iso) == 0, "%s", sf_resp_summary(&r));
         SF_ASSERT(sf_header(&r, "Retry-After") != NULL, "%s", "Retry-After");
     }
+    /* The rules copy goes stale every sold_out_recheck_ms (500 ms): the order that finds it so
+     * re-reads the rules from Redis and is not counted as answered without Redis; the 20
+     * orders take well under 500 ms, so at most one of them does. */
     double fast = sf_metric(port, HO_FAST) - fast0;
-    SF_ASSERT(fast >= 20, "%g of 20 early orders answered without Redis", fast);
+    SF_ASSERT(fast >= 19, "%g of 20 early orders answered without Redis", fast);
 
     /* every 20 ms across the start: no "not started" sent after start + 100 ms */
     sf_conn *c = sf_conn_open(port, 5000);
@@ -800,11 +803,15 @@ static void test_sale_window(void **state)
     tu_sleep_ms(400);
     ho_order(NULL, port, sku, 1, NULL, &r);
     SF_ASSERT_ERROR(&r, 409, "sale_ended");
-    tu_sleep_ms(800); /* the rules copy and estimate are fresh: the fast path */
+    tu_sleep_ms(800); /* past the end by more than the estimate's error: the fast path */
     fast0 = sf_metric(port, HO_FAST);
-    ho_order(NULL, port, sku, 1, NULL, &r);
-    SF_ASSERT_ERROR(&r, 409, "sale_ended");
-    SF_ASSERT(sf_metric(port, HO_FAST) == fast0 + 1, "%s", "sale_ended without Redis");
+    /* the first may find the rules copy stale (500 ms) and re-read it; the second is answered
+     * from the copy it read */
+    for (int i = 0; i < 2; i++) {
+        ho_order(NULL, port, sku, 1, NULL, &r);
+        SF_ASSERT_ERROR(&r, 409, "sale_ended");
+    }
+    SF_ASSERT(sf_metric(port, HO_FAST) >= fast0 + 1, "%s", "sale_ended without Redis");
     sf_resp_free(&r);
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);

@@ -10,13 +10,17 @@
  *   - the registry inv:2:skus holds the SKU after PUT and not after DELETE (read from Redis);
  *   - PUT and DELETE delete the SKU's per-user key;
  *   - with --redis-replica-acks 1 and no replica, PATCH's 200 waits for a WAIT that fails: 503
- *     "outcome": "unknown", the rules written.
+ *     "outcome": "unknown", the rules written;
+ *   - a PUT between an order's per-user reservation and its commit: the order reserves again
+ *     for the new layout (the PUT deleted the users' counts), so the user stays within the limit.
  */
 #include "svc_test.h"
 
+#include <pthread.h>
+
 #define RU_TOKEN "rules-token"
 
-static sf_service *svc, *svc_acks;
+static sf_service *svc, *svc_acks, *svc_users;
 static int port;
 
 static int group_setup(void **state)
@@ -37,7 +41,13 @@ static int group_setup(void **state)
                           "400",
                           NULL};
     svc_acks = sf_group_service(acks);
-    return svc_acks != NULL ? 0 : -1;
+    if (!svc_acks)
+        return -1;
+    /* Orders with a user (the body's), waiting long for a segment's lock. */
+    const char *users[] = {"--threads",      "1",    "--admin-token",        RU_TOKEN,
+                           "--lock-wait-ms", "5000", "--trust-body-user-id", NULL};
+    svc_users = sf_group_service(users);
+    return svc_users != NULL ? 0 : -1;
 }
 
 static void rules_sku_path(char *path, size_t len, const char *sku)
@@ -412,6 +422,72 @@ static void test_patch_waits_for_replicas(void **state)
     sf_resp_free(&r);
 }
 
+struct ru_order {
+    int port;
+    const char *body;
+    sf_resp r;
+    int status;
+};
+
+static void *ru_order_run(void *arg)
+{
+    struct ru_order *o = arg;
+    o->status =
+        sf_json_request(NULL, o->port, "POST", "/api/v1/orders", NULL, NULL, o->body, &o->r);
+    return NULL;
+}
+
+/* A PUT of the SKU between an order's per-user reservation and its commit. The PUT deletes the
+ * users' counts with the orders it replaces; the order, held up on the segment's lock (another
+ * holder, here written into Redis), then met the new layout and committed into it with the
+ * reservation it had made for the old one: a live order in no user's entries, and the user's
+ * next order got past the limit (old binary: 201 then 201, the user holding 2 units with a
+ * limit of 1; found by loadtest/chaos.sh --long --seed 2020, check "limits"). Now the order
+ * reserves again for the layout it commits into: 201, then 409 limit_exceeded. */
+static void test_put_between_reservation_and_commit(void **state)
+{
+    (void)state;
+    char sku[64], path[160], body[200];
+    tu_unique_name(sku, sizeof sku, "ru-reput");
+    rules_sku_path(path, sizeof path, sku);
+    const char *put = "{\"stock\":10,\"segments\":1,\"limit_per_user\":1}";
+    int up = sf_port(svc_users);
+    sf_resp r = {0};
+    sf_json_request(NULL, up, "PUT", path, RU_TOKEN, NULL, put, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    freeReplyObject(rf_command(gf_redis, "HSET inv:2:{%s/0}:lock o someone-else c 1 f 1", sku));
+    freeReplyObject(rf_command(gf_redis, "PEXPIRE inv:2:{%s/0}:lock 4000", sku));
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1,\"user_id\":\"u1\"}", sku);
+    struct ru_order o = {up, body, {0}, 0};
+    pthread_t tid;
+    SF_ASSERT_EQ(pthread_create(&tid, NULL, ru_order_run, &o), 0);
+    int reserved = 0;
+    for (int i = 0; i < 200 && !reserved; i++) {
+        redisReply *x = rf_command(gf_redis, "HEXISTS inv:2:{%s}:users u1", sku);
+        reserved = x && x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+        freeReplyObject(x);
+        if (!reserved)
+            tu_sleep_ms(10);
+    }
+    int st = sf_json_request(NULL, up, "PUT", path, RU_TOKEN, NULL, put, &r);
+    sf_resp_free(&r);
+    freeReplyObject(rf_command(gf_redis, "DEL inv:2:{%s/0}:lock", sku));
+    pthread_join(tid, NULL);
+    SF_ASSERT(reserved, "%s", "the order made no reservation within 2 s");
+    SF_ASSERT_EQ(st, 200);
+    SF_ASSERT(o.status == 201, "the order held up across the PUT: %s", sf_resp_summary(&o.r));
+    sf_resp_free(&o.r);
+    sf_json_request(NULL, up, "POST", "/api/v1/orders", NULL, NULL, body, &r);
+    SF_ASSERT(r.status == 409 && strcmp(sf_error_code(&r), "limit_exceeded") == 0,
+              "the user's second order with a limit of 1: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 1);
+    SF_ASSERT_EQ(rep.max_user_units, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_reserved_counter),
         cmocka_unit_test(test_registry_and_users_key),
         cmocka_unit_test(test_patch_waits_for_replicas),
+        cmocka_unit_test(test_put_between_reservation_and_commit),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }
