@@ -93,8 +93,8 @@ static int fill_memory(void)
             return i;
         }
     }
-    SF_ASSERT(0, "Redis took %d fillers of %d bytes without running out of memory",
-              OOM_FILLERS_MAX, OOM_FILLER_BYTES);
+    SF_ASSERT(0, "Redis took %d fillers of %d bytes without running out of memory", OOM_FILLERS_MAX,
+              OOM_FILLER_BYTES);
     return -1;
 }
 
