@@ -6,7 +6,8 @@
 #   off / on    inventoryd without and with --order-log, alternated (off on off on ...) so drift
 #               of the machine's load hits both; no sink running. Per run: orders/s, p99, top-level
 #               Redis calls per order (EVALSHA + EVAL), XADD and XLEN per order and Redis's CPU
-#               per order (INFO cpu, user + sys) — all from CONFIG RESETSTAT before the run —
+#               per order (INFO cpu, user + sys), Redis's µs per EVALSHA, XADD and XLEN (INFO
+#               commandstats usec_per_call) — all from CONFIG RESETSTAT before the run —
 #               and inventoryd's CPU per order (/proc/PID/stat); Redis is FLUSHALLed before each;
 #   sale_sink   --order-log with one inventory-sink running into a private MariaDB (its own
 #               datadir, innodb_flush_log_at_trx_commit=1, --batch 500): orders/s, the sink's
@@ -61,6 +62,9 @@ pids+=($!)
 for _ in $(seq 50); do [ "$(redis-cli -p "$rport" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
 rcli() { redis-cli -p "$rport" "$@"; }
 stat_calls() { rcli info commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\).*/\1/p"; }
+# stat_usec CMD: Redis's µs per call of CMD (for EVALSHA: the whole script, the calls inside it
+# included; a call from a script counts in its own command's line too)
+stat_usec() { rcli info commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"; }
 redis_cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
 
 # The database: as scripts/run.sh --with-db (and the tests' fixture) makes it.
@@ -144,6 +148,8 @@ run() {
   es=$(stat_calls evalsha); ev=$(stat_calls eval)
   calls=$(( ${es:-0} + ${ev:-0} ))
   xadd=$(stat_calls xadd); xlen=$(stat_calls xlen)
+  local us_eval us_xadd us_xlen
+  us_eval=$(stat_usec evalsha); us_xadd=$(stat_usec xadd); us_xlen=$(stat_usec xlen)
   created=$(field created "$res"); rate=$(field rate "$res"); p99=$(field p99_us "$res")
   [ "${created:-0}" -gt 0 ] || die "$name: no order created ($res)"
   local per=$(awk -v c="$calls" -v n="$created" 'BEGIN { printf "%.2f", c / n }')
@@ -173,11 +179,11 @@ run() {
     kill -TERM "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
   fi
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  rows+=("$name|$rate|$(awk -v p="$p99" 'BEGIN { printf "%.1f", p / 1000 }')|$per|$xa|$xl|$cpu_us|$icpu_us|$sink_cols")
+  rows+=("$name|$rate|$(awk -v p="$p99" 'BEGIN { printf "%.1f", p / 1000 }')|$per|$xa|$xl|$cpu_us|${us_eval:--}|${us_xadd:--}|${us_xlen:--}|$icpu_us|$sink_cols")
   eval "sum_rate_$name=\$(awk -v a=\"\${sum_rate_$name:-0}\" -v b=\"$rate\" 'BEGIN { print a + b }')"
   eval "cnt_$name=\$(( \${cnt_$name:-0} + 1 ))"
-  printf '%-9s rate=%s p99_us=%s calls/order=%s xadd=%s xlen=%s redis_cpu_us/order=%s inventoryd_cpu_us/order=%s sink=%s\n' \
-    "$name" "$rate" "$p99" "$per" "$xa" "$xl" "$cpu_us" "$icpu_us" "$sink_cols" >&2
+  printf '%-9s rate=%s p99_us=%s calls/order=%s xadd=%s xlen=%s redis_cpu_us/order=%s evalsha_us=%s xadd_us=%s xlen_us=%s inventoryd_cpu_us/order=%s sink=%s\n' \
+    "$name" "$rate" "$p99" "$per" "$xa" "$xl" "$cpu_us" "$us_eval" "$us_xadd" "$us_xlen" "$icpu_us" "$sink_cols" >&2
 }
 # proc_cpu PID: the process's user + system CPU in seconds
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$1/stat"; }
@@ -197,8 +203,8 @@ avg() { eval "awk -v s=\"\${sum_rate_$1:-0}\" -v c=\"\${cnt_$1:-1}\" 'BEGIN { pr
   echo "Direct to one instance, wrk -t2 -c64, segmented, 16 segments, hold 0, quantity 1; window ${window} s;"
   echo "$(nproc) cores; load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
-  echo "| run | orders/s | p99 ms | Redis calls/order | XADD/order | XLEN/order | Redis CPU µs/order | inventoryd CPU µs/order | sink events/s during | catch-up after | max lag s | written | reconcile |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | orders/s | p99 ms | Redis calls/order | XADD/order | XLEN/order | Redis CPU µs/order | EVALSHA µs | XADD µs | XLEN µs | inventoryd CPU µs/order | sink events/s during | catch-up after | max lag s | written | reconcile |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for r in "${rows[@]}"; do echo "| ${r//|/ | } |"; done
   echo
   echo "- orders/s with --order-log / without (mean of $pairs alternated runs each): $(avg on) / $(avg off) = $(awk -v a="$(avg on)" -v b="$(avg off)" 'BEGIN { printf "%.2f", a / b }') (target ≥ 0.9)"
