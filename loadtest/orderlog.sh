@@ -14,7 +14,10 @@
 #               events/s into MariaDB during the sale (inventory_sink_events_written_total over
 #               the window) and after it (the catch-up: the backlog left at the end over the time
 #               until the sink has written every entry), the lag (inventory_sink_lag_seconds,
-#               sampled every second) during the sale, and `inventory-sink reconcile` at the end.
+#               sampled every second) during the sale, and `inventory-sink reconcile` at the end;
+#   backlog     --order-log, the sink started only once the sale is over: how fast it drains the
+#               whole sale's backlog (from its first written entry to the last), with nothing
+#               else running; reconcile at the end.
 #
 # Usage: loadtest/orderlog.sh [--window S] [--pairs N] [--out FILE]
 #   --window S  seconds per run [8];  --pairs N  off/on pairs [3];  --out FILE  also the table
@@ -87,7 +90,7 @@ db_url="mysql://sink:bench@127.0.0.1:$dport/shop"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 n=0
-# run NAME LOG(0|1) SINK(0|1): one sale on a fresh SKU; sets rate_NAME.
+# run NAME LOG(0|1) SINK(0|during|after): one sale on a fresh SKU; sums the rates per NAME.
 run() {
   local name=$1 log=$2 with_sink=$3
   n=$((n + 1))
@@ -106,38 +109,43 @@ run() {
     die "PUT failed"
   curl -sf -X POST -H 'Content-Type: application/json' -d "{\"sku\":\"$sku\",\"quantity\":1}" \
     "http://127.0.0.1:$port/api/v1/orders" >/dev/null
-  if [ "$with_sink" = 1 ]; then
-    mport=$(free_port)
-    "$sink" --redis "redis://127.0.0.1:$rport" --db "$db_url" --metrics-port "$mport" \
-      --consumer bench --log-level warn 2>"$tmp/sink-$n.log" &
-    spid=$!
-    pids+=("$spid")
-    wait_http "$mport" || { cat "$tmp/sink-$n.log" >&2; die "the sink did not start"; }
+  if [ "$with_sink" = during ]; then
+    start_sink
     # until it has found the SKU's streams and written the first order
     for _ in $(seq 100); do
-      [ "$(sink_metric "$mport" inventory_sink_events_written_total)" -ge 1 ] 2>/dev/null && break
+      [ "$(written)" -ge 1 ] 2>/dev/null && break
       sleep 0.1
     done
   fi
   rcli config resetstat >/dev/null
   local cpu0 w0=0 res icpu0
   cpu0=$(redis_cpu); icpu0=$(proc_cpu "$pid")
-  [ -n "$mport" ] && w0=$(sink_metric "$mport" inventory_sink_events_written_total)
+  [ -n "$mport" ] && w0=$(written)
   (cd $lt && LT_SKU=$sku LT_OK=201 LT_WINDOW_S=$window wrk -t2 -c64 -d"$((window + 3))s" \
      --timeout 10s -s order.lua "http://127.0.0.1:$port/api/v1/orders" 2>"$tmp/$name-$n.wrk.err" |
      grep '^RESULT' >"$tmp/$name-$n.res") &
-  local wpid=$! t0 lag_max=0 w1="" t_end
+  local wpid=$! t0 lag_max=0 w1="" t_end="" w_last="" t_last=""
   t0=$(date +%s.%N)
   if [ -n "$mport" ]; then
-    # the lag every second while the sale runs; the written count when the window closes
+    # while the sale runs: the lag every second (also during wrk's drain) and the written count
+    # when the window closes; after it, every 0.1 s, when the written count last moved
+    local next_lag=$t0 now w l
     while kill -0 "$wpid" 2>/dev/null; do
-      local l
-      l=$(sink_metric "$mport" inventory_sink_lag_seconds)
-      lag_max=$(awk -v a="$lag_max" -v b="${l:-0}" 'BEGIN { print (b > a) ? b : a }')
-      if [ -z "$w1" ] && awk -v t0="$t0" -v now="$(date +%s.%N)" -v w="$window" 'BEGIN { exit !(now - t0 >= w) }'; then
-        w1=$(sink_metric "$mport" inventory_sink_events_written_total); t_end=$(date +%s.%N)
+      now=$(date +%s.%N)
+      if awk -v a="$now" -v b="$next_lag" 'BEGIN { exit !(a >= b) }'; then
+        l=$(sink_metric "$mport" inventory_sink_lag_seconds)
+        lag_max=$(awk -v a="$lag_max" -v b="${l:-0}" 'BEGIN { print (b > a) ? b : a }')
+        next_lag=$(awk -v a="$next_lag" 'BEGIN { printf "%.3f", a + 1 }')
       fi
-      sleep 1
+      if [ -z "$w1" ]; then
+        if awk -v t0="$t0" -v now="$now" -v w="$window" 'BEGIN { exit !(now - t0 >= w) }'; then
+          w1=$(written); t_end=$now; w_last=$w1; t_last=$now
+        fi
+      else
+        w=$(written)
+        [ "$w" = "$w_last" ] || { w_last=$w; t_last=$(date +%s.%N); }
+      fi
+      sleep 0.1
     done
   fi
   wait "$wpid"
@@ -158,20 +166,35 @@ run() {
   local cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$created" 'BEGIN { printf "%.1f", (b - a) * 1e6 / n }')
   local icpu_us=$(awk -v a="$icpu0" -v b="$icpu1" -v n="$created" 'BEGIN { printf "%.1f", (b - a) * 1e6 / n }')
   local sink_cols="-|-|-|-|-"
+  local total=$((created + 1)) # every entry: the orders and the one before the counts
+  if [ "$with_sink" = after ]; then
+    # the backlog of the whole sale, drained by a sink started now: from its first written
+    # entry (it finds the streams within a second) to the last
+    start_sink
+    w1=0
+    for _ in $(seq 600); do [ "$(written)" -ge 1 ] 2>/dev/null && break; sleep 0.05; done
+    t_end=$(date +%s.%N); w1=$(written); w_last=$w1; t_last=$t_end
+  fi
   if [ -n "$mport" ]; then
-    # the catch-up: from the window's end until every entry (created + the one before) is in
-    local total=$((created + 1)) t_done w_end during after
-    for _ in $(seq 1200); do
-      [ "$(sink_metric "$mport" inventory_sink_events_written_total)" -ge "$total" ] && break
+    # the catch-up: until every entry is in, noting when the written count last moved
+    local w t_now during after
+    for _ in $(seq 3000); do
+      w=$(written)
+      [ "$w" = "$w_last" ] || { w_last=$w; t_last=$(date +%s.%N); }
+      [ "$w" -ge "$total" ] && break
       sleep 0.1
     done
-    t_done=$(date +%s.%N)
-    w_end=$(sink_metric "$mport" inventory_sink_events_written_total)
-    during=$(awk -v a="$w0" -v b="$w1" -v w="$window" 'BEGIN { printf "%.0f", (b - a) / w }')
-    after=$(awk -v a="$w1" -v b="$w_end" -v t="$t_end" -v u="$t_done" \
+    local w_end=$w_last
+    if [ "$with_sink" = during ]; then
+      during=$(awk -v a="$w0" -v b="$w1" -v w="$window" 'BEGIN { printf "%.0f", (b - a) / w }')
+    else
+      during="- (stopped)"
+    fi
+    after=$(awk -v a="$w1" -v b="$w_end" -v t="$t_end" -v u="$t_last" \
       'BEGIN { if (u - t > 0.05) printf "%.0f", (b - a) / (u - t); else print "-" }')
     local backlog=$((w_end - w1)) catch
-    catch=$(awk -v t="$t_end" -v u="$t_done" 'BEGIN { printf "%.1f", u - t }')
+    catch=$(awk -v t="$t_end" -v u="$t_last" 'BEGIN { printf "%.2f", u - t }')
+    [ "$with_sink" = after ] && lag_max="-"
     local rec=ok
     "$sink" reconcile --redis "redis://127.0.0.1:$rport" --db "$db_url" --sku "$sku" \
       >"$tmp/reconcile.out" 2>&1 || { rec=DIFFERS; head -5 "$tmp/reconcile.out" >&2; reconcile_failed=1; }
@@ -187,6 +210,16 @@ run() {
 }
 # proc_cpu PID: the process's user + system CPU in seconds
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+written() { sink_metric "$mport" inventory_sink_events_written_total; }
+# start_sink: one inventory-sink (consumer "bench") on a free metrics port, in $mport / $spid
+start_sink() {
+  mport=$(free_port)
+  "$sink" --redis "redis://127.0.0.1:$rport" --db "$db_url" --metrics-port "$mport" \
+    --consumer bench --log-level warn 2>"$tmp/sink-$n.log" &
+  spid=$!
+  pids+=("$spid")
+  wait_http "$mport" || { cat "$tmp/sink-$n.log" >&2; die "the sink did not start"; }
+}
 sink_metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m { printf "%d", $2 }'; }
 
 reconcile_failed=0
@@ -194,7 +227,8 @@ for ((i = 0; i < pairs; i++)); do
   run off 0 0
   run on 1 0
 done
-run sale_sink 1 1
+run sale_sink 1 during
+run backlog 1 after
 
 avg() { eval "awk -v s=\"\${sum_rate_$1:-0}\" -v c=\"\${cnt_$1:-1}\" 'BEGIN { printf \"%.0f\", s / c }'"; }
 {
