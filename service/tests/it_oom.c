@@ -177,13 +177,13 @@ static void refused_whole(const char *strategy)
     SF_ASSERT(sf_stop(svc) == 0, "inventoryd (%s) did not exit cleanly", strategy);
 }
 
-static void test_atomic(void **state)
+static void test_oom_atomic(void **state)
 {
     (void)state;
     refused_whole("atomic");
 }
 
-static void test_segmented(void **state)
+static void test_oom_segmented(void **state)
 {
     (void)state;
     refused_whole("segmented");
@@ -192,8 +192,8 @@ static void test_segmented(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_atomic),
-        cmocka_unit_test(test_segmented),
+        cmocka_unit_test(test_oom_atomic),
+        cmocka_unit_test(test_oom_segmented),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
