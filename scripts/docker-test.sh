@@ -7,8 +7,10 @@
 #   3. the container (bound to 127.0.0.1 on a free port, Redis on the host's loopback, the admin
 #      token from a mounted file) becomes healthy through its own HEALTHCHECK, takes a PUT and an
 #      order, refuses admin without the token, and exits 0 on `docker stop`;
-#   4. docker-compose.yml (Redis with AOF, 3 instances, nginx) comes up on free ports, sells a SKU
-#      out through nginx exactly, and is torn down.
+#   4. docker-compose.yml (Redis with AOF, 3 instances with the order log, nginx, MariaDB and
+#      inventory-sink) comes up on free ports, sells a SKU out through nginx exactly, every order
+#      reaches MariaDB's orders table (`inventory-sink reconcile` in the sink's container: the
+#      database equals Redis), and is torn down.
 # dockerd is started when it is not running (and stopped afterwards); where it cannot start the
 # test prints one line and exits 0, except under CI=true, where that is a failure. Images are
 # kept for the next run (layer cache); containers, volumes and processes are removed on exit.
@@ -185,10 +187,14 @@ free_port; export INVENTORY_PORT_1=$port
 free_port; export INVENTORY_PORT_2=$port
 free_port; export INVENTORY_PORT_3=$port
 free_port; export INVENTORY_LB_PORT=$port
+free_port; export DB_PORT=$port
+free_port; export SINK_METRICS_PORT=$port
 export INVENTORY_LB_LISTEN=127.0.0.1 INVENTORYD_TAG=test
 ctoken=compose-test-$RANDOM$RANDOM
 printf 'INVENTORY_ADMIN_TOKEN=%s\n' "$ctoken" >"$tmp/inventoryd.env"
 export INVENTORY_ENV_FILE=$tmp/inventoryd.env
+printf 'DB_PASSWORD=compose-db-%s\n' "$RANDOM$RANDOM" >"$tmp/inventory-db.env"
+export INVENTORY_DB_ENV_FILE=$tmp/inventory-db.env
 printf 'Authorization: Bearer %s\n' "$ctoken" >"$tmp/compose-auth.header"
 compose_up=1
 docker-compose -p "$project" build >"$tmp/compose.log" 2>&1 || { tail -40 "$tmp/compose.log" >&2; fail "docker-compose build"; }
@@ -216,6 +222,26 @@ done
 status=$(curl -fsS "$lb/api/v1/skus/compose-sku")
 grep -q '"sold_out":true' <<<"$status" && grep -q '"remaining":0' <<<"$status" || fail "status after the sell-out: $status"
 echo "   20 of 20 units sold through nginx and 3 instances, then 409 sold_out; Redis AOF on"
+phase "the order log into MariaDB (inventory-sink)"
+# As the sink's user, over TCP, the password from the container's environment (not a command line).
+db_query() {
+  docker-compose -p "$project" exec -T mariadb sh -c \
+    'MYSQL_PWD=$DB_PASSWORD exec mariadb -h127.0.0.1 -P"$DB_PORT" -usink -N shop -e "$1"' sh "$1"
+}
+rows_created() { [ "$(db_query "SELECT COUNT(*) FROM orders WHERE sku='compose-sku' AND status='created'")" = 20 ]; }
+wait_for 600 rows_created || {
+  docker-compose -p "$project" logs --tail 30 sink mariadb >&2
+  fail "the 20 orders did not reach MariaDB's orders table: $(db_query "SELECT status, COUNT(*) FROM orders GROUP BY status" 2>&1)"
+}
+docker-compose -p "$project" exec -T sink sh -c \
+  'export INVENTORY_SINK_DB_URL="mysql://sink:$DB_PASSWORD@127.0.0.1:$DB_PORT/shop"; exec /usr/local/bin/inventory-sink reconcile --sku compose-sku' \
+  >"$tmp/reconcile.out" 2>&1 || { cat "$tmp/reconcile.out" >&2; fail "inventory-sink reconcile: the database differs from Redis"; }
+sink_metrics=$(curl -fsS "http://127.0.0.1:$SINK_METRICS_PORT/metrics") || fail "the sink's /metrics on $SINK_METRICS_PORT"
+grep -q '^inventory_sink_events_written_total 2[0-9]$' <<<"$sink_metrics" ||
+  fail "the sink wrote $(grep '^inventory_sink_events_written_total' <<<"$sink_metrics") (want 20 or more)"
+! docker-compose -p "$project" logs sink mariadb 2>&1 | grep -qF "$(sed -n 's/^DB_PASSWORD=//p' "$tmp/inventory-db.env")" ||
+  fail "the database password is in the sink's or MariaDB's log"
+echo "   20 orders in MariaDB's orders table through inventory-sink; reconcile: the database equals Redis"
 phase "docker-compose down"
 docker-compose -p "$project" down -v --remove-orphans >>"$tmp/compose.log" 2>&1 || fail "docker-compose down"
 compose_up=""

@@ -16,14 +16,24 @@
 #                                        file sets (port, redis, redis_url_file, admin_token,
 #                                        admin_token_file), and reads the port inventoryd really
 #                                        listens on from its start-up log line
+#   --with-db                            also the order log into a database (SPEC §12): a private
+#                                        MariaDB (mariadb-install-db + mariadbd, its data in
+#                                        RUN_DIR/mariadb, on DB_PORT or a free port), a database
+#                                        `shop` and a user `sink` with the privileges
+#                                        docs/deployment.md lists, inventoryd with --order-log and
+#                                        one inventory-sink; prints how to query the orders table
 # Secrets never reach a command line (ps) or the output: the Redis URL and the admin token go to
 # inventoryd as files (--redis-url-file, --admin-token-file, mode 0600 in RUN_DIR), the printed
 # admin curl lines send the token from a header file (curl -H @FILE), and the Redis URL is
-# printed with its password masked. The secret files are removed when run.sh stops.
+# printed with its password masked. The secret files are removed when run.sh stops. With
+# --with-db the sink gets its URLs in a config file and the printed `mariadb` line reads the
+# database password from an option file (--defaults-extra-file), both 0600 in RUN_DIR.
 #
 # Env: INVENTORY_PORT (8080), REDIS_PORT (6399, for the private Redis), BUILD_DIR (build),
 #      DEMO_SKU (demo-sku), DEMO_STOCK (1000), DEMO_SEGMENTS (16), RUN_DIR (a temp dir),
-#      RUN_SKIP_BUILD=1 (use the binary already in BUILD_DIR: no deps.sh, no build).
+#      RUN_SKIP_BUILD=1 (use the binary already in BUILD_DIR: no deps.sh, no build);
+#      with --with-db: DB_PORT (a free port from 13306 up), SINK_METRICS_PORT (a free port
+#      from 9100 up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +55,7 @@ token_file=${INVENTORY_ADMIN_TOKEN_FILE:-}
 token_from_env=${INVENTORY_ADMIN_TOKEN:+1}${INVENTORY_ADMIN_TOKEN_FILE:+1}
 config=""
 cluster=""
+with_db=""
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -59,6 +70,7 @@ while [ $# -gt 0 ]; do
     --admin-token-file) token_file=$2; token=""; token_from_env=""; shift 2 ;;
     --admin-token-file=*) token_file=${1#--admin-token-file=}; token=""; token_from_env=""; shift ;;
     --cluster) cluster=1; shift ;;
+    --with-db) with_db=1; shift ;;
     --config) config=$2; args+=("$1" "$2"); shift 2 ;;
     --config=*) config=${1#--config=}; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
@@ -86,10 +98,13 @@ fi
 pids=()
 cluster_dir=""
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Newest first: the sink and inventoryd before the database and Redis they use.
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -z "$cluster_dir" ] || CLUSTER_DIR=$cluster_dir scripts/cluster.sh stop || true
-  rm -f "$run_dir/admin-token" "$run_dir/admin.header" "$run_dir/redis-url"
+  rm -f "$run_dir/admin-token" "$run_dir/admin.header" "$run_dir/redis-url" \
+    "$run_dir/sink.json" "$run_dir/db-client.cnf"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -122,13 +137,69 @@ else
   redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$run_dir" --save "" \
     --appendonly yes --appendfsync everysec --daemonize no >"$run_dir/redis.log" 2>&1 &
   pids+=($!)
+  # Ours answers (a server someone else runs on the port would answer PING too: ours then
+  # exits, unable to bind, and its pid is not the one that answers).
+  redis_pid=${pids[-1]}
   for _ in $(seq 50); do
     redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    kill -0 "$redis_pid" 2>/dev/null || break
     sleep 0.1
   done
+  [ "$(redis-cli -p "$redis_port" INFO server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')" = "$redis_pid" ] || {
+    echo "run.sh: the private redis-server did not start on port $redis_port (taken? set REDIS_PORT; log: $run_dir/redis.log)" >&2
+    exit 1
+  }
   redis_url="redis://127.0.0.1:$redis_port"
   flags+=(--redis-url-file "$(secret_file redis-url "$redis_url")")
   echo "run.sh: private redis-server on port $redis_port (data in $run_dir)"
+fi
+
+# free_port FROM: the first port from FROM up that nobody listens on, in $free.
+free_port() {
+  free=$1
+  while (: <>"/dev/tcp/127.0.0.1/$free") 2>/dev/null; do free=$((free + 1)); done
+}
+
+# --with-db: a private MariaDB for the order log (the same set-up as the tests' fixture,
+# service/tests/support/mariadb_fixture.c), and inventoryd writes the log.
+if [ -n "$with_db" ]; then
+  for tool in mariadbd mariadb-install-db mariadb; do
+    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
+      { echo "run.sh: --with-db needs $tool (scripts/deps.sh installs mariadb-server)" >&2; exit 1; }
+  done
+  mariadbd=$(command -v mariadbd || echo /usr/sbin/mariadbd)
+  db_dir=$run_dir/mariadb
+  rm -rf "$db_dir" && mkdir -p "$db_dir"
+  as_root=()
+  [ "$(id -u)" != 0 ] || as_root=(--user=root)
+  mariadb-install-db --no-defaults --datadir="$db_dir/data" --auth-root-authentication-method=normal \
+    --skip-test-db ${as_root[@]+"${as_root[@]}"} >"$db_dir/install.log" 2>&1 ||
+    { echo "run.sh: mariadb-install-db failed (log: $db_dir/install.log)" >&2; exit 1; }
+  if [ -n "${DB_PORT:-}" ]; then db_port=$DB_PORT; else free_port 13306; db_port=$free; fi
+  "$mariadbd" --no-defaults --datadir="$db_dir/data" --bind-address=127.0.0.1 --port="$db_port" \
+    --socket="$db_dir/sock" --log-error="$db_dir/error.log" --pid-file="$db_dir/mariadbd.pid" \
+    --innodb-buffer-pool-size=32M --skip-name-resolve ${as_root[@]+"${as_root[@]}"} &
+  pids+=($!)
+  root_sql() { mariadb --no-defaults --socket="$db_dir/sock" -uroot "$@"; }
+  for _ in $(seq 300); do
+    root_sql -e 'SELECT 1' >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  root_sql -e 'SELECT 1' >/dev/null 2>&1 ||
+    { echo "run.sh: mariadbd did not start (log: $db_dir/error.log)" >&2; exit 1; }
+  db_password=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  # The user and privileges docs/deployment.md lists ("The database user"); the password goes
+  # to mariadb on its standard input, never on a command line.
+  root_sql <<SQL || { echo "run.sh: creating the database failed" >&2; exit 1; }
+CREATE DATABASE shop;
+CREATE USER 'sink'@'127.0.0.1' IDENTIFIED BY '$db_password';
+GRANT SELECT, INSERT, UPDATE, CREATE ON shop.* TO 'sink'@'127.0.0.1';
+SQL
+  (umask 077 && printf '[client]\nhost=127.0.0.1\nport=%s\nuser=sink\npassword=%s\ndatabase=shop\n' \
+    "$db_port" "$db_password" >"$run_dir/db-client.cnf")
+  echo "run.sh: private MariaDB on 127.0.0.1:$db_port (database shop, user sink; data in $db_dir)"
+  flags+=(--order-log)
 fi
 
 # The admin token: the user's, the config file's, or a new one. inventoryd gets it as a file
@@ -159,6 +230,7 @@ env -u INVENTORY_REDIS_URL -u INVENTORY_REDIS_URL_FILE \
   "$build_dir/bin/inventoryd" ${flags[@]+"${flags[@]}"} ${args[@]+"${args[@]}"} \
   2> >(tee -a "$run_dir/inventoryd.log" >&2) &
 pids+=($!)
+inventoryd_pid=$!
 # The address and port it really listens on, from its start-up line ("listening on A port N").
 listen=""
 for _ in $(seq 100); do
@@ -182,6 +254,36 @@ for _ in $(seq 50); do
 done
 curl -fsS "$base/readyz" >/dev/null || { echo "run.sh: inventoryd is not ready (log: $run_dir/inventoryd.log)" >&2; exit 1; }
 
+# --with-db: one inventory-sink on the same Redis, its URLs in a config file (not in ps).
+db_lines=""
+if [ -n "$with_db" ]; then
+  sink_redis=$redis_url
+  case "$sink_redis" in
+    "(from "*) sink_redis=$(head -n1 "$(config_value redis_url_file)") ;;
+  esac
+  if [ -n "${SINK_METRICS_PORT:-}" ]; then sink_port=$SINK_METRICS_PORT; else free_port 9100; sink_port=$free; fi
+  json_str() { sed 's/\\/\\\\/g; s/"/\\"/g' <<<"$1"; }
+  (umask 077 && printf '{"redis": "%s", "db": "%s", "metrics_port": %s, "consumer": "run-sh"}\n' \
+    "$(json_str "$sink_redis")" "$(json_str "mysql://sink:$db_password@127.0.0.1:$db_port/shop")" \
+    "$sink_port" >"$run_dir/sink.json")
+  : >>"$run_dir/sink.log"
+  env -u INVENTORY_SINK_REDIS_URL -u INVENTORY_SINK_DB_URL \
+    "$build_dir/bin/inventory-sink" --config "$run_dir/sink.json" 2>>"$run_dir/sink.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    curl -fsS "http://127.0.0.1:$sink_port/healthz" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  curl -fsS "http://127.0.0.1:$sink_port/healthz" >/dev/null 2>&1 ||
+    { echo "run.sh: inventory-sink did not start (log: $run_dir/sink.log)" >&2; exit 1; }
+  db_lines="
+Orders reach MariaDB (127.0.0.1:$db_port, database shop) through inventory-sink (log: $run_dir/sink.log):
+  mariadb --defaults-extra-file=$run_dir/db-client.cnf -e 'SELECT order_id, sku, user_id, quantity, status, updated_at FROM orders ORDER BY updated_at DESC LIMIT 10'
+  curl -s http://127.0.0.1:$sink_port/metrics | grep -e events_written -e lag_seconds
+(the database password is in $run_dir/db-client.cnf, removed when run.sh stops)"
+fi
+
 hdr=$run_dir/admin.header
 curl -fsS -X PUT -H "@$hdr" -H 'Content-Type: application/json' \
   -d "{\"stock\": $stock, \"segments\": $segments}" "$base/api/v1/skus/$sku" >/dev/null \
@@ -199,7 +301,7 @@ Try:
   curl -s -X POST -H @$hdr -H 'Content-Type: application/json' -d '{"quantity":100}' $base/api/v1/skus/$sku/restock
   curl -s $base/readyz
   curl -s $base/metrics | grep inventory_orders
-(admin calls send the token from $hdr${token_note:+; $token_note})
+(admin calls send the token from $hdr${token_note:+; $token_note})$db_lines
 Press Ctrl-C to stop.
 MSG
-wait "${pids[-1]}"
+wait "$inventoryd_pid"

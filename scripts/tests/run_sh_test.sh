@@ -6,7 +6,13 @@
 #      in the output, a wrong token is refused;
 #   C. --config FILE that sets the port and the admin token file: run.sh does not override them;
 #   D. --cluster (issue 12): a private local Redis Cluster, the demo on it, and no node left
-#      running after Ctrl-C.
+#      running after Ctrl-C;
+#   E. --with-db (issue 21): a private MariaDB and one inventory-sink beside the demo; an order
+#      placed with the printed curl line shows up in the orders table through the printed
+#      `mariadb` line, the database password is in no command line and not in the output, and
+#      nothing is left running after Ctrl-C;
+#   F. REDIS_PORT taken by a Redis that is not run.sh's: run.sh says so and exits non-zero
+#      instead of putting the demo into that Redis.
 # Each time every curl line run.sh prints is run exactly as printed and must succeed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -21,7 +27,7 @@ start_run() {
     setsid "$repo/scripts/run.sh" "$@" >"$t_dir/$name.out" 2>"$t_dir/$name.err" &
   run_pid=$!
   t_pids+=("$run_pid")
-  if ! t_wait 300 grep -q 'Press Ctrl-C' "$t_dir/$name.out"; then
+  if ! t_wait "${START_TENTHS:-300}" grep -q 'Press Ctrl-C' "$t_dir/$name.out"; then
     echo "run.sh ($name) did not come up:" >&2
     cat "$t_dir/$name.out" "$t_dir/$name.err" >&2
     return 1
@@ -133,4 +139,43 @@ stop_run
 t_check "D: no cluster node is left after Ctrl-C" bash -c "
   for p in $d_ports; do ! redis-cli -p \$p PING >/dev/null 2>&1 || exit 1; done"
 t_check "D: the cluster's dir is gone" test ! -e "$t_dir/D/cluster"
+
+# E. --with-db: MariaDB + inventory-sink; an order reaches the orders table.
+t_port; hport=$port
+t_port; rport=$port
+t_port; dport=$port
+t_port; mport=$port
+START_TENTHS=600 INVENTORY_PORT=$hport REDIS_PORT=$rport DB_PORT=$dport SINK_METRICS_PORT=$mport \
+  start_run E --with-db --threads 2
+t_check "E: every printed curl line works as printed (the sink's /metrics too)" curl_lines_work E
+query=$(grep '^  mariadb ' "$t_dir/E.out" | sed 's/^  //')
+t_check "E: a mariadb line is printed, on the database's port" grep -q "MariaDB (127.0.0.1:$dport" "$t_dir/E.out"
+e_id=$(curl -fsS -X POST -H 'Content-Type: application/json' -d '{"sku":"demo-sku","quantity":3,"user_id":"erin"}' \
+  "http://127.0.0.1:$hport/api/v1/orders" | sed -n 's/.*"order_id":"\([^"]*\)".*/\1/p')
+in_db() { bash -c "$query" 2>/dev/null | grep -P "^$e_id\tdemo-sku\terin\t3\tcreated\t"; }
+t_check "E: the order ($e_id) is in the orders table, as the printed line shows it" t_wait 100 in_db
+e_pw=$(sed -n 's/^password=//p' "$t_dir/E/db-client.cnf")
+t_check "E: the database password is not in the output" bash -c "! grep -qF -- '$e_pw' '$t_dir/E.out' '$t_dir/E.err'"
+t_check "E: the database password is in no command line" no_cmdline_has "$e_pw"
+t_check "E: the sink's user has exactly SELECT, INSERT, UPDATE, CREATE on shop" bash -c "
+  mariadb --no-defaults --socket='$t_dir/E/mariadb/sock' -uroot -N -e \"SHOW GRANTS FOR 'sink'@'127.0.0.1'\" |
+    grep -q 'GRANT SELECT, INSERT, UPDATE, CREATE ON \`shop\`.\* TO'"
+e_db_pid=$(cat "$t_dir/E/mariadb/mariadbd.pid")
+e_sink_pid=$(pgrep -f -n -- "inventory-sink --config $t_dir/E/sink.json")
+stop_run
+t_check "E: no mariadbd and no inventory-sink left after Ctrl-C" \
+  bash -c "! kill -0 $e_db_pid 2>/dev/null && ! kill -0 ${e_sink_pid:-0} 2>/dev/null"
+t_check "E: the secret files are gone" \
+  bash -c "[ ! -e '$t_dir/E/db-client.cnf' ] && [ ! -e '$t_dir/E/sink.json' ]"
+
+# F. REDIS_PORT already taken by someone else's Redis.
+t_port; rport=$port
+t_redis "$rport"
+t_port; hport=$port
+mkdir -p "$t_dir/F"
+t_check "F: run.sh refuses a REDIS_PORT another Redis holds" bash -c "
+  ! RUN_DIR='$t_dir/F' RUN_SKIP_BUILD=1 BUILD_DIR='$build_dir' INVENTORY_PORT=$hport REDIS_PORT=$rport \
+    timeout 30 '$repo/scripts/run.sh' >'$t_dir/F.out' 2>'$t_dir/F.err' &&
+  grep -q 'did not start on port $rport' '$t_dir/F.err'"
+t_check "F: and wrote nothing into it" test "$(redis-cli -p "$rport" DBSIZE)" = 0
 t_done
