@@ -23,7 +23,9 @@
 #     After each: every unit back (Σ stock = H), users' entries and give-back queues empty,
 #     SPEC §8 from Redis (verify.sh).
 #
-# Usage: loadtest/rules.sh [--only orders|sweep] [--no-nginx] [--out DIR]
+# Usage: loadtest/rules.sh [--only orders|sweep] [--no-nginx] [--baseline BIN] [--out DIR]
+#   --baseline BIN  (1) also with an older inventoryd, each of its runs right after the same
+#                   run of this build (topology "direct_base", "nginx_base")
 # Env: BUILD_DIR (build), RL_WINDOW (6), RL_ROUNDS (2), RL_USERS (100000), RL_LIMIT (1000),
 #      RL_TTL (60), RL_HOLDS ("1000 100000"), RL_SWEEP_INSTANCES ("1 3"), RL_IDLE (5),
 #      RL_HOLD_TTL_SMALL (10, H ≤ 10000), RL_HOLD_TTL (45: must exceed the time to make H holds),
@@ -34,11 +36,12 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 lt=$root/loadtest
-only="" nginx=1 out=""
+only="" nginx=1 out="" baseline=""
 while [ $# -gt 0 ]; do
   case $1 in
     --only) only=$2; shift 2 ;;
     --no-nginx) nginx=0; shift ;;
+    --baseline) baseline=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "rules.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -88,7 +91,7 @@ put() {
 metric() {
   local i s=0 v
   for ((i = 0; i < ${#inst_pids[@]}; i++)); do
-    v=$(curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[i]}/metrics" | grep -F "$1 " | awk '{print $2}' | head -1)
+    v=$(curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[i]}/metrics" | grep -v "^#" | grep -F "$1 " | awk '{print $2}' | head -1)
     s=$(calc "printf \"%.0f\", $s + ${v:-0}")
   done
   echo "$s"
@@ -101,6 +104,14 @@ orders_total() {
   done
   echo "$s"
 }
+# CPU ticks (USER_HZ) of the instances, and of the whole machine (busy), from /proc.
+inst_ticks() {
+  local p t=0
+  for p in "${inst_pids[@]}"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+hz=$(getconf CLK_TCK)
 start_instances() { # N: an empty Redis, fresh instances 0..N-1 with the rules flags
   stop_instances
   rcli flushall >/dev/null
@@ -112,11 +123,11 @@ order_rows=()
 # order_run TOPO KIND ROUND: TOPO direct|nginx, KIND A|B.
 order_run() {
   local topo=$1 kind=$2 round=$3 n=1 url rules="" s0 s1 c0 c1 o0 o1 pfx
-  [ "$topo" = nginx ] && n=3
+  [ "${topo%_base}" = nginx ] && n=3
   stop_nginx
   start_instances "$n"
   url=http://127.0.0.1:${inst_ports[0]}/api/v1/orders
-  if [ "$topo" = nginx ]; then
+  if [ "$n" = 3 ]; then
     start_nginx 3
     url=http://127.0.0.1:$nginx_port/api/v1/orders
   fi
@@ -135,12 +146,15 @@ order_run() {
   done
   c0=$(metric inventory_order_redis_calls_total); o0=$(orders_total)
   s0=$(py snap)
+  local i0 b0 i1 b1
+  i0=$(inst_ticks); b0=$(busy_ticks)
   pfx=$res/raw/orders-$topo-$kind-$round
   local la; la=$(loadavg)
   declare -A o=([conns]=64 [script]=user_order.lua [ok]=201)
   qty=1
   start_wrk "$pfx" "$window"
   finish_wrk "$pfx"
+  i1=$(inst_ticks); b1=$(busy_ticks)
   s1=$(py snap)
   c1=$(metric inventory_order_redis_calls_total); o1=$(orders_total)
   local created units un rate p99 top usec cpu calls
@@ -150,6 +164,11 @@ order_run() {
   top=$(calc "printf \"%.2f\", ($(field evalsha_calls "$s1") - $(field evalsha_calls "$s0")) / $created")
   usec=$(calc "printf \"%.1f\", ($(field evalsha_usec "$s1") - $(field evalsha_usec "$s0")) / $created")
   cpu=$(calc "printf \"%.1f\", ($(field cpu_ms "$s1") - $(field cpu_ms "$s0")) * 1000 / $created")
+  local icpu mcpu
+  icpu=$(calc "printf \"%.1f\", ($i1 - $i0) * 1e6 / $hz / $created")
+  mcpu=$(calc "printf \"%.1f\", ($b1 - $b0) * 1e6 / $hz / $created")
+  local lost
+  lost=$(calc "printf \"%.2f\", ($(field pttl_calls "$s1") - $(field pttl_calls "$s0")) / $created")
   calls=$(calc "d = $o1 - $o0; if (d > 0) printf \"%.2f\", ($c1 - $c0) / d; else print \"-\"")
   echo "orders $topo $kind $round load=[$la] $result" >>"$raw"
   local verdict=ok
@@ -159,7 +178,7 @@ order_run() {
     verdict=VIOLATED; failed=1; tail -5 "$pfx.verify" >&2
   fi
   log "$topo $kind round $round: $rate orders/s, p99 $p99 µs, $calls Redis calls/order (metric), $top EVALSHA/order, §8 $verdict (load $la)"
-  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$usec|$cpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$verdict")
+  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$lost|$usec|$cpu|$icpu|$mcpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$verdict")
   eval "rate_${topo}_${kind}_$round=$rate"
   eval "p99_${topo}_${kind}_$round=$p99"
   eval "calls_${topo}_${kind}_$round=$calls"
@@ -171,7 +190,14 @@ if [ -z "$only" ] || [ "$only" = orders ]; then
   [ "$nginx" = 1 ] && topos="direct nginx"
   for topo in $topos; do
     for ((rd = 1; rd <= rounds; rd++)); do
-      for kind in $kinds; do order_run "$topo" "$kind" "$rd"; done
+      for kind in $kinds; do
+        order_run "$topo" "$kind" "$rd"
+        if [ -n "$baseline" ]; then
+          cur=$bin; bin=$baseline
+          order_run "${topo}_base" "$kind" "$rd"
+          bin=$cur
+        fi
+      done
     done
     stop_nginx
   done
@@ -285,13 +311,13 @@ fi
     echo "## Orders: A plain vs B limit_per_user $limit + reservation_ttl_s $ttl (L: the limit alone, H: the holds alone)"
     echo
     echo "wrk -t2 -c64, ${window} s per run, 16 segments, quantity 1, hold 0, $users users at random (body user_id, --trust-body-user-id)."
-    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes)."
+    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *lock attempts lost/order* (PTTL calls: an acquire that found the segment held), *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes); *inventoryd CPU*, *machine CPU* (all processes, wrk and nginx included, the drain too): /proc ticks per 201."
     echo
-    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | Redis EVALSHA µs/order | Redis CPU µs/order | 201 | 409 | 503 | load avg before | SPEC §8 |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | lock attempts lost/order | Redis EVALSHA µs/order | Redis CPU µs/order | inventoryd CPU µs/order | machine CPU µs/order | 201 | 409 | 503 | load avg before | SPEC §8 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in "${order_rows[@]}"; do echo "| ${r//|/ | } |"; done
     echo
-    for topo in direct nginx; do
+    for topo in direct direct_base nginx nginx_base; do
       for kind in $kinds; do
         [ "$kind" = A ] && continue
         sa=0 sb=0 pa="" pb="" per=""

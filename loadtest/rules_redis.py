@@ -3,7 +3,8 @@
 stdlib + resp.py). Every subcommand prints one line of key=value pairs.
 
   snap                     INFO commandstats + cpu: evalsha calls/usec, Redis CPU (ms), total
-                           commands, zrevrange calls/usec (the watcher's own command)
+                           commands, zrevrange calls/usec (the watcher's own command), pttl
+                           calls (lockcore's acquire finding the lock held)
   holds   SKU SEGMENTS     live holds (Σ ZCARD of the due sets), Σ cnt r, Σ stock, the first and
                            last due time (Redis ms), users' entries (HLEN), queued give-backs
   sold    SKU SEGMENTS T   waits (≤ T s) until every segment's stock is 0 -> waited_s
@@ -49,9 +50,9 @@ def snap(r):
     ev = out.get("evalsha", (0, 0))
     zr = out.get("zrevrange", (0, 0))
     print("evalsha_calls=%d evalsha_usec=%d cpu_ms=%.1f commands=%d zrevrange_calls=%d "
-          "zrevrange_usec=%d t=%.3f" % (
+          "zrevrange_usec=%d pttl_calls=%d t=%.3f" % (
               ev[0], ev[1], (float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])) * 1000,
-              tot, zr[0], zr[1], time.time()))
+              tot, zr[0], zr[1], out.get("pttl", (0, 0))[0], time.time()))
 
 
 def holds(r, sku, nseg):
