@@ -26,9 +26,9 @@
 # Usage: loadtest/rules.sh [--only orders|sweep] [--no-nginx] [--baseline BIN] [--out DIR]
 #   --baseline BIN  (1) also with an older inventoryd, each of its runs right after the same
 #                   run of this build (topology "direct_base", "nginx_base")
-# Env: BUILD_DIR (build), RL_WINDOW (6), RL_ROUNDS (2), RL_USERS (100000), RL_LIMIT (1000),
+# Env: BUILD_DIR (build), RL_WINDOW (6), RL_ROUNDS (3), RL_USERS (100000), RL_LIMIT (1000),
 #      RL_TTL (60), RL_HOLDS ("1000 100000"), RL_SWEEP_INSTANCES ("1 3"), RL_IDLE (5),
-#      RL_HOLD_TTL_SMALL (10, H ≤ 10000), RL_HOLD_TTL (45: must exceed the time to make H holds),
+#      RL_HOLD_TTL_SMALL (10, H ≤ 10000), RL_HOLD_TTL (30: must exceed the time to make H holds),
 #      RL_KINDS ("A B"; also L: the limit alone, H: holds alone, to tell their costs apart).
 # Writes DIR/REPORT.md (default loadtest/results/<UTC stamp>-rules/) with the tables, the load
 # average before each part and each run's raw lines. Exit 0 every check passed, 1 a check
@@ -50,10 +50,10 @@ done
 build_dir=${BUILD_DIR:-$root/build}
 case "$build_dir" in /*) ;; *) build_dir=$root/$build_dir ;; esac
 bin=$build_dir/bin/inventoryd
-kinds=${RL_KINDS:-A B} window=${RL_WINDOW:-6} rounds=${RL_ROUNDS:-2} users=${RL_USERS:-100000}
+kinds=${RL_KINDS:-A B} window=${RL_WINDOW:-6} rounds=${RL_ROUNDS:-3} users=${RL_USERS:-100000}
 limit=${RL_LIMIT:-1000} ttl=${RL_TTL:-60} holds_list=${RL_HOLDS:-1000 100000}
 sweep_instances=${RL_SWEEP_INSTANCES:-1 3} idle=${RL_IDLE:-5}
-hold_ttl_small=${RL_HOLD_TTL_SMALL:-10} hold_ttl=${RL_HOLD_TTL:-45}
+hold_ttl_small=${RL_HOLD_TTL_SMALL:-10} hold_ttl=${RL_HOLD_TTL:-30}
 instances=3 port_min=${LT_PORT_MIN:-20000} port_max=${LT_PORT_MAX:-32000}
 wrk_threads=2 lock_wait=2000 drain_max=6
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -111,6 +111,14 @@ inst_ticks() {
   echo "$t"
 }
 busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Ticks of the benchmark's own processes: the instances, Redis, nginx (workers too), wrk.
+own_ticks() {
+  local p t=0
+  for p in "${inst_pids[@]}" "$redis_pid" ${nginx_pid:+"$nginx_pid"} ${nginx_pid:+$(pgrep -P "$nginx_pid")} ${wrk_pid:+"$wrk_pid"}; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}
 hz=$(getconf CLK_TCK)
 start_instances() { # N: an empty Redis, fresh instances 0..N-1 with the rules flags
   stop_instances
@@ -146,13 +154,16 @@ order_run() {
   done
   c0=$(metric inventory_order_redis_calls_total); o0=$(orders_total)
   s0=$(py snap)
-  local i0 b0 i1 b1
+  local i0 b0 i1 b1 w0 w1 m0 m1 t0 t1
   i0=$(inst_ticks); b0=$(busy_ticks)
   pfx=$res/raw/orders-$topo-$kind-$round
   local la; la=$(loadavg)
   declare -A o=([conns]=64 [script]=user_order.lua [ok]=201)
   qty=1
   start_wrk "$pfx" "$window"
+  w0=$(own_ticks); m0=$(busy_ticks); t0=$(date +%s.%N)
+  sleep "$window"
+  w1=$(own_ticks); m1=$(busy_ticks); t1=$(date +%s.%N)
   finish_wrk "$pfx"
   i1=$(inst_ticks); b1=$(busy_ticks)
   s1=$(py snap)
@@ -164,7 +175,9 @@ order_run() {
   top=$(calc "printf \"%.2f\", ($(field evalsha_calls "$s1") - $(field evalsha_calls "$s0")) / $created")
   usec=$(calc "printf \"%.1f\", ($(field evalsha_usec "$s1") - $(field evalsha_usec "$s0")) / $created")
   cpu=$(calc "printf \"%.1f\", ($(field cpu_ms "$s1") - $(field cpu_ms "$s0")) * 1000 / $created")
-  local icpu mcpu
+  local icpu mcpu others
+  # the machine's busy CPU during the window that was not the benchmark's, in % of the CPUs
+  others=$(calc "o = (($m1 - $m0) - ($w1 - $w0)) * 100 / $hz / (($t1 - $t0) * $(nproc)); printf \"%.0f\", o < 0 ? 0 : o")
   icpu=$(calc "printf \"%.1f\", ($i1 - $i0) * 1e6 / $hz / $created")
   mcpu=$(calc "printf \"%.1f\", ($b1 - $b0) * 1e6 / $hz / $created")
   local lost
@@ -178,7 +191,7 @@ order_run() {
     verdict=VIOLATED; failed=1; tail -5 "$pfx.verify" >&2
   fi
   log "$topo $kind round $round: $rate orders/s, p99 $p99 µs, $calls Redis calls/order (metric), $top EVALSHA/order, §8 $verdict (load $la)"
-  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$lost|$usec|$cpu|$icpu|$mcpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$verdict")
+  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$lost|$usec|$cpu|$icpu|$mcpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$others|$verdict")
   eval "rate_${topo}_${kind}_$round=$rate"
   eval "p99_${topo}_${kind}_$round=$p99"
   eval "calls_${topo}_${kind}_$round=$calls"
@@ -311,10 +324,10 @@ fi
     echo "## Orders: A plain vs B limit_per_user $limit + reservation_ttl_s $ttl (L: the limit alone, H: the holds alone)"
     echo
     echo "wrk -t2 -c64, ${window} s per run, 16 segments, quantity 1, hold 0, $users users at random (body user_id, --trust-body-user-id)."
-    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *lock attempts lost/order* (PTTL calls: an acquire that found the segment held), *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes); *inventoryd CPU*, *machine CPU* (all processes, wrk and nginx included, the drain too): /proc ticks per 201."
+    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *lock attempts lost/order* (PTTL calls: an acquire that found the segment held), *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes); *inventoryd CPU*, *machine CPU* (all processes, wrk and nginx included, the drain too): /proc ticks per 201; *others' CPU*: the machine's busy time during the window not spent by the benchmark's processes (wrk, nginx, the instances, Redis), in % of all CPUs."
     echo
-    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | lock attempts lost/order | Redis EVALSHA µs/order | Redis CPU µs/order | inventoryd CPU µs/order | machine CPU µs/order | 201 | 409 | 503 | load avg before | SPEC §8 |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | lock attempts lost/order | Redis EVALSHA µs/order | Redis CPU µs/order | inventoryd CPU µs/order | machine CPU µs/order | 201 | 409 | 503 | load avg before | others' CPU % | SPEC §8 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in "${order_rows[@]}"; do echo "| ${r//|/ | } |"; done
     echo
     for topo in direct direct_base nginx nginx_base; do
@@ -328,7 +341,8 @@ fi
           pa+="$(eval "echo \${p99_${topo}_A_$rd}") "; pb+="$(eval "echo \${p99_${topo}_${kind}_$rd}") "
           per+="$(calc "printf \"%.2f\", $b / $a") "
         done
-        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds (each round: $per)$([ "$kind" = B ] && echo '; target ≥ 0.8'); p99 µs A: $pa/ $kind: $pb"
+        med=$(tr ' ' '\n' <<<"$per" | grep . | sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds, median of the rounds' ratios $med (each round: $per)$([ "$kind" = B ] && echo '; target ≥ 0.8'); p99 µs A: $pa/ $kind: $pb"
       done
     done
   fi
