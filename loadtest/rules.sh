@@ -175,7 +175,10 @@ order_run() {
   top=$(calc "printf \"%.2f\", ($(field evalsha_calls "$s1") - $(field evalsha_calls "$s0")) / $created")
   usec=$(calc "printf \"%.1f\", ($(field evalsha_usec "$s1") - $(field evalsha_usec "$s0")) / $created")
   cpu=$(calc "printf \"%.1f\", ($(field cpu_ms "$s1") - $(field cpu_ms "$s0")) * 1000 / $created")
-  local icpu mcpu others
+  local icpu mcpu others bcpu
+  # the benchmark's own CPU (wrk, nginx, instances, Redis) in the window per 201 in the window:
+  # what bounds orders/s on a CPU-bound machine, less disturbed by other work than orders/s
+  bcpu=$(calc "n = $(field rate "$result") * $window; if (n > 0) printf \"%.1f\", ($w1 - $w0) * 1e6 / $hz / n; else print \"-\"")
   # the machine's busy CPU during the window that was not the benchmark's, in % of the CPUs
   others=$(calc "o = (($m1 - $m0) - ($w1 - $w0)) * 100 / $hz / (($t1 - $t0) * $(nproc)); printf \"%.0f\", o < 0 ? 0 : o")
   icpu=$(calc "printf \"%.1f\", ($i1 - $i0) * 1e6 / $hz / $created")
@@ -191,9 +194,10 @@ order_run() {
     verdict=VIOLATED; failed=1; tail -5 "$pfx.verify" >&2
   fi
   log "$topo $kind round $round: $rate orders/s, p99 $p99 µs, $calls Redis calls/order (metric), $top EVALSHA/order, §8 $verdict (load $la)"
-  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$lost|$usec|$cpu|$icpu|$mcpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$others|$verdict")
+  order_rows+=("$topo|$kind|$round|$rate|$(calc "printf \"%.1f\", $p99 / 1000")|$calls|$top|$lost|$usec|$cpu|$icpu|$mcpu|$bcpu|$created|$(field s409 "$result")|$(field s503 "$result")|$la|$others|$verdict")
   eval "rate_${topo}_${kind}_$round=$rate"
   eval "p99_${topo}_${kind}_$round=$p99"
+  eval "bcpu_${topo}_${kind}_$round=$bcpu"
   eval "calls_${topo}_${kind}_$round=$calls"
 }
 
@@ -324,25 +328,27 @@ fi
     echo "## Orders: A plain vs B limit_per_user $limit + reservation_ttl_s $ttl (L: the limit alone, H: the holds alone)"
     echo
     echo "wrk -t2 -c64, ${window} s per run, 16 segments, quantity 1, hold 0, $users users at random (body user_id, --trust-body-user-id)."
-    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *lock attempts lost/order* (PTTL calls: an acquire that found the segment held), *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes); *inventoryd CPU*, *machine CPU* (all processes, wrk and nginx included, the drain too): /proc ticks per 201; *others' CPU*: the machine's busy time during the window not spent by the benchmark's processes (wrk, nginx, the instances, Redis), in % of all CPUs."
+    echo "*calls/order*: inventory_order_redis_calls_total / orders (the service's own count); *EVALSHA/order*, *lock attempts lost/order* (PTTL calls: an acquire that found the segment held), *Redis µs/order* (EVALSHA usec), *Redis CPU µs/order* (used_cpu_sys+user): INFO deltas per 201 (B includes its sweeper's probes); *inventoryd CPU*, *machine CPU* (all processes, wrk and nginx included, the drain too): /proc ticks per 201; *benchmark CPU*: the CPU of wrk, nginx, the instances and Redis during the window per 201 answered in it (on a CPU-bound machine orders/s ∝ 1 / this, and it moves less with other work than orders/s); *others' CPU*: the machine's busy time during the window not spent by the benchmark's processes (wrk, nginx, the instances, Redis), in % of all CPUs."
     echo
-    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | lock attempts lost/order | Redis EVALSHA µs/order | Redis CPU µs/order | inventoryd CPU µs/order | machine CPU µs/order | 201 | 409 | 503 | load avg before | others' CPU % | SPEC §8 |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| topology | SKU | round | orders/s | p99 ms | calls/order | EVALSHA/order | lock attempts lost/order | Redis EVALSHA µs/order | Redis CPU µs/order | inventoryd CPU µs/order | machine CPU µs/order | benchmark CPU µs/order | 201 | 409 | 503 | load avg before | others' CPU % | SPEC §8 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for r in "${order_rows[@]}"; do echo "| ${r//|/ | } |"; done
     echo
     for topo in direct direct_base nginx nginx_base; do
       for kind in $kinds; do
         [ "$kind" = A ] && continue
-        sa=0 sb=0 pa="" pb="" per=""
+        sa=0 sb=0 pa="" pb="" per="" cap=""
         for ((rd = 1; rd <= rounds; rd++)); do
           a=$(eval "echo \${rate_${topo}_A_$rd:-}"); b=$(eval "echo \${rate_${topo}_${kind}_$rd:-}")
           if [ -z "$a" ] || [ -z "$b" ]; then continue; fi
           sa=$(calc "printf \"%.1f\", $sa + $a"); sb=$(calc "printf \"%.1f\", $sb + $b")
           pa+="$(eval "echo \${p99_${topo}_A_$rd}") "; pb+="$(eval "echo \${p99_${topo}_${kind}_$rd}") "
           per+="$(calc "printf \"%.2f\", $b / $a") "
+          ca=$(eval "echo \${bcpu_${topo}_A_$rd:-}"); cb=$(eval "echo \${bcpu_${topo}_${kind}_$rd:-}")
+          if [ "$ca" != - ] && [ "$cb" != - ]; then cap+="$(calc "printf \"%.2f\", $ca / $cb") "; fi
         done
         med=$(tr ' ' '\n' <<<"$per" | grep . | sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds, median of the rounds' ratios $med (each round: $per)$([ "$kind" = B ] && echo '; target ≥ 0.8'); p99 µs A: $pa/ $kind: $pb"
+        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds, median of the rounds' ratios $med (each round: $per)$([ "$kind" = B ] && echo '; target ≥ 0.8'); by the benchmark's CPU per order (A's ÷ $kind's), each round: $cap; p99 µs A: $pa/ $kind: $pb"
       done
     done
   fi
