@@ -25,7 +25,8 @@
 #
 # Usage: loadtest/rules.sh [--only orders|sweep] [--no-nginx] [--baseline BIN] [--out DIR]
 #   --baseline BIN  (1) also with an older inventoryd, each of its runs right after the same
-#                   run of this build (topology "direct_base", "nginx_base")
+#                   run of this build (topology "direct_base", "nginx_base"); SKU A is not run
+#                   again: its path is the same code in both, so both are compared with it
 # Env: BUILD_DIR (build), RL_WINDOW (6), RL_ROUNDS (3), RL_USERS (100000), RL_LIMIT (1000),
 #      RL_TTL (60), RL_HOLDS ("1000 100000"), RL_SWEEP_INSTANCES ("1 3"), RL_IDLE (5),
 #      RL_HOLD_TTL_SMALL (10, H ≤ 10000), RL_HOLD_TTL (30: must exceed the time to make H holds),
@@ -209,7 +210,7 @@ if [ -z "$only" ] || [ "$only" = orders ]; then
     for ((rd = 1; rd <= rounds; rd++)); do
       for kind in $kinds; do
         order_run "$topo" "$kind" "$rd"
-        if [ -n "$baseline" ]; then
+        if [ -n "$baseline" ] && [ "$kind" != A ]; then
           cur=$bin; bin=$baseline
           order_run "${topo}_base" "$kind" "$rd"
           bin=$cur
@@ -339,12 +340,12 @@ fi
         [ "$kind" = A ] && continue
         sa=0 sb=0 pa="" pb="" per="" cap=""
         for ((rd = 1; rd <= rounds; rd++)); do
-          a=$(eval "echo \${rate_${topo}_A_$rd:-}"); b=$(eval "echo \${rate_${topo}_${kind}_$rd:-}")
+          a=$(eval "echo \${rate_${topo%_base}_A_$rd:-}"); b=$(eval "echo \${rate_${topo}_${kind}_$rd:-}")
           if [ -z "$a" ] || [ -z "$b" ]; then continue; fi
           sa=$(calc "printf \"%.1f\", $sa + $a"); sb=$(calc "printf \"%.1f\", $sb + $b")
-          pa+="$(eval "echo \${p99_${topo}_A_$rd}") "; pb+="$(eval "echo \${p99_${topo}_${kind}_$rd}") "
+          pa+="$(eval "echo \${p99_${topo%_base}_A_$rd}") "; pb+="$(eval "echo \${p99_${topo}_${kind}_$rd}") "
           per+="$(calc "printf \"%.2f\", $b / $a") "
-          ca=$(eval "echo \${bcpu_${topo}_A_$rd:-}"); cb=$(eval "echo \${bcpu_${topo}_${kind}_$rd:-}")
+          ca=$(eval "echo \${bcpu_${topo%_base}_A_$rd:-}"); cb=$(eval "echo \${bcpu_${topo}_${kind}_$rd:-}")
           if [ "$ca" != - ] && [ "$cb" != - ]; then cap+="$(calc "printf \"%.2f\", $ca / $cb") "; fi
         done
         med=$(tr ' ' '\n' <<<"$per" | grep . | sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
