@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cost of the sale rules of issue 20 (SPEC §11), docs/performance.md "Sale rules: limits and
-# holds (issue 20)". Not part of scripts/test.sh. About 7 minutes with the defaults.
+# holds (issue 20)". Not part of scripts/test.sh. 6–9 minutes with the defaults (more on a
+# loaded machine).
 #
 # (1) orders: orders/s, p99 and Redis calls per order, SKU A plain vs SKU B with limit_per_user
 #     (RL_LIMIT, 1000: never refuses) and reservation_ttl_s (RL_TTL, 60: no hold expires during
