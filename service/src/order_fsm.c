@@ -1488,6 +1488,18 @@ static enum order_outcome window_fast(struct order *o, const struct sku_rules *r
 
 static void user_reserve(struct order *o);
 
+/* The reservation is settled (a round trip or two after the view was taken): the walk, with
+ * fresh knowledge of the segments this instance holds and found empty meanwhile, as every later
+ * round has (round_begin). Walking on the older copy tried segments another loop of this
+ * instance had taken since, each a lost lock attempt and often a wait in Redis
+ * (docs/performance.md, "Sale rules"). */
+static void rules_passed(struct order *o)
+{
+    rules_applied(o);
+    view_refresh(o);
+    layout_known(o);
+}
+
 /* Applies the SKU's rules before the walk (the layout, so the rules, known; re-read first when
  * this instance's copy is older than sold_out_recheck_ms): the window's fast answer, then, for
  * a SKU with a limit, the reservation against the user's count. */
@@ -1551,8 +1563,7 @@ static void user_reserved(struct order *o, long long expiry)
         snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", expiry);
     if (replicas_wait(o, OS_USER_WAIT))
         return;
-    rules_applied(o);
-    layout_known(o);
+    rules_passed(o);
 }
 
 /* Looks for the orders of the user's entries past their deadline in every segment that may
@@ -1614,8 +1625,7 @@ static void on_user_reserve(struct order *o, const struct oev *e)
         user_reserved(o, v1);
         return;
     case STORE_RESERVE_FREE: /* the limit was PATCHed away since this instance read it */
-        rules_applied(o);
-        layout_known(o);
+        rules_passed(o);
         return;
     case STORE_RESERVE_NO_SKU: place_done(o, OUT_UNKNOWN_SKU); return;
     case STORE_RESERVE_NOT_STARTED:
@@ -1700,8 +1710,7 @@ static void on_user_wait(struct order *o, const struct oev *e)
 {
     long long got = store_reply_acks(e->st, e->r);
     if (got >= o->app->cfg.redis_replica_acks) {
-        rules_applied(o);
-        layout_known(o);
+        rules_passed(o);
         return;
     }
     log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
