@@ -249,21 +249,62 @@ static sink_proc *sink_spawn(const char *consumer, const char *const *extra)
     return p;
 }
 
-/* sink_spawn, then waits until its /healthz answers 200 (Redis and the database reached). */
+/* 1 when p's process has exited (reaped here). */
+static int sink_exited(sink_proc *p)
+{
+    int status;
+    if (p->pid <= 0 || waitpid(p->pid, &status, WNOHANG) != p->pid)
+        return 0;
+    p->pid = 0;
+    pr_set_pid(p->slot, 0);
+    return 1;
+}
+
+/* 1 when p's log holds needle. */
+static int sink_log_has(const sink_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log, "r");
+    char line[2048];
+    int found = 0;
+    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+/* sink_spawn, then waits until its /healthz answers 200 (Redis and the database reached) while
+ * the process still runs (an answer from another process that took the port does not count).
+ * The metrics port is a free port picked before the start, which another test process on this
+ * machine may take first: a sink that could not listen is started again on another one (at
+ * most 5 times). */
 static sink_proc *sink_start(const char *consumer, const char *const *extra)
 {
-    sink_proc *p = sink_spawn(consumer, extra);
-    int64_t deadline = tu_now_ms() + 10000;
-    while (tu_now_ms() < deadline) {
-        sf_resp r = {0};
-        int st = sf_http(p->metrics_port, "GET", "/healthz", NULL, NULL, 0, &r);
-        sf_resp_free(&r);
-        if (st == 200)
-            return p;
-        tu_sleep_ms(20);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        sink_proc *p = sink_spawn(consumer, extra);
+        int64_t deadline = tu_now_ms() + 10000;
+        int taken = 0;
+        while (tu_now_ms() < deadline) {
+            sf_resp r = {0};
+            int st = sf_http(p->metrics_port, "GET", "/healthz", NULL, NULL, 0, &r);
+            sf_resp_free(&r);
+            if (sink_exited(p)) {
+                taken = sink_log_has(p, "cannot listen");
+                break;
+            }
+            if (st == 200)
+                return p;
+            tu_sleep_ms(20);
+        }
+        if (!taken) {
+            sink_print_log(p);
+            SF_ASSERT(0, "inventory-sink %s not healthy within 10 s", consumer);
+        }
+        fprintf(stderr, "inventory-sink %s: metrics port %d taken meanwhile; another\n", consumer,
+                p->metrics_port);
+        sink_free(p);
     }
-    sink_print_log(p);
-    SF_ASSERT(0, "inventory-sink %s not healthy within 10 s", consumer);
+    SF_ASSERT(0, "inventory-sink %s: no free metrics port in 5 attempts", consumer);
     return NULL;
 }
 
