@@ -26,7 +26,10 @@
 #                         which the load test never makes)
 # Quiescent checks (default; no request in flight), per segment k of the current version:
 #   stock ≥ 0; sver = meta.version; t = stock + s; o = live records in inv:2:{S/k}:orders;
-#   s = Σ quantity of those records; every record names this SKU and segment k.
+#   s = Σ quantity of those records; every record names this SKU and segment k. Live records
+#   are those `created`, `reserved` (a hold) or `confirmed`; `cancelled` and `expired` ones
+#   have ended. Holds: cnt.r = Σ quantity of the `reserved` records, and the due set
+#   inv:2:{S/k}:due holds exactly as many members (SPEC §11).
 # and per SKU: Σ t = stock total; Σ s = units counted by wrk (and Σ o = 201 answers); with
 # unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty instead.
 # Prints one line per check ("✓"/"✗") and a last line
@@ -120,21 +123,22 @@ if [ "$live" = 1 ]; then
   exit 0
 fi
 
-# Scalars of every segment in one pipelined redis-cli call: 7 lines per segment.
+# Scalars of every segment in one pipelined redis-cli call: 9 lines per segment.
+nl=9
 scal=$(for ((k = 0; k < nseg; k++)); do
          # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-         printf "GET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\n" \
-           "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
+         printf "GET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nZCARD ${sp}:due\n" \
+           "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
        done | rcli) || { echo "verify: cannot read Redis" >&2; exit 3; }
 mapfile -t sv <<<"$scal"
 # Every order record, segment by segment, aggregated by awk: per segment
-# "k records live_count live_units cancelled malformed".
+# "k records live_count live_units ended malformed held_count held_units".
 agg=$(for ((k = 0; k < nseg; k++)); do
         # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
         printf "ECHO @@seg:%d\nHVALS ${sp}:orders\n" "$k" "$sku" "$k"
       done | rcli | awk -v sku="$sku" '
-  function flush() { if (seg != "") print seg, n, live, units, canc, bad }
-  /^@@seg:/ { flush(); seg = substr($0, 7); n = live = units = canc = bad = 0; next }
+  function flush() { if (seg != "") print seg, n, live, units, canc, bad, held, hunits }
+  /^@@seg:/ { flush(); seg = substr($0, 7); n = live = units = canc = bad = held = hunits = 0; next }
   $0 == "" { next }
   {
     n++
@@ -144,17 +148,18 @@ agg=$(for ((k = 0; k < nseg; k++)); do
     if (match($0, /"sku":"[^"]*"/)) sk = substr($0, RSTART + 7, RLENGTH - 8)
     if (match($0, /"segment":[0-9]+/)) sg = substr($0, RSTART + 10, RLENGTH - 10)
     if (q == "" || sk != sku || sg != seg) { bad++; next }
-    if (st == "created") { live++; units += q }
-    else if (st == "cancelled") canc++
+    if (st == "created" || st == "confirmed") { live++; units += q }
+    else if (st == "reserved") { live++; units += q; held++; hunits += q }
+    else if (st == "cancelled" || st == "expired") canc++
     else bad++
   }
   END { flush() }') || { echo "verify: cannot read Redis" >&2; exit 3; }
 
 sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
 for ((k = 0; k < nseg; k++)); do
-  st=${sv[k * 7]:-} ver=${sv[k * 7 + 1]:-} t=${sv[k * 7 + 2]:-} s=${sv[k * 7 + 3]:-} o=${sv[k * 7 + 4]:-}
-  lk=${sv[k * 7 + 5]:-0} hl=${sv[k * 7 + 6]:-}
-  read -r ak n live lunits canc bad < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
+  st=${sv[k * nl]:-} ver=${sv[k * nl + 1]:-} t=${sv[k * nl + 2]:-} s=${sv[k * nl + 3]:-} o=${sv[k * nl + 4]:-}
+  r=${sv[k * nl + 5]:-} lk=${sv[k * nl + 6]:-0} hl=${sv[k * nl + 7]:-} due=${sv[k * nl + 8]:-}
+  read -r ak n live lunits canc bad held hunits < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
   if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
     fail "segment $k: missing keys (stock='$st' t='$t' s='$s' o='$o')"; seg_bad=1; continue
   fi
@@ -166,11 +171,14 @@ for ((k = 0; k < nseg; k++)); do
   [ "$bad" -eq 0 ] || { fail "segment $k: $bad malformed record(s) (no quantity, wrong sku/segment or status)"; seg_bad=1; }
   [ "$o" -eq "$live" ] || { fail "segment $k: cnt.o=$o != $live live order records"; seg_bad=1; }
   [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
+  # cnt.r is absent until the segment's first hold.
+  [ "${r:-0}" = "${hunits:-0}" ] || { fail "segment $k: cnt.r=${r:-} != $hunits units in reserved records"; seg_bad=1; }
+  [ "${due:-0}" = "${held:-0}" ] || { fail "segment $k: $due members in the due set != $held reserved records"; seg_bad=1; }
   [ "$expect_sold_out" = 0 ] || [ "$st" -eq 0 ] || { fail "segment $k: $st units left, expected sold out"; seg_bad=1; }
   sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
   sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
 done
-[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities"
+[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities, r = Σ held, due set = the holds"
 [ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
   || fail "sold $sum_s != stock_total $sum_t − remaining $sum_stock"
 if [ -n "$stock_total" ]; then
@@ -219,5 +227,5 @@ if [ -n "$status_url" ]; then
   fi
 fi
 ok=$([ "$failures" = 0 ] && echo 1 || echo 0)
-echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec cancelled=$sum_canc wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
+echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec ended=$sum_canc wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
 [ "$ok" = 1 ] || exit 1
