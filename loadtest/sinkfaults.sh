@@ -19,8 +19,8 @@
 #              833 ms each way, so each transaction (INSERT, upsert, COMMIT: 3 round trips)
 #              takes 5 s; at the end of the sale the database recovers (the proxy restarted
 #              without delay: the sink's connection drops, a commit may be cut off unanswered)
-#   instkill   kill -9 of an inventoryd while it is inside critical sections (mid-order),
-#              restarted 2 s later
+#   instkill   kill -9 of an inventoryd while it is inside critical sections (mid-order; the
+#              instances hold each segment lock 5 ms, --hold-ms 5), restarted 2 s later
 #   failover   a Redis Cluster of 3 masters + 3 replicas (min-replicas-to-write 1), the
 #              instances with --redis-replica-acks 1: kill -9 of the master of the instant SKU's
 #              segment 0, its replica promoted, the old master back as a replica
@@ -444,10 +444,11 @@ settle_and_check() {
   wait_until $((hold_ttl * 10 + 100)) holds_ended || log "  (holds still due $((hold_ttl + 10)) s after the sale)"
   t0=$(now_ms)
   if wait_until $((catchup_s * 10)) caught_up; then
-    catchup_ms=$(($(now_ms) - t0))
+    t_caught=$(now_ms)
+    catchup_ms=$((t_caught - t0))
     check "the sink caught up $catchup_ms ms after the sale had settled (Redis: nothing pending, last entry delivered; /metrics: lag 0, pending 0)" true
   else
-    catchup_ms=-1
+    catchup_ms=-1 t_caught=$(now_ms)
     check "the sink caught up within $catchup_s s (pending in Redis: $(group_pending))" false
   fi
   local s rc url
@@ -488,20 +489,22 @@ settle_and_check() {
   echo "holds, $hsegments segments, wrk $hconns connections (hold.lua: 1/3 confirmed, 1/3 cancelled, 1/3 expire)."
   echo "inventory-sink --batch 500 --maintain-ms 250 --claim-idle-ms 3000 into MariaDB $(mariadbd --version 2>/dev/null | awk '{print $3}')."
   echo
-  echo "| fault | result | orders/s (instant + holds) | events written/s during the sale (best second) | max lag during the sale (s) | catch-up after the sale settled | notes |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| fault | result | orders/s (instant + holds) | events written/s during the sale (best second) | max lag during the sale (s) | after the sale: events/s written until caught up | caught up after the sale settled | notes |"
+  echo "|---|---|---|---|---|---|---|---|"
 } >"$res/SUMMARY.md"
 # report NAME NOTES: the fault's row.
 report() {
-  local verdict=pass rate_i rate_h wr best lag
+  local verdict=pass rate_i rate_h wr best lag drain
   [ -z "$row_checks" ] || verdict="FAIL: ${row_checks%; }"
   rate_i=$(field rate "$result_i")
   rate_h=$(awk -v c="$(field created "$result_h")" -v w="$window" 'BEGIN { printf "%.0f", c / w }')
   wr=$(awk -v n="$(written_between "$load_t0" "$(load_end_ms)")" -v w="$window" 'BEGIN { printf "%.0f", n / w }')
   best=$(best_second "$load_t0" "$(load_end_ms)")
   lag=$(max_lag "$load_t0" "$(load_end_ms)")
-  printf '| %s | %s | %.0f + %s | %s (%s) | %s | %s ms | %s |\n' "$1" "$verdict" "$rate_i" "$rate_h" \
-    "$wr" "$best" "$lag" "$catchup_ms" "$2" >>"$res/SUMMARY.md"
+  drain=$(awk -v n="$(written_between "$(load_end_ms)" "$t_caught")" -v t=$((t_caught - $(load_end_ms))) \
+    'BEGIN { if (t > 0) printf "%.0f (%d in %.1f s)", n * 1000 / t, n, t / 1000; else print "-" }')
+  printf '| %s | %s | %.0f + %s | %s (%s) | %s | %s | %s ms | %s |\n' "$1" "$verdict" "$rate_i" "$rate_h" \
+    "$wr" "$best" "$lag" "$drain" "$catchup_ms" "$2" >>"$res/SUMMARY.md"
   row_checks=""
 }
 # repeat_times FIRST PERIOD: the instants (ms) of the fault: FIRST s into the sale, and in the
@@ -521,15 +524,23 @@ fault_sinkkill() {
   observers_start
   sale_start
   local t kills=0 left="" dups=0 p
+  local try
   for t in $(repeat_times $((window / 2)) 8); do
     sleep_until "$t"
-    # Mid-batch: entries read and not acknowledged (Redis says so), then kill -9 at once.
-    wait_until 30 pending_now || true
-    kill -KILL "${sink_pids[0]}"; wait "${sink_pids[0]}" 2>/dev/null || true
-    p=$(group_pending)
-    left+="${left:+, }$p"
-    kills=$((kills + 1))
-    log "  kill -9 of the sink with $p entries read and not acknowledged"
+    # Mid-batch: entries read and not acknowledged (Redis says so), then kill -9 at once. The
+    # sink may have acknowledged them in between: then it is restarted and killed again (at
+    # most 5 times).
+    for try in 1 2 3 4 5; do
+      wait_until 30 pending_now || true
+      kill -KILL "${sink_pids[0]}"; wait "${sink_pids[0]}" 2>/dev/null || true
+      p=$(group_pending)
+      left+="${left:+, }$p"
+      kills=$((kills + 1))
+      log "  kill -9 of the sink with $p entries read and not acknowledged"
+      [ "$p" -gt 0 ] && break
+      sink_start 0 "$db_url"
+      sleep 0.3
+    done
     sleep 1
     sink_start 0 "$db_url"
   done
@@ -552,13 +563,16 @@ fault_dbkill() {
   local t kills=0 outage=3 codes="" e0 e1
   [ "$short" = 1 ] || outage=10
   e0=$(sink_metric 0 'inventory_sink_errors_total{kind="db"}')
+  local t_down downs=()
   for t in $(repeat_times $((window / 3)) 12); do
     sleep_until "$t"
     kill -KILL "$mdb_pid"; wait "$mdb_pid" 2>/dev/null || true; mdb_pid=""
+    t_down=$(now_ms)
     log "  kill -9 of mariadbd"
     sleep 1
     codes+="${codes:+, }$(sink_health 0)"
     sleep $((outage - 1))
+    downs+=("$t_down:$(now_ms)")
     mdb_restart
     kills=$((kills + 1))
     log "  mariadbd back (crash recovery) after ${outage}+ s"
@@ -570,8 +584,17 @@ fault_dbkill() {
   observers_stop
   check "the sink saw the database go ($((e1 - e0)) database errors; /healthz during the outages: $codes)" \
     test $((e1 - e0)) -ge 1 -a "${codes//[, ]/}" = "$(printf '503%.0s' $(seq "$kills"))"
+  # The lag gauge is the alarm: it must grow while the database is down (the entries in hand
+  # at the kill age with the outage), not keep its value from before.
+  local d lags="" low=1
+  for d in "${downs[@]}"; do
+    t=$(max_lag "${d%:*}" "${d#*:}")
+    lags+="${lags:+, }$t s"
+    awk -v l="$t" -v o="$outage" 'BEGIN { exit !(l >= o - 1.5) }' || low=0
+  done
+  check "inventory_sink_lag_seconds grew during each outage of $outage s (max sampled: $lags)" eq "$low" 1
   report "kill -9 of MariaDB ×$kills, restarted after $outage s" \
-    "$((e1 - e0)) database errors retried; /healthz $codes during the outages"
+    "$((e1 - e0)) database errors retried; /healthz $codes during the outages; lag sampled during them up to $lags"
   fault_end
 }
 
@@ -614,23 +637,26 @@ fault_dbslow() {
   check "while slow the sink committed one transaction per ≥ $((slow_commit_ms * 8 / 10)) ms ($((b1 - b0)) in $((t_slow1 - t_slow0)) ms) with no database error ($((e1 - e0)))" \
     test $((b1 - b0)) -ge 1 -a $(((t_slow1 - t_slow0) / (b1 - b0 > 0 ? b1 - b0 : 1))) -ge $((slow_commit_ms * 8 / 10)) -a $((e1 - e0)) -eq 0
   report "MariaDB slow: $slow_commit_ms ms per transaction (delayproxy $d ms each way), then fast again" \
-    "$((b1 - b0)) transactions in $((t_slow1 - t_slow0)) ms while slow, lag up to $lag_slow s; the orders did not slow down"
+    "$((b1 - b0)) transactions in $((t_slow1 - t_slow0)) ms while slow, lag up to $lag_slow s"
   stop_pid "$slowproxy_pid" 20; slowproxy_pid=""
   fault_end
 }
 
 in_cs_now() { [ "$(metric "$1" inventory_critical_sections_in_flight)" -gt 0 ]; }
 fault_instkill() {
-  fault_begin instkill 2
+  # Each order holds its segment lock 5 ms (--hold-ms): the kill lands inside critical sections.
+  fault_begin instkill 2 --hold-ms 5
   sink_start 0 "$db_url"
   observers_start
   sale_start
-  local t kills=0 victim=1 incs=""
+  local t kills=0 victim=1 incs="" max_cs=0
   for t in $(repeat_times $((window / 3)) 10); do
     sleep_until "$t"
     wait_until 30 in_cs_now "$victim" || true
-    incs+="${incs:+, }$(metric "$victim" inventory_critical_sections_in_flight)"
+    local n; n=$(metric "$victim" inventory_critical_sections_in_flight)
     kill -KILL "${inst_pids[victim]}"; wait "${inst_pids[victim]}" 2>/dev/null || true
+    incs+="${incs:+, }$n"
+    [ "$n" -le "${max_cs:-0}" ] || max_cs=$n
     kills=$((kills + 1))
     log "  kill -9 of instance $victim"
     sleep 2
@@ -640,7 +666,8 @@ fault_instkill() {
   sale_finish
   settle_and_check
   observers_stop
-  report "kill -9 of an inventoryd mid-order ×$kills, restarted" \
+  check "an instance was killed inside critical sections (in flight at each kill: $incs)" ge "$max_cs" 1
+  report "kill -9 of an inventoryd mid-order (hold 5 ms) ×$kills, restarted" \
     "critical sections in flight at each kill: $incs; $(field s5xx "$result_i") + $(field s5xx "$result_h") 502s from nginx"
   fault_end
 }
