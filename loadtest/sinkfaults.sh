@@ -25,7 +25,8 @@
 #              instances with --redis-replica-acks 1: kill -9 of the master of the instant SKU's
 #              segment 0, its replica promoted, the old master back as a replica
 #   twosinks   two sinks at once (two consumers of the group); 2/3 into the sale the second is
-#              killed -9 and not restarted: the first claims its pending entries (XAUTOCLAIM)
+#              killed -9 while entries are pending for it, and not restarted: the first must
+#              claim them (XAUTOCLAIM, --claim-idle-ms 3000; inventory_sink_claimed_total)
 # Measured, reported in SUMMARY.md, not asserted: the order rate, the sink's throughput
 # (events/s committed into MariaDB, during the sale and its best second; the catch-up rate after
 # an outage), the lag during the sale (max of inventory_sink_lag_seconds sampled every 250 ms;
@@ -44,7 +45,8 @@
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, SF_WINDOW_S (4; long
 # 30), SF_CONNECTIONS (32, instant SKU; the holds SKU gets a quarter), SF_SLOW_COMMIT_MS (5000),
-# SF_CATCHUP_S (120: how long the sink may take to catch up after a fault), LT_PORT_MIN/MAX.
+# SF_CATCHUP_S (how long the sink may take to catch up after a fault: 120; long 300),
+# LT_PORT_MIN/MAX.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,7 +85,7 @@ lock_wait=2000
 lease=2000
 if [ "$short" = 1 ]; then window=${SF_WINDOW_S:-4}; else window=${SF_WINDOW_S:-30}; fi
 slow_commit_ms=${SF_SLOW_COMMIT_MS:-5000}
-catchup_s=${SF_CATCHUP_S:-120}
+if [ "$short" = 1 ]; then catchup_s=${SF_CATCHUP_S:-120}; else catchup_s=${SF_CATCHUP_S:-300}; fi
 stock=100000000 segments=16 hsegments=4 qty=1
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -410,6 +412,12 @@ group_pending() {
   echo "$n"
 }
 pending_now() { [ "$(group_pending)" -gt 0 ]; }
+# consumer_pending NAME: entries of the fault's streams pending for consumer NAME (one Redis).
+consumer_pending() {
+  streams | sed 's/^/XPENDING /; s/$/ sink/' | timeout 5 redis-cli -p "$redis_port" --raw 2>/dev/null |
+    awk -v c="$1" 'prev == c { n += $0 } { prev = $0 } END { print n + 0 }' || echo 0
+}
+consumer_pending_now() { [ "$(consumer_pending "$1")" -gt 0 ]; }
 # redis_drained: in Redis, for every stream of the fault's SKUs, the group "sink" has nothing
 # pending and has delivered the stream's last entry.
 redis_drained() {
@@ -708,20 +716,30 @@ fault_twosinks() {
   sink_start 1 "$db_url"
   observers_start
   sale_start
-  local w0 w1 p claimed
+  local w0 w1 p claimed try
   sleep_until $((load_t0 + window * 2000 / 3))
   w0=$(sink_metric 0 inventory_sink_events_written_total)
   w1=$(sink_metric 1 inventory_sink_events_written_total)
-  kill -KILL "${sink_pids[1]}"; wait "${sink_pids[1]}" 2>/dev/null || true
-  p=$(group_pending)
-  log "  both sinks wrote ($w0 and $w1 events); kill -9 of the second: $p entries pending (its, and the first's in flight)"
+  # Killed while it holds entries (pending for its consumer name), which the first must then
+  # claim; if it had acknowledged them in between, it is restarted and killed again (≤ 5 times).
+  for try in 1 2 3 4 5; do
+    wait_until 30 consumer_pending_now "${sink_names[1]}" || true
+    kill -KILL "${sink_pids[1]}"; wait "${sink_pids[1]}" 2>/dev/null || true
+    p=$(consumer_pending "${sink_names[1]}")
+    [ "$p" -gt 0 ] && break
+    sink_start 1 "$db_url"
+    sleep 0.3
+  done
+  log "  both sinks wrote ($w0 and $w1 events); kill -9 of the second with $p entries pending for it"
   sale_finish
   settle_and_check
   observers_stop
   claimed=$(sink_metric 0 inventory_sink_claimed_total)
   check "both sinks wrote before the kill ($w0 and $w1 events)" test "$w0" -ge 1 -a "$w1" -ge 1
+  check "the first claimed the dead one's $p pending entries (inventory_sink_claimed_total $claimed)" \
+    test "$p" -ge 1 -a "$claimed" -ge "$p"
   report "two sinks at once; the second killed -9 at 2/3, not restarted" \
-    "events before the kill: $w0 + $w1; the first claimed $claimed entries (XAUTOCLAIM)"
+    "events before the kill: $w0 + $w1; $p entries pending for the killed one, the first claimed $claimed (XAUTOCLAIM)"
   fault_end
 }
 
