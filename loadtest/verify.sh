@@ -131,18 +131,18 @@ fi
 # The scalars are positional (a missing key reads as an empty line), the records follow.
 agg=$(for ((k = 0; k < nseg; k++)); do
         # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-        printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nHVALS ${sp}:orders\nEXEC\n" \
-          "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
+        printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nZCARD ${sp}:due\nHVALS ${sp}:orders\nEXEC\n" \
+          "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
       done | rcli | awk -v sku="$sku" '
   function nz(x) { return x == "" ? "-" : x }
   function flush() {
-    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad
+    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad, (sc[9] == "" ? 0 : sc[9]), nres
   }
-  /^@@seg:/ { flush(); seg = substr($0, 7); line = 0; n = live = units = ended = held = bad = 0; split("", sc); next }
+  /^@@seg:/ { flush(); seg = substr($0, 7); line = 0; n = live = units = ended = held = bad = nres = 0; split("", sc); next }
   {
     line++
-    if (line <= 7) next                       # OK, then QUEUED for each of the 6 commands
-    if (line <= 15) { sc[line - 7] = $0; next }
+    if (line <= 8) next                       # OK, then QUEUED for each of the 7 commands
+    if (line <= 17) { sc[line - 8] = $0; next }
     if ($0 == "") next
     n++
     q = ""; st = ""; sk = ""; sg = ""
@@ -151,7 +151,7 @@ agg=$(for ((k = 0; k < nseg; k++)); do
     if (match($0, /"sku":"[^"]*"/)) sk = substr($0, RSTART + 7, RLENGTH - 8)
     if (match($0, /"segment":[0-9]+/)) sg = substr($0, RSTART + 10, RLENGTH - 10)
     if (q == "" || sk != sku || sg != seg) { bad++; next }
-    if (st == "created" || st == "reserved" || st == "confirmed") { live++; units += q; if (st == "reserved") held += q }
+    if (st == "created" || st == "reserved" || st == "confirmed") { live++; units += q; if (st == "reserved") { held += q; nres++ } }
     else if (st == "cancelled" || st == "expired") ended++
     else bad++
   }
@@ -159,7 +159,7 @@ agg=$(for ((k = 0; k < nseg; k++)); do
 
 sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_r=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
 for ((k = 0; k < nseg; k++)); do
-  read -r ak st ver t s o r lk hl n live lunits canc held bad < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
+  read -r ak st ver t s o r lk hl n live lunits canc held bad due nres < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
   [ "${ak:-}" = "$k" ] || { fail "segment $k: unreadable"; seg_bad=1; continue; }
   if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
     fail "segment $k: missing keys (stock='$st' t='$t' s='$s' o='$o')"; seg_bad=1; continue
@@ -173,11 +173,12 @@ for ((k = 0; k < nseg; k++)); do
   [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
   [ "$r" = - ] && r=0
   if ! is_int "$r" || [ "$r" -ne "$held" ]; then fail "segment $k: cnt.r=$r != $held units in reserved (held) order records"; seg_bad=1; fi
+  [ "${due:-0}" = "${nres:-0}" ] || { fail "segment $k: $due members in the due set != ${nres:-0} reserved records (a hold that would never expire, or a ghost)"; seg_bad=1; }
   [ "$expect_sold_out" = 0 ] || [ "$st" -eq 0 ] || { fail "segment $k: $st units left, expected sold out"; seg_bad=1; }
   sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
   sum_r=$((sum_r + held)) sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
 done
-[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities, r = Σ those of holds"
+[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities, r = Σ those of holds, due set = the holds"
 [ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
   || fail "sold $sum_s != stock_total $sum_t − remaining $sum_stock"
 if [ -n "$stock_total" ]; then

@@ -16,7 +16,7 @@
 #      (halt_on_error=1:second_deadlock_stack=1), JOBS (2), CTEST_ARGS (extra ctest arguments,
 #      e.g. "-L unit"), SKIP_LOADTEST=1, SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1,
 #      SKIP_DOCKER=1, SKIP_CHAOS=1 (both chaos runs), SKIP_CHAOS_CLUSTER=1 (its cluster run only),
-#      SKIP_CLUSTER=1, CLUSTER_WINDOW_S (12).
+#      SKIP_CLUSTER=1, CLUSTER_WINDOW_S (12), SKIP_SINKFAULTS=1.
 # Then scripts/docker-test.sh: the image (docker build), a container of it and docker-compose.yml in
 # a real Docker engine, started here if needed (about 4-6 minutes the first time on 2 cores, the
 # debootstrap'd base image then cached; it skips with one line where dockerd cannot start, but
@@ -32,7 +32,11 @@
 # 80 s; invariants and every 201 against Redis checked) and loadtest/faults.sh (the fault tests: kill -9,
 # SIGSTOP, Redis restarts, Redis absent, latency, lease < hold; its --soak form is the long one, not run
 # here), then again with --lock-redis (Redlock on 5 lock nodes: kill -9, SIGSTOP past the lease,
-# kill -9 of lock nodes; about 35 s).
+# kill -9 of lock nodes; about 35 s), and loadtest/sinkfaults.sh --short (the order log under faults,
+# SPEC §12: a sale through nginx and 3 instances with --order-log into a real MariaDB while the sink is
+# killed -9 mid-batch, MariaDB is killed and is slow, an instance is killed mid-order, a Redis master
+# fails over with acks 1, two sinks run; inventory-sink reconcile and the §8 checks after each; about
+# 2 min; its long form, without --short, about 8 min, is not run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,5 +110,9 @@ if [ "${SKIP_FAULTS:-0}" != 1 ]; then
   LT_SKIP_DEPS=1 loadtest/faults.sh
   echo "== loadtest/faults.sh --lock-redis (kill, pause and lock-node kills with Redlock)"
   LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/faults.sh --lock-redis
+fi
+if [ "${SKIP_SINKFAULTS:-0}" != 1 ]; then
+  echo "== loadtest/sinkfaults.sh --short (the order log into MariaDB under faults; about 2 min)"
+  LT_SKIP_DEPS=1 loadtest/sinkfaults.sh --short
 fi
 echo "scripts/test.sh: all passed"

@@ -464,7 +464,8 @@ static void assert_reconciled(const char *sku)
 }
 
 /* Per-test setup: a sink a failed test left running (cmocka skips the rest of a failed test)
- * is stopped, so that it cannot take the next test's entries. */
+ * is stopped, so that it cannot take the next test's entries; a database it left halted is
+ * restarted. */
 static void stop_leftover(void *obj, void *arg)
 {
     (void)arg;
@@ -475,6 +476,9 @@ static int per_test_setup(void **state)
 {
     (void)state;
     pr_each(&sink_kind, stop_leftover, NULL);
+    /* A test that failed with the database halted leaves it down: bring it back. */
+    if (db != NULL && mdb_pid(db) <= 0 && mdb_restart(db) != 0)
+        return -1;
     return 0;
 }
 
@@ -651,6 +655,64 @@ static void test_database_killed_and_restarted(void **state)
     sf_resp_free(&r);
     SF_ASSERT_EQ(sink_stop(p), 0);
     sink_free(p);
+}
+
+/* The lag gauge is the alarm for a sink that cannot write (docs/deployment.md: alert on
+ * inventory_sink_lag_seconds > 60): it must grow while the database is down, both for a sink
+ * stuck retrying a batch and for one started while the database is down. It was measured only
+ * between batches, so it froze at its last value (0 here) for as long as the outage lasted. */
+static double lag_after(const sink_proc *p, int ms)
+{
+    tu_sleep_ms(ms);
+    return metric(p, "inventory_sink_lag_seconds");
+}
+
+static void test_lag_grows_while_the_database_is_down(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    make_sku("t12", 2);
+    int entries = make_orders("t12", 2, 0, 30);
+    const char *extra[] = {"--maintain-ms", "100", NULL};
+    sink_proc *p = sink_start("t12-a", extra);
+    SF_ASSERT_EQ(wait_rows("order_events", "t12", entries, 10000), entries);
+    SF_ASSERT_EQ(wait_pending_zero("t12", 2, 5000), 0);
+    int64_t deadline = tu_now_ms() + 5000;
+    while (metric(p, "inventory_sink_lag_seconds") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_lag_seconds"), 0);
+
+    /* Down while the sink is writing: it holds the new entries and retries. */
+    SF_ASSERT_EQ(mdb_halt(db, SIGKILL), 0);
+    entries += make_orders("t12", 2, 30, 30);
+    deadline = tu_now_ms() + 10000;
+    while (metric(p, "inventory_sink_errors_total{kind=\"db\"}") < 1 && tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    double l1 = lag_after(p, 2000), l2 = lag_after(p, 1000);
+    SF_ASSERT(l1 >= 1.5 && l2 >= l1 + 0.5, "lag %.3f then %.3f s with the database down", l1, l2);
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+
+    /* Started again (same consumer: it re-reads what the first left pending) while the
+     * database is down: it cannot write at all, and must still report the backlog. */
+    entries += make_orders("t12", 2, 60, 30);
+    sink_proc *q = sink_spawn("t12-a", extra);
+    deadline = tu_now_ms() + 10000;
+    while (metric(q, "inventory_sink_errors_total{kind=\"db\"}") < 1 && tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    l1 = lag_after(q, 1500);
+    SF_ASSERT(l1 >= 1.5, "lag %.3f s reported by a sink started with the database down", l1);
+
+    SF_ASSERT_EQ(mdb_restart(db), 0);
+    SF_ASSERT_EQ(wait_rows("order_events", "t12", entries, 20000), entries);
+    SF_ASSERT_EQ(wait_pending_zero("t12", 2, 5000), 0);
+    deadline = tu_now_ms() + 5000;
+    while (metric(q, "inventory_sink_lag_seconds") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    SF_ASSERT_EQ(metric(q, "inventory_sink_lag_seconds"), 0);
+    assert_reconciled("t12");
+    SF_ASSERT_EQ(sink_stop(q), 0);
+    sink_free(q);
 }
 
 static void test_two_sinks_write_each_entry_once(void **state)
@@ -898,6 +960,7 @@ int main(void)
         cmocka_unit_test_setup(test_kill9_mid_batch_then_restart, per_test_setup),
         cmocka_unit_test_setup(test_sigterm_finishes_what_it_read, per_test_setup),
         cmocka_unit_test_setup(test_database_killed_and_restarted, per_test_setup),
+        cmocka_unit_test_setup(test_lag_grows_while_the_database_is_down, per_test_setup),
         cmocka_unit_test_setup(test_two_sinks_write_each_entry_once, per_test_setup),
         cmocka_unit_test_setup(test_dead_consumers_entries_are_claimed, per_test_setup),
         cmocka_unit_test_setup(test_trimming_keeps_unacknowledged_entries, per_test_setup),

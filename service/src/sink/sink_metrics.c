@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -15,7 +16,7 @@
 
 static atomic_ullong m_written, m_dups, m_batches, m_claimed, m_trimmed;
 static atomic_ullong m_errors[SINK_ERR_KINDS];
-static _Atomic double m_lag;
+static atomic_llong m_oldest_ms, m_in_hand_ms;
 static atomic_llong m_pending, m_streams;
 static atomic_int m_redis_up, m_db_up;
 static const char *const error_labels[SINK_ERR_KINDS] = {"redis", "db", "malformed"};
@@ -42,10 +43,30 @@ void sink_metrics_error(enum sink_error_kind kind)
     atomic_fetch_add_explicit(&m_errors[kind], 1, memory_order_relaxed);
 }
 
-void sink_metrics_gauges(double lag_s, long long pending)
+void sink_metrics_gauges(long long oldest_ms, long long pending)
 {
-    atomic_store_explicit(&m_lag, lag_s, memory_order_relaxed);
+    atomic_store_explicit(&m_oldest_ms, oldest_ms, memory_order_relaxed);
     atomic_store_explicit(&m_pending, pending, memory_order_relaxed);
+}
+
+void sink_metrics_in_hand(long long oldest_ms)
+{
+    atomic_store_explicit(&m_in_hand_ms, oldest_ms, memory_order_relaxed);
+}
+
+/* Seconds since the older of the two entry times (0 when neither is set, or in the future:
+ * the sink's clock behind Redis's). */
+static double lag_now(void)
+{
+    long long a = atomic_load_explicit(&m_oldest_ms, memory_order_relaxed);
+    long long b = atomic_load_explicit(&m_in_hand_ms, memory_order_relaxed);
+    long long oldest = a > 0 && (b <= 0 || a < b) ? a : b;
+    if (oldest <= 0)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long age = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - oldest;
+    return age > 0 ? (double)age / 1000.0 : 0;
 }
 
 void sink_metrics_streams(long long streams)
@@ -89,8 +110,7 @@ char *sink_metrics_render(void)
         fprintf(f, "inventory_sink_errors_total{kind=\"%s\"} %llu\n", error_labels[i],
                 get(&m_errors[i]));
     metrics_text_gauge(f, "inventory_sink_lag_seconds",
-                       "Age of the oldest order-log entry not yet acknowledged.",
-                       atomic_load_explicit(&m_lag, memory_order_relaxed));
+                       "Age of the oldest order-log entry not yet acknowledged.", lag_now());
     metrics_text_gauge(f, "inventory_sink_pending",
                        "Entries delivered to the group and not acknowledged.",
                        (double)atomic_load_explicit(&m_pending, memory_order_relaxed));

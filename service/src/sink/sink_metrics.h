@@ -13,8 +13,10 @@
  *   inventory_sink_trimmed_total            entries trimmed from the streams (XTRIM MINID)
  *   inventory_sink_errors_total{kind="redis|db|malformed"}
  *   inventory_sink_lag_seconds              age of the oldest entry the group has not acknowledged
- *                                            (pending or not yet delivered), 0 when none;
- *                                            measured every --maintain-ms
+ *                                            (pending or not yet delivered), 0 when none; that
+ *                                            entry is found every --maintain-ms, its age is taken
+ *                                            when /metrics is read (so it keeps growing while the
+ *                                            sink waits on the database)
  *   inventory_sink_pending                  entries delivered to the group and not acknowledged
  *   inventory_sink_streams                  segment streams followed
  */
@@ -29,7 +31,13 @@ void sink_metrics_written(long long entries, long long duplicates);
 void sink_metrics_claimed(long long n);
 void sink_metrics_trimmed(long long n);
 void sink_metrics_error(enum sink_error_kind kind);
-void sink_metrics_gauges(double lag_s, long long pending);
+/* The lag's sources, as entry times (ms since the epoch, from the entry id; 0: none): the
+ * oldest entry the group has not acknowledged as the last maintenance found it, and the oldest
+ * entry this sink holds read and not yet committed and acknowledged. The gauge is the age of
+ * the older of the two when /metrics is read, so it grows while the sink is stuck on a batch
+ * (the database down or slow) instead of keeping the value it had before. */
+void sink_metrics_gauges(long long oldest_ms, long long pending);
+void sink_metrics_in_hand(long long oldest_ms);
 void sink_metrics_streams(long long streams);
 /* What /healthz answers: 200 when both are up, else 503 naming the one down. */
 void sink_metrics_health(int redis_up, int db_up);

@@ -461,11 +461,18 @@ static int flush(struct sink *s)
 {
     int batch = s->cfg->batch;
     for (int off = 0; off < s->nentries; off += batch) {
+        /* The lag gauge counts from the oldest entry still in hand while a batch is stuck. */
+        unsigned long long oldest = 0;
+        for (int i = off; i < s->nentries; i++)
+            if (oldest == 0 || s->entries[i].ms < oldest)
+                oldest = s->entries[i].ms;
+        sink_metrics_in_hand((long long)oldest);
         int m = s->nentries - off < batch ? s->nentries - off : batch;
         if (write_batch(s, s->entries + off, m) != 0)
             return -1;
         ack_batch(s, s->entries + off, m);
     }
+    sink_metrics_in_hand(0);
     s->nentries = 0;
     return 0;
 }
@@ -771,20 +778,18 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
     free(gv);
 }
 
-static void maintain(struct sink *s)
+/* Claims (only when the database is up: claimed entries are written at once), trimming, and
+ * the lag and pending gauges (also with the database down: that is when the lag matters). */
+static void maintain(struct sink *s, int db_up)
 {
-    claim(s);
+    if (db_up)
+        claim(s);
     long long pending = 0, oldest = 0;
     for (int off = 0; off < s->nstreams && !sink_stop; off += WINDOW) {
         int w = s->nstreams - off < WINDOW ? s->nstreams - off : WINDOW;
         trim_window(s, off, w, &pending, &oldest);
     }
-    double lag = 0;
-    if (oldest > 0) {
-        long long age = wall_ms() - oldest;
-        lag = age > 0 ? (double)age / 1000.0 : 0;
-    }
-    sink_metrics_gauges(lag, pending);
+    sink_metrics_gauges(oldest, pending);
 }
 
 int sink_run(const struct sink_config *cfg_in)
@@ -817,10 +822,9 @@ int sink_run(const struct sink_config *cfg_in)
     long long last_discover = -DISCOVER_MS, last_maintain = mono_ms();
     int empty_rounds = 0;
     while (!sink_stop) {
-        if (ensure_db(&s) != 0) {
-            backoff(&s);
-            continue;
-        }
+        /* With the database down the streams are still discovered and the gauges kept (a sink
+         * that cannot write must show its lag), then the connection is tried again. */
+        int db_up = ensure_db(&s) == 0;
         long long now = mono_ms();
         if (now - last_discover >= DISCOVER_MS) {
             last_discover = now;
@@ -831,7 +835,11 @@ int sink_run(const struct sink_config *cfg_in)
         }
         if (now - last_maintain >= cfg.maintain_ms) {
             last_maintain = now;
-            maintain(&s);
+            maintain(&s, db_up);
+        }
+        if (!db_up) {
+            backoff(&s);
+            continue;
         }
         int got = read_round(&s);
         if (s.nentries > 0 && flush(&s) != 0)
