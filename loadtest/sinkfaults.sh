@@ -36,7 +36,7 @@
 # stopped on exit, also on failure.
 #
 # Usage: loadtest/sinkfaults.sh [--short] [--faults LIST] [--out DIR]
-#   --short    4 s of sale per fault (about 3 min in all); default: 30 s per fault, the
+#   --short    4 s of sale per fault (about 1.5 min in all); default: 30 s per fault, the
 #              outages repeated (sink kill every 8 s, database kill every 12 s, instance kill
 #              every 10 s), about 8 min
 #   --faults   comma-separated subset of sinkkill,dbkill,dbslow,instkill,failover,twosinks [all]
