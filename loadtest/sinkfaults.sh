@@ -38,7 +38,7 @@
 # Usage: loadtest/sinkfaults.sh [--short] [--faults LIST] [--out DIR]
 #   --short    4 s of sale per fault (about 1.5 min in all); default: 30 s per fault, the
 #              outages repeated (sink kill every 8 s, database kill every 12 s, instance kill
-#              every 10 s), about 8 min
+#              every 10 s), about 9 min
 #   --faults   comma-separated subset of sinkkill,dbkill,dbslow,instkill,failover,twosinks [all]
 #   --out DIR  results directory
 # Exit status: 0 every check passed; 1 a check failed; 2 usage; 3 infrastructure failure.
