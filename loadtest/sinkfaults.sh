@@ -32,13 +32,14 @@
 # an outage), the lag during the sale (max of inventory_sink_lag_seconds sampled every 250 ms;
 # the sinks run with --maintain-ms 250 so the gauge is that fresh).
 # Writes loadtest/results/sinkfaults-<UTC timestamp>[-short]/ with SUMMARY.md, run.log, raw/
-# (wrk output, metric samples, reconcile and verify output) and logs/. Everything it starts is
-# stopped on exit, also on failure.
+# (wrk output, metric samples, reconcile and verify output) and logs/; MariaDB's data directory
+# (run/mariadb) only when a check failed. Everything it starts is stopped on exit, also on
+# failure.
 #
 # Usage: loadtest/sinkfaults.sh [--short] [--faults LIST] [--out DIR]
-#   --short    4 s of sale per fault (about 3 min in all); default: 30 s per fault, the
+#   --short    4 s of sale per fault (about 1.5 min in all); default: 30 s per fault, the
 #              outages repeated (sink kill every 8 s, database kill every 12 s, instance kill
-#              every 10 s), about 8 min
+#              every 10 s), about 9 min
 #   --faults   comma-separated subset of sinkkill,dbkill,dbslow,instkill,failover,twosinks [all]
 #   --out DIR  results directory
 # Exit status: 0 every check passed; 1 a check failed; 2 usage; 3 infrastructure failure.
@@ -97,7 +98,7 @@ lib_name=sinkfaults
 # shellcheck source=loadtest/lib.sh
 . "$lt/lib.sh"
 
-obs_pids=() sink_pids=() sink_ports=() sink_names=() wrk_pids=()
+obs_pids=() sink_pids=() sink_ports=() sink_names=() wrk_pids=() all_passed=0
 mdb_pid="" mdb_port="" slowproxy_pid=""
 # "index port" of each sink started in this fault, for the sampler (a background loop).
 sinks_file=$run_dir/sinks
@@ -113,6 +114,8 @@ cleanup_hook() {
   stop_pid "$slowproxy_pid" 20
   mdb_stop
   rm -f "$mdb_sock"
+  # The database's files (hundreds of MB) are kept only when a check failed.
+  [ "$all_passed" != 1 ] || rm -rf "${mdb_dir:?}"
 }
 install_cleanup
 
@@ -759,3 +762,4 @@ elapsed=$(($(date +%s) - t_begin))
 log "$checks_passed checks passed, $failures failed, in $elapsed s; $res/SUMMARY.md"
 cat "$res/SUMMARY.md" >&2
 [ "$failures" -eq 0 ] || exit 1
+all_passed=1

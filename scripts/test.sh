@@ -36,7 +36,7 @@
 # SPEC §12: a sale through nginx and 3 instances with --order-log into a real MariaDB while the sink is
 # killed -9 mid-batch, MariaDB is killed and is slow, an instance is killed mid-order, a Redis master
 # fails over with acks 1, two sinks run; inventory-sink reconcile and the §8 checks after each; about
-# 2 min; its long form, without --short, about 8 min, is not run here).
+# 1.5 min; its long form, without --short, about 9 min, is not run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -112,7 +112,7 @@ if [ "${SKIP_FAULTS:-0}" != 1 ]; then
   LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/faults.sh --lock-redis
 fi
 if [ "${SKIP_SINKFAULTS:-0}" != 1 ]; then
-  echo "== loadtest/sinkfaults.sh --short (the order log into MariaDB under faults; about 2 min)"
+  echo "== loadtest/sinkfaults.sh --short (the order log into MariaDB under faults; about 1.5 min)"
   LT_SKIP_DEPS=1 loadtest/sinkfaults.sh --short
 fi
 echo "scripts/test.sh: all passed"
