@@ -488,6 +488,37 @@ static void test_pending_restock_on_damaged_segment_keeps_selling(void **state)
     SF_ASSERT_EQ(rep.sold, 6);
 }
 
+/* The same with the orders spread over more than sold_out_recheck_ms (500 ms), so that the
+ * instance's copy of the SKU's rules (issue 20) goes stale and is read again, beside a segment
+ * whose sver is damaged: the re-read must not fail the order (the other segment sells). */
+static void test_rules_read_again_beside_a_damaged_segment_keeps_selling(void **state)
+{
+    (void)state;
+    char sku[64], sver[128], val[64];
+    tu_unique_name(sku, sizeof sku, "dmrules");
+    long long v = put_v(sku, 20, 2);
+    snprintf(sver, sizeof sver, "inv:2:{%s/1}:sver", sku);
+    snprintf(val, sizeof val, "%llde0", v);
+    redisReply *x = rf_command(gf_redis, "SET %s %s", sver, val);
+    freeReplyObject(x);
+    poke_restock(sku, v, 6);
+    sf_resp r = {0};
+    for (int i = 0; i < 3; i++) {
+        sf_order(NULL, port, sku, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        tu_sleep_ms(700); /* the rules copy is stale for the next order */
+    }
+    snprintf(val, sizeof val, "%lld", v);
+    x = rf_command(gf_redis, "SET %s %s", sver, val);
+    freeReplyObject(x);
+    sku_get(sku, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 3);
+}
+
 static void test_each_order_logs_its_own_error(void **state)
 {
     (void)state;
@@ -536,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_damaged_meta_changes_nothing),
         cmocka_unit_test(test_damaged_pending_entry_applies_nothing),
         cmocka_unit_test(test_pending_restock_on_damaged_segment_keeps_selling),
+        cmocka_unit_test(test_rules_read_again_beside_a_damaged_segment_keeps_selling),
         cmocka_unit_test(test_each_order_logs_its_own_error),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
