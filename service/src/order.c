@@ -125,16 +125,13 @@ void order_get_async(struct areq *ar)
  * the sweeper's next pass).
  */
 
-/* Notes the give-back of the order whose record rec (a Redis reply) ended. */
-static void note_give(struct by_id *b, const redisReply *rec)
+/* Notes the give-back of the order whose record (parsed: order, may be NULL) ended. */
+static void note_give(struct by_id *b, const json_t *order)
 {
     b->give[0] = '\0';
-    json_t *o =
-        rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
-    const char *user = o ? json_string_value(json_object_get(o, "user_id")) : NULL;
+    const char *user = json_string_value(json_object_get(order, "user_id"));
     if (user && strlen(b->id) > IDS_ORDER_HEX)
         snprintf(b->give, sizeof(b->give), "%.*s%s", IDS_ORDER_HEX, b->id, user);
-    json_decref(o);
 }
 
 /* The answer from the script's reply {code[, record[, 1 when it expired the hold now]]}; 1
@@ -173,13 +170,13 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
             response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
             break;
         case STORE_CANCEL_EXPIRED:
-            note_give(b, rec);
+            note_give(b, order);
             wrote = 1;
             response_error(res, ERROR_RESERVATION_EXPIRED,
                            "the hold expired: its units are back in stock already");
             break;
         default:
-            note_give(b, rec);
+            note_give(b, order);
             wrote = 1;
             if (order && json_object_get(order, "expires_at"))
                 metrics_hold_cancelled();
@@ -202,7 +199,7 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
             response_error(res, ERROR_ALREADY_CANCELLED, "the order was cancelled");
             break;
         case STORE_CONFIRM_EXPIRED:
-            note_give(b, rec);
+            note_give(b, order);
             wrote = 1;
             response_error(res, ERROR_RESERVATION_EXPIRED,
                            "the hold expired before it was confirmed: its units are back in "

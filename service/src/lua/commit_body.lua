@@ -12,17 +12,21 @@
 -- write is the order record's HSET (a wrong-typed :orders key fails there, before anything
 -- else), so no separate type check of :orders is needed.
 -- @include int.lua
--- @include now.lua
+-- @include time_ms.lua
 -- @include iso_time.lua
 -- @include log.lua
 local sv = redis.call('GET', KEYS[2])
 if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
+local start, fin, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local cap = tonumber(ARGV[10])
+-- Redis's clock only when something is judged or written by it (an order with no claim, no
+-- rules and no log, the common one, needs no TIME)
+local now = 0
+if ARGV[6] ~= '0' or start > 0 or fin > 0 or ttl > 0 or cap > 0 then now = time_ms() end
 if ARGV[6] ~= '0' and now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED, 0} end
-local start, fin = tonumber(ARGV[7]), tonumber(ARGV[8])
 if start > 0 and now < start then return {STORE_COMMIT_NOT_STARTED, start} end
 if fin > 0 and now >= fin then return {STORE_COMMIT_ENDED, fin} end
-local cap = tonumber(ARGV[10])
 if cap > 0 then
   local len = redis.call('XLEN', KEYS[7])
   if len >= cap then return {STORE_COMMIT_LOG_FULL, len} end
@@ -37,7 +41,6 @@ end
 local q = tonumber(ARGV[2])
 if n < q then return {STORE_COMMIT_SHORT, n} end
 local rec = ARGV[4]
-local ttl = tonumber(ARGV[9])
 local exp = now + ttl * 1000
 if ttl > 0 then
   rec = string.sub(rec, 1, -2) .. ',"expires_at":"' .. iso(exp) .. '"}'
