@@ -103,10 +103,13 @@ static void check_error(const char *err, const char *token)
     CHECK(n > 0);
     for (size_t i = 0; i < n; i++)
         CHECK((unsigned char)err[i] >= 0x20 && (unsigned char)err[i] <= 0x7e);
-    bool about_token = strncmp(err, "admin_token:", 12) == 0 ||
-                       (strncmp(err, "config: invalid JSON", 20) == 0 && !strstr(err, "duplicate"));
-    if (token && about_token)
-        CHECK(strstr(err, token) == NULL);
+    size_t fixed = strncmp(err, "admin_token:", 12) == 0                                        ? 12
+                   : strncmp(err, "config: invalid JSON", 20) == 0 && !strstr(err, "duplicate") ? 20
+                                                                                                : 0;
+    /* Past the message's own fixed words: a token that is those words ("config: invalid JSON ",
+     * found by the fuzzer) is in every such message and reveals nothing. */
+    if (token && fixed > 0)
+        CHECK(strstr(err + fixed, token) == NULL);
 }
 
 /* The admin token an input that may not be valid JSON tries to set: the text after
