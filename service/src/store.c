@@ -98,6 +98,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(due);
     SEG_KEY(give);
     SEG_KEY(log);
+    SEG_KEY(follow);
 #undef SEG_KEY
 }
 

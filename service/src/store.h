@@ -57,7 +57,7 @@ enum store_script {
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
         idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
-        give[STORE_KEY_MAX], log[STORE_KEY_MAX];
+        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX];
 };
 
 struct store;

@@ -34,6 +34,10 @@
  *   inv:2:{S/k}:log         stream (orderlog.h)            the order log, with --order-log
  *   inv:2:{S/k}:give        zset hex+user, score when      give-backs to users' counts not yet
  *                         applied (an ended order of a user: docs/design.md "Per-user limits")
+ *   inv:2:{S/k}:follow      zset "<part id>|<status>", score when   changes of a multi-segment
+ *                         order's primary (in k) not yet applied to its other parts
+ *   inv:2:{S}:multi         hash hex -> JSON intent         multi-segment orders being made
+ *                         (docs/design.md "Orders larger than one segment")
  *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
  *                         PUT and DELETE delete it with the orders it counted
  *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
