@@ -179,3 +179,42 @@ enum single_end order_walk_single_end(enum seg_result r, int any_short, int sett
     default: /* stale: read the layout again */ return SE_RELOAD;
     }
 }
+
+int order_walk_plan(int n, const long long *stock, int64_t qty, long long *take)
+{
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        take[i] = 0;
+        if (stock[i] > 0)
+            total += stock[i];
+    }
+    if (qty <= 0 || total < qty)
+        return 0;
+    /* The fewest segments: the largest first (ties: the lower index), until they hold qty. A
+     * plan has at most n parts; chosen[] marks them (take[] as a flag for now: -1). */
+    long long got = 0;
+    int parts = 0;
+    while (got < qty) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (stock[i] > 0 && take[i] == 0 && (best < 0 || stock[i] > stock[best]))
+                best = i;
+        take[best] = -1;
+        got += stock[best];
+        parts++;
+    }
+    /* The smaller ones emptied (smallest first), the rest from the largest: every chosen one but
+     * the largest sums to less than qty (they are the largest but one), so each part is >= 1. */
+    long long left = qty;
+    for (int done = 0; done < parts; done++) {
+        int small = -1;
+        for (int i = 0; i < n; i++)
+            if (take[i] == -1 && (small < 0 || stock[i] < stock[small] ||
+                                  (stock[i] == stock[small] && i > small)))
+                small = i;
+        long long t = stock[small] < left ? stock[small] : left;
+        take[small] = t;
+        left -= t;
+    }
+    return parts;
+}

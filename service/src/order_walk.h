@@ -158,4 +158,12 @@ enum version_verdict order_walk_version(long long sver, int64_t version, int hea
 enum single_end order_walk_single_end(enum seg_result r, int any_short, int settled,
                                       enum order_outcome *out);
 
+/* Multi-segment orders (SPEC §13, docs/design.md "Orders larger than one segment"): how much
+ * to take from each of n segments whose stock is known (stock[i], < 0 or 0: none), for an order
+ * of qty units. Takes the fewest segments (the largest first), then empties the smaller of
+ * them and takes the rest from the largest, so near-empty remainders fold into the order.
+ * Fills take[i] (0: not used) and returns the number of parts, or 0 when the segments hold
+ * fewer than qty units together. */
+int order_walk_plan(int n, const long long *stock, int64_t qty, long long *take);
+
 #endif

@@ -40,6 +40,7 @@ enum store_script {
     SCRIPT_USER_RELEASE,
     SCRIPT_PATCH_RULES,
     SCRIPT_MULTI_BEGIN,
+    SCRIPT_PART_UNDO,
     SCRIPT_COUNT
 };
 

@@ -260,6 +260,80 @@ static void test_single_end(void **state)
     assert_int_equal(out, OUT_INSUFFICIENT);
 }
 
+/* Sums take[] and checks each part against its segment's stock. */
+static long long plan_sum(int n, const long long *stock, const long long *take)
+{
+    long long sum = 0;
+    for (int i = 0; i < n; i++) {
+        assert_true(take[i] >= 0);
+        assert_true(take[i] <= (stock[i] > 0 ? stock[i] : 0));
+        sum += take[i];
+    }
+    return sum;
+}
+
+static void test_plan(void **state)
+{
+    (void)state;
+    long long take[16];
+    /* 1,000 units in 16 segments (62-63 each), an order of 70: two segments, the smaller (by
+     * index among equals) emptied, the rest from the other */
+    long long s1[16];
+    for (int i = 0; i < 16; i++)
+        s1[i] = i < 8 ? 63 : 62;
+    assert_int_equal(order_walk_plan(16, s1, 70, take), 2);
+    assert_int_equal(plan_sum(16, s1, take), 70);
+    assert_int_equal(take[0] + take[1], 70); /* the largest (63) first, lowest index */
+    /* the end of a sale: one unit in each of 16 segments, an order of 2, then of 16, then 17 */
+    long long ones[16];
+    for (int i = 0; i < 16; i++)
+        ones[i] = 1;
+    assert_int_equal(order_walk_plan(16, ones, 2, take), 2);
+    assert_int_equal(plan_sum(16, ones, take), 2);
+    assert_int_equal(order_walk_plan(16, ones, 16, take), 16);
+    assert_int_equal(plan_sum(16, ones, take), 16);
+    assert_int_equal(order_walk_plan(16, ones, 17, take), 0); /* below the total: none */
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(take[i], 0);
+    /* the fewest segments: {10, 6, 6} for 12 takes 10 and one 6; the 6 is emptied */
+    long long s2[3] = {6, 10, 6};
+    assert_int_equal(order_walk_plan(3, s2, 12, take), 2);
+    assert_int_equal(take[1], 6);
+    assert_int_equal(take[0] + take[2], 6);
+    assert_true(take[0] == 6 || take[2] == 6);
+    /* empty, negative (damaged) and zero stock are never taken from */
+    long long s3[4] = {0, -5, 3, 4};
+    assert_int_equal(order_walk_plan(4, s3, 7, take), 2);
+    assert_int_equal(take[0], 0);
+    assert_int_equal(take[1], 0);
+    assert_int_equal(take[2], 3);
+    assert_int_equal(take[3], 4);
+    assert_int_equal(order_walk_plan(4, s3, 8, take), 0);
+    assert_int_equal(order_walk_plan(4, s3, 0, take), 0);
+    /* every part >= 1 and the total exact, over many shapes */
+    for (unsigned seed = 1; seed < 2000; seed++) {
+        long long st[16], total = 0;
+        unsigned x = seed;
+        int n = 1 + (int)(seed % 16);
+        for (int i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            st[i] = (long long)((x >> 16) % 9);
+            total += st[i];
+        }
+        int64_t q = 1 + (int64_t)(seed % 40);
+        int parts = order_walk_plan(n, st, q, take);
+        if (total < q) {
+            assert_int_equal(parts, 0);
+            continue;
+        }
+        assert_int_equal(plan_sum(n, st, take), q);
+        int nonzero = 0;
+        for (int i = 0; i < n; i++)
+            nonzero += take[i] > 0;
+        assert_int_equal(nonzero, parts);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_version_verdict),
         cmocka_unit_test(test_settles),
         cmocka_unit_test(test_single_end),
+        cmocka_unit_test(test_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,10 @@
 -- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
 -- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
 -- entries its stream may hold before new orders are refused), and for the log's entry: the
--- user ("" none), the SKU, the segment.
+-- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
+-- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
+-- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
+-- (the order log's entry).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -20,6 +23,9 @@ if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
 local start, fin, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local cap = tonumber(ARGV[10])
+-- a part of a multi-segment order: no order log entry, no due-set entry (its primary's expiry
+-- ends it), no Idempotency-Key (the primary's)
+local part = ARGV[14] == 'part'
 -- Redis's clock only when something is judged or written by it (an order with no claim, no
 -- rules and no log, the common one, needs no TIME)
 local now = 0
@@ -42,7 +48,7 @@ local q = tonumber(ARGV[2])
 if n < q then return {STORE_COMMIT_SHORT, n} end
 local rec = ARGV[4]
 local exp = now + ttl * 1000
-if ttl > 0 then
+if ttl > 0 and not part then
   rec = string.sub(rec, 1, -2) .. ',"expires_at":"' .. iso(exp) .. '"}'
 end
 redis.call('HSET', KEYS[4], ARGV[3], rec)
@@ -50,12 +56,18 @@ local left = redis.call('DECRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[3], 's', q)
 redis.call('HINCRBY', KEYS[3], 'o', 1)
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
-if cap > 0 then
-  log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12], tonumber(ARGV[13]),
-            ARGV[11], q, now, ARGV[1])
+if cap > 0 and not part then
+  if ARGV[14] == 'primary' then
+    log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
+              tonumber(ARGV[13]), ARGV[11], tonumber(ARGV[16]), now, ARGV[1], ARGV[15])
+  else
+    log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
+              tonumber(ARGV[13]), ARGV[11], q, now, ARGV[1])
+  end
 end
 if ttl > 0 then
   redis.call('HINCRBY', KEYS[3], 'r', q)
+  if part then return {STORE_COMMIT_OK, left} end
   redis.call('ZADD', KEYS[6], exp, ARGV[3])
   return {STORE_COMMIT_OK, left, rec}
 end
