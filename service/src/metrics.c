@@ -53,6 +53,7 @@ static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
 static atomic_ullong m_window_fast;
 static atomic_ullong m_log_full;
+static atomic_ullong m_multi_orders, m_multi_parts;
 enum { HOLD_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, HOLD_EVENTS };
 static const char *const hold_labels[HOLD_EVENTS] = {"confirmed", "expired", "cancelled"};
 static atomic_ullong m_holds[HOLD_EVENTS];
@@ -94,6 +95,13 @@ void metrics_sold_out_fast(void)
 void metrics_order_log_full(void)
 {
     inc(&m_log_full);
+}
+
+void metrics_multi_order(int parts)
+{
+    inc(&m_multi_orders);
+    atomic_fetch_add_explicit(&m_multi_parts, (unsigned long long)(parts > 0 ? parts : 0),
+                              memory_order_relaxed);
 }
 
 void metrics_sale_window_fast(void)
@@ -341,6 +349,11 @@ char *metrics_render(void)
     counter(f, "inventory_orders_sold_out_fast_total",
             "409 sold_out answers served from the in-process sold-out cache, without Redis.",
             &m_sold_out_fast);
+    counter(f, "inventory_multi_segment_orders_total",
+            "Orders served from several segments (no one segment held the quantity).",
+            &m_multi_orders);
+    counter(f, "inventory_multi_segment_parts_total",
+            "Parts (segments) of the orders served from several segments.", &m_multi_parts);
     counter(f, "inventory_order_log_full_total",
             "Commits a segment refused because its order log held --order-log-cap entries "
             "(inventory-sink is behind): nothing was written.",
@@ -461,6 +474,8 @@ void metrics_reset(void)
     atomic_store(&m_sold_out_fast, 0);
     atomic_store(&m_window_fast, 0);
     atomic_store(&m_log_full, 0);
+    atomic_store(&m_multi_orders, 0);
+    atomic_store(&m_multi_parts, 0);
     for (int i = 0; i < HOLD_EVENTS; i++)
         atomic_store(&m_holds[i], 0);
     atomic_store(&m_failovers, 0);

@@ -14,6 +14,8 @@
  *   inventory_orders_sale_window_fast_total     sale_not_started / sale_ended answered from the
  *                                               estimate of Redis's clock (rclock.h), no Redis
  *   inventory_holds_total{event="confirmed|expired|cancelled"}   holds that ended so
+ *   inventory_multi_segment_orders_total       orders served from several segments (SPEC §13)
+ *   inventory_multi_segment_parts_total        their parts
  *   inventory_order_log_full_total              commits refused: the segment's order log was full
  *   inventory_lock_acquire_seconds              histogram, le 0.0005 .. 2.5, +Inf
  *   inventory_failovers_total                   order moved on to another segment
@@ -76,6 +78,9 @@ void metrics_sold_out_fast(void);
 
 /* Counts an order a segment refused because its order log was full (--order-log-cap). */
 void metrics_order_log_full(void);
+
+/* An order served from several segments (order_multi.h), of parts parts. */
+void metrics_multi_order(int parts);
 
 /* Counts a sale-window refusal answered without Redis. */
 void metrics_sale_window_fast(void);

@@ -63,6 +63,7 @@
 #include "metrics.h"
 #include "order.h"
 #include "order_idem.h"
+#include "order_multi.h"
 #include "order_walk.h"
 #include "rclock.h"
 #include "rules.h"
@@ -92,6 +93,7 @@
  *            |  walk: ACQUIRE / GATE / ROLLOUT / ROLLOUT_PAUSE / SINGLE_ACQUIRE
  *            v
  *          HOLD -> COMMIT (segmented) | ATOMIC_COMMIT | SINGLE_COMMIT -> (the walk goes on)
+ *          (stock, no segment with enough) -> MULTI -> MULTI_HOLD -> MULTI -> (decided, or a round)
  *   (decided) -> REPLICA_WAIT -> USER_RELEASE (failed, units reserved) -> IDEM_END -> DONE
  */
 enum ostate {
@@ -122,6 +124,8 @@ enum ostate {
     OS_ROLLOUT,         /* [layout] settle (once per request): a PUT rolling out */
     OS_ROLLOUT_PAUSE,   /* [timer] 2 ms: a PUT rolling out, settled once already */
     OS_REPLICA_WAIT,    /* [reply] WAIT after a commit: --redis-replica-acks replicas have it */
+    OS_MULTI,           /* [multi] an order from several segments (order_multi.h) */
+    OS_MULTI_HOLD,      /* [timer] --hold-ms under the locks of its parts (critical) */
     OS_IDEM_END,        /* [reply] IDEM_SWAP settling the key claim after the order */
     OS_DONE,
     OS_COUNT
@@ -136,6 +140,7 @@ enum oevent {
     EV_EVAL,     /* a fenced eval ended: st, reply */
     EV_TIMER,    /* the state's timer */
     EV_LAYOUT,   /* a layout step is back: o->off_rc */
+    EV_MULTI,    /* a phase of the multi-segment order ended: o->multi_end */
     EV_CANCEL    /* the loop is ending (handled by the timed states; the others finish
                     when their answer comes, o->cancelled set) */
 };
@@ -248,6 +253,11 @@ struct order {
     long long *batch_ints; /* per reply: its integer (or string as integer) */
     int batch_found;       /* ic->found has the batch's first string reply */
     struct bslot *slots;
+    /* orders larger than one segment (SPEC §13) */
+    long long *seen;     /* [SKUCACHE_MAX_SEGMENTS] stock the walk read (short segments), or NULL */
+    struct multi *multi; /* the attempt (order_multi.h) */
+    enum multi_phase_end multi_end;
+    int multi_tries;
 };
 
 struct bslot {
@@ -260,6 +270,8 @@ static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
 static void on_idem_claim(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
+static int multi_start(struct order *o);
+static void note_seen(struct order *o, int k, long long stock);
 
 /* ---- small helpers ---- */
 
@@ -578,12 +590,14 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
         if (o->state == OS_USER_VERIFY) /* an order record: 1 live, 2 ended, 0 none */
-            o->batch_ints[s->i] = r && r->type == REDIS_REPLY_STRING
-                                      ? (strstr(r->str, "\"status\":\"cancelled\"") ||
-                                                 strstr(r->str, "\"status\":\"expired\"")
-                                             ? 2
-                                             : 1)
-                                      : 0;
+            /* (a part of a multi-segment order is not its order: its primary is, SPEC §13) */
+            o->batch_ints[s->i] =
+                r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "\"part_of\"")
+                    ? (strstr(r->str, "\"status\":\"cancelled\"") ||
+                               strstr(r->str, "\"status\":\"expired\"")
+                           ? 2
+                           : 1)
+                    : 0;
         else if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
             snprintf(o->ic->found, sizeof(o->ic->found), "%s", r->str);
             o->batch_found = 1;
@@ -1041,7 +1055,13 @@ static void round_end(struct order *o)
         run_layout(o, OS_ROLLOUT, LJ_SETTLE);
         return;
     case RE_PAUSE: set_state_timed(o, OS_ROLLOUT_PAUSE, 2); return;
-    case RE_WAIT: wait_for_busy(o, left); return;
+    case RE_WAIT:
+        /* the segments not busy hold less each, but enough together: take from them rather
+         * than wait (SPEC §13) */
+        if (o->w.any_short && multi_start(o))
+            return;
+        wait_for_busy(o, left);
+        return;
     }
 }
 
@@ -1253,6 +1273,8 @@ static void round_begin(struct order *o)
     if (o->need_layout) {
         o->need_layout = 0;
         memset(&o->w, 0, sizeof(o->w));
+        if (o->seen)
+            memset(o->seen, 0, SKUCACHE_MAX_SEGMENTS * sizeof(*o->seen));
         skucache_get(o->app->cache, o->in.sku, &o->view);
         if (!o->view.version) {
             run_layout(o, OS_LAYOUT, LJ_LOAD);
@@ -1782,6 +1804,8 @@ static void order_free(struct order *o)
     free(o->slots);
     free(o->ic);
     free(o->uv);
+    multi_free(o->multi);
+    free(o->seen);
     free(o);
 }
 
@@ -1806,7 +1830,7 @@ static void answer(struct order *o)
     case OUT_INSUFFICIENT:
         metrics_order(METRICS_ORDER_INSUFFICIENT);
         response_error(res, ERROR_INSUFFICIENT_STOCK,
-                       "no segment holds the quantity asked for; try a smaller quantity");
+                       "fewer units remain than the quantity asked for");
         break;
     case OUT_LOCK_TIMEOUT:
         metrics_order(METRICS_ORDER_LOCK_TIMEOUT);
@@ -1913,9 +1937,132 @@ static void on_replica_wait(struct order *o, const struct oev *e)
     place_done(o, OUT_OUTCOME_UNKNOWN);
 }
 
+/* ---- orders larger than one segment (SPEC §13, order_multi.h) ---- */
+
+/* Notes the stock the walk read in segment k (a short one; 0: empty), for the plan of an order
+ * from several segments. */
+static void note_seen(struct order *o, int k, long long stock)
+{
+    if (o->app->cfg.strategy != STRATEGY_SEGMENTED || k < 0 || k >= o->view.segments)
+        return;
+    if (!o->seen) {
+        if (stock <= 0)
+            return;
+        o->seen = calloc(SKUCACHE_MAX_SEGMENTS, sizeof(*o->seen));
+        if (!o->seen)
+            return;
+    }
+    o->seen[k] = stock;
+}
+
+static void on_multi_cb(void *arg, enum multi_phase_end end)
+{
+    struct order *o = arg;
+    o->multi_end = end;
+    step(o, EV_MULTI, LC_OK, NULL);
+}
+
+/* The walk found stock, but no segment with enough: serve the order from several segments (the
+ * segmented strategy; twice at most per request). 1 started, 0 not: answer as the walk says. */
+static int multi_start(struct order *o)
+{
+    if (o->app->cfg.strategy != STRATEGY_SEGMENTED || !o->seen || o->multi_tries >= 2 ||
+        o->cancelled)
+        return 0;
+    long long total = 0;
+    for (int k = 0; k < o->view.segments; k++)
+        total += o->seen[k] > 0 ? o->seen[k] : 0;
+    if (total < o->in.quantity)
+        return 0; /* the remaining total is below the quantity: insufficient_stock */
+    o->multi_tries++;
+    struct multi_req rq;
+    memset(&rq, 0, sizeof(rq));
+    rq.app = o->app;
+    rq.lc = o->lc;
+    rq.ar = o->ar;
+    lock_env(o, &rq.env);
+    lock_opts(o, &rq.lo);
+    rq.sku = o->in.sku;
+    rq.version = o->view.version;
+    rq.nseg = o->view.segments;
+    rq.seen = o->seen;
+    rq.qty = o->in.quantity;
+    rq.token = o->token;
+    rq.user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
+    rq.idem = o->idem;
+    rq.claim_expiry = o->claim_expiry;
+    rq.rules = o->view.rules;
+    rq.deadline_ms = o->deadline_ms;
+    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
+    rq.budget = o->app->cfg.order_redis_call_budget - o->calls - end;
+    multi_free(o->multi);
+    o->multi = multi_new(&rq, on_multi_cb, o);
+    if (!o->multi)
+        return 0;
+    set_state(o, OS_MULTI);
+    multi_lock(o->multi);
+    return 1;
+}
+
+/* A phase of the multi-segment order ended: the critical section (locks held, intent written),
+ * or its result. */
+static void on_multi(struct order *o, const struct oev *e)
+{
+    (void)e;
+    if (o->multi_end == MULTI_READY) {
+        if (o->cancelled) {
+            multi_commit(o->multi, 1);
+        } else if (o->app->cfg.hold_ms > 0) {
+            set_state_timed(o, OS_MULTI_HOLD, o->app->cfg.hold_ms);
+        } else {
+            set_state(o, OS_MULTI_HOLD);
+            set_state(o, OS_MULTI);
+            multi_commit(o->multi, 0);
+        }
+        return;
+    }
+    struct multi_result *r = multi_result(o->multi);
+    spend(o, r->calls);
+    if (r->why[0])
+        snprintf(o->why, sizeof(o->why), "%s", r->why);
+    enum order_outcome out = r->out;
+    if (out == OUT_CREATED || out == OUT_OUTCOME_UNKNOWN) {
+        snprintf(o->order_id, sizeof(o->order_id), "%s", r->order_id);
+        o->acked = 1; /* the WAITs of every part's master were made (or not needed) */
+        if (out == OUT_CREATED) {
+            free(o->record);
+            o->record = r->record;
+            r->record = NULL;
+            metrics_multi_order(r->parts);
+        }
+    }
+    int again = r->again, reload = r->reload;
+    o->sale_at = r->sale_at;
+    multi_free(o->multi);
+    o->multi = NULL;
+    if (again && !o->cancelled && clock_mono_ms() < o->deadline_ms) {
+        if (reload) {
+            skucache_forget(o->app->cache, o->in.sku);
+            o->need_layout = 1;
+        }
+        round_begin(o);
+        return;
+    }
+    place_done(o, out);
+}
+
+/* The critical section of a multi-segment order is over (or the loop is ending). */
+static void on_multi_hold(struct order *o, const struct oev *e)
+{
+    set_state(o, OS_MULTI);
+    multi_commit(o->multi, e->ev == EV_CANCEL);
+}
+
 /* The order attempt is decided: settle the key claim (if any), then answer. */
 static void place_done(struct order *o, enum order_outcome out)
 {
+    if (out == OUT_INSUFFICIENT && multi_start(o))
+        return;
     if (out == OUT_CREATED && o->app->cfg.redis_replica_acks > 0 && !o->acked) {
         replica_wait(o);
         return;
@@ -2125,6 +2272,8 @@ static void on_acquire(struct order *o, const struct oev *e)
     struct seg_verdict sv;
     order_walk_acquire_verdict(store_reply_int(v->element[0], 0), store_reply_int(v->element[1], 0),
                                o->view.version, o->in.quantity, &sv);
+    if (!sv.differs)
+        note_seen(o, o->k, store_reply_int(v->element[0], 0));
     if (sv.differs || sv.r != SEG_DONE) {
         spend(o, 1); /* the release */
         drop_lock(o);
@@ -2253,7 +2402,8 @@ static void on_idem_end(struct order *o, const struct oev *e)
 #define TO(s) (1u << (s))
 /* Where the end of an order goes (place_done): the WAIT after a commit, the claim's
  * settling, the answer. */
-#define TO_END (TO(OS_REPLICA_WAIT) | TO(OS_USER_RELEASE) | TO(OS_IDEM_END) | TO(OS_DONE))
+#define TO_END                                                                                     \
+    (TO(OS_MULTI) | TO(OS_REPLICA_WAIT) | TO(OS_USER_RELEASE) | TO(OS_IDEM_END) | TO(OS_DONE))
 /* Where a round can go (round_begin, walk_start, walk_next, round_end, segment_done): the
  * layout, the re-check, a segment's lock or gate, the critical section, a roll-out, the end. */
 #define TO_ROUND                                                                                   \
@@ -2328,6 +2478,10 @@ static const struct state_row {
     [OS_ROLLOUT] = {"rollout", on_rollout, 0, 0, TO(OS_ROLLOUT_PAUSE) | TO_ROUND},
     /* on_rollout_pause: round_begin */
     [OS_ROLLOUT_PAUSE] = {"rollout_pause", on_rollout_pause, 1, 0, TO_ROUND},
+    /* on_multi: the critical section (MULTI_HOLD), multi_commit, a round again, the answer */
+    [OS_MULTI] = {"multi", on_multi, 0, 0, TO(OS_MULTI_HOLD) | TO_ROUND},
+    /* on_multi_hold: multi_commit */
+    [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, TO(OS_MULTI) | TO_END},
     /* on_replica_wait: place_done (the claim, the answer) */
     [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, TO_END},
     /* on_idem_end: answer */

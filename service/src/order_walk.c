@@ -209,8 +209,8 @@ int order_walk_plan(int n, const long long *stock, int64_t qty, long long *take)
     for (int done = 0; done < parts; done++) {
         int small = -1;
         for (int i = 0; i < n; i++)
-            if (take[i] == -1 && (small < 0 || stock[i] < stock[small] ||
-                                  (stock[i] == stock[small] && i > small)))
+            if (take[i] == -1 &&
+                (small < 0 || stock[i] < stock[small] || (stock[i] == stock[small] && i > small)))
                 small = i;
         long long t = stock[small] < left ? stock[small] : left;
         take[small] = t;

@@ -54,7 +54,8 @@ end
 redis.call('HSET', KEYS[4], ARGV[3], rec)
 local left = redis.call('DECRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[3], 's', q)
-redis.call('HINCRBY', KEYS[3], 'o', 1)
+-- o counts orders: a part of a multi-segment order is not one (its primary is)
+if not part then redis.call('HINCRBY', KEYS[3], 'o', 1) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then

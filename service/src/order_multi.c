@@ -1,0 +1,757 @@
+/*
+ * An order served from several segments, all or nothing (order_multi.h; docs/design.md "Orders
+ * larger than one segment"). The states of one attempt, each waiting for one kind of answer:
+ *
+ *   M_TRY      a batch of try-locks (each reads the segment's stock and version)
+ *   M_WAIT     one acquire with waiting, in index order (after a try pass fell short with some
+ *              segments busy: every lock dropped first, so waits only ever go up the indexes)
+ *   M_INTENT   multi_begin.lua on the SKU's slot               -> MULTI_READY
+ *   M_PARTS    the fenced commits of the parts but the primary (one batch)
+ *   M_PRIMARY  the primary's fenced commit
+ *   M_ACKS     the WAITs of --redis-replica-acks on every connection a part went on
+ *   M_UNDO     part_undo.lua on each part made or maybe made (the primary was not written)
+ *   M_END      HDEL of the intent                               -> MULTI_DONE
+ * A lock no longer needed is dropped at once (seglock_free releases it in the background).
+ */
+#include "order_multi.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "app.h"
+#include "clock.h"
+#include "metrics.h"
+#include "skucache.h"
+#include "store.h"
+#include "store_scripts.h"
+
+enum mstate { M_IDLE, M_TRY, M_WAIT, M_INTENT, M_PARTS, M_PRIMARY, M_ACKS, M_UNDO, M_END };
+
+/* A candidate segment. */
+struct mseg {
+    struct multi *m;
+    int k;
+    long long seen;  /* its stock as the walk read it */
+    long long stock; /* read under its lock (held) */
+    int tried;       /* a try or wait was made for it */
+    int busy;        /* found held by another owner */
+    struct seglock *lock;
+    long long take;       /* units of the order it serves (a part when > 0) */
+    enum seg_result res;  /* its commit's result */
+    int made;             /* its part may exist: committed, or its commit's outcome unknown */
+    char id[ORDER_ID_MAX + 1];
+};
+
+struct multi {
+    struct multi_req rq;
+    multi_fn cb;
+    void *arg;
+    enum mstate state;
+    int n;
+    struct mseg *s; /* candidates, by seen stock (largest first) */
+    int next;       /* the next candidate a try pass takes */
+    int waited;     /* the pass with waiting was made */
+    int wi;         /* its position: index into order[] */
+    int *order;     /* candidates in index order (the pass with waiting) */
+    int pending;
+    int any_error, stale;
+    long long held; /* units in held segments */
+    int primary;    /* index in s of the primary part (the lowest segment with a part) */
+    char hex_id[ORDER_ID_MAX + 1];
+    char parts[1024 * 12]; /* "k:q,k:q,..." */
+    char deadline[24];     /* the intent's deadline (Redis ms) */
+    char multi_key[STORE_KEY_MAX];
+    char *primary_rec;
+    struct store_conns conns;
+    struct multi_result res;
+};
+
+static void finish(struct multi *m, enum order_outcome out);
+
+/* Keeps "<step>: <what>" as the attempt's last failure. */
+static void note_why(struct multi *m, const char *step, const char *what)
+{
+    snprintf(m->res.why, sizeof(m->res.why), "%s%s%s", step, *step ? ": " : "",
+             what && *what ? what : "failed");
+}
+
+static int budget_left(struct multi *m, int n)
+{
+    if (m->res.calls + n > m->rq.budget)
+        return 0;
+    m->res.calls += n;
+    return 1;
+}
+
+static void drop(struct mseg *g)
+{
+    struct seglock *l = g->lock;
+    g->lock = NULL;
+    seglock_free(l); /* a hold is released in the background */
+}
+
+static void drop_all(struct multi *m)
+{
+    for (int i = 0; i < m->n; i++)
+        drop(&m->s[i]);
+    m->held = 0;
+}
+
+struct multi *multi_new(const struct multi_req *rq, multi_fn cb, void *arg)
+{
+    struct multi *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    m->rq = *rq;
+    m->cb = cb;
+    m->arg = arg;
+    m->primary = -1;
+    for (int k = 0; k < rq->nseg; k++)
+        m->n += rq->seen[k] > 0;
+    m->s = calloc((size_t)(m->n ? m->n : 1), sizeof(*m->s));
+    m->order = calloc((size_t)(m->n ? m->n : 1), sizeof(*m->order));
+    if (!m->s || !m->order) {
+        multi_free(m);
+        return NULL;
+    }
+    int j = 0;
+    for (int k = 0; k < rq->nseg; k++)
+        if (rq->seen[k] > 0) {
+            m->s[j] = (struct mseg){.m = m, .k = k, .seen = rq->seen[k], .res = SEG_EMPTY};
+            m->order[j] = j; /* index order: k ascends with j */
+            j++;
+        }
+    /* largest seen first (a stable insertion sort: ties keep index order) */
+    for (int a = 1; a < m->n; a++) {
+        struct mseg t = m->s[a];
+        int b = a - 1;
+        while (b >= 0 && m->s[b].seen < t.seen) {
+            m->s[b + 1] = m->s[b];
+            b--;
+        }
+        m->s[b + 1] = t;
+    }
+    /* order[]: positions in s[] by segment index */
+    for (int a = 0; a < m->n; a++)
+        m->order[a] = a;
+    for (int a = 1; a < m->n; a++) {
+        int t = m->order[a], b = a - 1;
+        while (b >= 0 && m->s[m->order[b]].k > m->s[t].k) {
+            m->order[b + 1] = m->order[b];
+            b--;
+        }
+        m->order[b + 1] = t;
+    }
+    store_sku_key(m->multi_key, rq->sku, "multi");
+    m->res.out = OUT_UNAVAILABLE;
+    return m;
+}
+
+void multi_free(struct multi *m)
+{
+    if (!m)
+        return;
+    if (m->s)
+        drop_all(m);
+    free(m->res.record);
+    free(m->primary_rec);
+    free(m->s);
+    free(m->order);
+    free(m);
+}
+
+struct multi_result *multi_result(struct multi *m)
+{
+    return &m->res;
+}
+
+static void finish(struct multi *m, enum order_outcome out)
+{
+    m->res.out = out;
+    m->state = M_IDLE;
+    m->cb(m->arg, MULTI_DONE);
+}
+
+/* ---- phase one: the locks ---- */
+
+static void try_more(struct multi *m);
+static void wait_next(struct multi *m);
+static void plan(struct multi *m);
+
+/* A try pass's last answer is in. */
+static void tries_back(struct multi *m)
+{
+    if (m->stale) {
+        drop_all(m);
+        m->res.again = m->res.reload = 1;
+        finish(m, OUT_UNAVAILABLE);
+    } else if (m->held >= m->rq.qty) {
+        plan(m);
+    } else {
+        try_more(m);
+    }
+}
+
+/* An acquire's answer for candidate g: held (stock read), busy, stale or failed. */
+static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
+{
+    (void)lock;
+    struct mseg *g = arg;
+    struct multi *m = g->m;
+    if (st == LC_EBUSY || st == LC_ETIMEOUT) {
+        g->busy = 1;
+        drop(g);
+    } else if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
+        if (st != LC_ESTATE)
+            metrics_redis_error();
+        note_why(m, "a segment's lock", seglock_errmsg(g->lock));
+        m->any_error = 1;
+        drop(g);
+    } else {
+        struct seg_verdict sv;
+        order_walk_acquire_verdict(store_reply_int(v->element[0], 0),
+                                   store_reply_int(v->element[1], 0), m->rq.version, 1, &sv);
+        g->busy = 0;
+        if (sv.differs) {
+            m->stale = 1;
+            drop(g);
+        } else {
+            g->stock = store_reply_int(v->element[0], 0);
+            if (g->stock > 0) {
+                m->held += g->stock;
+            } else {
+                skucache_mark_empty(m->rq.app->cache, m->rq.sku, m->rq.version, g->k);
+                drop(g);
+            }
+        }
+    }
+    if (m->state == M_TRY) {
+        if (--m->pending == 0)
+            tries_back(m);
+        return;
+    }
+    /* M_WAIT */
+    if (m->stale) {
+        drop_all(m);
+        m->res.again = m->res.reload = 1;
+        finish(m, OUT_UNAVAILABLE);
+    } else if (g->busy) {
+        drop_all(m);
+        finish(m, OUT_LOCK_TIMEOUT);
+    } else if (m->held >= m->rq.qty) {
+        plan(m);
+    } else {
+        m->wi++;
+        wait_next(m);
+    }
+}
+
+/* Starts the acquire of candidate g (wait_ms 0: a try). 0 started, -1 not (g failed). */
+static int acquire(struct multi *m, struct mseg *g, int wait_ms)
+{
+    struct seg_keys sk;
+    store_seg_keys(m->rq.sku, g->k, &sk);
+    g->tried = 1;
+    if (seglock_new(&m->rq.env, sk.lock, &m->rq.lo, &g->lock) != LC_OK) {
+        g->lock = NULL;
+        note_why(m, "", "lock handle: out of memory");
+        m->any_error = 1;
+        return -1;
+    }
+    const char *reads[2] = {sk.stock, sk.sver};
+    if (seglock_acquire(g->lock, wait_ms, 2, reads, on_acquired, g) != LC_OK) {
+        note_why(m, "", "the lock operation did not start");
+        m->any_error = 1;
+        drop(g);
+        return -1;
+    }
+    return 0;
+}
+
+/* The answer when no more locks can be tried: what the tries found. */
+static void tries_done(struct multi *m)
+{
+    int any_busy = 0;
+    for (int i = 0; i < m->n; i++)
+        any_busy |= m->s[i].busy;
+    int64_t left = m->rq.deadline_ms - clock_mono_ms();
+    if (any_busy && !m->waited && left > 0) {
+        /* waits only up the indexes: drop every lock, then take them in index order */
+        drop_all(m);
+        m->waited = 1;
+        m->wi = 0;
+        m->state = M_WAIT;
+        wait_next(m);
+        return;
+    }
+    drop_all(m);
+    if (any_busy)
+        finish(m, OUT_LOCK_TIMEOUT);
+    else if (m->any_error)
+        finish(m, OUT_UNAVAILABLE);
+    else
+        finish(m, OUT_INSUFFICIENT);
+}
+
+/* The try pass: the next candidates (largest seen first) until what they were seen to hold,
+ * with what is held, covers the order; all tried at once. */
+static void try_more(struct multi *m)
+{
+    m->state = M_TRY;
+    long long need = m->rq.qty - m->held;
+    int first = m->next, count = 0;
+    while (m->next < m->n && need > 0) {
+        need -= m->s[m->next].seen;
+        m->next++;
+        count++;
+    }
+    if (count == 0) {
+        tries_done(m);
+        return;
+    }
+    if (!budget_left(m, 2 * count)) { /* each: the acquire, and its commit or release */
+        drop_all(m);
+        finish(m, OUT_OVER_BUDGET);
+        return;
+    }
+    m->pending = count + 1; /* + 1 for this function: the batch ends after every start */
+    for (int i = first; i < first + count; i++)
+        if (acquire(m, &m->s[i], 0) != 0)
+            m->pending--;
+    /* the last answer (or this, when none started) ends the batch */
+    if (--m->pending == 0)
+        tries_back(m);
+}
+
+/* The pass with waiting: the next candidate in index order not held yet. */
+static void wait_next(struct multi *m)
+{
+    for (; m->wi < m->n; m->wi++) {
+        struct mseg *g = &m->s[m->order[m->wi]];
+        if (g->lock)
+            continue;
+        int64_t left = m->rq.deadline_ms - clock_mono_ms();
+        if (left <= 0) {
+            drop_all(m);
+            finish(m, OUT_LOCK_TIMEOUT);
+            return;
+        }
+        if (!budget_left(m, 2)) {
+            drop_all(m);
+            finish(m, OUT_OVER_BUDGET);
+            return;
+        }
+        if (acquire(m, g, (int)left) != 0)
+            continue;
+        return; /* on_acquired goes on */
+    }
+    drop_all(m);
+    finish(m, m->any_error ? OUT_UNAVAILABLE : OUT_INSUFFICIENT);
+}
+
+static void on_intent(lc_status st, const redisReply *r, const char *errstr, void *arg);
+
+/* Held enough: the parts (order_walk_plan over what the locks read), the ids and records, then
+ * the intent. */
+static void plan(struct multi *m)
+{
+    long long *stock = calloc((size_t)m->n, sizeof(*stock)),
+              *take = calloc((size_t)m->n, sizeof(*take));
+    if (!stock || !take) {
+        free(stock);
+        free(take);
+        drop_all(m);
+        note_why(m, "", "out of memory");
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    for (int i = 0; i < m->n; i++)
+        stock[i] = m->s[i].lock ? m->s[i].stock : 0;
+    m->res.parts = order_walk_plan(m->n, stock, m->rq.qty, take);
+    free(stock);
+    m->primary = -1;
+    size_t used = 0;
+    json_t *parts = json_array();
+    for (int a = 0; a < m->n; a++) {
+        struct mseg *g = &m->s[m->order[a]];
+        g->take = take[m->order[a]];
+        if (g->take <= 0) {
+            drop(g); /* not needed */
+            continue;
+        }
+        if (m->primary < 0)
+            m->primary = m->order[a];
+        snprintf(g->id, sizeof(g->id), "%s-%d-%s", m->rq.token, g->k, m->rq.sku);
+        int w = snprintf(m->parts + used, sizeof(m->parts) - used, "%s%d:%lld", used ? "," : "",
+                         g->k, g->take);
+        if (w > 0 && (size_t)w < sizeof(m->parts) - used)
+            used += (size_t)w;
+        json_array_append_new(parts, json_pack("{s:i, s:I}", "segment", g->k, "quantity",
+                                               (json_int_t)g->take));
+    }
+    free(take);
+    struct mseg *p = m->primary >= 0 ? &m->s[m->primary] : NULL;
+    if (!p || !parts) {
+        json_decref(parts);
+        drop_all(m);
+        finish(m, OUT_UNAVAILABLE); /* never: held >= qty */
+        return;
+    }
+    snprintf(m->res.order_id, sizeof(m->res.order_id), "%s", p->id);
+    char created[32];
+    rules_format_time(clock_wall_ms(), created);
+    const char *status = m->rq.rules.ttl_s > 0 ? "reserved" : "created";
+    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s, s:o}", "order_id", p->id, "sku",
+                          m->rq.sku, "quantity", (json_int_t)m->rq.qty, "segment", p->k,
+                          "user_id", *m->rq.user ? json_string(m->rq.user) : json_null(),
+                          "created_at", created, "status", status, "parts", parts);
+    m->primary_rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!m->primary_rec) {
+        drop_all(m);
+        note_why(m, "", "out of memory");
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    if (!budget_left(m, 2)) { /* the intent and its deletion */
+        drop_all(m);
+        finish(m, OUT_OVER_BUDGET);
+        return;
+    }
+    int64_t left = m->rq.deadline_ms - clock_mono_ms();
+    char budget[24];
+    snprintf(budget, sizeof(budget), "%" PRId64, left > 1 ? left : 1);
+    const char *keys[1] = {m->multi_key};
+    const char *args[4] = {m->rq.token, p->id, m->parts, budget};
+    m->state = M_INTENT;
+    store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_MULTI_BEGIN, 1, keys, 4, args,
+                       on_intent, m);
+}
+
+static void on_intent(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct multi *m = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+        /* it may have been written: with no part ever made, its healing only deletes it */
+        note_why(m, "the intent", errstr);
+        drop_all(m);
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    long long d = store_reply_int(r->element[0], 0);
+    /* the commits refuse after the intent's deadline, or the key claim's, whichever is first */
+    long long claim = atoll(m->rq.claim_expiry);
+    snprintf(m->deadline, sizeof(m->deadline), "%lld", claim > 0 && claim < d ? claim : d);
+    m->state = M_IDLE;
+    m->cb(m->arg, MULTI_READY);
+}
+
+void multi_lock(struct multi *m)
+{
+    m->next = 0;
+    m->held = 0;
+    try_more(m);
+}
+
+/* ---- phase two: the commits ---- */
+
+static void undo_made(struct multi *m, enum order_outcome out);
+static void end_intent(struct multi *m, enum order_outcome out);
+static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, void *arg);
+
+/* What a part's commit came to. */
+static enum seg_result part_result(struct mseg *g, lc_status st, const redisReply *r,
+                                   struct multi *m)
+{
+    if (st != LC_OK) {
+        enum seg_result res = order_walk_commit_failed(st, 1);
+        if (res == SEG_LOST)
+            metrics_lock_lost();
+        else
+            metrics_redis_error();
+        note_why(m, "a part's commit", seglock_errmsg(g->lock));
+        return res;
+    }
+    struct seg_verdict v;
+    order_walk_commit_verdict(r, &v);
+    if (v.differs)
+        return SEG_STALE;
+    if (v.r == SEG_DONE && v.empty)
+        skucache_mark_empty(m->rq.app->cache, m->rq.sku, m->rq.version, g->k);
+    if (v.r == SEG_NOT_STARTED || v.r == SEG_ENDED)
+        m->res.sale_at = v.at;
+    return v.r;
+}
+
+/* The commit's keys and args of part g (kind "part" or "primary"). */
+struct part_args {
+    struct seg_keys sk;
+    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
+    const char *keys[7];
+    const char *args[16];
+};
+
+static void part_args(struct multi *m, struct mseg *g, int primary, struct part_args *c,
+                      char **rec_out)
+{
+    const struct multi_req *rq = &m->rq;
+    store_seg_keys(rq->sku, g->k, &c->sk);
+    c->keys[0] = c->sk.stock;
+    c->keys[1] = c->sk.sver;
+    c->keys[2] = c->sk.cnt;
+    c->keys[3] = c->sk.orders;
+    c->keys[4] = c->sk.idem;
+    c->keys[5] = c->sk.due;
+    c->keys[6] = c->sk.log;
+    snprintf(c->ver, sizeof(c->ver), "%" PRId64, rq->version);
+    snprintf(c->qty, sizeof(c->qty), "%lld", g->take);
+    snprintf(c->start, sizeof(c->start), "%" PRId64, rq->rules.sale_start_ms);
+    snprintf(c->end, sizeof(c->end), "%" PRId64, rq->rules.sale_end_ms);
+    snprintf(c->ttl, sizeof(c->ttl), "%lld", rq->rules.ttl_s);
+    snprintf(c->cap, sizeof(c->cap), "%d",
+             primary && rq->app->cfg.order_log ? rq->app->cfg.order_log_cap : 0);
+    snprintf(c->seg, sizeof(c->seg), "%d", g->k);
+    snprintf(c->total, sizeof(c->total), "%" PRId64, rq->qty);
+    char *rec = NULL;
+    if (primary) {
+        rec = m->primary_rec;
+    } else {
+        char created[32];
+        rules_format_time(clock_wall_ms(), created);
+        json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of",
+                              m->res.order_id, "sku", rq->sku, "segment", g->k, "quantity",
+                              (json_int_t)g->take, "created_at", created, "status",
+                              rq->rules.ttl_s > 0 ? "reserved" : "created");
+        rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        *rec_out = rec;
+    }
+    c->args[0] = c->ver;
+    c->args[1] = c->qty;
+    c->args[2] = g->id;
+    c->args[3] = rec ? rec : "";
+    c->args[4] = primary ? rq->idem : "";
+    c->args[5] = m->deadline;
+    c->args[6] = c->start;
+    c->args[7] = c->end;
+    c->args[8] = c->ttl;
+    c->args[9] = c->cap;
+    c->args[10] = primary ? rq->user : "";
+    c->args[11] = rq->sku;
+    c->args[12] = c->seg;
+    c->args[13] = primary ? "primary" : "part";
+    c->args[14] = primary ? m->parts : "";
+    c->args[15] = c->total;
+}
+
+/* The outcome of a part refused (nothing of the order exists once the parts made are undone). */
+static enum order_outcome refused_outcome(struct multi *m, enum seg_result r)
+{
+    switch (r) {
+    case SEG_LOST:
+    case SEG_SHORT: m->res.again = 1; return OUT_UNAVAILABLE;
+    case SEG_STALE:
+    case SEG_NOTREADY: m->res.again = m->res.reload = 1; return OUT_UNAVAILABLE;
+    case SEG_EXPIRED:
+    case SEG_NOT_STARTED:
+    case SEG_ENDED: return order_walk_settled_outcome(r);
+    default: return OUT_UNAVAILABLE;
+    }
+}
+
+static void parts_done(struct multi *m);
+
+static void on_part(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
+{
+    (void)lock;
+    struct mseg *g = arg;
+    struct multi *m = g->m;
+    store_conns_note(&m->conns, m->rq.lc);
+    g->res = part_result(g, st, r, m);
+    g->made = g->res == SEG_DONE || g->res == SEG_UNKNOWN;
+    drop(g); /* released by the commit (or to be let go) */
+    if (--m->pending == 0)
+        parts_done(m);
+}
+
+/* Every part but the primary answered: on to the primary, or undo. */
+static void parts_done(struct multi *m)
+{
+    enum seg_result worst = SEG_DONE;
+    for (int i = 0; i < m->n; i++)
+        if (i != m->primary && m->s[i].take > 0 && m->s[i].res != SEG_DONE)
+            worst = m->s[i].res;
+    if (worst != SEG_DONE) {
+        drop(&m->s[m->primary]);
+        undo_made(m, refused_outcome(m, worst));
+        return;
+    }
+    /* every other part is written: the primary makes the order whole */
+    struct mseg *p = &m->s[m->primary];
+    struct part_args c;
+    char *unused = NULL;
+    part_args(m, p, 1, &c, &unused);
+    m->state = M_PRIMARY;
+    m->pending = 1;
+    if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 7,
+                     c.keys, 16, c.args, on_primary, p) != LC_OK) {
+        note_why(m, "", "the primary's commit did not start");
+        drop(p);
+        undo_made(m, OUT_UNAVAILABLE);
+    }
+}
+
+static void on_acked(void *arg, long long acks)
+{
+    struct multi *m = arg;
+    m->res.acked = 1;
+    if (acks < m->rq.app->cfg.redis_replica_acks) {
+        snprintf(m->res.why, sizeof(m->res.why),
+                 "committed, but a part's master has it on %lld of %d replicas", acks < 0 ? 0 : acks,
+                 m->rq.app->cfg.redis_replica_acks);
+        end_intent(m, OUT_OUTCOME_UNKNOWN);
+        return;
+    }
+    end_intent(m, OUT_CREATED);
+}
+
+static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
+{
+    (void)lock;
+    struct mseg *p = arg;
+    struct multi *m = p->m;
+    store_conns_note(&m->conns, m->rq.lc);
+    p->res = part_result(p, st, r, m);
+    drop(p);
+    if (p->res == SEG_UNKNOWN) {
+        /* the order may exist: the intent stays, its healing decides */
+        finish(m, OUT_OUTCOME_UNKNOWN);
+        return;
+    }
+    if (p->res != SEG_DONE) {
+        undo_made(m, refused_outcome(m, p->res));
+        return;
+    }
+    /* a hold's record comes back as stored, with expires_at */
+    const char *rec = m->primary_rec;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 2 &&
+        r->element[2]->type == REDIS_REPLY_STRING)
+        rec = r->element[2]->str;
+    m->res.record = strdup(rec);
+    if (m->rq.app->cfg.redis_replica_acks > 0) {
+        m->state = M_ACKS;
+        m->res.calls += m->conns.n;
+        store_replica_wait_conns_async(m->rq.lc, m->rq.ar, &m->conns,
+                                       m->rq.app->cfg.redis_replica_acks,
+                                       m->rq.app->cfg.redis_timeout_ms, on_acked, m);
+        return;
+    }
+    end_intent(m, OUT_CREATED);
+}
+
+static void on_end(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct multi *m = arg;
+    if (st != LC_OK && st != LC_ESTATE) /* the sweeper's healing deletes it later */
+        note_why(m, "deleting the intent", errstr);
+    finish(m, m->res.out);
+}
+
+/* The order is decided (out): its intent goes. */
+static void end_intent(struct multi *m, enum order_outcome out)
+{
+    m->res.out = out;
+    m->state = M_END;
+    const char *argv[3] = {"HDEL", m->multi_key, m->rq.token};
+    store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_end, m);
+}
+
+static void on_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    struct mseg *g = arg;
+    struct multi *m = g->m;
+    if (st == LC_OK) {
+        g->made = 0;
+    } else {
+        metrics_redis_error();
+        note_why(m, "undoing a part", errstr);
+    }
+    if (--m->pending > 0)
+        return;
+    for (int i = 0; i < m->n; i++)
+        if (m->s[i].made) {
+            /* a part may still be there: the intent stays, the sweeper undoes it */
+            finish(m, m->res.out);
+            return;
+        }
+    end_intent(m, m->res.out);
+}
+
+/* The primary was not written (and now cannot be): undo every part that may exist. */
+static void undo_made(struct multi *m, enum order_outcome out)
+{
+    drop_all(m);
+    m->res.out = out;
+    m->res.record = NULL;
+    m->state = M_UNDO;
+    int n = 0;
+    for (int i = 0; i < m->n; i++)
+        n += m->s[i].made;
+    if (n == 0) {
+        end_intent(m, out);
+        return;
+    }
+    m->pending = n;
+    m->res.calls += n;
+    for (int i = 0; i < m->n; i++) {
+        struct mseg *g = &m->s[i];
+        if (!g->made)
+            continue;
+        struct seg_keys sk;
+        store_seg_keys(m->rq.sku, g->k, &sk);
+        const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
+        const char *args[1] = {g->id};
+        store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_PART_UNDO, 3, keys, 1,
+                           args, on_undone, g);
+    }
+}
+
+void multi_commit(struct multi *m, int abort)
+{
+    if (abort) {
+        drop_all(m);
+        end_intent(m, OUT_UNAVAILABLE);
+        return;
+    }
+    m->state = M_PARTS;
+    int n = 0;
+    for (int i = 0; i < m->n; i++)
+        n += i != m->primary && m->s[i].take > 0;
+    m->pending = n + 1; /* + 1 for this function */
+    for (int i = 0; i < m->n; i++) {
+        struct mseg *g = &m->s[i];
+        if (i == m->primary || g->take <= 0)
+            continue;
+        struct part_args c;
+        char *rec = NULL;
+        part_args(m, g, 0, &c, &rec);
+        lc_status st = rec ? seglock_eval(g->lock, store_script(m->rq.app->store, SCRIPT_COMMIT),
+                                          LC_EVAL_RELEASE, 7, c.keys, 16, c.args, on_part, g)
+                           : LC_ENOMEM;
+        free(rec);
+        if (st != LC_OK) {
+            g->res = SEG_ERROR;
+            drop(g);
+            m->pending--;
+        }
+    }
+    /* the parts' answers (or this, when none was sent or all failed to start) go on */
+    if (--m->pending == 0)
+        parts_done(m);
+}

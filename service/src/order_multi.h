@@ -1,0 +1,97 @@
+/*
+ * order_multi — an order served from several segments, all or nothing (SPEC §13; the protocol
+ * and its failure cases: docs/design.md "Orders larger than one segment"). order_fsm.c starts
+ * one when its walk found stock but no segment with enough; this file does the I/O of it in two
+ * phases, each ending in the callback:
+ *
+ *   multi_lock     the segments' locks (a try pass over the planned ones, more tries when they
+ *                  fall short, then a pass in index order with waiting), the plan of the parts
+ *                  from the stock read under the locks, and the intent on the SKU's slot
+ *                  (multi_begin.lua). Ends MULTI_READY (every part's lock held, the intent
+ *                  written: the critical section may begin) or with a final result;
+ *   multi_commit   the parts other than the first (pipelined), then the first one, the primary,
+ *                  each a fenced commit under its own lock with the intent's deadline; the WAITs
+ *                  of --redis-replica-acks; the intent deleted. A part refused before the
+ *                  primary was written undoes the parts made (part_undo.lua). Ends with a final
+ *                  result.
+ *
+ * Ownership: the caller owns the multi (multi_free) and keeps the request's strings alive
+ * until it is freed; at most one phase runs at a time and its callback comes exactly once, on
+ * the loop (lockcore's contract: LC_ESTATE when the loop's client is freed).
+ */
+#ifndef INVENTORY_ORDER_MULTI_H
+#define INVENTORY_ORDER_MULTI_H
+
+#include <stdint.h>
+
+#include <lockcore/lockcore_async.h>
+
+#include "order.h"
+#include "order_walk.h"
+#include "rules.h"
+#include "seglock.h"
+
+struct app;
+struct areq;
+struct multi;
+
+/* What the order hands over (borrowed: alive until multi_free). */
+struct multi_req {
+    struct app *app;
+    lc_async_client *lc;
+    const struct areq *ar; /* the request (its id on the store's log lines) */
+    struct seglock_env env;
+    lc_lock_opts lo;
+    const char *sku;
+    int64_t version;
+    int nseg;
+    const long long *seen; /* [nseg]: each segment's stock as the walk read it (<= 0: none) */
+    int64_t qty;
+    const char *token;        /* the order id's random part */
+    const char *user;         /* "" none */
+    const char *idem;         /* "" none */
+    const char *claim_expiry; /* Redis ms of the key claim / per-user reservation, "0" none */
+    struct sku_rules rules;
+    int64_t deadline_ms; /* clock_mono_ms() by which the order must be answered */
+    int budget;          /* Redis calls it may still make */
+};
+
+enum multi_phase_end {
+    MULTI_READY, /* multi_lock: locks held, intent written: run the critical section, then
+                    multi_commit */
+    MULTI_DONE   /* a final result: multi_result() */
+};
+
+/* The result once MULTI_DONE. out: OUT_CREATED (record and order_id set), OUT_INSUFFICIENT,
+ * OUT_SOLD_OUT, OUT_LOCK_TIMEOUT, OUT_UNAVAILABLE, OUT_OVER_BUDGET, OUT_OUTCOME_UNKNOWN,
+ * OUT_NOT_STARTED / OUT_ENDED (sale_at), or a settled outcome of a part's commit; again: the
+ * layout changed or a lock was lost before anything was sold: the caller may walk again. */
+struct multi_result {
+    enum order_outcome out;
+    int again;
+    int reload; /* ... after re-reading the layout */
+    char order_id[ORDER_ID_MAX + 1];
+    char *record; /* OUT_CREATED: the primary's JSON (the caller takes it: set to NULL) */
+    int64_t sale_at;
+    int acked; /* the WAITs of --redis-replica-acks were made */
+    int calls; /* Redis calls made */
+    int parts;
+    char why[256];
+};
+
+typedef void (*multi_fn)(void *arg, enum multi_phase_end end);
+
+/* A new multi-segment attempt (no I/O). NULL when out of memory. */
+struct multi *multi_new(const struct multi_req *rq, multi_fn cb, void *arg);
+void multi_free(struct multi *m);
+
+/* Phase one (see above). */
+void multi_lock(struct multi *m);
+
+/* Phase two; abort: the loop is ending or the critical section was cut short: release the
+ * locks, delete the intent, MULTI_DONE with OUT_UNAVAILABLE. */
+void multi_commit(struct multi *m, int abort);
+
+struct multi_result *multi_result(struct multi *m);
+
+#endif
