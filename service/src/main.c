@@ -23,6 +23,7 @@
 #include "config.h"
 #include "healthcheck.h"
 #include "http.h"
+#include "faultpoint.h"
 #include "log.h"
 
 /* Logs the effective configuration as one line, the config object embedded as JSON. */
@@ -87,6 +88,7 @@ int main(int argc, char **argv)
     }
     log_config(&cfg);
     log_admin_access(&cfg);
+    faultpoint_init();
 
     /* Before any thread exists (lockcore's watchdog, MHD's workers) so they all inherit it. */
     sigset_t stop;

@@ -24,6 +24,7 @@
 
 #include "app.h"
 #include "clock.h"
+#include "faultpoint.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "store.h"
@@ -40,9 +41,9 @@ struct mseg {
     int tried;       /* a try or wait was made for it */
     int busy;        /* found held by another owner */
     struct seglock *lock;
-    long long take;       /* units of the order it serves (a part when > 0) */
-    enum seg_result res;  /* its commit's result */
-    int made;             /* its part may exist: committed, or its commit's outcome unknown */
+    long long take;      /* units of the order it serves (a part when > 0) */
+    enum seg_result res; /* its commit's result */
+    int made;            /* its part may exist: committed, or its commit's outcome unknown */
     char id[ORDER_ID_MAX + 1];
 };
 
@@ -73,7 +74,7 @@ struct multi {
 static void finish(struct multi *m, enum order_outcome out);
 
 /* Keeps "<step>: <what>" as the attempt's last failure. */
-static void note_why(struct multi *m, const char *step, const char *what)
+static void multi_why(struct multi *m, const char *step, const char *what)
 {
     snprintf(m->res.why, sizeof(m->res.why), "%s%s%s", step, *step ? ": " : "",
              what && *what ? what : "failed");
@@ -197,7 +198,7 @@ static void tries_back(struct multi *m)
 }
 
 /* An acquire's answer for candidate g: held (stock read), busy, stale or failed. */
-static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
+static void on_seg_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
 {
     (void)lock;
     struct mseg *g = arg;
@@ -208,7 +209,7 @@ static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v,
     } else if (st != LC_OK || !v || v->type != REDIS_REPLY_ARRAY || v->elements < 2) {
         if (st != LC_ESTATE)
             metrics_redis_error();
-        note_why(m, "a segment's lock", seglock_errmsg(g->lock));
+        multi_why(m, "a segment's lock", seglock_errmsg(g->lock));
         m->any_error = 1;
         drop(g);
     } else {
@@ -258,13 +259,13 @@ static int acquire(struct multi *m, struct mseg *g, int wait_ms)
     g->tried = 1;
     if (seglock_new(&m->rq.env, sk.lock, &m->rq.lo, &g->lock) != LC_OK) {
         g->lock = NULL;
-        note_why(m, "", "lock handle: out of memory");
+        multi_why(m, "", "lock handle: out of memory");
         m->any_error = 1;
         return -1;
     }
     const char *reads[2] = {sk.stock, sk.sver};
-    if (seglock_acquire(g->lock, wait_ms, 2, reads, on_acquired, g) != LC_OK) {
-        note_why(m, "", "the lock operation did not start");
+    if (seglock_acquire(g->lock, wait_ms, 2, reads, on_seg_acquired, g) != LC_OK) {
+        multi_why(m, "", "the lock operation did not start");
         m->any_error = 1;
         drop(g);
         return -1;
@@ -347,7 +348,7 @@ static void wait_next(struct multi *m)
         }
         if (acquire(m, g, (int)left) != 0)
             continue;
-        return; /* on_acquired goes on */
+        return; /* on_seg_acquired goes on */
     }
     drop_all(m);
     finish(m, m->any_error ? OUT_UNAVAILABLE : OUT_INSUFFICIENT);
@@ -365,7 +366,7 @@ static void plan(struct multi *m)
         free(stock);
         free(take);
         drop_all(m);
-        note_why(m, "", "out of memory");
+        multi_why(m, "", "out of memory");
         finish(m, OUT_UNAVAILABLE);
         return;
     }
@@ -390,8 +391,8 @@ static void plan(struct multi *m)
                          g->k, g->take);
         if (w > 0 && (size_t)w < sizeof(m->parts) - used)
             used += (size_t)w;
-        json_array_append_new(parts, json_pack("{s:i, s:I}", "segment", g->k, "quantity",
-                                               (json_int_t)g->take));
+        json_array_append_new(
+            parts, json_pack("{s:i, s:I}", "segment", g->k, "quantity", (json_int_t)g->take));
     }
     free(take);
     struct mseg *p = m->primary >= 0 ? &m->s[m->primary] : NULL;
@@ -406,14 +407,14 @@ static void plan(struct multi *m)
     rules_format_time(clock_wall_ms(), created);
     const char *status = m->rq.rules.ttl_s > 0 ? "reserved" : "created";
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s, s:o}", "order_id", p->id, "sku",
-                          m->rq.sku, "quantity", (json_int_t)m->rq.qty, "segment", p->k,
-                          "user_id", *m->rq.user ? json_string(m->rq.user) : json_null(),
-                          "created_at", created, "status", status, "parts", parts);
+                          m->rq.sku, "quantity", (json_int_t)m->rq.qty, "segment", p->k, "user_id",
+                          *m->rq.user ? json_string(m->rq.user) : json_null(), "created_at",
+                          created, "status", status, "parts", parts);
     m->primary_rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!m->primary_rec) {
         drop_all(m);
-        note_why(m, "", "out of memory");
+        multi_why(m, "", "out of memory");
         finish(m, OUT_UNAVAILABLE);
         return;
     }
@@ -437,7 +438,7 @@ static void on_intent(lc_status st, const redisReply *r, const char *errstr, voi
     struct multi *m = arg;
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
         /* it may have been written: with no part ever made, its healing only deletes it */
-        note_why(m, "the intent", errstr);
+        multi_why(m, "the intent", errstr);
         drop_all(m);
         finish(m, OUT_UNAVAILABLE);
         return;
@@ -446,6 +447,7 @@ static void on_intent(lc_status st, const redisReply *r, const char *errstr, voi
     /* the commits refuse after the intent's deadline, or the key claim's, whichever is first */
     long long claim = atoll(m->rq.claim_expiry);
     snprintf(m->deadline, sizeof(m->deadline), "%lld", claim > 0 && claim < d ? claim : d);
+    faultpoint("multi_intent");
     m->state = M_IDLE;
     m->cb(m->arg, MULTI_READY);
 }
@@ -473,7 +475,7 @@ static enum seg_result part_result(struct mseg *g, lc_status st, const redisRepl
             metrics_lock_lost();
         else
             metrics_redis_error();
-        note_why(m, "a part's commit", seglock_errmsg(g->lock));
+        multi_why(m, "a part's commit", seglock_errmsg(g->lock));
         return res;
     }
     struct seg_verdict v;
@@ -591,6 +593,7 @@ static void parts_done(struct multi *m)
         return;
     }
     /* every other part is written: the primary makes the order whole */
+    faultpoint("multi_parts");
     struct mseg *p = &m->s[m->primary];
     struct part_args c;
     char *unused = NULL;
@@ -599,7 +602,7 @@ static void parts_done(struct multi *m)
     m->pending = 1;
     if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 7,
                      c.keys, 16, c.args, on_primary, p) != LC_OK) {
-        note_why(m, "", "the primary's commit did not start");
+        multi_why(m, "", "the primary's commit did not start");
         drop(p);
         undo_made(m, OUT_UNAVAILABLE);
     }
@@ -611,8 +614,8 @@ static void on_acked(void *arg, long long acks)
     m->res.acked = 1;
     if (acks < m->rq.app->cfg.redis_replica_acks) {
         snprintf(m->res.why, sizeof(m->res.why),
-                 "committed, but a part's master has it on %lld of %d replicas", acks < 0 ? 0 : acks,
-                 m->rq.app->cfg.redis_replica_acks);
+                 "committed, but a part's master has it on %lld of %d replicas",
+                 acks < 0 ? 0 : acks, m->rq.app->cfg.redis_replica_acks);
         end_intent(m, OUT_OUTCOME_UNKNOWN);
         return;
     }
@@ -642,6 +645,7 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
         r->element[2]->type == REDIS_REPLY_STRING)
         rec = r->element[2]->str;
     m->res.record = strdup(rec);
+    faultpoint("multi_primary");
     if (m->rq.app->cfg.redis_replica_acks > 0) {
         m->state = M_ACKS;
         m->res.calls += m->conns.n;
@@ -653,12 +657,12 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
     end_intent(m, OUT_CREATED);
 }
 
-static void on_end(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_intent_deleted(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)r;
     struct multi *m = arg;
     if (st != LC_OK && st != LC_ESTATE) /* the sweeper's healing deletes it later */
-        note_why(m, "deleting the intent", errstr);
+        multi_why(m, "deleting the intent", errstr);
     finish(m, m->res.out);
 }
 
@@ -668,7 +672,7 @@ static void end_intent(struct multi *m, enum order_outcome out)
     m->res.out = out;
     m->state = M_END;
     const char *argv[3] = {"HDEL", m->multi_key, m->rq.token};
-    store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_end, m);
+    store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_deleted, m);
 }
 
 static void on_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -680,7 +684,7 @@ static void on_undone(lc_status st, const redisReply *r, const char *errstr, voi
         g->made = 0;
     } else {
         metrics_redis_error();
-        note_why(m, "undoing a part", errstr);
+        multi_why(m, "undoing a part", errstr);
     }
     if (--m->pending > 0)
         return;
@@ -717,8 +721,8 @@ static void undo_made(struct multi *m, enum order_outcome out)
         store_seg_keys(m->rq.sku, g->k, &sk);
         const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
         const char *args[1] = {g->id};
-        store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_PART_UNDO, 3, keys, 1,
-                           args, on_undone, g);
+        store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_PART_UNDO, 3, keys, 1, args,
+                           on_undone, g);
     }
 }
 

@@ -650,14 +650,20 @@ static void test_insufficient_stock(void **state)
     new_sku(sku, sizeof sku);
     SF_PUT_SKU(port, TOKEN, sku, 8, 4); /* 2 units in each segment */
     sf_resp r = {0};
-    sf_order(NULL, port, sku, 3, &r); /* 3 <= 8 in all, but more than any segment holds */
-    SF_ASSERT_ERROR(&r, 409, "insufficient_stock");
-    sf_order(NULL, port, sku, 8, &r);
+    /* 3 <= 8 in all, more than any segment holds: served from two (SPEC §13) */
+    json_t *o = order_ok(port, sku, 3);
+    SF_ASSERT(json_array_size(json_object_get(o, "parts")) == 2, "%s", "two parts");
+    json_decref(o);
+    expect_totals(sku, 8, 5, 3, 1);
+    sf_order(NULL, port, sku, 6, &r); /* 6 > the 5 left: insufficient, nothing changed */
     SF_ASSERT_ERROR(&r, 409, "insufficient_stock");
     sf_resp_free(&r);
-    expect_totals(sku, 8, 8, 0, 0);
-    json_decref(order_ok(port, sku, 2));
-    expect_totals(sku, 8, 6, 2, 1);
+    expect_totals(sku, 8, 5, 3, 1);
+    json_decref(order_ok(port, sku, 5)); /* the last units, from every segment left */
+    expect_totals(sku, 8, 0, 8, 2);
+    sf_order(NULL, port, sku, 1, &r);
+    SF_ASSERT_ERROR(&r, 409, "sold_out");
+    sf_resp_free(&r);
 }
 
 static void test_body_too_large(void **state)

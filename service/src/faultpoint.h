@@ -1,0 +1,19 @@
+/*
+ * faultpoint — named points of the order path where a fault test stops or kills this process,
+ * so that each cut-off point of a protocol can be tested where it is (docs/reliability.md,
+ * "Fault points"): env INVENTORY_FAULTPOINT=<name>[:kill|:stop] (kill: SIGKILL, the default;
+ * stop: SIGSTOP, the test sends SIGCONT), read once; the point fires the first time it is
+ * reached. Unset, a point costs one test of a static flag. Points: multi_intent (a
+ * multi-segment order's intent written, no part yet), multi_parts (every part but the primary
+ * written), multi_primary (the primary written, the intent not yet deleted).
+ */
+#ifndef INVENTORY_FAULTPOINT_H
+#define INVENTORY_FAULTPOINT_H
+
+/* Reads INVENTORY_FAULTPOINT (at start, before any thread). */
+void faultpoint_init(void);
+
+/* Fires the fault when name is the configured point (the first time only). */
+void faultpoint(const char *name);
+
+#endif

@@ -1,0 +1,453 @@
+/*
+ * Orders larger than one segment (SPEC §13, issue 22; docs/design.md "Orders larger than one
+ * segment") against a real redis-server and real inventoryd processes:
+ *   - 409 insufficient_stock only when the remaining total is below the quantity, tested to the
+ *     last unit with random quantities; the end of a sale with one unit in each segment;
+ *   - the answer's parts (index order, the first part's segment, summing to the quantity), the
+ *     records in Redis, an Idempotency-Key replay of the whole order, a per-user limit counting
+ *     every part;
+ *   - many concurrent orders of random sizes over three instances until sold out: every unit
+ *     sold exactly once, no intent left;
+ *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
+ *     after the parts, after the primary; another instance's sweeper rolls each back or forward
+ *     to whole; an instance SIGSTOPped under its locks past the lease while another sells those
+ *     segments: resumed, it sells nothing twice.
+ * sf_check_invariants after each (every part of an order sold or none, SPEC §8).
+ */
+#include "svc_test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MU_TOKEN "multi-admin-token"
+#define MU_INSTANCES 3
+
+static sf_service *svc[MU_INSTANCES];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads",          "2",   "--admin-token",   MU_TOKEN,
+                          "--trust-body-user-id", "--redis-timeout-ms", "500",
+                          "--lock-lease-ms",    "1000", NULL};
+    for (int i = 0; i < MU_INSTANCES; i++)
+        if (!(svc[i] = sf_group_service(args)))
+            return -1;
+    return 0;
+}
+
+static int mu_port(int i)
+{
+    return sf_port(svc[i % MU_INSTANCES]);
+}
+
+/* PUT sku with stock, segments and the rules (",..." or ""). */
+static void mu_put(const char *sku, long long stock, int segments, const char *rules)
+{
+    char path[160], body[512];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
+    sf_resp r = {0};
+    sf_json_request(NULL, mu_port(0), "PUT", path, MU_TOKEN, NULL, body, &r);
+    SF_ASSERT(r.status == 201 || r.status == 200, "PUT %s: %s", body, sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* POST an order of q units (user NULL: none; idem NULL: no key) to port p. The status. */
+static int mu_order(int p, const char *sku, long long q, const char *user, const char *idem,
+                    sf_resp *r)
+{
+    char body[256];
+    if (user)
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":%lld,\"user_id\":\"%s\"}", sku, q,
+                 user);
+    else
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":%lld}", sku, q);
+    return sf_json_request(NULL, p, "POST", "/api/v1/orders", NULL, idem, body, r);
+}
+
+static long long mu_remaining(const char *sku)
+{
+    json_t *st = sf_sku_status(mu_port(0), sku);
+    SF_ASSERT(st != NULL, "GET %s", sku);
+    long long left = sf_json_int(st, "remaining", -1);
+    json_decref(st);
+    return left;
+}
+
+/* The answer of a 201 order of q units: parts in index order summing to q, segment = the first
+ * part's; returns the number of parts. */
+static int mu_check_parts(const sf_resp *r, long long q)
+{
+    json_t *parts = json_object_get(r->json, "parts");
+    long long sum = 0;
+    int prev = -1;
+    size_t i;
+    json_t *p;
+    if (!json_is_array(parts)) /* a one-segment order: its parts are implied (the API adds them) */
+        return 1;
+    json_array_foreach(parts, i, p)
+    {
+        int k = (int)sf_json_int(p, "segment", -1);
+        long long pq = sf_json_int(p, "quantity", -1);
+        SF_ASSERT(k > prev && pq >= 1, "parts out of order or empty: %s", sf_resp_summary(r));
+        if (i == 0)
+            SF_ASSERT(sf_json_int(r->json, "segment", -1) == k, "segment is not the first part's: %s",
+                      sf_resp_summary(r));
+        prev = k;
+        sum += pq;
+    }
+    SF_ASSERT(sum == q, "parts sum to %lld, not %lld: %s", sum, q, sf_resp_summary(r));
+    return (int)json_array_size(parts);
+}
+
+/* Intents of sku still in Redis. */
+static long long mu_intents(const char *sku)
+{
+    return rf_integer(gf_redis, "HLEN inv:2:{%s}:multi", sku);
+}
+
+/* Waits (up to ms) until sku has no intent left. 1 when none is left. */
+static int mu_intents_gone(const char *sku, int ms)
+{
+    for (int t = 0; t < ms; t += 50) {
+        if (mu_intents(sku) == 0)
+            return 1;
+        tu_sleep_ms(50);
+    }
+    return mu_intents(sku) == 0;
+}
+
+static void mu_invariants(const char *sku)
+{
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+}
+
+/* ---- the promise: insufficient only below the remaining total ---- */
+
+static void test_to_the_last_unit(void **state)
+{
+    (void)state;
+    const char *sku = "mu-last";
+    mu_put(sku, 1000, 16, "");
+    unsigned seed = 22;
+    int multi = 0, refusals = 0;
+    for (int n = 0; n < 2000; n++) {
+        long long left = mu_remaining(sku);
+        if (left == 0)
+            break;
+        seed = seed * 1103515245u + 12345u;
+        long long q = 1 + (long long)((seed >> 16) % 100);
+        sf_resp r = {0};
+        mu_order(mu_port(n), sku, q, NULL, NULL, &r);
+        if (q <= left) {
+            SF_ASSERT(r.status == 201, "%lld of %lld left: %s", q, left, sf_resp_summary(&r));
+            multi += mu_check_parts(&r, q) > 1;
+            SF_ASSERT_EQ(mu_remaining(sku), left - q);
+        } else {
+            SF_ASSERT_ERROR(&r, 409, "insufficient_stock");
+            refusals++;
+        }
+        sf_resp_free(&r);
+    }
+    SF_ASSERT_EQ(mu_remaining(sku), 0);
+    sf_resp r = {0};
+    mu_order(mu_port(0), sku, 1, NULL, NULL, &r);
+    SF_ASSERT_ERROR(&r, 409, "sold_out");
+    sf_resp_free(&r);
+    SF_ASSERT(multi > 0, "no order took several segments (%d refusals)", refusals);
+    SF_ASSERT_EQ(mu_intents(sku), 0);
+    mu_invariants(sku);
+}
+
+static void test_tail_one_unit_each(void **state)
+{
+    (void)state;
+    const char *sku = "mu-tail";
+    mu_put(sku, 16, 16, "");
+    sf_resp r = {0};
+    mu_order(mu_port(0), sku, 2, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT_EQ(mu_check_parts(&r, 2), 2);
+    char primary[128];
+    snprintf(primary, sizeof primary, "%s", sf_str(r.json, "order_id"));
+    /* the records: the primary in its segment with the parts, a part in the other */
+    json_t *parts = json_object_get(r.json, "parts");
+    int k1 = (int)sf_json_int(json_array_get(parts, 1), "segment", -1);
+    char hex[40], rec[1024];
+    snprintf(hex, sizeof hex, "%.32s", primary);
+    SF_ASSERT(rf_string(gf_redis, rec, sizeof rec, "HGET inv:2:{%s/%d}:orders %s-%d-%s", sku, k1,
+                        hex, k1, sku) == 1,
+              "the part record in segment %d", k1);
+    SF_ASSERT(strstr(rec, primary) != NULL && strstr(rec, "\"part_of\"") != NULL, "part: %s", rec);
+    sf_resp_free(&r);
+    mu_order(mu_port(1), sku, 14, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT_EQ(mu_check_parts(&r, 14), 14);
+    sf_resp_free(&r);
+    mu_order(mu_port(2), sku, 1, NULL, NULL, &r);
+    SF_ASSERT_ERROR(&r, 409, "sold_out");
+    sf_resp_free(&r);
+    json_t *st = sf_sku_status(mu_port(0), sku);
+    SF_ASSERT_EQ(sf_json_int(st, "orders", -1), 2); /* orders, not parts */
+    SF_ASSERT_EQ(sf_json_int(st, "sold", -1), 16);
+    json_decref(st);
+    mu_invariants(sku);
+}
+
+static void test_replay_and_limit(void **state)
+{
+    (void)state;
+    const char *sku = "mu-rules";
+    mu_put(sku, 320, 8, ",\"limit_per_user\":100"); /* 40 a segment */
+    sf_resp a = {0}, b = {0};
+    mu_order(mu_port(0), sku, 70, "ann", "mu-key-1", &a);
+    SF_ASSERT_STATUS(&a, 201);
+    SF_ASSERT_EQ(mu_check_parts(&a, 70), 2);
+    /* the same key on another instance: the whole order again */
+    mu_order(mu_port(1), sku, 70, "ann", "mu-key-1", &b);
+    SF_ASSERT_STATUS(&b, 200);
+    SF_ASSERT(strcmp(sf_str(a.json, "order_id"), sf_str(b.json, "order_id")) == 0, "%s",
+              sf_resp_summary(&b));
+    SF_ASSERT_EQ(mu_check_parts(&b, 70), 2);
+    sf_resp_free(&a);
+    sf_resp_free(&b);
+    SF_ASSERT_EQ(mu_remaining(sku), 250);
+    /* the limit counts the whole order: 70 + 40 > 100 */
+    mu_order(mu_port(2), sku, 40, "ann", NULL, &a);
+    SF_ASSERT(a.status == 409 && strcmp(sf_error_code(&a), "limit_exceeded") == 0, "%s",
+              sf_resp_summary(&a));
+    sf_resp_free(&a);
+    mu_order(mu_port(2), sku, 30, "ann", NULL, &a);
+    SF_ASSERT_STATUS(&a, 201);
+    sf_resp_free(&a);
+    mu_invariants(sku);
+}
+
+/* ---- concurrency ---- */
+
+struct mu_buyer {
+    const char *sku;
+    int port;
+    unsigned seed;
+    long long units; /* in 201 answers */
+    int orders, multi, errors;
+    char problem[256];
+};
+
+static void *mu_buy_loop(void *arg)
+{
+    struct mu_buyer *b = arg;
+    long long q = 0;
+    for (int n = 0; n < 5000; n++) {
+        if (q == 0) {
+            b->seed = b->seed * 1103515245u + 12345u;
+            q = 1 + (long long)((b->seed >> 16) % 100);
+        }
+        sf_resp r = {0};
+        mu_order(b->port, b->sku, q, NULL, NULL, &r);
+        if (r.status == 201) {
+            b->units += q;
+            b->orders++;
+            json_t *parts = json_object_get(r.json, "parts");
+            b->multi += json_is_array(parts) && json_array_size(parts) > 1;
+            q = 0;
+        } else if (r.status == 409 && strcmp(sf_error_code(&r), "sold_out") == 0) {
+            sf_resp_free(&r);
+            return NULL;
+        } else if (r.status == 409 && strcmp(sf_error_code(&r), "insufficient_stock") == 0) {
+            q = q / 2; /* less is left: ask for less (0: a new quantity, at most what is left) */
+            if (q == 0)
+                q = 1;
+        } else if (r.status == 503) {
+            b->errors++;
+        } else {
+            snprintf(b->problem, sizeof b->problem, "%s", sf_resp_summary(&r));
+            sf_resp_free(&r);
+            return NULL;
+        }
+        sf_resp_free(&r);
+    }
+    snprintf(b->problem, sizeof b->problem, "never sold out");
+    return NULL;
+}
+
+static void test_concurrent_until_sold_out(void **state)
+{
+    (void)state;
+    const char *sku = "mu-conc";
+    mu_put(sku, 3000, 16, "");
+    enum { N = 8 };
+    struct mu_buyer b[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = (struct mu_buyer){.sku = sku, .port = mu_port(i), .seed = 100u + (unsigned)i};
+        SF_ASSERT(pthread_create(&t[i], NULL, mu_buy_loop, &b[i]) == 0, "%s", "thread");
+    }
+    long long units = 0;
+    int multi = 0, orders = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        SF_ASSERT(b[i].problem[0] == '\0', "buyer %d: %s", i, b[i].problem);
+        units += b[i].units;
+        multi += b[i].multi;
+        orders += b[i].orders;
+    }
+    SF_ASSERT_EQ(units, 3000);
+    SF_ASSERT_EQ(mu_remaining(sku), 0);
+    SF_ASSERT(multi > 0, "no order of %d took several segments", orders);
+    SF_ASSERT(mu_intents_gone(sku, 5000), "%lld intents left", mu_intents(sku));
+    mu_invariants(sku);
+}
+
+/* ---- cut-off points ---- */
+
+/* Starts an instance that dies or stops at point (faultpoint.h), with extra args. */
+static sf_service *mu_faulty(const char *point, const char *const *extra)
+{
+    setenv("INVENTORY_FAULTPOINT", point, 1);
+    const char *args[24] = {"--threads", "1", "--admin-token", MU_TOKEN, "--redis-timeout-ms",
+                            "500", NULL};
+    int n = 6;
+    for (int i = 0; extra && extra[i] && n < 23; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    sf_service *s = sf_start(rf_url(gf_redis), args);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(s != NULL, "%s", "start the faulty instance");
+    return s;
+}
+
+/* Units in sku's order records of segment k (live ones), from Redis. */
+static long long mu_records(const char *sku, int k)
+{
+    return rf_integer(gf_redis, "HLEN inv:2:{%s/%d}:orders", sku, k);
+}
+
+/* An order of 30 units on 16 x 10 (three parts), its instance killed at point; then another
+ * instance's healing decides: whole (the primary was written) or none. */
+static void mu_killed_at(const char *sku, const char *point, int whole)
+{
+    mu_put(sku, 160, 16, "");
+    const char *extra[] = {"--lock-wait-ms", "800", "--lock-lease-ms", "1000", NULL};
+    sf_service *x = mu_faulty(point, extra);
+    sf_resp r = {0};
+    mu_order(sf_port(x), sku, 30, NULL, NULL, &r);
+    SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 100 && sf_alive(x); t++)
+        tu_sleep_ms(20);
+    SF_ASSERT(!sf_alive(x), "%s", "the instance did not die at its fault point");
+    (void)sf_stop(x);
+    SF_ASSERT_EQ(mu_intents(sku), 1); /* cut off: its intent is there */
+    /* another instance's sweeper: past the deadline + 1 s, forward or back */
+    SF_ASSERT(mu_intents_gone(sku, 8000), "%s: the intent was not healed", point);
+    long long records = 0;
+    for (int k = 0; k < 16; k++)
+        records += mu_records(sku, k);
+    if (whole) {
+        SF_ASSERT_EQ(mu_remaining(sku), 130);
+        SF_ASSERT_EQ(records, 3); /* 30 of 10-unit segments: three parts */
+    } else {
+        SF_ASSERT_EQ(mu_remaining(sku), 160);
+        SF_ASSERT_EQ(records, 0);
+    }
+    mu_invariants(sku);
+    /* and the SKU still sells to the last unit */
+    mu_order(mu_port(0), sku, 100, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    mu_invariants(sku);
+}
+
+static void test_killed_after_intent(void **state)
+{
+    (void)state;
+    mu_killed_at("mu-kill-intent", "multi_intent", 0);
+}
+
+static void test_killed_after_parts(void **state)
+{
+    (void)state;
+    mu_killed_at("mu-kill-parts", "multi_parts", 0);
+}
+
+static void test_killed_after_primary(void **state)
+{
+    (void)state;
+    mu_killed_at("mu-kill-primary", "multi_primary", 1);
+}
+
+struct mu_late {
+    int port;
+    const char *sku;
+    sf_resp r;
+};
+
+static void *mu_late_order(void *arg)
+{
+    struct mu_late *l = arg;
+    mu_order(l->port, l->sku, 30, NULL, NULL, &l->r);
+    return NULL;
+}
+
+/* SIGSTOP under the locks (after the intent) past the lease and the deadline, while other
+ * instances sell every unit; resumed, the paused order sells nothing. */
+static void test_paused_past_the_lease(void **state)
+{
+    (void)state;
+    const char *sku = "mu-pause";
+    mu_put(sku, 160, 16, "");
+    const char *extra[] = {"--lock-wait-ms", "800", "--lock-lease-ms", "500", NULL};
+    sf_service *x = mu_faulty("multi_intent:stop", extra);
+    struct mu_late late = {.port = sf_port(x), .sku = sku};
+    pthread_t t;
+    SF_ASSERT(pthread_create(&t, NULL, mu_late_order, &late) == 0, "%s", "thread");
+    int stopped = 0;
+    for (int i = 0; i < 200 && !stopped; i++) {
+        stopped = sf_log_contains(x, "fault point multi_intent");
+        tu_sleep_ms(20);
+    }
+    SF_ASSERT(stopped, "%s", "the instance did not reach its fault point");
+    tu_sleep_ms(1500); /* past the lease (500 ms) and the intent's deadline (800 ms) */
+    long long sold = 0;
+    for (int i = 0; i < 400; i++) {
+        sf_resp r = {0};
+        mu_order(mu_port(i), sku, 10, NULL, NULL, &r);
+        if (r.status == 409) {
+            sf_resp_free(&r);
+            break;
+        }
+        if (r.status == 201)
+            sold += 10;
+        sf_resp_free(&r);
+    }
+    SF_ASSERT_EQ(sold, 160);
+    kill(sf_pid(x), SIGCONT);
+    pthread_join(t, NULL);
+    SF_ASSERT(late.r.status != 201, "the paused order was sold: %s", sf_resp_summary(&late.r));
+    sf_resp_free(&late.r);
+    SF_ASSERT(mu_intents_gone(sku, 8000), "%s", "the intent stayed");
+    SF_ASSERT_EQ(mu_remaining(sku), 0);
+    mu_invariants(sku);
+    SF_ASSERT(sf_stop(x) == 0, "%s", "its exit");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_to_the_last_unit),
+        cmocka_unit_test(test_tail_one_unit_each),
+        cmocka_unit_test(test_replay_and_limit),
+        cmocka_unit_test(test_concurrent_until_sold_out),
+        cmocka_unit_test(test_killed_after_intent),
+        cmocka_unit_test(test_killed_after_parts),
+        cmocka_unit_test(test_killed_after_primary),
+        cmocka_unit_test(test_paused_past_the_lease),
+    };
+    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
+}
