@@ -22,6 +22,10 @@
 #             is lost; with --lock-renewal 0 every commit is refused, 0 units sold
 #   locknode  (--lock-redis only) kill -9 of one lock node mid-load, then of a second one: the
 #             instances go on selling on the majority left, 0 oversold
+#   multikill orders of 1..100 units on 64 segments of 50 (most served from several segments,
+#             SPEC §13), an instance kill -9'd twice mid-load (restarted in between): every
+#             multi-segment order cut off is healed whole or undone by the others' sweepers (no
+#             intent left), the §8 checks with every part sold or none
 # With --lock-redis the instances guard their segments with Redlock on 5 lock redis-servers
 # (AOF, appendfsync always) started here, the stock staying on the data Redis, every commit
 # fenced by the Redlock's token; the faults then default to kill,pause,locknode (the others
@@ -35,7 +39,7 @@
 #              and restart an instance every 10 s, pause every 8 s, restart Redis every 15 s);
 #              about 9 min
 #   --faults   comma-separated subset of: kill,pause,everysec,always,absent,latency,lease,
-#              locknode [all but locknode; with --lock-redis: kill,pause,locknode]
+#              locknode,multikill [all but locknode; with --lock-redis: kill,pause,locknode]
 #   --lock-redis  Redlock mode (above)
 #   --out DIR  results directory
 # Exit status: 0 every check passed; 1 a check failed; 2 usage; 3 infrastructure failure.
@@ -61,9 +65,9 @@ while [ $# -gt 0 ]; do
     *) echo "faults.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-all_faults=kill,pause,everysec,always,absent,latency,lease,locknode
+all_faults=kill,pause,everysec,always,absent,latency,lease,locknode,multikill
 if [ "$redlock" = 1 ]; then faults=${faults:-kill,pause,locknode}
-else faults=${faults:-kill,pause,everysec,always,absent,latency,lease}; fi
+else faults=${faults:-kill,pause,everysec,always,absent,latency,lease,multikill}; fi
 for f in ${faults//,/ }; do
   [[ ",$all_faults," == *",$f,"* ]] || { echo "faults.sh: unknown fault '$f' (one of $all_faults)" >&2; exit 2; }
   [ "$f" != locknode ] || [ "$redlock" = 1 ] || { echo "faults.sh: locknode needs --lock-redis" >&2; exit 2; }
@@ -249,7 +253,7 @@ sleep_until() {
 load_end_ms() { echo $((load_t0 + window * 1000)); }
 # load_start: wrk through nginx for $window seconds (order.lua).
 load_start() {
-  local -A o=([conns]=$conns [script]=order.lua [ok]=201)
+  local -A o=([conns]=$conns [script]=${load_script:-order.lua} [ok]=201)
   url=http://127.0.0.1:$nginx_port/api/v1/orders
   drain_max=$(((lock_wait + hold + 999) / 1000 + 12))
   start_wrk "$raw" "$window"
@@ -380,6 +384,43 @@ fault_kill() {
   report "kill -9 one of 3 instances$([ "$soak" = 1 ] && echo ", $cycles times (restarted in between)")" \
     "$(field created "$result") orders created; units sold after each kill: $kills; $(field s5xx "$result") 502s from nginx, $(field unanswered "$result") unanswered"
   fault_end
+}
+
+# intents_gone: no multi-segment order of the SKU is cut off (its intent healed).
+intents_gone() { [ "$(timeout 2 redis-cli -p "$redis_port" HLEN "inv:2:{$sku}:multi" 2>/dev/null || echo 1)" = 0 ]; }
+fault_multikill() {
+  hold=0 lease=2000
+  local save=("$stock" "$segments" "$qty") multi=0 i v t_kill victim=1 c
+  stock=3200 segments=64 qty=100 load_script=tail.lua
+  fault_begin multikill 2 --lock-lease-ms "$lease"
+  load_start
+  for c in 0 1; do
+    sleep_until $((load_t0 + (1 + 3 * c) * 1000))
+    kill -KILL "${inst_pids[victim]}"
+    wait "${inst_pids[victim]}" 2>/dev/null || true
+    log "  kill -9 instance $victim ($((c + 1))/2)"
+    if [ "$c" = 0 ]; then
+      sleep 1
+      launch_instance "$victim" 2 "${inst_flags[@]}"
+      inst_pids[victim]=$pid
+    fi
+  done
+  load_finish
+  for ((i = 0; i < instances; i++)); do
+    kill -0 "${inst_pids[i]}" 2>/dev/null || continue
+    v=$(metric "$i" inventory_multi_segment_orders_total)
+    [ "$v" -le 0 ] || multi=$((multi + v))
+  done
+  # the cut-off ones: healed by a sweeper past their deadline (lock wait + hold + Redis
+  # timeout) + 1 s
+  wait_until $(((lock_wait + redis_timeout + slack_ms) / 100 + 40)) intents_gone || true
+  check "every cut-off multi-segment order healed (no intent left)" intents_gone
+  check "orders served from several segments (the survivors' count): $multi" ge "$multi" 1
+  verify_sku
+  report "kill -9 of an instance (twice) under orders of 1..100 units on 64 segments of 50" \
+    "$(field created "$result") orders created, $multi of them (counted by the instances alive at the end) from several segments"
+  fault_end
+  stock=${save[0]} segments=${save[1]} qty=${save[2]} load_script=""
 }
 
 in_cs_now() { [ "$(metric "$1" inventory_critical_sections_in_flight)" -gt 0 ]; }
@@ -640,6 +681,7 @@ for f in ${faults//,/ }; do
     latency) fault_latency ;;
     lease) fault_lease ;;
     locknode) fault_locknode ;;
+    multikill) fault_multikill ;;
   esac
 done
 log "$checks_passed checks passed, $failures failed, in $(($(date +%s) - t_begin)) s; $res/FAULTS.md"

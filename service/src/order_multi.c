@@ -423,9 +423,13 @@ static void plan(struct multi *m)
         finish(m, OUT_OVER_BUDGET);
         return;
     }
+    /* the intent's deadline: the request's time left, plus the critical section and one Redis
+     * timeout for the commits under way (a request near its deadline still gets to commit what
+     * it holds the locks for) */
     int64_t left = m->rq.deadline_ms - clock_mono_ms();
     char budget[24];
-    snprintf(budget, sizeof(budget), "%" PRId64, left > 1 ? left : 1);
+    snprintf(budget, sizeof(budget), "%" PRId64,
+             (left > 0 ? left : 0) + m->rq.app->cfg.hold_ms + m->rq.app->cfg.redis_timeout_ms);
     const char *keys[1] = {m->multi_key};
     const char *args[4] = {m->rq.token, p->id, m->parts, budget};
     m->state = M_INTENT;
