@@ -12,7 +12,9 @@
  *     in Redis (GET /api/v1/orders/{id} finds it on the promoted master too): with acks 1 no
  *     acknowledged order is lost in the failover;
  *   - a cancel and a restock wait for the replica too (503 outcome unknown while it is stopped);
- *   - segment locks as Redlock on three lock nodes (--lock-redis) over the cluster: exact.
+ *   - segment locks as Redlock on three lock nodes (--lock-redis) over the cluster: exact;
+ *   - orders from several segments (SPEC §13) with parts on every master, and one cut off
+ *     between its parts and its primary (killed -9): undone by the other instances.
  * The failover test kills a master, so it runs last.
  */
 #include "svc_test.h"
@@ -428,6 +430,87 @@ static void test_limit_over_cluster(void **state)
     SF_ASSERT_EQ(rp.max_user_units, 2);
 }
 
+static int master_of_sku(const char *sku);
+
+/* SPEC §13 on a cluster: one unit in each of 12 segments spread over the three masters; an
+ * order of 7 is served from 7 segments (parts on every master, each WAITed for with acks 1),
+ * and an order of 5 takes the rest. */
+static void test_multi_over_cluster(void **state)
+{
+    (void)state;
+    const char *sku = "cl-multi";
+    int port = sf_port(svc[0]);
+    sf_resp r = {0};
+    sf_put_sku(port, NULL, sku, 12, 12, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    int masters[3] = {0, 0, 0};
+    for (int k = 0; k < 12; k++) {
+        int m = master_of_segment(sku, k);
+        if (m >= 0 && m < 3)
+            masters[m] = 1;
+    }
+    SF_ASSERT(masters[0] + masters[1] + masters[2] >= 2, "%s", "segments on one master only");
+    sf_order(NULL, port, sku, 7, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT_EQ((long long)json_array_size(json_object_get(r.json, "parts")), 7);
+    sf_order(NULL, sf_port(svc[1]), sku, 5, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_order(NULL, port, sku, 1, &r);
+    SF_ASSERT_ERROR(&r, 409, "sold_out");
+    sf_resp_free(&r);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 12);
+}
+
+/* An instance killed -9 after the parts of a multi-segment order and before its primary, on a
+ * cluster: the intent (on the SKU's master) is healed by the other instances' sweepers, which
+ * undo the parts on their masters; nothing is sold. */
+static void test_multi_cut_off_over_cluster(void **state)
+{
+    (void)state;
+    const char *sku = "cl-multi-cut";
+    sf_resp r = {0};
+    sf_put_sku(sf_port(svc[0]), NULL, sku, 12, 12, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    setenv("INVENTORY_FAULTPOINT", "multi_parts", 1);
+    const char *args[] = {"--threads",          "1",    "--redis-replica-acks", "1",
+                          "--lock-lease-ms",    "2000", "--redis-timeout-ms",   "1000",
+                          "--lock-wait-ms",     "800",  NULL};
+    sf_service *x = sf_start(url, args);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(x != NULL, "%s", "the faulty instance");
+    sf_order(NULL, sf_port(x), sku, 6, &r);
+    SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
+    for (int t = 0; t < 100 && sf_alive(x); t++)
+        tu_sleep_ms(20);
+    SF_ASSERT(!sf_alive(x), "%s", "the instance did not die at its fault point");
+    (void)sf_stop(x);
+    long long left = -1;
+    for (int t = 0; t < 200; t++) {
+        json_t *st = sf_sku_status(sf_port(svc[1]), sku);
+        left = st ? sf_json_int(st, "remaining", -1) : -1;
+        json_decref(st);
+        char key[128];
+        snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
+        redisReply *h = rf_command(cf_node(cl, master_of_sku(sku)), "HLEN %s", key);
+        long long n = h && h->type == REDIS_REPLY_INTEGER ? h->integer : -1;
+        freeReplyObject(h);
+        if (left == 12 && n == 0)
+            break;
+        tu_sleep_ms(50);
+    }
+    SF_ASSERT_EQ(left, 12);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 0);
+    sf_order(NULL, sf_port(svc[0]), sku, 12, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 12);
+}
+
 /* The master (fixture index) of sku's own keys (meta, Idempotency-Key claims). */
 static int master_of_sku(const char *sku)
 {
@@ -627,6 +710,8 @@ int main(void)
         cmocka_unit_test(test_sale_over_cluster),
         cmocka_unit_test(test_writes_wait_for_replica),
         cmocka_unit_test(test_limit_over_cluster),
+        cmocka_unit_test(test_multi_over_cluster),
+        cmocka_unit_test(test_multi_cut_off_over_cluster),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
         cmocka_unit_test(test_lock_redis_over_cluster),
         cmocka_unit_test(test_master_killed_mid_sale),
