@@ -172,7 +172,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     }
     for (int i = 0; i < n; i++) {
         store_seg_keys(s->sku, from + i, &s->sk[i]);
-        const char *all[9] = {s->sk[i].stock, s->sk[i].sver, s->sk[i].cnt,
+        const char *all[9] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt,
                               s->sk[i].orders, s->sk[i].idem, s->sk[i].rst,
                               s->sk[i].due,    s->sk[i].give, s->sk[i].follow};
         for (int j = 0; j < nkeys; j++)

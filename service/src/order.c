@@ -302,8 +302,8 @@ static void end_follow(struct by_id *b)
         end_done(b);
         return;
     }
-    follow_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k,
-                 (const char *const *)b->follows, b->nfollows, on_followed, b);
+    follow_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, (const char *const *)b->follows,
+                 b->nfollows, on_followed, b);
 }
 
 static void on_given(void *arg, int ok)

@@ -200,7 +200,9 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "follow_failed",
                 "sku %s: follow %s: %s (left queued: the sweeper retries)", f->run->sku, f->member,
-                st != LC_OK ? errstr : r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
         follow_one_end(f, 0);
         return;
     }
@@ -559,8 +561,7 @@ static void on_intent_deleted(lc_status st, const redisReply *r, const char *err
         /* counted by whoever deleted it, so instances healing at once count it once */
         metrics_multi_healed(h->forward);
         log_msg(CONFIG_LOG_INFO, "multi_healed", "sku %s order %s: healed %s", h->sku, h->id,
-                h->forward ? "forward (the order is whole)"
-                           : "back (its parts undone: no order)");
+                h->forward ? "forward (the order is whole)" : "back (its parts undone: no order)");
     }
     heal_end(h);
 }
@@ -578,7 +579,9 @@ static void on_part_undone(lc_status st, const redisReply *r, const char *errstr
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
                 "sku %s order %s: undoing a part: %s (the next look retries)", h->sku, h->id,
-                st != LC_OK ? errstr : r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
         h->ok = 0;
     }
     if (--h->pending > 0)
@@ -618,8 +621,8 @@ static void on_primary_checked(lc_status st, const redisReply *r, const char *er
         store_seg_keys(h->sku, h->parts[i], &sk);
         const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
         const char *args[1] = {part};
-        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 3,
-                           keys, 1, args, on_part_undone, h);
+        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 3, keys,
+                           1, args, on_part_undone, h);
     }
 }
 
@@ -633,9 +636,9 @@ static int heal_start(struct sweep_call *c, const redisReply *hex, const redisRe
     json_t *parts = json_object_get(j, "parts");
     char sku[VALIDATE_SKU_MAX + 1];
     int k1 = -1, bad = !id || !json_is_array(parts) || json_array_size(parts) > HEAL_PARTS_MAX ||
-                       hex->len != IDS_ORDER_HEX ||
-                       order_id_parse(id, strlen(id), &k1, sku) != 0 || strcmp(sku, s->sku) != 0 ||
-                       strncmp(id, hex->str, hex->len) != 0 || id[hex->len] != '-';
+                       hex->len != IDS_ORDER_HEX || order_id_parse(id, strlen(id), &k1, sku) != 0 ||
+                       strcmp(sku, s->sku) != 0 || strncmp(id, hex->str, hex->len) != 0 ||
+                       id[hex->len] != '-';
     struct heal *h = bad ? NULL : calloc(1, sizeof(*h));
     if (h) {
         h->c = c;
@@ -681,8 +684,8 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     c->pending = 1; /* this function's own share */
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
         if (st != LC_ESTATE)
-            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: multi-segment intents: %s",
-                    c->s->sku, st != LC_OK ? errstr : "unexpected reply");
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: multi-segment intents: %s", c->s->sku,
+                    st != LC_OK ? errstr : "unexpected reply");
     } else if (!c->sw->stopping) {
         for (size_t i = 0; i + 1 < r->elements; i += 2)
             if (r->element[i]->type == REDIS_REPLY_STRING &&
@@ -725,7 +728,9 @@ static void tick(struct sweep *sw)
     char batch[24], give[24];
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
     snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
-    const char *args[4] = {batch, give, sw->app->cfg.order_log ? "1" : "0", batch};
+    char follows[24];
+    snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
+    const char *args[4] = {batch, give, sw->app->cfg.order_log ? "1" : "0", follows};
     char margin[24], most[24];
     snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
     snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
@@ -757,7 +762,7 @@ static void tick(struct sweep *sw)
             s->busy[k] = 1;
             struct seg_keys sk;
             store_seg_keys(s->sku, k, &sk);
-            const char *keys[8] = {sk.stock, sk.cnt,  sk.orders, sk.due,
+            const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
                                    sk.give,  sk.log, sk.sver,   sk.follow};
             store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args, on_expired, c);
         }

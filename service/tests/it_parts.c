@@ -29,8 +29,8 @@ static int port;
 static int group_setup(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads", "2", "--admin-token", PA_TOKEN, "--redis-timeout-ms", "500",
-                          NULL};
+    const char *args[] = {"--threads", "2", "--admin-token", PA_TOKEN, "--redis-timeout-ms",
+                          "500",       NULL};
     svc = sf_group_service(args);
     port = svc ? sf_port(svc) : 0;
     return svc ? 0 : -1;
@@ -61,8 +61,7 @@ static void pa_seg(const char *sku, int k, long long s, long long o, long long r
     redisReply *w = rf_command(gf_redis, "SET inv:2:{%s/%d}:stock %lld", sku, k, 10 - s);
     SF_ASSERT(w && w->type == REDIS_REPLY_STATUS, "SET stock of %s/%d", sku, k);
     freeReplyObject(w);
-    w = rf_command(gf_redis, "HSET inv:2:{%s/%d}:cnt t 10 s %lld o %lld r %lld", sku,
-                               k, s, o, r);
+    w = rf_command(gf_redis, "HSET inv:2:{%s/%d}:cnt t 10 s %lld o %lld r %lld", sku, k, s, o, r);
     SF_ASSERT(w && w->type == REDIS_REPLY_INTEGER, "HSET cnt of %s/%d", sku, k);
     freeReplyObject(w);
 }
@@ -195,8 +194,8 @@ static void test_cancel_returns_every_part(void **state)
     pa_request("GET", path, &r);
     SF_ASSERT_STATUS(&r, 200);
     json_t *p = json_array_get(json_object_get(r.json, "parts"), 0);
-    SF_ASSERT(p && sf_json_int(p, "segment", -1) == k && sf_json_int(p, "quantity", -1) == 2,
-              "%s", sf_resp_summary(&r));
+    SF_ASSERT(p && sf_json_int(p, "segment", -1) == k && sf_json_int(p, "quantity", -1) == 2, "%s",
+              sf_resp_summary(&r));
     sf_resp_free(&r);
 }
 
@@ -235,8 +234,7 @@ static void test_confirm_confirms_every_part(void **state)
 }
 
 /* Polls (every 50 ms, at most timeout_ms) until the part record of segment k has status. */
-static int pa_wait_status(const char *sku, int k, const char *id, const char *want,
-                          int timeout_ms)
+static int pa_wait_status(const char *sku, int k, const char *id, const char *want, int timeout_ms)
 {
     char st[32];
     for (int64_t end = tu_now_ms() + timeout_ms;; tu_sleep_ms(50)) {

@@ -189,7 +189,8 @@ static void test_hold_expires_once(void **state)
     (void)state;
     const char *id = HEX_A "-0-" SKU;
     make_hold(id, now_ms() - 10);
-    const char *args[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, "256", "128", "0", "128"};
+    const char *args[] = {"8",  STOCK,  CNT,   ORDERS, DUE, GIVE, LOG,
+                          SVER, FOLLOW, "256", "128",  "0", "128"};
     for (int i = 0; i < 3; i++) { /* three sweepers in turn */
         redisReply *r = eval(STORE_LUA_EXPIRE, 13, args);
         SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements >= 5, "reply type %d", r->type);
@@ -344,9 +345,10 @@ static void seg_expect(int k, long long stock, long long s, long long o, long lo
                         num("HGET %s r", cnt)};
     long long want[4] = {stock, s, o, r};
     for (int i = 0; i < 4; i++)
-        SF_ASSERT(got[i] == want[i], "segment %d: {stock s o r} = {%lld %lld %lld %lld}, want "
-                  "{%lld %lld %lld %lld}", k, got[0], got[1], got[2], got[3], want[0], want[1],
-                  want[2], want[3]);
+        SF_ASSERT(got[i] == want[i],
+                  "segment %d: {stock s o r} = {%lld %lld %lld %lld}, want "
+                  "{%lld %lld %lld %lld}",
+                  k, got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
 }
 
 /* A part record (part_of the primary HEX_A-0) of q units in segment k, in status. */
@@ -375,6 +377,15 @@ static void put_primary(const char *status)
              status);
     redisReply *w = rf_command(gf_redis, "HSET %s %s %s", ORDERS, PRIMARY, rec);
     freeReplyObject(w);
+}
+
+/* The code of a script's {code, ...} reply; fails on any other reply (an error: its text). */
+static long long code(const redisReply *r)
+{
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+                  r->element[0]->type == REDIS_REPLY_INTEGER,
+              "reply type %d: %s", r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return r->element[0]->integer;
 }
 
 static long long follow(int k, const char *id, const char *status)
@@ -443,7 +454,8 @@ static void test_part_follow_confirm_and_cancel_in_either_order(void **state)
     SF_ASSERT_EQ(follow(2, PART2, "confirmed"), STORE_FOLLOW_LEFT);
     seg_expect(1, 10, 0, 0, 0);
     seg_expect(2, 10, 0, 0, 0);
-    char *a = str("HGET %s %s", SEG(1, "orders"), PART1), *b = str("HGET %s %s", SEG(2, "orders"), PART2);
+    char *a = str("HGET %s %s", SEG(1, "orders"), PART1),
+         *b = str("HGET %s %s", SEG(2, "orders"), PART2);
     SF_ASSERT(a && b && strstr(a, "\"cancelled\"") && strstr(b, "\"cancelled\""), "%s / %s",
               a ? a : "none", b ? b : "none");
     free(a);
@@ -484,8 +496,9 @@ static void test_multi_due_only_past_deadline_and_margin(void **state)
     long long deadline[3] = {now - 3000, now - 200, now + 60000};
     for (int i = 0; i < 3; i++) {
         char v[256];
-        snprintf(v, sizeof v, "{\"order\":\"%s-0-" SKU "\",\"parts\":[[0,2],[1,3]],\"deadline\":%lld}",
-                 hex[i], deadline[i]);
+        snprintf(v, sizeof v,
+                 "{\"order\":\"%s-0-" SKU "\",\"parts\":[[0,2],[1,3]],\"deadline\":%lld}", hex[i],
+                 deadline[i]);
         redisReply *w = rf_command(gf_redis, "HSET %s %s %s", MULTI, hex[i], v);
         freeReplyObject(w);
     }
@@ -516,7 +529,7 @@ static void test_primary_end_queues_follows(void **state)
     /* confirm: "|confirmed" follows */
     const char *cargs[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, PRIMARY, "1"};
     redisReply *r = eval(STORE_LUA_CONFIRM, 11, cargs);
-    SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_DONE);
+    SF_ASSERT_EQ(code(r), STORE_CONFIRM_DONE);
     freeReplyObject(r);
     seg_expect(0, 8, 2, 1, 0);
     SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART1 "|confirmed") > 0, "%s", "confirm follow");
@@ -525,7 +538,7 @@ static void test_primary_end_queues_follows(void **state)
     /* cancel: its own part back, "|cancelled" follows, the give-back */
     const char *args[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, PRIMARY, "1"};
     r = eval(STORE_LUA_CANCEL, 11, args);
-    SF_ASSERT_EQ(r->element[0]->integer, STORE_CANCEL_DONE);
+    SF_ASSERT_EQ(code(r), STORE_CANCEL_DONE);
     freeReplyObject(r);
     seg_expect(0, 10, 0, 0, 0);
     SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART1 "|cancelled") > 0, "%s", "cancel follow");
@@ -548,10 +561,19 @@ static void test_primary_end_queues_follows(void **state)
     }
     freeReplyObject(x);
     /* a part's id is not an order: no cancel, nothing written */
-    const char *pargs[] = {"8", SEG(1, "stock"), SEG(1, "cnt"), SEG(1, "orders"), SEG(1, "due"),
-                           SEG(1, "give"), SEG(1, "log"), SEG(1, "sver"), SEG(1, "follow"), PART1, "1"};
+    const char *pargs[] = {"8",
+                           SEG(1, "stock"),
+                           SEG(1, "cnt"),
+                           SEG(1, "orders"),
+                           SEG(1, "due"),
+                           SEG(1, "give"),
+                           SEG(1, "log"),
+                           SEG(1, "sver"),
+                           SEG(1, "follow"),
+                           PART1,
+                           "1"};
     r = eval(STORE_LUA_CANCEL, 11, pargs);
-    SF_ASSERT_EQ(r->element[0]->integer, STORE_CANCEL_NONE);
+    SF_ASSERT_EQ(code(r), STORE_CANCEL_NONE);
     freeReplyObject(r);
     seg_expect(1, 7, 3, 1, 3);
     SF_ASSERT_EQ(num("EXISTS %s", SEG(1, "log")), 0);
@@ -563,7 +585,8 @@ static void test_primary_end_queues_follows(void **state)
                                "\"status\":\"created\"}");
     freeReplyObject(w);
     seg_counts(0, 8, 2, 1, 0);
-    const char *bargs[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, HEX_B "-0-" SKU, "1"};
+    const char *bargs[] = {"8", STOCK, CNT,    ORDERS,          DUE, GIVE,
+                           LOG, SVER,  FOLLOW, HEX_B "-0-" SKU, "1"};
     r = eval(STORE_LUA_CANCEL, 11, bargs);
     SF_ASSERT(r->type == REDIS_REPLY_ERROR, "reply type %d", r->type);
     freeReplyObject(r);
@@ -577,7 +600,8 @@ static void test_expire_returns_follows(void **state)
     put_primary("reserved");
     seg_counts(0, 8, 2, 1, 2);
     num("ZADD %s %lld %s", DUE, now_ms() - 10, PRIMARY);
-    const char *args[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, "256", "128", "0", "128"};
+    const char *args[] = {"8",  STOCK,  CNT,   ORDERS, DUE, GIVE, LOG,
+                          SVER, FOLLOW, "256", "128",  "0", "128"};
     redisReply *r = eval(STORE_LUA_EXPIRE, 13, args);
     SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 10, "reply type %d, %zu elements",
               r->type, r->elements);
