@@ -444,6 +444,8 @@ static void on_time(lc_status st, const redisReply *r, const char *errstr, void 
     sweep_call_end(c);
 }
 
+static int sku_active(const struct sweep_sku *s, int64_t now);
+
 /* The give-backs or the follows of an expiry sweep are done (the call ends with the last). */
 static void on_segment_given(void *arg, int ok)
 {
@@ -494,6 +496,8 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     int64_t wait = SWEEP_IDLE_MS;
     if (next > 0 && next - rnow < wait)
         wait = next - rnow > 0 ? next - rnow : 0;
+    if (!sku_active(s, now) && wait == SWEEP_IDLE_MS)
+        wait = SWEEP_FOLLOW_IDLE_MS; /* a multi-segment SKU's look for cut-off follows alone */
     if (expired >= SWEEP_BATCH || queued > ngive || fqueued > nfollow)
         wait = 0;
     s->next_at[k] = now + wait;
@@ -751,7 +755,9 @@ static void tick(struct sweep *sw)
             store_script_async(store, lc, NULL, SCRIPT_MULTI_DUE, 1, keys, 2, margs, on_multi_due,
                                c);
         }
-        if (!sku_active(s, now))
+        /* A SKU without holds or a limit is swept too when it has several segments, every
+         * SWEEP_FOLLOW_IDLE_MS (on_expired), for the follows a cut-off cancel left queued. */
+        if (!sku_active(s, now) && s->segments <= 1)
             continue;
         for (int k = 0; k < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; k++) {
             if (s->busy[k] || s->next_at[k] > now)

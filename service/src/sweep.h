@@ -17,7 +17,9 @@
  *
  * Multi-segment orders (docs/design.md "Orders larger than one segment"): the follows an
  * expiry returns (the changes of a primary queued for its other parts, in the primary's
- * segment's follow set) are applied by follow_async; and once a second, for every SKU of more
+ * segment's follow set) are applied by follow_async (a SKU of several segments is swept for
+ * them every SWEEP_FOLLOW_IDLE_MS even without holds or a limit; with follows queued it is
+ * swept like one with holds for a minute); and once a second, for every SKU of more
  * than one segment, the intents past their deadline + SWEEP_MULTI_MARGIN_MS on Redis's clock
  * (lua/multi_due.lua) are healed: the primary record exists → forward (the intent goes); it
  * does not → back (part_undo.lua on every other part, then the intent goes). Every step is
@@ -40,6 +42,9 @@ struct store;
  * clocks of the masters holding the parts may differ by that much). */
 #define SWEEP_MULTI_MS 1000
 #define SWEEP_MULTI_MARGIN_MS 1000
+/* How often each segment of a SKU of several segments without holds or a limit is swept (for
+ * the follows a cut-off cancel left queued; a SKU with holds or a limit every SWEEP_IDLE_MS). */
+#define SWEEP_FOLLOW_IDLE_MS 2000
 
 struct sweep;
 

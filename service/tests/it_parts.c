@@ -10,6 +10,8 @@
  *   - a confirm of a 2-part hold confirms every part before its answer (r down everywhere);
  *   - a 3-part hold expires whole through the sweeper: every part expired, every segment's
  *     units back, no follow left queued;
+ *   - a cancel cut off after its primary's script (follows left queued) is completed by the
+ *     sweeper, on a SKU without holds or a limit too;
  *   - an intent with no primary past its deadline is rolled back by the sweeper of an instance
  *     that never saw it (parts undone, units back, intent gone, counted "back"); one with a
  *     primary is rolled forward (parts kept, intent gone, counted "forward"); one not yet past
@@ -281,6 +283,41 @@ static void test_hold_expires_whole(void **state)
     SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS inv:2:{%s/0}:follow", sku), 0);
 }
 
+/* A cancel cut off after its primary's script (the instance died before the follows): the
+ * follows left queued are applied by the sweeper, on a SKU without holds or a limit too. */
+static void test_cut_off_cancel_drained(void **state)
+{
+    (void)state;
+    char sku[64], id[160], part[160], key[160], member[200];
+    tu_unique_name(sku, sizeof sku, "pa-cutoff");
+    SF_PUT_SKU(port, PA_TOKEN, sku, 20, 2);
+    const int q[2] = {3, 4};
+    pa_order(sku, HEX, q, 2, "cancelled");
+    pa_seg(sku, 0, 0, 0, 0); /* the primary's script ran: its own units are back */
+    pa_seg(sku, 1, 4, 1, 0); /* the part's follow did not */
+    snprintf(id, sizeof id, HEX "-0-%s", sku);
+    snprintf(part, sizeof part, HEX "-1-%s", sku);
+    snprintf(key, sizeof key, "inv:2:{%s/1}:orders", sku);
+    {
+        char rec[512];
+        snprintf(rec, sizeof rec,
+                 "{\"order_id\":\"%s\",\"part_of\":\"%s\",\"sku\":\"%s\",\"segment\":1,"
+                 "\"quantity\":4,\"status\":\"created\",\"created_at\":\"x\"}",
+                 part, id, sku);
+        pa_cmd("HSET %s %s %s", key, part, rec);
+    }
+    snprintf(key, sizeof key, "inv:2:{%s/0}:follow", sku);
+    snprintf(member, sizeof member, "%s|cancelled", part);
+    pa_cmd("ZADD %s %s %s", key, "1", member);
+    SF_ASSERT(pa_wait_status(sku, 1, part, "cancelled", 2 * 2000 + 1500), "%s",
+              "the follow left queued was never applied");
+    pa_expect(sku, 1, 10, 0, 0, 0);
+    int64_t end = tu_now_ms() + 2000;
+    while (rf_integer(gf_redis, "EXISTS %s", key) != 0 && tu_now_ms() < end)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", key), 0);
+}
+
 /* An intent of hex's order (parts q[0..n) in segments 0..n-1) with its deadline at Redis now +
  * offset ms. */
 static void pa_intent(const char *sku, const char *hex, const int *q, int n, long long offset)
@@ -377,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_cancel_returns_every_part),
         cmocka_unit_test(test_confirm_confirms_every_part),
         cmocka_unit_test(test_hold_expires_whole),
+        cmocka_unit_test(test_cut_off_cancel_drained),
         cmocka_unit_test(test_intents_healed_by_the_sweeper),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
