@@ -154,7 +154,8 @@ static void settle_read(struct settle *s)
 }
 
 /* Starts script c on segments [from, to) with args[i] (i = k - from; the args are set by the
- * caller in s->args), keys picked from (stock, sver, cnt, orders, idem, rst, due, give). */
+ * caller in s->args), keys picked from (stock, sver, cnt, orders, idem, rst, due, give,
+ * follow). */
 static void run_on_segments(struct settle *s, int from, int to, enum store_script id, int nkeys,
                             const int *pick, int nargs, store_batch_fn cb)
 {
@@ -171,8 +172,9 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     }
     for (int i = 0; i < n; i++) {
         store_seg_keys(s->sku, from + i, &s->sk[i]);
-        const char *all[8] = {s->sk[i].stock, s->sk[i].sver, s->sk[i].cnt, s->sk[i].orders,
-                              s->sk[i].idem,  s->sk[i].rst,  s->sk[i].due, s->sk[i].give};
+        const char *all[9] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt,
+                              s->sk[i].orders, s->sk[i].idem, s->sk[i].rst,
+                              s->sk[i].due,    s->sk[i].give, s->sk[i].follow};
         for (int j = 0; j < nkeys; j++)
             s->kflat[i * nkeys + j] = all[pick[j]];
         for (int j = 0; j < nargs; j++)
@@ -209,7 +211,7 @@ static int spread_args(struct settle *s, int from, int to, long long units, int 
     return 0;
 }
 
-static const int all8[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+static const int all9[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
 
 static void on_layout_done(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -256,7 +258,7 @@ static void on_reset(void *arg, const char *failed, const struct store_item *ite
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 8, all8, 1, on_dropped);
+    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 9, all9, 1, on_dropped);
 }
 
 /* Resets segments [0, segments) to the layout, drops [segments, hwm), marks it rolled out. */
@@ -270,7 +272,7 @@ static void roll_out(struct settle *s)
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 8, all8, 2, on_reset);
+    run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 9, all9, 2, on_reset);
 }
 
 static void on_restock_end(lc_status st, const redisReply *r, const char *errstr, void *arg)

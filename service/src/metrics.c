@@ -57,6 +57,8 @@ static atomic_ullong m_multi_orders, m_multi_parts;
 enum { HOLD_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, HOLD_EVENTS };
 static const char *const hold_labels[HOLD_EVENTS] = {"confirmed", "expired", "cancelled"};
 static atomic_ullong m_holds[HOLD_EVENTS];
+static atomic_ullong m_part_follows;
+static atomic_ullong m_multi_healed[2]; /* back, forward */
 static struct hist m_lock_hist;
 static struct hist m_http_hist[METRICS_ROUTES_MAX];
 static atomic_ullong m_failovers;
@@ -124,6 +126,17 @@ void metrics_hold_confirmed(void)
 void metrics_hold_cancelled(void)
 {
     inc(&m_holds[HOLD_CANCELLED]);
+}
+
+void metrics_part_follows(long long n)
+{
+    if (n > 0)
+        atomic_fetch_add_explicit(&m_part_follows, (unsigned long long)n, memory_order_relaxed);
+}
+
+void metrics_multi_healed(int forward)
+{
+    inc(&m_multi_healed[forward ? 1 : 0]);
 }
 
 static void hist_observe(struct hist *h, double s)
@@ -368,6 +381,17 @@ char *metrics_render(void)
           f);
     for (int i = 0; i < HOLD_EVENTS; i++)
         fprintf(f, "inventory_holds_total{event=\"%s\"} %llu\n", hold_labels[i], get(&m_holds[i]));
+    counter(f, "inventory_part_follows_total",
+            "Parts of multi-segment orders that took their primary's change (cancelled, "
+            "expired, confirmed), applied by this instance.",
+            &m_part_follows);
+    fputs("# HELP inventory_multi_healed_total Intents of multi-segment orders cut off while "
+          "being made, healed by this instance's sweeper: forward (the order was whole) or back "
+          "(its parts undone).\n"
+          "# TYPE inventory_multi_healed_total counter\n",
+          f);
+    fprintf(f, "inventory_multi_healed_total{way=\"forward\"} %llu\n", get(&m_multi_healed[1]));
+    fprintf(f, "inventory_multi_healed_total{way=\"back\"} %llu\n", get(&m_multi_healed[0]));
 
     fputs("# HELP inventory_lock_acquire_seconds Time to acquire a segment lock.\n"
           "# TYPE inventory_lock_acquire_seconds histogram\n",
@@ -478,6 +502,9 @@ void metrics_reset(void)
     atomic_store(&m_multi_parts, 0);
     for (int i = 0; i < HOLD_EVENTS; i++)
         atomic_store(&m_holds[i], 0);
+    atomic_store(&m_part_follows, 0);
+    atomic_store(&m_multi_healed[0], 0);
+    atomic_store(&m_multi_healed[1], 0);
     atomic_store(&m_failovers, 0);
     atomic_store(&m_lock_waits, 0);
     atomic_store(&m_locks_lost, 0);

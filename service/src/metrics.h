@@ -91,6 +91,12 @@ void metrics_holds_expired(long long n);
 void metrics_hold_confirmed(void);
 void metrics_hold_cancelled(void);
 
+/* Counts n follows this instance applied (a multi-segment order's part took its primary's
+ * change: part_follow.lua answered "done"), and one intent of a multi-segment order healed by
+ * this instance's sweeper: forward (1: the order was whole) or back (0: its parts undone). */
+void metrics_part_follows(long long n);
+void metrics_multi_healed(int forward);
+
 /* Records one lock acquisition that took s seconds (negative or NaN counts as 0). */
 void metrics_lock_acquire_seconds(double s);
 

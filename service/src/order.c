@@ -46,7 +46,36 @@ int order_id_parse(const char *id, size_t len, int *segment, char *sku)
     return 0;
 }
 
-/* The answer to GET /api/v1/orders/{id} from the HGET of the order (st: lockcore's status). */
+void order_answer_parts(json_t *order)
+{
+    json_t *seg = json_object_get(order, "segment"), *q = json_object_get(order, "quantity");
+    if (!json_is_object(order) || json_object_get(order, "parts") || !json_is_integer(seg) ||
+        !json_is_integer(q))
+        return;
+    json_t *parts = json_pack("[{s:I, s:I}]", "segment", json_integer_value(seg), "quantity",
+                              json_integer_value(q));
+    if (parts)
+        json_object_set_new(order, "parts", parts);
+}
+
+char *order_answer_text(const char *record, int segment, long long quantity)
+{
+    size_t n = strlen(record);
+    if (n < 2 || record[n - 1] != '}' || strstr(record, "\"parts\":"))
+        return strdup(record);
+    char tail[96];
+    int t = snprintf(tail, sizeof(tail), ",\"parts\":[{\"segment\":%d,\"quantity\":%lld}]}",
+                     segment, quantity);
+    char *out = malloc(n + (size_t)t);
+    if (!out)
+        return NULL;
+    memcpy(out, record, n - 1);
+    memcpy(out + n - 1, tail, (size_t)t + 1);
+    return out;
+}
+
+/* The answer to GET /api/v1/orders/{id} from the HGET of the order (st: lockcore's status). A
+ * part of a multi-segment order (part_of) is not an order: 404 as for none. */
 static void get_answer(lc_status st, const redisReply *r, struct response *res)
 {
     json_t *order = NULL;
@@ -56,9 +85,11 @@ static void get_answer(lc_status st, const redisReply *r, struct response *res)
     if (st != LC_OK) {
         metrics_redis_error();
         response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
-    } else if (!order) {
+    } else if (!order || json_object_get(order, "part_of")) {
+        json_decref(order);
         response_error(res, ERROR_UNKNOWN_ORDER, "no such order");
     } else {
+        order_answer_parts(order);
         response_json(res, 200, order);
     }
 }
@@ -72,6 +103,8 @@ struct by_id {
     struct seg_keys sk;
     int confirm;                                           /* confirm (1) or cancel (0) */
     char give[IDS_ORDER_HEX + VALIDATE_PRINTABLE_MAX + 1]; /* the give-back ("": none) */
+    char **follows; /* a multi-segment order's follows "<part id>|<status>" to apply */
+    int nfollows;
 };
 
 static int by_id_parse(const struct request *req, struct by_id *b)
@@ -122,8 +155,38 @@ void order_get_async(struct areq *ar)
  * bring back an order its client was told was cancelled or confirmed), then, when the order
  * ended now (cancelled, or a hold found expired) and has a user, the give-back of its units to
  * the user's count (sweep.h; queued in the same script, so a failure here only delays it to
- * the sweeper's next pass).
+ * the sweeper's next pass), then, for a multi-segment order's primary that is now cancelled,
+ * expired or confirmed, the follows of its other parts (sweep.h follow_async: part_follow.lua
+ * on each part's segment; queued in the same script, so one that fails is applied by the
+ * sweeper later): the answer comes after them, so the client sees every part's units back.
  */
+
+/* Notes the follows of the primary whose record (parsed: order, may be NULL) the script
+ * answered with: one per part in another segment, with the record's status when it is one a
+ * part follows. Running them again (a repeat cancel) is harmless: part_follow.lua is
+ * idempotent. */
+static void note_follows(struct by_id *b, const json_t *order)
+{
+    const char *status = json_string_value(json_object_get(order, "status"));
+    json_t *parts = json_object_get(order, "parts");
+    json_t *own = json_object_get(order, "segment");
+    if (!status || !json_is_array(parts) || !json_is_integer(own) ||
+        (strcmp(status, "cancelled") != 0 && strcmp(status, "expired") != 0 &&
+         strcmp(status, "confirmed") != 0))
+        return;
+    size_t n = json_array_size(parts);
+    b->follows = calloc(n + 1, sizeof(*b->follows));
+    for (size_t i = 0; b->follows && i < n; i++) {
+        json_t *k = json_object_get(json_array_get(parts, i), "segment");
+        if (!json_is_integer(k) || json_integer_value(k) == json_integer_value(own))
+            continue;
+        char m[ORDER_ID_MAX + 16];
+        snprintf(m, sizeof(m), "%.*s-%d-%s|%s", IDS_ORDER_HEX, b->id, (int)json_integer_value(k),
+                 b->sku, status);
+        if ((b->follows[b->nfollows] = strdup(m)))
+            b->nfollows++;
+    }
+}
 
 /* Notes the give-back of the order whose record (parsed: order, may be NULL) ended. */
 static void note_give(struct by_id *b, const json_t *order)
@@ -162,6 +225,8 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
         metrics_holds_expired(1); /* due, and expired by this very call */
     json_t *order =
         rec && rec->type == REDIS_REPLY_STRING ? json_loadb(rec->str, rec->len, 0, NULL) : NULL;
+    note_follows(b, order);
+    order_answer_parts(order);
     int wrote = 0;
     if (!b->confirm) {
         switch (code) {
@@ -218,20 +283,40 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
 static void end_done(struct by_id *b)
 {
     areq_done(b->ar);
+    for (int i = 0; i < b->nfollows; i++)
+        free(b->follows[i]);
+    free(b->follows);
     free(b);
+}
+
+static void on_followed(void *arg, int ok)
+{
+    (void)ok; /* logged by follow_async; the sweeper applies what is left queued */
+    end_done(arg);
+}
+
+/* The follows of a multi-segment order's other parts, if any; then the answer goes. */
+static void end_follow(struct by_id *b)
+{
+    if (b->nfollows == 0) {
+        end_done(b);
+        return;
+    }
+    follow_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, (const char *const *)b->follows,
+                 b->nfollows, on_followed, b);
 }
 
 static void on_given(void *arg, int ok)
 {
     (void)ok; /* logged by giveback_async; the sweeper applies it later */
-    end_done(arg);
+    end_follow(arg);
 }
 
-/* The give-back, when the order ended now; then the answer goes. */
+/* The give-back, when the order ended now; then the follows. */
 static void end_give(struct by_id *b)
 {
     if (!b->give[0]) {
-        end_done(b);
+        end_follow(b);
         return;
     }
     const char *members[1] = {b->give};
@@ -295,10 +380,10 @@ static void order_end_async(struct areq *ar, int confirm)
     }
     b->ar = ar;
     b->confirm = confirm;
-    const char *keys[7] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due,
-                           b->sk.give,  b->sk.log, b->sk.sver};
+    const char *keys[8] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due,
+                           b->sk.give,  b->sk.log, b->sk.sver,   b->sk.follow};
     const char *args[2] = {b->id, ar->app->cfg.order_log ? "1" : "0"};
-    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 7,
+    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 8,
                        keys, 2, args, on_end_reply, b);
 }
 

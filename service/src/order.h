@@ -17,4 +17,15 @@
 /* Splits an order id into its segment and SKU (sku: 65 bytes). 0, or -1 when id is not one. */
 int order_id_parse(const char *id, size_t len, int *segment, char *sku);
 
+/* The order as the API answers it (SPEC §13): a one-segment order's record has no "parts"
+ * (docs/design.md "Orders larger than one segment"), its answer does: "parts":[{"segment":k,
+ * "quantity":Q}] from the record's segment and quantity. A multi-segment order's primary has
+ * its parts already. order_answer_parts adds them to order (a record parsed; nothing when it
+ * has parts or lacks the numbers); order_answer_text returns a new string (malloc; NULL when
+ * out of memory): the record text with them added before its closing brace, for an answer sent
+ * as text (the 201 of a one-segment order, whose segment and quantity the caller knows). */
+struct json_t;
+void order_answer_parts(struct json_t *order);
+char *order_answer_text(const char *record, int segment, long long quantity);
+
 #endif

@@ -1818,9 +1818,13 @@ static void answer(struct order *o)
         metrics_order(o->view.rules.ttl_s > 0 ? METRICS_ORDER_RESERVED : METRICS_ORDER_CREATED);
         (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
         res->status = 201;
-        res->text = o->record;
+        /* the answer carries the order's parts (SPEC §13): a one-segment record has none */
+        res->text = order_answer_text(o->record, o->k, (long long)o->in.quantity);
         res->content_type = "application/json";
-        o->record = NULL;
+        if (!res->text) {
+            res->text = o->record;
+            o->record = NULL;
+        }
         break;
     case OUT_SOLD_OUT_FAST: metrics_sold_out_fast(); __attribute__((fallthrough));
     case OUT_SOLD_OUT:
@@ -2111,6 +2115,7 @@ static void on_idem_fetch(struct order *o, const struct oev *e)
             return;
         }
         (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
+        order_answer_parts(order);
         response_json(&o->ar->res, 200, order);
         place_done(o, OUT_REPLAYED);
         return;

@@ -14,6 +14,10 @@
  *   quantity  units (decimal)
  *   at        when, on the segment's Redis clock (ms since the epoch, decimal)
  *   version   the segment's version (sver) when the entry was written (decimal)
+ *   parts     only for a multi-segment order (docs/design.md "Orders larger than one segment"):
+ *             its parts "k:q,k:q,..." in segment order; quantity is then the order's total
+ *             and segment its first part's (the entry is in that segment's stream; its other
+ *             parts have no entries of their own)
  * Entries of one order are in its segment's stream in the order the changes happened, so the
  * latest entry of an order (by stream id) carries its current status.
  */

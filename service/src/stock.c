@@ -548,11 +548,13 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     memcpy(members, text + 1, n - 2);
     members[n - 2] = '\0';
     free(text);
-    const char *keys[5] = {meta, ver, rst, a->key ? a->claim : meta, users};
+    char multi[STORE_KEY_MAX];
+    store_sku_key(multi, a->sku, "multi");
+    const char *keys[6] = {meta, ver, rst, a->key ? a->claim : meta, users, multi};
     const char *args[10] = {
         a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS, limit, start,
         end,     ttl,      members};
-    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 5, keys, 10, args,
+    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 6, keys, 10, args,
                        on_put_meta, a);
 }
 
@@ -969,12 +971,14 @@ void stock_delete_async(struct areq *ar)
     struct admin *a = admin_write_new(ar);
     if (!a)
         return;
-    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], users[STORE_KEY_MAX];
+    char meta[STORE_KEY_MAX], ver[STORE_KEY_MAX], rst[STORE_KEY_MAX], users[STORE_KEY_MAX],
+        multi[STORE_KEY_MAX];
     store_sku_key(meta, a->sku, "meta");
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
     store_sku_key(users, a->sku, "users");
-    const char *keys[4] = {meta, ver, rst, users};
-    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 4, keys, 0, NULL,
+    store_sku_key(multi, a->sku, "multi");
+    const char *keys[5] = {meta, ver, rst, users, multi};
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 5, keys, 0, NULL,
                        on_delete_meta, a);
 }

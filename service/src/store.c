@@ -53,7 +53,9 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_USER_RELEASE] = STORE_LUA_USER_RELEASE,
         [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
         [SCRIPT_MULTI_BEGIN] = STORE_LUA_MULTI_BEGIN,
+        [SCRIPT_PART_FOLLOW] = STORE_LUA_PART_FOLLOW,
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
+        [SCRIPT_MULTI_DUE] = STORE_LUA_MULTI_DUE,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with

@@ -134,6 +134,20 @@
 /* {-3, sale_end, now}: the sale has ended */
 #define STORE_RESERVE_ENDED (-3)
 
+/* lua/part_follow.lua: {code}, a multi-segment order's part taking its primary's change. */
+/* {1}: the part took the status now */
+#define STORE_FOLLOW_DONE 1
+/* {2}: left alone: already ended (cancelled, expired), already at it, or not a hold to confirm */
+#define STORE_FOLLOW_LEFT 2
+/* {0}: no such part record */
+#define STORE_FOLLOW_NONE 0
+
+/* lua/part_undo.lua: {code}, a part of a multi-segment order that never came to exist. */
+/* {1}: its record removed now (and its units back when it was live) */
+#define STORE_UNDO_DONE 1
+/* {0}: no such part record (undone already, or never written) */
+#define STORE_UNDO_NONE 0
+
 /* lua/idem_claim.lua: {code, value, ...}. */
 /* {0, value}: taken (an order id, or pending and alive) */
 #define STORE_CLAIM_TAKEN 0

@@ -10,15 +10,20 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <jansson.h>
 
 #include "app.h"
 #include "areq.h"
 #include "clock.h"
+#include "ids.h"
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
+#include "order.h"
 #include "rclock.h"
+#include "skucache.h"
 #include "store.h"
+#include "store_scripts.h"
 #include "sweep.h"
 #include "validate.h"
 
@@ -26,12 +31,16 @@
  * and calls it has in flight at once. */
 #define SWEEP_BATCH 256
 #define SWEEP_GIVE_BATCH 128
+#define SWEEP_FOLLOW_BATCH 128
+#define SWEEP_MULTI_BATCH 64
 #define SWEEP_MAX_SKUS 10000
 #define SWEEP_MAX_INFLIGHT 64
 /* How long a SKU is swept after its last sign of holds or give-backs (its rules may have been
  * PATCHed to none while holds were live). */
 #define SWEEP_LINGER_MS 60000
 #define SWEEP_REGISTRY_MS 1000
+/* Parts of one multi-segment order the healer handles (more: the intent is left, logged). */
+#define HEAL_PARTS_MAX 1024
 
 /* ---- give-backs ---- */
 
@@ -136,6 +145,131 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
     free(hex);
 }
 
+/* ---- follows (multi-segment orders' parts taking their primary's change) ---- */
+
+struct follow_run {
+    struct store *st;
+    lc_async_client *lc;
+    const struct areq *ar;
+    char sku[VALIDATE_SKU_MAX + 1];
+    char key[STORE_KEY_MAX]; /* the primary's segment's follow set */
+    int pending, ok;
+    follow_fn cb;
+    void *arg;
+};
+
+struct follow_one {
+    struct follow_run *run;
+    char member[ORDER_ID_MAX + 16];
+};
+
+static void follow_one_end(struct follow_one *f, int ok)
+{
+    struct follow_run *run = f->run;
+    free(f);
+    if (!ok)
+        run->ok = 0;
+    if (--run->pending > 0)
+        return;
+    run->cb(run->arg, run->ok);
+    free(run);
+}
+
+static void on_follow_dequeued(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct follow_one *f = arg;
+    int ok = st == LC_OK && r && r->type == REDIS_REPLY_INTEGER;
+    if (!ok)
+        log_msg(CONFIG_LOG_WARN, "follow_failed",
+                "sku %s: follow %s applied, not yet taken off the queue (%s): the sweeper does "
+                "it later",
+                f->run->sku, f->member, st != LC_OK ? errstr : "unexpected reply");
+    follow_one_end(f, ok);
+}
+
+static void follow_dequeue(struct follow_one *f)
+{
+    const char *argv[3] = {"ZREM", f->run->key, f->member};
+    store_command_async(f->run->lc, f->run->ar, 3, argv, on_follow_dequeued, f);
+}
+
+static void on_followed(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct follow_one *f = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        log_msg(CONFIG_LOG_WARN, "follow_failed",
+                "sku %s: follow %s: %s (left queued: the sweeper retries)", f->run->sku, f->member,
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
+        follow_one_end(f, 0);
+        return;
+    }
+    long long code = r->element[0]->integer;
+    if (code == STORE_FOLLOW_DONE)
+        metrics_part_follows(1);
+    else if (code == STORE_FOLLOW_NONE)
+        log_msg(CONFIG_LOG_WARN, "follow_no_part",
+                "sku %s: follow %s: the part's record is missing (its segment was reset?): "
+                "nothing to apply",
+                f->run->sku, f->member);
+    follow_dequeue(f);
+}
+
+void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                  int k, const char *const *members, int n, follow_fn cb, void *arg)
+{
+    struct follow_run *run = calloc(1, sizeof(*run));
+    if (!run) {
+        cb(arg, 0);
+        return;
+    }
+    *run = (struct follow_run){.st = st, .lc = lc, .ar = ar, .ok = 1, .cb = cb, .arg = arg};
+    snprintf(run->sku, sizeof(run->sku), "%s", sku);
+    struct seg_keys sk;
+    store_seg_keys(sku, k, &sk);
+    memcpy(run->key, sk.follow, sizeof(run->key));
+    run->pending = 1; /* this function's own, dropped at its end */
+    for (int i = 0; i < n; i++) {
+        struct follow_one *f = calloc(1, sizeof(*f));
+        if (!f) {
+            run->ok = 0;
+            break;
+        }
+        f->run = run;
+        run->pending++;
+        snprintf(f->member, sizeof(f->member), "%s", members[i]);
+        const char *bar = strrchr(members[i], '|');
+        char part_sku[VALIDATE_SKU_MAX + 1], status[16];
+        int pk;
+        size_t idlen = bar ? (size_t)(bar - members[i]) : 0;
+        if (!bar || strlen(members[i]) >= sizeof(f->member) ||
+            order_id_parse(members[i], idlen, &pk, part_sku) != 0 || strcmp(part_sku, sku) != 0 ||
+            snprintf(status, sizeof(status), "%s", bar + 1) >= (int)sizeof(status) ||
+            (strcmp(status, "cancelled") != 0 && strcmp(status, "expired") != 0 &&
+             strcmp(status, "confirmed") != 0)) {
+            log_msg(CONFIG_LOG_ERROR, "follow_damaged",
+                    "sku %s segment %d: follow member %.200s is not what the scripts queue: "
+                    "taken off the queue",
+                    sku, k, members[i]);
+            follow_dequeue(f);
+            continue;
+        }
+        char id[ORDER_ID_MAX + 1];
+        snprintf(id, sizeof(id), "%.*s", (int)idlen, members[i]);
+        struct seg_keys pkeys;
+        store_seg_keys(sku, pk, &pkeys);
+        const char *keys[3] = {pkeys.stock, pkeys.cnt, pkeys.orders};
+        const char *args[2] = {id, status};
+        store_script_async(st, lc, ar, SCRIPT_PART_FOLLOW, 3, keys, 2, args, on_followed, f);
+    }
+    if (--run->pending == 0) { /* nothing was started (n == 0, or out of memory at once) */
+        cb(arg, run->ok);
+        free(run);
+    }
+}
+
 /* ---- the sweeper ---- */
 
 struct sweep_sku {
@@ -146,6 +280,8 @@ struct sweep_sku {
     int64_t *next_at;     /* per segment: mono ms of its next sweep */
     unsigned char *busy;  /* per segment: a call in flight */
     int inflight;         /* calls in flight for this SKU (layout read and segments) */
+    int64_t multi_at;     /* mono ms of its last look at its intents */
+    int multi_busy;       /* that look (and its heals) in flight */
     int seen;             /* named by the last registry read */
 };
 
@@ -166,6 +302,8 @@ struct sweep_call {
     struct sweep_sku *s;
     int k;
     int64_t sent;
+    int pending; /* a segment's give-backs and follows in flight; a look's heals */
+    int ok;
 };
 
 static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, int k)
@@ -173,7 +311,7 @@ static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, 
     struct sweep_call *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    *c = (struct sweep_call){sw, s, k, clock_mono_ms()};
+    *c = (struct sweep_call){sw, s, k, clock_mono_ms(), 0, 1};
     sw->inflight++;
     if (s)
         s->inflight++;
@@ -306,10 +444,17 @@ static void on_time(lc_status st, const redisReply *r, const char *errstr, void 
     sweep_call_end(c);
 }
 
+static int sku_active(const struct sweep_sku *s, int64_t now);
+
+/* The give-backs or the follows of an expiry sweep are done (the call ends with the last). */
 static void on_segment_given(void *arg, int ok)
 {
     struct sweep_call *c = arg;
-    if (!ok && c->k < c->s->segments)
+    if (!ok)
+        c->ok = 0;
+    if (--c->pending > 0)
+        return;
+    if (!c->ok && c->k < c->s->segments)
         c->s->next_at[c->k] = clock_mono_ms() + SWEEP_IDLE_MS;
     if (c->k < c->s->segments)
         c->s->busy[c->k] = 0;
@@ -322,7 +467,8 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     struct sweep_sku *s = c->s;
     int64_t now = clock_mono_ms();
     int k = c->k;
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 5) {
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 7 ||
+        r->element[6]->integer < 0 || r->element[6]->integer > (long long)r->elements - 7) {
         if (st != LC_ESTATE)
             log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s", s->sku,
                     k, st != LC_OK ? errstr : "unexpected reply");
@@ -333,8 +479,9 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     }
     long long expired = r->element[0]->integer, bad = r->element[1]->integer;
     long long rnow = r->element[2]->integer, next = r->element[3]->integer;
-    long long queued = r->element[4]->integer;
-    int ngive = (int)r->elements - 5;
+    long long queued = r->element[4]->integer, fqueued = r->element[5]->integer;
+    int ngive = (int)r->element[6]->integer;
+    int nfollow = (int)r->elements - 7 - ngive;
     if (expired > 0)
         metrics_holds_expired(expired);
     if (bad > 0)
@@ -342,28 +489,214 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
                 "sku %s segment %d: %lld due holds' records or counters are damaged: left as "
                 "they are",
                 s->sku, k, bad);
-    if (expired > 0 || next > 0 || queued > 0)
+    if (expired > 0 || next > 0 || queued > 0 || fqueued > 0)
         s->linger_until = now + SWEEP_LINGER_MS;
     /* Next look: when the next hold is due (by Redis's clock, which moves as ours does), at
      * the latest SWEEP_IDLE_MS from now; at once when the batch was full. */
     int64_t wait = SWEEP_IDLE_MS;
     if (next > 0 && next - rnow < wait)
         wait = next - rnow > 0 ? next - rnow : 0;
-    if (expired >= SWEEP_BATCH || queued > ngive)
+    if (!sku_active(s, now) && wait == SWEEP_IDLE_MS)
+        wait = SWEEP_FOLLOW_IDLE_MS; /* a multi-segment SKU's look for cut-off follows alone */
+    if (expired >= SWEEP_BATCH || queued > ngive || fqueued > nfollow)
         wait = 0;
     s->next_at[k] = now + wait;
-    if (ngive == 0 || c->sw->stopping) {
+    if ((ngive == 0 && nfollow == 0) || c->sw->stopping) {
         s->busy[k] = 0;
         sweep_call_end(c);
         return;
     }
-    const char *members[SWEEP_GIVE_BATCH];
-    int n = 0;
+    const char *members[SWEEP_GIVE_BATCH], *follows[SWEEP_FOLLOW_BATCH];
+    int n = 0, nf = 0;
     for (int i = 0; i < ngive && n < SWEEP_GIVE_BATCH; i++)
-        if (r->element[5 + i]->type == REDIS_REPLY_STRING)
-            members[n++] = r->element[5 + i]->str;
-    giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n, on_segment_given,
-                   c);
+        if (r->element[7 + i]->type == REDIS_REPLY_STRING)
+            members[n++] = r->element[7 + i]->str;
+    for (int i = 0; i < nfollow && nf < SWEEP_FOLLOW_BATCH; i++)
+        if (r->element[7 + ngive + i]->type == REDIS_REPLY_STRING)
+            follows[nf++] = r->element[7 + ngive + i]->str;
+    /* Both run at once; the call ends with the last (on_segment_given). */
+    c->pending = (n > 0) + (nf > 0) + 1;
+    if (n > 0)
+        giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n,
+                       on_segment_given, c);
+    if (nf > 0)
+        follow_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, follows, nf,
+                     on_segment_given, c);
+    on_segment_given(c, 1); /* this function's own share */
+}
+
+/* ---- healing the intents of multi-segment orders ---- */
+
+struct heal {
+    struct sweep_call *c; /* the look it came from (pending counts the heals) */
+    char sku[VALIDATE_SKU_MAX + 1];
+    char hex[IDS_ORDER_HEX + 1];
+    char id[ORDER_ID_MAX + 1];
+    char multi[STORE_KEY_MAX];
+    int k1, nparts, pending, ok, forward;
+    int parts[HEAL_PARTS_MAX];
+};
+
+static void look_end(struct sweep_call *c)
+{
+    if (--c->pending > 0)
+        return;
+    c->s->multi_busy = 0;
+    sweep_call_end(c);
+}
+
+static void heal_end(struct heal *h)
+{
+    struct sweep_call *c = h->c;
+    free(h);
+    look_end(c);
+}
+
+static void on_intent_deleted(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct heal *h = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
+                "sku %s order %s: healed %s, the intent not yet deleted (%s): the next look does "
+                "it",
+                h->sku, h->id, h->forward ? "forward" : "back",
+                st != LC_OK ? errstr : "unexpected reply");
+    } else if (r->integer > 0) {
+        /* counted by whoever deleted it, so instances healing at once count it once */
+        metrics_multi_healed(h->forward);
+        log_msg(CONFIG_LOG_INFO, "multi_healed", "sku %s order %s: healed %s", h->sku, h->id,
+                h->forward ? "forward (the order is whole)" : "back (its parts undone: no order)");
+    }
+    heal_end(h);
+}
+
+static void heal_delete_intent(struct heal *h)
+{
+    const char *argv[3] = {"HDEL", h->multi, h->hex};
+    store_command_async(h->c->sw->env->lc, NULL, 3, argv, on_intent_deleted, h);
+}
+
+static void on_part_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct heal *h = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
+                "sku %s order %s: undoing a part: %s (the next look retries)", h->sku, h->id,
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
+        h->ok = 0;
+    }
+    if (--h->pending > 0)
+        return;
+    if (h->ok && !h->c->sw->stopping)
+        heal_delete_intent(h);
+    else
+        heal_end(h);
+}
+
+static void on_primary_checked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct heal *h = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
+                "sku %s order %s: looking for the primary record: %s (the next look retries)",
+                h->sku, h->id, st != LC_OK ? errstr : "unexpected reply");
+        heal_end(h);
+        return;
+    }
+    if (h->c->sw->stopping) {
+        heal_end(h);
+        return;
+    }
+    /* The primary is written only after every other part, and nothing after the deadline:
+     * there, the order is whole; absent, it never will be. */
+    h->forward = r->integer == 1;
+    if (h->forward || h->nparts == 0) {
+        heal_delete_intent(h);
+        return;
+    }
+    h->pending = h->nparts;
+    for (int i = 0; i < h->nparts; i++) {
+        char part[ORDER_ID_MAX + 16];
+        snprintf(part, sizeof(part), "%s-%d-%s", h->hex, h->parts[i], h->sku);
+        struct seg_keys sk;
+        store_seg_keys(h->sku, h->parts[i], &sk);
+        const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
+        const char *args[1] = {part};
+        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 3, keys,
+                           1, args, on_part_undone, h);
+    }
+}
+
+/* Starts healing one intent (hex, its JSON); 0, or -1 when it is not what multi_begin.lua
+ * writes (logged, left alone). */
+static int heal_start(struct sweep_call *c, const redisReply *hex, const redisReply *text)
+{
+    struct sweep_sku *s = c->s;
+    json_t *j = json_loadb(text->str, text->len, 0, NULL);
+    const char *id = json_string_value(json_object_get(j, "order"));
+    json_t *parts = json_object_get(j, "parts");
+    char sku[VALIDATE_SKU_MAX + 1];
+    int k1 = -1, bad = !id || !json_is_array(parts) || json_array_size(parts) > HEAL_PARTS_MAX ||
+                       hex->len != IDS_ORDER_HEX || order_id_parse(id, strlen(id), &k1, sku) != 0 ||
+                       strcmp(sku, s->sku) != 0 || strncmp(id, hex->str, hex->len) != 0 ||
+                       id[hex->len] != '-';
+    struct heal *h = bad ? NULL : calloc(1, sizeof(*h));
+    if (h) {
+        h->c = c;
+        h->k1 = k1;
+        h->ok = 1;
+        snprintf(h->sku, sizeof(h->sku), "%s", s->sku);
+        snprintf(h->hex, sizeof(h->hex), "%.*s", (int)hex->len, hex->str);
+        snprintf(h->id, sizeof(h->id), "%s", id);
+        store_sku_key(h->multi, s->sku, "multi");
+        for (size_t i = 0; i < json_array_size(parts) && !bad; i++) {
+            json_t *p = json_array_get(parts, i);
+            json_t *kj = json_array_get(p, 0);
+            if (!json_is_integer(kj) || json_integer_value(kj) < 0 ||
+                json_integer_value(kj) >= SKUCACHE_MAX_SEGMENTS) {
+                bad = 1;
+                break;
+            }
+            int k = (int)json_integer_value(kj);
+            if (k != k1) /* the primary's own segment: it never has a part record */
+                h->parts[h->nparts++] = k;
+        }
+    }
+    json_decref(j);
+    if (bad || !h) {
+        if (bad)
+            log_msg(CONFIG_LOG_ERROR, "multi_intent_damaged",
+                    "sku %s: intent %.*s is not what multi_begin.lua writes: left alone", s->sku,
+                    (int)(hex->len < 64 ? hex->len : 64), hex->str);
+        free(h);
+        return -1;
+    }
+    c->pending++;
+    struct seg_keys sk;
+    store_seg_keys(s->sku, k1, &sk);
+    const char *argv[3] = {"HEXISTS", sk.orders, h->id};
+    store_command_async(c->sw->env->lc, NULL, 3, argv, on_primary_checked, h);
+    return 0;
+}
+
+static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    c->pending = 1; /* this function's own share */
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: multi-segment intents: %s", c->s->sku,
+                    st != LC_OK ? errstr : "unexpected reply");
+    } else if (!c->sw->stopping) {
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            if (r->element[i]->type == REDIS_REPLY_STRING &&
+                r->element[i + 1]->type == REDIS_REPLY_STRING)
+                (void)heal_start(c, r->element[i], r->element[i + 1]);
+    }
+    look_end(c);
 }
 
 /* Whether the SKU is swept at all now: holds or a limit, or signs of either lately. */
@@ -399,10 +732,32 @@ static void tick(struct sweep *sw)
     char batch[24], give[24];
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
     snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
-    const char *args[3] = {batch, give, sw->app->cfg.order_log ? "1" : "0"};
+    char follows[24];
+    snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
+    const char *args[4] = {batch, give, sw->app->cfg.order_log ? "1" : "0", follows};
+    char margin[24], most[24];
+    snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
+    snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
+    const char *margs[2] = {margin, most};
     for (int i = 0; i < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; i++) {
         struct sweep_sku *s = sw->skus[i];
-        if (!sku_active(s, now))
+        /* Only a SKU of several segments can have multi-segment orders (a PUT or DELETE
+         * deletes the intents of the layout it replaces). */
+        if (s->segments > 1 && !s->multi_busy && now - s->multi_at >= SWEEP_MULTI_MS) {
+            struct sweep_call *c = sweep_call_new(sw, s, -1);
+            if (!c)
+                return;
+            s->multi_busy = 1;
+            s->multi_at = now;
+            char multi[STORE_KEY_MAX];
+            store_sku_key(multi, s->sku, "multi");
+            const char *keys[1] = {multi};
+            store_script_async(store, lc, NULL, SCRIPT_MULTI_DUE, 1, keys, 2, margs, on_multi_due,
+                               c);
+        }
+        /* A SKU without holds or a limit is swept too when it has several segments, every
+         * SWEEP_FOLLOW_IDLE_MS (on_expired), for the follows a cut-off cancel left queued. */
+        if (!sku_active(s, now) && s->segments <= 1)
             continue;
         for (int k = 0; k < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; k++) {
             if (s->busy[k] || s->next_at[k] > now)
@@ -413,8 +768,9 @@ static void tick(struct sweep *sw)
             s->busy[k] = 1;
             struct seg_keys sk;
             store_seg_keys(s->sku, k, &sk);
-            const char *keys[7] = {sk.stock, sk.cnt, sk.orders, sk.due, sk.give, sk.log, sk.sver};
-            store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 7, keys, 3, args, on_expired, c);
+            const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
+                                   sk.give,  sk.log, sk.sver,   sk.follow};
+            store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args, on_expired, c);
         }
     }
 }

@@ -14,6 +14,16 @@
  * to the SKU's per-user counts and then taken off the queue: applying one twice is harmless
  * (user_release.lua removes an entry once), so a sweeper killed between the two steps loses
  * nothing. It also keeps rclock's estimate of Redis's clock fresh (a TIME a second).
+ *
+ * Multi-segment orders (docs/design.md "Orders larger than one segment"): the follows an
+ * expiry returns (the changes of a primary queued for its other parts, in the primary's
+ * segment's follow set) are applied by follow_async (a SKU of several segments is swept for
+ * them every SWEEP_FOLLOW_IDLE_MS even without holds or a limit; with follows queued it is
+ * swept like one with holds for a minute); and once a second, for every SKU of more
+ * than one segment, the intents past their deadline + SWEEP_MULTI_MARGIN_MS on Redis's clock
+ * (lua/multi_due.lua) are healed: the primary record exists → forward (the intent goes); it
+ * does not → back (part_undo.lua on every other part, then the intent goes). Every step is
+ * idempotent, so instances healing the same intent at once only repeat each other.
  */
 #ifndef INVENTORY_SWEEP_H
 #define INVENTORY_SWEEP_H
@@ -28,6 +38,13 @@ struct store;
 /* The sweeper's period, and the longest a segment with holds goes unswept. */
 #define SWEEP_TICK_MS 50
 #define SWEEP_IDLE_MS 500
+/* How often each SKU's intents are looked at, and past how long after their deadline (the
+ * clocks of the masters holding the parts may differ by that much). */
+#define SWEEP_MULTI_MS 1000
+#define SWEEP_MULTI_MARGIN_MS 1000
+/* How often each segment of a SKU of several segments without holds or a limit is swept (for
+ * the follows a cut-off cancel left queued; a SKU with holds or a limit every SWEEP_IDLE_MS). */
+#define SWEEP_FOLLOW_IDLE_MS 2000
 
 struct sweep;
 
@@ -52,5 +69,15 @@ void sweep_free(struct sweep *sw);
 typedef void (*giveback_fn)(void *arg, int ok);
 void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
                     int k, const char *const *members, int n, giveback_fn cb, void *arg);
+
+/* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
+ * written by the script that changed the primary): part_follow.lua on each part's segment,
+ * then, once it answered (applied, left alone, or no such part), ZREM of the member from k's
+ * follow set. A member that is not what the scripts queue is taken off with an error logged.
+ * cb(arg, ok) once, on the loop: ok 0 when a step failed (logged; the member stays queued and
+ * the sweeper applies it later). members are copied. */
+typedef void (*follow_fn)(void *arg, int ok);
+void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                  int k, const char *const *members, int n, follow_fn cb, void *arg);
 
 #endif

@@ -333,8 +333,8 @@ static void test_order_fields(void **state)
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
     SF_ASSERT_STATUS(&r, 201);
     static const char *const keys[] = {"order_id", "sku",        "quantity", "segment",
-                                       "user_id",  "created_at", "status"};
-    SF_ASSERT(has_exactly(r.json, keys, 7), "order members: %s", r.body);
+                                       "user_id",  "created_at", "status",   "parts"};
+    SF_ASSERT(has_exactly(r.json, keys, 8), "order members: %s", r.body);
     const char *id = json_string_value(json_object_get(r.json, "order_id"));
     SF_ASSERT(id != NULL && *id != '\0', "%s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "sku"), sku) == 0, "%s", r.body);
@@ -351,19 +351,25 @@ static void test_order_fields(void **state)
     SF_ASSERT(loc != NULL && strcmp(loc, want_loc) == 0, "Location %s, expected %s",
               loc ? loc : "(none)", want_loc);
 
-    /* GET at the Location gives the same order. */
+    /* GET at the Location gives the same order, with its parts (SPEC §13): a one-segment
+     * order has one, its segment and quantity. */
     sf_resp g = {0};
     sf_http(port, "GET", want_loc, NULL, NULL, 0, &g);
     SF_ASSERT_STATUS(&g, 200);
+    json_t *parts = json_object_get(g.json, "parts");
+    json_t *part = json_array_get(parts, 0);
+    SF_ASSERT(json_array_size(parts) == 1 && sf_json_int(part, "segment", -1) == seg &&
+                  sf_json_int(part, "quantity", -1) == 2,
+              "GET %s = %s", want_loc, g.body);
     SF_ASSERT(json_equal(g.json, r.json), "GET %s = %s, POST gave %s", want_loc, g.body, r.body);
     sf_resp_free(&g);
     sf_resp_free(&r);
 
-    /* Without user_id and quantity: quantity 1; the order still has all seven members. */
+    /* Without user_id and quantity: quantity 1; the order still has all eight members. */
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"extra\": {\"ignored\": [1, 2]}}", sku);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
     SF_ASSERT_STATUS(&r, 201);
-    SF_ASSERT(has_exactly(r.json, keys, 7), "order members: %s", r.body);
+    SF_ASSERT(has_exactly(r.json, keys, 8), "order members: %s", r.body);
     SF_ASSERT_EQ(sf_json_int(r.json, "quantity", -1), 1);
     sf_resp_free(&r);
 
@@ -391,11 +397,15 @@ static void test_cancel(void **state)
     expect_totals(sku, 10, 6, 4, 2);
 
     static const char *const keys[] = {"order_id", "sku",        "quantity", "segment",
-                                       "user_id",  "created_at", "status"};
+                                       "user_id",  "created_at", "status",   "parts"};
     sf_resp r = {0};
     sf_json_request(NULL, port, "DELETE", opath, TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(has_exactly(r.json, keys, 7), "cancelled order members: %s", r.body);
+    SF_ASSERT(has_exactly(r.json, keys, 8), "cancelled order members: %s", r.body);
+    SF_ASSERT(
+        json_array_size(json_object_get(r.json, "parts")) == 1 &&
+            sf_json_int(json_array_get(json_object_get(r.json, "parts"), 0), "quantity", -1) == 3,
+        "%s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "%s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "%s", r.body);
     SF_ASSERT_EQ(sf_json_int(r.json, "quantity", -1), 3);
@@ -404,7 +414,7 @@ static void test_cancel(void **state)
 
     sf_http(port, "GET", opath, NULL, NULL, 0, &r);
     SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(has_exactly(r.json, keys, 7), "cancelled order members: %s", r.body);
+    SF_ASSERT(has_exactly(r.json, keys, 8), "cancelled order members: %s", r.body);
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "cancelled") == 0, "%s", r.body);
     SF_ASSERT(json_equal(json_object_get(r.json, "created_at"), json_object_get(o, "created_at")) &&
                   json_equal(json_object_get(r.json, "user_id"), json_object_get(o, "user_id")) &&

@@ -474,9 +474,17 @@ static void test_multi_cut_off_over_cluster(void **state)
     sf_put_sku(sf_port(svc[0]), NULL, sku, 12, 12, &r);
     SF_ASSERT_STATUS(&r, 201);
     setenv("INVENTORY_FAULTPOINT", "multi_parts", 1);
-    const char *args[] = {"--threads",          "1",    "--redis-replica-acks", "1",
-                          "--lock-lease-ms",    "2000", "--redis-timeout-ms",   "1000",
-                          "--lock-wait-ms",     "800",  NULL};
+    const char *args[] = {"--threads",
+                          "1",
+                          "--redis-replica-acks",
+                          "1",
+                          "--lock-lease-ms",
+                          "2000",
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--lock-wait-ms",
+                          "800",
+                          NULL};
     sf_service *x = sf_start(url, args);
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(x != NULL, "%s", "the faulty instance");

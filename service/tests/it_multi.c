@@ -30,9 +30,9 @@ static sf_service *svc[MU_INSTANCES];
 static int group_setup(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads",          "2",   "--admin-token",   MU_TOKEN,
-                          "--trust-body-user-id", "--redis-timeout-ms", "500",
-                          "--lock-lease-ms",    "1000", NULL};
+    const char *args[] = {
+        "--threads",          "2",   "--admin-token",   MU_TOKEN, "--trust-body-user-id",
+        "--redis-timeout-ms", "500", "--lock-lease-ms", "1000",   NULL};
     for (int i = 0; i < MU_INSTANCES; i++)
         if (!(svc[i] = sf_group_service(args)))
             return -1;
@@ -95,8 +95,8 @@ static int mu_check_parts(const sf_resp *r, long long q)
         long long pq = sf_json_int(p, "quantity", -1);
         SF_ASSERT(k > prev && pq >= 1, "parts out of order or empty: %s", sf_resp_summary(r));
         if (i == 0)
-            SF_ASSERT(sf_json_int(r->json, "segment", -1) == k, "segment is not the first part's: %s",
-                      sf_resp_summary(r));
+            SF_ASSERT(sf_json_int(r->json, "segment", -1) == k,
+                      "segment is not the first part's: %s", sf_resp_summary(r));
         prev = k;
         sum += pq;
     }
@@ -311,7 +311,7 @@ static sf_service *mu_faulty(const char *point, const char *const *extra)
 {
     setenv("INVENTORY_FAULTPOINT", point, 1);
     const char *args[24] = {"--threads", "1", "--admin-token", MU_TOKEN, "--redis-timeout-ms",
-                            "500", NULL};
+                            "500",       NULL};
     int n = 6;
     for (int i = 0; extra && extra[i] && n < 23; i++)
         args[n++] = extra[i];

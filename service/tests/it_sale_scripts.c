@@ -9,7 +9,12 @@
  *     expires it instead of confirming it;
  *   - a user's damaged entry fails the reservation with nothing written;
  *   - the order log (SPEC §12): the commit, a confirm and an expiry each append their entry in
- *     the same step; a log at its cap refuses the commit with nothing written.
+ *     the same step; a log at its cap refuses the commit with nothing written;
+ *   - multi-segment orders (SPEC §13): a part's follow applied twice counts once, a confirm's
+ *     follow and a cancel's end right in either order, an undo twice counts once and never
+ *     touches a primary, multi_due.lua lists only intents past deadline + margin, a primary's
+ *     end gives back its own part, queues a follow per other part and logs the order's total
+ *     with its parts, and the expiry sweep returns the follows it queued.
  * The scripts are the text the binary sends (the generated store_lua.h).
  */
 #include "svc_test.h"
@@ -28,6 +33,7 @@
 #define GIVE "inv:2:{" SKU "/0}:give"
 #define LOG "inv:2:{" SKU "/0}:log"
 #define SVER "inv:2:{" SKU "/0}:sver"
+#define FOLLOW "inv:2:{" SKU "/0}:follow"
 #define HEX_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HEX_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
@@ -183,9 +189,10 @@ static void test_hold_expires_once(void **state)
     (void)state;
     const char *id = HEX_A "-0-" SKU;
     make_hold(id, now_ms() - 10);
-    const char *args[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, "256", "128", "0"};
+    const char *args[] = {"8",  STOCK,  CNT,   ORDERS, DUE, GIVE, LOG,
+                          SVER, FOLLOW, "256", "128",  "0", "128"};
     for (int i = 0; i < 3; i++) { /* three sweepers in turn */
-        redisReply *r = eval(STORE_LUA_EXPIRE, 11, args);
+        redisReply *r = eval(STORE_LUA_EXPIRE, 13, args);
         SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements >= 5, "reply type %d", r->type);
         SF_ASSERT_EQ(r->element[0]->integer, i == 0 ? 1 : 0);
         SF_ASSERT_EQ(r->element[3]->integer, 0); /* no hold left to be due */
@@ -207,13 +214,13 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     (void)state;
     const char *id = HEX_B "-0-" SKU;
     make_hold(id, now_ms() - 10);
-    const char *args[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id, "0"};
-    redisReply *r = eval(STORE_LUA_CONFIRM, 10, args);
+    const char *args[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, id, "0"};
+    redisReply *r = eval(STORE_LUA_CONFIRM, 11, args);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
     /* this call expired it (the instance counts the expiry) */
     SF_ASSERT(r->elements == 3 && r->element[2]->integer == 1, "%zu elements", r->elements);
     freeReplyObject(r);
-    r = eval(STORE_LUA_CONFIRM, 10, args); /* and again: the same answer, nothing more */
+    r = eval(STORE_LUA_CONFIRM, 11, args); /* and again: the same answer, nothing more */
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_EXPIRED);
     SF_ASSERT_EQ(r->elements, 2); /* expired before: not counted again */
     freeReplyObject(r);
@@ -222,8 +229,8 @@ static void test_confirm_of_a_due_hold_expires_it(void **state)
     /* a hold not yet due is confirmed: out of the due set, r down, units still sold */
     const char *id2 = HEX_A "-0-" SKU;
     make_hold(id2, now_ms() + 60000);
-    const char *args2[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id2, "0"};
-    r = eval(STORE_LUA_CONFIRM, 10, args2);
+    const char *args2[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, id2, "0"};
+    r = eval(STORE_LUA_CONFIRM, 11, args2);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_DONE);
     SF_ASSERT(strstr(r->element[1]->str, "\"status\":\"confirmed\"") &&
                   !strstr(r->element[1]->str, "expires_at"),
@@ -294,8 +301,8 @@ static void test_order_log(void **state)
     }
     freeReplyObject(x);
     /* a confirm logs its change */
-    const char *cargs[] = {"7", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, id, "1"};
-    r = eval(STORE_LUA_CONFIRM, 10, cargs);
+    const char *cargs[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, id, "1"};
+    r = eval(STORE_LUA_CONFIRM, 11, cargs);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_CONFIRM_DONE);
     freeReplyObject(r);
     SF_ASSERT_EQ(num("XLEN %s", LOG), 2);
@@ -309,6 +316,309 @@ static void test_order_log(void **state)
     SF_ASSERT_EQ(num("XLEN %s", LOG), 2);
 }
 
+/* ---- multi-segment orders (SPEC §13, docs/design.md "Orders larger than one segment") ---- */
+
+#define SEG(k, suffix) "inv:2:{" SKU "/" #k "}:" suffix
+#define MULTI "inv:2:{" SKU "}:multi"
+#define PRIMARY HEX_A "-0-" SKU
+#define PART1 HEX_A "-1-" SKU
+#define PART2 HEX_A "-2-" SKU
+
+/* Segment k (0..2) with t 10 units of which the records given are live: sold s (r of them
+ * held) in o orders. */
+static void seg_counts(int k, long long stock, long long s, long long o, long long r)
+{
+    char key[64];
+    snprintf(key, sizeof key, "inv:2:{" SKU "/%d}:stock", k);
+    num("SET %s %lld", key, stock);
+    snprintf(key, sizeof key, "inv:2:{" SKU "/%d}:cnt", k);
+    num("HSET %s t %lld s %lld o %lld r %lld", key, stock + s, s, o, r);
+}
+
+/* The counters of segment k, {stock, s, o, r}, asserted. */
+static void seg_expect(int k, long long stock, long long s, long long o, long long r)
+{
+    char key[64], cnt[64];
+    snprintf(key, sizeof key, "inv:2:{" SKU "/%d}:stock", k);
+    snprintf(cnt, sizeof cnt, "inv:2:{" SKU "/%d}:cnt", k);
+    long long got[4] = {num("GET %s", key), num("HGET %s s", cnt), num("HGET %s o", cnt),
+                        num("HGET %s r", cnt)};
+    long long want[4] = {stock, s, o, r};
+    for (int i = 0; i < 4; i++)
+        SF_ASSERT(got[i] == want[i],
+                  "segment %d: {stock s o r} = {%lld %lld %lld %lld}, want "
+                  "{%lld %lld %lld %lld}",
+                  k, got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
+}
+
+/* A part record (part_of the primary HEX_A-0) of q units in segment k, in status. */
+static void put_part(int k, int q, const char *status)
+{
+    char id[128], rec[512], key[64];
+    snprintf(id, sizeof id, HEX_A "-%d-" SKU, k);
+    snprintf(rec, sizeof rec,
+             "{\"order_id\":\"%s\",\"part_of\":\"" PRIMARY "\",\"sku\":\"" SKU "\",\"segment\":%d,"
+             "\"quantity\":%d,\"status\":\"%s\",\"created_at\":\"x\"}",
+             id, k, q, status);
+    snprintf(key, sizeof key, "inv:2:{" SKU "/%d}:orders", k);
+    redisReply *w = rf_command(gf_redis, "HSET %s %s %s", key, id, rec);
+    freeReplyObject(w);
+}
+
+/* The primary HEX_A-0 of 9 units (parts 0:2, 1:3, 2:4) of user u1, in status. */
+static void put_primary(const char *status)
+{
+    char rec[512];
+    snprintf(rec, sizeof rec,
+             "{\"order_id\":\"" PRIMARY "\",\"sku\":\"" SKU "\",\"segment\":0,\"quantity\":9,"
+             "\"parts\":[{\"segment\":0,\"quantity\":2},{\"segment\":1,\"quantity\":3},"
+             "{\"segment\":2,\"quantity\":4}],\"user_id\":\"u1\",\"status\":\"%s\","
+             "\"created_at\":\"x\"}",
+             status);
+    redisReply *w = rf_command(gf_redis, "HSET %s %s %s", ORDERS, PRIMARY, rec);
+    freeReplyObject(w);
+}
+
+/* The code of a script's {code, ...} reply; fails on any other reply (an error: its text). */
+static long long code(const redisReply *r)
+{
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+                  r->element[0]->type == REDIS_REPLY_INTEGER,
+              "reply type %d: %s", r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+    return r->element[0]->integer;
+}
+
+static long long follow(int k, const char *id, const char *status)
+{
+    char stock[64], cnt[64], orders[64];
+    snprintf(stock, sizeof stock, "inv:2:{" SKU "/%d}:stock", k);
+    snprintf(cnt, sizeof cnt, "inv:2:{" SKU "/%d}:cnt", k);
+    snprintf(orders, sizeof orders, "inv:2:{" SKU "/%d}:orders", k);
+    const char *args[] = {"3", stock, cnt, orders, id, status};
+    redisReply *r = eval(STORE_LUA_PART_FOLLOW, 6, args);
+    long long code = r->type == REDIS_REPLY_ARRAY ? r->element[0]->integer : -100;
+    freeReplyObject(r);
+    return code;
+}
+
+static long long undo(int k, const char *id)
+{
+    char stock[64], cnt[64], orders[64];
+    snprintf(stock, sizeof stock, "inv:2:{" SKU "/%d}:stock", k);
+    snprintf(cnt, sizeof cnt, "inv:2:{" SKU "/%d}:cnt", k);
+    snprintf(orders, sizeof orders, "inv:2:{" SKU "/%d}:orders", k);
+    const char *args[] = {"3", stock, cnt, orders, id};
+    redisReply *r = eval(STORE_LUA_PART_UNDO, 5, args);
+    long long code = r->type == REDIS_REPLY_ARRAY ? r->element[0]->integer : -100;
+    freeReplyObject(r);
+    return code;
+}
+
+static void test_part_follow_counts_once(void **state)
+{
+    (void)state;
+    put_part(1, 3, "reserved");
+    seg_counts(1, 7, 3, 0, 3);
+    SF_ASSERT_EQ(follow(1, PART1, "cancelled"), STORE_FOLLOW_DONE);
+    SF_ASSERT_EQ(follow(1, PART1, "cancelled"), STORE_FOLLOW_LEFT); /* twice: counted once */
+    SF_ASSERT_EQ(follow(1, PART1, "expired"), STORE_FOLLOW_LEFT);
+    seg_expect(1, 10, 0, 0, 0);
+    char *rec = str("HGET %s %s", SEG(1, "orders"), PART1);
+    SF_ASSERT(rec && strstr(rec, "\"status\":\"cancelled\""), "record %s", rec ? rec : "none");
+    free(rec);
+    SF_ASSERT_EQ(follow(2, PART2, "cancelled"), STORE_FOLLOW_NONE); /* no such part */
+    /* not a part: refused with nothing written; a status no part takes: refused */
+    put_primary("created");
+    seg_counts(0, 8, 2, 1, 0);
+    SF_ASSERT_EQ(follow(0, PRIMARY, "cancelled"), -100);
+    SF_ASSERT_EQ(follow(1, PART1, "created"), -100);
+    seg_expect(0, 8, 2, 1, 0);
+    rec = str("HGET %s %s", ORDERS, PRIMARY);
+    SF_ASSERT(rec && strstr(rec, "\"status\":\"created\""), "record %s", rec ? rec : "none");
+    free(rec);
+}
+
+static void test_part_follow_confirm_and_cancel_in_either_order(void **state)
+{
+    (void)state;
+    /* segment 1: a confirm's follow, then the cancel's; segment 2: the other way round */
+    put_part(1, 3, "reserved");
+    seg_counts(1, 7, 3, 0, 3);
+    put_part(2, 4, "reserved");
+    seg_counts(2, 6, 4, 0, 4);
+    SF_ASSERT_EQ(follow(1, PART1, "confirmed"), STORE_FOLLOW_DONE);
+    seg_expect(1, 7, 3, 0, 0);
+    SF_ASSERT_EQ(follow(1, PART1, "confirmed"), STORE_FOLLOW_LEFT);
+    SF_ASSERT_EQ(follow(1, PART1, "cancelled"), STORE_FOLLOW_DONE);
+    SF_ASSERT_EQ(follow(2, PART2, "cancelled"), STORE_FOLLOW_DONE);
+    SF_ASSERT_EQ(follow(2, PART2, "confirmed"), STORE_FOLLOW_LEFT);
+    seg_expect(1, 10, 0, 0, 0);
+    seg_expect(2, 10, 0, 0, 0);
+    char *a = str("HGET %s %s", SEG(1, "orders"), PART1),
+         *b = str("HGET %s %s", SEG(2, "orders"), PART2);
+    SF_ASSERT(a && b && strstr(a, "\"cancelled\"") && strstr(b, "\"cancelled\""), "%s / %s",
+              a ? a : "none", b ? b : "none");
+    free(a);
+    free(b);
+    /* a created part asked to be confirmed is left alone */
+    put_part(1, 3, "created");
+    seg_counts(1, 7, 3, 0, 0);
+    SF_ASSERT_EQ(follow(1, PART1, "confirmed"), STORE_FOLLOW_LEFT);
+    seg_expect(1, 7, 3, 0, 0);
+}
+
+static void test_part_undo_counts_once_and_refuses_a_primary(void **state)
+{
+    (void)state;
+    put_part(1, 3, "reserved");
+    seg_counts(1, 7, 3, 0, 3);
+    SF_ASSERT_EQ(undo(1, PART1), STORE_UNDO_DONE);
+    SF_ASSERT_EQ(undo(1, PART1), STORE_UNDO_NONE); /* twice: counted once */
+    seg_expect(1, 10, 0, 0, 0);
+    SF_ASSERT_EQ(num("HEXISTS %s %s", SEG(1, "orders"), PART1), 0);
+    put_part(2, 4, "created");
+    seg_counts(2, 6, 4, 0, 0);
+    SF_ASSERT_EQ(undo(2, PART2), STORE_UNDO_DONE);
+    seg_expect(2, 10, 0, 0, 0);
+    /* never a primary: refused, nothing written */
+    put_primary("created");
+    seg_counts(0, 8, 2, 1, 0);
+    SF_ASSERT_EQ(undo(0, PRIMARY), -100);
+    seg_expect(0, 8, 2, 1, 0);
+    SF_ASSERT_EQ(num("HEXISTS %s %s", ORDERS, PRIMARY), 1);
+}
+
+static void test_multi_due_only_past_deadline_and_margin(void **state)
+{
+    (void)state;
+    long long now = now_ms();
+    const char *hex[3] = {HEX_A, HEX_B, "cccccccccccccccccccccccccccccccc"};
+    long long deadline[3] = {now - 3000, now - 200, now + 60000};
+    for (int i = 0; i < 3; i++) {
+        char v[256];
+        snprintf(v, sizeof v,
+                 "{\"order\":\"%s-0-" SKU "\",\"parts\":[[0,2],[1,3]],\"deadline\":%lld}", hex[i],
+                 deadline[i]);
+        redisReply *w = rf_command(gf_redis, "HSET %s %s %s", MULTI, hex[i], v);
+        freeReplyObject(w);
+    }
+    const char *args[] = {"1", MULTI, "1000", "64"};
+    redisReply *r = eval(STORE_LUA_MULTI_DUE, 4, args);
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2, "reply type %d, %zu elements",
+              r->type, r->elements);
+    SF_ASSERT(strcmp(r->element[0]->str, HEX_A) == 0, "due: %s", r->element[0]->str);
+    SF_ASSERT(strstr(r->element[1]->str, "\"deadline\""), "intent %s", r->element[1]->str);
+    freeReplyObject(r);
+    const char *none[] = {"1", MULTI, "5000", "64"}; /* a wider margin: none due yet */
+    r = eval(STORE_LUA_MULTI_DUE, 4, none);
+    SF_ASSERT_EQ(r->elements, 0);
+    freeReplyObject(r);
+    SF_ASSERT_EQ(num("HLEN %s", MULTI), 3); /* it only reads */
+}
+
+/* The end of a primary: its own units back, a follow queued per other part, one log entry with
+ * the order's total and its parts; a part's own id is no order. */
+static void test_primary_end_queues_follows(void **state)
+{
+    (void)state;
+    put_primary("reserved");
+    seg_counts(0, 8, 2, 1, 2);
+    num("ZADD %s %lld %s", DUE, now_ms() + 60000, PRIMARY);
+    put_part(1, 3, "reserved");
+    seg_counts(1, 7, 3, 0, 3);
+    /* confirm: "|confirmed" follows */
+    const char *cargs[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, PRIMARY, "1"};
+    redisReply *r = eval(STORE_LUA_CONFIRM, 11, cargs);
+    SF_ASSERT_EQ(code(r), STORE_CONFIRM_DONE);
+    freeReplyObject(r);
+    seg_expect(0, 8, 2, 1, 0);
+    SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART1 "|confirmed") > 0, "%s", "confirm follow");
+    SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART2 "|confirmed") > 0, "%s", "confirm follow");
+    SF_ASSERT_EQ(num("ZCARD %s", FOLLOW), 2);
+    /* cancel: its own part back, "|cancelled" follows, the give-back */
+    const char *args[] = {"8", STOCK, CNT, ORDERS, DUE, GIVE, LOG, SVER, FOLLOW, PRIMARY, "1"};
+    r = eval(STORE_LUA_CANCEL, 11, args);
+    SF_ASSERT_EQ(code(r), STORE_CANCEL_DONE);
+    freeReplyObject(r);
+    seg_expect(0, 10, 0, 0, 0);
+    SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART1 "|cancelled") > 0, "%s", "cancel follow");
+    SF_ASSERT(num("ZSCORE %s %s", FOLLOW, PART2 "|cancelled") > 0, "%s", "cancel follow");
+    SF_ASSERT_EQ(num("ZCARD %s", GIVE), 1);
+    seg_expect(1, 7, 3, 0, 3); /* the part waits for its follow */
+    /* the log: two entries, each with the order's 9 units and its parts */
+    redisReply *x = rf_command(gf_redis, "XRANGE %s - +", LOG);
+    SF_ASSERT(x && x->elements == 2, "%zu log entries", x ? x->elements : 0);
+    for (size_t e = 0; e < 2; e++) {
+        const redisReply *f = x->element[e]->element[1];
+        int q = 0, parts = 0;
+        for (size_t j = 0; j + 1 < f->elements; j += 2) {
+            if (strcmp(f->element[j]->str, "quantity") == 0)
+                q = strcmp(f->element[j + 1]->str, "9") == 0;
+            if (strcmp(f->element[j]->str, "parts") == 0)
+                parts = strcmp(f->element[j + 1]->str, "0:2,1:3,2:4") == 0;
+        }
+        SF_ASSERT(q && parts, "log entry %zu: quantity 9 %d, parts %d", e, q, parts);
+    }
+    freeReplyObject(x);
+    /* a part's id is not an order: no cancel, nothing written */
+    const char *pargs[] = {"8",
+                           SEG(1, "stock"),
+                           SEG(1, "cnt"),
+                           SEG(1, "orders"),
+                           SEG(1, "due"),
+                           SEG(1, "give"),
+                           SEG(1, "log"),
+                           SEG(1, "sver"),
+                           SEG(1, "follow"),
+                           PART1,
+                           "1"};
+    r = eval(STORE_LUA_CANCEL, 11, pargs);
+    SF_ASSERT_EQ(code(r), STORE_CANCEL_NONE);
+    freeReplyObject(r);
+    seg_expect(1, 7, 3, 0, 3);
+    SF_ASSERT_EQ(num("EXISTS %s", SEG(1, "log")), 0);
+    /* a primary whose parts do not add up to its quantity is damaged: nothing written */
+    redisReply *w = rf_command(gf_redis, "HSET %s %s %s", ORDERS, HEX_B "-0-" SKU,
+                               "{\"order_id\":\"" HEX_B "-0-" SKU "\",\"sku\":\"" SKU "\","
+                               "\"segment\":0,\"quantity\":9,\"parts\":[{\"segment\":0,"
+                               "\"quantity\":2},{\"segment\":1,\"quantity\":3}],"
+                               "\"status\":\"created\"}");
+    freeReplyObject(w);
+    seg_counts(0, 8, 2, 1, 0);
+    const char *bargs[] = {"8", STOCK, CNT,    ORDERS,          DUE, GIVE,
+                           LOG, SVER,  FOLLOW, HEX_B "-0-" SKU, "1"};
+    r = eval(STORE_LUA_CANCEL, 11, bargs);
+    SF_ASSERT(r->type == REDIS_REPLY_ERROR, "reply type %d", r->type);
+    freeReplyObject(r);
+    seg_expect(0, 8, 2, 1, 0);
+}
+
+/* The sweep expires a due primary and returns the follows of its segment with the give-backs. */
+static void test_expire_returns_follows(void **state)
+{
+    (void)state;
+    put_primary("reserved");
+    seg_counts(0, 8, 2, 1, 2);
+    num("ZADD %s %lld %s", DUE, now_ms() - 10, PRIMARY);
+    const char *args[] = {"8",  STOCK,  CNT,   ORDERS, DUE, GIVE, LOG,
+                          SVER, FOLLOW, "256", "128",  "0", "128"};
+    redisReply *r = eval(STORE_LUA_EXPIRE, 13, args);
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 10, "reply type %d, %zu elements",
+              r->type, r->elements);
+    SF_ASSERT_EQ(r->element[0]->integer, 1); /* expired */
+    SF_ASSERT_EQ(r->element[4]->integer, 1); /* give-backs queued */
+    SF_ASSERT_EQ(r->element[5]->integer, 2); /* follows queued */
+    SF_ASSERT_EQ(r->element[6]->integer, 1); /* give-backs returned */
+    SF_ASSERT(strcmp(r->element[7]->str, HEX_A "u1") == 0, "give-back %s", r->element[7]->str);
+    int seen = 0;
+    for (int i = 8; i < 10; i++)
+        seen += strcmp(r->element[i]->str, PART1 "|expired") == 0 ||
+                strcmp(r->element[i]->str, PART2 "|expired") == 0;
+    SF_ASSERT_EQ(seen, 2);
+    freeReplyObject(r);
+    seg_expect(0, 10, 0, 0, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +629,12 @@ int main(void)
         cmocka_unit_test_setup(test_hold_expires_once, gf_flush),
         cmocka_unit_test_setup(test_confirm_of_a_due_hold_expires_it, gf_flush),
         cmocka_unit_test_setup(test_order_log, gf_flush),
+        cmocka_unit_test_setup(test_part_follow_counts_once, gf_flush),
+        cmocka_unit_test_setup(test_part_follow_confirm_and_cancel_in_either_order, gf_flush),
+        cmocka_unit_test_setup(test_part_undo_counts_once_and_refuses_a_primary, gf_flush),
+        cmocka_unit_test_setup(test_multi_due_only_past_deadline_and_margin, gf_flush),
+        cmocka_unit_test_setup(test_primary_end_queues_follows, gf_flush),
+        cmocka_unit_test_setup(test_expire_returns_follows, gf_flush),
     };
     return cmocka_run_group_tests(tests, gf_group_setup, gf_group_teardown);
 }

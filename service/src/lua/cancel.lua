@@ -1,5 +1,8 @@
 -- Cancels an order (DELETE /api/v1/orders/{id}): created, reserved or confirmed.
--- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
+-- A multi-segment order's primary queues the change for its other parts in follow (hold_end.lua);
+-- a part's own id is not an order: {STORE_CANCEL_NONE}, nothing written.
+-- KEYS: stock, cnt, orders, due, give, log, sver, follow.  ARGV: order id, "1" with the order
+-- log.
 -- -> {code[, record]}, code one of STORE_CANCEL_* (store_scripts.h); an error (nothing
 --    written) when the record or the segment is damaged; {.._EXPIRED, record, 1} when this call
 --    expired the hold (it was due), without the 1 when it had expired before
@@ -13,6 +16,7 @@ if not o then
   if q == 'none' then return {STORE_CANCEL_NONE} end
   return redis.error_reply('ERR order record or segment damaged')
 end
+if o.part_of ~= nil then return {STORE_CANCEL_NONE} end
 if o.status == 'cancelled' then return {STORE_CANCEL_ALREADY, redis.call('HGET', KEYS[3], ARGV[1])} end
 if o.status == 'expired' then return {STORE_CANCEL_EXPIRED, redis.call('HGET', KEYS[3], ARGV[1])} end
 if o.status == 'reserved' then

@@ -2,7 +2,11 @@
 -- (the due set's score, on this Redis's clock) has not come. A hold found due is expired here,
 -- in the same step, so a confirm racing the sweeper ends in exactly one of them and both see
 -- the same record.
--- KEYS: stock, cnt, orders, due, give, log, sver.  ARGV: order id, "1" with the order log.
+-- A multi-segment order's primary queues the change for its other parts in follow (hold_end.lua:
+-- "|confirmed", or "|expired" when found due); a part's own id is not an order:
+-- {STORE_CONFIRM_NONE}, nothing written.
+-- KEYS: stock, cnt, orders, due, give, log, sver, follow.  ARGV: order id, "1" with the order
+-- log.
 -- -> {code[, record]}, code one of STORE_CONFIRM_* (store_scripts.h); an error (nothing
 --    written) when the record or the segment is damaged; {.._EXPIRED, record, 1} when this call
 --    expired the hold (it was due), without the 1 when it had expired before
@@ -16,6 +20,7 @@ if not o then
   if q == 'none' then return {STORE_CONFIRM_NONE} end
   return redis.error_reply('ERR order record or segment damaged')
 end
+if o.part_of ~= nil then return {STORE_CONFIRM_NONE} end
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
 if o.status == 'confirmed' then return {STORE_CONFIRM_ALREADY, rec} end
 if o.status == 'cancelled' then return {STORE_CONFIRM_CANCELLED, rec} end
@@ -31,5 +36,6 @@ rec = cjson.encode(o)
 redis.call('HSET', KEYS[3], ARGV[1], rec)
 redis.call('HINCRBY', KEYS[2], 'r', -q)
 redis.call('ZREM', KEYS[4], ARGV[1])
+order_follow(ARGV[1], o, 'confirmed', now)
 order_logged(ARGV[1], o, q, 'confirmed', now)
 return {STORE_CONFIRM_DONE, rec}

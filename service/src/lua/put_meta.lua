@@ -5,8 +5,9 @@
 -- by whoever rolls the layout out (layout.c), so a PUT cut off half-way is completed by the
 -- next reader. With an Idempotency-Key the answer is stored with it, and a replay gets it back.
 -- The sale rules (rules.h) are written with the layout: a PUT sets all four, "0" for none.
--- The SKU's per-user counts (KEYS[5]) go: the PUT replaced every order they counted.
--- KEYS: meta, ver, rst, aidem, users.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
+-- The SKU's per-user counts (KEYS[5]) and its multi-segment orders' intents (KEYS[6]) go: the
+-- PUT replaced every order they counted or name.
+-- KEYS: meta, ver, rst, aidem, users, multi.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
 -- ms, limit, sale_start ms, sale_end ms, ttl s (canonical integers, checked by the caller),
 -- the rules as JSON members for the answer ('"limit_per_user":0,...').
 -- -> {1, "<status> <body>"} applied | {0, stored answer} a replay (nothing applied)
@@ -26,7 +27,7 @@ redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARG
            'stock', ARGV[2],
            'state', 'p', 'hwm', hwm, 'limit', ARGV[6], 'sale_start', ARGV[7],
            'sale_end', ARGV[8], 'ttl', ARGV[9])
-redis.call('DEL', KEYS[3], KEYS[5])
+redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
 local status = (old[1] and oldseg > 0) and '200' or '201'
 local resp = status .. ' ' .. string.format(
   '{"sku":"%s","stock":%s,"segments":%s,"version":%.0f,%s}',
