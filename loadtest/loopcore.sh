@@ -7,7 +7,8 @@
 #   atomic    --strategy atomic, hold 0
 #   seg16     segmented, 16 segments, hold 0   (also with --baseline: the older binary)
 #   seg1h2 / seg16h2   segmented, 1 and 16 segments, --hold-ms 2
-#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers);
+#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers), with the
+#             default --max-connections and --connection-memory-kib (SPEC §9: the defaults);
 #   c10k_2k   the same with --connection-memory-kib 2 (the setting for that many connections;
 #             it serves request heads up to about 1 KiB, the default 24 KiB up to 8 KiB)
 # The table goes to loadtest/results/<UTC stamp>-loopcore/REPORT.md (LT_RESULTS_DIR) and to
@@ -77,7 +78,7 @@ run() {
   else
     ulimit -n 65536 2>/dev/null
     "$b" --port "$port" --bind 127.0.0.1 --redis "redis://127.0.0.1:$rport" --admin-token tok \
-      --log-level warn --hold-ms "$hold" --max-connections 20000 "$@" >"$tmp/$name.log" 2>&1 &
+      --log-level warn --hold-ms "$hold" "$@" >"$tmp/$name.log" 2>&1 &
   fi
   pid=$!
   pids+=("$pid")
