@@ -213,8 +213,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
     echo
     echo "System calls of inventoryd per answered request over each run's window (perf stat -p; CPU = task-clock):"
     echo
-    echo "| run | all | $(sed 's/ / | /g' <<<"$sc_events") | context switches | CPU µs |"
-    echo "|---|---|$(sed 's/[^ ]*/---|/g; s/ //g' <<<"$sc_events")---|---|"
+    sep="|---|---|"
+    for e in $sc_events; do sep+="---|"; done
+    echo "| run | all | ${sc_events// / | } | context switches | CPU µs |"
+    echo "$sep---|---|"
     for r in "${sc_rows[@]}"; do echo "| ${r//|/ | } |"; done
   fi
 } | tee -a "$report" ${out:+"$out"}
