@@ -7,7 +7,8 @@
 #   atomic    --strategy atomic, hold 0
 #   seg16     segmented, 16 segments, hold 0   (also with --baseline: the older binary)
 #   seg1h2 / seg16h2   segmented, 1 and 16 segments, --hold-ms 2
-#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers);
+#   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers), with the
+#             default --max-connections and --connection-memory-kib (SPEC §9: the defaults);
 #   c10k_2k   the same with --connection-memory-kib 2 (the setting for that many connections;
 #             it serves request heads up to about 1 KiB, the default 24 KiB up to 8 KiB)
 # The table goes to loadtest/results/<UTC stamp>-loopcore/REPORT.md (LT_RESULTS_DIR) and to
@@ -16,7 +17,11 @@
 # commandstats (CONFIG RESETSTAT before each run; the inner count is total commands processed
 # minus the top-level ones).
 #
-# Usage: loadtest/loopcore.sh [--baseline BIN] [--window S] [--skip-c10k] [--out FILE]
+# With --syscalls, perf stat counts inventoryd's system calls and context switches over each
+# order run's window (not c10k): per answered request, in a second table (needs perf:
+# scripts/deps.sh --bench; root or kernel.perf_event_paranoid <= -1 for the syscall tracepoints).
+#
+# Usage: loadtest/loopcore.sh [--baseline BIN] [--window S] [--skip-c10k] [--syscalls] [--out FILE]
 #   --baseline BIN  an inventoryd built from an older commit, for "segmented vs before"
 #   --window S      seconds per run [6]
 #   --out FILE      also write the table (markdown) to FILE
@@ -26,20 +31,27 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 lt=loadtest
 bin=${INVENTORYD_BIN:-${BUILD_DIR:-build}/bin/inventoryd}
-baseline="" window=6 skip_c10k=0 out=""
+baseline="" window=6 skip_c10k=0 syscalls=0 out=""
 while [ $# -gt 0 ]; do
   case $1 in
     --baseline) baseline=$2; shift 2 ;;
     --window) window=$2; shift 2 ;;
     --skip-c10k) skip_c10k=1; shift ;;
+    --syscalls) syscalls=1; shift ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--baseline BIN] [--window S] [--skip-c10k] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--baseline BIN] [--window S] [--skip-c10k] [--syscalls] [--out FILE]" >&2; exit 2 ;;
   esac
 done
 for t in wrk redis-server redis-cli curl cc; do
   command -v "$t" >/dev/null || { echo "loopcore: $t is missing (scripts/deps.sh)" >&2; exit 3; }
 done
 [ -x "$bin" ] || { echo "loopcore: no $bin (build first)" >&2; exit 3; }
+if [ "$syscalls" = 1 ]; then
+  perf stat -e syscalls:sys_enter_epoll_ctl -- true >/dev/null 2>&1 \
+    || { echo "loopcore: --syscalls needs perf and the syscall tracepoints (scripts/deps.sh --bench; root)" >&2; exit 3; }
+fi
+# The system calls counted one by one with --syscalls (all of them: raw_syscalls:sys_enter).
+sc_events="epoll_ctl recvfrom sendmsg epoll_wait timerfd_settime write read"
 
 tmp=$(mktemp -d)
 pids=()
@@ -66,6 +78,7 @@ stat_calls() { rcli info commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls
 
 failed=0
 rows=()
+sc_rows=()
 # run NAME BINARY|bare SEGMENTS HOLD CONNS EXTRA_ARGS...
 run() {
   local name=$1 b=$2 seg=$3 hold=$4 conns=$5; shift 5
@@ -77,7 +90,7 @@ run() {
   else
     ulimit -n 65536 2>/dev/null
     "$b" --port "$port" --bind 127.0.0.1 --redis "redis://127.0.0.1:$rport" --admin-token tok \
-      --log-level warn --hold-ms "$hold" --max-connections 20000 "$@" >"$tmp/$name.log" 2>&1 &
+      --log-level warn --hold-ms "$hold" "$@" >"$tmp/$name.log" 2>&1 &
   fi
   pid=$!
   pids+=("$pid")
@@ -94,11 +107,36 @@ run() {
       "http://127.0.0.1:$port/api/v1/orders" >/dev/null
   fi
   rcli config resetstat >/dev/null
+  local perf_pid=""
+  if [ "$syscalls" = 1 ] && [ "$b" != bare ] && [ "$conns" -le 1000 ]; then
+    local ev="raw_syscalls:sys_enter,context-switches,task-clock" e
+    for e in $sc_events; do ev+=",syscalls:sys_enter_$e"; done
+    perf stat -x, -e "$ev" -p "$pid" -o "$tmp/$name.perf" -- sleep "$window" 2>/dev/null &
+    perf_pid=$!
+  fi
   local res
   res=$(cd $lt && ulimit -n 65536 2>/dev/null; LT_SKU=lc LT_OK=$ok LT_WINDOW_S=$window \
         wrk -t2 -c"$conns" -d"$((window + 3))s" --timeout 10s -s $script \
         "http://127.0.0.1:$port/api/v1/orders" 2>"$tmp/$name.wrk.err" | grep '^RESULT')
   echo "$name $res" >>"${LOOPCORE_RAW:-/dev/null}"
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid"
+    # per answered request: every system call, then each of sc_events, context switches, CPU µs
+    local answered row
+    answered=$(field answered "$res")
+    row=$(awk -F, -v n="${answered:-0}" -v evs="all $sc_events" '
+      $3 == "raw_syscalls:sys_enter" { v["all"] = $1 }
+      $3 ~ /^syscalls:sys_enter_/ { e = $3; sub(/^syscalls:sys_enter_/, "", e); v[e] = $1 }
+      $3 == "context-switches" { cs = $1 }
+      $3 == "task-clock" { ms = $1 }
+      END {
+        if (n <= 0) exit
+        k = split(evs, a, " "); out = ""
+        for (i = 1; i <= k; i++) out = out sprintf("%.2f|", v[a[i]] / n)
+        printf "%s%.3f|%.1f", out, cs / n, ms * 1000 / n
+      }' "$tmp/$name.perf")
+    [ -n "$row" ] && sc_rows+=("$name|$row")
+  fi
   local rss=- top=- inner=- verdict=-
   if [ "$b" != bare ]; then
     rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
@@ -170,7 +208,17 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
   echo "- segmented / atomic (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_atomic") (target ≥ 0.7)"
   [ -n "$baseline" ] && echo "- segmented / segmented before (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_seg16_before") (target ≥ 2.5)"
   echo "- 16 vs 1 segments at hold 2 ms: $(ratio "$rate_seg16h2" "$rate_seg1h2") (target ≥ 15)"
-  [ "$skip_c10k" = 1 ] || echo "- RSS with 10,000 connections (VmHWM): ${rss_c10k:-?} MiB at the default connection pool (24 KiB), ${rss_c10k_2k:-?} MiB with --connection-memory-kib 2 (target ≤ 64)"
+  [ "$skip_c10k" = 1 ] || echo "- RSS with 10,000 connections (VmHWM): ${rss_c10k:-?} MiB with the defaults, ${rss_c10k_2k:-?} MiB with --connection-memory-kib 2 (target ≤ 64 with the defaults)"
+  if [ "${#sc_rows[@]}" -gt 0 ]; then
+    echo
+    echo "System calls of inventoryd per answered request over each run's window (perf stat -p; CPU = task-clock):"
+    echo
+    sep="|---|---|"
+    for e in $sc_events; do sep+="---|"; done
+    echo "| run | all | ${sc_events// / | } | context switches | CPU µs |"
+    echo "$sep---|---|"
+    for r in "${sc_rows[@]}"; do echo "| ${r//|/ | } |"; done
+  fi
 } | tee -a "$report" ${out:+"$out"}
 echo "loopcore: report in $report" >&2
 exit $failed

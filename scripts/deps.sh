@@ -9,6 +9,7 @@
 # no npm is on PATH: a Node.js from elsewhere brings its own), then `npm ci` of the pinned
 # packages in service/tests/e2e (package-lock.json; only when node_modules is missing or older
 # than the lock file). playwright-core drives Debian's /usr/bin/chromium and downloads no browser.
+# --bench adds perf (linux-perf): loadtest/loopcore.sh --syscalls and loadtest/run.sh's profiles.
 set -euo pipefail
 
 packages=(
@@ -34,13 +35,14 @@ e2e=0
 for arg in "$@"; do
   case "$arg" in
     --docker) packages+=(docker.io debootstrap docker-compose) ;;
+    --bench) packages+=(linux-perf) ;;
     --e2e)
       e2e=1
       packages+=(chromium prometheus jq man-db)
       command -v node >/dev/null 2>&1 || packages+=(nodejs)
       command -v npm >/dev/null 2>&1 || packages+=(npm)
       ;;
-    *) echo "deps.sh: unknown option $arg (known: --docker, --e2e)" >&2; exit 2 ;;
+    *) echo "deps.sh: unknown option $arg (known: --docker, --e2e, --bench)" >&2; exit 2 ;;
   esac
 done
 

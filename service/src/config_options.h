@@ -119,7 +119,7 @@
     OPT("log_level", log_level, enum config_log_level, , "--log-level", "L",                   \
         "INVENTORY_LOG_LEVEL", "info", log_level, "debug, info, warn, error",                  \
         "least severe level logged")                                                           \
-    INT(max_connections, "--max-connections", "INVENTORY_MAX_CONNECTIONS", 4096, 1, 1000000,   \
+    INT(max_connections, "--max-connections", "INVENTORY_MAX_CONNECTIONS", 16384, 1, 1000000,  \
         "most concurrent HTTP connections; more are refused")                                  \
     INT(connection_timeout_s, "--connection-timeout-s", "INVENTORY_CONNECTION_TIMEOUT_S", 30,  \
         1, 3600, "idle HTTP connections are closed after this many seconds")                   \

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -686,7 +687,9 @@ static bool append_body(struct req_state *st, const char *data, size_t n)
         return true;
     }
     if (st->len + n + 1 > st->cap) {
-        size_t cap = st->cap ? st->cap : 1024;
+        /* The first chunk is usually the whole body: its own size, not more (every in-flight
+         * request holds its buffer until it is copied into its areq). */
+        size_t cap = st->cap ? st->cap : n + 1;
         while (cap < st->len + n + 1)
             cap *= 2;
         if (cap > VALIDATE_MAX_BODY + 1)
@@ -891,8 +894,14 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
             response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
         } else {
             enum MHD_Result r = start_async(srv, conn, st, &req);
-            if (r == MHD_YES)
+            if (r == MHD_YES) {
+                /* The areq has its own copy: the connection may wait long (a lock wait), so
+                 * nothing of the body stays with it (at 10,000 waiting orders, 10 MiB). */
+                free(st->body);
+                st->body = NULL;
+                st->len = st->cap = 0;
                 return r;
+            }
             response_error(&res, ERROR_INTERNAL, "out of memory");
         }
         router_end(srv->app, &req, &st->route, &res, st->allowed);
@@ -1280,6 +1289,35 @@ static void on_end_sweep(void *arg)
     sweep_stop(arg);
 }
 
+/* Descriptors kept beside the connections: Redis connections of every loop, the listening
+ * sockets, epoll and event fds, the log and order-log files. */
+#define FD_RESERVE 256
+
+/* Raises the soft open-file limit so that --max-connections connections can be open at once
+ * (a soft limit of 1024 is common, the hard one far higher): as far as the hard limit allows,
+ * with a warning when it does not. */
+static void raise_fd_limit(const struct config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = (rlim_t)cfg->max_connections + FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+        if (rl.rlim_cur > was && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            log_msg(CONFIG_LOG_INFO, "fd_limit", "open-file limit raised from %llu to %llu",
+                    (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+        else
+            rl.rlim_cur = was;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+        log_msg(CONFIG_LOG_WARN, "fd_limit",
+                "the open-file limit (%llu) is below max_connections (%d) + %d: connections "
+                "beyond it are refused; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+                (unsigned long long)rl.rlim_cur, cfg->max_connections, FD_RESERVE);
+}
+
 struct http_server *http_start(struct app *app, char *err, size_t errlen)
 {
     const struct config *cfg = &app->cfg;
@@ -1291,6 +1329,7 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         snprintf(err, errlen, "libmicrohttpd was built without epoll");
         return NULL;
     }
+    raise_fd_limit(cfg);
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
         snprintf(err, errlen, "out of memory");

@@ -136,7 +136,7 @@ static void test_defaults(void **state)
     assert_int_equal(r.cfg.hold_ms, 0);
     assert_int_equal(r.cfg.max_quantity, 100);
     assert_int_equal(r.cfg.log_level, CONFIG_LOG_INFO);
-    assert_int_equal(r.cfg.max_connections, 4096);
+    assert_int_equal(r.cfg.max_connections, 16384); /* SPEC §9: 10,000 with the defaults */
     assert_int_equal(r.cfg.connection_timeout_s, 30);
     assert_int_equal(r.cfg.redis_timeout_ms, 1000);
     assert_int_equal(r.cfg.sold_out_recheck_ms, 500);
