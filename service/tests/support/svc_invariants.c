@@ -515,7 +515,60 @@ static int sf_follow_queued(const struct sf_multi *m, int k, const char *part, c
 }
 
 /* SPEC §8 "every part of a multi-segment order is sold or none is", across segments. */
-static void sf_check_multi(sf_report *rep, const char *sku, const struct sf_multi *m)
+/* HGET key field now, from the key's master: the new reply (a string, or nil) or NULL. */
+static redisReply *sf_hget_now(sf_keys *sr, const char *key, const char *field, sf_report *rep)
+{
+    redisContext *c = sf_redis_for(sr, key, rep);
+    redisReply *r = c ? redisCommand(c, "HGET %s %s", key, field) : NULL;
+    if (r != NULL && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+/* The status class of order id in segment k now (-1: no record, -2: unreadable). */
+static int sf_class_now(sf_keys *sr, const char *sku, int k, const char *id, sf_report *rep)
+{
+    char key[512];
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+    redisReply *r = sf_hget_now(sr, key, id, rep);
+    if (r == NULL)
+        return -2;
+    int cls = -1;
+    if (r->type == REDIS_REPLY_STRING) {
+        json_t *o = json_loadb(r->str, r->len, 0, NULL);
+        const char *st = json_string_value(json_object_get(o, "status"));
+        static const char *const statuses[] = {"created", "reserved", "confirmed", "cancelled",
+                                               "expired"};
+        cls = -2;
+        for (int j = 0; st && j < 5; j++)
+            if (strcmp(st, statuses[j]) == 0)
+                cls = sf_status_class(j);
+        json_decref(o);
+    }
+    freeReplyObject(r);
+    return cls;
+}
+
+/* A part read without its primary (read earlier: the primary's segment is the lower index) and
+ * without an intent (read before every segment) may be an order made or rolled back while the
+ * segments were read: it is half an order only if now, still, the part exists while neither
+ * its primary nor an intent does. */
+static int sf_orphan_now(sf_keys *sr, const char *sku, const char *part, int k, const char *of,
+                         int pk, const char *hex, sf_report *rep)
+{
+    char key[512];
+    snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
+    redisReply *intent = sf_hget_now(sr, key, hex, rep);
+    int still = sf_class_now(sr, sku, k, part, rep) != -1 &&
+                sf_class_now(sr, sku, pk, of, rep) == -1 && intent != NULL &&
+                intent->type == REDIS_REPLY_NIL;
+    freeReplyObject(intent);
+    return still;
+}
+
+static void sf_check_multi(sf_report *rep, const char *sku, const struct sf_multi *m, sf_keys *sr)
 {
     for (size_t i = 0; i < m->n; i++) {
         const struct sf_mrec *r = &m->rec[i];
@@ -536,7 +589,8 @@ static void sf_check_multi(sf_report *rep, const char *sku, const struct sf_mult
             }
             const struct sf_mrec *p = sf_multi_find(m, r->of);
             if (p == NULL || p->of[0] != '\0' || p->nparts == 0) {
-                if (sf_hfield(m->intents, hex) == NULL)
+                if (sf_hfield(m->intents, hex) == NULL &&
+                    sf_orphan_now(sr, sku, r->id, k, r->of, pk, hex, rep))
                     sf_problem(rep,
                                "segment %d: part %s: its primary %s is not a record of segment "
                                "%d and no intent for %s is left: half an order",
@@ -570,8 +624,12 @@ static void sf_check_multi(sf_report *rep, const char *sku, const struct sf_mult
             if (p->quantity != r->pq[j])
                 sf_problem(rep, "order %s: part %s holds %lld units, the order says %lld", r->id,
                            pid, p->quantity, r->pq[j]);
+            /* a part lags behind its primary under a follow queued with it (read in the same
+             * MULTI); a part ahead of the primary read earlier (the sweeper ended both since)
+             * agrees with the primary read again now */
             if (sf_status_class(p->st) != sf_status_class(r->st) &&
-                !sf_follow_queued(m, k, pid, r->status))
+                !sf_follow_queued(m, k, pid, r->status) &&
+                sf_class_now(sr, sku, k, r->id, rep) != sf_status_class(p->st))
                 sf_problem(rep, "order %s is %s, its part %s is %s (and no follow queued)", r->id,
                            r->status, pid, p->status);
         }
@@ -815,7 +873,7 @@ static int sf_check(const char *redis_url, const char *sku, sf_report *rep, int 
     if (rep->sold != rep->stock_total - rep->remaining)
         sf_problem(rep, "sold %lld != stock_total %lld - remaining %lld", rep->sold,
                    rep->stock_total, rep->remaining);
-    sf_check_multi(rep, sku, &m);
+    sf_check_multi(rep, sku, &m, &sr);
     if (quiescent && (rep->follows > 0 || rep->intents > 0))
         sf_problem(rep, "not quiescent: %lld follow(s) queued, %lld intent(s) left", rep->follows,
                    rep->intents);
