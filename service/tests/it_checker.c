@@ -96,7 +96,7 @@ static void good_state(void)
 }
 
 /* Checks; fails unless the outcome is as wanted (printing the report when not). */
-static void expect(int quiescent, int want_ok, const char *what)
+static void judge(int quiescent, int want_ok, const char *what)
 {
     sf_report rep;
     int rc = quiescent ? sf_check_invariants_quiescent(rf_url(redis), CK_SKU, &rep)
@@ -112,8 +112,8 @@ static void test_good_multi_order(void **state)
 {
     (void)state;
     good_state();
-    expect(0, 1, "a whole order of 3 parts");
-    expect(1, 1, "a whole order of 3 parts, quiescent");
+    judge(0, 1, "a whole order of 3 parts");
+    judge(1, 1, "a whole order of 3 parts, quiescent");
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(redis), CK_SKU, &rep);
     SF_ASSERT(rep.sold == 14 && rep.max_user_units == 12 && rep.multi_orders == 1 &&
@@ -137,7 +137,7 @@ static void test_good_multi_order(void **state)
     counters(1, 2, 1, 2);
     counters(2, 0, 0, 0);
     cmd("HSET inv:2:{" CK_SKU "}:users u1 {}");
-    expect(1, 1, "an order cancelled whole");
+    judge(1, 1, "an order cancelled whole");
 }
 
 static void test_part_without_primary(void **state)
@@ -147,12 +147,12 @@ static void test_part_without_primary(void **state)
     cmd("HDEL inv:2:{" CK_SKU "/0}:orders " CK_HEX "-0-" CK_SKU);
     counters(0, 0, 0, 0);
     cmd("HSET inv:2:{" CK_SKU "}:users u1 {}");
-    expect(0, 0, "two parts without their primary");
+    judge(0, 0, "two parts without their primary");
     /* the same while its intent is still there (a cut-off order not yet rolled back) */
     cmd("HSET inv:2:{" CK_SKU "}:multi " CK_HEX " {\"order\":\"" CK_HEX "-0-" CK_SKU
         "\",\"parts\":[[0,5],[1,4],[2,3]],\"deadline\":1}");
-    expect(0, 1, "orphan parts under their intent");
-    expect(1, 0, "orphan parts under their intent, quiescent");
+    judge(0, 1, "orphan parts under their intent");
+    judge(1, 0, "orphan parts under their intent, quiescent");
 }
 
 static void test_primary_missing_part(void **state)
@@ -161,10 +161,10 @@ static void test_primary_missing_part(void **state)
     good_state();
     cmd("HDEL inv:2:{" CK_SKU "/2}:orders " CK_HEX "-2-" CK_SKU);
     counters(2, 0, 0, 0);
-    expect(0, 0, "a primary whose part in segment 2 is gone");
+    judge(0, 0, "a primary whose part in segment 2 is gone");
     cmd("HSET inv:2:{" CK_SKU "}:multi " CK_HEX " {\"order\":\"" CK_HEX "-0-" CK_SKU
         "\",\"parts\":[[0,5],[1,4],[2,3]],\"deadline\":1}");
-    expect(0, 0, "a primary whose part is gone, with an intent");
+    judge(0, 0, "a primary whose part is gone, with an intent");
 }
 
 static void test_status_mismatch(void **state)
@@ -180,15 +180,15 @@ static void test_status_mismatch(void **state)
     cmd("HSET inv:2:{" CK_SKU "/1}:orders " CK_HEX "-1-" CK_SKU " {\"order_id\":\"" CK_HEX
         "-1-" CK_SKU "\",\"part_of\":\"" CK_HEX "-0-" CK_SKU "\",\"sku\":\"" CK_SKU
         "\",\"segment\":1,\"quantity\":4,\"status\":\"confirmed\"}");
-    expect(0, 0, "a confirmed order's part still created");
+    judge(0, 0, "a confirmed order's part still created");
     /* ... which is fine while the follow for it is queued in the primary's segment */
     cmd("ZADD inv:2:{" CK_SKU "/0}:follow 1 " CK_HEX "-2-" CK_SKU "|confirmed");
-    expect(0, 1, "a part lagging behind its queued follow");
-    expect(1, 0, "a part lagging behind its queued follow, quiescent");
+    judge(0, 1, "a part lagging behind its queued follow");
+    judge(1, 0, "a part lagging behind its queued follow, quiescent");
     /* a follow queued for another status does not cover it */
     cmd("DEL inv:2:{" CK_SKU "/0}:follow");
     cmd("ZADD inv:2:{" CK_SKU "/0}:follow 1 " CK_HEX "-2-" CK_SKU "|cancelled");
-    expect(0, 0, "a part lagging behind a follow of another status");
+    judge(0, 0, "a part lagging behind a follow of another status");
 
     /* the primary live, a part cancelled (its units back) */
     good_state();
@@ -196,7 +196,7 @@ static void test_status_mismatch(void **state)
         "-2-" CK_SKU "\",\"part_of\":\"" CK_HEX "-0-" CK_SKU "\",\"sku\":\"" CK_SKU
         "\",\"segment\":2,\"quantity\":3,\"status\":\"cancelled\"}");
     counters(2, 0, 0, 0);
-    expect(0, 0, "a live order with a cancelled part");
+    judge(0, 0, "a live order with a cancelled part");
 }
 
 static void test_quantities(void **state)
@@ -210,24 +210,24 @@ static void test_quantities(void **state)
         "\"parts\":[{\"segment\":0,\"quantity\":5},{\"segment\":1,\"quantity\":4},"
         "{\"segment\":2,\"quantity\":3}]}");
     cmd("HSET inv:2:{" CK_SKU "}:users u1 {\"" CK_HEX "\":[13,0,0]}");
-    expect(0, 0, "parts that do not sum to the order's quantity");
+    judge(0, 0, "parts that do not sum to the order's quantity");
     /* the part in segment 2 holds 2 units, its primary says 3 (counters agree with the part) */
     good_state();
     cmd("HSET inv:2:{" CK_SKU "/2}:orders " CK_HEX "-2-" CK_SKU " {\"order_id\":\"" CK_HEX
         "-2-" CK_SKU "\",\"part_of\":\"" CK_HEX "-0-" CK_SKU "\",\"sku\":\"" CK_SKU
         "\",\"segment\":2,\"quantity\":2,\"status\":\"created\"}");
     counters(2, 2, 1, 0);
-    expect(0, 0, "a part whose quantity is not its primary's");
+    judge(0, 0, "a part whose quantity is not its primary's");
     /* the primary's units in its own segment are its part's (5), not the order's 12 */
     good_state();
     counters(0, 12, 1, 0);
-    expect(0, 0, "segment 0 counting the whole order");
+    judge(0, 0, "segment 0 counting the whole order");
     /* a part the primary does not list */
     good_state();
     record(1, CK_HEX "-1-" CK_SKU,
            "{\"order_id\":\"" CK_HEX "-1-" CK_SKU "\",\"part_of\":\"" CK_HEX2 "-1-" CK_SKU
            "\",\"sku\":\"" CK_SKU "\",\"segment\":1,\"quantity\":4,\"status\":\"created\"}");
-    expect(0, 0, "a part naming another order as its primary");
+    judge(0, 0, "a part naming another order as its primary");
 }
 
 static void test_user_limit_counts_the_whole_order(void **state)
@@ -235,10 +235,10 @@ static void test_user_limit_counts_the_whole_order(void **state)
     (void)state;
     good_state();
     cmd("HSET inv:2:{" CK_SKU "}:meta limit 11");
-    expect(0, 0, "a user at 12 units in one multi-segment order over a limit of 11");
+    judge(0, 0, "a user at 12 units in one multi-segment order over a limit of 11");
     good_state();
     cmd("HSET inv:2:{" CK_SKU "}:users u1 {}");
-    expect(0, 0, "a multi-segment order missing from its user's entries");
+    judge(0, 0, "a multi-segment order missing from its user's entries");
 }
 
 int main(void)

@@ -48,8 +48,9 @@ static int copy(char *dst, size_t cap, const redisReply *v)
     return 0;
 }
 
-/* Checks a parts field "k:q,k:q,...": at least two parts, segments strictly increasing from
- * the entry's own, quantities >= 1 summing to the entry's. 0, or -1. */
+/* Checks a parts field "k:q,k:q,...": segments strictly increasing from the entry's own,
+ * quantities >= 1 summing to the entry's (one part, "segment:quantity", says what no field
+ * says: accepted). 0, or -1. */
 static int parts_ok(const struct sink_entry *e)
 {
     char buf[SINK_PARTS_MAX + 1];
@@ -74,7 +75,7 @@ static int parts_ok(const struct sink_entry *e)
     size_t len = strlen(e->parts);
     if (len == 0 || e->parts[0] == ',' || e->parts[len - 1] == ',' || strstr(e->parts, ",,"))
         return -1;
-    return n >= 2 && sum == e->quantity ? 0 : -1;
+    return n >= 1 && sum == e->quantity ? 0 : -1;
 }
 
 void sink_entry_parts_json(const struct sink_entry *e, char *out, size_t cap)
