@@ -24,6 +24,7 @@
 #   --pending-ok          follows queued and intents of multi-segment orders left are reported,
 #                         not failures (by default, with nothing in flight, the sweepers must
 #                         have drained them: the check after waiting for them)
+#   --drain-s S           how long to wait for them to drain before reading (10)
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
 #                         o = records in :orders — this last one assumes no cancellations,
@@ -49,7 +50,7 @@ host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
-units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2 pending_ok=0
+units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2 pending_ok=0 drain_s=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
@@ -65,12 +66,14 @@ while [ $# -gt 0 ]; do
     --status-url) status_url=$2; shift 2 ;;
     --live) live=1; shift ;;
     --pending-ok) pending_ok=1; shift ;;
+    --drain-s) drain_s=$2; shift 2 ;;
     --key-schema) schema=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$port$cluster" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port (or --redis-cluster) and --sku are required" >&2; exit 2; }
+[[ $drain_s =~ ^[0-9]+$ ]] || { echo "verify.sh: --drain-s takes whole seconds" >&2; exit 2; }
 # The key schema: kp the prefix, sp a segment's key prefix as a printf format (SKU, index).
 case "$schema" in
   2) kp='inv:2:' sp='inv:2:{%s/%d}' ;;
@@ -100,6 +103,21 @@ if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
   echo "verify: ✗ ${kp}{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
+fi
+
+# The follows of multi-segment orders and the intents of cut-off ones are drained by the
+# sweepers (an intent D + 1 s after its deadline): with nothing in flight, wait for them
+# (at most --drain-s) before reading, so that the check below may require none left.
+if [ "$live" = 0 ] && [ "$pending_ok" = 0 ] && [ "$schema" = 2 ]; then
+  drain_end=$((SECONDS + drain_s))
+  while :; do
+    # shellcheck disable=SC2059
+    left=$({ printf "HLEN ${kp}{%s}:multi\n" "$sku"
+             for ((k = 0; k < nseg; k++)); do printf "ZCARD ${sp}:follow\n" "$sku" "$k"; done; } |
+           rcli | awk '{ n += $1 } END { print n + 0 }') || left=0
+    [ "$left" = 0 ] || [ "$SECONDS" -ge "$drain_end" ] && break
+    sleep 0.2
+  done
 fi
 
 if [ "$live" = 0 ] && [ "$state" = p ]; then

@@ -3,7 +3,8 @@
 # a SKU's keys written by hand into a real redis-server (no inventoryd), then verify.sh must
 # pass each good state and fail each bad one — a part without its primary, a primary missing a
 # part, a status mismatch, parts not summing to the order — with a lagging part allowed under
-# its queued follow and orphan parts under their intent only with --pending-ok. ~2 s.
+# its queued follow and orphan parts under their intent only with --pending-ok, and a follow
+# drained while verify.sh waits for it. ~3 s.
 set -euo pipefail
 # shellcheck source=scripts/tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -40,8 +41,8 @@ good() { # order A: 12 units as 5 + 4 + 3 over segments 0..2; order B: a hold of
   counters 1 6 2 2
   counters 2 3 1 0
 }
-# expect WANT(0|1) WHAT [verify.sh options]: verify.sh's exit and, on a surprise, its output
-expect() {
+# judge WANT(0|1) WHAT [verify.sh options]: verify.sh's exit and, on a surprise, its output
+judge() {
   local want=$1 what=$2 out rc=0; shift 2
   out=$("$verify" --redis-port "$rport" --sku "$S" "$@" 2>&1) || rc=$?
   if [ "$rc" -ne "$want" ]; then
@@ -49,29 +50,33 @@ expect() {
   fi
 }
 good
-t_check "a whole order of 3 parts passes" expect 0 "good" --units 14 --orders 2
+t_check "a whole order of 3 parts passes" judge 0 "good" --units 14 --orders 2
 t_check "its sold units are every part's, its orders 2, not 4" \
   bash -c "'$verify' --redis-port $rport --sku $S | grep -q 'sold=14 orders=4 .*multi_orders=1 live_parts=2'"
 good; r HDEL "inv:2:{$S/0}:orders" "$A-0-$S"; counters 0 0 0 0
-t_check "parts without their primary fail" expect 1 "orphans"
+t_check "parts without their primary fail" judge 1 "orphans"
 r HSET "inv:2:{$S}:multi" "$A" '{"order":"x","parts":[[0,5],[1,4],[2,3]],"deadline":1}'
-t_check "orphan parts under their intent pass with --pending-ok" expect 0 "orphans+intent" --pending-ok
-t_check "... and fail the quiescent check" expect 1 "orphans+intent, strict"
+t_check "orphan parts under their intent pass with --pending-ok" judge 0 "orphans+intent" --pending-ok
+t_check "... and fail the quiescent check" judge 1 "orphans+intent, strict" --drain-s 0
 good; r HDEL "inv:2:{$S/2}:orders" "$A-2-$S"; counters 2 0 0 0
-t_check "a primary missing a part fails" expect 1 "missing part"
+t_check "a primary missing a part fails" judge 1 "missing part"
 good; primary confirmed 12 "$P3"; part 1 4 confirmed
-t_check "a confirmed order's part still created fails" expect 1 "status"
+t_check "a confirmed order's part still created fails" judge 1 "status"
 r ZADD "inv:2:{$S/0}:follow" 1 "$A-2-$S|confirmed"
-t_check "... passes under its queued follow with --pending-ok" expect 0 "follow" --pending-ok
-t_check "... and fails the quiescent check" expect 1 "follow, strict"
+t_check "... passes under its queued follow with --pending-ok" judge 0 "follow" --pending-ok
+t_check "... and fails the quiescent check" judge 1 "follow, strict" --drain-s 0
+# a follow the sweeper applies while verify.sh waits (--drain-s, 10 s by default): passes
+part 2 3 confirmed
+(sleep 1; r DEL "inv:2:{$S/0}:follow") &
+t_check "... and passes once it drained while verify.sh waited" judge 0 "follow drained"
 good; part 2 3 cancelled; counters 2 0 0 0
-t_check "a live order with a cancelled part fails" expect 1 "cancelled part"
+t_check "a live order with a cancelled part fails" judge 1 "cancelled part"
 good; primary created 13 "$P3"
-t_check "parts not summing to the quantity fail" expect 1 "sum"
+t_check "parts not summing to the quantity fail" judge 1 "sum"
 good; part 2 2 created; counters 2 2 1 0
-t_check "a part whose quantity its primary does not list fails" expect 1 "part quantity"
+t_check "a part whose quantity its primary does not list fails" judge 1 "part quantity"
 good; counters 0 12 1 0; r SET "inv:2:{$S/0}:stock" 0; r HSET "inv:2:{$S/0}:cnt" t 12
-t_check "a segment counting the whole order's units fails" expect 1 "units"
+t_check "a segment counting the whole order's units fails" judge 1 "units"
 good; part 1 4 created "$B-1-$S"
-t_check "a part naming another order fails" expect 1 "part_of"
+t_check "a part naming another order fails" judge 1 "part_of"
 t_done
