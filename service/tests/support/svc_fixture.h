@@ -282,6 +282,12 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep);
  * requests left. */
 int sf_check_invariants_quiescent(const char *redis_url, const char *sku, sf_report *rep);
 
+/* Waits (at most timeout_ms) until sku's follow queues and inv:2:{S}:multi are empty — the
+ * sweepers drain them; a cut-off order's intent goes D + 1 s after its deadline. Returns how
+ * many were left (0: drained), -1 when Redis could not be read. Call it once traffic has
+ * stopped, before SF_ASSERT_QUIESCENT. */
+long long sf_wait_multi_drained(const char *redis_url, const char *sku, int timeout_ms);
+
 /* Writes the report (totals, then the problems) to stderr, prefixed with what. */
 void sf_report_print(const char *what, const sf_report *rep);
 

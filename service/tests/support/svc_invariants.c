@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -894,6 +895,24 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
 int sf_check_invariants_quiescent(const char *redis_url, const char *sku, sf_report *rep)
 {
     return sf_check(redis_url, sku, rep, 1);
+}
+
+long long sf_wait_multi_drained(const char *redis_url, const char *sku, int timeout_ms)
+{
+    struct timeval t0, t;
+    gettimeofday(&t0, NULL);
+    for (;;) {
+        sf_report rep;
+        long long left = -1;
+        if (sf_check(redis_url, sku, &rep, 0) == 0 && rep.found)
+            left = rep.follows + rep.intents;
+        gettimeofday(&t, NULL);
+        long long ms = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_usec - t0.tv_usec) / 1000;
+        if (left == 0 || ms >= timeout_ms)
+            return left;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
 }
 
 void sf_report_print(const char *what, const sf_report *rep)
