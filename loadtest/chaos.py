@@ -31,6 +31,13 @@ At each checkpoint every instance's /metrics must show inventory_order_redis_cal
 inventory_order_redis_call_budget ("not available" when the binary exports neither); on one
 Redis, INFO commandstats deltas over the stretches of traffic give the commands per request.
 
+Orders larger than one segment (SPEC §13, issue 22): --large-orders F (default 0.1; 0 gives
+the mix of binaries before it) of the orders ask for MAX_QTY+1..LARGE_QTY_MAX units; at each
+checkpoint Redis must show every multi-segment order whole or absent (multi-parts), and every
+409 insufficient_stock must have come when the remaining total was below the quantity
+(insufficient-409: from the checkpoint's read of the stock and the orders begun since; each
+quiet checkpoint also sends one order larger than any one segment per SKU without a limit).
+
 With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
@@ -78,10 +85,27 @@ def log(msg):
 
 # A segment's data keys (docs/design.md). A dropped segment keeps only its `sver`, as a tombstone
 # that stops an older PUT still rolling out from bringing it back, and lockcore's lock/fence keys.
-SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst", "due", "give"}
+SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst", "due", "give", "follow"}
 # Order statuses (SPEC §11): live ones hold units (and count for their user), ended ones not.
 LIVE = ("created", "reserved", "confirmed")
 ENDED = ("cancelled", "expired")
+
+
+def units(rec):
+    """A record's units in its own segment (service/src/lua/include/units.lua): a multi-segment
+    order's primary holds its own part's quantity, any other record its quantity."""
+    parts = rec.get("parts")
+    if not isinstance(parts, list):
+        return rec.get("quantity") if isinstance(rec.get("quantity"), int) else 0
+    for p in parts:
+        if isinstance(p, dict) and p.get("segment") == rec.get("segment"):
+            return int(p.get("quantity") or 0)
+    return 0
+
+
+def status_class(st):
+    """What a part must share with its primary: created and reserved are both live."""
+    return "live" if st in ("created", "reserved") else st
 
 
 class Keys:
@@ -288,6 +312,11 @@ def seg_state(st):
 # --- the run ------------------------------------------------------------------------------------
 
 MAX_QTY = 5
+# Large orders (SPEC §13, --large-orders F: that fraction of orders, default 0.1): quantities
+# above MAX_QTY up to LARGE_QTY_MAX, the most an order may ask for (SPEC §5), often more than
+# one segment of a SKU holds (a PUT's stock is 0..2000 in 1..16 segments, and a sale's tail
+# leaves a few units in each), so that orders are served from several segments.
+LARGE_QTY_MAX = 100
 MAX_ATTEMPTS = 6
 RETRY_FOR_S = 8.0
 # The sale rules (SPEC §11) by SKU: the i-th SKU's class is i % 4 — 0: a per-user limit and
@@ -349,6 +378,10 @@ class Run:
         self.checks = Checker(self)
         self.checkpoints = []
         self.damages = []               # the damager's faults, their segment before and at repair
+        self.max_qty = LARGE_QTY_MAX if a.large_orders > 0 else MAX_QTY
+        # (when Redis was read at a checkpoint, {sku: Σ stock then, or None}): where the 409
+        # insufficient_stock check starts from (history_checks)
+        self.stock_reads = []
         self.stretches = []             # stretches of traffic: requests sent, Redis commands run
         self.stretch = (0.0, None)
         self.damager_failed = None
@@ -442,7 +475,8 @@ class Run:
         """An order. A keyed one comes from the pool of users (their limits bite; its record is
         traced to it through the segment's Idempotency-Key hash), a keyless one from a user of
         its own, L<seed>-<lop> (the tag that traces a record whose 201 was lost to its request)."""
-        args = {"sku": sku, "quantity": rng.randint(1, MAX_QTY)}
+        large = self.a.large_orders > 0 and rng.random() < self.a.large_orders
+        args = {"sku": sku, "quantity": rng.randint(MAX_QTY + 1, LARGE_QTY_MAX) if large else rng.randint(1, MAX_QTY)}
         keyed = rng.random() < 0.5
         if keyed:
             args["user_id"] = rng.choice(self.users)
@@ -848,7 +882,63 @@ class Run:
         end = now() + 5.0
         while self.due_and_give()[1] and now() < end:
             time.sleep(0.1)
+        # the follows of multi-segment orders and their intents (a cut-off one is healed D + 1 s
+        # after its deadline, by a sweeper)
+        end = now() + 10.0
+        while self.multi_pending() and now() < end:
+            time.sleep(0.1)
         return now() - t0
+
+    def multi_pending(self):
+        """Follows queued and intents left of multi-segment orders, over every SKU."""
+        n = 0
+        if KEYS.v != 2:
+            return 0
+        try:
+            rds = self.redis(5.0)
+            try:
+                for s in self.skus:
+                    segs = as_int(rds.cmd("HGET", KEYS.sku(s, "meta"), "segments")) or 0
+                    rep = rds.pipeline([("HLEN", KEYS.sku(s, "multi"))] + [("ZCARD", KEYS.seg(s, k, "follow")) for k in range(max(segs, 0))])
+                    n += sum(x for x in rep if isinstance(x, int))
+            finally:
+                rds.close()
+        except (OSError, ConnectionError) as e:
+            raise Infra("cannot read the follow queues and intents: %s" % e)
+        return n
+
+    def probe_large(self, name):
+        """At a quiet checkpoint, for each SKU without a per-user limit whose remaining total is
+        more than its largest segment holds: one keyless order of (largest segment + 1) units.
+        Nothing else runs, so its answer must be 201 (SPEC §13: 409 insufficient_stock only when
+        the remaining total is below the quantity); history_checks judges it with every other
+        409. Returns the number sent."""
+        if self.a.large_orders <= 0 or KEYS.v != 2:
+            return 0
+        rng = random.Random("%d/probe/%s" % (self.a.seed, name))
+        sent = 0
+        try:
+            rds = self.redis(5.0)
+            try:
+                plan = []
+                for s in self.skus:
+                    if self.rules[s]["limit"]:
+                        continue
+                    n = as_int(rds.cmd("HGET", KEYS.sku(s, "meta"), "segments")) or 0
+                    if n < 2:
+                        continue
+                    stocks = [as_int(x) or 0 for x in rds.pipeline([("GET", KEYS.seg(s, k, "stock")) for k in range(n)])]
+                    if max(stocks) < min(sum(stocks), LARGE_QTY_MAX):
+                        plan.append((s, max(stocks) + 1))
+            finally:
+                rds.close()
+        except (OSError, ConnectionError) as e:
+            raise Infra("cannot read the stock for the probes: %s" % e)
+        for s, q in plan:
+            lop = self.new_lop("order", s, -1, {"sku": s, "quantity": q}, False)
+            self.execute(rng, lop, "POST", "/api/v1/orders", lop.args)
+            sent += 1
+        return sent
 
     def checkpoint(self, name, final):
         t_begin = now()
@@ -893,6 +983,9 @@ class Run:
             ", the last holds waited out %.1f s" % waited if waited else ""))
         self.checks.redis_checks(name)
         self.checks.redis_call_bound(name)
+        probes = 0 if final else self.probe_large(name)
+        if probes:
+            log("checkpoint %s: %d order(s) larger than any one segment's stock sent (quiet)" % (name, probes))
         cp = {"kind": "checkpoint", "name": name, "quiet": ok, "why": why, "t": round(now(), 3), "holds_waited_s": round(waited, 2),
               "wait_s": round(now() - t_begin, 2), "violations_so_far": self.checks.count()}
         self.hist.write(dict(cp))
@@ -963,7 +1056,7 @@ CHECKS = [
     ("idempotency", "at most one order record per logical order (per Idempotency-Key; a keyless order is sent once)"),
     ("units", "per SKU since its current PUT: units in 201/200 answers ≤ units placed ≤ those + units of unknown-outcome orders (keyless and keyed separately)"),
     ("cancels", "a cancelled record has a cancel request; an acknowledged cancel's order is cancelled in Redis; a 404 cancel's order does not reappear"),
-    ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, reserved ≤ sold, no negative number, orders ≤ sold ≤ 5 × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
+    ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, reserved ≤ sold, no negative number, orders ≤ sold ≤ the largest quantity sent × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
     ("put-answers", "PUT answers echo the request, versions are unique per SKU and grow in real-time order"),
     ("order-answers", "201/200 order bodies echo the request (SKU, quantity, user_id, segment in the id); cancel answers are the cancelled order"),
     ("damaged-segments", "while one of its counters is damaged (10.0, ' 5', 1e3, abc …), nothing but the repair writes that counter, and whatever else is written on the segment keeps SPEC §8 (t = stock + s, s and o = the live records, checked with the counter put back): a script that does not read the damaged counter may run, one that reads it writes nothing (unless a PUT/DELETE of the SKU overlapped, or, on a cluster, a master failover)"),
@@ -973,6 +1066,8 @@ CHECKS = [
     ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; 201 order bodies are \"reserved\" with an expires_at 1–2 s after the request (TTL 1 or 2) exactly on the SKUs with holds"),
     ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
+    ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
+    ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
 
@@ -1014,6 +1109,11 @@ class Checker:
         users = rds.cmd("HGETALL", KEYS.sku(sku, "users")) if KEYS.v == 2 else []
         if isinstance(users, RedisError):
             raise Infra("Redis error reading the users of %s: %s" % (sku, users))
+        # The intents of multi-segment orders before the segments too: an order's parts are
+        # written after its intent and the intent deleted after its parts are whole or undone.
+        intents = rds.cmd("HGETALL", KEYS.sku(sku, "multi")) if KEYS.v == 2 else []
+        if isinstance(intents, RedisError):
+            raise Infra("Redis error reading the intents of %s: %s" % (sku, intents))
         wall = time.time()      # no segment below was read before this instant
         segs = {}
         if n and n > 0:
@@ -1022,16 +1122,18 @@ class Checker:
             for k in range(n):
                 cmds += [("MULTI",), ("GET", KEYS.seg(sku, k, "stock")), ("GET", KEYS.seg(sku, k, "sver")),
                          ("HGETALL", KEYS.seg(sku, k, "cnt")), ("HGETALL", KEYS.seg(sku, k, "orders")),
-                         ("HGETALL", KEYS.seg(sku, k, "idem")), ("ZRANGE", KEYS.seg(sku, k, "due"), 0, -1, "WITHSCORES"), ("EXEC",)]
+                         ("HGETALL", KEYS.seg(sku, k, "idem")), ("ZRANGE", KEYS.seg(sku, k, "due"), 0, -1, "WITHSCORES"),
+                         ("ZRANGE", KEYS.seg(sku, k, "follow"), 0, -1), ("EXEC",)]
             rep = rds.pipeline(cmds)
             for k in range(n):
-                x = rep[8 * k + 7]
-                if not isinstance(x, list) or len(x) != 6 or any(isinstance(y, RedisError) for y in x):
+                x = rep[9 * k + 8]
+                if not isinstance(x, list) or len(x) != 7 or any(isinstance(y, RedisError) for y in x):
                     raise Infra("Redis error reading segment %d of %s: %s" % (k, sku, x))
-                st, sv, cnt, orders, idem, due = x
+                st, sv, cnt, orders, idem, due, follow = x
                 segs[k] = {"stock": as_int(st), "sver": as_int(sv), "cnt": pairs(cnt), "orders": pairs(orders),
-                           "idem": pairs(idem), "due": pairs(due)}
-        return {"meta": meta, "seg_keys": seg_keys, "segs": segs, "users": pairs(users), "wall": wall}
+                           "idem": pairs(idem), "due": pairs(due), "follow": set(follow or [])}
+        return {"meta": meta, "seg_keys": seg_keys, "segs": segs, "users": pairs(users), "wall": wall,
+                "intents": pairs(intents)}
 
     def crashes(self):
         """The processes that exited by themselves (chaos.sh's "crash" events)."""
@@ -1051,6 +1153,7 @@ class Checker:
         try:
             rds = run.redis(10.0)
             try:
+                t_read = now()
                 snaps = {s: self.snapshot(rds, s) for s in run.skus}
             finally:
                 rds.close()
@@ -1082,9 +1185,12 @@ class Checker:
                 if a["eff"] == YES and isinstance(a["body"], dict) and isinstance(a["body"].get("order_id"), str):
                     trace["oid"][a["body"]["order_id"]] = l
         outages = self.redis_outages()
+        run.stock_reads.append((t_read, {s: (sum(x["stock"] or 0 for x in snaps[s]["segs"].values()) if snaps[s]["meta"] and all(
+            x["stock"] is not None for x in snaps[s]["segs"].values()) else None) for s in run.skus}))
         for s in run.skus:
             snap = snaps[s]
             ops = by_sku[s]
+            self.check_multi(cp, s, snap)
             self.examined["layout"] += 1
             if snap["meta"]:
                 # The status endpoint is compared with Redis only when no hold is live: the
@@ -1100,7 +1206,9 @@ class Checker:
         the status endpoint's totals with Redis too)."""
         run = self.run
         where = ["--redis-cluster", run.a.redis_cluster] if run.a.redis_cluster else ["--redis-port", str(run.a.redis_port)]
-        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(MAX_QTY), "--key-schema", str(KEYS.v)]
+        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(run.max_qty), "--key-schema", str(KEYS.v)]
+        if cp != "final":
+            cmd.append("--pending-ok")  # follows and intents: drained only at the end (wait_out_holds)
         if status:
             cmd += ["--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku)]
         else:
@@ -1283,14 +1391,14 @@ class Checker:
         except (KeyError, TypeError, ValueError):
             return "unreadable segment"
         live = [r for r in recs if isinstance(r, dict) and r.get("status") in LIVE]
-        units = sum(r.get("quantity", 0) for r in live if isinstance(r.get("quantity"), int))
+        units_ = sum(units(r) for r in live)
         bad = []
         if None in (stock, t, sold, o):
             return "a counter is not an integer: stock %r t %r s %r o %r" % (stock, t, sold, o)
         if t != stock + sold:
             bad.append("t %d != stock %d + s %d" % (t, stock, sold))
-        if sold != units:
-            bad.append("s %d != %d units in live records" % (sold, units))
+        if sold != units_:
+            bad.append("s %d != %d units in live records" % (sold, units_))
         if o != len(live):
             bad.append("o %d != %d live records" % (o, len(live)))
         return ", ".join(bad)
@@ -1398,9 +1506,135 @@ class Checker:
         p, ack_t1 = cands[0]
         return (p, ack_t1, n, v) if len(cands) == 1 else (None, None, n, v)
 
+    def check_multi(self, cp, s, snap):
+        """SPEC §8 "every part of a multi-segment order is sold or none is", from Redis: each
+        primary's parts are there with the quantity it lists and its status (created/reserved
+        alike; a part may lag while its follow is queued in the primary's segment), each part
+        record's primary lists it (a part without its primary only while the order's intent is
+        left); at the final checkpoint, after waiting for them, no follow or intent left. What a
+        sweep between two segments' reads explains (a part ended after its primary was read) is
+        judged again on the records read now."""
+        segs = snap["segs"]
+        recs = {}
+        for k, seg in segs.items():
+            for oid, raw in seg["orders"].items():
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and ("parts" in rec or "part_of" in rec):
+                    recs[oid] = (k, rec)
+        problems, recheck = [], []
+        for oid, (k, rec) in recs.items():
+            hexpart = oid.split("-", 1)[0]
+            if "part_of" in rec:
+                po = rec["part_of"]
+                prim = recs.get(po)
+                if prim is None or "parts" not in prim[1]:
+                    if hexpart not in snap["intents"]:
+                        m = ORDER_ID.match(po or "")
+                        recheck.append(("orphan", oid, k, po, int(m.group(1)) if m else -1, hexpart))
+                    continue
+                if not any(isinstance(p, dict) and p.get("segment") == k and p.get("quantity") == rec.get("quantity") for p in prim[1]["parts"]):
+                    problems.append("part %s of %r units in segment %d: its primary %s lists %s" % (oid, rec.get("quantity"), k, po, prim[1]["parts"]))
+                continue
+            parts = rec["parts"]
+            if not isinstance(parts, list) or len(parts) < 2 or any(not isinstance(p, dict) for p in parts):
+                problems.append("order %s: parts %r" % (oid, parts))
+                continue
+            ks = [p.get("segment") for p in parts]
+            if ks != sorted(set(ks)) or ks[0] != k or sum(p.get("quantity") or 0 for p in parts) != rec.get("quantity"):
+                problems.append("order %s of %r units in segment %d: parts %r (index order from its own segment, summing to its quantity)" % (
+                    oid, rec.get("quantity"), k, parts))
+            for p in parts:
+                if p.get("segment") == k:
+                    continue
+                pid = "%s-%s-%s" % (hexpart, p.get("segment"), s)
+                part = recs.get(pid)
+                if part is None or part[1].get("part_of") != oid:
+                    problems.append("order %s (%s): its part %s of %r units is %s: half an order" % (
+                        oid, rec.get("status"), pid, p.get("quantity"), "another order's" if part else "missing"))
+                    continue
+                if part[1].get("quantity") != p.get("quantity"):
+                    problems.append("order %s: part %s holds %r units, the order says %r" % (oid, pid, part[1].get("quantity"), p.get("quantity")))
+                if status_class(part[1].get("status")) != status_class(rec.get("status")) and \
+                        "%s|%s" % (pid, rec.get("status")) not in segs[k].get("follow", set()):
+                    if status_class(rec.get("status")) == "live":
+                        recheck.append(("ahead", oid, k, pid, status_class(part[1].get("status"))))
+                    else:
+                        problems.append("order %s is %s, its part %s is %s (and no follow queued)" % (oid, rec.get("status"), pid, part[1].get("status")))
+        if recheck:
+            try:
+                rds = self.run.redis(5.0)
+                try:
+                    for r in recheck:
+                        if r[0] == "ahead":
+                            _, oid, k, pid, pcls = r
+                            cur = rds.cmd("HGET", KEYS.seg(s, k, "orders"), oid)
+                            now_cls = status_class(json.loads(cur).get("status")) if isinstance(cur, str) else None
+                            if now_cls != pcls:
+                                problems.append("order %s is %s, its part %s is %s (and no follow queued)" % (oid, now_cls, pid, pcls))
+                        else:
+                            _, oid, k, po, k1, hexpart = r
+                            still = rds.pipeline([("HEXISTS", KEYS.seg(s, k, "orders"), oid), ("HEXISTS", KEYS.seg(s, k1, "orders"), po),
+                                                  ("HEXISTS", KEYS.sku(s, "multi"), hexpart)])
+                            if still == [1, 0, 0]:
+                                problems.append("part %s (segment %d): its primary %s is not in segment %d and no intent is left: half an order" % (oid, k, po, k1))
+                finally:
+                    rds.close()
+            except (OSError, ConnectionError, ValueError) as e:
+                raise Infra("cannot read Redis again for the multi-segment check: %s" % e)
+        follows = sum(len(x.get("follow", ())) for x in segs.values())
+        self.examined["multi-parts"] += sum(1 for _, r in recs.values() if "parts" in r)
+        if cp == "final" and (follows or snap["intents"]):
+            problems.append("not quiescent at the end: %d follow(s) queued, %d intent(s) left %s" % (follows, len(snap["intents"]), sorted(snap["intents"])[:3]))
+        for msg in problems[:10]:
+            self.fail("multi-parts", (s, msg[:60]), "checkpoint %s: %s: %s" % (cp, s, msg), [])
+
+    def insufficient_checks(self, lops):
+        """SPEC §13: 409 insufficient_stock only when the remaining total is below the quantity.
+        From the Redis read at the last checkpoint before the order (Σ stock then, R) and the
+        history: until the 409 came, at least R − (the units of every other order of the SKU
+        begun since that read and not refused) units remained, restocks, cancels and expiries
+        only adding; orders overlapping a PUT/DELETE/restock of the SKU begun since the read, or
+        a damage of one of its segments, are not judged. A 409 for q ≤ that bound is a
+        violation. The probes sent at quiet checkpoints (probe_large) are judged the same way,
+        with nothing else running: exact."""
+        reads = sorted(self.run.stock_reads, key=lambda x: x[0])
+        starts = [t for t, _ in reads]
+        by_sku = defaultdict(list)
+        for L in lops:
+            by_sku[L.sku].append(L)
+        for s, ls in by_sku.items():
+            admin = [L for L in ls if L.op in ("put", "delete", "restock")]
+            dmg = [(d["t0"], d["t1"] if d["t1"] is not None else now()) for d in self.run.damages if d["sku"] == s]
+            for L in ls:
+                if L.op != "order":
+                    continue
+                a = next((x for x in L.attempts if x["status"] == 409 and isinstance(x["body"], dict)
+                          and x["body"].get("error") == "insufficient_stock"), None)
+                if a is None:
+                    continue
+                i = bisect.bisect_right(starts, a["t0"]) - 1
+                if i < 0:
+                    continue
+                t_read, rem = reads[i]
+                R = rem.get(s)
+                if R is None or L.t0 < t_read:
+                    continue
+                self.examined["insufficient-409"] += 1
+                if any(x.attempts and x.t0 < a["t1"] and x.t1 > t_read for x in admin) or any(d0 < a["t1"] and d1 > t_read for d0, d1 in dmg):
+                    continue
+                others = [x for x in ls if x.op == "order" and x is not L and x.attempts and t_read <= x.t0 < a["t1"] and x.final != "failed"]
+                low = R - sum(x.args["quantity"] for x in others)
+                if L.args["quantity"] <= low:
+                    self.fail("insufficient-409", L.id, "order lop %d of %s, quantity %d, answered 409 insufficient_stock at %.3f s while at least %d units remained (%d at the checkpoint read at %.3f s, less %d other order(s) that may have sold since)" % (
+                        L.id, s, L.args["quantity"], a["t1"], low, R, t_read, len(others)), L.seqs())
+
     @staticmethod
     def records_of(snap, n):
-        """{order id: (segment, record or None)} of a snapshot's n segments."""
+        """{order id: (segment, record or None)} of a snapshot's n segments: the orders (a
+        multi-segment order's part records, with part_of, are check_multi's)."""
         records = {}
         for k in range(n):
             for oid, raw in snap["segs"][k]["orders"].items():
@@ -1408,6 +1642,8 @@ class Checker:
                     rec = json.loads(raw)
                 except ValueError:
                     rec = None
+                if isinstance(rec, dict) and "part_of" in rec:
+                    continue
                 records[oid] = (k, rec)
         return records
 
@@ -1726,8 +1962,8 @@ class Checker:
             errs.append("sold %d != Σ segments %d" % (body["sold"], sold))
         if idx != list(range(len(segs))):
             errs.append("segment indexes %s" % idx[:6])
-        if not body["orders"] <= body["sold"] <= MAX_QTY * body["orders"]:
-            errs.append("orders %d vs sold %d (each order is 1..%d units)" % (body["orders"], body["sold"], MAX_QTY))
+        if not body["orders"] <= body["sold"] <= self.run.max_qty * body["orders"]:
+            errs.append("orders %d vs sold %d (each order is 1..%d units)" % (body["orders"], body["sold"], self.run.max_qty))
         if len(segs) not in put_segments:
             errs.append("%d segments: no PUT of %s sent before it had that many (%s)" % (len(segs), sku, sorted(put_segments)[:10]))
         return errs
@@ -1739,6 +1975,7 @@ class Checker:
         lops = list(run.lops)
         self.confirm_answers(lops)
         self.availability(lops)
+        self.insufficient_checks(lops)
         puts = defaultdict(list)
         for l in lops:
             if l.op == "put":
@@ -2091,7 +2328,12 @@ def main():
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
     ap.add_argument("--payers", type=int, default=8, help="threads that confirm holds (with --rules 1)")
+    ap.add_argument("--large-orders", type=float, default=0.1,
+                    help="the fraction of orders of %d..%d units, more than one segment holds (SPEC §13; 0: none, "
+                         "the mix of binaries before issue 22)" % (MAX_QTY + 1, LARGE_QTY_MAX))
     a = ap.parse_args()
+    if not 0 <= a.large_orders <= 1:
+        ap.error("--large-orders is a fraction, 0..1")
     try:
         a.damage_gap = [float(x) for x in a.damage_gap_ms.split()]
         a.damage_hold = [float(x) for x in a.damage_hold_ms.split()]

@@ -79,7 +79,9 @@
 # clients), CH_DAMAGE_HOLD_MS (how long a counter stays damaged:
 # "1000 3000"), CH_KEY_SCHEMA (2; 1: the keys of binaries before 34f3be8, inv:{S}:… and
 # inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_RULES (1; 0 with CH_KEY_SCHEMA=1: no
-# sale rules, PATCHes, confirms or --trust-body-user-id, for a binary before issue 20), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# sale rules, PATCHes, confirms or --trust-body-user-id, for a binary before issue 20),
+# CH_LARGE_ORDERS (0.1: the fraction of orders of 6..100 units, often more than one segment
+# holds, SPEC §13; 0: none, the mix before issue 22), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -137,6 +139,8 @@ key_schema=${CH_KEY_SCHEMA:-2}
 [[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
 rules=${CH_RULES:-$([ "$key_schema" = 2 ] && echo 1 || echo 0)}
 [[ $rules =~ ^[01]$ ]] || { echo "chaos.sh: CH_RULES is 0 or 1" >&2; exit 2; }
+large=${CH_LARGE_ORDERS:-0.1}
+[[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
 damage_hold=${CH_DAMAGE_HOLD_MS:-1000 3000}
 [ "${CH_NEMESIS:-1}" != 0 ] || damage_gap="0 0"
@@ -175,6 +179,7 @@ done
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
 [ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
+[ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
@@ -385,7 +390,7 @@ hold_still() {
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" &
+  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
 py_pid=$!
 extra_pids+=("$py_pid")
 

@@ -252,7 +252,7 @@ after_expiry() {
   x=$(py holds "$sweep_sku" "$sweep_seg")
   check "no hold left, Σ r = 0, Σ stock = $h (every unit back once)" \
     test "$(field live "$x") $(field r "$x") $(field stock "$x")" = "0 0 $h"
-  check "users' entries and give-back queues empty" py settled "$sweep_sku" "$sweep_seg" 5
+  check "users' entries, give-back and follow queues and intents empty" py settled "$sweep_sku" "$sweep_seg" 5
   check "SPEC §8 (verify.sh)" "$lt/verify.sh" --redis-port "$redis_port" --sku "$sweep_sku" \
     --stock-total "$h" --units 0 --orders 0
 }

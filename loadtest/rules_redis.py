@@ -5,14 +5,17 @@ stdlib + resp.py). Every subcommand prints one line of key=value pairs.
   snap                     INFO commandstats + cpu: evalsha calls/usec, Redis CPU (ms), total
                            commands, zrevrange calls/usec (the watcher's own command), pttl
                            calls (lockcore's acquire finding the lock held)
-  holds   SKU SEGMENTS     live holds (Σ ZCARD of the due sets), Σ cnt r, Σ stock, the first and
-                           last due time (Redis ms), users' entries (HLEN), queued give-backs
+  holds   SKU SEGMENTS     live holds (Σ ZCARD of the due sets), Σ cnt r (a multi-segment hold's
+                           parts included), Σ stock, the first and last due time (Redis ms),
+                           users' entries (HLEN), queued give-backs, queued follows of
+                           multi-segment orders' parts, intents of multi-segment orders
   sold    SKU SEGMENTS T   waits (≤ T s) until every segment's stock is 0 -> waited_s
   watch   SKU SEGMENTS T   polls every 50 ms until no hold is live (≤ T s): the first and last
                            due time seen, when the last hold left (ms, this machine's clock —
                            the same clock as Redis on one machine), the worst lateness seen
                            (now − the oldest due time still live), polls
-  settled SKU SEGMENTS T   waits (≤ T s) until users' entries and give-back queues are empty
+  settled SKU SEGMENTS T   waits (≤ T s) until users' entries, give-back and follow queues and
+                           multi-segment intents are empty
 
 The watcher reads the oldest hold of each segment with ZREVRANGE key -1 -1 WITHSCORES, a command
 no script of the service uses, so its own cost is cmdstat_zrevrange and can be told apart.
@@ -62,12 +65,13 @@ def holds(r, sku, nseg):
                  ("GET", seg_key(sku, k, "stock")),
                  ("ZREVRANGE", seg_key(sku, k, "due"), -1, -1, "WITHSCORES"),
                  ("ZRANGE", seg_key(sku, k, "due"), -1, -1, "WITHSCORES"),
-                 ("ZCARD", seg_key(sku, k, "give"))]
+                 ("ZCARD", seg_key(sku, k, "give")), ("ZCARD", seg_key(sku, k, "follow"))]
     rep = r.pipeline(cmds)
-    live = rsum = stock = give = 0
+    live = rsum = stock = give = follow = 0
     first = last = 0
     for k in range(nseg):
-        zc, rr, st, lo, hi, gv = rep[6 * k:6 * k + 6]
+        zc, rr, st, lo, hi, gv, fw = rep[7 * k:7 * k + 7]
+        follow += fw
         live += zc
         rsum += int(rr or 0)
         stock += int(st or 0)
@@ -78,10 +82,11 @@ def holds(r, sku, nseg):
         if hi:
             last = max(last, int(float(hi[1])))
     users = r.cmd("HLEN", sku_key(sku, "users"))
+    intents = r.cmd("HLEN", sku_key(sku, "multi"))
     t = r.cmd("TIME")
     now = int(t[0]) * 1000 + int(t[1]) // 1000
-    print("live=%d r=%d stock=%d first_due=%d last_due=%d users=%d give=%d now=%d" % (
-        live, rsum, stock, first, last, users, give, now))
+    print("live=%d r=%d stock=%d first_due=%d last_due=%d users=%d give=%d follow=%d intents=%d "
+          "now=%d" % (live, rsum, stock, first, last, users, give, follow, intents, now))
 
 
 def sold(r, sku, nseg, limit):
@@ -127,13 +132,15 @@ def watch(r, sku, nseg, limit):
 def settled(r, sku, nseg, limit):
     t0 = time.time()
     while time.time() - t0 < limit:
-        rep = r.pipeline([("HLEN", sku_key(sku, "users"))] +
-                         [("ZCARD", seg_key(sku, k, "give")) for k in range(nseg)])
-        if rep[0] == 0 and sum(rep[1:]) == 0:
+        rep = r.pipeline([("HLEN", sku_key(sku, "users")), ("HLEN", sku_key(sku, "multi"))] +
+                         [("ZCARD", seg_key(sku, k, "give")) for k in range(nseg)] +
+                         [("ZCARD", seg_key(sku, k, "follow")) for k in range(nseg)])
+        give, follow = sum(rep[2:2 + nseg]), sum(rep[2 + nseg:])
+        if rep[0] == 0 and rep[1] == 0 and give == 0 and follow == 0:
             print("settled=1 waited_s=%.2f" % (time.time() - t0))
             return 0
         time.sleep(0.05)
-    print("settled=0 users=%d give=%d" % (rep[0], sum(rep[1:])))
+    print("settled=0 users=%d give=%d follow=%d intents=%d" % (rep[0], give, follow, rep[1]))
     return 1
 
 

@@ -21,6 +21,10 @@
 #                         sound when no hold can expire meanwhile: none live, SPEC §11)
 #   --key-schema 1        the keys of the binaries before 34f3be8 (inv:{S}:…, inv:{S:k}:…);
 #                         default 2 (inv:2:{S}:…, inv:2:{S/k}:…, docs/design.md)
+#   --pending-ok          follows queued and intents of multi-segment orders left are reported,
+#                         not failures (by default, with nothing in flight, the sweepers must
+#                         have drained them: the check after waiting for them)
+#   --drain-s S           how long to wait for them to drain before reading (10)
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
 #                         o = records in :orders — this last one assumes no cancellations,
@@ -30,7 +34,11 @@
 #   stock ≥ 0; sver = meta.version; t = stock + s; o = live records (created, reserved,
 #   confirmed; ended: cancelled, expired) in inv:2:{S/k}:orders; s = Σ quantity of those
 #   records; r = Σ quantity of the reserved ones (holds); every record names this SKU and
-#   segment k.
+#   segment k; a multi-segment order's primary counts its own part's units, its part records
+#   (part_of) theirs, and it is whole: every part there with the quantity its primary lists and
+#   the primary's status (created/reserved alike; a part may lag under a queued follow), no
+#   part without its primary (unless its intent is left); no follow or intent left
+#   (--pending-ok: counted only).
 # and per SKU: Σ t = stock total; Σ s = units counted by wrk (and Σ o = 201 answers); with
 # unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty instead.
 # Prints one line per check ("✓"/"✗") and a last line
@@ -42,7 +50,7 @@ host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
-units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2
+units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2 pending_ok=0 drain_s=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
@@ -57,12 +65,15 @@ while [ $# -gt 0 ]; do
     --expect-sold-out) expect_sold_out=1; shift ;;
     --status-url) status_url=$2; shift 2 ;;
     --live) live=1; shift ;;
+    --pending-ok) pending_ok=1; shift ;;
+    --drain-s) drain_s=$2; shift 2 ;;
     --key-schema) schema=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$port$cluster" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port (or --redis-cluster) and --sku are required" >&2; exit 2; }
+[[ $drain_s =~ ^[0-9]+$ ]] || { echo "verify.sh: --drain-s takes whole seconds" >&2; exit 2; }
 # The key schema: kp the prefix, sp a segment's key prefix as a printf format (SKU, index).
 case "$schema" in
   2) kp='inv:2:' sp='inv:2:{%s/%d}' ;;
@@ -92,6 +103,21 @@ if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
   echo "verify: ✗ ${kp}{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
+fi
+
+# The follows of multi-segment orders and the intents of cut-off ones are drained by the
+# sweepers (an intent D + 1 s after its deadline): with nothing in flight, wait for them
+# (at most --drain-s) before reading, so that the check below may require none left.
+if [ "$live" = 0 ] && [ "$pending_ok" = 0 ] && [ "$schema" = 2 ]; then
+  drain_end=$((SECONDS + drain_s))
+  while :; do
+    # shellcheck disable=SC2059
+    left=$({ printf "HLEN ${kp}{%s}:multi\n" "$sku"
+             for ((k = 0; k < nseg; k++)); do printf "ZCARD ${sp}:follow\n" "$sku" "$k"; done; } |
+           rcli | awk '{ n += $1 } END { print n + 0 }') || left=0
+    [ "$left" = 0 ] || [ "$SECONDS" -ge "$drain_end" ] && break
+    sleep 0.2
+  done
 fi
 
 if [ "$live" = 0 ] && [ "$state" = p ]; then
@@ -125,41 +151,133 @@ if [ "$live" = 1 ]; then
 fi
 
 # Each segment in one MULTI/EXEC (an atomic snapshot: the expiry sweep of holds may run while
-# we read, SPEC §11), all of them in one pipelined redis-cli call; awk parses the order records
-# and prints one line per segment:
-#   "k stock sver t s o r lock hlen records live live_units ended reserved_units malformed".
-# The scalars are positional (a missing key reads as an empty line), the records follow.
-agg=$(for ((k = 0; k < nseg; k++)); do
-        # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-        printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nZCARD ${sp}:due\nHVALS ${sp}:orders\nEXEC\n" \
-          "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
-      done | rcli | awk -v sku="$sku" '
+# we read, SPEC §11), all of them in one pipelined redis-cli call, after the SKU's intents of
+# multi-segment orders (inv:2:{S}:multi); awk parses the order records and prints one line per
+# segment:
+#   "k stock sver t s o r lock hlen records live live_units ended reserved_units malformed due
+#    reserved_records follows"
+# The scalars are positional (a missing key reads as an empty line), then the segment's follow
+# queue and its records, each after an ECHOed marker. A multi-segment order (docs/design.md
+# "Orders larger than one segment") is its primary record (quantity = the order's total, its
+# "parts" [{"segment":k,"quantity":q},…]; its units in its segment are its own part's) and a
+# part record (part_of) in each other segment; awk checks them across segments at its end and
+# prints "@M multi_orders live_parts follows intents", "@P <problem>" and, for what a sweep
+# running while we read can explain, "@A <primary> <k1> <part class> <part>" (a part ended,
+# its primary read live) and "@O <part> <k> <primary> <k1> <hex>" (a part without primary or
+# intent), judged again below on the current records.
+agg=$({ printf "ECHO @@multi\nHKEYS ${kp}{%s}:multi\n" "$sku"
+        for ((k = 0; k < nseg; k++)); do
+          # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
+          printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nZCARD ${sp}:due\nECHO @@follow\nZRANGE ${sp}:follow 0 -1\nECHO @@records\nHVALS ${sp}:orders\nEXEC\n" \
+            "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
+        done; } | rcli | awk -v sku="$sku" '
   function nz(x) { return x == "" ? "-" : x }
+  function cls(st) { return st == "reserved" ? "created" : st }
   function flush() {
-    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad, (sc[9] == "" ? 0 : sc[9]), nres
+    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad, (sc[9] == "" ? 0 : sc[9]), nres, nfol
   }
-  /^@@seg:/ { flush(); seg = substr($0, 7); line = 0; n = live = units = ended = held = bad = nres = 0; split("", sc); next }
+  /^@@multi$/ { mode = "multi"; next }
+  /^@@seg:/ { flush(); seg = substr($0, 7); mode = "seg"; line = 0; n = live = units = ended = held = bad = nres = nfol = 0; split("", sc); next }
+  mode == "multi" { if ($0 != "") { intent[$0] = 1; nint++ }; next }
   {
     line++
-    if (line <= 8) next                       # OK, then QUEUED for each of the 7 commands
-    if (line <= 17) { sc[line - 8] = $0; next }
+    if (line <= 11) next                      # OK, then QUEUED for each of the 10 commands
+    if (line <= 20) { sc[line - 11] = $0; next }
+    if ($0 == "@@follow") { mode = "follow"; next }
+    if ($0 == "@@records") { mode = "records"; next }
     if ($0 == "") next
+    if (mode == "follow") { follow[seg SUBSEP $0] = 1; nfol++; nfollows++; next }
     n++
-    q = ""; st = ""; sk = ""; sg = ""
-    if (match($0, /"quantity":[0-9]+/)) q = substr($0, RSTART + 11, RLENGTH - 11)
-    if (match($0, /"status":"[a-z]+"/)) st = substr($0, RSTART + 10, RLENGTH - 11)
-    if (match($0, /"sku":"[^"]*"/)) sk = substr($0, RSTART + 7, RLENGTH - 8)
-    if (match($0, /"segment":[0-9]+/)) sg = substr($0, RSTART + 10, RLENGTH - 10)
+    q = ""; st = ""; sk = ""; sg = ""; oid = ""; po = ""; pa = ""; rest = $0
+    if (match(rest, /"parts":\[[^]]*\]/)) { pa = substr(rest, RSTART + 9, RLENGTH - 10); rest = substr(rest, 1, RSTART - 1) substr(rest, RSTART + RLENGTH) }
+    if (match(rest, /"part_of":"[^"]*"/)) { po = substr(rest, RSTART + 11, RLENGTH - 12); rest = substr(rest, 1, RSTART - 1) substr(rest, RSTART + RLENGTH) }
+    if (match(rest, /"quantity":[0-9]+(\.0)?/)) { q = substr(rest, RSTART + 11, RLENGTH - 11); sub(/\.0$/, "", q) }
+    if (match(rest, /"status":"[a-z]+"/)) st = substr(rest, RSTART + 10, RLENGTH - 11)
+    if (match(rest, /"sku":"[^"]*"/)) sk = substr(rest, RSTART + 7, RLENGTH - 8)
+    if (match(rest, /"segment":[0-9]+(\.0)?/)) { sg = substr(rest, RSTART + 10, RLENGTH - 10); sub(/\.0$/, "", sg) }
+    if (match(rest, /"order_id":"[^"]*"/)) oid = substr(rest, RSTART + 12, RLENGTH - 13)
     if (q == "" || sk != sku || sg != seg) { bad++; next }
-    if (st == "created" || st == "reserved" || st == "confirmed") { live++; units += q; if (st == "reserved") { held += q; nres++ } }
+    u = q
+    if (pa != "") {                           # a primary: its parts, its own segment first
+      np = split(pa, ps, /\},\{/); sum = 0; own = ""; list = ""; prev = -1
+      for (i = 1; i <= np; i++) {
+        pk = ""; pq = ""
+        if (match(ps[i], /"segment":[0-9]+/)) pk = substr(ps[i], RSTART + 10, RLENGTH - 10)
+        if (match(ps[i], /"quantity":[0-9]+/)) pq = substr(ps[i], RSTART + 11, RLENGTH - 11)
+        if (pk == "" || pq == "" || pq + 0 < 1 || pk + 0 <= prev) { own = ""; sum = -1; break }
+        prev = pk + 0; sum += pq; list = list (i > 1 ? "," : "") pk ":" pq
+        if (pk == seg) own = pq
+      }
+      if (own == "" || sum != q + 0 || np < 2 || substr(list, 1, length(seg) + 1) != seg ":") {
+        print "@P segment " seg ": order " oid ": parts " list " do not start at its segment and sum to its quantity " q; own = 0
+      }
+      u = own; P[oid] = seg; PS[oid] = st; PL[oid] = list; nmulti++
+    } else if (po != "") {                    # a part: no user, no hold entry of its own
+      R[oid] = po; RK[oid] = seg; RQ[oid] = q; RST[oid] = st
+    }
+    if (st == "created" || st == "reserved" || st == "confirmed") {
+      live++; units += u
+      if (st == "reserved") { held += u; if (po == "") nres++ }
+      if (po != "") nlparts++
+    }
     else if (st == "cancelled" || st == "expired") ended++
     else bad++
   }
-  END { flush() }') || { echo "verify: cannot read Redis" >&2; exit 3; }
+  END {
+    flush()
+    for (id in R) {                           # every part: its primary lists it
+      po = R[id]; hex = substr(id, 1, index(id, "-") - 1); k1 = po; sub(/^[^-]*-/, "", k1); sub(/-.*$/, "", k1)
+      if (!(po in P)) {
+        if (!(hex in intent)) print "@O " id " " RK[id] " " po " " k1 " " hex
+        continue
+      }
+      if (index("," PL[po] ",", "," RK[id] ":" RQ[id] ",") == 0)
+        print "@P part " id " of " RQ[id] " units in segment " RK[id] ": its primary " po " lists " PL[po]
+    }
+    for (id in P) {                           # every primary: each part there, status agreeing
+      hex = substr(id, 1, index(id, "-") - 1); np = split(PL[id], ps, ",")
+      for (i = 1; i <= np; i++) {
+        split(ps[i], kq, ":"); if (kq[1] == P[id]) continue
+        pid = hex "-" kq[1] "-" sku
+        if (!(pid in R) || R[pid] != id) { print "@P order " id ": its part " pid " (" kq[2] " units) is missing: half an order"; continue }
+        if (RQ[pid] != kq[2]) print "@P order " id ": part " pid " holds " RQ[pid] " units, the order says " kq[2]
+        if (cls(RST[pid]) != cls(PS[id]) && !((P[id] SUBSEP pid "|" PS[id]) in follow)) {
+          if (cls(PS[id]) == "created") print "@A " id " " P[id] " " cls(RST[pid]) " " pid
+          else print "@P order " id " is " PS[id] ", its part " pid " is " RST[pid] " (and no follow queued)"
+        }
+      }
+    }
+    print "@M", nmulti + 0, nlparts + 0, nfollows + 0, nint + 0
+  }') || { echo "verify: cannot read Redis" >&2; exit 3; }
+
+# The multi-segment orders (SPEC §8 "every part is sold or none is").
+read -r _ n_multi n_lparts n_follows n_intents < <(grep '^@M ' <<<"$agg") || true
+multi_bad=0
+while IFS= read -r p; do fail "${p#@P }"; multi_bad=1; done < <(grep '^@P ' <<<"$agg" || true)
+# A part seen ended with its primary read live (the sweep ended both between the two reads)
+# is fine when the primary, read now, has ended the same way.
+while read -r _ pid k1 pcls part; do
+  # shellcheck disable=SC2059
+  now=$(rcli HGET "$(printf "${sp}" "$sku" "$k1"):orders" "$pid" | grep -o '"status":"[a-z]*"' | cut -d'"' -f4)
+  [ "$now" = reserved ] && now=created
+  [ "$now" = "$pcls" ] || { fail "order $pid is ${now:-gone}, its part $part is $pcls (and no follow queued)"; multi_bad=1; }
+done < <(grep '^@A ' <<<"$agg" || true)
+# A part without its primary or an intent: an order made or rolled back while we read leaves
+# the part gone, the primary or an intent there now.
+while read -r _ part k pid k1 hex; do
+  # shellcheck disable=SC2059
+  still=$(printf "HEXISTS ${sp}:orders %s\nHEXISTS ${sp}:orders %s\nHEXISTS ${kp}{%s}:multi %s\n" \
+            "$sku" "$k" "$part" "$sku" "$k1" "$pid" "$sku" "$hex" | rcli | tr '\n' ' ')
+  [ "$still" != "1 0 0 " ] || { fail "part $part (segment $k): its primary $pid is not in segment $k1 and no intent for $hex is left: half an order"; multi_bad=1; }
+done < <(grep '^@O ' <<<"$agg" || true)
+if [ "$pending_ok" = 0 ] && { [ "${n_follows:-0}" -gt 0 ] || [ "${n_intents:-0}" -gt 0 ]; }; then
+  fail "not quiescent: ${n_follows:-0} follow(s) queued, ${n_intents:-0} intent(s) of multi-segment orders left (--pending-ok: allowed)"; multi_bad=1
+fi
+[ "$multi_bad" = 0 ] && pass "${n_multi:-0} multi-segment order(s): each whole (every part there, listed with its quantity, its status the primary's); ${n_follows:-0} follow(s) queued, ${n_intents:-0} intent(s)"
 
 sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_r=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
 for ((k = 0; k < nseg; k++)); do
-  read -r ak st ver t s o r lk hl n live lunits canc held bad due nres < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
+  read -r ak st ver t s o r lk hl n live lunits canc held bad due nres _ < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
   [ "${ak:-}" = "$k" ] || { fail "segment $k: unreadable"; seg_bad=1; continue; }
   if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
     fail "segment $k: missing keys (stock='$st' t='$t' s='$s' o='$o')"; seg_bad=1; continue
@@ -199,13 +317,15 @@ if [ -n "$units" ]; then
   fi
 fi
 if [ -n "$orders" ]; then
+  # Σ o counts records: a multi-segment order's parts are records of their segments
+  sum_ord=$((sum_o - ${n_lparts:-0}))
   if [ "$unanswered" -eq 0 ]; then
-    [ "$sum_o" -eq "$orders" ] && pass "live orders in Redis $sum_o = 201 answers $orders" \
-      || fail "live orders in Redis $sum_o != 201 answers counted by wrk $orders"
+    [ "$sum_ord" -eq "$orders" ] && pass "live orders in Redis $sum_ord = 201 answers $orders" \
+      || fail "live orders in Redis $sum_ord != 201 answers counted by wrk $orders"
   else
-    [ "$sum_o" -ge "$orders" ] && [ "$sum_o" -le $((orders + unanswered)) ] \
-      && pass "201 answers $orders ≤ live orders $sum_o ≤ $((orders + unanswered))" \
-      || fail "live orders $sum_o outside [$orders, $((orders + unanswered))]"
+    [ "$sum_ord" -ge "$orders" ] && [ "$sum_ord" -le $((orders + unanswered)) ] \
+      && pass "201 answers $orders ≤ live orders $sum_ord ≤ $((orders + unanswered))" \
+      || fail "live orders $sum_ord outside [$orders, $((orders + unanswered))]"
   fi
 fi
 if [ "$locks" -gt 0 ]; then
@@ -229,5 +349,5 @@ if [ -n "$status_url" ]; then
   fi
 fi
 ok=$([ "$failures" = 0 ] && echo 1 || echo 0)
-echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec ended=$sum_canc reserved=$sum_r wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks"
+echo "VERIFY ok=$ok segments=$nseg version=$version stock_total=$sum_t remaining=$sum_stock sold=$sum_s orders=$sum_o records=$sum_rec ended=$sum_canc reserved=$sum_r wrk_units=${units:-na} wrk_orders=${orders:-na} unanswered=$unanswered locks_held=$locks multi_orders=${n_multi:-0} live_parts=${n_lparts:-0} follows=${n_follows:-0} intents=${n_intents:-0}"
 [ "$ok" = 1 ] || exit 1

@@ -11,7 +11,10 @@
  *   sku       the SKU
  *   segment   the segment k (decimal)
  *   user      the order's user_id ("" when none)
- *   quantity  units (decimal)
+ *   quantity  units (decimal): a multi-segment order's total, every part's
+ *   parts     only a multi-segment order's (docs/design.md "Orders larger than one segment"):
+ *             "k:q,k:q,..." in index order, its own segment first, summing to quantity; a
+ *             one-segment order has none (its one part is segment:quantity)
  *   at        when, on the segment's Redis clock (ms since the epoch, decimal)
  *   version   the segment's version (sver) when the entry was written (decimal)
  *   parts     only for a multi-segment order (docs/design.md "Orders larger than one segment"):

@@ -12,6 +12,9 @@
  *   - a dead consumer's pending entries are claimed (XAUTOCLAIM) and written;
  *   - trimming stops at the lowest entry another group has not acknowledged;
  *   - reconcile names each difference of a database edited by hand, and exits non-zero;
+ *   - a multi-segment order's entry lands as one row with its total and parts (a one-segment
+ *     order's row has its one part); reconcile skips part records and compares parts; an
+ *     orders table without the parts column gets it when a sink starts;
  *   - Redis paused (no answers): the sink backs off and catches up;
  *   - on a Redis Cluster of three masters the same holds.
  * Each test uses its own SKUs; the sinks run with short maintenance and claim periods.
@@ -854,6 +857,180 @@ static void test_reconcile_names_each_difference(void **state)
     SF_ASSERT_EQ(reconcile("no/such", out, sizeof out), 2);
 }
 
+/* A multi-segment order (docs/design.md "Orders larger than one segment") as the scripts write
+ * it: the primary record in segment k1 (the first part's) with quantity = the total and its
+ * parts, a part record in each other segment (part_of, no user), and one log entry in k1's
+ * stream with the total and the parts "k:q,...". parts_text is "k:q,k:q,..."; every record
+ * gets status event. */
+static void log_multi(const char *sku, const char *order_hex, const char *event, long long q,
+                      const char *parts_text, const char *user)
+{
+    int k1 = atoi(parts_text);
+    char key[256], orders[256], qs[24], at[24], rec[1024], pj[512] = "", primary[160];
+    snprintf(primary, sizeof primary, "%s-%d-%s", order_hex, k1, sku);
+    size_t used = 0;
+    for (const char *p = parts_text; *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        long long pq = strtoll(end + 1, &end, 10);
+        used += (size_t)snprintf(pj + used, sizeof pj - used,
+                                 "%s{\"segment\":%ld,\"quantity\":%lld}", used ? "," : "", k, pq);
+        if (k != k1) {
+            char part[160];
+            snprintf(part, sizeof part, "%s-%ld-%s", order_hex, k, sku);
+            snprintf(rec, sizeof rec,
+                     "{\"order_id\":\"%s\",\"part_of\":\"%s\",\"sku\":\"%s\",\"segment\":%ld,"
+                     "\"quantity\":%lld,\"status\":\"%s\"}",
+                     part, primary, sku, k, pq, event);
+            redisReply *r = rcmd("HSET inv:2:{%s/%ld}:orders %s %s", sku, k, part, rec);
+            SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "HSET part %s", part);
+            freeReplyObject(r);
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:log", sku, k1);
+    snprintf(orders, sizeof orders, "inv:2:{%s/%d}:orders", sku, k1);
+    snprintf(qs, sizeof qs, "%lld", q);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(at, sizeof at, "%lld", (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    snprintf(rec, sizeof rec,
+             "{\"order_id\":\"%s\",\"sku\":\"%s\",\"quantity\":%lld,\"segment\":%d,"
+             "\"user_id\":\"%s\",\"parts\":[%s],\"status\":\"%s\"}",
+             primary, sku, q, k1, user, pj, event);
+    redisReply *r = rcmd("XADD %s * event %s order %s sku %s segment %d user %s quantity %s "
+                         "parts %s at %s version 7",
+                         key, event, primary, sku, k1, user, qs, parts_text, at);
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_STRING, "XADD %s", key);
+    freeReplyObject(r);
+    r = rcmd("HSET %s %s %s", orders, primary, rec);
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "HSET %s", orders);
+    freeReplyObject(r);
+}
+
+/* 1 when the orders row of order has this quantity and parts column (JSON text). */
+static int row_has_parts(const char *order, long long q, const char *parts_json)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM orders WHERE order_id = '%s' AND quantity = %lld AND "
+             "parts = '%s'",
+             order, q, parts_json);
+    return mdb_scalar(db, sql) == 1;
+}
+
+#define HEX_A "a0000000000000000000000000000001"
+#define HEX_B "b0000000000000000000000000000002"
+
+/* A multi-segment order's log entry lands as one row with the order's total and its parts
+ * (the part records in Redis are no rows of their own); a one-segment order's row has its one
+ * part; an entry whose parts do not sum to its quantity is malformed; reconcile compares parts
+ * and is clean, then names a row whose parts were edited. */
+static void test_multi_segment_order_lands_with_parts(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    make_sku("t13", 3);
+    log_multi("t13", HEX_A, "created", 12, "0:5,1:4,2:3", "u1");
+    char one[160];
+    order_name(one, sizeof one, "t13", 1, 2);
+    log_event("t13", 1, one, "created", 2, "u2", NULL);
+    /* parts summing to 9, quantity 12: malformed (no record: it is no order) */
+    redisReply *r = rcmd("XADD inv:2:{t13/0}:log * event created order " HEX_B "-0-t13 sku t13 "
+                         "segment 0 user u3 quantity 12 parts 0:5,2:4 at 1 version 7");
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_STRING, "%s", "XADD malformed");
+    freeReplyObject(r);
+    sink_proc *p = sink_start("t13-a", NULL);
+    SF_ASSERT_EQ(wait_rows("orders", "t13", 2, 10000), 2);
+    SF_ASSERT_EQ(wait_pending_zero("t13", 3, 5000), 0);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_errors_total{kind=\"malformed\"}"), 1);
+    SF_ASSERT(row_has_parts(HEX_A "-0-t13", 12,
+                            "[{\"segment\":0,\"quantity\":5},{\"segment\":1,\"quantity\":4},"
+                            "{\"segment\":2,\"quantity\":3}]"),
+              "%s", "the multi-segment order's row lacks its total or its parts");
+    SF_ASSERT(row_has_parts(one, 2, "[{\"segment\":1,\"quantity\":2}]"), "%s",
+              "the one-segment order's row lacks its one part");
+    assert_reconciled("t13");
+    /* cancelled: every part with it; still one row, still clean */
+    log_multi("t13", HEX_A, "cancelled", 12, "0:5,1:4,2:3", "u1");
+    int64_t deadline = tu_now_ms() + 10000;
+    while (mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t13' AND status='cancelled'") !=
+               1 &&
+           tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    SF_ASSERT_EQ(wait_pending_zero("t13", 3, 5000), 0);
+    assert_reconciled("t13");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(mdb_exec(db,
+                          "UPDATE " MDB_DATABASE ".orders SET parts="
+                          "'[{\"segment\":0,\"quantity\":12}]' WHERE order_id='" HEX_A "-0-t13'"),
+                 0);
+    char out[8192];
+    SF_ASSERT_EQ(reconcile("t13", out, sizeof out), 1);
+    SF_ASSERT(strstr(out, "parts " HEX_A "-0-t13 redis=0:5,1:4,2:3 db=0:12\n") != NULL,
+              "no parts difference in:\n%s", out);
+    SF_ASSERT(strstr(out, "missing_in_db") == NULL, "a part record taken for an order:\n%s", out);
+}
+
+/* An orders table made before the parts column existed gets it when a sink starts; its old
+ * rows (parts NULL) read as their one segment's part in reconcile. */
+static void test_old_table_gets_the_parts_column(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    const char *has_column = "SELECT COUNT(*) FROM information_schema.columns WHERE "
+                             "table_schema='" MDB_DATABASE "' AND table_name='orders' AND "
+                             "column_name='parts'";
+    SF_ASSERT_EQ(mdb_exec(db, "ALTER TABLE " MDB_DATABASE ".orders DROP COLUMN parts"), 0);
+    SF_ASSERT_EQ(mdb_scalar(db, has_column), 0);
+    make_sku("t14", 2);
+    /* an order the old sink wrote: its row and its record, its entry long acknowledged */
+    char old[160], fresh[160], sql[1024];
+    order_name(old, sizeof old, "t14", 0, 1);
+    order_name(fresh, sizeof fresh, "t14", 1, 2);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO " MDB_DATABASE ".orders (order_id, sku, segment, user_id, quantity, "
+             "status, created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ('%s', "
+             "'t14', 0, 'u1', 3, 'created', NOW(3), NOW(3), 1, 0)",
+             old);
+    SF_ASSERT_EQ(mdb_exec(db, sql), 0);
+    redisReply *r = rcmd("HSET inv:2:{t14/0}:orders %s {\"order_id\":\"%s\",\"sku\":\"t14\","
+                         "\"quantity\":3,\"segment\":0,\"user_id\":\"u1\",\"status\":"
+                         "\"created\"}",
+                         old, old);
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "%s", "HSET the old order");
+    freeReplyObject(r);
+    log_event("t14", 1, fresh, "created", 2, "u2", NULL);
+    /* without ALTER the sink says what to run, and writes nothing */
+    sink_proc *p = sink_spawn("t14-a", NULL);
+    int64_t deadline = tu_now_ms() + 10000;
+    while (!sink_log_has(p, "lacks the parts column") && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT(sink_log_has(p, "ALTER TABLE orders ADD COLUMN IF NOT EXISTS parts"), "%s",
+              "no message naming the ALTER to run");
+    SF_ASSERT_EQ(db_count("orders", "t14"), 1);
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    /* the upgrade: ALTER granted for one start */
+    SF_ASSERT_EQ(mdb_exec(db, "GRANT ALTER ON " MDB_DATABASE ".* TO '" MDB_USER "'@'127.0.0.1'"),
+                 0);
+    p = sink_start("t14-a", NULL);
+    SF_ASSERT_EQ(wait_rows("orders", "t14", 2, 10000), 2);
+    SF_ASSERT_EQ(wait_pending_zero("t14", 2, 5000), 0);
+    SF_ASSERT_EQ(mdb_scalar(db, has_column), 1);
+    SF_ASSERT_EQ(mdb_exec(db, "REVOKE ALTER ON " MDB_DATABASE ".* FROM '" MDB_USER "'@'127.0.0.1'"),
+                 0);
+    SF_ASSERT(row_has_parts(fresh, 2, "[{\"segment\":1,\"quantity\":2}]"), "%s",
+              "the new row lacks its parts");
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM orders WHERE order_id='%s' AND parts IS NULL",
+             old);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    assert_reconciled("t14");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+}
+
 static void test_redis_paused_then_resumed(void **state)
 {
     (void)state;
@@ -965,6 +1142,8 @@ int main(void)
         cmocka_unit_test_setup(test_dead_consumers_entries_are_claimed, per_test_setup),
         cmocka_unit_test_setup(test_trimming_keeps_unacknowledged_entries, per_test_setup),
         cmocka_unit_test_setup(test_reconcile_names_each_difference, per_test_setup),
+        cmocka_unit_test_setup(test_multi_segment_order_lands_with_parts, per_test_setup),
+        cmocka_unit_test_setup(test_old_table_gets_the_parts_column, per_test_setup),
         cmocka_unit_test_setup(test_redis_paused_then_resumed, per_test_setup),
         cmocka_unit_test_setup(test_cluster, per_test_setup),
     };

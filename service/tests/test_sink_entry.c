@@ -55,6 +55,15 @@ static void test_stream_ids(void **state)
     unsigned long long ms, seq;
     assert_int_equal(sink_entry_parse_id("1764000000000-12", &ms, &seq), 0);
     assert_true(ms == 1764000000000ULL && seq == 12);
+    /* one part, the entry's own segment and quantity: the same as no field */
+    const char *h1[] = {"event", "created", "order", "o-2-S",   "quantity", "12", "parts",
+                        "2:12",  "at",      "1",     "version", "1",        NULL};
+    e = entry("7-2", h1);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    assert_int_equal(out.ok, 1);
+    sink_entry_parts_json(&out, json, sizeof json);
+    assert_string_equal(json, "[{\"segment\":2,\"quantity\":12}]");
+    freeReplyObject(e);
     static const char *const bad[] = {"", "12", "-1-2", "1-", "1-x", "a-1", "1-2-3", " 1-2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(sink_entry_parse_id(bad[i], &ms, &seq), -1);
@@ -126,12 +135,63 @@ static void test_malformed_entries_are_marked(void **state)
     freeReplyObject(s);
 }
 
+/* A multi-segment order's entry: parts "k:q,..." kept and turned into the orders row's JSON; a
+ * one-segment order's JSON is its one part; parts out of order, not from the entry's segment,
+ * not summing to its quantity or badly written make the entry malformed. */
+static void test_parts(void **state)
+{
+    (void)state;
+    const char *f[] = {"event",       "created", "order", "o-2-S",   "quantity", "12", "parts",
+                       "2:5,4:4,9:3", "at",      "1",     "version", "1",        NULL};
+    redisReply *e = entry("7-0", f);
+    struct sink_entry out;
+    char json[SINK_PARTS_JSON_MAX];
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.parts, "2:5,4:4,9:3");
+    sink_entry_parts_json(&out, json, sizeof json);
+    assert_string_equal(json, "[{\"segment\":2,\"quantity\":5},{\"segment\":4,\"quantity\":4},"
+                              "{\"segment\":9,\"quantity\":3}]");
+    freeReplyObject(e);
+    const char *g[] = {"event", "created", "order",   "o-3-S", "quantity", "7",
+                       "at",    "1",       "version", "1",     NULL};
+    e = entry("7-1", g);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 3, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.parts, "");
+    sink_entry_parts_json(&out, json, sizeof json);
+    assert_string_equal(json, "[{\"segment\":3,\"quantity\":7}]");
+    freeReplyObject(e);
+    /* one part, the entry's own segment and quantity: the same as no field */
+    const char *h1[] = {"event", "created", "order", "o-2-S",   "quantity", "12", "parts",
+                        "2:12",  "at",      "1",     "version", "1",        NULL};
+    e = entry("7-2", h1);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    assert_int_equal(out.ok, 1);
+    sink_entry_parts_json(&out, json, sizeof json);
+    assert_string_equal(json, "[{\"segment\":2,\"quantity\":12}]");
+    freeReplyObject(e);
+    static const char *const bad[] = {
+        "2:5,4:4,9:2",  "4:4,2:5,9:3", "3:5,4:4,9:3", "2:11",        "3:12", "2:5,,4:4,9:3",
+        "2:5,4:4,9:3,", "2:5,4:0,9:7", "2:5,4:x,9:3", "2:5;4:4;9:3", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *h[] = {"event", "created", "order", "o-2-S",   "quantity", "12", "parts",
+                           bad[i],  "at",      "1",     "version", "1",        NULL};
+        e = entry("8-0", h);
+        assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+        if (out.ok || strstr(out.why, "parts") == NULL)
+            fail_msg("parts \"%s\": ok %d, why \"%s\"", bad[i], out.ok, out.why);
+        freeReplyObject(e);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_ids),
         cmocka_unit_test(test_a_good_entry),
         cmocka_unit_test(test_malformed_entries_are_marked),
+        cmocka_unit_test(test_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@ static const char *const schema[] = {
     " user_id VARBINARY(512) NULL,"
     " quantity BIGINT NOT NULL,"
     " status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " parts TEXT CHARACTER SET ascii COLLATE ascii_bin NULL,"
     " created_at DATETIME(3) NOT NULL,"
     " updated_at DATETIME(3) NOT NULL,"
     " last_stream_ms BIGINT UNSIGNED NOT NULL,"
@@ -52,6 +53,15 @@ static const char *const schema[] = {
     ") ENGINE=InnoDB",
 };
 
+/* An orders table made before issue 22 gets the parts column: only when it lacks it, so that
+ * the sink's user needs ALTER once, for that upgrade, and no more (docs/deployment.md). */
+static const char has_parts_sql[] =
+    "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE()"
+    " AND table_name = 'orders' AND column_name = 'parts'";
+#define ADD_PARTS_SQL                                                                              \
+    "ALTER TABLE orders ADD COLUMN IF NOT EXISTS"                                                  \
+    " parts TEXT CHARACTER SET ascii COLLATE ascii_bin NULL AFTER status"
+
 static void dberr(sink_db *db, const char *what, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s: %s (%u)", what, mysql_error(db->conn), mysql_errno(db->conn));
@@ -61,6 +71,33 @@ static int run(sink_db *db, const char *sql, size_t len, const char *what, char 
 {
     if (mysql_real_query(db->conn, sql, (unsigned long)len) != 0) {
         dberr(db, what, err, errlen);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds orders.parts when the table lacks it. 0, or -1 with err (naming the statement to run
+ * when the user may not ALTER). */
+static int add_parts_column(sink_db *db, char *err, size_t errlen)
+{
+    if (run(db, has_parts_sql, strlen(has_parts_sql), "schema", err, errlen) != 0)
+        return -1;
+    MYSQL_RES *res = mysql_store_result(db->conn);
+    MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
+    int have = row != NULL && row[0] != NULL && strcmp(row[0], "0") != 0;
+    int read = row != NULL;
+    mysql_free_result(res);
+    if (!read) {
+        dberr(db, "schema: information_schema.columns", err, errlen);
+        return -1;
+    }
+    if (have)
+        return 0;
+    if (mysql_real_query(db->conn, ADD_PARTS_SQL, (unsigned long)strlen(ADD_PARTS_SQL)) != 0) {
+        snprintf(err, errlen,
+                 "schema: the orders table lacks the parts column and adding it failed: %s (%u); "
+                 "grant ALTER to this user for one start, or run as an admin: " ADD_PARTS_SQL,
+                 mysql_error(db->conn), mysql_errno(db->conn));
         return -1;
     }
     return 0;
@@ -100,10 +137,14 @@ int sink_db_open(const char *url, int timeout_s, sink_db **out, char *err, size_
             return -1;
         }
     for (size_t i = 0; i < sizeof schema / sizeof schema[0]; i++)
-        if (run(db, schema[i], strlen(schema[i]), "create table", err, errlen) != 0) {
+        if (run(db, schema[i], strlen(schema[i]), "schema", err, errlen) != 0) {
             sink_db_free(db);
             return -1;
         }
+    if (add_parts_column(db, err, errlen) != 0) {
+        sink_db_free(db);
+        return -1;
+    }
     if (mysql_autocommit(db->conn, 0) != 0) {
         dberr(db, "autocommit off", err, errlen);
         sink_db_free(db);
@@ -231,8 +272,9 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
     struct sql ev = {0}, up = {0};
     sql_add(&ev, "INSERT IGNORE INTO order_events (sku, segment, stream_ms, stream_seq, order_id, "
                  "event, quantity, user_id, at, version) VALUES ");
-    sql_add(&up, "INSERT INTO orders (order_id, sku, segment, user_id, quantity, status, "
+    sql_add(&up, "INSERT INTO orders (order_id, sku, segment, user_id, quantity, status, parts, "
                  "created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ");
+    static char parts[SINK_PARTS_JSON_MAX];
     for (int i = 0; i < m; i++) {
         const struct sink_entry *r = rows[i];
         sql_add(&ev, "%s(", i ? "," : "");
@@ -256,6 +298,9 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
         sql_add(&up, ",%lld,", r->quantity);
         sql_str(&up, db->conn, r->event, 0);
         sql_add(&up, ",");
+        sink_entry_parts_json(r, parts, sizeof parts);
+        sql_str(&up, db->conn, parts, 0);
+        sql_add(&up, ",");
         sql_time(&up, r->at);
         sql_add(&up, ",");
         sql_time(&up, r->at);
@@ -268,6 +313,7 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
                  " created_at = LEAST(created_at, VALUES(created_at)),"
                  " status = IF(" NEWER ", VALUES(status), status),"
                  " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
+                 " parts = IF(" NEWER " OR parts IS NULL, VALUES(parts), parts),"
                  " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
                  " updated_at = IF(" NEWER ", VALUES(updated_at), updated_at),"
                  " last_stream_seq = IF(" NEWER ", VALUES(last_stream_seq), last_stream_seq),"
@@ -298,7 +344,8 @@ int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, siz
     *out = NULL;
     *n = 0;
     struct sql q = {0};
-    sql_add(&q, "SELECT order_id, status, quantity, user_id FROM orders WHERE sku = ");
+    sql_add(&q, "SELECT order_id, status, quantity, user_id, segment, parts FROM orders WHERE "
+                "sku = ");
     sql_str(&q, db->conn, sku, 0);
     sql_add(&q, " ORDER BY order_id");
     if (q.oom) {
@@ -329,6 +376,8 @@ int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, siz
         snprintf(o[i].status, sizeof o[i].status, "%s", row[1] ? row[1] : "");
         o[i].quantity = row[2] ? strtoll(row[2], NULL, 10) : 0;
         snprintf(o[i].user, sizeof o[i].user, "%s", row[3] ? row[3] : "");
+        o[i].segment = row[4] ? atoi(row[4]) : -1;
+        o[i].parts = row[5] ? strdup(row[5]) : NULL;
         i++;
     }
     mysql_free_result(res);
@@ -336,4 +385,11 @@ int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, siz
     *out = o;
     *n = i;
     return 0;
+}
+
+void sink_db_orders_free(struct sink_db_order *o, size_t n)
+{
+    for (size_t i = 0; o != NULL && i < n; i++)
+        free(o[i].parts);
+    free(o);
 }

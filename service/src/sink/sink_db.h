@@ -38,11 +38,17 @@ struct sink_db_order {
     char status[16];
     long long quantity;
     char user[SINK_USER_MAX + 1]; /* "" for NULL */
+    int segment;
+    char *parts; /* the parts column as read (JSON), NULL for NULL (a row written before the
+                    column existed); reconcile turns it into "k:q,..." text in place */
 };
 
-/* Reads every orders row of sku, sorted by order_id, into a new array *out (free with free())
- * of *n rows. 0, or -1 with err. */
+/* Reads every orders row of sku, sorted by order_id, into a new array *out of *n rows (free
+ * with sink_db_orders_free). 0, or -1 with err. */
 int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, size_t *n, char *err,
                    size_t errlen);
+
+/* Frees what sink_db_orders (or reconcile) made: each row's parts, then the array. */
+void sink_db_orders_free(struct sink_db_order *o, size_t n);
 
 #endif

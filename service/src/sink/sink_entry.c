@@ -48,6 +48,62 @@ static int copy(char *dst, size_t cap, const redisReply *v)
     return 0;
 }
 
+/* Checks a parts field "k:q,k:q,...": segments strictly increasing from the entry's own,
+ * quantities >= 1 summing to the entry's (one part, "segment:quantity", says what no field
+ * says: accepted). 0, or -1. */
+static int parts_ok(const struct sink_entry *e)
+{
+    char buf[SINK_PARTS_MAX + 1];
+    snprintf(buf, sizeof buf, "%s", e->parts);
+    long long sum = 0, prev = -1;
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(t, ':');
+        long long k, q;
+        if (colon == NULL)
+            return -1;
+        *colon = '\0';
+        if (number(t, 0, 1000000, &k) != 0 || number(colon + 1, 1, 1000000000000LL, &q) != 0 ||
+            k <= prev || (n == 0 && k != e->segment))
+            return -1;
+        prev = k;
+        sum += q;
+        n++;
+    }
+    /* strtok_r skips empty tokens: "0:1,,1:2" or a trailing comma are not the format */
+    size_t len = strlen(e->parts);
+    if (len == 0 || e->parts[0] == ',' || e->parts[len - 1] == ',' || strstr(e->parts, ",,"))
+        return -1;
+    return n >= 1 && sum == e->quantity ? 0 : -1;
+}
+
+void sink_entry_parts_json(const struct sink_entry *e, char *out, size_t cap)
+{
+    if (e->parts[0] == '\0') {
+        snprintf(out, cap, "[{\"segment\":%d,\"quantity\":%lld}]", e->segment, e->quantity);
+        return;
+    }
+    size_t used = 0;
+    const char *p = e->parts;
+    out[0] = '\0';
+    while (*p != '\0' && used < cap) {
+        long long k = strtoll(p, (char **)&p, 10);
+        long long q = *p == ':' ? strtoll(p + 1, (char **)&p, 10) : 0;
+        int n = snprintf(out + used, cap - used, "%s{\"segment\":%lld,\"quantity\":%lld}",
+                         used ? "," : "[", k, q);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+        if (*p == ',')
+            p++;
+    }
+    if (used + 2 <= cap) {
+        out[used] = ']';
+        out[used + 1] = '\0';
+    }
+}
+
 int sink_entry_parse(const redisReply *item, int stream, const char *sku, int segment,
                      struct sink_entry *e)
 {
@@ -90,6 +146,9 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         } else if (strcmp(name, "version") == 0) {
             bad = copy(tmp, sizeof tmp, v) || number(tmp, 0, 9000000000000000000LL, &e->version);
             have |= 32;
+        } else if (strcmp(name, "parts") == 0) {
+            bad = copy(e->parts, sizeof e->parts, v);
+            have |= 64;
         }
         if (bad) {
             snprintf(e->why, sizeof e->why, "field %.20s is malformed", name);
@@ -98,6 +157,10 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
     }
     if ((have & 59) != 59) { /* every field but user is required */
         snprintf(e->why, sizeof e->why, "a required field is missing");
+        return 0;
+    }
+    if ((have & 64) && parts_ok(e) != 0) {
+        snprintf(e->why, sizeof e->why, "field parts is not k:q,k:q,... summing to quantity");
         return 0;
     }
     static const char *const events[] = {ORDERLOG_EV_CREATED, ORDERLOG_EV_RESERVED,

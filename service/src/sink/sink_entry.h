@@ -10,6 +10,8 @@
 #define SINK_SKU_MAX 64
 #define SINK_ORDER_MAX 160
 #define SINK_USER_MAX 512
+#define SINK_PARTS_MAX 2048                           /* the parts field's text */
+#define SINK_PARTS_JSON_MAX (SINK_PARTS_MAX * 8 + 64) /* its JSON: <= 7 bytes per byte */
 
 struct sink_entry {
     int stream;                 /* index of its stream in the sink's table */
@@ -20,9 +22,12 @@ struct sink_entry {
     int ok;                     /* 1: every field parsed; 0: malformed (acked, counted, logged) */
     char event[16];             /* = the order's status after it */
     char order[SINK_ORDER_MAX + 1];
-    char user[SINK_USER_MAX + 1]; /* "" when none */
-    long long quantity;
-    long long at; /* ms since the epoch, the segment's Redis clock */
+    char user[SINK_USER_MAX + 1];   /* "" when none */
+    long long quantity;             /* the order's total (every part's units) */
+    char parts[SINK_PARTS_MAX + 1]; /* a multi-segment order's "k:q,k:q,..." (index order,
+                                       its own segment first, summing to quantity); "" for
+                                       a one-segment order (its one part: segment:quantity) */
+    long long at;                   /* ms since the epoch, the segment's Redis clock */
     long long version;
     char why[96]; /* what was wrong with a malformed one */
 };
@@ -35,5 +40,9 @@ int sink_entry_parse_id(const char *s, unsigned long long *ms, unsigned long lon
  * deleted from the stream, is not ok) or -1 when item is not an entry at all. */
 int sink_entry_parse(const redisReply *item, int stream, const char *sku, int segment,
                      struct sink_entry *e);
+
+/* The order's parts as the orders table's parts column holds them:
+ * [{"segment":k,"quantity":q},...] (a one-segment order: its segment and quantity). */
+void sink_entry_parts_json(const struct sink_entry *e, char *out, size_t cap);
 
 #endif

@@ -7,9 +7,13 @@
  *   status <order> redis=<s> db=<s>
  *   quantity <order> redis=<q> db=<q>
  *   user <order> redis=<u> db=<u>
+ *   parts <order> redis=<k:q,...> db=<k:q,...>
  *   units <status> redis=<n> db=<n>
- * and a summary on stderr. Run it when the sink's lag is 0 (inventory_sink_lag_seconds): an
- * entry not yet written shows as a difference.
+ * and a summary on stderr. A multi-segment order is its primary record (the part records, with
+ * part_of, are skipped: the database has one row per order); its parts are the record's
+ * "parts", a one-segment order's its segment and quantity; a row's parts column NULL (written
+ * before the column existed) reads as its segment and quantity. Run it when the sink's lag is 0
+ * (inventory_sink_lag_seconds): an entry not yet written shows as a difference.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,50 @@ static int status_index(const char *s)
         if (strcmp(s, statuses[i]) == 0)
             return i;
     return -1;
+}
+
+/* The text "k:q,k:q,..." of a parts list [{"segment":k,"quantity":q},...] into out; "(bad)"
+ * when parts is not such a list. */
+static void parts_text(const json_t *parts, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    if (!json_is_array(parts) || json_array_size(parts) == 0) {
+        snprintf(out, cap, "(bad)");
+        return;
+    }
+    for (size_t i = 0; i < json_array_size(parts); i++) {
+        const json_t *p = json_array_get(parts, i);
+        const json_t *k = json_object_get(p, "segment"), *q = json_object_get(p, "quantity");
+        /* cjson may write a whole number as 2.0 */
+        if (!json_is_number(k) || !json_is_number(q)) {
+            snprintf(out, cap, "(bad)");
+            return;
+        }
+        int n = snprintf(out + used, cap - used, "%s%lld:%lld", i ? "," : "",
+                         (long long)json_number_value(k), (long long)json_number_value(q));
+        if (n < 0 || (size_t)n >= cap - used) {
+            snprintf(out, cap, "(too long)");
+            return;
+        }
+        used += (size_t)n;
+    }
+}
+
+/* x->parts := the text of its parts: of the JSON text it holds, or segment:quantity when NULL. */
+static int parts_normalise(struct sink_db_order *x)
+{
+    char buf[SINK_PARTS_MAX + 16];
+    if (x->parts == NULL) {
+        snprintf(buf, sizeof buf, "%d:%lld", x->segment, x->quantity);
+    } else {
+        json_t *j = json_loads(x->parts, 0, NULL);
+        parts_text(j, buf, sizeof buf);
+        json_decref(j);
+    }
+    free(x->parts);
+    x->parts = strdup(buf);
+    return x->parts != NULL ? 0 : -1;
 }
 
 static int by_order_id(const void *a, const void *b)
@@ -77,7 +125,7 @@ static int redis_orders(sink_redis *r, const char *sku, struct sink_db_order **o
             fprintf(stderr, "reconcile: HGETALL %s: %s\n", keys.orders,
                     h && h->type == REDIS_REPLY_ERROR ? h->str : err);
             freeReplyObject(h);
-            free(o);
+            sink_db_orders_free(o, len);
             return -1;
         }
         for (size_t i = 0; i + 1 < h->elements; i += 2) {
@@ -85,7 +133,7 @@ static int redis_orders(sink_redis *r, const char *sku, struct sink_db_order **o
                 struct sink_db_order *g = realloc(o, cap * 2 * sizeof *o);
                 if (g == NULL) {
                     freeReplyObject(h);
-                    free(o);
+                    sink_db_orders_free(o, len);
                     return -1;
                 }
                 o = g;
@@ -96,14 +144,29 @@ static int redis_orders(sink_redis *r, const char *sku, struct sink_db_order **o
             snprintf(x->order, sizeof x->order, "%s", h->element[i]->str);
             json_error_t je;
             json_t *j = json_loadb(h->element[i + 1]->str, h->element[i + 1]->len, 0, &je);
+            if (json_object_get(j, "part_of") != NULL) {
+                json_decref(j); /* a part of a multi-segment order: its primary is the order */
+                continue;
+            }
             const char *st = json_string_value(json_object_get(j, "status"));
             const char *user = json_string_value(json_object_get(j, "user_id"));
             json_t *q = json_object_get(j, "quantity");
             snprintf(x->status, sizeof x->status, "%s", st ? st : "(unreadable)");
             snprintf(x->user, sizeof x->user, "%s", user ? user : "");
             x->quantity = json_is_integer(q) ? (long long)json_integer_value(q) : -1;
+            x->segment = k;
+            char pt[SINK_PARTS_MAX + 16];
+            if (json_object_get(j, "parts") != NULL)
+                parts_text(json_object_get(j, "parts"), pt, sizeof pt);
+            else
+                snprintf(pt, sizeof pt, "%d:%lld", k, x->quantity);
             json_decref(j);
-            len++;
+            len++; /* counted before strdup: the free below frees it */
+            if ((x->parts = strdup(pt)) == NULL) {
+                freeReplyObject(h);
+                sink_db_orders_free(o, len);
+                return -1;
+            }
         }
         freeReplyObject(h);
     }
@@ -136,6 +199,11 @@ int sink_reconcile(const struct sink_config *cfg)
         fprintf(stderr, "reconcile: database: %s\n", err);
         goto out;
     }
+    for (size_t i = 0; i < nd; i++)
+        if (parts_normalise(&dbo[i]) != 0) {
+            fprintf(stderr, "reconcile: out of memory\n");
+            goto out;
+        }
     long long units_r[NSTATUS + 1] = {0}, units_d[NSTATUS + 1] = {0};
     long diffs = 0;
     size_t i = 0, j = 0;
@@ -163,6 +231,10 @@ int sink_reconcile(const struct sink_config *cfg)
                 printf("user %s redis=%s db=%s\n", ro[i].order, ro[i].user, dbo[j].user);
                 diffs++;
             }
+            if (strcmp(ro[i].parts, dbo[j].parts) != 0) {
+                printf("parts %s redis=%s db=%s\n", ro[i].order, ro[i].parts, dbo[j].parts);
+                diffs++;
+            }
         }
         if (c <= 0) {
             int si = status_index(ro[i].status);
@@ -187,8 +259,8 @@ int sink_reconcile(const struct sink_config *cfg)
             cfg->sku, nr, nd, diffs);
     rc = diffs ? 1 : 0;
 out:
-    free(ro);
-    free(dbo);
+    sink_db_orders_free(ro, nr);
+    sink_db_orders_free(dbo, nd);
     sink_db_free(db);
     sink_redis_free(r);
     return rc;

@@ -225,7 +225,8 @@ typedef struct sf_report {
     long long sold;        /* Σ cnt.s */
     long long orders;      /* Σ cnt.o */
     long long live_units;  /* Σ quantity of live order records */
-    long long live_orders; /* number of live order records */
+    long long live_orders; /* number of live order records (parts of multi-segment orders
+                              included: each is a record of its segment, counted in its cnt.o) */
     long long cancelled;   /* number of cancelled order records */
     long long expired;     /* number of expired order records (holds) */
     long long reserved;    /* Σ units of reserved (hold) records = Σ cnt.r */
@@ -234,7 +235,11 @@ typedef struct sf_report {
     long long max_user_units; /* most units one user holds in live orders (with a limit) */
     int nusers, users_overflow;
     struct sf_user users[SF_MAX_USERS];
-    int negative_segments; /* segments with stock < 0 */
+    int negative_segments;  /* segments with stock < 0 */
+    long long multi_orders; /* primaries of multi-segment orders (any status) */
+    long long live_parts;   /* live part records (part_of) */
+    long long follows;      /* members of the segments' follow queues (part changes pending) */
+    long long intents;      /* fields of inv:2:{S}:multi (multi-segment orders being made) */
     long long seg_stock[SF_MAX_SEGMENTS];
     long long seg_sold[SF_MAX_SEGMENTS];
     int nproblems;
@@ -256,11 +261,32 @@ typedef struct sf_report {
  *   user is in the user's entries of inv:2:{S}:users (SPEC §11);
  *   every Idempotency-Key entry of the segment names one of its records;
  * and that no segment key exists for an index >= meta.segments (left over from a larger layout).
+ * Multi-segment orders (docs/design.md "Orders larger than one segment", SPEC §8 "every part
+ * is sold or none is"): a record's units in its segment are its own part's quantity when it
+ * has parts (lua/include/units.lua), else its quantity; a part record (part_of) has no user,
+ * expires_at or due entry and is no order of a user (the primary's quantity is the user's);
+ * a primary's parts are in index order, its own segment first, and sum to its quantity; each
+ * part record's part_of names a primary of the segment its id says, which lists the part with
+ * the same quantity; each primary's parts exist with that quantity and a status agreeing with
+ * the primary's (created/reserved = live, confirmed, cancelled, expired) — a part may lag
+ * while `<part id>|<primary's status>` is in the primary's segment's follow queue, and parts
+ * without their primary may exist while an intent for their hex is in inv:2:{S}:multi.
  * Fills *rep (totals for comparison with GET status and the client's count of 201 units).
  * Returns 0 when the checks could run (rep->ok says whether they passed; a missing SKU is
  * found = 0, ok = 0), -1 when Redis could not be read (rep->problems says why).
  */
 int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep);
+
+/* sf_check_invariants, and also: no follow queued and no intent left (rep->follows and
+ * rep->intents 0). For once traffic has stopped and the sweepers have drained what cut-off
+ * requests left. */
+int sf_check_invariants_quiescent(const char *redis_url, const char *sku, sf_report *rep);
+
+/* Waits (at most timeout_ms) until sku's follow queues and inv:2:{S}:multi are empty — the
+ * sweepers drain them; a cut-off order's intent goes D + 1 s after its deadline. Returns how
+ * many were left (0: drained), -1 when Redis could not be read. Call it once traffic has
+ * stopped, before SF_ASSERT_QUIESCENT. */
+long long sf_wait_multi_drained(const char *redis_url, const char *sku, int timeout_ms);
 
 /* Writes the report (totals, then the problems) to stderr, prefixed with what. */
 void sf_report_print(const char *what, const sf_report *rep);

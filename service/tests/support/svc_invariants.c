@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -228,10 +229,135 @@ static void sf_note_user(sf_report *rep, const char *user, const char *hex, long
     snprintf(u->hex[u->nhex++], 33, "%.32s", hex);
 }
 
+/* Status classes a part must share with its primary: created and reserved are both live. */
+static int sf_status_class(int st)
+{
+    return st == 1 ? 0 : st;
+}
+
+#define SF_MAX_PARTS 64
+
+/* A record of a multi-segment order (a primary, or a part), kept for the checks across
+ * segments once every segment is read. */
+struct sf_mrec {
+    char id[256], of[256]; /* its id; a part's part_of ("" for a primary) */
+    char status[16];
+    int segment, st; /* st: index in statuses[] */
+    long long quantity;
+    int nparts; /* a primary's parts (its own included) */
+    int pk[SF_MAX_PARTS];
+    long long pq[SF_MAX_PARTS];
+};
+
+/* What the checks across segments need: the multi-segment records, the follow queues'
+ * members (segment, "<part id>|<status>") and the intents (HGETALL inv:2:{S}:multi). */
+struct sf_multi {
+    struct sf_mrec *rec;
+    size_t n, cap;
+    char (*follow)[300];
+    int *follow_seg;
+    size_t nfollow, capfollow;
+    redisReply *intents;
+};
+
+static void sf_multi_free(struct sf_multi *m)
+{
+    free(m->rec);
+    free(m->follow);
+    free(m->follow_seg);
+    freeReplyObject(m->intents);
+    memset(m, 0, sizeof *m);
+}
+
+/* A new slot in m->rec, or NULL (out of memory, reported). */
+static struct sf_mrec *sf_multi_add(struct sf_multi *m, sf_report *rep)
+{
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        struct sf_mrec *r = realloc(m->rec, cap * sizeof *r);
+        if (r == NULL) {
+            sf_problem(rep, "out of memory keeping multi-segment records");
+            return NULL;
+        }
+        m->rec = r;
+        m->cap = cap;
+    }
+    struct sf_mrec *r = &m->rec[m->n++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* An integral JSON number >= 0 (cjson may write 2.0), or -1. */
+static long long sf_json_whole(const json_t *v)
+{
+    if (!json_is_number(v))
+        return -1;
+    double d = json_number_value(v);
+    return d >= 0 && d == (double)(long long)d ? (long long)d : -1;
+}
+
+/* Splits an order id "<32 hex>-<k>-<sku>": copies the hex into hex[33], sets *k; 0, or -1
+ * when the id is not one of sku's. */
+static int sf_split_id(const char *id, const char *sku, char *hex, int *k)
+{
+    const char *dash = strchr(id, '-');
+    if (dash == NULL || dash - id != 32)
+        return -1;
+    char *end;
+    long v = strtol(dash + 1, &end, 10);
+    if (end == dash + 1 || *end != '-' || strcmp(end + 1, sku) != 0 || v < 0)
+        return -1;
+    snprintf(hex, 33, "%.32s", id);
+    *k = (int)v;
+    return 0;
+}
+
+/* A primary's parts: in index order, its own segment k first (the lowest), each quantity >= 1,
+ * summing to q. Fills r's parts; returns the units of its own part, or -1 (reported). */
+static long long sf_check_parts(sf_report *rep, int k, const char *id, const json_t *parts,
+                                long long q, struct sf_mrec *r)
+{
+    size_t n = json_array_size(parts);
+    if (!json_is_array(parts) || n < 2 || n > SF_MAX_PARTS) {
+        sf_problem(rep, "segment %d: order %s: parts is not a list of 2..%d parts", k, id,
+                   SF_MAX_PARTS);
+        return -1;
+    }
+    long long sum = 0, own = -1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *p = json_array_get(parts, i);
+        long long pk = sf_json_whole(json_object_get(p, "segment"));
+        long long pq = sf_json_whole(json_object_get(p, "quantity"));
+        if (!json_is_object(p) || pk < 0 || pq < 1) {
+            sf_problem(rep, "segment %d: order %s: part %zu is not {segment, quantity >= 1}", k, id,
+                       i);
+            return -1;
+        }
+        if (i > 0 && pk <= r->pk[i - 1])
+            sf_problem(rep, "segment %d: order %s: parts not in index order", k, id);
+        r->pk[i] = (int)pk;
+        r->pq[i] = pq;
+        sum += pq;
+        if (pk == k)
+            own = pq;
+    }
+    r->nparts = (int)n;
+    if (r->pk[0] != k)
+        sf_problem(rep, "segment %d: order %s: first part in segment %d, not its own", k, id,
+                   r->pk[0]);
+    if (sum != q)
+        sf_problem(rep, "segment %d: order %s: parts sum to %lld units, quantity %lld", k, id, sum,
+                   q);
+    if (own < 0)
+        sf_problem(rep, "segment %d: order %s: no part in its own segment", k, id);
+    return own;
+}
+
 /* Checks the order records of segment k; adds the live units and orders to *units, *live, and
- * the units of its holds (status reserved) to *held. */
+ * the units of its holds (status reserved) to *held; keeps multi-segment records in *m. */
 static void sf_check_records(sf_report *rep, const char *sku, int k, const redisReply *orders,
-                             long long *units, long long *live, long long *held)
+                             const redisReply *due, struct sf_multi *m, long long *units,
+                             long long *live, long long *held)
 {
     *units = 0;
     *live = 0;
@@ -254,6 +380,8 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
         const char *status = json_string_value(json_object_get(o, "status"));
         json_t *seg = json_object_get(o, "segment");
         json_t *qty = json_object_get(o, "quantity");
+        json_t *parts = json_object_get(o, "parts");
+        json_t *part_of = json_object_get(o, "part_of");
         /* Lua's cjson may write integers as reals (2.0) after a cancel: accept whole numbers. */
         double q = json_is_number(qty) ? json_number_value(qty) : -1;
         double s = json_is_number(seg) ? json_number_value(seg) : -1;
@@ -277,33 +405,245 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
             sf_problem(rep, "segment %d: order %s: status is %s", k, id,
                        status ? status : "missing");
         int reserved = st == 1;
-        if (reserved != (json_object_get(o, "expires_at") != NULL) && st != 4 && st != 3)
+        int is_part = part_of != NULL;
+        long long u = q >= 1 ? (long long)q : 0; /* its units in this segment (units.lua) */
+        if (is_part || parts != NULL) {
+            struct sf_mrec scratch, *r = sf_multi_add(m, rep);
+            if (r == NULL)
+                r = &scratch;
+            snprintf(r->id, sizeof r->id, "%s", id);
+            snprintf(r->status, sizeof r->status, "%s", status ? status : "");
+            r->segment = k;
+            r->st = st;
+            r->quantity = u;
+            if (is_part && parts != NULL)
+                sf_problem(rep, "segment %d: order %s: both part_of and parts", k, id);
+            if (is_part) {
+                const char *of = json_string_value(part_of);
+                if (of == NULL)
+                    sf_problem(rep, "segment %d: order %s: part_of is not a string", k, id);
+                snprintf(r->of, sizeof r->of, "%s", of ? of : "");
+                if (json_object_get(o, "user_id") || json_object_get(o, "expires_at"))
+                    sf_problem(rep, "segment %d: part %s carries a user_id or expires_at", k, id);
+                if (st != 3 && st != 4)
+                    rep->live_parts++;
+            } else {
+                u = sf_check_parts(rep, k, id, parts, u, r);
+                if (u < 0)
+                    u = 0;
+                rep->multi_orders++;
+            }
+        }
+        if (!is_part && reserved != (json_object_get(o, "expires_at") != NULL) && st != 4 &&
+            st != 3)
             sf_problem(rep, "segment %d: order %s: status %s %s expires_at", k, id, status,
                        reserved ? "without" : "with");
+        /* a hold's record is in the due set; a part's never is (its primary's entry ends it) */
+        int in_due = 0;
+        for (size_t j = 0; due && due->type == REDIS_REPLY_ARRAY && j + 1 < due->elements; j += 2)
+            in_due |= strcmp(due->element[j]->str, id) == 0;
+        if (reserved && !is_part && !in_due)
+            sf_problem(rep, "segment %d: hold %s is not in the due set (it would never expire)", k,
+                       id);
+        if (in_due && (is_part || !reserved))
+            sf_problem(rep, "segment %d: due set names %s, not a reserved order of the segment", k,
+                       id);
         if (st == 3) {
-            rep->cancelled++;
+            rep->cancelled += !is_part;
         } else if (st == 4) {
-            rep->expired++;
+            rep->expired += !is_part;
         } else if (q >= 1) {
-            *units += (long long)q;
+            *units += u;
             (*live)++;
             if (reserved)
-                *held += (long long)q;
-            rep->reserved_orders += reserved;
-            rep->confirmed_orders += st == 2;
-            const char *user = json_string_value(json_object_get(o, "user_id"));
-            if (user)
-                sf_note_user(rep, user, id, (long long)q);
+                *held += u;
+            if (!is_part) {
+                rep->reserved_orders += reserved;
+                rep->confirmed_orders += st == 2;
+                /* a user's units in an order are its quantity, every part's (SPEC §11) */
+                const char *user = json_string_value(json_object_get(o, "user_id"));
+                if (user)
+                    sf_note_user(rep, user, id, (long long)q);
+            }
         }
         json_decref(o);
     }
 }
 
-/* Checks one segment snapshot: EXEC's reply {stock, sver, cnt, orders, idem, due}. */
-static void sf_check_segment(sf_report *rep, const char *sku, int k, const redisReply *x)
+/* Keeps segment k's follow queue (ZRANGE WITHSCORES) in m. */
+static void sf_note_follows(sf_report *rep, int k, const redisReply *follow, struct sf_multi *m)
+{
+    for (size_t i = 0; follow && follow->type == REDIS_REPLY_ARRAY && i + 1 < follow->elements;
+         i += 2) {
+        rep->follows++;
+        if (m->nfollow == m->capfollow) {
+            size_t cap = m->capfollow ? 2 * m->capfollow : 64;
+            char(*f)[300] = realloc(m->follow, cap * sizeof *f);
+            if (f != NULL)
+                m->follow = f;
+            int *fs = realloc(m->follow_seg, cap * sizeof *fs);
+            if (fs != NULL)
+                m->follow_seg = fs;
+            if (f == NULL || fs == NULL) {
+                sf_problem(rep, "out of memory keeping follows");
+                return;
+            }
+            m->capfollow = cap;
+        }
+        snprintf(m->follow[m->nfollow], sizeof m->follow[0], "%s", follow->element[i]->str);
+        m->follow_seg[m->nfollow++] = k;
+    }
+}
+
+/* The record of m with this id, or NULL. */
+static const struct sf_mrec *sf_multi_find(const struct sf_multi *m, const char *id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->rec[i].id, id) == 0)
+            return &m->rec[i];
+    return NULL;
+}
+
+/* Is "<part>|<status>" queued in segment k's follow queue? */
+static int sf_follow_queued(const struct sf_multi *m, int k, const char *part, const char *status)
+{
+    char want[320];
+    snprintf(want, sizeof want, "%s|%s", part, status);
+    for (size_t i = 0; i < m->nfollow; i++)
+        if (m->follow_seg[i] == k && strcmp(m->follow[i], want) == 0)
+            return 1;
+    return 0;
+}
+
+/* SPEC §8 "every part of a multi-segment order is sold or none is", across segments. */
+/* HGET key field now, from the key's master: the new reply (a string, or nil) or NULL. */
+static redisReply *sf_hget_now(sf_keys *sr, const char *key, const char *field, sf_report *rep)
+{
+    redisContext *c = sf_redis_for(sr, key, rep);
+    redisReply *r = c ? redisCommand(c, "HGET %s %s", key, field) : NULL;
+    if (r != NULL && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+/* The status class of order id in segment k now (-1: no record, -2: unreadable). */
+static int sf_class_now(sf_keys *sr, const char *sku, int k, const char *id, sf_report *rep)
+{
+    char key[512];
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+    redisReply *r = sf_hget_now(sr, key, id, rep);
+    if (r == NULL)
+        return -2;
+    int cls = -1;
+    if (r->type == REDIS_REPLY_STRING) {
+        json_t *o = json_loadb(r->str, r->len, 0, NULL);
+        const char *st = json_string_value(json_object_get(o, "status"));
+        static const char *const statuses[] = {"created", "reserved", "confirmed", "cancelled",
+                                               "expired"};
+        cls = -2;
+        for (int j = 0; st && j < 5; j++)
+            if (strcmp(st, statuses[j]) == 0)
+                cls = sf_status_class(j);
+        json_decref(o);
+    }
+    freeReplyObject(r);
+    return cls;
+}
+
+/* A part read without its primary (read earlier: the primary's segment is the lower index) and
+ * without an intent (read before every segment) may be an order made or rolled back while the
+ * segments were read: it is half an order only if now, still, the part exists while neither
+ * its primary nor an intent does. */
+static int sf_orphan_now(sf_keys *sr, const char *sku, const char *part, int k, const char *of,
+                         int pk, const char *hex, sf_report *rep)
+{
+    char key[512];
+    snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
+    redisReply *intent = sf_hget_now(sr, key, hex, rep);
+    int still = sf_class_now(sr, sku, k, part, rep) != -1 &&
+                sf_class_now(sr, sku, pk, of, rep) == -1 && intent != NULL &&
+                intent->type == REDIS_REPLY_NIL;
+    freeReplyObject(intent);
+    return still;
+}
+
+static void sf_check_multi(sf_report *rep, const char *sku, const struct sf_multi *m, sf_keys *sr)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        const struct sf_mrec *r = &m->rec[i];
+        char hex[33];
+        int k;
+        if (sf_split_id(r->id, sku, hex, &k) != 0 || k != r->segment) {
+            sf_problem(rep, "segment %d: order %s: id is not <32 hex>-%d-%s", r->segment, r->id,
+                       r->segment, sku);
+            continue;
+        }
+        if (r->of[0] != '\0') { /* a part: its primary exists and lists it */
+            char phex[33];
+            int pk;
+            if (sf_split_id(r->of, sku, phex, &pk) != 0 || strcmp(phex, hex) != 0 || pk == k) {
+                sf_problem(rep, "segment %d: part %s: part_of %s is not its order's id", k, r->id,
+                           r->of);
+                continue;
+            }
+            const struct sf_mrec *p = sf_multi_find(m, r->of);
+            if (p == NULL || p->of[0] != '\0' || p->nparts == 0) {
+                if (sf_hfield(m->intents, hex) == NULL &&
+                    sf_orphan_now(sr, sku, r->id, k, r->of, pk, hex, rep))
+                    sf_problem(rep,
+                               "segment %d: part %s: its primary %s is not a record of segment "
+                               "%d and no intent for %s is left: half an order",
+                               k, r->id, r->of, pk, hex);
+                continue;
+            }
+            int listed = 0;
+            for (int j = 0; j < p->nparts; j++)
+                listed |= p->pk[j] == k && p->pq[j] == r->quantity;
+            if (!listed)
+                sf_problem(rep,
+                           "segment %d: part %s of %lld units: its primary's parts do not list "
+                           "segment %d with %lld",
+                           k, r->id, r->quantity, k, r->quantity);
+            continue;
+        }
+        /* a primary: every other part exists, with its quantity and an agreeing status */
+        for (int j = 0; j < r->nparts; j++) {
+            if (r->pk[j] == k)
+                continue;
+            char pid[300];
+            snprintf(pid, sizeof pid, "%s-%d-%s", hex, r->pk[j], sku);
+            const struct sf_mrec *p = sf_multi_find(m, pid);
+            if (p == NULL || strcmp(p->of, r->id) != 0) {
+                sf_problem(rep,
+                           "order %s: its part %s (segment %d, %lld units) is %s: half an "
+                           "order",
+                           r->id, pid, r->pk[j], r->pq[j], p ? "another order's" : "missing");
+                continue;
+            }
+            if (p->quantity != r->pq[j])
+                sf_problem(rep, "order %s: part %s holds %lld units, the order says %lld", r->id,
+                           pid, p->quantity, r->pq[j]);
+            /* a part lags behind its primary under a follow queued with it (read in the same
+             * MULTI); a part ahead of the primary read earlier (the sweeper ended both since)
+             * agrees with the primary read again now */
+            if (sf_status_class(p->st) != sf_status_class(r->st) &&
+                !sf_follow_queued(m, k, pid, r->status) &&
+                sf_class_now(sr, sku, k, r->id, rep) != sf_status_class(p->st))
+                sf_problem(rep, "order %s is %s, its part %s is %s (and no follow queued)", r->id,
+                           r->status, pid, p->status);
+        }
+    }
+}
+
+/* Checks one segment snapshot: EXEC's reply {stock, sver, cnt, orders, idem, due, follow}. */
+static void sf_check_segment(sf_report *rep, const char *sku, int k, const redisReply *x,
+                             struct sf_multi *m)
 {
     const redisReply *stock = x->element[0], *sver = x->element[1], *cnt = x->element[2],
-                     *orders = x->element[3], *idem = x->element[4], *due = x->element[5];
+                     *orders = x->element[3], *idem = x->element[4], *due = x->element[5],
+                     *follow = x->element[6];
     int ok = 1;
     long long n = sf_reply_ll(stock, &ok);
     if (!ok) {
@@ -327,38 +667,19 @@ static void sf_check_segment(sf_report *rep, const char *sku, int k, const redis
     if (t != n + s)
         sf_problem(rep, "segment %d: t %lld != stock %lld + s %lld", k, t, n, s);
     long long units, live, held;
-    sf_check_records(rep, sku, k, orders, &units, &live, &held);
+    sf_check_records(rep, sku, k, orders, due, m, &units, &live, &held);
+    sf_note_follows(rep, k, follow, m);
     int rok = 1;
     const redisReply *rf = sf_hfield(cnt, "r");
     long long r = rf ? sf_reply_ll(rf, &rok) : 0;
     if (!rok || r != held)
         sf_problem(rep, "segment %d: r %lld != %lld units in reserved order records", k, r, held);
     rep->reserved += held;
-    /* the due set is exactly the segment's holds */
-    long long ndue = 0;
-    for (size_t i = 0; due && due->type == REDIS_REPLY_ARRAY && i + 1 < due->elements; i += 2) {
-        const char *id = due->element[i]->str;
-        const redisReply *rec = sf_hfield(orders, id);
-        ndue++;
-        if (rec == NULL || rec->type != REDIS_REPLY_STRING ||
-            strstr(rec->str, "\"status\":\"reserved\"") == NULL)
+    /* every entry of the due set names a hold of the segment (checked with the records) */
+    for (size_t i = 0; due && due->type == REDIS_REPLY_ARRAY && i + 1 < due->elements; i += 2)
+        if (sf_hfield(orders, due->element[i]->str) == NULL)
             sf_problem(rep, "segment %d: due set names %s, not a reserved order of the segment", k,
-                       id);
-    }
-    for (size_t i = 0; orders && orders->type == REDIS_REPLY_ARRAY && i + 1 < orders->elements;
-         i += 2) {
-        const redisReply *rec = orders->element[i + 1];
-        if (rec->type == REDIS_REPLY_STRING && strstr(rec->str, "\"status\":\"reserved\"")) {
-            int found = 0;
-            for (size_t j = 0; due && due->type == REDIS_REPLY_ARRAY && j + 1 < due->elements;
-                 j += 2)
-                found |= strcmp(due->element[j]->str, orders->element[i]->str) == 0;
-            if (!found)
-                sf_problem(rep, "segment %d: hold %s is not in the due set (it would never expire)",
-                           k, orders->element[i]->str);
-        }
-    }
-    (void)ndue;
+                       due->element[i]->str);
     if (s != units)
         sf_problem(rep, "segment %d: s %lld != %lld units in live order records", k, s, units);
     if (o != live)
@@ -455,11 +776,13 @@ static int sf_check_users(sf_keys *sr, const char *sku, sf_report *rep)
     return 0;
 }
 
-int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
+static int sf_check(const char *redis_url, const char *sku, sf_report *rep, int quiescent)
 {
     memset(rep, 0, sizeof *rep);
     rep->ok = 1;
     sf_keys sr;
+    struct sf_multi m;
+    memset(&m, 0, sizeof m);
     if (sf_redis_open(&sr, redis_url, rep) != 0)
         return -1;
     int rc = -1;
@@ -495,6 +818,17 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         rc = 0;
         goto out;
     }
+    /* the intents first: an orphan part read later is covered by an intent read earlier (a
+     * request deletes its intent only after its parts are made whole or undone) */
+    snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
+    if (!(c = sf_redis_for(&sr, key, rep)))
+        goto out;
+    m.intents = redisCommand(c, "HGETALL %s", key);
+    if (m.intents == NULL || m.intents->type != REDIS_REPLY_ARRAY) {
+        sf_problem(rep, "HGETALL %s failed: %s", key, m.intents ? "bad reply" : c->errstr);
+        goto out;
+    }
+    rep->intents = (long long)m.intents->elements / 2;
     for (int k = 0; k < rep->segments; k++) {
         char stock[512], sver[512], cnt[512], orders[512], idem[512];
         snprintf(stock, sizeof stock, "inv:2:{%s/%d}:stock", sku, k);
@@ -511,26 +845,27 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
         redisAppendCommand(c, "HGETALL %s", orders);
         redisAppendCommand(c, "HGETALL %s", idem);
         redisAppendCommand(c, "ZRANGE inv:2:{%s/%d}:due 0 -1 WITHSCORES", sku, k);
+        redisAppendCommand(c, "ZRANGE inv:2:{%s/%d}:follow 0 -1 WITHSCORES", sku, k);
         redisAppendCommand(c, "EXEC");
         redisReply *x = NULL;
         int io = 0;
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < 9; i++) {
             void *r = NULL;
             if (redisGetReply(c, &r) != REDIS_OK) {
                 io = 1;
                 break;
             }
-            if (i == 7)
+            if (i == 8)
                 x = r;
             else
                 freeReplyObject(r);
         }
-        if (io || x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 6) {
+        if (io || x == NULL || x->type != REDIS_REPLY_ARRAY || x->elements != 7) {
             sf_problem(rep, "segment %d: MULTI/EXEC failed: %s", k, io ? c->errstr : "bad reply");
             freeReplyObject(x);
             goto out;
         }
-        sf_check_segment(rep, sku, k, x);
+        sf_check_segment(rep, sku, k, x, &m);
         freeReplyObject(x);
     }
     for (int i = 0; i < (sr.cluster ? sr.n : 1); i++)
@@ -539,12 +874,45 @@ int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
     if (rep->sold != rep->stock_total - rep->remaining)
         sf_problem(rep, "sold %lld != stock_total %lld - remaining %lld", rep->sold,
                    rep->stock_total, rep->remaining);
+    sf_check_multi(rep, sku, &m, &sr);
+    if (quiescent && (rep->follows > 0 || rep->intents > 0))
+        sf_problem(rep, "not quiescent: %lld follow(s) queued, %lld intent(s) left", rep->follows,
+                   rep->intents);
     if (rep->limit > 0 && sf_check_users(&sr, sku, rep) != 0)
         goto out;
     rc = 0;
 out:
+    sf_multi_free(&m);
     sf_redis_close(&sr);
     return rc;
+}
+
+int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep)
+{
+    return sf_check(redis_url, sku, rep, 0);
+}
+
+int sf_check_invariants_quiescent(const char *redis_url, const char *sku, sf_report *rep)
+{
+    return sf_check(redis_url, sku, rep, 1);
+}
+
+long long sf_wait_multi_drained(const char *redis_url, const char *sku, int timeout_ms)
+{
+    struct timeval t0, t;
+    gettimeofday(&t0, NULL);
+    for (;;) {
+        sf_report rep;
+        long long left = -1;
+        if (sf_check(redis_url, sku, &rep, 0) == 0 && rep.found)
+            left = rep.follows + rep.intents;
+        gettimeofday(&t, NULL);
+        long long ms = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_usec - t0.tv_usec) / 1000;
+        if (left == 0 || ms >= timeout_ms)
+            return left;
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
 }
 
 void sf_report_print(const char *what, const sf_report *rep)
@@ -553,11 +921,13 @@ void sf_report_print(const char *what, const sf_report *rep)
             "---- invariants %s: %s; found %d version %lld segments %d stock_total %lld "
             "remaining %lld sold %lld orders %lld (records: %lld live units, %lld live, %lld "
             "cancelled, %lld expired; %lld units reserved in %lld holds, %lld confirmed), "
-            "negative segments %d, limit %lld (most units of a user %lld)\n",
+            "negative segments %d, limit %lld (most units of a user %lld); multi-segment orders "
+            "%lld (%lld live parts), follows queued %lld, intents %lld\n",
             what, rep->ok ? "ok" : "FAILED", rep->found, rep->version, rep->segments,
             rep->stock_total, rep->remaining, rep->sold, rep->orders, rep->live_units,
             rep->live_orders, rep->cancelled, rep->expired, rep->reserved, rep->reserved_orders,
-            rep->confirmed_orders, rep->negative_segments, rep->limit, rep->max_user_units);
+            rep->confirmed_orders, rep->negative_segments, rep->limit, rep->max_user_units,
+            rep->multi_orders, rep->live_parts, rep->follows, rep->intents);
     if (rep->nproblems > 0)
         fprintf(stderr, "%d problem(s):\n%s", rep->nproblems, rep->problems);
 }

@@ -85,10 +85,17 @@ static inline void sf_assert_error_at(const char *file, int line, const sf_resp 
 #define SF_ASSERT_INVARIANTS(url, sku, rep)                                                        \
     sf_assert_invariants_at(__FILE__, __LINE__, (url), (sku), (rep))
 
-static inline void sf_assert_invariants_at(const char *file, int line, const char *url,
-                                           const char *sku, sf_report *rep)
+/* SF_ASSERT_INVARIANTS with sf_check_invariants_quiescent: no follow queued, no intent left. */
+#define SF_ASSERT_QUIESCENT(url, sku, rep)                                                         \
+    sf_assert_invariants_at_q(__FILE__, __LINE__, (url), (sku), (rep), 1)
+#define sf_assert_invariants_at(file, line, url, sku, rep)                                         \
+    sf_assert_invariants_at_q((file), (line), (url), (sku), (rep), 0)
+
+static inline void sf_assert_invariants_at_q(const char *file, int line, const char *url,
+                                             const char *sku, sf_report *rep, int quiescent)
 {
-    int rc = sf_check_invariants(url, sku, rep);
+    int rc = quiescent ? sf_check_invariants_quiescent(url, sku, rep)
+                       : sf_check_invariants(url, sku, rep);
     if (rc != 0 || !rep->ok) {
         sf_report_print(sku, rep);
         sf_fail_at(file, line, "invariants", "SKU %s: %d problem(s), first: %.300s", sku,
