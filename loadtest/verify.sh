@@ -216,7 +216,8 @@ agg=$({ printf "ECHO @@multi\nHKEYS ${kp}{%s}:multi\n" "$sku"
       R[oid] = po; RK[oid] = seg; RQ[oid] = q; RST[oid] = st
     }
     if (st == "created" || st == "reserved" || st == "confirmed") {
-      live++; units += u
+      if (po == "") live++   # cnt.o counts orders: a part is none
+      units += u
       if (st == "reserved") { held += u; if (po == "") nres++ }
       if (po != "") nlparts++
     }
@@ -287,7 +288,7 @@ for ((k = 0; k < nseg; k++)); do
   [ "$t" -eq $((st + s)) ] || { fail "segment $k: t=$t != stock $st + s $s (stock taken without its order, or the reverse)"; seg_bad=1; }
   [ "$n" -eq "$hl" ] || { fail "segment $k: read $n records, HLEN says $hl"; seg_bad=1; }
   [ "$bad" -eq 0 ] || { fail "segment $k: $bad malformed record(s) (no quantity, wrong sku/segment or status)"; seg_bad=1; }
-  [ "$o" -eq "$live" ] || { fail "segment $k: cnt.o=$o != $live live order records"; seg_bad=1; }
+  [ "$o" -eq "$live" ] || { fail "segment $k: cnt.o=$o != $live live orders (records that are not parts)"; seg_bad=1; }
   [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
   [ "$r" = - ] && r=0
   if ! is_int "$r" || [ "$r" -ne "$held" ]; then fail "segment $k: cnt.r=$r != $held units in reserved (held) order records"; seg_bad=1; fi
@@ -296,7 +297,7 @@ for ((k = 0; k < nseg; k++)); do
   sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
   sum_r=$((sum_r + held)) sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
 done
-[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live records, s = Σ their quantities, r = Σ those of holds, due set = the holds"
+[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live orders (parts are not orders), s = Σ their units, r = Σ those of holds, due set = the holds"
 [ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
   || fail "sold $sum_s != stock_total $sum_t − remaining $sum_stock"
 if [ -n "$stock_total" ]; then
@@ -317,8 +318,7 @@ if [ -n "$units" ]; then
   fi
 fi
 if [ -n "$orders" ]; then
-  # Σ o counts records: a multi-segment order's parts are records of their segments
-  sum_ord=$((sum_o - ${n_lparts:-0}))
+  sum_ord=$sum_o # cnt.o counts orders, never parts
   if [ "$unanswered" -eq 0 ]; then
     [ "$sum_ord" -eq "$orders" ] && pass "live orders in Redis $sum_ord = 201 answers $orders" \
       || fail "live orders in Redis $sum_ord != 201 answers counted by wrk $orders"

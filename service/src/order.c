@@ -289,7 +289,7 @@ static void end_done(struct by_id *b)
     free(b);
 }
 
-static void on_followed(void *arg, int ok)
+static void on_part_followed(void *arg, int ok)
 {
     (void)ok; /* logged by follow_async; the sweeper applies what is left queued */
     end_done(arg);
@@ -303,7 +303,7 @@ static void end_follow(struct by_id *b)
         return;
     }
     follow_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, (const char *const *)b->follows,
-                 b->nfollows, on_followed, b);
+                 b->nfollows, on_part_followed, b);
 }
 
 static void on_given(void *arg, int ok)

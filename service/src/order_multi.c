@@ -661,7 +661,7 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
     end_intent(m, OUT_CREATED);
 }
 
-static void on_intent_deleted(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_intent_gone(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)r;
     struct multi *m = arg;
@@ -676,7 +676,7 @@ static void end_intent(struct multi *m, enum order_outcome out)
     m->res.out = out;
     m->state = M_END;
     const char *argv[3] = {"HDEL", m->multi_key, m->rq.token};
-    store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_deleted, m);
+    store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_gone, m);
 }
 
 static void on_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)

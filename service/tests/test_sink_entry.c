@@ -55,15 +55,6 @@ static void test_stream_ids(void **state)
     unsigned long long ms, seq;
     assert_int_equal(sink_entry_parse_id("1764000000000-12", &ms, &seq), 0);
     assert_true(ms == 1764000000000ULL && seq == 12);
-    /* one part, the entry's own segment and quantity: the same as no field */
-    const char *h1[] = {"event", "created", "order", "o-2-S",   "quantity", "12", "parts",
-                        "2:12",  "at",      "1",     "version", "1",        NULL};
-    e = entry("7-2", h1);
-    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
-    assert_int_equal(out.ok, 1);
-    sink_entry_parts_json(&out, json, sizeof json);
-    assert_string_equal(json, "[{\"segment\":2,\"quantity\":12}]");
-    freeReplyObject(e);
     static const char *const bad[] = {"", "12", "-1-2", "1-", "1-x", "a-1", "1-2-3", " 1-2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(sink_entry_parse_id(bad[i], &ms, &seq), -1);

@@ -454,7 +454,7 @@ static void sf_check_records(sf_report *rep, const char *sku, int k, const redis
             rep->expired += !is_part;
         } else if (q >= 1) {
             *units += u;
-            (*live)++;
+            *live += !is_part; /* cnt.o counts orders: a part is none */
             if (reserved)
                 *held += u;
             if (!is_part) {
