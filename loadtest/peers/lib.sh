@@ -18,6 +18,7 @@
 #                             and units = the 201 answers counted (CREATED, UNITS), exactly when
 #                             UNANSWERED is 0, else within UNANSWERED more
 peers_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2034 # peer_kinds and peer_pid are for the sourcing script
 peer_kinds="go node openresty lockless"
 
 peers_build() {
@@ -27,7 +28,7 @@ peers_build() {
   [ -d /usr/share/gocode/src/github.com/gomodule/redigo ] ||
     { echo "peers: redigo is missing (scripts/deps.sh --peers)" >&2; return 1; }
   (cd "$peers_dir/go" && GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE="$out/gocache" \
-    GOFLAGS= timeout 300 go build -o "$out/peer-go" main.go) || { echo "peers: go build failed" >&2; return 1; }
+    GOFLAGS='' timeout 300 go build -o "$out/peer-go" main.go) || { echo "peers: go build failed" >&2; return 1; }
   peer_go_bin=$out/peer-go
   command -v node >/dev/null || { echo "peers: node is missing (scripts/deps.sh --peers)" >&2; return 1; }
   [ -d "$peers_dir/node/node_modules/redlock" ] ||
@@ -58,6 +59,7 @@ peer_launch() {
       ;;
     *) echo "peers: unknown kind $kind" >&2; return 2 ;;
   esac
+  # shellcheck disable=SC2034
   peer_pid=$!
 }
 
