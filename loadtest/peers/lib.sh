@@ -96,8 +96,9 @@ peer_verify() {
     [ "$orders" -eq "$created" ] || { ok=0; why+=" records!=created"; }
     [ "$rec_units" -eq "$units" ] || { ok=0; why+=" record_units!=units"; }
   else
-    [ "$orders" -ge "$created" ] && [ "$orders" -le $((created + unanswered)) ] ||
-      { ok=0; why+=" records_out_of_bounds"; }
+    if [ "$orders" -lt "$created" ] || [ "$orders" -gt $((created + unanswered)) ]; then
+      ok=0; why+=" records_out_of_bounds"
+    fi
     [ "$rec_units" -ge "$units" ] || { ok=0; why+=" record_units<units"; }
   fi
   echo "VERIFY ok=$ok remaining=$sum sold=$((stock - sum)) records=$orders record_units=$rec_units created=$created units=$units unanswered=$unanswered${why}"
