@@ -10,6 +10,11 @@
 # packages in service/tests/e2e (package-lock.json; only when node_modules is missing or older
 # than the lock file). playwright-core drives Debian's /usr/bin/chromium and downloads no browser.
 # --bench adds perf (linux-perf): loadtest/loopcore.sh --syscalls and loadtest/run.sh's profiles.
+# --peers adds what the SPEC §9 peers need (loadtest/peers/, measured by loadtest/peers.sh, kept
+# working by the script_peers test): golang-go and redigo (the Go peer, built offline in GOPATH
+# mode), libnginx-mod-http-lua and lua-cjson (the OpenResty peers on Debian's nginx), Node.js and
+# npm (as for --e2e), then `npm ci` of loadtest/peers/node (fastify, ioredis, redlock; pinned in its
+# package-lock.json; only when node_modules is missing or older than the lock file).
 set -euo pipefail
 
 packages=(
@@ -31,7 +36,7 @@ packages=(
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
-e2e=0
+e2e=0 peers=0
 for arg in "$@"; do
   case "$arg" in
     --docker) packages+=(docker.io debootstrap docker-compose) ;;
@@ -42,18 +47,30 @@ for arg in "$@"; do
       command -v node >/dev/null 2>&1 || packages+=(nodejs)
       command -v npm >/dev/null 2>&1 || packages+=(npm)
       ;;
-    *) echo "deps.sh: unknown option $arg (known: --docker, --e2e, --bench)" >&2; exit 2 ;;
+    --peers)
+      peers=1
+      packages+=(golang-go golang-github-gomodule-redigo-dev libnginx-mod-http-lua lua-cjson)
+      command -v node >/dev/null 2>&1 || packages+=(nodejs)
+      command -v npm >/dev/null 2>&1 || packages+=(npm)
+      ;;
+    *) echo "deps.sh: unknown option $arg (known: --docker, --e2e, --bench, --peers)" >&2; exit 2 ;;
   esac
 done
 
-# npm ci of service/tests/e2e, when its node_modules is missing or older than the lock file.
-e2e_npm() {
+# npm_ci DIR: npm ci in DIR (of the repository), when its node_modules is missing or older than
+# the lock file.
+npm_ci() {
   local dir
-  dir=$(cd "$(dirname "$0")/.." && pwd)/service/tests/e2e
+  dir=$(cd "$(dirname "$0")/.." && pwd)/$1
   if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
     echo "deps.sh: npm ci in $dir" >&2
     (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund >/dev/null)
   fi
+}
+# The npm packages of the groups asked for.
+npm_groups() {
+  [ "$e2e" = 0 ] || npm_ci service/tests/e2e
+  [ "$peers" = 0 ] || npm_ci loadtest/peers/node
 }
 
 missing=()
@@ -64,7 +81,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  [ "$e2e" = 1 ] && e2e_npm
+  npm_groups
   exit 0
 fi
 
@@ -81,5 +98,5 @@ echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-[ "$e2e" = 1 ] && e2e_npm
+npm_groups
 exit 0

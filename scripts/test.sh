@@ -21,7 +21,8 @@
 # a real Docker engine, started here if needed (about 4-6 minutes the first time on 2 cores, the
 # debootstrap'd base image then cached; it skips with one line where dockerd cannot start, but
 # not under CI=true). The script tests (scripts/tests/: run.sh, the nginx config, cmake
-# --install) are ctest tests, labelled "scripts".
+# --install, the SPEC §9 peers of loadtest/peers/ with the packages of `scripts/deps.sh --peers`)
+# are ctest tests, labelled "scripts"; the peers' benchmark, loadtest/peers.sh, is not run here.
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # loadtest/chaos.sh --short (the randomized concurrent-history test, about 70 s; --long is the
 # 10-minute form, not run here), loadtest/chaos.sh --cluster --short (the same history against a
@@ -50,6 +51,7 @@ if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   scripts/deps.sh --docker || echo "== deps: the Docker packages could not be installed (the docker test will say)"
 fi
 scripts/deps.sh --e2e || echo "== deps: the e2e packages could not be installed (the e2e tests will say)"
+scripts/deps.sh --peers || echo "== deps: the peers' packages could not be installed (the script_peers test will say)"
 scripts/deps.sh
 echo "== format check (scripts/format.sh --check: every C file as .clang-format says; fix with scripts/format.sh)"
 scripts/format.sh --check
