@@ -6,6 +6,7 @@
  *   - the answer's parts (index order, the first part's segment, summing to the quantity), the
  *     records in Redis, an Idempotency-Key replay of the whole order, a per-user limit counting
  *     every part;
+ *   - 256 segments of one unit: the order takes the shorts it has read, not a walk of all;
  *   - many concurrent orders of random sizes over three instances until sold out: every unit
  *     sold exactly once, no intent left;
  *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
@@ -228,6 +229,26 @@ static void test_replay_and_limit(void **state)
     mu_invariants(sku);
 }
 
+/* 256 segments of one unit: an order of 10 takes the first shorts it reads, not a walk of every
+ * segment first (2 calls each: the walk alone would pass the call budget of 256 and answer
+ * 503); one of 40 likewise. */
+static void test_many_short_segments(void **state)
+{
+    (void)state;
+    const char *sku = "mu-many";
+    mu_put(sku, 256, 256, "");
+    sf_resp r = {0};
+    mu_order(mu_port(0), sku, 10, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT_EQ(mu_check_parts(&r, 10), 10);
+    mu_order(mu_port(1), sku, 40, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT_EQ(mu_check_parts(&r, 40), 40);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(mu_remaining(sku), 206);
+    mu_invariants(sku);
+}
+
 /* ---- concurrency ---- */
 
 struct mu_buyer {
@@ -443,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_to_the_last_unit),
         cmocka_unit_test(test_tail_one_unit_each),
         cmocka_unit_test(test_replay_and_limit),
+        cmocka_unit_test(test_many_short_segments),
         cmocka_unit_test(test_concurrent_until_sold_out),
         cmocka_unit_test(test_killed_after_intent),
         cmocka_unit_test(test_killed_after_parts),
