@@ -399,7 +399,11 @@ static void test_kill_connection(void **state)
     lc_script *s = NULL;
     assert_ok(lc_token_fenced_script_new(WRITE_BODY, &s));
     lost_calls = 0;
-    lc_mysql_lock *a = mlock(mc, "mq:kill");
+    lc_mysql_opts o = test_opts();
+    o.check_ms = 0; /* the socket alone tells */
+    lc_mysql_client *c1 = NULL;
+    assert_ok(lc_mysql_client_new(lt_base, mdb_url(db), &o, &c1));
+    lc_mysql_lock *a = mlock(c1, "mq:kill");
     result r = acquire(a, 0);
     assert_int_equal(r.st, LC_OK);
     eresult e;
@@ -450,7 +454,38 @@ static void test_kill_connection(void **state)
     event_base_free(base2);
     lc_mysql_lock_free(a);
     lc_mysql_lock_free(b);
+    lc_mysql_client_free(c1);
     lc_script_free(s);
+}
+
+/* The server stops answering (SIGSTOP: no close, no error on the socket): the periodic check
+ * finds the holder lost by its command timeout. */
+static void test_server_paused(void **state)
+{
+    (void)state;
+    NEED_DB();
+    lc_mysql_opts o = test_opts();
+    o.check_ms = 200;
+    o.command_timeout_ms = 500;
+    lc_mysql_client *c1 = NULL;
+    assert_ok(lc_mysql_client_new(lt_base, mdb_url(db), &o, &c1));
+    lost_calls = 0;
+    lc_mysql_lock *a = mlock(c1, "mq:pause");
+    assert_int_equal(acquire(a, 0).st, LC_OK);
+    lt_run_until(lt_never, NULL, 500); /* checks pass while the server answers */
+    assert_int_equal(lc_mysql_lock_lost(a), 0);
+    assert_int_equal(kill(mdb_pid(db), SIGSTOP), 0);
+    int64_t t0 = tu_now_ms();
+    int lost = lt_run_until(lost_seen, a, 5000);
+    int64_t took = tu_now_ms() - t0;
+    kill(mdb_pid(db), SIGCONT);
+    assert_true(lost);
+    assert_int_equal(lost_calls, 1);
+    assert_between(took, 400, 2500); /* within check_ms + command timeout, with margin */
+    assert_int_equal(release(a).st, LC_ELOST);
+    assert_true(wait_free("mq:pause"));
+    lc_mysql_lock_free(a);
+    lc_mysql_client_free(c1);
 }
 
 /* A holder process killed -9: the server drops its session and a waiter gets the lock. */
@@ -565,6 +600,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waiter_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_paused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holder_process_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counter_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
