@@ -463,11 +463,12 @@ static char *hex_put(char *p, const char *s, size_t n)
 }
 
 /* The statement text: fmt with each %K the lock's GET_LOCK name, %N its full name (hex
- * literals), %s the one string argument s. */
-static char *sql_build(const lc_mysql_lock *lk, const char *fmt, const char *s)
+ * literals), the first %s s1 and the second s2 (text of ours, never user data). */
+static char *sql_build(const lc_mysql_lock *lk, const char *fmt, const char *s1, const char *s2)
 {
     size_t cap = strlen(fmt) + 4 * (2 * lk->namelen + 4) + 4 * (2 * GET_LOCK_NAME_MAX + 4) +
-                 (s ? strlen(s) : 0) + 1;
+                 (s1 ? strlen(s1) : 0) + (s2 ? strlen(s2) : 0) + 1;
+    const char *s = s1;
     char *out = malloc(cap), *p = out;
     if (!out)
         return NULL;
@@ -479,9 +480,11 @@ static char *sql_build(const lc_mysql_lock *lk, const char *fmt, const char *s)
             p = hex_put(p, lk->name, lk->namelen);
             f++;
         } else if (f[0] == '%' && f[1] == 's') {
-            size_t n = strlen(s);
-            memcpy(p, s, n);
+            size_t n = s ? strlen(s) : 0;
+            if (n)
+                memcpy(p, s, n);
             p += n;
+            s = s2;
             f++;
         } else {
             *p++ = *f;
@@ -601,7 +604,7 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     if (!mc || lk->count == 0 || lk->lost || mc->job != J_NONE)
         return;
     free(mc->sql);
-    mc->sql = sql_build(lk, "SELECT IS_USED_LOCK(%K) = CONNECTION_ID(), 0", NULL);
+    mc->sql = sql_build(lk, "SELECT IS_USED_LOCK(%K) = CONNECTION_ID(), 0", NULL, NULL);
     if (!mc->sql) {
         lc_async_arm(lk->check, lk->c->o.check_ms);
         return;
@@ -638,7 +641,7 @@ static void hold_release(lc_mysql_lock *lk, int answer)
     if (answer)
         lk->rconn = mc;
     free(mc->rel_sql);
-    mc->rel_sql = sql_build(lk, "SELECT RELEASE_LOCK(%K), 0", NULL);
+    mc->rel_sql = sql_build(lk, "SELECT RELEASE_LOCK(%K), 0", NULL, NULL);
     if (mc->job == J_CHECK)
         mc->release_queued = 1; /* one statement at a time: after the check */
     else
@@ -748,15 +751,18 @@ static void acquire_start(lc_mysql_lock *lk)
     int64_t left = lk->wait_ms > 0 ? lk->deadline_ms - lc_now_ms() : 0;
     if (left < 0)
         left = 0;
-    char secs[32];
+    char secs[32], session[64] = "";
     snprintf(secs, sizeof(secs), "%" PRId64 ".%03d", left / 1000, (int)(left % 1000));
+    if (lk->c->o.session_timeout_s > 0)
+        snprintf(session, sizeof(session), "SET SESSION wait_timeout = %d;",
+                 lk->c->o.session_timeout_s);
     char *sql = sql_build(lk,
-                          "SET @lc_got = GET_LOCK(%K, %s);"
+                          "%sSET @lc_got = GET_LOCK(%K, %s);"
                           "INSERT INTO lc_fence(name, token) SELECT %N, LAST_INSERT_ID(1) FROM DUAL"
                           " WHERE @lc_got = 1"
                           " ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);"
                           "SELECT @lc_got, IF(@lc_got = 1, LAST_INSERT_ID(), 0)",
-                          secs);
+                          session, secs);
     if (!mc || !sql) {
         free(sql);
         if (mc) {
@@ -1052,9 +1058,13 @@ lc_status lc_mysql_client_new(struct event_base *base, const char *url, const lc
     lc_mysql_opts_init(&o);
     if (opts)
         o = *opts;
-    if (o.connect_timeout_ms <= 0 || o.command_timeout_ms <= 0 || o.check_ms < 0 || o.max_idle < 0)
-        return lc_fail(LC_EINVAL, "mysql client: timeouts must be > 0, check_ms and max_idle "
-                                  ">= 0");
+    if (o.connect_timeout_ms <= 0 || o.command_timeout_ms <= 0 || o.check_ms < 0 ||
+        o.max_idle < 0 || o.session_timeout_s < 0 || o.session_timeout_s > 31536000)
+        return lc_fail(LC_EINVAL, "mysql client: timeouts must be > 0, check_ms, max_idle and "
+                                  "session_timeout_s >= 0");
+    if (o.session_timeout_s > 0 && (o.check_ms == 0 || o.check_ms >= o.session_timeout_s * 1000))
+        return lc_fail(LC_EINVAL, "mysql client: check_ms must be in 1..session_timeout_s * 1000 "
+                                  "(a live holder's session must never be idle that long)");
     lc_mysql_url u;
     char why[128];
     if (lc_mysql_url_parse(url, &u, why, sizeof(why)) != LC_OK)

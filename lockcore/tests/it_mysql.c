@@ -488,6 +488,66 @@ static void test_server_paused(void **state)
     lc_mysql_client_free(c1);
 }
 
+/* A holder that stops running (its loop not run, as a SIGSTOPped process) keeps the lock only
+ * until the server ends its silent session (session_timeout_s): then the next holder gets it,
+ * and the paused holder's late fenced write is refused by the store. */
+static void test_paused_holder_session_timeout(void **state)
+{
+    (void)state;
+    NEED_DB();
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(WRITE_BODY, &s));
+    struct event_base *base2 = event_base_new();
+    assert_non_null(base2);
+    lc_mysql_opts o = test_opts();
+    o.session_timeout_s = 1;
+    lc_mysql_client *c2 = NULL;
+    assert_status(lc_mysql_client_new(base2, mdb_url(db),
+                                      &(lc_mysql_opts){.connect_timeout_ms = 1,
+                                                       .command_timeout_ms = 1,
+                                                       .check_ms = 1000,
+                                                       .session_timeout_s = 1},
+                                      &c2),
+                  LC_EINVAL); /* a live holder would be idle as long as the timeout */
+    lc_async_client *store2 = NULL;
+    assert_ok(lc_mysql_client_new(base2, mdb_url(db), &o, &c2));
+    assert_ok(lc_async_client_new(base2, rf_url(gf_redis), NULL, &store2));
+    lc_mysql_lock *paused = mlock(c2, "mq:paused");
+    result r = acquire_on(base2, paused, 0);
+    assert_int_equal(r.st, LC_OK);
+    uint64_t tp = r.fence;
+    /* live: its checks keep the session busier than the timeout */
+    lc_mysql_lock *b = mlock(mc, "mq:paused");
+    int64_t until = tu_now_ms() + 1800;
+    while (tu_now_ms() < until)
+        event_base_loop(base2, EVLOOP_NONBLOCK);
+    assert_int_equal(lc_mysql_lock_lost(paused), 0);
+    assert_int_equal(acquire(b, 0).st, LC_EBUSY);
+    /* paused: base2 no longer runs */
+    int64_t t0 = tu_now_ms();
+    r = acquire(b, 8000);
+    int64_t took = tu_now_ms() - t0;
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence > tp);
+    assert_between(took, 500, 4000);
+    eresult e;
+    assert_ok(write_on(lt_base, store, b, s, 0, "b", &e));
+    assert_int_equal(e.st, LC_OK);
+    assert_int_equal(lc_mysql_lock_lost(paused), 0); /* wakes up unaware */
+    assert_ok(write_on(base2, store2, paused, s, 0, "late", &e));
+    assert_int_equal(e.st, LC_ELOST);
+    char buf[16];
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET mq:value"), 1);
+    assert_string_equal(buf, "b");
+    assert_int_equal(release(b).st, LC_OK);
+    lc_mysql_lock_free(paused);
+    lc_mysql_lock_free(b);
+    lc_mysql_client_free(c2);
+    lc_async_client_free(store2);
+    event_base_free(base2);
+    lc_script_free(s);
+}
+
 /* A holder process killed -9: the server drops its session and a waiter gets the lock. */
 static void test_holder_process_killed(void **state)
 {
@@ -601,6 +661,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_paused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paused_holder_session_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holder_process_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counter_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),

@@ -36,6 +36,11 @@
  * lost holder's fenced eval is not sent; one sent just before the loss is refused by the store as
  * soon as a later holder's token has been seen there (the fence is what makes it safe).
  *
+ * No lease: a GET_LOCK is held as long as its session lives. A holder that stops running without
+ * closing its connection (SIGSTOP, a long pause, a silent network) keeps the lock until the
+ * server ends the session: set session_timeout_s (SET SESSION wait_timeout at each acquire) to
+ * bound that; the holder's own checks keep a live session from ever being idle that long.
+ *
  * Deadlines: connect, each statement's read and write: connect_timeout_ms / command_timeout_ms;
  * an acquire's GET_LOCK waits what is left of wait_ms after connecting, and its answer is awaited
  * that long plus the command timeout. A step that outlives its deadline closes its connection
@@ -66,6 +71,11 @@ typedef struct lc_mysql_opts {
     int check_ms;           /* a held lock's ownership check period (default 1000; 0: none, the
                                socket watch only) */
     int max_idle;           /* connections kept for reuse (default 8) */
+    int session_timeout_s;  /* > 0: each session's wait_timeout (the server ends a session silent
+                               this long, freeing its locks): the lease of a holder that stopped
+                               running (paused process, network gone). A live holder speaks every
+                               check_ms, which must then be below it. 0 (default): the server's
+                               wait_timeout (8 hours unless configured) */
 } lc_mysql_opts;
 
 void lc_mysql_opts_init(lc_mysql_opts *opts);
