@@ -42,7 +42,7 @@ struct areq_env {
     lc_async_client *lc;                               /* the loop's Redis client */
     lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
     int nlocknodes;
-    lc_mysql_client *lockmysql; /* --lock-mysql: the loop's MySQL lock client, or NULL */
+    lc_mysql_client *lockmysql;    /* --lock-mysql: the loop's MySQL lock client, or NULL */
     struct seglock *live_seglocks; /* the orders' live Redlock seglocks (seglock_close_all) */
     struct seggate *gates;         /* the loop's per-segment gates (orders) */
     int id, nloops;                /* the loop's index, 0..nloops - 1 */

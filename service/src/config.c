@@ -1235,8 +1235,9 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         return -1;
     }
     if (out->lock_redis_n && out->lock_mysql[0]) {
-        seterr(err, errlen, "lock_redis and lock_mysql: both are set; the segment locks live in "
-                            "one place, set one of them");
+        seterr(err, errlen,
+               "lock_redis and lock_mysql: both are set; the segment locks live in "
+               "one place, set one of them");
         return -1;
     }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;

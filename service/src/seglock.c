@@ -1,7 +1,7 @@
 /*
  * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock or
- * MySQL lock with the stock read and the commit fenced on the data Redis (see seglock.h). This file is only the
- * adapter; all lock logic is lockcore's.
+ * MySQL lock with the stock read and the commit fenced on the data Redis (see seglock.h). This
+ * file is only the adapter; all lock logic is lockcore's.
  */
 #include "seglock.h"
 
@@ -276,10 +276,12 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
         for (int i = 0; i < nread && sl->reads; i++, sl->nread++)
             if (!(sl->reads[i] = strdup(reads[i])))
                 break;
-        st = nread > 0 && sl->nread != nread
-                 ? LC_ENOMEM
-             : sl->my ? lc_mysql_lock_acquire(sl->my, wait_ms, on_my_acquired, sl)
-                      : lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
+        if (nread > 0 && sl->nread != nread)
+            st = LC_ENOMEM;
+        else if (sl->my)
+            st = lc_mysql_lock_acquire(sl->my, wait_ms, on_my_acquired, sl);
+        else
+            st = lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
         if (st != LC_OK)
             free_reads(sl);
     }

@@ -133,6 +133,10 @@ static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_c
         lc_mysql_opts_init(&mo);
         mo.connect_timeout_ms = lo->connect_timeout_ms;
         mo.command_timeout_ms = lo->command_timeout_ms;
+        /* GET_LOCK has no lease: the server ends a silent session (a paused or cut-off holder)
+         * after --lock-lease-ms, rounded up to seconds; a live holder checks every third of it */
+        mo.session_timeout_s = (cfg->lock_lease_ms + 999) / 1000;
+        mo.check_ms = cfg->lock_lease_ms / 3 > 0 ? cfg->lock_lease_ms / 3 : 1;
         if (lc_mysql_client_new(env->base, cfg->lock_mysql, &mo, &env->lockmysql) != LC_OK) {
             snprintf(err, errlen, "mysql lock client of loop %d: %s", env->id, lc_errmsg());
             return -1;
