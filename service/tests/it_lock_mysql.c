@@ -235,7 +235,7 @@ static void test_kill_lock_server(void **state)
     }
     tu_sleep_ms(300);
     assert_int_equal(mdb_halt(db, SIGKILL), 0);
-    tu_sleep_ms(300); /* orders in flight at the kill have ended */
+    tu_sleep_ms(1000); /* orders in flight at the kill have ended (wide: a loaded machine) */
     int down = 0;
     for (int i = 0; i < 3; i++)
         down += atomic_load(&bs[i].created);
