@@ -246,6 +246,16 @@ static void test_basic(void **state)
     assert_int_equal(release(lb).st, LC_OK);
     assert_int_equal(mdb_scalar(db, "SELECT MAX(LENGTH(name)) FROM lc_fence"), 300);
 
+    /* What an uncontended acquire + release costs (printed, not judged: a shared machine). */
+    int64_t t0 = tu_now_ms();
+    enum { ROUNDS_TIMED = 200 };
+    for (int i = 0; i < ROUNDS_TIMED; i++) {
+        assert_int_equal(acquire(a, 0).st, LC_OK);
+        assert_int_equal(release(a).st, LC_OK);
+    }
+    fprintf(stderr, "it_mysql: acquire + release, %d rounds: %.3f ms each\n", ROUNDS_TIMED,
+            (double)(tu_now_ms() - t0) / ROUNDS_TIMED);
+
     /* Holders and waiters have a connection each; idle ones are reused. */
     assert_true(lc_mysql_client_conns(mc) >= 1 && lc_mysql_client_conns(mc) <= 2);
     lc_mysql_lock_free(la);
