@@ -73,6 +73,7 @@ struct lc_mysql_client {
     mconn *conns, *idle;
     int nconns, nidle;
     int table_ready;
+    int freeing; /* lc_mysql_client_free is running: nothing new starts */
     lc_mysql_lock *locks;
 };
 
@@ -576,13 +577,14 @@ static void held_watch(lc_mysql_lock *lk)
 /* The held lock is gone: its connection closed, the lock marked lost, on_lost called. */
 static void mark_lost(lc_mysql_lock *lk, const char *why)
 {
+    /* the message first: why may be the connection's own error text, gone with it */
+    snprintf(lk->why, sizeof(lk->why), "mysql lock %.60s: lost (%.170s)", lk->name, why);
     mconn *mc = lk->conn;
     lk->conn = NULL;
     if (mc)
         mconn_close(mc);
     event_del(lk->check);
     lk->lost = 1;
-    snprintf(lk->why, sizeof(lk->why), "mysql lock %.60s: lost (%.170s)", lk->name, why);
     if (lk->on_lost)
         lk->on_lost(lk, lk->on_lost_arg);
 }
@@ -798,7 +800,7 @@ static lc_status mop_begin(lc_mysql_lock *lk, m_op op, lc_mysql_lock_fn cb, lc_m
 {
     if (!lk)
         return lc_fail(LC_EINVAL, "mysql lock: NULL handle");
-    if (!lk->c || lk->freeing)
+    if (!lk->c || lk->c->freeing || lk->freeing)
         return lc_fail(LC_ESTATE, "mysql lock %s: its client was freed", lk->name);
     if (lk->op != MO_NONE)
         return lc_fail(LC_ESTATE, "mysql lock %s: another operation is in flight", lk->name);
@@ -918,7 +920,7 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
         return lc_fail(LC_EINVAL, "mysql lock eval: bad argument");
     if (lk->count == 0)
         return lc_fail(LC_ENOTHELD, "mysql lock %s: not held by this owner", lk->name);
-    if (lk->op != MO_NONE || lk->freeing || !lk->c)
+    if (lk->op != MO_NONE || lk->freeing || !lk->c || lk->c->freeing)
         return lc_fail(LC_ESTATE, "mysql lock %s: another operation is in flight", lk->name);
     if (lk->lost) {
         snprintf(lk->why, sizeof(lk->why), "mysql lock %s: lost before the eval: not sent",
@@ -1004,10 +1006,6 @@ lc_status lc_mysql_lock_new(lc_mysql_client *c, const char *name, lc_mysql_lost_
 /* Cuts the handle loose from its client: operation ended (LC_ESTATE), connections given up. */
 static void lock_detach(lc_mysql_lock *lk)
 {
-    if (lk->op != MO_NONE) {
-        snprintf(lk->why, sizeof(lk->why), "mysql lock %s: handle or client freed", lk->name);
-        mop_finish(lk, LC_ESTATE, 0, NULL);
-    }
     if (lk->conn) {
         mconn_close(lk->conn); /* the server frees the hold, or stops the wait, with the session */
         lk->conn = NULL;
@@ -1020,6 +1018,10 @@ static void lock_detach(lc_mysql_lock *lk)
         event_del(lk->check);
     if (lk->defer)
         event_del(lk->defer);
+    if (lk->op != MO_NONE) {
+        snprintf(lk->why, sizeof(lk->why), "mysql lock %s: handle or client freed", lk->name);
+        mop_finish(lk, LC_ESTATE, 0, NULL); /* last: the callback may free the handle */
+    }
 }
 
 void lc_mysql_lock_free(lc_mysql_lock *lk)
@@ -1083,12 +1085,15 @@ void lc_mysql_client_free(lc_mysql_client *c)
 {
     if (!c)
         return;
+    c->freeing = 1;
     while (c->locks) {
         lc_mysql_lock *lk = c->locks;
         c->locks = lk->next;
+        if (c->locks)
+            c->locks->prev = NULL;
         lk->prev = lk->next = NULL;
-        lock_detach(lk);
-        lk->c = NULL;
+        lk->c = NULL;    /* an orphan before its callback: freeing it there is plain */
+        lock_detach(lk); /* may free lk (its callback) */
     }
     while (c->conns)
         mconn_close(c->conns);

@@ -308,6 +308,36 @@ static void test_waiter_timeout(void **state)
     lc_mysql_lock_free(b);
 }
 
+static void on_result_free(lc_mysql_lock *l, lc_status st, uint64_t fence, void *arg)
+{
+    on_result(l, st, fence, arg);
+    lc_mysql_lock_free(l); /* as seglock does with a handle whose acquire failed */
+}
+
+/* The client freed under its locks: a waiter's acquire ends with LC_ESTATE from inside the free
+ * (and its callback may free its handle there), a holder becomes an orphan whose calls answer
+ * LC_ESTATE, and the server frees what the closed sessions held. */
+static void test_client_free(void **state)
+{
+    (void)state;
+    NEED_DB();
+    lc_mysql_lock *h = mlock(mc, "mq:cfree"), *w = mlock(mc, "mq:cfree");
+    assert_int_equal(acquire(h, 0).st, LC_OK);
+    result r = {0};
+    assert_ok(lc_mysql_lock_acquire(w, 5000, on_result_free, &r));
+    lt_run_until(lt_never, NULL, 100);
+    assert_int_equal(r.calls, 0);
+    lc_mysql_client_free(mc);
+    mc = NULL;
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.st, LC_ESTATE);
+    result r2 = {0};
+    assert_status(lc_mysql_lock_acquire(h, 0, on_result, &r2), LC_ESTATE);
+    assert_status(lc_mysql_lock_release(h, on_result, &r2), LC_ESTATE);
+    lc_mysql_lock_free(h);
+    assert_true(wait_free("mq:cfree"));
+}
+
 /* ---- mutual exclusion as the store saw it ---- */
 
 enum { HOLDERS = 3, ROUNDS = 25 };
@@ -492,6 +522,7 @@ static void test_server_paused(void **state)
     assert_true(lost);
     assert_int_equal(lost_calls, 1);
     assert_between(took, 400, 2500); /* within check_ms + command timeout, with margin */
+    assert_non_null(strstr(lc_mysql_lock_errmsg(a), "no answer in time"));
     assert_int_equal(release(a).st, LC_ELOST);
     assert_true(wait_free("mq:pause"));
     lc_mysql_lock_free(a);
@@ -668,6 +699,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_basic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_free, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_paused, setup, teardown),
