@@ -887,24 +887,21 @@ static void on_mysql_eval_reply(lc_status st, const redisReply *r, const char *e
         return;
     lk->slot = NULL;
     const redisReply *body = NULL;
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
-        st = LC_EREDIS;
+    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
+    if (st == LC_OK && parsed == LC_EREDIS) {
         snprintf(lk->why, sizeof(lk->why),
                  "mysql lock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
                  lk->name);
-    } else if (st == LC_OK && r->element[0]->integer == 0) {
-        st = LC_ELOST;
+    } else if (parsed == LC_ELOST) {
         snprintf(lk->why, sizeof(lk->why),
                  "mysql lock %s: lost (the store has seen a token above %" PRIu64 ")", lk->name,
                  lk->fence);
         lk->lost = 1;
         event_del(lk->check);
-    } else if (st == LC_OK) {
-        body = r->elements > 1 ? r->element[1] : NULL;
-    } else {
+    } else if (st != LC_OK) {
         snprintf(lk->why, sizeof(lk->why), "mysql lock %s: data store: %s", lk->name, errstr);
     }
+    st = parsed;
     if (lk->eval_release)
         release_background(lk);
     mop_finish(lk, st, 0, body);
@@ -929,35 +926,13 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
             release_background(lk);
         return lc_fail(LC_ELOST, "%s", lk->why);
     }
-    const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
-    const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
-    size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
-    size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
     eval_slot *s = malloc(sizeof(*s));
-    char token[24];
     lc_status st = lc_fail(LC_ENOMEM, "mysql lock eval: out of memory");
-    if (k && a && kl && al && s) {
-        snprintf(token, sizeof(token), "%" PRIu64, lk->fence);
-        k[0] = seen_key;
-        kl[0] = strlen(seen_key);
-        a[0] = token;
-        al[0] = strlen(token);
-        for (int i = 0; i < nkeys; i++) {
-            k[1 + i] = keys[i];
-            kl[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
-        }
-        for (int i = 0; i < nargs; i++) {
-            a[1 + i] = args[i];
-            al[1 + i] = arglens ? arglens[i] : strlen(args[i]);
-        }
+    if (s) {
         s->lock = lk;
-        st = lc_async_script(store, script, nkeys + 1, k, kl, nargs + 1, a, al, on_mysql_eval_reply,
-                             s);
+        st = lc_async_token_script(store, script, seen_key, lk->fence, nkeys, keys, keylens, nargs,
+                                   args, arglens, on_mysql_eval_reply, s);
     }
-    free(k);
-    free(a);
-    free(kl);
-    free(al);
     if (st != LC_OK) {
         free(s);
         return st;

@@ -354,17 +354,12 @@ static void on_detached(lc_status st, const redisReply *r, const char *errstr, v
     struct detached d = *(struct detached *)arg;
     free(arg);
     const redisReply *body = NULL;
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
-        st = LC_EREDIS;
+    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
+    if (st == LC_OK && parsed == LC_EREDIS)
         errstr = "commit: unexpected reply";
-    } else if (st == LC_OK && r->element[0]->integer == 0) {
-        st = LC_ELOST;
+    else if (parsed == LC_ELOST)
         errstr = "lost (a later holder's token was seen): nothing ran";
-    } else if (st == LC_OK) {
-        body = r->elements > 1 ? r->element[1] : NULL;
-    }
-    d.cb(st, body, errstr, d.arg);
+    d.cb(parsed, body, errstr, d.arg);
 }
 
 lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int nkeys,
@@ -377,25 +372,14 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
     int held = sl->rl ? lc_async_redlock_held(sl->rl) : sl->my ? lc_mysql_lock_held(sl->my) : 0;
     if (!held)
         return LC_ENOTHELD;
-    enum { MAXA = 16 };
-    if (nkeys + 1 > MAXA || nargs + 1 > MAXA)
-        return LC_EINVAL;
-    const char *k[MAXA], *a[MAXA];
-    char token[24];
-    snprintf(token, sizeof(token), "%" PRIu64,
-             sl->rl ? lc_async_redlock_fence(sl->rl) : lc_mysql_lock_fence(sl->my));
-    k[0] = sl->seen;
-    a[0] = token;
-    for (int i = 0; i < nkeys; i++)
-        k[1 + i] = keys[i];
-    for (int i = 0; i < nargs; i++)
-        a[1 + i] = args[i];
+    uint64_t fence = sl->rl ? lc_async_redlock_fence(sl->rl) : lc_mysql_lock_fence(sl->my);
     struct detached *d = malloc(sizeof(*d));
     if (!d)
         return LC_ENOMEM;
     *d = (struct detached){cb, arg};
-    lc_status st = lc_async_script(sl->env.data, script, nkeys + 1, k, NULL, nargs + 1, a, NULL,
-                                   on_detached, d);
+    lc_status st = lc_async_token_script(sl->env.data, script, sl->seen, fence, nkeys,
+                                         (const char *const *)keys, NULL, nargs,
+                                         (const char *const *)args, NULL, on_detached, d);
     if (st != LC_OK)
         free(d);
     return st;
