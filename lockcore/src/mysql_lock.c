@@ -51,11 +51,11 @@ struct mconn {
     struct event *timer; /* the job's deadline */
     m_phase phase;
     m_job job;
-    lc_mysql_lock *lock; /* who gets the job's result (NULL: nobody) */
-    char *sql;           /* the job's statement(s) */
-    char *rel_sql;       /* a release waiting for the check in flight */
-    int connected, reused, release_queued;
-    unsigned long id; /* CONNECTION_ID() */
+    lc_mysql_lock *lock;                          /* who gets the job's result (NULL: nobody) */
+    char *sql;                                    /* the job's statement(s) */
+    char *rel_sql;                                /* a release waiting for the check in flight */
+    int connected, fresh, reused, release_queued; /* fresh: connected by this job */
+    unsigned long id;                             /* CONNECTION_ID() */
     /* the job's result */
     int failed, server_err;
     char err[LC_ERRSTR_MAX];
@@ -112,6 +112,7 @@ struct lc_mysql_lock {
 };
 
 static void step(mconn *mc, int ready);
+static char *acquire_sql(const lc_mysql_lock *lk, int64_t *left_out);
 static void mjob_done(mconn *mc);
 
 void lc_mysql_opts_init(lc_mysql_opts *o)
@@ -288,6 +289,7 @@ again:;
             return;
         }
         mc->connected = 1;
+        mc->fresh = 1;
         mc->id = mysql_thread_id(mc->m);
         mc->phase = c->table_ready ? P_QUERY : P_SETUP;
         ready = 0;
@@ -315,6 +317,16 @@ again:;
         ready = 0;
         goto again;
     case P_QUERY:
+        if (!ready && mc->job == J_ACQUIRE && mc->lock && mc->fresh) {
+            /* connecting took part of the wait: GET_LOCK waits only what is left of it */
+            int64_t left;
+            char *sql = acquire_sql(mc->lock, &left);
+            if (sql) {
+                free(mc->sql);
+                mc->sql = sql;
+            }
+        }
+        mc->fresh = 0;
         if (!ready)
             status = mysql_real_query_start(&err, mc->m, mc->sql, (unsigned long)strlen(mc->sql));
         else
@@ -747,24 +759,32 @@ static void mjob_done(mconn *mc)
 }
 
 /* Sends the acquire on a connection of the pool (or a new one). */
-static void acquire_start(lc_mysql_lock *lk)
+/* The acquire's statements, GET_LOCK waiting what is left of the wait now (*left, ms). */
+static char *acquire_sql(const lc_mysql_lock *lk, int64_t *left_out)
 {
-    mconn *mc = mconn_get(lk->c);
     int64_t left = lk->wait_ms > 0 ? lk->deadline_ms - lc_now_ms() : 0;
     if (left < 0)
         left = 0;
+    *left_out = left;
     char secs[32], session[64] = "";
     snprintf(secs, sizeof(secs), "%" PRId64 ".%03d", left / 1000, (int)(left % 1000));
     if (lk->c->o.session_timeout_s > 0)
         snprintf(session, sizeof(session), "SET SESSION wait_timeout = %d;",
                  lk->c->o.session_timeout_s);
-    char *sql = sql_build(lk,
-                          "%sSET @lc_got = GET_LOCK(%K, %s);"
-                          "INSERT INTO lc_fence(name, token) SELECT %N, LAST_INSERT_ID(1) FROM DUAL"
-                          " WHERE @lc_got = 1"
-                          " ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);"
-                          "SELECT @lc_got, IF(@lc_got = 1, LAST_INSERT_ID(), 0)",
-                          session, secs);
+    return sql_build(lk,
+                     "%sSET @lc_got = GET_LOCK(%K, %s);"
+                     "INSERT INTO lc_fence(name, token) SELECT %N, LAST_INSERT_ID(1) FROM DUAL"
+                     " WHERE @lc_got = 1"
+                     " ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1);"
+                     "SELECT @lc_got, IF(@lc_got = 1, LAST_INSERT_ID(), 0)",
+                     session, secs);
+}
+
+static void acquire_start(lc_mysql_lock *lk)
+{
+    mconn *mc = mconn_get(lk->c);
+    int64_t left;
+    char *sql = acquire_sql(lk, &left);
     if (!mc || !sql) {
         free(sql);
         if (mc) {

@@ -14,6 +14,7 @@
 
 #include "lockcore/lockcore_mysql.h"
 #include "mariadb_fixture.h"
+#include "slowproxy.h"
 
 static mdb_server *db;
 static lc_async_client *store;
@@ -336,6 +337,40 @@ static void test_client_free(void **state)
     assert_status(lc_mysql_lock_release(h, on_result, &r2), LC_ESTATE);
     lc_mysql_lock_free(h);
     assert_true(wait_free("mq:cfree"));
+}
+
+/* A waiter whose connection is slow to open (250 ms each way: the handshake takes over a second)
+ * still answers at its deadline: GET_LOCK waits only what is left of the wait once connected. */
+static void test_wait_counts_connect(void **state)
+{
+    (void)state;
+    NEED_DB();
+    sp_proxy *p = sp_start(mdb_port(db));
+    assert_non_null(p);
+    int port = atoi(strrchr(sp_url(p), ':') + 1);
+    char url[128];
+    snprintf(url, sizeof url, "mysql://" MDB_USER ":" MDB_PASSWORD "@127.0.0.1:%d/" MDB_DATABASE,
+             port);
+    lc_mysql_opts o = test_opts();
+    o.connect_timeout_ms = 5000;
+    lc_mysql_client *slow = NULL;
+    assert_ok(lc_mysql_client_new(lt_base, url, &o, &slow));
+    lc_mysql_lock *h = mlock(mc, "mq:slowwait"), *w = mlock(slow, "mq:slowwait");
+    assert_int_equal(acquire(h, 0).st, LC_OK);
+    sp_set_delay_ms(p, 250);
+    int64_t t0 = tu_now_ms();
+    result r = acquire(w, 2500);
+    int64_t took = tu_now_ms() - t0;
+    fprintf(stderr, "it_mysql: a 2500 ms wait through a 250 ms proxy answered in %lld ms\n",
+            (long long)took);
+    assert_int_equal(r.st, LC_ETIMEOUT);
+    /* the deadline, plus the last round trip (500 ms) and scheduling; not the connect's 1.2 s */
+    assert_between(took, 2400, 3600);
+    assert_int_equal(release(h).st, LC_OK);
+    lc_mysql_lock_free(w);
+    lc_mysql_lock_free(h);
+    lc_mysql_client_free(slow);
+    sp_stop(p);
 }
 
 /* ---- mutual exclusion as the store saw it ---- */
@@ -700,6 +735,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_basic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_counts_connect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutual_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_paused, setup, teardown),

@@ -42,7 +42,7 @@
  * bound that; the holder's own checks keep a live session from ever being idle that long.
  *
  * Deadlines: connect, each statement's read and write: connect_timeout_ms / command_timeout_ms;
- * an acquire's GET_LOCK waits what is left of wait_ms after connecting, and its answer is awaited
+ * an acquire's GET_LOCK waits what is left of wait_ms once connected, and its answer is awaited
  * that long plus the command timeout. A step that outlives its deadline closes its connection
  * (the server then frees whatever it held) and fails with LC_EIO. Host names are resolved by
  * libmariadb with a blocking getaddrinfo at connect: give an IP address on a loop that serves
