@@ -1,10 +1,10 @@
 /*
  * A throwaway MariaDB server for tests (inventory-sink's database, lockcore's MySQL locks):
- * mariadb-install-db into a fresh temp dir, then mariadbd --no-defaults on a free 127.0.0.1 port with that data dir and a
- * socket in it, waited for until it answers; stopped (and the dir removed) by the test, and
- * also when the test process exits, aborts or is killed (the fixtures' process registry,
- * proc_registry.h, as redis-server in redis_fixture.h; a SIGKILLed test's dir is removed by the
- * next mdb_start, whose owner pid is gone).
+ * mariadb-install-db into a fresh temp dir, then mariadbd --no-defaults on a free 127.0.0.1
+ * port with that data dir and a socket in it, waited for until it answers; stopped (and the dir
+ * removed) by the test, and also when the test process exits, aborts or is killed (the
+ * fixtures' process registry, proc_registry.h, as redis-server in redis_fixture.h; a SIGKILLed
+ * test's dir is removed by the next mdb_start, whose owner pid is gone).
  *
  * The server gets database MDB_DATABASE and user MDB_USER (password MDB_PASSWORD, from
  * 127.0.0.1) with exactly the privileges docs/deployment.md asks for the sink's user: SELECT,
