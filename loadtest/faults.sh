@@ -26,21 +26,29 @@
 #             SPEC §13), an instance kill -9'd twice mid-load (restarted in between): every
 #             multi-segment order cut off is healed whole or undone by the others' sweepers (no
 #             intent left), the §8 checks with every part sold or none
+#   lockdb    (--lock-mysql only) kill -9 of mariadbd mid-load, restarted 2 s later: orders
+#             during the outage are refused (503), never wrong; sales go on after it; 0 oversold
 # With --lock-redis the instances guard their segments with Redlock on 5 lock redis-servers
 # (AOF, appendfsync always) started here, the stock staying on the data Redis, every commit
 # fenced by the Redlock's token; the faults then default to kill,pause,locknode (the others
 # are about the data Redis, or, for lease, about the owner check that token fencing replaces).
+# With --lock-mysql they guard them with MariaDB GET_LOCKs (lockcore's lc_mysql_lock) on a
+# mariadbd started here (its own data dir and port), the token from its lc_fence counter rows;
+# the faults then default to kill,pause,lockdb (pause: the server ends the frozen instance's
+# silent sessions after the lease, --lock-lease-ms as the sessions' wait_timeout).
 # Writes loadtest/results/faults-<UTC timestamp>/ with FAULTS.md (a row per fault: its checks
 # and measurements), run.log, raw/ (wrk output, probe and readiness timelines, verify output)
 # and logs/. Everything it starts is stopped on exit, also on failure.
 #
-# Usage: loadtest/faults.sh [--soak] [--lock-redis] [--faults LIST] [--out DIR]
+# Usage: loadtest/faults.sh [--soak] [--lock-redis | --lock-mysql] [--faults LIST] [--out DIR]
 #   --soak     the long version: 60 s windows, 500,000 units, and the fault repeated (kill
 #              and restart an instance every 10 s, pause every 8 s, restart Redis every 15 s);
 #              about 9 min
 #   --faults   comma-separated subset of: kill,pause,everysec,always,absent,latency,lease,
-#              locknode,multikill [all but locknode; with --lock-redis: kill,pause,locknode]
+#              locknode,lockdb,multikill [all but locknode and lockdb; with --lock-redis:
+#              kill,pause,locknode; with --lock-mysql: kill,pause,lockdb]
 #   --lock-redis  Redlock mode (above)
+#   --lock-mysql  MySQL/MariaDB mode (above)
 #   --out DIR  results directory
 # Exit status: 0 every check passed; 1 a check failed; 2 usage; 3 infrastructure failure.
 #
@@ -52,11 +60,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 lt=$root/loadtest
 
-soak=0 faults="" out="" redlock=0
+soak=0 faults="" out="" redlock=0 mysqllock=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --soak) soak=1; shift ;;
     --lock-redis) redlock=1; shift ;;
+    --lock-mysql) mysqllock=1; shift ;;
     --faults) faults=$2; shift 2 ;;
     --faults=*) faults=${1#*=}; shift ;;
     --out) out=$2; shift 2 ;;
@@ -65,12 +74,15 @@ while [ $# -gt 0 ]; do
     *) echo "faults.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-all_faults=kill,pause,everysec,always,absent,latency,lease,locknode,multikill
+all_faults=kill,pause,everysec,always,absent,latency,lease,locknode,lockdb,multikill
+[ "$redlock" = 0 ] || [ "$mysqllock" = 0 ] || { echo "faults.sh: --lock-redis or --lock-mysql, not both" >&2; exit 2; }
 if [ "$redlock" = 1 ]; then faults=${faults:-kill,pause,locknode}
+elif [ "$mysqllock" = 1 ]; then faults=${faults:-kill,pause,lockdb}
 else faults=${faults:-kill,pause,everysec,always,absent,latency,lease,multikill}; fi
 for f in ${faults//,/ }; do
   [[ ",$all_faults," == *",$f,"* ]] || { echo "faults.sh: unknown fault '$f' (one of $all_faults)" >&2; exit 2; }
   [ "$f" != locknode ] || [ "$redlock" = 1 ] || { echo "faults.sh: locknode needs --lock-redis" >&2; exit 2; }
+  [ "$f" != lockdb ] || [ "$mysqllock" = 1 ] || { echo "faults.sh: lockdb needs --lock-mysql" >&2; exit 2; }
 done
 
 build_dir=${BUILD_DIR:-$root/build}
@@ -93,7 +105,7 @@ else window=${FT_WINDOW_S:-8} stock=${FT_STOCK:-20000}; fi
 slack_ms=1000
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-res=${out:-$lt/results/faults-$stamp$([ "$soak" = 1 ] && echo -soak || true)$([ "$redlock" = 1 ] && echo -redlock || true)}
+res=${out:-$lt/results/faults-$stamp$([ "$soak" = 1 ] && echo -soak || true)$([ "$redlock" = 1 ] && echo -redlock || true)$([ "$mysqllock" = 1 ] && echo -mysql || true)}
 mkdir -p "$res/raw" "$res/logs"
 run_dir=$res/run
 mkdir -p "$run_dir"
@@ -107,6 +119,7 @@ cleanup_hook() {
   [ -z "${stop_file:-}" ] || touch "$stop_file"
   for p in ${obs_pids[@]+"${obs_pids[@]}"}; do stop_pid "$p" 20; done
   lock_nodes_stop
+  lock_db_stop
 }
 # --- Redlock's lock nodes (--lock-redis) ----------------------------------------------------
 lock_node_up() { [ "$(timeout 2 redis-cli -p "${lock_ports[$1]}" ping 2>/dev/null)" = PONG ]; }
@@ -134,6 +147,31 @@ lock_nodes_stop() {
   for p in ${lock_pids[@]+"${lock_pids[@]}"}; do stop_pid "$p" 50; done
   lock_pids=()
 }
+# --- the MySQL/MariaDB lock server (--lock-mysql) ----------------------------------------------
+lock_db_pid="" lock_db_port=""
+lock_db_sql() { timeout 5 mariadb --no-defaults -h 127.0.0.1 -P "$lock_db_port" -u root -N -B -e "$1"; }
+lock_db_up() { [ "$(lock_db_sql 'SELECT 1' 2>/dev/null)" = 1 ]; }
+# lock_db_start: mariadbd on lock_db_port (picked and its data dir made the first time).
+lock_db_start() {
+  local dir=$run_dir/mysql user=()
+  [ "$(id -u)" != 0 ] || user=(--user=root)
+  if [ -z "$lock_db_port" ]; then
+    pick_port || die "no free port for mariadbd"; lock_db_port=$picked
+    mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal       --skip-test-db ${user[@]+"${user[@]}"} >"$res/logs/mariadb-install.log" 2>&1       || die "mariadb-install-db failed (logs/mariadb-install.log)"
+  fi
+  mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$lock_db_port"     --socket="$dir/sock" --pid-file="$dir/mariadbd.pid" --log-error="$res/logs/mariadbd.log"     --innodb-buffer-pool-size=32M --skip-name-resolve --max-connections=1000     ${user[@]+"${user[@]}"} &
+  lock_db_pid=$!
+  wait_ready "$lock_db_pid" 300 lock_db_up || die "mariadbd did not start (logs/mariadbd.log)"
+}
+lock_db_setup() {
+  lock_db_start
+  lock_db_sql "CREATE DATABASE IF NOT EXISTS locks; CREATE USER IF NOT EXISTS 'inv'@'127.0.0.1'
+    IDENTIFIED BY 'inv-pw'; GRANT SELECT, INSERT, UPDATE, CREATE ON locks.* TO 'inv'@'127.0.0.1'" \
+    || die "mariadbd: could not create the lock database"
+  lock_flags=(--lock-mysql "mysql://inv:inv-pw@127.0.0.1:$lock_db_port/locks")
+  log "MySQL mode: mariadbd on port $lock_db_port"
+}
+lock_db_stop() { [ -z "$lock_db_pid" ] || stop_pid "$lock_db_pid" 200; lock_db_pid=""; }
 install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
@@ -142,6 +180,7 @@ check_tools
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 pick_instance_ports
 [ "$redlock" = 0 ] || lock_nodes_start
+[ "$mysqllock" = 0 ] || lock_db_setup
 
 now_ms() { date +%s%3N; }
 failures=0
@@ -266,9 +305,15 @@ load_finish() {
   finish_wrk "$raw"
 }
 # locks_clear: true when no segment lock of the SKU exists (no order is inside a segment): on
-# the data Redis, or on every live lock node with --lock-redis.
+# the data Redis, on every live lock node with --lock-redis, or no GET_LOCK with --lock-mysql.
 locks_clear() {
-  local k n p ports=("$redis_port")
+  local k n p ports=("$redis_port") q=""
+  if [ "$mysqllock" = 1 ]; then
+    kill -0 "$lock_db_pid" 2>/dev/null || return 0 # down: its sessions and locks are gone
+    for ((k = 0; k < segments; k++)); do q+="${q:+ + }(IS_USED_LOCK('inv:2:{$sku/$k}:lock') IS NOT NULL)"; done
+    [ "$(lock_db_sql "SELECT $q" 2>/dev/null)" = 0 ]
+    return
+  fi
   [ "$redlock" = 0 ] || ports=()
   for ((k = 0; k < ${#lock_pids[@]}; k++)); do
     kill -0 "${lock_pids[k]}" 2>/dev/null && ports+=("${lock_ports[k]}")
@@ -671,6 +716,36 @@ fault_locknode() {
   lock_node_start 1
 }
 
+# kill -9 of the MySQL lock server mid-load (--lock-mysql), restarted 2 s later on its data.
+fault_lockdb() {
+  hold=0 lease=2000
+  local stock=$((stock * 10)) # it must not sell out before the restart
+  fault_begin lockdb 2 --lock-lease-ms "$lease"
+  observers_start
+  load_start
+  local t_kill t_back sold_down sold_after
+  sleep_until $((load_t0 + 1500))
+  t_kill=$(now_ms)
+  kill -KILL "$lock_db_pid"; wait "$lock_db_pid" 2>/dev/null || true
+  log "  kill -9 mariadbd"
+  sleep 2
+  lock_db_start
+  t_back=$(now_ms)
+  log "  mariadbd back after $((t_back - t_kill)) ms"
+  sleep_until $((t_back + 3000))
+  # Orders that took their lock before the kill may still commit in its first ~100 ms.
+  sold_down=$(sold_between "$((t_kill + 500))" "$t_back")
+  sold_after=$(sold_between "$((t_back + 1000))" "$(now_ms)")
+  load_finish
+  observers_stop
+  check "nothing sold while the lock server was down: $sold_down units" eq "$sold_down" 0
+  check "sold after it came back: $sold_after units" ge "$sold_after" 1
+  verify_sku
+  report "kill -9 of the MySQL lock server, back 2 s later" \
+    "units sold while down: $sold_down, in the 2 s after it came back: $sold_after; $(field created "$result") orders created, $(field s503 "$result") 503s"
+  fault_end
+}
+
 t_begin=$(date +%s)
 for f in ${faults//,/ }; do
   case "$f" in
@@ -682,6 +757,7 @@ for f in ${faults//,/ }; do
     lease) fault_lease ;;
     locknode) fault_locknode ;;
     multikill) fault_multikill ;;
+    lockdb) fault_lockdb ;;
   esac
 done
 log "$checks_passed checks passed, $failures failed, in $(($(date +%s) - t_begin)) s; $res/FAULTS.md"

@@ -32,7 +32,7 @@ packages=(
   lua5.1  # luac5.1 -p: the lua_syntax test parses every Lua script (scripts/check_lua.sh)
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
   libmariadb-dev  # inventory-sink writes the order log into MySQL/MariaDB (libmariadb)
-  mariadb-server  # mariadbd + mariadb-install-db: the tests' throwaway database (it_sink)
+  mariadb-server  # mariadbd + mariadb-install-db (+ the mariadb client): the tests' throwaway database (it_sink, lockcore it_mysql, it_lock_mysql, loadtest/faults.sh --lock-mysql)
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})

@@ -161,7 +161,7 @@ free_port() {
 }
 
 # --with-db: a private MariaDB for the order log (the same set-up as the tests' fixture,
-# service/tests/support/mariadb_fixture.c), and inventoryd writes the log.
+# lockcore/tests/support/mariadb_fixture.c), and inventoryd writes the log.
 if [ -n "$with_db" ]; then
   for tool in mariadbd mariadb-install-db mariadb; do
     command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||

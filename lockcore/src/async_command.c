@@ -3,6 +3,7 @@
  * their key (or every master), a script by SHA with the EVAL fallback, and WAIT on the
  * connection a reply came on (lc_async_reply_conn).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,43 @@ lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, i
     /* A connection gone since (or going) fails the WAIT with LC_EDOWN from the loop (lc_aop_send):
      * never sent. */
     return lc_acommand_start(client, c, cb, arg);
+}
+
+lc_status lc_async_token_script(lc_async_client *client, const lc_script *script,
+                                const char *seen_key, uint64_t token, int nkeys,
+                                const char *const *keys, const size_t *keylens, int nargs,
+                                const char *const *args, const size_t *arglens,
+                                lc_async_reply_fn cb, void *arg)
+{
+    if (!seen_key || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
+        return lc_fail(LC_EINVAL, "async token script: bad arguments");
+    const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
+    const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
+    size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
+    size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
+    char t[24];
+    lc_status st = lc_fail(LC_ENOMEM, "async: out of memory");
+    if (k && a && kl && al) {
+        snprintf(t, sizeof(t), "%" PRIu64, token);
+        k[0] = seen_key;
+        kl[0] = strlen(seen_key);
+        a[0] = t;
+        al[0] = strlen(t);
+        for (int i = 0; i < nkeys; i++) {
+            k[1 + i] = keys[i];
+            kl[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
+        }
+        for (int i = 0; i < nargs; i++) {
+            a[1 + i] = args[i];
+            al[1 + i] = arglens ? arglens[i] : strlen(args[i]);
+        }
+        st = lc_async_script(client, script, nkeys + 1, k, kl, nargs + 1, a, al, cb, arg);
+    }
+    free(k);
+    free(a);
+    free(kl);
+    free(al);
+    return st;
 }
 
 lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,

@@ -48,6 +48,18 @@ lc_status lc_token_fenced_script_new(const char *body, lc_script **out)
     return st;
 }
 
+lc_status lc_token_reply(const redisReply *r, const redisReply **body)
+{
+    *body = NULL;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
+        return LC_EREDIS;
+    if (r->element[0]->integer == 0)
+        return LC_ELOST;
+    *body = r->elements > 1 ? r->element[1] : NULL;
+    return LC_OK;
+}
+
 int lc_fence_newer(uint64_t token, uint64_t highest_seen)
 {
     return token >= highest_seen;

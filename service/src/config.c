@@ -25,6 +25,8 @@
 
 #include <jansson.h>
 
+#include "lockcore/lockcore_mysql.h"
+
 extern char **environ;
 
 /* Where a value came from, for messages: "flag --port", "environment INVENTORY_PORT",
@@ -72,6 +74,7 @@ SET_FN(admin_token_file)
 SET_FN(trusted_proxies)
 SET_FN(strategy)
 SET_FN(lock_redis)
+SET_FN(lock_mysql)
 SET_FN(log_level)
 SET_FN(access_log)
 SET_FN(file)
@@ -83,6 +86,7 @@ SHOW_FN(redis)
 SHOW_FN(admin_token)
 SHOW_FN(strategy)
 SHOW_FN(lock_redis)
+SHOW_FN(lock_mysql)
 SHOW_FN(log_level)
 static int config_online_cpus(int lo, int hi);
 
@@ -96,6 +100,7 @@ static const struct opt_kind kind_admin_token_file = {set_admin_token_file, show
 static const struct opt_kind kind_trusted_proxies = {set_trusted_proxies, show_text, false, NULL};
 static const struct opt_kind kind_strategy = {set_strategy, show_strategy, false, NULL};
 static const struct opt_kind kind_lock_redis = {set_lock_redis, show_lock_redis, false, NULL};
+static const struct opt_kind kind_lock_mysql = {set_lock_mysql, show_lock_mysql, false, NULL};
 static const struct opt_kind kind_log_level = {set_log_level, show_log_level, false, NULL};
 static const struct opt_kind kind_access_log = {set_access_log, show_path, false, NULL};
 static const struct opt_kind kind_file = {set_file, show_path, false, NULL};
@@ -897,6 +902,25 @@ static int set_lock_redis(struct config *cfg, const struct keydef *k, const char
     return 0;
 }
 
+static int set_lock_mysql(struct config *cfg, const struct keydef *k, const char *s,
+                          const struct origin *o, char *err, size_t errlen)
+{
+    /* Not quoted in messages: the URL carries a password. */
+    char reason[128];
+    lc_mysql_url u;
+    if (strlen(s) >= sizeof(cfg->lock_mysql)) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
+               sizeof(cfg->lock_mysql) - 1, o->what, o->name);
+        return -1;
+    }
+    if (lc_mysql_url_parse(s, &u, reason, sizeof(reason)) != LC_OK) {
+        seterr(err, errlen, "%s: %s (%s %s)", key_name(k), reason, o->what, o->name);
+        return -1;
+    }
+    snprintf(cfg->lock_mysql, sizeof(cfg->lock_mysql), "%s", s);
+    return 0;
+}
+
 /* The index of s in names[0..n), or -1 with err = "<key>: must be one of <the row's accepted
  * values>, got ...". */
 static int choice(const struct keydef *k, const char *const *names, int n, const char *s,
@@ -1210,6 +1234,12 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
                "other cluster slots); use segmented or atomic with redis-cluster://");
         return -1;
     }
+    if (out->lock_redis_n && out->lock_mysql[0]) {
+        seterr(err, errlen,
+               "lock_redis and lock_mysql: both are set; the segment locks live in "
+               "one place, set one of them");
+        return -1;
+    }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
     return 0;
 }
@@ -1364,6 +1394,18 @@ static json_t *show_log_level(const struct config *cfg, const struct keydef *k)
 {
     (void)k;
     return json_string(config_log_level_name(cfg->log_level));
+}
+
+/* The server and database, never the user or password. */
+static json_t *show_lock_mysql(const struct config *cfg, const struct keydef *k)
+{
+    (void)k;
+    lc_mysql_url u;
+    if (!cfg->lock_mysql[0] || lc_mysql_url_parse(cfg->lock_mysql, &u, NULL, 0) != LC_OK)
+        return json_null();
+    char buf[CONFIG_REDIS_URL_MAX];
+    snprintf(buf, sizeof(buf), "mysql://***@%s:%u/%s", u.host, u.port, u.database);
+    return json_string(buf);
 }
 
 /* How many nodes, never their URLs (passwords). */

@@ -93,6 +93,10 @@
         "none", lock_redis,                                                                    \
         "1..15 redis:// URLs separated by commas, independent masters (3 or 5 typically)",     \
         "guard segment locks with Redlock on these nodes; stock stays on --redis, fenced")     \
+    OPT("lock_mysql", lock_mysql, char, [CONFIG_REDIS_URL_MAX], "--lock-mysql", "URL",         \
+        "INVENTORY_LOCK_MYSQL", "none", lock_mysql,                                            \
+        "mysql://user[:password]@host[:port]/database",                                        \
+        "guard segment locks with MySQL/MariaDB GET_LOCK; stock stays on --redis, fenced")     \
     INT(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,        \
         "segment lock lease, renewed by the watchdog while held")                              \
     INT(lock_renewal, "--lock-renewal", "INVENTORY_LOCK_RENEWAL", 1, 0, 1,                     \

@@ -497,11 +497,13 @@ static void drop_lock(struct order *o)
     seglock_free(l);
 }
 
-/* Where the order's locks live: the loop's Redis, or --lock-redis's nodes (seglock.h). */
+/* Where the order's locks live: the loop's Redis, --lock-redis's nodes or --lock-mysql's server
+ * (seglock.h). */
 static void lock_env(const struct order *o, struct seglock_env *env)
 {
     env->data = o->lc;
     env->n = areq_lock_nodes(o->ar, &env->nodes);
+    env->mysql = areq_lock_mysql(o->ar);
     env->live = areq_live_seglocks(o->ar);
     /* A silent node costs every attempt this much: a fraction of the lease, at most the Redis
      * timeout. */

@@ -1,7 +1,7 @@
 /*
- * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock with
- * the stock read and the commit fenced on the data Redis (see seglock.h). This file is only the
- * adapter; all lock logic is lockcore's.
+ * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock or
+ * MySQL lock with the stock read and the commit fenced on the data Redis (see seglock.h). This
+ * file is only the adapter; all lock logic is lockcore's.
  */
 #include "seglock.h"
 
@@ -19,6 +19,7 @@ struct seglock {
     struct seglock_env env;
     lc_async_lock *plain; /* without --lock-redis */
     lc_async_redlock *rl; /* with it */
+    lc_mysql_lock *my;    /* with --lock-mysql */
     lc_redlock_opts ro;
     char *name, *seen; /* seen: "<name>:seen" on the data Redis */
     seglock_acquired_fn acb;
@@ -75,7 +76,7 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         return LC_ENOMEM;
     sl->env = *env;
     lc_status st;
-    if (env->n == 0) {
+    if (env->n == 0 && !env->mysql) {
         st = lc_async_lock_new(env->data, name, lo, NULL, NULL, &sl->plain);
     } else {
         lc_redlock_opts_init(&sl->ro);
@@ -92,8 +93,11 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         }
         memcpy(sl->seen, name, len);
         memcpy(sl->seen + len, ":seen", sizeof(":seen"));
-        st = lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
-        if (st == LC_OK && env->live) {
+        if (env->mysql)
+            st = lc_mysql_lock_new(env->mysql, name, NULL, NULL, &sl->my);
+        else
+            st = lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
+        if (st == LC_OK && sl->rl && env->live) {
             sl->live = env->live;
             sl->next = *env->live;
             if (sl->next)
@@ -127,6 +131,7 @@ void seglock_free(struct seglock *sl)
     }
     lc_async_lock_free(sl->plain);
     lc_async_redlock_free(sl->rl);
+    lc_mysql_lock_free(sl->my);
     free_reads(sl);
     free(sl->name);
     free(sl->seen);
@@ -146,13 +151,23 @@ const char *seglock_errmsg(const struct seglock *sl)
 
 int seglock_lost(const struct seglock *sl)
 {
-    return sl->plain ? lc_async_lock_lost(sl->plain) : sl->rl ? lc_async_redlock_lost(sl->rl) : 1;
+    return sl->plain ? lc_async_lock_lost(sl->plain)
+           : sl->rl  ? lc_async_redlock_lost(sl->rl)
+           : sl->my  ? lc_mysql_lock_lost(sl->my)
+                     : 1;
 }
 
 /* Gives the hold back at once (in the background) and takes a fresh handle for the next try;
  * none once seglock_close_all has closed this seglock. */
 static void replace_redlock(struct seglock *sl)
 {
+    if (sl->my) { /* freeing it closes its session, which frees the lock on the server */
+        lc_mysql_lock *old = sl->my;
+        sl->my = NULL;
+        lc_mysql_lock_new(sl->env.mysql, sl->name, NULL, NULL, &sl->my);
+        lc_mysql_lock_free(old);
+        return;
+    }
     lc_async_redlock *old = sl->rl;
     sl->rl = NULL;
     if (sl->live || !sl->env.live)
@@ -199,10 +214,9 @@ static void on_mget(lc_status st, const redisReply *r, const char *errstr, void 
     cb(sl, LC_OK, r, sl->arg);
 }
 
-static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+/* The Redlock or MySQL lock answered its acquire (why: its message): the MGET of the reads. */
+static void remote_acquired(struct seglock *sl, lc_status st, const char *why)
 {
-    (void)fence;
-    struct seglock *sl = arg;
     if (st == LC_OK && sl->nread > 0) {
         struct mget *m = malloc(sizeof(*m));
         const char **argv = malloc(sizeof(*argv) * (size_t)(sl->nread + 1));
@@ -225,12 +239,24 @@ static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, v
         st = sst;
         replace_redlock(sl);
     } else {
-        set_why(sl, st, lc_async_redlock_errmsg(rl));
+        set_why(sl, st, why);
     }
     seglock_acquired_fn cb = sl->acb;
     sl->acb = NULL;
     free_reads(sl);
     cb(sl, st, NULL, sl->arg);
+}
+
+static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    remote_acquired(arg, st, lc_async_redlock_errmsg(rl));
+}
+
+static void on_my_acquired(lc_mysql_lock *l, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    remote_acquired(arg, st, lc_mysql_lock_errmsg(l));
 }
 
 lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char *const *reads,
@@ -243,16 +269,19 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
     lc_status st;
     if (sl->plain) {
         st = lc_async_lock_acquire(sl->plain, wait_ms, nread, reads, NULL, on_plain_acquired, sl);
-    } else if (!sl->rl) {
+    } else if (!sl->rl && !sl->my) {
         st = LC_ESTATE;
     } else {
         sl->reads = nread > 0 ? calloc((size_t)nread, sizeof(*sl->reads)) : NULL;
         for (int i = 0; i < nread && sl->reads; i++, sl->nread++)
             if (!(sl->reads[i] = strdup(reads[i])))
                 break;
-        st = nread > 0 && sl->nread != nread
-                 ? LC_ENOMEM
-                 : lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
+        if (nread > 0 && sl->nread != nread)
+            st = LC_ENOMEM;
+        else if (sl->my)
+            st = lc_mysql_lock_acquire(sl->my, wait_ms, on_my_acquired, sl);
+        else
+            st = lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
         if (st != LC_OK)
             free_reads(sl);
     }
@@ -281,6 +310,15 @@ static void on_rl_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, 
     cb(sl, st, r, sl->arg);
 }
 
+static void on_my_eval(lc_mysql_lock *l, lc_status st, const redisReply *r, void *arg)
+{
+    struct seglock *sl = arg;
+    seglock_eval_fn cb = sl->ecb;
+    sl->ecb = NULL;
+    set_why(sl, st, lc_mysql_lock_errmsg(l));
+    cb(sl, st, r, sl->arg);
+}
+
 lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, int nkeys,
                        const char **keys, int nargs, const char **args, seglock_eval_fn cb,
                        void *arg)
@@ -289,7 +327,10 @@ lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, i
         return LC_ESTATE;
     sl->ecb = cb;
     sl->arg = arg;
-    lc_status st = !sl->plain && !sl->rl ? LC_ESTATE
+    lc_status st = !sl->plain && !sl->rl && !sl->my ? LC_ESTATE
+                   : sl->my ? lc_mysql_lock_eval(sl->my, sl->env.data, script, sl->seen, flags,
+                                                 nkeys, (const char *const *)keys, NULL, nargs,
+                                                 (const char *const *)args, NULL, on_my_eval, sl)
                    : sl->plain
                        ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args,
                                        NULL, on_plain_eval, sl)
@@ -313,17 +354,12 @@ static void on_detached(lc_status st, const redisReply *r, const char *errstr, v
     struct detached d = *(struct detached *)arg;
     free(arg);
     const redisReply *body = NULL;
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
-        st = LC_EREDIS;
+    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
+    if (st == LC_OK && parsed == LC_EREDIS)
         errstr = "commit: unexpected reply";
-    } else if (st == LC_OK && r->element[0]->integer == 0) {
-        st = LC_ELOST;
+    else if (parsed == LC_ELOST)
         errstr = "lost (a later holder's token was seen): nothing ran";
-    } else if (st == LC_OK) {
-        body = r->elements > 1 ? r->element[1] : NULL;
-    }
-    d.cb(st, body, errstr, d.arg);
+    d.cb(parsed, body, errstr, d.arg);
 }
 
 lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int nkeys,
@@ -333,26 +369,17 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
     if (sl->plain)
         return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL, cb,
                                       arg);
-    if (!sl->rl || !lc_async_redlock_held(sl->rl))
+    int held = sl->rl ? lc_async_redlock_held(sl->rl) : sl->my ? lc_mysql_lock_held(sl->my) : 0;
+    if (!held)
         return LC_ENOTHELD;
-    enum { MAXA = 16 };
-    if (nkeys + 1 > MAXA || nargs + 1 > MAXA)
-        return LC_EINVAL;
-    const char *k[MAXA], *a[MAXA];
-    char token[24];
-    snprintf(token, sizeof(token), "%" PRIu64, lc_async_redlock_fence(sl->rl));
-    k[0] = sl->seen;
-    a[0] = token;
-    for (int i = 0; i < nkeys; i++)
-        k[1 + i] = keys[i];
-    for (int i = 0; i < nargs; i++)
-        a[1 + i] = args[i];
+    uint64_t fence = sl->rl ? lc_async_redlock_fence(sl->rl) : lc_mysql_lock_fence(sl->my);
     struct detached *d = malloc(sizeof(*d));
     if (!d)
         return LC_ENOMEM;
     *d = (struct detached){cb, arg};
-    lc_status st = lc_async_script(sl->env.data, script, nkeys + 1, k, NULL, nargs + 1, a, NULL,
-                                   on_detached, d);
+    lc_status st = lc_async_token_script(sl->env.data, script, sl->seen, fence, nkeys,
+                                         (const char *const *)keys, NULL, nargs,
+                                         (const char *const *)args, NULL, on_detached, d);
     if (st != LC_OK)
         free(d);
     return st;

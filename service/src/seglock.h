@@ -10,6 +10,8 @@
  *            data Redis (one round trip more); commit = the same body as a token-fenced script
  *            (lc_token_fenced_script_new) on the data Redis: accepted only if the Redlock's
  *            fencing token is at least the highest one seen at "<lock name>:seen".
+ *   MySQL    (--lock-mysql) as Redlock, with lockcore's lc_mysql_lock (GET_LOCK, its token from
+ *            the lc_fence counter row) in place of the Redlock.
  *
  * Ownership and callbacks follow lockcore_async.h: a call that returns LC_OK calls its callback
  * exactly once, from the loop; seglock_free calls the callback of an operation in flight with
@@ -19,6 +21,7 @@
 #define INVENTORY_SEGLOCK_H
 
 #include <lockcore/lockcore_async.h>
+#include <lockcore/lockcore_mysql.h>
 
 struct seglock;
 
@@ -29,6 +32,7 @@ struct seglock_env {
     lc_async_client *const *nodes;
     int n;
     int node_timeout_ms;
+    lc_mysql_client *mysql; /* --lock-mysql: the loop's MySQL lock client (then n = 0), or NULL */
     struct seglock **live;
 };
 

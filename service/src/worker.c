@@ -113,7 +113,8 @@ static void on_cut(void *arg)
     w->front.flush(w->front.data);
 }
 
-/* The loop's Redlock node clients (--lock-redis): made with the data client, freed after it. */
+/* The loop's Redlock node clients (--lock-redis) or MySQL lock client (--lock-mysql): made with
+ * the data client, freed after it. */
 static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_client_opts *lo,
                           char *err, size_t errlen)
 {
@@ -127,12 +128,28 @@ static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_c
             return -1;
         }
     }
+    if (cfg->lock_mysql[0]) {
+        lc_mysql_opts mo;
+        lc_mysql_opts_init(&mo);
+        mo.connect_timeout_ms = lo->connect_timeout_ms;
+        mo.command_timeout_ms = lo->command_timeout_ms;
+        /* GET_LOCK has no lease: the server ends a silent session (a paused or cut-off holder)
+         * after --lock-lease-ms, rounded up to seconds; a live holder checks every third of it */
+        mo.session_timeout_s = (cfg->lock_lease_ms + 999) / 1000;
+        mo.check_ms = cfg->lock_lease_ms / 3 > 0 ? cfg->lock_lease_ms / 3 : 1;
+        if (lc_mysql_client_new(env->base, cfg->lock_mysql, &mo, &env->lockmysql) != LC_OK) {
+            snprintf(err, errlen, "mysql lock client of loop %d: %s", env->id, lc_errmsg());
+            return -1;
+        }
+    }
     return 0;
 }
 
 static void lock_nodes_free(struct worker *w)
 {
     struct areq_env *env = &w->env;
+    lc_mysql_client_free(env->lockmysql); /* its live locks become orphans (LC_ESTATE) */
+    env->lockmysql = NULL;
     seglock_close_all(&env->live_seglocks); /* no Redlock may outlive its node clients */
     for (int i = 0; i < env->nlocknodes; i++)
         lc_async_client_free(env->locknodes[i]);

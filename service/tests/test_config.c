@@ -1206,6 +1206,41 @@ static void test_lock_redis(void **state)
     }
 }
 
+/* --lock-mysql: one mysql:// URL (lockcore's parser); the password is never echoed nor shown;
+ * not together with --lock-redis. */
+static void test_lock_mysql(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, ARGS("--lock-mysql", "mysql://u:s3cret@db.example:3307/locks"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_mysql, "mysql://u:s3cret@db.example:3307/locks");
+    char buf[4096];
+    assert_true(config_describe(&r.cfg, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "\"lock_mysql\":\"mysql://***@db.example:3307/locks\""));
+    assert_null(strstr(buf, "s3cret"));
+    run_load(&r, NONE, ARGS("INVENTORY_LOCK_MYSQL=mysql://u@h/d"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_mysql, "mysql://u@h/d");
+    run_load(&r, ARGS("--lock-mysql", "mysql://u:s3cret@h/d", "--lock-redis", "redis://a:1"), NONE,
+             NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "lock_mysql"));
+    static const char *const bad[] = {"",
+                                      "mysql://",
+                                      "redis://u:s3cret@h/d",
+                                      "mysql://u:s3cret@h",
+                                      "mysql://u:s3cret@h:0/d",
+                                      "mysql://u:s3cret@h/d;drop",
+                                      "mysql://:s3cret@h/d",
+                                      "mysql://u:s3cret%4@h/d"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_load(&r, ARGS("--lock-mysql", bad[i]), NONE, NULL);
+        if (r.rc != -1 || strncmp(r.err, "lock_mysql: ", 12) != 0 || strstr(r.err, "s3cret"))
+            fail_msg("--lock-mysql %s: rc %d \"%s\"", bad[i], r.rc, r.err);
+    }
+}
+
 static void test_healthcheck_action(void **state)
 {
     (void)state;
@@ -1242,6 +1277,7 @@ int main(void)
         cmocka_unit_test(test_trusted_proxies),
         cmocka_unit_test(test_healthcheck_action),
         cmocka_unit_test(test_lock_redis),
+        cmocka_unit_test(test_lock_mysql),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,7 @@
 static void test_db_url_parses(void **state)
 {
     (void)state;
-    struct sink_db_url u;
+    lc_mysql_url u;
     char err[256];
     assert_int_equal(
         sink_db_url_parse("mysql://sink:p%40ss@db.example:3307/shop", &u, err, sizeof err), 0);
@@ -52,7 +52,7 @@ static void test_db_url_refuses_bad_ones(void **state)
         {"mysql://a:b@[::1/db", "IPv6"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct sink_db_url u;
+        lc_mysql_url u;
         char err[256] = "";
         if (sink_db_url_parse(bad[i].url, &u, err, sizeof err) != -1 ||
             strstr(err, bad[i].why) == NULL)

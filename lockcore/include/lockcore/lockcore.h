@@ -254,6 +254,11 @@ int lc_fence_newer(uint64_t token, uint64_t highest_seen);
  * there) or {1, body result}. Rules for the body as for lc_fenced_script_new. */
 lc_status lc_token_fenced_script_new(const char *body, lc_script **out);
 
+/* What a token-fenced script's reply r means: LC_OK with *body the body's result (borrowed from
+ * r; NULL when it returned nothing), LC_ELOST ({0}: a later holder's token was seen, nothing
+ * ran), LC_EREDIS (not such a reply: the script was not made by lc_token_fenced_script_new). */
+lc_status lc_token_reply(const redisReply *r, const redisReply **body);
+
 /* ---- multi-lock ------------------------------------------------------------------------- */
 
 typedef struct lc_multilock lc_multilock;

@@ -218,6 +218,16 @@ int lc_async_reply_conn(const lc_async_client *client, lc_async_conn_ref *out);
 lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, int numreplicas,
                         int timeout_ms, lc_async_reply_fn cb, void *arg);
 
+/* Runs a token-fenced script (lc_token_fenced_script_new; alive until the callback) as
+ * lc_async_script, with KEYS = seen_key, keys... and ARGV = token, args... (all copied; the lens
+ * arrays may be NULL): the commit of a lock whose token the store checks (Redlock, MySQL, ...).
+ * Read the reply with lc_token_reply. */
+lc_status lc_async_token_script(lc_async_client *client, const lc_script *script,
+                                const char *seen_key, uint64_t token, int nkeys,
+                                const char *const *keys, const size_t *keylens, int nargs,
+                                const char *const *args, const size_t *arglens,
+                                lc_async_reply_fn cb, void *arg);
+
 /* Runs script (lc_script_new; alive until the callback) by EVALSHA, resent once with EVAL when
  * Redis answers NOSCRIPT. keys and args copied; the lens arrays may be NULL. */
 lc_status lc_async_script(lc_async_client *client, const lc_script *script, int nkeys,

@@ -224,7 +224,7 @@ int sink_config_load(struct sink_config *cfg, int argc, char **argv, char *err, 
         seterr(err, errlen, "--db (or INVENTORY_SINK_DB_URL) is required");
         return -1;
     }
-    struct sink_db_url u;
+    lc_mysql_url u;
     if (sink_db_url_parse(cfg->db, &u, why, sizeof why) != 0) {
         seterr(err, errlen, "--db: %s", why);
         return -1;
@@ -236,98 +236,7 @@ int sink_config_load(struct sink_config *cfg, int argc, char **argv, char *err, 
     return 0;
 }
 
-/* Copies s[0..n) into out (cap bytes), decoding %XX. -1 when it does not fit or is malformed. */
-static int decode(const char *s, size_t n, char *out, size_t cap)
+int sink_db_url_parse(const char *url, lc_mysql_url *out, char *err, size_t errlen)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '%') {
-            if (i + 2 >= n)
-                return -1;
-            char hex[3] = {s[i + 1], s[i + 2], 0};
-            char *end;
-            long v = strtol(hex, &end, 16);
-            if (*end != '\0' || v <= 0)
-                return -1;
-            c = (char)v;
-            i += 2;
-        }
-        if (o + 1 >= cap)
-            return -1;
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
-int sink_db_url_parse(const char *url, struct sink_db_url *out, char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    static const char scheme[] = "mysql://";
-    if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
-        seterr(err, errlen, "must start with mysql://");
-        return -1;
-    }
-    const char *p = url + sizeof scheme - 1;
-    const char *at = strrchr(p, '@');
-    const char *slash = strchr(at ? at : p, '/');
-    if (at == NULL || slash == NULL) {
-        seterr(err, errlen, "expected mysql://user[:password]@host[:port]/database");
-        return -1;
-    }
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    size_t ulen = (size_t)((colon ? colon : at) - p);
-    if (ulen == 0 || decode(p, ulen, out->user, sizeof out->user) != 0) {
-        seterr(err, errlen, "bad or missing user name");
-        return -1;
-    }
-    if (colon != NULL &&
-        decode(colon + 1, (size_t)(at - colon - 1), out->password, sizeof out->password) != 0) {
-        seterr(err, errlen, "bad password (too long, or a malformed %%XX)");
-        return -1;
-    }
-    const char *host = at + 1;
-    const char *hend = slash;
-    const char *pc = NULL;
-    if (*host == '[') { /* [IPv6]:port */
-        const char *rb = memchr(host, ']', (size_t)(slash - host));
-        if (rb == NULL) {
-            seterr(err, errlen, "unterminated [IPv6 address]");
-            return -1;
-        }
-        pc = rb[1] == ':' ? rb + 1 : NULL;
-        host++;
-        hend = rb;
-    } else {
-        pc = memchr(host, ':', (size_t)(slash - host));
-        if (pc != NULL)
-            hend = pc;
-    }
-    size_t hlen = (size_t)(hend - host);
-    if (hlen == 0 || hlen >= sizeof out->host) {
-        seterr(err, errlen, "bad or missing host");
-        return -1;
-    }
-    memcpy(out->host, host, hlen);
-    out->port = 3306;
-    if (pc != NULL) {
-        char *end;
-        errno = 0;
-        long port = strtol(pc + 1, &end, 10);
-        if (end != slash || errno != 0 || port < 1 || port > 65535) {
-            seterr(err, errlen, "bad port");
-            return -1;
-        }
-        out->port = (unsigned)port;
-    }
-    const char *db = slash + 1;
-    size_t dlen = strlen(db);
-    if (dlen == 0 || dlen >= sizeof out->database ||
-        strspn(db, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$") != dlen) {
-        seterr(err, errlen, "bad database name (1..64 of [A-Za-z0-9_$])");
-        return -1;
-    }
-    memcpy(out->database, db, dlen + 1);
-    return 0;
+    return lc_mysql_url_parse(url, out, err, errlen) == LC_OK ? 0 : -1;
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "lockcore/lockcore_mysql.h"
 
 #define SINK_URL_MAX 1024
 #define SINK_NAME_MAX 128
@@ -68,15 +69,9 @@ int sink_config_load(struct sink_config *cfg, int argc, char **argv, char *err, 
 void sink_config_usage(FILE *f);
 
 /* Parses a database URL mysql://user[:password]@host[:port]/database (%XX escapes allowed in
- * user and password; port default 3306). Returns 0 and fills the fields (NUL-terminated,
- * within their caps), or -1 with the reason in err. */
-struct sink_db_url {
-    char user[128];
-    char password[256];
-    char host[256];
-    unsigned port;
-    char database[65];
-};
-int sink_db_url_parse(const char *url, struct sink_db_url *out, char *err, size_t errlen);
+ * user and password; port default 3306) with lockcore's parser (lc_mysql_url_parse, the one
+ * the MySQL lock backend uses). Returns 0 and fills the fields (NUL-terminated, within their
+ * caps), or -1 with the reason in err. */
+int sink_db_url_parse(const char *url, lc_mysql_url *out, char *err, size_t errlen);
 
 #endif

@@ -106,7 +106,7 @@ static int add_parts_column(sink_db *db, char *err, size_t errlen)
 int sink_db_open(const char *url, int timeout_s, sink_db **out, char *err, size_t errlen)
 {
     *out = NULL;
-    struct sink_db_url u;
+    lc_mysql_url u;
     if (sink_db_url_parse(url, &u, err, errlen) != 0)
         return -1;
     sink_db *db = calloc(1, sizeof *db);

@@ -1,10 +1,10 @@
 /*
- * A throwaway MariaDB server for tests (inventory-sink's database): mariadb-install-db into a
- * fresh temp dir, then mariadbd --no-defaults on a free 127.0.0.1 port with that data dir and a
- * socket in it, waited for until it answers; stopped (and the dir removed) by the test, and
- * also when the test process exits, aborts or is killed (the fixtures' process registry,
- * proc_registry.h, as redis-server in redis_fixture.h; a SIGKILLed test's dir is removed by the
- * next mdb_start, whose owner pid is gone).
+ * A throwaway MariaDB server for tests (inventory-sink's database, lockcore's MySQL locks):
+ * mariadb-install-db into a fresh temp dir, then mariadbd --no-defaults on a free 127.0.0.1
+ * port with that data dir and a socket in it, waited for until it answers; stopped (and the dir
+ * removed) by the test, and also when the test process exits, aborts or is killed (the
+ * fixtures' process registry, proc_registry.h, as redis-server in redis_fixture.h; a SIGKILLed
+ * test's dir is removed by the next mdb_start, whose owner pid is gone).
  *
  * The server gets database MDB_DATABASE and user MDB_USER (password MDB_PASSWORD, from
  * 127.0.0.1) with exactly the privileges docs/deployment.md asks for the sink's user: SELECT,
@@ -13,8 +13,8 @@
  * Binaries: mariadbd and mariadb-install-db from PATH or /usr/sbin (override with MDB_MARIADBD,
  * MDB_INSTALL_DB). Not thread-safe: start, halt and restart from the main thread.
  */
-#ifndef SVC_TESTS_MARIADB_FIXTURE_H
-#define SVC_TESTS_MARIADB_FIXTURE_H
+#ifndef LC_TESTS_MARIADB_FIXTURE_H
+#define LC_TESTS_MARIADB_FIXTURE_H
 
 #include <sys/types.h>
 
