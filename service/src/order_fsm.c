@@ -2044,7 +2044,8 @@ static void on_multi(struct order *o, const struct oev *e)
             free(o->record);
             o->record = r->record;
             r->record = NULL;
-            metrics_multi_order(r->parts);
+            if (r->parts > 1)
+                metrics_multi_order(r->parts);
         }
     }
     int again = r->again, reload = r->reload;
