@@ -27,6 +27,8 @@ packages=(
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
   libmariadb-dev  # inventory-sink writes the order log into MySQL/MariaDB (libmariadb)
   mariadb-server  # mariadbd + mariadb-install-db: the tests' throwaway database (it_sink)
+  libzookeeper-mt-dev  # lockcore's ZooKeeper lock (zk_async.c, libzookeeper-mt's async API)
+  zookeeper  # the server (Java) the ZooKeeper lock's tests start (lockcore/tests/support/zk_fixture.c)
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})

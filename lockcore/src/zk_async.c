@@ -79,12 +79,12 @@ typedef struct zreq {
     zkind kind;
     unsigned gen; /* the session (zhandle) it was sent on */
     int rc;
-    char *path;   /* Z_CREATE: the path created; BG: the node or parent; Z_WATCH: the path */
-    char *match;  /* Z_BG_LIST: the name prefix to delete */
+    char *path;  /* Z_CREATE: the path created; BG: the node or parent; Z_WATCH: the path */
+    char *match; /* Z_BG_LIST: the name prefix to delete */
     int64_t czxid;
     int nkids;
     char **kids;
-    int type, state; /* Z_WATCH */
+    int type, state;      /* Z_WATCH */
     struct zreq *bg_next; /* in the client's retry list */
 } zreq;
 
@@ -114,7 +114,7 @@ struct lc_zk_client {
     struct event *suspect_timer;
     struct event *bg_timer;
     struct event *reinit_timer;
-    zreq *bg;  /* background deletes / sweeps waiting for their retry */
+    zreq *bg; /* background deletes / sweeps waiting for their retry */
     int connected;
     int session_ms;
     unsigned long watch_events;
@@ -503,8 +503,7 @@ static void step_children(lc_zk_lock *lk)
         op_fail(lk, LC_ENOMEM, "zookeeper lock %.100s: out of memory", lk->name);
         return;
     }
-    send_or_fail(lk, r, zoo_aget_children(lk->c->zh, lk->parent, 0, on_children_done, r),
-                 "list");
+    send_or_fail(lk, r, zoo_aget_children(lk->c->zh, lk->parent, 0, on_children_done, r), "list");
 }
 
 /* The sequence number of a node name (its last SEQ_DIGITS characters), -1 if none. */
@@ -558,9 +557,9 @@ static void after_children(lc_zk_lock *lk, zreq *r)
         return;
     }
     if (lk->wait_ms == 0 || lk->expired) {
-        op_fail(lk, lk->expired ? LC_ETIMEOUT : LC_EBUSY,
-                "zookeeper lock %.100s: %s (%s is ahead)", lk->name,
-                lk->expired ? "not acquired within the wait" : "held by another owner", pred);
+        op_fail(lk, lk->expired ? LC_ETIMEOUT : LC_EBUSY, "zookeeper lock %.100s: %s (%s is ahead)",
+                lk->name, lk->expired ? "not acquired within the wait" : "held by another owner",
+                pred);
         return;
     }
     char path[sizeof(lk->parent) + 64 + 256];
@@ -865,8 +864,9 @@ static lc_status session_start(lc_zk_client *c)
     c->zh = zookeeper_init(c->hosts, on_watch, c->o.session_timeout_ms, NULL, x, 0);
     if (!c->zh) {
         free(x);
-        return lc_fail(errno == EINVAL ? LC_EINVAL : LC_EIO, "zookeeper: cannot start a session "
-                                                             "for \"%s\": %s",
+        return lc_fail(errno == EINVAL ? LC_EINVAL : LC_EIO,
+                       "zookeeper: cannot start a session "
+                       "for \"%s\": %s",
                        c->hosts, strerror(errno));
     }
     c->ctx = x;
@@ -899,8 +899,9 @@ lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_
                                   "be > 0, prefix one path component");
     for (const char *p = hosts; *p; p++)
         if (*p == '/' || *p <= ' ')
-            return lc_fail(LC_EINVAL, "zookeeper client: hosts must be HOST:PORT[,HOST:PORT...] "
-                                      "(no chroot, no spaces): \"%s\"",
+            return lc_fail(LC_EINVAL,
+                           "zookeeper client: hosts must be HOST:PORT[,HOST:PORT...] "
+                           "(no chroot, no spaces): \"%s\"",
                            hosts);
     pthread_once(&log_once, quiet_library);
     lc_zk_client *c = calloc(1, sizeof(*c));
@@ -1015,8 +1016,9 @@ lc_status lc_zk_lock_new(lc_zk_client *c, const char *name, lc_zk_lost_fn on_los
     if (!c || !name || !out)
         return lc_fail(LC_EINVAL, "zookeeper lock: NULL argument");
     if (!valid_component(name, LC_NAME_MAX))
-        return lc_fail(LC_EINVAL, "zookeeper lock: name must be 1..%d bytes, without '/' or "
-                                  "control characters, not \".\" or \"..\"",
+        return lc_fail(LC_EINVAL,
+                       "zookeeper lock: name must be 1..%d bytes, without '/' or "
+                       "control characters, not \".\" or \"..\"",
                        LC_NAME_MAX);
     if (c->freeing)
         return lc_fail(LC_ESTATE, "zookeeper lock: client being freed");
@@ -1083,7 +1085,8 @@ static lc_status op_begin(lc_zk_lock *lk, zop op, lc_zk_fn cb, void *arg)
     if (!lk->c || lk->c->freeing)
         return lc_fail(LC_ESTATE, "zookeeper lock %.100s: client freed", lk->name);
     if (lk->op != ZOP_NONE || lk->freeing)
-        return lc_fail(LC_ESTATE, "zookeeper lock %.100s: another operation is in flight", lk->name);
+        return lc_fail(LC_ESTATE, "zookeeper lock %.100s: another operation is in flight",
+                       lk->name);
     lk->op = op;
     lk->cb = cb;
     lk->arg = arg;

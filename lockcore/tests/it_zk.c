@@ -442,7 +442,7 @@ static void test_deadline_removes_node(void **state)
     assert_string_equal(lc_zk_lock_node(w), "");
     r = acquire(t, 0);
     assert_int_equal(r.st, LC_EBUSY);
-    lt_run_until(lt_never, NULL, 300); /* the background deletes */
+    lt_run_until(lt_never, NULL, 300);      /* the background deletes */
     assert_int_equal(count_nodes(name), 1); /* only the holder's */
     assert_int_equal(release(h).st, LC_OK);
     r = acquire(t, 0);
@@ -538,9 +538,9 @@ static void test_session_lost(void **state)
     assert_int_equal(lc_zk_lock_lost(a), 1);
     const char *keys[] = {key};
     const char *args[] = {"a"};
-    assert_status(lc_zk_lock_eval(a, store, script, seen, 0, 1, keys, NULL, 1, args, NULL,
-                                  on_eval_res, NULL),
-                  LC_ELOST);
+    assert_status(
+        lc_zk_lock_eval(a, store, script, seen, 0, 1, keys, NULL, 1, args, NULL, on_eval_res, NULL),
+        LC_ELOST);
 
     lc_zk_client *bc = zk_client(5000);
     assert_true(lt_run_until(connected, bc, 10000));
@@ -550,8 +550,8 @@ static void test_session_lost(void **state)
     assert_true(r.fence > afence);
     res e = {0};
     const char *bargs[] = {"b"};
-    assert_ok(lc_zk_lock_eval(b, store, script, seen, 0, 1, keys, NULL, 1, bargs, NULL,
-                              on_eval_res, &e));
+    assert_ok(
+        lc_zk_lock_eval(b, store, script, seen, 0, 1, keys, NULL, 1, bargs, NULL, on_eval_res, &e));
     lt_run_until(is_done, &e, 5000);
     assert_int_equal(e.st, LC_OK);
     /* the old token, sent anyway (as a commit already on its way would be): refused */
@@ -659,8 +659,8 @@ static pid_t spawn_child(const char *name, const char *mode, int *out)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
-    const char *argv[] = {"/proc/self/exe", "--zk-child", zf_hosts(zk), name, rf_url(redis),
-                          mode, NULL};
+    const char *argv[] = {"/proc/self/exe", "--zk-child", zf_hosts(zk), name,
+                          rf_url(redis),    mode,         NULL};
     pid_t pid = pr_spawn(argv, p[1], 2);
     close(p[1]);
     assert_true(pid > 0);
@@ -748,8 +748,8 @@ static void test_paused_holder_refused(void **state)
     res e = {0};
     const char *keys[] = {key};
     const char *args[] = {"parent"};
-    assert_ok(lc_zk_lock_eval(l, store, script, seen, 0, 1, keys, NULL, 1, args, NULL,
-                              on_eval_res, &e));
+    assert_ok(
+        lc_zk_lock_eval(l, store, script, seen, 0, 1, keys, NULL, 1, args, NULL, on_eval_res, &e));
     lt_run_until(is_done, &e, 5000);
     assert_int_equal(e.st, LC_OK);
     while (read_line(out, line, sizeof line, 0)) /* what it wrote before the pause */

@@ -258,8 +258,8 @@ zf_ensemble *zf_start(int n)
         }
         snprintf(s->dir, sizeof s->dir, "%s/n%d", z->dir, i + 1);
         snprintf(s->host, sizeof s->host, "127.0.0.1:%d", s->port);
-        off += (size_t)snprintf(z->hosts + off, sizeof z->hosts - off, "%s%s", i ? "," : "",
-                                s->host);
+        off +=
+            (size_t)snprintf(z->hosts + off, sizeof z->hosts - off, "%s%s", i ? "," : "", s->host);
     }
     for (int i = 0; i < n; i++) {
         zf_server *s = &z->s[i];
