@@ -127,7 +127,7 @@ struct lc_zk_lock {
     lc_zk_client *c; /* NULL: orphan (client freed) */
     lc_zk_lock *prev, *next;
     char name[LC_NAME_MAX + 1];
-    char parent[2 * LC_NAME_MAX + 4]; /* "/<prefix>/<name>" */
+    char parent[4 * LC_NAME_MAX + 8]; /* "/<prefix>/<name, percent-encoded>" */
     char token[33];
     unsigned attempt;
     char *node;     /* our node's full path (waiting or holding), or NULL */
@@ -180,6 +180,25 @@ static int valid_component(const char *s, size_t max)
             return 0;
     }
     return 1;
+}
+
+/* Writes name as one path component into out (at least 3 * strlen(name) + 1 bytes): '/', '%',
+ * control characters, non-ASCII bytes and a leading '.' percent-encoded, so every lockcore name
+ * (inventoryd's "inv:2:{sku/3}:lock") is a node name, and distinct names stay distinct. */
+static void encode_component(const char *name, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; name[i]; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch == '/' || ch == '%' || ch < 0x20 || ch >= 0x7f || (i == 0 && ch == '.')) {
+            *out++ = '%';
+            *out++ = hex[ch >> 4];
+            *out++ = hex[ch & 15];
+        } else {
+            *out++ = (char)ch;
+        }
+    }
+    *out = '\0';
 }
 
 static const char *zerr(int rc)
@@ -1015,11 +1034,9 @@ lc_status lc_zk_lock_new(lc_zk_client *c, const char *name, lc_zk_lost_fn on_los
         *out = NULL;
     if (!c || !name || !out)
         return lc_fail(LC_EINVAL, "zookeeper lock: NULL argument");
-    if (!valid_component(name, LC_NAME_MAX))
-        return lc_fail(LC_EINVAL,
-                       "zookeeper lock: name must be 1..%d bytes, without '/' or "
-                       "control characters, not \".\" or \"..\"",
-                       LC_NAME_MAX);
+    size_t len = strlen(name);
+    if (len == 0 || len > LC_NAME_MAX)
+        return lc_fail(LC_EINVAL, "zookeeper lock: name must be 1..%d bytes", LC_NAME_MAX);
     if (c->freeing)
         return lc_fail(LC_ESTATE, "zookeeper lock: client being freed");
     lc_zk_lock *lk = calloc(1, sizeof(*lk));
@@ -1027,7 +1044,9 @@ lc_status lc_zk_lock_new(lc_zk_client *c, const char *name, lc_zk_lost_fn on_los
         return lc_fail(LC_ENOMEM, "zookeeper lock: out of memory");
     lk->c = c;
     snprintf(lk->name, sizeof(lk->name), "%s", name);
-    snprintf(lk->parent, sizeof(lk->parent), "%s/%s", c->prefix, name);
+    char enc[3 * LC_NAME_MAX + 1];
+    encode_component(name, enc);
+    snprintf(lk->parent, sizeof(lk->parent), "%s/%s", c->prefix, enc);
     lc_token_new(lk->token);
     lk->on_lost = on_lost;
     lk->on_lost_arg = on_lost_arg;

@@ -75,8 +75,9 @@ unsigned long lc_zk_client_watch_events(const lc_zk_client *c);
  * release reports LC_ELOST. Any lc_zk_* call but lc_zk_client_free may be made from it. */
 typedef void (*lc_zk_lost_fn)(lc_zk_lock *lock, void *arg);
 
-/* Makes an owner of the lock called name (1..LC_NAME_MAX bytes, copied; no '/', no control
- * character, not "." or ".."): no ZooKeeper call. *out to free with lc_zk_lock_free. */
+/* Makes an owner of the lock called name (1..LC_NAME_MAX bytes, copied; its node is
+ * /<prefix>/<name> with '/', '%', control and non-ASCII bytes and a leading '.'
+ * percent-encoded): no ZooKeeper call. *out to free with lc_zk_lock_free. */
 lc_status lc_zk_lock_new(lc_zk_client *c, const char *name, lc_zk_lost_fn on_lost,
                          void *on_lost_arg, lc_zk_lock **out);
 
