@@ -894,9 +894,12 @@ static lc_status session_start(lc_zk_client *c)
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+/* The library's own log is off (level 0): every reconnect attempt of every session during an
+ * election would be a line on stderr; lockcore reports what matters through its results and
+ * messages (lc_zk_lock_errmsg). */
 static void quiet_library(void)
 {
-    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    zoo_set_debug_level((ZooLogLevel)0);
 }
 
 lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_zk_opts *opts,
