@@ -13,7 +13,8 @@
  *
  *   S_CREATE    create <parent>/<token>-<attempt>-lock- EPHEMERAL|SEQUENCE (zoo_acreate2: the
  *               Stat gives czxid, the fencing token). ZNONODE: S_PARENT first.
- *   S_PARENT    create /<prefix> then /<prefix>/<name> (persistent; ZNODEEXISTS is fine).
+ *   S_PARENT    create /<prefix> (persistent) then /<prefix>/<name> (a container, which the
+ *               server deletes once empty); ZNODEEXISTS is fine.
  *   S_CHILDREN  list the parent: lowest sequence is ours -> held; else wait_ms 0 -> delete our
  *               node, LC_EBUSY; else S_EXISTS on the node just before ours.
  *   S_EXISTS    exists(predecessor, watch): ZNONODE -> S_CHILDREN again; exists -> S_WAIT.
@@ -485,8 +486,10 @@ static void step_parent(lc_zk_lock *lk, zkind which)
         return;
     }
     const char *path = which == Z_PARENT1 ? c->prefix : lk->parent;
-    int rc = zoo_acreate2(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
-                          on_create_done, r);
+    /* the lock's parent is a container: the server deletes it once empty (Curator does the
+     * same); a node made under a parent made again later still gets a larger czxid */
+    int rc = zoo_acreate2(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                          which == Z_PARENT1 ? ZOO_PERSISTENT : ZOO_CONTAINER, on_create_done, r);
     send_or_fail(lk, r, rc, "create parent");
 }
 

@@ -115,6 +115,11 @@ struct seglock **areq_live_seglocks(const struct areq *ar)
     return &ar->env->live_seglocks;
 }
 
+lc_zk_client *areq_lock_zk(const struct areq *ar)
+{
+    return ar->env->zk;
+}
+
 int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes)
 {
     *nodes = ar->env->locknodes;

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 
 #include <lockcore/lockcore_async.h>
+#include <lockcore/lockcore_zk.h>
 
 #include "app.h"
 #include "request.h"
@@ -41,6 +42,7 @@ struct areq_env {
     lc_async_client *lc;                               /* the loop's Redis client */
     lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
     int nlocknodes;
+    lc_zk_client *zk;              /* --lock-zookeeper: the loop's ZooKeeper session, or NULL */
     struct seglock *live_seglocks; /* the orders' live Redlock seglocks (seglock_close_all) */
     struct seggate *gates;         /* the loop's per-segment gates (orders) */
     int id, nloops;                /* the loop's index, 0..nloops - 1 */
@@ -93,6 +95,9 @@ struct seggate *areq_gates(const struct areq *ar);
 /* The Redlock node clients of the request's loop (--lock-redis): how many (0 = none), and
  * *nodes the array (borrowed, the loop's). */
 int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes);
+
+/* The loop's ZooKeeper client (--lock-zookeeper), or NULL. */
+lc_zk_client *areq_lock_zk(const struct areq *ar);
 
 /* The loop's list of live Redlock seglocks (seglock.h), closed before its node clients go. */
 struct seglock **areq_live_seglocks(const struct areq *ar);

@@ -1,7 +1,7 @@
 /*
- * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock with
- * the stock read and the commit fenced on the data Redis (see seglock.h). This file is only the
- * adapter; all lock logic is lockcore's.
+ * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock or
+ * ZooKeeper lock with the stock read and the commit fenced on the data Redis (see seglock.h).
+ * This file is only the adapter; all lock logic is lockcore's.
  */
 #include "seglock.h"
 
@@ -19,6 +19,7 @@ struct seglock {
     struct seglock_env env;
     lc_async_lock *plain; /* without --lock-redis */
     lc_async_redlock *rl; /* with it */
+    lc_zk_lock *zk;       /* with --lock-zookeeper */
     lc_redlock_opts ro;
     char *name, *seen; /* seen: "<name>:seen" on the data Redis */
     seglock_acquired_fn acb;
@@ -52,8 +53,11 @@ void seglock_close_all(struct seglock **live)
         struct seglock *sl = *live;
         unlink_live(sl);
         lc_async_redlock *rl = sl->rl;
+        lc_zk_lock *zk = sl->zk;
         sl->rl = NULL;
+        sl->zk = NULL;
         lc_async_redlock_free(rl); /* may call back into the owner, which may free sl */
+        lc_zk_lock_free(zk);
     }
 }
 
@@ -75,7 +79,7 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         return LC_ENOMEM;
     sl->env = *env;
     lc_status st;
-    if (env->n == 0) {
+    if (env->n == 0 && !env->zk) {
         st = lc_async_lock_new(env->data, name, lo, NULL, NULL, &sl->plain);
     } else {
         lc_redlock_opts_init(&sl->ro);
@@ -92,7 +96,8 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         }
         memcpy(sl->seen, name, len);
         memcpy(sl->seen + len, ":seen", sizeof(":seen"));
-        st = lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
+        st = env->zk ? lc_zk_lock_new(env->zk, name, NULL, NULL, &sl->zk)
+                     : lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
         if (st == LC_OK && env->live) {
             sl->live = env->live;
             sl->next = *env->live;
@@ -127,6 +132,7 @@ void seglock_free(struct seglock *sl)
     }
     lc_async_lock_free(sl->plain);
     lc_async_redlock_free(sl->rl);
+    lc_zk_lock_free(sl->zk);
     free_reads(sl);
     free(sl->name);
     free(sl->seen);
@@ -146,7 +152,10 @@ const char *seglock_errmsg(const struct seglock *sl)
 
 int seglock_lost(const struct seglock *sl)
 {
-    return sl->plain ? lc_async_lock_lost(sl->plain) : sl->rl ? lc_async_redlock_lost(sl->rl) : 1;
+    return sl->plain ? lc_async_lock_lost(sl->plain)
+           : sl->rl  ? lc_async_redlock_lost(sl->rl)
+           : sl->zk  ? lc_zk_lock_lost(sl->zk)
+                     : 1;
 }
 
 /* Gives the hold back at once (in the background) and takes a fresh handle for the next try;
@@ -154,10 +163,15 @@ int seglock_lost(const struct seglock *sl)
 static void replace_redlock(struct seglock *sl)
 {
     lc_async_redlock *old = sl->rl;
+    lc_zk_lock *oldzk = sl->zk;
     sl->rl = NULL;
-    if (sl->live || !sl->env.live)
+    sl->zk = NULL;
+    if ((sl->live || !sl->env.live) && oldzk)
+        lc_zk_lock_new(sl->env.zk, sl->name, NULL, NULL, &sl->zk);
+    else if (sl->live || !sl->env.live)
         lc_async_redlock_new(sl->env.n, sl->env.nodes, sl->name, &sl->ro, NULL, NULL, &sl->rl);
     lc_async_redlock_free(old);
+    lc_zk_lock_free(oldzk);
 }
 
 /* ---- acquire ---- */
@@ -199,10 +213,9 @@ static void on_mget(lc_status st, const redisReply *r, const char *errstr, void 
     cb(sl, LC_OK, r, sl->arg);
 }
 
-static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+/* The Redlock or ZooKeeper lock answered the acquire (errmsg its message): read the stock. */
+static void remote_acquired(struct seglock *sl, lc_status st, const char *errmsg)
 {
-    (void)fence;
-    struct seglock *sl = arg;
     if (st == LC_OK && sl->nread > 0) {
         struct mget *m = malloc(sizeof(*m));
         const char **argv = malloc(sizeof(*argv) * (size_t)(sl->nread + 1));
@@ -225,12 +238,24 @@ static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, v
         st = sst;
         replace_redlock(sl);
     } else {
-        set_why(sl, st, lc_async_redlock_errmsg(rl));
+        set_why(sl, st, errmsg);
     }
     seglock_acquired_fn cb = sl->acb;
     sl->acb = NULL;
     free_reads(sl);
     cb(sl, st, NULL, sl->arg);
+}
+
+static void on_rl_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    remote_acquired(arg, st, lc_async_redlock_errmsg(rl));
+}
+
+static void on_zk_acquired(lc_zk_lock *zk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    remote_acquired(arg, st, lc_zk_lock_errmsg(zk));
 }
 
 lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char *const *reads,
@@ -243,16 +268,16 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
     lc_status st;
     if (sl->plain) {
         st = lc_async_lock_acquire(sl->plain, wait_ms, nread, reads, NULL, on_plain_acquired, sl);
-    } else if (!sl->rl) {
+    } else if (!sl->rl && !sl->zk) {
         st = LC_ESTATE;
     } else {
         sl->reads = nread > 0 ? calloc((size_t)nread, sizeof(*sl->reads)) : NULL;
         for (int i = 0; i < nread && sl->reads; i++, sl->nread++)
             if (!(sl->reads[i] = strdup(reads[i])))
                 break;
-        st = nread > 0 && sl->nread != nread
-                 ? LC_ENOMEM
-                 : lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
+        st = nread > 0 && sl->nread != nread ? LC_ENOMEM
+             : sl->zk ? lc_zk_lock_acquire(sl->zk, wait_ms, on_zk_acquired, sl)
+                      : lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
         if (st != LC_OK)
             free_reads(sl);
     }
@@ -281,6 +306,15 @@ static void on_rl_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, 
     cb(sl, st, r, sl->arg);
 }
 
+static void on_zk_eval(lc_zk_lock *zk, lc_status st, const redisReply *r, void *arg)
+{
+    struct seglock *sl = arg;
+    seglock_eval_fn cb = sl->ecb;
+    sl->ecb = NULL;
+    set_why(sl, st, lc_zk_lock_errmsg(zk));
+    cb(sl, st, r, sl->arg);
+}
+
 lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, int nkeys,
                        const char **keys, int nargs, const char **args, seglock_eval_fn cb,
                        void *arg)
@@ -289,7 +323,10 @@ lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, i
         return LC_ESTATE;
     sl->ecb = cb;
     sl->arg = arg;
-    lc_status st = !sl->plain && !sl->rl ? LC_ESTATE
+    lc_status st = !sl->plain && !sl->rl && !sl->zk ? LC_ESTATE
+                   : sl->zk ? lc_zk_lock_eval(sl->zk, sl->env.data, script, sl->seen, flags, nkeys,
+                                              (const char *const *)keys, NULL, nargs,
+                                              (const char *const *)args, NULL, on_zk_eval, sl)
                    : sl->plain
                        ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args,
                                        NULL, on_plain_eval, sl)
@@ -333,14 +370,19 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
     if (sl->plain)
         return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL, cb,
                                       arg);
-    if (!sl->rl || !lc_async_redlock_held(sl->rl))
+    if (sl->zk && (!lc_zk_lock_held(sl->zk) || lc_zk_lock_lost(sl->zk)))
+        return lc_zk_lock_held(sl->zk) ? LC_ELOST : LC_ENOTHELD;
+    if (sl->zk && !lc_zk_client_connected(sl->env.zk))
+        return LC_EIO; /* the session is suspect: nothing is sent (lc_zk_lock_eval's rule) */
+    if (!sl->zk && (!sl->rl || !lc_async_redlock_held(sl->rl)))
         return LC_ENOTHELD;
     enum { MAXA = 16 };
     if (nkeys + 1 > MAXA || nargs + 1 > MAXA)
         return LC_EINVAL;
     const char *k[MAXA], *a[MAXA];
     char token[24];
-    snprintf(token, sizeof(token), "%" PRIu64, lc_async_redlock_fence(sl->rl));
+    snprintf(token, sizeof(token), "%" PRIu64,
+             sl->zk ? lc_zk_lock_fence(sl->zk) : lc_async_redlock_fence(sl->rl));
     k[0] = sl->seen;
     a[0] = token;
     for (int i = 0; i < nkeys; i++)

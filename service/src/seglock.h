@@ -10,6 +10,8 @@
  *            data Redis (one round trip more); commit = the same body as a token-fenced script
  *            (lc_token_fenced_script_new) on the data Redis: accepted only if the Redlock's
  *            fencing token is at least the highest one seen at "<lock name>:seen".
+ *   ZooKeeper  (--lock-zookeeper) as Redlock, with lockcore's ZooKeeper lock (lc_zk_*) on the
+ *            loop's ZooKeeper session: its token is the lock node's creation zxid.
  *
  * Ownership and callbacks follow lockcore_async.h: a call that returns LC_OK calls its callback
  * exactly once, from the loop; seglock_free calls the callback of an operation in flight with
@@ -19,6 +21,7 @@
 #define INVENTORY_SEGLOCK_H
 
 #include <lockcore/lockcore_async.h>
+#include <lockcore/lockcore_zk.h>
 
 struct seglock;
 
@@ -29,10 +32,12 @@ struct seglock_env {
     lc_async_client *const *nodes;
     int n;
     int node_timeout_ms;
+    lc_zk_client *zk; /* --lock-zookeeper: the loop's ZooKeeper session (NULL: none) */
     struct seglock **live;
 };
 
-/* Before the loop's node clients are freed: ends the Redlock of every live seglock of the list
+/* Before the loop's node clients (or ZooKeeper client) are freed: ends the Redlock (or ZooKeeper
+ * lock) of every live seglock of the list
  * (an operation in flight ends with LC_ESTATE, a hold is released in the background); their
  * later calls answer LC_ESTATE. The seglocks themselves are still freed by their owners. */
 void seglock_close_all(struct seglock **live);

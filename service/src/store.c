@@ -55,10 +55,11 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
-         * --lock-redis the Redlock's token alone (seglock.c). */
-        lc_status st = i != SCRIPT_COMMIT  ? lc_script_new(sources[i], &s->scripts[i])
-                       : cfg->lock_redis_n ? lc_token_fenced_script_new(sources[i], &s->scripts[i])
-                                           : lc_fenced_script_new(sources[i], &s->scripts[i]);
+         * --lock-redis / --lock-zookeeper that lock's token alone (seglock.c). */
+        int token_only = cfg->lock_redis_n || cfg->lock_zookeeper[0];
+        lc_status st = i != SCRIPT_COMMIT ? lc_script_new(sources[i], &s->scripts[i])
+                       : token_only       ? lc_token_fenced_script_new(sources[i], &s->scripts[i])
+                                          : lc_fenced_script_new(sources[i], &s->scripts[i]);
         if (st != LC_OK) {
             snprintf(err, errlen, "store: script %d: %s", i, lc_errmsg());
             store_free(s);
