@@ -55,6 +55,7 @@
 #include "async_internal.h"
 #include "base_internal.h"
 #include "lockcore/lockcore_zk.h"
+#include "token_eval_internal.h"
 
 enum { RETRY_MS = 200, SEQ_DIGITS = 10 };
 
@@ -1217,29 +1218,25 @@ static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr,
     if (!lk)
         return;
     lk->eval_slot = NULL;
-    const redisReply *body = NULL;
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
-        st = LC_EREDIS;
+    const redisReply *body;
+    lc_status res = lc_token_eval_result(st, r, &body);
+    if (res == LC_EREDIS && st == LC_OK)
         snprintf(lk->why, sizeof(lk->why),
                  "zookeeper lock %.100s: unexpected reply (script not made by "
                  "lc_token_fenced_script_new?)",
                  lk->name);
-    } else if (st == LC_OK && r->element[0]->integer == 0) {
-        st = LC_ELOST;
+    else if (res == LC_ELOST)
         snprintf(lk->why, sizeof(lk->why),
                  "zookeeper lock %.100s: lost (the store has seen a token above %" PRIu64 ")",
                  lk->name, lk->fence);
-        lk->lost = 1;
-    } else if (st == LC_OK) {
-        body = r->elements > 1 ? r->element[1] : NULL;
-    } else {
+    else if (res != LC_OK)
         snprintf(lk->why, sizeof(lk->why), "zookeeper lock %.100s: data store: %s", lk->name,
                  errstr);
-    }
+    if (res == LC_ELOST)
+        lk->lost = 1;
     if (lk->eval_release)
         drop_hold(lk);
-    op_finish_reply(lk, st, body);
+    op_finish_reply(lk, res, body);
 }
 
 lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_script *script,
@@ -1265,34 +1262,13 @@ lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_scrip
     lc_status st = op_begin(lk, ZOP_EVAL, NULL, arg);
     if (st != LC_OK)
         return st;
-    const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
-    const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
-    size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
-    size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
     eval_slot *s = malloc(sizeof(*s));
-    char token[24];
-    st = lc_fail(LC_ENOMEM, "zookeeper lock eval: out of memory");
-    if (k && a && kl && al && s) {
-        snprintf(token, sizeof(token), "%" PRIu64, lk->fence);
-        k[0] = seen_key;
-        kl[0] = strlen(seen_key);
-        a[0] = token;
-        al[0] = strlen(token);
-        for (int i = 0; i < nkeys; i++) {
-            k[1 + i] = keys[i];
-            kl[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
-        }
-        for (int i = 0; i < nargs; i++) {
-            a[1 + i] = args[i];
-            al[1 + i] = arglens ? arglens[i] : strlen(args[i]);
-        }
+    st = s ? LC_OK : lc_fail(LC_ENOMEM, "zookeeper lock eval: out of memory");
+    if (s) {
         s->lk = lk;
-        st = lc_async_script(store, script, nkeys + 1, k, kl, nargs + 1, a, al, on_eval_reply, s);
+        st = lc_token_eval_send(store, script, seen_key, lk->fence, nkeys, keys, keylens, nargs,
+                                args, arglens, on_eval_reply, s);
     }
-    free(k);
-    free(a);
-    free(kl);
-    free(al);
     if (st != LC_OK) {
         free(s);
         lk->op = ZOP_NONE;
