@@ -40,6 +40,7 @@
 #include "async_internal.h"
 #include "base_internal.h"
 #include "hold_internal.h"
+#include "token_eval_internal.h"
 
 typedef enum rl_round { R_NONE, R_ACQUIRE, R_RAISE, R_UNLOCK, R_RENEW } rl_round;
 typedef enum rl_op { RL_OP_NONE, RL_OP_ACQUIRE, RL_OP_RELEASE, RL_OP_EXTEND, RL_OP_EVAL } rl_op;
@@ -583,29 +584,25 @@ static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr,
     if (!rl)
         return;
     rl->eval_slot = NULL;
-    const redisReply *body = NULL;
-    if (st == LC_OK && (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                        r->element[0]->type != REDIS_REPLY_INTEGER)) {
-        st = LC_EREDIS;
+    const redisReply *body;
+    lc_status res = lc_token_eval_result(st, r, &body);
+    if (res == LC_EREDIS && st == LC_OK) {
         snprintf(rl->why, sizeof(rl->why),
                  "redlock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
                  rl->h.name);
-    } else if (st == LC_OK && r->element[0]->integer == 0) {
-        st = LC_ELOST;
+    } else if (res == LC_ELOST) {
         snprintf(rl->why, sizeof(rl->why),
                  "redlock %s: lost (the store has seen a token above %" PRIu64 ")", rl->h.name,
                  rl->h.fence);
         atomic_store(&rl->h.lost, 1);
         atomic_store(&rl->valid_until_ms, 0);
         event_del(rl->renew_timer);
-    } else if (st == LC_OK) {
-        body = r->elements > 1 ? r->element[1] : NULL;
-    } else {
+    } else if (res != LC_OK) {
         snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, errstr);
     }
     if (rl->eval_release)
         release_in_background(rl);
-    op_finish_reply(rl, st, 0, body);
+    op_finish_reply(rl, res, 0, body);
 }
 
 lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
@@ -636,34 +633,13 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
             release_in_background(rl);
         return lc_fail(LC_ELOST, "%s", rl->why);
     }
-    const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
-    const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
-    size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
-    size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
     rslot *s = malloc(sizeof(*s));
-    char token[24];
-    lc_status st = lc_fail(LC_ENOMEM, "redlock eval: out of memory");
-    if (k && a && kl && al && s) {
-        snprintf(token, sizeof(token), "%" PRIu64, rl->h.fence);
-        k[0] = seen_key;
-        kl[0] = strlen(seen_key);
-        a[0] = token;
-        al[0] = strlen(token);
-        for (int i = 0; i < nkeys; i++) {
-            k[1 + i] = keys[i];
-            kl[1 + i] = keylens ? keylens[i] : strlen(keys[i]);
-        }
-        for (int i = 0; i < nargs; i++) {
-            a[1 + i] = args[i];
-            al[1 + i] = arglens ? arglens[i] : strlen(args[i]);
-        }
+    lc_status st = s ? LC_OK : lc_fail(LC_ENOMEM, "redlock eval: out of memory");
+    if (s) {
         *s = (rslot){rl, -1};
-        st = lc_async_script(store, script, nkeys + 1, k, kl, nargs + 1, a, al, on_eval_reply, s);
+        st = lc_token_eval_send(store, script, seen_key, rl->h.fence, nkeys, keys, keylens, nargs,
+                                args, arglens, on_eval_reply, s);
     }
-    free(k);
-    free(a);
-    free(kl);
-    free(al);
     if (st != LC_OK) {
         free(s);
         return st;
