@@ -43,10 +43,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -81,8 +83,11 @@ typedef struct zreq {
     zkind kind;
     unsigned gen; /* the session (zhandle) it was sent on */
     int rc;
-    char *path;  /* Z_CREATE: the path created; BG: the node or parent; Z_WATCH: the path */
-    char *match; /* Z_BG_LIST: the name prefix to delete */
+    char *path;        /* Z_CREATE: the path created; BG: the node or parent; Z_WATCH: the path */
+    char *match;       /* Z_BG_LIST: "<token>-": the owner's nodes */
+    unsigned upto;     /* Z_BG_LIST: delete the owner's attempts up to this one */
+    lc_zk_lock *owner; /* Z_BG_LIST: the handle whose sweep this is (NULL once freed) */
+    struct zctx *x;    /* the session it was last sent on */
     int64_t czxid;
     int nkids;
     char **kids;
@@ -99,6 +104,10 @@ typedef struct eval_slot {
 typedef struct zctx {
     lc_zk_client *c;
     unsigned gen;
+    zhandle_t *zh;
+    _Atomic int in_library; /* its requests the library has not answered yet */
+    int64_t died_ms;        /* expired: when (closed once its requests are answered) */
+    struct zctx *next;      /* in the client's list of expired sessions */
 } zctx;
 
 struct lc_zk_client {
@@ -119,6 +128,8 @@ struct lc_zk_client {
     zreq *bg; /* background deletes / sweeps waiting for their retry */
     int connected;
     int session_ms;
+    zctx *dead;               /* expired sessions not closed yet */
+    struct event *reap_timer; /* closes them */
     unsigned long watch_events;
     lc_zk_lock *locks;
     unsigned mark;
@@ -155,6 +166,7 @@ struct lc_zk_lock {
     int eval_release;
     char why[LC_ERRSTR_MAX];
     int freeing;
+    zreq *sweep; /* this handle's background sweep (bg_sweep), or NULL */
 };
 
 static void step_children(lc_zk_lock *lk);
@@ -229,6 +241,8 @@ static void zreq_free(zreq *r)
 {
     if (!r)
         return;
+    if (r->owner)
+        r->owner->sweep = NULL;
     free(r->path);
     free(r->match);
     for (int i = 0; i < r->nkids; i++)
@@ -237,11 +251,39 @@ static void zreq_free(zreq *r)
     free(r);
 }
 
+/* A completion: the request is answered (push it to the loop). The library drops the
+ * completions still pending when a handle is closed, so a handle is closed only once its count
+ * is 0 (or after a bound). */
+static void answered(zreq *r)
+{
+    zctx *x = r->x; /* r belongs to the loop once pushed */
+    push(r->c, r);
+    if (x)
+        atomic_fetch_sub(&x->in_library, 1);
+}
+
+/* Before a zoo_a* call with r: counted on the current session until answered (counted
+ * before the call: its completion may run before the call returns). */
+static void presend(zreq *r)
+{
+    r->x = r->c->ctx;
+    if (r->x)
+        atomic_fetch_add(&r->x->in_library, 1);
+}
+
+/* After the call: rc, and r not counted when the library did not take it. */
+static int sent(zreq *r, int rc)
+{
+    if (rc != ZOK && r->x)
+        atomic_fetch_sub(&r->x->in_library, 1);
+    return rc;
+}
+
 static void on_void_done(int rc, const void *data)
 {
     zreq *r = (zreq *)data;
     r->rc = rc;
-    push(r->c, r);
+    answered(r);
 }
 
 static void on_stat_done(int rc, const struct Stat *stat, const void *data)
@@ -261,7 +303,7 @@ static void on_create_done(int rc, const char *value, const struct Stat *stat, c
         if (!r->path)
             r->rc = ZSYSTEMERROR;
     }
-    push(r->c, r);
+    answered(r);
 }
 
 static void on_children_done(int rc, const struct String_vector *v, const void *data)
@@ -276,7 +318,7 @@ static void on_children_done(int rc, const struct String_vector *v, const void *
         if (!r->kids || r->nkids != v->count)
             r->rc = ZSYSTEMERROR;
     }
-    push(r->c, r);
+    answered(r);
 }
 
 static void on_watch(zhandle_t *zh, int type, int state, const char *path, void *wctx)
@@ -331,19 +373,27 @@ static void on_bg_timer(evutil_socket_t fd, short what, void *arg)
         zreq *r = list;
         list = r->bg_next;
         r->bg_next = NULL;
-        r->gen = c->gen;
-        bg_send(c, r);
+        if (r->gen != c->gen)
+            zreq_free(r); /* its session expired: the node went with it */
+        else
+            bg_send(c, r);
     }
 }
 
 static void bg_send(lc_zk_client *c, zreq *r)
 {
+    if (!c->zh || !c->connected) {
+        /* not while disconnected: requests would pile up in the library */
+        bg_retry_later(c, r);
+        return;
+    }
     int rc = ZINVALIDSTATE;
+    presend(r);
     if (c->zh && r->kind == Z_BG_DELETE)
         rc = zoo_adelete(c->zh, r->path, -1, on_void_done, r);
     else if (c->zh)
         rc = zoo_aget_children(c->zh, r->path, 0, on_children_done, r);
-    if (rc != ZOK)
+    if (sent(r, rc) != ZOK)
         bg_retry_later(c, r);
 }
 
@@ -359,16 +409,36 @@ static void bg_delete(lc_zk_client *c, const char *path)
         bg_send(c, r);
 }
 
-/* Deletes, in the background, every child of parent whose name starts with match. */
-static void bg_sweep(lc_zk_client *c, const char *parent, const char *match)
+/* Deletes, in the background, the nodes of lk's attempts up to attempt (creates whose answer
+ * was lost may have made them). One sweep per handle: a later failure widens the one pending. */
+static void bg_sweep(lc_zk_client *c, lc_zk_lock *lk, unsigned attempt)
 {
+    if (lk->sweep) {
+        if (lk->sweep->upto < attempt)
+            lk->sweep->upto = attempt;
+        return;
+    }
+    char match[40];
+    snprintf(match, sizeof(match), "%s-", lk->token);
     zreq *r = zreq_new(c, NULL, Z_BG_LIST);
-    if (r && (!(r->path = strdup(parent)) || !(r->match = strdup(match)))) {
+    if (r && (!(r->path = strdup(lk->parent)) || !(r->match = strdup(match)))) {
         zreq_free(r);
         r = NULL;
     }
-    if (r)
-        bg_send(c, r);
+    if (!r)
+        return;
+    r->upto = attempt;
+    r->owner = lk;
+    lk->sweep = r;
+    bg_send(c, r);
+}
+
+/* The attempt number of a node of ours ("<token>-<attempt>-lock-..." after match), or 0. */
+static unsigned attempt_of(const char *kid, size_t matchlen)
+{
+    char *end = NULL;
+    unsigned long a = strtoul(kid + matchlen, &end, 10);
+    return end && *end == '-' ? (unsigned)a : 0;
 }
 
 /* A background request answered. */
@@ -391,7 +461,8 @@ static void bg_answer(lc_zk_client *c, zreq *r)
     }
     size_t ml = strlen(r->match);
     for (int i = 0; i < r->nkids; i++)
-        if (!strncmp(r->kids[i], r->match, ml)) {
+        if (!strncmp(r->kids[i], r->match, ml) && attempt_of(r->kids[i], ml) > 0 &&
+            attempt_of(r->kids[i], ml) <= r->upto) {
             char path[sizeof(((lc_zk_lock *)0)->parent) + 64];
             snprintf(path, sizeof(path), "%s/%s", r->path, r->kids[i]);
             bg_delete(c, path);
@@ -469,7 +540,7 @@ static void op_fail(lc_zk_lock *lk, lc_status st, const char *fmt, ...)
 /* Sends r (made for lk's current step) or fails the operation. */
 static void send_or_fail(lc_zk_lock *lk, zreq *r, int rc, const char *what)
 {
-    if (rc == ZOK) {
+    if (sent(r, rc) == ZOK) {
         lk->req = r;
         return;
     }
@@ -489,6 +560,7 @@ static void step_parent(lc_zk_lock *lk, zkind which)
     const char *path = which == Z_PARENT1 ? c->prefix : lk->parent;
     /* the lock's parent is a container: the server deletes it once empty (Curator does the
      * same); a node made under a parent made again later still gets a larger czxid */
+    presend(r);
     int rc = zoo_acreate2(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
                           which == Z_PARENT1 ? ZOO_PERSISTENT : ZOO_CONTAINER, on_create_done, r);
     send_or_fail(lk, r, rc, "create parent");
@@ -513,6 +585,7 @@ static void step_create(lc_zk_lock *lk)
         op_fail(lk, LC_ENOMEM, "zookeeper lock %.100s: out of memory", lk->name);
         return;
     }
+    presend(r);
     int rc = zoo_acreate2(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
                           on_create_done, r);
     send_or_fail(lk, r, rc, "create");
@@ -526,6 +599,7 @@ static void step_children(lc_zk_lock *lk)
         op_fail(lk, LC_ENOMEM, "zookeeper lock %.100s: out of memory", lk->name);
         return;
     }
+    presend(r);
     send_or_fail(lk, r, zoo_aget_children(lk->c->zh, lk->parent, 0, on_children_done, r), "list");
 }
 
@@ -595,6 +669,7 @@ static void after_children(lc_zk_lock *lk, zreq *r)
         return;
     }
     lk->step = S_EXISTS;
+    presend(q);
     send_or_fail(lk, q, zoo_aexists(lk->c->zh, path, 1, on_stat_done, q), "exists");
 }
 
@@ -620,11 +695,9 @@ static void acquire_answer(lc_zk_lock *lk, zreq *r)
             return;
         }
         if (r->rc != ZOK) {
-            if (r->rc != ZNODEEXISTS) {
-                char pfx[64];
-                node_prefix(lk, pfx, sizeof(pfx));
-                bg_sweep(c, lk->parent, pfx); /* it may have been created all the same */
-            }
+            /* lost on the way back, it may have been created all the same */
+            if (r->rc != ZNODEEXISTS && r->rc != ZSESSIONEXPIRED && r->rc != ZCLOSING)
+                bg_sweep(c, lk, lk->attempt);
             op_fail(lk, LC_EIO, "zookeeper lock %.100s: create: %s", lk->name, zerr(r->rc));
             return;
         }
@@ -682,11 +755,8 @@ static void on_cap(evutil_socket_t fd, short what, void *arg)
     (void)what;
     lc_zk_lock *lk = arg;
     if (lk->op == ZOP_ACQUIRE) {
-        if (lk->step == S_CREATE && lk->c) {
-            char pfx[64];
-            node_prefix(lk, pfx, sizeof(pfx));
-            bg_sweep(lk->c, lk->parent, pfx);
-        }
+        if (lk->step == S_CREATE && lk->c)
+            bg_sweep(lk->c, lk, lk->attempt);
         op_fail(lk, LC_EIO, "zookeeper lock %.100s: no answer from ZooKeeper in time", lk->name);
     } else if (lk->op == ZOP_RELEASE) {
         if (lk->node && lk->c)
@@ -756,6 +826,32 @@ static void on_suspect_timer(evutil_socket_t fd, short what, void *arg)
 
 static lc_status session_start(lc_zk_client *c);
 
+/* Closes the expired sessions whose requests are all answered, or that waited long enough. */
+static void reap(lc_zk_client *c, int64_t patience_ms)
+{
+    int64_t now = lc_now_ms();
+    for (zctx **p = &c->dead; *p;) {
+        zctx *x = *p;
+        if (atomic_load(&x->in_library) > 0 && now - x->died_ms < patience_ms) {
+            p = &x->next;
+            continue;
+        }
+        *p = x->next;
+        zookeeper_close(x->zh); /* expired: nothing to send, its threads end */
+        free(x);
+    }
+}
+
+static void on_reap_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_zk_client *c = arg;
+    reap(c, 2000);
+    if (c->dead)
+        lc_async_arm(c->reap_timer, 50);
+}
+
 static void on_reinit_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -784,11 +880,14 @@ static void session_event(lc_zk_client *c, int state)
         event_del(c->suspect_timer);
         session_lost(c, state == ZOO_EXPIRED_SESSION_STATE ? "session expired"
                                                            : "authentication failed");
-        /* a new session; the expired handle's threads are idle */
-        zookeeper_close(c->zh);
+        /* a new session now; the expired handle is closed once the library has answered its
+         * requests (with ZSESSIONEXPIRED), which it would otherwise drop */
+        c->ctx->died_ms = lc_now_ms();
+        c->ctx->next = c->dead;
+        c->dead = c->ctx;
         c->zh = NULL;
-        free(c->ctx);
         c->ctx = NULL;
+        lc_async_arm(c->reap_timer, 50);
         lc_async_arm(c->reinit_timer, 0);
     }
 }
@@ -883,8 +982,13 @@ static lc_status session_start(lc_zk_client *c)
     if (!x)
         return LC_ENOMEM;
     c->gen++;
-    *x = (zctx){c, c->gen};
+    x->c = c;
+    x->gen = c->gen;
+    x->died_ms = 0;
+    x->next = NULL;
+    atomic_init(&x->in_library, 0);
     c->zh = zookeeper_init(c->hosts, on_watch, c->o.session_timeout_ms, NULL, x, 0);
+    x->zh = c->zh;
     if (!c->zh) {
         free(x);
         return lc_fail(errno == EINVAL ? LC_EINVAL : LC_EIO,
@@ -950,8 +1054,9 @@ lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_
     c->suspect_timer = evtimer_new(base, on_suspect_timer, c);
     c->bg_timer = evtimer_new(base, on_bg_timer, c);
     c->reinit_timer = evtimer_new(base, on_reinit_timer, c);
+    c->reap_timer = evtimer_new(base, on_reap_timer, c);
     if (!c->hosts || !c->wake_ev || !c->suspect_timer || !c->bg_timer || !c->reinit_timer ||
-        event_add(c->wake_ev, NULL) != 0) {
+        !c->reap_timer || event_add(c->wake_ev, NULL) != 0) {
         lc_zk_client_free(c);
         return lc_fail(LC_ENOMEM, "zookeeper client: out of memory");
     }
@@ -978,14 +1083,34 @@ void lc_zk_client_free(lc_zk_client *c)
             c->locks->prev = NULL;
         lk->prev = lk->next = NULL;
         lk->c = NULL;
+        if (lk->sweep) {
+            lk->sweep->owner = NULL;
+            lk->sweep = NULL;
+        }
         if (lk->op != ZOP_NONE) {
             snprintf(lk->why, sizeof(lk->why), "zookeeper lock %.100s: client freed", lk->name);
             op_finish(lk, LC_ESTATE);
         }
     }
     c->locks = NULL;
+    /* The library drops the completions of requests still unanswered at zookeeper_close (its
+     * completion thread is gone by then): give them a moment (the releases just sent) so
+     * nothing leaks while the server answers. */
+    int patience = c->o.op_timeout_ms < 2000 ? c->o.op_timeout_ms : 2000;
+    int64_t until = lc_now_ms() + patience;
+    while (c->ctx && c->connected && atomic_load(&c->ctx->in_library) > 0 && lc_now_ms() < until) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    while (c->dead && lc_now_ms() < until) {
+        reap(c, patience);
+        struct timespec ts = {0, 1000000};
+        if (c->dead)
+            nanosleep(&ts, NULL);
+    }
+    reap(c, 0);
     if (c->zh)
-        zookeeper_close(c->zh); /* every completion has been pushed when it returns */
+        zookeeper_close(c->zh); /* the answered requests are in the queue */
     free(c->ctx);
     pthread_mutex_lock(&c->mu);
     zreq *list = c->qhead;
@@ -1009,6 +1134,8 @@ void lc_zk_client_free(lc_zk_client *c)
         event_free(c->bg_timer);
     if (c->reinit_timer)
         event_free(c->reinit_timer);
+    if (c->reap_timer)
+        event_free(c->reap_timer);
     for (int i = 0; i < 2; i++)
         if (c->pipefd[i] >= 0)
             close(c->pipefd[i]);
@@ -1082,6 +1209,10 @@ void lc_zk_lock_free(lc_zk_lock *lk)
         op_finish(lk, LC_ESTATE);
     }
     lc_zk_client *c = lk->c;
+    if (lk->sweep) { /* it goes on without its handle */
+        lk->sweep->owner = NULL;
+        lk->sweep = NULL;
+    }
     if (c) {
         if (lk->node)
             bg_delete(c, lk->node);
@@ -1169,7 +1300,9 @@ lc_status lc_zk_lock_release(lc_zk_lock *lk, lc_zk_fn cb, void *arg)
         return LC_OK;
     }
     zreq *r = lk->node && lk->c->zh ? zreq_new(lk->c, lk, Z_DELETE) : NULL;
-    int rc = r ? zoo_adelete(lk->c->zh, lk->node, -1, on_void_done, r) : ZINVALIDSTATE;
+    if (r)
+        presend(r);
+    int rc = r ? sent(r, zoo_adelete(lk->c->zh, lk->node, -1, on_void_done, r)) : ZINVALIDSTATE;
     if (rc != ZOK) {
         zreq_free(r);
         /* nothing sent: the node is deleted in the background (or went with the session) */

@@ -57,8 +57,9 @@ lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_
 
 /* Closes the session (its nodes go with it) and frees the client: operations in flight end with
  * LC_ESTATE from inside this call; the client's locks become orphans (their calls answer
- * LC_ESTATE; free them still). Joins the library's threads and waits for the close request's
- * answer (bounded by the library's own timeout): a shutdown path, not for a busy loop. Not from
+ * LC_ESTATE; free them still). Waits (up to min(op_timeout_ms, 2 s)) for the requests in flight,
+ * such as the background deletes of the last releases, then joins the library's threads and waits
+ * for the close request's answer: a shutdown path that blocks, not for a busy loop. Not from
  * inside a callback of this client. NULL-safe. */
 void lc_zk_client_free(lc_zk_client *c);
 
