@@ -25,17 +25,17 @@
  * Ownership: a zreq is freed by the loop when its answer has been handled. A zreq whose handle
  * went away (freed, or its operation ended by a deadline) is detached (lk NULL): its answer
  * only cleans up (a node created for nobody is deleted). A node whose deletion failed for want
- * of an answer is deleted again by the client's background list (bg_*) every RETRY_MS until
- * ZooKeeper answers, the session ends, or the client is freed: our own session keeps an
- * orphan node alive and would block the queue behind it. A create whose answer was lost
+ * of an answer is deleted again by the client's background list (bg_*) every RETRY_MS while
+ * connected, until ZooKeeper answers, the session ends, or the client is freed: our own session
+ * keeps an orphan node alive and would block the queue behind it. A create whose answer was lost
  * (connection loss) may have made a node we do not know the name of: it is found by its
  * <token>-<attempt>- prefix (Curator's "protected" mode) and deleted the same way.
  *
  * Session: see lockcore_zk.h. ZOO_CONNECTING_STATE makes the client suspect and arms a timer of
  * one session timeout; ZOO_CONNECTED_STATE cancels it; the timer or ZOO_EXPIRED_SESSION_STATE
- * loses every hold and fails every acquire in flight with LC_EIO; an expired handle is closed
- * and a new session started (zookeeper_close of an expired handle sends nothing; it joins the
- * library's threads, which are idle by then).
+ * loses every hold and fails every acquire in flight with LC_EIO; a new session starts at once,
+ * and the expired handle is closed once the library has answered its requests (zctx counts
+ * them: zookeeper_close drops pending completions, and their zreqs with them), at most 2 s later.
  */
 #define _POSIX_C_SOURCE 200809L
 
