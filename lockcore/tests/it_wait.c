@@ -370,6 +370,7 @@ static void test_no_publish_without_waiters(void **state)
     int64_t until = tu_now_ms() + 10000;
     while (lt_hget_ll(gf_redis, name, "w") != 1 && tu_now_ms() < until)
         tu_sleep_us(500); /* b's retry found the lock busy and marked it as waited for */
+    assert_int_equal(lt_hget_ll(gf_redis, name, "w"), 1);
     assert_ok(lc_lock_release(a));
     pthread_join(w.tid, NULL);
     assert_status(w.st, LC_OK);
