@@ -26,7 +26,8 @@
 #   --baseline BIN  an inventoryd built from an older commit, for "segmented vs before"
 #   --window S      seconds per run [6]
 #   --out FILE      also write the table (markdown) to FILE
-# Env: BUILD_DIR (build), INVENTORYD_BIN. Exit 0 all invariant checks passed, 1 one failed,
+# Env: BUILD_DIR (build), INVENTORYD_BIN; LOOPCORE_RUNS="seg16 seg16_before seg16 ..." runs just
+# those rows, in that order, repeats allowed (A/B alternated in one run; no c10k rows). Exit 0 all invariant checks passed, 1 one failed,
 # 3 infrastructure (a server did not start, wrk missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -184,12 +185,26 @@ run() {
 
 only=${LOOPCORE_ONLY:-}
 if [ -n "$only" ]; then run "$only" "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 ${LOOPCORE_ARGS:-}; exit $failed; fi
-run bare bare - 0 64
-run atomic "$bin" 16 0 64 --strategy atomic
-run seg16 "$bin" 16 0 64
-[ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64
-run seg1h2 "$bin" 1 2 64
-run seg16h2 "$bin" 16 2 64
+# run_row NAME: one of the standard rows.
+run_row() {
+  case $1 in
+    bare) run bare bare - 0 64 ;;
+    atomic) run atomic "$bin" 16 0 64 --strategy atomic ;;
+    seg16) run seg16 "$bin" 16 0 64 ;;
+    seg16_before) [ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64 ;;
+    seg1h2) run seg1h2 "$bin" 1 2 64 ;;
+    seg1h2_before) [ -n "$baseline" ] && run seg1h2_before "$baseline" 1 2 64 ;;
+    seg16h2) run seg16h2 "$bin" 16 2 64 ;;
+    seg16h2_before) [ -n "$baseline" ] && run seg16h2_before "$baseline" 16 2 64 ;;
+    *) echo "loopcore: unknown row $1" >&2; exit 2 ;;
+  esac
+}
+if [ -n "${LOOPCORE_RUNS:-}" ]; then
+  skip_c10k=1
+  for r in $LOOPCORE_RUNS; do run_row "$r"; done
+else
+  for r in bare atomic seg16 seg16_before seg1h2 seg16h2; do run_row "$r"; done
+fi
 if [ "$skip_c10k" = 1 ]; then :; else
   run c10k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000
   run c10k_2k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 --connection-memory-kib 2
@@ -206,6 +221,9 @@ report=$report_dir/REPORT.md
   echo
 } >"$report"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+for v in rate_bare rate_atomic rate_seg16 rate_seg16_before rate_seg1h2 rate_seg16h2; do
+  eval ": \"\${$v:=0}\""  # a row not run (LOOPCORE_RUNS) reads as 0: its ratio prints "-"
+done
 {
   echo "| run | orders/s | p99 µs | top-level calls/order | inner commands/order | PUBLISH/order | Redis CPU µs/order | created | 503 | unanswered | RSS MiB | SPEC §8 |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -25,14 +25,14 @@
  * -> {1, fence, hold count, values of read keys...} when taken (count 1) or re-entered
  *    (count n + 1, set, not added: the same re-entry sent twice counts once),
  *    {0, pttl of the holder's lease} when another owner holds it (w set on that hold when
- *    waiting; its TTL is kept: HSET does not touch it).
+ *    waiting and not set yet, so a queue of waiters writes it once; HSET keeps the TTL).
  * The reads come first, so a read that fails (WRONGTYPE) aborts before anything is written. A
  * hold of this owner that the handle does not count (n = 0: an earlier reply and its undo were
  * lost) is replaced by a fresh hold with a new fencing token rather than re-entered. */
 #define LC_LUA_ACQUIRE                                                                             \
     "local vals = {}\n"                                                                            \
     "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"                       \
-    "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                                           \
+    "local h = redis.call('HMGET', KEYS[1], 'o', 'f', 'w')\n"                                      \
     "local fence, count\n"                                                                         \
     "if h[1] == false or (h[1] == ARGV[1] and ARGV[3] == '0') then\n"                              \
     "  fence = redis.call('INCR', KEYS[2])\n"                                                      \
@@ -47,7 +47,7 @@
     "  redis.call('HSET', KEYS[1], 'c', count)\n"                                                  \
     "  fence = tonumber(h[2])\n"                                                                   \
     "else\n"                                                                                       \
-    "  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'w', 1) end\n"                           \
+    "  if ARGV[4] == '1' and not h[3] then redis.call('HSET', KEYS[1], 'w', 1) end\n"              \
     "  return {0, redis.call('PTTL', KEYS[1])}\n"                                                  \
     "end\n"                                                                                        \
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                    \
