@@ -251,7 +251,9 @@ static void test_kill_zookeeper(void **state)
     int64_t t0 = tu_now_ms();
     assert_int_equal(zf_restart(zk, 0), 0);
     int after = down;
-    while (after < down + 20 && tu_now_ms() - t0 < 30000) {
+    /* 20 more orders: 1.2-1.9 s after the restart as built; under ThreadSanitizer on a loaded
+     * machine (libzookeeper-mt's threads and mutexes instrumented) 10 in the first 30 s */
+    while (after < down + 20 && tu_now_ms() - t0 < 90000) {
         tu_sleep_ms(100);
         after = 0;
         for (int i = 0; i < 3; i++)
