@@ -15,3 +15,79 @@ function(add_unit_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
   endif()
 endfunction()
+
+# How `ctest -j N` schedules the suite (scripts/test.sh runs each of its three passes with -j 2).
+# One row a test: NAME COST [heavy]. COST is about its seconds in a serial run (a clean-clone
+# ctest has no Testing/Temporary/CTestCostData.txt yet): the longest start first, so none is
+# left to run alone at the end. "heavy": a test that starts a Redis Cluster, MariaDB, nginx,
+# Prometheus or chromium, or burns CPU for seconds; the heavy ones take the one RESOURCE_LOCK
+# "heavy", so at most one runs at a time, beside light ones (two at once failed it_cluster's
+# replica acknowledgements, WAIT of 250 ms, on this 2-core machine). Every test not listed costs
+# little and is light. test_schedule() applies the rows of the tests its directory registered
+# (set_tests_properties sees no other directory's); test_schedule_check(), once after them all,
+# fails the configure on a row that named no test (a test renamed and its row left behind).
+set(TEST_SCHEDULE
+  "it_cluster 32 heavy"
+  "it_holds 19"
+  "it_multi 11 heavy"
+  "lockcore_it_mysql 9 heavy"
+  "lockcore_it_zk 8 heavy"
+  "it_lock_zookeeper 7 heavy"
+  "it_lock_mysql 6 heavy"
+  "lockcore_zk_ensemble 5 heavy"
+  "script_peers 3 heavy"
+  "script_verify_multi 3"
+  "it_sink 18 heavy"
+  "lockcore_it_cluster 17 heavy"
+  "lockcore_it_lost_reply 15"
+  "lockcore_it_lost_reply_pipeline 15"
+  "e2e_prometheus 13 heavy"
+  "e2e_dashboard 13 heavy"
+  "e2e_contract 12 heavy"
+  "script_run_sh 12 heavy"
+  "lockcore_it_redlock 12"
+  "it_outcome 12"
+  "lockcore_it_watchdog 12"
+  "lockcore_it_watchdog_pipeline 12"
+  "lockcore_it_async 12"
+  "it_hostile 9"
+  "lockcore_it_redlock_async 8"
+  "it_gate 7"
+  "it_pause 7"
+  "lockcore_it_redlock_restart 6"
+  "it_limits 6"
+  "it_concurrency 5 heavy"
+  "lockcore_it_lock_pipeline 4"
+  "it_lock_redis 4"
+  "it_ratelimit 4"
+  "lockcore_it_lock 4"
+  "it_layout 3 heavy"
+  "script_nginx_lb 2 heavy")
+
+function(test_schedule)
+  foreach(row ${TEST_SCHEDULE})
+    string(REPLACE " " ";" row "${row}")
+    list(GET row 0 name)
+    list(GET row 1 cost)
+    if(NOT TEST ${name})
+      continue()
+    endif()
+    set_property(GLOBAL APPEND PROPERTY TEST_SCHEDULE_FOUND ${name})
+    set_tests_properties(${name} PROPERTIES COST ${cost})
+    list(LENGTH row n)
+    if(n GREATER 2)
+      set_tests_properties(${name} PROPERTIES RESOURCE_LOCK heavy)
+    endif()
+  endforeach()
+endfunction()
+
+function(test_schedule_check)
+  get_property(found GLOBAL PROPERTY TEST_SCHEDULE_FOUND)
+  foreach(row ${TEST_SCHEDULE})
+    string(REPLACE " " ";" row "${row}")
+    list(GET row 0 name)
+    if(NOT name IN_LIST found)
+      message(FATAL_ERROR "cmake/tests.cmake TEST_SCHEDULE: no test ${name}")
+    endif()
+  endforeach()
+endfunction()

@@ -1059,7 +1059,7 @@ CHECKS = [
     ("status-answers", "every status answer (GET, restock) satisfies SPEC §8 on its own: sold = stock_total − remaining = Σ segments, reserved ≤ sold, no negative number, orders ≤ sold ≤ the largest quantity sent × orders, segments 0..n-1 of a PUT that was sent, version not older than an acknowledged PUT"),
     ("put-answers", "PUT answers echo the request, versions are unique per SKU and grow in real-time order"),
     ("order-answers", "201/200 order bodies echo the request (SKU, quantity, user_id, segment in the id); cancel answers are the cancelled order"),
-    ("damaged-segments", "while one of its counters is damaged (10.0, ' 5', 1e3, abc …), nothing but the repair writes that counter, and whatever else is written on the segment keeps SPEC §8 (t = stock + s, s and o = the live records, checked with the counter put back): a script that does not read the damaged counter may run, one that reads it writes nothing (unless a PUT/DELETE of the SKU overlapped, or, on a cluster, a master failover)"),
+    ("damaged-segments", "while one of its counters is damaged (10.0, ' 5', 1e3, abc …), nothing but the repair writes that counter, and whatever else is written on the segment keeps SPEC §8 (t = stock + s, s = the live records' units, o = the live orders (not parts), checked with the counter put back): a script that does not read the damaged counter may run, one that reads it writes nothing (unless a PUT/DELETE of the SKU overlapped, or, on a cluster, a master failover)"),
     ("damage-failover", "no 5xx storm on a damaged SKU: when the other segments hold ≥ 20 units and ≥ 10 orders of the SKU were answered during the damage before 201s took all but 10 of those units, < 50 % of them are 5xx, or at most 30 points more than the other SKUs' orders meanwhile or the SKU's own in the 5 s before (not checked while a master failover overlaps, on a cluster, nor while a PUT/DELETE of the SKU that may have been recorded overlaps: its roll-out waits for the repair)"),
     ("holds", "SPEC §11 holds: none still reserved more than %.1f s (1 s + --redis-timeout-ms) after its expires_at (the bound runs from the end of a Redis outage or a damage of its segment that overlaps it); at the end the checker first waits out every hold in the due sets, clients stopped, so every 201 \"reserved\" order in the layout must be confirmed, cancelled or expired with no traffic; each segment's due set is exactly its reserved records, scored at their expires_at; an expired record was a hold whose expires_at has come" % EXPIRY_BOUND_S),
     ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
@@ -1341,7 +1341,7 @@ class Checker:
             if changed:
                 drift = self.segment_drift(af)
                 bad_write = bad_write or bool(drift)
-                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s and o = the live records, with the counter put back)")
+                changed.insert(0, "DRIFT: %s" % drift if drift else "no drift (t = stock + s, s = the live records' units, o = the live orders, with the counter put back)")
             why_ok = None
             resets = [l.id for l in admin[d["sku"]] if any(
                 a["sent"] and a["eff"] != NONE and a["t0"] < t1 and (a["t1"] + (10 if a["eff"] == MAYBE else 0)) > t0 for a in l.attempts)]
@@ -1399,8 +1399,9 @@ class Checker:
             bad.append("t %d != stock %d + s %d" % (t, stock, sold))
         if sold != units_:
             bad.append("s %d != %d units in live records" % (sold, units_))
-        if o != len(live):
-            bad.append("o %d != %d live records" % (o, len(live)))
+        orders_ = sum(1 for r in live if "part_of" not in r)  # o counts orders, never parts
+        if o != orders_:
+            bad.append("o %d != %d live orders (records that are not parts)" % (o, orders_))
         return ", ".join(bad)
 
     @staticmethod

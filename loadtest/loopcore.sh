@@ -15,7 +15,8 @@
 # --out FILE when given.
 # Top-level Redis calls (EVALSHA + EVAL) and inner commands per created order come from INFO
 # commandstats (CONFIG RESETSTAT before each run; the inner count is total commands processed
-# minus the top-level ones).
+# minus the top-level ones), and so do the PUBLISHes (lockcore's unlock wake-ups) per order;
+# Redis CPU per order is INFO cpu's used_cpu_sys + used_cpu_user over the run.
 #
 # With --syscalls, perf stat counts inventoryd's system calls and context switches over each
 # order run's window (not c10k): per answered request, in a second table (needs perf:
@@ -25,7 +26,8 @@
 #   --baseline BIN  an inventoryd built from an older commit, for "segmented vs before"
 #   --window S      seconds per run [6]
 #   --out FILE      also write the table (markdown) to FILE
-# Env: BUILD_DIR (build), INVENTORYD_BIN. Exit 0 all invariant checks passed, 1 one failed,
+# Env: BUILD_DIR (build), INVENTORYD_BIN; LOOPCORE_RUNS="seg16 seg16_before seg16 ..." runs just
+# those rows, in that order, repeats allowed (A/B alternated in one run; no c10k rows). Exit 0 all invariant checks passed, 1 one failed,
 # 3 infrastructure (a server did not start, wrk missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +77,7 @@ rcli() { redis-cli -p "$rport" "$@"; }
 wait_http() { for _ in $(seq 100); do curl -sf "http://127.0.0.1:$1/healthz" >/dev/null && return 0; sleep 0.1; done; return 1; }
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
 stat_calls() { rcli info commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\).*/\1/p"; }
+redis_cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
 
 failed=0
 rows=()
@@ -107,6 +110,8 @@ run() {
       "http://127.0.0.1:$port/api/v1/orders" >/dev/null
   fi
   rcli config resetstat >/dev/null
+  local cpu0 cpu1
+  cpu0=$(redis_cpu)
   local perf_pid=""
   if [ "$syscalls" = 1 ] && [ "$b" != bare ] && [ "$conns" -le 1000 ]; then
     local ev="raw_syscalls:sys_enter,context-switches,task-clock" e
@@ -118,6 +123,7 @@ run() {
   res=$(cd $lt && ulimit -n 65536 2>/dev/null; LT_SKU=lc LT_OK=$ok LT_WINDOW_S=$window \
         wrk -t2 -c"$conns" -d"$((window + 3))s" --timeout 10s -s $script \
         "http://127.0.0.1:$port/api/v1/orders" 2>"$tmp/$name.wrk.err" | grep '^RESULT')
+  cpu1=$(redis_cpu)
   echo "$name $res" >>"${LOOPCORE_RAW:-/dev/null}"
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid"
@@ -137,7 +143,7 @@ run() {
       }' "$tmp/$name.perf")
     [ -n "$row" ] && sc_rows+=("$name|$row")
   fi
-  local rss=- top=- inner=- verdict=-
+  local rss=- top=- inner=- pub=- rcpu=- verdict=-
   if [ "$b" != bare ]; then
     rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
     local calls total created
@@ -149,6 +155,8 @@ run() {
     if [ "${created:-0}" -gt 0 ]; then
       top=$(awk -v c="$calls" -v n="$created" 'BEGIN {printf "%.2f", c / n}')
       inner=$(awk -v t="$total" -v c="$calls" -v n="$created" 'BEGIN {printf "%.1f", (t - c) / n}')
+      pub=$(awk -v p="$(stat_calls publish)" -v n="$created" 'BEGIN {printf "%.3f", p / n}')
+      rcpu=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$created" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
     fi
   fi
   kill -TERM "$pid" 2>/dev/null
@@ -168,21 +176,35 @@ run() {
   fi
   local rate p99 s503
   rate=$(field rate "$res"); p99=$(field p99_us "$res"); s503=$(field s503 "$res")
-  rows+=("$name|$rate|$p99|$top|$inner|$(field created "$res")|$s503|$(field unanswered "$res")|$rss|$verdict")
+  rows+=("$name|$rate|$p99|$top|$inner|$pub|$rcpu|$(field created "$res")|$s503|$(field unanswered "$res")|$rss|$verdict")
   eval "rate_$name=${rate:-0}"
   eval "rss_$name=$rss"
-  printf '%-10s rate=%s p99_us=%s calls/order=%s inner/order=%s 503=%s rss_mib=%s invariants=%s\n' \
-    "$name" "$rate" "$p99" "$top" "$inner" "$s503" "$rss" "$verdict" >&2
+  printf '%-10s rate=%s p99_us=%s calls/order=%s inner/order=%s publish/order=%s redis_cpu_us/order=%s 503=%s rss_mib=%s invariants=%s\n' \
+    "$name" "$rate" "$p99" "$top" "$inner" "$pub" "$rcpu" "$s503" "$rss" "$verdict" >&2
 }
 
 only=${LOOPCORE_ONLY:-}
 if [ -n "$only" ]; then run "$only" "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 ${LOOPCORE_ARGS:-}; exit $failed; fi
-run bare bare - 0 64
-run atomic "$bin" 16 0 64 --strategy atomic
-run seg16 "$bin" 16 0 64
-[ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64
-run seg1h2 "$bin" 1 2 64
-run seg16h2 "$bin" 16 2 64
+# run_row NAME: one of the standard rows.
+run_row() {
+  case $1 in
+    bare) run bare bare - 0 64 ;;
+    atomic) run atomic "$bin" 16 0 64 --strategy atomic ;;
+    seg16) run seg16 "$bin" 16 0 64 ;;
+    seg16_before) [ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64 ;;
+    seg1h2) run seg1h2 "$bin" 1 2 64 ;;
+    seg1h2_before) [ -n "$baseline" ] && run seg1h2_before "$baseline" 1 2 64 ;;
+    seg16h2) run seg16h2 "$bin" 16 2 64 ;;
+    seg16h2_before) [ -n "$baseline" ] && run seg16h2_before "$baseline" 16 2 64 ;;
+    *) echo "loopcore: unknown row $1" >&2; exit 2 ;;
+  esac
+}
+if [ -n "${LOOPCORE_RUNS:-}" ]; then
+  skip_c10k=1
+  for r in $LOOPCORE_RUNS; do run_row "$r"; done
+else
+  for r in bare atomic seg16 seg16_before seg1h2 seg16h2; do run_row "$r"; done
+fi
 if [ "$skip_c10k" = 1 ]; then :; else
   run c10k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000
   run c10k_2k "$bin" 1 2 10000 --threads 2 --lock-wait-ms 2000 --connection-memory-kib 2
@@ -199,9 +221,12 @@ report=$report_dir/REPORT.md
   echo
 } >"$report"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+for v in rate_bare rate_atomic rate_seg16 rate_seg16_before rate_seg1h2 rate_seg16h2; do
+  eval ": \"\${$v:=0}\""  # a row not run (LOOPCORE_RUNS) reads as 0: its ratio prints "-"
+done
 {
-  echo "| run | orders/s | p99 µs | top-level calls/order | inner commands/order | created | 503 | unanswered | RSS MiB | SPEC §8 |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | orders/s | p99 µs | top-level calls/order | inner commands/order | PUBLISH/order | Redis CPU µs/order | created | 503 | unanswered | RSS MiB | SPEC §8 |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   for r in "${rows[@]}"; do echo "| ${r//|/ | } |"; done
   echo
   echo "- atomic / bare handler: $(ratio "$rate_atomic" "$rate_bare") (target ≥ 0.5)"

@@ -3,7 +3,8 @@
 # over its first half, while wrk -t2 -c64 buys random quantities 1..5 direct from one instance
 # (16 segments, segmented, hold 0) until it is sold out. A poller reads the instance's created
 # orders (/metrics) and the SKU's remaining units every 50 ms; head = orders/s while at least
-# half the stock is left, tail = orders/s from 10 % left to sold out.
+# half the stock is left, tail = orders/s from 10 % left to sold out; and the CPU per order of
+# inventoryd (/proc) and of Redis (INFO cpu) over the whole sale, steadier on a shared machine.
 # Two builds alternate in one run (A B A B ...), so the machine's drift hits both:
 #   A = $BUILD_A/bin/inventoryd (e.g. a build of the commit before a change), B = $BUILD_DIR (build).
 # Usage: loadtest/tail.sh [--units N] [--pairs N] [--qmax Q] [--segments S]
@@ -59,6 +60,7 @@ run() {
   pid=$!
   pids+=("$pid")
   wait_http "$port" || die "$label: inventoryd did not start ($(tail -3 "$tmp/$label.log"))"
+  rcpu0=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { print s }')
   curl -sf -XPUT -H 'Content-Type: application/json' \
     -d "{\"stock\":$units,\"segments\":$segments}" \
     "http://127.0.0.1:$port/api/v1/skus/tail" >/dev/null || die "PUT failed"
@@ -86,11 +88,16 @@ while time.monotonic() - t0 < 120:
 PY
   kill "$wrk_pid" 2>/dev/null
   wait "$wrk_pid" 2>/dev/null
+  # inventoryd's CPU over the sale (user + system, clock ticks) and Redis's (INFO cpu, s)
+  local ticks rcpu
+  ticks=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+  rcpu=$(redis-cli -p "$rport" info cpu | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { print s }')
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
-  python3 - "$label" "$units" "$tmp/$label.samples" <<'PY'
+  python3 - "$label" "$units" "$tmp/$label.samples" "$ticks" "$(getconf CLK_TCK)" "$rcpu" "${rcpu0:-0}" <<'PY'
 import sys
 label, units, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ticks, hz, rcpu, rcpu0 = float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
 rows = [tuple(float(x) for x in l.split()) for l in open(path) if l.strip()]
 def at(pred):
     for r in rows:
@@ -106,12 +113,15 @@ if not (half and tenth and end):
     sys.exit(0)
 head = (half[1] - start[1]) / (half[0] - start[0])
 tail = (end[1] - tenth[1]) / (end[0] - tenth[0])
-print(f"{label} {head:.0f} {tail:.0f} {tail / head:.2f} {end[0] - tenth[0]:.2f} {int(end[3])}")
+orders = end[1] - start[1]
+cpu = ticks / hz / orders * 1e6 if orders > 0 else 0
+rus = (rcpu - rcpu0) / orders * 1e6 if orders > 0 else 0
+print(f"{label} {head:.0f} {tail:.0f} {tail / head:.2f} {end[0] - tenth[0]:.2f} {int(end[3])} {cpu:.1f} {rus:.1f}")
 PY
 }
 
 echo "# loadtest/tail.sh: $units units, $segments segments, quantities 1..$qmax, wrk -t2 -c64 direct; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# build head_orders/s tail_orders/s tail/head tail_seconds multi_segment_orders"
+echo "# build head_orders/s tail_orders/s tail/head tail_seconds multi_segment_orders inventoryd_cpu_us/order redis_cpu_us/order"
 for i in $(seq "$pairs"); do
   [ -n "$bin_a" ] && run "A$i" "$bin_a"
   run "B$i" "$bin_b"

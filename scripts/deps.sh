@@ -33,6 +33,8 @@ packages=(
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
   libmariadb-dev  # inventory-sink writes the order log into MySQL/MariaDB (libmariadb)
   mariadb-server  # mariadbd + mariadb-install-db (+ the mariadb client): the tests' throwaway database (it_sink, lockcore it_mysql, it_lock_mysql, loadtest/faults.sh --lock-mysql)
+  libzookeeper-mt-dev  # lockcore's ZooKeeper lock (zk_async.c, libzookeeper-mt's async API)
+  zookeeper  # the server (Java) the ZooKeeper lock's tests start (lockcore/tests/support/zk_fixture.c)
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})

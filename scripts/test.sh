@@ -2,9 +2,11 @@
 # Installs what is missing, checks the formatting (scripts/format.sh --check), builds, and runs
 # every test with ctest: once in a normal build, once
 # more under AddressSanitizer + UndefinedBehaviorSanitizer and once more under ThreadSanitizer
-# (every test: about 2 minutes with the build on 2 cores; the inventoryd processes the service
-# tests start are the TSan build too, and a report in one fails its test through its exit
-# status). Exits non-zero on any failure.
+# (the inventoryd processes the service tests start are the TSan build too, and a report in one
+# fails its test through its exit status). Each pass runs two tests at a time (ctest -j
+# CTEST_JOBS): most of a test's time is waiting (leases, failovers, delays), not CPU; the
+# heaviest ones (Redis Cluster, MariaDB, nginx, Prometheus, chromium) never run two at once
+# (cmake/tests.cmake, TEST_SCHEDULE) and the longest start first. Exits non-zero on any failure.
 # Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
 # libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
 # The e2e tests (ctest -L e2e: docs/openapi.yaml against live instances, the dashboard in Debian's
@@ -13,8 +15,9 @@
 # CI=true they fail instead).
 # Env: BUILD_DIR (build), ASAN_BUILD_DIR (build-asan), SKIP_ASAN=1 to skip the second pass,
 #      TSAN_BUILD_DIR (build-tsan), SKIP_TSAN=1 to skip the third pass, TSAN_OPTIONS
-#      (halt_on_error=1:second_deadlock_stack=1), JOBS (2), CTEST_ARGS (extra ctest arguments,
-#      e.g. "-L unit"), SKIP_LOADTEST=1, SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1,
+#      (halt_on_error=1:second_deadlock_stack=1), JOBS (2: the builds, the fuzz targets at once),
+#      CTEST_JOBS (2: tests at once in each ctest pass; 1 for a serial run), CTEST_ARGS (extra
+#      ctest arguments, e.g. "-L unit"), SKIP_LOADTEST=1, SKIP_FUZZ=1, FUZZ_SECONDS (30), SKIP_FAULTS=1,
 #      SKIP_DOCKER=1, SKIP_CHAOS=1 (both chaos runs), SKIP_CHAOS_CLUSTER=1 (its cluster run only),
 #      SKIP_CLUSTER=1, CLUSTER_WINDOW_S (12), SKIP_SINKFAULTS=1.
 # Then scripts/docker-test.sh: the image (docker build), a container of it and docker-compose.yml in
@@ -46,6 +49,7 @@ asan_dir=${ASAN_BUILD_DIR:-build-asan}
 tsan_dir=${TSAN_BUILD_DIR:-build-tsan}
 jobs=${JOBS:-2}
 ctest_args=${CTEST_ARGS:-}
+ctest_jobs=${CTEST_JOBS:-2}
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   scripts/deps.sh --docker || echo "== deps: the Docker packages could not be installed (the docker test will say)"
@@ -65,7 +69,7 @@ run_suite() {
   cmake --build "$dir" -j "$jobs"
   echo "== test $dir"
   # shellcheck disable=SC2086
-  (cd "$dir" && ctest --output-on-failure --timeout 300 $extra $ctest_args)
+  (cd "$dir" && ctest --output-on-failure --timeout 300 -j "$ctest_jobs" $extra $ctest_args)
 }
 
 run_suite "$build_dir" ""

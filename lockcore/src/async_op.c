@@ -155,7 +155,8 @@ void lc_aop_attempt(aop *op)
         event_del(op->timer);
     lc_call call;
     acmd *c = NULL;
-    if (lc_call_acquire(&call, &l->h, op->nread, (const char *const *)op->read_keys,
+    /* A waiter (joined to its channel) marks the hold it finds as waited for (scripts.h). */
+    if (lc_call_acquire(&call, &l->h, op->ch != NULL, op->nread, (const char *const *)op->read_keys,
                         op->read_lens) == LC_OK)
         c = lc_acmd_new(op->client, &call, 1);
     lc_call_done(&call);

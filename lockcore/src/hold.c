@@ -138,10 +138,10 @@ static void put_arg(lc_call *c, int i, const char *s)
     c->arglens[i] = strlen(s);
 }
 
-lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *const *read_keys,
-                          const size_t *read_keylens)
+lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int waiting, int nread,
+                          const char *const *read_keys, const size_t *read_keylens)
 {
-    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_ACQUIRE), 2 + nread, 3);
+    lc_status st = lc_call_init(c, lc_builtin_script(LC_S_ACQUIRE), 2 + nread, 4);
     if (st != LC_OK)
         return st;
     put_key(c, 0, h->name, h->name_len);
@@ -153,6 +153,7 @@ lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *c
     put_arg(c, 0, h->token);
     put_arg(c, 1, c->lease);
     put_arg(c, 2, c->held);
+    put_arg(c, 3, waiting ? "1" : "0");
     return LC_OK;
 }
 

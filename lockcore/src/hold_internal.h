@@ -111,8 +111,12 @@ enum {
 
 /* Builders of the lock scripts' calls (script_internal.h) from a hold: the same arguments
  * whichever face sends them. Each fills a call to free with lc_call_done; LC_OK or LC_ENOMEM. */
-lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int nread, const char *const *read_keys,
-                          const size_t *read_keylens);
+/* waiting: 1 for the attempts of a waiter once it has (or is getting) its subscription to the
+ * unlock channel: the attempt marks the hold it finds, or makes, as waited for, so that the end of
+ * that hold publishes the unlock (scripts.h, the wake-up protocol); 0 for a first try, a waiter
+ * polling without a subscription, and Redlock (whose waiters poll). */
+lc_status lc_call_acquire(lc_call *c, const lc_hold *h, int waiting, int nread,
+                          const char *const *read_keys, const size_t *read_keylens);
 /* The release script for a handle holding `holds` (its count before this release; count + 1
  * is the undo of an acquire whose reply was lost). */
 lc_status lc_call_release(lc_call *c, const lc_hold *h, int holds);

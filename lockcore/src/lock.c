@@ -100,14 +100,16 @@ static void undo_acquire(lc_lock *l)
 }
 
 /* One run of the acquire script. LC_OK (held; *values stolen from the reply when asked),
- * LC_EBUSY with *pttl the holder's remaining lease, or an error. Called with l->mu held. */
-static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int64_t *pttl,
+ * LC_EBUSY with *pttl the holder's remaining lease, or an error. waiting: the caller is
+ * subscribed to the unlock channel and will sleep on it (lc_call_acquire). Called with l->mu
+ * held. */
+static lc_status acquire_once(lc_lock *l, const lc_acquire_opts *o, int waiting, int64_t *pttl,
                               redisReply **values)
 {
     lc_call call;
     redisReply *r = NULL;
     int sent = 0;
-    lc_status st = lc_call_acquire(&call, &l->h, o->nread, o->read_keys, o->read_keylens);
+    lc_status st = lc_call_acquire(&call, &l->h, waiting, o->nread, o->read_keys, o->read_keylens);
     if (st == LC_OK)
         st = lc_call_run(l->client, &call, &r, &sent);
     lc_call_done(&call);
@@ -155,17 +157,18 @@ lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_
     lock->last_wake = LC_WAKE_NONE;
     int64_t deadline = lc_now_ms() + opts->wait_ms;
     int64_t pttl = 0;
-    lc_status st = acquire_once(lock, opts, &pttl, values);
+    lc_status st = acquire_once(lock, opts, 0, &pttl, values);
     if (st == LC_EBUSY && opts->wait_ms > 0) {
         /* Subscribe first, then retry: an unlock published after the retry failed must reach
-         * us, and one published before it is seen by the retry itself. */
+         * us, and one published before it is seen by the retry itself. The retries mark the
+         * hold they find as waited for, so that its end publishes (scripts.h). */
         int64_t left = deadline - lc_now_ms();
         lc_sub *sub =
             left > 0 ? lc_notify_subscribe(lock->client, lock->h.channel, (int)left) : NULL;
         int poll = sub ? LC_POLL_SUBSCRIBED_MIN_MS : LC_POLL_ALONE_MIN_MS;
         int poll_max = sub ? LC_POLL_SUBSCRIBED_MAX_MS : LC_POLL_ALONE_MAX_MS;
         for (;;) {
-            st = acquire_once(lock, opts, &pttl, values);
+            st = acquire_once(lock, opts, sub != NULL, &pttl, values);
             if (st != LC_EBUSY && st != LC_EIO)
                 break;
             int64_t remaining = deadline - lc_now_ms();

@@ -199,7 +199,7 @@ static void on_round_timer(evutil_socket_t fd, short what, void *arg)
 static lc_status round_call(lc_async_redlock *rl, rl_round kind, lc_call *call)
 {
     switch (kind) {
-    case R_ACQUIRE: return lc_call_acquire(call, &rl->h, 0, NULL, NULL);
+    case R_ACQUIRE: return lc_call_acquire(call, &rl->h, 0, 0, NULL, NULL); /* waiters poll */
     case R_RAISE: return lc_call_raise(call, &rl->h, rl->token);
     case R_RENEW: return lc_call_renew(call, &rl->h, rl->round_lease);
     default: return lc_call_release(call, &rl->h, 1);

@@ -1,37 +1,53 @@
 /*
  * Every Lua script lockcore runs, in one place. A lock NAME is a hash {o: owner token, c: hold
- * count, f: fencing token} whose TTL is the lease; NAME:fence counts fencing tokens and never
- * expires; NAME:unlock is the channel published on every full release.
+ * count, f: fencing token, w: somebody may wait} whose TTL is the lease; NAME:fence counts
+ * fencing tokens and never expires; NAME:unlock is the channel a full release publishes on when
+ * the hold it deletes has w.
  *
  * The hold count is the handle's: every script that changes it gets the handle's count and
  * sets c from that (never HINCRBY), so running one request twice (a retry, or an undo after a
  * lost reply) changes nothing the second time, and a c that drifted (a request that ran whose
  * reply was lost) is set right by the handle's next call.
+ *
+ * The wake-up protocol: a waiter's attempts after its subscription to NAME:unlock is confirmed
+ * are sent with waiting = 1; such an attempt sets w on the hold it finds (busy), or on the hold
+ * it makes (taken: other waiters of its client may still sleep, and nobody else will mark this
+ * hold for them). w lives and dies with the hold: it is never cleared, so a waiter that
+ * crashed or gave up costs at most one needless PUBLISH, when that hold ends. Every waiter that
+ * relies on a message has set w on the hold it found busy, in the same script that found it
+ * busy, so the end of that hold publishes; a hold nobody waited for publishes nothing.
  */
 #ifndef LOCKCORE_SCRIPTS_H
 #define LOCKCORE_SCRIPTS_H
 
-/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms, the handle's hold count n.
+/* KEYS: lock, fence, read keys...  ARGV: owner token, lease ms, the handle's hold count n,
+ * waiting ("1": a waiter's attempt after its subscription, "0" otherwise).
  * -> {1, fence, hold count, values of read keys...} when taken (count 1) or re-entered
  *    (count n + 1, set, not added: the same re-entry sent twice counts once),
- *    {0, pttl of the holder's lease} when another owner holds it.
+ *    {0, pttl of the holder's lease} when another owner holds it (w set on that hold when
+ *    waiting and not set yet, so a queue of waiters writes it once; HSET keeps the TTL).
  * The reads come first, so a read that fails (WRONGTYPE) aborts before anything is written. A
  * hold of this owner that the handle does not count (n = 0: an earlier reply and its undo were
  * lost) is replaced by a fresh hold with a new fencing token rather than re-entered. */
 #define LC_LUA_ACQUIRE                                                                             \
     "local vals = {}\n"                                                                            \
     "for i = 3, #KEYS do vals[#vals + 1] = redis.call('GET', KEYS[i]) end\n"                       \
-    "local h = redis.call('HMGET', KEYS[1], 'o', 'f')\n"                                           \
+    "local h = redis.call('HMGET', KEYS[1], 'o', 'f', 'w')\n"                                      \
     "local fence, count\n"                                                                         \
     "if h[1] == false or (h[1] == ARGV[1] and ARGV[3] == '0') then\n"                              \
     "  fence = redis.call('INCR', KEYS[2])\n"                                                      \
     "  count = 1\n"                                                                                \
-    "  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"                            \
+    "  if ARGV[4] == '1' then\n"                                                                   \
+    "    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence, 'w', 1)\n"                  \
+    "  else\n"                                                                                     \
+    "    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', 1, 'f', fence)\n"                          \
+    "  end\n"                                                                                      \
     "elseif h[1] == ARGV[1] then\n"                                                                \
     "  count = tonumber(ARGV[3]) + 1\n"                                                            \
     "  redis.call('HSET', KEYS[1], 'c', count)\n"                                                  \
     "  fence = tonumber(h[2])\n"                                                                   \
     "else\n"                                                                                       \
+    "  if ARGV[4] == '1' and not h[3] then redis.call('HSET', KEYS[1], 'w', 1) end\n"              \
     "  return {0, redis.call('PTTL', KEYS[1])}\n"                                                  \
     "end\n"                                                                                        \
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                    \
@@ -41,11 +57,13 @@
 
 /* KEYS: lock.  ARGV: owner token, lease ms, unlock channel, the handle's hold count n before
  * this release.
- * -> holds left, n - 1 (set, not subtracted; 0 = deleted and published), or -1 when the owner
- *    does not hold it. Also the undo of an acquire whose reply was lost, with n = the handle's
- *    count + 1: deletes a fresh hold of this owner, or sets a re-entered count back. */
+ * -> holds left, n - 1 (set, not subtracted; 0 = deleted, and published when it had w), or -1
+ *    when the owner does not hold it. Also the undo of an acquire whose reply was lost, with
+ *    n = the handle's count + 1: deletes a fresh hold of this owner, or sets a re-entered count
+ *    back. */
 #define LC_LUA_RELEASE                                                                             \
-    "if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return -1 end\n"                          \
+    "local h = redis.call('HMGET', KEYS[1], 'o', 'w')\n"                                           \
+    "if h[1] ~= ARGV[1] then return -1 end\n"                                                      \
     "local c = tonumber(ARGV[4]) - 1\n"                                                            \
     "if c > 0 then\n"                                                                              \
     "  redis.call('HSET', KEYS[1], 'c', c)\n"                                                      \
@@ -53,7 +71,7 @@
     "  return c\n"                                                                                 \
     "end\n"                                                                                        \
     "redis.call('DEL', KEYS[1])\n"                                                                 \
-    "redis.call('PUBLISH', ARGV[3], '0')\n"                                                        \
+    "if h[2] then redis.call('PUBLISH', ARGV[3], '0') end\n"                                       \
     "return 0\n"
 
 /* KEYS: lock.  ARGV: owner token, lease ms.  -> 1 renewed, 0 not the owner (lost). */
@@ -62,7 +80,8 @@
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"                                                    \
     "return 1\n"
 
-/* KEYS: lock.  ARGV: unlock channel.  -> 1 deleted and published, 0 there was no lock. */
+/* KEYS: lock.  ARGV: unlock channel.  -> 1 deleted and published, 0 there was no lock. An
+ * administrative act, rare: it publishes whether or not the hold had w. */
 #define LC_LUA_FORCE                                                                               \
     "if redis.call('DEL', KEYS[1]) == 1 then\n"                                                    \
     "  redis.call('PUBLISH', ARGV[1], '0')\n"                                                      \
@@ -87,12 +106,13 @@
 /* The guard around a body made by lc_fenced_script_new.
  * KEYS: lock, body keys...  ARGV: owner, fence, release, lease ms, channel, body args...
  * release: "0", or the handle's hold count n to drop one hold of after the body, as the release
- * script does (c set to n - 1, or the lock deleted and the unlock published at 0).
+ * script does (c set to n - 1, or the lock deleted at 0 and the unlock published when the hold
+ * had w). The fence is checked first, before the body.
  * -> {0} when the caller no longer holds the lock with that fence (nothing ran),
  *    {1, body result} otherwise. */
 #define LC_LUA_GUARD_HEAD                                                                          \
     "local lc_lock_key = KEYS[1]\n"                                                                \
-    "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f')\n"                                    \
+    "local lc_h = redis.call('HMGET', lc_lock_key, 'o', 'f', 'w')\n"                               \
     "if lc_h[1] ~= ARGV[1] or lc_h[2] ~= ARGV[2] then return {0} end\n"                            \
     "local lc_fence = tonumber(ARGV[2])\n"                                                         \
     "local lc_release, lc_lease, lc_channel = tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"               \
@@ -106,7 +126,7 @@
     "    redis.call('PEXPIRE', lc_lock_key, lc_lease)\n"                                           \
     "  else\n"                                                                                     \
     "    redis.call('DEL', lc_lock_key)\n"                                                         \
-    "    redis.call('PUBLISH', lc_channel, '0')\n"                                                 \
+    "    if lc_h[3] then redis.call('PUBLISH', lc_channel, '0') end\n"                             \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "return {1, lc_result}\n"

@@ -3,11 +3,15 @@
  * kept, an unlock wakes a waiter (the handle says its wait ended by the unlock message, not by
  * the back-off poll's timer), an unlock racing with the waiter's subscription is not missed, a
  * queue of waiters hands the lock on promptly and exclusively, and force-unlock wakes waiters too.
+ * The wake-up protocol (scripts.h): a release nobody waited for publishes nothing, and a waiter
+ * that crashed while marked as waiting neither keeps later waiters from their wake-up nor keeps
+ * the releases publishing once its hold has ended.
  */
 #include "lc_test.h"
 #include "lock_internal.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 
 /* Whether a waiter was woken by the unlock message is read from the handle (lc_lock_last_wake),
@@ -318,6 +322,130 @@ static void test_expiry_without_unlock(void **state)
     lc_client_free(c);
 }
 
+/* The calls of PUBLISH counted by INFO commandstats (in scripts too), 0 when none yet. */
+static long long publish_calls(void)
+{
+    char info[8192];
+    if (rf_string(gf_redis, info, sizeof info, "INFO commandstats") != 1)
+        fail_msg("INFO commandstats failed");
+    const char *p = strstr(info, "cmdstat_publish:calls=");
+    return p ? atoll(p + strlen("cmdstat_publish:calls=")) : 0;
+}
+
+/* Acquire and release without contention, plain and through a fenced script with
+ * LC_EVAL_RELEASE (the service's commit): nobody waits, so nothing is published. */
+static void uncontended_rounds(lc_lock *a, const lc_script *set, int rounds)
+{
+    const char *keys[1] = {"it_wait:data"};
+    const char *args[1] = {"1"};
+    for (int i = 0; i < rounds; i++) {
+        assert_ok(lc_lock_acquire(a, 1000, NULL));
+        assert_ok(lc_lock_release(a));
+        assert_ok(lc_lock_acquire(a, 1000, NULL));
+        assert_ok(lc_lock_eval(a, set, LC_EVAL_RELEASE, 1, keys, NULL, 1, args, NULL, NULL));
+        assert_int_equal(lc_lock_held(a), 0);
+    }
+}
+
+/* 20 rounds of acquire/release and of acquire/fenced-release nobody waits for publish nothing;
+ * one round a waiter waits for publishes (and wakes it). */
+static void test_no_publish_without_waiters(void **state)
+{
+    (void)state;
+    const char *name = "it_wait:quiet";
+    lc_client *c = lt_client(rf_url(gf_redis));
+    lc_lock *a = lt_lock(c, name, 30000, 0);
+    lc_lock *b = lt_lock(c, name, 30000, 0);
+    lc_script *set = NULL;
+    assert_ok(lc_fenced_script_new("return redis.call('SET', KEYS[1], ARGV[1])", &set));
+    long long before = publish_calls();
+    uncontended_rounds(a, set, 20);
+    long long quiet = publish_calls() - before;
+    print_message("%lld PUBLISH for 40 releases nobody waited for\n", quiet);
+    assert_int_equal(quiet, 0);
+
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+    waiter w;
+    waiter_start(&w, b, 5000);
+    int64_t until = tu_now_ms() + 10000;
+    while (lt_hget_ll(gf_redis, name, "w") != 1 && tu_now_ms() < until)
+        tu_sleep_us(500); /* b's retry found the lock busy and marked it as waited for */
+    assert_int_equal(lt_hget_ll(gf_redis, name, "w"), 1);
+    assert_ok(lc_lock_release(a));
+    pthread_join(w.tid, NULL);
+    assert_status(w.st, LC_OK);
+    assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
+    assert_true(publish_calls() - before >= 1);
+    assert_ok(lc_lock_release(b));
+    lc_script_free(set);
+    lc_lock_free(a);
+    lc_lock_free(b);
+    lc_client_free(c);
+}
+
+/* A waiter in a process of its own marks the lock as waited for and is SIGKILLed while it
+ * waits (nothing of it ever says it stopped waiting). A later waiter is still woken by the
+ * unlock, not by its poll; and the dead waiter's mark lives only as long as the hold it was
+ * set on: once that hold has ended, releases nobody waits for publish nothing again. */
+static void test_crashed_waiter(void **state)
+{
+    (void)state;
+    const char *name = "it_wait:crash";
+    lc_client *c = lt_client(rf_url(gf_redis));
+    lc_lock *a = lt_lock(c, name, 30000, 0);
+    lc_lock *b = lt_lock(c, name, 30000, 0);
+    assert_ok(lc_lock_acquire(a, 0, NULL));
+
+    pid_t pid = lt_fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        lc_client *cc = NULL;
+        lc_lock *l = NULL;
+        lc_lock_opts o = lt_opts(30000, 0);
+        LT_CHILD_CHECK(lc_client_new(rf_url(gf_redis), lt_client_opts(), &cc) == LC_OK);
+        LT_CHILD_CHECK(lc_lock_new(cc, name, &o, &l) == LC_OK);
+        lc_lock_acquire(l, 60000, NULL); /* killed while it waits */
+        _exit(3);
+    }
+    int64_t until = tu_now_ms() + 10000;
+    while (lt_hget_ll(gf_redis, name, "w") != 1 && tu_now_ms() < until)
+        tu_sleep_ms(2);
+    assert_int_equal(lt_hget_ll(gf_redis, name, "w"), 1);
+    kill(pid, SIGKILL);
+    assert_int_equal(lt_wait_child(pid, 5000), 128 + SIGKILL);
+
+    /* Up to 3 rounds, one of which must be woken by the unlock (the poll can win a race with
+     * the message now and then on a loaded machine; a lost wake-up loses every round). */
+    int wake = -1;
+    for (int i = 0; i < 3 && wake != LC_WAKE_UNLOCK; i++) {
+        if (i > 0)
+            assert_ok(lc_lock_acquire(a, 0, NULL));
+        waiter w;
+        waiter_start(&w, b, 5000);
+        tu_sleep_ms(330);
+        assert_ok(lc_lock_release(a));
+        pthread_join(w.tid, NULL);
+        assert_status(w.st, LC_OK);
+        wake = lc_lock_last_wake(b);
+        print_message("round %d: woken by %s\n", i,
+                      wake == LC_WAKE_UNLOCK ? "the unlock" : "the poll");
+        assert_ok(lc_lock_release(b));
+    }
+    assert_int_equal(wake, LC_WAKE_UNLOCK);
+
+    lc_script *set = NULL;
+    assert_ok(lc_fenced_script_new("return redis.call('SET', KEYS[1], ARGV[1])", &set));
+    long long before = publish_calls();
+    uncontended_rounds(a, set, 10);
+    long long after = publish_calls() - before;
+    print_message("%lld PUBLISH for 20 releases nobody waited for after the crash\n", after);
+    assert_int_equal(after, 0);
+    lc_script_free(set);
+    lc_lock_free(a);
+    lc_lock_free(b);
+    lc_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +456,8 @@ int main(void)
         cmocka_unit_test_setup(test_waiter_queue, gf_flush),
         cmocka_unit_test_setup(test_force_unlock_wakes, gf_flush),
         cmocka_unit_test_setup(test_expiry_without_unlock, gf_flush),
+        cmocka_unit_test_setup(test_no_publish_without_waiters, gf_flush),
+        cmocka_unit_test_setup(test_crashed_waiter, gf_flush),
     };
     return cmocka_run_group_tests_name("it_wait", tests, gf_group_setup, gf_group_teardown);
 }

@@ -53,6 +53,24 @@ no_cmdline_has() {
   done
 }
 
+# inventoryd_cmdline_lacks SECRET ARGS: an inventoryd (argv[0] .../inventoryd) runs with ARGS on
+# its command line, and none such has SECRET there. (A pgrep -f -n for ARGS found the newest
+# match: the checking shell itself, whose command line holds both, or a fork of it turned into
+# tr; so the check never read inventoryd's and passed or failed by the race.)
+inventoryd_cmdline_lacks() {
+  local f cmd n=0
+  for f in /proc/[0-9]*/cmdline; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
+    [[ ${cmd%% *} == */inventoryd && $cmd == *" $2"* ]] || continue
+    n=$((n + 1))
+    if [[ $cmd == *"$1"* ]]; then
+      echo "     $f: ${cmd:0:200}" >&2
+      return 1
+    fi
+  done
+  [ "$n" -ge 1 ] || { echo "     no inventoryd runs with '$2' on its command line" >&2; return 1; }
+}
+
 # curl_lines_work NAME: runs every "  curl" line of run.sh's output as printed; each must exit 0
 # with an answer that is not an error.
 curl_lines_work() {
@@ -101,7 +119,7 @@ INVENTORY_PORT=$hport REDIS_PORT=$rport start_run B --admin-token "$tok" --threa
 t_check "B: the preheat used the token (demo SKU exists)" \
   curl -fsS -o /dev/null "http://127.0.0.1:$hport/api/v1/skus/demo-sku"
 t_check "B: inventoryd's command line does not carry the token" \
-  bash -c "! tr '\0' ' ' </proc/\$(pgrep -f -n -- '--admin-token-file $t_dir/B/')/cmdline | grep -qF -- '$tok'"
+  inventoryd_cmdline_lacks "$tok" "--admin-token-file $t_dir/B/"
 t_check "B: the token is not in the output" bash -c "! grep -qF -- '$tok' '$t_dir/B.out' '$t_dir/B.err'"
 t_check "B: every printed curl line works as printed" curl_lines_work B
 t_check "B: a wrong token is refused" \

@@ -120,6 +120,11 @@ lc_mysql_client *areq_lock_mysql(const struct areq *ar)
     return ar->env->lockmysql;
 }
 
+lc_zk_client *areq_lock_zk(const struct areq *ar)
+{
+    return ar->env->zk;
+}
+
 int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes)
 {
     *nodes = ar->env->locknodes;

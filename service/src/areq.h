@@ -25,6 +25,7 @@
 
 #include <lockcore/lockcore_async.h>
 #include <lockcore/lockcore_mysql.h>
+#include <lockcore/lockcore_zk.h>
 
 #include "app.h"
 #include "request.h"
@@ -43,6 +44,7 @@ struct areq_env {
     lc_async_client *locknodes[CONFIG_LOCK_NODES_MAX]; /* --lock-redis: the Redlock nodes */
     int nlocknodes;
     lc_mysql_client *lockmysql;    /* --lock-mysql: the loop's MySQL lock client, or NULL */
+    lc_zk_client *zk;              /* --lock-zookeeper: the loop's ZooKeeper session, or NULL */
     struct seglock *live_seglocks; /* the orders' live Redlock seglocks (seglock_close_all) */
     struct seggate *gates;         /* the loop's per-segment gates (orders) */
     int id, nloops;                /* the loop's index, 0..nloops - 1 */
@@ -98,6 +100,8 @@ int areq_lock_nodes(const struct areq *ar, lc_async_client *const **nodes);
 
 /* The MySQL lock client of the request's loop (--lock-mysql), or NULL (borrowed, the loop's). */
 lc_mysql_client *areq_lock_mysql(const struct areq *ar);
+/* The loop's ZooKeeper client (--lock-zookeeper), or NULL. */
+lc_zk_client *areq_lock_zk(const struct areq *ar);
 
 /* The loop's list of live Redlock seglocks (seglock.h), closed before its node clients go. */
 struct seglock **areq_live_seglocks(const struct areq *ar);

@@ -75,6 +75,7 @@ SET_FN(trusted_proxies)
 SET_FN(strategy)
 SET_FN(lock_redis)
 SET_FN(lock_mysql)
+SET_FN(lock_zookeeper)
 SET_FN(log_level)
 SET_FN(access_log)
 SET_FN(file)
@@ -101,6 +102,7 @@ static const struct opt_kind kind_trusted_proxies = {set_trusted_proxies, show_t
 static const struct opt_kind kind_strategy = {set_strategy, show_strategy, false, NULL};
 static const struct opt_kind kind_lock_redis = {set_lock_redis, show_lock_redis, false, NULL};
 static const struct opt_kind kind_lock_mysql = {set_lock_mysql, show_lock_mysql, false, NULL};
+static const struct opt_kind kind_lock_zookeeper = {set_lock_zookeeper, show_text, false, NULL};
 static const struct opt_kind kind_log_level = {set_log_level, show_log_level, false, NULL};
 static const struct opt_kind kind_access_log = {set_access_log, show_path, false, NULL};
 static const struct opt_kind kind_file = {set_file, show_path, false, NULL};
@@ -921,6 +923,44 @@ static int set_lock_mysql(struct config *cfg, const struct keydef *k, const char
     return 0;
 }
 
+/* --lock-zookeeper: HOST:PORT[,HOST:PORT...], 1..CONFIG_LOCK_NODES_MAX servers, each a host
+ * without spaces or '/' (no chroot) and a port 1..65535. */
+static int set_lock_zookeeper(struct config *cfg, const struct keydef *k, const char *s,
+                              const struct origin *o, char *err, size_t errlen)
+{
+    if (strlen(s) >= sizeof(cfg->lock_zookeeper)) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
+               sizeof(cfg->lock_zookeeper) - 1, o->what, o->name);
+        return -1;
+    }
+    int n = 0;
+    for (const char *p = s;; n++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL; /* the last ':' (an IPv6 host has others) */
+        for (size_t i = 0; i < len; i++)
+            colon = p[i] == ':' ? p + i : colon;
+        size_t hostlen = colon ? (size_t)(colon - p) : 0;
+        char *stop = NULL;
+        long port = colon ? strtol(colon + 1, &stop, 10) : 0;
+        int ok = n < CONFIG_LOCK_NODES_MAX && hostlen > 0 && colon + 1 < p + len &&
+                 stop == p + len && port >= 1 && port <= 65535;
+        for (size_t i = 0; ok && i < hostlen; i++)
+            ok = p[i] > ' ' && p[i] != '/' && p[i] != 0x7f;
+        if (!ok) {
+            seterr(err, errlen,
+                   "%s: must be 1..%d HOST:PORT separated by commas (server %d is not) (%s %s)",
+                   key_name(k), CONFIG_LOCK_NODES_MAX, n + 1, o->what, o->name);
+            return -1;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    snprintf(cfg->lock_zookeeper, sizeof(cfg->lock_zookeeper), "%s", s);
+    return 0;
+}
+
 /* The index of s in names[0..n), or -1 with err = "<key>: must be one of <the row's accepted
  * values>, got ...". */
 static int choice(const struct keydef *k, const char *const *names, int n, const char *s,
@@ -1227,6 +1267,11 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         if (k != config_row && apply(out, k, value, NULL, &o, err, errlen))
             return -1;
     }
+    if (out->lock_redis_n && out->lock_zookeeper[0]) {
+        seterr(err, errlen, "%s",
+               "lock_redis and lock_zookeeper: the segment locks live in one place; set one");
+        return -1;
+    }
     if (out->strategy == STRATEGY_SINGLE_LOCK &&
         strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
         seterr(err, errlen,
@@ -1238,6 +1283,11 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
         seterr(err, errlen,
                "lock_redis and lock_mysql: both are set; the segment locks live in "
                "one place, set one of them");
+        return -1;
+    }
+    if (out->lock_mysql[0] && out->lock_zookeeper[0]) {
+        seterr(err, errlen, "%s",
+               "lock_mysql and lock_zookeeper: the segment locks live in one place; set one");
         return -1;
     }
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;

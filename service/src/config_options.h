@@ -97,6 +97,11 @@
         "INVENTORY_LOCK_MYSQL", "none", lock_mysql,                                            \
         "mysql://user[:password]@host[:port]/database",                                        \
         "guard segment locks with MySQL/MariaDB GET_LOCK; stock stays on --redis, fenced")     \
+    OPT("lock_zookeeper", lock_zookeeper, char, [1024], "--lock-zookeeper", "HOSTS",          \
+        "INVENTORY_LOCK_ZOOKEEPER", "none", lock_zookeeper,                                    \
+        "HOST:PORT[,HOST:PORT...] of one ZooKeeper ensemble (1..15 servers)",                  \
+        "guard segment locks with ZooKeeper (session timeout = --lock-lease-ms); stock stays " \
+        "on --redis, fenced")                                                                  \
     INT(lock_lease_ms, "--lock-lease-ms", "INVENTORY_LOCK_LEASE_MS", 10000, 1, 3600000,        \
         "segment lock lease, renewed by the watchdog while held")                              \
     INT(lock_renewal, "--lock-renewal", "INVENTORY_LOCK_RENEWAL", 1, 0, 1,                     \

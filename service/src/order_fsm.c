@@ -505,6 +505,7 @@ static void lock_env(const struct order *o, struct seglock_env *env)
     env->n = areq_lock_nodes(o->ar, &env->nodes);
     env->mysql = areq_lock_mysql(o->ar);
     env->live = areq_live_seglocks(o->ar);
+    env->zk = areq_lock_zk(o->ar);
     /* A silent node costs every attempt this much: a fraction of the lease, at most the Redis
      * timeout. */
     int t = o->app->cfg.lock_lease_ms / 10, most = o->app->cfg.redis_timeout_ms;
@@ -2044,7 +2045,8 @@ static void on_multi(struct order *o, const struct oev *e)
             free(o->record);
             o->record = r->record;
             r->record = NULL;
-            metrics_multi_order(r->parts);
+            if (r->parts > 1)
+                metrics_multi_order(r->parts);
         }
     }
     int again = r->again, reload = r->reload;

@@ -406,16 +406,27 @@ static void plan(struct multi *m)
     char created[32];
     rules_format_time(clock_wall_ms(), created);
     const char *status = m->rq.rules.ttl_s > 0 ? "reserved" : "created";
-    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s, s:o}", "order_id", p->id, "sku",
+    /* one part (a segment held enough by the time its lock was taken): a one-segment order,
+     * without parts, intent or follows */
+    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s}", "order_id", p->id, "sku",
                           m->rq.sku, "quantity", (json_int_t)m->rq.qty, "segment", p->k, "user_id",
                           *m->rq.user ? json_string(m->rq.user) : json_null(), "created_at",
-                          created, "status", status, "parts", parts);
+                          created, "status", status);
+    if (j && m->res.parts > 1)
+        json_object_set(j, "parts", parts);
+    json_decref(parts);
     m->primary_rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!m->primary_rec) {
         drop_all(m);
         multi_why(m, "", "out of memory");
         finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    if (m->res.parts == 1) {
+        snprintf(m->deadline, sizeof(m->deadline), "%s", m->rq.claim_expiry);
+        m->state = M_IDLE;
+        m->cb(m->arg, MULTI_READY);
         return;
     }
     if (!budget_left(m, 2)) { /* the intent and its deletion */
@@ -549,8 +560,8 @@ static void part_args(struct multi *m, struct mseg *g, int primary, struct part_
     c->args[10] = primary ? rq->user : "";
     c->args[11] = rq->sku;
     c->args[12] = c->seg;
-    c->args[13] = primary ? "primary" : "part";
-    c->args[14] = primary ? m->parts : "";
+    c->args[13] = !primary ? "part" : m->res.parts > 1 ? "primary" : "";
+    c->args[14] = primary && m->res.parts > 1 ? m->parts : "";
     c->args[15] = c->total;
 }
 
@@ -674,6 +685,10 @@ static void on_intent_gone(lc_status st, const redisReply *r, const char *errstr
 static void end_intent(struct multi *m, enum order_outcome out)
 {
     m->res.out = out;
+    if (m->res.parts == 1) { /* no intent was written */
+        finish(m, out);
+        return;
+    }
     m->state = M_END;
     const char *argv[3] = {"HDEL", m->multi_key, m->rq.token};
     store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_gone, m);

@@ -1,7 +1,7 @@
 /*
  * seglock — a segment's lock for the order path: lockcore's lc_async_lock, or its Redlock or
- * MySQL lock with the stock read and the commit fenced on the data Redis (see seglock.h). This
- * file is only the adapter; all lock logic is lockcore's.
+ * MySQL lock or ZooKeeper lock with the stock read and the commit fenced on the data Redis (see
+ * seglock.h). This file is only the adapter; all lock logic is lockcore's.
  */
 #include "seglock.h"
 
@@ -20,6 +20,7 @@ struct seglock {
     lc_async_lock *plain; /* without --lock-redis */
     lc_async_redlock *rl; /* with it */
     lc_mysql_lock *my;    /* with --lock-mysql */
+    lc_zk_lock *zk;       /* with --lock-zookeeper */
     lc_redlock_opts ro;
     char *name, *seen; /* seen: "<name>:seen" on the data Redis */
     seglock_acquired_fn acb;
@@ -53,8 +54,11 @@ void seglock_close_all(struct seglock **live)
         struct seglock *sl = *live;
         unlink_live(sl);
         lc_async_redlock *rl = sl->rl;
+        lc_zk_lock *zk = sl->zk;
         sl->rl = NULL;
+        sl->zk = NULL;
         lc_async_redlock_free(rl); /* may call back into the owner, which may free sl */
+        lc_zk_lock_free(zk);
     }
 }
 
@@ -76,7 +80,7 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         return LC_ENOMEM;
     sl->env = *env;
     lc_status st;
-    if (env->n == 0 && !env->mysql) {
+    if (env->n == 0 && !env->mysql && !env->zk) {
         st = lc_async_lock_new(env->data, name, lo, NULL, NULL, &sl->plain);
     } else {
         lc_redlock_opts_init(&sl->ro);
@@ -95,9 +99,11 @@ lc_status seglock_new(const struct seglock_env *env, const char *name, const lc_
         memcpy(sl->seen + len, ":seen", sizeof(":seen"));
         if (env->mysql)
             st = lc_mysql_lock_new(env->mysql, name, NULL, NULL, &sl->my);
+        else if (env->zk)
+            st = lc_zk_lock_new(env->zk, name, NULL, NULL, &sl->zk);
         else
             st = lc_async_redlock_new(env->n, env->nodes, name, &sl->ro, NULL, NULL, &sl->rl);
-        if (st == LC_OK && sl->rl && env->live) {
+        if (st == LC_OK && (sl->rl || sl->zk) && env->live) {
             sl->live = env->live;
             sl->next = *env->live;
             if (sl->next)
@@ -132,6 +138,7 @@ void seglock_free(struct seglock *sl)
     lc_async_lock_free(sl->plain);
     lc_async_redlock_free(sl->rl);
     lc_mysql_lock_free(sl->my);
+    lc_zk_lock_free(sl->zk);
     free_reads(sl);
     free(sl->name);
     free(sl->seen);
@@ -154,6 +161,7 @@ int seglock_lost(const struct seglock *sl)
     return sl->plain ? lc_async_lock_lost(sl->plain)
            : sl->rl  ? lc_async_redlock_lost(sl->rl)
            : sl->my  ? lc_mysql_lock_lost(sl->my)
+           : sl->zk  ? lc_zk_lock_lost(sl->zk)
                      : 1;
 }
 
@@ -169,10 +177,15 @@ static void replace_redlock(struct seglock *sl)
         return;
     }
     lc_async_redlock *old = sl->rl;
+    lc_zk_lock *oldzk = sl->zk;
     sl->rl = NULL;
-    if (sl->live || !sl->env.live)
+    sl->zk = NULL;
+    if ((sl->live || !sl->env.live) && oldzk)
+        lc_zk_lock_new(sl->env.zk, sl->name, NULL, NULL, &sl->zk);
+    else if (sl->live || !sl->env.live)
         lc_async_redlock_new(sl->env.n, sl->env.nodes, sl->name, &sl->ro, NULL, NULL, &sl->rl);
     lc_async_redlock_free(old);
+    lc_zk_lock_free(oldzk);
 }
 
 /* ---- acquire ---- */
@@ -214,7 +227,8 @@ static void on_mget(lc_status st, const redisReply *r, const char *errstr, void 
     cb(sl, LC_OK, r, sl->arg);
 }
 
-/* The Redlock or MySQL lock answered its acquire (why: its message): the MGET of the reads. */
+/* The Redlock, MySQL or ZooKeeper lock answered its acquire (why: its message): the MGET of
+ * the reads. */
 static void remote_acquired(struct seglock *sl, lc_status st, const char *why)
 {
     if (st == LC_OK && sl->nread > 0) {
@@ -259,6 +273,12 @@ static void on_my_acquired(lc_mysql_lock *l, lc_status st, uint64_t fence, void 
     remote_acquired(arg, st, lc_mysql_lock_errmsg(l));
 }
 
+static void on_zk_acquired(lc_zk_lock *zk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    remote_acquired(arg, st, lc_zk_lock_errmsg(zk));
+}
+
 lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char *const *reads,
                           seglock_acquired_fn cb, void *arg)
 {
@@ -269,7 +289,7 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
     lc_status st;
     if (sl->plain) {
         st = lc_async_lock_acquire(sl->plain, wait_ms, nread, reads, NULL, on_plain_acquired, sl);
-    } else if (!sl->rl && !sl->my) {
+    } else if (!sl->rl && !sl->my && !sl->zk) {
         st = LC_ESTATE;
     } else {
         sl->reads = nread > 0 ? calloc((size_t)nread, sizeof(*sl->reads)) : NULL;
@@ -280,6 +300,8 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
             st = LC_ENOMEM;
         else if (sl->my)
             st = lc_mysql_lock_acquire(sl->my, wait_ms, on_my_acquired, sl);
+        else if (sl->zk)
+            st = lc_zk_lock_acquire(sl->zk, wait_ms, on_zk_acquired, sl);
         else
             st = lc_async_redlock_acquire(sl->rl, wait_ms, on_rl_acquired, sl);
         if (st != LC_OK)
@@ -319,6 +341,15 @@ static void on_my_eval(lc_mysql_lock *l, lc_status st, const redisReply *r, void
     cb(sl, st, r, sl->arg);
 }
 
+static void on_zk_eval(lc_zk_lock *zk, lc_status st, const redisReply *r, void *arg)
+{
+    struct seglock *sl = arg;
+    seglock_eval_fn cb = sl->ecb;
+    sl->ecb = NULL;
+    set_why(sl, st, lc_zk_lock_errmsg(zk));
+    cb(sl, st, r, sl->arg);
+}
+
 lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, int nkeys,
                        const char **keys, int nargs, const char **args, seglock_eval_fn cb,
                        void *arg)
@@ -327,10 +358,13 @@ lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, i
         return LC_ESTATE;
     sl->ecb = cb;
     sl->arg = arg;
-    lc_status st = !sl->plain && !sl->rl && !sl->my ? LC_ESTATE
+    lc_status st = !sl->plain && !sl->rl && !sl->my && !sl->zk ? LC_ESTATE
                    : sl->my ? lc_mysql_lock_eval(sl->my, sl->env.data, script, sl->seen, flags,
                                                  nkeys, (const char *const *)keys, NULL, nargs,
                                                  (const char *const *)args, NULL, on_my_eval, sl)
+                   : sl->zk ? lc_zk_lock_eval(sl->zk, sl->env.data, script, sl->seen, flags, nkeys,
+                                              (const char *const *)keys, NULL, nargs,
+                                              (const char *const *)args, NULL, on_zk_eval, sl)
                    : sl->plain
                        ? lc_async_eval(sl->plain, script, flags, nkeys, keys, NULL, nargs, args,
                                        NULL, on_plain_eval, sl)
@@ -369,10 +403,19 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
     if (sl->plain)
         return lc_async_eval_detached(sl->plain, script, nkeys, keys, NULL, nargs, args, NULL, cb,
                                       arg);
-    int held = sl->rl ? lc_async_redlock_held(sl->rl) : sl->my ? lc_mysql_lock_held(sl->my) : 0;
+    if (sl->zk && (!lc_zk_lock_held(sl->zk) || lc_zk_lock_lost(sl->zk)))
+        return lc_zk_lock_held(sl->zk) ? LC_ELOST : LC_ENOTHELD;
+    if (sl->zk && !lc_zk_client_connected(sl->env.zk))
+        return LC_EIO; /* the session is suspect: nothing is sent (lc_zk_lock_eval's rule) */
+    int held = sl->zk   ? 1
+               : sl->rl ? lc_async_redlock_held(sl->rl)
+               : sl->my ? lc_mysql_lock_held(sl->my)
+                        : 0;
     if (!held)
         return LC_ENOTHELD;
-    uint64_t fence = sl->rl ? lc_async_redlock_fence(sl->rl) : lc_mysql_lock_fence(sl->my);
+    uint64_t fence = sl->zk   ? lc_zk_lock_fence(sl->zk)
+                     : sl->rl ? lc_async_redlock_fence(sl->rl)
+                              : lc_mysql_lock_fence(sl->my);
     struct detached *d = malloc(sizeof(*d));
     if (!d)
         return LC_ENOMEM;

@@ -12,6 +12,8 @@
  *            fencing token is at least the highest one seen at "<lock name>:seen".
  *   MySQL    (--lock-mysql) as Redlock, with lockcore's lc_mysql_lock (GET_LOCK, its token from
  *            the lc_fence counter row) in place of the Redlock.
+ *   ZooKeeper  (--lock-zookeeper) as Redlock, with lockcore's ZooKeeper lock (lc_zk_*) on the
+ *            loop's ZooKeeper session: its token is the lock node's creation zxid.
  *
  * Ownership and callbacks follow lockcore_async.h: a call that returns LC_OK calls its callback
  * exactly once, from the loop; seglock_free calls the callback of an operation in flight with
@@ -22,6 +24,7 @@
 
 #include <lockcore/lockcore_async.h>
 #include <lockcore/lockcore_mysql.h>
+#include <lockcore/lockcore_zk.h>
 
 struct seglock;
 
@@ -33,10 +36,12 @@ struct seglock_env {
     int n;
     int node_timeout_ms;
     lc_mysql_client *mysql; /* --lock-mysql: the loop's MySQL lock client (then n = 0), or NULL */
+    lc_zk_client *zk;       /* --lock-zookeeper: the loop's ZooKeeper session (NULL: none) */
     struct seglock **live;
 };
 
-/* Before the loop's node clients are freed: ends the Redlock of every live seglock of the list
+/* Before the loop's node clients (or ZooKeeper client) are freed: ends the Redlock (or ZooKeeper
+ * lock) of every live seglock of the list
  * (an operation in flight ends with LC_ESTATE, a hold is released in the background); their
  * later calls answer LC_ESTATE. The seglocks themselves are still freed by their owners. */
 void seglock_close_all(struct seglock **live);

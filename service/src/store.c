@@ -59,8 +59,8 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
-         * --lock-redis / --lock-mysql that lock's token alone (seglock.c). */
-        int token_only = cfg->lock_redis_n || cfg->lock_mysql[0];
+         * --lock-redis / --lock-mysql / --lock-zookeeper that lock's token alone (seglock.c). */
+        int token_only = cfg->lock_redis_n || cfg->lock_mysql[0] || cfg->lock_zookeeper[0];
         lc_status st = i != SCRIPT_COMMIT ? lc_script_new(sources[i], &s->scripts[i])
                        : token_only       ? lc_token_fenced_script_new(sources[i], &s->scripts[i])
                                           : lc_fenced_script_new(sources[i], &s->scripts[i]);

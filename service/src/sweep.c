@@ -335,14 +335,17 @@ static void sku_free(struct sweep_sku *s)
     free(s);
 }
 
-/* The SKU's layout changed to n segments: new per-segment state, all due now. */
+static int sku_active(const struct sweep_sku *s, int64_t now);
+
+/* The SKU's layout changed to n segments: new per-segment state, all due now. A call of the old
+ * layout still in flight finds its segment by index when it ends (on_expired,
+ * on_segment_given check it against the new count): a resize never waits for it, since under a
+ * storm of PUTs some call is nearly always in flight, and a sweeper stuck on an old, smaller
+ * layout would never look at the new segments' holds. */
 static int sku_resize(struct sweep_sku *s, int n)
 {
     if (n == s->segments && (n == 0 || s->next_at))
         return 0;
-    for (int k = 0; k < s->segments; k++)
-        if (s->busy[k])
-            return -1; /* a call of the old layout is in flight: next time */
     free(s->next_at);
     free(s->busy);
     s->next_at = NULL;
@@ -362,8 +365,16 @@ static void on_sku_layout(void *arg, int found, struct layout *l)
 {
     struct sweep_call *c = arg;
     struct sweep_sku *s = c->s;
-    if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0)
+    int64_t now = clock_mono_ms();
+    if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0) {
+        int was = sku_active(s, now);
         s->rules = l->rules;
+        /* holds or a limit just came (a PATCH): every segment is due now, not at the slow
+         * pace of a SKU without them (SWEEP_FOLLOW_IDLE_MS) */
+        if (!was && sku_active(s, now))
+            for (int k = 0; k < s->segments; k++)
+                s->next_at[k] = 0;
+    }
     sweep_call_end(c);
 }
 
@@ -444,8 +455,6 @@ static void on_time(lc_status st, const redisReply *r, const char *errstr, void 
     sweep_call_end(c);
 }
 
-static int sku_active(const struct sweep_sku *s, int64_t now);
-
 /* The give-backs or the follows of an expiry sweep are done (the call ends with the last). */
 static void on_segment_given(void *arg, int ok)
 {
@@ -472,8 +481,10 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
         if (st != LC_ESTATE)
             log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s", s->sku,
                     k, st != LC_OK ? errstr : "unexpected reply");
-        s->next_at[k] = now + SWEEP_IDLE_MS;
-        s->busy[k] = 0;
+        if (k < s->segments) {
+            s->next_at[k] = now + SWEEP_IDLE_MS;
+            s->busy[k] = 0;
+        }
         sweep_call_end(c);
         return;
     }
@@ -500,9 +511,11 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
         wait = SWEEP_FOLLOW_IDLE_MS; /* a multi-segment SKU's look for cut-off follows alone */
     if (expired >= SWEEP_BATCH || queued > ngive || fqueued > nfollow)
         wait = 0;
-    s->next_at[k] = now + wait;
+    if (k < s->segments) /* else the layout changed meanwhile (sku_resize) */
+        s->next_at[k] = now + wait;
     if ((ngive == 0 && nfollow == 0) || c->sw->stopping) {
-        s->busy[k] = 0;
+        if (k < s->segments)
+            s->busy[k] = 0;
         sweep_call_end(c);
         return;
     }

@@ -113,12 +113,23 @@ static void on_cut(void *arg)
     w->front.flush(w->front.data);
 }
 
-/* The loop's Redlock node clients (--lock-redis) or MySQL lock client (--lock-mysql): made with
- * the data client, freed after it. */
+/* The loop's Redlock node clients (--lock-redis), MySQL lock client (--lock-mysql) or ZooKeeper
+ * session (--lock-zookeeper, its timeout the lock lease: how long a dead holder keeps a
+ * segment): made with the data client, freed after it. */
 static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_client_opts *lo,
                           char *err, size_t errlen)
 {
     struct areq_env *env = &w->env;
+    if (cfg->lock_zookeeper[0] && !env->zk) {
+        lc_zk_opts zo;
+        lc_zk_opts_init(&zo);
+        zo.session_timeout_ms = cfg->lock_lease_ms;
+        zo.op_timeout_ms = lo->command_timeout_ms;
+        if (lc_zk_client_new(env->base, cfg->lock_zookeeper, &zo, &env->zk) != LC_OK) {
+            snprintf(err, errlen, "ZooKeeper client of loop %d: %s", env->id, lc_errmsg());
+            return -1;
+        }
+    }
     for (; env->nlocknodes < cfg->lock_redis_n; env->nlocknodes++) {
         char url[CONFIG_REDIS_URL_MAX];
         if (config_lock_redis_url(cfg, env->nlocknodes, url, sizeof(url)) != 0 ||
@@ -154,6 +165,8 @@ static void lock_nodes_free(struct worker *w)
     for (int i = 0; i < env->nlocknodes; i++)
         lc_async_client_free(env->locknodes[i]);
     env->nlocknodes = 0;
+    lc_zk_client_free(env->zk); /* closes the session: its nodes go with it */
+    env->zk = NULL;
 }
 
 /* On the loop: the end. The Redis client goes first (the operations it cuts short end their

@@ -239,11 +239,13 @@ static void test_budget_ends_a_long_walk(void **state)
     (void)state;
     char sku[64];
     tu_unique_name(sku, sizeof sku, "hlbud");
-    /* 2 * budget segments of 1 unit: an order of 2 would try every one of them. */
-    SF_PUT_SKU(port, HL_TOKEN, sku, 2 * HL_BUDGET, 2 * HL_BUDGET);
+    /* 2 units over 2 * budget segments: an order of 3 (more than remain, so never served from
+     * several segments either) would try every one of them to find that out. (An order of 2 on
+     * segments of 1 unit each is served from the first two it reads since issue 22.) */
+    SF_PUT_SKU(port, HL_TOKEN, sku, 2, 2 * HL_BUDGET);
     sf_resp r = {0};
     char body[160];
-    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":2}", sku);
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":3}", sku);
     sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     SF_ASSERT(sf_header(&r, "Retry-After") != NULL, "%s", "no Retry-After");

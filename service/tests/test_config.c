@@ -1241,6 +1241,47 @@ static void test_lock_mysql(void **state)
     }
 }
 
+/* --lock-zookeeper: 1..15 HOST:PORT separated by commas (no chroot, no spaces), and never
+ * together with --lock-redis. */
+static void test_lock_zookeeper(void **state)
+{
+    (void)state;
+    struct run r;
+    run_load(&r, NONE, NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_zookeeper, "");
+    run_load(&r, ARGS("--lock-zookeeper", "zk1:2181,10.0.0.2:2182,[::1]:2183"), NONE, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_zookeeper, "zk1:2181,10.0.0.2:2182,[::1]:2183");
+    run_load(&r, NONE, ARGS("INVENTORY_LOCK_ZOOKEEPER=zk:1"), NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_zookeeper, "zk:1");
+    run_load(&r, NONE, NONE, "{\"lock_zookeeper\": \"a:1,b:2\"}");
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.cfg.lock_zookeeper, "a:1,b:2");
+    static const char *const bad[] = {"",
+                                      "zk",
+                                      "zk:",
+                                      ":2181",
+                                      "zk:0",
+                                      "zk:65536",
+                                      "zk:21x",
+                                      "zk:2181,",
+                                      ",zk:2181",
+                                      "zk:2181/chroot",
+                                      "z k:2181",
+                                      "a:1,a:2,a:3,a:4,a:5,a:6,a:7,a:8,a:9,a:10,a:11,a:12,a:13,"
+                                      "a:14,a:15,a:16"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        run_load(&r, ARGS("--lock-zookeeper", bad[i]), NONE, NULL);
+        if (r.rc != -1 || strncmp(r.err, "lock_zookeeper: ", 16) != 0)
+            fail_msg("--lock-zookeeper %s: rc %d \"%s\"", bad[i], r.rc, r.err);
+    }
+    run_load(&r, ARGS("--lock-zookeeper", "zk:2181", "--lock-redis", "redis://a:1"), NONE, NULL);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.err, "set one"));
+}
+
 static void test_healthcheck_action(void **state)
 {
     (void)state;
@@ -1278,6 +1319,7 @@ int main(void)
         cmocka_unit_test(test_healthcheck_action),
         cmocka_unit_test(test_lock_redis),
         cmocka_unit_test(test_lock_mysql),
+        cmocka_unit_test(test_lock_zookeeper),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,9 +19,11 @@
  *
  * Redis keys used for a lock called NAME (keep a {hash tag} in NAME under Redis Cluster so all
  * three share one slot):
- *   NAME           hash {o: owner token, c: hold count, f: fencing token}, with the lease as TTL
+ *   NAME           hash {o: owner token, c: hold count, f: fencing token, w: a waiter marked
+ *                  it}, with the lease as TTL
  *   NAME:fence     integer, the last fencing token handed out (never expires)
- *   NAME:unlock    pub/sub channel, published on every full release
+ *   NAME:unlock    pub/sub channel, published on the full release of a hold with w (a hold
+ *                  nobody waited for publishes nothing) and on every force unlock
  */
 #ifndef LOCKCORE_LOCKCORE_H
 #define LOCKCORE_LOCKCORE_H
@@ -186,7 +188,8 @@ lc_status lc_lock_acquire(lc_lock *lock, int wait_ms, uint64_t *fence);
 lc_status lc_lock_acquire_ex(lc_lock *lock, const lc_acquire_opts *opts, uint64_t *fence,
                              redisReply **values);
 
-/* Drops one hold; the last one deletes the lock and publishes the unlock. Renewal of this lock
+/* Drops one hold; the last one deletes the lock and publishes the unlock (when a waiter marked
+ * the hold: a hold nobody waited for publishes nothing). Renewal of this lock
  * has stopped before it returns. LC_ENOTHELD when this handle holds nothing; LC_ELOST when it
  * held the lock but Redis no longer has it as owner (the local hold is cleared either way).
  * LC_EIO: the release may or may not have run; it counts as done (the hold count drops by one;

@@ -337,6 +337,38 @@ int cf_wait_slot_served(const cf_cluster *c, int slot, int timeout_ms)
     return tu_poll_until(slot_served, &s, timeout_ms, 50) ? 0 : -1;
 }
 
+/* Master node i takes a write and a replica acknowledges it within CF_ACK_PROBE_MS (WAIT on
+ * the write's connection): a key of a slot node i serves, set and deleted again. 1, or 0 (node
+ * i is no master with a replica, or the acknowledgement was late). */
+enum { CF_ACK_PROBE_MS = 250 };
+static int master_acks(const cf_cluster *c, int i)
+{
+    char key[48];
+    long long slot = -1;
+    for (int t = 0; t < 1000 && slot < 0; t++) {
+        snprintf(key, sizeof key, "cf:ack-probe:{%d}", t);
+        long long s = rf_integer(c->node[i], "CLUSTER KEYSLOT %s", key);
+        if (s == RF_NOT_INTEGER)
+            return 0;
+        if (cf_master_of(c, (int)s) == i)
+            slot = s;
+    }
+    redisContext *rc = slot >= 0 ? rf_connect(c->node[i]) : NULL;
+    if (rc == NULL)
+        return 0;
+    redisReply *r = redisCommand(rc, "SET %s 1", key);
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    r = ok ? redisCommand(rc, "DEL %s", key) : NULL;
+    ok = r && r->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(r);
+    r = ok ? redisCommand(rc, "WAIT 1 %d", (int)CF_ACK_PROBE_MS) : NULL;
+    ok = r && r->type == REDIS_REPLY_INTEGER && r->integer >= 1;
+    freeReplyObject(r);
+    redisFree(rc);
+    return ok;
+}
+
 static int replicas_synced(void *arg)
 {
     const cf_cluster *c = arg;
@@ -345,8 +377,9 @@ static int replicas_synced(void *arg)
             continue;
         redisReply *r = rf_command(c->node[i], "INFO replication");
         int ok = r && r->type == REDIS_REPLY_STRING && replication_ready(r->str);
+        int master = ok && strstr(r->str, "role:master") && !strstr(r->str, "connected_slaves:0");
         freeReplyObject(r);
-        if (!ok)
+        if (!ok || (master && !master_acks(c, i)))
             return 0;
     }
     return 1;

@@ -27,7 +27,9 @@ cf_cluster *cf_start(int masters, int replicas);
 cf_cluster *cf_start_ex(int masters, int replicas, const char *const *extra_args);
 
 /* Waits (at most timeout_ms) until every running replica's link to its master is up and its
- * initial sync is over. 0, or -1. */
+ * initial sync is over, and every running master with a replica has a write acknowledged by
+ * one within 250 ms (WAIT; right after the sync, WAITs of 250 ms failed for about a second on a
+ * loaded machine, inventoryd's --redis-replica-acks with them). 0, or -1. */
 int cf_wait_replicas(const cf_cluster *c, int timeout_ms);
 
 /* Stops every node and frees the cluster. NULL-safe. */

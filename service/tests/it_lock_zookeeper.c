@@ -1,0 +1,288 @@
+/*
+ * inventoryd with --lock-zookeeper (issue 24, SPEC §14): the segment locks are lockcore's
+ * ZooKeeper lock on a real one-node ZooKeeper while the stock stays on the data Redis, and every
+ * commit there is fenced by the lock node's creation zxid (LC_LUA_FENCE_ACCEPT). Real inventoryd
+ * processes:
+ *
+ *   - two instances sell a SKU out under concurrency: the units of the 201s equal the stock, no
+ *     segment below 0 (SPEC §8); no lock hash on the data Redis, the seen tokens are there;
+ *   - an instance frozen with SIGSTOP inside its critical section, past its session timeout,
+ *     while another instance takes the segment and commits: when it wakes its commit is refused
+ *     (by the store's token check or before sending), nothing is oversold;
+ *   - the ZooKeeper server killed (kill -9) during a stream of orders: orders answer 503, never
+ *     an oversell; started again, orders are placed again.
+ */
+#include "svc_test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+
+#define THREADED /* the synchronous calls of libzookeeper-mt */
+#include <zookeeper/zookeeper.h>
+
+#include "zk_fixture.h"
+
+static zf_ensemble *zk;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (gf_start(NULL, NULL) != 0)
+        return -1;
+    zk = zf_start(1);
+    return zk ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    zf_stop(zk);
+    zk = NULL;
+    return gf_group_teardown(state);
+}
+
+/* The nodes (waiters and holder) of segment 0's lock of sku, as a synchronous client sees them
+ * (-1 when ZooKeeper does not answer). */
+static int seg0_nodes(const char *sku)
+{
+    zhandle_t *zh = zookeeper_init(zf_hosts(zk), NULL, 5000, NULL, NULL, 0);
+    if (!zh)
+        return -1;
+    char path[256];
+    snprintf(path, sizeof path, "/lockcore/inv:2:{%s%%2F0}:lock", sku);
+    struct String_vector v = {0};
+    int n = -1;
+    for (int i = 0; i < 50 && n < 0; i++) {
+        int rc = zoo_get_children(zh, path, 0, &v);
+        if (rc == ZOK) {
+            n = v.count;
+            deallocate_String_vector(&v);
+        } else if (rc == ZNONODE) {
+            n = 0;
+        } else {
+            tu_sleep_ms(20);
+        }
+    }
+    zookeeper_close(zh);
+    return n;
+}
+
+typedef struct lz_buyer {
+    int port;
+    const char *sku;
+    atomic_int *stop;
+    atomic_int created;
+    int sold_out, other;
+    pthread_t tid;
+} lz_buyer;
+
+static void *lz_buy(void *arg)
+{
+    lz_buyer *b = arg;
+    sf_conn *c = sf_conn_open(b->port, 10000);
+    while (!atomic_load(b->stop)) {
+        sf_resp r = {0};
+        int st = sf_order(c, b->port, b->sku, 1, &r);
+        if (st == 201)
+            atomic_fetch_add(&b->created, 1);
+        else if (st == 409)
+            b->sold_out++;
+        else
+            b->other++;
+        sf_resp_free(&r);
+        if (st == 409)
+            break;
+        if (st != 201)
+            tu_sleep_ms(20);
+    }
+    sf_conn_close(c);
+    return NULL;
+}
+
+static sf_service *zk_start(const char *const *more)
+{
+    const char *args[32];
+    int n = 0;
+    args[n++] = "--lock-zookeeper";
+    args[n++] = zf_hosts(zk);
+    args[n++] = "--threads";
+    args[n++] = "2";
+    args[n++] = "--lock-wait-ms";
+    args[n++] = "3000";
+    for (int i = 0; more && more[i]; i++)
+        args[n++] = more[i];
+    args[n] = NULL;
+    sf_service *s = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(s != NULL, "%s", "could not start inventoryd --lock-zookeeper");
+    return s;
+}
+
+static void test_zk_sell_out_two_instances(void **state)
+{
+    (void)state;
+    sf_service *a = zk_start(NULL), *b = zk_start(NULL);
+    char sku[64], key[128];
+    tu_unique_name(sku, sizeof sku, "lzsell");
+    sf_resp r = {0};
+    sf_put_sku(sf_port(a), NULL, sku, 60, 4, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    atomic_int stop = 0;
+    lz_buyer bs[6];
+    int64_t t0 = tu_now_ms();
+    for (int i = 0; i < 6; i++) {
+        bs[i] = (lz_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lz_buy, &bs[i]), 0);
+    }
+    int created = 0, other = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(bs[i].tid, NULL);
+        created += atomic_load(&bs[i].created);
+        other += bs[i].other;
+    }
+    fprintf(stderr, "it_lock_zookeeper: 60 units sold by 2 instances in %lld ms (%d non-201/409)\n",
+            (long long)(tu_now_ms() - t0), other);
+    SF_ASSERT_EQ(created, 60);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 60);
+    SF_ASSERT_EQ(rep.remaining, 0);
+    /* the locks are ZooKeeper nodes; the data Redis has only the seen tokens */
+    snprintf(key, sizeof key, "inv:2:{%s/0}:lock", sku);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", key), 0);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:lock:seen", sku);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "EXISTS %s", key), 1);
+    SF_ASSERT_EQ(seg0_nodes(sku), 0); /* every hold released */
+    SF_ASSERT_EQ(sf_stop(a), 0);
+    SF_ASSERT_EQ(sf_stop(b), 0);
+}
+
+struct zk_post {
+    int port;
+    const char *sku;
+    int status;
+    pthread_t tid;
+};
+
+static void *zk_post_run(void *arg)
+{
+    struct zk_post *p = arg;
+    sf_resp r = {0};
+    p->status = sf_order(NULL, p->port, p->sku, 1, &r);
+    sf_resp_free(&r);
+    return NULL;
+}
+
+/* A frozen holder past its session timeout: its late commit is refused. */
+static void test_sigstop_past_session(void **state)
+{
+    (void)state;
+    const char *slow[] = {"--hold-ms", "400", "--lock-lease-ms", "1000", NULL};
+    sf_service *a = zk_start(slow), *b = zk_start(slow);
+    int tries = 0;
+    for (;;) {
+        char sku[64];
+        tu_unique_name(sku, sizeof sku, "lzstop");
+        sf_resp r = {0};
+        sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        struct zk_post first = {.port = sf_port(a), .sku = sku};
+        assert_int_equal(pthread_create(&first.tid, NULL, zk_post_run, &first), 0);
+        int64_t until = tu_now_ms() + 10000;
+        while (seg0_nodes(sku) < 1 && tu_now_ms() < until)
+            tu_sleep_ms(2);
+        SF_ASSERT_EQ(sf_pause(a), 0);
+        if (seg0_nodes(sku) < 1) {
+            SF_ASSERT_EQ(sf_resume(a), 0);
+            pthread_join(first.tid, NULL);
+            SF_ASSERT(++tries < 5, "%s", "could not freeze the order inside its critical section");
+            continue;
+        }
+        /* B waits until A's session expires (a frozen process sends no heartbeat), takes the
+         * segment with a larger token and commits. */
+        int64_t t0 = tu_now_ms();
+        sf_order(NULL, sf_port(b), sku, 1, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        fprintf(stderr, "it_lock_zookeeper: B sold %lld ms after A froze holding the segment\n",
+                (long long)(tu_now_ms() - t0));
+        SF_ASSERT_EQ(sf_resume(a), 0);
+        pthread_join(first.tid, NULL);
+        SF_ASSERT(first.status != 201, "the frozen holder's commit was accepted (%d)",
+                  first.status);
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+        SF_ASSERT_EQ(rep.sold, 1);
+        SF_ASSERT_EQ(rep.remaining, 9);
+        break;
+    }
+    SF_ASSERT_EQ(sf_stop(a), 0);
+    SF_ASSERT_EQ(sf_stop(b), 0);
+}
+
+/* kill -9 of the ZooKeeper server under a stream of orders, then its restart. */
+static void test_kill_zookeeper(void **state)
+{
+    (void)state;
+    const char *fast[] = {"--lock-lease-ms", "2000", "--lock-wait-ms", "1000", NULL};
+    sf_service *a = zk_start(fast);
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "lzkill");
+    sf_resp r = {0};
+    sf_put_sku(sf_port(a), NULL, sku, 1000000, 8, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    atomic_int stop = 0;
+    lz_buyer bs[3];
+    for (int i = 0; i < 3; i++) {
+        bs[i] = (lz_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, lz_buy, &bs[i]), 0);
+    }
+    tu_sleep_ms(300);
+    int before = 0;
+    for (int i = 0; i < 3; i++)
+        before += atomic_load(&bs[i].created);
+    assert_int_equal(zf_kill(zk, 0), 0);
+    tu_sleep_ms(3000);
+    int down = 0;
+    for (int i = 0; i < 3; i++)
+        down += atomic_load(&bs[i].created);
+    int64_t t0 = tu_now_ms();
+    assert_int_equal(zf_restart(zk, 0), 0);
+    int after = down;
+    while (after < down + 20 && tu_now_ms() - t0 < 30000) {
+        tu_sleep_ms(100);
+        after = 0;
+        for (int i = 0; i < 3; i++)
+            after += atomic_load(&bs[i].created);
+    }
+    atomic_store(&stop, 1);
+    int created = 0, other = 0;
+    for (int i = 0; i < 3; i++) {
+        pthread_join(bs[i].tid, NULL);
+        created += atomic_load(&bs[i].created);
+        other += bs[i].other;
+    }
+    fprintf(stderr,
+            "it_lock_zookeeper: %d placed before the kill, %d while down (3 s), %d after the "
+            "restart (%lld ms to 20 more), %d refused\n",
+            before, down - before, created - down, (long long)(tu_now_ms() - t0), other);
+    SF_ASSERT(before > 0, "%s", "no order placed before the kill");
+    SF_ASSERT(other > 0, "%s", "no order refused while ZooKeeper was down");
+    SF_ASSERT(after >= down + 20, "orders did not resume after the restart (%d)", after - down);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, created);
+    SF_ASSERT_EQ(sf_stop(a), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zk_sell_out_two_instances),
+        cmocka_unit_test(test_sigstop_past_session),
+        cmocka_unit_test(test_kill_zookeeper),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
