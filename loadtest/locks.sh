@@ -53,6 +53,7 @@
 #   --window   seconds of load of hold0 and hold2 [6]; the fault phases take 14
 #   --instances  inventoryd instances, 1..8 [3]: 1 straight behind wrk, more behind nginx
 #   --dry-run  check the arguments and the binary, print the plan, start nothing
+#   --self-test  check the rates, stalls and per-order figures on a made-up timeline
 # Exit: 0 every phase ran and every §8 check passed; 1 a §8 check failed; 2 usage; 3
 # infrastructure failure.
 # Env: BUILD_DIR (build), INVENTORYD_BIN (BUILD_DIR/bin/inventoryd), LT_SKIP_BUILD=1,
@@ -65,7 +66,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 lt=$root/loadtest
 all_kinds=redis1,redlock3,redlock5,cluster,zk1,zk3,mysql
 all_phases=calls,hold0,hold2,stop,kill
-kinds="" phases=$all_phases window=6 out="" dry=0 instances=3
+kinds="" phases=$all_phases window=6 out="" dry=0 instances=3 self_test=0
 usage() { echo "locks.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -80,6 +81,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage "--out needs a directory"; out=$2; shift 2 ;;
     --out=*) out=${1#*=}; shift ;;
     --dry-run) dry=1; shift ;;
+    --self-test) self_test=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) usage "unknown argument $1 (see --help)" ;;
   esac
@@ -104,16 +106,20 @@ fault_window=${LT_FAULT_WINDOW_S:-14} fault_at=2 stop_s=4 kill_down_s=3
 build_dir=${BUILD_DIR:-$root/build}
 case "$build_dir" in /*) ;; *) build_dir=$root/$build_dir ;; esac
 bin=${INVENTORYD_BIN:-$build_dir/bin/inventoryd}
-if [ "$dry" = 1 ] || [ "${LT_SKIP_BUILD:-0}" = 1 ]; then
+if [ "$self_test" = 0 ] && { [ "$dry" = 1 ] || [ "${LT_SKIP_BUILD:-0}" = 1 ]; }; then
   [ -x "$bin" ] || { echo "locks.sh: no inventoryd at $bin (build first)" >&2; exit 3; }
 fi
 
 # kind_flag KIND: the inventoryd option the kind needs (none for the Redis kinds).
 kind_flag() { case "$1" in zk*) echo --lock-zookeeper ;; mysql) echo --lock-mysql ;; esac; }
 # kind_supported KIND: this inventoryd has the kind's option (--lock-zookeeper came with issue 24).
+# (--help read whole first: grep -q would stop reading, and under pipefail inventoryd's SIGPIPE
+# made the pipeline fail at random.)
 kind_supported() {
   local f; f=$(kind_flag "$1")
-  [ -z "$f" ] || "$bin" --help 2>&1 | grep -q -- "$f"
+  [ -n "$f" ] || return 0
+  [ -n "${bin_help:-}" ] || bin_help=$("$bin" --help 2>&1 || true)
+  grep -q -- "$f" <<<"$bin_help"
 }
 
 # The plan: kinds to run and kinds skipped (with why).
@@ -162,6 +168,62 @@ fault_victim_desc() {
     mysql) echo "mariadbd" ;;
   esac
 }
+
+# --- what the fault phases compute from a timeline ("ms created 5xx" lines, file $timeline) -------
+
+# per_order BEFORE AFTER ORDERS [OWN]: (AFTER - BEFORE - OWN) / ORDERS with 2 decimals.
+per_order() {
+  [ -n "$1" ] && [ -n "$2" ] && [ "$3" -gt 0 ] || { echo "—"; return; }
+  awk -v a="$1" -v b="$2" -v n="$3" -v o="${4:-0}" 'BEGIN { printf "%.2f", (b - a - o) / n }'
+}
+# rate_between A B: orders/s from the timeline between two instants (-1 when unknown).
+rate_between() {
+  awk -v a="$1" -v b="$2" '{ if ($1 <= a) ca = $2; if ($1 <= b) { cb = $2; tb = $1 } if ($1 <= a) ta = $1 }
+    END { if (ca == "" || cb == "" || tb <= ta) print -1; else printf "%d", (cb - ca) * 1000 / (tb - ta) }' "$timeline"
+}
+# stall_after T: the longest time without a sale after T (ms, between samples that saw one, or
+# from the last one to the end of the timeline).
+stall_after() {
+  awk -v t="$1" '$1 >= t { if (pc != "" && $2 > pc) { d = $1 - pt; if (d > m) m = d; pt = $1 } if (pc == "") pt = $1; pc = $2; last = $1 }
+    END { if (last - pt > m) m = last - pt; print m + 0 }' "$timeline"
+}
+# back_after T HALF: ms from T until the first second selling at HALF orders/s or more.
+back_after() {
+  awk -v t="$1" -v h="$2" '{ ts[NR] = $1; c[NR] = $2 } END {
+    for (i = 1; i <= NR; i++) { if (ts[i] < t) continue
+      for (j = i; j <= NR && ts[j] < ts[i] + 1000; j++) ;
+      if (j > NR) break
+      if ((c[j] - c[i]) * 1000 / (ts[j] - ts[i]) >= h) { print ts[i] - t; exit } }
+    print -1 }' "$timeline"
+}
+
+
+# self_test: the computations above on a made-up timeline (ctest script_locks).
+self_test() {
+  local bad=0 got
+  timeline=$(mktemp "${TMPDIR:-/tmp}/locks-selftest.XXXXXX")
+  # 1000 orders/s for 2 s, nothing for 1.6 s, then 400/s, then 1000/s again.
+  awk 'BEGIN { c = 0; for (t = 0; t <= 8000; t += 200) {
+      if (t > 2000 && t <= 3600) r = 0; else if (t > 3600 && t <= 5000) r = 400; else r = 1000
+      if (t > 0) c += r / 5; print 100000 + t, c, 0 } }' >"$timeline"
+  st() { if [ "$2" = "$3" ]; then echo "ok   $1 = $2"; else echo "FAIL $1 = $2, expected $3"; bad=1; fi; }
+  st "rate before" "$(rate_between 100500 102000)" 1000
+  st "rate during the stall" "$(rate_between 102300 103600)" 0
+  st "rate after" "$(rate_between 105200 108000)" 1000
+  st "longest stall" "$(stall_after 102000)" 1800
+  # the first second at ≥ 500/s: from 4.2 s (0.8 s at 400/s, 0.2 s at 1000/s)
+  st "back at half rate" "$(back_after 102000 500)" 2200
+  st "never back" "$(back_after 102000 5000)" -1
+  head -19 "$timeline" >"$timeline.cut" # up to 3.6 s: no sale after 2 s to the end
+  st "stall to the end" "$(timeline=$timeline.cut stall_after 102000)" 1600
+  rm -f "$timeline.cut"
+  st "per order" "$(per_order 10 40 20)" 1.50
+  st "per order, own calls" "$(per_order 10 40 20 2)" 1.40
+  st "per order, none" "$(per_order 10 40 0)" "—"
+  rm -f "$timeline"
+  return "$bad"
+}
+if [ "$self_test" = 1 ]; then self_test; exit; fi
 
 plan_kinds
 if [ "$dry" = 1 ]; then
@@ -299,6 +361,7 @@ kind_up() {
     zk*) zk_start "${kind#zk}" ;;
     mysql) lock_db_setup ;;
   esac
+  R[$kind.load]=$(cut -d' ' -f1 /proc/loadavg)
   log "$kind up: $(kind_desc "$kind"); inventoryd ${lock_flags[*]:-(locks on the data Redis)}"
 }
 kind_down() {
@@ -361,11 +424,6 @@ data_calls() {
     redis1 | cluster) echo "" ;;
     *) redis_calls "$redis_port" ;;
   esac
-}
-# per_order BEFORE AFTER ORDERS [OWN]: (AFTER - BEFORE - OWN) / ORDERS with 2 decimals.
-per_order() {
-  [ -n "$1" ] && [ -n "$2" ] && [ "$3" -gt 0 ] || { echo "—"; return; }
-  awk -v a="$1" -v b="$2" -v n="$3" -v o="${4:-0}" 'BEGIN { printf "%.2f", (b - a - o) / n }'
 }
 
 # --- tracing the round trips (the calls phase) ----------------------------------------------------
@@ -539,26 +597,6 @@ verify_phase() {
   fi
   log "  SPEC §8 $verdict ($(grep '^VERIFY ' "$raw.verify.txt" | cut -c1-160))"
 }
-# rate_between A B: orders/s from the timeline between two instants (-1 when unknown).
-rate_between() {
-  awk -v a="$1" -v b="$2" '{ if ($1 <= a) ca = $2; if ($1 <= b) { cb = $2; tb = $1 } if ($1 <= a) ta = $1 }
-    END { if (ca == "" || cb == "" || tb <= ta) print -1; else printf "%d", (cb - ca) * 1000 / (tb - ta) }' "$raw.timeline"
-}
-# stall_after T: the longest time without a sale after T (ms, between samples that saw one).
-stall_after() {
-  awk -v t="$1" '$1 >= t { if (pc != "" && $2 > pc) { d = $1 - pt; if (d > m) m = d; pt = $1 } if (pc == "") pt = $1; pc = $2 }
-    END { print m + 0 }' "$raw.timeline"
-}
-# back_after T HALF: ms from T until the first second selling at HALF orders/s or more.
-back_after() {
-  awk -v t="$1" -v h="$2" '{ ts[NR] = $1; c[NR] = $2 } END {
-    for (i = 1; i <= NR; i++) { if (ts[i] < t) continue
-      for (j = i; j <= NR && ts[j] < ts[i] + 1000; j++) ;
-      if (j > NR) break
-      if ((c[j] - c[i]) * 1000 / (ts[j] - ts[i]) >= h) { print ts[i] - t; exit } }
-    print -1 }' "$raw.timeline"
-}
-
 # run_phase PHASE LAST: one phase of the current kind (see the header); LAST 1 when no phase of
 # the kind follows (then a fault's server is not waited for).
 run_phase() {
@@ -583,8 +621,9 @@ run_phase() {
   lc0=$(lock_calls) dc0=$(data_calls)
   calls_dump "$raw.calls.before"
   stop_file=$raw.stop
-  rm -f "$stop_file" "$raw.timeline"
-  sampler "$raw.timeline" &
+  timeline=$raw.timeline
+  rm -f "$stop_file" "$timeline"
+  sampler "$timeline" &
   sampler_pid=$!
   [ "$phase" != calls ] || trace_start
   start_wrk "$raw" "$w"
@@ -704,20 +743,21 @@ report=$res/REPORT.md
   echo "$instances× inventoryd (--threads 2, lease 2000 ms) $([ "$instances" = 1 ] && echo "straight behind" || echo "behind nginx, behind") wrk -t2 -c64, 16 segments, quantity 1;"
   echo "hold phases ${window} s, fault phases $fault_window s at hold 2 ms (fault at 2 s: SIGSTOP for 4 s, or kill -9 and restart 3 s later)."
   echo
-  echo "| lock (a fault hits) | hold 0: orders/s, p99 | hold 2 ms: orders/s, p99 | round trips per order: lock servers, data Redis | SIGSTOP of one lock server for 4 s: orders/s before → during → after | kill -9 of one lock server, restarted 3 s later | §8 |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| lock (a fault hits) | load | hold 0: orders/s, p99 | hold 2 ms: orders/s, p99 | round trips per order: lock servers, data Redis | SIGSTOP of one lock server for 4 s: orders/s before → during → after | kill -9 of one lock server, restarted 3 s later | §8 |"
+  echo "|---|---|---|---|---|---|---|---|"
   for k in $run_kinds; do
     v=""
     for p in ${phases//,/ }; do v+=$(cell "$k" "$p" verify); done
-    printf '| %s (%s) | %s, %s ms | %s, %s ms | %s, %s | %s | %s | %s |\n' \
-      "$(kind_desc "$k")" "$(fault_victim_desc "$k")" "$(cell "$k" hold0 rate)" "$(cell "$k" hold0 p99)" \
+    printf '| %s (%s) | %s | %s, %s ms | %s, %s ms | %s, %s | %s | %s | %s |\n' \
+      "$(kind_desc "$k")" "$(fault_victim_desc "$k")" "${R[$k.load]}" "$(cell "$k" hold0 rate)" "$(cell "$k" hold0 p99)" \
       "$(cell "$k" hold2 rate)" "$(cell "$k" hold2 p99)" "$(cell "$k" calls lock)" "$(cell "$k" calls data)" \
       "$(cell "$k" stop fault)" "$(cell "$k" kill fault)" "$v"
   done
   for k in $skipped; do
-    echo "| $(kind_desc "$k") | skipped: this inventoryd has no $(kind_flag "$k") | | | | | |"
+    echo "| $(kind_desc "$k") | | skipped: this inventoryd has no $(kind_flag "$k") | | | | | |"
   done
   echo
+  echo "load: the machine's 1-minute load average when the kind started (2 cores; other work shares them)."
   echo "Raw rows: results.tsv; per phase: raw/KIND-PHASE.{wrk.txt,timeline,verify.txt}."
 } >"$report"
 log "done in $secs s; $failures §8 failures; $report"
