@@ -4,7 +4,7 @@
 # nginx (--instances 1: one, straight behind wrk), wrk -t2 -c64 (loadtest/order.lua), a SKU of 16
 # segments, orders of 1 unit, the stock on one data Redis (AOF everysec) — or on the cluster for
 # the cluster row — and the segment locks on:
-#   redis1    the data Redis itself (the default: SET NX + owner check in the commit script)
+#   redis1    the data Redis itself (the default: lockcore's lock beside the stock)
 #   redlock3  Redlock over 3 independent lock redis-servers (--lock-redis; AOF always)
 #   redlock5  Redlock over 5
 #   cluster   a Redis Cluster of 3 masters + 3 replicas holding stock and locks
@@ -40,7 +40,8 @@
 # Writes loadtest/results/locks-<UTC timestamp>/: REPORT.md (the table, the command, date and the
 # machine's load), results.tsv (a row per kind and phase), raw/ (wrk output, timelines, verify
 # output), logs/; results.tsv's lock_per_order and data_per_order are round trips in the calls
-# phase and commands run in the others. Everything it starts is stopped on exit, also on failure. About 8 minutes.
+# phase and commands run in the others. Everything it starts is stopped on exit, also on
+# failure. About 6–7 minutes (its numbers: docs/lockcore.md "Every lock on the same sale").
 #
 # Several instances because a distributed lock is there for them: within one instance the loops'
 # segment gates and chained holds (docs/design.md) already queue most orders locally, so with
@@ -200,7 +201,7 @@ back_after() {
 
 # self_test: the computations above on a made-up timeline (ctest script_locks).
 self_test() {
-  local bad=0 got
+  local bad=0
   timeline=$(mktemp "${TMPDIR:-/tmp}/locks-selftest.XXXXXX")
   # 1000 orders/s for 2 s, nothing for 1.6 s, then 400/s, then 1000/s again.
   awk 'BEGIN { c = 0; for (t = 0; t <= 8000; t += 200) {
@@ -392,8 +393,9 @@ lock_calls() {
   case "$kind" in
     redis1) redis_calls "$redis_port" ;;
     redlock*) redis_calls "${lock_ports[@]}" ;;
-    # shellcheck disable=SC2046 # the ports, one word each
-    cluster) redis_calls $(cluster_masters) ;;
+    cluster)
+      # shellcheck disable=SC2046 # the ports, one word each
+      redis_calls $(cluster_masters) ;;
     zk*)
       for ((i = 0; i < zk_n; i++)); do
         v=$(zk_4lw "${zk_ports[i]}" mntr | awk '$1 == "zk_packets_received" { print $2 }')
@@ -410,8 +412,9 @@ calls_dump() {
   {
     case "$kind" in
       redlock*) for p in "${lock_ports[@]}"; do echo "# lock node :$p"; timeout 3 redis-cli -p "$p" INFO commandstats; done ;;
-      # shellcheck disable=SC2046 # the ports, one word each
-      cluster) for p in $(cluster_masters); do echo "# master :$p"; timeout 3 redis-cli -p "$p" INFO commandstats; done ;;
+      cluster)
+        # shellcheck disable=SC2046 # the ports, one word each
+        for p in $(cluster_masters); do echo "# master :$p"; timeout 3 redis-cli -p "$p" INFO commandstats; done ;;
       zk*) for ((i = 0; i < zk_n; i++)); do echo "# ZooKeeper $i"; zk_4lw "${zk_ports[i]}" mntr; done ;;
       mysql) lock_db_sql "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Queries') OR Variable_name LIKE 'Com_select' OR Variable_name LIKE 'Com_insert' OR Variable_name LIKE 'Com_update' OR Variable_name LIKE 'Com_do'" ;;
     esac
@@ -434,8 +437,9 @@ trace_ports() {
   case "$kind" in
     redis1) echo "data:$redis_port" ;;
     redlock*) for p in "${lock_ports[@]}"; do echo "lock:$p"; done; echo "data:$redis_port" ;;
-    # shellcheck disable=SC2046 # the ports, one word each
-    cluster) for p in $(cluster_masters); do echo "data:$p"; done ;;
+    cluster)
+      # shellcheck disable=SC2046 # the ports, one word each
+      for p in $(cluster_masters); do echo "data:$p"; done ;;
     zk* | mysql) echo "data:$redis_port" ;;
   esac
 }
