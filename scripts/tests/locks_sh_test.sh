@@ -50,6 +50,15 @@ t_check "... and MySQL planned" says "^  mysql: MariaDB"
 t_check "... --kinds zk3 asked for by name exits 2" exits 2 env INVENTORYD_BIN="$old" "$locks" --kinds zk3 --dry-run
 t_check "... saying why" says "kind zk3 needs an inventoryd with --lock-zookeeper"
 
+# An inventoryd whose --help goes on long after the options locks.sh looks for: read through
+# `grep -q` under pipefail, its SIGPIPE used to drop the MySQL and ZooKeeper rows.
+long=$t_dir/inventoryd-long
+printf '#!/bin/sh\necho "  --lock-mysql URL"; echo "  --lock-zookeeper HOSTS"\nseq 1 200000\n' >"$long"
+chmod +x "$long"
+t_check "a long --help: every kind planned" exits 0 env INVENTORYD_BIN="$long" "$locks" --dry-run
+t_check "... MySQL" says "^  mysql: MariaDB"
+t_check "... ZooKeeper" says "^  zk3: ZooKeeper"
+
 t_check "--self-test: rates, stalls and per-order figures" exits 0 "$locks" --self-test
 t_check "... every one checked" says "ok   stall to the end = 1600"
 t_done
