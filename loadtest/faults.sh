@@ -114,64 +114,10 @@ lib_name=faults
 . "$lt/lib.sh"
 
 obs_pids=()
-lock_pids=() lock_ports=() lock_flags=()
 cleanup_hook() {
   [ -z "${stop_file:-}" ] || touch "$stop_file"
   for p in ${obs_pids[@]+"${obs_pids[@]}"}; do stop_pid "$p" 20; done
-  lock_nodes_stop
-  lock_db_stop
 }
-# --- Redlock's lock nodes (--lock-redis) ----------------------------------------------------
-lock_node_up() { [ "$(timeout 2 redis-cli -p "${lock_ports[$1]}" ping 2>/dev/null)" = PONG ]; }
-# lock_node_start I: lock node I on lock_ports[I] (picked the first time), AOF fsync always.
-lock_node_start() {
-  local i=$1
-  if [ -z "${lock_ports[i]:-}" ]; then pick_port || die "no free port for lock node $i"; lock_ports[i]=$picked; fi
-  mkdir -p "$run_dir/lock$i"
-  redis-server --port "${lock_ports[i]}" --bind 127.0.0.1 --save "" --appendonly yes \
-    --appendfsync always --dir "$run_dir/lock$i" --logfile "$res/logs/lock$i.log" --daemonize no &
-  lock_pids[i]=$!
-  wait_ready "${lock_pids[i]}" 300 lock_node_up "$i" || die "lock node $i did not start"
-}
-lock_nodes_start() {
-  local i urls=""
-  for ((i = 0; i < 5; i++)); do
-    lock_node_start "$i"
-    urls+="${urls:+,}redis://127.0.0.1:${lock_ports[i]}"
-  done
-  lock_flags=(--lock-redis "$urls")
-  log "Redlock mode: 5 lock nodes on ports ${lock_ports[*]}"
-}
-lock_nodes_stop() {
-  local p
-  for p in ${lock_pids[@]+"${lock_pids[@]}"}; do stop_pid "$p" 50; done
-  lock_pids=()
-}
-# --- the MySQL/MariaDB lock server (--lock-mysql) ----------------------------------------------
-lock_db_pid="" lock_db_port=""
-lock_db_sql() { timeout 5 mariadb --no-defaults -h 127.0.0.1 -P "$lock_db_port" -u root -N -B -e "$1"; }
-lock_db_up() { [ "$(lock_db_sql 'SELECT 1' 2>/dev/null)" = 1 ]; }
-# lock_db_start: mariadbd on lock_db_port (picked and its data dir made the first time).
-lock_db_start() {
-  local dir=$run_dir/mysql user=()
-  [ "$(id -u)" != 0 ] || user=(--user=root)
-  if [ -z "$lock_db_port" ]; then
-    pick_port || die "no free port for mariadbd"; lock_db_port=$picked
-    mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal       --skip-test-db ${user[@]+"${user[@]}"} >"$res/logs/mariadb-install.log" 2>&1       || die "mariadb-install-db failed (logs/mariadb-install.log)"
-  fi
-  mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$lock_db_port"     --socket="$dir/sock" --pid-file="$dir/mariadbd.pid" --log-error="$res/logs/mariadbd.log"     --innodb-buffer-pool-size=32M --skip-name-resolve --max-connections=1000     ${user[@]+"${user[@]}"} &
-  lock_db_pid=$!
-  wait_ready "$lock_db_pid" 300 lock_db_up || die "mariadbd did not start (logs/mariadbd.log)"
-}
-lock_db_setup() {
-  lock_db_start
-  lock_db_sql "CREATE DATABASE IF NOT EXISTS locks; CREATE USER IF NOT EXISTS 'inv'@'127.0.0.1'
-    IDENTIFIED BY 'inv-pw'; GRANT SELECT, INSERT, UPDATE, CREATE ON locks.* TO 'inv'@'127.0.0.1'" \
-    || die "mariadbd: could not create the lock database"
-  lock_flags=(--lock-mysql "mysql://inv:inv-pw@127.0.0.1:$lock_db_port/locks")
-  log "MySQL mode: mariadbd on port $lock_db_port"
-}
-lock_db_stop() { [ -z "$lock_db_pid" ] || stop_pid "$lock_db_pid" 200; lock_db_pid=""; }
 install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
@@ -179,8 +125,8 @@ check_tools
 [ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets inventoryd delayproxy
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
 pick_instance_ports
-[ "$redlock" = 0 ] || lock_nodes_start
-[ "$mysqllock" = 0 ] || lock_db_setup
+if [ "$redlock" = 1 ]; then lock_nodes_start 5; log "Redlock mode: 5 lock nodes on ports ${lock_ports[*]}"; fi
+if [ "$mysqllock" = 1 ]; then lock_db_setup; log "MySQL mode: mariadbd on port $lock_db_port"; fi
 
 now_ms() { date +%s%3N; }
 failures=0
@@ -726,18 +672,21 @@ fault_lockdb() {
   fault_begin lockdb 2 --lock-lease-ms "$lease"
   observers_start
   load_start
-  local t_kill t_back sold_down sold_after
+  local t_kill t_launch t_back sold_down sold_after
   sleep_until $((load_t0 + 1500))
   t_kill=$(now_ms)
   kill -KILL "$lock_db_pid"; wait "$lock_db_pid" 2>/dev/null || true
   log "  kill -9 mariadbd"
   sleep 2
+  # "Down" ends when the new mariadbd is launched: it may serve inventoryd before the readiness
+  # probe (a mariadb client, slow on a loaded machine) sees it, and sales then are right.
+  t_launch=$(now_ms)
   lock_db_start
   t_back=$(now_ms)
-  log "  mariadbd back after $((t_back - t_kill)) ms"
+  log "  mariadbd launched $((t_launch - t_kill)) ms after the kill, answering after $((t_back - t_kill)) ms"
   sleep_until $((t_back + 3000))
   # Orders that took their lock before the kill may still commit in its first ~100 ms.
-  sold_down=$(sold_between "$((t_kill + 500))" "$t_back")
+  sold_down=$(sold_between "$((t_kill + 500))" "$t_launch")
   sold_after=$(sold_between "$((t_back + 1000))" "$(now_ms)")
   load_finish
   observers_stop

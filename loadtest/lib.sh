@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # loadtest/lib.sh — what loadtest/run.sh (the benchmark), loadtest/faults.sh (the fault tests),
 # loadtest/chaos.sh and loadtest/cluster.sh share: logging, free ports, starting and stopping
-# redis-server, a Redis Cluster (scripts/cluster.sh) and its nodes, inventoryd instances, bare
-# handlers and nginx, and running wrk with the drain of common.lua. Sourced, never run.
+# redis-server, lock servers (Redlock nodes, mariadbd), a Redis Cluster (scripts/cluster.sh) and
+# its nodes, inventoryd instances, bare handlers and nginx, and running wrk with the drain of
+# common.lua; loadtest/locks.sh uses it too. Sourced, never run.
 #
 # The sourcing script sets, before it calls anything here:
 #   root lt          the repository and its loadtest/ directory
@@ -58,6 +59,8 @@ stop_all() {
   stop_instances
   stop_redis
   cluster_down
+  lock_nodes_stop
+  lock_db_stop
 }
 
 # install_cleanup: on exit (also on failure or interrupt) runs the sourcing script's
@@ -160,6 +163,71 @@ start_redis() {
   die "redis-server did not start (see $res/logs/redis.log)"
 }
 rcli() { redis-cli -p "$redis_port" "$@"; }
+
+# --- lock servers apart from the data Redis (inventoryd --lock-redis, --lock-mysql) ---------------
+
+# Every lock server below sets lock_flags, the inventoryd flags that use it; stop_all stops them.
+lock_pids=() lock_ports=() lock_flags=()
+# Redlock's lock nodes: independent redis-servers, AOF with appendfsync always (a node that
+# restarts must remember the locks it granted), each in $run_dir/lockI.
+lock_node_up() { [ "$(timeout 2 redis-cli -p "${lock_ports[$1]}" ping 2>/dev/null)" = PONG ]; }
+# lock_node_start I: lock node I on lock_ports[I] (picked the first time).
+lock_node_start() {
+  local i=$1
+  if [ -z "${lock_ports[i]:-}" ]; then pick_port || die "no free port for lock node $i"; lock_ports[i]=$picked; fi
+  mkdir -p "$run_dir/lock$i"
+  redis-server --port "${lock_ports[i]}" --bind 127.0.0.1 --save "" --appendonly yes \
+    --appendfsync always --dir "$run_dir/lock$i" --logfile "$res/logs/lock$i.log" --daemonize no &
+  lock_pids[i]=$!
+  wait_ready "${lock_pids[i]}" 300 lock_node_up "$i" || die "lock node $i did not start"
+}
+# lock_nodes_start N: N lock nodes; lock_flags=(--lock-redis URLS).
+lock_nodes_start() {
+  local i urls=""
+  for ((i = 0; i < $1; i++)); do
+    lock_node_start "$i"
+    urls+="${urls:+,}redis://127.0.0.1:${lock_ports[i]}"
+  done
+  lock_flags=(--lock-redis "$urls")
+}
+# lock_nodes_stop: stops them; their ports are forgotten only by lock_nodes_forget.
+lock_nodes_stop() {
+  local p
+  for p in ${lock_pids[@]+"${lock_pids[@]}"}; do stop_pid "$p" 50; done
+  lock_pids=()
+}
+lock_nodes_forget() { lock_nodes_stop; lock_ports=(); rm -rf "${run_dir:?}"/lock[0-9]*; }
+
+# The MySQL/MariaDB lock server: a private mariadbd, its data in $run_dir/mysql.
+lock_db_pid="" lock_db_port=""
+lock_db_sql() { timeout 5 mariadb --no-defaults -h 127.0.0.1 -P "$lock_db_port" -u root -N -B -e "$1"; }
+lock_db_up() { [ "$(lock_db_sql 'SELECT 1' 2>/dev/null)" = 1 ]; }
+# lock_db_start: mariadbd on lock_db_port (picked and its data dir made the first time).
+lock_db_start() {
+  local dir=$run_dir/mysql user=()
+  [ "$(id -u)" != 0 ] || user=(--user=root)
+  if [ -z "$lock_db_port" ]; then
+    pick_port || die "no free port for mariadbd"; lock_db_port=$picked
+    mariadb-install-db --no-defaults --datadir="$dir/data" --auth-root-authentication-method=normal \
+      --skip-test-db ${user[@]+"${user[@]}"} >"$res/logs/mariadb-install.log" 2>&1 \
+      || die "mariadb-install-db failed (logs/mariadb-install.log)"
+  fi
+  mariadbd --no-defaults --datadir="$dir/data" --bind-address=127.0.0.1 --port="$lock_db_port" \
+    --socket="$dir/sock" --pid-file="$dir/mariadbd.pid" --log-error="$res/logs/mariadbd.log" \
+    --innodb-buffer-pool-size=32M --skip-name-resolve --max-connections=1000 \
+    ${user[@]+"${user[@]}"} &
+  lock_db_pid=$!
+  wait_ready "$lock_db_pid" 300 lock_db_up || die "mariadbd did not start (logs/mariadbd.log)"
+}
+# lock_db_setup: starts it with database `locks` and user inv; lock_flags=(--lock-mysql URL).
+lock_db_setup() {
+  lock_db_start
+  lock_db_sql "CREATE DATABASE IF NOT EXISTS locks; CREATE USER IF NOT EXISTS 'inv'@'127.0.0.1'
+    IDENTIFIED BY 'inv-pw'; GRANT SELECT, INSERT, UPDATE, CREATE ON locks.* TO 'inv'@'127.0.0.1'" \
+    || die "mariadbd: could not create the lock database"
+  lock_flags=(--lock-mysql "mysql://inv:inv-pw@127.0.0.1:$lock_db_port/locks")
+}
+lock_db_stop() { [ -z "$lock_db_pid" ] || stop_pid "$lock_db_pid" 200; lock_db_pid=""; }
 
 # --- a Redis Cluster (scripts/cluster.sh) ---------------------------------------------------
 

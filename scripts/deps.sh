@@ -32,9 +32,9 @@ packages=(
   lua5.1  # luac5.1 -p: the lua_syntax test parses every Lua script (scripts/check_lua.sh)
   gdb  # the test fixture prints the threads of an inventoryd that will not exit before killing it
   libmariadb-dev  # inventory-sink writes the order log into MySQL/MariaDB (libmariadb)
-  mariadb-server  # mariadbd + mariadb-install-db (+ the mariadb client): the tests' throwaway database (it_sink, lockcore it_mysql, it_lock_mysql, loadtest/faults.sh --lock-mysql)
+  mariadb-server  # mariadbd + mariadb-install-db (+ the mariadb client): the tests' throwaway database (it_sink, lockcore it_mysql, it_lock_mysql, loadtest/faults.sh --lock-mysql, loadtest/locks.sh)
   libzookeeper-mt-dev  # lockcore's ZooKeeper lock (zk_async.c, libzookeeper-mt's async API)
-  zookeeper  # the server (Java) the ZooKeeper lock's tests start (lockcore/tests/support/zk_fixture.c)
+  zookeeper  # the server (Java) the ZooKeeper lock's tests start (lockcore/tests/support/zk_fixture.c) and loadtest/locks.sh starts
 )
 # shellcheck disable=SC2206
 [ -n "${DEPS_EXTRA:-}" ] && packages+=(${DEPS_EXTRA})
