@@ -13,7 +13,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev make cmake pkg-config binutils \
       libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev libssl-dev \
-      libjwt-dev libmariadb-dev \
+      libjwt-dev libmariadb-dev libzookeeper-mt-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -36,7 +36,7 @@ LABEL org.opencontainers.image.title="inventoryd" \
 # Runtime libraries only (no compiler, no curl: the health check is the binary itself).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libmicrohttpd12 libhiredis0.14 libjansson4 libevent-2.1-7 libssl3 \
-      libjwt0 libmariadb3 \
+      libjwt0 libmariadb3 libzookeeper-mt2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/local/bin/inventoryd /usr/local/bin/inventoryd
 # The order-log sink (docs/deployment.md): docker run --entrypoint /usr/local/bin/inventory-sink
