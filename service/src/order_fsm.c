@@ -316,13 +316,19 @@ static void spend(struct order *o, int n)
     o->calls += n;
 }
 
+/* The calls the end of an order needs whatever happens: the WAIT after a commit
+ * (--redis-replica-acks), the settling of its Idempotency-Key claim, the release of its per-user
+ * reservation. over_budget keeps them out of every step's share. */
+static int end_calls(const struct order *o)
+{
+    return (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
+}
+
 /* 1 when a step of n more Redis calls would take the order past its budget, keeping what the
- * end of the order needs: the WAIT after a commit (--redis-replica-acks) and the settling of
- * its Idempotency-Key claim. */
+ * end of the order needs (end_calls). */
 static int over_budget(const struct order *o, int n)
 {
-    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
-    return o->calls + n + end > o->app->cfg.order_redis_call_budget;
+    return o->calls + n + end_calls(o) > o->app->cfg.order_redis_call_budget;
 }
 
 /* Takes what the cache knows now into o->view when the cache still holds o->view's version.
@@ -438,46 +444,25 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
     return take_verdict(o, k, &v);
 }
 
-/* The commit's keys and args for segment k (record made). */
-struct commit_args {
-    struct seg_keys sk;
-    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24];
-    const char *keys[7];
-    const char *args[13];
-};
-#define COMMIT_NKEYS 7
-#define COMMIT_NARGS 13
-
-static void commit_args(struct order *o, struct commit_args *c)
+/* The commit's keys and args for segment o->k (record made). */
+static void commit_args(struct order *o, struct store_commit_call *c)
 {
-    snprintf(c->ver, sizeof(c->ver), "%" PRId64, o->view.version);
-    snprintf(c->qty, sizeof(c->qty), "%" PRId64, o->in.quantity);
-    store_seg_keys(o->in.sku, o->k, &c->sk);
-    c->keys[0] = c->sk.stock;
-    c->keys[1] = c->sk.sver;
-    c->keys[2] = c->sk.cnt;
-    c->keys[3] = c->sk.orders;
-    c->keys[4] = c->sk.idem;
-    c->keys[5] = c->sk.due;
-    c->keys[6] = c->sk.log;
-    snprintf(c->cap, sizeof(c->cap), "%d", o->app->cfg.order_log ? o->app->cfg.order_log_cap : 0);
-    snprintf(c->seg, sizeof(c->seg), "%d", o->k);
-    snprintf(c->start, sizeof(c->start), "%" PRId64, o->view.rules.sale_start_ms);
-    snprintf(c->end, sizeof(c->end), "%" PRId64, o->view.rules.sale_end_ms);
-    snprintf(c->ttl, sizeof(c->ttl), "%lld", o->view.rules.ttl_s);
-    c->args[0] = c->ver;
-    c->args[1] = c->qty;
-    c->args[2] = o->order_id;
-    c->args[3] = o->record;
-    c->args[4] = o->idem;
-    c->args[5] = o->claim_expiry;
-    c->args[6] = c->start;
-    c->args[7] = c->end;
-    c->args[8] = c->ttl;
-    c->args[9] = c->cap;
-    c->args[10] = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
-    c->args[11] = o->in.sku;
-    c->args[12] = c->seg;
+    struct store_commit_in in = {
+        .sku = o->in.sku,
+        .k = o->k,
+        .version = o->view.version,
+        .qty = o->in.quantity,
+        .id = o->order_id,
+        .record = o->record,
+        .idem = o->idem,
+        .expiry = o->claim_expiry,
+        .rules = &o->view.rules,
+        .log_cap = o->app->cfg.order_log ? o->app->cfg.order_log_cap : 0,
+        .user = o->has_user         ? o->user
+                : o->in.has_user_id ? o->in.user_id
+                                    : "",
+    };
+    store_commit_call(&in, c);
 }
 
 /* The options of every order lock: the configured lease, renewed on loop timers unless
@@ -782,7 +767,7 @@ static void commit_segment(struct order *o)
         segment_done(o, SEG_ERROR);
         return;
     }
-    struct commit_args c;
+    struct store_commit_call c;
     commit_args(o, &c);
     spend(o, 1);
     /* A commit that does not start was never sent: its status (never LC_EIO) says nothing
@@ -790,8 +775,8 @@ static void commit_segment(struct order *o)
     lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         set_state(o, OS_ATOMIC_COMMIT);
-        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), COMMIT_NKEYS,
-                             c.keys, NULL, COMMIT_NARGS, c.args, NULL, on_reply, o);
+        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC),
+                             STORE_COMMIT_NKEYS, c.keys, NULL, c.nargs, c.args, NULL, on_reply, o);
         if (st != LC_OK) {
             note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
             step(o, EV_REPLY, st, NULL);
@@ -801,8 +786,9 @@ static void commit_segment(struct order *o)
     set_state(o, OS_COMMIT);
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
         seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
-        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), COMMIT_NKEYS,
-                              c.keys, COMMIT_NARGS, (const char **)c.args, on_reply, o) == LC_OK) {
+        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT),
+                              STORE_COMMIT_NKEYS, c.keys, c.nargs, (const char **)c.args, on_reply,
+                              o) == LC_OK) {
         /* The next queued order of the loop takes over the hold and the gate. */
         struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
         struct order *n = w->owner;
@@ -814,7 +800,7 @@ static void commit_segment(struct order *o)
         return;
     }
     st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
-                      COMMIT_NKEYS, c.keys, COMMIT_NARGS, (const char **)c.args, on_evaluated, o);
+                      STORE_COMMIT_NKEYS, c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
     if (st != LC_OK) {
         note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_EVAL, st, NULL);
@@ -946,14 +932,14 @@ static void single_next(struct order *o)
             o->sres = SEG_ERROR;
             break;
         }
-        struct commit_args c;
+        struct store_commit_call c;
         commit_args(o, &c);
         o->i++;
         set_state(o, OS_SINGLE_COMMIT);
         spend(o, 1);
         lc_status st =
-            seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, COMMIT_NKEYS,
-                         c.keys, COMMIT_NARGS, (const char **)c.args, on_evaluated, o);
+            seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, STORE_COMMIT_NKEYS,
+                         c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
         if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
             note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
             step(o, EV_EVAL, st, NULL);
@@ -2005,8 +1991,7 @@ static int multi_start(struct order *o)
     rq.claim_expiry = o->claim_expiry;
     rq.rules = o->view.rules;
     rq.deadline_ms = o->deadline_ms;
-    int end = (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
-    rq.budget = o->app->cfg.order_redis_call_budget - o->calls - end;
+    rq.budget = o->app->cfg.order_redis_call_budget - o->calls - end_calls(o);
     multi_free(o->multi);
     o->multi = multi_new(&rq, on_multi_cb, o);
     if (!o->multi)

@@ -504,65 +504,46 @@ static enum seg_result part_result(struct mseg *g, lc_status st, const redisRepl
     return v.r;
 }
 
-/* The commit's keys and args of part g (kind "part" or "primary"). */
-struct part_args {
-    struct seg_keys sk;
-    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
-    const char *keys[7];
-    const char *args[16];
-};
+/* The record of part g (not the primary): malloc'd JSON, NULL when out of memory. */
+static char *part_record(struct multi *m, const struct mseg *g)
+{
+    char created[32];
+    rules_format_time(clock_wall_ms(), created);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of",
+                          m->res.order_id, "sku", m->rq.sku, "segment", g->k, "quantity",
+                          (json_int_t)g->take, "created_at", created, "status",
+                          m->rq.rules.ttl_s > 0 ? "reserved" : "created");
+    char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return rec;
+}
 
-static void part_args(struct multi *m, struct mseg *g, int primary, struct part_args *c,
-                      char **rec_out)
+/* The commit of part g with record rec: kind "part", or for the primary "primary" (a single
+ * part: a one-segment order's commit, as order_fsm.c's). */
+static void part_call(struct multi *m, const struct mseg *g, int primary, const char *rec,
+                      struct store_commit_call *c)
 {
     const struct multi_req *rq = &m->rq;
-    store_seg_keys(rq->sku, g->k, &c->sk);
-    c->keys[0] = c->sk.stock;
-    c->keys[1] = c->sk.sver;
-    c->keys[2] = c->sk.cnt;
-    c->keys[3] = c->sk.orders;
-    c->keys[4] = c->sk.idem;
-    c->keys[5] = c->sk.due;
-    c->keys[6] = c->sk.log;
-    snprintf(c->ver, sizeof(c->ver), "%" PRId64, rq->version);
-    snprintf(c->qty, sizeof(c->qty), "%lld", g->take);
-    snprintf(c->start, sizeof(c->start), "%" PRId64, rq->rules.sale_start_ms);
-    snprintf(c->end, sizeof(c->end), "%" PRId64, rq->rules.sale_end_ms);
-    snprintf(c->ttl, sizeof(c->ttl), "%lld", rq->rules.ttl_s);
-    snprintf(c->cap, sizeof(c->cap), "%d",
-             primary && rq->app->cfg.order_log ? rq->app->cfg.order_log_cap : 0);
-    snprintf(c->seg, sizeof(c->seg), "%d", g->k);
-    snprintf(c->total, sizeof(c->total), "%" PRId64, rq->qty);
-    char *rec = NULL;
-    if (primary) {
-        rec = m->primary_rec;
-    } else {
-        char created[32];
-        rules_format_time(clock_wall_ms(), created);
-        json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of",
-                              m->res.order_id, "sku", rq->sku, "segment", g->k, "quantity",
-                              (json_int_t)g->take, "created_at", created, "status",
-                              rq->rules.ttl_s > 0 ? "reserved" : "created");
-        rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        *rec_out = rec;
-    }
-    c->args[0] = c->ver;
-    c->args[1] = c->qty;
-    c->args[2] = g->id;
-    c->args[3] = rec ? rec : "";
-    c->args[4] = primary ? rq->idem : "";
-    c->args[5] = m->deadline;
-    c->args[6] = c->start;
-    c->args[7] = c->end;
-    c->args[8] = c->ttl;
-    c->args[9] = c->cap;
-    c->args[10] = primary ? rq->user : "";
-    c->args[11] = rq->sku;
-    c->args[12] = c->seg;
-    c->args[13] = !primary ? "part" : m->res.parts > 1 ? "primary" : "";
-    c->args[14] = primary && m->res.parts > 1 ? m->parts : "";
-    c->args[15] = c->total;
+    int whole = primary && m->res.parts > 1;
+    struct store_commit_in in = {
+        .sku = rq->sku,
+        .k = g->k,
+        .version = rq->version,
+        .qty = g->take,
+        .id = g->id,
+        .record = rec,
+        .idem = primary ? rq->idem : "",
+        .expiry = m->deadline,
+        .rules = &rq->rules,
+        .log_cap = primary && rq->app->cfg.order_log ? rq->app->cfg.order_log_cap : 0,
+        .user = primary ? rq->user : "",
+        .kind = !primary ? "part"
+                : whole  ? "primary"
+                         : "",
+        .parts = whole ? m->parts : "",
+        .total = rq->qty,
+    };
+    store_commit_call(&in, c);
 }
 
 /* The outcome of a part refused (nothing of the order exists once the parts made are undone). */
@@ -610,13 +591,12 @@ static void parts_done(struct multi *m)
     /* every other part is written: the primary makes the order whole */
     faultpoint("multi_parts");
     struct mseg *p = &m->s[m->primary];
-    struct part_args c;
-    char *unused = NULL;
-    part_args(m, p, 1, &c, &unused);
+    struct store_commit_call c;
+    part_call(m, p, 1, m->primary_rec, &c);
     m->state = M_PRIMARY;
     m->pending = 1;
-    if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, 7,
-                     c.keys, 16, c.args, on_primary, p) != LC_OK) {
+    if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
+                     STORE_COMMIT_NKEYS, c.keys, c.nargs, c.args, on_primary, p) != LC_OK) {
         multi_why(m, "", "the primary's commit did not start");
         drop(p);
         undo_made(m, OUT_UNAVAILABLE);
@@ -761,12 +741,15 @@ void multi_commit(struct multi *m, int abort)
         struct mseg *g = &m->s[i];
         if (i == m->primary || g->take <= 0)
             continue;
-        struct part_args c;
-        char *rec = NULL;
-        part_args(m, g, 0, &c, &rec);
-        lc_status st = rec ? seglock_eval(g->lock, store_script(m->rq.app->store, SCRIPT_COMMIT),
-                                          LC_EVAL_RELEASE, 7, c.keys, 16, c.args, on_part, g)
-                           : LC_ENOMEM;
+        struct store_commit_call c;
+        char *rec = part_record(m, g);
+        lc_status st = LC_ENOMEM;
+        if (rec) {
+            part_call(m, g, 0, rec, &c);
+            st = seglock_eval(g->lock, store_script(m->rq.app->store, SCRIPT_COMMIT),
+                              LC_EVAL_RELEASE, STORE_COMMIT_NKEYS, c.keys, c.nargs, c.args, on_part,
+                              g);
+        }
         free(rec);
         if (st != LC_OK) {
             g->res = SEG_ERROR;

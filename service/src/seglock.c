@@ -314,40 +314,33 @@ lc_status seglock_acquire(struct seglock *sl, int wait_ms, int nread, const char
 
 /* ---- commit ---- */
 
-static void on_plain_eval(lc_async_lock *l, lc_status st, const redisReply *r, void *arg)
+/* Any kind's fenced eval answered (why: the lock's message): the owner's callback. */
+static void eval_done(struct seglock *sl, lc_status st, const redisReply *r, const char *why)
 {
-    struct seglock *sl = arg;
     seglock_eval_fn cb = sl->ecb;
     sl->ecb = NULL;
-    set_why(sl, st, lc_async_lock_errmsg(l));
+    set_why(sl, st, why);
     cb(sl, st, r, sl->arg);
+}
+
+static void on_plain_eval(lc_async_lock *l, lc_status st, const redisReply *r, void *arg)
+{
+    eval_done(arg, st, r, lc_async_lock_errmsg(l));
 }
 
 static void on_rl_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, void *arg)
 {
-    struct seglock *sl = arg;
-    seglock_eval_fn cb = sl->ecb;
-    sl->ecb = NULL;
-    set_why(sl, st, lc_async_redlock_errmsg(rl));
-    cb(sl, st, r, sl->arg);
+    eval_done(arg, st, r, lc_async_redlock_errmsg(rl));
 }
 
 static void on_my_eval(lc_mysql_lock *l, lc_status st, const redisReply *r, void *arg)
 {
-    struct seglock *sl = arg;
-    seglock_eval_fn cb = sl->ecb;
-    sl->ecb = NULL;
-    set_why(sl, st, lc_mysql_lock_errmsg(l));
-    cb(sl, st, r, sl->arg);
+    eval_done(arg, st, r, lc_mysql_lock_errmsg(l));
 }
 
 static void on_zk_eval(lc_zk_lock *zk, lc_status st, const redisReply *r, void *arg)
 {
-    struct seglock *sl = arg;
-    seglock_eval_fn cb = sl->ecb;
-    sl->ecb = NULL;
-    set_why(sl, st, lc_zk_lock_errmsg(zk));
-    cb(sl, st, r, sl->arg);
+    eval_done(arg, st, r, lc_zk_lock_errmsg(zk));
 }
 
 lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, int nkeys,

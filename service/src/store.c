@@ -5,6 +5,7 @@
  * batch_end, wait_all_end): in its request's log context, on the loop, never from inside the
  * call that started it.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <event2/event.h>
 
 #include "areq.h"
+#include "rules.h"
 #include "store.h"
 #include "store_scripts.h"
 
@@ -105,6 +107,46 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(log);
     SEG_KEY(follow);
 #undef SEG_KEY
+}
+
+void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c)
+{
+    store_seg_keys(in->sku, in->k, &c->sk);
+    c->keys[0] = c->sk.stock;
+    c->keys[1] = c->sk.sver;
+    c->keys[2] = c->sk.cnt;
+    c->keys[3] = c->sk.orders;
+    c->keys[4] = c->sk.idem;
+    c->keys[5] = c->sk.due;
+    c->keys[6] = c->sk.log;
+    snprintf(c->ver, sizeof(c->ver), "%" PRId64, in->version);
+    snprintf(c->qty, sizeof(c->qty), "%lld", in->qty);
+    snprintf(c->start, sizeof(c->start), "%" PRId64, in->rules->sale_start_ms);
+    snprintf(c->end, sizeof(c->end), "%" PRId64, in->rules->sale_end_ms);
+    snprintf(c->ttl, sizeof(c->ttl), "%lld", in->rules->ttl_s);
+    snprintf(c->cap, sizeof(c->cap), "%d", in->log_cap);
+    snprintf(c->seg, sizeof(c->seg), "%d", in->k);
+    c->args[0] = c->ver;
+    c->args[1] = c->qty;
+    c->args[2] = in->id;
+    c->args[3] = in->record;
+    c->args[4] = in->idem;
+    c->args[5] = in->expiry;
+    c->args[6] = c->start;
+    c->args[7] = c->end;
+    c->args[8] = c->ttl;
+    c->args[9] = c->cap;
+    c->args[10] = in->user;
+    c->args[11] = in->sku;
+    c->args[12] = c->seg;
+    c->nargs = 13;
+    if (in->kind && *in->kind) {
+        snprintf(c->total, sizeof(c->total), "%lld", in->total);
+        c->args[13] = in->kind;
+        c->args[14] = in->parts ? in->parts : "";
+        c->args[15] = c->total;
+        c->nargs = 16;
+    }
 }
 
 void store_sku_key(char *buf, const char *sku, const char *suffix)

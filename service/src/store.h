@@ -76,6 +76,37 @@ const lc_script *store_script(struct store *store, enum store_script id);
 /* Fills the keys of segment k of sku. */
 void store_seg_keys(const char *sku, int k, struct seg_keys *out);
 
+/* A call of the commit script (lua/commit_body.lua), its KEYS and ARGV in the order the script
+ * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
+ * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
+ * them alive while call is used. */
+#define STORE_COMMIT_NKEYS 7
+#define STORE_COMMIT_NARGS 16
+struct sku_rules;
+struct store_commit_in {
+    const char *sku;
+    int k;
+    int64_t version;
+    long long qty; /* units taken from this segment */
+    const char *id, *record;
+    const char *idem;   /* "" none */
+    const char *expiry; /* Redis ms of the key claim / reservation / intent, "0" none */
+    const struct sku_rules *rules;
+    int log_cap;       /* 0: no order log entry */
+    const char *user;  /* "" none */
+    const char *kind;  /* NULL or "": a one-segment order; "part" or "primary" */
+    const char *parts; /* a primary's "k:q,..." */
+    long long total;   /* a primary's units in all its parts */
+};
+struct store_commit_call {
+    struct seg_keys sk;
+    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
+    const char *keys[STORE_COMMIT_NKEYS];
+    const char *args[STORE_COMMIT_NARGS];
+    int nargs; /* 13 for a one-segment order, else 16 */
+};
+void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
+
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
 

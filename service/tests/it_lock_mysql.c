@@ -63,39 +63,7 @@ static int segment_locked(const char *sku)
     return mdb_scalar(db, sql) == 1;
 }
 
-/* ---- buyers: threads placing orders of one unit until told to stop or sold out ---- */
-
-typedef struct lm_buyer {
-    int port;
-    const char *sku;
-    atomic_int *stop;
-    atomic_int created;
-    int sold_out, other;
-    pthread_t tid;
-} lm_buyer;
-
-static void *lm_buy(void *arg)
-{
-    lm_buyer *b = arg;
-    sf_conn *c = sf_conn_open(b->port, 10000);
-    while (!atomic_load(b->stop)) {
-        sf_resp r = {0};
-        int st = sf_order(c, b->port, b->sku, 1, &r);
-        if (st == 201)
-            atomic_fetch_add(&b->created, 1);
-        else if (st == 409)
-            b->sold_out++;
-        else
-            b->other++;
-        sf_resp_free(&r);
-        if (st == 409)
-            break;
-        if (st != 201)
-            tu_sleep_ms(20);
-    }
-    sf_conn_close(c);
-    return NULL;
-}
+/* ---- instances (the buyers: sf_buyer, sf_post in svc_fixture.h) ---- */
 
 static const char *const ARGS[] = {"--threads", "2", "--lock-wait-ms", "3000", NULL};
 
@@ -127,10 +95,10 @@ static void test_mysql_sell_out(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    lm_buyer bs[6];
+    sf_buyer bs[6];
     for (int i = 0; i < 6; i++) {
-        bs[i] = (lm_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, lm_buy, &bs[i]), 0);
+        bs[i] = (sf_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, sf_buy_ones, &bs[i]), 0);
     }
     int created = 0;
     for (int i = 0; i < 6; i++) {
@@ -153,22 +121,6 @@ static void test_mysql_sell_out(void **state)
     SF_ASSERT_EQ(sf_stop(b), 0);
 }
 
-struct lm_post {
-    int port;
-    const char *sku;
-    int status;
-    pthread_t tid;
-};
-
-static void *lm_post_run(void *arg)
-{
-    struct lm_post *p = arg;
-    sf_resp r = {0};
-    p->status = sf_order(NULL, p->port, p->sku, 1, &r);
-    sf_resp_free(&r);
-    return NULL;
-}
-
 /* A frozen holder: the server ends its session after the lease; its late commit is refused. */
 static void test_sigstop_holder(void **state)
 {
@@ -184,8 +136,8 @@ static void test_sigstop_holder(void **state)
         sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
         SF_ASSERT_STATUS(&r, 201);
         sf_resp_free(&r);
-        struct lm_post first = {.port = sf_port(a), .sku = sku};
-        assert_int_equal(pthread_create(&first.tid, NULL, lm_post_run, &first), 0);
+        sf_post first = {.port = sf_port(a), .sku = sku};
+        assert_int_equal(pthread_create(&first.tid, NULL, sf_post_one, &first), 0);
         int64_t until = tu_now_ms() + 10000;
         while (!segment_locked(sku) && tu_now_ms() < until)
             tu_sleep_ms(2);
@@ -228,10 +180,10 @@ static void test_kill_lock_server(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    lm_buyer bs[3];
+    sf_buyer bs[3];
     for (int i = 0; i < 3; i++) {
-        bs[i] = (lm_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, lm_buy, &bs[i]), 0);
+        bs[i] = (sf_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, sf_buy_ones, &bs[i]), 0);
     }
     tu_sleep_ms(300);
     assert_int_equal(mdb_halt(db, SIGKILL), 0);

@@ -67,38 +67,6 @@ static int seg0_nodes(const char *sku)
     return n;
 }
 
-typedef struct lz_buyer {
-    int port;
-    const char *sku;
-    atomic_int *stop;
-    atomic_int created;
-    int sold_out, other;
-    pthread_t tid;
-} lz_buyer;
-
-static void *lz_buy(void *arg)
-{
-    lz_buyer *b = arg;
-    sf_conn *c = sf_conn_open(b->port, 10000);
-    while (!atomic_load(b->stop)) {
-        sf_resp r = {0};
-        int st = sf_order(c, b->port, b->sku, 1, &r);
-        if (st == 201)
-            atomic_fetch_add(&b->created, 1);
-        else if (st == 409)
-            b->sold_out++;
-        else
-            b->other++;
-        sf_resp_free(&r);
-        if (st == 409)
-            break;
-        if (st != 201)
-            tu_sleep_ms(20);
-    }
-    sf_conn_close(c);
-    return NULL;
-}
-
 static sf_service *zk_start(const char *const *more)
 {
     const char *args[32];
@@ -128,11 +96,11 @@ static void test_zk_sell_out_two_instances(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    lz_buyer bs[6];
+    sf_buyer bs[6];
     int64_t t0 = tu_now_ms();
     for (int i = 0; i < 6; i++) {
-        bs[i] = (lz_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, lz_buy, &bs[i]), 0);
+        bs[i] = (sf_buyer){.port = sf_port(i % 2 ? b : a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, sf_buy_ones, &bs[i]), 0);
     }
     int created = 0, other = 0;
     for (int i = 0; i < 6; i++) {
@@ -157,22 +125,6 @@ static void test_zk_sell_out_two_instances(void **state)
     SF_ASSERT_EQ(sf_stop(b), 0);
 }
 
-struct zk_post {
-    int port;
-    const char *sku;
-    int status;
-    pthread_t tid;
-};
-
-static void *zk_post_run(void *arg)
-{
-    struct zk_post *p = arg;
-    sf_resp r = {0};
-    p->status = sf_order(NULL, p->port, p->sku, 1, &r);
-    sf_resp_free(&r);
-    return NULL;
-}
-
 /* A frozen holder past its session timeout: its late commit is refused. */
 static void test_sigstop_past_session(void **state)
 {
@@ -187,8 +139,8 @@ static void test_sigstop_past_session(void **state)
         sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
         SF_ASSERT_STATUS(&r, 201);
         sf_resp_free(&r);
-        struct zk_post first = {.port = sf_port(a), .sku = sku};
-        assert_int_equal(pthread_create(&first.tid, NULL, zk_post_run, &first), 0);
+        sf_post first = {.port = sf_port(a), .sku = sku};
+        assert_int_equal(pthread_create(&first.tid, NULL, sf_post_one, &first), 0);
         int64_t until = tu_now_ms() + 10000;
         while (seg0_nodes(sku) < 1 && tu_now_ms() < until)
             tu_sleep_ms(2);
@@ -234,10 +186,10 @@ static void test_kill_zookeeper(void **state)
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
     atomic_int stop = 0;
-    lz_buyer bs[3];
+    sf_buyer bs[3];
     for (int i = 0; i < 3; i++) {
-        bs[i] = (lz_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
-        assert_int_equal(pthread_create(&bs[i].tid, NULL, lz_buy, &bs[i]), 0);
+        bs[i] = (sf_buyer){.port = sf_port(a), .sku = sku, .stop = &stop};
+        assert_int_equal(pthread_create(&bs[i].tid, NULL, sf_buy_ones, &bs[i]), 0);
     }
     tu_sleep_ms(300);
     int before = 0;

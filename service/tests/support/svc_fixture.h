@@ -21,6 +21,8 @@
 #ifndef SVC_TESTS_SVC_FIXTURE_H
 #define SVC_TESTS_SVC_FIXTURE_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -290,5 +292,29 @@ long long sf_wait_multi_drained(const char *redis_url, const char *sku, int time
 
 /* Writes the report (totals, then the problems) to stderr, prefixed with what. */
 void sf_report_print(const char *what, const sf_report *rep);
+
+/* ---- buyers (svc_buyer.c) ---------------------------------------------------------------- */
+
+/* A buyer thread (pthread_create(&b.tid, NULL, sf_buy_ones, &b)): orders of one unit of sku on
+ * port, one connection, until *stop is set or a 409 (sold out) comes; created counts 201s,
+ * sold_out the 409, other anything else (each followed by a 20 ms pause). */
+typedef struct sf_buyer {
+    int port;
+    const char *sku;
+    atomic_int *stop;
+    atomic_int created;
+    int sold_out, other;
+    pthread_t tid;
+} sf_buyer;
+void *sf_buy_ones(void *arg);
+
+/* One order of one unit of sku on port, in a thread of its own (sf_post_one): its status. */
+typedef struct sf_post {
+    int port;
+    const char *sku;
+    int status;
+    pthread_t tid;
+} sf_post;
+void *sf_post_one(void *arg);
 
 #endif /* SVC_TESTS_SVC_FIXTURE_H */
