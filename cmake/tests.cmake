@@ -58,7 +58,7 @@ set(TEST_SCHEDULE
   "it_limits 6"
   "it_concurrency 5 heavy"
   "lockcore_it_lock_pipeline 4"
-  "it_lock_redis 4"
+  "it_lock_redis 4 heavy"
   "it_ratelimit 4"
   "lockcore_it_lock 4"
   "it_layout 3 heavy"
