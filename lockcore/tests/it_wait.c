@@ -98,7 +98,10 @@ static void test_short_deadlines(void **state)
 }
 
 /* The holder releases at a known moment; the waiter's acquire is woken by the unlock message.
- * Three rounds with different hold times, so a lucky poll cannot pass all of them. */
+ * Three rounds with different hold times. The fallback poll's jittered timer can fire in the
+ * same millisecond as the release and win the race against the message (seen once in a TSan
+ * CI run: woken 769 us after the release, by the poll), so one round of three may end by the
+ * poll; if the unlock message never woke anyone, every round would, and the test fails. */
 static void test_unlock_wakes_waiter(void **state)
 {
     (void)state;
@@ -107,6 +110,7 @@ static void test_unlock_wakes_waiter(void **state)
     lc_lock *a = lt_lock(c, name, 30000, 0);
     lc_lock *b = lt_lock(c, name, 30000, 0);
     const int holds[] = {300, 370, 440};
+    int by_unlock = 0;
     for (int i = 0; i < 3; i++) {
         assert_ok(lc_lock_acquire(a, 0, NULL));
         waiter w;
@@ -117,11 +121,14 @@ static void test_unlock_wakes_waiter(void **state)
         pthread_join(w.tid, NULL);
         assert_status(w.st, LC_OK);
         int64_t lat = w.done_us - t_rel;
-        print_message("round %d: woken %lld us after the release\n", i, (long long)lat);
-        assert_int_equal(lc_lock_last_wake(b), LC_WAKE_UNLOCK);
+        int unlock = lc_lock_last_wake(b) == LC_WAKE_UNLOCK;
+        print_message("round %d: woken %lld us after the release, by the %s\n", i, (long long)lat,
+                      unlock ? "unlock message" : "poll");
+        by_unlock += unlock;
         assert_between(lat, 0, WAKE_MAX_US);
         assert_ok(lc_lock_release(b));
     }
+    assert_true(by_unlock >= 2);
     lc_lock_free(a);
     lc_lock_free(b);
     lc_client_free(c);
