@@ -80,6 +80,9 @@
     BOOL(trust_body_user_id, "--trust-body-user-id", "INVENTORY_TRUST_BODY_USER_ID", 0,        \
          "development only: the order body's user_id is the user (any client may claim any "   \
          "user)")                                                                              \
+    BOOL(limit_two_step, "--limit-two-step", "INVENTORY_LIMIT_TWO_STEP", 0,                    \
+         "on one Redis too, check per-user limits with a reservation before the walk (as on a " \
+         "Redis Cluster) rather than inside the order's commit")                               \
     OPT("confirm_token_file", confirm_token_file, char, [CONFIG_PATH_MAX],                     \
         "--confirm-token-file", "FILE", "INVENTORY_CONFIRM_TOKEN_FILE", "none", file,          \
         "path of a readable file holding 1..256 visible ASCII characters",                     \

@@ -184,8 +184,10 @@ struct idem_claim {
 struct user_resv {
     char users[STORE_KEY_MAX], meta[STORE_KEY_MAX];
     char qty[24], bound[24], margin[24];
-    int reserved; /* this request's entry is written: a failed order removes it */
-    int verified; /* the entries past their deadline were looked for once */
+    int reserved;   /* this request's entry is written: a failed order removes it */
+    int in_commit;  /* checked by the commit itself (one Redis): no reservation before the walk */
+    long long open; /* the commit's refusal: entries not known to have committed */
+    int verified;   /* the entries past their deadline were looked for once */
     long long limit, held;
     int nseg; /* segments to look in: [0, nseg) */
     int n;    /* entries past their deadline */
@@ -271,6 +273,7 @@ static void on_hold(struct order *o, const struct oev *e);
 static void on_idem_claim(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
 static int multi_start(struct order *o);
+static void user_reserve(struct order *o);
 static void note_seen(struct order *o, int k, long long stock);
 
 /* ---- small helpers ---- */
@@ -409,7 +412,8 @@ static enum seg_result take_verdict(struct order *o, int k, const struct seg_ver
         skucache_mark_empty(o->app->cache, o->in.sku, o->view.version, k);
     if (v->damaged) {
         log_msg(CONFIG_LOG_ERROR, "segment_damaged",
-                "sku %s segment %d: stock or counters missing or not numbers; nothing written",
+                "sku %s segment %d: stock or counters missing or not numbers (or the user's "
+                "limit entries damaged); nothing written",
                 o->in.sku, k);
         snprintf(o->why, sizeof(o->why), "segment %d damaged", k);
     }
@@ -432,6 +436,11 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
     }
     if (v.r == SEG_NOT_STARTED || v.r == SEG_ENDED)
         o->sale_at = v.at;
+    if (v.r == SEG_LIMIT && o->uv) {
+        o->uv->limit = v.at;
+        o->uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
+        o->uv->open = r->elements > 3 ? store_reply_int(r->element[3], 0) : 0;
+    }
     if (v.r == SEG_ERROR && v.at > 0) {
         /* the order log is full (order_walk.c: STORE_COMMIT_LOG_FULL): the sink is behind */
         metrics_order_log_full();
@@ -462,6 +471,11 @@ static void commit_args(struct order *o, struct store_commit_call *c)
                 : o->in.has_user_id ? o->in.user_id
                                     : "",
     };
+    if (o->uv && o->uv->in_commit) {
+        in.users = o->uv->users;
+        in.meta = o->uv->meta;
+        in.hex = o->token;
+    }
     store_commit_call(&in, c);
 }
 
@@ -775,8 +789,8 @@ static void commit_segment(struct order *o)
     lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         set_state(o, OS_ATOMIC_COMMIT);
-        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC),
-                             STORE_COMMIT_NKEYS, c.keys, NULL, c.nargs, c.args, NULL, on_reply, o);
+        st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), c.nkeys,
+                             c.keys, NULL, c.nargs, c.args, NULL, on_reply, o);
         if (st != LC_OK) {
             note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
             step(o, EV_REPLY, st, NULL);
@@ -786,9 +800,8 @@ static void commit_segment(struct order *o)
     set_state(o, OS_COMMIT);
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
         seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
-        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT),
-                              STORE_COMMIT_NKEYS, c.keys, c.nargs, (const char **)c.args, on_reply,
-                              o) == LC_OK) {
+        seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), c.nkeys, c.keys,
+                              c.nargs, (const char **)c.args, on_reply, o) == LC_OK) {
         /* The next queued order of the loop takes over the hold and the gate. */
         struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
         struct order *n = w->owner;
@@ -799,8 +812,8 @@ static void commit_segment(struct order *o)
         gate_wake(n);
         return;
     }
-    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
-                      STORE_COMMIT_NKEYS, c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
+    st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, c.nkeys,
+                      c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
     if (st != LC_OK) {
         note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_EVAL, st, NULL);
@@ -937,9 +950,8 @@ static void single_next(struct order *o)
         o->i++;
         set_state(o, OS_SINGLE_COMMIT);
         spend(o, 1);
-        lc_status st =
-            seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, STORE_COMMIT_NKEYS,
-                         c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
+        lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, c.nkeys,
+                                    c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
         if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
             note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
             step(o, EV_EVAL, st, NULL);
@@ -1126,6 +1138,14 @@ static void segment_done(struct order *o, enum seg_result r)
     gate_leave(o); /* the segment's turn is over for this order */
     if (o->cancelled) {
         place_done(o, order_walk_settles(r) ? order_walk_settled_outcome(r) : OUT_UNAVAILABLE);
+        return;
+    }
+    if (r == SEG_LIMIT && o->uv && o->uv->open > 0) {
+        /* Over the limit counting entries whose orders may never commit (a reservation's on
+         * the two-step path, cut off): that path looks for them, frees those without an order
+         * and reserves again (docs/design.md "Per-user limits"). */
+        o->uv->in_commit = 0;
+        user_reserve(o);
         return;
     }
     if (order_walk_settles(r)) {
@@ -1504,6 +1524,17 @@ static enum order_outcome window_fast(struct order *o, const struct sku_rules *r
 
 static void user_reserve(struct order *o);
 
+/* Whether the per-user limit is checked inside the commit (docs/design.md "Per-user limits"):
+ * on one Redis, where the commit script can read the user's entries beside the segment, for
+ * the strategies whose commit ends the order (segmented, atomic); not on a Redis Cluster (the
+ * entries and the segment are in different slots), not with --limit-two-step. */
+static int limit_in_commit(const struct order *o)
+{
+    const struct config *cfg = &o->app->cfg;
+    return !cfg->limit_two_step && cfg->strategy != STRATEGY_SINGLE_LOCK &&
+           strncmp(cfg->redis_url, "redis-cluster://", 16) != 0;
+}
+
 /* The reservation is settled (a round trip or two after the view was taken): the walk, with
  * fresh knowledge of the segments this instance holds and found empty meanwhile, as every later
  * round has (round_begin). Walking on the older copy tried segments another loop of this
@@ -1558,6 +1589,11 @@ static void rules_begin(struct order *o)
     snprintf(uv->bound, sizeof(uv->bound), "%d",
              cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
     snprintf(uv->margin, sizeof(uv->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    if (limit_in_commit(o)) {
+        uv->in_commit = 1;
+        rules_passed(o);
+        return;
+    }
     user_reserve(o);
 }
 
@@ -1972,6 +2008,14 @@ static int multi_start(struct order *o)
         total += o->seen[k] > 0 ? o->seen[k] : 0;
     if (total < o->in.quantity)
         return 0; /* the remaining total is below the quantity: insufficient_stock */
+    if (o->uv && o->uv->in_commit) {
+        /* The parts commit before the order exists, so the limit cannot wait for a commit:
+         * reserve first (the two-step path), then walk again, and the next multi_start goes on
+         * under the reservation. */
+        o->uv->in_commit = 0;
+        user_reserve(o);
+        return 1;
+    }
     o->multi_tries++;
     struct multi_req rq;
     memset(&rq, 0, sizeof(rq));

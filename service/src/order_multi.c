@@ -596,7 +596,7 @@ static void parts_done(struct multi *m)
     m->state = M_PRIMARY;
     m->pending = 1;
     if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
-                     STORE_COMMIT_NKEYS, c.keys, c.nargs, c.args, on_primary, p) != LC_OK) {
+                     c.nkeys, c.keys, c.nargs, c.args, on_primary, p) != LC_OK) {
         multi_why(m, "", "the primary's commit did not start");
         drop(p);
         undo_made(m, OUT_UNAVAILABLE);
@@ -747,8 +747,7 @@ void multi_commit(struct multi *m, int abort)
         if (rec) {
             part_call(m, g, 0, rec, &c);
             st = seglock_eval(g->lock, store_script(m->rq.app->store, SCRIPT_COMMIT),
-                              LC_EVAL_RELEASE, STORE_COMMIT_NKEYS, c.keys, c.nargs, c.args, on_part,
-                              g);
+                              LC_EVAL_RELEASE, c.nkeys, c.keys, c.nargs, c.args, on_part, g);
         }
         free(rec);
         if (st != LC_OK) {

@@ -63,7 +63,7 @@ enum order_outcome order_walk_end(const struct walk *w, int timed_out)
 int order_walk_settles(enum seg_result r)
 {
     return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED || r == SEG_NOT_STARTED ||
-           r == SEG_ENDED;
+           r == SEG_ENDED || r == SEG_LIMIT;
 }
 
 enum order_outcome order_walk_settled_outcome(enum seg_result r)
@@ -73,6 +73,7 @@ enum order_outcome order_walk_settled_outcome(enum seg_result r)
     case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
     case SEG_NOT_STARTED: return OUT_NOT_STARTED;
     case SEG_ENDED: return OUT_ENDED;
+    case SEG_LIMIT: return OUT_LIMIT;
     default: return OUT_UNAVAILABLE;
     }
 }
@@ -130,6 +131,10 @@ void order_walk_commit_verdict(const redisReply *r, struct seg_verdict *v)
     case STORE_COMMIT_ENDED:
         v->r = SEG_ENDED;
         v->at = value;
+        return;
+    case STORE_COMMIT_LIMIT:
+        v->r = SEG_LIMIT;
+        v->at = value; /* the limit */
         return;
     case STORE_COMMIT_LOG_FULL: /* nothing written; the order may go on elsewhere */
         v->r = SEG_ERROR;

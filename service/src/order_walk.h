@@ -29,6 +29,7 @@ enum seg_result {
                         the commit: nothing changed */
     SEG_NOT_STARTED, /* the sale has not started (Redis's clock): nothing changed */
     SEG_ENDED,       /* the sale has ended: nothing changed */
+    SEG_LIMIT,       /* the user's limit, checked in the commit, would be passed: nothing changed */
     SEG_UNKNOWN      /* Redis failed during the commit: the outcome is unknown */
 };
 
@@ -74,7 +75,8 @@ struct seg_verdict {
     int empty;
     int damaged;
     long long at; /* SEG_NOT_STARTED: the sale's start; SEG_ENDED: its end (Redis ms);
-                     SEG_ERROR: > 0 when the order log is full (its entries) */
+                     SEG_ERROR: > 0 when the order log is full (its entries); SEG_LIMIT: the
+                     user's limit */
 };
 
 /* What a segment at another version than the order's means (the healing rules,

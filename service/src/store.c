@@ -139,13 +139,22 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[10] = in->user;
     c->args[11] = in->sku;
     c->args[12] = c->seg;
+    c->nkeys = 7;
     c->nargs = 13;
-    if (in->kind && *in->kind) {
+    if ((in->kind && *in->kind) || in->users) {
         snprintf(c->total, sizeof(c->total), "%lld", in->total);
-        c->args[13] = in->kind;
+        c->args[13] = in->kind ? in->kind : "";
         c->args[14] = in->parts ? in->parts : "";
         c->args[15] = c->total;
         c->nargs = 16;
+    }
+    if (in->users) {
+        c->keys[7] = in->users;
+        c->keys[8] = in->meta;
+        c->nkeys = 9;
+        c->args[16] = "1";
+        c->args[17] = in->hex;
+        c->nargs = 18;
     }
 }
 

@@ -80,8 +80,8 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
-#define STORE_COMMIT_NKEYS 7
-#define STORE_COMMIT_NARGS 16
+#define STORE_COMMIT_NKEYS 9
+#define STORE_COMMIT_NARGS 18
 struct sku_rules;
 struct store_commit_in {
     const char *sku;
@@ -97,13 +97,17 @@ struct store_commit_in {
     const char *kind;  /* NULL or "": a one-segment order; "part" or "primary" */
     const char *parts; /* a primary's "k:q,..." */
     long long total;   /* a primary's units in all its parts */
+    /* the user's limit checked in the commit (one Redis, a one-segment order): the SKU's users
+     * and meta keys and the order's hex; NULL users: not checked here */
+    const char *users, *meta, *hex;
 };
 struct store_commit_call {
     struct seg_keys sk;
     char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
-    int nargs; /* 13 for a one-segment order, else 16 */
+    int nkeys; /* 7, or 9 with the user's limit checked in the commit */
+    int nargs; /* 13 for a one-segment order, 16 for a part or primary, 18 with the limit */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
 

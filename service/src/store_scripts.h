@@ -77,7 +77,7 @@
 /* registered, not yet everywhere: the next settle applies it */
 #define STORE_RESTOCK_PENDING 2
 
-/* lua/commit_body.lua: {code, value}. */
+/* lua/commit_body.lua: {code, value[, ...]}. */
 /* {1, stock left}: the order is written */
 #define STORE_COMMIT_OK 1
 /* {-1, stock left}: not enough */
@@ -86,7 +86,8 @@
 #define STORE_COMMIT_VERSION (-3)
 /* {-4, 0}: the claim expired (another request may own the key) */
 #define STORE_COMMIT_EXPIRED (-4)
-/* {-5, 0}: a counter or sver that is not an integer */
+/* {-5, 0}: a counter or sver that is not an integer (or, limit checked here, the limit or the
+ * user's entries) */
 #define STORE_COMMIT_DAMAGED (-5)
 /* {-6, sale_start}: the sale has not started (Redis's clock) */
 #define STORE_COMMIT_NOT_STARTED (-6)
@@ -94,6 +95,10 @@
 #define STORE_COMMIT_ENDED (-7)
 /* {-8, entries}: the order log holds its cap of entries (the sink is behind): nothing written */
 #define STORE_COMMIT_LOG_FULL (-8)
+/* {-9, limit, held, open}: the user's limit (checked in the commit, one Redis) would be passed:
+ * nothing written; open: the user's entries not known to have committed (a reservation's, whose
+ * order may never commit: the two-step path looks for them) */
+#define STORE_COMMIT_LIMIT (-9)
 
 /* lua/cancel.lua: {code[, record]}. */
 /* {1, record}: cancelled now */

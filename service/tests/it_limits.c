@@ -456,13 +456,10 @@ static int64_t li_entry_deadline(const char *sku, const char *user)
     return deadline;
 }
 
-static void test_paused_before_commit(void **state)
+/* An instance whose orders hold a segment 800 ms, lease 1000 ms, lock wait 200 ms, Redis
+ * timeout 300 ms: the two-step limit path (--limit-two-step) or the default. */
+static sf_service *li_start_slow(int two_step)
 {
-    (void)state;
-    char sku[64];
-    tu_unique_name(sku, sizeof sku, "li-pause");
-    /* its deadline: lock wait 200 + hold 800 + lease 1000 + 2 × 300 = 2.6 s after the
-     * reservation */
     const char *args[] = {"--admin-token",
                           LI_TOKEN,
                           "--trust-body-user-id",
@@ -474,8 +471,20 @@ static void test_paused_before_commit(void **state)
                           "1000",
                           "--redis-timeout-ms",
                           "300",
+                          two_step ? "--limit-two-step" : NULL,
                           NULL};
-    sf_service *p = sf_start(rf_url(gf_redis), args);
+    return sf_start(rf_url(gf_redis), args);
+}
+
+/* The two-step path (a reservation before the walk: on a cluster, or --limit-two-step). */
+static void test_paused_before_commit(void **state)
+{
+    (void)state;
+    char sku[64];
+    tu_unique_name(sku, sizeof sku, "li-pause");
+    /* its deadline: lock wait 200 + hold 800 + lease 1000 + 2 × 300 = 2.6 s after the
+     * reservation */
+    sf_service *p = li_start_slow(1);
     SF_ASSERT(p != NULL, "%s", "the instance to pause");
     li_put(sku, 50, 1, ",\"limit_per_user\":1");
     int64_t started = li_redis_ms();
@@ -530,6 +539,76 @@ static void test_paused_before_commit(void **state)
 
 /* ---- the user from a trusted proxy's header ---- */
 
+/* The default on one Redis: the limit is checked inside the commit, so nothing counts for a
+ * user until an order commits — the user's entry is written with it, known committed (expiry
+ * 0) and with its segment (old binary, two steps: [1, deadline, -1]) —, and a holder stopped
+ * past its lease inside the critical section counts nothing: the user buys elsewhere at once,
+ * and the stopped order's commit, fenced, can never add a second unit. */
+static void test_limit_checked_in_commit(void **state)
+{
+    (void)state;
+    char sku[64], users[128], id[112], v[512] = "";
+    tu_unique_name(sku, sizeof sku, "li-commit");
+    snprintf(users, sizeof users, "inv:2:{%s}:users", sku);
+    li_put(sku, 40, 4, ",\"limit_per_user\":2");
+    li_buy(li_port(0), sku, 1, "ic", id);
+    rf_string(gf_redis, v, sizeof v, "HGET %s ic", users);
+    char hex[40] = "";
+    int k = -1;
+    SF_ASSERT(sscanf(id, "%32[0-9a-f]-%d-", hex, &k) == 2, "order id %s", id);
+    json_t *e = json_loads(v, 0, NULL);
+    json_t *entry = json_object_get(e, hex);
+    SF_ASSERT(json_object_size(e) == 1 && json_is_array(entry) &&
+                  json_integer_value(json_array_get(entry, 0)) == 1 &&
+                  json_is_integer(json_array_get(entry, 1)) &&
+                  json_integer_value(json_array_get(entry, 1)) == 0 &&
+                  json_integer_value(json_array_get(entry, 2)) == k,
+              "ic's entries after order %s: %s (want {\"%s\":[1,0,%d]})", id, v, hex, k);
+    json_decref(e);
+    li_buy(li_port(1), sku, 1, "ic", NULL);
+    li_refused(li_port(2), sku, 1, "ic");
+    li_refused(li_port(0), sku, 5, "ic");
+    /* a cancel gives the unit back */
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/orders/%s", id);
+    sf_resp r = {0};
+    sf_json_request(NULL, li_port(1), "DELETE", path, LI_TOKEN, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    li_buy(li_port(2), sku, 1, "ic", NULL);
+    li_refused(li_port(0), sku, 1, "ic");
+    SF_ASSERT_EQ(li_user_units(sku, "ic"), 2);
+
+    /* a holder stopped inside the critical section */
+    tu_unique_name(sku, sizeof sku, "li-commit-pause");
+    snprintf(users, sizeof users, "inv:2:{%s}:users", sku);
+    sf_service *p = li_start_slow(0);
+    SF_ASSERT(p != NULL, "%s", "the instance to pause");
+    li_put(sku, 50, 1, ",\"limit_per_user\":1");
+    struct li_one one = {.port = sf_port(p), .sku = sku, .user = "oz"};
+    SF_ASSERT(pthread_create(&one.t, NULL, li_one_run, &one) == 0, "%s", "thread");
+    tu_sleep_ms(300); /* inside the 800 ms hold: locked, not committed */
+    SF_ASSERT(sf_pause(p) == 0, "%s", "SIGSTOP");
+    redisReply *x = rf_command(gf_redis, "HEXISTS %s oz", users);
+    SF_ASSERT(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0, "%s",
+              "the stopped order counts for its user before its commit");
+    freeReplyObject(x);
+    /* the lock is the stopped holder's until its lease (1 s) ends: the default lock wait */
+    li_buy(li_port(1), sku, 1, "oz", NULL);
+    li_refused(li_port(2), sku, 1, "oz");
+    SF_ASSERT(sf_resume(p) == 0, "%s", "SIGCONT");
+    pthread_join(one.t, NULL);
+    fprintf(stderr, "the stopped instance answered %s\n", sf_resp_summary(&one.r));
+    SF_ASSERT(one.r.status != 201, "the stopped order committed past the limit: %s",
+              sf_resp_summary(&one.r));
+    sf_resp_free(&one.r);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 1);
+    SF_ASSERT_EQ(li_user_units(sku, "oz"), 1);
+    SF_ASSERT(sf_stop(p) == 0, "%s", "its exit");
+}
+
 static void test_limit_by_user_header(void **state)
 {
     (void)state;
@@ -579,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_kill_mid_burst),
         cmocka_unit_test(test_stale_entry_heals),
         cmocka_unit_test(test_paused_before_commit),
+        cmocka_unit_test(test_limit_checked_in_commit),
         cmocka_unit_test(test_limit_by_user_header),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);

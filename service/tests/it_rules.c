@@ -20,7 +20,7 @@
 
 #define RU_TOKEN "rules-token"
 
-static sf_service *svc, *svc_acks, *svc_users;
+static sf_service *svc, *svc_acks, *svc_users, *svc_two_step;
 static int port;
 
 static int group_setup(void **state)
@@ -47,7 +47,20 @@ static int group_setup(void **state)
     const char *users[] = {"--threads",      "1",    "--admin-token",        RU_TOKEN,
                            "--lock-wait-ms", "5000", "--trust-body-user-id", NULL};
     svc_users = sf_group_service(users);
-    return svc_users != NULL ? 0 : -1;
+    if (!svc_users)
+        return -1;
+    /* The same, with the limit's two-step path (a reservation before the walk) on one Redis. */
+    const char *two_step[] = {"--threads",
+                              "1",
+                              "--admin-token",
+                              RU_TOKEN,
+                              "--lock-wait-ms",
+                              "5000",
+                              "--trust-body-user-id",
+                              "--limit-two-step",
+                              NULL};
+    svc_two_step = sf_group_service(two_step);
+    return svc_two_step != NULL ? 0 : -1;
 }
 
 static void rules_sku_path(char *path, size_t len, const char *sku)
@@ -443,15 +456,17 @@ static void *ru_order_run(void *arg)
  * reservation it had made for the old one: a live order in no user's entries, and the user's
  * next order got past the limit (old binary: 201 then 201, the user holding 2 units with a
  * limit of 1; found by loadtest/chaos.sh --long --seed 2020, check "limits"). Now the order
- * reserves again for the layout it commits into: 201, then 409 limit_exceeded. */
-static void test_put_between_reservation_and_commit(void **state)
+ * reserves again for the layout it commits into: 201, then 409 limit_exceeded. Run on the
+ * two-step path (--limit-two-step: a reservation before the walk, as on a cluster) and on the
+ * default one (the limit checked in the commit: nothing to reserve again, the order is held up
+ * waiting in Redis for the lock, its unlock channel subscribed). */
+static void put_between(sf_service *s, int two_step)
 {
-    (void)state;
     char sku[64], path[160], body[200];
     tu_unique_name(sku, sizeof sku, "ru-reput");
     rules_sku_path(path, sizeof path, sku);
     const char *put = "{\"stock\":10,\"segments\":1,\"limit_per_user\":1}";
-    int up = sf_port(svc_users);
+    int up = sf_port(s);
     sf_resp r = {0};
     sf_json_request(NULL, up, "PUT", path, RU_TOKEN, NULL, put, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -462,19 +477,26 @@ static void test_put_between_reservation_and_commit(void **state)
     struct ru_order o = {up, body, {0}, 0};
     pthread_t tid;
     SF_ASSERT_EQ(pthread_create(&tid, NULL, ru_order_run, &o), 0);
-    int reserved = 0;
-    for (int i = 0; i < 200 && !reserved; i++) {
-        redisReply *x = rf_command(gf_redis, "HEXISTS inv:2:{%s}:users u1", sku);
-        reserved = x && x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+    int held_up = 0;
+    for (int i = 0; i < 200 && !held_up; i++) {
+        redisReply *x = two_step
+                            ? rf_command(gf_redis, "HEXISTS inv:2:{%s}:users u1", sku)
+                            : rf_command(gf_redis, "PUBSUB NUMSUB inv:2:{%s/0}:lock:unlock", sku);
+        if (two_step)
+            held_up = x && x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+        else
+            held_up = x && x->type == REDIS_REPLY_ARRAY && x->elements == 2 &&
+                      x->element[1]->type == REDIS_REPLY_INTEGER && x->element[1]->integer > 0;
         freeReplyObject(x);
-        if (!reserved)
+        if (!held_up)
             tu_sleep_ms(10);
     }
     int st = sf_json_request(NULL, up, "PUT", path, RU_TOKEN, NULL, put, &r);
     sf_resp_free(&r);
     freeReplyObject(rf_command(gf_redis, "DEL inv:2:{%s/0}:lock", sku));
     pthread_join(tid, NULL);
-    SF_ASSERT(reserved, "%s", "the order made no reservation within 2 s");
+    SF_ASSERT(held_up, "the order made no %s within 2 s",
+              two_step ? "reservation" : "wait for the segment's lock");
     SF_ASSERT_EQ(st, 200);
     SF_ASSERT(o.status == 201, "the order held up across the PUT: %s", sf_resp_summary(&o.r));
     sf_resp_free(&o.r);
@@ -488,6 +510,18 @@ static void test_put_between_reservation_and_commit(void **state)
     SF_ASSERT_EQ(rep.max_user_units, 1);
 }
 
+static void test_put_between_reservation_and_commit(void **state)
+{
+    (void)state;
+    put_between(svc_two_step, 1);
+}
+
+static void test_put_while_waiting_for_the_lock(void **state)
+{
+    (void)state;
+    put_between(svc_users, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -499,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_registry_and_users_key),
         cmocka_unit_test(test_patch_waits_for_replicas),
         cmocka_unit_test(test_put_between_reservation_and_commit),
+        cmocka_unit_test(test_put_while_waiting_for_the_lock),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

@@ -1,6 +1,6 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due, log.  ARGV: version, quantity, order id, record,
+-- KEYS: stock, sver, cnt, orders, idem, due, log[, users, meta].  ARGV: version, quantity, order id, record,
 -- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
 -- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
 -- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
@@ -8,7 +8,8 @@
 -- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
 -- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
 -- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
--- (the order log's entry).
+-- (the order log's entry); then "1" when the user's limit is checked here (one Redis: KEYS
+-- users, meta follow; docs/design.md "Per-user limits") and the order's hex (its entry's key).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -18,6 +19,7 @@
 -- @include time_ms.lua
 -- @include iso_time.lua
 -- @include log.lua
+-- @include user_entries.lua
 local sv = redis.call('GET', KEYS[2])
 if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
@@ -45,6 +47,26 @@ if not n or not int(c[1] or '') or not int(c[2] or '') or not int(c[3] or '') or
   return {STORE_COMMIT_DAMAGED, 0}
 end
 local q = tonumber(ARGV[2])
+-- the per-user limit, on one Redis: the user's entries and the segment in one script, so the
+-- entry is written with the order (known committed, expiry 0) and no reservation goes before
+local ue
+if ARGV[17] == '1' and not part then
+  local lim = redis.call('HGET', KEYS[9], 'limit')
+  if lim and not int(lim) then return {STORE_COMMIT_DAMAGED, 0} end
+  lim = int(lim or '0')
+  if lim > 0 then
+    ue = entries_read(ARGV[11], KEYS[8])
+    if not ue then return {STORE_COMMIT_DAMAGED, 0} end
+    if not ue[ARGV[18]] then
+      local held, open = 0, 0
+      for _, v in pairs(ue) do
+        held = held + v[1]
+        if v[2] > 0 then open = open + 1 end
+      end
+      if held + q > lim then return {STORE_COMMIT_LIMIT, lim, held, open} end
+    end
+  end
+end
 if n < q then return {STORE_COMMIT_SHORT, n} end
 local rec = ARGV[4]
 local exp = now + ttl * 1000
@@ -57,6 +79,10 @@ redis.call('HINCRBY', KEYS[3], 's', q)
 -- o counts orders: a part of a multi-segment order is not one (its primary is)
 if not part then redis.call('HINCRBY', KEYS[3], 'o', 1) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
+if ue then
+  ue[ARGV[18]] = {q, 0, tonumber(ARGV[13])}
+  entries_write(ARGV[11], ue, KEYS[8])
+end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then
     log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],

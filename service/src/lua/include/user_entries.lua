@@ -1,10 +1,10 @@
--- A user's entries in the SKU's per-user hash (KEYS[1], field: the user id), as Lua local
--- functions: entries_read(user) -> a table order-hex -> {units, expiry, segment} (expiry: Redis
+-- A user's entries in the SKU's per-user hash (field: the user id; the key is KEYS[1] unless
+-- the call names another, as the commit does), as Lua local functions: entries_read(user[, key]) -> a table order-hex -> {units, expiry, segment} (expiry: Redis
 -- ms until which the order may still commit, 0 once it is known to have committed; segment -1
--- until then), or nil when the value is not what these scripts write; entries_write(user, e)
--- stores it (no entry left: the field goes). docs/design.md "Per-user limits".
-local function entries_read(user)
-  local raw = redis.call('HGET', KEYS[1], user)
+-- until then; the commit's check on one Redis writes its segment), or nil when the value is not
+-- what these scripts write; entries_write(user, e[, key]) stores it (no entry left: the field goes). docs/design.md "Per-user limits".
+local function entries_read(user, key)
+  local raw = redis.call('HGET', key or KEYS[1], user)
   if not raw then return {} end
   local ok, e = pcall(cjson.decode, raw)
   if not ok or type(e) ~= 'table' then return nil end
@@ -16,7 +16,7 @@ local function entries_read(user)
   end
   return e
 end
-local function entries_write(user, e)
-  if next(e) == nil then redis.call('HDEL', KEYS[1], user)
-  else redis.call('HSET', KEYS[1], user, cjson.encode(e)) end
+local function entries_write(user, e, key)
+  if next(e) == nil then redis.call('HDEL', key or KEYS[1], user)
+  else redis.call('HSET', key or KEYS[1], user, cjson.encode(e)) end
 end
