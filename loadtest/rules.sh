@@ -31,7 +31,9 @@
 # Env: BUILD_DIR (build), RL_WINDOW (6), RL_ROUNDS (3), RL_USERS (100000), RL_LIMIT (1000),
 #      RL_TTL (60), RL_HOLDS ("1000 100000"), RL_SWEEP_INSTANCES ("1 3"), RL_IDLE (5),
 #      RL_HOLD_TTL_SMALL (10, H ≤ 10000), RL_HOLD_TTL (30: must exceed the time to make H holds),
-#      RL_KINDS ("A B"; also L: the limit alone, H: holds alone, to tell their costs apart).
+#      RL_KINDS ("A B"; also L: the limit alone, H: holds alone, to tell their costs apart; G: B
+#      with the order log on, --order-log on the instances, issue 23's "limits, holds and the
+#      order log on").
 # Writes DIR/REPORT.md (default loadtest/results/<UTC stamp>-rules/) with the tables, the load
 # average before each part and each run's raw lines. Exit 0 every check passed, 1 a check
 # failed, 3 infrastructure.
@@ -122,27 +124,27 @@ own_ticks() {
   echo "$t"
 }
 hz=$(getconf CLK_TCK)
-start_instances() { # N: an empty Redis, fresh instances 0..N-1 with the rules flags
+start_instances() { # N [FLAG...]: an empty Redis, fresh instances 0..N-1 with the rules flags
   stop_instances
   rcli flushall >/dev/null
-  start_servers inventoryd "$1" 2 --hold-ms 0 --trust-body-user-id
+  start_servers inventoryd "$1" 2 --hold-ms 0 --trust-body-user-id "${@:2}"
 }
 
 # ---- (1) orders with and without the rules ------------------------------------------------
 order_rows=()
-# order_run TOPO KIND ROUND: TOPO direct|nginx, KIND A|B.
+# order_run TOPO KIND ROUND: TOPO direct|nginx, KIND A|B|L|H|G.
 order_run() {
   local topo=$1 kind=$2 round=$3 n=1 url rules="" s0 s1 c0 c1 o0 o1 pfx
   [ "${topo%_base}" = nginx ] && n=3
   stop_nginx
-  start_instances "$n"
+  if [ "$kind" = G ]; then start_instances "$n" --order-log; else start_instances "$n"; fi
   url=http://127.0.0.1:${inst_ports[0]}/api/v1/orders
   if [ "$n" = 3 ]; then
     start_nginx 3
     url=http://127.0.0.1:$nginx_port/api/v1/orders
   fi
   case $kind in
-    B) rules=",\"limit_per_user\":$limit,\"reservation_ttl_s\":$ttl" ;;
+    B | G) rules=",\"limit_per_user\":$limit,\"reservation_ttl_s\":$ttl" ;;
     L) rules=",\"limit_per_user\":$limit" ;;
     H) rules=",\"reservation_ttl_s\":$ttl" ;;
   esac
@@ -350,7 +352,7 @@ fi
           if [ "$ca" != - ] && [ "$cb" != - ]; then cap+="$(calc "printf \"%.2f\", $ca / $cb") "; fi
         done
         med=$(tr ' ' '\n' <<<"$per" | grep . | sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds, median of the rounds' ratios $med (each round: $per)$([ "$kind" = B ] && echo '; target ≥ 0.8'); by the benchmark's CPU per order (A's ÷ $kind's), each round: $cap; p99 µs A: $pa/ $kind: $pb"
+        [ "$sa" = 0 ] || echo "- **$topo: $kind / A = $(calc "printf \"%.2f\", $sb / $sa")** over $rounds rounds, median of the rounds' ratios $med (each round: $per)$(case $kind in B | G) echo '; target ≥ 0.8' ;; esac); by the benchmark's CPU per order (A's ÷ $kind's), each round: $cap; p99 µs A: $pa/ $kind: $pb"
       done
     done
   fi
