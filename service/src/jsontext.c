@@ -32,8 +32,8 @@ void jsontext_raw(struct jsontext *w, const char *s)
 }
 
 /* The length of the UTF-8 sequence at s (its first byte is >= 0x80), or 0 when it is not a
- * valid one: jansson's rules (utf.c), which are RFC 3629's — no overlong forms, no surrogates,
- * nothing past U+10FFFF. */
+ * valid one: jansson's rules, which are RFC 3629's — no overlong forms, no surrogates, nothing
+ * past U+10FFFF. */
 static size_t utf8_len(const unsigned char *s)
 {
     unsigned c = s[0];
