@@ -5,7 +5,7 @@
 #
 #   bare      the bare libmicrohttpd handler (loadtest/bare_handler.c), the HTTP ceiling
 #   atomic    --strategy atomic, hold 0
-#   seg16     segmented, 16 segments, hold 0   (also with --baseline: the older binary)
+#   atomic, seg16 also for the older binary with --baseline (atomic_before, seg16_before)
 #   seg1h2 / seg16h2   segmented, 1 and 16 segments, --hold-ms 2
 #   c10k      10,000 open connections, --threads 2, 1 segment, hold 2 ms (RSS, answers), with the
 #             default --max-connections and --connection-memory-kib (SPEC §9: the defaults);
@@ -22,7 +22,7 @@
 # scripts/deps.sh --bench; root or kernel.perf_event_paranoid <= -1 for the syscall tracepoints).
 #
 # Usage: loadtest/loopcore.sh [--baseline BIN] [--window S] [--skip-c10k] [--syscalls] [--out FILE]
-#   --baseline BIN  an inventoryd built from an older commit, for "segmented vs before"
+#   --baseline BIN  an inventoryd built from an older commit: atomic and segmented vs before
 #   --window S      seconds per run [6]
 #   --out FILE      also write the table (markdown) to FILE
 # Env: BUILD_DIR (build), INVENTORYD_BIN. Exit 0 all invariant checks passed, 1 one failed,
@@ -180,6 +180,7 @@ if [ -n "$only" ]; then run "$only" "$bin" 1 2 10000 --threads 2 --lock-wait-ms 
 run bare bare - 0 64
 run atomic "$bin" 16 0 64 --strategy atomic
 run seg16 "$bin" 16 0 64
+[ -n "$baseline" ] && run atomic_before "$baseline" 16 0 64 --strategy atomic
 [ -n "$baseline" ] && run seg16_before "$baseline" 16 0 64
 run seg1h2 "$bin" 1 2 64
 run seg16h2 "$bin" 16 2 64
@@ -206,7 +207,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
   echo
   echo "- atomic / bare handler: $(ratio "$rate_atomic" "$rate_bare") (target ≥ 0.5)"
   echo "- segmented / atomic (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_atomic") (target ≥ 0.7)"
-  [ -n "$baseline" ] && echo "- segmented / segmented before (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_seg16_before") (target ≥ 2.5)"
+  [ -n "$baseline" ] && echo "- atomic / atomic before: $(ratio "$rate_atomic" "$rate_atomic_before")"
+  [ -n "$baseline" ] && echo "- segmented / segmented before (16 segments, hold 0): $(ratio "$rate_seg16" "$rate_seg16_before")"
   echo "- 16 vs 1 segments at hold 2 ms: $(ratio "$rate_seg16h2" "$rate_seg1h2") (target ≥ 15)"
   [ "$skip_c10k" = 1 ] || echo "- RSS with 10,000 connections (VmHWM): ${rss_c10k:-?} MiB with the defaults, ${rss_c10k_2k:-?} MiB with --connection-memory-kib 2 (target ≤ 64 with the defaults)"
   if [ "${#sc_rows[@]}" -gt 0 ]; then

@@ -251,6 +251,11 @@ void lc_async_arm(struct event *ev, int64_t ms);
 acmd *lc_acmd_new(lc_async_client *client, const lc_call *call, int builtin);
 /* Frees c, its timer and its undo (NULL-safe). */
 void lc_acmd_free(acmd *c);
+/* Writes the RESP text of the command argv[0..argc) (lens[i] bytes each, binary-safe):
+ * "*<argc>\r\n", then "$<len>\r\n<bytes>\r\n" for each, the very bytes hiredis's
+ * redisFormatCommandArgv writes, into buf[0..cap) (no NUL). Returns the text's length; when that
+ * is more than cap nothing is written: call again with a buffer that large. */
+size_t lc_acmd_format(int argc, const char *const *argv, const size_t *lens, char *buf, size_t cap);
 /* Sends c (EVALSHA, EVAL once resent, or a plain command as given) on its connection with its
  * deadline. 0, or -1 when the connection is down or hiredis refused (c not sent). */
 int lc_acmd_send(acmd *c);

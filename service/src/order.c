@@ -10,6 +10,7 @@
 #include "areq.h"
 #include "handlers.h"
 #include "ids.h"
+#include "jsontext.h"
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
@@ -71,6 +72,46 @@ char *order_answer_text(const char *record, int segment, long long quantity)
         return NULL;
     memcpy(out, record, n - 1);
     memcpy(out + n - 1, tail, (size_t)t + 1);
+    return out;
+}
+
+char *order_record_text(const char *id, const char *sku, long long quantity, int segment,
+                        const char *user, const char *created, const char *status)
+{
+    /* Room for the worst case, every byte of every string escaped as \u00XX (6 bytes), and the
+     * names, punctuation and two numbers: the text always fits, so a failure is bad UTF-8. */
+    size_t cap = 6 * (strlen(id) + strlen(sku) + (user ? strlen(user) : 0) + strlen(created) +
+                      strlen(status)) +
+                 160;
+    char stack[2048], *buf = cap <= sizeof(stack) ? stack : malloc(cap);
+    if (!buf)
+        return NULL;
+    struct jsontext w;
+    jsontext_init(&w, buf, cap);
+    jsontext_raw(&w, "{\"order_id\":");
+    jsontext_string(&w, id);
+    jsontext_raw(&w, ",\"sku\":");
+    jsontext_string(&w, sku);
+    jsontext_raw(&w, ",\"quantity\":");
+    jsontext_int(&w, quantity);
+    jsontext_raw(&w, ",\"segment\":");
+    jsontext_int(&w, segment);
+    jsontext_raw(&w, ",\"user_id\":");
+    if (user)
+        jsontext_string(&w, user);
+    else
+        jsontext_raw(&w, "null");
+    jsontext_raw(&w, ",\"created_at\":");
+    jsontext_string(&w, created);
+    jsontext_raw(&w, ",\"status\":");
+    jsontext_string(&w, status);
+    jsontext_raw(&w, "}");
+    int n = jsontext_end(&w);
+    char *out = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (out)
+        memcpy(out, buf, (size_t)n + 1);
+    if (buf != stack)
+        free(buf);
     return out;
 }
 

@@ -28,4 +28,12 @@ struct json_t;
 void order_answer_parts(struct json_t *order);
 char *order_answer_text(const char *record, int segment, long long quantity);
 
+/* The record of a one-segment order (docs/design.md), as json_dumps(JSON_COMPACT) of
+ *   {"order_id":id,"sku":sku,"quantity":quantity,"segment":segment,"user_id":user (null when
+ *    NULL),"created_at":created,"status":status}
+ * would write it, rendered from that template (jsontext.h). A new string (malloc), or NULL when
+ * a string is not valid UTF-8 (jansson refuses those too) or out of memory. */
+char *order_record_text(const char *id, const char *sku, long long quantity, int segment,
+                        const char *user, const char *created, const char *status);
+
 #endif

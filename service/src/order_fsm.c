@@ -359,15 +359,9 @@ static const char *make_record(struct order *o, int k)
     snprintf(o->order_id, sizeof(o->order_id), "%s-%d-%s", o->token, k, o->in.sku);
     char created[32];
     rules_format_time(clock_wall_ms(), created);
-    json_t *user = o->has_user         ? json_string(o->user)
-                   : o->in.has_user_id ? json_string(o->in.user_id)
-                                       : json_null();
-    json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s}", "order_id", o->order_id, "sku",
-                          o->in.sku, "quantity", (json_int_t)o->in.quantity, "segment", k,
-                          "user_id", user, "created_at", created, "status",
-                          o->view.rules.ttl_s > 0 ? "reserved" : "created");
-    o->record = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
+    const char *user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : NULL;
+    o->record = order_record_text(o->order_id, o->in.sku, (long long)o->in.quantity, k, user,
+                                  created, o->view.rules.ttl_s > 0 ? "reserved" : "created");
     return o->record;
 }
 

@@ -90,11 +90,25 @@ const lc_script *store_script(struct store *store, enum store_script id)
     return store->scripts[id];
 }
 
+/* Writes pre[0..plen) and then name[0..nlen) into key (STORE_KEY_MAX), cut as snprintf cuts. */
+static void seg_key(char *key, const char *pre, size_t plen, const char *name, size_t nlen)
+{
+    memcpy(key, pre, plen);
+    if (nlen > STORE_KEY_MAX - 1 - plen)
+        nlen = STORE_KEY_MAX - 1 - plen;
+    memcpy(key + plen, name, nlen);
+    key[plen + nlen] = '\0';
+}
+
 void store_seg_keys(const char *sku, int k, struct seg_keys *out)
 {
-#define SEG_KEY(field)                                                                             \
-    snprintf(out->field, sizeof(out->field), STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:" #field,   \
-             sku, k)
+    /* The prefix "inv:2:{<sku>/<k>}:" made once, then each name after it: eleven snprintf
+     * calls were 3 % of inventoryd's CPU per order (issue 23). A key is cut to STORE_KEY_MAX - 1
+     * bytes as snprintf would cut it. */
+    char pre[STORE_KEY_MAX];
+    int n = snprintf(pre, sizeof(pre), STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:", sku, k);
+    size_t plen = n < 0 ? 0 : (size_t)n < sizeof(pre) ? (size_t)n : sizeof(pre) - 1;
+#define SEG_KEY(field) seg_key(out->field, pre, plen, #field, sizeof(#field) - 1)
     SEG_KEY(stock);
     SEG_KEY(sver);
     SEG_KEY(cnt);

@@ -3,7 +3,8 @@
  * closed port, and calls lockcore refuses to start): a call that could not start calls back on
  * the loop's next turn, never from inside itself, with the status and message of its own
  * failure (not a later one's), in its request's log context; a batch whose calls all failed to
- * start and a WAIT on no connection answer on the next turn too.
+ * start and a WAIT on no connection answer on the next turn too. A segment's key names are what
+ * snprintf of the schema would write, for SKUs short and too long.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -212,6 +213,45 @@ static void test_wait_conns_answered_next_turn(void **state)
     assert_int_equal(seen.acks, -1); /* its WAIT could not start */
 }
 
+/* store_seg_keys writes what snprintf of "inv:2:{<sku>/<k>}:<name>" would, cut where it cuts. */
+static void test_seg_keys(void **state)
+{
+    (void)state;
+    char long_sku[301];
+    memset(long_sku, 'x', 300);
+    long_sku[300] = '\0';
+    const char *skus[] = {"lc",
+                          "a",
+                          "sku.with-dots_1",
+                          long_sku + 300 - 64,
+                          long_sku + 300 - 240,
+                          long_sku + 300 - 245,
+                          long_sku};
+    const int ks[] = {0, 7, 1023};
+    for (size_t i = 0; i < sizeof(skus) / sizeof(skus[0]); i++)
+        for (size_t j = 0; j < sizeof(ks) / sizeof(ks[0]); j++) {
+            struct seg_keys sk;
+            memset(&sk, '?', sizeof(sk));
+            store_seg_keys(skus[i], ks[j], &sk);
+            char want[STORE_KEY_MAX];
+#define SAME(field)                                                                                \
+    snprintf(want, sizeof(want), "inv:2:{%s/%d}:%s", skus[i], ks[j], #field);                      \
+    assert_string_equal(sk.field, want)
+            SAME(stock);
+            SAME(sver);
+            SAME(cnt);
+            SAME(orders);
+            SAME(idem);
+            SAME(rst);
+            SAME(lock);
+            SAME(due);
+            SAME(give);
+            SAME(log);
+            SAME(follow);
+#undef SAME
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +261,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_start_failures_deferred, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_ref_start_failure_deferred, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_conns_answered_next_turn, setup, teardown),
+        cmocka_unit_test(test_seg_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
