@@ -13,6 +13,8 @@
  *     the commits sent past the lease are refused as lost (inventory_locks_lost_total > 0) and
  *     retried, every answer is 201 or 503 lock_timeout, and SPEC §8 holds: handing a hold on
  *     never lets a commit through that the lock no longer covers.
+ *   - Two loops, two segments, one loop's nearly dry: its queued orders go on to the other
+ *     loop's segment; every order 201.
  * Counts, not timing, are asserted.
  */
 #include <pthread.h>
@@ -280,12 +282,43 @@ static void test_chain_past_the_lease(void **state)
     SF_ASSERT_EQ(sf_stop(svc), 0);
 }
 
+/* Two loops, two segments (one in each loop's share), and the first loop's segment nearly dry:
+ * its orders queue on its gate and are handed the hold; once it is empty, the walk that goes on
+ * must still try the other loop's segment. Every order 201 (the stock is enough for all): the
+ * guard on the walk's second pass (a loop queues behind its own gates before it tries the other
+ * loops' share) must never turn into a sold_out while the other share has stock. */
+static void test_own_share_runs_dry(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "2", "--lock-wait-ms", "10000", NULL};
+    sf_service *svc = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd did not start");
+    int port = sf_port(svc);
+    char sku[64];
+    snprintf(sku, sizeof(sku), "gate-%d-c", (int)getpid());
+    sf_resp r = {0};
+    SF_ASSERT(sf_put_sku(port, NULL, sku, 2000, 2, &r) / 100 == 2, "PUT: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* segment 0: 1000 -> 5 units (its total t down by the same, SPEC §8 kept) */
+    freeReplyObject(rf_command(gf_redis, "SET inv:2:{%s/0}:stock 5", sku));
+    freeReplyObject(rf_command(gf_redis, "HINCRBY inv:2:{%s/0}:cnt t -995", sku));
+    int timeouts;
+    int created = gt_load(port, sku, GT_CLIENTS, GT_PER_CLIENT, &timeouts);
+    SF_ASSERT_EQ(timeouts, 0);
+    SF_ASSERT_EQ(created, GT_CLIENTS * GT_PER_CLIENT);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, created);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_contended_orders_calls),
         cmocka_unit_test(test_busy_elsewhere_hint),
         cmocka_unit_test(test_chain_past_the_lease),
+        cmocka_unit_test(test_own_share_runs_dry),
     };
     return SF_RUN_GROUP_TESTS(tests, gf_group_setup, sf_group_teardown);
 }
