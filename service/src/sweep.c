@@ -282,6 +282,8 @@ struct sweep_sku {
     int inflight;         /* calls in flight for this SKU (layout read and segments) */
     int64_t multi_at;     /* mono ms of its last look at its intents */
     int multi_busy;       /* that look (and its heals) in flight */
+    int layout_busy;      /* a read of its layout in flight */
+    int cursor;           /* the segment its next tick's probes start at (round robin) */
     int seen;             /* named by the last registry read */
 };
 
@@ -295,6 +297,7 @@ struct sweep {
     int nskus;
     int64_t registry_at, clock_at;
     int registry_busy, clock_busy;
+    int cursor; /* the SKU the next tick starts at (round robin) */
 };
 
 struct sweep_call {
@@ -366,6 +369,7 @@ static void on_sku_layout(void *arg, int found, struct layout *l)
     struct sweep_call *c = arg;
     struct sweep_sku *s = c->s;
     int64_t now = clock_mono_ms();
+    s->layout_busy = 0;
     if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0) {
         int was = sku_active(s, now);
         s->rules = l->rules;
@@ -424,7 +428,10 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
         s->seen = 1;
     }
     /* Entries the registry no longer names go (once nothing is in flight for them); the
-     * others' layouts and rules are read again. */
+     * others' layouts and rules are read again, whatever else of theirs is in flight (only
+     * not while the last read is): waiting for a moment with nothing in flight kept a busy
+     * SKU's sweeper on an old layout, and the holds in segments it did not know never expired
+     * (it_holds test_layout_grows_under_a_busy_sweeper). */
     for (int i = 0; i < sw->nskus;) {
         struct sweep_sku *s = sw->skus[i];
         if (!s->seen && s->inflight == 0) {
@@ -433,11 +440,13 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
             continue;
         }
         i++;
-        if (!s->seen || s->inflight > 0)
+        if (!s->seen || s->layout_busy)
             continue;
         struct sweep_call *lc = sweep_call_new(sw, s, -1);
-        if (lc)
+        if (lc) {
+            s->layout_busy = 1;
             layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
+        }
     }
 }
 
@@ -752,8 +761,15 @@ static void tick(struct sweep *sw)
     snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
     snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
     const char *margs[2] = {margin, most};
-    for (int i = 0; i < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; i++) {
+    /* Calls in flight are capped (SWEEP_MAX_INFLIGHT): each tick starts where the last one ran
+     * out, at the SKU and at the segment, so that a slow Redis or many segments delay every
+     * segment alike rather than starve the last ones (the first 64 segments, due again every
+     * SWEEP_IDLE_MS, took every slot: it_holds test_layout_grows_under_a_busy_sweeper). */
+    int first = sw->nskus > 0 ? sw->cursor % sw->nskus : 0;
+    for (int n = 0; n < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; n++) {
+        int i = (first + n) % sw->nskus;
         struct sweep_sku *s = sw->skus[i];
+        sw->cursor = i; /* where the slots run out, the next tick starts */
         /* Only a SKU of several segments can have multi-segment orders (a PUT or DELETE
          * deletes the intents of the layout it replaces). */
         if (s->segments > 1 && !s->multi_busy && now - s->multi_at >= SWEEP_MULTI_MS) {
@@ -772,7 +788,9 @@ static void tick(struct sweep *sw)
          * SWEEP_FOLLOW_IDLE_MS (on_expired), for the follows a cut-off cancel left queued. */
         if (!sku_active(s, now) && s->segments <= 1)
             continue;
-        for (int k = 0; k < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; k++) {
+        int j = 0;
+        for (; j < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; j++) {
+            int k = (s->cursor + j) % s->segments;
             if (s->busy[k] || s->next_at[k] > now)
                 continue;
             struct sweep_call *c = sweep_call_new(sw, s, k);
@@ -785,7 +803,11 @@ static void tick(struct sweep *sw)
                                    sk.give,  sk.log, sk.sver,   sk.follow};
             store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args, on_expired, c);
         }
+        if (j < s->segments) /* the slots ran out before its last segment */
+            s->cursor = (s->cursor + j) % s->segments;
     }
+    if (sw->inflight < SWEEP_MAX_INFLIGHT)
+        sw->cursor = 0; /* every SKU had its turn */
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "cluster_fixture.h"
+#include "slowproxy.h"
 
 #define HO_TOKEN "holds-admin-token"
 #define HO_CONFIRM "holds-confirm-token-0123456789"
@@ -470,6 +471,83 @@ static void test_expiry_by_another_instance(void **state)
     rf_stop(red);
 }
 
+/* A PUT that grows a SKU's layout while the sweeper is never idle on it. The sweeper re-read a
+ * SKU's layout only at a registry read that found none of the SKU's calls in flight. Here
+ * instance A reaches Redis through a proxy that delays each direction 600 ms: its look for
+ * cut-off multi-segment orders (every second, now 1.2 s long) and its probes of 64 segments are
+ * nearly always in flight, so that moment hardly ever comes. B (direct) grows the layout to
+ * 128 segments, places holds and is stopped: only A can expire them, and A swept the old 64
+ * segments alone, so the holds in segments 64..127 never expired (chaos.sh --long --seed
+ * 637960: holds 3.7-9.4 s past their expires_at while every instance swept only the old
+ * segments). */
+static void test_layout_grows_under_a_busy_sweeper(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    char sku[64], ids[N][112];
+    int64_t exp[N];
+    tu_unique_name(sku, sizeof sku, "ho-grow");
+    rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    sp_proxy *proxy = sp_start(rf_port(red));
+    SF_ASSERT(proxy != NULL, "%s", "the proxy");
+    const char *slow[] = {"--redis-timeout-ms", "5000", NULL};
+    sf_service *a = ho_start(sp_url(proxy), slow);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    ho_put(sf_port(a), sku, 640, 64, ",\"reservation_ttl_s\":60");
+    tu_sleep_ms(1500); /* A's sweeper has read the 64-segment layout */
+    sp_set_delay_ms(proxy, 600);
+    tu_sleep_ms(1500); /* and its calls are slow now */
+    sf_service *b = ho_start(rf_url(red), NULL);
+    SF_ASSERT(b != NULL, "%s", "instance B");
+    ho_put(sf_port(b), sku, 1280, 128, ",\"reservation_ttl_s\":2");
+    int in_new = 0;
+    for (int i = 0; i < N; i++) {
+        exp[i] = ho_hold(sf_port(b), sku, 1, ids[i]);
+        int k = -1;
+        SF_ASSERT(sscanf(ids[i], "%*32[0-9a-f]-%d-", &k) == 1, "order id %s", ids[i]);
+        in_new += k >= 64;
+    }
+    SF_ASSERT(sf_pause(b) == 0, "%s", "SIGSTOP B");
+    fprintf(stderr, "%d of %d holds in the new segments 64..127\n", in_new, N);
+    int64_t last = 0;
+    for (int i = 0; i < N; i++)
+        last = exp[i] > last ? exp[i] : last;
+    /* A learns the layout at its next registry read (two slow round trips) and probes 128
+     * segments, 64 at a time (1.2 s each): each hold expired within 15 s of its expires_at (3-9 s
+     * measured with the fix; before it, never: the old layout all along) */
+    int left = N;
+    int64_t end = last + 15000;
+    while (left > 0 && ho_redis_ms(red) < end) {
+        left = 0;
+        for (int i = 0; i < N; i++) {
+            char status[32];
+            ho_record_status(red, ids[i], status, sizeof status);
+            left += strcmp(status, "reserved") == 0;
+        }
+        tu_sleep_ms(100);
+    }
+    for (int i = 0; i < N; i++) {
+        char status[32];
+        ho_record_status(red, ids[i], status, sizeof status);
+        SF_ASSERT(strcmp(status, "expired") == 0,
+                  "hold %s is %s %lld ms after its expires_at: the sweeper never looked at its "
+                  "segment",
+                  ids[i], status, (long long)(ho_redis_ms(red) - exp[i]));
+    }
+    fprintf(stderr, "every hold expired by %lld ms after the last expires_at\n",
+            (long long)(ho_redis_ms(red) - last));
+    SF_ASSERT(sf_resume(b) == 0, "%s", "SIGCONT B");
+    sp_set_delay_ms(proxy, 0);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 0);
+    SF_ASSERT(sf_stop(b) == 0, "%s", "B's exit");
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    sp_stop(proxy);
+    rf_stop(red);
+}
+
 #define HO_THREE_HOLDS 30
 
 static void test_three_instances_expire_once(void **state)
@@ -880,6 +958,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_lifecycle),
         cmocka_unit_test(test_expiry_by_another_instance),
+        cmocka_unit_test(test_layout_grows_under_a_busy_sweeper),
         cmocka_unit_test(test_three_instances_expire_once),
         cmocka_unit_test(test_confirm_races_expiry),
         cmocka_unit_test(test_paused_during_confirms),
