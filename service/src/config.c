@@ -1272,8 +1272,7 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
                "lock_redis and lock_zookeeper: the segment locks live in one place; set one");
         return -1;
     }
-    if (out->strategy == STRATEGY_SINGLE_LOCK &&
-        strncmp(out->redis_url, "redis-cluster://", 16) == 0) {
+    if (out->strategy == STRATEGY_SINGLE_LOCK && config_redis_cluster(out)) {
         seterr(err, errlen,
                "strategy: single-lock needs one Redis (its SKU lock guards keys in "
                "other cluster slots); use segmented or atomic with redis-cluster://");
@@ -1379,6 +1378,11 @@ const char *config_usage(void)
 }
 
 /* ---- describe -------------------------------------------------------------------------- */
+
+int config_redis_cluster(const struct config *cfg)
+{
+    return strncmp(cfg->redis_url, "redis-cluster://", 16) == 0;
+}
 
 /* Copies a Redis URL with the password (if any) replaced by ***. */
 static void mask_url(const char *url, char *buf, size_t cap)

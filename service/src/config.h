@@ -127,6 +127,10 @@ const char *config_log_level_name(enum config_log_level l);
  * why is non-NULL, a short reason in why (never quoting the URL, which may hold a password). */
 bool config_redis_url_valid(const char *url, char *why, size_t whylen);
 
+/* 1 when the stock lives on a Redis Cluster (redis_url is redis-cluster://): keys of different
+ * slots are then never in one script. */
+int config_redis_cluster(const struct config *cfg);
+
 /* Reads the secret file at path into buf (cap >= 2 bytes, NUL-terminated), without the trailing
  * newline, carriage return or blanks an editor or `echo` leaves; regular files only, opened
  * without blocking (a FIFO named by mistake does not hang the start). Returns NULL, or a short

@@ -1537,7 +1537,7 @@ static int limit_in_commit(const struct order *o)
 {
     const struct config *cfg = &o->app->cfg;
     return !cfg->limit_two_step && cfg->strategy != STRATEGY_SINGLE_LOCK &&
-           strncmp(cfg->redis_url, "redis-cluster://", 16) != 0;
+           !config_redis_cluster(cfg);
 }
 
 /* The reservation is settled (a round trip or two after the view was taken): the walk, with

@@ -166,9 +166,8 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
         c->keys[7] = in->users;
         c->keys[8] = in->meta;
         c->nkeys = 9;
-        c->args[16] = "1";
-        c->args[17] = in->hex;
-        c->nargs = 18;
+        c->args[16] = in->hex;
+        c->nargs = 17;
     }
 }
 

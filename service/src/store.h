@@ -81,7 +81,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
 #define STORE_COMMIT_NKEYS 9
-#define STORE_COMMIT_NARGS 18
+#define STORE_COMMIT_NARGS 17
 struct sku_rules;
 struct store_commit_in {
     const char *sku;
@@ -107,7 +107,7 @@ struct store_commit_call {
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
     int nkeys; /* 7, or 9 with the user's limit checked in the commit */
-    int nargs; /* 13 for a one-segment order, 16 for a part or primary, 18 with the limit */
+    int nargs; /* 13 for a one-segment order, 16 for a part or primary, 17 with the limit */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
 

@@ -93,6 +93,17 @@ static void li_refused(int p, const char *sku, int q, const char *user)
     sf_resp_free(&r);
 }
 
+/* Cancels order id on port p (admin token): must be 200. */
+static void li_cancel(int p, const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/orders/%.120s", id);
+    sf_resp r = {0};
+    sf_json_request(NULL, p, "DELETE", path, LI_TOKEN, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+}
+
 /* Units of user's live orders as the invariant checker counted them (which it checks first). */
 static long long li_user_units(const char *sku, const char *user)
 {
@@ -243,12 +254,7 @@ static void test_cancel_gives_back(void **state)
     li_buy(li_port(0), sku, 1, "jan", id);
     li_buy(li_port(1), sku, 1, "jan", NULL);
     li_refused(li_port(2), sku, 1, "jan");
-    char path[160];
-    snprintf(path, sizeof path, "/api/v1/orders/%.120s", id);
-    sf_resp r = {0};
-    sf_json_request(NULL, li_port(1), "DELETE", path, LI_TOKEN, NULL, NULL, &r);
-    SF_ASSERT_STATUS(&r, 200);
-    sf_resp_free(&r);
+    li_cancel(li_port(1), id);
     /* back at once: the cancel applies the give-back before it answers */
     li_buy(li_port(2), sku, 1, "jan", NULL);
     li_refused(li_port(0), sku, 1, "jan");
@@ -569,12 +575,7 @@ static void test_limit_checked_in_commit(void **state)
     li_refused(li_port(2), sku, 1, "ic");
     li_refused(li_port(0), sku, 5, "ic");
     /* a cancel gives the unit back */
-    char path[200];
-    snprintf(path, sizeof path, "/api/v1/orders/%s", id);
-    sf_resp r = {0};
-    sf_json_request(NULL, li_port(1), "DELETE", path, LI_TOKEN, NULL, NULL, &r);
-    SF_ASSERT_STATUS(&r, 200);
-    sf_resp_free(&r);
+    li_cancel(li_port(1), id);
     li_buy(li_port(2), sku, 1, "ic", NULL);
     li_refused(li_port(0), sku, 1, "ic");
     SF_ASSERT_EQ(li_user_units(sku, "ic"), 2);

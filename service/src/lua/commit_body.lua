@@ -8,8 +8,8 @@
 -- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
 -- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
 -- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
--- (the order log's entry); then "1" when the user's limit is checked here (one Redis: KEYS
--- users, meta follow; docs/design.md "Per-user limits") and the order's hex (its entry's key).
+-- (the order log's entry); then, when the user's limit is checked here (one Redis: KEYS users,
+-- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -50,14 +50,15 @@ local q = tonumber(ARGV[2])
 -- the per-user limit, on one Redis: the user's entries and the segment in one script, so the
 -- entry is written with the order (known committed, expiry 0) and no reservation goes before
 local ue
-if ARGV[17] == '1' and not part then
+local hex = ARGV[17]
+if hex and not part then
   local lim = redis.call('HGET', KEYS[9], 'limit')
   if lim and not int(lim) then return {STORE_COMMIT_DAMAGED, 0} end
   lim = int(lim or '0')
   if lim > 0 then
     ue = entries_read(ARGV[11], KEYS[8])
     if not ue then return {STORE_COMMIT_DAMAGED, 0} end
-    if not ue[ARGV[18]] then
+    if not ue[hex] then
       local held, open = 0, 0
       for _, v in pairs(ue) do
         held = held + v[1]
@@ -80,7 +81,7 @@ redis.call('HINCRBY', KEYS[3], 's', q)
 if not part then redis.call('HINCRBY', KEYS[3], 'o', 1) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
 if ue then
-  ue[ARGV[18]] = {q, 0, tonumber(ARGV[13])}
+  ue[hex] = {q, 0, tonumber(ARGV[13])}
   entries_write(ARGV[11], ue, KEYS[8])
 end
 if cap > 0 and not part then
