@@ -126,7 +126,8 @@ static void test_sigstop_holder(void **state)
 {
     (void)state;
     NEED_DB();
-    const char *slow[] = {"--hold-ms", "300", "--lock-lease-ms", "1000", NULL};
+    const char *slow[] = {"--hold-ms", "300", "--lock-lease-ms", "1000", "--redis-timeout-ms",
+                          "15000",     NULL};
     sf_service *a = lm_start(slow), *b = lm_start(slow);
     int tries = 0;
     for (;;) {
@@ -136,6 +137,7 @@ static void test_sigstop_holder(void **state)
         sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
         SF_ASSERT_STATUS(&r, 201);
         sf_resp_free(&r);
+        double lost_before = sf_metric(sf_port(a), "inventory_locks_lost_total");
         sf_post first = {.port = sf_port(a), .sku = sku};
         assert_int_equal(pthread_create(&first.tid, NULL, sf_post_one, &first), 0);
         int64_t until = tu_now_ms() + 10000;
@@ -155,12 +157,23 @@ static void test_sigstop_holder(void **state)
         sf_resp_free(&r);
         SF_ASSERT_EQ(sf_resume(a), 0);
         pthread_join(first.tid, NULL);
-        SF_ASSERT(sf_metric(sf_port(a), "inventory_locks_lost_total") >= 1, "%s",
-                  "A's stale commit was not refused: the test proved nothing");
+        /* A's order may be 201: refused as lost, it walks again and buys under a new lock. */
         sf_report rep;
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
         SF_ASSERT_EQ(rep.sold, 1 + (first.status == 201));
         SF_ASSERT_EQ(rep.remaining, 10 - rep.sold);
+        /* The precondition: A's order reached the token check and was refused there (a lost
+         * lock, counted). On a loaded machine A may instead end by a timeout of its own before
+         * its commit is judged (its Redis connection's timer fires first on waking): nothing
+         * wrong was sold, but nothing was proved either, so once more with a new SKU. */
+        double lost = sf_metric(sf_port(a), "inventory_locks_lost_total");
+        if (lost <= lost_before) {
+            fprintf(stderr, "%s: A ended without its commit judged (%s); again\n", __func__,
+                    first.summary);
+            SF_ASSERT(++tries < 5, "A's stale commit was never judged in %d tries: %s", tries,
+                      first.summary);
+            continue;
+        }
         break;
     }
     SF_ASSERT_EQ(sf_stop(a), 0);

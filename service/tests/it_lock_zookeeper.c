@@ -129,7 +129,8 @@ static void test_zk_sell_out_two_instances(void **state)
 static void test_sigstop_past_session(void **state)
 {
     (void)state;
-    const char *slow[] = {"--hold-ms", "400", "--lock-lease-ms", "1000", NULL};
+    const char *slow[] = {"--hold-ms", "400", "--lock-lease-ms", "1000", "--redis-timeout-ms",
+                          "15000",     NULL};
     sf_service *a = zk_start(slow), *b = zk_start(slow);
     int tries = 0;
     for (;;) {

@@ -33,6 +33,7 @@ void *sf_post_one(void *arg)
     sf_post *p = arg;
     sf_resp r = {0};
     p->status = sf_order(NULL, p->port, p->sku, 1, &r);
+    snprintf(p->summary, sizeof p->summary, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     return NULL;
 }

@@ -308,11 +308,13 @@ typedef struct sf_buyer {
 } sf_buyer;
 void *sf_buy_ones(void *arg);
 
-/* One order of one unit of sku on port, in a thread of its own (sf_post_one): its status. */
+/* One order of one unit of sku on port, in a thread of its own (sf_post_one): its status and
+ * the response's summary (sf_resp_summary). */
 typedef struct sf_post {
     int port;
     const char *sku;
     int status;
+    char summary[256];
     pthread_t tid;
 } sf_post;
 void *sf_post_one(void *arg);
