@@ -465,6 +465,7 @@ static void commit_args(struct order *o, struct store_commit_call *c)
         .user = o->has_user         ? o->user
                 : o->in.has_user_id ? o->in.user_id
                                     : "",
+        .hold_index = !config_redis_cluster(&o->app->cfg), /* issue 29: the sweeper's index */
     };
     if (o->uv && o->uv->in_commit) {
         in.users = o->uv->users;

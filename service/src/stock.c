@@ -29,6 +29,7 @@
 
 #include "areq.h"
 #include "handlers.h"
+#include "faultpoint.h"
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
@@ -505,6 +506,7 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
     a->replay = r->element[0]->integer == 0;
     snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
     skucache_forget(a->app->cache, a->sku);
+    faultpoint("put_meta"); /* tests: the new layout in meta, not yet rolled out */
     /* Roll the layout out (a replay too: the first try may have been cut off before). */
     layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, put_on_settled, a);
 }

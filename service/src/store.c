@@ -58,6 +58,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_PART_FOLLOW] = STORE_LUA_PART_FOLLOW,
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
         [SCRIPT_MULTI_DUE] = STORE_LUA_MULTI_DUE,
+        [SCRIPT_HOLDS_DUE] = STORE_LUA_HOLDS_DUE,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -169,6 +170,16 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
         c->args[16] = in->hex;
         c->nargs = 17;
     }
+    if (in->hold_index && in->rules->ttl_s > 0 && !(in->kind && strcmp(in->kind, "part") == 0)) {
+        if (!in->users) { /* declared only: the script reads them when ARGV[17] is given */
+            store_sku_key(c->users, in->sku, "users");
+            store_sku_key(c->meta, in->sku, "meta");
+            c->keys[7] = c->users;
+            c->keys[8] = c->meta;
+        }
+        c->keys[9] = store_holds_key();
+        c->nkeys = 10;
+    }
 }
 
 void store_sku_key(char *buf, const char *sku, const char *suffix)
@@ -179,6 +190,11 @@ void store_sku_key(char *buf, const char *sku, const char *suffix)
 const char *store_registry_key(void)
 {
     return STORE_KEY_PREFIX "skus";
+}
+
+const char *store_holds_key(void)
+{
+    return STORE_KEY_PREFIX "holds";
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

@@ -43,6 +43,7 @@ enum store_script {
     SCRIPT_PART_FOLLOW,
     SCRIPT_PART_UNDO,
     SCRIPT_MULTI_DUE,
+    SCRIPT_HOLDS_DUE,
     SCRIPT_COUNT
 };
 
@@ -80,7 +81,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
-#define STORE_COMMIT_NKEYS 9
+#define STORE_COMMIT_NKEYS 10
 #define STORE_COMMIT_NARGS 17
 struct sku_rules;
 struct store_commit_in {
@@ -100,13 +101,17 @@ struct store_commit_in {
     /* the user's limit checked in the commit (one Redis, a one-segment order): the SKU's users
      * and meta keys and the order's hex; NULL users: not checked here */
     const char *users, *meta, *hex;
+    /* 1 on one Redis: a hold's commit registers its segment in the hold index
+     * (store_holds_key), KEYS[10]; never on a Redis Cluster (another slot) */
+    int hold_index;
 };
 struct store_commit_call {
     struct seg_keys sk;
     char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
+    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX]; /* KEYS[8], [9] when only [10] is needed */
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
-    int nkeys; /* 7, or 9 with the user's limit checked in the commit */
+    int nkeys; /* 7, or 9 with the user's limit checked in the commit, 10 with the hold index */
     int nargs; /* 13 for a one-segment order, 16 for a part or primary, 17 with the limit */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
@@ -118,6 +123,13 @@ void store_sku_key(char *buf, const char *sku, const char *suffix);
  * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.
  * Static string. */
 const char *store_registry_key(void);
+
+/* The hold index's key, "inv:2:holds" (one Redis only; docs/design.md "The sweeper"): a sorted
+ * set of the segments that may hold holds, member "<sku>/<k>", score = the Redis ms at which
+ * the sweeper must look at the segment next (never later than its earliest hold's expiry).
+ * Written by the commit of a hold and by the expiry sweep (lua/expire.lua), in the same step as
+ * the segment's due set. Static string. */
+const char *store_holds_key(void);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ----
  *

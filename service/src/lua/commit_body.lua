@@ -10,6 +10,8 @@
 -- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
 -- (the order log's entry); then, when the user's limit is checked here (one Redis: KEYS users,
 -- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key).
+-- KEYS[10], on one Redis with a hold: the hold index (store.h store_holds_key; KEYS users and
+-- meta are then declared even without the limit's check).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -64,7 +66,29 @@ if hex and not part then
         held = held + v[1]
         if v[2] > 0 then open = open + 1 end
       end
-      if held + q > lim then return {STORE_COMMIT_LIMIT, lim, held, open} end
+      if held + q > lim then
+        -- issue 29: before refusing, an entry known committed (segment known) whose order has
+        -- ended or no longer exists (a cancel or expiry whose give-back is still queued; an
+        -- order a PUT's reset wiped) counts for nothing and goes with this order's write; its
+        -- give-back, when drained, finds it gone (user_release.lua), so the count drops once
+        held = 0
+        for h, v in pairs(ue) do
+          if v[2] == 0 and v[3] >= 0 then
+            local okey = string.gsub(KEYS[4], '/%d+}:orders$', '/' .. v[3] .. '}:orders')
+            local rec = redis.call('HGET', okey, h .. '-' .. v[3] .. '-' .. ARGV[12])
+            local ok, o = pcall(cjson.decode, rec or '')
+            if not rec or (ok and type(o) == 'table' and
+                           (o.status == 'cancelled' or o.status == 'expired')) then
+              ue[h] = nil
+            else
+              held = held + v[1]
+            end
+          else
+            held = held + v[1]
+          end
+        end
+        if held + q > lim then return {STORE_COMMIT_LIMIT, lim, held, open} end
+      end
     end
   end
 end
@@ -97,6 +121,9 @@ if ttl > 0 then
   redis.call('HINCRBY', KEYS[3], 'r', q)
   if part then return {STORE_COMMIT_OK, left} end
   redis.call('ZADD', KEYS[6], exp, ARGV[3])
+  -- issue 29: the sweeper finds the hold from Redis, not from the rules (docs/design.md "The
+  -- sweeper"); LT: the index's score never passes the segment's earliest hold
+  if KEYS[10] then redis.call('ZADD', KEYS[10], 'LT', exp, ARGV[12] .. '/' .. ARGV[13]) end
   return {STORE_COMMIT_OK, left, rec}
 end
 return {STORE_COMMIT_OK, left}
