@@ -3,11 +3,12 @@
  *
  * They live in the SKU's meta hash (the SKU's slot) beside its layout, as canonical integers:
  * RULES_F_LIMIT units, RULES_F_START / RULES_F_END milliseconds since the epoch on Redis's
- * clock (TIME), RULES_F_TTL seconds; a field missing or "0" means "none". A PUT writes them
- * with the layout; a PATCH changes them alone. Every layout read returns them (struct layout),
+ * clock (TIME), RULES_F_TTL seconds; a field missing or "0" means "none"; RULES_F_VERSION their
+ * version. A PUT writes them with the layout; a PATCH changes them alone, with a new version it
+ * pushes to every segment before it answers. Every layout read returns them (struct layout),
  * and each instance caches them with the layout (skucache), re-reading them at least every
- * sold_out_recheck_ms: that is how long a PATCH takes to reach every instance's fast path. The
- * per-user reservation reads them from the meta itself, so a limit is never judged stale.
+ * sold_out_recheck_ms, and at once when a commit refuses its copy as older than its segment's
+ * version (docs/design.md "The sale rules' version"): no sale is judged by stale rules.
  */
 #ifndef INVENTORY_RULES_H
 #define INVENTORY_RULES_H
@@ -21,6 +22,7 @@
 #define RULES_F_START "sale_start"
 #define RULES_F_END "sale_end"
 #define RULES_F_TTL "ttl"
+#define RULES_F_VERSION "rver"
 
 /* Largest limit_per_user (SPEC §11: above 10^6 is refused). */
 #define RULES_LIMIT_MAX 1000000LL
@@ -44,6 +46,7 @@ struct sku_rules {
     int64_t sale_start_ms;    /* Redis ms since the epoch; 0: no start */
     int64_t sale_end_ms;      /* 0: no end */
     long long ttl_s;          /* 0: orders are final at once; > 0: holds of ttl_s seconds */
+    int64_t version;          /* the rules' version (meta's rver): 0 none written yet */
 };
 
 /* Parses an RFC 3339 date-time, s[0..len) (need not be NUL-terminated):

@@ -589,6 +589,74 @@ static const char *const unknown_patch =
     "the stock store failed after the PATCH reached it: it may be applied; read the SKU, or "
     "send the same PATCH again (it sets the same rules)";
 
+/* Every segment holds the new rules version: the PATCH's answer (docs/design.md "The sale
+ * rules' version": an order judged by older rules is refused by its commit from now on). */
+static void on_rules_pushed(void *arg, const char *failed, const struct store_item *items, int n)
+{
+    (void)items;
+    (void)n;
+    struct admin *a = arg;
+    struct response *res = &a->ar->res;
+    const struct sku_rules *ru = &a->rules;
+    if (failed) {
+        admin_why(a, failed);
+        admin_unknown(a, unknown_patch); /* written to meta: stale instances may judge by old */
+        admin_end(a);
+        return;
+    }
+    json_t *body = json_pack("{s:s}", "sku", a->sku);
+    if (!body || rules_to_json(ru, body) != 0) {
+        json_decref(body);
+        response_error(res, ERROR_INTERNAL, "out of memory");
+    } else {
+        response_json(res, 200, body);
+        log_msg(CONFIG_LOG_INFO, "sku_patch",
+                "sku %s: limit_per_user %lld, sale %" PRId64 "..%" PRId64
+                " ms, reservation_ttl_s %lld (rules version %" PRId64 ")",
+                a->sku, ru->limit_per_user, ru->sale_start_ms, ru->sale_end_ms, ru->ttl_s,
+                ru->version);
+    }
+    admin_end(a);
+}
+
+/* Raises the rules version key of segments [0, nseg) to a->rules.version (rules_push.lua, one
+ * pipelined batch), then answers. */
+static void patch_push(struct admin *a, int nseg)
+{
+    if (nseg < 1 || nseg > STORE_SEGMENTS_MAX) {
+        admin_why(a, "patch_rules: a segment count out of range");
+        admin_unknown(a, unknown_patch);
+        admin_end(a);
+        return;
+    }
+    char(*names)[STORE_KEY_MAX] = malloc(sizeof(*names) * (size_t)nseg);
+    const char **keys = malloc(sizeof(*keys) * (size_t)nseg);
+    const char **args = malloc(sizeof(*args) * (size_t)nseg);
+    char v[24];
+    snprintf(v, sizeof(v), "%" PRId64, a->rules.version);
+    if (!names || !keys || !args) {
+        free(names);
+        free(keys);
+        free(args);
+        admin_why(a, "out of memory");
+        admin_unknown(a, unknown_patch);
+        admin_end(a);
+        return;
+    }
+    struct seg_keys sk;
+    for (int k = 0; k < nseg; k++) {
+        store_seg_keys(a->sku, k, &sk);
+        memcpy(names[k], sk.rver, sizeof(names[k]));
+        keys[k] = names[k];
+        args[k] = v;
+    }
+    store_batch_async(a->app->store, a->ar->lc, a->ar, SCRIPT_RULES_PUSH, nseg, 1, keys, 1, args,
+                      &a->conns, on_rules_pushed, a);
+    free(names);
+    free(keys);
+    free(args);
+}
+
 static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
@@ -617,25 +685,17 @@ static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr
                  "%s); nothing was changed",
                  start, end);
         response_error(res, ERROR_INVALID_REQUEST, msg);
-    } else if (code == STORE_PATCH_OK && r->elements == 5) {
-        struct sku_rules ru = {
+    } else if (code == STORE_PATCH_OK && r->elements == 7) {
+        a->rules = (struct sku_rules){
             .limit_per_user = store_reply_int(r->element[1], 0),
             .sale_start_ms = store_reply_int(r->element[2], 0),
             .sale_end_ms = store_reply_int(r->element[3], 0),
             .ttl_s = store_reply_int(r->element[4], 0),
+            .version = store_reply_int(r->element[5], 0),
         };
         skucache_forget(a->app->cache, a->sku);
-        json_t *body = json_pack("{s:s}", "sku", a->sku);
-        if (!body || rules_to_json(&ru, body) != 0) {
-            json_decref(body);
-            response_error(res, ERROR_INTERNAL, "out of memory");
-        } else {
-            response_json(res, 200, body);
-            log_msg(CONFIG_LOG_INFO, "sku_patch",
-                    "sku %s: limit_per_user %lld, sale %" PRId64 "..%" PRId64
-                    " ms, reservation_ttl_s %lld",
-                    a->sku, ru.limit_per_user, ru.sale_start_ms, ru.sale_end_ms, ru.ttl_s);
-        }
+        patch_push(a, (int)store_reply_int(r->element[6], 0));
+        return;
     } else {
         admin_why(a, "patch_rules: unexpected reply");
         admin_unknown(a, unknown_patch);

@@ -54,6 +54,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_USER_RESOLVE] = STORE_LUA_USER_RESOLVE,
         [SCRIPT_USER_RELEASE] = STORE_LUA_USER_RELEASE,
         [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
+        [SCRIPT_RULES_PUSH] = STORE_LUA_RULES_PUSH,
         [SCRIPT_MULTI_BEGIN] = STORE_LUA_MULTI_BEGIN,
         [SCRIPT_PART_FOLLOW] = STORE_LUA_PART_FOLLOW,
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
@@ -120,6 +121,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(give);
     SEG_KEY(log);
     SEG_KEY(follow);
+    SEG_KEY(rver);
 #undef SEG_KEY
 }
 
@@ -133,6 +135,7 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->keys[4] = c->sk.idem;
     c->keys[5] = c->sk.due;
     c->keys[6] = c->sk.log;
+    c->keys[7] = c->sk.rver;
     snprintf(c->ver, sizeof(c->ver), "%" PRId64, in->version);
     snprintf(c->qty, sizeof(c->qty), "%lld", in->qty);
     snprintf(c->start, sizeof(c->start), "%" PRId64, in->rules->sale_start_ms);
@@ -140,6 +143,8 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     snprintf(c->ttl, sizeof(c->ttl), "%lld", in->rules->ttl_s);
     snprintf(c->cap, sizeof(c->cap), "%d", in->log_cap);
     snprintf(c->seg, sizeof(c->seg), "%d", in->k);
+    snprintf(c->total, sizeof(c->total), "%lld", in->total);
+    snprintf(c->rver, sizeof(c->rver), "%" PRId64, in->rules->version);
     c->args[0] = c->ver;
     c->args[1] = c->qty;
     c->args[2] = in->id;
@@ -153,21 +158,17 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[10] = in->user;
     c->args[11] = in->sku;
     c->args[12] = c->seg;
-    c->nkeys = 7;
-    c->nargs = 13;
-    if ((in->kind && *in->kind) || in->users) {
-        snprintf(c->total, sizeof(c->total), "%lld", in->total);
-        c->args[13] = in->kind ? in->kind : "";
-        c->args[14] = in->parts ? in->parts : "";
-        c->args[15] = c->total;
-        c->nargs = 16;
-    }
+    c->args[13] = in->kind ? in->kind : "";
+    c->args[14] = in->parts ? in->parts : "";
+    c->args[15] = c->total;
+    c->args[16] = in->users ? in->hex : "";
+    c->args[17] = c->rver;
+    c->nkeys = 8;
+    c->nargs = STORE_COMMIT_NARGS;
     if (in->users) {
-        c->keys[7] = in->users;
-        c->keys[8] = in->meta;
-        c->nkeys = 9;
-        c->args[16] = in->hex;
-        c->nargs = 17;
+        c->keys[8] = in->users;
+        c->keys[9] = in->meta;
+        c->nkeys = 10;
     }
 }
 

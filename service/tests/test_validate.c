@@ -360,35 +360,35 @@ static void test_rules_valid(void **state)
          "\"2026-11-25T18:00:00Z\",\"sale_end\":\"2026-11-25T19:00:00.250+01:00\","
          "\"reservation_ttl_s\":600}",
          0,
-         {2, 1795629600000LL, 1795629600250LL, 600}},
+         {2, 1795629600000LL, 1795629600250LL, 600, 0}},
         {PUT_SKU,
          "{\"stock\":5,\"segments\":2,\"limit_per_user\":0,\"sale_start\":null,"
          "\"sale_end\":null,\"reservation_ttl_s\":0}",
          0,
-         {0, 0, 0, 0}},
+         {0, 0, 0, 0, 0}},
         {PUT_SKU,
          "{\"stock\":5,\"segments\":2,\"limit_per_user\":1000000,\"reservation_ttl_s\":2592000,"
          "\"sale_end\":\"9999-12-31T23:59:59.999Z\"}",
          0,
-         {1000000, 0, RULES_TIME_MAX, 2592000}},
-        {PATCH, "{\"limit_per_user\":3}", VALIDATE_RULE_LIMIT, {3, 0, 0, 0}},
-        {PATCH, "{\"limit_per_user\":0}", VALIDATE_RULE_LIMIT, {0, 0, 0, 0}},
-        {PATCH, "{\"sale_start\":null}", VALIDATE_RULE_START, {0, 0, 0, 0}},
+         {1000000, 0, RULES_TIME_MAX, 2592000, 0}},
+        {PATCH, "{\"limit_per_user\":3}", VALIDATE_RULE_LIMIT, {3, 0, 0, 0, 0}},
+        {PATCH, "{\"limit_per_user\":0}", VALIDATE_RULE_LIMIT, {0, 0, 0, 0, 0}},
+        {PATCH, "{\"sale_start\":null}", VALIDATE_RULE_START, {0, 0, 0, 0, 0}},
         {PATCH,
          "{\"sale_end\":\"2026-11-25T18:00:00Z\",\"x\":1}",
          VALIDATE_RULE_END,
-         {0, 0, 1795629600000LL, 0}},
+         {0, 0, 1795629600000LL, 0, 0}},
         /* the end alone may be before a start the SKU has: the merge judges it */
         {PATCH,
          "{\"sale_end\":\"1970-01-01T00:00:00.001Z\",\"sale_start\":null}",
          VALIDATE_RULE_END | VALIDATE_RULE_START,
-         {0, 0, 1, 0}},
-        {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {0, 0, 0, 1}},
+         {0, 0, 1, 0, 0}},
+        {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {0, 0, 0, 1, 0}},
         {PATCH,
          "{\"reservation_ttl_s\":5,\"limit_per_user\":1,\"sale_start\":\"2026-01-01T00:00:00Z\","
          "\"sale_end\":\"2026-01-01T00:00:00.001Z\"}",
          15,
-         {1, 1767225600000LL, 1767225600001LL, 5}},
+         {1, 1767225600000LL, 1767225600001LL, 5, 0}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct validate_order o;

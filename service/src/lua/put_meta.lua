@@ -4,7 +4,8 @@
 -- nothing written. The segments are then reset
 -- by whoever rolls the layout out (layout.c), so a PUT cut off half-way is completed by the
 -- next reader. With an Idempotency-Key the answer is stored with it, and a replay gets it back.
--- The sale rules (rules.h) are written with the layout: a PUT sets all four, "0" for none.
+-- The sale rules (rules.h) are written with the layout: a PUT sets all four, "0" for none, and
+-- a new rules version rver above the meta's (docs/design.md "The sale rules' version").
 -- The SKU's per-user counts (KEYS[5]) and its multi-segment orders' intents (KEYS[6]) go: the
 -- PUT replaced every order they counted or name.
 -- KEYS: meta, ver, rst, aidem, users, multi.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
@@ -19,6 +20,8 @@ end
 -- @include old_layout.lua
 local prev = int(redis.call('GET', KEYS[2]) or '0')
 if not prev then return damaged(KEYS[2]) end
+local rprev = int(redis.call('HGET', KEYS[1], 'rver') or '0')
+if not rprev then return damaged(KEYS[1]) end
 local hwm = math.max(oldhwm, oldseg, tonumber(ARGV[1]))
 -- @include next_id.lua
 local v = nid
@@ -26,7 +29,8 @@ redis.call('SET', KEYS[2], string.format('%.0f', v))
 redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARGV[1],
            'stock', ARGV[2],
            'state', 'p', 'hwm', hwm, 'limit', ARGV[6], 'sale_start', ARGV[7],
-           'sale_end', ARGV[8], 'ttl', ARGV[9])
+           'sale_end', ARGV[8], 'ttl', ARGV[9],
+           'rver', string.format('%.0f', math.max(v, rprev + 1)))
 redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
 local status = (old[1] and oldseg > 0) and '200' or '201'
 local resp = status .. ' ' .. string.format(
