@@ -146,7 +146,8 @@ static void window_patched(int a, int b, const char *redis_url)
     int64_t until = tu_now_ms() + 3000;
     do {
         rv_order(b, sku, "u1", 15, &r);
-        SF_ASSERT(r.status == 201 || (r.status == 409 && strcmp(sf_error_code(&r), "sale_ended") == 0),
+        SF_ASSERT(r.status == 201 ||
+                      (r.status == 409 && strcmp(sf_error_code(&r), "sale_ended") == 0),
                   "%s", sf_resp_summary(&r));
         if (r.status != 201)
             tu_sleep_ms(100);
@@ -269,9 +270,15 @@ static void test_patched_on_a_cluster(void **state)
     SF_ASSERT(cl != NULL, "%s", "a Redis Cluster");
     char url[512];
     snprintf(url, sizeof url, "%s", cf_url(cl, 3));
-    const char *args[] = {"--threads",         "2",           "--admin-token", RV_TOKEN,
-                          "--user-header",     "X-User-Id",   "--trusted-proxies",
-                          "127.0.0.1/32",      NULL};
+    const char *args[] = {"--threads",
+                          "2",
+                          "--admin-token",
+                          RV_TOKEN,
+                          "--user-header",
+                          "X-User-Id",
+                          "--trusted-proxies",
+                          "127.0.0.1/32",
+                          NULL};
     sf_service *ab[2] = {sf_start(url, args), sf_start(url, args)};
     SF_ASSERT(ab[0] && ab[1], "%s", "two instances on the cluster");
     limit_patched(sf_port(ab[0]), sf_port(ab[1]), url, "cluster");
