@@ -138,9 +138,6 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->keys[7] = c->sk.rver;
     snprintf(c->ver, sizeof(c->ver), "%" PRId64, in->version);
     snprintf(c->qty, sizeof(c->qty), "%lld", in->qty);
-    snprintf(c->start, sizeof(c->start), "%" PRId64, in->rules->sale_start_ms);
-    snprintf(c->end, sizeof(c->end), "%" PRId64, in->rules->sale_end_ms);
-    snprintf(c->ttl, sizeof(c->ttl), "%lld", in->rules->ttl_s);
     snprintf(c->cap, sizeof(c->cap), "%d", in->log_cap);
     snprintf(c->seg, sizeof(c->seg), "%d", in->k);
     snprintf(c->total, sizeof(c->total), "%lld", in->total);
@@ -151,9 +148,6 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[3] = in->record;
     c->args[4] = in->idem;
     c->args[5] = in->expiry;
-    c->args[6] = c->start;
-    c->args[7] = c->end;
-    c->args[8] = c->ttl;
     c->args[9] = c->cap;
     c->args[10] = in->user;
     c->args[11] = in->sku;
@@ -163,6 +157,18 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[15] = c->total;
     c->args[16] = in->users ? in->hex : "";
     c->args[17] = c->rver;
+    /* each rule the commit judges at its position (rules_table.h's arg column) */
+#define RULE_ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                \
+    if (arg > 0) {                                                                                 \
+        snprintf(c->rules[RULES_I_##id], sizeof(c->rules[0]), "%" PRId64,                          \
+                 rules_get(in->rules, RULES_I_##id));                                              \
+        c->args[arg - 1] = c->rules[RULES_I_##id];                                                 \
+    }
+#define RULE_ARG_TIME_(id, json, jtext, deftext, meta, arg, ...)                                   \
+    RULE_ARG_(id, json, 0, 0, jtext, deftext, meta, arg, 0)
+    RULES_TABLE(RULE_ARG_, RULE_ARG_TIME_)
+#undef RULE_ARG_
+#undef RULE_ARG_TIME_
     c->nkeys = 8;
     c->nargs = STORE_COMMIT_NARGS;
     if (in->users) {

@@ -13,6 +13,7 @@
 #include <lockcore/lockcore_async.h>
 
 #include "config.h"
+#include "rules.h"
 
 enum store_script {
     SCRIPT_PUT_META,
@@ -83,7 +84,6 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * them alive while call is used. */
 #define STORE_COMMIT_NKEYS 10
 #define STORE_COMMIT_NARGS 18
-struct sku_rules;
 struct store_commit_in {
     const char *sku;
     int k;
@@ -104,7 +104,8 @@ struct store_commit_in {
 };
 struct store_commit_call {
     struct seg_keys sk;
-    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24], rver[24];
+    char ver[24], qty[24], cap[24], seg[24], total[24], rver[24];
+    char rules[RULES_N][24]; /* the rules the commit is given (rules_table.h's arg column) */
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
     int nkeys; /* 8, or 10 with the user's limit checked in the commit */

@@ -7,9 +7,10 @@
  *
  * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
  * {S/k}, so every script below touches one Redis Cluster slot:
- *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, limit, sale_start,
- *                         sale_end, ttl, rver}   the SKU's layout and sale rules (rules.h), rver
- *                         their version (PUT and PATCH draw a new one; survives DELETE):
+ *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, rver, and each sale
+ *                         rule's meta field (rules_table.h: limit, sale_start, sale_end, ttl)}
+ *                         the SKU's layout and sale rules, rver their version (PUT and PATCH
+ *                         draw a new one; survives DELETE):
  *                         state "p" while the layout is being rolled out to the segments, "r"
  *                         once every segment carries it; hwm = segments whose keys may exist;
  *                         segments 0 = deleted
@@ -80,6 +81,12 @@
 #define STORE_RESTOCK_DONE 1
 /* registered, not yet everywhere: the next settle applies it */
 #define STORE_RESTOCK_PENDING 2
+
+/* lua/commit_body.lua's ARGV positions of the sale rules it is given (rules_table.h's arg
+ * column: store_commit_call puts each rule there, the script reads ARGV[STORE_COMMIT_ARG_*]). */
+#define STORE_COMMIT_ARG_SALE_START 7
+#define STORE_COMMIT_ARG_SALE_END 8
+#define STORE_COMMIT_ARG_TTL 9
 
 /* lua/commit_body.lua: {code, value[, ...]}. */
 /* {1, stock left}: the order is written */

@@ -3,7 +3,8 @@
 -- KEYS: stock, sver, cnt, orders, idem, due, log, rver[, users, meta].  ARGV: version, quantity, order id, record,
 -- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
 -- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
--- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
+-- ("0": the order is final at once) (the rules at their STORE_COMMIT_ARG_* positions,
+-- rules_table.h), the order log's cap ("0": no order log; else the most
 -- entries its stream may hold before new orders are refused), and for the log's entry: the
 -- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
 -- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
@@ -30,7 +31,8 @@ local rv = int(redis.call('GET', KEYS[8]) or '0')
 if not rv then return {STORE_COMMIT_DAMAGED, 0} end
 if rv > tonumber(ARGV[18]) then return {STORE_COMMIT_RULES, rv} end
 -- <<
-local start, fin, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local start, fin = tonumber(ARGV[STORE_COMMIT_ARG_SALE_START]), tonumber(ARGV[STORE_COMMIT_ARG_SALE_END])
+local ttl = tonumber(ARGV[STORE_COMMIT_ARG_TTL])
 local cap = tonumber(ARGV[10])
 -- a part of a multi-segment order: no order log entry, no due-set entry (its primary's expiry
 -- ends it), no Idempotency-Key (the primary's)
