@@ -1,17 +1,18 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due, log, rver[, users, meta].  ARGV: version, quantity, order id, record,
--- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
--- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
--- ("0": the order is final at once) (the rules at their STORE_COMMIT_ARG_* positions,
--- rules_table.h), the order log's cap ("0": no order log; else the most
--- entries its stream may hold before new orders are refused), and for the log's entry: the
--- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
+-- KEYS: stock, sver, cnt, orders, idem, due, log, rver[, users, meta].
+-- ARGV: version, quantity, order id, record, idem key (may be ""), the expiry in Redis ms of
+-- the request's Idempotency-Key claim and per-user reservation ("0": neither), sale_start,
+-- sale_end (Redis ms, "0": none), hold TTL in s ("0": the order is final at once) (the rules at
+-- their STORE_COMMIT_ARG_* positions, rules_table.h), the order log's cap ("0": no order log;
+-- else the most entries its stream may hold before new orders are refused), and for the log's
+-- entry: the user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
 -- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
 -- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
 -- (the order log's entry); then, when the user's limit is checked here (one Redis: KEYS users,
 -- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key), else "";
--- then the version of the sale rules the order was judged by (meta's rver, layout_read.lua).
+-- then the version of the sale rules the order was judged by (meta's rver, layout_read.lua;
+-- STORE_COMMIT_ARG_RULES_VERSION).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -29,9 +30,10 @@ if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
 -- segment's rver before it answered; rules older than that are stale: refused, re-read
 local rv = int(redis.call('GET', KEYS[8]) or '0')
 if not rv then return {STORE_COMMIT_DAMAGED, 0} end
-if rv > tonumber(ARGV[18]) then return {STORE_COMMIT_RULES, rv} end
+if rv > tonumber(ARGV[STORE_COMMIT_ARG_RULES_VERSION]) then return {STORE_COMMIT_RULES, rv} end
 -- <<
-local start, fin = tonumber(ARGV[STORE_COMMIT_ARG_SALE_START]), tonumber(ARGV[STORE_COMMIT_ARG_SALE_END])
+local start = tonumber(ARGV[STORE_COMMIT_ARG_SALE_START])
+local fin = tonumber(ARGV[STORE_COMMIT_ARG_SALE_END])
 local ttl = tonumber(ARGV[STORE_COMMIT_ARG_TTL])
 local cap = tonumber(ARGV[10])
 -- a part of a multi-segment order: no order log entry, no due-set entry (its primary's expiry
