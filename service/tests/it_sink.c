@@ -1306,6 +1306,52 @@ static void test_cluster(void **state)
     sink_free(p);
 }
 
+/* Issue 29 item 3 on the Redis Cluster of test_cluster (after it; took 4-6 s): inventoryd on the
+ * cluster with --order-log, 80 orders into 8 segments (streams on several masters), a PUT down
+ * to 2, a sink: all 80 land, the dropped logs are deleted on their masters and lhwm goes; then
+ * a DELETE: the SKU stays registered until its 2 logs are drained, then leaves the registry.
+ * Every read of the index (registry, meta, streams) is on its own slot. */
+static void test_cluster_dropped_logs(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    SF_ASSERT(cluster != NULL, "%s", "test_cluster's cluster");
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log on the cluster");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "c29", 1000, 8, &r), 201);
+    place_orders(port, "c29", 80, NULL);
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "c29", 10, 2, &r), 200);
+    sf_resp_free(&r);
+    json_t *st = sf_sku_status(port, "c29");
+    json_decref(st);
+    SF_ASSERT(logs_left("c29", 2, 8) > 0, "%s", "no log of a dropped segment: proves nothing");
+    sink_proc *p = sink_start("c29-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "c29", 80, 20000), 80);
+    SF_ASSERT_EQ(wait_logs_gone("c29", 2, 8, 10000), 0);
+    int64_t deadline = tu_now_ms() + 5000;
+    while (rint_("HEXISTS inv:2:{c29}:meta lhwm") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("HEXISTS inv:2:{c29}:meta lhwm"), 0);
+    assert_reconciled("c29");
+    place_orders(port, "c29", 4, NULL);
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "DELETE", "/api/v1/skus/c29", NULL, NULL, NULL, &r),
+                 204);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(wait_rows("order_events", "c29", 84, 10000), 84);
+    SF_ASSERT_EQ(wait_logs_gone("c29", 0, 8, 10000), 0);
+    deadline = tu_now_ms() + 5000;
+    while (rint_("SISMEMBER inv:2:skus c29") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("SISMEMBER inv:2:skus c29"), 0);
+    assert_reconciled("c29");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1353,6 +1399,7 @@ int main(void)
         cmocka_unit_test_setup(test_delete_keeps_the_logs_until_drained, per_test_setup),
         cmocka_unit_test_setup(test_sink_over_instances_without_the_log, per_test_setup),
         cmocka_unit_test_setup(test_cluster, per_test_setup),
+        cmocka_unit_test_setup(test_cluster_dropped_logs, per_test_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

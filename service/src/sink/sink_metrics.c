@@ -82,7 +82,7 @@ void sink_metrics_health(int redis_up, int db_up)
     atomic_store_explicit(&m_db_up, db_up, memory_order_relaxed);
 }
 
-static long long mono_ms(void)
+static long long unlogged_clock_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -94,7 +94,7 @@ void sink_metrics_unlogged(long long changes, long long backfilled)
     atomic_fetch_add_explicit(&m_unlogged, (unsigned long long)changes, memory_order_relaxed);
     atomic_fetch_add_explicit(&m_backfilled, (unsigned long long)backfilled, memory_order_relaxed);
     if (changes > 0) {
-        long long now = mono_ms();
+        long long now = unlogged_clock_ms();
         atomic_store_explicit(&m_unlogged_at_ms, now > 0 ? now : 1, memory_order_relaxed);
     }
 }
@@ -103,7 +103,7 @@ void sink_metrics_unlogged(long long changes, long long backfilled)
 static int unlogged_now(void)
 {
     long long at = atomic_load_explicit(&m_unlogged_at_ms, memory_order_relaxed);
-    return at > 0 && mono_ms() - at < SINK_UNLOGGED_HOLD_MS;
+    return at > 0 && unlogged_clock_ms() - at < SINK_UNLOGGED_HOLD_MS;
 }
 
 static unsigned long long get(atomic_ullong *c)
