@@ -5,8 +5,10 @@
  *
  * Each turn of the loop:
  *   1. every second, discovery: the SKU registry (inv:2:skus), each SKU's meta (segments,
- *      hwm), and for each new segment k < max(segments, hwm) its stream inv:2:{S/k}:log and the
- *      consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it exists);
+ *      hwm, lhwm, version, state), and for each new segment k < max(segments, hwm) its stream
+ *      inv:2:{S/k}:log and the consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it
+ *      exists), and for each dropped segment k < lhwm its log if it is still there (no
+ *      MKSTREAM);
  *   2. a read round: XREADGROUP on a window of streams (round robin), at most --batch entries
  *      from each; a stream first gives back this consumer's own pending entries (id 0: what a
  *      sink of the same name read before it was killed), then new ones (">");
@@ -16,7 +18,10 @@
  *      forward);
  *   4. every --maintain-ms: XAUTOCLAIM of entries pending longer than --claim-idle-ms (a dead
  *      sink's), then per stream XINFO GROUPS / XPENDING to find the lowest id any group still
- *      needs, XTRIM MINID to it, and the lag and pending gauges.
+ *      needs, XTRIM MINID to it, and the lag and pending gauges; then (database up) the
+ *      segments with order changes made without a log entry (cnt's u) are backfilled from
+ *      their order records (find_unlogged), and the drained logs of dropped segments deleted
+ *      (drop_logs; docs/design.md "How the log and the sink agree").
  * A failing Redis or database is retried with a capped, jittered exponential back-off; the
  * entries in hand are kept and written when it comes back. SIGTERM ends the loop once the batch
  * in flight is committed and acknowledged (or, with the database down, abandoned: its entries
@@ -242,9 +247,9 @@ static long long reply_int(const redisReply *r)
     return *end == '\0' && v > 0 ? v : 0;
 }
 
-static struct sku_view *view_slot(struct sink *s, int *n, int *cap, struct sku_view **v)
+/* A new zeroed view at the end of *v (*n of *cap), or NULL when out of memory. */
+static struct sku_view *view_slot(int *n, int *cap, struct sku_view **v)
 {
-    (void)s;
     if (*n == *cap) {
         int nc = *cap ? *cap * 2 : 64;
         struct sku_view *g = realloc(*v, (size_t)nc * sizeof *g);
@@ -314,15 +319,16 @@ static int discover(struct sink *s)
             long long segs = live > lh ? live : lh; /* and dropped ones' logs not yet drained */
             if (segs > SEGMENTS_MAX)
                 segs = SEGMENTS_MAX;
-            struct sku_view *v = view_slot(s, &nviews, &capviews, &views);
+            struct sku_view *v = view_slot(&nviews, &capviews, &views);
             if (v != NULL) {
                 snprintf(v->sku, sizeof v->sku, "%s", skus[i]);
                 const redisReply *ver = h->element[3], *state = h->element[4];
                 v->exists = ver && ver->type == REDIS_REPLY_STRING && ver->len < sizeof v->version;
                 snprintf(v->version, sizeof v->version, "%s", v->exists ? ver->str : "");
-                v->segments = a;
-                v->hwm = b;
-                v->lhwm = lh;
+                /* a damaged meta claiming more than SEGMENTS_MAX is not followed past it */
+                v->segments = a > SEGMENTS_MAX ? SEGMENTS_MAX : a;
+                v->hwm = b > SEGMENTS_MAX ? SEGMENTS_MAX : b;
+                v->lhwm = lh > SEGMENTS_MAX ? SEGMENTS_MAX : lh;
                 v->rolled =
                     state && state->type == REDIS_REPLY_STRING && strcmp(state->str, "r") == 0;
             }
