@@ -5,10 +5,9 @@
  *
  * Each turn of the loop:
  *   1. every second, discovery: the SKU registry (inv:2:skus), each SKU's meta (segments,
- *      hwm, lhwm, version, state), and for each new segment k < max(segments, hwm) its stream
+ *      hwm, lhwm, version, state), and for each new segment k < segments its stream
  *      inv:2:{S/k}:log and the consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it
- *      exists), and for each dropped segment k < lhwm its log if it is still there (no
- *      MKSTREAM);
+ *      exists), and for each k < max(hwm, lhwm) its log if it is there (no MKSTREAM);
  *   2. a read round: XREADGROUP on a window of streams (round robin), at most --batch entries
  *      from each; a stream first gives back this consumer's own pending entries (id 0: what a
  *      sink of the same name read before it was killed), then new ones (">");
@@ -263,9 +262,10 @@ static struct sku_view *view_slot(int *n, int *cap, struct sku_view **v)
     return x;
 }
 
-/* The registry, the metas, and the group of every new stream: of a segment k < max(segments,
- * hwm) (made when missing), and of a dropped segment's log still there, k < lhwm (followed
- * until drained, drop_logs). 0, or -1 when Redis failed. */
+/* The registry, the metas, and the group of every new stream: of a segment k < segments
+ * (made when missing), and of a segment k < max(hwm, lhwm) if its log is there (a layout being
+ * rolled out from a larger one, a dropped segment's log left until drained: drop_logs). 0, or
+ * -1 when Redis failed. */
 static int discover(struct sink *s)
 {
     char err[200];
@@ -352,7 +352,11 @@ static int discover(struct sink *s)
                 snprintf(st->key, sizeof st->key, "%s", key);
                 st->replay = 1;
                 snprintf(st->replay_from, sizeof st->replay_from, "0");
-                st->mk = k < live;
+                /* Only the current layout's streams are made when missing: a segment a shrinking
+                 * roll-out is dropping gets a log only from a commit before its drop, which
+                 * that drop reports (lhwm), so an empty stream made here could be one no index
+                 * covers. */
+                st->mk = k < a;
             }
         }
         sink_cmds_clear(m, cmds);
