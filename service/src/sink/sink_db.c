@@ -255,6 +255,9 @@ static int by_order(const void *a, const void *b)
  * cancelled, created -> cancelled, reserved -> expired), so a row never moves down, whichever
  * of a log entry and a backfill from Redis's record came first. */
 #define RANK(x) "FIELD(" x ", 'reserved', 'created', 'confirmed', 'expired', 'cancelled')"
+/* The new status (VALUES) against the row's: not lower, higher. */
+#define NOT_DOWN RANK("VALUES(status)") " >= " RANK("status")
+#define UP RANK("VALUES(status)") " > " RANK("status")
 
 int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *inserted, char *err,
                   size_t errlen)
@@ -314,18 +317,15 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
     /* Assignments run left to right on the updated row: every column guarded by NEWER comes
      * before last_stream_seq (guarded too), and last_stream_ms last, as GREATEST (a newer id
      * never has a smaller ms), so NEWER still compares against the old id where it is used. */
-    sql_add(&up,
-            " ON DUPLICATE KEY UPDATE"
-            " created_at = LEAST(created_at, VALUES(created_at)),"
-            " status = IF(" NEWER " AND " RANK("VALUES(status)") " >= " RANK(
-                "status") ", VALUES(status), status),"
-                          " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
-                          " parts = IF(" NEWER " OR parts IS NULL, VALUES(parts), parts),"
-                          " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
-                          " updated_at = IF(" NEWER ", VALUES(updated_at), updated_at),"
-                          " last_stream_seq = IF(" NEWER
-                          ", VALUES(last_stream_seq), last_stream_seq),"
-                          " last_stream_ms = GREATEST(last_stream_ms, VALUES(last_stream_ms))");
+    sql_add(&up, " ON DUPLICATE KEY UPDATE"
+                 " created_at = LEAST(created_at, VALUES(created_at)),"
+                 " status = IF(" NEWER " AND " NOT_DOWN ", VALUES(status), status),"
+                 " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
+                 " parts = IF(" NEWER " OR parts IS NULL, VALUES(parts), parts),"
+                 " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
+                 " updated_at = IF(" NEWER ", VALUES(updated_at), updated_at),"
+                 " last_stream_seq = IF(" NEWER ", VALUES(last_stream_seq), last_stream_seq),"
+                 " last_stream_ms = GREATEST(last_stream_ms, VALUES(last_stream_ms))");
     free(rows);
     int rc = -1;
     if (ev.oom || up.oom) {
@@ -376,11 +376,9 @@ int sink_db_backfill(sink_db *db, const struct sink_db_order *o, size_t n, long 
     /* A row the log wrote keeps its ids (stream id 0-0 here: any entry is newer than a row
      * backfilled) and only moves up (RANK); updated_at first, while status is the old one. */
     sql_add(&ins, " ON DUPLICATE KEY UPDATE"
-                  " updated_at = IF(" RANK("VALUES(status)") " > " RANK(
-                      "status") ", VALUES(updated_at), updated_at),"
-                                " parts = IF(parts IS NULL, VALUES(parts), parts),"
-                                " status = IF(" RANK("VALUES(status)") " > " RANK(
-                                    "status") ", VALUES(status), status)");
+                  " updated_at = IF(" UP ", VALUES(updated_at), updated_at),"
+                  " parts = IF(parts IS NULL, VALUES(parts), parts),"
+                  " status = IF(" UP ", VALUES(status), status)");
     int rc = -1;
     if (ins.oom)
         snprintf(err, errlen, "out of memory building the backfill");
