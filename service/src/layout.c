@@ -174,9 +174,9 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     }
     for (int i = 0; i < n; i++) {
         store_seg_keys(s->sku, from + i, &s->sk[i]);
-        const char *all[9] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt,
-                              s->sk[i].orders, s->sk[i].idem, s->sk[i].rst,
-                              s->sk[i].due,    s->sk[i].give, s->sk[i].follow};
+        const char *all[10] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt, s->sk[i].orders,
+                               s->sk[i].idem,   s->sk[i].rst,  s->sk[i].due, s->sk[i].give,
+                               s->sk[i].follow, s->sk[i].log};
         for (int j = 0; j < nkeys; j++)
             s->kflat[i * nkeys + j] = all[pick[j]];
         for (int j = 0; j < nargs; j++)
@@ -214,6 +214,7 @@ static int spread_args(struct settle *s, int from, int to, long long units, int 
 }
 
 static const int all9[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+static const int all10[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; /* SEG_DROP: and the order log */
 
 static void on_layout_done(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -234,14 +235,22 @@ static void on_dropped(void *arg, const char *failed, const struct store_item *i
         settle_fail(s, failed);
         return;
     }
-    char meta[STORE_KEY_MAX], ver[24], segs[24];
+    /* SEG_DROP answers 2 for a dropped segment whose order log is still there: the log stays
+     * until inventory-sink has drained it, and meta's lhwm (LAYOUT_DONE) keeps it findable
+     * after hwm comes down (docs/design.md "The order log", "Streams found and dropped"). */
+    int logs = 0;
+    for (int i = 0; i < n; i++)
+        if (items[i].v == 2)
+            logs = s->l.segments + i + 1;
+    char meta[STORE_KEY_MAX], ver[24], segs[24], lg[24];
     store_sku_key(meta, s->sku, "meta");
     snprintf(ver, sizeof(ver), "%" PRId64, s->l.version);
     snprintf(segs, sizeof(segs), "%d", s->l.segments);
+    snprintf(lg, sizeof(lg), "%d", logs);
     const char *keys[1] = {meta};
-    const char *a[2] = {ver, segs};
+    const char *a[3] = {ver, segs, lg};
     s->calls++;
-    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_DONE, 1, keys, 3, a, on_layout_done, s);
 }
 
 static void on_reset(void *arg, const char *failed, const struct store_item *items, int n)
@@ -260,7 +269,7 @@ static void on_reset(void *arg, const char *failed, const struct store_item *ite
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 9, all9, 1, on_dropped);
+    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 10, all10, 1, on_dropped);
 }
 
 /* Resets segments [0, segments) to the layout, drops [segments, hwm), marks it rolled out. */

@@ -7,7 +7,8 @@
  *
  * PATCH changes the SKU's sale rules alone (rules.h), in one script that merges, checks and
  * writes them: nothing else of the SKU moves. PUT registers the SKU in the registry
- * (store_registry_key) before its meta write, DELETE unregisters it after its own.
+ * (store_registry_key) before its meta write, DELETE unregisters it after its roll-out, unless
+ * order logs of its segments are left (inventory-sink unregisters it once it drained them).
  *
  * PUT, DELETE and restock write their intent to the SKU's meta in one atomic step and then
  * settle the segments (layout.c); an interrupted one is completed by whoever next meets it. An
@@ -965,16 +966,23 @@ static void delete_on_readded(lc_status st, const redisReply *r, const char *err
     admin_end(a);
 }
 
-static void delete_on_settled(void *arg, int found, struct layout *l)
+/* A reply's integer field ("12"), 0 when missing or not a number. */
+static long long reply_field(const redisReply *r, size_t i)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements || !r->element[i] ||
+        r->element[i]->type != REDIS_REPLY_STRING)
+        return 0;
+    return strtoll(r->element[i]->str, NULL, 10);
+}
+
+static void delete_on_rechecked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
-    if (found < 0)
-        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", a->sku,
-                l->why);
-    a->ar->res.status = 204;
-    if (found > 0) {
-        /* A PUT wrote the SKU again after this DELETE (its SADD may have come before this
-         * SREM): it stays in the registry. */
+    store_conns_note(&a->conns, a->ar->lc);
+    /* A PUT that came meanwhile (its SADD may have been before the SREM), or no answer: the SKU
+     * goes back into the registry, where a reader skips it if it does not exist. */
+    if (st != LC_OK || reply_field(r, 0) > 0 || reply_field(r, 1) > 0) {
+        (void)errstr;
         registry_add(a, delete_on_readded);
         return;
     }
@@ -986,14 +994,58 @@ static void on_unregistered(lc_status st, const redisReply *r, const char *errst
     (void)r;
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
-    if (st != LC_OK)
+    if (st != LC_OK) {
         log_msg(CONFIG_LOG_WARN, "sku_registry",
                 "sku %s: deleted, but removing it from the registry failed (readers of the "
                 "registry skip SKUs that do not exist): %s",
                 a->sku, errstr);
-    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
-     * next settle when this one fails. */
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
+        admin_end(a);
+        return;
+    }
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    const char *argv[4] = {"HMGET", meta, "segments", "lhwm"};
+    store_command_async(a->ar->lc, a->ar, 4, argv, delete_on_rechecked, a);
+}
+
+static void delete_on_logs(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK || reply_field(r, 0) > 0 || reply_field(r, 1) > 0) {
+        /* Order logs of its segments are left (lhwm), or a PUT came: it stays in the registry,
+         * where inventory-sink finds the logs, and removes it once it has drained them. */
+        if (st != LC_OK)
+            log_msg(CONFIG_LOG_WARN, "sku_registry",
+                    "sku %s: deleted; left in the registry (its meta could not be read: %s)",
+                    a->sku, errstr);
+        admin_end(a);
+        return;
+    }
+    const char *argv[3] = {"SREM", store_registry_key(), a->sku};
+    store_command_async(a->ar->lc, a->ar, 3, argv, on_unregistered, a);
+}
+
+static void delete_on_settled(void *arg, int found, struct layout *l)
+{
+    struct admin *a = arg;
+    a->ar->res.status = 204;
+    if (found != 0) {
+        /* found < 0: keys left for the next settle, and the SKU in the registry; found > 0: a
+         * PUT wrote the SKU again after this DELETE, and registered it. */
+        if (found < 0)
+            log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s",
+                    a->sku, l->why);
+        admin_end(a);
+        return;
+    }
+    /* The SKU leaves the registry only once nothing of it is left to find: its dropped
+     * segments' order logs (meta's lhwm) stay until inventory-sink drained them (docs/design.md
+     * "Streams found and dropped"). */
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    const char *argv[4] = {"HMGET", meta, "segments", "lhwm"};
+    store_command_async(a->ar->lc, a->ar, 4, argv, delete_on_logs, a);
 }
 
 static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -1018,8 +1070,9 @@ static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr
         admin_end(a);
         return;
     }
-    const char *argv[3] = {"SREM", store_registry_key(), a->sku};
-    store_command_async(a->ar->lc, a->ar, 3, argv, on_unregistered, a);
+    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
+     * next settle when this one fails; then its registry entry (delete_on_settled). */
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
 }
 
 void stock_delete_async(struct areq *ar)

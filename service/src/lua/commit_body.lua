@@ -119,6 +119,9 @@ if ue then
   ue[hex] = {q, 0, tonumber(ARGV[13])}
   entries_write(ARGV[11], ue, KEYS[9])
 end
+-- issue 29 (order log, inventory-sink): an order not logged is counted in cnt's u, for the sink
+-- to find and backfill from the order record (docs/design.md "The order log")
+if cap == 0 and not part then redis.call('HINCRBY', KEYS[3], 'u', 1) end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then
     log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
