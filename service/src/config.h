@@ -20,6 +20,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The most sold_out_recheck_ms may be (the upper bound of its row in config_options.h, which
+ * test_config checks against this): how far behind a rule change an instance's cached rules may
+ * be, whatever its configuration (stock.c's wait before answering a change that may end a
+ * refusal made from the cache). */
+#define CONFIG_RECHECK_MAX_MS 1000
 #include "config_options.h"
 #include "proxy.h"
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "areq.h"
+#include "clock.h"
 #include "layout.h"
 #include "log.h"
 #include "store_scripts.h"
@@ -83,10 +84,11 @@ struct settle {
     const struct areq *ar; /* the request it is for (store.h: its callbacks' log context) */
     char sku[STORE_KEY_MAX];
     struct layout l;
-    int settle;  /* settle what is pending (layout_read_settled_async), not just read */
-    int heal;    /* roll the layout out even when it says it is (layout_heal_async), once */
-    int calls;   /* Redis calls made so far (struct layout's calls) */
-    int refused; /* a segment refused a restock (a damaged number): no further round */
+    int settle;      /* settle what is pending (layout_read_settled_async), not just read */
+    int heal;        /* roll the layout out even when it says it is (layout_heal_async), once */
+    int calls;       /* Redis calls made so far (struct layout's calls) */
+    int64_t read_ms; /* when the last meta read was sent (struct layout's read_ms) */
+    int refused;     /* a segment refused a restock (a damaged number): no further round */
     int round;
     int ri; /* the restock being applied */
     layout_fn cb;
@@ -126,6 +128,7 @@ static void on_read(lc_status st, const redisReply *r, const char *errstr, void 
     struct settle *s = arg;
     store_conns_note(s->conns, s->lc);
     int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
+    s->l.read_ms = s->read_ms;
     int heal = s->heal && found >= 0 && s->l.version > 0;
     if (found < 0) {
         settle_fail(s, st == LC_OK ? NULL : errstr);
@@ -151,6 +154,7 @@ static void settle_read(struct settle *s)
     for (int i = 0; i < RULES_N; i++)
         fields[i] = rules_rows[i].meta;
     s->calls++;
+    s->read_ms = clock_mono_ms();
     store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_READ, 2, keys, RULES_N, fields, on_read,
                        s);
 }

@@ -36,8 +36,10 @@ struct layout {
     int hwm;         /* segments [0, hwm) may have keys */
     int nrestocks;   /* restocks not yet applied everywhere (first LAYOUT_MAX_RESTOCKS) */
     struct layout_restock restocks[LAYOUT_MAX_RESTOCKS];
-    struct sku_rules rules;   /* the sale rules (rules.h); all 0 when none */
-    int calls;                /* Redis calls the read (and settle) made, for the callers' budgets */
+    struct sku_rules rules; /* the sale rules (rules.h); all 0 when none */
+    int64_t read_ms; /* clock_mono_ms() when the read that filled this was sent: its rules are
+                        no newer than that (skucache ages them from it) */
+    int calls;       /* Redis calls the read (and settle) made, for the callers' budgets */
     char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */
 };
 

@@ -710,7 +710,7 @@ static int take_layout(struct order *o, int found, const struct layout *l)
         return found;
     if (l->segments > SKUCACHE_MAX_SEGMENTS)
         return -1;
-    skucache_set_layout(o->app->cache, o->in.sku, l->version, l->segments, &l->rules);
+    skucache_set_layout(o->app->cache, o->in.sku, l->version, l->segments, &l->rules, l->read_ms);
     /* The layout as read, not as re-read from the cache: another request may drop or replace
      * the cache entry at any moment (a restock, cancel or DELETE on this instance). */
     memset(&o->view, 0, sizeof(o->view));

@@ -19,7 +19,8 @@ struct entry {
     int nempty;
     int64_t empty_since_ms; /* when the oldest empty mark was made */
     struct sku_rules rules;
-    int64_t rules_at; /* when the rules were read */
+    int64_t rules_at; /* when the read that brought the rules was sent (their age runs from
+                         there: a rule change answered later is at most recheck_ms behind) */
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64];
     uint64_t held[SKUCACHE_MAX_SEGMENTS / 64];
     struct entry *next;
@@ -112,7 +113,7 @@ void skucache_get(struct skucache *c, const char *sku, struct sku_view *out)
 }
 
 void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments,
-                         const struct sku_rules *rules)
+                         const struct sku_rules *rules, int64_t read_ms)
 {
     pthread_mutex_lock(&c->mu);
     struct entry *e = find(c, sku, 1);
@@ -123,7 +124,7 @@ void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, i
     }
     if (e) {
         e->rules = *rules;
-        e->rules_at = clock_mono_ms();
+        e->rules_at = read_ms;
     }
     pthread_mutex_unlock(&c->mu);
 }

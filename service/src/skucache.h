@@ -34,10 +34,13 @@ void skucache_free(struct skucache *c);
 /* Copies the entry of sku into out; out->version = 0 when unknown. */
 void skucache_get(struct skucache *c, const char *sku, struct sku_view *out);
 
-/* Records the layout read from Redis, with its sale rules (read now). A different version than
- * cached forgets emptiness and sold-out. */
+/* Records the layout read from Redis, with its sale rules, read by a read sent at read_ms
+ * (clock_mono_ms()): the rules count as stale recheck_ms after that, so a rule change answered
+ * after the read reached Redis is at most recheck_ms behind in this cache (stock.c waits that
+ * long before answering a change that may end a refusal made from the cache). A different
+ * version than cached forgets emptiness and sold-out. */
 void skucache_set_layout(struct skucache *c, const char *sku, int64_t version, int segments,
-                         const struct sku_rules *rules);
+                         const struct sku_rules *rules, int64_t read_ms);
 
 /* Records segment k of that version as empty; when every segment is, the SKU is sold out. */
 void skucache_mark_empty(struct skucache *c, const char *sku, int64_t version, int k);

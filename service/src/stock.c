@@ -23,6 +23,7 @@
  * recorded and a later step failed: it may be applied, and a recorded one is completed by the
  * next reader of the SKU.
  */
+#include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,10 +119,12 @@ struct admin {
     struct sku_rules rules; /* PUT: the body's rules */
     long long rid, qty;     /* restock */
     char pending[64];
-    int write;                /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
-    int waited;               /* that WAIT was done */
-    struct store_conns conns; /* the connections its commands went on: the WAITs go there */
-    char why[LAYOUT_WHY_MAX]; /* this request's last Redis failure, for its log line */
+    int write;                  /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
+    int waited;                 /* that WAIT was done */
+    int loosen;                 /* PUT, PATCH: a 2xx may end a refusal made from cached rules */
+    struct event *loosen_timer; /* the wait for those caches (admin_end), or NULL */
+    struct store_conns conns;   /* the connections its commands went on: the WAITs go there */
+    char why[LAYOUT_WHY_MAX];   /* this request's last Redis failure, for its log line */
 };
 
 /* Keeps the message of a failure of a's own (lockcore's errstr, a layout's why). */
@@ -149,9 +152,56 @@ static void on_admin_acked(void *arg, long long got);
  * replicas of every master it touched have it (the SKU's meta and its segments live on several
  * masters), as an order's 201 does: a WAIT on each connection its commands went on, which
  * covers what each of them wrote or read there (a replay's reads: the state it vouches for). */
+static void admin_end(struct admin *a);
+
+/* The caches have gone stale (or the loop is ending): the answer goes on. */
+static void on_caches_stale(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct admin *a = arg;
+    event_free(a->loosen_timer);
+    a->loosen_timer = NULL;
+    a->ar->cancel = NULL;
+    admin_end(a);
+}
+
+static void admin_cancel_wait(struct areq *ar)
+{
+    on_caches_stale(-1, 0, ar->handler);
+}
+
+/* A rule change that may end a refusal another instance makes from its cached rules (the
+ * window's fast answer, user_required: order_fsm.c rules_begin) is answered only once every
+ * such copy read before the change reached Redis has gone stale: a copy ages from its read's
+ * send (skucache_set_layout), at most CONFIG_RECHECK_MAX_MS on any instance. So a 2xx holds for
+ * every order that starts after it (SPEC §11), the refusals included; the commit's rules
+ * version covers everything else. 0: waiting; -1: could not arm the timer (answers now). */
+static int admin_wait_caches(struct admin *a)
+{
+    struct areq *ar = a->ar;
+    a->loosen_timer = evtimer_new(ar->base, on_caches_stale, a);
+    struct timeval tv = {CONFIG_RECHECK_MAX_MS / 1000,
+                         (CONFIG_RECHECK_MAX_MS % 1000) * 1000 + 50000};
+    if (!a->loosen_timer || evtimer_add(a->loosen_timer, &tv) != 0) {
+        if (a->loosen_timer)
+            event_free(a->loosen_timer);
+        a->loosen_timer = NULL;
+        return -1;
+    }
+    ar->handler = a;
+    ar->cancel = admin_cancel_wait;
+    return 0;
+}
+
 static void admin_end(struct admin *a)
 {
     struct areq *ar = a->ar;
+    if (a->loosen && ar->res.status / 100 == 2) {
+        a->loosen = 0;
+        if (admin_wait_caches(a) == 0)
+            return;
+    }
     int acks = a->app->cfg.redis_replica_acks;
     if (a->write && !a->waited && acks > 0 && ar->res.status / 100 == 2) {
         a->waited = 1;
@@ -494,7 +544,7 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
     store_conns_note(&a->conns, a->ar->lc);
     if (st != LC_OK)
         admin_why(a, errstr);
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->elements > 3 ||
         r->element[1]->type != REDIS_REPLY_STRING) {
         if (may_have_run(st)) {
             admin_unknown(a, unknown_put);
@@ -505,6 +555,9 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
         return;
     }
     a->replay = r->element[0]->integer == 0;
+    /* a rule that was set changed: it may end a refusal made from cached rules */
+    a->loosen = r->elements == 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
+                r->element[2]->integer == 1;
     snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
     skucache_forget(a->app->cache, a->sku);
     faultpoint("put_meta"); /* tests: the new layout in meta, not yet rolled out */
@@ -725,6 +778,8 @@ void stock_patch_async(struct areq *ar)
         v[i][0] = '\0'; /* "": keep the SKU's */
         if (body.fields & (1u << i))
             snprintf(v[i], sizeof(v[i]), "%" PRId64, rules_get(&body.rules, i));
+        if ((body.fields & (1u << i)) && rules_rows[i].error != ERROR_NONE)
+            a->loosen = 1; /* a rule that refuses orders: it may end a cached refusal */
         args[1 + 2 * i] = rules_rows[i].meta;
         args[2 + 2 * i] = v[i];
     }

@@ -1295,6 +1295,25 @@ static void test_healthcheck_action(void **state)
     assert_int_equal(r.rc, -1);
 }
 
+/* CONFIG_RECHECK_MAX_MS is the upper bound of sold_out_recheck_ms (stock.c's wait before a
+ * rule change's answer relies on no instance caching rules longer). */
+static void test_recheck_max_is_the_row_bound(void **state)
+{
+    (void)state;
+    char want[64];
+    snprintf(want, sizeof(want), "1..%d", CONFIG_RECHECK_MAX_MS);
+    int found = 0;
+    for (size_t i = 0; i < config_key_count(); i++) {
+        const struct config_key *k = config_key_at(i);
+        if (k->name && strcmp(k->name, "sold_out_recheck_ms") == 0) {
+            assert_non_null(k->range);
+            assert_string_equal(k->range, want);
+            found = 1;
+        }
+    }
+    assert_true(found);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1307,6 +1326,7 @@ int main(void)
         cmocka_unit_test(test_secrets_not_echoed),
         cmocka_unit_test(test_file_syntax_errors_quote_nothing),
         cmocka_unit_test(test_small_error_buffer),
+        cmocka_unit_test(test_recheck_max_is_the_row_bound),
         cmocka_unit_test(test_redis_urls),
         cmocka_unit_test(test_cluster_settings),
         cmocka_unit_test(test_describe),

@@ -12,7 +12,9 @@
 -- KEYS: meta, ver, rst, aidem, users, multi.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
 -- ms, the rules as JSON members for the answer ('"limit_per_user":0,...'), then for each rule
 -- its meta field and its value (a canonical integer, checked by the caller).
--- -> {1, "<status> <body>"} applied | {0, stored answer} a replay (nothing applied)
+-- -> {1, "<status> <body>", changed} applied, changed 1 when a rule that was set (not "0")
+--    gets another value (stock.c: the answer then waits out the instances' cached rules) |
+--    {0, stored answer} a replay (nothing applied)
 -- @include int.lua
 if ARGV[4] == '1' then
   local prev = redis.call('GET', KEYS[4])
@@ -30,11 +32,16 @@ redis.call('SET', KEYS[2], string.format('%.0f', v))
 redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARGV[1],
            'stock', ARGV[2],
            'state', 'p', 'hwm', hwm, 'rver', string.format('%.0f', math.max(v, rprev + 1)))
-for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local changed = 0
+for i = 7, #ARGV, 2 do
+  local was = redis.call('HGET', KEYS[1], ARGV[i])
+  if was and was ~= '0' and was ~= ARGV[i + 1] then changed = 1 end
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
 redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
 local status = (old[1] and oldseg > 0) and '200' or '201'
 local resp = status .. ' ' .. string.format(
   '{"sku":"%s","stock":%s,"segments":%s,"version":%.0f,%s}',
   ARGV[3], ARGV[2], ARGV[1], v, ARGV[6])
 if ARGV[4] == '1' then redis.call('SET', KEYS[4], resp, 'PX', ARGV[5]) end
-return {1, resp}
+return {1, resp, changed}
