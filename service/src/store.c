@@ -120,6 +120,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(give);
     SEG_KEY(log);
     SEG_KEY(follow);
+    SEG_KEY(undone);
 #undef SEG_KEY
 }
 
@@ -169,6 +170,9 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
         c->args[16] = in->hex;
         c->nargs = 17;
     }
+    /* issue 29 (multi): a part's or primary's commit refuses an id part_undo.lua tombstoned */
+    if (in->kind && (strcmp(in->kind, "part") == 0 || strcmp(in->kind, "primary") == 0))
+        c->keys[c->nkeys++] = c->sk.undone;
 }
 
 void store_sku_key(char *buf, const char *sku, const char *suffix)

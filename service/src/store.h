@@ -61,7 +61,7 @@ enum store_script {
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
         idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
-        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX];
+        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX], undone[STORE_KEY_MAX];
 };
 
 struct store;
@@ -80,7 +80,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
-#define STORE_COMMIT_NKEYS 9
+#define STORE_COMMIT_NKEYS 10
 #define STORE_COMMIT_NARGS 17
 struct sku_rules;
 struct store_commit_in {
@@ -106,7 +106,8 @@ struct store_commit_call {
     char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
-    int nkeys; /* 7, or 9 with the user's limit checked in the commit */
+    int nkeys; /* 7, or 9 with the user's limit checked in the commit; + 1 for a part or a
+                * primary (its segment's undone set, always the last key) */
     int nargs; /* 13 for a one-segment order, 16 for a part or primary, 17 with the limit */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);

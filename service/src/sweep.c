@@ -621,10 +621,14 @@ static void on_part_undone(lc_status st, const redisReply *r, const char *errstr
 static void on_primary_checked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct heal *h = arg;
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
                 "sku %s order %s: looking for the primary record: %s (the next look retries)",
-                h->sku, h->id, st != LC_OK ? errstr : "unexpected reply");
+                h->sku, h->id,
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
         heal_end(h);
         return;
     }
@@ -632,23 +636,26 @@ static void on_primary_checked(lc_status st, const redisReply *r, const char *er
         heal_end(h);
         return;
     }
-    /* The primary is written only after every other part, and nothing after the deadline:
-     * there, the order is whole; absent, it never will be. */
-    h->forward = r->integer == 1;
+    /* The primary is written only after every other part: there, the order is whole; absent,
+     * its id was tombstoned in the same step, so it never will be, whatever the clocks say
+     * (part_undo.lua "primary"); the parts' undos tombstone them as well (issue 29). */
+    h->forward = r->element[0]->integer == STORE_UNDO_WHOLE;
     if (h->forward || h->nparts == 0) {
         heal_delete_intent(h);
         return;
     }
     h->pending = h->nparts;
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
     for (int i = 0; i < h->nparts; i++) {
         char part[ORDER_ID_MAX + 16];
         snprintf(part, sizeof(part), "%s-%d-%s", h->hex, h->parts[i], h->sku);
         struct seg_keys sk;
         store_seg_keys(h->sku, h->parts[i], &sk);
-        const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
-        const char *args[1] = {part};
-        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 3, keys,
-                           1, args, on_part_undone, h);
+        const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+        const char *args[3] = {part, keep, ""};
+        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 4, keys,
+                           3, args, on_part_undone, h);
     }
 }
 
@@ -699,8 +706,12 @@ static int heal_start(struct sweep_call *c, const redisReply *hex, const redisRe
     c->pending++;
     struct seg_keys sk;
     store_seg_keys(s->sku, k1, &sk);
-    const char *argv[3] = {"HEXISTS", sk.orders, h->id};
-    store_command_async(c->sw->env->lc, NULL, 3, argv, on_primary_checked, h);
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
+    const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+    const char *args[3] = {h->id, keep, "primary"};
+    store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 4, keys, 3, args,
+                       on_primary_checked, h);
     return 0;
 }
 

@@ -1,6 +1,7 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due, log[, users, meta].  ARGV: version, quantity, order id, record,
+-- KEYS: stock, sver, cnt, orders, idem, due, log[, users, meta][, undone: a part or primary's
+-- tombstones, part_undo.lua].  ARGV: version, quantity, order id, record,
 -- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
 -- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
 -- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
@@ -33,6 +34,11 @@ local part = ARGV[14] == 'part'
 local now = 0
 if ARGV[6] ~= '0' or start > 0 or fin > 0 or ttl > 0 or cap > 0 then now = time_ms() end
 if ARGV[6] ~= '0' and now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED, 0} end
+-- issue 29 (multi): a part or primary whose id part_undo.lua tombstoned (the order was rolled
+-- back) is refused whatever the clocks say; its undone set is the last key (store_commit_call)
+if (part or ARGV[14] == 'primary') and redis.call('ZSCORE', KEYS[#KEYS], ARGV[3]) then
+  return {STORE_COMMIT_EXPIRED, 1}
+end
 if start > 0 and now < start then return {STORE_COMMIT_NOT_STARTED, start} end
 if fin > 0 and now >= fin then return {STORE_COMMIT_ENDED, fin} end
 if cap > 0 then
