@@ -154,6 +154,7 @@ struct follow_run {
     char sku[VALIDATE_SKU_MAX + 1];
     char key[STORE_KEY_MAX]; /* the primary's segment's follow set */
     int pending, ok;
+    int acks, redis_timeout_ms; /* the WAIT before a member is taken off (0: none) */
     follow_fn cb;
     void *arg;
 };
@@ -193,6 +194,22 @@ static void follow_dequeue(struct follow_one *f)
     store_command_async(f->run->lc, f->run->ar, 3, argv, on_follow_dequeued, f);
 }
 
+static void on_follow_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct follow_one *f = arg;
+    long long got = store_reply_acks(st, r);
+    if (got < f->run->acks) {
+        log_msg(CONFIG_LOG_WARN, "follow_failed",
+                "sku %s: follow %s applied, on %lld of %d replicas (%s): left queued, the "
+                "sweeper applies it again",
+                f->run->sku, f->member, got < 0 ? 0 : got, f->run->acks,
+                st != LC_OK ? errstr : "WAIT timed out");
+        follow_one_end(f, 0);
+        return;
+    }
+    follow_dequeue(f);
+}
+
 static void on_followed(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct follow_one *f = arg;
@@ -206,6 +223,15 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
         follow_one_end(f, 0);
         return;
     }
+    /* issue 29: on the part's master's replicas before the member goes (a WAIT on the
+     * connection that carried the script) */
+    lc_async_conn_ref ref;
+    if (f->run->acks > 0) {
+        if (lc_async_reply_conn(f->run->lc, &ref) != 0) {
+            on_follow_acked(LC_EIO, NULL, "the connection of the script is not known", f);
+            return;
+        }
+    }
     long long code = r->element[0]->integer;
     if (code == STORE_FOLLOW_DONE)
         metrics_part_follows(1);
@@ -214,18 +240,31 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
                 "sku %s: follow %s: the part's record is missing (its segment was reset?): "
                 "nothing to apply",
                 f->run->sku, f->member);
+    if (f->run->acks > 0) {
+        store_replica_wait_ref_async(f->run->lc, &ref, f->run->acks, f->run->redis_timeout_ms,
+                                     on_follow_acked, f);
+        return;
+    }
     follow_dequeue(f);
 }
 
 void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                  int k, const char *const *members, int n, follow_fn cb, void *arg)
+                  int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                  follow_fn cb, void *arg)
 {
     struct follow_run *run = calloc(1, sizeof(*run));
     if (!run) {
         cb(arg, 0);
         return;
     }
-    *run = (struct follow_run){.st = st, .lc = lc, .ar = ar, .ok = 1, .cb = cb, .arg = arg};
+    *run = (struct follow_run){.st = st,
+                               .lc = lc,
+                               .ar = ar,
+                               .ok = 1,
+                               .acks = acks,
+                               .redis_timeout_ms = redis_timeout_ms,
+                               .cb = cb,
+                               .arg = arg};
     snprintf(run->sku, sizeof(run->sku), "%s", sku);
     struct seg_keys sk;
     store_seg_keys(sku, k, &sk);
@@ -543,6 +582,7 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
                        on_segment_given, c);
     if (nf > 0)
         follow_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, follows, nf,
+                     c->sw->app->cfg.redis_replica_acks, c->sw->app->cfg.redis_timeout_ms,
                      on_segment_given, c);
     on_segment_given(c, 1); /* this function's own share */
 }

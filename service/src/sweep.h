@@ -72,12 +72,16 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
 
 /* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
  * written by the script that changed the primary): part_follow.lua on each part's segment,
- * then, once it answered (applied, left alone, or no such part), ZREM of the member from k's
- * follow set. A member that is not what the scripts queue is taken off with an error logged.
- * cb(arg, ok) once, on the loop: ok 0 when a step failed (logged; the member stays queued and
- * the sweeper applies it later). members are copied. */
+ * then, once it answered (applied, left alone, or no such part) and, with acks > 0
+ * (--redis-replica-acks), a WAIT acks on the connection that carried it found the part's
+ * master's replicas have it, ZREM of the member from k's follow set (a member taken off before
+ * would leave a failover that lost the change with nothing to apply it again). A member that is
+ * not what the scripts queue is taken off with an error logged. cb(arg, ok) once, on the loop:
+ * ok 0 when a step failed (logged; the member stays queued and the sweeper applies it later).
+ * members are copied. */
 typedef void (*follow_fn)(void *arg, int ok);
 void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                  int k, const char *const *members, int n, follow_fn cb, void *arg);
+                  int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                  follow_fn cb, void *arg);
 
 #endif

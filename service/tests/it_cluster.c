@@ -718,6 +718,58 @@ static void test_multi_replay_waits_on_parts(void **state)
     SF_ASSERT_EQ(rp.sold, 2);
 }
 
+/* Item 5: a follow (a cancelled primary's change on its other parts) leaves its queue only once
+ * the part's master's replicas have it. An order of 2 is 201; with segment 1's master starved,
+ * its cancel is 200 (the primary's change is on segment 0's replicas) but the follow stays
+ * queued in segment 0's follow set, since the part's change is on no replica; once the replica
+ * is back, the sweepers apply it again and take it off: both units back. Old binary: the member
+ * was taken off at once (a failover of segment 1's master then lost the part's give-back for
+ * good). ~4 s. */
+static void test_multi_follow_waited(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1;
+    mu_find_sku("cl-mf", MU_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    int port = sf_port(svc[0]);
+    sf_resp r = {0};
+    sf_put_sku(port, NULL, sku, 2, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_order(NULL, port, sku, 2, &r), 201);
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
+    sf_resp_free(&r);
+    int rep = mu_starve(m1);
+    int st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    char first[300];
+    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    char key[128];
+    snprintf(key, sizeof key, "inv:2:{%s/0}:follow", sku);
+    redisReply *z = rf_command(cf_node(cl, m0), "ZCARD %s", key);
+    long long queued = z && z->type == REDIS_REPLY_INTEGER ? z->integer : -1;
+    freeReplyObject(z);
+    mu_feed(m1, rep);
+    SF_ASSERT(st == 200, "cancel: %s", first);
+    SF_ASSERT(queued == 1, "%lld follows queued while the part's change is on no replica", queued);
+    long long left = -1;
+    for (int t = 0; t < 300 && (left != 2 || queued != 0); t++) {
+        tu_sleep_ms(50);
+        json_t *g = sf_sku_status(sf_port(svc[1]), sku);
+        left = g ? sf_json_int(g, "remaining", -1) : -1;
+        json_decref(g);
+        z = rf_command(cf_node(cl, m0), "ZCARD %s", key);
+        queued = z && z->type == REDIS_REPLY_INTEGER ? z->integer : -1;
+        freeReplyObject(z);
+    }
+    SF_ASSERT(left == 2 && queued == 0, "after the replica came back: %lld left, %lld queued", left,
+              queued);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 0);
+}
+
 struct mu_late {
     int port;
     const char *sku;
@@ -996,6 +1048,7 @@ int main(void)
         cmocka_unit_test(test_multi_intent_waited),
         cmocka_unit_test(test_multi_parts_acked_before_primary),
         cmocka_unit_test(test_multi_replay_waits_on_parts),
+        cmocka_unit_test(test_multi_follow_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
         cmocka_unit_test(test_lock_redis_over_cluster),
