@@ -597,6 +597,7 @@ struct heal {
     char multi[STORE_KEY_MAX];
     int k1, nparts, pending, ok, forward;
     int parts[HEAL_PARTS_MAX];
+    struct store_conns conns; /* where the heal's scripts ran: WAITed before the intent goes */
 };
 
 static void look_end(struct sweep_call *c)
@@ -632,15 +633,46 @@ static void on_intent_deleted(lc_status st, const redisReply *r, const char *err
     heal_end(h);
 }
 
-static void heal_delete_intent(struct heal *h)
+static void heal_delete_intent_now(struct heal *h)
 {
     const char *argv[3] = {"HDEL", h->multi, h->hex};
     store_command_async(h->c->sw->env->lc, NULL, 3, argv, on_intent_deleted, h);
 }
 
+static void on_heal_acked(void *arg, long long acks)
+{
+    struct heal *h = arg;
+    int want = h->c->sw->app->cfg.redis_replica_acks;
+    if (acks < want || h->c->sw->stopping) {
+        if (acks < want)
+            log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
+                    "sku %s order %s: healed %s, on %lld of %d replicas: the intent stays for "
+                    "the next look",
+                    h->sku, h->id, h->forward ? "forward" : "back", acks < 0 ? 0 : acks, want);
+        heal_end(h);
+        return;
+    }
+    heal_delete_intent_now(h);
+}
+
+/* The intent goes once what the heal found or did (the primary there, the parts undone and
+ * tombstoned) is on --redis-replica-acks replicas: else a failover could bring back parts, or
+ * lose the primary, with no intent left to heal them (issue 29). */
+static void heal_delete_intent(struct heal *h)
+{
+    int acks = h->c->sw->app->cfg.redis_replica_acks;
+    if (acks <= 0) {
+        heal_delete_intent_now(h);
+        return;
+    }
+    store_replica_wait_conns_async(h->c->sw->env->lc, NULL, &h->conns, acks,
+                                   h->c->sw->app->cfg.redis_timeout_ms, on_heal_acked, h);
+}
+
 static void on_part_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct heal *h = arg;
+    store_conns_note(&h->conns, h->c->sw->env->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
@@ -661,6 +693,7 @@ static void on_part_undone(lc_status st, const redisReply *r, const char *errstr
 static void on_primary_checked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct heal *h = arg;
+    store_conns_note(&h->conns, h->c->sw->env->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",

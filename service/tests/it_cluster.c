@@ -537,11 +537,12 @@ static int master_of_sku(const char *sku)
  * the replica's link, with min-replicas-to-write 0 so the master still takes the writes: what it
  * writes then is on no replica, and a WAIT on it times out (a quarter of --redis-timeout-ms). */
 
-enum { MU_SKU_AWAY = 1, MU_PARTS_APART = 2 };
+enum { MU_SKU_AWAY = 1, MU_PARTS_APART = 2, MU_PRIMARY_APART = 3 };
 
 /* A SKU name "<prefix>-<i>" (into sku) whose masters are as want says: MU_SKU_AWAY, the SKU's
  * master holds neither segment; MU_PARTS_APART, segments 0 and 1 on different masters and the
- * SKU's master not segment 1's. Fills ms, m0, m1. */
+ * SKU's master not segment 1's; MU_PRIMARY_APART, segment 0's master holds neither the SKU's
+ * keys nor segment 1. Fills ms, m0, m1. */
 static void mu_find_sku(const char *prefix, int want, char *sku, size_t n, int *ms, int *m0,
                         int *m1)
 {
@@ -555,6 +556,8 @@ static void mu_find_sku(const char *prefix, int want, char *sku, size_t n, int *
         if (want == MU_SKU_AWAY && *ms != *m0 && *ms != *m1)
             return;
         if (want == MU_PARTS_APART && *m0 != *m1 && *ms != *m1)
+            return;
+        if (want == MU_PRIMARY_APART && *m0 != *m1 && *ms != *m0)
             return;
     }
     SF_ASSERT(0, "no SKU name with the masters wanted (%d)", want);
@@ -768,6 +771,73 @@ static void test_multi_follow_waited(void **state)
     sf_report rp;
     SF_ASSERT_INVARIANTS(url, sku, &rp);
     SF_ASSERT_EQ(rp.sold, 0);
+}
+
+/* Item 5, the healer: an instance killed -9 right after its primary was written (before its
+ * WAIT), with segment 0's master starved: the primary is on no replica, the intent stays. The
+ * sweepers find the primary and heal forward, but delete the intent only once the primary is
+ * on the replicas: while segment 0's master is starved the intent stays (a failover losing the
+ * primary would leave the part to it); once the replica is back it goes, the order whole. Old
+ * binary: the intent was deleted as soon as the primary was seen on the master. ~6 s. */
+static void test_multi_heal_forward_waited(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1;
+    mu_find_sku("cl-mh", MU_PRIMARY_APART, sku, sizeof sku, &ms, &m0, &m1);
+    sf_resp r = {0};
+    sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    setenv("INVENTORY_FAULTPOINT", "multi_primary", 1);
+    const char *args[] = {"--threads",
+                          "1",
+                          "--redis-replica-acks",
+                          "1",
+                          "--lock-lease-ms",
+                          "2000",
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--lock-wait-ms",
+                          "800",
+                          NULL};
+    sf_service *x = sf_start(url, args);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(x != NULL, "%s", "the instance to kill");
+    int rep = mu_starve(m0);
+    sf_order(NULL, sf_port(x), sku, 2, &r);
+    char answer[300];
+    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 100 && sf_alive(x); t++)
+        tu_sleep_ms(20);
+    int died = !sf_alive(x);
+    (void)sf_stop(x);
+    long long primaries = mu_hlen(m0, "orders", sku, 0);
+    /* the sweepers look past the intent's deadline (~1.8 s) + 1 s: until one of them tried (and
+     * said it held the intent back), the intent must stay */
+    long long intents = 1;
+    int tried = 0;
+    for (int t = 0; t < 300 && intents == 1 && !tried; t++) {
+        tu_sleep_ms(50);
+        intents = mu_hlen(ms, "multi", sku, -1);
+        tried = sf_log_contains(svc[0], "the intent stays for the next look") ||
+                sf_log_contains(svc[1], "the intent stays for the next look");
+    }
+    mu_feed(m0, rep);
+    SF_ASSERT(died, "the instance did not die at its fault point (answered %s)", answer);
+    SF_ASSERT_EQ(primaries, 1);
+    SF_ASSERT(intents == 1, "%lld intents while the primary they heal forward is on no replica",
+              intents);
+    SF_ASSERT(tried, "%s", "no sweeper tried to heal the intent in 15 s");
+    for (int t = 0; t < 300 && intents != 0; t++) {
+        tu_sleep_ms(50);
+        intents = mu_hlen(ms, "multi", sku, -1);
+    }
+    SF_ASSERT(intents == 0, "%s", "the intent stayed once the replica was back");
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 2);
 }
 
 struct mu_late {
@@ -1049,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_multi_parts_acked_before_primary),
         cmocka_unit_test(test_multi_replay_waits_on_parts),
         cmocka_unit_test(test_multi_follow_waited),
+        cmocka_unit_test(test_multi_heal_forward_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
         cmocka_unit_test(test_lock_redis_over_cluster),
