@@ -4,8 +4,9 @@
  * "Fault points"): env INVENTORY_FAULTPOINT=<name>[:kill|:stop] (kill: SIGKILL, the default;
  * stop: SIGSTOP, the test sends SIGCONT), read once; the point fires the first time it is
  * reached. Unset, a point costs one test of a static flag. Points: multi_intent (a
- * multi-segment order's intent written, no part yet), multi_parts (every part but the primary
- * written), multi_primary (the primary written, the intent not yet deleted).
+ * multi-segment order's intent written, and WAITed with --redis-replica-acks, no part yet),
+ * multi_parts (every part but the primary written, and WAITed), multi_primary (the primary
+ * written, before its WAIT, the intent not yet deleted).
  */
 #ifndef INVENTORY_FAULTPOINT_H
 #define INVENTORY_FAULTPOINT_H

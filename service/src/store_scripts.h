@@ -36,6 +36,8 @@
  *                         applied (an ended order of a user: docs/design.md "Per-user limits")
  *   inv:2:{S/k}:follow      zset "<part id>|<status>", score when   changes of a multi-segment
  *                         order's primary (in k) not yet applied to its other parts
+ *   inv:2:{S/k}:undone      zset id, score when (24 h TTL)  tombstones: ids of multi-segment
+ *                         orders' parts (or primaries) rolled back in k, whose commits are refused
  *   inv:2:{S}:multi         hash hex -> JSON intent         multi-segment orders being made
  *                         (docs/design.md "Orders larger than one segment")
  *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);

@@ -14,8 +14,13 @@
  *   - a cancel and a restock wait for the replica too (503 outcome unknown while it is stopped);
  *   - segment locks as Redlock on three lock nodes (--lock-redis) over the cluster: exact;
  *   - orders from several segments (SPEC §13) with parts on every master, and one cut off
- *     between its parts and its primary (killed -9): undone by the other instances.
- * The failover test kills a master, so it runs last.
+ *     between its parts and its primary (killed -9): undone by the other instances;
+ *   - (issue 29) each step of a multi-segment order is on a replica before the next: with one
+ *     master's replica stopped, the intent, the parts (before the primary), the follows of a
+ *     cancel, the healer's scripts and a replay's reads wait for it; and a primary still on its
+ *     way after a heal "back" decided on a clock ahead of its master's is refused (tombstone).
+ *     IT_CLUSTER_FILTER="test_multi_*" runs those alone (~30 s).
+ * The failover tests kill a master, so they run last.
  */
 #include "svc_test.h"
 
@@ -537,13 +542,13 @@ static int master_of_sku(const char *sku)
  * the replica's link, with min-replicas-to-write 0 so the master still takes the writes: what it
  * writes then is on no replica, and a WAIT on it times out (a quarter of --redis-timeout-ms). */
 
-enum { MU_SKU_AWAY = 1, MU_PARTS_APART = 2, MU_PRIMARY_APART = 3 };
+enum { CL_SKU_AWAY = 1, CL_PARTS_APART = 2, CL_PRIMARY_APART = 3 };
 
-/* A SKU name "<prefix>-<i>" (into sku) whose masters are as want says: MU_SKU_AWAY, the SKU's
- * master holds neither segment; MU_PARTS_APART, segments 0 and 1 on different masters and the
- * SKU's master not segment 1's; MU_PRIMARY_APART, segment 0's master holds neither the SKU's
+/* A SKU name "<prefix>-<i>" (into sku) whose masters are as want says: CL_SKU_AWAY, the SKU's
+ * master holds neither segment; CL_PARTS_APART, segments 0 and 1 on different masters and the
+ * SKU's master not segment 1's; CL_PRIMARY_APART, segment 0's master holds neither the SKU's
  * keys nor segment 1. Fills ms, m0, m1. */
-static void mu_find_sku(const char *prefix, int want, char *sku, size_t n, int *ms, int *m0,
+static void cl_find_sku(const char *prefix, int want, char *sku, size_t n, int *ms, int *m0,
                         int *m1)
 {
     for (int i = 0; i < 500; i++) {
@@ -553,11 +558,11 @@ static void mu_find_sku(const char *prefix, int want, char *sku, size_t n, int *
         *m1 = master_of_segment(sku, 1);
         if (*ms < 0 || *m0 < 0 || *m1 < 0)
             continue;
-        if (want == MU_SKU_AWAY && *ms != *m0 && *ms != *m1)
+        if (want == CL_SKU_AWAY && *ms != *m0 && *ms != *m1)
             return;
-        if (want == MU_PARTS_APART && *m0 != *m1 && *ms != *m1)
+        if (want == CL_PARTS_APART && *m0 != *m1 && *ms != *m1)
             return;
-        if (want == MU_PRIMARY_APART && *m0 != *m1 && *ms != *m0)
+        if (want == CL_PRIMARY_APART && *m0 != *m1 && *ms != *m0)
             return;
     }
     SF_ASSERT(0, "no SKU name with the masters wanted (%d)", want);
@@ -565,7 +570,7 @@ static void mu_find_sku(const char *prefix, int want, char *sku, size_t n, int *
 
 /* Stops master m's replica and drops its link: m's writes from now on are on no replica. The
  * replica's index. */
-static int mu_starve(int m)
+static int cl_starve(int m)
 {
     int rep = replica_of(m);
     SF_ASSERT(rep >= 0, "master %d has no replica", m);
@@ -575,7 +580,7 @@ static int mu_starve(int m)
     return rep;
 }
 
-static void mu_feed(int m, int rep)
+static void cl_feed(int m, int rep)
 {
     SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
     freeReplyObject(rf_command(cf_node(cl, m), "CONFIG SET min-replicas-to-write 1"));
@@ -584,7 +589,7 @@ static void mu_feed(int m, int rep)
 
 /* HLEN of sku's key on node m: segment k's suffix, or the SKU's own when k < 0 (-1: no
  * integer). */
-static long long mu_hlen(int m, const char *suffix, const char *sku, int k)
+static long long cl_hlen(int m, const char *suffix, const char *sku, int k)
 {
     char key[160];
     if (k < 0)
@@ -598,14 +603,14 @@ static long long mu_hlen(int m, const char *suffix, const char *sku, int k)
 }
 
 /* Waits (up to 15 s) until sku has its 2 units back and no intent: healed back. */
-static void mu_healed_back(const char *sku, int ms)
+static void cl_healed_back(const char *sku, int ms)
 {
     long long left = -1, intents = -1;
     for (int t = 0; t < 300; t++) {
         json_t *st = sf_sku_status(sf_port(svc[1]), sku);
         left = st ? sf_json_int(st, "remaining", -1) : -1;
         json_decref(st);
-        intents = mu_hlen(ms, "multi", sku, -1);
+        intents = cl_hlen(ms, "multi", sku, -1);
         if (left == 2 && intents == 0)
             break;
         tu_sleep_ms(50);
@@ -626,22 +631,22 @@ static void test_multi_intent_waited(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-mi", MU_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-mi", CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
     int port = sf_port(svc[0]);
     sf_resp r = {0};
     sf_put_sku(port, NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    int rep = mu_starve(ms);
+    int rep = cl_starve(ms);
     int st = sf_order(NULL, port, sku, 2, &r);
     char first[300];
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
-    long long parts = mu_hlen(m0, "orders", sku, 0) + mu_hlen(m1, "orders", sku, 1);
-    mu_feed(ms, rep);
+    long long parts = cl_hlen(m0, "orders", sku, 0) + cl_hlen(m1, "orders", sku, 1);
+    cl_feed(ms, rep);
     SF_ASSERT(st == 503, "an order whose intent is on no replica: %s (want 503)", first);
     SF_ASSERT(parts == 0, "%lld records made under an intent on no replica", parts);
-    mu_healed_back(sku, ms);
+    cl_healed_back(sku, ms);
     SF_ASSERT_EQ(sf_order(NULL, port, sku, 2, &r), 201);
     sf_resp_free(&r);
 }
@@ -657,23 +662,23 @@ static void test_multi_parts_acked_before_primary(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-mp", MU_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-mp", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
     int port = sf_port(svc[0]);
     sf_resp r = {0};
     sf_put_sku(port, NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    int rep = mu_starve(m1);
+    int rep = cl_starve(m1);
     int st = sf_order(NULL, port, sku, 2, &r);
     char first[300];
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
-    long long primaries = mu_hlen(m0, "orders", sku, 0);
-    mu_feed(m1, rep);
+    long long primaries = cl_hlen(m0, "orders", sku, 0);
+    cl_feed(m1, rep);
     SF_ASSERT(st == 503, "an order whose part is on no replica: %s (want 503)", first);
     SF_ASSERT(primaries == 0, "the primary was written before its part was on a replica (%s)",
               first);
-    mu_healed_back(sku, ms);
+    cl_healed_back(sku, ms);
 }
 
 /* Item 5: a replay (Idempotency-Key) WAITs on every part's master. An order of 2 with a key is
@@ -685,7 +690,7 @@ static void test_multi_replay_waits_on_parts(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-mr", MU_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-mr", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
     int port = sf_port(svc[0]);
     sf_resp r = {0};
     sf_put_sku(port, NULL, sku, 2, 2, &r);
@@ -697,7 +702,7 @@ static void test_multi_replay_waits_on_parts(void **state)
                  201);
     snprintf(id, sizeof id, "%s", sf_str(r.json, "order_id"));
     sf_resp_free(&r);
-    int rep = mu_starve(m1);
+    int rep = cl_starve(m1);
     redisReply *w = rf_command(cf_node(cl, m1), "SET inv:2:{%s/1}:mr-probe x", sku);
     SF_ASSERT(w && w->type == REDIS_REPLY_STATUS, "%s", "a write on segment 1's master");
     freeReplyObject(w);
@@ -707,7 +712,7 @@ static void test_multi_replay_waits_on_parts(void **state)
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     snprintf(outcome, sizeof outcome, "%s", st == 503 ? sf_str(r.json, "outcome") : "");
     sf_resp_free(&r);
-    mu_feed(m1, rep);
+    cl_feed(m1, rep);
     freeReplyObject(rf_command(cf_node(cl, m1), "DEL inv:2:{%s/1}:mr-probe", sku));
     SF_ASSERT(st == 503 && strcmp(outcome, "unknown") == 0,
               "a replay while its part's master has no replica ack: %s (want 503 unknown)", first);
@@ -733,7 +738,7 @@ static void test_multi_follow_waited(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-mf", MU_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-mf", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
     int port = sf_port(svc[0]);
     sf_resp r = {0};
     sf_put_sku(port, NULL, sku, 2, 2, &r);
@@ -743,7 +748,7 @@ static void test_multi_follow_waited(void **state)
     char path[200];
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
     sf_resp_free(&r);
-    int rep = mu_starve(m1);
+    int rep = cl_starve(m1);
     int st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
     char first[300];
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
@@ -753,7 +758,7 @@ static void test_multi_follow_waited(void **state)
     redisReply *z = rf_command(cf_node(cl, m0), "ZCARD %s", key);
     long long queued = z && z->type == REDIS_REPLY_INTEGER ? z->integer : -1;
     freeReplyObject(z);
-    mu_feed(m1, rep);
+    cl_feed(m1, rep);
     SF_ASSERT(st == 200, "cancel: %s", first);
     SF_ASSERT(queued == 1, "%lld follows queued while the part's change is on no replica", queued);
     long long left = -1;
@@ -784,7 +789,7 @@ static void test_multi_heal_forward_waited(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-mh", MU_PRIMARY_APART, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-mh", CL_PRIMARY_APART, sku, sizeof sku, &ms, &m0, &m1);
     sf_resp r = {0};
     sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -804,7 +809,7 @@ static void test_multi_heal_forward_waited(void **state)
     sf_service *x = sf_start(url, args);
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(x != NULL, "%s", "the instance to kill");
-    int rep = mu_starve(m0);
+    int rep = cl_starve(m0);
     sf_order(NULL, sf_port(x), sku, 2, &r);
     char answer[300];
     snprintf(answer, sizeof answer, "%s", sf_resp_summary(&r));
@@ -813,18 +818,18 @@ static void test_multi_heal_forward_waited(void **state)
         tu_sleep_ms(20);
     int died = !sf_alive(x);
     (void)sf_stop(x);
-    long long primaries = mu_hlen(m0, "orders", sku, 0);
+    long long primaries = cl_hlen(m0, "orders", sku, 0);
     /* the sweepers look past the intent's deadline (~1.8 s) + 1 s: until one of them tried (and
      * said it held the intent back), the intent must stay */
     long long intents = 1;
     int tried = 0;
     for (int t = 0; t < 300 && intents == 1 && !tried; t++) {
         tu_sleep_ms(50);
-        intents = mu_hlen(ms, "multi", sku, -1);
+        intents = cl_hlen(ms, "multi", sku, -1);
         tried = sf_log_contains(svc[0], "the intent stays for the next look") ||
                 sf_log_contains(svc[1], "the intent stays for the next look");
     }
-    mu_feed(m0, rep);
+    cl_feed(m0, rep);
     SF_ASSERT(died, "the instance did not die at its fault point (answered %s)", answer);
     SF_ASSERT_EQ(primaries, 1);
     SF_ASSERT(intents == 1, "%lld intents while the primary they heal forward is on no replica",
@@ -832,7 +837,7 @@ static void test_multi_heal_forward_waited(void **state)
     SF_ASSERT(tried, "%s", "no sweeper tried to heal the intent in 15 s");
     for (int t = 0; t < 300 && intents != 0; t++) {
         tu_sleep_ms(50);
-        intents = mu_hlen(ms, "multi", sku, -1);
+        intents = cl_hlen(ms, "multi", sku, -1);
     }
     SF_ASSERT(intents == 0, "%s", "the intent stayed once the replica was back");
     sf_report rp;
@@ -840,15 +845,15 @@ static void test_multi_heal_forward_waited(void **state)
     SF_ASSERT_EQ(rp.sold, 2);
 }
 
-struct mu_late {
+struct cl_late {
     int port;
     const char *sku;
     sf_resp r;
 };
 
-static void *mu_late_order(void *arg)
+static void *cl_late_order(void *arg)
 {
-    struct mu_late *l = arg;
+    struct cl_late *l = arg;
     sf_order(NULL, l->port, l->sku, 2, &l->r);
     return NULL;
 }
@@ -864,7 +869,7 @@ static void test_multi_late_primary_after_heal(void **state)
     (void)state;
     char sku[64];
     int ms, m0, m1;
-    mu_find_sku("cl-ml", MU_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    cl_find_sku("cl-ml", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
     sf_resp r = {0};
     sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -884,16 +889,16 @@ static void test_multi_late_primary_after_heal(void **state)
     sf_service *x = sf_start(url, args);
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(x != NULL, "%s", "the instance to stop");
-    struct mu_late late = {.port = sf_port(x), .sku = sku};
+    struct cl_late late = {.port = sf_port(x), .sku = sku};
     pthread_t t;
-    SF_ASSERT(pthread_create(&t, NULL, mu_late_order, &late) == 0, "%s", "thread");
+    SF_ASSERT(pthread_create(&t, NULL, cl_late_order, &late) == 0, "%s", "thread");
     int stopped = 0;
     for (int i = 0; i < 500 && !stopped; i++) {
         stopped = sf_log_contains(x, "fault point multi_parts");
         tu_sleep_ms(20);
     }
     SF_ASSERT(stopped, "%s", "the instance did not reach its fault point");
-    SF_ASSERT_EQ(mu_hlen(m1, "orders", sku, 1), 1); /* its part is made */
+    SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 1); /* its part is made */
     /* the deadline as a clock far ahead sees it */
     char key[128];
     snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
@@ -909,11 +914,11 @@ static void test_multi_late_primary_after_heal(void **state)
     freeReplyObject(all);
     long long intents = -1;
     for (int i = 0; i < 300 && intents != 0; i++) {
-        intents = mu_hlen(ms, "multi", sku, -1);
+        intents = cl_hlen(ms, "multi", sku, -1);
         tu_sleep_ms(50);
     }
     SF_ASSERT(intents == 0, "%s", "the sweepers did not heal the intent");
-    SF_ASSERT_EQ(mu_hlen(m1, "orders", sku, 1), 0); /* healed back */
+    SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 0); /* healed back */
     kill(sf_pid(x), SIGCONT);
     pthread_join(t, NULL);
     char answer[300];
@@ -922,7 +927,7 @@ static void test_multi_late_primary_after_heal(void **state)
     sf_resp_free(&late.r);
     (void)sf_stop(x);
     SF_ASSERT(st != 201, "the primary landed after its order was healed back: %s", answer);
-    mu_healed_back(sku, ms);
+    cl_healed_back(sku, ms);
 }
 
 /* Issue 18 item 4: an order's Idempotency-Key claim lives on the SKU's master, its commit on

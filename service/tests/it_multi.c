@@ -12,7 +12,9 @@
  *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
  *     after the parts, after the primary; another instance's sweeper rolls each back or forward
  *     to whole; an instance SIGSTOPped under its locks past the lease while another sells those
- *     segments: resumed, it sells nothing twice.
+ *     segments: resumed, it sells nothing twice;
+ *   - (issue 29) an attempt whose parts were made never walks again with the same order hex;
+ *     no intent is written after a PUT down to one segment (an instance behind a 1 s proxy).
  * sf_check_invariants after each (every part of an order sold or none, SPEC §8).
  */
 #include "svc_test.h"
