@@ -2073,6 +2073,9 @@ static void on_multi(struct order *o, const struct oev *e)
     if (r->why[0])
         snprintf(o->why, sizeof(o->why), "%s", r->why);
     enum order_outcome out = r->out;
+    if (out == OUT_OUTCOME_UNKNOWN) /* answer() leaves it to the acks' step, which is here */
+        log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s order %s: %s", o->in.sku,
+                r->order_id, r->why[0] ? r->why : "unexpected reply");
     if (out == OUT_CREATED || out == OUT_OUTCOME_UNKNOWN) {
         snprintf(o->order_id, sizeof(o->order_id), "%s", r->order_id);
         o->acked = 1; /* the WAITs of every part's master were made (or not needed) */

@@ -777,9 +777,10 @@ static void on_undos_acked(void *arg, long long acks)
     struct multi *m = arg;
     if (acks < m->rq.app->cfg.redis_replica_acks) {
         /* the intent stays: the sweeper undoes the parts again, then deletes it */
-        snprintf(m->res.why, sizeof(m->res.why),
-                 "the parts were undone, on %lld of %d replicas: the intent is left to healing",
-                 acks < 0 ? 0 : acks, m->rq.app->cfg.redis_replica_acks);
+        size_t n = strlen(m->res.why); /* after why they were undone */
+        snprintf(m->res.why + n, sizeof(m->res.why) - n,
+                 "%sthe parts were undone, on %lld of %d replicas: the intent is left to healing",
+                 n ? "; " : "", acks < 0 ? 0 : acks, m->rq.app->cfg.redis_replica_acks);
         finish(m, m->res.out);
         return;
     }

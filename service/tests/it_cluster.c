@@ -621,6 +621,33 @@ static void cl_healed_back(const char *sku, int ms)
     SF_ASSERT_EQ(rp.sold, 0);
 }
 
+/* An order of q units of sku with key (idempotent), asked again while it answers 503 (a WAIT of
+ * 250 ms timing out on a loaded machine is no failure of the test): its last status. */
+static int cl_order_key(int port, const char *sku, long long q, const char *key, sf_resp *r)
+{
+    char body[160];
+    snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": %lld}", sku, q);
+    int st = 0;
+    for (int i = 0; i < 10; i++) {
+        sf_resp_free(r);
+        st = sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, key, body, r);
+        if (st != 503)
+            break;
+        tu_sleep_ms(200);
+    }
+    return st;
+}
+
+/* Whether instance i logged "sku <sku>: <what>" (the reason of an order's answer). */
+static int cl_logged(int i, const char *sku, const char *what)
+{
+    char needle[256];
+    snprintf(needle, sizeof needle, "sku %s: %s", sku, what);
+    return sf_log_contains(svc[i], needle);
+}
+
+#define CL_TRIES 3 /* a precondition missed on a loaded machine: tried again with a new SKU */
+
 /* Item 5: the intent is on the replicas before any part is made. With the SKU master's replica
  * starved, an order of 2 (both segments on other masters) answers 503 with nothing sold, and
  * its intent gone; once the replica is back the same order is 201. Old binary: 201 with an
@@ -629,26 +656,33 @@ static void cl_healed_back(const char *sku, int ms)
 static void test_multi_intent_waited(void **state)
 {
     (void)state;
-    char sku[64];
-    int ms, m0, m1;
-    cl_find_sku("cl-mi", CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
-    int port = sf_port(svc[0]);
-    sf_resp r = {0};
-    sf_put_sku(port, NULL, sku, 2, 2, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-    int rep = cl_starve(ms);
-    int st = sf_order(NULL, port, sku, 2, &r);
-    char first[300];
-    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
-    sf_resp_free(&r);
-    long long parts = cl_hlen(m0, "orders", sku, 0) + cl_hlen(m1, "orders", sku, 1);
-    cl_feed(ms, rep);
-    SF_ASSERT(st == 503, "an order whose intent is on no replica: %s (want 503)", first);
-    SF_ASSERT(parts == 0, "%lld records made under an intent on no replica", parts);
-    cl_healed_back(sku, ms);
-    SF_ASSERT_EQ(sf_order(NULL, port, sku, 2, &r), 201);
-    sf_resp_free(&r);
+    int proved = 0;
+    for (int a = 0; a < CL_TRIES && !proved; a++) {
+        char sku[64], prefix[32];
+        int ms, m0, m1;
+        snprintf(prefix, sizeof prefix, "cl-mi%d", a);
+        cl_find_sku(prefix, CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
+        int port = sf_port(svc[0]);
+        sf_resp r = {0};
+        sf_put_sku(port, NULL, sku, 2, 2, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        int rep = cl_starve(ms);
+        int st = sf_order(NULL, port, sku, 2, &r);
+        char first[300];
+        snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        long long parts = cl_hlen(m0, "orders", sku, 0) + cl_hlen(m1, "orders", sku, 1);
+        cl_feed(ms, rep);
+        SF_ASSERT(st == 503, "an order whose intent is on no replica: %s (want 503)", first);
+        SF_ASSERT(parts == 0, "%lld records made under an intent on no replica", parts);
+        cl_healed_back(sku, ms);
+        /* else a WAIT on a master whose replica runs timed out first: not what is tested */
+        proved = cl_logged(0, sku, "the intent is on 0 of 1 replicas");
+        SF_ASSERT_EQ(cl_order_key(port, sku, 2, "mi-after", &r), 201);
+        sf_resp_free(&r);
+    }
+    SF_ASSERT(proved, "%s", "the order never failed for its intent's WAIT");
 }
 
 /* Item 5: the parts are on the replicas before the primary is written. With the replica of
@@ -660,25 +694,31 @@ static void test_multi_intent_waited(void **state)
 static void test_multi_parts_acked_before_primary(void **state)
 {
     (void)state;
-    char sku[64];
-    int ms, m0, m1;
-    cl_find_sku("cl-mp", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
-    int port = sf_port(svc[0]);
-    sf_resp r = {0};
-    sf_put_sku(port, NULL, sku, 2, 2, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-    int rep = cl_starve(m1);
-    int st = sf_order(NULL, port, sku, 2, &r);
-    char first[300];
-    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
-    sf_resp_free(&r);
-    long long primaries = cl_hlen(m0, "orders", sku, 0);
-    cl_feed(m1, rep);
-    SF_ASSERT(st == 503, "an order whose part is on no replica: %s (want 503)", first);
-    SF_ASSERT(primaries == 0, "the primary was written before its part was on a replica (%s)",
-              first);
-    cl_healed_back(sku, ms);
+    int proved = 0;
+    for (int a = 0; a < CL_TRIES && !proved; a++) {
+        char sku[64], prefix[32];
+        int ms, m0, m1;
+        snprintf(prefix, sizeof prefix, "cl-mp%d", a);
+        cl_find_sku(prefix, CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+        int port = sf_port(svc[0]);
+        sf_resp r = {0};
+        sf_put_sku(port, NULL, sku, 2, 2, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        int rep = cl_starve(m1);
+        int st = sf_order(NULL, port, sku, 2, &r);
+        char first[300];
+        snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        long long primaries = cl_hlen(m0, "orders", sku, 0);
+        cl_feed(m1, rep);
+        SF_ASSERT(st == 503, "an order whose part is on no replica: %s (want 503)", first);
+        SF_ASSERT(primaries == 0, "the primary was written before its part was on a replica (%s)",
+                  first);
+        cl_healed_back(sku, ms);
+        proved = cl_logged(0, sku, "the parts are on 0 of 1 replicas");
+    }
+    SF_ASSERT(proved, "%s", "the order never failed for its parts' WAIT");
 }
 
 /* Item 5: a replay (Idempotency-Key) WAITs on every part's master. An order of 2 with a key is
@@ -698,16 +738,15 @@ static void test_multi_replay_waits_on_parts(void **state)
     sf_resp_free(&r);
     char body[160], id[112];
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2}", sku);
-    SF_ASSERT_EQ(sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "mr-key", body, &r),
-                 201);
+    int st = cl_order_key(port, sku, 2, "mr-key", &r);
+    SF_ASSERT(st == 201 || st == 200, "the order: %s", sf_resp_summary(&r));
     snprintf(id, sizeof id, "%s", sf_str(r.json, "order_id"));
     sf_resp_free(&r);
     int rep = cl_starve(m1);
     redisReply *w = rf_command(cf_node(cl, m1), "SET inv:2:{%s/1}:mr-probe x", sku);
     SF_ASSERT(w && w->type == REDIS_REPLY_STATUS, "%s", "a write on segment 1's master");
     freeReplyObject(w);
-    int st =
-        sf_json_request(NULL, sf_port(svc[1]), "POST", "/api/v1/orders", NULL, "mr-key", body, &r);
+    st = sf_json_request(NULL, sf_port(svc[1]), "POST", "/api/v1/orders", NULL, "mr-key", body, &r);
     char first[300], outcome[32];
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     snprintf(outcome, sizeof outcome, "%s", st == 503 ? sf_str(r.json, "outcome") : "");
@@ -716,8 +755,7 @@ static void test_multi_replay_waits_on_parts(void **state)
     freeReplyObject(rf_command(cf_node(cl, m1), "DEL inv:2:{%s/1}:mr-probe", sku));
     SF_ASSERT(st == 503 && strcmp(outcome, "unknown") == 0,
               "a replay while its part's master has no replica ack: %s (want 503 unknown)", first);
-    SF_ASSERT_EQ(sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, "mr-key", body, &r),
-                 200);
+    SF_ASSERT_EQ(cl_order_key(port, sku, 2, "mr-key", &r), 200);
     SF_ASSERT(strcmp(sf_str(r.json, "order_id"), id) == 0, "replayed %s, not %s",
               sf_str(r.json, "order_id"), id);
     sf_resp_free(&r);
@@ -728,11 +766,11 @@ static void test_multi_replay_waits_on_parts(void **state)
 
 /* Item 5: a follow (a cancelled primary's change on its other parts) leaves its queue only once
  * the part's master's replicas have it. An order of 2 is 201; with segment 1's master starved,
- * its cancel is 200 (the primary's change is on segment 0's replicas) but the follow stays
- * queued in segment 0's follow set, since the part's change is on no replica; once the replica
- * is back, the sweepers apply it again and take it off: both units back. Old binary: the member
- * was taken off at once (a failover of segment 1's master then lost the part's give-back for
- * good). ~4 s. */
+ * its cancel is applied (200, or 503 unknown should segment 0's WAIT time out on a loaded
+ * machine) but the follow stays queued in segment 0's follow set, since the part's change is on
+ * no replica; once the replica is back, the sweepers apply it again and take it off: both units
+ * back. Old binary: the member was taken off at once (a failover of segment 1's master then
+ * lost the part's give-back for good). ~4 s. */
 static void test_multi_follow_waited(void **state)
 {
     (void)state;
@@ -744,12 +782,13 @@ static void test_multi_follow_waited(void **state)
     sf_put_sku(port, NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    SF_ASSERT_EQ(sf_order(NULL, port, sku, 2, &r), 201);
+    int st = cl_order_key(port, sku, 2, "mf-key", &r);
+    SF_ASSERT(st == 201 || st == 200, "the order: %s", sf_resp_summary(&r));
     char path[200];
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
     sf_resp_free(&r);
     int rep = cl_starve(m1);
-    int st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    st = sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
     char first[300];
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
@@ -759,8 +798,9 @@ static void test_multi_follow_waited(void **state)
     long long queued = z && z->type == REDIS_REPLY_INTEGER ? z->integer : -1;
     freeReplyObject(z);
     cl_feed(m1, rep);
-    SF_ASSERT(st == 200, "cancel: %s", first);
-    SF_ASSERT(queued == 1, "%lld follows queued while the part's change is on no replica", queued);
+    SF_ASSERT(st == 200 || st == 503, "cancel: %s", first);
+    SF_ASSERT(queued == 1, "%lld follows queued while the part's change is on no replica (%s)",
+              queued, first);
     long long left = -1;
     for (int t = 0; t < 300 && (left != 2 || queued != 0); t++) {
         tu_sleep_ms(50);
@@ -778,6 +818,27 @@ static void test_multi_follow_waited(void **state)
     SF_ASSERT_EQ(rp.sold, 0);
 }
 
+/* Starts an instance over the cluster that stops or dies at fault point point. */
+static sf_service *cl_faulty(const char *point, const char *lease_ms)
+{
+    setenv("INVENTORY_FAULTPOINT", point, 1);
+    const char *args[] = {"--threads",
+                          "1",
+                          "--redis-replica-acks",
+                          "1",
+                          "--lock-lease-ms",
+                          lease_ms,
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--lock-wait-ms",
+                          "800",
+                          NULL};
+    sf_service *x = sf_start(url, args);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(x != NULL, "instance to %s", point);
+    return x;
+}
+
 /* Item 5, the healer: an instance killed -9 right after its primary was written (before its
  * WAIT), with segment 0's master starved: the primary is on no replica, the intent stays. The
  * sweepers find the primary and heal forward, but delete the intent only once the primary is
@@ -787,62 +848,58 @@ static void test_multi_follow_waited(void **state)
 static void test_multi_heal_forward_waited(void **state)
 {
     (void)state;
-    char sku[64];
-    int ms, m0, m1;
-    cl_find_sku("cl-mh", CL_PRIMARY_APART, sku, sizeof sku, &ms, &m0, &m1);
-    sf_resp r = {0};
-    sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-    setenv("INVENTORY_FAULTPOINT", "multi_primary", 1);
-    const char *args[] = {"--threads",
-                          "1",
-                          "--redis-replica-acks",
-                          "1",
-                          "--lock-lease-ms",
-                          "2000",
-                          "--redis-timeout-ms",
-                          "1000",
-                          "--lock-wait-ms",
-                          "800",
-                          NULL};
-    sf_service *x = sf_start(url, args);
-    unsetenv("INVENTORY_FAULTPOINT");
-    SF_ASSERT(x != NULL, "%s", "the instance to kill");
-    int rep = cl_starve(m0);
-    sf_order(NULL, sf_port(x), sku, 2, &r);
-    char answer[300];
-    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&r));
-    sf_resp_free(&r);
-    for (int t = 0; t < 100 && sf_alive(x); t++)
-        tu_sleep_ms(20);
-    int died = !sf_alive(x);
-    (void)sf_stop(x);
-    long long primaries = cl_hlen(m0, "orders", sku, 0);
-    /* the sweepers look past the intent's deadline (~1.8 s) + 1 s: until one of them tried (and
-     * said it held the intent back), the intent must stay */
-    long long intents = 1;
-    int tried = 0;
-    for (int t = 0; t < 300 && intents == 1 && !tried; t++) {
-        tu_sleep_ms(50);
-        intents = cl_hlen(ms, "multi", sku, -1);
-        tried = sf_log_contains(svc[0], "the intent stays for the next look") ||
-                sf_log_contains(svc[1], "the intent stays for the next look");
+    int proved = 0;
+    for (int a = 0; a < CL_TRIES && !proved; a++) {
+        char sku[64], prefix[32];
+        int ms, m0, m1;
+        snprintf(prefix, sizeof prefix, "cl-mh%d", a);
+        cl_find_sku(prefix, CL_PRIMARY_APART, sku, sizeof sku, &ms, &m0, &m1);
+        sf_resp r = {0};
+        sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        sf_service *x = cl_faulty("multi_primary", "2000");
+        int rep = cl_starve(m0);
+        sf_order(NULL, sf_port(x), sku, 2, &r);
+        char answer[300];
+        snprintf(answer, sizeof answer, "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        for (int t = 0; t < 100 && sf_alive(x); t++)
+            tu_sleep_ms(20);
+        int died = !sf_alive(x);
+        (void)sf_stop(x);
+        if (!died) { /* a WAIT before the primary timed out on a loaded machine: again */
+            cl_feed(m0, rep);
+            fprintf(stderr, "heal forward: the instance answered %s: tried again\n", answer);
+            continue;
+        }
+        long long primaries = cl_hlen(m0, "orders", sku, 0);
+        /* the sweepers look past the intent's deadline (~1.8 s) + 1 s: until one of them tried
+         * (and said it held the intent back), the intent must stay */
+        long long intents = 1;
+        int tried = 0;
+        for (int t = 0; t < 300 && intents == 1 && !tried; t++) {
+            tu_sleep_ms(50);
+            intents = cl_hlen(ms, "multi", sku, -1);
+            tried = sf_log_contains(svc[0], "the intent stays for the next look") ||
+                    sf_log_contains(svc[1], "the intent stays for the next look");
+        }
+        cl_feed(m0, rep);
+        SF_ASSERT_EQ(primaries, 1);
+        SF_ASSERT(intents == 1, "%lld intents while the primary they heal forward is on no replica",
+                  intents);
+        SF_ASSERT(tried, "%s", "no sweeper tried to heal the intent in 15 s");
+        for (int t = 0; t < 300 && intents != 0; t++) {
+            tu_sleep_ms(50);
+            intents = cl_hlen(ms, "multi", sku, -1);
+        }
+        SF_ASSERT(intents == 0, "%s", "the intent stayed once the replica was back");
+        sf_report rp;
+        SF_ASSERT_INVARIANTS(url, sku, &rp);
+        SF_ASSERT_EQ(rp.sold, 2);
+        proved = 1;
     }
-    cl_feed(m0, rep);
-    SF_ASSERT(died, "the instance did not die at its fault point (answered %s)", answer);
-    SF_ASSERT_EQ(primaries, 1);
-    SF_ASSERT(intents == 1, "%lld intents while the primary they heal forward is on no replica",
-              intents);
-    SF_ASSERT(tried, "%s", "no sweeper tried to heal the intent in 15 s");
-    for (int t = 0; t < 300 && intents != 0; t++) {
-        tu_sleep_ms(50);
-        intents = cl_hlen(ms, "multi", sku, -1);
-    }
-    SF_ASSERT(intents == 0, "%s", "the intent stayed once the replica was back");
-    sf_report rp;
-    SF_ASSERT_INVARIANTS(url, sku, &rp);
-    SF_ASSERT_EQ(rp.sold, 2);
+    SF_ASSERT(proved, "%s", "the instance never reached its fault point");
 }
 
 struct cl_late {
@@ -867,67 +924,67 @@ static void *cl_late_order(void *arg)
 static void test_multi_late_primary_after_heal(void **state)
 {
     (void)state;
-    char sku[64];
-    int ms, m0, m1;
-    cl_find_sku("cl-ml", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
-    sf_resp r = {0};
-    sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
-    SF_ASSERT_STATUS(&r, 201);
-    sf_resp_free(&r);
-    setenv("INVENTORY_FAULTPOINT", "multi_parts:stop", 1);
-    const char *args[] = {"--threads",
-                          "1",
-                          "--redis-replica-acks",
-                          "1",
-                          "--lock-lease-ms",
-                          "30000",
-                          "--redis-timeout-ms",
-                          "1000",
-                          "--lock-wait-ms",
-                          "800",
-                          NULL};
-    sf_service *x = sf_start(url, args);
-    unsetenv("INVENTORY_FAULTPOINT");
-    SF_ASSERT(x != NULL, "%s", "the instance to stop");
-    struct cl_late late = {.port = sf_port(x), .sku = sku};
-    pthread_t t;
-    SF_ASSERT(pthread_create(&t, NULL, cl_late_order, &late) == 0, "%s", "thread");
-    int stopped = 0;
-    for (int i = 0; i < 500 && !stopped; i++) {
-        stopped = sf_log_contains(x, "fault point multi_parts");
-        tu_sleep_ms(20);
+    int proved = 0;
+    for (int a = 0; a < CL_TRIES && !proved; a++) {
+        char sku[64], prefix[32];
+        int ms, m0, m1;
+        snprintf(prefix, sizeof prefix, "cl-ml%d", a);
+        cl_find_sku(prefix, CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+        sf_resp r = {0};
+        sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sf_resp_free(&r);
+        sf_service *x = cl_faulty("multi_parts:stop", "30000");
+        struct cl_late late = {.port = sf_port(x), .sku = sku};
+        pthread_t t;
+        SF_ASSERT(pthread_create(&t, NULL, cl_late_order, &late) == 0, "%s", "thread");
+        int stopped = 0;
+        for (int i = 0; i < 500 && !stopped && !late.r.status; i++) {
+            stopped = sf_log_contains(x, "fault point multi_parts");
+            tu_sleep_ms(20);
+        }
+        if (!stopped) { /* answered first: a WAIT timed out on a loaded machine: again */
+            pthread_join(t, NULL);
+            fprintf(stderr, "late primary: the instance answered %s: tried again\n",
+                    sf_resp_summary(&late.r));
+            sf_resp_free(&late.r);
+            (void)sf_stop(x);
+            continue;
+        }
+        SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 1); /* its part is made */
+        /* the deadline as a clock far ahead sees it */
+        char key[128];
+        snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
+        redisReply *all = rf_command(cf_node(cl, ms), "HGETALL %s", key);
+        SF_ASSERT(all && all->type == REDIS_REPLY_ARRAY && all->elements == 2, "%s", "one intent");
+        json_t *j = json_loads(all->element[1]->str, 0, NULL);
+        SF_ASSERT(j != NULL, "intent %s", all->element[1]->str);
+        json_object_set_new(j, "deadline", json_integer(0));
+        char *text = json_dumps(j, JSON_COMPACT);
+        freeReplyObject(
+            rf_command(cf_node(cl, ms), "HSET %s %s %s", key, all->element[0]->str, text));
+        free(text);
+        json_decref(j);
+        freeReplyObject(all);
+        long long intents = -1;
+        for (int i = 0; i < 300 && intents != 0; i++) {
+            intents = cl_hlen(ms, "multi", sku, -1);
+            tu_sleep_ms(50);
+        }
+        SF_ASSERT(intents == 0, "%s", "the sweepers did not heal the intent");
+        SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 0); /* healed back */
+        kill(sf_pid(x), SIGCONT);
+        pthread_join(t, NULL);
+        char answer[300];
+        snprintf(answer, sizeof answer, "%s", sf_resp_summary(&late.r));
+        int st = late.r.status;
+        sf_resp_free(&late.r);
+        (void)sf_stop(x);
+        SF_ASSERT(st != 201, "the primary landed after its order was healed back: %s", answer);
+        cl_healed_back(sku, ms);
+        proved = 1;
     }
-    SF_ASSERT(stopped, "%s", "the instance did not reach its fault point");
-    SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 1); /* its part is made */
-    /* the deadline as a clock far ahead sees it */
-    char key[128];
-    snprintf(key, sizeof key, "inv:2:{%s}:multi", sku);
-    redisReply *all = rf_command(cf_node(cl, ms), "HGETALL %s", key);
-    SF_ASSERT(all && all->type == REDIS_REPLY_ARRAY && all->elements == 2, "%s", "one intent");
-    json_t *j = json_loads(all->element[1]->str, 0, NULL);
-    SF_ASSERT(j != NULL, "intent %s", all->element[1]->str);
-    json_object_set_new(j, "deadline", json_integer(0));
-    char *text = json_dumps(j, JSON_COMPACT);
-    freeReplyObject(rf_command(cf_node(cl, ms), "HSET %s %s %s", key, all->element[0]->str, text));
-    free(text);
-    json_decref(j);
-    freeReplyObject(all);
-    long long intents = -1;
-    for (int i = 0; i < 300 && intents != 0; i++) {
-        intents = cl_hlen(ms, "multi", sku, -1);
-        tu_sleep_ms(50);
-    }
-    SF_ASSERT(intents == 0, "%s", "the sweepers did not heal the intent");
-    SF_ASSERT_EQ(cl_hlen(m1, "orders", sku, 1), 0); /* healed back */
-    kill(sf_pid(x), SIGCONT);
-    pthread_join(t, NULL);
-    char answer[300];
-    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&late.r));
-    int st = late.r.status;
-    sf_resp_free(&late.r);
-    (void)sf_stop(x);
-    SF_ASSERT(st != 201, "the primary landed after its order was healed back: %s", answer);
-    cl_healed_back(sku, ms);
+    SF_ASSERT(proved, "%s", "the instance never reached its fault point");
 }
 
 /* Issue 18 item 4: an order's Idempotency-Key claim lives on the SKU's master, its commit on
