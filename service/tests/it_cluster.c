@@ -711,10 +711,13 @@ static void test_multi_parts_acked_before_primary(void **state)
         snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
         sf_resp_free(&r);
         long long primaries = cl_hlen(m0, "orders", sku, 0);
+        long long intents = cl_hlen(ms, "multi", sku, -1);
         cl_feed(m1, rep);
         SF_ASSERT(st == 503, "an order whose part is on no replica: %s (want 503)", first);
         SF_ASSERT(primaries == 0, "the primary was written before its part was on a replica (%s)",
                   first);
+        /* the part's undo is on no replica either: its intent stays for the healer */
+        SF_ASSERT(intents == 1, "%lld intents after an undo on no replica", intents);
         cl_healed_back(sku, ms);
         proved = cl_logged(0, sku, "the parts are on 0 of 1 replicas");
     }
