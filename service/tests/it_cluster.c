@@ -18,8 +18,10 @@
  *   - (issue 29) each step of a multi-segment order is on a replica before the next: with one
  *     master's replica stopped, the intent, the parts (before the primary), the follows of a
  *     cancel, the healer's scripts and a replay's reads wait for it; and a primary still on its
- *     way after a heal "back" decided on a clock ahead of its master's is refused (tombstone).
- *     IT_CLUSTER_FILTER="test_multi_*" runs those alone (~30 s).
+ *     way after a heal "back" decided on a clock ahead of its master's is refused (tombstone);
+ *     and two real failovers: of the SKU's master before a multi-segment order's intent
+ *     replicated, and of a part's master before its part did (no unit sold to no order, no
+ *     half order). IT_CLUSTER_FILTER="test_multi_*" runs those alone (~50 s).
  * The failover tests kill a master, so they run last.
  */
 #include "svc_test.h"
@@ -1066,6 +1068,129 @@ static void test_claim_survives_failover_of_sku_master(void **state)
     SF_ASSERT(rp.sold == 1, "sold %lld for one Idempotency-Key (first answer %s)", rp.sold, first);
 }
 
+/* Item 5 with a real failover: an instance killed -9 between its parts and its primary, and the
+ * SKU's master killed -9 before the intent reached its replica, which is promoted. Old binary:
+ * the intent was never WAITed, so the promoted master had none, and segment 1's unit stayed sold
+ * to a part of no order, for good (the other instances had nothing to heal). Now the order waits
+ * for the intent to be on the replica before any part, so it answers 503 with nothing made;
+ * after the failover both units are there. ~10 s (a failover). */
+static void test_multi_intent_survives_failover(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1;
+    cl_find_sku("cl-mfo", CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
+    sf_resp r = {0};
+    sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    char meta[128];
+    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
+    redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", meta);
+    int mslot = (int)ks->integer;
+    freeReplyObject(ks);
+    sf_service *x = cl_faulty("multi_parts", "2000");
+    int rep = cl_starve(ms);
+    sf_order(NULL, sf_port(x), sku, 2, &r);
+    char answer[300];
+    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 50 && sf_alive(x); t++)
+        tu_sleep_ms(20);
+    int died = !sf_alive(x);
+    (void)sf_stop(x);
+    /* The SKU's master dies with what its replica never got; the replica takes over. */
+    SF_ASSERT(rf_halt(cf_node(cl, ms), SIGKILL) == 0, "kill -9 of node %d", ms);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    SF_ASSERT(cf_wait_slot_served(cl, mslot, 30000) == 0, "%s", "the replica was not promoted");
+    SF_ASSERT(rf_restart(cf_node(cl, ms)) == 0, "restart of node %d", ms);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", ms);
+    fprintf(stderr, "intent failover: the instance %s (%s)\n",
+            died ? "died at multi_parts" : "answered", answer);
+    /* the sweepers heal whatever intent the promoted master holds: give them its deadline +
+     * 1 s and a look */
+    long long left = -1;
+    for (int t = 0; t < 160 && left != 2; t++) {
+        tu_sleep_ms(50);
+        json_t *g = sf_sku_status(sf_port(svc[1]), sku);
+        left = g ? sf_json_int(g, "remaining", -1) : -1;
+        json_decref(g);
+    }
+    SF_ASSERT(left == 2, "%lld of 2 units left after the failover: sold to no order (%s)", left,
+              answer);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 0);
+}
+
+/* Item 5 with a real failover of a part's master: with segment 1's master starved, an order of
+ * 2 with a key, then its replay on the other instance, then segment 1's master killed -9 and
+ * its replica (which never got the part) promoted, then the client's retries with the key.
+ * Old binary: 503 "outcome":"unknown" (the primary written before any WAIT), the replay 200,
+ * and after the failover an order of 2 whose part in segment 1 is gone: 1 unit taken for 2
+ * ordered. Now neither answer is a success while the part is on no replica (the parts are
+ * WAITed before the primary, a replay WAITs on every part's master); after the failover the
+ * retry places the order whole. ~10 s (a failover). */
+static void test_multi_part_survives_failover(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1;
+    cl_find_sku("cl-mpf", CL_PARTS_APART, sku, sizeof sku, &ms, &m0, &m1);
+    sf_resp r = {0};
+    sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    char skey[128];
+    snprintf(skey, sizeof skey, "inv:2:{%s/1}:stock", sku);
+    redisReply *ks = rf_command(cf_node(cl, ms), "CLUSTER KEYSLOT %s", skey);
+    int slot1 = (int)ks->integer;
+    freeReplyObject(ks);
+    char body[160];
+    snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2}", sku);
+    int rep = cl_starve(m1);
+    int st1 =
+        sf_json_request(NULL, sf_port(svc[0]), "POST", "/api/v1/orders", NULL, "pf-key", body, &r);
+    char first[300], second[300];
+    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    int st2 =
+        sf_json_request(NULL, sf_port(svc[1]), "POST", "/api/v1/orders", NULL, "pf-key", body, &r);
+    snprintf(second, sizeof second, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* segment 1's master dies with what its replica never got; the replica takes over */
+    SF_ASSERT(rf_halt(cf_node(cl, m1), SIGKILL) == 0, "kill -9 of node %d", m1);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    SF_ASSERT(cf_wait_slot_served(cl, slot1, 30000) == 0, "%s", "the replica was not promoted");
+    SF_ASSERT(rf_restart(cf_node(cl, m1)) == 0, "restart of node %d", m1);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", m1);
+    fprintf(stderr, "part failover: order %s; replay %s\n", first, second);
+    SF_ASSERT(st1 != 201 && st2 != 200 && st2 != 201,
+              "a success while the part was on no replica: order %s, replay %s", first, second);
+    /* the client retries with its key (while the cluster settles: 503) */
+    int st3 = 0;
+    for (int i = 0; i < 100; i++) {
+        st3 = sf_json_request(NULL, sf_port(svc[0]), "POST", "/api/v1/orders", NULL, "pf-key", body,
+                              &r);
+        sf_resp_free(&r);
+        if (st3 != 503)
+            break;
+        tu_sleep_ms(200);
+    }
+    SF_ASSERT(st3 == 201 || st3 == 200, "the retry after the failover answered %d", st3);
+    /* whatever intents are left are healed; then every order is whole, and sold is 2 */
+    long long intents = -1;
+    for (int t = 0; t < 200 && intents != 0; t++) {
+        intents = cl_hlen(ms, "multi", sku, -1);
+        if (intents != 0)
+            tu_sleep_ms(50);
+    }
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 2);
+    SF_ASSERT_EQ(rp.orders, 1);
+}
+
 /* kill -9 of a master mid-sale, its replica promoted: no acknowledged order lost. */
 /* Orders created so far by the buyers of s. */
 static long long created(struct sale *s)
@@ -1187,6 +1312,8 @@ int main(void)
         cmocka_unit_test(test_multi_heal_forward_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
+        cmocka_unit_test(test_multi_intent_survives_failover),
+        cmocka_unit_test(test_multi_part_survives_failover),
         cmocka_unit_test(test_lock_redis_over_cluster),
         cmocka_unit_test(test_master_killed_mid_sale),
     };
