@@ -27,9 +27,9 @@ endfunction()
 # (set_tests_properties sees no other directory's); test_schedule_check(), once after them all,
 # fails the configure on a row that named no test (a test renamed and its row left behind).
 set(TEST_SCHEDULE
-  "it_cluster 32 heavy"
+  "it_cluster 70 heavy"
   "it_holds 40"
-  "it_multi 11 heavy"
+  "it_multi 26 heavy"
   "lockcore_it_mysql 9 heavy"
   "lockcore_it_zk 8 heavy"
   "it_lock_zookeeper 7 heavy"

@@ -344,7 +344,8 @@ static void end_follow(struct by_id *b)
         return;
     }
     follow_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, (const char *const *)b->follows,
-                 b->nfollows, on_part_followed, b);
+                 b->nfollows, b->ar->app->cfg.redis_replica_acks, b->ar->app->cfg.redis_timeout_ms,
+                 on_part_followed, b);
 }
 
 static void on_given(void *arg, int ok)

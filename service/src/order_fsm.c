@@ -214,6 +214,7 @@ struct order {
                               meta itself (docs/design.md, "The healing rules") */
     int calls;             /* Redis calls this order made (order_redis_call_budget) */
     int acked;             /* the WAIT after the commit was answered (redis_replica_acks > 0) */
+    int vouching, vouched; /* a replay's WAITs (multi_replay_vouch) under way / answered ok */
     int have_ref;          /* ref names the connection of the claim, then of the commit */
     lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
     int cancelled;         /* the loop is ending: finish at the next step */
@@ -2099,6 +2100,9 @@ static void on_multi(struct order *o, const struct oev *e)
     if (r->why[0])
         snprintf(o->why, sizeof(o->why), "%s", r->why);
     enum order_outcome out = r->out;
+    if (out == OUT_OUTCOME_UNKNOWN) /* answer() leaves it to the acks' step, which is here */
+        log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s order %s: %s", o->in.sku,
+                r->order_id, r->why[0] ? r->why : "unexpected reply");
     if (out == OUT_CREATED || out == OUT_OUTCOME_UNKNOWN) {
         snprintf(o->order_id, sizeof(o->order_id), "%s", r->order_id);
         o->acked = 1; /* the WAITs of every part's master were made (or not needed) */
@@ -2170,10 +2174,34 @@ static void on_idem_layout(struct order *o, const struct oev *e)
     idem_begin(o);
 }
 
-/* The order a finished claim names: replayed, or gone (the key is free again). */
+/* issue 29 (multi): a replay's WAITs are answered (multi_replay_vouch). */
+static void on_replay_vouched(void *arg, int ok)
+{
+    struct order *o = arg;
+    o->vouched = ok;
+    step(o, EV_REPLY, LC_OK, NULL);
+}
+
+/* The order a finished claim names: replayed, or gone (the key is free again). With
+ * --redis-replica-acks, the 200 only once the order and each of its parts are on the replicas
+ * of their masters (else 503 "outcome":"unknown": a failover could still lose them). */
 static void on_idem_fetch(struct order *o, const struct oev *e)
 {
     const redisReply *r = e->r;
+    if (o->vouching) {
+        o->vouching = 0;
+        if (!o->vouched) {
+            log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
+                    "sku %s order %s: replayed, but not on %d replicas of every part's master",
+                    o->in.sku, o->ic->seen, o->app->cfg.redis_replica_acks);
+            response_free(&o->ar->res);
+            response_outcome_unknown(&o->ar->res,
+                                     "the order of this Idempotency-Key may not survive a "
+                                     "failover of the stock store yet: retry with the key");
+        }
+        place_done(o, OUT_REPLAYED);
+        return;
+    }
     if (e->st != LC_OK) {
         idem_unavailable(o);
         return;
@@ -2185,9 +2213,17 @@ static void on_idem_fetch(struct order *o, const struct oev *e)
             return;
         }
         (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
+        if (o->app->cfg.redis_replica_acks > 0) {
+            lc_async_conn_ref ref;
+            int known = lc_async_reply_conn(o->lc, &ref) == 0;
+            o->vouching = 1;
+            multi_replay_vouch(o->app, o->lc, o->ar, o->in.sku, order, known ? &ref : NULL,
+                               on_replay_vouched, o);
+        }
         order_answer_parts(order);
         response_json(&o->ar->res, 200, order);
-        place_done(o, OUT_REPLAYED);
+        if (!o->vouching)
+            place_done(o, OUT_REPLAYED);
         return;
     }
     /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again for an

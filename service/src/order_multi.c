@@ -5,12 +5,16 @@
  *   M_TRY      a batch of try-locks (each reads the segment's stock and version)
  *   M_WAIT     one acquire with waiting, in index order (after a try pass fell short with some
  *              segments busy: every lock dropped first, so waits only ever go up the indexes)
- *   M_INTENT   multi_begin.lua on the SKU's slot               -> MULTI_READY
- *   M_PARTS    the fenced commits of the parts but the primary (one batch)
+ *   M_INTENT   multi_begin.lua on the SKU's slot, then its WAIT -> MULTI_READY
+ *   M_PARTS    the fenced commits of the parts but the primary (one batch), then their WAITs
  *   M_PRIMARY  the primary's fenced commit
- *   M_ACKS     the WAITs of --redis-replica-acks on every connection a part went on
- *   M_UNDO     part_undo.lua on each part made or maybe made (the primary was not written)
+ *   M_ACKS     the WAIT of --redis-replica-acks on the primary's connection
+ *   M_UNDO     part_undo.lua on each part made or maybe made (the primary was not written),
+ *              then their WAITs
  *   M_END      HDEL of the intent                               -> MULTI_DONE
+ * With --redis-replica-acks N each step is on N replicas before the next one starts (intent ->
+ * parts -> primary; an undo before the intent goes): a failover of any master involved then
+ * loses nothing a later step relies on (docs/design.md "Orders larger than one segment").
  * A lock no longer needed is dropped at once (seglock_free releases it in the background).
  */
 #include "order_multi.h"
@@ -25,6 +29,7 @@
 #include "app.h"
 #include "clock.h"
 #include "faultpoint.h"
+#include "ids.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "store.h"
@@ -60,6 +65,8 @@ struct multi {
     int *order;     /* candidates in index order (the pass with waiting) */
     int pending;
     int any_error, stale;
+    int any_made;   /* a part's commit was answered OK or not at all: never walk again (its
+                     * hex may have a part or a tombstone in a segment) */
     long long held; /* units in held segments */
     int primary;    /* index in s of the primary part (the lowest segment with a part) */
     char hex_id[ORDER_ID_MAX + 1];
@@ -67,11 +74,15 @@ struct multi {
     char deadline[24];     /* the intent's deadline (Redis ms) */
     char multi_key[STORE_KEY_MAX];
     char *primary_rec;
-    struct store_conns conns;
+    struct store_conns conns;  /* the intent's, then the parts', then the undos' connections */
+    struct store_conns pconns; /* the primary's */
     struct multi_result res;
 };
 
 static void finish(struct multi *m, enum order_outcome out);
+static void undo_made(struct multi *m, enum order_outcome out);
+static void end_intent(struct multi *m, enum order_outcome out);
+static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, void *arg);
 
 /* Keeps "<step>: <what>" as the attempt's last failure. */
 static void multi_why(struct multi *m, const char *step, const char *what)
@@ -172,6 +183,8 @@ struct multi_result *multi_result(struct multi *m)
 
 static void finish(struct multi *m, enum order_outcome out)
 {
+    if (m->any_made) /* issue 29: a second walk would reuse the hex of parts that may exist */
+        m->res.again = m->res.reload = 0;
     m->res.out = out;
     m->state = M_IDLE;
     m->cb(m->arg, MULTI_DONE);
@@ -441,16 +454,57 @@ static void plan(struct multi *m)
     char budget[24];
     snprintf(budget, sizeof(budget), "%" PRId64,
              (left > 0 ? left : 0) + m->rq.app->cfg.hold_ms + m->rq.app->cfg.redis_timeout_ms);
-    const char *keys[1] = {m->multi_key};
-    const char *args[4] = {m->rq.token, p->id, m->parts, budget};
+    char meta[STORE_KEY_MAX], version[24];
+    store_sku_key(meta, m->rq.sku, "meta");
+    snprintf(version, sizeof(version), "%" PRId64, m->rq.version);
+    const char *keys[2] = {m->multi_key, meta};
+    const char *args[5] = {m->rq.token, p->id, m->parts, budget, version};
     m->state = M_INTENT;
-    store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_MULTI_BEGIN, 1, keys, 4, args,
+    store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_MULTI_BEGIN, 2, keys, 5, args,
                        on_intent, m);
+}
+
+static void ready(struct multi *m)
+{
+    faultpoint("multi_intent");
+    m->state = M_IDLE;
+    m->cb(m->arg, MULTI_READY);
+}
+
+/* The intent's WAIT: on enough replicas, the parts may go (a failover of the SKU's master can
+ * no longer lose the intent that heals them); else nothing was made: the intent goes. */
+static void on_intent_acked(void *arg, long long acks)
+{
+    struct multi *m = arg;
+    if (acks < m->rq.app->cfg.redis_replica_acks) {
+        snprintf(m->res.why, sizeof(m->res.why),
+                 "the intent is on %lld of %d replicas: no part was made", acks < 0 ? 0 : acks,
+                 m->rq.app->cfg.redis_replica_acks);
+        drop_all(m);
+        end_intent(m, OUT_UNAVAILABLE);
+        return;
+    }
+    ready(m);
+}
+
+/* WAITs --redis-replica-acks on the connections in cs (each answered a step), then then(m,
+ * acks); with acks 0 then(m, 0) at once. */
+static void acks_wait(struct multi *m, struct store_conns *cs, store_acked_fn then)
+{
+    int acks = m->rq.app->cfg.redis_replica_acks;
+    if (acks <= 0) {
+        then(m, 0);
+        return;
+    }
+    m->res.calls += cs->n;
+    store_replica_wait_conns_async(m->rq.lc, m->rq.ar, cs, acks, m->rq.app->cfg.redis_timeout_ms,
+                                   then, m);
 }
 
 static void on_intent(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct multi *m = arg;
+    store_conns_note(&m->conns, m->rq.lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
         /* it may have been written: with no part ever made, its healing only deletes it */
         multi_why(m, "the intent", errstr);
@@ -459,12 +513,17 @@ static void on_intent(lc_status st, const redisReply *r, const char *errstr, voi
         return;
     }
     long long d = store_reply_int(r->element[0], 0);
+    if (d < 0) { /* the SKU is at another layout: nothing written */
+        drop_all(m);
+        m->res.again = m->res.reload = 1;
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
     /* the commits refuse after the intent's deadline, or the key claim's, whichever is first */
     long long claim = atoll(m->rq.claim_expiry);
     snprintf(m->deadline, sizeof(m->deadline), "%lld", claim > 0 && claim < d ? claim : d);
-    faultpoint("multi_intent");
-    m->state = M_IDLE;
-    m->cb(m->arg, MULTI_READY);
+    m->state = M_INTENT;
+    acks_wait(m, &m->conns, on_intent_acked);
 }
 
 void multi_lock(struct multi *m)
@@ -475,10 +534,6 @@ void multi_lock(struct multi *m)
 }
 
 /* ---- phase two: the commits ---- */
-
-static void undo_made(struct multi *m, enum order_outcome out);
-static void end_intent(struct multi *m, enum order_outcome out);
-static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, void *arg);
 
 /* What a part's commit came to. */
 static enum seg_result part_result(struct mseg *g, lc_status st, const redisReply *r,
@@ -563,6 +618,7 @@ static enum order_outcome refused_outcome(struct multi *m, enum seg_result r)
 }
 
 static void parts_done(struct multi *m);
+static void on_parts_acked(void *arg, long long acks);
 
 static void on_part(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
@@ -572,6 +628,7 @@ static void on_part(struct seglock *lock, lc_status st, const redisReply *r, voi
     store_conns_note(&m->conns, m->rq.lc);
     g->res = part_result(g, st, r, m);
     g->made = g->res == SEG_DONE || g->res == SEG_UNKNOWN;
+    m->any_made |= g->made;
     drop(g); /* released by the commit (or to be let go) */
     if (--m->pending == 0)
         parts_done(m);
@@ -589,7 +646,22 @@ static void parts_done(struct multi *m)
         undo_made(m, refused_outcome(m, worst));
         return;
     }
-    /* every other part is written: the primary makes the order whole */
+    /* every other part is written: on the replicas too, then the primary makes the order
+     * whole (a primary whose part a failover lost would be an order short of its units) */
+    acks_wait(m, &m->conns, on_parts_acked);
+}
+
+static void on_parts_acked(void *arg, long long acks)
+{
+    struct multi *m = arg;
+    if (acks < m->rq.app->cfg.redis_replica_acks) {
+        snprintf(m->res.why, sizeof(m->res.why),
+                 "the parts are on %lld of %d replicas: undone, no order", acks < 0 ? 0 : acks,
+                 m->rq.app->cfg.redis_replica_acks);
+        drop(&m->s[m->primary]);
+        undo_made(m, OUT_UNAVAILABLE);
+        return;
+    }
     faultpoint("multi_parts");
     struct mseg *p = &m->s[m->primary];
     struct store_commit_call c;
@@ -610,9 +682,10 @@ static void on_acked(void *arg, long long acks)
     m->res.acked = 1;
     if (acks < m->rq.app->cfg.redis_replica_acks) {
         snprintf(m->res.why, sizeof(m->res.why),
-                 "committed, but a part's master has it on %lld of %d replicas",
+                 "committed, but the primary's master has it on %lld of %d replicas",
                  acks < 0 ? 0 : acks, m->rq.app->cfg.redis_replica_acks);
-        end_intent(m, OUT_OUTCOME_UNKNOWN);
+        /* the intent stays: a failover that lost the primary leaves the parts to its healing */
+        finish(m, OUT_OUTCOME_UNKNOWN);
         return;
     }
     end_intent(m, OUT_CREATED);
@@ -623,8 +696,9 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
     (void)lock;
     struct mseg *p = arg;
     struct multi *m = p->m;
-    store_conns_note(&m->conns, m->rq.lc);
+    store_conns_note(&m->pconns, m->rq.lc);
     p->res = part_result(p, st, r, m);
+    m->any_made |= p->res == SEG_DONE || p->res == SEG_UNKNOWN;
     drop(p);
     if (p->res == SEG_UNKNOWN) {
         /* the order may exist: the intent stays, its healing decides */
@@ -644,10 +718,7 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
     faultpoint("multi_primary");
     if (m->rq.app->cfg.redis_replica_acks > 0) {
         m->state = M_ACKS;
-        m->res.calls += m->conns.n;
-        store_replica_wait_conns_async(m->rq.lc, m->rq.ar, &m->conns,
-                                       m->rq.app->cfg.redis_replica_acks,
-                                       m->rq.app->cfg.redis_timeout_ms, on_acked, m);
+        acks_wait(m, &m->pconns, on_acked);
         return;
     }
     end_intent(m, OUT_CREATED);
@@ -675,11 +746,14 @@ static void end_intent(struct multi *m, enum order_outcome out)
     store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_gone, m);
 }
 
+static void on_undos_acked(void *arg, long long acks);
+
 static void on_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)r;
     struct mseg *g = arg;
     struct multi *m = g->m;
+    store_conns_note(&m->conns, m->rq.lc);
     if (st == LC_OK) {
         g->made = 0;
     } else {
@@ -694,6 +768,23 @@ static void on_undone(lc_status st, const redisReply *r, const char *errstr, voi
             finish(m, m->res.out);
             return;
         }
+    /* the undos on the replicas before the intent goes (else a failover could bring a part
+     * back with no intent left to heal it) */
+    acks_wait(m, &m->conns, on_undos_acked);
+}
+
+static void on_undos_acked(void *arg, long long acks)
+{
+    struct multi *m = arg;
+    if (acks < m->rq.app->cfg.redis_replica_acks) {
+        /* the intent stays: the sweeper undoes the parts again, then deletes it */
+        size_t n = strlen(m->res.why); /* after why they were undone */
+        snprintf(m->res.why + n, sizeof(m->res.why) - n,
+                 "%sthe parts were undone, on %lld of %d replicas: the intent is left to healing",
+                 n ? "; " : "", acks < 0 ? 0 : acks, m->rq.app->cfg.redis_replica_acks);
+        finish(m, m->res.out);
+        return;
+    }
     end_intent(m, m->res.out);
 }
 
@@ -713,15 +804,18 @@ static void undo_made(struct multi *m, enum order_outcome out)
     }
     m->pending = n;
     m->res.calls += n;
+    memset(&m->conns, 0, sizeof(m->conns)); /* the undos' WAITs: on their connections */
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
     for (int i = 0; i < m->n; i++) {
         struct mseg *g = &m->s[i];
         if (!g->made)
             continue;
         struct seg_keys sk;
         store_seg_keys(m->rq.sku, g->k, &sk);
-        const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
-        const char *args[1] = {g->id};
-        store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_PART_UNDO, 3, keys, 1, args,
+        const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+        const char *args[3] = {g->id, keep, ""};
+        store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_PART_UNDO, 4, keys, 3, args,
                            on_undone, g);
     }
 }
@@ -734,6 +828,7 @@ void multi_commit(struct multi *m, int abort)
         return;
     }
     m->state = M_PARTS;
+    memset(&m->conns, 0, sizeof(m->conns)); /* the parts' WAITs: on their connections */
     int n = 0;
     for (int i = 0; i < m->n; i++)
         n += i != m->primary && m->s[i].take > 0;
@@ -760,4 +855,84 @@ void multi_commit(struct multi *m, int abort)
     /* the parts' answers (or this, when none was sent or all failed to start) go on */
     if (--m->pending == 0)
         parts_done(m);
+}
+
+/* ---- a replay's WAITs ---- */
+
+struct vouch {
+    struct app *app;
+    lc_async_client *lc;
+    const struct areq *ar;
+    multi_vouch_fn cb;
+    void *arg;
+    struct store_conns conns;
+    int pending, missing;
+};
+
+static void on_vouch_acked(void *arg, long long acks)
+{
+    struct vouch *v = arg;
+    int ok = acks >= v->app->cfg.redis_replica_acks;
+    multi_vouch_fn cb = v->cb;
+    void *cbarg = v->arg;
+    free(v);
+    cb(cbarg, ok);
+}
+
+static void vouch_wait(struct vouch *v)
+{
+    if (v->missing) /* an overflowed set WAITs on nothing and answers -1 (on the next turn) */
+        v->conns.overflow = 1;
+    store_replica_wait_conns_async(v->lc, v->ar, &v->conns, v->app->cfg.redis_replica_acks,
+                                   v->app->cfg.redis_timeout_ms, on_vouch_acked, v);
+}
+
+static void on_vouch_read(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)errstr;
+    struct vouch *v = arg;
+    store_conns_note(&v->conns, v->lc);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+        v->missing = 1; /* a part that is not there cannot be vouched for */
+    if (--v->pending == 0)
+        vouch_wait(v);
+}
+
+void multi_replay_vouch(struct app *app, lc_async_client *lc, const struct areq *ar,
+                        const char *sku, const json_t *order, const lc_async_conn_ref *ref,
+                        multi_vouch_fn cb, void *arg)
+{
+    struct vouch *v = calloc(1, sizeof(*v));
+    if (!v) {
+        cb(arg, 0);
+        return;
+    }
+    *v = (struct vouch){.app = app, .lc = lc, .ar = ar, .cb = cb, .arg = arg};
+    if (ref) {
+        v->conns.ref[0] = *ref;
+        v->conns.n = 1;
+    } else {
+        v->missing = 1; /* the record's connection is not known: nothing can vouch for it */
+    }
+    const char *id = json_string_value(json_object_get(order, "order_id"));
+    json_t *own = json_object_get(order, "segment");
+    json_t *parts = json_object_get(order, "parts");
+    v->pending = 1; /* this function's own, dropped at its end */
+    for (size_t i = 0;
+         id && strlen(id) > IDS_ORDER_HEX && json_is_array(parts) && i < json_array_size(parts);
+         i++) {
+        json_t *kj = json_object_get(json_array_get(parts, i), "segment");
+        if (!json_is_integer(kj) || json_equal(kj, own))
+            continue; /* the primary's own segment: its record is the one fetched */
+        char pid[ORDER_ID_MAX + 16];
+        snprintf(pid, sizeof(pid), "%.*s-%d-%s", IDS_ORDER_HEX, id, (int)json_integer_value(kj),
+                 sku);
+        struct seg_keys sk;
+        store_seg_keys(sku, (int)json_integer_value(kj), &sk);
+        const char *argv[3] = {"HEXISTS", sk.orders, pid};
+        v->pending++;
+        store_command_async(lc, ar, 3, argv, on_vouch_read, v);
+    }
+    if (--v->pending == 0)
+        vouch_wait(v);
 }

@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include <lockcore/lockcore_async.h>
 
 #include "order.h"
@@ -93,5 +95,16 @@ void multi_lock(struct multi *m);
 void multi_commit(struct multi *m, int abort);
 
 struct multi_result *multi_result(struct multi *m);
+
+/* With --redis-replica-acks N > 0, what a replay (an Idempotency-Key's order found finished)
+ * needs before its 200: the order's record, fetched on the connection ref (NULL: not known),
+ * and each of its other parts (order's "parts", read on its segment's master) on N replicas of
+ * their masters. cb(arg, 1) when they are; cb(arg, 0) when a WAIT fell short or failed, or a
+ * part is missing (503 "outcome":"unknown"). cb comes once, on the loop, never inside the call;
+ * order is read during the call only. */
+typedef void (*multi_vouch_fn)(void *arg, int ok);
+void multi_replay_vouch(struct app *app, lc_async_client *lc, const struct areq *ar,
+                        const char *sku, const json_t *order, const lc_async_conn_ref *ref,
+                        multi_vouch_fn cb, void *arg);
 
 #endif

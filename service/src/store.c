@@ -123,6 +123,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(log);
     SEG_KEY(follow);
     SEG_KEY(rver);
+    SEG_KEY(undone);
 #undef SEG_KEY
 }
 
@@ -173,22 +174,25 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     RULES_TABLE(RULE_ARG_, RULE_ARG_TIME_)
 #undef RULE_ARG_
 #undef RULE_ARG_TIME_
-    c->nkeys = 8;
+    /* KEYS[9]: the segment's undone set (part_undo.lua's tombstones), which a part's or a
+     * primary's commit refuses its id by (issue 29 item 7); always declared: same slot */
+    c->keys[8] = c->sk.undone;
+    c->nkeys = 9;
     c->nargs = STORE_COMMIT_NARGS;
     if (in->users) {
-        c->keys[8] = in->users;
-        c->keys[9] = in->meta;
-        c->nkeys = 10;
+        c->keys[9] = in->users;
+        c->keys[10] = in->meta;
+        c->nkeys = 11;
     }
     if (in->hold_index && in->rules->ttl_s > 0 && !(in->kind && strcmp(in->kind, "part") == 0)) {
         if (!in->users) { /* declared only: the script reads them when ARGV[17] is given */
             store_sku_key(c->users, in->sku, "users");
             store_sku_key(c->meta, in->sku, "meta");
-            c->keys[8] = c->users;
-            c->keys[9] = c->meta;
+            c->keys[9] = c->users;
+            c->keys[10] = c->meta;
         }
-        c->keys[10] = store_holds_key();
-        c->nkeys = 11;
+        c->keys[11] = store_holds_key();
+        c->nkeys = 12;
     }
 }
 

@@ -64,7 +64,8 @@ enum store_script {
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
         idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
-        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX], rver[STORE_KEY_MAX];
+        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX], rver[STORE_KEY_MAX],
+        undone[STORE_KEY_MAX];
 };
 
 struct store;
@@ -83,7 +84,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
-#define STORE_COMMIT_NKEYS 11
+#define STORE_COMMIT_NKEYS 12
 #define STORE_COMMIT_NARGS 18
 struct store_commit_in {
     const char *sku;
@@ -110,10 +111,10 @@ struct store_commit_call {
     struct seg_keys sk;
     char ver[24], qty[24], cap[24], seg[24], total[24], rver[24];
     char rules[RULES_N][24]; /* the rules the commit is given (rules_table.h's arg column) */
-    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX]; /* KEYS[9], [10] when only [11] is needed */
+    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX]; /* KEYS[10], [11] when only [12] is needed */
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
-    int nkeys; /* 8, 10 with the user's limit checked in the commit, 11 with the hold index */
+    int nkeys; /* 9, 11 with the user's limit checked in the commit, 12 with the hold index */
     int nargs; /* STORE_COMMIT_NARGS: the last is the rules' version (rules->version) */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);

@@ -38,6 +38,8 @@
  *                         applied (an ended order of a user: docs/design.md "Per-user limits")
  *   inv:2:{S/k}:follow      zset "<part id>|<status>", score when   changes of a multi-segment
  *                         order's primary (in k) not yet applied to its other parts
+ *   inv:2:{S/k}:undone      zset id, score when (24 h TTL)  tombstones: ids of multi-segment
+ *                         orders' parts (or primaries) rolled back in k, whose commits are refused
  *   inv:2:{S}:multi         hash hex -> JSON intent         multi-segment orders being made
  *                         (docs/design.md "Orders larger than one segment")
  *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
@@ -166,8 +168,13 @@
 /* lua/part_undo.lua: {code}, a part of a multi-segment order that never came to exist. */
 /* {1}: its record removed now (and its units back when it was live) */
 #define STORE_UNDO_DONE 1
-/* {0}: no such part record (undone already, or never written) */
+/* {0}: no such part record (undone already, or never written): its id is tombstoned */
 #define STORE_UNDO_NONE 0
+/* {2}: asked about a primary ("primary"): its record exists, nothing written */
+#define STORE_UNDO_WHOLE 2
+/* How long part_undo.lua keeps a tombstone (ms): past any lease (--lock-lease-ms is at most an
+ * hour) and any drift between masters' clocks, so no commit of the id can still be on its way */
+#define STORE_UNDONE_KEEP_MS 86400000
 
 /* lua/idem_claim.lua: {code, value, ...}. */
 /* {0, value}: taken (an order id, or pending and alive) */

@@ -159,6 +159,7 @@ struct follow_run {
     char sku[VALIDATE_SKU_MAX + 1];
     char key[STORE_KEY_MAX]; /* the primary's segment's follow set */
     int pending, ok;
+    int acks, redis_timeout_ms; /* the WAIT before a member is taken off (0: none) */
     follow_fn cb;
     void *arg;
 };
@@ -198,6 +199,22 @@ static void follow_dequeue(struct follow_one *f)
     store_command_async(f->run->lc, f->run->ar, 3, argv, on_follow_dequeued, f);
 }
 
+static void on_follow_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct follow_one *f = arg;
+    long long got = store_reply_acks(st, r);
+    if (got < f->run->acks) {
+        log_msg(CONFIG_LOG_WARN, "follow_failed",
+                "sku %s: follow %s applied, on %lld of %d replicas (%s): left queued, the "
+                "sweeper applies it again",
+                f->run->sku, f->member, got < 0 ? 0 : got, f->run->acks,
+                st != LC_OK ? errstr : "WAIT timed out");
+        follow_one_end(f, 0);
+        return;
+    }
+    follow_dequeue(f);
+}
+
 static void on_followed(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct follow_one *f = arg;
@@ -211,6 +228,15 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
         follow_one_end(f, 0);
         return;
     }
+    /* issue 29: on the part's master's replicas before the member goes (a WAIT on the
+     * connection that carried the script) */
+    lc_async_conn_ref ref;
+    if (f->run->acks > 0) {
+        if (lc_async_reply_conn(f->run->lc, &ref) != 0) {
+            on_follow_acked(LC_EIO, NULL, "the connection of the script is not known", f);
+            return;
+        }
+    }
     long long code = r->element[0]->integer;
     if (code == STORE_FOLLOW_DONE)
         metrics_part_follows(1);
@@ -219,18 +245,31 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
                 "sku %s: follow %s: the part's record is missing (its segment was reset?): "
                 "nothing to apply",
                 f->run->sku, f->member);
+    if (f->run->acks > 0) {
+        store_replica_wait_ref_async(f->run->lc, &ref, f->run->acks, f->run->redis_timeout_ms,
+                                     on_follow_acked, f);
+        return;
+    }
     follow_dequeue(f);
 }
 
 void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                  int k, const char *const *members, int n, follow_fn cb, void *arg)
+                  int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                  follow_fn cb, void *arg)
 {
     struct follow_run *run = calloc(1, sizeof(*run));
     if (!run) {
         cb(arg, 0);
         return;
     }
-    *run = (struct follow_run){.st = st, .lc = lc, .ar = ar, .ok = 1, .cb = cb, .arg = arg};
+    *run = (struct follow_run){.st = st,
+                               .lc = lc,
+                               .ar = ar,
+                               .ok = 1,
+                               .acks = acks,
+                               .redis_timeout_ms = redis_timeout_ms,
+                               .cb = cb,
+                               .arg = arg};
     snprintf(run->sku, sizeof(run->sku), "%s", sku);
     struct seg_keys sk;
     store_seg_keys(sku, k, &sk);
@@ -597,8 +636,9 @@ static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redi
         giveback_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, members, n,
                        on_segment_given, c);
     if (nf > 0)
-        follow_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, follows, nf, on_segment_given,
-                     c);
+        follow_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, follows, nf,
+                     c->sw->app->cfg.redis_replica_acks, c->sw->app->cfg.redis_timeout_ms,
+                     on_segment_given, c);
     on_segment_given(c, 1); /* this function's own share */
 }
 
@@ -612,6 +652,7 @@ struct heal {
     char multi[STORE_KEY_MAX];
     int k1, nparts, pending, ok, forward;
     int parts[HEAL_PARTS_MAX];
+    struct store_conns conns; /* where the heal's scripts ran: WAITed before the intent goes */
 };
 
 static void look_end(struct sweep_call *c)
@@ -647,15 +688,46 @@ static void on_intent_deleted(lc_status st, const redisReply *r, const char *err
     heal_end(h);
 }
 
-static void heal_delete_intent(struct heal *h)
+static void heal_delete_intent_now(struct heal *h)
 {
     const char *argv[3] = {"HDEL", h->multi, h->hex};
     store_command_async(h->c->sw->env->lc, NULL, 3, argv, on_intent_deleted, h);
 }
 
+static void on_heal_acked(void *arg, long long acks)
+{
+    struct heal *h = arg;
+    int want = h->c->sw->app->cfg.redis_replica_acks;
+    if (acks < want || h->c->sw->stopping) {
+        if (acks < want)
+            log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
+                    "sku %s order %s: healed %s, on %lld of %d replicas: the intent stays for "
+                    "the next look",
+                    h->sku, h->id, h->forward ? "forward" : "back", acks < 0 ? 0 : acks, want);
+        heal_end(h);
+        return;
+    }
+    heal_delete_intent_now(h);
+}
+
+/* The intent goes once what the heal found or did (the primary there, the parts undone and
+ * tombstoned) is on --redis-replica-acks replicas: else a failover could bring back parts, or
+ * lose the primary, with no intent left to heal them (issue 29). */
+static void heal_delete_intent(struct heal *h)
+{
+    int acks = h->c->sw->app->cfg.redis_replica_acks;
+    if (acks <= 0) {
+        heal_delete_intent_now(h);
+        return;
+    }
+    store_replica_wait_conns_async(h->c->sw->env->lc, NULL, &h->conns, acks,
+                                   h->c->sw->app->cfg.redis_timeout_ms, on_heal_acked, h);
+}
+
 static void on_part_undone(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct heal *h = arg;
+    store_conns_note(&h->conns, h->c->sw->env->lc);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
@@ -676,10 +748,15 @@ static void on_part_undone(lc_status st, const redisReply *r, const char *errstr
 static void on_primary_checked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct heal *h = arg;
-    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+    store_conns_note(&h->conns, h->c->sw->env->lc);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
         log_msg(CONFIG_LOG_WARN, "multi_heal_failed",
                 "sku %s order %s: looking for the primary record: %s (the next look retries)",
-                h->sku, h->id, st != LC_OK ? errstr : "unexpected reply");
+                h->sku, h->id,
+                st != LC_OK                         ? errstr
+                : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                    : "unexpected reply");
         heal_end(h);
         return;
     }
@@ -687,23 +764,26 @@ static void on_primary_checked(lc_status st, const redisReply *r, const char *er
         heal_end(h);
         return;
     }
-    /* The primary is written only after every other part, and nothing after the deadline:
-     * there, the order is whole; absent, it never will be. */
-    h->forward = r->integer == 1;
+    /* The primary is written only after every other part: there, the order is whole; absent,
+     * its id was tombstoned in the same step, so it never will be, whatever the clocks say
+     * (part_undo.lua "primary"); the parts' undos tombstone them as well (issue 29). */
+    h->forward = r->element[0]->integer == STORE_UNDO_WHOLE;
     if (h->forward || h->nparts == 0) {
         heal_delete_intent(h);
         return;
     }
     h->pending = h->nparts;
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
     for (int i = 0; i < h->nparts; i++) {
         char part[ORDER_ID_MAX + 16];
         snprintf(part, sizeof(part), "%s-%d-%s", h->hex, h->parts[i], h->sku);
         struct seg_keys sk;
         store_seg_keys(h->sku, h->parts[i], &sk);
-        const char *keys[3] = {sk.stock, sk.cnt, sk.orders};
-        const char *args[1] = {part};
-        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 3, keys,
-                           1, args, on_part_undone, h);
+        const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+        const char *args[3] = {part, keep, ""};
+        store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 4, keys,
+                           3, args, on_part_undone, h);
     }
 }
 
@@ -754,8 +834,12 @@ static int heal_start(struct sweep_call *c, const redisReply *hex, const redisRe
     c->pending++;
     struct seg_keys sk;
     store_seg_keys(s->sku, k1, &sk);
-    const char *argv[3] = {"HEXISTS", sk.orders, h->id};
-    store_command_async(c->sw->env->lc, NULL, 3, argv, on_primary_checked, h);
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
+    const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+    const char *args[3] = {h->id, keep, "primary"};
+    store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 4, keys, 3, args,
+                       on_primary_checked, h);
     return 0;
 }
 

@@ -21,9 +21,12 @@
  * them every SWEEP_FOLLOW_IDLE_MS even without holds or a limit; with follows queued it is
  * swept like one with holds for a minute); and once a second, for every SKU of more
  * than one segment, the intents past their deadline + SWEEP_MULTI_MARGIN_MS on Redis's clock
- * (lua/multi_due.lua) are healed: the primary record exists → forward (the intent goes); it
- * does not → back (part_undo.lua on every other part, then the intent goes). Every step is
- * idempotent, so instances healing the same intent at once only repeat each other.
+ * (lua/multi_due.lua) are healed: part_undo.lua "primary" on the primary's segment finds the
+ * primary record → forward (the intent goes); it does not, and tombstones the primary's id in
+ * the same step so it can never be written → back (part_undo.lua on every other part, each
+ * tombstoned, then the intent goes). With --redis-replica-acks the intent goes only once those
+ * scripts are on the replicas. Every step is idempotent, so instances healing the same intent
+ * at once only repeat each other.
  */
 #ifndef INVENTORY_SWEEP_H
 #define INVENTORY_SWEEP_H
@@ -38,8 +41,9 @@ struct store;
 /* The sweeper's period, and the longest a segment with holds goes unswept. */
 #define SWEEP_TICK_MS 50
 #define SWEEP_IDLE_MS 500
-/* How often each SKU's intents are looked at, and past how long after their deadline (the
- * clocks of the masters holding the parts may differ by that much). */
+/* How often each SKU's intents are looked at, and past how long after their deadline (spares
+ * an order still committing on a master whose clock is behind; correctness does not rest on it:
+ * the tombstones refuse whatever lands after a heal back). */
 #define SWEEP_MULTI_MS 1000
 #define SWEEP_MULTI_MARGIN_MS 1000
 /* How often each segment of a SKU of several segments without holds or a limit is swept (for
@@ -72,12 +76,16 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
 
 /* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
  * written by the script that changed the primary): part_follow.lua on each part's segment,
- * then, once it answered (applied, left alone, or no such part), ZREM of the member from k's
- * follow set. A member that is not what the scripts queue is taken off with an error logged.
- * cb(arg, ok) once, on the loop: ok 0 when a step failed (logged; the member stays queued and
- * the sweeper applies it later). members are copied. */
+ * then, once it answered (applied, left alone, or no such part) and, with acks > 0
+ * (--redis-replica-acks), a WAIT acks on the connection that carried it found the part's
+ * master's replicas have it, ZREM of the member from k's follow set (a member taken off before
+ * would leave a failover that lost the change with nothing to apply it again). A member that is
+ * not what the scripts queue is taken off with an error logged. cb(arg, ok) once, on the loop:
+ * ok 0 when a step failed (logged; the member stays queued and the sweeper applies it later).
+ * members are copied. */
 typedef void (*follow_fn)(void *arg, int ok);
 void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                  int k, const char *const *members, int n, follow_fn cb, void *arg);
+                  int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                  follow_fn cb, void *arg);
 
 #endif

@@ -12,7 +12,9 @@
  *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
  *     after the parts, after the primary; another instance's sweeper rolls each back or forward
  *     to whole; an instance SIGSTOPped under its locks past the lease while another sells those
- *     segments: resumed, it sells nothing twice.
+ *     segments: resumed, it sells nothing twice;
+ *   - (issue 29) an attempt whose parts were made never walks again with the same order hex;
+ *     no intent is written after a PUT down to one segment (an instance behind a 1 s proxy).
  * sf_check_invariants after each (every part of an order sold or none, SPEC §8).
  */
 #include "svc_test.h"
@@ -22,6 +24,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "slowproxy.h"
 
 #define MU_TOKEN "multi-admin-token"
 #define MU_INSTANCES 3
@@ -406,13 +410,19 @@ static void test_killed_after_primary(void **state)
 struct mu_late {
     int port;
     const char *sku;
+    long long qty;  /* 0: 30 */
+    int timeout_ms; /* 0: the default HTTP timeout */
     sf_resp r;
 };
 
 static void *mu_late_order(void *arg)
 {
     struct mu_late *l = arg;
-    mu_order(l->port, l->sku, 30, NULL, NULL, &l->r);
+    char body[256];
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":%lld}", l->sku, l->qty ? l->qty : 30);
+    sf_conn *c = sf_conn_open(l->port, l->timeout_ms);
+    sf_json_request(c, 0, "POST", "/api/v1/orders", NULL, NULL, body, &l->r);
+    sf_conn_close(c);
     return NULL;
 }
 
@@ -458,6 +468,137 @@ static void test_paused_past_the_lease(void **state)
     SF_ASSERT(sf_stop(x) == 0, "%s", "its exit");
 }
 
+/* ---- issue 29 ---- */
+
+/* The intent's hex of sku (one intent expected), into hex (33 bytes). 1 found. */
+static int mu_intent_hex(const char *sku, char *hex, size_t n)
+{
+    redisReply *r = rf_command(gf_redis, "HKEYS inv:2:{%s}:multi", sku);
+    int found = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1;
+    if (found)
+        snprintf(hex, n, "%s", r->element[0]->str);
+    freeReplyObject(r);
+    return found;
+}
+
+/* Item 6: an attempt whose parts were made is never followed by another attempt with the same
+ * order hex (its parts, or their tombstones, are in the segments under that hex: a second walk
+ * wrote a one-segment order over a part's record, or a second intent over the first). The
+ * instance stops after its parts and before its primary, past its lock lease (500 ms) and
+ * before the intent's deadline; resumed, the primary's commit finds its lock lost, the parts
+ * are undone, and the request must not walk again. Old binary: it walked again with the same
+ * hex and answered 201 with it. ~3 s. */
+static void test_no_second_attempt_after_parts(void **state)
+{
+    (void)state;
+    const char *sku = "mu-again";
+    mu_put(sku, 160, 16, "");
+    /* a lock wait long enough that the request's own deadline has not passed when it resumes
+     * (a walk again is then up to the request) */
+    const char *extra[] = {"--lock-wait-ms", "5000", "--lock-lease-ms", "500", "--redis-timeout-ms",
+                           "2000",           NULL};
+    sf_service *x = mu_faulty("multi_parts:stop", extra);
+    struct mu_late late = {.port = sf_port(x), .sku = sku};
+    pthread_t t;
+    SF_ASSERT(pthread_create(&t, NULL, mu_late_order, &late) == 0, "%s", "thread");
+    int stopped = 0;
+    for (int i = 0; i < 250 && !stopped; i++) {
+        stopped = sf_log_contains(x, "fault point multi_parts");
+        tu_sleep_ms(20);
+    }
+    SF_ASSERT(stopped, "%s", "the instance did not reach its fault point");
+    char hex[64];
+    SF_ASSERT(mu_intent_hex(sku, hex, sizeof hex), "%s", "the intent");
+    /* past the lease (500 ms), well before deadline + 1 s (about 8 s after the intent): the
+     * primary's lock is lost, its parts are there */
+    tu_sleep_ms(1200);
+    kill(sf_pid(x), SIGCONT);
+    pthread_join(t, NULL);
+    char answer[400];
+    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&late.r));
+    const char *id = late.r.status == 201 ? sf_str(late.r.json, "order_id") : "";
+    int same = strncmp(id, hex, strlen(hex)) == 0;
+    sf_resp_free(&late.r);
+    fprintf(stderr, "parts made, primary's lock lost: intent %s, answer %s\n", hex, answer);
+    SF_ASSERT(!same, "a second attempt reused the hex %s of undone parts: %s", hex, answer);
+    SF_ASSERT(mu_intents_gone(sku, 8000), "%s", "the intent stayed");
+    mu_invariants(sku);
+    SF_ASSERT(sf_stop(x) == 0, "%s", "its exit");
+}
+
+/* Item 10b: an intent on a SKU re-PUT down to one segment was never cleaned (the healer looks
+ * only at SKUs of several segments; the PUT deletes the intents there are, not one written
+ * after it by an order of the old layout). Instance X reaches Redis through a proxy that delays
+ * each direction 1 s; its order of 15 on 2 segments of ~10 takes both locks (the multi-segment
+ * try, seen in Redis), and while its multi_begin.lua is on its way the SKU is PUT down to one
+ * segment. Now the intent is refused (the SKU is at another version) and the order walks the
+ * new layout; old binary: the intent was written after the PUT (X is killed at that point, as a
+ * crash would) and stayed. ~10 s. */
+static void test_no_intent_after_shrinking_put(void **state)
+{
+    (void)state;
+    int proved = 0;
+    for (int a = 0; a < 3 && !proved; a++) {
+        char sku[32];
+        snprintf(sku, sizeof sku, "mu-shrink-%d", a);
+        mu_put(sku, 20, 2, "");
+        sp_proxy *proxy = sp_start(rf_port(gf_redis));
+        SF_ASSERT(proxy != NULL, "%s", "the proxy");
+        setenv("INVENTORY_FAULTPOINT", "multi_intent", 1);
+        const char *args[] = {"--threads",
+                              "1",
+                              "--admin-token",
+                              MU_TOKEN,
+                              "--redis-timeout-ms",
+                              "10000",
+                              "--lock-wait-ms",
+                              "20000",
+                              "--lock-lease-ms",
+                              "30000",
+                              NULL};
+        sf_service *x = sf_start(sp_url(proxy), args);
+        unsetenv("INVENTORY_FAULTPOINT");
+        SF_ASSERT(x != NULL, "%s", "instance X");
+        sf_resp r = {0};
+        SF_ASSERT_EQ(mu_order(sf_port(x), sku, 1, NULL, NULL, &r), 201); /* its layout cached */
+        sf_resp_free(&r);
+        sp_set_delay_ms(proxy, 1000);
+        struct mu_late late = {.port = sf_port(x), .sku = sku, .qty = 15, .timeout_ms = 40000};
+        pthread_t t;
+        SF_ASSERT(pthread_create(&t, NULL, mu_late_order, &late) == 0, "%s", "thread");
+        int both = 0;
+        for (int i = 0; i < 600 && !both; i++) {
+            both =
+                rf_integer(gf_redis, "EXISTS inv:2:{%s/0}:lock inv:2:{%s/1}:lock", sku, sku) == 2;
+            if (!both)
+                tu_sleep_ms(10);
+        }
+        SF_ASSERT(both, "%s", "X never held both segments' locks");
+        /* X's intent is now on its way, about 2 s away: the PUT must land well before it */
+        int64_t t0 = tu_now_ms();
+        mu_put(sku, 20, 1, "");
+        int64_t took = tu_now_ms() - t0;
+        pthread_join(t, NULL);
+        char answer[400];
+        snprintf(answer, sizeof answer, "%s", sf_resp_summary(&late.r));
+        sf_resp_free(&late.r);
+        sp_set_delay_ms(proxy, 0);
+        long long intents = mu_intents(sku);
+        fprintf(stderr,
+                "shrinking PUT (%lld ms) under a multi-segment order: X answered %s, %lld "
+                "intents\n",
+                (long long)took, answer, intents);
+        (void)sf_stop(x);
+        sp_stop(proxy);
+        SF_ASSERT(intents == 0,
+                  "%lld intents left on a SKU of one segment, which no healer looks at (X: %s)",
+                  intents, answer);
+        mu_invariants(sku);
+        proved = took < 1500; /* else the intent may have come first: tried again */
+    }
+    SF_ASSERT(proved, "%s", "the PUT never landed before the intent (a loaded machine?)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +611,8 @@ int main(void)
         cmocka_unit_test(test_killed_after_parts),
         cmocka_unit_test(test_killed_after_primary),
         cmocka_unit_test(test_paused_past_the_lease),
+        cmocka_unit_test(test_no_second_attempt_after_parts),
+        cmocka_unit_test(test_no_intent_after_shrinking_put),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }

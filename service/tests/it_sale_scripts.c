@@ -407,17 +407,24 @@ static long long follow(int k, const char *id, const char *status)
     return code;
 }
 
-static long long undo(int k, const char *id)
+/* part_undo.lua on segment k for id; mode "" (a part) or "primary" (the healer's question). */
+static long long undo_as(int k, const char *id, const char *mode)
 {
-    char stock[64], cnt[64], orders[64];
+    char stock[64], cnt[64], orders[64], undone[64];
     snprintf(stock, sizeof stock, "inv:2:{" SKU "/%d}:stock", k);
     snprintf(cnt, sizeof cnt, "inv:2:{" SKU "/%d}:cnt", k);
     snprintf(orders, sizeof orders, "inv:2:{" SKU "/%d}:orders", k);
-    const char *args[] = {"3", stock, cnt, orders, id};
-    redisReply *r = eval(STORE_LUA_PART_UNDO, 5, args);
+    snprintf(undone, sizeof undone, "inv:2:{" SKU "/%d}:undone", k);
+    const char *args[] = {"4", stock, cnt, orders, undone, id, "60000", mode};
+    redisReply *r = eval(STORE_LUA_PART_UNDO, 8, args);
     long long code = r->type == REDIS_REPLY_ARRAY ? r->element[0]->integer : -100;
     freeReplyObject(r);
     return code;
+}
+
+static long long undo(int k, const char *id)
+{
+    return undo_as(k, id, "");
 }
 
 static void test_part_follow_counts_once(void **state)
@@ -492,6 +499,19 @@ static void test_part_undo_counts_once_and_refuses_a_primary(void **state)
     SF_ASSERT_EQ(undo(0, PRIMARY), -100);
     seg_expect(0, 8, 2, 1, 0);
     SF_ASSERT_EQ(num("HEXISTS %s %s", ORDERS, PRIMARY), 1);
+    /* issue 29: every undo tombstones the id (a part undone, or never written), with a TTL,
+     * and an error writes none */
+    SF_ASSERT(num("ZSCORE %s %s", SEG(1, "undone"), PART1) > 0, "%s", "part 1's tombstone");
+    SF_ASSERT(num("ZSCORE %s %s", SEG(2, "undone"), PART2) > 0, "%s", "part 2's tombstone");
+    SF_ASSERT(num("PTTL %s", SEG(1, "undone")) > 0, "%s", "the tombstones' TTL");
+    SF_ASSERT_EQ(num("EXISTS %s", SEG(0, "undone")), 0);
+    /* the healer's question on the primary's segment: there -> whole, nothing written; absent
+     * -> tombstoned in the same step (its commit can never land after) */
+    SF_ASSERT_EQ(undo_as(0, PRIMARY, "primary"), STORE_UNDO_WHOLE);
+    SF_ASSERT_EQ(num("EXISTS %s", SEG(0, "undone")), 0);
+    SF_ASSERT_EQ(num("HDEL %s %s", ORDERS, PRIMARY), 1);
+    SF_ASSERT_EQ(undo_as(0, PRIMARY, "primary"), STORE_UNDO_NONE);
+    SF_ASSERT(num("ZSCORE %s %s", SEG(0, "undone"), PRIMARY) > 0, "%s", "the primary's tombstone");
 }
 
 static void test_multi_due_only_past_deadline_and_margin(void **state)

@@ -249,6 +249,7 @@ static void test_seg_keys(void **state)
             SAME(log);
             SAME(follow);
             SAME(rver);
+            SAME(undone);
 #undef SAME
         }
 }

@@ -1,6 +1,7 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due, log, rver[, users, meta[, hold index]].
+-- KEYS: stock, sver, cnt, orders, idem, due, log, rver, undone (the segment's tombstones of
+-- multi-segment ids part_undo.lua undid)[, users, meta[, hold index]].
 -- ARGV: version, quantity, order id, record, idem key (may be ""), the expiry in Redis ms of
 -- the request's Idempotency-Key claim and per-user reservation ("0": neither), sale_start,
 -- sale_end (Redis ms, "0": none), hold TTL in s ("0": the order is final at once) (the rules at
@@ -13,7 +14,7 @@
 -- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key), else "";
 -- then the version of the sale rules the order was judged by (meta's rver, layout_read.lua;
 -- STORE_COMMIT_ARG_RULES_VERSION).
--- KEYS[11], on one Redis with a hold: the hold index (store.h store_holds_key; KEYS users and
+-- KEYS[12], on one Redis with a hold: the hold index (store.h store_holds_key; KEYS users and
 -- meta are then declared even without the limit's check).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
@@ -46,6 +47,11 @@ local part = ARGV[14] == 'part'
 local now = 0
 if ARGV[6] ~= '0' or start > 0 or fin > 0 or ttl > 0 or cap > 0 then now = time_ms() end
 if ARGV[6] ~= '0' and now > tonumber(ARGV[6]) then return {STORE_COMMIT_EXPIRED, 0} end
+-- issue 29 (multi): a part or primary whose id part_undo.lua tombstoned (the order was rolled
+-- back) is refused whatever the clocks say; its undone set is KEYS[9] (store_commit_call)
+if (part or ARGV[14] == 'primary') and redis.call('ZSCORE', KEYS[9], ARGV[3]) then
+  return {STORE_COMMIT_EXPIRED, 1}
+end
 if start > 0 and now < start then return {STORE_COMMIT_NOT_STARTED, start} end
 if fin > 0 and now >= fin then return {STORE_COMMIT_ENDED, fin} end
 if cap > 0 then
@@ -65,11 +71,11 @@ local q = tonumber(ARGV[2])
 local ue
 local hex = ARGV[17]
 if hex ~= '' and not part then
-  local lim = redis.call('HGET', KEYS[10], 'limit')
+  local lim = redis.call('HGET', KEYS[11], 'limit')
   if lim and not int(lim) then return {STORE_COMMIT_DAMAGED, 0} end
   lim = int(lim or '0')
   if lim > 0 then
-    ue = entries_read(ARGV[11], KEYS[9])
+    ue = entries_read(ARGV[11], KEYS[10])
     if not ue then return {STORE_COMMIT_DAMAGED, 0} end
     if not ue[hex] then
       local held, open = 0, 0
@@ -117,7 +123,7 @@ if not part then redis.call('HINCRBY', KEYS[3], 'o', 1) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
 if ue then
   ue[hex] = {q, 0, tonumber(ARGV[13])}
-  entries_write(ARGV[11], ue, KEYS[9])
+  entries_write(ARGV[11], ue, KEYS[10])
 end
 -- issue 29 (order log, inventory-sink): an order not logged is counted in cnt's u, for the sink
 -- to find and backfill from the order record (docs/design.md "The order log")
@@ -137,7 +143,7 @@ if ttl > 0 then
   redis.call('ZADD', KEYS[6], exp, ARGV[3])
   -- issue 29: the sweeper finds the hold from Redis, not from the rules (docs/design.md "The
   -- sweeper"); LT: the index's score never passes the segment's earliest hold
-  if KEYS[11] then redis.call('ZADD', KEYS[11], 'LT', exp, ARGV[12] .. '/' .. ARGV[13]) end
+  if KEYS[12] then redis.call('ZADD', KEYS[12], 'LT', exp, ARGV[12] .. '/' .. ARGV[13]) end
   return {STORE_COMMIT_OK, left, rec}
 end
 return {STORE_COMMIT_OK, left}

@@ -1,6 +1,8 @@
 -- The intents of multi-segment orders (docs/design.md "Orders larger than one segment") that
--- are past their deadline + a margin on this Redis's clock: no part of theirs can be committed
--- any more, so the sweeper heals each one (forward when the primary exists, else back). Reads
+-- are past their deadline + a margin on this Redis's clock: their requests are done committing
+-- (the margin spares one on a master whose clock is behind; a late commit is refused anyway by
+-- the tombstones part_undo.lua leaves), so the sweeper heals each one (forward when the primary
+-- exists, else back). Reads
 -- only. An intent that is not what multi_begin.lua writes is returned too (the caller logs it
 -- and leaves it).
 -- KEYS: multi.  ARGV: margin ms, most intents to return.

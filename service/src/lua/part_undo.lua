@@ -1,15 +1,41 @@
 -- Undoes a part of a multi-segment order that never came to exist (its primary was never
 -- written: docs/design.md "Orders larger than one segment"), on the part's segment: the record
--- goes, and when it was live its units go back to the stock and s (and r for a hold) down; o counts orders, never parts.
+-- goes, and when it was live its units go back to the stock and s (and r for a hold) down; o
+-- counts orders, never parts. Either way the part's id is tombstoned in the segment's undone
+-- set (member the id, score Redis ms; kept ARGV[2] ms), which commit_body.lua refuses a part or
+-- primary of: a commit of the part still on its way (a stalled request, a master whose clock is
+-- behind) can no longer land after the undo, so no heal depends on the masters' clocks.
 -- Idempotent: a part already undone is missing. Never a primary nor a one-segment order: a
 -- record without part_of is refused with nothing written.
--- KEYS: stock, cnt, orders.  ARGV: the part's id.
--- -> {STORE_UNDO_DONE} undone now, {STORE_UNDO_NONE} no such record; an error (nothing written)
---    for a record without part_of, or a damaged record or counter
+-- With ARGV[3] "primary" (the healer, on the primary's segment, before it undoes any part): the
+-- primary's record exists -> {STORE_UNDO_WHOLE}, nothing written (the order is whole: roll
+-- forward); else its id is tombstoned -> {STORE_UNDO_NONE} (it can never be written: roll back).
+-- KEYS: stock, cnt, orders, undone.  ARGV: the part's (or primary's) id, the tombstone's keep
+-- ms, "" or "primary".
+-- -> {STORE_UNDO_DONE} undone now, {STORE_UNDO_NONE} no such record, {STORE_UNDO_WHOLE} the
+--    primary exists; an error (nothing written) for a record without part_of, or a damaged
+--    record or counter
 -- @include int.lua
 -- @include units.lua
+-- @include time_ms.lua
+local keep = tonumber(ARGV[2])
+if keep == nil or keep < 1 then return redis.error_reply('ERR part_undo: bad keep ms') end
+local function tombstone()
+  local now = time_ms()
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - keep)
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+  redis.call('PEXPIRE', KEYS[4], keep)
+end
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
-if not rec then return {STORE_UNDO_NONE} end
+if ARGV[3] == 'primary' then
+  if rec then return {STORE_UNDO_WHOLE} end
+  tombstone()
+  return {STORE_UNDO_NONE}
+end
+if not rec then
+  tombstone()
+  return {STORE_UNDO_NONE}
+end
 local ok, o = pcall(cjson.decode, rec)
 if not ok or type(o) ~= 'table' then return redis.error_reply('ERR part record damaged') end
 if o.part_of == nil then
@@ -17,6 +43,7 @@ if o.part_of == nil then
 end
 if o.status == 'cancelled' or o.status == 'expired' then
   redis.call('HDEL', KEYS[3], ARGV[1]) -- its units are back already
+  tombstone()
   return {STORE_UNDO_DONE}
 end
 if o.status ~= 'created' and o.status ~= 'reserved' and o.status ~= 'confirmed' then
@@ -37,4 +64,5 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('INCRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[2], 's', -q)
 if o.status == 'reserved' then redis.call('HINCRBY', KEYS[2], 'r', -q) end
+tombstone()
 return {STORE_UNDO_DONE}

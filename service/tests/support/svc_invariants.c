@@ -733,6 +733,8 @@ static int sf_check_strays(redisContext *c, const char *sku, sf_report *rep)
                 continue; /* a dropped segment keeps its version as a tombstone */
             if (strcmp(end, "}:log") == 0)
                 continue; /* its order log stays until the sink has drained it */
+            if (strcmp(end, "}:undone") == 0)
+                continue; /* undone parts' tombstones (part_undo.lua) expire by their TTL */
             if (idx >= rep->segments)
                 sf_problem(rep, "stray key %s (segment %ld >= %d segments)", key, idx,
                            rep->segments);
