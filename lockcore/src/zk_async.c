@@ -69,6 +69,7 @@ typedef enum zkind {
     Z_DELETE,   /* release: delete our node */
     Z_BG_DELETE,
     Z_BG_LIST, /* background: list a parent to find a node by prefix */
+    Z_PROBE,   /* the session's keep-alive: exists("/"), only to time an answer */
     Z_WATCH    /* a watcher event (session or node) */
 } zkind;
 
@@ -88,6 +89,7 @@ typedef struct zreq {
     lc_zk_lock *owner; /* Z_BG_LIST: the handle whose sweep this is (NULL once freed) */
     struct zctx *x;    /* the session it was last sent on */
     int64_t czxid;
+    int64_t sent_ms; /* CLOCK_MONOTONIC when it was handed to the library (presend) */
     int nkids;
     char **kids;
     int type, state;      /* Z_WATCH */
@@ -127,8 +129,15 @@ struct lc_zk_client {
     zreq *bg; /* background deletes / sweeps waiting for their retry */
     int connected;
     int session_ms;
-    zctx *dead;               /* expired sessions not closed yet */
-    struct event *reap_timer; /* closes them */
+    /* The session's local validity: ZooKeeper expires a session session_ms after it last heard
+     * from it, and it heard from us no earlier than when a request it answered was sent. So the
+     * session is alive at least until heard_ms + session_ms (less a drift margin), whatever the
+     * loop has or has not been told yet. 0: nothing answered on this session yet. */
+    int64_t heard_ms;
+    struct event *probe_timer; /* a request every session_ms / 3, so that heard_ms moves on */
+    int probing;               /* a probe in flight */
+    zctx *dead;                /* expired sessions not closed yet */
+    struct event *reap_timer;  /* closes them */
     unsigned long watch_events;
     lc_zk_lock *locks;
     unsigned mark;
@@ -265,6 +274,7 @@ static void answered(zreq *r)
  * before the call: its completion may run before the call returns). */
 static void presend(zreq *r)
 {
+    r->sent_ms = lc_now_ms();
     r->x = r->c->ctx;
     if (r->x)
         atomic_fetch_add(&r->x->in_library, 1);
@@ -860,12 +870,35 @@ static void on_reinit_timer(evutil_socket_t fd, short what, void *arg)
         lc_async_arm(c->reinit_timer, RETRY_MS);
 }
 
+/* The keep-alive of heard_ms: a holder sends nothing to ZooKeeper while it holds (the library's
+ * own pings are not seen here), so a cheap request every session_ms / 3 while connected. */
+static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_zk_client *c = arg;
+    if (c->zh && c->connected && !c->probing && !c->freeing) {
+        zreq *r = zreq_new(c, NULL, Z_PROBE);
+        if (r) {
+            presend(r);
+            if (sent(r, zoo_aexists(c->zh, "/", 0, on_stat_done, r)) == ZOK)
+                c->probing = 1;
+            else
+                zreq_free(r);
+        }
+    }
+    if (c->session_ms > 0 && !c->freeing)
+        lc_async_arm(c->probe_timer, c->session_ms / 3 > 0 ? c->session_ms / 3 : 1);
+}
+
 static void session_event(lc_zk_client *c, int state)
 {
     if (state == ZOO_CONNECTED_STATE) {
         c->connected = 1;
         c->session_ms = zoo_recv_timeout(c->zh);
         event_del(c->suspect_timer);
+        if (!evtimer_pending(c->probe_timer, NULL))
+            lc_async_arm(c->probe_timer, 0);
         return;
     }
     if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
@@ -876,6 +909,8 @@ static void session_event(lc_zk_client *c, int state)
     }
     if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
         c->connected = 0;
+        c->heard_ms = 0; /* a new session: nothing heard on it yet */
+        c->probing = 0;  /* the old session's probe, if any, is answered there */
         event_del(c->suspect_timer);
         session_lost(c, state == ZOO_EXPIRED_SESSION_STATE ? "session expired"
                                                            : "authentication failed");
@@ -909,8 +944,25 @@ static void on_watch_event(lc_zk_client *c, zreq *r)
 
 /* ---- the loop side of the queue ---- */
 
+/* r's answer came from the server (not a connection loss, a timeout or a closing handle): the
+ * server heard from this session at r->sent_ms at the latest. */
+static void note_heard(lc_zk_client *c, const zreq *r)
+{
+    int from_server = r->rc == ZOK || r->rc == ZNONODE || r->rc == ZNODEEXISTS ||
+                      r->rc == ZBADVERSION || r->rc == ZNOTEMPTY;
+    if (from_server && r->gen == c->gen && r->sent_ms > c->heard_ms)
+        c->heard_ms = r->sent_ms;
+}
+
 static void dispatch(lc_zk_client *c, zreq *r)
 {
+    if (r->kind != Z_WATCH)
+        note_heard(c, r);
+    if (r->kind == Z_PROBE) {
+        c->probing = 0;
+        zreq_free(r);
+        return;
+    }
     if (r->kind == Z_WATCH) {
         if (r->gen == c->gen && !c->freeing)
             on_watch_event(c, r);
@@ -1054,8 +1106,9 @@ lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_
     c->bg_timer = evtimer_new(base, on_bg_timer, c);
     c->reinit_timer = evtimer_new(base, on_reinit_timer, c);
     c->reap_timer = evtimer_new(base, on_reap_timer, c);
+    c->probe_timer = evtimer_new(base, on_probe_timer, c);
     if (!c->hosts || !c->wake_ev || !c->suspect_timer || !c->bg_timer || !c->reinit_timer ||
-        !c->reap_timer || event_add(c->wake_ev, NULL) != 0) {
+        !c->reap_timer || !c->probe_timer || event_add(c->wake_ev, NULL) != 0) {
         lc_zk_client_free(c);
         return lc_fail(LC_ENOMEM, "zookeeper client: out of memory");
     }
@@ -1135,6 +1188,8 @@ void lc_zk_client_free(lc_zk_client *c)
         event_free(c->reinit_timer);
     if (c->reap_timer)
         event_free(c->reap_timer);
+    if (c->probe_timer)
+        event_free(c->probe_timer);
     for (int i = 0; i < 2; i++)
         if (c->pipefd[i] >= 0)
             close(c->pipefd[i]);
@@ -1146,6 +1201,16 @@ void lc_zk_client_free(lc_zk_client *c)
 int lc_zk_client_connected(const lc_zk_client *c)
 {
     return c ? c->connected : 0;
+}
+
+int64_t lc_zk_client_validity_ms(const lc_zk_client *c)
+{
+    if (!c || !c->connected || c->session_ms <= 0 || c->heard_ms <= 0)
+        return 0;
+    /* the drift allowance as Redlock's (1 % + 2 ms for the timer granularity) */
+    int64_t until = c->heard_ms + c->session_ms - (c->session_ms / 100 + 2);
+    int64_t left = until - lc_now_ms();
+    return left > 0 ? left : 0;
 }
 
 int lc_zk_client_session_timeout_ms(const lc_zk_client *c)
@@ -1391,6 +1456,21 @@ lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_scrip
                        "zookeeper lock %.100s: session suspect (disconnected): not sent, it may "
                        "expire before the script runs",
                        lk->name);
+    if (lc_zk_client_validity_ms(lk->c) <= 0) {
+        /* ZooKeeper has not answered for a whole session timeout by our own clock (a pause of
+         * this process, a loop that did not run): the session may have expired and the lock
+         * passed on, whether or not the session event has reached the loop yet. */
+        lk->lost = 1;
+        snprintf(lk->why, sizeof(lk->why),
+                 "zookeeper lock %.100s: lost (no answer from ZooKeeper for a session timeout): "
+                 "not sent",
+                 lk->name);
+        if (lk->node)
+            bg_delete(lk->c, lk->node); /* in case the session survived after all */
+        if (flags & LC_EVAL_RELEASE)
+            zk_drop_hold(lk);
+        return lc_fail(LC_ELOST, "%s", lk->why);
+    }
     lc_status st = zk_op_begin(lk, ZOP_EVAL, NULL, arg);
     if (st != LC_OK)
         return st;

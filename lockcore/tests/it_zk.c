@@ -602,15 +602,20 @@ static void test_session_lost(void **state)
 
 /* --zk-child HOSTS NAME REDIS_URL MODE: takes the lock and writes "held <fence>" on stdout;
  * MODE "hold" then just keeps its session; MODE "commit" then runs a fenced SET of NAME:v to
- * "child" every 100 ms and writes "commit <status>" for each. */
+ * "child" every 100 ms and writes "commit <status>" for each; MODE "stopself" stops itself
+ * (SIGSTOP) inside the acquire's callback, on the loop thread, and once continued runs one
+ * fenced SET at once from there, before the loop can read any session event, and writes
+ * "commit <status>" (the call's status when it sent nothing, else the answer's). */
 typedef struct child {
     lc_zk_lock *l;
     lc_async_client *store;
     lc_script *script;
     const char *name;
-    int commit, busy;
+    int commit, busy, stopself;
     struct event *tick;
 } child;
+
+static lc_status child_eval(child *ch);
 
 static void child_committed(lc_zk_lock *l, lc_status st, const redisReply *r, void *arg)
 {
@@ -629,6 +634,11 @@ static void child_tick(evutil_socket_t fd, short what, void *arg)
     child *ch = arg;
     if (!ch->commit || ch->busy || !lc_zk_lock_held(ch->l))
         return;
+    child_eval(ch);
+}
+
+static lc_status child_eval(child *ch)
+{
     char key[600], seen[600];
     snprintf(key, sizeof key, "%s:v", ch->name);
     snprintf(seen, sizeof seen, "%s:seen", ch->name);
@@ -642,14 +652,19 @@ static void child_tick(evutil_socket_t fd, short what, void *arg)
         printf("commit %s\n", lc_status_name(st));
         fflush(stdout);
     }
+    return st;
 }
 
 static void child_acquired(lc_zk_lock *l, lc_status st, uint64_t fence, void *arg)
 {
     (void)l;
-    (void)arg;
+    child *ch = arg;
     printf("held %s %" PRIu64 "\n", lc_status_name(st), fence);
     fflush(stdout);
+    if (ch->stopself && st == LC_OK) {
+        raise(SIGSTOP); /* the whole process, the library's threads too */
+        child_eval(ch);
+    }
 }
 
 static int child_main(char **argv)
@@ -662,12 +677,16 @@ static int child_main(char **argv)
     child ch = {0};
     ch.name = argv[3];
     ch.commit = !strcmp(argv[5], "commit");
+    ch.stopself = !strcmp(argv[5], "stopself");
     lc_zk_client *c = NULL;
+    lc_client_opts co;
+    lc_client_opts_init(&co);
+    co.command_timeout_ms = 15000; /* waking from a pause does not tear the Redis connection */
     if (lc_zk_client_new(base, argv[2], &o, &c) != LC_OK ||
-        lc_async_client_new(base, argv[4], NULL, &ch.store) != LC_OK ||
+        lc_async_client_new(base, argv[4], &co, &ch.store) != LC_OK ||
         lc_token_fenced_script_new(SET_BODY, &ch.script) != LC_OK ||
         lc_zk_lock_new(c, argv[3], NULL, NULL, &ch.l) != LC_OK ||
-        lc_zk_lock_acquire(ch.l, 10000, child_acquired, NULL) != LC_OK)
+        lc_zk_lock_acquire(ch.l, 10000, child_acquired, &ch) != LC_OK)
         return 3;
     ch.tick = event_new(base, -1, EV_PERSIST, child_tick, &ch);
     struct timeval tv = {0, 100000};
@@ -798,6 +817,49 @@ static void test_paused_holder_refused(void **state)
     lc_script_free(script);
 }
 
+/* Issue 29: a holder paused past its session whose commit runs before the session event
+ * reaches its loop (here: straight after SIGCONT, inside the callback that was running) is
+ * refused locally, LC_ELOST, nothing sent: ZooKeeper has not answered it for a whole session
+ * timeout by its own monotonic clock. Before, lc_zk_lock_eval trusted the connected flag, which
+ * only the loop updates, and the commit was sent and accepted (no later holder had written).
+ * About 3 s. */
+static void test_paused_past_session_refused_locally(void **state)
+{
+    (void)state;
+    char name[64], line[128], key[80];
+    tu_unique_name(name, sizeof name, "zkstopself");
+    snprintf(key, sizeof key, "%s:v", name);
+    int out;
+    pid_t pid = spawn_child(name, "stopself", &out);
+    assert_true(read_line(out, line, sizeof line, 20000));
+    assert_true(!strncmp(line, "held LC_OK ", 11));
+    /* stopped once /proc says so; then past its session (1 s) with a wide margin */
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int stopped = 0;
+    for (int64_t until = tu_now_ms() + 10000; !stopped && tu_now_ms() < until;) {
+        FILE *f = fopen(path, "r");
+        if (f && fgets(stat, sizeof stat, f)) {
+            const char *p = strrchr(stat, ')');
+            stopped = p && p[1] == ' ' && p[2] == 'T';
+        }
+        if (f)
+            fclose(f);
+        if (!stopped)
+            tu_sleep_ms(5);
+    }
+    assert_true(stopped);
+    tu_sleep_ms(2 * SESSION_MS + 500);
+    kill(pid, SIGCONT);
+    assert_true(read_line(out, line, sizeof line, 10000));
+    fprintf(stderr, "it_zk: the commit of a holder paused past its session: %s\n", line);
+    assert_string_equal(line, "commit LC_ELOST");
+    assert_int_equal(rf_integer(redis, "EXISTS %s", key), 0); /* nothing written */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--zk-child"))
@@ -809,6 +871,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_deadline_removes_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_holder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paused_holder_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paused_past_session_refused_locally, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_lost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -400,6 +400,8 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
         return lc_zk_lock_held(sl->zk) ? LC_ELOST : LC_ENOTHELD;
     if (sl->zk && !lc_zk_client_connected(sl->env.zk))
         return LC_EIO; /* the session is suspect: nothing is sent (lc_zk_lock_eval's rule) */
+    if (sl->zk && lc_zk_client_validity_ms(sl->env.zk) <= 0)
+        return LC_ELOST; /* no answer for a session timeout by our clock: lc_zk_lock_eval's rule */
     int held = sl->zk   ? 1
                : sl->rl ? lc_async_redlock_held(sl->rl)
                : sl->my ? lc_mysql_lock_held(sl->my)

@@ -65,6 +65,14 @@ void lc_zk_client_free(lc_zk_client *c);
 
 /* 1 while the client's session is connected; 0 while connecting or suspect. */
 int lc_zk_client_connected(const lc_zk_client *c);
+/* How long the session is certainly alive by the client's own CLOCK_MONOTONIC: the send time
+ * of the latest request ZooKeeper answered on it, plus the granted session timeout, less a
+ * drift allowance (1 % + 2 ms, as Redlock's), minus now; 0 when that has passed, before anything
+ * was answered, or while disconnected. The client sends a cheap request every third of the
+ * session timeout so that a live, running client stays well inside it. lc_zk_lock_eval sends
+ * nothing once it is 0: a holder paused past its session may otherwise run its commit before
+ * the session event reaches the loop. */
+int64_t lc_zk_client_validity_ms(const lc_zk_client *c);
 /* The session timeout the server granted (0 before the first connection). */
 int lc_zk_client_session_timeout_ms(const lc_zk_client *c);
 /* How many watch notifications (a watched predecessor deleted or changed) reached the loop: a
@@ -111,8 +119,9 @@ typedef void (*lc_zk_eval_fn)(lc_zk_lock *lock, lc_status st, const redisReply *
  * lc_async_redlock_eval: LC_OK (reply: the body's result), LC_ELOST (the store has seen a
  * later token: nothing ran, the lock is marked lost), LC_EREDIS, LC_EIO, LC_ESTATE. flags 0 or
  * LC_EVAL_RELEASE (one hold dropped once the store answered). Returns, sending nothing and with
- * no callback: LC_ENOTHELD when not held, LC_ELOST when the lock is known lost, LC_EIO while the
- * session is suspect (disconnected: it may expire before the script runs). */
+ * no callback: LC_ENOTHELD when not held, LC_ELOST when the lock is known lost or the session's
+ * local validity has run out (lc_zk_client_validity_ms 0: the lock is then marked lost), LC_EIO
+ * while the session is suspect (disconnected: it may expire before the script runs). */
 lc_status lc_zk_lock_eval(lc_zk_lock *lock, lc_async_client *store, const lc_script *script,
                           const char *seen_key, int flags, int nkeys, const char *const *keys,
                           const size_t *keylens, int nargs, const char *const *args,
