@@ -227,12 +227,98 @@ static void test_kill_lock_server(void **state)
     SF_ASSERT_EQ(sf_stop(a), 0);
 }
 
+/* Orders of one unit of sku through port for ms: how many were placed (201). */
+static int orders_for(int port, const char *sku, int ms)
+{
+    int created = 0;
+    for (int64_t until = tu_now_ms() + ms; tu_now_ms() < until;) {
+        sf_resp r = {0};
+        sf_order(NULL, port, sku, 1, &r);
+        created += r.status == 201;
+        sf_resp_free(&r);
+    }
+    return created;
+}
+
+/* Issue 29 item 9: the token source behind the seen key. Segment 0's seen key keeps the highest
+ * token a commit was accepted with, whatever lock made it (Redlock, MySQL and ZooKeeper share
+ * the key: nothing namespaces tokens per backend). About 6 s.
+ *   - lc_fence restored from a backup (the row set back): the MySQL token is now below the seen
+ *     one and every commit is refused as lost; but each refused attempt's acquire increments the
+ *     row, so the sale comes back by itself once the row has climbed past the seen token (the
+ *     gap: the acquires since the backup);
+ *   - a switch from a ZooKeeper ensemble to MySQL on the same SKU: the seen token is a czxid
+ *     with the ensemble's epoch in its high 32 bits (here 2: one leader change), 2^33 above the
+ *     MySQL row: refused for ever (a one-node ZooKeeper's zxids have epoch 0, a gap the row
+ *     climbs in seconds: the switch "kept selling"). The runbook (docs/reliability.md) ends it:
+ *     every instance stopped, the seen keys deleted, started again. */
+static void test_token_source_behind(void **state)
+{
+    (void)state;
+    NEED_DB();
+    const char *fast[] = {"--lock-wait-ms", "500", NULL};
+    sf_service *a = lm_start(fast);
+    char sku[64], key[128], sql[256];
+    tu_unique_name(sku, sizeof sku, "lmbehind");
+    snprintf(key, sizeof key, "inv:2:{%s/0}:lock:seen", sku);
+    sf_resp r = {0};
+    sf_put_sku(sf_port(a), NULL, sku, 100000, 1, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    int sold = orders_for(sf_port(a), sku, 500);
+    SF_ASSERT(sold > 20, "only %d orders in 0.5 s", sold);
+    char v[32];
+    SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
+    long long seen = atoll(v);
+    /* the restore: the row as it was 20 acquires ago at most (the counter starts at 1) */
+    snprintf(sql, sizeof sql,
+             "UPDATE " MDB_DATABASE ".lc_fence SET token = 1 WHERE name = 'inv:2:{%s/0}:lock'",
+             sku);
+    SF_ASSERT_EQ(mdb_exec(db, sql), 0);
+    int64_t t0 = tu_now_ms();
+    int first = 0;
+    while (!first && tu_now_ms() - t0 < 10000)
+        first = orders_for(sf_port(a), sku, 50);
+    fprintf(stderr,
+            "it_lock_mysql: lc_fence set back from %lld to 1: the sale back after %lld ms\n", seen,
+            (long long)(tu_now_ms() - t0));
+    SF_ASSERT(first > 0, "%s", "no order placed in 10 s after the row was set back");
+    SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
+    /* >=: the row climbs back through the seen token itself, which a new holder then gets a
+     * second time and the store accepts (equal tokens count as the same hold): one reason the
+     * runbook is the way back, not the climb */
+    SF_ASSERT(atoll(v) >= seen, "%s", "the seen token went down");
+    /* the switch from a ZooKeeper ensemble: its last czxid as the seen token */
+    long long zxid = (2LL << 32) | 5;
+    SF_ASSERT_EQ(sf_stop(a), 0);
+    redisReply *set = rf_command(gf_redis, "SET %s %lld", key, zxid);
+    SF_ASSERT(set && set->type == REDIS_REPLY_STATUS, "%s", "SET of the seen key failed");
+    freeReplyObject(set);
+    a = lm_start(fast);
+    int stuck = orders_for(sf_port(a), sku, 2000);
+    fprintf(stderr, "it_lock_mysql: after a ZooKeeper ensemble's token: %d orders in 2 s\n", stuck);
+    SF_ASSERT_EQ(stuck, 0);
+    SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
+    SF_ASSERT_EQ(atoll(v), zxid);
+    /* the runbook */
+    SF_ASSERT_EQ(sf_stop(a), 0);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "DEL %s", key), 1);
+    a = lm_start(fast);
+    int after = orders_for(sf_port(a), sku, 1000);
+    fprintf(stderr, "it_lock_mysql: after the runbook: %d orders in 1 s\n", after);
+    SF_ASSERT(after > 0, "%s", "no order after the seen key was deleted");
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
+    SF_ASSERT_EQ(sf_stop(a), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_mysql_sell_out, setup),
         cmocka_unit_test_setup(test_sigstop_holder, setup),
         cmocka_unit_test_setup(test_kill_lock_server, setup),
+        cmocka_unit_test_setup(test_token_source_behind, setup),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
