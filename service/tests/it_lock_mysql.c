@@ -228,7 +228,7 @@ static void test_kill_lock_server(void **state)
 }
 
 /* Orders of one unit of sku through port for ms: how many were placed (201). */
-static int orders_for(int port, const char *sku, int ms)
+static int lm_orders_for(int port, const char *sku, int ms)
 {
     int created = 0;
     for (int64_t until = tu_now_ms() + ms; tu_now_ms() < until;) {
@@ -265,7 +265,7 @@ static void test_token_source_behind(void **state)
     sf_put_sku(sf_port(a), NULL, sku, 100000, 1, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    int sold = orders_for(sf_port(a), sku, 500);
+    int sold = lm_orders_for(sf_port(a), sku, 500);
     SF_ASSERT(sold > 20, "only %d orders in 0.5 s", sold);
     char v[32];
     SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
@@ -278,7 +278,7 @@ static void test_token_source_behind(void **state)
     int64_t t0 = tu_now_ms();
     int first = 0;
     while (!first && tu_now_ms() - t0 < 10000)
-        first = orders_for(sf_port(a), sku, 50);
+        first = lm_orders_for(sf_port(a), sku, 50);
     fprintf(stderr,
             "it_lock_mysql: lc_fence set back from %lld to 1: the sale back after %lld ms\n", seen,
             (long long)(tu_now_ms() - t0));
@@ -295,7 +295,7 @@ static void test_token_source_behind(void **state)
     SF_ASSERT(set && set->type == REDIS_REPLY_STATUS, "%s", "SET of the seen key failed");
     freeReplyObject(set);
     a = lm_start(fast);
-    int stuck = orders_for(sf_port(a), sku, 2000);
+    int stuck = lm_orders_for(sf_port(a), sku, 2000);
     fprintf(stderr, "it_lock_mysql: after a ZooKeeper ensemble's token: %d orders in 2 s\n", stuck);
     SF_ASSERT_EQ(stuck, 0);
     SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
@@ -304,7 +304,7 @@ static void test_token_source_behind(void **state)
     SF_ASSERT_EQ(sf_stop(a), 0);
     SF_ASSERT_EQ(rf_integer(gf_redis, "DEL %s", key), 1);
     a = lm_start(fast);
-    int after = orders_for(sf_port(a), sku, 1000);
+    int after = lm_orders_for(sf_port(a), sku, 1000);
     fprintf(stderr, "it_lock_mysql: after the runbook: %d orders in 1 s\n", after);
     SF_ASSERT(after > 0, "%s", "no order after the seen key was deleted");
     sf_report rep;
