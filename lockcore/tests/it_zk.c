@@ -2,7 +2,8 @@
  * The ZooKeeper lock (lockcore_zk.h) against a real one-node ZooKeeper and a real Redis as the
  * data store, both started by the group setup on free ports: mutual exclusion as the store saw
  * it, fencing tokens across holders, fairness, no herd, the wait deadline, reentrancy, a lost
- * session, a holder killed with SIGKILL, and a paused holder whose commit the store refuses.
+ * session, a holder killed with SIGKILL, and a paused holder whose commit the store refuses; an
+ * ensemble rebuilt under a store that has seen the old one's tokens (issue 29 item 9).
  *
  * The holders of the last two are child processes (this binary run again with --zk-child), so
  * that killing or pausing one pauses its ZooKeeper session too.
@@ -860,6 +861,115 @@ static void test_paused_past_session_refused_locally(void **state)
     close(out);
 }
 
+/* A client of the ensemble at hosts with its own prefix (its own token base). */
+static lc_zk_client *zk_client_at(const char *hosts, const char *prefix, int session_ms)
+{
+    lc_zk_opts o;
+    lc_zk_opts_init(&o);
+    o.session_timeout_ms = session_ms;
+    o.op_timeout_ms = 3000;
+    o.prefix = prefix;
+    lc_zk_client *c = NULL;
+    lc_status st = lc_zk_client_new(lt_base, hosts, &o, &c);
+    if (st != LC_OK)
+        fail_msg("lc_zk_client_new: %s (%s)", lc_status_name(st), lc_errmsg());
+    assert_true(lt_run_until(connected, c, 10000));
+    return c;
+}
+
+/* The fenced SET of v at key under l's hold, to its end. */
+static res set_under(lc_zk_lock *l, lc_async_client *store, const lc_script *s, const char *seen,
+                     const char *key, const char *v)
+{
+    res r = {0};
+    const char *keys[1] = {key};
+    const char *args[1] = {v};
+    assert_ok(lc_zk_lock_eval(l, store, s, seen, 0, 1, keys, NULL, 1, args, NULL, on_eval_res, &r));
+    lt_run_until(is_done, &r, 10000);
+    assert_int_equal(r.done, 1);
+    return r;
+}
+
+/* Issue 29 item 9: the ensemble rebuilt (a second, empty ZooKeeper) under a store that has seen
+ * the old one's tokens, which carried an epoch of 2 in their high 32 bits (made here by raising
+ * the old ensemble's token base to 2^33 + 5: a one-node test server's zxids have epoch 0). The
+ * new ensemble's first token is refused, the refusal raises its base past the seen token, and a
+ * holder is accepted again within 10 s (before: refused for ever, 2^33 transactions away); the
+ * old ensemble's holder, still holding there and still connected, is then refused by the store
+ * (its commit sent: not the local validity check). About 5 s (a second ZooKeeper). */
+static void test_rebuilt_ensemble_raises_base(void **state)
+{
+    (void)state;
+    zf_ensemble *zk2 = zf_start(1); /* first: the loop does not run while it starts */
+    assert_non_null(zk2);
+    char name[64], key[80], seen[80], buf[32];
+    tu_unique_name(name, sizeof name, "zkrebuilt");
+    snprintf(key, sizeof key, "%s:v", name);
+    snprintf(seen, sizeof seen, "%s:seen", name);
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(SET_BODY, &s));
+    lc_async_client *store = store_client();
+    const uint64_t epoch2 = (2ULL << 32) | 5;
+    lc_zk_client *cold = zk_client_at(zf_hosts(zk), "lcrebuilt", 10000);
+    assert_ok(lc_zk_client_raise(cold, epoch2));
+    lc_zk_lock *a = zk_lock(cold, name, NULL, NULL);
+    res r = {0};
+    for (int64_t until = tu_now_ms() + 10000; tu_now_ms() < until;) {
+        r = acquire(a, 0); /* the raise lands in the background */
+        assert_int_equal(r.st, LC_OK);
+        if (r.fence > epoch2)
+            break;
+        assert_int_equal(release(a).st, LC_OK);
+    }
+    assert_true(r.fence > epoch2);
+    uint64_t ta = r.fence;
+    assert_int_equal(set_under(a, store, s, seen, key, "a").st, LC_OK);
+
+    lc_zk_client *cnew = zk_client_at(zf_hosts(zk2), "lcrebuilt", 10000);
+    lc_zk_lock *b = zk_lock(cnew, name, NULL, NULL);
+    r = acquire(b, 0);
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence < ta); /* the rebuilt ensemble starts below */
+    assert_int_equal(set_under(b, store, s, seen, key, "early").st, LC_ELOST);
+    assert_non_null(strstr(lc_zk_lock_errmsg(b), "the store has seen"));
+    assert_int_equal(release(b).st, LC_ELOST);
+    int64_t t0 = tu_now_ms();
+    res w = {0};
+    int tries = 1;
+    while (tu_now_ms() - t0 < 10000) {
+        r = acquire(b, 0);
+        assert_int_equal(r.st, LC_OK);
+        tries++;
+        w = set_under(b, store, s, seen, key, "b");
+        if (w.st == LC_OK)
+            break;
+        release(b);
+    }
+    fprintf(stderr,
+            "it_zk: rebuilt ensemble: old token 0x%" PRIx64 ", accepted again after %d tries, "
+            "%lld ms, with 0x%" PRIx64 "\n",
+            ta, tries, (long long)(tu_now_ms() - t0), r.fence);
+    assert_int_equal(w.st, LC_OK);
+    assert_true(r.fence > ta);
+    assert_int_equal(rf_string(redis, buf, sizeof buf, "GET %s", key), 1);
+    assert_string_equal(buf, "b");
+    /* the old era's holder: connected, valid, and refused by the store */
+    assert_int_equal(lc_zk_lock_lost(a), 0);
+    assert_int_equal(set_under(a, store, s, seen, key, "stale").st, LC_ELOST);
+    assert_non_null(strstr(lc_zk_lock_errmsg(a), "the store has seen"));
+    assert_int_equal(rf_string(redis, buf, sizeof buf, "GET %s", key), 1);
+    assert_string_equal(buf, "b");
+    assert_int_equal(release(b).st, LC_OK);
+    release(a);
+    lc_zk_lock_free(a);
+    lc_zk_lock_free(b);
+    lc_zk_client_free(cold);
+    lc_zk_client_free(cnew);
+    lc_async_client_free(store);
+    lc_script_free(s);
+    zf_stop(zk2);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--zk-child"))
@@ -873,6 +983,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_paused_holder_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paused_past_session_refused_locally, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuilt_ensemble_raises_base, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -242,16 +242,17 @@ static int lm_orders_for(int port, const char *sku, int ms)
 
 /* Issue 29 item 9: the token source behind the seen key. Segment 0's seen key keeps the highest
  * token a commit was accepted with, whatever lock made it (Redlock, MySQL and ZooKeeper share
- * the key: nothing namespaces tokens per backend). About 6 s.
- *   - lc_fence restored from a backup (the row set back): the MySQL token is now below the seen
- *     one and every commit is refused as lost; but each refused attempt's acquire increments the
- *     row, so the sale comes back by itself once the row has climbed past the seen token (the
- *     gap: the acquires since the backup);
+ * the key). About 3 s (10 s at worst per step on a loaded machine).
+ *   - lc_fence restored from a backup (the row set back to 1): the first refused commit raises
+ *     the row to the seen token, so the next holder's token is above it: the sale is back
+ *     within 10 s, and the first order accepted came with a token strictly above the seen one
+ *     (before: the row climbed one acquire at a time and handed the very seen token out again,
+ *     which the store took as the same hold: the seen token stayed equal);
  *   - a switch from a ZooKeeper ensemble to MySQL on the same SKU: the seen token is a czxid
- *     with the ensemble's epoch in its high 32 bits (here 2: one leader change), 2^33 above the
- *     MySQL row: refused for ever (a one-node ZooKeeper's zxids have epoch 0, a gap the row
- *     climbs in seconds: the switch "kept selling"). The runbook (docs/reliability.md) ends it:
- *     every instance stopped, the seen keys deleted, started again. */
+ *     with the ensemble's epoch in its high 32 bits (here 2: one leader change), 2^33 above
+ *     the row: back within 10 s as well, without stopping anything or deleting a key (before:
+ *     0 orders, for ever in practice; the runbook was the way back).
+ * A stale holder's refusal after the row was raised: lockcore's it_mysql test_row_set_back. */
 static void test_token_source_behind(void **state)
 {
     (void)state;
@@ -267,7 +268,7 @@ static void test_token_source_behind(void **state)
     sf_resp_free(&r);
     int sold = lm_orders_for(sf_port(a), sku, 500);
     SF_ASSERT(sold > 20, "only %d orders in 0.5 s", sold);
-    char v[32];
+    char v[128];
     SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
     long long seen = atoll(v);
     /* the restore: the row as it was 20 acquires ago at most (the counter starts at 1) */
@@ -284,29 +285,23 @@ static void test_token_source_behind(void **state)
             (long long)(tu_now_ms() - t0));
     SF_ASSERT(first > 0, "%s", "no order placed in 10 s after the row was set back");
     SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
-    /* >=: the row climbs back through the seen token itself, which a new holder then gets a
-     * second time and the store accepts (equal tokens count as the same hold): one reason the
-     * runbook is the way back, not the climb */
-    SF_ASSERT(atoll(v) >= seen, "%s", "the seen token went down");
+    SF_ASSERT(atoll(v) > seen, "seen token %lld then %s: a second holder got the seen token", seen,
+              v);
     /* the switch from a ZooKeeper ensemble: its last czxid as the seen token */
     long long zxid = (2LL << 32) | 5;
-    SF_ASSERT_EQ(sf_stop(a), 0);
     redisReply *set = rf_command(gf_redis, "SET %s %lld", key, zxid);
     SF_ASSERT(set && set->type == REDIS_REPLY_STATUS, "%s", "SET of the seen key failed");
     freeReplyObject(set);
-    a = lm_start(fast);
-    int stuck = lm_orders_for(sf_port(a), sku, 2000);
-    fprintf(stderr, "it_lock_mysql: after a ZooKeeper ensemble's token: %d orders in 2 s\n", stuck);
-    SF_ASSERT_EQ(stuck, 0);
+    t0 = tu_now_ms();
+    first = 0;
+    while (!first && tu_now_ms() - t0 < 10000)
+        first = lm_orders_for(sf_port(a), sku, 50);
+    fprintf(stderr,
+            "it_lock_mysql: after a ZooKeeper ensemble's token: the sale back after %lld ms\n",
+            (long long)(tu_now_ms() - t0));
+    SF_ASSERT(first > 0, "%s", "no order placed in 10 s after a ZooKeeper ensemble's token");
     SF_ASSERT_EQ(rf_string(gf_redis, v, sizeof v, "GET %s", key), 1);
-    SF_ASSERT_EQ(atoll(v), zxid);
-    /* the runbook */
-    SF_ASSERT_EQ(sf_stop(a), 0);
-    SF_ASSERT_EQ(rf_integer(gf_redis, "DEL %s", key), 1);
-    a = lm_start(fast);
-    int after = lm_orders_for(sf_port(a), sku, 1000);
-    fprintf(stderr, "it_lock_mysql: after the runbook: %d orders in 1 s\n", after);
-    SF_ASSERT(after > 0, "%s", "no order after the seen key was deleted");
+    SF_ASSERT(atoll(v) > zxid, "seen token %s, not above 0x%llx", v, zxid);
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
     SF_ASSERT_EQ(sf_stop(a), 0);
