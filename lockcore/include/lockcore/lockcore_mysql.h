@@ -136,7 +136,8 @@ typedef void (*lc_mysql_eval_fn)(lc_mysql_lock *lock, lc_status st, const redisR
                                  void *arg);
 
 /* Runs script (lc_token_fenced_script_new; alive until the callback) on the data store with
- * this hold's token: KEYS = seen_key, keys...; ARGV = token, args... (copied). With
+ * this hold's token: KEYS = seen_key, keys...; ARGV = "token:owner", args... (copied). A refusal
+ * raises the lc_fence row to the seen token (lc_mysql_client_raise). With
  * LC_EVAL_RELEASE one hold is dropped once the store has answered (in the background, no
  * callback for it). Returns LC_ENOTHELD or LC_ELOST (a lost hold: nothing sent; with
  * LC_EVAL_RELEASE the hold is dropped) without a callback. */
