@@ -109,7 +109,7 @@ typedef struct zreq {
     lc_zk_lock *owner; /* Z_BG_LIST: the handle whose sweep this is (NULL once freed) */
     struct zctx *x;    /* the session it was last sent on */
     int64_t czxid;
-    uint64_t base;   /* Z_BASE, Z_RAISE_*: the base read; Z_RAISE_*: base_bad, not a number */
+    uint64_t base;   /* Z_BASE, Z_RAISE_GET: the base read */
     uint64_t want;   /* Z_RAISE_*: the seen token to raise the base to */
     int version;     /* Z_RAISE_*: /<prefix>'s data version read */
     int base_bad;    /* the data of /<prefix> is not a decimal token base */
