@@ -970,6 +970,72 @@ static void test_rebuilt_ensemble_raises_base(void **state)
     zf_stop(zk2);
 }
 
+/* The token base of prefix on the ensemble at hosts, as a synchronous client reads it (-1 on
+ * failure, 0 for none). */
+static long long read_base(const char *hosts, const char *prefix)
+{
+    zhandle_t *zh = zookeeper_init(hosts, NULL, 5000, NULL, NULL, 0);
+    if (!zh)
+        return -1;
+    char path[128], buf[32];
+    snprintf(path, sizeof path, "/%s", prefix);
+    long long v = -1;
+    for (int i = 0; i < 100 && v < 0; i++) {
+        int len = sizeof buf - 1;
+        struct Stat st;
+        int rc = zoo_get(zh, path, 0, buf, &len, &st);
+        if (rc == ZOK) {
+            buf[len > 0 ? len : 0] = '\0';
+            v = len > 0 ? strtoll(buf, NULL, 10) : 0;
+        } else {
+            tu_sleep_ms(50);
+        }
+    }
+    zookeeper_close(zh);
+    return v;
+}
+
+static const char *base_prefix;
+static int base_at_least(void *arg)
+{
+    return read_base(zf_hosts(zk), base_prefix) >= *(long long *)arg;
+}
+
+/* The base is read once a node is the lowest, not when it was created: a waiter queued before a
+ * raise gets the raised base when its turn comes (read at create time, its token would be below
+ * the seen token that caused the raise, and refused again). About 1 s. */
+static void test_base_read_after_winning(void **state)
+{
+    (void)state;
+    char name[64];
+    tu_unique_name(name, sizeof name, "zkbase");
+    lc_zk_client *hc = zk_client_at(zf_hosts(zk), "lcbase", 10000);
+    lc_zk_client *wc = zk_client_at(zf_hosts(zk), "lcbase", 10000);
+    lc_zk_lock *h = zk_lock(hc, name, NULL, NULL), *w = zk_lock(wc, name, NULL, NULL);
+    res rh = acquire(h, 0);
+    assert_int_equal(rh.st, LC_OK);
+    res rw = {0};
+    assert_ok(lc_zk_lock_acquire(w, 20000, on_res, &rw));
+    lt_run_until(lt_never, NULL, 300); /* w's node is made and waits behind h's */
+    assert_int_equal(rw.done, 0);
+    long long want = (long long)rh.fence + (1LL << 40);
+    assert_ok(lc_zk_client_raise(hc, (uint64_t)want));
+    base_prefix = "lcbase";
+    assert_true(lt_run_until(base_at_least, &want, 5000));
+    assert_int_equal(release(h).st, LC_OK);
+    lt_run_until(is_done, &rw, 10000);
+    assert_int_equal(rw.st, LC_OK);
+    fprintf(stderr,
+            "it_zk: holder's token 0x%" PRIx64 ", base raised to 0x%llx, waiter's 0x%" PRIx64 "\n",
+            rh.fence, want, rw.fence);
+    assert_true(rw.fence > (uint64_t)want);
+    assert_int_equal(release(w).st, LC_OK);
+    lc_zk_lock_free(h);
+    lc_zk_lock_free(w);
+    lc_zk_client_free(hc);
+    lc_zk_client_free(wc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--zk-child"))
@@ -984,6 +1050,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_paused_past_session_refused_locally, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuilt_ensemble_raises_base, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_base_read_after_winning, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
