@@ -168,21 +168,25 @@ lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, i
 }
 
 lc_status lc_async_token_script(lc_async_client *client, const lc_script *script,
-                                const char *seen_key, uint64_t token, int nkeys,
+                                const char *seen_key, uint64_t token, const char *owner, int nkeys,
                                 const char *const *keys, const size_t *keylens, int nargs,
                                 const char *const *args, const size_t *arglens,
                                 lc_async_reply_fn cb, void *arg)
 {
-    if (!seen_key || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args))
+    if (!seen_key || nkeys < 0 || nargs < 0 || (nkeys && !keys) || (nargs && !args) ||
+        (owner && strlen(owner) > LC_NAME_MAX))
         return lc_fail(LC_EINVAL, "async token script: bad arguments");
     const char **k = malloc(sizeof(*k) * (size_t)(nkeys + 1));
     const char **a = malloc(sizeof(*a) * (size_t)(nargs + 1));
     size_t *kl = malloc(sizeof(*kl) * (size_t)(nkeys + 1));
     size_t *al = malloc(sizeof(*al) * (size_t)(nargs + 1));
-    char t[24];
+    char t[24 + LC_NAME_MAX];
     lc_status st = lc_fail(LC_ENOMEM, "async: out of memory");
     if (k && a && kl && al) {
-        snprintf(t, sizeof(t), "%" PRIu64, token);
+        if (owner && *owner)
+            snprintf(t, sizeof(t), "%" PRIu64 ":%s", token, owner);
+        else
+            snprintf(t, sizeof(t), "%" PRIu64, token);
         k[0] = seen_key;
         kl[0] = strlen(seen_key);
         a[0] = t;

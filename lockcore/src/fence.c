@@ -60,6 +60,26 @@ lc_status lc_token_reply(const redisReply *r, const redisReply **body)
     return LC_OK;
 }
 
+uint64_t lc_token_reply_seen(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 0)
+        return 0;
+    const redisReply *s = r->element[1];
+    if (s->type == REDIS_REPLY_INTEGER)
+        return s->integer > 0 ? (uint64_t)s->integer : 0;
+    if (s->type != REDIS_REPLY_STRING || s->len == 0 || s->len > 20)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        unsigned d = (unsigned)(s->str[i] - '0');
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return 0; /* not a token we could have handed out */
+        v = v * 10 + d;
+    }
+    return v;
+}
+
 int lc_fence_newer(uint64_t token, uint64_t highest_seen)
 {
     return token >= highest_seen;

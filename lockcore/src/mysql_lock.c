@@ -13,6 +13,8 @@
  *   J_CHECK    SELECT IS_USED_LOCK(name) = CONNECTION_ID() -> still ours: watched again (and a
  *              release queued meanwhile starts) | otherwise: lost, closed
  *   J_RELEASE  SELECT RELEASE_LOCK(name) -> back to the idle pool (closed on failure)
+ *   J_RAISE    the counter row raised to at least a token the store has seen (a fenced commit
+ *              refused: the row went back) -> back to the idle pool; nobody waits for it
  *
  * Ownership: a connection belongs to the client's list from its creation to mconn_close; at any
  * moment it is idle (in the pool), a lock's (lock->conn: acquiring, holding, checking), or
@@ -40,7 +42,7 @@
     "token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
 
 typedef enum m_phase { P_NONE, P_CONNECT, P_SETUP, P_QUERY, P_STORE, P_NEXT } m_phase;
-typedef enum m_job { J_NONE, J_ACQUIRE, J_CHECK, J_RELEASE } m_job;
+typedef enum m_job { J_NONE, J_ACQUIRE, J_CHECK, J_RELEASE, J_RAISE } m_job;
 typedef enum m_op { MO_NONE, MO_ACQUIRE, MO_RELEASE, MO_EVAL } m_op;
 
 typedef struct mconn mconn;
@@ -93,6 +95,7 @@ struct lc_mysql_lock {
     mconn *rconn; /* running this handle's release */
     int count, lost;
     uint64_t fence;
+    char owner[33]; /* this acquisition's id, sent beside the token ("" when not held) */
     unsigned long conn_id;
     /* the operation in flight */
     m_op op;
@@ -687,6 +690,7 @@ static void acquire_done(lc_mysql_lock *lk, mconn *mc)
         lk->count = 1;
         lk->lost = 0;
         lk->fence = (uint64_t)token;
+        lc_token_new(lk->owner);
         lk->conn_id = mc->id;
         held_watch(lk);
         mop_finish(lk, LC_OK, lk->fence, NULL);
@@ -741,6 +745,8 @@ static void mjob_done(mconn *mc)
         } else {
             held_watch(lk);
         }
+    } else if (job == J_RAISE) {
+        mconn_put(mc); /* failed: closed; the next refusal raises again */
     } else if (job == J_RELEASE) {
         lc_status st = mc->failed ? LC_EIO : mc->row[0] == 1 ? LC_OK : LC_ELOST;
         if (lk) {
@@ -865,6 +871,13 @@ lc_status lc_mysql_lock_release(lc_mysql_lock *lk, lc_mysql_lock_fn cb, void *ar
         lk->count--;
         defer_finish(lk, LC_OK, 0);
     } else if (lk->lost || !lk->conn) {
+        if (lk->conn) {
+            /* lost by the store's refusal: the session may still hold the name; closing it
+             * frees it (as release_background does) */
+            mconn_close(lk->conn);
+            lk->conn = NULL;
+            event_del(lk->check);
+        }
         lk->count = 0;
         lk->lost = 0;
         lk->fence = 0;
@@ -913,11 +926,14 @@ static void on_mysql_eval_reply(lc_status st, const redisReply *r, const char *e
                  "mysql lock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
                  lk->name);
     } else if (parsed == LC_ELOST) {
+        uint64_t seen = lc_token_reply_seen(r);
         snprintf(lk->why, sizeof(lk->why),
-                 "mysql lock %s: lost (the store has seen a token above %" PRIu64 ")", lk->name,
-                 lk->fence);
+                 "mysql lock %s: lost (the store has seen token %" PRIu64 ", ours is %" PRIu64 ")",
+                 lk->name, seen, lk->fence);
         lk->lost = 1;
         event_del(lk->check);
+        if (lk->c && seen >= lk->fence)
+            lc_mysql_client_raise(lk->c, lk->name, seen);
     } else if (st != LC_OK) {
         snprintf(lk->why, sizeof(lk->why), "mysql lock %s: data store: %s", lk->name, errstr);
     }
@@ -950,8 +966,8 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
     lc_status st = lc_fail(LC_ENOMEM, "mysql lock eval: out of memory");
     if (s) {
         s->lock = lk;
-        st = lc_async_token_script(store, script, seen_key, lk->fence, nkeys, keys, keylens, nargs,
-                                   args, arglens, on_mysql_eval_reply, s);
+        st = lc_async_token_script(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
+                                   keylens, nargs, args, arglens, on_mysql_eval_reply, s);
     }
     if (st != LC_OK) {
         free(s);
@@ -961,6 +977,40 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
     lk->slot = s;
     lk->eval_release = flags & LC_EVAL_RELEASE;
     return LC_OK;
+}
+
+lc_status lc_mysql_client_raise(lc_mysql_client *c, const char *name, uint64_t seen)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (!c || n == 0 || n > LC_NAME_MAX || seen == 0 || seen > (uint64_t)INT64_MAX)
+        return lc_fail(LC_EINVAL, "mysql raise: bad argument");
+    if (c->freeing)
+        return lc_fail(LC_ESTATE, "mysql raise: the client is being freed");
+    /* INSERT as well as UPDATE: a row gone with the server that had it (an emptied lc_fence)
+     * must come back above seen too, or the acquire would start it again at 1 */
+    static const char head[] = "INSERT INTO lc_fence(name, token) VALUES (";
+    static const char tail[] = ") ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))";
+    char *sql = malloc(sizeof(head) + 2 * n + 3 + 24 + sizeof(tail));
+    mconn *mc = sql ? mconn_get(c) : NULL;
+    if (!mc) {
+        free(sql);
+        return lc_fail(LC_ENOMEM, "mysql raise: out of memory");
+    }
+    char *p = sql + sizeof(head) - 1;
+    memcpy(sql, head, sizeof(head) - 1);
+    p = hex_put(p, name, n);
+    p += sprintf(p, ", %" PRIu64 "%s", seen, tail);
+    free(mc->sql);
+    mc->sql = sql;
+    mc->lock = NULL;
+    mc->job = J_RAISE;
+    mconn_query(mc, 0);
+    return LC_OK;
+}
+
+const char *lc_mysql_lock_owner(const lc_mysql_lock *lk)
+{
+    return lk && lk->count > 0 ? lk->owner : "";
 }
 
 /* ---- handles ---- */

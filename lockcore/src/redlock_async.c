@@ -86,6 +86,8 @@ struct lc_async_redlock {
     int64_t deadline_ms;
     int64_t attempt_ms; /* when the current attempt began */
     uint64_t token;     /* the current attempt's token */
+    unsigned acquired;  /* acquisitions so far: owner's suffix */
+    char owner[48];     /* "<owner token>-<acquisition>": sent beside the fencing token */
     lc_status last;     /* why the last attempt failed */
     char why[LC_ERRSTR_MAX];
     struct event *retry_timer;
@@ -473,6 +475,7 @@ static void attempt_won(lc_async_redlock *rl)
     }
     lc_acquired a = {.fence = rl->token, .count = 1, .fresh = 1};
     lc_hold_start(&rl->h, &a);
+    snprintf(rl->owner, sizeof(rl->owner), "%s-%u", rl->h.token, ++rl->acquired);
     atomic_store(&rl->valid_until_ms, valid_until);
     renew_arm(rl, lc_renew_period_ms(lease));
     op_finish(rl, LC_OK, rl->token);
@@ -590,9 +593,12 @@ static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr,
                  "redlock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
                  rl->h.name);
     } else if (parsed == LC_ELOST) {
+        uint64_t seen = lc_token_reply_seen(r);
         snprintf(rl->why, sizeof(rl->why),
-                 "redlock %s: lost (the store has seen a token above %" PRIu64 ")", rl->h.name,
-                 rl->h.fence);
+                 "redlock %s: lost (the store has seen token %" PRIu64 ", ours is %" PRIu64 ")",
+                 rl->h.name, seen, rl->h.fence);
+        if (seen >= rl->h.fence && !rl->freeing)
+            lc_async_redlock_raise(rl->n, rl->nodes, rl->h.name, seen);
         atomic_store(&rl->h.lost, 1);
         atomic_store(&rl->valid_until_ms, 0);
         event_del(rl->renew_timer);
@@ -637,8 +643,8 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
     lc_status st = lc_fail(LC_ENOMEM, "redlock eval: out of memory");
     if (s) {
         *s = (rslot){rl, -1};
-        st = lc_async_token_script(store, script, seen_key, rl->h.fence, nkeys, keys, keylens,
-                                   nargs, args, arglens, on_eval_reply, s);
+        st = lc_async_token_script(store, script, seen_key, rl->h.fence, rl->owner, nkeys, keys,
+                                   keylens, nargs, args, arglens, on_eval_reply, s);
     }
     if (st != LC_OK) {
         free(s);
@@ -651,6 +657,46 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
     rl->eval_slot = s;
     rl->eval_release = flags & LC_EVAL_RELEASE;
     return LC_OK;
+}
+
+/* Raises NAME:fence to at least ARGV[1], comparing decimal strings (exact past 2^53). */
+static const char RAISE_TO_SEEN[] =
+    "local c = redis.call('GET', KEYS[1]) or '0'\n"
+    "local t = ARGV[1]\n"
+    "if #c < #t or (#c == #t and c < t) then redis.call('SET', KEYS[1], t) return 1 end\n"
+    "return 0\n";
+
+static void on_raised(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)st; /* a node that did not take it: the next refusal raises again */
+    (void)r;
+    (void)errstr;
+    (void)arg;
+}
+
+lc_status lc_async_redlock_raise(int n, lc_async_client *const *nodes, const char *name,
+                                 uint64_t seen)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (n < 1 || !nodes || len == 0 || len > LC_NAME_MAX || seen == 0 || seen > (uint64_t)INT64_MAX)
+        return lc_fail(LC_EINVAL, "redlock raise: bad argument");
+    char key[LC_NAME_MAX + 8], val[24];
+    snprintf(key, sizeof(key), "%s:fence", name);
+    snprintf(val, sizeof(val), "%" PRIu64, seen);
+    const char *argv[] = {"EVAL", RAISE_TO_SEEN, "1", key, val};
+    lc_status first = LC_OK;
+    for (int i = 0; i < n; i++) {
+        lc_status st =
+            nodes[i] ? lc_async_command(nodes[i], 5, argv, NULL, on_raised, NULL) : LC_EINVAL;
+        if (st != LC_OK && first == LC_OK)
+            first = st;
+    }
+    return first;
+}
+
+const char *lc_async_redlock_owner(const lc_async_redlock *rl)
+{
+    return rl && rl->h.count > 0 ? rl->owner : "";
 }
 
 /* ---- public functions ---- */

@@ -114,24 +114,53 @@
 /* The guard around a body made by lc_token_fenced_script_new (a data-store script fenced by a
  * token alone, as Redlock's): LC_LUA_FENCE_ACCEPT_SRC first, then
  * KEYS: seen key, body keys...  ARGV: token, body args...
- * -> {0} when the token is below the highest seen at the seen key (nothing ran),
+ * -> {0, seen} when the token is below the highest seen at the seen key, or equal to it from
+ *    another owner (nothing ran; seen: the seen token, a decimal string),
  *    {1, body result} otherwise (the token is recorded as seen). */
 #define LC_LUA_TOKEN_GUARD_HEAD                                                                    \
-    "if not lc_fence_accept(KEYS[1], ARGV[1]) then return {0} end\n"                               \
-    "local lc_fence = tonumber(ARGV[1])\n"                                                         \
+    "local lc_ok, lc_seen = lc_fence_accept(KEYS[1], ARGV[1])\n"                                   \
+    "if not lc_ok then return {0, lc_seen} end\n"                                                  \
+    "local lc_fence = tonumber(string.match(ARGV[1], '^%d+'))\n"                                   \
     "local lc_result = (function(KEYS, ARGV)\n"
 
 #define LC_LUA_TOKEN_GUARD_TAIL                                                                    \
     "\nend)({unpack(KEYS, 2)}, {unpack(ARGV, 2)})\n"                                               \
     "return {1, lc_result}\n"
 
-/* Pasted into data-store scripts: accept a write only from the newest fencing token seen. */
+/* Pasted into data-store scripts: accept a write only from the newest fencing token seen.
+ * token: "T" or "T:owner" (T decimal, owner the acquisition's id); the seen key holds the same
+ * form. Tokens compare exactly as decimal strings (by length, then by text), never as Lua
+ * numbers (doubles: exact below 2^53 only). T above the seen token: accepted and recorded; T
+ * equal: accepted only with the same owner (the same acquisition writing again: a source that
+ * went back may hand the very token out to a second holder), so "T" after "T" (no owner, the
+ * old form) still passes. -> true, or false and the seen token (its decimal part), which the
+ * lock raises its source to (docs/lockcore.md, "Token sources that go back"). */
 #define LC_LUA_FENCE_ACCEPT_SRC                                                                    \
+    "local function lc_fence_split(v)\n"                                                           \
+    "  local d = string.match(v, '^0*(%d+)$')\n"                                                   \
+    "  if d then return d, '' end\n"                                                               \
+    "  local o\n"                                                                                  \
+    "  d, o = string.match(v, '^0*(%d+):(.+)$')\n"                                                 \
+    "  if d == nil then\n"                                                                         \
+    "    local n = tonumber(v)\n"                                                                  \
+    "    if n == nil then return nil end\n"                                                        \
+    "    d, o = string.format('%.0f', n), ''\n"                                                    \
+    "  end\n"                                                                                      \
+    "  return d, o\n"                                                                              \
+    "end\n"                                                                                        \
     "local function lc_fence_accept(seen_key, token)\n"                                            \
-    "  local seen = tonumber(redis.call('GET', seen_key) or '0')\n"                                \
-    "  local t = tonumber(token)\n"                                                                \
-    "  if t == nil or t < seen then return false end\n"                                            \
-    "  if t > seen then redis.call('SET', seen_key, t) end\n"                                      \
+    "  local sd, so = lc_fence_split(redis.call('GET', seen_key) or '0')\n"                        \
+    "  local td, to\n"                                                                             \
+    "  if type(token) == 'number' then td, to = lc_fence_split(string.format('%.0f', token))\n"    \
+    "  else td, to = lc_fence_split(tostring(token)) end\n"                                        \
+    "  if sd == nil then sd, so = '0', '' end\n"                                                   \
+    "  if td == nil then return false, sd end\n"                                                   \
+    "  if #td < #sd or (#td == #sd and td < sd) then return false, sd end\n"                       \
+    "  if td == sd then\n"                                                                         \
+    "    if to ~= so then return false, sd end\n"                                                  \
+    "    return true\n"                                                                            \
+    "  end\n"                                                                                      \
+    "  redis.call('SET', seen_key, to == '' and td or (td .. ':' .. to))\n"                        \
     "  return true\n"                                                                              \
     "end\n"
 

@@ -19,6 +19,10 @@
  *               node, LC_EBUSY; else S_EXISTS on the node just before ours.
  *   S_EXISTS    exists(predecessor, watch): ZNONODE -> S_CHILDREN again; exists -> S_WAIT.
  *   S_WAIT      no request: the predecessor's deletion (a watch event) -> S_CHILDREN.
+ *   S_BASE      ours is the lowest: read the token base, the data of /<prefix> (a decimal, empty:
+ *               0) -> held, token = base + our node's czxid. Read after winning, on our
+ *               session: a later holder reads it after our node's deletion, so never a smaller
+ *               base (docs/lockcore.md, "Token sources that go back").
  *   deadline    while waiting: our node deleted, LC_ETIMEOUT; an answer in flight is awaited
  *               (if it says we hold the lock, LC_OK).
  *
@@ -30,6 +34,10 @@
  * keeps an orphan node alive and would block the queue behind it. A create whose answer was lost
  * (connection loss) may have made a node we do not know the name of: it is found by its
  * <token>-<attempt>- prefix (Curator's "protected" mode) and deleted the same way.
+ *
+ * Base raise (lc_zk_client_raise, after a fenced commit refused with the store's seen token):
+ * in the background, get /<prefix> -> base below seen: setData(seen) at the version read
+ * (ZBADVERSION: get again; ZNONODE: create it with seen), a few attempts; nobody waits for it.
  *
  * Session: see lockcore_zk.h. ZOO_CONNECTING_STATE makes the client suspect and arms a timer of
  * one session timeout; ZOO_CONNECTED_STATE cancels it; the timer or ZOO_EXPIRED_SESSION_STATE
@@ -68,11 +76,24 @@ typedef enum zkind {
     Z_EXISTS,   /* exists + watch on the predecessor */
     Z_DELETE,   /* release: delete our node */
     Z_BG_DELETE,
-    Z_BG_LIST, /* background: list a parent to find a node by prefix */
-    Z_WATCH    /* a watcher event (session or node) */
+    Z_BG_LIST,   /* background: list a parent to find a node by prefix */
+    Z_PROBE,     /* the session's keep-alive: exists("/"), only to time an answer */
+    Z_BASE,      /* get /<prefix>: the token base, once our node is the lowest */
+    Z_RAISE_GET, /* background: get /<prefix> to raise its base */
+    Z_RAISE_SET, /* background: setData /<prefix> (or create it) with the raised base */
+    Z_WATCH      /* a watcher event (session or node) */
 } zkind;
 
-typedef enum zstep { S_IDLE, S_PARENT, S_CREATE, S_CHILDREN, S_EXISTS, S_WAIT, S_DELETE } zstep;
+typedef enum zstep {
+    S_IDLE,
+    S_PARENT,
+    S_CREATE,
+    S_CHILDREN,
+    S_EXISTS,
+    S_WAIT,
+    S_BASE,
+    S_DELETE
+} zstep;
 typedef enum zop { ZOP_NONE, ZOP_ACQUIRE, ZOP_RELEASE, ZOP_EVAL } zop;
 
 typedef struct zreq {
@@ -88,6 +109,12 @@ typedef struct zreq {
     lc_zk_lock *owner; /* Z_BG_LIST: the handle whose sweep this is (NULL once freed) */
     struct zctx *x;    /* the session it was last sent on */
     int64_t czxid;
+    uint64_t base;   /* Z_BASE, Z_RAISE_GET: the base read */
+    uint64_t want;   /* Z_RAISE_*: the seen token to raise the base to */
+    int version;     /* Z_RAISE_*: /<prefix>'s data version read */
+    int base_bad;    /* the data of /<prefix> is not a decimal token base */
+    int tries;       /* Z_RAISE_*: attempts left */
+    int64_t sent_ms; /* CLOCK_MONOTONIC when it was handed to the library (presend) */
     int nkids;
     char **kids;
     int type, state;      /* Z_WATCH */
@@ -127,8 +154,15 @@ struct lc_zk_client {
     zreq *bg; /* background deletes / sweeps waiting for their retry */
     int connected;
     int session_ms;
-    zctx *dead;               /* expired sessions not closed yet */
-    struct event *reap_timer; /* closes them */
+    /* The session's local validity: ZooKeeper expires a session session_ms after it last heard
+     * from it, and it heard from us no earlier than when a request it answered was sent. So the
+     * session is alive at least until heard_ms + session_ms (less a drift margin), whatever the
+     * loop has or has not been told yet. 0: nothing answered on this session yet. */
+    int64_t heard_ms;
+    struct event *probe_timer; /* a request every session_ms / 3, so that heard_ms moves on */
+    int probing;               /* a probe in flight */
+    zctx *dead;                /* expired sessions not closed yet */
+    struct event *reap_timer;  /* closes them */
     unsigned long watch_events;
     lc_zk_lock *locks;
     unsigned mark;
@@ -146,7 +180,9 @@ struct lc_zk_lock {
     char *watching; /* the predecessor watched in S_WAIT */
     int count;
     int lost;
-    uint64_t fence;
+    uint64_t fence; /* base + czxid */
+    int64_t czxid;  /* our node's */
+    char owner[48]; /* "<token>-<attempt>": this acquisition's id, sent beside the token */
     lc_zk_lost_fn on_lost;
     void *on_lost_arg;
     /* the operation in flight */
@@ -265,6 +301,7 @@ static void answered(zreq *r)
  * before the call: its completion may run before the call returns). */
 static void presend(zreq *r)
 {
+    r->sent_ms = lc_now_ms();
     r->x = r->c->ctx;
     if (r->x)
         atomic_fetch_add(&r->x->in_library, 1);
@@ -301,6 +338,35 @@ static void on_create_done(int rc, const char *value, const struct Stat *stat, c
         r->czxid = stat ? stat->czxid : 0;
         if (!r->path)
             r->rc = ZSYSTEMERROR;
+    }
+    answered(r);
+}
+
+/* Parses a base: NULL or empty data is 0; anything but 1..20 decimal digits in range is bad. */
+static int parse_base(const char *v, int len, uint64_t *out)
+{
+    *out = 0;
+    if (!v || len <= 0)
+        return 0;
+    if (len > 20)
+        return -1;
+    for (int i = 0; i < len; i++) {
+        unsigned d = (unsigned)(v[i] - '0');
+        if (d > 9 || *out > (UINT64_MAX - d) / 10)
+            return -1;
+        *out = *out * 10 + d;
+    }
+    return 0;
+}
+
+static void on_data_done(int rc, const char *value, int value_len, const struct Stat *stat,
+                         const void *data)
+{
+    zreq *r = (zreq *)data;
+    r->rc = rc;
+    if (rc == ZOK) {
+        r->base_bad = parse_base(value, value_len, &r->base) != 0;
+        r->version = stat ? stat->version : -1;
     }
     answered(r);
 }
@@ -469,6 +535,71 @@ static void bg_answer(lc_zk_client *c, zreq *r)
     zreq_free(r);
 }
 
+/* ---- the token base raised in the background ---- */
+
+static void raise_send(lc_zk_client *c, zreq *r)
+{
+    if (!c->zh || !c->connected || r->tries-- <= 0) {
+        zreq_free(r); /* given up: the next refused commit raises again */
+        return;
+    }
+    char v[24];
+    int rc = ZINVALIDSTATE;
+    presend(r);
+    if (r->kind == Z_RAISE_GET) {
+        rc = zoo_aget(c->zh, c->prefix, 0, on_data_done, r);
+    } else {
+        snprintf(v, sizeof(v), "%" PRIu64, r->want);
+        if (r->version < 0) /* no /<prefix>: made with the base */
+            rc = zoo_acreate2(c->zh, c->prefix, v, (int)strlen(v), &ZOO_OPEN_ACL_UNSAFE,
+                              ZOO_PERSISTENT, on_create_done, r);
+        else
+            rc = zoo_aset(c->zh, c->prefix, v, (int)strlen(v), r->version, on_stat_done, r);
+    }
+    if (sent(r, rc) != ZOK)
+        zreq_free(r);
+}
+
+static void raise_answer(lc_zk_client *c, zreq *r)
+{
+    if (c->freeing || r->gen != c->gen) {
+        zreq_free(r);
+        return;
+    }
+    if (r->kind == Z_RAISE_GET) {
+        if (r->rc == ZNONODE)
+            r->version = -1;
+        else if (r->rc != ZOK || r->base_bad || r->base >= r->want) {
+            zreq_free(r); /* done (or not ours to fix: a bad base fails every acquire, said) */
+            return;
+        }
+        r->kind = Z_RAISE_SET;
+        raise_send(c, r);
+        return;
+    }
+    if (r->rc == ZBADVERSION || r->rc == ZNODEEXISTS) { /* raced: read again */
+        r->kind = Z_RAISE_GET;
+        raise_send(c, r);
+        return;
+    }
+    zreq_free(r);
+}
+
+lc_status lc_zk_client_raise(lc_zk_client *c, uint64_t seen)
+{
+    if (!c || seen == 0 || seen > (uint64_t)INT64_MAX)
+        return lc_fail(LC_EINVAL, "zookeeper raise: bad argument");
+    if (c->freeing)
+        return lc_fail(LC_ESTATE, "zookeeper raise: the client is being freed");
+    zreq *r = zreq_new(c, NULL, Z_RAISE_GET);
+    if (!r)
+        return lc_fail(LC_ENOMEM, "zookeeper raise: out of memory");
+    r->want = seen;
+    r->tries = 8;
+    raise_send(c, r);
+    return LC_OK;
+}
+
 /* ---- operations: ending them ---- */
 
 static void timers_off(lc_zk_lock *lk)
@@ -617,8 +748,37 @@ static long long seq_of(const char *name)
     return v;
 }
 
+/* Ours is the lowest node: reads the token base (S_BASE) before the hold counts. */
 static void won(lc_zk_lock *lk)
 {
+    lk->step = S_BASE;
+    zreq *r = zreq_new(lk->c, lk, Z_BASE);
+    if (!r) {
+        op_fail(lk, LC_ENOMEM, "zookeeper lock %.100s: out of memory", lk->name);
+        return;
+    }
+    presend(r);
+    send_or_fail(lk, r, zoo_aget(lk->c->zh, lk->c->prefix, 0, on_data_done, r), "get base");
+}
+
+/* The base's answer: held with token base + czxid, or given up. */
+static void base_answer(lc_zk_lock *lk, zreq *r)
+{
+    if (r->rc != ZOK) {
+        op_fail(lk, LC_EIO, "zookeeper lock %.100s: get base %s: %s", lk->name, lk->c->prefix,
+                zerr(r->rc));
+        return;
+    }
+    uint64_t cz = (uint64_t)lk->czxid;
+    if (r->base_bad || r->base > UINT64_MAX - cz || r->base + cz > (uint64_t)INT64_MAX) {
+        /* refused rather than a token that could go back: an operator must look at it */
+        op_fail(lk, LC_EIO,
+                "zookeeper lock %.100s: the token base in %s is %s: no token handed out", lk->name,
+                lk->c->prefix, r->base_bad ? "not a number" : "too large");
+        return;
+    }
+    lk->fence = r->base + cz;
+    snprintf(lk->owner, sizeof(lk->owner), "%s-%u", lk->token, lk->attempt);
     lk->count = 1;
     lk->lost = 0;
     zk_op_finish(lk, LC_OK);
@@ -702,7 +862,7 @@ static void acquire_answer(lc_zk_lock *lk, zreq *r)
         }
         lk->node = r->path;
         r->path = NULL;
-        lk->fence = (uint64_t)r->czxid;
+        lk->czxid = r->czxid;
         step_children(lk);
         return;
     case Z_CHILDREN:
@@ -712,6 +872,7 @@ static void acquire_answer(lc_zk_lock *lk, zreq *r)
         }
         after_children(lk, r);
         return;
+    case Z_BASE: base_answer(lk, r); return;
     case Z_EXISTS:
         if (r->rc == ZNONODE) {
             step_children(lk); /* the predecessor went before the watch was set */
@@ -860,12 +1021,35 @@ static void on_reinit_timer(evutil_socket_t fd, short what, void *arg)
         lc_async_arm(c->reinit_timer, RETRY_MS);
 }
 
+/* The keep-alive of heard_ms: a holder sends nothing to ZooKeeper while it holds (the library's
+ * own pings are not seen here), so a cheap request every session_ms / 3 while connected. */
+static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lc_zk_client *c = arg;
+    if (c->zh && c->connected && !c->probing && !c->freeing) {
+        zreq *r = zreq_new(c, NULL, Z_PROBE);
+        if (r) {
+            presend(r);
+            if (sent(r, zoo_aexists(c->zh, "/", 0, on_stat_done, r)) == ZOK)
+                c->probing = 1;
+            else
+                zreq_free(r);
+        }
+    }
+    if (c->session_ms > 0 && !c->freeing)
+        lc_async_arm(c->probe_timer, c->session_ms / 3 > 0 ? c->session_ms / 3 : 1);
+}
+
 static void session_event(lc_zk_client *c, int state)
 {
     if (state == ZOO_CONNECTED_STATE) {
         c->connected = 1;
         c->session_ms = zoo_recv_timeout(c->zh);
         event_del(c->suspect_timer);
+        if (!evtimer_pending(c->probe_timer, NULL))
+            lc_async_arm(c->probe_timer, 0);
         return;
     }
     if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
@@ -876,6 +1060,8 @@ static void session_event(lc_zk_client *c, int state)
     }
     if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
         c->connected = 0;
+        c->heard_ms = 0; /* a new session: nothing heard on it yet */
+        c->probing = 0;  /* the old session's probe, if any, is answered there */
         event_del(c->suspect_timer);
         session_lost(c, state == ZOO_EXPIRED_SESSION_STATE ? "session expired"
                                                            : "authentication failed");
@@ -909,8 +1095,25 @@ static void on_watch_event(lc_zk_client *c, zreq *r)
 
 /* ---- the loop side of the queue ---- */
 
+/* r's answer came from the server (not a connection loss, a timeout or a closing handle): the
+ * server heard from this session at r->sent_ms at the latest. */
+static void note_heard(lc_zk_client *c, const zreq *r)
+{
+    int from_server = r->rc == ZOK || r->rc == ZNONODE || r->rc == ZNODEEXISTS ||
+                      r->rc == ZBADVERSION || r->rc == ZNOTEMPTY;
+    if (from_server && r->gen == c->gen && r->sent_ms > c->heard_ms)
+        c->heard_ms = r->sent_ms;
+}
+
 static void dispatch(lc_zk_client *c, zreq *r)
 {
+    if (r->kind != Z_WATCH)
+        note_heard(c, r);
+    if (r->kind == Z_PROBE) {
+        c->probing = 0;
+        zreq_free(r);
+        return;
+    }
     if (r->kind == Z_WATCH) {
         if (r->gen == c->gen && !c->freeing)
             on_watch_event(c, r);
@@ -919,6 +1122,10 @@ static void dispatch(lc_zk_client *c, zreq *r)
     }
     if (r->kind == Z_BG_DELETE || r->kind == Z_BG_LIST) {
         bg_answer(c, r);
+        return;
+    }
+    if (r->kind == Z_RAISE_GET || r->kind == Z_RAISE_SET) {
+        raise_answer(c, r);
         return;
     }
     lc_zk_lock *lk = r->lk;
@@ -1054,8 +1261,9 @@ lc_status lc_zk_client_new(struct event_base *base, const char *hosts, const lc_
     c->bg_timer = evtimer_new(base, on_bg_timer, c);
     c->reinit_timer = evtimer_new(base, on_reinit_timer, c);
     c->reap_timer = evtimer_new(base, on_reap_timer, c);
+    c->probe_timer = evtimer_new(base, on_probe_timer, c);
     if (!c->hosts || !c->wake_ev || !c->suspect_timer || !c->bg_timer || !c->reinit_timer ||
-        !c->reap_timer || event_add(c->wake_ev, NULL) != 0) {
+        !c->reap_timer || !c->probe_timer || event_add(c->wake_ev, NULL) != 0) {
         lc_zk_client_free(c);
         return lc_fail(LC_ENOMEM, "zookeeper client: out of memory");
     }
@@ -1135,6 +1343,8 @@ void lc_zk_client_free(lc_zk_client *c)
         event_free(c->reinit_timer);
     if (c->reap_timer)
         event_free(c->reap_timer);
+    if (c->probe_timer)
+        event_free(c->probe_timer);
     for (int i = 0; i < 2; i++)
         if (c->pipefd[i] >= 0)
             close(c->pipefd[i]);
@@ -1146,6 +1356,16 @@ void lc_zk_client_free(lc_zk_client *c)
 int lc_zk_client_connected(const lc_zk_client *c)
 {
     return c ? c->connected : 0;
+}
+
+int64_t lc_zk_client_validity_ms(const lc_zk_client *c)
+{
+    if (!c || !c->connected || c->session_ms <= 0 || c->heard_ms <= 0)
+        return 0;
+    /* the drift allowance as Redlock's (1 % + 2 ms for the timer granularity) */
+    int64_t until = c->heard_ms + c->session_ms - (c->session_ms / 100 + 2);
+    int64_t left = until - lc_now_ms();
+    return left > 0 ? left : 0;
 }
 
 int lc_zk_client_session_timeout_ms(const lc_zk_client *c)
@@ -1357,11 +1577,15 @@ static void zk_on_eval_reply(lc_status st, const redisReply *r, const char *errs
                  "zookeeper lock %.100s: unexpected reply (script not made by "
                  "lc_token_fenced_script_new?)",
                  lk->name);
-    else if (res == LC_ELOST)
+    else if (res == LC_ELOST) {
+        uint64_t seen = lc_token_reply_seen(r);
         snprintf(lk->why, sizeof(lk->why),
-                 "zookeeper lock %.100s: lost (the store has seen a token above %" PRIu64 ")",
-                 lk->name, lk->fence);
-    else if (res != LC_OK)
+                 "zookeeper lock %.100s: lost (the store has seen token %" PRIu64
+                 ", ours is %" PRIu64 ")",
+                 lk->name, seen, lk->fence);
+        if (lk->c && seen >= lk->fence)
+            lc_zk_client_raise(lk->c, seen); /* the next holder's token above seen */
+    } else if (res != LC_OK)
         snprintf(lk->why, sizeof(lk->why), "zookeeper lock %.100s: data store: %s", lk->name,
                  errstr);
     if (res == LC_ELOST)
@@ -1391,6 +1615,21 @@ lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_scrip
                        "zookeeper lock %.100s: session suspect (disconnected): not sent, it may "
                        "expire before the script runs",
                        lk->name);
+    if (lc_zk_client_validity_ms(lk->c) <= 0) {
+        /* ZooKeeper has not answered for a whole session timeout by our own clock (a pause of
+         * this process, a loop that did not run): the session may have expired and the lock
+         * passed on, whether or not the session event has reached the loop yet. */
+        lk->lost = 1;
+        snprintf(lk->why, sizeof(lk->why),
+                 "zookeeper lock %.100s: lost (no answer from ZooKeeper for a session timeout): "
+                 "not sent",
+                 lk->name);
+        if (lk->node)
+            bg_delete(lk->c, lk->node); /* in case the session survived after all */
+        if (flags & LC_EVAL_RELEASE)
+            zk_drop_hold(lk);
+        return lc_fail(LC_ELOST, "%s", lk->why);
+    }
     lc_status st = zk_op_begin(lk, ZOP_EVAL, NULL, arg);
     if (st != LC_OK)
         return st;
@@ -1398,8 +1637,8 @@ lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_scrip
     st = s ? LC_OK : lc_fail(LC_ENOMEM, "zookeeper lock eval: out of memory");
     if (s) {
         s->lk = lk;
-        st = lc_async_token_script(store, script, seen_key, lk->fence, nkeys, keys, keylens, nargs,
-                                   args, arglens, zk_on_eval_reply, s);
+        st = lc_async_token_script(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
+                                   keylens, nargs, args, arglens, zk_on_eval_reply, s);
     }
     if (st != LC_OK) {
         free(s);
@@ -1421,6 +1660,11 @@ int lc_zk_lock_held(const lc_zk_lock *lk)
 int lc_zk_lock_lost(const lc_zk_lock *lk)
 {
     return lk ? lk->lost : 0;
+}
+
+const char *lc_zk_lock_owner(const lc_zk_lock *lk)
+{
+    return lk && lk->count > 0 ? lk->owner : "";
 }
 
 uint64_t lc_zk_lock_fence(const lc_zk_lock *lk)

@@ -387,6 +387,63 @@ static void test_lua_fence_accept_large_tokens(void **state)
     lc_client_free(c);
 }
 
+/* A token-fenced SET (lc_token_fenced_script_new) run with the token string tok ("T" or
+ * "T:owner"): 1 when it wrote, 0 when refused (*seen then the seen token it answered). */
+static long long run_token_set(lc_client *c, const lc_script *s, const char *tok, const char *v,
+                               unsigned long long *seen)
+{
+    const char *keys[] = {"it_fence:seen", "it_fence:store"};
+    const char *args[] = {tok, v};
+    redisReply *r = NULL;
+    lc_status st = lc_script_run(c, s, 2, keys, NULL, 2, args, NULL, &r);
+    const redisReply *body = NULL;
+    long long out = -1;
+    if (st == LC_OK) {
+        lc_status t = lc_token_reply(r, &body);
+        out = t == LC_OK ? 1 : t == LC_ELOST ? 0 : -1;
+        *seen = lc_token_reply_seen(r);
+    }
+    freeReplyObject(r);
+    return out;
+}
+
+/* Issue 29 item 9: an equal token passes only from the same acquisition (its owner), tokens
+ * compare exactly past 2^53, and a refusal answers the seen token. */
+static void test_token_owner_and_seen(void **state)
+{
+    (void)state;
+    lc_client *c = lt_client(rf_url(gf_redis));
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new("redis.call('SET', KEYS[1], ARGV[1])", &s));
+    unsigned long long seen = 0;
+    char buf[64];
+    assert_int_equal(run_token_set(c, s, "7:a", "a1", &seen), 1);
+    assert_int_equal(run_token_set(c, s, "7:a", "a2", &seen), 1); /* the same hold again */
+    assert_int_equal(run_token_set(c, s, "7:b", "b", &seen), 0);  /* another acquisition */
+    assert_true(seen == 7);
+    assert_int_equal(run_token_set(c, s, "7", "none", &seen), 0); /* no owner is not "a" */
+    assert_int_equal(run_token_set(c, s, "6:a", "old", &seen), 0);
+    assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "a2");
+    assert_int_equal(run_token_set(c, s, "8:b", "b", &seen), 1);
+    assert_string_equal(get_str("it_fence:seen", buf, sizeof buf), "8:b");
+    /* 2^53 + 1 against 2^53: equal as doubles, not as tokens */
+    assert_int_equal(run_token_set(c, s, "9007199254740992:x", "x", &seen), 1);
+    assert_int_equal(run_token_set(c, s, "9007199254740993:y", "y", &seen), 1);
+    assert_int_equal(run_token_set(c, s, "9007199254740992:z", "z", &seen), 0);
+    assert_true(seen == 9007199254740993ULL);
+    assert_int_equal(run_token_set(c, s, "18446744073709551615:m", "max", &seen), 1);
+    assert_int_equal(run_token_set(c, s, "18446744073709551614:n", "n", &seen), 0);
+    assert_true(seen == UINT64_MAX);
+    assert_int_equal(run_token_set(c, s, "x:n", "bad", &seen), 0); /* not a token */
+    assert_string_equal(get_str("it_fence:store", buf, sizeof buf), "max");
+    /* the old form stays as it was: "T" after "T" is the same holder */
+    redisReply *d = rf_command(gf_redis, "SET it_fence:seen 12");
+    freeReplyObject(d);
+    assert_int_equal(run_token_set(c, s, "12", "old form", &seen), 1);
+    lc_script_free(s);
+    lc_client_free(c);
+}
+
 /* lc_fence_newer is the same rule as the Lua one: token >= highest seen. */
 static void test_fence_newer(void **state)
 {
@@ -412,6 +469,7 @@ int main(void)
         cmocka_unit_test_setup(test_eval_release_wakes_waiter, gf_flush),
         cmocka_unit_test_setup(test_lua_fence_accept, gf_flush),
         cmocka_unit_test_setup(test_lua_fence_accept_large_tokens, gf_flush),
+        cmocka_unit_test_setup(test_token_owner_and_seen, gf_flush),
         cmocka_unit_test(test_fence_newer),
     };
     return cmocka_run_group_tests_name("it_fence", tests, gf_group_setup, gf_group_teardown);

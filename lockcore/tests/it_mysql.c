@@ -8,6 +8,8 @@
  * fenced write refused by the store, tokens growing across a server restart, a killed holder
  * process freeing the lock, and an acquire whose counter fails holding nothing.
  */
+#include <inttypes.h>
+
 #include "lt_loop.h"
 
 #include <event2/event.h>
@@ -729,6 +731,106 @@ static void test_counter_fails(void **state)
     lc_mysql_lock_free(a);
 }
 
+static uint64_t row_want;
+/* 1 once lc_fence's row of "mq:back" is at least row_want (the background raise landed). */
+static int row_raised(void *arg)
+{
+    (void)arg;
+    long long v =
+        mdb_scalar(db, "SELECT token FROM " MDB_DATABASE ".lc_fence WHERE name = 'mq:back'");
+    return v >= 0 && (uint64_t)v >= row_want;
+}
+
+/* Issue 29 item 9: the counter row set back (lc_fence restored from a backup, a failover to a
+ * replica behind) under a store that has seen its tokens. The stale holder S (on a loop of its
+ * own that does not run: paused) wrote with token ts, and its session is gone (KILL, as a
+ * failover ends it); the row is set back to ts - 1, so the next holder B gets ts itself:
+ *   - B's commit with the equal token is refused (another acquisition; before: accepted as the
+ *     same hold, and S's late commit with ts would be accepted beside it);
+ *   - the refusal raised the row to the seen token: B's next acquire is above it and accepted;
+ *   - the seen token of a ZooKeeper ensemble (2^33 + 5, far above the row) is passed the same
+ *     way at the next refusal, not in 2^33 acquires;
+ *   - S's commit, sent when it wakes, is refused by the store.
+ * About 1 s. */
+static void test_row_set_back(void **state)
+{
+    (void)state;
+    NEED_DB();
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(WRITE_BODY, &s));
+    struct event_base *base2 = event_base_new();
+    assert_non_null(base2);
+    lc_mysql_client *c2 = NULL;
+    lc_async_client *store2 = NULL;
+    assert_ok(lc_mysql_client_new(base2, mdb_url(db), NULL, &c2));
+    assert_ok(lc_async_client_new(base2, rf_url(gf_redis), NULL, &store2));
+    lc_mysql_lock *stale = mlock(c2, "mq:back");
+    result r = acquire_on(base2, stale, 0);
+    assert_int_equal(r.st, LC_OK);
+    uint64_t ts = r.fence;
+    eresult e;
+    assert_ok(write_on(base2, store2, stale, s, 0, "s1", &e));
+    assert_int_equal(e.st, LC_OK);
+    char sql[160];
+    snprintf(sql, sizeof sql, "KILL %lu", lc_mysql_lock_conn_id(stale));
+    assert_int_equal(mdb_exec(db, sql), 0);
+    snprintf(sql, sizeof sql,
+             "UPDATE " MDB_DATABASE ".lc_fence SET token = %" PRIu64 " WHERE name = 'mq:back'",
+             ts - 1);
+    assert_int_equal(mdb_exec(db, sql), 0);
+
+    lc_mysql_lock *b = mlock(mc, "mq:back");
+    r = acquire(b, 5000);
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence == ts); /* the source went back: the very token S wrote with */
+    assert_ok(write_on(lt_base, store, b, s, 0, "b-equal", &e));
+    fprintf(stderr, "it_mysql: a second holder with the seen token %" PRIu64 ": %s\n", ts,
+            lc_status_name(e.st));
+    assert_int_equal(e.st, LC_ELOST);
+    assert_int_equal(release(b).st, LC_ELOST);
+    row_want = ts;
+    assert_true(lt_run_until(row_raised, NULL, 5000));
+    r = acquire(b, 5000);
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence > ts);
+    assert_ok(write_on(lt_base, store, b, s, 0, "b1", &e));
+    assert_int_equal(e.st, LC_OK);
+    assert_int_equal(release(b).st, LC_OK);
+
+    /* a ZooKeeper ensemble's token as the seen one (a switch of kinds) */
+    const uint64_t epoch2 = (2ULL << 32) | 5;
+    redisReply *set = rf_command(gf_redis, "SET mq:seen %" PRIu64, epoch2);
+    assert_non_null(set);
+    freeReplyObject(set);
+    r = acquire(b, 5000);
+    assert_int_equal(r.st, LC_OK);
+    assert_ok(write_on(lt_base, store, b, s, 0, "b-below", &e));
+    assert_int_equal(e.st, LC_ELOST);
+    assert_int_equal(release(b).st, LC_ELOST);
+    row_want = epoch2;
+    assert_true(lt_run_until(row_raised, NULL, 5000));
+    r = acquire(b, 5000);
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence > epoch2);
+    assert_ok(write_on(lt_base, store, b, s, 0, "b2", &e));
+    assert_int_equal(e.st, LC_OK);
+
+    /* S wakes: its commit goes out and the store refuses it */
+    assert_int_equal(lc_mysql_lock_lost(stale), 0); /* has not noticed */
+    assert_ok(write_on(base2, store2, stale, s, 0, "stale", &e));
+    assert_int_equal(e.st, LC_ELOST);
+    char buf[16];
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET mq:value"), 1);
+    assert_string_equal(buf, "b2");
+    assert_int_equal(release(b).st, LC_OK);
+    lc_mysql_lock_free(stale);
+    lc_mysql_client_free(c2);
+    lc_async_client_free(store2);
+    event_base_free(base2);
+    lc_mysql_lock_free(b);
+    lc_script_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -743,6 +845,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_holder_process_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counter_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_row_set_back, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

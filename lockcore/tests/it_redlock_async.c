@@ -3,7 +3,8 @@
  * by the test thread, against five redis-servers: acquire and release with callbacks, a waiter
  * that gets the lock once the holder releases it, renewal on loop timers and extend, a renewal
  * that loses its majority, a handle freed while its acquire waits on frozen nodes (LC_ESTATE,
- * and nothing left behind), and the callback contract (never from inside the starting call).
+ * and nothing left behind), the callback contract (never from inside the starting call), and
+ * nodes emptied under a store that has seen their tokens (issue 29 item 9).
  */
 #include "lt_loop.h"
 #include "lt_nodes.h"
@@ -319,6 +320,55 @@ static void test_async_eval_fenced(void **state)
     lc_script_free(s);
 }
 
+/* 1 once every node's rla:empty:fence is at least the seen token given (a string) */
+static int nodes_raised(void *arg)
+{
+    for (int i = 0; i < LT_NODES; i++) {
+        char buf[32];
+        rf_server *n = nodes.srv[i];
+        if (rf_string(n, buf, sizeof buf, "GET rla:empty:fence") != 1 ||
+            strtoull(buf, NULL, 10) < strtoull(arg, NULL, 10))
+            return 0;
+    }
+    return 1;
+}
+
+/* Issue 29 item 9: the lock nodes emptied (restarted without their data) under a store whose
+ * seen token is far above (here a ZooKeeper ensemble's, 2^33 + 5: a switch of lock kinds). The
+ * first commit is refused, the refusal raises every node's counter to the seen token, and the
+ * next holder is accepted (before: refused until 2^33 acquires had climbed the counters). About
+ * 1 s. */
+static void test_async_nodes_emptied(void **state)
+{
+    (void)state;
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(WRITE_BODY, &s));
+    lc_async_redlock *a = arlock("rla:empty", 10000, 0, NULL, NULL);
+    const char *seen = "8589934597";
+    redisReply *set = rf_command(gf_redis, "SET seg:{7}:seen %s", seen);
+    assert_non_null(set);
+    freeReplyObject(set);
+    result r = {0};
+    assert_ok(lc_async_redlock_acquire(a, 0, on_result, &r));
+    RUN(r, LC_OK);
+    assert_true(r.fence < 100);
+    eresult e;
+    assert_ok(eval_write(a, s, LC_EVAL_RELEASE, "early", &e));
+    assert_int_equal(e.st, LC_ELOST);
+    assert_true(lt_run_until(nodes_raised, (void *)seen, 5000));
+    memset(&r, 0, sizeof r);
+    assert_ok(lc_async_redlock_acquire(a, 5000, on_result, &r));
+    RUN(r, LC_OK);
+    assert_true(r.fence > 8589934597ULL);
+    assert_ok(eval_write(a, s, LC_EVAL_RELEASE, "after", &e));
+    assert_int_equal(e.st, LC_OK);
+    char buf[16];
+    assert_int_equal(rf_string(gf_redis, buf, sizeof buf, "GET seg:{7}:stock"), 1);
+    assert_string_equal(buf, "after");
+    lc_async_redlock_free(a);
+    lc_script_free(s);
+}
+
 typedef struct mresult {
     int calls;
     lc_status st;
@@ -433,6 +483,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_free_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_hold_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eval_fenced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_nodes_emptied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_multi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments, setup, teardown),
     };

@@ -2,7 +2,8 @@
  * The ZooKeeper lock (lockcore_zk.h) against a real one-node ZooKeeper and a real Redis as the
  * data store, both started by the group setup on free ports: mutual exclusion as the store saw
  * it, fencing tokens across holders, fairness, no herd, the wait deadline, reentrancy, a lost
- * session, a holder killed with SIGKILL, and a paused holder whose commit the store refuses.
+ * session, a holder killed with SIGKILL, and a paused holder whose commit the store refuses; an
+ * ensemble rebuilt under a store that has seen the old one's tokens (issue 29 item 9).
  *
  * The holders of the last two are child processes (this binary run again with --zk-child), so
  * that killing or pausing one pauses its ZooKeeper session too.
@@ -602,15 +603,20 @@ static void test_session_lost(void **state)
 
 /* --zk-child HOSTS NAME REDIS_URL MODE: takes the lock and writes "held <fence>" on stdout;
  * MODE "hold" then just keeps its session; MODE "commit" then runs a fenced SET of NAME:v to
- * "child" every 100 ms and writes "commit <status>" for each. */
+ * "child" every 100 ms and writes "commit <status>" for each; MODE "stopself" stops itself
+ * (SIGSTOP) inside the acquire's callback, on the loop thread, and once continued runs one
+ * fenced SET at once from there, before the loop can read any session event, and writes
+ * "commit <status>" (the call's status when it sent nothing, else the answer's). */
 typedef struct child {
     lc_zk_lock *l;
     lc_async_client *store;
     lc_script *script;
     const char *name;
-    int commit, busy;
+    int commit, busy, stopself;
     struct event *tick;
 } child;
+
+static lc_status child_eval(child *ch);
 
 static void child_committed(lc_zk_lock *l, lc_status st, const redisReply *r, void *arg)
 {
@@ -629,6 +635,11 @@ static void child_tick(evutil_socket_t fd, short what, void *arg)
     child *ch = arg;
     if (!ch->commit || ch->busy || !lc_zk_lock_held(ch->l))
         return;
+    child_eval(ch);
+}
+
+static lc_status child_eval(child *ch)
+{
     char key[600], seen[600];
     snprintf(key, sizeof key, "%s:v", ch->name);
     snprintf(seen, sizeof seen, "%s:seen", ch->name);
@@ -642,14 +653,19 @@ static void child_tick(evutil_socket_t fd, short what, void *arg)
         printf("commit %s\n", lc_status_name(st));
         fflush(stdout);
     }
+    return st;
 }
 
 static void child_acquired(lc_zk_lock *l, lc_status st, uint64_t fence, void *arg)
 {
     (void)l;
-    (void)arg;
+    child *ch = arg;
     printf("held %s %" PRIu64 "\n", lc_status_name(st), fence);
     fflush(stdout);
+    if (ch->stopself && st == LC_OK) {
+        raise(SIGSTOP); /* the whole process, the library's threads too */
+        child_eval(ch);
+    }
 }
 
 static int child_main(char **argv)
@@ -662,12 +678,16 @@ static int child_main(char **argv)
     child ch = {0};
     ch.name = argv[3];
     ch.commit = !strcmp(argv[5], "commit");
+    ch.stopself = !strcmp(argv[5], "stopself");
     lc_zk_client *c = NULL;
+    lc_client_opts co;
+    lc_client_opts_init(&co);
+    co.command_timeout_ms = 15000; /* waking from a pause does not tear the Redis connection */
     if (lc_zk_client_new(base, argv[2], &o, &c) != LC_OK ||
-        lc_async_client_new(base, argv[4], NULL, &ch.store) != LC_OK ||
+        lc_async_client_new(base, argv[4], &co, &ch.store) != LC_OK ||
         lc_token_fenced_script_new(SET_BODY, &ch.script) != LC_OK ||
         lc_zk_lock_new(c, argv[3], NULL, NULL, &ch.l) != LC_OK ||
-        lc_zk_lock_acquire(ch.l, 10000, child_acquired, NULL) != LC_OK)
+        lc_zk_lock_acquire(ch.l, 10000, child_acquired, &ch) != LC_OK)
         return 3;
     ch.tick = event_new(base, -1, EV_PERSIST, child_tick, &ch);
     struct timeval tv = {0, 100000};
@@ -798,6 +818,224 @@ static void test_paused_holder_refused(void **state)
     lc_script_free(script);
 }
 
+/* Issue 29: a holder paused past its session whose commit runs before the session event
+ * reaches its loop (here: straight after SIGCONT, inside the callback that was running) is
+ * refused locally, LC_ELOST, nothing sent: ZooKeeper has not answered it for a whole session
+ * timeout by its own monotonic clock. Before, lc_zk_lock_eval trusted the connected flag, which
+ * only the loop updates, and the commit was sent and accepted (no later holder had written).
+ * About 3 s. */
+static void test_paused_past_session_refused_locally(void **state)
+{
+    (void)state;
+    char name[64], line[128], key[80];
+    tu_unique_name(name, sizeof name, "zkstopself");
+    snprintf(key, sizeof key, "%s:v", name);
+    int out;
+    pid_t pid = spawn_child(name, "stopself", &out);
+    assert_true(read_line(out, line, sizeof line, 20000));
+    assert_true(!strncmp(line, "held LC_OK ", 11));
+    /* stopped once /proc says so; then past its session (1 s) with a wide margin */
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int stopped = 0;
+    for (int64_t until = tu_now_ms() + 10000; !stopped && tu_now_ms() < until;) {
+        FILE *f = fopen(path, "r");
+        if (f && fgets(stat, sizeof stat, f)) {
+            const char *p = strrchr(stat, ')');
+            stopped = p && p[1] == ' ' && p[2] == 'T';
+        }
+        if (f)
+            fclose(f);
+        if (!stopped)
+            tu_sleep_ms(5);
+    }
+    assert_true(stopped);
+    tu_sleep_ms(2 * SESSION_MS + 500);
+    kill(pid, SIGCONT);
+    assert_true(read_line(out, line, sizeof line, 10000));
+    fprintf(stderr, "it_zk: the commit of a holder paused past its session: %s\n", line);
+    assert_string_equal(line, "commit LC_ELOST");
+    assert_int_equal(rf_integer(redis, "EXISTS %s", key), 0); /* nothing written */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(out);
+}
+
+/* A client of the ensemble at hosts with its own prefix (its own token base). */
+static lc_zk_client *zk_client_at(const char *hosts, const char *prefix, int session_ms)
+{
+    lc_zk_opts o;
+    lc_zk_opts_init(&o);
+    o.session_timeout_ms = session_ms;
+    o.op_timeout_ms = 3000;
+    o.prefix = prefix;
+    lc_zk_client *c = NULL;
+    lc_status st = lc_zk_client_new(lt_base, hosts, &o, &c);
+    if (st != LC_OK)
+        fail_msg("lc_zk_client_new: %s (%s)", lc_status_name(st), lc_errmsg());
+    assert_true(lt_run_until(connected, c, 10000));
+    return c;
+}
+
+/* The fenced SET of v at key under l's hold, to its end. */
+static res set_under(lc_zk_lock *l, lc_async_client *store, const lc_script *s, const char *seen,
+                     const char *key, const char *v)
+{
+    res r = {0};
+    const char *keys[1] = {key};
+    const char *args[1] = {v};
+    assert_ok(lc_zk_lock_eval(l, store, s, seen, 0, 1, keys, NULL, 1, args, NULL, on_eval_res, &r));
+    lt_run_until(is_done, &r, 10000);
+    assert_int_equal(r.done, 1);
+    return r;
+}
+
+/* Issue 29 item 9: the ensemble rebuilt (a second, empty ZooKeeper) under a store that has seen
+ * the old one's tokens, which carried an epoch of 2 in their high 32 bits (made here by raising
+ * the old ensemble's token base to 2^33 + 5: a one-node test server's zxids have epoch 0). The
+ * new ensemble's first token is refused, the refusal raises its base past the seen token, and a
+ * holder is accepted again within 10 s (before: refused for ever, 2^33 transactions away); the
+ * old ensemble's holder, still holding there and still connected, is then refused by the store
+ * (its commit sent: not the local validity check). About 5 s (a second ZooKeeper). */
+static void test_rebuilt_ensemble_raises_base(void **state)
+{
+    (void)state;
+    zf_ensemble *zk2 = zf_start(1); /* first: the loop does not run while it starts */
+    assert_non_null(zk2);
+    char name[64], key[80], seen[80], buf[32];
+    tu_unique_name(name, sizeof name, "zkrebuilt");
+    snprintf(key, sizeof key, "%s:v", name);
+    snprintf(seen, sizeof seen, "%s:seen", name);
+    lc_script *s = NULL;
+    assert_ok(lc_token_fenced_script_new(SET_BODY, &s));
+    lc_async_client *store = store_client();
+    const uint64_t epoch2 = (2ULL << 32) | 5;
+    lc_zk_client *cold = zk_client_at(zf_hosts(zk), "lcrebuilt", 10000);
+    assert_ok(lc_zk_client_raise(cold, epoch2));
+    lc_zk_lock *a = zk_lock(cold, name, NULL, NULL);
+    res r = {0};
+    for (int64_t until = tu_now_ms() + 10000; tu_now_ms() < until;) {
+        r = acquire(a, 0); /* the raise lands in the background */
+        assert_int_equal(r.st, LC_OK);
+        if (r.fence > epoch2)
+            break;
+        assert_int_equal(release(a).st, LC_OK);
+    }
+    assert_true(r.fence > epoch2);
+    uint64_t ta = r.fence;
+    assert_int_equal(set_under(a, store, s, seen, key, "a").st, LC_OK);
+
+    lc_zk_client *cnew = zk_client_at(zf_hosts(zk2), "lcrebuilt", 10000);
+    lc_zk_lock *b = zk_lock(cnew, name, NULL, NULL);
+    r = acquire(b, 0);
+    assert_int_equal(r.st, LC_OK);
+    assert_true(r.fence < ta); /* the rebuilt ensemble starts below */
+    assert_int_equal(set_under(b, store, s, seen, key, "early").st, LC_ELOST);
+    assert_non_null(strstr(lc_zk_lock_errmsg(b), "the store has seen"));
+    assert_int_equal(release(b).st, LC_ELOST);
+    int64_t t0 = tu_now_ms();
+    res w = {0};
+    int tries = 1;
+    while (tu_now_ms() - t0 < 10000) {
+        r = acquire(b, 0);
+        assert_int_equal(r.st, LC_OK);
+        tries++;
+        w = set_under(b, store, s, seen, key, "b");
+        if (w.st == LC_OK)
+            break;
+        release(b);
+    }
+    fprintf(stderr,
+            "it_zk: rebuilt ensemble: old token 0x%" PRIx64 ", accepted again after %d tries, "
+            "%lld ms, with 0x%" PRIx64 "\n",
+            ta, tries, (long long)(tu_now_ms() - t0), r.fence);
+    assert_int_equal(w.st, LC_OK);
+    assert_true(r.fence > ta);
+    assert_int_equal(rf_string(redis, buf, sizeof buf, "GET %s", key), 1);
+    assert_string_equal(buf, "b");
+    /* the old era's holder: connected, valid, and refused by the store */
+    assert_int_equal(lc_zk_lock_lost(a), 0);
+    assert_int_equal(set_under(a, store, s, seen, key, "stale").st, LC_ELOST);
+    assert_non_null(strstr(lc_zk_lock_errmsg(a), "the store has seen"));
+    assert_int_equal(rf_string(redis, buf, sizeof buf, "GET %s", key), 1);
+    assert_string_equal(buf, "b");
+    assert_int_equal(release(b).st, LC_OK);
+    release(a);
+    lc_zk_lock_free(a);
+    lc_zk_lock_free(b);
+    lc_zk_client_free(cold);
+    lc_zk_client_free(cnew);
+    lc_async_client_free(store);
+    lc_script_free(s);
+    zf_stop(zk2);
+}
+
+/* The token base of prefix on the ensemble at hosts, as a synchronous client reads it (-1 on
+ * failure, 0 for none). */
+static long long read_base(const char *hosts, const char *prefix)
+{
+    zhandle_t *zh = zookeeper_init(hosts, NULL, 5000, NULL, NULL, 0);
+    if (!zh)
+        return -1;
+    char path[128], buf[32];
+    snprintf(path, sizeof path, "/%s", prefix);
+    long long v = -1;
+    for (int i = 0; i < 100 && v < 0; i++) {
+        int len = sizeof buf - 1;
+        struct Stat st;
+        int rc = zoo_get(zh, path, 0, buf, &len, &st);
+        if (rc == ZOK) {
+            buf[len > 0 ? len : 0] = '\0';
+            v = len > 0 ? strtoll(buf, NULL, 10) : 0;
+        } else {
+            tu_sleep_ms(50);
+        }
+    }
+    zookeeper_close(zh);
+    return v;
+}
+
+static const char *base_prefix;
+static int base_at_least(void *arg)
+{
+    return read_base(zf_hosts(zk), base_prefix) >= *(long long *)arg;
+}
+
+/* The base is read once a node is the lowest, not when it was created: a waiter queued before a
+ * raise gets the raised base when its turn comes (read at create time, its token would be below
+ * the seen token that caused the raise, and refused again). About 1 s. */
+static void test_base_read_after_winning(void **state)
+{
+    (void)state;
+    char name[64];
+    tu_unique_name(name, sizeof name, "zkbase");
+    lc_zk_client *hc = zk_client_at(zf_hosts(zk), "lcbase", 10000);
+    lc_zk_client *wc = zk_client_at(zf_hosts(zk), "lcbase", 10000);
+    lc_zk_lock *h = zk_lock(hc, name, NULL, NULL), *w = zk_lock(wc, name, NULL, NULL);
+    res rh = acquire(h, 0);
+    assert_int_equal(rh.st, LC_OK);
+    res rw = {0};
+    assert_ok(lc_zk_lock_acquire(w, 20000, on_res, &rw));
+    lt_run_until(lt_never, NULL, 300); /* w's node is made and waits behind h's */
+    assert_int_equal(rw.done, 0);
+    long long want = (long long)rh.fence + (1LL << 40);
+    assert_ok(lc_zk_client_raise(hc, (uint64_t)want));
+    base_prefix = "lcbase";
+    assert_true(lt_run_until(base_at_least, &want, 5000));
+    assert_int_equal(release(h).st, LC_OK);
+    lt_run_until(is_done, &rw, 10000);
+    assert_int_equal(rw.st, LC_OK);
+    fprintf(stderr,
+            "it_zk: holder's token 0x%" PRIx64 ", base raised to 0x%llx, waiter's 0x%" PRIx64 "\n",
+            rh.fence, want, rw.fence);
+    assert_true(rw.fence > (uint64_t)want);
+    assert_int_equal(release(w).st, LC_OK);
+    lc_zk_lock_free(h);
+    lc_zk_lock_free(w);
+    lc_zk_client_free(hc);
+    lc_zk_client_free(wc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "--zk-child"))
@@ -809,7 +1047,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_deadline_removes_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_holder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paused_holder_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paused_past_session_refused_locally, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuilt_ensemble_raises_base, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_base_read_after_winning, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,7 +1,7 @@
 /*
- * Unit tests of fence.c (no server): what a token-fenced script's reply means (lc_token_reply),
- * the C token rule (lc_fence_newer), and the mysql:// URL parser (mysql_url.c) that the MySQL
- * backend and inventory-sink share.
+ * Unit tests of fence.c (no server): what a token-fenced script's reply means (lc_token_reply,
+ * and the seen token a refusal carries: lc_token_reply_seen), the C token rule (lc_fence_newer),
+ * and the mysql:// URL parser (mysql_url.c) that the MySQL backend and inventory-sink share.
  */
 #include "lc_test.h"
 
@@ -60,6 +60,41 @@ static void test_token_reply(void **state)
     free(empty);
 }
 
+static redisReply *str_reply(const char *s)
+{
+    redisReply *r = calloc(1, sizeof(*r));
+    r->type = REDIS_REPLY_STRING;
+    r->str = (char *)s;
+    r->len = strlen(s);
+    return r;
+}
+
+/* The refusal {0, seen}: seen read exactly past 2^53; anything else (a success, an older
+ * guard's {0}, a seen token that is not a uint64) is 0. */
+static void test_token_reply_seen(void **state)
+{
+    (void)state;
+    redisReply *zero = int_reply(0), *one = int_reply(1);
+    redisReply *big = str_reply("18446744073709551615"), *over = str_reply("18446744073709551616");
+    redisReply *odd = str_reply("12a"), *epoch = str_reply("8589934597");
+    redisReply *e_big[2] = {zero, big}, *e_over[2] = {zero, over}, *e_odd[2] = {zero, odd};
+    redisReply *e_epoch[2] = {zero, epoch}, *e_ran[2] = {one, epoch}, *e_old[1] = {zero};
+    redisReply *r_big = array_reply(2, e_big), *r_over = array_reply(2, e_over);
+    redisReply *r_odd = array_reply(2, e_odd), *r_epoch = array_reply(2, e_epoch);
+    redisReply *r_ran = array_reply(2, e_ran), *r_old = array_reply(1, e_old);
+    assert_true(lc_token_reply_seen(r_big) == UINT64_MAX);
+    assert_true(lc_token_reply_seen(r_epoch) == (2ULL << 32) + 5);
+    assert_true(lc_token_reply_seen(r_over) == 0);
+    assert_true(lc_token_reply_seen(r_odd) == 0);
+    assert_true(lc_token_reply_seen(r_ran) == 0);
+    assert_true(lc_token_reply_seen(r_old) == 0);
+    assert_true(lc_token_reply_seen(NULL) == 0);
+    redisReply *all[] = {zero,  one,    big,   over,    odd,   epoch,
+                         r_big, r_over, r_odd, r_epoch, r_ran, r_old};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+}
+
 static void test_mysql_url(void **state)
 {
     (void)state;
@@ -101,6 +136,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_reply),
+        cmocka_unit_test(test_token_reply_seen),
         cmocka_unit_test(test_mysql_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

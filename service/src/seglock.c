@@ -369,24 +369,42 @@ lc_status seglock_eval(struct seglock *sl, const lc_script *script, int flags, i
     return st;
 }
 
-/* A detached Redlock commit: the token-fenced script's {0} / {1, result} as the callback's
- * LC_ELOST / LC_OK, as lc_async_eval_detached answers. */
+/* A detached Redlock commit: the token-fenced script's {0, seen} / {1, result} as the callback's
+ * LC_ELOST / LC_OK, as lc_async_eval_detached answers. The lock clients outlive the data
+ * client's callbacks (worker.c frees the data client first), the seglock may not: what a
+ * refusal needs is copied. */
 struct detached {
     lc_async_reply_fn cb;
     void *arg;
+    struct seglock_env env; /* the lock's kind: mysql, zk, else the Redlock nodes */
+    uint64_t fence;
+    char name[];
 };
 
 static void on_detached(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
-    struct detached d = *(struct detached *)arg;
-    free(arg);
+    struct detached *d = arg;
     const redisReply *body = NULL;
     lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
     if (st == LC_OK && parsed == LC_EREDIS)
         errstr = "commit: unexpected reply";
     else if (parsed == LC_ELOST)
         errstr = "lost (a later holder's token was seen): nothing ran";
-    d.cb(parsed, body, errstr, d.arg);
+    /* issue 29 item 9: a token source behind the seen token (restored, rebuilt, switched) is
+     * raised past it, so the next holder is accepted (lc_*_lock_eval do it on their own path) */
+    uint64_t seen = parsed == LC_ELOST ? lc_token_reply_seen(r) : 0;
+    if (seen && seen >= d->fence) {
+        if (d->env.mysql)
+            lc_mysql_client_raise(d->env.mysql, d->name, seen);
+        else if (d->env.zk)
+            lc_zk_client_raise(d->env.zk, seen);
+        else if (d->env.n > 0)
+            lc_async_redlock_raise(d->env.n, d->env.nodes, d->name, seen);
+    }
+    lc_async_reply_fn cb = d->cb;
+    void *cb_arg = d->arg;
+    free(d);
+    cb(parsed, body, errstr, cb_arg);
 }
 
 lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int nkeys,
@@ -400,6 +418,8 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
         return lc_zk_lock_held(sl->zk) ? LC_ELOST : LC_ENOTHELD;
     if (sl->zk && !lc_zk_client_connected(sl->env.zk))
         return LC_EIO; /* the session is suspect: nothing is sent (lc_zk_lock_eval's rule) */
+    if (sl->zk && lc_zk_client_validity_ms(sl->env.zk) <= 0)
+        return LC_ELOST; /* no answer for a session timeout by our clock: lc_zk_lock_eval's rule */
     int held = sl->zk   ? 1
                : sl->rl ? lc_async_redlock_held(sl->rl)
                : sl->my ? lc_mysql_lock_held(sl->my)
@@ -409,11 +429,19 @@ lc_status seglock_eval_detached(struct seglock *sl, const lc_script *script, int
     uint64_t fence = sl->zk   ? lc_zk_lock_fence(sl->zk)
                      : sl->rl ? lc_async_redlock_fence(sl->rl)
                               : lc_mysql_lock_fence(sl->my);
-    struct detached *d = malloc(sizeof(*d));
+    const char *owner = sl->zk   ? lc_zk_lock_owner(sl->zk)
+                        : sl->rl ? lc_async_redlock_owner(sl->rl)
+                                 : lc_mysql_lock_owner(sl->my);
+    size_t nlen = strlen(sl->name);
+    struct detached *d = malloc(sizeof(*d) + nlen + 1);
     if (!d)
         return LC_ENOMEM;
-    *d = (struct detached){cb, arg};
-    lc_status st = lc_async_token_script(sl->env.data, script, sl->seen, fence, nkeys,
+    d->cb = cb;
+    d->arg = arg;
+    d->env = sl->env;
+    d->fence = fence;
+    memcpy(d->name, sl->name, nlen + 1);
+    lc_status st = lc_async_token_script(sl->env.data, script, sl->seen, fence, owner, nkeys,
                                          (const char *const *)keys, NULL, nargs,
                                          (const char *const *)args, NULL, on_detached, d);
     if (st != LC_OK)

@@ -239,8 +239,12 @@ lc_status lc_fenced_script_new(const char *body, lc_script **out);
 /*
  * For data stores outside the lock's Redis keys: a Lua function source that a script can paste in
  * to reject stale holders by fencing token alone:
- *     lc_fence_accept(seen_key, token) -> true when token >= the highest token seen at seen_key
- *                                         (and records it), false for a stale holder.
+ *     lc_fence_accept(seen_key, token) -> true when token > the highest token seen at seen_key
+ *                                         (and records it), or equal to it from the same owner;
+ *                                         false and the seen token for a stale holder.
+ *     token: "T" or "T:owner" (T decimal; owner: the acquisition's id, so that a source that
+ *     went back and hands T out again cannot pass as the holder that wrote with T); compared
+ *     exactly as decimal strings, never as Lua numbers.
  * The C helper lc_fence_newer() is the same rule for stores written from C.
  */
 extern const char LC_LUA_FENCE_ACCEPT[];
@@ -249,15 +253,21 @@ int lc_fence_newer(uint64_t token, uint64_t highest_seen);
 /* Makes a data-store script fenced by a token alone (a Redlock's, run with
  * lc_async_redlock_eval): LC_LUA_FENCE_ACCEPT around the body. Called with KEYS = the seen key
  * (where the highest token so far is kept; under Redis Cluster in the slot of the body's keys),
- * then the body's keys, and ARGV = the token, then the body's args; the body sees only its own
- * KEYS/ARGV and the Lua local lc_fence. -> {0} (nothing ran: a later holder's token was seen
- * there) or {1, body result}. Rules for the body as for lc_fenced_script_new. */
+ * then the body's keys, and ARGV = the token ("T" or "T:owner", as lc_fence_accept), then the
+ * body's args; the body sees only its own KEYS/ARGV and the Lua local lc_fence (T). -> {0, seen}
+ * (nothing ran: a later holder's token was seen there; seen as lc_token_reply_seen reads it) or
+ * {1, body result}. Rules for the body as for lc_fenced_script_new. */
 lc_status lc_token_fenced_script_new(const char *body, lc_script **out);
 
 /* What a token-fenced script's reply r means: LC_OK with *body the body's result (borrowed from
  * r; NULL when it returned nothing), LC_ELOST ({0}: a later holder's token was seen, nothing
  * ran), LC_EREDIS (not such a reply: the script was not made by lc_token_fenced_script_new). */
 lc_status lc_token_reply(const redisReply *r, const redisReply **body);
+
+/* The seen token a refused token-fenced script answered ({0, seen}): what the lock's source must
+ * hand out more than for its next holder to be accepted; 0 when r is not a refusal or carries
+ * none (an older guard). */
+uint64_t lc_token_reply_seen(const redisReply *r);
 
 /* ---- multi-lock ------------------------------------------------------------------------- */
 

@@ -221,9 +221,11 @@ lc_status lc_async_wait(lc_async_client *client, const lc_async_conn_ref *ref, i
 /* Runs a token-fenced script (lc_token_fenced_script_new; alive until the callback) as
  * lc_async_script, with KEYS = seen_key, keys... and ARGV = token, args... (all copied; the lens
  * arrays may be NULL): the commit of a lock whose token the store checks (Redlock, MySQL, ...).
- * Read the reply with lc_token_reply. */
+ * owner: the acquisition's id (NULL or "": none), sent as "token:owner" so that the store takes
+ * an equal token only from the same acquisition (lc_fence_accept). Read the reply with
+ * lc_token_reply (and lc_token_reply_seen). */
 lc_status lc_async_token_script(lc_async_client *client, const lc_script *script,
-                                const char *seen_key, uint64_t token, int nkeys,
+                                const char *seen_key, uint64_t token, const char *owner, int nkeys,
                                 const char *const *keys, const size_t *keylens, int nargs,
                                 const char *const *args, const size_t *arglens,
                                 lc_async_reply_fn cb, void *arg);
@@ -341,6 +343,18 @@ lc_async_redlock *lc_async_redlock_multi_get(lc_async_redlock_multi *m, int i); 
 int lc_async_redlock_held(const lc_async_redlock *lock);
 int lc_async_redlock_lost(const lc_async_redlock *lock);
 uint64_t lc_async_redlock_fence(const lc_async_redlock *lock);
+/* The acquisition's id sent beside the token (lc_async_token_script's owner; "" when not held):
+ * the store takes an equal token only from the same acquisition. Borrowed, valid while held. */
+const char *lc_async_redlock_owner(const lc_async_redlock *lock);
+/* Raises the fence counter of the Redlock called name on each of the n nodes to at least seen,
+ * so that its next quorum's token is above it: what to do when a fenced commit was refused with
+ * the store's seen token (lc_token_reply_seen) at or above the hold's, as after the nodes were
+ * emptied or after a switch from another kind of lock. lc_async_redlock_eval does it by itself;
+ * a caller that commits with lc_async_token_script calls it. In the background, no callback
+ * (a node that misses it is raised by the next refusal). LC_OK sent to every node, else the
+ * first failure (LC_EINVAL: seen 0 or above INT64_MAX, bad name). */
+lc_status lc_async_redlock_raise(int n, lc_async_client *const *nodes, const char *name,
+                                 uint64_t seen);
 int64_t lc_async_redlock_validity_ms(const lc_async_redlock *lock);
 const char *lc_async_redlock_name(const lc_async_redlock *lock);
 const char *lc_async_redlock_token(const lc_async_redlock *lock);

@@ -136,7 +136,8 @@ typedef void (*lc_mysql_eval_fn)(lc_mysql_lock *lock, lc_status st, const redisR
                                  void *arg);
 
 /* Runs script (lc_token_fenced_script_new; alive until the callback) on the data store with
- * this hold's token: KEYS = seen_key, keys...; ARGV = token, args... (copied). With
+ * this hold's token: KEYS = seen_key, keys...; ARGV = "token:owner", args... (copied). A refusal
+ * raises the lc_fence row to the seen token (lc_mysql_client_raise). With
  * LC_EVAL_RELEASE one hold is dropped once the store has answered (in the background, no
  * callback for it). Returns LC_ENOTHELD or LC_ELOST (a lost hold: nothing sent; with
  * LC_EVAL_RELEASE the hold is dropped) without a callback. */
@@ -148,6 +149,18 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lock, lc_async_client *store, const 
 int lc_mysql_lock_held(const lc_mysql_lock *lock);       /* hold count; 0 when not held */
 int lc_mysql_lock_lost(const lc_mysql_lock *lock);       /* 1 once found lost, until released */
 uint64_t lc_mysql_lock_fence(const lc_mysql_lock *lock); /* 0 when not held */
+/* The acquisition's id sent beside the token (lc_async_token_script's owner; "" when not held):
+ * the store takes an equal token only from the same acquisition. Borrowed, valid while held. */
+const char *lc_mysql_lock_owner(const lc_mysql_lock *lock);
+
+/* Raises the lc_fence counter row of the lock called name to at least seen (a row missing is
+ * made at seen), so that its next acquire hands out a token above it: what to do when a fenced
+ * commit was refused with the store's seen token (lc_token_reply_seen) above or equal to the
+ * hold's, as after lc_fence was restored or the server failed over behind. lc_mysql_lock_eval
+ * does it by itself; a caller that commits with lc_async_token_script calls it. Runs in the
+ * background on a pooled connection (no callback; a failure is retried by the next refusal).
+ * LC_OK started, LC_EINVAL (seen 0 or above INT64_MAX, bad name), LC_ESTATE, LC_ENOMEM. */
+lc_status lc_mysql_client_raise(lc_mysql_client *client, const char *name, uint64_t seen);
 const char *lc_mysql_lock_name(const lc_mysql_lock *lock);
 /* The server's CONNECTION_ID() of the session holding the lock; 0 when not held. */
 unsigned long lc_mysql_lock_conn_id(const lc_mysql_lock *lock);

@@ -7,10 +7,12 @@
  * the lock, and every other waiter watches only the node just before its own (fair: the lock goes
  * in arrival order; no herd: a release wakes one waiter). A waiter or holder that dies takes its
  * node with its session, so the queue moves on after the session timeout. The fencing token of a
- * hold is its node's creation zxid (czxid): ZooKeeper's global transaction counter, so it
- * increases across holders of a name and never resets, not even when the parent is recreated
- * (a sequence number would). A data store checks it with lc_token_fenced_script_new exactly as
- * for Redlock (lc_zk_lock_eval).
+ * hold is a base plus its node's creation zxid (czxid): ZooKeeper's global transaction counter,
+ * so it increases across holders of a name within one ensemble, not even reset when the parent
+ * is recreated (a sequence number would be). The base is the data of /<prefix> (0 until
+ * raised), read once the node is the lowest, and only ever raised (lc_zk_client_raise: a commit
+ * refused because a rebuilt ensemble's zxids are below the store's seen token). A data store
+ * checks the token with lc_token_fenced_script_new exactly as for Redlock (lc_zk_lock_eval).
  *
  * Sessions: one ZooKeeper session per lc_zk_client. A dropped connection makes the session
  * "suspect": no fenced eval is sent while it is (LC_EIO), and held locks stay held. If it comes
@@ -65,6 +67,14 @@ void lc_zk_client_free(lc_zk_client *c);
 
 /* 1 while the client's session is connected; 0 while connecting or suspect. */
 int lc_zk_client_connected(const lc_zk_client *c);
+/* How long the session is certainly alive by the client's own CLOCK_MONOTONIC: the send time
+ * of the latest request ZooKeeper answered on it, plus the granted session timeout, less a
+ * drift allowance (1 % + 2 ms, as Redlock's), minus now; 0 when that has passed, before anything
+ * was answered, or while disconnected. The client sends a cheap request every third of the
+ * session timeout so that a live, running client stays well inside it. lc_zk_lock_eval sends
+ * nothing once it is 0: a holder paused past its session may otherwise run its commit before
+ * the session event reaches the loop. */
+int64_t lc_zk_client_validity_ms(const lc_zk_client *c);
 /* The session timeout the server granted (0 before the first connection). */
 int lc_zk_client_session_timeout_ms(const lc_zk_client *c);
 /* How many watch notifications (a watched predecessor deleted or changed) reached the loop: a
@@ -111,16 +121,31 @@ typedef void (*lc_zk_eval_fn)(lc_zk_lock *lock, lc_status st, const redisReply *
  * lc_async_redlock_eval: LC_OK (reply: the body's result), LC_ELOST (the store has seen a
  * later token: nothing ran, the lock is marked lost), LC_EREDIS, LC_EIO, LC_ESTATE. flags 0 or
  * LC_EVAL_RELEASE (one hold dropped once the store answered). Returns, sending nothing and with
- * no callback: LC_ENOTHELD when not held, LC_ELOST when the lock is known lost, LC_EIO while the
- * session is suspect (disconnected: it may expire before the script runs). */
+ * no callback: LC_ENOTHELD when not held, LC_ELOST when the lock is known lost or the session's
+ * local validity has run out (lc_zk_client_validity_ms 0: the lock is then marked lost), LC_EIO
+ * while the session is suspect (disconnected: it may expire before the script runs). */
 lc_status lc_zk_lock_eval(lc_zk_lock *lock, lc_async_client *store, const lc_script *script,
                           const char *seen_key, int flags, int nkeys, const char *const *keys,
                           const size_t *keylens, int nargs, const char *const *args,
                           const size_t *arglens, lc_zk_eval_fn cb, void *arg);
 
-int lc_zk_lock_held(const lc_zk_lock *lock);       /* hold count; 0 when not held */
-int lc_zk_lock_lost(const lc_zk_lock *lock);       /* 1 when the session was lost while held */
-uint64_t lc_zk_lock_fence(const lc_zk_lock *lock); /* the node's czxid; 0 when not held */
+int lc_zk_lock_held(const lc_zk_lock *lock); /* hold count; 0 when not held */
+int lc_zk_lock_lost(const lc_zk_lock *lock); /* 1 when the session was lost while held */
+/* The hold's token: the base (the data of /<prefix>, read once the node was the lowest) plus the
+ * node's czxid; 0 when not held. */
+uint64_t lc_zk_lock_fence(const lc_zk_lock *lock);
+/* The acquisition's id sent beside the token (lc_async_token_script's owner; "" when not held):
+ * the store takes an equal token only from the same acquisition. Borrowed, valid while held. */
+const char *lc_zk_lock_owner(const lc_zk_lock *lock);
+
+/* Raises the token base (the data of /<prefix>) to at least seen, so that every later holder's
+ * token (base + czxid, czxid >= 1) is above it: what to do when a fenced commit was refused
+ * with the store's seen token (lc_token_reply_seen) at or above the hold's, as after the
+ * ensemble was rebuilt (its zxids start again). lc_zk_lock_eval does it by itself; a caller
+ * that commits with lc_async_token_script calls it. In the background (no callback; a few
+ * attempts on version conflicts, then given up: the next refusal raises again). The base only
+ * goes up. LC_OK started, LC_EINVAL (seen 0 or above INT64_MAX), LC_ESTATE, LC_ENOMEM. */
+lc_status lc_zk_client_raise(lc_zk_client *client, uint64_t seen);
 const char *lc_zk_lock_name(const lc_zk_lock *lock);
 /* The full path of the handle's node while it waits or holds, else "" (borrowed). */
 const char *lc_zk_lock_node(const lc_zk_lock *lock);
