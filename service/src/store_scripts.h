@@ -131,8 +131,9 @@
 #define STORE_RESERVE_FREE 2
 /* {0}: no such SKU */
 #define STORE_RESERVE_NO_SKU 0
-/* {-1, limit, held, segments to search, hex, expiry, ...}: over the limit; the entries listed
- * are past their commit deadline, to be looked for in the segments (user_resolve.lua) */
+/* {-1, limit, held, segments to search, hex, expiry, past, ...}: over the limit; the entries
+ * listed (at most 8) are to be looked for in the segments (user_resolve.lua): past "1" when past
+ * their commit deadline or known committed (expiry 0), "0" still within it */
 #define STORE_RESERVE_OVER (-1)
 /* {-2, sale_start, now}: the sale has not started */
 #define STORE_RESERVE_NOT_STARTED (-2)
