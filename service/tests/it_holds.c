@@ -25,7 +25,8 @@
  *   - holds expire from what Redis holds (issue 29), each within 1 s + one --redis-timeout-ms of
  *     its expires_at: a hold whose SKU was PATCHed to reservation_ttl_s 0, after a restart of
  *     the only instance (one segment, then four; then one segment on a Redis Cluster, where the
- *     sweeper reads the meta's hold flag); and with 12,000 names in the SKU registry
+ *     sweeper reads the meta's hold flag; and a PUT without a TTL over a hold there, cut off
+ *     before its roll-out: the sweeper completes it); and with 12,000 names in the SKU registry
  *     beside the 40 SKUs holding holds (the sweeper kept 10,000 SKUs).
  * The invariant checker (holds, due sets, cnt.r) runs after each test.
  */
@@ -1063,6 +1064,91 @@ static void test_hold_outlives_ttl_patch_on_cluster(void **state)
     SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
 }
 
+/* One try of test_put_cut_off_over_holds_on_cluster on ho_cl; 1 when A' started too late to
+ * prove anything (the caller tries again). */
+static int ho_put_cut_off_once(const char *url)
+{
+    char sku[64], ids[1][112], path[160], meta[128], st[8] = "", flag[8] = "";
+    tu_unique_name(sku, sizeof sku, "ho-putcut");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
+    const rf_server *clock = cf_node(ho_cl, 0);
+    sf_service *a = ho_start(url, NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    ho_put(sf_port(a), sku, 10, 1, ",\"reservation_ttl_s\":3");
+    int64_t exp = ho_hold(sf_port(a), sku, 1, ids[0]);
+    setenv("INVENTORY_FAULTPOINT", "put_meta", 1); /* killed once the new meta is written */
+    sf_service *p = ho_start(url, NULL);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(p != NULL, "%s", "the PUT's instance");
+    sf_resp r = {0};
+    sf_json_request(NULL, sf_port(p), "PUT", path, HO_TOKEN, NULL, "{\"stock\":10,\"segments\":1}",
+                    &r);
+    SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 100 && sf_alive(p); t++)
+        tu_sleep_ms(20);
+    SF_ASSERT(!sf_alive(p), "%s", "the PUT's instance did not die at its fault point");
+    (void)sf_stop(p);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    /* the precondition: the new layout in meta, pending, its hold flag not set ("0"; none
+     * before the flag existed) */
+    redisReply *ks = rf_command(clock, "CLUSTER KEYSLOT %s", meta);
+    int m = ks && ks->type == REDIS_REPLY_INTEGER ? cf_master_of(ho_cl, (int)ks->integer) : -1;
+    freeReplyObject(ks);
+    SF_ASSERT(m >= 0, "the master of %s", meta);
+    rf_string(cf_node(ho_cl, m), st, sizeof st, "HGET %s state", meta);
+    rf_string(cf_node(ho_cl, m), flag, sizeof flag, "HGET %s holds", meta);
+    SF_ASSERT(strcmp(st, "p") == 0 && strcmp(flag, "1") != 0,
+              "the cut-off PUT left state %s, hold flag %s", st, flag);
+    a = ho_start(url, NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A, restarted");
+    if (ho_redis_ms(clock) > exp - 300) {
+        fprintf(stderr, "A restarted %lld ms before expires_at: again\n",
+                (long long)(exp - ho_redis_ms(clock)));
+        sf_stop(a);
+        return 1;
+    }
+    /* ended: expired by a sweep, or wiped by the roll-out's reset (the PUT replaced it) */
+    char status[32] = "reserved";
+    int64_t bound = exp + 1000 + HO_TIMEOUT_MS + 50, at = 0;
+    while (strcmp(status, "reserved") == 0 && (at = ho_redis_ms(clock)) < bound + 8000) {
+        ho_record_status(ho_srv_of(NULL, ids[0]), ids[0], status, sizeof status);
+        tu_sleep_ms(50);
+    }
+    SF_ASSERT(strcmp(status, "reserved") != 0, "hold %s still reserved %lld ms after expires_at",
+              ids[0], (long long)(at - exp));
+    SF_ASSERT(at <= bound, "hold %s ended %lld ms after expires_at", ids[0], (long long)(at - exp));
+    SF_ASSERT(strcmp(status, "") == 0 || strcmp(status, "expired") == 0, "hold %s: %s", ids[0],
+              status);
+    fprintf(stderr, "PUT cut off over a hold (cluster): the hold %s %+lld ms from its expires_at\n",
+            status[0] ? "expired" : "wiped", (long long)(at - exp));
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(url, sku, &rep);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    return 0;
+}
+
+/* A PUT without a TTL over a layout with a hold, cut off between its meta and its roll-out (its
+ * instance killed at put_meta), on a Redis Cluster, then the only instance restarted: the meta's
+ * hold flag says none, but the old layout's hold lives until its segment's reset, which nobody
+ * else would do. The sweeper sweeps a pending layout and completes its roll-out: the hold ends
+ * (expired, or wiped by the reset) within the bound. About 10 s. */
+static void test_put_cut_off_over_holds_on_cluster(void **state)
+{
+    (void)state;
+    ho_cl = cf_start(3, 0);
+    SF_ASSERT(ho_cl != NULL, "%s", "a 3-master cluster");
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(ho_cl, 3));
+    int tries = 0;
+    while (tries < 3 && ho_put_cut_off_once(url) != 0)
+        tries++;
+    cf_stop(ho_cl);
+    ho_cl = NULL;
+    SF_ASSERT(tries < 3, "%s", "three restarts each came too late to prove anything");
+}
+
 #define HO_FAKE_SKUS 12000
 #define HO_MANY_HELD 40
 
@@ -1188,6 +1274,7 @@ int main(void)
         cmocka_unit_test(test_hold_outlives_ttl_patch_and_restart),
         cmocka_unit_test(test_multi_segment_hold_after_ttl_patch),
         cmocka_unit_test(test_hold_outlives_ttl_patch_on_cluster),
+        cmocka_unit_test(test_put_cut_off_over_holds_on_cluster),
         cmocka_unit_test(test_registry_past_ten_thousand),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
