@@ -26,7 +26,8 @@
  *     its expires_at: a hold whose SKU was PATCHed to reservation_ttl_s 0, after a restart of
  *     the only instance (one segment, then four; then one segment on a Redis Cluster, where the
  *     sweeper reads the meta's hold flag; and a PUT without a TTL over a hold there, cut off
- *     before its roll-out: the sweeper completes it); and with 12,000 names in the SKU registry
+ *     before its roll-out: the sweeper completes it; holds an older binary placed, outside the
+ *     hold index, on one Redis); and with 12,000 names in the SKU registry
  *     beside the 40 SKUs holding holds (the sweeper kept 10,000 SKUs).
  * The invariant checker (holds, due sets, cnt.r) runs after each test.
  */
@@ -1064,6 +1065,65 @@ static void test_hold_outlives_ttl_patch_on_cluster(void **state)
     SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
 }
 
+/* One try of test_holds_of_an_older_binary; 1 when A' started too late to prove anything. */
+static int ho_older_binary_once(void)
+{
+    char sku[2][64], ids[2][112];
+    int64_t exp[2];
+    rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    sf_service *a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    for (int i = 0; i < 2; i++) {
+        tu_unique_name(sku[i], sizeof sku[i], i == 0 ? "ho-older" : "ho-older-p");
+        ho_put(sf_port(a), sku[i], 10, 1, ",\"reservation_ttl_s\":3");
+        exp[i] = ho_hold(sf_port(a), sku[i], 1, ids[i]);
+        /* as an older binary left them: no hold flag, the hold not in the hold index */
+        redisReply *r = rf_command(red, "HDEL inv:2:{%s}:meta holds", sku[i]);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER, "%s", "HDEL holds");
+        freeReplyObject(r);
+        r = rf_command(red, "ZREM inv:2:holds %s/0", sku[i]);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1, "%s", "ZREM");
+        freeReplyObject(r);
+    }
+    ho_patch(sf_port(a), sku[1], "{\"reservation_ttl_s\":0}"); /* writes the flag "l" */
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A, restarted");
+    if (ho_redis_ms(red) > exp[0] - 300) {
+        fprintf(stderr, "A restarted %lld ms before the first expires_at: again\n",
+                (long long)(exp[0] - ho_redis_ms(red)));
+        sf_stop(a);
+        rf_stop(red);
+        return 1;
+    }
+    int64_t worst = ho_expire_within_bound(red, ids, exp, 2, 8000);
+    fprintf(stderr, "holds an older binary placed: latest expiry %lld ms after expires_at\n",
+            (long long)worst);
+    for (int i = 0; i < 2; i++) {
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(red), sku[i], &rep);
+        SF_ASSERT_EQ(rep.expired, 1);
+    }
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    rf_stop(red);
+    return 0;
+}
+
+/* One Redis, holds as a binary older than the hold index and the hold flag left them (no flag
+ * in meta, not in the index: a rolling upgrade): one SKU as it was, one PATCHed to TTL 0 since
+ * (the PATCH writes the flag "l"); then a restart. The hold index alone never named them, and
+ * the SKU loop on one Redis no longer swept SKUs with holds (f31463d: both still reserved 8 s
+ * after their expires_at); now the SKU loop sweeps such layouts. About 5 s. */
+static void test_holds_of_an_older_binary(void **state)
+{
+    (void)state;
+    for (int tries = 0; tries < 3; tries++)
+        if (ho_older_binary_once() == 0)
+            return;
+    SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
 /* One try of test_put_cut_off_over_holds_on_cluster on ho_cl; 1 when A' started too late to
  * prove anything (the caller tries again). */
 static int ho_put_cut_off_once(const char *url)
@@ -1275,6 +1335,7 @@ int main(void)
         cmocka_unit_test(test_multi_segment_hold_after_ttl_patch),
         cmocka_unit_test(test_hold_outlives_ttl_patch_on_cluster),
         cmocka_unit_test(test_put_cut_off_over_holds_on_cluster),
+        cmocka_unit_test(test_holds_of_an_older_binary),
         cmocka_unit_test(test_registry_past_ten_thousand),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
