@@ -28,7 +28,7 @@ endfunction()
 # fails the configure on a row that named no test (a test renamed and its row left behind).
 set(TEST_SCHEDULE
   "it_cluster 32 heavy"
-  "it_holds 46"
+  "it_holds 50 heavy"
   "it_multi 11 heavy"
   "lockcore_it_mysql 9 heavy"
   "lockcore_it_zk 8 heavy"
