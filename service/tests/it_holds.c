@@ -1124,8 +1124,9 @@ static void test_holds_of_an_older_binary(void **state)
     SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
 }
 
-/* One try of test_put_cut_off_over_holds_on_cluster on ho_cl; 1 when A' started too late to
- * prove anything (the caller tries again). */
+/* One try of test_put_cut_off_over_holds_on_cluster on ho_cl; 1 when nothing was proved (A'
+ * started too late, or A's sweeper had completed the roll-out already): the caller tries
+ * again. */
 static int ho_put_cut_off_once(const char *url)
 {
     char sku[64], ids[1][112], path[160], meta[128], st[8] = "", flag[8] = "";
@@ -1159,8 +1160,11 @@ static int ho_put_cut_off_once(const char *url)
     SF_ASSERT(m >= 0, "the master of %s", meta);
     rf_string(cf_node(ho_cl, m), st, sizeof st, "HGET %s state", meta);
     rf_string(cf_node(ho_cl, m), flag, sizeof flag, "HGET %s holds", meta);
-    SF_ASSERT(strcmp(st, "p") == 0 && strcmp(flag, "1") != 0,
-              "the cut-off PUT left state %s, hold flag %s", st, flag);
+    SF_ASSERT(strcmp(flag, "1") != 0, "the PUT without a TTL left the hold flag %s", flag);
+    if (strcmp(st, "p") != 0) { /* A's sweeper completed the roll-out before its stop */
+        fprintf(stderr, "the layout was rolled out before A' started (state %s): again\n", st);
+        return 1;
+    }
     a = ho_start(url, NULL);
     SF_ASSERT(a != NULL, "%s", "instance A, restarted");
     if (ho_redis_ms(clock) > exp - 300) {
@@ -1206,7 +1210,7 @@ static void test_put_cut_off_over_holds_on_cluster(void **state)
         tries++;
     cf_stop(ho_cl);
     ho_cl = NULL;
-    SF_ASSERT(tries < 3, "%s", "three restarts each came too late to prove anything");
+    SF_ASSERT(tries < 3, "%s", "three tries each came too late to prove anything");
 }
 
 #define HO_FAKE_SKUS 12000
