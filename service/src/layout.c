@@ -55,13 +55,15 @@ static int layout_parse(const redisReply *r, struct layout *out)
     out->rules.sale_start_ms = str_int(r->element[7], 0);
     out->rules.sale_end_ms = str_int(r->element[8], 0);
     out->rules.ttl_s = str_int(r->element[9], 0);
-    /* the hold flag (put_meta.lua, patch_rules.lua): missing in a layout written before it, then
-     * judged from the TTL as the sweeper did; anything but "0" and "1" counts as "may" */
+    /* the hold flag (put_meta.lua, patch_rules.lua): missing in a layout written before it, or
+     * "0" beside a TTL (an older binary's PUT, which writes the rules alone, over a layout of
+     * this one), then judged from the TTL as the sweeper did; anything but "0" and "1" counts
+     * as "may" */
     const redisReply *hf = r->element[10];
-    if (hf->type != REDIS_REPLY_STRING || hf->len == 0)
+    if (hf->type != REDIS_REPLY_STRING || hf->len == 0 || strcmp(hf->str, "0") == 0)
         out->holds = out->rules.ttl_s > 0 ? 2 : 0;
     else
-        out->holds = strcmp(hf->str, "0") == 0 ? 0 : strcmp(hf->str, "1") == 0 ? 1 : 2;
+        out->holds = strcmp(hf->str, "1") == 0 ? 1 : 2;
     if (out->segments < 0 || out->segments > STORE_SEGMENTS_MAX || out->hwm < 0 ||
         out->hwm > STORE_SEGMENTS_MAX)
         return -1;

@@ -39,7 +39,7 @@ struct layout {
     struct sku_rules rules; /* the sale rules (rules.h); all 0 when none */
     /* whether holds may exist in this layout, from meta's hold flag, not from the rules
      * (docs/design.md "The sweeper"): 0 none, 1 may (placed by this binary: on one Redis the
-     * hold index names them), 2 may, some perhaps placed before the hold index existed */
+     * hold index names them), 2 may, some perhaps placed by a binary older than the flag */
     int holds;
     int calls;                /* Redis calls the read (and settle) made, for the callers' budgets */
     char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */

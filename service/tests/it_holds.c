@@ -1068,25 +1068,27 @@ static void test_hold_outlives_ttl_patch_on_cluster(void **state)
 /* One try of test_holds_of_an_older_binary; 1 when A' started too late to prove anything. */
 static int ho_older_binary_once(void)
 {
-    char sku[2][64], ids[2][112];
-    int64_t exp[2];
+    char sku[3][64], ids[3][112];
+    int64_t exp[3];
     rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
     SF_ASSERT(red != NULL, "%s", "redis-server");
     sf_service *a = ho_start(rf_url(red), NULL);
     SF_ASSERT(a != NULL, "%s", "instance A");
-    for (int i = 0; i < 2; i++) {
-        tu_unique_name(sku[i], sizeof sku[i], i == 0 ? "ho-older" : "ho-older-p");
+    for (int i = 0; i < 3; i++) {
+        tu_unique_name(sku[i], sizeof sku[i], "ho-older");
         ho_put(sf_port(a), sku[i], 10, 1, ",\"reservation_ttl_s\":3");
         exp[i] = ho_hold(sf_port(a), sku[i], 1, ids[i]);
-        /* as an older binary left them: no hold flag, the hold not in the hold index */
-        redisReply *r = rf_command(red, "HDEL inv:2:{%s}:meta holds", sku[i]);
-        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER, "%s", "HDEL holds");
+        /* as an older binary left them: no hold flag (1: "0", its PUT over a layout of this
+         * binary's that had none), the hold not in the hold index */
+        redisReply *r = i == 1 ? rf_command(red, "HSET inv:2:{%s}:meta holds 0", sku[i])
+                               : rf_command(red, "HDEL inv:2:{%s}:meta holds", sku[i]);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER, "%s", "the hold flag");
         freeReplyObject(r);
         r = rf_command(red, "ZREM inv:2:holds %s/0", sku[i]);
         SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1, "%s", "ZREM");
         freeReplyObject(r);
     }
-    ho_patch(sf_port(a), sku[1], "{\"reservation_ttl_s\":0}"); /* writes the flag "l" */
+    ho_patch(sf_port(a), sku[2], "{\"reservation_ttl_s\":0}"); /* writes the flag "l" */
     SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
     a = ho_start(rf_url(red), NULL);
     SF_ASSERT(a != NULL, "%s", "instance A, restarted");
@@ -1097,10 +1099,10 @@ static int ho_older_binary_once(void)
         rf_stop(red);
         return 1;
     }
-    int64_t worst = ho_expire_within_bound(red, ids, exp, 2, 8000);
+    int64_t worst = ho_expire_within_bound(red, ids, exp, 3, 8000);
     fprintf(stderr, "holds an older binary placed: latest expiry %lld ms after expires_at\n",
             (long long)worst);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         sf_report rep;
         SF_ASSERT_INVARIANTS(rf_url(red), sku[i], &rep);
         SF_ASSERT_EQ(rep.expired, 1);
@@ -1111,8 +1113,9 @@ static int ho_older_binary_once(void)
 }
 
 /* One Redis, holds as a binary older than the hold index and the hold flag left them (no flag
- * in meta, not in the index: a rolling upgrade): one SKU as it was, one PATCHed to TTL 0 since
- * (the PATCH writes the flag "l"); then a restart. The hold index alone never named them, and
+ * in meta, not in the index: a rolling upgrade): one SKU as it was, one whose flag an older
+ * PUT left at "0" beside its TTL, one PATCHed to TTL 0 since (the PATCH writes the flag "l");
+ * then a restart. The hold index alone never named them, and
  * the SKU loop on one Redis no longer swept SKUs with holds (f31463d: both still reserved 8 s
  * after their expires_at); now the SKU loop sweeps such layouts. About 5 s. */
 static void test_holds_of_an_older_binary(void **state)

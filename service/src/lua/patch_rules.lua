@@ -3,8 +3,8 @@
 -- are set) and written, or nothing is. Stock, layout and version are not touched. A damaged
 -- number (version, segments or a rule) fails it with nothing written.
 -- The hold flag "holds" (docs/design.md "The sweeper") is set when the merged TTL is, and never
--- cleared here: holds placed before a PATCH to 0 must still expire ("1"; "l" in a layout written
--- before the flag existed whose TTL was or is set: holds an older binary placed may exist).
+-- cleared here: holds placed before a PATCH to 0 must still expire ("1"; "l" in a layout an older
+-- binary wrote (no flag, or "0" beside a TTL) whose TTL was or is set: its holds may exist).
 -- KEYS: meta.  ARGV: limit, sale_start ms, sale_end ms, ttl s: each a canonical integer ("0":
 -- none), or "" to keep the meta's.
 -- -> {STORE_PATCH_OK, limit, sale_start, sale_end, ttl} (the merged rules, numbers) |
@@ -33,7 +33,8 @@ local s, e = int(v[2]), int(v[3])
 if s > 0 and e > 0 and e <= s then return {STORE_PATCH_INVALID, s, e} end
 redis.call('HSET', KEYS[1], names[1], v[1], names[2], v[2], names[3], v[3], names[4], v[4])
 local hf = redis.call('HGET', KEYS[1], 'holds')
-if not hf and (int(m[6] or '0') > 0 or int(v[4]) > 0) then
+-- none, or "0" beside a TTL: written by an older binary (its holds are not in the hold index)
+if (not hf or hf == '0') and int(m[6] or '0') > 0 or not hf and int(v[4]) > 0 then
   redis.call('HSET', KEYS[1], 'holds', 'l')
 elseif hf == '0' and int(v[4]) > 0 then
   redis.call('HSET', KEYS[1], 'holds', '1')
