@@ -715,7 +715,8 @@ static const rf_server *li_node_of(const rf_server *red, cf_cluster *cl, const c
 /* Limit 1; every give-back fails (so the cancelled or expired order's entry stays until a
  * give-back is drained, here never): the user orders again. Old binary: 409 limit_exceeded,
  * for good (the refusal counted the ended order, and a refusal with every entry known
- * committed is final). Now 201, and the user is at the limit again. With two_step, on the
+ * committed is final). Now 201, and the user is at the limit again; the same with an order of
+ * two segments. With two_step, on the
  * reservation's path (--limit-two-step, or a Redis Cluster of three masters of its own:
  * cluster): its refusal looked only for entries past their commit deadline. */
 static void li_ended_giveback(int two_step, int cluster)
@@ -766,6 +767,23 @@ static void li_ended_giveback(int two_step, int cluster)
     li_refused(p, sku, 1, "eve");
     SF_ASSERT_INVARIANTS(url, sku, &rep);
     SF_ASSERT_EQ(rep.sold, 1);
+
+    /* a cancelled order of two segments (SPEC §13: no segment holds 6): its primary's record
+     * says cancelled, its parts' records are not the order */
+    tu_unique_name(sku, sizeof sku, "li-ended-m");
+    li_put_on(p, sku, 10, 2, ",\"limit_per_user\":6");
+    li_buy(p, sku, 6, "eve", id);
+    li_cancel(p, id);
+    long long queued = 0;
+    for (int k = 0; k < 2; k++) {
+        snprintf(give, sizeof give, "inv:2:{%s/%d}:give", sku, k);
+        queued += li_queued(li_node_of(red, cl, give), sku, k);
+    }
+    SF_ASSERT(queued == 1, "%lld give-backs queued, not the cancel's one", queued);
+    li_buy(p, sku, 6, "eve", NULL);
+    li_refused(p, sku, 1, "eve");
+    SF_ASSERT_INVARIANTS(url, sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 6);
     SF_ASSERT(sf_stop(g) == 0, "%s", "its exit");
     if (cl)
         cf_stop(cl);
