@@ -96,8 +96,10 @@
 /* {-8, entries}: the order log holds its cap of entries (the sink is behind): nothing written */
 #define STORE_COMMIT_LOG_FULL (-8)
 /* {-9, limit, held, open}: the user's limit (checked in the commit, one Redis) would be passed:
- * nothing written; open: the user's entries not known to have committed (a reservation's, whose
- * order may never commit: the two-step path looks for them) */
+ * nothing written; open: the user's entries the commit could not settle, the two-step path's
+ * refusal looks for their orders: not known to have committed (a reservation's, whose order may
+ * never commit), or known committed in an unknown segment (a reservation's settled since: its
+ * order may have ended) */
 #define STORE_COMMIT_LIMIT (-9)
 
 /* lua/cancel.lua: {code[, record]}. */

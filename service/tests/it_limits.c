@@ -791,6 +791,56 @@ static void li_ended_giveback(int two_step, int cluster)
         rf_stop(red);
 }
 
+/* One Redis, the limit in the commit: an entry the reservation's path wrote (a multi-segment
+ * order reserves before its walk, its segment unknown: -1) and settled as committed (expiry 0,
+ * as user_resolve.lua writes it on a refusal past its deadline), then the order cancelled with
+ * its give-back failing; the user orders 1 unit of one segment (checked in the commit). The
+ * commit's own look at ended orders needs the entry's segment, so it refused for good (no
+ * entry "open": 409 limit_exceeded); now it hands such entries to the reservation's refusal,
+ * which looks for their orders. About 1 s. */
+static void test_settled_multi_entry_then_cancelled(void **state)
+{
+    (void)state;
+    char sku[64], id[112], users[128], v[512] = "";
+    rf_server *red = rf_start(NULL); /* its own: no other instance drains the give-backs */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    setenv("INVENTORY_FAULTPOINT", "giveback:fail", 1);
+    sf_service *g = li_start_own(red);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(g != NULL, "%s", "the instance");
+    int p = sf_port(g);
+    tu_unique_name(sku, sizeof sku, "li-settled");
+    snprintf(users, sizeof users, "inv:2:{%s}:users", sku);
+    li_put_on(p, sku, 10, 2, ",\"limit_per_user\":6");
+    li_buy(p, sku, 6, "eve", id); /* no segment holds 6: two of them, reserved first */
+    rf_string(red, v, sizeof v, "HGET %s eve", users);
+    json_t *e = json_loads(v, 0, NULL);
+    SF_ASSERT(e && json_object_size(e) == 1, "eve's entries: %s", v);
+    const char *hex;
+    json_t *val;
+    json_object_foreach(e, hex, val)
+    {
+        SF_ASSERT(json_integer_value(json_array_get(val, 2)) == -1, "eve's entry: %s", v);
+        json_array_set_new(val, 1, json_integer(0)); /* settled: known committed */
+    }
+    char *text = json_dumps(e, JSON_COMPACT);
+    redisReply *r = rf_command(red, "HSET %s eve %s", users, text);
+    freeReplyObject(r);
+    free(text);
+    json_decref(e);
+    li_cancel(p, id);
+    long long queued = li_queued(red, sku, 0) + li_queued(red, sku, 1);
+    SF_ASSERT(queued == 1, "%lld give-backs queued, not the cancel's one", queued);
+    li_buy(p, sku, 1, "eve", NULL);
+    li_buy(p, sku, 5, "eve", NULL);
+    li_refused(p, sku, 1, "eve");
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 6);
+    SF_ASSERT(sf_stop(g) == 0, "%s", "its exit");
+    rf_stop(red);
+}
+
 /* In the commit (one Redis). About 3 s. */
 static void test_ended_order_with_queued_giveback(void **state)
 {
@@ -904,6 +954,7 @@ int main(void)
         cmocka_unit_test(test_ended_order_with_queued_giveback),
         cmocka_unit_test(test_ended_order_with_queued_giveback_two_step),
         cmocka_unit_test(test_ended_order_with_queued_giveback_cluster),
+        cmocka_unit_test(test_settled_multi_entry_then_cancelled),
         cmocka_unit_test(test_order_into_old_version_during_put),
         cmocka_unit_test(test_limit_burst),
         cmocka_unit_test(test_user_required_and_quantity),
