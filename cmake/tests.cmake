@@ -28,7 +28,7 @@ endfunction()
 # fails the configure on a row that named no test (a test renamed and its row left behind).
 set(TEST_SCHEDULE
   "it_cluster 70 heavy"
-  "it_holds 40"
+  "it_holds 50 heavy"
   "it_multi 26 heavy"
   "lockcore_it_mysql 9 heavy"
   "lockcore_it_zk 8 heavy"
@@ -55,7 +55,7 @@ set(TEST_SCHEDULE
   "it_gate 7"
   "it_pause 7"
   "lockcore_it_redlock_restart 6"
-  "it_limits 6"
+  "it_limits 15 heavy"
   "it_concurrency 5 heavy"
   "lockcore_it_lock_pipeline 4"
   "it_lock_redis 4 heavy"

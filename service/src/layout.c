@@ -32,7 +32,7 @@ static int layout_parse(const redisReply *r, struct layout *out)
 {
     memset(out, 0, sizeof(*out));
     out->stock = -1;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7 + RULES_N)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 8 + RULES_N)
         return -1;
     out->version = str_int(r->element[0], 0);
     out->segments = (int)str_int(r->element[1], 0);
@@ -55,6 +55,15 @@ static int layout_parse(const redisReply *r, struct layout *out)
     out->rules.version = str_int(r->element[6], 0);
     for (int i = 0; i < RULES_N; i++)
         rules_set(&out->rules, i, str_int(r->element[7 + i], 0));
+    /* the hold flag (put_meta.lua, patch_rules.lua), the last element: missing in a layout
+     * written before it, or "0" beside a TTL (an older binary's PUT, which writes the rules
+     * alone, over a layout of this one), then judged from the TTL as the sweeper did; anything
+     * but "0" and "1" counts as "may" */
+    const redisReply *hf = r->element[7 + RULES_N];
+    if (hf->type != REDIS_REPLY_STRING || hf->len == 0 || strcmp(hf->str, "0") == 0)
+        out->holds = out->rules.ttl_s > 0 ? 2 : 0;
+    else
+        out->holds = strcmp(hf->str, "1") == 0 ? 1 : 2;
     if (out->segments < 0 || out->segments > STORE_SEGMENTS_MAX || out->hwm < 0 ||
         out->hwm > STORE_SEGMENTS_MAX)
         return -1;

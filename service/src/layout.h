@@ -39,7 +39,11 @@ struct layout {
     struct sku_rules rules; /* the sale rules (rules.h); all 0 when none */
     int64_t read_ms; /* clock_mono_ms() when the read that filled this was sent: its rules are
                         no newer than that (skucache ages them from it) */
-    int calls;       /* Redis calls the read (and settle) made, for the callers' budgets */
+    /* whether holds may exist in this layout, from meta's hold flag, not from the rules
+     * (docs/design.md "The sweeper"): 0 none, 1 may (placed by this binary: on one Redis the
+     * hold index names them), 2 may, some perhaps placed by a binary older than the flag */
+    int holds;
+    int calls;                /* Redis calls the read (and settle) made, for the callers' budgets */
     char why[LAYOUT_WHY_MAX]; /* rc -1: what failed (lockcore's message, or the bad reply) */
 };
 

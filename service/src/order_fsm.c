@@ -190,9 +190,10 @@ struct user_resv {
     int verified;   /* the entries past their deadline were looked for once */
     long long limit, held;
     int nseg; /* segments to look in: [0, nseg) */
-    int n;    /* entries past their deadline */
+    int n;    /* entries to look for (STORE_RESERVE_OVER) */
     char hex[USER_UNCERTAIN_MAX][IDS_ORDER_HEX + 1];
     char exp[USER_UNCERTAIN_MAX][24];
+    int past[USER_UNCERTAIN_MAX]; /* past its commit deadline, or known committed */
 };
 
 struct order {
@@ -1656,6 +1657,16 @@ static void user_reserved(struct order *o, long long expiry)
 static void user_verify(struct order *o)
 {
     struct user_resv *uv = o->uv;
+    /* the entries known committed or within their deadline (issue 29: their orders may have
+     * ended) only as far as the budget allows: without them the refusal is as it was */
+    for (int x = uv->n - 1; x >= 0 && over_budget(o, uv->n * uv->nseg + 2); x--) {
+        if (uv->past[x] && strcmp(uv->exp[x], "0") != 0)
+            continue;
+        uv->n--;
+        memmove(uv->hex[x], uv->hex[x + 1], sizeof(uv->hex[0]) * (size_t)(uv->n - x));
+        memmove(uv->exp[x], uv->exp[x + 1], sizeof(uv->exp[0]) * (size_t)(uv->n - x));
+        memmove(&uv->past[x], &uv->past[x + 1], sizeof(uv->past[0]) * (size_t)(uv->n - x));
+    }
     int n = uv->n * uv->nseg;
     if (n <= 0 || uv->nseg > SKUCACHE_MAX_SEGMENTS || over_budget(o, n + 2)) {
         place_done(o, n <= 0 ? OUT_LIMIT : OUT_OVER_BUDGET);
@@ -1726,13 +1737,15 @@ static void on_user_reserve(struct order *o, const struct oev *e)
         uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
         uv->nseg = r->elements > 3 ? (int)store_reply_int(r->element[3], 0) : 0;
         uv->n = 0;
-        for (size_t i = 4; i + 1 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += 2) {
-            const redisReply *h = r->element[i], *x = r->element[i + 1];
+        for (size_t i = 4; i + 2 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += 3) {
+            const redisReply *h = r->element[i], *x = r->element[i + 1], *p = r->element[i + 2];
             if (h->type != REDIS_REPLY_STRING || h->len != IDS_ORDER_HEX ||
-                x->type != REDIS_REPLY_STRING || x->len >= sizeof(uv->exp[0]))
+                x->type != REDIS_REPLY_STRING || x->len >= sizeof(uv->exp[0]) ||
+                p->type != REDIS_REPLY_STRING)
                 continue;
             memcpy(uv->hex[uv->n], h->str, IDS_ORDER_HEX + 1);
             memcpy(uv->exp[uv->n], x->str, x->len + 1);
+            uv->past[uv->n] = strcmp(p->str, "1") == 0;
             uv->n++;
         }
         if (uv->n == 0 || uv->verified) {
@@ -1749,7 +1762,11 @@ static void on_user_reserve(struct order *o, const struct oev *e)
 }
 
 /* The search of the entries' orders is in: each entry is live (an order found, not ended) or
- * not (none found: past its deadline it can no longer commit; or ended). */
+ * not (none found: past its deadline it can no longer commit; or ended: issue 29, a cancelled
+ * or expired order whose give-back is still queued counts for nothing, and user_release.lua
+ * then finds its entry gone, so the count drops once). An entry within its deadline whose
+ * order is not found may still commit, and one known committed and found live is as it was:
+ * both are left out. */
 static void on_user_verify(struct order *o, const struct oev *e)
 {
     (void)e;
@@ -1763,12 +1780,20 @@ static void on_user_verify(struct order *o, const struct oev *e)
     args[0] = o->user;
     int na = 1;
     for (int x = 0; x < uv->n; x++) {
-        int live = 0;
-        for (int k = 0; k < uv->nseg; k++)
+        int live = 0, ended = 0;
+        for (int k = 0; k < uv->nseg; k++) {
             live |= o->batch_ints[x * uv->nseg + k] == 1;
+            ended |= o->batch_ints[x * uv->nseg + k] == 2;
+        }
+        if (live ? strcmp(uv->exp[x], "0") == 0 || !uv->past[x] : !ended && !uv->past[x])
+            continue;
         args[na++] = uv->hex[x];
         args[na++] = uv->exp[x];
         args[na++] = live ? "1" : "0";
+    }
+    if (na == 1) { /* nothing to settle: the user is at the limit */
+        place_done(o, OUT_LIMIT);
+        return;
     }
     const char *keys[1] = {uv->users};
     run_script(o, OS_USER_RESOLVE, SCRIPT_USER_RESOLVE, 1, keys, na, args);

@@ -111,8 +111,10 @@
 /* {-8, entries}: the order log holds its cap of entries (the sink is behind): nothing written */
 #define STORE_COMMIT_LOG_FULL (-8)
 /* {-9, limit, held, open}: the user's limit (checked in the commit, one Redis) would be passed:
- * nothing written; open: the user's entries not known to have committed (a reservation's, whose
- * order may never commit: the two-step path looks for them) */
+ * nothing written; open: the user's entries the commit could not settle, the two-step path's
+ * refusal looks for their orders: not known to have committed (a reservation's, whose order may
+ * never commit), or known committed in an unknown segment (a reservation's settled since: its
+ * order may have ended) */
 #define STORE_COMMIT_LIMIT (-9)
 /* {-10, segment's rules version}: the order was judged by older sale rules than a PATCH pushed
  * to the segment (lua/rules_push.lua): nothing written; re-read the rules and try again */
@@ -149,8 +151,9 @@
 #define STORE_RESERVE_FREE 2
 /* {0}: no such SKU */
 #define STORE_RESERVE_NO_SKU 0
-/* {-1, limit, held, segments to search, hex, expiry, ...}: over the limit; the entries listed
- * are past their commit deadline, to be looked for in the segments (user_resolve.lua) */
+/* {-1, limit, held, segments to search, hex, expiry, past, ...}: over the limit; the entries
+ * listed (at most 8) are to be looked for in the segments (user_resolve.lua): past "1" when past
+ * their commit deadline or known committed (expiry 0), "0" still within it */
 #define STORE_RESERVE_OVER (-1)
 /* {-2, sale_start, now}: the sale has not started */
 #define STORE_RESERVE_NOT_STARTED (-2)

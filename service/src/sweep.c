@@ -320,6 +320,8 @@ struct sweep_sku {
     char sku[VALIDATE_SKU_MAX + 1];
     int segments; /* as last read (0: not known, or deleted) */
     struct sku_rules rules;
+    int holds;            /* layout.h struct layout's: holds may exist (meta's hold flag) */
+    int pending;          /* its layout was not yet rolled out at the last read */
     int64_t linger_until; /* mono ms: swept until then whatever its rules */
     int64_t *next_at;     /* per segment: mono ms of its next sweep */
     unsigned char *busy;  /* per segment: a call in flight */
@@ -432,6 +434,8 @@ static void on_sku_layout(void *arg, int found, struct layout *l)
     if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0) {
         int was = sku_active(c->sw, s, now);
         s->rules = l->rules;
+        s->holds = l->holds;
+        s->pending = l->pending;
         /* holds or a limit just came (a PATCH): every segment is due now, not at the slow
          * pace of a SKU without them (SWEEP_FOLLOW_IDLE_MS) */
         if (!was && sku_active(c->sw, s, now))
@@ -529,7 +533,12 @@ static void layout_reads(struct sweep *sw, int64_t now)
             return;
         s->layout_busy = 1;
         s->layout_at = now;
-        layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
+        /* a roll-out seen pending is completed (as any reader does): a PUT cut off half-way
+         * would leave the old layout's holds in segments nobody resets or sweeps */
+        if (s->pending)
+            layout_read_settled_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
+        else
+            layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
     }
 }
 
@@ -860,12 +869,15 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     look_end(c);
 }
 
-/* Whether the SKU is swept at all now: holds (on a Redis Cluster, where there is no hold
- * index) or a limit, or signs of either lately. */
+/* Whether the SKU is swept at all now: holds may exist by meta's hold flag, not by its rules
+ * (issue 29: a PATCH to TTL 0 leaves the flag set) where the hold index does not name them (a
+ * Redis Cluster; on one Redis, a layout whose holds an older binary may have placed); its
+ * layout is being rolled out (the old layout's holds live until their segment's reset); a
+ * limit; or signs of either lately. */
 static int sku_active(const struct sweep *sw, const struct sweep_sku *s, int64_t now)
 {
-    return s->segments > 0 && ((s->rules.ttl_s > 0 && !sw->index) || s->rules.limit_per_user > 0 ||
-                               now < s->linger_until);
+    return s->segments > 0 && (s->holds == 2 || (s->holds == 1 && !sw->index) || s->pending ||
+                               s->rules.limit_per_user > 0 || now < s->linger_until);
 }
 
 /* ---- the hold index (one Redis; docs/design.md "The sweeper") ---- */

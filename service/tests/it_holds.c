@@ -24,7 +24,10 @@
  *     confirm works there;
  *   - holds expire from what Redis holds (issue 29), each within 1 s + one --redis-timeout-ms of
  *     its expires_at: a hold whose SKU was PATCHed to reservation_ttl_s 0, after a restart of
- *     the only instance (one segment, then four); and with 12,000 names in the SKU registry
+ *     the only instance (one segment, then four; then one segment on a Redis Cluster, where the
+ *     sweeper reads the meta's hold flag; and a PUT without a TTL over a hold there, cut off
+ *     before its roll-out: the sweeper completes it; holds an older binary placed, outside the
+ *     hold index, on one Redis); and with 12,000 names in the SKU registry
  *     beside the 40 SKUs holding holds (the sweeper kept 10,000 SKUs).
  * The invariant checker (holds, due sets, cnt.r) runs after each test.
  */
@@ -902,6 +905,25 @@ static void test_sale_window(void **state)
 
 /* ---- holds expire from what Redis holds (issue 29) ---- */
 
+static cf_cluster *ho_cl; /* the cluster a test of this part runs on, else NULL (one Redis) */
+
+/* The server holding the record of order id: red, or on ho_cl the master of its segment. */
+static const rf_server *ho_srv_of(const rf_server *red, const char *id)
+{
+    if (!ho_cl)
+        return red;
+    char sku[64] = "", key[160];
+    int k = -1;
+    const char *dash = strchr(id, '-');
+    SF_ASSERT(dash && sscanf(dash + 1, "%d-%63s", &k, sku) == 2, "order id %s", id);
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+    redisReply *r = rf_command(cf_node(ho_cl, 0), "CLUSTER KEYSLOT %s", key);
+    int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(ho_cl, (int)r->integer) : -1;
+    freeReplyObject(r);
+    SF_ASSERT(m >= 0, "the master of %s", key);
+    return cf_node(ho_cl, m);
+}
+
 /* Waits until each of the n holds (ids, their expires_at in exp) is expired in Redis (read every
  * 50 ms, timed on Redis's clock, at most until the last expires_at + budget_ms); fails unless
  * every one expired within 1 s + one --redis-timeout-ms (+ the 50 ms of this poll) of its
@@ -920,7 +942,7 @@ static int64_t ho_expire_within_bound(const rf_server *red, char (*ids)[112], co
             if (seen[i])
                 continue;
             char status[32];
-            ho_record_status(red, ids[i], status, sizeof status);
+            ho_record_status(ho_srv_of(red, ids[i]), ids[i], status, sizeof status);
             if (strcmp(status, "reserved") == 0)
                 continue;
             SF_ASSERT(strcmp(status, "expired") == 0, "hold %s: %s", ids[i], status);
@@ -945,46 +967,64 @@ static int64_t ho_expire_within_bound(const rf_server *red, char (*ids)[112], co
 
 /* Holds on a SKU of `segments` segments with reservation_ttl_s 3, through instance A; then PATCH
  * reservation_ttl_s 0 and a restart (A stops, A' starts): A' knows of the holds only from
- * Redis, and its SKU's rules say there are none. Returns 0, or 1 when A' started too late to
- * prove anything (the caller retries). */
-static int ho_patched_restart(int segments, int nholds)
+ * Redis, and its SKU's rules say there are none. On one Redis, or (cluster) on a Redis Cluster
+ * of three masters of its own. Returns 0, or 1 when A' started too late to prove anything (the
+ * caller retries). */
+static int ho_patched_restart(int segments, int nholds, int cluster)
 {
-    char sku[64], ids[8][112];
+    char sku[64], ids[8][112], url[512];
     int64_t exp[8];
     tu_unique_name(sku, sizeof sku, "ho-ttl0");
-    rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
-    SF_ASSERT(red != NULL, "%s", "redis-server");
-    sf_service *a = ho_start(rf_url(red), NULL);
+    rf_server *red = NULL; /* one Redis: its own, no other instance sweeps it */
+    if (cluster) {
+        ho_cl = cf_start(3, 0);
+        SF_ASSERT(ho_cl != NULL, "%s", "a 3-master cluster");
+        snprintf(url, sizeof url, "%s", cf_url(ho_cl, 3));
+        red = cf_node(ho_cl, 0); /* the clock (one machine) */
+    } else {
+        red = rf_start(NULL);
+        SF_ASSERT(red != NULL, "%s", "redis-server");
+        snprintf(url, sizeof url, "%s", rf_url(red));
+    }
+    sf_service *a = ho_start(url, NULL);
     SF_ASSERT(a != NULL, "%s", "instance A");
     ho_put(sf_port(a), sku, 10 * segments, segments, ",\"reservation_ttl_s\":3");
     for (int i = 0; i < nholds; i++)
         exp[i] = ho_hold(sf_port(a), sku, 1, ids[i]);
     ho_patch(sf_port(a), sku, "{\"reservation_ttl_s\":0}");
     SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
-    a = ho_start(rf_url(red), NULL);
+    a = ho_start(url, NULL);
     SF_ASSERT(a != NULL, "%s", "instance A, restarted");
     if (ho_redis_ms(red) > exp[0] - 300) {
         fprintf(stderr, "A restarted %lld ms before the first expires_at: again\n",
                 (long long)(exp[0] - ho_redis_ms(red)));
         sf_stop(a);
-        rf_stop(red);
+        if (cluster)
+            cf_stop(ho_cl);
+        else
+            rf_stop(red);
+        ho_cl = NULL;
         return 1;
     }
     int64_t worst = ho_expire_within_bound(red, ids, exp, nholds, 8000);
     fprintf(stderr,
-            "%d segment(s), TTL PATCHed to 0, restarted: latest expiry %lld ms after "
+            "%d segment(s)%s, TTL PATCHed to 0, restarted: latest expiry %lld ms after "
             "expires_at\n",
-            segments, (long long)worst);
+            segments, cluster ? " on a cluster" : "", (long long)worst);
     json_t *st = ho_status(sf_port(a), sku);
     json_int_t reserved = json_integer_value(json_object_get(st, "reserved"));
     SF_ASSERT(reserved == 0, "GET %s: reserved %lld", sku, (long long)reserved);
     json_decref(st);
     sf_report rep;
-    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_INVARIANTS(url, sku, &rep);
     SF_ASSERT_EQ(rep.expired, nholds);
     SF_ASSERT_EQ(rep.sold, 0);
     SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
-    rf_stop(red);
+    if (cluster)
+        cf_stop(ho_cl);
+    else
+        rf_stop(red);
+    ho_cl = NULL;
     return 0;
 }
 
@@ -996,7 +1036,7 @@ static void test_hold_outlives_ttl_patch_and_restart(void **state)
 {
     (void)state;
     for (int tries = 0; tries < 3; tries++)
-        if (ho_patched_restart(1, 1) == 0)
+        if (ho_patched_restart(1, 1, 0) == 0)
             return;
     SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
 }
@@ -1007,9 +1047,173 @@ static void test_multi_segment_hold_after_ttl_patch(void **state)
 {
     (void)state;
     for (int tries = 0; tries < 3; tries++)
-        if (ho_patched_restart(4, 8) == 0)
+        if (ho_patched_restart(4, 8, 0) == 0)
             return;
     SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
+/* The same on a Redis Cluster, where the hold index cannot be written by the commit (another
+ * slot): the sweeper went by the SKU's current rules there, so the hold stayed reserved for
+ * good after the restart (old binary: still reserved 8 s after its expires_at); now it goes by
+ * the meta's hold flag, which a PATCH to 0 leaves set. About 10 s (the cluster's start). */
+static void test_hold_outlives_ttl_patch_on_cluster(void **state)
+{
+    (void)state;
+    for (int tries = 0; tries < 3; tries++)
+        if (ho_patched_restart(1, 1, 1) == 0)
+            return;
+    SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
+/* One try of test_holds_of_an_older_binary; 1 when A' started too late to prove anything. */
+static int ho_older_binary_once(void)
+{
+    char sku[3][64], ids[3][112];
+    int64_t exp[3];
+    rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    sf_service *a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    for (int i = 0; i < 3; i++) {
+        tu_unique_name(sku[i], sizeof sku[i], "ho-older");
+        ho_put(sf_port(a), sku[i], 10, 1, ",\"reservation_ttl_s\":3");
+        exp[i] = ho_hold(sf_port(a), sku[i], 1, ids[i]);
+        /* as an older binary left them: no hold flag (1: "0", its PUT over a layout of this
+         * binary's that had none), the hold not in the hold index */
+        redisReply *r = i == 1 ? rf_command(red, "HSET inv:2:{%s}:meta holds 0", sku[i])
+                               : rf_command(red, "HDEL inv:2:{%s}:meta holds", sku[i]);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER, "%s", "the hold flag");
+        freeReplyObject(r);
+        r = rf_command(red, "ZREM inv:2:holds %s/0", sku[i]);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1, "%s", "ZREM");
+        freeReplyObject(r);
+    }
+    ho_patch(sf_port(a), sku[2], "{\"reservation_ttl_s\":0}"); /* writes the flag "l" */
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A, restarted");
+    if (ho_redis_ms(red) > exp[0] - 300) {
+        fprintf(stderr, "A restarted %lld ms before the first expires_at: again\n",
+                (long long)(exp[0] - ho_redis_ms(red)));
+        sf_stop(a);
+        rf_stop(red);
+        return 1;
+    }
+    int64_t worst = ho_expire_within_bound(red, ids, exp, 3, 8000);
+    fprintf(stderr, "holds an older binary placed: latest expiry %lld ms after expires_at\n",
+            (long long)worst);
+    for (int i = 0; i < 3; i++) {
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(red), sku[i], &rep);
+        SF_ASSERT_EQ(rep.expired, 1);
+    }
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    rf_stop(red);
+    return 0;
+}
+
+/* One Redis, holds as a binary older than the hold index and the hold flag left them (no flag
+ * in meta, not in the index: a rolling upgrade): one SKU as it was, one whose flag an older
+ * PUT left at "0" beside its TTL, one PATCHed to TTL 0 since (the PATCH writes the flag "l");
+ * then a restart. The hold index alone never named them, and
+ * the SKU loop on one Redis no longer swept SKUs with holds (f31463d: both still reserved 8 s
+ * after their expires_at); now the SKU loop sweeps such layouts. About 5 s. */
+static void test_holds_of_an_older_binary(void **state)
+{
+    (void)state;
+    for (int tries = 0; tries < 3; tries++)
+        if (ho_older_binary_once() == 0)
+            return;
+    SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
+/* One try of test_put_cut_off_over_holds_on_cluster on ho_cl; 1 when nothing was proved (A'
+ * started too late, or A's sweeper had completed the roll-out already): the caller tries
+ * again. */
+static int ho_put_cut_off_once(const char *url)
+{
+    char sku[64], ids[1][112], path[160], meta[128], st[8] = "", flag[8] = "";
+    tu_unique_name(sku, sizeof sku, "ho-putcut");
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
+    const rf_server *clock = cf_node(ho_cl, 0);
+    sf_service *a = ho_start(url, NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    ho_put(sf_port(a), sku, 10, 1, ",\"reservation_ttl_s\":3");
+    int64_t exp = ho_hold(sf_port(a), sku, 1, ids[0]);
+    setenv("INVENTORY_FAULTPOINT", "put_meta", 1); /* killed once the new meta is written */
+    sf_service *p = ho_start(url, NULL);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(p != NULL, "%s", "the PUT's instance");
+    sf_resp r = {0};
+    sf_json_request(NULL, sf_port(p), "PUT", path, HO_TOKEN, NULL, "{\"stock\":10,\"segments\":1}",
+                    &r);
+    SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 100 && sf_alive(p); t++)
+        tu_sleep_ms(20);
+    SF_ASSERT(!sf_alive(p), "%s", "the PUT's instance did not die at its fault point");
+    (void)sf_stop(p);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    /* the precondition: the new layout in meta, pending, its hold flag not set ("0"; none
+     * before the flag existed) */
+    redisReply *ks = rf_command(clock, "CLUSTER KEYSLOT %s", meta);
+    int m = ks && ks->type == REDIS_REPLY_INTEGER ? cf_master_of(ho_cl, (int)ks->integer) : -1;
+    freeReplyObject(ks);
+    SF_ASSERT(m >= 0, "the master of %s", meta);
+    rf_string(cf_node(ho_cl, m), st, sizeof st, "HGET %s state", meta);
+    rf_string(cf_node(ho_cl, m), flag, sizeof flag, "HGET %s holds", meta);
+    SF_ASSERT(strcmp(flag, "1") != 0, "the PUT without a TTL left the hold flag %s", flag);
+    if (strcmp(st, "p") != 0) { /* A's sweeper completed the roll-out before its stop */
+        fprintf(stderr, "the layout was rolled out before A' started (state %s): again\n", st);
+        return 1;
+    }
+    a = ho_start(url, NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A, restarted");
+    if (ho_redis_ms(clock) > exp - 300) {
+        fprintf(stderr, "A restarted %lld ms before expires_at: again\n",
+                (long long)(exp - ho_redis_ms(clock)));
+        sf_stop(a);
+        return 1;
+    }
+    /* ended: expired by a sweep, or wiped by the roll-out's reset (the PUT replaced it) */
+    char status[32] = "reserved";
+    int64_t bound = exp + 1000 + HO_TIMEOUT_MS + 50, at = 0;
+    while (strcmp(status, "reserved") == 0 && (at = ho_redis_ms(clock)) < bound + 8000) {
+        ho_record_status(ho_srv_of(NULL, ids[0]), ids[0], status, sizeof status);
+        tu_sleep_ms(50);
+    }
+    SF_ASSERT(strcmp(status, "reserved") != 0, "hold %s still reserved %lld ms after expires_at",
+              ids[0], (long long)(at - exp));
+    SF_ASSERT(at <= bound, "hold %s ended %lld ms after expires_at", ids[0], (long long)(at - exp));
+    SF_ASSERT(strcmp(status, "") == 0 || strcmp(status, "expired") == 0, "hold %s: %s", ids[0],
+              status);
+    fprintf(stderr, "PUT cut off over a hold (cluster): the hold %s %+lld ms from its expires_at\n",
+            status[0] ? "expired" : "wiped", (long long)(at - exp));
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(url, sku, &rep);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    return 0;
+}
+
+/* A PUT without a TTL over a layout with a hold, cut off between its meta and its roll-out (its
+ * instance killed at put_meta), on a Redis Cluster, then the only instance restarted: the meta's
+ * hold flag says none, but the old layout's hold lives until its segment's reset, which nobody
+ * else would do. The sweeper sweeps a pending layout and completes its roll-out: the hold ends
+ * (expired, or wiped by the reset) within the bound. About 10 s. */
+static void test_put_cut_off_over_holds_on_cluster(void **state)
+{
+    (void)state;
+    ho_cl = cf_start(3, 0);
+    SF_ASSERT(ho_cl != NULL, "%s", "a 3-master cluster");
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(ho_cl, 3));
+    int tries = 0;
+    while (tries < 3 && ho_put_cut_off_once(url) != 0)
+        tries++;
+    cf_stop(ho_cl);
+    ho_cl = NULL;
+    SF_ASSERT(tries < 3, "%s", "three tries each came too late to prove anything");
 }
 
 #define HO_FAKE_SKUS 12000
@@ -1136,6 +1340,9 @@ int main(void)
         cmocka_unit_test(test_cluster_holds),
         cmocka_unit_test(test_hold_outlives_ttl_patch_and_restart),
         cmocka_unit_test(test_multi_segment_hold_after_ttl_patch),
+        cmocka_unit_test(test_hold_outlives_ttl_patch_on_cluster),
+        cmocka_unit_test(test_put_cut_off_over_holds_on_cluster),
+        cmocka_unit_test(test_holds_of_an_older_binary),
         cmocka_unit_test(test_registry_past_ten_thousand),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);

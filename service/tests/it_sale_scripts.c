@@ -127,7 +127,7 @@ static void test_resolve_is_compare_and_set(void **state)
     free(v);
 }
 
-static void test_reserve_lists_only_entries_past_their_deadline(void **state)
+static void test_reserve_lists_entries_past_their_deadline_first(void **state)
 {
     (void)state;
     num("HSET %s segments 4 hwm 6 limit 2", META);
@@ -140,14 +140,19 @@ static void test_reserve_lists_only_entries_past_their_deadline(void **state)
     const char *args[] = {"2", USERS,  META,  "u1", "cccccccccccccccccccccccccccccccc",
                           "1", "5000", "1000"};
     redisReply *r = eval(STORE_LUA_USER_RESERVE, 8, args);
-    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 6, "reply type %d, %zu elements",
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 10, "reply type %d, %zu elements",
               r->type, r->elements);
     SF_ASSERT_EQ(r->element[0]->integer, STORE_RESERVE_OVER);
     SF_ASSERT_EQ(r->element[1]->integer, 2); /* the limit */
     SF_ASSERT_EQ(r->element[2]->integer, 2); /* held */
     SF_ASSERT_EQ(r->element[3]->integer, 6); /* segments to search: max(segments, hwm) */
+    /* the entry past its deadline first, then (issue 29: its order may have ended) the one
+     * within it, each marked */
     SF_ASSERT(strcmp(r->element[4]->str, HEX_A) == 0, "listed %s", r->element[4]->str);
     SF_ASSERT(strcmp(r->element[5]->str, "1000") == 0, "deadline %s", r->element[5]->str);
+    SF_ASSERT(strcmp(r->element[6]->str, "1") == 0, "past %s", r->element[6]->str);
+    SF_ASSERT(strcmp(r->element[7]->str, HEX_B) == 0, "listed %s", r->element[7]->str);
+    SF_ASSERT(strcmp(r->element[9]->str, "0") == 0, "past %s", r->element[9]->str);
     freeReplyObject(r);
     /* nothing was written for the refused request */
     char *v = str("HGET %s %s", USERS, "u1");
@@ -650,7 +655,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_release_counts_once, gf_flush),
         cmocka_unit_test_setup(test_resolve_is_compare_and_set, gf_flush),
-        cmocka_unit_test_setup(test_reserve_lists_only_entries_past_their_deadline, gf_flush),
+        cmocka_unit_test_setup(test_reserve_lists_entries_past_their_deadline_first, gf_flush),
         cmocka_unit_test_setup(test_damaged_entry_fails_with_nothing_written, gf_flush),
         cmocka_unit_test_setup(test_hold_expires_once, gf_flush),
         cmocka_unit_test_setup(test_confirm_of_a_due_hold_expires_it, gf_flush),

@@ -81,7 +81,10 @@ if hex ~= '' and not part then
       local held, open = 0, 0
       for _, v in pairs(ue) do
         held = held + v[1]
-        if v[2] > 0 then open = open + 1 end
+        -- open: not known committed, or (issue 29) its segment unknown (the reservation's path
+        -- wrote it: a multi-segment order), so not looked at below: the caller's refusal
+        -- (user_reserve.lua) looks for their orders
+        if v[2] > 0 or v[3] < 0 then open = open + 1 end
       end
       if held + q > lim then
         -- issue 29: before refusing, an entry known committed (segment known) whose order has

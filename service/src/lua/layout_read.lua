@@ -1,12 +1,14 @@
 -- KEYS: meta, rst.  ARGV: the sale rules' meta fields (rules_table.h, in its order).
 -- -> {version, segments, stock, state, hwm, {rid, "v:units", ...}, rver, the rules' values in
--- ARGV's order} ("" for a missing field: a layout written before state/stock/hwm or the sale
--- rules (rules.h) or their version existed is complete). An error when a number of meta or of
--- a pending restock (rid, version, units) is damaged: every settle and every answer built on it
--- would act on a number Redis does not hold.
+-- ARGV's order, holds} ("" for a missing field: a layout written before state/stock/hwm or the
+-- sale rules (rules.h) or their version existed is complete; holds: the hold flag, "1", "l" or
+-- "0", docs/design.md "The sweeper", "" in a layout written before it). An error when a number
+-- of meta or of a pending restock (rid, version, units) is damaged: every settle and every
+-- answer built on it would act on a number Redis does not hold.
 -- @include int.lua
 local m = redis.call('HMGET', KEYS[1], 'version', 'segments', 'stock', 'state', 'hwm', 'rver',
                     unpack(ARGV))
+local holds = redis.call('HGET', KEYS[1], 'holds') or ''
 for i = 1, 6 + #ARGV do
   if not m[i] then m[i] = ''
   elseif i ~= 4 and not int(m[i]) then return damaged(KEYS[1]) end
@@ -19,4 +21,5 @@ for i = 1, #rs, 2 do
   end
 end
 table.insert(m, 6, rs)
+m[#m + 1] = holds
 return m

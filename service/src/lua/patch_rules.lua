@@ -12,6 +12,9 @@
 -- -> {STORE_PATCH_OK, rver, segments to push to, the merged rules in ARGV's order} (numbers;
 --    the segments [0, max(segments, hwm))) | {STORE_PATCH_NONE} no such SKU (or deleted) |
 --    {STORE_PATCH_INVALID, sale_start, sale_end}
+-- The hold flag "holds" (docs/design.md "The sweeper") is set when the merged TTL is, and never
+-- cleared here: holds placed before a PATCH to 0 must still expire ("1"; "l" in a layout an older
+-- binary wrote (no flag, or "0" beside a TTL) whose TTL was or is set: its holds may exist).
 -- @include int.lua
 local names = {}
 for i = 2, #ARGV, 2 do names[#names + 1] = ARGV[i] end
@@ -39,9 +42,19 @@ if s > 0 and e > 0 and e <= s then return {STORE_PATCH_INVALID, s, e} end
 local prev = math.max(int(m[4] or '0'), tonumber(ARGV[1]) or 0)
 -- @include next_id.lua
 local out = {STORE_PATCH_OK, string.format('%.0f', nid), math.max(int(m[2]), int(m[3] or '0'))}
+local oldttl = 0
 for i = 1, #names do
+  if names[i] == 'ttl' then oldttl = int(m[4 + i] or '0') end
   redis.call('HSET', KEYS[1], names[i], v[i])
   out[#out + 1] = int(v[i])
 end
 redis.call('HSET', KEYS[1], 'rver', out[2])
+local ttl = by['ttl'] or 0
+local hf = redis.call('HGET', KEYS[1], 'holds')
+-- none, or "0" beside a TTL: written by an older binary (its holds are not in the hold index)
+if (not hf or hf == '0') and oldttl > 0 or not hf and ttl > 0 then
+  redis.call('HSET', KEYS[1], 'holds', 'l')
+elseif hf == '0' and ttl > 0 then
+  redis.call('HSET', KEYS[1], 'holds', '1')
+end
 return out

@@ -7,6 +7,9 @@
 -- The sale rules (rules_table.h) are written with the layout: a PUT sets every rule, "0" for
 -- none, and a new rules version rver above the meta's (docs/design.md "The sale rules'
 -- version").
+-- And the hold flag "holds" (docs/design.md "The sweeper"): "1" when the new layout's TTL is
+-- set, else "0": the roll-out's reset wipes the old layout's holds (until it has, the layout
+-- is pending and the sweeper sweeps it whatever the flag says).
 -- The SKU's per-user counts (KEYS[5]) and its multi-segment orders' intents (KEYS[6]) go: the
 -- PUT replaced every order they counted or name.
 -- KEYS: meta, ver, rst, aidem, users, multi.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
@@ -37,6 +40,10 @@ for i = 7, #ARGV, 2 do
   local was = redis.call('HGET', KEYS[1], ARGV[i])
   if was and was ~= '0' and was ~= ARGV[i + 1] then changed = 1 end
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'holds', '0')
+for i = 7, #ARGV, 2 do
+  if ARGV[i] == 'ttl' and ARGV[i + 1] ~= '0' then redis.call('HSET', KEYS[1], 'holds', '1') end
 end
 redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
 local status = (old[1] and oldseg > 0) and '200' or '201'

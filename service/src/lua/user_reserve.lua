@@ -25,11 +25,19 @@ local held = 0
 for _, v in pairs(e) do held = held + v[1] end
 local q = tonumber(ARGV[3])
 if held + q > m[3] then
+  -- the entries for the caller to look for in the segments (user_resolve.lua settles them):
+  -- first those past their commit deadline or known committed (issue 29: an order that has
+  -- ended, its give-back still queued, or that a PUT's reset wiped, counts for nothing), then
+  -- those still within it (dropped only when their order is found ended); at most 8
   local r = {STORE_RESERVE_OVER, m[3], held, math.max(m[1], m[2])}
-  for h, v in pairs(e) do
-    if v[2] > 0 and now > v[2] + tonumber(ARGV[5]) and #r < 4 + 2 * 8 then
-      r[#r + 1] = h
-      r[#r + 1] = string.format('%.0f', v[2])
+  for pass = 1, 2 do
+    for h, v in pairs(e) do
+      local past = v[2] == 0 or now > v[2] + tonumber(ARGV[5])
+      if (pass == 1) == past and #r < 4 + 3 * 8 then
+        r[#r + 1] = h
+        r[#r + 1] = string.format('%.0f', v[2])
+        r[#r + 1] = past and '1' or '0'
+      end
     end
   end
   return r
