@@ -84,7 +84,7 @@
 # holds, SPEC §13; 0: none, the mix before issue 22), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
-# the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
+# the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
 # seconds of traffic before a checkpoint). Only acks 1 is a checked mode: with 0 an order
 # answered 201 may be lost in a failover (docs/scaling.md, "The loss window"), and the checker
 # reports it as a violation — which is how it is shown to catch one (loadtest/README.md).
