@@ -10,7 +10,7 @@
 #include "log.h"
 
 static char point[64];
-static int action; /* SIGKILL or SIGSTOP */
+static int action; /* SIGKILL, SIGSTOP, or 0: fail (faultpoint_fail) */
 static atomic_int fired;
 
 void faultpoint_init(void)
@@ -23,15 +23,22 @@ void faultpoint_init(void)
         n = sizeof(point) - 1;
     memcpy(point, v, n);
     point[n] = '\0';
-    action = strcmp(v + n, ":stop") == 0 ? SIGSTOP : SIGKILL;
+    action = strcmp(v + n, ":stop") == 0 ? SIGSTOP : strcmp(v + n, ":fail") == 0 ? 0 : SIGKILL;
     log_msg(CONFIG_LOG_WARN, "faultpoint",
-            "INVENTORY_FAULTPOINT=%s: this process will %s itself at that point (tests only)", v,
-            action == SIGSTOP ? "stop" : "kill");
+            "INVENTORY_FAULTPOINT=%s: this process will %s at that point (tests only)", v,
+            action == SIGSTOP   ? "stop itself"
+            : action == SIGKILL ? "kill itself"
+                                : "fail the step, every time");
+}
+
+int faultpoint_fail(const char *name)
+{
+    return point[0] && action == 0 && strcmp(name, point) == 0;
 }
 
 void faultpoint(const char *name)
 {
-    if (!point[0] || strcmp(name, point) != 0 || atomic_exchange(&fired, 1))
+    if (!point[0] || !action || strcmp(name, point) != 0 || atomic_exchange(&fired, 1))
         return;
     log_msg(CONFIG_LOG_WARN, "faultpoint", "fault point %s reached: %s", name,
             action == SIGSTOP ? "stopping" : "killing this process");

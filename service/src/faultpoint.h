@@ -1,11 +1,14 @@
 /*
  * faultpoint — named points of the order path where a fault test stops or kills this process,
  * so that each cut-off point of a protocol can be tested where it is (docs/reliability.md,
- * "Fault points"): env INVENTORY_FAULTPOINT=<name>[:kill|:stop] (kill: SIGKILL, the default;
- * stop: SIGSTOP, the test sends SIGCONT), read once; the point fires the first time it is
- * reached. Unset, a point costs one test of a static flag. Points: multi_intent (a
- * multi-segment order's intent written, no part yet), multi_parts (every part but the primary
- * written), multi_primary (the primary written, the intent not yet deleted).
+ * "Fault points"): env INVENTORY_FAULTPOINT=<name>[:kill|:stop|:fail] (kill: SIGKILL, the
+ * default; stop: SIGSTOP, the test sends SIGCONT; fail: the step a faultpoint_fail guards fails,
+ * every time), read once; a kill or stop point fires the first time it is reached. Unset, a point
+ * costs one test of a static flag. Points: multi_intent (a multi-segment order's intent written, no
+ * part yet), multi_parts (every part but the primary written), multi_primary (the primary written,
+ * the intent not yet deleted), put_meta (a PUT's layout written into meta, not yet rolled out to
+ * the segments); for :fail, giveback (every give-back to users' counts fails before its first call:
+ * the ended orders stay queued).
  */
 #ifndef INVENTORY_FAULTPOINT_H
 #define INVENTORY_FAULTPOINT_H
@@ -15,5 +18,8 @@ void faultpoint_init(void);
 
 /* Fires the fault when name is the configured point (the first time only). */
 void faultpoint(const char *name);
+
+/* 1 when name is the configured point with :fail: the caller fails the step (each time). */
+int faultpoint_fail(const char *name);
 
 #endif

@@ -31,7 +31,7 @@ static int layout_parse(const redisReply *r, struct layout *out)
 {
     memset(out, 0, sizeof(*out));
     out->stock = -1;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 10)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7 + RULES_N)
         return -1;
     out->version = str_int(r->element[0], 0);
     out->segments = (int)str_int(r->element[1], 0);
@@ -51,10 +51,9 @@ static int layout_parse(const redisReply *r, struct layout *out)
             continue;
         out->nrestocks++;
     }
-    out->rules.limit_per_user = str_int(r->element[6], 0);
-    out->rules.sale_start_ms = str_int(r->element[7], 0);
-    out->rules.sale_end_ms = str_int(r->element[8], 0);
-    out->rules.ttl_s = str_int(r->element[9], 0);
+    out->rules.version = str_int(r->element[6], 0);
+    for (int i = 0; i < RULES_N; i++)
+        rules_set(&out->rules, i, str_int(r->element[7 + i], 0));
     if (out->segments < 0 || out->segments > STORE_SEGMENTS_MAX || out->hwm < 0 ||
         out->hwm > STORE_SEGMENTS_MAX)
         return -1;
@@ -148,9 +147,12 @@ static void settle_read(struct settle *s)
     char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX];
     store_sku_key(meta, s->sku, "meta");
     store_sku_key(rst, s->sku, "rst");
-    const char *keys[2] = {meta, rst};
+    const char *keys[2] = {meta, rst}, *fields[RULES_N];
+    for (int i = 0; i < RULES_N; i++)
+        fields[i] = rules_rows[i].meta;
     s->calls++;
-    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_READ, 2, keys, 0, NULL, on_read, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_READ, 2, keys, RULES_N, fields, on_read,
+                       s);
 }
 
 /* Starts script c on segments [from, to) with args[i] (i = k - from; the args are set by the
@@ -172,9 +174,9 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
     }
     for (int i = 0; i < n; i++) {
         store_seg_keys(s->sku, from + i, &s->sk[i]);
-        const char *all[9] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt,
-                              s->sk[i].orders, s->sk[i].idem, s->sk[i].rst,
-                              s->sk[i].due,    s->sk[i].give, s->sk[i].follow};
+        const char *all[10] = {s->sk[i].stock,  s->sk[i].sver, s->sk[i].cnt, s->sk[i].orders,
+                               s->sk[i].idem,   s->sk[i].rst,  s->sk[i].due, s->sk[i].give,
+                               s->sk[i].follow, s->sk[i].log};
         for (int j = 0; j < nkeys; j++)
             s->kflat[i * nkeys + j] = all[pick[j]];
         for (int j = 0; j < nargs; j++)
@@ -212,6 +214,7 @@ static int spread_args(struct settle *s, int from, int to, long long units, int 
 }
 
 static const int all9[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+static const int all10[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; /* SEG_DROP: and the order log */
 
 static void on_layout_done(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -232,14 +235,22 @@ static void on_dropped(void *arg, const char *failed, const struct store_item *i
         settle_fail(s, failed);
         return;
     }
-    char meta[STORE_KEY_MAX], ver[24], segs[24];
+    /* SEG_DROP answers 2 for a dropped segment whose order log is still there: the log stays
+     * until inventory-sink has drained it, and meta's lhwm (LAYOUT_DONE) keeps it findable
+     * after hwm comes down (docs/design.md "The order log", "Streams found and dropped"). */
+    int logs = 0;
+    for (int i = 0; i < n; i++)
+        if (items[i].v == 2)
+            logs = s->l.segments + i + 1;
+    char meta[STORE_KEY_MAX], ver[24], segs[24], lg[24];
     store_sku_key(meta, s->sku, "meta");
     snprintf(ver, sizeof(ver), "%" PRId64, s->l.version);
     snprintf(segs, sizeof(segs), "%d", s->l.segments);
+    snprintf(lg, sizeof(lg), "%d", logs);
     const char *keys[1] = {meta};
-    const char *a[2] = {ver, segs};
+    const char *a[3] = {ver, segs, lg};
     s->calls++;
-    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_DONE, 1, keys, 2, a, on_layout_done, s);
+    store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_DONE, 1, keys, 3, a, on_layout_done, s);
 }
 
 static void on_reset(void *arg, const char *failed, const struct store_item *items, int n)
@@ -258,7 +269,7 @@ static void on_reset(void *arg, const char *failed, const struct store_item *ite
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 9, all9, 1, on_dropped);
+    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 10, all10, 1, on_dropped);
 }
 
 /* Resets segments [0, segments) to the layout, drops [segments, hwm), marks it rolled out. */
@@ -439,6 +450,30 @@ void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, i
     const char *keys[1] = {ver};
     const char *args[1] = {v};
     store_script_async(st, lc, NULL, SCRIPT_VER_RAISE, 1, keys, 1, args, on_version_raised, NULL);
+}
+
+static void on_rules_raised(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)r;
+    (void)arg;
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "sku_rules_raise_failed",
+                "giving the sale rules a new version: %s (the next reader tries again)", errstr);
+}
+
+void layout_note_rules_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
+                             int64_t seen, int64_t ours)
+{
+    log_msg(CONFIG_LOG_WARN, "segment_rules_ahead",
+            "sku %s segment %d: at rules version %" PRId64 ", ahead of the meta's %" PRId64
+            " (a PATCH's meta write was lost): the rules get a new version",
+            sku, k, seen, ours);
+    char meta[STORE_KEY_MAX], past[24];
+    store_sku_key(meta, sku, "meta");
+    snprintf(past, sizeof(past), "%" PRId64, seen);
+    const char *keys[1] = {meta};
+    const char *args[1] = {past}; /* no rule named: the rules as they stand, a new version */
+    store_script_async(st, lc, NULL, SCRIPT_PATCH_RULES, 1, keys, 1, args, on_rules_raised, NULL);
 }
 
 void layout_settle_for_async(struct store *st, const struct areq *ar, const char *sku, int heal,

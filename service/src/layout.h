@@ -71,6 +71,14 @@ void layout_read_settled_async(struct store *st, lc_async_client *lc, const char
 void layout_heal_async(struct store *st, lc_async_client *lc, const char *sku, layout_fn cb,
                        void *arg);
 
+/* A segment of sku refused an order's rules of version ours as stale, its rules version seen,
+ * although they were just read from the meta: the meta lost the PATCH that pushed seen (a
+ * failover of the SKU's master), the segment kept it. Gives the meta's rules as they stand a
+ * new version above seen (patch_rules.lua with no field), so the next read of them commits
+ * there again. One script, not waited for; logged. */
+void layout_note_rules_ahead(struct store *st, lc_async_client *lc, const char *sku, int k,
+                             int64_t seen, int64_t ours);
+
 /* A segment of sku was found at version seen, ahead of the meta's (the meta write of a later PUT
  * was lost in a failover of the SKU's master, the segment's reset was not): raises the SKU's
  * version counter to seen, so that the next PUT or DELETE gets a version above it and its

@@ -222,6 +222,10 @@ struct order {
     char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
     int rules_done;                /* the sale rules were applied (window, reservation) */
     int64_t rules_version;         /* ... to the layout of this version */
+    int64_t rules_rver;            /* ... and were of this rules version (rules.h) */
+    int64_t rules_stale_from;      /* the rules version a segment's newer one made the order
+                                      re-read (0: never): the same again after the re-read means
+                                      the meta lost a PATCH the segment kept */
     int rules_read;                /* ... after reading them again, found stale in the cache */
     struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
     int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
@@ -399,6 +403,23 @@ static enum seg_result version_differs(struct order *o, int k, long long sver)
     return SEG_ERROR;
 }
 
+/* Segment k refused the order's sale rules as older than its rules version seen (a PATCH's,
+ * docs/design.md "The sale rules' version"): re-read them, as a stale layout is (SEG_STALE);
+ * refused again at the same rules version just read from the meta, the meta lost the PATCH
+ * (a failover): the rules get a new version and the segment is left out of this order. */
+static enum seg_result rules_differ(struct order *o, int k, long long seen)
+{
+    if (o->rules_stale_from != o->view.rules.version) {
+        o->rules_stale_from = o->view.rules.version;
+        return SEG_STALE;
+    }
+    if (!over_budget(o, 1)) { /* else the next reader does it */
+        spend(o, 1);
+        layout_note_rules_ahead(o->app->store, o->lc, o->in.sku, k, seen, o->view.rules.version);
+    }
+    return SEG_ERROR;
+}
+
 /* Acts on a segment's verdict (order_walk.h): marks it empty in the cache, logs a damaged one,
  * decides a version that differs; returns the segment's result. */
 static enum seg_result take_verdict(struct order *o, int k, const struct seg_verdict *v)
@@ -412,6 +433,8 @@ static enum seg_result take_verdict(struct order *o, int k, const struct seg_ver
                 o->in.sku, k);
         snprintf(o->why, sizeof(o->why), "segment %d damaged", k);
     }
+    if (v->rules)
+        return rules_differ(o, k, v->at);
     return v->differs ? version_differs(o, k, v->sver) : v->r;
 }
 
@@ -465,6 +488,7 @@ static void commit_args(struct order *o, struct store_commit_call *c)
         .user = o->has_user         ? o->user
                 : o->in.has_user_id ? o->in.user_id
                                     : "",
+        .hold_index = !config_redis_cluster(&o->app->cfg), /* issue 29: the sweeper's index */
     };
     if (o->uv && o->uv->in_commit) {
         in.users = o->uv->users;
@@ -1251,16 +1275,19 @@ static void rules_applied(struct order *o)
 {
     o->rules_done = 1;
     o->rules_version = o->view.version;
+    o->rules_rver = o->view.rules.version;
 }
 
-/* The layout is known (o->view): the sale rules (once per layout), the sold-out answers, then
+/* The layout is known (o->view): the sale rules (once per layout and rules version), the
+ * sold-out answers, then
  * the walk. A PUT since the rules were applied replaced the users' counts with its orders: the
  * reservation is made again for the new layout (user_reserve.lua keeps an entry this request
  * still has, so that costs one round trip), else the order could commit into it uncounted. */
 static void layout_known(struct order *o)
 {
-    if (o->rules_done && o->rules_version != o->view.version)
-        o->rules_done = 0;
+    if (o->rules_done &&
+        (o->rules_version != o->view.version || o->rules_rver != o->view.rules.version))
+        o->rules_done = 0; /* a PUT, or a PATCH (the rules re-read after a commit refused them) */
     if (o->view.sold_out && !o->view.recheck_due) {
         place_done(o, OUT_SOLD_OUT_FAST);
         return;

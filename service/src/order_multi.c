@@ -542,6 +542,7 @@ static void part_call(struct multi *m, const struct mseg *g, int primary, const 
                          : "",
         .parts = whole ? m->parts : "",
         .total = rq->qty,
+        .hold_index = !config_redis_cluster(&rq->app->cfg), /* issue 29: the sweeper's index */
     };
     store_commit_call(&in, c);
 }

@@ -144,6 +144,11 @@ void order_walk_commit_verdict(const redisReply *r, struct seg_verdict *v)
         v->r = SEG_ERROR;
         v->damaged = 1;
         return;
+    case STORE_COMMIT_RULES: /* nothing written; the same path as a stale layout */
+        v->r = SEG_STALE;
+        v->rules = 1;
+        v->at = value;
+        return;
     default: /* STORE_COMMIT_VERSION, as the commit's caller always took it */
         v->differs = 1;
         v->sver = value;

@@ -74,9 +74,11 @@ struct seg_verdict {
     long long sver;
     int empty;
     int damaged;
+    int rules;    /* SEG_STALE for the sale rules: the segment took a newer rules version (at)
+                     than the order's (STORE_COMMIT_RULES): re-read them */
     long long at; /* SEG_NOT_STARTED: the sale's start; SEG_ENDED: its end (Redis ms);
                      SEG_ERROR: > 0 when the order log is full (its entries); SEG_LIMIT: the
-                     user's limit */
+                     user's limit; rules: the segment's rules version */
 };
 
 /* What a segment at another version than the order's means (the healing rules,

@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 
+#include "errors.h"
 #include "rules.h"
 
 #define MS_PER_DAY 86400000LL
@@ -157,9 +158,44 @@ static json_t *time_json(int64_t ms)
 int rules_to_json(const struct sku_rules *r, json_t *obj)
 {
     int rc = 0;
-    rc |= json_object_set_new(obj, RULES_J_LIMIT, json_integer((json_int_t)r->limit_per_user));
-    rc |= json_object_set_new(obj, RULES_J_START, time_json(r->sale_start_ms));
-    rc |= json_object_set_new(obj, RULES_J_END, time_json(r->sale_end_ms));
-    rc |= json_object_set_new(obj, RULES_J_TTL, json_integer((json_int_t)r->ttl_s));
+    for (int i = 0; i < RULES_N; i++) {
+        int64_t v = rules_get(r, i);
+        json_t *j =
+            rules_rows[i].kind == RULES_KIND_TIME ? time_json(v) : json_integer((json_int_t)v);
+        rc |= json_object_set_new(obj, rules_rows[i].json, j);
+    }
     return rc ? -1 : 0;
+}
+
+/* clang-format off */
+#define ROW_INT_(id, json, lo, hi, jtext, deftext, meta, arg, judged, error, schema)               \
+    [RULES_I_##id] = {RULES_KIND_INT, json, lo, hi, jtext, deftext, meta, judged, error, schema},
+#define ROW_TIME_(id, json, jtext, deftext, meta, arg, judged, error, schema)                     \
+    [RULES_I_##id] = {RULES_KIND_TIME, json, RULES_TIME_MIN, RULES_TIME_MAX, jtext, deftext,      \
+                      meta, judged, error, schema},
+/* clang-format on */
+const struct rules_row rules_rows[RULES_N] = {RULES_TABLE(ROW_INT_, ROW_TIME_)};
+
+#define GET_(id, ...)                                                                              \
+    case RULES_I_##id: return (int64_t)r->id;
+int64_t rules_get(const struct sku_rules *r, int i)
+{
+    switch (i) {
+        RULES_TABLE(GET_, GET_)
+    default: return 0;
+    }
+}
+
+#define SET_INT_(id, ...)                                                                          \
+    case RULES_I_##id:                                                                             \
+        r->id = (long long)v;                                                                      \
+        return;
+#define SET_TIME_(id, ...)                                                                         \
+    case RULES_I_##id: r->id = v; return;
+void rules_set(struct sku_rules *r, int i, int64_t v)
+{
+    switch (i) {
+        RULES_TABLE(SET_INT_, SET_TIME_)
+    default: return;
+    }
 }

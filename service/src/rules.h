@@ -1,13 +1,17 @@
 /*
- * rules — a SKU's sale rules (SPEC §11): the per-user limit, the sale window and the hold TTL.
+ * rules — a SKU's sale rules (SPEC §11): the per-user limit, the sale window and the hold TTL,
+ * one row each in rules_table.h, from which struct sku_rules, the PATCH field bits and the
+ * descriptors rules_rows[] below are made (parsing, rendering and the scripts' arguments walk
+ * those rows).
  *
- * They live in the SKU's meta hash (the SKU's slot) beside its layout, as canonical integers:
- * RULES_F_LIMIT units, RULES_F_START / RULES_F_END milliseconds since the epoch on Redis's
- * clock (TIME), RULES_F_TTL seconds; a field missing or "0" means "none". A PUT writes them
- * with the layout; a PATCH changes them alone. Every layout read returns them (struct layout),
- * and each instance caches them with the layout (skucache), re-reading them at least every
- * sold_out_recheck_ms: that is how long a PATCH takes to reach every instance's fast path. The
- * per-user reservation reads them from the meta itself, so a limit is never judged stale.
+ * They live in the SKU's meta hash (the SKU's slot) beside its layout, as canonical integers
+ * under each row's meta field (limit units, sale_start / sale_end milliseconds since the epoch
+ * on Redis's clock (TIME), ttl seconds; missing or "0": none), with their version RULES_F_VERSION.
+ * A PUT writes them with the layout; a PATCH changes them alone, with a new version it pushes to
+ * every segment before it answers. Every layout read returns them (struct layout), and each
+ * instance caches them with the layout (skucache), re-reading them at least every
+ * sold_out_recheck_ms, and at once when a commit refuses its copy as older than its segment's
+ * version (docs/design.md "The sale rules' version"): no sale is judged by stale rules.
  */
 #ifndef INVENTORY_RULES_H
 #define INVENTORY_RULES_H
@@ -17,10 +21,8 @@
 
 #include <jansson.h>
 
-#define RULES_F_LIMIT "limit"
-#define RULES_F_START "sale_start"
-#define RULES_F_END "sale_end"
-#define RULES_F_TTL "ttl"
+/* The meta field of the rules' version (docs/design.md "The sale rules' version"). */
+#define RULES_F_VERSION "rver"
 
 /* Largest limit_per_user (SPEC §11: above 10^6 is refused). */
 #define RULES_LIMIT_MAX 1000000LL
@@ -33,18 +35,48 @@
 #define RULES_TIME_MIN 1LL
 #define RULES_TIME_MAX 253402300799999LL
 
-/* The JSON names of the rules (SPEC §11), in answers and request bodies. */
-#define RULES_J_LIMIT "limit_per_user"
-#define RULES_J_START "sale_start"
-#define RULES_J_END "sale_end"
-#define RULES_J_TTL "reservation_ttl_s"
+#include "rules_table.h"
 
+/* The rules' values, one member per row of rules_table.h in its order (INT rows long long, TIME
+ * rows int64_t ms; 0: none), and their version. */
+#define RULES_MEMBER_INT_(id, ...) long long id;
+#define RULES_MEMBER_TIME_(id, ...) int64_t id;
 struct sku_rules {
-    long long limit_per_user; /* 0: no limit */
-    int64_t sale_start_ms;    /* Redis ms since the epoch; 0: no start */
-    int64_t sale_end_ms;      /* 0: no end */
-    long long ttl_s;          /* 0: orders are final at once; > 0: holds of ttl_s seconds */
+    RULES_TABLE(RULES_MEMBER_INT_, RULES_MEMBER_TIME_)
+    int64_t version; /* the rules' version (meta's rver): 0 none written yet */
 };
+#undef RULES_MEMBER_INT_
+#undef RULES_MEMBER_TIME_
+
+/* The rows' indexes (RULES_I_<id>) and their number, RULES_N. */
+#define RULES_INDEX_(id, ...) RULES_I_##id,
+enum rules_index { RULES_TABLE(RULES_INDEX_, RULES_INDEX_) RULES_N };
+#undef RULES_INDEX_
+
+/* A rule's bit in a set of rules (a PATCH's fields). */
+#define RULES_BIT(id) (1u << RULES_I_##id)
+
+enum rules_kind { RULES_KIND_INT, RULES_KIND_TIME };
+
+/* One row of rules_table.h as data (rules_rows[RULES_I_<id>]). */
+struct rules_row {
+    enum rules_kind kind;
+    const char *json;    /* the JSON member */
+    long long lo, hi;    /* its range (TIME: RULES_TIME_MIN..RULES_TIME_MAX; 0 is none) */
+    const char *jtext;   /* docs/api.md's "JSON" cell */
+    const char *deftext; /* docs/api.md's "default" cell */
+    const char *meta;    /* the meta hash field */
+    const char *judged;  /* where an order is judged by it */
+    int error;           /* enum error_code of an order it refuses (ERROR_NONE: none) */
+    const char *schema;  /* the OpenAPI schema of its value in a request */
+};
+extern const struct rules_row rules_rows[RULES_N];
+
+/* The value of row i of r (0 <= i < RULES_N). */
+int64_t rules_get(const struct sku_rules *r, int i);
+
+/* Sets row i of r to v. */
+void rules_set(struct sku_rules *r, int i, int64_t v);
 
 /* Parses an RFC 3339 date-time, s[0..len) (need not be NUL-terminated):
  * "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)" ('T' and 'Z' in either case; the fraction
@@ -57,8 +89,8 @@ int rules_parse_time(const char *s, size_t len, int64_t *ms);
  * a value outside that range is clamped to it. */
 void rules_format_time(int64_t ms, char out[32]);
 
-/* Sets the four rule members of obj (RULES_J_*): the limit and the TTL as integers, the times
- * as rules_format_time strings, or null when 0. 0, or -1 out of memory. */
+/* Sets obj's member of every rule (rules_rows' json): an INT row as an integer, a TIME row as a
+ * rules_format_time string, or null when 0. 0, or -1 out of memory. */
 int rules_to_json(const struct sku_rules *r, json_t *obj);
 
 #endif

@@ -7,7 +7,8 @@
  *
  * PATCH changes the SKU's sale rules alone (rules.h), in one script that merges, checks and
  * writes them: nothing else of the SKU moves. PUT registers the SKU in the registry
- * (store_registry_key) before its meta write, DELETE unregisters it after its own.
+ * (store_registry_key) before its meta write, DELETE unregisters it after its roll-out, unless
+ * order logs of its segments are left (inventory-sink unregisters it once it drained them).
  *
  * PUT, DELETE and restock write their intent to the SKU's meta in one atomic step and then
  * settle the segments (layout.c); an interrupted one is completed by whoever next meets it. An
@@ -29,6 +30,7 @@
 
 #include "areq.h"
 #include "handlers.h"
+#include "faultpoint.h"
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
@@ -505,6 +507,7 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
     a->replay = r->element[0]->integer == 0;
     snprintf(a->answer, sizeof(a->answer), "%s", r->element[1]->str);
     skucache_forget(a->app->cache, a->sku);
+    faultpoint("put_meta"); /* tests: the new layout in meta, not yet rolled out */
     /* Roll the layout out (a replay too: the first try may have been cut off before). */
     layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, put_on_settled, a);
 }
@@ -527,12 +530,8 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
     store_sku_key(users, a->sku, "users");
-    char limit[24], start[24], end[24], ttl[24], members[256] = "";
+    char members[256] = "", vals[RULES_N][24];
     const struct sku_rules *ru = &a->rules;
-    snprintf(limit, sizeof(limit), "%lld", ru->limit_per_user);
-    snprintf(start, sizeof(start), "%" PRId64, ru->sale_start_ms);
-    snprintf(end, sizeof(end), "%" PRId64, ru->sale_end_ms);
-    snprintf(ttl, sizeof(ttl), "%lld", ru->ttl_s);
     /* The answer's rule members, as rules_to_json writes them ('{' and '}' cut off). */
     json_t *o = json_object();
     char *text =
@@ -551,11 +550,15 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     char multi[STORE_KEY_MAX];
     store_sku_key(multi, a->sku, "multi");
     const char *keys[6] = {meta, ver, rst, a->key ? a->claim : meta, users, multi};
-    const char *args[10] = {
-        a->segs, a->stock, a->sku, a->key ? "1" : "0", STOCK_KEY_TTL_MS, limit, start,
-        end,     ttl,      members};
-    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 6, keys, 10, args,
-                       on_put_meta, a);
+    const char *args[6 + 2 * RULES_N] = {a->segs,          a->stock, a->sku, a->key ? "1" : "0",
+                                         STOCK_KEY_TTL_MS, members};
+    for (int i = 0; i < RULES_N; i++) { /* each rule's meta field and value */
+        snprintf(vals[i], sizeof(vals[i]), "%" PRId64, rules_get(ru, i));
+        args[6 + 2 * i] = rules_rows[i].meta;
+        args[7 + 2 * i] = vals[i];
+    }
+    store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 6, keys, 6 + 2 * RULES_N,
+                       args, on_put_meta, a);
 }
 
 /* The answer of a PUT: the stored "<status> <body>" of the meta script. The SKU goes into the
@@ -589,6 +592,73 @@ static const char *const unknown_patch =
     "the stock store failed after the PATCH reached it: it may be applied; read the SKU, or "
     "send the same PATCH again (it sets the same rules)";
 
+/* Every segment holds the new rules version: the PATCH's answer (docs/design.md "The sale
+ * rules' version": an order judged by older rules is refused by its commit from now on). */
+static void on_rules_pushed(void *arg, const char *failed, const struct store_item *items, int n)
+{
+    (void)items;
+    (void)n;
+    struct admin *a = arg;
+    struct response *res = &a->ar->res;
+    const struct sku_rules *ru = &a->rules;
+    if (failed) {
+        admin_why(a, failed);
+        admin_unknown(a, unknown_patch); /* written to meta: stale instances may judge by old */
+        admin_end(a);
+        return;
+    }
+    json_t *body = json_pack("{s:s}", "sku", a->sku);
+    if (!body || rules_to_json(ru, body) != 0) {
+        json_decref(body);
+        response_error(res, ERROR_INTERNAL, "out of memory");
+    } else {
+        char *text = json_dumps(body, JSON_COMPACT);
+        log_msg(CONFIG_LOG_INFO, "sku_patch", "sku %s: rules %s (version %" PRId64 ")", a->sku,
+                text ? text : "(out of memory)", ru->version);
+        free(text);
+        response_json(res, 200, body);
+    }
+    admin_end(a);
+}
+
+/* Raises the rules version key of segments [0, nseg) to a->rules.version (rules_push.lua, one
+ * pipelined batch), then answers. */
+static void patch_push(struct admin *a, int nseg)
+{
+    if (nseg < 1 || nseg > STORE_SEGMENTS_MAX) {
+        admin_why(a, "patch_rules: a segment count out of range");
+        admin_unknown(a, unknown_patch);
+        admin_end(a);
+        return;
+    }
+    char(*names)[STORE_KEY_MAX] = malloc(sizeof(*names) * (size_t)nseg);
+    const char **keys = malloc(sizeof(*keys) * (size_t)nseg);
+    const char **args = malloc(sizeof(*args) * (size_t)nseg);
+    char v[24];
+    snprintf(v, sizeof(v), "%" PRId64, a->rules.version);
+    if (!names || !keys || !args) {
+        free(names);
+        free(keys);
+        free(args);
+        admin_why(a, "out of memory");
+        admin_unknown(a, unknown_patch);
+        admin_end(a);
+        return;
+    }
+    struct seg_keys sk;
+    for (int k = 0; k < nseg; k++) {
+        store_seg_keys(a->sku, k, &sk);
+        memcpy(names[k], sk.rver, sizeof(names[k]));
+        keys[k] = names[k];
+        args[k] = v;
+    }
+    store_batch_async(a->app->store, a->ar->lc, a->ar, SCRIPT_RULES_PUSH, nseg, 1, keys, 1, args,
+                      &a->conns, on_rules_pushed, a);
+    free(names);
+    free(keys);
+    free(args);
+}
+
 static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
@@ -617,25 +687,14 @@ static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr
                  "%s); nothing was changed",
                  start, end);
         response_error(res, ERROR_INVALID_REQUEST, msg);
-    } else if (code == STORE_PATCH_OK && r->elements == 5) {
-        struct sku_rules ru = {
-            .limit_per_user = store_reply_int(r->element[1], 0),
-            .sale_start_ms = store_reply_int(r->element[2], 0),
-            .sale_end_ms = store_reply_int(r->element[3], 0),
-            .ttl_s = store_reply_int(r->element[4], 0),
-        };
+    } else if (code == STORE_PATCH_OK && r->elements == 3 + RULES_N) {
+        memset(&a->rules, 0, sizeof(a->rules));
+        a->rules.version = store_reply_int(r->element[1], 0);
+        for (int i = 0; i < RULES_N; i++)
+            rules_set(&a->rules, i, store_reply_int(r->element[3 + i], 0));
         skucache_forget(a->app->cache, a->sku);
-        json_t *body = json_pack("{s:s}", "sku", a->sku);
-        if (!body || rules_to_json(&ru, body) != 0) {
-            json_decref(body);
-            response_error(res, ERROR_INTERNAL, "out of memory");
-        } else {
-            response_json(res, 200, body);
-            log_msg(CONFIG_LOG_INFO, "sku_patch",
-                    "sku %s: limit_per_user %lld, sale %" PRId64 "..%" PRId64
-                    " ms, reservation_ttl_s %lld",
-                    a->sku, ru.limit_per_user, ru.sale_start_ms, ru.sale_end_ms, ru.ttl_s);
-        }
+        patch_push(a, (int)store_reply_int(r->element[2], 0));
+        return;
     } else {
         admin_why(a, "patch_rules: unexpected reply");
         admin_unknown(a, unknown_patch);
@@ -658,21 +717,19 @@ void stock_patch_async(struct areq *ar)
         admin_end(a);
         return;
     }
-    char meta[STORE_KEY_MAX], v[4][24];
+    char meta[STORE_KEY_MAX], v[RULES_N][24];
     store_sku_key(meta, a->sku, "meta");
-    const struct sku_rules *ru = &body.rules;
-    const long long vals[4] = {ru->limit_per_user, ru->sale_start_ms, ru->sale_end_ms, ru->ttl_s};
-    static const unsigned bits[4] = {VALIDATE_RULE_LIMIT, VALIDATE_RULE_START, VALIDATE_RULE_END,
-                                     VALIDATE_RULE_TTL};
-    for (int i = 0; i < 4; i++)
-        if (body.fields & bits[i])
-            snprintf(v[i], sizeof(v[i]), "%lld", vals[i]);
-        else
-            v[i][0] = '\0';
     const char *keys[1] = {meta};
-    const char *args[4] = {v[0], v[1], v[2], v[3]};
-    store_script_async(a->app->store, ar->lc, ar, SCRIPT_PATCH_RULES, 1, keys, 4, args,
-                       on_patch_rules, a);
+    const char *args[1 + 2 * RULES_N] = {"0"}; /* no version to pass; each rule: field, value */
+    for (int i = 0; i < RULES_N; i++) {
+        v[i][0] = '\0'; /* "": keep the SKU's */
+        if (body.fields & (1u << i))
+            snprintf(v[i], sizeof(v[i]), "%" PRId64, rules_get(&body.rules, i));
+        args[1 + 2 * i] = rules_rows[i].meta;
+        args[2 + 2 * i] = v[i];
+    }
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_PATCH_RULES, 1, keys, 1 + 2 * RULES_N,
+                       args, on_patch_rules, a);
 }
 
 /* ---- restock ---- */
@@ -909,16 +966,23 @@ static void delete_on_readded(lc_status st, const redisReply *r, const char *err
     admin_end(a);
 }
 
-static void delete_on_settled(void *arg, int found, struct layout *l)
+/* A reply's integer field ("12"), 0 when missing or not a number. */
+static long long reply_field(const redisReply *r, size_t i)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements || !r->element[i] ||
+        r->element[i]->type != REDIS_REPLY_STRING)
+        return 0;
+    return strtoll(r->element[i]->str, NULL, 10);
+}
+
+static void delete_on_rechecked(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct admin *a = arg;
-    if (found < 0)
-        log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s", a->sku,
-                l->why);
-    a->ar->res.status = 204;
-    if (found > 0) {
-        /* A PUT wrote the SKU again after this DELETE (its SADD may have come before this
-         * SREM): it stays in the registry. */
+    store_conns_note(&a->conns, a->ar->lc);
+    /* A PUT that came meanwhile (its SADD may have been before the SREM), or no answer: the SKU
+     * goes back into the registry, where a reader skips it if it does not exist. */
+    if (st != LC_OK || reply_field(r, 0) > 0 || reply_field(r, 1) > 0) {
+        (void)errstr;
         registry_add(a, delete_on_readded);
         return;
     }
@@ -930,14 +994,58 @@ static void on_unregistered(lc_status st, const redisReply *r, const char *errst
     (void)r;
     struct admin *a = arg;
     store_conns_note(&a->conns, a->ar->lc);
-    if (st != LC_OK)
+    if (st != LC_OK) {
         log_msg(CONFIG_LOG_WARN, "sku_registry",
                 "sku %s: deleted, but removing it from the registry failed (readers of the "
                 "registry skip SKUs that do not exist): %s",
                 a->sku, errstr);
-    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
-     * next settle when this one fails. */
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
+        admin_end(a);
+        return;
+    }
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    const char *argv[4] = {"HMGET", meta, "segments", "lhwm"};
+    store_command_async(a->ar->lc, a->ar, 4, argv, delete_on_rechecked, a);
+}
+
+static void delete_on_logs(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct admin *a = arg;
+    store_conns_note(&a->conns, a->ar->lc);
+    if (st != LC_OK || reply_field(r, 0) > 0 || reply_field(r, 1) > 0) {
+        /* Order logs of its segments are left (lhwm), or a PUT came: it stays in the registry,
+         * where inventory-sink finds the logs, and removes it once it has drained them. */
+        if (st != LC_OK)
+            log_msg(CONFIG_LOG_WARN, "sku_registry",
+                    "sku %s: deleted; left in the registry (its meta could not be read: %s)",
+                    a->sku, errstr);
+        admin_end(a);
+        return;
+    }
+    const char *argv[3] = {"SREM", store_registry_key(), a->sku};
+    store_command_async(a->ar->lc, a->ar, 3, argv, on_unregistered, a);
+}
+
+static void delete_on_settled(void *arg, int found, struct layout *l)
+{
+    struct admin *a = arg;
+    a->ar->res.status = 204;
+    if (found != 0) {
+        /* found < 0: keys left for the next settle, and the SKU in the registry; found > 0: a
+         * PUT wrote the SKU again after this DELETE, and registered it. */
+        if (found < 0)
+            log_msg(CONFIG_LOG_WARN, "sku_delete", "sku %s: keys left for the next settle: %s",
+                    a->sku, l->why);
+        admin_end(a);
+        return;
+    }
+    /* The SKU leaves the registry only once nothing of it is left to find: its dropped
+     * segments' order logs (meta's lhwm) stay until inventory-sink drained them (docs/design.md
+     * "Streams found and dropped"). */
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, a->sku, "meta");
+    const char *argv[4] = {"HMGET", meta, "segments", "lhwm"};
+    store_command_async(a->ar->lc, a->ar, 4, argv, delete_on_logs, a);
 }
 
 static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -962,8 +1070,9 @@ static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr
         admin_end(a);
         return;
     }
-    const char *argv[3] = {"SREM", store_registry_key(), a->sku};
-    store_command_async(a->ar->lc, a->ar, 3, argv, on_unregistered, a);
+    /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
+     * next settle when this one fails; then its registry entry (delete_on_settled). */
+    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
 }
 
 void stock_delete_async(struct areq *ar)

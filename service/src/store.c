@@ -54,10 +54,12 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_USER_RESOLVE] = STORE_LUA_USER_RESOLVE,
         [SCRIPT_USER_RELEASE] = STORE_LUA_USER_RELEASE,
         [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
+        [SCRIPT_RULES_PUSH] = STORE_LUA_RULES_PUSH,
         [SCRIPT_MULTI_BEGIN] = STORE_LUA_MULTI_BEGIN,
         [SCRIPT_PART_FOLLOW] = STORE_LUA_PART_FOLLOW,
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
         [SCRIPT_MULTI_DUE] = STORE_LUA_MULTI_DUE,
+        [SCRIPT_HOLDS_DUE] = STORE_LUA_HOLDS_DUE,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -120,8 +122,12 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     SEG_KEY(give);
     SEG_KEY(log);
     SEG_KEY(follow);
+    SEG_KEY(rver);
 #undef SEG_KEY
 }
+
+_Static_assert(STORE_COMMIT_ARG_RULES_VERSION == STORE_COMMIT_NARGS,
+               "the rules' version is the commit's last argument");
 
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c)
 {
@@ -133,41 +139,56 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->keys[4] = c->sk.idem;
     c->keys[5] = c->sk.due;
     c->keys[6] = c->sk.log;
+    c->keys[7] = c->sk.rver;
     snprintf(c->ver, sizeof(c->ver), "%" PRId64, in->version);
     snprintf(c->qty, sizeof(c->qty), "%lld", in->qty);
-    snprintf(c->start, sizeof(c->start), "%" PRId64, in->rules->sale_start_ms);
-    snprintf(c->end, sizeof(c->end), "%" PRId64, in->rules->sale_end_ms);
-    snprintf(c->ttl, sizeof(c->ttl), "%lld", in->rules->ttl_s);
     snprintf(c->cap, sizeof(c->cap), "%d", in->log_cap);
     snprintf(c->seg, sizeof(c->seg), "%d", in->k);
+    snprintf(c->total, sizeof(c->total), "%lld", in->total);
+    snprintf(c->rver, sizeof(c->rver), "%" PRId64, in->rules->version);
     c->args[0] = c->ver;
     c->args[1] = c->qty;
     c->args[2] = in->id;
     c->args[3] = in->record;
     c->args[4] = in->idem;
     c->args[5] = in->expiry;
-    c->args[6] = c->start;
-    c->args[7] = c->end;
-    c->args[8] = c->ttl;
     c->args[9] = c->cap;
     c->args[10] = in->user;
     c->args[11] = in->sku;
     c->args[12] = c->seg;
-    c->nkeys = 7;
-    c->nargs = 13;
-    if ((in->kind && *in->kind) || in->users) {
-        snprintf(c->total, sizeof(c->total), "%lld", in->total);
-        c->args[13] = in->kind ? in->kind : "";
-        c->args[14] = in->parts ? in->parts : "";
-        c->args[15] = c->total;
-        c->nargs = 16;
+    c->args[13] = in->kind ? in->kind : "";
+    c->args[14] = in->parts ? in->parts : "";
+    c->args[15] = c->total;
+    c->args[16] = in->users ? in->hex : "";
+    c->args[STORE_COMMIT_ARG_RULES_VERSION - 1] = c->rver;
+    /* each rule the commit judges at its position (rules_table.h's arg column) */
+#define RULE_ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                \
+    if (arg > 0) {                                                                                 \
+        snprintf(c->rules[RULES_I_##id], sizeof(c->rules[0]), "%" PRId64,                          \
+                 rules_get(in->rules, RULES_I_##id));                                              \
+        c->args[arg - 1] = c->rules[RULES_I_##id];                                                 \
     }
+#define RULE_ARG_TIME_(id, json, jtext, deftext, meta, arg, ...)                                   \
+    RULE_ARG_(id, json, 0, 0, jtext, deftext, meta, arg, 0)
+    RULES_TABLE(RULE_ARG_, RULE_ARG_TIME_)
+#undef RULE_ARG_
+#undef RULE_ARG_TIME_
+    c->nkeys = 8;
+    c->nargs = STORE_COMMIT_NARGS;
     if (in->users) {
-        c->keys[7] = in->users;
-        c->keys[8] = in->meta;
-        c->nkeys = 9;
-        c->args[16] = in->hex;
-        c->nargs = 17;
+        c->keys[8] = in->users;
+        c->keys[9] = in->meta;
+        c->nkeys = 10;
+    }
+    if (in->hold_index && in->rules->ttl_s > 0 && !(in->kind && strcmp(in->kind, "part") == 0)) {
+        if (!in->users) { /* declared only: the script reads them when ARGV[17] is given */
+            store_sku_key(c->users, in->sku, "users");
+            store_sku_key(c->meta, in->sku, "meta");
+            c->keys[8] = c->users;
+            c->keys[9] = c->meta;
+        }
+        c->keys[10] = store_holds_key();
+        c->nkeys = 11;
     }
 }
 
@@ -179,6 +200,11 @@ void store_sku_key(char *buf, const char *sku, const char *suffix)
 const char *store_registry_key(void)
 {
     return STORE_KEY_PREFIX "skus";
+}
+
+const char *store_holds_key(void)
+{
+    return STORE_KEY_PREFIX "holds";
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

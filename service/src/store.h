@@ -13,6 +13,7 @@
 #include <lockcore/lockcore_async.h>
 
 #include "config.h"
+#include "rules.h"
 
 enum store_script {
     SCRIPT_PUT_META,
@@ -43,6 +44,8 @@ enum store_script {
     SCRIPT_PART_FOLLOW,
     SCRIPT_PART_UNDO,
     SCRIPT_MULTI_DUE,
+    SCRIPT_HOLDS_DUE,
+    SCRIPT_RULES_PUSH,
     SCRIPT_COUNT
 };
 
@@ -61,7 +64,7 @@ enum store_script {
 struct seg_keys {
     char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
         idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
-        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX];
+        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX], rver[STORE_KEY_MAX];
 };
 
 struct store;
@@ -80,9 +83,8 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * reads them: the one place that knows that layout, for a one-segment order (order_fsm.c) and
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
-#define STORE_COMMIT_NKEYS 9
-#define STORE_COMMIT_NARGS 17
-struct sku_rules;
+#define STORE_COMMIT_NKEYS 11
+#define STORE_COMMIT_NARGS 18
 struct store_commit_in {
     const char *sku;
     int k;
@@ -100,14 +102,19 @@ struct store_commit_in {
     /* the user's limit checked in the commit (one Redis, a one-segment order): the SKU's users
      * and meta keys and the order's hex; NULL users: not checked here */
     const char *users, *meta, *hex;
+    /* 1 on one Redis: a hold's commit registers its segment in the hold index
+     * (store_holds_key), KEYS[10]; never on a Redis Cluster (another slot) */
+    int hold_index;
 };
 struct store_commit_call {
     struct seg_keys sk;
-    char ver[24], qty[24], start[24], end[24], ttl[24], cap[24], seg[24], total[24];
+    char ver[24], qty[24], cap[24], seg[24], total[24], rver[24];
+    char rules[RULES_N][24]; /* the rules the commit is given (rules_table.h's arg column) */
+    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX]; /* KEYS[9], [10] when only [11] is needed */
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
-    int nkeys; /* 7, or 9 with the user's limit checked in the commit */
-    int nargs; /* 13 for a one-segment order, 16 for a part or primary, 17 with the limit */
+    int nkeys; /* 8, 10 with the user's limit checked in the commit, 11 with the hold index */
+    int nargs; /* STORE_COMMIT_NARGS: the last is the rules' version (rules->version) */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
 
@@ -118,6 +125,13 @@ void store_sku_key(char *buf, const char *sku, const char *suffix);
  * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.
  * Static string. */
 const char *store_registry_key(void);
+
+/* The hold index's key, "inv:2:holds" (one Redis only; docs/design.md "The sweeper"): a sorted
+ * set of the segments that may hold holds, member "<sku>/<k>", score = the Redis ms at which
+ * the sweeper must look at the segment next (never later than its earliest hold's expiry).
+ * Written by the commit of a hold and by the expiry sweep (lua/expire.lua), in the same step as
+ * the segment's due set. Static string. */
+const char *store_holds_key(void);
 
 /* ---- the asynchronous store (on a worker loop's lockcore client) ----
  *

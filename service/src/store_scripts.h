@@ -7,8 +7,10 @@
  *
  * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
  * {S/k}, so every script below touches one Redis Cluster slot:
- *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, limit, sale_start,
- *                         sale_end, ttl}   the SKU's layout and sale rules (rules.h):
+ *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, rver, and each sale
+ *                         rule's meta field (rules_table.h: limit, sale_start, sale_end, ttl)}
+ *                         the SKU's layout and sale rules, rver their version (PUT and PATCH
+ *                         draw a new one; survives DELETE):
  *                         state "p" while the layout is being rolled out to the segments, "r"
  *                         once every segment carries it; hwm = segments whose keys may exist;
  *                         segments 0 = deleted
@@ -40,6 +42,9 @@
  *                         (docs/design.md "Orders larger than one segment")
  *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
  *                         PUT and DELETE delete it with the orders it counted
+ *   inv:2:{S/k}:rver        integer                        the newest rules version a PATCH pushed
+ *                         to segment k (lua/rules_push.lua): commits judged by older rules are
+ *                         refused; never lowered, outlives resets and drops (as sver does)
  *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
  * Every script reads and checks all it needs before its first write: Redis does not roll a
@@ -77,6 +82,14 @@
 /* registered, not yet everywhere: the next settle applies it */
 #define STORE_RESTOCK_PENDING 2
 
+/* lua/commit_body.lua's ARGV positions of the sale rules it is given (rules_table.h's arg
+ * column: store_commit_call puts each rule there, the script reads ARGV[STORE_COMMIT_ARG_*]). */
+#define STORE_COMMIT_ARG_SALE_START 7
+#define STORE_COMMIT_ARG_SALE_END 8
+#define STORE_COMMIT_ARG_TTL 9
+/* ... and of the version of the rules the order was judged by (the last: STORE_COMMIT_NARGS) */
+#define STORE_COMMIT_ARG_RULES_VERSION 18
+
 /* lua/commit_body.lua: {code, value[, ...]}. */
 /* {1, stock left}: the order is written */
 #define STORE_COMMIT_OK 1
@@ -99,6 +112,9 @@
  * nothing written; open: the user's entries not known to have committed (a reservation's, whose
  * order may never commit: the two-step path looks for them) */
 #define STORE_COMMIT_LIMIT (-9)
+/* {-10, segment's rules version}: the order was judged by older sale rules than a PATCH pushed
+ * to the segment (lua/rules_push.lua): nothing written; re-read the rules and try again */
+#define STORE_COMMIT_RULES (-10)
 
 /* lua/cancel.lua: {code[, record]}. */
 /* {1, record}: cancelled now */

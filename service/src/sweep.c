@@ -15,6 +15,7 @@
 #include "app.h"
 #include "areq.h"
 #include "clock.h"
+#include "faultpoint.h"
 #include "ids.h"
 #include "layout.h"
 #include "log.h"
@@ -33,7 +34,7 @@
 #define SWEEP_GIVE_BATCH 128
 #define SWEEP_FOLLOW_BATCH 128
 #define SWEEP_MULTI_BATCH 64
-#define SWEEP_MAX_SKUS 10000
+#define SWEEP_MAX_SKUS 1000000
 #define SWEEP_MAX_INFLIGHT 64
 /* How long a SKU is swept after its last sign of holds or give-backs (its rules may have been
  * PATCHed to none while holds were live). */
@@ -107,6 +108,10 @@ static void on_give_released(lc_status st, const redisReply *r, const char *errs
 void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
                     int k, const char *const *members, int n, giveback_fn cb, void *arg)
 {
+    if (faultpoint_fail("giveback")) { /* tests: the give-backs stay queued */
+        cb(arg, 0);
+        return;
+    }
     struct giveback *g = calloc(1, sizeof(*g));
     const char **args = calloc((size_t)n * 2 + 1, sizeof(*args));
     char(*hex)[33] = calloc((size_t)n + 1, sizeof(*hex));
@@ -283,6 +288,7 @@ struct sweep_sku {
     int64_t multi_at;     /* mono ms of its last look at its intents */
     int multi_busy;       /* that look (and its heals) in flight */
     int layout_busy;      /* a read of its layout in flight */
+    int64_t layout_at;    /* mono ms of that read's start */
     int cursor;           /* the segment its next tick's probes start at (round robin) */
     int seen;             /* named by the last registry read */
 };
@@ -297,7 +303,14 @@ struct sweep {
     int nskus;
     int64_t registry_at, clock_at;
     int registry_busy, clock_busy;
-    int cursor; /* the SKU the next tick starts at (round robin) */
+    int cursor;        /* the SKU the next tick starts at (round robin) */
+    int layout_cursor; /* the SKU whose layout the next tick reads first (round robin) */
+    /* the hold index (one Redis: store_holds_key): holds expire from it, not from the SKUs'
+     * rules; its segments being swept ("" a free slot) */
+    int index, index_busy;
+    int index_n; /* the hold index's calls in flight (their own cap: the SKUs' cannot starve them)
+                  */
+    char index_flight[SWEEP_MAX_INFLIGHT][VALIDATE_SKU_MAX + 16];
 };
 
 struct sweep_call {
@@ -307,6 +320,9 @@ struct sweep_call {
     int64_t sent;
     int pending; /* a segment's give-backs and follows in flight; a look's heals */
     int ok;
+    int slot;     /* a sweep from the hold index (s NULL): its index_flight slot, else -1 */
+    int of_index; /* a call of the hold index (counted in index_n) */
+    char sku[VALIDATE_SKU_MAX + 1]; /* that sweep's SKU */
 };
 
 static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, int k)
@@ -314,7 +330,7 @@ static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, 
     struct sweep_call *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    *c = (struct sweep_call){sw, s, k, clock_mono_ms(), 0, 1};
+    *c = (struct sweep_call){sw, s, k, clock_mono_ms(), 0, 1, -1, 0, ""};
     sw->inflight++;
     if (s)
         s->inflight++;
@@ -323,6 +339,10 @@ static struct sweep_call *sweep_call_new(struct sweep *sw, struct sweep_sku *s, 
 
 static void sweep_call_end(struct sweep_call *c)
 {
+    if (c->slot >= 0)
+        c->sw->index_flight[c->slot][0] = '\0';
+    if (c->of_index)
+        c->sw->index_n--;
     c->sw->inflight--;
     if (c->s)
         c->s->inflight--;
@@ -338,7 +358,7 @@ static void sku_free(struct sweep_sku *s)
     free(s);
 }
 
-static int sku_active(const struct sweep_sku *s, int64_t now);
+static int sku_active(const struct sweep *sw, const struct sweep_sku *s, int64_t now);
 
 /* The SKU's layout changed to n segments: new per-segment state, all due now. A call of the old
  * layout still in flight finds its segment by index when it ends (on_expired,
@@ -371,15 +391,20 @@ static void on_sku_layout(void *arg, int found, struct layout *l)
     int64_t now = clock_mono_ms();
     s->layout_busy = 0;
     if (found >= 0 && sku_resize(s, found > 0 ? l->segments : 0) == 0) {
-        int was = sku_active(s, now);
+        int was = sku_active(c->sw, s, now);
         s->rules = l->rules;
         /* holds or a limit just came (a PATCH): every segment is due now, not at the slow
          * pace of a SKU without them (SWEEP_FOLLOW_IDLE_MS) */
-        if (!was && sku_active(s, now))
+        if (!was && sku_active(c->sw, s, now))
             for (int k = 0; k < s->segments; k++)
                 s->next_at[k] = 0;
     }
     sweep_call_end(c);
+}
+
+static int sku_cmp(const void *a, const void *b)
+{
+    return strcmp((*(struct sweep_sku *const *)a)->sku, (*(struct sweep_sku *const *)b)->sku);
 }
 
 static void on_registry(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -398,14 +423,19 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
         return;
     for (int i = 0; i < sw->nskus; i++)
         sw->skus[i]->seen = 0;
+    /* the entries known before this read, by name: a registry of n names is matched in
+     * O(n log n), not O(n * SKUs) (issue 29: 12,000 names kept the loop busy for seconds) */
+    int nknown = sw->nskus;
+    qsort(sw->skus, (size_t)nknown, sizeof(*sw->skus), sku_cmp);
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_STRING || !validate_sku(e->str, e->len))
             continue;
-        struct sweep_sku *s = NULL;
-        for (int j = 0; j < sw->nskus && !s; j++)
-            if (strcmp(sw->skus[j]->sku, e->str) == 0)
-                s = sw->skus[j];
+        struct sweep_sku key, *kp = &key, **found = NULL;
+        snprintf(key.sku, sizeof(key.sku), "%s", e->str);
+        if (nknown > 0)
+            found = bsearch(&kp, sw->skus, (size_t)nknown, sizeof(*sw->skus), sku_cmp);
+        struct sweep_sku *s = found ? *found : NULL;
         if (!s) {
             if (sw->nskus >= SWEEP_MAX_SKUS) {
                 log_msg(CONFIG_LOG_WARN, "sweep_too_many_skus",
@@ -428,10 +458,7 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
         s->seen = 1;
     }
     /* Entries the registry no longer names go (once nothing is in flight for them); the
-     * others' layouts and rules are read again, whatever else of theirs is in flight (only
-     * not while the last read is): waiting for a moment with nothing in flight kept a busy
-     * SKU's sweeper on an old layout, and the holds in segments it did not know never expired
-     * (it_holds test_layout_grows_under_a_busy_sweeper). */
+     * others' layouts are read again by the ticks (layout_reads). */
     for (int i = 0; i < sw->nskus;) {
         struct sweep_sku *s = sw->skus[i];
         if (!s->seen && s->inflight == 0) {
@@ -440,13 +467,30 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
             continue;
         }
         i++;
-        if (!s->seen || s->layout_busy)
+    }
+}
+
+/* Each SKU's layout and rules are read again once SWEEP_REGISTRY_MS old, whatever else of the
+ * SKU is in flight (only not while its last read is): waiting for a moment with nothing in
+ * flight kept a busy SKU's sweeper on an old layout, and the holds in segments it did not know
+ * never expired (it_holds test_layout_grows_under_a_busy_sweeper). Round robin within the cap
+ * on calls in flight: all of them started at once at each registry read, 10,000 layout reads
+ * made the loop's own orders time out (issue 29, it_holds test_registry_past_ten_thousand). */
+static void layout_reads(struct sweep *sw, int64_t now)
+{
+    int first = sw->nskus > 0 ? sw->layout_cursor % sw->nskus : 0;
+    for (int n = 0; n < sw->nskus && sw->inflight - sw->index_n < SWEEP_MAX_INFLIGHT / 2; n++) {
+        int i = (first + n) % sw->nskus;
+        struct sweep_sku *s = sw->skus[i];
+        sw->layout_cursor = i + 1;
+        if (!s->seen || s->layout_busy || (s->layout_at && now - s->layout_at < SWEEP_REGISTRY_MS))
             continue;
         struct sweep_call *lc = sweep_call_new(sw, s, -1);
-        if (lc) {
-            s->layout_busy = 1;
-            layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
-        }
+        if (!lc)
+            return;
+        s->layout_busy = 1;
+        s->layout_at = now;
+        layout_read_async(sw->app->store, sw->env->lc, s->sku, on_sku_layout, lc);
     }
 }
 
@@ -472,12 +516,15 @@ static void on_segment_given(void *arg, int ok)
         c->ok = 0;
     if (--c->pending > 0)
         return;
-    if (!c->ok && c->k < c->s->segments)
+    if (c->s && !c->ok && c->k < c->s->segments)
         c->s->next_at[c->k] = clock_mono_ms() + SWEEP_IDLE_MS;
-    if (c->k < c->s->segments)
+    if (c->s && c->k < c->s->segments)
         c->s->busy[c->k] = 0;
     sweep_call_end(c);
 }
+
+static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redisReply *r,
+                        int ngive, int nfollow);
 
 static void on_expired(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -509,14 +556,14 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
                 "sku %s segment %d: %lld due holds' records or counters are damaged: left as "
                 "they are",
                 s->sku, k, bad);
-    if (expired > 0 || next > 0 || queued > 0 || fqueued > 0)
+    if ((!c->sw->index && (expired > 0 || next > 0)) || queued > 0 || fqueued > 0)
         s->linger_until = now + SWEEP_LINGER_MS;
     /* Next look: when the next hold is due (by Redis's clock, which moves as ours does), at
      * the latest SWEEP_IDLE_MS from now; at once when the batch was full. */
     int64_t wait = SWEEP_IDLE_MS;
     if (next > 0 && next - rnow < wait)
         wait = next - rnow > 0 ? next - rnow : 0;
-    if (!sku_active(s, now) && wait == SWEEP_IDLE_MS)
+    if (!sku_active(c->sw, s, now) && wait == SWEEP_IDLE_MS)
         wait = SWEEP_FOLLOW_IDLE_MS; /* a multi-segment SKU's look for cut-off follows alone */
     if (expired >= SWEEP_BATCH || queued > ngive || fqueued > nfollow)
         wait = 0;
@@ -528,6 +575,14 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
         sweep_call_end(c);
         return;
     }
+    sweep_drain(c, s->sku, k, r, ngive, nfollow);
+}
+
+/* Applies the give-backs and follows an expiry sweep of sku's segment k returned (r: its reply,
+ * ngive and nfollow of them); the call ends with the last (on_segment_given). */
+static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redisReply *r,
+                        int ngive, int nfollow)
+{
     const char *members[SWEEP_GIVE_BATCH], *follows[SWEEP_FOLLOW_BATCH];
     int n = 0, nf = 0;
     for (int i = 0; i < ngive && n < SWEEP_GIVE_BATCH; i++)
@@ -539,11 +594,11 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     /* Both run at once; the call ends with the last (on_segment_given). */
     c->pending = (n > 0) + (nf > 0) + 1;
     if (n > 0)
-        giveback_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, members, n,
+        giveback_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, members, n,
                        on_segment_given, c);
     if (nf > 0)
-        follow_async(c->sw->app->store, c->sw->env->lc, NULL, s->sku, k, follows, nf,
-                     on_segment_given, c);
+        follow_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, follows, nf, on_segment_given,
+                     c);
     on_segment_given(c, 1); /* this function's own share */
 }
 
@@ -721,11 +776,139 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     look_end(c);
 }
 
-/* Whether the SKU is swept at all now: holds or a limit, or signs of either lately. */
-static int sku_active(const struct sweep_sku *s, int64_t now)
+/* Whether the SKU is swept at all now: holds (on a Redis Cluster, where there is no hold
+ * index) or a limit, or signs of either lately. */
+static int sku_active(const struct sweep *sw, const struct sweep_sku *s, int64_t now)
 {
-    return s->segments > 0 &&
-           (s->rules.ttl_s > 0 || s->rules.limit_per_user > 0 || now < s->linger_until);
+    return s->segments > 0 && ((s->rules.ttl_s > 0 && !sw->index) || s->rules.limit_per_user > 0 ||
+                               now < s->linger_until);
+}
+
+/* ---- the hold index (one Redis; docs/design.md "The sweeper") ---- */
+
+static void on_ignored(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)st;
+    (void)r;
+    (void)errstr;
+    (void)arg;
+}
+
+/* An expiry sweep of a segment the hold index named is done; expire.lua has set the segment's
+ * next turn in the index (or taken it out) in the same step. */
+static void on_index_expired(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 7 ||
+        r->element[6]->integer < 0 || r->element[6]->integer > (long long)r->elements - 7) {
+        /* the segment keeps its turn in the index: the next look at the index retries it */
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: expiry sweep: %s", c->sku,
+                    c->k,
+                    st != LC_OK                         ? errstr
+                    : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                        : "unexpected reply");
+        sweep_call_end(c);
+        return;
+    }
+    long long expired = r->element[0]->integer, bad = r->element[1]->integer;
+    int ngive = (int)r->element[6]->integer;
+    int nfollow = (int)r->elements - 7 - ngive;
+    if (expired > 0)
+        metrics_holds_expired(expired);
+    if (bad > 0)
+        log_msg(CONFIG_LOG_ERROR, "hold_damaged",
+                "sku %s segment %d: %lld due holds' records or counters are damaged: left as "
+                "they are",
+                c->sku, c->k, bad);
+    if ((ngive == 0 && nfollow == 0) || c->sw->stopping) {
+        sweep_call_end(c);
+        return;
+    }
+    sweep_drain(c, c->sku, c->k, r, ngive, nfollow);
+}
+
+/* Starts the expiry sweep of the index's member m ("<sku>/<k>") unless it is in flight. */
+static void index_sweep(struct sweep *sw, const redisReply *m)
+{
+    int slot = -1;
+    for (int i = 0; i < SWEEP_MAX_INFLIGHT; i++) {
+        if (strcmp(sw->index_flight[i], m->str) == 0)
+            return; /* its sweep has not answered yet */
+        if (slot < 0 && !sw->index_flight[i][0])
+            slot = i;
+    }
+    const char *bar = memchr(m->str, '/', m->len);
+    char *end = NULL;
+    long k = bar ? strtol(bar + 1, &end, 10) : -1;
+    if (!bar || !validate_sku(m->str, (size_t)(bar - m->str)) || end == bar + 1 ||
+        end != m->str + m->len || k < 0 || k >= SKUCACHE_MAX_SEGMENTS) {
+        log_msg(CONFIG_LOG_ERROR, "hold_index_damaged",
+                "the hold index names %.100s, not a segment: taken out", m->str);
+        const char *argv[3] = {"ZREM", store_holds_key(), m->str};
+        store_command_async(sw->env->lc, NULL, 3, argv, on_ignored, NULL);
+        return;
+    }
+    if (slot < 0)
+        return;
+    struct sweep_call *c = sweep_call_new(sw, NULL, (int)k);
+    if (!c)
+        return;
+    c->slot = slot;
+    c->of_index = 1;
+    sw->index_n++;
+    snprintf(sw->index_flight[slot], sizeof(sw->index_flight[slot]), "%s", m->str);
+    snprintf(c->sku, sizeof(c->sku), "%.*s", (int)(bar - m->str), m->str);
+    char batch[24], give[24], follows[24];
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
+    snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
+    const char *args[5] = {batch, give, sw->app->cfg.order_log ? "1" : "0", follows, m->str};
+    struct seg_keys sk;
+    store_seg_keys(c->sku, c->k, &sk);
+    const char *keys[9] = {sk.stock, sk.cnt,  sk.orders, sk.due,           sk.give,
+                           sk.log,   sk.sver, sk.follow, store_holds_key()};
+    store_script_async(sw->app->store, sw->env->lc, NULL, SCRIPT_EXPIRE, 9, keys, 5, args,
+                       on_index_expired, c);
+}
+
+static void on_index_due(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    struct sweep *sw = c->sw;
+    sw->index_busy = 0;
+    sweep_call_end(c);
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "reading the hold index: %s",
+                    st != LC_OK                         ? errstr
+                    : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                        : "unexpected reply");
+        return;
+    }
+    for (size_t i = 1; i < r->elements && !sw->stopping; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING && sw->index_n < SWEEP_MAX_INFLIGHT)
+            index_sweep(sw, r->element[i]);
+}
+
+/* Every tick: the segments whose turn in the hold index has come (at most twice the calls in
+ * flight, so that those still being swept cannot hide the rest). */
+static void index_look(struct sweep *sw)
+{
+    if (!sw->index || sw->index_busy || sw->index_n >= SWEEP_MAX_INFLIGHT)
+        return;
+    struct sweep_call *c = sweep_call_new(sw, NULL, -1);
+    if (!c)
+        return;
+    c->of_index = 1;
+    sw->index_n++;
+    sw->index_busy = 1;
+    char most[24];
+    snprintf(most, sizeof(most), "%d", 2 * SWEEP_MAX_INFLIGHT);
+    const char *keys[1] = {store_holds_key()};
+    const char *args[1] = {most};
+    store_script_async(sw->app->store, sw->env->lc, NULL, SCRIPT_HOLDS_DUE, 1, keys, 1, args,
+                       on_index_due, c);
 }
 
 static void tick(struct sweep *sw)
@@ -733,6 +916,7 @@ static void tick(struct sweep *sw)
     struct store *store = sw->app->store;
     lc_async_client *lc = sw->env->lc;
     int64_t now = clock_mono_ms();
+    index_look(sw); /* first: the holds' expiry takes the slots before the rest */
     if (!sw->clock_busy && now - sw->clock_at >= 1000) {
         struct sweep_call *c = sweep_call_new(sw, NULL, -1);
         if (c) {
@@ -751,6 +935,7 @@ static void tick(struct sweep *sw)
             store_command_async(lc, NULL, 2, argv, on_registry, c);
         }
     }
+    layout_reads(sw, now);
     char batch[24], give[24];
     snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
     snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
@@ -766,7 +951,7 @@ static void tick(struct sweep *sw)
      * segment alike rather than starve the last ones (the first 64 segments, due again every
      * SWEEP_IDLE_MS, took every slot: it_holds test_layout_grows_under_a_busy_sweeper). */
     int first = sw->nskus > 0 ? sw->cursor % sw->nskus : 0;
-    for (int n = 0; n < sw->nskus && sw->inflight < SWEEP_MAX_INFLIGHT; n++) {
+    for (int n = 0; n < sw->nskus && sw->inflight - sw->index_n < SWEEP_MAX_INFLIGHT; n++) {
         int i = (first + n) % sw->nskus;
         struct sweep_sku *s = sw->skus[i];
         sw->cursor = i; /* where the slots run out, the next tick starts */
@@ -786,10 +971,10 @@ static void tick(struct sweep *sw)
         }
         /* A SKU without holds or a limit is swept too when it has several segments, every
          * SWEEP_FOLLOW_IDLE_MS (on_expired), for the follows a cut-off cancel left queued. */
-        if (!sku_active(s, now) && s->segments <= 1)
+        if (!sku_active(sw, s, now) && s->segments <= 1)
             continue;
         int j = 0;
-        for (; j < s->segments && sw->inflight < SWEEP_MAX_INFLIGHT; j++) {
+        for (; j < s->segments && sw->inflight - sw->index_n < SWEEP_MAX_INFLIGHT; j++) {
             int k = (s->cursor + j) % s->segments;
             if (s->busy[k] || s->next_at[k] > now)
                 continue;
@@ -806,7 +991,7 @@ static void tick(struct sweep *sw)
         if (j < s->segments) /* the slots ran out before its last segment */
             s->cursor = (s->cursor + j) % s->segments;
     }
-    if (sw->inflight < SWEEP_MAX_INFLIGHT)
+    if (sw->inflight - sw->index_n < SWEEP_MAX_INFLIGHT)
         sw->cursor = 0; /* every SKU had its turn */
 }
 
@@ -826,6 +1011,7 @@ struct sweep *sweep_new(struct app *app, struct areq_env *env)
         return NULL;
     sw->app = app;
     sw->env = env;
+    sw->index = !config_redis_cluster(&app->cfg);
     sw->timer = event_new(env->base, -1, EV_PERSIST, on_tick, sw);
     if (!sw->timer) {
         free(sw);

@@ -393,14 +393,13 @@ done:
     return rc;
 }
 
-/* The rule fields a PUT or PATCH may carry, with the SKU's stock and segments (for the
- * messages of numbers too large for jansson). */
-static const struct int_field sku_fields[] = {
-    {"stock", 0, VALIDATE_STOCK_MAX},
-    {"segments", 1, VALIDATE_SEGMENTS_MAX},
-    {RULES_J_LIMIT, 0, RULES_LIMIT_MAX},
-    {RULES_J_TTL, 0, RULES_TTL_MAX},
-};
+/* The integer fields a PUT may carry: the SKU's stock and segments, then the INT rows of
+ * rules_table.h (a PATCH's: those alone), for the messages of numbers too large for jansson. */
+#define RULE_INT_FIELD_(id, json, lo, hi, ...) {json, lo, hi},
+#define RULE_NO_FIELD_(...)
+static const struct int_field sku_fields[] = {{"stock", 0, VALIDATE_STOCK_MAX},
+                                              {"segments", 1, VALIDATE_SEGMENTS_MAX},
+                                              RULES_TABLE(RULE_INT_FIELD_, RULE_NO_FIELD_)};
 #define SKU_NFIELDS (sizeof(sku_fields) / sizeof(sku_fields[0]))
 
 /* Reads time field name of obj, if present, into *ms: an RFC 3339 string, or null (0). Sets
@@ -436,23 +435,30 @@ static int get_rule_int(const json_t *obj, const struct int_field *f, unsigned b
     return get_int(obj, f, false, 0, v, err);
 }
 
-/* Reads the rule fields of obj into *r (0 for those absent), *fields the ones present, and
- * checks that sale_end is after sale_start when both are set. 0, or -1 with *err filled. */
+/* Reads the rule fields of obj (rules_rows) into *r (0 for those absent), *fields the ones
+ * present, and checks that sale_end is after sale_start when both are set. 0, or -1 with *err
+ * filled. */
 static int get_rules(const json_t *obj, struct sku_rules *r, unsigned *fields,
                      struct validate_error *err)
 {
-    int64_t limit = 0, ttl = 0;
     memset(r, 0, sizeof(*r));
     *fields = 0;
-    if (get_rule_int(obj, &sku_fields[2], VALIDATE_RULE_LIMIT, &limit, fields, err) ||
-        get_time(obj, RULES_J_START, VALIDATE_RULE_START, &r->sale_start_ms, fields, err) ||
-        get_time(obj, RULES_J_END, VALIDATE_RULE_END, &r->sale_end_ms, fields, err) ||
-        get_rule_int(obj, &sku_fields[3], VALIDATE_RULE_TTL, &ttl, fields, err))
-        return -1;
-    r->limit_per_user = limit;
-    r->ttl_s = ttl;
+    for (int i = 0; i < RULES_N; i++) {
+        const struct rules_row *row = &rules_rows[i];
+        int64_t v = 0;
+        if (row->kind == RULES_KIND_TIME) {
+            if (get_time(obj, row->json, 1u << i, &v, fields, err))
+                return -1;
+        } else {
+            const struct int_field f = {row->json, row->lo, row->hi};
+            if (get_rule_int(obj, &f, 1u << i, &v, fields, err))
+                return -1;
+        }
+        rules_set(r, i, v);
+    }
     if (r->sale_start_ms && r->sale_end_ms && r->sale_end_ms <= r->sale_start_ms) {
-        fail(err, ERROR_INVALID_REQUEST, "%s: must be after %s", RULES_J_END, RULES_J_START);
+        fail(err, ERROR_INVALID_REQUEST, "%s: must be after %s",
+             rules_rows[RULES_I_sale_end_ms].json, rules_rows[RULES_I_sale_start_ms].json);
         return -1;
     }
     return 0;
@@ -479,13 +485,17 @@ done:
 int validate_patch_rules_body(const char *body, size_t len, struct validate_patch_rules *out,
                               struct validate_error *err)
 {
-    json_t *root = load_object(body, len, sku_fields + 2, 2, err);
+    json_t *root = load_object(body, len, sku_fields + 2, SKU_NFIELDS - 2, err);
     if (!root)
         return -1;
     int rc = get_rules(root, &out->rules, &out->fields, err);
     if (rc == 0 && out->fields == 0) {
-        fail(err, ERROR_INVALID_REQUEST, "body: must set at least one of %s, %s, %s, %s",
-             RULES_J_LIMIT, RULES_J_START, RULES_J_END, RULES_J_TTL);
+        char names[256] = "";
+        size_t n = 0;
+        for (int i = 0; i < RULES_N && n < sizeof(names); i++)
+            n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", i ? ", " : "",
+                                  rules_rows[i].json);
+        fail(err, ERROR_INVALID_REQUEST, "body: must set at least one of %s", names);
         rc = -1;
     }
     json_decref(root);

@@ -47,21 +47,21 @@ struct validate_order {
 };
 
 /* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required,
- * and the sale rules (SPEC §11), each optional (absent or null: none, rules.h's 0):
- * "limit_per_user": int 0..RULES_LIMIT_MAX, "sale_start" / "sale_end": RFC 3339 strings
- * (rules_parse_time) or null, sale_end after sale_start when both are set,
- * "reservation_ttl_s": int 0..RULES_TTL_MAX. */
+ * and the sale rules (SPEC §11) of rules_table.h, each optional (absent or null: none, 0): an
+ * INT row an integer in its range, a TIME row an RFC 3339 string (rules_parse_time) or null;
+ * sale_end after sale_start when both are set. */
 struct validate_put_sku {
     int64_t stock;
     int64_t segments;
     struct sku_rules rules;
 };
 
-/* Which rule fields a PATCH body names (struct validate_patch_rules' fields). */
-#define VALIDATE_RULE_LIMIT 1u
-#define VALIDATE_RULE_START 2u
-#define VALIDATE_RULE_END 4u
-#define VALIDATE_RULE_TTL 8u
+/* Which rule fields a PATCH body names (struct validate_patch_rules' fields): RULES_BIT of each
+ * row of rules_table.h given. */
+#define VALIDATE_RULE_LIMIT RULES_BIT(limit_per_user)
+#define VALIDATE_RULE_START RULES_BIT(sale_start_ms)
+#define VALIDATE_RULE_END RULES_BIT(sale_end_ms)
+#define VALIDATE_RULE_TTL RULES_BIT(ttl_s)
 
 /* PATCH /api/v1/skus/{sku} body: any non-empty subset of the rule fields of a PUT (same types;
  * null clears a time). fields says which were given; rules holds their values (0: none / clear)

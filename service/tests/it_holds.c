@@ -21,7 +21,11 @@
  *     than start + 100 ms (Redis TIME as the test reads it), then sales; after the end 409
  *     sale_ended;
  *   - a Redis Cluster of three masters: holds on segments of several masters expire, and a
- *     confirm works there.
+ *     confirm works there;
+ *   - holds expire from what Redis holds (issue 29), each within 1 s + one --redis-timeout-ms of
+ *     its expires_at: a hold whose SKU was PATCHed to reservation_ttl_s 0, after a restart of
+ *     the only instance (one segment, then four); and with 12,000 names in the SKU registry
+ *     beside the 40 SKUs holding holds (the sweeper kept 10,000 SKUs).
  * The invariant checker (holds, due sets, cnt.r) runs after each test.
  */
 #include "svc_test.h"
@@ -896,6 +900,172 @@ static void test_sale_window(void **state)
     SF_ASSERT_EQ(rep.sold, created);
 }
 
+/* ---- holds expire from what Redis holds (issue 29) ---- */
+
+/* Waits until each of the n holds (ids, their expires_at in exp) is expired in Redis (read every
+ * 50 ms, timed on Redis's clock, at most until the last expires_at + budget_ms); fails unless
+ * every one expired within 1 s + one --redis-timeout-ms (+ the 50 ms of this poll) of its
+ * expires_at. Returns the latest expiry's delay. */
+static int64_t ho_expire_within_bound(const rf_server *red, char (*ids)[112], const int64_t *exp,
+                                      int n, int budget_ms)
+{
+    int64_t *seen = calloc((size_t)n, sizeof(*seen));
+    SF_ASSERT(seen != NULL, "%s", "memory");
+    int64_t last = 0;
+    for (int i = 0; i < n; i++)
+        last = exp[i] > last ? exp[i] : last;
+    int left = n;
+    while (left > 0 && ho_redis_ms(red) < last + budget_ms) {
+        for (int i = 0; i < n; i++) {
+            if (seen[i])
+                continue;
+            char status[32];
+            ho_record_status(red, ids[i], status, sizeof status);
+            if (strcmp(status, "reserved") == 0)
+                continue;
+            SF_ASSERT(strcmp(status, "expired") == 0, "hold %s: %s", ids[i], status);
+            seen[i] = ho_redis_ms(red);
+            left--;
+        }
+        tu_sleep_ms(50);
+    }
+    int64_t worst = 0;
+    for (int i = 0; i < n; i++) {
+        SF_ASSERT(seen[i] > 0, "hold %s still reserved %lld ms after its expires_at", ids[i],
+                  (long long)(ho_redis_ms(red) - exp[i]));
+        int64_t delay = seen[i] - exp[i];
+        SF_ASSERT(delay >= 0, "hold %s expired %lld ms early", ids[i], (long long)-delay);
+        SF_ASSERT(delay <= 1000 + HO_TIMEOUT_MS + 50, "hold %s expired %lld ms late", ids[i],
+                  (long long)delay);
+        worst = delay > worst ? delay : worst;
+    }
+    free(seen);
+    return worst;
+}
+
+/* Holds on a SKU of `segments` segments with reservation_ttl_s 3, through instance A; then PATCH
+ * reservation_ttl_s 0 and a restart (A stops, A' starts): A' knows of the holds only from
+ * Redis, and its SKU's rules say there are none. Returns 0, or 1 when A' started too late to
+ * prove anything (the caller retries). */
+static int ho_patched_restart(int segments, int nholds)
+{
+    char sku[64], ids[8][112];
+    int64_t exp[8];
+    tu_unique_name(sku, sizeof sku, "ho-ttl0");
+    rf_server *red = rf_start(NULL); /* its own: no other instance sweeps it */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    sf_service *a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    ho_put(sf_port(a), sku, 10 * segments, segments, ",\"reservation_ttl_s\":3");
+    for (int i = 0; i < nholds; i++)
+        exp[i] = ho_hold(sf_port(a), sku, 1, ids[i]);
+    ho_patch(sf_port(a), sku, "{\"reservation_ttl_s\":0}");
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A, restarted");
+    if (ho_redis_ms(red) > exp[0] - 300) {
+        fprintf(stderr, "A restarted %lld ms before the first expires_at: again\n",
+                (long long)(exp[0] - ho_redis_ms(red)));
+        sf_stop(a);
+        rf_stop(red);
+        return 1;
+    }
+    int64_t worst = ho_expire_within_bound(red, ids, exp, nholds, 8000);
+    fprintf(stderr,
+            "%d segment(s), TTL PATCHed to 0, restarted: latest expiry %lld ms after "
+            "expires_at\n",
+            segments, (long long)worst);
+    json_t *st = ho_status(sf_port(a), sku);
+    json_int_t reserved = json_integer_value(json_object_get(st, "reserved"));
+    SF_ASSERT(reserved == 0, "GET %s: reserved %lld", sku, (long long)reserved);
+    json_decref(st);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.expired, nholds);
+    SF_ASSERT_EQ(rep.sold, 0);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    rf_stop(red);
+    return 0;
+}
+
+/* Issue 29 item 2, as reproduced from outside: PUT {"stock":10,"segments":1,
+ * "reservation_ttl_s":3}, a hold, PATCH {"reservation_ttl_s":0}, a restart: the sweeper swept
+ * only SKUs whose current rules say TTL > 0 (or several segments), so the hold stayed reserved
+ * for good (old binary: still reserved 8 s after its expires_at). About 6 s. */
+static void test_hold_outlives_ttl_patch_and_restart(void **state)
+{
+    (void)state;
+    for (int tries = 0; tries < 3; tries++)
+        if (ho_patched_restart(1, 1) == 0)
+            return;
+    SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
+/* The same on a SKU of four segments (looked at every 2 s when its rules say no holds). About
+ * 6 s. */
+static void test_multi_segment_hold_after_ttl_patch(void **state)
+{
+    (void)state;
+    for (int tries = 0; tries < 3; tries++)
+        if (ho_patched_restart(4, 8) == 0)
+            return;
+    SF_ASSERT(0, "%s", "three restarts each came too late to prove anything");
+}
+
+#define HO_FAKE_SKUS 12000
+#define HO_MANY_HELD 40
+
+/* A SKU registry of 12,040 names: 12,000 written straight into it (SKUs a PUT registered and
+ * no longer has, as readers must expect) and 40 SKUs of one segment with a hold each. The
+ * sweeper kept the first 10,000 names of the registry it read and never swept the rest, so
+ * about a sixth of the holds never expired (old binary); now each expires within the bound.
+ * About 8 s. */
+static void test_registry_past_ten_thousand(void **state)
+{
+    (void)state;
+    char prefix[48], sku[HO_MANY_HELD][64], ids[HO_MANY_HELD][112];
+    int64_t exp[HO_MANY_HELD];
+    tu_unique_name(prefix, sizeof prefix, "ho-many");
+    rf_server *red = rf_start(NULL);
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    redisContext *rc = rf_connect(red);
+    SF_ASSERT(rc != NULL, "%s", "a connection to Redis");
+    enum { BATCH = 1000 };
+    static char names[BATCH][64];
+    const char *argv[BATCH + 2];
+    for (int b = 0; b < HO_FAKE_SKUS / BATCH; b++) {
+        argv[0] = "SADD";
+        argv[1] = "inv:2:skus";
+        for (int i = 0; i < BATCH; i++) {
+            snprintf(names[i], sizeof names[i], "%s-gone-%05d", prefix, b * BATCH + i);
+            argv[2 + i] = names[i];
+        }
+        redisReply *r = redisCommandArgv(rc, BATCH + 2, argv, NULL);
+        SF_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer == BATCH, "%s", "SADD");
+        freeReplyObject(r);
+    }
+    redisFree(rc);
+    sf_service *a = ho_start(rf_url(red), NULL);
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    for (int i = 0; i < HO_MANY_HELD; i++) {
+        snprintf(sku[i], sizeof sku[i], "%s-%02d", prefix, i);
+        ho_put(sf_port(a), sku[i], 5, 1, ",\"reservation_ttl_s\":3");
+    }
+    for (int i = 0; i < HO_MANY_HELD; i++)
+        exp[i] = ho_hold(sf_port(a), sku[i], 1, ids[i]);
+    int64_t worst = ho_expire_within_bound(red, ids, exp, HO_MANY_HELD, 6000);
+    fprintf(stderr, "%d held SKUs among %d names: latest expiry %lld ms after expires_at\n",
+            HO_MANY_HELD, HO_FAKE_SKUS + HO_MANY_HELD, (long long)worst);
+    for (int i = 0; i < HO_MANY_HELD; i++) {
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(red), sku[i], &rep);
+        SF_ASSERT_EQ(rep.expired, 1);
+        SF_ASSERT_EQ(rep.sold, 0);
+    }
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    rf_stop(red);
+}
+
 /* ---- a Redis Cluster ---- */
 
 static void test_cluster_holds(void **state)
@@ -964,6 +1134,9 @@ int main(void)
         cmocka_unit_test(test_paused_during_confirms),
         cmocka_unit_test(test_sale_window),
         cmocka_unit_test(test_cluster_holds),
+        cmocka_unit_test(test_hold_outlives_ttl_patch_and_restart),
+        cmocka_unit_test(test_multi_segment_hold_after_ttl_patch),
+        cmocka_unit_test(test_registry_past_ten_thousand),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -16,7 +16,11 @@
  *     orders are live are kept (marked committed), and the user stays refused;
  *   - an instance SIGSTOPped between the reservation and the commit, past the deadline: the
  *     user buys elsewhere once the deadline has passed; resumed, its commit is refused;
- *   - --user-header from a trusted proxy: the header is the user, the body's user_id is not.
+ *   - --user-header from a trusted proxy: the header is the user, the body's user_id is not;
+ *   - (issue 29) an ended order counts for nothing once it has ended, even while its give-back
+ *     is still queued (every give-back failing: INVENTORY_FAULTPOINT=giveback:fail); an order
+ *     committed into a segment still at the old version while a PUT rolls out (the PUT's
+ *     instance stopped at put_meta) is wiped by the reset, and its user is not refused for it.
  * sf_check_invariants (no user over the limit; every live order in its user's entries) after
  * each concurrent test.
  */
@@ -649,9 +653,169 @@ static void test_limit_by_user_header(void **state)
     SF_ASSERT_EQ(li_user_units(sku, "bot-0"), 0);
 }
 
+/* ---- issue 29: an entry that outlives its order ---- */
+
+static sf_service *li_start_own(const rf_server *red)
+{
+    const char *args[] = {
+        "--threads",          "1",   "--admin-token",   LI_TOKEN, "--trust-body-user-id",
+        "--redis-timeout-ms", "500", "--lock-lease-ms", "1000",   NULL};
+    return sf_start(rf_url(red), args);
+}
+
+static void li_put_on(int p, const char *sku, long long stock, int segments, const char *rules)
+{
+    char path[160], body[512];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
+    sf_resp r = {0};
+    sf_json_request(NULL, p, "PUT", path, LI_TOKEN, NULL, body, &r);
+    SF_ASSERT(r.status == 201 || r.status == 200, "PUT %s: %s", body, sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* Members queued in sku's segment k's give set. */
+static long long li_queued(const rf_server *red, const char *sku, int k)
+{
+    redisReply *r = rf_command(red, "ZCARD inv:2:{%s/%d}:give", sku, k);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Limit 1; every give-back fails (so the cancelled or expired order's entry stays until a
+ * give-back is drained, here never): the user orders again. Old binary: 409 limit_exceeded,
+ * for good (the refusal counted the ended order, and a refusal with every entry known
+ * committed is final). Now 201, and the user is at the limit again. About 3 s. */
+static void test_ended_order_with_queued_giveback(void **state)
+{
+    (void)state;
+    char sku[64], id[112];
+    rf_server *red = rf_start(NULL); /* its own: no other instance drains the give-backs */
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    setenv("INVENTORY_FAULTPOINT", "giveback:fail", 1);
+    sf_service *g = li_start_own(red);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(g != NULL, "%s", "the instance");
+    int p = sf_port(g);
+
+    /* cancelled */
+    tu_unique_name(sku, sizeof sku, "li-ended-c");
+    li_put_on(p, sku, 10, 1, ",\"limit_per_user\":1");
+    li_buy(p, sku, 1, "eve", id);
+    li_cancel(p, id);
+    SF_ASSERT(li_queued(red, sku, 0) == 1, "%s", "the cancel's give-back is not queued");
+    li_buy(p, sku, 1, "eve", NULL);
+    li_refused(p, sku, 1, "eve");
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 1);
+
+    /* expired (by the sweeper, whose give-back fails too) */
+    tu_unique_name(sku, sizeof sku, "li-ended-x");
+    li_put_on(p, sku, 10, 1, ",\"limit_per_user\":1,\"reservation_ttl_s\":1");
+    li_buy(p, sku, 1, "eve", id);
+    int64_t end = tu_now_ms() + 5000;
+    while (li_queued(red, sku, 0) < 1 && tu_now_ms() < end)
+        tu_sleep_ms(50);
+    SF_ASSERT(li_queued(red, sku, 0) == 1, "%s", "the hold has not expired within 5 s");
+    li_buy(p, sku, 1, "eve", NULL);
+    li_refused(p, sku, 1, "eve");
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 1);
+    SF_ASSERT(sf_stop(g) == 0, "%s", "its exit");
+    rf_stop(red);
+}
+
+struct li_put_run {
+    pthread_t t;
+    int port;
+    const char *sku;
+    sf_resp r;
+};
+
+static void *li_put_run(void *arg)
+{
+    struct li_put_run *pr = arg;
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", pr->sku);
+    sf_json_request(NULL, pr->port, "PUT", path, LI_TOKEN, NULL,
+                    "{\"stock\":10,\"segments\":1,\"limit_per_user\":1}", &pr->r);
+    return NULL;
+}
+
+/* One try of the PUT-between case; 1 when the order did not land in the old version (B had
+ * re-read the layout: nothing proved, the caller tries again). */
+static int li_put_between_once(const rf_server *red, sf_service *b)
+{
+    char sku[64], meta[128], v1[32] = "", state[8] = "", sv[32] = "";
+    tu_unique_name(sku, sizeof sku, "li-putold");
+    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
+    li_put_on(sf_port(b), sku, 10, 1, ",\"limit_per_user\":1");
+    rf_string(red, v1, sizeof v1, "HGET %s version", meta);
+    setenv("INVENTORY_FAULTPOINT", "put_meta:stop", 1);
+    sf_service *a = li_start_own(red);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(a != NULL, "%s", "instance A");
+    li_buy(sf_port(b), sku, 1, "warm", NULL); /* B's copy of the layout: version 1, fresh */
+    struct li_put_run pr = {.port = sf_port(a), .sku = sku};
+    SF_ASSERT(pthread_create(&pr.t, NULL, li_put_run, &pr) == 0, "%s", "thread");
+    int64_t end = tu_now_ms() + 5000;
+    while (tu_now_ms() < end) {
+        rf_string(red, state, sizeof state, "HGET %s state", meta);
+        if (strcmp(state, "p") == 0)
+            break;
+        tu_sleep_ms(5);
+    }
+    SF_ASSERT(strcmp(state, "p") == 0, "%s", "A's PUT never wrote its meta");
+    char id[112];
+    li_buy(sf_port(b), sku, 1, "u", id);
+    rf_string(red, sv, sizeof sv, "GET inv:2:{%s/0}:sver", sku);
+    int old = strcmp(sv, v1) == 0;
+    SF_ASSERT(sf_resume(a) == 0, "%s", "SIGCONT A");
+    pthread_join(pr.t, NULL);
+    SF_ASSERT(pr.r.status == 200, "A's PUT: %s", sf_resp_summary(&pr.r));
+    sf_resp_free(&pr.r);
+    SF_ASSERT(sf_stop(a) == 0, "%s", "A's exit");
+    if (!old) {
+        fprintf(stderr, "u's order went to the new layout (B had re-read it): again\n");
+        return 1;
+    }
+    /* the PUT's reset wiped u's order: u holds nothing and buys once more */
+    redisReply *x = rf_command(red, "HEXISTS inv:2:{%s/0}:orders %s", sku, id);
+    SF_ASSERT(x && x->type == REDIS_REPLY_INTEGER && x->integer == 0,
+              "u's order %s outlived the PUT", id);
+    freeReplyObject(x);
+    li_buy(sf_port(b), sku, 1, "u", NULL);
+    li_refused(sf_port(b), sku, 1, "u");
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(rf_url(red), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 1);
+    return 0;
+}
+
+/* An order committed into a segment still at the old version while a PUT rolls out: its entry
+ * went into the new layout's users hash, the reset wiped the order, and the user was refused
+ * limit_exceeded until the next PUT (old binary). About 3 s. */
+static void test_order_into_old_version_during_put(void **state)
+{
+    (void)state;
+    rf_server *red = rf_start(NULL);
+    SF_ASSERT(red != NULL, "%s", "redis-server");
+    sf_service *b = li_start_own(red);
+    SF_ASSERT(b != NULL, "%s", "instance B");
+    int tries = 0;
+    while (li_put_between_once(red, b) != 0)
+        SF_ASSERT(++tries < 5, "%s", "five tries, and B's order never met the old version");
+    SF_ASSERT(sf_stop(b) == 0, "%s", "B's exit");
+    rf_stop(red);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ended_order_with_queued_giveback),
+        cmocka_unit_test(test_order_into_old_version_during_put),
         cmocka_unit_test(test_limit_burst),
         cmocka_unit_test(test_user_required_and_quantity),
         cmocka_unit_test(test_cancel_gives_back),

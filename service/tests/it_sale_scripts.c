@@ -250,7 +250,7 @@ static redisReply *commit(const char *id, const char *cap)
              "{\"order_id\":\"%s\",\"sku\":\"" SKU "\",\"quantity\":2,\"segment\":0,"
              "\"user_id\":\"u1\",\"status\":\"reserved\"}",
              id);
-    const char *args[] = {"7",
+    const char *args[] = {"8",
                           STOCK,
                           SVER,
                           CNT,
@@ -258,6 +258,7 @@ static redisReply *commit(const char *id, const char *cap)
                           "inv:2:{" SKU "/0}:idem",
                           DUE,
                           LOG,
+                          "inv:2:{" SKU "/0}:rver",
                           "5",
                           "2",
                           id,
@@ -270,8 +271,13 @@ static redisReply *commit(const char *id, const char *cap)
                           cap,
                           "u1",
                           SKU,
+                          "0",
+                          "",
+                          "",
+                          "0",
+                          "",
                           "0"};
-    return eval(STORE_LUA_COMMIT_ATOMIC, 21, args);
+    return eval(STORE_LUA_COMMIT_ATOMIC, 27, args);
 }
 
 static void test_order_log(void **state)

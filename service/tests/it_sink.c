@@ -16,7 +16,11 @@
  *     order's row has its one part); reconcile skips part records and compares parts; an
  *     orders table without the parts column gets it when a sink starts;
  *   - Redis paused (no answers): the sink backs off and catches up;
- *   - on a Redis Cluster of three masters the same holds.
+ *   - on a Redis Cluster of three masters the same holds;
+ *   - issue 29, with real inventoryd processes: the logs of segments a smaller re-PUT or a DELETE
+ *     dropped are found, written, then deleted once drained (one Redis and the cluster);
+ *     instances without --order-log: the sink says so (log, /metrics, /healthz) and backfills
+ *     from Redis's order records, reconcile names the gap and --repair closes it.
  * Each test uses its own SKUs; the sinks run with short maintenance and claim periods.
  */
 #include "svc_test.h"
@@ -1057,6 +1061,256 @@ static void test_redis_paused_then_resumed(void **state)
     sink_free(p);
 }
 
+/* ---- issue 29: the log and the sink agree by construction ---- */
+
+/* reconcile with one more flag (NULL: none), as reconcile does. */
+static int reconcile_with(const char *sku, const char *flag, char *out, size_t cap)
+{
+    const char *bin = sink_binary();
+    SF_ASSERT(bin != NULL, "%s", "no inventory-sink binary");
+    char path[256];
+    snprintf(path, sizeof path, "%s/reconcile.out", rf_dir(redis));
+    const char *argv[] = {bin,         "reconcile", "--redis", target, "--db",
+                          mdb_url(db), "--sku",     sku,       flag,   NULL};
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    pid_t pid = pr_spawn(argv, fd, -1);
+    if (fd >= 0)
+        close(fd);
+    SF_ASSERT(pid > 0, "%s", "spawn reconcile");
+    int status;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* n orders of one unit of sku through the instance on port; each id into ids[i] when ids. */
+static void place_orders(int port, const char *sku, int n, char (*ids)[160])
+{
+    for (int i = 0; i < n; i++) {
+        sf_resp r = {0};
+        int st = sf_order(NULL, port, sku, 1, &r);
+        SF_ASSERT(st == 201, "order %d of %s: %s", i, sku, sf_resp_summary(&r));
+        const char *id = json_string_value(json_object_get(r.json, "order_id"));
+        SF_ASSERT(id != NULL, "order %d of %s has no order_id", i, sku);
+        if (ids != NULL)
+            snprintf(ids[i], 160, "%s", id);
+        sf_resp_free(&r);
+    }
+}
+
+/* Streams of segments [from, to) of sku that exist. */
+static long long logs_left(const char *sku, int from, int to)
+{
+    long long n = 0;
+    for (int k = from; k < to; k++)
+        n += rint_("EXISTS inv:2:{%s/%d}:log", sku, k);
+    return n;
+}
+
+/* Waits (at most timeout_ms) until no stream of [from, to) of sku exists. The last count. */
+static long long wait_logs_gone(const char *sku, int from, int to, int timeout_ms)
+{
+    int64_t deadline = tu_now_ms() + timeout_ms;
+    long long n;
+    while ((n = logs_left(sku, from, to)) != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    return n;
+}
+
+/* A row the backfill moved up is not moved down by an older change's entry arriving later
+ * (took 1 s): an order created with a log entry, then cancelled without one (an instance
+ * without --order-log); reconcile --repair writes the cancelled row first (stream id 0-0), then
+ * the sink delivers the created entry, newer by id: the row stays cancelled (statuses move up
+ * only: reserved < created < confirmed < expired < cancelled). Without that rule the row went
+ * back to created and reconcile named it. */
+static void test_backfilled_status_is_not_moved_down(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    make_sku("t29r", 1);
+    char order[160];
+    order_name(order, sizeof order, "t29r", 0, 1);
+    log_event("t29r", 0, order, "created", 2, "u1", NULL);
+    char rec[512];
+    snprintf(rec, sizeof rec,
+             "{\"order_id\":\"%s\",\"sku\":\"t29r\",\"quantity\":2,\"segment\":0,"
+             "\"user_id\":\"u1\",\"created_at\":\"2026-11-25T00:00:00.000Z\",\"status\":"
+             "\"cancelled\"}",
+             order);
+    redisReply *r = rcmd("HSET inv:2:{t29r/0}:orders %s %s", order, rec);
+    SF_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER, "%s", "HSET the cancelled record");
+    freeReplyObject(r);
+    char out[8192];
+    int rc = reconcile_with("t29r", "--repair", out, sizeof out);
+    SF_ASSERT(rc == 1 && strstr(out, "log_unread") != NULL,
+              "reconcile --repair before the sink: exit %d, want 1 (the log unread):\n%s", rc, out);
+    SF_ASSERT_EQ(mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t29r' AND "
+                                "status='cancelled'"),
+                 1);
+    sink_proc *p = sink_start("t29r-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "t29r", 1, 10000), 1);
+    SF_ASSERT_EQ(mdb_scalar(db, "SELECT COUNT(*) FROM orders WHERE sku='t29r' AND "
+                                "status='cancelled'"),
+                 1);
+    SF_ASSERT_EQ(wait_pending_zero("t29r", 1, 5000), 0);
+    assert_reconciled("t29r");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+}
+
+/* Issue 29 item 3, the reproduction (took 3-4 s): --order-log, 100 orders into 8 segments, a
+ * PUT down to 2 segments, and only then a sink. Before: the database got the orders of
+ * segments 0 and 1 only (about 26 of 100), because the sink followed [0, max(segments, hwm))
+ * and hwm came down with the roll-out; reconcile said nothing of the 6 logs left. Now the
+ * dropped segments' logs stay findable (meta's lhwm), reconcile names them while unread, the
+ * sink writes every entry, then deletes each drained log and lowers lhwm. */
+static void test_shrinking_put_keeps_the_dropped_logs(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "i29p", 1000, 8, &r), 201);
+    place_orders(port, "i29p", 100, NULL);
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "i29p", 10, 2, &r), 200);
+    sf_resp_free(&r);
+    json_t *st = sf_sku_status(port, "i29p"); /* the layout rolled out */
+    SF_ASSERT(st != NULL && json_array_size(json_object_get(st, "segments")) == 2, "%s",
+              "i29p has 2 segments");
+    json_decref(st);
+    SF_ASSERT(logs_left("i29p", 2, 8) > 0, "%s", "no log of a dropped segment: proves nothing");
+    char out[16384];
+    int rc = reconcile_with("i29p", NULL, out, sizeof out);
+    SF_ASSERT(rc == 1 && strstr(out, "log_unread inv:2:{i29p/") != NULL,
+              "reconcile before the sink: exit %d, want 1 naming the unread logs:\n%s", rc, out);
+
+    sink_proc *p = sink_start("i29p-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "i29p", 100, 15000), 100);
+    SF_ASSERT_EQ(db_count("orders", "i29p"), 100);
+    SF_ASSERT_EQ(wait_logs_gone("i29p", 2, 8, 10000), 0);
+    int64_t deadline = tu_now_ms() + 5000;
+    while (rint_("HEXISTS inv:2:{i29p}:meta lhwm") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("HEXISTS inv:2:{i29p}:meta lhwm"), 0);
+    SF_ASSERT_EQ(logs_left("i29p", 0, 2), 2); /* the layout's own logs stay */
+    assert_reconciled("i29p");
+    /* The new layout's orders are logged and compared as before. */
+    place_orders(port, "i29p", 5, NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "i29p", 105, 10000), 105);
+    assert_reconciled("i29p");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
+/* Issue 29 item 3 with a DELETE (took 3 s): 60 orders into 8 segments, DELETE, then a sink.
+ * Before: the DELETE took the SKU out of the registry, so no sink ever found its logs (0 rows).
+ * Now it stays registered while logs of its segments are left; the sink writes all 60, deletes
+ * the drained logs, and removes the SKU from the registry. */
+static void test_delete_keeps_the_logs_until_drained(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "i29d", 1000, 8, &r), 201);
+    place_orders(port, "i29d", 60, NULL);
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "DELETE", "/api/v1/skus/i29d", NULL, NULL, NULL, &r),
+                 204);
+    sf_resp_free(&r);
+    SF_ASSERT(logs_left("i29d", 0, 8) > 0, "%s", "no log left: proves nothing");
+    SF_ASSERT_EQ(rint_("SISMEMBER inv:2:skus i29d"), 1);
+    char out[16384];
+    int rc = reconcile_with("i29d", NULL, out, sizeof out);
+    SF_ASSERT(rc == 1 && strstr(out, "log_unread inv:2:{i29d/") != NULL,
+              "reconcile before the sink: exit %d, want 1 naming the unread logs:\n%s", rc, out);
+
+    sink_proc *p = sink_start("i29d-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "i29d", 60, 15000), 60);
+    SF_ASSERT_EQ(wait_logs_gone("i29d", 0, 8, 10000), 0);
+    int64_t deadline = tu_now_ms() + 5000;
+    while (rint_("SISMEMBER inv:2:skus i29d") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("SISMEMBER inv:2:skus i29d"), 0);
+    assert_reconciled("i29d");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
+/* Issue 29 item 4 (took 2-3 s): an instance without --order-log and a sink beside it. Before:
+ * 10 orders, 0 rows, and the sink's log, /metrics and /healthz all said nothing was wrong.
+ * Now: reconcile names the orders the database lacks, reconcile --repair writes them from
+ * Redis's records; a running sink finds the changes counted without a log entry (cnt's u),
+ * says so (log, inventory_sink_unlogged_total, inventory_sink_order_log_missing, /healthz 503
+ * "order_log":"missing") and backfills them, a cancel's status included. */
+static void test_sink_over_instances_without_the_log(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    sf_service *svc = sf_start(target, NULL);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd (no --order-log)");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "i29n", 100, 4, &r), 201);
+    sf_resp_free(&r);
+    place_orders(port, "i29n", 4, NULL);
+    char out[16384];
+    int rc = reconcile_with("i29n", NULL, out, sizeof out);
+    SF_ASSERT(rc == 1 && strstr(out, "missing_in_db ") != NULL,
+              "reconcile: exit %d, want 1 naming the missing orders:\n%s", rc, out);
+    rc = reconcile_with("i29n", "--repair", out, sizeof out);
+    SF_ASSERT(rc == 0, "reconcile --repair: exit %d:\n%s", rc, out);
+    SF_ASSERT_EQ(db_count("orders", "i29n"), 4);
+    assert_reconciled("i29n");
+
+    sink_proc *p = sink_start("i29n-a", NULL);
+    char ids[6][160];
+    place_orders(port, "i29n", 6, ids);
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/orders/%s", ids[0]);
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r), 200);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(wait_rows("orders", "i29n", 10, 10000), 10);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM orders WHERE order_id = '%s' AND "
+             "status = 'cancelled'",
+             ids[0]);
+    int64_t deadline = tu_now_ms() + 10000;
+    while (mdb_scalar(db, sql) != 1 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    /* the metrics and the log line come just after the rows' commit */
+    deadline = tu_now_ms() + 5000;
+    while ((metric(p, "inventory_sink_unlogged_total") < 7 || !sink_log_has(p, "sink_unlogged")) &&
+           tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT(metric(p, "inventory_sink_unlogged_total") >= 7, "unlogged_total %g",
+              metric(p, "inventory_sink_unlogged_total"));
+    SF_ASSERT_EQ(metric(p, "inventory_sink_order_log_missing"), 1);
+    SF_ASSERT(sink_log_has(p, "sink_unlogged"), "%s", "the sink's log says nothing");
+    sf_resp h = {0};
+    SF_ASSERT_EQ(sf_http(p->metrics_port, "GET", "/healthz", NULL, NULL, 0, &h), 503);
+    SF_ASSERT(h.body != NULL && strstr(h.body, "\"order_log\":\"missing\"") != NULL, "/healthz: %s",
+              h.body ? h.body : "(none)");
+    sf_resp_free(&h);
+    assert_reconciled("i29n");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 /* The same sink on a Redis Cluster of three masters: the segments' streams live on different
  * masters, and every command of the sink (and of reconcile) reaches the right one. Last: it
  * points the helpers at the cluster. */
@@ -1102,6 +1356,52 @@ static void test_cluster(void **state)
     sink_free(p);
 }
 
+/* Issue 29 item 3 on the Redis Cluster of test_cluster (after it; took 4-6 s): inventoryd on the
+ * cluster with --order-log, 80 orders into 8 segments (streams on several masters), a PUT down
+ * to 2, a sink: all 80 land, the dropped logs are deleted on their masters and lhwm goes; then
+ * a DELETE: the SKU stays registered until its 2 logs are drained, then leaves the registry.
+ * Every read of the index (registry, meta, streams) is on its own slot. */
+static void test_cluster_dropped_logs(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    SF_ASSERT(cluster != NULL, "%s", "test_cluster's cluster");
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log on the cluster");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "c29", 1000, 8, &r), 201);
+    place_orders(port, "c29", 80, NULL);
+    SF_ASSERT_EQ(sf_put_sku(port, NULL, "c29", 10, 2, &r), 200);
+    sf_resp_free(&r);
+    json_t *st = sf_sku_status(port, "c29");
+    json_decref(st);
+    SF_ASSERT(logs_left("c29", 2, 8) > 0, "%s", "no log of a dropped segment: proves nothing");
+    sink_proc *p = sink_start("c29-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "c29", 80, 20000), 80);
+    SF_ASSERT_EQ(wait_logs_gone("c29", 2, 8, 10000), 0);
+    int64_t deadline = tu_now_ms() + 5000;
+    while (rint_("HEXISTS inv:2:{c29}:meta lhwm") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("HEXISTS inv:2:{c29}:meta lhwm"), 0);
+    assert_reconciled("c29");
+    place_orders(port, "c29", 4, NULL);
+    SF_ASSERT_EQ(sf_json_request(NULL, port, "DELETE", "/api/v1/skus/c29", NULL, NULL, NULL, &r),
+                 204);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(wait_rows("order_events", "c29", 84, 10000), 84);
+    SF_ASSERT_EQ(wait_logs_gone("c29", 0, 8, 10000), 0);
+    deadline = tu_now_ms() + 5000;
+    while (rint_("SISMEMBER inv:2:skus c29") != 0 && tu_now_ms() < deadline)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(rint_("SISMEMBER inv:2:skus c29"), 0);
+    assert_reconciled("c29");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1145,7 +1445,12 @@ int main(void)
         cmocka_unit_test_setup(test_multi_segment_order_lands_with_parts, per_test_setup),
         cmocka_unit_test_setup(test_old_table_gets_the_parts_column, per_test_setup),
         cmocka_unit_test_setup(test_redis_paused_then_resumed, per_test_setup),
+        cmocka_unit_test_setup(test_backfilled_status_is_not_moved_down, per_test_setup),
+        cmocka_unit_test_setup(test_shrinking_put_keeps_the_dropped_logs, per_test_setup),
+        cmocka_unit_test_setup(test_delete_keeps_the_logs_until_drained, per_test_setup),
+        cmocka_unit_test_setup(test_sink_over_instances_without_the_log, per_test_setup),
         cmocka_unit_test_setup(test_cluster, per_test_setup),
+        cmocka_unit_test_setup(test_cluster_dropped_logs, per_test_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -170,6 +170,13 @@ static void test_commit_verdict(void **state)
     assert_int_equal(v.at, 1795600000001LL);
     assert_true(order_walk_settles(v.r));
     assert_int_equal(order_walk_settled_outcome(v.r), OUT_ENDED);
+    /* older sale rules than the segment took from a PATCH: re-read them, as a stale layout */
+    order_walk_commit_verdict(pair(&p, STORE_COMMIT_RULES, 1795600000000123LL), &v);
+    assert_int_equal(v.r, SEG_STALE);
+    assert_true(v.rules);
+    assert_false(v.differs);
+    assert_int_equal(v.at, 1795600000000123LL);
+    assert_false(order_walk_settles(v.r));
     /* The commit may have run: a reply that is not {code, value} is an unknown outcome. */
     order_walk_commit_verdict(NULL, &v);
     assert_int_equal(v.r, SEG_UNKNOWN);
@@ -195,6 +202,7 @@ static void test_commit_codes_in_lua(void **state)
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-5), 0}"));
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-6), start}"));
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-7), fin}"));
+    assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {(-10), rv}"));
     assert_non_null(strstr(STORE_LUA_COMMIT_BODY, "return {1, left, rec}"));
 }
 

@@ -2,7 +2,10 @@
  * Unit tests of service/src/rules.c: RFC 3339 times parsed to ms since the epoch (valid forms,
  * offsets, fractions, and a table of garbage, impossible dates and out-of-range instants that
  * must be refused), formatted back ("YYYY-MM-DDTHH:MM:SS.mmmZ"), checked against libc's
- * gmtime_r over many random instants, and the rules as JSON.
+ * gmtime_r over many random instants, and the rules as JSON; and the one table of rules
+ * (rules_table.h): its rows as data, where store_commit_call and the commit script put the rules
+ * it is given, and docs/api.md's rule table and docs/openapi.yaml's schemas saying what the rows
+ * say (as test_config checks the settings' documents against config_options.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -16,7 +19,10 @@
 
 #include <cmocka.h>
 
+#include "errors.h"
 #include "rules.h"
+#include "store.h"
+#include "store_scripts.h"
 
 static int64_t parse_ok(const char *s)
 {
@@ -175,12 +181,294 @@ static void test_json(void **state)
     json_decref(o);
 }
 
+/* ---- the table (rules_table.h) ---- */
+
+/* The rows as data: names unique, ranges sane, get and set the members they name. */
+static void test_table_rows(void **state)
+{
+    (void)state;
+    assert_int_equal(RULES_N, sizeof(rules_rows) / sizeof(rules_rows[0]));
+    for (int i = 0; i < RULES_N; i++) {
+        const struct rules_row *w = &rules_rows[i];
+        assert_non_null(w->json);
+        assert_non_null(w->meta);
+        assert_true(w->lo >= 0 && w->lo <= w->hi);
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(w->json, rules_rows[j].json);
+            assert_string_not_equal(w->meta, rules_rows[j].meta);
+        }
+        assert_string_not_equal(w->meta, RULES_F_VERSION);
+        struct sku_rules r;
+        memset(&r, 0, sizeof(r));
+        rules_set(&r, i, w->hi);
+        for (int j = 0; j < RULES_N; j++)
+            assert_int_equal(rules_get(&r, j), j == i ? w->hi : 0);
+    }
+}
+
+/* The commit is given each rule of a row with an arg at that ARGV position, and the script reads
+ * it there (the position is one number of store_scripts.h, put into the Lua text by the build). */
+static void test_commit_args_from_the_table(void **state)
+{
+    (void)state;
+    struct sku_rules r;
+    memset(&r, 0, sizeof(r));
+    for (int i = 0; i < RULES_N; i++)
+        rules_set(&r, i, 1000 + i);
+    r.version = 77;
+    struct store_commit_in in = {.sku = "s",
+                                 .k = 3,
+                                 .version = 9,
+                                 .qty = 1,
+                                 .id = "id",
+                                 .record = "{}",
+                                 .idem = "",
+                                 .expiry = "0",
+                                 .rules = &r,
+                                 .user = ""};
+    struct store_commit_call c;
+    store_commit_call(&in, &c);
+    assert_int_equal(c.nargs, STORE_COMMIT_NARGS);
+    assert_string_equal(c.args[STORE_COMMIT_NARGS - 1], "77");
+    int given = 0;
+#define ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                     \
+    if (arg > 0) {                                                                                 \
+        char want[32], read[48];                                                                   \
+        snprintf(want, sizeof(want), "%d", 1000 + RULES_I_##id);                                   \
+        assert_string_equal(c.args[arg - 1], want);                                                \
+        snprintf(read, sizeof(read), "tonumber(ARGV[%d])", arg);                                   \
+        assert_non_null(strstr(STORE_LUA_COMMIT_BODY, read));                                      \
+        given++;                                                                                   \
+    }
+#define ARG_TIME_(id, json, jtext, deftext, meta, arg, ...)                                        \
+    ARG_(id, json, 0, 0, jtext, deftext, meta, arg, 0)
+    RULES_TABLE(ARG_, ARG_TIME_)
+#undef ARG_
+#undef ARG_TIME_
+    assert_int_equal(given, 3); /* sale_start, sale_end, ttl: the limit is read from the meta */
+    /* patch_rules.lua's window check names the two rows' meta fields */
+    assert_non_null(strstr(STORE_LUA_PATCH_RULES, "by['sale_start']"));
+    assert_string_equal(rules_rows[RULES_I_sale_start_ms].meta, "sale_start");
+    assert_non_null(strstr(STORE_LUA_PATCH_RULES, "by['sale_end']"));
+    assert_string_equal(rules_rows[RULES_I_sale_end_ms].meta, "sale_end");
+}
+
+static char *doc_text(const char *rel)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The "an order it refuses" cell of a row: "409 `code`", or "—" for none. */
+static void refusal_cell(const struct rules_row *w, char *out, size_t n)
+{
+    if (w->error == ERROR_NONE)
+        snprintf(out, n, "—");
+    else
+        snprintf(out, n, "%d `%s`", error_http_status((enum error_code)w->error),
+                 error_code_string((enum error_code)w->error));
+}
+
+/* docs/api.md "## Sale rules": one table row per rule, in the table's order, its cells
+ * | `json` | jtext | deftext | refusal | meaning |. */
+static void test_api_md_rule_table(void **state)
+{
+    (void)state;
+    char *doc = doc_text("docs/api.md");
+    const char *sec = strstr(doc, "\n## Sale rules");
+    assert_non_null(sec);
+    const char *end = strstr(sec + 1, "\n## ");
+    const char *line = strstr(sec, "\n|---");
+    assert_non_null(line);
+    int row = 0, failures = 0;
+    for (line = strchr(line + 1, '\n'); line && (!end || line < end) && line[1] == '|';
+         line = strchr(line + 1, '\n'), row++) {
+        char cells[5][160], want[5][160];
+        const char *p = line + 3; /* past "\n| " */
+        int n = 0;
+        while (n < 5) {
+            const char *bar = strstr(p, " |");
+            if (!bar)
+                break;
+            snprintf(cells[n], sizeof(cells[n]), "%.*s", (int)(bar - p), p);
+            n++;
+            p = bar + 3;
+        }
+        if (row >= RULES_N || n < 5) {
+            print_error("docs/api.md: rule table row %d: %.60s is no row of rules_table.h\n", row,
+                        line + 1);
+            failures++;
+            continue;
+        }
+        const struct rules_row *w = &rules_rows[row];
+        snprintf(want[0], sizeof(want[0]), "`%s`", w->json);
+        snprintf(want[1], sizeof(want[1]), "%s", w->jtext);
+        snprintf(want[2], sizeof(want[2]), "%s", w->deftext);
+        refusal_cell(w, want[3], sizeof(want[3]));
+        for (int c = 0; c < 4; c++)
+            if (strcmp(cells[c], want[c]) != 0) {
+                print_error("docs/api.md: rule %s, cell %d: \"%s\", rules_table.h says \"%s\"\n",
+                            w->json, c + 1, cells[c], want[c]);
+                failures++;
+            }
+    }
+    if (row != RULES_N) {
+        print_error("docs/api.md: %d rule rows, rules_table.h has %d\n", row, RULES_N);
+        failures++;
+    }
+    free(doc);
+    assert_int_equal(failures, 0);
+}
+
+/* The text of components/schemas/<name> in docs/openapi.yaml (4-space key, up to the next one),
+ * or NULL. */
+static char *yaml_schema(const char *doc, const char *name)
+{
+    char key[96];
+    snprintf(key, sizeof(key), "\n    %s:\n", name);
+    const char *b = strstr(doc, key);
+    if (!b)
+        return NULL;
+    b += strlen(key);
+    const char *e = b;
+    while ((e = strchr(e, '\n')) &&
+           !(e[1] == ' ' && e[2] == ' ' && e[3] == ' ' && e[4] == ' ' && e[5] != ' '))
+        e++;
+    size_t n = e ? (size_t)(e - b) + 1 : strlen(b); /* with its last line's newline */
+    char *out = malloc(n + 1);
+    assert_non_null(out);
+    memcpy(out, b, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* The names in the first "required: [...]" of block (may span lines), as ",a,b," into out. */
+static void yaml_required(const char *block, char *out, size_t n)
+{
+    const char *r = strstr(block, "required: [");
+    out[0] = '\0';
+    if (!r)
+        return;
+    size_t k = 0;
+    out[k++] = ',';
+    for (r += 11; *r && *r != ']' && k + 2 < n; r++)
+        if (*r != ' ' && *r != '\n')
+            out[k++] = *r;
+    out[k++] = ',';
+    out[k] = '\0';
+}
+
+static int has_required(const char *block, const char *name)
+{
+    char req[1024], want[96];
+    yaml_required(block, req, sizeof(req));
+    snprintf(want, sizeof(want), ",%s,", name);
+    return strstr(req, want) != NULL;
+}
+
+/* docs/openapi.yaml: each rule's request schema says its type and range, PUT's and PATCH's
+ * bodies take it (PATCH's any non-empty subset: one anyOf branch each), and the answers (rules,
+ * PUT's result, the status) require it; PATCH's body has no other property. */
+static void test_openapi_rules(void **state)
+{
+    (void)state;
+    char *doc = doc_text("docs/openapi.yaml");
+    char *put = yaml_schema(doc, "PutSkuRequest"), *patch = yaml_schema(doc, "PatchSkuRequest"),
+         *fields = yaml_schema(doc, "SkuRulesFields"),
+         *status = yaml_schema(doc, "SkuStatusFields");
+    assert_non_null(put);
+    assert_non_null(patch);
+    assert_non_null(fields);
+    assert_non_null(status);
+    int failures = 0;
+    for (int i = 0; i < RULES_N; i++) {
+        const struct rules_row *w = &rules_rows[i];
+        char want[256];
+        char *sch = yaml_schema(doc, w->schema);
+        if (!sch) {
+            print_error("docs/openapi.yaml: no schema %s (rule %s)\n", w->schema, w->json);
+            failures++;
+            continue;
+        }
+        if (w->kind == RULES_KIND_INT) {
+            char lo[64], hi[64];
+            snprintf(lo, sizeof(lo), "minimum: %lld\n", w->lo);
+            snprintf(hi, sizeof(hi), "maximum: %lld\n", w->hi);
+            if (!strstr(sch, "type: integer\n") || !strstr(sch, lo) || !strstr(sch, hi)) {
+                print_error("docs/openapi.yaml: %s is not an integer %lld..%lld (rule %s)\n",
+                            w->schema, w->lo, w->hi, w->json);
+                failures++;
+            }
+        } else if (!strstr(sch, "type: [string, 'null']\n") ||
+                   !strstr(sch, "format: date-time\n")) {
+            print_error("docs/openapi.yaml: %s is not a date-time or null (rule %s)\n", w->schema,
+                        w->json);
+            failures++;
+        }
+        free(sch);
+        snprintf(want, sizeof(want), "\n        %s: {$ref: '#/components/schemas/%s'}\n", w->json,
+                 w->schema);
+        if (!strstr(put, want) || !strstr(patch, want)) {
+            print_error("docs/openapi.yaml: PutSkuRequest / PatchSkuRequest lack %s", want + 1);
+            failures++;
+        }
+        snprintf(want, sizeof(want), "\n        - required: [%s]\n", w->json);
+        if (!strstr(patch, want)) {
+            print_error("docs/openapi.yaml: PatchSkuRequest's anyOf lacks %s", want + 1);
+            failures++;
+        }
+        snprintf(want, sizeof(want), "\n        %s: ", w->json);
+        if (!has_required(fields, w->json) || !strstr(fields, want) ||
+            !has_required(status, w->json) || !strstr(status, want)) {
+            print_error("docs/openapi.yaml: SkuRulesFields / SkuStatusFields do not require %s\n",
+                        w->json);
+            failures++;
+        }
+    }
+    /* PATCH's body: the rules and nothing else */
+    const char *props = strstr(patch, "\n      properties:\n");
+    assert_non_null(props);
+    int nprops = 0;
+    for (const char *l = strchr(props + 1, '\n');
+         l && strncmp(l, "\n        ", 9) == 0 && l[9] != ' '; l = strchr(l + 1, '\n'))
+        nprops++;
+    if (nprops != RULES_N) {
+        print_error("docs/openapi.yaml: PatchSkuRequest has %d properties, rules_table.h %d rows\n",
+                    nprops, RULES_N);
+        failures++;
+    }
+    free(put);
+    free(patch);
+    free(fields);
+    free(status);
+    free(doc);
+    assert_int_equal(failures, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_valid), cmocka_unit_test(test_parse_invalid),
-        cmocka_unit_test(test_format_time), cmocka_unit_test(test_round_trip_against_gmtime),
+        cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_parse_invalid),
+        cmocka_unit_test(test_format_time),
+        cmocka_unit_test(test_round_trip_against_gmtime),
         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_table_rows),
+        cmocka_unit_test(test_commit_args_from_the_table),
+        cmocka_unit_test(test_api_md_rule_table),
+        cmocka_unit_test(test_openapi_rules),
     };
     return cmocka_run_group_tests_name("rules", tests, NULL, NULL);
 }

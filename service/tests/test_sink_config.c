@@ -123,6 +123,12 @@ static void test_defaults_and_precedence(void **state)
         0);
     assert_int_equal(cfg.reconcile, 1);
     assert_string_equal(cfg.sku, "A");
+    assert_int_equal(cfg.repair, 0);
+    assert_int_equal(load(&cfg, err, sizeof err, "reconcile", "--db", "mysql://u:p@h/db", "--sku",
+                          "A", "--repair", NULL),
+                     0);
+    assert_int_equal(cfg.repair, 1); /* a bare flag: --sku's value is not taken for it */
+    assert_string_equal(cfg.sku, "A");
 }
 
 static void test_bad_settings_are_refused(void **state)
@@ -160,6 +166,9 @@ static void test_bad_settings_are_refused(void **state)
     assert_int_equal(load(&cfg, err, sizeof err, "reconcile", "--db", "mysql://u:p@h/db", NULL),
                      -1);
     assert_non_null(strstr(err, "reconcile needs --sku"));
+    /* --repair is reconcile's only: the sink refuses it */
+    assert_int_equal(load(&cfg, err, sizeof err, "--db", "mysql://u:p@h/db", "--repair", NULL), -1);
+    assert_non_null(strstr(err, "unknown argument \"--repair\""));
     char path[] = "/tmp/test_sink_config_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);

@@ -248,6 +248,7 @@ static void test_seg_keys(void **state)
             SAME(give);
             SAME(log);
             SAME(follow);
+            SAME(rver);
 #undef SAME
         }
 }

@@ -360,35 +360,41 @@ static void test_rules_valid(void **state)
          "\"2026-11-25T18:00:00Z\",\"sale_end\":\"2026-11-25T19:00:00.250+01:00\","
          "\"reservation_ttl_s\":600}",
          0,
-         {2, 1795629600000LL, 1795629600250LL, 600}},
+         {.limit_per_user = 2,
+          .sale_start_ms = 1795629600000LL,
+          .sale_end_ms = 1795629600250LL,
+          .ttl_s = 600}},
         {PUT_SKU,
          "{\"stock\":5,\"segments\":2,\"limit_per_user\":0,\"sale_start\":null,"
          "\"sale_end\":null,\"reservation_ttl_s\":0}",
          0,
-         {0, 0, 0, 0}},
+         {.limit_per_user = 0}},
         {PUT_SKU,
          "{\"stock\":5,\"segments\":2,\"limit_per_user\":1000000,\"reservation_ttl_s\":2592000,"
          "\"sale_end\":\"9999-12-31T23:59:59.999Z\"}",
          0,
-         {1000000, 0, RULES_TIME_MAX, 2592000}},
-        {PATCH, "{\"limit_per_user\":3}", VALIDATE_RULE_LIMIT, {3, 0, 0, 0}},
-        {PATCH, "{\"limit_per_user\":0}", VALIDATE_RULE_LIMIT, {0, 0, 0, 0}},
-        {PATCH, "{\"sale_start\":null}", VALIDATE_RULE_START, {0, 0, 0, 0}},
+         {.limit_per_user = 1000000, .sale_end_ms = RULES_TIME_MAX, .ttl_s = 2592000}},
+        {PATCH, "{\"limit_per_user\":3}", VALIDATE_RULE_LIMIT, {.limit_per_user = 3}},
+        {PATCH, "{\"limit_per_user\":0}", VALIDATE_RULE_LIMIT, {.limit_per_user = 0}},
+        {PATCH, "{\"sale_start\":null}", VALIDATE_RULE_START, {.limit_per_user = 0}},
         {PATCH,
          "{\"sale_end\":\"2026-11-25T18:00:00Z\",\"x\":1}",
          VALIDATE_RULE_END,
-         {0, 0, 1795629600000LL, 0}},
+         {.sale_end_ms = 1795629600000LL}},
         /* the end alone may be before a start the SKU has: the merge judges it */
         {PATCH,
          "{\"sale_end\":\"1970-01-01T00:00:00.001Z\",\"sale_start\":null}",
          VALIDATE_RULE_END | VALIDATE_RULE_START,
-         {0, 0, 1, 0}},
-        {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {0, 0, 0, 1}},
+         {.sale_end_ms = 1}},
+        {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {.ttl_s = 1}},
         {PATCH,
          "{\"reservation_ttl_s\":5,\"limit_per_user\":1,\"sale_start\":\"2026-01-01T00:00:00Z\","
          "\"sale_end\":\"2026-01-01T00:00:00.001Z\"}",
          15,
-         {1, 1767225600000LL, 1767225600001LL, 5}},
+         {.limit_per_user = 1,
+          .sale_start_ms = 1767225600000LL,
+          .sale_end_ms = 1767225600001LL,
+          .ttl_s = 5}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct validate_order o;
@@ -401,10 +407,8 @@ static void test_rules_valid(void **state)
         const struct sku_rules *got = cases[i].kind == PATCH ? &pr.rules : &p.rules;
         if (cases[i].kind == PATCH)
             assert_int_equal(pr.fields, cases[i].fields);
-        assert_int_equal(got->limit_per_user, cases[i].want.limit_per_user);
-        assert_int_equal(got->sale_start_ms, cases[i].want.sale_start_ms);
-        assert_int_equal(got->sale_end_ms, cases[i].want.sale_end_ms);
-        assert_int_equal(got->ttl_s, cases[i].want.ttl_s);
+        for (int j = 0; j < RULES_N; j++) /* every rule of rules_table.h */
+            assert_int_equal(rules_get(got, j), rules_get(&cases[i].want, j));
     }
 }
 

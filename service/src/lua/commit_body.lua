@@ -1,15 +1,20 @@
 -- The order commit, as the body of a lockcore fenced script (the guard has checked that this
 -- request still holds the segment's lock with its fencing token, and releases it afterwards).
--- KEYS: stock, sver, cnt, orders, idem, due, log[, users, meta].  ARGV: version, quantity, order id, record,
--- idem key (may be ""), the expiry in Redis ms of the request's Idempotency-Key claim and
--- per-user reservation ("0": neither), sale_start, sale_end (Redis ms, "0": none), hold TTL in s
--- ("0": the order is final at once), the order log's cap ("0": no order log; else the most
--- entries its stream may hold before new orders are refused), and for the log's entry: the
--- user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
+-- KEYS: stock, sver, cnt, orders, idem, due, log, rver[, users, meta[, hold index]].
+-- ARGV: version, quantity, order id, record, idem key (may be ""), the expiry in Redis ms of
+-- the request's Idempotency-Key claim and per-user reservation ("0": neither), sale_start,
+-- sale_end (Redis ms, "0": none), hold TTL in s ("0": the order is final at once) (the rules at
+-- their STORE_COMMIT_ARG_* positions, rules_table.h), the order log's cap ("0": no order log;
+-- else the most entries its stream may hold before new orders are refused), and for the log's
+-- entry: the user ("" none), the SKU, the segment; then the record's kind ("" a one-segment order,
 -- "primary" the record of a multi-segment order, "part" another of its parts: docs/design.md
 -- "Orders larger than one segment"), and for a primary its parts "k:q,..." and its total units
 -- (the order log's entry); then, when the user's limit is checked here (one Redis: KEYS users,
--- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key).
+-- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key), else "";
+-- then the version of the sale rules the order was judged by (meta's rver, layout_read.lua;
+-- STORE_COMMIT_ARG_RULES_VERSION).
+-- KEYS[11], on one Redis with a hold: the hold index (store.h store_holds_key; KEYS users and
+-- meta are then declared even without the limit's check).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
 --    comes back with its expires_at (on this Redis's clock), to be answered as it is stored.
 -- Nothing is written unless the result is 1: every read and check comes first, and the first
@@ -23,7 +28,15 @@
 local sv = redis.call('GET', KEYS[2])
 if sv and not int(sv) then return {STORE_COMMIT_DAMAGED, 0} end
 if sv ~= ARGV[1] then return {STORE_COMMIT_VERSION, int(sv or '0')} end
-local start, fin, ttl = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+-- >> the sale rules' version (docs/design.md "The sale rules' version"): a PATCH raised this
+-- segment's rver before it answered; rules older than that are stale: refused, re-read
+local rv = int(redis.call('GET', KEYS[8]) or '0')
+if not rv then return {STORE_COMMIT_DAMAGED, 0} end
+if rv > tonumber(ARGV[STORE_COMMIT_ARG_RULES_VERSION]) then return {STORE_COMMIT_RULES, rv} end
+-- <<
+local start = tonumber(ARGV[STORE_COMMIT_ARG_SALE_START])
+local fin = tonumber(ARGV[STORE_COMMIT_ARG_SALE_END])
+local ttl = tonumber(ARGV[STORE_COMMIT_ARG_TTL])
 local cap = tonumber(ARGV[10])
 -- a part of a multi-segment order: no order log entry, no due-set entry (its primary's expiry
 -- ends it), no Idempotency-Key (the primary's)
@@ -51,12 +64,12 @@ local q = tonumber(ARGV[2])
 -- entry is written with the order (known committed, expiry 0) and no reservation goes before
 local ue
 local hex = ARGV[17]
-if hex and not part then
-  local lim = redis.call('HGET', KEYS[9], 'limit')
+if hex ~= '' and not part then
+  local lim = redis.call('HGET', KEYS[10], 'limit')
   if lim and not int(lim) then return {STORE_COMMIT_DAMAGED, 0} end
   lim = int(lim or '0')
   if lim > 0 then
-    ue = entries_read(ARGV[11], KEYS[8])
+    ue = entries_read(ARGV[11], KEYS[9])
     if not ue then return {STORE_COMMIT_DAMAGED, 0} end
     if not ue[hex] then
       local held, open = 0, 0
@@ -64,7 +77,29 @@ if hex and not part then
         held = held + v[1]
         if v[2] > 0 then open = open + 1 end
       end
-      if held + q > lim then return {STORE_COMMIT_LIMIT, lim, held, open} end
+      if held + q > lim then
+        -- issue 29: before refusing, an entry known committed (segment known) whose order has
+        -- ended or no longer exists (a cancel or expiry whose give-back is still queued; an
+        -- order a PUT's reset wiped) counts for nothing and goes with this order's write; its
+        -- give-back, when drained, finds it gone (user_release.lua), so the count drops once
+        held = 0
+        for h, v in pairs(ue) do
+          if v[2] == 0 and v[3] >= 0 then
+            local okey = string.gsub(KEYS[4], '/%d+}:orders$', '/' .. v[3] .. '}:orders')
+            local rec = redis.call('HGET', okey, h .. '-' .. v[3] .. '-' .. ARGV[12])
+            local ok, o = pcall(cjson.decode, rec or '')
+            if not rec or (ok and type(o) == 'table' and
+                           (o.status == 'cancelled' or o.status == 'expired')) then
+              ue[h] = nil
+            else
+              held = held + v[1]
+            end
+          else
+            held = held + v[1]
+          end
+        end
+        if held + q > lim then return {STORE_COMMIT_LIMIT, lim, held, open} end
+      end
     end
   end
 end
@@ -82,8 +117,11 @@ if not part then redis.call('HINCRBY', KEYS[3], 'o', 1) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[5], ARGV[5], ARGV[3]) end
 if ue then
   ue[hex] = {q, 0, tonumber(ARGV[13])}
-  entries_write(ARGV[11], ue, KEYS[8])
+  entries_write(ARGV[11], ue, KEYS[9])
 end
+-- issue 29 (order log, inventory-sink): an order not logged is counted in cnt's u, for the sink
+-- to find and backfill from the order record (docs/design.md "The order log")
+if cap == 0 and not part then redis.call('HINCRBY', KEYS[3], 'u', 1) end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then
     log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
@@ -97,6 +135,9 @@ if ttl > 0 then
   redis.call('HINCRBY', KEYS[3], 'r', q)
   if part then return {STORE_COMMIT_OK, left} end
   redis.call('ZADD', KEYS[6], exp, ARGV[3])
+  -- issue 29: the sweeper finds the hold from Redis, not from the rules (docs/design.md "The
+  -- sweeper"); LT: the index's score never passes the segment's earliest hold
+  if KEYS[11] then redis.call('ZADD', KEYS[11], 'LT', exp, ARGV[12] .. '/' .. ARGV[13]) end
   return {STORE_COMMIT_OK, left, rec}
 end
 return {STORE_COMMIT_OK, left}

@@ -4,8 +4,12 @@
 -- any number of times: a hold expires once, since it leaves the due set in the step that
 -- expires it. A part of a multi-segment order is never in the due set (its primary is): one
 -- found there only leaves it.
--- KEYS: stock, cnt, orders, due, give, log, sver, follow.  ARGV: most holds to expire, most
--- give-backs to return, "1" with the order log, most follows to return.
+-- KEYS: stock, cnt, orders, due, give, log, sver, follow[, the hold index].  ARGV: most holds
+-- to expire, most give-backs to return, "1" with the order log, most follows to return[, the
+-- segment's member in the hold index, "<sku>/<k>"]. With the hold index (one Redis: store.h
+-- store_holds_key), the segment's turn there is set to its next hold's expiry in this same
+-- step, or the segment leaves the index when it has no hold left: the index never says later
+-- than the segment's earliest hold (the commit of a hold only lowers it).
 -- -> {expired, damaged, now, next due (Redis ms, 0: none), give-backs queued, follows queued,
 --    give-backs returned (g), member, ... (g of them), follow member, ...}: the first give-backs
 --    of the queue (oldest first) for the caller to apply (sweep.h, giveback_async), then the
@@ -32,6 +36,10 @@ end
 local nxt = 0
 local first = redis.call('ZRANGE', KEYS[4], bad, bad, 'WITHSCORES')
 if first[2] then nxt = tonumber(first[2]) end
+if KEYS[9] then
+  if nxt > 0 then redis.call('ZADD', KEYS[9], nxt, ARGV[5])
+  else redis.call('ZREM', KEYS[9], ARGV[5]) end
+end
 local give = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[2]) - 1)
 local follow = {}
 local ft = redis.call('TYPE', KEYS[8])

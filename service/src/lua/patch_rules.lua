@@ -1,32 +1,47 @@
--- PATCH's merge of a SKU's sale rules (rules.h), in one step: the fields given replace the
--- meta's, the others stay; the merged rules are checked (sale_end after sale_start when both
--- are set) and written, or nothing is. Stock, layout and version are not touched. A damaged
--- number (version, segments or a rule) fails it with nothing written.
--- KEYS: meta.  ARGV: limit, sale_start ms, sale_end ms, ttl s: each a canonical integer ("0":
--- none), or "" to keep the meta's.
--- -> {STORE_PATCH_OK, limit, sale_start, sale_end, ttl} (the merged rules, numbers) |
---    {STORE_PATCH_NONE} no such SKU (or deleted) | {STORE_PATCH_INVALID, sale_start, sale_end}
+-- PATCH's merge of a SKU's sale rules (rules_table.h), in one step: the fields given replace
+-- the meta's, the others stay; the merged rules are checked (sale_end after sale_start when both
+-- are set) and written with a new rules version (rver: above the meta's and Redis's clock in
+-- microseconds, next_id.lua, so that a failover losing this write cannot hand the same version
+-- out again), or nothing is. Stock, layout and version are not touched. A damaged number
+-- (version, segments, hwm, rver or a rule) fails it with nothing written. The caller then
+-- raises every segment's rver key to the new version (rules_push.lua) before it answers:
+-- docs/design.md "The sale rules' version".
+-- KEYS: meta.  ARGV: a rules version the new one must pass ("0": none; a segment's, ahead of
+-- the meta: layout_note_rules_ahead), then for each rule its meta field and its value: a
+-- canonical integer ("0": none), or "" to keep the meta's.
+-- -> {STORE_PATCH_OK, rver, segments to push to, the merged rules in ARGV's order} (numbers;
+--    the segments [0, max(segments, hwm))) | {STORE_PATCH_NONE} no such SKU (or deleted) |
+--    {STORE_PATCH_INVALID, sale_start, sale_end}
 -- @include int.lua
-local names = {'limit', 'sale_start', 'sale_end', 'ttl'}
-local m = redis.call('HMGET', KEYS[1], 'version', 'segments', names[1], names[2], names[3],
-                    names[4])
-for i = 1, 6 do
+local names = {}
+for i = 2, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+local m = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm', 'rver', unpack(names))
+for i = 1, 4 + #names do
   if m[i] and not int(m[i]) then return damaged(KEYS[1]) end
 end
 if not m[1] or not m[2] or int(m[2]) <= 0 then return {STORE_PATCH_NONE} end
-local v = {}
-for i = 1, 4 do
-  local a = ARGV[i]
+local v, by = {}, {}
+for i = 1, #names do
+  local a = ARGV[2 * i + 1]
   if a ~= '' then
     if not int(a) or int(a) < 0 then
       return redis.error_reply('ERR patch_rules: ' .. names[i] .. ' is not a rule value')
     end
     v[i] = a
   else
-    v[i] = m[i + 2] or '0'
+    v[i] = m[4 + i] or '0'
   end
+  by[names[i]] = int(v[i])
 end
-local s, e = int(v[2]), int(v[3])
+-- the window's own check: its end after its start, in the merged rules
+local s, e = by['sale_start'] or 0, by['sale_end'] or 0
 if s > 0 and e > 0 and e <= s then return {STORE_PATCH_INVALID, s, e} end
-redis.call('HSET', KEYS[1], names[1], v[1], names[2], v[2], names[3], v[3], names[4], v[4])
-return {STORE_PATCH_OK, int(v[1]), s, e, int(v[4])}
+local prev = math.max(int(m[4] or '0'), tonumber(ARGV[1]) or 0)
+-- @include next_id.lua
+local out = {STORE_PATCH_OK, string.format('%.0f', nid), math.max(int(m[2]), int(m[3] or '0'))}
+for i = 1, #names do
+  redis.call('HSET', KEYS[1], names[i], v[i])
+  out[#out + 1] = int(v[i])
+end
+redis.call('HSET', KEYS[1], 'rver', out[2])
+return out

@@ -50,9 +50,11 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 void sink_config_usage(FILE *f)
 {
     fputs("usage: inventory-sink [options]\n"
-          "       inventory-sink reconcile --redis URL --db URL --sku S\n"
+          "       inventory-sink reconcile --redis URL --db URL --sku S [--repair]\n"
           "Moves the order log (Redis streams inv:2:{S/k}:log) into MySQL/MariaDB; reconcile\n"
-          "compares the database with Redis for one SKU (exit 0: equal, 1: differences).\n\n",
+          "compares the database with Redis for one SKU (exit 0: equal, 1: differences),\n"
+          "the SKU's log streams not yet drained by the sink included; --repair first writes\n"
+          "Redis's order records into the database (missing rows added, statuses moved up).\n\n",
           f);
     for (size_t i = 0; i < NOPTS; i++) {
         const struct sink_opt *o = &opts[i];
@@ -198,6 +200,10 @@ int sink_config_load(struct sink_config *cfg, int argc, char **argv, char *err, 
         if (strcmp(argv[i], "--version") == 0) {
             printf("inventory-sink %s\n", INVENTORYD_VERSION);
             return 1;
+        }
+        if (cfg->reconcile && strcmp(argv[i], "--repair") == 0) {
+            cfg->repair = 1; /* a bare flag, reconcile's only */
+            continue;
         }
         const struct sink_opt *o = find_flag(argv[i]);
         if (o == NULL) {

@@ -57,6 +57,7 @@ struct sink_config {
 #undef SINK_FIELD_INT
 #undef SINK_FIELD_STR
     int reconcile;               /* 1: the `reconcile` subcommand */
+    int repair;                  /* 1: reconcile --repair (backfill the database first) */
     enum config_log_level level; /* log_level parsed */
 };
 

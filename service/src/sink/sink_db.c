@@ -251,6 +251,14 @@ static int by_order(const void *a, const void *b)
     "(VALUES(last_stream_ms) > last_stream_ms OR (VALUES(last_stream_ms) = last_stream_ms AND "    \
     "VALUES(last_stream_seq) > last_stream_seq))"
 
+/* A status's place in an order's life: every change moves it up (reserved -> confirmed ->
+ * cancelled, created -> cancelled, reserved -> expired), so a row never moves down, whichever
+ * of a log entry and a backfill from Redis's record came first. */
+#define RANK(x) "FIELD(" x ", 'reserved', 'created', 'confirmed', 'expired', 'cancelled')"
+/* The new status (VALUES) against the row's: not lower, higher. */
+#define NOT_DOWN RANK("VALUES(status)") " >= " RANK("status")
+#define UP RANK("VALUES(status)") " > " RANK("status")
+
 int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *inserted, char *err,
                   size_t errlen)
 {
@@ -311,7 +319,7 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
      * never has a smaller ms), so NEWER still compares against the old id where it is used. */
     sql_add(&up, " ON DUPLICATE KEY UPDATE"
                  " created_at = LEAST(created_at, VALUES(created_at)),"
-                 " status = IF(" NEWER ", VALUES(status), status),"
+                 " status = IF(" NEWER " AND " NOT_DOWN ", VALUES(status), status),"
                  " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
                  " parts = IF(" NEWER " OR parts IS NULL, VALUES(parts), parts),"
                  " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
@@ -338,15 +346,72 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
     return rc;
 }
 
-int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, size_t *n, char *err,
-                   size_t errlen)
+int sink_db_backfill(sink_db *db, const struct sink_db_order *o, size_t n, long long *written,
+                     char *err, size_t errlen)
+{
+    *written = 0;
+    if (n == 0)
+        return 0;
+    struct sql ins = {0};
+    sql_add(&ins, "INSERT INTO orders (order_id, sku, segment, user_id, quantity, status, parts, "
+                  "created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ");
+    for (size_t i = 0; i < n; i++) {
+        sql_add(&ins, "%s(", i ? "," : "");
+        sql_str(&ins, db->conn, o[i].order, 0);
+        sql_add(&ins, ",");
+        sql_str(&ins, db->conn, o[i].sku, 0);
+        sql_add(&ins, ",%d,", o[i].segment);
+        sql_str(&ins, db->conn, o[i].user, 1);
+        sql_add(&ins, ",%lld,", o[i].quantity);
+        sql_str(&ins, db->conn, o[i].status, 0);
+        sql_add(&ins, ",");
+        sql_str(&ins, db->conn, o[i].parts ? o[i].parts : "", 1);
+        sql_add(&ins, ",");
+        if (o[i].created[0] != '\0')
+            sql_str(&ins, db->conn, o[i].created, 0);
+        else
+            sql_add(&ins, "UTC_TIMESTAMP(3)");
+        sql_add(&ins, ",UTC_TIMESTAMP(3),0,0)");
+    }
+    /* A row the log wrote keeps its ids (stream id 0-0 here: any entry is newer than a row
+     * backfilled) and only moves up (RANK); updated_at first, while status is the old one. */
+    sql_add(&ins, " ON DUPLICATE KEY UPDATE"
+                  " updated_at = IF(" UP ", VALUES(updated_at), updated_at),"
+                  " parts = IF(parts IS NULL, VALUES(parts), parts),"
+                  " status = IF(" UP ", VALUES(status), status)");
+    int rc = -1;
+    if (ins.oom)
+        snprintf(err, errlen, "out of memory building the backfill");
+    else if (run(db, ins.buf, ins.len, "backfill orders", err, errlen) == 0) {
+        /* affected rows: 1 per row inserted, 2 per row changed, 0 per row left */
+        long long a = (long long)mysql_affected_rows(db->conn);
+        if (mysql_commit(db->conn) != 0)
+            dberr(db, "commit", err, errlen);
+        else {
+            *written = a;
+            rc = 0;
+        }
+    }
+    if (rc != 0)
+        mysql_rollback(db->conn);
+    free(ins.buf);
+    return rc;
+}
+
+int sink_db_orders(sink_db *db, const char *sku, long long version, struct sink_db_order **out,
+                   size_t *n, char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
     struct sql q = {0};
-    sql_add(&q, "SELECT order_id, status, quantity, user_id, segment, parts FROM orders WHERE "
+    sql_add(&q, "SELECT order_id, status, quantity, user_id, segment, parts FROM orders o WHERE "
                 "sku = ");
     sql_str(&q, db->conn, sku, 0);
+    if (version > 0)
+        sql_add(&q,
+                " AND NOT EXISTS (SELECT 1 FROM order_events e WHERE e.order_id = o.order_id"
+                " AND e.version < %lld)",
+                version);
     sql_add(&q, " ORDER BY order_id");
     if (q.oom) {
         free(q.buf);

@@ -32,9 +32,11 @@ void sink_db_free(sink_db *db);
 int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *inserted, char *err,
                   size_t errlen);
 
-/* One row of orders for reconcile. */
+/* One row of orders for reconcile (and for the backfill: sku and created set too). */
 struct sink_db_order {
     char order[SINK_ORDER_MAX + 1];
+    char sku[SINK_SKU_MAX + 1];
+    char created[32]; /* "YYYY-MM-DD HH:MM:SS.mmm" UTC, "" for now */
     char status[16];
     long long quantity;
     char user[SINK_USER_MAX + 1]; /* "" for NULL */
@@ -43,10 +45,20 @@ struct sink_db_order {
                     column existed); reconcile turns it into "k:q,..." text in place */
 };
 
-/* Reads every orders row of sku, sorted by order_id, into a new array *out of *n rows (free
- * with sink_db_orders_free). 0, or -1 with err. */
-int sink_db_orders(sink_db *db, const char *sku, struct sink_db_order **out, size_t *n, char *err,
-                   size_t errlen);
+/* Reads the orders rows of sku, sorted by order_id, into a new array *out of *n rows (free
+ * with sink_db_orders_free): with version > 0 only those of that layout or a later one (no
+ * order_events row of theirs carries an older version: a PUT or DELETE since reset the older
+ * orders out of Redis). 0, or -1 with err. */
+int sink_db_orders(sink_db *db, const char *sku, long long version, struct sink_db_order **out,
+                   size_t *n, char *err, size_t errlen);
+
+/* Writes Redis's order records o[0..n) (order, sku, segment, user, quantity, status, parts as
+ * JSON text, created) into orders in one transaction: a missing row is inserted (stream id
+ * 0-0, so every log entry is newer), an existing one only moves its status up (never down:
+ * an entry's and a record's statuses meet in the same order of life) and gets parts when NULL.
+ * *written gets MariaDB's affected rows (1 per insert, 2 per change). 0, or -1 with err. */
+int sink_db_backfill(sink_db *db, const struct sink_db_order *o, size_t n, long long *written,
+                     char *err, size_t errlen);
 
 /* Frees what sink_db_orders (or reconcile) made: each row's parts, then the array. */
 void sink_db_orders_free(struct sink_db_order *o, size_t n);

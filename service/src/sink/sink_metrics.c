@@ -19,6 +19,8 @@ static atomic_ullong m_errors[SINK_ERR_KINDS];
 static atomic_llong m_oldest_ms, m_in_hand_ms;
 static atomic_llong m_pending, m_streams;
 static atomic_int m_redis_up, m_db_up;
+static atomic_ullong m_unlogged, m_backfilled;
+static atomic_llong m_unlogged_at_ms; /* monotonic ms of the last unlogged change found, 0 none */
 static const char *const error_labels[SINK_ERR_KINDS] = {"redis", "db", "malformed"};
 
 void sink_metrics_written(long long entries, long long duplicates)
@@ -80,6 +82,30 @@ void sink_metrics_health(int redis_up, int db_up)
     atomic_store_explicit(&m_db_up, db_up, memory_order_relaxed);
 }
 
+static long long unlogged_clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sink_metrics_unlogged(long long changes, long long backfilled)
+{
+    atomic_fetch_add_explicit(&m_unlogged, (unsigned long long)changes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m_backfilled, (unsigned long long)backfilled, memory_order_relaxed);
+    if (changes > 0) {
+        long long now = unlogged_clock_ms();
+        atomic_store_explicit(&m_unlogged_at_ms, now > 0 ? now : 1, memory_order_relaxed);
+    }
+}
+
+/* 1 while unlogged changes were found within SINK_UNLOGGED_HOLD_MS. */
+static int unlogged_now(void)
+{
+    long long at = atomic_load_explicit(&m_unlogged_at_ms, memory_order_relaxed);
+    return at > 0 && unlogged_clock_ms() - at < SINK_UNLOGGED_HOLD_MS;
+}
+
 static unsigned long long get(atomic_ullong *c)
 {
     return atomic_load_explicit(c, memory_order_relaxed);
@@ -116,6 +142,16 @@ char *sink_metrics_render(void)
                        (double)atomic_load_explicit(&m_pending, memory_order_relaxed));
     metrics_text_gauge(f, "inventory_sink_streams", "Segment streams followed.",
                        (double)atomic_load_explicit(&m_streams, memory_order_relaxed));
+    metrics_text_counter(f, "inventory_sink_unlogged_total",
+                         "Order changes found in Redis that no order-log entry carried "
+                         "(instances without --order-log).",
+                         get(&m_unlogged));
+    metrics_text_counter(f, "inventory_sink_backfilled_total",
+                         "Orders rows written or moved forward from Redis's order records.",
+                         get(&m_backfilled));
+    metrics_text_gauge(f, "inventory_sink_order_log_missing",
+                       "1 while unlogged order changes were found in the last 10 minutes.",
+                       unlogged_now());
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -161,10 +197,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(url, "/healthz") == 0) {
         int redis = atomic_load_explicit(&m_redis_up, memory_order_relaxed);
         int db = atomic_load_explicit(&m_db_up, memory_order_relaxed);
-        char body[128];
-        snprintf(body, sizeof body, "{\"status\":\"%s\",\"redis\":\"%s\",\"db\":\"%s\"}\n",
-                 redis && db ? "ok" : "degraded", redis ? "up" : "down", db ? "up" : "down");
-        return answer(conn, redis && db ? 200 : 503, strdup(body), "application/json");
+        int missing = unlogged_now();
+        int ok = redis && db && !missing;
+        char body[160];
+        snprintf(body, sizeof body,
+                 "{\"status\":\"%s\",\"redis\":\"%s\",\"db\":\"%s\",\"order_log\":\"%s\"}\n",
+                 ok ? "ok" : "degraded", redis ? "up" : "down", db ? "up" : "down",
+                 missing ? "missing" : "ok");
+        return answer(conn, ok ? 200 : 503, strdup(body), "application/json");
     }
     return answer(conn, 404, strdup("{\"error\":\"not found\"}\n"), "application/json");
 }

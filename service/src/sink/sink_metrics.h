@@ -19,6 +19,13 @@
  *                                            sink waits on the database)
  *   inventory_sink_pending                  entries delivered to the group and not acknowledged
  *   inventory_sink_streams                  segment streams followed
+ *   inventory_sink_unlogged_total           order changes found in Redis without a log entry
+ *                                            (segments' cnt `u`: instances without --order-log)
+ *   inventory_sink_backfilled_total         orders rows written or moved forward from Redis's
+ *                                            order records (the backfill of those changes)
+ *   inventory_sink_order_log_missing        1 while such changes were found in the last
+ *                                            SINK_UNLOGGED_HOLD_MS; /healthz then answers 503
+ *                                            with "order_log":"missing"
  */
 #ifndef INVENTORY_SINK_METRICS_H
 #define INVENTORY_SINK_METRICS_H
@@ -39,6 +46,11 @@ void sink_metrics_error(enum sink_error_kind kind);
 void sink_metrics_gauges(long long oldest_ms, long long pending);
 void sink_metrics_in_hand(long long oldest_ms);
 void sink_metrics_streams(long long streams);
+#define SINK_UNLOGGED_HOLD_MS 600000
+
+/* Counts order changes found without a log entry and the rows backfilled for them;
+ * changes > 0 also marks the order log missing (/healthz 503) for SINK_UNLOGGED_HOLD_MS. */
+void sink_metrics_unlogged(long long changes, long long backfilled);
 /* What /healthz answers: 200 when both are up, else 503 naming the one down. */
 void sink_metrics_health(int redis_up, int db_up);
 

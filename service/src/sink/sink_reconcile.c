@@ -1,7 +1,10 @@
 /*
- * sink_reconcile — `inventory-sink reconcile --sku S`: every order record of the SKU in Redis
- * (HGETALL inv:2:{S/k}:orders over k < max(segments, hwm) of its meta) against the orders rows
- * of the SKU in the database. Prints every difference on stdout, one a line:
+ * sink_reconcile — `inventory-sink reconcile --sku S [--repair]`: every order record of the SKU
+ * in Redis (HGETALL inv:2:{S/k}:orders over k < max(segments, hwm) of its meta) against the
+ * orders rows of the SKU's current layout in the database (rows none of whose order_events
+ * carries an older version: a PUT or DELETE reset the older orders out of Redis), and every log
+ * stream of the SKU (k < max(segments, hwm, lhwm): dropped segments' logs included) against the
+ * sink's consumer group. Prints every difference on stdout, one a line:
  *   missing_in_db <order> status=<s> quantity=<q>
  *   missing_in_redis <order> status=<s> quantity=<q>
  *   status <order> redis=<s> db=<s>
@@ -9,11 +12,15 @@
  *   user <order> redis=<u> db=<u>
  *   parts <order> redis=<k:q,...> db=<k:q,...>
  *   units <status> redis=<n> db=<n>
+ *   log_unread <stream> entries=<n> (no group sink: ...)
+ *   log_unacknowledged <stream> pending=<n> undelivered=<n>
  * and a summary on stderr. A multi-segment order is its primary record (the part records, with
  * part_of, are skipped: the database has one row per order); its parts are the record's
  * "parts", a one-segment order's its segment and quantity; a row's parts column NULL (written
  * before the column existed) reads as its segment and quantity. Run it when the sink's lag is 0
- * (inventory_sink_lag_seconds): an entry not yet written shows as a difference.
+ * (inventory_sink_lag_seconds): an entry not yet written shows as a difference. --repair first
+ * writes the records into the database (sink_db_backfill: missing rows added, statuses moved
+ * up), so what Redis has the database has; then compares.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,7 @@
 #include "sink.h"
 #include "sink_db.h"
 #include "sink_redis.h"
+#include "orderlog.h"
 #include "store.h"
 
 static const char *const statuses[] = {"created", "reserved", "confirmed", "expired", "cancelled"};
@@ -88,92 +96,269 @@ static int by_order_id(const void *a, const void *b)
                   ((const struct sink_db_order *)b)->order);
 }
 
-/* Reads the SKU's orders from Redis into a new sorted array. 0, or -1 (message on stderr). */
-static int redis_orders(sink_redis *r, const char *sku, struct sink_db_order **out, size_t *n)
+/* "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (a record's created_at) as DATETIME text into out; "" when it
+ * is not that. */
+static void record_time(const char *iso, char out[32])
 {
-    *out = NULL;
-    *n = 0;
+    static const char shape[] = "0000-00-00T00:00:00";
+    out[0] = '\0';
+    if (iso == NULL)
+        return;
+    size_t n = strlen(iso);
+    if (n < 20 || n > 24 || iso[n - 1] != 'Z' || (n > 20 && iso[19] != '.'))
+        return;
+    for (size_t i = 0; i + 1 < n; i++) {
+        char want = i < 19 ? shape[i] : i == 19 ? '.' : '0';
+        if (want == '0' ? (iso[i] < '0' || iso[i] > '9') : iso[i] != want)
+            return;
+    }
+    snprintf(out, 32, "%.*s", (int)(n - 1), iso);
+    out[10] = ' ';
+}
+
+int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
+                         struct sink_db_order **o, size_t *len, size_t *cap, char *err,
+                         size_t errlen)
+{
+    struct seg_keys keys;
+    store_seg_keys(sku, k, &keys);
+    const char *a[] = {"HGETALL", keys.orders};
+    char why[200];
+    redisReply *h = sink_redis_cmd(r, keys.orders, 2, a, why, sizeof why);
+    if (h == NULL || h->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "HGETALL %s: %s", keys.orders,
+                 h && h->type == REDIS_REPLY_ERROR ? h->str : why);
+        freeReplyObject(h);
+        return -1;
+    }
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        if (*len == *cap) {
+            size_t nc = *cap ? *cap * 2 : 64;
+            struct sink_db_order *g = realloc(*o, nc * sizeof **o);
+            if (g == NULL) {
+                freeReplyObject(h);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            *o = g;
+            *cap = nc;
+        }
+        struct sink_db_order *x = &(*o)[*len];
+        memset(x, 0, sizeof *x);
+        snprintf(x->order, sizeof x->order, "%s", h->element[i]->str);
+        snprintf(x->sku, sizeof x->sku, "%s", sku);
+        json_error_t je;
+        json_t *j = json_loadb(h->element[i + 1]->str, h->element[i + 1]->len, 0, &je);
+        if (json_object_get(j, "part_of") != NULL) {
+            json_decref(j); /* a part of a multi-segment order: its primary is the order */
+            continue;
+        }
+        const char *st = json_string_value(json_object_get(j, "status"));
+        const char *user = json_string_value(json_object_get(j, "user_id"));
+        json_t *q = json_object_get(j, "quantity");
+        snprintf(x->status, sizeof x->status, "%s", st ? st : "(unreadable)");
+        snprintf(x->user, sizeof x->user, "%s", user ? user : "");
+        x->quantity = json_is_integer(q) ? (long long)json_integer_value(q) : -1;
+        x->segment = k;
+        record_time(json_string_value(json_object_get(j, "created_at")), x->created);
+        char pt[SINK_PARTS_MAX + 16];
+        const json_t *parts = json_object_get(j, "parts");
+        if (parts != NULL)
+            parts_text(parts, pt, sizeof pt);
+        else
+            snprintf(pt, sizeof pt, "%d:%lld", k, x->quantity);
+        json_decref(j);
+        if (json_parts) {
+            /* "k:q,k:q" (checked by parts_text) as the orders table's JSON */
+            json_t *arr = json_array();
+            for (const char *c = pt; arr != NULL && *c != '\0';) {
+                long long seg, uq;
+                int used;
+                if (sscanf(c, "%lld:%lld%n", &seg, &uq, &used) != 2) {
+                    json_decref(arr);
+                    arr = NULL;
+                    break;
+                }
+                json_array_append_new(arr, json_pack("{s:I,s:I}", "segment", (json_int_t)seg,
+                                                     "quantity", (json_int_t)uq));
+                c += used;
+                if (*c == ',')
+                    c++;
+            }
+            x->parts = arr ? json_dumps(arr, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            json_decref(arr);
+            if (x->status[0] == '(' || x->quantity < 1 || x->parts == NULL) {
+                free(x->parts); /* not a record the scripts write: left for reconcile to name */
+                continue;
+            }
+            (*len)++;
+        } else {
+            (*len)++; /* counted before strdup: the free frees it */
+            if ((x->parts = strdup(pt)) == NULL) {
+                freeReplyObject(h);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+        }
+    }
+    freeReplyObject(h);
+    return 0;
+}
+
+/* The SKU's meta: segments, hwm, lhwm and version (0 when missing). 0, or -1 (on stderr). */
+static int read_meta(sink_redis *r, const char *sku, long long v[4])
+{
     char meta[STORE_KEY_MAX], err[200];
     store_sku_key(meta, sku, "meta");
-    const char *argv[] = {"HMGET", meta, "segments", "hwm"};
-    redisReply *m = sink_redis_cmd(r, meta, 4, argv, err, sizeof err);
-    if (m == NULL || m->type != REDIS_REPLY_ARRAY || m->elements != 2) {
+    const char *argv[] = {"HMGET", meta, "segments", "hwm", "lhwm", "version"};
+    redisReply *m = sink_redis_cmd(r, meta, 6, argv, err, sizeof err);
+    if (m == NULL || m->type != REDIS_REPLY_ARRAY || m->elements != 4) {
         fprintf(stderr, "reconcile: HMGET %s: %s\n", meta,
                 m && m->type == REDIS_REPLY_ERROR ? m->str : err);
         freeReplyObject(m);
         return -1;
     }
-    long long segs = 0;
-    for (int i = 0; i < 2; i++)
-        if (m->element[i] && m->element[i]->type == REDIS_REPLY_STRING) {
-            long long v = strtoll(m->element[i]->str, NULL, 10);
-            segs = v > segs ? v : segs;
-        }
+    for (int i = 0; i < 4; i++) {
+        v[i] = 0;
+        if (m->element[i] && m->element[i]->type == REDIS_REPLY_STRING)
+            v[i] = strtoll(m->element[i]->str, NULL, 10);
+        if (v[i] < 0)
+            v[i] = 0;
+    }
     freeReplyObject(m);
-    if (segs > 4096)
-        segs = 4096;
-    size_t cap = 64, len = 0;
-    struct sink_db_order *o = malloc(cap * sizeof *o);
-    if (o == NULL)
-        return -1;
-    for (int k = 0; k < segs; k++) {
-        struct seg_keys keys;
-        store_seg_keys(sku, k, &keys);
-        const char *a[] = {"HGETALL", keys.orders};
-        redisReply *h = sink_redis_cmd(r, keys.orders, 2, a, err, sizeof err);
-        if (h == NULL || h->type != REDIS_REPLY_ARRAY) {
-            fprintf(stderr, "reconcile: HGETALL %s: %s\n", keys.orders,
-                    h && h->type == REDIS_REPLY_ERROR ? h->str : err);
-            freeReplyObject(h);
+    for (int i = 0; i < 3; i++)
+        if (v[i] > 4096)
+            v[i] = 4096;
+    return 0;
+}
+
+/* Reads the SKU's orders from Redis (segments [0, segs)) into a new sorted array. 0, or -1
+ * (message on stderr). json_parts as for sink_segment_records. */
+static int redis_orders(sink_redis *r, const char *sku, long long segs, int json_parts,
+                        struct sink_db_order **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0, len = 0;
+    struct sink_db_order *o = NULL;
+    char err[300];
+    for (int k = 0; k < segs; k++)
+        if (sink_segment_records(r, sku, k, json_parts, &o, &len, &cap, err, sizeof err) != 0) {
+            fprintf(stderr, "reconcile: %s\n", err);
             sink_db_orders_free(o, len);
             return -1;
         }
-        for (size_t i = 0; i + 1 < h->elements; i += 2) {
-            if (len == cap) {
-                struct sink_db_order *g = realloc(o, cap * 2 * sizeof *o);
-                if (g == NULL) {
-                    freeReplyObject(h);
-                    sink_db_orders_free(o, len);
-                    return -1;
-                }
-                o = g;
-                cap *= 2;
-            }
-            struct sink_db_order *x = &o[len];
-            memset(x, 0, sizeof *x);
-            snprintf(x->order, sizeof x->order, "%s", h->element[i]->str);
-            json_error_t je;
-            json_t *j = json_loadb(h->element[i + 1]->str, h->element[i + 1]->len, 0, &je);
-            if (json_object_get(j, "part_of") != NULL) {
-                json_decref(j); /* a part of a multi-segment order: its primary is the order */
-                continue;
-            }
-            const char *st = json_string_value(json_object_get(j, "status"));
-            const char *user = json_string_value(json_object_get(j, "user_id"));
-            json_t *q = json_object_get(j, "quantity");
-            snprintf(x->status, sizeof x->status, "%s", st ? st : "(unreadable)");
-            snprintf(x->user, sizeof x->user, "%s", user ? user : "");
-            x->quantity = json_is_integer(q) ? (long long)json_integer_value(q) : -1;
-            x->segment = k;
-            char pt[SINK_PARTS_MAX + 16];
-            if (json_object_get(j, "parts") != NULL)
-                parts_text(json_object_get(j, "parts"), pt, sizeof pt);
-            else
-                snprintf(pt, sizeof pt, "%d:%lld", k, x->quantity);
-            json_decref(j);
-            len++; /* counted before strdup: the free below frees it */
-            if ((x->parts = strdup(pt)) == NULL) {
-                freeReplyObject(h);
-                sink_db_orders_free(o, len);
-                return -1;
-            }
-        }
-        freeReplyObject(h);
-    }
-    qsort(o, len, sizeof *o, by_order_id);
+    if (len > 0)
+        qsort(o, len, sizeof *o, by_order_id);
     *out = o;
     *n = len;
     return 0;
+}
+
+/* The SKU's log streams [0, n) against the sink's group: a stream with entries the group has
+ * not acknowledged (or no group at all) holds orders the database may lack. Prints one line
+ * per such stream; returns how many, or -1 when Redis could not be read. */
+static long log_gaps(sink_redis *r, const char *sku, long long n)
+{
+    long gaps = 0;
+    for (int k = 0; k < n; k++) {
+        char key[STORE_KEY_MAX], err[200];
+        sink_log_key(key, sizeof key, sku, k);
+        const char *xl[] = {"XLEN", key};
+        redisReply *l = sink_redis_cmd(r, key, 2, xl, err, sizeof err);
+        if (l == NULL || l->type != REDIS_REPLY_INTEGER) {
+            fprintf(stderr, "reconcile: XLEN %s: %s\n", key,
+                    l && l->type == REDIS_REPLY_ERROR ? l->str : err);
+            freeReplyObject(l);
+            return -1;
+        }
+        long long len = l->integer;
+        freeReplyObject(l);
+        if (len == 0)
+            continue;
+        const char *xi[] = {"XINFO", "GROUPS", key};
+        redisReply *g = sink_redis_cmd(r, key, 3, xi, err, sizeof err);
+        if (g == NULL || g->type != REDIS_REPLY_ARRAY) {
+            fprintf(stderr, "reconcile: XINFO GROUPS %s: %s\n", key,
+                    g && g->type == REDIS_REPLY_ERROR ? g->str : err);
+            freeReplyObject(g);
+            return -1;
+        }
+        const redisReply *ours = NULL;
+        for (size_t i = 0; i < g->elements; i++) {
+            const redisReply *e = g->element[i];
+            for (size_t j = 0; e && e->type == REDIS_REPLY_ARRAY && j + 1 < e->elements; j += 2)
+                if (e->element[j]->type == REDIS_REPLY_STRING &&
+                    strcmp(e->element[j]->str, "name") == 0 &&
+                    e->element[j + 1]->type == REDIS_REPLY_STRING &&
+                    strcmp(e->element[j + 1]->str, ORDERLOG_GROUP) == 0)
+                    ours = e;
+        }
+        if (ours == NULL) {
+            printf("log_unread %s entries=%lld (no group %s: no sink has read it)\n", key, len,
+                   ORDERLOG_GROUP);
+            gaps++;
+            freeReplyObject(g);
+            continue;
+        }
+        long long pending = 0;
+        const char *ld = "0-0";
+        for (size_t j = 0; j + 1 < ours->elements; j += 2) {
+            const char *name = ours->element[j]->str;
+            const redisReply *v = ours->element[j + 1];
+            if (strcmp(name, "pending") == 0 && v->type == REDIS_REPLY_INTEGER)
+                pending = v->integer;
+            else if (strcmp(name, "last-delivered-id") == 0 && v->type == REDIS_REPLY_STRING)
+                ld = v->str;
+        }
+        char from[64];
+        snprintf(from, sizeof from, "(%s", ld);
+        const char *xr[] = {"XRANGE", key, from, "+", "COUNT", "100000"};
+        redisReply *x = sink_redis_cmd(r, key, 6, xr, err, sizeof err);
+        long long undelivered = x && x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
+        freeReplyObject(x);
+        if (undelivered < 0) {
+            fprintf(stderr, "reconcile: XRANGE %s: %s\n", key, err);
+            freeReplyObject(g);
+            return -1;
+        }
+        if (pending > 0 || undelivered > 0) {
+            printf("log_unacknowledged %s pending=%lld undelivered=%lld\n", key, pending,
+                   undelivered);
+            gaps++;
+        }
+        freeReplyObject(g);
+    }
+    return gaps;
+}
+
+/* --repair: Redis's order records of the SKU's layout into the database (sink_db_backfill).
+ * 0, or -1 (on stderr). */
+static int repair(sink_redis *r, sink_db *db, const char *sku, long long segs)
+{
+    struct sink_db_order *o = NULL;
+    size_t n = 0;
+    if (redis_orders(r, sku, segs, 1, &o, &n) != 0)
+        return -1;
+    char err[512];
+    long long written = 0;
+    int rc = 0;
+    for (size_t off = 0; off < n && rc == 0; off += 500) {
+        long long w = 0;
+        size_t m = n - off < 500 ? n - off : 500;
+        if (sink_db_backfill(db, o + off, m, &w, err, sizeof err) != 0) {
+            fprintf(stderr, "reconcile: repair: %s\n", err);
+            rc = -1;
+        }
+        written += w;
+    }
+    if (rc == 0)
+        fprintf(stderr,
+                "reconcile: repair: %zu order records of SKU %s written into the database "
+                "(%lld affected rows)\n",
+                n, sku, written);
+    sink_db_orders_free(o, n);
+    return rc;
 }
 
 int sink_reconcile(const struct sink_config *cfg)
@@ -192,20 +377,33 @@ int sink_reconcile(const struct sink_config *cfg)
         fprintf(stderr, "reconcile: Redis: %s\n", err);
         goto out;
     }
-    if (redis_orders(r, cfg->sku, &ro, &nr) != 0)
+    long long meta[4]; /* segments, hwm, lhwm, version */
+    if (read_meta(r, cfg->sku, meta) != 0)
         goto out;
-    if (sink_db_open(cfg->db, cfg->db_timeout_s, &db, err, sizeof err) != 0 ||
-        sink_db_orders(db, cfg->sku, &dbo, &nd, err, sizeof err) != 0) {
+    long long segs = meta[0] > meta[1] ? meta[0] : meta[1];
+    long long logs = segs > meta[2] ? segs : meta[2];
+    if (sink_db_open(cfg->db, cfg->db_timeout_s, &db, err, sizeof err) != 0) {
         fprintf(stderr, "reconcile: database: %s\n", err);
         goto out;
     }
+    if (cfg->repair && repair(r, db, cfg->sku, segs) != 0)
+        goto out;
+    if (redis_orders(r, cfg->sku, segs, 0, &ro, &nr) != 0)
+        goto out;
+    if (sink_db_orders(db, cfg->sku, meta[3], &dbo, &nd, err, sizeof err) != 0) {
+        fprintf(stderr, "reconcile: database: %s\n", err);
+        goto out;
+    }
+    long gaps = log_gaps(r, cfg->sku, logs);
+    if (gaps < 0)
+        goto out;
     for (size_t i = 0; i < nd; i++)
         if (parts_normalise(&dbo[i]) != 0) {
             fprintf(stderr, "reconcile: out of memory\n");
             goto out;
         }
     long long units_r[NSTATUS + 1] = {0}, units_d[NSTATUS + 1] = {0};
-    long diffs = 0;
+    long diffs = gaps;
     size_t i = 0, j = 0;
     while (i < nr || j < nd) {
         int c = i >= nr ? 1 : j >= nd ? -1 : strcmp(ro[i].order, dbo[j].order);

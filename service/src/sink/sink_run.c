@@ -5,8 +5,9 @@
  *
  * Each turn of the loop:
  *   1. every second, discovery: the SKU registry (inv:2:skus), each SKU's meta (segments,
- *      hwm), and for each new segment k < max(segments, hwm) its stream inv:2:{S/k}:log and the
- *      consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it exists);
+ *      hwm, lhwm, version, state), and for each new segment k < segments its stream
+ *      inv:2:{S/k}:log and the consumer group (XGROUP CREATE ... 0 MKSTREAM; BUSYGROUP means it
+ *      exists), and for each k < max(hwm, lhwm) its log if it is there (no MKSTREAM);
  *   2. a read round: XREADGROUP on a window of streams (round robin), at most --batch entries
  *      from each; a stream first gives back this consumer's own pending entries (id 0: what a
  *      sink of the same name read before it was killed), then new ones (">");
@@ -16,7 +17,10 @@
  *      forward);
  *   4. every --maintain-ms: XAUTOCLAIM of entries pending longer than --claim-idle-ms (a dead
  *      sink's), then per stream XINFO GROUPS / XPENDING to find the lowest id any group still
- *      needs, XTRIM MINID to it, and the lag and pending gauges.
+ *      needs, XTRIM MINID to it, and the lag and pending gauges; then (database up) the
+ *      segments with order changes made without a log entry (cnt's u) are backfilled from
+ *      their order records (find_unlogged), and the drained logs of dropped segments deleted
+ *      (drop_logs; docs/design.md "How the log and the sink agree").
  * A failing Redis or database is retried with a capped, jittered exponential back-off; the
  * entries in hand are kept and written when it comes back. SIGTERM ends the loop once the batch
  * in flight is committed and acknowledged (or, with the database down, abandoned: its entries
@@ -37,6 +41,7 @@
 #include "sink_metrics.h"
 #include "sink_redis.h"
 #include "store.h"
+#include "store_scripts.h"
 #include "validate.h"
 
 #define WINDOW 64        /* streams per read round / maintenance round trip */
@@ -53,6 +58,18 @@ struct stream {
     char key[STORE_KEY_MAX];
     int replay;           /* 1: still reading this consumer's own pending entries */
     char replay_from[48]; /* the id after which the replay continues */
+    int gone;             /* the stream no longer exists: removed by purge_streams */
+    int mk;               /* when its group is made: 1 creates the stream too (MKSTREAM), 0 only
+                             a stream that exists (a dropped segment's log) */
+};
+
+/* A SKU's meta as the last discovery read it. */
+struct sku_view {
+    char sku[SINK_SKU_MAX + 1];
+    char version[24];
+    long long segments, hwm, lhwm;
+    int rolled; /* state "r" */
+    int exists; /* meta has a version */
 };
 
 struct sink {
@@ -61,6 +78,8 @@ struct sink {
     sink_db *db;
     struct stream *streams;
     int nstreams, cap;
+    struct sku_view *views; /* the last discovery's, one per SKU of the registry */
+    int nviews;
     int next; /* first stream of the next read round */
     struct sink_entry *entries;
     int nentries, entcap;
@@ -181,12 +200,18 @@ static void add_streams(struct sink *s, struct stream *fresh, int n)
             const char *a[6] = {"XGROUP",       "CREATE", fresh[off + i].key,
                                 ORDERLOG_GROUP, "0",      "MKSTREAM"};
             memcpy(argv[i], a, sizeof a);
-            cmds[i] = (struct sink_cmd){.key = fresh[off + i].key, .argc = 6, .argv = argv[i]};
+            cmds[i] = (struct sink_cmd){
+                .key = fresh[off + i].key, .argc = fresh[off + i].mk ? 6 : 5, .argv = argv[i]};
         }
         sink_redis_run(s->redis, w, cmds);
         for (int i = 0; i < w; i++) {
             const struct sink_cmd *c = &cmds[i];
             int ok = c->st == LC_OK || sink_cmd_error_is(c, "BUSYGROUP");
+            if (!ok && !fresh[off + i].mk && c->st == LC_EREDIS &&
+                (strstr(c->err, "requires the key to exist") != NULL ||
+                 (c->reply && c->reply->type == REDIS_REPLY_ERROR &&
+                  strstr(c->reply->str, "requires the key to exist") != NULL)))
+                continue; /* a dropped segment without a log: nothing to follow */
             if (!ok) {
                 if (c->st == LC_EREDIS)
                     log_msg(CONFIG_LOG_WARN, "sink_group_error", "XGROUP CREATE %s: %s",
@@ -221,8 +246,26 @@ static long long reply_int(const redisReply *r)
     return *end == '\0' && v > 0 ? v : 0;
 }
 
-/* The registry, the metas, and the group of every new segment stream. 0, or -1 when Redis
- * failed. */
+/* A new zeroed view at the end of *v (*n of *cap), or NULL when out of memory. */
+static struct sku_view *view_slot(int *n, int *cap, struct sku_view **v)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 64;
+        struct sku_view *g = realloc(*v, (size_t)nc * sizeof *g);
+        if (g == NULL)
+            return NULL;
+        *v = g;
+        *cap = nc;
+    }
+    struct sku_view *x = &(*v)[(*n)++];
+    memset(x, 0, sizeof *x);
+    return x;
+}
+
+/* The registry, the metas, and the group of every new stream: of a segment k < segments
+ * (made when missing), and of a segment k < max(hwm, lhwm) if its log is there (a layout being
+ * rolled out from a larger one, a dropped segment's log left until drained: drop_logs). 0, or
+ * -1 when Redis failed. */
 static int discover(struct sink *s)
 {
     char err[200];
@@ -236,11 +279,13 @@ static int discover(struct sink *s)
     }
     struct stream *fresh = NULL;
     int nfresh = 0, capfresh = 0, rc = 0;
+    struct sku_view *views = NULL;
+    int nviews = 0, capviews = 0;
     size_t nsku = r->elements;
     for (size_t off = 0; off < nsku && rc == 0; off += WINDOW) {
         int w = nsku - off < WINDOW ? (int)(nsku - off) : WINDOW;
         struct sink_cmd cmds[WINDOW];
-        const char *cargv[WINDOW][4];
+        const char *cargv[WINDOW][7];
         char keys[WINDOW][STORE_KEY_MAX];
         const char *skus[WINDOW];
         int m = 0;
@@ -250,16 +295,16 @@ static int discover(struct sink *s)
                 continue; /* not a SKU name: nothing of ours can be under it */
             skus[m] = e->str;
             store_sku_key(keys[m], e->str, "meta");
-            const char *a[4] = {"HMGET", keys[m], "segments", "hwm"};
+            const char *a[7] = {"HMGET", keys[m], "segments", "hwm", "lhwm", "version", "state"};
             memcpy(cargv[m], a, sizeof a);
-            cmds[m] = (struct sink_cmd){.key = keys[m], .argc = 4, .argv = cargv[m]};
+            cmds[m] = (struct sink_cmd){.key = keys[m], .argc = 7, .argv = cargv[m]};
             m++;
         }
         sink_redis_run(s->redis, m, cmds);
         for (int i = 0; i < m; i++) {
             const redisReply *h = cmds[i].reply;
             if (cmds[i].st != LC_OK || h == NULL || h->type != REDIS_REPLY_ARRAY ||
-                h->elements != 2) {
+                h->elements != 5) {
                 if (cmds[i].st != LC_EREDIS) {
                     redis_failed(s, "HMGET meta", cmds[i].err);
                     rc = -1;
@@ -267,9 +312,26 @@ static int discover(struct sink *s)
                 continue;
             }
             long long a = reply_int(h->element[0]), b = reply_int(h->element[1]);
-            long long segs = a > b ? a : b;
+            long long lh = reply_int(h->element[2]);
+            long long live = a > b ? a : b; /* segments whose keys may exist */
+            if (live > SEGMENTS_MAX)
+                live = SEGMENTS_MAX;
+            long long segs = live > lh ? live : lh; /* and dropped ones' logs not yet drained */
             if (segs > SEGMENTS_MAX)
                 segs = SEGMENTS_MAX;
+            struct sku_view *v = view_slot(&nviews, &capviews, &views);
+            if (v != NULL) {
+                snprintf(v->sku, sizeof v->sku, "%s", skus[i]);
+                const redisReply *ver = h->element[3], *state = h->element[4];
+                v->exists = ver && ver->type == REDIS_REPLY_STRING && ver->len < sizeof v->version;
+                snprintf(v->version, sizeof v->version, "%s", v->exists ? ver->str : "");
+                /* a damaged meta claiming more than SEGMENTS_MAX is not followed past it */
+                v->segments = a > SEGMENTS_MAX ? SEGMENTS_MAX : a;
+                v->hwm = b > SEGMENTS_MAX ? SEGMENTS_MAX : b;
+                v->lhwm = lh > SEGMENTS_MAX ? SEGMENTS_MAX : lh;
+                v->rolled =
+                    state && state->type == REDIS_REPLY_STRING && strcmp(state->str, "r") == 0;
+            }
             for (int k = 0; k < segs; k++) {
                 char key[STORE_KEY_MAX];
                 sink_log_key(key, sizeof key, skus[i], k);
@@ -290,6 +352,11 @@ static int discover(struct sink *s)
                 snprintf(st->key, sizeof st->key, "%s", key);
                 st->replay = 1;
                 snprintf(st->replay_from, sizeof st->replay_from, "0");
+                /* Only the current layout's streams are made when missing: a segment a shrinking
+                 * roll-out is dropping gets a log only from a commit before its drop, which
+                 * that drop reports (lhwm), so an empty stream made here could be one no index
+                 * covers. */
+                st->mk = k < a;
             }
         }
         sink_cmds_clear(m, cmds);
@@ -298,9 +365,40 @@ static int discover(struct sink *s)
     if (nfresh > 0)
         add_streams(s, fresh, nfresh);
     free(fresh);
-    if (rc == 0)
+    if (rc == 0) {
+        free(s->views);
+        s->views = views;
+        s->nviews = nviews;
         redis_ok(s);
+    } else {
+        free(views);
+    }
     return rc;
+}
+
+/* Stops following the stream key (no entry of it may be in hand). */
+static void remove_stream(struct sink *s, const char *key)
+{
+    struct stream *st = find_stream(s, key);
+    if (st == NULL)
+        return;
+    int i = (int)(st - s->streams);
+    memmove(&s->streams[i], &s->streams[i + 1], (size_t)(s->nstreams - i - 1) * sizeof *s->streams);
+    s->nstreams--;
+    if (s->next >= s->nstreams)
+        s->next = 0;
+    sink_metrics_streams(s->nstreams);
+}
+
+/* Removes the streams marked gone (no entry may be in hand: they name streams by index). */
+static void purge_streams(struct sink *s)
+{
+    for (int i = s->nstreams - 1; i >= 0; i--)
+        if (s->streams[i].gone) {
+            char key[STORE_KEY_MAX];
+            snprintf(key, sizeof key, "%s", s->streams[i].key);
+            remove_stream(s, key);
+        }
 }
 
 /* ---- entries in hand ---- */
@@ -529,15 +627,23 @@ static int read_round(struct sink *s)
     }
     sink_cmds_clear(w, cmds);
     if (nlost > 0) {
-        /* Re-create the groups in place (add_streams would add them a second time). */
+        /* Re-create the groups in place (add_streams would add them a second time), on a
+         * stream that is there: one that is gone (another sink drained and dropped it, or a
+         * FLUSHALL) is no longer followed; the next discovery makes it again when its segment
+         * is in the layout. */
         for (int i = 0; i < nlost; i++) {
-            const char *a[6] = {"XGROUP", "CREATE", lost[i].key, ORDERLOG_GROUP, "0", "MKSTREAM"};
+            const char *a[5] = {"XGROUP", "CREATE", lost[i].key, ORDERLOG_GROUP, "0"};
             char err[200];
-            redisReply *r = sink_redis_cmd(s->redis, lost[i].key, 6, a, err, sizeof err);
-            log_msg(CONFIG_LOG_WARN, "sink_group_lost", "%s had no group %s: created again (%s)",
-                    lost[i].key, ORDERLOG_GROUP,
+            redisReply *r = sink_redis_cmd(s->redis, lost[i].key, 5, a, err, sizeof err);
+            int gone = r && r->type == REDIS_REPLY_ERROR &&
+                       strstr(r->str, "requires the key to exist") != NULL;
+            log_msg(CONFIG_LOG_WARN, "sink_group_lost", "%s had no group %s: %s (%s)", lost[i].key,
+                    ORDERLOG_GROUP, gone ? "the stream is gone" : "created again",
                     r ? (r->type == REDIS_REPLY_ERROR ? r->str : "ok") : err);
             freeReplyObject(r);
+            struct stream *st = gone ? find_stream(s, lost[i].key) : NULL;
+            if (st != NULL)
+                st->gone = 1; /* removed once no entry in hand names streams by index */
         }
     }
     if (failed == 0 && w > 0)
@@ -778,8 +884,212 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
     free(gv);
 }
 
+/* ---- dropped segments' logs, the registry, unlogged orders ---- */
+
+/* One script (its text: the sink runs these rarely) on the slot of keys[0]. The new reply, or
+ * NULL when Redis failed (reported). */
+static redisReply *eval(struct sink *s, const char *text, int nkeys, const char **keys, int nargs,
+                        const char **args)
+{
+    const char *argv[8];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int argc = 0;
+    argv[argc++] = "EVAL";
+    argv[argc++] = text;
+    argv[argc++] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[argc++] = keys[i];
+    for (int i = 0; i < nargs; i++)
+        argv[argc++] = args[i];
+    char err[200];
+    redisReply *r = sink_redis_cmd(s->redis, keys[0], argc, argv, err, sizeof err);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        redis_failed(s, "EVAL", r ? r->str : err);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* SREM of a deleted SKU none of whose logs is left, then a look at its meta again: a PUT that
+ * came meanwhile (its SADD may have been before this SREM) puts it back (docs/design.md "The
+ * SKU registry"). */
+static void unregister(struct sink *s, const char *sku)
+{
+    char err[200], meta[STORE_KEY_MAX];
+    const char *srem[] = {"SREM", store_registry_key(), sku};
+    redisReply *r = sink_redis_cmd(s->redis, srem[1], 3, srem, err, sizeof err);
+    int removed = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!removed)
+        return;
+    store_sku_key(meta, sku, "meta");
+    const char *hm[] = {"HMGET", meta, "segments", "hwm", "lhwm"};
+    r = sink_redis_cmd(s->redis, meta, 5, hm, err, sizeof err);
+    int live = r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+               reply_int(r->element[0]) > 0 || reply_int(r->element[1]) > 0 ||
+               reply_int(r->element[2]) > 0;
+    freeReplyObject(r);
+    if (live) {
+        const char *sadd[] = {"SADD", store_registry_key(), sku};
+        r = sink_redis_cmd(s->redis, sadd[1], 3, sadd, err, sizeof err);
+        freeReplyObject(r);
+        return;
+    }
+    log_msg(CONFIG_LOG_INFO, "sink_sku_forgotten",
+            "sku %s: deleted and its order logs drained: removed from the registry", sku);
+}
+
+/* The logs of segments outside their SKU's rolled-out layout (k in [max(segments, hwm), lhwm)):
+ * each drained one is deleted (log_drop.lua: in one step with the check that the segment is
+ * dead and every group has acknowledged every entry), from the top down, and lhwm lowered to
+ * the highest one left + 1 (log_forget.lua: only if no PUT or DELETE came since). A deleted SKU
+ * with no log left leaves the registry. */
+static void drop_logs(struct sink *s)
+{
+    for (int vi = 0; vi < s->nviews && !sink_stop; vi++) {
+        struct sku_view *v = &s->views[vi];
+        if (!v->exists || !v->rolled)
+            continue;
+        long long base = v->segments > v->hwm ? v->segments : v->hwm;
+        long long keep = v->lhwm;
+        for (long long k = v->lhwm - 1; k >= base && !sink_stop; k--) {
+            struct seg_keys sk;
+            store_seg_keys(v->sku, (int)k, &sk);
+            const char *keys[2] = {sk.log, sk.stock};
+            redisReply *r = eval(s, STORE_LUA_LOG_DROP, 2, keys, 0, NULL);
+            int gone = r && r->type == REDIS_REPLY_STRING &&
+                       (strcmp(r->str, "dropped") == 0 || strcmp(r->str, "gone") == 0);
+            if (gone && strcmp(r->str, "dropped") == 0)
+                log_msg(CONFIG_LOG_INFO, "sink_stream_dropped",
+                        "%s: its segment left the layout and every entry is in the database: "
+                        "deleted",
+                        sk.log);
+            freeReplyObject(r);
+            if (!gone)
+                break;
+            struct stream *st = find_stream(s, sk.log);
+            if (st != NULL)
+                st->gone = 1;
+            keep = k;
+        }
+        if (keep < v->lhwm) {
+            char meta[STORE_KEY_MAX], want[24];
+            store_sku_key(meta, v->sku, "meta");
+            snprintf(want, sizeof want, "%lld", keep);
+            const char *keys[1] = {meta};
+            const char *args[2] = {v->version, want};
+            redisReply *r = eval(s, STORE_LUA_LOG_FORGET, 1, keys, 2, args);
+            if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+                v->lhwm = keep <= v->segments ? 0 : keep;
+            freeReplyObject(r);
+        }
+        if (v->segments == 0 && v->hwm == 0 && v->lhwm == 0)
+            unregister(s, v->sku);
+    }
+    purge_streams(s);
+}
+
+static int view_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct sku_view *)a)->sku, ((const struct sku_view *)b)->sku);
+}
+
+static const struct sku_view *find_view(const struct sink *s, const char *sku)
+{
+    struct sku_view probe;
+    snprintf(probe.sku, sizeof probe.sku, "%s", sku);
+    return s->nviews ? bsearch(&probe, s->views, (size_t)s->nviews, sizeof *s->views, view_cmp)
+                     : NULL;
+}
+
+/* Segment k of sku had u order changes made without a log entry: its order records go into
+ * the database (sink_db_backfill), then u comes off the count (unlogged_done.lua). */
+static void backfill_segment(struct sink *s, const char *sku, int k, long long u, const char *sver)
+{
+    struct sink_db_order *o = NULL;
+    size_t len = 0, cap = 0;
+    char err[512];
+    if (sink_segment_records(s->redis, sku, k, 1, &o, &len, &cap, err, sizeof err) != 0) {
+        redis_failed(s, "HGETALL orders", err);
+        sink_db_orders_free(o, len);
+        return;
+    }
+    long long written = 0;
+    for (size_t off = 0; off < len; off += (size_t)s->cfg->batch) {
+        size_t m = len - off < (size_t)s->cfg->batch ? len - off : (size_t)s->cfg->batch;
+        long long w = 0;
+        if (sink_db_backfill(s->db, o + off, m, &w, err, sizeof err) != 0) {
+            sink_metrics_error(SINK_ERR_DB);
+            log_msg(CONFIG_LOG_WARN, "sink_db_error", "backfill of sku %s segment %d: %s", sku, k,
+                    err);
+            sink_db_free(s->db);
+            s->db = NULL;
+            s->db_up = 0;
+            health(s);
+            sink_db_orders_free(o, len);
+            return;
+        }
+        written += w;
+    }
+    sink_db_orders_free(o, len);
+    struct seg_keys sk;
+    store_seg_keys(sku, k, &sk);
+    char n[24];
+    snprintf(n, sizeof n, "%lld", u);
+    const char *keys[2] = {sk.cnt, sk.sver};
+    const char *args[2] = {n, sver};
+    freeReplyObject(eval(s, STORE_LUA_UNLOGGED_DONE, 2, keys, 2, args));
+    sink_metrics_unlogged(u, written);
+    log_msg(CONFIG_LOG_WARN, "sink_unlogged",
+            "sku %s segment %d: %lld order change(s) made without the order log (an instance "
+            "runs without --order-log): the segment's %zu order record(s) written into the "
+            "database from Redis (%lld affected rows)",
+            sku, k, u, len, written);
+}
+
+/* Every followed stream of a segment in its SKU's layout: its count of order changes made
+ * without a log entry (cnt's u); those with some are backfilled. */
+static void find_unlogged(struct sink *s)
+{
+    qsort(s->views, (size_t)s->nviews, sizeof *s->views, view_cmp);
+    for (int off = 0; off < s->nstreams && !sink_stop && s->db != NULL; off += WINDOW) {
+        int w = s->nstreams - off < WINDOW ? s->nstreams - off : WINDOW;
+        struct sink_cmd cmds[2 * WINDOW];
+        const char *argv[2 * WINDOW][3];
+        struct seg_keys sk[WINDOW];
+        int idx[WINDOW], m = 0;
+        for (int i = 0; i < w; i++) {
+            const struct stream *st = &s->streams[off + i];
+            const struct sku_view *v = find_view(s, st->sku);
+            if (st->gone || v == NULL || st->segment >= v->segments)
+                continue;
+            store_seg_keys(st->sku, st->segment, &sk[m]);
+            const char *a[3] = {"HGET", sk[m].cnt, "u"};
+            const char *b[2] = {"GET", sk[m].sver};
+            memcpy(argv[2 * m], a, sizeof a);
+            memcpy(argv[2 * m + 1], b, sizeof b);
+            cmds[2 * m] = (struct sink_cmd){.key = sk[m].cnt, .argc = 3, .argv = argv[2 * m]};
+            cmds[2 * m + 1] =
+                (struct sink_cmd){.key = sk[m].sver, .argc = 2, .argv = argv[2 * m + 1]};
+            idx[m++] = off + i;
+        }
+        sink_redis_run(s->redis, 2 * m, cmds);
+        for (int i = 0; i < m && s->db != NULL; i++) {
+            long long u = reply_int(cmds[2 * i].reply);
+            const redisReply *sv = cmds[2 * i + 1].reply;
+            if (u > 0 && sv && sv->type == REDIS_REPLY_STRING)
+                backfill_segment(s, s->streams[idx[i]].sku, s->streams[idx[i]].segment, u, sv->str);
+        }
+        sink_cmds_clear(2 * m, cmds);
+    }
+}
+
 /* Claims (only when the database is up: claimed entries are written at once), trimming, and
- * the lag and pending gauges (also with the database down: that is when the lag matters). */
+ * the lag and pending gauges (also with the database down: that is when the lag matters);
+ * with the database up, then: the unlogged order changes backfilled, and the drained logs of
+ * dropped segments deleted. */
 static void maintain(struct sink *s, int db_up)
 {
     if (db_up)
@@ -790,6 +1100,10 @@ static void maintain(struct sink *s, int db_up)
         trim_window(s, off, w, &pending, &oldest);
     }
     sink_metrics_gauges(oldest, pending);
+    if (db_up && s->db != NULL) {
+        find_unlogged(s);
+        drop_logs(s);
+    }
 }
 
 int sink_run(const struct sink_config *cfg_in)
@@ -841,6 +1155,7 @@ int sink_run(const struct sink_config *cfg_in)
             backoff(&s);
             continue;
         }
+        purge_streams(&s);
         int got = read_round(&s);
         if (s.nentries > 0 && flush(&s) != 0)
             break;
@@ -862,6 +1177,7 @@ int sink_run(const struct sink_config *cfg_in)
     sink_db_free(s.db);
     sink_redis_free(s.redis);
     free(s.streams);
+    free(s.views);
     free(s.entries);
     return 0;
 }

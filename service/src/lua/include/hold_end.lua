@@ -18,7 +18,8 @@
 --   order_follow(id, o, status, now): for a primary, ZADD follow now "<part id>|<status>" for
 --     each of its parts in another segment (part_follow.lua applies them there);
 --   order_logged(id, o, q, event, now): the order log's entry of a change (when logging); a
---     primary's carries the order's total and the field parts "k:q,k:q,...".
+--     primary's carries the order's total and the field parts "k:q,k:q,...". Without the log
+--     the change is counted in cnt's u instead (inventory-sink backfills from the record).
 -- Needs int.lua and log.lua.
 -- @include units.lua
 local function parts_text(o, total)
@@ -68,7 +69,12 @@ local function order_read(id)
   return o, q
 end
 local function order_logged(id, o, q, ev, now)
-  if not logging or o.part_of ~= nil then return end
+  if o.part_of ~= nil then return end
+  if not logging then
+    -- a change not logged is counted in cnt's u, for inventory-sink to backfill (issue 29)
+    redis.call('HINCRBY', KEYS[2], 'u', 1)
+    return
+  end
   local parts = nil
   if type(o.parts) == 'table' then
     q = tonumber(o.quantity)
