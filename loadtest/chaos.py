@@ -192,8 +192,8 @@ def http_call(port, method, path, body=None, headers=None, timeout=3.0):
 
 NONE, YES, MAYBE = "none", "yes", "maybe"
 # The nemesis events (nemesis.jsonl) that are faults, as chaos.sh names them.
-FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "sku-master-kill9",
-          "sku-master-cut-kill9", "damage", "crash")
+FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "master-pause-kill9",
+          "sku-master-kill9", "sku-master-cut-kill9", "sku-master-pause-kill9", "damage", "crash")
 
 
 def effect(op, a):
@@ -324,9 +324,24 @@ RETRY_FOR_S = 8.0
 # it by one, up to LIMIT_MAX, never lower it: limits sent only rise, so "no user over the limit"
 # is judged against the highest limit sent (a stale PATCH applied late may lower the meta's
 # below it, never the units admitted before). A hold's TTL is 1 or 2 s, changed by PATCHes at
-# will (never 0: a SKU with holds keeps them).
+# will. Since issue 29 the PATCHes also change the rules mid-sale the way an operator does: a
+# SKU of class 1 or 3 may get a limit added (0 -> 2..3, LIMIT_ADD_PCT % of its PATCHes; from
+# then on it is a limited SKU: its later PUTs carry the limit, and "no user over the limit"
+# counts the units of the orders begun after the answer of the first PATCH that added it), a
+# SKU with holds has its TTL set to 0 now and then (TTL_ZERO_PCT %: later orders are final at
+# once, earlier holds must still expire), and the sale window is closed (sale_end a second in
+# the past, WINDOW_CLOSE_PCT %) for 0.2-0.8 s and opened again (sale_end null) by the same
+# client. Every PATCH states all three rules, so the rules in force after one that was answered
+# are known: "rules-in-force" judges each order begun after such an answer by them.
 LIMIT_MAX = 5
 TTLS = (1, 2)
+LIMIT_ADD_PCT = 15
+TTL_ZERO_PCT = 20
+WINDOW_CLOSE_PCT = 12
+# A rule change whose outcome is unknown (no answer, a 5xx) may still be applied this long after
+# it was given up on (a request held by a SIGSTOPped instance: ≤ 5 leases, plus slack): orders
+# begun within it after such a change are not judged by "rules-in-force".
+STALE_RULE_S = 15.0
 USERS = 5               # keyed orders come from this many users, so that limits bite
 # A hold expires within 1 s of expires_at + one --redis-timeout-ms (SPEC §11): 1.5 s here.
 EXPIRY_BOUND_S = 1.5
@@ -361,7 +376,12 @@ class Run:
         # The sale rules each SKU's PUTs and PATCHes send (LIMIT_MAX, TTLS above): {"limit", "ttl"}.
         rr = random.Random("%d/rules" % a.seed)
         self.rules = {s: {"limit": rr.randint(2, 3) if i % 4 in (0, 2) and a.rules else 0,
-                          "ttl": rr.choice(TTLS) if i % 4 in (0, 1) and a.rules else 0} for i, s in enumerate(self.skus)}
+                          "ttl": rr.choice(TTLS) if i % 4 in (0, 1) and a.rules else 0,
+                          "holds": i % 4 in (0, 1) and a.rules,   # its PATCHes set a TTL (or 0)
+                          "closed": False,                        # a window close not yet undone
+                          } for i, s in enumerate(self.skus)}
+        # sku -> the PATCH lops that added its limit (0 -> n): "limits" counts from their answer.
+        self.limit_adds = defaultdict(list)
         self.users = ["u%d-%d" % (a.seed % 1000, i) for i in range(USERS)]
         self.holds = []                 # (order_id, expires_at in s since the epoch, lop) of 201 holds
         self.hist = History(os.path.join(a.out, "history.jsonl"))
@@ -525,19 +545,53 @@ class Run:
         return self.execute(rng, lop, "POST", "/api/v1/orders/%s/confirm" % oid, admin=True)
 
     def op_patch(self, rng, thr, sku):
-        """PATCH /api/v1/skus/{sku} of the SKU's rules: a limit raised by one now and then (up
-        to LIMIT_MAX, never lowered), a hold TTL of 1 or 2 s; a SKU of neither restates none."""
+        """PATCH /api/v1/skus/{sku} of the SKU's rules, all three stated every time: a limit
+        raised by one now and then (up to LIMIT_MAX, never lowered) or added to a SKU without
+        one; a hold TTL of 1 or 2 s, or 0 now and then; the sale window open (sale_end null)
+        or, now and then, closed for a moment and opened again by this client (module
+        comment)."""
         if not self.a.rules:
             return None
+        close = rng.random() * 100 < WINDOW_CLOSE_PCT
         with self.lock:
             r = self.rules[sku]
-            if r["limit"] and r["limit"] < LIMIT_MAX and rng.random() < 0.3:
+            added = False
+            if not r["limit"] and rng.random() * 100 < LIMIT_ADD_PCT:
+                r["limit"], added = rng.randint(2, 3), True
+            elif r["limit"] and r["limit"] < LIMIT_MAX and rng.random() < 0.3:
                 r["limit"] += 1
-            if r["ttl"]:
-                r["ttl"] = rng.choice(TTLS)
-            args = {"limit_per_user": r["limit"], "reservation_ttl_s": r["ttl"]}
+            if r["holds"]:
+                r["ttl"] = 0 if rng.random() * 100 < TTL_ZERO_PCT else rng.choice(TTLS)
+            if close:
+                r["closed"] = True
+            end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1)) if close else None
+            args = {"limit_per_user": r["limit"], "reservation_ttl_s": r["ttl"], "sale_end": end}
         lop = self.new_lop("patch", sku, thr, args, False)
-        return self.execute(rng, lop, "PATCH", "/api/v1/skus/" + sku, args, admin=True)
+        if added:
+            with self.lock:
+                self.limit_adds[sku].append(lop)
+        self.execute(rng, lop, "PATCH", "/api/v1/skus/" + sku, args, admin=True)
+        if close:
+            time.sleep(rng.uniform(0.2, 0.8))
+            self.reopen(rng, thr, sku)
+        return lop
+
+    def reopen(self, rng, thr, sku):
+        """The sale window of sku opened again (PATCH with sale_end null and the SKU's other
+        rules), tried until answered 200 (≤ 10 times, also while a checkpoint waits: a window
+        left closed would fail the checkpoint's probes). Returns True when answered."""
+        for _ in range(10):
+            with self.lock:
+                r = self.rules[sku]
+                args = {"limit_per_user": r["limit"], "reservation_ttl_s": r["ttl"], "sale_end": None}
+            lop = self.new_lop("patch", sku, thr, args, False)
+            self.execute(rng, lop, "PATCH", "/api/v1/skus/" + sku, args, admin=True)
+            if lop.final == "acked" or any(a["status"] == 404 for a in lop.attempts):
+                with self.lock:
+                    r["closed"] = False
+                return True
+            time.sleep(0.2)
+        return False
 
     def op_cancel(self, rng, thr):
         with self.lock:
@@ -922,7 +976,7 @@ class Run:
             try:
                 plan = []
                 for s in self.skus:
-                    if self.rules[s]["limit"]:
+                    if self.rules[s]["limit"] or self.rules[s]["closed"]:
                         continue
                     n = as_int(rds.cmd("HGET", KEYS.sku(s, "meta"), "segments")) or 0
                     if n < 2:
@@ -1063,8 +1117,9 @@ CHECKS = [
     ("damage-failover", "no 5xx storm on a damaged SKU: when the other segments hold ≥ 20 units and ≥ 10 orders of the SKU were answered during the damage before 201s took all but 10 of those units, < 50 % of them are 5xx, or at most 30 points more than the other SKUs' orders meanwhile or the SKU's own in the 5 s before (not checked while a master failover overlaps, on a cluster, nor while a PUT/DELETE of the SKU that may have been recorded overlaps: its roll-out waits for the repair)"),
     ("holds", "SPEC §11 holds: none still reserved more than %.1f s (1 s + --redis-timeout-ms) after its expires_at (the bound runs from the end of a Redis outage or a damage of its segment that overlaps it); at the end the checker first waits out every hold in the due sets, clients stopped, so every 201 \"reserved\" order in the layout must be confirmed, cancelled or expired with no traffic; each segment's due set is exactly its reserved records, scored at their expires_at; an expired record was a hold whose expires_at has come" % EXPIRY_BOUND_S),
     ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
-    ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; 201 order bodies are \"reserved\" with an expires_at 1–2 s after the request (TTL 1 or 2) exactly on the SKUs with holds"),
-    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
+    ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; a 201 \"reserved\" order body has an expires_at 1–2 s after the request (TTL 1 or 2; whether an order is a hold at all: rules-in-force)"),
+    ("rules-in-force", "SPEC §11 (issue 29): a PUT or PATCH answered 2xx holds for every order begun after the answer, on every instance: such an order (when no other rule change that may have run overlaps; one of unknown outcome is given %d s more) is \"reserved\" exactly when the TTL is > 0, is answered 201 only while the sale window is open and 409 sale_ended only while it is closed (chaos's PATCHes add limits, set TTLs to 0 and close the window for a moment)" % STALE_RULE_S),
+    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after that PATCH's answer), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
@@ -1088,6 +1143,82 @@ class Checker:
 
     def count(self):
         return sum(len(d) for d in self.viol.values())
+
+    # -- the sale rules in force (issue 29: rules are versioned data) --
+    @staticmethod
+    def rule_state(op):
+        """The rules a PUT, PATCH or DELETE leaves: {"ttl", "limit", "open"}, or None for a
+        DELETE (a PUT resets every rule it does not name; chaos's PATCHes name all three)."""
+        if op.op == "delete":
+            return None
+        a = op.args
+        return {"ttl": a.get("reservation_ttl_s", 0), "limit": a.get("limit_per_user", 0),
+                "open": op.op == "put" or a.get("sale_end") is None}
+
+    def rules_at(self, sku, t0, t1):
+        """The rules in force for the whole of [t0, t1] (an order's attempt), when the history
+        settles them: the last PUT/PATCH/DELETE of sku answered 2xx before t0 (R), and every
+        other one that may have run either ended before R began (and, if its outcome is
+        unknown, STALE_RULE_S before) or began after t1. Returns (state, R) or None."""
+        ops = self.rule_ops.get(sku, [])
+        best = None
+        for o in ops:
+            if o.ack is not None and o.ack["t1"] < t0 and (best is None or o.ack["t1"] > best.ack["t1"]):
+                best = o
+        if best is None:
+            return None
+        for o in ops:
+            if o is best or not any(a["eff"] != NONE for a in o.attempts) or o.t0 > t1:
+                continue
+            if o.t1 >= best.t0 or (o.final == "unknown" and o.t1 + STALE_RULE_S >= best.t0):
+                return None
+        return self.rule_state(best), best
+
+    def limit_from(self, sku, ops):
+        """When a limit added by PATCH (0 -> n) to sku holds for every order begun after it (in
+        monotonic s): the first such PATCH's answer — later, while a rule change that may have
+        run without a limit could still land (STALE_RULE_S after it) —; infinity when no such
+        PATCH was answered; None when the SKU's limit was never added by a PATCH."""
+        if not self.run.limit_adds.get(sku):
+            return None
+        adds = [l for l in self.run.limit_adds[sku] if l.ack is not None]
+        if not adds:
+            return float("inf")     # added by a PATCH whose answer never came: when is unknown
+        t = min(l.ack["t1"] for l in adds)
+        for o in ops["put"] + ops["patch"]:
+            if o.attempts and not o.args.get("limit_per_user") and o.final == "unknown" and o.t0 < t:
+                t = max(t, o.t1 + STALE_RULE_S)
+        return t
+
+    def rules_in_force(self, lops):
+        """Every order attempt begun after a rule change was answered (and settled: rules_at)
+        is judged by the rules it left: a 201 is "reserved" exactly when the TTL is > 0 and
+        comes only while the window is open; 409 sale_ended only while it is closed."""
+        for l in lops:
+            if l.op != "order":
+                continue
+            for a in l.attempts:
+                b = a["body"] if isinstance(a["body"], dict) else {}
+                err = b.get("error") if a["status"] == 409 else None
+                if a["status"] != 201 and err not in ("sale_ended", "sale_not_started"):
+                    continue
+                got = self.rules_at(l.sku, a["t0"], a["t1"])
+                if got is None:
+                    continue
+                st, R = got
+                self.examined["rules-in-force"] += 1
+                bad = None
+                if st is None:
+                    bad = "the SKU was deleted (DELETE lop %d answered before it began)" % R.id
+                elif a["status"] == 201 and not st["open"]:
+                    bad = "201 while the sale window was closed"
+                elif a["status"] == 201 and b.get("status") != ("reserved" if st["ttl"] > 0 else "created"):
+                    bad = "status %r with reservation_ttl_s %d" % (b.get("status"), st["ttl"])
+                elif err and st["open"]:
+                    bad = "409 %s while the sale window was open" % err
+                if bad:
+                    self.fail("rules-in-force", ("order", l.id, a["seq"]), "order lop %d of %s (instance %d, began %.3f s) answered %s: %s, by the rules %s lop %d %s answered at %.3f s" % (
+                        l.id, l.sku, a["inst"], a["t0"], a["status"], bad, R.op.upper(), R.id, R.args, R.ack["t1"]), [R.ack["seq"], a["seq"]])
 
     # -- at checkpoints: Redis against the history --
     def snapshot(self, rds, sku):
@@ -1251,7 +1382,7 @@ class Checker:
         spans, open_ = [], {}
         for e in ev:
             t = e["t_ms"] / 1000.0 - t_start
-            if e["ev"] in ("master-kill9", "master-cut-kill9", "sku-master-kill9", "sku-master-cut-kill9"):
+            if e["ev"] in ("master-kill9", "master-cut-kill9", "master-pause-kill9", "sku-master-kill9", "sku-master-cut-kill9", "sku-master-pause-kill9"):
                 open_[e["target"]] = t
             elif e["ev"] == "back" and e["target"] in open_:
                 spans.append((open_.pop(e["target"]), t))
@@ -1889,9 +2020,14 @@ class Checker:
         self.examined["limits"] += 1
         if mlimit > limit:
             self.fail("limits", (s, "meta", mlimit), "checkpoint %s: %s meta limit %d, above every limit sent (%d)" % (cp, s, mlimit, limit), [])
+        # A limit added by PATCH counts the orders begun after its answer (limit_from): the
+        # ones before it were placed with no limit, so they are neither counted nor recorded.
+        since = self.limit_from(s, ops)
         units, live = defaultdict(int), defaultdict(list)
         for oid, (k, rec) in records.items():
             if isinstance(rec, dict) and rec.get("status") in LIVE and isinstance(rec.get("user_id"), str) and isinstance(rec.get("quantity"), int):
+                if since is not None and (L_of.get(oid) is None or L_of[oid].t0 <= since):
+                    continue
                 units[rec["user_id"]] += rec["quantity"]
                 live[rec["user_id"]].append(oid)
         for u, q in units.items():
@@ -1974,6 +2110,11 @@ class Checker:
         self.crashes()
         self.damage_checks()
         lops = list(run.lops)
+        self.rule_ops = defaultdict(list)
+        for l in lops:
+            if l.op in ("put", "patch", "delete") and l.attempts:
+                self.rule_ops[l.sku].append(l)
+        self.rules_in_force(lops)
         self.confirm_answers(lops)
         self.availability(lops)
         self.insufficient_checks(lops)
@@ -2056,10 +2197,7 @@ class Checker:
                     bad.append("sku/quantity/user_id %r/%r/%r" % (b.get("sku"), b.get("quantity"), b.get("user_id")))
                 if not m or m.group(2) != l.sku or int(m.group(1)) != b.get("segment"):
                     bad.append("order_id %r vs segment %r" % (b.get("order_id"), b.get("segment")))
-                holds = self.run.rules[l.sku]["ttl"] > 0
-                if l.ack["status"] == 201 and b.get("status") != ("reserved" if holds else "created"):
-                    bad.append("status %r on a SKU %s holds" % (b.get("status"), "with" if holds else "without"))
-                elif b.get("status") == "reserved":
+                if b.get("status") == "reserved":
                     e = parse_iso(b.get("expires_at"))
                     first = next((a for a in l.attempts if a["sent"]), l.ack)
                     if e is None or not first["w0"] + min(TTLS) - CLOCK_SLACK_S <= e <= l.ack["w1"] + max(TTLS) + CLOCK_SLACK_S:

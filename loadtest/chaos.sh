@@ -84,7 +84,7 @@
 # holds, SPEC §13; 0: none, the mix before issue 22), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
-# the replica off first), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
+# the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
 # seconds of traffic before a checkpoint). Only acks 1 is a checked mode: with 0 an order
 # answered 201 may be lost in a failover (docs/scaling.md, "The loss window"), and the checker
 # reports it as a violation — which is how it is shown to catch one (loadtest/README.md).
@@ -130,6 +130,7 @@ port_max=${LT_PORT_MAX:-32000}
 acks=${CH_REPLICA_ACKS:-1}
 min_replicas=${CH_MIN_REPLICAS:-1}
 cut_pct=${CH_MASTER_CUT:-33}
+pause_pct=${CH_MASTER_PAUSE:-33}
 lock_wait=${CH_LOCK_WAIT_MS:-500}
 lease=${CH_LEASE_MS:-1000}
 redis_timeout=${CH_REDIS_TIMEOUT_MS:-500}
@@ -267,8 +268,15 @@ restart_redis() {
 # (NOREPLICAS), and with --redis-replica-acks 1 nothing it took is answered 201 (its WAIT times
 # out: 503 outcome unknown). A plain kill -9 loses nothing here even with acks 0: on loopback
 # the replica still reads what the master had written to the socket.
+# In CH_MASTER_PAUSE % (33) the replica's replication is paused instead (issue 29): the replica
+# is stopped (SIGSTOP) with its link left open, so the master goes on taking writes (within
+# min-replicas-max-lag) that never reach it: for 1-2.5 s every order on that master, the parts
+# of multi-segment orders among them, waits for an ack that cannot come (WAIT times out: 503
+# outcome unknown); then the master is killed and the replica, let go, is promoted without
+# them. An order answered 201 must still be whole in Redis, and a multi-segment order whole
+# or absent.
 # master_fault [PORT NAME WHY]: that master (default: one chosen by the seed), its events named
-# NAME-kill9 / NAME-cut-kill9 (default master), WHY leading their detail.
+# NAME-kill9 / NAME-cut-kill9 / NAME-pause-kill9 (default master), WHY leading their detail.
 master_fault() {
   local m=${1:-} name=${2:-master} why=${3:-} cut ms rep ports
   if [ -z "$m" ]; then
@@ -278,7 +286,16 @@ master_fault() {
   fi
   rnd 0 99; cut=$r
   rnd 200 900; ms=$r
-  if [ "$cut" -lt "$cut_pct" ]; then
+  if [ "$cut" -ge $((100 - pause_pct)) ]; then
+    rep=$(replica_of "$m")
+    [ -n "$rep" ] || die "master $m has no replica"
+    rnd 1000 2500; ms=$r
+    event "$name-pause-kill9" "redis-$m" "${why}replica $rep's replication paused (SIGSTOP, link open) ${ms} ms before the kill"
+    kill -STOP "$(node_pid "$rep")"
+    sleep_ms "$ms"
+    kill -KILL "$(node_pid "$m")"
+    kill -CONT "$(node_pid "$rep")"
+  elif [ "$cut" -lt "$cut_pct" ]; then
     rep=$(replica_of "$m")
     [ -n "$rep" ] || die "master $m has no replica"
     event "$name-cut-kill9" "redis-$m" "${why}replica $rep stopped and cut off ${ms} ms before the kill"
