@@ -128,7 +128,8 @@ static void test_zk_sell_out_two_instances(void **state)
     SF_ASSERT_EQ(sf_stop(b), 0);
 }
 
-/* A frozen holder past its session timeout: its late commit is refused. */
+/* A frozen holder past its session timeout: its late commit is refused (issue 29: the clean-clone
+ * CI run saw A's order answered 201, bought again under a new lock after the refusal). */
 static void test_sigstop_past_session(void **state)
 {
     (void)state;
@@ -143,6 +144,7 @@ static void test_sigstop_past_session(void **state)
         sf_put_sku(sf_port(a), NULL, sku, 10, 1, &r);
         SF_ASSERT_STATUS(&r, 201);
         sf_resp_free(&r);
+        double lost_before = sf_metric(sf_port(a), "inventory_locks_lost_total");
         sf_post first = {.port = sf_port(a), .sku = sku};
         assert_int_equal(pthread_create(&first.tid, NULL, sf_post_one, &first), 0);
         int64_t until = tu_now_ms() + 10000;
@@ -165,12 +167,21 @@ static void test_sigstop_past_session(void **state)
                 (long long)(tu_now_ms() - t0));
         SF_ASSERT_EQ(sf_resume(a), 0);
         pthread_join(first.tid, NULL);
-        SF_ASSERT(first.status != 201, "the frozen holder's commit was accepted (%d)",
-                  first.status);
+        /* A's order may be 201: its stale hold refused (locally, its session's validity run
+         * out, or by the store's token check), it walks again and buys under a new lock. */
         sf_report rep;
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
-        SF_ASSERT_EQ(rep.sold, 1);
-        SF_ASSERT_EQ(rep.remaining, 9);
+        SF_ASSERT_EQ(rep.sold, 1 + (first.status == 201));
+        SF_ASSERT_EQ(rep.remaining, 10 - rep.sold);
+        /* The precondition: A's stale hold was refused (a lost lock, counted). On a loaded
+         * machine A may end by a timeout of its own first: nothing proved, once more. */
+        if (sf_metric(sf_port(a), "inventory_locks_lost_total") <= lost_before) {
+            fprintf(stderr, "%s: A ended without its hold judged (%s); again\n", __func__,
+                    first.summary);
+            SF_ASSERT(++tries < 5, "A's stale hold was never judged in %d tries: %s", tries,
+                      first.summary);
+            continue;
+        }
         break;
     }
     SF_ASSERT_EQ(sf_stop(a), 0);
