@@ -90,6 +90,8 @@ static lc_async_redlock *arlock(const char *name, int lease_ms, int watchdog,
                      lc_status_name(want));                                                        \
     } while (0)
 
+static int no_key(void *arg);
+
 static void test_async_acquire_wait_release(void **state)
 {
     (void)state;
@@ -115,7 +117,9 @@ static void test_async_acquire_wait_release(void **state)
     memset(&rr, 0, sizeof rr);
     assert_ok(lc_async_redlock_release(b, on_result, &rr));
     RUN(rr, LC_OK);
-    assert_int_equal(lt_nodes_with_key(&nodes, "rla:basic"), 0);
+    /* the release answers once a majority has; the last node's DEL may still be on its way
+     * (a clean-clone CI run saw it on one node at this point) */
+    assert_true(lt_run_until(no_key, (void *)"rla:basic", 5000));
     lc_async_redlock_free(a);
     lc_async_redlock_free(b);
 }
