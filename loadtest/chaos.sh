@@ -140,6 +140,12 @@ key_schema=${CH_KEY_SCHEMA:-2}
 [[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
 rules=${CH_RULES:-$([ "$key_schema" = 2 ] && echo 1 || echo 0)}
 [[ $rules =~ ^[01]$ ]] || { echo "chaos.sh: CH_RULES is 0 or 1" >&2; exit 2; }
+# The order log and its sink: on by default, off for the old binaries CH_KEY_SCHEMA=1 / CH_RULES=0
+# run (they predate the sink's database check).
+sink_bin=$build_dir/bin/inventory-sink
+sink=${CH_SINK:-1}
+[[ $sink =~ ^[01]$ ]] || { echo "chaos.sh: CH_SINK is 0 or 1" >&2; exit 2; }
+[ "$key_schema$rules" = 21 ] || [ -n "${CH_SINK:-}" ] || sink=0
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -165,22 +171,34 @@ lib_name=chaos
 # shellcheck source=loadtest/lib.sh
 . "$lt/lib.sh"
 
-py_pid=""
+py_pid="" sink_pid="" sink_port=""
 # shellcheck disable=SC2317  # called by lib.sh's exit trap
-cleanup_hook() { : >"$ctl/done" 2>/dev/null || true; }
+cleanup_hook() {
+  : >"$ctl/done" 2>/dev/null || true
+  stop_pid "$sink_pid" 50
+}
 install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
 for tool in redis-server redis-cli curl "$py"; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs it)"
 done
-[ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets inventoryd
+if [ "$sink" = 1 ]; then
+  for tool in mariadbd mariadb-install-db mariadb; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs mariadb-server)"
+  done
+fi
+targets=(inventoryd)
+[ "$sink" = 0 ] || targets+=(inventory-sink)
+[ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets "${targets[@]}"
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
+[ "$sink" = 0 ] || [ -x "$sink_bin" ] || die "no inventory-sink binary at $sink_bin"
 
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
 [ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
 [ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
+[ "$sink" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_SINK=$sink $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
@@ -202,8 +220,44 @@ else
   setup="Redis: one redis-server, AOF appendfsync always."
   where=(--redis-port "$redis_port")
 fi
+# The order log and its sink (issue 29, "The net"): a private MariaDB (lib.sh shop_db_setup),
+# one inventory-sink, the instances with --order-log, except while the nemesis has restarted
+# one without it (nolog[i]=1: its changes are counted in Redis and backfilled by the sink).
+nolog=()
+for ((i = 0; i < instances; i++)); do nolog[i]=0; done
+# log_flag I: the order-log flag of instance I as it runs now.
+log_flag() { [ "$sink" = 0 ] || [ "${nolog[$1]}" = 1 ] || echo --order-log; }
+if [ "$cluster" = 1 ]; then sink_redis=$redis_url; else sink_redis=redis://127.0.0.1:$redis_port; fi
+# start_sink: inventory-sink (consumer chaos-sink, kept across restarts) on sink_port (kept,
+# unless it cannot bind it), ready when /metrics answers; its port in ctl/sink_port for chaos.py.
+start_sink() {
+  local attempt
+  for attempt in 1 2 3; do
+    if [ -z "$sink_port" ] || [ "$attempt" -gt 1 ]; then
+      pick_port || die "no free port for inventory-sink"; sink_port=$picked
+    fi
+    INVENTORY_SINK_DB_URL=$shop_db_url "$sink_bin" --redis "$sink_redis" --metrics-port "$sink_port" \
+      --consumer chaos-sink --maintain-ms 250 --claim-idle-ms 3000 --log-level info \
+      2>>"$res/logs/sink.log" &
+    sink_pid=$!
+    if wait_ready "$sink_pid" 100 curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$sink_port/metrics"; then
+      echo "$sink_port" >"$ctl/sink_port"
+      return 0
+    fi
+    stop_pid "$sink_pid" 20
+  done
+  die "inventory-sink did not start (see $res/logs/sink.log)"
+}
+if [ "$sink" = 1 ]; then
+  t_db=$(date +%s%3N)
+  shop_db_setup
+  start_sink
+  setup+=" Order log: every instance with --order-log (the nemesis restarts one without it, and later with it again), one inventory-sink (--maintain-ms 250) into MariaDB $(lock_db_sql 'SELECT VERSION()' 2>/dev/null) (started in $(($(date +%s%3N) - t_db)) ms)."
+  log "MariaDB on $lock_db_port, inventory-sink /metrics on $sink_port ($(($(date +%s%3N) - t_db)) ms to start both)"
+fi
 pick_instance_ports
-start_servers inventoryd "$instances" "$threads" "${inst_flags[@]}"
+# shellcheck disable=SC2046  # the flag or nothing
+start_servers inventoryd "$instances" "$threads" "${inst_flags[@]}" $(log_flag 0)
 log "${redis_url:-redis-server on $redis_port (AOF always)}, inventoryd on ${inst_ports[*]} (lease $lease ms, lock wait $lock_wait ms${redis_url:+, replica acks $acks})"
 
 now_ms() { date +%s%3N; }
@@ -219,7 +273,8 @@ event() {
 # restart_instance I: inventoryd I again on its port, ready (/readyz) within 10 s.
 restart_instance() {
   local i=$1
-  launch_instance "$i" "$threads" "${inst_flags[@]}"
+  # shellcheck disable=SC2046  # the flag or nothing
+  launch_instance "$i" "$threads" "${inst_flags[@]}" $(log_flag "$i")
   inst_pids[i]=$pid
   wait_ready "$pid" 100 curl -fsS --max-time 1 "http://127.0.0.1:${inst_ports[i]}/readyz" \
     || die "inventoryd $i did not come back on port ${inst_ports[i]} (see $res/logs/inventoryd$i.log)"
@@ -234,6 +289,34 @@ kill_instance() {
   sleep_ms "$ms"
   restart_instance "$i"
   event back "inventoryd$i"
+}
+# flag_restart I (with the sink): kill -9 of inventoryd I, restarted at once without
+# --order-log when it had it, with it again when it had not (issue 29 item 4: instances
+# restarted with differing flags; the sink must find the unlogged changes and backfill them).
+flag_restart() {
+  local i=$1 how
+  if [ "${nolog[i]}" = 1 ]; then nolog[i]=0 how="with --order-log again"; else nolog[i]=1 how="without --order-log"; fi
+  event flag-restart "inventoryd$i" "kill -9, restarted $how"
+  kill -KILL "${inst_pids[i]}" 2>/dev/null || true
+  wait "${inst_pids[i]}" 2>/dev/null || true
+  restart_instance "$i"
+  event back "inventoryd$i"
+}
+# sink_kill (with the sink): kill -9 of inventory-sink, restarted after 1-4 s: the clients'
+# PUTs (shrinking ones among them, and storms) and DELETEs meanwhile — 50 times as frequent
+# while ctl/sink_down exists — drop segments whose logs it has not read; they must stay until it has drained them (docs/design.md "How the log and
+# the sink agree").
+sink_kill() {
+  local ms
+  rnd 1000 4000; ms=$r
+  event sink-kill9 sink "down ${ms} ms"
+  kill -KILL "$sink_pid" 2>/dev/null || true
+  wait "$sink_pid" 2>/dev/null || true
+  : >"$ctl/sink_down"
+  sleep_ms "$ms"
+  rm -f "$ctl/sink_down"
+  start_sink
+  event back sink
 }
 # stop_instance I: SIGSTOP of inventoryd I past its lease, and often past an Idempotency-Key
 # claim's age limit too (lock wait + lease + 2 × Redis timeout), after which another request
@@ -340,6 +423,11 @@ fault() {
   local i kind
   rnd 0 99; kind=$r
   rnd 0 $((instances - 1)); i=$r
+  if [ "$sink" = 1 ] && [ "$faults_done" -gt 0 ] && [ "$kind" -lt 30 ]; then
+    if [ "$kind" -lt 15 ]; then sink_kill; else flag_restart "$i"; fi
+    faults_done=$((faults_done + 1))
+    return
+  fi
   if [ "$cluster" = 1 ]; then
     if [ "$faults_done" = 0 ] || [ "$kind" -lt 22 ]; then sku_master_fault
     elif [ "$kind" -lt 45 ]; then master_fault
@@ -377,6 +465,13 @@ reap_crashed() {
     log "redis-server exited by itself (status $st); restarting it"
     launch_redis || die "redis-server did not restart (see $res/logs/redis.log)"
   fi
+  if [ "$sink" = 1 ] && ! kill -0 "$sink_pid" 2>/dev/null; then
+    st=0
+    wait "$sink_pid" 2>/dev/null || st=$?
+    event crash sink "exit status $st"
+    log "inventory-sink exited by itself (status $st); restarting it"
+    start_sink
+  fi
 }
 # hold_still: when chaos.py asks for a checkpoint (ctl/pause.N), says so (paused.N: no fault
 # under way, everything running) and waits for resume.N, done, or chaos.py's end (≤ 10 min).
@@ -401,13 +496,15 @@ hold_still() {
   return 1
 }
 
+sink_args=()
+[ "$sink" = 0 ] || sink_args=(--sink-bin "$sink_bin" --sink-redis "$sink_redis" --db-port "$lock_db_port")
 # shellcheck disable=SC2086
-"$py" "$lt/chaos.py" --seed "$seed" "${where[@]}" --setup "$setup" --replay "$replay" \
+INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[@]}" --setup "$setup" --replay "$replay" \
   --ports "$(IFS=,; echo "${inst_ports[*]}")" --token "$token" --out "$res" --ctl "$ctl" \
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
+  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
