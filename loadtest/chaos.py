@@ -2079,8 +2079,12 @@ class Checker:
                 if (as_int(kv.get("db")) or 0) - excused[f[1]] != as_int(kv.get("redis")):
                     bad.append(" ".join(f) + " (%d excused)" % excused[f[1]])
             if bad:
-                self.fail("database", s, "reconcile --sku %s exited 1 (reconcile-%s.txt): %d difference(s) not excused: %s" % (
-                    s, s.replace(":", "_"), len(bad), "; ".join(bad[:6])), [])
+                # The losses first: an order Redis has and the database lacks, a log not drained.
+                order = ("missing_in_db", "log_unread", "log_unacknowledged", "status")
+                bad.sort(key=lambda x: order.index(x.split()[0]) if x.split()[0] in order else len(order))
+                kinds = Counter(x.split()[0] for x in bad)
+                self.fail("database", s, "reconcile --sku %s exited 1 (reconcile-%s.txt): %d difference(s) not excused (%s): %s" % (
+                    s, s.replace(":", "_"), len(bad), ", ".join("%s %d" % kv for kv in kinds.most_common()), "; ".join(bad[:6])), [])
         self.db_notes.append("- reconcile: %d SKU(s), %d missing_in_redis row(s) excused (backfilled, created before a later reset of their SKU)" % (
             len(run.skus), excused_total))
         log("database: the sink caught up in %.1f s; reconcile of %d SKU(s): %d violation(s)" % (
