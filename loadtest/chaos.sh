@@ -79,8 +79,9 @@
 # helper's benchmark running, load 6); --cluster --short 41.0 s before, 42.1–43.9 s after.
 # The order log and the sink (issue 29): MariaDB's install and start and the sink's start take
 # ~3 s, the catch-up wait and 4 reconciles < 1 s, the faults' own pauses (a sink down 1-4 s, a
-# restart) are the nemesis's time: --short seeds 4242 and 777 took 78.8 s and 75.8 s (other
-# builds running), --cluster --short seed 5151 51.8 s; with CH_SINK=0 as before.
+# restart) are the nemesis's time: --short took 75.8–83.1 s (9 runs, seeds 4242, 777, 31337,
+# 2024, 8080, 1212, 3434; load 3–6 from other builds), --cluster --short 46.3–52.0 s (5 runs,
+# seeds 5151, 6262, 9191, 7878); with CH_SINK=0 as before.
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
