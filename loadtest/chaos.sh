@@ -60,7 +60,8 @@
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
 #              and so the interleaving, differs from run to run). Default: random, printed.
 #   --out DIR  results directory (default loadtest/results/chaos-<UTC time>)
-# Results: SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
+# Results (with the sink also reconcile-<sku>.txt, logs/sink.log, and run/mysql, MariaDB's
+# data, only when a check failed): SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
 # was written meanwhile, Redis calls, checkpoints, every check with the first violations and
 # their history lines), history.jsonl, nemesis.jsonl, run.log, verify-<checkpoint>-<sku>.txt,
 # logs/ (redis, instances).
@@ -555,6 +556,12 @@ done
 rc=0
 wait "$py_pid" || rc=$?
 extra_pids=()
+# The database's files (~150 MB) are kept only when a check failed.
+if [ "$sink" = 1 ] && [ "$rc" = 0 ]; then
+  stop_pid "$sink_pid" 50; sink_pid=""
+  lock_db_stop
+  rm -rf "${run_dir:?}/mysql"
+fi
 case "$rc" in
   0) log "PASS: every check passed (seed $seed); $res/SUMMARY.md" ;;
   1) log "FAIL: violations found (seed $seed); $res/SUMMARY.md" ;;
