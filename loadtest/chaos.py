@@ -191,9 +191,15 @@ def http_call(port, method, path, body=None, headers=None, timeout=3.0):
 # --- logical operations and their attempts ----------------------------------------------------
 
 NONE, YES, MAYBE = "none", "yes", "maybe"
-# The nemesis events (nemesis.jsonl) that are faults, as chaos.sh names them.
+# The nemesis events (nemesis.jsonl) that are faults, as chaos.sh names them. flag-restart: an
+# instance killed and restarted with the other --order-log flag; sink-kill9: the order-log sink
+# killed and restarted 1-4 s later (issue 29, "The net").
 FAULTS = ("kill9", "sigstop", "redis-kill9", "master-kill9", "master-cut-kill9", "master-pause-kill9",
-          "sku-master-kill9", "sku-master-cut-kill9", "sku-master-pause-kill9", "damage", "crash")
+          "sku-master-kill9", "sku-master-cut-kill9", "sku-master-pause-kill9", "damage", "crash",
+          "flag-restart", "sink-kill9")
+# Faults that excuse no 5xx of the instances (availability): the damager's (judged on their own
+# terms) and the sink's, which no request waits for.
+NO_EXCUSE = ("damage", "sink-kill9")
 
 
 def effect(op, a):
@@ -644,16 +650,20 @@ class Run:
             sku = rng.choice(self.skus)
             x = rng.random() * 100
             storm_sku = self.storm(self.traffic_now())
+            # While chaos.sh has the order-log sink down (ctl/sink_down), PUTs (about half of
+            # them shrink the layout) and DELETEs are 50 times as frequent: segments whose logs
+            # the sink has not read are dropped (issue 29 item 3; the check "database").
+            down = self.a.sink_bin and os.path.exists(os.path.join(self.a.ctl, "sink_down"))
             if put_next:
                 self.op_put(rng, thr, put_next)
                 put_next = None
             elif storm_sku and x < 50:
                 self.op_put(rng, thr, storm_sku)
-            elif x < 0.03:
+            elif x < (1.5 if down else 0.03):
                 self.op_put(rng, thr, sku)
-            elif x < 0.04:
+            elif x < (2.0 if down else 0.04):
                 self.op_delete(rng, thr, sku)
-            elif x < 0.05:
+            elif x < (2.5 if down else 0.05):
                 self.op_delete_put(rng, thr, sku)
             elif x < 1.5:
                 self.op_restock(rng, thr, sku)
@@ -1089,6 +1099,11 @@ class Run:
                 os.remove(os.path.join(a.ctl, "calm"))
             if final:
                 break
+        if not a.sink_bin:
+            self.checks.unavailable["database"] = "no sink: CH_SINK=0, or an old key schema or no rules"
+        else:
+            # Still held still by the nemesis (it waits for done): the sink is running.
+            self.checks.database()
         self.ctl("done")
         self.checks.history_checks()
         self.hist.close()
@@ -1098,6 +1113,26 @@ class Run:
 # --- the checker --------------------------------------------------------------------------------
 
 ORDER_ID = re.compile(r"^[0-9a-f]+-(\d+)-(.+)$")
+# The database check: how long the sink may take to catch up once the clients stopped, and how
+# long after its client gave up a PUT or DELETE of unknown outcome may still reset the orders.
+SINK_CATCHUP_S = 60
+RESET_SLACK_S = 10
+# Reads a segment's log stream in one step on its own slot: {exists, XLEN, the group sink's
+# pending count, its last-delivered-id, the stream's last-generated-id, has the group}.
+STREAM_LUA = r"""
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 0 then return {0} end
+local n = redis.call('XLEN', k)
+local info = redis.call('XINFO', 'STREAM', k)
+local last = ''
+for i = 1, #info, 2 do if info[i] == 'last-generated-id' then last = info[i + 1] end end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', k)) do
+  local h = {}
+  for i = 1, #g, 2 do h[g[i]] = g[i + 1] end
+  if h['name'] == 'sink' then return {1, n, h['pending'], h['last-delivered-id'], last, 1} end
+end
+return {1, n, 0, '', last, 0}
+"""
 
 CHECKS = [
     ("processes", "no inventoryd or redis-server exits unless the nemesis killed it (chaos.sh restarts it and records its exit status)"),
@@ -1123,6 +1158,7 @@ CHECKS = [
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
+    ("database", "with the order log and its sink (chaos.sh, CH_SINK=1): at the end, the sink running and caught up (its /metrics: inventory_sink_lag_seconds 0, inventory_sink_pending 0; in Redis: every stream of every segment below max(segments, hwm, lhwm) — dropped segments' included — drained by group sink, and no segment with changes not logged (cnt u) left to backfill; within %d s), `inventory-sink reconcile --sku S` of every SKU exits 0: the database has every order Redis has, with its status, quantity, user and parts, and no log is left unread; the sink skipped no log entry as malformed (sink_malformed in logs/sink.log). Only a missing_in_redis row the sink backfilled (no order_events row) whose order was created before the end of the SKU's last PUT or DELETE that may have run (+ %d s when its outcome is unknown) is excused, with its units: such a reset took it out of Redis (docs/design.md)" % (SINK_CATCHUP_S, RESET_SLACK_S)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
 
@@ -1133,6 +1169,7 @@ class Checker:
         self.viol = {name: {} for name, _ in CHECKS}
         self.examined = Counter()
         self.unavailable = {}           # check -> why it could not be made
+        self.db_notes = []              # the database check's lines of SUMMARY.md
         self.calls_seen = []            # (checkpoint, instance, max, budget)
         self.damage_notes = []          # per damage: one line for SUMMARY.md
 
@@ -1881,6 +1918,189 @@ class Checker:
                 self.fail("units", (s, v, keyed), "checkpoint %s: %s version %d, %s orders begun after PUT lop %d was acknowledged: %d units placed in Redis, outside [%d acknowledged, %d = + %d of unknown outcome]" % (
                     cp, s, v, "keyed" if keyed else "keyless", P.id, placed, acked, acked + unknown, unknown), P.seqs()[-1:])
 
+    # -- the order log and the sink (issue 29, "The net") --
+    def sink_metrics(self):
+        """The sink's /metrics (unlabelled lines: name -> float), or None when it does not answer."""
+        try:
+            with open(os.path.join(self.run.a.ctl, "sink_port")) as f:
+                port = int(f.read().strip())
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode(errors="replace")
+            c.close()
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+        out = {}
+        for line in text.splitlines():
+            f = line.split()
+            if len(f) == 2 and not line.startswith("#"):
+                try:
+                    out[f[0]] = float(f[1])
+                except ValueError:
+                    pass
+        return out
+
+    def sink_behind(self, rds):
+        """What the sink has still to do ("" when it has caught up): its gauges, then in Redis
+        every stream of every segment below max(segments, hwm, lhwm) and the unlogged counts."""
+        m = self.sink_metrics()
+        if m is None:
+            return "the sink's /metrics does not answer"
+        for g in ("inventory_sink_lag_seconds", "inventory_sink_pending"):
+            if m.get(g) != 0:
+                return "%s %s" % (g, m.get(g))
+        for s in self.run.skus:
+            meta = pairs(rds.cmd("HGETALL", KEYS.sku(s, "meta")))
+            n = max(as_int(meta.get(f)) or 0 for f in ("segments", "hwm", "lhwm"))
+            for k in range(n):
+                u = as_int(rds.cmd("HGET", KEYS.seg(s, k, "cnt"), "u"))
+                if u:
+                    return "%s segment %d: %d change(s) not logged, not yet backfilled (cnt u)" % (s, k, u)
+                st = rds.cmd("EVAL", STREAM_LUA, 1, KEYS.seg(s, k, "log"))
+                if isinstance(st, RedisError):
+                    return "%s segment %d: %s" % (s, k, st)
+                if st[0] == 0 or st[1] == 0:
+                    continue
+                if not st[5]:
+                    return "%s segment %d: %d log entries and no group sink" % (s, k, st[1])
+                if st[2] != 0 or st[3] != st[4]:
+                    return "%s segment %d%s: %d pending, last delivered %s of %s" % (
+                        s, k, " (dropped: segments %s)" % meta.get("segments") if k >= (as_int(meta.get("segments")) or 0) else "",
+                        st[2], st[3], st[4])
+        return ""
+
+    def reset_ends(self):
+        """{SKU: when (wall clock) its last PUT or DELETE that may have run could still have
+        reset its orders}: the end of its last attempt that may have run, + RESET_SLACK_S when
+        that attempt's outcome is unknown."""
+        out = defaultdict(float)
+        for l in list(self.run.lops):
+            if l.op not in ("put", "delete"):
+                continue
+            for x in l.attempts:
+                if x["eff"] != NONE:
+                    out[l.sku] = max(out[l.sku], x["w1"] + (RESET_SLACK_S if x["eff"] == MAYBE else 0))
+        return out
+
+    def sink_down_resets(self):
+        """(shrinking PUTs, DELETEs) acknowledged while the sink was down (sink-kill9 to back)."""
+        spans, open_ = [], None
+        for e in self.nemesis_events() or []:
+            if e["ev"] == "sink-kill9" or (e["ev"] == "crash" and e.get("target") == "sink"):
+                open_ = e["t_ms"] / 1000.0
+            elif e["ev"] == "back" and e.get("target") == "sink" and open_ is not None:
+                spans.append((open_, e["t_ms"] / 1000.0))
+                open_ = None
+        last, shrink, dels = {}, 0, 0
+        for l in sorted(self.run.lops, key=lambda l: l.id):
+            if l.op not in ("put", "delete"):
+                continue
+            inside = l.ack is not None and any(x <= l.ack["w1"] and l.ack["w0"] <= y for x, y in spans)
+            if l.op == "delete":
+                dels += inside
+            else:
+                segs = l.args.get("segments")
+                if inside and isinstance(segs, int) and last.get(l.sku, 0) > segs:
+                    shrink += 1
+                if l.ack is not None and isinstance(segs, int):
+                    last[l.sku] = segs
+        return shrink, dels
+
+    def backfilled_rows(self, sku):
+        """{order id: created_at (epoch s)} of the SKU's rows the backfill wrote (no
+        order_events row), read with the root user of chaos.sh's MariaDB."""
+        q = ("SET time_zone = '+00:00'; SELECT o.order_id, UNIX_TIMESTAMP(o.created_at) FROM shop.orders o "
+             "WHERE o.sku = '%s' AND NOT EXISTS (SELECT 1 FROM shop.order_events e WHERE e.order_id = o.order_id)" % sku)
+        r = subprocess.run(["mariadb", "--no-defaults", "--connect-timeout=5", "-h", "127.0.0.1", "-P", str(self.run.a.db_port),
+                            "-u", "root", "-N", "-B", "-e", q], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise Infra("cannot read the database: %s" % r.stderr.strip()[-300:])
+        return {f[0]: float(f[1]) for f in (x.split("\t") for x in r.stdout.splitlines()) if len(f) == 2}
+
+    def database(self):
+        """The check "database": once the sink caught up, reconcile of every SKU exits 0."""
+        run, a = self.run, self.run.a
+        t0 = now()
+        why = "not read"
+        while now() - t0 < SINK_CATCHUP_S:
+            try:
+                rds = run.redis(10.0)
+                try:
+                    why = self.sink_behind(rds)
+                finally:
+                    rds.close()
+            except (OSError, ConnectionError) as e:
+                why = "Redis: %s" % e
+            if not why:
+                break
+            time.sleep(0.25)
+        self.catchup_s = now() - t0
+        self.examined["database"] += 1
+        if why:
+            self.fail("database", "catch-up", "the sink did not catch up within %d s of the end: %s" % (SINK_CATCHUP_S, why), [])
+        m = self.sink_metrics() or {}
+        shrink, dels = self.sink_down_resets()
+        self.db_notes = ["- the sink caught up %.1f s after the final checkpoint%s; /metrics: %s" % (
+            self.catchup_s, "" if not why else " (NOT: %s)" % why,
+            ", ".join("%s %g" % (k[len("inventory_sink_"):], m[k]) for k in (
+                "inventory_sink_events_written_total", "inventory_sink_unlogged_total", "inventory_sink_backfilled_total",
+                "inventory_sink_order_log_missing") if k in m)),
+            "- acknowledged while the sink was down: %d PUT(s) that shrank the layout, %d DELETE(s)" % (shrink, dels)]
+        # An entry the sink cannot read is acknowledged without a row (sink_malformed): the
+        # service must never write one.
+        try:
+            with open(os.path.join(a.out, "logs", "sink.log"), errors="replace") as f:
+                bad_entries = [x.strip() for x in f if '"sink_malformed"' in x]
+        except OSError:
+            bad_entries = []
+        self.examined["database"] += 1
+        if bad_entries:
+            self.fail("database", "malformed", "the sink skipped %d log entr%s it could not read (logs/sink.log): %s" % (
+                len(bad_entries), "y" if len(bad_entries) == 1 else "ies", "; ".join(bad_entries[:3])), [])
+        ends = self.reset_ends()
+        excused_total = 0
+        for s in run.skus:
+            self.examined["database"] += 1
+            r = subprocess.run([a.sink_bin, "reconcile", "--redis", a.sink_redis, "--sku", s],
+                               capture_output=True, text=True, timeout=120)
+            with open(os.path.join(a.out, "reconcile-%s.txt" % s.replace(":", "_")), "w") as f:
+                f.write(r.stdout + r.stderr)
+            if r.returncode == 0:
+                continue
+            if r.returncode != 1:
+                self.fail("database", s, "reconcile --sku %s exited %d: %s" % (s, r.returncode, r.stderr.strip()[-300:]), [])
+                continue
+            rows = self.backfilled_rows(s)
+            excused, bad = Counter(), []
+            units = []
+            for line in r.stdout.splitlines():
+                f = line.split()
+                if not f:
+                    continue
+                if f[0] == "missing_in_redis" and len(f) >= 4 and f[1] in rows and rows[f[1]] <= ends.get(s, 0.0):
+                    kv = dict(x.split("=", 1) for x in f[2:] if "=" in x)
+                    excused[kv.get("status")] += as_int(kv.get("quantity")) or 0
+                    excused_total += 1
+                elif f[0] == "units":
+                    units.append(f)
+                else:
+                    bad.append(line)
+            for f in units:
+                kv = dict(x.split("=", 1) for x in f[2:] if "=" in x)
+                if (as_int(kv.get("db")) or 0) - excused[f[1]] != as_int(kv.get("redis")):
+                    bad.append(" ".join(f) + " (%d excused)" % excused[f[1]])
+            if bad:
+                # The losses first: an order Redis has and the database lacks, a log not drained.
+                order = ("missing_in_db", "log_unread", "log_unacknowledged", "status")
+                bad.sort(key=lambda x: order.index(x.split()[0]) if x.split()[0] in order else len(order))
+                kinds = Counter(x.split()[0] for x in bad)
+                self.fail("database", s, "reconcile --sku %s exited 1 (reconcile-%s.txt): %d difference(s) not excused (%s): %s" % (
+                    s, s.replace(":", "_"), len(bad), ", ".join("%s %d" % kv for kv in kinds.most_common()), "; ".join(bad[:6])), [])
+        self.db_notes.append("- reconcile: %d SKU(s), %d missing_in_redis row(s) excused (backfilled, created before a later reset of their SKU)" % (
+            len(run.skus), excused_total))
+        log("database: the sink caught up in %.1f s; reconcile of %d SKU(s): %d violation(s)" % (
+            self.catchup_s, len(run.skus), len(self.viol["database"])))
+
     def nemesis_events(self):
         """nemesis.jsonl's events (chaos.sh's and the damager's), or None when unreadable."""
         try:
@@ -1901,7 +2121,7 @@ class Checker:
                 continue
             if e["ev"] == "crash":
                 spans.append((t, t + 5.0))
-            elif e["ev"] in FAULTS and e["ev"] != "damage":
+            elif e["ev"] in FAULTS and e["ev"] not in NO_EXCUSE:
                 open_.setdefault(tgt, t)
             elif e["ev"] == "back" and tgt in open_:
                 spans.append((open_.pop(tgt), t + after_back))
@@ -2379,6 +2599,11 @@ class Checker:
             out.append("")
             out.extend(self.damage_notes or ["- none"])
             out.append("")
+        if self.db_notes:
+            out.append("## The database (order log and sink)")
+            out.append("")
+            out.extend(self.db_notes)
+            out.append("")
         out.append("## Redis calls")
         out.append("")
         if self.calls_seen:
@@ -2467,6 +2692,9 @@ def main():
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
     ap.add_argument("--payers", type=int, default=8, help="threads that confirm holds (with --rules 1)")
+    ap.add_argument("--sink-bin", default="", help="inventory-sink: check the database at the end (its URL in INVENTORY_SINK_DB_URL)")
+    ap.add_argument("--sink-redis", default="", help="the sink's --redis URL")
+    ap.add_argument("--db-port", type=int, default=0, help="the database's port (root, no password: the backfilled rows' times)")
     ap.add_argument("--large-orders", type=float, default=0.1,
                     help="the fraction of orders of %d..%d units, more than one segment holds (SPEC §13; 0: none, "
                          "the mix of binaries before issue 22)" % (MAX_QTY + 1, LARGE_QTY_MAX))

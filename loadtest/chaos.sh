@@ -26,6 +26,17 @@
 # SPEC §11 also that no user is over the limit and the users' entries name their live orders,
 # that holds end within 1.5 s of expires_at, that confirms and cancels agree with the records,
 # and that outside the faults a SKU's orders are not mostly 5xx (docs/reliability.md).
+# The order log and its sink (issue 29, "The net"; CH_SINK=0 turns them off): a private
+# MariaDB (lib.sh shop_db_setup) and one inventory-sink (--maintain-ms 250) beside the
+# instances, which run with --order-log; the nemesis also kill -9s the sink and restarts it
+# after 1-4 s (sink-kill9; meanwhile the clients send PUTs, about half of them shrinking the
+# layout, and DELETEs 50 times as often), and restarts an instance without --order-log, later
+# with it again (flag-restart: its changes are counted in Redis and the sink must backfill
+# them). At the end, the nemesis still held, chaos.py's check "database" waits until the sink
+# has caught up (its /metrics lag and pending 0; in Redis every stream below max(segments, hwm,
+# lhwm), dropped segments' included, drained, no unlogged count left; ≤ 60 s) and runs
+# `inventory-sink reconcile --sku S` for every SKU: a difference is a violation (only a
+# backfilled row of an order a later PUT or DELETE reset out of Redis is excused).
 # Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
@@ -42,14 +53,15 @@
 #
 # Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about
-#              70 s in all (what CI runs). With --cluster: 30 s of traffic, a checkpoint at
-#              15 s and one at the end; about 40 s with the cluster's start
+#              80 s in all (what CI runs). With --cluster: 30 s of traffic, a checkpoint at
+#              15 s and one at the end; about 50 s with the cluster's start
 #   --long     600 s of traffic, a checkpoint every 30 s; about 11 min
 #   --cluster  on a Redis Cluster, with master failovers among the faults (above)
 #   --seed N   replay the random choices of an earlier run (clients and nemesis; the timing,
 #              and so the interleaving, differs from run to run). Default: random, printed.
 #   --out DIR  results directory (default loadtest/results/chaos-<UTC time>)
-# Results: SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
+# Results (with the sink also reconcile-<sku>.txt, logs/sink.log, and run/mysql, MariaDB's
+# data, only when a check failed): SUMMARY.md (ops by type and answer, nemesis events, each counter damage with what
 # was written meanwhile, Redis calls, checkpoints, every check with the first violations and
 # their history lines), history.jsonl, nemesis.jsonl, run.log, verify-<checkpoint>-<sku>.txt,
 # logs/ (redis, instances).
@@ -66,6 +78,11 @@
 # 3.3 s measured) and the give sets; the payers' waits are their own. Seed 2020: --short 66.7 s
 # before, 68.7 s after (71.2 s with the confirms still in the clients; 75.7–76.5 s with another
 # helper's benchmark running, load 6); --cluster --short 41.0 s before, 42.1–43.9 s after.
+# The order log and the sink (issue 29): MariaDB's install and start and the sink's start take
+# ~3 s, the catch-up wait and 4 reconciles < 1 s, the faults' own pauses (a sink down 1-4 s, a
+# restart) are the nemesis's time: --short took 75.8–83.1 s (9 runs, seeds 4242, 777, 31337,
+# 2024, 8080, 1212, 3434; load 3–6 from other builds), --cluster --short 46.3–52.0 s (5 runs,
+# seeds 5151, 6262, 9191, 7878); with CH_SINK=0 as before.
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
@@ -81,7 +98,10 @@
 # inv:{S:k}:…, to run an old binary with BUILD_DIR), CH_RULES (1; 0 with CH_KEY_SCHEMA=1: no
 # sale rules, PATCHes, confirms or --trust-body-user-id, for a binary before issue 20),
 # CH_LARGE_ORDERS (0.1: the fraction of orders of 6..100 units, often more than one segment
-# holds, SPEC §13; 0: none, the mix before issue 22), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT.
+# holds, SPEC §13; 0: none, the mix before issue 22), CH_STORMS=0 (no bursts of concurrent PUTs), CH_ADMIN_TOKEN, LT_PORT_MIN/MAX, LT_REDIS_PORT, LT_BASE_PORT,
+# CH_SINK (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no order log, sink, MariaDB or check
+# "database"), CH_SINK_BIN (the running sink's binary, default the build's; an older one shows
+# the check catching what it left: loadtest/README.md; reconcile is always the build's).
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -140,6 +160,12 @@ key_schema=${CH_KEY_SCHEMA:-2}
 [[ $key_schema =~ ^[12]$ ]] || { echo "chaos.sh: CH_KEY_SCHEMA is 1 or 2" >&2; exit 2; }
 rules=${CH_RULES:-$([ "$key_schema" = 2 ] && echo 1 || echo 0)}
 [[ $rules =~ ^[01]$ ]] || { echo "chaos.sh: CH_RULES is 0 or 1" >&2; exit 2; }
+# The order log and its sink: on by default, off for the old binaries CH_KEY_SCHEMA=1 / CH_RULES=0
+# run (they predate the sink's database check).
+sink_bin=$build_dir/bin/inventory-sink
+sink=${CH_SINK:-1}
+[[ $sink =~ ^[01]$ ]] || { echo "chaos.sh: CH_SINK is 0 or 1" >&2; exit 2; }
+[ "$key_schema$rules" = 21 ] || [ -n "${CH_SINK:-}" ] || sink=0
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -165,22 +191,34 @@ lib_name=chaos
 # shellcheck source=loadtest/lib.sh
 . "$lt/lib.sh"
 
-py_pid=""
+py_pid="" sink_pid="" sink_port=""
 # shellcheck disable=SC2317  # called by lib.sh's exit trap
-cleanup_hook() { : >"$ctl/done" 2>/dev/null || true; }
+cleanup_hook() {
+  : >"$ctl/done" 2>/dev/null || true
+  stop_pid "$sink_pid" 50
+}
 install_cleanup
 
 [ "${LT_SKIP_DEPS:-0}" = 1 ] || "$root/scripts/deps.sh"
 for tool in redis-server redis-cli curl "$py"; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs it)"
 done
-[ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets inventoryd
+if [ "$sink" = 1 ]; then
+  for tool in mariadbd mariadb-install-db mariadb; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (scripts/deps.sh installs mariadb-server)"
+  done
+fi
+targets=(inventoryd)
+[ "$sink" = 0 ] || targets+=(inventory-sink)
+[ "${LT_SKIP_BUILD:-0}" = 1 ] || build_targets "${targets[@]}"
 [ -x "$bin" ] || die "no inventoryd binary at $bin"
+[ "$sink" = 0 ] || [ -x "$sink_bin" ] || die "no inventory-sink binary at $sink_bin"
 
 replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$key_schema" = 2 ] || replay="CH_KEY_SCHEMA=$key_schema BUILD_DIR=$build_dir $replay"
 [ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
 [ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
+[ "$sink" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_SINK=$sink $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
@@ -202,8 +240,44 @@ else
   setup="Redis: one redis-server, AOF appendfsync always."
   where=(--redis-port "$redis_port")
 fi
+# The order log and its sink (issue 29, "The net"): a private MariaDB (lib.sh shop_db_setup),
+# one inventory-sink, the instances with --order-log, except while the nemesis has restarted
+# one without it (nolog[i]=1: its changes are counted in Redis and backfilled by the sink).
+nolog=()
+for ((i = 0; i < instances; i++)); do nolog[i]=0; done
+# log_flag I: the order-log flag of instance I as it runs now.
+log_flag() { [ "$sink" = 0 ] || [ "${nolog[$1]}" = 1 ] || echo --order-log; }
+if [ "$cluster" = 1 ]; then sink_redis=$redis_url; else sink_redis=redis://127.0.0.1:$redis_port; fi
+# start_sink: inventory-sink (consumer chaos-sink, kept across restarts) on sink_port (kept,
+# unless it cannot bind it), ready when /metrics answers; its port in ctl/sink_port for chaos.py.
+start_sink() {
+  local attempt
+  for attempt in 1 2 3; do
+    if [ -z "$sink_port" ] || [ "$attempt" -gt 1 ]; then
+      pick_port || die "no free port for inventory-sink"; sink_port=$picked
+    fi
+    INVENTORY_SINK_DB_URL=$shop_db_url "${CH_SINK_BIN:-$sink_bin}" --redis "$sink_redis" --metrics-port "$sink_port" \
+      --consumer chaos-sink --maintain-ms 250 --claim-idle-ms 3000 --log-level info \
+      2>>"$res/logs/sink.log" &
+    sink_pid=$!
+    if wait_ready "$sink_pid" 100 curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$sink_port/metrics"; then
+      echo "$sink_port" >"$ctl/sink_port"
+      return 0
+    fi
+    stop_pid "$sink_pid" 20
+  done
+  die "inventory-sink did not start (see $res/logs/sink.log)"
+}
+if [ "$sink" = 1 ]; then
+  t_db=$(date +%s%3N)
+  shop_db_setup
+  start_sink
+  setup+=" Order log: every instance with --order-log (the nemesis restarts one without it, and later with it again), one inventory-sink (--maintain-ms 250) into MariaDB $(lock_db_sql 'SELECT VERSION()' 2>/dev/null) (started in $(($(date +%s%3N) - t_db)) ms)."
+  log "MariaDB on $lock_db_port, inventory-sink /metrics on $sink_port ($(($(date +%s%3N) - t_db)) ms to start both)"
+fi
 pick_instance_ports
-start_servers inventoryd "$instances" "$threads" "${inst_flags[@]}"
+# shellcheck disable=SC2046  # the flag or nothing
+start_servers inventoryd "$instances" "$threads" "${inst_flags[@]}" $(log_flag 0)
 log "${redis_url:-redis-server on $redis_port (AOF always)}, inventoryd on ${inst_ports[*]} (lease $lease ms, lock wait $lock_wait ms${redis_url:+, replica acks $acks})"
 
 now_ms() { date +%s%3N; }
@@ -219,7 +293,8 @@ event() {
 # restart_instance I: inventoryd I again on its port, ready (/readyz) within 10 s.
 restart_instance() {
   local i=$1
-  launch_instance "$i" "$threads" "${inst_flags[@]}"
+  # shellcheck disable=SC2046  # the flag or nothing
+  launch_instance "$i" "$threads" "${inst_flags[@]}" $(log_flag "$i")
   inst_pids[i]=$pid
   wait_ready "$pid" 100 curl -fsS --max-time 1 "http://127.0.0.1:${inst_ports[i]}/readyz" \
     || die "inventoryd $i did not come back on port ${inst_ports[i]} (see $res/logs/inventoryd$i.log)"
@@ -234,6 +309,34 @@ kill_instance() {
   sleep_ms "$ms"
   restart_instance "$i"
   event back "inventoryd$i"
+}
+# flag_restart I (with the sink): kill -9 of inventoryd I, restarted at once without
+# --order-log when it had it, with it again when it had not (issue 29 item 4: instances
+# restarted with differing flags; the sink must find the unlogged changes and backfill them).
+flag_restart() {
+  local i=$1 how
+  if [ "${nolog[i]}" = 1 ]; then nolog[i]=0 how="with --order-log again"; else nolog[i]=1 how="without --order-log"; fi
+  event flag-restart "inventoryd$i" "kill -9, restarted $how"
+  kill -KILL "${inst_pids[i]}" 2>/dev/null || true
+  wait "${inst_pids[i]}" 2>/dev/null || true
+  restart_instance "$i"
+  event back "inventoryd$i"
+}
+# sink_kill (with the sink): kill -9 of inventory-sink, restarted after 1-4 s: the clients'
+# PUTs (shrinking ones among them, and storms) and DELETEs meanwhile — 50 times as frequent
+# while ctl/sink_down exists — drop segments whose logs it has not read; those logs must stay
+# until it has drained them (docs/design.md "How the log and the sink agree").
+sink_kill() {
+  local ms
+  rnd 1000 4000; ms=$r
+  event sink-kill9 sink "down ${ms} ms"
+  kill -KILL "$sink_pid" 2>/dev/null || true
+  wait "$sink_pid" 2>/dev/null || true
+  : >"$ctl/sink_down"
+  sleep_ms "$ms"
+  rm -f "$ctl/sink_down"
+  start_sink
+  event back sink
 }
 # stop_instance I: SIGSTOP of inventoryd I past its lease, and often past an Idempotency-Key
 # claim's age limit too (lock wait + lease + 2 × Redis timeout), after which another request
@@ -331,6 +434,8 @@ sku_master_fault() {
   master_fault "$m" sku-master "the master of $sku's own keys (slot $slot of $(meta_key "$sku")); "
 }
 # One fault, chosen and timed by the seed; when it returns, everything is running again.
+# With the sink, 30 % of the faults after the first are the sink's: sink-kill9 15 %,
+# flag-restart of an instance 15 %; the others (and the first) are drawn again as without it.
 # On one Redis: kill -9 of an instance 30 %, SIGSTOP of one 45 %, Redis restart 25 %. On a
 # cluster: a master's fault 45 % — the master of a SKU's own keys 22 % (and always the first),
 # a random master 23 % —, SIGSTOP of an instance 30 %, kill -9 25 %. (chaos.py damages counters
@@ -340,6 +445,14 @@ fault() {
   local i kind
   rnd 0 99; kind=$r
   rnd 0 $((instances - 1)); i=$r
+  if [ "$sink" = 1 ]; then
+    if [ "$faults_done" -gt 0 ] && [ "$kind" -lt 30 ]; then
+      if [ "$kind" -lt 15 ]; then sink_kill; else flag_restart "$i"; fi
+      faults_done=$((faults_done + 1))
+      return
+    fi
+    rnd 0 99; kind=$r
+  fi
   if [ "$cluster" = 1 ]; then
     if [ "$faults_done" = 0 ] || [ "$kind" -lt 22 ]; then sku_master_fault
     elif [ "$kind" -lt 45 ]; then master_fault
@@ -377,6 +490,13 @@ reap_crashed() {
     log "redis-server exited by itself (status $st); restarting it"
     launch_redis || die "redis-server did not restart (see $res/logs/redis.log)"
   fi
+  if [ "$sink" = 1 ] && ! kill -0 "$sink_pid" 2>/dev/null; then
+    st=0
+    wait "$sink_pid" 2>/dev/null || st=$?
+    event crash sink "exit status $st"
+    log "inventory-sink exited by itself (status $st); restarting it"
+    start_sink
+  fi
 }
 # hold_still: when chaos.py asks for a checkpoint (ctl/pause.N), says so (paused.N: no fault
 # under way, everything running) and waits for resume.N, done, or chaos.py's end (≤ 10 min).
@@ -401,13 +521,15 @@ hold_still() {
   return 1
 }
 
+sink_args=()
+[ "$sink" = 0 ] || sink_args=(--sink-bin "$sink_bin" --sink-redis "$sink_redis" --db-port "$lock_db_port")
 # shellcheck disable=SC2086
-"$py" "$lt/chaos.py" --seed "$seed" "${where[@]}" --setup "$setup" --replay "$replay" \
+INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[@]}" --setup "$setup" --replay "$replay" \
   --ports "$(IFS=,; echo "${inst_ports[*]}")" --token "$token" --out "$res" --ctl "$ctl" \
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
+  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
@@ -434,6 +556,12 @@ done
 rc=0
 wait "$py_pid" || rc=$?
 extra_pids=()
+# The database's files (~150 MB) are kept only when a check failed.
+if [ "$sink" = 1 ] && [ "$rc" = 0 ]; then
+  stop_pid "$sink_pid" 50; sink_pid=""
+  lock_db_stop
+  rm -rf "${run_dir:?}/mysql"
+fi
 case "$rc" in
   0) log "PASS: every check passed (seed $seed); $res/SUMMARY.md" ;;
   1) log "FAIL: violations found (seed $seed); $res/SUMMARY.md" ;;

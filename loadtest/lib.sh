@@ -228,6 +228,16 @@ lock_db_setup() {
   lock_flags=(--lock-mysql "mysql://inv:inv-pw@127.0.0.1:$lock_db_port/locks")
 }
 lock_db_stop() { [ -z "$lock_db_pid" ] || stop_pid "$lock_db_pid" 200; lock_db_pid=""; }
+# shop_db_setup: the same private mariadbd as the sink's database: database `shop`, user sink
+# with the privileges docs/deployment.md lists; shop_db_url=mysql://sink:…/shop (chaos.sh).
+shop_db_url=""
+shop_db_setup() {
+  lock_db_start
+  lock_db_sql "CREATE DATABASE IF NOT EXISTS shop; CREATE USER IF NOT EXISTS 'sink'@'127.0.0.1'
+    IDENTIFIED BY 'sink-pw'; GRANT SELECT, INSERT, UPDATE, CREATE ON shop.* TO 'sink'@'127.0.0.1'" \
+    || die "mariadbd: could not create the sink's database"
+  shop_db_url="mysql://sink:sink-pw@127.0.0.1:$lock_db_port/shop"
+}
 
 # --- a Redis Cluster (scripts/cluster.sh) ---------------------------------------------------
 

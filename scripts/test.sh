@@ -27,10 +27,11 @@
 # --install, the SPEC §9 peers of loadtest/peers/ with the packages of `scripts/deps.sh --peers`)
 # are ctest tests, labelled "scripts"; the peers' benchmark, loadtest/peers.sh, is not run here.
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
-# loadtest/chaos.sh --short (the randomized concurrent-history test, about 70 s; --long is the
+# loadtest/chaos.sh --short (the randomized concurrent-history test, with the order log into a
+# private MariaDB through inventory-sink, about 80 s; --long is the
 # 10-minute form, not run here), loadtest/chaos.sh --cluster --short (the same history against a
 # local Redis Cluster with --redis-replica-acks 1: kill -9 of masters, their replicas promoted, the
-# dead nodes back as replicas, and instance faults; about 40 s with the cluster's start; every 201
+# dead nodes back as replicas, and instance faults; about 50 s with the cluster's start; every 201
 # order must be in Redis afterwards), loadtest/cluster.sh --failover --reshard (a local Redis Cluster under
 # load: kill -9 of a master with --redis-replica-acks 1 and 0, and redis-cli --cluster reshard; about
 # 80 s; invariants and every 201 against Redis checked) and loadtest/faults.sh (the fault tests: kill -9,

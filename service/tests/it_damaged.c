@@ -271,6 +271,60 @@ static void test_order_on_damaged_number_changes_nothing(void **state)
     }
 }
 
+/* With --order-log, a cancel on a segment whose sver is damaged writes nothing, no log entry
+ * either (a plain 503; issue 29, found by loadtest/chaos.sh's check "database"): the old
+ * hold_end.lua logged GET sver verbatim as the entry's version ("<v>.0", " <v>", "<v>e0"),
+ * which inventory-sink refuses as malformed and acknowledges without a row, so the database
+ * kept the order's old status for good. After the repair the cancel logs the version. */
+static void test_cancel_with_the_log_on_damaged_sver_logs_nothing(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "2", "--admin-token", DM_TOKEN, "--order-log", NULL};
+    sf_service *lsvc = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(lsvc != NULL, "%s", "inventoryd --order-log");
+    int lport = sf_port(lsvc);
+    char forms[3][32], sku[64], sver[128], logkey[128], path[200], goodbuf[32];
+    tu_unique_name(sku, sizeof sku, "dmlog");
+    sf_resp r = {0};
+    sf_put_sku(lport, DM_TOKEN, sku, 10, 1, &r);
+    SF_ASSERT(r.status == 201, "PUT: %s", sf_resp_summary(&r));
+    long long v = sf_json_int(r.json, "version", -1);
+    sf_order(NULL, lport, sku, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
+    snprintf(sver, sizeof sver, "inv:2:{%s/0}:sver", sku);
+    snprintf(logkey, sizeof logkey, "inv:2:{%s/0}:log", sku);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "XLEN %s", logkey), 1);
+    damaged_forms(v, forms);
+    for (int i = 0; i < 3; i++) {
+        poke(sver, NULL, forms[i]);
+        sf_json_request(NULL, lport, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
+        assert_plain_503(&r);
+        SF_ASSERT(rf_integer(gf_redis, "XLEN %s", logkey) == 1,
+                  "sver = '%s': the refused cancel wrote a log entry", forms[i]);
+        sf_http(lport, "GET", path, NULL, NULL, 0, &r);
+        SF_ASSERT(r.status == 200 && strcmp(sf_str(r.json, "status"), "created") == 0,
+                  "sver = '%s': the order after a refused cancel: %s", forms[i], r.body);
+    }
+    snprintf(goodbuf, sizeof goodbuf, "%lld", v);
+    poke(sver, NULL, goodbuf);
+    sf_json_request(NULL, lport, "DELETE", path, DM_TOKEN, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "XLEN %s", logkey), 2);
+    redisReply *e = rf_command(gf_redis, "XREVRANGE %s + - COUNT 1", logkey);
+    SF_ASSERT(e != NULL && e->type == REDIS_REPLY_ARRAY && e->elements == 1, "%s", "XREVRANGE");
+    const redisReply *f = e->element[0]->element[1];
+    const char *ver = NULL;
+    for (size_t j = 0; j + 1 < f->elements; j += 2)
+        if (strcmp(f->element[j]->str, "version") == 0)
+            ver = f->element[j + 1]->str;
+    SF_ASSERT(ver != NULL && strcmp(ver, goodbuf) == 0, "the cancel's entry: version '%s', want %s",
+              ver ? ver : "(none)", goodbuf);
+    freeReplyObject(e);
+    SF_ASSERT_EQ(sf_stop(lsvc), 0);
+}
+
 /* A cancel on a segment with a damaged stock, s or o writes nothing (a plain 503): the old
  * cancel marked the record cancelled and then failed at INCRBY or HINCRBY. */
 static void test_cancel_on_damaged_number_changes_nothing(void **state)
@@ -563,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_restock_on_damaged_counter_adds_nothing),
         cmocka_unit_test(test_order_on_damaged_number_changes_nothing),
         cmocka_unit_test(test_cancel_on_damaged_number_changes_nothing),
+        cmocka_unit_test(test_cancel_with_the_log_on_damaged_sver_logs_nothing),
         cmocka_unit_test(test_put_over_damaged_sver),
         cmocka_unit_test(test_damaged_meta_changes_nothing),
         cmocka_unit_test(test_damaged_pending_entry_applies_nothing),

@@ -66,6 +66,10 @@ local function order_read(id)
      (o.part_of == nil and cnt < 1) or (o.status == 'reserved' and r < q) then
     return nil, 'damaged'
   end
+  -- the log entry carries sver: one the scripts did not write would reach the sink malformed
+  if logging and o.part_of == nil and int(redis.call('GET', KEYS[7]) or '0') == nil then
+    return nil, 'damaged'
+  end
   return o, q
 end
 local function order_logged(id, o, q, ev, now)
