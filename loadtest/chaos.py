@@ -1246,7 +1246,11 @@ class Checker:
                 self.examined["rules-in-force"] += 1
                 bad = None
                 if st is None:
-                    bad = "the SKU was deleted (DELETE lop %d answered before it began)" % R.id
+                    # After a DELETE only a sale is wrong: a refusal an instance makes from its
+                    # cached rules of the deleted SKU (sale_ended) changes nothing, and SPEC §11
+                    # binds PUT and PATCH answers, not DELETE's
+                    if a["status"] == 201:
+                        bad = "201 for a SKU deleted (DELETE lop %d answered before it began)" % R.id
                 elif a["status"] == 201 and not st["open"]:
                     bad = "201 while the sale window was closed"
                 elif a["status"] == 201 and b.get("status") != ("reserved" if st["ttl"] > 0 else "created"):
