@@ -469,7 +469,8 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
     /* the entries known before this read, by name: a registry of n names is matched in
      * O(n log n), not O(n * SKUs) (issue 29: 12,000 names kept the loop busy for seconds) */
     int nknown = sw->nskus;
-    qsort(sw->skus, (size_t)nknown, sizeof(*sw->skus), sku_cmp);
+    if (nknown > 1) /* (NULL while none is known: qsort's argument must not be) */
+        qsort(sw->skus, (size_t)nknown, sizeof(*sw->skus), sku_cmp);
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_STRING || !validate_sku(e->str, e->len))
