@@ -1,5 +1,6 @@
 /*
- * Application state: the configuration, the store, the SKU cache and the identity; see app.h.
+ * Application state: the configuration, the store, the SKU cache, the status snapshots and the
+ * identity; see app.h.
  */
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "identity.h"
 #include "metrics.h"
 #include "skucache.h"
+#include "statsnap.h"
 #include "store.h"
 
 int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen)
@@ -19,7 +21,8 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
     if (store_new(cfg, &app->store, err, errlen) != 0)
         return -1;
     app->cache = skucache_new(cfg->sold_out_recheck_ms);
-    if (!app->cache) {
+    app->snaps = statsnap_new(cfg->status_refresh_ms);
+    if (!app->cache || !app->snaps) {
         snprintf(err, errlen, "out of memory");
         app_free(app);
         return -1;
@@ -37,8 +40,10 @@ void app_free(struct app *app)
         return;
     store_free(app->store);
     skucache_free(app->cache);
+    statsnap_free(app->snaps);
     identity_free(app->identity);
     app->store = NULL;
     app->cache = NULL;
+    app->snaps = NULL;
     app->identity = NULL;
 }

@@ -20,6 +20,7 @@ struct app {
     struct store *store;       /* Redis access: scripts and keys (store.h) */
     struct skucache *cache;    /* what this instance knows of each SKU (version, empty segments) */
     struct identity *identity; /* who sends an order; the confirm token (identity.h) */
+    struct statsnap *snaps;    /* the stock status snapshots (statsnap.h) */
     atomic_int draining;       /* 1 once shutdown began */
 };
 

@@ -421,6 +421,15 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
         ok &= add_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (res->csp)
         ok &= add_header(r, "Content-Security-Policy", res->csp);
+    if (res->cache_control)
+        ok &= add_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, res->cache_control);
+    if (res->etag[0])
+        ok &= add_header(r, MHD_HTTP_HEADER_ETAG, res->etag);
+    if (res->has_age) {
+        char age[24];
+        snprintf(age, sizeof(age), "%ld", res->age_s);
+        ok &= add_header(r, MHD_HTTP_HEADER_AGE, age);
+    }
     ok &= add_header(r, "X-Request-Id", st->request_id);
     /* While draining, tell keep-alive clients to go elsewhere for their next request. */
     if (st->close || atomic_load(&srv->app->draining))
@@ -881,6 +890,9 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         .client = st->client_text[0] ? st->client_text : NULL,
         .peer_loopback = st->has_client && proxy_is_loopback(st->client),
         .peer_trusted = st->peer_trusted,
+        .if_none_match =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
+        .consistent = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "consistent"),
     };
     find_user_header(srv, conn, &req);
     struct response res = {0};
@@ -888,21 +900,24 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
     st->begun = true;
     if (router_begin(srv->app, &req, &res, &st->route, &st->allowed)) {
         const struct router_row *row = st->route.row;
-        if (row->run) {
+        if (row->run) /* answers at once, or (a row with start too) leaves it to start */
             row->run(srv->app, &req, &res);
-        } else if (!worker_current() || worker_current()->stopping) {
-            response_error(&res, ERROR_UNAVAILABLE, "the service is shutting down; retry later");
-        } else {
-            enum MHD_Result r = start_async(srv, conn, st, &req);
-            if (r == MHD_YES) {
-                /* The areq has its own copy: the connection may wait long (a lock wait), so
-                 * nothing of the body stays with it (at 10,000 waiting orders, 10 MiB). */
-                free(st->body);
-                st->body = NULL;
-                st->len = st->cap = 0;
-                return r;
+        if (res.status == 0 && row->start) {
+            if (!worker_current() || worker_current()->stopping) {
+                response_error(&res, ERROR_UNAVAILABLE,
+                               "the service is shutting down; retry later");
+            } else {
+                enum MHD_Result r = start_async(srv, conn, st, &req);
+                if (r == MHD_YES) {
+                    /* The areq has its own copy: the connection may wait long (a lock wait),
+                     * so nothing of the body stays with it (at 10,000 waiting orders, 10 MiB). */
+                    free(st->body);
+                    st->body = NULL;
+                    st->len = st->cap = 0;
+                    return r;
+                }
+                response_error(&res, ERROR_INTERNAL, "out of memory");
             }
-            response_error(&res, ERROR_INTERNAL, "out of memory");
         }
         router_end(srv->app, &req, &st->route, &res, st->allowed);
     }

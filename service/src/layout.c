@@ -27,8 +27,7 @@ static long long str_int(const redisReply *r, long long dflt)
     return store_reply_int(r, dflt);
 }
 
-/* Fills out from a LAYOUT_READ reply. 1 the SKU exists, 0 it does not, -1 a bad reply. */
-static int layout_parse(const redisReply *r, struct layout *out)
+int layout_parse_reply(const redisReply *r, struct layout *out)
 {
     memset(out, 0, sizeof(*out));
     out->stock = -1;
@@ -136,7 +135,7 @@ static void on_read(lc_status st, const redisReply *r, const char *errstr, void 
 {
     struct settle *s = arg;
     store_conns_note(s->conns, s->lc);
-    int found = st == LC_OK ? layout_parse(r, &s->l) : -1;
+    int found = st == LC_OK ? layout_parse_reply(r, &s->l) : -1;
     s->l.read_ms = s->read_ms;
     int heal = s->heal && found >= 0 && s->l.version > 0;
     if (found < 0) {

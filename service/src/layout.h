@@ -50,6 +50,11 @@ struct layout {
 /* Units of segment k when units are spread over n segments (the first units % n get one more).*/
 long long layout_share(long long units, int n, int k);
 
+/* Fills out from a reply of lua/layout_read.lua (or the layout element of lua/status_read.lua's):
+ * 1 the SKU exists, 0 it does not, -1 a bad reply. */
+struct redisReply;
+int layout_parse_reply(const struct redisReply *r, struct layout *out);
+
 /* 1 when l has work for a settle (a roll-out or restocks pending). */
 int layout_unsettled(const struct layout *l);
 

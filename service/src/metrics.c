@@ -51,6 +51,8 @@ struct hist {
 
 static atomic_ullong m_orders[METRICS_ORDER_RESULT_COUNT];
 static atomic_ullong m_sold_out_fast;
+static atomic_ullong m_status_answers[2]; /* 200/404 from the snapshot, 304 */
+static atomic_ullong m_status_age_ms;     /* the sum of their snapshots' ages */
 static atomic_ullong m_window_fast;
 static atomic_ullong m_log_full;
 static atomic_ullong m_multi_orders, m_multi_parts;
@@ -87,6 +89,13 @@ void metrics_order(enum metrics_order_result r)
 {
     if ((unsigned)r < METRICS_ORDER_RESULT_COUNT)
         inc(&m_orders[r]);
+}
+
+void metrics_status_answer(int not_modified, int64_t age_ms)
+{
+    inc(&m_status_answers[not_modified ? 1 : 0]);
+    atomic_fetch_add_explicit(&m_status_age_ms, (unsigned long long)(age_ms > 0 ? age_ms : 0),
+                              memory_order_relaxed);
 }
 
 void metrics_sold_out_fast(void)
@@ -359,6 +368,20 @@ char *metrics_render(void)
     for (int i = 0; i < METRICS_ORDER_RESULT_COUNT; i++)
         fprintf(f, "inventory_orders_total{result=\"%s\"} %llu\n", order_labels[i],
                 get(&m_orders[i]));
+    fputs("# HELP inventory_status_answers_total Status reads answered from the snapshot "
+          "(GET /api/v1/skus/{sku}), by answer: full (200, or 404 for an unknown SKU) or "
+          "not_modified (304).\n"
+          "# TYPE inventory_status_answers_total counter\n",
+          f);
+    fprintf(f, "inventory_status_answers_total{answer=\"full\"} %llu\n", get(&m_status_answers[0]));
+    fprintf(f, "inventory_status_answers_total{answer=\"not_modified\"} %llu\n",
+            get(&m_status_answers[1]));
+    fprintf(f,
+            "# HELP inventory_status_answer_age_seconds_total Sum of the ages of the snapshots "
+            "status reads were answered from (over inventory_status_answers_total: the mean "
+            "age).\n# TYPE inventory_status_answer_age_seconds_total counter\n"
+            "inventory_status_answer_age_seconds_total %.3f\n",
+            (double)get(&m_status_age_ms) / 1000.0);
     counter(f, "inventory_orders_sold_out_fast_total",
             "409 sold_out answers served from the in-process sold-out cache, without Redis.",
             &m_sold_out_fast);
@@ -496,6 +519,9 @@ void metrics_reset(void)
     for (int i = 0; i < 5; i++)
         atomic_store(&m_requests[i], 0);
     atomic_store(&m_sold_out_fast, 0);
+    for (int i = 0; i < 2; i++)
+        atomic_store(&m_status_answers[i], 0);
+    atomic_store(&m_status_age_ms, 0);
     atomic_store(&m_window_fast, 0);
     atomic_store(&m_log_full, 0);
     atomic_store(&m_multi_orders, 0);

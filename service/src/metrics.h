@@ -40,6 +40,7 @@
 #ifndef INVENTORY_METRICS_H
 #define INVENTORY_METRICS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 enum metrics_order_result {
@@ -75,6 +76,9 @@ void metrics_order(enum metrics_order_result r);
 /* Counts one 409 answered from the in-process sold-out cache (without Redis). Call it in
  * addition to metrics_order(METRICS_ORDER_SOLD_OUT). */
 void metrics_sold_out_fast(void);
+
+/* A status read answered from a snapshot age_ms old: 200/404 (not_modified 0) or 304 (1). */
+void metrics_status_answer(int not_modified, int64_t age_ms);
 
 /* Counts an order a segment refused because its order log was full (--order-log-cap). */
 void metrics_order_log_full(void);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "skucache.h"
+#include "statsnap.h"
 
 /* Most SKUs /metrics reports per-SKU series for (label cardinality stays bounded). */
 #define PROBE_MAX_SKU_SERIES 200
@@ -95,18 +96,55 @@ static char *sku_series(struct app *app)
     return out;
 }
 
+/* The status snapshots' series (statsnap.h). Allocated, NULL out of memory. */
+static char *status_series(struct app *app)
+{
+    struct statsnap_stats st = {0};
+    if (app->snaps)
+        statsnap_stats(app->snaps, &st);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f)
+        return NULL;
+    metrics_text_counter(f, "inventory_status_refreshes_total",
+                         "Reads of a SKU's status from Redis for this instance's snapshot "
+                         "(at most one per --status-refresh-ms per SKU).",
+                         (unsigned long long)st.refreshes);
+    metrics_text_counter(f, "inventory_status_refresh_failures_total",
+                         "Of those, the reads that failed (answered 503).",
+                         (unsigned long long)st.refresh_fails);
+    metrics_text_counter(f, "inventory_status_changes_total",
+                         "Of those, the reads that found a status other than the snapshot's.",
+                         (unsigned long long)st.changes);
+    metrics_text_counter(f, "inventory_status_uncached_total",
+                         "Status reads answered by the exact read because the snapshot table "
+                         "was full.",
+                         (unsigned long long)st.uncached);
+    metrics_text_gauge(f, "inventory_status_snapshots", "SKUs with a status snapshot.",
+                       (double)st.entries);
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 void probe_metrics(struct app *app, const struct request *req, struct response *res)
 {
     (void)req;
     char *base = metrics_render();
     char *skus = base ? sku_series(app) : NULL;
-    char *text = skus ? malloc(strlen(base) + strlen(skus) + 1) : NULL;
+    char *snaps = skus ? status_series(app) : NULL;
+    char *text = snaps ? malloc(strlen(base) + strlen(skus) + strlen(snaps) + 1) : NULL;
     if (text) {
         strcpy(text, base);
         strcat(text, skus);
+        strcat(text, snaps);
     }
     free(base);
     free(skus);
+    free(snaps);
     if (!text) {
         response_error(res, ERROR_INTERNAL, NULL);
         return;

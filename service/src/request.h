@@ -37,27 +37,34 @@ struct request {
     const char *content_type; /* header values, NULL when absent */
     const char *authorization;
     const char *idempotency_key;
-    const char *request_id;  /* X-Request-Id of this request (never NULL from http.c) */
-    const char *client;      /* the client address as text (see peer_loopback), or NULL */
-    int peer_loopback;       /* 1 when the client address (the peer, or the client a
-                                trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
-    int peer_trusted;        /* 1 when the peer itself is in trusted_proxies (proxy.h) */
-    const char *user_header; /* --user-header's value (any peer; identity.h decides whether it
-                                counts), NULL when absent or not configured */
-    int user_header_n;       /* how many times that header came (0 when absent) */
+    const char *request_id;    /* X-Request-Id of this request (never NULL from http.c) */
+    const char *client;        /* the client address as text (see peer_loopback), or NULL */
+    int peer_loopback;         /* 1 when the client address (the peer, or the client a
+                                  trusted proxy names: proxy.h) is 127.0.0.0/8 or ::1 */
+    int peer_trusted;          /* 1 when the peer itself is in trusted_proxies (proxy.h) */
+    const char *user_header;   /* --user-header's value (any peer; identity.h decides whether it
+                                  counts), NULL when absent or not configured */
+    int user_header_n;         /* how many times that header came (0 when absent) */
+    const char *if_none_match; /* If-None-Match, NULL when absent */
+    const char *consistent;    /* the query argument "consistent" (GET of a SKU: the exact
+                                  read), NULL when absent */
 };
 
 struct response {
-    int status;               /* 0 until set */
-    json_t *body;             /* owned by the response (response_free); NULL for no body */
-    char *text;               /* alternative raw body (malloc'd, owned), e.g. /metrics */
-    const char *content_type; /* for text; JSON bodies are application/json */
-    char *location;           /* Location header when non-NULL (malloc'd, owned):
-                                 response_order_location */
-    const char *allow;        /* Allow header when non-NULL (static string) */
-    int retry_after;          /* Retry-After seconds when > 0 */
-    int www_authenticate;     /* 1: send WWW-Authenticate: Bearer */
-    const char *csp;          /* Content-Security-Policy header when non-NULL (static) */
+    int status;                /* 0 until set */
+    json_t *body;              /* owned by the response (response_free); NULL for no body */
+    char *text;                /* alternative raw body (malloc'd, owned), e.g. /metrics */
+    const char *content_type;  /* for text; JSON bodies are application/json */
+    char *location;            /* Location header when non-NULL (malloc'd, owned):
+                                  response_order_location */
+    const char *allow;         /* Allow header when non-NULL (static string) */
+    int retry_after;           /* Retry-After seconds when > 0 */
+    int www_authenticate;      /* 1: send WWW-Authenticate: Bearer */
+    const char *csp;           /* Content-Security-Policy header when non-NULL (static) */
+    const char *cache_control; /* Cache-Control header when non-NULL (static or long-lived) */
+    char etag[24];             /* ETag header when non-empty (a quoted strong validator) */
+    int has_age;               /* 1: send Age: age_s */
+    long age_s;
 };
 
 /* The token of an Authorization header value "Bearer <token>" (scheme case-insensitive, blanks

@@ -45,7 +45,8 @@ typedef void (*router_run_fn)(struct app *app, const struct request *req, struct
 /* A handler that answers later: it gets an areq and ends with areq_done (areq.h). */
 typedef void (*router_start_fn)(struct areq *ar);
 
-/* One endpoint. Exactly one of run and start is set. */
+/* One endpoint: run, start, or both (run answers from memory when it can: when it leaves
+ * res->status 0, start takes the request). */
 struct router_row {
     enum http_method method; /* GET rows also answer HEAD */
     const char *pattern;     /* literal path bytes; "{name}" matches one non-empty segment (any

@@ -37,6 +37,7 @@
 #include "metrics.h"
 #include "rules.h"
 #include "skucache.h"
+#include "statsnap.h"
 #include "stock.h"
 #include "store.h"
 #include "store_scripts.h"
@@ -113,7 +114,9 @@ struct admin {
     int64_t stale_from;    /* the layout's version when a segment ahead made it read again */
     char out_of_step[200]; /* why the status read answers 503 when Redis did not fail */
     void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
-    char answer[512];                                             /* PUT: the stored answer */
+    stock_status_fn ext_done;                                     /* stock_status_async's caller */
+    void *ext_arg;
+    char answer[512]; /* PUT: the stored answer */
     int replay;
     char segs[24], stock[24];
     struct sku_rules rules; /* PUT: the body's rules */
@@ -209,6 +212,8 @@ static void admin_end(struct admin *a)
                                        on_admin_acked, a);
         return;
     }
+    if (a->write && a->sku[0])
+        statsnap_forget(a->app->snaps, a->sku); /* this instance's next status read is fresh */
     free(a);
     areq_done(ar);
 }
@@ -289,24 +294,20 @@ static void admin_unknown(struct admin *a, const char *why)
 
 static void status_read(struct admin *a);
 
-/* Builds the status object from every segment's SEG_STATUS (stock, sver, total, sold, orders,
- * reserved), with the layout's sale rules;
- * 1 done, -1 error, 0 a segment is behind the layout's version, 2 a segment is ahead of it
- * (*off: that segment). */
-static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
-                        json_t **out, int *off)
+int stock_status_json(const char *sku, const struct layout *l, const struct store_item *items,
+                      int n, json_t **out, int *off)
 {
     *out = NULL;
-    if (failed || n != a->l.segments)
+    if (n != l->segments)
         return -1;
     for (int k = 0; k < n; k++)
         if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 6)
             return -1;
     for (int k = 0; k < n; k++) {
         *off = k;
-        if (items[k].e[1] < a->l.version)
+        if (items[k].e[1] < l->version)
             return 0;
-        if (items[k].e[1] > a->l.version)
+        if (items[k].e[1] > l->version)
             return 2;
     }
     long long total = 0, remaining = 0, sold = 0, orders = 0, reserved = 0;
@@ -323,15 +324,25 @@ static int status_build(struct admin *a, const char *failed, const struct store_
                                               "reserved", (json_int_t)e[5]));
     }
     *out =
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", a->sku, "version",
-                  (json_int_t)a->l.version, "stock_total", (json_int_t)total, "remaining",
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", sku, "version",
+                  (json_int_t)l->version, "stock_total", (json_int_t)total, "remaining",
                   (json_int_t)remaining, "sold", (json_int_t)sold, "reserved", (json_int_t)reserved,
                   "orders", (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
-    if (*out && rules_to_json(&a->l.rules, *out) != 0) {
+    if (*out && rules_to_json(&l->rules, *out) != 0) {
         json_decref(*out);
         *out = NULL;
     }
     return *out ? 1 : -1;
+}
+
+/* stock_status_json over a's layout, after a batch (failed: its failure). */
+static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
+                        json_t **out, int *off)
+{
+    *out = NULL;
+    if (failed)
+        return -1;
+    return stock_status_json(a->sku, &a->l, items, n, out, off);
 }
 
 static void on_status_layout(void *arg, int found, struct layout *l);
@@ -421,14 +432,46 @@ static void status_read(struct admin *a)
     layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, on_status_layout, a);
 }
 
-/* ---- GET ---- */
+/* ---- the exact read for others (stock.h) ---- */
+
+static void ext_on_status(struct admin *a, int found, json_t *st)
+{
+    const char *why = a->out_of_step[0] ? a->out_of_step : a->why;
+    a->ext_done(a->ext_arg, found, st, found < 0 ? why : NULL, found < 0 && a->out_of_step[0]);
+    free(a);
+}
+
+void stock_status_async(struct areq *ar, const char *sku, stock_status_fn done, void *arg)
+{
+    struct admin *a = calloc(1, sizeof(*a));
+    if (!a) {
+        done(arg, -1, NULL, "out of memory", 0);
+        return;
+    }
+    a->ar = ar;
+    a->app = ar->app;
+    snprintf(a->sku, sizeof(a->sku), "%s", sku);
+    a->ext_done = done;
+    a->ext_arg = arg;
+    a->status_done = ext_on_status;
+    status_read(a);
+}
+
+void stock_status_error(struct response *res, const char *why, int out_of_step)
+{
+    if (out_of_step)
+        response_error(res, ERROR_UNAVAILABLE, why);
+    else
+        redis_down(res, why);
+}
+
+/* ---- GET ?consistent=1 (the exact read) ---- */
 
 static void get_on_status(struct admin *a, int found, json_t *st)
 {
-    if (found < 0 && a->out_of_step[0])
-        response_error(&a->ar->res, ERROR_UNAVAILABLE, a->out_of_step);
-    else if (found < 0)
-        redis_down(&a->ar->res, a->why);
+    if (found < 0)
+        stock_status_error(&a->ar->res, a->out_of_step[0] ? a->out_of_step : a->why,
+                           a->out_of_step[0] != 0);
     else if (found == 0)
         response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
     else
@@ -436,7 +479,7 @@ static void get_on_status(struct admin *a, int found, json_t *st)
     admin_end(a);
 }
 
-void stock_get_async(struct areq *ar)
+void stock_get_exact_async(struct areq *ar)
 {
     struct admin *a = admin_new(ar);
     if (!a)

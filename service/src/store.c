@@ -37,6 +37,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_SEG_RESET] = STORE_LUA_SEG_RESET,
         [SCRIPT_SEG_DROP] = STORE_LUA_SEG_DROP,
         [SCRIPT_SEG_STATUS] = STORE_LUA_SEG_STATUS,
+        [SCRIPT_STATUS_READ] = STORE_LUA_STATUS_READ,
         [SCRIPT_RESTOCK_BEGIN] = STORE_LUA_RESTOCK_BEGIN,
         [SCRIPT_RESTOCK_APPLY] = STORE_LUA_RESTOCK_APPLY,
         [SCRIPT_RESTOCK_END] = STORE_LUA_RESTOCK_END,
@@ -351,6 +352,18 @@ static void on_batch_deferred(evutil_socket_t fd, short what, void *arg)
     batch_end(arg);
 }
 
+void store_item_of(const redisReply *r, struct store_item *it)
+{
+    memset(it, 0, sizeof(*it));
+    it->type = r->type;
+    it->v = store_reply_int(r, 0);
+    if (r->type == REDIS_REPLY_ARRAY) {
+        it->n = (int)r->elements;
+        for (size_t j = 0; j < r->elements && j < STORE_ITEM_MAX; j++)
+            it->e[j] = store_reply_int(r->element[j], 0);
+    }
+}
+
 static void on_batch_item(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct batch_slot *s = arg;
@@ -363,14 +376,7 @@ static void on_batch_item(lc_status st, const redisReply *r, const char *errstr,
         if (st == LC_EREDIS) /* answered, with an error: that call wrote nothing */
             b->items[s->i].type = REDIS_REPLY_ERROR;
     } else {
-        struct store_item *it = &b->items[s->i];
-        it->type = r->type;
-        it->v = store_reply_int(r, 0);
-        if (r->type == REDIS_REPLY_ARRAY) {
-            it->n = (int)r->elements;
-            for (size_t j = 0; j < r->elements && j < STORE_ITEM_MAX; j++)
-                it->e[j] = store_reply_int(r->element[j], 0);
-        }
+        store_item_of(r, &b->items[s->i]);
     }
     if (--b->left == 0)
         batch_end(b);

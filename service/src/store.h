@@ -46,6 +46,7 @@ enum store_script {
     SCRIPT_MULTI_DUE,
     SCRIPT_HOLDS_DUE,
     SCRIPT_RULES_PUSH,
+    SCRIPT_STATUS_READ, /* one Redis only: the keys span several slots */
     SCRIPT_COUNT
 };
 
@@ -162,6 +163,9 @@ struct store_item {
     int n; /* elements of an array reply */
     long long e[STORE_ITEM_MAX];
 };
+
+/* Fills it from the reply r, as a batch fills its items. */
+void store_item_of(const redisReply *r, struct store_item *it);
 
 /* Called once every call of a batch is answered: failed is NULL when all were answered, else
  * the message of the first that failed (no answer, or a Redis error), borrowed for the call, as

@@ -38,7 +38,7 @@ static char *new_sku(char *buf, size_t size)
 
 static void sku_path(char *buf, size_t size, const char *sku)
 {
-    snprintf(buf, size, "/api/v1/skus/%s", sku);
+    snprintf(buf, size, "/api/v1/skus/%s?consistent=1", sku);
 }
 
 /* GET status (asserting 200). New reference. */

@@ -180,7 +180,7 @@ static void test_rows_are_the_api(void **state)
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
         {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
          ROUTER_CONFIRM | ROUTER_WRITES, "order_confirm"},
-        {HTTP_GET, "/api/v1/skus/iphone-15", NULL, stock_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/skus/iphone-15", status_get_run, status_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
          "sku_put"},
         {HTTP_DELETE, "/api/v1/skus/x", NULL, stock_delete_async, ROUTER_ADMIN | ROUTER_WRITES,
@@ -190,8 +190,8 @@ static void test_rows_are_the_api(void **state)
         {HTTP_POST, "/api/v1/skus/x1/restock", NULL, stock_restock_async,
          ROUTER_ADMIN | ROUTER_WRITES, "sku_restock"},
         /* the param is not validated here: any bytes but '/' */
-        {HTTP_GET, "/api/v1/skus/bad sku!%", NULL, stock_get_async, 0, NULL},
-        {HTTP_GET, "/api/v1/skus/restock", NULL, stock_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/skus/bad sku!%", status_get_run, status_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/skus/restock", status_get_run, status_get_async, 0, NULL},
     };
     size_t n;
     router_rows(&n);

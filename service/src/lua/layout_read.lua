@@ -6,20 +6,5 @@
 -- of meta or of a pending restock (rid, version, units) is damaged: every settle and every
 -- answer built on it would act on a number Redis does not hold.
 -- @include int.lua
-local m = redis.call('HMGET', KEYS[1], 'version', 'segments', 'stock', 'state', 'hwm', 'rver',
-                    unpack(ARGV))
-local holds = redis.call('HGET', KEYS[1], 'holds') or ''
-for i = 1, 6 + #ARGV do
-  if not m[i] then m[i] = ''
-  elseif i ~= 4 and not int(m[i]) then return damaged(KEYS[1]) end
-end
-local rs = redis.call('HGETALL', KEYS[2])
-for i = 1, #rs, 2 do
-  local v, u = string.match(rs[i + 1], '^([^:]*):(.*)$')
-  if not int(rs[i]) or not int(v) or (int(u) or -1) < 0 then
-    return damaged(KEYS[2])
-  end
-end
-table.insert(m, 6, rs)
-m[#m + 1] = holds
-return m
+-- @include layout_fields.lua
+return layout_fields(KEYS[1], KEYS[2], ARGV)

@@ -3,10 +3,5 @@
 -- orders, part of s); an error when one is damaged (read as 0 it would make an answer that
 -- breaks t = stock + s).
 -- @include int.lua
-local c = redis.call('HMGET', KEYS[3], 't', 's', 'o', 'r')
-local r = {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or '',
-           c[1] or '', c[2] or '', c[3] or '', c[4] or ''}
-for i = 1, 6 do
-  if r[i] ~= '' and not int(r[i]) then return damaged(KEYS[i <= 2 and i or 3]) end
-end
-return r
+-- @include seg_fields.lua
+return seg_fields(KEYS[1], KEYS[2], KEYS[3])
