@@ -621,8 +621,10 @@ class Run:
         return self.op_put(rng, thr, sku)
 
     def op_status(self, rng, thr, sku):
+        """The exact read (?consistent=1, admin: SPEC §15), which status-answers judges
+        against the history; the plain GET is a snapshot up to --status-refresh-ms old."""
         lop = self.new_lop("status", sku, thr, {}, False)
-        return self.execute(rng, lop, "GET", "/api/v1/skus/" + sku)
+        return self.execute(rng, lop, "GET", "/api/v1/skus/" + sku + "?consistent=1", admin=True)
 
     def storm(self, t):
         """The SKU under a PUT storm at traffic time t, or None: in 60 % of the 7 s epochs, for

@@ -139,7 +139,7 @@ down() {
 check_sku() {
   local sku=$1 units=$2 slack=$3 expect=$4 i body t r s o neg prev=""
   for ((i = 0; i < instances; i++)); do
-    body=$(curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[i]}/api/v1/skus/$sku") ||
+    body=$(curl -fsS --max-time 5 "http://127.0.0.1:${inst_ports[i]}/api/v1/skus/$sku?consistent=1") ||
       { log "✗ GET status on instance $i failed"; failed=1; return; }
     # stock_total remaining sold orders and the number of segments below 0
     read -r t r s o neg < <(python3 -c 'import json, sys

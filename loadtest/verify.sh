@@ -332,8 +332,10 @@ if [ "$locks" -gt 0 ]; then
   echo "verify: ! $locks segment lock(s) still held with no request in flight (leases expire; not a SPEC §8 violation)"
 fi
 if [ -n "$status_url" ]; then
-  # The SKU-wide totals; the per-segment array (same field names) is cut off first.
-  body=$(curl -fsS --max-time 5 "$status_url" 2>/dev/null | sed 's/"segments":\[[^]]*\]//') || body=""
+  # The SKU-wide totals; the per-segment array (same field names) is cut off first. The exact
+  # read (?consistent=1, SPEC §15: the plain GET is a snapshot up to --status-refresh-ms old).
+  case $status_url in *\?*) exact_url="$status_url&consistent=1" ;; *) exact_url="$status_url?consistent=1" ;; esac
+  body=$(curl -fsS --max-time 5 "$exact_url" 2>/dev/null | sed 's/"segments":\[[^]]*\]//') || body=""
   num() { grep -o "\"$1\":[0-9]*" <<<"$body" | head -1 | cut -d: -f2; }
   if [ -z "$body" ]; then
     fail "status endpoint $status_url did not answer"

@@ -219,7 +219,7 @@ for _ in $(seq 26); do
 done
 [ -z "$other" ] || fail "unexpected answers through nginx: $other"
 [ "$created" = 20 ] && [ "$soldout" = 6 ] || fail "sold $created (want 20), $soldout sold_out (want 6)"
-status=$(curl -fsS "$lb/api/v1/skus/compose-sku")
+status=$(curl -fsS -H "@$tmp/compose-auth.header" "$lb/api/v1/skus/compose-sku?consistent=1")
 grep -q '"sold_out":true' <<<"$status" && grep -q '"remaining":0' <<<"$status" || fail "status after the sell-out: $status"
 echo "   20 of 20 units sold through nginx and 3 instances, then 409 sold_out; Redis AOF on"
 phase "the order log into MariaDB (inventory-sink)"

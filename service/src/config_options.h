@@ -146,9 +146,9 @@
         "outcome unknown")                                                                     \
     INT(sold_out_recheck_ms, "--sold-out-recheck-ms", "INVENTORY_SOLD_OUT_RECHECK_MS", 500, 1, \
         1000, "a cached sold-out state is re-checked within this time, so a restock ends it")  \
-    INT(status_refresh_ms, "--status-refresh-ms", "INVENTORY_STATUS_REFRESH_MS", 250, 1, 250,  \
+    INT(status_refresh_ms, "--status-refresh-ms", "INVENTORY_STATUS_REFRESH_MS", 250, 0, 250,  \
         "GET /api/v1/skus/{sku} answers from a snapshot read from Redis at most this often "   \
-        "per SKU (SPEC 15)")                                                                   \
+        "per SKU (SPEC 15); 0: every read goes to Redis")                                      \
     INT(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,      \
         600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish")            \
     INT(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,         \

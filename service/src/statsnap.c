@@ -30,19 +30,19 @@
 
 enum { BUCKETS = 4096, EVICT_SCAN = 64, IDLE_EVICT_MS = 60000 };
 
-struct entry;
+struct snap_entry;
 
 /* A request waiting for an entry's refresh, linked in the entry's list of its loop. */
 struct waiter {
     struct statsnap *sn;
     struct areq *ar;
     statsnap_fn cb;
-    struct entry *e;
+    struct snap_entry *e;
     int loop;
     struct waiter *prev, *next;
 };
 
-struct entry {
+struct snap_entry {
     char sku[VALIDATE_SKU_MAX + 1];
     struct snap *cur;   /* the last snapshot, or NULL */
     int64_t checked_ms; /* clock_mono_ms() when the read that confirmed cur was sent; 0: stale */
@@ -56,14 +56,14 @@ struct entry {
     int nwaiting;          /* waiters on every loop */
     int wakes;             /* worker_post'ed wakes not yet run */
     struct waiter **waits; /* [nloops] heads, made with the first waiter */
-    struct entry *next;
+    struct snap_entry *next;
 };
 
 struct statsnap {
     int refresh_ms;
     char cache_control[48];
     pthread_mutex_t mu;
-    struct entry *bucket[BUCKETS];
+    struct snap_entry *bucket[BUCKETS];
     long long entries;
     int cursor; /* the next bucket the eviction scan looks at */
     int nloops;
@@ -176,7 +176,7 @@ struct statsnap *statsnap_new(int refresh_ms)
     return sn;
 }
 
-static void entry_free(struct entry *e)
+static void entry_free(struct snap_entry *e)
 {
     statsnap_unref(e->cur);
     free(e->waits);
@@ -189,7 +189,7 @@ void statsnap_free(struct statsnap *sn)
         return;
     for (int i = 0; i < BUCKETS; i++)
         while (sn->bucket[i]) {
-            struct entry *e = sn->bucket[i];
+            struct snap_entry *e = sn->bucket[i];
             sn->bucket[i] = e->next;
             entry_free(e);
         }
@@ -222,7 +222,7 @@ static unsigned bucket_of(const char *sku)
     return hash_str(HASH_FNV_BASIS, sku) % BUCKETS;
 }
 
-static int evictable(const struct entry *e, int64_t now)
+static int evictable(const struct snap_entry *e, int64_t now)
 {
     return !e->refreshing && e->nwaiting == 0 && e->wakes == 0 && now - e->used_ms > IDLE_EVICT_MS;
 }
@@ -233,9 +233,9 @@ static int evict_one(struct statsnap *sn, int64_t now)
     for (int i = 0; i < EVICT_SCAN; i++) {
         int b = sn->cursor;
         sn->cursor = (sn->cursor + 1) % BUCKETS;
-        for (struct entry **p = &sn->bucket[b]; *p; p = &(*p)->next)
+        for (struct snap_entry **p = &sn->bucket[b]; *p; p = &(*p)->next)
             if (evictable(*p, now)) {
-                struct entry *e = *p;
+                struct snap_entry *e = *p;
                 *p = e->next;
                 entry_free(e);
                 sn->entries--;
@@ -246,15 +246,15 @@ static int evict_one(struct statsnap *sn, int64_t now)
 }
 
 /* sku's entry, made when create is set and there is room. With sn->mu. */
-static struct entry *find(struct statsnap *sn, const char *sku, int create, int64_t now)
+static struct snap_entry *entry_find(struct statsnap *sn, const char *sku, int create, int64_t now)
 {
     unsigned b = bucket_of(sku);
-    for (struct entry *e = sn->bucket[b]; e; e = e->next)
+    for (struct snap_entry *e = sn->bucket[b]; e; e = e->next)
         if (strcmp(e->sku, sku) == 0)
             return e;
     if (!create || (sn->entries >= STATSNAP_MAX_ENTRIES && !evict_one(sn, now)))
         return NULL;
-    struct entry *e = calloc(1, sizeof(*e));
+    struct snap_entry *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
     snprintf(e->sku, sizeof(e->sku), "%s", sku);
@@ -264,7 +264,7 @@ static struct entry *find(struct statsnap *sn, const char *sku, int create, int6
     return e;
 }
 
-static int fresh(const struct statsnap *sn, const struct entry *e, int64_t now)
+static int fresh(const struct statsnap *sn, const struct snap_entry *e, int64_t now)
 {
     return e->cur && e->checked_ms > 0 && now - e->checked_ms < sn->refresh_ms;
 }
@@ -274,7 +274,7 @@ int statsnap_fresh(struct statsnap *sn, const char *sku, struct snap **out, int6
     int64_t now = clock_mono_ms();
     int ok = 0;
     pthread_mutex_lock(&sn->mu);
-    struct entry *e = find(sn, sku, 0, now);
+    struct snap_entry *e = entry_find(sn, sku, 0, now);
     if (e && fresh(sn, e, now)) {
         e->used_ms = now;
         statsnap_ref(e->cur);
@@ -289,7 +289,7 @@ int statsnap_fresh(struct statsnap *sn, const char *sku, struct snap **out, int6
 void statsnap_forget(struct statsnap *sn, const char *sku)
 {
     pthread_mutex_lock(&sn->mu);
-    struct entry *e = find(sn, sku, 0, 0);
+    struct snap_entry *e = entry_find(sn, sku, 0, 0);
     if (e) {
         e->checked_ms = 0;
         e->gen++;
@@ -301,7 +301,7 @@ void statsnap_forget(struct statsnap *sn, const char *sku)
 
 static void unlink_waiter(struct waiter *w)
 {
-    struct entry *e = w->e;
+    struct snap_entry *e = w->e;
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -313,8 +313,8 @@ static void unlink_waiter(struct waiter *w)
 }
 
 /* Answers w from its entry as it stands (taken off the list already) and frees it. */
-static void answer(struct statsnap *sn, struct waiter *w, struct snap *s, int64_t age,
-                   const char *why, int oos)
+static void waiter_answer(struct statsnap *sn, struct waiter *w, struct snap *s, int64_t age,
+                          const char *why, int oos)
 {
     struct areq *ar = w->ar;
     statsnap_fn cb = w->cb;
@@ -326,7 +326,7 @@ static void answer(struct statsnap *sn, struct waiter *w, struct snap *s, int64_
 }
 
 /* Takes every waiter of loop off e (with sn->mu) and answers them (without). */
-static void answer_loop(struct statsnap *sn, struct entry *e, int loop)
+static void answer_loop(struct statsnap *sn, struct snap_entry *e, int loop)
 {
     pthread_mutex_lock(&sn->mu);
     struct waiter *list = e->waits ? e->waits[loop] : NULL;
@@ -350,13 +350,13 @@ static void answer_loop(struct statsnap *sn, struct entry *e, int loop)
     while (list) {
         struct waiter *w = list;
         list = w->next;
-        answer(sn, w, s, age < 0 ? 0 : age, why, oos);
+        waiter_answer(sn, w, s, age < 0 ? 0 : age, why, oos);
     }
 }
 
 struct wake {
     struct statsnap *sn;
-    struct entry *e;
+    struct snap_entry *e;
     int loop;
 };
 
@@ -379,7 +379,7 @@ static void on_waiter_cancel(struct areq *ar)
     if (w->e->waits && (w->prev || w->e->waits[w->loop] == w))
         unlink_waiter(w);
     pthread_mutex_unlock(&sn->mu);
-    answer(sn, w, NULL, 0, "the service is shutting down", 1);
+    waiter_answer(sn, w, NULL, 0, "the service is shutting down", 1);
 }
 
 /* ---- the refresh ---- */
@@ -387,8 +387,8 @@ static void on_waiter_cancel(struct areq *ar)
 struct refresh {
     struct statsnap *sn;
     struct app *app;
-    struct entry *e; /* not evicted while refreshing */
-    struct areq *ar; /* the refresh's own request (its loop, client and log context) */
+    struct snap_entry *e; /* not evicted while refreshing */
+    struct areq *ar;      /* the refresh's own request (its loop, client and log context) */
     char sku[VALIDATE_SKU_MAX + 1];
     unsigned gen;
     int64_t sent_ms;
@@ -402,7 +402,7 @@ static void refresh_script(struct refresh *r, int n);
 static void refresh_end(struct refresh *r, int found, json_t *st, const char *why, int oos)
 {
     struct statsnap *sn = r->sn;
-    struct entry *e = r->e;
+    struct snap_entry *e = r->e;
     int loop = r->ar->env->id;
     /* built outside the lock: compared with the snapshot it may replace */
     pthread_mutex_lock(&sn->mu);
@@ -579,7 +579,7 @@ static void on_refresh_ready(void *http)
 
 /* Starts e's refresh on env's loop (e->refreshing set by the caller, with its gen). */
 static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env *env,
-                          struct entry *e, unsigned gen, int segments)
+                          struct snap_entry *e, unsigned gen, int segments)
 {
     struct refresh *r = calloc(1, sizeof(*r));
     char rid[VALIDATE_SKU_MAX + 16];
@@ -632,7 +632,7 @@ void statsnap_wait(struct statsnap *sn, struct areq *ar, const char *sku, statsn
     int64_t now = clock_mono_ms();
     struct waiter *w = calloc(1, sizeof(*w));
     pthread_mutex_lock(&sn->mu);
-    struct entry *e = w && loops_ready(sn, ar->env) == 0 ? find(sn, sku, 1, now) : NULL;
+    struct snap_entry *e = w && loops_ready(sn, ar->env) == 0 ? entry_find(sn, sku, 1, now) : NULL;
     if (!e) { /* the table is full (or out of memory): read exactly */
         sn->stats.uncached++;
         pthread_mutex_unlock(&sn->mu);
@@ -680,7 +680,7 @@ void statsnap_poke(struct statsnap *sn, struct app *app, struct areq_env *env, c
 {
     int64_t now = clock_mono_ms();
     pthread_mutex_lock(&sn->mu);
-    struct entry *e = find(sn, sku, 1, now);
+    struct snap_entry *e = entry_find(sn, sku, 1, now);
     int lead = e && !e->refreshing && !fresh(sn, e, now);
     unsigned gen = 0;
     int segments = 0;

@@ -56,7 +56,8 @@ void statsnap_unref(struct snap *s); /* NULL-safe */
 
 struct statsnap;
 
-/* A table for snapshots refreshed at most every refresh_ms (1..250). NULL out of memory. */
+/* A table for snapshots refreshed at most every refresh_ms (0..250; 0: every read refreshes,
+ * concurrent ones sharing the refresh in flight). NULL out of memory. */
 struct statsnap *statsnap_new(int refresh_ms);
 void statsnap_free(struct statsnap *sn); /* NULL-safe; no request may be waiting */
 

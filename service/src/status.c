@@ -32,8 +32,8 @@ static int etag_matches(const char *inm, const char *etag)
             return 1;
         if (p[0] == 'W' && p[1] == '/')
             p += 2;
-        if (strncmp(p, etag, n) == 0 && (p[n] == '\0' || p[n] == ',' || p[n] == ' ' ||
-                                         p[n] == '\t'))
+        if (strncmp(p, etag, n) == 0 &&
+            (p[n] == '\0' || p[n] == ',' || p[n] == ' ' || p[n] == '\t'))
             return 1;
         while (*p && *p != ',')
             p++;

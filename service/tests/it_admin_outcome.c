@@ -58,7 +58,7 @@ static void warm_up(void)
     snprintf(path, sizeof path, "/api/v1/orders/%s", sf_str(r.json, "order_id"));
     sf_json_request(NULL, port, "DELETE", path, AO_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 200);
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_json_request(NULL, port, "DELETE", path, AO_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 204);
     sf_resp_free(&r);
@@ -115,7 +115,7 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
      * its meta write is never sent: a plain 503, and once thawed the SKU is as it was. */
     tu_unique_name(sku, sizeof sku, "ao-put");
     long long v = SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("PUT", path, "{\"stock\": 30, \"segments\": 2}", &r);
     SF_ASSERT_ERROR(&r, 503, "unavailable");
     char ver[32] = "";
@@ -128,7 +128,7 @@ static void test_writes_sent_to_frozen_redis_are_unknown(void **state)
     /* DELETE. */
     tu_unique_name(sku, sizeof sku, "ao-del");
     SF_PUT_SKU(port, AO_TOKEN, sku, 10, 1);
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while_frozen("DELETE", path, NULL, &r);
     SF_ASSERT_OUTCOME_UNKNOWN(&r);
     char segs[32] = "";

@@ -38,7 +38,7 @@ static char *new_sku(char *buf, size_t size)
 
 static void sku_path(char *buf, size_t size, const char *sku)
 {
-    snprintf(buf, size, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(buf, size, "/api/v1/skus/%s", sku);
 }
 
 /* GET status (asserting 200). New reference. */
@@ -163,11 +163,23 @@ static void test_put_created_then_replaced(void **state)
     expect_totals(sku, 7, 7, 0, 0);
 }
 
-static void check_status_shape(const json_t *st, const char *sku, int nseg)
+/* The SPEC §5 status object; snap: a GET's, from the snapshot (SPEC §15), which adds "sale",
+ * "as_of" and "refresh_ms". */
+static void check_status_shape(const json_t *st, const char *sku, int nseg, int snap)
 {
-    static const char *const keys[] = {"sku",      "version", "stock_total", "remaining", "sold",
-                                       "reserved", "orders",  "sold_out",    "segments"};
-    SF_ASSERT(has_exactly_and_rules(st, keys, 9), "status members: %s", dump(st));
+    static const char *const keys[] = {"sku",      "version",  "stock_total", "remaining",
+                                       "sold",     "reserved", "orders",      "sold_out",
+                                       "segments", "sale",     "as_of",       "refresh_ms"};
+    SF_ASSERT(has_exactly_and_rules(st, keys, snap ? 12 : 9), "status members: %s", dump(st));
+    if (snap) {
+        const char *sale = sf_str(st, "sale");
+        SF_ASSERT(sale && (strcmp(sale, "open") == 0 || strcmp(sale, "not_started") == 0 ||
+                           strcmp(sale, "ended") == 0),
+                  "sale: %s", dump(st));
+        SF_ASSERT(json_is_string(json_object_get(st, "as_of")), "as_of: %s", dump(st));
+        SF_ASSERT(sf_json_int(st, "refresh_ms", -1) == 0, "refresh_ms (the suites run with 0): %s",
+                  dump(st));
+    }
     SF_ASSERT(json_is_string(json_object_get(st, "sku")) && strcmp(sf_str(st, "sku"), sku) == 0,
               "%s", dump(st));
     static const char *const ints[] = {"version",        "stock_total",      "remaining",
@@ -201,7 +213,7 @@ static void test_status_fields(void **state)
     new_sku(sku, sizeof sku);
     long long v = SF_PUT_SKU(port, TOKEN, sku, 10, 4);
     json_t *st = status_of(port, sku);
-    check_status_shape(st, sku, 4);
+    check_status_shape(st, sku, 4, 1);
     SF_ASSERT_EQ(sf_json_int(st, "version", -1), v);
     SF_ASSERT_EQ(sf_json_int(st, "stock_total", -1), 10);
     SF_ASSERT(json_is_false(json_object_get(st, "sold_out")), "%s", dump(st));
@@ -213,7 +225,7 @@ static void test_status_fields(void **state)
     SF_ASSERT(seg >= 0 && seg < 4, "%s", dump(o));
     json_decref(o);
     st = status_of(port, sku);
-    check_status_shape(st, sku, 4);
+    check_status_shape(st, sku, 4, 1);
     const json_t *s = json_array_get(json_object_get(st, "segments"), (size_t)seg);
     SF_ASSERT_EQ(sf_json_int(s, "sold", -1), 2);
     json_decref(st);
@@ -223,7 +235,7 @@ static void test_status_fields(void **state)
     for (int i = 0; i < 8; i++)
         json_decref(order_ok(port, sku, 1));
     st = status_of(port, sku);
-    check_status_shape(st, sku, 4);
+    check_status_shape(st, sku, 4, 1);
     SF_ASSERT(json_is_true(json_object_get(st, "sold_out")), "%s", dump(st));
     json_decref(st);
     expect_totals(sku, 10, 0, 10, 9);
@@ -264,7 +276,7 @@ static void test_restock(void **state)
     /* The status object, plus exactly what this restock added. */
     SF_ASSERT_EQ(sf_json_int(r.json, "added", -1), 6);
     json_object_del(r.json, "added");
-    check_status_shape(r.json, sku, 4);
+    check_status_shape(r.json, sku, 4, 0);
     SF_ASSERT_EQ(sf_json_int(r.json, "version", -1), v);
     SF_ASSERT_EQ(sf_json_int(r.json, "stock_total", -1), 14);
     SF_ASSERT_EQ(sf_json_int(r.json, "remaining", -1), 13);

@@ -170,7 +170,7 @@ static void poke(const char *key, const char *field, const char *value)
 static int sku_get(const char *sku, sf_resp *r)
 {
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     return sf_http(port, "GET", path, NULL, NULL, 0, r);
 }
 

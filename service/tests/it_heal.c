@@ -162,7 +162,7 @@ static void test_behind_status_heals(void **state)
     int64_t t0 = tu_now_ms();
     sf_resp r = {0};
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_http(port, "GET", path, NULL, NULL, 0, &r);
     int64_t took = tu_now_ms() - t0;
     SF_ASSERT_STATUS(&r, 200);
@@ -200,7 +200,7 @@ static void test_ahead_fails_over_then_put_heals(void **state)
     (void)state;
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "hlah");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     long long v = SF_PUT_SKU(port, HL_TOKEN, sku, HL_ORDERS, 4);
     set_sver(sku, 2, v + 1); /* the meta of PUT v + 1 was lost, its reset of segment 2 was not */
     struct hl_tally t = order_burst(sku);

@@ -170,7 +170,7 @@ static void ho_ms_iso(int64_t ms, char *buf, size_t len)
 static void ho_put(int p, const char *sku, long long stock, int segments, const char *rules)
 {
     char path[160], body[512];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
     sf_resp r = {0};
     sf_json_request(NULL, p, "PUT", path, HO_TOKEN, NULL, body, &r);
@@ -181,7 +181,7 @@ static void ho_put(int p, const char *sku, long long stock, int segments, const 
 static void ho_patch(int p, const char *sku, const char *body)
 {
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     sf_json_request(NULL, p, "PATCH", path, HO_TOKEN, NULL, body, &r);
     SF_ASSERT_STATUS(&r, 200);
@@ -330,7 +330,7 @@ static void test_hold_lifecycle(void **state)
     SF_ASSERT(strcmp(sf_str(r.json, "status"), "confirmed") == 0, "%s", sf_resp_summary(&r));
     /* the confirm token is no admin token */
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_json_request(NULL, port, "PATCH", path, HO_CONFIRM, NULL, "{\"limit_per_user\":5}", &r);
     SF_ASSERT_ERROR(&r, 401, "unauthorized");
 
@@ -1137,7 +1137,7 @@ static int ho_put_cut_off_once(const char *url)
 {
     char sku[64], ids[1][112], path[160], meta[128], st[8] = "", flag[8] = "";
     tu_unique_name(sku, sizeof sku, "ho-putcut");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
     const rf_server *clock = cf_node(ho_cl, 0);
     sf_service *a = ho_start(url, NULL);

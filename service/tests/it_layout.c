@@ -48,7 +48,7 @@ static long long put_with_key(int p, const char *sku, long long stock, int segme
     char body[96];
     snprintf(body, sizeof body, "{\"stock\": %lld, \"segments\": %d}", stock, segments);
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     sf_json_request(NULL, p, "PUT", path, LY_TOKEN, key, body, &r);
     SF_ASSERT_STATUS(&r, want);
@@ -109,7 +109,7 @@ static void *ly_put_run(void *arg)
     struct ly_putter *w = arg;
     char body[96], path[160];
     snprintf(body, sizeof body, "{\"stock\": %lld, \"segments\": %d}", w->stock, w->segments);
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", w->sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", w->sku);
     pthread_barrier_wait(w->go);
     sf_resp r = {0};
     w->status = sf_json_request(NULL, w->p, "PUT", path, LY_TOKEN, NULL, body, &r);
@@ -496,7 +496,7 @@ static void test_sku_names_that_alias(void **state)
     /* A re-PUT and a DELETE of a variant leave the base SKU alone. */
     put_with_key(port[1], var[0], 6, 4, NULL, 200);
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", var[1]);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", var[1]);
     sf_json_request(NULL, port[0], "DELETE", path, LY_TOKEN, NULL, NULL, &r);
     SF_ASSERT_STATUS(&r, 204);
     sf_resp_free(&r);
@@ -535,7 +535,7 @@ static void test_status_answers_consistent_under_orders(void **state)
     sf_resp r = {0};
     int64_t until = tu_now_ms() + 3000;
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     while (tu_now_ms() < until && reads < 2000) {
         if (sf_conn_request(c, "GET", path, NULL, NULL, 0, &r) != 200)
             continue;

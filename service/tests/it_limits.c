@@ -60,7 +60,7 @@ static int li_port(int i)
 static void li_put(const char *sku, long long stock, int segments, const char *rules)
 {
     char path[160], body[512];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
     sf_resp r = {0};
     sf_json_request(NULL, li_port(0), "PUT", path, LI_TOKEN, NULL, body, &r);
@@ -683,7 +683,7 @@ static sf_service *li_start_own(const rf_server *red)
 static void li_put_on(int p, const char *sku, long long stock, int segments, const char *rules)
 {
     char path[160], body[512];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
     sf_resp r = {0};
     sf_json_request(NULL, p, "PUT", path, LI_TOKEN, NULL, body, &r);
@@ -875,7 +875,7 @@ static void *li_put_run(void *arg)
 {
     struct li_put_run *pr = arg;
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", pr->sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", pr->sku);
     sf_json_request(NULL, pr->port, "PUT", path, LI_TOKEN, NULL,
                     "{\"stock\":10,\"segments\":1,\"limit_per_user\":1}", &pr->r);
     return NULL;

@@ -53,7 +53,7 @@ static int mu_port(int i)
 static void mu_put(const char *sku, long long stock, int segments, const char *rules)
 {
     char path[160], body[512];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
     sf_resp r = {0};
     sf_json_request(NULL, mu_port(0), "PUT", path, MU_TOKEN, NULL, body, &r);

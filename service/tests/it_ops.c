@@ -161,7 +161,7 @@ static void test_audit_and_request_ids_in_log(void **state)
     (void)state;
     char sku[64], path[128], fp[9];
     tu_unique_name(sku, sizeof sku, "ops");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sha256_hex_prefix(TOKEN, strlen(TOKEN), fp, 8);
     sf_resp r = {0};
     const char *hdr[] = {"Content-Type: application/json", "Authorization: Bearer " TOKEN,

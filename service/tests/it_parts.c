@@ -261,7 +261,7 @@ static void test_hold_expires_whole(void **state)
     char sku[64], id[160], key[160], due[32], body[128], path_buf[160];
     tu_unique_name(sku, sizeof sku, "pa-expire");
     /* a SKU with holds: the sweeper looks at it */
-    snprintf(path_buf, sizeof path_buf, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path_buf, sizeof path_buf, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":30,\"segments\":3,\"reservation_ttl_s\":1}");
     sf_resp r = {0};
     sf_json_request(NULL, port, "PUT", path_buf, PA_TOKEN, NULL, body, &r);

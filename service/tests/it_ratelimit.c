@@ -61,7 +61,7 @@ static void test_token_bucket(void **state)
     int port = sf_port(svc);
     char sku[64], path[128];
     tu_unique_name(sku, sizeof sku, "rl");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     sf_put_sku(port, TOKEN, sku, 100, 2, &r); /* from 127.0.0.1: its own bucket */
     SF_ASSERT_STATUS(&r, 201);
@@ -278,7 +278,7 @@ static void test_trusted_proxy(void **state)
     int port = sf_port(svc);
     char sku[64], path[128];
     tu_unique_name(sku, sizeof sku, "xff");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     SF_ASSERT(sf_put_sku(port, TOKEN, sku, 10, 1, &r) == 201, "PUT: %s", sf_resp_summary(&r));
     sf_resp_free(&r);

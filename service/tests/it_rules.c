@@ -67,7 +67,7 @@ static int group_setup(void **state)
 
 static void rules_sku_path(char *path, size_t len, const char *sku)
 {
-    snprintf(path, len, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, len, "/api/v1/skus/%s", sku);
 }
 
 /* PATCH the SKU with body (token RU_TOKEN) on p; returns the status, *r the answer. */

@@ -51,7 +51,7 @@ static int group_setup(void **state)
 static void rv_put(int port, const char *sku, long long stock, int segments)
 {
     char path[160], body[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d}", stock, segments);
     sf_resp r = {0};
     sf_json_request(NULL, port, "PUT", path, RV_TOKEN, NULL, body, &r);
@@ -62,7 +62,7 @@ static void rv_put(int port, const char *sku, long long stock, int segments)
 static void rv_patch(int port, const char *sku, const char *body)
 {
     char path[160];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     sf_json_request(NULL, port, "PATCH", path, RV_TOKEN, NULL, body, &r);
     SF_ASSERT(r.status == 200, "PATCH %s: %s", body, sf_resp_summary(&r));

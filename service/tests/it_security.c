@@ -54,7 +54,7 @@ static void admin_traffic(int port, const char *token)
 {
     char sku[64], path[128], restock[160], cancel[256];
     tu_unique_name(sku, sizeof sku, "sec");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(restock, sizeof restock, "%s/restock", path);
     sf_resp r = {0};
     SF_ASSERT(sf_put_sku(port, token, sku, 10, 2, &r) == 201, "PUT: %s", sf_resp_summary(&r));
@@ -238,7 +238,7 @@ static void test_admin_closed_without_token_over_http(void **state)
     int port = sf_port(svc);
     char sku[64], path[128];
     tu_unique_name(sku, sizeof sku, "closed");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     SF_ASSERT(sf_put_sku(port, NULL, sku, 10, 2, &r) == 401, "PUT from loopback, no token: %s",
               sf_resp_summary(&r));

@@ -176,7 +176,7 @@ static void test_delete_seen_elsewhere(void **state)
     (void)state;
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "delete-elsewhere");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     sf_put_sku(pa, NULL, sku, 20, 4, &r);
     SF_ASSERT_STATUS(&r, 201);
@@ -200,7 +200,7 @@ static void test_delete_of_sold_out_sku_seen_elsewhere(void **state)
     (void)state;
     char sku[64], path[160];
     tu_unique_name(sku, sizeof sku, "soldout-delete");
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     json_decref(sell_out(sku, 4, 2));
     SF_ASSERT(expect_sold_out_fast(pb, sku) >= SO_FAST_TRIES - 2, "%s", "B not fast");
 

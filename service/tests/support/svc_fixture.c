@@ -215,6 +215,10 @@ static int sf_spawn(sf_service *svc)
     /* The suites' admin calls come from loopback, most without a token (inventoryd's default is
      * closed); a test of the default passes --admin-allow-loopback=0, which comes later. */
     argv[argc++] = "--admin-allow-loopback";
+    /* The suites read a SKU's status right after their orders and assert exact numbers: every
+     * read refreshes the snapshot (SPEC §15) for them (it_status tests the default). */
+    argv[argc++] = "--status-refresh-ms";
+    argv[argc++] = "0";
     if (svc->has_url) {
         argv[argc++] = "--redis";
         argv[argc++] = svc->url;

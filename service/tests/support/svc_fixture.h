@@ -55,9 +55,12 @@ int sf_group_teardown(void **state);
 
 /*
  * Starts inventoryd with
- *     --port P --bind 127.0.0.1 --admin-allow-loopback [--redis redis_url] <extra_args...>
+ *     --port P --bind 127.0.0.1 --admin-allow-loopback --status-refresh-ms 0
+ *     [--redis redis_url] <extra_args...>
  * (--admin-allow-loopback: the suites' admin calls come from loopback, most without a token;
- * pass "--admin-allow-loopback=0" in extra_args for inventoryd's default, closed)
+ * pass "--admin-allow-loopback=0" in extra_args for inventoryd's default, closed;
+ * --status-refresh-ms 0: a status read after an order shows it, as the suites assert; pass
+ * "--status-refresh-ms" "250" for the default)
  * (extra_args NULL-terminated, may be NULL; later flags override earlier ones). Its stdout and
  * stderr go to a log file in a fresh temp dir. Waits (at most 5 s, $SF_START_TIMEOUT_MS) until
  * the process logged that it listens on P and GET /healthz answers 200; a port taken meanwhile

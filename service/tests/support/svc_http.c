@@ -510,7 +510,7 @@ int sf_put_sku(int port, const char *token, const char *sku, long long stock, in
                sf_resp *resp)
 {
     char path[256], body[128];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\": %lld, \"segments\": %d}", stock, segments);
     return sf_json_request(NULL, port, "PUT", path, token, NULL, body, resp);
 }
@@ -533,7 +533,7 @@ int sf_restock(int port, const char *token, const char *sku, long long quantity,
 json_t *sf_sku_status(int port, const char *sku)
 {
     char path[256];
-    snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     sf_resp r = {0};
     json_t *out = NULL;
     if (sf_http(port, "GET", path, NULL, NULL, 0, &r) == 200 && json_is_object(r.json))
