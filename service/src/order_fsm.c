@@ -54,6 +54,7 @@
 
 #include "areq.h"
 #include "clock.h"
+#include "faultpoint.h"
 #include "handlers.h"
 #include "hash.h"
 #include "identity.h"
@@ -2099,6 +2100,7 @@ static int multi_start(struct order *o)
     if (!o->multi)
         return 0;
     set_state(o, OS_MULTI);
+    faultpoint("multi_lock"); /* tests: the walk's reads taken, no lock yet */
     multi_lock(o->multi);
     return 1;
 }
