@@ -412,6 +412,7 @@ class Run:
         # (when Redis was read at a checkpoint, {sku: Σ stock then, or None}): where the 409
         # insufficient_stock check starts from (history_checks)
         self.stock_reads = []
+        self.seg_reads = []             # the same reads per segment: (t, {sku: {k: stock}}), for the report
         self.stretches = []             # stretches of traffic: requests sent, Redis commands run
         self.stretch = (0.0, None)
         self.damager_failed = None
@@ -1363,6 +1364,7 @@ class Checker:
         outages = self.redis_outages()
         run.stock_reads.append((t_read, {s: (sum(x["stock"] or 0 for x in snaps[s]["segs"].values()) if snaps[s]["meta"] and all(
             x["stock"] is not None for x in snaps[s]["segs"].values()) else None) for s in run.skus}))
+        run.seg_reads.append((t_read, {s: {k: x["stock"] for k, x in snaps[s]["segs"].items()} for s in run.skus}))
         for s in run.skus:
             snap = snaps[s]
             ops = by_sku[s]
@@ -1805,8 +1807,45 @@ class Checker:
                 others = [x for x in ls if x.op == "order" and x is not L and x.attempts and t_read <= x.t0 < a["t1"] and x.final != "failed"]
                 low = R - sum(x.args["quantity"] for x in others)
                 if L.args["quantity"] <= low:
-                    self.fail("insufficient-409", L.id, "order lop %d of %s, quantity %d, answered 409 insufficient_stock at %.3f s while at least %d units remained (%d at the checkpoint read at %.3f s, less %d other order(s) that may have sold since)" % (
-                        L.id, s, L.args["quantity"], a["t1"], low, R, t_read, len(others)), L.seqs())
+                    self.fail("insufficient-409", L.id, "order lop %d of %s, quantity %d, answered 409 insufficient_stock at %.3f s while at least %d units remained (%d at the checkpoint read at %.3f s, less %d other order(s) that may have sold since)%s" % (
+                        L.id, s, L.args["quantity"], a["t1"], low, R, t_read, len(others), self.insufficient_context(s, a, t_read, others)), L.seqs())
+
+    def insufficient_context(self, s, a, t_read, others):
+        """What an insufficient-409 violation needs to be explained from its report alone (the
+        run's files may be gone): the SKU's segments at the checkpoint read before it and the
+        one after, the other orders it was judged against with their answers, the nemesis's
+        events from 1 s before the read to 0.5 s after the answer, and the answering
+        instance's log lines within 1 s of it (this SKU's, and those naming none). Times in run
+        seconds, as the message's."""
+        fmt = lambda segs: "{%s}" % ", ".join("%s: %s" % (k, segs[k]) for k in sorted(segs, key=int)) if segs else "not read"
+        reads = sorted(self.run.seg_reads, key=lambda x: x[0])
+        before = next((r.get(s) for t, r in reads if t == t_read), None)
+        after = next(((t, r.get(s)) for t, r in reads if t > a["t1"]), None)
+        out = ["segments at the read: %s" % fmt(before)]
+        if after:
+            out.append("at the next read (%.3f s): %s" % (after[0], fmt(after[1])))
+        out.append("the other orders: %s" % ("; ".join("lop %d q%d inst %s %.3f-%.3f s %s" % (
+            x.id, x.args["quantity"], x.attempts[-1]["inst"], x.t0, x.attempts[-1]["t1"] or 0,
+            "/".join(str(y["status"] or y["err"]) + ("" if not isinstance(y["body"], dict) or "error" not in y["body"] else " " + str(y["body"]["error"])) for y in x.attempts))
+            for x in sorted(others, key=lambda x: x.t0)[:30]) or "none"))
+        off = a["w0"] - a["t0"]     # run seconds -> wall clock
+        ev = [e for e in self.nemesis_events() or [] if t_read + off - 1.0 <= e["t_ms"] / 1000.0 <= a["w1"] + 0.5]
+        out.append("nemesis: %s" % ("; ".join("%.3f s %s %s %s" % (e["t_ms"] / 1000.0 - off, e["ev"], e.get("target", ""), e.get("detail", "")) for e in ev) or "nothing"))
+        lines, own = [], re.compile(r'sku ' + re.escape(s) + r'(?=[ ,"]|:[ "]|$)')
+        try:
+            with open(os.path.join(self.run.a.out, "logs", "inventoryd%d.log" % a["inst"]), errors="replace") as f:
+                for x in f:
+                    m = re.match(r'\{"ts":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"', x)
+                    if not m:
+                        continue
+                    w = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) + int(m.group(2)) / 1000.0
+                    # this SKU's lines and those of no SKU (the names alias: x, x:1, ...)
+                    if a["w0"] - 1.0 <= w <= a["w1"] + 1.0 and (own.search(x) or "sku " not in x):
+                        lines.append("%.3f s %s" % (w - off, x.strip()[:300]))
+        except OSError as e:
+            lines.append("(unreadable: %s)" % e)
+        out.append("instance %s's log within 1 s: %s" % (a["inst"], " | ".join(lines[:20]) if lines else "no line"))
+        return "\n      " + "\n      ".join(out)
 
     @staticmethod
     def records_of(snap, n):
