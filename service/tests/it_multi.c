@@ -7,6 +7,8 @@
  *     records in Redis, an Idempotency-Key replay of the whole order, a per-user limit counting
  *     every part;
  *   - 256 segments of one unit: the order takes the shorts it has read, not a walk of all;
+ *   - (issue 30) shorts read by the walk and sold elsewhere before the attempt's locks: the
+ *     request walks on to the segments it had not read (no 409 with 10 units in one of them);
  *   - many concurrent orders of random sizes over three instances until sold out: every unit
  *     sold exactly once, no intent left;
  *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
