@@ -412,6 +412,7 @@ class Run:
         # (when Redis was read at a checkpoint, {sku: Σ stock then, or None}): where the 409
         # insufficient_stock check starts from (history_checks)
         self.stock_reads = []
+        self.seg_reads = []             # the same reads per segment: (t, {sku: {k: stock}}), for the report
         self.stretches = []             # stretches of traffic: requests sent, Redis commands run
         self.stretch = (0.0, None)
         self.damager_failed = None
@@ -1163,7 +1164,7 @@ CHECKS = [
     ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after that PATCH's answer), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
-    ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
+    ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
     ("database", "with the order log and its sink (chaos.sh, CH_SINK=1): at the end, the sink running and caught up (its /metrics: inventory_sink_lag_seconds 0, inventory_sink_pending 0; in Redis: every stream of every segment below max(segments, hwm, lhwm) — dropped segments' included — drained by group sink, and no segment with changes not logged (cnt u) left to backfill; within %d s), `inventory-sink reconcile --sku S` of every SKU exits 0: the database has every order Redis has, with its status, quantity, user and parts, and no log is left unread; the sink skipped no log entry as malformed (sink_malformed in logs/sink.log). Only a missing_in_redis row the sink backfilled (no order_events row) whose order was created before the end of the SKU's last PUT or DELETE that may have run (+ %d s when its outcome is unknown) is excused, with its units: such a reset took it out of Redis (docs/design.md)" % (SINK_CATCHUP_S, RESET_SLACK_S)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
 ]
@@ -1365,6 +1366,7 @@ class Checker:
         outages = self.redis_outages()
         run.stock_reads.append((t_read, {s: (sum(x["stock"] or 0 for x in snaps[s]["segs"].values()) if snaps[s]["meta"] and all(
             x["stock"] is not None for x in snaps[s]["segs"].values()) else None) for s in run.skus}))
+        run.seg_reads.append((t_read, {s: {k: x["stock"] for k, x in snaps[s]["segs"].items()} for s in run.skus}))
         for s in run.skus:
             snap = snaps[s]
             ops = by_sku[s]
@@ -1774,7 +1776,8 @@ class Checker:
         """SPEC §13: 409 insufficient_stock only when the remaining total is below the quantity.
         From the Redis read at the last checkpoint before the order (Σ stock then, R) and the
         history: until the 409 came, at least R − (the units of every other order of the SKU
-        begun since that read and not refused) units remained, restocks, cancels and expiries
+        begun since that read and not refused, or refused after it may have held units a moment:
+        held_for_a_moment) units remained, restocks, cancels and expiries
         only adding; orders overlapping a PUT/DELETE/restock of the SKU begun since the read, or
         a damage of one of its segments, are not judged. A 409 for q ≤ that bound is a
         violation. The probes sent at quiet checkpoints (probe_large) are judged the same way,
@@ -1804,11 +1807,60 @@ class Checker:
                 self.examined["insufficient-409"] += 1
                 if any(x.attempts and x.t0 < a["t1"] and x.t1 > t_read for x in admin) or any(d0 < a["t1"] and d1 > t_read for d0, d1 in dmg):
                     continue
-                others = [x for x in ls if x.op == "order" and x is not L and x.attempts and t_read <= x.t0 < a["t1"] and x.final != "failed"]
+                others = [x for x in ls if x.op == "order" and x is not L and x.attempts and t_read <= x.t0 < a["t1"] and (
+                    x.final != "failed" or self.held_for_a_moment(x))]
                 low = R - sum(x.args["quantity"] for x in others)
                 if L.args["quantity"] <= low:
-                    self.fail("insufficient-409", L.id, "order lop %d of %s, quantity %d, answered 409 insufficient_stock at %.3f s while at least %d units remained (%d at the checkpoint read at %.3f s, less %d other order(s) that may have sold since)" % (
-                        L.id, s, L.args["quantity"], a["t1"], low, R, t_read, len(others)), L.seqs())
+                    self.fail("insufficient-409", L.id, "order lop %d of %s, quantity %d, answered 409 insufficient_stock at %.3f s while at least %d units remained (%d at the checkpoint read at %.3f s, less %d other order(s) that may have sold since)%s" % (
+                        L.id, s, L.args["quantity"], a["t1"], low, R, t_read, len(others), self.insufficient_context(s, a, t_read, others)), L.seqs())
+
+    @staticmethod
+    def held_for_a_moment(x):
+        """Whether an order refused in the end (every attempt "nothing changed") may still have
+        taken units for a while: a multi-segment order's parts are sold before its primary, and
+        undone when the primary cannot be written (its lock lost, an instance stopped past the
+        lease, the sale window closed meanwhile): the answer is then a plain 503, or 409
+        sale_ended / sale_not_started. One unit never takes several segments."""
+        return x.args["quantity"] >= 2 and any(
+            (y["status"] or 0) >= 500 or (y["status"] == 409 and isinstance(y["body"], dict) and y["body"].get("error") in ("sale_ended", "sale_not_started"))
+            for y in x.attempts)
+
+    def insufficient_context(self, s, a, t_read, others):
+        """What an insufficient-409 violation needs to be explained from its report alone (the
+        run's files may be gone): the SKU's segments at the checkpoint read before it and the
+        one after, the other orders it was judged against with their answers, the nemesis's
+        events from 1 s before the read to 0.5 s after the answer, and the answering
+        instance's log lines within 1 s of it (this SKU's, and those naming none). Times in run
+        seconds, as the message's."""
+        fmt = lambda segs: "{%s}" % ", ".join("%s: %s" % (k, segs[k]) for k in sorted(segs, key=int)) if segs else "not read"
+        reads = sorted(self.run.seg_reads, key=lambda x: x[0])
+        before = next((r.get(s) for t, r in reads if t == t_read), None)
+        after = next(((t, r.get(s)) for t, r in reads if t > a["t1"]), None)
+        out = ["segments at the read: %s" % fmt(before)]
+        if after:
+            out.append("at the next read (%.3f s): %s" % (after[0], fmt(after[1])))
+        out.append("the other orders: %s" % ("; ".join("lop %d q%d inst %s %.3f-%.3f s %s" % (
+            x.id, x.args["quantity"], x.attempts[-1]["inst"], x.t0, x.attempts[-1]["t1"] or 0,
+            "/".join(str(y["status"] or y["err"]) + ("" if not isinstance(y["body"], dict) or "error" not in y["body"] else " " + str(y["body"]["error"])) for y in x.attempts))
+            for x in sorted(others, key=lambda x: x.t0)[:30]) or "none"))
+        off = a["w0"] - a["t0"]     # run seconds -> wall clock
+        ev = [e for e in self.nemesis_events() or [] if t_read + off - 1.0 <= e["t_ms"] / 1000.0 <= a["w1"] + 0.5]
+        out.append("nemesis: %s" % ("; ".join("%.3f s %s %s %s" % (e["t_ms"] / 1000.0 - off, e["ev"], e.get("target", ""), e.get("detail", "")) for e in ev) or "nothing"))
+        lines, own = [], re.compile(r'sku ' + re.escape(s) + r'(?=[ ,"]|:[ "]|$)')
+        try:
+            with open(os.path.join(self.run.a.out, "logs", "inventoryd%d.log" % a["inst"]), errors="replace") as f:
+                for x in f:
+                    m = re.match(r'\{"ts":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"', x)
+                    if not m:
+                        continue
+                    w = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) + int(m.group(2)) / 1000.0
+                    # this SKU's lines and those of no SKU (the names alias: x, x:1, ...)
+                    if a["w0"] - 1.0 <= w <= a["w1"] + 1.0 and (own.search(x) or "sku " not in x):
+                        lines.append("%.3f s %s" % (w - off, x.strip()[:300]))
+        except OSError as e:
+            lines.append("(unreadable: %s)" % e)
+        out.append("instance %s's log within 1 s: %s" % (a["inst"], " | ".join(lines[:20]) if lines else "no line"))
+        return "\n      " + "\n      ".join(out)
 
     @staticmethod
     def records_of(snap, n):

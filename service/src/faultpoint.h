@@ -4,11 +4,12 @@
  * "Fault points"): env INVENTORY_FAULTPOINT=<name>[:kill|:stop|:fail] (kill: SIGKILL, the
  * default; stop: SIGSTOP, the test sends SIGCONT; fail: the step a faultpoint_fail guards fails,
  * every time), read once; a kill or stop point fires the first time it is reached. Unset, a point
- * costs one test of a static flag. Points: multi_intent (a multi-segment order's intent written,
- * and WAITed with --redis-replica-acks, no part yet), multi_parts (every part but the primary
- * written, and WAITed), multi_primary (the primary written, before its WAIT, the intent not yet
- * deleted), put_meta (a PUT's layout written into meta, not yet rolled out to the segments); for
- * :fail, giveback (every give-back to users' counts fails before its first call: the ended
+ * costs one test of a static flag. Points: multi_lock (a multi-segment order planned from the
+ * stock its walk read, before its first lock), multi_intent (a multi-segment order's intent
+ * written, and WAITed with --redis-replica-acks, no part yet), multi_parts (every part but the
+ * primary written, and WAITed), multi_primary (the primary written, before its WAIT, the intent not
+ * yet deleted), put_meta (a PUT's layout written into meta, not yet rolled out to the segments);
+ * for :fail, giveback (every give-back to users' counts fails before its first call: the ended
  * orders stay queued).
  */
 #ifndef INVENTORY_FAULTPOINT_H

@@ -54,6 +54,7 @@
 
 #include "areq.h"
 #include "clock.h"
+#include "faultpoint.h"
 #include "handlers.h"
 #include "hash.h"
 #include "identity.h"
@@ -456,6 +457,10 @@ static enum seg_result commit_result(struct order *o, int k, const redisReply *r
     }
     if (v.r == SEG_NOT_STARTED || v.r == SEG_ENDED)
         o->sale_at = v.at;
+    if (v.r == SEG_SHORT || v.r == SEG_EMPTY)
+        /* the stock the commit found, for the plan of an order from several segments: a commit
+         * handed the hold on a gate read none before (the segment stays out of the walk) */
+        note_seen(o, k, store_reply_int(r->element[1], 0));
     if (v.r == SEG_LIMIT && o->uv) {
         o->uv->limit = v.at;
         o->uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
@@ -2047,6 +2052,16 @@ static void note_seen(struct order *o, int k, long long stock)
     o->seen[k] = stock;
 }
 
+/* The units the short segments hold as last read (the walk's reads, or a multi-segment
+ * attempt's under its locks). */
+static long long seen_total(const struct order *o)
+{
+    long long total = 0;
+    for (int k = 0; o->seen && k < o->view.segments; k++)
+        total += o->seen[k] > 0 ? o->seen[k] : 0;
+    return total;
+}
+
 static void on_multi_cb(void *arg, enum multi_phase_end end)
 {
     struct order *o = arg;
@@ -2061,10 +2076,7 @@ static int multi_start(struct order *o)
     if (o->app->cfg.strategy != STRATEGY_SEGMENTED || !o->seen || o->multi_tries >= 2 ||
         o->cancelled)
         return 0;
-    long long total = 0;
-    for (int k = 0; k < o->view.segments; k++)
-        total += o->seen[k] > 0 ? o->seen[k] : 0;
-    if (total < o->in.quantity)
+    if (seen_total(o) < o->in.quantity)
         return 0; /* the remaining total is below the quantity: insufficient_stock */
     if (o->uv && o->uv->in_commit) {
         /* The parts commit before the order exists, so the limit cannot wait for a commit:
@@ -2099,6 +2111,7 @@ static int multi_start(struct order *o)
     if (!o->multi)
         return 0;
     set_state(o, OS_MULTI);
+    faultpoint("multi_lock"); /* tests: the walk's reads taken, no lock yet */
     multi_lock(o->multi);
     return 1;
 }
@@ -2139,6 +2152,19 @@ static void on_multi(struct order *o, const struct oev *e)
                 metrics_multi_order(r->parts);
         }
     }
+    if (out == OUT_INSUFFICIENT) {
+        /* The segments it locked held less than the walk had read them to: other orders took
+         * units meanwhile. That says nothing of the segments the walk had not read yet (it
+         * starts an attempt as soon as the shorts it read hold the quantity) nor of the ones
+         * it found busy: their reads replace the walk's, and the walk goes on (the segments read
+         * stay out). insufficient_stock only once every segment was read short or empty
+         * (SPEC §13); before, the request answered it here with segments never read. */
+        multi_seen(o->multi, o->seen);
+        multi_free(o->multi);
+        o->multi = NULL;
+        round_begin(o);
+        return;
+    }
     int again = r->again, reload = r->reload;
     o->sale_at = r->sale_at;
     multi_free(o->multi);
@@ -2166,6 +2192,11 @@ static void place_done(struct order *o, enum order_outcome out)
 {
     if (out == OUT_INSUFFICIENT && multi_start(o))
         return;
+    if (out == OUT_INSUFFICIENT && seen_total(o) >= o->in.quantity)
+        /* The shorts as last read hold the quantity, but no multi-segment attempt (two at
+         * most) could take it: other orders took units before its locks. Contention, not a
+         * shortage (SPEC §13): retry. */
+        out = OUT_LOCK_TIMEOUT;
     if (out == OUT_CREATED && o->app->cfg.redis_replica_acks > 0 && !o->acked) {
         replica_wait(o);
         return;

@@ -43,6 +43,7 @@ struct mseg {
     int k;
     long long seen;  /* its stock as the walk read it */
     long long stock; /* read under its lock (held) */
+    int read;        /* stock was read under its lock (held then, or found empty) */
     int tried;       /* a try or wait was made for it */
     int busy;        /* found held by another owner */
     struct seglock *lock;
@@ -181,6 +182,13 @@ struct multi_result *multi_result(struct multi *m)
     return &m->res;
 }
 
+void multi_seen(const struct multi *m, long long *seen)
+{
+    for (int i = 0; i < m->n; i++)
+        if (m->s[i].read)
+            seen[m->s[i].k] = m->s[i].stock > 0 ? m->s[i].stock : 0;
+}
+
 static void finish(struct multi *m, enum order_outcome out)
 {
     if (m->any_made) /* issue 29: a second walk would reuse the hex of parts that may exist */
@@ -235,6 +243,7 @@ static void on_seg_acquired(struct seglock *lock, lc_status st, const redisReply
             drop(g);
         } else {
             g->stock = store_reply_int(v->element[0], 0);
+            g->read = 1;
             if (g->stock > 0) {
                 m->held += g->stock;
             } else {

@@ -96,6 +96,12 @@ void multi_commit(struct multi *m, int abort);
 
 struct multi_result *multi_result(struct multi *m);
 
+/* Writes into seen[k] (the caller's [nseg]) the stock each candidate segment k showed under its
+ * lock in this attempt (0: empty), leaving the others: fresher than the walk's reads the
+ * attempt was planned from. After OUT_INSUFFICIENT every candidate was read: other orders took
+ * some of what the walk saw. */
+void multi_seen(const struct multi *m, long long *seen);
+
 /* With --redis-replica-acks N > 0, what a replay (an Idempotency-Key's order found finished)
  * needs before its 200: the order's record, fetched on the connection ref (NULL: not known),
  * and each of its other parts (order's "parts", read on its segment's master) on N replicas of

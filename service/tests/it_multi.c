@@ -7,6 +7,8 @@
  *     records in Redis, an Idempotency-Key replay of the whole order, a per-user limit counting
  *     every part;
  *   - 256 segments of one unit: the order takes the shorts it has read, not a walk of all;
+ *   - (issue 30) shorts read by the walk and sold elsewhere before the attempt's locks: the
+ *     request walks on to the segments it had not read (no 409 with 10 units in one of them);
  *   - many concurrent orders of random sizes over three instances until sold out: every unit
  *     sold exactly once, no intent left;
  *   - each cut-off point (fault points, faultpoint.h): an instance killed -9 after the intent,
@@ -468,6 +470,83 @@ static void test_paused_past_the_lease(void **state)
     SF_ASSERT(sf_stop(x) == 0, "%s", "its exit");
 }
 
+/* The chaos failure of main's CI (seed 463549, insufficient-409): an order answered 409
+ * insufficient_stock while another segment it had not read held enough. The walk starts a
+ * multi-segment order as soon as the short segments it read hold the quantity together
+ * (or at the end of a round whose other segments were busy); when their stock went to another
+ * order before its locks, the attempt found less and the request answered insufficient_stock
+ * twice over the same reads, never looking at the segments the walk had not read or found
+ * busy. Here: 3 segments {10, 2, 2}, the 10 locked by the test (busy for the walk); instance X
+ * stops at its multi-segment start (fault point multi_lock) with the two shorts read (4, the
+ * quantity); another instance sells 2 of them; the 10 is let go and X resumed: the remaining
+ * total is 12, so the order must be served (old binary: 409). ~2 s. */
+static void test_short_reads_taken_before_the_locks(void **state)
+{
+    (void)state;
+    const char *sku = "mu-stale-seen";
+    mu_put(sku, 30, 3, "");
+    for (int i = 0; i < 2; i++) { /* 10/10/10 -> 2/2/10: each 8 goes where 8 are */
+        sf_resp r = {0};
+        SF_ASSERT_EQ(mu_order(mu_port(0), sku, 8, NULL, NULL, &r), 201);
+        sf_resp_free(&r);
+    }
+    int big = -1, shorts = 0;
+    for (int k = 0; k < 3; k++) {
+        char v[32] = "";
+        SF_ASSERT(rf_string(gf_redis, v, sizeof v, "GET inv:2:{%s/%d}:stock", sku, k) == 1,
+                  "segment %d's stock", k);
+        long long st = atoll(v);
+        if (st == 10)
+            big = k;
+        shorts += st == 2;
+    }
+    SF_ASSERT(big >= 0 && shorts == 2, "%s", "the segments are not {10, 2, 2}");
+    /* the 10 busy for X's walk: its lock held here (a try finds it taken) */
+    SF_ASSERT(rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:lock", sku, big) == 0, "%s", "lock free");
+    SF_ASSERT_EQ(
+        rf_integer(gf_redis, "HSET inv:2:{%s/%d}:lock o it-multi-holder c 1 f 1", sku, big), 3);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "PEXPIRE inv:2:{%s/%d}:lock 20000", sku, big), 1);
+    /* a Redis timeout and a lock wait that a stop of a second on a loaded machine does not
+     * reach: the resumed request must still have the time to walk */
+    const char *extra[] = {
+        "--lock-wait-ms", "5000", "--lock-lease-ms", "1000", "--redis-timeout-ms", "5000", NULL};
+    sf_service *x = mu_faulty("multi_lock:stop", extra);
+    struct mu_late late = {.port = sf_port(x), .sku = sku, .qty = 4};
+    pthread_t t;
+    SF_ASSERT(pthread_create(&t, NULL, mu_late_order, &late) == 0, "%s", "thread");
+    int stopped = 0;
+    for (int i = 0; i < 250 && !stopped; i++) {
+        stopped = sf_log_contains(x, "fault point multi_lock");
+        if (!stopped)
+            tu_sleep_ms(20);
+    }
+    SF_ASSERT(stopped, "%s", "X did not reach its fault point");
+    int64_t t_stop = tu_now_ms();
+    /* X read both shorts (2 + 2 = its 4): another instance sells 2 of them now */
+    sf_resp r = {0};
+    SF_ASSERT_EQ(mu_order(mu_port(1), sku, 2, NULL, NULL, &r), 201);
+    SF_ASSERT(sf_json_int(r.json, "segment", -1) != big, "%s", "sold from the locked segment");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "DEL inv:2:{%s/%d}:lock", sku, big), 1);
+    SF_ASSERT_EQ(mu_remaining(sku), 12);
+    int64_t stopped_ms = tu_now_ms() - t_stop;
+    kill(sf_pid(x), SIGCONT);
+    pthread_join(t, NULL);
+    char answer[400];
+    snprintf(answer, sizeof answer, "%s", sf_resp_summary(&late.r));
+    int status = late.r.status;
+    if (status == 201)
+        mu_check_parts(&late.r, 4);
+    sf_resp_free(&late.r);
+    fprintf(stderr, "shorts taken before the locks, 12 left: X (stopped %lld ms) answered %s\n",
+            (long long)stopped_ms, answer);
+    SF_ASSERT(status == 201, "an order of 4 with 12 units left (10 in one segment): %s", answer);
+    SF_ASSERT_EQ(mu_remaining(sku), 8);
+    SF_ASSERT(mu_intents_gone(sku, 5000), "%s", "the intent stayed");
+    mu_invariants(sku);
+    SF_ASSERT(sf_stop(x) == 0, "%s", "its exit");
+}
+
 /* ---- issue 29 ---- */
 
 /* The intent's hex of sku (one intent expected), into hex (33 bytes). 1 found. */
@@ -612,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_killed_after_primary),
         cmocka_unit_test(test_paused_past_the_lease),
         cmocka_unit_test(test_no_second_attempt_after_parts),
+        cmocka_unit_test(test_short_reads_taken_before_the_locks),
         cmocka_unit_test(test_no_intent_after_shrinking_put),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
