@@ -396,6 +396,8 @@ struct refresh {
 };
 
 static void refresh_script(struct refresh *r, int n);
+static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env *env,
+                          struct snap_entry *e, unsigned gen, int segments);
 
 /* Publishes the refresh's result: st (consumed) the status, NULL with found 0 an unknown SKU,
  * found -1 a failure (why, oos). Wakes every waiter, then ends the refresh. */
@@ -440,6 +442,20 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
         e->checked_ms = e->gen == r->gen ? r->sent_ms : 0;
         if (changed)
             sn->stats.changes++;
+    }
+    if (found >= 0 && e->gen != r->gen && e->nwaiting > 0) {
+        /* An admin change was answered here after this read was sent (statsnap_forget): a
+         * waiter may have come after that answer, so every waiter gets a read sent after it. */
+        unsigned gen = e->gen;
+        int segments = e->segments;
+        pthread_mutex_unlock(&sn->mu);
+        statsnap_unref(prev);
+        if (changed && sn->on_change)
+            sn->on_change(sn->on_change_arg, e->sku, s);
+        statsnap_unref(s);
+        refresh_start(sn, r->app, r->ar->env, e, gen, segments);
+        areq_done(r->ar);
+        return;
     }
     e->refreshing = 0;
     /* the other loops' waiters are woken on their loops (their lists are theirs to touch) */

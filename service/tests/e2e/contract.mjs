@@ -98,8 +98,8 @@ function checkResponse(what, responsePointer, resp, text) {
 }
 
 // Sends one request and validates the answer against path template tpl and method.
-async function call(base, method, tpl, { params = {}, body, headers = {}, token, raw, expect } = {}) {
-  const path = tpl.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k]));
+async function call(base, method, tpl, { params = {}, query = "", body, headers = {}, token, raw, expect } = {}) {
+  const path = tpl.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k])) + query;
   const h = { ...headers };
   if (token) h.Authorization = "Bearer " + token;
   let payload = raw;
@@ -181,7 +181,11 @@ await call(MAIN, "PUT", SKU, { params: { sku }, body: { stock: 1, segments: 1 },
 await call(MAIN, "PUT", SKU, { params: { sku }, token: "wrong", body: { stock: 1, segments: 1 }, expect: 401 });
 await call(MAIN, "PUT", SKU, { params: { sku }, token: TOKEN, raw: big, headers: { "Content-Type": "application/json" }, expect: 413 });
 await call(MAIN, "PUT", SKU, { params: { sku }, token: TOKEN, raw: "stock=1", headers: { "Content-Type": "text/plain" }, expect: 415 });
-await call(MAIN, "GET", SKU, { params: { sku }, expect: 200 });
+const got = await call(MAIN, "GET", SKU, { params: { sku }, expect: 200 });
+// SPEC §15: the snapshot's ETag → 304 with no body; the exact read is the admin's.
+await call(MAIN, "GET", SKU, { params: { sku }, headers: { "If-None-Match": got.headers.get("etag") }, expect: 304 });
+await call(MAIN, "GET", SKU, { params: { sku }, query: "?consistent=1", expect: 401 });
+await call(MAIN, "GET", SKU, { params: { sku }, query: "?consistent=1", token: TOKEN, expect: 200 });
 await call(MAIN, "HEAD", SKU, { params: { sku }, expect: 200 });
 await call(MAIN, "GET", SKU, { params: { sku: "no-such-" + sku }, expect: 404 });
 await call(MAIN, "HEAD", SKU, { params: { sku: "no-such-" + sku }, expect: 404 });
