@@ -761,7 +761,6 @@ static void test_unknown_bad_and_deleted(void **state)
     sf_resp r = {0};
     SF_ASSERT_EQ(st_get(a, sku, NULL, NULL, &r), 404);
     SF_ASSERT_ERROR(&r, 404, "unknown_sku");
-    SF_ASSERT(sf_header(&r, "ETag") == NULL, "%s", "a 404 with an ETag");
     /* The 404 is a snapshot too: a PUT on B reaches A within refresh + margin. */
     SF_PUT_SKU(port[1], NULL, sku, 10, 2);
     int64_t put_ms = tu_now_ms();
@@ -838,6 +837,7 @@ static void outage_get(int p, const char *path, const char *what)
     int64_t t0 = tu_now_ms();
     int st = sf_json_request(NULL, p, "GET", path, NULL, NULL, NULL, &r);
     int64_t took = tu_now_ms() - t0;
+    fprintf(stderr, "Redis %s: GET answered %d in %lld ms\n", what, st, (long long)took);
     SF_ASSERT(st == 503 && strcmp(sf_error_code(&r), "unavailable") == 0 && took <= ST_OUTAGE_MS,
               "Redis %s: GET answered %s after %lld ms (a 503 within %d ms expected)", what,
               sf_resp_summary(&r), (long long)took, ST_OUTAGE_MS);
