@@ -12,7 +12,9 @@
  *   - consistency: while PUTs switch the SKU between 4 segments (1000 units) and 8 (4000) and a
  *     restock and a buyer run, every 200 is one layout: segments as many as its version's PUT
  *     said, each segment's units (remaining + sold) its layout's share plus restocks at most,
- *     sold = stock_total - remaining, and the sums over the segments equal the totals;
+ *     sold = stock_total - remaining, and the sums over the segments equal the totals (read
+ *     through an instance refreshing every 100 ms and one every 1 ms, whose reads meet the
+ *     PUTs' roll-outs);
  *   - HTTP caching: a strong ETag, If-None-Match (the tag, W/ the tag, a list, `*`) → 304
  *     without a body and with the same ETag; a new ETag after a change (the old one then gets a
  *     200), the same ETag and as_of across refreshes that read the same status; Cache-Control
@@ -30,7 +32,8 @@
  * its read was SENT, so a GET sent refresh_ms after an order's 201 is answered by a read sent
  * after the commit, unless it joined a refresh in flight for longer than ST_MARGIN_MS (a loaded
  * loop); the margin is for that. Refreshes of 100 ms (the instances of the group) keep it short.
- * About 30 s (a Redis Cluster start of ~5 s among it).
+ * About 16 s alone on 2 cores (18 s beside a second copy and a busy core); IT_STATUS_FILTER
+ * (a cmocka pattern) runs some of the tests.
  */
 #include "svc_test.h"
 
