@@ -30,6 +30,7 @@ set(TEST_SCHEDULE
   "it_cluster 70 heavy"
   "it_holds 50 heavy"
   "it_multi 26 heavy"
+  "it_status 16 heavy"
   "lockcore_it_mysql 9 heavy"
   "lockcore_it_zk 8 heavy"
   "it_lock_zookeeper 7 heavy"
