@@ -61,8 +61,10 @@ static int group_setup(void **state)
             return -1;
         port[i] = sf_port(svc[i]);
     }
+    /* the fixture's --status-refresh-ms 0 overridden: C runs inventoryd's default */
     const char *closed[] = {"--threads",     "2",      "--admin-allow-loopback=0",
-                            "--admin-token", ST_TOKEN, NULL};
+                            "--admin-token", ST_TOKEN, "--status-refresh-ms",
+                            "250",           NULL};
     if (!(svc[2] = sf_group_service(closed)))
         return -1;
     port[2] = sf_port(svc[2]);
