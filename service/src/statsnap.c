@@ -22,6 +22,7 @@
 #include "log.h"
 #include "rules.h"
 #include "sha256.h"
+#include "skucache.h"
 #include "stock.h"
 #include "store.h"
 #include "store_scripts.h"
@@ -621,10 +622,16 @@ static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env 
     r->gen = gen;
     r->sent_ms = clock_mono_ms();
     snprintf(r->sku, sizeof(r->sku), "%s", e->sku);
-    if (config_redis_cluster(&app->cfg))
+    if (config_redis_cluster(&app->cfg)) {
         refresh_exact(r);
-    else
-        refresh_script(r, segments);
+        return;
+    }
+    if (segments == 0) { /* the first read of the SKU here: the orders' cache may know it */
+        struct sku_view v;
+        skucache_get(app->cache, e->sku, &v);
+        segments = v.segments;
+    }
+    refresh_script(r, segments);
 }
 
 /* The loop table, made by the first waiter (every loop's env says how many). With sn->mu. */
