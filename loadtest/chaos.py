@@ -1400,7 +1400,8 @@ class Checker:
         if cp != "final":
             cmd.append("--pending-ok")  # follows and intents: drained only at the end (wait_out_holds)
         if status:
-            cmd += ["--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku)]
+            cmd += ["--status-url", "http://127.0.0.1:%d/api/v1/skus/%s" % (run.ports[0], sku),
+                "--status-token", run.a.token]
         else:
             self.examined["status-skipped"] += 1
         try:

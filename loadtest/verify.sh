@@ -18,7 +18,10 @@
 #   --stock-total T       units preheated (+ restocked): Σ t must equal it
 #   --expect-sold-out     every segment must be at 0
 #   --status-url URL      GET this (…/api/v1/skus/S) and compare its totals with Redis (only
-#                         sound when no hold can expire meanwhile: none live, SPEC §11)
+#                         sound when no hold can expire meanwhile: none live, SPEC §11); the
+#                         exact read (?consistent=1 is added: SPEC §15), an admin request:
+#   --status-token T      the admin token to send with it (else the instance must take admin
+#                         calls from loopback, --admin-allow-loopback)
 #   --key-schema 1        the keys of the binaries before 34f3be8 (inv:{S}:…, inv:{S:k}:…);
 #                         default 2 (inv:2:{S}:…, inv:2:{S/k}:…, docs/design.md)
 #   --pending-ok          follows queued and intents of multi-segment orders left are reported,
@@ -50,7 +53,7 @@ host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
-units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" live=0 schema=2 pending_ok=0 drain_s=10
+units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" status_token="" live=0 schema=2 pending_ok=0 drain_s=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
@@ -64,6 +67,7 @@ while [ $# -gt 0 ]; do
     --stock-total) stock_total=$2; shift 2 ;;
     --expect-sold-out) expect_sold_out=1; shift ;;
     --status-url) status_url=$2; shift 2 ;;
+    --status-token) status_token=$2; shift 2 ;;
     --live) live=1; shift ;;
     --pending-ok) pending_ok=1; shift ;;
     --drain-s) drain_s=$2; shift 2 ;;
@@ -335,7 +339,9 @@ if [ -n "$status_url" ]; then
   # The SKU-wide totals; the per-segment array (same field names) is cut off first. The exact
   # read (?consistent=1, SPEC §15: the plain GET is a snapshot up to --status-refresh-ms old).
   case $status_url in *\?*) exact_url="$status_url&consistent=1" ;; *) exact_url="$status_url?consistent=1" ;; esac
-  body=$(curl -fsS --max-time 5 "$exact_url" 2>/dev/null | sed 's/"segments":\[[^]]*\]//') || body=""
+  auth=()
+  [ -z "$status_token" ] || auth=(-H "Authorization: Bearer $status_token")
+  body=$(curl -fsS --max-time 5 "${auth[@]}" "$exact_url" 2>/dev/null | sed 's/"segments":\[[^]]*\]//') || body=""
   num() { grep -o "\"$1\":[0-9]*" <<<"$body" | head -1 | cut -d: -f2; }
   if [ -z "$body" ]; then
     fail "status endpoint $status_url did not answer"
