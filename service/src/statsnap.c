@@ -40,6 +40,7 @@ struct waiter {
     statsnap_fn cb;
     struct snap_entry *e;
     int loop;
+    unsigned round; /* the refresh that answers it (struct snap_entry's round) */
     struct waiter *prev, *next;
 };
 
@@ -49,6 +50,7 @@ struct snap_entry {
     int64_t checked_ms; /* clock_mono_ms() when the read that confirmed cur was sent; 0: stale */
     int64_t used_ms;    /* last asked for */
     unsigned gen;       /* statsnap_forget's: a refresh begun before it does not confirm */
+    unsigned round;     /* refreshes started: the one in flight, or the last */
     int refreshing;
     int segments; /* the layout's segment count as last read (the script's keys) */
     int failed;   /* the last refresh failed: why, oos (for the waiters it wakes) */
@@ -326,17 +328,23 @@ static void waiter_answer(struct statsnap *sn, struct waiter *w, struct snap *s,
     cb(ar, s ? 1 : -1, s, age, why, oos);
 }
 
-/* Takes every waiter of loop off e (with sn->mu) and answers them (without). */
-static void answer_loop(struct statsnap *sn, struct snap_entry *e, int loop)
+/* Takes the waiters of loop that refresh round (or an earlier one) answers off e (with
+ * sn->mu) and answers them (without): a waiter that came after that refresh was sent waits for
+ * the next one. */
+static void answer_loop(struct statsnap *sn, struct snap_entry *e, int loop, unsigned round)
 {
     pthread_mutex_lock(&sn->mu);
-    struct waiter *list = e->waits ? e->waits[loop] : NULL;
+    struct waiter *list = NULL;
     int n = 0;
-    for (struct waiter *w = list; w; w = w->next)
+    for (struct waiter *w = e->waits ? e->waits[loop] : NULL, *next; w; w = next) {
+        next = w->next;
+        if ((int)(w->round - round) > 0)
+            continue;
+        unlink_waiter(w);
+        w->next = list;
+        list = w;
         n++;
-    if (e->waits)
-        e->waits[loop] = NULL;
-    e->nwaiting -= n;
+    }
     struct snap *s = e->failed ? NULL : e->cur;
     if (s)
         for (int i = 0; i < n; i++)
@@ -359,12 +367,13 @@ struct wake {
     struct statsnap *sn;
     struct snap_entry *e;
     int loop;
+    unsigned round;
 };
 
 static void on_wake(void *arg)
 {
     struct wake *wk = arg;
-    answer_loop(wk->sn, wk->e, wk->loop);
+    answer_loop(wk->sn, wk->e, wk->loop, wk->round);
     pthread_mutex_lock(&wk->sn->mu);
     wk->e->wakes--;
     pthread_mutex_unlock(&wk->sn->mu);
@@ -392,13 +401,14 @@ struct refresh {
     struct areq *ar;      /* the refresh's own request (its loop, client and log context) */
     char sku[VALIDATE_SKU_MAX + 1];
     unsigned gen;
+    unsigned round; /* its number (struct snap_entry's round) */
     int64_t sent_ms;
     int tries;
 };
 
 static void refresh_script(struct refresh *r, int n);
 static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env *env,
-                          struct snap_entry *e, unsigned gen, int segments);
+                          struct snap_entry *e, unsigned gen, unsigned round, int segments);
 
 /* Publishes the refresh's result: st (consumed) the status, NULL with found 0 an unknown SKU,
  * found -1 a failure (why, oos). Wakes every waiter, then ends the refresh. */
@@ -447,14 +457,14 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
     if (found >= 0 && e->gen != r->gen && e->nwaiting > 0) {
         /* An admin change was answered here after this read was sent (statsnap_forget): a
          * waiter may have come after that answer, so every waiter gets a read sent after it. */
-        unsigned gen = e->gen;
+        unsigned gen = e->gen, round = ++e->round;
         int segments = e->segments;
         pthread_mutex_unlock(&sn->mu);
         statsnap_unref(prev);
         if (changed && sn->on_change)
             sn->on_change(sn->on_change_arg, e->sku, s);
         statsnap_unref(s);
-        refresh_start(sn, r->app, r->ar->env, e, gen, segments);
+        refresh_start(sn, r->app, r->ar->env, e, gen, round, segments);
         areq_done(r->ar);
         return;
     }
@@ -472,7 +482,7 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
     if (changed && sn->on_change)
         sn->on_change(sn->on_change_arg, e->sku, s);
     statsnap_unref(s);
-    answer_loop(sn, e, loop);
+    answer_loop(sn, e, loop, r->round);
     for (int j = 0; post && j < nloops; j++) {
         if (!post[j])
             continue;
@@ -483,7 +493,7 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
             pthread_mutex_unlock(&sn->mu);
             continue;
         }
-        *wk = (struct wake){sn, e, j};
+        *wk = (struct wake){sn, e, j, r->round};
         worker_post(sn->loops[j], on_wake, wk);
     }
     free(post);
@@ -596,7 +606,7 @@ static void on_refresh_ready(void *http)
 
 /* Starts e's refresh on env's loop (e->refreshing set by the caller, with its gen). */
 static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env *env,
-                          struct snap_entry *e, unsigned gen, int segments)
+                          struct snap_entry *e, unsigned gen, unsigned round, int segments)
 {
     struct refresh *r = calloc(1, sizeof(*r));
     char rid[VALIDATE_SKU_MAX + 16];
@@ -612,7 +622,7 @@ static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env 
         snprintf(e->why, sizeof(e->why), "out of memory");
         pthread_mutex_unlock(&sn->mu);
         log_msg(CONFIG_LOG_WARN, "status_refresh_failed", "sku %s: out of memory", e->sku);
-        answer_loop(sn, e, env->id); /* the other loops' waiters end by their deadline */
+        answer_loop(sn, e, env->id, round); /* the other loops' end by their deadline */
         return;
     }
     r->sn = sn;
@@ -620,6 +630,7 @@ static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env 
     r->e = e;
     r->ar = ar;
     r->gen = gen;
+    r->round = round;
     r->sent_ms = clock_mono_ms();
     snprintf(r->sku, sizeof(r->sku), "%s", e->sku);
     if (config_redis_cluster(&app->cfg)) {
@@ -682,7 +693,11 @@ void statsnap_wait(struct statsnap *sn, struct areq *ar, const char *sku, statsn
             return;
         }
     }
-    *w = (struct waiter){.sn = sn, .ar = ar, .cb = cb, .e = e, .loop = ar->env->id};
+    int lead = !e->refreshing;
+    if (lead)
+        e->round++;
+    *w = (struct waiter){.sn = sn, .ar = ar, .cb = cb, .e = e, .loop = ar->env->id,
+                         .round = e->round};
     w->next = e->waits[w->loop];
     if (w->next)
         w->next->prev = w;
@@ -690,13 +705,12 @@ void statsnap_wait(struct statsnap *sn, struct areq *ar, const char *sku, statsn
     e->nwaiting++;
     ar->handler = w;
     ar->cancel = on_waiter_cancel;
-    int lead = !e->refreshing;
     e->refreshing = 1;
-    unsigned gen = e->gen;
+    unsigned gen = e->gen, round = e->round;
     int segments = e->segments;
     pthread_mutex_unlock(&sn->mu);
     if (lead)
-        refresh_start(sn, ar->app, ar->env, e, gen, segments);
+        refresh_start(sn, ar->app, ar->env, e, gen, round, segments);
 }
 
 void statsnap_poke(struct statsnap *sn, struct app *app, struct areq_env *env, const char *sku)
@@ -705,15 +719,16 @@ void statsnap_poke(struct statsnap *sn, struct app *app, struct areq_env *env, c
     pthread_mutex_lock(&sn->mu);
     struct snap_entry *e = entry_find(sn, sku, 1, now);
     int lead = e && !e->refreshing && !fresh(sn, e, now);
-    unsigned gen = 0;
+    unsigned gen = 0, round = 0;
     int segments = 0;
     if (lead) {
         e->refreshing = 1;
         e->used_ms = now;
         gen = e->gen;
+        round = ++e->round;
         segments = e->segments;
     }
     pthread_mutex_unlock(&sn->mu);
     if (lead)
-        refresh_start(sn, app, env, e, gen, segments);
+        refresh_start(sn, app, env, e, gen, round, segments);
 }
