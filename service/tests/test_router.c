@@ -128,8 +128,8 @@ static void test_every_row_reachable(void **state)
     }
 }
 
-/* Each row has a handler (run, start, or both: run answers from memory when it can); admin rows say what their audit line calls them; no two
- * rows share a method and a pattern. */
+/* Each row has a handler (run, start, or both: run answers from memory when it can); admin
+ * rows say what their audit line calls them; no two rows share a method and a pattern. */
 static void test_rows_well_formed(void **state)
 {
     (void)state;
