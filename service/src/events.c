@@ -42,13 +42,13 @@ struct sub {
     struct eloop *lp;
     struct topic *t;
     struct MHD_Connection *conn;
-    struct sub *prev, *next;             /* in t->subs */
-    struct snap *ring[EVENTS_PENDING];   /* queued events, oldest at head */
+    struct sub *prev, *next;           /* in t->subs */
+    struct snap *ring[EVENTS_PENDING]; /* queued events, oldest at head */
     unsigned char head, count;
-    unsigned char kind;                  /* enum piece being written */
-    struct snap *cur;                    /* PIECE_SNAP's snapshot (a reference) */
-    size_t off;                          /* bytes of the piece written */
-    uint64_t last_id;                    /* the id of the last event queued */
+    unsigned char kind; /* enum piece being written */
+    struct snap *cur;   /* PIECE_SNAP's snapshot (a reference) */
+    size_t off;         /* bytes of the piece written */
+    uint64_t last_id;   /* the id of the last event queued */
     unsigned suspended : 1, retry : 1, hb : 1, closing : 1;
 };
 
@@ -193,7 +193,7 @@ static void topic_publish(struct topic *t, struct snap *snap)
 
 /* Copies what is left of src[0..len) after *off into buf (at most max): bytes copied. */
 static size_t piece_copy(const char *src, size_t len, size_t *off, size_t base, char *buf,
-                        size_t max)
+                         size_t max)
 {
     /* the piece's bytes base..base+len are src; *off counts from the piece's start */
     if (*off >= base + len || max == 0)
@@ -447,8 +447,8 @@ struct events *events_new(struct app *app, struct worker *workers, int nloops)
     ev->nloops = nloops;
     int r = app->cfg.status_refresh_ms;
     ev->tick_ms = r < EVENTS_TICK_MS ? r : EVENTS_TICK_MS;
-    ev->retry_len = (size_t)snprintf(ev->retry_line, sizeof(ev->retry_line), "retry: %d\n\n",
-                                     EVENTS_RETRY_MS);
+    ev->retry_len =
+        (size_t)snprintf(ev->retry_line, sizeof(ev->retry_line), "retry: %d\n\n", EVENTS_RETRY_MS);
     for (int i = 0; i < nloops; i++) {
         struct eloop *lp = &ev->loops[i];
         lp->ev = ev;
@@ -605,7 +605,8 @@ struct MHD_Response *events_open(struct events *ev, struct MHD_Connection *conn,
     lp->need_kick = 0; /* inside the daemon's run: nothing is suspended yet */
     /* A small send buffer: a client that does not read fills it soon and is dropped after
      * EVENTS_PENDING more events, instead of the kernel holding megabytes for it. */
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) {
         int sz = SEND_BUFFER;
         setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
@@ -613,10 +614,10 @@ struct MHD_Response *events_open(struct events *ev, struct MHD_Connection *conn,
     /* the stream's own idle: heartbeats keep it busy, and a suspended connection never times
      * out (a dead client is found by the next write) */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0U);
-    int ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream") ==
-                 MHD_YES &&
-             MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") == MHD_YES &&
-             MHD_add_response_header(r, "X-Accel-Buffering", "no") == MHD_YES;
+    int ok =
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream") == MHD_YES &&
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") == MHD_YES &&
+        MHD_add_response_header(r, "X-Accel-Buffering", "no") == MHD_YES;
     if (!ok) {
         MHD_destroy_response(r); /* sub_free undoes the subscriber */
         return NULL;
@@ -678,7 +679,7 @@ void events_get_run(struct app *app, const struct request *req, struct response 
 }
 
 static void on_stream_snap(struct areq *ar, int rc, struct snap *s, int64_t age_ms, const char *why,
-                    int out_of_step)
+                           int out_of_step)
 {
     (void)age_ms;
     if (rc == 0)

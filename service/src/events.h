@@ -68,10 +68,10 @@ void events_loop_quiesce(struct events *ev, int i);
 void events_loop_close(struct events *ev, int i);
 
 /*
- * Opens the stream of sku[0..sku_len) for a request answered 200 with first (its snapshot, a reference the
- * callee takes over) on conn, on the calling loop: the response to queue (the caller queues and
- * destroys it; its headers are set here but for X-Request-Id), with "retry:" and first as the
- * first event unless last_event_id (the request's Last-Event-ID, may be NULL) is first's id.
+ * Opens the stream of sku[0..sku_len) for a request answered 200 with first (its snapshot, a
+ * reference the callee takes over) on conn, on the calling loop: the response to queue (the caller
+ * queues and destroys it; its headers are set here but for X-Request-Id), with "retry:" and first
+ * as the first event unless last_event_id (the request's Last-Event-ID, may be NULL) is first's id.
  * NULL, with first released, when the subscriber bound (--max-subscribers) is reached, the loop
  * is quiescing, or out of memory: *busy says which (1: answer 503 with Retry-After).
  */

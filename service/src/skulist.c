@@ -69,7 +69,8 @@ static void skulist_on_scan(lc_status st, const redisReply *r, const char *errst
     free(v);
     const char *next = r->element[0]->str;
     json_object_set_new(body, "skus", list);
-    json_object_set_new(body, "next_cursor", strcmp(next, "0") == 0 ? json_null() : json_string(next));
+    json_object_set_new(body, "next_cursor",
+                        strcmp(next, "0") == 0 ? json_null() : json_string(next));
     response_json(&ar->res, 200, body);
     ar->res.cache_control = "no-store";
     areq_done(ar);
