@@ -177,11 +177,20 @@ static void sub_deliver(struct sub *s, struct snap *snap)
     sub_wake(s);
 }
 
-/* A new snapshot of t's SKU: to every subscriber (kicks are the caller's). */
+/* A new snapshot of t's SKU: to every subscriber (kicks are the caller's). The SKU gone (a
+ * DELETE): every stream of it ends, and a reconnection gets the 404. */
 static void topic_publish(struct topic *t, struct snap *snap)
 {
     if (t->last == snap)
         return;
+    if (!snap->found) {
+        for (struct sub *s = t->subs; s; s = s->next)
+            if (!s->closing) {
+                s->closing = 1;
+                sub_wake(s);
+            }
+        return;
+    }
     statsnap_ref(snap);
     statsnap_unref(t->last);
     t->last = snap;
@@ -268,11 +277,10 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct sub *s = cls;
-    if (s->closing)
-        return MHD_CONTENT_READER_END_OF_STREAM;
     size_t n = 0;
     while (n < max) {
-        if (s->kind == PIECE_NONE && !sub_next_piece(s))
+        /* closing: the piece begun is finished (no event cut in two), no other begins */
+        if (s->kind == PIECE_NONE && (s->closing || !sub_next_piece(s)))
             break;
         int done = 0;
         n += sub_write_piece(s, buf + n, max - n, &done);
@@ -287,6 +295,8 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
     if (n > 0)
         return (ssize_t)n;
+    if (s->closing)
+        return MHD_CONTENT_READER_END_OF_STREAM;
     /* nothing to write: the connection waits, out of libmicrohttpd's loop, for wake */
     MHD_suspend_connection(s->conn);
     s->suspended = 1;
@@ -342,8 +352,7 @@ static void eloop_tick(evutil_socket_t fd, short what, void *arg)
             struct snap *cur;
             int64_t age;
             if (statsnap_fresh(app->snaps, t->sku, &cur, &age)) {
-                if (cur->found)
-                    topic_publish(t, cur);
+                topic_publish(t, cur);
                 statsnap_unref(cur);
             }
         }
@@ -393,7 +402,7 @@ static void eloop_inbox(void *arg)
     while (c) {
         struct change *next = c->next;
         struct topic *t = lp->quiesced ? NULL : topic_find(lp, c->sku);
-        if (t && c->snap->found)
+        if (t)
             topic_publish(t, c->snap);
         statsnap_unref(c->snap);
         free(c);

@@ -5,8 +5,9 @@
  * a PATCH of the window and the window closing), a reconnection with Last-Event-ID gets no
  * repeat but the next change, also from another instance (ids are equal for equal statuses),
  * heartbeats come, --max-subscribers answers 503 with Retry-After, a client that does not read
- * is dropped (and a reading one beside it is not), the Redis reads do not grow with the
- * subscribers, SIGTERM ends open streams with exit 0, and GET /api/v1/skus pages the registry.
+ * is dropped (and a reading one beside it is not), a DELETE ends the SKU's streams, the Redis reads
+ * do not grow with the subscribers, SIGTERM ends open streams with exit 0, and GET /api/v1/skus
+ * pages the registry.
  *
  * About 12 s (most of it waiting for heartbeats, drops, the window to close and the refresh
  * counts).
@@ -36,7 +37,7 @@ static int group_setup(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "2", "--status-refresh-ms", "100", "--events-heartbeat-s",
-                          "1", NULL};
+                          "1",         NULL};
     if (!(a = sf_group_service(args)) || !(b = sf_group_service(args)))
         return -1;
     pa = sf_port(a);
@@ -196,7 +197,8 @@ static int sse_next(struct sse *s, int timeout_ms, struct sse_event *e)
         long long left = deadline - tu_now_ms();
         if (left <= 0)
             return 0;
-        if (sse_fill(s, deadline) < 0 && !memmem(s->text.p + s->pos, s->text.len - s->pos, "\n\n", 2))
+        if (sse_fill(s, deadline) < 0 &&
+            !memmem(s->text.p + s->pos, s->text.len - s->pos, "\n\n", 2))
             return -1;
     }
 }
@@ -333,6 +335,37 @@ static void test_first_event_then_changes(void **state)
     sse_close(&s);
 }
 
+/* A DELETE ends the SKU's streams; coming back gets the 404. */
+static void test_delete_ends_stream(void **state)
+{
+    (void)state;
+    const char *sku = "ev-deleted";
+    put_sku(pa, sku, 5, 1);
+    struct sse s;
+    SF_ASSERT(sse_open(&s, pa, sku, NULL, 0) == 200, "stream");
+    json_t *j = sse_status(&s, 3000, NULL, 0);
+    SF_ASSERT(j, "first event");
+    json_decref(j);
+    sf_resp r = {0};
+    char path[96];
+    snprintf(path, sizeof(path), "/api/v1/skus/%s", sku);
+    sf_http(pb, "DELETE", path, NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    struct sse_event e;
+    int rc;
+    long long deadline = tu_now_ms() + EV_BOUND_MS;
+    while ((rc = sse_next(&s, (int)(deadline - tu_now_ms()), &e)) == 1) {
+        SF_ASSERT(!e.data, "no status event after the DELETE");
+        sse_event_free(&e);
+    }
+    SF_ASSERT(rc == -1 && s.eof, "the stream did not end within %d ms", EV_BOUND_MS);
+    sse_close(&s);
+    snprintf(path, sizeof(path), "/api/v1/skus/%s/events", sku);
+    sf_http(pa, "GET", path, NULL, NULL, 0, &r);
+    SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+    sf_resp_free(&r);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -407,7 +440,7 @@ static void test_subscriber_bound(void **state)
 {
     (void)state;
     const char *args[] = {"--threads", "2", "--max-subscribers", "3", "--events-heartbeat-s",
-                          "1", NULL};
+                          "1",         NULL};
     sf_service *c = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(c, "instance");
     int pc = sf_port(c);
@@ -512,8 +545,10 @@ static void test_reads_independent_of_subscribers(void **state)
         per_s[k] = (r1 - r0) * 1000.0 / (double)ms;
         /* at most one read per refresh (the window's edges may see one more), whatever the
          * number of subscribers */
-        SF_ASSERT(r1 - r0 <= (double)ms / 100.0 + 1, "%g refreshes in %lld ms with %d "
-                  "subscriber(s)", r1 - r0, ms, counts[k]);
+        SF_ASSERT(r1 - r0 <= (double)ms / 100.0 + 1,
+                  "%g refreshes in %lld ms with %d "
+                  "subscriber(s)",
+                  r1 - r0, ms, counts[k]);
         for (int i = 0; i < counts[k]; i++)
             sse_close(&s[i]);
         free(s);
@@ -599,6 +634,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_event_then_changes),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_delete_ends_stream),
         cmocka_unit_test(test_reconnect_with_last_event_id),
         cmocka_unit_test(test_last_event_id_across_instances),
         cmocka_unit_test(test_heartbeat),
