@@ -2,7 +2,8 @@
 # The live dashboard (GET /) in a real browser (issue 14): Debian's chromium driven by
 # playwright-core (dashboard.mjs; dashboard_events.mjs: the SKU list and the event stream, issue
 # 30) against an inventoryd and a redis-server on free loopback ports. The screenshots are kept
-# in $INVENTORY_BUILD_DIR/e2e-artifacts/ (ARTIFACT_DIR overrides). Skips (exit 77) when chromium or the npm packages are missing, except under CI=true.
+# in $INVENTORY_BUILD_DIR/e2e-artifacts/ (ARTIFACT_DIR overrides). Skips (exit 77) when chromium
+# or the npm packages are missing, except under CI=true.
 set -euo pipefail
 source "$(dirname "$0")/../../../scripts/tests/lib.sh"
 t_need_npm
