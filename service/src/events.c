@@ -28,7 +28,7 @@
 #include "validate.h"
 #include "worker.h"
 
-enum { TOPIC_BUCKETS = 256, SEND_BUFFER = 16384, BLOCK_SIZE = 1024 };
+enum { TOPIC_BUCKETS = 256, SEND_BUFFER = 16384, BLOCK_SIZE = 256 };
 
 static atomic_llong n_subscribers, n_sent, n_dropped, n_refused;
 
