@@ -30,11 +30,11 @@
 
 struct conn {
     int fd;
-    int head_done;     /* the response head was read */
-    long chunk_left;   /* bytes left in the current chunk; -1: reading a size line */
-    char line[32];     /* a size line (or the head's last bytes) being read */
+    int head_done;   /* the response head was read */
+    long chunk_left; /* bytes left in the current chunk; -1: reading a size line */
+    char line[32];   /* a size line (or the head's last bytes) being read */
     int linelen;
-    char tail[16];     /* the last bytes of decoded text (a marker split across reads) */
+    char tail[16]; /* the last bytes of decoded text (a marker split across reads) */
     int taillen;
     long events;       /* status events received */
     double last_event; /* when the last one came (ms) */
