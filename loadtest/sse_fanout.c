@@ -4,8 +4,8 @@
  * event, reads the server's RSS (/proc/PID/status) before and after, then makes K changes (one
  * order of one unit each, at a random phase of the refresh) and measures, for every subscriber
  * and change, the delay from sending the order to receiving the subscriber's next status event.
- * Prints one JSON object: the delays' p50, p99 and max, subscribers that missed a change, and
- * the RSS per subscriber.
+ * Prints one JSON object: the delays' p50, p99 and max, subscribers that missed a change, the
+ * RSS per subscriber, and the server's CPU time per change (/proc/PID/stat, over the changes).
  *
  *   sse_fanout PORT SKU N K SERVER_PID [REFRESH_MS]
  *
@@ -122,6 +122,23 @@ static void on_bytes(struct conn *c, const char *p, size_t n, double t)
         if (c->chunk_left == 0)
             c->chunk_left = -1; /* its "\r\n", then the next size line */
     }
+}
+
+/* utime + stime of pid, in ms (/proc/PID/stat). */
+static double cpu_ms(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p)
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
 static long rss_kib(int pid)
@@ -249,6 +266,7 @@ int main(int argc, char **argv)
     /* the changes */
     double *delays = calloc((size_t)n * (size_t)k + 1, sizeof(double));
     long nd = 0, missed = 0;
+    double cpu0 = cpu_ms(pid);
     srand((unsigned)getpid());
     for (int j = 0; j < k; j++) {
         /* a random phase of the refresh, and time for the previous change to settle */
@@ -288,14 +306,16 @@ int main(int argc, char **argv)
         free(done);
         free(seen);
     }
+    double cpu_changes = cpu_ms(pid) - cpu0;
     qsort(delays, (size_t)nd, sizeof(double), cmp_double);
     double p50 = nd ? delays[nd / 2] : -1, p99 = nd ? delays[(long)((double)nd * 0.99)] : -1,
            mx = nd ? delays[nd - 1] : -1;
     printf("{\"subscribers\":%d,\"ready\":%d,\"failed\":%d,\"open_s\":%.1f,\"changes\":%d,"
            "\"samples\":%ld,\"missed\":%ld,\"delay_ms\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
-           "\"rss_kib\":{\"before\":%ld,\"after\":%ld,\"per_subscriber\":%.2f}}\n",
+           "\"rss_kib\":{\"before\":%ld,\"after\":%ld,\"per_subscriber\":%.2f},"
+           "\"server_cpu_ms_per_change\":%.1f}\n",
            n, ready, failed, open_s, k, nd, missed, p50, p99, mx, rss0, rss1,
-           ready > 0 ? (double)(rss1 - rss0) / ready : -1.0);
+           ready > 0 ? (double)(rss1 - rss0) / ready : -1.0, k > 0 ? cpu_changes / k : -1.0);
     for (int i = 0; i < n; i++)
         if (cs[i].fd >= 0)
             close(cs[i].fd);
