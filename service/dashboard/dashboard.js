@@ -1,5 +1,6 @@
-// inventoryd live dashboard: polls GET /api/v1/skus/{sku} for every watched SKU and GET /metrics
-// once a second, and draws one bar per segment (remaining, reserved in holds, and the rest of
+// inventoryd live dashboard: follows every watched SKU's status as it changes through its event
+// stream (GET /api/v1/skus/{sku}/events, Server-Sent Events: no polling), polls GET /metrics once
+// a second, lists the SKUs the registry knows (GET /api/v1/skus) to watch with a click, and draws one bar per segment (remaining, reserved in holds, and the rest of
 // sold: created + confirmed orders), the SKU's sale rules and a countdown to its sale_start (or
 // to its sale_end while the sale runs). The countdown runs on the server's clock, estimated
 // from the Date header of every answer (serverClock below), not on the browser's. Only this
@@ -12,7 +13,9 @@
   const RATE_WINDOW = 5; // samples (seconds) the rates and p99s are computed over
   const $ = (id) => document.getElementById(id);
   const COUNTDOWN_MS = 250; // how often the countdowns are redrawn between polls
-  const watched = new Map(); // sku -> {card, history: [{t, orders, sold}], status}
+  const watched = new Map(); // sku -> {card, history: [{t, orders, sold}], status, events}
+  const STREAM_RETRY_MS = 2000; // a stream that failed (unknown SKU, server gone) is reopened
+  const KNOWN_MS = 10000; // how often the registry's list is read again
   const metricHistory = []; // [{t, m: Map(series -> value)}]
 
   function el(tag, cls, text) {
@@ -96,7 +99,11 @@
     h.append(el("span", "name", sku), el("span", "badge", "…"));
     const close = el("button", "close secondary", "unwatch");
     close.type = "button";
-    close.addEventListener("click", () => { card.remove(); watched.delete(sku); saveWatched(); });
+    close.addEventListener("click", () => {
+      const w = watched.get(sku);
+      if (w) { w.closed = true; if (w.events) w.events.close(); clearTimeout(w.retry); }
+      card.remove(); watched.delete(sku); saveWatched(); drawKnown();
+    });
     h.append(close);
     const numbers = el("div", "numbers");
     const rules = el("div", "rules");
@@ -113,8 +120,71 @@
     }
     card.append(h, numbers, rules, countdown, bars, axis, legend);
     $("skus").append(card);
-    watched.set(sku, { card, history: [], status: null });
+    const w = { card, history: [], status: null, events: null, retry: 0, closed: false };
+    watched.set(sku, w);
     saveWatched();
+    drawKnown();
+    follow(sku, w);
+  }
+
+  // ---- a SKU's event stream ------------------------------------------------------------------
+  // Each "status" event carries the whole status (the body of GET /api/v1/skus/{sku}); the
+  // browser's EventSource reconnects by itself with Last-Event-ID after a network error. A
+  // stream refused (404: no such SKU; 503: the instance's subscriber bound) closes: the GET
+  // says which, and the stream is opened again STREAM_RETRY_MS later (a PUT makes it appear).
+  function follow(sku, w) {
+    if (w.closed) return;
+    const es = new EventSource("/api/v1/skus/" + encodeURIComponent(sku) + "/events");
+    w.events = es;
+    w.card.dataset.stream = "connecting";
+    es.addEventListener("open", () => { w.card.dataset.stream = "open"; });
+    es.addEventListener("status", (ev) => {
+      let status;
+      try { status = JSON.parse(ev.data); } catch (e) { return; }
+      w.card.dataset.stream = "open";
+      w.card.dataset.eventId = ev.lastEventId;
+      w.status = status;
+      w.history.push({ t: Date.now(), orders: status.orders, version: status.version });
+      if (w.history.length > RATE_WINDOW + 1) w.history.shift();
+      drawSku(sku, w, status, false);
+    });
+    es.addEventListener("error", async () => {
+      if (es.readyState !== EventSource.CLOSED) { w.card.dataset.stream = "reconnecting"; return; }
+      w.card.dataset.stream = "closed";
+      if (w.closed) return;
+      try {
+        const r = await get("/api/v1/skus/" + encodeURIComponent(sku));
+        if (r.status === 404) { w.history = []; w.status = null; drawSku(sku, w, null, true); }
+      } catch (e) { /* the server is away: try again below */ }
+      w.retry = setTimeout(() => follow(sku, w), STREAM_RETRY_MS);
+    });
+  }
+
+  // ---- the SKUs the registry knows (GET /api/v1/skus: its first page) -----------------------
+  let known = [];
+  function drawKnown() {
+    const list = $("known-list");
+    if (!list) return;
+    list.replaceChildren(...known.map((sku) => {
+      const b = el("button", watched.has(sku) ? "known watched" : "known", sku);
+      b.type = "button";
+      b.dataset.sku = sku;
+      b.addEventListener("click", () => watch(sku));
+      return b;
+    }));
+    $("known-none").hidden = known.length > 0;
+  }
+  async function refreshKnown(first) {
+    try {
+      const r = await get("/api/v1/skus?limit=200");
+      if (r.ok) {
+        known = (await r.json()).skus.filter((s) => SKU_RE.test(s));
+        drawKnown();
+        // a first visit (nothing watched, nothing remembered) shows a few at once
+        if (first && watched.size === 0) known.slice(0, 4).forEach(watch);
+      }
+    } catch (e) { /* the pill shows the server's state */ }
+    setTimeout(() => refreshKnown(false), KNOWN_MS);
   }
 
   // ---- drawing a SKU ---------------------------------------------------------------------------
@@ -225,17 +295,6 @@
     axis.replaceChildren(el("span", null, "segment 0"), el("span", null, "segment " + (status.segments.length - 1)));
   }
 
-  async function refreshSku(sku, w, now) {
-    const r = await get("/api/v1/skus/" + encodeURIComponent(sku));
-    if (r.status === 404) { w.history = []; w.status = null; drawSku(sku, w, null, true); return; }
-    if (!r.ok) throw new Error("GET " + sku + ": HTTP " + r.status);
-    const status = await r.json();
-    w.status = status;
-    w.history.push({ t: now, orders: status.orders, version: status.version });
-    if (w.history.length > RATE_WINDOW + 1) w.history.shift();
-    drawSku(sku, w, status, false);
-  }
-
   // ---- /metrics ---------------------------------------------------------------------------------
   function parseMetrics(text) {
     const m = new Map();
@@ -306,7 +365,14 @@
     const now = Date.now();
     const conn = $("conn");
     try {
-      await Promise.all([refreshMetrics(now), ...Array.from(watched, ([sku, w]) => refreshSku(sku, w, now))]);
+      await refreshMetrics(now);
+      // the orders/s of a SKU whose status did not change for a while falls to 0
+      for (const [sku, w] of watched) {
+        if (!w.status) continue;
+        w.history.push({ t: now, orders: w.status.orders, version: w.status.version });
+        if (w.history.length > RATE_WINDOW + 1) w.history.shift();
+        drawSku(sku, w, w.status, false);
+      }
       conn.textContent = "live";
       conn.dataset.state = "ok";
       $("updated").textContent = "updated " + new Date(now).toLocaleTimeString();
@@ -369,8 +435,10 @@
     $("watch-sku").value = "";
   });
 
-  initialWatched().forEach(watch);
+  const remembered = initialWatched();
+  remembered.forEach(watch);
   saveWatched();
   tick();
+  refreshKnown(remembered.length === 0);
   setInterval(() => { for (const w of watched.values()) drawCountdown(w); }, COUNTDOWN_MS);
 })();

@@ -37,11 +37,12 @@ static char *dup_into(char **p, const char *s, size_t n)
 struct areq *areq_new(struct areq_env *env, struct app *app, const struct request *req,
                       void (*ready)(void *http), void *http)
 {
-    const char *strs[10] = {
-        req->path,   req->content_type, req->authorization, req->idempotency_key, req->request_id,
-        req->client, req->user_header,  req->if_none_match, req->consistent,      NULL};
+    const char *strs[12] = {
+        req->path,       req->content_type, req->authorization, req->idempotency_key,
+        req->request_id, req->client,       req->user_header,   req->if_none_match,
+        req->consistent, req->cursor,       req->limit,         NULL};
     size_t bytes = req->body ? req->body_len + 1 : 0;
-    for (int i = 0; strs[i] || i < 9; i++)
+    for (int i = 0; strs[i] || i < 11; i++)
         if (strs[i])
             bytes += strlen(strs[i]) + 1;
     struct areq *ar = calloc(1, sizeof(*ar) + bytes);
@@ -68,6 +69,8 @@ struct areq *areq_new(struct areq_env *env, struct app *app, const struct reques
     DUP(user_header);
     DUP(if_none_match);
     DUP(consistent);
+    DUP(cursor);
+    DUP(limit);
 #undef DUP
     ar->lnext = env->live;
     if (env->live)

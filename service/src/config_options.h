@@ -149,6 +149,11 @@
     INT(status_refresh_ms, "--status-refresh-ms", "INVENTORY_STATUS_REFRESH_MS", 250, 0, 250,  \
         "GET /api/v1/skus/{sku} answers from a snapshot read from Redis at most this often "   \
         "per SKU (SPEC 15); 0: every read goes to Redis")                                      \
+    INT(max_subscribers, "--max-subscribers", "INVENTORY_MAX_SUBSCRIBERS", 10000, 1, 1000000, \
+        "most open status event streams (GET /api/v1/skus/{sku}/events); more get 503 with "  \
+        "Retry-After")                                                                         \
+    INT(events_heartbeat_s, "--events-heartbeat-s", "INVENTORY_EVENTS_HEARTBEAT_S", 15, 1,     \
+        300, "seconds between the heartbeat comments of a status event stream")               \
     INT(shutdown_grace_ms, "--shutdown-grace-ms", "INVENTORY_SHUTDOWN_GRACE_MS", 5000, 0,      \
         600000, "on SIGTERM/SIGINT, longest wait for in-flight requests to finish")            \
     INT(rate_limit_rps, "--rate-limit-rps", "INVENTORY_RATE_LIMIT_RPS", 0, 0, 1000000,         \

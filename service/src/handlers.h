@@ -17,6 +17,8 @@
  *   stock.c       stock_put_async, stock_get_exact_async, stock_delete_async, stock_restock_async,
  *                 stock_patch_async
  *   status.c      status_get_run, status_get_async
+ *   events.c      events_get_run, events_get_async (events.h)
+ *   skulist.c     skulist_get_async
  *   order_fsm.c   order_create_async
  *   order.c       order_get_async, order_cancel_async, order_confirm_async
  */
@@ -53,6 +55,9 @@ void stock_get_exact_async(struct areq *ar);
  * exact read with ?consistent=1). */
 void status_get_run(struct app *app, const struct request *req, struct response *res);
 void status_get_async(struct areq *ar);
+
+/* GET /api/v1/skus: a page of the SKU registry (skulist.c; ?cursor=, ?limit= 1..1000). */
+void skulist_get_async(struct areq *ar);
 /* DELETE /api/v1/skus/{sku} (admin). */
 void stock_delete_async(struct areq *ar);
 /* POST /api/v1/skus/{sku}/restock (admin). */

@@ -43,6 +43,7 @@
 #include "app.h"
 #include "areq.h"
 #include "clock.h"
+#include "events.h"
 #include "hash.h"
 #include "http.h"
 #include "ids.h"
@@ -81,6 +82,7 @@ struct http_server {
     int listen_fd;          /* the first daemon's listening socket (borrowed) */
     int async_deadline_ms;  /* a suspended request's safety deadline */
     struct sweep *sweep;    /* the expiry sweeper, on the first loop (sweep.h) */
+    struct events *events;  /* the status event streams of every loop (events.h) */
     atomic_int connections; /* open connections, all loops */
     pthread_mutex_t ip_mu;
     struct ipcount *ip[IPCOUNT_BUCKETS];
@@ -378,6 +380,30 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
 
     if (res->status == 0)
         response_error(res, ERROR_INTERNAL, NULL);
+    if (res->stream && res->status == 200) {
+        /* an event stream (events.h): a callback response that lives as long as the
+         * connection reads it */
+        struct snap *first = res->stream;
+        res->stream = NULL;
+        int busy = 0;
+        const char *last_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
+        struct MHD_Response *sr = events_open(srv->events, conn, st->route.param,
+                                              st->route.param_len, first, last_id, &busy);
+        if (sr) {
+            enum MHD_Result qr = add_header(sr, "X-Request-Id", st->request_id)
+                                     ? MHD_queue_response(conn, 200, sr)
+                                     : MHD_NO;
+            MHD_destroy_response(sr);
+            count_answer(st, method, url, 200, 0);
+            return qr;
+        }
+        response_error(res, busy ? ERROR_UNAVAILABLE : ERROR_INTERNAL,
+                       busy ? "too many event-stream subscribers on this instance (or it is "
+                              "shutting down); retry later"
+                            : "out of memory");
+        if (busy)
+            res->retry_after = 1;
+    }
     if (res->text) {
         buf = res->text;
         res->text = NULL; /* MHD owns it now */
@@ -893,6 +919,8 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         .if_none_match =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH),
         .consistent = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "consistent"),
+        .cursor = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
+        .limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"),
     };
     find_user_header(srv, conn, &req);
     struct response res = {0};
@@ -1107,6 +1135,13 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     loop_flush(arg);
 }
 
+/* The event streams resumed connections outside MHD_run: run the daemon soon (events.h). */
+static void kick_loop(void *arg)
+{
+    struct http_loop *hl = arg;
+    event_active(hl->kick, EV_TIMEOUT, 0);
+}
+
 /* Stop accepting (front.quiesce): the listening socket is shut down, so Linux refuses new
  * connects instead of queueing them. */
 static void loop_quiesce(void *arg)
@@ -1115,6 +1150,8 @@ static void loop_quiesce(void *arg)
     hl->lsock = MHD_quiesce_daemon(hl->mhd);
     if (hl->lsock != MHD_INVALID_SOCKET)
         shutdown(hl->lsock, SHUT_RDWR);
+    /* the event streams end now: they would hold the in-flight count up to the grace */
+    events_loop_quiesce(hl->srv->events, hl->w->env.id);
     mhd_pump(hl);
 }
 
@@ -1142,6 +1179,7 @@ static void loop_close(void *arg)
         MHD_stop_daemon(hl->mhd);
         hl->mhd = NULL;
     }
+    events_loop_close(hl->srv->events, hl->w->env.id);
 }
 
 static void loop_free(struct http_loop *hl)
@@ -1384,6 +1422,12 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         snprintf(err, errlen, "expiry sweeper: out of memory");
         goto fail;
     }
+    if (!(srv->events = events_new(app, srv->workers, n))) {
+        snprintf(err, errlen, "event streams: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++)
+        events_loop_hook(srv->events, i, kick_loop, &srv->loops[i]);
     srv->workers[0].on_end = on_end_sweep;
     srv->workers[0].on_end_arg = srv->sweep;
     for (int i = 0; i < n; i++) {
@@ -1400,10 +1444,13 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
     return srv;
 fail:
     sweep_free(srv->sweep);
+    for (int i = 0; i < srv->nworkers; i++)
+        events_loop_close(srv->events, i); /* before the loops' bases go */
     for (int i = 0; i < srv->nworkers; i++) {
         loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);
     }
+    events_free(srv->events);
     free(srv->workers);
     free(srv->loops);
     ratelimit_free(srv->limiter);
@@ -1444,6 +1491,7 @@ void http_stop(struct http_server *srv, int grace_ms)
         loop_free(&srv->loops[i]);
         worker_free(&srv->workers[i]);
     }
+    events_free(srv->events);
     free(srv->workers);
     free(srv->loops);
     ratelimit_free(srv->limiter);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "events.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -123,6 +124,20 @@ static char *status_series(struct app *app)
                          (unsigned long long)st.uncached);
     metrics_text_gauge(f, "inventory_status_snapshots", "SKUs with a status snapshot.",
                        (double)st.entries);
+    struct events_stats es;
+    events_stats(&es);
+    metrics_text_gauge(f, "inventory_status_subscribers",
+                       "Open status event streams (GET /api/v1/skus/{sku}/events).",
+                       (double)es.subscribers);
+    metrics_text_counter(f, "inventory_status_events_sent_total",
+                         "Status events written whole to subscribers.",
+                         (unsigned long long)es.sent);
+    metrics_text_counter(f, "inventory_status_subscribers_dropped_total",
+                         "Subscribers closed because they fell behind (not reading).",
+                         (unsigned long long)es.dropped);
+    metrics_text_counter(f, "inventory_status_subscribers_refused_total",
+                         "Event streams refused 503 by --max-subscribers (or at shutdown).",
+                         (unsigned long long)es.refused);
     if (fclose(f) != 0) {
         free(out);
         return NULL;

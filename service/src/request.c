@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "request.h"
+#include "statsnap.h"
 
 static bool is_ows(char c)
 {
@@ -88,5 +89,6 @@ void response_free(struct response *res)
         json_decref(res->body);
     free(res->text);
     free(res->location);
+    statsnap_unref(res->stream);
     memset(res, 0, sizeof(*res));
 }

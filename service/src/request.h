@@ -13,6 +13,8 @@
 
 #include "errors.h"
 
+struct snap;
+
 /* Longest X-Request-Id taken from a trusted proxy (http.h says which ids are taken). */
 #define REQUEST_ID_MAX 128
 
@@ -48,6 +50,8 @@ struct request {
     const char *if_none_match; /* If-None-Match, NULL when absent */
     const char *consistent;    /* the query argument "consistent" (GET of a SKU: the exact
                                   read), NULL when absent */
+    const char *cursor;        /* the query arguments "cursor" and "limit" (GET /api/v1/skus), */
+    const char *limit;         /* NULL when absent */
 };
 
 struct response {
@@ -65,6 +69,8 @@ struct response {
     char etag[24];             /* ETag header when non-empty (a quoted strong validator) */
     int has_age;               /* 1: send Age: age_s */
     long age_s;
+    struct snap *stream; /* 200 as an event stream whose first event is this snapshot
+                            (events.h; a reference, owned) */
 };
 
 /* The token of an Authorization header value "Bearer <token>" (scheme case-insensitive, blanks

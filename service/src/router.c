@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "events.h"
 #include "handlers.h"
 #include "identity.h"
 #include "log.h"
@@ -29,6 +30,7 @@ static const struct router_row rows[] = {
      .audit_action = "order_cancel", .audit_target = "order_id"},
     {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_CONFIRM | ROUTER_WRITES,
      .start = order_confirm_async, .audit_action = "order_confirm", .audit_target = "order_id"},
+    {HTTP_GET, "/api/v1/skus", 0, .start = skulist_get_async},
     {HTTP_GET, "/api/v1/skus/{sku}", 0, .run = status_get_run, .start = status_get_async},
     {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
      .audit_action = "sku_put", .audit_target = "sku"},
@@ -38,6 +40,7 @@ static const struct router_row rows[] = {
      .audit_action = "sku_patch", .audit_target = "sku"},
     {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES,
      .start = stock_restock_async, .audit_action = "sku_restock", .audit_target = "sku"},
+    {HTTP_GET, "/api/v1/skus/{sku}/events", 0, .run = events_get_run, .start = events_get_async},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "app.h"
+#include "events.h"
 #include "handlers.h"
 #include "identity.h"
 #include "metrics.h"
@@ -181,6 +182,7 @@ static void test_rows_are_the_api(void **state)
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
         {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
          ROUTER_CONFIRM | ROUTER_WRITES, "order_confirm"},
+        {HTTP_GET, "/api/v1/skus", NULL, skulist_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/iphone-15", status_get_run, status_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
          "sku_put"},
@@ -190,13 +192,14 @@ static void test_rows_are_the_api(void **state)
          "sku_patch"},
         {HTTP_POST, "/api/v1/skus/x1/restock", NULL, stock_restock_async,
          ROUTER_ADMIN | ROUTER_WRITES, "sku_restock"},
+        {HTTP_GET, "/api/v1/skus/x1/events", events_get_run, events_get_async, 0, NULL},
         /* the param is not validated here: any bytes but '/' */
         {HTTP_GET, "/api/v1/skus/bad sku!%", status_get_run, status_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/restock", status_get_run, status_get_async, 0, NULL},
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 13); /* the api[] rows but the last two */
+    assert_int_equal(n, 15); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -222,8 +225,10 @@ static void test_labels(void **state)
         "/api/v1/orders",
         "/api/v1/orders/{id}",
         "/api/v1/orders/{id}/confirm",
+        "/api/v1/skus",
         "/api/v1/skus/{sku}",
         "/api/v1/skus/{sku}/restock",
+        "/api/v1/skus/{sku}/events",
         "other",
     };
     size_t k = 0;
@@ -265,7 +270,6 @@ static void test_match_not_found(void **state)
         "//healthz",
         "/api",
         "/api/v1",
-        "/api/v1/skus",
         "/api/v1/skus/",
         "/api/v1/skus//restock",
         "/api/v1/skus/a/",

@@ -38,6 +38,9 @@ const NOT_EXERCISED = {
   "post /api/v1/skus/{sku}/restock 500": "out of memory only",
   "post /api/v1/skus/{sku}/restock 409": "needs a PUT racing the restock: service/tests/it_layout.c",
   "head /readyz 503": "the same handler as GET /readyz 503 (exercised)",
+  "get /api/v1/skus 503": "needs Redis down for the list: the same store call as GET /readyz's",
+  "get /api/v1/skus/{sku}/events 200": "an endless stream: service/tests/it_events.c and e2e/dashboard_events.mjs",
+  "get /api/v1/skus/{sku}/events 503": "--max-subscribers: service/tests/it_events.c test_subscriber_bound",
 };
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -98,8 +101,8 @@ function checkResponse(what, responsePointer, resp, text) {
 }
 
 // Sends one request and validates the answer against path template tpl and method.
-async function call(base, method, tpl, { params = {}, query = "", body, headers = {}, token, raw, expect } = {}) {
-  const path = tpl.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k])) + query;
+async function call(base, method, tpl, { params = {}, query, body, headers = {}, token, raw, expect } = {}) {
+  const path = tpl.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k])) + (query ? "?" + query : "");
   const h = { ...headers };
   if (token) h.Authorization = "Bearer " + token;
   let payload = raw;
@@ -184,8 +187,8 @@ await call(MAIN, "PUT", SKU, { params: { sku }, token: TOKEN, raw: "stock=1", he
 const got = await call(MAIN, "GET", SKU, { params: { sku }, expect: 200 });
 // SPEC §15: the snapshot's ETag → 304 with no body; the exact read is the admin's.
 await call(MAIN, "GET", SKU, { params: { sku }, headers: { "If-None-Match": got.headers.get("etag") }, expect: 304 });
-await call(MAIN, "GET", SKU, { params: { sku }, query: "?consistent=1", expect: 401 });
-await call(MAIN, "GET", SKU, { params: { sku }, query: "?consistent=1", token: TOKEN, expect: 200 });
+await call(MAIN, "GET", SKU, { params: { sku }, query: "consistent=1", expect: 401 });
+await call(MAIN, "GET", SKU, { params: { sku }, query: "consistent=1", token: TOKEN, expect: 200 });
 await call(MAIN, "HEAD", SKU, { params: { sku }, expect: 200 });
 await call(MAIN, "GET", SKU, { params: { sku: "no-such-" + sku }, expect: 404 });
 await call(MAIN, "HEAD", SKU, { params: { sku: "no-such-" + sku }, expect: 404 });
@@ -349,6 +352,15 @@ for (const [method, tpl, opts] of limited) {
   let got = false;
   for (let i = 0; i < 6 && !got; i++) got = (await call(RATE, method, tpl, opts)).status === 429;
   if (!got) fail(`${method} ${tpl}`, "never answered 429 at 1 request/s");
+}
+
+// ---- the SKU list and the event stream's refusals (its 200 is an endless stream: it_events.c)
+{
+  const l = await call(MAIN, "GET", "/api/v1/skus", { expect: 200 });
+  if (!Array.isArray(l.json?.skus) || !l.json.skus.includes(sku)) fail("GET /api/v1/skus", `${sku} not listed`);
+  await call(MAIN, "GET", "/api/v1/skus", { query: "limit=0", expect: 400 });
+  await call(MAIN, "GET", "/api/v1/skus/{sku}/events", { params: { sku: uniq("nosuch") }, expect: 404 });
+  await call(MAIN, "GET", "/api/v1/skus/{sku}/events", { params: { sku: "bad sku!" }, expect: 400 });
 }
 
 // ---- unknown paths and wrong methods ----------------------------------------------------------------
