@@ -696,8 +696,8 @@ void statsnap_wait(struct statsnap *sn, struct areq *ar, const char *sku, statsn
     int lead = !e->refreshing;
     if (lead)
         e->round++;
-    *w = (struct waiter){.sn = sn, .ar = ar, .cb = cb, .e = e, .loop = ar->env->id,
-                         .round = e->round};
+    *w = (struct waiter){
+        .sn = sn, .ar = ar, .cb = cb, .e = e, .loop = ar->env->id, .round = e->round};
     w->next = e->waits[w->loop];
     if (w->next)
         w->next->prev = w;
