@@ -362,7 +362,9 @@ static void end_give(struct by_id *b)
         return;
     }
     const char *members[1] = {b->give};
-    giveback_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, members, 1, on_given, b);
+    giveback_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, members, 1,
+                   b->ar->app->cfg.redis_replica_acks, b->ar->app->cfg.redis_timeout_ms, on_given,
+                   b);
 }
 
 static void on_end_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)

@@ -52,6 +52,7 @@ struct giveback {
     char sku[VALIDATE_SKU_MAX + 1];
     int k, n;
     char **members;
+    int acks, redis_timeout_ms; /* the WAIT before the members are taken off (0: none) */
     giveback_fn cb;
     void *arg;
 };
@@ -76,6 +77,23 @@ static void on_give_dequeued(lc_status st, const redisReply *r, const char *errs
     giveback_end(g, st == LC_OK && r && r->type == REDIS_REPLY_INTEGER);
 }
 
+static void give_dequeue(struct giveback *g);
+
+static void on_give_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct giveback *g = arg;
+    long long got = store_reply_acks(st, r);
+    if (got < g->acks) {
+        log_msg(CONFIG_LOG_WARN, "giveback_failed",
+                "sku %s segment %d: give-backs applied, on %lld of %d replicas (%s): left "
+                "queued, the sweeper applies them again",
+                g->sku, g->k, got < 0 ? 0 : got, g->acks, st != LC_OK ? errstr : "WAIT timed out");
+        giveback_end(g, 0);
+        return;
+    }
+    give_dequeue(g);
+}
+
 static void on_give_released(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     struct giveback *g = arg;
@@ -90,6 +108,25 @@ static void on_give_released(lc_status st, const redisReply *r, const char *errs
         log_msg(CONFIG_LOG_ERROR, "user_entries_damaged",
                 "sku %s: %lld users' entries are not what the service writes: left alone", g->sku,
                 r->element[1]->integer);
+    /* On the users' hash's master's replicas before the members go (a WAIT on the connection
+     * that carried the script): a failover that lost the release would otherwise keep the
+     * ended orders in their users' counts for good, their give-backs already taken off
+     * (chaos --cluster --short seed 18835: 4 expired holds left in their users' entries). The
+     * release is idempotent: applied again, it changes nothing. */
+    if (g->acks > 0) {
+        lc_async_conn_ref ref;
+        if (lc_async_reply_conn(g->lc, &ref) != 0) {
+            on_give_acked(LC_EIO, NULL, "the connection of the script is not known", g);
+            return;
+        }
+        store_replica_wait_ref_async(g->lc, &ref, g->acks, g->redis_timeout_ms, on_give_acked, g);
+        return;
+    }
+    give_dequeue(g);
+}
+
+static void give_dequeue(struct giveback *g)
+{
     struct seg_keys sk;
     store_seg_keys(g->sku, g->k, &sk);
     const char **argv = calloc((size_t)g->n + 2, sizeof(*argv));
@@ -106,7 +143,8 @@ static void on_give_released(lc_status st, const redisReply *r, const char *errs
 }
 
 void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                    int k, const char *const *members, int n, giveback_fn cb, void *arg)
+                    int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                    giveback_fn cb, void *arg)
 {
     if (faultpoint_fail("giveback")) { /* tests: the give-backs stay queued */
         cb(arg, 0);
@@ -126,8 +164,15 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
         cb(arg, 0);
         return;
     }
-    *g = (struct giveback){
-        .st = st, .lc = lc, .ar = ar, .k = k, .cb = cb, .arg = arg, .members = g->members};
+    *g = (struct giveback){.st = st,
+                           .lc = lc,
+                           .ar = ar,
+                           .k = k,
+                           .cb = cb,
+                           .arg = arg,
+                           .members = g->members,
+                           .acks = acks,
+                           .redis_timeout_ms = redis_timeout_ms};
     snprintf(g->sku, sizeof(g->sku), "%s", sku);
     int na = 0;
     for (int i = 0; i < n; i++) {
@@ -644,6 +689,7 @@ static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redi
     c->pending = (n > 0) + (nf > 0) + 1;
     if (n > 0)
         giveback_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, members, n,
+                       c->sw->app->cfg.redis_replica_acks, c->sw->app->cfg.redis_timeout_ms,
                        on_segment_given, c);
     if (nf > 0)
         follow_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, follows, nf,

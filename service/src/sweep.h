@@ -67,12 +67,14 @@ void sweep_free(struct sweep *sw);
 
 /* Gives n ended orders' units back to their users' counts in sku: members are give-set members
  * of segment k (32 hex digits of the order id, then the user id). Applies them to the SKU's
- * per-user hash (user_release.lua), then takes them off segment k's give set. cb(arg, ok) once,
- * on the loop: ok 0 when a step failed (the members stay queued: the sweeper applies them
- * later). members are copied. */
+ * per-user hash (user_release.lua), then, with acks > 0 (--redis-replica-acks), once a WAIT
+ * acks on the connection that carried it found that hash's master's replicas have it, takes
+ * them off segment k's give set. cb(arg, ok) once, on the loop: ok 0 when a step failed (the
+ * members stay queued: the sweeper applies them later). members are copied. */
 typedef void (*giveback_fn)(void *arg, int ok);
 void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                    int k, const char *const *members, int n, giveback_fn cb, void *arg);
+                    int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                    giveback_fn cb, void *arg);
 
 /* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
  * written by the script that changed the primary): part_follow.lua on each part's segment,
