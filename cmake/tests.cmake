@@ -28,7 +28,8 @@ endfunction()
 # fails the configure on a row that named no test (a test renamed and its row left behind).
 set(TEST_SCHEDULE
   "it_cluster 70 heavy"
-  "it_holds 50 heavy"
+  "it_holds 40"
+  "it_holds_cluster 16 heavy"
   "it_multi 26 heavy"
   "lockcore_it_mysql 9 heavy"
   "lockcore_it_zk 8 heavy"
