@@ -25,7 +25,8 @@
 # debootstrap'd base image then cached; it skips with one line where dockerd cannot start, but
 # not under CI=true). The script tests (scripts/tests/: run.sh, the nginx config, cmake
 # --install, the SPEC §9 peers of loadtest/peers/ with the packages of `scripts/deps.sh --peers`)
-# are ctest tests, labelled "scripts"; the peers' benchmark, loadtest/peers.sh, is not run here.
+# are ctest tests, labelled "scripts", run in the normal build only (like e2e); the peers'
+# benchmark, loadtest/peers.sh, is not run here.
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # loadtest/chaos.sh --short (the randomized concurrent-history test, with the order log into a
 # private MariaDB through inventory-sink, about 80 s; --long is the
@@ -74,15 +75,18 @@ run_suite() {
 }
 
 run_suite "$build_dir" ""
-# The sanitizer passes leave out the e2e tests: they test documents and tools, once is enough.
+# The sanitizer passes leave out the e2e and the scripts tests: they test documents, tools and
+# shell scripts (the peers of loadtest/peers/, no inventoryd at all; run.sh, the nginx config,
+# verify.sh), once is enough; the inventoryd they start does nothing the it_* tests do not do
+# under the sanitizers.
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_suite "$asan_dir" "-LE e2e" -DSANITIZE=address,undefined
+    run_suite "$asan_dir" "-LE e2e|scripts" -DSANITIZE=address,undefined
 fi
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-    run_suite "$tsan_dir" "-LE e2e" -DSANITIZE=thread
+    run_suite "$tsan_dir" "-LE e2e|scripts" -DSANITIZE=thread
 fi
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   if scripts/fuzz.sh --probe; then
