@@ -8,7 +8,8 @@
 # heaviest ones (Redis Cluster, MariaDB, nginx, Prometheus, chromium) never run two at once
 # (cmake/tests.cmake, TEST_SCHEDULE) and the longest start first. Exits non-zero on any failure.
 # Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
-# libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
+# libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message), in the
+# background beside the docker test (below), its output printed after it.
 # The e2e tests (ctest -L e2e: docs/openapi.yaml against live instances, the dashboard in Debian's
 # chromium, a real Prometheus; about 25 s together) run in the normal build only; their packages
 # come from `scripts/deps.sh --e2e` (they skip, saying so, where those cannot be installed; under
@@ -88,17 +89,39 @@ if [ "${SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
     run_suite "$tsan_dir" "-LE e2e|scripts" -DSANITIZE=thread
 fi
+# The fuzz targets run beside the docker test, whose minutes are mostly waiting (apt's mirror,
+# containers starting) and which asserts nothing on timing; the fuzzers' output is printed after
+# the docker test's, and a crash fails the run as before.
+fuzz_pid=""
+fuzz_log=""
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   if scripts/fuzz.sh --probe; then
-    echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
-    scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+    if [ "${SKIP_DOCKER:-0}" != 1 ]; then
+      fuzz_log=$(mktemp /tmp/inventoryd-fuzz.XXXXXX)
+      echo "== fuzz ${FUZZ_SECONDS:-30}s per target (beside the docker test; its output follows it)"
+      scripts/fuzz.sh "${FUZZ_SECONDS:-30}" >"$fuzz_log" 2>&1 &
+      fuzz_pid=$!
+    else
+      echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
+      scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+    fi
   else
     echo "== fuzz: skipped (clang cannot build libFuzzer binaries; scripts/deps.sh installs clang and libclang-rt-14-dev)"
   fi
 fi
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   echo "== docker test"
-  scripts/docker-test.sh
+  docker_rc=0
+  scripts/docker-test.sh || docker_rc=$?
+  if [ -n "$fuzz_pid" ]; then
+    fuzz_rc=0
+    wait "$fuzz_pid" || fuzz_rc=$?
+    echo "== fuzz (ran beside the docker test): exit $fuzz_rc"
+    cat "$fuzz_log"
+    rm -f "$fuzz_log"
+    [ "$fuzz_rc" = 0 ] || { echo "scripts/test.sh: the fuzz targets failed" >&2; exit "$fuzz_rc"; }
+  fi
+  [ "$docker_rc" = 0 ] || { echo "scripts/test.sh: the docker test failed" >&2; exit "$docker_rc"; }
 fi
 if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
   echo "== loadtest --quick"
