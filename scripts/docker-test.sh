@@ -49,6 +49,7 @@ project=invtest$$
 container=inventoryd-test-$$
 started_dockerd=""
 host_pids=()
+helper_build="" # the background docker-compose build of compose's helper images, until waited
 compose_up=""
 cleanup() {
   local rc=$?
@@ -58,6 +59,10 @@ cleanup() {
   fi
   "$docker" rm -f "$container" >/dev/null 2>&1
   for p in "${host_pids[@]}"; do kill "$p" 2>/dev/null; done
+  if [ -n "$helper_build" ]; then
+    kill "$helper_build" 2>/dev/null
+    wait "$helper_build" 2>/dev/null
+  fi
   if [ -n "$started_dockerd" ]; then
     kill "$started_dockerd" 2>/dev/null
     for _ in $(seq 200); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
@@ -142,7 +147,6 @@ PY
 mapfile -t helpers < <(sed -n 's/^helper //p' <<<"$builds")
 docker-compose -p "$project" build "${helpers[@]}" >"$tmp/compose-build.log" 2>&1 &
 helper_build=$!
-host_pids+=("$helper_build")
 
 # --- 2. the image ----------------------------------------------------------------------------
 version=$(sed -n 's/^project(inventoryd VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
@@ -233,7 +237,10 @@ export INVENTORY_LB_LISTEN=127.0.0.1
 printf 'Authorization: Bearer %s\n' "$ctoken" >"$tmp/compose-auth.header"
 compose_up=1
 phase "docker-compose build (${helpers[*]}: waiting for the background build)"
-wait "$helper_build" || { tail -40 "$tmp/compose-build.log" >&2; fail "docker-compose build ${helpers[*]}"; }
+build_rc=0
+wait "$helper_build" || build_rc=$?
+helper_build=""
+[ "$build_rc" = 0 ] || { tail -40 "$tmp/compose-build.log" >&2; fail "docker-compose build ${helpers[*]}"; }
 cat "$tmp/compose-build.log" >>"$tmp/compose.log"
 phase "docker-compose up -d"
 docker-compose -p "$project" up -d --no-build >>"$tmp/compose.log" 2>&1 || { tail -40 "$tmp/compose.log" >&2; fail "docker-compose up"; }
