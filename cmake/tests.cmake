@@ -18,8 +18,10 @@ endfunction()
 
 # How `ctest -j N` schedules the suite (scripts/test.sh runs each of its three passes with -j 2).
 # One row a test: NAME COST [heavy]. COST is about its seconds in a serial run (a clean-clone
-# ctest has no Testing/Temporary/CTestCostData.txt yet): the longest start first, so none is
-# left to run alone at the end. "heavy": a test that starts a Redis Cluster, MariaDB, nginx,
+# ctest has no Testing/Temporary/CTestCostData.txt yet; measured in a normal -j2 pass on
+# 2026-11-28): the longest start first, so none is left to run alone at the end. The heavy ones
+# run one after the other, so their sum is a floor under each pass's length (about 260 s of a
+# normal pass's 270 s): keep them few and short. "heavy": a test that starts a Redis Cluster, MariaDB, nginx,
 # Prometheus or chromium, or burns CPU for seconds; the heavy ones take the one RESOURCE_LOCK
 # "heavy", so at most one runs at a time, beside light ones (two at once failed it_cluster's
 # replica acknowledgements, WAIT of 250 ms, on this 2-core machine). Every test not listed costs
@@ -27,42 +29,46 @@ endfunction()
 # (set_tests_properties sees no other directory's); test_schedule_check(), once after them all,
 # fails the configure on a row that named no test (a test renamed and its row left behind).
 set(TEST_SCHEDULE
-  "it_cluster 70 heavy"
-  "it_holds 50 heavy"
-  "it_multi 26 heavy"
+  "it_cluster 50 heavy"
+  "it_holds 40"
+  "it_holds_cluster 13 heavy"
+  "it_multi 19 heavy"
+  "lockcore_it_mysql 11 heavy"
+  "lockcore_it_zk 13 heavy"
+  "it_lock_zookeeper 14 heavy"
+  "it_lock_mysql 10 heavy"
   "it_status 16 heavy"
-  "lockcore_it_mysql 9 heavy"
-  "lockcore_it_zk 8 heavy"
-  "it_lock_zookeeper 7 heavy"
-  "it_lock_mysql 6 heavy"
+  "it_events 12"
   "lockcore_zk_ensemble 5 heavy"
-  "script_peers 3 heavy"
-  "script_verify_multi 3"
-  "it_sink 18 heavy"
-  "lockcore_it_cluster 17 heavy"
-  "lockcore_it_lost_reply 15"
-  "lockcore_it_lost_reply_pipeline 15"
-  "e2e_prometheus 13 heavy"
-  "e2e_dashboard 13 heavy"
-  "e2e_contract 12 heavy"
-  "script_run_sh 12 heavy"
-  "lockcore_it_redlock 12"
-  "it_outcome 12"
+  "script_peers 4 heavy"
+  "script_verify_multi 5"
+  "it_sink 25 heavy"
+  "lockcore_it_cluster 13 heavy"
+  "lockcore_it_lost_reply 16"
+  "lockcore_it_lost_reply_pipeline 16"
+  "e2e_prometheus 14 heavy"
+  "e2e_dashboard 12 heavy"
+  "e2e_contract 10 heavy"
+  "script_run_sh 13 heavy"
+  "lockcore_it_redlock 13"
+  "it_outcome 13"
+  "it_rules_version 16"
+  "it_rules 13"
   "lockcore_it_watchdog 12"
   "lockcore_it_watchdog_pipeline 12"
-  "lockcore_it_async 12"
-  "it_hostile 9"
+  "lockcore_it_async 8"
+  "it_hostile 18"
   "lockcore_it_redlock_async 8"
-  "it_gate 7"
+  "it_gate 8"
   "it_pause 7"
-  "lockcore_it_redlock_restart 6"
-  "it_limits 15 heavy"
-  "it_concurrency 5 heavy"
-  "lockcore_it_lock_pipeline 4"
+  "lockcore_it_redlock_restart 7"
+  "it_limits 14 heavy"
+  "it_concurrency 7 heavy"
+  "lockcore_it_lock_pipeline 5"
   "it_lock_redis 4 heavy"
   "it_ratelimit 4"
-  "lockcore_it_lock 4"
-  "it_layout 3 heavy"
+  "lockcore_it_lock 5"
+  "it_layout 4 heavy"
   "script_nginx_lb 2 heavy")
 
 function(test_schedule)

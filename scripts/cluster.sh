@@ -26,7 +26,9 @@
 # takes over within a few seconds of its master's death, and cluster-require-full-coverage no:
 # while one master is down (before its replica is promoted) the other masters go on serving
 # their slots, which is what lets a sale fail over to segments on the other masters. No
-# persistence (save "", appendonly no): the replicas are the copies.
+# persistence (save "", appendonly no): the replicas are the copies. A replica's full sync starts
+# at once (repl-diskless-sync-delay 0; Redis 7 otherwise waits 5 s for more replicas to share it:
+# 5 s more for the cluster's start and for every old master back as a replica after a failover).
 # CLUSTER_MIN_REPLICAS_TO_WRITE=N (default 0) makes every master refuse writes while fewer than
 # N replicas are connected with a lag of at most CLUSTER_MIN_REPLICAS_MAX_LAG seconds (2): the
 # companion of inventoryd --redis-replica-acks N (docs/scaling.md), so that a promoted master
@@ -125,7 +127,7 @@ start_node() {
     --pidfile "$dir/$p/pid" --logfile "$dir/$p/redis.log" --save "" --appendonly no \
     --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
     --cluster-node-timeout "$node_timeout" --cluster-require-full-coverage no \
-    --cluster-replica-validity-factor 0 \
+    --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 \
     --min-replicas-to-write "$min_replicas" --min-replicas-max-lag "$max_lag" </dev/null >/dev/null ||
     die "redis-server on port $p did not start (see $dir/$p/redis.log)"
 }

@@ -11,6 +11,12 @@
 #      inventory-sink) comes up on free ports, sells a SKU out through nginx exactly, every order
 #      reaches MariaDB's orders table (`inventory-sink reconcile` in the sink's container: the
 #      database equals Redis), and is torn down.
+# Time (2 cores, a fresh engine): the base images ~50 s the first time (debootstrap), the image
+# ~90 s; compose's three helper images (redis, nginx, mariadb: apt-get installs, mostly waiting on
+# the mirror) are built by docker-compose in the background meanwhile, and compose does not build
+# the inventoryd image a second time (docker-py's build context misses the layer cache of
+# `docker build`, so it used to compile everything again): it runs the image of step 2, after
+# checking that docker-compose.yml builds it from the same Dockerfile and context.
 # dockerd is started when it is not running (and stopped afterwards); where it cannot start the
 # test prints one line and exits 0, except under CI=true, where that is a failure. Images are
 # kept for the next run (layer cache); containers, volumes and processes are removed on exit.
@@ -43,6 +49,7 @@ project=invtest$$
 container=inventoryd-test-$$
 started_dockerd=""
 host_pids=()
+helper_build="" # the background docker-compose build of compose's helper images, until waited
 compose_up=""
 cleanup() {
   local rc=$?
@@ -52,6 +59,10 @@ cleanup() {
   fi
   "$docker" rm -f "$container" >/dev/null 2>&1
   for p in "${host_pids[@]}"; do kill "$p" 2>/dev/null; done
+  if [ -n "$helper_build" ]; then
+    kill "$helper_build" 2>/dev/null
+    wait "$helper_build" 2>/dev/null
+  fi
   if [ -n "$started_dockerd" ]; then
     kill "$started_dockerd" 2>/dev/null
     for _ in $(seq 200); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 0.1; done
@@ -103,6 +114,39 @@ fi
 # --- 1. base images --------------------------------------------------------------------------
 phase "base images"
 scripts/docker-base.sh
+
+# compose's helper images, built while the inventoryd image compiles (they wait on apt's mirror,
+# it on the CPU). The env files must exist for docker-compose to read docker-compose.yml.
+ctoken=compose-test-$RANDOM$RANDOM
+printf 'INVENTORY_ADMIN_TOKEN=%s\n' "$ctoken" >"$tmp/inventoryd.env"
+export INVENTORY_ENV_FILE=$tmp/inventoryd.env
+printf 'DB_PASSWORD=compose-db-%s\n' "$RANDOM$RANDOM" >"$tmp/inventory-db.env"
+export INVENTORY_DB_ENV_FILE=$tmp/inventory-db.env
+export INVENTORYD_TAG=test
+# The services built from this repo's Dockerfile and context are the image step 2 builds and
+# tests (inventoryd:test), so compose need not build them again; the others are its helpers.
+docker-compose -p "$project" config >"$tmp/compose-config.yml" 2>"$tmp/compose.log" ||
+  { tail -20 "$tmp/compose.log" >&2; fail "docker-compose config"; }
+builds=$(python3 - "$tmp/compose-config.yml" "$repo" <<'PY'
+import sys, yaml
+cfg = yaml.safe_load(open(sys.argv[1]))
+for name, svc in sorted(cfg["services"].items()):
+    b = svc.get("build")
+    if b is None:
+        continue
+    if b.get("dockerfile", "Dockerfile") not in ("Dockerfile", sys.argv[2] + "/Dockerfile"):
+        print("helper", name)
+    elif b.get("context") == sys.argv[2] and svc.get("image") == "inventoryd:test":
+        print("own", name)
+    else:
+        print("BAD", name, b.get("context"), svc.get("image"))
+PY
+) || fail "reading docker-compose config"
+! grep -q '^BAD' <<<"$builds" && grep -q '^own' <<<"$builds" ||
+  fail "docker-compose.yml does not build inventoryd:\$INVENTORYD_TAG from this repo's Dockerfile: $builds"
+mapfile -t helpers < <(sed -n 's/^helper //p' <<<"$builds")
+docker-compose -p "$project" build "${helpers[@]}" >"$tmp/compose-build.log" 2>&1 &
+helper_build=$!
 
 # --- 2. the image ----------------------------------------------------------------------------
 version=$(sed -n 's/^project(inventoryd VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
@@ -189,16 +233,18 @@ free_port; export INVENTORY_PORT_3=$port
 free_port; export INVENTORY_LB_PORT=$port
 free_port; export DB_PORT=$port
 free_port; export SINK_METRICS_PORT=$port
-export INVENTORY_LB_LISTEN=127.0.0.1 INVENTORYD_TAG=test
-ctoken=compose-test-$RANDOM$RANDOM
-printf 'INVENTORY_ADMIN_TOKEN=%s\n' "$ctoken" >"$tmp/inventoryd.env"
-export INVENTORY_ENV_FILE=$tmp/inventoryd.env
-printf 'DB_PASSWORD=compose-db-%s\n' "$RANDOM$RANDOM" >"$tmp/inventory-db.env"
-export INVENTORY_DB_ENV_FILE=$tmp/inventory-db.env
+export INVENTORY_LB_LISTEN=127.0.0.1
 printf 'Authorization: Bearer %s\n' "$ctoken" >"$tmp/compose-auth.header"
 compose_up=1
-docker-compose -p "$project" build >"$tmp/compose.log" 2>&1 || { tail -40 "$tmp/compose.log" >&2; fail "docker-compose build"; }
-docker-compose -p "$project" up -d >>"$tmp/compose.log" 2>&1 || { tail -40 "$tmp/compose.log" >&2; fail "docker-compose up"; }
+phase "docker-compose build (${helpers[*]}: waiting for the background build)"
+build_rc=0
+wait "$helper_build" || build_rc=$?
+helper_build=""
+[ "$build_rc" = 0 ] || { tail -40 "$tmp/compose-build.log" >&2; fail "docker-compose build ${helpers[*]}"; }
+cat "$tmp/compose-build.log" >>"$tmp/compose.log"
+phase "docker-compose up -d"
+docker-compose -p "$project" up -d --no-build >>"$tmp/compose.log" 2>&1 || { tail -40 "$tmp/compose.log" >&2; fail "docker-compose up"; }
+phase "waiting for nginx and the 3 instances to be ready"
 lb=http://127.0.0.1:$INVENTORY_LB_PORT
 ready_all() {
   curl -fsS -o /dev/null "$lb/readyz" && curl -fsS -o /dev/null "http://127.0.0.1:$INVENTORY_PORT_1/readyz" &&

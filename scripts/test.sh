@@ -7,8 +7,13 @@
 # CTEST_JOBS): most of a test's time is waiting (leases, failovers, delays), not CPU; the
 # heaviest ones (Redis Cluster, MariaDB, nginx, Prometheus, chromium) never run two at once
 # (cmake/tests.cmake, TEST_SCHEDULE) and the longest start first. Exits non-zero on any failure.
+# Time on 2 cores (measured by parts 2026-11-28; about 27 min in all): each ctest pass ~4-4.5 min
+# (the heavy tests run one after the other, a floor under its length: keep them few and short),
+# the docker test 2-3 min on a fresh engine (5-6 min the first time on a machine: debootstrap)
+# with the fuzz targets beside it, the loadtests ~8 min, the builds ~3-4 min.
 # Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
-# libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message).
+# libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message), in the
+# background beside the docker test (below), its output printed after it.
 # The e2e tests (ctest -L e2e: docs/openapi.yaml against live instances, the dashboard in Debian's
 # chromium, a real Prometheus; about 25 s together) run in the normal build only; their packages
 # come from `scripts/deps.sh --e2e` (they skip, saying so, where those cannot be installed; under
@@ -25,7 +30,8 @@
 # debootstrap'd base image then cached; it skips with one line where dockerd cannot start, but
 # not under CI=true). The script tests (scripts/tests/: run.sh, the nginx config, cmake
 # --install, the SPEC §9 peers of loadtest/peers/ with the packages of `scripts/deps.sh --peers`)
-# are ctest tests, labelled "scripts"; the peers' benchmark, loadtest/peers.sh, is not run here.
+# are ctest tests, labelled "scripts", run in the normal build only (like e2e); the peers'
+# benchmark, loadtest/peers.sh, is not run here.
 # Last, loadtest/run.sh --quick (the benchmark's short form, invariants checked after each run)
 # loadtest/chaos.sh --short (the randomized concurrent-history test, with the order log into a
 # private MariaDB through inventory-sink, about 80 s; --long is the
@@ -74,27 +80,52 @@ run_suite() {
 }
 
 run_suite "$build_dir" ""
-# The sanitizer passes leave out the e2e tests: they test documents and tools, once is enough.
+# The sanitizer passes leave out the e2e and the scripts tests: they test documents, tools and
+# shell scripts (the peers of loadtest/peers/, no inventoryd at all; run.sh, the nginx config,
+# verify.sh), once is enough; the inventoryd they start does nothing the it_* tests do not do
+# under the sanitizers.
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_suite "$asan_dir" "-LE e2e" -DSANITIZE=address,undefined
+    run_suite "$asan_dir" "-LE e2e|scripts" -DSANITIZE=address,undefined
 fi
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-    run_suite "$tsan_dir" "-LE e2e" -DSANITIZE=thread
+    run_suite "$tsan_dir" "-LE e2e|scripts" -DSANITIZE=thread
 fi
+# The fuzz targets run beside the docker test, whose minutes are mostly waiting (apt's mirror,
+# containers starting) and which asserts nothing on timing; the fuzzers' output is printed after
+# the docker test's, and a crash fails the run as before.
+fuzz_pid=""
+fuzz_log=""
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   if scripts/fuzz.sh --probe; then
-    echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
-    scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+    if [ "${SKIP_DOCKER:-0}" != 1 ]; then
+      fuzz_log=$(mktemp /tmp/inventoryd-fuzz.XXXXXX)
+      echo "== fuzz ${FUZZ_SECONDS:-30}s per target (beside the docker test; its output follows it)"
+      scripts/fuzz.sh "${FUZZ_SECONDS:-30}" >"$fuzz_log" 2>&1 &
+      fuzz_pid=$!
+    else
+      echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
+      scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+    fi
   else
     echo "== fuzz: skipped (clang cannot build libFuzzer binaries; scripts/deps.sh installs clang and libclang-rt-14-dev)"
   fi
 fi
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   echo "== docker test"
-  scripts/docker-test.sh
+  docker_rc=0
+  scripts/docker-test.sh || docker_rc=$?
+  if [ -n "$fuzz_pid" ]; then
+    fuzz_rc=0
+    wait "$fuzz_pid" || fuzz_rc=$?
+    echo "== fuzz (ran beside the docker test): exit $fuzz_rc"
+    cat "$fuzz_log"
+    rm -f "$fuzz_log"
+    [ "$fuzz_rc" = 0 ] || { echo "scripts/test.sh: the fuzz targets failed" >&2; exit "$fuzz_rc"; }
+  fi
+  [ "$docker_rc" = 0 ] || { echo "scripts/test.sh: the docker test failed" >&2; exit "$docker_rc"; }
 fi
 if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
   echo "== loadtest --quick"

@@ -21,8 +21,9 @@
  *     way after a heal "back" decided on a clock ahead of its master's is refused (tombstone);
  *     and two real failovers: of the SKU's master before a multi-segment order's intent
  *     replicated, and of a part's master before its part did (no unit sold to no order, no
- *     half order). IT_CLUSTER_FILTER="test_multi_*" runs those alone (~50 s).
- * The failover tests kill a master, so they run last.
+ *     half order). IT_CLUSTER_FILTER="test_multi_*" runs those alone (~35 s).
+ * The failover tests kill a master, so they run last. ~50 s in all (70 s while the fixture's
+ * redis-servers waited Redis 7's repl-diskless-sync-delay of 5 s before each replica's sync).
  */
 #include "svc_test.h"
 
@@ -1139,7 +1140,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
  * the intent was never WAITed, so the promoted master had none, and segment 1's unit stayed sold
  * to a part of no order, for good (the other instances had nothing to heal). Now the order waits
  * for the intent to be on the replica before any part, so it answers 503 with nothing made;
- * after the failover both units are there. ~10 s (a failover). */
+ * after the failover both units are there. ~4 s (a failover). */
 static void test_multi_intent_survives_failover(void **state)
 {
     (void)state;
@@ -1196,7 +1197,7 @@ static void test_multi_intent_survives_failover(void **state)
  * and after the failover an order of 2 whose part in segment 1 is gone: 1 unit taken for 2
  * ordered. Now neither answer is a success while the part is on no replica (the parts are
  * WAITed before the primary, a replay WAITs on every part's master); after the failover the
- * retry places the order whole. ~10 s (a failover). */
+ * retry places the order whole. ~7 s (a failover). */
 static void test_multi_part_survives_failover(void **state)
 {
     (void)state;

@@ -198,6 +198,11 @@ static int rf_spawn(rf_server *srv)
     argv[argc++] = "no";
     argv[argc++] = "--daemonize";
     argv[argc++] = "no";
+    /* A replica's full sync starts at once: Redis 7 waits repl-diskless-sync-delay (5 s) for
+     * more replicas to share the transfer, which every cluster start, and every old master back
+     * as a replica after a failover, spent idle. */
+    argv[argc++] = "--repl-diskless-sync-delay";
+    argv[argc++] = "0";
     argv[argc++] = "--logfile";
     argv[argc++] = srv->logpath;
     for (int i = 0; i < srv->nextra; i++)
