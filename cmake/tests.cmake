@@ -57,7 +57,7 @@ set(TEST_SCHEDULE
   "lockcore_it_watchdog 12"
   "lockcore_it_watchdog_pipeline 12"
   "lockcore_it_async 8"
-  "it_hostile 18"
+  "it_hostile 10"
   "lockcore_it_redlock_async 8"
   "it_gate 8"
   "it_pause 7"

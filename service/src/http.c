@@ -100,6 +100,7 @@ struct http_loop {
     struct event *kick;          /* resume the ready requests and run MHD (same loop) */
     struct req_state *suspended; /* suspended requests (list) */
     struct req_state *ready;     /* answered, waiting for MHD_resume_connection */
+    struct req_state *unwatched; /* reading their body, no FIN watch yet (see watch_fin) */
 };
 
 /* Per-request state, from the first access-handler call to NOTIFY_COMPLETED. */
@@ -126,6 +127,12 @@ struct req_state {
     struct router_route route;
     bool allowed;
     struct req_state *prev, *next; /* in loop->suspended, or next in loop->ready */
+    /* While the body is read (see watch_fin): the socket, and the watch for the client's FIN. */
+    int fd;
+    bool receiving;                  /* from the first call to the final one */
+    struct event *fin_watch;         /* EV_CLOSED on fd */
+    struct event *fin_poke;          /* after the FIN: wakes MHD again until it ends the request */
+    struct req_state *uprev, *unext; /* in loop->unwatched */
 };
 
 /* The last MHD error message of this thread, so http_start can report why MHD refused. */
@@ -843,6 +850,99 @@ static enum MHD_Result finish_async(struct http_server *srv, struct MHD_Connecti
     return r;
 }
 
+/* ---- a client that gives up while its body is read ----
+ *
+ * libmicrohttpd 0.9.75 registers each connection in its epoll set edge-triggered and takes a
+ * read shorter than its buffer for "nothing more to read". When a client sends its last bytes
+ * and its FIN before the read (it gives up in the middle of its body: a shutdown, then a close),
+ * that read returns the bytes only; the FIN that would make the next read return 0 raises no
+ * new edge, so the request stays in the middle of its body, counted in flight, until
+ * connection_timeout_s (30 s by default), and a SIGTERM meanwhile waits out its whole grace.
+ * So a request still reading its body when MHD_run returns gets a watch: an EV_CLOSED event on
+ * its socket (EPOLLRDHUP, level-triggered in our loop's own epoll set). When the client's FIN is
+ * there, shutdown(SHUT_RD) on the socket (the peer sends nothing more anyway; queued bytes are
+ * still read) wakes every epoll set watching it: libmicrohttpd reads again, gets 0 and ends the
+ * request (MHD_REQUEST_TERMINATED_CLIENT_ABORT). The poke is repeated every FIN_POKE_MS until
+ * the request ends, in case bytes queued before the FIN were read first and the end was
+ * missed once more. Requests whose body comes with their head never leave MHD_run unanswered,
+ * so they cost no system call. */
+#define FIN_POKE_MS 100
+
+static void unwatch_fin(struct req_state *st)
+{
+    if (!st->receiving)
+        return;
+    st->receiving = false;
+    if (st->uprev)
+        st->uprev->unext = st->unext;
+    else if (st->loop && st->loop->unwatched == st)
+        st->loop->unwatched = st->unext;
+    if (st->unext)
+        st->unext->uprev = st->uprev;
+    st->uprev = st->unext = NULL;
+    if (st->fin_watch)
+        event_free(st->fin_watch);
+    if (st->fin_poke)
+        event_free(st->fin_poke);
+    st->fin_watch = st->fin_poke = NULL;
+}
+
+static void on_fin_poke(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct req_state *st = arg;
+    shutdown(st->fd, SHUT_RD);
+}
+
+static void on_client_fin(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct req_state *st = arg;
+    shutdown(fd, SHUT_RD);
+    /* fin_watch stays level-ready from now on: not added again, the poke takes over. */
+    if (!st->fin_poke) {
+        st->fin_poke = event_new(st->loop->w->env.base, -1, EV_PERSIST, on_fin_poke, st);
+        struct timeval tv = {0, FIN_POKE_MS * 1000};
+        if (st->fin_poke)
+            evtimer_add(st->fin_poke, &tv);
+    }
+}
+
+/* Called after MHD_run: watches the requests that are still reading their body. */
+static void watch_fin(struct http_loop *hl)
+{
+    while (hl->unwatched) {
+        struct req_state *st = hl->unwatched;
+        hl->unwatched = st->unext;
+        if (hl->unwatched)
+            hl->unwatched->uprev = NULL;
+        st->unext = NULL;
+        st->fin_watch = event_new(hl->w->env.base, st->fd, EV_CLOSED, on_client_fin, st);
+        if (!st->fin_watch || event_add(st->fin_watch, NULL) != 0)
+            log_msg(CONFIG_LOG_WARN, "http_fin_watch",
+                    "cannot watch a connection for its client's end (out of memory?)");
+    }
+}
+
+/* Puts st, at the end of its first call, on its loop's list of requests reading their body. */
+static void begin_receiving(struct MHD_Connection *conn, struct req_state *st)
+{
+    struct worker *w = worker_current();
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!w || !ci)
+        return;
+    struct http_loop *hl = w->front.data;
+    st->fd = ci->connect_fd;
+    st->loop = hl;
+    st->receiving = true;
+    st->unext = hl->unwatched;
+    if (hl->unwatched)
+        hl->unwatched->uprev = st;
+    hl->unwatched = st;
+}
+
 static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connection *conn,
                                       const char *url, const char *method, const char *upload_data,
                                       size_t *upload_data_size, struct req_state *st, bool first)
@@ -881,6 +981,7 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
                 return answer_too_large(srv, conn, st, method, url);
             }
         }
+        begin_receiving(conn, st);
         return MHD_YES;
     }
     if (st->ready)
@@ -899,6 +1000,7 @@ static enum MHD_Result handle_request(struct http_server *srv, struct MHD_Connec
         *upload_data_size = 0;
         return MHD_YES;
     }
+    unwatch_fin(st); /* the final call: the body is whole */
     if (st->too_large)
         return answer_too_large(srv, conn, st, method, url);
 
@@ -985,6 +1087,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct req_state *st = *req_cls;
     if (!st)
         return;
+    unwatch_fin(st);
     if (st->begun && !st->answered) {
         /* The connection went before the answer could be sent (the client gave up while the
          * request was suspended): the request still ends for the in-flight gauge. */
@@ -1095,6 +1198,7 @@ static void mhd_pump(struct http_loop *hl)
         return;
     MHD_run(hl->mhd);
     mhd_close_is_ours = false;
+    watch_fin(hl);
     MHD_UNSIGNED_LONG_LONG ms;
     if (MHD_get_timeout(hl->mhd, &ms) == MHD_YES) {
         if (ms > 3600000ULL)

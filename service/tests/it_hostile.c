@@ -18,11 +18,14 @@
  *     line) while normal requests, orders included, are served; the soft RLIMIT_NOFILE is
  *     raised for the test and the inventoryd it starts;
  *   - test_log_flood: 500 malformed requests do not write 500 log lines (at most 20 of
- *     libmicrohttpd's messages a second, and a count of the dropped ones).
+ *     libmicrohttpd's messages a second, and a count of the dropped ones);
+ *   - test_abandoned_body_ends: a client that sends part of a body and gives up gets its
+ *     connection closed at once, and a SIGTERM then exits without waiting out its grace.
  */
 #include "svc_raw.h"
 #include "svc_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -715,12 +718,15 @@ static const struct row rows[] = {
         "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         "Expect: 100-continue\r\nContent-Length: 100000\r\n\r\n",
         413, "body_too_large", F_CLOSE),
-    /* No answer is right; libmicrohttpd usually closes at once, but now and then it misses the
-     * client's FIN and keeps the connection until connection_timeout_s: not asserted. */
+    /* No answer is right, and the connection closes at once: libmicrohttpd missed the client's
+     * FIN now and then, and kept the request in flight until connection_timeout_s (http.c's
+     * watch_fin; test_abandoned_body_ends). */
     RAW("body shorter than Content-Length, then the client gives up",
         "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         "Content-Length: 50\r\n\r\n{\"sku\":\"$SKU\"}",
-        0, NULL, F_SHUTWR),
+        0, NULL, F_SHUTWR | F_CLOSE),
+    /* No request reached the handler: a missed FIN keeps an idle connection until
+     * connection_timeout_s, not a request in flight. Not asserted. */
     RAW("headers cut off, then the client gives up",
         "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Ty", 0, NULL, F_SHUTWR),
 };
@@ -1242,12 +1248,106 @@ static void test_log_flood(void **state)
     SF_ASSERT(sf_alive(svc), "%s", "inventoryd died");
 }
 
+/* Waits until every thread of pid is stopped (SIGSTOP is delivered asynchronously: kill returns
+ * before the threads stop). 1 when they are, 0 after 2 s. */
+static int wait_stopped(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    for (int64_t end = tu_now_ms() + 2000; tu_now_ms() < end; tu_sleep_ms(1)) {
+        DIR *d = opendir(dir);
+        if (d == NULL)
+            return 0;
+        int running = 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && !running) {
+            if (e->d_name[0] == '.')
+                continue;
+            char path[sizeof dir + sizeof e->d_name + 8], stat[512];
+            snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t n = f != NULL ? fread(stat, 1, sizeof stat - 1, f) : 0;
+            if (f != NULL)
+                fclose(f);
+            stat[n] = '\0';
+            const char *close_paren = strrchr(stat, ')'); /* "pid (comm) S ..." */
+            running = close_paren == NULL || close_paren[1] != ' ' ||
+                      (close_paren[2] != 'T' && close_paren[2] != 't');
+        }
+        closedir(d);
+        if (!running)
+            return 1;
+    }
+    return 0;
+}
+
+/* A request whose client sends its head and part of its body, then gives up (shutdown, then
+ * close), ends at once: the server closes its side and the request leaves the in-flight count,
+ * so a SIGTERM afterwards exits without waiting its grace. libmicrohttpd 0.9.75 (edge-triggered
+ * epoll) took a read shorter than its buffer for "nothing more to read" and missed a FIN that
+ * came with the last bytes: the request stayed in flight until --connection-timeout-s, and
+ * every SIGTERM meanwhile waited the whole --shutdown-grace-ms. The server is paused while the
+ * client writes, so the bytes and the FIN are both waiting when it reads: the case that was
+ * missed every time, not now and then. Its own inventoryd (a 30 s grace and a 120 s connection
+ * timeout make a missed FIN unmistakable); about 2 s. */
+static void test_abandoned_body_ends(void **state)
+{
+    (void)state;
+    const char *args[] = {"--shutdown-grace-ms", "30000", "--connection-timeout-s", "120", NULL};
+    sf_service *own = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(own != NULL, "%s", "inventoryd did not start");
+    int p = sf_port(own);
+    static const char *const partial[] = {
+        /* Content-Length announced, part of the body sent */
+        "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        "Content-Length: 50\r\n\r\n{\"sku\":\"x\"",
+        /* Content-Length announced, none of the body sent */
+        "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        "Content-Length: 50\r\n\r\n",
+        /* a chunked body cut off inside a chunk */
+        "POST /api/v1/orders HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n20\r\n{\"sku\":",
+    };
+    for (size_t i = 0; i < sizeof partial / sizeof partial[0]; i++) {
+        int fd = sr_connect(p, NULL);
+        SF_ASSERT(fd >= 0, "connect: %s", strerror(errno));
+        SF_ASSERT(sf_pause(own) == 0 && wait_stopped(sf_pid(own)), "%s", "cannot pause inventoryd");
+        sr_send(fd, partial[i], strlen(partial[i]));
+        shutdown(fd, SHUT_WR);
+        SF_ASSERT(sf_resume(own) == 0, "%s", "cannot resume inventoryd");
+        /* No answer is due; the server's end of the stream is, within 5 s (not 120). */
+        int64_t t0 = tu_now_ms();
+        char buf[512];
+        ssize_t n;
+        while ((n = sr_recv(fd, buf, sizeof buf, t0 + 5000)) > 0) {
+        }
+        int64_t waited = tu_now_ms() - t0;
+        close(fd);
+        SF_ASSERT(n == 0,
+                  "request %zu: the server kept the connection %lld ms after the client "
+                  "gave up (%s)",
+                  i, (long long)waited, n < 0 ? strerror(errno) : "");
+    }
+    /* The gauge counts this scrape only. */
+    SF_ASSERT_EQ((long long)sf_metric(p, "inventory_requests_in_flight"), 1);
+    int64_t t0 = tu_now_ms();
+    int rc = sf_stop(own); /* SIGTERM; SIGKILL after 10 s */
+    int64_t took = tu_now_ms() - t0;
+    fprintf(stderr, "it_hostile: 3 abandoned bodies, then SIGTERM: exit %d in %lld ms\n", rc,
+            (long long)took);
+    SF_ASSERT(rc == 0,
+              "exit status %d after %lld ms (a request left in flight holds the grace, "
+              "30 s)",
+              rc, (long long)took);
+    SF_ASSERT(took < 5000, "SIGTERM took %lld ms with no request in flight", (long long)took);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostile_table), cmocka_unit_test(test_hostile_looking_but_valid),
         cmocka_unit_test(test_slow_headers),  cmocka_unit_test(test_idle_connections),
-        cmocka_unit_test(test_log_flood),
+        cmocka_unit_test(test_log_flood),     cmocka_unit_test(test_abandoned_body_ends),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }
