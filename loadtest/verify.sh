@@ -18,7 +18,9 @@
 #   --stock-total T       units preheated (+ restocked): Σ t must equal it
 #   --expect-sold-out     every segment must be at 0
 #   --status-url URL      GET this (…/api/v1/skus/S) and compare its totals with Redis (only
-#                         sound when no hold can expire meanwhile: none live, SPEC §11)
+#                         sound when no hold can expire meanwhile: none live, SPEC §11; give
+#                         ?consistent=1, the exact read: the plain status is a snapshot up to a
+#                         refresh old, and through nginx up to its cache's 1-2 s, SPEC §15)
 #   --key-schema 1        the keys of the binaries before 34f3be8 (inv:{S}:…, inv:{S:k}:…);
 #                         default 2 (inv:2:{S}:…, inv:2:{S/k}:…, docs/design.md)
 #   --pending-ok          follows queued and intents of multi-segment orders left are reported,
