@@ -261,7 +261,7 @@ bound=-
 {
   echo "# loadtest/status.sh — $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "One instance ($bin, $(git rev-parse --short HEAD 2>/dev/null)), --status-refresh-ms ${refresh:-none (before the snapshot)}, one SKU of 16 segments;"
+  echo "One instance ($bin$([ -n "${INVENTORYD_BIN:-}" ] || echo ", this tree at $(git rev-parse --short HEAD 2>/dev/null)")), --status-refresh-ms ${refresh:-none (before the snapshot)}, one SKU of 16 segments;"
   echo "window $window s per run; idle Redis (no traffic: the sweeper) $idle_calls script calls/s, $idle_inner commands/s, subtracted below;"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo
