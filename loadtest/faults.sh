@@ -296,7 +296,7 @@ verify_sku() {
   units=$((units + probe_units)); orders=$((orders + probe_units))
   "$lt/verify.sh" --redis-port "$redis_port" --sku "$sku" --stock-total "$stock" \
     --units "$units" --orders "$orders" --unanswered "$amb" --max-qty "$qty" \
-    --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku" "$@" >"$raw.verify.txt" 2>&1 || rc=$?
+    --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku?consistent=1" "$@" >"$raw.verify.txt" 2>&1 || rc=$?
   sed 's/^/  /' "$raw.verify.txt" | grep -v '✓' >&2 || true
   verify_line=$(grep '^VERIFY ' "$raw.verify.txt" || true)
   [ "$rc" -ne 3 ] || die "verify could not read Redis"

@@ -404,7 +404,7 @@ run_case() {
     local vargs=(--redis-port "$redis_port" --sku "$sku"
       --units "$tot_units" --orders "$tot_created" --unanswered "$tot_unanswered" --max-qty "$qty"
       --stock-total "${o[stock_total]:-${o[stock]}}"
-      --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku")
+      --status-url "http://127.0.0.1:$nginx_port/api/v1/skus/$sku?consistent=1")
     [ "${o[expect_sold_out]}" = 1 ] && vargs+=(--expect-sold-out)
     local vrc=0
     "$lt/verify.sh" "${vargs[@]}" >"$raw.verify.txt" 2>&1 || vrc=$?

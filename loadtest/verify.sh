@@ -338,7 +338,11 @@ fi
 if [ -n "$status_url" ]; then
   # The SKU-wide totals; the per-segment array (same field names) is cut off first. The exact
   # read (?consistent=1, SPEC §15: the plain GET is a snapshot up to --status-refresh-ms old).
-  case $status_url in *\?*) exact_url="$status_url&consistent=1" ;; *) exact_url="$status_url?consistent=1" ;; esac
+  case $status_url in
+    *consistent=1*) exact_url=$status_url ;;
+    *\?*) exact_url="$status_url&consistent=1" ;;
+    *) exact_url="$status_url?consistent=1" ;;
+  esac
   auth=()
   [ -z "$status_token" ] || auth=(-H "Authorization: Bearer $status_token")
   body=$(curl -fsS --max-time 5 "${auth[@]}" "$exact_url" 2>/dev/null | sed 's/"segments":\[[^]]*\]//') || body=""

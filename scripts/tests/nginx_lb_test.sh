@@ -34,6 +34,9 @@ for p in "${inst[@]}"; do
 done
 
 t_port; lb=$port
+# nginx started as root runs its worker as nobody, which must reach the status cache in
+# nginx/tmp (mktemp made $t_dir 0700; the token in it stays 0600).
+chmod 755 "$t_dir"
 mkdir -p "$t_dir/nginx/tmp"
 awk -v run="$t_dir/nginx" -v listen="127.0.0.1:$lb" -v ups="${ups%$'\n'}" '
   /^[[:space:]]*#/ { print; next }
