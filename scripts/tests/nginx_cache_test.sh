@@ -8,7 +8,8 @@
 #   - a client's If-None-Match with the current ETag is answered 304;
 #   - ?consistent=1 (the exact admin read) and Authorization'd reads go past the cache, every
 #     one of them to the instance; the order path and /healthz are not cached at all;
-#   - admin methods from remote clients are still refused (403) on the cached route.
+#   - admin methods from remote clients are still refused (403) on the cached route;
+#   - the event stream passes through (its own location, unbuffered): the status, then a change.
 # About 8 s. The bound allows 2 instance reads per elapsed second plus 2 (nginx keeps a max-age=1
 # entry until the end of the next second of its clock: one refresh every 1-2 s, and wrk's
 # 40,000 reads reached the instance 1-2 times in 3 s here); thousands without the cache.
@@ -142,4 +143,16 @@ t_check "DELETE of the SKU from 127.0.0.2: 403" test "$code" = 403
 # The order shows through the cache within a few seconds (max-age 1 s + the snapshot's 250 ms).
 sold_now() { get 127.0.0.2 "/api/v1/skus/$sku" >/dev/null; grep -q '"sold":1[,}]' "$t_dir/b"; }
 t_check "the cached status shows the order within 5 s" t_wait 50 sold_now
+
+# The event stream passes through nginx as it is written (its own location: no buffering, no
+# cache): the status at once, then the next order's change, while the stream stays open.
+curl -sN --max-time 4 --interface 127.0.0.2 "$base/api/v1/skus/$sku/events" >"$t_dir/events" 2>/dev/null &
+stream=$!
+first_event() { grep -q '^event: status' "$t_dir/events"; }
+t_check "the event stream through nginx sends the status at once" t_wait 30 first_event
+curl -s -o /dev/null --interface 127.0.0.3 -X POST "${json[@]}" -d "{\"sku\":\"$sku\",\"quantity\":1}" \
+  "$base/api/v1/orders"
+second_event() { [ "$(grep -c '^event: status' "$t_dir/events")" -ge 2 ]; }
+t_check "...and the next order's change while it is open" t_wait 30 second_event
+wait "$stream" 2>/dev/null || true
 t_done
