@@ -651,12 +651,19 @@ static int stream_over_bound(const struct app *app)
     return atomic_load(&n_subscribers) >= app->cfg.max_subscribers;
 }
 
+/* struct response's stream_free: the snapshot's reference. */
+static void stream_release(void *s)
+{
+    statsnap_unref(s);
+}
+
 /* The answer of snapshot s: the stream (200), or the 404 of an unknown SKU. */
 static void stream_answer(struct snap *s, struct response *res)
 {
     if (s->found) {
         res->status = 200;
         res->stream = s; /* the reference goes with it */
+        res->stream_free = stream_release;
         return;
     }
     char *text = malloc(s->len + 1);

@@ -391,7 +391,8 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
         /* an event stream (events.h): a callback response that lives as long as the
          * connection reads it */
         struct snap *first = res->stream;
-        res->stream = NULL;
+        res->stream = NULL; /* events_open takes the reference */
+        res->stream_free = NULL;
         int busy = 0;
         const char *last_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
         struct MHD_Response *sr = events_open(srv->events, conn, st->route.param,

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "request.h"
-#include "statsnap.h"
 
 static bool is_ows(char c)
 {
@@ -89,6 +88,7 @@ void response_free(struct response *res)
         json_decref(res->body);
     free(res->text);
     free(res->location);
-    statsnap_unref(res->stream);
+    if (res->stream && res->stream_free)
+        res->stream_free(res->stream);
     memset(res, 0, sizeof(*res));
 }

@@ -13,8 +13,6 @@
 
 #include "errors.h"
 
-struct snap;
-
 /* Longest X-Request-Id taken from a trusted proxy (http.h says which ids are taken). */
 #define REQUEST_ID_MAX 128
 
@@ -69,8 +67,9 @@ struct response {
     char etag[24];             /* ETag header when non-empty (a quoted strong validator) */
     int has_age;               /* 1: send Age: age_s */
     long age_s;
-    struct snap *stream; /* 200 as an event stream whose first event is this snapshot
-                            (events.h; a reference, owned) */
+    void *stream; /* 200 as an event stream whose first event is this (events.h: a status
+                     snapshot reference, owned: stream_free releases it) */
+    void (*stream_free)(void *stream);
 };
 
 /* The token of an Authorization header value "Bearer <token>" (scheme case-insensitive, blanks
