@@ -49,12 +49,7 @@ static int snap_answer(struct app *app, const struct snap *s, int64_t age_ms, co
     res->cache_control = statsnap_cache_control(app->snaps);
     res->has_age = 1;
     res->age_s = (long)(age_ms / 1000);
-    if (s->found && etag_matches(inm, s->etag + 0)) {
-        memcpy(res->etag, s->etag, sizeof(res->etag));
-        res->status = 304;
-        metrics_status_answer(1, age_ms);
-        return 0;
-    }
+    int not_modified = s->found && etag_matches(inm, s->etag);
     char *text = malloc(s->len + 1);
     if (!text)
         return -1;
@@ -64,8 +59,11 @@ static int snap_answer(struct app *app, const struct snap *s, int64_t age_ms, co
     res->content_type = "application/json";
     if (s->found)
         memcpy(res->etag, s->etag, sizeof(res->etag));
-    res->status = s->found ? 200 : 404;
-    metrics_status_answer(0, age_ms);
+    /* A 304 carries the body too, unsent: libmicrohttpd sends no body with a 304 but gives its
+     * Content-Length, which RFC 9110 (8.6) allows only as the 200's length — an empty body would
+     * say "Content-Length: 0". */
+    res->status = not_modified ? 304 : s->found ? 200 : 404;
+    metrics_status_answer(not_modified, age_ms);
     return 0;
 }
 

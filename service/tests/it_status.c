@@ -669,6 +669,10 @@ static void test_http_caching(void **state)
                   "If-None-Match: %s: a 304 was expected, got %s", matching[i],
                   sf_resp_summary(&r2));
         SF_ASSERT(r2.body_len == 0, "a 304 with a %zu-byte body", r2.body_len);
+        /* RFC 9110 8.6: a 304's Content-Length, if any, is the 200's (never "0") */
+        const char *cl = sf_header(&r2, "Content-Length");
+        SF_ASSERT(!cl || strtoull(cl, NULL, 10) == r.body_len,
+                  "the 304's Content-Length %s, the 200's body %zu bytes", cl, r.body_len);
         const char *e2 = sf_header(&r2, "ETag");
         SF_ASSERT(e2 && strcmp(e2, etag) == 0, "the 304's ETag %s, the 200's %s",
                   e2 ? e2 : "(none)", etag);
