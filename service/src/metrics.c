@@ -354,20 +354,9 @@ static void gauge(FILE *f, const char *name, const char *help, long long v)
     fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, v);
 }
 
-char *metrics_render(void)
+/* The status snapshot answers' series (SPEC §15). */
+static void render_status(FILE *f)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f)
-        return NULL;
-
-    fputs("# HELP inventory_orders_total Order requests by outcome.\n"
-          "# TYPE inventory_orders_total counter\n",
-          f);
-    for (int i = 0; i < METRICS_ORDER_RESULT_COUNT; i++)
-        fprintf(f, "inventory_orders_total{result=\"%s\"} %llu\n", order_labels[i],
-                get(&m_orders[i]));
     fputs("# HELP inventory_status_answers_total Status reads answered from the snapshot "
           "(GET /api/v1/skus/{sku}), by answer: full (200, or 404 for an unknown SKU) or "
           "not_modified (304).\n"
@@ -382,6 +371,53 @@ char *metrics_render(void)
             "age).\n# TYPE inventory_status_answer_age_seconds_total counter\n"
             "inventory_status_answer_age_seconds_total %.3f\n",
             (double)get(&m_status_age_ms) / 1000.0);
+}
+
+/* The usual process_* series. */
+static void render_process(FILE *f)
+{
+    long long rss = resident_bytes();
+    if (rss >= 0)
+        gauge(f, "process_resident_memory_bytes", "Resident memory size in bytes.", rss);
+    double start = start_time_seconds();
+    if (start >= 0)
+        fprintf(f,
+                "# HELP process_start_time_seconds Start time of the process since unix epoch "
+                "in seconds.\n# TYPE process_start_time_seconds gauge\n"
+                "process_start_time_seconds %.2f\n",
+                start);
+    long long fds = open_fds();
+    if (fds >= 0)
+        gauge(f, "process_open_fds", "Number of open file descriptors.", fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        gauge(f, "process_max_fds", "Maximum number of open file descriptors.",
+              (long long)rl.rlim_cur);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(f,
+                "# HELP process_cpu_seconds_total Total user and system CPU time spent in "
+                "seconds.\n# TYPE process_cpu_seconds_total counter\n"
+                "process_cpu_seconds_total %.6f\n",
+                (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+}
+
+char *metrics_render(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+
+    fputs("# HELP inventory_orders_total Order requests by outcome.\n"
+          "# TYPE inventory_orders_total counter\n",
+          f);
+    for (int i = 0; i < METRICS_ORDER_RESULT_COUNT; i++)
+        fprintf(f, "inventory_orders_total{result=\"%s\"} %llu\n", order_labels[i],
+                get(&m_orders[i]));
+    render_status(f);
     counter(f, "inventory_orders_sold_out_fast_total",
             "409 sold_out answers served from the in-process sold-out cache, without Redis.",
             &m_sold_out_fast);
@@ -471,31 +507,7 @@ char *metrics_render(void)
             "inventory_build_info{version=\"%s\"} 1\n",
             INVENTORYD_VERSION);
 
-    long long rss = resident_bytes();
-    if (rss >= 0)
-        gauge(f, "process_resident_memory_bytes", "Resident memory size in bytes.", rss);
-    double start = start_time_seconds();
-    if (start >= 0)
-        fprintf(f,
-                "# HELP process_start_time_seconds Start time of the process since unix epoch "
-                "in seconds.\n# TYPE process_start_time_seconds gauge\n"
-                "process_start_time_seconds %.2f\n",
-                start);
-    long long fds = open_fds();
-    if (fds >= 0)
-        gauge(f, "process_open_fds", "Number of open file descriptors.", fds);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        gauge(f, "process_max_fds", "Maximum number of open file descriptors.",
-              (long long)rl.rlim_cur);
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        fprintf(f,
-                "# HELP process_cpu_seconds_total Total user and system CPU time spent in "
-                "seconds.\n# TYPE process_cpu_seconds_total counter\n"
-                "process_cpu_seconds_total %.6f\n",
-                (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+    render_process(f);
 
     if (ferror(f)) {
         fclose(f);
