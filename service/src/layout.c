@@ -101,7 +101,9 @@ struct settle {
     int ri; /* the restock being applied */
     layout_fn cb;
     void *arg;
-    struct store_conns *conns; /* where its commands ran (the caller's; may be NULL) */
+    struct store_conns *conns;  /* where its commands ran (the caller's; may be NULL) */
+    struct store_conns *batch;  /* the batch in flight notes here instead (then merged) */
+    struct store_conns applied; /* where a restock's shares were applied: WAITed before its end */
     /* the keys and args of the batch in flight */
     struct seg_keys *sk;
     const char **kflat, **aflat;
@@ -195,8 +197,8 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
             s->aflat[i * nargs + j] = s->args[i][j];
     }
     s->calls += n;
-    store_batch_async(s->st, s->lc, s->ar, id, n, nkeys, s->kflat, nargs, s->aflat, s->conns, cb,
-                      s);
+    store_batch_async(s->st, s->lc, s->ar, id, n, nkeys, s->kflat, nargs, s->aflat,
+                      s->batch ? s->batch : s->conns, cb, s);
 }
 
 /* Every reply an integer: the segment steps answer nothing else. */
@@ -310,9 +312,14 @@ static void on_restock_end(lc_status st, const redisReply *r, const char *errstr
     settle_restocks(s);
 }
 
+static void on_applied_acked(void *arg, long long got);
+static void settle_restock_done(struct settle *s);
+
 static void on_applied(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
+    s->batch = NULL;
+    store_conns_merge(s->conns, &s->applied);
     int all = 1, refused = -1, lost = failed && !items;
     for (int k = 0; k < n && !lost; k++) {
         if (items[k].type == REDIS_REPLY_ERROR)
@@ -346,6 +353,38 @@ static void on_applied(void *arg, const char *failed, const struct store_item *i
         settle_restocks(s);
         return;
     }
+    if (store_replica_acks(s->st) > 0) {
+        /* RESTOCK_END vouches for every share, for good: a failover that lost one after it
+         * would lose the units (no settle applies a restock recorded done). So the shares
+         * are on the replicas first; one the WAIT cannot vouch for stays pending, and the
+         * next settle applies it on whichever master holds the segment then (each segment
+         * takes a restock once: its rst set). */
+        s->calls++;
+        store_replicated_async(s->st, s->lc, s->ar, &s->applied, on_applied_acked, s);
+        return;
+    }
+    settle_restock_done(s);
+}
+
+static void on_applied_acked(void *arg, long long got)
+{
+    struct settle *s = arg;
+    if (got < store_replica_acks(s->st)) {
+        log_msg(CONFIG_LOG_WARN, "restock_unreplicated",
+                "sku %s: restock %lld applied, but not on --redis-replica-acks replicas of "
+                "every segment's master in time: it stays pending",
+                s->sku, s->l.restocks[s->ri].rid);
+        s->refused = 1;
+        s->ri++;
+        settle_restocks(s);
+        return;
+    }
+    settle_restock_done(s);
+}
+
+/* Records restock s->ri done (RESTOCK_END), every segment having its share. */
+static void settle_restock_done(struct settle *s)
+{
     const struct layout_restock *x = &s->l.restocks[s->ri];
     char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX], rres[STORE_KEY_MAX], suffix[40], rid[24], ver[24];
     store_sku_key(meta, s->sku, "meta");
@@ -381,6 +420,8 @@ static void settle_restocks(struct settle *s)
             snprintf(s->args[k][1], 24, "%lld", layout_share(x->units, n, k));
             snprintf(s->args[k][2], 24, "%lld", x->rid);
         }
+        memset(&s->applied, 0, sizeof(s->applied));
+        s->batch = &s->applied;
         run_on_segments(s, 0, n, SCRIPT_RESTOCK_APPLY, 4, pick, 3, on_applied);
         return;
     }

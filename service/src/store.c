@@ -19,6 +19,8 @@
 
 struct store {
     lc_script *scripts[SCRIPT_COUNT];
+    int replica_acks; /* --redis-replica-acks */
+    int timeout_ms;   /* --redis-timeout-ms */
 };
 
 int store_new(const struct config *cfg, struct store **out, char *err, size_t errlen)
@@ -29,6 +31,8 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         snprintf(err, errlen, "store: out of memory");
         return -1;
     }
+    s->replica_acks = cfg->redis_replica_acks;
+    s->timeout_ms = cfg->redis_timeout_ms;
     static const char *const sources[SCRIPT_COUNT] = {
         [SCRIPT_PUT_META] = STORE_LUA_PUT_META,
         [SCRIPT_DELETE_META] = STORE_LUA_DELETE_META,
@@ -437,19 +441,44 @@ static int wait_ms(int redis_timeout_ms)
     return timeout > 0 ? timeout : 1;
 }
 
-void store_conns_note(struct store_conns *cs, const lc_async_client *lc)
+static void conns_add(struct store_conns *cs, const lc_async_conn_ref *ref)
 {
-    lc_async_conn_ref ref;
-    if (!cs || lc_async_reply_conn(lc, &ref) != 0)
-        return;
     for (int i = 0; i < cs->n; i++)
-        if (cs->ref[i].node == ref.node && cs->ref[i].gen == ref.gen)
+        if (cs->ref[i].node == ref->node && cs->ref[i].gen == ref->gen)
             return;
     if (cs->n == STORE_CONNS_MAX) {
         cs->overflow = 1;
         return;
     }
-    cs->ref[cs->n++] = ref;
+    cs->ref[cs->n++] = *ref;
+}
+
+void store_conns_note(struct store_conns *cs, const lc_async_client *lc)
+{
+    lc_async_conn_ref ref;
+    if (!cs || lc_async_reply_conn(lc, &ref) != 0)
+        return;
+    conns_add(cs, &ref);
+}
+
+void store_conns_merge(struct store_conns *into, const struct store_conns *from)
+{
+    if (!into)
+        return;
+    into->overflow |= from->overflow;
+    for (int i = 0; i < from->n; i++)
+        conns_add(into, &from->ref[i]);
+}
+
+int store_replica_acks(const struct store *store)
+{
+    return store->replica_acks;
+}
+
+void store_replicated_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                            const struct store_conns *cs, store_acked_fn cb, void *arg)
+{
+    store_replica_wait_conns_async(lc, ar, cs, store->replica_acks, store->timeout_ms, cb, arg);
 }
 
 void store_replica_wait_ref_async(lc_async_client *lc, const lc_async_conn_ref *ref, int acks,

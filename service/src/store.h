@@ -207,6 +207,9 @@ struct store_conns {
  * on that reply anyway. */
 void store_conns_note(struct store_conns *cs, const lc_async_client *lc);
 
+/* Adds from's connections to into's (into may be NULL: nothing). */
+void store_conns_merge(struct store_conns *into, const struct store_conns *from);
+
 /* The replicas a WAIT reached, or -1 when it failed. */
 long long store_reply_acks(lc_status st, const redisReply *r);
 
@@ -227,6 +230,14 @@ typedef void (*store_acked_fn)(void *arg, long long acks);
 void store_replica_wait_conns_async(lc_async_client *lc, const struct areq *ar,
                                     const struct store_conns *cs, int acks, int redis_timeout_ms,
                                     store_acked_fn cb, void *arg);
+
+/* --redis-replica-acks: how many replicas a write must reach before it is vouched for (0:
+ * none, nothing is WAITed). */
+int store_replica_acks(const struct store *store);
+
+/* store_replica_wait_conns_async with the store's --redis-replica-acks and --redis-timeout-ms. */
+void store_replicated_async(struct store *store, lc_async_client *lc, const struct areq *ar,
+                            const struct store_conns *cs, store_acked_fn cb, void *arg);
 
 /* Reply helpers: the integer value of an integer or numeric string reply, else dflt. */
 long long store_reply_int(const redisReply *r, long long dflt);

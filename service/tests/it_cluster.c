@@ -890,6 +890,64 @@ static void test_giveback_waited(void **state)
     sf_resp_free(&r);
 }
 
+/* A restock is recorded done only once every segment's share is on the replicas
+ * (--redis-replica-acks): the SKU's meta away from segment 1's master, that master starved, a
+ * restock of 4 (2 to each segment) answers 503 outcome unknown; the master dies with its share
+ * and its replica takes over. The restock retried with its key then answers 200 with every
+ * unit there (2 + 4). Old binary: the settle recorded the restock done as soon as the shares
+ * answered, so after the failover segment 1's 2 units were gone for good and the retry
+ * answered 200 with stock_total 4 (chaos --cluster --short seed 202299: "Σ t = 1735, expected
+ * 1737"). ~12 s. */
+static void test_restock_share_waited(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1; /* m0 unused: segment 0's share is replicated either way */
+    cl_find_sku("cl-rsw", CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
+    int port = sf_port(svc[0]);
+    sf_resp r = {0};
+    sf_put_sku(port, NULL, sku, 2, 2, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    char skey[128], rpath[160];
+    snprintf(skey, sizeof skey, "inv:2:{%s/1}:stock", sku);
+    redisReply *ks = rf_command(cf_node(cl, ms), "CLUSTER KEYSLOT %s", skey);
+    int slot1 = (int)ks->integer;
+    freeReplyObject(ks);
+    snprintf(rpath, sizeof rpath, "/api/v1/skus/%s/restock", sku);
+    int rep = cl_starve(m1);
+    int st1 = sf_json_request(NULL, port, "POST", rpath, NULL, "rsw-key", "{\"quantity\": 4}", &r);
+    char first[300];
+    snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* segment 1's master dies with what its replica never got; the replica takes over */
+    SF_ASSERT(rf_halt(cf_node(cl, m1), SIGKILL) == 0, "kill -9 of node %d", m1);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    SF_ASSERT(cf_wait_slot_served(cl, slot1, 30000) == 0, "%s", "the replica was not promoted");
+    SF_ASSERT(rf_restart(cf_node(cl, m1)) == 0, "restart of node %d", m1);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", m1);
+    fprintf(stderr, "restock share failover: first answer %s\n", first);
+    SF_ASSERT(st1 == 503, "the restock with a share on no replica: %s (want 503)", first);
+    /* the client retries with its key (while the cluster settles: 503) */
+    int st2 = 0;
+    long long total = -1, remaining = -1;
+    for (int i = 0; i < 100; i++) {
+        st2 = sf_json_request(NULL, port, "POST", rpath, NULL, "rsw-key", "{\"quantity\": 4}", &r);
+        total = st2 == 200 ? sf_json_int(r.json, "stock_total", -1) : -1;
+        remaining = st2 == 200 ? sf_json_int(r.json, "remaining", -1) : -1;
+        sf_resp_free(&r);
+        if (st2 != 503)
+            break;
+        tu_sleep_ms(200);
+    }
+    SF_ASSERT(st2 == 200, "the restock's retry after the failover answered %d", st2);
+    SF_ASSERT(total == 6 && remaining == 6,
+              "after the failover: stock_total %lld, remaining %lld (want 6 and 6: 2 + 4)", total,
+              remaining);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+}
+
 /* Starts an instance over the cluster that stops or dies at fault point point. */
 static sf_service *cl_faulty(const char *point, const char *lease_ms)
 {
@@ -1385,6 +1443,7 @@ int main(void)
         cmocka_unit_test(test_multi_replay_waits_on_parts),
         cmocka_unit_test(test_multi_follow_waited),
         cmocka_unit_test(test_giveback_waited),
+        cmocka_unit_test(test_restock_share_waited),
         cmocka_unit_test(test_multi_heal_forward_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
