@@ -22,7 +22,7 @@
  *     and two real failovers: of the SKU's master before a multi-segment order's intent
  *     replicated, and of a part's master before its part did (no unit sold to no order, no
  *     half order). IT_CLUSTER_FILTER="test_multi_*" runs those alone (~35 s).
- * The failover tests kill a master, so they run last. ~50 s in all (70 s while the fixture's
+ * The failover tests kill a master, so they run last. ~60 s in all (70 s while the fixture's
  * redis-servers waited Redis 7's repl-diskless-sync-delay of 5 s before each replica's sync).
  */
 #include "svc_test.h"
