@@ -1443,12 +1443,12 @@ int main(void)
         cmocka_unit_test(test_multi_replay_waits_on_parts),
         cmocka_unit_test(test_multi_follow_waited),
         cmocka_unit_test(test_giveback_waited),
-        cmocka_unit_test(test_restock_share_waited),
         cmocka_unit_test(test_multi_heal_forward_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),
         cmocka_unit_test(test_multi_intent_survives_failover),
         cmocka_unit_test(test_multi_part_survives_failover),
+        cmocka_unit_test(test_restock_share_waited),
         cmocka_unit_test(test_lock_redis_over_cluster),
         cmocka_unit_test(test_master_killed_mid_sale),
     };
