@@ -1,7 +1,7 @@
 # cmake -DHTML=index.html -DCSS=dashboard.css -DJS=dashboard.js -DOUT=dashboard_assets.c -P this
 # Builds the live dashboard (GET /) into the binary: index.html with the stylesheet and the
 # script put in place of its @DASHBOARD_CSS@ and @DASHBOARD_JS@ lines, written as a C byte array
-# (dashboard_html, dashboard_html_len; declared in service/src/dashboard.h). Pure CMake: no
+# (dashboard_html, dashboard_html_len; declared in service/src/http/dashboard.h). Pure CMake: no
 # network, no tool beyond cmake itself.
 foreach(var HTML CSS JS OUT)
   if(NOT DEFINED ${var})

@@ -2,7 +2,7 @@
  * bare_handler — the HTTP ceiling of the load test: a libmicrohttpd server that answers every
  * request with a fixed, small JSON 201 (the size of a real order), with no parsing, no Redis and
  * no allocation per request beyond what MHD does itself. It uses the same threading flags as
- * inventoryd's service/src/http.c (internal polling thread pool over epoll, ITC, the same
+ * inventoryd's service/src/http/http.c (internal polling thread pool over epoll, ITC, the same
  * connection limit and timeout), so "order path / bare handler" isolates the cost of the order
  * path. GET /healthz answers 200 so scripts can wait for readiness.
  *
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 
-    /* The same flags and options as service/src/http.c (IPv4 bind, epoll when available). */
+    /* The same flags and options as service/src/http/http.c (IPv4 bind, epoll when available). */
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
         flags |= MHD_USE_EPOLL;

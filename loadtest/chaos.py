@@ -92,7 +92,7 @@ ENDED = ("cancelled", "expired")
 
 
 def units(rec):
-    """A record's units in its own segment (service/src/lua/include/units.lua): a multi-segment
+    """A record's units in its own segment (service/src/store/lua/include/units.lua): a multi-segment
     order's primary holds its own part's quantity, any other record its quantity."""
     parts = rec.get("parts")
     if not isinstance(parts, list):

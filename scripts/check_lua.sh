@@ -2,7 +2,7 @@
 # Usage: scripts/check_lua.sh <dir>...
 # Every *.lua file of each <dir> (not of its subdirectories) parses as Lua 5.1, the Lua of
 # Redis: `luac5.1 -p` (Debian package lua5.1, scripts/deps.sh), which stops at the first syntax
-# error and names its file and line. The lua_syntax test runs it on service/src/lua/ as written
+# error and names its file and line. The lua_syntax test runs it on service/src/store/lua/ as written
 # and on the text each script becomes in the binary (cmake/embed_lua.cmake).
 set -eu
 luac=$(command -v luac5.1 || true)

@@ -22,7 +22,7 @@
 #include "app.h"
 #include "config.h"
 #include "healthcheck.h"
-#include "http.h"
+#include "server.h"
 #include "faultpoint.h"
 #include "log.h"
 
@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         accesslog_close();
         return 1;
     }
-    struct http_server *srv = http_start(&app, err, sizeof(err));
+    struct server *srv = server_start(&app, err, sizeof(err));
     if (!srv) {
         log_msg(CONFIG_LOG_ERROR, "startup_failed", "%s", err);
         app_free(&app);
@@ -117,7 +117,7 @@ int main(int argc, char **argv)
     }
     log_msg(CONFIG_LOG_INFO, "startup",
             "inventoryd %s listening on %s port %d (strategy %s, %d threads)", INVENTORYD_VERSION,
-            cfg.bind, http_port(srv), config_strategy_name(cfg.strategy), cfg.threads);
+            cfg.bind, server_port(srv), config_strategy_name(cfg.strategy), cfg.threads);
 
     int sig = 0;
     for (;;) {
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
     atomic_store(&app.draining, 1);
     log_msg(CONFIG_LOG_INFO, "shutdown", "received %s; draining for up to %d ms",
             sig == SIGINT ? "SIGINT" : "SIGTERM", cfg.shutdown_grace_ms);
-    http_stop(srv, cfg.shutdown_grace_ms);
+    server_stop(srv, cfg.shutdown_grace_ms);
     app_free(&app);
     accesslog_close();
     log_msg(CONFIG_LOG_INFO, "stopped", "inventoryd stopped");

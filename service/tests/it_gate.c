@@ -1,5 +1,5 @@
 /*
- * The per-loop segment gates (service/src/seggate.c, order_fsm.c): under contention only one
+ * The per-loop segment gates (service/src/order/seggate.c, order_fsm.c): under contention only one
  * order of a loop goes to Redis for a segment; the others queue on the loop and are handed the
  * hold with their commit pipelined behind the previous one.
  *   - 32 keep-alive clients on a SKU of 4 segments, one loop: every order 201, SPEC §8 holds,

@@ -1,5 +1,5 @@
 /*
- * Who the user is, end to end over HTTP (SPEC §11; service/src/identity.c):
+ * Who the user is, end to end over HTTP (SPEC §11; service/src/loop/identity.c):
  *   - with --jwt-key-file, POST /api/v1/orders without a token, with a token of another key,
  *     an expired one, alg none, or a token for another audience answers 401 {"error":
  *     "unauthorized", "message": ...} with WWW-Authenticate: Bearer, never echoing the token,

@@ -31,7 +31,7 @@
 #define OC_LEASE_MS 2500
 #define OC_LOCK_WAIT_MS 1000
 /* How old a pending Idempotency-Key claim must be before a retry looks for its order
- * (idem_begin in service/src/order.c). */
+ * (idem_begin in service/src/order/order.c). */
 #define OC_CLAIM_BOUND_MS (OC_LOCK_WAIT_MS + OC_HOLD_MS + OC_LEASE_MS + 2 * OC_REDIS_TIMEOUT_MS)
 /* Generous deadlines for a loaded machine; none of them decides an outcome. */
 #define OC_LOCK_SEEN_MS 10000

@@ -20,7 +20,7 @@
 #define PA_LEASE_MS 800
 #define PA_WAIT_MS 300
 #define PA_REDIS_TIMEOUT_MS 100
-/* The claim's bound (idem_begin in service/src/order.c) and the takeover margin after it. */
+/* The claim's bound (idem_begin in service/src/order/order.c) and the takeover margin after it. */
 #define PA_CLAIM_BOUND_MS (PA_WAIT_MS + PA_HOLD_MS + PA_LEASE_MS + 2 * PA_REDIS_TIMEOUT_MS)
 #define PA_TAKEOVER_MS (PA_CLAIM_BOUND_MS + 1000)
 

@@ -1,5 +1,5 @@
 /*
- * The per-client-IP abuse limits over real HTTP (service/src/ratelimit.c, http.c): the token
+ * The per-client-IP abuse limits over real HTTP (service/src/http/ratelimit.c, http.c): the token
  * bucket (rate_limit_rps / rate_limit_burst) answering 429 rate_limited + Retry-After before
  * any handler runs, per peer address (127.0.0.2 and 127.0.0.3 are two clients on one machine),
  * with the probes exempt and a refused order changing nothing; the connection cap

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/config.c: defaults, the three layers and their precedence, strict
+ * Unit tests of service/src/base/config.c: defaults, the three layers and their precedence, strict
  * validation (a table of invalid inputs, each with the key and origin its message must name),
  * --help/--version, config_describe(), and the checked-in config/inventoryd.json and
  * docs/configuration.md staying in step with the key table.

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/errors.c: the code table matches SPEC §5 (status, wire string),
+ * Unit tests of service/src/base/errors.c: the code table matches SPEC §5 (status, wire string),
  * lookups are total, and error_json() builds exactly {"error", "message"} with valid JSON for
  * any message.
  */

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/identity.c: who sends an order (SPEC §11).
+ * Unit tests of service/src/loop/identity.c: who sends an order (SPEC §11).
  *
  * JWT: HS256 (a good token; a bad signature; another secret; expired, not yet valid, each inside
  * and outside the clock-skew allowance; alg none; HS384 with the right secret; no exp; iss;

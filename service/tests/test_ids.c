@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/ids.c and of the order id format it feeds (order_id_parse): ids
+ * Unit tests of service/src/base/ids.c and of the order id format it feeds (order_id_parse): ids
  * carry 128 bits from getrandom, so no id tells anything about another (issue #10: ids from
  * xorshift64* gave away the generator's state, and GET /api/v1/orders/{id} needs no token).
  */

@@ -1,6 +1,6 @@
 /*
- * Unit tests of service/src/jsontext.c and of the order record rendered with it
- * (order_record_text, service/src/order.c): the text must be the very bytes jansson's
+ * Unit tests of service/src/base/jsontext.c and of the order record rendered with it
+ * (order_record_text, service/src/order/order.c): the text must be the very bytes jansson's
  * json_dumps(JSON_COMPACT) writes for the same values — a table of hostile strings (quotes,
  * backslashes, every control character, DEL, '/', non-ASCII UTF-8 up to U+10FFFF, and invalid
  * UTF-8 that both must refuse), then 100,000 random byte strings biased towards those bytes;

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/metrics.c: the rendered Prometheus document holds every series with
+ * Unit tests of service/src/base/metrics.c: the rendered Prometheus document holds every series with
  * the right values after increments, histogram buckets are cumulative with _count == +Inf, the
  * critical-section peak tracks the highest concurrency (also under threads), and
  * metrics_reset zeroes everything.
@@ -66,7 +66,7 @@ static void test_orders_and_counters(void **state)
     metrics_order_redis_calls(3);
     metrics_set_order_redis_call_budget(256);
 
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_non_null(doc);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"created\"}"), 3);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"replayed\"}"), 1);
@@ -90,7 +90,7 @@ static void test_orders_and_counters(void **state)
 static void test_format(void **state)
 {
     (void)state;
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_non_null(doc);
     size_t len = strlen(doc);
     assert_true(len > 0 && doc[len - 1] == '\n');
@@ -153,7 +153,7 @@ static void test_histogram_cumulative(void **state)
     metrics_lock_acquire_seconds(3.0);    /* +Inf only */
     metrics_lock_acquire_seconds(-1.0);   /* counted as 0 */
 
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_non_null(doc);
     static const struct {
         const char *le;
@@ -183,7 +183,7 @@ static void test_requests(void **state)
     metrics_request_begin();
     metrics_request_begin();
     metrics_request_begin();
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_int_equal((int)sample(doc, "inventory_requests_in_flight"), 3);
     free(doc);
     metrics_request_end(200);
@@ -195,7 +195,7 @@ static void test_requests(void **state)
     metrics_request_end(302);
     metrics_request_begin();
     metrics_request_end(0); /* nonsense counts as 5xx */
-    doc = metrics_render();
+    doc = metrics_render(router_label);
     assert_int_equal((int)sample(doc, "inventory_requests_in_flight"), 0);
     assert_int_equal((int)sample(doc, "inventory_requests_total{code=\"1xx\"}"), 0);
     assert_int_equal((int)sample(doc, "inventory_requests_total{code=\"2xx\"}"), 2);
@@ -220,7 +220,7 @@ static void test_peak(void **state)
     metrics_cs_leave();
     metrics_cs_leave();
     metrics_cs_leave();
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_int_equal((int)sample(doc, "inventory_critical_sections_in_flight"), 0);
     assert_int_equal((int)sample(doc, "inventory_critical_sections_peak"), 3);
     free(doc);
@@ -256,7 +256,7 @@ static void test_concurrent(void **state)
     pthread_barrier_destroy(&barrier);
     long peak = metrics_cs_peak();
     assert_true(peak >= 1 && peak <= THREADS);
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_int_equal((long)sample(doc, "inventory_critical_sections_in_flight"), 0);
     assert_int_equal((long)sample(doc, "inventory_orders_total{result=\"created\"}"),
                      THREADS * ROUNDS);
@@ -277,7 +277,7 @@ static void test_reset(void **state)
     metrics_request_end(200);
     metrics_reset();
     assert_int_equal(metrics_cs_peak(), 0);
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_int_equal((int)sample(doc, "inventory_orders_total{result=\"created\"}"), 0);
     assert_int_equal((int)sample(doc, "inventory_lock_acquire_seconds_count"), 0);
     assert_true(sample(doc, "inventory_lock_acquire_seconds_sum") == 0.0);
@@ -299,7 +299,7 @@ static void test_http_duration(void **state)
     metrics_http_duration(sku.label, 0.02);
     metrics_http_duration(METRICS_ROUTES_MAX, 1.0); /* ignored */
     metrics_http_duration(-1, 1.0);                 /* ignored */
-    char *doc = metrics_render();
+    char *doc = metrics_render(router_label);
     assert_non_null(doc);
     const char *o = "inventory_http_request_duration_seconds_bucket{route=\"/api/v1/orders\",";
     char series[160];
@@ -325,7 +325,7 @@ static void test_http_duration(void **state)
     assert_true(sample(doc, "process_open_fds") >= 3);
     free(doc);
     metrics_reset();
-    doc = metrics_render();
+    doc = metrics_render(router_label);
     assert_int_equal(
         (int)sample(doc, "inventory_http_request_duration_seconds_count{route=\"/api/v1/orders\"}"),
         0);

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/order_idem.c, the Idempotency-Key claim's decisions: what each
+ * Unit tests of service/src/order/order_idem.c, the Idempotency-Key claim's decisions: what each
  * reply of the claim and takeover scripts (STORE_CLAIM_*, STORE_TAKEOVER_*) makes the order do,
  * a malformed or failed reply never placing an order, and what the claim becomes after each
  * outcome. No Redis: replies are built by hand.

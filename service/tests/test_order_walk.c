@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/order_walk.c, the order path's pure decisions: how one walk's
+ * Unit tests of service/src/order/order_walk.c, the order path's pure decisions: how one walk's
  * segment results add up to an answer, what ends a round, what an acquire's reads and a commit
  * script's reply (STORE_COMMIT_*) come to, what a segment at another version means (the
  * healing rules), and the single-lock strategy's end. No Redis: replies are built by hand.

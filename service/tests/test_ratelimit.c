@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/ratelimit.c: the token bucket (burst, refill, Retry-After, a clock
+ * Unit tests of service/src/http/ratelimit.c: the token bucket (burst, refill, Retry-After, a clock
  * going backwards, no overflow at the largest settings), peer keys (IPv4, IPv4-mapped IPv6,
  * IPv6 /64, other families), entries that expire once their bucket is full again, the table's
  * bound under a flood of distinct peers, and exact accounting under concurrent takers.

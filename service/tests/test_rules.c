@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/rules.c: RFC 3339 times parsed to ms since the epoch (valid forms,
+ * Unit tests of service/src/base/rules.c: RFC 3339 times parsed to ms since the epoch (valid forms,
  * offsets, fractions, and a table of garbage, impossible dates and out-of-range instants that
  * must be refused), formatted back ("YYYY-MM-DDTHH:MM:SS.mmmZ"), checked against libc's
  * gmtime_r over many random instants, and the rules as JSON; and the one table of rules

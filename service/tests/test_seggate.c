@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/seggate.c, a worker loop's per-segment gates: first come first
+ * Unit tests of service/src/order/seggate.c, a worker loop's per-segment gates: first come first
  * served, a waiter taken out of the middle of a queue is never handed the gate, a gate with no
  * owner is free (and busy again only once entered), and SKUs and segments do not share gates.
  */

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/sha256.c (OpenSSL libcrypto underneath): the FIPS 180-4 / NIST
+ * Unit tests of service/src/base/sha256.c (OpenSSL libcrypto underneath): the FIPS 180-4 / NIST
  * example digests (empty, "abc", the two-block 448-bit message, one million 'a'), every length
  * around the padding boundary against a digest computed incrementally the same way, and the hex
  * prefix used as the admin token's fingerprint in the audit log.

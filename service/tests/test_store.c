@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/store.c's asynchronous calls (no Redis: a lockcore client on a
+ * Unit tests of service/src/store/store.c's asynchronous calls (no Redis: a lockcore client on a
  * closed port, and calls lockcore refuses to start): a call that could not start calls back on
  * the loop's next turn, never from inside itself, with the status and message of its own
  * failure (not a later one's), in its request's log context; a batch whose calls all failed to
@@ -86,6 +86,7 @@ static int setup(void **state)
     char err[256];
     assert_int_equal(store_new(&cfg, &f->store, err, sizeof(err)), 0);
     f->ar.lc = f->lc;
+    areq_log_reader(); /* the store's callbacks read the request's id through log (log.h) */
     f->ar.base = f->base;
     f->ar.req.request_id = "req-19";
     memset(&seen, 0, sizeof(seen));

@@ -1,5 +1,5 @@
 /*
- * Unit tests of service/src/validate.c: name and header checks, and the body parsers driven by
+ * Unit tests of service/src/base/validate.c: name and header checks, and the body parsers driven by
  * tables of valid and invalid bodies. Every table row is its own cmocka test, and every invalid
  * row states the field its message must name, so a body refused for the wrong reason fails.
  * Bodies are copied into exactly-sized heap buffers (no NUL terminator) so a sanitizer build

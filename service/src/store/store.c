@@ -12,7 +12,7 @@
 
 #include <event2/event.h>
 
-#include "areq.h"
+#include "log.h"
 #include "rules.h"
 #include "store.h"
 #include "store_scripts.h"
@@ -250,13 +250,13 @@ static void defer(lc_async_client *lc, lc_status st, event_callback_fn fn, void 
 static void ctx_begin(const struct areq *ar)
 {
     if (ar)
-        areq_log_begin(ar);
+        log_ctx_begin(ar);
 }
 
 static void ctx_end(const struct areq *ar)
 {
     if (ar)
-        areq_log_end();
+        log_ctx_end();
 }
 
 /* One call in flight, from its start to its callback (which frees it first): the callback, its

@@ -13,7 +13,6 @@
 #include "areq.h"
 #include "handlers.h"
 #include "metrics.h"
-#include "router.h"
 #include "statsnap.h"
 #include "stock.h"
 #include "validate.h"
@@ -106,7 +105,7 @@ void status_get_async(struct areq *ar)
         return;
     }
     if (ar->req.consistent) {
-        if (!router_admin_ok(&ar->app->cfg, &ar->req)) {
+        if (!ar->req.consistent_ok) {
             response_error(&ar->res, ERROR_UNAUTHORIZED,
                            "?consistent=1 (the exact read) needs admin authorization");
             areq_done(ar);

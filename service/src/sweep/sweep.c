@@ -20,7 +20,7 @@
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
-#include "order.h"
+#include "order_id.h"
 #include "rclock.h"
 #include "skucache.h"
 #include "store.h"

@@ -28,6 +28,31 @@ const char *log_request_id(void)
     return log_req_id;
 }
 
+static _Atomic(log_ctx_id_fn) ctx_reader;
+static _Thread_local char ctx_id[LOG_CTX_ID_MAX + 1];
+static _Thread_local int ctx_depth;
+
+void log_ctx_reader(log_ctx_id_fn fn)
+{
+    atomic_store(&ctx_reader, fn);
+}
+
+void log_ctx_begin(const void *ctx)
+{
+    if (ctx_depth++ > 0)
+        return;
+    log_ctx_id_fn fn = atomic_load(&ctx_reader);
+    const char *id = ctx && fn ? fn(ctx) : NULL;
+    snprintf(ctx_id, sizeof(ctx_id), "%s", id ? id : "");
+    log_set_request_id(ctx_id);
+}
+
+void log_ctx_end(void)
+{
+    if (--ctx_depth == 0)
+        log_set_request_id(NULL);
+}
+
 void log_init(enum config_log_level level)
 {
     atomic_store_explicit(&log_level, (int)level, memory_order_relaxed);

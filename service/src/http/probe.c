@@ -10,6 +10,7 @@
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
+#include "router.h"
 #include "skucache.h"
 #include "statsnap.h"
 
@@ -148,7 +149,7 @@ static char *status_series(struct app *app)
 void probe_metrics(struct app *app, const struct request *req, struct response *res)
 {
     (void)req;
-    char *base = metrics_render();
+    char *base = metrics_render(router_label);
     char *skus = base ? sku_series(app) : NULL;
     char *snaps = skus ? status_series(app) : NULL;
     char *text = snaps ? malloc(strlen(base) + strlen(skus) + strlen(snaps) + 1) : NULL;

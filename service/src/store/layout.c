@@ -1,5 +1,5 @@
 /*
- * layout — see layout.h. The scripts are in service/src/lua/ (put_meta.lua, delete_meta.lua,
+ * layout — see layout.h. The scripts are in service/src/store/lua/ (put_meta.lua, delete_meta.lua,
  * layout_read.lua, layout_done.lua, seg_reset.lua, seg_drop.lua, restock_*.lua).
  */
 #include <inttypes.h>
@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "areq.h"
 #include "clock.h"
 #include "layout.h"
 #include "log.h"
@@ -529,8 +528,9 @@ void layout_note_rules_ahead(struct store *st, lc_async_client *lc, const char *
     store_script_async(st, lc, NULL, SCRIPT_PATCH_RULES, 1, keys, 1, args, on_rules_raised, NULL);
 }
 
-void layout_settle_for_async(struct store *st, const struct areq *ar, const char *sku, int heal,
-                             struct store_conns *conns, layout_fn cb, void *arg)
+void layout_settle_for_async(struct store *st, lc_async_client *lc, const struct areq *ar,
+                             const char *sku, int heal, struct store_conns *conns, layout_fn cb,
+                             void *arg)
 {
-    settle_start(st, ar->lc, ar, sku, 1, heal, conns, cb, arg);
+    settle_start(st, lc, ar, sku, 1, heal, conns, cb, arg);
 }

@@ -29,7 +29,6 @@
 
 #include "app.h"
 #include "request.h"
-#include "router.h"
 
 struct event_base;
 struct seggate;
@@ -110,8 +109,12 @@ struct seglock **areq_live_seglocks(const struct areq *ar);
 int areq_loop(const struct areq *ar, int *nloops);
 
 /* Brackets a callback of the request's work on its loop: every log line written in between
- * carries the request's id (copied: the areq may be freed inside). Nestable. */
+ * carries the request's id (copied: the areq may be freed inside). Nestable (log_ctx_begin). */
 void areq_log_begin(const struct areq *ar);
 void areq_log_end(void);
+
+/* Tells log how to read a request's id from a struct areq (log_ctx_reader), so the callbacks
+ * lower layers bracket for a request (store.c) carry it: once, before the loops start. */
+void areq_log_reader(void);
 
 #endif

@@ -39,6 +39,18 @@ void log_set_request_id(const char *id);
 /* The id set by log_set_request_id on this thread, or NULL. Borrowed. */
 const char *log_request_id(void);
 
+/* The request of asynchronous work: a lower layer that calls back into a request's code
+ * (store.c's reply callbacks) brackets the callback with log_ctx_begin(ctx) and log_ctx_end(),
+ * ctx the request's object on the layer above (struct areq; NULL: no id), so the callback's
+ * lines carry the request's id without the lower layer knowing that object. The layer that owns
+ * ctx says once, at start-up, how to read the id from it (log_ctx_reader; none set: no id).
+ * Nested brackets keep the outermost id. Per thread. */
+#define LOG_CTX_ID_MAX 128 /* longer ids are cut (REQUEST_ID_MAX, request.h) */
+typedef const char *(*log_ctx_id_fn)(const void *ctx);
+void log_ctx_reader(log_ctx_id_fn fn);
+void log_ctx_begin(const void *ctx);
+void log_ctx_end(void);
+
 /* Writes the current UTC time as the logs show it, "2026-11-22T02:40:00.123Z", into buf
  * (len >= LOG_TIMESTAMP_LEN). */
 #define LOG_TIMESTAMP_LEN 32

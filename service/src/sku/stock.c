@@ -383,7 +383,8 @@ static void on_segments(void *arg, const char *failed, const struct store_item *
     }
     if (rc == 0) {
         a->healed = 1;
-        layout_settle_for_async(a->app->store, a->ar, a->sku, 1, NULL, on_status_layout, a);
+        layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 1, NULL, on_status_layout,
+                                a);
         return;
     }
     a->stale_from = a->l.version;
@@ -429,7 +430,8 @@ static void on_status_layout(void *arg, int found, struct layout *l)
  * again (5 attempts). */
 static void status_read(struct admin *a)
 {
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, on_status_layout, a);
+    layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 0, &a->conns, on_status_layout,
+                            a);
 }
 
 /* ---- the exact read for others (stock.h) ---- */
@@ -605,7 +607,8 @@ static void on_put_meta(lc_status st, const redisReply *r, const char *errstr, v
     skucache_forget(a->app->cache, a->sku);
     faultpoint("put_meta"); /* tests: the new layout in meta, not yet rolled out */
     /* Roll the layout out (a replay too: the first try may have been cut off before). */
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, put_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 0, &a->conns, put_on_settled,
+                            a);
 }
 
 /* The PUT's meta write (PUT_META), once the SKU is in the registry. */
@@ -974,7 +977,8 @@ static void restock_on_settled(void *arg, int found, struct layout *l)
  * with the same key, or the next reader, completes it). */
 static void finish_restock(struct admin *a)
 {
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, restock_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 0, &a->conns,
+                            restock_on_settled, a);
 }
 
 static void on_restock_begin(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -1170,7 +1174,8 @@ static void on_delete_meta(lc_status st, const redisReply *r, const char *errstr
     }
     /* The SKU is gone from here on (its meta says 0 segments); its keys go now, or with the
      * next settle when this one fails; then its registry entry (delete_on_settled). */
-    layout_settle_for_async(a->app->store, a->ar, a->sku, 0, &a->conns, delete_on_settled, a);
+    layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 0, &a->conns,
+                            delete_on_settled, a);
 }
 
 void stock_delete_async(struct areq *ar)

@@ -53,9 +53,7 @@
 #include "ratelimit.h"
 #include "request.h"
 #include "router.h"
-#include "store.h"
 #include "validate.h"
-#include "sweep.h"
 #include "worker.h"
 
 struct http_loop;
@@ -72,17 +70,17 @@ struct ipcount {
 
 struct http_server {
     struct app *app;
-    struct worker *workers;  /* the loops, and ... */
-    struct http_loop *loops; /* ... our front end on each */
-    int nworkers;            /* made (loop_init), of nloops */
+    struct http_loop *loops; /* our front end on each loop */
+    int nattached;           /* loops attached so far (http_attach), of nloops */
     int nloops;
-    atomic_int in_flight;      /* requests between their first callback and completion */
-    struct ratelimit *limiter; /* per-peer token buckets; NULL when rate_limit_rps is 0 */
+    struct sockaddr_storage ss; /* the listening address (listen_addr) */
+    unsigned int flags;         /* the daemons' MHD flags */
+    atomic_int in_flight;       /* requests between their first callback and completion */
+    struct ratelimit *limiter;  /* per-peer token buckets; NULL when rate_limit_rps is 0 */
     int port;
     int listen_fd;          /* the first daemon's listening socket (borrowed) */
     int async_deadline_ms;  /* a suspended request's safety deadline */
-    struct sweep *sweep;    /* the expiry sweeper, on the first loop (sweep.h) */
-    struct events *events;  /* the status event streams of every loop (events.h) */
+    struct events *events;  /* the status event streams of every loop (events.h; http_events) */
     atomic_int connections; /* open connections, all loops */
     pthread_mutex_t ip_mu;
     struct ipcount *ip[IPCOUNT_BUCKETS];
@@ -135,7 +133,7 @@ struct req_state {
     struct req_state *uprev, *unext; /* in loop->unwatched */
 };
 
-/* The last MHD error message of this thread, so http_start can report why MHD refused. */
+/* The last MHD error message of this thread, so http_attach can report why MHD refused. */
 static _Thread_local char mhd_last_error[256];
 
 /* Set (until MHD_run returns) when the handler returns MHD_NO after answering on the socket itself,
@@ -1398,15 +1396,17 @@ static int loop_daemon(struct http_loop *hl, int i, struct sockaddr_storage *ss,
     return 0;
 }
 
-/* Makes loop i of srv (not yet running): the loop (worker_init), then our daemon and events
- * on it. 0, or -1 with err set (loop_free and worker_free undo what was made). */
-static int loop_init(struct http_server *srv, int i, struct sockaddr_storage *ss,
-                     unsigned int flags, const lc_client_opts *lo, char *err, size_t errlen)
+/* Attaches our front end to loop w (made by worker_init, not yet running): its daemon and
+ * events on the loop's base. 0, or -1 with err set (http_free undoes what was made). */
+int http_attach(struct http_server *srv, struct worker *w, char *err, size_t errlen)
 {
-    struct worker *w = &srv->workers[i];
+    int i = w->env.id;
+    if (i < 0 || i >= srv->nloops || srv->nattached != i) {
+        snprintf(err, errlen, "http: loop %d attached out of order", i);
+        return -1;
+    }
     struct http_loop *hl = &srv->loops[i];
-    int n = srv->nloops;
-    srv->nworkers++;
+    srv->nattached++;
     hl->srv = srv;
     hl->w = w;
     hl->lsock = MHD_INVALID_SOCKET;
@@ -1415,8 +1415,7 @@ static int loop_init(struct http_server *srv, int i, struct sockaddr_storage *ss
                                      .cut = loop_cut,
                                      .flush = loop_flush,
                                      .close = loop_close};
-    if (worker_init(w, i, n, &srv->app->cfg, lo, err, errlen) != 0 ||
-        loop_daemon(hl, i, ss, flags, err, errlen) != 0)
+    if (loop_daemon(hl, i, &srv->ss, srv->flags, err, errlen) != 0)
         return -1;
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(hl->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei) {
@@ -1436,15 +1435,11 @@ static int loop_init(struct http_server *srv, int i, struct sockaddr_storage *ss
     return 0;
 }
 
-/* The sweeper runs on the first loop: started there, stopped before its Redis client goes. */
-static void on_start_sweep(void *arg)
+void http_events(struct http_server *srv, struct events *ev)
 {
-    sweep_start(arg);
-}
-
-static void on_end_sweep(void *arg)
-{
-    sweep_stop(arg);
+    srv->events = ev;
+    for (int i = 0; i < srv->nattached; i++)
+        events_loop_hook(ev, i, kick_loop, &srv->loops[i]);
 }
 
 /* Descriptors kept beside the connections: Redis connections of every loop, the listening
@@ -1476,7 +1471,7 @@ static void raise_fd_limit(const struct config *cfg)
                 (unsigned long long)rl.rlim_cur, cfg->max_connections, FD_RESERVE);
 }
 
-struct http_server *http_start(struct app *app, char *err, size_t errlen)
+struct http_server *http_new(struct app *app, char *err, size_t errlen)
 {
     const struct config *cfg = &app->cfg;
     struct sockaddr_storage ss;
@@ -1494,6 +1489,8 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         return NULL;
     }
     srv->app = app;
+    srv->ss = ss;
+    srv->flags = flags;
     atomic_init(&srv->in_flight, 0);
     atomic_init(&srv->connections, 0);
     pthread_mutex_init(&srv->ip_mu, NULL);
@@ -1504,64 +1501,19 @@ struct http_server *http_start(struct app *app, char *err, size_t errlen)
         srv->limiter = ratelimit_new(cfg->rate_limit_rps, burst);
         if (!srv->limiter) {
             snprintf(err, errlen, "rate limiter: out of memory");
-            goto fail;
+            http_free(srv);
+            return NULL;
         }
     }
-    int n = cfg->threads > 0 ? cfg->threads : 1;
-    srv->nloops = n;
-    srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-    srv->loops = calloc((size_t)n, sizeof(*srv->loops));
-    if (!srv->workers || !srv->loops) {
+    srv->nloops = cfg->threads > 0 ? cfg->threads : 1;
+    srv->loops = calloc((size_t)srv->nloops, sizeof(*srv->loops));
+    if (!srv->loops) {
         snprintf(err, errlen, "out of memory");
-        goto fail;
+        http_free(srv);
+        return NULL;
     }
-    lc_client_opts lo;
-    lc_client_opts_init(&lo);
-    lo.connect_timeout_ms = cfg->redis_timeout_ms;
-    lo.command_timeout_ms = cfg->redis_timeout_ms;
     mhd_last_error[0] = '\0';
-    for (int i = 0; i < n; i++)
-        if (loop_init(srv, i, &ss, flags, &lo, err, errlen) != 0)
-            goto fail;
-    if (!(srv->sweep = sweep_new(app, &srv->workers[0].env))) {
-        snprintf(err, errlen, "expiry sweeper: out of memory");
-        goto fail;
-    }
-    if (!(srv->events = events_new(app, srv->workers, n))) {
-        snprintf(err, errlen, "event streams: out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < n; i++)
-        events_loop_hook(srv->events, i, kick_loop, &srv->loops[i]);
-    srv->workers[0].on_end = on_end_sweep;
-    srv->workers[0].on_end_arg = srv->sweep;
-    for (int i = 0; i < n; i++) {
-        if (worker_start(&srv->workers[i]) != 0) {
-            snprintf(err, errlen, "cannot start event loop %d", i);
-            for (int j = 0; j < i; j++) {
-                worker_end(&srv->workers[j]);
-                worker_join(&srv->workers[j]);
-            }
-            goto fail;
-        }
-    }
-    worker_post(&srv->workers[0], on_start_sweep, srv->sweep);
     return srv;
-fail:
-    sweep_free(srv->sweep);
-    for (int i = 0; i < srv->nworkers; i++)
-        events_loop_close(srv->events, i); /* before the loops' bases go */
-    for (int i = 0; i < srv->nworkers; i++) {
-        loop_free(&srv->loops[i]);
-        worker_free(&srv->workers[i]);
-    }
-    events_free(srv->events);
-    free(srv->workers);
-    free(srv->loops);
-    ratelimit_free(srv->limiter);
-    pthread_mutex_destroy(&srv->ip_mu);
-    free(srv);
-    return NULL;
 }
 
 int http_port(const struct http_server *srv)
@@ -1569,35 +1521,17 @@ int http_port(const struct http_server *srv)
     return srv ? srv->port : 0;
 }
 
-void http_stop(struct http_server *srv, int grace_ms)
+int http_in_flight(const struct http_server *srv)
+{
+    return atomic_load(&srv->in_flight);
+}
+
+void http_free(struct http_server *srv)
 {
     if (!srv)
         return;
-    for (int i = 0; i < srv->nworkers; i++)
-        worker_quiesce(&srv->workers[i]);
-    int64_t start_us = clock_mono_us();
-    while (atomic_load(&srv->in_flight) > 0 && elapsed_us(start_us) < (long)grace_ms * 1000L) {
-        struct timespec tick = {0, 5 * 1000000L};
-        nanosleep(&tick, NULL);
-    }
-    int left = atomic_load(&srv->in_flight);
-    if (left > 0)
-        log_msg(CONFIG_LOG_WARN, "shutdown", "%d request(s) still in flight after %d ms; closing",
-                left, grace_ms);
-    /* Answer what is still suspended, then end the loops. */
-    for (int i = 0; i < srv->nworkers; i++)
-        worker_cut(&srv->workers[i]);
-    for (int i = 0; i < srv->nworkers; i++)
-        worker_end(&srv->workers[i]);
-    for (int i = 0; i < srv->nworkers; i++)
-        worker_join(&srv->workers[i]);
-    sweep_free(srv->sweep);
-    for (int i = 0; i < srv->nworkers; i++) {
+    for (int i = 0; i < srv->nattached; i++)
         loop_free(&srv->loops[i]);
-        worker_free(&srv->workers[i]);
-    }
-    events_free(srv->events);
-    free(srv->workers);
     free(srv->loops);
     ratelimit_free(srv->limiter);
     for (int b = 0; b < IPCOUNT_BUCKETS; b++)

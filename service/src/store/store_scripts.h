@@ -1,6 +1,6 @@
 /*
  * The service's Lua scripts (loaded once per server, run by SHA): each is a file of
- * service/src/lua/ (their KEYS, ARGV and replies are described there), built into the binary
+ * service/src/store/lua/ (their KEYS, ARGV and replies are described there), built into the binary
  * by cmake/embed_lua.cmake as the string macro STORE_LUA_<NAME> of the generated store_lua.h.
  * The numbers below are defined once, here: the Lua files name them (STORE_COMMIT_OK, ...)
  * and the build puts these values in their place.

@@ -35,12 +35,27 @@ struct app;
 #define HTTP_HEAD_MAX 8192
 struct http_server;
 
-/* Starts listening on app->cfg.bind:app->cfg.port (an IPv4 or IPv6 literal; "::" listens
- * dual-stack; port 0 picks a free port, see http_port) with app->cfg.threads worker threads,
- * app->cfg.max_connections connections and app->cfg.connection_timeout_s idle timeout.
- * app is borrowed and must outlive the server. Returns a new server to stop with http_stop, or
- * NULL with a one-line reason in err[0..errlen). */
-struct http_server *http_start(struct app *app, char *err, size_t errlen);
+/* The libmicrohttpd edge of the service: one MHD daemon per event loop, in external-epoll mode
+ * on the loop's base, sharing the port with SO_REUSEPORT; the server (server.c) makes the loops
+ * and attaches this to each. */
+
+/* Checks app->cfg's listening address (bind: an IPv4 or IPv6 literal, "::" listens dual-stack;
+ * port 0 picks a free port, see http_port), raises the open-file limit for max_connections,
+ * makes the rate limiter. app is borrowed and must outlive it. NULL with a one-line reason in
+ * err[0..errlen). */
+struct http_server *http_new(struct app *app, char *err, size_t errlen);
+
+/* Attaches the front end to loop w (worker_init'ed, not yet running; loops in index order): w's
+ * worker_front, and a daemon listening on w's base with app->cfg.max_connections connections
+ * and app->cfg.connection_timeout_s idle timeout. 0, or -1 with err set (http_free undoes
+ * it). */
+struct worker;
+int http_attach(struct http_server *srv, struct worker *w, char *err, size_t errlen);
+
+/* The status event streams (events.h) the front end opens on their route and wakes each loop
+ * for: once every loop is attached, before the loops run. */
+struct events;
+void http_events(struct http_server *srv, struct events *ev);
 
 /* True when id may be taken as a request id from a trusted proxy (see above). */
 bool http_request_id_ok(const char *id);
@@ -48,10 +63,12 @@ bool http_request_id_ok(const char *id);
 /* The port the server listens on (useful after binding port 0); 0 when unknown. */
 int http_port(const struct http_server *srv);
 
-/* Stops the server gracefully: stops accepting connections at once (new connects are refused),
- * lets requests in flight finish for up to grace_ms milliseconds (responses sent meanwhile
- * carry Connection: close when app->draining is set), then closes every connection, joins the
- * worker threads and frees srv. NULL-safe. */
-void http_stop(struct http_server *srv, int grace_ms);
+/* Requests between their first callback and their completion, on every loop (the grace of a
+ * shutdown waits for 0). */
+int http_in_flight(const struct http_server *srv);
+
+/* Frees what http_new and http_attach made: after the loops ended (worker_end, worker_join),
+ * before they are freed. NULL-safe. */
+void http_free(struct http_server *srv);
 
 #endif

@@ -48,6 +48,8 @@ struct request {
     const char *if_none_match; /* If-None-Match, NULL when absent */
     const char *consistent;    /* the query argument "consistent" (GET of a SKU: the exact
                                   read), NULL when absent */
+    int consistent_ok;         /* with consistent: the request has admin authorization
+                                  (router_admin_ok; router_begin sets it) */
     const char *cursor;        /* the query arguments "cursor" and "limit" (GET /api/v1/skus), */
     const char *limit;         /* NULL when absent */
 };

@@ -61,9 +61,9 @@ enum metrics_order_result {
 };
 
 /* The request-duration histogram's series: route index r in 0..METRICS_ROUTES_MAX - 1, whose
- * label route="..." is router_label(r) (router.h: each path's pattern, e.g.
- * "/api/v1/skus/{sku}", and "other" for 404s); an index router_label does not name has no
- * series. */
+ * label route="..." is what metrics_render's route_label names it (the HTTP layer's
+ * router_label: each path's pattern, e.g. "/api/v1/skus/{sku}", and "other" for 404s); an index
+ * it does not name has no series. */
 #define METRICS_ROUTES_MAX 32
 
 /* Records one HTTP request of route index r that took s seconds (negative or NaN counts as 0);
@@ -138,8 +138,11 @@ void metrics_request_end(int http_status);
 
 /* Renders every series as a Prometheus text format 0.0.4 document (HELP and TYPE lines, one
  * sample a line, ending with a newline). Returns a NEW malloc'd NUL-terminated string the
- * caller frees with free(), or NULL when out of memory. */
-char *metrics_render(void);
+ * caller frees with free(), or NULL when out of memory. route_label(r) names route index r
+ * (the HTTP layer's router_label; NULL: an index with no route), so this layer need not know
+ * the routes. */
+typedef const char *(*metrics_label_fn)(int route);
+char *metrics_render(metrics_label_fn route_label);
 
 /* One sample of an unlabelled counter / gauge with its HELP and TYPE lines, in the text format
  * metrics_render writes: for other renderers of the same format (inventory-sink's /metrics). */

@@ -11,11 +11,7 @@
 
 #include <stddef.h>
 
-/* Longest order id: 32 (IDS_ORDER_HEX) + 1 + 4 + 1 + 64. */
-#define ORDER_ID_MAX 102
-
-/* Splits an order id into its segment and SKU (sku: 65 bytes). 0, or -1 when id is not one. */
-int order_id_parse(const char *id, size_t len, int *segment, char *sku);
+#include "order_id.h" /* the id's format: the store's, which the sweeper reads too */
 
 /* The order as the API answers it (SPEC §13): a one-segment order's record has no "parts"
  * (docs/design.md "Orders larger than one segment"), its answer does: "parts":[{"segment":k,

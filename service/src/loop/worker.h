@@ -32,11 +32,22 @@ struct worker_front {
     void (*close)(void *data);   /* the end: close every connection */
 };
 
+/* What a layer above keeps on each loop (the order path's gates and live locks: order_loop.c),
+ * each part may be NULL: init with the loop (0, or -1 when out of memory); close on the loop at
+ * its end, after its Redis client went and before its lock clients go (no Redlock may outlive
+ * its node clients); free once nothing runs on the loop (worker_free too). */
+struct worker_hooks {
+    int (*init)(struct areq_env *env);
+    void (*close)(struct areq_env *env);
+    void (*free)(struct areq_env *env);
+};
+
 /* One event loop. Everything but the post queue (mu) is touched only by the loop's thread once
  * it runs. */
 struct worker {
     struct areq_env env; /* the loop's base, Redis clients and gates, lent to its requests */
     struct worker_front front;
+    const struct worker_hooks *hooks; /* worker_init's (may be NULL) */
     void (*on_end)(void *arg); /* set before worker_start (may be NULL): the loop's first step
                                   at its end, before its Redis clients go */
     void *on_end_arg;
@@ -49,11 +60,12 @@ struct worker {
     struct worker_post *posts, *posts_tail;
 };
 
-/* Makes loop id of nloops (not yet running): its event base, gates and Redis clients (cfg's
- * redis_url and lock_redis with lo's timeouts). 0, or -1 with err set; worker_free undoes what
- * was made either way. */
+/* Makes loop id of nloops (not yet running): its event base, Redis clients (cfg's redis_url and
+ * lock_redis with lo's timeouts) and what hooks (may be NULL) keep on it. 0, or -1 with err set;
+ * worker_free undoes what was made either way. */
 int worker_init(struct worker *w, int id, int nloops, const struct config *cfg,
-                const lc_client_opts *lo, char *err, size_t errlen);
+                const lc_client_opts *lo, const struct worker_hooks *hooks, char *err,
+                size_t errlen);
 
 /* Runs the loop on a thread of its own. 0, or -1 when the thread could not start. */
 int worker_start(struct worker *w);
@@ -68,7 +80,7 @@ void worker_post(struct worker *w, void (*fn)(void *), void *arg);
  * worker_quiesce: front.quiesce;
  * worker_cut:     stopping, then front.cut and front.flush;
  * worker_end:     front.flush, cancel the live areqs, free the Redis clients (the operations
- *                 they cut short end their handlers), front.flush, free the gates, front.close,
+ *                 they cut short end their handlers), front.flush, hooks' free, front.close,
  *                 and the loop returns. */
 void worker_quiesce(struct worker *w);
 void worker_cut(struct worker *w);

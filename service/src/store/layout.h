@@ -99,12 +99,13 @@ void layout_note_rules_ahead(struct store *st, lc_async_client *lc, const char *
 void layout_note_ahead(struct store *st, lc_async_client *lc, const char *sku, int k, int64_t seen,
                        int64_t version);
 
-/* For the request ar, on its loop's client: layout_read_settled_async (heal 0) or
+/* For the request ar, on lc (its loop's client): layout_read_settled_async (heal 0) or
  * layout_heal_async (heal 1), cb run in ar's log context (store.h), and, when conns is not NULL
  * (the caller's, alive until cb), the connections its reads and writes went on noted there, for
  * the WAITs that vouch for them (an admin write's). */
 struct areq;
-void layout_settle_for_async(struct store *st, const struct areq *ar, const char *sku, int heal,
-                             struct store_conns *conns, layout_fn cb, void *arg);
+void layout_settle_for_async(struct store *st, lc_async_client *lc, const struct areq *ar,
+                             const char *sku, int heal, struct store_conns *conns, layout_fn cb,
+                             void *arg);
 
 #endif

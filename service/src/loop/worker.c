@@ -13,8 +13,6 @@
 #include <event2/event.h>
 
 #include "log.h"
-#include "seggate.h"
-#include "seglock.h"
 #include "worker.h"
 
 /* A function posted to a loop from another thread (worker_post). */
@@ -156,12 +154,20 @@ static int lock_nodes_new(struct worker *w, const struct config *cfg, const lc_c
     return 0;
 }
 
+/* What the hooks keep on the loop, freed (once: their free leaves nothing to free again). */
+static void hooks_free(struct worker *w)
+{
+    if (w->hooks && w->hooks->free)
+        w->hooks->free(&w->env);
+}
+
 static void lock_nodes_free(struct worker *w)
 {
     struct areq_env *env = &w->env;
     lc_mysql_client_free(env->lockmysql); /* its live locks become orphans (LC_ESTATE) */
     env->lockmysql = NULL;
-    seglock_close_all(&env->live_seglocks); /* no Redlock may outlive its node clients */
+    if (w->hooks && w->hooks->close)
+        w->hooks->close(env); /* no Redlock may outlive its node clients */
     for (int i = 0; i < env->nlocknodes; i++)
         lc_async_client_free(env->locknodes[i]);
     env->nlocknodes = 0;
@@ -183,8 +189,7 @@ static void on_end(void *arg)
     w->env.lc = NULL;
     lock_nodes_free(w);
     w->front.flush(w->front.data); /* handlers the free ended */
-    seggate_free(w->env.gates);    /* every order has ended: nobody is queued */
-    w->env.gates = NULL;
+    hooks_free(w);                 /* every order has ended: nobody is queued */
     w->front.close(w->front.data);
     event_base_loopbreak(w->env.base);
 }
@@ -219,8 +224,11 @@ static struct event_base *loop_base_new(void)
 }
 
 int worker_init(struct worker *w, int id, int nloops, const struct config *cfg,
-                const lc_client_opts *lo, char *err, size_t errlen)
+                const lc_client_opts *lo, const struct worker_hooks *hooks, char *err,
+                size_t errlen)
 {
+    w->hooks = hooks;
+    areq_log_reader();
     w->env.id = id;
     w->env.nloops = nloops;
     w->mailfd = -1;
@@ -231,9 +239,9 @@ int worker_init(struct worker *w, int id, int nloops, const struct config *cfg,
         snprintf(err, errlen, "event loop %d: %s", id, strerror(errno));
         return -1;
     }
-    w->env.gates = seggate_new();
     w->mail = event_new(w->env.base, w->mailfd, EV_READ | EV_PERSIST, on_mail, w);
-    if (!w->env.gates || !w->mail || event_add(w->mail, NULL)) {
+    if ((hooks && hooks->init && hooks->init(&w->env) != 0) || !w->mail ||
+        event_add(w->mail, NULL)) {
         snprintf(err, errlen, "event loop %d: out of memory", id);
         return -1;
     }
@@ -253,8 +261,7 @@ void worker_free(struct worker *w)
         lc_async_client_free(w->env.lc);
     w->env.lc = NULL;
     lock_nodes_free(w);
-    seggate_free(w->env.gates);
-    w->env.gates = NULL;
+    hooks_free(w);
     if (w->env.base)
         event_base_free(w->env.base);
     w->env.base = NULL;

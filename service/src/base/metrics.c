@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "metrics.h"
-#include "router.h"
 
 #ifndef INVENTORYD_VERSION
 #define INVENTORYD_VERSION "0.0.0" /* CMake defines the real one */
@@ -403,7 +402,7 @@ static void render_process(FILE *f)
                     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 }
 
-char *metrics_render(void)
+char *metrics_render(metrics_label_fn route_label)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -462,7 +461,7 @@ char *metrics_render(void)
           "# TYPE inventory_http_request_duration_seconds histogram\n",
           f);
     for (int r = 0; r < METRICS_ROUTES_MAX; r++) {
-        const char *label = router_label(r);
+        const char *label = route_label(r);
         if (!label)
             continue;
         char labels[96];

@@ -145,8 +145,8 @@ const char *store_holds_key(void);
  * itself) and running out of memory for the call's own record.
  *
  * ar (may be NULL): the request the call is for. Its callback then runs with the request's id
- * on its log lines (areq_log_begin/areq_log_end around it: written here once, for every store
- * callback). */
+ * on its log lines (log_ctx_begin/log_ctx_end around it: written here once, for every store
+ * callback; struct areq stays opaque here). */
 struct areq;
 struct store_conns;
 

@@ -93,21 +93,24 @@ void areq_cancel_all(struct areq_env *env)
     }
 }
 
-static _Thread_local char log_id[REQUEST_ID_MAX + 1];
-static _Thread_local int log_depth;
+static const char *request_id_of(const void *ctx)
+{
+    return ((const struct areq *)ctx)->req.request_id;
+}
+
+void areq_log_reader(void)
+{
+    log_ctx_reader(request_id_of);
+}
 
 void areq_log_begin(const struct areq *ar)
 {
-    if (log_depth++ > 0)
-        return;
-    snprintf(log_id, sizeof(log_id), "%s", ar->req.request_id ? ar->req.request_id : "");
-    log_set_request_id(log_id);
+    log_ctx_begin(ar);
 }
 
 void areq_log_end(void)
 {
-    if (--log_depth == 0)
-        log_set_request_id(NULL);
+    log_ctx_end();
 }
 
 struct seggate *areq_gates(const struct areq *ar)

@@ -251,6 +251,8 @@ bool router_begin(struct app *app, struct request *req, struct response *res,
     }
     req->param = route->param;
     req->param_len = route->param_len;
+    /* the exact read of a public row is an admin's (status.c): judged here, with the rows */
+    req->consistent_ok = req->consistent && router_admin_ok(&app->cfg, req);
     *allowed = router_authorized(app, route->row->flags, req);
     if (!*allowed) {
         response_error(res, ERROR_UNAUTHORIZED,
