@@ -1,7 +1,7 @@
 /*
- * Unit tests of service/src/base/log.c: every line is one valid JSON object with ts/level/event/msg,
- * strings are escaped (quotes, backslashes, control characters, invalid UTF-8), levels filter,
- * and lines from concurrent threads never interleave.
+ * Unit tests of service/src/base/log.c: every line is one valid JSON object with
+ * ts/level/event/msg, strings are escaped (quotes, backslashes, control characters, invalid UTF-8),
+ * levels filter, and lines from concurrent threads never interleave.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /*
- * Unit tests of service/src/base/metrics.c: the rendered Prometheus document holds every series with
- * the right values after increments, histogram buckets are cumulative with _count == +Inf, the
+ * Unit tests of service/src/base/metrics.c: the rendered Prometheus document holds every series
+ * with the right values after increments, histogram buckets are cumulative with _count == +Inf, the
  * critical-section peak tracks the highest concurrency (also under threads), and
  * metrics_reset zeroes everything.
  */

@@ -1,6 +1,6 @@
 /*
- * Unit tests of service/src/base/proxy.c: trusted-proxy CIDR lists (IPv4, IPv6, IPv4-mapped) and the
- * client address behind them (rightmost untrusted X-Forwarded-For hop, X-Real-IP, forged and
+ * Unit tests of service/src/base/proxy.c: trusted-proxy CIDR lists (IPv4, IPv6, IPv4-mapped) and
+ * the client address behind them (rightmost untrusted X-Forwarded-For hop, X-Real-IP, forged and
  * malformed headers), issue #10.
  */
 #include <setjmp.h>

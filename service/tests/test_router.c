@@ -1,6 +1,6 @@
 /*
- * Unit tests of service/src/http/router.c and the probes of service/src/http/probe.c: the route table
- * itself (every row reachable by its method and path, HEAD as GET, one handler per row, admin
+ * Unit tests of service/src/http/router.c and the probes of service/src/http/probe.c: the route
+ * table itself (every row reachable by its method and path, HEAD as GET, one handler per row, admin
  * rows audited, each path's Allow header and metrics label), 404 and 405 + Allow, the
  * constant-time token compare, admin authorisation (token, loopback rule, 401 +
  * WWW-Authenticate on every admin row), ROUTER_CONFIRM (the admin or the confirm token; admin
