@@ -333,7 +333,9 @@ RETRY_FOR_S = 8.0
 # will. Since issue 29 the PATCHes also change the rules mid-sale the way an operator does: a
 # SKU of class 1 or 3 may get a limit added (0 -> 2..3, LIMIT_ADD_PCT % of its PATCHes; from
 # then on it is a limited SKU: its later PUTs carry the limit, and "no user over the limit"
-# counts the units of the orders begun after the answer of the first PATCH that added it), a
+# counts the units of the orders begun once the limit holds for good: the answer of a PUT or
+# PATCH stating a limit begun after every one stating none may have been applied, as one whose
+# args were taken before the add may be applied after it (Checker.limit_from)), a
 # SKU with holds has its TTL set to 0 now and then (TTL_ZERO_PCT %: later orders are final at
 # once, earlier holds must still expire), and the sale window is closed (sale_end a second in
 # the past, WINDOW_CLOSE_PCT %) for 0.2-0.8 s and opened again (sale_end null) by the same
@@ -1171,7 +1173,7 @@ CHECKS = [
     ("confirms", "a confirm answered 200 is confirmed in Redis unless a cancel that may have run ended after it began; 409 reservation_expired (a confirm's or a cancel's) is expired, already_cancelled cancelled, not_reserved created or cancelled; no 404 for an order of the layout; a confirmed record had a confirm that may have run"),
     ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; a 201 \"reserved\" order body has an expires_at 1–2 s after the request (TTL 1 or 2; whether an order is a hold at all: rules-in-force)"),
     ("rules-in-force", "SPEC §11 (issue 29): a PUT or PATCH answered 2xx holds for every order begun after the answer, on every instance: such an order (when no other rule change that may have run overlaps; one of unknown outcome is given %d s more) is \"reserved\" exactly when the TTL is > 0, is answered 201 only while the sale window is open and 409 sale_ended only while it is closed (chaos's PATCHes add limits, set TTLs to 0 and close the window for a moment)" % STALE_RULE_S),
-    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after that PATCH's answer), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries"),
+    ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after the answer of a PUT or PATCH stating a limit whose attempt began after every PUT or PATCH stating none may have been applied (answered: by its answer; else %d s after it was given up): one taken before the add may be applied after it and take the limit away), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries" % STALE_RULE_S),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
@@ -1228,21 +1230,68 @@ class Checker:
                 return None
         return self.rule_state(best), best
 
+    @staticmethod
+    def landed_by(op):
+        """The latest moment (monotonic s) an attempt of the rule change op may have been
+        applied in Redis: an attempt answered 2xx by its answer, one without an answer (or a
+        5xx) STALE_RULE_S after its client gave up on it (a request held by a stopped instance
+        or Redis); None when no attempt may have run."""
+        ts = [a["t1"] + (STALE_RULE_S if a["eff"] == MAYBE else 0) for a in op.attempts if a["eff"] != NONE]
+        return max(ts) if ts else None
+
     def limit_from(self, sku, ops):
         """When a limit added by PATCH (0 -> n) to sku holds for every order begun after it (in
-        monotonic s): the first such PATCH's answer — later, while a rule change that may have
-        run without a limit could still land (STALE_RULE_S after it) —; infinity when no such
-        PATCH was answered; None when the SKU's limit was never added by a PATCH."""
+        monotonic s): the earliest answer of a PUT or PATCH stating a limit whose answered
+        attempt began after every PUT or PATCH stating none may have been applied (landed_by).
+        Such a rule change without a limit may be applied after the one that added it: its
+        args were taken before the add (op_patch takes them under the lock and sends them
+        after it, a PUT copies the rules, every retry of an op re-sends its args), and it
+        takes the limit away until a later PUT or PATCH that states one is applied — orders
+        meanwhile are placed with no limit and no entry, rightly. The answer of the first such
+        change applied after all of them gives it back for good (the answered attempt of a
+        PATCH was applied within it; a keyed PUT's 2xx may replay its first attempt's write).
+        Returns (t, why), t infinity when no such answer came; None when the SKU's limit was
+        never added by a PATCH."""
         if not self.run.limit_adds.get(sku):
             return None
+        rule = [o for o in ops["put"] + ops["patch"] if o.attempts]
+        free = [(o, self.landed_by(o)) for o in rule if not o.args.get("limit_per_user")]
+        free = [(o, t) for o, t in free if t is not None]
+        best, passed = None, []
+        for o in rule:
+            if not o.args.get("limit_per_user") or o.ack is None:
+                continue
+            began = o.ack["t0"] if o.op == "patch" else o.t0
+            late = [(x, t) for x, t in free if t > began]
+            if late:
+                passed.append((o, late))
+            elif best is None or o.ack["t1"] < best[1]:
+                best = (o, o.ack["t1"], began)
+        def name(o):
+            return "%s lop %d (limit %s)" % (o.op.upper(), o.id, o.args.get("limit_per_user", 0))
         adds = [l for l in self.run.limit_adds[sku] if l.ack is not None]
-        if not adds:
-            return float("inf")     # added by a PATCH whose answer never came: when is unknown
-        t = min(l.ack["t1"] for l in adds)
-        for o in ops["put"] + ops["patch"]:
-            if o.attempts and not o.args.get("limit_per_user") and o.final == "unknown" and o.t0 < t:
-                t = max(t, o.t1 + STALE_RULE_S)
-        return t
+        first = "the first add %s answered at %.3f s" % (name(adds[0]), adds[0].ack["t1"]) if adds else "no add answered"
+        skipped = [(o, late) for o, late in passed if best is None or o.ack["t1"] < best[1]]
+        why = "; ".join("%s answered at %.3f s passed over: %s may have been applied after its attempt began (%.3f s)" % (
+            name(o), o.ack["t1"], ", ".join("%s by %.3f s" % (name(x), t) for x, t in late[:3]),
+            o.ack["t0"] if o.op == "patch" else o.t0) for o, late in skipped[:3])
+        if best is None:
+            return float("inf"), "no answered PUT/PATCH stating a limit began after every one stating none may have been applied (%s)%s" % (
+                first, ": " + why if why else "")
+        o, t, began = best
+        return t, "the answer of %s, its attempt begun at %.3f s after every PUT/PATCH without a limit may have been applied (%s)%s" % (
+            name(o), began, first, "; " + why if why else "")
+
+    def rule_ops_text(self, ops, t_lo, t_hi, n=10):
+        """The PUTs and PATCHes of a SKU that may have run and may have been applied within
+        [t_lo, t_hi] (the last n): lop, the limit stated, t0, t1 and each attempt's status and
+        effect — what a "limits" violation is judged by."""
+        sel = [o for o in ops["put"] + ops["patch"] if o.attempts and o.t0 <= t_hi and (self.landed_by(o) or -1) >= t_lo]
+        sel.sort(key=lambda o: o.t0)
+        return "; ".join("%s lop %d limit %s %.3f..%.3f [%s]" % (
+            o.op.upper(), o.id, o.args.get("limit_per_user", 0), o.t0, o.t1,
+            " ".join("%s/%s" % (a["status"] if a["status"] is not None else (a["err"] or "-"), a["eff"]) for a in o.attempts))
+            for o in sel[-n:]) or "none"
 
     def rules_in_force(self, lops):
         """Every order attempt begun after a rule change was answered (and settled: rules_at)
@@ -2313,9 +2362,10 @@ class Checker:
         self.examined["limits"] += 1
         if mlimit > limit:
             self.fail("limits", (s, "meta", mlimit), "checkpoint %s: %s meta limit %d, above every limit sent (%d)" % (cp, s, mlimit, limit), [])
-        # A limit added by PATCH counts the orders begun after its answer (limit_from): the
-        # ones before it were placed with no limit, so they are neither counted nor recorded.
-        since = self.limit_from(s, ops)
+        # A limit added by PATCH counts the orders begun once it holds for good (limit_from):
+        # the ones before were placed with no limit, so they are neither counted nor recorded.
+        got = self.limit_from(s, ops)
+        since, since_why = got if got is not None else (None, None)
         units, live = defaultdict(int), defaultdict(list)
         for oid, (k, rec) in records.items():
             if isinstance(rec, dict) and rec.get("status") in LIVE and isinstance(rec.get("user_id"), str) and isinstance(rec.get("quantity"), int):
@@ -2323,11 +2373,23 @@ class Checker:
                     continue
                 units[rec["user_id"]] += rec["quantity"]
                 live[rec["user_id"]].append(oid)
+
+        def judged_by(oids):
+            """What the verdict on these orders rests on: limit_from and the rule changes."""
+            if since is None:
+                return ""
+            t0s = [L_of[o].t0 for o in oids if L_of.get(o)]
+            adds = [l.t0 for l in self.run.limit_adds[s] if l.attempts]
+            # those that may have been applied once the first add was sent, up to the orders
+            lo = min(adds) if adds else (min(t0s) - STALE_RULE_S if t0s else 0.0)
+            return "; orders counted from %.3f s: %s; the SKU's PUT/PATCH ops (limit, t0..t1, status/effect per attempt): %s" % (
+                since, since_why, self.rule_ops_text(ops, lo, max(t0s) if t0s else float("inf")))
         for u, q in units.items():
             self.examined["limits"] += 1
             if q > limit:
-                self.fail("limits", (s, u, "over"), "checkpoint %s: %s user %s holds %d units in %d live orders (%s), over the limit %d (meta %d)" % (
-                    cp, s, u, q, len(live[u]), ", ".join("%s %s ×%s" % (o, records[o][1]["status"], records[o][1]["quantity"]) for o in sorted(live[u])[:8]), limit, mlimit),
+                self.fail("limits", (s, u, "over"), "checkpoint %s: %s user %s holds %d units in %d live orders (%s), over the limit %d (meta %d)%s" % (
+                    cp, s, u, q, len(live[u]), ", ".join("%s %s ×%s" % (o, records[o][1]["status"], records[o][1]["quantity"]) for o in sorted(live[u])[:8]), limit, mlimit,
+                    judged_by(live[u])),
                     [x for o in sorted(live[u])[:4] if L_of.get(o) for x in L_of[o].seqs()[-1:]])
             try:
                 ent = json.loads(snap["users"].get(u) or "{}")
@@ -2338,8 +2400,8 @@ class Checker:
                 continue
             missing = [o for o in live[u] if o.split("-", 1)[0] not in ent]
             if missing:
-                self.fail("limits", (s, u, "missing", missing[0]), "checkpoint %s: %s user %s: live order(s) %s not in the user's entries %s (the count would let the user past the limit)" % (
-                    cp, s, u, missing[:4], sorted(ent)[:8]), [x for o in missing[:3] if L_of.get(o) for x in L_of[o].seqs()])
+                self.fail("limits", (s, u, "missing", missing[0]), "checkpoint %s: %s user %s: live order(s) %s not in the user's entries %s (the count would let the user past the limit)%s" % (
+                    cp, s, u, missing[:4], sorted(ent)[:8], judged_by(missing)), [x for o in missing[:3] if L_of.get(o) for x in L_of[o].seqs()])
         if cp != "final":
             return
         # The give-backs drained (wait_out_holds): an ended order no longer counts for its user.
