@@ -10,7 +10,17 @@
 #include <stddef.h>
 
 struct app;
+struct config;
 struct server;
+
+/* Fills app from cfg and makes the store, the cache and the identity (which reads
+ * jwt_key_file and confirm_token_file: a file it cannot use fails the start). Redis need not be
+ * up: nothing connects here (each worker loop's client connects on demand). 0, or -1 with err
+ * set. */
+int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen);
+
+/* Frees what app_init made. NULL-safe. */
+void app_free(struct app *app);
 
 /* Starts serving app (borrowed: it outlives the server) with app->cfg.threads loops. Returns a
  * new server to stop with server_stop, or NULL with a one-line reason in err[0..errlen). */
