@@ -298,6 +298,12 @@ def check_families(root, files):
                 name = item.split("=")[0].strip()
                 if not name or name.endswith("_COUNT"):
                     continue
+                if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                    # An enum made by a macro (a table): say so rather than check nothing.
+                    problems.append("%s:%d: enum %s is not a plain list of names: "
+                                    "scripts/check_refs.py cannot read its states" %
+                                    (f, line_of(code, m.start()), m.group(1)))
+                    break
                 if design is None or not re.search(r"(?<!\w)%s(?!\w)" % name, design):
                     problems.append("%s:%d: state %s of enum %s is not named in docs/design.md" %
                                     (f, line_of(code, m.start(2) + m.group(2).find(name)), name,
@@ -321,7 +327,11 @@ def check_families(root, files):
     if router in files:
         code = split_c(read(root, router) or "")[0]
         ops = openapi_operations(read(root, "docs/openapi.yaml") or "")
-        for m in ROUTE_RE.finditer(code):
+        routes = list(ROUTE_RE.finditer(code))
+        if not routes:  # the table's form changed: say so rather than check nothing
+            problems.append("%s: no route rows ({HTTP_<METHOD>, \"<path>\", ...}) found: "
+                            "scripts/check_refs.py cannot read the router table" % router)
+        for m in routes:
             if (m.group(1), m.group(2)) not in ops:
                 problems.append("%s:%d: route %s %s is not in docs/openapi.yaml" %
                                 (router, line_of(code, m.start()), m.group(1), m.group(2)))
@@ -395,6 +405,7 @@ def self_test():
         write("service/src/order/order_fsm.c", "enum ostate {\n    OS_NEW,\n    OS_CLAIM,\n"
                                                "    OS_DONE,\n    OS_COUNT\n};\n")
         write("service/src/order/order_multi.c", "enum mstate { M_IDLE, M_UNDO };\n")
+        write("service/src/order/order_user.c", "enum user_state { USER_TABLE(STATE) };\n")
         write("service/src/base/status.c", 'const char *const statuses[] = {"created", '
                                            '"reserved", "confirmed", "cancelled", "expired", '
                                            '"refunded"};\n')
@@ -419,6 +430,8 @@ def self_test():
                 "service/src/order/order_multi.c:1: state M_UNDO of enum mstate is not named in "
                 "docs/design.md",
                 "docs/design.md: stored order status `refunded` is not named",
+                "service/src/order/order_user.c:1: enum user_state is not a plain list of "
+                "names: scripts/check_refs.py cannot read its states",
                 "service/src/http/router.c:3: route POST /healthz is not in docs/openapi.yaml",
                 "service/src/http/router.c:4: route GET /readyz is not in docs/openapi.yaml",
                 "lockcore/src/layers.txt:2: docs/lockcore.md's row of layer mysql does not name "
@@ -430,6 +443,12 @@ def self_test():
                     "M_IDLE" in p or "/healthz is" in p.replace("POST /healthz", "")]
         if unwanted:
             print("self-test: reported, but documented:\n  " + "\n  ".join(unwanted))
+            return 1
+        # A router table of another form is not taken as having no routes.
+        write("service/src/http/router.c", "ROUTES(ROW)\n")
+        if "service/src/http/router.c: no route rows ({HTTP_<METHOD>, \"<path>\", ...}) " \
+                "found: scripts/check_refs.py cannot read the router table" not in check(tmp):
+            print("self-test: a router table it cannot read was not reported")
             return 1
         # A status the code no longer writes: the list above is stale.
         write("service/src/base/status.c", 'const char *const statuses[] = {"created", '
