@@ -16,6 +16,20 @@ to something the tree does not have:
     stands alone;
   - "SPEC §N" where docs/spec.md has no section "## §N".
 
+and every member of a family the docs must list in full (issue 31: such lists had drifted):
+
+  - every state of every state machine under service/src/order/ (an `enum ...state {...}`,
+    its `*_COUNT` aside) is named, as written in the enum, in docs/design.md;
+  - every stored order status (created, reserved, confirmed, cancelled, expired, and any other
+    string of a `statuses[]` array under service/src/) is in backticks in docs/design.md, and
+    each is a string of the service's code;
+  - every route of the router table (service/src/http/router.c: method and path) is an
+    operation of docs/openapi.yaml;
+  - every layer of lockcore/src/layers.txt (its lock backends among them: Redis Cluster,
+    Redlock, MySQL, ZooKeeper) has its row in docs/lockcore.md's layer table, and every layer of
+    service/src/layers.txt its row in docs/design.md's; the row names each .c file and folder
+    the layer holds.
+
 Usage: scripts/check_refs.py [ROOT]       ROOT: the tree (default: this script's repository);
                                            the files git tracks there, or every file without git.
        scripts/check_refs.py --self-test  a throwaway tree with one stale reference of each kind
@@ -228,7 +242,125 @@ def check(root):
             text = re.sub(r"\\f[BIRP]", "", text)  # troff font changes
         for k, part in enumerate(text.split("\n"), 1):
             check_text(f, k, part, False)
+    problems += check_families(root, set(files))
     return sorted(set(problems))
+
+
+# The stored order statuses (SPEC §11, §13); a `statuses[]` array of the code may add to them.
+ORDER_STATUSES = ("created", "reserved", "confirmed", "cancelled", "expired")
+ENUM_STATE_RE = re.compile(r"\benum\s+(\w*state)\s*\{([^}]*)\}")
+ROUTE_RE = re.compile(r"\{\s*HTTP_([A-Z]+)\s*,\s*\"([^\"]+)\"")
+TABLE_ROW_RE = re.compile(r"^\|\s*`?([\w./-]+)`?\s*\|(.*)$")
+
+
+def line_of(text, pos):
+    return text.count("\n", 0, pos) + 1
+
+
+def openapi_operations(text):
+    """{(METHOD, path)} of an OpenAPI document's paths (two-space paths, four-space methods)."""
+    ops, path, in_paths = set(), None, False
+    for line in text.split("\n"):
+        if re.match(r"^\S", line):
+            in_paths = line.startswith("paths:")
+            path = None
+            continue
+        m = re.match(r"^  (/\S*):\s*$", line)
+        if in_paths and m:
+            path = m.group(1)
+            continue
+        m = re.match(r"^    (get|put|post|delete|patch|head|options):", line)
+        if in_paths and path and m:
+            ops.add((m.group(1).upper(), path))
+    return ops
+
+
+def layer_rows(text):
+    """[(line, layer, [files])] of a layers.txt."""
+    rows = []
+    for k, line in enumerate(text.split("\n"), 1):
+        words = line.split("#", 1)[0].split()
+        if len(words) >= 2:
+            rows.append((k, words[0], words[1:]))
+    return rows
+
+
+def check_families(root, files):
+    """Every member of the families the docs list in full is in them (see the top)."""
+    problems = []
+    design = read(root, "docs/design.md") if "docs/design.md" in files else None
+    state_files = sorted(f for f in files if f.startswith("service/src/order/") and
+                         f.endswith((".c", ".h")))
+    for f in state_files:
+        code = split_c(read(root, f) or "")[0]
+        for m in ENUM_STATE_RE.finditer(code):
+            for item in m.group(2).split(","):
+                name = item.split("=")[0].strip()
+                if not name or name.endswith("_COUNT"):
+                    continue
+                if not re.fullmatch(r"[A-Za-z_]\w*", name):
+                    # An enum made by a macro (a table): say so rather than check nothing.
+                    problems.append("%s:%d: enum %s is not a plain list of names: "
+                                    "scripts/check_refs.py cannot read its states" %
+                                    (f, line_of(code, m.start()), m.group(1)))
+                    break
+                if design is None or not re.search(r"(?<!\w)%s(?!\w)" % name, design):
+                    problems.append("%s:%d: state %s of enum %s is not named in docs/design.md" %
+                                    (f, line_of(code, m.start(2) + m.group(2).find(name)), name,
+                                     m.group(1)))
+    service = [f for f in files if f.startswith("service/src/") and f.endswith((".c", ".h"))]
+    if service:
+        statuses, strings = list(ORDER_STATUSES), set()
+        for f in service:
+            text = read(root, f) or ""
+            strings.update(re.findall(r"\"([a-z_]+)\"", text))
+            for m in re.finditer(r"\bstatuses\s*\[\s*\]\s*=\s*\{([^}]*)\}", text):
+                statuses += [st for st in re.findall(r"\"([a-z_]+)\"", m.group(1))
+                             if st not in statuses]
+        for st in statuses:
+            if st not in strings:
+                problems.append("scripts/check_refs.py: stored order status %s is not a string "
+                                "of service/src/" % st)
+            if design is None or ("`%s`" % st) not in design:
+                problems.append("docs/design.md: stored order status `%s` is not named" % st)
+    router = "service/src/http/router.c"
+    if router in files:
+        code = split_c(read(root, router) or "")[0]
+        ops = openapi_operations(read(root, "docs/openapi.yaml") or "")
+        routes = list(ROUTE_RE.finditer(code))
+        if not routes:  # the table's form changed: say so rather than check nothing
+            problems.append("%s: no route rows ({HTTP_<METHOD>, \"<path>\", ...}) found: "
+                            "scripts/check_refs.py cannot read the router table" % router)
+        for m in routes:
+            if (m.group(1), m.group(2)) not in ops:
+                problems.append("%s:%d: route %s %s is not in docs/openapi.yaml" %
+                                (router, line_of(code, m.start()), m.group(1), m.group(2)))
+    for layers, doc in (("lockcore/src/layers.txt", "docs/lockcore.md"),
+                        ("service/src/layers.txt", "docs/design.md")):
+        if layers not in files:
+            continue
+        rows, in_table = {}, False  # the rows of the table headed "| layer ..."
+        for line in (read(root, doc) or "").split("\n"):
+            if not line.startswith("|"):
+                in_table = False
+            elif re.match(r"^\|\s*layer\b", line):
+                in_table = True
+            elif in_table:
+                m = TABLE_ROW_RE.match(line)
+                if m:
+                    rows.setdefault(m.group(1), m.group(2))
+        for k, layer, held in layer_rows(read(root, layers) or ""):
+            if layer not in rows:
+                problems.append("%s:%d: layer %s has no row in %s's layer table" %
+                                (layers, k, layer, doc))
+                continue
+            for name in held:
+                if (name.endswith(".c") or name.endswith("/")) and \
+                        ("`%s`" % name) not in rows[layer] and \
+                        ("`%s`" % os.path.basename(name.rstrip("/"))) not in rows[layer]:
+                    problems.append("%s:%d: %s's row of layer %s does not name `%s`" %
+                                    (layers, k, doc, layer, name))
+    return problems
 
 
 def self_test():
@@ -242,7 +374,24 @@ def self_test():
                               "int layout_apply(void) { return 0; }\n")
         write("src/layout.h", "int layout_apply(void);\n")
         write("src/mux.c", "static void finish(void) {}\nvoid mux(void) { finish(); }\n")
-        write("docs/design.md", "See `src/layout.c` and `layout_apply`, SPEC §8.\n")
+        write("docs/design.md", "See `src/layout.c` and `layout_apply`, SPEC §8.\n\n"
+                                "States: OS_NEW, OS_DONE; M_IDLE. Statuses: `created`, "
+                                "`reserved`, `confirmed`, `cancelled`, `expired`.\n\n"
+                                "| layer | files |\n|---|---|\n| base | `base/` |\n")
+        # The families: a state machine of each form, the stored statuses, a route, the layers.
+        write("service/src/layers.txt", "# layer files\nbase base/\n")
+        write("service/src/base/status.c", 'const char *const statuses[] = {"created", '
+                                           '"reserved", "confirmed", "cancelled", "expired"};\n')
+        write("service/src/order/order_fsm.c", "enum ostate {\n    OS_NEW,\n    OS_DONE,\n"
+                                               "    OS_COUNT\n};\n")
+        write("service/src/order/order_multi.c", "enum mstate { M_IDLE };\n")
+        write("service/src/http/router.c", 'static const struct row rows[] = {\n'
+                                           '    {HTTP_GET, "/healthz", 0},\n};\n')
+        write("docs/openapi.yaml", "openapi: 3.0.3\npaths:\n  /healthz:\n    get:\n"
+                                   "      summary: liveness\n")
+        write("lockcore/src/layers.txt", "base status.c\nmysql mysql_lock.c\n")
+        write("docs/lockcore.md", "| layer (lowest first) | files |\n|---|---|\n"
+                                  "| base | `status.c` |\n| mysql | `mysql_lock.c` |\n")
         clean = check(tmp)
         if clean:
             print("self-test: a clean tree got reports:\n  " + "\n  ".join(clean))
@@ -251,6 +400,22 @@ def self_test():
                              " * (SPEC §12) */\nint stale(void) { return 0; }\n")
         write("docs/more.md", "The contract is `../shared/SPEC.md`; [it](../x.md); "
                               "`layout_gone` and `store_gone()`.\n")
+        # Each family drifts: a state, a status, a route, a lock backend's layer, a file of a
+        # layer, a service layer.
+        write("service/src/order/order_fsm.c", "enum ostate {\n    OS_NEW,\n    OS_CLAIM,\n"
+                                               "    OS_DONE,\n    OS_COUNT\n};\n")
+        write("service/src/order/order_multi.c", "enum mstate { M_IDLE, M_UNDO };\n")
+        write("service/src/order/order_user.c", "enum user_state { USER_TABLE(STATE) };\n")
+        write("service/src/base/status.c", 'const char *const statuses[] = {"created", '
+                                           '"reserved", "confirmed", "cancelled", "expired", '
+                                           '"refunded"};\n')
+        write("service/src/http/router.c", 'static const struct row rows[] = {\n'
+                                           '    {HTTP_GET, "/healthz", 0},\n'
+                                           '    {HTTP_POST, "/healthz", 0},\n'
+                                           '    {HTTP_GET, "/readyz", 0},\n};\n')
+        write("lockcore/src/layers.txt", "base status.c\nmysql mysql_lock.c mysql_url.c\n"
+                                         "zk zk_async.c\n")
+        write("service/src/layers.txt", "# layer files\nbase base/\nhttp http/\n")
         got = check(tmp)
         want = ["src/stale.c:1: finish() is not in the code",
                 "src/stale.c:1: layout_settle is not in the code",
@@ -259,7 +424,39 @@ def self_test():
                 "docs/more.md:1: ../shared/SPEC.md points outside the repository",
                 "docs/more.md:1: ../x.md points outside the repository",
                 "docs/more.md:1: layout_gone is not in the code",
-                "docs/more.md:1: store_gone() is not in the code"]
+                "docs/more.md:1: store_gone() is not in the code",
+                "service/src/order/order_fsm.c:3: state OS_CLAIM of enum ostate is not named "
+                "in docs/design.md",
+                "service/src/order/order_multi.c:1: state M_UNDO of enum mstate is not named in "
+                "docs/design.md",
+                "docs/design.md: stored order status `refunded` is not named",
+                "service/src/order/order_user.c:1: enum user_state is not a plain list of "
+                "names: scripts/check_refs.py cannot read its states",
+                "service/src/http/router.c:3: route POST /healthz is not in docs/openapi.yaml",
+                "service/src/http/router.c:4: route GET /readyz is not in docs/openapi.yaml",
+                "lockcore/src/layers.txt:2: docs/lockcore.md's row of layer mysql does not name "
+                "`mysql_url.c`",
+                "lockcore/src/layers.txt:3: layer zk has no row in docs/lockcore.md's layer table",
+                "service/src/layers.txt:3: layer http has no row in docs/design.md's layer "
+                "table"]
+        unwanted = [p for p in got if "OS_NEW" in p or "OS_DONE" in p or "OS_COUNT" in p or
+                    "M_IDLE" in p or "/healthz is" in p.replace("POST /healthz", "")]
+        if unwanted:
+            print("self-test: reported, but documented:\n  " + "\n  ".join(unwanted))
+            return 1
+        # A router table of another form is not taken as having no routes.
+        write("service/src/http/router.c", "ROUTES(ROW)\n")
+        if "service/src/http/router.c: no route rows ({HTTP_<METHOD>, \"<path>\", ...}) " \
+                "found: scripts/check_refs.py cannot read the router table" not in check(tmp):
+            print("self-test: a router table it cannot read was not reported")
+            return 1
+        # A status the code no longer writes: the list above is stale.
+        write("service/src/base/status.c", 'const char *const statuses[] = {"created", '
+                                           '"reserved", "confirmed", "cancelled"};\n')
+        if "scripts/check_refs.py: stored order status expired is not a string of " \
+                "service/src/" not in check(tmp):
+            print("self-test: a status the code lost was not reported")
+            return 1
         missing = [w for w in want if w not in got]
         if missing:
             print("self-test: not reported:\n  " + "\n  ".join(missing))
