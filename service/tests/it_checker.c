@@ -1,5 +1,5 @@
 /*
- * The invariant checker itself (svc_invariants.c) on multi-segment orders (docs/design.md
+ * The invariant checker itself (tools/check/invcheck.c) on multi-segment orders (docs/design.md
  * "Orders larger than one segment", SPEC §8 "every part of a multi-segment order is sold or
  * none is"): a SKU's keys are written by hand into a real redis-server, no inventoryd, and the
  * checker must accept each good state and refuse each bad one — a part without its primary, a

@@ -1011,11 +1011,11 @@ long long ic_wait_drained(const char *redis_url, const char *sku, const ic_optio
     gettimeofday(&t0, NULL);
     for (;;) {
         long long left = -1;
-        if (ic_check(redis_url, sku, &o, rep) == 0 && rep->found)
-            left = rep->follows + rep->intents;
+        if (ic_check(redis_url, sku, &o, rep) == 0)
+            left = rep->found ? rep->follows + rep->intents : 0; /* no SKU: nothing to drain */
         gettimeofday(&t, NULL);
         long long ms = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_usec - t0.tv_usec) / 1000;
-        if (left == 0 || ms >= timeout_ms) {
+        if (left <= 0 || ms >= timeout_ms) { /* drained, or unreadable: the caller's to judge */
             free(rep);
             return left;
         }

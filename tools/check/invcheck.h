@@ -123,7 +123,7 @@ int ic_check(const char *redis_url, const char *sku, const ic_options *opt, ic_r
 
 /* Waits (at most timeout_ms) until sku's follow queues and inv:2:{S}:multi are empty — the
  * sweepers drain them; a cut-off order's intent goes D + 1 s after its deadline. Returns how
- * many were left (0: drained), -1 when Redis could not be read. */
+ * many were left (0: drained, or no such SKU), -1 at once when Redis could not be read. */
 long long ic_wait_drained(const char *redis_url, const char *sku, const ic_options *opt,
                           int timeout_ms);
 
