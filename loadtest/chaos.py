@@ -41,8 +41,8 @@ quiet checkpoint also sends one order larger than any one segment per SKU withou
 With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
-master of its key's slot and SCANs to every master (loadtest/resp.py, which verify.sh uses too),
-the slot map asked for again after each failover.
+master of its key's slot and SCANs to every master (loadtest/resp.py; verify.sh's inventory-check
+asks the cluster for each key's slot), the slot map asked for again after each failover.
 
 Talks to chaos.sh through files in --ctl: it creates pause.<N> and waits for paused.<N> (the
 nemesis has restored everything and holds still), later creates resume.<N>; done at the end.
@@ -83,9 +83,31 @@ def log(msg):
 
 
 
-# A segment's data keys (docs/design.md). A dropped segment keeps only its `sver`, as a tombstone
-# that stops an older PUT still rolling out from bringing it back, and lockcore's lock/fence keys.
-SEGMENT_DATA_KEYS = {"stock", "cnt", "orders", "idem", "rst", "due", "give", "follow"}
+# The key schema's table (service/store_keys.txt, docs/design.md "Key schema"): every key name
+# used below is one of its rows (Keys refuses any other), and a segment's data keys, those a
+# drop of the segment deletes, are its "dropped" rows. A dropped segment keeps only its `sver`,
+# as a tombstone that stops an older PUT still rolling out from bringing it back, its rules
+# version, its order log until the sink drained it, its undone tombstones and lockcore's keys.
+KEY_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service", "store_keys.txt")
+
+
+def load_key_table(path):
+    """{(scope, name): (type, drop)} from store_keys.txt: scope "seg" (inv:2:{S/k}:name), "sku"
+    (inv:2:{S}:name) or "global"; drop "dropped", "kept" or "-"."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, typ, drop = (c.strip() for c in line.split("|"))
+            m = re.match(r"^inv:2:\{S(?:/(k))?\}:(.+)$", key)
+            rows[("seg" if m.group(1) else "sku", m.group(2)) if m else ("global", key[len("inv:2:"):])] = (typ, drop)
+    return rows
+
+
+KEY_ROWS = load_key_table(KEY_TABLE)
+SEGMENT_DATA_KEYS = {name for (scope, name), (_, drop) in KEY_ROWS.items() if scope == "seg" and drop == "dropped"}
 # Order statuses (SPEC §11): live ones hold units (and count for their user), ended ones not.
 LIVE = ("created", "reserved", "confirmed")
 ENDED = ("cancelled", "expired")
@@ -103,11 +125,6 @@ def units(rec):
     return 0
 
 
-def status_class(st):
-    """What a part must share with its primary: created and reserved are both live."""
-    return "live" if st in ("created", "reserved") else st
-
-
 class Keys:
     """The key schema the checker reads (docs/design.md): 2 (default) `inv:2:{S}:…` and
     `inv:2:{S/k}:…`; 1 (--key-schema 1, the binaries before 34f3be8) `inv:{S}:…` and
@@ -117,14 +134,21 @@ class Keys:
         self.v = schema
         self.pre, self.sep = ("inv:2:", "/") if schema == 2 else ("inv:", ":")
 
+    @staticmethod
+    def known(scope, suffix):
+        """suffix, when it is a row of the key table (service/store_keys.txt) in scope."""
+        if (scope, suffix) not in KEY_ROWS:
+            raise ValueError("%s key :%s is no row of service/store_keys.txt" % (scope, suffix))
+        return suffix
+
     def sku(self, s, suffix):
-        return "%s{%s}:%s" % (self.pre, s, suffix)
+        return "%s{%s}:%s" % (self.pre, s, self.known("sku", suffix))
 
     def seg(self, s, k, suffix):
-        return "%s{%s%s%d}:%s" % (self.pre, s, self.sep, k, suffix)
+        return "%s{%s%s%d}:%s" % (self.pre, s, self.sep, k, self.known("seg", suffix))
 
     def seg_glob(self, s, suffix):
-        return "%s{%s%s*}:%s" % (self.pre, s, self.sep, suffix)
+        return "%s{%s%s*}:%s" % (self.pre, s, self.sep, suffix if suffix == "*" else self.known("seg", suffix))
 
     def seg_re(self, s):
         return re.compile(r"^" + re.escape(self.pre) + r"\{" + re.escape(s + self.sep) + r"(\d+)\}:(.+)$")
@@ -1156,7 +1180,7 @@ return {1, n, 0, '', last, 0}
 CHECKS = [
     ("processes", "no inventoryd or redis-server exits unless the nemesis killed it (chaos.sh restarts it and records its exit status)"),
     ("quiescence", "quiescent points are reached: nemesis paused, clients idle, instances ready with nothing in flight, no segment lock held (bounded wait)"),
-    ("segments", "SPEC §8 per segment from Redis (loadtest/verify.sh): stock ≥ 0, sver = meta version, t = stock + s, s/o = the live order records; the status endpoint agrees with Redis"),
+    ("segments", "SPEC §8 per SKU from Redis (loadtest/verify.sh: inventory-check, tools/check/, but its per-user checks): stock ≥ 0, sver = meta version, t = stock + s, s/o/r = the live order records, the due set = the holds, each record well-formed, no stray key; the status endpoint agrees with Redis"),
     ("layout", "each SKU is exactly one PUT's layout: meta version/segments (and stock) match a PUT that was sent, Σ t = its stock + the restocks acknowledged since it (+ at most the unknown ones), no keys of segments ≥ n"),
     ("sku-existence", "a SKU whose last acknowledged PUT follows every DELETE exists; a SKU deleted (204) after every PUT has no keys left"),
     ("acked-orders", "every order acknowledged (201, or 200 replay) after its SKU's current PUT was acknowledged exists in Redis with its quantity, SKU and user"),
@@ -1175,7 +1199,7 @@ CHECKS = [
     ("rules-in-force", "SPEC §11 (issue 29): a PUT or PATCH answered 2xx holds for every order begun after the answer, on every instance: such an order (when no other rule change that may have run overlaps; one of unknown outcome is given %d s more) is \"reserved\" exactly when the TTL is > 0, is answered 201 only while the sale window is open and 409 sale_ended only while it is closed (chaos's PATCHes add limits, set TTLs to 0 and close the window for a moment)" % STALE_RULE_S),
     ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after the answer of a PUT or PATCH stating a limit whose attempt began after every PUT or PATCH stating none may have been applied (answered: by its answer; else %d s after it was given up): one taken before the add may be applied after it and take the limit away), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries" % STALE_RULE_S),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
-    ("multi-parts", "SPEC §8/§13 from Redis: every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
+    ("multi-parts", "SPEC §8/§13 from Redis (inventory-check's \"multi\" findings): every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
     ("database", "with the order log and its sink (chaos.sh, CH_SINK=1): at the end, the sink running and caught up (its /metrics: inventory_sink_lag_seconds 0, inventory_sink_pending 0; in Redis: every stream of every segment below max(segments, hwm, lhwm) — dropped segments' included — drained by group sink, and no segment with changes not logged (cnt u) left to backfill; within %d s), `inventory-sink reconcile --sku S` of every SKU exits 0: the database has every order Redis has, with its status, quantity, user and parts, and no log is left unread; the sink skipped no log entry as malformed (sink_malformed in logs/sink.log). Only a missing_in_redis row the sink backfilled (no order_events row) whose order was created before the end of the SKU's last PUT or DELETE that may have run (+ %d s when its outcome is unknown) is excused, with its units: such a reset took it out of Redis (docs/design.md)" % (SINK_CATCHUP_S, RESET_SLACK_S)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
@@ -1429,23 +1453,29 @@ class Checker:
         for s in run.skus:
             snap = snaps[s]
             ops = by_sku[s]
-            self.check_multi(cp, s, snap)
             self.examined["layout"] += 1
+            report = None
             if snap["meta"]:
                 # The status endpoint is compared with Redis only when no hold is live: the
                 # sweeper may expire one between verify.sh's read and its GET.
                 live_holds = sum(len(x.get("due", {})) for x in snap["segs"].values())
-                self.verify_sh(cp, s, status=live_holds == 0)
+                report = self.verify_sh(cp, s, status=live_holds == 0)
+            self.check_multi(cp, s, report)
             layout = self.check_layout(cp, s, snap, ops)
             self.check_orders(cp, s, snap, ops, layout, trace, cancels_of)
             self.check_lifecycle(cp, s, snap, ops, layout, trace, cancels_of, confirms_of, outages)
 
     def verify_sh(self, cp, sku, status=True):
         """loadtest/verify.sh for the history-independent §8 checks of one SKU (status: compare
-        the status endpoint's totals with Redis too)."""
+        the status endpoint's totals with Redis too): inventory-check's, the one checker of the
+        per-SKU state invariants (tools/check/), but for the per-user limit, which "limits"
+        judges against the history of rule changes (--skip-users). Returns inventory-check's
+        report (its JSON), or None when it wrote none."""
         run = self.run
         where = ["--redis-cluster", run.a.redis_cluster] if run.a.redis_cluster else ["--redis-port", str(run.a.redis_port)]
-        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(run.max_qty), "--key-schema", str(KEYS.v)]
+        report_path = os.path.join(run.a.out, "check-%s-%s.json" % (cp, sku))
+        cmd = [run.a.verify] + where + ["--sku", sku, "--max-qty", str(run.max_qty), "--key-schema", str(KEYS.v),
+                                        "--skip-users", "--json", report_path]
         if cp != "final":
             cmd.append("--pending-ok")  # follows and intents: drained only at the end (wait_out_holds)
         if status:
@@ -1467,6 +1497,11 @@ class Checker:
             if line.startswith("verify: ✗"):
                 # The subject drops the checkpoint so that one fault found again is reported once.
                 self.fail("segments", (sku, re.sub(r"\d+", "#", line)), "checkpoint %s, %s: %s" % (cp, sku, line[len("verify: ✗ "):]), [])
+        try:
+            with open(report_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
 
     def redis_call_bound(self, cp):
         """The Redis-call bound of issue 18 item 2, from every instance's /metrics."""
@@ -1747,88 +1782,19 @@ class Checker:
         p, ack_t1 = cands[0]
         return (p, ack_t1, n, v) if len(cands) == 1 else (None, None, n, v)
 
-    def check_multi(self, cp, s, snap):
-        """SPEC §8 "every part of a multi-segment order is sold or none is", from Redis: each
-        primary's parts are there with the quantity it lists and its status (created/reserved
-        alike; a part may lag while its follow is queued in the primary's segment), each part
-        record's primary lists it (a part without its primary only while the order's intent is
-        left); at the final checkpoint, after waiting for them, no follow or intent left. What a
-        sweep between two segments' reads explains (a part ended after its primary was read) is
-        judged again on the records read now."""
-        segs = snap["segs"]
-        recs = {}
-        for k, seg in segs.items():
-            for oid, raw in seg["orders"].items():
-                try:
-                    rec = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and ("parts" in rec or "part_of" in rec):
-                    recs[oid] = (k, rec)
-        problems, recheck = [], []
-        for oid, (k, rec) in recs.items():
-            hexpart = oid.split("-", 1)[0]
-            if "part_of" in rec:
-                po = rec["part_of"]
-                prim = recs.get(po)
-                if prim is None or "parts" not in prim[1]:
-                    if hexpart not in snap["intents"]:
-                        m = ORDER_ID.match(po or "")
-                        recheck.append(("orphan", oid, k, po, int(m.group(1)) if m else -1, hexpart))
-                    continue
-                if not any(isinstance(p, dict) and p.get("segment") == k and p.get("quantity") == rec.get("quantity") for p in prim[1]["parts"]):
-                    problems.append("part %s of %r units in segment %d: its primary %s lists %s" % (oid, rec.get("quantity"), k, po, prim[1]["parts"]))
-                continue
-            parts = rec["parts"]
-            if not isinstance(parts, list) or len(parts) < 2 or any(not isinstance(p, dict) for p in parts):
-                problems.append("order %s: parts %r" % (oid, parts))
-                continue
-            ks = [p.get("segment") for p in parts]
-            if ks != sorted(set(ks)) or ks[0] != k or sum(p.get("quantity") or 0 for p in parts) != rec.get("quantity"):
-                problems.append("order %s of %r units in segment %d: parts %r (index order from its own segment, summing to its quantity)" % (
-                    oid, rec.get("quantity"), k, parts))
-            for p in parts:
-                if p.get("segment") == k:
-                    continue
-                pid = "%s-%s-%s" % (hexpart, p.get("segment"), s)
-                part = recs.get(pid)
-                if part is None or part[1].get("part_of") != oid:
-                    problems.append("order %s (%s): its part %s of %r units is %s: half an order" % (
-                        oid, rec.get("status"), pid, p.get("quantity"), "another order's" if part else "missing"))
-                    continue
-                if part[1].get("quantity") != p.get("quantity"):
-                    problems.append("order %s: part %s holds %r units, the order says %r" % (oid, pid, part[1].get("quantity"), p.get("quantity")))
-                if status_class(part[1].get("status")) != status_class(rec.get("status")) and \
-                        "%s|%s" % (pid, rec.get("status")) not in segs[k].get("follow", set()):
-                    if status_class(rec.get("status")) == "live":
-                        recheck.append(("ahead", oid, k, pid, status_class(part[1].get("status"))))
-                    else:
-                        problems.append("order %s is %s, its part %s is %s (and no follow queued)" % (oid, rec.get("status"), pid, part[1].get("status")))
-        if recheck:
-            try:
-                rds = self.run.redis(5.0)
-                try:
-                    for r in recheck:
-                        if r[0] == "ahead":
-                            _, oid, k, pid, pcls = r
-                            cur = rds.cmd("HGET", KEYS.seg(s, k, "orders"), oid)
-                            now_cls = status_class(json.loads(cur).get("status")) if isinstance(cur, str) else None
-                            if now_cls != pcls:
-                                problems.append("order %s is %s, its part %s is %s (and no follow queued)" % (oid, now_cls, pid, pcls))
-                        else:
-                            _, oid, k, po, k1, hexpart = r
-                            still = rds.pipeline([("HEXISTS", KEYS.seg(s, k, "orders"), oid), ("HEXISTS", KEYS.seg(s, k1, "orders"), po),
-                                                  ("HEXISTS", KEYS.sku(s, "multi"), hexpart)])
-                            if still == [1, 0, 0]:
-                                problems.append("part %s (segment %d): its primary %s is not in segment %d and no intent is left: half an order" % (oid, k, po, k1))
-                finally:
-                    rds.close()
-            except (OSError, ConnectionError, ValueError) as e:
-                raise Infra("cannot read Redis again for the multi-segment check: %s" % e)
-        follows = sum(len(x.get("follow", ())) for x in segs.values())
-        self.examined["multi-parts"] += sum(1 for _, r in recs.values() if "parts" in r)
-        if cp == "final" and (follows or snap["intents"]):
-            problems.append("not quiescent at the end: %d follow(s) queued, %d intent(s) left %s" % (follows, len(snap["intents"]), sorted(snap["intents"])[:3]))
+    def check_multi(self, cp, s, report):
+        """SPEC §8 "every part of a multi-segment order is sold or none is", from Redis:
+        inventory-check's "multi" findings in the report of verify_sh's read (tools/check/
+        invcheck.c: each primary's parts are there with the quantity it lists and its status,
+        created/reserved alike, a part lagging only while its follow is queued in the primary's
+        segment; each part record's primary lists it, a part without its primary only while the
+        order's intent is left; what a sweep between two segments' reads explains is judged
+        again on the records read then; at the final checkpoint, after waiting for them, no
+        follow or intent left). No report: the SKU has no layout, so no order."""
+        if report is None:
+            return
+        self.examined["multi-parts"] += report.get("multi_orders", 0)
+        problems = [p["text"] for p in report.get("problems", []) if p.get("check") == "multi"]
         for msg in problems[:10]:
             self.fail("multi-parts", (s, msg[:60]), "checkpoint %s: %s: %s" % (cp, s, msg), [])
 

@@ -48,8 +48,8 @@
 # as above. Half of the master faults, and always the first fault of a cluster run, hit the
 # master holding a SKU's own keys (the slot of inv:2:{<sku>}:meta, CLUSTER KEYSLOT, its master
 # from CLUSTER NODES): its layout, versions, restock intents and Idempotency-Key claims. The
-# checker reads each key from the master of its slot (loadtest/resp.py, also what verify.sh
-# --redis-cluster uses).
+# checker reads each key from the master of its slot (loadtest/resp.py; verify.sh's
+# inventory-check asks the cluster for each key's slot).
 #
 # Usage: loadtest/chaos.sh [--short | --long] [--cluster] [--seed N] [--out DIR]
 #   --short    (default) 60 s of traffic, a checkpoint every 12 s and one at the end; about

@@ -87,9 +87,10 @@ check_tools() {
   done
 }
 
-# build_targets TARGET...: configures and builds them in $build_dir (log in logs/cmake.log).
+# build_targets TARGET...: configures and builds them in $build_dir (log in logs/cmake.log), and
+# inventory-check, the invariant checker verify.sh runs.
 build_targets() {
-  local t args=()
+  local t args=(--target inventory-check)
   for t in "$@"; do args+=(--target "$t"); done
   log "building $* in $build_dir"
   cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$res/logs/cmake.log" 2>&1 \

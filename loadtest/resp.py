@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """loadtest/resp.py — how the checkers read Redis: a minimal RESP2 client (`Redis`) and the same
 face over a Redis Cluster (`Cluster`: every command to the master of its key's slot). Python 3
-standard library only. The one place where the test tools route by slot: loadtest/chaos.py
-imports it, and loadtest/verify.sh runs it as a command (below) in place of redis-cli when it is
-given a cluster.
+standard library only. The one place where the Python test tools route by slot:
+loadtest/chaos.py imports it (inventory-check, what loadtest/verify.sh runs, asks the cluster
+for each key's slot instead).
 
 The checkers only read (GET, HGETALL, HMGET, HLEN, HVALS, EXISTS, PTTL, SCAN, MULTI/EXEC of
 those); the one writer, chaos.py's counter damage and its repair, is an EVAL whose every run is
@@ -16,7 +16,7 @@ again on every such event, so a failover (a replica promoted, the old master bac
 replica) is followed without any help. MULTI … EXEC travels as one unit, to the master of the
 first key inside it (the commands of one unit must share a slot, as in Redis Cluster itself).
 
-As a command (what loadtest/verify.sh runs):
+As a command (a `redis-cli --raw` for a cluster, by hand):
     loadtest/resp.py --cluster redis-cluster://127.0.0.1:7000[,127.0.0.1:7001…] <commands
 reads one command a line (split like a shell would), sends them pipelined to their masters and
 prints the replies in order exactly as `redis-cli --raw` prints them: a string or a number on

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Checks the SPEC §8 invariants of one SKU from Redis directly (redis-cli and the key schema of
-# docs/design.md), against the load generator's own count of 201 answers, and optionally
-# against the service's status endpoint. Independent of the service's code: it reads the keys,
-# parses the order records with awk and adds up.
+# Checks the SPEC §8 invariants of one SKU from Redis directly, against the load generator's
+# own count of 201 answers, and optionally against the service's status endpoint. The state
+# invariants are inventory-check's (tools/check/: the one checker, which the integration tests'
+# SF_ASSERT_INVARIANTS runs too; its key names come from service/store_keys.txt); this script
+# adds the comparisons with what the client counted and with GET status.
 #
 # Usage: loadtest/verify.sh --redis-port P --sku S [options]
 #        loadtest/verify.sh --redis-cluster URL --sku S [options]
 #   --redis-host H        Redis host (127.0.0.1)
 #   --redis-cluster URL   a Redis Cluster instead (redis-cluster://host:port[,…], any of its
-#                         nodes): every command goes to the master of its key's slot, the slot
-#                         map asked for again after a failover (loadtest/resp.py, the routing
-#                         loadtest/chaos.py uses too); PYTHON (/usr/bin/python3) runs it
+#                         nodes: inventory-check takes the slot map from the first that answers,
+#                         and reads again, whole, while a failover settles)
 #   --units U             units in 201 answers counted by wrk (order.lua's `units`)
 #   --orders N            number of 201 answers counted by wrk (`created`)
 #   --unanswered X        requests wrk sent without getting an answer (0: exact comparison)
@@ -28,32 +28,32 @@
 #                         not failures (by default, with nothing in flight, the sweepers must
 #                         have drained them: the check after waiting for them)
 #   --drain-s S           how long to wait for them to drain before reading (10)
+#   --skip-users          leave out SPEC §11's per-user limit checks (chaos.py, which judges the
+#                         limits against its history of rule changes)
+#   --json FILE           also write inventory-check's JSON report to FILE
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
-#                         o = records in :orders — this last one assumes no cancellations,
-#                         which the load test never makes)
-# Quiescent checks (default; no request in flight), per segment k of the current version, from
-# one MULTI/EXEC of the segment (the expiry sweep of holds runs without requests):
-#   stock ≥ 0; sver = meta.version; t = stock + s; o = live records (created, reserved,
-#   confirmed; ended: cancelled, expired) in inv:2:{S/k}:orders; s = Σ quantity of those
-#   records; r = Σ quantity of the reserved ones (holds); every record names this SKU and
-#   segment k; a multi-segment order's primary counts its own part's units, its part records
-#   (part_of) theirs, and it is whole: every part there with the quantity its primary lists and
-#   the primary's status (created/reserved alike; a part may lag under a queued follow), no
-#   part without its primary (unless its intent is left); no follow or intent left
-#   (--pending-ok: counted only).
-# and per SKU: Σ t = stock total; Σ s = units counted by wrk (and Σ o = 201 answers); with
-# unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty instead.
+#                         the counters against the segment's records)
+# Quiescent checks (default; no request in flight): inventory-check --quiescent (every check
+# docs/design.md "The invariant checker" lists: per segment from one MULTI/EXEC, the SKU's Σ,
+# multi-segment orders whole, no stray key, the per-user limit; no follow or intent left,
+# --pending-ok: counted only), and per SKU: Σ t = stock total; Σ s = units counted by wrk (and
+# Σ o = 201 answers); with unanswered requests, counted ≤ Σ ≤ counted + unanswered × max-qty
+# instead.
 # Prints one line per check ("✓"/"✗") and a last line
 #   VERIFY ok=1|0 segments=N stock_total=.. remaining=.. sold=.. orders=.. wrk_units=.. …
-# Exit: 0 every check passed, 1 an invariant is violated, 3 Redis could not be read.
+# Env: INVENTORY_CHECK (the inventory-check to run; else the first there of INVENTORY_BUILD_BIN's,
+# BUILD_DIR/bin's and build/bin's of this tree: the tree's checker, whatever binary is under
+# test, e.g. CH_KEY_SCHEMA=1 BUILD_DIR=build-old), PYTHON (/usr/bin/python3, reads the JSON).
+# Exit: 0 every check passed, 1 an invariant is violated, 2 bad usage, 3 Redis could not be read.
 set -euo pipefail
 
+root=$(cd "$(dirname "$0")/.." && pwd)
 host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
-units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" status_token="" live=0 schema=2 pending_ok=0 drain_s=10
+units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" status_token="" live=0 schema=2 pending_ok=0 drain_s=10 skip_users=0 json_out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-host) host=$2; shift 2 ;;
@@ -72,238 +72,85 @@ while [ $# -gt 0 ]; do
     --pending-ok) pending_ok=1; shift ;;
     --drain-s) drain_s=$2; shift 2 ;;
     --key-schema) schema=$2; shift 2 ;;
+    --skip-users) skip_users=1; shift ;;
+    --json) json_out=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$port$cluster" ] && [ -n "$sku" ] || { echo "verify.sh: --redis-port (or --redis-cluster) and --sku are required" >&2; exit 2; }
 [[ $drain_s =~ ^[0-9]+$ ]] || { echo "verify.sh: --drain-s takes whole seconds" >&2; exit 2; }
-# The key schema: kp the prefix, sp a segment's key prefix as a printf format (SKU, index).
 case "$schema" in
-  2) kp='inv:2:' sp='inv:2:{%s/%d}' ;;
-  1) kp='inv:' sp='inv:{%s:%d}' ;;
+  1|2) ;;
   *) echo "verify.sh: --key-schema is 1 or 2" >&2; exit 2 ;;
 esac
-
-if [ -n "$cluster" ]; then
-  # Commands as arguments or one a line on stdin, like redis-cli; replies as redis-cli --raw.
-  resp=("${PYTHON:-/usr/bin/python3}" "$(dirname "$0")/resp.py" --cluster "$cluster")
-  rcli() { if [ $# -gt 0 ]; then printf '%s\n' "$*" | "${resp[@]}"; else "${resp[@]}"; fi; }
-  where=$cluster
-else
-  rcli() { redis-cli -h "$host" -p "$port" --raw "$@"; }
-  where=$host:$port
+check=${INVENTORY_CHECK:-}
+if [ -z "$check" ]; then
+  for c in ${INVENTORY_BUILD_BIN:+"$INVENTORY_BUILD_BIN/inventory-check"} ${BUILD_DIR:+"$BUILD_DIR/bin/inventory-check"} "$root/build/bin/inventory-check"; do
+    [ -x "$c" ] && { check=$c; break; }
+  done
 fi
+[ -n "$check" ] && [ -x "$check" ] || { echo "verify.sh: no inventory-check (cmake --build build --target inventory-check, or INVENTORY_CHECK=<path>)" >&2; exit 3; }
+
+if [ -n "$cluster" ]; then url=$cluster where=$cluster; else url="redis://$host:$port" where=$host:$port; fi
+args=(--redis "$url" --sku "$sku" --key-schema "$schema")
+[ "$live" = 1 ] && args+=(--live)
+[ "$live" = 0 ] && [ "$pending_ok" = 0 ] && args+=(--quiescent --drain-s "$drain_s")
+[ "$skip_users" = 1 ] && args+=(--skip-users)
+crc=0
+report=$("$check" "${args[@]}" 2>/dev/null) || crc=$?
+[ -z "$json_out" ] || printf '%s\n' "$report" >"$json_out"
+case $crc in
+  0|1) ;;
+  3) echo "verify: cannot read Redis at $where" >&2; exit 3 ;;
+  *) echo "verify: inventory-check failed (exit $crc)" >&2; exit 3 ;;
+esac
+# The report as shell lines: NAME=value for the totals, "seg <stock>" per segment, "P <check>
+# <text>" per problem (the first 64; "more <n>" for the rest).
+flat=$("${PYTHON:-/usr/bin/python3}" -c '
+import json, sys
+r = json.load(sys.stdin)
+for k in ("ok", "found", "version", "segments", "stock_total", "remaining", "sold", "orders",
+          "records", "cancelled", "expired", "reserved", "locks_held", "multi_orders", "live_parts",
+          "follows", "intents"):
+    print("%s=%d" % (k, int(r.get(k) or 0)))
+for s in r.get("segment", []):
+    print("seg %d" % s["stock"])
+for p in r.get("problems", []):
+    print("P %s %s" % (p["check"], " ".join(p["text"].split())))
+if r.get("nproblems", 0) > len(r.get("problems", [])):
+    print("more %d" % (r["nproblems"] - len(r["problems"])))
+' <<<"$report") || { echo "verify: unreadable report from inventory-check: ${report:0:200}" >&2; exit 3; }
+val() { sed -n "s/^$1=//p" <<<"$flat"; }
 failures=0
 pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
-is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
-
-meta=$(rcli HMGET "${kp}{$sku}:meta" version segments state) || { echo "verify: cannot read Redis at $where" >&2; exit 3; }
-version=$(sed -n 1p <<<"$meta")
-nseg=$(sed -n 2p <<<"$meta")
-state=$(sed -n 3p <<<"$meta")
-if ! is_int "$version" || ! is_int "$nseg" || [ "$nseg" -lt 1 ]; then
-  echo "verify: ✗ ${kp}{$sku}:meta is missing or malformed (version='$version' segments='$nseg')"
+while IFS= read -r p; do fail "${p#P * }"; done < <(grep '^P ' <<<"$flat" || true)
+more=$(sed -n 's/^more //p' <<<"$flat")
+[ -z "$more" ] || fail "… and $more more problem(s) (inventory-check --sku $sku --redis $url)"
+version=$(val version) nseg=$(val segments)
+if [ "$(val found)" != 1 ]; then
   echo "VERIFY ok=0 sku=$sku reason=no-meta"
   exit 1
 fi
-
-# The follows of multi-segment orders and the intents of cut-off ones are drained by the
-# sweepers (an intent D + 1 s after its deadline): with nothing in flight, wait for them
-# (at most --drain-s) before reading, so that the check below may require none left.
-if [ "$live" = 0 ] && [ "$pending_ok" = 0 ] && [ "$schema" = 2 ]; then
-  drain_end=$((SECONDS + drain_s))
-  while :; do
-    # shellcheck disable=SC2059
-    left=$({ printf "HLEN ${kp}{%s}:multi\n" "$sku"
-             for ((k = 0; k < nseg; k++)); do printf "ZCARD ${sp}:follow\n" "$sku" "$k"; done; } |
-           rcli | awk '{ n += $1 } END { print n + 0 }') || left=0
-    [ "$left" = 0 ] || [ "$SECONDS" -ge "$drain_end" ] && break
-    sleep 0.2
-  done
-fi
-
-if [ "$live" = 0 ] && [ "$state" = p ]; then
-  # A PUT's layout not yet on every segment: whoever next meets the SKU completes it, and with
-  # no request in flight someone must have (the status read, the next order).
-  fail "meta state p: version $version not rolled out to every segment"
-fi
+mapfile -t seg_stock < <(sed -n 's/^seg //p' <<<"$flat")
 
 if [ "$live" = 1 ]; then
-  # One MULTI/EXEC per segment: an atomic snapshot of that segment while orders run.
-  out=$(for ((k = 0; k < nseg; k++)); do
-          # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-          printf "MULTI\nGET ${sp}:stock\nHMGET ${sp}:cnt t s o\nHLEN ${sp}:orders\nEXEC\n" \
-            "$sku" "$k" "$sku" "$k" "$sku" "$k"
-        done | rcli | grep -v -e '^OK$' -e '^QUEUED$') || { echo "verify: cannot read Redis" >&2; exit 3; }
-  mapfile -t v <<<"$out"
-  bad=0
-  for ((k = 0; k < nseg; k++)); do
-    st=${v[k * 5]:-} t=${v[k * 5 + 1]:-} s=${v[k * 5 + 2]:-} o=${v[k * 5 + 3]:-} hl=${v[k * 5 + 4]:-}
-    if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
-      fail "live segment $k: unreadable snapshot (stock='$st' t='$t' s='$s' o='$o' records='$hl')"; bad=1; continue
-    fi
-    [ "$st" -ge 0 ] || { fail "live segment $k: stock $st < 0"; bad=1; }
-    [ "$t" -eq $((st + s)) ] || { fail "live segment $k: t=$t != stock $st + s $s"; bad=1; }
-    [ "$o" -eq "$hl" ] || { fail "live segment $k: o=$o != $hl order records"; bad=1; }
-  done
-  [ "$bad" = 0 ] && pass "live snapshot of $nseg segments: stock ≥ 0, t = stock + s, o = records"
+  [ "$failures" = 0 ] && pass "live snapshot of $nseg segments: stock ≥ 0, t = stock + s, the counters = the records"
   echo "VERIFY ok=$([ "$failures" = 0 ] && echo 1 || echo 0) live=1 segments=$nseg"
   [ "$failures" = 0 ] || exit 1
   exit 0
 fi
 
-# Each segment in one MULTI/EXEC (an atomic snapshot: the expiry sweep of holds may run while
-# we read, SPEC §11), all of them in one pipelined redis-cli call, after the SKU's intents of
-# multi-segment orders (inv:2:{S}:multi); awk parses the order records and prints one line per
-# segment:
-#   "k stock sver t s o r lock hlen records live live_units ended reserved_units malformed due
-#    reserved_records follows"
-# The scalars are positional (a missing key reads as an empty line), then the segment's follow
-# queue and its records, each after an ECHOed marker. A multi-segment order (docs/design.md
-# "Orders larger than one segment") is its primary record (quantity = the order's total, its
-# "parts" [{"segment":k,"quantity":q},…]; its units in its segment are its own part's) and a
-# part record (part_of) in each other segment; awk checks them across segments at its end and
-# prints "@M multi_orders live_parts follows intents", "@P <problem>" and, for what a sweep
-# running while we read can explain, "@A <primary> <k1> <part class> <part>" (a part ended,
-# its primary read live) and "@O <part> <k> <primary> <k1> <hex>" (a part without primary or
-# intent), judged again below on the current records.
-agg=$({ printf "ECHO @@multi\nHKEYS ${kp}{%s}:multi\n" "$sku"
-        for ((k = 0; k < nseg; k++)); do
-          # shellcheck disable=SC2059  # the format holds the key schema's segment prefix
-          printf "ECHO @@seg:%d\nMULTI\nGET ${sp}:stock\nGET ${sp}:sver\nHMGET ${sp}:cnt t s o r\nEXISTS ${sp}:lock\nHLEN ${sp}:orders\nZCARD ${sp}:due\nECHO @@follow\nZRANGE ${sp}:follow 0 -1\nECHO @@records\nHVALS ${sp}:orders\nEXEC\n" \
-            "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k" "$sku" "$k"
-        done; } | rcli | awk -v sku="$sku" '
-  function nz(x) { return x == "" ? "-" : x }
-  function cls(st) { return st == "reserved" ? "created" : st }
-  function flush() {
-    if (seg != "") print seg, nz(sc[1]), nz(sc[2]), nz(sc[3]), nz(sc[4]), nz(sc[5]), (sc[6] == "" ? 0 : sc[6]), nz(sc[7]), nz(sc[8]), n, live, units, ended, held, bad, (sc[9] == "" ? 0 : sc[9]), nres, nfol
-  }
-  /^@@multi$/ { mode = "multi"; next }
-  /^@@seg:/ { flush(); seg = substr($0, 7); mode = "seg"; line = 0; n = live = units = ended = held = bad = nres = nfol = 0; split("", sc); next }
-  mode == "multi" { if ($0 != "") { intent[$0] = 1; nint++ }; next }
-  {
-    line++
-    if (line <= 11) next                      # OK, then QUEUED for each of the 10 commands
-    if (line <= 20) { sc[line - 11] = $0; next }
-    if ($0 == "@@follow") { mode = "follow"; next }
-    if ($0 == "@@records") { mode = "records"; next }
-    if ($0 == "") next
-    if (mode == "follow") { follow[seg SUBSEP $0] = 1; nfol++; nfollows++; next }
-    n++
-    q = ""; st = ""; sk = ""; sg = ""; oid = ""; po = ""; pa = ""; rest = $0
-    if (match(rest, /"parts":\[[^]]*\]/)) { pa = substr(rest, RSTART + 9, RLENGTH - 10); rest = substr(rest, 1, RSTART - 1) substr(rest, RSTART + RLENGTH) }
-    if (match(rest, /"part_of":"[^"]*"/)) { po = substr(rest, RSTART + 11, RLENGTH - 12); rest = substr(rest, 1, RSTART - 1) substr(rest, RSTART + RLENGTH) }
-    if (match(rest, /"quantity":[0-9]+(\.0)?/)) { q = substr(rest, RSTART + 11, RLENGTH - 11); sub(/\.0$/, "", q) }
-    if (match(rest, /"status":"[a-z]+"/)) st = substr(rest, RSTART + 10, RLENGTH - 11)
-    if (match(rest, /"sku":"[^"]*"/)) sk = substr(rest, RSTART + 7, RLENGTH - 8)
-    if (match(rest, /"segment":[0-9]+(\.0)?/)) { sg = substr(rest, RSTART + 10, RLENGTH - 10); sub(/\.0$/, "", sg) }
-    if (match(rest, /"order_id":"[^"]*"/)) oid = substr(rest, RSTART + 12, RLENGTH - 13)
-    if (q == "" || sk != sku || sg != seg) { bad++; next }
-    u = q
-    if (pa != "") {                           # a primary: its parts, its own segment first
-      np = split(pa, ps, /\},\{/); sum = 0; own = ""; list = ""; prev = -1
-      for (i = 1; i <= np; i++) {
-        pk = ""; pq = ""
-        if (match(ps[i], /"segment":[0-9]+/)) pk = substr(ps[i], RSTART + 10, RLENGTH - 10)
-        if (match(ps[i], /"quantity":[0-9]+/)) pq = substr(ps[i], RSTART + 11, RLENGTH - 11)
-        if (pk == "" || pq == "" || pq + 0 < 1 || pk + 0 <= prev) { own = ""; sum = -1; break }
-        prev = pk + 0; sum += pq; list = list (i > 1 ? "," : "") pk ":" pq
-        if (pk == seg) own = pq
-      }
-      if (own == "" || sum != q + 0 || np < 2 || substr(list, 1, length(seg) + 1) != seg ":") {
-        print "@P segment " seg ": order " oid ": parts " list " do not start at its segment and sum to its quantity " q; own = 0
-      }
-      u = own; P[oid] = seg; PS[oid] = st; PL[oid] = list; nmulti++
-    } else if (po != "") {                    # a part: no user, no hold entry of its own
-      R[oid] = po; RK[oid] = seg; RQ[oid] = q; RST[oid] = st
-    }
-    if (st == "created" || st == "reserved" || st == "confirmed") {
-      if (po == "") live++   # cnt.o counts orders: a part is none
-      units += u
-      if (st == "reserved") { held += u; if (po == "") nres++ }
-      if (po != "") nlparts++
-    }
-    else if (st == "cancelled" || st == "expired") ended++
-    else bad++
-  }
-  END {
-    flush()
-    for (id in R) {                           # every part: its primary lists it
-      po = R[id]; hex = substr(id, 1, index(id, "-") - 1); k1 = po; sub(/^[^-]*-/, "", k1); sub(/-.*$/, "", k1)
-      if (!(po in P)) {
-        if (!(hex in intent)) print "@O " id " " RK[id] " " po " " k1 " " hex
-        continue
-      }
-      if (index("," PL[po] ",", "," RK[id] ":" RQ[id] ",") == 0)
-        print "@P part " id " of " RQ[id] " units in segment " RK[id] ": its primary " po " lists " PL[po]
-    }
-    for (id in P) {                           # every primary: each part there, status agreeing
-      hex = substr(id, 1, index(id, "-") - 1); np = split(PL[id], ps, ",")
-      for (i = 1; i <= np; i++) {
-        split(ps[i], kq, ":"); if (kq[1] == P[id]) continue
-        pid = hex "-" kq[1] "-" sku
-        if (!(pid in R) || R[pid] != id) { print "@P order " id ": its part " pid " (" kq[2] " units) is missing: half an order"; continue }
-        if (RQ[pid] != kq[2]) print "@P order " id ": part " pid " holds " RQ[pid] " units, the order says " kq[2]
-        if (cls(RST[pid]) != cls(PS[id]) && !((P[id] SUBSEP pid "|" PS[id]) in follow)) {
-          if (cls(PS[id]) == "created") print "@A " id " " P[id] " " cls(RST[pid]) " " pid
-          else print "@P order " id " is " PS[id] ", its part " pid " is " RST[pid] " (and no follow queued)"
-        }
-      }
-    }
-    print "@M", nmulti + 0, nlparts + 0, nfollows + 0, nint + 0
-  }') || { echo "verify: cannot read Redis" >&2; exit 3; }
-
-# The multi-segment orders (SPEC §8 "every part is sold or none is").
-read -r _ n_multi n_lparts n_follows n_intents < <(grep '^@M ' <<<"$agg") || true
-multi_bad=0
-while IFS= read -r p; do fail "${p#@P }"; multi_bad=1; done < <(grep '^@P ' <<<"$agg" || true)
-# A part seen ended with its primary read live (the sweep ended both between the two reads)
-# is fine when the primary, read now, has ended the same way.
-while read -r _ pid k1 pcls part; do
-  # shellcheck disable=SC2059
-  now=$(rcli HGET "$(printf "${sp}" "$sku" "$k1"):orders" "$pid" | grep -o '"status":"[a-z]*"' | cut -d'"' -f4)
-  [ "$now" = reserved ] && now=created
-  [ "$now" = "$pcls" ] || { fail "order $pid is ${now:-gone}, its part $part is $pcls (and no follow queued)"; multi_bad=1; }
-done < <(grep '^@A ' <<<"$agg" || true)
-# A part without its primary or an intent: an order made or rolled back while we read leaves
-# the part gone, the primary or an intent there now.
-while read -r _ part k pid k1 hex; do
-  # shellcheck disable=SC2059
-  still=$(printf "HEXISTS ${sp}:orders %s\nHEXISTS ${sp}:orders %s\nHEXISTS ${kp}{%s}:multi %s\n" \
-            "$sku" "$k" "$part" "$sku" "$k1" "$pid" "$sku" "$hex" | rcli | tr '\n' ' ')
-  [ "$still" != "1 0 0 " ] || { fail "part $part (segment $k): its primary $pid is not in segment $k1 and no intent for $hex is left: half an order"; multi_bad=1; }
-done < <(grep '^@O ' <<<"$agg" || true)
-if [ "$pending_ok" = 0 ] && { [ "${n_follows:-0}" -gt 0 ] || [ "${n_intents:-0}" -gt 0 ]; }; then
-  fail "not quiescent: ${n_follows:-0} follow(s) queued, ${n_intents:-0} intent(s) of multi-segment orders left (--pending-ok: allowed)"; multi_bad=1
+sum_t=$(val stock_total) sum_stock=$(val remaining) sum_s=$(val sold) sum_o=$(val orders)
+sum_r=$(val reserved) sum_rec=$(val records) sum_canc=$(($(val cancelled) + $(val expired))) locks=$(val locks_held)
+n_multi=$(val multi_orders) n_lparts=$(val live_parts) n_follows=$(val follows) n_intents=$(val intents)
+[ "$(val ok)" = 1 ] && pass "$nseg segments (version $version), inventory-check: stock ≥ 0, t = stock + s, o = live orders, s = Σ their units, r = Σ those of holds, due set = the holds; sold $sum_s = stock_total $sum_t − remaining $sum_stock; $n_multi multi-segment order(s) whole; $n_follows follow(s) queued, $n_intents intent(s)"
+if [ "$expect_sold_out" = 1 ]; then
+  for ((k = 0; k < ${#seg_stock[@]}; k++)); do
+    [ "${seg_stock[k]}" -eq 0 ] || fail "segment $k: ${seg_stock[k]} units left, expected sold out"
+  done
 fi
-[ "$multi_bad" = 0 ] && pass "${n_multi:-0} multi-segment order(s): each whole (every part there, listed with its quantity, its status the primary's); ${n_follows:-0} follow(s) queued, ${n_intents:-0} intent(s)"
-
-sum_t=0 sum_stock=0 sum_s=0 sum_o=0 sum_r=0 sum_rec=0 sum_canc=0 locks=0 seg_bad=0
-for ((k = 0; k < nseg; k++)); do
-  read -r ak st ver t s o r lk hl n live lunits canc held bad due nres _ < <(awk -v k="$k" '$1 == k' <<<"$agg") || true
-  [ "${ak:-}" = "$k" ] || { fail "segment $k: unreadable"; seg_bad=1; continue; }
-  if ! is_int "$st" || ! is_int "$t" || ! is_int "$s" || ! is_int "$o" || ! is_int "$hl"; then
-    fail "segment $k: missing keys (stock='$st' t='$t' s='$s' o='$o')"; seg_bad=1; continue
-  fi
-  [ "$ver" = "$version" ] || { fail "segment $k: sver '$ver' != meta version $version"; seg_bad=1; }
-  [ "$st" -ge 0 ] || { fail "segment $k: stock $st < 0 (oversold)"; seg_bad=1; }
-  [ "$t" -eq $((st + s)) ] || { fail "segment $k: t=$t != stock $st + s $s (stock taken without its order, or the reverse)"; seg_bad=1; }
-  [ "$n" -eq "$hl" ] || { fail "segment $k: read $n records, HLEN says $hl"; seg_bad=1; }
-  [ "$bad" -eq 0 ] || { fail "segment $k: $bad malformed record(s) (no quantity, wrong sku/segment or status)"; seg_bad=1; }
-  [ "$o" -eq "$live" ] || { fail "segment $k: cnt.o=$o != $live live orders (records that are not parts)"; seg_bad=1; }
-  [ "$s" -eq "$lunits" ] || { fail "segment $k: cnt.s=$s != $lunits units in live order records"; seg_bad=1; }
-  [ "$r" = - ] && r=0
-  if ! is_int "$r" || [ "$r" -ne "$held" ]; then fail "segment $k: cnt.r=$r != $held units in reserved (held) order records"; seg_bad=1; fi
-  [ "${due:-0}" = "${nres:-0}" ] || { fail "segment $k: $due members in the due set != ${nres:-0} reserved records (a hold that would never expire, or a ghost)"; seg_bad=1; }
-  [ "$expect_sold_out" = 0 ] || [ "$st" -eq 0 ] || { fail "segment $k: $st units left, expected sold out"; seg_bad=1; }
-  sum_t=$((sum_t + t)) sum_stock=$((sum_stock + st)) sum_s=$((sum_s + s)) sum_o=$((sum_o + o))
-  sum_r=$((sum_r + held)) sum_rec=$((sum_rec + n)) sum_canc=$((sum_canc + canc)) locks=$((locks + lk))
-done
-[ "$seg_bad" = 0 ] && pass "$nseg segments (version $version): stock ≥ 0, t = stock + s, o = live orders (parts are not orders), s = Σ their units, r = Σ those of holds, due set = the holds"
-[ $((sum_t - sum_stock)) -eq "$sum_s" ] && pass "sold $sum_s = stock_total $sum_t − remaining $sum_stock" \
-  || fail "sold $sum_s != stock_total $sum_t − remaining $sum_stock"
 if [ -n "$stock_total" ]; then
   [ "$sum_t" -eq "$stock_total" ] && pass "Σ t = $sum_t = the preheated stock" \
     || fail "Σ t = $sum_t != the preheated stock $stock_total"

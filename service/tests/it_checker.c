@@ -1,14 +1,24 @@
 /*
- * The invariant checker itself (svc_invariants.c) on multi-segment orders (docs/design.md
+ * The invariant checker itself (tools/check/invcheck.c) on multi-segment orders (docs/design.md
  * "Orders larger than one segment", SPEC §8 "every part of a multi-segment order is sold or
  * none is"): a SKU's keys are written by hand into a real redis-server, no inventoryd, and the
  * checker must accept each good state and refuse each bad one — a part without its primary, a
  * primary missing a part, a part whose status disagrees with its primary's, parts whose
  * quantities do not sum to the order's, a part the primary does not list — while a part
  * lagging behind a queued follow and an orphan part under an intent pass the plain check and
- * fail the quiescent one.
+ * fail the quiescent one. And the program inventory-check (tools/check/invcheck_main.c, what
+ * loadtest/verify.sh and chaos.py run), the same code as a command: its JSON report and exit
+ * status on a good state, a corrupted counter, stray keys of a dropped segment (those the key
+ * schema's table keeps pass), a missing SKU, a Redis that is not there, bad usage and --live.
+ * About 1 s.
  */
 #include "svc_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -247,6 +257,128 @@ static void test_user_limit_counts_the_whole_order(void **state)
     judge(0, 0, "a multi-segment order missing from its user's entries");
 }
 
+/* Runs inventory-check (next to this test, or in $INVENTORY_BUILD_BIN) with args; returns its
+ * exit status and its stdout parsed as JSON in *out (NULL when it printed none). */
+static int run_check(const char *args, json_t **out)
+{
+    char self[512] = ".";
+    const char *dir = getenv("INVENTORY_BUILD_BIN");
+    ssize_t len = dir ? -1 : readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        *strrchr(self, '/') = '\0';
+    }
+    char cmdline[1024];
+    snprintf(cmdline, sizeof cmdline, "%s/inventory-check %s 2>/dev/null", dir ? dir : self, args);
+    FILE *f = popen(cmdline, "r");
+    SF_ASSERT(f != NULL, "popen %s", cmdline);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    int st = pclose(f);
+    *out = n > 0 ? json_loads(buf, 0, NULL) : NULL;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Does the report list a problem of group check whose text holds text? */
+static int has_problem(const json_t *rep, const char *check, const char *text)
+{
+    size_t i;
+    const json_t *p;
+    json_array_foreach(json_object_get(rep, "problems"), i, p)
+    {
+        if (strcmp(json_string_value(json_object_get(p, "check")), check) == 0 &&
+            strstr(json_string_value(json_object_get(p, "text")), text) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
+static void test_program(void **state)
+{
+    (void)state;
+    char args[512];
+    json_t *rep;
+    /* the good state: exit 0, ok, the totals of the library's report */
+    good_state();
+    snprintf(args, sizeof args, "--redis %s --sku " CK_SKU " --quiescent", rf_url(redis));
+    int rc = run_check(args, &rep);
+    SF_ASSERT(rc == 0 && json_is_true(json_object_get(rep, "ok")) &&
+                  sf_json_int(rep, "sold", -1) == 14 && sf_json_int(rep, "orders", -1) == 2 &&
+                  sf_json_int(rep, "records", -1) == 4 &&
+                  sf_json_int(rep, "multi_orders", -1) == 1 &&
+                  json_array_size(json_object_get(rep, "segment")) == 3 &&
+                  sf_json_int(rep, "nproblems", -1) == 0,
+              "good state: exit %d, report %s", rc, rep ? json_dumps(rep, 0) : "none");
+    json_decref(rep);
+    /* a corrupted counter: cnt.s of segment 2 says 99 */
+    cmd("HSET inv:2:{" CK_SKU "/2}:cnt s 99");
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 1 && json_is_false(json_object_get(rep, "ok")) &&
+                  has_problem(rep, "segment", "segment 2: t 10 != stock 7 + s 99") &&
+                  has_problem(rep, "segment", "segment 2: s 99 != 3 units"),
+              "cnt.s corrupted: exit %d, report %s", rc, rep ? json_dumps(rep, 0) : "none");
+    json_decref(rep);
+    /* a dropped segment (3): keys the drop deletes are strays, those it keeps (the sver
+     * tombstone, the rules version, the log, lockcore's) are not; nor is a key it does not
+     * know under a kept one (lock:fence) */
+    good_state();
+    cmd("SET inv:2:{" CK_SKU "/3}:sver 6");
+    cmd("SET inv:2:{" CK_SKU "/3}:rver 6");
+    cmd("SET inv:2:{" CK_SKU "/3}:lock:seen 5:x");
+    cmd("SET inv:2:{" CK_SKU "/3}:lock:fence 5");
+    cmd("XADD inv:2:{" CK_SKU "/3}:log * e x");
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 0, "kept keys of a dropped segment: exit %d, report %s", rc,
+              rep ? json_dumps(rep, 0) : "none");
+    json_decref(rep);
+    cmd("SET inv:2:{" CK_SKU "/3}:stock 4");
+    cmd("SET inv:2:{" CK_SKU "/3}:bogus 1");
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 1 && has_problem(rep, "sku", "stray key inv:2:{" CK_SKU "/3}:stock") &&
+                  has_problem(rep, "sku", "stray key inv:2:{" CK_SKU "/3}:bogus") &&
+                  sf_json_int(rep, "nproblems", -1) == 2,
+              "strays of a dropped segment: exit %d, report %s", rc,
+              rep ? json_dumps(rep, 0) : "none");
+    json_decref(rep);
+    /* --live: a layout still rolling out (meta state p) is no violation while orders run, and
+     * nothing across segments is judged; the full check refuses it */
+    good_state();
+    cmd("HSET inv:2:{" CK_SKU "}:meta state p");
+    snprintf(args, sizeof args, "--redis %s --sku " CK_SKU " --live", rf_url(redis));
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 0, "live, state p: exit %d, report %s", rc, rep ? json_dumps(rep, 0) : "none");
+    json_decref(rep);
+    snprintf(args, sizeof args, "--redis %s --sku " CK_SKU, rf_url(redis));
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 1 && has_problem(rep, "sku", "meta.state p"), "state p: exit %d", rc);
+    json_decref(rep);
+    /* --skip-users: a user over the limit is the limit checks' finding alone */
+    good_state();
+    cmd("HSET inv:2:{" CK_SKU "}:meta limit 11");
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 1 && has_problem(rep, "users", "over the limit 11"), "limit: exit %d", rc);
+    json_decref(rep);
+    snprintf(args, sizeof args, "--redis %s --sku " CK_SKU " --skip-users", rf_url(redis));
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 0, "limit, --skip-users: exit %d", rc);
+    json_decref(rep);
+    /* no such SKU: a violation (exit 1, found false) */
+    snprintf(args, sizeof args, "--redis %s --sku nosuch", rf_url(redis));
+    rc = run_check(args, &rep);
+    SF_ASSERT(rc == 1 && json_is_false(json_object_get(rep, "found")), "missing SKU: exit %d", rc);
+    json_decref(rep);
+    /* a Redis that is not there: exit 3, after --retry-s 0 (no retry) */
+    rc = run_check("--redis redis://127.0.0.1:1 --sku x --retry-s 0", &rep);
+    SF_ASSERT(rc == 3, "no Redis: exit %d", rc);
+    json_decref(rep);
+    /* bad usage: exit 2, nothing read */
+    rc = run_check("--sku x", &rep);
+    SF_ASSERT(rc == 2 && rep == NULL, "no --redis: exit %d", rc);
+    rc = run_check("--redis redis://127.0.0.1:1 --sku x --key-schema 3", &rep);
+    SF_ASSERT(rc == 2 && rep == NULL, "--key-schema 3: exit %d", rc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_status_mismatch),
         cmocka_unit_test(test_quantities),
         cmocka_unit_test(test_user_limit_counts_the_whole_order),
+        cmocka_unit_test(test_program),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

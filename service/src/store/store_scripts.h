@@ -5,49 +5,10 @@
  * The numbers below are defined once, here: the Lua files name them (STORE_COMMIT_OK, ...)
  * and the build puts these values in their place.
  *
- * Key schema (docs/design.md): SKU-wide keys carry the hash tag {S}, a segment's keys the tag
- * {S/k}, so every script below touches one Redis Cluster slot:
- *   inv:2:{S}:meta          hash {version, segments, stock, state, hwm, rseq, rver, and each sale
- *                         rule's meta field (rules_table.h: limit, sale_start, sale_end, ttl)}
- *                         the SKU's layout and sale rules, rver their version (PUT and PATCH
- *                         draw a new one; survives DELETE):
- *                         state "p" while the layout is being rolled out to the segments, "r"
- *                         once every segment carries it; hwm = segments whose keys may exist;
- *                         segments 0 = deleted
- *   inv:2:skus              set of SKU names (no hash tag: a slot of its own)   the registry:
- *                         PUT adds before its meta write, DELETE removes after its own
- *   inv:2:{S}:ver           integer                        version counter (survives DELETE)
- *   inv:2:{S}:rst           hash rid -> "version:units"    restocks not yet applied everywhere
- *   inv:2:{S}:rres:<rid>    string (24 h)                  restock rid was applied everywhere
- *   inv:2:{S}:idem:<key>    string (24 h)                  order Idempotency-Key claim: the order
- *                         id, or "pending:<expiry, Redis ms>:<token>" while an order runs
- *   inv:2:{S}:aidem:<op>:<key> string (24 h)               admin Idempotency-Key: "<status> <body>"
- *                         of the answer, or "P <rid> <units>" while a restock runs
- *   inv:2:{S}:slock         lockcore lock                  the single-lock strategy's lock
- *   inv:2:{S/k}:stock       integer                        units left in segment k
- *   inv:2:{S/k}:sver        integer                        version segment k belongs to (kept as
- *                                                        a tombstone when k is dropped)
- *   inv:2:{S/k}:cnt         hash {t, s, o, r}              units stocked, units sold, live orders,
- *                                                        units in reserved orders (part of s)
- *   inv:2:{S/k}:orders      hash order id -> order JSON    order records of segment k
- *   inv:2:{S/k}:idem        hash idempotency key -> id     written atomically with the order
- *   inv:2:{S/k}:rst         set of rid                     restocks applied to segment k
- *   inv:2:{S/k}:due         zset order id, score expiry    the segment's live holds (Redis ms)
- *   inv:2:{S/k}:log         stream (orderlog.h)            the order log, with --order-log
- *   inv:2:{S/k}:give        zset hex+user, score when      give-backs to users' counts not yet
- *                         applied (an ended order of a user: docs/design.md "Per-user limits")
- *   inv:2:{S/k}:follow      zset "<part id>|<status>", score when   changes of a multi-segment
- *                         order's primary (in k) not yet applied to its other parts
- *   inv:2:{S/k}:undone      zset id, score when (24 h TTL)  tombstones: ids of multi-segment
- *                         orders' parts (or primaries) rolled back in k, whose commits are refused
- *   inv:2:{S}:multi         hash hex -> JSON intent         multi-segment orders being made
- *                         (docs/design.md "Orders larger than one segment")
- *   inv:2:{S}:users         hash user -> JSON entries      units each user holds (rules.h limit);
- *                         PUT and DELETE delete it with the orders it counted
- *   inv:2:{S/k}:rver        integer                        the newest rules version a PATCH pushed
- *                         to segment k (lua/rules_push.lua): commits judged by older rules are
- *                         refused; never lowered, outlives resets and drops (as sver does)
- *   inv:2:{S/k}:lock        lockcore lock (+ :fence, :unlock)
+ * Key schema: service/store_keys.txt, the one list of the keys (docs/design.md's key table, what
+ * each holds, is checked against it, and so are store.c's names: tools/check/test_keys.c).
+ * SKU-wide keys carry the hash tag {S}, a segment's keys the tag {S/k}, so every script below
+ * touches one Redis Cluster slot.
  * Invariant per segment, kept by every script: t = stock + s, and s = sum of live orders' units.
  * Every script reads and checks all it needs before its first write: Redis does not roll a
  * script back, so a failure after a write would leave drift. Every number a script reads from

@@ -12,8 +12,9 @@
  *   - the group's Redis and inventoryd: gf_redis (lockcore's group_fixture.h) and
  *     sf_group_service, stopped by sf_group_teardown;
  *   - a small blocking HTTP/1.1 client over real sockets, keep-alive capable, with timeouts;
- *   - the invariant checker (SPEC §8), which reads Redis directly with hiredis using the key
- *     schema of docs/design.md, independently of the service's own GET status.
+ *   - the invariant checker (SPEC §8; tools/check/invcheck.h, the core of inventory-check),
+ *     which reads Redis directly with hiredis using the key schema of service/store_keys.txt,
+ *     independently of the service's own GET status.
  *
  * Process control is not thread-safe (one thread starts and stops services); the HTTP client
  * and the checker are thread-safe (no shared state).
@@ -30,6 +31,7 @@
 #include <jansson.h>
 
 #include "group_fixture.h"
+#include "invcheck.h"
 #include "redis_fixture.h"
 #include "testutil.h"
 
@@ -209,77 +211,17 @@ double sf_metric(int port, const char *series);
 
 /* ---- invariants (SPEC §8), read straight from Redis ----------------------------------------- */
 
-#define SF_MAX_SEGMENTS 1024
+/* The checker is tools/check/invcheck.h's (inventory-check's core): the tests and the program
+ * share one implementation. */
+#define SF_MAX_SEGMENTS IC_MAX_SEGMENTS
+#define SF_MAX_USERS IC_MAX_USERS
+#define SF_USER_ORDERS_MAX IC_USER_ORDERS_MAX
+typedef ic_report sf_report;
 
-#define SF_MAX_USERS 256
-#define SF_USER_ORDERS_MAX 8
-struct sf_user {
-    char user[129];
-    long long units; /* in live orders */
-    int nhex;
-    char hex[SF_USER_ORDERS_MAX][33]; /* their ids' hex parts */
-};
-
-typedef struct sf_report {
-    int ok;                /* 1 when every check below passed */
-    int found;             /* inv:2:{S}:meta exists */
-    long long version;     /* meta.version */
-    int segments;          /* meta.segments */
-    long long stock_total; /* Σ cnt.t */
-    long long remaining;   /* Σ stock */
-    long long sold;        /* Σ cnt.s */
-    long long orders;      /* Σ cnt.o */
-    long long live_units;  /* Σ quantity of live order records */
-    long long live_orders; /* number of live order records (parts of multi-segment orders
-                              included: each is a record of its segment, counted in its cnt.o) */
-    long long cancelled;   /* number of cancelled order records */
-    long long expired;     /* number of expired order records (holds) */
-    long long reserved;    /* Σ units of reserved (hold) records = Σ cnt.r */
-    long long reserved_orders, confirmed_orders;
-    long long limit;          /* meta.limit (0: none) */
-    long long max_user_units; /* most units one user holds in live orders (with a limit) */
-    int nusers, users_overflow;
-    struct sf_user users[SF_MAX_USERS];
-    int negative_segments;  /* segments with stock < 0 */
-    long long multi_orders; /* primaries of multi-segment orders (any status) */
-    long long live_parts;   /* live part records (part_of) */
-    long long follows;      /* members of the segments' follow queues (part changes pending) */
-    long long intents;      /* fields of inv:2:{S}:multi (multi-segment orders being made) */
-    long long seg_stock[SF_MAX_SEGMENTS];
-    long long seg_sold[SF_MAX_SEGMENTS];
-    int nproblems;
-    char problems[4096]; /* one line per problem (the first ones), "" when ok */
-} sf_report;
-
-/*
- * Reads every segment of sku from the Redis at redis_url (redis://[:password@]host:port[/db],
- * or redis-cluster://host:port[,…]: each key from its master, found with CLUSTER KEYSLOT)
- * and checks, for each k in [0, meta.segments), on one MULTI/EXEC snapshot of the segment:
- *   stock >= 0; sver == meta.version; cnt.t == stock + cnt.s;
- *   cnt.s == Σ quantity of its order records whose status is not "cancelled";
- *   cnt.o == the number of those live records;
- *   every record is JSON with order_id == its hash field, sku == sku, segment == k, an integer
- *   quantity >= 1 and status created, reserved, confirmed, cancelled or expired (live: the
- *   first three), expires_at on a reserved one; cnt.r == Σ quantity of reserved records, and
- *   the due set is exactly the reserved records (every hold expires);
- *   with meta.limit > 0: no user holds more than it in live orders, and every live order of a
- *   user is in the user's entries of inv:2:{S}:users (SPEC §11);
- *   every Idempotency-Key entry of the segment names one of its records;
- * and that no segment key exists for an index >= meta.segments (left over from a larger layout).
- * Multi-segment orders (docs/design.md "Orders larger than one segment", SPEC §8 "every part
- * is sold or none is"): a record's units in its segment are its own part's quantity when it
- * has parts (lua/include/units.lua), else its quantity; a part record (part_of) has no user,
- * expires_at or due entry and is no order of a user (the primary's quantity is the user's);
- * a primary's parts are in index order, its own segment first, and sum to its quantity; each
- * part record's part_of names a primary of the segment its id says, which lists the part with
- * the same quantity; each primary's parts exist with that quantity and a status agreeing with
- * the primary's (created/reserved = live, confirmed, cancelled, expired) — a part may lag
- * while `<part id>|<primary's status>` is in the primary's segment's follow queue, and parts
- * without their primary may exist while an intent for their hex is in inv:2:{S}:multi.
- * Fills *rep (totals for comparison with GET status and the client's count of 201 units).
- * Returns 0 when the checks could run (rep->ok says whether they passed; a missing SKU is
- * found = 0, ok = 0), -1 when Redis could not be read (rep->problems says why).
- */
+/* ic_check (invcheck.h, which says what is checked) with the default options: every check of
+ * a SKU at rest, follows and intents of multi-segment orders allowed. Returns 0 when the checks
+ * could run (rep->ok says whether they passed; a missing SKU is found = 0, ok = 0), -1 when
+ * Redis could not be read (rep->problems says why). */
 int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep);
 
 /* sf_check_invariants, and also: no follow queued and no intent left (rep->follows and
