@@ -32,6 +32,7 @@
 #include <event2/event.h>
 #include <mysql.h>
 
+#include "anylock_internal.h"
 #include "async_internal.h"
 #include "base_internal.h"
 #include "lockcore/lockcore_mysql.h"
@@ -79,11 +80,6 @@ struct lc_mysql_client {
     lc_mysql_lock *locks;
 };
 
-/* A fenced eval on the data store, freed by its reply callback. */
-typedef struct eval_slot {
-    lc_mysql_lock *lock; /* NULL once the handle stopped waiting for it */
-} eval_slot;
-
 struct lc_mysql_lock {
     lc_mysql_client *c; /* NULL: orphan (client freed) */
     char *name;
@@ -104,7 +100,7 @@ struct lc_mysql_lock {
     void *arg;
     int wait_ms, retried, eval_release;
     int64_t deadline_ms;
-    eval_slot *slot;
+    lc_fenced *slot;     /* the fenced eval's answer in flight (anylock_internal.h) */
     struct event *defer; /* starts an acquire, or answers at once, from the loop */
     lc_status defer_st;
     uint64_t defer_fence;
@@ -554,10 +550,8 @@ static void mop_finish(lc_mysql_lock *lk, lc_status st, uint64_t fence, const re
     lk->arg = NULL;
     if (lk->defer)
         event_del(lk->defer);
-    if (lk->slot) {
-        lk->slot->lock = NULL;
-        lk->slot = NULL;
-    }
+    lc_fenced_detach(lk->slot);
+    lk->slot = NULL;
     if (st == LC_OK)
         lk->why[0] = '\0';
     if (op == MO_EVAL) {
@@ -911,36 +905,20 @@ static void release_background(lc_mysql_lock *lk)
     lk->conn_id = 0;
 }
 
-static void on_mysql_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_mysql_eval_reply(void *owner, const lc_fenced_result *res)
 {
-    eval_slot *s = arg;
-    lc_mysql_lock *lk = s->lock;
-    free(s);
-    if (!lk)
-        return;
+    lc_mysql_lock *lk = owner;
     lk->slot = NULL;
-    const redisReply *body = NULL;
-    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
-    if (st == LC_OK && parsed == LC_EREDIS) {
-        snprintf(lk->why, sizeof(lk->why),
-                 "mysql lock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
-                 lk->name);
-    } else if (parsed == LC_ELOST) {
-        uint64_t seen = lc_token_reply_seen(r);
-        snprintf(lk->why, sizeof(lk->why),
-                 "mysql lock %s: lost (the store has seen token %" PRIu64 ", ours is %" PRIu64 ")",
-                 lk->name, seen, lk->fence);
+    lc_fenced_why(lk->why, sizeof(lk->why), "mysql lock", lk->name, -1, res, lk->fence);
+    if (res->st == LC_ELOST) {
         lk->lost = 1;
         event_del(lk->check);
-        if (lk->c && seen >= lk->fence)
-            lc_mysql_client_raise(lk->c, lk->name, seen);
-    } else if (st != LC_OK) {
-        snprintf(lk->why, sizeof(lk->why), "mysql lock %s: data store: %s", lk->name, errstr);
+        if (lk->c && res->seen >= lk->fence)
+            lc_mysql_client_raise(lk->c, lk->name, res->seen);
     }
-    st = parsed;
     if (lk->eval_release)
         release_background(lk);
-    mop_finish(lk, st, 0, body);
+    mop_finish(lk, res->st, 0, res->body);
 }
 
 lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc_script *script,
@@ -962,17 +940,11 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
             release_background(lk);
         return lc_fail(LC_ELOST, "%s", lk->why);
     }
-    eval_slot *s = malloc(sizeof(*s));
-    lc_status st = lc_fail(LC_ENOMEM, "mysql lock eval: out of memory");
-    if (s) {
-        s->lock = lk;
-        st = lc_async_token_script(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
-                                   keylens, nargs, args, arglens, on_mysql_eval_reply, s);
-    }
-    if (st != LC_OK) {
-        free(s);
+    lc_fenced *s;
+    lc_status st = lc_fenced_send(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
+                                  keylens, nargs, args, arglens, on_mysql_eval_reply, lk, &s);
+    if (st != LC_OK)
         return st;
-    }
     mop_begin(lk, MO_EVAL, NULL, cb, arg);
     lk->slot = s;
     lk->eval_release = flags & LC_EVAL_RELEASE;
@@ -1179,3 +1151,108 @@ const char *lc_mysql_lock_errmsg(const lc_mysql_lock *lk)
 {
     return lk ? lk->why : "";
 }
+
+/* ---- the anylock backend (lockcore_anylock.h): lc_mysql_lock on b->client ---- */
+
+static lc_status my_any_make(const lc_anylock_backend *b, const char *name,
+                             const lc_lock_opts *opts, void **h)
+{
+    (void)opts; /* no lease: the session is the hold (session_timeout_s, check_ms) */
+    return lc_mysql_lock_new(b->client, name, NULL, NULL, (lc_mysql_lock **)h);
+}
+
+static void my_any_free(void *h)
+{
+    lc_mysql_lock_free(h);
+}
+
+static void on_my_any_acquired(lc_mysql_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_acquired(arg, st, NULL, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_acquire(void *h, int wait_ms, int nread, const char *const *reads,
+                                lc_anylock *al)
+{
+    (void)nread; /* token-fenced: lc_anylock reads the keys after the acquire */
+    (void)reads;
+    return lc_mysql_lock_acquire(h, wait_ms, on_my_any_acquired, al);
+}
+
+static void on_my_any_released(lc_mysql_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_evaluated(arg, st, NULL, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_release(void *h, lc_anylock *al)
+{
+    return lc_mysql_lock_release(h, on_my_any_released, al);
+}
+
+static void on_my_any_eval(lc_mysql_lock *lk, lc_status st, const redisReply *r, void *arg)
+{
+    lc_anylock_evaluated(arg, st, r, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_eval(void *h, lc_async_client *store, const char *seen_key,
+                             const lc_script *script, int flags, int nkeys, const char *const *keys,
+                             int nargs, const char *const *args, lc_anylock *al)
+{
+    return lc_mysql_lock_eval(h, store, script, seen_key, flags, nkeys, keys, NULL, nargs, args,
+                              NULL, on_my_any_eval, al);
+}
+
+static lc_status my_any_detach_check(const lc_anylock_backend *b, const void *h)
+{
+    (void)b;
+    return lc_mysql_lock_held(h) ? LC_OK : LC_ENOTHELD;
+}
+
+static lc_status my_any_raise(const lc_anylock_backend *b, const char *name, uint64_t seen)
+{
+    return lc_mysql_client_raise(b->client, name, seen);
+}
+
+static int my_any_held(const void *h)
+{
+    return lc_mysql_lock_held(h);
+}
+
+static int my_any_lost(const void *h)
+{
+    return lc_mysql_lock_lost(h);
+}
+
+static uint64_t my_any_fence(const void *h)
+{
+    return lc_mysql_lock_fence(h);
+}
+
+static const char *my_any_owner(const void *h)
+{
+    return lc_mysql_lock_owner(h);
+}
+
+static const char *my_any_errmsg(const void *h)
+{
+    return lc_mysql_lock_errmsg(h);
+}
+
+const lc_anylock_ops lc_anylock_mysql = {
+    .kind = "mysql",
+    .token_fenced = 1,
+    .make = my_any_make,
+    .free = my_any_free,
+    .acquire = my_any_acquire,
+    .release = my_any_release,
+    .eval = my_any_eval,
+    .detach_check = my_any_detach_check,
+    .raise = my_any_raise,
+    .held = my_any_held,
+    .lost = my_any_lost,
+    .fence = my_any_fence,
+    .owner = my_any_owner,
+    .errmsg = my_any_errmsg,
+};
