@@ -262,125 +262,152 @@ static void take_row(mconn *mc, MYSQL_RES *res)
     mysql_free_result(res);
 }
 
-/* One move of the step machine; ready: what the socket wait saw (0 to start a phase). */
+/* What one phase's move did: waits on the socket (or failed: mconn_fail ended the job), moved
+ * to the next phase (to start at once), or finished the job's statements. */
+enum { STEP_WAIT, STEP_NEXT, STEP_DONE };
+
+static int step_connect(mconn *mc, int ready)
+{
+    int status;
+    MYSQL *ret = NULL;
+    lc_mysql_client *c = mc->c;
+    if (!ready)
+        status = mysql_real_connect_start(&ret, mc->m, c->u.host, c->u.user, c->u.password,
+                                          c->u.database, c->u.port, NULL, CLIENT_MULTI_STATEMENTS);
+    else
+        status = mysql_real_connect_cont(&ret, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (!ret) {
+        mconn_fail(mc, "connect");
+        return STEP_WAIT;
+    }
+    mc->connected = 1;
+    mc->fresh = 1;
+    mc->id = mysql_thread_id(mc->m);
+    mc->phase = c->table_ready ? P_QUERY : P_SETUP;
+    return STEP_NEXT;
+}
+
+static int step_setup(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready)
+        status =
+            mysql_real_query_start(&err, mc->m, CREATE_FENCE_TABLE, sizeof(CREATE_FENCE_TABLE) - 1);
+    else
+        status = mysql_real_query_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    /* Without the CREATE privilege the table must exist already: the INSERT will say. */
+    if (err) {
+        unsigned no = mysql_errno(mc->m);
+        if (no != 1142 && no != 1044) { /* ER_TABLEACCESS_DENIED, ER_DBACCESS_DENIED */
+            mconn_fail(mc, "create table lc_fence");
+            return STEP_WAIT;
+        }
+    }
+    mc->c->table_ready = 1;
+    mc->phase = P_QUERY;
+    return STEP_NEXT;
+}
+
+static int step_query(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready && mc->job == J_ACQUIRE && mc->lock && mc->fresh) {
+        /* connecting took part of the wait: GET_LOCK waits only what is left of it */
+        int64_t left;
+        char *sql = acquire_sql(mc->lock, &left);
+        if (sql) {
+            free(mc->sql);
+            mc->sql = sql;
+        }
+    }
+    mc->fresh = 0;
+    if (!ready)
+        status = mysql_real_query_start(&err, mc->m, mc->sql, (unsigned long)strlen(mc->sql));
+    else
+        status = mysql_real_query_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (err) {
+        mconn_fail(mc, "query");
+        return STEP_WAIT;
+    }
+    mc->phase = P_STORE;
+    return STEP_NEXT;
+}
+
+static int step_store(mconn *mc, int ready)
+{
+    int status;
+    MYSQL_RES *res = NULL;
+    if (!ready)
+        status = mysql_store_result_start(&res, mc->m);
+    else
+        status = mysql_store_result_cont(&res, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (!res && mysql_field_count(mc->m) > 0) {
+        mconn_fail(mc, "result");
+        return STEP_WAIT;
+    }
+    if (res)
+        take_row(mc, res);
+    if (!mysql_more_results(mc->m))
+        return STEP_DONE;
+    mc->phase = P_NEXT;
+    return STEP_NEXT;
+}
+
+static int step_next(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready)
+        status = mysql_next_result_start(&err, mc->m);
+    else
+        status = mysql_next_result_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (err > 0) {
+        mconn_fail(mc, "statement");
+        return STEP_WAIT;
+    }
+    if (err < 0)
+        return STEP_DONE;
+    mc->phase = P_STORE;
+    return STEP_NEXT;
+}
+
+/* One move of the step machine; ready: what the socket wait saw (0 to start a phase). Each
+ * phase that completes starts the next at once, until one waits on the socket or the job's
+ * statements are done. */
 static void step(mconn *mc, int ready)
 {
-again:;
-    int status = 0, err = 0;
-    MYSQL *ret = NULL;
-    MYSQL_RES *res = NULL;
-    lc_mysql_client *c = mc->c;
-    switch (mc->phase) {
-    case P_CONNECT:
-        if (!ready) {
-            status =
-                mysql_real_connect_start(&ret, mc->m, c->u.host, c->u.user, c->u.password,
-                                         c->u.database, c->u.port, NULL, CLIENT_MULTI_STATEMENTS);
-        } else {
-            status = mysql_real_connect_cont(&ret, mc->m, ready);
+    int r = STEP_NEXT;
+    for (; r == STEP_NEXT; ready = 0) {
+        switch (mc->phase) {
+        case P_CONNECT: r = step_connect(mc, ready); break;
+        case P_SETUP: r = step_setup(mc, ready); break;
+        case P_QUERY: r = step_query(mc, ready); break;
+        case P_STORE: r = step_store(mc, ready); break;
+        case P_NEXT: r = step_next(mc, ready); break;
+        case P_NONE: return;
         }
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (!ret) {
-            mconn_fail(mc, "connect");
-            return;
-        }
-        mc->connected = 1;
-        mc->fresh = 1;
-        mc->id = mysql_thread_id(mc->m);
-        mc->phase = c->table_ready ? P_QUERY : P_SETUP;
-        ready = 0;
-        goto again;
-    case P_SETUP:
-        if (!ready)
-            status = mysql_real_query_start(&err, mc->m, CREATE_FENCE_TABLE,
-                                            sizeof(CREATE_FENCE_TABLE) - 1);
-        else
-            status = mysql_real_query_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        /* Without the CREATE privilege the table must exist already: the INSERT will say. */
-        if (err) {
-            unsigned no = mysql_errno(mc->m);
-            if (no != 1142 && no != 1044) { /* ER_TABLEACCESS_DENIED, ER_DBACCESS_DENIED */
-                mconn_fail(mc, "create table lc_fence");
-                return;
-            }
-        }
-        c->table_ready = 1;
-        mc->phase = P_QUERY;
-        ready = 0;
-        goto again;
-    case P_QUERY:
-        if (!ready && mc->job == J_ACQUIRE && mc->lock && mc->fresh) {
-            /* connecting took part of the wait: GET_LOCK waits only what is left of it */
-            int64_t left;
-            char *sql = acquire_sql(mc->lock, &left);
-            if (sql) {
-                free(mc->sql);
-                mc->sql = sql;
-            }
-        }
-        mc->fresh = 0;
-        if (!ready)
-            status = mysql_real_query_start(&err, mc->m, mc->sql, (unsigned long)strlen(mc->sql));
-        else
-            status = mysql_real_query_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (err) {
-            mconn_fail(mc, "query");
-            return;
-        }
-        mc->phase = P_STORE;
-        ready = 0;
-        goto again;
-    case P_STORE:
-        if (!ready)
-            status = mysql_store_result_start(&res, mc->m);
-        else
-            status = mysql_store_result_cont(&res, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (!res && mysql_field_count(mc->m) > 0) {
-            mconn_fail(mc, "result");
-            return;
-        }
-        if (res)
-            take_row(mc, res);
-        if (!mysql_more_results(mc->m))
-            break;
-        mc->phase = P_NEXT;
-        ready = 0;
-        goto again;
-    case P_NEXT:
-        if (!ready)
-            status = mysql_next_result_start(&err, mc->m);
-        else
-            status = mysql_next_result_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (err > 0) {
-            mconn_fail(mc, "statement");
-            return;
-        }
-        if (err < 0)
-            break;
-        mc->phase = P_STORE;
-        ready = 0;
-        goto again;
-    case P_NONE: return;
     }
+    if (r != STEP_DONE)
+        return;
     event_del(mc->io);
     event_del(mc->timer);
     mc->phase = P_NONE;
