@@ -37,6 +37,7 @@
 
 #include <event2/event.h>
 
+#include "anylock_internal.h"
 #include "async_internal.h"
 #include "base_internal.h"
 #include "hold_internal.h"
@@ -80,7 +81,7 @@ struct lc_async_redlock {
     lc_async_redlock_fn cb;
     lc_async_redlock_eval_fn eval_cb; /* RL_OP_EVAL */
     void *arg;
-    rslot *eval_slot; /* RL_OP_EVAL: the store's answer in flight */
+    lc_fenced *eval_slot; /* RL_OP_EVAL: the store's answer in flight */
     int eval_release;
     int wait_ms;
     int64_t deadline_ms;
@@ -278,10 +279,8 @@ static void op_finish_reply(lc_async_redlock *rl, lc_status st, uint64_t fence,
     rl->eval_cb = NULL;
     rl->arg = NULL;
     event_del(rl->retry_timer);
-    if (rl->eval_slot) {
-        rl->eval_slot->rl = NULL; /* its late answer is dropped */
-        rl->eval_slot = NULL;
-    }
+    lc_fenced_detach(rl->eval_slot); /* its late answer is dropped */
+    rl->eval_slot = NULL;
     if (st != LC_OK)
         lc_fail(st, "%s", rl->why);
     if (op == RL_OP_EVAL) {
@@ -578,37 +577,21 @@ static void release_in_background(lc_async_redlock *rl)
     atomic_store(&rl->valid_until_ms, 0);
 }
 
-static void on_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_eval_reply(void *owner, const lc_fenced_result *res)
 {
-    rslot *s = arg;
-    lc_async_redlock *rl = s->rl;
-    free(s);
-    if (!rl)
-        return;
+    lc_async_redlock *rl = owner;
     rl->eval_slot = NULL;
-    const redisReply *body = NULL;
-    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
-    if (st == LC_OK && parsed == LC_EREDIS) {
-        snprintf(rl->why, sizeof(rl->why),
-                 "redlock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
-                 rl->h.name);
-    } else if (parsed == LC_ELOST) {
-        uint64_t seen = lc_token_reply_seen(r);
-        snprintf(rl->why, sizeof(rl->why),
-                 "redlock %s: lost (the store has seen token %" PRIu64 ", ours is %" PRIu64 ")",
-                 rl->h.name, seen, rl->h.fence);
-        if (seen >= rl->h.fence && !rl->freeing)
-            lc_async_redlock_raise(rl->n, rl->nodes, rl->h.name, seen);
+    lc_fenced_why(rl->why, sizeof(rl->why), "redlock", rl->h.name, -1, res, rl->h.fence);
+    if (res->st == LC_ELOST) {
+        if (res->seen >= rl->h.fence && !rl->freeing)
+            lc_async_redlock_raise(rl->n, rl->nodes, rl->h.name, res->seen);
         atomic_store(&rl->h.lost, 1);
         atomic_store(&rl->valid_until_ms, 0);
         event_del(rl->renew_timer);
-    } else if (st != LC_OK) {
-        snprintf(rl->why, sizeof(rl->why), "redlock %s: data store: %s", rl->h.name, errstr);
     }
-    st = parsed;
     if (rl->eval_release)
         release_in_background(rl);
-    op_finish_reply(rl, st, 0, body);
+    op_finish_reply(rl, res->st, 0, res->body);
 }
 
 lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
@@ -639,17 +622,11 @@ lc_status lc_async_redlock_eval(lc_async_redlock *rl, lc_async_client *store,
             release_in_background(rl);
         return lc_fail(LC_ELOST, "%s", rl->why);
     }
-    rslot *s = malloc(sizeof(*s));
-    lc_status st = lc_fail(LC_ENOMEM, "redlock eval: out of memory");
-    if (s) {
-        *s = (rslot){rl, -1};
-        st = lc_async_token_script(store, script, seen_key, rl->h.fence, rl->owner, nkeys, keys,
-                                   keylens, nargs, args, arglens, on_eval_reply, s);
-    }
-    if (st != LC_OK) {
-        free(s);
+    lc_fenced *s;
+    lc_status st = lc_fenced_send(store, script, seen_key, rl->h.fence, rl->owner, nkeys, keys,
+                                  keylens, nargs, args, arglens, on_eval_reply, rl, &s);
+    if (st != LC_OK)
         return st;
-    }
     rl->op = RL_OP_EVAL;
     rl->eval_cb = cb;
     rl->arg = arg;
@@ -880,3 +857,114 @@ const char *lc_async_redlock_token(const lc_async_redlock *rl)
 {
     return rl ? rl->h.token : "";
 }
+
+/* ---- the anylock backend (lockcore_anylock.h): lc_async_redlock over b->nodes ---- */
+
+static lc_status rl_any_make(const lc_anylock_backend *b, const char *name,
+                             const lc_lock_opts *opts, void **h)
+{
+    lc_redlock_opts ro;
+    lc_redlock_opts_init(&ro);
+    ro.lease_ms = opts->lease_ms;
+    ro.watchdog = opts->watchdog;
+    ro.max_hold_ms = opts->max_hold_ms;
+    ro.node_timeout_ms = b->node_timeout_ms;
+    return lc_async_redlock_new(b->n, b->nodes, name, &ro, NULL, NULL, (lc_async_redlock **)h);
+}
+
+static void rl_any_free(void *h)
+{
+    lc_async_redlock_free(h);
+}
+
+static void on_rl_any_acquired(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_acquired(arg, st, NULL, lc_async_redlock_errmsg(rl));
+}
+
+static lc_status rl_any_acquire(void *h, int wait_ms, int nread, const char *const *reads,
+                                lc_anylock *al)
+{
+    (void)nread; /* token-fenced: lc_anylock reads the keys after the acquire */
+    (void)reads;
+    return lc_async_redlock_acquire(h, wait_ms, on_rl_any_acquired, al);
+}
+
+static void on_rl_any_released(lc_async_redlock *rl, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_evaluated(arg, st, NULL, lc_async_redlock_errmsg(rl));
+}
+
+static lc_status rl_any_release(void *h, lc_anylock *al)
+{
+    return lc_async_redlock_release(h, on_rl_any_released, al);
+}
+
+static void on_rl_any_eval(lc_async_redlock *rl, lc_status st, const redisReply *r, void *arg)
+{
+    lc_anylock_evaluated(arg, st, r, lc_async_redlock_errmsg(rl));
+}
+
+static lc_status rl_any_eval(void *h, lc_async_client *store, const char *seen_key,
+                             const lc_script *script, int flags, int nkeys, const char *const *keys,
+                             int nargs, const char *const *args, lc_anylock *al)
+{
+    return lc_async_redlock_eval(h, store, script, seen_key, flags, nkeys, keys, NULL, nargs, args,
+                                 NULL, on_rl_any_eval, al);
+}
+
+static lc_status rl_any_detach_check(const lc_anylock_backend *b, const void *h)
+{
+    (void)b;
+    return lc_async_redlock_held(h) ? LC_OK : LC_ENOTHELD;
+}
+
+static lc_status rl_any_raise(const lc_anylock_backend *b, const char *name, uint64_t seen)
+{
+    return lc_async_redlock_raise(b->n, b->nodes, name, seen);
+}
+
+static int rl_any_held(const void *h)
+{
+    return lc_async_redlock_held(h);
+}
+
+static int rl_any_lost(const void *h)
+{
+    return lc_async_redlock_lost(h);
+}
+
+static uint64_t rl_any_fence(const void *h)
+{
+    return lc_async_redlock_fence(h);
+}
+
+static const char *rl_any_owner(const void *h)
+{
+    return lc_async_redlock_owner(h);
+}
+
+static const char *rl_any_errmsg(const void *h)
+{
+    return lc_async_redlock_errmsg(h);
+}
+
+const lc_anylock_ops lc_anylock_redlock = {
+    .kind = "redlock",
+    .token_fenced = 1,
+    .closed_with_nodes = 1,
+    .make = rl_any_make,
+    .free = rl_any_free,
+    .acquire = rl_any_acquire,
+    .release = rl_any_release,
+    .eval = rl_any_eval,
+    .detach_check = rl_any_detach_check,
+    .raise = rl_any_raise,
+    .held = rl_any_held,
+    .lost = rl_any_lost,
+    .fence = rl_any_fence,
+    .owner = rl_any_owner,
+    .errmsg = rl_any_errmsg,
+};

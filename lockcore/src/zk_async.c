@@ -62,6 +62,7 @@
 #include <event2/event.h>
 #include <zookeeper/zookeeper.h>
 
+#include "anylock_internal.h"
 #include "async_internal.h"
 #include "base_internal.h"
 #include "lockcore/lockcore_zk.h"
@@ -120,11 +121,6 @@ typedef struct zreq {
     int type, state;      /* Z_WATCH */
     struct zreq *bg_next; /* in the client's retry list */
 } zreq;
-
-/* A fenced eval's answer in flight, detachable: freed by its reply callback. */
-typedef struct zk_eval_slot {
-    lc_zk_lock *lk; /* NULL once the operation ended without it */
-} zk_eval_slot;
 
 /* The context of one zhandle's global watcher: which client and which session. */
 typedef struct zctx {
@@ -196,8 +192,8 @@ struct lc_zk_lock {
     int expired;    /* the wait's deadline passed with a request in flight */
     lc_status done; /* a result decided at the call, delivered by defer_ev */
     struct event *deadline_ev, *cap_ev, *defer_ev;
-    zk_eval_slot *zk_eval_slot;
-    unsigned mark; /* client walks that may call back (walk_next) */
+    lc_fenced *zk_eval_slot; /* a fenced eval's answer in flight (anylock_internal.h) */
+    unsigned mark;           /* client walks that may call back (walk_next) */
     int eval_release;
     char why[LC_ERRSTR_MAX];
     int freeing;
@@ -625,10 +621,8 @@ static void zk_op_finish_reply(lc_zk_lock *lk, lc_status st, const redisReply *r
         lk->req->lk = NULL;
         lk->req = NULL;
     }
-    if (lk->zk_eval_slot) {
-        lk->zk_eval_slot->lk = NULL;
-        lk->zk_eval_slot = NULL;
-    }
+    lc_fenced_detach(lk->zk_eval_slot);
+    lk->zk_eval_slot = NULL;
     free(lk->watching);
     lk->watching = NULL;
     timers_off(lk);
@@ -1562,37 +1556,19 @@ static void zk_drop_hold(lc_zk_lock *lk)
     lk->lost = 0;
 }
 
-static void zk_on_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void zk_on_eval_reply(void *owner, const lc_fenced_result *res)
 {
-    zk_eval_slot *s = arg;
-    lc_zk_lock *lk = s->lk;
-    free(s);
-    if (!lk)
-        return;
+    lc_zk_lock *lk = owner;
     lk->zk_eval_slot = NULL;
-    const redisReply *body = NULL;
-    lc_status res = st == LC_OK ? lc_token_reply(r, &body) : st;
-    if (res == LC_EREDIS && st == LC_OK)
-        snprintf(lk->why, sizeof(lk->why),
-                 "zookeeper lock %.100s: unexpected reply (script not made by "
-                 "lc_token_fenced_script_new?)",
-                 lk->name);
-    else if (res == LC_ELOST) {
-        uint64_t seen = lc_token_reply_seen(r);
-        snprintf(lk->why, sizeof(lk->why),
-                 "zookeeper lock %.100s: lost (the store has seen token %" PRIu64
-                 ", ours is %" PRIu64 ")",
-                 lk->name, seen, lk->fence);
-        if (lk->c && seen >= lk->fence)
-            lc_zk_client_raise(lk->c, seen); /* the next holder's token above seen */
-    } else if (res != LC_OK)
-        snprintf(lk->why, sizeof(lk->why), "zookeeper lock %.100s: data store: %s", lk->name,
-                 errstr);
-    if (res == LC_ELOST)
+    lc_fenced_why(lk->why, sizeof(lk->why), "zookeeper lock", lk->name, 100, res, lk->fence);
+    if (res->st == LC_ELOST) {
+        if (lk->c && res->seen >= lk->fence)
+            lc_zk_client_raise(lk->c, res->seen); /* the next holder's token above seen */
         lk->lost = 1;
+    }
     if (lk->eval_release)
         zk_drop_hold(lk);
-    zk_op_finish_reply(lk, res, body);
+    zk_op_finish_reply(lk, res->st, res->body);
 }
 
 lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_script *script,
@@ -1633,15 +1609,10 @@ lc_status lc_zk_lock_eval(lc_zk_lock *lk, lc_async_client *store, const lc_scrip
     lc_status st = zk_op_begin(lk, ZOP_EVAL, NULL, arg);
     if (st != LC_OK)
         return st;
-    zk_eval_slot *s = malloc(sizeof(*s));
-    st = s ? LC_OK : lc_fail(LC_ENOMEM, "zookeeper lock eval: out of memory");
-    if (s) {
-        s->lk = lk;
-        st = lc_async_token_script(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
-                                   keylens, nargs, args, arglens, zk_on_eval_reply, s);
-    }
+    lc_fenced *s;
+    st = lc_fenced_send(store, script, seen_key, lk->fence, lk->owner, nkeys, keys, keylens, nargs,
+                        args, arglens, zk_on_eval_reply, lk, &s);
     if (st != LC_OK) {
-        free(s);
         lk->op = ZOP_NONE;
         lk->arg = NULL;
         return st;
@@ -1686,3 +1657,116 @@ const char *lc_zk_lock_errmsg(const lc_zk_lock *lk)
 {
     return lk ? lk->why : "";
 }
+
+/* ---- the anylock backend (lockcore_anylock.h): lc_zk_lock on b->client ---- */
+
+static lc_status zk_any_make(const lc_anylock_backend *b, const char *name,
+                             const lc_lock_opts *opts, void **h)
+{
+    (void)opts; /* the session is the lease (lc_zk_opts.session_timeout_ms) */
+    return lc_zk_lock_new(b->client, name, NULL, NULL, (lc_zk_lock **)h);
+}
+
+static void zk_any_free(void *h)
+{
+    lc_zk_lock_free(h);
+}
+
+static void on_zk_any_acquired(lc_zk_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_acquired(arg, st, NULL, lc_zk_lock_errmsg(lk));
+}
+
+static lc_status zk_any_acquire(void *h, int wait_ms, int nread, const char *const *reads,
+                                lc_anylock *al)
+{
+    (void)nread; /* token-fenced: lc_anylock reads the keys after the acquire */
+    (void)reads;
+    return lc_zk_lock_acquire(h, wait_ms, on_zk_any_acquired, al);
+}
+
+static void on_zk_any_released(lc_zk_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_evaluated(arg, st, NULL, lc_zk_lock_errmsg(lk));
+}
+
+static lc_status zk_any_release(void *h, lc_anylock *al)
+{
+    return lc_zk_lock_release(h, on_zk_any_released, al);
+}
+
+static void on_zk_any_eval(lc_zk_lock *lk, lc_status st, const redisReply *r, void *arg)
+{
+    lc_anylock_evaluated(arg, st, r, lc_zk_lock_errmsg(lk));
+}
+
+static lc_status zk_any_eval(void *h, lc_async_client *store, const char *seen_key,
+                             const lc_script *script, int flags, int nkeys, const char *const *keys,
+                             int nargs, const char *const *args, lc_anylock *al)
+{
+    return lc_zk_lock_eval(h, store, script, seen_key, flags, nkeys, keys, NULL, nargs, args, NULL,
+                           on_zk_any_eval, al);
+}
+
+/* lc_zk_lock_eval's rules for a commit sent outside the handle's operation. */
+static lc_status zk_any_detach_check(const lc_anylock_backend *b, const void *h)
+{
+    if (!lc_zk_lock_held(h) || lc_zk_lock_lost(h))
+        return lc_zk_lock_held(h) ? LC_ELOST : LC_ENOTHELD;
+    if (!lc_zk_client_connected(b->client))
+        return LC_EIO; /* the session is suspect: nothing is sent */
+    if (lc_zk_client_validity_ms(b->client) <= 0)
+        return LC_ELOST; /* no answer for a session timeout by our clock */
+    return LC_OK;
+}
+
+static lc_status zk_any_raise(const lc_anylock_backend *b, const char *name, uint64_t seen)
+{
+    (void)name; /* one token base for every lock of the client */
+    return lc_zk_client_raise(b->client, seen);
+}
+
+static int zk_any_held(const void *h)
+{
+    return lc_zk_lock_held(h);
+}
+
+static int zk_any_lost(const void *h)
+{
+    return lc_zk_lock_lost(h);
+}
+
+static uint64_t zk_any_fence(const void *h)
+{
+    return lc_zk_lock_fence(h);
+}
+
+static const char *zk_any_owner(const void *h)
+{
+    return lc_zk_lock_owner(h);
+}
+
+static const char *zk_any_errmsg(const void *h)
+{
+    return lc_zk_lock_errmsg(h);
+}
+
+const lc_anylock_ops lc_anylock_zk = {
+    .kind = "zookeeper",
+    .token_fenced = 1,
+    .closed_with_nodes = 1,
+    .make = zk_any_make,
+    .free = zk_any_free,
+    .acquire = zk_any_acquire,
+    .release = zk_any_release,
+    .eval = zk_any_eval,
+    .detach_check = zk_any_detach_check,
+    .raise = zk_any_raise,
+    .held = zk_any_held,
+    .lost = zk_any_lost,
+    .fence = zk_any_fence,
+    .owner = zk_any_owner,
+    .errmsg = zk_any_errmsg,
+};

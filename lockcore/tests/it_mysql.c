@@ -1,5 +1,5 @@
 /*
- * Integration tests of the MySQL/MariaDB lock backend (mysql_lock.c, lockcore_mysql.h) against a
+ * Integration tests of the MySQL/MariaDB lock backend (mysql_async.c, lockcore_mysql.h) against a
  * real mariadbd (mariadb_fixture.h) and a redis-server as the data store (gf_redis), on libevent
  * loops driven by the test thread: mutual exclusion judged as the store saw it (forked holders
  * doing read-modify-write on a Redis counter under the lock, fenced, no lost update, tokens in

@@ -56,6 +56,7 @@
 #ifndef LOCKCORE_LOCKCORE_MYSQL_H
 #define LOCKCORE_LOCKCORE_MYSQL_H
 
+#include "lockcore/lockcore_anylock.h"
 #include "lockcore/lockcore_async.h"
 
 #ifdef __cplusplus
@@ -169,6 +170,10 @@ unsigned long lc_mysql_lock_conn_id(const lc_mysql_lock *lock);
 const char *lc_mysql_lock_errmsg(const lc_mysql_lock *lock);
 /* Connections the client has open now (holders, waiters, idle) (for tests and metrics). */
 int lc_mysql_client_conns(const lc_mysql_client *client);
+
+/* The MySQL backend of lockcore_anylock.h (b->client: an lc_mysql_client; no lease: opts are
+ * not used). */
+extern const lc_anylock_ops lc_anylock_mysql;
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@
 #ifndef LOCKCORE_LOCKCORE_ZK_H
 #define LOCKCORE_LOCKCORE_ZK_H
 
+#include "lockcore/lockcore_anylock.h"
 #include "lockcore/lockcore_async.h"
 
 #ifdef __cplusplus
@@ -152,6 +153,10 @@ const char *lc_zk_lock_node(const lc_zk_lock *lock);
 /* The message of the handle's last failed operation ("" after a success), as
  * lc_async_lock_errmsg. */
 const char *lc_zk_lock_errmsg(const lc_zk_lock *lock);
+
+/* The ZooKeeper backend of lockcore_anylock.h (b->client: an lc_zk_client; the session is the
+ * lease: opts are not used). Its handles are closed before the client is freed. */
+extern const lc_anylock_ops lc_anylock_zk;
 
 #ifdef __cplusplus
 }

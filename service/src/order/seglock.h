@@ -1,19 +1,20 @@
 /*
- * seglock — the lock of one segment (or of a SKU, single-lock) as the order path uses it: an
- * lc_async_lock on the data Redis, or, with --lock-redis, a Redlock over independent masters
- * (lockcore's lc_async_redlock) while the stock stays on the data Redis. Both answer through
- * the same calls and callbacks, so order_fsm.c does not know which one it holds:
+ * seglock — the lock of one segment (or of a SKU, single-lock) as the order path uses it:
+ * lockcore's lc_anylock (lockcore_anylock.h), one handle whichever backend is behind it. The
+ * backend is picked in one place (seglock.c's backend_of) from where the loop's locks live:
  *
- *   plain    acquire = the acquire script with the stock reads (one round trip); commit = the
- *            fenced script (owner and fencing token checked by the lock's own Redis).
- *   Redlock  acquire = the Redlock acquire on the lock nodes, then an MGET of the reads on the
- *            data Redis (one round trip more); commit = the same body as a token-fenced script
- *            (lc_token_fenced_script_new) on the data Redis: accepted only if the Redlock's
- *            fencing token is at least the highest one seen at "<lock name>:seen".
- *   MySQL    (--lock-mysql) as Redlock, with lockcore's lc_mysql_lock (GET_LOCK, its token from
- *            the lc_fence counter row) in place of the Redlock.
- *   ZooKeeper  (--lock-zookeeper) as Redlock, with lockcore's ZooKeeper lock (lc_zk_*) on the
- *            loop's ZooKeeper session: its token is the lock node's creation zxid.
+ *   redis      lc_async_lock on the data Redis (one Redis or a Cluster): acquire = the acquire
+ *              script with the stock reads (one round trip); commit = the fenced script (owner
+ *              and fencing token checked by the lock's own Redis).
+ *   redlock    (--lock-redis) a Redlock over independent masters; acquire = the Redlock
+ *              acquire on the lock nodes, then an MGET of the reads on the data Redis (one
+ *              round trip more); commit = the same body as a token-fenced script
+ *              (lc_token_fenced_script_new) on the data Redis: accepted only if the Redlock's
+ *              fencing token is at least the highest one seen at "<lock name>:seen".
+ *   mysql      (--lock-mysql) as Redlock, with lockcore's lc_mysql_lock (GET_LOCK, its token
+ *              from the lc_fence counter row) in place of the Redlock.
+ *   zookeeper  (--lock-zookeeper) as Redlock, with lockcore's ZooKeeper lock (lc_zk_*) on the
+ *              loop's ZooKeeper session: its token is the lock node's creation zxid.
  *
  * Ownership and callbacks follow lockcore_async.h: a call that returns LC_OK calls its callback
  * exactly once, from the loop; seglock_free calls the callback of an operation in flight with
@@ -22,6 +23,7 @@
 #ifndef INVENTORY_SEGLOCK_H
 #define INVENTORY_SEGLOCK_H
 
+#include <lockcore/lockcore_anylock.h>
 #include <lockcore/lockcore_async.h>
 #include <lockcore/lockcore_mysql.h>
 #include <lockcore/lockcore_zk.h>
@@ -29,7 +31,7 @@
 struct seglock;
 
 /* Where the locks live: the loop's data client, and its Redlock node clients (n = 0: none);
- * live: the loop's list of live Redlock seglocks (for seglock_close_all). */
+ * live: the loop's list of live seglocks (for seglock_close_all). */
 struct seglock_env {
     lc_async_client *data;
     lc_async_client *const *nodes;
@@ -40,10 +42,11 @@ struct seglock_env {
     struct seglock **live;
 };
 
-/* Before the loop's node clients (or ZooKeeper client) are freed: ends the Redlock (or ZooKeeper
- * lock) of every live seglock of the list
- * (an operation in flight ends with LC_ESTATE, a hold is released in the background); their
- * later calls answer LC_ESTATE. The seglocks themselves are still freed by their owners. */
+/* Before the loop's node clients (or ZooKeeper client) are freed: closes the lock of every live
+ * seglock of the list whose backend must be closed before its clients (lc_anylock_close:
+ * Redlock, ZooKeeper; an operation in flight ends with LC_ESTATE, a hold is released in the
+ * background); their later calls answer LC_ESTATE. The seglocks themselves are still freed by
+ * their owners. */
 void seglock_close_all(struct seglock **live);
 
 typedef void (*seglock_acquired_fn)(struct seglock *sl, lc_status st, const redisReply *values,

@@ -32,6 +32,7 @@
 #include <event2/event.h>
 #include <mysql.h>
 
+#include "anylock_internal.h"
 #include "async_internal.h"
 #include "base_internal.h"
 #include "lockcore/lockcore_mysql.h"
@@ -79,11 +80,6 @@ struct lc_mysql_client {
     lc_mysql_lock *locks;
 };
 
-/* A fenced eval on the data store, freed by its reply callback. */
-typedef struct eval_slot {
-    lc_mysql_lock *lock; /* NULL once the handle stopped waiting for it */
-} eval_slot;
-
 struct lc_mysql_lock {
     lc_mysql_client *c; /* NULL: orphan (client freed) */
     char *name;
@@ -104,7 +100,7 @@ struct lc_mysql_lock {
     void *arg;
     int wait_ms, retried, eval_release;
     int64_t deadline_ms;
-    eval_slot *slot;
+    lc_fenced *slot;     /* the fenced eval's answer in flight (anylock_internal.h) */
     struct event *defer; /* starts an acquire, or answers at once, from the loop */
     lc_status defer_st;
     uint64_t defer_fence;
@@ -266,125 +262,152 @@ static void take_row(mconn *mc, MYSQL_RES *res)
     mysql_free_result(res);
 }
 
-/* One move of the step machine; ready: what the socket wait saw (0 to start a phase). */
+/* What one phase's move did: waits on the socket (or failed: mconn_fail ended the job), moved
+ * to the next phase (to start at once), or finished the job's statements. */
+enum { STEP_WAIT, STEP_NEXT, STEP_DONE };
+
+static int step_connect(mconn *mc, int ready)
+{
+    int status;
+    MYSQL *ret = NULL;
+    lc_mysql_client *c = mc->c;
+    if (!ready)
+        status = mysql_real_connect_start(&ret, mc->m, c->u.host, c->u.user, c->u.password,
+                                          c->u.database, c->u.port, NULL, CLIENT_MULTI_STATEMENTS);
+    else
+        status = mysql_real_connect_cont(&ret, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (!ret) {
+        mconn_fail(mc, "connect");
+        return STEP_WAIT;
+    }
+    mc->connected = 1;
+    mc->fresh = 1;
+    mc->id = mysql_thread_id(mc->m);
+    mc->phase = c->table_ready ? P_QUERY : P_SETUP;
+    return STEP_NEXT;
+}
+
+static int step_setup(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready)
+        status =
+            mysql_real_query_start(&err, mc->m, CREATE_FENCE_TABLE, sizeof(CREATE_FENCE_TABLE) - 1);
+    else
+        status = mysql_real_query_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    /* Without the CREATE privilege the table must exist already: the INSERT will say. */
+    if (err) {
+        unsigned no = mysql_errno(mc->m);
+        if (no != 1142 && no != 1044) { /* ER_TABLEACCESS_DENIED, ER_DBACCESS_DENIED */
+            mconn_fail(mc, "create table lc_fence");
+            return STEP_WAIT;
+        }
+    }
+    mc->c->table_ready = 1;
+    mc->phase = P_QUERY;
+    return STEP_NEXT;
+}
+
+static int step_query(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready && mc->job == J_ACQUIRE && mc->lock && mc->fresh) {
+        /* connecting took part of the wait: GET_LOCK waits only what is left of it */
+        int64_t left;
+        char *sql = acquire_sql(mc->lock, &left);
+        if (sql) {
+            free(mc->sql);
+            mc->sql = sql;
+        }
+    }
+    mc->fresh = 0;
+    if (!ready)
+        status = mysql_real_query_start(&err, mc->m, mc->sql, (unsigned long)strlen(mc->sql));
+    else
+        status = mysql_real_query_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (err) {
+        mconn_fail(mc, "query");
+        return STEP_WAIT;
+    }
+    mc->phase = P_STORE;
+    return STEP_NEXT;
+}
+
+static int step_store(mconn *mc, int ready)
+{
+    int status;
+    MYSQL_RES *res = NULL;
+    if (!ready)
+        status = mysql_store_result_start(&res, mc->m);
+    else
+        status = mysql_store_result_cont(&res, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (!res && mysql_field_count(mc->m) > 0) {
+        mconn_fail(mc, "result");
+        return STEP_WAIT;
+    }
+    if (res)
+        take_row(mc, res);
+    if (!mysql_more_results(mc->m))
+        return STEP_DONE;
+    mc->phase = P_NEXT;
+    return STEP_NEXT;
+}
+
+static int step_next(mconn *mc, int ready)
+{
+    int status, err = 0;
+    if (!ready)
+        status = mysql_next_result_start(&err, mc->m);
+    else
+        status = mysql_next_result_cont(&err, mc->m, ready);
+    if (status) {
+        mconn_wait(mc, status);
+        return STEP_WAIT;
+    }
+    if (err > 0) {
+        mconn_fail(mc, "statement");
+        return STEP_WAIT;
+    }
+    if (err < 0)
+        return STEP_DONE;
+    mc->phase = P_STORE;
+    return STEP_NEXT;
+}
+
+/* One move of the step machine; ready: what the socket wait saw (0 to start a phase). Each
+ * phase that completes starts the next at once, until one waits on the socket or the job's
+ * statements are done. */
 static void step(mconn *mc, int ready)
 {
-again:;
-    int status = 0, err = 0;
-    MYSQL *ret = NULL;
-    MYSQL_RES *res = NULL;
-    lc_mysql_client *c = mc->c;
-    switch (mc->phase) {
-    case P_CONNECT:
-        if (!ready) {
-            status =
-                mysql_real_connect_start(&ret, mc->m, c->u.host, c->u.user, c->u.password,
-                                         c->u.database, c->u.port, NULL, CLIENT_MULTI_STATEMENTS);
-        } else {
-            status = mysql_real_connect_cont(&ret, mc->m, ready);
+    int r = STEP_NEXT;
+    for (; r == STEP_NEXT; ready = 0) {
+        switch (mc->phase) {
+        case P_CONNECT: r = step_connect(mc, ready); break;
+        case P_SETUP: r = step_setup(mc, ready); break;
+        case P_QUERY: r = step_query(mc, ready); break;
+        case P_STORE: r = step_store(mc, ready); break;
+        case P_NEXT: r = step_next(mc, ready); break;
+        case P_NONE: return;
         }
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (!ret) {
-            mconn_fail(mc, "connect");
-            return;
-        }
-        mc->connected = 1;
-        mc->fresh = 1;
-        mc->id = mysql_thread_id(mc->m);
-        mc->phase = c->table_ready ? P_QUERY : P_SETUP;
-        ready = 0;
-        goto again;
-    case P_SETUP:
-        if (!ready)
-            status = mysql_real_query_start(&err, mc->m, CREATE_FENCE_TABLE,
-                                            sizeof(CREATE_FENCE_TABLE) - 1);
-        else
-            status = mysql_real_query_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        /* Without the CREATE privilege the table must exist already: the INSERT will say. */
-        if (err) {
-            unsigned no = mysql_errno(mc->m);
-            if (no != 1142 && no != 1044) { /* ER_TABLEACCESS_DENIED, ER_DBACCESS_DENIED */
-                mconn_fail(mc, "create table lc_fence");
-                return;
-            }
-        }
-        c->table_ready = 1;
-        mc->phase = P_QUERY;
-        ready = 0;
-        goto again;
-    case P_QUERY:
-        if (!ready && mc->job == J_ACQUIRE && mc->lock && mc->fresh) {
-            /* connecting took part of the wait: GET_LOCK waits only what is left of it */
-            int64_t left;
-            char *sql = acquire_sql(mc->lock, &left);
-            if (sql) {
-                free(mc->sql);
-                mc->sql = sql;
-            }
-        }
-        mc->fresh = 0;
-        if (!ready)
-            status = mysql_real_query_start(&err, mc->m, mc->sql, (unsigned long)strlen(mc->sql));
-        else
-            status = mysql_real_query_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (err) {
-            mconn_fail(mc, "query");
-            return;
-        }
-        mc->phase = P_STORE;
-        ready = 0;
-        goto again;
-    case P_STORE:
-        if (!ready)
-            status = mysql_store_result_start(&res, mc->m);
-        else
-            status = mysql_store_result_cont(&res, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (!res && mysql_field_count(mc->m) > 0) {
-            mconn_fail(mc, "result");
-            return;
-        }
-        if (res)
-            take_row(mc, res);
-        if (!mysql_more_results(mc->m))
-            break;
-        mc->phase = P_NEXT;
-        ready = 0;
-        goto again;
-    case P_NEXT:
-        if (!ready)
-            status = mysql_next_result_start(&err, mc->m);
-        else
-            status = mysql_next_result_cont(&err, mc->m, ready);
-        if (status) {
-            mconn_wait(mc, status);
-            return;
-        }
-        if (err > 0) {
-            mconn_fail(mc, "statement");
-            return;
-        }
-        if (err < 0)
-            break;
-        mc->phase = P_STORE;
-        ready = 0;
-        goto again;
-    case P_NONE: return;
     }
+    if (r != STEP_DONE)
+        return;
     event_del(mc->io);
     event_del(mc->timer);
     mc->phase = P_NONE;
@@ -554,10 +577,8 @@ static void mop_finish(lc_mysql_lock *lk, lc_status st, uint64_t fence, const re
     lk->arg = NULL;
     if (lk->defer)
         event_del(lk->defer);
-    if (lk->slot) {
-        lk->slot->lock = NULL;
-        lk->slot = NULL;
-    }
+    lc_fenced_detach(lk->slot);
+    lk->slot = NULL;
     if (st == LC_OK)
         lk->why[0] = '\0';
     if (op == MO_EVAL) {
@@ -911,36 +932,20 @@ static void release_background(lc_mysql_lock *lk)
     lk->conn_id = 0;
 }
 
-static void on_mysql_eval_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+static void on_mysql_eval_reply(void *owner, const lc_fenced_result *res)
 {
-    eval_slot *s = arg;
-    lc_mysql_lock *lk = s->lock;
-    free(s);
-    if (!lk)
-        return;
+    lc_mysql_lock *lk = owner;
     lk->slot = NULL;
-    const redisReply *body = NULL;
-    lc_status parsed = st == LC_OK ? lc_token_reply(r, &body) : st;
-    if (st == LC_OK && parsed == LC_EREDIS) {
-        snprintf(lk->why, sizeof(lk->why),
-                 "mysql lock %s: unexpected reply (script not made by lc_token_fenced_script_new?)",
-                 lk->name);
-    } else if (parsed == LC_ELOST) {
-        uint64_t seen = lc_token_reply_seen(r);
-        snprintf(lk->why, sizeof(lk->why),
-                 "mysql lock %s: lost (the store has seen token %" PRIu64 ", ours is %" PRIu64 ")",
-                 lk->name, seen, lk->fence);
+    lc_fenced_why(lk->why, sizeof(lk->why), "mysql lock", lk->name, -1, res, lk->fence);
+    if (res->st == LC_ELOST) {
         lk->lost = 1;
         event_del(lk->check);
-        if (lk->c && seen >= lk->fence)
-            lc_mysql_client_raise(lk->c, lk->name, seen);
-    } else if (st != LC_OK) {
-        snprintf(lk->why, sizeof(lk->why), "mysql lock %s: data store: %s", lk->name, errstr);
+        if (lk->c && res->seen >= lk->fence)
+            lc_mysql_client_raise(lk->c, lk->name, res->seen);
     }
-    st = parsed;
     if (lk->eval_release)
         release_background(lk);
-    mop_finish(lk, st, 0, body);
+    mop_finish(lk, res->st, 0, res->body);
 }
 
 lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc_script *script,
@@ -962,17 +967,11 @@ lc_status lc_mysql_lock_eval(lc_mysql_lock *lk, lc_async_client *store, const lc
             release_background(lk);
         return lc_fail(LC_ELOST, "%s", lk->why);
     }
-    eval_slot *s = malloc(sizeof(*s));
-    lc_status st = lc_fail(LC_ENOMEM, "mysql lock eval: out of memory");
-    if (s) {
-        s->lock = lk;
-        st = lc_async_token_script(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
-                                   keylens, nargs, args, arglens, on_mysql_eval_reply, s);
-    }
-    if (st != LC_OK) {
-        free(s);
+    lc_fenced *s;
+    lc_status st = lc_fenced_send(store, script, seen_key, lk->fence, lk->owner, nkeys, keys,
+                                  keylens, nargs, args, arglens, on_mysql_eval_reply, lk, &s);
+    if (st != LC_OK)
         return st;
-    }
     mop_begin(lk, MO_EVAL, NULL, cb, arg);
     lk->slot = s;
     lk->eval_release = flags & LC_EVAL_RELEASE;
@@ -1179,3 +1178,108 @@ const char *lc_mysql_lock_errmsg(const lc_mysql_lock *lk)
 {
     return lk ? lk->why : "";
 }
+
+/* ---- the anylock backend (lockcore_anylock.h): lc_mysql_lock on b->client ---- */
+
+static lc_status my_any_make(const lc_anylock_backend *b, const char *name,
+                             const lc_lock_opts *opts, void **h)
+{
+    (void)opts; /* no lease: the session is the hold (session_timeout_s, check_ms) */
+    return lc_mysql_lock_new(b->client, name, NULL, NULL, (lc_mysql_lock **)h);
+}
+
+static void my_any_free(void *h)
+{
+    lc_mysql_lock_free(h);
+}
+
+static void on_my_any_acquired(lc_mysql_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_acquired(arg, st, NULL, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_acquire(void *h, int wait_ms, int nread, const char *const *reads,
+                                lc_anylock *al)
+{
+    (void)nread; /* token-fenced: lc_anylock reads the keys after the acquire */
+    (void)reads;
+    return lc_mysql_lock_acquire(h, wait_ms, on_my_any_acquired, al);
+}
+
+static void on_my_any_released(lc_mysql_lock *lk, lc_status st, uint64_t fence, void *arg)
+{
+    (void)fence;
+    lc_anylock_evaluated(arg, st, NULL, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_release(void *h, lc_anylock *al)
+{
+    return lc_mysql_lock_release(h, on_my_any_released, al);
+}
+
+static void on_my_any_eval(lc_mysql_lock *lk, lc_status st, const redisReply *r, void *arg)
+{
+    lc_anylock_evaluated(arg, st, r, lc_mysql_lock_errmsg(lk));
+}
+
+static lc_status my_any_eval(void *h, lc_async_client *store, const char *seen_key,
+                             const lc_script *script, int flags, int nkeys, const char *const *keys,
+                             int nargs, const char *const *args, lc_anylock *al)
+{
+    return lc_mysql_lock_eval(h, store, script, seen_key, flags, nkeys, keys, NULL, nargs, args,
+                              NULL, on_my_any_eval, al);
+}
+
+static lc_status my_any_detach_check(const lc_anylock_backend *b, const void *h)
+{
+    (void)b;
+    return lc_mysql_lock_held(h) ? LC_OK : LC_ENOTHELD;
+}
+
+static lc_status my_any_raise(const lc_anylock_backend *b, const char *name, uint64_t seen)
+{
+    return lc_mysql_client_raise(b->client, name, seen);
+}
+
+static int my_any_held(const void *h)
+{
+    return lc_mysql_lock_held(h);
+}
+
+static int my_any_lost(const void *h)
+{
+    return lc_mysql_lock_lost(h);
+}
+
+static uint64_t my_any_fence(const void *h)
+{
+    return lc_mysql_lock_fence(h);
+}
+
+static const char *my_any_owner(const void *h)
+{
+    return lc_mysql_lock_owner(h);
+}
+
+static const char *my_any_errmsg(const void *h)
+{
+    return lc_mysql_lock_errmsg(h);
+}
+
+const lc_anylock_ops lc_anylock_mysql = {
+    .kind = "mysql",
+    .token_fenced = 1,
+    .make = my_any_make,
+    .free = my_any_free,
+    .acquire = my_any_acquire,
+    .release = my_any_release,
+    .eval = my_any_eval,
+    .detach_check = my_any_detach_check,
+    .raise = my_any_raise,
+    .held = my_any_held,
+    .lost = my_any_lost,
+    .fence = my_any_fence,
+    .owner = my_any_owner,
+    .errmsg = my_any_errmsg,
+};
