@@ -174,8 +174,7 @@ static int design_md_check(const char *doc)
         }
     }
     if (row != ORDER_STATUS_N) {
-        print_error("docs/design.md: %d status rows, order_status.h has %d\n", row,
-                    ORDER_STATUS_N);
+        print_error("docs/design.md: %d status rows, order_status.h has %d\n", row, ORDER_STATUS_N);
         failures++;
     }
     return failures;
@@ -212,8 +211,7 @@ static int api_md_check(const char *doc)
             break;
         int s = order_status_parse(p + 1, (size_t)(q - p - 1));
         if (s < 0) {
-            print_error("docs/api.md: status list names `%.*s`, no row\n", (int)(q - p - 1),
-                        p + 1);
+            print_error("docs/api.md: status list names `%.*s`, no row\n", (int)(q - p - 1), p + 1);
             failures++;
         } else {
             seen |= 1 << s;
@@ -222,8 +220,9 @@ static int api_md_check(const char *doc)
         p = q;
     }
     if (seen != (1 << ORDER_STATUS_N) - 1 || n != ORDER_STATUS_N) {
-        print_error("docs/api.md: the status list names %d statuses, not each of the table's %d once\n", n,
-                    ORDER_STATUS_N);
+        print_error(
+            "docs/api.md: the status list names %d statuses, not each of the table's %d once\n", n,
+            ORDER_STATUS_N);
         failures++;
     }
     /* the diagram */
@@ -274,7 +273,8 @@ static int api_md_check(const char *doc)
             if (drawn[f][t] != order_status_can((enum order_status)f, (enum order_status)t)) {
                 print_error("docs/api.md: the diagram %s %s -> %s, order_status.h %s\n",
                             drawn[f][t] ? "draws" : "lacks", order_status_rows[f].name,
-                            order_status_rows[t].name, drawn[f][t] ? "has no such change" : "has it");
+                            order_status_rows[t].name,
+                            drawn[f][t] ? "has no such change" : "has it");
                 failures++;
             }
     return failures;
@@ -286,7 +286,8 @@ static void test_design_md(void **state)
     char *doc = file_text("docs/design.md");
     assert_int_equal(design_md_check(doc), 0);
     /* drifted copies: a change dropped, a meaning changed, a row lost */
-    char *bad = drift(doc, "| `confirmed`, `cancelled`, `expired` |", "| `confirmed`, `cancelled` |");
+    char *bad =
+        drift(doc, "| `confirmed`, `cancelled`, `expired` |", "| `confirmed`, `cancelled` |");
     assert_true(design_md_check(bad) > 0);
     free(bad);
     bad = drift(doc, "| `confirmed` | yes |", "| `confirmed` | no |");
@@ -308,7 +309,8 @@ static void test_api_md(void **state)
     char *bad = drift(doc, "`status` is `created`", "`status` is `placed`");
     assert_true(api_md_check(bad) > 0);
     free(bad);
-    bad = drift(doc, "├─ expires_at comes ──────────> expired", "├─ expires_at comes ──────────> ended");
+    bad = drift(doc, "├─ expires_at comes ──────────> expired",
+                "├─ expires_at comes ──────────> ended");
     assert_true(api_md_check(bad) > 0);
     free(bad);
     bad = drift(doc, "──> created ──DELETE──> cancelled", "──> created ──confirm──> confirmed");
@@ -337,9 +339,9 @@ static void test_sink_rank(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rows),      cmocka_unit_test(test_changes),
-        cmocka_unit_test(test_scripts),   cmocka_unit_test(test_design_md),
-        cmocka_unit_test(test_api_md),    cmocka_unit_test(test_sink_rank),
+        cmocka_unit_test(test_rows),    cmocka_unit_test(test_changes),
+        cmocka_unit_test(test_scripts), cmocka_unit_test(test_design_md),
+        cmocka_unit_test(test_api_md),  cmocka_unit_test(test_sink_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

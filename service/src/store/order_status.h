@@ -2,13 +2,14 @@
  * order_status — the one table of an order's stored status (the "status" of its record in
  * inv:2:{S/k}:orders, SPEC §11) and its legal changes, an X-macro list as rules_table.h is for
  * the sale rules. From these rows follow: the C enum order_status and order_status_name /
- * order_status_parse / order_status_can / order_status_reached below; the status strings of the Lua scripts (a script
- * writes ORDER_STATUS_RESERVED and cmake/embed_lua.cmake puts 'reserved' in its place, so the
- * text reaching Redis is the same as when the script wrote the string); the order log's events
- * (orderlog.h: an event is a status's name) and the sink's check of them (sink_entry.c) and
- * reconcile; loadtest/chaos.py's live and ended sets (it reads this file). Checked against the
- * rows by test_order_status: the sink's database rank (sink_db.c RANK, a SQL literal), and the
- * docs: docs/design.md's status table and docs/api.md's lifecycle diagram and status list.
+ * order_status_parse / order_status_can / order_status_reached below; the status strings of the Lua
+ * scripts (a script writes ORDER_STATUS_RESERVED and cmake/embed_lua.cmake puts 'reserved' in its
+ * place, so the text reaching Redis is the same as when the script wrote the string); the order
+ * log's events (orderlog.h: an event is a status's name) and the sink's check of them
+ * (sink_entry.c) and reconcile; loadtest/chaos.py's live and ended sets (it reads this file).
+ * Checked against the rows by test_order_status: the sink's database rank (sink_db.c RANK, a SQL
+ * literal), and the docs: docs/design.md's status table and docs/api.md's lifecycle diagram and
+ * status list.
  *
  * A row: STATUS(id, name, live, final, to, rank, meaning)
  *   id       ORDER_STATUS_<id> in C and in the Lua scripts
