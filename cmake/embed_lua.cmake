@@ -1,5 +1,5 @@
-# cmake -DLUA_DIR=service/src/store/lua -DCODES=service/src/store/store_scripts.h -DOUT=store_lua.h
-#       -DTEXT_DIR=<dir> -P this
+# cmake -DLUA_DIR=service/src/store/lua -DCODES=service/src/store/store_scripts.h
+#       -DSTATUSES=service/src/store/order_status.h -DOUT=store_lua.h -DTEXT_DIR=<dir> -P this
 # Builds the service's Lua scripts into the binary: each LUA_DIR/<name>.lua becomes the C string
 # macro STORE_LUA_<NAME> of the generated header OUT (included by store_scripts.h), and the very
 # text that macro holds is also written to TEXT_DIR/<name>.lua (what the lua_syntax test checks
@@ -12,9 +12,13 @@
 #  - every identifier STORE_<NAME> replaced by the value of `#define STORE_<NAME> <number>` in
 #    CODES: the reply codes and limits are defined once, in C, and the Lua files name them as
 #    (undefined) globals, which keeps each file valid Lua for luac -p, a linter and an editor.
-#    A STORE_ name the header does not define as a number fails the build.
+#    A STORE_ name the header does not define as a number fails the build;
+#  - every identifier ORDER_STATUS_<ID> replaced by the quoted stored name of the row
+#    `STATUS(<ID>, "<name>", ...` of STATUSES (the order status table): a script writes
+#    `o.status == ORDER_STATUS_RESERVED` and Redis gets `o.status == 'reserved'`, the very text
+#    the script held when it wrote the string. A name the table has no row for fails the build.
 # Pure CMake: no tool beyond cmake itself.
-foreach(var LUA_DIR CODES OUT TEXT_DIR)
+foreach(var LUA_DIR CODES STATUSES OUT TEXT_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "embed_lua.cmake: -D${var}=... is required")
   endif()
@@ -28,6 +32,20 @@ foreach(d IN LISTS defines)
   set(code_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
   list(APPEND code_names ${CMAKE_MATCH_1})
 endforeach()
+
+# The stored order statuses: `    STATUS(RESERVED, "reserved", ...` (a row's first line).
+# (file(STRINGS) would keep each row line's trailing `\`, which escapes the list's `;`.)
+file(READ ${STATUSES} table)
+string(REGEX MATCHALL "\n *STATUS\\([A-Z0-9_]+, \"[a-z_]+\"," rows "${table}")
+set(status_names "")
+foreach(r IN LISTS rows)
+  string(REGEX MATCH "STATUS\\(([A-Z0-9_]+), \"([a-z_]+)\"," _ "${r}")
+  set(status_ORDER_STATUS_${CMAKE_MATCH_1} "'${CMAKE_MATCH_2}'")
+  list(APPEND status_names ORDER_STATUS_${CMAKE_MATCH_1})
+endforeach()
+if(NOT status_names)
+  message(FATAL_ERROR "embed_lua.cmake: ${STATUSES}: no STATUS rows")
+endif()
 
 # lua_text(<file> <var>): the text of <file> as Redis gets it, without the STORE_ substitution.
 function(lua_text file var)
@@ -73,6 +91,13 @@ foreach(script IN LISTS scripts)
   string(REGEX MATCH "STORE_[A-Za-z0-9_]*" stray "${text}")
   if(stray)
     message(FATAL_ERROR "embed_lua.cmake: ${script}: ${stray} is not a number of ${CODES}")
+  endif()
+  foreach(st IN LISTS status_names)
+    string(REGEX REPLACE "${st}([^A-Za-z0-9_]|$)" "${status_${st}}\\1" text "${text}")
+  endforeach()
+  string(REGEX MATCH "ORDER_STATUS_[A-Za-z0-9_]*" stray "${text}")
+  if(stray)
+    message(FATAL_ERROR "embed_lua.cmake: ${script}: ${stray} is no row of ${STATUSES}")
   endif()
   file(WRITE ${TEXT_DIR}/${name}.lua.tmp "${text}")
   configure_file(${TEXT_DIR}/${name}.lua.tmp ${TEXT_DIR}/${name}.lua COPYONLY)

@@ -108,9 +108,22 @@ def load_key_table(path):
 
 KEY_ROWS = load_key_table(KEY_TABLE)
 SEGMENT_DATA_KEYS = {name for (scope, name), (_, drop) in KEY_ROWS.items() if scope == "seg" and drop == "dropped"}
-# Order statuses (SPEC §11): live ones hold units (and count for their user), ended ones not.
-LIVE = ("created", "reserved", "confirmed")
-ENDED = ("cancelled", "expired")
+
+
+def order_statuses(path=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "service",
+                                     "src", "store", "order_status.h")):
+    """The stored order statuses (SPEC §11) as the service's one table has them
+    (service/src/store/order_status.h, rows `STATUS(ID, "name", live, final, "to", ...`):
+    (live, ended), each a tuple of names in the table's order. Live ones hold units (and count
+    for their user), ended (final) ones not."""
+    with open(path, encoding="utf-8") as f:
+        rows = re.findall(r'\n *STATUS\(([A-Z0-9_]+), "([a-z_]+)", ([01]), ([01]),', f.read())
+    if not rows:
+        raise SystemExit("chaos.py: no STATUS rows in %s" % path)
+    return (tuple(r[1] for r in rows if r[2] == "1"), tuple(r[1] for r in rows if r[3] == "1"))
+
+
+LIVE, ENDED = order_statuses()
 
 
 def units(rec):

@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "order.h"
 #include "skucache.h"
+#include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
 #include "sweep.h"
@@ -185,8 +186,7 @@ static void note_follows(struct by_id *b, const json_t *order)
     json_t *parts = json_object_get(order, "parts");
     json_t *own = json_object_get(order, "segment");
     if (!status || !json_is_array(parts) || !json_is_integer(own) ||
-        (strcmp(status, "cancelled") != 0 && strcmp(status, "expired") != 0 &&
-         strcmp(status, "confirmed") != 0))
+        !order_status_reached(order_status_parse(status, strlen(status))))
         return;
     size_t n = json_array_size(parts);
     b->follows = calloc(n + 1, sizeof(*b->follows));

@@ -71,6 +71,7 @@
 #include "seggate.h"
 #include "seglock.h"
 #include "skucache.h"
+#include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
 #include "validate.h"
@@ -368,8 +369,9 @@ static const char *make_record(struct order *o, int k)
     char created[32];
     rules_format_time(clock_wall_ms(), created);
     const char *user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : NULL;
-    o->record = order_record_text(o->order_id, o->in.sku, (long long)o->in.quantity, k, user,
-                                  created, o->view.rules.ttl_s > 0 ? "reserved" : "created");
+    o->record = order_record_text(
+        o->order_id, o->in.sku, (long long)o->in.quantity, k, user, created,
+        order_status_name(o->view.rules.ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED));
     return o->record;
 }
 

@@ -32,6 +32,7 @@
 #include "ids.h"
 #include "metrics.h"
 #include "skucache.h"
+#include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
 
@@ -427,7 +428,8 @@ static void plan(struct multi *m)
     snprintf(m->res.order_id, sizeof(m->res.order_id), "%s", p->id);
     char created[32];
     rules_format_time(clock_wall_ms(), created);
-    const char *status = m->rq.rules.ttl_s > 0 ? "reserved" : "created";
+    const char *status =
+        order_status_name(m->rq.rules.ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED);
     /* one part (a segment held enough by the time its lock was taken): a one-segment order,
      * without parts, intent or follows */
     json_t *j = json_pack("{s:s, s:s, s:I, s:i, s:o, s:s, s:s}", "order_id", p->id, "sku",
@@ -573,10 +575,11 @@ static char *part_record(struct multi *m, const struct mseg *g)
 {
     char created[32];
     rules_format_time(clock_wall_ms(), created);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of",
-                          m->res.order_id, "sku", m->rq.sku, "segment", g->k, "quantity",
-                          (json_int_t)g->take, "created_at", created, "status",
-                          m->rq.rules.ttl_s > 0 ? "reserved" : "created");
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of", m->res.order_id, "sku",
+        m->rq.sku, "segment", g->k, "quantity", (json_int_t)g->take, "created_at", created,
+        "status",
+        order_status_name(m->rq.rules.ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED));
     char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return rec;

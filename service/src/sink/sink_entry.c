@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "order_status.h"
 #include "orderlog.h"
 
 int sink_entry_parse_id(const char *s, unsigned long long *ms, unsigned long long *seq)
@@ -163,12 +164,9 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         snprintf(e->why, sizeof e->why, "field parts is not k:q,k:q,... summing to quantity");
         return 0;
     }
-    static const char *const events[] = {ORDERLOG_EV_CREATED, ORDERLOG_EV_RESERVED,
-                                         ORDERLOG_EV_CONFIRMED, ORDERLOG_EV_EXPIRED,
-                                         ORDERLOG_EV_CANCELLED};
-    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
-        if (strcmp(e->event, events[i]) == 0)
-            e->ok = 1;
+    /* an event is a stored status's name (orderlog.h) */
+    if (order_status_parse(e->event, strlen(e->event)) >= 0)
+        e->ok = 1;
     if (!e->ok)
         snprintf(e->why, sizeof e->why, "unknown event \"%.16s\"", e->event);
     return 0;

@@ -32,18 +32,16 @@
 #include "sink.h"
 #include "sink_db.h"
 #include "sink_redis.h"
+#include "order_status.h"
 #include "orderlog.h"
 #include "store.h"
 
-static const char *const statuses[] = {"created", "reserved", "confirmed", "expired", "cancelled"};
-#define NSTATUS 5
+/* The stored statuses (order_status.h), in the table's order. */
+#define NSTATUS ORDER_STATUS_N
 
 static int status_index(const char *s)
 {
-    for (int i = 0; i < NSTATUS; i++)
-        if (strcmp(s, statuses[i]) == 0)
-            return i;
-    return -1;
+    return order_status_parse(s, strlen(s));
 }
 
 /* The text "k:q,k:q,..." of a parts list [{"segment":k,"quantity":q},...] into out; "(bad)"
@@ -447,8 +445,9 @@ int sink_reconcile(const struct sink_config *cfg)
     }
     for (int s = 0; s <= NSTATUS; s++)
         if (units_r[s] != units_d[s]) {
-            printf("units %s redis=%lld db=%lld\n", s < NSTATUS ? statuses[s] : "(other)",
-                   units_r[s], units_d[s]);
+            printf("units %s redis=%lld db=%lld\n",
+                   s < NSTATUS ? order_status_name((enum order_status)s) : "(other)", units_r[s],
+                   units_d[s]);
             diffs++;
         }
     fprintf(stderr,

@@ -6,7 +6,8 @@
  * database and trims what every group has acknowledged.
  *
  * An entry's fields (XADD <key> <MAXLEN-free> * field value ...), every value a string:
- *   event     ORDERLOG_EV_*: created | reserved | confirmed | expired | cancelled
+ *   event     a stored status's name (order_status.h): created | reserved | confirmed | expired |
+ *             cancelled
  *   order     the order id ("<32 hex>-<segment>-<sku>")
  *   sku       the SKU
  *   segment   the segment k (decimal)
@@ -30,10 +31,7 @@
 #define ORDERLOG_KEY_SUFFIX "log"
 #define ORDERLOG_GROUP "sink"
 
-#define ORDERLOG_EV_CREATED "created"
-#define ORDERLOG_EV_RESERVED "reserved"
-#define ORDERLOG_EV_CONFIRMED "confirmed"
-#define ORDERLOG_EV_EXPIRED "expired"
-#define ORDERLOG_EV_CANCELLED "cancelled"
+/* The events are the stored statuses' names (order_status.h): an entry's event is the status
+ * its order changed to (a commit: created or reserved). */
 
 #endif

@@ -23,6 +23,7 @@
 #include "order_id.h"
 #include "rclock.h"
 #include "skucache.h"
+#include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
 #include "sweep.h"
@@ -336,8 +337,7 @@ void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, 
         if (!bar || strlen(members[i]) >= sizeof(f->member) ||
             order_id_parse(members[i], idlen, &pk, part_sku) != 0 || strcmp(part_sku, sku) != 0 ||
             snprintf(status, sizeof(status), "%s", bar + 1) >= (int)sizeof(status) ||
-            (strcmp(status, "cancelled") != 0 && strcmp(status, "expired") != 0 &&
-             strcmp(status, "confirmed") != 0)) {
+            !order_status_reached(order_status_parse(status, strlen(status)))) {
             log_msg(CONFIG_LOG_ERROR, "follow_damaged",
                     "sku %s segment %d: follow member %.200s is not what the scripts queue: "
                     "taken off the queue",

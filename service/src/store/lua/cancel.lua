@@ -17,12 +17,12 @@ if not o then
   return redis.error_reply('ERR order record or segment damaged')
 end
 if o.part_of ~= nil then return {STORE_CANCEL_NONE} end
-if o.status == 'cancelled' then return {STORE_CANCEL_ALREADY, redis.call('HGET', KEYS[3], ARGV[1])} end
-if o.status == 'expired' then return {STORE_CANCEL_EXPIRED, redis.call('HGET', KEYS[3], ARGV[1])} end
-if o.status == 'reserved' then
+if o.status == ORDER_STATUS_CANCELLED then return {STORE_CANCEL_ALREADY, redis.call('HGET', KEYS[3], ARGV[1])} end
+if o.status == ORDER_STATUS_EXPIRED then return {STORE_CANCEL_EXPIRED, redis.call('HGET', KEYS[3], ARGV[1])} end
+if o.status == ORDER_STATUS_RESERVED then
   local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
   if due > 0 and now >= due then
-    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
+    return {STORE_CANCEL_EXPIRED, order_end(ARGV[1], o, q, ORDER_STATUS_EXPIRED, now), 1}
   end
 end
-return {STORE_CANCEL_DONE, order_end(ARGV[1], o, q, 'cancelled', now)}
+return {STORE_CANCEL_DONE, order_end(ARGV[1], o, q, ORDER_STATUS_CANCELLED, now)}

@@ -98,7 +98,7 @@ if hex ~= '' and not part then
             local rec = redis.call('HGET', okey, h .. '-' .. v[3] .. '-' .. ARGV[12])
             local ok, o = pcall(cjson.decode, rec or '')
             if not rec or (ok and type(o) == 'table' and
-                           (o.status == 'cancelled' or o.status == 'expired')) then
+                           (o.status == ORDER_STATUS_CANCELLED or o.status == ORDER_STATUS_EXPIRED)) then
               ue[h] = nil
             else
               held = held + v[1]
@@ -133,10 +133,10 @@ end
 if cap == 0 and not part then redis.call('HINCRBY', KEYS[3], 'u', 1) end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then
-    log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
+    log_event(KEYS[7], ttl > 0 and ORDER_STATUS_RESERVED or ORDER_STATUS_CREATED, ARGV[3], ARGV[12],
               tonumber(ARGV[13]), ARGV[11], tonumber(ARGV[16]), now, ARGV[1], ARGV[15])
   else
-    log_event(KEYS[7], ttl > 0 and 'reserved' or 'created', ARGV[3], ARGV[12],
+    log_event(KEYS[7], ttl > 0 and ORDER_STATUS_RESERVED or ORDER_STATUS_CREATED, ARGV[3], ARGV[12],
               tonumber(ARGV[13]), ARGV[11], q, now, ARGV[1])
   end
 end

@@ -22,20 +22,20 @@ if not o then
 end
 if o.part_of ~= nil then return {STORE_CONFIRM_NONE} end
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
-if o.status == 'confirmed' then return {STORE_CONFIRM_ALREADY, rec} end
-if o.status == 'cancelled' then return {STORE_CONFIRM_CANCELLED, rec} end
-if o.status == 'expired' then return {STORE_CONFIRM_EXPIRED, rec} end
-if o.status ~= 'reserved' then return {STORE_CONFIRM_NOT_RESERVED, rec} end
+if o.status == ORDER_STATUS_CONFIRMED then return {STORE_CONFIRM_ALREADY, rec} end
+if o.status == ORDER_STATUS_CANCELLED then return {STORE_CONFIRM_CANCELLED, rec} end
+if o.status == ORDER_STATUS_EXPIRED then return {STORE_CONFIRM_EXPIRED, rec} end
+if o.status ~= ORDER_STATUS_RESERVED then return {STORE_CONFIRM_NOT_RESERVED, rec} end
 local due = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
 if due > 0 and now >= due then
-  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, 'expired', now), 1}
+  return {STORE_CONFIRM_EXPIRED, order_end(ARGV[1], o, q, ORDER_STATUS_EXPIRED, now), 1}
 end
-o.status = 'confirmed'
+o.status = ORDER_STATUS_CONFIRMED
 o.expires_at = nil
 rec = cjson.encode(o)
 redis.call('HSET', KEYS[3], ARGV[1], rec)
 redis.call('HINCRBY', KEYS[2], 'r', -q)
 redis.call('ZREM', KEYS[4], ARGV[1])
-order_follow(ARGV[1], o, 'confirmed', now)
-order_logged(ARGV[1], o, q, 'confirmed', now)
+order_follow(ARGV[1], o, ORDER_STATUS_CONFIRMED, now)
+order_logged(ARGV[1], o, q, ORDER_STATUS_CONFIRMED, now)
 return {STORE_CONFIRM_DONE, rec}

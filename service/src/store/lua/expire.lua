@@ -26,10 +26,10 @@ for _, id in ipairs(ids) do
   local o, q = order_read(id)
   if not o then
     if q == 'none' then redis.call('ZREM', KEYS[4], id) else bad = bad + 1 end
-  elseif o.status ~= 'reserved' or o.part_of ~= nil then
+  elseif o.status ~= ORDER_STATUS_RESERVED or o.part_of ~= nil then
     redis.call('ZREM', KEYS[4], id)
   else
-    order_end(id, o, q, 'expired', now)
+    order_end(id, o, q, ORDER_STATUS_EXPIRED, now)
     expired = expired + 1
   end
 end

@@ -12,7 +12,7 @@
 -- @include int.lua
 -- @include units.lua
 local to = ARGV[2]
-if to ~= 'cancelled' and to ~= 'expired' and to ~= 'confirmed' then
+if to ~= ORDER_STATUS_CANCELLED and to ~= ORDER_STATUS_EXPIRED and to ~= ORDER_STATUS_CONFIRMED then
   return redis.error_reply('ERR part_follow: status must be cancelled, expired or confirmed')
 end
 local rec = redis.call('HGET', KEYS[3], ARGV[1])
@@ -22,9 +22,9 @@ if not ok or type(o) ~= 'table' then return redis.error_reply('ERR part record d
 if o.part_of == nil then
   return redis.error_reply('ERR part_follow: ' .. ARGV[1] .. ' is not a part (no part_of)')
 end
-if o.status == 'cancelled' or o.status == 'expired' then return {STORE_FOLLOW_LEFT} end
-if to == 'confirmed' and o.status ~= 'reserved' then return {STORE_FOLLOW_LEFT} end
-if o.status ~= 'created' and o.status ~= 'reserved' and o.status ~= 'confirmed' then
+if o.status == ORDER_STATUS_CANCELLED or o.status == ORDER_STATUS_EXPIRED then return {STORE_FOLLOW_LEFT} end
+if to == ORDER_STATUS_CONFIRMED and o.status ~= ORDER_STATUS_RESERVED then return {STORE_FOLLOW_LEFT} end
+if o.status ~= ORDER_STATUS_CREATED and o.status ~= ORDER_STATUS_RESERVED and o.status ~= ORDER_STATUS_CONFIRMED then
   return redis.error_reply('ERR part record damaged')
 end
 local q = units(o)
@@ -35,14 +35,14 @@ local n = int(redis.call('GET', KEYS[1]) or '')
 local c = redis.call('HMGET', KEYS[2], 's', 'o', 'r')
 local s, cnt, r = int(c[1] or ''), int(c[2] or ''), int(c[3] or '0')
 if n == nil or s == nil or cnt == nil or r == nil or s < q or
-   (o.status == 'reserved' and r < q) then
+   (o.status == ORDER_STATUS_RESERVED and r < q) then
   return redis.error_reply('ERR part segment damaged: ' .. KEYS[2])
 end
-local held = o.status == 'reserved'
+local held = o.status == ORDER_STATUS_RESERVED
 o.status = to
 redis.call('HSET', KEYS[3], ARGV[1], cjson.encode(o))
 if held then redis.call('HINCRBY', KEYS[2], 'r', -q) end
-if to ~= 'confirmed' then
+if to ~= ORDER_STATUS_CONFIRMED then
   redis.call('INCRBY', KEYS[1], q)
   redis.call('HINCRBY', KEYS[2], 's', -q)
 end

@@ -41,12 +41,12 @@ if not ok or type(o) ~= 'table' then return redis.error_reply('ERR part record d
 if o.part_of == nil then
   return redis.error_reply('ERR part_undo: ' .. ARGV[1] .. ' is not a part (no part_of)')
 end
-if o.status == 'cancelled' or o.status == 'expired' then
+if o.status == ORDER_STATUS_CANCELLED or o.status == ORDER_STATUS_EXPIRED then
   redis.call('HDEL', KEYS[3], ARGV[1]) -- its units are back already
   tombstone()
   return {STORE_UNDO_DONE}
 end
-if o.status ~= 'created' and o.status ~= 'reserved' and o.status ~= 'confirmed' then
+if o.status ~= ORDER_STATUS_CREATED and o.status ~= ORDER_STATUS_RESERVED and o.status ~= ORDER_STATUS_CONFIRMED then
   return redis.error_reply('ERR part record damaged')
 end
 local q = units(o)
@@ -57,12 +57,12 @@ local n = int(redis.call('GET', KEYS[1]) or '')
 local c = redis.call('HMGET', KEYS[2], 's', 'o', 'r')
 local s, cnt, r = int(c[1] or ''), int(c[2] or ''), int(c[3] or '0')
 if n == nil or s == nil or cnt == nil or r == nil or s < q or
-   (o.status == 'reserved' and r < q) then
+   (o.status == ORDER_STATUS_RESERVED and r < q) then
   return redis.error_reply('ERR part segment damaged: ' .. KEYS[2])
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('INCRBY', KEYS[1], q)
 redis.call('HINCRBY', KEYS[2], 's', -q)
-if o.status == 'reserved' then redis.call('HINCRBY', KEYS[2], 'r', -q) end
+if o.status == ORDER_STATUS_RESERVED then redis.call('HINCRBY', KEYS[2], 'r', -q) end
 tombstone()
 return {STORE_UNDO_DONE}

@@ -58,12 +58,12 @@ local function order_read(id)
   end
   local q = units(o)
   if q == nil or q < 1 or q > total or q ~= math.floor(q) then return nil, 'damaged' end
-  if o.status == 'cancelled' or o.status == 'expired' then return o, q end
+  if o.status == ORDER_STATUS_CANCELLED or o.status == ORDER_STATUS_EXPIRED then return o, q end
   local n = int(redis.call('GET', KEYS[1]) or '')
   local c = redis.call('HMGET', KEYS[2], 's', 'o', 'r')
   local s, cnt, r = int(c[1] or ''), int(c[2] or ''), int(c[3] or '0')
   if n == nil or s == nil or cnt == nil or r == nil or s < q or
-     (o.part_of == nil and cnt < 1) or (o.status == 'reserved' and r < q) then
+     (o.part_of == nil and cnt < 1) or (o.status == ORDER_STATUS_RESERVED and r < q) then
     return nil, 'damaged'
   end
   -- the log entry carries sver: one the scripts did not write would reach the sink malformed
@@ -98,7 +98,7 @@ local function order_follow(id, o, status, now)
   end
 end
 local function order_end(id, o, q, status, now)
-  local held = o.status == 'reserved'
+  local held = o.status == ORDER_STATUS_RESERVED
   o.status = status
   local rec = cjson.encode(o)
   redis.call('HSET', KEYS[3], id, rec)
