@@ -3,6 +3,7 @@
  * defaults, and the precedence flags > environment > config file; every bad input is refused
  * with a message that names it.
  */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,10 @@
 #include <unistd.h>
 
 #include "sink_config.h"
+
+#ifndef INVENTORY_SOURCE_DIR
+#error "INVENTORY_SOURCE_DIR must name the source tree"
+#endif
 
 static void test_db_url_parses(void **state)
 {
@@ -141,16 +146,20 @@ static void test_bad_settings_are_refused(void **state)
         const char *a[6];
         const char *why;
     } bad[] = {
-        {{"--bogus", "1"}, "unknown argument \"--bogus\""},
-        {{"--db", "mysql://u:p@h/db", "--batch", "0"}, "--batch must be an integer 1..10000"},
-        {{"--db", "mysql://u:p@h/db", "--batch", "12x"}, "--batch must be an integer"},
-        {{"--db", "mysql://u:p@h/db", "--metrics-port", "70000"}, "--metrics-port"},
-        {{"--db", "mysql://u:p@h/db", "--redis", "http://x"}, "--redis"},
-        {{"--db", "mysql://u:p@h/db", "--log-level", "loud"}, "--log-level"},
-        {{"--db", "nope"}, "--db: must start with mysql://"},
+        {{"--bogus", "1"}, "\"--bogus\": unknown option"},
+        {{"--db", "mysql://u:p@h/db", "--batch", "0"},
+         "batch: must be an integer between 1 and 10000, got \"0\" (flag --batch)"},
+        {{"--db", "mysql://u:p@h/db", "--batch", "12x"}, "batch: must be an integer"},
+        {{"--db", "mysql://u:p@h/db", "--metrics-port", "70000"}, "metrics_port: must be"},
+        {{"--db", "mysql://u:p@h/db", "--redis", "http://x"}, "redis: invalid URL"},
+        {{"--db", "mysql://u:p@h/db", "--log-level", "loud"}, "log_level: must be one of"},
+        {{"--db", "nope"}, "db: must start with mysql:// (flag --db)"},
         {{"--batch", "5"}, "--db (or INVENTORY_SINK_DB_URL) is required"},
-        {{"--db"}, "--db needs a value"},
-        {{"--db", "mysql://u:p@h/db", "--config", "/nonexistent/x.json"}, "config file"},
+        {{"--db"}, "--db: missing value"},
+        {{"--db", "mysql://u:p@h/db", "--config", "/nonexistent/x.json"},
+         "config: cannot read /nonexistent/x.json"},
+        {{"--db", "mysql://u:p@h/db", "--batc", "5"}, "did you mean --batch?"},
+        {{"--db", "mysql://u:p@h/db", "--consumer", "x", "reconcile"}, "unexpected argument"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         static char prog[] = "inventory-sink";
@@ -168,7 +177,7 @@ static void test_bad_settings_are_refused(void **state)
     assert_non_null(strstr(err, "reconcile needs --sku"));
     /* --repair is reconcile's only: the sink refuses it */
     assert_int_equal(load(&cfg, err, sizeof err, "--db", "mysql://u:p@h/db", "--repair", NULL), -1);
-    assert_non_null(strstr(err, "unknown argument \"--repair\""));
+    assert_non_null(strstr(err, "\"--repair\": unknown option (reconcile's only"));
     char path[] = "/tmp/test_sink_config_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -176,8 +185,82 @@ static void test_bad_settings_are_refused(void **state)
     assert_int_equal(write(fd, json, strlen(json)), (int)strlen(json));
     close(fd);
     assert_int_equal(load(&cfg, err, sizeof err, "--config", path, NULL), -1);
-    assert_non_null(strstr(err, "unknown key \"batchh\""));
+    assert_non_null(strstr(err, "\"batchh\": unknown key, did you mean \"batch\"?"));
+    /* an integer is a JSON number in the file, as in inventoryd's */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    json = "{\"batch\": \"7\"}";
+    assert_int_equal(write(fd, json, strlen(json)), (int)strlen(json));
+    close(fd);
+    assert_int_equal(load(&cfg, err, sizeof err, "--config", path, NULL), -1);
+    assert_non_null(strstr(err, "batch: must be an integer between 1 and 10000, got \"7\""));
     unlink(path);
+}
+
+/* The engine inventoryd's settings use (config_engine.h), so its forms hold here too: --flag=V,
+ * "_" keys as comments and null as "not set here" in the file, the modes. */
+static void test_shared_engine_forms(void **state)
+{
+    (void)state;
+    clear_env();
+    struct sink_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, err, sizeof err, "--db=mysql://u:p@h/db", "--batch=9", NULL), 0);
+    assert_int_equal(cfg.batch, 9);
+    assert_string_equal(cfg.db, "mysql://u:p@h/db");
+    assert_int_equal(cfg.log_level, CONFIG_LOG_INFO);
+    assert_int_equal(
+        load(&cfg, err, sizeof err, "--db", "mysql://u:p@h/db", "--log-level", "warn", NULL), 0);
+    assert_int_equal(cfg.log_level, CONFIG_LOG_WARN);
+
+    char path[] = "/tmp/test_sink_config_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *json = "{\"_why\": \"a comment\", \"batch\": null, \"db\": \"mysql://f:f@h/f\"}";
+    assert_int_equal(write(fd, json, strlen(json)), (int)strlen(json));
+    close(fd);
+    assert_int_equal(load(&cfg, err, sizeof err, "--config", path, NULL), 0);
+    assert_int_equal(cfg.batch, 500); /* null: the default stays */
+    assert_string_equal(cfg.config, path);
+    unlink(path);
+
+    /* --help wins over a bad argument anywhere (and prints the table's rows) */
+    assert_int_equal(load(&cfg, err, sizeof err, "--bogus", "--help", NULL), 1);
+    assert_int_equal(load(&cfg, err, sizeof err, "reconcile", "-h", NULL), 1);
+}
+
+/* docs/deployment.md's table of the sink's options has a line for every row and mode, with its
+ * variable and (an integer) its default: the table is the docs' source, as config_options.h is
+ * for docs/configuration.md. */
+static void test_deployment_md_lists_every_row(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/docs/deployment.md", INVENTORY_SOURCE_DIR);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    static const struct {
+        const char *flag, *arg, *env, *def;
+    } rows[] = {
+#define DOC_INT(key, flag, env, def, lo, hi, help) {flag, "N", env, #def},
+#define DOC_OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)                 \
+    {flag, arg, env, NULL},
+        SINK_OPTIONS(DOC_INT, DOC_OPT)
+#undef DOC_INT
+#undef DOC_OPT
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char want[256];
+        snprintf(want, sizeof want, "\n| `%s %s` | `%s` | %s", rows[i].flag, rows[i].arg,
+                 rows[i].env, rows[i].def ? rows[i].def : "");
+        if (strstr(text, want) == NULL)
+            fail_msg("docs/deployment.md: no table line starting \"%s\"", want + 1);
+    }
+    assert_non_null(strstr(text, "\n| `--repair` |"));
 }
 
 int main(void)
@@ -187,6 +270,8 @@ int main(void)
         cmocka_unit_test(test_db_url_refuses_bad_ones),
         cmocka_unit_test(test_defaults_and_precedence),
         cmocka_unit_test(test_bad_settings_are_refused),
+        cmocka_unit_test(test_shared_engine_forms),
+        cmocka_unit_test(test_deployment_md_lists_every_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,15 +2,19 @@
  * config — loading and validating inventoryd's settings from defaults, a JSON file, the
  * environment and the command line (see config.h for the rules).
  *
- * The settings are the rows of config_options.h; keys[] below is built from them, and so are
+ * The engine (config_engine.h) is generic over a table of rows and the struct they fill: the
+ * defaults, the layers, --help. inventory-sink's settings (sink_config.h) are such a table;
+ * inventoryd's are the rows of config_options.h; keys[] below is built from them, and so are
  * the defaults (config_defaults parses each row's default text as a flag's value), --help
  * (config_usage), the key table (config_key_at) and config_describe. The loader walks the
  * layers in precedence order and applies each value through its row, so a setting is
  * validated identically wherever it comes from, and the error names the key and the layer that
  * supplied it. Integer and 0/1 rows are handled here generically; an OPT row names its kind,
- * kind_<name> below: the parser that sets its field and the function that shows it.
+ * config_kind_<name> below: the parser that sets its field and the function that shows it
+ * (the kinds both programs use are config_engine.h's).
  */
 #include "config.h"
+#include "config_engine.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,42 +33,10 @@
 
 extern char **environ;
 
-/* Where a value came from, for messages: "flag --port", "environment INVENTORY_PORT",
- * "config file /etc/inventoryd.json". */
-struct origin {
-    const char *what;
-    const char *name;
-};
-
-struct keydef;
-
-/* How an OPT row's text becomes its field (set: 0, or -1 with err = "<key>: <problem>
- * (<origin>)") and how config_describe shows the field (show: a new reference, NULL when out of
- * memory). */
-struct opt_kind {
-    int (*set)(struct config *cfg, const struct keydef *k, const char *s, const struct origin *o,
-               char *err, size_t errlen);
-    json_t *(*show)(const struct config *cfg, const struct keydef *k);
-    bool secret;         /* a config-file value of another type than string is not quoted */
-    const char *partner; /* the key that gives the same setting another way (a file names the
-                            value's key): both in one layer is an error */
-};
-
-enum row { ROW_INT, ROW_BOOL, ROW_OPT };
-
-struct keydef {
-    struct config_key pub;
-    enum row row;
-    long long min, max;                  /* ROW_INT: the bounds */
-    size_t offset, size;                 /* the field in struct config */
-    int (*auto_default)(int lo, int hi); /* INT_AUTO: computes the default */
-    const struct opt_kind *kind;         /* ROW_OPT */
-};
-
 #define SET_FN(name)                                                                               \
-    static int set_##name(struct config *cfg, const struct keydef *k, const char *s,               \
-                          const struct origin *o, char *err, size_t errlen);
-#define SHOW_FN(name) static json_t *show_##name(const struct config *cfg, const struct keydef *k);
+    static int set_##name(void *cfg, const struct config_row *k, const char *s,                    \
+                          const struct config_origin *o, char *err, size_t errlen);
+#define SHOW_FN(name) static json_t *show_##name(const void *cfg, const struct config_row *k);
 SET_FN(config)
 SET_FN(bind)
 SET_FN(redis)
@@ -74,7 +46,7 @@ SET_FN(admin_token_file)
 SET_FN(trusted_proxies)
 SET_FN(strategy)
 SET_FN(lock_redis)
-SET_FN(lock_mysql)
+SET_FN(mysql_url)
 SET_FN(lock_zookeeper)
 SET_FN(log_level)
 SET_FN(access_log)
@@ -87,46 +59,44 @@ SHOW_FN(redis)
 SHOW_FN(admin_token)
 SHOW_FN(strategy)
 SHOW_FN(lock_redis)
-SHOW_FN(lock_mysql)
+SHOW_FN(mysql_url)
 SHOW_FN(log_level)
 static int config_online_cpus(int lo, int hi);
 
-static const struct opt_kind kind_config = {set_config, show_path, false, NULL};
-static const struct opt_kind kind_bind = {set_bind, show_text, false, NULL};
-static const struct opt_kind kind_redis = {set_redis, show_redis, false, NULL};
-static const struct opt_kind kind_redis_url_file = {set_redis_url_file, show_path, false, "redis"};
-static const struct opt_kind kind_admin_token = {set_admin_token, show_admin_token, true, NULL};
-static const struct opt_kind kind_admin_token_file = {set_admin_token_file, show_path, false,
-                                                      "admin_token"};
-static const struct opt_kind kind_trusted_proxies = {set_trusted_proxies, show_text, false, NULL};
-static const struct opt_kind kind_strategy = {set_strategy, show_strategy, false, NULL};
-static const struct opt_kind kind_lock_redis = {set_lock_redis, show_lock_redis, false, NULL};
-static const struct opt_kind kind_lock_mysql = {set_lock_mysql, show_lock_mysql, false, NULL};
-static const struct opt_kind kind_lock_zookeeper = {set_lock_zookeeper, show_text, false, NULL};
-static const struct opt_kind kind_log_level = {set_log_level, show_log_level, false, NULL};
-static const struct opt_kind kind_access_log = {set_access_log, show_path, false, NULL};
-static const struct opt_kind kind_file = {set_file, show_path, false, NULL};
-static const struct opt_kind kind_jwt_claim = {set_jwt_claim, show_text, false, NULL};
-static const struct opt_kind kind_user_header = {set_user_header, show_text, false, NULL};
+SET_FN(text)
 
-/* One keydef per row of config_options.h. */
-#define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
-#define KEY_INT(key, flag, env, def, lo, hi, help)                                                 \
-    {{#key, flag, "N", env, #def, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), NULL, NULL},
-#define KEY_INT_AUTO(key, flag, env, fn, deftext, lo, hi, help)                                    \
-    {{#key, flag, "N", env, deftext, #lo ".." #hi, help}, ROW_INT, lo, hi, FIELD(key), fn, NULL},
-#define KEY_BOOL(key, flag, env, def, help)                                                        \
-    {{#key, flag, "", env, #def, "0..1 (the bare flag means 1)", help},                            \
-     ROW_BOOL,                                                                                     \
-     0,                                                                                            \
-     1,                                                                                            \
-     FIELD(key),                                                                                   \
-     NULL,                                                                                         \
-     NULL},
-#define KEY_OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)                 \
-    {{name, flag, arg, env, def, accepted, help}, ROW_OPT, 0, 0, FIELD(field), NULL, &kind_##kind},
+/* The shared kinds (config_engine.h), then inventoryd's own. */
+const struct config_kind config_kind_config = {set_config, show_path, false, NULL};
+const struct config_kind config_kind_text = {set_text, show_text, false, NULL};
+const struct config_kind config_kind_redis = {set_redis, show_redis, false, NULL};
+const struct config_kind config_kind_mysql_url = {set_mysql_url, show_mysql_url, false, NULL};
+const struct config_kind config_kind_log_level = {set_log_level, show_log_level, false, NULL};
+static const struct config_kind config_kind_bind = {set_bind, show_text, false, NULL};
+static const struct config_kind config_kind_redis_url_file = {set_redis_url_file, show_path, false,
+                                                              "redis"};
+static const struct config_kind config_kind_admin_token = {set_admin_token, show_admin_token, true,
+                                                           NULL};
+static const struct config_kind config_kind_admin_token_file = {set_admin_token_file, show_path,
+                                                                false, "admin_token"};
+static const struct config_kind config_kind_trusted_proxies = {set_trusted_proxies, show_text,
+                                                               false, NULL};
+static const struct config_kind config_kind_strategy = {set_strategy, show_strategy, false, NULL};
+static const struct config_kind config_kind_lock_redis = {set_lock_redis, show_lock_redis, false,
+                                                          NULL};
+static const struct config_kind config_kind_lock_zookeeper = {set_lock_zookeeper, show_text, false,
+                                                              NULL};
+static const struct config_kind config_kind_access_log = {set_access_log, show_path, false, NULL};
+static const struct config_kind config_kind_file = {set_file, show_path, false, NULL};
+static const struct config_kind config_kind_jwt_claim = {set_jwt_claim, show_text, false, NULL};
+static const struct config_kind config_kind_user_header = {set_user_header, show_text, false, NULL};
 
-static const struct keydef keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_BOOL, KEY_OPT)};
+/* One row per row of config_options.h. */
+#define KEY_INT(...) CONFIG_KEY_INT(struct config, __VA_ARGS__)
+#define KEY_INT_AUTO(...) CONFIG_KEY_INT_AUTO(struct config, __VA_ARGS__)
+#define KEY_BOOL(...) CONFIG_KEY_BOOL(struct config, __VA_ARGS__)
+#define KEY_OPT(...) CONFIG_KEY_OPT(struct config, __VA_ARGS__)
+
+static const struct config_row keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_BOOL, KEY_OPT)};
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -139,14 +109,11 @@ static const struct keydef keys[] = {CONFIG_OPTIONS(KEY_INT, KEY_INT_AUTO, KEY_B
 CONFIG_OPTIONS(CHECK_INT, CHECK_NONE, CHECK_BOOL, CHECK_NONE)
 
 /* The modes (--help, --version, --healthcheck): flags that are no setting. */
-struct mode {
-    const char *flag, *short_flag;
-    enum config_action action;
-    const char *help;
-};
-#define MODE_ROW(flag, short_flag, action, help) {flag, short_flag, action, help},
-static const struct mode modes[] = {CONFIG_MODES(MODE_ROW)};
+static const struct config_mode modes[] = {CONFIG_MODES(CONFIG_MODE_ROW)};
 #define NMODES (sizeof(modes) / sizeof(modes[0]))
+
+/* inventoryd's table. */
+static const struct config_table table = {keys, NKEYS, modes, NMODES};
 
 static const char version_text[] = "inventoryd " INVENTORYD_VERSION "\n";
 
@@ -166,18 +133,24 @@ const struct config_key *config_key_at(size_t i)
 }
 
 /* The int field of an INT or BOOL row. */
-static int *int_field(struct config *cfg, const struct keydef *k)
+static int *int_field(void *cfg, const struct config_row *k)
 {
     return (int *)(void *)((char *)cfg + k->offset);
 }
 
-static int int_value(const struct config *cfg, const struct keydef *k)
+static int int_value(const void *cfg, const struct config_row *k)
 {
     return *(const int *)(const void *)((const char *)cfg + k->offset);
 }
 
+/* The text field of an OPT row (setting it; text rows only). */
+static char *text_field(void *cfg, const struct config_row *k)
+{
+    return (char *)cfg + k->offset;
+}
+
 /* The text field of an OPT row (showing it; text rows only). */
-static const char *text_value(const struct config *cfg, const struct keydef *k)
+static const char *text_value(const void *cfg, const struct config_row *k)
 {
     return (const char *)cfg + k->offset;
 }
@@ -287,12 +260,12 @@ static size_t distance(const char *a, const char *b)
 
 /* The closest known name to s (flag when flags, else config-file key), or NULL if none is
  * near: within 2 edits, or 3 for names of 8 characters or more. */
-static const char *closest(const char *s, bool flags)
+static const char *closest(const struct config_table *t, const char *s, bool flags)
 {
     const char *best = NULL;
     size_t best_d = strlen(s) >= 8 ? 4 : 3;
-    for (size_t i = 0; i < NKEYS; i++) {
-        const char *cand = flags ? keys[i].pub.flag : keys[i].pub.name;
+    for (size_t i = 0; i < t->nrows; i++) {
+        const char *cand = flags ? t->rows[i].pub.flag : t->rows[i].pub.name;
         if (!cand)
             continue;
         size_t d = distance(s, cand);
@@ -578,14 +551,14 @@ bool config_redis_url_valid(const char *url, char *whybuf, size_t whylen)
 /* ---- applying one value ---------------------------------------------------------------- */
 
 /* The key a message names: the row's config-file key ("config" for --config, which has none). */
-static const char *key_name(const struct keydef *k)
+static const char *key_name(const struct config_row *k)
 {
     return k->pub.name ? k->pub.name : "config";
 }
 
 /* An INT row from the text s or the JSON value j (exactly one is non-NULL). */
-static int set_int(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
-                   const struct origin *o, char *err, size_t errlen)
+static int set_int(void *cfg, const struct config_row *k, const char *s, const json_t *j,
+                   const struct config_origin *o, char *err, size_t errlen)
 {
     char got[192];
     long long v = 0;
@@ -608,8 +581,8 @@ static int set_int(struct config *cfg, const struct keydef *k, const char *s, co
 }
 
 /* A BOOL row: "0"/"1" as text; true, false, 0 or 1 in the config file. */
-static int set_bool(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
-                    const struct origin *o, char *err, size_t errlen)
+static int set_bool(void *cfg, const struct config_row *k, const char *s, const json_t *j,
+                    const struct config_origin *o, char *err, size_t errlen)
 {
     char got[192];
     int v = -1;
@@ -636,12 +609,12 @@ static int set_bool(struct config *cfg, const struct keydef *k, const char *s, c
 /* Sets key k of cfg from the text s (flag, environment or the row's default) or the JSON value
  * j (config file; exactly one of s, j is non-NULL). Returns 0, or -1 with err = "<key>:
  * <problem> (<origin>)". */
-static int apply(struct config *cfg, const struct keydef *k, const char *s, const json_t *j,
-                 const struct origin *o, char *err, size_t errlen)
+static int apply(const struct config_table *t, void *cfg, const struct config_row *k, const char *s,
+                 const json_t *j, const struct config_origin *o, char *err, size_t errlen)
 {
-    if (k->row == ROW_INT)
+    if (k->row == CONFIG_INT_ROW)
         return set_int(cfg, k, s, j, o, err, errlen);
-    if (k->row == ROW_BOOL)
+    if (k->row == CONFIG_BOOL_ROW)
         return set_bool(cfg, k, s, j, o, err, errlen);
     if (j) {
         if (!json_is_string(j) || strlen(json_string_value(j)) != json_string_length(j)) {
@@ -653,12 +626,21 @@ static int apply(struct config *cfg, const struct keydef *k, const char *s, cons
         }
         s = json_string_value(j);
     }
-    return k->kind->set(cfg, k, s, o, err, errlen);
+    if (k->kind->set(cfg, k, s, o, err, errlen))
+        return -1;
+    /* The value given itself: the file that gave it before (its partner row) is forgotten. */
+    for (size_t i = 0; i < t->nrows; i++) {
+        const struct config_row *f = &t->rows[i];
+        if (k->pub.name && f->row == CONFIG_OPT_ROW && f->kind->partner &&
+            strcmp(f->kind->partner, k->pub.name) == 0)
+            memset((char *)cfg + f->offset, 0, f->size);
+    }
+    return 0;
 }
 
 /* A file path of 1..CONFIG_PATH_MAX-1 bytes; what adds to the message ("" or " or -"). */
-static int path_ok(const struct keydef *k, const char *s, const char *what, const struct origin *o,
-                   char *err, size_t errlen)
+static int path_ok(const struct config_row *k, const char *s, const char *what,
+                   const struct config_origin *o, char *err, size_t errlen)
 {
     if (*s && strlen(s) < CONFIG_PATH_MAX)
         return 0;
@@ -667,34 +649,8 @@ static int path_ok(const struct keydef *k, const char *s, const char *what, cons
     return -1;
 }
 
-static int set_config(struct config *cfg, const struct keydef *k, const char *s,
-                      const struct origin *o, char *err, size_t errlen)
-{
-    if (path_ok(k, s, "", o, err, errlen))
-        return -1;
-    snprintf(cfg->config_path, sizeof(cfg->config_path), "%s", s);
-    return 0;
-}
-
-static int set_access_log(struct config *cfg, const struct keydef *k, const char *s,
-                          const struct origin *o, char *err, size_t errlen)
-{
-    if (path_ok(k, s, " or -", o, err, errlen))
-        return -1;
-    snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
-    return 0;
-}
-
-/* The text field of an OPT row (setting it; text rows only). */
-static char *text_field(struct config *cfg, const struct keydef *k)
-{
-    return (char *)cfg + k->offset;
-}
-
-/* A file read at start by the setting's consumer (identity.h: jwt_key_file,
- * confirm_token_file), which refuses the start when it cannot use it; here only the path. */
-static int set_file(struct config *cfg, const struct keydef *k, const char *s,
-                    const struct origin *o, char *err, size_t errlen)
+static int set_config(void *cfg, const struct config_row *k, const char *s,
+                      const struct config_origin *o, char *err, size_t errlen)
 {
     if (path_ok(k, s, "", o, err, errlen))
         return -1;
@@ -702,10 +658,46 @@ static int set_file(struct config *cfg, const struct keydef *k, const char *s,
     return 0;
 }
 
-/* A claim value a token must carry: 1..CONFIG_JWT_CLAIM_MAX printable ASCII characters. */
-static int set_jwt_claim(struct config *cfg, const struct keydef *k, const char *s,
-                         const struct origin *o, char *err, size_t errlen)
+/* Any text shorter than the field. */
+static int set_text(void *cfg, const struct config_row *k, const char *s,
+                    const struct config_origin *o, char *err, size_t errlen)
 {
+    if (strlen(s) >= k->size) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k), k->size - 1,
+               o->what, o->name);
+        return -1;
+    }
+    snprintf(text_field(cfg, k), k->size, "%s", s);
+    return 0;
+}
+
+static int set_access_log(void *cfg_, const struct config_row *k, const char *s,
+                          const struct config_origin *o, char *err, size_t errlen)
+{
+    struct config *cfg = cfg_;
+    if (path_ok(k, s, " or -", o, err, errlen))
+        return -1;
+    snprintf(cfg->access_log, sizeof(cfg->access_log), "%s", s);
+    return 0;
+}
+
+/* A file read at start by the setting's consumer (identity.h: jwt_key_file,
+ * confirm_token_file), which refuses the start when it cannot use it; here only the path. */
+static int set_file(void *cfg_, const struct config_row *k, const char *s,
+                    const struct config_origin *o, char *err, size_t errlen)
+{
+    struct config *cfg = cfg_;
+    if (path_ok(k, s, "", o, err, errlen))
+        return -1;
+    snprintf(text_field(cfg, k), k->size, "%s", s);
+    return 0;
+}
+
+/* A claim value a token must carry: 1..CONFIG_JWT_CLAIM_MAX printable ASCII characters. */
+static int set_jwt_claim(void *cfg_, const struct config_row *k, const char *s,
+                         const struct config_origin *o, char *err, size_t errlen)
+{
+    struct config *cfg = cfg_;
     size_t n = strlen(s);
     bool ok = n > 0 && n <= CONFIG_JWT_CLAIM_MAX;
     for (size_t i = 0; ok && i < n; i++)
@@ -722,9 +714,10 @@ static int set_jwt_claim(struct config *cfg, const struct keydef *k, const char 
 }
 
 /* An HTTP header name: 1..CONFIG_USER_HEADER_MAX token characters (RFC 9110 tchar). */
-static int set_user_header(struct config *cfg, const struct keydef *k, const char *s,
-                           const struct origin *o, char *err, size_t errlen)
+static int set_user_header(void *cfg_, const struct config_row *k, const char *s,
+                           const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     size_t n = strlen(s);
     bool ok = n > 0 && n <= CONFIG_USER_HEADER_MAX;
     for (size_t i = 0; ok && i < n; i++) {
@@ -745,9 +738,10 @@ static int set_user_header(struct config *cfg, const struct keydef *k, const cha
     return 0;
 }
 
-static int set_bind(struct config *cfg, const struct keydef *k, const char *s,
-                    const struct origin *o, char *err, size_t errlen)
+static int set_bind(void *cfg_, const struct config_row *k, const char *s,
+                    const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     char got[192];
     if (!bind_ok(s)) {
         quote(s, got, sizeof(got));
@@ -759,8 +753,8 @@ static int set_bind(struct config *cfg, const struct keydef *k, const char *s,
     return 0;
 }
 
-static int set_redis(struct config *cfg, const struct keydef *k, const char *s,
-                     const struct origin *o, char *err, size_t errlen)
+static int set_redis(void *cfg, const struct config_row *k, const char *s,
+                     const struct config_origin *o, char *err, size_t errlen)
 {
     char reason[128];
     if (!config_redis_url_valid(s, reason, sizeof(reason))) {
@@ -771,14 +765,14 @@ static int set_redis(struct config *cfg, const struct keydef *k, const char *s,
                key_name(k), reason, o->what, o->name);
         return -1;
     }
-    snprintf(cfg->redis_url, sizeof(cfg->redis_url), "%s", s);
-    cfg->redis_url_file[0] = '\0';
+    snprintf(text_field(cfg, k), k->size, "%s", s);
     return 0;
 }
 
-static int set_admin_token(struct config *cfg, const struct keydef *k, const char *s,
-                           const struct origin *o, char *err, size_t errlen)
+static int set_admin_token(void *cfg_, const struct config_row *k, const char *s,
+                           const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     if (!token_ok(s, strlen(s))) {
         /* Not quoted: it is a secret. */
         seterr(err, errlen,
@@ -788,14 +782,13 @@ static int set_admin_token(struct config *cfg, const struct keydef *k, const cha
         return -1;
     }
     snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", s);
-    cfg->admin_token_file[0] = '\0';
     return 0;
 }
 
 /* Reads the secret file named by s into secret (cap bytes) for key k; its printable path goes
  * in path (CONFIG_PATH_MAX bytes). Returns 0, or -1 with err set. */
-static int secret_file(const struct keydef *k, const char *s, char *path, char *secret, size_t cap,
-                       const struct origin *o, char *err, size_t errlen)
+static int secret_file(const struct config_row *k, const char *s, char *path, char *secret,
+                       size_t cap, const struct config_origin *o, char *err, size_t errlen)
 {
     if (path_ok(k, s, "", o, err, errlen))
         return -1;
@@ -809,9 +802,10 @@ static int secret_file(const struct keydef *k, const char *s, char *path, char *
     return 0;
 }
 
-static int set_admin_token_file(struct config *cfg, const struct keydef *k, const char *s,
-                                const struct origin *o, char *err, size_t errlen)
+static int set_admin_token_file(void *cfg_, const struct config_row *k, const char *s,
+                                const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     char path[CONFIG_PATH_MAX], secret[CONFIG_REDIS_URL_MAX + 2];
     if (secret_file(k, s, path, secret, sizeof(secret), o, err, errlen))
         return -1;
@@ -831,9 +825,10 @@ static int set_admin_token_file(struct config *cfg, const struct keydef *k, cons
     return rc;
 }
 
-static int set_redis_url_file(struct config *cfg, const struct keydef *k, const char *s,
-                              const struct origin *o, char *err, size_t errlen)
+static int set_redis_url_file(void *cfg_, const struct config_row *k, const char *s,
+                              const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     char path[CONFIG_PATH_MAX], secret[CONFIG_REDIS_URL_MAX + 2], reason[128];
     if (secret_file(k, s, path, secret, sizeof(secret), o, err, errlen))
         return -1;
@@ -851,9 +846,10 @@ static int set_redis_url_file(struct config *cfg, const struct keydef *k, const 
     return rc;
 }
 
-static int set_trusted_proxies(struct config *cfg, const struct keydef *k, const char *s,
-                               const struct origin *o, char *err, size_t errlen)
+static int set_trusted_proxies(void *cfg_, const struct config_row *k, const char *s,
+                               const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     char reason[128];
     if (strlen(s) >= sizeof(cfg->trusted_proxies_text)) {
         seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
@@ -868,9 +864,10 @@ static int set_trusted_proxies(struct config *cfg, const struct keydef *k, const
     return 0;
 }
 
-static int set_lock_redis(struct config *cfg, const struct keydef *k, const char *s,
-                          const struct origin *o, char *err, size_t errlen)
+static int set_lock_redis(void *cfg_, const struct config_row *k, const char *s,
+                          const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     /* Not quoted in messages: a URL may carry a password. */
     char reason[128];
     if (strlen(s) >= sizeof(cfg->lock_redis)) {
@@ -904,30 +901,31 @@ static int set_lock_redis(struct config *cfg, const struct keydef *k, const char
     return 0;
 }
 
-static int set_lock_mysql(struct config *cfg, const struct keydef *k, const char *s,
-                          const struct origin *o, char *err, size_t errlen)
+static int set_mysql_url(void *cfg, const struct config_row *k, const char *s,
+                         const struct config_origin *o, char *err, size_t errlen)
 {
     /* Not quoted in messages: the URL carries a password. */
     char reason[128];
     lc_mysql_url u;
-    if (strlen(s) >= sizeof(cfg->lock_mysql)) {
-        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
-               sizeof(cfg->lock_mysql) - 1, o->what, o->name);
+    if (strlen(s) >= k->size) {
+        seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k), k->size - 1,
+               o->what, o->name);
         return -1;
     }
     if (lc_mysql_url_parse(s, &u, reason, sizeof(reason)) != LC_OK) {
         seterr(err, errlen, "%s: %s (%s %s)", key_name(k), reason, o->what, o->name);
         return -1;
     }
-    snprintf(cfg->lock_mysql, sizeof(cfg->lock_mysql), "%s", s);
+    snprintf(text_field(cfg, k), k->size, "%s", s);
     return 0;
 }
 
 /* --lock-zookeeper: HOST:PORT[,HOST:PORT...], 1..CONFIG_LOCK_NODES_MAX servers, each a host
  * without spaces or '/' (no chroot) and a port 1..65535. */
-static int set_lock_zookeeper(struct config *cfg, const struct keydef *k, const char *s,
-                              const struct origin *o, char *err, size_t errlen)
+static int set_lock_zookeeper(void *cfg_, const struct config_row *k, const char *s,
+                              const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     if (strlen(s) >= sizeof(cfg->lock_zookeeper)) {
         seterr(err, errlen, "%s: longer than %zu characters (%s %s)", key_name(k),
                sizeof(cfg->lock_zookeeper) - 1, o->what, o->name);
@@ -963,8 +961,8 @@ static int set_lock_zookeeper(struct config *cfg, const struct keydef *k, const 
 
 /* The index of s in names[0..n), or -1 with err = "<key>: must be one of <the row's accepted
  * values>, got ...". */
-static int choice(const struct keydef *k, const char *const *names, int n, const char *s,
-                  const struct origin *o, char *err, size_t errlen)
+static int choice(const struct config_row *k, const char *const *names, int n, const char *s,
+                  const struct config_origin *o, char *err, size_t errlen)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0)
@@ -976,21 +974,22 @@ static int choice(const struct keydef *k, const char *const *names, int n, const
     return -1;
 }
 
-static int set_strategy(struct config *cfg, const struct keydef *k, const char *s,
-                        const struct origin *o, char *err, size_t errlen)
+static int set_strategy(void *cfg_, const struct config_row *k, const char *s,
+                        const struct config_origin *o, char *err, size_t errlen)
 {
+    struct config *cfg = cfg_;
     int i = choice(k, strategy_names, 3, s, o, err, errlen);
     if (i >= 0)
         cfg->strategy = (enum config_strategy)i;
     return i < 0 ? -1 : 0;
 }
 
-static int set_log_level(struct config *cfg, const struct keydef *k, const char *s,
-                         const struct origin *o, char *err, size_t errlen)
+static int set_log_level(void *cfg, const struct config_row *k, const char *s,
+                         const struct config_origin *o, char *err, size_t errlen)
 {
     int i = choice(k, level_names, 4, s, o, err, errlen);
     if (i >= 0)
-        cfg->log_level = (enum config_log_level)i;
+        *(enum config_log_level *)(void *)((char *)cfg + k->offset) = (enum config_log_level)i;
     return i < 0 ? -1 : 0;
 }
 
@@ -1003,18 +1002,23 @@ static int config_online_cpus(int lo, int hi)
     return cpus < lo ? lo : cpus > hi ? hi : (int)cpus;
 }
 
+void config_table_defaults(const struct config_table *t, void *out)
+{
+    for (size_t i = 0; i < t->nrows; i++) {
+        const struct config_row *k = &t->rows[i];
+        struct config_origin o = {"default of", k->pub.flag};
+        if (k->auto_default)
+            *int_field(out, k) = k->auto_default((int)k->min, (int)k->max);
+        else if (strcmp(k->pub.def, "none") != 0 && apply(t, out, k, k->pub.def, NULL, &o, NULL, 0))
+            abort(); /* a row with an invalid default (test_config and test_sink_config say
+                        which) */
+    }
+}
+
 void config_defaults(struct config *out)
 {
     memset(out, 0, sizeof(*out));
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct keydef *k = &keys[i];
-        struct origin o = {"default of", k->pub.flag};
-        if (k->auto_default)
-            *int_field(out, k) = k->auto_default((int)k->min, (int)k->max);
-        else if (strcmp(k->pub.def, "none") != 0 && apply(out, k, k->pub.def, NULL, &o, NULL, 0))
-            abort(); /* a row of config_options.h with an invalid default (test_config says
-                        which) */
-    }
+    config_table_defaults(&table, out);
     out->action = CONFIG_ACTION_RUN;
 }
 
@@ -1042,22 +1046,22 @@ static void json_error_for_message(const json_error_t *je, char *buf, size_t cap
 }
 
 /* The row whose config-file key is name, or NULL. */
-static const struct keydef *key_named(const char *name)
+static const struct config_row *key_named(const struct config_table *t, const char *name)
 {
-    for (size_t i = 0; i < NKEYS; i++)
-        if (keys[i].pub.name && strcmp(keys[i].pub.name, name) == 0)
-            return &keys[i];
+    for (size_t i = 0; i < t->nrows; i++)
+        if (t->rows[i].pub.name && strcmp(t->rows[i].pub.name, name) == 0)
+            return &t->rows[i];
     return NULL;
 }
 
 /* A setting given both as a value and as a file in one layer is ambiguous: -1 with err set
  * when the environment (root NULL) or the config file root (read from path) holds both. */
-static int partner_conflict(char **envp, const json_t *root, const char *path, char *err,
-                            size_t errlen)
+static int partner_conflict(const struct config_table *t, char **envp, const json_t *root,
+                            const char *path, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct keydef *b = &keys[i], *a;
-        if (b->row != ROW_OPT || !b->kind->partner || !(a = key_named(b->kind->partner)))
+    for (size_t i = 0; i < t->nrows; i++) {
+        const struct config_row *b = &t->rows[i], *a;
+        if (b->row != CONFIG_OPT_ROW || !b->kind->partner || !(a = key_named(t, b->kind->partner)))
             continue;
         if (!root && env_get(envp, a->pub.env) && env_get(envp, b->pub.env)) {
             seterr(err, errlen, "%s: both %s and %s are set; set one of them (environment)",
@@ -1077,38 +1081,39 @@ static int partner_conflict(char **envp, const json_t *root, const char *path, c
 }
 
 /* Applies every key of the JSON object root (the config file read from path). */
-static int load_config_object(struct config *cfg, json_t *root, const char *path, char *err,
-                              size_t errlen)
+static int load_config_object(const struct config_table *t, void *cfg, json_t *root,
+                              const char *path, char *err, size_t errlen)
 {
     if (!json_is_object(root)) {
         seterr(err, errlen, "config: %s must hold one JSON object", path);
         return -1;
     }
-    if (partner_conflict(NULL, root, path, err, errlen))
+    if (partner_conflict(t, NULL, root, path, err, errlen))
         return -1;
-    struct origin o = {"config file", path};
+    struct config_origin o = {"config file", path};
     const char *name;
     json_t *value;
     json_object_foreach(root, name, value)
     {
         if (name[0] == '_')
             continue; /* comment */
-        const struct keydef *k = key_named(name);
+        const struct config_row *k = key_named(t, name);
         if (!k) {
             char q[192];
-            const char *hint = closest(name, false);
+            const char *hint = closest(t, name, false);
             quote(name, q, sizeof(q));
             seterr(err, errlen, "%s: unknown key%s%s%s (config file %s)", q,
                    hint ? ", did you mean \"" : "", hint ? hint : "", hint ? "\"?" : "", path);
             return -1;
         }
-        if (!json_is_null(value) && apply(cfg, k, NULL, value, &o, err, errlen))
+        if (!json_is_null(value) && apply(t, cfg, k, NULL, value, &o, err, errlen))
             return -1; /* null: not set here */
     }
     return 0;
 }
 
-static int load_file(struct config *cfg, const char *file, char *err, size_t errlen)
+static int load_file(const struct config_table *t, void *cfg, const char *file, char *err,
+                     size_t errlen)
 {
     char path[CONFIG_PATH_MAX];
     printable_copy(file, path, sizeof(path));
@@ -1124,37 +1129,35 @@ static int load_file(struct config *cfg, const char *file, char *err, size_t err
             seterr(err, errlen, "config: cannot read %s: %s", path, why);
         return -1;
     }
-    int rc = load_config_object(cfg, root, path, err, errlen);
+    int rc = load_config_object(t, cfg, root, path, err, errlen);
     json_decref(root);
     return rc;
 }
 
 /* The mode (--help, ...) named by arg[0..n), or NULL. */
-static const struct mode *mode_named(const char *arg, size_t n)
+static const struct config_mode *mode_named(const struct config_table *t, const char *arg, size_t n)
 {
-    for (size_t i = 0; i < NMODES; i++)
-        if ((strlen(modes[i].flag) == n && strncmp(modes[i].flag, arg, n) == 0) ||
-            (modes[i].short_flag && strlen(modes[i].short_flag) == n &&
-             strncmp(modes[i].short_flag, arg, n) == 0))
-            return &modes[i];
+    for (size_t i = 0; i < t->nmodes; i++)
+        if ((strlen(t->modes[i].flag) == n && strncmp(t->modes[i].flag, arg, n) == 0) ||
+            (t->modes[i].short_flag && strlen(t->modes[i].short_flag) == n &&
+             strncmp(t->modes[i].short_flag, arg, n) == 0))
+            return &t->modes[i];
     return NULL;
 }
 
 /* Parses the option at argv[*i] (advancing *i past its value). Sets *k to its key, or to NULL
- * with *action set for a mode (--help, --version, --healthcheck). Returns 0, or -1 with err
+ * with *m set for a mode (--help, --version, --healthcheck, ...). Returns 0, or -1 with err
  * set. */
-static int next_flag(int argc, char **argv, int *i, const struct keydef **k, const char **value,
-                     enum config_action *action, char *err, size_t errlen)
+static int next_flag(const struct config_table *t, int argc, char **argv, int *i,
+                     const struct config_row **k, const char **value, const struct config_mode **m,
+                     char *err, size_t errlen)
 {
     const char *arg = argv[*i];
     *k = NULL;
     *value = NULL;
-    *action = CONFIG_ACTION_RUN;
-    const struct mode *m = mode_named(arg, strlen(arg));
-    if (m) {
-        *action = m->action;
+    *m = mode_named(t, arg, strlen(arg));
+    if (*m)
         return 0;
-    }
     char q[192];
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
         quote(arg, q, sizeof(q));
@@ -1163,15 +1166,15 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     }
     const char *eq = strchr(arg, '=');
     size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-    for (size_t j = 0; j < NKEYS && !*k; j++)
-        if (strlen(keys[j].pub.flag) == nlen && strncmp(keys[j].pub.flag, arg, nlen) == 0)
-            *k = &keys[j];
+    for (size_t j = 0; j < t->nrows && !*k; j++)
+        if (strlen(t->rows[j].pub.flag) == nlen && strncmp(t->rows[j].pub.flag, arg, nlen) == 0)
+            *k = &t->rows[j];
     if (!*k) {
         char name[64];
         snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), arg);
-        const char *hint = closest(name, true);
+        const char *hint = closest(t, name, true);
         quote(name, q, sizeof(q));
-        if (mode_named(name, strlen(name)))
+        if (mode_named(t, name, strlen(name)))
             seterr(err, errlen, "%s: takes no value", name);
         else
             seterr(err, errlen, "%s: unknown option%s%s%s (see --help)", q,
@@ -1180,7 +1183,7 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     }
     if (eq) {
         *value = eq + 1;
-    } else if ((*k)->row == ROW_BOOL) {
+    } else if ((*k)->row == CONFIG_BOOL_ROW) {
         *value = "1"; /* a bare switch */
     } else if (*i + 1 < argc) {
         *value = argv[++*i];
@@ -1191,81 +1194,99 @@ static int next_flag(int argc, char **argv, int *i, const struct keydef **k, con
     return 0;
 }
 
-/* The --config row (the table's first). */
-static const struct keydef *const config_row = &keys[0];
-
-int config_load(struct config *out, int argc, char **argv, char **envp, char *err, size_t errlen)
+/* Pass 1 over argv: syntax only, so --help/--version win wherever they are and --config is
+ * known before the file layer. Returns 1 with *action for a mode that ends the load; else 0,
+ * or -1 with the first error, with *config_path the --config flag's value (or NULL) and *seen
+ * the other modes given (bit i: mode i). */
+static int scan_flags(const struct config_table *t, int argc, char **argv, const char **config_path,
+                      enum config_action *action, unsigned *seen, char *err, size_t errlen)
 {
-    if (!envp)
-        envp = environ;
-    seterr(err, errlen, "%s", "");
-    config_defaults(out);
-
-    /* Pass 1: syntax only, so --help/--version win wherever they are and --config is known
-     * before the file layer. The first error is kept in case neither is given. */
-    const char *config_path = NULL;
-    bool bad = false, healthcheck = false;
+    bool bad = false;
     for (int i = 1; i < argc; i++) {
-        const struct keydef *k;
+        const struct config_row *k;
+        const struct config_mode *m;
         const char *value;
-        enum config_action action;
         char e[512];
-        if (next_flag(argc, argv, &i, &k, &value, &action, e, sizeof(e))) {
+        if (next_flag(t, argc, argv, &i, &k, &value, &m, e, sizeof(e))) {
             if (!bad)
                 seterr(err, errlen, "%s", e);
             bad = true;
-            continue;
-        }
-        if (action == CONFIG_ACTION_HEALTHCHECK) {
-            healthcheck = true;
-            continue;
-        }
-        if (action != CONFIG_ACTION_RUN) {
-            out->action = action;
+        } else if (m && (m->action == CONFIG_ACTION_HELP || m->action == CONFIG_ACTION_VERSION)) {
+            *action = m->action;
             seterr(err, errlen, "%s", "");
             return 1;
+        } else if (m) {
+            *seen |= 1u << (m - t->modes);
+        } else if (k == &t->rows[0]) {
+            *config_path = value;
         }
-        if (k == config_row)
-            config_path = value;
     }
-    if (bad)
-        return -1;
+    return bad ? -1 : 0;
+}
+
+int config_table_load(const struct config_table *t, void *out, int argc, char **argv, char **envp,
+                      enum config_action *action, unsigned *seen, char *err, size_t errlen)
+{
+    const struct config_row *config_row = &t->rows[0];
+    if (!envp)
+        envp = environ;
+    seterr(err, errlen, "%s", "");
+    *action = CONFIG_ACTION_RUN;
+    *seen = 0;
+    const char *config_path = NULL;
+    int rc = scan_flags(t, argc, argv, &config_path, action, seen, err, errlen);
+    if (rc != 0)
+        return rc;
 
     /* Layer 1: the config file. */
     if (config_path) {
-        struct origin o = {"flag", config_row->pub.flag};
-        if (apply(out, config_row, config_path, NULL, &o, err, errlen))
+        struct config_origin o = {"flag", config_row->pub.flag};
+        if (apply(t, out, config_row, config_path, NULL, &o, err, errlen))
             return -1;
     } else if ((config_path = env_get(envp, config_row->pub.env))) {
-        struct origin o = {"environment", config_row->pub.env};
-        if (apply(out, config_row, config_path, NULL, &o, err, errlen))
+        struct config_origin o = {"environment", config_row->pub.env};
+        if (apply(t, out, config_row, config_path, NULL, &o, err, errlen))
             return -1;
     }
-    if (out->config_path[0] && load_file(out, out->config_path, err, errlen))
+    const char *file = text_value(out, config_row);
+    if (file[0] && load_file(t, out, file, err, errlen))
         return -1;
 
     /* Layer 2: the environment. */
-    if (partner_conflict(envp, NULL, NULL, err, errlen))
+    if (partner_conflict(t, envp, NULL, NULL, err, errlen))
         return -1;
-    for (size_t j = 0; j < NKEYS; j++) {
-        const char *v = env_get(envp, keys[j].pub.env);
-        struct origin o = {"environment", keys[j].pub.env};
-        if (&keys[j] != config_row && v && apply(out, &keys[j], v, NULL, &o, err, errlen))
+    for (size_t j = 0; j < t->nrows; j++) {
+        const char *v = env_get(envp, t->rows[j].pub.env);
+        struct config_origin o = {"environment", t->rows[j].pub.env};
+        if (&t->rows[j] != config_row && v && apply(t, out, &t->rows[j], v, NULL, &o, err, errlen))
             return -1;
     }
 
     /* Layer 3: the flags, in order (the last of a repeated flag wins). */
     for (int i = 1; i < argc; i++) {
-        const struct keydef *k;
+        const struct config_row *k;
+        const struct config_mode *m;
         const char *value;
-        enum config_action action;
-        if (next_flag(argc, argv, &i, &k, &value, &action, err, errlen))
+        if (next_flag(t, argc, argv, &i, &k, &value, &m, err, errlen))
             return -1; /* not reached: pass 1 accepted the syntax */
         if (!k)
-            continue; /* --healthcheck */
-        struct origin o = {"flag", k->pub.flag};
-        if (k != config_row && apply(out, k, value, NULL, &o, err, errlen))
+            continue; /* a mode */
+        struct config_origin o = {"flag", k->pub.flag};
+        if (k != config_row && apply(t, out, k, value, NULL, &o, err, errlen))
             return -1;
+    }
+    return 0;
+}
+
+int config_load(struct config *out, int argc, char **argv, char **envp, char *err, size_t errlen)
+{
+    config_defaults(out);
+    enum config_action action;
+    unsigned seen;
+    int rc = config_table_load(&table, out, argc, argv, envp, &action, &seen, err, errlen);
+    if (rc != 0) {
+        out->action = rc == 1 ? action : CONFIG_ACTION_RUN;
+        return rc;
     }
     if (out->lock_redis_n && out->lock_zookeeper[0]) {
         seterr(err, errlen, "%s",
@@ -1289,6 +1310,9 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
                "lock_mysql and lock_zookeeper: the segment locks live in one place; set one");
         return -1;
     }
+    bool healthcheck = false; /* the mode that does not end the load */
+    for (size_t i = 0; i < NMODES; i++)
+        healthcheck |= (seen >> i & 1u) && modes[i].action == CONFIG_ACTION_HEALTHCHECK;
     out->action = healthcheck ? CONFIG_ACTION_HEALTHCHECK : CONFIG_ACTION_RUN;
     return 0;
 }
@@ -1299,19 +1323,19 @@ int config_load(struct config *out, int argc, char **argv, char **envp, char *er
 #define USAGE_INDENT 31 /* where an option's text starts */
 
 struct text {
-    char buf[16384];
-    size_t len;
+    char *buf;
+    size_t cap, len;
 };
 
 static void add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void add(struct text *t, const char *fmt, ...)
 {
-    if (t->len >= sizeof(t->buf))
+    if (t->len >= t->cap)
         return;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(t->buf + t->len, sizeof(t->buf) - t->len, fmt, ap);
+    int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
     va_end(ap);
     t->len += n > 0 ? (size_t)n : 0;
 }
@@ -1354,27 +1378,38 @@ static const char usage_footer[] =
     "docs/api.md and docs/openapi.yaml in the source tree, installed under\n"
     "share/doc/inventoryd; GET / of a running instance is its live dashboard.\n";
 
-const char *config_usage(void)
+size_t config_table_usage(const struct config_table *tab, const char *head, const char *footer,
+                          char *buf, size_t cap)
 {
-    static struct text t;
-    if (t.len) /* main's thread only, before any other starts */
-        return t.buf;
-    add(&t, "%s", usage_head);
-    for (size_t i = 0; i < NKEYS; i++) {
-        const struct config_key *k = &keys[i].pub;
+    struct text t = {buf, cap, 0};
+    if (cap == 0)
+        return 0;
+    buf[0] = '\0';
+    add(&t, "%s", head);
+    for (size_t i = 0; i < tab->nrows; i++) {
+        const struct config_key *k = &tab->rows[i].pub;
         char flags[64], words[512];
         snprintf(flags, sizeof(flags), "%s%s%s", k->flag, k->arg[0] ? " " : "", k->arg);
         snprintf(words, sizeof(words), "%s; %s [%s]", k->help, k->range, k->def);
         add_option(&t, flags, words);
     }
-    for (size_t i = 0; i < NMODES; i++) {
+    for (size_t i = 0; i < tab->nmodes; i++) {
+        const struct config_mode *m = &tab->modes[i];
         char flags[64];
-        snprintf(flags, sizeof(flags), "%s%s%s", modes[i].short_flag ? modes[i].short_flag : "",
-                 modes[i].short_flag ? ", " : "", modes[i].flag);
-        add_option(&t, flags, modes[i].help);
+        snprintf(flags, sizeof(flags), "%s%s%s", m->short_flag ? m->short_flag : "",
+                 m->short_flag ? ", " : "", m->flag);
+        add_option(&t, flags, m->help);
     }
-    add(&t, "%s", usage_footer);
-    return t.buf;
+    add(&t, "%s", footer);
+    return t.len < cap ? t.len : cap - 1;
+}
+
+const char *config_usage(void)
+{
+    static char buf[16384];
+    if (!buf[0]) /* main's thread only, before any other starts */
+        config_table_usage(&table, usage_head, usage_footer, buf, sizeof(buf));
+    return buf;
 }
 
 /* ---- describe -------------------------------------------------------------------------- */
@@ -1408,13 +1443,13 @@ static void mask_url(const char *url, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
 }
 
-static json_t *show_text(const struct config *cfg, const struct keydef *k)
+static json_t *show_text(const void *cfg, const struct config_row *k)
 {
     return json_string(text_value(cfg, k));
 }
 
 /* A path: null when "", non-printable bytes as '?' (the log line stays valid JSON). */
-static json_t *show_path(const struct config *cfg, const struct keydef *k)
+static json_t *show_path(const void *cfg, const struct config_row *k)
 {
     const char *path = text_value(cfg, k);
     if (!path[0])
@@ -1424,38 +1459,39 @@ static json_t *show_path(const struct config *cfg, const struct keydef *k)
     return json_string(copy);
 }
 
-static json_t *show_redis(const struct config *cfg, const struct keydef *k)
+static json_t *show_redis(const void *cfg, const struct config_row *k)
 {
-    (void)k;
     char url[CONFIG_REDIS_URL_MAX + 8];
-    mask_url(cfg->redis_url, url, sizeof(url));
+    mask_url(text_value(cfg, k), url, sizeof(url));
     return json_string(url);
 }
 
-static json_t *show_admin_token(const struct config *cfg, const struct keydef *k)
+static json_t *show_admin_token(const void *cfg_, const struct config_row *k)
 {
+    const struct config *cfg = cfg_;
     (void)k;
     return cfg->admin_token[0] ? json_string("***") : json_null();
 }
 
-static json_t *show_strategy(const struct config *cfg, const struct keydef *k)
+static json_t *show_strategy(const void *cfg_, const struct config_row *k)
 {
+    const struct config *cfg = cfg_;
     (void)k;
     return json_string(config_strategy_name(cfg->strategy));
 }
 
-static json_t *show_log_level(const struct config *cfg, const struct keydef *k)
+static json_t *show_log_level(const void *cfg, const struct config_row *k)
 {
-    (void)k;
-    return json_string(config_log_level_name(cfg->log_level));
+    return json_string(config_log_level_name(
+        *(const enum config_log_level *)(const void *)((const char *)cfg + k->offset)));
 }
 
 /* The server and database, never the user or password. */
-static json_t *show_lock_mysql(const struct config *cfg, const struct keydef *k)
+static json_t *show_mysql_url(const void *cfg, const struct config_row *k)
 {
-    (void)k;
+    const char *url = text_value(cfg, k);
     lc_mysql_url u;
-    if (!cfg->lock_mysql[0] || lc_mysql_url_parse(cfg->lock_mysql, &u, NULL, 0) != LC_OK)
+    if (!url[0] || lc_mysql_url_parse(url, &u, NULL, 0) != LC_OK)
         return json_null();
     char buf[CONFIG_REDIS_URL_MAX];
     snprintf(buf, sizeof(buf), "mysql://***@%s:%u/%s", u.host, u.port, u.database);
@@ -1463,8 +1499,9 @@ static json_t *show_lock_mysql(const struct config *cfg, const struct keydef *k)
 }
 
 /* How many nodes, never their URLs (passwords). */
-static json_t *show_lock_redis(const struct config *cfg, const struct keydef *k)
+static json_t *show_lock_redis(const void *cfg_, const struct config_row *k)
 {
+    const struct config *cfg = cfg_;
     (void)k;
     return cfg->lock_redis_n ? json_integer(cfg->lock_redis_n) : json_null();
 }
@@ -1476,8 +1513,9 @@ int config_describe(const struct config *cfg, char *buf, size_t len)
         return -1;
     int bad = 0;
     for (size_t i = 0; i < NKEYS; i++) {
-        const struct keydef *k = &keys[i];
-        json_t *v = k->row == ROW_OPT ? k->kind->show(cfg, k) : json_integer(int_value(cfg, k));
+        const struct config_row *k = &keys[i];
+        json_t *v =
+            k->row == CONFIG_OPT_ROW ? k->kind->show(cfg, k) : json_integer(int_value(cfg, k));
         bad |= json_object_set_new(o, key_name(k), v);
     }
     if (bad) {

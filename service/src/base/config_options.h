@@ -17,7 +17,7 @@
  *   BOOL(key, flag, env, def, help)
  *       int field `key`, 0 or 1 (true/false in the config file); a bare --flag means 1.
  *   OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)
- *       a value given as text and set by its own parser, config.c's kind_<kind> (URLs,
+ *       a value given as text and set by its own parser, config.c's config_kind_<kind> (URLs,
  *       secrets read from files, enumerations, address lists): field `type field dim`,
  *       config-file key name (a string, NULL for --config, which has none), the flag's value
  *       shown as arg, default def as text ("none": the field stays zero/empty; any other text
@@ -97,7 +97,7 @@
         "1..15 redis:// URLs separated by commas, independent masters (3 or 5 typically)",     \
         "guard segment locks with Redlock on these nodes; stock stays on --redis, fenced")     \
     OPT("lock_mysql", lock_mysql, char, [CONFIG_REDIS_URL_MAX], "--lock-mysql", "URL",         \
-        "INVENTORY_LOCK_MYSQL", "none", lock_mysql,                                            \
+        "INVENTORY_LOCK_MYSQL", "none", mysql_url,                                            \
         "mysql://user[:password]@host[:port]/database",                                        \
         "guard segment locks with MySQL/MariaDB GET_LOCK; stock stays on --redis, fenced")     \
     OPT("lock_zookeeper", lock_zookeeper, char, [1024], "--lock-zookeeper", "HOSTS",          \

@@ -1,14 +1,17 @@
 /*
- * sink_config — inventory-sink's settings: one X-macro table (as inventoryd's
- * config_options.h), from which the fields of struct sink_config, the defaults, the flag /
- * environment / config-file parsing and --help are all derived.
+ * sink_config — inventory-sink's settings: one X-macro table of rows of the settings engine
+ * both programs share (config_engine.h; the row kinds as inventoryd's config_options.h
+ * describes them), from which the fields of struct sink_config, the defaults, the flag /
+ * environment / config-file parsing, the validation and --help are all derived.
  *
- *   INT(key, flag, env, def, lo, hi, help)    int field `key`, an integer lo..hi
- *   STR(key, flag, env, def, cap, help)       char field `key[cap]`; def NULL: empty
+ *   INT(key, flag, env, def, lo, hi, help)     int field `key`, an integer lo..hi
+ *   OPT(name, field, type, dim, flag, arg, env, def, kind, accepted, help)
+ *                                              field `type field dim`, set by config_kind_<kind>
  *
- * Precedence: defaults < the JSON config file (--config / INVENTORY_SINK_CONFIG; keys are the
- * snake_case of the flags) < environment < flags. Secrets (the database URL carries a password)
- * are best given through the environment or the file, which ps does not show.
+ * Precedence (config.h's rules): defaults < the JSON config file (--config /
+ * INVENTORY_SINK_CONFIG; keys are the snake_case of the flags, "_" keys are comments) <
+ * environment < flags (--flag V or --flag=V). Secrets (the database URL carries a password) are
+ * best given through the environment or the file, which ps does not show.
  */
 #ifndef INVENTORY_SINK_CONFIG_H
 #define INVENTORY_SINK_CONFIG_H
@@ -23,18 +26,23 @@
 #define SINK_NAME_MAX 128
 
 /* clang-format off */
-#define SINK_OPTIONS(INT, STR)                                                                 \
-    STR(config, "--config", "INVENTORY_SINK_CONFIG", NULL, 4096,                               \
+#define SINK_OPTIONS(INT, OPT)                                                                 \
+    OPT(NULL, config, char, [CONFIG_PATH_MAX], "--config", "FILE", "INVENTORY_SINK_CONFIG",    \
+        "none", config, "path of a readable JSON file",                                        \
         "JSON config file; keys are the snake_case of the flags")                              \
-    STR(redis, "--redis", "INVENTORY_SINK_REDIS_URL", "redis://127.0.0.1:6379", SINK_URL_MAX,  \
-        "Redis URL: redis://[[user]:password@]host[:port][/db], unix:///path or "              \
-        "redis-cluster://host:port[,host:port...]")                                            \
-    STR(db, "--db", "INVENTORY_SINK_DB_URL", NULL, SINK_URL_MAX,                               \
-        "database URL: mysql://user:password@host[:port]/database (required)")                 \
+    OPT("redis", redis, char, [SINK_URL_MAX], "--redis", "URL", "INVENTORY_SINK_REDIS_URL",    \
+        "redis://127.0.0.1:6379", redis,                                                       \
+        "redis://[[user]:password@]host[:port][/db], unix:///path[?db=N] or "                  \
+        "redis-cluster://[[user]:password@]host[:port][,host[:port]...]",                      \
+        "Redis server URL of the order log (a cluster: its seed nodes)")                       \
+    OPT("db", db, char, [SINK_URL_MAX], "--db", "URL", "INVENTORY_SINK_DB_URL", "none",        \
+        mysql_url, "mysql://user[:password]@host[:port]/database",                             \
+        "the shop's MySQL/MariaDB database (required)")                                        \
     INT(metrics_port, "--metrics-port", "INVENTORY_SINK_METRICS_PORT", 0, 0, 65535,            \
         "port of /metrics and /healthz (0: none)")                                             \
-    STR(consumer, "--consumer", "INVENTORY_SINK_CONSUMER", NULL, SINK_NAME_MAX,                \
-        "consumer name in the group (default: <hostname>-<pid>; keep it across restarts)")     \
+    OPT("consumer", consumer, char, [SINK_NAME_MAX], "--consumer", "NAME",                     \
+        "INVENTORY_SINK_CONSUMER", "none", text, "up to 127 characters",                       \
+        "consumer name in the group (none: <hostname>-<pid>; keep it across restarts)")        \
     INT(batch, "--batch", "INVENTORY_SINK_BATCH", 500, 1, 10000,                               \
         "entries per database transaction (and per stream read)")                              \
     INT(claim_idle_ms, "--claim-idle-ms", "INVENTORY_SINK_CLAIM_IDLE_MS", 30000, 100,          \
@@ -45,20 +53,27 @@
         60000, "deadline of every Redis command")                                              \
     INT(db_timeout_s, "--db-timeout-s", "INVENTORY_SINK_DB_TIMEOUT_S", 10, 1, 3600,            \
         "connect, read and write timeout of the database connection")                          \
-    STR(log_level, "--log-level", "INVENTORY_SINK_LOG_LEVEL", "info", 16,                      \
-        "debug, info, warn or error")                                                          \
-    STR(sku, "--sku", "INVENTORY_SINK_SKU", NULL, 128, "reconcile: the SKU to compare")
+    OPT("log_level", log_level, enum config_log_level, , "--log-level", "L",                   \
+        "INVENTORY_SINK_LOG_LEVEL", "info", log_level, "debug, info, warn, error",             \
+        "least severe level logged")                                                           \
+    OPT("sku", sku, char, [128], "--sku", "S", "INVENTORY_SINK_SKU", "none", text,             \
+        "up to 127 characters", "reconcile: the SKU to compare")
+
+/* The modes: flags that are no setting. --repair is reconcile's only.
+ *   MODE(flag, short_flag, action, help) */
+#define SINK_MODES(MODE)                                                                       \
+    MODE("--repair", NULL, CONFIG_ACTION_RUN,                                                  \
+         "reconcile: first write Redis's order records into the database (missing rows "       \
+         "added, statuses moved up)")                                                          \
+    MODE("--help", "-h", CONFIG_ACTION_HELP, "print this help and exit")                      \
+    MODE("--version", NULL, CONFIG_ACTION_VERSION, "print the version and exit")
 /* clang-format on */
 
+/* The fields come from the rows (config.h's CONFIG_FIELD_*), in the table's order. */
 struct sink_config {
-#define SINK_FIELD_INT(key, flag, env, def, lo, hi, help) int key;
-#define SINK_FIELD_STR(key, flag, env, def, cap, help) char key[cap];
-    SINK_OPTIONS(SINK_FIELD_INT, SINK_FIELD_STR)
-#undef SINK_FIELD_INT
-#undef SINK_FIELD_STR
-    int reconcile;               /* 1: the `reconcile` subcommand */
-    int repair;                  /* 1: reconcile --repair (backfill the database first) */
-    enum config_log_level level; /* log_level parsed */
+    SINK_OPTIONS(CONFIG_FIELD_INT, CONFIG_FIELD_OPT)
+    int reconcile; /* 1: the `reconcile` subcommand */
+    int repair;    /* 1: reconcile --repair (backfill the database first) */
 };
 
 /* Fills cfg from the defaults, the config file, the environment and argv (argv[1] may be the

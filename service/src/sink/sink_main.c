@@ -28,7 +28,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "inventory-sink: %s\n", err);
         return 2;
     }
-    log_init(cfg.level);
+    log_init(cfg.log_level);
     if (cfg.reconcile)
         return sink_reconcile(&cfg);
     struct sigaction sa;

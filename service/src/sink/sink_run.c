@@ -699,14 +699,39 @@ static void claim(struct sink *s)
 struct group_view {
     int n;
     struct {
+        char name[64];
         int ours;
         long long pending;
         unsigned long long ld_ms, ld_seq; /* last-delivered-id */
         unsigned long long lo_ms, lo_seq; /* lowest pending id, when pending */
         int has_lo;
     } g[GROUPS_MAX];
-    int broken; /* the reply could not be read: this stream is not trimmed this time */
+    int broken;     /* the reply could not be read: this stream is not trimmed this time */
+    int trim;       /* 1: XTRIM MINID minid */
+    int probe;      /* 1: XRANGE after: is anything waiting past the sink's last delivery? */
+    char minid[48]; /* the lowest id any group still needs */
+    char after[48]; /* "(<last-delivered-id>" of the sink's group */
 };
+
+/* One round trip of a trim: the commands, their arguments, and which stream (who[c][0]) and
+ * group or command kind (who[c][1]) each is for. */
+struct trim_round {
+    struct sink_cmd cmds[WINDOW * GROUPS_MAX];
+    const char *argv[WINDOW * GROUPS_MAX][6];
+    int who[WINDOW * GROUPS_MAX][2];
+    int n;
+};
+
+/* Appends the command a[0..argc) routed by key, for stream i and group (or kind) k. */
+static void round_add(struct trim_round *t, const char *key, const char *const *a, int argc, int i,
+                      int k)
+{
+    memcpy(t->argv[t->n], a, (size_t)argc * sizeof *a);
+    t->cmds[t->n] = (struct sink_cmd){.key = key, .argc = argc, .argv = t->argv[t->n]};
+    t->who[t->n][0] = i;
+    t->who[t->n][1] = k;
+    t->n++;
+}
 
 static const redisReply *map_get(const redisReply *m, const char *name)
 {
@@ -728,29 +753,22 @@ static int id_cmp(unsigned long long am, unsigned long long as, unsigned long lo
     return as < bs ? -1 : as > bs;
 }
 
-/* For each stream of a window: the groups (XINFO GROUPS), their lowest pending ids (XPENDING),
- * then XTRIM MINID to the lowest id any group still needs; adds the sink group's pending count
- * and oldest unacknowledged entry to *pending and *oldest_ms. */
-static void trim_window(struct sink *s, int off, int w, long long *pending, long long *oldest_ms)
+/* The groups of each stream of the window (XINFO GROUPS): name, pending count and
+ * last-delivered-id; a stream whose reply cannot be read is marked broken. */
+static void read_groups(struct sink *s, int off, int w, struct group_view *gv, struct trim_round *t)
 {
-    struct sink_cmd cmds[WINDOW * GROUPS_MAX];
-    const char *argv[WINDOW * GROUPS_MAX][6];
-    struct group_view *gv = calloc((size_t)w, sizeof *gv);
-    if (gv == NULL)
-        return;
+    t->n = 0;
     for (int i = 0; i < w; i++) {
         const char *a[3] = {"XINFO", "GROUPS", s->streams[off + i].key};
-        memcpy(argv[i], a, sizeof a);
-        cmds[i] = (struct sink_cmd){.key = a[2], .argc = 3, .argv = argv[i]};
+        round_add(t, a[2], a, 3, i, 0);
     }
-    sink_redis_run(s->redis, w, cmds);
-    char names[WINDOW][GROUPS_MAX][64];
+    sink_redis_run(s->redis, w, t->cmds);
     for (int i = 0; i < w; i++) {
-        const redisReply *r = cmds[i].reply;
-        if (cmds[i].st != LC_OK || r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        const redisReply *r = t->cmds[i].reply;
+        if (t->cmds[i].st != LC_OK || r == NULL || r->type != REDIS_REPLY_ARRAY) {
             gv[i].broken = 1;
-            if (cmds[i].st != LC_OK && cmds[i].st != LC_EREDIS)
-                redis_failed(s, "XINFO GROUPS", cmds[i].err);
+            if (t->cmds[i].st != LC_OK && t->cmds[i].st != LC_EREDIS)
+                redis_failed(s, "XINFO GROUPS", t->cmds[i].err);
             continue;
         }
         if (r->elements > GROUPS_MAX) {
@@ -768,31 +786,31 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
                 gv[i].broken = 1;
                 break;
             }
-            snprintf(names[i][k], sizeof names[i][k], "%s", name->str);
+            snprintf(gv[i].g[k].name, sizeof gv[i].g[k].name, "%s", name->str);
             gv[i].g[k].ours = strcmp(name->str, ORDERLOG_GROUP) == 0;
             gv[i].g[k].pending = pend->integer;
             gv[i].n++;
         }
     }
-    sink_cmds_clear(w, cmds);
+    sink_cmds_clear(w, t->cmds);
+}
 
-    /* XPENDING summaries of the groups with pending entries. */
-    int nc = 0, who[WINDOW * GROUPS_MAX][2];
+/* The lowest pending id (XPENDING summary) of each group with pending entries. */
+static void read_lowest_pending(struct sink *s, int off, int w, struct group_view *gv,
+                                struct trim_round *t)
+{
+    t->n = 0;
     for (int i = 0; i < w; i++)
         for (int k = 0; k < gv[i].n && !gv[i].broken; k++)
             if (gv[i].g[k].pending > 0) {
-                const char *a[3] = {"XPENDING", s->streams[off + i].key, names[i][k]};
-                memcpy(argv[nc], a, sizeof a);
-                cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 3, .argv = argv[nc]};
-                who[nc][0] = i;
-                who[nc][1] = k;
-                nc++;
+                const char *a[3] = {"XPENDING", s->streams[off + i].key, gv[i].g[k].name};
+                round_add(t, a[1], a, 3, i, k);
             }
-    sink_redis_run(s->redis, nc, cmds);
-    for (int c = 0; c < nc; c++) {
-        int i = who[c][0], k = who[c][1];
-        const redisReply *r = cmds[c].reply;
-        if (cmds[c].st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+    sink_redis_run(s->redis, t->n, t->cmds);
+    for (int c = 0; c < t->n; c++) {
+        int i = t->who[c][0], k = t->who[c][1];
+        const redisReply *r = t->cmds[c].reply;
+        if (t->cmds[c].st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
             gv[i].broken = 1;
             continue;
         }
@@ -801,15 +819,17 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
             sink_entry_parse_id(lo->str, &gv[i].g[k].lo_ms, &gv[i].g[k].lo_seq) == 0)
             gv[i].g[k].has_lo = 1; /* nil: acknowledged meanwhile, last-delivered + 1 holds */
     }
-    sink_cmds_clear(nc, cmds);
+    sink_cmds_clear(t->n, t->cmds);
+}
 
-    /* The lowest id each stream still needs; the sink group's oldest unacknowledged entry. */
-    char minids[WINDOW][48];
-    char after[WINDOW][48];
-    int trim[WINDOW], probe[WINDOW];
-    nc = 0;
+/* Decides, for each readable stream, the lowest id any group still needs (its minid: the
+ * lowest pending id, else last-delivered + 1) and whether to probe past the sink group's last
+ * delivery; adds the sink group's pending count and oldest unacknowledged entry to *pending
+ * and *oldest_ms. No Redis. */
+static void plan_trim(struct group_view *gv, int w, long long *pending, long long *oldest_ms)
+{
     for (int i = 0; i < w; i++) {
-        trim[i] = probe[i] = 0;
+        gv[i].trim = gv[i].probe = 0;
         if (gv[i].broken || gv[i].n == 0)
             continue;
         unsigned long long mm = ULLONG_MAX, ms = ULLONG_MAX;
@@ -835,43 +855,44 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
                     if (*oldest_ms == 0 || (long long)gv[i].g[k].lo_ms < *oldest_ms)
                         *oldest_ms = (long long)gv[i].g[k].lo_ms;
                 } else {
-                    probe[i] = 1; /* is anything waiting after last-delivered? */
-                    snprintf(after[i], sizeof after[i], "(%llu-%llu", gv[i].g[k].ld_ms,
+                    gv[i].probe = 1; /* is anything waiting after last-delivered? */
+                    snprintf(gv[i].after, sizeof gv[i].after, "(%llu-%llu", gv[i].g[k].ld_ms,
                              gv[i].g[k].ld_seq);
                 }
             }
         }
-        snprintf(minids[i], sizeof minids[i], "%llu-%llu", mm, ms);
-        trim[i] = 1;
+        snprintf(gv[i].minid, sizeof gv[i].minid, "%llu-%llu", mm, ms);
+        gv[i].trim = 1;
     }
+}
+
+/* Runs the plan: XTRIM MINID of each stream to trim, and the XRANGE probe past the sink group's
+ * last delivery (its first entry's time lowers *oldest_ms). */
+static void trim_and_probe(struct sink *s, int off, int w, struct group_view *gv,
+                           struct trim_round *t, long long *oldest_ms)
+{
+    t->n = 0;
     for (int i = 0; i < w; i++) {
-        if (trim[i]) {
-            const char *a[4] = {"XTRIM", s->streams[off + i].key, "MINID", minids[i]};
-            memcpy(argv[nc], a, sizeof a);
-            cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 4, .argv = argv[nc]};
-            who[nc][0] = i;
-            who[nc][1] = 0;
-            nc++;
+        if (gv[i].trim) {
+            const char *a[4] = {"XTRIM", s->streams[off + i].key, "MINID", gv[i].minid};
+            round_add(t, a[1], a, 4, i, 0);
         }
-        if (probe[i]) {
-            const char *a[6] = {"XRANGE", s->streams[off + i].key, after[i], "+", "COUNT", "1"};
-            memcpy(argv[nc], a, sizeof a);
-            cmds[nc] = (struct sink_cmd){.key = a[1], .argc = 6, .argv = argv[nc]};
-            who[nc][0] = i;
-            who[nc][1] = 1;
-            nc++;
+        if (gv[i].probe) {
+            const char *a[6] = {"XRANGE", s->streams[off + i].key, gv[i].after, "+", "COUNT", "1"};
+            round_add(t, a[1], a, 6, i, 1);
         }
     }
-    sink_redis_run(s->redis, nc, cmds);
-    for (int c = 0; c < nc; c++) {
-        const redisReply *r = cmds[c].reply;
-        if (cmds[c].st != LC_OK || r == NULL)
+    sink_redis_run(s->redis, t->n, t->cmds);
+    for (int c = 0; c < t->n; c++) {
+        const redisReply *r = t->cmds[c].reply;
+        int i = t->who[c][0];
+        if (t->cmds[c].st != LC_OK || r == NULL)
             continue;
-        if (who[c][1] == 0 && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+        if (t->who[c][1] == 0 && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
             sink_metrics_trimmed(r->integer);
             log_msg(CONFIG_LOG_DEBUG, "sink_trimmed", "%s: %lld entries below %s trimmed",
-                    s->streams[off + who[c][0]].key, r->integer, minids[who[c][0]]);
-        } else if (who[c][1] == 1 && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+                    s->streams[off + i].key, r->integer, gv[i].minid);
+        } else if (t->who[c][1] == 1 && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                    r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements >= 1 &&
                    r->element[0]->element[0]->type == REDIS_REPLY_STRING) {
             unsigned long long ms, seq;
@@ -880,7 +901,26 @@ static void trim_window(struct sink *s, int off, int w, long long *pending, long
                 *oldest_ms = (long long)ms;
         }
     }
-    sink_cmds_clear(nc, cmds);
+    sink_cmds_clear(t->n, t->cmds);
+}
+
+/* For each stream of a window: the groups (XINFO GROUPS), their lowest pending ids (XPENDING),
+ * then XTRIM MINID to the lowest id any group still needs; adds the sink group's pending count
+ * and oldest unacknowledged entry to *pending and *oldest_ms. */
+static void trim_window(struct sink *s, int off, int w, long long *pending, long long *oldest_ms)
+{
+    struct group_view *gv = calloc((size_t)w, sizeof *gv);
+    struct trim_round *t = malloc(sizeof *t);
+    if (gv == NULL || t == NULL) {
+        free(gv);
+        free(t);
+        return;
+    }
+    read_groups(s, off, w, gv, t);
+    read_lowest_pending(s, off, w, gv, t);
+    plan_trim(gv, w, pending, oldest_ms);
+    trim_and_probe(s, off, w, gv, t, oldest_ms);
+    free(t);
     free(gv);
 }
 
