@@ -27,20 +27,15 @@ static const char *const hist_labels[HIST_BUCKETS + 1] = {
     "0.1",    "0.25",  "0.5",    "1",     "2.5",  "+Inf"};
 
 static const char *const order_labels[METRICS_ORDER_RESULT_COUNT] = {
-    [METRICS_ORDER_CREATED] = "created",
-    [METRICS_ORDER_REPLAYED] = "replayed",
-    [METRICS_ORDER_SOLD_OUT] = "sold_out",
-    [METRICS_ORDER_INSUFFICIENT] = "insufficient_stock",
-    [METRICS_ORDER_LOCK_TIMEOUT] = "lock_timeout",
-    [METRICS_ORDER_UNAVAILABLE] = "unavailable",
-    [METRICS_ORDER_INVALID] = "invalid",
-    [METRICS_ORDER_UNKNOWN_SKU] = "unknown_sku",
-    [METRICS_ORDER_RESERVED] = "reserved",
-    [METRICS_ORDER_LIMIT] = "limit_exceeded",
-    [METRICS_ORDER_NOT_STARTED] = "sale_not_started",
-    [METRICS_ORDER_ENDED] = "sale_ended",
-    [METRICS_ORDER_USER_REQUIRED] = "user_required",
+#define METRICS_ORDER_LABEL(id, label) [METRICS_ORDER_##id] = label,
+    METRICS_ORDER_RESULTS(METRICS_ORDER_LABEL)
+#undef METRICS_ORDER_LABEL
 };
+
+const char *metrics_order_label(enum metrics_order_result r)
+{
+    return (unsigned)r < METRICS_ORDER_RESULT_COUNT ? order_labels[r] : "?";
+}
 
 /* One histogram: per-bucket (non-cumulative) counts, the last one +Inf, and the sum in ns. */
 struct hist {

@@ -7,9 +7,7 @@
  * others are read), but each histogram's _count always equals its +Inf bucket.
  *
  * Series (all prefixed inventory_ except the process one):
- *   inventory_orders_total{result="created|replayed|sold_out|insufficient_stock|lock_timeout|
- *                                   unavailable|invalid|unknown_sku|reserved|limit_exceeded|
- *                                   sale_not_started|sale_ended|user_required"}   counter
+ *   inventory_orders_total{result="<a METRICS_ORDER_RESULTS row's label>"}   counter
  *   inventory_orders_sold_out_fast_total        409s answered from the in-process cache
  *   inventory_orders_sale_window_fast_total     sale_not_started / sale_ended answered from the
  *                                               estimate of Redis's clock (rclock.h), no Redis
@@ -43,22 +41,35 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The results of inventory_orders_total, one row each: R(id, label) gives
+ * METRICS_ORDER_<id> and its series' result="<label>" (docs/api.md's metrics table names every
+ * label; an order outcome names its row in service/src/order/outcome_table.h). */
+/* clang-format off */
+#define METRICS_ORDER_RESULTS(R)                                                                   \
+    R(CREATED, "created")                                                                          \
+    R(REPLAYED, "replayed")               /* an Idempotency-Key replay */                          \
+    R(SOLD_OUT, "sold_out")               /* fast-path 409s included */                            \
+    R(INSUFFICIENT, "insufficient_stock")                                                          \
+    R(LOCK_TIMEOUT, "lock_timeout")                                                                \
+    R(UNAVAILABLE, "unavailable")                                                                  \
+    R(INVALID, "invalid")                                                                          \
+    R(UNKNOWN_SKU, "unknown_sku")                                                                  \
+    R(RESERVED, "reserved")               /* a hold placed (SPEC §11) */                           \
+    R(LIMIT, "limit_exceeded")            /* the user's limit */                                   \
+    R(NOT_STARTED, "sale_not_started")                                                             \
+    R(ENDED, "sale_ended")                                                                         \
+    R(USER_REQUIRED, "user_required")     /* a limit and no verified user */
+/* clang-format on */
+
 enum metrics_order_result {
-    METRICS_ORDER_CREATED,       /* result="created" */
-    METRICS_ORDER_REPLAYED,      /* result="replayed": Idempotency-Key replay */
-    METRICS_ORDER_SOLD_OUT,      /* result="sold_out" (fast-path 409s included) */
-    METRICS_ORDER_INSUFFICIENT,  /* result="insufficient_stock" */
-    METRICS_ORDER_LOCK_TIMEOUT,  /* result="lock_timeout" */
-    METRICS_ORDER_UNAVAILABLE,   /* result="unavailable" */
-    METRICS_ORDER_INVALID,       /* result="invalid" */
-    METRICS_ORDER_UNKNOWN_SKU,   /* result="unknown_sku" */
-    METRICS_ORDER_RESERVED,      /* result="reserved": a hold placed (SPEC §11) */
-    METRICS_ORDER_LIMIT,         /* result="limit_exceeded": the user's limit */
-    METRICS_ORDER_NOT_STARTED,   /* result="sale_not_started" */
-    METRICS_ORDER_ENDED,         /* result="sale_ended" */
-    METRICS_ORDER_USER_REQUIRED, /* result="user_required": a limit and no verified user */
-    METRICS_ORDER_RESULT_COUNT   /* not a result */
+#define METRICS_ORDER_ENUM(id, label) METRICS_ORDER_##id,
+    METRICS_ORDER_RESULTS(METRICS_ORDER_ENUM)
+#undef METRICS_ORDER_ENUM
+        METRICS_ORDER_RESULT_COUNT /* not a result */
 };
+
+/* The label of r (result="<label>"); "?" for a value outside the enum. */
+const char *metrics_order_label(enum metrics_order_result r);
 
 /* The request-duration histogram's series: route index r in 0..METRICS_ROUTES_MAX - 1, whose
  * label route="..." is what metrics_render's route_label names it (the HTTP layer's

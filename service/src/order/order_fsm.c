@@ -65,6 +65,7 @@
 #include "order.h"
 #include "order_idem.h"
 #include "order_multi.h"
+#include "order_outcome.h"
 #include "order_walk.h"
 #include "rclock.h"
 #include "rules.h"
@@ -1908,9 +1909,11 @@ static void order_free(struct order *o)
 static void answer(struct order *o)
 {
     struct response *res = &o->ar->res;
+    /* the error, message and metric from outcome_table.h; below, what else the answer carries
+     * (its extra column) and the log line of a 503 */
+    order_outcome_respond(res, o->out, o->view.rules.ttl_s > 0);
     switch (o->out) {
     case OUT_CREATED:
-        metrics_order(o->view.rules.ttl_s > 0 ? METRICS_ORDER_RESERVED : METRICS_ORDER_CREATED);
         (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
         res->status = 201;
         /* the answer carries the order's parts (SPEC §13): a one-segment record has none */
@@ -1921,41 +1924,17 @@ static void answer(struct order *o)
             o->record = NULL;
         }
         break;
-    case OUT_SOLD_OUT_FAST: metrics_sold_out_fast(); __attribute__((fallthrough));
-    case OUT_SOLD_OUT:
-        metrics_order(METRICS_ORDER_SOLD_OUT);
-        response_error(res, ERROR_SOLD_OUT, "sold out");
-        break;
-    case OUT_INSUFFICIENT:
-        metrics_order(METRICS_ORDER_INSUFFICIENT);
-        response_error(res, ERROR_INSUFFICIENT_STOCK,
-                       "fewer units remain than the quantity asked for");
-        break;
-    case OUT_LOCK_TIMEOUT:
-        metrics_order(METRICS_ORDER_LOCK_TIMEOUT);
-        response_error(res, ERROR_LOCK_TIMEOUT, "every segment with stock stayed busy");
-        break;
-    case OUT_UNKNOWN_SKU:
-        metrics_order(METRICS_ORDER_UNKNOWN_SKU);
-        response_error(res, ERROR_UNKNOWN_SKU, "no such sku");
-        break;
     case OUT_UNAVAILABLE:
         log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: %s", o->in.sku,
                 o->why[0]      ? o->why
                 : o->cancelled ? "the loop is ending"
                                : "unexpected reply");
-        metrics_order(METRICS_ORDER_UNAVAILABLE);
-        response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         break;
     case OUT_OVER_BUDGET:
         log_msg(CONFIG_LOG_WARN, "order_over_budget",
                 "sku %s: %d Redis calls made, the next step would pass "
                 "order_redis_call_budget %d; nothing changed",
                 o->in.sku, o->calls, o->app->cfg.order_redis_call_budget);
-        metrics_order(METRICS_ORDER_UNAVAILABLE);
-        response_error(res, ERROR_UNAVAILABLE,
-                       "this order would need more Redis calls than its budget allows "
-                       "(order_redis_call_budget); nothing was changed, retry later");
         break;
     case OUT_OUTCOME_UNKNOWN:
         /* Still 503 unavailable (SPEC §5), marked so a client knows a plain retry could buy
@@ -1963,16 +1942,10 @@ static void answer(struct order *o)
         if (!o->acked) /* else on_replica_wait said why */
             log_msg(CONFIG_LOG_WARN, "order_outcome_unknown", "sku %s: %s", o->in.sku,
                     o->why[0] ? o->why : "unexpected reply");
-        metrics_order(METRICS_ORDER_UNAVAILABLE);
-        response_error(res, ERROR_UNAVAILABLE,
-                       "the stock store failed during the commit: the order may have been "
-                       "placed; retry with the same Idempotency-Key to find out");
         if (res->body)
             json_object_set_new(res->body, "outcome", json_string("unknown"));
         break;
     case OUT_NOT_STARTED: {
-        metrics_order(METRICS_ORDER_NOT_STARTED);
-        response_error(res, ERROR_SALE_NOT_STARTED, "the sale has not started yet");
         char at[32];
         rules_format_time(o->sale_at, at);
         if (res->body)
@@ -1982,25 +1955,11 @@ static void answer(struct order *o)
         res->retry_after = left > 1000 ? (int)((left + 999) / 1000) : 1;
         break;
     }
-    case OUT_ENDED:
-        metrics_order(METRICS_ORDER_ENDED);
-        response_error(res, ERROR_SALE_ENDED, "the sale has ended");
-        break;
     case OUT_LIMIT:
-        metrics_order(METRICS_ORDER_LIMIT);
-        response_error(res, ERROR_LIMIT_EXCEEDED,
-                       "the order would take the user past the SKU's limit per user");
         if (res->body && o->uv)
             json_object_set_new(res->body, "limit_per_user", json_integer(o->uv->limit));
         break;
-    case OUT_USER_REQUIRED:
-        metrics_order(METRICS_ORDER_USER_REQUIRED);
-        response_error(res, ERROR_USER_REQUIRED,
-                       "this SKU limits units per user: the order needs a verified user "
-                       "(a bearer token, or the user header from a trusted proxy)");
-        break;
-    case OUT_REPLAYED: metrics_order(METRICS_ORDER_REPLAYED); break;
-    case OUT_IDEM_FAILED: break; /* res holds the error */
+    default: break;
     }
     set_state(o, OS_DONE);
     metrics_order_redis_calls(o->calls);
@@ -2805,9 +2764,7 @@ void order_create_async(struct areq *ar)
     /* The sold-out fast path needs no Redis at all. */
     skucache_get(app->cache, o->in.sku, &o->view);
     if (o->view.sold_out && !o->view.recheck_due && !*o->idem) {
-        metrics_sold_out_fast();
-        metrics_order(METRICS_ORDER_SOLD_OUT);
-        response_error(&ar->res, ERROR_SOLD_OUT, "sold out");
+        order_outcome_respond(&ar->res, OUT_SOLD_OUT_FAST, 0);
         order_free(o);
         areq_done(ar);
         return;

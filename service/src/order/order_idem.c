@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "order.h"
+#include "order_outcome.h"
 #include "store.h"
 #include "store_scripts.h"
 
@@ -61,9 +62,5 @@ enum idem_step order_idem_takeover_verdict(lc_status st, const redisReply *r)
 
 enum idem_final order_idem_final(enum order_outcome out)
 {
-    if (out == OUT_CREATED)
-        return IDEM_FINAL_ORDER;
-    if (out == OUT_UNAVAILABLE || out == OUT_OUTCOME_UNKNOWN)
-        return IDEM_FINAL_LEAVE;
-    return IDEM_FINAL_DELETE;
+    return (enum idem_final)order_outcome_row(out)->idem; /* outcome_table.h's idem column */
 }

@@ -4,6 +4,7 @@
  */
 #include "order_walk.h"
 
+#include "order_outcome.h"
 #include "store_scripts.h"
 
 void order_walk_busy(struct walk *w, int k)
@@ -62,20 +63,14 @@ enum order_outcome order_walk_end(const struct walk *w, int timed_out)
 
 int order_walk_settles(enum seg_result r)
 {
-    return r == SEG_DONE || r == SEG_UNKNOWN || r == SEG_EXPIRED || r == SEG_NOT_STARTED ||
-           r == SEG_ENDED || r == SEG_LIMIT;
+    enum order_outcome out;
+    return order_outcome_of_seg(r, 0, &out);
 }
 
 enum order_outcome order_walk_settled_outcome(enum seg_result r)
 {
-    switch (r) {
-    case SEG_DONE: return OUT_CREATED;
-    case SEG_UNKNOWN: return OUT_OUTCOME_UNKNOWN;
-    case SEG_NOT_STARTED: return OUT_NOT_STARTED;
-    case SEG_ENDED: return OUT_ENDED;
-    case SEG_LIMIT: return OUT_LIMIT;
-    default: return OUT_UNAVAILABLE;
-    }
+    enum order_outcome out;
+    return order_outcome_of_seg(r, 0, &out) ? out : OUT_UNAVAILABLE;
 }
 
 enum round_end order_walk_round_end(const struct walk *w, int need_layout, int64_t left,
@@ -176,14 +171,10 @@ enum single_end order_walk_single_end(enum seg_result r, int any_short, int sett
 {
     if (r != SEG_DONE && any_short)
         r = SEG_SHORT;
-    if (order_walk_settles(r) || r == SEG_ERROR) {
-        *out = order_walk_settled_outcome(r);
+    /* settled at once, or the last word of a segment left (outcome_table.h: settles, ends) */
+    if (order_outcome_of_seg(r, 0, out) || order_outcome_of_seg(r, 1, out))
         return SE_ANSWER;
-    }
     switch (r) {
-    case SEG_BUSY: *out = OUT_LOCK_TIMEOUT; return SE_ANSWER;
-    case SEG_EMPTY: *out = OUT_SOLD_OUT; return SE_ANSWER;
-    case SEG_SHORT: *out = OUT_INSUFFICIENT; return SE_ANSWER;
     case SEG_NOTREADY: return settled ? SE_PAUSE : SE_SETTLE;
     case SEG_LOST: return SE_AGAIN;
     default: /* stale: read the layout again */ return SE_RELOAD;

@@ -13,6 +13,7 @@
 #include <hiredis/hiredis.h>
 #include <lockcore/lockcore.h>
 
+#include "outcome_table.h"
 #include "skucache.h"
 
 /* What trying one segment came to. */
@@ -33,23 +34,14 @@ enum seg_result {
     SEG_UNKNOWN      /* Redis failed during the commit: the outcome is unknown */
 };
 
-/* Outcome of the whole order attempt. */
+/* Outcome of the whole order attempt: one per row of outcome_table.h, which says what each
+ * answers and what leads to it (order_outcome.h looks them up). */
 enum order_outcome {
-    OUT_CREATED,
-    OUT_SOLD_OUT,
-    OUT_SOLD_OUT_FAST,
-    OUT_INSUFFICIENT,
-    OUT_LOCK_TIMEOUT,
-    OUT_UNAVAILABLE,     /* Redis failed before anything changed */
-    OUT_OVER_BUDGET,     /* the next step would pass order_redis_call_budget: nothing changed */
-    OUT_OUTCOME_UNKNOWN, /* Redis failed during the commit: the order may have been placed */
-    OUT_UNKNOWN_SKU,
-    OUT_NOT_STARTED,   /* the sale has not started (o->sale_at: its start) */
-    OUT_ENDED,         /* the sale has ended */
-    OUT_LIMIT,         /* the user's limit per SKU */
-    OUT_USER_REQUIRED, /* the SKU has a limit, the request no verified user */
-    OUT_REPLAYED,      /* the Idempotency-Key named a finished order: res holds it */
-    OUT_IDEM_FAILED    /* the key step failed: res holds the error */
+#define ORDER_OUTCOME_ENUM(id, error, message, metric, fate, idem, settles, ends, replies, extra)  \
+    OUT_##id,
+    ORDER_OUTCOME_TABLE(ORDER_OUTCOME_ENUM)
+#undef ORDER_OUTCOME_ENUM
+        OUT_N /* not an outcome */
 };
 
 /* What one walk over the segments found, besides a settling result. */
@@ -125,12 +117,14 @@ int order_walk_note(struct walk *w, int k, enum seg_result r);
 /* The answer when no segment can be tried any more (timed_out: the deadline passed). */
 enum order_outcome order_walk_end(const struct walk *w, int timed_out);
 
-/* 1 when a segment's result decides the whole order: committed, the outcome unknown, the
- * Idempotency-Key claim or per-user reservation expired (another request may own the key now:
- * stop), or the sale is not on (every segment judges it on the same rules). */
+/* 1 when a segment's result decides the whole order (a row of outcome_table.h settles with it):
+ * committed, the outcome unknown, the Idempotency-Key claim or per-user reservation expired
+ * (another request may own the key now: stop), or the sale is not on (every segment judges it
+ * on the same rules). */
 int order_walk_settles(enum seg_result r);
 
-/* The answer of a result that settles the order (or of SEG_ERROR: unavailable). */
+/* The answer of a result that settles the order (its outcome_table.h row); any other result
+ * (SEG_ERROR ...): OUT_UNAVAILABLE. */
 enum order_outcome order_walk_settled_outcome(enum seg_result r);
 
 /* What ends a round: need_layout (a segment was stale), left = ms to the deadline, settled =
