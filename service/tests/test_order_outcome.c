@@ -68,7 +68,8 @@ static void test_outcome_rows(void **state)
                          r->fate == OF_MAYBE || r->fate == OF_RETRY);
         assert_int_equal(order_outcome_refusal((enum order_outcome)i), r->fate == OF_REFUSED);
         /* a message only for an error, never the one errors.c has for it (written once) */
-        if (r->message && (!has_error(r) || strcmp(r->message, error_default_message(r->error)) == 0))
+        if (r->message &&
+            (!has_error(r) || strcmp(r->message, error_default_message(r->error)) == 0))
             fail_msg("%s: message \"%s\" (NULL says the error's own)", r->name, r->message);
         if (has_error(r))
             assert_non_null(order_outcome_message((enum order_outcome)i));
@@ -143,7 +144,8 @@ static int commit_codes(const char *h, long long *codes, char names[][40], int m
     for (const char *p = h; (p = strstr(p, "#define STORE_COMMIT_")) != NULL; p++) {
         const char *name = p + strlen("#define ");
         size_t len = strcspn(name, " ");
-        if (strncmp(name, "STORE_COMMIT_ARG_", 17) == 0 || strncmp(name, "STORE_COMMIT_NARGS", 18) == 0 ||
+        if (strncmp(name, "STORE_COMMIT_ARG_", 17) == 0 ||
+            strncmp(name, "STORE_COMMIT_NARGS", 18) == 0 ||
             strncmp(name, "STORE_COMMIT_ATOMIC", 19) == 0)
             continue;
         const char *v = name + len + strspn(name + len, " (");
@@ -331,8 +333,8 @@ static int api_table_check(const char *doc)
         line = eol;
     }
     if (line && line[1] == '|') {
-        print_error("docs/api.md: a row no outcome has: %.*s\n",
-                    (int)strcspn(line + 1, "\n"), line + 1);
+        print_error("docs/api.md: a row no outcome has: %.*s\n", (int)strcspn(line + 1, "\n"),
+                    line + 1);
         failures++;
     }
     return failures;
@@ -359,8 +361,7 @@ static int api_lists_check(const char *doc)
         snprintf(want, sizeof(want), "`%s`", error_code_string(r->error));
         char *copy = strndup(row, (size_t)len);
         if (has_error(r) && !strstr(copy, want)) {
-            print_error("docs/api.md: the POST /api/v1/orders row lacks %s (%s)\n", want,
-                        r->name);
+            print_error("docs/api.md: the POST /api/v1/orders row lacks %s (%s)\n", want, r->name);
             failures++;
         }
         free(copy);
@@ -389,13 +390,14 @@ static void test_api_answers(void **state)
     char *bad = drifted(doc, "| \"the sale has ended\" |", "| \"the sale is over\" |");
     assert_int_equal(api_table_check(bad), 1);
     free(bad);
-    bad = drifted(doc, "| 409 | `sale_ended` | \"the sale has ended\" | — | `sale_ended` | refused: "
-                     "nothing changed |\n",
-                "");
+    bad = drifted(doc,
+                  "| 409 | `sale_ended` | \"the sale has ended\" | — | `sale_ended` | refused: "
+                  "nothing changed |\n",
+                  "");
     assert_true(api_table_check(bad) > 0);
     free(bad);
     bad = drifted(doc, "`sale_not_started`, `sale_ended`, `user_required`;",
-                "`sale_not_started`, `user_required`;");
+                  "`sale_not_started`, `user_required`;");
     assert_int_equal(api_lists_check(bad), 1);
     free(bad);
     bad = drifted(doc, "`limit_exceeded` / `sale_not_started`", "`sale_not_started`");
@@ -432,8 +434,7 @@ static int openapi_enum_check(const char *doc, const char *schema, int status)
             p += n;
         }
         if (!found) {
-            print_error("docs/openapi.yaml: %s's error enum lacks %s (%s)\n", schema, w,
-                        r->name);
+            print_error("docs/openapi.yaml: %s's error enum lacks %s (%s)\n", schema, w, r->name);
             failures++;
         }
     }
@@ -443,8 +444,8 @@ static int openapi_enum_check(const char *doc, const char *schema, int status)
         for (int i = 0; i < OUT_N; i++) {
             const struct order_outcome_row *r = &order_outcome_rows[i];
             const char *w = error_code_string(r->error);
-            answered |= has_error(r) && error_http_status(r->error) == status &&
-                        n == strlen(w) && strncmp(p, w, n) == 0;
+            answered |= has_error(r) && error_http_status(r->error) == status && n == strlen(w) &&
+                        strncmp(p, w, n) == 0;
         }
         if (!answered) {
             print_error("docs/openapi.yaml: %s's error enum names %.*s, no outcome's\n", schema,
@@ -463,14 +464,15 @@ static void test_openapi(void **state)
     assert_int_equal(openapi_enum_check(doc, "OrderConflict", 409), 0);
     assert_int_equal(openapi_enum_check(doc, "OrderUnavailable", 503), 0);
     char *bad = drifted(doc, "limit_exceeded, sale_not_started, sale_ended]}",
-                      "limit_exceeded, sale_not_started]}");
+                        "limit_exceeded, sale_not_started]}");
     assert_int_equal(openapi_enum_check(bad, "OrderConflict", 409), 1);
     free(bad);
-    bad = drifted(doc, "error: {enum: [unavailable, lock_timeout]}", "error: {enum: [unavailable]}");
+    bad =
+        drifted(doc, "error: {enum: [unavailable, lock_timeout]}", "error: {enum: [unavailable]}");
     assert_int_equal(openapi_enum_check(bad, "OrderUnavailable", 503), 1);
     free(bad);
     bad = drifted(doc, "error: {enum: [unavailable, lock_timeout]}",
-                "error: {enum: [unavailable, lock_timeout, internal]}");
+                  "error: {enum: [unavailable, lock_timeout, internal]}");
     assert_int_equal(openapi_enum_check(bad, "OrderUnavailable", 503), 1);
     free(bad);
     free(doc);
@@ -479,8 +481,8 @@ static void test_openapi(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_outcome_rows),   cmocka_unit_test(test_respond),
-        cmocka_unit_test(test_replies), cmocka_unit_test(test_api_answers),
+        cmocka_unit_test(test_outcome_rows), cmocka_unit_test(test_respond),
+        cmocka_unit_test(test_replies),      cmocka_unit_test(test_api_answers),
         cmocka_unit_test(test_openapi),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

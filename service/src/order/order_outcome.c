@@ -10,7 +10,7 @@
 #include "store_scripts.h"
 
 const struct order_outcome_row order_outcome_rows[OUT_N] = {
-#define OUTCOME_ROW(id, error, message, metric, fate, idem, settles, ends, replies, extra)          \
+#define OUTCOME_ROW(id, error, message, metric, fate, idem, settles, ends, replies, extra)         \
     [OUT_##id] = {#id, error, message, metric, fate, idem, settles, ends, replies, extra},
     ORDER_OUTCOME_TABLE(OUTCOME_ROW)
 #undef OUTCOME_ROW
