@@ -4,8 +4,10 @@
  *   - docs/design.md "## Key schema": its table names every key of the table once (each code
  *     span of a row's first column is one key) and no other, each with the table's type (the
  *     second column), as test_rules checks docs/api.md against rules_table.h;
- *   - service/src/store/store.c, the one place the service builds a key: store_seg_keys fills one
- *     field per segment row named by a plain word, and struct seg_keys has no other field;
+ *   - service/src/store/store.c, the one place the service builds a key (from the same
+ *     store_keys_gen.h, so this holds by construction; it stays as the proof): store_seg_keys
+ *     fills one field per segment row named by a plain word, and struct seg_keys has no other
+ *     field;
  *     store_sku_key and store.h's prefix and separator are the table's; store_registry_key and
  *     store_holds_key are its two keys outside any SKU.
  * The design.md read is $TEST_KEYS_DESIGN_MD when set (how a drifted copy is shown failing),

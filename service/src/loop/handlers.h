@@ -14,8 +14,7 @@
  *   dashboard.c   dashboard_get
  *   probe.c       probe_healthz, probe_metrics, probe_readyz_answer
  *   probe_async.c probe_readyz_async
- *   stock.c       stock_put_async, stock_get_exact_async, stock_delete_async, stock_restock_async,
- *                 stock_patch_async
+ *   stock.c       stock_put_async, stock_delete_async, stock_restock_async, stock_patch_async
  *   status.c      status_get_run, status_get_async
  *   events.c      events_get_run, events_get_async (events.h)
  *   skulist.c     skulist_get_async
@@ -48,11 +47,9 @@ void probe_readyz_answer(lc_status st, const char *reason, struct response *res)
 
 /* PUT /api/v1/skus/{sku} (admin): (re)initialise a SKU. */
 void stock_put_async(struct areq *ar);
-/* GET /api/v1/skus/{sku}?consistent=1 (admin): the exact status read, from Redis. */
-void stock_get_exact_async(struct areq *ar);
 /* GET /api/v1/skus/{sku}: the status from this instance's snapshot (status.c): status_get_run
  * when it is fresh (inside the HTTP callback), else status_get_async (after its refresh; the
- * exact read with ?consistent=1). */
+ * exact read with ?consistent=1: exact.h). */
 void status_get_run(struct app *app, const struct request *req, struct response *res);
 void status_get_async(struct areq *ar);
 

@@ -26,11 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "log.h"
 #include "sink.h"
 #include "sink_db.h"
+#include "sink_records.h"
 #include "sink_redis.h"
 #include "order_status.h"
 #include "orderlog.h"
@@ -44,163 +43,10 @@ static int status_index(const char *s)
     return order_status_parse(s, strlen(s));
 }
 
-/* The text "k:q,k:q,..." of a parts list [{"segment":k,"quantity":q},...] into out; "(bad)"
- * when parts is not such a list. */
-static void parts_text(const json_t *parts, char *out, size_t cap)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    if (!json_is_array(parts) || json_array_size(parts) == 0) {
-        snprintf(out, cap, "(bad)");
-        return;
-    }
-    for (size_t i = 0; i < json_array_size(parts); i++) {
-        const json_t *p = json_array_get(parts, i);
-        const json_t *k = json_object_get(p, "segment"), *q = json_object_get(p, "quantity");
-        /* cjson may write a whole number as 2.0 */
-        if (!json_is_number(k) || !json_is_number(q)) {
-            snprintf(out, cap, "(bad)");
-            return;
-        }
-        int n = snprintf(out + used, cap - used, "%s%lld:%lld", i ? "," : "",
-                         (long long)json_number_value(k), (long long)json_number_value(q));
-        if (n < 0 || (size_t)n >= cap - used) {
-            snprintf(out, cap, "(too long)");
-            return;
-        }
-        used += (size_t)n;
-    }
-}
-
-/* x->parts := the text of its parts: of the JSON text it holds, or segment:quantity when NULL. */
-static int parts_normalise(struct sink_db_order *x)
-{
-    char buf[SINK_PARTS_MAX + 16];
-    if (x->parts == NULL) {
-        snprintf(buf, sizeof buf, "%d:%lld", x->segment, x->quantity);
-    } else {
-        json_t *j = json_loads(x->parts, 0, NULL);
-        parts_text(j, buf, sizeof buf);
-        json_decref(j);
-    }
-    free(x->parts);
-    x->parts = strdup(buf);
-    return x->parts != NULL ? 0 : -1;
-}
-
 static int by_order_id(const void *a, const void *b)
 {
     return strcmp(((const struct sink_db_order *)a)->order,
                   ((const struct sink_db_order *)b)->order);
-}
-
-/* "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (a record's created_at) as DATETIME text into out; "" when it
- * is not that. */
-static void record_time(const char *iso, char out[32])
-{
-    static const char shape[] = "0000-00-00T00:00:00";
-    out[0] = '\0';
-    if (iso == NULL)
-        return;
-    size_t n = strlen(iso);
-    if (n < 20 || n > 24 || iso[n - 1] != 'Z' || (n > 20 && iso[19] != '.'))
-        return;
-    for (size_t i = 0; i + 1 < n; i++) {
-        char want = i < 19 ? shape[i] : i == 19 ? '.' : '0';
-        if (want == '0' ? (iso[i] < '0' || iso[i] > '9') : iso[i] != want)
-            return;
-    }
-    snprintf(out, 32, "%.*s", (int)(n - 1), iso);
-    out[10] = ' ';
-}
-
-int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
-                         struct sink_db_order **o, size_t *len, size_t *cap, char *err,
-                         size_t errlen)
-{
-    struct seg_keys keys;
-    store_seg_keys(sku, k, &keys);
-    const char *a[] = {"HGETALL", keys.orders};
-    char why[200];
-    redisReply *h = sink_redis_cmd(r, keys.orders, 2, a, why, sizeof why);
-    if (h == NULL || h->type != REDIS_REPLY_ARRAY) {
-        snprintf(err, errlen, "HGETALL %s: %s", keys.orders,
-                 h && h->type == REDIS_REPLY_ERROR ? h->str : why);
-        freeReplyObject(h);
-        return -1;
-    }
-    for (size_t i = 0; i + 1 < h->elements; i += 2) {
-        if (*len == *cap) {
-            size_t nc = *cap ? *cap * 2 : 64;
-            struct sink_db_order *g = realloc(*o, nc * sizeof **o);
-            if (g == NULL) {
-                freeReplyObject(h);
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            *o = g;
-            *cap = nc;
-        }
-        struct sink_db_order *x = &(*o)[*len];
-        memset(x, 0, sizeof *x);
-        snprintf(x->order, sizeof x->order, "%s", h->element[i]->str);
-        snprintf(x->sku, sizeof x->sku, "%s", sku);
-        json_error_t je;
-        json_t *j = json_loadb(h->element[i + 1]->str, h->element[i + 1]->len, 0, &je);
-        if (json_object_get(j, "part_of") != NULL) {
-            json_decref(j); /* a part of a multi-segment order: its primary is the order */
-            continue;
-        }
-        const char *st = json_string_value(json_object_get(j, "status"));
-        const char *user = json_string_value(json_object_get(j, "user_id"));
-        json_t *q = json_object_get(j, "quantity");
-        snprintf(x->status, sizeof x->status, "%s", st ? st : "(unreadable)");
-        snprintf(x->user, sizeof x->user, "%s", user ? user : "");
-        x->quantity = json_is_integer(q) ? (long long)json_integer_value(q) : -1;
-        x->segment = k;
-        record_time(json_string_value(json_object_get(j, "created_at")), x->created);
-        char pt[SINK_PARTS_MAX + 16];
-        const json_t *parts = json_object_get(j, "parts");
-        if (parts != NULL)
-            parts_text(parts, pt, sizeof pt);
-        else
-            snprintf(pt, sizeof pt, "%d:%lld", k, x->quantity);
-        json_decref(j);
-        if (json_parts) {
-            /* "k:q,k:q" (checked by parts_text) as the orders table's JSON */
-            json_t *arr = json_array();
-            for (const char *c = pt; arr != NULL && *c != '\0';) {
-                long long seg, uq;
-                int used;
-                if (sscanf(c, "%lld:%lld%n", &seg, &uq, &used) != 2) {
-                    json_decref(arr);
-                    arr = NULL;
-                    break;
-                }
-                json_array_append_new(arr, json_pack("{s:I,s:I}", "segment", (json_int_t)seg,
-                                                     "quantity", (json_int_t)uq));
-                c += used;
-                if (*c == ',')
-                    c++;
-            }
-            x->parts = arr ? json_dumps(arr, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            json_decref(arr);
-            if (x->status[0] == '(' || x->quantity < 1 || x->parts == NULL) {
-                free(x->parts); /* not a record the scripts write: left for reconcile to name */
-                continue;
-            }
-            (*len)++;
-        } else {
-            (*len)++; /* counted before strdup: the free frees it */
-            if ((x->parts = strdup(pt)) == NULL) {
-                freeReplyObject(h);
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-        }
-    }
-    freeReplyObject(h);
-    return 0;
 }
 
 /* The SKU's meta: segments, hwm, lhwm and version (0 when missing). 0, or -1 (on stderr). */
@@ -396,7 +242,7 @@ int sink_reconcile(const struct sink_config *cfg)
     if (gaps < 0)
         goto out;
     for (size_t i = 0; i < nd; i++)
-        if (parts_normalise(&dbo[i]) != 0) {
+        if (sink_parts_normalise(&dbo[i]) != 0) {
             fprintf(stderr, "reconcile: out of memory\n");
             goto out;
         }

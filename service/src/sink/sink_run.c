@@ -39,10 +39,10 @@
 #include "sink_db.h"
 #include "sink_entry.h"
 #include "sink_metrics.h"
+#include "sink_records.h"
 #include "sink_redis.h"
 #include "store.h"
 #include "store_scripts.h"
-#include "validate.h"
 
 #define WINDOW 64        /* streams per read round / maintenance round trip */
 #define POLL_MS 100      /* idle wait after a full pass over the streams found nothing */
@@ -86,18 +86,6 @@ struct sink {
     int backoff_ms;
     int redis_up, db_up;
 };
-
-void sink_log_key(char *buf, size_t cap, const char *sku, int k)
-{
-    struct seg_keys sk; /* store.c builds every key */
-    store_seg_keys(sku, k, &sk);
-    snprintf(buf, cap, "%s", sk.log);
-}
-
-int sink_sku_ok(const char *s)
-{
-    return validate_sku(s, strlen(s));
-}
 
 static long long mono_ms(void)
 {

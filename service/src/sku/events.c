@@ -20,6 +20,7 @@
 
 #include "areq.h"
 #include "clock.h"
+#include "exact.h"
 #include "hash.h"
 #include "log.h"
 #include "statsnap.h"
@@ -703,7 +704,7 @@ static void on_stream_snap(struct areq *ar, int rc, struct snap *s, int64_t age_
     if (rc == 0)
         stream_busy(&ar->res, "too many SKUs in the status snapshot table; retry later");
     else if (rc < 0)
-        stock_status_error(&ar->res, why, out_of_step);
+        exact_read_error(&ar->res, why, out_of_step);
     else
         stream_answer(s, &ar->res);
     if (rc <= 0)

@@ -17,13 +17,13 @@
 #include "areq.h"
 #include "clock.h"
 #include "config.h"
+#include "exact.h"
 #include "hash.h"
 #include "layout.h"
 #include "log.h"
 #include "rules.h"
 #include "sha256.h"
 #include "skucache.h"
-#include "stock.h"
 #include "store.h"
 #include "store_scripts.h"
 #include "validate.h"
@@ -506,10 +506,10 @@ static void on_exact(void *arg, int rc, json_t *status, const char *why, int out
     refresh_end(r, rc, status, why, out_of_step);
 }
 
-/* The slow way (a cluster, a layout being rolled out or healed): stock.c's exact read. */
+/* The slow way (a cluster, a layout being rolled out or healed): the exact read (exact.h). */
 static void refresh_exact(struct refresh *r)
 {
-    stock_status_async(r->ar, r->sku, on_exact, r);
+    exact_read_async(r->ar, r->sku, NULL, on_exact, r);
 }
 
 static void on_script(lc_status st, const redisReply *rp, const char *errstr, void *arg)
@@ -553,7 +553,7 @@ static void on_script(lc_status st, const redisReply *rp, const char *errstr, vo
         store_item_of(rp->element[1 + k], &items[k]);
     json_t *out = NULL;
     int off = 0;
-    int rc = stock_status_json(r->sku, &l, items, n, &out, &off);
+    int rc = exact_status_json(r->sku, &l, items, n, &out, &off);
     free(items);
     if (rc == 1)
         refresh_end(r, 1, out, NULL, 0);

@@ -7,7 +7,7 @@
  * (docs/api.md "SKU status", with "as_of" and "refresh_ms"), its strong ETag, and the fields the
  * event stream compares. It is read in one step: on one Redis one script (lua/status_read.lua)
  * reads the layout and every segment at one moment; on a cluster, or when that script finds a
- * layout being rolled out, the exact read of stock.c (settled, healed) makes it. A refresh whose
+ * layout being rolled out, the exact read of exact.c (settled, healed) makes it. A refresh whose
  * status is the same as the snapshot's keeps the snapshot (same bytes, same ETag, so pollers'
  * If-None-Match keeps answering 304) and only marks it confirmed.
  *
@@ -69,7 +69,7 @@ const char *statsnap_cache_control(const struct statsnap *sn);
 int statsnap_fresh(struct statsnap *sn, const char *sku, struct snap **out, int64_t *age_ms);
 
 /* What a waiter gets: rc 1 a snapshot (snap, a reference the callee owns, age_ms), -1 the read
- * failed (why, out_of_step: stock_status_error's arguments), 0 not cached at all (the table is
+ * failed (why, out_of_step: exact_read_error's arguments), 0 not cached at all (the table is
  * full: read exactly). Called on ar's loop. */
 typedef void (*statsnap_fn)(struct areq *ar, int rc, struct snap *snap, int64_t age_ms,
                             const char *why, int out_of_step);

@@ -1,7 +1,7 @@
 /*
  * GET /api/v1/skus/{sku}: the stock status every product page polls (SPEC §15), answered from
  * this instance's snapshot (statsnap.h) with HTTP caching (strong ETag, If-None-Match → 304,
- * Cache-Control: public, max-age, Age); `?consistent=1` (admin) is the exact read of stock.c.
+ * Cache-Control: public, max-age, Age); `?consistent=1` (admin) is the exact read (exact.h).
  *
  * status_get_run answers inside the HTTP callback when the snapshot is fresh: no areq, no
  * Redis, one copy of the snapshot's bytes, which is what keeps a status read near a bare
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "areq.h"
+#include "exact.h"
 #include "handlers.h"
 #include "metrics.h"
 #include "statsnap.h"
@@ -82,15 +83,38 @@ void status_get_run(struct app *app, const struct request *req, struct response 
     statsnap_unref(s);
 }
 
+static void on_exact(void *arg, int rc, json_t *status, const char *why, int out_of_step)
+{
+    struct areq *ar = arg;
+    if (rc < 0)
+        exact_read_error(&ar->res, why, out_of_step);
+    else if (rc == 0)
+        response_error(&ar->res, ERROR_UNKNOWN_SKU, "no such sku");
+    else
+        response_json(&ar->res, 200, status);
+    areq_done(ar);
+}
+
+/* The exact read's answer (?consistent=1, or a SKU the snapshot table has no room for). */
+static void get_exact(struct areq *ar)
+{
+    char sku[VALIDATE_SKU_MAX + 1];
+    if (stock_sku_param(&ar->req, &ar->res, sku) != 0) {
+        areq_done(ar);
+        return;
+    }
+    exact_read_async(ar, sku, NULL, on_exact, ar);
+}
+
 static void on_snap(struct areq *ar, int rc, struct snap *s, int64_t age_ms, const char *why,
                     int out_of_step)
 {
     if (rc == 0) { /* not cached (the table is full): the exact read */
-        stock_get_exact_async(ar);
+        get_exact(ar);
         return;
     }
     if (rc < 0)
-        stock_status_error(&ar->res, why, out_of_step);
+        exact_read_error(&ar->res, why, out_of_step);
     else if (snap_answer(ar->app, s, age_ms, ar->req.if_none_match, &ar->res) != 0)
         response_error(&ar->res, ERROR_INTERNAL, "out of memory");
     statsnap_unref(s);
@@ -112,7 +136,7 @@ void status_get_async(struct areq *ar)
             return;
         }
         ar->res.cache_control = "no-store";
-        stock_get_exact_async(ar);
+        exact_read_async(ar, sku, NULL, on_exact, ar);
         return;
     }
     statsnap_wait(ar->app->snaps, ar, sku, on_snap);

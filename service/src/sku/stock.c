@@ -1,5 +1,6 @@
 /*
- * SKU handlers: PUT /api/v1/skus/{sku}, GET, POST .../restock, DELETE, on a worker loop.
+ * SKU handlers: PUT /api/v1/skus/{sku}, PATCH, POST .../restock, DELETE, on a worker loop. The
+ * status they answer with, or vouch for, is the exact read's (exact.h).
  *
  * Each request is a struct admin, owned by itself from its handler to admin_end (which hands
  * the areq back and frees it); its steps are chained callbacks (on_<what came back>) over the
@@ -30,6 +31,7 @@
 #include <string.h>
 
 #include "areq.h"
+#include "exact.h"
 #include "handlers.h"
 #include "faultpoint.h"
 #include "layout.h"
@@ -61,9 +63,7 @@ int stock_sku_param(const struct request *req, struct response *res, char *sku)
 /* Answers 503 for a Redis failure; why: this request's own message of it. */
 static void redis_down(struct response *res, const char *why)
 {
-    log_msg(CONFIG_LOG_WARN, "redis_error", "%s", why && *why ? why : "unexpected reply");
-    metrics_redis_error();
-    response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
+    exact_read_error(res, why, 0); /* the same 503 as a status read's that Redis failed */
 }
 
 /* The admin Idempotency-Key of req, checked: 0 with *key (NULL when none) or -1 with the 400
@@ -108,15 +108,7 @@ struct admin {
     char sku[VALIDATE_SKU_MAX + 1];
     const char *key;                                        /* Idempotency-Key, or NULL */
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8]; /* its Redis name */
-    int attempt;                                            /* status reads */
-    struct layout l;                                        /* the layout the status read is for */
-    int healed;            /* the status read rolled the layout out again (a segment behind) */
-    int64_t stale_from;    /* the layout's version when a segment ahead made it read again */
-    char out_of_step[200]; /* why the status read answers 503 when Redis did not fail */
-    void (*status_done)(struct admin *a, int rc, json_t *status); /* after a status read */
-    stock_status_fn ext_done;                                     /* stock_status_async's caller */
-    void *ext_arg;
-    char answer[512]; /* PUT: the stored answer */
+    char answer[512];                                       /* PUT: the stored answer */
     int replay;
     char segs[24], stock[24];
     struct sku_rules rules; /* PUT: the body's rules */
@@ -290,225 +282,23 @@ static void admin_unknown(struct admin *a, const char *why)
     response_outcome_unknown(&a->ar->res, why);
 }
 
-/* ---- the status read ---- */
-
-static void status_read(struct admin *a);
-
-int stock_status_json(const char *sku, const struct layout *l, const struct store_item *items,
-                      int n, json_t **out, int *off)
-{
-    *out = NULL;
-    if (n != l->segments)
-        return -1;
-    for (int k = 0; k < n; k++)
-        if (items[k].type != REDIS_REPLY_ARRAY || items[k].n != 6)
-            return -1;
-    for (int k = 0; k < n; k++) {
-        *off = k;
-        if (items[k].e[1] < l->version)
-            return 0;
-        if (items[k].e[1] > l->version)
-            return 2;
-    }
-    long long total = 0, remaining = 0, sold = 0, orders = 0, reserved = 0;
-    json_t *segs = json_array();
-    for (int k = 0; k < n; k++) {
-        const long long *e = items[k].e;
-        total += e[2];
-        remaining += e[0];
-        sold += e[3];
-        orders += e[4];
-        reserved += e[5];
-        json_array_append_new(segs, json_pack("{s:i, s:I, s:I, s:I}", "index", k, "remaining",
-                                              (json_int_t)e[0], "sold", (json_int_t)e[3],
-                                              "reserved", (json_int_t)e[5]));
-    }
-    *out =
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:o}", "sku", sku, "version",
-                  (json_int_t)l->version, "stock_total", (json_int_t)total, "remaining",
-                  (json_int_t)remaining, "sold", (json_int_t)sold, "reserved", (json_int_t)reserved,
-                  "orders", (json_int_t)orders, "sold_out", remaining == 0, "segments", segs);
-    if (*out && rules_to_json(&l->rules, *out) != 0) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return *out ? 1 : -1;
-}
-
-/* stock_status_json over a's layout, after a batch (failed: its failure). */
-static int status_build(struct admin *a, const char *failed, const struct store_item *items, int n,
-                        json_t **out, int *off)
-{
-    *out = NULL;
-    if (failed)
-        return -1;
-    return stock_status_json(a->sku, &a->l, items, n, out, off);
-}
-
-static void on_status_layout(void *arg, int found, struct layout *l);
-
-/*
- * A segment at another version than the layout read (the healing rules, docs/design.md): a
- * PUT raced the read (the layout is read again), or a write was lost in a failover. Behind:
- * the layout is rolled out again once (layout_heal_async, guarded by each segment's version),
- * then read. Ahead of a layout read twice: the meta write of a later PUT was lost; nothing
- * here may repair that (the segment's orders were answered 201), so the answer is 503 naming
- * the segment, and the version counter is raised so that the next PUT repairs it. At most 5
- * reads: a status read never spins.
- */
-static void on_segments(void *arg, const char *failed, const struct store_item *items, int n)
-{
-    struct admin *a = arg;
-    if (failed)
-        admin_why(a, failed);
-    json_t *st;
-    int k = 0;
-    int rc = status_build(a, failed, items, n, &st, &k);
-    if (rc == 1 || rc < 0) {
-        a->status_done(a, rc, st);
-        return;
-    }
-    long long sver = items[k].e[1];
-    if (++a->attempt >= 5 || (rc == 0 && a->healed) || (rc == 2 && a->stale_from == a->l.version)) {
-        if (rc == 2)
-            layout_note_ahead(a->app->store, a->ar->lc, a->sku, k, sver, a->l.version);
-        snprintf(a->out_of_step, sizeof(a->out_of_step),
-                 "segment %d is at version %lld, the SKU's layout at %" PRId64 " (%s)", k, sver,
-                 a->l.version,
-                 rc == 2 ? "a layout write was lost in a failover: PUT the SKU again to repair it"
-                         : "it could not be brought to the layout: retry later");
-        log_msg(CONFIG_LOG_WARN, "sku_status_out_of_step", "sku %s: %s", a->sku, a->out_of_step);
-        a->status_done(a, -1, NULL);
-        return;
-    }
-    if (rc == 0) {
-        a->healed = 1;
-        layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 1, NULL, on_status_layout,
-                                a);
-        return;
-    }
-    a->stale_from = a->l.version;
-    status_read(a);
-}
-
-static void on_status_layout(void *arg, int found, struct layout *l)
-{
-    struct admin *a = arg;
-    if (found < 0)
-        admin_why(a, l->why);
-    if (found <= 0) {
-        a->status_done(a, found, NULL);
-        return;
-    }
-    a->l = *l;
-    int nseg = l->segments;
-    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
-    const char **kflat = malloc(sizeof(*kflat) * 3 * (size_t)nseg);
-    if (!keys || !kflat) {
-        free(keys);
-        free(kflat);
-        admin_why(a, "out of memory");
-        a->status_done(a, -1, NULL);
-        return;
-    }
-    for (int k = 0; k < nseg; k++) {
-        store_seg_keys(a->sku, k, &keys[k]);
-        kflat[3 * k] = keys[k].stock;
-        kflat[3 * k + 1] = keys[k].sver;
-        kflat[3 * k + 2] = keys[k].cnt;
-    }
-    /* The keys are copied by lockcore when the calls start. */
-    store_batch_async(a->app->store, a->ar->lc, a->ar, SCRIPT_SEG_STATUS, nseg, 3, kflat, 0, NULL,
-                      &a->conns, on_segments, a);
-    free(kflat);
-    free(keys);
-}
-
-/* The SPEC §5 status object of a->sku, then a->status_done(a, rc, status): rc 1 with a new
- * reference, 0 unknown SKU, -1 Redis error. Settled first, so the answer is one layout's,
- * complete; a PUT racing the read shows as a segment of another version, and the read starts
- * again (5 attempts). */
-static void status_read(struct admin *a)
-{
-    layout_settle_for_async(a->app->store, a->ar->lc, a->ar, a->sku, 0, &a->conns, on_status_layout,
-                            a);
-}
-
-/* ---- the exact read for others (stock.h) ---- */
-
-static void ext_on_status(struct admin *a, int found, json_t *st)
-{
-    const char *why = a->out_of_step[0] ? a->out_of_step : a->why;
-    a->ext_done(a->ext_arg, found, st, found < 0 ? why : NULL, found < 0 && a->out_of_step[0]);
-    free(a);
-}
-
-void stock_status_async(struct areq *ar, const char *sku, stock_status_fn done, void *arg)
-{
-    struct admin *a = calloc(1, sizeof(*a));
-    if (!a) {
-        done(arg, -1, NULL, "out of memory", 0);
-        return;
-    }
-    a->ar = ar;
-    a->app = ar->app;
-    snprintf(a->sku, sizeof(a->sku), "%s", sku);
-    a->ext_done = done;
-    a->ext_arg = arg;
-    a->status_done = ext_on_status;
-    status_read(a);
-}
-
-void stock_status_error(struct response *res, const char *why, int out_of_step)
-{
-    if (out_of_step)
-        response_error(res, ERROR_UNAVAILABLE, why);
-    else
-        redis_down(res, why);
-}
-
-/* ---- GET ?consistent=1 (the exact read) ---- */
-
-static void get_on_status(struct admin *a, int found, json_t *st)
-{
-    if (found < 0)
-        stock_status_error(&a->ar->res, a->out_of_step[0] ? a->out_of_step : a->why,
-                           a->out_of_step[0] != 0);
-    else if (found == 0)
-        response_error(&a->ar->res, ERROR_UNKNOWN_SKU, "no such sku");
-    else
-        response_json(&a->ar->res, 200, st);
-    admin_end(a);
-}
-
-void stock_get_exact_async(struct areq *ar)
-{
-    struct admin *a = admin_new(ar);
-    if (!a)
-        return;
-    if (stock_sku_param(&ar->req, &ar->res, a->sku) != 0) {
-        admin_end(a);
-        return;
-    }
-    a->status_done = get_on_status;
-    status_read(a);
-}
-
 /* ---- PUT ---- */
 
 static void put_end(struct admin *a);
 
 /* A replay's check of the segments (--redis-replica-acks): every segment read at the layout's
  * version, on the connections the 2xx's WAITs then go on. */
-static void put_on_replay_checked(struct admin *a, int found, json_t *st)
+static void put_on_replay_checked(void *arg, int found, json_t *st, const char *why,
+                                  int out_of_step)
 {
+    (void)out_of_step;
+    struct admin *a = arg;
     json_decref(st);
     if (found < 0) {
         /* A segment is not at the layout (its master lost its part in a failover, and it is
          * not healed yet) or Redis failed: the stored 2xx would vouch for what is not there. */
         log_msg(CONFIG_LOG_WARN, "sku_put",
-                "sku %s: Idempotency-Key replay: segments not confirmed (%s)", a->sku,
-                a->out_of_step[0] ? a->out_of_step : a->why);
+                "sku %s: Idempotency-Key replay: segments not confirmed (%s)", a->sku, why);
         struct response *res = &a->ar->res;
         response_error(res, ERROR_UNAVAILABLE,
                        "the PUT was recorded but its segments could not be confirmed: retry "
@@ -567,9 +357,7 @@ static void put_on_settled(void *arg, int found, struct layout *l)
         stored_answer(&a->ar->res, a->answer) == 0 && a->ar->res.status / 100 == 2) {
         /* A replay reads only the SKU's master: read every segment too, so that the WAITs
          * before the stored 2xx cover the segments as they are now. */
-        a->status_done = put_on_replay_checked;
-        a->attempt = 0;
-        status_read(a);
+        exact_read_async(a->ar, a->sku, &a->conns, put_on_replay_checked, a);
         return;
     }
     if (stored_answer(&a->ar->res, a->answer) != 0) {
@@ -908,10 +696,13 @@ static void restock_store_answer(struct admin *a)
     free(body);
 }
 
-static void restock_on_status(struct admin *a, int found, json_t *st)
+static void restock_on_status(void *arg, int found, json_t *st, const char *why, int out_of_step)
 {
+    struct admin *a = arg;
     struct response *res = &a->ar->res;
     if (found < 0) {
+        if (!out_of_step)
+            admin_why(a, why); /* the log line names Redis's failure (out of step: logged) */
         admin_unknown(a, unknown_restock); /* applied; the status could not be read */
     } else if (found == 0) {
         response_error(res, ERROR_SKU_CHANGED,
@@ -944,9 +735,7 @@ static void on_restock_state(lc_status st, const redisReply *r, const char *errs
         restock_end(a);
         return;
     }
-    a->status_done = restock_on_status;
-    a->attempt = 0;
-    status_read(a);
+    exact_read_async(a->ar, a->sku, &a->conns, restock_on_status, a);
 }
 
 static void restock_on_settled(void *arg, int found, struct layout *l)

@@ -115,20 +115,10 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
     char pre[STORE_KEY_MAX];
     int n = snprintf(pre, sizeof(pre), STORE_KEY_PREFIX "{%s" STORE_SEG_SEP "%d}:", sku, k);
     size_t plen = n < 0 ? 0 : (size_t)n < sizeof(pre) ? (size_t)n : sizeof(pre) - 1;
-#define SEG_KEY(field) seg_key(out->field, pre, plen, #field, sizeof(#field) - 1)
-    SEG_KEY(stock);
-    SEG_KEY(sver);
-    SEG_KEY(cnt);
-    SEG_KEY(orders);
-    SEG_KEY(idem);
-    SEG_KEY(rst);
-    SEG_KEY(lock);
-    SEG_KEY(due);
-    SEG_KEY(give);
-    SEG_KEY(log);
-    SEG_KEY(follow);
-    SEG_KEY(rver);
-    SEG_KEY(undone);
+    /* each field named as its row of the key schema (store_keys_gen.h) */
+#define SEG_KEY(field)                                                                             \
+    seg_key(out->field, pre, plen, STORE_KEY_SEG_##field, sizeof(STORE_KEY_SEG_##field) - 1);
+    STORE_KEYS_SEG_FIELDS(SEG_KEY)
 #undef SEG_KEY
 }
 
@@ -208,12 +198,12 @@ void store_sku_key(char *buf, const char *sku, const char *suffix)
 
 const char *store_registry_key(void)
 {
-    return STORE_KEY_PREFIX "skus";
+    return STORE_KEY_PREFIX STORE_KEY_GLOBAL_skus;
 }
 
 const char *store_holds_key(void)
 {
-    return STORE_KEY_PREFIX "holds";
+    return STORE_KEY_PREFIX STORE_KEY_GLOBAL_holds;
 }
 
 long long store_reply_int(const redisReply *r, long long dflt)

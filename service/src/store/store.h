@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "rules.h"
+#include "store_keys_gen.h"
 
 enum store_script {
     SCRIPT_PUT_META,
@@ -53,20 +54,22 @@ enum store_script {
 /* Key schema 2 (docs/design.md): every key starts "inv:2:"; a SKU's own keys carry the hash tag
  * {<sku>}, segment k's keys {<sku>/<k>}. '/' is not allowed in a SKU name (SPEC §5), so the tag
  * of one SKU's segment can never be another SKU's tag, whatever the names contain (schema 1 used
- * {<sku>:<k>}, and SKU "x:1" met segment 1 of SKU "x"). Schema-1 keys ("inv:{") are not read. */
-#define STORE_KEY_PREFIX "inv:2:"
-#define STORE_SEG_SEP "/"
+ * {<sku>:<k>}, and SKU "x:1" met segment 1 of SKU "x"). Schema-1 keys ("inv:{") are not read.
+ * The prefix, the separator and every name come from the schema's one list,
+ * service/store_keys.txt (store_keys_gen.h, made by cmake/embed_keys.cmake). */
+#define STORE_KEY_PREFIX STORE_KEYS_PREFIX
+#define STORE_SEG_SEP STORE_KEYS_SEG_SEP
 
 /* Longest key this file builds: "inv:2:{" + 64-byte SKU + "/" + 4-digit segment + "}:" + suffix
  * (+ a 128-byte Idempotency-Key for claims). */
 #define STORE_KEY_MAX 256
 
-/* The keys of one segment. */
+/* The keys of one segment: a field for each segment row of the key schema named by a plain
+ * word (stock, sver, rver, cnt, log, due, give, orders, follow, undone, idem, rst, lock). */
 struct seg_keys {
-    char stock[STORE_KEY_MAX], sver[STORE_KEY_MAX], cnt[STORE_KEY_MAX], orders[STORE_KEY_MAX],
-        idem[STORE_KEY_MAX], rst[STORE_KEY_MAX], lock[STORE_KEY_MAX], due[STORE_KEY_MAX],
-        give[STORE_KEY_MAX], log[STORE_KEY_MAX], follow[STORE_KEY_MAX], rver[STORE_KEY_MAX],
-        undone[STORE_KEY_MAX];
+#define STORE_SEG_KEY_FIELD_(name) char name[STORE_KEY_MAX];
+    STORE_KEYS_SEG_FIELDS(STORE_SEG_KEY_FIELD_)
+#undef STORE_SEG_KEY_FIELD_
 };
 
 struct store;
