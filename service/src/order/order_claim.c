@@ -84,7 +84,7 @@ static const struct cstate_row {
     const char *name;
     void (*on)(struct order *o, const struct oev *e);
     unsigned timed : 1;
-    uint16_t next;
+    uint32_t next;
 } cstates[CL_COUNT] = {
     /* claim_begin: idem_claim */
     [CL_IDLE] = {"idle", NULL, 0, CTO(CL_CLAIM)},
@@ -111,7 +111,7 @@ static const struct cstate_row {
     [CL_SETTLE] = {"settle", on_settle, 0, CTO(CL_SETTLED)},
     [CL_SETTLED] = {"settled", NULL, 0, 0},
 };
-_Static_assert(CL_COUNT <= 16, "a state's next states are a 16-bit mask");
+_Static_assert(CL_COUNT <= 32, "a state's next states are a 32-bit mask");
 
 /* The one way the claim changes state: the move must be in the table (an assertion in debug
  * builds, an error line in release builds); the timer of a timed state goes with it. */

@@ -39,7 +39,7 @@ static void on_user_release(struct order *o, const struct oev *e);
 static const struct lstate_row {
     const char *name;
     void (*on)(struct order *o, const struct oev *e);
-    uint16_t next;
+    uint32_t next;
 } lstates[LM_COUNT] = {
     /* limit_reserve */
     [LM_IDLE] = {"idle", NULL, LTO(LM_RESERVE)},
@@ -57,7 +57,7 @@ static const struct lstate_row {
     [LM_RELEASE] = {"release", on_user_release, LTO(LM_RELEASED)},
     [LM_RELEASED] = {"released", NULL, 0},
 };
-_Static_assert(LM_COUNT <= 16, "a state's next states are a 16-bit mask");
+_Static_assert(LM_COUNT <= 32, "a state's next states are a 32-bit mask");
 
 /* The one way the limit changes state: the move must be in the table (an assertion in debug
  * builds, an error line in release builds). */

@@ -46,7 +46,7 @@ enum mstate { M_IDLE, M_TRY, M_WAIT, M_INTENT, M_PARTS, M_PRIMARY, M_ACKS, M_UND
  * finish() (the result handed back) and ready() (MULTI_READY: the critical section). */
 static const struct mstate_row {
     const char *name;
-    uint16_t next;
+    uint32_t next;
 } mstates[M_COUNT] = {
     /* multi_lock: try_more; multi_commit: the parts, or (abort) end_intent, finish */
     [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE)},
@@ -67,7 +67,7 @@ static const struct mstate_row {
     /* on_intent_gone: finish */
     [M_END] = {"end", MTO(M_IDLE)},
 };
-_Static_assert(M_COUNT <= 16, "a state's next states are a 16-bit mask");
+_Static_assert(M_COUNT <= 32, "a state's next states are a 32-bit mask");
 
 /* A candidate segment. */
 struct mseg {
