@@ -28,8 +28,12 @@
  * step(o, ev) runs it. Every change of state goes through set_state(), checked against the
  * table `states` (the states each may go to, and the functions that take it there), which
  * also deletes a timed state's timer and keeps the critical-section gauge. The callbacks
- * (on_reply, on_acquired, ...) only translate a lockcore result into an event. The decisions
- * that need no I/O are in order_walk.c and order_idem.c. The strategies are a table (struct
+ * (on_reply, on_acquired, ...) only translate a lockcore result into an event. Two
+ * sub-protocols are machines of their own, with their own states and tables: the
+ * Idempotency-Key claim (order_claim.c) and the per-user limit (order_limit.c); the order hands
+ * itself over to them (OS_CLAIM, OS_LIMIT, ...: every event goes to them) and they hand it back
+ * with a result (order_claimed, order_limited, ...; order_fsm.h). The decisions that need no
+ * I/O are in order_walk.c and order_idem.c. The strategies are a table (struct
  * strategy): how one segment is tried, and whether there is a walk at all.
  *
  * Ownership. order_create_async allocates the order; it owns itself until answer(), which
@@ -63,7 +67,10 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_claim.h"
+#include "order_fsm.h"
 #include "order_idem.h"
+#include "order_limit.h"
 #include "order_multi.h"
 #include "order_outcome.h"
 #include "order_walk.h"
@@ -77,199 +84,12 @@
 #include "store_scripts.h"
 #include "validate.h"
 
-/*
- * What the order waits for: one state per wait, each with its handler on_<state> (the event it
- * waits for in brackets). The states an order may go to from each, and the functions that take
- * it there, are the table `states` at the end of this file, beside the dispatcher; every
- * change of state goes through set_state(), which checks it against that table, deletes the
- * timer of a timed state it leaves and keeps the critical-section gauge (a state marked
- * "critical" is inside the segment's critical section).
- *
- *   NEW --(key)--> IDEM_LAYOUT -> IDEM_CLAIM <-> IDEM_FETCH / IDEM_FIND / IDEM_ADOPT /
- *        |                          |           IDEM_TAKEOVER / IDEM_PAUSE
- *        |                          v
- *        |                     IDEM_CLAIM_WAIT
- *        v                          v
- *      (a round) LAYOUT -> (once: the sale rules) USER_RESERVE <-> USER_VERIFY -> USER_RESOLVE,
- *            |                                   USER_WAIT
- *            |   -> RECHECK -> RECHECK_LAYOUT
- *            |  walk: ACQUIRE / GATE / ROLLOUT / ROLLOUT_PAUSE / SINGLE_ACQUIRE
- *            v
- *          HOLD -> COMMIT (segmented) | ATOMIC_COMMIT | SINGLE_COMMIT -> (the walk goes on)
- *          (stock, no segment with enough) -> MULTI -> MULTI_HOLD -> MULTI -> (decided, or a round)
- *   (decided) -> REPLICA_WAIT -> USER_RELEASE (failed, units reserved) -> IDEM_END -> DONE
- */
-enum ostate {
-    OS_NEW,
-    OS_IDEM_LAYOUT,     /* [layout] the layout (settled), before the key claim */
-    OS_IDEM_CLAIM,      /* [reply] IDEM_CLAIM script */
-    OS_IDEM_FETCH,      /* [reply] HGET of the order a finished claim names (replay) */
-    OS_IDEM_FIND,       /* [batch] HGET of the key in every segment's idem hash */
-    OS_IDEM_ADOPT,      /* [reply] IDEM_TAKEOVER making the claim final with the order found */
-    OS_IDEM_TAKEOVER,   /* [reply] IDEM_TAKEOVER taking the claim for this request */
-    OS_IDEM_PAUSE,      /* [timer] a claim still pending elsewhere */
-    OS_IDEM_CLAIM_WAIT, /* [reply] WAIT on the claim's connection: the claim on replicas first */
-    OS_USER_RESERVE,    /* [reply] USER_RESERVE: the units against the user's limit */
-    OS_USER_VERIFY,     /* [batch] HGET of the orders of the user's entries past their deadline */
-    OS_USER_RESOLVE,    /* [reply] USER_RESOLVE settling those entries as found */
-    OS_USER_WAIT,       /* [reply] WAIT on the reservation's connection (replicas first) */
-    OS_USER_RELEASE,    /* [reply] USER_RELEASE: an order that failed gives its units back */
-    OS_LAYOUT,          /* [layout] load the layout (settling what is pending) */
-    OS_RECHECK,         /* [batch] GET stock and version of every segment */
-    OS_RECHECK_LAYOUT,  /* [layout] after a re-check: the layout changed or may be unsettled */
-    OS_GATE,            /* [timer] queued on a segment's gate (the deadline, or the wake) */
-    OS_ACQUIRE,         /* [acquired] a segment lock: try (walk) or acquire with waiting */
-    OS_HOLD,            /* [timer] --hold-ms, inside the critical section (critical) */
-    OS_COMMIT,          /* [eval] the fenced commit, which releases the lock */
-    OS_ATOMIC_COMMIT,   /* [reply] the atomic strategy's commit script (critical) */
-    OS_SINGLE_ACQUIRE,  /* [acquired] single-lock: the SKU's lock, with waiting */
-    OS_SINGLE_COMMIT,   /* [eval] single-lock: a fenced commit of one segment under it (critical) */
-    OS_ROLLOUT,         /* [layout] settle (once per request): a PUT rolling out */
-    OS_ROLLOUT_PAUSE,   /* [timer] 2 ms: a PUT rolling out, settled once already */
-    OS_REPLICA_WAIT,    /* [reply] WAIT after a commit: --redis-replica-acks replicas have it */
-    OS_MULTI,           /* [multi] an order from several segments (order_multi.h) */
-    OS_MULTI_HOLD,      /* [timer] --hold-ms under the locks of its parts (critical) */
-    OS_IDEM_END,        /* [reply] IDEM_SWAP settling the key claim after the order */
-    OS_DONE,
-    OS_COUNT
-};
-
-/* What happened. */
-enum oevent {
-    EV_START,
-    EV_REPLY,    /* a command or script answered: st, reply */
-    EV_BATCH,    /* the last reply of a batch is in */
-    EV_ACQUIRED, /* a lock acquire ended: st, reply = the values read */
-    EV_EVAL,     /* a fenced eval ended: st, reply */
-    EV_TIMER,    /* the state's timer */
-    EV_LAYOUT,   /* a layout step is back: o->off_rc */
-    EV_MULTI,    /* a phase of the multi-segment order ended: o->multi_end */
-    EV_CANCEL    /* the loop is ending (handled by the timed states; the others finish
-                    when their answer comes, o->cancelled set) */
-};
-
-/* An event with what came with it. */
-struct oev {
-    enum oevent ev;
-    lc_status st;
-    const redisReply *r; /* the reply (lockcore owns it; valid during the step) */
-};
-
-/* Which layout step is in flight (run_layout). */
-enum layout_job { LJ_LOAD, LJ_RELOAD, LJ_CHECK_PENDING, LJ_SETTLE };
-
-struct order;
-
 /* A strategy: how one segment is tried during a walk (NULL: the strategy has no walk and
  * starts the whole order its own way). */
 struct strategy {
     const char *name;
     void (*try_segment)(struct order *o, int k);
     void (*start)(struct order *o);
-};
-
-/* An Idempotency-Key claim's strings (docs/design.md): allocated for a request with a key
- * only, so an order in flight without one (most; 10,000 of them at once with 10,000
- * connections) does not carry them. */
-struct idem_claim {
-    char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
-    char claim_value[64];
-    char bound[24], ttl[24], margin[24], token[40];
-    char seen[256];
-    char found[ORDER_ID_MAX + 1]; /* the order an idem find batch found */
-    int64_t give_up;
-    int pause_ms; /* the next look at a claim pending elsewhere: 20 ms, doubling up to 160 */
-};
-
-/* A per-user reservation's strings and state (docs/design.md "Per-user limits"): allocated for
- * an order of a SKU with a limit only. */
-#define USER_UNCERTAIN_MAX 8
-struct user_resv {
-    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX];
-    char qty[24], bound[24], margin[24];
-    int reserved;   /* this request's entry is written: a failed order removes it */
-    int in_commit;  /* checked by the commit itself (one Redis): no reservation before the walk */
-    long long open; /* the commit's refusal: entries not known to have committed */
-    int verified;   /* the entries past their deadline were looked for once */
-    long long limit, held;
-    int nseg; /* segments to look in: [0, nseg) */
-    int n;    /* entries to look for (STORE_RESERVE_OVER) */
-    char hex[USER_UNCERTAIN_MAX][IDS_ORDER_HEX + 1];
-    char exp[USER_UNCERTAIN_MAX][24];
-    int past[USER_UNCERTAIN_MAX]; /* past its commit deadline, or known committed */
-};
-
-struct order {
-    struct areq *ar;
-    struct app *app;
-    lc_async_client *lc;
-    const struct strategy *strat;
-    enum ostate state;
-    struct validate_order in;
-    char user[VALIDATE_PRINTABLE_MAX + 1]; /* the verified user (identity.h) when has_user */
-    int has_user;
-    const char *idem; /* "" when none */
-    struct sku_view view;
-    int64_t deadline_ms;
-    int settled; /* this request already settled the SKU's layout once */
-    int healed;  /* ... and that settle brought every segment to the layout (layout_heal_async) */
-    int64_t stale_from;    /* the view's version when a segment ahead of it made the order re-read
-                              the layout: the same version again means the segment is ahead of the
-                              meta itself (docs/design.md, "The healing rules") */
-    int calls;             /* Redis calls this order made (order_redis_call_budget) */
-    int acked;             /* the WAIT after the commit was answered (redis_replica_acks > 0) */
-    int vouching, vouched; /* a replay's WAITs (multi_replay_vouch) under way / answered ok */
-    int have_ref;          /* ref names the connection of the claim, then of the commit */
-    lc_async_conn_ref ref; /* where the WAIT goes (lc_async_wait): on that connection only */
-    int cancelled;         /* the loop is ending: finish at the next step */
-    char order_id[ORDER_ID_MAX + 1];
-    char token[IDS_ORDER_HEX + 1]; /* the order id's random part: one per request */
-    char *record;                  /* the order's JSON text: stored in Redis, and the 201 body */
-    int rules_done;                /* the sale rules were applied (window, reservation) */
-    int64_t rules_version;         /* ... to the layout of this version */
-    int64_t rules_rver;            /* ... and were of this rules version (rules.h) */
-    int64_t rules_stale_from;      /* the rules version a segment's newer one made the order
-                                      re-read (0: never): the same again after the re-read means
-                                      the meta lost a PATCH the segment kept */
-    int rules_read;                /* ... after reading them again, found stale in the cache */
-    struct user_resv *uv;          /* the per-user reservation: only for a SKU with a limit */
-    int64_t sale_at;               /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
-    enum order_outcome out;
-    char why[256]; /* this order's last failure, for its log line (note_why) */
-    struct event *timer;
-    int timer_on; /* the timer is armed (or made active): set_state deletes it */
-    /* the Idempotency-Key claim: ic only for a request with a key */
-    struct idem_claim *ic;
-    char claim_expiry[24]; /* the claim's expiry in Redis ms; "0" without a key */
-    /* the walk */
-    struct walk w;
-    int need_layout, first, start, i, tried, waiting;
-    int k;                    /* the segment being tried */
-    struct seggate *gates;    /* the loop's segment gates */
-    int gate_k;               /* the segment whose gate this order owns, or -1 */
-    struct seggate_waiter gw; /* queued on the gate of segment o->k (state OS_GATE) */
-    int woken;            /* OS_GATE: the gate was handed over (else the timer is the deadline) */
-    int chain;            /* orders before this one under the same hold (GATE_CHAIN_MAX) */
-    int gate_seen;        /* this round's walk passed a segment on a gate of this loop */
-    int loop, nloops;     /* this order's worker loop, of how many */
-    unsigned own_salt;    /* which segments are its loop's first choice (own_segment) */
-    struct seglock *lock; /* its lock (or the SKU's, single-lock): seglock.h */
-    int64_t t0;
-    int any_short; /* single-lock */
-    enum seg_result sres;
-    /* layout steps */
-    enum layout_job layout_job;
-    int off_rc;
-    /* batches of pipelined reads */
-    int batch_n, batch_left, batch_failed;
-    long long *batch_ints; /* per reply: its integer (or string as integer) */
-    int batch_found;       /* ic->found has the batch's first string reply */
-    struct bslot *slots;
-    /* orders larger than one segment (SPEC §13) */
-    long long *seen;     /* [SKUCACHE_MAX_SEGMENTS] stock the walk read (short segments), or NULL */
-    struct multi *multi; /* the attempt (order_multi.h) */
-    enum multi_phase_end multi_end;
-    int multi_tries;
 };
 
 struct bslot {
@@ -280,10 +100,8 @@ struct bslot {
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
 static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
-static void on_idem_claim(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
 static int multi_start(struct order *o);
-static void user_reserve(struct order *o);
 static void note_seen(struct order *o, int k, long long stock);
 
 /* ---- small helpers ---- */
@@ -318,9 +136,22 @@ static uint64_t rnd64(void)
 static void set_state_timed(struct order *o, enum ostate next, int ms)
 {
     set_state(o, next);
+    order_timer_arm(o, ms);
+}
+
+void order_timer_arm(struct order *o, int ms)
+{
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(o->timer, &tv);
     o->timer_on = 1;
+}
+
+void order_timer_stop(struct order *o)
+{
+    if (o->timer_on) {
+        evtimer_del(o->timer);
+        o->timer_on = 0;
+    }
 }
 
 /* Counts n Redis calls of the order. */
@@ -342,6 +173,21 @@ static int end_calls(const struct order *o)
 static int over_budget(const struct order *o, int n)
 {
     return o->calls + n + end_calls(o) > o->app->cfg.order_redis_call_budget;
+}
+
+void order_note_why(struct order *o, lc_status st, const char *msg)
+{
+    note_why(o, st, msg);
+}
+
+uint64_t order_rnd64(void)
+{
+    return rnd64();
+}
+
+int order_over_budget(const struct order *o, int n)
+{
+    return over_budget(o, n);
 }
 
 /* Takes what the cache knows now into o->view when the cache still holds o->view's version.
@@ -578,8 +424,9 @@ static void gate_leave(struct order *o)
  * vouches for it must go on that connection (lockcore_async.h, lc_async_wait). */
 static void note_ref(struct order *o)
 {
-    if (o->state == OS_IDEM_CLAIM || o->state == OS_IDEM_TAKEOVER || o->state == OS_USER_RESERVE ||
-        o->state == OS_COMMIT || o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
+    if ((o->state == OS_CLAIM && claim_carries_write(o->ic)) ||
+        (o->state == OS_LIMIT && limit_carries_write(o->uv)) || o->state == OS_COMMIT ||
+        o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
         o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
 }
 
@@ -620,7 +467,7 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
         o->batch_failed = 1;
     } else {
         o->batch_ints[s->i] = store_reply_int(r, 0);
-        if (o->state == OS_USER_VERIFY) /* an order record: 1 live, 2 ended, 0 none */
+        if (o->state == OS_LIMIT && limit_verifying(o->uv)) /* a record: 1 live, 2 ended, 0 none */
             /* (a part of a multi-segment order is not its order: its primary is, SPEC §13) */
             o->batch_ints[s->i] =
                 r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "\"part_of\"")
@@ -630,7 +477,7 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
                            : 1)
                     : 0;
         else if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
-            snprintf(o->ic->found, sizeof(o->ic->found), "%s", r->str);
+            claim_note_found(o->ic, r->str);
             o->batch_found = 1;
         }
     }
@@ -640,11 +487,9 @@ static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr
 
 /* ---- starting operations (each leaves the order in a state waiting for its event) ---- */
 
-/* Runs a store script; a start failure comes back as an EV_REPLY with LC_EIO via the timer. */
-static void run_script(struct order *o, enum ostate next, enum store_script id, int nkeys,
-                       const char *const *keys, int nargs, const char *const *args)
+void order_script(struct order *o, enum store_script id, int nkeys, const char *const *keys,
+                  int nargs, const char *const *args)
 {
-    set_state(o, next);
     spend(o, 1);
     lc_status st = lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs,
                                    args, NULL, on_reply, o);
@@ -654,12 +499,16 @@ static void run_script(struct order *o, enum ostate next, enum store_script id, 
     }
 }
 
-/* Sends n commands (argv i: argvs[i], argc 2 or 3) in one loop turn; EV_BATCH when all are
- * answered. A start failure counts as a failed reply. */
-static void run_batch(struct order *o, enum ostate next, int n, const char *const (*argvs)[3],
-                      int argc)
+void order_command(struct order *o, int argc, const char *const *argv)
 {
-    set_state(o, next);
+    spend(o, 1);
+    if (lc_async_command(o->lc, argc, argv, NULL, on_reply, o) != LC_OK)
+        step(o, EV_REPLY, LC_EIO, NULL);
+}
+
+/* A start failure counts as a failed reply. */
+void order_batch(struct order *o, int n, const char *const (*argvs)[3], int argc)
+{
     spend(o, n);
     free(o->batch_ints);
     free(o->slots);
@@ -690,6 +539,25 @@ static void run_batch(struct order *o, enum ostate next, int n, const char *cons
         step(o, EV_BATCH, LC_OK, NULL);
 }
 
+/* Sends a batch in state next (order_batch). */
+static void run_batch(struct order *o, enum ostate next, int n, const char *const (*argvs)[3],
+                      int argc)
+{
+    set_state(o, next);
+    order_batch(o, n, argvs, argc);
+}
+
+void order_replicas_wait(struct order *o)
+{
+    if (!o->have_ref) {
+        step(o, EV_REPLY, LC_EIO, NULL);
+        return;
+    }
+    spend(o, 1);
+    store_replica_wait_ref_async(o->lc, &o->ref, o->app->cfg.redis_replica_acks,
+                                 o->app->cfg.redis_timeout_ms, on_reply, o);
+}
+
 /* With --redis-replica-acks N: enters state (waiting for EV_REPLY) and WAITs N on the
  * connection that carried the order's last reply (o->ref: its claim, reservation or commit),
  * which is where the write to vouch for went (lc_async_wait); a connection not known answers
@@ -700,12 +568,7 @@ static int replicas_wait(struct order *o, enum ostate state)
     if (acks <= 0)
         return 0;
     set_state(o, state);
-    if (!o->have_ref) {
-        step(o, EV_REPLY, LC_EIO, NULL);
-        return 1;
-    }
-    spend(o, 1);
-    store_replica_wait_ref_async(o->lc, &o->ref, acks, o->app->cfg.redis_timeout_ms, on_reply, o);
+    order_replicas_wait(o);
     return 1;
 }
 
@@ -731,7 +594,7 @@ static int take_layout(struct order *o, int found, const struct layout *l)
     return 1;
 }
 
-/* o->off_rc for the state: OS_LAYOUT / OS_IDEM_LAYOUT 1, 0 or -1 (take_layout); OS_ROLLOUT the
+/* o->off_rc for the state: OS_LAYOUT / OS_CLAIM_LAYOUT 1, 0 or -1 (take_layout); OS_ROLLOUT the
  * settle's result; OS_RECHECK_LAYOUT 2 the layout changed (reloaded), -2 the SKU is gone, -1
  * error, 1 still sold out (nothing pending). */
 static void on_layout_back(void *arg, int found, struct layout *l)
@@ -1183,7 +1046,8 @@ static void segment_done(struct order *o, enum seg_result r)
          * the two-step path, cut off): that path looks for them, frees those without an order
          * and reserves again (docs/design.md "Per-user limits"). */
         o->uv->in_commit = 0;
-        user_reserve(o);
+        set_state(o, OS_LIMIT);
+        limit_reserve(o);
         return;
     }
     if (order_walk_settles(r)) {
@@ -1350,193 +1214,6 @@ static void round_begin(struct order *o)
     walk_start(o);
 }
 
-/* ---- the Idempotency-Key ---- */
-
-/* How far past a claim's expiry (Redis ms) another request may take the key over: room for
- * the clocks of two Redis nodes (the claim's and the commit's, on a cluster) to differ. */
-#define IDEM_TAKEOVER_MARGIN_MS 1000
-
-static void idem_unavailable(struct order *o)
-{
-    log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: Idempotency-Key claim: %s", o->in.sku,
-            o->why[0] ? o->why : "unexpected reply");
-    metrics_redis_error();
-    response_error(&o->ar->res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
-    place_done(o, OUT_IDEM_FAILED);
-}
-
-/* Takes a claim result {code, value, expiry} that made this request the owner (IDEM_OWNED:
- * checked by order_idem.c). */
-static void idem_own(struct order *o, const redisReply *r)
-{
-    snprintf(o->ic->claim_value, sizeof(o->ic->claim_value), "%s", r->element[1]->str);
-    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", store_reply_int(r->element[2], 0));
-}
-
-static void idem_claim(struct order *o)
-{
-    char meta[STORE_KEY_MAX];
-    store_sku_key(meta, o->in.sku, "meta");
-    const char *keys[2] = {o->ic->claim, meta};
-    const char *args[4] = {o->ic->bound, o->ic->ttl, o->ic->token, o->ic->margin};
-    run_script(o, OS_IDEM_CLAIM, SCRIPT_IDEM_CLAIM, 2, keys, 4, args);
-}
-
-/* The claim's holder can no longer commit, or its order was removed: take the key. */
-static void idem_takeover(struct order *o)
-{
-    const char *keys[1] = {o->ic->claim};
-    const char *args[4] = {o->ic->seen, "", o->ic->bound, o->ic->token};
-    run_script(o, OS_IDEM_TAKEOVER, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
-}
-
-/*
- * Claims the key or replays its order. A claim still pending is waited for up to the longest
- * an order can take; once Redis's clock says it is past its expiry (+ a margin), its request
- * can no longer commit: its order, if it committed in time, is looked for in the segments
- * (written atomically with the order) and the claim is taken over. No instance's clock decides
- * anything. The commit refuses to run after the claim's expiry (claim_expiry).
- */
-static void idem_begin(struct order *o)
-{
-    const struct config *cfg = &o->app->cfg;
-    if (!o->ic && !(o->ic = calloc(1, sizeof(*o->ic)))) {
-        log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: out of memory", o->in.sku);
-        response_error(&o->ar->res, ERROR_UNAVAILABLE, "out of memory, retry later");
-        place_done(o, OUT_IDEM_FAILED);
-        return;
-    }
-    char base[STORE_KEY_MAX];
-    store_sku_key(base, o->in.sku, "idem:");
-    snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%s", base, o->idem);
-    snprintf(o->ic->bound, sizeof(o->ic->bound), "%d",
-             cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
-    snprintf(o->ic->ttl, sizeof(o->ic->ttl), "%d", 24 * 3600 * 1000);
-    snprintf(o->ic->margin, sizeof(o->ic->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
-    snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64, rnd64(), rnd64());
-    o->ic->give_up = clock_mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
-    o->ic->pause_ms = 20;
-    idem_claim(o);
-}
-
-/* The key is this request's: the order may begin. With --redis-replica-acks N the claim must
- * first be on N replicas of the SKU's master (a WAIT on the connection that carried it): the
- * commit's WAIT covers only the segment's master, and a failover of the SKU's master that lost
- * the claim would let a retry with the key claim it afresh and place a second order. */
-static void idem_owned(struct order *o)
-{
-    if (replicas_wait(o, OS_IDEM_CLAIM_WAIT))
-        return;
-    o->first = 1;
-    o->need_layout = 1;
-    round_begin(o);
-}
-
-/* The claim WAIT's answer: on enough replicas, the order begins; else nothing was placed, and
- * the claim is left to expire (a retry with the key waits for it, then takes it over). */
-static void on_idem_claim_wait(struct order *o, const struct oev *e)
-{
-    lc_status st = e->st;
-    const redisReply *r = e->r;
-    long long got = store_reply_acks(st, r);
-    if (got >= o->app->cfg.redis_replica_acks) {
-        o->first = 1;
-        o->need_layout = 1;
-        round_begin(o);
-        return;
-    }
-    log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-            "sku %s: Idempotency-Key claim on %lld of %d replicas (%s): no order placed", o->in.sku,
-            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
-            st == LC_OK ? "WAIT timed out" : o->why);
-    metrics_redis_error();
-    response_error(&o->ar->res, ERROR_UNAVAILABLE,
-                   "the stock store could not make the Idempotency-Key durable: no order was "
-                   "placed, retry later");
-    place_done(o, OUT_IDEM_FAILED);
-}
-
-/* Looks for an expired claim's order in the idem hash of segments [0, nseg) (one batch). */
-static void idem_find(struct order *o, int nseg)
-{
-    if (over_budget(o, nseg + 2)) {
-        place_done(o, OUT_OVER_BUDGET);
-        return;
-    }
-    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)nseg);
-    const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)nseg);
-    if (!keys || !argvs) {
-        free(keys);
-        free(argvs);
-        idem_unavailable(o);
-        return;
-    }
-    for (int k = 0; k < nseg; k++) {
-        store_seg_keys(o->in.sku, k, &keys[k]);
-        argvs[k][0] = "HGET";
-        argvs[k][1] = keys[k].idem;
-        argvs[k][2] = o->idem;
-    }
-    run_batch(o, OS_IDEM_FIND, nseg, (const char *const(*)[3])argvs, 3);
-    free(argvs);
-    free(keys);
-}
-
-/* Fetches the finished order the claim names (segment k of sku), to replay it. */
-static void idem_fetch(struct order *o, int k, const char *sku)
-{
-    struct seg_keys sk;
-    store_seg_keys(sku, k, &sk);
-    const char *argv[3] = {"HGET", sk.orders, o->ic->seen};
-    set_state(o, OS_IDEM_FETCH);
-    spend(o, 1);
-    if (lc_async_command(o->lc, 3, argv, NULL, on_reply, o) != LC_OK)
-        step(o, EV_REPLY, LC_EIO, NULL);
-}
-
-/* Pending elsewhere: look again shortly, up to the longest an order can take. */
-static void idem_pause(struct order *o)
-{
-    if (clock_mono_ms() > o->ic->give_up) {
-        response_error(&o->ar->res, ERROR_UNAVAILABLE,
-                       "an order with this Idempotency-Key is still in progress");
-        place_done(o, OUT_IDEM_FAILED);
-        return;
-    }
-    if (over_budget(o, 1)) {
-        place_done(o, OUT_OVER_BUDGET);
-        return;
-    }
-    set_state_timed(o, OS_IDEM_PAUSE, o->ic->pause_ms);
-    if (o->ic->pause_ms < 160)
-        o->ic->pause_ms *= 2;
-}
-
-/* The claim's answer (order_idem_claim_verdict decides). */
-static void on_idem_claim(struct order *o, const struct oev *e)
-{
-    lc_status st = e->st;
-    const redisReply *r = e->r;
-    struct idem_verdict v;
-    order_idem_claim_verdict(st, r, SKUCACHE_MAX_SEGMENTS, &v);
-    if (v.step != IDEM_UNAVAILABLE && v.step != IDEM_OWNED)
-        snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
-                 r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
-    switch (v.step) {
-    case IDEM_OWNED:
-        idem_own(o, r);
-        idem_owned(o);
-        return;
-    case IDEM_REPLAY: idem_fetch(o, v.k, v.sku); return;
-    case IDEM_TAKEOVER: idem_takeover(o); return;
-    case IDEM_FIND: idem_find(o, v.nseg); return;
-    case IDEM_PENDING: idem_pause(o); return;
-    case IDEM_UNAVAILABLE:
-    case IDEM_CLAIM: break;
-    }
-    idem_unavailable(o);
-}
-
 /* ---- the sale rules (SPEC §11): the window and the per-user limit ---- */
 
 /* How far (ms) from the sale's start or end an answer is left to Redis even when this
@@ -1563,8 +1240,6 @@ static enum order_outcome window_fast(struct order *o, const struct sku_rules *r
     }
     return OUT_CREATED;
 }
-
-static void user_reserve(struct order *o);
 
 /* Whether the per-user limit is checked inside the commit (docs/design.md "Per-user limits"):
  * on one Redis, where the commit script can read the user's entries beside the segment, for
@@ -1627,7 +1302,7 @@ static void rules_begin(struct order *o)
     store_sku_key(uv->meta, o->in.sku, "meta");
     snprintf(uv->qty, sizeof(uv->qty), "%" PRId64, o->in.quantity);
     /* The longest the order may still commit after the reservation: as an Idempotency-Key
-     * claim's (idem_begin), which the commit's deadline shares. */
+     * claim's (claim_begin), which the commit's deadline shares. */
     snprintf(uv->bound, sizeof(uv->bound), "%d",
              cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
     snprintf(uv->margin, sizeof(uv->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
@@ -1636,256 +1311,11 @@ static void rules_begin(struct order *o)
         rules_passed(o);
         return;
     }
-    user_reserve(o);
+    set_state(o, OS_LIMIT);
+    limit_reserve(o);
 }
 
-static void user_reserve(struct order *o)
-{
-    struct user_resv *uv = o->uv;
-    const char *keys[2] = {uv->users, uv->meta};
-    const char *args[5] = {o->user, o->token, uv->qty, uv->bound, uv->margin};
-    run_script(o, OS_USER_RESERVE, SCRIPT_USER_RESERVE, 2, keys, 5, args);
-}
-
-/* The reservation holds: the commit must run before its expiry (the earlier of it and the
- * claim's). With --redis-replica-acks N the entry is first on N replicas of the SKU's master,
- * as an Idempotency-Key claim is: a failover that lost it would let the user past the limit. */
-static void user_reserved(struct order *o, long long expiry)
-{
-    long long claim = atoll(o->claim_expiry);
-    if (claim == 0 || expiry < claim)
-        snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", expiry);
-    if (replicas_wait(o, OS_USER_WAIT))
-        return;
-    rules_passed(o);
-}
-
-/* Looks for the orders of the user's entries past their deadline in every segment that may
- * hold them (their segment is not known until then): one batch of HGETs. */
-static void user_verify(struct order *o)
-{
-    struct user_resv *uv = o->uv;
-    /* the entries known committed or within their deadline (issue 29: their orders may have
-     * ended) only as far as the budget allows: without them the refusal is as it was */
-    for (int x = uv->n - 1; x >= 0 && over_budget(o, uv->n * uv->nseg + 2); x--) {
-        if (uv->past[x] && strcmp(uv->exp[x], "0") != 0)
-            continue;
-        uv->n--;
-        memmove(uv->hex[x], uv->hex[x + 1], sizeof(uv->hex[0]) * (size_t)(uv->n - x));
-        memmove(uv->exp[x], uv->exp[x + 1], sizeof(uv->exp[0]) * (size_t)(uv->n - x));
-        memmove(&uv->past[x], &uv->past[x + 1], sizeof(uv->past[0]) * (size_t)(uv->n - x));
-    }
-    int n = uv->n * uv->nseg;
-    if (n <= 0 || uv->nseg > SKUCACHE_MAX_SEGMENTS || over_budget(o, n + 2)) {
-        place_done(o, n <= 0 ? OUT_LIMIT : OUT_OVER_BUDGET);
-        return;
-    }
-    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)uv->nseg);
-    char(*ids)[ORDER_ID_MAX + 1] = malloc(sizeof(*ids) * (size_t)n);
-    const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)n);
-    if (!keys || !ids || !argvs) {
-        free(keys);
-        free(ids);
-        free(argvs);
-        note_why(o, LC_ENOMEM, "out of memory");
-        place_done(o, OUT_UNAVAILABLE);
-        return;
-    }
-    for (int k = 0; k < uv->nseg; k++)
-        store_seg_keys(o->in.sku, k, &keys[k]);
-    for (int e = 0; e < uv->n; e++)
-        for (int k = 0; k < uv->nseg; k++) {
-            int i = e * uv->nseg + k;
-            snprintf(ids[i], sizeof(ids[i]), "%s-%d-%s", uv->hex[e], k, o->in.sku);
-            argvs[i][0] = "HGET";
-            argvs[i][1] = keys[k].orders;
-            argvs[i][2] = ids[i];
-        }
-    run_batch(o, OS_USER_VERIFY, n, (const char *const(*)[3])argvs, 3);
-    free(argvs);
-    free(ids);
-    free(keys);
-}
-
-/* The reservation's answer. */
-static void on_user_reserve(struct order *o, const struct oev *e)
-{
-    const redisReply *r = e->r;
-    struct user_resv *uv = o->uv;
-    if (e->st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        /* An error reply wrote nothing; a lost one may have written the entry, which then
-         * counts until it is found not to have committed (docs/design.md). */
-        if (e->st == LC_OK && r && r->type == REDIS_REPLY_ERROR)
-            note_why(o, LC_EREDIS, r->str);
-        metrics_redis_error();
-        place_done(o, OUT_UNAVAILABLE);
-        return;
-    }
-    long long code = r->element[0]->integer;
-    long long v1 = r->elements > 1 ? store_reply_int(r->element[1], 0) : 0;
-    switch (code) {
-    case STORE_RESERVE_OK:
-        uv->reserved = 1;
-        user_reserved(o, v1);
-        return;
-    case STORE_RESERVE_FREE: /* the limit was PATCHed away since this instance read it */
-        rules_passed(o);
-        return;
-    case STORE_RESERVE_NO_SKU: place_done(o, OUT_UNKNOWN_SKU); return;
-    case STORE_RESERVE_NOT_STARTED:
-        o->sale_at = v1;
-        place_done(o, OUT_NOT_STARTED);
-        return;
-    case STORE_RESERVE_ENDED:
-        o->sale_at = v1;
-        place_done(o, OUT_ENDED);
-        return;
-    case STORE_RESERVE_OVER:
-        uv->limit = v1;
-        uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
-        uv->nseg = r->elements > 3 ? (int)store_reply_int(r->element[3], 0) : 0;
-        uv->n = 0;
-        for (size_t i = 4; i + 2 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += 3) {
-            const redisReply *h = r->element[i], *x = r->element[i + 1], *p = r->element[i + 2];
-            if (h->type != REDIS_REPLY_STRING || h->len != IDS_ORDER_HEX ||
-                x->type != REDIS_REPLY_STRING || x->len >= sizeof(uv->exp[0]) ||
-                p->type != REDIS_REPLY_STRING)
-                continue;
-            memcpy(uv->hex[uv->n], h->str, IDS_ORDER_HEX + 1);
-            memcpy(uv->exp[uv->n], x->str, x->len + 1);
-            uv->past[uv->n] = strcmp(p->str, "1") == 0;
-            uv->n++;
-        }
-        if (uv->n == 0 || uv->verified) {
-            place_done(o, OUT_LIMIT);
-            return;
-        }
-        uv->verified = 1;
-        user_verify(o);
-        return;
-    default: break;
-    }
-    metrics_redis_error();
-    place_done(o, OUT_UNAVAILABLE);
-}
-
-/* The search of the entries' orders is in: each entry is live (an order found, not ended) or
- * not (none found: past its deadline it can no longer commit; or ended: issue 29, a cancelled
- * or expired order whose give-back is still queued counts for nothing, and user_release.lua
- * then finds its entry gone, so the count drops once). An entry within its deadline whose
- * order is not found may still commit, and one known committed and found live is as it was:
- * both are left out. */
-static void on_user_verify(struct order *o, const struct oev *e)
-{
-    (void)e;
-    struct user_resv *uv = o->uv;
-    if (o->batch_failed) {
-        metrics_redis_error();
-        place_done(o, OUT_UNAVAILABLE);
-        return;
-    }
-    const char *args[1 + 3 * USER_UNCERTAIN_MAX];
-    args[0] = o->user;
-    int na = 1;
-    for (int x = 0; x < uv->n; x++) {
-        int live = 0, ended = 0;
-        for (int k = 0; k < uv->nseg; k++) {
-            live |= o->batch_ints[x * uv->nseg + k] == 1;
-            ended |= o->batch_ints[x * uv->nseg + k] == 2;
-        }
-        if (live ? strcmp(uv->exp[x], "0") == 0 || !uv->past[x] : !ended && !uv->past[x])
-            continue;
-        args[na++] = uv->hex[x];
-        args[na++] = uv->exp[x];
-        args[na++] = live ? "1" : "0";
-    }
-    if (na == 1) { /* nothing to settle: the user is at the limit */
-        place_done(o, OUT_LIMIT);
-        return;
-    }
-    const char *keys[1] = {uv->users};
-    run_script(o, OS_USER_RESOLVE, SCRIPT_USER_RESOLVE, 1, keys, na, args);
-}
-
-/* The entries are settled: reserve again (once). */
-static void on_user_resolve(struct order *o, const struct oev *e)
-{
-    if (e->st != LC_OK || !e->r || e->r->type != REDIS_REPLY_INTEGER) {
-        metrics_redis_error();
-        place_done(o, OUT_UNAVAILABLE);
-        return;
-    }
-    if (e->r->integer == 0) { /* nothing freed: the user is at the limit */
-        place_done(o, OUT_LIMIT);
-        return;
-    }
-    user_reserve(o);
-}
-
-/* The reservation's WAIT: on enough replicas, the walk; else no order (the entry is released:
- * nothing was committed). */
-static void on_user_wait(struct order *o, const struct oev *e)
-{
-    long long got = store_reply_acks(e->st, e->r);
-    if (got >= o->app->cfg.redis_replica_acks) {
-        rules_passed(o);
-        return;
-    }
-    log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-            "sku %s: per-user reservation on %lld of %d replicas (%s): no order placed", o->in.sku,
-            got < 0 ? 0 : got, o->app->cfg.redis_replica_acks,
-            e->st == LC_OK ? "WAIT timed out" : o->why);
-    metrics_redis_error();
-    place_done(o, OUT_UNAVAILABLE);
-}
-
-/* An order that did not commit gives its reservation back at once (else it would count until
- * its deadline passed and a refusal looked for it). Only when nothing may have committed. */
-static int user_release_needed(const struct order *o, enum order_outcome out)
-{
-    return o->uv && o->uv->reserved && out != OUT_CREATED && out != OUT_OUTCOME_UNKNOWN &&
-           out != OUT_REPLAYED;
-}
-
-static void user_release(struct order *o)
-{
-    o->uv->reserved = 0;
-    const char *keys[1] = {o->uv->users};
-    const char *args[2] = {o->user, o->token};
-    run_script(o, OS_USER_RELEASE, SCRIPT_USER_RELEASE, 1, keys, 2, args);
-}
-
-static void on_user_release(struct order *o, const struct oev *e)
-{
-    if (e->st != LC_OK || !e->r || e->r->type != REDIS_REPLY_ARRAY)
-        log_msg(CONFIG_LOG_WARN, "user_release_failed",
-                "sku %s: the units of an order that failed stay counted for its user until its "
-                "deadline passes (%s)",
-                o->in.sku, o->why[0] ? o->why : "unexpected reply");
-    place_done(o, o->out);
-}
-
-/* Settles the claim after the order: the order id on success, deleted on a definite failure,
- * left pending when the outcome is unknown (a replay then recovers it) or when the claim
- * expired (another request may own it). Then the answer. */
 static void answer(struct order *o);
-
-static void idem_end(struct order *o)
-{
-    if (!o->ic || !o->ic->claim_value[0]) {
-        answer(o); /* the key was never claimed by this request */
-        return;
-    }
-    enum idem_final f = order_idem_final(o->out);
-    const char *final = f == IDEM_FINAL_ORDER ? o->order_id : "";
-    if (f == IDEM_FINAL_LEAVE || o->cancelled) {
-        answer(o);
-        return;
-    }
-    const char *keys[1] = {o->ic->claim};
-    const char *args[2] = {o->ic->claim_value, final};
-    run_script(o, OS_IDEM_END, SCRIPT_IDEM_SWAP, 1, keys, 2, args);
-}
 
 /* ---- the end ---- */
 
@@ -2044,7 +1474,8 @@ static int multi_start(struct order *o)
          * reserve first (the two-step path), then walk again, and the next multi_start goes on
          * under the reservation. */
         o->uv->in_commit = 0;
-        user_reserve(o);
+        set_state(o, OS_LIMIT);
+        limit_reserve(o);
         return 1;
     }
     o->multi_tries++;
@@ -2162,14 +1593,16 @@ static void place_done(struct order *o, enum order_outcome out)
         replica_wait(o);
         return;
     }
-    if (user_release_needed(o, out)) {
+    if (limit_to_release(o, out)) {
         o->out = out;
-        user_release(o);
+        set_state(o, OS_LIMIT_RELEASE);
+        limit_release(o);
         return;
     }
     o->out = out;
-    if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED) {
-        idem_end(o);
+    if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED && claim_to_settle(o)) {
+        set_state(o, OS_CLAIM_SETTLE);
+        claim_settle(o);
         return;
     }
     answer(o);
@@ -2177,7 +1610,44 @@ static void place_done(struct order *o, enum order_outcome out)
 
 /* ---- the states: one handler each (the event it waits for came: e) ---- */
 
-static void on_idem_layout(struct order *o, const struct oev *e)
+/* Hands the order to the Idempotency-Key claim's machine (order_claim.c): order_claimed. */
+static void claim_start(struct order *o)
+{
+    set_state(o, OS_CLAIM);
+    claim_begin(o);
+}
+
+void order_claimed(struct order *o, enum order_outcome out)
+{
+    if (out != OUT_CREATED) {
+        place_done(o, out);
+        return;
+    }
+    o->first = 1;
+    o->need_layout = 1;
+    round_begin(o);
+}
+
+void order_claim_settled(struct order *o)
+{
+    answer(o);
+}
+
+void order_limited(struct order *o, enum order_outcome out)
+{
+    if (out == OUT_CREATED)
+        rules_passed(o);
+    else
+        place_done(o, out);
+}
+
+void order_limit_released(struct order *o)
+{
+    place_done(o, o->out);
+}
+
+/* The layout before the claim: the claim, or the answer. */
+static void on_claim_layout(struct order *o, const struct oev *e)
 {
     (void)e;
     if (o->off_rc <= 0) {
@@ -2188,109 +1658,7 @@ static void on_idem_layout(struct order *o, const struct oev *e)
         place_done(o, OUT_IDEM_FAILED);
         return;
     }
-    idem_begin(o);
-}
-
-/* issue 29 (multi): a replay's WAITs are answered (multi_replay_vouch). */
-static void on_replay_vouched(void *arg, int ok)
-{
-    struct order *o = arg;
-    o->vouched = ok;
-    step(o, EV_REPLY, LC_OK, NULL);
-}
-
-/* The order a finished claim names: replayed, or gone (the key is free again). With
- * --redis-replica-acks, the 200 only once the order and each of its parts are on the replicas
- * of their masters (else 503 "outcome":"unknown": a failover could still lose them). */
-static void on_idem_fetch(struct order *o, const struct oev *e)
-{
-    const redisReply *r = e->r;
-    if (o->vouching) {
-        o->vouching = 0;
-        if (!o->vouched) {
-            log_msg(CONFIG_LOG_WARN, "order_replica_ack_missing",
-                    "sku %s order %s: replayed, but not on %d replicas of every part's master",
-                    o->in.sku, o->ic->seen, o->app->cfg.redis_replica_acks);
-            response_free(&o->ar->res);
-            response_outcome_unknown(&o->ar->res,
-                                     "the order of this Idempotency-Key may not survive a "
-                                     "failover of the stock store yet: retry with the key");
-        }
-        place_done(o, OUT_REPLAYED);
-        return;
-    }
-    if (e->st != LC_OK) {
-        idem_unavailable(o);
-        return;
-    }
-    if (r && r->type == REDIS_REPLY_STRING) {
-        json_t *order = json_loadb(r->str, r->len, 0, NULL);
-        if (!order) {
-            idem_unavailable(o);
-            return;
-        }
-        (void)response_order_location(&o->ar->res, o->ic->seen, ORDER_ID_MAX);
-        if (o->app->cfg.redis_replica_acks > 0) {
-            lc_async_conn_ref ref;
-            int known = lc_async_reply_conn(o->lc, &ref) == 0;
-            o->vouching = 1;
-            multi_replay_vouch(o->app, o->lc, o->ar, o->in.sku, order, known ? &ref : NULL,
-                               on_replay_vouched, o);
-        }
-        order_answer_parts(order);
-        response_json(&o->ar->res, 200, order);
-        if (!o->vouching)
-            place_done(o, OUT_REPLAYED);
-        return;
-    }
-    /* Its order was removed by a re-PUT or DELETE of the SKU: the key is free again for an
-     * order under the current version. */
-    idem_takeover(o);
-}
-
-/* The search of an expired claim's order: found, the claim is made final with it. */
-static void on_idem_find(struct order *o, const struct oev *e)
-{
-    (void)e;
-    if (o->batch_failed) {
-        idem_unavailable(o);
-    } else if (o->batch_found) {
-        const char *keys[1] = {o->ic->claim};
-        const char *args[4] = {o->ic->seen, o->ic->found, o->ic->bound, o->ic->token};
-        run_script(o, OS_IDEM_ADOPT, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
-    } else {
-        idem_takeover(o);
-    }
-}
-
-static void on_idem_adopt(struct order *o, const struct oev *e)
-{
-    if (e->st != LC_OK)
-        idem_unavailable(o);
-    else
-        idem_claim(o); /* replay the now-final claim */
-}
-
-static void on_idem_takeover(struct order *o, const struct oev *e)
-{
-    switch (order_idem_takeover_verdict(e->st, e->r)) {
-    case IDEM_OWNED:
-        idem_own(o, e->r);
-        idem_owned(o);
-        return;
-    case IDEM_CLAIM:
-        idem_claim(o); /* someone else changed it meanwhile: look again */
-        return;
-    default: idem_unavailable(o); return;
-    }
-}
-
-static void on_idem_pause(struct order *o, const struct oev *e)
-{
-    if (e->ev == EV_CANCEL)
-        idem_unavailable(o);
-    else
-        idem_claim(o);
+    claim_start(o);
 }
 
 static void on_layout(struct order *o, const struct oev *e)
@@ -2519,104 +1887,88 @@ static void on_rollout_pause(struct order *o, const struct oev *e)
         round_begin(o);
 }
 
-static void on_idem_end(struct order *o, const struct oev *e)
-{
-    (void)e;
-    answer(o);
-}
-
 /* ---- the table of states and the dispatcher ---- */
 
-#define TO(s) (1u << (s))
-/* Where the end of an order goes (place_done): the WAIT after a commit, the claim's
- * settling, the answer. */
+#define TO(s) (UINT64_C(1) << (s))
+/* Where the end of an order goes (place_done): the WAIT after a commit, the units given back,
+ * the claim's settling, the answer. */
 #define TO_END                                                                                     \
-    (TO(OS_MULTI) | TO(OS_REPLICA_WAIT) | TO(OS_USER_RELEASE) | TO(OS_IDEM_END) | TO(OS_DONE))
+    (TO(OS_MULTI) | TO(OS_REPLICA_WAIT) | TO(OS_LIMIT_RELEASE) | TO(OS_CLAIM_SETTLE) | TO(OS_DONE))
 /* Where a round can go (round_begin, walk_start, walk_next, round_end, segment_done): the
- * layout, the re-check, a segment's lock or gate, the critical section, a roll-out, the end. */
+ * layout, the limit, the re-check, a segment's lock or gate, the critical section, a roll-out,
+ * the end. */
 #define TO_ROUND                                                                                   \
-    (TO(OS_LAYOUT) | TO(OS_USER_RESERVE) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) |         \
-     TO(OS_HOLD) | TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+    (TO(OS_LAYOUT) | TO(OS_LIMIT) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | TO(OS_HOLD) |  \
+     TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+
+static void on_claim(struct order *o, const struct oev *e)
+{
+    claim_step(o, e);
+}
+
+static void on_limit(struct order *o, const struct oev *e)
+{
+    limit_step(o, e);
+}
 
 /* Each state: its handler, whether it waits on the order's timer (timed: set_state deletes
- * it when the state is left, and EV_CANCEL ends the wait at once) or is inside the critical
- * section, and the states it may go to, with the functions that take it there. */
+ * it when the state is left, and EV_CANCEL ends the wait at once), is inside the critical
+ * section, or is held by a sub-machine (machine: every event goes to it, EV_CANCEL too, and
+ * its own table says whether it is timed), and the states it may go to, with the functions
+ * that take it there. */
 static const struct state_row {
     const char *name;
     void (*on)(struct order *o, const struct oev *e);
-    unsigned timed : 1, critical : 1;
-    uint32_t next;
+    unsigned timed : 1, critical : 1, machine : 1;
+    uint64_t next;
 } states[OS_COUNT] = {
-    /* order_create_async: run_layout (key, layout unknown), idem_begin, round_begin */
-    [OS_NEW] = {"new", NULL, 0, 0, TO(OS_IDEM_LAYOUT) | TO(OS_IDEM_CLAIM) | TO_ROUND},
-    /* on_idem_layout: idem_begin, or the answer */
-    [OS_IDEM_LAYOUT] = {"idem_layout", on_idem_layout, 0, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
-    /* on_idem_claim: idem_owned (claim WAIT, or the round), idem_fetch, idem_takeover,
-     * idem_find, idem_pause, or the answer */
-    [OS_IDEM_CLAIM] = {"idem_claim", on_idem_claim, 0, 0,
-                       TO(OS_IDEM_CLAIM_WAIT) | TO(OS_IDEM_FETCH) | TO(OS_IDEM_TAKEOVER) |
-                           TO(OS_IDEM_FIND) | TO(OS_IDEM_PAUSE) | TO_ROUND},
-    /* on_idem_fetch: the replay, or idem_takeover */
-    [OS_IDEM_FETCH] = {"idem_fetch", on_idem_fetch, 0, 0, TO(OS_IDEM_TAKEOVER) | TO(OS_DONE)},
-    /* on_idem_find: adopt the order found, or idem_takeover */
-    [OS_IDEM_FIND] = {"idem_find", on_idem_find, 0, 0,
-                      TO(OS_IDEM_ADOPT) | TO(OS_IDEM_TAKEOVER) | TO(OS_DONE)},
-    /* on_idem_adopt: idem_claim again (to replay) */
-    [OS_IDEM_ADOPT] = {"idem_adopt", on_idem_adopt, 0, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
-    /* on_idem_takeover: idem_owned, or idem_claim again */
-    [OS_IDEM_TAKEOVER] = {"idem_takeover", on_idem_takeover, 0, 0,
-                          TO(OS_IDEM_CLAIM) | TO(OS_IDEM_CLAIM_WAIT) | TO_ROUND},
-    /* on_idem_pause: idem_claim again */
-    [OS_IDEM_PAUSE] = {"idem_pause", on_idem_pause, 1, 0, TO(OS_IDEM_CLAIM) | TO(OS_DONE)},
-    /* on_idem_claim_wait: round_begin, or the answer */
-    [OS_IDEM_CLAIM_WAIT] = {"idem_claim_wait", on_idem_claim_wait, 0, 0, TO_ROUND},
-    /* on_user_reserve: user_reserved (the WAIT, or layout_known), user_verify, or the answer */
-    [OS_USER_RESERVE] = {"user_reserve", on_user_reserve, 0, 0,
-                         TO(OS_USER_WAIT) | TO(OS_USER_VERIFY) | TO_ROUND},
-    /* on_user_verify: user_resolve, or the answer */
-    [OS_USER_VERIFY] = {"user_verify", on_user_verify, 0, 0, TO(OS_USER_RESOLVE) | TO_END},
-    /* on_user_resolve: user_reserve again, or the answer */
-    [OS_USER_RESOLVE] = {"user_resolve", on_user_resolve, 0, 0, TO(OS_USER_RESERVE) | TO_END},
-    /* on_user_wait: layout_known (the walk), or the answer */
-    [OS_USER_WAIT] = {"user_wait", on_user_wait, 0, 0, TO_ROUND},
-    /* on_user_release: place_done again (the claim, the answer) */
-    [OS_USER_RELEASE] = {"user_release", on_user_release, 0, 0, TO(OS_IDEM_END) | TO(OS_DONE)},
+    /* order_create_async: run_layout (key, layout unknown), claim_start, round_begin */
+    [OS_NEW] = {"new", NULL, 0, 0, 0, TO(OS_CLAIM_LAYOUT) | TO(OS_CLAIM) | TO_ROUND},
+    /* on_claim_layout: claim_start, or the answer */
+    [OS_CLAIM_LAYOUT] = {"claim_layout", on_claim_layout, 0, 0, 0, TO(OS_CLAIM) | TO(OS_DONE)},
+    /* order_claimed: round_begin (owned), or place_done (a replay, a failure) */
+    [OS_CLAIM] = {"claim", on_claim, 0, 0, 1, TO_ROUND},
+    /* order_limited: rules_passed (layout_known: the walk), or place_done */
+    [OS_LIMIT] = {"limit", on_limit, 0, 0, 1, TO_ROUND},
     /* on_layout: layout_known (the re-check or the walk) */
-    [OS_LAYOUT] = {"layout", on_layout, 0, 0, TO_ROUND},
+    [OS_LAYOUT] = {"layout", on_layout, 0, 0, 0, TO_ROUND},
     /* on_recheck: run_layout (changed, or sold out: anything pending?), walk_start */
-    [OS_RECHECK] = {"recheck", on_recheck, 0, 0, TO(OS_RECHECK_LAYOUT) | TO_ROUND},
+    [OS_RECHECK] = {"recheck", on_recheck, 0, 0, 0, TO(OS_RECHECK_LAYOUT) | TO_ROUND},
     /* on_recheck_layout: walk_start */
-    [OS_RECHECK_LAYOUT] = {"recheck_layout", on_recheck_layout, 0, 0, TO_ROUND},
+    [OS_RECHECK_LAYOUT] = {"recheck_layout", on_recheck_layout, 0, 0, 0, TO_ROUND},
     /* on_gate: critical_section (handed the hold), try_segment_locked */
-    [OS_GATE] = {"gate", on_gate, 1, 0, TO_ROUND},
+    [OS_GATE] = {"gate", on_gate, 1, 0, 0, TO_ROUND},
     /* on_acquire: critical_section, segment_done */
-    [OS_ACQUIRE] = {"acquire", on_acquire, 0, 0, TO_ROUND},
+    [OS_ACQUIRE] = {"acquire", on_acquire, 0, 0, 0, TO_ROUND},
     /* on_hold: commit_segment, single_next; segment_done (cancelled) */
-    [OS_HOLD] = {"hold", on_hold, 1, 1,
+    [OS_HOLD] = {"hold", on_hold, 1, 1, 0,
                  TO(OS_COMMIT) | TO(OS_ATOMIC_COMMIT) | TO(OS_SINGLE_COMMIT) | TO_ROUND},
     /* on_commit: segment_done */
-    [OS_COMMIT] = {"commit", on_commit, 0, 0, TO_ROUND},
+    [OS_COMMIT] = {"commit", on_commit, 0, 0, 0, TO_ROUND},
     /* on_atomic_commit: segment_done */
-    [OS_ATOMIC_COMMIT] = {"atomic_commit", on_atomic_commit, 0, 1, TO_ROUND},
+    [OS_ATOMIC_COMMIT] = {"atomic_commit", on_atomic_commit, 0, 1, 0, TO_ROUND},
     /* on_single_acquire: critical_section, or the answer */
-    [OS_SINGLE_ACQUIRE] = {"single_acquire", on_single_acquire, 0, 0, TO(OS_HOLD) | TO_END},
+    [OS_SINGLE_ACQUIRE] = {"single_acquire", on_single_acquire, 0, 0, 0, TO(OS_HOLD) | TO_END},
     /* on_single_commit: single_next (the next segment, or the end under the lock) */
-    [OS_SINGLE_COMMIT] = {"single_commit", on_single_commit, 0, 1, TO(OS_SINGLE_COMMIT) | TO_ROUND},
+    [OS_SINGLE_COMMIT] = {"single_commit", on_single_commit, 0, 1, 0,
+                          TO(OS_SINGLE_COMMIT) | TO_ROUND},
     /* on_rollout: round_begin, or a pause */
-    [OS_ROLLOUT] = {"rollout", on_rollout, 0, 0, TO(OS_ROLLOUT_PAUSE) | TO_ROUND},
+    [OS_ROLLOUT] = {"rollout", on_rollout, 0, 0, 0, TO(OS_ROLLOUT_PAUSE) | TO_ROUND},
     /* on_rollout_pause: round_begin */
-    [OS_ROLLOUT_PAUSE] = {"rollout_pause", on_rollout_pause, 1, 0, TO_ROUND},
+    [OS_ROLLOUT_PAUSE] = {"rollout_pause", on_rollout_pause, 1, 0, 0, TO_ROUND},
+    /* on_replica_wait: place_done (the units back, the claim, the answer) */
+    [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, 0, TO_END},
     /* on_multi: the critical section (MULTI_HOLD), multi_commit, a round again, the answer */
-    [OS_MULTI] = {"multi", on_multi, 0, 0, TO(OS_MULTI_HOLD) | TO_ROUND},
+    [OS_MULTI] = {"multi", on_multi, 0, 0, 0, TO(OS_MULTI_HOLD) | TO_ROUND},
     /* on_multi_hold: multi_commit */
-    [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, TO(OS_MULTI) | TO_END},
-    /* on_replica_wait: place_done (the claim, the answer) */
-    [OS_REPLICA_WAIT] = {"replica_wait", on_replica_wait, 0, 0, TO_END},
-    /* on_idem_end: answer */
-    [OS_IDEM_END] = {"idem_end", on_idem_end, 0, 0, TO(OS_DONE)},
-    [OS_DONE] = {"done", NULL, 0, 0, 0},
+    [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, 0, TO(OS_MULTI) | TO_END},
+    /* order_limit_released: place_done again (the claim, the answer) */
+    [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
+    /* order_claim_settled: answer */
+    [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_DONE)},
+    [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
-_Static_assert(OS_COUNT <= 32, "a state's next states are a 32-bit mask");
+_Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");
 
 /* What must hold in the state just entered (debug builds). */
 static void assert_order_state(const struct order *o)
@@ -2650,10 +2002,7 @@ static void set_state(struct order *o, enum ostate next)
                 to->name);
         assert(!"an order's state change that is not in the table");
     }
-    if (o->timer_on) {
-        evtimer_del(o->timer);
-        o->timer_on = 0;
-    }
+    order_timer_stop(o);
     if (from->critical != to->critical) {
         if (to->critical)
             metrics_cs_enter();
@@ -2672,7 +2021,7 @@ static void step_in(struct order *o, const struct oev *e)
     const struct state_row *s = &states[o->state];
     if (e->ev == EV_CANCEL) {
         o->cancelled = 1;
-        if (!s->timed)
+        if (!s->timed && !s->machine)
             return;
     }
     if (s->on)
@@ -2686,6 +2035,11 @@ static void step(struct order *o, enum oevent ev, lc_status st, const redisReply
     areq_log_begin(o->ar);
     step_in(o, &e);
     areq_log_end();
+}
+
+void order_event(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
+{
+    step(o, ev, st, r);
 }
 
 /* ---- the handler ---- */
@@ -2780,10 +2134,10 @@ void order_create_async(struct areq *ar)
     ar->handler = o;
     if (*o->idem) {
         if (!o->view.version) {
-            run_layout(o, OS_IDEM_LAYOUT, LJ_LOAD);
+            run_layout(o, OS_CLAIM_LAYOUT, LJ_LOAD);
             return;
         }
-        idem_begin(o);
+        claim_start(o);
         return;
     }
     o->first = 1;

@@ -1,5 +1,5 @@
 /*
- * The Idempotency-Key claim's decisions (order_fsm.c sends the scripts and acts): what a
+ * The Idempotency-Key claim's decisions (order_claim.c sends the scripts and acts): what a
  * claim or takeover reply (store_scripts.h, STORE_CLAIM_* and STORE_TAKEOVER_*) tells the
  * order to do next, and what the claim becomes once the order is decided. Pure: no I/O, so
  * tests/test_order_idem.c drives every reply without Redis.

@@ -19,6 +19,7 @@
  */
 #include "order_multi.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,43 @@
 #include "clock.h"
 #include "faultpoint.h"
 #include "ids.h"
+#include "log.h"
 #include "metrics.h"
 #include "skucache.h"
 #include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
 
-enum mstate { M_IDLE, M_TRY, M_WAIT, M_INTENT, M_PARTS, M_PRIMARY, M_ACKS, M_UNDO, M_END };
+enum mstate { M_IDLE, M_TRY, M_WAIT, M_INTENT, M_PARTS, M_PRIMARY, M_ACKS, M_UNDO, M_END, M_COUNT };
+
+#define MTO(s) (1u << (s))
+/* Each state's name and the states an attempt may go to from it (the functions that take it
+ * there in the comments); m_move() checks every change against it. M_IDLE is reached by
+ * finish() (the result handed back) and ready() (MULTI_READY: the critical section). */
+static const struct mstate_row {
+    const char *name;
+    uint32_t next;
+} mstates[M_COUNT] = {
+    /* multi_lock: try_more; multi_commit: the parts, or (abort) end_intent, finish */
+    [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE)},
+    /* tries_back: try_more again, plan (the intent, or ready), finish; tries_done: wait_next */
+    [M_TRY] = {"try", MTO(M_TRY) | MTO(M_WAIT) | MTO(M_INTENT) | MTO(M_IDLE)},
+    /* on_seg_acquired: wait_next (no change), plan, finish */
+    [M_WAIT] = {"wait", MTO(M_INTENT) | MTO(M_IDLE)},
+    /* on_intent: its WAIT (acks_wait); on_intent_acked: ready, or end_intent; finish */
+    [M_INTENT] = {"intent", MTO(M_INTENT) | MTO(M_END) | MTO(M_IDLE)},
+    /* parts_done, on_parts_acked: the primary, or undo_made */
+    [M_PARTS] = {"parts", MTO(M_PRIMARY) | MTO(M_UNDO)},
+    /* on_primary: the WAIT, end_intent, undo_made, finish (outcome unknown) */
+    [M_PRIMARY] = {"primary", MTO(M_ACKS) | MTO(M_END) | MTO(M_UNDO) | MTO(M_IDLE)},
+    /* on_acked: end_intent, or finish (outcome unknown) */
+    [M_ACKS] = {"acks", MTO(M_END) | MTO(M_IDLE)},
+    /* undo_made (no intent: end_intent finishes), on_undone, on_undos_acked: end_intent, finish */
+    [M_UNDO] = {"undo", MTO(M_END) | MTO(M_IDLE)},
+    /* on_intent_gone: finish */
+    [M_END] = {"end", MTO(M_IDLE)},
+};
+_Static_assert(M_COUNT <= 32, "a state's next states are a 32-bit mask");
 
 /* A candidate segment. */
 struct mseg {
@@ -80,6 +111,19 @@ struct multi {
     struct store_conns pconns; /* the primary's */
     struct multi_result res;
 };
+
+/* The one way an attempt changes state: the move must be in the table `mstates` (an assertion in
+ * debug builds, an error line in release builds). */
+static void m_move(struct multi *m, enum mstate next)
+{
+    if (!(mstates[m->state].next & MTO(next))) {
+        log_msg(CONFIG_LOG_ERROR, "multi_bad_transition",
+                "sku %s: state %s to %s is not in the table of order_multi.c", m->rq.sku,
+                mstates[m->state].name, mstates[next].name);
+        assert(!"a multi-segment attempt's state change that is not in the table");
+    }
+    m->state = next;
+}
 
 static void finish(struct multi *m, enum order_outcome out);
 static void undo_made(struct multi *m, enum order_outcome out);
@@ -195,7 +239,7 @@ static void finish(struct multi *m, enum order_outcome out)
     if (m->any_made) /* issue 29: a second walk would reuse the hex of parts that may exist */
         m->res.again = m->res.reload = 0;
     m->res.out = out;
-    m->state = M_IDLE;
+    m_move(m, M_IDLE);
     m->cb(m->arg, MULTI_DONE);
 }
 
@@ -308,7 +352,7 @@ static void tries_done(struct multi *m)
         drop_all(m);
         m->waited = 1;
         m->wi = 0;
-        m->state = M_WAIT;
+        m_move(m, M_WAIT);
         wait_next(m);
         return;
     }
@@ -325,7 +369,7 @@ static void tries_done(struct multi *m)
  * with what is held, covers the order; all tried at once. */
 static void try_more(struct multi *m)
 {
-    m->state = M_TRY;
+    m_move(m, M_TRY);
     long long need = m->rq.qty - m->held;
     int first = m->next, count = 0;
     while (m->next < m->n && need > 0) {
@@ -449,7 +493,7 @@ static void plan(struct multi *m)
     }
     if (m->res.parts == 1) {
         snprintf(m->deadline, sizeof(m->deadline), "%s", m->rq.claim_expiry);
-        m->state = M_IDLE;
+        m_move(m, M_IDLE);
         m->cb(m->arg, MULTI_READY);
         return;
     }
@@ -470,7 +514,7 @@ static void plan(struct multi *m)
     snprintf(version, sizeof(version), "%" PRId64, m->rq.version);
     const char *keys[2] = {m->multi_key, meta};
     const char *args[5] = {m->rq.token, p->id, m->parts, budget, version};
-    m->state = M_INTENT;
+    m_move(m, M_INTENT);
     store_script_async(m->rq.app->store, m->rq.lc, m->rq.ar, SCRIPT_MULTI_BEGIN, 2, keys, 5, args,
                        on_intent, m);
 }
@@ -478,7 +522,7 @@ static void plan(struct multi *m)
 static void ready(struct multi *m)
 {
     faultpoint("multi_intent");
-    m->state = M_IDLE;
+    m_move(m, M_IDLE);
     m->cb(m->arg, MULTI_READY);
 }
 
@@ -533,7 +577,7 @@ static void on_intent(lc_status st, const redisReply *r, const char *errstr, voi
     /* the commits refuse after the intent's deadline, or the key claim's, whichever is first */
     long long claim = atoll(m->rq.claim_expiry);
     snprintf(m->deadline, sizeof(m->deadline), "%lld", claim > 0 && claim < d ? claim : d);
-    m->state = M_INTENT;
+    m_move(m, M_INTENT);
     acks_wait(m, &m->conns, on_intent_acked);
 }
 
@@ -678,7 +722,7 @@ static void on_parts_acked(void *arg, long long acks)
     struct mseg *p = &m->s[m->primary];
     struct store_commit_call c;
     part_call(m, p, 1, m->primary_rec, &c);
-    m->state = M_PRIMARY;
+    m_move(m, M_PRIMARY);
     m->pending = 1;
     if (seglock_eval(p->lock, store_script(m->rq.app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE,
                      c.nkeys, c.keys, c.nargs, c.args, on_primary, p) != LC_OK) {
@@ -729,7 +773,7 @@ static void on_primary(struct seglock *lock, lc_status st, const redisReply *r, 
     m->res.record = strdup(rec);
     faultpoint("multi_primary");
     if (m->rq.app->cfg.redis_replica_acks > 0) {
-        m->state = M_ACKS;
+        m_move(m, M_ACKS);
         acks_wait(m, &m->pconns, on_acked);
         return;
     }
@@ -753,7 +797,7 @@ static void end_intent(struct multi *m, enum order_outcome out)
         finish(m, out);
         return;
     }
-    m->state = M_END;
+    m_move(m, M_END);
     const char *argv[3] = {"HDEL", m->multi_key, m->rq.token};
     store_command_async(m->rq.lc, m->rq.ar, 3, argv, on_intent_gone, m);
 }
@@ -806,7 +850,7 @@ static void undo_made(struct multi *m, enum order_outcome out)
     drop_all(m);
     m->res.out = out;
     m->res.record = NULL;
-    m->state = M_UNDO;
+    m_move(m, M_UNDO);
     int n = 0;
     for (int i = 0; i < m->n; i++)
         n += m->s[i].made;
@@ -839,7 +883,7 @@ void multi_commit(struct multi *m, int abort)
         end_intent(m, OUT_UNAVAILABLE);
         return;
     }
-    m->state = M_PARTS;
+    m_move(m, M_PARTS);
     memset(&m->conns, 0, sizeof(m->conns)); /* the parts' WAITs: on their connections */
     int n = 0;
     for (int i = 0; i < m->n; i++)

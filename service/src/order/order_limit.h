@@ -1,0 +1,66 @@
+/*
+ * The per-user limit as its own state machine (order_limit.c; docs/design.md "Per-user limits"
+ * and "The order path as a state machine"): the order machine (order_fsm.c) hands an order of a
+ * SKU with a limit over to it before the walk (limit_reserve: the units against the user's
+ * count) and, when the order then fails, at the end (limit_release: the units given back), and
+ * gets the result back (order_limited, order_limit_released). The reservation's numbers are
+ * here too: the commit checks the limit itself on one Redis (in_commit), and a 409 names it.
+ */
+#ifndef INVENTORY_ORDER_LIMIT_H
+#define INVENTORY_ORDER_LIMIT_H
+
+#include "order_fsm.h"
+
+/* The limit's states: what it waits for (the event in brackets). */
+enum lstate {
+    LM_IDLE,     /* nothing yet: no reservation asked (or the commit checks the limit itself) */
+    LM_RESERVE,  /* [reply] the USER_RESERVE script: the units against the user's limit */
+    LM_VERIFY,   /* [batch] HGET of the orders of the user's entries past their deadline */
+    LM_RESOLVE,  /* [reply] the USER_RESOLVE script settling those entries as found */
+    LM_WAIT,     /* [reply] WAIT on the reservation's connection (replicas first) */
+    LM_BACK,     /* handed back to the order (order_limited): reserved, or the answer */
+    LM_RELEASE,  /* [reply] the USER_RELEASE script: a failed order gives its units back */
+    LM_RELEASED, /* handed back (order_limit_released): the end goes on */
+    LM_COUNT
+};
+
+/* A per-user reservation's state and strings (docs/design.md "Per-user limits"): allocated for
+ * an order of a SKU with a limit only. */
+#define USER_UNCERTAIN_MAX 8
+struct user_resv {
+    enum lstate state;
+    char users[STORE_KEY_MAX], meta[STORE_KEY_MAX];
+    char qty[24], bound[24], margin[24];
+    int reserved;   /* this request's entry is written: a failed order removes it */
+    int in_commit;  /* checked by the commit itself (one Redis): no reservation before the walk */
+    long long open; /* the commit's refusal: entries not known to have committed */
+    int verified;   /* the entries past their deadline were looked for once */
+    long long limit, held;
+    int nseg; /* segments to look in: [0, nseg) */
+    int n;    /* entries to look for (STORE_RESERVE_OVER) */
+    char hex[USER_UNCERTAIN_MAX][IDS_ORDER_HEX + 1];
+    char exp[USER_UNCERTAIN_MAX][24];
+    int past[USER_UNCERTAIN_MAX]; /* past its commit deadline, or known committed */
+};
+
+/* Takes the order (state OS_LIMIT; o->uv filled): reserves its units against the user's limit;
+ * order_limited when decided. */
+void limit_reserve(struct order *o);
+
+/* The order's event while the limit holds it (OS_LIMIT, OS_LIMIT_RELEASE). */
+void limit_step(struct order *o, const struct oev *e);
+
+/* 1 when an order ending with out must give its reservation back first (its entry is written
+ * and nothing may have committed). */
+int limit_to_release(const struct order *o, enum order_outcome out);
+
+/* Takes the order (state OS_LIMIT_RELEASE): gives its units back; order_limit_released. */
+void limit_release(struct order *o);
+
+/* 1 when the limit waits on a write whose connection a WAIT must then use (the reservation). */
+int limit_carries_write(const struct user_resv *uv);
+
+/* 1 while the limit's batch of order reads is in flight (its replies are read as records). */
+int limit_verifying(const struct user_resv *uv);
+
+#endif
