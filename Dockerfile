@@ -22,6 +22,7 @@ COPY lockcore lockcore
 COPY service service
 COPY loadtest loadtest
 COPY config config
+COPY tools tools
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local \
  && cmake --build build -j"$(nproc)" --target inventoryd inventory-sink \
  && DESTDIR=/out cmake --install build --strip --component runtime
