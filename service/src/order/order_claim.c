@@ -4,10 +4,12 @@
  * meaning, the table of legal moves, and one move function, cl_move(), that checks every change
  * against it. The order machine (order_fsm.c) hands a request with a key over to it in state
  * OS_CLAIM (claim_begin) and passes it every event of the order until it hands the order back
- * with a result (order_claimed); after the order, in OS_CLAIM_SETTLE, it settles the claim
- * (claim_settle, then order_claim_settled). What a reply means is decided by order_idem.c (pure,
- * unit-tested); this file sends the scripts and acts. Its Redis calls go through the order
- * (order_fsm.h), which counts them against the order's budget.
+ * with a result (back->claimed); after the order, in OS_CLAIM_SETTLE, it settles the claim
+ * (claim_settle, then back->settled). The hand-back is the table of the order machine's
+ * functions given at the hand-over (struct claim_back), so this file never calls order_fsm.c by
+ * name. What a reply means is decided by order_idem.c (pure, unit-tested); this file sends the
+ * scripts and acts. Its Redis calls go through the order's I/O (order_io.h), which counts them
+ * against the order's budget.
  *
  *   IDLE -> CLAIM <-> FETCH / FIND -> ADOPT / TAKEOVER / PAUSE
  *             |  (owned)
@@ -47,9 +49,9 @@ enum cstate {
     CL_TAKEOVER, /* [reply] IDEM_TAKEOVER taking the claim for this request */
     CL_PAUSE,    /* [timer] a claim still pending elsewhere: look again after a pause */
     CL_WAIT,     /* [reply] WAIT on the claim's connection: the claim on replicas first */
-    CL_BACK,     /* handed back to the order (order_claimed): owned, or the answer */
+    CL_BACK,     /* handed back to the order (back->claimed): owned, or the answer */
     CL_SETTLE,   /* [reply] IDEM_SWAP settling the claim after the order */
-    CL_SETTLED,  /* handed back (order_claim_settled): the order answers */
+    CL_SETTLED,  /* handed back (back->settled): the order answers */
     CL_COUNT
 };
 
@@ -58,6 +60,7 @@ enum cstate {
  * them. */
 struct idem_claim {
     enum cstate state;
+    const struct claim_back *back; /* the order machine's (claim_begin, claim_settle) */
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
     char claim_value[64];
     char bound[24], ttl[24], margin[24], token[40];
@@ -132,9 +135,8 @@ static void cl_move(struct order *o, enum cstate next)
 /* The claim is decided: back to the order (no claim at all when it could not be allocated). */
 static void claim_back(struct order *o, enum order_outcome out)
 {
-    if (o->ic)
-        cl_move(o, CL_BACK);
-    order_claimed(o, out);
+    cl_move(o, CL_BACK);
+    o->ic->back->claimed(o, out);
 }
 
 static void idem_unavailable(struct order *o)
@@ -180,15 +182,16 @@ static void idem_takeover(struct order *o)
  * (written atomically with the order) and the claim is taken over. No instance's clock decides
  * anything. The commit refuses to run after the claim's expiry (claim_expiry).
  */
-void claim_begin(struct order *o)
+void claim_begin(struct order *o, const struct claim_back *back)
 {
     const struct config *cfg = &o->app->cfg;
     if (!o->ic && !(o->ic = calloc(1, sizeof(*o->ic)))) {
         log_msg(CONFIG_LOG_WARN, "order_unavailable", "sku %s: out of memory", o->in.sku);
         response_error(&o->ar->res, ERROR_UNAVAILABLE, "out of memory, retry later");
-        claim_back(o, OUT_IDEM_FAILED);
+        back->claimed(o, OUT_IDEM_FAILED); /* no claim at all */
         return;
     }
+    o->ic->back = back;
     char base[STORE_KEY_MAX];
     store_sku_key(base, o->in.sku, "idem:");
     snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%s", base, o->idem);
@@ -433,8 +436,9 @@ int claim_to_settle(const struct order *o)
 /* Settles the claim after the order: the order id on success, deleted on a definite failure
  * (claim_to_settle leaves it pending when the outcome is unknown, when a replay then recovers
  * it, or when the loop is ending). */
-void claim_settle(struct order *o)
+void claim_settle(struct order *o, const struct claim_back *back)
 {
+    o->ic->back = back;
     const char *final = order_idem_final(o->out) == IDEM_FINAL_ORDER ? o->order_id : "";
     const char *keys[1] = {o->ic->claim};
     const char *args[2] = {o->ic->claim_value, final};
@@ -447,7 +451,7 @@ static void on_settle(struct order *o, const struct oev *e)
 {
     (void)e;
     cl_move(o, CL_SETTLED);
-    order_claim_settled(o);
+    o->ic->back->settled(o);
 }
 
 void claim_step(struct order *o, const struct oev *e)

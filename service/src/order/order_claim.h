@@ -3,23 +3,36 @@
  * path as a state machine"): the order machine (order_fsm.c) hands a request with a key over to
  * it before the order (claim_begin: claim the key, or replay the order it names) and after it
  * (claim_settle: the claim made final, deleted or left pending), and gets the result back
- * (order_claimed, order_claim_settled). Its decisions on a reply are order_idem.c's (pure).
+ * through the table it gives at the hand-over (struct claim_back), never by name: this machine
+ * uses only the order's record and I/O (order_io.h). Its decisions on a reply are order_idem.c's
+ * (pure).
  */
 #ifndef INVENTORY_ORDER_CLAIM_H
 #define INVENTORY_ORDER_CLAIM_H
 
 #include <hiredis/hiredis.h>
 
-#include "order_fsm.h"
+#include "order_io.h"
 
 /* How far past a claim's expiry (Redis ms) another request may take the key over: room for
  * the clocks of two Redis nodes (the claim's and the commit's, on a cluster) to differ. A
  * per-user reservation's deadline has the same margin. */
 #define IDEM_TAKEOVER_MARGIN_MS 1000
 
+/* What the claim hands the order back with: the order machine's functions, given at the
+ * hand-over (claim_begin, claim_settle) and kept with the claim's state. */
+struct claim_back {
+    /* The claim is decided: OUT_CREATED the key is this request's (the order goes on), any
+     * other outcome is the answer (OUT_REPLAYED, OUT_IDEM_FAILED with the response filled,
+     * OUT_OVER_BUDGET). */
+    void (*claimed)(struct order *o, enum order_outcome out);
+    /* The claim is settled after the order (claim_settle): the answer. */
+    void (*settled)(struct order *o);
+};
+
 /* Takes the order (state OS_CLAIM, layout known): claims its key (o->idem) or replays the order
- * the key names; order_claimed when decided. */
-void claim_begin(struct order *o);
+ * the key names; back->claimed when decided. */
+void claim_begin(struct order *o, const struct claim_back *back);
 
 /* The order's event while the claim holds it (OS_CLAIM, OS_CLAIM_SETTLE). */
 void claim_step(struct order *o, const struct oev *e);
@@ -28,8 +41,9 @@ void claim_step(struct order *o, const struct oev *e);
  * key, the outcome is definite or the order's id, the loop is not ending); 0: answer at once. */
 int claim_to_settle(const struct order *o);
 
-/* Takes the order (state OS_CLAIM_SETTLE): settles the claim; order_claim_settled when done. */
-void claim_settle(struct order *o);
+/* Takes the order (state OS_CLAIM_SETTLE, claim_to_settle said 1): settles the claim;
+ * back->settled when done. */
+void claim_settle(struct order *o, const struct claim_back *back);
 
 /* 1 when the claim's state is waiting on a write whose connection a WAIT must then use. */
 int claim_carries_write(const struct idem_claim *ic);

@@ -28,12 +28,16 @@
  * step(o, ev) runs it. Every change of state goes through set_state(), checked against the
  * table `states` (the states each may go to, and the functions that take it there), which
  * also deletes a timed state's timer and keeps the critical-section gauge. The callbacks
- * (on_reply, on_acquired, ...) only translate a lockcore result into an event. Two
- * sub-protocols are machines of their own, with their own states and tables: the
+ * (order_on_reply in order_io.c, on_acquired, ...) only translate a lockcore result into an
+ * event. Two sub-protocols are machines of their own, with their own states and tables: the
  * Idempotency-Key claim (order_claim.c) and the per-user limit (order_limit.c); the order hands
- * itself over to them (OS_CLAIM, OS_LIMIT, ...: every event goes to them) and they hand it back
- * with a result (order_claimed, order_limited, ...; order_fsm.h). The decisions that need no
- * I/O are in order_walk.c and order_idem.c. The strategies are a table (struct
+ * itself over to them (OS_CLAIM, OS_LIMIT, ...: every event goes to them) with the table of its
+ * hand-back functions (claim_hand_back, limit_hand_back), and they hand it back with a result
+ * through it (order_claimed, order_limited, ...), never by name. The order's record, its Redis
+ * I/O and call budget, which all three use, are order_io.c's (order_io.h): the calls run one
+ * way, this file -> the sub-machines -> order_io.c, whose events reach step() through the
+ * hooks set in o->io (io_hooks). The decisions that need no I/O are in order_walk.c and
+ * order_idem.c. The strategies are a table (struct
  * strategy): how one segment is tried, and whether there is a walk at all.
  *
  * Ownership. order_create_async allocates the order; it owns itself until answer(), which
@@ -68,8 +72,8 @@
 #include "metrics.h"
 #include "order.h"
 #include "order_claim.h"
-#include "order_fsm.h"
 #include "order_idem.h"
+#include "order_io.h"
 #include "order_limit.h"
 #include "order_multi.h"
 #include "order_outcome.h"
@@ -92,12 +96,16 @@ struct strategy {
     void (*start)(struct order *o);
 };
 
-struct bslot {
-    struct order *o;
-    int i;
-};
-
 static void step(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+static void order_claimed(struct order *o, enum order_outcome out);
+static void order_claim_settled(struct order *o);
+static void order_limited(struct order *o, enum order_outcome out);
+static void order_limit_released(struct order *o);
+
+/* The hand-back tables the sub-machines get at the hand-over (order_claim.h, order_limit.h):
+ * they return the order through these, never by name. */
+static const struct claim_back claim_hand_back = {order_claimed, order_claim_settled};
+static const struct limit_back limit_hand_back = {order_limited, order_limit_released};
 static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
@@ -106,88 +114,11 @@ static void note_seen(struct order *o, int k, long long stock);
 
 /* ---- small helpers ---- */
 
-/* Keeps msg as the order's reason when st is a failure (a busy or lost lock and a lock wait's
- * timeout are outcomes, not failures). The message comes with the result (lockcore_async.h),
- * never from lc_errmsg(), which is the last failure of any request of the loop; it is read
- * there only right after a call that failed to start. */
-static void note_why(struct order *o, lc_status st, const char *msg)
-{
-    if (st != LC_OK && st != LC_EBUSY && st != LC_ETIMEOUT && st != LC_ELOST)
-        snprintf(o->why, sizeof(o->why), "%s", msg && *msg ? msg : lc_status_name(st));
-}
-
-/* A random number from a per-thread generator (segment choice, claim tokens; order ids come
- * from ids.c). */
-static uint64_t rnd64(void)
-{
-    static _Thread_local uint64_t s;
-    if (s == 0) {
-        if (getrandom(&s, sizeof(s), 0) != sizeof(s))
-            s = (uint64_t)clock_wall_ms() ^ (uint64_t)(uintptr_t)&s;
-        s |= 1;
-    }
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s * 0x2545F4914F6CDD1DULL;
-}
-
 /* Enters the timed state next with its timer armed for ms. */
 static void set_state_timed(struct order *o, enum ostate next, int ms)
 {
     set_state(o, next);
     order_timer_arm(o, ms);
-}
-
-void order_timer_arm(struct order *o, int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(o->timer, &tv);
-    o->timer_on = 1;
-}
-
-void order_timer_stop(struct order *o)
-{
-    if (o->timer_on) {
-        evtimer_del(o->timer);
-        o->timer_on = 0;
-    }
-}
-
-/* Counts n Redis calls of the order. */
-static void spend(struct order *o, int n)
-{
-    o->calls += n;
-}
-
-/* The calls the end of an order needs whatever happens: the WAIT after a commit
- * (--redis-replica-acks), the settling of its Idempotency-Key claim, the release of its per-user
- * reservation. over_budget keeps them out of every step's share. */
-static int end_calls(const struct order *o)
-{
-    return (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
-}
-
-/* 1 when a step of n more Redis calls would take the order past its budget, keeping what the
- * end of the order needs (end_calls). */
-static int over_budget(const struct order *o, int n)
-{
-    return o->calls + n + end_calls(o) > o->app->cfg.order_redis_call_budget;
-}
-
-void order_note_why(struct order *o, lc_status st, const char *msg)
-{
-    note_why(o, st, msg);
-}
-
-uint64_t order_rnd64(void)
-{
-    return rnd64();
-}
-
-int order_over_budget(const struct order *o, int n)
-{
-    return over_budget(o, n);
 }
 
 /* Takes what the cache knows now into o->view when the cache still holds o->view's version.
@@ -248,8 +179,8 @@ static enum seg_result version_differs(struct order *o, int k, long long sver)
     case VV_STALE: o->stale_from = o->view.version; return SEG_STALE;
     case VV_AHEAD: break;
     }
-    if (!over_budget(o, 1)) { /* else the next reader raises the counter */
-        spend(o, 1);
+    if (!order_over_budget(o, 1)) { /* else the next reader raises the counter */
+        order_spend(o, 1);
         layout_note_ahead(o->app->store, o->lc, o->in.sku, k, sver, o->view.version);
     }
     return SEG_ERROR;
@@ -265,8 +196,8 @@ static enum seg_result rules_differ(struct order *o, int k, long long seen)
         o->rules_stale_from = o->view.rules.version;
         return SEG_STALE;
     }
-    if (!over_budget(o, 1)) { /* else the next reader does it */
-        spend(o, 1);
+    if (!order_over_budget(o, 1)) { /* else the next reader does it */
+        order_spend(o, 1);
         layout_note_rules_ahead(o->app->store, o->lc, o->in.sku, k, seen, o->view.rules.version);
     }
     return SEG_ERROR;
@@ -420,33 +351,51 @@ static void gate_leave(struct order *o)
 
 /* ---- lockcore callbacks: each turns a result into an event ---- */
 
-/* Notes the connection that carried a claim, a per-user reservation or a commit: the WAIT that
- * vouches for it must go on that connection (lockcore_async.h, lc_async_wait). */
-static void note_ref(struct order *o)
+/* The order's I/O (order_io.c) asks: did the call just answered carry a write a WAIT must vouch
+ * for? A claim's or a per-user reservation's (the sub-machine holding the order says), or a
+ * commit. */
+static int io_carries_write(const struct order *o)
 {
-    if ((o->state == OS_CLAIM && claim_carries_write(o->ic)) ||
-        (o->state == OS_LIMIT && limit_carries_write(o->uv)) || o->state == OS_COMMIT ||
-        o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT)
-        o->have_ref = lc_async_reply_conn(o->lc, &o->ref) == 0;
+    return (o->state == OS_CLAIM && claim_carries_write(o->ic)) ||
+           (o->state == OS_LIMIT && limit_carries_write(o->uv)) || o->state == OS_COMMIT ||
+           o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT;
 }
 
-static void on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+/* A batch's reply i, answered (o->batch_ints[i] is its integer): the per-user limit's
+ * verification reads records, the claim's find takes the first order id. */
+static void io_batch_reply(struct order *o, int i, const redisReply *r)
 {
-    note_ref(arg);
-    note_why(arg, st, errstr);
-    step(arg, EV_REPLY, st, r);
+    if (o->state == OS_LIMIT && limit_verifying(o->uv)) /* a record: 1 live, 2 ended, 0 none */
+        /* (a part of a multi-segment order is not its order: its primary is, SPEC §13) */
+        o->batch_ints[i] = r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "\"part_of\"")
+                               ? (strstr(r->str, "\"status\":\"cancelled\"") ||
+                                          strstr(r->str, "\"status\":\"expired\"")
+                                      ? 2
+                                      : 1)
+                               : 0;
+    else if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
+        claim_note_found(o->ic, r->str);
+        o->batch_found = 1;
+    }
 }
+
+/* What the order's I/O hands back to this machine (o->io). */
+static const struct order_io_hooks io_hooks = {
+    .event = step,
+    .carries_write = io_carries_write,
+    .batch_reply = io_batch_reply,
+};
 
 static void on_acquired(struct seglock *lock, lc_status st, const redisReply *v, void *arg)
 {
-    note_why(arg, st, seglock_errmsg(lock));
+    order_note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_ACQUIRED, st, v);
 }
 
 static void on_evaluated(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
-    note_ref(arg);
-    note_why(arg, st, seglock_errmsg(lock));
+    order_note_ref(arg);
+    order_note_why(arg, st, seglock_errmsg(lock));
     step(arg, EV_EVAL, st, r);
 }
 
@@ -458,104 +407,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     step(arg, EV_TIMER, LC_OK, NULL);
 }
 
-static void on_batch_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
-{
-    struct bslot *s = arg;
-    struct order *o = s->o;
-    if (st != LC_OK) {
-        note_why(o, st, errstr);
-        o->batch_failed = 1;
-    } else {
-        o->batch_ints[s->i] = store_reply_int(r, 0);
-        if (o->state == OS_LIMIT && limit_verifying(o->uv)) /* a record: 1 live, 2 ended, 0 none */
-            /* (a part of a multi-segment order is not its order: its primary is, SPEC §13) */
-            o->batch_ints[s->i] =
-                r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "\"part_of\"")
-                    ? (strstr(r->str, "\"status\":\"cancelled\"") ||
-                               strstr(r->str, "\"status\":\"expired\"")
-                           ? 2
-                           : 1)
-                    : 0;
-        else if (o->ic && !o->batch_found && r && r->type == REDIS_REPLY_STRING) {
-            claim_note_found(o->ic, r->str);
-            o->batch_found = 1;
-        }
-    }
-    if (--o->batch_left == 0)
-        step(o, EV_BATCH, LC_OK, NULL);
-}
-
-/* ---- starting operations (each leaves the order in a state waiting for its event) ---- */
-
-void order_script(struct order *o, enum store_script id, int nkeys, const char *const *keys,
-                  int nargs, const char *const *args)
-{
-    spend(o, 1);
-    lc_status st = lc_async_script(o->lc, store_script(o->app->store, id), nkeys, keys, NULL, nargs,
-                                   args, NULL, on_reply, o);
-    if (st != LC_OK) {
-        note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
-        step(o, EV_REPLY, LC_EIO, NULL);
-    }
-}
-
-void order_command(struct order *o, int argc, const char *const *argv)
-{
-    spend(o, 1);
-    if (lc_async_command(o->lc, argc, argv, NULL, on_reply, o) != LC_OK)
-        step(o, EV_REPLY, LC_EIO, NULL);
-}
-
-/* A start failure counts as a failed reply. */
-void order_batch(struct order *o, int n, const char *const (*argvs)[3], int argc)
-{
-    spend(o, n);
-    free(o->batch_ints);
-    free(o->slots);
-    o->batch_ints = calloc((size_t)n, sizeof(*o->batch_ints));
-    o->slots = calloc((size_t)n, sizeof(*o->slots));
-    o->batch_n = n;
-    o->batch_left = n + 1; /* + 1 for this function: the batch ends after every start */
-    o->batch_failed = 0;
-    o->batch_found = 0;
-    if (!o->batch_ints || !o->slots) {
-        note_why(o, LC_ENOMEM, "out of memory");
-        o->batch_failed = 1;
-        o->batch_left = 1;
-    } else {
-        for (int i = 0; i < n; i++) {
-            o->slots[i].o = o;
-            o->slots[i].i = i;
-            lc_status st =
-                lc_async_command(o->lc, argc, argvs[i], NULL, on_batch_reply, &o->slots[i]);
-            if (st != LC_OK) {
-                note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
-                o->batch_failed = 1;
-                o->batch_left--;
-            }
-        }
-    }
-    if (--o->batch_left == 0)
-        step(o, EV_BATCH, LC_OK, NULL);
-}
-
 /* Sends a batch in state next (order_batch). */
 static void run_batch(struct order *o, enum ostate next, int n, const char *const (*argvs)[3],
                       int argc)
 {
     set_state(o, next);
     order_batch(o, n, argvs, argc);
-}
-
-void order_replicas_wait(struct order *o)
-{
-    if (!o->have_ref) {
-        step(o, EV_REPLY, LC_EIO, NULL);
-        return;
-    }
-    spend(o, 1);
-    store_replica_wait_ref_async(o->lc, &o->ref, o->app->cfg.redis_replica_acks,
-                                 o->app->cfg.redis_timeout_ms, on_reply, o);
 }
 
 /* With --redis-replica-acks N: enters state (waiting for EV_REPLY) and WAITs N on the
@@ -600,9 +457,9 @@ static int take_layout(struct order *o, int found, const struct layout *l)
 static void on_layout_back(void *arg, int found, struct layout *l)
 {
     struct order *o = arg;
-    spend(o, l->calls);
+    order_spend(o, l->calls);
     if (found < 0)
-        note_why(o, LC_EIO, l->why);
+        order_note_why(o, LC_EIO, l->why);
     switch (o->layout_job) {
     case LJ_LOAD: o->off_rc = take_layout(o, found, l); break;
     case LJ_RELOAD:
@@ -636,7 +493,7 @@ static void run_layout(struct order *o, enum ostate next, enum layout_job job)
 {
     /* A settle may take a script per segment; a heal does. */
     int cost = job == LJ_SETTLE ? 3 + o->view.segments : 1;
-    if (over_budget(o, cost)) {
+    if (order_over_budget(o, cost)) {
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
@@ -675,16 +532,16 @@ static void commit_segment(struct order *o)
     }
     struct store_commit_call c;
     commit_args(o, &c);
-    spend(o, 1);
+    order_spend(o, 1);
     /* A commit that does not start was never sent: its status (never LC_EIO) says nothing
      * changed. */
     lc_status st;
     if (o->app->cfg.strategy == STRATEGY_ATOMIC) {
         set_state(o, OS_ATOMIC_COMMIT);
         st = lc_async_script(o->lc, store_script(o->app->store, SCRIPT_COMMIT_ATOMIC), c.nkeys,
-                             c.keys, NULL, c.nargs, c.args, NULL, on_reply, o);
+                             c.keys, NULL, c.nargs, c.args, NULL, order_on_reply, o);
         if (st != LC_OK) {
-            note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
+            order_note_why(o, st, lc_errmsg()); /* not started: the message just recorded */
             step(o, EV_REPLY, st, NULL);
         }
         return;
@@ -693,7 +550,7 @@ static void commit_segment(struct order *o)
     if (o->gate_k >= 0 && o->chain + 1 < GATE_CHAIN_MAX &&
         seggate_queued(o->gates, o->in.sku, o->gate_k) > 0 && !seglock_lost(o->lock) &&
         seglock_eval_detached(o->lock, store_script(o->app->store, SCRIPT_COMMIT), c.nkeys, c.keys,
-                              c.nargs, (const char **)c.args, on_reply, o) == LC_OK) {
+                              c.nargs, (const char **)c.args, order_on_reply, o) == LC_OK) {
         /* The next queued order of the loop takes over the hold and the gate. */
         struct seggate_waiter *w = seggate_leave(o->gates, o->in.sku, o->gate_k);
         struct order *n = w->owner;
@@ -707,7 +564,7 @@ static void commit_segment(struct order *o)
     st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), LC_EVAL_RELEASE, c.nkeys,
                       c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
     if (st != LC_OK) {
-        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+        order_note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_EVAL, st, NULL);
     }
 }
@@ -742,12 +599,12 @@ static void try_segment_locked(struct order *o, int k)
     /* the acquire (on each lock node and the data Redis with --lock-redis), and its release
      * when the segment cannot serve */
     int cost = (env.n > 0 ? env.n + 1 : 1) + 1;
-    if (over_budget(o, cost)) {
+    if (order_over_budget(o, cost)) {
         gate_leave(o);
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
-    spend(o, cost - 1);
+    order_spend(o, cost - 1);
     o->k = k;
     if (o->gate_k != k) {
         gate_leave(o); /* never owned here: one segment at a time */
@@ -766,7 +623,7 @@ static void try_segment_locked(struct order *o, int k)
     set_state(o, OS_ACQUIRE);
     if (seglock_new(&env, sk.lock, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
-        note_why(o, LC_ENOMEM, "lock handle: out of memory");
+        order_note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
@@ -774,7 +631,7 @@ static void try_segment_locked(struct order *o, int k)
     o->t0 = clock_mono_ms();
     lc_status st = seglock_acquire(o->lock, o->waiting, 2, reads, on_acquired, o);
     if (st != LC_OK) {
-        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+        order_note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
     }
 }
@@ -782,7 +639,7 @@ static void try_segment_locked(struct order *o, int k)
 /* Atomic: one lock-free script on segment k. */
 static void try_segment_atomic(struct order *o, int k)
 {
-    if (over_budget(o, 1)) {
+    if (order_over_budget(o, 1)) {
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
@@ -804,16 +661,16 @@ static void single_start(struct order *o)
     set_state(o, OS_SINGLE_ACQUIRE);
     if (seglock_new(&env, name, &lo, &o->lock) != LC_OK) {
         o->lock = NULL;
-        note_why(o, LC_ENOMEM, "lock handle: out of memory");
+        order_note_why(o, LC_ENOMEM, "lock handle: out of memory");
         step(o, EV_ACQUIRED, LC_EIO, NULL);
         return;
     }
     int64_t wait = o->deadline_ms - clock_mono_ms();
-    spend(o, (env.n > 0 ? env.n + 1 : 1) + 1); /* the acquire, and the release at the end */
+    order_spend(o, (env.n > 0 ? env.n + 1 : 1) + 1); /* the acquire, and the release at the end */
     o->t0 = clock_mono_ms();
     lc_status st = seglock_acquire(o->lock, wait > 0 ? (int)wait : 0, 0, NULL, on_acquired, o);
     if (st != LC_OK) {
-        note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+        order_note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
         step(o, EV_ACQUIRED, LC_EIO, NULL);
     }
 }
@@ -833,7 +690,7 @@ static void single_next(struct order *o)
         if (skucache_is_empty(&o->view, k))
             continue;
         o->k = k;
-        if (over_budget(o, 1) || !make_record(o, k)) {
+        if (order_over_budget(o, 1) || !make_record(o, k)) {
             o->sres = SEG_ERROR;
             break;
         }
@@ -841,11 +698,11 @@ static void single_next(struct order *o)
         commit_args(o, &c);
         o->i++;
         set_state(o, OS_SINGLE_COMMIT);
-        spend(o, 1);
+        order_spend(o, 1);
         lc_status st = seglock_eval(o->lock, store_script(o->app->store, SCRIPT_COMMIT), 0, c.nkeys,
                                     c.keys, c.nargs, (const char **)c.args, on_evaluated, o);
         if (st != LC_OK) { /* not sent: never LC_EIO, so not "unknown" */
-            note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
+            order_note_why(o, st, "the lock operation did not start"); /* seglock sets no message */
             step(o, EV_EVAL, st, NULL);
         }
         return;
@@ -973,7 +830,7 @@ static void wait_for_busy(struct order *o, int64_t left)
 {
     int nseg = o->view.segments;
     metrics_lock_wait();
-    int at = order_walk_busy_nth(&o->w, (int)(rnd64() % (uint64_t)o->w.nbusy)), best = -1,
+    int at = order_walk_busy_nth(&o->w, (int)(order_rnd64() % (uint64_t)o->w.nbusy)), best = -1,
         best_q = 0;
     for (int j = 0; j < nseg; j++) {
         int k = (at + j) % nseg;
@@ -1020,7 +877,7 @@ static void gate_on_timer(struct order *o)
     if (o->lock) {
         /* Handed the hold too (GATE_CHAIN_MAX): straight into the critical section; the commit
          * finds out whether the segment still has enough. */
-        if (over_budget(o, 1)) {
+        if (order_over_budget(o, 1)) {
             drop_lock(o); /* released in the background */
             gate_leave(o);
             place_done(o, OUT_OVER_BUDGET);
@@ -1047,7 +904,7 @@ static void segment_done(struct order *o, enum seg_result r)
          * and reserves again (docs/design.md "Per-user limits"). */
         o->uv->in_commit = 0;
         set_state(o, OS_LIMIT);
-        limit_reserve(o);
+        limit_reserve(o, &limit_hand_back);
         return;
     }
     if (order_walk_settles(r)) {
@@ -1108,7 +965,7 @@ static void walk_start(struct order *o)
     o->gate_seen = 0;
     memset(o->w.busy, 0, sizeof(o->w.busy));
     o->w.retry = o->w.notready = 0;
-    o->start = (int)(rnd64() % (uint64_t)nseg);
+    o->start = (int)(order_rnd64() % (uint64_t)nseg);
     o->i = 0;
     o->tried = 0;
     walk_next(o);
@@ -1118,7 +975,7 @@ static void walk_start(struct order *o)
 static void recheck_start(struct order *o)
 {
     int nseg = o->view.segments;
-    if (over_budget(o, 2 * nseg)) {
+    if (order_over_budget(o, 2 * nseg)) {
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
@@ -1293,7 +1150,7 @@ static void rules_begin(struct order *o)
     }
     const struct config *cfg = &o->app->cfg;
     if (!o->uv && !(o->uv = calloc(1, sizeof(*o->uv)))) {
-        note_why(o, LC_ENOMEM, "out of memory");
+        order_note_why(o, LC_ENOMEM, "out of memory");
         place_done(o, OUT_UNAVAILABLE);
         return;
     }
@@ -1312,7 +1169,7 @@ static void rules_begin(struct order *o)
         return;
     }
     set_state(o, OS_LIMIT);
-    limit_reserve(o);
+    limit_reserve(o, &limit_hand_back);
 }
 
 static void answer(struct order *o);
@@ -1475,7 +1332,7 @@ static int multi_start(struct order *o)
          * under the reservation. */
         o->uv->in_commit = 0;
         set_state(o, OS_LIMIT);
-        limit_reserve(o);
+        limit_reserve(o, &limit_hand_back);
         return 1;
     }
     o->multi_tries++;
@@ -1497,7 +1354,7 @@ static int multi_start(struct order *o)
     rq.claim_expiry = o->claim_expiry;
     rq.rules = o->view.rules;
     rq.deadline_ms = o->deadline_ms;
-    rq.budget = o->app->cfg.order_redis_call_budget - o->calls - end_calls(o);
+    rq.budget = o->app->cfg.order_redis_call_budget - o->calls - order_end_calls(o);
     multi_free(o->multi);
     o->multi = multi_new(&rq, on_multi_cb, o);
     if (!o->multi)
@@ -1526,7 +1383,7 @@ static void on_multi(struct order *o, const struct oev *e)
         return;
     }
     struct multi_result *r = multi_result(o->multi);
-    spend(o, r->calls);
+    order_spend(o, r->calls);
     if (r->why[0])
         snprintf(o->why, sizeof(o->why), "%s", r->why);
     enum order_outcome out = r->out;
@@ -1596,13 +1453,13 @@ static void place_done(struct order *o, enum order_outcome out)
     if (limit_to_release(o, out)) {
         o->out = out;
         set_state(o, OS_LIMIT_RELEASE);
-        limit_release(o);
+        limit_release(o, &limit_hand_back);
         return;
     }
     o->out = out;
     if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED && claim_to_settle(o)) {
         set_state(o, OS_CLAIM_SETTLE);
-        claim_settle(o);
+        claim_settle(o, &claim_hand_back);
         return;
     }
     answer(o);
@@ -1614,10 +1471,10 @@ static void place_done(struct order *o, enum order_outcome out)
 static void claim_start(struct order *o)
 {
     set_state(o, OS_CLAIM);
-    claim_begin(o);
+    claim_begin(o, &claim_hand_back);
 }
 
-void order_claimed(struct order *o, enum order_outcome out)
+static void order_claimed(struct order *o, enum order_outcome out)
 {
     if (out != OUT_CREATED) {
         place_done(o, out);
@@ -1628,12 +1485,12 @@ void order_claimed(struct order *o, enum order_outcome out)
     round_begin(o);
 }
 
-void order_claim_settled(struct order *o)
+static void order_claim_settled(struct order *o)
 {
     answer(o);
 }
 
-void order_limited(struct order *o, enum order_outcome out)
+static void order_limited(struct order *o, enum order_outcome out)
 {
     if (out == OUT_CREATED)
         rules_passed(o);
@@ -1641,7 +1498,7 @@ void order_limited(struct order *o, enum order_outcome out)
         place_done(o, out);
 }
 
-void order_limit_released(struct order *o)
+static void order_limit_released(struct order *o)
 {
     place_done(o, o->out);
 }
@@ -1771,7 +1628,7 @@ static void on_acquire(struct order *o, const struct oev *e)
     if (!sv.differs)
         note_seen(o, o->k, store_reply_int(v->element[0], 0));
     if (sv.differs || sv.r != SEG_DONE) {
-        spend(o, 1); /* the release */
+        order_spend(o, 1); /* the release */
         drop_lock(o);
         segment_done(o, take_verdict(o, o->k, &sv));
         return;
@@ -1787,7 +1644,7 @@ static void on_hold(struct order *o, const struct oev *e)
         return;
     }
     if (o->app->cfg.strategy == STRATEGY_SINGLE_LOCK) {
-        o->start = (int)(rnd64() % (uint64_t)o->view.segments);
+        o->start = (int)(order_rnd64() % (uint64_t)o->view.segments);
         o->i = 0;
         o->sres = SEG_EMPTY;
         single_next(o);
@@ -2037,11 +1894,6 @@ static void step(struct order *o, enum oevent ev, lc_status st, const redisReply
     areq_log_end();
 }
 
-void order_event(struct order *o, enum oevent ev, lc_status st, const redisReply *r)
-{
-    step(o, ev, st, r);
-}
-
 /* ---- the handler ---- */
 
 /* The loop is ending (areq.h: cancel). */
@@ -2077,6 +1929,7 @@ void order_create_async(struct areq *ar)
     }
     o->ar = ar;
     o->app = app;
+    o->io = &io_hooks;
     o->lc = ar->lc;
     o->strat = &strategies[app->cfg.strategy];
     o->gates = areq_gates(ar);

@@ -4,9 +4,11 @@
  * the table of legal moves, and one move function, lm_move(), that checks every change against
  * it. The order machine (order_fsm.c) hands an order of a SKU with a limit over to it in state
  * OS_LIMIT (limit_reserve: the units against the user's count) and passes it every event of the
- * order until it hands the order back with a result (order_limited); an order that then fails
- * gives its units back in OS_LIMIT_RELEASE (limit_release, then order_limit_released). Its Redis
- * calls go through the order (order_fsm.h), which counts them against the order's budget.
+ * order until it hands the order back with a result (back->limited); an order that then fails
+ * gives its units back in OS_LIMIT_RELEASE (limit_release, then back->released). The hand-back
+ * is the table of the order machine's functions given at the hand-over (struct limit_back), so
+ * this file never calls order_fsm.c by name. Its Redis calls go through the order's I/O
+ * (order_io.h), which counts them against the order's budget.
  *
  *   IDLE -> RESERVE <-> VERIFY -> RESOLVE -> RESERVE (once)
  *              |  (reserved)
@@ -77,12 +79,13 @@ static void lm_move(struct order *o, enum lstate next)
 static void limit_back(struct order *o, enum order_outcome out)
 {
     lm_move(o, LM_BACK);
-    order_limited(o, out);
+    o->uv->back->limited(o, out);
 }
 
-void limit_reserve(struct order *o)
+void limit_reserve(struct order *o, const struct limit_back *back)
 {
     struct user_resv *uv = o->uv;
+    uv->back = back;
     const char *keys[2] = {uv->users, uv->meta};
     const char *args[5] = {o->user, o->token, uv->qty, uv->bound, uv->margin};
     lm_move(o, LM_RESERVE);
@@ -266,7 +269,7 @@ static void on_user_resolve(struct order *o, const struct oev *e)
         limit_back(o, OUT_LIMIT);
         return;
     }
-    limit_reserve(o);
+    limit_reserve(o, o->uv->back);
 }
 
 /* The reservation's WAIT: on enough replicas, the walk; else no order (the entry is released:
@@ -294,8 +297,9 @@ int limit_to_release(const struct order *o, enum order_outcome out)
            out != OUT_REPLAYED;
 }
 
-void limit_release(struct order *o)
+void limit_release(struct order *o, const struct limit_back *back)
 {
+    o->uv->back = back;
     o->uv->reserved = 0;
     const char *keys[1] = {o->uv->users};
     const char *args[2] = {o->user, o->token};
@@ -311,7 +315,7 @@ static void on_user_release(struct order *o, const struct oev *e)
                 "deadline passes (%s)",
                 o->in.sku, o->why[0] ? o->why : "unexpected reply");
     lm_move(o, LM_RELEASED);
-    order_limit_released(o);
+    o->uv->back->released(o);
 }
 
 void limit_step(struct order *o, const struct oev *e)

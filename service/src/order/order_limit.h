@@ -3,13 +3,15 @@
  * and "The order path as a state machine"): the order machine (order_fsm.c) hands an order of a
  * SKU with a limit over to it before the walk (limit_reserve: the units against the user's
  * count) and, when the order then fails, at the end (limit_release: the units given back), and
- * gets the result back (order_limited, order_limit_released). The reservation's numbers are
- * here too: the commit checks the limit itself on one Redis (in_commit), and a 409 names it.
+ * gets the result back through the table it gives at the hand-over (struct limit_back), never
+ * by name: this machine uses only the order's record and I/O (order_io.h). The reservation's
+ * numbers are here too: the commit checks the limit itself on one Redis (in_commit), and a 409
+ * names it.
  */
 #ifndef INVENTORY_ORDER_LIMIT_H
 #define INVENTORY_ORDER_LIMIT_H
 
-#include "order_fsm.h"
+#include "order_io.h"
 
 /* The limit's states: what it waits for (the event in brackets). */
 enum lstate {
@@ -18,10 +20,20 @@ enum lstate {
     LM_VERIFY,   /* [batch] HGET of the orders of the user's entries past their deadline */
     LM_RESOLVE,  /* [reply] the USER_RESOLVE script settling those entries as found */
     LM_WAIT,     /* [reply] WAIT on the reservation's connection (replicas first) */
-    LM_BACK,     /* handed back to the order (order_limited): reserved, or the answer */
+    LM_BACK,     /* handed back to the order (back->limited): reserved, or the answer */
     LM_RELEASE,  /* [reply] the USER_RELEASE script: a failed order gives its units back */
-    LM_RELEASED, /* handed back (order_limit_released): the end goes on */
+    LM_RELEASED, /* handed back (back->released): the end goes on */
     LM_COUNT
+};
+
+/* What the limit hands the order back with: the order machine's functions, given at the
+ * hand-over (limit_reserve, limit_release) and kept with the limit's state. */
+struct limit_back {
+    /* The limit is decided: OUT_CREATED the units are reserved (or the limit is gone), the walk
+     * goes on; any other outcome is the answer (OUT_LIMIT, OUT_UNAVAILABLE, ...). */
+    void (*limited)(struct order *o, enum order_outcome out);
+    /* The failed order's units were given back (limit_release): the end goes on. */
+    void (*released)(struct order *o);
 };
 
 /* A per-user reservation's state and strings (docs/design.md "Per-user limits"): allocated for
@@ -29,6 +41,7 @@ enum lstate {
 #define USER_UNCERTAIN_MAX 8
 struct user_resv {
     enum lstate state;
+    const struct limit_back *back; /* the order machine's (limit_reserve, limit_release) */
     char users[STORE_KEY_MAX], meta[STORE_KEY_MAX];
     char qty[24], bound[24], margin[24];
     int reserved;   /* this request's entry is written: a failed order removes it */
@@ -44,8 +57,8 @@ struct user_resv {
 };
 
 /* Takes the order (state OS_LIMIT; o->uv filled): reserves its units against the user's limit;
- * order_limited when decided. */
-void limit_reserve(struct order *o);
+ * back->limited when decided. */
+void limit_reserve(struct order *o, const struct limit_back *back);
 
 /* The order's event while the limit holds it (OS_LIMIT, OS_LIMIT_RELEASE). */
 void limit_step(struct order *o, const struct oev *e);
@@ -54,8 +67,8 @@ void limit_step(struct order *o, const struct oev *e);
  * and nothing may have committed). */
 int limit_to_release(const struct order *o, enum order_outcome out);
 
-/* Takes the order (state OS_LIMIT_RELEASE): gives its units back; order_limit_released. */
-void limit_release(struct order *o);
+/* Takes the order (state OS_LIMIT_RELEASE): gives its units back; back->released. */
+void limit_release(struct order *o, const struct limit_back *back);
 
 /* 1 when the limit waits on a write whose connection a WAIT must then use (the reservation). */
 int limit_carries_write(const struct user_resv *uv);

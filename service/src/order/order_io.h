@@ -1,13 +1,16 @@
 /*
- * The order machine's record and what it lends its sub-machines (order_fsm.c; docs/design.md
- * "The order path as a state machine"). Private to service/src/order/: the order machine
- * (order_fsm.c) hands an order over to the Idempotency-Key claim's machine (order_claim.c) and
- * the per-user limit's (order_limit.c) and gets the result back; they send their Redis calls
- * through the functions below, which count them against the order's budget and bring the answer
- * back as an event of the order, which the order machine passes on to the machine holding it.
+ * The order's record and its I/O (order_io.c; docs/design.md "The order path as a state
+ * machine"). Private to service/src/order/: the order machine (order_fsm.c) and the machines it
+ * hands an order over to, the Idempotency-Key claim's (order_claim.c) and the per-user limit's
+ * (order_limit.c), share the record below and send their Redis calls through the functions at
+ * the end, which count them against the order's budget and bring the answer back as an event of
+ * the order. That event goes to the order machine through the hooks it sets in o->io
+ * (struct order_io_hooks), which passes it on to the machine holding the order; so this file
+ * names no machine, and a machine hands the order back through the table its caller gave it
+ * (order_claim.h, order_limit.h), never by name.
  */
-#ifndef INVENTORY_ORDER_FSM_H
-#define INVENTORY_ORDER_FSM_H
+#ifndef INVENTORY_ORDER_IO_H
+#define INVENTORY_ORDER_IO_H
 
 #include <stdint.h>
 
@@ -32,7 +35,8 @@
  * timer of a timed state it leaves and keeps the critical-section gauge (a state marked
  * "critical" is inside the segment's critical section). In the states marked [machine] the
  * order is held by a sub-machine, which has its own states and table; the order machine passes
- * it every event and it hands the order back with a result (order_claimed, order_limited, ...).
+ * it every event and it hands the order back with a result through the table of the order
+ * machine's functions it was given at the hand-over (struct claim_back, struct limit_back).
  *
  *   NEW --(key)--> CLAIM_LAYOUT -> CLAIM (order_claim.c: owned, or answered: a replay, a failure)
  *        v                           v
@@ -101,11 +105,25 @@ struct idem_claim;
 struct user_resv;
 struct event;
 
+/* What the I/O asks of the order machine (order_fsm.c sets o->io when it makes the order). */
+struct order_io_hooks {
+    /* Hands the order an event: the order machine runs the state's handler (or passes it on to
+     * the sub-machine holding the order). */
+    void (*event)(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
+    /* 1 when the call just answered carried a write a WAIT must vouch for (a claim, a per-user
+     * reservation, a commit): its connection is noted (order_note_ref). */
+    int (*carries_write)(const struct order *o);
+    /* Reply i of a batch, answered (o->batch_ints[i] already holds its integer): what the
+     * machine holding the order reads in it (a record, an order id). */
+    void (*batch_reply)(struct order *o, int i, const redisReply *r);
+};
+
 /* One order in flight: all of its state (order_fsm.c owns it; the sub-machines keep theirs in
  * ic and uv). */
 struct order {
     struct areq *ar;
     struct app *app;
+    const struct order_io_hooks *io; /* the order machine's (order_fsm.c) */
     lc_async_client *lc;
     const struct strategy *strat;
     enum ostate state; /* the table `states` in order_fsm.c */
@@ -176,7 +194,7 @@ struct order {
     int multi_tries;
 };
 
-/* ---- lent to the sub-machines (order_fsm.c) ---- */
+/* ---- the order's I/O and bookkeeping (order_io.c), for every machine of the order ---- */
 
 /* Keeps msg as the order's reason when st is a failure (a busy or lost lock and a lock wait's
  * timeout are outcomes, not failures). */
@@ -184,6 +202,14 @@ void order_note_why(struct order *o, lc_status st, const char *msg);
 
 /* A random number from a per-thread generator (claim tokens, segment choice). */
 uint64_t order_rnd64(void);
+
+/* Counts n Redis calls of the order (its budget, --order-redis-call-budget). */
+void order_spend(struct order *o, int n);
+
+/* The calls the end of an order needs whatever happens: the WAIT after a commit
+ * (--redis-replica-acks), the settling of its Idempotency-Key claim, the release of its per-user
+ * reservation. order_over_budget keeps them out of every step's share. */
+int order_end_calls(const struct order *o);
 
 /* 1 when a step of n more Redis calls would take the order past its budget, keeping what the
  * end of the order needs; 0 when it may go on. */
@@ -198,7 +224,7 @@ void order_script(struct order *o, enum store_script id, int nkeys, const char *
 void order_command(struct order *o, int argc, const char *const *argv);
 
 /* Sends n commands (argv i: argvs[i], argc 2 or 3) in one loop turn; EV_BATCH when all are
- * answered (o->batch_ints, o->batch_failed). */
+ * answered (o->batch_ints, o->batch_failed; o->io->batch_reply reads each reply). */
 void order_batch(struct order *o, int n, const char *const (*argvs)[3], int argc);
 
 /* WAITs --redis-replica-acks (> 0) replicas on the connection that carried the order's last
@@ -210,24 +236,17 @@ void order_replicas_wait(struct order *o);
 void order_timer_arm(struct order *o, int ms);
 void order_timer_stop(struct order *o);
 
-/* Hands the order an event from outside lockcore's callbacks (a replay's WAITs). */
+/* Hands the order an event (o->io->event): from a callback, or from outside lockcore's
+ * callbacks (a replay's WAITs). */
 void order_event(struct order *o, enum oevent ev, lc_status st, const redisReply *r);
 
-/* ---- the results the sub-machines hand back (order_fsm.c) ---- */
+/* Notes the connection of the reply just in (lc_async_reply_conn) as where the order's WAIT
+ * goes, when o->io->carries_write says the call carried a write. Only inside a reply's
+ * callback. */
+void order_note_ref(struct order *o);
 
-/* The claim is decided: OUT_CREATED the key is this request's (the order goes on), any other
- * outcome is the answer (OUT_REPLAYED, OUT_IDEM_FAILED with the response filled,
- * OUT_OVER_BUDGET). */
-void order_claimed(struct order *o, enum order_outcome out);
-
-/* The claim is settled after the order (claim_settle): the answer. */
-void order_claim_settled(struct order *o);
-
-/* The per-user limit is decided: OUT_CREATED the units are reserved (or the limit is gone), the
- * walk goes on; any other outcome is the answer (OUT_LIMIT, OUT_UNAVAILABLE, ...). */
-void order_limited(struct order *o, enum order_outcome out);
-
-/* The failed order's units were given back (limit_release): the end goes on. */
-void order_limit_released(struct order *o);
+/* lockcore's reply callback for an order's call (arg: the order): notes the connection and the
+ * failure, and hands the order EV_REPLY. */
+void order_on_reply(lc_status st, const redisReply *r, const char *errstr, void *arg);
 
 #endif
