@@ -90,7 +90,8 @@ struct lc_anylock {
     lc_anylock_backend b;
     lc_lock_opts opts;
     void *h;           /* the backend's handle; NULL once closed (or not remade) */
-    char *name, *seen; /* seen: "<name>:seen" on the data store (token-fenced) */
+    char *name, *seen; /* token-fenced only (else NULL): seen is "<name>:seen" on the data
+                          store, in name's block */
     lc_anylock_acquire_fn acb;
     lc_anylock_eval_fn ecb;
     void *arg;
@@ -123,17 +124,23 @@ lc_status lc_anylock_new(const lc_anylock_backend *b, const char *name, const lc
     if (!b || !b->ops || !name || !opts)
         return lc_fail(LC_EINVAL, "anylock: bad argument");
     lc_anylock *al = calloc(1, sizeof(*al));
-    size_t len = strlen(name);
-    if (al) {
-        al->name = strdup(name);
-        al->seen = malloc(len + sizeof(":seen"));
-    }
-    if (!al || !al->name || !al->seen) {
-        lc_anylock_free(al);
+    if (!al)
         return lc_fail(LC_ENOMEM, "anylock: out of memory");
+    if (b->ops->token_fenced) {
+        /* Only a token-fenced backend names the lock again (a fresh handle, the detached
+         * commit) and commits against "<name>:seen": one block holds both. The lock on the
+         * data store (the default, on every order) needs neither. */
+        size_t len = strlen(name);
+        al->name = malloc(2 * len + sizeof(":seen") + 1);
+        if (!al->name) {
+            free(al);
+            return lc_fail(LC_ENOMEM, "anylock: out of memory");
+        }
+        memcpy(al->name, name, len + 1);
+        al->seen = al->name + len + 1;
+        memcpy(al->seen, name, len);
+        memcpy(al->seen + len, ":seen", sizeof(":seen"));
     }
-    memcpy(al->seen, name, len);
-    memcpy(al->seen + len, ":seen", sizeof(":seen"));
     al->b = *b;
     al->opts = *opts;
     lc_status st = b->ops->make(&al->b, name, opts, &al->h);
@@ -163,8 +170,7 @@ void lc_anylock_free(lc_anylock *al)
     if (al->h)
         al->b.ops->free(al->h);
     free_reads(al);
-    free(al->name);
-    free(al->seen);
+    free(al->name); /* and seen, in the same block */
     free(al);
 }
 
