@@ -101,8 +101,8 @@ struct settle {
     layout_fn cb;
     void *arg;
     struct store_conns *conns;  /* where its commands ran (the caller's; may be NULL) */
-    struct store_conns *batch;  /* the batch in flight notes here instead (then merged) */
-    struct store_conns applied; /* where a restock's shares were applied: WAITed before its end */
+    struct store_conns applied; /* where a restock's shares were applied: WAITed here before its
+                                   end (--redis-replica-acks), so no caller's WAIT needs them */
     /* the keys and args of the batch in flight */
     struct seg_keys *sk;
     const char **kflat, **aflat;
@@ -170,9 +170,9 @@ static void settle_read(struct settle *s)
 
 /* Starts script c on segments [from, to) with args[i] (i = k - from; the args are set by the
  * caller in s->args), keys picked from (stock, sver, cnt, orders, idem, rst, due, give,
- * follow). */
+ * follow); the connections it runs on noted in cs (may be NULL). */
 static void run_on_segments(struct settle *s, int from, int to, enum store_script id, int nkeys,
-                            const int *pick, int nargs, store_batch_fn cb)
+                            const int *pick, int nargs, struct store_conns *cs, store_batch_fn cb)
 {
     int n = to - from;
     free(s->sk);
@@ -196,8 +196,7 @@ static void run_on_segments(struct settle *s, int from, int to, enum store_scrip
             s->aflat[i * nargs + j] = s->args[i][j];
     }
     s->calls += n;
-    store_batch_async(s->st, s->lc, s->ar, id, n, nkeys, s->kflat, nargs, s->aflat,
-                      s->batch ? s->batch : s->conns, cb, s);
+    store_batch_async(s->st, s->lc, s->ar, id, n, nkeys, s->kflat, nargs, s->aflat, cs, cb, s);
 }
 
 /* Every reply an integer: the segment steps answer nothing else. */
@@ -282,7 +281,8 @@ static void on_reset(void *arg, const char *failed, const struct store_item *ite
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 10, all10, 1, on_dropped);
+    run_on_segments(s, s->l.segments, s->l.hwm, SCRIPT_SEG_DROP, 10, all10, 1, s->conns,
+                    on_dropped);
 }
 
 /* Resets segments [0, segments) to the layout, drops [segments, hwm), marks it rolled out. */
@@ -296,7 +296,7 @@ static void roll_out(struct settle *s)
         settle_fail(s, "out of memory");
         return;
     }
-    run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 9, all9, 2, on_reset);
+    run_on_segments(s, 0, s->l.segments, SCRIPT_SEG_RESET, 9, all9, 2, s->conns, on_reset);
 }
 
 static void on_restock_end(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -317,8 +317,6 @@ static void settle_restock_done(struct settle *s);
 static void on_applied(void *arg, const char *failed, const struct store_item *items, int n)
 {
     struct settle *s = arg;
-    s->batch = NULL;
-    store_conns_merge(s->conns, &s->applied);
     int all = 1, refused = -1, lost = failed && !items;
     for (int k = 0; k < n && !lost; k++) {
         if (items[k].type == REDIS_REPLY_ERROR)
@@ -420,8 +418,7 @@ static void settle_restocks(struct settle *s)
             snprintf(s->args[k][2], 24, "%lld", x->rid);
         }
         memset(&s->applied, 0, sizeof(s->applied));
-        s->batch = &s->applied;
-        run_on_segments(s, 0, n, SCRIPT_RESTOCK_APPLY, 4, pick, 3, on_applied);
+        run_on_segments(s, 0, n, SCRIPT_RESTOCK_APPLY, 4, pick, 3, &s->applied, on_applied);
         return;
     }
     s->round++;

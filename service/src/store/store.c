@@ -431,33 +431,19 @@ static int wait_ms(int redis_timeout_ms)
     return timeout > 0 ? timeout : 1;
 }
 
-static void conns_add(struct store_conns *cs, const lc_async_conn_ref *ref)
-{
-    for (int i = 0; i < cs->n; i++)
-        if (cs->ref[i].node == ref->node && cs->ref[i].gen == ref->gen)
-            return;
-    if (cs->n == STORE_CONNS_MAX) {
-        cs->overflow = 1;
-        return;
-    }
-    cs->ref[cs->n++] = *ref;
-}
-
 void store_conns_note(struct store_conns *cs, const lc_async_client *lc)
 {
     lc_async_conn_ref ref;
     if (!cs || lc_async_reply_conn(lc, &ref) != 0)
         return;
-    conns_add(cs, &ref);
-}
-
-void store_conns_merge(struct store_conns *into, const struct store_conns *from)
-{
-    if (!into)
+    for (int i = 0; i < cs->n; i++)
+        if (cs->ref[i].node == ref.node && cs->ref[i].gen == ref.gen)
+            return;
+    if (cs->n == STORE_CONNS_MAX) {
+        cs->overflow = 1;
         return;
-    into->overflow |= from->overflow;
-    for (int i = 0; i < from->n; i++)
-        conns_add(into, &from->ref[i]);
+    }
+    cs->ref[cs->n++] = ref;
 }
 
 int store_replica_acks(const struct store *store)

@@ -210,9 +210,6 @@ struct store_conns {
  * on that reply anyway. */
 void store_conns_note(struct store_conns *cs, const lc_async_client *lc);
 
-/* Adds from's connections to into's (into may be NULL: nothing). */
-void store_conns_merge(struct store_conns *into, const struct store_conns *from);
-
 /* The replicas a WAIT reached, or -1 when it failed. */
 long long store_reply_acks(lc_status st, const redisReply *r);
 
