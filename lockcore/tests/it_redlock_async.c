@@ -6,8 +6,7 @@
  * and nothing left behind), the callback contract (never from inside the starting call), and
  * nodes emptied under a store that has seen their tokens (issue 29 item 9).
  */
-#include "lt_loop.h"
-#include "lt_nodes.h"
+#include "lt_async_nodes.h"
 
 #include <event2/event.h>
 
@@ -17,36 +16,23 @@ static lt_nodes nodes;
 static lc_async_client *store_cl;
 static lc_async_client *cl[LT_NODES];
 
-/* The five lock nodes, and the data store (gf_redis), not one of them. */
+/* The five lock nodes, and the data store (gf_redis), not one of them (lt_async_nodes.h). */
 static int group_setup(void **state)
 {
     (void)state;
-    return lt_nodes_start(&nodes, NULL) == 0 && gf_start(NULL, NULL) == 0 ? 0 : -1;
+    return lt_async_nodes_start(&nodes);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    if (lt_nodes_reset(&nodes) != 0)
-        return -1;
-    if (lt_loop_start() != 0)
-        return -1;
-    for (int i = 0; i < LT_NODES; i++)
-        if (lc_async_client_new(lt_base, nodes.urls[i], NULL, &cl[i]) != LC_OK)
-            return -1;
-    if (rf_flushall(gf_redis) != 0 ||
-        lc_async_client_new(lt_base, rf_url(gf_redis), NULL, &store_cl))
-        return -1;
-    return 0;
+    return lt_async_nodes_open(&nodes, cl, &store_cl);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < LT_NODES; i++)
-        lc_async_client_free(cl[i]);
-    lc_async_client_free(store_cl);
-    lt_loop_stop();
+    lt_async_nodes_close(cl, &store_cl);
     return 0;
 }
 

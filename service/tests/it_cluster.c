@@ -75,14 +75,25 @@ static int group_teardown(void **state)
     return bad ? -1 : 0;
 }
 
-/* The master (fixture index) of segment k of sku. */
-static int master_of_segment(const char *sku, int k)
+/* The cluster slot of sku's keys: segment k's when k >= 0, the SKU's own (meta, users,
+ * Idempotency-Key claims) when k < 0; -1 when the cluster does not say. */
+static int cl_slot(const char *sku, int k)
 {
     char key[128];
-    snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
+    if (k >= 0)
+        snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
+    else
+        snprintf(key, sizeof key, "inv:2:{%s}:meta", sku);
     redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
     int slot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
     freeReplyObject(r);
+    return slot;
+}
+
+/* The master (fixture index) of segment k of sku. */
+static int master_of_segment(const char *sku, int k)
+{
+    int slot = cl_slot(sku, k);
     return slot < 0 ? -1 : cf_master_of(cl, slot);
 }
 
@@ -530,11 +541,7 @@ static void test_multi_cut_off_over_cluster(void **state)
 /* The master (fixture index) of sku's own keys (meta, Idempotency-Key claims). */
 static int master_of_sku(const char *sku)
 {
-    char key[128];
-    snprintf(key, sizeof key, "inv:2:{%s}:meta", sku);
-    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
-    int slot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-    freeReplyObject(r);
+    int slot = cl_slot(sku, -1);
     return slot < 0 ? -1 : cf_master_of(cl, slot);
 }
 
@@ -588,6 +595,17 @@ static void cl_feed(int m, int rep)
     SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
     freeReplyObject(rf_command(cf_node(cl, m), "CONFIG SET min-replicas-to-write 1"));
     SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "%s", "the replica did not catch up");
+}
+
+/* Master m, starved (cl_starve: its replica rep stopped), dies with what rep never got (kill
+ * -9); rep, resumed, takes over slot; m comes back as its replica. */
+static void cl_fail_over_starved(int m, int rep, int slot)
+{
+    SF_ASSERT(rf_halt(cf_node(cl, m), SIGKILL) == 0, "kill -9 of node %d", m);
+    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
+    SF_ASSERT(cf_wait_slot_served(cl, slot, 30000) == 0, "%s", "the replica was not promoted");
+    SF_ASSERT(rf_restart(cf_node(cl, m)) == 0, "restart of node %d", m);
+    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", m);
 }
 
 /* HLEN of sku's key on node m: segment k's suffix, or the SKU's own when k < 0 (-1: no
@@ -909,11 +927,8 @@ static void test_restock_share_waited(void **state)
     sf_put_sku(port, NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    char skey[128], rpath[160];
-    snprintf(skey, sizeof skey, "inv:2:{%s/1}:stock", sku);
-    redisReply *ks = rf_command(cf_node(cl, ms), "CLUSTER KEYSLOT %s", skey);
-    int slot1 = (int)ks->integer;
-    freeReplyObject(ks);
+    char rpath[160];
+    int slot1 = cl_slot(sku, 1);
     snprintf(rpath, sizeof rpath, "/api/v1/skus/%s/restock", sku);
     int rep = cl_starve(m1);
     int st1 = sf_json_request(NULL, port, "POST", rpath, NULL, "rsw-key", "{\"quantity\": 4}", &r);
@@ -921,11 +936,7 @@ static void test_restock_share_waited(void **state)
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     /* segment 1's master dies with what its replica never got; the replica takes over */
-    SF_ASSERT(rf_halt(cf_node(cl, m1), SIGKILL) == 0, "kill -9 of node %d", m1);
-    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
-    SF_ASSERT(cf_wait_slot_served(cl, slot1, 30000) == 0, "%s", "the replica was not promoted");
-    SF_ASSERT(rf_restart(cf_node(cl, m1)) == 0, "restart of node %d", m1);
-    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", m1);
+    cl_fail_over_starved(m1, rep, slot1);
     fprintf(stderr, "restock share failover: first answer %s\n", first);
     SF_ASSERT(st1 == 503, "the restock with a share on no replica: %s (want 503)", first);
     /* the client retries with its key (while the cluster settles: 503) */
@@ -1144,11 +1155,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
     sf_resp_free(&r);
     int rep = replica_of(ms);
     SF_ASSERT(rep >= 0, "master %d has no replica", ms);
-    char mslot_key[128];
-    snprintf(mslot_key, sizeof mslot_key, "inv:2:{%s}:meta", sku);
-    redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", mslot_key);
-    int mslot = (int)ks->integer;
-    freeReplyObject(ks);
+    int mslot = cl_slot(sku, -1);
 
     /* The claim reaches the SKU's master only. */
     freeReplyObject(rf_command(cf_node(cl, ms), "CONFIG SET min-replicas-to-write 0"));
@@ -1165,11 +1172,7 @@ static void test_claim_survives_failover_of_sku_master(void **state)
     snprintf(first, sizeof first, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     /* The SKU's master dies before the claim replicated; its replica takes over. */
-    SF_ASSERT(rf_halt(cf_node(cl, ms), SIGKILL) == 0, "kill -9 of node %d", ms);
-    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
-    SF_ASSERT(cf_wait_slot_served(cl, mslot, 30000) == 0, "%s", "the replica was not promoted");
-    SF_ASSERT(rf_restart(cf_node(cl, ms)) == 0, "restart of node %d", ms);
-    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", ms);
+    cl_fail_over_starved(ms, rep, mslot);
 
     /* The client retries with the same key (until the cluster takes writes again). */
     int st2 = 0;
@@ -1209,11 +1212,7 @@ static void test_multi_intent_survives_failover(void **state)
     sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    char meta[128];
-    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
-    redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", meta);
-    int mslot = (int)ks->integer;
-    freeReplyObject(ks);
+    int mslot = cl_slot(sku, -1);
     sf_service *x = cl_faulty("multi_parts", "2000");
     int rep = cl_starve(ms);
     sf_order(NULL, sf_port(x), sku, 2, &r);
@@ -1225,11 +1224,7 @@ static void test_multi_intent_survives_failover(void **state)
     int died = !sf_alive(x);
     (void)sf_stop(x);
     /* The SKU's master dies with what its replica never got; the replica takes over. */
-    SF_ASSERT(rf_halt(cf_node(cl, ms), SIGKILL) == 0, "kill -9 of node %d", ms);
-    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
-    SF_ASSERT(cf_wait_slot_served(cl, mslot, 30000) == 0, "%s", "the replica was not promoted");
-    SF_ASSERT(rf_restart(cf_node(cl, ms)) == 0, "restart of node %d", ms);
-    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", ms);
+    cl_fail_over_starved(ms, rep, mslot);
     fprintf(stderr, "intent failover: the instance %s (%s)\n",
             died ? "died at multi_parts" : "answered", answer);
     /* the sweepers heal whatever intent the promoted master holds: give them its deadline +
@@ -1266,11 +1261,7 @@ static void test_multi_part_survives_failover(void **state)
     sf_put_sku(sf_port(svc[0]), NULL, sku, 2, 2, &r);
     SF_ASSERT_STATUS(&r, 201);
     sf_resp_free(&r);
-    char skey[128];
-    snprintf(skey, sizeof skey, "inv:2:{%s/1}:stock", sku);
-    redisReply *ks = rf_command(cf_node(cl, ms), "CLUSTER KEYSLOT %s", skey);
-    int slot1 = (int)ks->integer;
-    freeReplyObject(ks);
+    int slot1 = cl_slot(sku, 1);
     char body[160];
     snprintf(body, sizeof body, "{\"sku\": \"%s\", \"quantity\": 2}", sku);
     int rep = cl_starve(m1);
@@ -1284,11 +1275,7 @@ static void test_multi_part_survives_failover(void **state)
     snprintf(second, sizeof second, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     /* segment 1's master dies with what its replica never got; the replica takes over */
-    SF_ASSERT(rf_halt(cf_node(cl, m1), SIGKILL) == 0, "kill -9 of node %d", m1);
-    SF_ASSERT_EQ(rf_resume(cf_node(cl, rep)), 0);
-    SF_ASSERT(cf_wait_slot_served(cl, slot1, 30000) == 0, "%s", "the replica was not promoted");
-    SF_ASSERT(rf_restart(cf_node(cl, m1)) == 0, "restart of node %d", m1);
-    SF_ASSERT(cf_wait_replicas(cl, 30000) == 0, "node %d did not come back as a replica", m1);
+    cl_fail_over_starved(m1, rep, slot1);
     fprintf(stderr, "part failover: order %s; replay %s\n", first, second);
     SF_ASSERT(st1 != 201 && st2 != 200 && st2 != 201,
               "a success while the part was on no replica: order %s, replay %s", first, second);
@@ -1337,11 +1324,7 @@ static void test_master_killed_mid_sale(void **state)
     sf_resp_free(&r);
     /* The victim: the master of segment 0, and not where the SKU's own keys (meta, layout)
      * live, so that the layout stays readable while the segments fail over. */
-    char meta[128];
-    snprintf(meta, sizeof meta, "inv:2:{%s}:meta", sku);
-    redisReply *ks = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", meta);
-    int meta_master = cf_master_of(cl, (int)ks->integer);
-    freeReplyObject(ks);
+    int meta_master = master_of_sku(sku);
     int victim = -1, victim_segments = 0, vk = -1;
     for (int k = 0; k < CL_SEGMENTS && victim < 0; k++) {
         int m = master_of_segment(sku, k);
@@ -1354,11 +1337,7 @@ static void test_master_killed_mid_sale(void **state)
     for (int k = 0; k < CL_SEGMENTS; k++)
         victim_segments += master_of_segment(sku, k) == victim;
 
-    char key[128];
-    snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, vk);
-    redisReply *kr = rf_command(cf_node(cl, meta_master), "CLUSTER KEYSLOT %s", key);
-    int vslot = (int)kr->integer;
-    freeReplyObject(kr);
+    int vslot = cl_slot(sku, vk);
 
     struct sale s;
     int64_t t0 = tu_now_ms();

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "tree_text.h"
 
 #ifndef INVENTORY_SOURCE_DIR
 #error "INVENTORY_SOURCE_DIR must name the source tree"
@@ -93,24 +94,6 @@ static void run_load(struct run *r, const char *const *args, const char *const *
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define NONE NULL
-
-static char *read_text(const char *rel)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 /* ---- defaults, help, version ----------------------------------------------------------- */
 
@@ -906,7 +889,7 @@ static int check_md_row(const char *line, int *seen)
 static void test_configuration_md_lists_the_table(void **state)
 {
     (void)state;
-    char *doc = read_text("docs/configuration.md");
+    char *doc = tree_text("docs/configuration.md");
     const char *table = strstr(doc, "\n## Keys\n");
     assert_non_null(table);
     const char *end = strstr(table + 1, "\n## ");
@@ -1003,7 +986,7 @@ static int check_man_entry(const char *entry, int *seen)
 static void test_man_page_lists_the_table(void **state)
 {
     (void)state;
-    char *raw = read_text("docs/inventoryd.1");
+    char *raw = tree_text("docs/inventoryd.1");
     const char *from = strstr(raw, "\n.SH OPTIONS\n"), *to = strstr(raw, "\n.SH ENVIRONMENT\n");
     assert_true(from && to && from < to);
     size_t cap = (size_t)(to - from) + 1;

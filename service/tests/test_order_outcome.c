@@ -29,6 +29,7 @@
 #include "request.h"
 #include "router.h"
 #include "store_scripts.h"
+#include "tree_text.h"
 
 static int has_error(const struct order_outcome_row *r)
 {
@@ -177,14 +178,7 @@ static struct seg_verdict verdict(long long code, long long value)
 static void test_replies(void **state)
 {
     (void)state;
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/service/src/store/store_scripts.h", INVENTORY_SOURCE_DIR);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char h[65536];
-    size_t n = fread(h, 1, sizeof(h) - 1, f);
-    h[n] = '\0';
-    fclose(f);
+    char *h = tree_text("service/src/store/store_scripts.h");
     long long codes[32];
     char names[32][40];
     int nc = commit_codes(h, codes, names, 32);
@@ -228,38 +222,7 @@ static void test_replies(void **state)
     }
     for (int i = 0; i < OUT_N; i++) /* every reply a row names is the script's */
         assert_int_equal(order_outcome_rows[i].replies & ~all, 0);
-}
-
-static char *source_text(const char *rel)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* A copy of text with the first `from` replaced by `to` (the drifted doc). */
-static char *drifted(const char *text, const char *from, const char *to)
-{
-    const char *at = strstr(text, from);
-    assert_non_null(at);
-    size_t n = strlen(text), a = (size_t)(at - text), f = strlen(from), t = strlen(to);
-    char *out = malloc(n - f + t + 1);
-    assert_non_null(out);
-    memcpy(out, text, a);
-    memcpy(out + a, to, t);
-    memcpy(out + a + t, at + f, n - a - f + 1);
-    return out;
+    free(h);
 }
 
 /* docs/api.md's row of outcome i: | status | `error` | "message" | also | `result` | order |. */
@@ -383,24 +346,24 @@ static int api_lists_check(const char *doc)
 static void test_api_answers(void **state)
 {
     (void)state;
-    char *doc = source_text("docs/api.md");
+    char *doc = tree_text("docs/api.md");
     assert_int_equal(api_table_check(doc), 0);
     assert_int_equal(api_lists_check(doc), 0);
     /* drifted copies: a message changed, a row dropped, a label and an error not listed */
-    char *bad = drifted(doc, "| \"the sale has ended\" |", "| \"the sale is over\" |");
+    char *bad = tree_drift(doc, "| \"the sale has ended\" |", "| \"the sale is over\" |");
     assert_int_equal(api_table_check(bad), 1);
     free(bad);
-    bad = drifted(doc,
-                  "| 409 | `sale_ended` | \"the sale has ended\" | — | `sale_ended` | refused: "
-                  "nothing changed |\n",
-                  "");
+    bad = tree_drift(doc,
+                     "| 409 | `sale_ended` | \"the sale has ended\" | — | `sale_ended` | refused: "
+                     "nothing changed |\n",
+                     "");
     assert_true(api_table_check(bad) > 0);
     free(bad);
-    bad = drifted(doc, "`sale_not_started`, `sale_ended`, `user_required`;",
-                  "`sale_not_started`, `user_required`;");
+    bad = tree_drift(doc, "`sale_not_started`, `sale_ended`, `user_required`;",
+                     "`sale_not_started`, `user_required`;");
     assert_int_equal(api_lists_check(bad), 1);
     free(bad);
-    bad = drifted(doc, "`limit_exceeded` / `sale_not_started`", "`sale_not_started`");
+    bad = tree_drift(doc, "`limit_exceeded` / `sale_not_started`", "`sale_not_started`");
     assert_int_equal(api_lists_check(bad), 1);
     free(bad);
     free(doc);
@@ -460,19 +423,19 @@ static int openapi_enum_check(const char *doc, const char *schema, int status)
 static void test_openapi(void **state)
 {
     (void)state;
-    char *doc = source_text("docs/openapi.yaml");
+    char *doc = tree_text("docs/openapi.yaml");
     assert_int_equal(openapi_enum_check(doc, "OrderConflict", 409), 0);
     assert_int_equal(openapi_enum_check(doc, "OrderUnavailable", 503), 0);
-    char *bad = drifted(doc, "limit_exceeded, sale_not_started, sale_ended]}",
-                        "limit_exceeded, sale_not_started]}");
+    char *bad = tree_drift(doc, "limit_exceeded, sale_not_started, sale_ended]}",
+                           "limit_exceeded, sale_not_started]}");
     assert_int_equal(openapi_enum_check(bad, "OrderConflict", 409), 1);
     free(bad);
-    bad =
-        drifted(doc, "error: {enum: [unavailable, lock_timeout]}", "error: {enum: [unavailable]}");
+    bad = tree_drift(doc, "error: {enum: [unavailable, lock_timeout]}",
+                     "error: {enum: [unavailable]}");
     assert_int_equal(openapi_enum_check(bad, "OrderUnavailable", 503), 1);
     free(bad);
-    bad = drifted(doc, "error: {enum: [unavailable, lock_timeout]}",
-                  "error: {enum: [unavailable, lock_timeout, internal]}");
+    bad = tree_drift(doc, "error: {enum: [unavailable, lock_timeout]}",
+                     "error: {enum: [unavailable, lock_timeout, internal]}");
     assert_int_equal(openapi_enum_check(bad, "OrderUnavailable", 503), 1);
     free(bad);
     free(doc);

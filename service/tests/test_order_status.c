@@ -20,6 +20,7 @@
 
 #include "order_status.h"
 #include "store_scripts.h"
+#include "tree_text.h"
 
 static void test_rows(void **state)
 {
@@ -98,38 +99,6 @@ static void test_scripts(void **state)
     assert_non_null(strstr(STORE_LUA_CONFIRM, "o.status = 'confirmed'"));
     assert_non_null(strstr(STORE_LUA_CANCEL, "order_end(ARGV[1], o, q, 'cancelled', now)"));
     assert_non_null(strstr(STORE_LUA_EXPIRE, "order_end(id, o, q, 'expired', now)"));
-}
-
-static char *file_text(const char *rel)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* A copy of text with the first `from` replaced by `to` (the drifted doc). */
-static char *drift(const char *text, const char *from, const char *to)
-{
-    const char *at = strstr(text, from);
-    assert_non_null(at);
-    size_t n = strlen(text), a = (size_t)(at - text), f = strlen(from), t = strlen(to);
-    char *out = malloc(n - f + t + 1);
-    assert_non_null(out);
-    memcpy(out, text, a);
-    memcpy(out + a, to, t);
-    memcpy(out + a + t, at + f, n - a - f + 1);
-    return out;
 }
 
 /* docs/design.md "### The stored statuses": | `name` | yes/no | changes | meaning |, one row
@@ -283,17 +252,17 @@ static int api_md_check(const char *doc)
 static void test_design_md(void **state)
 {
     (void)state;
-    char *doc = file_text("docs/design.md");
+    char *doc = tree_text("docs/design.md");
     assert_int_equal(design_md_check(doc), 0);
     /* drifted copies: a change dropped, a meaning changed, a row lost */
     char *bad =
-        drift(doc, "| `confirmed`, `cancelled`, `expired` |", "| `confirmed`, `cancelled` |");
+        tree_drift(doc, "| `confirmed`, `cancelled`, `expired` |", "| `confirmed`, `cancelled` |");
     assert_true(design_md_check(bad) > 0);
     free(bad);
-    bad = drift(doc, "| `confirmed` | yes |", "| `confirmed` | no |");
+    bad = tree_drift(doc, "| `confirmed` | yes |", "| `confirmed` | no |");
     assert_true(design_md_check(bad) > 0);
     free(bad);
-    bad = drift(doc, "| `expired` | no | — (final) |", "| `expiring` | no | — (final) |");
+    bad = tree_drift(doc, "| `expired` | no | — (final) |", "| `expiring` | no | — (final) |");
     assert_true(design_md_check(bad) > 0);
     free(bad);
     free(doc);
@@ -302,18 +271,19 @@ static void test_design_md(void **state)
 static void test_api_md(void **state)
 {
     (void)state;
-    char *doc = file_text("docs/api.md");
+    char *doc = tree_text("docs/api.md");
     assert_int_equal(api_md_check(doc), 0);
     /* drifted copies: a status renamed in the list, a change missing from the diagram, a
      * change the table does not have drawn */
-    char *bad = drift(doc, "`status` is `created`", "`status` is `placed`");
+    char *bad = tree_drift(doc, "`status` is `created`", "`status` is `placed`");
     assert_true(api_md_check(bad) > 0);
     free(bad);
-    bad = drift(doc, "├─ expires_at comes ──────────> expired",
-                "├─ expires_at comes ──────────> ended");
+    bad = tree_drift(doc, "├─ expires_at comes ──────────> expired",
+                     "├─ expires_at comes ──────────> ended");
     assert_true(api_md_check(bad) > 0);
     free(bad);
-    bad = drift(doc, "──> created ──DELETE──> cancelled", "──> created ──confirm──> confirmed");
+    bad =
+        tree_drift(doc, "──> created ──DELETE──> cancelled", "──> created ──confirm──> confirmed");
     assert_true(api_md_check(bad) > 0);
     free(bad);
     free(doc);
@@ -323,7 +293,7 @@ static void test_api_md(void **state)
 static void test_sink_rank(void **state)
 {
     (void)state;
-    char *src = file_text("service/src/sink/sink_db.c");
+    char *src = tree_text("service/src/sink/sink_db.c");
     char want[256] = "#define RANK(x) \"FIELD(\" x \"";
     for (int rank = 1; rank <= ORDER_STATUS_N; rank++)
         for (int i = 0; i < ORDER_STATUS_N; i++)

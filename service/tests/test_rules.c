@@ -23,6 +23,7 @@
 #include "rules.h"
 #include "store.h"
 #include "store_scripts.h"
+#include "tree_text.h"
 
 static int64_t parse_ok(const char *s)
 {
@@ -253,24 +254,6 @@ static void test_commit_args_from_the_table(void **state)
     assert_string_equal(rules_rows[RULES_I_sale_end_ms].meta, "sale_end");
 }
 
-static char *doc_text(const char *rel)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", INVENTORY_SOURCE_DIR, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* The "an order it refuses" cell of a row: "409 `code`", or "—" for none. */
 static void refusal_cell(const struct rules_row *w, char *out, size_t n)
 {
@@ -286,7 +269,7 @@ static void refusal_cell(const struct rules_row *w, char *out, size_t n)
 static void test_api_md_rule_table(void **state)
 {
     (void)state;
-    char *doc = doc_text("docs/api.md");
+    char *doc = tree_text("docs/api.md");
     const char *sec = strstr(doc, "\n## Sale rules");
     assert_non_null(sec);
     const char *end = strstr(sec + 1, "\n## ");
@@ -384,7 +367,7 @@ static int has_required(const char *block, const char *name)
 static void test_openapi_rules(void **state)
 {
     (void)state;
-    char *doc = doc_text("docs/openapi.yaml");
+    char *doc = tree_text("docs/openapi.yaml");
     char *put = yaml_schema(doc, "PutSkuRequest"), *patch = yaml_schema(doc, "PatchSkuRequest"),
          *fields = yaml_schema(doc, "SkuRulesFields"),
          *status = yaml_schema(doc, "SkuStatusFields");

@@ -17,10 +17,7 @@
 #include <unistd.h>
 
 #include "sink_config.h"
-
-#ifndef INVENTORY_SOURCE_DIR
-#error "INVENTORY_SOURCE_DIR must name the source tree"
-#endif
+#include "tree_text.h"
 
 static void test_db_url_parses(void **state)
 {
@@ -235,14 +232,7 @@ static void test_shared_engine_forms(void **state)
 static void test_deployment_md_lists_every_row(void **state)
 {
     (void)state;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/docs/deployment.md", INVENTORY_SOURCE_DIR);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char text[1 << 20];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    char *text = tree_text("docs/deployment.md");
     static const struct {
         const char *flag, *arg, *env, *def;
     } rows[] = {
@@ -261,6 +251,7 @@ static void test_deployment_md_lists_every_row(void **state)
             fail_msg("docs/deployment.md: no table line starting \"%s\"", want + 1);
     }
     assert_non_null(strstr(text, "\n| `--repair` |"));
+    free(text);
 }
 
 int main(void)
