@@ -33,6 +33,12 @@ enum error_code {
     ERROR_SALE_ENDED,             /* 409 sale_ended */
     ERROR_RESERVATION_EXPIRED,    /* 409 reservation_expired: a confirm after the expiry */
     ERROR_NOT_RESERVED,           /* 409 not_reserved: a confirm of an order never a hold */
+    ERROR_TICKET_REQUIRED,        /* 403 ticket_required: a waiting room, and no ticket */
+    ERROR_TICKET_INVALID,         /* 403 ticket_invalid: not a ticket this service signed */
+    ERROR_TICKET_EXPIRED,         /* 403 ticket_expired: past its expiry (Redis's clock) */
+    ERROR_TICKET_USED,            /* 409 ticket_used: another order used it */
+    ERROR_TICKET_WRONG_USER,      /* 403 ticket_wrong_user: signed for another user */
+    ERROR_TICKET_WRONG_SKU,       /* 403 ticket_wrong_sku: signed for another SKU */
     ERROR_BODY_TOO_LARGE,         /* 413 body_too_large */
     ERROR_HEADERS_TOO_LARGE,      /* 431 headers_too_large: the request head */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */

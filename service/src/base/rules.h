@@ -30,6 +30,14 @@
 /* Longest hold TTL, seconds (30 days): a hold is a payment window, not a warehouse. */
 #define RULES_TTL_MAX 2592000LL
 
+/* The waiting room's rules (SPEC §16; docs/design.md "The waiting room"): most admissions per
+ * second, longest ticket lifetime (seconds), largest admission factor (percent of the units
+ * left and held) and hardest proof of work (leading zero bits). */
+#define RULES_QUEUE_RATE_MAX 100000LL
+#define RULES_QUEUE_TTL_MAX 3600LL
+#define RULES_QUEUE_PCT_MAX 1000LL
+#define RULES_QUEUE_POW_MAX 28LL
+
 /* The instants a sale_start or sale_end may name, ms since the epoch:
  * 1970-01-01T00:00:00.001Z .. 9999-12-31T23:59:59.999Z (0 means "none"). */
 #define RULES_TIME_MIN 1LL

@@ -46,7 +46,24 @@
          "RuleTimeIn")                                                                             \
     INT(ttl_s, "reservation_ttl_s", 0, RULES_TTL_MAX, "integer 0..2592000 (30 days)", "0",       \
         "ttl", STORE_COMMIT_ARG_TTL, "the commit (the order is a hold)", ERROR_NONE,              \
-        "ReservationTtl")
+        "ReservationTtl")                                                                         \
+    INT(queue_rate, "queue_rate", 0, RULES_QUEUE_RATE_MAX, "integer 0..100000",                   \
+        "0 (no waiting room)", "q_rate", 0,                                                        \
+        "the order's claim: a SKU with a waiting room sells only to a queue ticket",              \
+        ERROR_TICKET_REQUIRED, "QueueRate")                                                        \
+    INT(queue_max_active, "queue_max_active", 0, RULES_LIMIT_MAX, "integer 0..10^6", "0 (none)",  \
+        "q_active", 0, "the waiting room's admission", ERROR_NONE, "QueueMaxActive")              \
+    INT(queue_ticket_ttl_s, "queue_ticket_ttl_s", 0, RULES_QUEUE_TTL_MAX, "integer 0..3600",      \
+        "0 (120 s)", "q_ttl", 0, "the waiting room's admission and the order's claim",            \
+        ERROR_NONE, "QueueTicketTtl")                                                              \
+    INT(queue_admit_pct, "queue_admit_pct", 0, RULES_QUEUE_PCT_MAX, "0, or 100..1000 (percent)",     \
+        "0 (150 %)", "q_pct", 0, "the waiting room's admission", ERROR_NONE, "QueueAdmitPct")     \
+    INT(queue_fifo, "queue_fifo", 0, 1, "integer 0..1", "0 (joins before the start shuffled)",    \
+        "q_fifo", 0, "the waiting room's order of places", ERROR_NONE, "QueueFifo")               \
+    INT(queue_paused, "queue_paused", 0, 1, "integer 0..1", "0", "q_paused", 0,                   \
+        "the waiting room's admission", ERROR_NONE, "QueuePaused")                                 \
+    INT(queue_pow_bits, "queue_pow_bits", 0, RULES_QUEUE_POW_MAX, "integer 0..28", "0 (none)",    \
+        "q_pow", 0, "the waiting room's join", ERROR_NONE, "QueuePowBits")
 /* clang-format on */
 
 #endif
