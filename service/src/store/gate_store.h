@@ -1,10 +1,11 @@
 /*
  * gate_store — the waiting room's state in Redis (SPEC §16, docs/design.md "The waiting room"):
- * the four calls the HTTP side (sku/queue.c, sku/gate.c) and the order side make on a SKU's gate,
- * each one script (lua/gate_join.lua, gate_admit.lua, gate_place.lua, gate_used.lua) on the
- * SKU's slot {S}, sent by SHA on a worker loop's lockcore client like every store call
- * (store.h: the callback comes once, on the loop, never from inside the call). Every step of the
- * gate is one script, so an instance killed between two steps loses and duplicates no place.
+ * the four calls the HTTP side (the queue routes and their admitter) and the order side make on
+ * a SKU's gate, each one script (lua/gate_join.lua, gate_admit.lua, gate_place.lua,
+ * gate_used.lua) on the SKU's slot {S}, sent by SHA on a worker loop's lockcore client like every
+ * store call (store.h: the callback comes once, on the loop, never from inside the call). Every
+ * step of the gate is one script, so an instance killed between two steps loses and duplicates
+ * no place.
  *
  * The keys (service/store_keys.txt): inv:2:{S}:q (the gate's counters), :q:line (the places),
  * :q:adm (the admitted), :q:live (the tickets neither used nor expired). The scripts read the
