@@ -180,6 +180,11 @@ static const struct invalid_case invalid[] = {
     {"put start duplicated", PUT_SKU,
      "{\"stock\":1,\"segments\":1,\"sale_start\":null,\"sale_start\":null}", 0, "sale_start", IR},
     {"put rules but no stock", PUT_SKU, "{\"segments\":1,\"limit_per_user\":1}", 0, "stock", IR},
+    /* k under 100 % would leave units nobody is admitted for (issue 32); 0 is the default */
+    {"put admit pct 1", PUT_SKU, "{\"stock\":1,\"segments\":1,\"queue_admit_pct\":1}", 0,
+     "queue_admit_pct", IR},
+    {"put admit pct 99", PUT_SKU, "{\"stock\":1,\"segments\":1,\"queue_admit_pct\":99}", 0,
+     "queue_admit_pct", IR},
     /* PATCH /skus/{sku} */
     {"patch empty object", PATCH, "{}", 0, "body", IR},
     {"patch unknown fields only", PATCH, "{\"stock\":5,\"limit\":1}", 0, "body", IR},
@@ -205,6 +210,7 @@ static const struct invalid_case invalid[] = {
     {"patch end equal to start", PATCH,
      "{\"sale_start\":\"2026-11-25T18:00:00Z\",\"sale_end\":\"2026-11-25T18:00:00.000Z\"}", 0,
      "sale_end", IR},
+    {"patch admit pct 50", PATCH, "{\"queue_admit_pct\":50}", 0, "queue_admit_pct", IR},
     /* POST /skus/{sku}/restock */
     {"restock empty object", RESTOCK, "{}", 0, "quantity", IR},
     {"restock 0", RESTOCK, "{\"quantity\":0}", 0, "quantity", IR},
@@ -387,6 +393,9 @@ static void test_rules_valid(void **state)
          VALIDATE_RULE_END | VALIDATE_RULE_START,
          {.sale_end_ms = 1}},
         {PATCH, "{\"reservation_ttl_s\":1}", VALIDATE_RULE_TTL, {.ttl_s = 1}},
+        /* queue_admit_pct: 0 (the default, 150 %) and 100..1000 are taken */
+        {PATCH, "{\"queue_admit_pct\":0}", RULES_BIT(queue_admit_pct), {.queue_admit_pct = 0}},
+        {PATCH, "{\"queue_admit_pct\":100}", RULES_BIT(queue_admit_pct), {.queue_admit_pct = 100}},
         {PATCH,
          "{\"reservation_ttl_s\":5,\"limit_per_user\":1,\"sale_start\":\"2026-01-01T00:00:00Z\","
          "\"sale_end\":\"2026-01-01T00:00:00.001Z\"}",

@@ -456,6 +456,14 @@ static int get_rules(const json_t *obj, struct sku_rules *r, unsigned *fields,
         }
         rules_set(r, i, v);
     }
+    /* k below 100 % would admit fewer buyers than there are units: the units left over would
+     * never be offered (issue 32); 0 means the default, 150 % */
+    if (r->queue_admit_pct > 0 && r->queue_admit_pct < 100) {
+        fail(err, ERROR_INVALID_REQUEST, "%s: must be 0 (150 %%) or 100..%lld (percent), got %lld",
+             rules_rows[RULES_I_queue_admit_pct].json, (long long)RULES_QUEUE_PCT_MAX,
+             (long long)r->queue_admit_pct);
+        return -1;
+    }
     if (r->sale_start_ms && r->sale_end_ms && r->sale_end_ms <= r->sale_start_ms) {
         fail(err, ERROR_INVALID_REQUEST, "%s: must be after %s",
              rules_rows[RULES_I_sale_end_ms].json, rules_rows[RULES_I_sale_start_ms].json);

@@ -34,6 +34,7 @@
 #include "exact.h"
 #include "handlers.h"
 #include "faultpoint.h"
+#include "gate_store.h"
 #include "layout.h"
 #include "log.h"
 #include "metrics.h"
@@ -979,7 +980,9 @@ void stock_delete_async(struct areq *ar)
     store_sku_key(rst, a->sku, "rst");
     store_sku_key(users, a->sku, "users");
     store_sku_key(multi, a->sku, "multi");
-    const char *keys[5] = {meta, ver, rst, users, multi};
-    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 5, keys, 0, NULL,
+    struct gate_keys g; /* the waiting room goes with the SKU */
+    gate_store_keys(a->sku, &g);
+    const char *keys[9] = {meta, ver, rst, users, multi, g.q, g.line, g.adm, g.live};
+    store_script_async(a->app->store, ar->lc, ar, SCRIPT_DELETE_META, 9, keys, 0, NULL,
                        on_delete_meta, a);
 }

@@ -65,6 +65,10 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
         [SCRIPT_MULTI_DUE] = STORE_LUA_MULTI_DUE,
         [SCRIPT_HOLDS_DUE] = STORE_LUA_HOLDS_DUE,
+        [SCRIPT_GATE_JOIN] = STORE_LUA_GATE_JOIN,
+        [SCRIPT_GATE_ADMIT] = STORE_LUA_GATE_ADMIT,
+        [SCRIPT_GATE_PLACE] = STORE_LUA_GATE_PLACE,
+        [SCRIPT_GATE_USED] = STORE_LUA_GATE_USED,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with

@@ -48,6 +48,10 @@ enum store_script {
     SCRIPT_HOLDS_DUE,
     SCRIPT_RULES_PUSH,
     SCRIPT_STATUS_READ, /* one Redis only: the keys span several slots */
+    SCRIPT_GATE_JOIN,   /* the waiting room's (gate_store.h) */
+    SCRIPT_GATE_ADMIT,
+    SCRIPT_GATE_PLACE,
+    SCRIPT_GATE_USED,
     SCRIPT_COUNT
 };
 

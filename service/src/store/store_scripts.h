@@ -163,4 +163,32 @@
 /* swapped (or deleted) */
 #define STORE_SWAP_DONE 1
 
+/* The waiting room's scripts (lua/gate_join.lua, gate_admit.lua: {code, ...}; gate_store.h). */
+/* admit: stepped; join: a new place */
+#define STORE_GATE_OK 1
+/* join: the user had a place already: the same one */
+#define STORE_GATE_AGAIN 2
+/* the SKU's queue_rate is 0 (no waiting room): nothing written */
+#define STORE_GATE_NO_ROOM 0
+/* no such SKU, or deleted: nothing written */
+#define STORE_GATE_NO_SKU (-1)
+/* Places one admission step admits at most (the rest waits for the next step; the allowance
+ * banks at most one second's worth anyway) */
+#define STORE_GATE_STEP_MAX 10000
+/* A place's score in the line (inv:2:{S}:q:line) from this on is a join after the start (or in
+ * FIFO mode): 2^52 + seq; below it, a join before the start (seq until the start's shuffle, then
+ * its 52-bit shuffle key: lua/include/gate_start.lua) */
+#define STORE_GATE_LATE_BASE 4503599627370496
+/* The rules' defaults: queue_ticket_ttl_s 0 is this many seconds, queue_admit_pct 0 this k */
+#define STORE_GATE_TTL_DEFAULT_S 120
+#define STORE_GATE_PCT_DEFAULT 150
+
+/* lua/gate_used.lua: {code[, order id]}. */
+/* {1}: the ticket is marked used now */
+#define STORE_GATE_USED_DONE 1
+/* {2, order id}: marked before (by that order): nothing written */
+#define STORE_GATE_USED_ALREADY 2
+/* {0}: the user was never admitted: nothing written */
+#define STORE_GATE_USED_NONE 0
+
 #endif
