@@ -19,6 +19,7 @@
 #include "app.h"
 #include "clock.h"
 #include "events.h"
+#include "gate.h"
 #include "http.h"
 #include "identity.h"
 #include "log.h"
@@ -43,7 +44,8 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         return -1;
     app->cache = skucache_new(cfg->sold_out_recheck_ms);
     app->snaps = statsnap_new(cfg->status_refresh_ms);
-    if (!app->cache || !app->snaps) {
+    app->gate = gate_new(app);
+    if (!app->cache || !app->snaps || !app->gate) {
         snprintf(err, errlen, "out of memory");
         app_free(app);
         return -1;
@@ -73,6 +75,8 @@ void app_free(struct app *app)
     store_free(app->store);
     skucache_free(app->cache);
     statsnap_free(app->snaps);
+    gate_free(app->gate);
+    app->gate = NULL;
     identity_free(app->identity);
     ticket_key_wipe(app->queue_key);
     free(app->queue_key);
@@ -95,15 +99,23 @@ struct server {
     struct events *events; /* the status event streams of every loop (events.h) */
 };
 
-/* The sweeper runs on the first loop: started there, stopped before its Redis client goes. */
+/* The sweeper and the waiting rooms' admitter (gate.h) run on the first loop: started there,
+ * stopped before its Redis client goes. */
 static void on_start_sweep(void *arg)
 {
-    sweep_start(arg);
+    struct server *s = arg;
+    sweep_start(s->sweep);
+    if (gate_start(s->app->gate, &s->workers[0].env) != 0)
+        log_msg(CONFIG_LOG_ERROR, "queue_admitter",
+                "the waiting rooms' admitter could not start (out of memory): no place is "
+                "admitted by this instance");
 }
 
 static void on_end_sweep(void *arg)
 {
-    sweep_stop(arg);
+    struct server *s = arg;
+    sweep_stop(s->sweep);
+    gate_stop(s->app->gate);
 }
 
 /* Frees what was made, the loops having ended (or never run). */
@@ -165,7 +177,7 @@ struct server *server_start(struct app *app, char *err, size_t errlen)
     }
     http_events(s->http, s->events);
     s->workers[0].on_end = on_end_sweep;
-    s->workers[0].on_end_arg = s->sweep;
+    s->workers[0].on_end_arg = s;
     for (int i = 0; i < s->nloops; i++) {
         if (worker_start(&s->workers[i]) != 0) {
             snprintf(err, errlen, "cannot start event loop %d", i);
@@ -176,7 +188,7 @@ struct server *server_start(struct app *app, char *err, size_t errlen)
             goto fail;
         }
     }
-    worker_post(&s->workers[0], on_start_sweep, s->sweep);
+    worker_post(&s->workers[0], on_start_sweep, s);
     return s;
 fail:
     server_free(s);

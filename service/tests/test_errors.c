@@ -42,6 +42,7 @@ static const struct {
     {ERROR_TICKET_USED, 409, "ticket_used", false},
     {ERROR_TICKET_WRONG_USER, 403, "ticket_wrong_user", false},
     {ERROR_TICKET_WRONG_SKU, 403, "ticket_wrong_sku", false},
+    {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
     {ERROR_BODY_TOO_LARGE, 413, "body_too_large", false},
     {ERROR_HEADERS_TOO_LARGE, 431, "headers_too_large", false},
     {ERROR_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", false},

@@ -48,6 +48,8 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
     [ERROR_TICKET_USED] = {409, "ticket_used", "the ticket was used by another order", false},
     [ERROR_TICKET_WRONG_USER] = {403, "ticket_wrong_user", "the ticket is another user's", false},
     [ERROR_TICKET_WRONG_SKU] = {403, "ticket_wrong_sku", "the ticket is for another SKU", false},
+    [ERROR_NO_WAITING_ROOM] = {409, "no_waiting_room",
+                               "this SKU has no waiting room (its queue_rate is 0)", false},
     [ERROR_BODY_TOO_LARGE] = {413, "body_too_large", "the request body is too large", false},
     [ERROR_HEADERS_TOO_LARGE] = {431, "headers_too_large",
                                  "the request line and headers are too large", false},

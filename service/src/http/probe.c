@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "events.h"
+#include "gate.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -146,21 +147,76 @@ static char *status_series(struct app *app)
     return out;
 }
 
+/* The waiting rooms' series (gate.h: this instance's joins, polls, admitter steps). Allocated,
+ * NULL out of memory. */
+static char *queue_series(struct app *app)
+{
+    struct gate_stats st;
+    gate_stats(app->gate, &st);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f)
+        return NULL;
+    metrics_text_counter(f, "inventory_queue_joins_total",
+                         "Waiting room joins answered with a place (new or the same one).",
+                         (unsigned long long)st.joins);
+    fprintf(f,
+            "# HELP inventory_queue_polls_total Place polls answered, by where the place came "
+            "from: memory (the gate snapshot and the place cache) or redis (one place read).\n"
+            "# TYPE inventory_queue_polls_total counter\n"
+            "inventory_queue_polls_total{from=\"memory\"} %lld\n"
+            "inventory_queue_polls_total{from=\"redis\"} %lld\n",
+            st.polls_memory, st.polls_redis);
+    metrics_text_counter(f, "inventory_queue_admitted_total",
+                         "Places admitted by this instance's admission steps.",
+                         (unsigned long long)st.admitted);
+    metrics_text_gauge(f, "inventory_queue_length",
+                       "Places waiting in the waiting rooms this instance steps (as of their "
+                       "last step).",
+                       (double)st.length);
+    metrics_text_gauge(f, "inventory_queue_live",
+                       "Tickets neither used nor expired in the waiting rooms this instance "
+                       "steps.",
+                       (double)st.live);
+    metrics_text_counter(f, "inventory_queue_ticks_total",
+                         "Admission steps this instance made (status read + gate_admit.lua).",
+                         (unsigned long long)st.ticks);
+    metrics_text_counter(f, "inventory_queue_tick_failures_total",
+                         "Of those, the steps that failed.", (unsigned long long)st.tick_failures);
+    fprintf(f,
+            "# HELP inventory_queue_wait_error_seconds For each admitted place this instance "
+            "answered before, |the estimated wait first answered - the actual wait|.\n"
+            "# TYPE inventory_queue_wait_error_seconds summary\n"
+            "inventory_queue_wait_error_seconds_sum %.3f\n"
+            "inventory_queue_wait_error_seconds_count %lld\n",
+            st.wait_err_sum_s, st.wait_err_count);
+    if (fclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 void probe_metrics(struct app *app, const struct request *req, struct response *res)
 {
     (void)req;
     char *base = metrics_render(router_label);
     char *skus = base ? sku_series(app) : NULL;
     char *snaps = skus ? status_series(app) : NULL;
-    char *text = snaps ? malloc(strlen(base) + strlen(skus) + strlen(snaps) + 1) : NULL;
+    char *queue = snaps ? queue_series(app) : NULL;
+    char *text =
+        queue ? malloc(strlen(base) + strlen(skus) + strlen(snaps) + strlen(queue) + 1) : NULL;
     if (text) {
         strcpy(text, base);
         strcat(text, skus);
         strcat(text, snaps);
+        strcat(text, queue);
     }
     free(base);
     free(skus);
     free(snaps);
+    free(queue);
     if (!text) {
         response_error(res, ERROR_INTERNAL, NULL);
         return;

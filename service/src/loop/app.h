@@ -16,6 +16,7 @@ struct skucache;
 struct identity;
 
 struct ticket_key;
+struct gate;
 
 struct app {
     struct config cfg;
@@ -24,6 +25,7 @@ struct app {
     struct identity *identity; /* who sends an order; the confirm token (identity.h) */
     struct statsnap *snaps;    /* the stock status snapshots (statsnap.h) */
     struct ticket_key *queue_key; /* --queue-key-file: signs tickets (ticket.h); len 0: none */
+    struct gate *gate;            /* the waiting rooms as this instance sees them (gate.h) */
     atomic_int draining;          /* 1 once shutdown began */
 };
 
