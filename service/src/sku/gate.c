@@ -321,7 +321,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (g->stopping || atomic_load(&g->app->draining))
         return;
     int64_t now = clock_mono_ms();
-    char (*due)[VALIDATE_SKU_MAX + 1] = NULL;
+    char(*due)[VALIDATE_SKU_MAX + 1] = NULL;
     long long *fins = NULL;
     int n = 0, cap = 0;
     pthread_mutex_lock(&g->mu);

@@ -46,14 +46,14 @@ struct areq_env;
 
 /* One snapshot: the reply of the last admission step of the SKU on this instance. */
 struct gate_snap {
-    struct gate_state st;   /* code STORE_GATE_OK / NO_ROOM / NO_SKU and the counters */
-    int64_t mono_ms;        /* clock_mono_ms() when the reply was received */
-    double rate;            /* admissions per second measured over GATE_RATE_WINDOW_MS of
-                             * snapshots; -1 not measured yet (fewer than 2 snapshots) */
-    long long rule_rate;    /* the SKU's queue_rate as the step's status read found it */
-    long long ttl_s;        /* its queue_ticket_ttl_s (0: 120 s) */
-    int64_t sale_start_ms;  /* its sale_start (0: none) */
-    long long remaining;    /* the step's status read: units for sale and in holds */
+    struct gate_state st;  /* code STORE_GATE_OK / NO_ROOM / NO_SKU and the counters */
+    int64_t mono_ms;       /* clock_mono_ms() when the reply was received */
+    double rate;           /* admissions per second measured over GATE_RATE_WINDOW_MS of
+                            * snapshots; -1 not measured yet (fewer than 2 snapshots) */
+    long long rule_rate;   /* the SKU's queue_rate as the step's status read found it */
+    long long ttl_s;       /* its queue_ticket_ttl_s (0: 120 s) */
+    int64_t sale_start_ms; /* its sale_start (0: none) */
+    long long remaining;   /* the step's status read: units for sale and in holds */
     long long reserved;
 };
 
@@ -89,12 +89,12 @@ int gate_first_warning(struct gate *g, const char *sku);
 
 /* A place as the cache holds it. */
 struct gate_place_entry {
-    long long rank;           /* final (>= 0) */
-    char adm[GATE_ADM_MAX];   /* "" not read since admitted, or the entry as last read */
-    int64_t adm_mono_ms;      /* when adm was read (clock_mono_ms) */
-    double est_wait_s;        /* the estimated wait first answered (-1: none yet) */
-    int64_t first_mono_ms;    /* when it was answered */
-    int wait_scored;          /* the estimate's error was counted */
+    long long rank;         /* final (>= 0) */
+    char adm[GATE_ADM_MAX]; /* "" not read since admitted, or the entry as last read */
+    int64_t adm_mono_ms;    /* when adm was read (clock_mono_ms) */
+    double est_wait_s;      /* the estimated wait first answered (-1: none yet) */
+    int64_t first_mono_ms;  /* when it was answered */
+    int wait_scored;        /* the estimate's error was counted */
 };
 
 /* 1 with *out when (sku, user)'s place is cached (it becomes the most recently used), else 0. */
@@ -112,16 +112,16 @@ void gate_wait_error(double err_s);
 
 /* Counts for /metrics (any thread). */
 struct gate_stats {
-    long long joins;          /* POST .../queue answered with a place */
-    long long polls_memory;   /* place polls answered from the snapshot and the place cache */
-    long long polls_redis;    /* place polls that needed one gate_store_place */
-    long long admitted;       /* places admitted by this instance's steps */
-    long long ticks;          /* admission steps made (ended) */
-    long long tick_failures;  /* of which failed */
-    long long length;         /* places waiting (length - served), summed over active SKUs */
-    long long live;           /* tickets live, summed over active SKUs */
-    long long skus;           /* SKUs stepped now */
-    double wait_err_sum_s;    /* the estimated-wait errors counted, and how many */
+    long long joins;         /* POST .../queue answered with a place */
+    long long polls_memory;  /* place polls answered from the snapshot and the place cache */
+    long long polls_redis;   /* place polls that needed one gate_store_place */
+    long long admitted;      /* places admitted by this instance's steps */
+    long long ticks;         /* admission steps made (ended) */
+    long long tick_failures; /* of which failed */
+    long long length;        /* places waiting (length - served), summed over active SKUs */
+    long long live;          /* tickets live, summed over active SKUs */
+    long long skus;          /* SKUs stepped now */
+    double wait_err_sum_s;   /* the estimated-wait errors counted, and how many */
     long long wait_err_count;
 };
 void gate_stats(struct gate *g, struct gate_stats *out);

@@ -35,8 +35,8 @@
 /* ---- the request's common part ---- */
 
 /* The SKU, the user and the key's presence of a queue request: 0, or -1 with res filled. */
-static int queue_who(struct app *app, const struct request *req, struct response *res,
-                     char *sku, char *user, size_t cap)
+static int queue_who(struct app *app, const struct request *req, struct response *res, char *sku,
+                     char *user, size_t cap)
 {
     if (stock_sku_param(req, res, sku) != 0)
         return -1;
@@ -171,7 +171,8 @@ static int place_answer(struct app *app, const char *sku, const char *user,
     } else if (p->rank < 0) {
         state = "waiting_for_start";
     } else if (p->rank < g->served && adm_parse(p->adm, &n, &exp)) {
-        state = now >= exp ? "expired" : "admitted";
+        /* a ticket with nothing left to buy is no use: the buyer learns it is over */
+        state = now >= exp ? "expired" : g->sold_out ? "sold_out" : "admitted";
     } else if (p->rank < g->served) {
         state = "waiting"; /* admitted on Redis, its entry not read yet: the next poll reads */
         retry = 1;
@@ -408,8 +409,8 @@ static void on_join(void *arg, lc_status st, const char *why, const struct gate_
         struct gate_place_entry old;
         if (gate_place_get(app->gate, q->sku, q->user, &old))
             p = old;
-        int changed = place_answer(app, q->sku, q->user, &s, &p,
-                                   j->code == STORE_GATE_OK, &ar->res);
+        int changed =
+            place_answer(app, q->sku, q->user, &s, &p, j->code == STORE_GATE_OK, &ar->res);
         if (changed || p.rank >= 0)
             gate_place_put(app->gate, q->sku, q->user, &p);
     }
@@ -447,7 +448,8 @@ static void on_info_snap(struct areq *ar, void *arg, int rc, const struct gate_s
     if (rc <= 0) {
         response_error(&ar->res, ERROR_UNAVAILABLE,
                        rc == 0 ? "too many waiting rooms on this instance"
-                               : why ? why : "out of memory");
+                       : why   ? why
+                               : "out of memory");
         areq_done(ar);
         return;
     }

@@ -1,0 +1,585 @@
+/*
+ * The waiting room's HTTP side (SPEC §16, issue 32; docs/design.md "The instance's gate:
+ * admitter and snapshot") against a real redis-server and three real inventoryd processes over
+ * HTTP, each with the same --queue-key-file, the user from --user-header X-User (the tests'
+ * loopback is a trusted proxy):
+ *   - joins across instances get consecutive places in join order (queue_fifo 1); a second join
+ *     on another instance answers 200 and the same place; the refusals: no user (401
+ *     user_required), unknown SKU (404), a SKU without a room (409 no_waiting_room), an
+ *     instance without a key (503), a poll with no place (404);
+ *   - FIFO admission at the rule's rate: 300 joins, rate 50/s: the admission order (on Redis's
+ *     clock, from the admission entries) is the join order with 0 inversions, the rate is within
+ *     ±5 % of 50/s; every admitted place's poll answers a ticket that ticket_check accepts for
+ *     its user and SKU, with its rank; the polls are answered from memory (at most one place
+ *     read from Redis per user per instance: inventory_queue_polls_total{from="redis"});
+ *   - stock 20, queue_admit_pct 150: never more than 30 live tickets; once the stock is sold,
+ *     every place answers sold_out within 1 s, on every instance;
+ *   - pause (PATCH queue_paused 1): no admission on Redis's clock later than 200 ms after the
+ *     PATCH's answer, every instance's snapshot says paused; resume: admission continues;
+ *   - kill -9 of an instance in the middle of the joins: no place lost, none duplicated (every
+ *     user one place, the places 1..N, each user's join again answers its place).
+ * About 20 s. IT_QUEUE_LONG=1 runs the rate check with 1,500 joins (about 35 s more).
+ */
+#include "svc_test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "ticket.h"
+
+#define QN 3
+
+static sf_service *svc[QN];
+static char key_path[256];
+static struct ticket_key qkey;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(key_path, sizeof key_path, "/tmp/it_queue_key_XXXXXX");
+    int fd = mkstemp(key_path);
+    if (fd < 0)
+        return -1;
+    const char *k = "it-queue-key-0123456789abcdef-0123456789abcdef";
+    if (write(fd, k, strlen(k)) != (ssize_t)strlen(k)) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    char err[256];
+    if (ticket_key_load(&qkey, key_path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    const char *args[] = {"--threads",         "2",           "--queue-key-file", key_path,
+                          "--user-header",     "X-User",      "--trusted-proxies", "127.0.0.1/32",
+                          "--redis-timeout-ms", "1000",       NULL};
+    for (int i = 0; i < QN; i++)
+        if (!(svc[i] = sf_group_service(args)))
+            return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    unlink(key_path);
+    return sf_group_teardown(state);
+}
+
+static int qport(int i)
+{
+    return sf_port(svc[i % QN]);
+}
+
+/* PUT sku with stock and the rules (",..." or ""). */
+static void q_put(const char *sku, long long stock, const char *rules)
+{
+    char path[160], body[512];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":2%s}", stock, rules);
+    sf_resp r = {0};
+    sf_json_request(NULL, qport(0), "PUT", path, NULL, NULL, body, &r);
+    SF_ASSERT(r.status == 201 || r.status == 200, "PUT %s: %s", body, sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+static void q_patch(int i, const char *sku, const char *body)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    sf_json_request(NULL, qport(i), "PATCH", path, NULL, NULL, body, &r);
+    SF_ASSERT(r.status == 200, "PATCH %s: %s", body, sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* method on .../queue (suffix "" or "/info") of sku for user (NULL: no header) on c or port. */
+static int q_call(sf_conn *c, int port, const char *method, const char *sku, const char *suffix,
+                  const char *user, sf_resp *r)
+{
+    char path[200], hdr[200];
+    snprintf(path, sizeof path, "/api/v1/skus/%s/queue%s", sku, suffix);
+    snprintf(hdr, sizeof hdr, "X-User: %s", user ? user : "");
+    const char *headers[] = {hdr, NULL};
+    const char *const *h = user ? headers : NULL;
+    if (c)
+        return sf_conn_request(c, method, path, h, NULL, 0, r);
+    return sf_http(port, method, path, h, NULL, 0, r);
+}
+
+/* A counter of sku's gate (inv:2:{S}:q), 0 when unset. */
+static long long q_field(const char *sku, const char *field)
+{
+    char buf[64] = "";
+    if (rf_string(gf_redis, buf, sizeof buf, "HGET inv:2:{%s}:q %s", sku, field) != 1)
+        return 0;
+    return atoll(buf);
+}
+
+/* Redis's clock (ms). */
+static long long redis_ms(void)
+{
+    redisReply *rp = rf_command(gf_redis, "TIME");
+    long long ms = -1;
+    if (rp && rp->type == REDIS_REPLY_ARRAY && rp->elements == 2)
+        ms = atoll(rp->element[0]->str) * 1000 + atoll(rp->element[1]->str) / 1000;
+    freeReplyObject(rp);
+    return ms;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The admission entries of sku: for user i ("<prefix><i>", i < n) its n and admission time
+ * (exp - ttl; -1 when not admitted). Returns how many are admitted. */
+static int adm_read(const char *sku, const char *prefix, int n, long long ttl_ms, long long *rank,
+                    long long *at)
+{
+    int got = 0;
+    for (int i = 0; i < n; i++)
+        rank[i] = at[i] = -1;
+    redisReply *rp = rf_command(gf_redis, "HGETALL inv:2:{%s}:q:adm", sku);
+    SF_ASSERT(rp && rp->type == REDIS_REPLY_ARRAY, "HGETALL adm of %s", sku);
+    size_t pl = strlen(prefix);
+    for (size_t k = 0; k + 1 < rp->elements; k += 2) {
+        const char *u = rp->element[k]->str, *v = rp->element[k + 1]->str;
+        if (strncmp(u, prefix, pl) != 0)
+            continue;
+        int i = atoi(u + pl);
+        long long a, e;
+        if (i < 0 || i >= n || sscanf(v, "%lld:%lld", &a, &e) != 2)
+            continue;
+        rank[i] = a;
+        at[i] = e - ttl_ms;
+        got++;
+    }
+    freeReplyObject(rp);
+    return got;
+}
+
+/* ---- joins: consecutive places, the same place again, the refusals ---- */
+
+static void test_join_places(void **state)
+{
+    (void)state;
+    const char *sku = "q-join";
+    q_put(sku, 100, ",\"queue_rate\":1,\"queue_fifo\":1");
+    sf_resp r = {0};
+    char user[32];
+    for (int i = 0; i < 30; i++) {
+        snprintf(user, sizeof user, "j%d", i);
+        q_call(NULL, qport(i), "POST", sku, "", user, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        SF_ASSERT_EQ(sf_json_int(r.json, "position", -1), i + 1);
+    }
+    for (int i = 0; i < 30; i++) {
+        snprintf(user, sizeof user, "j%d", i);
+        q_call(NULL, qport(i + 1), "POST", sku, "", user, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        SF_ASSERT_EQ(sf_json_int(r.json, "position", -1), i + 1);
+        q_call(NULL, qport(i + 2), "GET", sku, "", user, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        SF_ASSERT_EQ(sf_json_int(r.json, "position", -1), i + 1);
+        const char *st = sf_str(r.json, "state");
+        SF_ASSERT(strcmp(st, "waiting") == 0 || strcmp(st, "admitted") == 0, "state %s", st);
+    }
+    SF_ASSERT_EQ(rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:line", sku), 30);
+
+    q_call(NULL, qport(0), "POST", sku, "", NULL, &r);
+    SF_ASSERT_ERROR(&r, 401, "user_required");
+    q_call(NULL, qport(0), "GET", sku, "", "nobody", &r);
+    SF_ASSERT_ERROR(&r, 404, "not_found");
+    q_call(NULL, qport(1), "POST", "q-nosuch", "", "j1", &r);
+    SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+    q_call(NULL, qport(2), "GET", "q-nosuch", "", "j1", &r);
+    SF_ASSERT_ERROR(&r, 404, "unknown_sku");
+    q_put("q-plain", 10, "");
+    q_call(NULL, qport(0), "POST", "q-plain", "", "j1", &r);
+    SF_ASSERT_ERROR(&r, 409, "no_waiting_room");
+    q_call(NULL, qport(1), "GET", "q-plain", "/info", NULL, &r);
+    SF_ASSERT_ERROR(&r, 409, "no_waiting_room");
+    q_call(NULL, qport(2), "GET", sku, "/info", NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    SF_ASSERT_EQ(sf_json_int(r.json, "length", -1), 30);
+
+    const char *args[] = {"--user-header", "X-User", "--trusted-proxies", "127.0.0.1/32", NULL};
+    sf_service *nokey = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(nokey != NULL, "%s", "an instance without --queue-key-file");
+    q_call(NULL, sf_port(nokey), "POST", sku, "", "j1", &r);
+    SF_ASSERT_ERROR(&r, 503, "unavailable");
+    SF_ASSERT(strstr(sf_str(r.json, "message"), "queue-key-file") != NULL, "%s",
+              sf_resp_summary(&r));
+    SF_ASSERT(sf_log_contains(nokey, "queue_no_key"), "%s", "the warning in the log");
+    SF_ASSERT(sf_stop(nokey) == 0, "%s", "exit of the instance without a key");
+    sf_resp_free(&r);
+}
+
+/* ---- FIFO admission at the rule's rate ---- */
+
+static atomic_int joined; /* joins answered so far (the kill's trigger) */
+
+struct joiner {
+    const char *sku;
+    const char *prefix;
+    int from, to, step; /* users from, from + step, ... < to */
+    int kill_skip;      /* instance index to avoid after a failure (-1 none) */
+    long long *pos;     /* per user: the place answered */
+    atomic_int *fails;
+};
+
+static void *join_run(void *arg)
+{
+    struct joiner *j = arg;
+    sf_conn *c[QN];
+    for (int i = 0; i < QN; i++)
+        c[i] = sf_conn_open(qport(i), 3000);
+    sf_resp r = {0};
+    char user[32];
+    for (int u = j->from; u < j->to; u += j->step) {
+        snprintf(user, sizeof user, "%s%d", j->prefix, u);
+        int inst = u % QN, ok = 0;
+        for (int tries = 0; tries < 2 * QN && !ok; tries++, inst = (inst + 1) % QN) {
+            int st = q_call(c[inst], 0, "POST", j->sku, "", user, &r);
+            if (st == 201 || st == 200) {
+                j->pos[u] = sf_json_int(r.json, "position", -1);
+                atomic_fetch_add(&joined, 1);
+                ok = 1;
+            }
+        }
+        if (!ok)
+            atomic_fetch_add(j->fails, 1);
+    }
+    sf_resp_free(&r);
+    for (int i = 0; i < QN; i++)
+        sf_conn_close(c[i]);
+    return NULL;
+}
+
+/* Joins users prefix0..prefix(n-1) with threads threads; the places into pos. Returns the
+ * joins that failed. With a join order by user index (FIFO) when threads is 1. */
+static int join_all(const char *sku, const char *prefix, int n, int threads, long long *pos)
+{
+    pthread_t t[8];
+    struct joiner j[8];
+    atomic_int fails = 0;
+    for (int k = 0; k < threads; k++) {
+        j[k] = (struct joiner){sku, prefix, k, n, threads, -1, pos, &fails};
+        pthread_create(&t[k], NULL, join_run, &j[k]);
+    }
+    for (int k = 0; k < threads; k++)
+        pthread_join(t[k], NULL);
+    return atomic_load(&fails);
+}
+
+static void fifo_rate(int n)
+{
+    const char *sku = "q-fifo";
+    const long long rate = 50, ttl = 600;
+    char rules[160];
+    snprintf(rules, sizeof rules,
+             ",\"queue_rate\":%lld,\"queue_fifo\":1,\"queue_ticket_ttl_s\":%lld", rate, ttl);
+    q_put(sku, 100000, rules);
+    long long *pos = calloc((size_t)n, sizeof(*pos));
+    long long *rank = calloc((size_t)n, sizeof(*rank));
+    long long *at = calloc((size_t)n, sizeof(*at));
+    int *seen = calloc((size_t)n, sizeof(*seen));
+    /* one thread: the join order is the user order */
+    SF_ASSERT_EQ(join_all(sku, "f", n, 1, pos), 0);
+    for (int i = 0; i < n; i++)
+        SF_ASSERT(pos[i] == i + 1, "user f%d got place %lld", i, pos[i]);
+    double before_redis[QN];
+    for (int i = 0; i < QN; i++)
+        before_redis[i] = sf_metric(qport(i), "inventory_queue_polls_total{from=\"redis\"}");
+    /* every user polls the instance it joined on until admitted, as a browser would */
+    sf_conn *c[QN];
+    for (int i = 0; i < QN; i++)
+        c[i] = sf_conn_open(qport(i), 3000);
+    sf_resp r = {0};
+    char user[32];
+    int admitted = 0;
+    long long deadline = now_ms() + (long long)n * 1000 / rate + 10000;
+    while (admitted < n && now_ms() < deadline) {
+        for (int u = 0; u < n; u++) {
+            if (seen[u])
+                continue;
+            snprintf(user, sizeof user, "f%d", u);
+            q_call(c[u % QN], 0, "GET", sku, "", user, &r);
+            SF_ASSERT_STATUS(&r, 200);
+            const char *st = sf_str(r.json, "state");
+            if (strcmp(st, "admitted") != 0) {
+                SF_ASSERT(strcmp(st, "waiting") == 0, "user %s: %s", user, sf_resp_summary(&r));
+                SF_ASSERT(sf_header(&r, "Retry-After") != NULL, "%s", "Retry-After");
+                continue;
+            }
+            struct ticket t;
+            const char *text = sf_str(r.json, "ticket");
+            SF_ASSERT(ticket_check(&qkey, text, sku, user, &t) == ERROR_NONE, "ticket %s of %s",
+                      text, user);
+            SF_ASSERT_EQ(t.n, u);
+            SF_ASSERT(ticket_check(&qkey, text, sku, "someone-else", NULL) ==
+                          ERROR_TICKET_WRONG_USER,
+                      "%s", "the ticket is bound to its user");
+            seen[u] = 1;
+            admitted++;
+            /* the same answer from the other instances: the place read costs each one read */
+        }
+        sleep_ms(100);
+    }
+    SF_ASSERT(admitted == n, "%d of %d admitted before the deadline", admitted, n);
+    for (int i = 0; i < QN; i++) {
+        double redis = sf_metric(qport(i), "inventory_queue_polls_total{from=\"redis\"}");
+        double users = (n + QN - 1 - i) / QN; /* the users that polled instance i */
+        SF_ASSERT(redis - before_redis[i] <= users, "instance %d: %.0f place reads from Redis for "
+                  "%.0f users", i, redis - before_redis[i], users);
+        SF_ASSERT(sf_metric(qport(i), "inventory_queue_polls_total{from=\"memory\"}") > 0, "%s",
+                  "polls from memory");
+    }
+    SF_ASSERT_EQ(adm_read(sku, "f", n, ttl * 1000, rank, at), n);
+    int inversions = 0;
+    long long first = -1, last = -1;
+    for (int i = 0; i < n; i++) {
+        SF_ASSERT_EQ(rank[i], i);
+        for (int k = i + 1; k < n; k++)
+            inversions += at[k] < at[i];
+    }
+    SF_ASSERT_EQ(inversions, 0);
+    /* the rate on Redis's clock, from the 10th admission (the first step's start aside) */
+    int from = 10;
+    first = at[from];
+    last = at[n - 1];
+    double measured = (double)(n - 1 - from) * 1000.0 / (double)(last - first);
+    fprintf(stderr, "it_queue: %d admissions at %.2f/s (rule %lld/s) over %.1f s\n", n, measured,
+            rate, (double)(last - first) / 1000.0);
+    SF_ASSERT(measured >= rate * 0.95 && measured <= rate * 1.05,
+              "admission rate %.2f/s, rule %lld/s", measured, rate);
+    for (int i = 0; i < QN; i++)
+        sf_conn_close(c[i]);
+    sf_resp_free(&r);
+    free(pos);
+    free(rank);
+    free(at);
+    free(seen);
+}
+
+static void test_fifo_rate(void **state)
+{
+    (void)state;
+    const char *l = getenv("IT_QUEUE_LONG");
+    fifo_rate(l && *l == '1' ? 1500 : 300);
+}
+
+/* ---- the stock bounds the tickets; sold out reaches every place ---- */
+
+static void test_stock_bound_and_sold_out(void **state)
+{
+    (void)state;
+    const char *sku = "q-stock";
+    q_put(sku, 20, ",\"queue_rate\":500,\"queue_fifo\":1,\"queue_admit_pct\":150");
+    const int n = 80;
+    long long pos[80];
+    SF_ASSERT_EQ(join_all(sku, "s", n, 4, pos), 0);
+    /* keep the SKU active on every instance while the admission runs */
+    sf_resp r = {0};
+    long long issued = 0, maxlive = 0;
+    for (int k = 0; k < 15; k++) {
+        for (int i = 0; i < QN; i++)
+            q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
+        long long live = rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:live", sku);
+        maxlive = live > maxlive ? live : maxlive;
+        sleep_ms(100);
+    }
+    issued = q_field(sku, "issued");
+    SF_ASSERT(maxlive <= 30 && issued == 30, "live at most %lld, issued %lld (k 1.5 x stock 20)",
+              maxlive, issued);
+    /* the admitted buy the stock (the order carries its ticket) */
+    char user[32], body[1200];
+    int sold = 0;
+    for (int u = 0; u < n && sold < 20; u++) {
+        snprintf(user, sizeof user, "s%d", u);
+        q_call(NULL, qport(u), "GET", sku, "", user, &r);
+        if (strcmp(sf_str(r.json, "state"), "admitted") != 0)
+            continue;
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1,\"ticket\":\"%s\"}", sku,
+                 sf_str(r.json, "ticket"));
+        char hdr[64];
+        snprintf(hdr, sizeof hdr, "X-User: %s", user);
+        const char *h[] = {"Content-Type: application/json", hdr, NULL};
+        sf_http(qport(u), "POST", "/api/v1/orders", h, body, strlen(body), &r);
+        SF_ASSERT_STATUS(&r, 201);
+        sold++;
+    }
+    SF_ASSERT_EQ(sold, 20);
+    long long t0 = now_ms();
+    /* within 1 s every place, on every instance, answers sold_out */
+    int all = 0;
+    while (!all && now_ms() - t0 < 1000) {
+        all = 1;
+        for (int u = 0; u < n && all; u++) {
+            snprintf(user, sizeof user, "s%d", u);
+            for (int i = 0; i < QN && all; i++) {
+                q_call(NULL, qport(i), "GET", sku, "", user, &r);
+                all = strcmp(sf_str(r.json, "state"), "sold_out") == 0 ||
+                      strcmp(sf_str(r.json, "state"), "used") == 0;
+            }
+        }
+    }
+    long long took = now_ms() - t0;
+    SF_ASSERT(all, "after %lld ms a place still answers %s", took, sf_resp_summary(&r));
+    fprintf(stderr, "it_queue: every place answered sold_out %lld ms after the last order\n",
+            took);
+    SF_ASSERT_EQ(q_field(sku, "issued"), 30);
+    sf_resp_free(&r);
+}
+
+/* ---- pause and resume ---- */
+
+static void test_pause_resume(void **state)
+{
+    (void)state;
+    const char *sku = "q-pause";
+    const long long ttl = 600;
+    q_put(sku, 100000, ",\"queue_rate\":40,\"queue_fifo\":1,\"queue_ticket_ttl_s\":600");
+    const int n = 200;
+    long long *pos = calloc(n, sizeof(*pos)), *rank = calloc(n, sizeof(*rank)),
+              *at = calloc(n, sizeof(*at));
+    SF_ASSERT_EQ(join_all(sku, "p", n, 4, pos), 0);
+    sf_resp r = {0};
+    /* every instance steps the SKU (a poll makes it active there) */
+    for (int i = 0; i < QN; i++)
+        q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
+    long long t0 = now_ms();
+    while (q_field(sku, "served") < 20 && now_ms() - t0 < 5000)
+        sleep_ms(20);
+    q_patch(1, sku, "{\"queue_paused\":1}");
+    long long answered = redis_ms();
+    long long tp = now_ms();
+    int paused[QN] = {0}, npaused = 0;
+    long long seen_ms[QN] = {0};
+    while (npaused < QN && now_ms() - tp < 2000) {
+        for (int i = 0; i < QN; i++)
+            if (!paused[i]) {
+                q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
+                if (json_is_true(json_object_get(r.json, "paused"))) {
+                    paused[i] = 1;
+                    seen_ms[i] = now_ms() - tp;
+                    npaused++;
+                }
+            }
+        sleep_ms(5);
+    }
+    SF_ASSERT(npaused == QN, "%d of %d instances show the pause", npaused, QN);
+    fprintf(stderr, "it_queue: the pause shown by the instances after %lld, %lld, %lld ms\n",
+            seen_ms[0], seen_ms[1], seen_ms[2]);
+    sleep_ms(1000);
+    adm_read(sku, "p", n, ttl * 1000, rank, at);
+    long long late = 0, served_paused = q_field(sku, "served");
+    for (int i = 0; i < n; i++)
+        if (at[i] > answered + 200)
+            late++;
+    SF_ASSERT(late == 0, "%lld places admitted later than 200 ms after the PATCH's answer", late);
+    char lastu[32] = "";
+    for (int u = 0; u < n; u++)
+        if (pos[u] == n)
+            snprintf(lastu, sizeof lastu, "p%d", u);
+    for (int i = 0; i < QN; i++) { /* the last place waits, paused */
+        q_call(NULL, qport(i), "GET", sku, "", lastu, &r);
+        SF_ASSERT(strcmp(sf_str(r.json, "state"), "paused") == 0, "instance %d: %s", i,
+                  sf_resp_summary(&r));
+    }
+    q_patch(2, sku, "{\"queue_paused\":0}");
+    long long tr = now_ms(), served = served_paused;
+    while (served <= served_paused + 5 && now_ms() - tr < 3000) {
+        for (int i = 0; i < QN; i++)
+            q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
+        sleep_ms(50);
+        served = q_field(sku, "served");
+    }
+    SF_ASSERT(served > served_paused + 5, "served %lld after the resume, %lld paused", served,
+              served_paused);
+    sf_resp_free(&r);
+    free(pos);
+    free(rank);
+    free(at);
+}
+
+/* ---- kill -9 in the middle of the joins ---- */
+
+struct killer {
+    int at;      /* kill once this many joins were answered */
+    int when;    /* joins answered when it was killed */
+};
+
+static void *kill_run(void *arg)
+{
+    struct killer *k = arg;
+    long long t0 = now_ms();
+    while (atomic_load(&joined) < k->at && now_ms() - t0 < 10000)
+        sleep_ms(1);
+    k->when = atomic_load(&joined);
+    sf_kill(svc[2], SIGKILL);
+    return NULL;
+}
+
+static void test_kill_mid_queue(void **state)
+{
+    (void)state;
+    const char *sku = "q-kill";
+    q_put(sku, 100000, ",\"queue_rate\":100,\"queue_fifo\":1");
+    const int n = 600;
+    long long *pos = calloc(n, sizeof(*pos));
+    pthread_t kt;
+    struct killer k = {n / 3, 0};
+    atomic_store(&joined, 0);
+    pthread_create(&kt, NULL, kill_run, &k);
+    int fails = join_all(sku, "k", n, 4, pos);
+    pthread_join(kt, NULL);
+    SF_ASSERT_EQ(fails, 0);
+    /* the precondition: the kill came in the middle of the joins */
+    SF_ASSERT(k.when >= n / 3 && k.when < n, "killed after %d of %d joins", k.when, n);
+    fprintf(stderr, "it_queue: instance killed -9 after %d of %d joins\n", k.when, n);
+    SF_ASSERT(sf_restart(svc[2]) == 0, "%s", "restart of the killed instance");
+    /* each user one place; the places are 1..n, each once */
+    SF_ASSERT_EQ(rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:line", sku), n);
+    char *used = calloc(n + 1, 1);
+    for (int i = 0; i < n; i++) {
+        SF_ASSERT(pos[i] >= 1 && pos[i] <= n, "user k%d: place %lld", i, pos[i]);
+        SF_ASSERT(!used[pos[i]], "place %lld given twice", pos[i]);
+        used[pos[i]] = 1;
+    }
+    /* and a join again answers the same place, on any instance */
+    sf_resp r = {0};
+    char user[32];
+    for (int i = 0; i < n; i += 7) {
+        snprintf(user, sizeof user, "k%d", i);
+        q_call(NULL, qport(i), "POST", sku, "", user, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        SF_ASSERT_EQ(sf_json_int(r.json, "position", -1), pos[i]);
+    }
+    sf_resp_free(&r);
+    free(used);
+    free(pos);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_join_places),
+        cmocka_unit_test(test_fifo_rate),
+        cmocka_unit_test(test_stock_bound_and_sold_out),
+        cmocka_unit_test(test_pause_resume),
+        cmocka_unit_test(test_kill_mid_queue),
+    };
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+}
