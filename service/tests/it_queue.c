@@ -53,9 +53,17 @@ static int group_setup(void **state)
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    const char *args[] = {"--threads",         "2",           "--queue-key-file", key_path,
-                          "--user-header",     "X-User",      "--trusted-proxies", "127.0.0.1/32",
-                          "--redis-timeout-ms", "1000",       NULL};
+    const char *args[] = {"--threads",
+                          "2",
+                          "--queue-key-file",
+                          key_path,
+                          "--user-header",
+                          "X-User",
+                          "--trusted-proxies",
+                          "127.0.0.1/32",
+                          "--redis-timeout-ms",
+                          "1000",
+                          NULL};
     for (int i = 0; i < QN; i++)
         if (!(svc[i] = sf_group_service(args)))
             return -1;
@@ -119,7 +127,7 @@ static long long q_field(const char *sku, const char *field)
 }
 
 /* Redis's clock (ms). */
-static long long redis_ms(void)
+static long long q_redis_ms(void)
 {
     redisReply *rp = rf_command(gf_redis, "TIME");
     long long ms = -1;
@@ -129,14 +137,14 @@ static long long redis_ms(void)
     return ms;
 }
 
-static long long now_ms(void)
+static long long q_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(long ms)
+static void q_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -309,8 +317,8 @@ static void fifo_rate(int n)
     sf_resp r = {0};
     char user[32];
     int admitted = 0;
-    long long deadline = now_ms() + (long long)n * 1000 / rate + 10000;
-    while (admitted < n && now_ms() < deadline) {
+    long long deadline = q_mono_ms() + (long long)n * 1000 / rate + 10000;
+    while (admitted < n && q_mono_ms() < deadline) {
         for (int u = 0; u < n; u++) {
             if (seen[u])
                 continue;
@@ -335,14 +343,16 @@ static void fifo_rate(int n)
             admitted++;
             /* the same answer from the other instances: the place read costs each one read */
         }
-        sleep_ms(100);
+        q_sleep_ms(100);
     }
     SF_ASSERT(admitted == n, "%d of %d admitted before the deadline", admitted, n);
     for (int i = 0; i < QN; i++) {
         double redis = sf_metric(qport(i), "inventory_queue_polls_total{from=\"redis\"}");
         double users = (n + QN - 1 - i) / QN; /* the users that polled instance i */
-        SF_ASSERT(redis - before_redis[i] <= users, "instance %d: %.0f place reads from Redis for "
-                  "%.0f users", i, redis - before_redis[i], users);
+        SF_ASSERT(redis - before_redis[i] <= users,
+                  "instance %d: %.0f place reads from Redis for "
+                  "%.0f users",
+                  i, redis - before_redis[i], users);
         SF_ASSERT(sf_metric(qport(i), "inventory_queue_polls_total{from=\"memory\"}") > 0, "%s",
                   "polls from memory");
     }
@@ -398,7 +408,7 @@ static void test_stock_bound_and_sold_out(void **state)
             q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
         long long live = rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:live", sku);
         maxlive = live > maxlive ? live : maxlive;
-        sleep_ms(100);
+        q_sleep_ms(100);
     }
     issued = q_field(sku, "issued");
     SF_ASSERT(maxlive <= 30 && issued == 30, "live at most %lld, issued %lld (k 1.5 x stock 20)",
@@ -421,10 +431,10 @@ static void test_stock_bound_and_sold_out(void **state)
         sold++;
     }
     SF_ASSERT_EQ(sold, 20);
-    long long t0 = now_ms();
+    long long t0 = q_mono_ms();
     /* within 1 s every place, on every instance, answers sold_out */
     int all = 0;
-    while (!all && now_ms() - t0 < 1000) {
+    while (!all && q_mono_ms() - t0 < 1000) {
         all = 1;
         for (int u = 0; u < n && all; u++) {
             snprintf(user, sizeof user, "s%d", u);
@@ -435,10 +445,9 @@ static void test_stock_bound_and_sold_out(void **state)
             }
         }
     }
-    long long took = now_ms() - t0;
+    long long took = q_mono_ms() - t0;
     SF_ASSERT(all, "after %lld ms a place still answers %s", took, sf_resp_summary(&r));
-    fprintf(stderr, "it_queue: every place answered sold_out %lld ms after the last order\n",
-            took);
+    fprintf(stderr, "it_queue: every place answered sold_out %lld ms after the last order\n", took);
     SF_ASSERT_EQ(q_field(sku, "issued"), 30);
     sf_resp_free(&r);
 }
@@ -459,30 +468,30 @@ static void test_pause_resume(void **state)
     /* every instance steps the SKU (a poll makes it active there) */
     for (int i = 0; i < QN; i++)
         q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
-    long long t0 = now_ms();
-    while (q_field(sku, "served") < 20 && now_ms() - t0 < 5000)
-        sleep_ms(20);
+    long long t0 = q_mono_ms();
+    while (q_field(sku, "served") < 20 && q_mono_ms() - t0 < 5000)
+        q_sleep_ms(20);
     q_patch(1, sku, "{\"queue_paused\":1}");
-    long long answered = redis_ms();
-    long long tp = now_ms();
+    long long answered = q_redis_ms();
+    long long tp = q_mono_ms();
     int paused[QN] = {0}, npaused = 0;
     long long seen_ms[QN] = {0};
-    while (npaused < QN && now_ms() - tp < 2000) {
+    while (npaused < QN && q_mono_ms() - tp < 2000) {
         for (int i = 0; i < QN; i++)
             if (!paused[i]) {
                 q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
                 if (json_is_true(json_object_get(r.json, "paused"))) {
                     paused[i] = 1;
-                    seen_ms[i] = now_ms() - tp;
+                    seen_ms[i] = q_mono_ms() - tp;
                     npaused++;
                 }
             }
-        sleep_ms(5);
+        q_sleep_ms(5);
     }
     SF_ASSERT(npaused == QN, "%d of %d instances show the pause", npaused, QN);
     fprintf(stderr, "it_queue: the pause shown by the instances after %lld, %lld, %lld ms\n",
             seen_ms[0], seen_ms[1], seen_ms[2]);
-    sleep_ms(1000);
+    q_sleep_ms(1000);
     adm_read(sku, "p", n, ttl * 1000, rank, at);
     long long late = 0, served_paused = q_field(sku, "served");
     for (int i = 0; i < n; i++)
@@ -499,11 +508,11 @@ static void test_pause_resume(void **state)
                   sf_resp_summary(&r));
     }
     q_patch(2, sku, "{\"queue_paused\":0}");
-    long long tr = now_ms(), served = served_paused;
-    while (served <= served_paused + 5 && now_ms() - tr < 3000) {
+    long long tr = q_mono_ms(), served = served_paused;
+    while (served <= served_paused + 5 && q_mono_ms() - tr < 3000) {
         for (int i = 0; i < QN; i++)
             q_call(NULL, qport(i), "GET", sku, "/info", NULL, &r);
-        sleep_ms(50);
+        q_sleep_ms(50);
         served = q_field(sku, "served");
     }
     SF_ASSERT(served > served_paused + 5, "served %lld after the resume, %lld paused", served,
@@ -517,16 +526,16 @@ static void test_pause_resume(void **state)
 /* ---- kill -9 in the middle of the joins ---- */
 
 struct killer {
-    int at;      /* kill once this many joins were answered */
-    int when;    /* joins answered when it was killed */
+    int at;   /* kill once this many joins were answered */
+    int when; /* joins answered when it was killed */
 };
 
 static void *kill_run(void *arg)
 {
     struct killer *k = arg;
-    long long t0 = now_ms();
-    while (atomic_load(&joined) < k->at && now_ms() - t0 < 10000)
-        sleep_ms(1);
+    long long t0 = q_mono_ms();
+    while (atomic_load(&joined) < k->at && q_mono_ms() - t0 < 10000)
+        q_sleep_ms(1);
     k->when = atomic_load(&joined);
     sf_kill(svc[2], SIGKILL);
     return NULL;
