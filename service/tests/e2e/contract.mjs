@@ -10,7 +10,8 @@
 // URL_DOWN (its Redis is not there), URL_RATE (--rate-limit-rps 1), URL_HOLD (--hold-ms 3000
 // --lock-wait-ms 0: one segment stays locked long enough for a 503 lock_timeout), URL_USER
 // (--trust-body-user-id: the body's user_id is the user, for limit_exceeded), URL_JWT
-// (--jwt-key-file with the HS256 secret JWT_SECRET), CONFIRM_TOKEN (URL_MAIN's
+// (--jwt-key-file with the HS256 secret JWT_SECRET, and --queue-key-file: the waiting room's
+// user is the JWT's), CONFIRM_TOKEN (URL_MAIN's
 // --confirm-token-file).
 import { readFileSync } from "node:fs";
 import http from "node:http";
@@ -361,6 +362,35 @@ for (const [method, tpl, opts] of limited) {
   await call(MAIN, "GET", "/api/v1/skus", { query: "limit=0", expect: 400 });
   await call(MAIN, "GET", "/api/v1/skus/{sku}/events", { params: { sku: uniq("nosuch") }, expect: 404 });
   await call(MAIN, "GET", "/api/v1/skus/{sku}/events", { params: { sku: "bad sku!" }, expect: 400 });
+}
+
+// ---- the waiting room (SPEC §16): its users are the JWT instance's ----------------------------
+{
+  const QUEUE = "/api/v1/skus/{sku}/queue", QINFO = "/api/v1/skus/{sku}/queue/info";
+  const room = uniq("room"), plain = uniq("plain"), nosuch = uniq("nosuch");
+  await call(MAIN, "PUT", SKU, { params: { sku: room }, token: TOKEN, body: { stock: 10, segments: 1, queue_rate: 1000, queue_fifo: 1 }, expect: 201 });
+  await call(MAIN, "PUT", SKU, { params: { sku: plain }, token: TOKEN, body: { stock: 10, segments: 1 }, expect: 201 });
+  const j = await call(JWT, "POST", QUEUE, { params: { sku: room }, token: jwt("carol"), expect: 201 });
+  if (j.json?.position !== 1) fail("queue join", JSON.stringify(j.json));
+  await call(JWT, "POST", QUEUE, { params: { sku: room }, token: jwt("carol"), body: {}, expect: 200 });
+  let place = null;
+  for (let i = 0; i < 50 && place?.state !== "admitted"; i++) {
+    place = (await call(JWT, "GET", QUEUE, { params: { sku: room }, token: jwt("carol"), expect: 200 })).json;
+    if (place?.state !== "admitted") await sleep(50);
+  }
+  if (place?.state !== "admitted" || !place.ticket) fail("queue place", `never admitted: ${JSON.stringify(place)}`);
+  await call(JWT, "GET", QINFO, { params: { sku: room }, expect: 200 });
+  expectError("queue no user", await call(JWT, "POST", QUEUE, { params: { sku: room }, expect: 401 }), "unauthorized");
+  expectError("queue no user (GET)", await call(JWT, "GET", QUEUE, { params: { sku: room }, expect: 401 }), "unauthorized");
+  expectError("queue no place", await call(JWT, "GET", QUEUE, { params: { sku: room }, token: jwt("dave"), expect: 404 }), "not_found");
+  expectError("queue unknown", await call(JWT, "POST", QUEUE, { params: { sku: nosuch }, token: jwt("carol"), expect: 404 }), "unknown_sku");
+  expectError("queue info unknown", await call(JWT, "GET", QINFO, { params: { sku: nosuch }, expect: 404 }), "unknown_sku");
+  for (const [m, tpl] of [["POST", QUEUE], ["GET", QUEUE], ["GET", QINFO]]) {
+    expectError(`${m} ${tpl} no room`, await call(JWT, m, tpl, { params: { sku: plain }, token: jwt("carol"), expect: 409 }), "no_waiting_room");
+    await call(JWT, m, tpl, { params: { sku: "bad sku!" }, token: jwt("carol"), expect: 400 });
+    await call(DOWN, m, tpl, { params: { sku: room }, token: jwt("carol"), expect: 503 });
+  }
+  await call(JWT, "POST", QUEUE, { params: { sku: room }, token: jwt("carol"), raw: "x", headers: { "Content-Type": "text/plain" }, expect: 415 });
 }
 
 // ---- unknown paths and wrong methods ----------------------------------------------------------------

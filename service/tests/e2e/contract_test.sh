@@ -3,7 +3,8 @@
 # contract.mjs sends every documented request and error to live inventoryd instances on free
 # loopback ports (one normal, one whose Redis is absent, one rate-limited, one holding its
 # lock for 3 s: its loop serves the second order meanwhile; for the sale rules of SPEC §11 one
-# with --trust-body-user-id and one with --jwt-key-file) against a real redis-server, and
+# with --trust-body-user-id and one with --jwt-key-file, which also has --queue-key-file for
+# the waiting room) against a real redis-server, and
 # validates every response against the document with ajv. The normal one also reads a confirm
 # token (--confirm-token-file). Everything started here is stopped by lib.sh's trap, also on failure.
 set -euo pipefail
@@ -22,11 +23,13 @@ confirm_token=contract-confirm-$RANDOM$RANDOM
 printf '%s' "$confirm_token" >"$t_dir/confirm.token"
 jwt_secret=contract-jwt-secret-$RANDOM$RANDOM-of-32-bytes-or-more
 printf '%s' "$jwt_secret" >"$t_dir/jwt.key"
+printf '%s' "contract-queue-key-$RANDOM$RANDOM-of-32-bytes-or-more" >"$t_dir/queue.key"
 common=(--admin-token "$token" --threads 2 --log-level warn)
 t_inventoryd main.log --redis "redis://127.0.0.1:$redis_port" --confirm-token-file "$t_dir/confirm.token" \
   "${common[@]}"; main=$port
 t_inventoryd user.log --redis "redis://127.0.0.1:$redis_port" --trust-body-user-id "${common[@]}"; user=$port
-t_inventoryd jwt.log --redis "redis://127.0.0.1:$redis_port" --jwt-key-file "$t_dir/jwt.key" "${common[@]}"; jwt=$port
+t_inventoryd jwt.log --redis "redis://127.0.0.1:$redis_port" --jwt-key-file "$t_dir/jwt.key" \
+  --queue-key-file "$t_dir/queue.key" "${common[@]}"; jwt=$port
 t_inventoryd down.log --redis "redis://127.0.0.1:$dead_port" --redis-timeout-ms 300 "${common[@]}"; down=$port
 t_inventoryd rate.log --redis "redis://127.0.0.1:$redis_port" --rate-limit-rps 1 --rate-limit-burst 1 "${common[@]}"; rate=$port
 t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 "${common[@]}"; hold=$port
