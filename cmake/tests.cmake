@@ -39,7 +39,7 @@ set(TEST_SCHEDULE
   "it_lock_mysql 10 heavy"
   "it_status 16 heavy"
   "it_events 12"
-  "it_queue 11"
+  "it_queue 13"
   "lockcore_zk_ensemble 5 heavy"
   "script_peers 4 heavy"
   "script_verify_multi 5"

@@ -335,7 +335,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
                 continue;
             }
             p = &e->next;
-            if (e->stepping || now - e->active_ms > GATE_ACTIVE_MS)
+            /* a SKU without a room (or unknown) is not stepped by the timer: a request asks
+             * again once its answer is GATE_STALE_MS old, so polls of made-up names cost Redis
+             * one read per name per GATE_STALE_MS, not one per tick */
+            if (e->stepping || now - e->active_ms > GATE_ACTIVE_MS ||
+                (e->have && e->snap.st.code != STORE_GATE_OK))
                 continue;
             if (n == cap) {
                 int nc = cap ? cap * 2 : 16;
