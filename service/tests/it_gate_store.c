@@ -697,6 +697,8 @@ static void test_fair_start(void **state)
     }
     gs_num("CONFIG SET slowlog-log-slower-than 10000");
     SF_ASSERT(g.shuffled == 1 && strlen(g.seed) == 32, "seed %s", g.seed);
+    /* bounded: no script rescored more than STORE_GATE_SHUFFLE_STEP places */
+    SF_ASSERT(steps >= n / STORE_GATE_SHUFFLE_STEP, "%d places shuffled in %d steps", n, steps);
     fprintf(stderr,
             "fair start: %d places shuffled in %d steps, %.1f ms of Redis time in all, the "
             "longest step %.1f ms\n",
@@ -777,6 +779,10 @@ static void test_delete_and_put(void **state)
     g = gs_admit("dp", 10, 0, g.fin);
     SF_ASSERT_EQ(g.live, 1);
     SF_ASSERT_EQ(gs_num(DP_KEYS), 4);
+    /* the invariant checker takes the gate's keys (no stray) */
+    sf_report rep;
+    SF_ASSERT(sf_check_invariants(rf_url(gf_redis), "dp", &rep) == 0 && rep.ok, "%s",
+              (sf_report_print("dp", &rep), "invariants with a waiting room"));
     /* a PUT keeps the places */
     int st = sf_json_request(NULL, sf_port(s), "PUT", "/api/v1/skus/dp", NULL, NULL,
                              "{\"stock\":20,\"segments\":2,\"queue_rate\":1000}", &resp);
