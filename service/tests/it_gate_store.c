@@ -19,6 +19,7 @@
  *     permutation, |Spearman ρ| between join seq and rank < 0.02, each score recomputed in C
  *     (OpenSSL SHA-1) from the published seed with the documented formula, the first join after
  *     it behind all of them; the start step's own Redis time (SLOWLOG) is printed;
+ *   - with --redis-replica-acks a join is answered once its place is on the replica;
  *   - a DELETE of the SKU (inventoryd) deletes the gate's keys, a PUT keeps them;
  *   - the four calls on a 3-master Redis Cluster (one slot: part "cluster", heavy).
  * Run times (a -j2 run on the 2-core machine): it_gate_store ~12 s (the shuffle test ~4 s, the
@@ -757,6 +758,50 @@ static void test_fair_start(void **state)
     free(j);
 }
 
+/* --redis-replica-acks 1: a join is answered once WAIT saw it on the replica (the place is on
+ * the replica then); with the replica frozen the join answers LC_EIO, never a place a failover
+ * may lose. ~2 s (the replica's sync). */
+static void test_join_waits_for_replicas(void **state)
+{
+    (void)state;
+    char port[16];
+    snprintf(port, sizeof port, "%d", rf_port(gf_redis));
+    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
+    rf_server *rep = rf_start(args);
+    SF_ASSERT(rep != NULL, "%s", "a replica");
+    char info[4096] = "";
+    for (int i = 0; i < 500 && !strstr(info, "state=online"); i++) {
+        if (rf_string(gf_redis, info, sizeof info, "INFO replication") != 1)
+            info[0] = '\0';
+        gs_sleep_ms(20);
+    }
+    SF_ASSERT(strstr(info, "state=online") != NULL, "the replica online: %s", info);
+    struct config cfg;
+    config_defaults(&cfg);
+    cfg.redis_replica_acks = 1;
+    struct store *st = NULL;
+    char err[256];
+    SF_ASSERT(store_new(&cfg, &st, err, sizeof(err)) == 0, "store: %s", err);
+    gs_sku("rep", 100, 0, 0, 0, 1, 0, 0);
+    struct gs_wait w = {0};
+    gate_store_join(st, gs_lc[0], NULL, "rep", "u1", on_join, &w);
+    gs_run(&w.done);
+    SF_ASSERT(w.st == LC_OK && w.v.j.code == STORE_GATE_OK, "join: %d %s", w.st, w.why);
+    char score[64] = "";
+    SF_ASSERT(rf_string(rep, score, sizeof score, "ZSCORE inv:2:{rep}:q:line u1") == 1, "%s",
+              "the place on the replica when the join is answered");
+    /* the replica frozen: the join's answer says its place is not vouched for */
+    SF_ASSERT(rf_pause(rep) == 0, "%s", "SIGSTOP the replica");
+    memset(&w, 0, sizeof(w));
+    gate_store_join(st, gs_lc[0], NULL, "rep", "u2", on_join, &w);
+    gs_run(&w.done);
+    rf_resume(rep);
+    SF_ASSERT(w.st == LC_EIO && strstr(w.why, "replicas"), "join, replica frozen: %d %s", w.st,
+              w.why);
+    store_free(st);
+    rf_stop(rep);
+}
+
 #define DP_KEYS "EXISTS inv:2:{dp}:q inv:2:{dp}:q:line inv:2:{dp}:q:adm inv:2:{dp}:q:live"
 
 /* A DELETE of the SKU (inventoryd) deletes the gate's keys; a PUT keeps them. ~1.5 s. */
@@ -860,6 +905,7 @@ int main(void)
         cmocka_unit_test_setup(test_pause, gf_flush),
         cmocka_unit_test_setup(test_places_tickets_used, gf_flush),
         cmocka_unit_test_setup(test_fair_start, gf_flush),
+        cmocka_unit_test_setup(test_join_waits_for_replicas, gf_flush),
         cmocka_unit_test_setup(test_delete_and_put, gf_flush),
         cmocka_unit_test(test_on_cluster),
     };
