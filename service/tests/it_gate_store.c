@@ -22,9 +22,11 @@
  *   - with --redis-replica-acks a join is answered once its place is on the replica;
  *   - a DELETE of the SKU (inventoryd) deletes the gate's keys, a PUT keeps them;
  *   - the four calls on a 3-master Redis Cluster (one slot: part "cluster", heavy).
- * Run times (a -j2 run on the 2-core machine): it_gate_store ~12 s (the shuffle test ~4 s, the
- * rate test 3 s), it_gate_store_cluster ~10 s (the cluster's start). IT_GATE_STORE_LONG=1 makes
- * the FIFO test 50,000 joins and the rate run 10 s.
+ * Run times (the 2-core machine, load average 8): it_gate_store ~13 s in all (refusals 0.01 s,
+ * FIFO 0.5 s, rate 3.1 s, budget 0.2 s, max_active 0.1 s, pause 3.3 s, tickets 1.1 s, fair start
+ * 3-10 s (the 50,000 joins), replica 0.5 s, DELETE/PUT 1.2 s); it_gate_store_cluster ~3 s.
+ * IT_GATE_STORE_LONG=1 makes the FIFO test 50,000 joins and the rate run 10 s (~40 s in all).
+ * Also printed: Redis's own time per join and per place read (INFO commandstats).
  */
 #include "svc_test.h"
 
@@ -267,6 +269,22 @@ static void gs_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* Redis's own time per EVALSHA since the last CONFIG RESETSTAT (µs; INFO commandstats), and
+ * their number in *calls. */
+static double gs_evalsha_us(long long *calls)
+{
+    char info[8192] = "";
+    SF_ASSERT(rf_string(gf_redis, info, sizeof info, "INFO commandstats") == 1, "%s", "INFO");
+    const char *p = strstr(info, "cmdstat_evalsha:calls=");
+    double per = 0;
+    *calls = 0;
+    if (p)
+        SF_ASSERT(sscanf(p, "cmdstat_evalsha:calls=%lld,usec=%*d,usec_per_call=%lf", calls, &per) ==
+                      2,
+                  "%s", p);
+    return per;
+}
+
 /* ---- the tests ---- */
 
 /* Unknown SKU, no waiting room, damaged input: refused with nothing written. Well under 1 s. */
@@ -313,7 +331,11 @@ static void test_fifo_across_connections(void **state)
     int *step = calloc((size_t)n, sizeof(*step));
     SF_ASSERT(users && j && step, "%s", "memory");
     gs_users(users, n, "f");
+    gs_num("CONFIG RESETSTAT");
     gs_join_many("fifo", users, n, j);
+    long long calls;
+    double us = gs_evalsha_us(&calls);
+    fprintf(stderr, "FIFO: a join costs Redis %.1f us (%lld joins)\n", us, calls);
     /* seq: a permutation of 1..n, increasing on each connection in the order sent */
     char *seen = calloc((size_t)n + 1, 1);
     for (int i = 0; i < n; i++) {
@@ -736,6 +758,13 @@ static void test_fair_start(void **state)
     fprintf(stderr, "fair start: Spearman rho(join seq, rank) = %+.4f over %d places\n", rho, n);
     SF_ASSERT(fabs(rho) < 0.02, "rho %f", rho);
     freeReplyObject(r);
+    /* a place read costs Redis (a line of 50,001 places) */
+    gs_num("CONFIG RESETSTAT");
+    for (int i = 0; i < 1000; i++)
+        gs_place("fair", users[(i * 7919) % n]);
+    long long calls;
+    double us = gs_evalsha_us(&calls);
+    fprintf(stderr, "fair start: a place read costs Redis %.1f us (%lld reads)\n", us, calls);
     /* a place joined before: its rank now, the same for a second join */
     p = gs_place("fair", users[7]);
     SF_ASSERT(p.placed && p.rank == rank_of[7], "rank %lld, want %lld", p.rank, rank_of[7]);
