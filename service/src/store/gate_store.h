@@ -89,7 +89,7 @@ typedef void (*gate_state_fn)(void *arg, lc_status st, const char *why, const st
 typedef void (*gate_place_fn)(void *arg, lc_status st, const char *why, const struct gate_place *p);
 typedef void (*gate_used_fn)(void *arg, lc_status st, const char *why, const struct gate_used *u);
 
-/* Joins user (non-empty, at most STORE_KEY_MAX bytes) to sku's line: runs the start step when
+/* Joins user (non-empty: the caller's verified user id) to sku's line: runs the start step when
  * due (lua/include/gate_start.lua), then gives the user's place, a new one (seq + 1, at the end
  * of the line; before the start in shuffled mode, among the pre-start joins the start shuffles)
  * or the one it had. With --redis-replica-acks > 0 the answer waits for the WAIT that puts the
@@ -100,7 +100,9 @@ void gate_store_join(struct store *store, lc_async_client *lc, const struct areq
                      const char *sku, const char *user, gate_join_fn cb, void *arg);
 
 /* One admission step of sku's gate on Redis's clock (docs/design.md "The admission rule"):
- * the start step when due, expired live tickets dropped (fin counts them), then the places the
+ * the start step when due (one bounded step of the shuffle, STORE_GATE_SHUFFLE_STEP places at
+ * most: admissions begin, and the seed is answered, once the shuffle is done: the admitter's
+ * ticks finish it), expired live tickets dropped (fin counts them), then the places the
  * rate allows since the last step (at most one second's worth banked; none while paused or
  * before the start), within the budget floor(k * remaining / 100) - (live + fin - fin_seen), the
  * queue_max_active limit and the places waiting, admitted in rank order. remaining and reserved:

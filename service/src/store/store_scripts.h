@@ -176,9 +176,12 @@
  * banks at most one second's worth anyway) */
 #define STORE_GATE_STEP_MAX 10000
 /* A place's score in the line (inv:2:{S}:q:line) from this on is a join after the start (or in
- * FIFO mode): 2^52 + seq; below it, a join before the start (seq until the start's shuffle, then
- * its 52-bit shuffle key: lua/include/gate_start.lua) */
+ * FIFO mode): 2^52 + seq; below it, a join before the start (seq - 2^52 until the start's
+ * shuffle, then its 52-bit shuffle key: lua/include/gate_start.lua) */
 #define STORE_GATE_LATE_BASE 4503599627370496
+/* Places the start's shuffle rescores in one script at most (a bounded step: Redis serves others
+ * between two; admissions wait until the last one is done) */
+#define STORE_GATE_SHUFFLE_STEP 4000
 /* The rules' defaults: queue_ticket_ttl_s 0 is this many seconds, queue_admit_pct 0 this k */
 #define STORE_GATE_TTL_DEFAULT_S 120
 #define STORE_GATE_PCT_DEFAULT 150

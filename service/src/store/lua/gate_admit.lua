@@ -12,7 +12,7 @@
 -- fin_seen, seed candidate (32 hex digits), then the seven meta field names of
 -- include/gate_rules.lua.
 -- -> {STORE_GATE_OK, served, length, fin, issued, live, admitted now, sold_out, paused,
--- shuffled, seed ('' before the start or in FIFO mode), now}; {STORE_GATE_NO_SKU} or
+-- shuffled, seed ('' before the start's shuffle is done, or in FIFO mode), now}; {STORE_GATE_NO_SKU} or
 -- {STORE_GATE_NO_ROOM} with nothing written.
 -- @include int.lua
 -- @include now.lua
@@ -77,5 +77,6 @@ local sold_out = (remaining + reserved == 0) and 1 or 0
 redis.call('HSET', qk, 'served', string.format('%.0f', served), 'issued',
            string.format('%.0f', issued), 'fin', string.format('%.0f', fin), 'last_ms',
            string.format('%.0f', now), 'carry', string.format('%.0f', carry), 'sold_out', sold_out)
+if g_shuffled ~= '1' then g_seed = '' end
 return {STORE_GATE_OK, served, length, fin, issued, live, n, sold_out, q_paused,
         g_shuffled == '1' and 1 or 0, g_seed, now}

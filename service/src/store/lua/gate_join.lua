@@ -1,6 +1,6 @@
 -- A user joins the SKU's line (docs/design.md "The waiting room"): the start step when due
 -- (include/gate_start.lua), then the user's place: the one it has, or a new one (seq + 1,
--- score seq before the start in shuffled mode, else 2^52 + seq: behind everyone).
+-- score seq - 2^52 before the start in shuffled mode, else 2^52 + seq: behind everyone).
 -- KEYS: q, line, meta.  ARGV: user, seed candidate (32 hex digits), then the seven meta field
 -- names of include/gate_rules.lua.
 -- -> {code, rank or -1 (waiting for the start's shuffle), seq, served, shuffled}: code
@@ -24,8 +24,8 @@ local code = STORE_GATE_AGAIN
 if not score then
   code = STORE_GATE_OK
   seq = seq + 1
-  local s = seq
-  if shuffled == 1 or q_fifo ~= 0 then s = STORE_GATE_LATE_BASE + seq end
+  local s = seq - STORE_GATE_LATE_BASE
+  if g_started or q_fifo ~= 0 then s = STORE_GATE_LATE_BASE + seq end
   score = string.format('%.0f', s)
   redis.call('HSET', qk, 'seq', string.format('%.0f', seq))
   redis.call('ZADD', lk, score, user)
