@@ -103,8 +103,8 @@ static int64_t tk_redis_ms(void)
 {
     redisReply *r = rf_command(gf_redis, "TIME");
     SF_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s", "TIME");
-    int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
-                 strtoll(r->element[1]->str, NULL, 10) / 1000;
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
     freeReplyObject(r);
     return ms;
 }
