@@ -16,6 +16,8 @@
  *     buys once on another instance after the claim's expiry; an instance stopped there past
  *     its claim: the other instance buys with the ticket, and the resumed order is refused;
  *     never two orders;
+ *   - with --redis-replica-acks 1 and no replica, the ticket's claim is WAITed for: the order
+ *     is refused at the claim, nothing sold;
  *   - on a Redis Cluster of three masters: 10 at once, 1 order.
  * Takes about 15 s (the kill and stop tests wait out a claim of ~1.3 s + 1 s margin each; the
  * cluster start ~3 s).
@@ -454,6 +456,36 @@ static void test_stopped_holder(void **state)
     tk_holder("stop");
 }
 
+/* With --redis-replica-acks the ticket's claim is WAITed for before the order goes on, as a
+ * key's is: with no replica, the order is refused at the claim (nothing sold), not after a
+ * commit (503 "outcome": "unknown", a unit sold that a failover could lose with the claim). */
+static void test_claim_waits_for_replicas(void **state)
+{
+    (void)state;
+    const char *args[24];
+    int n = 0;
+    for (const char *const *a = tk_args(); *a; a++)
+        args[n++] = *a;
+    args[n++] = "--redis-replica-acks";
+    args[n++] = "1";
+    args[n] = NULL;
+    sf_service *e = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(e != NULL, "%s", "the instance with --redis-replica-acks 1");
+    char sku[64], t[TICKET_TEXT_MAX];
+    tu_unique_name(sku, sizeof sku, "tkack");
+    tk_put(sf_port(tk_a), sku, 5, 1, ",\"queue_rate\":10");
+    tk_mint(&tk_key, sku, "w", 0, 60000, t);
+    sf_resp r = {0};
+    tk_order(sf_port(e), sku, "w", t, "kw", &r);
+    SF_ASSERT_ERROR(&r, 503, "unavailable");
+    SF_ASSERT(strstr(sf_str(r.json, "message"), "Idempotency-Key durable") != NULL &&
+                  json_object_get(r.json, "outcome") == NULL,
+              "not refused at the claim: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 0);
+    SF_ASSERT_EQ(sf_stop(e), 0);
+}
+
 static void test_cluster_ten_at_once(void **state)
 {
     (void)state;
@@ -486,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_patch_turns_room_on),
         cmocka_unit_test(test_killed_holder),
         cmocka_unit_test(test_stopped_holder),
+        cmocka_unit_test(test_claim_waits_for_replicas),
         cmocka_unit_test(test_cluster_ten_at_once),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);

@@ -1583,6 +1583,12 @@ static void order_claimed(struct order *o, enum order_outcome out)
 
 static void order_claim_settled(struct order *o)
 {
+    /* The call point of the gate's bookkeeping (issue 32; docs/design.md "The ticket and the
+     * order"): a ticket's order made (o->tk_claimed, o->out OUT_CREATED, its claim now final)
+     * marks the ticket used in the gate, gate_store_used of the gate store (branch
+     * gatestore, not on this branch yet), sent without waiting for it and without the
+     * request's context (its loss only keeps the ticket counted live until its expiry), then
+     * the answer. */
     answer(o);
 }
 
