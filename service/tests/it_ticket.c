@@ -11,7 +11,10 @@
  *     key again replays that order (200), another key or none is 409 ticket_used;
  *   - a failed order (sold out) leaves the ticket unused: after a restock the same ticket buys;
  *   - a PATCH turning the room on through instance A: B, whose cached rules had none, refuses a
- *     ticketless order from the PATCH's answer on;
+ *     ticketless order from the PATCH's answer on; an order judged without the room, inside its
+ *     critical section when the PATCH reaches Redis, is refused by its commit and judged again:
+ *     403 ticket_required without a ticket; with a ticket and a key, the key's claim is given
+ *     up for the ticket's, which buys once;
  *   - an instance killed -9 holding a ticket's claim (fault point ticket_claimed): the ticket
  *     buys once on another instance after the claim's expiry; an instance stopped there past
  *     its claim: the other instance buys with the ticket, and the resumed order is refused;
@@ -362,11 +365,15 @@ static void test_patch_turns_room_on(void **state)
     SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 2);
 }
 
-/* ---- an instance that dies or stops holding the claim ---- */
+/* 1 when segment k's lock of sku is held right now. */
+static int tk_lock_held(const char *sku, int k)
+{
+    return rf_integer(gf_redis, "EXISTS inv:2:{%s/%d}:lock", sku, k) == 1;
+}
 
 struct tk_bg {
     int port;
-    const char *sku, *ticket, *key;
+    const char *sku, *user, *ticket, *key;
     int status;
     char summary[300];
     pthread_t tid;
@@ -376,11 +383,95 @@ static void *tk_bg_run(void *arg)
 {
     struct tk_bg *b = arg;
     sf_resp r = {0};
-    b->status = tk_order(b->port, b->sku, "h", b->ticket, b->key, &r);
+    b->status = tk_order(b->port, b->sku, b->user, b->ticket, b->key, &r);
     snprintf(b->summary, sizeof b->summary, "%s", sf_resp_summary(&r));
     sf_resp_free(&r);
     return NULL;
 }
+
+/* The PATCH reaches Redis while an order judged by the rules without a room is inside its
+ * critical section (D: --hold-ms 1000): its commit is refused as judged by older rules, and
+ * judged again it needs a ticket (the rules' version; an instance that judged the room once,
+ * on its cached rules, sold it). Without a ticket: 403 ticket_required; with a ticket and an
+ * Idempotency-Key (ticketed): the key's claim is given up for the ticket's, which buys, and the
+ * ticket is used (another key 409, the same key replays). */
+static void tk_patch_during(sf_service *d, int ticketed)
+{
+    int tries = 0;
+    for (;;) {
+        char sku[64], path[160], t[TICKET_TEXT_MAX];
+        tu_unique_name(sku, sizeof sku, "tkpd");
+        tk_put(sf_port(tk_a), sku, 10, 1, "");
+        sf_resp r = {0};
+        SF_ASSERT_EQ(tk_order(sf_port(d), sku, "p", NULL, NULL, &r), 201); /* D's copy */
+        tk_mint(&tk_key, sku, "p", 0, 60000, t);
+        struct tk_bg o = {.port = sf_port(d), .sku = sku, .user = "p"};
+        if (ticketed) {
+            o.ticket = t;
+            o.key = "kq";
+        }
+        SF_ASSERT_EQ(pthread_create(&o.tid, NULL, tk_bg_run, &o), 0);
+        int64_t until = tu_now_ms() + 5000;
+        while (!tk_lock_held(sku, 0) && tu_now_ms() < until)
+            tu_sleep_ms(2);
+        snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+        sf_json_request(NULL, sf_port(tk_a), "PATCH", path, TK_TOKEN, NULL, "{\"queue_rate\":10}",
+                        &r);
+        SF_ASSERT_STATUS(&r, 200);
+        pthread_join(o.tid, NULL);
+        sf_resp_free(&r);
+        int used = tk_order(sf_port(tk_b), sku, "p", t, "kq2", &r) == 409; /* its ticket's claim */
+        long long sold = tk_sold(rf_url(gf_redis), sku);
+        if (o.status == 201 && (!ticketed || !used) && ++tries < 3) {
+            /* A loaded machine let the order commit before the PATCH reached Redis (it started
+             * before the PATCH: a sale by the old rules): not the case under test. */
+            sf_resp_free(&r);
+            continue;
+        }
+        if (!ticketed) {
+            SF_ASSERT(o.status == 403 && strstr(o.summary, "ticket_required") && sold == 2,
+                      "an order judged without the room committed after the PATCH: %s (%lld "
+                      "sold)",
+                      o.summary, sold);
+        } else {
+            SF_ASSERT(o.status == 201 && used && sold == 2,
+                      "a ticketed order under its key's claim, judged again after the PATCH: %s "
+                      "(%lld sold, %s with another key)",
+                      o.summary, sold, sf_resp_summary(&r));
+            tk_order(sf_port(tk_b), sku, "p", t, "kq", &r);
+            SF_ASSERT_STATUS(&r, 200);
+        }
+        sf_resp_free(&r);
+        SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 2);
+        break;
+    }
+}
+
+static void test_patch_during_order(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads",
+                          "2",
+                          "--admin-token",
+                          TK_TOKEN,
+                          "--trust-body-user-id",
+                          "--queue-key-file",
+                          tk_key_path,
+                          "--hold-ms",
+                          "1000",
+                          "--lock-lease-ms",
+                          "4000",
+                          "--lock-wait-ms",
+                          "4000",
+                          NULL};
+    sf_service *d = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(d != NULL, "%s", "the slow instance");
+    tk_patch_during(d, 0);
+    tk_patch_during(d, 1);
+    SF_ASSERT_EQ(sf_stop(d), 0);
+}
+
+/* ---- an instance that dies or stops holding the claim ---- */
 
 /* 1 once sku has a pending ticket claim (the order on the faulted instance got there). */
 static int tk_claim_pending(const char *sku)
@@ -402,7 +493,7 @@ static void tk_holder(const char *action)
     sf_service *c = sf_start(rf_url(gf_redis), tk_args());
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(c != NULL, "%s", "the faulted instance");
-    struct tk_bg first = {.port = sf_port(c), .sku = sku, .ticket = t, .key = "k1"};
+    struct tk_bg first = {.port = sf_port(c), .sku = sku, .user = "h", .ticket = t, .key = "k1"};
     SF_ASSERT_EQ(pthread_create(&first.tid, NULL, tk_bg_run, &first), 0);
     int64_t until = tu_now_ms() + 10000;
     while (!tk_claim_pending(sku) && tu_now_ms() < until)
@@ -516,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_one_ticket_ten_at_once),
         cmocka_unit_test(test_failed_order_keeps_ticket),
         cmocka_unit_test(test_patch_turns_room_on),
+        cmocka_unit_test(test_patch_during_order),
         cmocka_unit_test(test_killed_holder),
         cmocka_unit_test(test_stopped_holder),
         cmocka_unit_test(test_claim_waits_for_replicas),

@@ -1184,15 +1184,22 @@ static void rules_begin(struct order *o)
     if (ru->queue_rate > 0) {
         enum order_outcome t = ticket_judged(o);
         if (t == OUT_CREATED && !o->tk_claimed) {
-            if (o->ic) {
-                /* The rules were judged without a room when the order claimed its key (a PATCH
-                 * since): the key's claim is deleted (nothing was placed), the client retries
-                 * and its retry claims the ticket. */
-                t = OUT_TICKET_RECLAIM;
-            } else {
+            if (!o->ic) {
                 ticket_claim_start(o); /* order_claimed: the rules again, the claim held */
                 return;
             }
+            /* The rules were judged without a room when the order claimed its key (a PATCH
+             * since; nothing was placed: the commit refused the older rules): the key's claim
+             * is deleted, then the ticket's is claimed (order_claim_settled), which carries
+             * the key. A loop ending meanwhile: 503, retry. */
+            o->out = OUT_TICKET_RECLAIM;
+            if (claim_to_settle(o)) {
+                o->tk_switch = 1;
+                set_state(o, OS_CLAIM_SETTLE);
+                claim_settle(o, &claim_hand_back);
+                return;
+            }
+            t = OUT_TICKET_RECLAIM;
         }
         if (t != OUT_CREATED) {
             place_done(o, t);
@@ -1583,6 +1590,14 @@ static void order_claimed(struct order *o, enum order_outcome out)
 
 static void order_claim_settled(struct order *o)
 {
+    if (o->tk_switch) {
+        /* the key's claim deleted: the ticket's now (rules_begin) */
+        o->tk_switch = 0;
+        free(o->ic);
+        o->ic = NULL;
+        ticket_claim_start(o);
+        return;
+    }
     /* The call point of the gate's bookkeeping (issue 32; docs/design.md "The ticket and the
      * order"): a ticket's order made (o->tk_claimed, o->out OUT_CREATED, its claim now final)
      * marks the ticket used in the gate, gate_store_used of the gate store (branch
@@ -1924,8 +1939,8 @@ static const struct state_row {
     [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, 0, TO(OS_MULTI) | TO_END},
     /* order_limit_released: place_done again (the claim, the answer) */
     [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
-    /* order_claim_settled: answer */
-    [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_DONE)},
+    /* order_claim_settled: answer, or the ticket's claim (the key's deleted: rules_begin) */
+    [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_CLAIM) | TO(OS_DONE)},
     [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
 _Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");

@@ -141,7 +141,8 @@ struct order {
     uint64_t tk_n;
     int64_t tk_exp;
     int tk_mode, tk_claimed;
-    char tk_field[48]; /* ORDER_TICKET_FIELD_PREFIX "<n>:<exp>": never a client's key */
+    int tk_switch;     /* the key's claim being deleted for the ticket's (rules_begin) */
+    char tk_field[64]; /* ORDER_TICKET_FIELD_PREFIX "<n>:<exp>": never a client's key */
     struct sku_view view;
     int64_t deadline_ms;
     int settled; /* this request already settled the SKU's layout once */

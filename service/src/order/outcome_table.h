@@ -113,7 +113,8 @@
             OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")                                            \
     OUTCOME(TICKET_RECLAIM, ERROR_UNAVAILABLE,                                                     \
             "the SKU's waiting room was turned on while this order ran under its "                 \
-            "Idempotency-Key: nothing was placed, retry with the ticket",                          \
+            "Idempotency-Key, and the service is ending: nothing was placed, retry with the "      \
+            "ticket",                                                                              \
             METRICS_ORDER_UNAVAILABLE, OF_RETRY, IDEM_FINAL_DELETE, 0, 0, 0, "")                   \
     OUTCOME(REPLAYED, ERROR_NONE, NULL, METRICS_ORDER_REPLAYED, OF_PLACED, IDEM_FINAL_DELETE, 0,   \
             0, 0, "200: the order the key names")                                                  \
