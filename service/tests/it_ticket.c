@@ -22,8 +22,8 @@
  *   - with --redis-replica-acks 1 and no replica, the ticket's claim is WAITed for: the order
  *     is refused at the claim, nothing sold;
  *   - on a Redis Cluster of three masters: 10 at once, 1 order.
- * Takes about 15 s (the kill and stop tests wait out a claim of ~1.3 s + 1 s margin each; the
- * cluster start ~3 s).
+ * Takes about 14 s (the kill and stop tests wait out a claim of ~1.3 s + 1 s margin each, the
+ * PATCH tests a 1 s hold and the PATCH's wait for stale caches, twice; the cluster's start).
  */
 #include "svc_test.h"
 
