@@ -22,7 +22,7 @@
  *   - with --redis-replica-acks 1 and no replica, the ticket's claim is WAITed for: the order
  *     is refused at the claim, nothing sold;
  *   - on a Redis Cluster of three masters: 10 at once, 1 order.
- * Takes about 14 s (the kill and stop tests wait out a claim of ~1.3 s + 1 s margin each, the
+ * Takes about 16 s (the kill and stop tests wait out a claim of ~2.1 s + 1 s margin each, the
  * PATCH tests a 1 s hold and the PATCH's wait for stale caches, twice; the cluster's start).
  */
 #include "svc_test.h"
@@ -39,11 +39,11 @@
 
 #define TK_TOKEN "ticket-admin-token"
 #define TK_AT_ONCE 10
-/* Short bounds so a claim expires soon: bound = wait + hold + lease + 2 × timeout (1.3 s),
+/* Short bounds so a claim expires soon: bound = wait + hold + lease + 2 × timeout (2.1 s),
  * taken over 1 s after it (IDEM_TAKEOVER_MARGIN_MS). */
 #define TK_WAIT_MS 300
 #define TK_LEASE_MS 800
-#define TK_TIMEOUT_MS 100
+#define TK_TIMEOUT_MS 500
 #define TK_TAKEOVER_MS (TK_WAIT_MS + TK_LEASE_MS + 2 * TK_TIMEOUT_MS + 1000)
 
 static sf_service *tk_a, *tk_b;
