@@ -103,6 +103,14 @@ static int group_teardown(void **state)
     return sf_group_teardown(state);
 }
 
+/* No state change outside the tables of the order's machines (order_fsm.c, order_claim.c: an
+ * assertion in debug builds, an error line in release builds) on instance svc. */
+static void tk_no_bad_move(const sf_service *svc)
+{
+    SF_ASSERT(!sf_log_contains(svc, "_bad_transition"), "%s",
+              "a state change not in a machine's table (its log above)");
+}
+
 /* Redis's clock (TIME) in ms, of the group's Redis. */
 static int64_t tk_redis_ms(void)
 {
@@ -468,6 +476,7 @@ static void test_patch_during_order(void **state)
     SF_ASSERT(d != NULL, "%s", "the slow instance");
     tk_patch_during(d, 0);
     tk_patch_during(d, 1);
+    tk_no_bad_move(d);
     SF_ASSERT_EQ(sf_stop(d), 0);
 }
 
@@ -529,6 +538,7 @@ static void tk_holder(const char *action)
     SF_ASSERT_STATUS(&r, 200);
     sf_resp_free(&r);
     SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 1);
+    tk_no_bad_move(c);
     if (stopped)
         SF_ASSERT_EQ(sf_stop(c), 0);
     else
@@ -574,6 +584,7 @@ static void test_claim_waits_for_replicas(void **state)
               "not refused at the claim: %s", sf_resp_summary(&r));
     sf_resp_free(&r);
     SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 0);
+    tk_no_bad_move(e);
     SF_ASSERT_EQ(sf_stop(e), 0);
 }
 
@@ -596,8 +607,16 @@ static void test_cluster_ten_at_once(void **state)
     tk_mint(&tk_key, sku, "racer", 1, 60000, t);
     tk_at_once(ports, 1, sku, t, "c-", &w, id);
     SF_ASSERT_EQ(tk_sold(url, sku), 2);
+    tk_no_bad_move(c);
     SF_ASSERT_EQ(sf_stop(c), 0);
     cf_stop(cl);
+}
+
+static void test_no_bad_move(void **state)
+{
+    (void)state;
+    tk_no_bad_move(tk_a);
+    tk_no_bad_move(tk_b);
 }
 
 int main(void)
@@ -612,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_stopped_holder),
         cmocka_unit_test(test_claim_waits_for_replicas),
         cmocka_unit_test(test_cluster_ten_at_once),
+        cmocka_unit_test(test_no_bad_move),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
