@@ -480,6 +480,51 @@ static void test_patch_during_order(void **state)
     SF_ASSERT_EQ(sf_stop(d), 0);
 }
 
+/* A ticket claimed 200 ms before its expiry by an order that then holds its segment 1 s
+ * (--hold-ms 1000): the commit comes after the expiry on Redis's clock and must be refused, else
+ * a unit is sold on a ticket the gate already dropped as expired (it freed the ticket's budget
+ * for the next buyer: docs/design.md "The waiting room", failure cases). The claim's expiry is
+ * capped at the ticket's. Before the cap the order answered 201 and sold the unit. */
+static void test_no_sale_after_ticket_expiry(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads",
+                          "2",
+                          "--admin-token",
+                          TK_TOKEN,
+                          "--trust-body-user-id",
+                          "--queue-key-file",
+                          tk_key_path,
+                          "--hold-ms",
+                          "1000",
+                          "--lock-lease-ms",
+                          "4000",
+                          "--lock-wait-ms",
+                          "4000",
+                          NULL};
+    sf_service *d = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(d != NULL, "%s", "the slow instance");
+    char sku[64], t[TICKET_TEXT_MAX];
+    tu_unique_name(sku, sizeof sku, "tklate");
+    tk_put(sf_port(d), sku, 5, 1, ",\"queue_rate\":10");
+    tk_mint(&tk_key, sku, "late", 0, 200, t);
+    sf_resp r = {0};
+    int status = tk_order(sf_port(d), sku, "late", t, "kl", &r);
+    SF_ASSERT(status != 201 && status != 200, "an order committed after its ticket's expiry: %s",
+              sf_resp_summary(&r));
+    fprintf(stderr, "  the late order answered %s\n", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(tk_sold(rf_url(gf_redis), sku), 0);
+    /* The ticket is spent by its expiry, not by the refused order: once its claim is past the
+     * takeover margin, a retry (the same key, another or none) is told so. */
+    tu_sleep_ms(TK_TAKEOVER_MS);
+    tk_order(sf_port(d), sku, "late", t, "kl", &r);
+    SF_ASSERT_ERROR(&r, 403, "ticket_expired");
+    sf_resp_free(&r);
+    tk_expect(sf_port(d), sku, "late", t, 403, "ticket_expired");
+    SF_ASSERT_EQ(sf_stop(d), 0);
+}
+
 /* ---- an instance that dies or stops holding the claim ---- */
 
 /* 1 once sku has a pending ticket claim (the order on the faulted instance got there). */
@@ -627,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_failed_order_keeps_ticket),
         cmocka_unit_test(test_patch_turns_room_on),
         cmocka_unit_test(test_patch_during_order),
+        cmocka_unit_test(test_no_sale_after_ticket_expiry),
         cmocka_unit_test(test_killed_holder),
         cmocka_unit_test(test_stopped_holder),
         cmocka_unit_test(test_claim_waits_for_replicas),

@@ -9,7 +9,8 @@
 -- ends ".<key hex>" and the final value is "<order id> <key hex>". Only a request with the same
 -- key waits for the claim or replays its order; any other request is refused at once
 -- (STORE_CLAIM_TICKET_USED), and a new claim is refused once Redis's clock is past the ticket's
--- expiry (STORE_CLAIM_TICKET_EXPIRED), nothing written.
+-- expiry (STORE_CLAIM_TICKET_EXPIRED), nothing written; a ticket's claim expires no later than
+-- the ticket, so no order commits on a ticket past its expiry.
 -- KEYS: claim, meta.  ARGV: bound ms, key ttl ms, token, margin ms[, ticket expiry ms, key hex].
 -- -> {code, value, ...}, code one of STORE_CLAIM_* (store_scripts.h)
 -- @include now.lua
@@ -41,6 +42,9 @@ if ticket then
   ttl = ttl + (texp - now) -- the claim outlives the ticket: a used ticket stays used
 end
 local exp = now + tonumber(ARGV[1])
+-- A ticket's claim expires with the ticket, so its commit is refused past the ticket's expiry:
+-- the gate may have dropped the ticket then and admitted another buyer for its unit.
+if ticket and tonumber(ARGV[5]) < exp then exp = tonumber(ARGV[5]) end
 v = 'pending:' .. string.format('%.0f', exp) .. ':' .. ARGV[3]
 redis.call('SET', KEYS[1], v, 'PX', string.format('%.0f', ttl))
 return {STORE_CLAIM_OWNED, v, exp}
