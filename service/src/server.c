@@ -28,6 +28,7 @@
 #include "statsnap.h"
 #include "store.h"
 #include "sweep.h"
+#include "ticket.h"
 #include "worker.h"
 
 /* ---- the application state (app.h): made before the server starts, freed after it stopped ---- */
@@ -51,6 +52,17 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         app_free(app);
         return -1;
     }
+    app->queue_key = calloc(1, sizeof(*app->queue_key));
+    if (!app->queue_key) {
+        snprintf(err, errlen, "out of memory");
+        app_free(app);
+        return -1;
+    }
+    if (cfg->queue_key_file[0] &&
+        ticket_key_load(app->queue_key, cfg->queue_key_file, err, errlen) != 0) {
+        app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -62,6 +74,9 @@ void app_free(struct app *app)
     skucache_free(app->cache);
     statsnap_free(app->snaps);
     identity_free(app->identity);
+    ticket_key_wipe(app->queue_key);
+    free(app->queue_key);
+    app->queue_key = NULL;
     app->store = NULL;
     app->cache = NULL;
     app->snaps = NULL;

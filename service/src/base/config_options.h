@@ -88,6 +88,12 @@
         "path of a readable file holding 1..256 visible ASCII characters",                     \
         "the payment service's bearer token: confirming an order accepts it besides the "      \
         "admin token")                                                                         \
+    OPT("queue_key_file", queue_key_file, char, [CONFIG_PATH_MAX], "--queue-key-file", "FILE", \
+        "INVENTORY_QUEUE_KEY_FILE", "none", file,                                              \
+        "path of a readable file holding a secret of 32 bytes or more (the same file on every " \
+        "instance)",                                                                           \
+        "the key that signs the waiting room's tickets and proof-of-work challenges; without " \
+        "it a SKU with a waiting room admits no one here")                                     \
     INT_AUTO(threads, "--threads", "INVENTORY_THREADS", config_online_cpus,                    \
              "number of online CPUs", 1, 1024, "HTTP worker threads")                          \
     OPT("strategy", strategy, enum config_strategy, , "--strategy", "S", "INVENTORY_STRATEGY", \

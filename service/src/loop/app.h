@@ -15,13 +15,16 @@ struct store;
 struct skucache;
 struct identity;
 
+struct ticket_key;
+
 struct app {
     struct config cfg;
     struct store *store;       /* Redis access: scripts and keys (store.h) */
     struct skucache *cache;    /* what this instance knows of each SKU (version, empty segments) */
     struct identity *identity; /* who sends an order; the confirm token (identity.h) */
     struct statsnap *snaps;    /* the stock status snapshots (statsnap.h) */
-    atomic_int draining;       /* 1 once shutdown began */
+    struct ticket_key *queue_key; /* --queue-key-file: signs tickets (ticket.h); len 0: none */
+    atomic_int draining;          /* 1 once shutdown began */
 };
 
 #endif
