@@ -29,6 +29,7 @@
 #include "store.h"
 #include "sweep.h"
 #include "ticket.h"
+#include "userrate.h"
 #include "worker.h"
 
 /* ---- the application state (app.h): made before the server starts, freed after it stopped ---- */
@@ -63,6 +64,11 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         app_free(app);
         return -1;
     }
+    if (cfg->user_rps > 0 && !(app->user_rate = userrate_new(cfg->user_rps))) {
+        snprintf(err, errlen, "user_rps: out of memory");
+        app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -77,6 +83,8 @@ void app_free(struct app *app)
     ticket_key_wipe(app->queue_key);
     free(app->queue_key);
     app->queue_key = NULL;
+    userrate_free(app->user_rate);
+    app->user_rate = NULL;
     app->store = NULL;
     app->cache = NULL;
     app->snaps = NULL;
@@ -95,15 +103,22 @@ struct server {
     struct events *events; /* the status event streams of every loop (events.h) */
 };
 
-/* The sweeper runs on the first loop: started there, stopped before its Redis client goes. */
+/* The sweeper and the per-user rate's flusher run on the first loop: started there, stopped
+ * before its Redis client goes. */
 static void on_start_sweep(void *arg)
 {
-    sweep_start(arg);
+    struct server *s = arg;
+    sweep_start(s->sweep);
+    if (userrate_start(s->app->user_rate, s->workers[0].env.base, s->workers[0].env.lc) != 0)
+        log_msg(CONFIG_LOG_ERROR, "user_rate",
+                "the per-user rate's flusher did not start: each instance counts alone");
 }
 
 static void on_end_sweep(void *arg)
 {
-    sweep_stop(arg);
+    struct server *s = arg;
+    userrate_stop(s->app->user_rate);
+    sweep_stop(s->sweep);
 }
 
 /* Frees what was made, the loops having ended (or never run). */
@@ -165,7 +180,7 @@ struct server *server_start(struct app *app, char *err, size_t errlen)
     }
     http_events(s->http, s->events);
     s->workers[0].on_end = on_end_sweep;
-    s->workers[0].on_end_arg = s->sweep;
+    s->workers[0].on_end_arg = s;
     for (int i = 0; i < s->nloops; i++) {
         if (worker_start(&s->workers[i]) != 0) {
             snprintf(err, errlen, "cannot start event loop %d", i);
@@ -176,7 +191,7 @@ struct server *server_start(struct app *app, char *err, size_t errlen)
             goto fail;
         }
     }
-    worker_post(&s->workers[0], on_start_sweep, s->sweep);
+    worker_post(&s->workers[0], on_start_sweep, s);
     return s;
 fail:
     server_free(s);

@@ -49,7 +49,7 @@ static void unsolve(const char *c, int bits, char *nonce)
     fail_msg("no nonce below %d bits in 1000 tries", bits);
 }
 
-static void test_round_trip(void **state)
+static void test_pow_round_trip(void **state)
 {
     (void)state;
     char c[POW_CHALLENGE_MAX], nonce[POW_NONCE_MAX + 1];
@@ -81,7 +81,7 @@ static void test_round_trip(void **state)
     assert_int_equal(pow_verify(key, KEYLEN, c, n2, "abc_DEF-9", user, 5, 4), POW_OK);
 }
 
-static void test_mint_refusals(void **state)
+static void test_pow_mint_refusals(void **state)
 {
     (void)state;
     char c[POW_CHALLENGE_MAX];
@@ -125,7 +125,7 @@ static void swap_field(const char *c, int i, const char *text, char *out)
     snprintf(out, POW_CHALLENGE_MAX, "%s.%s.%s.%s.%s.%s", f[0], f[1], f[2], f[3], f[4], f[5]);
 }
 
-static void test_refusals(void **state)
+static void test_pow_refusals(void **state)
 {
     (void)state;
     char c[POW_CHALLENGE_MAX], nonce[POW_NONCE_MAX + 1], x[POW_CHALLENGE_MAX + 16];
@@ -220,7 +220,7 @@ static void test_refusals(void **state)
     assert_string_equal(pow_result_string(POW_TOO_FEW_BITS), "too_few_bits");
 }
 
-static void test_bit_table(void **state)
+static void test_pow_bit_table(void **state)
 {
     (void)state;
     static const struct {
@@ -258,7 +258,7 @@ static void test_bit_table(void **state)
     }
 }
 
-static void test_key_cache(void **state)
+static void test_pow_key_cache(void **state)
 {
     (void)state;
     char c[POW_CHALLENGE_MAX], nonce[POW_NONCE_MAX + 1];
@@ -283,9 +283,9 @@ static void test_key_cache(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_mint_refusals),
-        cmocka_unit_test(test_refusals),   cmocka_unit_test(test_bit_table),
-        cmocka_unit_test(test_key_cache),
+        cmocka_unit_test(test_pow_round_trip), cmocka_unit_test(test_pow_mint_refusals),
+        cmocka_unit_test(test_pow_refusals),   cmocka_unit_test(test_pow_bit_table),
+        cmocka_unit_test(test_pow_key_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@
 #include "handlers.h"
 #include "identity.h"
 #include "metrics.h"
+#include "queue_pow.h"
 #include "router.h"
 
 static struct app app;
@@ -193,13 +194,14 @@ static void test_rows_are_the_api(void **state)
         {HTTP_POST, "/api/v1/skus/x1/restock", NULL, stock_restock_async,
          ROUTER_ADMIN | ROUTER_WRITES, "sku_restock"},
         {HTTP_GET, "/api/v1/skus/x1/events", events_get_run, events_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/skus/x1/queue/challenge", NULL, queue_challenge_get_async, 0, NULL},
         /* the param is not validated here: any bytes but '/' */
         {HTTP_GET, "/api/v1/skus/bad sku!%", status_get_run, status_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/restock", status_get_run, status_get_async, 0, NULL},
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 15); /* the api[] rows but the last two */
+    assert_int_equal(n, 16); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -229,6 +231,7 @@ static void test_labels(void **state)
         "/api/v1/skus/{sku}",
         "/api/v1/skus/{sku}/restock",
         "/api/v1/skus/{sku}/events",
+        "/api/v1/skus/{sku}/queue/challenge",
         "other",
     };
     size_t k = 0;

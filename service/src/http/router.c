@@ -12,6 +12,7 @@
 #include "handlers.h"
 #include "identity.h"
 #include "log.h"
+#include "queue_pow.h"
 #include "router.h"
 #include "sha256.h"
 #include "validate.h"
@@ -41,6 +42,7 @@ static const struct router_row rows[] = {
     {HTTP_POST, "/api/v1/skus/{sku}/restock", ROUTER_ADMIN | ROUTER_WRITES,
      .start = stock_restock_async, .audit_action = "sku_restock", .audit_target = "sku"},
     {HTTP_GET, "/api/v1/skus/{sku}/events", 0, .run = events_get_run, .start = events_get_async},
+    {HTTP_GET, "/api/v1/skus/{sku}/queue/challenge", 0, .start = queue_challenge_get_async},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");

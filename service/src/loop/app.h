@@ -16,6 +16,7 @@ struct skucache;
 struct identity;
 
 struct ticket_key;
+struct userrate;
 
 struct app {
     struct config cfg;
@@ -24,6 +25,8 @@ struct app {
     struct identity *identity; /* who sends an order; the confirm token (identity.h) */
     struct statsnap *snaps;    /* the stock status snapshots (statsnap.h) */
     struct ticket_key *queue_key; /* --queue-key-file: signs tickets (ticket.h); len 0: none */
+    struct userrate *user_rate;   /* --user-rps: the per-user request rate (userrate.h); NULL
+                                     when off */
     atomic_int draining;          /* 1 once shutdown began */
 };
 

@@ -17,6 +17,7 @@
  *   stock.c       stock_put_async, stock_delete_async, stock_restock_async, stock_patch_async
  *   status.c      status_get_run, status_get_async
  *   events.c      events_get_run, events_get_async (events.h)
+ *   queue_pow.c   queue_challenge_get_async (queue_pow.h)
  *   skulist.c     skulist_get_async
  *   order_fsm.c   order_create_async
  *   order.c       order_get_async, order_cancel_async, order_confirm_async
