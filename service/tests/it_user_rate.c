@@ -99,7 +99,8 @@ static void *ur_send_loop(void *arg)
             continue;
         if (st == 200) {
             s->ok[sec]++;
-        } else if (st == 429 && strcmp(sf_error_code(&r) ? sf_error_code(&r) : "", "rate_limited") == 0) {
+        } else if (st == 429 &&
+                   strcmp(sf_error_code(&r) ? sf_error_code(&r) : "", "rate_limited") == 0) {
             s->limited[sec]++;
             const char *ra = sf_header(&r, "Retry-After");
             if (!ra || atoi(ra) < 1)
@@ -121,10 +122,19 @@ static void ur_start_three(sf_service **svc, int rps)
 {
     char rpsbuf[16];
     snprintf(rpsbuf, sizeof rpsbuf, "%d", rps);
-    const char *args[] = {"--admin-token",  TOKEN,     "--threads",       "2",
-                          "--user-header",  "X-User",  "--trusted-proxies", "127.0.0.0/8",
-                          "--queue-key-file", key_path, rps > 0 ? "--user-rps" : NULL,
-                          rpsbuf,           NULL};
+    const char *args[] = {"--admin-token",
+                          TOKEN,
+                          "--threads",
+                          "2",
+                          "--user-header",
+                          "X-User",
+                          "--trusted-proxies",
+                          "127.0.0.0/8",
+                          "--queue-key-file",
+                          key_path,
+                          rps > 0 ? "--user-rps" : NULL,
+                          rpsbuf,
+                          NULL};
     for (int i = 0; i < NINST; i++) {
         svc[i] = sf_start(rf_url(gf_redis), args);
         SF_ASSERT(svc[i] != NULL, "instance %d did not start", i);
@@ -219,8 +229,8 @@ static void test_one_user_held_across_instances(void **state)
                       tried[k], N_RPS);
             if (whole && tried[k] >= 2 * N_RPS) {
                 busy++;
-                SF_ASSERT(ok[k] >= N_RPS / 2, "second %d: only %d through of %d (N = %d)", k,
-                          ok[k], tried[k], N_RPS);
+                SF_ASSERT(ok[k] >= N_RPS / 2, "second %d: only %d through of %d (N = %d)", k, ok[k],
+                          tried[k], N_RPS);
             }
         }
         if (busy >= 2)
@@ -244,8 +254,8 @@ static void test_off_without_the_option(void **state)
     long ok = 0;
     for (int t = 0; t < BOT_THREADS; t++)
         for (int k = 0; k < MAX_SECONDS; k++) {
-            SF_ASSERT(bot[t].limited[k] == 0 && bot[t].other[k] == 0,
-                      "without --user-rps: %s", bot[t].other_what);
+            SF_ASSERT(bot[t].limited[k] == 0 && bot[t].other[k] == 0, "without --user-rps: %s",
+                      bot[t].other_what);
             ok += bot[t].ok[k];
         }
     SF_ASSERT(ok > 2 * N_RPS, "without --user-rps only %ld through", ok);

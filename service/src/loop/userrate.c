@@ -29,13 +29,13 @@ struct ur_entry {
     struct ur_entry *next;  /* in its bucket */
     struct ur_entry *dnext; /* on its stripe's dirty list */
     int dirty;
-    int64_t win;               /* the window of the counts below */
-    int tried, adm;            /* here, in win */
-    int utried, uadm;          /* here, in win, not yet sent */
-    long long g_tried, g_adm;  /* every instance's in win, as last learnt (what we sent in) */
-    long long prev_tried;      /* here, in win - 1 */
-    long long prev_g_tried;    /* every instance's in win - 1, as known */
-    long long cap;             /* the most this instance lets through in win */
+    int64_t win;              /* the window of the counts below */
+    int tried, adm;           /* here, in win */
+    int utried, uadm;         /* here, in win, not yet sent */
+    long long g_tried, g_adm; /* every instance's in win, as last learnt (what we sent in) */
+    long long prev_tried;     /* here, in win - 1 */
+    long long prev_g_tried;   /* every instance's in win - 1, as known */
+    long long cap;            /* the most this instance lets through in win */
     char user[];
 };
 

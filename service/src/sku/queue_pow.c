@@ -95,9 +95,9 @@ static void answer(struct chal *c, long long queue_rate, long long bits)
         return;
     }
     if (bits <= 0) {
-        response_json(res, 200,
-                      json_pack("{s:s, s:n, s:i, s:n}", "sku", c->sku, "challenge", "bits", 0,
-                                "expires_at"));
+        response_json(
+            res, 200,
+            json_pack("{s:s, s:n, s:i, s:n}", "sku", c->sku, "challenge", "bits", 0, "expires_at"));
         return;
     }
     int64_t now = redis_now_ms();
