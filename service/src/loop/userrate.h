@@ -81,8 +81,9 @@ void userrate_flush(struct userrate *ur);
 long userrate_tracked(struct userrate *ur);
 
 /* For unit tests without Redis: what a flush would send, taken as the flusher takes it (each
- * user with a count grown, the count then counted as sent), passed to fn; and a reply learnt
- * as the flusher learns it. */
+ * user with a count grown, the count then counted as sent), passed to fn, which runs under the
+ * limiter's lock and must not call back into it (collect, then learn); and a reply learnt as
+ * the flusher learns it. */
 void userrate_drain(struct userrate *ur, int64_t now_ms,
                     void (*fn)(const char *user, int64_t win, int adm, int tried, void *arg),
                     void *arg);
