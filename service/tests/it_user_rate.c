@@ -6,10 +6,11 @@
  *
  * test_one_user_held_across_instances: user "bot" sends about 200 requests/s, round robin over
  * the three instances from four source addresses (127.0.0.2..5, keep-alive connections), for
- * 5 s, while user "alice" sends 4/s the same way. With N = 20: in each whole second of the
- * run after the first, the bot gets at most N + 3 (the bound: the three instances' caps) + 3
- * (requests answered near a second's edge, counted by the test in the next or previous second)
- * through, and at least N / 2 (it is held to N, not shut out); in its first second at most
+ * 5 s, while user "alice" sends 4/s the same way. With N = 20: in the whole seconds of the
+ * run after the first, the bot gets at most N + 3 a second (the bound: the three instances'
+ * caps) through in total (+ 3), each second at most N + 3 + 5 (requests answered near a
+ * second's edge, counted by the test in the next or previous second), and at least N / 2 in
+ * each (it is held to N, not shut out); in its first second at most
  * N + 3 + what it sends in 150 ms (the instances learn of each other every 25 ms, slower on a
  * loaded machine); every 429 carries Retry-After; the instances' refusal counters add up to the
  * 429s seen; alice is never refused. Without the shared count (each instance alone) the bot
@@ -219,20 +220,31 @@ static void test_one_user_held_across_instances(void **state)
         SF_ASSERT(ok[0] <= N_RPS + NINST + 3 + 200 * 150 / 1000,
                   "first second: %d through of %d (N = %d)", ok[0], tried[0], N_RPS);
         busy = 0;
+        int whole_ok = 0, nwhole = 0;
         for (int k = 1; k < MAX_SECONDS; k++) {
             if (tried[k] == 0)
                 continue;
             int whole = (int64_t)(bot[0].first_second + k + 1) * 1000 <= bot[0].start_ms + RUN_MS;
             print_message("second %d: %d of %d through%s\n", k, ok[k], tried[k],
                           whole ? "" : " (partial)");
-            SF_ASSERT(ok[k] <= N_RPS + NINST + 3, "second %d: %d through of %d (N = %d)", k, ok[k],
+            SF_ASSERT(ok[k] <= N_RPS + NINST + 5, "second %d: %d through of %d (N = %d)", k, ok[k],
                       tried[k], N_RPS);
+            if (whole) {
+                whole_ok += ok[k];
+                nwhole++;
+            }
             if (whole && tried[k] >= 2 * N_RPS) {
                 busy++;
                 SF_ASSERT(ok[k] >= N_RPS / 2, "second %d: only %d through of %d (N = %d)", k, ok[k],
                           tried[k], N_RPS);
             }
         }
+        /* an answer near a second's edge may be counted in the next second (the instances'
+         * estimate of Redis's clock is a few ms off): one second may look over the bound, the
+         * whole seconds together may not */
+        SF_ASSERT(whole_ok <= nwhole * (N_RPS + NINST) + 3,
+                  "%d through in %d whole seconds (N = %d, %d instances)", whole_ok, nwhole, N_RPS,
+                  NINST);
         if (busy >= 2)
             break;
         print_message("attempt %d: the bot sent 2N/s in only %d whole seconds; again\n", attempt,
