@@ -6,20 +6,24 @@
  *
  * test_one_user_held_across_instances: user "bot" sends about 200 requests/s, round robin over
  * the three instances from four source addresses (127.0.0.2..5, keep-alive connections), for
- * 5 s, while user "alice" sends 4/s the same way. With N = 20: in the whole seconds of the
- * run after the first, the bot gets at most N + 3 a second (the bound: the three instances'
- * caps) through in total (+ 3), each second at most N + 3 + 5 (requests answered near a
- * second's edge, counted by the test in the next or previous second), and at least N / 2 in
- * each (it is held to N, not shut out); in its first second at most
- * N + 3 + what it sends in 150 ms (the instances learn of each other every 25 ms, slower on a
- * loaded machine); every 429 carries Retry-After; the instances' refusal counters add up to the
- * 429s seen; alice is never refused. Without the shared count (each instance alone) the bot
- * would get 3N a second. When the bot could not send at least 2N a second in two whole seconds
+ * 5 s, while user "alice" sends 4/s the same way. With N = 20: over the whole seconds of the
+ * run after the first, the bot gets at most N + 3 a second through (the bound: the three
+ * instances' caps) + 2 per instance in total, any one second at most N + 3 + EDGE (answers
+ * near a second's edge: see EDGE), and at least 3N/4 a second over the seconds it sent 2N
+ * in (N / 4 in any one: it is held to N, not shut out); in its first second (the run starts 100 ms
+ * into one) at most N + 3 + what it sends in 150 ms (the instances learn of each other every 25 ms,
+ * slower on a loaded machine); every 429 carries Retry-After; the instances' refusal counters add
+ * up to the 429s seen; alice is never refused. Without the shared count (each instance alone) the
+ * bot would get 3N a second. When the bot could not send at least 2N a second in two whole seconds
  * (a starved machine) the run is repeated, up to three times.
  * test_off_without_the_option: the same burst, no --user-rps: no 429.
+ * test_challenge_signed_with_the_key_file: a challenge from one instance is the user's and the
+ * SKU's, signed with the key file's bytes (pow_verify with them accepts its solution, refuses it
+ * for another user or SKU), expires 120 s after the Redis clock's now; without a user: 401.
  *
  * About 15 s (5 s of load per run; the starts).
  */
+#include "pow.h"
 #include "svc_raw.h"
 #include "svc_test.h"
 
@@ -35,8 +39,15 @@ static const char TOKEN[] = "it-user-rate-token";
 #define BOT_RATE_PER_THREAD 50 /* 4 x 50 = 200 requests/s */
 #define RUN_MS 5000
 #define MAX_SECONDS 16
+/* Answers near a second's edge the test may count in the neighbouring second: each instance's
+ * window follows its estimate of Redis's clock, off by up to half a TIME round trip (tens of ms
+ * on a loaded machine), and an instance lets its share through at the start of its window, so
+ * a few of its admits can land on the test's side of the edge. A second may look this much over
+ * the bound; the whole seconds together only 2 per instance (the two ends of the range). */
+#define EDGE 10
 
 static char key_path[64];
+static const char KEY[] = "it-user-rate-queue-key-0123456789abcdef-0123456789";
 
 static int64_t ur_real_ms(void)
 {
@@ -160,7 +171,8 @@ static void ur_make_sku(int port, char *path, size_t cap)
 /* Runs the bot (4 threads) and alice for RUN_MS against the instances. */
 static void ur_run(sf_service **svc, const char *path, struct sender *bot, struct sender *alice)
 {
-    int64_t start = ur_real_ms() + 200;
+    /* from 100 ms into the next second: the first second holds the burst's start */
+    int64_t start = (ur_real_ms() + 1000) / 1000 * 1000 + 100;
     memset(bot, 0, sizeof(*bot) * BOT_THREADS);
     memset(alice, 0, sizeof(*alice));
     for (int t = 0; t <= BOT_THREADS; t++) {
@@ -220,31 +232,34 @@ static void test_one_user_held_across_instances(void **state)
         SF_ASSERT(ok[0] <= N_RPS + NINST + 3 + 200 * 150 / 1000,
                   "first second: %d through of %d (N = %d)", ok[0], tried[0], N_RPS);
         busy = 0;
-        int whole_ok = 0, nwhole = 0;
+        int whole_ok = 0, nwhole = 0, busy_ok = 0;
         for (int k = 1; k < MAX_SECONDS; k++) {
             if (tried[k] == 0)
                 continue;
             int whole = (int64_t)(bot[0].first_second + k + 1) * 1000 <= bot[0].start_ms + RUN_MS;
             print_message("second %d: %d of %d through%s\n", k, ok[k], tried[k],
                           whole ? "" : " (partial)");
-            SF_ASSERT(ok[k] <= N_RPS + NINST + 5, "second %d: %d through of %d (N = %d)", k, ok[k],
-                      tried[k], N_RPS);
+            SF_ASSERT(ok[k] <= N_RPS + NINST + EDGE, "second %d: %d through of %d (N = %d)", k,
+                      ok[k], tried[k], N_RPS);
             if (whole) {
                 whole_ok += ok[k];
                 nwhole++;
             }
             if (whole && tried[k] >= 2 * N_RPS) {
                 busy++;
-                SF_ASSERT(ok[k] >= N_RPS / 2, "second %d: only %d through of %d (N = %d)", k, ok[k],
+                busy_ok += ok[k];
+                SF_ASSERT(ok[k] >= N_RPS / 4, "second %d: only %d through of %d (N = %d)", k, ok[k],
                           tried[k], N_RPS);
             }
         }
         /* an answer near a second's edge may be counted in the next second (the instances'
          * estimate of Redis's clock is a few ms off): one second may look over the bound, the
          * whole seconds together may not */
-        SF_ASSERT(whole_ok <= nwhole * (N_RPS + NINST) + 3,
+        SF_ASSERT(whole_ok <= nwhole * (N_RPS + NINST) + 2 * NINST,
                   "%d through in %d whole seconds (N = %d, %d instances)", whole_ok, nwhole, N_RPS,
                   NINST);
+        SF_ASSERT(busy_ok >= busy * N_RPS * 3 / 4,
+                  "%d through in %d busy seconds (N = %d): held below N", busy_ok, busy, N_RPS);
         if (busy >= 2)
             break;
         print_message("attempt %d: the bot sent 2N/s in only %d whole seconds; again\n", attempt,
@@ -274,16 +289,52 @@ static void test_off_without_the_option(void **state)
     SF_ASSERT_EQ(sf_stop_all(svc, NINST), 0);
 }
 
+static void test_challenge_signed_with_the_key_file(void **state)
+{
+    (void)state;
+    sf_service *svc[NINST];
+    ur_start_three(svc, N_RPS);
+    char path[160], sku[80];
+    ur_make_sku(sf_port(svc[0]), path, sizeof path);
+    sscanf(path, "/api/v1/skus/%79[^/]", sku);
+    const char *hdr[] = {"X-User: carol", NULL};
+    sf_resp r = {0};
+    int64_t before = ur_real_ms();
+    sf_http(sf_port(svc[1]), "GET", path, hdr, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    const char *c = json_string_value(json_object_get(r.json, "challenge"));
+    SF_ASSERT(c != NULL, "no challenge: %s", sf_resp_summary(&r));
+    SF_ASSERT_EQ(sf_json_int(r.json, "bits", -1), 8);
+    int64_t issued = 0;
+    int bits = 0;
+    SF_ASSERT_EQ(pow_parse(c, &issued, &bits), 0);
+    SF_ASSERT_EQ(bits, 8);
+    SF_ASSERT(issued >= before - 2000 && issued <= ur_real_ms() + 2000, "issued at %lld",
+              (long long)issued);
+    SF_ASSERT_EQ(sf_json_int(r.json, "expires_at", -1), issued + POW_TTL_MS);
+    char nonce[POW_NONCE_MAX + 1];
+    SF_ASSERT(pow_solve(c, bits, 0, 1u << 24, nonce) > 0, "%s", "no solution");
+    const unsigned char *k = (const unsigned char *)KEY;
+    size_t kl = sizeof KEY - 1;
+    SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, sku, "carol", issued + 1, 8), POW_OK);
+    SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, sku, "dave", issued + 1, 8), POW_WRONG_USER);
+    SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, "other", "carol", issued + 1, 8), POW_WRONG_SKU);
+    /* no user header: the waiting room needs a verified user */
+    sf_http(sf_port(svc[2]), "GET", path, NULL, NULL, 0, &r);
+    SF_ASSERT_ERROR(&r, 401, "user_required");
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop_all(svc, NINST), 0);
+}
+
 static int ur_setup(void **state)
 {
     snprintf(key_path, sizeof key_path, "/tmp/it_user_rate_key_XXXXXX");
     int fd = mkstemp(key_path);
     if (fd < 0)
         return -1;
-    const char k[] = "it-user-rate-queue-key-0123456789abcdef-0123456789";
-    ssize_t w = write(fd, k, sizeof k - 1);
+    ssize_t w = write(fd, KEY, sizeof KEY - 1);
     close(fd);
-    if (w != (ssize_t)(sizeof k - 1))
+    if (w != (ssize_t)(sizeof KEY - 1))
         return -1;
     return gf_group_setup(state);
 }
@@ -299,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_user_held_across_instances),
         cmocka_unit_test(test_off_without_the_option),
+        cmocka_unit_test(test_challenge_signed_with_the_key_file),
     };
     return SF_RUN_GROUP_TESTS(tests, ur_setup, ur_teardown);
 }
