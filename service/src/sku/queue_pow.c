@@ -11,6 +11,7 @@
 
 #include "areq.h"
 #include "identity.h"
+#include "log.h"
 #include "pow.h"
 #include "rclock.h"
 #include "skucache.h"
@@ -118,9 +119,11 @@ static void on_meta(lc_status st, const redisReply *r, const char *errstr, void 
     struct areq *ar = c->ar;
     areq_log_begin(ar);
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "queue_challenge", "the SKU's rules were not read: %s",
+                    errstr && *errstr ? errstr : "unexpected reply");
         response_error(&ar->res, ERROR_UNAVAILABLE,
                        st == LC_ESTATE ? "shutting down" : "redis unavailable");
-        (void)errstr;
     } else if (store_reply_int(r->element[0], 0) <= 0) {
         response_error(&ar->res, ERROR_UNKNOWN_SKU, "no such sku");
     } else {
