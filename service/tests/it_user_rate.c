@@ -19,12 +19,14 @@
  * test_off_without_the_option: the same burst, no --user-rps: no 429.
  * test_challenge_signed_with_the_key_file: a challenge from one instance is the user's and the
  * SKU's, signed with the key file's bytes (pow_verify with them accepts its solution, refuses it
- * for another user or SKU), expires 120 s after the Redis clock's now; without a user: 401.
+ * for another user or SKU), expires 120 s after the Redis clock's now, and the tests' solver
+ * (svc_pow.h) makes a join body's pow of it; without a user: 401.
  *
  * About 15 s (5 s of load per run; the starts). The long form: IT_USER_RATE_SECONDS=60 runs
  * the load for 60 s.
  */
 #include "pow.h"
+#include "svc_pow.h"
 #include "svc_raw.h"
 #include "svc_test.h"
 
@@ -343,6 +345,16 @@ static void test_challenge_signed_with_the_key_file(void **state)
     SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, sku, "carol", issued + 1, 8), POW_OK);
     SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, sku, "dave", issued + 1, 8), POW_WRONG_USER);
     SF_ASSERT_EQ(pow_verify(k, kl, c, nonce, "other", "carol", issued + 1, 8), POW_WRONG_SKU);
+    /* the tests' solver (svc_pow.h): the join body's pow member, checked the same way */
+    char powtext[POW_CHALLENGE_MAX + 128];
+    SF_ASSERT_EQ(sp_solve_challenge(sf_port(svc[0]), sku, hdr, powtext, sizeof powtext, NULL), 200);
+    json_t *pj = json_loads(powtext, 0, NULL);
+    SF_ASSERT(pj != NULL, "not JSON: %s", powtext);
+    SF_ASSERT_EQ(pow_verify(k, kl, json_string_value(json_object_get(pj, "challenge")),
+                            json_string_value(json_object_get(pj, "nonce")), sku, "carol",
+                            ur_real_ms(), 8),
+                 POW_OK);
+    json_decref(pj);
     /* no user header: the waiting room needs a verified user */
     sf_http(sf_port(svc[2]), "GET", path, NULL, NULL, 0, &r);
     SF_ASSERT_ERROR(&r, 401, "user_required");
