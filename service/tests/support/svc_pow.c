@@ -9,8 +9,8 @@
 
 #include "pow.h"
 
-int sp_solve_challenge(int port, const char *sku, const char *const *headers, char *pow,
-                       size_t cap, sf_resp *resp)
+int sp_solve_challenge(int port, const char *sku, const char *const *headers, char *pow, size_t cap,
+                       sf_resp *resp)
 {
     sf_resp own = {0};
     sf_resp *r = resp ? resp : &own;

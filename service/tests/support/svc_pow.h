@@ -16,7 +16,7 @@
  * Returns 200 when solved; 0 when the SKU asks no proof (bits 0: pow is "null"); otherwise the
  * challenge's HTTP status (its response in *resp when resp is not NULL) or -1 when no nonce was
  * found or cap is too small. */
-int sp_solve_challenge(int port, const char *sku, const char *const *headers, char *pow,
-                       size_t cap, sf_resp *resp);
+int sp_solve_challenge(int port, const char *sku, const char *const *headers, char *pow, size_t cap,
+                       sf_resp *resp);
 
 #endif
