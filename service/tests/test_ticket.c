@@ -194,9 +194,9 @@ static void test_key_file(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),          cmocka_unit_test(test_every_byte_matters),
-        cmocka_unit_test(test_forgeries),           cmocka_unit_test(test_mac_is_documented_hmac),
-        cmocka_unit_test(test_fields_bounds),       cmocka_unit_test(test_key_file),
+        cmocka_unit_test(test_round_trip),    cmocka_unit_test(test_every_byte_matters),
+        cmocka_unit_test(test_forgeries),     cmocka_unit_test(test_mac_is_documented_hmac),
+        cmocka_unit_test(test_fields_bounds), cmocka_unit_test(test_key_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,8 +108,7 @@ int ticket_key_load(struct ticket_key *key, const char *path, char *err, size_t 
     }
     if (n > TICKET_KEY_MAX) {
         OPENSSL_cleanse(buf, sizeof(buf));
-        snprintf(err, errlen, "queue_key_file: %s holds more than %d bytes", path,
-                 TICKET_KEY_MAX);
+        snprintf(err, errlen, "queue_key_file: %s holds more than %d bytes", path, TICKET_KEY_MAX);
         return -1;
     }
     memcpy(key->bytes, buf, n);
@@ -129,17 +128,17 @@ void ticket_key_wipe(struct ticket_key *key)
 /* The MAC of the ticket's fields: HMAC-SHA256(key, "t1|sku|user|n|exp"). The SKU and user are
  * length-prefixed inside the signed text, so no split of one string into (sku, user) signs the
  * same bytes as another. 0, or -1. */
-static int ticket_mac(const struct ticket_key *key, const char *sku, const char *user,
-                      uint64_t n, int64_t exp_ms, unsigned char mac[MAC_LEN])
+static int ticket_mac(const struct ticket_key *key, const char *sku, const char *user, uint64_t n,
+                      int64_t exp_ms, unsigned char mac[MAC_LEN])
 {
     char msg[2 * TICKET_FIELD_MAX + 96];
-    int len = snprintf(msg, sizeof(msg), PREFIX "|%zu:%s|%zu:%s|%" PRIu64 "|%" PRId64,
-                       strlen(sku), sku, strlen(user), user, n, exp_ms);
+    int len = snprintf(msg, sizeof(msg), PREFIX "|%zu:%s|%zu:%s|%" PRIu64 "|%" PRId64, strlen(sku),
+                       sku, strlen(user), user, n, exp_ms);
     if (len < 0 || (size_t)len >= sizeof(msg))
         return -1;
     unsigned int maclen = 0;
-    if (!HMAC(EVP_sha256(), key->bytes, (int)key->len, (const unsigned char *)msg, (size_t)len,
-              mac, &maclen) ||
+    if (!HMAC(EVP_sha256(), key->bytes, (int)key->len, (const unsigned char *)msg, (size_t)len, mac,
+              &maclen) ||
         maclen != MAC_LEN)
         return -1;
     return 0;
@@ -166,8 +165,8 @@ int ticket_mint(const struct ticket_key *key, const char *sku, const char *user,
         b64url_encode((const unsigned char *)user, strlen(user), euser, sizeof(euser)) < 0 ||
         b64url_encode(mac, MAC_LEN, emac, sizeof(emac)) < 0)
         return -1;
-    int len = snprintf(out, cap, PREFIX ".%s.%s.%" PRIu64 ".%" PRId64 ".%s", esku, euser, n,
-                       exp_ms, emac);
+    int len = snprintf(out, cap, PREFIX ".%s.%s.%" PRIu64 ".%" PRId64 ".%s", esku, euser, n, exp_ms,
+                       emac);
     if (len < 0 || (size_t)len >= cap) {
         if (cap > 0)
             out[0] = '\0';
