@@ -30,6 +30,9 @@
 #include "store.h"
 #include "sweep.h"
 #include "ticket.h"
+
+
+#include "userrate.h"
 #include "worker.h"
 
 /* ---- the application state (app.h): made before the server starts, freed after it stopped ---- */
@@ -65,6 +68,13 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         app_free(app);
         return -1;
     }
+
+
+    if (cfg->user_rps > 0 && !(app->user_rate = userrate_new(cfg->user_rps))) {
+        snprintf(err, errlen, "user_rps: out of memory");
+        app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -81,6 +91,10 @@ void app_free(struct app *app)
     ticket_key_wipe(app->queue_key);
     free(app->queue_key);
     app->queue_key = NULL;
+
+
+    userrate_free(app->user_rate);
+    app->user_rate = NULL;
     app->store = NULL;
     app->cache = NULL;
     app->snaps = NULL;
@@ -99,8 +113,8 @@ struct server {
     struct events *events; /* the status event streams of every loop (events.h) */
 };
 
-/* The sweeper and the waiting rooms' admitter (gate.h) run on the first loop: started there,
- * stopped before its Redis client goes. */
+/* The sweeper, the waiting rooms' admitter (gate.h) and the per-user rate's flusher
+ * (userrate.h) run on the first loop: started there, stopped before its Redis client goes. */
 static void on_start_sweep(void *arg)
 {
     struct server *s = arg;
@@ -109,11 +123,15 @@ static void on_start_sweep(void *arg)
         log_msg(CONFIG_LOG_ERROR, "queue_admitter",
                 "the waiting rooms' admitter could not start (out of memory): no place is "
                 "admitted by this instance");
+    if (userrate_start(s->app->user_rate, s->workers[0].env.base, s->workers[0].env.lc) != 0)
+        log_msg(CONFIG_LOG_ERROR, "user_rate",
+                "the per-user rate's flusher did not start: each instance counts alone");
 }
 
 static void on_end_sweep(void *arg)
 {
     struct server *s = arg;
+    userrate_stop(s->app->user_rate);
     sweep_stop(s->sweep);
     gate_stop(s->app->gate);
 }

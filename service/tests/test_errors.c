@@ -43,6 +43,11 @@ static const struct {
     {ERROR_TICKET_WRONG_USER, 403, "ticket_wrong_user", false},
     {ERROR_TICKET_WRONG_SKU, 403, "ticket_wrong_sku", false},
     {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
+
+
+    {ERROR_POW_REQUIRED, 403, "pow_required", false},
+    {ERROR_POW_INVALID, 403, "pow_invalid", false},
+    {ERROR_POW_EXPIRED, 403, "pow_expired", false},
     {ERROR_BODY_TOO_LARGE, 413, "body_too_large", false},
     {ERROR_HEADERS_TOO_LARGE, 431, "headers_too_large", false},
     {ERROR_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", false},

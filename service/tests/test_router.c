@@ -29,6 +29,8 @@
 #include "identity.h"
 #include "metrics.h"
 #include "queue.h"
+
+#include "queue_pow.h"
 #include "router.h"
 
 static struct app app;
@@ -197,13 +199,15 @@ static void test_rows_are_the_api(void **state)
         {HTTP_GET, "/api/v1/skus/x1/queue", queue_place_run, queue_place_async, 0, NULL},
         {HTTP_POST, "/api/v1/skus/x1/queue", NULL, queue_join_async, ROUTER_WRITES, NULL},
         {HTTP_GET, "/api/v1/skus/x1/queue/info", NULL, queue_info_async, 0, NULL},
+
+        {HTTP_GET, "/api/v1/skus/x1/queue/challenge", NULL, queue_challenge_get_async, 0, NULL},
         /* the param is not validated here: any bytes but '/' */
         {HTTP_GET, "/api/v1/skus/bad sku!%", status_get_run, status_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/restock", status_get_run, status_get_async, 0, NULL},
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 18); /* the api[] rows but the last two */
+    assert_int_equal(n, 19); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -235,6 +239,8 @@ static void test_labels(void **state)
         "/api/v1/skus/{sku}/events",
         "/api/v1/skus/{sku}/queue",
         "/api/v1/skus/{sku}/queue/info",
+
+        "/api/v1/skus/{sku}/queue/challenge",
         "other",
     };
     size_t k = 0;

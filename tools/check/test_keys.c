@@ -9,7 +9,8 @@
  *     fills one field per segment row named by a plain word, and struct seg_keys has no other
  *     field;
  *     store_sku_key and store.h's prefix and separator are the table's; store_registry_key and
- *     store_holds_key are its two keys outside any SKU.
+ *     store_holds_key are its two keys outside any SKU; store_user_key builds a user's own
+ *     keys (inv:2:{@U}:…).
  * The design.md read is $TEST_KEYS_DESIGN_MD when set (how a drifted copy is shown failing),
  * else the tree's. Well under a second.
  */
@@ -48,6 +49,8 @@ static void row_key(const struct row *r, char *buf, size_t len)
         snprintf(buf, len, STORE_KEYS_PREFIX "%s", r->name);
     else if (r->scope == STORE_KEYS_SKU)
         snprintf(buf, len, STORE_KEYS_PREFIX "{S}:%s", r->name);
+    else if (r->scope == STORE_KEYS_USER)
+        snprintf(buf, len, STORE_KEYS_PREFIX "{@U}:%s", r->name);
     else
         snprintf(buf, len, STORE_KEYS_PREFIX "{S" STORE_KEYS_SEG_SEP "k}:%s", r->name);
 }
@@ -174,6 +177,11 @@ static void test_store_builds_the_table(void **state)
             store_sku_key(got, "S", rows[i].name);
             snprintf(want, sizeof want, STORE_KEYS_PREFIX "{S}:%s", rows[i].name);
             assert_string_equal(got, want);
+        } else if (rows[i].scope == STORE_KEYS_USER) {
+            char ugot[STORE_USER_KEY_MAX];
+            store_user_key(ugot, "U", rows[i].name);
+            snprintf(want, sizeof want, STORE_KEYS_PREFIX "{@U}:%s", rows[i].name);
+            assert_string_equal(ugot, want);
         } else if (rows[i].scope == STORE_KEYS_GLOBAL) {
             snprintf(want, sizeof want, STORE_KEYS_PREFIX "%s", rows[i].name);
             if (strcmp(want, store_registry_key()) != 0 && strcmp(want, store_holds_key()) != 0)

@@ -166,6 +166,9 @@
         "requests per second per client IP before 429 rate_limited; 0: no limit")              \
     INT(rate_limit_burst, "--rate-limit-burst", "INVENTORY_RATE_LIMIT_BURST", 0, 0, 1000000,   \
         "requests a client IP may send at once above the rate; 0: rate_limit_rps")             \
+    INT(user_rps, "--user-rps", "INVENTORY_USER_RPS", 0, 0, 1000000,                          \
+        "requests per second per verified user on the waiting room's routes and on orders of " \
+        "SKUs with one, counted across every instance (in Redis); 0: no limit")                \
     INT(max_connections_per_ip, "--max-connections-per-ip",                                    \
         "INVENTORY_MAX_CONNECTIONS_PER_IP", 0, 0, 1000000,                                     \
         "most concurrent HTTP connections of one client IP; 0: no limit")                      \

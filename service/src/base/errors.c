@@ -50,6 +50,12 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
     [ERROR_TICKET_WRONG_SKU] = {403, "ticket_wrong_sku", "the ticket is for another SKU", false},
     [ERROR_NO_WAITING_ROOM] = {409, "no_waiting_room",
                                "this SKU has no waiting room (its queue_rate is 0)", false},
+
+    [ERROR_POW_REQUIRED] = {403, "pow_required",
+                            "joining needs a proof of work: GET the queue's challenge and solve it",
+                            false},
+    [ERROR_POW_INVALID] = {403, "pow_invalid", "the proof of work is not valid", false},
+    [ERROR_POW_EXPIRED] = {403, "pow_expired", "the proof of work's challenge has expired", false},
     [ERROR_BODY_TOO_LARGE] = {413, "body_too_large", "the request body is too large", false},
     [ERROR_HEADERS_TOO_LARGE] = {431, "headers_too_large",
                                  "the request line and headers are too large", false},

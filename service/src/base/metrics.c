@@ -58,6 +58,7 @@ static atomic_ullong m_multi_healed[2]; /* back, forward */
 static struct hist m_lock_hist;
 static struct hist m_http_hist[METRICS_ROUTES_MAX];
 static atomic_ullong m_failovers;
+static atomic_ullong m_user_rate_refused, m_user_rate_flushed, m_user_rate_flush_errors;
 static atomic_ullong m_lock_waits;
 static atomic_ullong m_locks_lost;
 static atomic_ullong m_redis_errors;
@@ -193,6 +194,23 @@ void metrics_set_order_redis_call_budget(long budget)
 void metrics_failover(void)
 {
     inc(&m_failovers);
+}
+
+void metrics_user_rate_refused(void)
+{
+    inc(&m_user_rate_refused);
+}
+
+void metrics_user_rate_flushed(long long n)
+{
+    if (n > 0)
+        atomic_fetch_add_explicit(&m_user_rate_flushed, (unsigned long long)n,
+                                  memory_order_relaxed);
+}
+
+void metrics_user_rate_flush_error(void)
+{
+    inc(&m_user_rate_flush_errors);
 }
 
 void metrics_lock_wait(void)
@@ -397,6 +415,20 @@ static void render_process(FILE *f)
                     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
 }
 
+/* The per-user request rate's counters (userrate.h). */
+static void render_user_rate(FILE *f)
+{
+    counter(f, "inventory_user_rate_refused_total",
+            "Requests refused 429 rate_limited by the per-user rate (--user-rps).",
+            &m_user_rate_refused);
+    counter(f, "inventory_user_rate_flushed_total",
+            "Users' request counts sent to Redis by the per-user rate's flusher.",
+            &m_user_rate_flushed);
+    counter(f, "inventory_user_rate_flush_errors_total",
+            "Counts of the per-user rate that Redis did not take (lost: the limit is lenient).",
+            &m_user_rate_flush_errors);
+}
+
 char *metrics_render(metrics_label_fn route_label)
 {
     char *buf = NULL;
@@ -468,6 +500,7 @@ char *metrics_render(metrics_label_fn route_label)
             &m_failovers);
     counter(f, "inventory_lock_waits_total", "Orders that waited for a busy segment lock.",
             &m_lock_waits);
+    render_user_rate(f);
     counter(f, "inventory_locks_lost_total",
             "Commits refused because the lock was lost or its fencing token was stale.",
             &m_locks_lost);
@@ -538,6 +571,9 @@ void metrics_reset(void)
     atomic_store(&m_multi_healed[0], 0);
     atomic_store(&m_multi_healed[1], 0);
     atomic_store(&m_failovers, 0);
+    atomic_store(&m_user_rate_refused, 0);
+    atomic_store(&m_user_rate_flushed, 0);
+    atomic_store(&m_user_rate_flush_errors, 0);
     atomic_store(&m_lock_waits, 0);
     atomic_store(&m_locks_lost, 0);
     atomic_store(&m_redis_errors, 0);

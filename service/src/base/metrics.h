@@ -130,6 +130,12 @@ void metrics_lock_wait(void);
 /* Counts one commit refused because the lock was lost (expired lease / stale fencing token). */
 void metrics_lock_lost(void);
 
+/* The per-user request rate (--user-rps, userrate.h): a request refused 429 rate_limited; a
+ * user's count sent to Redis (one script); one that failed. */
+void metrics_user_rate_refused(void);
+void metrics_user_rate_flushed(long long n);
+void metrics_user_rate_flush_error(void);
+
 /* Counts one Redis error (connection or command). */
 void metrics_redis_error(void);
 

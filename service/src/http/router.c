@@ -13,6 +13,8 @@
 #include "identity.h"
 #include "log.h"
 #include "queue.h"
+
+#include "queue_pow.h"
 #include "router.h"
 #include "sha256.h"
 #include "validate.h"
@@ -45,6 +47,8 @@ static const struct router_row rows[] = {
     {HTTP_GET, "/api/v1/skus/{sku}/queue", 0, .run = queue_place_run, .start = queue_place_async},
     {HTTP_POST, "/api/v1/skus/{sku}/queue", ROUTER_WRITES, .start = queue_join_async},
     {HTTP_GET, "/api/v1/skus/{sku}/queue/info", 0, .start = queue_info_async},
+
+    {HTTP_GET, "/api/v1/skus/{sku}/queue/challenge", 0, .start = queue_challenge_get_async},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");

@@ -18,6 +18,8 @@ struct identity;
 struct ticket_key;
 struct gate;
 
+struct userrate;
+
 struct app {
     struct config cfg;
     struct store *store;       /* Redis access: scripts and keys (store.h) */
@@ -26,6 +28,9 @@ struct app {
     struct statsnap *snaps;    /* the stock status snapshots (statsnap.h) */
     struct ticket_key *queue_key; /* --queue-key-file: signs tickets (ticket.h); len 0: none */
     struct gate *gate;            /* the waiting rooms as this instance sees them (gate.h) */
+
+    struct userrate *user_rate;   /* --user-rps: the per-user request rate (userrate.h); NULL
+                                     when off */
     atomic_int draining;          /* 1 once shutdown began */
 };
 

@@ -19,6 +19,8 @@
  *   events.c      events_get_run, events_get_async (events.h)
  *   queue.c       queue_join_async, queue_place_run, queue_place_async, queue_info_async
  *                 (queue.h: the waiting room)
+
+ *   queue_pow.c   queue_challenge_get_async (queue_pow.h)
  *   skulist.c     skulist_get_async
  *   order_fsm.c   order_create_async
  *   order.c       order_get_async, order_cancel_async, order_confirm_async

@@ -200,6 +200,11 @@ void store_sku_key(char *buf, const char *sku, const char *suffix)
     snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
 }
 
+void store_user_key(char *buf, const char *user, const char *suffix)
+{
+    snprintf(buf, STORE_USER_KEY_MAX, STORE_KEY_PREFIX "{@%s}:%s", user, suffix);
+}
+
 const char *store_registry_key(void)
 {
     return STORE_KEY_PREFIX STORE_KEY_GLOBAL_skus;

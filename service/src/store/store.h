@@ -130,6 +130,13 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
 /* Writes "inv:2:{sku}:<suffix>" into buf (STORE_KEY_MAX). */
 void store_sku_key(char *buf, const char *sku, const char *suffix);
 
+/* Writes a user's own key "inv:2:{@<user>}:<suffix>" into buf (STORE_USER_KEY_MAX bytes): the
+ * per-user request rate (userrate.h). The tag is '@' and the user id ('@' is in no SKU name, so
+ * no SKU's key is ever a user's), so each user's keys sit in one slot; user ids of up to 128
+ * printable bytes fit. */
+#define STORE_USER_KEY_MAX (STORE_KEY_MAX + 32)
+void store_user_key(char *buf, const char *user, const char *suffix);
+
 /* The SKU registry's key, "inv:2:skus": a set of the SKU names a PUT created (docs/design.md).
  * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.
  * Static string. */

@@ -11,8 +11,9 @@
 // --lock-wait-ms 0: one segment stays locked long enough for a 503 lock_timeout), URL_USER
 // (--trust-body-user-id: the body's user_id is the user, for limit_exceeded), URL_JWT
 // (--jwt-key-file with the HS256 secret JWT_SECRET, and --queue-key-file: the waiting room's
-// user is the JWT's), CONFIRM_TOKEN (URL_MAIN's
-// --confirm-token-file).
+// user is the JWT's), CONFIRM_TOKEN (URL_MAIN's --confirm-token-file), URL_QUEUE
+// (--queue-key-file, --jwt-key-file with JWT_SECRET, --user-rps 3: the waiting room's
+// proof-of-work challenge).
 import { readFileSync } from "node:fs";
 import http from "node:http";
 import { createHmac } from "node:crypto";
@@ -24,6 +25,7 @@ const env = (k) => { if (!process.env[k]) throw new Error(`${k} is not set`); re
 const spec = YAML.parse(readFileSync(env("SPEC"), "utf8"));
 const TOKEN = env("TOKEN");
 const MAIN = env("URL_MAIN"), DOWN = env("URL_DOWN"), RATE = env("URL_RATE"), HOLD = env("URL_HOLD");
+const QUEUE = env("URL_QUEUE");
 const USER = env("URL_USER"), JWT = env("URL_JWT"), CONFIRM_TOKEN = env("CONFIRM_TOKEN"), JWT_SECRET = env("JWT_SECRET");
 
 // Statuses documented but not produced here, each with where it is tested instead.
@@ -391,6 +393,29 @@ for (const [method, tpl, opts] of limited) {
     await call(DOWN, m, tpl, { params: { sku: room }, token: jwt("carol"), expect: 503 });
   }
   await call(JWT, "POST", QUEUE, { params: { sku: room }, token: jwt("carol"), raw: "x", headers: { "Content-Type": "text/plain" }, expect: 415 });
+
+// ---- the waiting room's proof of work (SPEC §16) --------------------------------------------------
+{
+  const CH = "/api/v1/skus/{sku}/queue/challenge";
+  const qsku = uniq("queued"), plain = uniq("plain"), nopow = uniq("nopow");
+  await call(MAIN, "PUT", SKU, { params: { sku: qsku }, token: TOKEN, body: { stock: 5, segments: 1, queue_rate: 10, queue_pow_bits: 8 }, expect: 201 });
+  await call(MAIN, "PUT", SKU, { params: { sku: plain }, token: TOKEN, body: { stock: 5, segments: 1 }, expect: 201 });
+  await call(MAIN, "PUT", SKU, { params: { sku: nopow }, token: TOKEN, body: { stock: 5, segments: 1, queue_rate: 10 }, expect: 201 });
+  const c = await call(QUEUE, "GET", CH, { params: { sku: qsku }, token: jwt("q1"), expect: 200 });
+  if (c.json?.bits !== 8 || !String(c.json?.challenge).startsWith("p1.")) fail(`GET ${CH}`, `not a challenge at 8 bits: ${JSON.stringify(c.json)}`);
+  const z = await call(QUEUE, "GET", CH, { params: { sku: nopow }, token: jwt("q2"), expect: 200 });
+  if (z.json?.bits !== 0 || z.json?.challenge !== null) fail(`GET ${CH}`, `a SKU without proof of work: ${JSON.stringify(z.json)}`);
+  await call(QUEUE, "GET", CH, { params: { sku: plain }, token: jwt("q3"), expect: 409 });
+  await call(QUEUE, "GET", CH, { params: { sku: uniq("nosuch") }, token: jwt("q4"), expect: 404 });
+  await call(QUEUE, "GET", CH, { params: { sku: "bad sku!" }, token: jwt("q5"), expect: 400 });
+  await call(QUEUE, "GET", CH, { params: { sku: qsku }, expect: 401 });
+  await call(MAIN, "GET", CH, { params: { sku: qsku }, expect: 401 });
+  // --user-rps 3: eight at once from one user, at most three a second get through
+  const burst = await Promise.all(Array.from({ length: 8 }, () => call(QUEUE, "GET", CH, { params: { sku: qsku }, token: jwt("q7") })));
+  const limited = burst.filter((r) => r.status === 429);
+  if (limited.length < 2 || burst.some((r) => r.status !== 200 && r.status !== 429))
+    fail(`GET ${CH}`, `--user-rps 3, 8 at once: ${burst.map((r) => r.status).join(" ")}`);
+  if (limited.some((r) => !(Number(r.headers.get("retry-after")) >= 1))) fail(`GET ${CH}`, "429 without Retry-After");
 }
 
 // ---- unknown paths and wrong methods ----------------------------------------------------------------

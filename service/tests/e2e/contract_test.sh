@@ -3,8 +3,9 @@
 # contract.mjs sends every documented request and error to live inventoryd instances on free
 # loopback ports (one normal, one whose Redis is absent, one rate-limited, one holding its
 # lock for 3 s: its loop serves the second order meanwhile; for the sale rules of SPEC §11 one
-# with --trust-body-user-id and one with --jwt-key-file, which also has --queue-key-file for
-# the waiting room) against a real redis-server, and
+# with --trust-body-user-id, one with --jwt-key-file, which also has --queue-key-file for the
+# waiting room, and for the waiting room's challenge one with --queue-key-file and --user-rps)
+# against a real redis-server, and
 # validates every response against the document with ajv. The normal one also reads a confirm
 # token (--confirm-token-file). Everything started here is stopped by lib.sh's trap, also on failure.
 set -euo pipefail
@@ -32,10 +33,13 @@ t_inventoryd jwt.log --redis "redis://127.0.0.1:$redis_port" --jwt-key-file "$t_
   --queue-key-file "$t_dir/queue.key" "${common[@]}"; jwt=$port
 t_inventoryd down.log --redis "redis://127.0.0.1:$dead_port" --redis-timeout-ms 300 "${common[@]}"; down=$port
 t_inventoryd rate.log --redis "redis://127.0.0.1:$redis_port" --rate-limit-rps 1 --rate-limit-burst 1 "${common[@]}"; rate=$port
+head -c 48 /dev/urandom | base64 >"$t_dir/queue.key"
+t_inventoryd queue.log --redis "redis://127.0.0.1:$redis_port" --jwt-key-file "$t_dir/jwt.key" \
+  --queue-key-file "$t_dir/queue.key" --user-rps 3 "${common[@]}"; queue=$port
 t_inventoryd hold.log --redis "redis://127.0.0.1:$redis_port" --hold-ms 3000 --lock-wait-ms 0 "${common[@]}"; hold=$port
 
 t_run "every documented request and error, validated against docs/openapi.yaml" contract.log \
   env SPEC="$spec" TOKEN="$token" URL_MAIN="http://127.0.0.1:$main" URL_DOWN="http://127.0.0.1:$down" \
   URL_RATE="http://127.0.0.1:$rate" URL_HOLD="http://127.0.0.1:$hold" URL_USER="http://127.0.0.1:$user" \
-  URL_JWT="http://127.0.0.1:$jwt" CONFIRM_TOKEN="$confirm_token" JWT_SECRET="$jwt_secret" node "$e2e_dir/contract.mjs"
+  URL_JWT="http://127.0.0.1:$jwt" URL_QUEUE="http://127.0.0.1:$queue" CONFIRM_TOKEN="$confirm_token" JWT_SECRET="$jwt_secret" node "$e2e_dir/contract.mjs"
 t_done
