@@ -31,7 +31,6 @@
 #include "sweep.h"
 #include "ticket.h"
 
-
 #include "userrate.h"
 #include "worker.h"
 
@@ -69,7 +68,6 @@ int app_init(struct app *app, const struct config *cfg, char *err, size_t errlen
         return -1;
     }
 
-
     if (cfg->user_rps > 0 && !(app->user_rate = userrate_new(cfg->user_rps))) {
         snprintf(err, errlen, "user_rps: out of memory");
         app_free(app);
@@ -91,7 +89,6 @@ void app_free(struct app *app)
     ticket_key_wipe(app->queue_key);
     free(app->queue_key);
     app->queue_key = NULL;
-
 
     userrate_free(app->user_rate);
     app->user_rate = NULL;

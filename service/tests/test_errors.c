@@ -44,7 +44,6 @@ static const struct {
     {ERROR_TICKET_WRONG_SKU, 403, "ticket_wrong_sku", false},
     {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
 
-
     {ERROR_POW_REQUIRED, 403, "pow_required", false},
     {ERROR_POW_INVALID, 403, "pow_invalid", false},
     {ERROR_POW_EXPIRED, 403, "pow_expired", false},

@@ -17,30 +17,29 @@
  * the functions below treat it (and any out-of-range value) as ERROR_INTERNAL. */
 enum error_code {
     ERROR_NONE = 0,
-    ERROR_INVALID_REQUEST,        /* 400 invalid_request */
-    ERROR_UNAUTHORIZED,           /* 401 unauthorized (send WWW-Authenticate: Bearer) */
-    ERROR_NOT_FOUND,              /* 404 not_found: unknown path */
-    ERROR_UNKNOWN_SKU,            /* 404 unknown_sku */
-    ERROR_UNKNOWN_ORDER,          /* 404 unknown_order */
-    ERROR_METHOD_NOT_ALLOWED,     /* 405 method_not_allowed (send Allow) */
-    ERROR_SOLD_OUT,               /* 409 sold_out */
-    ERROR_INSUFFICIENT_STOCK,     /* 409 insufficient_stock */
-    ERROR_ALREADY_CANCELLED,      /* 409 already_cancelled */
-    ERROR_SKU_CHANGED,            /* 409 sku_changed: re-PUT or deleted during a restock */
-    ERROR_USER_REQUIRED,          /* 401 user_required: a limit, and no verified user */
-    ERROR_LIMIT_EXCEEDED,         /* 409 limit_exceeded: past the user's limit per SKU */
-    ERROR_SALE_NOT_STARTED,       /* 409 sale_not_started (+ Retry-After, sale_start) */
-    ERROR_SALE_ENDED,             /* 409 sale_ended */
-    ERROR_RESERVATION_EXPIRED,    /* 409 reservation_expired: a confirm after the expiry */
-    ERROR_NOT_RESERVED,           /* 409 not_reserved: a confirm of an order never a hold */
-    ERROR_TICKET_REQUIRED,        /* 403 ticket_required: a waiting room, and no ticket */
-    ERROR_TICKET_INVALID,         /* 403 ticket_invalid: not a ticket this service signed */
-    ERROR_TICKET_EXPIRED,         /* 403 ticket_expired: past its expiry (Redis's clock) */
-    ERROR_TICKET_USED,            /* 409 ticket_used: another order used it */
-    ERROR_TICKET_WRONG_USER,      /* 403 ticket_wrong_user: signed for another user */
-    ERROR_TICKET_WRONG_SKU,       /* 403 ticket_wrong_sku: signed for another SKU */
-    ERROR_NO_WAITING_ROOM,        /* 409 no_waiting_room: the SKU's queue_rate is 0 */
-
+    ERROR_INVALID_REQUEST,     /* 400 invalid_request */
+    ERROR_UNAUTHORIZED,        /* 401 unauthorized (send WWW-Authenticate: Bearer) */
+    ERROR_NOT_FOUND,           /* 404 not_found: unknown path */
+    ERROR_UNKNOWN_SKU,         /* 404 unknown_sku */
+    ERROR_UNKNOWN_ORDER,       /* 404 unknown_order */
+    ERROR_METHOD_NOT_ALLOWED,  /* 405 method_not_allowed (send Allow) */
+    ERROR_SOLD_OUT,            /* 409 sold_out */
+    ERROR_INSUFFICIENT_STOCK,  /* 409 insufficient_stock */
+    ERROR_ALREADY_CANCELLED,   /* 409 already_cancelled */
+    ERROR_SKU_CHANGED,         /* 409 sku_changed: re-PUT or deleted during a restock */
+    ERROR_USER_REQUIRED,       /* 401 user_required: a limit, and no verified user */
+    ERROR_LIMIT_EXCEEDED,      /* 409 limit_exceeded: past the user's limit per SKU */
+    ERROR_SALE_NOT_STARTED,    /* 409 sale_not_started (+ Retry-After, sale_start) */
+    ERROR_SALE_ENDED,          /* 409 sale_ended */
+    ERROR_RESERVATION_EXPIRED, /* 409 reservation_expired: a confirm after the expiry */
+    ERROR_NOT_RESERVED,        /* 409 not_reserved: a confirm of an order never a hold */
+    ERROR_TICKET_REQUIRED,     /* 403 ticket_required: a waiting room, and no ticket */
+    ERROR_TICKET_INVALID,      /* 403 ticket_invalid: not a ticket this service signed */
+    ERROR_TICKET_EXPIRED,      /* 403 ticket_expired: past its expiry (Redis's clock) */
+    ERROR_TICKET_USED,         /* 409 ticket_used: another order used it */
+    ERROR_TICKET_WRONG_USER,   /* 403 ticket_wrong_user: signed for another user */
+    ERROR_TICKET_WRONG_SKU,    /* 403 ticket_wrong_sku: signed for another SKU */
+    ERROR_NO_WAITING_ROOM,     /* 409 no_waiting_room: the SKU's queue_rate is 0 */
 
     ERROR_POW_REQUIRED,           /* 403 pow_required: the join needs a proof of work */
     ERROR_POW_INVALID,            /* 403 pow_invalid: not a solved challenge for this user/SKU */

@@ -29,9 +29,9 @@ struct app {
     struct ticket_key *queue_key; /* --queue-key-file: signs tickets (ticket.h); len 0: none */
     struct gate *gate;            /* the waiting rooms as this instance sees them (gate.h) */
 
-    struct userrate *user_rate;   /* --user-rps: the per-user request rate (userrate.h); NULL
-                                     when off */
-    atomic_int draining;          /* 1 once shutdown began */
+    struct userrate *user_rate; /* --user-rps: the per-user request rate (userrate.h); NULL
+                                   when off */
+    atomic_int draining;        /* 1 once shutdown began */
 };
 
 #endif

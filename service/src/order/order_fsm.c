@@ -82,6 +82,7 @@
 #include "rclock.h"
 #include "rules.h"
 #include "seggate.h"
+#include "userrate.h"
 #include "seglock.h"
 #include "skucache.h"
 #include "order_status.h"
@@ -2075,7 +2076,10 @@ void order_create_async(struct areq *ar)
         areq_done(ar);
         return;
     }
-    if (order_identity(o) != 0) {
+    /* --user-rps holds a waiting room's buyer on the order too: an order with a ticket is one
+     * of a SKU with a room (one without is refused 403 from the cached rules, costing nothing). */
+    if (order_identity(o) != 0 ||
+        (o->in.has_ticket && o->has_user && user_rate_check(app, o->user, &ar->res) != 0)) {
         order_free(o);
         areq_done(ar);
         return;

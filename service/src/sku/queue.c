@@ -21,6 +21,10 @@
 #include "handlers.h"
 #include "identity.h"
 #include "log.h"
+#include "queue_pow.h"
+#include "skucache.h"
+#include "store.h"
+#include "userrate.h"
 #include "rules.h"
 #include "stock.h"
 #include "ticket.h"
@@ -255,6 +259,10 @@ void queue_place_run(struct app *app, const struct request *req, struct response
         response_free(&tmp); /* the slow way answers the same error */
         return;
     }
+    /* --user-rps: judged here once per poll (the slow way, which follows only when this does
+     * not answer, does not count it again) */
+    if (user_rate_check(app, user, res) != 0)
+        return;
     struct gate_snap s;
     struct gate_place_entry p;
     if (!gate_snapshot(app->gate, sku, &s))
@@ -369,7 +377,15 @@ struct join_req {
     struct areq *ar;
     char sku[VALIDATE_SKU_MAX + 1];
     char user[VALIDATE_PRINTABLE_MAX + 1];
+    char meta[STORE_KEY_MAX];
+    json_t *pow; /* the body's "pow" member (a reference), NULL none */
 };
+
+static void join_free(struct join_req *q)
+{
+    json_decref(q->pow);
+    free(q);
+}
 
 static void on_join(void *arg, lc_status st, const char *why, const struct gate_join *j)
 {
@@ -415,8 +431,39 @@ static void on_join(void *arg, lc_status st, const char *why, const struct gate_
             gate_place_put(app->gate, q->sku, q->user, &p);
     }
     areq_log_end();
-    free(q);
+    join_free(q);
     areq_done(ar);
+}
+
+/* The join once the SKU's proof-of-work bits are known: the proof checked (queue_pow.h), then
+ * the place. An unknown SKU or one without a room is the join script's to answer. */
+static void join_with_bits(struct join_req *q, long long bits)
+{
+    struct areq *ar = q->ar;
+    if (queue_pow_verify_request(ar->app, q->sku, q->user, (int)bits, q->pow, &ar->res) != 0) {
+        join_free(q);
+        areq_done(ar);
+        return;
+    }
+    gate_store_join(ar->app->store, ar->lc, ar, q->sku, q->user, on_join, q);
+}
+
+static void on_join_meta(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct join_req *q = arg;
+    struct areq *ar = q->ar;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements != 1) {
+        areq_log_begin(ar);
+        log_msg(CONFIG_LOG_WARN, "queue_join_failed", "sku %s: the rules were not read: %s", q->sku,
+                errstr && *errstr ? errstr : "unexpected reply");
+        response_error(&ar->res, ERROR_UNAVAILABLE,
+                       st == LC_ESTATE ? "shutting down" : "redis unavailable");
+        areq_log_end();
+        join_free(q);
+        areq_done(ar);
+        return;
+    }
+    join_with_bits(q, store_reply_int(r->element[0], 0));
 }
 
 void queue_join_async(struct areq *ar)
@@ -433,10 +480,30 @@ void queue_join_async(struct areq *ar)
         return;
     }
     q->ar = ar;
-    /* CALL POINT (proof of work and the per-user rate: the bot helper): when the SKU's
-     * queue_pow_bits > 0 the body's {"pow": {"challenge", "nonce"}} is verified here, and the
-     * per-user rate (user_rate_check) is judged here, before the join reaches the gate. */
-    gate_store_join(ar->app->store, ar->lc, ar, q->sku, q->user, on_join, q);
+    if (user_rate_check(ar->app, q->user, &ar->res) != 0) {
+        join_free(q);
+        areq_done(ar);
+        return;
+    }
+    if (ar->req.body && ar->req.body_len > 0) { /* an object: queue_who checked it */
+        json_t *b = json_loadb(ar->req.body, ar->req.body_len, 0, NULL);
+        q->pow = json_incref(json_object_get(b, "pow"));
+        json_decref(b);
+    }
+    /* The SKU's queue_pow_bits: from the cached rules when fresh, else from its meta. */
+    struct sku_view v;
+    skucache_get(ar->app->cache, q->sku, &v);
+    if (v.version && !v.rules_stale) {
+        join_with_bits(q, v.rules.queue_pow_bits);
+        return;
+    }
+    store_sku_key(q->meta, q->sku, STORE_KEY_SKU_meta);
+    const char *argv[] = {"HMGET", q->meta, "q_pow"};
+    if (lc_async_command(ar->lc, 3, argv, NULL, on_join_meta, q) == LC_OK)
+        return;
+    response_error(&ar->res, ERROR_UNAVAILABLE, "redis unavailable");
+    join_free(q);
+    areq_done(ar);
 }
 
 /* ---- GET .../queue/info ---- */

@@ -170,15 +170,17 @@ void queue_challenge_get_async(struct areq *ar)
         return;
     }
     c->ar = ar;
-    if (stock_sku_param(&ar->req, &ar->res, c->sku) != 0 ||
-        challenge_user(ar, c->user, sizeof(c->user)) != 0 ||
-        user_rate_check(app, c->user, &ar->res) != 0)
+    if (stock_sku_param(&ar->req, &ar->res, c->sku) != 0)
         goto done;
+    /* the instance's own state first, as the join and the place do (queue.c) */
     if (!have_key(app)) {
         response_error(&ar->res, ERROR_UNAVAILABLE,
                        "no queue key on this instance (--queue-key-file)");
         goto done;
     }
+    if (challenge_user(ar, c->user, sizeof(c->user)) != 0 ||
+        user_rate_check(app, c->user, &ar->res) != 0)
+        goto done;
     struct sku_view v;
     skucache_get(app->cache, c->sku, &v);
     if (v.version && !v.rules_stale) {

@@ -393,6 +393,11 @@ for (const [method, tpl, opts] of limited) {
     await call(DOWN, m, tpl, { params: { sku: room }, token: jwt("carol"), expect: 503 });
   }
   await call(JWT, "POST", QUEUE, { params: { sku: room }, token: jwt("carol"), raw: "x", headers: { "Content-Type": "text/plain" }, expect: 415 });
+  // an order of a SKU with a room: without a ticket 403, with the place's ticket 201, again 409
+  expectError("order without a ticket", await call(JWT, "POST", "/api/v1/orders", { token: jwt("carol"), body: { sku: room, quantity: 1 }, expect: 403 }), "ticket_required");
+  await call(JWT, "POST", "/api/v1/orders", { token: jwt("carol"), body: { sku: room, quantity: 1, ticket: place.ticket }, expect: 201 });
+  expectError("order with a used ticket", await call(JWT, "POST", "/api/v1/orders", { token: jwt("carol"), body: { sku: room, quantity: 1, ticket: place.ticket }, expect: 409 }), "ticket_used");
+}
 
 // ---- the waiting room's proof of work (SPEC §16) --------------------------------------------------
 {
@@ -409,7 +414,7 @@ for (const [method, tpl, opts] of limited) {
   await call(QUEUE, "GET", CH, { params: { sku: uniq("nosuch") }, token: jwt("q4"), expect: 404 });
   await call(QUEUE, "GET", CH, { params: { sku: "bad sku!" }, token: jwt("q5"), expect: 400 });
   await call(QUEUE, "GET", CH, { params: { sku: qsku }, expect: 401 });
-  await call(MAIN, "GET", CH, { params: { sku: qsku }, expect: 401 });
+  await call(USER, "GET", CH, { params: { sku: qsku }, expect: 503 }); // no queue key here
   // --user-rps 3: eight at once from one user, at most three a second get through
   const burst = await Promise.all(Array.from({ length: 8 }, () => call(QUEUE, "GET", CH, { params: { sku: qsku }, token: jwt("q7") })));
   const limited = burst.filter((r) => r.status === 429);
