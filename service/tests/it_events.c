@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "events.h"
 #include "svc_raw.h"
 #include "svc_test.h"
 
@@ -55,6 +56,7 @@ struct sse {
     struct sr_buf text; /* the de-chunked stream */
     size_t pos;         /* text consumed */
     int eof;
+    int plain; /* an HTTP/1.0 stream: the body is not chunked */
 };
 
 struct sse_event {
@@ -71,9 +73,14 @@ static void sse_event_free(struct sse_event *e)
     memset(e, 0, sizeof(*e));
 }
 
-/* Moves whole chunks from raw to text. */
+/* Moves whole chunks from raw to text (all of raw when the body is plain). */
 static void dechunk(struct sse *s)
 {
+    if (s->plain) {
+        sr_put(&s->text, s->raw.p, s->raw.len);
+        s->raw.len = 0;
+        return;
+    }
     for (;;) {
         char *crlf = s->raw.len ? memmem(s->raw.p, s->raw.len, "\r\n", 2) : NULL;
         if (!crlf)
@@ -108,9 +115,11 @@ static int sse_fill(struct sse *s, long long deadline)
 }
 
 /* Opens GET /api/v1/skus/{sku}/events on port (Last-Event-ID last when not NULL) and reads the
- * head. The socket's receive buffer is rcvbuf bytes when > 0 (a client that reads slowly).
- * Returns the status (0: no head in 5 s). */
-static int sse_open(struct sse *s, int port, const char *sku, const char *last, int rcvbuf)
+ * head, as HTTP/1.1 (a chunked body) or, http10, HTTP/1.0 (a plain one). The socket's receive
+ * buffer is rcvbuf bytes when > 0 (a client that reads slowly). Returns the status (0: no head in
+ * 5 s). */
+static int sse_open_as(struct sse *s, int port, const char *sku, const char *last, int rcvbuf,
+                       int http10)
 {
     memset(s, 0, sizeof(*s));
     s->fd = -1;
@@ -128,9 +137,10 @@ static int sse_open(struct sse *s, int port, const char *sku, const char *last, 
     s->fd = fd;
     char req[512];
     int n = snprintf(req, sizeof(req),
-                     "GET /api/v1/skus/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "GET /api/v1/skus/%s/events HTTP/1.%d\r\nHost: 127.0.0.1\r\n"
                      "Accept: text/event-stream\r\n%s%s%s\r\n",
-                     sku, last ? "Last-Event-ID: " : "", last ? last : "", last ? "\r\n" : "");
+                     sku, http10 ? 0 : 1, last ? "Last-Event-ID: " : "", last ? last : "",
+                     last ? "\r\n" : "");
     sr_send(fd, req, (size_t)n);
     long long deadline = tu_now_ms() + 5000;
     struct sr_buf in = {0};
@@ -149,8 +159,14 @@ static int sse_open(struct sse *s, int port, const char *sku, const char *last, 
     sr_put(&s->raw, in.p + hl, in.len - hl);
     free(in.p);
     s->status = atoi(s->head + 9);
+    s->plain = http10;
     dechunk(s);
     return s->status;
+}
+
+static int sse_open(struct sse *s, int port, const char *sku, const char *last, int rcvbuf)
+{
+    return sse_open_as(s, port, sku, last, rcvbuf, 0);
 }
 
 static void sse_close(struct sse *s)
@@ -525,6 +541,76 @@ static void test_slow_reader_dropped(void **state)
     sse_close(&good);
 }
 
+/* A client that stops reading while changes come, then reads: the server's writes of its events
+ * (straight to the socket once the stream is under way, events.c) found the socket full, one
+ * stopped part-way and waited for room while the next ones queued; read now, every event comes
+ * whole and in order (the chunked framing intact: dechunk would garble the text otherwise), the
+ * last change included, and the client was not dropped (fewer than EVENTS_PENDING behind).
+ * About 2 s. */
+static void test_behind_then_caught_up(void **state)
+{
+    (void)state;
+    const char *sku = "ev-behind";
+    put_sku(pa, sku, 100000, 256); /* events of about 10 KB: a few fill the buffers */
+    double dropped0 = sf_metric(pa, "inventory_status_subscribers_dropped_total");
+    struct sse s;
+    SF_ASSERT(sse_open(&s, pa, sku, NULL, 2048) == 200, "stream");
+    json_t *j = sse_status(&s, 3000, NULL, 0);
+    SF_ASSERT(j && sf_json_int(j, "remaining", -1) == 100000, "the first event");
+    json_decref(j);
+    size_t event_bytes = s.text.len;
+    /* EVENTS_PENDING - 2 changes, a refresh apart (so most are events of their own), not read:
+     * the event being written and the queue stay short of a drop */
+    int changes = EVENTS_PENDING - 2;
+    for (int i = 0; i < changes; i++) {
+        order_one(pa, sku);
+        tu_sleep_ms(EV_REFRESH_MS + 60);
+    }
+    tu_sleep_ms(EV_REFRESH_MS + 200); /* the last change is read and queued */
+    long long last = 100000, want = 100000 - changes;
+    int events = 0;
+    while (last != want) {
+        j = sse_status(&s, EV_BOUND_MS + 2000, NULL, 0);
+        SF_ASSERT(j, "after %d events (remaining %lld), no more whole event (want %lld)", events,
+                  last, want);
+        long long got = sf_json_int(j, "remaining", -1);
+        json_decref(j);
+        SF_ASSERT(got < last && got >= want, "remaining %lld after %lld", got, last);
+        last = got;
+        events++;
+    }
+    fprintf(stderr, "%d events of about %zu bytes read after the pause\n", events, event_bytes);
+    SF_ASSERT(events >= 2, "the changes came as %d event(s): nothing queued behind", events);
+    SF_ASSERT(sf_metric(pa, "inventory_status_subscribers_dropped_total") == dropped0,
+              "the client was dropped");
+    /* and the stream goes on: the next change */
+    order_one(pa, sku);
+    SF_ASSERT(await_remaining(&s, want - 1, EV_BOUND_MS, NULL, 0), "the next change");
+    sse_close(&s);
+}
+
+/* An HTTP/1.0 client: the body is not chunked (libmicrohttpd sends it as it comes and closes at
+ * its end), so its events never take the chunked direct write: plain SSE text, the first event
+ * and then a change. About 1 s. */
+static void test_http10_stream(void **state)
+{
+    (void)state;
+    const char *sku = "ev-http10";
+    put_sku(pa, sku, 5, 1);
+    struct sse s;
+    SF_ASSERT(sse_open_as(&s, pa, sku, NULL, 0, 1) == 200, "stream: %s", s.head);
+    SF_ASSERT(!strcasestr(s.head, "chunked"), "an HTTP/1.0 answer in chunks: %s", s.head);
+    json_t *j = sse_status(&s, 3000, NULL, 0);
+    SF_ASSERT(j && sf_json_int(j, "remaining", -1) == 5, "the first event");
+    json_decref(j);
+    order_one(pa, sku);
+    SF_ASSERT(await_remaining(&s, 4, EV_BOUND_MS, NULL, 0), "the order's change");
+    /* plain text: no chunk framing (a size line, CRLF) written into the body */
+    SF_ASSERT(!memmem(s.text.p, s.text.len, "\r\n", 2), "chunk framing in a plain body: %.*s",
+              (int)(s.text.len < 200 ? s.text.len : 200), s.text.p);
+    sse_close(&s);
+}
+
 /* The refreshes an instance makes for a SKU do not grow with its subscribers. */
 static void test_reads_independent_of_subscribers(void **state)
 {
@@ -644,6 +730,8 @@ int main(void)
         cmocka_unit_test(test_heartbeat),
         cmocka_unit_test(test_subscriber_bound),
         cmocka_unit_test(test_slow_reader_dropped),
+        cmocka_unit_test(test_behind_then_caught_up),
+        cmocka_unit_test(test_http10_stream),
         cmocka_unit_test(test_reads_independent_of_subscribers),
         cmocka_unit_test(test_sigterm_ends_streams),
         cmocka_unit_test(test_sku_list),

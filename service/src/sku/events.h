@@ -72,12 +72,15 @@ void events_loop_close(struct events *ev, int i);
  * reference the callee takes over) on conn, on the calling loop: the response to queue (the caller
  * queues and destroys it; its headers are set here but for X-Request-Id), with "retry:" and first
  * as the first event unless last_event_id (the request's Last-Event-ID, may be NULL) is first's id.
+ * chunked: 1 when libmicrohttpd will send the body in chunks (an HTTP/1.1 GET), which lets the
+ * stream write its later events to the socket itself; 0 (HTTP/1.0, HEAD) keeps every write in
+ * libmicrohttpd's hands.
  * NULL, with first released, when the subscriber bound (--max-subscribers) is reached, the loop
  * is quiescing, or out of memory: *busy says which (1: answer 503 with Retry-After).
  */
 struct MHD_Response *events_open(struct events *ev, struct MHD_Connection *conn, const char *sku,
                                  size_t sku_len, struct snap *first, const char *last_event_id,
-                                 int *busy);
+                                 int chunked, int *busy);
 
 /* The handlers of GET /api/v1/skus/{sku}/events (router.h): run answers from a fresh snapshot
  * (res->stream) or with the error at once, else leaves it to start, which waits for the
