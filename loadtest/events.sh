@@ -70,7 +70,6 @@ ipid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/healthz" >/dev/null && break; sleep 0.1; done
 curl -sf -XPUT -H 'Content-Type: application/json' -d '{"stock":1000000,"segments":16}' \
   "http://127.0.0.1:$hport/api/v1/skus/events-bench" >/dev/null
-metric() { curl -sf "http://127.0.0.1:$hport/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 if [ -n "$perf" ]; then
   # from the start of the changes (sse_fanout says "ready" on stderr) to the end of its run
   ( for _ in $(seq 1200); do grep -q ready "$dir/fanout.err" 2>/dev/null && break; sleep 0.1; done
@@ -81,18 +80,11 @@ rc=0
 out=$("$build/bin/sse_fanout" "$hport" events-bench "$n" "$k" "$ipid" "$refresh" \
   2> >(tee "$dir/fanout.err" >&2)) || rc=$?
 if [ -n "$perf" ]; then kill -INT "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null || true; fi
-# the Redis reads while N listen and nothing changes: one per refresh at most
-r0=$(metric inventory_status_refreshes_total); t0=$(date +%s.%N)
-sleep 5
-r1=$(metric inventory_status_refreshes_total); t1=$(date +%s.%N)
-subs=$(metric inventory_status_subscribers)
-dropped=$(metric inventory_status_subscribers_dropped_total)
-reads=$(python3 -c "print(round(($r1 - $r0) / ($t1 - $t0), 2))")
 extra=""
 if [ "$floor" = 1 ]; then
   f=$("$build/bin/sse_fanout" --floor "$n" "$k" "$threads") || rc=$?
   f=${f#\{}
   extra=",${f%\}}"
 fi
-echo "${out%\}},\"refresh_ms\":$refresh,\"threads\":$threads,\"connection_memory_kib\":$mem,\"status_reads_per_s\":$reads,\"subscribers_gauge\":$subs,\"dropped\":$dropped$extra}"
+echo "${out%\}},\"refresh_ms\":$refresh,\"threads\":$threads,\"connection_memory_kib\":$mem$extra}"
 exit $rc

@@ -8,7 +8,9 @@
  * (the wait for the refresh and the read) and the spread to the last one (the fan-out), p50 and
  * max; subscribers that missed a change; the RSS per subscriber; the server's CPU time per change
  * (/proc/PID/stat, over the changes) and this client's own (it shares the cores); the load
- * average before and after the changes.
+ * average before and after the changes; then, the N still listening for 5 s with nothing
+ * changing, the server's status reads per second (one per refresh at most, whatever N), its
+ * subscriber gauge and dropped count (/metrics).
  *
  *   sse_fanout PORT SKU N K SERVER_PID [REFRESH_MS]
  *   sse_fanout --floor N K [WRITERS [BYTES]]   (the same fan-out without inventoryd: floor_main)
@@ -208,6 +210,67 @@ static int order(int port, const char *sku)
     ssize_t n = ok ? read(fd, buf, sizeof(buf) - 1) : -1;
     close(fd);
     return n > 12 && strncmp(buf + 9, "201", 3) == 0;
+}
+
+/* The value of the line "<name> <value>" of the server's GET /metrics, or -1. */
+static double metric(int port, const char *name)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    static const char req[] =
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while (len < cap && (r = read(fd, buf + len, cap - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    double v = -1;
+    size_t nl = strlen(name);
+    for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, name, nl) == 0 && p[nl] == ' ') {
+            v = atof(p + nl + 1);
+            break;
+        }
+    free(buf);
+    return v;
+}
+
+/* The Redis status reads per second of the server while the n subscribers keep listening (and
+ * are read) for hold_ms: *gauge, *dropped from its metrics at the end. */
+static double reads_while_listening(int port, int ep, struct conn *cs, int hold_ms, double *gauge,
+                                    double *dropped)
+{
+    double r0 = metric(port, "inventory_status_refreshes_total"), t0 = now_ms();
+    struct epoll_event evs[1024];
+    char buf[65536];
+    while (now_ms() - t0 < hold_ms) {
+        int m = epoll_wait(ep, evs, 1024, 100);
+        for (int i = 0; i < m; i++) {
+            struct conn *c = &cs[evs[i].data.u32];
+            ssize_t r = read(c->fd, buf, sizeof(buf));
+            if (r > 0)
+                on_bytes(c, buf, (size_t)r, now_ms());
+            else if (r == 0 || errno != EAGAIN) {
+                epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                close(c->fd);
+                c->fd = -1;
+            }
+        }
+    }
+    double r1 = metric(port, "inventory_status_refreshes_total"), t1 = now_ms();
+    *gauge = metric(port, "inventory_status_subscribers");
+    *dropped = metric(port, "inventory_status_subscribers_dropped_total");
+    return r0 >= 0 && r1 >= 0 ? (r1 - r0) * 1e3 / (t1 - t0) : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -542,6 +605,9 @@ int main(int argc, char **argv)
     }
     double cpu_changes = cpu_ms(pid) - cpu0, own_changes = self_cpu_ms() - own0;
     double load1 = loadavg1();
+    /* the Redis reads while the N listen and nothing changes: one per refresh at most */
+    double gauge, dropped;
+    double reads = reads_while_listening(port, ep, cs, 5000, &gauge, &dropped);
     qsort(delays, (size_t)nd, sizeof(double), cmp_double);
     qsort(firsts, (size_t)nk, sizeof(double), cmp_double);
     qsort(spreads, (size_t)nk, sizeof(double), cmp_double);
@@ -552,11 +618,13 @@ int main(int argc, char **argv)
            "\"first_ms\":{\"p50\":%.1f,\"max\":%.1f},\"spread_ms\":{\"p50\":%.1f,\"max\":%.1f},"
            "\"rss_kib\":{\"before\":%ld,\"after\":%ld,\"per_subscriber\":%.2f},"
            "\"server_cpu_ms_per_change\":%.1f,\"client_cpu_ms_per_change\":%.1f,"
-           "\"loadavg\":[%.2f,%.2f]}\n",
+           "\"loadavg\":[%.2f,%.2f],\"status_reads_per_s\":%.2f,\"subscribers_gauge\":%.0f,"
+           "\"dropped\":%.0f}\n",
            n, ready, failed, open_s, k, nd, missed, p50, p99, mx, nk ? firsts[nk / 2] : -1.0,
            nk ? firsts[nk - 1] : -1.0, nk ? spreads[nk / 2] : -1.0, nk ? spreads[nk - 1] : -1.0,
            rss0, rss1, ready > 0 ? (double)(rss1 - rss0) / ready : -1.0,
-           k > 0 ? cpu_changes / k : -1.0, k > 0 ? own_changes / k : -1.0, load0, load1);
+           k > 0 ? cpu_changes / k : -1.0, k > 0 ? own_changes / k : -1.0, load0, load1, reads,
+           gauge, dropped);
     for (int i = 0; i < n; i++)
         if (cs[i].fd >= 0)
             close(cs[i].fd);
