@@ -675,6 +675,49 @@ static void test_sigterm_ends_streams(void **state)
     sse_close(&s);
 }
 
+/* SIGTERM while streams are behind and ending: their clients stopped reading (the sockets full;
+ * on the HTTP/1.1 stream an event half written straight to its socket and waiting for room, the
+ * connection suspended meanwhile; on the HTTP/1.0 one, libmicrohttpd's write waiting), and
+ * their SKU was deleted (each ends after the event it is writing, which cannot go out). The
+ * instance still stops at once with exit 0: the shutdown cuts them too (an ending stream was
+ * left alone and held the whole grace; libmicrohttpd aborts when its daemon is stopped with a
+ * connection still suspended). About 2 s. */
+static void test_sigterm_with_a_stream_behind(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "1", "--status-refresh-ms", "100", NULL};
+    sf_service *c = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(c, "instance");
+    int pc = sf_port(c);
+    const char *sku = "ev-term-behind";
+    put_sku(pc, sku, 100000, 256); /* events of about 14 KB */
+    struct sse s[2];
+    for (int v = 0; v < 2; v++) {
+        SF_ASSERT(sse_open_as(&s[v], pc, sku, NULL, 2048, v) == 200, "stream %d", v);
+        json_t *j = sse_status(&s[v], 3000, NULL, 0);
+        SF_ASSERT(j, "first event of %d", v);
+        json_decref(j);
+    }
+    /* four changes, not read: more than the sockets' buffers hold, fewer than a drop */
+    for (int i = 0; i < 4; i++) {
+        order_one(pc, sku);
+        tu_sleep_ms(EV_REFRESH_MS + 60);
+    }
+    sf_resp r = {0};
+    char path[96];
+    snprintf(path, sizeof(path), "/api/v1/skus/%s", sku);
+    sf_http(pc, "DELETE", path, NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_resp_free(&r);
+    tu_sleep_ms(EV_REFRESH_MS + 100); /* the DELETE reaches the stream */
+    long long t = tu_now_ms();
+    SF_ASSERT(sf_stop(c) == 0, "exit status");
+    long long took = tu_now_ms() - t;
+    SF_ASSERT(took < 3000, "the stop took %lld ms", took);
+    sse_close(&s[0]);
+    sse_close(&s[1]);
+}
+
 static void test_sku_list(void **state)
 {
     (void)state;
@@ -734,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_http10_stream),
         cmocka_unit_test(test_reads_independent_of_subscribers),
         cmocka_unit_test(test_sigterm_ends_streams),
+        cmocka_unit_test(test_sigterm_with_a_stream_behind),
         cmocka_unit_test(test_sku_list),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);

@@ -719,10 +719,12 @@ void events_loop_quiesce(struct events *ev, int i)
     for (int b = 0; b < TOPIC_BUCKETS; b++)
         for (struct topic *t = lp->topics[b]; t; t = t->next)
             for (struct sub *s = t->subs; s; s = s->next)
-                if (!s->closing)
-                    /* suspended with nothing begun: its reader ends the chunked body; in the
-                     * middle of a write (or behind): cut */
-                    sub_end(s, !s->suspended || s->kind != PIECE_NONE);
+                /* suspended with nothing begun: its reader ends the chunked body; in the middle
+                 * of a write (or behind): cut. Streams already ending too: one whose last piece
+                 * cannot go out (its client does not read) would hold the grace, and one still
+                 * suspended (its direct write waiting for room) would make libmicrohttpd abort
+                 * when the daemon stops. */
+                sub_end(s, !s->suspended || s->kind != PIECE_NONE);
     lp->need_kick = 0; /* the caller runs the daemon */
 }
 
