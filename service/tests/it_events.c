@@ -5,11 +5,12 @@
  * a PATCH of the window and the window closing), a reconnection with Last-Event-ID gets no
  * repeat but the next change, also from another instance (ids are equal for equal statuses),
  * heartbeats come, --max-subscribers answers 503 with Retry-After, a client that does not read
- * is dropped (and a reading one beside it is not), a DELETE ends the SKU's streams, the Redis reads
- * do not grow with the subscribers, SIGTERM ends open streams with exit 0, and GET /api/v1/skus
- * pages the registry.
+ * is dropped (and a reading one beside it is not), one that stops reading for a while and then
+ * reads gets every event whole, an HTTP/1.0 stream is plain text, a DELETE ends the SKU's
+ * streams, the Redis reads do not grow with the subscribers, SIGTERM ends open streams with exit
+ * 0 (those behind and ending too, at once), and GET /api/v1/skus pages the registry.
  *
- * About 12 s (most of it waiting for heartbeats, drops, the window to close and the refresh
+ * About 15 s (most of it waiting for heartbeats, drops, the window to close and the refresh
  * counts).
  */
 #define _GNU_SOURCE
