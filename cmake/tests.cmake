@@ -40,7 +40,7 @@ set(TEST_SCHEDULE
   "it_lock_zookeeper 14 heavy"
   "it_lock_mysql 10 heavy"
   "it_status 16 heavy"
-  "it_events 12"
+  "it_events 15"
   "it_queue 13"
   "lockcore_zk_ensemble 5 heavy"
   "script_peers 4 heavy"

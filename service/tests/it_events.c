@@ -5,11 +5,12 @@
  * a PATCH of the window and the window closing), a reconnection with Last-Event-ID gets no
  * repeat but the next change, also from another instance (ids are equal for equal statuses),
  * heartbeats come, --max-subscribers answers 503 with Retry-After, a client that does not read
- * is dropped (and a reading one beside it is not), a DELETE ends the SKU's streams, the Redis reads
- * do not grow with the subscribers, SIGTERM ends open streams with exit 0, and GET /api/v1/skus
- * pages the registry.
+ * is dropped (and a reading one beside it is not), one that stops reading for a while and then
+ * reads gets every event whole, an HTTP/1.0 stream is plain text, a DELETE ends the SKU's
+ * streams, the Redis reads do not grow with the subscribers, SIGTERM ends open streams with exit
+ * 0 (those behind and ending too, at once), and GET /api/v1/skus pages the registry.
  *
- * About 12 s (most of it waiting for heartbeats, drops, the window to close and the refresh
+ * About 15 s (most of it waiting for heartbeats, drops, the window to close and the refresh
  * counts).
  */
 #define _GNU_SOURCE
@@ -22,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "events.h"
 #include "svc_raw.h"
 #include "svc_test.h"
 
@@ -55,6 +57,7 @@ struct sse {
     struct sr_buf text; /* the de-chunked stream */
     size_t pos;         /* text consumed */
     int eof;
+    int plain; /* an HTTP/1.0 stream: the body is not chunked */
 };
 
 struct sse_event {
@@ -71,9 +74,14 @@ static void sse_event_free(struct sse_event *e)
     memset(e, 0, sizeof(*e));
 }
 
-/* Moves whole chunks from raw to text. */
+/* Moves whole chunks from raw to text (all of raw when the body is plain). */
 static void dechunk(struct sse *s)
 {
+    if (s->plain) {
+        sr_put(&s->text, s->raw.p, s->raw.len);
+        s->raw.len = 0;
+        return;
+    }
     for (;;) {
         char *crlf = s->raw.len ? memmem(s->raw.p, s->raw.len, "\r\n", 2) : NULL;
         if (!crlf)
@@ -108,9 +116,11 @@ static int sse_fill(struct sse *s, long long deadline)
 }
 
 /* Opens GET /api/v1/skus/{sku}/events on port (Last-Event-ID last when not NULL) and reads the
- * head. The socket's receive buffer is rcvbuf bytes when > 0 (a client that reads slowly).
- * Returns the status (0: no head in 5 s). */
-static int sse_open(struct sse *s, int port, const char *sku, const char *last, int rcvbuf)
+ * head, as HTTP/1.1 (a chunked body) or, http10, HTTP/1.0 (a plain one). The socket's receive
+ * buffer is rcvbuf bytes when > 0 (a client that reads slowly). Returns the status (0: no head in
+ * 5 s). */
+static int sse_open_as(struct sse *s, int port, const char *sku, const char *last, int rcvbuf,
+                       int http10)
 {
     memset(s, 0, sizeof(*s));
     s->fd = -1;
@@ -128,9 +138,10 @@ static int sse_open(struct sse *s, int port, const char *sku, const char *last, 
     s->fd = fd;
     char req[512];
     int n = snprintf(req, sizeof(req),
-                     "GET /api/v1/skus/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "GET /api/v1/skus/%s/events HTTP/1.%d\r\nHost: 127.0.0.1\r\n"
                      "Accept: text/event-stream\r\n%s%s%s\r\n",
-                     sku, last ? "Last-Event-ID: " : "", last ? last : "", last ? "\r\n" : "");
+                     sku, http10 ? 0 : 1, last ? "Last-Event-ID: " : "", last ? last : "",
+                     last ? "\r\n" : "");
     sr_send(fd, req, (size_t)n);
     long long deadline = tu_now_ms() + 5000;
     struct sr_buf in = {0};
@@ -149,8 +160,14 @@ static int sse_open(struct sse *s, int port, const char *sku, const char *last, 
     sr_put(&s->raw, in.p + hl, in.len - hl);
     free(in.p);
     s->status = atoi(s->head + 9);
+    s->plain = http10;
     dechunk(s);
     return s->status;
+}
+
+static int sse_open(struct sse *s, int port, const char *sku, const char *last, int rcvbuf)
+{
+    return sse_open_as(s, port, sku, last, rcvbuf, 0);
 }
 
 static void sse_close(struct sse *s)
@@ -525,6 +542,76 @@ static void test_slow_reader_dropped(void **state)
     sse_close(&good);
 }
 
+/* A client that stops reading while changes come, then reads: the server's writes of its events
+ * (straight to the socket once the stream is under way, events.c) found the socket full, one
+ * stopped part-way and waited for room while the next ones queued; read now, every event comes
+ * whole and in order (the chunked framing intact: dechunk would garble the text otherwise), the
+ * last change included, and the client was not dropped (fewer than EVENTS_PENDING behind).
+ * About 2 s. */
+static void test_behind_then_caught_up(void **state)
+{
+    (void)state;
+    const char *sku = "ev-behind";
+    put_sku(pa, sku, 100000, 256); /* events of about 10 KB: a few fill the buffers */
+    double dropped0 = sf_metric(pa, "inventory_status_subscribers_dropped_total");
+    struct sse s;
+    SF_ASSERT(sse_open(&s, pa, sku, NULL, 2048) == 200, "stream");
+    json_t *j = sse_status(&s, 3000, NULL, 0);
+    SF_ASSERT(j && sf_json_int(j, "remaining", -1) == 100000, "the first event");
+    json_decref(j);
+    size_t event_bytes = s.text.len;
+    /* EVENTS_PENDING - 2 changes, a refresh apart (so most are events of their own), not read:
+     * the event being written and the queue stay short of a drop */
+    int changes = EVENTS_PENDING - 2;
+    for (int i = 0; i < changes; i++) {
+        order_one(pa, sku);
+        tu_sleep_ms(EV_REFRESH_MS + 60);
+    }
+    tu_sleep_ms(EV_REFRESH_MS + 200); /* the last change is read and queued */
+    long long last = 100000, want = 100000 - changes;
+    int events = 0;
+    while (last != want) {
+        j = sse_status(&s, EV_BOUND_MS + 2000, NULL, 0);
+        SF_ASSERT(j, "after %d events (remaining %lld), no more whole event (want %lld)", events,
+                  last, want);
+        long long got = sf_json_int(j, "remaining", -1);
+        json_decref(j);
+        SF_ASSERT(got < last && got >= want, "remaining %lld after %lld", got, last);
+        last = got;
+        events++;
+    }
+    fprintf(stderr, "%d events of about %zu bytes read after the pause\n", events, event_bytes);
+    SF_ASSERT(events >= 2, "the changes came as %d event(s): nothing queued behind", events);
+    SF_ASSERT(sf_metric(pa, "inventory_status_subscribers_dropped_total") == dropped0,
+              "the client was dropped");
+    /* and the stream goes on: the next change */
+    order_one(pa, sku);
+    SF_ASSERT(await_remaining(&s, want - 1, EV_BOUND_MS, NULL, 0), "the next change");
+    sse_close(&s);
+}
+
+/* An HTTP/1.0 client: the body is not chunked (libmicrohttpd sends it as it comes and closes at
+ * its end), so its events never take the chunked direct write: plain SSE text, the first event
+ * and then a change. About 1 s. */
+static void test_http10_stream(void **state)
+{
+    (void)state;
+    const char *sku = "ev-http10";
+    put_sku(pa, sku, 5, 1);
+    struct sse s;
+    SF_ASSERT(sse_open_as(&s, pa, sku, NULL, 0, 1) == 200, "stream: %s", s.head);
+    SF_ASSERT(!strcasestr(s.head, "chunked"), "an HTTP/1.0 answer in chunks: %s", s.head);
+    json_t *j = sse_status(&s, 3000, NULL, 0);
+    SF_ASSERT(j && sf_json_int(j, "remaining", -1) == 5, "the first event");
+    json_decref(j);
+    order_one(pa, sku);
+    SF_ASSERT(await_remaining(&s, 4, EV_BOUND_MS, NULL, 0), "the order's change");
+    /* plain text: no chunk framing (a size line, CRLF) written into the body */
+    SF_ASSERT(!memmem(s.text.p, s.text.len, "\r\n", 2), "chunk framing in a plain body: %.*s",
+              (int)(s.text.len < 200 ? s.text.len : 200), s.text.p);
+    sse_close(&s);
+}
+
 /* The refreshes an instance makes for a SKU do not grow with its subscribers. */
 static void test_reads_independent_of_subscribers(void **state)
 {
@@ -589,6 +676,49 @@ static void test_sigterm_ends_streams(void **state)
     sse_close(&s);
 }
 
+/* SIGTERM while streams are behind and ending: their clients stopped reading (the sockets full;
+ * on the HTTP/1.1 stream an event half written straight to its socket and waiting for room, the
+ * connection suspended meanwhile; on the HTTP/1.0 one, libmicrohttpd's write waiting), and
+ * their SKU was deleted (each ends after the event it is writing, which cannot go out). The
+ * instance still stops at once with exit 0: the shutdown cuts them too (an ending stream was
+ * left alone and held the whole grace; libmicrohttpd aborts when its daemon is stopped with a
+ * connection still suspended). About 2 s. */
+static void test_sigterm_with_a_stream_behind(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "1", "--status-refresh-ms", "100", NULL};
+    sf_service *c = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(c, "instance");
+    int pc = sf_port(c);
+    const char *sku = "ev-term-behind";
+    put_sku(pc, sku, 100000, 256); /* events of about 14 KB */
+    struct sse s[2];
+    for (int v = 0; v < 2; v++) {
+        SF_ASSERT(sse_open_as(&s[v], pc, sku, NULL, 2048, v) == 200, "stream %d", v);
+        json_t *j = sse_status(&s[v], 3000, NULL, 0);
+        SF_ASSERT(j, "first event of %d", v);
+        json_decref(j);
+    }
+    /* four changes, not read: more than the sockets' buffers hold, fewer than a drop */
+    for (int i = 0; i < 4; i++) {
+        order_one(pc, sku);
+        tu_sleep_ms(EV_REFRESH_MS + 60);
+    }
+    sf_resp r = {0};
+    char path[96];
+    snprintf(path, sizeof(path), "/api/v1/skus/%s", sku);
+    sf_http(pc, "DELETE", path, NULL, NULL, 0, &r);
+    SF_ASSERT_STATUS(&r, 204);
+    sf_resp_free(&r);
+    tu_sleep_ms(EV_REFRESH_MS + 100); /* the DELETE reaches the stream */
+    long long t = tu_now_ms();
+    SF_ASSERT(sf_stop(c) == 0, "exit status");
+    long long took = tu_now_ms() - t;
+    SF_ASSERT(took < 3000, "the stop took %lld ms", took);
+    sse_close(&s[0]);
+    sse_close(&s[1]);
+}
+
 static void test_sku_list(void **state)
 {
     (void)state;
@@ -644,8 +774,11 @@ int main(void)
         cmocka_unit_test(test_heartbeat),
         cmocka_unit_test(test_subscriber_bound),
         cmocka_unit_test(test_slow_reader_dropped),
+        cmocka_unit_test(test_behind_then_caught_up),
+        cmocka_unit_test(test_http10_stream),
         cmocka_unit_test(test_reads_independent_of_subscribers),
         cmocka_unit_test(test_sigterm_ends_streams),
+        cmocka_unit_test(test_sigterm_with_a_stream_behind),
         cmocka_unit_test(test_sku_list),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);

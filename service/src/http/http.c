@@ -108,6 +108,7 @@ struct req_state {
     bool too_large;    /* the upload passed VALIDATE_MAX_BODY: answer 413, keep discarding */
     bool answered;     /* a response was queued */
     bool close;        /* send Connection: close (the request's framing cannot be trusted) */
+    bool chunked;      /* an HTTP/1.1 GET: a body of unknown size goes in chunks (events_open) */
     bool has_client;   /* client is known (an IPv4 or IPv6 peer) */
     bool peer_trusted; /* the peer is in trusted_proxies */
     unsigned char client[PROXY_ADDR_LEN]; /* the peer, or the client a trusted proxy names */
@@ -393,8 +394,9 @@ static enum MHD_Result send_response(struct http_server *srv, struct MHD_Connect
         res->stream_free = NULL;
         int busy = 0;
         const char *last_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
-        struct MHD_Response *sr = events_open(srv->events, conn, st->route.param,
-                                              st->route.param_len, first, last_id, &busy);
+        struct MHD_Response *sr =
+            events_open(srv->events, conn, st->route.param, st->route.param_len, first, last_id,
+                        st->chunked, &busy);
         if (sr) {
             enum MHD_Result qr = add_header(sr, "X-Request-Id", st->request_id)
                                      ? MHD_queue_response(conn, 200, sr)
@@ -1059,7 +1061,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls)
 {
-    (void)version;
     struct http_server *srv = cls;
     struct req_state *st = *req_cls;
     bool first = !st;
@@ -1068,6 +1069,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!st)
             return MHD_NO;
         *req_cls = st;
+        st->chunked =
+            strcmp(version, MHD_HTTP_VERSION_1_1) == 0 && strcmp(method, MHD_HTTP_METHOD_GET) == 0;
     }
     /* Every log line written while this request is handled carries its id. */
     log_set_request_id(st->request_id);

@@ -4,21 +4,24 @@
  * the pollers (statsnap.h), however many subscribe.
  *
  * A subscriber is an HTTP connection answered with a libmicrohttpd callback response
- * (text/event-stream, chunked) that stays on the worker loop that accepted it. Its memory is a
- * struct sub of a few hundred bytes: the events waiting to be written are references to the
- * shared, immutable snapshots (struct snap), never copies, at most EVENTS_PENDING of them; a
- * subscriber that falls further behind (its socket's send buffer full, the client not reading)
- * is closed and counted as dropped. While it has nothing to write, its connection is suspended.
+ * (text/event-stream, chunked for HTTP/1.1) that stays on the worker loop that accepted it. Its
+ * memory is a struct sub of a few hundred bytes: the events waiting to be written are
+ * references to bytes rendered once per change per loop and shared, never copies, at most
+ * EVENTS_PENDING of them; a subscriber that falls further behind (its socket's send buffer full,
+ * the client not reading) is closed and counted as dropped. While it has nothing to write, its
+ * connection is suspended, and the events of a chunked stream are then written to its socket by
+ * the loop directly (one send each), not through libmicrohttpd.
  *
  * How a change reaches subscribers: statsnap calls events' one listener (statsnap_on_change) on
- * the loop whose refresh found the new status; the listener queues the snapshot in each loop's
- * inbox and posts the loop (worker_post); each loop hands it to its subscribers of that SKU and
- * resumes their connections. Each loop with subscribers keeps their SKUs fresh with a timer
- * every min(--status-refresh-ms, EVENTS_TICK_MS) (statsnap_poke: a Redis read only when the
- * snapshot is older than the refresh and none is in flight, whichever loop asks), and on the
- * same tick compares each SKU's current snapshot with the last one its subscribers got, so a
- * change that raced a subscriber's start is not lost. A heartbeat comment (": hb") goes to every
- * subscriber every --events-heartbeat-s seconds.
+ * the loop whose refresh found the new status; the listener queues the snapshot in the inbox of
+ * each loop with subscribers and posts the loop (worker_post); each loop renders the event once
+ * and writes it to its subscribers of that SKU (or resumes the connections of those it cannot
+ * write to itself). Each loop with subscribers keeps their SKUs fresh with a timer every
+ * min(--status-refresh-ms, EVENTS_TICK_MS), and when the first of their snapshots expires
+ * (statsnap_poke: a Redis read only when the snapshot is older than the refresh and none is in
+ * flight, whichever loop asks), and on the same tick compares each SKU's current snapshot with
+ * the last one its subscribers got, so a change that raced a subscriber's start is not lost. A
+ * heartbeat comment (": hb") goes to every subscriber every --events-heartbeat-s seconds.
  *
  * Threads: events_new and events_free on the main thread around the loops; everything else on
  * the loop named (the loop's thread), except the statsnap listener (any loop).
@@ -72,12 +75,15 @@ void events_loop_close(struct events *ev, int i);
  * reference the callee takes over) on conn, on the calling loop: the response to queue (the caller
  * queues and destroys it; its headers are set here but for X-Request-Id), with "retry:" and first
  * as the first event unless last_event_id (the request's Last-Event-ID, may be NULL) is first's id.
+ * chunked: 1 when libmicrohttpd will send the body in chunks (an HTTP/1.1 GET), which lets the
+ * stream write its later events to the socket itself; 0 (HTTP/1.0, HEAD) keeps every write in
+ * libmicrohttpd's hands.
  * NULL, with first released, when the subscriber bound (--max-subscribers) is reached, the loop
  * is quiescing, or out of memory: *busy says which (1: answer 503 with Retry-After).
  */
 struct MHD_Response *events_open(struct events *ev, struct MHD_Connection *conn, const char *sku,
                                  size_t sku_len, struct snap *first, const char *last_event_id,
-                                 int *busy);
+                                 int chunked, int *busy);
 
 /* The handlers of GET /api/v1/skus/{sku}/events (router.h): run answers from a fresh snapshot
  * (res->stream) or with the error at once, else leaves it to start, which waits for the
