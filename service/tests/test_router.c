@@ -174,6 +174,7 @@ static void test_rows_are_the_api(void **state)
         const char *audit;
     } api[] = {
         {HTTP_GET, "/", dashboard_get, NULL, 0, NULL},
+        {HTTP_GET, "/queue", dashboard_queue_get, NULL, 0, NULL},
         {HTTP_GET, "/healthz", probe_healthz, NULL, ROUTER_PROBE, NULL},
         {HTTP_GET, "/readyz", NULL, probe_readyz_async, ROUTER_PROBE, NULL},
         {HTTP_GET, "/metrics", probe_metrics, NULL, ROUTER_PROBE, NULL},
@@ -203,7 +204,7 @@ static void test_rows_are_the_api(void **state)
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 18); /* the api[] rows but the last two */
+    assert_int_equal(n, 19); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -223,6 +224,7 @@ static void test_labels(void **state)
     (void)state;
     static const char *const want[] = {
         "/",
+        "/queue",
         "/healthz",
         "/readyz",
         "/metrics",
