@@ -51,6 +51,7 @@ set(TEST_SCHEDULE
   "lockcore_it_lost_reply_pipeline 16"
   "e2e_prometheus 14 heavy"
   "e2e_dashboard 12 heavy"
+  "e2e_queue_page 25 heavy"
   "e2e_contract 10 heavy"
   "script_run_sh 13 heavy"
   "lockcore_it_redlock 13"

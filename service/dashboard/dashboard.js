@@ -5,7 +5,9 @@
 // to its sale_end while the sale runs). The countdown runs on the server's clock, estimated
 // from the Date header of every answer (serverClock below), not on the browser's. Only this
 // origin is contacted. The admin token typed into the admin form is read when a form is sent,
-// goes out only as an "Authorization: Bearer" header, and is never stored.
+// goes out only as an "Authorization: Bearer" header, and is never stored. A SKU with a waiting
+// room (queue_rate > 0) also shows its queue, from GET /api/v1/skus/{sku}/queue/info read every
+// QUEUE_MS while it has one, with a pause / resume button (PATCH queue_paused, admin token).
 "use strict";
 (function () {
   const SKU_RE = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -16,6 +18,7 @@
   const watched = new Map(); // sku -> {card, history: [{t, orders, sold}], status, events}
   const STREAM_RETRY_MS = 2000; // a stream that failed (unknown SKU, server gone) is reopened
   const KNOWN_MS = 10000; // how often the registry's list is read again
+  const QUEUE_MS = 1000; // how often a waiting room's counters are read (only SKUs with one)
   const metricHistory = []; // [{t, m: Map(series -> value)}]
 
   function el(tag, cls, text) {
@@ -101,7 +104,7 @@
     close.type = "button";
     close.addEventListener("click", () => {
       const w = watched.get(sku);
-      if (w) { w.closed = true; if (w.events) w.events.close(); clearTimeout(w.retry); }
+      if (w) { w.closed = true; if (w.events) w.events.close(); clearTimeout(w.retry); clearTimeout(w.queueTimer); }
       card.remove(); watched.delete(sku); saveWatched(); drawKnown();
     });
     h.append(close);
@@ -118,9 +121,11 @@
       item.append(el("i", "swatch " + cls), text);
       legend.append(item);
     }
-    card.append(h, numbers, rules, countdown, bars, axis, legend);
+    const queue = el("div", "queue");
+    queue.hidden = true;
+    card.append(h, numbers, rules, countdown, queue, bars, axis, legend);
     $("skus").append(card);
-    const w = { card, history: [], status: null, events: null, retry: 0, closed: false };
+    const w = { card, history: [], status: null, events: null, retry: 0, closed: false, queueTimer: 0, queueInfo: null };
     watched.set(sku, w);
     saveWatched();
     drawKnown();
@@ -241,9 +246,11 @@
       bars.replaceChildren();
       axis.replaceChildren();
       drawCountdown(w);
+      queueFollow(sku, w);
       return;
     }
     drawRules(card.querySelector(".rules"), status);
+    queueFollow(sku, w);
     drawCountdown(w);
     const phase = card.querySelector(".countdown").dataset.state;
     badge.textContent = status.sold_out ? "SOLD OUT" : phase === "before" ? "not started" : phase === "ended" ? "sale ended" : "on sale";
@@ -293,6 +300,68 @@
     });
     bars.setAttribute("aria-label", status.segments.map((s) => s.remaining).join(" "));
     axis.replaceChildren(el("span", null, "segment 0"), el("span", null, "segment " + (status.segments.length - 1)));
+  }
+
+  // ---- a SKU's waiting room (SPEC §16) -----------------------------------------------------------
+  // Read while the SKU's status says it has a room (queue_rate > 0), every QUEUE_MS; a SKU
+  // without one costs nothing. The counters are the answering instance's last admission step.
+  function hasRoom(w) { return !w.closed && !!w.status && w.status.queue_rate > 0; }
+  function queueFollow(sku, w) {
+    const box = w.card.querySelector(".queue");
+    if (!hasRoom(w)) {
+      clearTimeout(w.queueTimer); w.queueTimer = 0; w.queueInfo = null;
+      box.hidden = true; box.replaceChildren(); delete w.card.dataset.queue;
+      return;
+    }
+    if (!w.queueTimer) w.queueTimer = setTimeout(() => queueRead(sku, w), 0);
+  }
+  async function queueRead(sku, w) {
+    try {
+      const r = await get("/api/v1/skus/" + encodeURIComponent(sku) + "/queue/info");
+      if (r.ok) { w.queueInfo = await r.json(); drawQueue(sku, w); }
+    } catch (e) { /* the pill shows the server's state */ }
+    w.queueTimer = hasRoom(w) ? setTimeout(() => queueRead(sku, w), QUEUE_MS) : 0;
+  }
+  function drawQueue(sku, w) {
+    const q = w.queueInfo, box = w.card.querySelector(".queue");
+    if (!q || !hasRoom(w)) return;
+    if (!box.firstChild) { // built once: the button stays the same element between reads
+      const button = el("button", "secondary queue-toggle");
+      button.type = "button";
+      button.addEventListener("click", async () => {
+        const want = w.queueInfo && w.queueInfo.paused ? 0 : 1;
+        button.disabled = true;
+        const d = await admin("PATCH", "/api/v1/skus/" + encodeURIComponent(sku), { queue_paused: want },
+          () => (want ? "paused" : "resumed") + " the waiting room of " + sku);
+        button.disabled = false;
+        if (d) { clearTimeout(w.queueTimer); w.queueTimer = 0; queueFollow(sku, w); }
+      });
+      const head = el("div", "queue-head");
+      head.append(el("span", "label", "waiting room"), button);
+      box.append(head, el("div", "numbers"));
+    }
+    box.hidden = false;
+    w.card.dataset.queue = q.paused ? "paused" : q.sold_out ? "sold_out" : "open";
+    const n = (label, value, key) => {
+      const span = number(label, value, key), b = span.querySelector("b");
+      delete b.dataset.k; // the card's own numbers keep data-k
+      b.dataset.q = key;
+      return span;
+    };
+    const nums = [
+      n("in line", fmt(q.length, 0), "length"),
+      n("waiting", fmt(q.waiting, 0), "waiting"),
+      n("admitted", fmt(q.served, 0), "served"),
+      n("live tickets", fmt(q.live, 0), "live"),
+      n("tickets ended", fmt(q.fin, 0), "fin"),
+      n("admitted/s", (q.rate_measured === null ? "–" : fmt(q.rate_measured, 2)) + " of " + fmt(q.rate, 0), "rate"),
+      n("paused", q.paused ? "yes" : "no", "paused"),
+      n("sold out", q.sold_out ? "yes" : "no", "sold_out")];
+    if (q.seed) nums.push(n("seed after the start", q.seed, "seed"));
+    box.querySelector(".numbers").replaceChildren(...nums);
+    const button = box.querySelector(".queue-toggle");
+    button.textContent = q.paused ? "resume admission" : "pause admission";
+    button.dataset.action = q.paused ? "resume" : "pause";
   }
 
   // ---- /metrics ---------------------------------------------------------------------------------

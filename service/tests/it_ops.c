@@ -9,8 +9,8 @@
  *     (401) at warn;
  *   - --access-log FILE writes one JSON line per request with the same id, and SIGHUP re-opens
  *     the file (logrotate);
- *   - GET / is the dashboard: HTML with a Content-Security-Policy, and the page contacts nothing
- *     but this origin (no http(s):// URL in it).
+ *   - GET / is the dashboard and GET /queue the queue page: HTML with a Content-Security-Policy,
+ *     and a page contacts nothing but this origin (no http(s):// URL in it).
  */
 #include "svc_test.h"
 
@@ -292,22 +292,27 @@ static void test_dashboard_page(void **state)
 {
     (void)state;
     sf_resp r = {0};
-    sf_http(sf_port(plain), "GET", "/", NULL, NULL, 0, &r);
-    SF_ASSERT_STATUS(&r, 200);
-    SF_ASSERT(strncmp(sf_header(&r, "Content-Type"), "text/html", 9) == 0, "Content-Type %s",
-              sf_header(&r, "Content-Type"));
-    const char *csp = sf_header(&r, "Content-Security-Policy");
-    SF_ASSERT(csp && strstr(csp, "connect-src 'self'") && strstr(csp, "default-src 'none'"),
-              "CSP %s", csp ? csp : "(none)");
-    SF_ASSERT(strstr(r.body, "<!doctype html>") == r.body, "%s", "not an HTML page");
-    SF_ASSERT(strstr(r.body, "@DASHBOARD_") == NULL, "%s", "a placeholder was not filled");
-    SF_ASSERT(strstr(r.body, "http://") == NULL && strstr(r.body, "https://") == NULL, "%s",
-              "the page names another origin");
-    SF_ASSERT(strstr(r.body, "Authorization") != NULL, "%s", "no admin form header");
-    sf_http(sf_port(plain), "HEAD", "/", NULL, NULL, 0, &r);
-    SF_ASSERT_STATUS(&r, 200);
-    sf_http(sf_port(plain), "POST", "/", NULL, NULL, 0, &r);
-    SF_ASSERT_ERROR(&r, 405, "method_not_allowed");
+    /* the dashboard and the waiting room's queue page (issue 32): the same build, the same CSP */
+    static const char *const pages[] = {"/", "/queue"};
+    for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+        sf_http(sf_port(plain), "GET", pages[i], NULL, NULL, 0, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        SF_ASSERT(strncmp(sf_header(&r, "Content-Type"), "text/html", 9) == 0, "Content-Type %s",
+                  sf_header(&r, "Content-Type"));
+        const char *csp = sf_header(&r, "Content-Security-Policy");
+        SF_ASSERT(csp && strstr(csp, "connect-src 'self'") && strstr(csp, "default-src 'none'"),
+                  "CSP %s", csp ? csp : "(none)");
+        SF_ASSERT(strstr(r.body, "<!doctype html>") == r.body, "%s: not an HTML page", pages[i]);
+        SF_ASSERT(strstr(r.body, "@DASHBOARD_") == NULL, "%s: a placeholder was not filled",
+                  pages[i]);
+        SF_ASSERT(strstr(r.body, "http://") == NULL && strstr(r.body, "https://") == NULL,
+                  "%s: the page names another origin", pages[i]);
+        SF_ASSERT(strstr(r.body, "Authorization") != NULL, "%s: no bearer header", pages[i]);
+        sf_http(sf_port(plain), "HEAD", pages[i], NULL, NULL, 0, &r);
+        SF_ASSERT_STATUS(&r, 200);
+        sf_http(sf_port(plain), "POST", pages[i], NULL, NULL, 0, &r);
+        SF_ASSERT_ERROR(&r, 405, "method_not_allowed");
+    }
     sf_resp_free(&r);
 }
 

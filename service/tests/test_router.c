@@ -176,6 +176,7 @@ static void test_rows_are_the_api(void **state)
         const char *audit;
     } api[] = {
         {HTTP_GET, "/", dashboard_get, NULL, 0, NULL},
+        {HTTP_GET, "/queue", dashboard_queue_get, NULL, 0, NULL},
         {HTTP_GET, "/healthz", probe_healthz, NULL, ROUTER_PROBE, NULL},
         {HTTP_GET, "/readyz", NULL, probe_readyz_async, ROUTER_PROBE, NULL},
         {HTTP_GET, "/metrics", probe_metrics, NULL, ROUTER_PROBE, NULL},
@@ -227,6 +228,7 @@ static void test_labels(void **state)
     (void)state;
     static const char *const want[] = {
         "/",
+        "/queue",
         "/healthz",
         "/readyz",
         "/metrics",

@@ -24,6 +24,7 @@
  * order of the /metrics document. */
 static const struct router_row rows[] = {
     {HTTP_GET, "/", 0, .run = dashboard_get},
+    {HTTP_GET, "/queue", 0, .run = dashboard_queue_get},
     {HTTP_GET, "/healthz", ROUTER_PROBE, .run = probe_healthz},
     {HTTP_GET, "/readyz", ROUTER_PROBE, .start = probe_readyz_async},
     {HTTP_GET, "/metrics", ROUTER_PROBE, .run = probe_metrics},

@@ -11,7 +11,7 @@
  * the handler's job. By the time a handler runs the router has already checked the method,
  * admin authorisation (for admin rows) and that a body, if any, is application/json.
  *
- *   dashboard.c   dashboard_get
+ *   dashboard.c   dashboard_get, dashboard_queue_get
  *   probe.c       probe_healthz, probe_metrics, probe_readyz_answer
  *   probe_async.c probe_readyz_async
  *   stock.c       stock_put_async, stock_delete_async, stock_restock_async, stock_patch_async
@@ -37,6 +37,9 @@ struct areq;
 
 /* GET /: the live dashboard (200 text/html, the page built into the binary; dashboard.h). */
 void dashboard_get(struct app *app, const struct request *req, struct response *res);
+/* GET /queue: the buyer's waiting room page (200 text/html, built in as the dashboard; the SKU
+ * and the buyer's token are read by the page's script, not here). */
+void dashboard_queue_get(struct app *app, const struct request *req, struct response *res);
 /* GET /healthz: always 200 {"status":"ok"} (the process answers, even while draining). */
 void probe_healthz(struct app *app, const struct request *req, struct response *res);
 /* GET /metrics: 200 text/plain; version=0.0.4, the metrics_render() document. */

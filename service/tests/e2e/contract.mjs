@@ -171,7 +171,7 @@ function expectError(what, r, want) {
 const big = "{\"stock\":1,\"pad\":\"" + "x".repeat(17000) + "\"}";
 
 // ---- probes, dashboard, metrics ----------------------------------------------------------
-for (const p of ["/", "/healthz", "/readyz", "/metrics"]) {
+for (const p of ["/", "/queue", "/healthz", "/readyz", "/metrics"]) {
   await call(MAIN, "GET", p, { expect: 200 });
   await call(MAIN, "HEAD", p, { expect: 200 });
 }
@@ -344,7 +344,7 @@ await call(DOWN, "POST", CONFIRM, { params: { id }, token: TOKEN, expect: 503 })
 
 // ---- 429 on every limited operation ---------------------------------------------------------------
 const limited = [
-  ["GET", "/", {}], ["HEAD", "/", {}], ["PUT", SKU, { params: { sku }, token: TOKEN, body: { stock: 1, segments: 1 } }],
+  ["GET", "/", {}], ["HEAD", "/", {}], ["GET", "/queue", {}], ["HEAD", "/queue", {}], ["PUT", SKU, { params: { sku }, token: TOKEN, body: { stock: 1, segments: 1 } }],
   ["GET", SKU, { params: { sku } }], ["HEAD", SKU, { params: { sku } }], ["DELETE", SKU, { params: { sku }, token: TOKEN }],
   ["PATCH", SKU, { params: { sku }, token: TOKEN, body: { reservation_ttl_s: 0 } }],
   ["POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 } }], ["POST", ORDERS, { body: { sku } }],
@@ -435,7 +435,7 @@ for (const [tpl, item] of Object.entries(spec.paths)) {
     if (!allowed.includes(m.toUpperCase())) fail(tpl, `${m} is documented but not in x-allow ${item["x-allow"]}`);
   }
 }
-for (const tpl of ["/", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, CONFIRM, SKU, RESTOCK])
+for (const tpl of ["/", "/queue", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, CONFIRM, SKU, RESTOCK])
   if (!spec.paths[tpl]) fail(tpl, "the service has this path, the document does not");
 
 // ---- every documented (operation, status) was exercised ------------------------------------------------
