@@ -7,6 +7,9 @@
  *     on another instance answers 200 and the same place; the refusals: no user (401
  *     user_required), unknown SKU (404), a SKU without a room (409 no_waiting_room), an
  *     instance without a key (503), a poll with no place (404);
+ *   - proof of work (queue_pow_bits 10): a join without one (403 pow_required), with a junk
+ *     one, another user's or another SKU's solved challenge (403 pow_invalid) gets no place; the
+ *     user's own, solved from one instance's challenge, joins through another (201, then 200);
  *   - FIFO admission at the rule's rate: 300 joins, rate 50/s: the admission order (on Redis's
  *     clock, from the admission entries) is the join order with 0 inversions, the rate is within
  *     ±5 % of 50/s; every admitted place's poll answers a ticket that ticket_check accepts for
@@ -24,6 +27,7 @@
  * About 13 s. IT_QUEUE_LONG=1 runs the rate check with 1,500 joins (about 35 s more).
  */
 #include "svc_test.h"
+#include "svc_pow.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -395,6 +399,51 @@ static void fifo_rate(int n)
     free(seen);
 }
 
+/* A SKU asking a proof of work (queue_pow_bits 10): a join without one, with a junk one, with
+ * another user's solved challenge or another SKU's gets no place (403, the line empty); the
+ * user's own solved challenge (asked of one instance, joined through another) gets one, and so
+ * does the same answer again (the same place). */
+static void q_join_pow(int port, const char *sku, const char *user, const char *pow, sf_resp *r)
+{
+    char path[200], hdr[200], body[1024];
+    snprintf(path, sizeof path, "/api/v1/skus/%s/queue", sku);
+    snprintf(hdr, sizeof hdr, "X-User: %s", user);
+    const char *headers[] = {hdr, "Content-Type: application/json", NULL};
+    snprintf(body, sizeof body, "{\"pow\":%s}", pow);
+    sf_http(port, "POST", path, headers, body, strlen(body), r);
+}
+
+static void test_proof_of_work(void **state)
+{
+    (void)state;
+    const char *sku = "q-pow", *other = "q-pow-other";
+    q_put(sku, 10, ",\"queue_rate\":1,\"queue_fifo\":1,\"queue_pow_bits\":10");
+    q_put(other, 10, ",\"queue_rate\":1,\"queue_fifo\":1,\"queue_pow_bits\":10");
+    sf_resp r = {0};
+    q_call(NULL, qport(0), "POST", sku, "", "miner", &r);
+    SF_ASSERT_ERROR(&r, 403, "pow_required");
+    q_join_pow(qport(1), sku, "miner", "{\"challenge\":\"p1.x.y.1.10.z\",\"nonce\":\"1\"}", &r);
+    SF_ASSERT_ERROR(&r, 403, "pow_invalid");
+    char pow_mine[512], pow_thief[512], pow_other[512];
+    const char *h_mine[] = {"X-User: miner", NULL}, *h_thief[] = {"X-User: thief", NULL};
+    SF_ASSERT_EQ(sp_solve_challenge(qport(0), sku, h_mine, pow_mine, sizeof pow_mine, NULL), 200);
+    SF_ASSERT_EQ(sp_solve_challenge(qport(1), sku, h_thief, pow_thief, sizeof pow_thief, NULL),
+                 200);
+    SF_ASSERT_EQ(sp_solve_challenge(qport(2), other, h_mine, pow_other, sizeof pow_other, NULL),
+                 200);
+    q_join_pow(qport(1), sku, "miner", pow_thief, &r); /* another user's work */
+    SF_ASSERT_ERROR(&r, 403, "pow_invalid");
+    q_join_pow(qport(1), sku, "miner", pow_other, &r); /* another SKU's */
+    SF_ASSERT_ERROR(&r, 403, "pow_invalid");
+    SF_ASSERT_EQ(rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:line", sku), 0);
+    q_join_pow(qport(1), sku, "miner", pow_mine, &r);
+    SF_ASSERT_STATUS(&r, 201);
+    q_join_pow(qport(2), sku, "miner", pow_mine, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    SF_ASSERT_EQ(rf_integer(gf_redis, "ZCARD inv:2:{%s}:q:line", sku), 1);
+    sf_resp_free(&r);
+}
+
 static void test_fifo_rate(void **state)
 {
     (void)state;
@@ -653,11 +702,9 @@ static void test_shuffled_start(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_join_places),
-        cmocka_unit_test(test_fifo_rate),
-        cmocka_unit_test(test_stock_bound_and_sold_out),
-        cmocka_unit_test(test_pause_resume),
-        cmocka_unit_test(test_kill_mid_queue),
+        cmocka_unit_test(test_join_places),    cmocka_unit_test(test_proof_of_work),
+        cmocka_unit_test(test_fifo_rate),      cmocka_unit_test(test_stock_bound_and_sold_out),
+        cmocka_unit_test(test_pause_resume),   cmocka_unit_test(test_kill_mid_queue),
         cmocka_unit_test(test_shuffled_start),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
