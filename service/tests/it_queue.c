@@ -24,7 +24,10 @@
  *   - the fair start: joins before sale_start answer waiting_for_start without a position (no
  *     pre-start rank is cached), after it every instance answers the same permutation 1..N and
  *     one published seed; a join after the start is behind them all.
- * About 13 s. IT_QUEUE_LONG=1 runs the rate check with 1,500 joins (about 35 s more).
+ *   - on a Redis Cluster of three masters: joins, admission within 150 % of the stock, orders
+ *     with the tickets, a ticket twice refused, sold_out on the waiting place, 3 units for 3.
+ * About 18 s (the cluster's start ~3 s). IT_QUEUE_LONG=1 runs the rate check with 1,500 joins
+ * (about 35 s more).
  */
 #include "svc_test.h"
 #include "svc_pow.h"
@@ -444,6 +447,102 @@ static void test_proof_of_work(void **state)
     sf_resp_free(&r);
 }
 
+/* The walk on a Redis Cluster of three masters (the gate's keys in the SKU's slot, its stock
+ * read by the exact read, one batch per master): 5 buyers join, stock 3 at 150 % admits 4 of
+ * them; 3 buy with their tickets, a ticket twice is 409 ticket_used, the 4th admitted meets the
+ * sold-out SKU and every place answers sold_out; never more units than stock. */
+static void q_order(int port, const char *sku, const char *user, const char *ticket, sf_resp *r)
+{
+    char hdr[200], body[1200];
+    snprintf(hdr, sizeof hdr, "X-User: %s", user);
+    const char *headers[] = {hdr, "Content-Type: application/json", NULL};
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1,\"ticket\":\"%s\"}", sku, ticket);
+    sf_http(port, "POST", "/api/v1/orders", headers, body, strlen(body), r);
+}
+
+static void test_cluster_walk(void **state)
+{
+    (void)state;
+    cf_cluster *cl = cf_start(3, 0);
+    SF_ASSERT(cl != NULL, "%s", "a 3-master cluster");
+    const char *args[] = {"--threads",
+                          "2",
+                          "--queue-key-file",
+                          key_path,
+                          "--user-header",
+                          "X-User",
+                          "--trusted-proxies",
+                          "127.0.0.1/32",
+                          "--redis-timeout-ms",
+                          "1000",
+                          NULL};
+    sf_service *c = sf_start(cf_url(cl, 3), args);
+    SF_ASSERT(c != NULL, "%s", "an instance on the cluster");
+    int port = sf_port(c);
+    const char *sku = "q-cluster";
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    sf_json_request(NULL, port, "PUT", path, NULL, NULL,
+                    "{\"stock\":3,\"segments\":3,\"queue_rate\":20,\"queue_fifo\":1}", &r);
+    SF_ASSERT_STATUS(&r, 201);
+    char user[16], tickets[5][TICKET_TEXT_MAX] = {{0}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(user, sizeof user, "c%d", i);
+        q_call(NULL, port, "POST", sku, "", user, &r);
+        SF_ASSERT_STATUS(&r, 201);
+    }
+    int admitted = 0;
+    long long until = q_mono_ms() + 10000;
+    while (admitted < 4 && q_mono_ms() < until) {
+        admitted = 0;
+        for (int i = 0; i < 5; i++) {
+            snprintf(user, sizeof user, "c%d", i);
+            q_call(NULL, port, "GET", sku, "", user, &r);
+            SF_ASSERT_STATUS(&r, 200);
+            const char *t = json_string_value(json_object_get(r.json, "ticket"));
+            if (t && *t) {
+                snprintf(tickets[i], sizeof tickets[i], "%s", t);
+                admitted++;
+            }
+        }
+        q_sleep_ms(50);
+    }
+    if (admitted != 4) {
+        q_call(NULL, port, "GET", sku, "/info", NULL, &r);
+        fprintf(stderr, "info: %s\n", sf_resp_summary(&r));
+        snprintf(path, sizeof path, "/api/v1/skus/%s?consistent=1", sku);
+        sf_http(port, "GET", path, NULL, NULL, 0, &r);
+        fprintf(stderr, "status: %s\n", sf_resp_summary(&r));
+    }
+    SF_ASSERT_EQ(admitted, 4); /* floor(1.5 × 3): the fifth waits */
+    SF_ASSERT(!tickets[4][0], "%s", "the fifth place was admitted past k × the stock");
+    for (int i = 0; i < 3; i++) {
+        snprintf(user, sizeof user, "c%d", i);
+        q_order(port, sku, user, tickets[i], &r);
+        SF_ASSERT_STATUS(&r, 201);
+    }
+    q_order(port, sku, "c0", tickets[0], &r);
+    SF_ASSERT_ERROR(&r, 409, "ticket_used");
+    q_order(port, sku, "c3", tickets[3], &r);
+    SF_ASSERT(r.status == 409, "the 4th admitted on a sold-out SKU: %s", sf_resp_summary(&r));
+    until = q_mono_ms() + 3000;
+    int sold_out = 0;
+    while (!sold_out && q_mono_ms() < until) {
+        q_call(NULL, port, "GET", sku, "", "c4", &r);
+        sold_out = r.status == 200 && strcmp(sf_str(r.json, "state"), "sold_out") == 0;
+        if (!sold_out)
+            q_sleep_ms(50);
+    }
+    SF_ASSERT(sold_out, "the waiting place never said sold_out: %s", sf_resp_summary(&r));
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(cf_url(cl, 3), sku, &rep);
+    SF_ASSERT_EQ(rep.sold, 3);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(sf_stop(c), 0);
+    cf_stop(cl);
+}
+
 static void test_fifo_rate(void **state)
 {
     (void)state;
@@ -705,7 +804,7 @@ int main(void)
         cmocka_unit_test(test_join_places),    cmocka_unit_test(test_proof_of_work),
         cmocka_unit_test(test_fifo_rate),      cmocka_unit_test(test_stock_bound_and_sold_out),
         cmocka_unit_test(test_pause_resume),   cmocka_unit_test(test_kill_mid_queue),
-        cmocka_unit_test(test_shuffled_start),
+        cmocka_unit_test(test_shuffled_start), cmocka_unit_test(test_cluster_walk),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
