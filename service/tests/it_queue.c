@@ -17,6 +17,8 @@
  *     read from Redis per user per instance: inventory_queue_polls_total{from="redis"});
  *   - stock 20, queue_admit_pct 150: never more than 30 live tickets; once the stock is sold,
  *     every place answers sold_out within 1 s, on every instance;
+ *   - returned units admit the next in line: 10 holds of 2 s expire (the 5 other tickets ran
+ *     out first): the next 15 in line are admitted within 2 s of the holds' expiry;
  *   - pause (PATCH queue_paused 1): no admission on Redis's clock later than 200 ms after the
  *     PATCH's answer, every instance's snapshot says paused; resume: admission continues;
  *   - kill -9 of an instance in the middle of the joins: no place lost, none duplicated (every
@@ -26,7 +28,7 @@
  *     one published seed; a join after the start is behind them all.
  *   - on a Redis Cluster of three masters: joins, admission within 150 % of the stock, orders
  *     with the tickets, a ticket twice refused, sold_out on the waiting place, 3 units for 3.
- * About 18 s (the cluster's start ~3 s). IT_QUEUE_LONG=1 runs the rate check with 1,500 joins
+ * About 22 s (the cluster's start ~3 s). IT_QUEUE_LONG=1 runs the rate check with 1,500 joins
  * (about 35 s more).
  */
 #include "svc_test.h"
@@ -612,6 +614,63 @@ static void test_stock_bound_and_sold_out(void **state)
     sf_resp_free(&r);
 }
 
+/* Returned units admit the next in line: stock 10 sold as holds of 2 s to 10 of the 15 admitted
+ * (150 %), the other 5 tickets left to expire (queue_ticket_ttl_s 1); when the holds expire the
+ * 10 units are back and the next 15 in line are admitted within 2 s of the holds' expiry. */
+static void test_expired_holds_admit_the_next(void **state)
+{
+    (void)state;
+    const char *sku = "q-holds";
+    q_put(sku, 10,
+          ",\"queue_rate\":1000,\"queue_fifo\":1,\"queue_ticket_ttl_s\":1,"
+          "\"reservation_ttl_s\":2");
+    const int n = 60;
+    long long pos[60];
+    SF_ASSERT_EQ(join_all(sku, "h", n, 4, pos), 0);
+    sf_resp r = {0};
+    char user[32], body[1200], hdr[64];
+    int held = 0;
+    long long first_hold = 0;
+    long long until = q_mono_ms() + 5000;
+    for (int u = 0; held < 10 && q_mono_ms() < until; u = (u + 1) % 15) {
+        snprintf(user, sizeof user, "h%d", u);
+        q_call(NULL, qport(u), "GET", sku, "", user, &r);
+        if (strcmp(sf_str(r.json, "state"), "admitted") != 0) {
+            q_sleep_ms(u == 14 ? 20 : 0);
+            continue;
+        }
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1,\"ticket\":\"%s\"}", sku,
+                 sf_str(r.json, "ticket"));
+        snprintf(hdr, sizeof hdr, "X-User: %s", user);
+        const char *h[] = {"Content-Type: application/json", hdr, NULL};
+        sf_http(qport(u), "POST", "/api/v1/orders", h, body, strlen(body), &r);
+        if (r.status == 201) {
+            SF_ASSERT(strcmp(sf_str(r.json, "status"), "reserved") == 0, "not a hold: %s",
+                      sf_resp_summary(&r));
+            if (held++ == 0)
+                first_hold = q_redis_ms() - 100; /* made no earlier than the answer's RTT */
+        }
+    }
+    SF_ASSERT_EQ(held, 10);
+    long long holds_end = q_redis_ms() + 2000; /* the last hold's expiry, at the latest */
+    long long before = q_field(sku, "served");
+    SF_ASSERT(before <= 15, "%lld admitted for 10 units at 150 %%", before);
+    /* keep the SKU active while the holds run out; then the next 15 within 2 s */
+    long long served = before;
+    while (q_redis_ms() < holds_end + 2000 && served < before + 15) {
+        q_call(NULL, qport(0), "GET", sku, "/info", NULL, &r);
+        served = q_field(sku, "served");
+        SF_ASSERT(q_redis_ms() >= first_hold + 2000 || served == before,
+                  "%lld admitted while the 10 units were held", served - before);
+        q_sleep_ms(50);
+    }
+    long long late = q_redis_ms() - holds_end;
+    SF_ASSERT(served == before + 15, "%lld more admitted %lld ms after the holds' expiry (want 15)",
+              served - before, late);
+    fprintf(stderr, "it_queue: the next 15 admitted by %lld ms after the holds' expiry\n", late);
+    sf_resp_free(&r);
+}
+
 /* ---- pause and resume ---- */
 
 static void test_pause_resume(void **state)
@@ -801,10 +860,15 @@ static void test_shuffled_start(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_join_places),    cmocka_unit_test(test_proof_of_work),
-        cmocka_unit_test(test_fifo_rate),      cmocka_unit_test(test_stock_bound_and_sold_out),
-        cmocka_unit_test(test_pause_resume),   cmocka_unit_test(test_kill_mid_queue),
-        cmocka_unit_test(test_shuffled_start), cmocka_unit_test(test_cluster_walk),
+        cmocka_unit_test(test_join_places),
+        cmocka_unit_test(test_proof_of_work),
+        cmocka_unit_test(test_fifo_rate),
+        cmocka_unit_test(test_stock_bound_and_sold_out),
+        cmocka_unit_test(test_expired_holds_admit_the_next),
+        cmocka_unit_test(test_pause_resume),
+        cmocka_unit_test(test_kill_mid_queue),
+        cmocka_unit_test(test_shuffled_start),
+        cmocka_unit_test(test_cluster_walk),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }
