@@ -421,6 +421,14 @@ for (const [method, tpl, opts] of limited) {
   if (limited.length < 2 || burst.some((r) => r.status !== 200 && r.status !== 429))
     fail(`GET ${CH}`, `--user-rps 3, 8 at once: ${burst.map((r) => r.status).join(" ")}`);
   if (limited.some((r) => !(Number(r.headers.get("retry-after")) >= 1))) fail(`GET ${CH}`, "429 without Retry-After");
+  // the join asks the proof (403 pow_required) and, like the place, is held to --user-rps
+  const JOIN = "/api/v1/skus/{sku}/queue";
+  expectError("join without a proof", await call(QUEUE, "POST", JOIN, { params: { sku: qsku }, token: jwt("q8"), expect: 403 }), "pow_required");
+  const joins = await Promise.all(Array.from({ length: 8 }, () => call(QUEUE, "POST", JOIN, { params: { sku: nopow }, token: jwt("q9") })));
+  if (!joins.some((r) => r.status === 429) || joins.some((r) => ![200, 201, 429].includes(r.status)))
+    fail(`POST ${JOIN}`, `--user-rps 3, 8 joins at once: ${joins.map((r) => r.status).join(" ")}`);
+  const polls = await Promise.all(Array.from({ length: 8 }, () => call(QUEUE, "GET", JOIN, { params: { sku: nopow }, token: jwt("q10") })));
+  if (!polls.some((r) => r.status === 429)) fail(`GET ${JOIN}`, `--user-rps 3, 8 polls at once: ${polls.map((r) => r.status).join(" ")}`);
 }
 
 // ---- unknown paths and wrong methods ----------------------------------------------------------------
