@@ -29,6 +29,9 @@
 #      first), orders beside a poll storm; per instance (/metrics deltas); Redis per poll:
 #      INFO commandstats deltas minus the idle rate (the admitters' steps), over the polls.
 #   4  proof of work: loadtest/pow.sh when it exists (branch bot), else said so.
+# Part 3 runs first, while its SKUs are the only ones: its idle rate (subtracted from the
+# polls' Redis counts) would otherwise include the steps of parts 1 and 2's SKUs, which stay
+# active for 30 s after their last request.
 #
 # Usage: loadtest/queue.sh [--quick] [--cluster] [--parts 1,2,3,4] [--out DIR]
 #   --quick    < 2 min: 12,000 joins admitted at 1,000/s, stock 200 with 5,000 waiting, 3 s
@@ -188,6 +191,118 @@ verdict() { # verdict NAME LINE
   if grep -q 'verdict=ok' <<<"$2"; then note "$1: ok — $2"; else note "$1: FAILED — $2"; failed=1; fi
 }
 
+# --- 3: throughput, per instance, Redis per poll -----------------------------------------------
+
+# wrkq NAME CONNS MODE: wrk -t2 with queue.lua through nginx for the window; sets $wres and the
+# per-instance rates $wper (joins or polls, /metrics deltas); Redis deltas $dcalls $dcmds.
+wrkq() {
+  local name=$1 conns=$2 mode=$3 ma mb ta tb ca ia cb ib mname=inventory_queue_polls_total
+  [ "$mode" = join ] && mname=inventory_queue_joins_total
+  local s0 s1 ra rb
+  ma=$(metric_all "$mname"); s0=$(cmdstats); read -r ca ia < <(redis_counts); ta=$(now_ms)
+  ra=$(metric_all 'inventory_queue_polls_total{from="redis"}')
+  wres=$(cd "$lt" && LT_SKU=$tsku LT_MODE=$mode LT_PREFIX=p LT_USERS=$pool LT_RUN="$name" \
+    wrk -t2 -c"$conns" -d"${window}s" --timeout 10s -s queue.lua "$ngx" 2>"$res/raw/3-$name.wrk.err" | grep '^RESULT')
+  tb=$(now_ms); read -r cb ib < <(redis_counts); s1=$(cmdstats); mb=$(metric_all "$mname")
+  cmdstats_delta "$s0" "$s1" $((tb - ta)) >"$res/raw/3-$name.cmdstats.txt"
+  rb=$(metric_all 'inventory_queue_polls_total{from="redis"}')
+  from_redis=$(awk -v a="$ra" -v b="$rb" 'BEGIN { n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) t += y[i] - x[i]; print t }')
+  [ -n "$wres" ] || die "wrk failed in $name (raw/3-$name.wrk.err)"
+  echo "$wres" >"$res/raw/3-$name.result"
+  wper=$(rates_of "$ma" "$mb" "$(field rate "$wres")")
+  dms=$((tb - ta)) dcalls=$((cb - ca)) dcmds=$((ib - ia))
+}
+# worders NAME [STORM_CONNS]: orders (order.lua, wrk -t1 -c32) on the plain SKU through nginx,
+# beside a poll storm (wrk -t1, queue.lua) when STORM_CONNS is given, or beside a storm of
+# nginx's own 204 (poll.lua; the same wrk and nginx work, no instance) when the third argument
+# is 204; sets $ores, $oper.
+units_total=0 orders_total=0 unanswered_total=0
+worders() {
+  local name=$1 storm=${2:-} spid="" ma mb ta tb script=queue.lua
+  [ "${3:-}" = 204 ] && script=poll.lua
+  if [ -n "$storm" ]; then
+    (cd "$lt" && LT_SKU=$tsku LT_MODE=poll LT_PREFIX=p LT_USERS=$pool LT_PATH=/nginx-204 wrk -t1 -c"$storm" \
+      -d"$((window + 4))s" --timeout 10s -s $script "$ngx" >"$res/raw/3-$name.storm.txt" 2>&1) &
+    spid=$!
+    sleep 1
+  fi
+  ma=$(metric_all inventory_orders_total); ta=$(now_ms)
+  ores=$(cd "$lt" && LT_SKU=$psku LT_QTY=1 LT_OK=201 LT_WINDOW_S=$window wrk -t1 -c32 \
+    -d"$((window + 3))s" --timeout 10s -s order.lua "$ngx/api/v1/orders" 2>"$res/raw/3-$name.wrk.err" | grep '^RESULT')
+  tb=$(now_ms); mb=$(metric_all inventory_orders_total)
+  [ -n "$spid" ] && wait "$spid"
+  [ -n "$ores" ] || die "wrk failed in $name (raw/3-$name.wrk.err)"
+  echo "$ores" >"$res/raw/3-$name.result"
+  oper=$(rates_of "$ma" "$mb" "$(field rate "$ores")")
+  orders_total=$((orders_total + $(field created "$ores")))
+  units_total=$((units_total + $(field units "$ores")))
+  unanswered_total=$((unanswered_total + $(field unanswered "$ores") + $(field s503_unknown "$ores")))
+}
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+trows=()
+if part 3; then
+  tsku=qtp-$stamp psku=plain-$stamp
+  put "$psku" 1000000000 16 ""
+  # rate 1/s: the pool's places stay waiting, as nearly all of a real room's pollers (an
+  # admitted place's poll reads its admission entry again every 2 s until its ticket ends)
+  put "$tsku" 1000000000 4 ",\"queue_rate\":1,\"queue_fifo\":1,\"queue_ticket_ttl_s\":600"
+  log "3: a pool of $pool places on $tsku, then orders, joins and polls (${window} s windows, $rounds rounds)"
+  "$qclient" join --port "$nginx_port" --sku "$tsku" --conns 64 --prefix p --from 0 --count "$pool" \
+    --out "$res/raw/3-pool.tsv" 2>"$res/logs/qclient-3.log" || log "3: qclient join exited $?"
+  # one poll of every pooled place on every instance: each instance's place cache is warm
+  for ((i = 0; i < instances; i++)); do
+    awk -F'\t' '{ print $1 }' "$res/raw/3-pool.tsv" >"$res/raw/3-pool.txt"
+    "$qclient" watch --port "${inst_ports[i]}" --sku "$tsku" --conns 32 --poll-ms 0 --deadline-s 1 \
+      --users "$res/raw/3-pool.txt" --out "$res/raw/3-warm$i.tsv" 2>/dev/null || true
+  done
+  curl -fsS -X POST -H 'Content-Type: application/json' -d "{\"sku\":\"$psku\",\"quantity\":1}" \
+    "$ngx/api/v1/orders" >/dev/null || die "the first order on $psku failed"
+  orders_total=1 units_total=1
+  keepalive "$tsku" p0
+  # the idle rate: the admitters' steps (the SKU is active), the sweepers, the keepalive
+  s0=$(cmdstats); read -r ca ia < <(redis_counts); ta=$(now_ms); sleep "$window"; tb=$(now_ms)
+  read -r cb ib < <(redis_counts); s1=$(cmdstats)
+  cmdstats_delta "$s0" "$s1" $((tb - ta)) >"$res/raw/3-idle-cmdstats.txt"
+  idle_calls=$(awk -v d=$((cb - ca)) -v ms=$((tb - ta)) 'BEGIN { printf "%.1f", d / (ms / 1e3) }')
+  idle_cmds=$(awk -v d=$((ib - ia)) -v ms=$((tb - ta)) 'BEGIN { printf "%.1f", d / (ms / 1e3) }')
+  log "3: idle (admitter steps of one active SKU on 3 instances, sweepers): $idle_calls script calls/s, $idle_cmds commands/s"
+  per_poll() { # script calls and commands per request over the last wrkq, idle subtracted
+    awk -v c="$dcalls" -v i="$dcmds" -v ms="$dms" -v ic="$idle_calls" -v ii="$idle_cmds" -v n="$(field answered "$wres")" \
+      'BEGIN { printf "%.4f %.4f", (c - ic * ms / 1e3) / n, (i - ii * ms / 1e3) / n }'
+  }
+  for ((r = 1; r <= rounds; r++)); do
+    worders "orders_r$r"
+    trows+=("orders alone (plain SKU, -c32)|$(field rate "$ores")|$oper|-|-|-")
+    rates_orders+=" $(field rate "$ores")"
+    wrkq "joins_r$r" 64 join
+    read -r pc pi < <(per_poll)
+    trows+=("joins (-c64)|$(field rate "$wres")|$wper|$pc|$pi|-")
+    rates_joins+=" $(field rate "$wres")"
+    wrkq "polls64_r$r" 64 poll
+    read -r pc pi < <(per_poll)
+    trows+=("place polls (-c64)|$(field rate "$wres")|$wper|$pc|$pi|$from_redis of $(field answered "$wres")")
+    rates_polls+=" $(field rate "$wres")"
+  done
+  wrkq polls2000 2000 poll
+  read -r pc pi < <(per_poll)
+  trows+=("place polls (-c2000)|$(field rate "$wres")|$wper|$pc|$pi|$from_redis of $(field answered "$wres")")
+  worders beside_204 64 204
+  trows+=("orders beside a storm of nginx's 204 (-c64)|$(field rate "$ores")|$oper|-|-|storm: $(awk -v n="$(field answered "$(grep '^RESULT' "$res/raw/3-beside_204.storm.txt")")" -v s=$((window + 4)) 'BEGIN { printf "%.0f", n / s }') 204s/s")
+  rates_b204=$(field rate "$ores")
+  worders beside_polls 64
+  trows+=("orders beside a poll storm (-c64)|$(field rate "$ores")|$oper|-|-|storm: $(field rate "$(grep '^RESULT' "$res/raw/3-beside_polls.storm.txt")") polls/s")
+  rates_bpoll=$(field rate "$ores")
+  stop_keepalive
+  if "$lt/verify.sh" "${check_redis[@]}" --sku "$psku" --units "$units_total" --orders "$orders_total" \
+      --unanswered "$unanswered_total" --stock-total 1000000000 >"$res/raw/3-verify.txt" 2>&1; then
+    note "3 SPEC §8 on the plain SKU after its orders (verify.sh): ok"
+  else
+    note "3 SPEC §8 on the plain SKU (verify.sh): FAILED (raw/3-verify.txt)"; failed=1
+  fi
+  m_o=$(median "$rates_orders") m_j=$(median "$rates_joins") m_p=$(median "$rates_polls")
+  note "3 medians (through nginx, 3 instances): orders $m_o/s, joins $m_j/s ($(awk -v a="$m_j" -v b="$m_o" 'BEGIN { printf "%.2f", a / b }')× orders), polls $m_p/s ($(awk -v a="$m_p" -v b="$m_o" 'BEGIN { printf "%.2f", a / b }')× orders); orders beside a poll storm / beside a storm of nginx's 204: $rates_bpoll / $rates_b204 = $(awk -v a="$rates_bpoll" -v b="$rates_b204" 'BEGIN { printf "%.2f", a / b }')"
+fi
+
 # --- 1: FIFO joins, kill -9, admission order and rate -----------------------------------------
 
 if part 1; then
@@ -236,6 +351,16 @@ if part 2; then
   "$qclient" join --port "$nginx_port" --sku "$sku" --conns 256 --prefix s --from 0 \
     --count "$sell_wait" --deadline-s 120 --out "$res/raw/2-joins.tsv" 2>"$res/logs/qclient-2.log" \
     || log "2: qclient join exited $?"
+  # Does this build's order want the ticket (branch ordertk)? An order without one answers
+  # 403 ticket_required then, and every 201 below must have consumed its ticket (used:<order>);
+  # before it, "ticket" in the body is ignored and the tickets stay live until they expire.
+  probe=$(curl -s --max-time 10 -X POST -H 'Content-Type: application/json' -H 'X-User-Id: s-probe' \
+    -d "{\"sku\":\"$sku\",\"quantity\":1}" -w ' %{http_code}' "$ngx/api/v1/orders")
+  enforced=0
+  [[ $probe == *ticket_required*" 403" ]] && enforced=1
+  probe_units=0
+  [[ $probe == *" 201" ]] && probe_units=1
+  note "2 an order without a ticket: ${probe##* } $(sed -n 's/.*"error":"\([^"]*\)".*/\1/p' <<<"$probe")$([ "$enforced" = 1 ] && echo " (tickets enforced: every 201 must use its ticket)" || echo " (this build does not ask for the ticket: branch ordertk not merged; used tickets not checked)")"
   # buyers in place order (3 × the budget: enough for every unit); a sample of 1,000 places
   # behind the budget polled on the 3 instances directly
   budget=$((sell_stock * 150 / 100))
@@ -258,12 +383,15 @@ if part 2; then
   created=$(field created "$bline")
   line=$(check soldout --watch "$res/raw/2-watch.tsv" --t-last-ns "$(field t_last_ns "$bline")" --limit-ms 1000)
   verdict "2 sold_out on every sampled place within 1 s of the last sale" "$line"
+  used=$(check used --sku "$sku")
   ok=ok
-  [ "$issued_later" -le "$budget" ] && [ "$issued_later" = "$issued_now" ] && [ "$created" = "$sell_stock" ] || ok=VIOLATED
-  verdict "2 tickets issued ≤ 150 % of the stock + 0 returned, none after the sell-out; every unit sold" \
-    "ISSUED issued=$issued_now issued_later=$issued_later bound=$budget created=$created stock=$sell_stock verdict=$ok"
-  if "$lt/verify.sh" "${check_redis[@]}" --sku "$sku" --units "$created" \
-      --orders "$created" --stock-total "$sell_stock" --expect-sold-out >"$res/raw/2-verify.txt" 2>&1; then
+  { [ "$issued_later" -le "$budget" ] && [ "$issued_later" = "$issued_now" ] &&
+    [ $((created + probe_units)) = "$sell_stock" ]; } || ok=VIOLATED
+  [ "$enforced" = 0 ] || [ "$used" = "$created" ] || ok=VIOLATED
+  verdict "2 tickets issued ≤ 150 % of the stock + 0 returned, none after the sell-out; every unit sold$([ "$enforced" = 1 ] && echo "; every order used its ticket")" \
+    "ISSUED issued=$issued_now issued_later=$issued_later bound=$budget created=$created probe_units=$probe_units used=$used stock=$sell_stock verdict=$ok"
+  if "$lt/verify.sh" "${check_redis[@]}" --sku "$sku" --units $((created + probe_units)) \
+      --orders $((created + probe_units)) --stock-total "$sell_stock" --expect-sold-out >"$res/raw/2-verify.txt" 2>&1; then
     note "2 SPEC §8 (verify.sh): ok"
   else
     note "2 SPEC §8 (verify.sh): FAILED (raw/2-verify.txt)"; failed=1
@@ -286,111 +414,14 @@ if part 2; then
   # the holds' expiry: the last 201's answer + the reservation's 5 s (expires_at is set at the
   # commit, before the answer: this errs late by one round trip, in the check's favour)
   exp_ms=$(($(field t_last_ns "$bline") / 1000000 + 5000))
+  # no hold expired before the first order was sent + 5 s: nobody of the next group before it
+  first_ms=$(sort -t$'\t' -k9,9n "$res/raw/2h-buy.tsv" | awk -F'\t' '$9 > 0 { print int($9 / 1000000) + 5000; exit }')
   while [ "$(now_ms)" -lt $((exp_ms + 2500)) ]; do sleep 0.2; done
   stop_keepalive
-  line=$(check holds --sku "$sku" --ttl-s 3 --first 75 --next 75 --expiry-ms "$exp_ms" --limit-ms 2000)
+  line=$(check holds --sku "$sku" --ttl-s 3 --first 75 --next 75 --expiry-ms "$exp_ms" --earliest-ms "$first_ms" --limit-ms 2000)
+  { echo "expiry_ms $exp_ms"; check dump --sku "$sku"
+    curl -s "http://127.0.0.1:${inst_ports[0]}/api/v1/skus/$sku?consistent=1"; echo; } >"$res/raw/2h-state.txt"
   verdict "2 50 expired holds admit the next 75 within 2 s" "$line"
-fi
-
-# --- 3: throughput, per instance, Redis per poll -----------------------------------------------
-
-# wrkq NAME CONNS MODE: wrk -t2 with queue.lua through nginx for the window; sets $wres and the
-# per-instance rates $wper (joins or polls, /metrics deltas); Redis deltas $dcalls $dcmds.
-wrkq() {
-  local name=$1 conns=$2 mode=$3 ma mb ta tb ca ia cb ib mname=inventory_queue_polls_total
-  [ "$mode" = join ] && mname=inventory_queue_joins_total
-  local s0 s1
-  ma=$(metric_all "$mname"); s0=$(cmdstats); read -r ca ia < <(redis_counts); ta=$(now_ms)
-  wres=$(cd "$lt" && LT_SKU=$tsku LT_MODE=$mode LT_PREFIX=p LT_USERS=$pool LT_RUN="$name" \
-    wrk -t2 -c"$conns" -d"${window}s" --timeout 10s -s queue.lua "$ngx" 2>"$res/raw/3-$name.wrk.err" | grep '^RESULT')
-  tb=$(now_ms); read -r cb ib < <(redis_counts); s1=$(cmdstats); mb=$(metric_all "$mname")
-  cmdstats_delta "$s0" "$s1" $((tb - ta)) >"$res/raw/3-$name.cmdstats.txt"
-  [ -n "$wres" ] || die "wrk failed in $name (raw/3-$name.wrk.err)"
-  echo "$wres" >"$res/raw/3-$name.result"
-  wper=$(rates_of "$ma" "$mb" "$(field rate "$wres")")
-  dms=$((tb - ta)) dcalls=$((cb - ca)) dcmds=$((ib - ia))
-}
-# worders NAME [STORM_CONNS]: orders (order.lua, wrk -t1 -c32) on the plain SKU through nginx,
-# beside a poll storm (wrk -t1, queue.lua) when STORM_CONNS is given; sets $ores, $oper.
-units_total=0 orders_total=0 unanswered_total=0
-worders() {
-  local name=$1 storm=${2:-} spid="" ma mb ta tb
-  if [ -n "$storm" ]; then
-    (cd "$lt" && LT_SKU=$tsku LT_MODE=poll LT_PREFIX=p LT_USERS=$pool wrk -t1 -c"$storm" \
-      -d"$((window + 4))s" --timeout 10s -s queue.lua "$ngx" >"$res/raw/3-$name.storm.txt" 2>&1) &
-    spid=$!
-    sleep 1
-  fi
-  ma=$(metric_all inventory_orders_total); ta=$(now_ms)
-  ores=$(cd "$lt" && LT_SKU=$psku LT_QTY=1 LT_OK=201 LT_WINDOW_S=$window wrk -t1 -c32 \
-    -d"$((window + 3))s" --timeout 10s -s order.lua "$ngx/api/v1/orders" 2>"$res/raw/3-$name.wrk.err" | grep '^RESULT')
-  tb=$(now_ms); mb=$(metric_all inventory_orders_total)
-  [ -n "$spid" ] && wait "$spid"
-  [ -n "$ores" ] || die "wrk failed in $name (raw/3-$name.wrk.err)"
-  echo "$ores" >"$res/raw/3-$name.result"
-  oper=$(rates_of "$ma" "$mb" "$(field rate "$ores")")
-  orders_total=$((orders_total + $(field created "$ores")))
-  units_total=$((units_total + $(field units "$ores")))
-  unanswered_total=$((unanswered_total + $(field unanswered "$ores") + $(field s503_unknown "$ores")))
-}
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-trows=()
-if part 3; then
-  tsku=qtp-$stamp psku=plain-$stamp
-  put "$psku" 1000000000 16 ""
-  # rate 1/s: the pool's places stay waiting, as nearly all of a real room's pollers (an
-  # admitted place's poll reads its admission entry again every 2 s until its ticket ends)
-  put "$tsku" 1000000000 4 ",\"queue_rate\":1,\"queue_fifo\":1,\"queue_ticket_ttl_s\":600"
-  log "3: a pool of $pool places on $tsku, then orders, joins and polls (${window} s windows, $rounds rounds)"
-  "$qclient" join --port "$nginx_port" --sku "$tsku" --conns 64 --prefix p --from 0 --count "$pool" \
-    --out "$res/raw/3-pool.tsv" 2>"$res/logs/qclient-3.log" || log "3: qclient join exited $?"
-  # one poll of every pooled place on every instance: each instance's place cache is warm
-  for ((i = 0; i < instances; i++)); do
-    awk -F'\t' '{ print $1 }' "$res/raw/3-pool.tsv" >"$res/raw/3-pool.txt"
-    "$qclient" watch --port "${inst_ports[i]}" --sku "$tsku" --conns 32 --poll-ms 0 --deadline-s 1 \
-      --users "$res/raw/3-pool.txt" --out "$res/raw/3-warm$i.tsv" 2>/dev/null || true
-  done
-  curl -fsS -X POST -H 'Content-Type: application/json' -d "{\"sku\":\"$psku\",\"quantity\":1}" \
-    "$ngx/api/v1/orders" >/dev/null || die "the first order on $psku failed"
-  orders_total=1 units_total=1
-  keepalive "$tsku" p0
-  # the idle rate: the admitters' steps (the SKU is active), the sweepers, the keepalive
-  s0=$(cmdstats); read -r ca ia < <(redis_counts); ta=$(now_ms); sleep "$window"; tb=$(now_ms)
-  read -r cb ib < <(redis_counts); s1=$(cmdstats)
-  cmdstats_delta "$s0" "$s1" $((tb - ta)) >"$res/raw/3-idle-cmdstats.txt"
-  idle_calls=$(awk -v d=$((cb - ca)) -v ms=$((tb - ta)) 'BEGIN { printf "%.1f", d / (ms / 1e3) }')
-  idle_cmds=$(awk -v d=$((ib - ia)) -v ms=$((tb - ta)) 'BEGIN { printf "%.1f", d / (ms / 1e3) }')
-  log "3: idle (admitter steps of one active SKU on 3 instances, sweepers): $idle_calls script calls/s, $idle_cmds commands/s"
-  per_poll() { # script calls and commands per poll over the last wrkq, idle subtracted
-    awk -v c="$dcalls" -v i="$dcmds" -v ms="$dms" -v ic="$idle_calls" -v ii="$idle_cmds" -v n="$(field answered "$wres")" \
-      'BEGIN { printf "%.4f %.4f", (c - ic * ms / 1e3) / n, (i - ii * ms / 1e3) / n }'
-  }
-  for ((r = 1; r <= rounds; r++)); do
-    worders "orders_r$r"
-    trows+=("orders alone (plain SKU, -c32)|$(field rate "$ores")|$oper|-|-")
-    rates_orders+=" $(field rate "$ores")"
-    wrkq "joins_r$r" 64 join
-    trows+=("joins (-c64)|$(field rate "$wres")|$wper|$(awk -v c="$dcalls" -v n="$(field answered "$wres")" 'BEGIN { printf "%.2f", c / n }')|-")
-    rates_joins+=" $(field rate "$wres")"
-    wrkq "polls64_r$r" 64 poll
-    read -r pc pi < <(per_poll)
-    trows+=("place polls (-c64)|$(field rate "$wres")|$wper|$pc|$pi")
-    rates_polls+=" $(field rate "$wres")"
-  done
-  wrkq polls2000 2000 poll
-  read -r pc pi < <(per_poll)
-  trows+=("place polls (-c2000)|$(field rate "$wres")|$wper|$pc|$pi")
-  worders beside_polls 64
-  trows+=("orders beside a poll storm (-c64)|$(field rate "$ores")|$oper|-|$(field rate "$(grep '^RESULT' "$res/raw/3-beside_polls.storm.txt")") polls/s")
-  stop_keepalive
-  if "$lt/verify.sh" "${check_redis[@]}" --sku "$psku" --units "$units_total" --orders "$orders_total" \
-      --unanswered "$unanswered_total" --stock-total 1000000000 >"$res/raw/3-verify.txt" 2>&1; then
-    note "3 SPEC §8 on the plain SKU after its orders (verify.sh): ok"
-  else
-    note "3 SPEC §8 on the plain SKU (verify.sh): FAILED (raw/3-verify.txt)"; failed=1
-  fi
-  m_o=$(median "$rates_orders") m_j=$(median "$rates_joins") m_p=$(median "$rates_polls")
-  note "3 medians (through nginx, 3 instances): orders $m_o/s, joins $m_j/s ($(awk -v a="$m_j" -v b="$m_o" 'BEGIN { printf "%.2f", a / b }')× orders), polls $m_p/s ($(awk -v a="$m_p" -v b="$m_o" 'BEGIN { printf "%.2f", a / b }')× orders)"
 fi
 
 # --- 4: proof of work ---------------------------------------------------------------------------
@@ -423,8 +454,8 @@ elapsed=$(($(date +%s) - t_start))
     echo
     echo "Throughput (wrk -t2 through nginx, ${window} s windows; per instance from /metrics; Redis per request = INFO commandstats delta minus the idle rate $idle_calls script calls/s, $idle_cmds commands/s):"
     echo
-    echo "| run | answers/s | per instance 0/1/2 | Redis script calls per request | Redis commands per poll |"
-    echo "|---|---|---|---|---|"
+    echo "| run | answers/s | per instance 0/1/2 | Redis script calls per request | Redis commands per request | polls read from Redis |"
+    echo "|---|---|---|---|---|---|"
     for r in "${trows[@]}"; do echo "| ${r//|/ | } |"; done
   fi
 } >"$res/REPORT.md"

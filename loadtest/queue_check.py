@@ -16,8 +16,11 @@ not be read.
   buys     qclient buy's file: orders created, refused by code, the last 201's answer time
   soldout  qclient watch's file against the last 201's answer time: how long after it each
            sampled place first answered sold_out (all within --limit-ms)
-  holds    after holds expired: ranks [0, --first) and [--first, --first + --next) admitted,
-           nothing behind them, the second group admitted within --limit-ms of --expiry-ms
+  used     how many admission entries say "used:<order>" (tickets an order consumed)
+  dump     the gate's hash and its admission entries in rank order (a record of the run)
+  holds    after holds expired: ranks [0, --first) admitted before the first hold expired
+           (--earliest-ms), ranks [--first, --first + --next) after it and within --limit-ms of
+           the last one's expiry (--expiry-ms), nobody behind them by then
 """
 
 import argparse
@@ -204,17 +207,39 @@ def cmd_soldout(args):
 def cmd_holds(args):
     r = redis_of(args)
     adm = admissions(r, args.sku, args.ttl_s * 1000)
-    first = [a for a in adm if a[1] < args.first]
-    nxt = [a for a in adm if args.first <= a[1] < args.first + args.next]
-    behind = [a for a in adm if a[1] >= args.first + args.next]
+    until = args.expiry_ms + args.limit_ms
+    first = [a for a in adm if a[1] < args.first and a[2] < args.earliest_ms]
+    nxt = [a for a in adm if args.first <= a[1] < args.first + args.next and a[2] <= until]
+    behind = [a for a in adm if a[1] >= args.first + args.next and a[2] <= until]
     used = sum(1 for v in r.cmd("HVALS", key(args.sku, "q:adm")) if text(v).startswith("used:"))
     late = max((a[2] - args.expiry_ms for a in nxt), default=float("nan"))
-    good = len(nxt) == args.next and not behind and late <= args.limit_ms
-    print("HOLDS first=%d next=%d behind=%d used=%d next_admitted_after_expiry_ms=%.0f "
-          "limit_ms=%d verdict=%s"
-          % (len(first), len(nxt), len(behind), used, late, args.limit_ms,
+    early = min((a[2] - args.earliest_ms for a in nxt), default=float("nan"))
+    good = len(first) == args.first and len(nxt) == args.next and not behind
+    good = good and late <= args.limit_ms and early >= 0
+    print("HOLDS first=%d next=%d behind=%d used=%d next_admitted_after_last_expiry_ms=%.0f "
+          "next_admitted_after_first_expiry_ms=%.0f limit_ms=%d verdict=%s"
+          % (len(first), len(nxt), len(behind), used, late, early, args.limit_ms,
              "ok" if good else "VIOLATED"))
     return 0 if good else 1
+
+
+def cmd_used(args):
+    r = redis_of(args)
+    print(sum(1 for v in r.cmd("HVALS", key(args.sku, "q:adm")) if text(v).startswith("used:")))
+    return 0
+
+
+def cmd_dump(args):
+    """The gate's hash and the admission entries in rank order with their times (a record)."""
+    r = redis_of(args)
+    flat = [text(v) for v in r.cmd("HGETALL", key(args.sku, "q"))]
+    print("gate " + " ".join("%s=%s" % (flat[i], flat[i + 1]) for i in range(0, len(flat), 2)))
+    flat = [text(v) for v in r.cmd("HGETALL", key(args.sku, "q:adm"))]
+    rows = sorted((flat[i + 1], flat[i]) for i in range(0, len(flat), 2))
+    rows.sort(key=lambda x: int(x[0].split(":")[0]) if not x[0].startswith("used:") else -1)
+    for v, u in rows:
+        print("adm %s %s" % (u, v))
+    return 0
 
 
 def main():
@@ -245,11 +270,17 @@ def main():
     h.add_argument("--first", type=int, required=True)
     h.add_argument("--next", type=int, required=True)
     h.add_argument("--expiry-ms", type=int, required=True)
+    h.add_argument("--earliest-ms", type=int, required=True)
     h.add_argument("--limit-ms", type=int, default=2000)
+    u = sub.add_parser("used")
+    u.add_argument("--sku", required=True)
+    d = sub.add_parser("dump")
+    d.add_argument("--sku", required=True)
     args = p.parse_args()
     try:
         return {"joins": cmd_joins, "admits": cmd_admits, "buys": cmd_buys,
-                "soldout": cmd_soldout, "holds": cmd_holds}[args.cmd](args)
+                "soldout": cmd_soldout, "holds": cmd_holds, "dump": cmd_dump,
+                "used": cmd_used}[args.cmd](args)
     except (ConnectionError, OSError) as e:
         print("queue_check: Redis could not be read: %s" % e, file=sys.stderr)
         return 3
