@@ -15,7 +15,7 @@
  *          polled (GET .../queue) every --poll-ms until its state is final; admitted: one order
  *          (POST /api/v1/orders {"sku","quantity":1,"ticket"}) with its ticket, sent again
  *          after a 5xx. One line per user: user state order_status answer_ns error retries
- *          last_retry_status_error polls order_first_send_ns. --stop-on-sold-out: the first poll
+ *          last-retry-status-and-error polls order-sent-ns. --stop-on-sold-out: the first poll
  *          answering sold_out stops the run (every later place is sold out too).
  *   watch  the users of --users FILE polled round robin until each answered sold_out or
  *          --deadline-s passed. One line per user: user first_sold_out_ns last_other_send_ns

@@ -252,7 +252,7 @@ if part 3; then
   # one poll of every pooled place on every instance: each instance's place cache is warm
   for ((i = 0; i < instances; i++)); do
     awk -F'\t' '{ print $1 }' "$res/raw/3-pool.tsv" >"$res/raw/3-pool.txt"
-    "$qclient" watch --port "${inst_ports[i]}" --sku "$tsku" --conns 32 --poll-ms 0 --deadline-s 1 \
+    "$qclient" watch --port "${inst_ports[i]}" --sku "$tsku" --conns 32 --poll-ms 0 --deadline-s $((pool / 3000 + 1)) \
       --users "$res/raw/3-pool.txt" --out "$res/raw/3-warm$i.tsv" 2>/dev/null || true
   done
   curl -fsS -X POST -H 'Content-Type: application/json' -d "{\"sku\":\"$psku\",\"quantity\":1}" \
@@ -317,6 +317,7 @@ if part 1; then
   sleep "$kill_after"
   mk=$(metric 2 inventory_queue_joins_total); tk=$(now_ms)
   kill -9 "${inst_pids[2]}"
+  wait "${inst_pids[2]}" 2>/dev/null # reaped here: no "Killed" line from the shell later
   log "1: instance 2 killed -9 at $((tk - t0)) ms ($mk joins there so far)"
   sleep 1
   launch_instance 2 2 "${iflags[@]}"
