@@ -169,6 +169,8 @@ v = r.cmd("HGET", "inv:2:{%s}:q" % sys.argv[2], sys.argv[3])
 print(int(v) if v is not None else 0)' "$lt" "$1" "$2" "${check_redis[@]}"
 }
 check() { python3 "$lt/queue_check.py" "${check_redis[@]}" "$@"; }
+# the checks' arithmetic first, on made-up data: a checker that cannot fail proves nothing
+check selftest >"$res/raw/0-selftest.txt" || die "queue_check.py selftest: $(cat "$res/raw/0-selftest.txt")"
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # keepalive SKU USER: a place poll on every instance every 2 s (a SKU is stepped by an
 # instance only while it has a join or poll there in the last 30 s); stopped on exit.

@@ -17,6 +17,7 @@ not be read.
   soldout  qclient watch's file against the last 201's answer time: how long after it each
            sampled place first answered sold_out (all within --limit-ms)
   used     how many admission entries say "used:<order>" (tickets an order consumed)
+  selftest the arithmetic of joins and admits on made-up data (queue.sh runs it first)
   dump     the gate's hash and its admission entries in rank order (a record of the run)
   holds    after holds expired: ranks [0, --first) admitted before the first hold expired
            (--earliest-ms), ranks [--first, --first + --next) after it and within --limit-ms of
@@ -77,6 +78,72 @@ class Fenwick:
         return s
 
 
+def fifo_inversions(joins):
+    """joins: (send, answer, place) each. The pairs (i, j) with i answered before j was sent
+    and i's place behind j's: answers sorted by time, joins by send, a Fenwick tree of the
+    places of the joins answered before each send."""
+    by_answer = sorted(joins, key=lambda x: x[1])
+    fw = Fenwick(max([x[2] for x in joins] + [1]) + 1)
+    inv = k = 0
+    for x in sorted(joins, key=lambda x: x[0]):
+        while k < len(by_answer) and by_answer[k][1] < x[0]:
+            fw.add(by_answer[k][2])
+            k += 1
+        inv += fw.total - fw.upto(x[2])
+    return inv
+
+
+def order_inversions(adm):
+    """adm: (rank, time) each. The pairs admitted out of rank order (rank a < b, time a > b)."""
+    times = sorted({t for _, t in adm})
+    idx = {t: i for i, t in enumerate(times)}
+    fw = Fenwick(len(times) + 1)
+    inv = 0
+    for _, t in sorted(adm):
+        inv += fw.total - fw.upto(idx[t])
+        fw.add(idx[t])
+    return inv
+
+
+def window_rates(times, window_s):
+    """Admissions per second in each whole window from the first admission to the last."""
+    if not times:
+        return []
+    at = sorted(times)
+    w, rates, k, i = window_s * 1000, [], 0, 0
+    while at[0] + (k + 1) * w <= at[-1]:
+        lo, hi = at[0] + k * w, at[0] + (k + 1) * w
+        c = 0
+        while i < len(at) and at[i] < hi:
+            c += at[i] >= lo
+            i += 1
+        rates.append(c / window_s)
+        k += 1
+    return rates
+
+
+def cmd_selftest(args):
+    """The checks' arithmetic on made-up data: each must see what it is there to see."""
+    fails = []
+    ok = [(0, 10, 1), (20, 30, 2), (25, 40, 3), (35, 50, 4)]  # concurrent 2 and 3: any order
+    if fifo_inversions(ok) or fifo_inversions([(0, 10, 1), (20, 30, 3), (25, 40, 2)]):
+        fails.append("fifo: concurrent joins counted")
+    if fifo_inversions([(0, 10, 2), (20, 30, 1)]) != 1:
+        fails.append("fifo: a join answered before another was sent, behind it, not counted")
+    if fifo_inversions([(0, 10, 3), (11, 12, 2), (13, 14, 1)]) != 3:
+        fails.append("fifo: three reversed joins are not 3 inversions")
+    if order_inversions([(0, 5), (1, 5), (2, 6)]) or order_inversions([(0, 6), (1, 5)]) != 1:
+        fails.append("admission order")
+    r = window_rates([i * 1000 // 2000 for i in range(40000)], 10)  # 2,000/s for 20 s
+    if r != [2000.0]:
+        fails.append("windows: %s for 2,000/s" % r)
+    r = window_rates([i * 1000 // 1880 for i in range(40000)], 10)
+    if not r or abs(r[0] - 2000) / 2000 * 100 <= 5:
+        fails.append("windows: 1,880/s not 6 % off: %s" % r)
+    print("SELFTEST %s" % ("; ".join(fails) if fails else "verdict=ok"))
+    return 1 if fails else 0
+
+
 def cmd_joins(args):
     rows = []
     with open(args.joins) as f:
@@ -96,15 +163,7 @@ def cmd_joins(args):
     retried = sum(1 for x in rows if x[5] > 1)
     # inversions: answers sorted by time; joins by first send; a Fenwick tree of the places of
     # the joins answered before each send
-    by_answer = sorted(ok, key=lambda x: x[2])
-    by_send = sorted(ok, key=lambda x: x[1])
-    fw = Fenwick(max([x[4] for x in ok] + [1]) + 1)
-    inv = k = 0
-    for x in by_send:
-        while k < len(by_answer) and by_answer[k][2] < x[1]:
-            fw.add(by_answer[k][4])
-            k += 1
-        inv += fw.total - fw.upto(x[4])
+    inv = fifo_inversions([(x[1], x[2], x[4]) for x in ok])
     span = (max(x[2] for x in ok) - min(x[1] for x in ok)) / 1e9 if ok else 0
     good = unanswered == 0 and moved == 0 and missing == 0 and extra == 0 and inv == 0
     good = good and (not args.exclusive or seq == zcard == len(rows))
@@ -135,27 +194,9 @@ def cmd_admits(args):
     adm.sort(key=lambda a: a[1])
     ns = [a[1] for a in adm]
     gaps = sum(1 for i, n in enumerate(ns) if n != i)
-    # inversions of admission time against rank: pairs with rank a < b and time a > time b
-    times = sorted({a[2] for a in adm})
-    idx = {t: i for i, t in enumerate(times)}
-    fw = Fenwick(len(times) + 1)
-    inv = 0
-    for a in adm:
-        inv += fw.total - fw.upto(idx[a[2]])
-        fw.add(idx[a[2]])
-    rates, worst = [], 0.0
-    if adm:
-        t0, t1 = adm[0][2], max(a[2] for a in adm)
-        w = args.window_s * 1000
-        at = sorted(a[2] for a in adm)
-        k = 0
-        while t0 + (k + 1) * w <= t1:
-            lo, hi = t0 + k * w, t0 + (k + 1) * w
-            c = sum(1 for t in at if lo <= t < hi)
-            rate = c / args.window_s
-            rates.append(rate)
-            worst = max(worst, abs(rate - args.rate) / args.rate * 100)
-            k += 1
+    inv = order_inversions([(a[1], a[2]) for a in adm])
+    rates = window_rates([a[2] for a in adm], args.window_s)
+    worst = max([abs(x - args.rate) / args.rate * 100 for x in rates] + [0.0])
     good = wrong_n == 0 and gaps == 0 and inv == 0 and len(rates) >= args.min_windows
     good = good and worst <= args.tolerance
     print("ADMITS admitted=%d line=%d wrong_rank=%d gaps=%d order_inversions=%d windows=%d "
@@ -274,13 +315,14 @@ def main():
     h.add_argument("--limit-ms", type=int, default=2000)
     u = sub.add_parser("used")
     u.add_argument("--sku", required=True)
+    sub.add_parser("selftest")
     d = sub.add_parser("dump")
     d.add_argument("--sku", required=True)
     args = p.parse_args()
     try:
         return {"joins": cmd_joins, "admits": cmd_admits, "buys": cmd_buys,
                 "soldout": cmd_soldout, "holds": cmd_holds, "dump": cmd_dump,
-                "used": cmd_used}[args.cmd](args)
+                "used": cmd_used, "selftest": cmd_selftest}[args.cmd](args)
     except (ConnectionError, OSError) as e:
         print("queue_check: Redis could not be read: %s" % e, file=sys.stderr)
         return 3
