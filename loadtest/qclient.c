@@ -329,6 +329,12 @@ static void qc_read(struct qc_conn *c)
     for (char *h = strstr(c->buf, "\r\n"); h && h < end; h = strstr(h + 2, "\r\n"))
         if (strncasecmp(h + 2, "Content-Length:", 15) == 0)
             clen = strtoll(h + 17, NULL, 10);
+    if (clen < 0 || (size_t)(end + 4 - c->buf) + (size_t)clen >= QC_BUF) {
+        qc_close(c); /* not an answer of the waiting room's size: dropped, sent again */
+        if (c->phase == QC_SENT)
+            qc_answer(c, 0, "");
+        return;
+    }
     size_t whole = (size_t)(end + 4 - c->buf) + (size_t)clen;
     if (c->len < whole)
         return;
