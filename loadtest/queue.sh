@@ -15,29 +15,36 @@
 #      seq = ZCARD (none doubled); 0 inversions (a join answered before another was sent has
 #      the smaller place); then, once all are admitted (rate R), admission order = rank order
 #      and the admissions in every whole 10 s window (Redis's clock: the adm entry's expiry -
-#      the ticket's lifetime) within ±5 % of R. Measures joins/s, per instance (/metrics).
+#      the ticket's lifetime) within ±5 % of R. Reports joins/s and the joins each instance
+#      answered (/metrics).
 #   2  stock U, queue_admit_pct 150, W waiting: admitted buyers (qclient buy, 64 connections,
-#      in place order) order with their ticket ("ticket" in POST /api/v1/orders); tickets ever
+#      in place order) order with their ticket ("ticket" in POST /api/v1/orders; a probe order
+#      without one tells whether this build asks for it: if so, every 201 must have used its
+#      ticket, adm "used:<order>"); tickets ever
 #      issued (the gate's `issued`) ≤ 1.5 × U + units returned (none: instant orders), and no
 #      ticket issued later; a sample of 1,000 waiting places polled across the 3 instances
 #      directly (qclient watch) all answer sold_out within 1 s of the last 201's answer; U units
 #      sold exactly (verify.sh). Holds: stock 50, reservation_ttl_s 5, ticket lifetime 3 s:
-#      the first 75 admitted, 50 hold a unit; once the holds expire the next 75 are admitted
-#      within 2 s, nobody behind them.
+#      the first 75 admitted before anyone orders, 50 hold a unit; the tickets expire, then the
+#      holds: the next 75 are admitted within 2 s of the last hold's expiry (its 201's answer +
+#      5 s) and none before the first one's, nobody behind them by then.
 #   3  throughput, ratios within one run: orders/s on a plain SKU (order.lua, wrk -c32), joins/s
 #      (queue.lua, -c64), place polls/s (-c64 and -c2000, users drawn from a pool joined
-#      first), orders beside a poll storm; per instance (/metrics deltas); Redis per poll:
-#      INFO commandstats deltas minus the idle rate (the admitters' steps), over the polls.
+#      first), orders beside a poll storm and beside a storm of nginx's own 204 (the same wrk
+#      and nginx work, no instance); per instance (/metrics deltas); Redis per request: INFO
+#      commandstats deltas minus the idle rate (the admitters' steps), over the requests, and
+#      the polls that read Redis (inventory_queue_polls_total{from="redis"}).
 #   4  proof of work: loadtest/pow.sh when it exists (branch bot), else said so.
 # Part 3 runs first, while its SKUs are the only ones: its idle rate (subtracted from the
 # polls' Redis counts) would otherwise include the steps of parts 1 and 2's SKUs, which stay
 # active for 30 s after their last request.
 #
 # Usage: loadtest/queue.sh [--quick] [--cluster] [--parts 1,2,3,4] [--out DIR]
-#   --quick    < 2 min: 12,000 joins admitted at 1,000/s, stock 200 with 5,000 waiting, 3 s
-#              throughput windows, 1 round
-#   full       100,000 joins admitted at 2,000/s (50 s: 5 windows), stock 1,000 with 100,000
-#              waiting, 8 s windows, 2 rounds (about 6 min)
+#   --quick    61-78 s here: 12,000 joins admitted at 1,000/s, stock 200 with 5,000 waiting,
+#              3 s throughput windows, 1 round
+#   full       100,000 joins admitted at 2,000/s (50 s: 4-5 windows), stock 1,000 with 100,000
+#              waiting, 8 s windows, 2 rounds (199-215 s here)
+# Before anything, queue_check.py selftest: the checks' arithmetic on made-up data.
 # Env: BUILD_DIR (build), LT_SKIP_BUILD=1, LT_RESULTS_DIR (loadtest/results), LT_PORT_MIN/MAX.
 # Exit 0 every check held, 1 a check failed, 2 usage, 3 infrastructure. Rates are reported,
 # never asserted.
