@@ -166,6 +166,10 @@ sink_bin=$build_dir/bin/inventory-sink
 sink=${CH_SINK:-1}
 [[ $sink =~ ^[01]$ ]] || { echo "chaos.sh: CH_SINK is 0 or 1" >&2; exit 2; }
 [ "$key_schema$rules" = 21 ] || [ -n "${CH_SINK:-}" ] || sink=0
+# The waiting room (issue 32): on by default, off for the old binaries CH_KEY_SCHEMA=1 / CH_RULES=0.
+queue=${CH_QUEUE:-1}
+[[ $queue =~ ^[01]$ ]] || { echo "chaos.sh: CH_QUEUE is 0 or 1" >&2; exit 2; }
+[ "$key_schema$rules" = 21 ] || [ -n "${CH_QUEUE:-}" ] || queue=0
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -219,12 +223,19 @@ replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
 [ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
 [ "$sink" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_SINK=$sink $replay"
+[ "$queue" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_QUEUE=$queue $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
 inst_flags=(--admin-token "$token" --lock-lease-ms "$lease" --redis-timeout-ms "$redis_timeout")
 # The orders' users are their bodies' user_id (SPEC §11: development only, which a test is).
 [ "$rules" = 0 ] || inst_flags+=(--trust-body-user-id)
+# The waiting room's users are verified (SPEC §16): the X-User header, believed from loopback;
+# its tickets are signed with one key file, the same for every instance.
+if [ "$queue" = 1 ]; then
+  head -c 48 /dev/urandom >"$run_dir/queue.key"
+  inst_flags+=(--queue-key-file "$run_dir/queue.key" --user-header X-User --trusted-proxies 127.0.0.1/32)
+fi
 if [ "$cluster" = 1 ]; then
   command -v "$py" >/dev/null 2>&1 || die "no $py"
   cluster_up 3 1 "$min_replicas"
@@ -529,7 +540,8 @@ INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
+  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" \
+  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-4}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
