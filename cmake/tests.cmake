@@ -64,6 +64,7 @@ set(TEST_SCHEDULE
   "lockcore_it_redlock_async 8"
   "it_gate 8"
   "it_pause 7"
+  "it_ticket 16"
   "lockcore_it_redlock_restart 7"
   "it_limits 14 heavy"
   "it_concurrency 7 heavy"

@@ -106,6 +106,24 @@ static void test_claim_expired(void **state)
     assert_int_equal(claim(LC_OK, ARR(&a, "2", "s:pending:1:t", "3"), &v), IDEM_UNAVAILABLE);
 }
 
+/* A ticket's claim (docs/design.md "The ticket and the order"): used by another request, or
+ * past the ticket's expiry, is the answer; a made claim of the same key replays the id it
+ * names (the value as stored, "<id> <key hex>", comes third). */
+static void test_claim_ticket(void **state)
+{
+    (void)state;
+    struct arr a;
+    struct idem_verdict v;
+    assert_int_equal(claim(LC_OK, ARR(&a, "3", "s:pending:99:tok.6b31"), &v), IDEM_TICKET_USED);
+    assert_int_equal(claim(LC_OK, ARR(&a, "3", "s:" ID " 6b31"), &v), IDEM_TICKET_USED);
+    assert_int_equal(claim(LC_OK, ARR(&a, "4", "s:"), &v), IDEM_TICKET_EXPIRED);
+    assert_int_equal(claim(LC_OK, ARR(&a, "0", "s:" ID, "s:" ID " 6b31"), &v), IDEM_REPLAY);
+    assert_int_equal(v.k, 3);
+    assert_int_equal(order_idem_takeover_verdict(LC_OK, ARR(&a, "3")), IDEM_TICKET_EXPIRED);
+    assert_int_equal(order_idem_final(OUT_TICKET_USED), IDEM_FINAL_DELETE);
+    assert_int_equal(order_idem_final(OUT_TICKET_RECLAIM), IDEM_FINAL_DELETE);
+}
+
 static void test_takeover(void **state)
 {
     (void)state;
@@ -149,6 +167,9 @@ static void test_codes_in_lua(void **state)
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {0}"));
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {1, ARGV[2]}"));
     assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {2, v, exp}"));
+    assert_non_null(strstr(STORE_LUA_IDEM_CLAIM, "return {3, v}"));
+    assert_non_null(strstr(STORE_LUA_IDEM_CLAIM, "return {4, ''}"));
+    assert_non_null(strstr(STORE_LUA_IDEM_TAKEOVER, "return {3}"));
     assert_non_null(strstr(STORE_LUA_CANCEL, "return {(-1), redis.call('HGET'"));
     assert_non_null(strstr(STORE_LUA_CANCEL, "return {0}"));
 }
@@ -158,8 +179,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_claim_owned),  cmocka_unit_test(test_claim_failed_or_malformed),
         cmocka_unit_test(test_claim_taken),  cmocka_unit_test(test_claim_expired),
-        cmocka_unit_test(test_takeover),     cmocka_unit_test(test_final),
-        cmocka_unit_test(test_codes_in_lua),
+        cmocka_unit_test(test_claim_ticket), cmocka_unit_test(test_takeover),
+        cmocka_unit_test(test_final),        cmocka_unit_test(test_codes_in_lua),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

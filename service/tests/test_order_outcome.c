@@ -359,8 +359,8 @@ static void test_api_answers(void **state)
                      "");
     assert_true(api_table_check(bad) > 0);
     free(bad);
-    bad = tree_drift(doc, "`sale_not_started`, `sale_ended`, `user_required`;",
-                     "`sale_not_started`, `user_required`;");
+    bad = tree_drift(doc, "`sale_not_started`, `sale_ended`, `user_required`, and",
+                     "`sale_not_started`, `user_required`, and");
     assert_int_equal(api_lists_check(bad), 1);
     free(bad);
     bad = tree_drift(doc, "`limit_exceeded` / `sale_not_started`", "`sale_not_started`");
@@ -426,8 +426,12 @@ static void test_openapi(void **state)
     char *doc = tree_text("docs/openapi.yaml");
     assert_int_equal(openapi_enum_check(doc, "OrderConflict", 409), 0);
     assert_int_equal(openapi_enum_check(doc, "OrderUnavailable", 503), 0);
-    char *bad = tree_drift(doc, "limit_exceeded, sale_not_started, sale_ended]}",
-                           "limit_exceeded, sale_not_started]}");
+    assert_int_equal(openapi_enum_check(doc, "OrderForbidden", 403), 0);
+    char *bad = tree_drift(doc, "ticket_wrong_user, ticket_wrong_sku]}", "ticket_wrong_user]}");
+    assert_int_equal(openapi_enum_check(bad, "OrderForbidden", 403), 1);
+    free(bad);
+    bad = tree_drift(doc, "limit_exceeded, sale_not_started, sale_ended, ticket_used]}",
+                     "limit_exceeded, sale_not_started, ticket_used]}");
     assert_int_equal(openapi_enum_check(bad, "OrderConflict", 409), 1);
     free(bad);
     bad = tree_drift(doc, "error: {enum: [unavailable, lock_timeout]}",

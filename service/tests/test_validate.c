@@ -499,6 +499,27 @@ static void test_messages(void **state)
     assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), -1);
     assert_string_equal(err.message,
                         "quantity: must be an integer between 1 and 100, got 99999999999999999999");
+    /* a waiting room's ticket: optional, a printable string shorter than TICKET_TEXT_MAX */
+    b = "{\"sku\":\"A\",\"ticket\":\"t1.QQ.dQ.0.9.x\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), 0);
+    assert_true(o.has_ticket);
+    assert_string_equal(o.ticket, "t1.QQ.dQ.0.9.x");
+    b = "{\"sku\":\"A\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), 0);
+    assert_false(o.has_ticket);
+    b = "{\"sku\":\"A\",\"ticket\":7}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), -1);
+    assert_string_equal(err.message, "ticket: must be a waiting room's ticket: a string of 1 to "
+                                     "799 printable ASCII characters, got 7");
+    b = "{\"sku\":\"A\",\"ticket\":\"\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), -1);
+    b = "{\"sku\":\"A\",\"ticket\":\"a\\u0001b\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), -1);
+    char big[TICKET_TEXT_MAX + 64];
+    snprintf(big, sizeof(big), "{\"sku\":\"A\",\"ticket\":\"%0*d\"}", TICKET_TEXT_MAX - 1, 0);
+    assert_int_equal(validate_order_body(big, strlen(big), 100, &o, &err), 0);
+    snprintf(big, sizeof(big), "{\"sku\":\"A\",\"ticket\":\"%0*d\"}", TICKET_TEXT_MAX, 0);
+    assert_int_equal(validate_order_body(big, strlen(big), 100, &o, &err), -1);
     b = "{\"sku\":\"A\",\"sku\":\"B\"}";
     assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), -1);
     assert_string_equal(err.message, "sku: duplicate key");

@@ -8,7 +8,8 @@
  * stock its walk read, before its first lock), multi_intent (a multi-segment order's intent
  * written, and WAITed with --redis-replica-acks, no part yet), multi_parts (every part but the
  * primary written, and WAITed), multi_primary (the primary written, before its WAIT, the intent not
- * yet deleted), put_meta (a PUT's layout written into meta, not yet rolled out to the segments);
+ * yet deleted), put_meta (a PUT's layout written into meta, not yet rolled out to the segments),
+ * ticket_claimed (an order's waiting-room ticket claimed, and WAITed, before its first lock);
  * for :fail, giveback (every give-back to users' counts fails before its first call: the ended
  * orders stay queued).
  */

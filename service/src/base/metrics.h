@@ -58,7 +58,13 @@
     R(LIMIT, "limit_exceeded")            /* the user's limit */                                   \
     R(NOT_STARTED, "sale_not_started")                                                             \
     R(ENDED, "sale_ended")                                                                         \
-    R(USER_REQUIRED, "user_required")     /* a limit and no verified user */
+    R(USER_REQUIRED, "user_required")     /* a limit or a waiting room, no verified user */ \
+    R(TICKET_REQUIRED, "ticket_required") /* a waiting room's SKU, no ticket (SPEC §16) */     \
+    R(TICKET_INVALID, "ticket_invalid")                                                            \
+    R(TICKET_EXPIRED, "ticket_expired")                                                            \
+    R(TICKET_USED, "ticket_used")                                                                  \
+    R(TICKET_WRONG_USER, "ticket_wrong_user")                                                      \
+    R(TICKET_WRONG_SKU, "ticket_wrong_sku")
 /* clang-format on */
 
 enum metrics_order_result {

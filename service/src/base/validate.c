@@ -370,6 +370,18 @@ static int get_string(const json_t *obj, const char *name, bool required,
     return 0;
 }
 
+/* A ticket's text: 1 to TICKET_TEXT_MAX - 1 printable ASCII characters (what it says is
+ * ticket_check's to judge, with the SKU's rules). */
+static bool ticket_text_ok(const char *s, size_t len)
+{
+    if (len == 0 || len >= TICKET_TEXT_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
+}
+
 int validate_order_body(const char *body, size_t len, int64_t max_quantity,
                         struct validate_order *out, struct validate_error *err)
 {
@@ -385,7 +397,10 @@ int validate_order_body(const char *body, size_t len, int64_t max_quantity,
         get_int(root, &quantity, false, 1, &out->quantity, err) ||
         get_string(root, "user_id", false, validate_printable,
                    "a string of 1 to 128 printable ASCII characters", out->user_id,
-                   sizeof(out->user_id), &out->has_user_id, err))
+                   sizeof(out->user_id), &out->has_user_id, err) ||
+        get_string(root, "ticket", false, ticket_text_ok,
+                   "a waiting room's ticket: a string of 1 to 799 printable ASCII characters",
+                   out->ticket, sizeof(out->ticket), &out->has_ticket, err))
         goto done;
     rc = 0;
 done:

@@ -23,6 +23,7 @@
 
 #include "errors.h"
 #include "rules.h"
+#include "ticket.h"
 
 #define VALIDATE_MAX_BODY 16384            /* largest accepted body, bytes (SPEC §5: 16 KiB) */
 #define VALIDATE_SKU_MAX 64                /* longest SKU name */
@@ -44,6 +45,10 @@ struct validate_order {
     int64_t quantity;                         /* 1..max_quantity; 1 when absent */
     char user_id[VALIDATE_PRINTABLE_MAX + 1]; /* "" when absent */
     bool has_user_id;
+    /* a waiting room's ticket (SPEC §16, ticket.h): printable ASCII, shorter than
+     * TICKET_TEXT_MAX; checked by the order path only when the SKU has a waiting room */
+    char ticket[TICKET_TEXT_MAX];
+    bool has_ticket;
 };
 
 /* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required,

@@ -55,6 +55,11 @@ enum cstate {
     CL_COUNT
 };
 
+/* The longest token: 32 hex of randomness, and for a ticket "." and the key in hex. */
+#define CLAIM_TOKEN_MAX (32 + 1 + 2 * VALIDATE_PRINTABLE_MAX + 2)
+/* The longest value: "pending:<expiry>:<token>", or "<order id> <key hex>". */
+#define CLAIM_VALUE_MAX (ORDER_ID_MAX + CLAIM_TOKEN_MAX + 32)
+
 /* The claim: its state and strings, allocated for a request with a key only, so an order in
  * flight without one (most; 10,000 of them at once with 10,000 connections) does not carry
  * them. */
@@ -62,9 +67,15 @@ struct idem_claim {
     enum cstate state;
     const struct claim_back *back; /* the order machine's (claim_begin, claim_settle) */
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8];
-    char claim_value[64];
-    char bound[24], ttl[24], margin[24], token[40];
-    char seen[256];
+    char claim_value[CLAIM_VALUE_MAX];
+    char bound[24], ttl[24], margin[24], token[CLAIM_TOKEN_MAX];
+    /* a ticket's claim (o->tk_mode): the ticket's expiry for the scripts, and the client's
+     * Idempotency-Key in hex ("-" none), which the claim's value carries */
+    int ticket;
+    char texp[24];
+    char khex[2 * VALIDATE_PRINTABLE_MAX + 2];
+    char seen[CLAIM_VALUE_MAX];   /* the claim's value as the reply gave it (a replay: the id) */
+    char expect[CLAIM_VALUE_MAX]; /* the claim's value as stored: what a takeover compares */
     char found[ORDER_ID_MAX + 1]; /* the order an idem find batch found */
     int64_t give_up;
     int pause_ms; /* the next look at a claim pending elsewhere: 20 ms, doubling up to 160 */
@@ -156,23 +167,49 @@ static void idem_own(struct order *o, const redisReply *r)
     snprintf(o->claim_expiry, sizeof(o->claim_expiry), "%lld", store_reply_int(r->element[2], 0));
 }
 
+/* A ticket's claim: the ticket's outcome (409 ticket_used, 403 ticket_expired), nothing
+ * written. */
+static void idem_ticket_refused(struct order *o, enum idem_step step)
+{
+    claim_back(o, step == IDEM_TICKET_USED ? OUT_TICKET_USED : OUT_TICKET_EXPIRED);
+}
+
 static void idem_claim(struct order *o)
 {
     char meta[STORE_KEY_MAX];
     store_sku_key(meta, o->in.sku, "meta");
     const char *keys[2] = {o->ic->claim, meta};
-    const char *args[4] = {o->ic->bound, o->ic->ttl, o->ic->token, o->ic->margin};
+    const char *args[6] = {o->ic->bound,  o->ic->ttl,  o->ic->token,
+                           o->ic->margin, o->ic->texp, o->ic->khex};
     cl_move(o, CL_CLAIM);
-    order_script(o, SCRIPT_IDEM_CLAIM, 2, keys, 4, args);
+    order_script(o, SCRIPT_IDEM_CLAIM, 2, keys, o->ic->ticket ? 6 : 4, args);
 }
 
-/* The claim's holder can no longer commit, or its order was removed: take the key. */
+/* The claim's holder can no longer commit, or its order was removed: take the key (a ticket's
+ * claim only before the ticket's expiry: the script judges it). */
 static void idem_takeover(struct order *o)
 {
     const char *keys[1] = {o->ic->claim};
-    const char *args[4] = {o->ic->seen, "", o->ic->bound, o->ic->token};
+    const char *args[5] = {o->ic->expect, "", o->ic->bound, o->ic->token, o->ic->texp};
     cl_move(o, CL_TAKEOVER);
-    order_script(o, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
+    order_script(o, SCRIPT_IDEM_TAKEOVER, 1, keys, o->ic->ticket ? 5 : 4, args);
+}
+
+/* The client's Idempotency-Key in lower-case hex ("-" none): a ticket's claim carries it in a
+ * form that has no space, dot or colon, whatever the key holds. */
+static void key_hex(const char *key, char *out, size_t cap)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t n = strlen(key);
+    if (n == 0 || 2 * n + 1 > cap) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[(unsigned char)key[i] >> 4];
+        out[2 * i + 1] = digits[(unsigned char)key[i] & 15];
+    }
+    out[2 * n] = '\0';
 }
 
 /*
@@ -193,14 +230,25 @@ void claim_begin(struct order *o, const struct claim_back *back)
     }
     o->ic->back = back;
     char base[STORE_KEY_MAX];
-    store_sku_key(base, o->in.sku, "idem:");
-    snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%s", base, o->idem);
+    o->ic->ticket = o->tk_mode;
+    if (o->tk_mode) {
+        /* The ticket's claim: named by the ticket's number and expiry (one admission), a key
+         * no client Idempotency-Key can name. */
+        store_sku_key(base, o->in.sku, "tclaim:");
+        snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%" PRIu64 ":%" PRId64, base, o->tk_n,
+                 o->tk_exp);
+        snprintf(o->ic->texp, sizeof(o->ic->texp), "%" PRId64, o->tk_exp);
+        key_hex(o->key, o->ic->khex, sizeof(o->ic->khex));
+    } else {
+        store_sku_key(base, o->in.sku, "idem:");
+        snprintf(o->ic->claim, sizeof(o->ic->claim), "%s%s", base, o->idem);
+    }
     snprintf(o->ic->bound, sizeof(o->ic->bound), "%d",
              cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
     snprintf(o->ic->ttl, sizeof(o->ic->ttl), "%d", 24 * 3600 * 1000);
     snprintf(o->ic->margin, sizeof(o->ic->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
-    snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64, order_rnd64(),
-             order_rnd64());
+    snprintf(o->ic->token, sizeof(o->ic->token), "%016" PRIx64 "%016" PRIx64 "%s%s", order_rnd64(),
+             order_rnd64(), o->tk_mode ? "." : "", o->tk_mode ? o->ic->khex : "");
     o->ic->give_up = clock_mono_ms() + cfg->lock_wait_ms + cfg->hold_ms + 1000;
     o->ic->pause_ms = 20;
     idem_claim(o);
@@ -305,9 +353,14 @@ static void on_idem_claim(struct order *o, const struct oev *e)
     const redisReply *r = e->r;
     struct idem_verdict v;
     order_idem_claim_verdict(st, r, SKUCACHE_MAX_SEGMENTS, &v);
-    if (v.step != IDEM_UNAVAILABLE && v.step != IDEM_OWNED)
+    if (v.step != IDEM_UNAVAILABLE && v.step != IDEM_OWNED) {
         snprintf(o->ic->seen, sizeof(o->ic->seen), "%s",
                  r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "");
+        /* a ticket's finished claim: {code, order id, the value as stored} */
+        int raw = r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING;
+        snprintf(o->ic->expect, sizeof(o->ic->expect), "%s",
+                 raw ? r->element[2]->str : o->ic->seen);
+    }
     switch (v.step) {
     case IDEM_OWNED:
         idem_own(o, r);
@@ -317,6 +370,8 @@ static void on_idem_claim(struct order *o, const struct oev *e)
     case IDEM_TAKEOVER: idem_takeover(o); return;
     case IDEM_FIND: idem_find(o, v.nseg); return;
     case IDEM_PENDING: idem_pause(o); return;
+    case IDEM_TICKET_USED:
+    case IDEM_TICKET_EXPIRED: idem_ticket_refused(o, v.step); return;
     case IDEM_UNAVAILABLE:
     case IDEM_CLAIM: break;
     }
@@ -387,8 +442,16 @@ static void on_idem_find(struct order *o, const struct oev *e)
     if (o->batch_failed) {
         idem_unavailable(o);
     } else if (o->batch_found) {
+        /* A ticket's claim keeps the Idempotency-Key of the request that made the order (the
+         * end of the pending value's token) with it. */
+        char final[CLAIM_VALUE_MAX];
+        const char *dot = strrchr(o->ic->expect, '.');
+        snprintf(final, sizeof(final), "%s%s%s", o->ic->found, o->ic->ticket ? " " : "",
+                 !o->ic->ticket ? ""
+                 : dot          ? dot + 1
+                                : "-");
         const char *keys[1] = {o->ic->claim};
-        const char *args[4] = {o->ic->seen, o->ic->found, o->ic->bound, o->ic->token};
+        const char *args[4] = {o->ic->expect, final, o->ic->bound, o->ic->token};
         cl_move(o, CL_ADOPT);
         order_script(o, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
     } else {
@@ -414,6 +477,7 @@ static void on_idem_takeover(struct order *o, const struct oev *e)
     case IDEM_CLAIM:
         idem_claim(o); /* someone else changed it meanwhile: look again */
         return;
+    case IDEM_TICKET_EXPIRED: idem_ticket_refused(o, IDEM_TICKET_EXPIRED); return;
     default: idem_unavailable(o); return;
     }
 }
@@ -439,7 +503,11 @@ int claim_to_settle(const struct order *o)
 void claim_settle(struct order *o, const struct claim_back *back)
 {
     o->ic->back = back;
-    const char *final = order_idem_final(o->out) == IDEM_FINAL_ORDER ? o->order_id : "";
+    char final[CLAIM_VALUE_MAX] = "";
+    if (order_idem_final(o->out) == IDEM_FINAL_ORDER)
+        /* a ticket's claim keeps this request's Idempotency-Key with the order (replays) */
+        snprintf(final, sizeof(final), "%s%s%s", o->order_id, o->ic->ticket ? " " : "",
+                 o->ic->ticket ? o->ic->khex : "");
     const char *keys[1] = {o->ic->claim};
     const char *args[2] = {o->ic->claim_value, final};
     cl_move(o, CL_SETTLE);

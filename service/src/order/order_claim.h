@@ -19,6 +19,12 @@
  * per-user reservation's deadline has the same margin. */
 #define IDEM_TAKEOVER_MARGIN_MS 1000
 
+/* The name a ticket's order has in its segment's idem hash (the commit writes it, an expired
+ * claim's search reads it): this prefix, then "<n>:<exp_ms>". Its first byte is a control
+ * character, which no client Idempotency-Key (1..128 printable ASCII characters) can hold, so
+ * a ticket's order is never found under a client's key nor one client's order under a ticket. */
+#define ORDER_TICKET_FIELD_PREFIX "\x1fticket:"
+
 /* What the claim hands the order back with: the order machine's functions, given at the
  * hand-over (claim_begin, claim_settle) and kept with the claim's state. */
 struct claim_back {
@@ -31,7 +37,10 @@ struct claim_back {
 };
 
 /* Takes the order (state OS_CLAIM, layout known): claims its key (o->idem) or replays the order
- * the key names; back->claimed when decided. */
+ * the key names; back->claimed when decided. With o->tk_mode the claim is the ticket's
+ * (docs/design.md "The ticket and the order"): inv:2:{S}:tclaim:<n>:<exp>, made only before the
+ * ticket's expiry (OUT_TICKET_EXPIRED), carrying the client's key o->key: a request with the
+ * same key waits for it or replays its order, any other is answered OUT_TICKET_USED at once. */
 void claim_begin(struct order *o, const struct claim_back *back);
 
 /* The order's event while the claim holds it (OS_CLAIM, OS_CLAIM_SETTLE). */

@@ -63,6 +63,7 @@
 #include "areq.h"
 #include "clock.h"
 #include "faultpoint.h"
+#include "gate_store.h"
 #include "handlers.h"
 #include "hash.h"
 #include "identity.h"
@@ -86,6 +87,7 @@
 #include "order_status.h"
 #include "store.h"
 #include "store_scripts.h"
+#include "ticket.h"
 #include "validate.h"
 
 /* A strategy: how one segment is tried during a walk (NULL: the strategy has no walk and
@@ -1000,6 +1002,7 @@ static void recheck_start(struct order *o)
 }
 
 static void rules_begin(struct order *o);
+static void ticket_claim_start(struct order *o);
 
 /* The sale rules hold for the layout of o->view's version. */
 static void rules_applied(struct order *o)
@@ -1121,6 +1124,53 @@ static void rules_passed(struct order *o)
     layout_known(o);
 }
 
+/* ---- the waiting room's ticket (SPEC §16; docs/design.md "The ticket and the order") ---- */
+
+/* Checks the body's ticket, if any, for the order's SKU and verified user (o->tk_*): once, when
+ * the order is made; whether it is needed is the rules' to say (ticket_judged). */
+static void ticket_note(struct order *o)
+{
+    if (!o->in.has_ticket)
+        return;
+    if (!o->has_user) {
+        o->tk_err = ERROR_USER_REQUIRED;
+        return;
+    }
+    struct ticket t;
+    o->tk_err = (int)ticket_check(o->app->queue_key, o->in.ticket, o->in.sku, o->user, &t);
+    if (o->tk_err != ERROR_NONE)
+        return;
+    o->tk_n = t.n;
+    o->tk_exp = t.exp_ms;
+    snprintf(o->tk_field, sizeof(o->tk_field), ORDER_TICKET_FIELD_PREFIX "%" PRIu64 ":%" PRId64,
+             t.n, t.exp_ms);
+}
+
+/* A SKU with a waiting room (its rules as this order judges them): the order needs a ticket for
+ * this SKU and its verified user. OUT_CREATED: it has one (claimed or to claim), else the
+ * answer. */
+static enum order_outcome ticket_judged(const struct order *o)
+{
+    if (!o->in.has_ticket)
+        return OUT_TICKET_REQUIRED;
+    switch (o->tk_err) {
+    case ERROR_NONE: return OUT_CREATED;
+    case ERROR_USER_REQUIRED: return OUT_TICKET_USER_REQUIRED;
+    case ERROR_TICKET_WRONG_SKU: return OUT_TICKET_WRONG_SKU;
+    case ERROR_TICKET_WRONG_USER: return OUT_TICKET_WRONG_USER;
+    default: return OUT_TICKET_INVALID;
+    }
+}
+
+/* Whether the order's claim is its ticket's (before its first round): a valid ticket, on a SKU
+ * whose rules at hand have a waiting room. A ticket sent to a SKU without one is not looked at,
+ * unless the rules re-read say the room is on (rules_begin). */
+static int ticket_to_claim(const struct order *o)
+{
+    return o->in.has_ticket && o->tk_err == ERROR_NONE && !o->tk_claimed &&
+           o->view.rules.queue_rate > 0;
+}
+
 /* Applies the SKU's rules before the walk (the layout, so the rules, known; re-read first when
  * this instance's copy is older than sold_out_recheck_ms): the window's fast answer, then, for
  * a SKU with a limit, the reservation against the user's count. */
@@ -1132,6 +1182,31 @@ static void rules_begin(struct order *o)
         return;
     }
     const struct sku_rules *ru = &o->view.rules;
+    if (ru->queue_rate > 0) {
+        enum order_outcome t = ticket_judged(o);
+        if (t == OUT_CREATED && !o->tk_claimed) {
+            if (!o->ic) {
+                ticket_claim_start(o); /* order_claimed: the rules again, the claim held */
+                return;
+            }
+            /* The rules were judged without a room when the order claimed its key (a PATCH
+             * since; nothing was placed: the commit refused the older rules): the key's claim
+             * is deleted, then the ticket's is claimed (order_claim_settled), which carries
+             * the key. A loop ending meanwhile: 503, retry. */
+            o->out = OUT_TICKET_RECLAIM;
+            if (claim_to_settle(o)) {
+                o->tk_switch = 1;
+                set_state(o, OS_CLAIM_SETTLE);
+                claim_settle(o, &claim_hand_back);
+                return;
+            }
+            t = OUT_TICKET_RECLAIM;
+        }
+        if (t != OUT_CREATED) {
+            place_done(o, t);
+            return;
+        }
+    }
     enum order_outcome w = window_fast(o, ru);
     if (w != OUT_CREATED) {
         if (!o->rules_read) /* else the rules were just read from Redis: not without Redis */
@@ -1474,10 +1549,24 @@ static void claim_start(struct order *o)
     claim_begin(o, &claim_hand_back);
 }
 
-static void order_claimed(struct order *o, enum order_outcome out)
+/* The same machine claims the ticket: named in the segments' idem hashes by its own field
+ * (o->tk_field, never a client's key), the client's key o->key carried in the claim. */
+static void ticket_claim_start(struct order *o)
 {
-    if (out != OUT_CREATED) {
-        place_done(o, out);
+    o->tk_mode = 1;
+    o->idem = o->tk_field;
+    claim_start(o);
+}
+
+/* Before the first round (the layout known): the ticket's claim, the key's, or the round. */
+static void claim_or_round(struct order *o)
+{
+    if (ticket_to_claim(o)) {
+        ticket_claim_start(o);
+        return;
+    }
+    if (*o->idem) {
+        claim_start(o);
         return;
     }
     o->first = 1;
@@ -1485,8 +1574,48 @@ static void order_claimed(struct order *o, enum order_outcome out)
     round_begin(o);
 }
 
+static void order_claimed(struct order *o, enum order_outcome out)
+{
+    if (out != OUT_CREATED) {
+        place_done(o, out);
+        return;
+    }
+    if (o->tk_mode) {
+        o->tk_claimed = 1;
+        faultpoint("ticket_claimed"); /* tests: the ticket's claim held, no lock yet */
+    }
+    o->first = 1;
+    o->need_layout = 1;
+    round_begin(o);
+}
+
+/* gate_store_used's answer: a failure is logged (the ticket stays counted live until its
+ * expiry), nothing else. */
+static void on_ticket_marked(void *arg, lc_status st, const char *why, const struct gate_used *u)
+{
+    (void)arg;
+    (void)u;
+    if (st != LC_OK)
+        log_msg(CONFIG_LOG_WARN, "ticket_mark_failed", "%s", why ? why : "");
+}
+
 static void order_claim_settled(struct order *o)
 {
+    if (o->tk_switch) {
+        /* the key's claim deleted: the ticket's now (rules_begin) */
+        o->tk_switch = 0;
+        free(o->ic);
+        o->ic = NULL;
+        ticket_claim_start(o);
+        return;
+    }
+    /* The gate's bookkeeping (issue 32; docs/design.md "The ticket and the order"): a
+     * ticket's order made (its claim now final) marks the ticket used in the gate, sent
+     * without waiting for it and without the request's context: its loss only keeps the
+     * ticket counted live until its expiry (the budget is then conservative). */
+    if (o->tk_claimed && o->out == OUT_CREATED)
+        gate_store_used(o->app->store, o->lc, NULL, o->in.sku, o->user, o->order_id,
+                        on_ticket_marked, NULL);
     answer(o);
 }
 
@@ -1515,7 +1644,7 @@ static void on_claim_layout(struct order *o, const struct oev *e)
         place_done(o, OUT_IDEM_FAILED);
         return;
     }
-    claim_start(o);
+    claim_or_round(o);
 }
 
 static void on_layout(struct order *o, const struct oev *e)
@@ -1755,8 +1884,8 @@ static void on_rollout_pause(struct order *o, const struct oev *e)
  * layout, the limit, the re-check, a segment's lock or gate, the critical section, a roll-out,
  * the end. */
 #define TO_ROUND                                                                                   \
-    (TO(OS_LAYOUT) | TO(OS_LIMIT) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | TO(OS_HOLD) |  \
-     TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+    (TO(OS_LAYOUT) | TO(OS_LIMIT) | TO(OS_CLAIM) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | \
+     TO(OS_HOLD) | TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
 
 static void on_claim(struct order *o, const struct oev *e)
 {
@@ -1782,7 +1911,8 @@ static const struct state_row {
     /* order_create_async: run_layout (key, layout unknown), claim_start, round_begin */
     [OS_NEW] = {"new", NULL, 0, 0, 0, TO(OS_CLAIM_LAYOUT) | TO(OS_CLAIM) | TO_ROUND},
     /* on_claim_layout: claim_start, or the answer */
-    [OS_CLAIM_LAYOUT] = {"claim_layout", on_claim_layout, 0, 0, 0, TO(OS_CLAIM) | TO(OS_DONE)},
+    [OS_CLAIM_LAYOUT] = {"claim_layout", on_claim_layout, 0, 0, 0,
+                         TO(OS_CLAIM) | TO(OS_DONE) | TO_ROUND},
     /* order_claimed: round_begin (owned), or place_done (a replay, a failure) */
     [OS_CLAIM] = {"claim", on_claim, 0, 0, 1, TO_ROUND},
     /* order_limited: rules_passed (layout_known: the walk), or place_done */
@@ -1821,8 +1951,8 @@ static const struct state_row {
     [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, 0, TO(OS_MULTI) | TO_END},
     /* order_limit_released: place_done again (the claim, the answer) */
     [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
-    /* order_claim_settled: answer */
-    [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_DONE)},
+    /* order_claim_settled: answer, or the ticket's claim (the key's deleted: rules_begin) */
+    [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_CLAIM) | TO(OS_DONE)},
     [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
 _Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");
@@ -1951,6 +2081,7 @@ void order_create_async(struct areq *ar)
         return;
     }
     o->idem = req->idempotency_key ? req->idempotency_key : "";
+    o->key = o->idem;
     if (req->idempotency_key && !validate_printable(o->idem, strlen(o->idem))) {
         metrics_order(METRICS_ORDER_INVALID);
         response_error(&ar->res, ERROR_INVALID_REQUEST,
@@ -1970,7 +2101,9 @@ void order_create_async(struct areq *ar)
     o->own_salt = own_salt(o->in.sku);
     /* The sold-out fast path needs no Redis at all. */
     skucache_get(app->cache, o->in.sku, &o->view);
-    if (o->view.sold_out && !o->view.recheck_due && !*o->idem) {
+    ticket_note(o);
+    /* (a ticket's order may be replayed: its claim is looked at first, as a key's) */
+    if (o->view.sold_out && !o->view.recheck_due && !*o->idem && !o->in.has_ticket) {
         order_outcome_respond(&ar->res, OUT_SOLD_OUT_FAST, 0);
         order_free(o);
         areq_done(ar);
@@ -1985,12 +2118,12 @@ void order_create_async(struct areq *ar)
     }
     ar->cancel = order_on_loop_end;
     ar->handler = o;
-    if (*o->idem) {
+    if (*o->idem || o->in.has_ticket) {
         if (!o->view.version) {
             run_layout(o, OS_CLAIM_LAYOUT, LJ_LOAD);
             return;
         }
-        claim_start(o);
+        claim_or_round(o);
         return;
     }
     o->first = 1;

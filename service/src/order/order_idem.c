@@ -29,6 +29,14 @@ void order_idem_claim_verdict(lc_status st, const redisReply *r, int nseg_max,
             v->step = IDEM_OWNED;
         return;
     }
+    if (code == STORE_CLAIM_TICKET_USED) {
+        v->step = IDEM_TICKET_USED;
+        return;
+    }
+    if (code == STORE_CLAIM_TICKET_EXPIRED) {
+        v->step = IDEM_TICKET_EXPIRED;
+        return;
+    }
     const char *seen = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
     if (code == STORE_CLAIM_TAKEN && strncmp(seen, "pending:", 8) != 0) {
         /* A finished order: replay it (if it still exists). */
@@ -55,6 +63,8 @@ enum idem_step order_idem_takeover_verdict(lc_status st, const redisReply *r)
 {
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         return IDEM_UNAVAILABLE;
+    if (r->element[0]->integer == STORE_TAKEOVER_TICKET_EXPIRED)
+        return IDEM_TICKET_EXPIRED;
     if (r->element[0]->integer != STORE_TAKEOVER_OWNED)
         return IDEM_CLAIM; /* someone else changed it meanwhile: look again */
     return owned_ok(r) ? IDEM_OWNED : IDEM_UNAVAILABLE;

@@ -15,13 +15,15 @@
 
 /* The next step after a claim or takeover reply. */
 enum idem_step {
-    IDEM_UNAVAILABLE, /* failed or malformed: 503, nothing placed */
-    IDEM_OWNED,       /* the key is this request's: element[1] the claim, element[2] its expiry */
-    IDEM_REPLAY,      /* a finished order: fetch it from segment k of sku (replay) */
-    IDEM_TAKEOVER,    /* the key names nothing that can still be placed: take it over */
-    IDEM_FIND,        /* expired while pending: look for its order in segments [0, nseg) */
-    IDEM_PENDING,     /* pending elsewhere and alive: look again shortly */
-    IDEM_CLAIM        /* the claim changed meanwhile (takeover): claim again */
+    IDEM_UNAVAILABLE,   /* failed or malformed: 503, nothing placed */
+    IDEM_OWNED,         /* the key is this request's: element[1] the claim, element[2] its expiry */
+    IDEM_REPLAY,        /* a finished order: fetch it from segment k of sku (replay) */
+    IDEM_TAKEOVER,      /* the key names nothing that can still be placed: take it over */
+    IDEM_FIND,          /* expired while pending: look for its order in segments [0, nseg) */
+    IDEM_PENDING,       /* pending elsewhere and alive: look again shortly */
+    IDEM_CLAIM,         /* the claim changed meanwhile (takeover): claim again */
+    IDEM_TICKET_USED,   /* a ticket's claim holds (or is making) another request's order: 409 */
+    IDEM_TICKET_EXPIRED /* a ticket's claim not made: past the ticket's expiry (Redis's clock) */
 };
 
 struct idem_verdict {
@@ -35,7 +37,8 @@ struct idem_verdict {
 void order_idem_claim_verdict(lc_status st, const redisReply *r, int nseg_max,
                               struct idem_verdict *v);
 
-/* What the takeover script's reply says: IDEM_OWNED, IDEM_CLAIM or IDEM_UNAVAILABLE. */
+/* What the takeover script's reply says: IDEM_OWNED, IDEM_CLAIM, IDEM_TICKET_EXPIRED or
+ * IDEM_UNAVAILABLE. */
 enum idem_step order_idem_takeover_verdict(lc_status st, const redisReply *r);
 
 /* What the claim becomes after the order's outcome. */

@@ -130,7 +130,19 @@ struct order {
     struct validate_order in;
     char user[VALIDATE_PRINTABLE_MAX + 1]; /* the verified user (identity.h) when has_user */
     int has_user;
-    const char *idem; /* "" when none */
+    const char *idem; /* the claim's name in the segments' idem hashes: the client's
+                         Idempotency-Key (key), or the ticket's tk_field once the order claims
+                         its ticket; "" when none */
+    const char *key;  /* the client's Idempotency-Key, "" when none */
+    /* a waiting room's ticket (docs/design.md "The ticket and the order"), when the body has one:
+     * ticket_check's verdict for this SKU and verified user (ERROR_USER_REQUIRED: no verified
+     * user), its number and expiry, and whether this request claims it (tk_mode) / holds it */
+    int tk_err;
+    uint64_t tk_n;
+    int64_t tk_exp;
+    int tk_mode, tk_claimed;
+    int tk_switch;     /* the key's claim being deleted for the ticket's (rules_begin) */
+    char tk_field[64]; /* ORDER_TICKET_FIELD_PREFIX "<n>:<exp>": never a client's key */
     struct sku_view view;
     int64_t deadline_ms;
     int settled; /* this request already settled the SKU's layout once */

@@ -95,6 +95,27 @@
             "this SKU limits units per user: the order needs a verified user "                     \
             "(a bearer token, or the user header from a trusted proxy)",                           \
             METRICS_ORDER_USER_REQUIRED, OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")               \
+    OUTCOME(TICKET_REQUIRED, ERROR_TICKET_REQUIRED, NULL, METRICS_ORDER_TICKET_REQUIRED,          \
+            OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")                                            \
+    OUTCOME(TICKET_USER_REQUIRED, ERROR_USER_REQUIRED,                                             \
+            "this SKU has a waiting room: the order needs a verified user "                        \
+            "(a bearer token, or the user header from a trusted proxy)",                           \
+            METRICS_ORDER_USER_REQUIRED, OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")               \
+    OUTCOME(TICKET_INVALID, ERROR_TICKET_INVALID, NULL, METRICS_ORDER_TICKET_INVALID, OF_REFUSED,  \
+            IDEM_FINAL_DELETE, 0, 0, 0, "")                                                        \
+    OUTCOME(TICKET_EXPIRED, ERROR_TICKET_EXPIRED, NULL, METRICS_ORDER_TICKET_EXPIRED, OF_REFUSED,  \
+            IDEM_FINAL_DELETE, 0, 0, 0, "")                                                        \
+    OUTCOME(TICKET_USED, ERROR_TICKET_USED, NULL, METRICS_ORDER_TICKET_USED, OF_REFUSED,           \
+            IDEM_FINAL_DELETE, 0, 0, 0, "")                                                        \
+    OUTCOME(TICKET_WRONG_USER, ERROR_TICKET_WRONG_USER, NULL, METRICS_ORDER_TICKET_WRONG_USER,     \
+            OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")                                            \
+    OUTCOME(TICKET_WRONG_SKU, ERROR_TICKET_WRONG_SKU, NULL, METRICS_ORDER_TICKET_WRONG_SKU,        \
+            OF_REFUSED, IDEM_FINAL_DELETE, 0, 0, 0, "")                                            \
+    OUTCOME(TICKET_RECLAIM, ERROR_UNAVAILABLE,                                                     \
+            "the SKU's waiting room was turned on while this order ran under its "                 \
+            "Idempotency-Key, and the service is ending: nothing was placed, retry with the "      \
+            "ticket",                                                                              \
+            METRICS_ORDER_UNAVAILABLE, OF_RETRY, IDEM_FINAL_DELETE, 0, 0, 0, "")                   \
     OUTCOME(REPLAYED, ERROR_NONE, NULL, METRICS_ORDER_REPLAYED, OF_PLACED, IDEM_FINAL_DELETE, 0,   \
             0, 0, "200: the order the key names")                                                  \
     OUTCOME(IDEM_FAILED, ERROR_NONE, NULL, METRICS_ORDER_RESULT_COUNT, OF_KEY, IDEM_FINAL_DELETE,  \

@@ -148,6 +148,11 @@
 /* {2, value, segments, hwm}: pending and expired: the caller may look for its order in segments
  * [0, max(segments, hwm)) and take it over */
 #define STORE_CLAIM_EXPIRED 2
+/* {3, value}: a ticket's claim (docs/design.md "The ticket and the order") holding an order or
+ * pending for a request with another Idempotency-Key (or none): the ticket is used */
+#define STORE_CLAIM_TICKET_USED 3
+/* {4, ""}: a ticket's claim not made: Redis's clock is past the ticket's expiry */
+#define STORE_CLAIM_TICKET_EXPIRED 4
 
 /* lua/idem_takeover.lua: {code, ...}. */
 /* {0}: the claim changed meanwhile */
@@ -156,6 +161,8 @@
 #define STORE_TAKEOVER_ADOPTED 1
 /* {2, value, expiry}: now this request's */
 #define STORE_TAKEOVER_OWNED 2
+/* {3}: a ticket's claim not taken: Redis's clock is past the ticket's expiry */
+#define STORE_TAKEOVER_TICKET_EXPIRED 3
 
 /* lua/idem_swap.lua. */
 /* the claim holds another value: nothing written */
