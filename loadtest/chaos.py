@@ -2869,7 +2869,7 @@ def main():
     ap.add_argument("--queue", type=int, choices=(0, 1), default=0,
                     help="1: two SKUs with a waiting room, their clients and checks (SPEC §16; the instances need "
                          "--queue-key-file and --user-header X-User from 127.0.0.1)")
-    ap.add_argument("--queue-clients", type=int, default=4, help="threads that join, poll and order through the waiting room")
+    ap.add_argument("--queue-clients", type=int, default=6, help="threads that join, poll and order through the waiting room")
     a = ap.parse_args()
     if not 0 <= a.large_orders <= 1:
         ap.error("--large-orders is a fraction, 0..1")

@@ -37,6 +37,13 @@
 # lhwm), dropped segments' included, drained, no unlogged count left; ≤ 60 s) and runs
 # `inventory-sink reconcile --sku S` for every SKU: a difference is a violation (only a
 # backfilled row of an order a later PUT or DELETE reset out of Redis is excused).
+# The waiting room (issue 32, SPEC §16; CH_QUEUE=0 turns it off): the instances also run with
+# --queue-key-file (64 random hex digits, the same file for all) and --user-header X-User
+# --trusted-proxies 127.0.0.1/32 (a join needs a verified user); chaos.py adds two SKUs with a
+# waiting room and queue clients that join, poll and order with tickets, pause admission and
+# change its rate (loadtest/chaos_queue.py); its checks queue-places, queue-fifo,
+# queue-tickets, queue-budget, queue-sold-out and queue-pause run at every checkpoint
+# (docs/reliability.md "The waiting room in the history": which hold across which faults).
 # Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
@@ -102,6 +109,7 @@
 # CH_SINK (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no order log, sink, MariaDB or check
 # "database"), CH_SINK_BIN (the running sink's binary, default the build's; an older one shows
 # the check catching what it left: loadtest/README.md; reconcile is always the build's).
+# CH_QUEUE (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no waiting room), CH_QUEUE_CLIENTS (6).
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -233,7 +241,8 @@ inst_flags=(--admin-token "$token" --lock-lease-ms "$lease" --redis-timeout-ms "
 # The waiting room's users are verified (SPEC §16): the X-User header, believed from loopback;
 # its tickets are signed with one key file, the same for every instance.
 if [ "$queue" = 1 ]; then
-  head -c 48 /dev/urandom >"$run_dir/queue.key"
+  # 64 hex digits of 32 random bytes (the key file may hold no NUL byte)
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/queue.key"
   inst_flags+=(--queue-key-file "$run_dir/queue.key" --user-header X-User --trusted-proxies 127.0.0.1/32)
 fi
 if [ "$cluster" = 1 ]; then
@@ -541,7 +550,7 @@ INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
   --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" \
-  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-4}" &
+  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 

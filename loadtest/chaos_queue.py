@@ -30,8 +30,9 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-QUEUE_USERS = 150       # users per SKU
-TICKET_TTL_S = 3        # short, so that tickets expire during a run and give their budget back
+QUEUE_USERS = 400       # users per SKU: more than the stock and the rate serve in a run
+CROWD = 250             # of whom join at the opening, at once
+TICKET_TTL_S = 5        # short, so that tickets expire during a run and give their budget back
 QF_MAX_ACTIVE = 8
 SALE_START_S = 4.0      # qs's sale_start after its PUT's answer
 RATES = (20, 30, 40, 50)
@@ -54,6 +55,14 @@ QCHECKS = [
     ("queue-sold-out", "at a quiet checkpoint whose exact status says remaining + reserved = 0, one second later every place not admitted answers sold_out, on any instance"),
     ("queue-pause", "no admission (an admission entry or a polled ticket whose exp - ttl is on Redis's clock) after a PATCH queue_paused 1 was answered and before its resume was sent"),
 ]
+
+# Reads a SKU's gate at one moment. KEYS: q, q:line, q:adm, q:live, meta (one slot, {S}).
+GATE_LUA = """
+local t = redis.call('TIME')
+return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'),
+        redis.call('HGETALL', KEYS[3]), redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES'),
+        redis.call('HGETALL', KEYS[5]), t[1], t[2]}
+"""
 
 
 def answer(lop):
@@ -102,12 +111,13 @@ class QueueRoom:
             self.skus[0]: {"stock": rr.randint(20, 30), "segments": 2, "queue_rate": rr.choice(RATES), "queue_fifo": 1,
                            "queue_max_active": QF_MAX_ACTIVE, "queue_ticket_ttl_s": TICKET_TTL_S},
             self.skus[1]: {"stock": rr.randint(25, 35), "segments": 3, "queue_rate": rr.choice(RATES), "queue_fifo": 0,
-                           "queue_admit_pct": 200, "queue_ticket_ttl_s": TICKET_TTL_S, "reservation_ttl_s": 2},
+                           "queue_admit_pct": 100, "queue_ticket_ttl_s": TICKET_TTL_S, "reservation_ttl_s": 2},
         }
         self.users = {s: ["q%d-%s-%d" % (a.seed % 1000, s[-2:], i) for i in range(QUEUE_USERS)] for s in self.skus}
         self.lock = threading.Lock()
         self.joined = {s: set() for s in self.skus}
         self.next_poll = {s: {} for s in self.skus}     # user -> when to poll again (now())
+        self.pos = {s: {} for s in self.skus}           # user -> the last position answered
         self.final = {s: set() for s in self.skus}      # users whose place is used/expired/sold out
         self.tickets = {s: {} for s in self.skus}       # user -> (ticket, exp wall s) not yet used
         self.used = {s: {} for s in self.skus}          # user -> ticket used (201)
@@ -116,6 +126,7 @@ class QueueRoom:
         self.sale_start = {}                            # sku -> wall s
         self.put_stock = {}
         self.sold_out_checked = 0
+        self.pause_excused = set()      # (sku, pause lop) a resume of unknown outcome may have ended
 
     # -- clients --
     def headers(self, user):
@@ -133,6 +144,27 @@ class QueueRoom:
             if lop.final != "acked":
                 raise self.c.Infra("the waiting room's PUT of %s was not answered 2xx: %s" % (s, [x["status"] for x in lop.attempts]))
             self.put_stock[s] = args["stock"]
+        self.crowd()
+
+    def crowd(self):
+        """The crowd at the opening: CROWD users of each SKU join at once (8 threads), before
+        qs's sale_start (its fair start shuffles them) and far more than the stock and the rate
+        serve, so that the line is long, the budget binds and places wait."""
+        def joiner(j):
+            r = random.Random("%d/crowd/%d" % (self.run.a.seed, j))
+            for s in self.skus:
+                for u in self.users[s][j:CROWD:8]:
+                    with self.lock:
+                        self.joined[s].add(u)
+                    lop = self.run.new_lop("qjoin", s, -2, {"user": u}, False)
+                    self.run.execute(r, lop, "POST", "/api/v1/skus/%s/queue" % s, None, headers=self.headers(u))
+                    with self.lock:
+                        self.next_poll[s].setdefault(u, self.c.now() + r.uniform(0.2, 2.0))
+        th = [threading.Thread(target=joiner, args=(j,)) for j in range(8)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
 
     def join(self, rng, thr, s):
         with self.lock:
@@ -153,15 +185,18 @@ class QueueRoom:
         with self.lock:
             t = self.c.now()
             if u is None:
-                due = [x for x, w in self.next_poll[s].items() if w <= t and x not in self.final[s]]
+                due = sorted(x for x, w in self.next_poll[s].items() if w <= t and x not in self.final[s])
                 if not due:
                     return None
-                u = rng.choice(sorted(due))
+                # of 4 due places, the one nearest the front (it was told to come back soonest)
+                u = min(rng.sample(due, min(4, len(due))), key=lambda x: self.pos[s].get(x, 0))
         lop = self.run.new_lop("qpoll", s, thr, {"user": u}, False)
         self.run.execute(rng, lop, "GET", "/api/v1/skus/%s/queue" % s, headers=self.headers(u))
         b = answer(lop)
         st = b.get("state")
         with self.lock:
+            if isinstance(b.get("position"), int):
+                self.pos[s][u] = b["position"]
             ra = b.get("retry_after_s")
             # loosely: a fraction of what the place was told (the run is short)
             self.next_poll[s][u] = self.c.now() + (min(3.0, ra * rng.uniform(0.2, 0.6)) if isinstance(ra, int) else rng.uniform(0.3, 1.0))
@@ -172,6 +207,10 @@ class QueueRoom:
             elif st in ("used", "expired"):
                 self.final[s].add(u)
                 self.tickets[s].pop(u, None)
+            fresh = st == "admitted" and u in self.tickets[s]
+        # most admitted buyers buy at once (the others later, or never: their tickets expire)
+        if fresh and thr >= 0 and rng.random() < 0.6:
+            self.order(rng, thr, s, who=u)
         return lop
 
     def send_order(self, rng, thr, s, user, ticket, mode, key):
@@ -191,14 +230,21 @@ class QueueRoom:
                     self.tickets[s].pop(user, None)
         return lop
 
-    def order(self, rng, thr, s):
-        mode = rng.choices([m for m, _ in MODES], [w for _, w in MODES])[0]
+    def order(self, rng, thr, s, who=None):
+        """A ticketed order in a mode of MODES; who: the user a poll just admitted, who buys at
+        once (a legitimate mode)."""
+        if who:
+            mode = rng.choice(("keyed", "keyed", "keyless", "double", "replay"))
+        else:
+            mode = rng.choices([m for m, _ in MODES], [w for _, w in MODES])[0]
         wall = time.time()
         with self.lock:
             if mode == "reuse":
                 cands = sorted(self.used[s].items())
             else:
                 cands = sorted((u, t) for u, (t, e) in self.tickets[s].items() if (e > wall + 0.1) != (mode == "late"))
+            if who:
+                cands = [c for c in cands if c[0] == who]
             if not cands:
                 return None
             u, t = cands[rng.randrange(len(cands))]
@@ -258,8 +304,15 @@ class QueueRoom:
         lop = self.run.new_lop("qpatch", s, thr, args, False)
         return self.run.execute(rng, lop, "PATCH", "/api/v1/skus/" + s, args, admin=True)
 
+    def giving_back(self, s):
+        """Restocks and cancels of qf stop halfway through the traffic, so that it sells out and
+        the checkpoints after find its places sold_out (qs's holds still give units back)."""
+        return s != self.skus[0] or self.run.traffic_now() < self.run.a.duration / 2.0
+
     def restock(self, rng, thr, s):
-        args = {"quantity": rng.randint(1, 3)}
+        if not self.giving_back(s):
+            return None
+        args = {"quantity": rng.randint(1, 2)}
         lop = self.run.new_lop("qrestock", s, thr, args, True)
         return self.run.execute(rng, lop, "POST", "/api/v1/skus/%s/restock" % s, args, admin=True)
 
@@ -268,6 +321,8 @@ class QueueRoom:
             if not self.orders:
                 return None
             oid, s, _ = self.orders[rng.randrange(len(self.orders))]
+        if not self.giving_back(s):
+            return None
         lop = self.run.new_lop("qcancel", s, thr, {"order_id": oid}, False)
         return self.run.execute(rng, lop, "DELETE", "/api/v1/orders/" + oid, admin=True)
 
@@ -300,7 +355,7 @@ class QueueRoom:
                 done = self.pause_resume(rng, thr, s)
             elif x < 92:
                 done = self.rate(rng, thr, s)
-            elif x < 93:
+            elif x < 92.5:
                 done = self.restock(rng, thr, s)
             elif x < 95:
                 done = self.cancel(rng, thr)
@@ -313,18 +368,19 @@ class QueueRoom:
 
     # -- checks at a checkpoint --
     def read(self, rds, s):
-        g = {"q": self.c.pairs(rds.cmd("HGETALL", self.c.KEYS.sku(s, "q"))),
-             "line": self.c.pairs(rds.cmd("ZRANGE", self.c.KEYS.sku(s, "q:line"), 0, -1, "WITHSCORES")),
-             "order": rds.cmd("ZRANGE", self.c.KEYS.sku(s, "q:line"), 0, -1),
-             "adm": self.c.pairs(rds.cmd("HGETALL", self.c.KEYS.sku(s, "q:adm"))),
-             "live": self.c.pairs(rds.cmd("ZRANGE", self.c.KEYS.sku(s, "q:live"), 0, -1, "WITHSCORES")),
-             "meta": self.c.pairs(rds.cmd("HGETALL", self.c.KEYS.sku(s, "meta")))}
-        t = rds.cmd("TIME", key=self.c.KEYS.sku(s, "q")) if self.run.a.redis_cluster else rds.cmd("TIME")
-        g["now_ms"] = int(t[0]) * 1000 + int(t[1]) // 1000
-        return g
+        """The gate of s at one moment (one script on its slot): its counters, the line in rank
+        order with the scores, the admission entries, the live tickets, the meta, Redis's now."""
+        keys = [self.c.KEYS.sku(s, x) for x in ("q", "q:line", "q:adm", "q:live", "meta")]
+        r = rds.cmd("EVAL", GATE_LUA, len(keys), *keys)
+        if not isinstance(r, list) or len(r) != 7:
+            raise self.c.Infra("cannot read the gate of %s: %s" % (s, r))
+        line = r[1]
+        return {"q": self.c.pairs(r[0]), "line": self.c.pairs(line), "order": line[0::2], "adm": self.c.pairs(r[2]),
+                "live": self.c.pairs(r[3]), "meta": self.c.pairs(r[4]), "now_ms": int(r[5]) * 1000 + int(r[6]) // 1000}
 
     def checkpoint(self, cp, final):
         run, ch = self.run, self.run.checks
+        t0 = self.c.now()
         try:
             rds = run.redis(10.0)
             try:
@@ -336,11 +392,14 @@ class QueueRoom:
             raise self.c.Infra("cannot read the waiting room at checkpoint %s: %s" % (cp, e))
         with run.lock:
             lops = [l for l in run.lops if l.sku in self.skus]
+        # SPEC §8 of the gated SKUs (verify.sh, as for chaos.py's SKUs), both at once and beside
+        # the checks below: a checkpoint of --short costs ~0.5 s more, not ~1.5 s
+        vs = [threading.Thread(target=ch.verify_sh, args=(cp, s), kwargs={"status": sum(len(x.get("due", {})) for x in snaps[s]["segs"].values()) == 0})
+              for s in self.skus if snaps[s]["meta"]]
+        for t in vs:
+            t.start()
         for s in self.skus:
             g, snap = gates[s], snaps[s]
-            if snap["meta"]:
-                live_holds = sum(len(x.get("due", {})) for x in snap["segs"].values())
-                ch.verify_sh(cp, s, status=live_holds == 0)
             ops = defaultdict(list)
             for l in lops:
                 if l.sku == s:
@@ -350,7 +409,13 @@ class QueueRoom:
             self.check_orders(cp, s, g, snap, ops)
             self.check_budget(cp, s, g, snap, ops, lost)
             self.check_pause(cp, s, g, ops)
+        t1 = self.c.now()
         self.check_sold_out(cp, gates)
+        t2 = self.c.now()
+        for t in vs:
+            t.join()
+        self.c.log("checkpoint %s: the waiting room checked in %.1f s (Redis and history %.1f s, sold-out polls %.1f s, verify.sh %.1f s more)" % (
+            cp, self.c.now() - t0, t1 - t0, t2 - t1, self.c.now() - t2))
 
     @staticmethod
     def answers(lops):
@@ -518,8 +583,28 @@ class QueueRoom:
         ch.budget_notes.append("%s %s: issued %d, expired unused %d, units available %d (stock %d + restocks %d + returned %d), k %d %%, lost admissions %d: %d ≤ %d" % (
             cp, s, issued, expired, avail, self.put_stock[s], restocks, returned, k, len(lost), issued - expired, bound))
         if issued - expired > bound:
-            ch.fail("queue-budget", (s, cp), "checkpoint %s, %s: tickets issued %d - expired unused %d > k %d %% × %d units available (stock %d + restocks %d + returned %d) + %d lost = %d" % (
+            ch.fail("queue-budget", (s, "issued", cp), "checkpoint %s, %s: tickets issued %d - expired unused %d > k %d %% × %d units available (stock %d + restocks %d + returned %d) + %d lost = %d" % (
                 cp, s, issued, expired, k, avail, self.put_stock[s], restocks, returned, len(lost), bound), [])
+        # k = 100 %: every unit is sold by a ticket that was live at the step that admitted it
+        # (or counted in fin - fin_seen there), so at a quiet checkpoint the live tickets not
+        # (maybe) used — no order with them answered 201 or of unknown outcome — are at most the
+        # units remaining: L + n ≤ R at each step, and each later sale takes one from both.
+        # (With k > 100 % a sale takes one unit from R but k/100 from the budget: no such bound.)
+        # The gate was read before the segments, and during the quiet R only grows (holds expire).
+        if k == 100:
+            maybe_used = set()
+            for l in ops["qorder"]:
+                tp = ticket_parts(l.args.get("ticket"))
+                if tp and any(a["eff"] in (self.c.YES, self.c.MAYBE) for a in l.attempts):
+                    maybe_used.add((l.args["as_user"], tp[1]))
+            live = sorted(u for u, v in g["adm"].items() if not v.startswith("used:") and int(v.split(":")[1]) > g["now_ms"]
+                          and (u, int(v.split(":")[1])) not in maybe_used)
+            rem = sum(x["stock"] or 0 for x in snap["segs"].values())
+            ch.examined["queue-budget"] += 1
+            ch.budget_notes.append("%s %s: %d live tickets not used, %d units remaining, k 100 %%" % (cp, s, len(live), rem))
+            if len(live) > rem + len(lost):
+                ch.fail("queue-budget", (s, "live", cp), "checkpoint %s, %s: %d live tickets not used (%s) for %d units remaining (k 100 %%)%s" % (
+                    cp, s, len(live), ", ".join(live)[:200], rem, " + %d lost admissions" % len(lost) if lost else ""), [])
         cap = self.conf[s].get("queue_max_active")
         if not cap:
             return
@@ -546,15 +631,22 @@ class QueueRoom:
                 break
 
     def pause_windows(self, ops):
-        """(answer wall s of a PATCH queue_paused 1, first attempt of the next resume) per SKU."""
+        """(answer wall s of a PATCH queue_paused 1, first attempt of the next resume, the pause's
+        lop, the resume attempt that may land inside it or None) per SKU. A resume attempt
+        without an answer (a timeout, an instance stopped or killed) may still be applied up to
+        STALE_RULE_S after it was given up (chaos.py's rules-in-force has the same allowance):
+        after the pause, it unpauses the room, rightly."""
         pats = sorted(ops["qpatch"], key=lambda l: l.t0)
+        stale = [a for r in pats if r.args.get("queue_paused") == 0 for a in r.attempts
+                 if a["sent"] and (a["status"] is None or a["status"] >= 500)]
         out = []
         for i, l in enumerate(pats):
             if l.args.get("queue_paused") != 1 or not l.ack:
                 continue
             nxt = next((r for r in pats[i + 1:] if r.args.get("queue_paused") == 0 and r.t0 > l.ack["t1"]), None)
             end = nxt.attempts[0]["w0"] if nxt else float("inf")
-            out.append((l.ack["w1"], end, l))
+            late = next((a for a in stale if a["w0"] < end and a["w1"] + self.c.STALE_RULE_S > l.ack["w1"]), None)
+            out.append((l.ack["w1"], end, l, late))
         return out
 
     def check_pause(self, cp, s, g, ops):
@@ -566,7 +658,10 @@ class QueueRoom:
                 at[(u, int(v.split(":")[1]))] = int(v.split(":")[1]) / 1000.0 - ttl
         for t, (u, n_, e, sq) in self.tickets_seen(ops).items():
             at[(u, e)] = e / 1000.0 - ttl
-        for w1, end, l in self.pause_windows(ops):
+        for w1, end, l, late in self.pause_windows(ops):
+            if late is not None:
+                self.pause_excused.add((s, l.id))
+                continue
             ch.examined["queue-pause"] += 1
             bad = sorted((t, u) for (u, e), t in at.items() if w1 + CLOCK_SLACK_S < t < end)
             if bad:
@@ -587,15 +682,25 @@ class QueueRoom:
         if not due:
             return
         time.sleep(1.0)
-        for s, waiting in due:
-            self.sold_out_checked += 1
-            for u in waiting[:40]:
-                lop = self.poll(rng, -1, s, u)
-                ch.examined["queue-sold-out"] += 1
-                b = answer(lop)
-                if b.get("state") != "sold_out":
-                    ch.fail("queue-sold-out", (s, cp, u), "checkpoint %s, %s: nothing left (remaining 0, reserved 0) for over a second, yet %s's place answered %s" % (
-                        cp, s, u, b.get("state") if b else [a["status"] for a in lop.attempts]), lop.seqs())
+        polls = []          # (sku, user, lop): 8 threads poll the places at once
+
+        def poller(j, work):
+            r = random.Random("%d/qsold/%s/%d" % (run.a.seed, cp, j))
+            for s, u in work:
+                polls.append((s, u, self.poll(r, -1, s, u)))
+        work = [(s, u) for s, waiting in due for u in waiting[:40]]
+        self.sold_out_checked += len(due)
+        th = [threading.Thread(target=poller, args=(j, work[j::8])) for j in range(8)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        for s, u, lop in polls:
+            ch.examined["queue-sold-out"] += 1
+            b = answer(lop)
+            if b.get("state") != "sold_out":
+                ch.fail("queue-sold-out", (s, cp, u), "checkpoint %s, %s: nothing left (remaining 0, reserved 0) for over a second, yet %s's place answered %s" % (
+                    cp, s, u, b.get("state") if b else [a["status"] for a in lop.attempts]), lop.seqs())
 
     # -- SUMMARY.md --
     def report_lines(self, lops):
@@ -607,6 +712,7 @@ class QueueRoom:
         out.append("- ticketed orders by mode and last answer: %s" % (", ".join("%s %s ×%d" % (m, st, n) for (m, st), n in sorted(modes.items(), key=str)) or "none"))
         states = Counter(answer(l).get("state") for l in lops if l.op == "qpoll" and answer(l))
         out.append("- place answers by state: %s" % ", ".join("%s ×%d" % kv for kv in sorted(states.items(), key=str)))
+        out.append("- pauses not judged (a resume attempt without an answer may have landed in them): %d" % len(self.pause_excused))
         out.append("- quiet checkpoints that found a SKU sold out and polled its waiting places: %d" % self.sold_out_checked)
         for line in getattr(self.run.checks, "budget_notes", []):
             out.append("- budget at checkpoint " + line)
