@@ -637,7 +637,8 @@ class QueueRoom:
         STALE_RULE_S after it was given up (chaos.py's rules-in-force has the same allowance):
         after the pause, it unpauses the room, rightly."""
         pats = sorted(ops["qpatch"], key=lambda l: l.t0)
-        stale = [a for r in pats if r.args.get("queue_paused") == 0 for a in r.attempts
+        ev = self.run.checks.nemesis_events() or []
+        stale = [(a, self.landed_by(a, ev)) for r in pats if r.args.get("queue_paused") == 0 for a in r.attempts
                  if a["sent"] and (a["status"] is None or a["status"] >= 500)]
         out = []
         for i, l in enumerate(pats):
@@ -645,9 +646,31 @@ class QueueRoom:
                 continue
             nxt = next((r for r in pats[i + 1:] if r.args.get("queue_paused") == 0 and r.t0 > l.ack["t1"]), None)
             end = nxt.attempts[0]["w0"] if nxt else float("inf")
-            late = next((a for a in stale if a["w0"] < end and a["w1"] + self.c.STALE_RULE_S > l.ack["w1"]), None)
+            late = next((a for a, by in stale if a["w0"] < end and by > l.ack["w1"]), None)
             out.append((l.ack["w1"], end, l, late))
         return out
+
+    def landed_by(self, a, ev):
+        """The wall time by which an attempt without an answer has been applied or never will:
+        its instance killed (kill9, flag-restart, crash: the request died with it), or let go
+        after a SIGSTOP (back: + 2 s to run it; the nemesis's faults do not overlap, so Redis
+        answers then), whichever comes first after it was sent; else
+        STALE_RULE_S after it was given up (a request waiting on a slow Redis: its deadline)."""
+        if a["status"] is not None:
+            return a["w1"]      # answered (a 5xx): whatever it wrote, it wrote before its answer
+        name = "inventoryd%d" % a["inst"]
+        stopped = False
+        for e in ev:
+            t = e["t_ms"] / 1000.0
+            if e.get("target") != name or t < a["w0"] - 10.0:
+                continue
+            if e["ev"] == "sigstop" and t < a["w1"]:
+                stopped = True
+            elif t >= a["w0"] and e["ev"] in ("kill9", "flag-restart", "crash"):
+                return t
+            elif e["ev"] == "back" and stopped and t >= a["w0"]:
+                return t + 2.0
+        return a["w1"] + self.c.STALE_RULE_S
 
     def check_pause(self, cp, s, g, ops):
         ch = self.run.checks
