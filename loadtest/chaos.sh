@@ -90,6 +90,10 @@
 # restart) are the nemesis's time: --short took 75.8–83.1 s (9 runs, seeds 4242, 777, 31337,
 # 2024, 8080, 1212, 3434; load 3–6 from other builds), --cluster --short 46.3–52.0 s (5 runs,
 # seeds 5151, 6262, 9191, 7878); with CH_SINK=0 as before.
+# The waiting room (issue 32): its crowd's 500 joins take < 1 s before the traffic, its checks
+# ~0.4 s per checkpoint (verify.sh of its two SKUs beside them) plus 1 s when a SKU is sold out
+# (the sold-out polls): --short took 81.2 s and 77.9 s (seeds 4242, 777; 79.6 s before, seed
+# 4242, the same build), --cluster --short 43.2-46.0 s (seeds 4243, 5151, 9191; 40.9 s before).
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
