@@ -24,13 +24,15 @@ checkpoint from Redis's gate keys, the segments' order records and the history, 
 from the history alone.
 """
 
+import bisect
 import hashlib
 import random
 import threading
 import time
 from collections import Counter, defaultdict
 
-QUEUE_USERS = 400       # users per SKU: more than the stock and the rate serve in a run
+QUEUE_USERS = 400       # users per SKU, at least: more than the stock and the rate serve in a run
+USERS_PER_S = 7         # and this many per second of traffic (--long: 4,200)
 CROWD = 250             # of whom join at the opening, at once
 TICKET_TTL_S = 5        # short, so that tickets expire during a run and give their budget back
 QF_MAX_ACTIVE = 8
@@ -114,7 +116,7 @@ class QueueRoom:
             self.skus[1]: {"stock": rr.randint(25, 35), "segments": 3, "queue_rate": rr.choice(RATES), "queue_fifo": 0,
                            "queue_admit_pct": 100, "queue_ticket_ttl_s": TICKET_TTL_S, "reservation_ttl_s": 2},
         }
-        self.users = {s: ["q%d-%s-%d" % (a.seed % 1000, s[-2:], i) for i in range(QUEUE_USERS)] for s in self.skus}
+        self.users = {s: ["q%d-%s-%d" % (a.seed % 1000, s[-2:], i) for i in range(max(QUEUE_USERS, USERS_PER_S * a.duration))] for s in self.skus}
         self.lock = threading.Lock()
         self.joined = {s: set() for s in self.skus}
         self.next_poll = {s: {} for s in self.skus}     # user -> when to poll again (now())
@@ -506,16 +508,22 @@ class QueueRoom:
             if t2 < t1:
                 ch.fail("queue-fifo", (s, "inv", n1), "checkpoint %s, %s: rank %d admitted at %d ms, rank %d earlier at %d ms" % (cp, s, n1, t1, n2, t2), [])
         if self.conf[s]["queue_fifo"]:
-            first = [(l.attempts[0]["w0"], a["w1"], l.args["user"], a["seq"]) for l, a, b in self.answers(ops["qjoin"]) if a["status"] == 201]
-            first.sort(key=lambda x: x[1])
-            for i, (w0, w1, u, sq) in enumerate(first):
-                if u not in rank:
-                    continue
-                for w0b, w1b, ub, sqb in first[i + 1:]:
-                    if w0b > w1 and ub in rank and rank[ub] < rank[u]:
-                        ch.fail("queue-fifo", (s, "joinorder", u, ub), "checkpoint %s, %s: %s joined (answered 201) before %s's join began, yet has rank %d > %d" % (
-                            cp, s, u, ub, rank[u], rank[ub]), [sq, sqb])
-                        break
+            # each 201 join against the smallest rank among the joins begun after its answer
+            # (by first attempt; a suffix minimum over them sorted by that time: n log n)
+            js = sorted((l.attempts[0]["w0"], a["w1"], l.args["user"], a["seq"]) for l, a, b in self.answers(ops["qjoin"])
+                        if a["status"] == 201 and l.args["user"] in rank)
+            w0s = [x[0] for x in js]
+            suf, best = [None] * len(js), (float("inf"), -1)
+            for i in range(len(js) - 1, -1, -1):
+                if rank[js[i][2]] < best[0]:
+                    best = (rank[js[i][2]], i)
+                suf[i] = best
+            for w0, w1, u, sq in js:
+                k = bisect.bisect_right(w0s, w1)
+                if k < len(js) and suf[k][0] < rank[u]:
+                    ub, sqb = js[suf[k][1]][2], js[suf[k][1]][3]
+                    ch.fail("queue-fifo", (s, "joinorder", u, ub), "checkpoint %s, %s: %s joined (answered 201) before %s's join began, yet has rank %d > %d" % (
+                        cp, s, u, ub, rank[u], rank[ub]), [sq, sqb])
         # tickets the polls got that the gate no longer names (an admission lost in a failover)
         lost = set()
         for l, a, b in self.answers(ops["qpoll"]):
@@ -624,11 +632,16 @@ class QueueRoom:
             if tp and a["status"] == 201 and l.args["mode"] not in REFUSED:
                 key = (l.args["as_user"], tp[1])
                 first_use[key] = min(first_use.get(key, 1e18), l.attempts[0]["w0"] * 1000)
-        ats = sorted(set(tix.values()))
-        for t_a in ats:
-            live = [x for x, at in tix.items() if at <= t_a < x[1] and first_use.get(x, 1e18) > t_a]
+        # live at t: admitted at or before t, t before min(expiry, first use): a sweep, n log n
+        spans = [(at, min(x[1], first_use.get(x, 1e18)), x) for x, at in tix.items()]
+        starts = sorted(a_ for a_, e_, _ in spans)
+        ends = sorted(e_ for a_, e_, _ in spans if e_ > a_)
+        starts_kept = sorted(a_ for a_, e_, _ in spans if e_ > a_)
+        for t_a in sorted(set(starts)):
             ch.examined["queue-budget"] += 1
-            if len(live) > cap:
+            n_live = bisect.bisect_right(starts_kept, t_a) - bisect.bisect_right(ends, t_a)
+            if n_live > cap:
+                live = [x for a_, e_, x in spans if a_ <= t_a < e_]
                 ch.fail("queue-budget", (s, "active", t_a), "checkpoint %s, %s: at the admission at %d ms, %d tickets were live (queue_max_active %d): %s" % (
                     cp, s, t_a, len(live), cap, ", ".join(sorted(u for u, _ in live))[:300]), [])
                 break
@@ -684,12 +697,14 @@ class QueueRoom:
                 at[(u, int(v.split(":")[1]))] = int(v.split(":")[1]) / 1000.0 - ttl
         for t, (u, n_, e, sq) in self.tickets_seen(ops).items():
             at[(u, e)] = e / 1000.0 - ttl
+        times = sorted((t, u) for (u, e), t in at.items())
+        keys = [t for t, _ in times]
         for w1, end, l, late in self.pause_windows(ops):
             if late is not None:
                 self.pause_excused.add((s, l.id))
                 continue
             ch.examined["queue-pause"] += 1
-            bad = sorted((t, u) for (u, e), t in at.items() if w1 + CLOCK_SLACK_S < t < end)
+            bad = [x for x in times[bisect.bisect_right(keys, w1 + CLOCK_SLACK_S):bisect.bisect_left(keys, end)]]
             if bad:
                 ch.fail("queue-pause", (s, l.id), "checkpoint %s, %s: %d admission(s) while paused (PATCH answered at %.3f, resume sent at %.3f): first %s at %.3f" % (
                     cp, s, len(bad), w1, end, bad[0][1], bad[0][0]), l.seqs())
