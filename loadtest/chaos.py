@@ -40,6 +40,11 @@ quiet checkpoint also sends one order larger than any one segment per SKU withou
 
 With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
+With --queue 1 (chaos.sh's default, issue 32) two more SKUs have a waiting room (SPEC §16):
+loadtest/chaos_queue.py sends their crowd, their queue clients' joins, polls, ticketed orders,
+pauses and rate changes (--queue-clients threads), and checks queue-places, queue-fifo,
+queue-tickets, queue-budget, queue-sold-out and queue-pause at every checkpoint.
+
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
 master of its key's slot and SCANs to every master (loadtest/resp.py; verify.sh's inventory-check
 asks the cluster for each key's slot), the slot map asked for again after each failover.

@@ -260,9 +260,10 @@ class QueueRoom:
                 return None
         if mode == "double":
             lops = []
-            keyed = [rng.random() < 0.5, rng.random() < 0.5]
-            th = [threading.Thread(target=lambda k=k: lops.append(self.send_order(rng.__class__(rng.random()), thr, s, u, t, mode, k)))
-                  for k in keyed]
+            # two clients, each its own random stream (drawn here, so the seed's sequence stays)
+            two = [(rng.random() < 0.5, random.Random(rng.random())) for _ in range(2)]
+            th = [threading.Thread(target=lambda k=k, r=r: lops.append(self.send_order(r, thr, s, u, t, mode, k)))
+                  for k, r in two]
             for x in th:
                 x.start()
             for x in th:
@@ -706,7 +707,7 @@ class QueueRoom:
             ch.examined["queue-pause"] += 1
             bad = [x for x in times[bisect.bisect_right(keys, w1 + CLOCK_SLACK_S):bisect.bisect_left(keys, end)]]
             if bad:
-                ch.fail("queue-pause", (s, l.id), "checkpoint %s, %s: %d admission(s) while paused (PATCH answered at %.3f, resume sent at %.3f): first %s at %.3f" % (
+                ch.fail("queue-pause", (s, "admitted", l.id), "checkpoint %s, %s: %d admission(s) while paused (PATCH answered at %.3f, resume sent at %.3f): first %s at %.3f" % (
                     cp, s, len(bad), w1, end, bad[0][1], bad[0][0]), l.seqs())
 
     def check_sold_out(self, cp, gates):
