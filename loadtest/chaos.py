@@ -40,6 +40,11 @@ quiet checkpoint also sends one order larger than any one segment per SKU withou
 
 With --key-schema 1 the checker reads the keys of the binaries before 34f3be8 (inv:{S}:…).
 
+With --queue 1 (chaos.sh's default, issue 32) two more SKUs have a waiting room (SPEC §16):
+loadtest/chaos_queue.py sends their crowd, their queue clients' joins, polls, ticketed orders,
+pauses and rate changes (--queue-clients threads), and checks queue-places, queue-fifo,
+queue-tickets, queue-budget, queue-sold-out and queue-pause at every checkpoint.
+
 With --redis-cluster (chaos.sh --cluster) Redis is a Redis Cluster: every read goes to the
 master of its key's slot and SCANs to every master (loadtest/resp.py; verify.sh's inventory-check
 asks the cluster for each key's slot), the slot map asked for again after each failover.
@@ -177,6 +182,7 @@ class Infra(Exception):
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from resp import Cluster, Redis, RedisError  # noqa: E402  (beside this file)
+import chaos_queue  # noqa: E402  (the waiting room's SKUs, clients and checks, issue 32)
 
 
 def pairs(lst):
@@ -243,7 +249,7 @@ def effect(op, a):
     """What an attempt may have changed: YES (2xx), NONE (never sent, a 4xx, an order's plain
     503 — documented as "nothing changed" —, or a read), MAYBE (no answer, or a 5xx that does not
     promise nothing changed: an order's 503 "outcome":"unknown", any admin 5xx)."""
-    if not a["sent"] or op == "status":
+    if not a["sent"] or op in ("status", "qpoll", "qstatus"):
         return NONE
     s = a["status"]
     if s is None:
@@ -252,7 +258,7 @@ def effect(op, a):
         return YES
     if 400 <= s < 500:
         return NONE
-    if op == "order" and s == 503 and not (isinstance(a["body"], dict) and a["body"].get("outcome") == "unknown"):
+    if op in ("order", "qorder") and s == 503 and not (isinstance(a["body"], dict) and a["body"].get("outcome") == "unknown"):
         return NONE
     return MAYBE
 
@@ -459,6 +465,8 @@ class Run:
         self.stretches = []             # stretches of traffic: requests sent, Redis commands run
         self.stretch = (0.0, None)
         self.damager_failed = None
+        # The waiting room's SKUs, clients and checks (--queue 1; loadtest/chaos_queue.py)
+        self.room = chaos_queue.QueueRoom(self, sys.modules[__name__]) if a.queue else None
 
     def redis(self, timeout):
         """A reading connection to Redis: the one server, or the cluster (routed by slot)."""
@@ -477,10 +485,11 @@ class Run:
             args["user_id"] = "L%d-%d" % (self.a.seed, lid)
         return lop
 
-    def execute(self, rng, lop, method, path, body=None, admin=False):
+    def execute(self, rng, lop, method, path, body=None, admin=False, headers=None):
         """Sends the logical operation, retrying like a real client; fills lop.attempts,
-        lop.final ("acked", "failed" or "unknown") and lop.ack."""
-        headers = {}
+        lop.final ("acked", "failed" or "unknown") and lop.ack. headers: more of them (the
+        waiting room's user, X-User)."""
+        headers = dict(headers or {})
         if admin:
             headers["Authorization"] = "Bearer " + self.a.token
         if lop.key:
@@ -503,7 +512,7 @@ class Run:
             if r["sent"] and s is not None and s < 500:
                 break
             # A keyless order whose outcome is unknown is not retried: a retry could buy twice.
-            if lop.op == "order" and not lop.key and a["eff"] == MAYBE:
+            if lop.op in ("order", "qorder") and not lop.key and a["eff"] == MAYBE:
                 break
             # Bounded: MAX_ATTEMPTS, RETRY_FOR_S since the first attempt, and a client asked to
             # hold still for a checkpoint gives up (its outcome stays what the attempts say).
@@ -1103,6 +1112,8 @@ class Run:
             ", the last holds waited out %.1f s" % waited if waited else ""))
         self.checks.redis_checks(name)
         self.checks.redis_call_bound(name)
+        if self.room:
+            self.room.checkpoint(name, final)
         probes = 0 if final else self.probe_large(name)
         if probes:
             log("checkpoint %s: %d order(s) larger than any one segment's stock sent (quiet)" % (name, probes))
@@ -1126,16 +1137,21 @@ class Run:
             % (a.seed, a.clients, ",".join(self.skus), a.duration, a.checkpoint_every, a.ports, a.redis_cluster or a.redis_port))
         # The SKU names, for the nemesis's failover of a SKU's master (chaos.sh --cluster).
         with open(os.path.join(a.ctl, "skus"), "w") as f:
-            f.write("".join(s + "\n" for s in self.skus))
+            f.write("".join(s + "\n" for s in self.skus + (self.room.skus if self.room else [])))
         rng = random.Random("%d/setup" % a.seed)
         for s in self.skus:
             self.op_put(rng, -1, s)
+        if self.room:
+            self.room.put(rng)
         self.traffic_since = now()
         self.threads = [threading.Thread(target=self.client, args=(i,), name="client%d" % i, daemon=True)
                         for i in range(a.clients)]
         if a.rules:
             self.threads += [threading.Thread(target=self.payer, args=(i,), name="payer%d" % i, daemon=True)
                              for i in range(a.payers)]
+        if self.room:
+            self.threads += [threading.Thread(target=self.room.client, args=(i,), name="qclient%d" % i, daemon=True)
+                             for i in range(a.queue_clients)]
         if a.damage_gap[1] > 0:
             self.threads.append(threading.Thread(target=self.damager, name="damager", daemon=True))
         for t in self.threads:
@@ -1155,6 +1171,9 @@ class Run:
                 os.remove(os.path.join(a.ctl, "calm"))
             if final:
                 break
+        if not self.room:
+            for name, _ in chaos_queue.QCHECKS:
+                self.checks.unavailable[name] = "no waiting room: --queue 0 (CH_QUEUE=0, or an old key schema or no rules)"
         if not a.sink_bin:
             self.checks.unavailable["database"] = "no sink: CH_SINK=0, or an old key schema or no rules"
         else:
@@ -1216,7 +1235,7 @@ CHECKS = [
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
     ("database", "with the order log and its sink (chaos.sh, CH_SINK=1): at the end, the sink running and caught up (its /metrics: inventory_sink_lag_seconds 0, inventory_sink_pending 0; in Redis: every stream of every segment below max(segments, hwm, lhwm) — dropped segments' included — drained by group sink, and no segment with changes not logged (cnt u) left to backfill; within %d s), `inventory-sink reconcile --sku S` of every SKU exits 0: the database has every order Redis has, with its status, quantity, user and parts, and no log is left unread; the sink skipped no log entry as malformed (sink_malformed in logs/sink.log). Only a missing_in_redis row the sink backfilled (no order_events row) whose order was created before the end of the SKU's last PUT or DELETE that may have run (+ %d s when its outcome is unknown) is excused, with its units: such a reset took it out of Redis (docs/design.md)" % (SINK_CATCHUP_S, RESET_SLACK_S)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
-]
+] + chaos_queue.QCHECKS
 
 
 class Checker:
@@ -2719,7 +2738,7 @@ class Checker:
         out.append("")
         out.append("| op | logical: acked / failed / unknown | attempts by answer |")
         out.append("|---|---|---|")
-        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status"):
+        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()):
             st = ", ".join("%s: %d" % (k[1], v) for k, v in sorted(by_op.items()) if k[0] == op)
             out.append("| %s | %d / %d / %d | %s |" % (op, finals[(op, "acked")], finals[(op, "failed")], finals[(op, "unknown")], st))
         keyed = Counter((l.key is not None, l.final) for l in lops if l.op == "order")
@@ -2747,6 +2766,11 @@ class Checker:
             out.append("## Damaged counters: %d" % len([d for d in run.damages if d["result"] == "damaged"]))
             out.append("")
             out.extend(self.damage_notes or ["- none"])
+            out.append("")
+        if run.room:
+            out.append("## The waiting room (%s)" % ", ".join(run.room.skus))
+            out.append("")
+            out.extend(run.room.report_lines(lops))
             out.append("")
         if self.db_notes:
             out.append("## The database (order log and sink)")
@@ -2847,6 +2871,10 @@ def main():
     ap.add_argument("--large-orders", type=float, default=0.1,
                     help="the fraction of orders of %d..%d units, more than one segment holds (SPEC §13; 0: none, "
                          "the mix of binaries before issue 22)" % (MAX_QTY + 1, LARGE_QTY_MAX))
+    ap.add_argument("--queue", type=int, choices=(0, 1), default=0,
+                    help="1: two SKUs with a waiting room, their clients and checks (SPEC §16; the instances need "
+                         "--queue-key-file and --user-header X-User from 127.0.0.1)")
+    ap.add_argument("--queue-clients", type=int, default=6, help="threads that join, poll and order through the waiting room")
     a = ap.parse_args()
     if not 0 <= a.large_orders <= 1:
         ap.error("--large-orders is a fraction, 0..1")

@@ -37,6 +37,13 @@
 # lhwm), dropped segments' included, drained, no unlogged count left; ≤ 60 s) and runs
 # `inventory-sink reconcile --sku S` for every SKU: a difference is a violation (only a
 # backfilled row of an order a later PUT or DELETE reset out of Redis is excused).
+# The waiting room (issue 32, SPEC §16; CH_QUEUE=0 turns it off): the instances also run with
+# --queue-key-file (64 random hex digits, the same file for all) and --user-header X-User
+# --trusted-proxies 127.0.0.1/32 (a join needs a verified user); chaos.py adds two SKUs with a
+# waiting room and queue clients that join, poll and order with tickets, pause admission and
+# change its rate (loadtest/chaos_queue.py); its checks queue-places, queue-fifo,
+# queue-tickets, queue-budget, queue-sold-out and queue-pause run at every checkpoint
+# (docs/reliability.md "The waiting room in the history": which hold across which faults).
 # Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
@@ -83,6 +90,10 @@
 # restart) are the nemesis's time: --short took 75.8–83.1 s (9 runs, seeds 4242, 777, 31337,
 # 2024, 8080, 1212, 3434; load 3–6 from other builds), --cluster --short 46.3–52.0 s (5 runs,
 # seeds 5151, 6262, 9191, 7878); with CH_SINK=0 as before.
+# The waiting room (issue 32): its crowd's 500 joins take < 1 s before the traffic, its checks
+# ~0.4 s per checkpoint (verify.sh of its two SKUs beside them) plus 1 s when a SKU is sold out
+# (the sold-out polls): --short took 81.2 s and 77.9 s (seeds 4242, 777; 79.6 s before, seed
+# 4242, the same build), --cluster --short 43.2-46.0 s (seeds 4243, 5151, 9191; 40.9 s before).
 # Exit status: 0 every check passed; 1 a violation; 2 usage; 3 infrastructure failure.
 #
 # Env (all optional): BUILD_DIR (build), LT_SKIP_BUILD=1, LT_SKIP_DEPS=1, PYTHON
@@ -102,6 +113,7 @@
 # CH_SINK (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no order log, sink, MariaDB or check
 # "database"), CH_SINK_BIN (the running sink's binary, default the build's; an older one shows
 # the check catching what it left: loadtest/README.md; reconcile is always the build's).
+# CH_QUEUE (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no waiting room), CH_QUEUE_CLIENTS (6).
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -166,6 +178,10 @@ sink_bin=$build_dir/bin/inventory-sink
 sink=${CH_SINK:-1}
 [[ $sink =~ ^[01]$ ]] || { echo "chaos.sh: CH_SINK is 0 or 1" >&2; exit 2; }
 [ "$key_schema$rules" = 21 ] || [ -n "${CH_SINK:-}" ] || sink=0
+# The waiting room (issue 32): on by default, off for the old binaries CH_KEY_SCHEMA=1 / CH_RULES=0.
+queue=${CH_QUEUE:-1}
+[[ $queue =~ ^[01]$ ]] || { echo "chaos.sh: CH_QUEUE is 0 or 1" >&2; exit 2; }
+[ "$key_schema$rules" = 21 ] || [ -n "${CH_QUEUE:-}" ] || queue=0
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -219,12 +235,20 @@ replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$rules" = "$([ "$key_schema" = 2 ] && echo 1 || echo 0)" ] || replay="CH_RULES=$rules $replay"
 [ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
 [ "$sink" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_SINK=$sink $replay"
+[ "$queue" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_QUEUE=$queue $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
 inst_flags=(--admin-token "$token" --lock-lease-ms "$lease" --redis-timeout-ms "$redis_timeout")
 # The orders' users are their bodies' user_id (SPEC §11: development only, which a test is).
 [ "$rules" = 0 ] || inst_flags+=(--trust-body-user-id)
+# The waiting room's users are verified (SPEC §16): the X-User header, believed from loopback;
+# its tickets are signed with one key file, the same for every instance.
+if [ "$queue" = 1 ]; then
+  # 64 hex digits of 32 random bytes (the key file may hold no NUL byte)
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/queue.key"
+  inst_flags+=(--queue-key-file "$run_dir/queue.key" --user-header X-User --trusted-proxies 127.0.0.1/32)
+fi
 if [ "$cluster" = 1 ]; then
   command -v "$py" >/dev/null 2>&1 || die "no $py"
   cluster_up 3 1 "$min_replicas"
@@ -529,7 +553,8 @@ INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[
   --verify "$lt/verify.sh" --duration "$duration" --checkpoint-every "$every" \
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
-  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" &
+  --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" \
+  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
