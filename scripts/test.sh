@@ -7,7 +7,7 @@
 # CTEST_JOBS): most of a test's time is waiting (leases, failovers, delays), not CPU; the
 # heaviest ones (Redis Cluster, MariaDB, nginx, Prometheus, chromium) never run two at once
 # (cmake/tests.cmake, TEST_SCHEDULE) and the longest start first. Exits non-zero on any failure.
-# Time on 2 cores (measured by parts 2026-11-28; about 27 min in all): each ctest pass ~4-4.5 min
+# Time on 2 cores (measured 2026-11-28 with issue 32's tests: about 29 min quiet, 34 min at load 5-6): each ctest pass ~5 min
 # (the heavy tests run one after the other, a floor under its length: keep them few and short),
 # the docker test 2-3 min on a fresh engine (5-6 min the first time on a machine: debootstrap)
 # with the fuzz targets beside it, the loadtests ~8 min, the builds ~3-4 min.
