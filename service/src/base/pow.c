@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "b64url.h"
+
 #define MAC_LEN 32
 #define MAC_B64_LEN 43    /* 32 bytes in base64url without padding */
 #define FIELD_MAX 128     /* a SKU or user: at most 128 bytes */
@@ -133,74 +135,6 @@ static int work_digest(const char *challenge, const char *nonce, uint8_t out[32]
     return 0;
 }
 
-/* ---- base64url without padding (RFC 4648 §5) ---- */
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* Encodes in[0..len) into out (4 * ceil(len / 3) + 1 bytes are enough); returns the length. */
-static size_t b64url_encode(const unsigned char *in, size_t len, char *out)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < len)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        out[o++] = b64[(v >> 18) & 63];
-        out[o++] = b64[(v >> 12) & 63];
-        if (i + 1 < len)
-            out[o++] = b64[(v >> 6) & 63];
-        if (i + 2 < len)
-            out[o++] = b64[v & 63];
-    }
-    out[o] = '\0';
-    return o;
-}
-
-static int b64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decodes in[0..len) into out[0..cap); the length, or -1 when not canonical base64url without
- * padding (a bad character, a length of 1 mod 4, unused bits set) or longer than cap. Canonical
- * only: one value, one text, so a challenge cannot be re-spelt around the MAC check. */
-static long b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap)
-{
-    if (len % 4 == 1)
-        return -1;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int nbits = 0;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value(in[i]);
-        if (v < 0)
-            return -1;
-        acc = (acc << 6) | (uint32_t)v;
-        nbits += 6;
-        if (nbits >= 8) {
-            nbits -= 8;
-            if (o >= cap)
-                return -1;
-            out[o++] = (unsigned char)(acc >> nbits);
-        }
-    }
-    if (nbits > 0 && (acc & ((1u << nbits) - 1)) != 0)
-        return -1;
-    return (long)o;
-}
-
 /* ---- the challenge ---- */
 
 const char *pow_result_string(enum pow_result r)
@@ -242,9 +176,10 @@ int pow_mint(const unsigned char *key, size_t keylen, const char *sku, const cha
     if (mlen < 0 || hmac_sha256(key, keylen, msg, (size_t)mlen, mac) != 0)
         return -1;
     char s64[4 * FIELD_MAX / 3 + 4], u64[4 * FIELD_MAX / 3 + 4], m64[MAC_B64_LEN + 2];
-    b64url_encode((const unsigned char *)sku, skulen, s64);
-    b64url_encode((const unsigned char *)user, userlen, u64);
-    b64url_encode(mac, MAC_LEN, m64);
+    /* the buffers fit FIELD_MAX-byte fields and the MAC: these cannot fail */
+    b64url_encode((const unsigned char *)sku, skulen, s64, sizeof(s64));
+    b64url_encode((const unsigned char *)user, userlen, u64, sizeof(u64));
+    b64url_encode(mac, MAC_LEN, m64, sizeof(m64));
     int n = snprintf(out, cap, "p1.%s.%s.%lld.%d.%s", s64, u64, (long long)issued_ms, bits, m64);
     if (n < 0 || (size_t)n >= cap) {
         if (cap > 0)
@@ -293,7 +228,7 @@ static int parse(const char *c, struct parsed *p)
         len[i] = dot ? (size_t)(dot - s) : strlen(s);
         s = dot ? dot + 1 : s + len[i];
     }
-    long n = b64url_decode(f[0], len[0], (unsigned char *)p->sku, FIELD_MAX);
+    int n = b64url_decode(f[0], len[0], (unsigned char *)p->sku, FIELD_MAX);
     if (n < 1 || memchr(p->sku, '|', (size_t)n) || memchr(p->sku, '\0', (size_t)n))
         return -1;
     p->skulen = (size_t)n;

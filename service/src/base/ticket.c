@@ -1,6 +1,6 @@
 /*
- * ticket — the waiting room's signed admission tickets; see ticket.h. The base64url codec here
- * only spells bytes in URL-safe letters (RFC 4648 §5, no padding); the MAC is OpenSSL's.
+ * ticket — the waiting room's signed admission tickets; see ticket.h. Fields are spelt in
+ * canonical base64url (b64url.h); the MAC is OpenSSL's.
  */
 #include "ticket.h"
 
@@ -13,80 +13,11 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "b64url.h"
 #include "config.h"
 
 #define MAC_LEN 32 /* HMAC-SHA256 */
 #define PREFIX "t1"
-
-static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* Spells len bytes of in as base64url without padding into out (cap bytes, NUL included).
- * Returns the length written, or -1 when cap is too small. */
-static int b64url_encode(const unsigned char *in, size_t len, char *out, size_t cap)
-{
-    size_t need = (len / 3) * 4 + (len % 3 ? len % 3 + 1 : 0);
-    if (need + 1 > cap)
-        return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < len)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        out[o++] = b64url[(v >> 18) & 63];
-        out[o++] = b64url[(v >> 12) & 63];
-        if (i + 1 < len)
-            out[o++] = b64url[(v >> 6) & 63];
-        if (i + 2 < len)
-            out[o++] = b64url[v & 63];
-    }
-    out[o] = '\0';
-    return (int)o;
-}
-
-static int b64url_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decodes len letters of base64url at in into out (cap bytes). Returns the bytes written, or -1
- * on a letter outside the alphabet, a length no encoding has (len % 4 == 1), non-zero bits left
- * over (so every byte string has exactly one spelling), or no room. */
-static int b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap)
-{
-    if (len % 4 == 1)
-        return -1;
-    size_t o = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64url_value(in[i]);
-        if (v < 0)
-            return -1;
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o >= cap)
-                return -1;
-            out[o++] = (unsigned char)((acc >> bits) & 0xff);
-        }
-    }
-    if (bits > 0 && (acc & ((1u << bits) - 1)) != 0)
-        return -1;
-    return (int)o;
-}
 
 int ticket_key_load(struct ticket_key *key, const char *path, char *err, size_t errlen)
 {
