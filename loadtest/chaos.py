@@ -183,6 +183,7 @@ class Infra(Exception):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from resp import Cluster, Redis, RedisError  # noqa: E402  (beside this file)
 import chaos_queue  # noqa: E402  (the waiting room's SKUs, clients and checks, issue 32)
+import chaos_cart  # noqa: E402  (carts and limit groups, issue 33)
 
 
 def pairs(lst):
@@ -258,7 +259,7 @@ def effect(op, a):
         return YES
     if 400 <= s < 500:
         return NONE
-    if op in ("order", "qorder") and s == 503 and not (isinstance(a["body"], dict) and a["body"].get("outcome") == "unknown"):
+    if op in ("order", "qorder", "corder") and s == 503 and not (isinstance(a["body"], dict) and a["body"].get("outcome") == "unknown"):
         return NONE
     return MAYBE
 
@@ -467,6 +468,8 @@ class Run:
         self.damager_failed = None
         # The waiting room's SKUs, clients and checks (--queue 1; loadtest/chaos_queue.py)
         self.room = chaos_queue.QueueRoom(self, sys.modules[__name__]) if a.queue else None
+        # Carts and limit groups (--cart 1; loadtest/chaos_cart.py)
+        self.shop = chaos_cart.CartShop(self, sys.modules[__name__]) if a.cart else None
 
     def redis(self, timeout):
         """A reading connection to Redis: the one server, or the cluster (routed by slot)."""
@@ -512,7 +515,7 @@ class Run:
             if r["sent"] and s is not None and s < 500:
                 break
             # A keyless order whose outcome is unknown is not retried: a retry could buy twice.
-            if lop.op in ("order", "qorder") and not lop.key and a["eff"] == MAYBE:
+            if lop.op in ("order", "qorder", "corder") and not lop.key and a["eff"] == MAYBE:
                 break
             # Bounded: MAX_ATTEMPTS, RETRY_FOR_S since the first attempt, and a client asked to
             # hold still for a checkpoint gives up (its outcome stays what the attempts say).
@@ -1114,6 +1117,8 @@ class Run:
         self.checks.redis_call_bound(name)
         if self.room:
             self.room.checkpoint(name, final)
+        if self.shop:
+            self.shop.checkpoint(name, final)
         probes = 0 if final else self.probe_large(name)
         if probes:
             log("checkpoint %s: %d order(s) larger than any one segment's stock sent (quiet)" % (name, probes))
@@ -1137,12 +1142,14 @@ class Run:
             % (a.seed, a.clients, ",".join(self.skus), a.duration, a.checkpoint_every, a.ports, a.redis_cluster or a.redis_port))
         # The SKU names, for the nemesis's failover of a SKU's master (chaos.sh --cluster).
         with open(os.path.join(a.ctl, "skus"), "w") as f:
-            f.write("".join(s + "\n" for s in self.skus + (self.room.skus if self.room else [])))
+            f.write("".join(s + "\n" for s in self.skus + (self.room.skus if self.room else []) + (self.shop.skus if self.shop else [])))
         rng = random.Random("%d/setup" % a.seed)
         for s in self.skus:
             self.op_put(rng, -1, s)
         if self.room:
             self.room.put(rng)
+        if self.shop:
+            self.shop.put(rng)
         self.traffic_since = now()
         self.threads = [threading.Thread(target=self.client, args=(i,), name="client%d" % i, daemon=True)
                         for i in range(a.clients)]
@@ -1152,6 +1159,9 @@ class Run:
         if self.room:
             self.threads += [threading.Thread(target=self.room.client, args=(i,), name="qclient%d" % i, daemon=True)
                              for i in range(a.queue_clients)]
+        if self.shop:
+            self.threads += [threading.Thread(target=self.shop.client, args=(i,), name="cclient%d" % i, daemon=True)
+                             for i in range(a.cart_clients)]
         if a.damage_gap[1] > 0:
             self.threads.append(threading.Thread(target=self.damager, name="damager", daemon=True))
         for t in self.threads:
@@ -1171,6 +1181,9 @@ class Run:
                 os.remove(os.path.join(a.ctl, "calm"))
             if final:
                 break
+        if not self.shop:
+            for name, _ in chaos_cart.CCHECKS:
+                self.checks.unavailable[name] = "no carts: --cart 0 (CH_CART=0, or an old key schema or no rules)"
         if not self.room:
             for name, _ in chaos_queue.QCHECKS:
                 self.checks.unavailable[name] = "no waiting room: --queue 0 (CH_QUEUE=0, or an old key schema or no rules)"
@@ -1235,7 +1248,7 @@ CHECKS = [
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
     ("database", "with the order log and its sink (chaos.sh, CH_SINK=1): at the end, the sink running and caught up (its /metrics: inventory_sink_lag_seconds 0, inventory_sink_pending 0; in Redis: every stream of every segment below max(segments, hwm, lhwm) — dropped segments' included — drained by group sink, and no segment with changes not logged (cnt u) left to backfill; within %d s), `inventory-sink reconcile --sku S` of every SKU exits 0: the database has every order Redis has, with its status, quantity, user and parts, and no log is left unread; the sink skipped no log entry as malformed (sink_malformed in logs/sink.log). Only a missing_in_redis row the sink backfilled (no order_events row) whose order was created before the end of the SKU's last PUT or DELETE that may have run (+ %d s when its outcome is unknown) is excused, with its units: such a reset took it out of Redis (docs/design.md)" % (SINK_CATCHUP_S, RESET_SLACK_S)),
     ("redis-calls", "at every checkpoint, every instance's inventory_order_redis_calls_max ≤ inventory_order_redis_call_budget (/metrics)"),
-] + chaos_queue.QCHECKS
+] + chaos_queue.QCHECKS + chaos_cart.CCHECKS
 
 
 class Checker:
@@ -2738,7 +2751,7 @@ class Checker:
         out.append("")
         out.append("| op | logical: acked / failed / unknown | attempts by answer |")
         out.append("|---|---|---|")
-        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()):
+        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()) + (chaos_cart.cops() if run.shop else ()):
             st = ", ".join("%s: %d" % (k[1], v) for k, v in sorted(by_op.items()) if k[0] == op)
             out.append("| %s | %d / %d / %d | %s |" % (op, finals[(op, "acked")], finals[(op, "failed")], finals[(op, "unknown")], st))
         keyed = Counter((l.key is not None, l.final) for l in lops if l.op == "order")
@@ -2771,6 +2784,11 @@ class Checker:
             out.append("## The waiting room (%s)" % ", ".join(run.room.skus))
             out.append("")
             out.extend(run.room.report_lines(lops))
+            out.append("")
+        if run.shop:
+            out.append("## Carts and limit groups (%s)" % ", ".join(run.shop.skus))
+            out.append("")
+            out.extend(run.shop.report_lines(lops))
             out.append("")
         if self.db_notes:
             out.append("## The database (order log and sink)")
@@ -2875,6 +2893,9 @@ def main():
                     help="1: two SKUs with a waiting room, their clients and checks (SPEC §16; the instances need "
                          "--queue-key-file and --user-header X-User from 127.0.0.1)")
     ap.add_argument("--queue-clients", type=int, default=6, help="threads that join, poll and order through the waiting room")
+    ap.add_argument("--cart", type=int, choices=(0, 1), default=0,
+                    help="carts and limit groups (loadtest/chaos_cart.py): their SKUs, clients and checks")
+    ap.add_argument("--cart-clients", type=int, default=3, help="threads that send carts, group orders, cancels, confirms and extends")
     a = ap.parse_args()
     if not 0 <= a.large_orders <= 1:
         ap.error("--large-orders is a fraction, 0..1")

@@ -44,6 +44,11 @@
 # change its rate (loadtest/chaos_queue.py); its checks queue-places, queue-fifo,
 # queue-tickets, queue-budget, queue-sold-out and queue-pause run at every checkpoint
 # (docs/reliability.md "The waiting room in the history": which hold across which faults).
+# Carts and limit groups (issue 33, SPEC §17; CH_CART=0 turns them off): chaos.py adds four SKUs
+# sold in carts of 2-4 items (one with holds: carts confirmed, cancelled, extended, expiring) and
+# six sizes of one style in a limit group of 1 unit per user, bought in single orders and carts
+# by a few users, with cart clients beside the others (loadtest/chaos_cart.py); its checks
+# cart-whole, cart-answers and group-limit run at every checkpoint.
 # Everything it starts is stopped on exit, also on failure or interrupt.
 #
 # --cluster: the same history against a local Redis Cluster instead (scripts/cluster.sh: 3
@@ -114,6 +119,7 @@
 # "database"), CH_SINK_BIN (the running sink's binary, default the build's; an older one shows
 # the check catching what it left: loadtest/README.md; reconcile is always the build's).
 # CH_QUEUE (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no waiting room), CH_QUEUE_CLIENTS (6).
+# CH_CART (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no carts or groups), CH_CART_CLIENTS (3).
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -182,6 +188,10 @@ sink=${CH_SINK:-1}
 queue=${CH_QUEUE:-1}
 [[ $queue =~ ^[01]$ ]] || { echo "chaos.sh: CH_QUEUE is 0 or 1" >&2; exit 2; }
 [ "$key_schema$rules" = 21 ] || [ -n "${CH_QUEUE:-}" ] || queue=0
+# Carts and limit groups (issue 33): on by default, off for the old binaries.
+cart=${CH_CART:-1}
+[[ $cart =~ ^[01]$ ]] || { echo "chaos.sh: CH_CART is 0 or 1" >&2; exit 2; }
+[ "$key_schema$rules" = 21 ] || [ -n "${CH_CART:-}" ] || cart=0
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -236,6 +246,7 @@ replay="loadtest/chaos.sh --$mode$flag --seed $seed"
 [ "$large" = 0.1 ] || replay="CH_LARGE_ORDERS=$large $replay"
 [ "$sink" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_SINK=$sink $replay"
 [ "$queue" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_QUEUE=$queue $replay"
+[ "$cart" = "$([ "$key_schema$rules" = 21 ] && echo 1 || echo 0)" ] || replay="CH_CART=$cart $replay"
 log "seed $seed ($mode${flag:+, cluster}: $duration s of traffic, checkpoint every $every s); replay: $replay"
 log "results in $res"
 
@@ -554,7 +565,7 @@ INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
   --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" \
-  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" &
+  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" --cart "$cart" --cart-clients "${CH_CART_CLIENTS:-3}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 
