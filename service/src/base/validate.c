@@ -418,8 +418,11 @@ done:
 static void item_fail(struct validate_error *err, int i)
 {
     char m[sizeof(err->message)];
-    snprintf(m, sizeof(m), "%s", err->message);
-    snprintf(err->message, sizeof(err->message), "items[%d].%s", i, m);
+    memcpy(m, err->message, sizeof(m));
+    int n = snprintf(err->message, sizeof(err->message), "items[%d].", i);
+    if (n > 0 && (size_t)n < sizeof(err->message))
+        memcpy(err->message + n, m, sizeof(err->message) - (size_t)n - 1);
+    err->message[sizeof(err->message) - 1] = '\0';
 }
 
 int validate_cart_body(const char *body, size_t len, int64_t max_quantity,

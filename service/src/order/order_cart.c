@@ -518,9 +518,9 @@ static char *primary_record(struct cart *c)
             k1 = first;
             hparts = json_incref(p);
         }
-        json_array_append_new(items, json_pack("{s:s, s:I, s:o}", "sku", c->in.items[i].sku,
-                                               "quantity", (json_int_t)c->in.items[i].quantity,
-                                               "parts", p));
+        json_array_append_new(items,
+                              json_pack("{s:s, s:I, s:o}", "sku", c->in.items[i].sku, "quantity",
+                                        (json_int_t)c->in.items[i].quantity, "parts", p));
     }
     char created[32];
     rules_format_time(clock_wall_ms(), created);
@@ -751,9 +751,9 @@ void order_cart_async(struct areq *ar)
         ci->sh->handler = NULL;
         ci->sh->lprev = ci->sh->lnext = NULL;
         int refused = 0;
-        ci->o = order_item_new(ci->sh, &c->in.items[i],
-                               c->in.has_user_id ? c->in.user_id : NULL, c->token,
-                               i == 0 ? req->idempotency_key : NULL, &item_back, c, i, &refused);
+        ci->o = order_item_new(ci->sh, &c->in.items[i], c->in.has_user_id ? c->in.user_id : NULL,
+                               c->token, i == 0 ? req->idempotency_key : NULL, &item_back, c, i,
+                               &refused);
         if (refused) { /* 401: the same identity for every item */
             ar->res = ci->sh->res;
             memset(&ci->sh->res, 0, sizeof(ci->sh->res));
