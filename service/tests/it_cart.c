@@ -37,9 +37,9 @@ static sf_service *svc[CT_INSTANCES];
 static int group_setup(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads",       "2",    "--admin-token",      CT_TOKEN,
-                          "--trust-body-user-id",   "--redis-timeout-ms", "500",
-                          "--lock-lease-ms", "1000", NULL};
+    const char *args[] = {
+        "--threads",          "2",   "--admin-token",   CT_TOKEN, "--trust-body-user-id",
+        "--redis-timeout-ms", "500", "--lock-lease-ms", "1000",   NULL};
     for (int i = 0; i < CT_INSTANCES; i++)
         if (!(svc[i] = sf_group_service(args)))
             return -1;
@@ -150,11 +150,10 @@ static int ct_whole(const char *const *skus, const long long *total, int n, int 
                 if (of) {
                     SF_ASSERT(ct_split(of, hex, &pk, psku) == 0, "part_of %s", of);
                     SF_ASSERT(strncmp(hex, id, 32) == 0, "part %s of %s: another hex", id, of);
-                    SF_ASSERT(ct_exists(psku, pk, of), "a partial cart: part %s, no primary %s",
-                              id, of);
+                    SF_ASSERT(ct_exists(psku, pk, of), "a partial cart: part %s, no primary %s", id,
+                              of);
                     SF_ASSERT(strcmp(json_string_value(json_object_get(o, "sku")), skus[s]) == 0,
-                              "part %s: sku %s", id,
-                              json_string_value(json_object_get(o, "sku")));
+                              "part %s: sku %s", id, json_string_value(json_object_get(o, "sku")));
                 }
                 json_t *items = json_object_get(o, "items");
                 if (json_is_array(items)) {
@@ -221,9 +220,9 @@ static void test_carts_of_two_to_five(void **state)
         SF_ASSERT_EQ(sf_json_int(r.json, "quantity", -1), 1);
         for (int i = 0; i < n; i++) {
             json_t *it = json_array_get(its, (size_t)i);
-            SF_ASSERT(strcmp(json_string_value(json_object_get(it, "sku")),
-                             skus[(n - 1 + i) % n]) == 0,
-                      "items[%d]: %s", i, sf_resp_summary(&r));
+            SF_ASSERT(
+                strcmp(json_string_value(json_object_get(it, "sku")), skus[(n - 1 + i) % n]) == 0,
+                "items[%d]: %s", i, sf_resp_summary(&r));
             SF_ASSERT_EQ(sf_json_int(it, "quantity", -1), i + 1);
         }
         sf_resp_free(&r);
@@ -255,8 +254,8 @@ static void test_refusals_sell_nothing(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sf_resp r = {0};
         int st = ct_cart(ct_port((int)i), cases[i].items, NULL, NULL, &r);
-        SF_ASSERT(st == cases[i].status && strcmp(sf_error_code(&r), cases[i].error) == 0,
-                  "%s: %s", cases[i].items, sf_resp_summary(&r));
+        SF_ASSERT(st == cases[i].status && strcmp(sf_error_code(&r), cases[i].error) == 0, "%s: %s",
+                  cases[i].items, sf_resp_summary(&r));
         const char *sku = json_string_value(json_object_get(r.json, "sku"));
         if (cases[i].sku)
             SF_ASSERT(sku && strcmp(sku, cases[i].sku) == 0, "no sku %s: %s", cases[i].sku,
@@ -368,7 +367,8 @@ static void test_hold_cart(void **state)
     const char *cr = json_string_value(json_object_get(r.json, "created_at"));
     SF_ASSERT(exp && cr, "%s", sf_resp_summary(&r));
     int64_t e = 0, c = 0;
-    SF_ASSERT(rules_parse_time(exp, strlen(exp), &e) == 0 && rules_parse_time(cr, strlen(cr), &c) == 0,
+    SF_ASSERT(rules_parse_time(exp, strlen(exp), &e) == 0 &&
+                  rules_parse_time(cr, strlen(cr), &c) == 0,
               "%s", sf_resp_summary(&r));
     SF_ASSERT(e - c > 55000 && e - c < 65000, "expires %lld ms after its creation, not 60 s",
               (long long)(e - c));
@@ -409,9 +409,8 @@ static void *ct_client(void *arg)
         char items[512];
         size_t w = 0;
         for (int i = 0; i < n; i++)
-            w += (size_t)snprintf(items + w, sizeof items - w,
-                                  "%s{\"sku\":\"%s\",\"quantity\":%d}", i ? "," : "",
-                                  cskus[pick[i]], 1 + (int)(rand_r(&seed) % 3));
+            w += (size_t)snprintf(items + w, sizeof items - w, "%s{\"sku\":\"%s\",\"quantity\":%d}",
+                                  i ? "," : "", cskus[pick[i]], 1 + (int)(rand_r(&seed) % 3));
         char body[600];
         snprintf(body, sizeof body, "{\"items\":[%s]}", items);
         sf_resp r = {0};
@@ -451,7 +450,8 @@ static void test_contention_no_partial_cart(void **state)
         pthread_create(&t[i], NULL, ct_client, (void *)(uintptr_t)i);
     for (int i = 0; i < CT_CLIENTS; i++)
         pthread_join(t[i], NULL);
-    fprintf(stderr, "contention: %d carts, %d refused, %d lock_timeout, %d other; slowest %lld ms\n",
+    fprintf(stderr,
+            "contention: %d carts, %d refused, %d lock_timeout, %d other; slowest %lld ms\n",
             atomic_load(&c_created), atomic_load(&c_refused), atomic_load(&c_busy),
             atomic_load(&c_other), (long long)atomic_load(&c_slowest));
     SF_ASSERT(atomic_load(&c_created) > 20, "only %d carts", atomic_load(&c_created));
@@ -471,9 +471,17 @@ static void test_contention_no_partial_cart(void **state)
 static sf_service *ct_faulty(const char *point)
 {
     setenv("INVENTORY_FAULTPOINT", point, 1);
-    const char *args[] = {"--threads",         "1",   "--admin-token",  CT_TOKEN,
-                          "--redis-timeout-ms", "500", "--lock-wait-ms", "800",
-                          "--lock-lease-ms",    "1000", NULL};
+    const char *args[] = {"--threads",
+                          "1",
+                          "--admin-token",
+                          CT_TOKEN,
+                          "--redis-timeout-ms",
+                          "500",
+                          "--lock-wait-ms",
+                          "800",
+                          "--lock-lease-ms",
+                          "1000",
+                          NULL};
     sf_service *s = sf_start(rf_url(gf_redis), args);
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(s != NULL, "%s", "start the faulty instance");
@@ -537,19 +545,19 @@ static void ct_killed_at(const char *prefix, const char *point, int parts, int p
               parts ? 3 : 0, primary);
 }
 
-static void test_killed_after_intent(void **state)
+static void test_cart_killed_after_intent(void **state)
 {
     (void)state;
     ct_killed_at("ct-ki", "cart_intent", 0, 0);
 }
 
-static void test_killed_after_parts(void **state)
+static void test_cart_killed_after_parts(void **state)
 {
     (void)state;
     ct_killed_at("ct-kp", "cart_parts", 1, 0);
 }
 
-static void test_killed_after_primary(void **state)
+static void test_cart_killed_after_primary(void **state)
 {
     (void)state;
     ct_killed_at("ct-kq", "cart_primary", 1, 1);
@@ -564,9 +572,9 @@ int main(void)
         cmocka_unit_test(test_limit_in_another_item),
         cmocka_unit_test(test_hold_cart),
         cmocka_unit_test(test_contention_no_partial_cart),
-        cmocka_unit_test(test_killed_after_intent),
-        cmocka_unit_test(test_killed_after_parts),
-        cmocka_unit_test(test_killed_after_primary),
+        cmocka_unit_test(test_cart_killed_after_intent),
+        cmocka_unit_test(test_cart_killed_after_parts),
+        cmocka_unit_test(test_cart_killed_after_primary),
     };
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }
