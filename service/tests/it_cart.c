@@ -17,10 +17,15 @@
  *   - an instance killed -9 at each step of a cart (cart_intent, cart_parts, cart_primary): no
  *     201 was sent, the intent stays in inv:2:{home}:cart for the healer with exactly the state
  *     of its step (no part / every part but the primary / the whole cart). The heal itself (the
- *     sweeper's, helper cartend's) is asserted where it exists: see CT_HEALER below.
+ *     sweeper's, helper cartend's) is not asserted here yet: it lands with the healer.
+ * On a 3-master Redis Cluster (it_cart_cluster, IT_CART_PART=cluster, ~10 s, the cluster's
+ * start): carts whose SKUs sit on different masters, one with an item of several segments, a
+ * limit and a hold item under a home SKU without a TTL (the home meta's hold flag set), a
+ * refused cart selling nothing.
  */
 #include "svc_test.h"
 
+#include "cluster_fixture.h"
 #include "rules.h"
 
 #include <pthread.h>
@@ -563,6 +568,131 @@ static void test_cart_killed_after_primary(void **state)
     ct_killed_at("ct-kq", "cart_primary", 1, 1);
 }
 
+/* ---- on a Redis Cluster ---- */
+
+/* The node holding key's slot. */
+static rf_server *ct_node_of(cf_cluster *cl, const char *key)
+{
+    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
+    int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(cl, (int)r->integer) : -1;
+    freeReplyObject(r);
+    SF_ASSERT(m >= 0, "the master of %s", key);
+    return cf_node(cl, m);
+}
+
+static long long ct_cl_stock(cf_cluster *cl, const char *sku, int nseg)
+{
+    long long sum = 0;
+    for (int k = 0; k < nseg; k++) {
+        char key[160], buf[32] = "";
+        snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
+        SF_ASSERT(rf_string(ct_node_of(cl, key), buf, sizeof buf, "GET %s", key) == 1, "GET %s",
+                  key);
+        sum += atoll(buf);
+    }
+    return sum;
+}
+
+/* Every part of the cart answered in r exists on its master (the primary too). */
+static void ct_cl_parts(cf_cluster *cl, const sf_resp *r)
+{
+    const char *id = json_string_value(json_object_get(r->json, "order_id"));
+    size_t a, b;
+    json_t *it, *p;
+    json_array_foreach(json_object_get(r->json, "items"), a, it)
+    {
+        const char *sku = json_string_value(json_object_get(it, "sku"));
+        json_array_foreach(json_object_get(it, "parts"), b, p)
+        {
+            int k = (int)sf_json_int(p, "segment", -1);
+            char key[160], pid[160];
+            snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+            snprintf(pid, sizeof pid, "%.32s-%d-%s", id, k, sku);
+            SF_ASSERT(rf_integer(ct_node_of(cl, key), "HEXISTS %s %s", key, pid) == 1,
+                      "part %s missing", pid);
+        }
+    }
+}
+
+static void test_cluster_carts(void **state)
+{
+    (void)state;
+    cf_cluster *cl = cf_start(3, 0);
+    SF_ASSERT(cl != NULL, "%s", "a 3-master cluster");
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(cl, 3));
+    const char *args[] = {"--threads", "2", "--admin-token", CT_TOKEN, "--trust-body-user-id",
+                          NULL};
+    sf_service *s = sf_start(url, args);
+    if (!s)
+        cf_stop(cl);
+    SF_ASSERT(s != NULL, "%s", "inventoryd on the cluster");
+    int port = sf_port(s);
+    const char *skus[4] = {"cl-home", "cl-multi", "cl-limit", "cl-hold"};
+    const char *rules[4] = {"", "", ",\"limit_per_user\":3", ",\"reservation_ttl_s\":120"};
+    for (int i = 0; i < 4; i++) {
+        char path[160], body[256];
+        snprintf(path, sizeof path, "/api/v1/skus/%s", skus[i]);
+        snprintf(body, sizeof body, "{\"stock\":40,\"segments\":4%s}", rules[i]);
+        sf_resp r = {0};
+        sf_json_request(NULL, port, "PUT", path, CT_TOKEN, NULL, body, &r);
+        SF_ASSERT(r.status == 201, "PUT %s: %s", skus[i], sf_resp_summary(&r));
+        sf_resp_free(&r);
+    }
+    /* masters: the SKUs' slots spread over at least two */
+    int seen = 0;
+    for (int i = 0; i < 4; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "inv:2:{%s}:meta", skus[i]);
+        for (int m = 0; m < 3; m++)
+            if (ct_node_of(cl, key) == cf_node(cl, m))
+                seen |= 1 << m;
+    }
+    SF_ASSERT(__builtin_popcount((unsigned)seen) >= 2, "SKUs on masters %#x", seen);
+    sf_resp r = {0};
+    SF_ASSERT(ct_cart(port,
+                      "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
+                      "{\"sku\":\"cl-limit\",\"quantity\":3}",
+                      "u-cl", "cl-key", &r) == 201,
+              "%s", sf_resp_summary(&r));
+    ct_cl_parts(cl, &r);
+    sf_resp_free(&r);
+    SF_ASSERT(ct_cart(port,
+                      "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
+                      "{\"sku\":\"cl-limit\",\"quantity\":3}",
+                      "u-cl", "cl-key", &r) == 200,
+              "replay: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* over the limit (reserved on the limit SKU's master): nothing sold */
+    SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-multi\"},{\"sku\":\"cl-limit\"}", "u-cl", NULL, &r) ==
+                      409 &&
+                  strcmp(sf_error_code(&r), "limit_exceeded") == 0,
+              "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* a hold item under a home SKU without a TTL: the cart is a hold, the home SKU flagged */
+    SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-home\",\"quantity\":2},{\"sku\":\"cl-hold\"}", NULL,
+                      NULL, &r) == 201,
+              "%s", sf_resp_summary(&r));
+    SF_ASSERT(json_string_value(json_object_get(r.json, "expires_at")) != NULL, "%s",
+              sf_resp_summary(&r));
+    ct_cl_parts(cl, &r);
+    sf_resp_free(&r);
+    char buf[16] = "";
+    SF_ASSERT(rf_string(ct_node_of(cl, "inv:2:{cl-home}:meta"), buf, sizeof buf,
+                        "HGET inv:2:{cl-home}:meta holds") == 1 &&
+                  strcmp(buf, "1") == 0,
+              "the home SKU's hold flag: %s", buf);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-home", 4), 37);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-multi", 4), 15);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-limit", 4), 37);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-hold", 4), 39);
+    SF_ASSERT(rf_integer(ct_node_of(cl, "inv:2:{cl-home}:cart"), "HLEN inv:2:{cl-home}:cart") == 0,
+              "%s", "an intent left");
+    int rc = sf_stop(s);
+    cf_stop(cl);
+    SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -575,6 +705,14 @@ int main(void)
         cmocka_unit_test(test_cart_killed_after_intent),
         cmocka_unit_test(test_cart_killed_after_parts),
         cmocka_unit_test(test_cart_killed_after_primary),
+        cmocka_unit_test(test_cluster_carts),
     };
+    /* IT_CART_PART (ctest runs it_cart and it_cart_cluster): "cluster" the cluster's test only,
+     * "one-redis" the others; unset, every test */
+    const char *part = getenv("IT_CART_PART");
+    if (part && strcmp(part, "cluster") == 0)
+        cmocka_set_test_filter("*cluster*");
+    else if (part && strcmp(part, "one-redis") == 0)
+        cmocka_set_skip_filter("*cluster*");
     return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
 }
