@@ -296,7 +296,11 @@ static void test_multi_segment_item_replay_get(void **state)
     ct_put(skus[1], 40, 4, ""); /* 10 a segment: 25 units take three parts */
     const char *items = "{\"sku\":\"ct-m1\",\"quantity\":3},{\"sku\":\"ct-m2\",\"quantity\":25}";
     sf_resp r = {0}, again = {0}, get = {0};
+    double created = sf_metric(ct_port(0), "inventory_orders_total{result=\"created\"}");
     SF_ASSERT(ct_cart(ct_port(0), items, NULL, "ct-key-1", &r) == 201, "%s", sf_resp_summary(&r));
+    /* one cart, one order counted (not one per item) */
+    SF_ASSERT(sf_metric(ct_port(0), "inventory_orders_total{result=\"created\"}") == created + 1,
+              "%s", "inventory_orders_total{result=\"created\"} counted the cart's items");
     json_t *m2 = json_array_get(json_object_get(r.json, "items"), 1);
     SF_ASSERT(json_array_size(json_object_get(m2, "parts")) >= 3, "%s", sf_resp_summary(&r));
     /* the same key on another instance: the stored cart */

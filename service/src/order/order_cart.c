@@ -191,7 +191,12 @@ static void respond(struct cart *c)
     struct response *res = &c->ar->res;
     response_free(res);
     memset(res, 0, sizeof(*res));
+    /* one count of inventory_orders_total per cart, its outcome (the items answer uncounted) */
+    enum order_outcome counted = c->fail_idx >= 0 ? c->it[c->fail_idx].out : c->out;
     if (c->it[pick].sh && c->it[pick].sh->res.status) {
+        struct response tmp = {0};
+        order_outcome_respond(&tmp, counted, c->ttl_s > 0);
+        response_free(&tmp);
         *res = c->it[pick].sh->res;
         memset(&c->it[pick].sh->res, 0, sizeof(c->it[pick].sh->res));
     } else {

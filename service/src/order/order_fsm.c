@@ -1295,7 +1295,10 @@ static void answer(struct order *o)
     struct response *res = &o->ar->res;
     /* the error, message and metric from outcome_table.h; below, what else the answer carries
      * (its extra column) and the log line of a 503 */
-    order_outcome_respond(res, o->out, o->view.rules.ttl_s > 0);
+    if (o->item) /* a cart's item: the cart counts the cart once */
+        order_outcome_answer(res, o->out);
+    else
+        order_outcome_respond(res, o->out, o->view.rules.ttl_s > 0);
     switch (o->out) {
     case OUT_CREATED:
         (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
