@@ -102,6 +102,11 @@ static const struct ctstate_row {
 };
 _Static_assert(CT_COUNT <= 32, "a state's next states are a 32-bit mask");
 
+/* Lock rounds of a cart at most: a round whose item read less under its locks than its first
+ * read showed (other orders took units meanwhile) drops every lock and starts again from the
+ * fresher reads, as a multi-segment order walks on (docs/design.md "Carts (SPEC §17)"). */
+#define CART_LOCK_ROUNDS 3
+
 struct cart;
 
 /* One item: its order (until it answered), its shadow request, its multi-segment attempt. */
@@ -126,7 +131,8 @@ struct cart {
     int sorted[VALIDATE_CART_MAX]; /* item indexes by SKU name */
     struct citem it[VALIDATE_CART_MAX];
     int pending;
-    int li; /* the position in sorted of the item taking its locks */
+    int li;     /* the position in sorted of the item taking its locks */
+    int rounds; /* lock rounds made (CART_LOCK_ROUNDS at most) */
     enum order_outcome out;
     int fail_idx; /* the item the cart's refusal is (-1: the cart's own) */
     int64_t ttl_s;
@@ -368,6 +374,37 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
             c->budget -= r->calls; /* one budget for the cart: the next item gets what is left */
             c->li++;
             lock_next(c);
+        } else if (r->out == OUT_INSUFFICIENT) {
+            /* every candidate read short under its lock: other orders took units since the
+             * item's read. insufficient_stock only when the fresher reads total less than the
+             * item (SPEC §13); else every lock goes and the cart takes them again. */
+            multi_seen(ci->m, ci->o->seen);
+            long long total = 0;
+            for (int k = 0; k < ci->o->view.segments; k++)
+                total += ci->o->seen[k] > 0 ? ci->o->seen[k] : 0;
+            c->calls += r->calls;
+            c->budget -= r->calls;
+            for (int i = 0; i < c->n; i++) {
+                if (c->it[i].m && c->it[i].m != ci->m) {
+                    struct multi_result *o = multi_result(c->it[i].m);
+                    c->calls += o->calls; /* READY: counted from the budget already */
+                }
+                multi_free(c->it[i].m); /* their locks go */
+                c->it[i].m = NULL;
+            }
+            c->fail_idx = ci->idx;
+            if (total < ci->o->in.quantity) {
+                settle(c, OUT_INSUFFICIENT);
+            } else if (c->budget < 0) {
+                c->fail_idx = -1;
+                settle(c, OUT_OVER_BUDGET);
+            } else if (++c->rounds >= CART_LOCK_ROUNDS) {
+                settle(c, OUT_LOCK_TIMEOUT); /* contention, not a shortage: retry */
+            } else {
+                c->fail_idx = -1;
+                c->li = 0;
+                lock_next(c);
+            }
         } else {
             c->fail_idx = r->out == OUT_UNAVAILABLE || r->out == OUT_OVER_BUDGET ? -1 : ci->idx;
             if (r->reload)
