@@ -11,6 +11,7 @@
  *     its record with items, of a part's id 404;
  *   - a per-user limit in an item's SKU (not the home one) counts the cart and refuses past it;
  *   - a hold cart: the shortest TTL, every part reserved (r), the primary's expires_at;
+ *   - one --order-redis-call-budget for the cart: over it, 503 and nothing sold;
  *   - contention: 12 clients on 3 instances, 2-3 item carts over 5 SKUs in random orders until
  *     the stock is gone: every request answered within the lock wait (no deadlock), then 0
  *     partial carts and every SKU whole;
@@ -394,6 +395,34 @@ static void test_hold_cart(void **state)
     SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 1);
 }
 
+/* One --order-redis-call-budget for the whole cart: three items of 8 segments each read 48 keys,
+ * each item within a budget of 40, the cart not: 503, nothing sold. */
+static void test_one_budget_for_the_cart(void **state)
+{
+    (void)state;
+    const char *skus[3] = {"ct-b1", "ct-b2", "ct-b3"};
+    long long total[3] = {80, 80, 80};
+    for (int i = 0; i < 3; i++)
+        ct_put(skus[i], 80, 8, "");
+    const char *args[] = {"--threads", "1", "--order-redis-call-budget", "40", NULL};
+    sf_service *x = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(x != NULL, "%s", "an instance with a budget of 40");
+    sf_resp r = {0};
+    int st = ct_cart(sf_port(x), "{\"sku\":\"ct-b1\"},{\"sku\":\"ct-b2\"},{\"sku\":\"ct-b3\"}",
+                     NULL, NULL, &r);
+    SF_ASSERT(st == 503 && strcmp(sf_error_code(&r), "unavailable") == 0, "%s",
+              sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* two of them fit */
+    st = ct_cart(sf_port(x), "{\"sku\":\"ct-b1\"},{\"sku\":\"ct-b2\"}", NULL, NULL, &r);
+    SF_ASSERT(st == 201, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT(sf_stop(x) == 0, "%s", "the instance's exit");
+    total[0] = total[1] = 80;
+    SF_ASSERT_EQ(ct_whole(skus, total, 3, 8), 1);
+    SF_ASSERT_EQ(ct_remaining("ct-b3", 8), 80);
+}
+
 /* ---- contention ---- */
 
 #define CT_CLIENTS 12
@@ -705,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_multi_segment_item_replay_get),
         cmocka_unit_test(test_limit_in_another_item),
         cmocka_unit_test(test_hold_cart),
+        cmocka_unit_test(test_one_budget_for_the_cart),
         cmocka_unit_test(test_contention_no_partial_cart),
         cmocka_unit_test(test_cart_killed_after_intent),
         cmocka_unit_test(test_cart_killed_after_parts),

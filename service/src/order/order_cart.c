@@ -263,8 +263,8 @@ static void items_back(struct cart *c)
             fail = i;
     if (fail >= 0) {
         enum order_outcome out = c->it[fail].out;
-        /* a replay or the key's refusal: the home item's answer (the stored cart), no "sku" */
-        c->fail_idx = out == OUT_REPLAYED || out == OUT_IDEM_FAILED ? -1 : fail;
+        /* a replay: the home item's answer (the stored cart), no "sku" */
+        c->fail_idx = out == OUT_REPLAYED ? -1 : fail;
         settle(c, out);
         return;
     }
