@@ -319,7 +319,7 @@ static struct multi *item_multi(struct cart *c, struct citem *ci)
     rq.qty = o->in.quantity;
     rq.token = c->token;
     rq.user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
-    rq.idem = ci->idx == 0 ? o->idem : "";
+    rq.idem = o->idem; /* the home item's key or ticket; another item's ticket, or "" */
     rq.claim_expiry = o->claim_expiry;
     rq.rules = o->view.rules;
     rq.rules.ttl_s = c->ttl_s; /* the cart's: every part reserved when the cart is a hold */

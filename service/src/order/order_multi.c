@@ -665,7 +665,9 @@ static void part_call(struct multi *m, const struct mseg *g, int primary, const 
         .qty = g->take,
         .id = g->id,
         .record = rec,
-        .idem = primary ? rq->idem : "",
+        /* a cart's other item claims only its ticket: its first part carries the claim's name,
+         * so a claim found pending past its expiry finds its order (CL_FIND) */
+        .idem = primary || (rq->cart && !rq->cart_home && g == &m->s[m->primary]) ? rq->idem : "",
         .expiry = m->deadline,
         .rules = &rq->rules,
         .log_cap = primary && rq->app->cfg.order_log ? rq->app->cfg.order_log_cap : 0,
