@@ -998,7 +998,10 @@ static void walk_start(struct order *o)
 static void recheck_start(struct order *o)
 {
     int nseg = o->view.segments;
-    if (order_over_budget(o, 2 * nseg)) {
+    /* a cart's item reads the stock alone: the version is read under each lock it takes
+     * (order_multi.c), and the cart's budget is one for all its items */
+    int per = o->item ? 1 : 2;
+    if (order_over_budget(o, per * nseg)) {
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
@@ -1012,12 +1015,14 @@ static void recheck_start(struct order *o)
     }
     for (int k = 0; k < nseg; k++) {
         store_seg_keys(o->in.sku, k, &keys[k]);
-        argvs[2 * k][0] = "GET";
-        argvs[2 * k][1] = keys[k].stock;
-        argvs[2 * k + 1][0] = "GET";
-        argvs[2 * k + 1][1] = keys[k].sver;
+        argvs[per * k][0] = "GET";
+        argvs[per * k][1] = keys[k].stock;
+        if (per == 2) {
+            argvs[2 * k + 1][0] = "GET";
+            argvs[2 * k + 1][1] = keys[k].sver;
+        }
     }
-    run_batch(o, OS_RECHECK, 2 * nseg, (const char *const(*)[3])argvs, 2);
+    run_batch(o, OS_RECHECK, per * nseg, (const char *const(*)[3])argvs, 2);
     free(argvs);
     free(keys);
 }
@@ -1703,12 +1708,13 @@ static void on_recheck(struct order *o, const struct oev *e)
     }
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
     int nempty = 0, stale = 0;
+    int per = o->item ? 1 : 2; /* recheck_start: a cart's item read the stock alone */
     for (int k = 0; k < nseg; k++) {
         if (o->item)
-            note_seen(o, k, o->batch_ints[2 * k]);
-        if (o->batch_ints[2 * k + 1] != o->view.version)
+            note_seen(o, k, o->batch_ints[k]);
+        else if (o->batch_ints[2 * k + 1] != o->view.version)
             stale = 1;
-        if (o->batch_ints[2 * k] <= 0) {
+        if (o->batch_ints[per * k] <= 0) {
             empty[k / 64] |= 1ULL << (k % 64);
             nempty++;
         }
