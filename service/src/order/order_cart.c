@@ -691,8 +691,6 @@ static void settle(struct cart *c, enum order_outcome out)
             c->it[i].m = NULL;
         }
     }
-    if (out == OUT_CREATED && c->record)
-        metrics_multi_order(c->n);
     /* the other items of a replayed cart or of a refused key end as failed (their
      * reservations released) */
     enum order_outcome others =
