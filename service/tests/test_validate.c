@@ -555,13 +555,70 @@ static void test_messages(void **state)
     assert_int_equal(err.code, ERROR_INVALID_REQUEST);
 }
 
+/* A cart's body (SPEC §17): validate_order_body only notes items; validate_cart_body parses it. */
+static void test_cart(void **state)
+{
+    (void)state;
+    struct validate_order o;
+    struct validate_cart c;
+    struct validate_error err;
+    const char *b = "{\"items\":[{\"sku\":\"A\",\"quantity\":2},{\"sku\":\"B\",\"ticket\":"
+                    "\"t1\"}],\"user_id\":\"u\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), 0);
+    assert_true(o.is_cart);
+    assert_int_equal(validate_cart_body(b, strlen(b), 100, &c, &err), 0);
+    assert_int_equal(c.n, 2);
+    assert_string_equal(c.items[0].sku, "A");
+    assert_int_equal(c.items[0].quantity, 2);
+    assert_false(c.items[0].has_ticket);
+    assert_int_equal(c.items[1].quantity, 1);
+    assert_true(c.items[1].has_ticket);
+    assert_string_equal(c.items[1].ticket, "t1");
+    assert_true(c.has_user_id);
+    assert_string_equal(c.user_id, "u");
+    /* a one-SKU body is not a cart */
+    b = "{\"sku\":\"A\"}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), 0);
+    assert_false(o.is_cart);
+    b = "{\"items\":[{\"sku\":\"A\"},{\"sku\":\"A\"}]}";
+    assert_int_equal(validate_cart_body(b, strlen(b), 100, &c, &err), -1);
+    assert_int_equal(err.code, ERROR_DUPLICATE_SKU);
+    assert_string_equal(err.message, "items[1].sku: A is already items[0]");
+    b = "{\"sku\":\"A\",\"items\":[{\"sku\":\"B\"}]}";
+    assert_int_equal(validate_order_body(b, strlen(b), 100, &o, &err), 0);
+    assert_int_equal(validate_cart_body(b, strlen(b), 100, &c, &err), -1);
+    assert_int_equal(err.code, ERROR_ITEMS_AND_SKU);
+    b = "{\"items\":[{\"sku\":\"A\",\"quantity\":6}]}";
+    assert_int_equal(validate_cart_body(b, strlen(b), 5, &c, &err), -1);
+    assert_int_equal(err.code, ERROR_INVALID_REQUEST);
+    assert_string_equal(err.message,
+                        "items[0].quantity: must be an integer between 1 and 5, got 6");
+    b = "{\"items\":[{\"quantity\":1}]}";
+    assert_int_equal(validate_cart_body(b, strlen(b), 5, &c, &err), -1);
+    assert_string_equal(err.message,
+                        "items[0].sku: is required (a string matching [A-Za-z0-9_.:-]{1,64})");
+    const char *bad[] = {"{\"items\":[]}", "{\"items\":{}}", "{\"items\":[7]}", "{\"items\":null}",
+                         "{\"items\":[{\"sku\":\"A\"}],\"user_id\":7}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(validate_cart_body(bad[i], strlen(bad[i]), 5, &c, &err), -1);
+        assert_int_equal(err.code, ERROR_INVALID_REQUEST);
+    }
+    char many[1024] = "{\"items\":[";
+    for (int i = 0; i <= VALIDATE_CART_MAX; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), "%s{\"sku\":\"S%d\"}",
+                 i ? "," : "", i);
+    strcat(many, "]}");
+    assert_int_equal(validate_cart_body(many, strlen(many), 5, &c, &err), -1);
+    assert_string_equal(err.message, "items: must be an array of 1 to 10 items");
+}
+
 int main(void)
 {
     make_buffers();
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test(test_sku),       cmocka_unit_test(test_rules_valid),
         cmocka_unit_test(test_printable), cmocka_unit_test(test_content_type),
-        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_messages),  cmocka_unit_test(test_cart),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
     size_t n = nfixed + NINVALID + NVALID;

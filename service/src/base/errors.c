@@ -48,6 +48,9 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
     [ERROR_TICKET_USED] = {409, "ticket_used", "the ticket was used by another order", false},
     [ERROR_TICKET_WRONG_USER] = {403, "ticket_wrong_user", "the ticket is another user's", false},
     [ERROR_TICKET_WRONG_SKU] = {403, "ticket_wrong_sku", "the ticket is for another SKU", false},
+    [ERROR_DUPLICATE_SKU] = {422, "duplicate_sku", "a cart names the same SKU twice", false},
+    [ERROR_ITEMS_AND_SKU] = {422, "items_and_sku",
+                             "an order is either one SKU (sku) or a cart (items), not both", false},
     [ERROR_NO_WAITING_ROOM] = {409, "no_waiting_room",
                                "this SKU has no waiting room (its queue_rate is 0)", false},
 

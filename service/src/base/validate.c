@@ -392,6 +392,12 @@ int validate_order_body(const char *body, size_t len, int64_t max_quantity,
     memset(out, 0, sizeof(*out));
     bool present;
     int rc = -1;
+    if (json_object_get(root, "items")) {
+        /* a cart (SPEC §17): validate_cart_body parses it; one lookup more for a one-SKU body */
+        out->is_cart = true;
+        json_decref(root);
+        return 0;
+    }
     if (get_string(root, "sku", true, validate_sku, "a string matching " SKU_RULE, out->sku,
                    sizeof(out->sku), &present, err) ||
         get_int(root, &quantity, false, 1, &out->quantity, err) ||
@@ -402,6 +408,74 @@ int validate_order_body(const char *body, size_t len, int64_t max_quantity,
                    "a waiting room's ticket: a string of 1 to 799 printable ASCII characters",
                    out->ticket, sizeof(out->ticket), &out->has_ticket, err))
         goto done;
+    rc = 0;
+done:
+    json_decref(root);
+    return rc;
+}
+
+/* Prefixes err's message with "items[i]." (the field at fault is the item's). */
+static void item_fail(struct validate_error *err, int i)
+{
+    char m[sizeof(err->message)];
+    memcpy(m, err->message, sizeof(m));
+    int n = snprintf(err->message, sizeof(err->message), "items[%d].", i);
+    if (n > 0 && (size_t)n < sizeof(err->message))
+        memcpy(err->message + n, m, sizeof(err->message) - (size_t)n - 1);
+    err->message[sizeof(err->message) - 1] = '\0';
+}
+
+int validate_cart_body(const char *body, size_t len, int64_t max_quantity,
+                       struct validate_cart *out, struct validate_error *err)
+{
+    const struct int_field quantity = {"quantity", 1, max_quantity < 1 ? 1 : max_quantity};
+    json_t *root = load_object(body, len, &quantity, 1, err);
+    if (!root)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    int rc = -1;
+    bool present;
+    const json_t *items = json_object_get(root, "items");
+    if (json_object_get(root, "sku")) {
+        fail(err, ERROR_ITEMS_AND_SKU,
+             "items: an order is either one SKU (sku, quantity) or a cart (items), not both");
+        goto done;
+    }
+    if (!json_is_array(items) || json_array_size(items) < 1 ||
+        json_array_size(items) > VALIDATE_CART_MAX) {
+        fail(err, ERROR_INVALID_REQUEST, "items: must be an array of 1 to %d items",
+             VALIDATE_CART_MAX);
+        goto done;
+    }
+    if (get_string(root, "user_id", false, validate_printable,
+                   "a string of 1 to 128 printable ASCII characters", out->user_id,
+                   sizeof(out->user_id), &out->has_user_id, err))
+        goto done;
+    out->n = (int)json_array_size(items);
+    for (int i = 0; i < out->n; i++) {
+        const json_t *it = json_array_get(items, (size_t)i);
+        struct validate_cart_item *ci = &out->items[i];
+        if (!json_is_object(it)) {
+            fail(err, ERROR_INVALID_REQUEST,
+                 "items[%d]: must be an object {\"sku\": ..., \"quantity\": ...}", i);
+            goto done;
+        }
+        if (get_string(it, "sku", true, validate_sku, "a string matching " SKU_RULE, ci->sku,
+                       sizeof(ci->sku), &present, err) ||
+            get_int(it, &quantity, false, 1, &ci->quantity, err) ||
+            get_string(it, "ticket", false, ticket_text_ok,
+                       "a waiting room's ticket: a string of 1 to 799 printable ASCII characters",
+                       ci->ticket, sizeof(ci->ticket), &ci->has_ticket, err)) {
+            item_fail(err, i);
+            goto done;
+        }
+        for (int j = 0; j < i; j++)
+            if (strcmp(out->items[j].sku, ci->sku) == 0) {
+                fail(err, ERROR_DUPLICATE_SKU, "items[%d].sku: %s is already items[%d]", i, ci->sku,
+                     j);
+                goto done;
+            }
+    }
     rc = 0;
 done:
     json_decref(root);

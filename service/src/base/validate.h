@@ -49,7 +49,36 @@ struct validate_order {
      * TICKET_TEXT_MAX; checked by the order path only when the SKU has a waiting room */
     char ticket[TICKET_TEXT_MAX];
     bool has_ticket;
+    /* the body has "items" (and no "sku"): a cart (SPEC §17), parsed by validate_cart_body;
+     * nothing else above is set */
+    bool is_cart;
 };
+
+/* The most items of a cart (SPEC §17; docs/api.md). */
+#define VALIDATE_CART_MAX 10
+
+/* One item of a cart: as the fields of a one-SKU order. */
+struct validate_cart_item {
+    char sku[VALIDATE_SKU_MAX + 1];
+    int64_t quantity; /* 1..max_quantity; 1 when absent */
+    char ticket[TICKET_TEXT_MAX];
+    bool has_ticket;
+};
+
+/* POST /api/v1/orders body of a cart: {"items": [{"sku", "quantity", "ticket"}, ...] (1..
+ * VALIDATE_CART_MAX, distinct SKUs), "user_id": str (opt.)}; no "sku". */
+struct validate_cart {
+    int n;
+    struct validate_cart_item items[VALIDATE_CART_MAX];
+    char user_id[VALIDATE_PRINTABLE_MAX + 1];
+    bool has_user_id;
+};
+
+/* Parses a cart's body (validate_order_body set is_cart). 0, or -1 with *err filled: 400
+ * invalid_request for a malformed item (the message names "items[i].<field>"), 422
+ * ERROR_DUPLICATE_SKU for a SKU named twice, ERROR_ITEMS_AND_SKU when "sku" is there too. */
+int validate_cart_body(const char *body, size_t len, int64_t max_quantity,
+                       struct validate_cart *out, struct validate_error *err);
 
 /* PUT /api/v1/skus/{sku} body: {"stock": int 0..10^12, "segments": int 1..1024}, both required,
  * and the sale rules (SPEC §11) of rules_table.h, each optional (absent or null: none, 0): an

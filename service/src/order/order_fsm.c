@@ -72,6 +72,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_cart.h"
 #include "order_claim.h"
 #include "order_idem.h"
 #include "order_io.h"
@@ -113,6 +114,7 @@ static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
 static int multi_start(struct order *o);
+static long long seen_total(const struct order *o);
 static void note_seen(struct order *o, int k, long long stock);
 
 /* ---- small helpers ---- */
@@ -953,11 +955,29 @@ static void segment_done(struct order *o, enum seg_result r)
 }
 
 /* Starts the walk of this round (the layout is known). */
+static void recheck_start(struct order *o);
+
 static void walk_start(struct order *o)
 {
     int nseg = o->view.segments;
     if (nseg <= 0 || nseg > SKUCACHE_MAX_SEGMENTS) {
         place_done(o, OUT_UNAVAILABLE); /* never: a layout read always has segments */
+        return;
+    }
+    if (o->item) {
+        /* a cart's item: every segment's stock read once (the re-check's batch), then the
+         * cart locks and commits (order_cart.c) */
+        if (!o->item_read) {
+            o->item_read = 1;
+            recheck_start(o);
+            return;
+        }
+        if (seen_total(o) < o->in.quantity) {
+            place_done(o, OUT_INSUFFICIENT);
+            return;
+        }
+        set_state(o, OS_CART);
+        o->item->ready(o->item_arg, o);
         return;
     }
     if (o->strat->start) {
@@ -978,7 +998,10 @@ static void walk_start(struct order *o)
 static void recheck_start(struct order *o)
 {
     int nseg = o->view.segments;
-    if (order_over_budget(o, 2 * nseg)) {
+    /* a cart's item reads the stock alone: the version is read under each lock it takes
+     * (order_multi.c), and the cart's budget is one for all its items */
+    int per = o->item ? 1 : 2;
+    if (order_over_budget(o, per * nseg)) {
         place_done(o, OUT_OVER_BUDGET);
         return;
     }
@@ -992,12 +1015,14 @@ static void recheck_start(struct order *o)
     }
     for (int k = 0; k < nseg; k++) {
         store_seg_keys(o->in.sku, k, &keys[k]);
-        argvs[2 * k][0] = "GET";
-        argvs[2 * k][1] = keys[k].stock;
-        argvs[2 * k + 1][0] = "GET";
-        argvs[2 * k + 1][1] = keys[k].sver;
+        argvs[per * k][0] = "GET";
+        argvs[per * k][1] = keys[k].stock;
+        if (per == 2) {
+            argvs[2 * k + 1][0] = "GET";
+            argvs[2 * k + 1][1] = keys[k].sver;
+        }
     }
-    run_batch(o, OS_RECHECK, 2 * nseg, (const char *const(*)[3])argvs, 2);
+    run_batch(o, OS_RECHECK, per * nseg, (const char *const(*)[3])argvs, 2);
     free(argvs);
     free(keys);
 }
@@ -1109,8 +1134,9 @@ static enum order_outcome window_fast(struct order *o, const struct sku_rules *r
 static int limit_in_commit(const struct order *o)
 {
     const struct config *cfg = &o->app->cfg;
+    /* a cart's item: its parts commit before the cart exists (as a multi-segment order's) */
     return !cfg->limit_two_step && cfg->strategy != STRATEGY_SINGLE_LOCK &&
-           !config_redis_cluster(cfg);
+           !config_redis_cluster(cfg) && !o->item;
 }
 
 /* The reservation is settled (a round trip or two after the view was taken): the walk, with
@@ -1274,7 +1300,10 @@ static void answer(struct order *o)
     struct response *res = &o->ar->res;
     /* the error, message and metric from outcome_table.h; below, what else the answer carries
      * (its extra column) and the log line of a 503 */
-    order_outcome_respond(res, o->out, o->view.rules.ttl_s > 0);
+    if (o->item) /* a cart's item: the cart counts the cart once */
+        order_outcome_answer(res, o->out);
+    else
+        order_outcome_respond(res, o->out, o->view.rules.ttl_s > 0);
     switch (o->out) {
     case OUT_CREATED:
         (void)response_order_location(res, o->order_id, (int)sizeof(o->order_id));
@@ -1325,8 +1354,17 @@ static void answer(struct order *o)
     default: break;
     }
     set_state(o, OS_DONE);
-    metrics_order_redis_calls(o->calls);
     struct areq *ar = o->ar;
+    if (o->item) { /* a cart's item: its answer is the cart's to use */
+        const struct item_back *ib = o->item;
+        void *arg = o->item_arg;
+        int idx = o->item_idx;
+        enum order_outcome out = o->out;
+        order_free(o);
+        ib->answered(arg, idx, out);
+        return;
+    }
+    metrics_order_redis_calls(o->calls);
     order_free(o);
     areq_done(ar);
 }
@@ -1398,7 +1436,7 @@ static void on_multi_cb(void *arg, enum multi_phase_end end)
 static int multi_start(struct order *o)
 {
     if (o->app->cfg.strategy != STRATEGY_SEGMENTED || !o->seen || o->multi_tries >= 2 ||
-        o->cancelled)
+        o->cancelled || o->item)
         return 0;
     if (seen_total(o) < o->in.quantity)
         return 0; /* the remaining total is below the quantity: insufficient_stock */
@@ -1670,10 +1708,13 @@ static void on_recheck(struct order *o, const struct oev *e)
     }
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
     int nempty = 0, stale = 0;
+    int per = o->item ? 1 : 2; /* recheck_start: a cart's item read the stock alone */
     for (int k = 0; k < nseg; k++) {
-        if (o->batch_ints[2 * k + 1] != o->view.version)
+        if (o->item)
+            note_seen(o, k, o->batch_ints[k]);
+        else if (o->batch_ints[2 * k + 1] != o->view.version)
             stale = 1;
-        if (o->batch_ints[2 * k] <= 0) {
+        if (o->batch_ints[per * k] <= 0) {
             empty[k / 64] |= 1ULL << (k % 64);
             nempty++;
         }
@@ -1886,7 +1927,8 @@ static void on_rollout_pause(struct order *o, const struct oev *e)
  * the end. */
 #define TO_ROUND                                                                                   \
     (TO(OS_LAYOUT) | TO(OS_LIMIT) | TO(OS_CLAIM) | TO(OS_RECHECK) | TO(OS_ACQUIRE) | TO(OS_GATE) | \
-     TO(OS_HOLD) | TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO_END)
+     TO(OS_HOLD) | TO(OS_SINGLE_ACQUIRE) | TO(OS_ROLLOUT) | TO(OS_ROLLOUT_PAUSE) | TO(OS_CART) |   \
+     TO_END)
 
 static void on_claim(struct order *o, const struct oev *e)
 {
@@ -1954,6 +1996,8 @@ static const struct state_row {
     [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
     /* order_claim_settled: answer, or the ticket's claim (the key's deleted: rules_begin) */
     [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_CLAIM) | TO(OS_DONE)},
+    /* order_item_end: place_done (the units back, the claim settled, the answer) */
+    [OS_CART] = {"cart", NULL, 0, 0, 0, TO_END},
     [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
 _Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");
@@ -2076,6 +2120,11 @@ void order_create_async(struct areq *ar)
         areq_done(ar);
         return;
     }
+    if (o->in.is_cart) { /* SPEC §17: several SKUs, all or nothing (order_cart.c) */
+        order_free(o);
+        order_cart_async(ar);
+        return;
+    }
     /* --user-rps holds a waiting room's buyer on the order too: an order with a ticket is one
      * of a SKU with a room (one without is refused 403 from the cached rules, costing nothing). */
     if (order_identity(o) != 0 ||
@@ -2133,4 +2182,110 @@ void order_create_async(struct areq *ar)
     o->first = 1;
     o->need_layout = 1;
     round_begin(o);
+}
+
+/* ---- a cart's items (order_io.h; docs/design.md "Carts (SPEC §17)") ---- */
+
+struct order *order_item_new(struct areq *shadow, const struct validate_cart_item *it,
+                             const char *user_id, const char *token, const char *key,
+                             const struct item_back *back, void *arg, int idx, int *refused)
+{
+    struct app *app = shadow->app;
+    *refused = 0;
+    struct order *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->ar = shadow;
+    o->app = app;
+    o->io = &io_hooks;
+    o->lc = shadow->lc;
+    o->strat = &strategies[app->cfg.strategy];
+    o->gates = areq_gates(shadow);
+    o->gate_k = -1;
+    o->loop = areq_loop(shadow, &o->nloops);
+    o->item = back;
+    o->item_arg = arg;
+    o->item_idx = idx;
+    snprintf(o->claim_expiry, sizeof(o->claim_expiry), "0");
+    snprintf(o->in.sku, sizeof(o->in.sku), "%s", it->sku);
+    o->in.quantity = it->quantity;
+    if (it->has_ticket) {
+        memcpy(o->in.ticket, it->ticket, sizeof(o->in.ticket));
+        o->in.has_ticket = true;
+    }
+    if (user_id) {
+        snprintf(o->in.user_id, sizeof(o->in.user_id), "%s", user_id);
+        o->in.has_user_id = true;
+    }
+    if (order_identity(o) != 0) {
+        *refused = 1;
+        order_free(o);
+        return NULL;
+    }
+    o->idem = key ? key : "";
+    o->key = o->idem;
+    snprintf(o->token, sizeof(o->token), "%s", token);
+    o->deadline_ms = clock_mono_ms() + app->cfg.lock_wait_ms;
+    o->own_salt = own_salt(o->in.sku);
+    o->timer = evtimer_new(shadow->base, on_timer, o);
+    if (!o->timer) {
+        order_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+void order_item_start(struct order *o)
+{
+    areq_log_begin(o->ar);
+    skucache_get(o->app->cache, o->in.sku, &o->view);
+    ticket_note(o);
+    if (*o->idem || o->in.has_ticket) {
+        if (!o->view.version)
+            run_layout(o, OS_CLAIM_LAYOUT, LJ_LOAD);
+        else
+            claim_or_round(o);
+    } else {
+        o->first = 1;
+        o->need_layout = 1;
+        round_begin(o);
+    }
+    areq_log_end();
+}
+
+void order_item_end(struct order *o, enum order_outcome out, const char *order_id,
+                    const char *record)
+{
+    areq_log_begin(o->ar);
+    if (out == OUT_CREATED || out == OUT_OUTCOME_UNKNOWN) {
+        o->acked = 1; /* the cart made the WAITs of every part */
+        if (order_id)
+            snprintf(o->order_id, sizeof(o->order_id), "%s", order_id);
+        if (record) {
+            free(o->record);
+            o->record = strdup(record);
+        }
+    }
+    place_done(o, out);
+    areq_log_end();
+}
+
+void order_item_cancel(struct order *o)
+{
+    step(o, EV_CANCEL, LC_ESTATE, NULL);
+}
+
+void order_item_free(struct order *o)
+{
+    order_free(o);
+}
+
+void order_lock_env(const struct order *o, struct seglock_env *env)
+{
+    lock_env(o, env);
+}
+
+void order_lock_opts(const struct order *o, lc_lock_opts *lo)
+{
+    lock_opts(o, lo);
 }

@@ -70,6 +70,7 @@ enum ostate {
     OS_MULTI_HOLD,     /* [timer] --hold-ms under the locks of its parts (critical) */
     OS_LIMIT_RELEASE,  /* [machine] the per-user limit: a failed order gives its units back */
     OS_CLAIM_SETTLE,   /* [machine] the claim: settled after the order (IDEM_SWAP) */
+    OS_CART,           /* [cart] a cart's item, its rules passed: the cart (order_cart.c) has it */
     OS_DONE,
     OS_COUNT
 };
@@ -116,6 +117,16 @@ struct order_io_hooks {
     /* Reply i of a batch, answered (o->batch_ints[i] already holds its integer): what the
      * machine holding the order reads in it (a record, an order id). */
     void (*batch_reply)(struct order *o, int i, const redisReply *r);
+};
+
+/* A cart's item (docs/design.md "Carts (SPEC §17)"): an order run by the order machine up to
+ * its walk, which the cart does for all its items. ready(arg, o): the item's layout, claims and
+ * rules passed, the segments' stock read (o->seen), o in OS_CART until order_item_end;
+ * answered(arg, idx, out): the item ended (its answer, if any, in its own areq's response) and
+ * was freed. */
+struct item_back {
+    void (*ready)(void *arg, struct order *o);
+    void (*answered)(void *arg, int idx, enum order_outcome out);
 };
 
 /* One order in flight: all of its state (order_fsm.c owns it; the sub-machines keep theirs in
@@ -200,11 +211,39 @@ struct order {
     int batch_found;       /* the claim took the batch's first string reply (claim_found) */
     struct bslot *slots;
     /* orders larger than one segment (SPEC §13) */
-    long long *seen;     /* [SKUCACHE_MAX_SEGMENTS] stock the walk read (short segments), or NULL */
+    long long *seen; /* [SKUCACHE_MAX_SEGMENTS] stock the walk read (short segments), or NULL */
+    /* a cart's item (order_cart.c): its hand-back, its index in the cart; item_read: its
+     * segments' stock read (the sold-out re-check's batch) */
+    const struct item_back *item;
+    void *item_arg;
+    int item_idx, item_read;
     struct multi *multi; /* the attempt (order_multi.h) */
     enum multi_phase_end multi_end;
     int multi_tries;
 };
+
+/* ---- a cart's items (order_fsm.c; order_cart.c runs them) ---- */
+
+/* A cart's item on shadow (a copy of the cart's areq with a response of its own, which the
+ * item's answer fills): SKU, quantity and ticket of it, user_id of the cart, the cart's hex token
+ * and (home item only) the Idempotency-Key. NULL when out of memory; *refused 1 when the
+ * request's identity was refused (401 in shadow's response; the order is freed). */
+struct order *order_item_new(struct areq *shadow, const struct validate_cart_item *it,
+                             const char *user_id, const char *token, const char *key,
+                             const struct item_back *back, void *arg, int idx, int *refused);
+/* Starts it: its layout, its claim, its rules, then ready (or answered). */
+void order_item_start(struct order *o);
+/* Ends an item held in OS_CART with the cart's outcome: its limit reservation released on a
+ * failure, its claim settled (the home item's with order_id/record: the cart's), then answered. */
+void order_item_end(struct order *o, enum order_outcome out, const char *order_id,
+                    const char *record);
+/* The loop is ending: passes EV_CANCEL to the item. */
+void order_item_cancel(struct order *o);
+/* Frees an item never started. */
+void order_item_free(struct order *o);
+/* The lock environment and options of the order's segment locks (as its walk's). */
+void order_lock_env(const struct order *o, struct seglock_env *env);
+void order_lock_opts(const struct order *o, lc_lock_opts *lo);
 
 /* ---- the order's I/O and bookkeeping (order_io.c), for every machine of the order ---- */
 

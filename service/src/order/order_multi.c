@@ -48,16 +48,18 @@ static const struct mstate_row {
     const char *name;
     uint32_t next;
 } mstates[M_COUNT] = {
-    /* multi_lock: try_more; multi_commit: the parts, or (abort) end_intent, finish */
-    [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE)},
+    /* multi_lock: try_more; multi_commit: the parts, or (abort) end_intent, finish; a cart's
+     * item: multi_cart_primary, multi_cart_undo */
+    [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE) | MTO(M_PRIMARY) |
+                            MTO(M_UNDO)},
     /* tries_back: try_more again, plan (the intent, or ready), finish; tries_done: wait_next */
     [M_TRY] = {"try", MTO(M_TRY) | MTO(M_WAIT) | MTO(M_INTENT) | MTO(M_IDLE)},
     /* on_seg_acquired: wait_next (no change), plan, finish */
     [M_WAIT] = {"wait", MTO(M_INTENT) | MTO(M_IDLE)},
     /* on_intent: its WAIT (acks_wait); on_intent_acked: ready, or end_intent; finish */
     [M_INTENT] = {"intent", MTO(M_INTENT) | MTO(M_END) | MTO(M_IDLE)},
-    /* parts_done, on_parts_acked: the primary, or undo_made */
-    [M_PARTS] = {"parts", MTO(M_PRIMARY) | MTO(M_UNDO)},
+    /* parts_done, on_parts_acked: the primary, or undo_made; a cart's item: MULTI_PARTS */
+    [M_PARTS] = {"parts", MTO(M_PRIMARY) | MTO(M_UNDO) | MTO(M_IDLE)},
     /* on_primary: the WAIT, end_intent, undo_made, finish (outcome unknown) */
     [M_PRIMARY] = {"primary", MTO(M_ACKS) | MTO(M_END) | MTO(M_UNDO) | MTO(M_IDLE)},
     /* on_acked: end_intent, or finish (outcome unknown) */
@@ -102,6 +104,8 @@ struct multi {
                      * hex may have a part or a tombstone in a segment) */
     long long held; /* units in held segments */
     int primary;    /* index in s of the primary part (the lowest segment with a part) */
+    int skip;       /* the part multi_commit leaves for the primary's commit: primary, or -1 for
+                       a cart's item other than the home one (all its parts are parts) */
     char hex_id[ORDER_ID_MAX + 1];
     char parts[1024 * 12]; /* "k:q,k:q,..." */
     char deadline[24];     /* the intent's deadline (Redis ms) */
@@ -236,6 +240,10 @@ void multi_seen(const struct multi *m, long long *seen)
 
 static void finish(struct multi *m, enum order_outcome out)
 {
+    for (int i = 0; i < m->n; i++)
+        m->res.left |= m->s[i].made;
+    if (out == OUT_OUTCOME_UNKNOWN)
+        m->res.left = 1;
     if (m->any_made) /* issue 29: a second walk would reuse the hex of parts that may exist */
         m->res.again = m->res.reload = 0;
     m->res.out = out;
@@ -469,6 +477,14 @@ static void plan(struct multi *m)
         finish(m, OUT_UNAVAILABLE); /* never: held >= qty */
         return;
     }
+    m->skip = m->rq.cart && !m->rq.cart_home ? -1 : m->primary;
+    if (m->rq.cart) {
+        /* a cart's item: no intent of its own (the cart's), the primary's record the cart's */
+        json_decref(parts);
+        m_move(m, M_IDLE);
+        m->cb(m->arg, MULTI_READY);
+        return;
+    }
     snprintf(m->res.order_id, sizeof(m->res.order_id), "%s", p->id);
     char created[32];
     rules_format_time(clock_wall_ms(), created);
@@ -619,11 +635,17 @@ static char *part_record(struct multi *m, const struct mseg *g)
 {
     char created[32];
     rules_format_time(clock_wall_ms(), created);
+    const char *of = m->rq.cart ? m->rq.cart_id : m->res.order_id;
     json_t *j = json_pack(
-        "{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of", m->res.order_id, "sku",
-        m->rq.sku, "segment", g->k, "quantity", (json_int_t)g->take, "created_at", created,
-        "status",
+        "{s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "order_id", g->id, "part_of", of, "sku", m->rq.sku,
+        "segment", g->k, "quantity", (json_int_t)g->take, "created_at", created, "status",
         order_status_name(m->rq.rules.ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED));
+    /* a cart's item in a SKU with a limit: its first part carries the user, so the part's end
+     * gives that SKU's units back (docs/design.md "Carts (SPEC §17)") */
+    if (j && m->rq.cart && m->rq.lim_user && *m->rq.lim_user && g == &m->s[m->primary]) {
+        json_object_set_new(j, "user", json_string(m->rq.lim_user));
+        json_object_set_new(j, "lim", json_integer(1));
+    }
     char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return rec;
@@ -635,7 +657,7 @@ static void part_call(struct multi *m, const struct mseg *g, int primary, const 
                       struct store_commit_call *c)
 {
     const struct multi_req *rq = &m->rq;
-    int whole = primary && m->res.parts > 1;
+    int whole = primary && (m->res.parts > 1 || m->rq.cart);
     struct store_commit_in in = {
         .sku = rq->sku,
         .k = g->k,
@@ -643,7 +665,9 @@ static void part_call(struct multi *m, const struct mseg *g, int primary, const 
         .qty = g->take,
         .id = g->id,
         .record = rec,
-        .idem = primary ? rq->idem : "",
+        /* a cart's other item claims only its ticket: its first part carries the claim's name,
+         * so a claim found pending past its expiry finds its order (CL_FIND) */
+        .idem = primary || (rq->cart && !rq->cart_home && g == &m->s[m->primary]) ? rq->idem : "",
         .expiry = m->deadline,
         .rules = &rq->rules,
         .log_cap = primary && rq->app->cfg.order_log ? rq->app->cfg.order_log_cap : 0,
@@ -675,6 +699,7 @@ static enum order_outcome refused_outcome(struct multi *m, enum seg_result r)
 
 static void parts_done(struct multi *m);
 static void on_parts_acked(void *arg, long long acks);
+static void primary_commit(struct multi *m);
 
 static void on_part(struct seglock *lock, lc_status st, const redisReply *r, void *arg)
 {
@@ -695,10 +720,11 @@ static void parts_done(struct multi *m)
 {
     enum seg_result worst = SEG_DONE;
     for (int i = 0; i < m->n; i++)
-        if (i != m->primary && m->s[i].take > 0 && m->s[i].res != SEG_DONE)
+        if (i != m->skip && m->s[i].take > 0 && m->s[i].res != SEG_DONE)
             worst = m->s[i].res;
     if (worst != SEG_DONE) {
-        drop(&m->s[m->primary]);
+        if (m->skip >= 0)
+            drop(&m->s[m->skip]);
         undo_made(m, refused_outcome(m, worst));
         return;
     }
@@ -714,11 +740,24 @@ static void on_parts_acked(void *arg, long long acks)
         snprintf(m->res.why, sizeof(m->res.why),
                  "the parts are on %lld of %d replicas: undone, no order", acks < 0 ? 0 : acks,
                  m->rq.app->cfg.redis_replica_acks);
-        drop(&m->s[m->primary]);
+        if (m->skip >= 0)
+            drop(&m->s[m->skip]);
         undo_made(m, OUT_UNAVAILABLE);
         return;
     }
+    if (m->rq.cart) { /* the cart commits its primary once every item's parts are in */
+        m->res.out = OUT_CREATED;
+        m_move(m, M_IDLE);
+        m->cb(m->arg, MULTI_PARTS);
+        return;
+    }
     faultpoint("multi_parts");
+    primary_commit(m);
+}
+
+/* The primary's fenced commit (the parts are in, on the replicas). */
+static void primary_commit(struct multi *m)
+{
     struct mseg *p = &m->s[m->primary];
     struct store_commit_call c;
     part_call(m, p, 1, m->primary_rec, &c);
@@ -793,7 +832,7 @@ static void on_intent_gone(lc_status st, const redisReply *r, const char *errstr
 static void end_intent(struct multi *m, enum order_outcome out)
 {
     m->res.out = out;
-    if (m->res.parts == 1) { /* no intent was written */
+    if (m->res.parts == 1 || m->rq.cart) { /* no intent was written (a cart's: the cart's) */
         finish(m, out);
         return;
     }
@@ -887,11 +926,11 @@ void multi_commit(struct multi *m, int abort)
     memset(&m->conns, 0, sizeof(m->conns)); /* the parts' WAITs: on their connections */
     int n = 0;
     for (int i = 0; i < m->n; i++)
-        n += i != m->primary && m->s[i].take > 0;
+        n += i != m->skip && m->s[i].take > 0;
     m->pending = n + 1; /* + 1 for this function */
     for (int i = 0; i < m->n; i++) {
         struct mseg *g = &m->s[i];
-        if (i == m->primary || g->take <= 0)
+        if (i == m->skip || g->take <= 0)
             continue;
         struct store_commit_call c;
         char *rec = part_record(m, g);
@@ -911,6 +950,64 @@ void multi_commit(struct multi *m, int abort)
     /* the parts' answers (or this, when none was sent or all failed to start) go on */
     if (--m->pending == 0)
         parts_done(m);
+}
+
+/* ---- a cart's item ---- */
+
+json_t *multi_cart_parts(const struct multi *m, int *first)
+{
+    json_t *parts = json_array();
+    *first = -1;
+    for (int a = 0; parts && a < m->n; a++) {
+        const struct mseg *g = &m->s[m->order[a]];
+        if (g->take <= 0)
+            continue;
+        if (*first < 0)
+            *first = g->k;
+        json_array_append_new(
+            parts, json_pack("{s:i, s:I}", "segment", g->k, "quantity", (json_int_t)g->take));
+    }
+    return parts;
+}
+
+int multi_cart_intent_parts(const struct multi *m, char *buf, size_t cap)
+{
+    size_t used = strlen(buf);
+    for (int a = 0; a < m->n; a++) {
+        const struct mseg *g = &m->s[m->order[a]];
+        if (g->take <= 0)
+            continue;
+        int w = snprintf(buf + used, cap - used, "%s%d:%lld:%s", used ? "," : "", g->k, g->take,
+                         m->rq.sku);
+        if (w < 0 || (size_t)w >= cap - used)
+            return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+void multi_cart_deadline(struct multi *m, const char *deadline)
+{
+    snprintf(m->deadline, sizeof(m->deadline), "%s", deadline);
+}
+
+void multi_cart_primary(struct multi *m, const char *rec)
+{
+    free(m->primary_rec);
+    m->primary_rec = strdup(rec);
+    snprintf(m->res.order_id, sizeof(m->res.order_id), "%s", m->s[m->primary].id);
+    if (!m->primary_rec) {
+        multi_why(m, "", "out of memory");
+        drop(&m->s[m->primary]);
+        undo_made(m, OUT_UNAVAILABLE);
+        return;
+    }
+    primary_commit(m);
+}
+
+void multi_cart_undo(struct multi *m, enum order_outcome out)
+{
+    undo_made(m, out);
 }
 
 /* ---- a replay's WAITs ---- */

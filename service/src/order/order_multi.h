@@ -56,12 +56,24 @@ struct multi_req {
     struct sku_rules rules;
     int64_t deadline_ms; /* clock_mono_ms() by which the order must be answered */
     int budget;          /* Redis calls it may still make */
+    /* An item of a cart (order_cart.c; docs/design.md "Carts (SPEC §17)"); cart 0: an order
+     * of one SKU, as above. An item writes no intent (the cart's is one, in the home SKU's
+     * slot) and its parts are the cart's: part_of cart_id (the cart's buffer, filled once the
+     * home item is planned), its own SKU. The home item's lowest part is the cart's primary,
+     * whose record the cart gives (multi_cart_primary). lim_user: written with lim 1 on the
+     * first part of an item whose SKU has a limit (not the home item's: the primary carries
+     * the user), so its SKU's give-back follows that part. */
+    int cart, cart_home;
+    const char *cart_id;
+    const char *lim_user;
 };
 
 enum multi_phase_end {
     MULTI_READY, /* multi_lock: locks held, intent written: run the critical section, then
                     multi_commit */
-    MULTI_DONE   /* a final result: multi_result() */
+    MULTI_DONE,  /* a final result: multi_result() */
+    MULTI_PARTS  /* a cart's item (rq.cart): multi_commit wrote its parts (all but the cart's
+                    primary) and WAITed them: multi_cart_primary or multi_cart_undo next */
 };
 
 /* The result once MULTI_DONE. out: OUT_CREATED (record and order_id set), OUT_INSUFFICIENT,
@@ -78,6 +90,8 @@ struct multi_result {
     int acked; /* the WAITs of --redis-replica-acks were made */
     int calls; /* Redis calls made */
     int parts;
+    int left; /* parts may still exist (an undo failed or its WAIT fell short, or the primary's
+                 outcome is unknown): an intent must stay for the healer */
     char why[256];
 };
 
@@ -95,6 +109,27 @@ void multi_lock(struct multi *m);
 void multi_commit(struct multi *m, int abort);
 
 struct multi_result *multi_result(struct multi *m);
+
+/* ---- a cart's item (rq.cart) ----
+ * multi_lock ends MULTI_READY with the locks held and the parts planned, no intent; then
+ * multi_commit (MULTI_PARTS or MULTI_DONE when a part was refused, its own parts undone), then
+ * the home item's multi_cart_primary or every item's multi_cart_undo (MULTI_DONE). */
+
+/* The planned parts (after MULTI_READY): a new JSON array [{"segment","quantity"},...] in
+ * index order, and the text "k:q:<sku>,..." appended to buf (cap bytes; -1 when it does not
+ * fit). first: the lowest segment. */
+json_t *multi_cart_parts(const struct multi *m, int *first);
+int multi_cart_intent_parts(const struct multi *m, char *buf, size_t cap);
+
+/* The deadline of every commit (Redis ms: the earliest of the cart's intent and every claim and
+ * reservation), before multi_commit. */
+void multi_cart_deadline(struct multi *m, const char *deadline);
+
+/* The home item: commit the cart's primary with record rec (copied), its WAIT; MULTI_DONE. */
+void multi_cart_primary(struct multi *m, const char *rec);
+
+/* Undo the parts made (another item failed); MULTI_DONE with out. */
+void multi_cart_undo(struct multi *m, enum order_outcome out);
 
 /* Writes into seen[k] (the caller's [nseg]) the stock each candidate segment k showed under its
  * lock in this attempt (0: empty), leaving the others: fresher than the walk's reads the

@@ -69,6 +69,12 @@ void order_outcome_respond(struct response *res, enum order_outcome out, int hol
         metrics_sold_out_fast();
     if (row->metric != METRICS_ORDER_RESULT_COUNT)
         metrics_order(order_outcome_metric(out, hold));
+    order_outcome_answer(res, out);
+}
+
+void order_outcome_answer(struct response *res, enum order_outcome out)
+{
+    const struct order_outcome_row *row = order_outcome_row(out);
     if (row->error != ERROR_NONE)
         response_error(res, row->error, order_outcome_message(out));
 }

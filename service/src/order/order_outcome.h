@@ -63,4 +63,7 @@ int order_outcome_of_seg(enum seg_result r, int ends, enum order_outcome *out);
  * row's extra) is the caller's. hold: as order_outcome_metric. */
 void order_outcome_respond(struct response *res, enum order_outcome out, int hold);
 
+/* order_outcome_respond without the metrics: a cart's item (order_cart.c counts the cart once). */
+void order_outcome_answer(struct response *res, enum order_outcome out);
+
 #endif

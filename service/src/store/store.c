@@ -61,6 +61,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_PATCH_RULES] = STORE_LUA_PATCH_RULES,
         [SCRIPT_RULES_PUSH] = STORE_LUA_RULES_PUSH,
         [SCRIPT_MULTI_BEGIN] = STORE_LUA_MULTI_BEGIN,
+        [SCRIPT_CART_BEGIN] = STORE_LUA_CART_BEGIN,
         [SCRIPT_PART_FOLLOW] = STORE_LUA_PART_FOLLOW,
         [SCRIPT_PART_UNDO] = STORE_LUA_PART_UNDO,
         [SCRIPT_MULTI_DUE] = STORE_LUA_MULTI_DUE,

@@ -42,6 +42,7 @@ enum store_script {
     SCRIPT_USER_RELEASE,
     SCRIPT_PATCH_RULES,
     SCRIPT_MULTI_BEGIN,
+    SCRIPT_CART_BEGIN, /* a cart's intent (order_cart.c) */
     SCRIPT_PART_FOLLOW,
     SCRIPT_PART_UNDO,
     SCRIPT_MULTI_DUE,
