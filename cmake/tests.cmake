@@ -35,6 +35,8 @@ set(TEST_SCHEDULE
   "it_gate_store 15"
   "it_gate_store_cluster 10 heavy"
   "it_multi 19 heavy"
+  "it_cart_heal 12"
+  "it_cart_heal_cluster 14 heavy"
   "lockcore_it_mysql 11 heavy"
   "lockcore_it_zk 13 heavy"
   "it_lock_zookeeper 14 heavy"
