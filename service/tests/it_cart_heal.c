@@ -17,12 +17,15 @@
  *   - a PUT of the home SKU keeps its cart intents (parts in other SKUs depend on them): the
  *     PUT's reset wiped the primary, so the intent is healed back; a DELETE of the home SKU too
  *     (the sweeper keeps looking at a deleted home while its cart intents are left);
+ *   - the invariant checker finds a half cart from either side (a primary missing a part in
+ *     another SKU; a part whose primary is gone with no intent left) and a part lagging its
+ *     primary with no follow queued;
  *   - on a 3-master cluster with --redis-replica-acks 1, a cart whose parts sit on every master:
  *     its cancel reaches each (the follow WAITs on that part's master) and an intent cut off
  *     before the primary is healed back across the masters.
  * Each SKU's invariants are checked by the invariant checker (carts included) at the end.
- * Two parts (IT_CART_HEAL_PART, main()): it_cart_heal, one Redis, ~12 s; it_cart_heal_cluster,
- * ~12 s (the cluster's start).
+ * Two parts (IT_CART_HEAL_PART, main()): it_cart_heal, one Redis, ~7 s (the heals wait for the
+ * intents' deadlines + 1 s); it_cart_heal_cluster, ~4 s (mostly the cluster's start).
  */
 #include "svc_test.h"
 
@@ -181,8 +184,7 @@ static void ch_status(const char *sku, int k, const char *id, char *status, size
 }
 
 /* Polls (every 50 ms, at most timeout_ms) until the record's status is want ("" gone). */
-static int ch_wait_status(const char *sku, int k, const char *id, const char *want,
-                          int timeout_ms)
+static int ch_wait_status(const char *sku, int k, const char *id, const char *want, int timeout_ms)
 {
     char st[32];
     for (int64_t end = tu_now_ms() + timeout_ms;; tu_sleep_ms(50)) {
@@ -238,8 +240,9 @@ static void ch_cart(const char *hex, const struct ch_item *it, int n, const char
     for (int j = 0; j < n; j++) {
         size_t used = strlen(items);
         ch_parts_json(&it[j], parts, sizeof parts);
-        snprintf(items + used, sizeof items - used, "%s{\"sku\":\"%s\",\"quantity\":%d,\"parts\":%s}",
-                 j ? "," : "", it[j].sku, ch_total(&it[j]), parts);
+        snprintf(items + used, sizeof items - used,
+                 "%s{\"sku\":\"%s\",\"quantity\":%d,\"parts\":%s}", j ? "," : "", it[j].sku,
+                 ch_total(&it[j]), parts);
     }
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < it[j].n; i++) {
@@ -336,8 +339,8 @@ static void ch_put(const char *sku, int segments, const char *rules)
 {
     char path[160], body[256];
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
-    snprintf(body, sizeof body, "{\"stock\":%d,\"segments\":%d%s%s}", CH_UNITS * segments,
-             segments, rules ? "," : "", rules ? rules : "");
+    snprintf(body, sizeof body, "{\"stock\":%d,\"segments\":%d%s%s}", CH_UNITS * segments, segments,
+             rules ? "," : "", rules ? rules : "");
     sf_resp r = {0};
     sf_json_request(NULL, port, "PUT", path, CH_TOKEN, NULL, body, &r);
     SF_ASSERT(r.status == 201 || r.status == 200, "PUT %s: %s", sku, sf_resp_summary(&r));
@@ -392,9 +395,8 @@ static void test_cancel_reaches_every_sku(void **state)
     (void)state;
     char a[64], b[64], c[64], path[256];
     ch_skus("cancel", a, b, c);
-    const struct ch_item it[3] = {{a, 2, {0, 1}, {1, 2}, 0},
-                                  {b, 1, {0}, {2}, 0},
-                                  {c, 2, {0, 1}, {3, 1}, 1}};
+    const struct ch_item it[3] = {
+        {a, 2, {0, 1}, {1, 2}, 0}, {b, 1, {0}, {2}, 0}, {c, 2, {0, 1}, {3, 1}, 1}};
     ch_cart(HEX1, it, 3, "created", "u1", 1, 0);
     /* another order of u1 in c stays counted */
     char users[160], give[160], follow[160];
@@ -503,9 +505,8 @@ static void test_cart_intents_healed(void **state)
     SF_ASSERT(two[1] != NULL, "%s", "a second instance");
     double back0 = ch_healed(two, 2, "back"), fwd0 = ch_healed(two, 2, "forward");
     /* HEX1: cut off before its primary (every other part made, in every SKU), past D + 1 s */
-    const struct ch_item it1[3] = {{a, 2, {0, 1}, {1, 1}, 0},
-                                   {b, 1, {0}, {2}, 0},
-                                   {c, 2, {0, 1}, {2, 2}, 1}};
+    const struct ch_item it1[3] = {
+        {a, 2, {0, 1}, {1, 1}, 0}, {b, 1, {0}, {2}, 0}, {c, 2, {0, 1}, {2, 2}, 1}};
     ch_cart(HEX1, it1, 3, "created", "u1", 0, 0);
     ch_intent(HEX1, it1, 3, -1500);
     /* HEX2: whole, its intent left behind (the commit's HDEL never came) */
@@ -581,6 +582,62 @@ static void test_home_put_and_delete(void **state)
     SF_ASSERT_INVARIANTS(ch_url, c, &rep);
 }
 
+/* The checker finds a half cart from either side: a primary whose part in another SKU is
+ * missing (checked from the home SKU), a part whose primary is gone with no intent left
+ * (checked from the part's SKU); a part lagging behind its primary with no follow queued. */
+static void test_checker_finds_half_carts(void **state)
+{
+    (void)state;
+    char a[64], b[64], c[64], key[160], pid[160];
+    ch_skus("check", a, b, c);
+    const struct ch_item it1[2] = {{a, 1, {0}, {1}, 0}, {b, 1, {0}, {2}, 0}};
+    ch_cart(HEX1, it1, 2, "created", "u1", 1, 0);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(ch_url, a, &rep);
+    SF_ASSERT_INVARIANTS(ch_url, b, &rep);
+    /* b's part gone (its units back): the cart is half sold */
+    snprintf(key, sizeof key, "inv:2:{%s/0}:orders", b);
+    snprintf(pid, sizeof pid, HEX1 "-0-%s", b);
+    ch_do(key, "HDEL %s %s", key, pid);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:stock", b);
+    ch_do(key, "INCRBY %s 2", key);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:cnt", b);
+    ch_do(key, "HINCRBY %s s -2", key);
+    SF_ASSERT(sf_check_invariants(ch_url, a, &rep) == 0 && !rep.ok &&
+                  strstr(rep.problems, "half a cart") != NULL,
+              "a cart missing its part passed: %s", rep.problems);
+    SF_ASSERT_INVARIANTS(ch_url, b, &rep);
+
+    /* a part in c whose primary (in a) never was, no intent left */
+    const struct ch_item it2[2] = {{a, 1, {1}, {1}, 0}, {c, 1, {1}, {2}, 0}};
+    ch_cart(HEX2, it2, 2, "created", "u2", 0, 0);
+    SF_ASSERT(sf_check_invariants(ch_url, c, &rep) == 0 && !rep.ok &&
+                  strstr(rep.problems, "half a cart") != NULL,
+              "a part without its primary passed: %s", rep.problems);
+    /* with its intent left, it is a cart being made (or to heal) */
+    ch_intent(HEX2, it2, 2, 60000);
+    SF_ASSERT_INVARIANTS(ch_url, c, &rep);
+
+    /* a part still created under a cancelled primary, no follow queued */
+    const struct ch_item it3[2] = {{a, 1, {1}, {2}, 0}, {c, 1, {0}, {1}, 0}};
+    ch_cart(HEX3, it3, 2, "created", "u3", 1, 0);
+    SF_ASSERT_INVARIANTS(ch_url, c, &rep);
+    snprintf(key, sizeof key, "inv:2:{%s/1}:orders", a);
+    snprintf(pid, sizeof pid, HEX3 "-1-%s", a);
+    redisReply *r = ch_cmd(key, "HGET %s %s", key, pid);
+    SF_ASSERT(r && r->type == REDIS_REPLY_STRING, "%s", "the primary");
+    char rec[2048];
+    snprintf(rec, sizeof rec, "%s", r->str);
+    freeReplyObject(r);
+    char *st = strstr(rec, "\"status\":\"created\"");
+    SF_ASSERT(st != NULL, "%s", rec);
+    memcpy(st, "\"status\":\"expired\"", strlen("\"status\":\"expired\""));
+    ch_do(key, "HSET %s %s %s", key, pid, rec);
+    SF_ASSERT(sf_check_invariants(ch_url, c, &rep) == 0 && !rep.ok &&
+                  strstr(rep.problems, "no follow queued") != NULL,
+              "a part lagging its cancelled cart passed: %s", rep.problems);
+}
+
 /* A SKU name (prefix + a counter) whose segment 0 is on master m of ch_cl. */
 static void ch_name_on(const char *prefix, int m, char out[64])
 {
@@ -607,8 +664,14 @@ static void test_cart_over_cluster(void **state)
     SF_ASSERT(ch_cl != NULL, "%s", "a 3-master cluster");
     SF_ASSERT(cf_wait_replicas(ch_cl, 30000) == 0, "%s", "the replicas' sync");
     snprintf(ch_url, sizeof ch_url, "%s", cf_url(ch_cl, 3));
-    const char *args[] = {"--threads",          "2",    "--admin-token",      CH_TOKEN,
-                          "--redis-replica-acks", "1",  "--redis-timeout-ms", "1000",
+    const char *args[] = {"--threads",
+                          "2",
+                          "--admin-token",
+                          CH_TOKEN,
+                          "--redis-replica-acks",
+                          "1",
+                          "--redis-timeout-ms",
+                          "1000",
                           NULL};
     sf_service *s = sf_start(ch_url, args);
     SF_ASSERT(s != NULL, "%s", "an instance over the cluster");
@@ -666,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_hold_cart_confirm_and_expiry),
         cmocka_unit_test(test_cart_intents_healed),
         cmocka_unit_test(test_home_put_and_delete),
+        cmocka_unit_test(test_checker_finds_half_carts),
         cmocka_unit_test(test_cart_over_cluster),
     };
     /* IT_CART_HEAL_PART (ctest runs the two as it_cart_heal and it_cart_heal_cluster):
