@@ -406,6 +406,7 @@ struct sweep_sku {
     int64_t multi_at;     /* mono ms of its last look at its intents */
     int multi_busy;       /* that look (and its heals) in flight */
     int carts;            /* cart intents (due or not) its last look found in its :cart hash */
+    int64_t gone_at;      /* mono ms it was first missing from the registry (0: named there) */
     int layout_busy;      /* a read of its layout in flight */
     int64_t layout_at;    /* mono ms of that read's start */
     int cursor;           /* the segment its next tick's probes start at (round robin) */
@@ -583,8 +584,14 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
      * others' layouts are read again by the ticks (layout_reads). */
     for (int i = 0; i < sw->nskus;) {
         struct sweep_sku *s = sw->skus[i];
-        /* (kept while its last look found cart intents: a DELETEd home's cut-off carts) */
-        if (!s->seen && s->inflight == 0 && s->carts == 0) {
+        /* A SKU the registry no longer names (a DELETE) is kept until a look started after that
+         * has found no cart intents in its :cart hash (a DELETE keeps them: parts in other SKUs
+         * depend on them), so a cart cut off just before its home's DELETE is still healed. */
+        if (!s->seen && !s->gone_at)
+            s->gone_at = clock_mono_ms();
+        if (s->seen)
+            s->gone_at = 0;
+        if (!s->seen && s->inflight == 0 && s->carts == 0 && s->multi_at > s->gone_at) {
             sku_free(s);
             sw->skus[i] = sw->skus[--sw->nskus];
             continue;
@@ -968,6 +975,7 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     struct sweep_call *c = arg;
     c->pending = 1; /* this function's own share */
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
+        c->s->carts = 1; /* not known: a SKU gone from the registry is looked at again */
         if (st != LC_ESTATE)
             log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: multi-segment intents: %s", c->s->sku,
                     st != LC_OK ? errstr : "unexpected reply");
@@ -1171,7 +1179,7 @@ static void tick(struct sweep *sw)
          * intents is looked at even once deleted or out of the registry, until they are
          * healed; only a SKU of several segments can have multi-segment orders (a PUT or
          * DELETE deletes the intents of the layout it replaces). One script for both. */
-        if ((s->segments > 0 || s->carts > 0) && !s->multi_busy &&
+        if ((s->segments > 0 || s->carts > 0 || s->gone_at) && !s->multi_busy &&
             now - s->multi_at >= SWEEP_MULTI_MS) {
             struct sweep_call *c = sweep_call_new(sw, s, -1);
             if (!c)
