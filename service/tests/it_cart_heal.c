@@ -582,6 +582,58 @@ static void test_home_put_and_delete(void **state)
     SF_ASSERT_INVARIANTS(ch_url, c, &rep);
 }
 
+/* A cancel cut off after its primary's script (the instance died before the follows): the
+ * sweeper applies the follows left queued in the home's segment, on a home of one segment
+ * without holds or a limit too (swept every 2 s for that alone), in every SKU. */
+static void test_cut_off_cancel_drained(void **state)
+{
+    (void)state;
+    char a[64], b[64], c[64], key[160], member[200];
+    tu_unique_name(a, sizeof a, "ch-cut-a");
+    ch_put(a, 1, NULL);
+    ch_skus("cut", b, c, key); /* b: 2 segments, c: 1 (and a third, unused) */
+    const struct ch_item it[3] = {
+        {a, 1, {0}, {2}, 0}, {b, 2, {0, 1}, {1, 1}, 0}, {c, 1, {0}, {2}, 0}};
+    ch_cart(HEX1, it, 3, "created", "u1", 1, 0);
+    /* the primary's script ran: cancelled, its own units back, the follows queued */
+    char id[160], rec[2048];
+    snprintf(id, sizeof id, HEX1 "-0-%s", a);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:orders", a);
+    redisReply *r = ch_cmd(key, "HGET %s %s", key, id);
+    SF_ASSERT(r && r->type == REDIS_REPLY_STRING, "%s", "the primary");
+    snprintf(rec, sizeof rec, "%s", r->str);
+    freeReplyObject(r);
+    char *st = strstr(rec, "\"status\":\"created\"");
+    SF_ASSERT(st != NULL, "%s", rec);
+    memmove(st + strlen("\"status\":\"cancelled\""), st + strlen("\"status\":\"created\""),
+            strlen(st + strlen("\"status\":\"created\"")) + 1);
+    memcpy(st, "\"status\":\"cancelled\"", strlen("\"status\":\"cancelled\""));
+    ch_do(key, "HSET %s %s %s", key, id, rec);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:stock", a);
+    ch_do(key, "INCRBY %s 2", key);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:cnt", a);
+    ch_do(key, "HINCRBY %s s -2", key);
+    ch_do(key, "HINCRBY %s o -1", key);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:follow", a);
+    for (int j = 1; j < 3; j++)
+        for (int i = 0; i < it[j].n; i++) {
+            snprintf(member, sizeof member, HEX1 "-%d-%s|cancelled", it[j].k[i], it[j].sku);
+            ch_do(key, "ZADD %s 1 %s", key, member);
+        }
+    ch_expect_parts(HEX1, it, 3, "cancelled", 2 * 2000 + 2000);
+    int64_t end = tu_now_ms() + 2000;
+    while (ch_int(key, "EXISTS %s", key) != 0 && tu_now_ms() < end)
+        tu_sleep_ms(50);
+    SF_ASSERT_EQ(ch_int(key, "EXISTS %s", key), 0);
+    ch_expect_empty(a, 1);
+    ch_expect_empty(b, 2);
+    ch_expect_empty(c, 1);
+    sf_report rep;
+    SF_ASSERT_INVARIANTS(ch_url, a, &rep);
+    SF_ASSERT_INVARIANTS(ch_url, b, &rep);
+    SF_ASSERT_INVARIANTS(ch_url, c, &rep);
+}
+
 /* The checker finds a half cart from either side: a primary whose part in another SKU is
  * missing (checked from the home SKU), a part whose primary is gone with no intent left
  * (checked from the part's SKU); a part lagging behind its primary with no follow queued. */
@@ -729,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_hold_cart_confirm_and_expiry),
         cmocka_unit_test(test_cart_intents_healed),
         cmocka_unit_test(test_home_put_and_delete),
+        cmocka_unit_test(test_cut_off_cancel_drained),
         cmocka_unit_test(test_checker_finds_half_carts),
         cmocka_unit_test(test_cart_over_cluster),
     };
