@@ -585,7 +585,7 @@ static void test_home_put_and_delete(void **state)
 /* A cancel cut off after its primary's script (the instance died before the follows): the
  * sweeper applies the follows left queued in the home's segment, on a home of one segment
  * without holds or a limit too (swept every 2 s for that alone), in every SKU. */
-static void test_cut_off_cancel_drained(void **state)
+static void test_cart_cancel_cut_off_drained(void **state)
 {
     (void)state;
     char a[64], b[64], c[64], key[160], member[200];
@@ -781,7 +781,7 @@ int main(void)
         cmocka_unit_test(test_hold_cart_confirm_and_expiry),
         cmocka_unit_test(test_cart_intents_healed),
         cmocka_unit_test(test_home_put_and_delete),
-        cmocka_unit_test(test_cut_off_cancel_drained),
+        cmocka_unit_test(test_cart_cancel_cut_off_drained),
         cmocka_unit_test(test_checker_finds_half_carts),
         cmocka_unit_test(test_cart_over_cluster),
     };

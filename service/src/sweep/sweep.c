@@ -739,6 +739,49 @@ static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redi
     on_segment_given(c, 1); /* this function's own share */
 }
 
+/* The expiry sweep of segment c->k of c->s, for its queued follows and give-backs (a SKU
+ * without holds or a limit). */
+static void sweep_segment(struct sweep_call *c)
+{
+    char batch[24], give[24], follows[24];
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
+    snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
+    const char *args[4] = {batch, give, c->sw->app->cfg.order_log ? "1" : "0", follows};
+    struct seg_keys sk;
+    store_seg_keys(c->s->sku, c->k, &sk);
+    const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
+                           sk.give,  sk.log, sk.sver,   sk.follow};
+    store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args,
+                       on_expired, c);
+}
+
+/* A segment of a SKU without holds or a limit is swept only for what a cut-off cancel or an
+ * ended order left queued (follows, give-backs) or a hold its rules no longer say it may have
+ * (a due set: the sweep these segments had every SWEEP_FOLLOW_IDLE_MS before issue 33 expired
+ * them too): EXISTS of the three first, a plain command at a fraction of the script's cost,
+ * and expire.lua only when one exists. Every SKU is probed so (a cart's home may have one
+ * segment), every SWEEP_FOLLOW_IDLE_MS. */
+static void on_follow_probe(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    struct sweep_sku *s = c->s;
+    int k = c->k;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 && !c->sw->stopping &&
+        k < s->segments) {
+        sweep_segment(c);
+        return;
+    }
+    if (st != LC_OK && st != LC_ESTATE)
+        log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: looking for follows: %s",
+                s->sku, k, errstr);
+    if (k < s->segments) { /* else the layout changed meanwhile (sku_resize) */
+        s->next_at[k] = clock_mono_ms() + (st == LC_OK ? SWEEP_FOLLOW_IDLE_MS : SWEEP_IDLE_MS);
+        s->busy[k] = 0;
+    }
+    sweep_call_end(c);
+}
+
 /* ---- healing the intents of multi-segment orders ---- */
 
 struct heal {
@@ -992,6 +1035,37 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     look_end(c);
 }
 
+/* The look's first, cheap step: EXISTS of the SKU's multi and cart hashes (one slot). Most
+ * SKUs have neither, and a plain command costs a fraction of a script: only when one exists
+ * does multi_due.lua read them. */
+static void on_look_probe(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    struct sweep_sku *s = c->s;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 && !c->sw->stopping) {
+        char multi[STORE_KEY_MAX], cart[STORE_KEY_MAX], margin[24], most[24];
+        store_sku_key(multi, s->sku, "multi");
+        store_sku_key(cart, s->sku, "cart");
+        snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
+        snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
+        const char *keys[2] = {multi, cart};
+        const char *margs[2] = {margin, most};
+        store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_MULTI_DUE, 2, keys, 2,
+                           margs, on_multi_due, c);
+        return;
+    }
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER) {
+        s->carts = 0; /* neither hash exists */
+    } else if (!c->sw->stopping) {
+        s->carts = 1; /* not known: a SKU gone from the registry is looked at again */
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: looking for intents: %s", s->sku,
+                    st != LC_OK ? errstr : "unexpected reply");
+    }
+    s->multi_busy = 0;
+    sweep_call_end(c);
+}
+
 /* Whether the SKU is swept at all now: holds may exist by meta's hold flag, not by its rules
  * (issue 29: a PATCH to TTL 0 leaves the flag set) where the hold index does not name them (a
  * Redis Cluster; on one Redis, a layout whose holds an older binary may have placed); its
@@ -1161,10 +1235,6 @@ static void tick(struct sweep *sw)
     char follows[24];
     snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
     const char *args[4] = {batch, give, sw->app->cfg.order_log ? "1" : "0", follows};
-    char margin[24], most[24];
-    snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
-    snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
-    const char *margs[2] = {margin, most};
     /* Calls in flight are capped (SWEEP_MAX_INFLIGHT): each tick starts where the last one ran
      * out, at the SKU and at the segment, so that a slow Redis or many segments delay every
      * segment alike rather than starve the last ones (the first 64 segments, due again every
@@ -1189,9 +1259,8 @@ static void tick(struct sweep *sw)
             char multi[STORE_KEY_MAX], cart[STORE_KEY_MAX];
             store_sku_key(multi, s->sku, "multi");
             store_sku_key(cart, s->sku, "cart");
-            const char *keys[2] = {multi, cart};
-            store_script_async(store, lc, NULL, SCRIPT_MULTI_DUE, 2, keys, 2, margs, on_multi_due,
-                               c);
+            const char *argv[3] = {"EXISTS", multi, cart};
+            store_command_async(lc, NULL, 3, argv, on_look_probe, c);
         }
         /* A SKU without holds or a limit is swept too, every SWEEP_FOLLOW_IDLE_MS (on_expired),
          * for the follows a cut-off cancel left queued: a multi-segment order's parts, or a
@@ -1207,6 +1276,11 @@ static void tick(struct sweep *sw)
             s->busy[k] = 1;
             struct seg_keys sk;
             store_seg_keys(s->sku, k, &sk);
+            if (!sku_active(sw, s, now)) { /* follows (or give-backs) alone: probed first */
+                const char *argv[4] = {"EXISTS", sk.follow, sk.give, sk.due};
+                store_command_async(lc, NULL, 4, argv, on_follow_probe, c);
+                continue;
+            }
             const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
                                    sk.give,  sk.log, sk.sver,   sk.follow};
             store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args, on_expired, c);
