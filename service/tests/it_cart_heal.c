@@ -17,6 +17,7 @@
  *   - a PUT of the home SKU keeps its cart intents (parts in other SKUs depend on them): the
  *     PUT's reset wiped the primary, so the intent is healed back; a DELETE of the home SKU too
  *     (the sweeper keeps looking at a deleted home while its cart intents are left);
+ *   - a cart primary whose items are damaged is refused by a cancel, nothing written;
  *   - the invariant checker finds a half cart from either side (a primary missing a part in
  *     another SKU; a part whose primary is gone with no intent left) and a part lagging its
  *     primary with no follow queued;
@@ -582,6 +583,38 @@ static void test_home_put_and_delete(void **state)
     SF_ASSERT_INVARIANTS(ch_url, c, &rep);
 }
 
+/* A cart primary whose items are not what the commit writes (an item's parts not summing to
+ * its quantity) is refused by the cancel with nothing written: its end would queue follows it
+ * cannot name. */
+static void test_damaged_items_refused(void **state)
+{
+    (void)state;
+    char a[64], b[64], c[64], key[160], id[160], path[256], rec[2048];
+    ch_skus("damaged", a, b, c);
+    const struct ch_item it[2] = {{a, 1, {0}, {1}, 0}, {b, 1, {0}, {2}, 0}};
+    ch_cart(HEX1, it, 2, "created", "u1", 1, 0);
+    snprintf(id, sizeof id, HEX1 "-0-%s", a);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:orders", a);
+    redisReply *r = ch_cmd(key, "HGET %s %s", key, id);
+    SF_ASSERT(r && r->type == REDIS_REPLY_STRING, "%s", "the primary");
+    snprintf(rec, sizeof rec, "%s", r->str);
+    freeReplyObject(r);
+    char *q = strstr(rec, "\"quantity\":2,\"parts\"");
+    SF_ASSERT(q != NULL, "%s", rec);
+    q[strlen("\"quantity\":")] = '3'; /* b's item says 3 units, its parts 2 */
+    ch_do(key, "HSET %s %s %s", key, id, rec);
+    sf_resp resp = {0};
+    snprintf(path, sizeof path, "/api/v1/orders/%s", id);
+    ch_request("DELETE", path, &resp);
+    SF_ASSERT(resp.status >= 500, "a damaged cart was cancelled: %s", sf_resp_summary(&resp));
+    sf_resp_free(&resp);
+    ch_expect_parts(HEX1, it, 2, "created", 0);
+    ch_expect(a, 0, 9, 1, 1, 0);
+    ch_expect(b, 0, 8, 2, 0, 0);
+    snprintf(key, sizeof key, "inv:2:{%s/0}:follow", a);
+    SF_ASSERT_EQ(ch_int(key, "EXISTS %s", key), 0);
+}
+
 /* A cancel cut off after its primary's script (the instance died before the follows): the
  * sweeper applies the follows left queued in the home's segment, on a home of one segment
  * without holds or a limit too (swept every 2 s for that alone), in every SKU. */
@@ -782,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_cart_intents_healed),
         cmocka_unit_test(test_home_put_and_delete),
         cmocka_unit_test(test_cart_cancel_cut_off_drained),
+        cmocka_unit_test(test_damaged_items_refused),
         cmocka_unit_test(test_checker_finds_half_carts),
         cmocka_unit_test(test_cart_over_cluster),
     };
