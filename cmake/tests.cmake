@@ -35,7 +35,7 @@ set(TEST_SCHEDULE
   "it_gate_store 15"
   "it_gate_store_cluster 10 heavy"
   "it_multi 19 heavy"
-  "it_cart_heal 7"
+  "it_cart_heal 8"
   "it_cart_heal_cluster 5 heavy"
   "lockcore_it_mysql 11 heavy"
   "lockcore_it_zk 13 heavy"

@@ -25,8 +25,9 @@
  *     its cancel reaches each (the follow WAITs on that part's master) and an intent cut off
  *     before the primary is healed back across the masters.
  * Each SKU's invariants are checked by the invariant checker (carts included) at the end.
- * Two parts (IT_CART_HEAL_PART, main()): it_cart_heal, one Redis, ~7 s (the heals wait for the
- * intents' deadlines + 1 s); it_cart_heal_cluster, ~4 s (mostly the cluster's start).
+ * Two parts (IT_CART_HEAL_PART, main()): it_cart_heal, one Redis, ~8 s (the heals wait for the
+ * intents' deadlines + 1 s, the cut-off cancel for the 2 s follow sweep); it_cart_heal_cluster,
+ * ~4 s (mostly the cluster's start).
  */
 #include "svc_test.h"
 
