@@ -37,6 +37,8 @@ set(TEST_SCHEDULE
   "it_multi 19 heavy"
   "it_cart 10"
   "it_cart_cluster 12 heavy"
+  "it_cart_heal 8"
+  "it_cart_heal_cluster 5 heavy"
   "lockcore_it_mysql 11 heavy"
   "lockcore_it_zk 13 heavy"
   "it_lock_zookeeper 14 heavy"

@@ -145,7 +145,7 @@ fi
 sum_t=$(val stock_total) sum_stock=$(val remaining) sum_s=$(val sold) sum_o=$(val orders)
 sum_r=$(val reserved) sum_rec=$(val records) sum_canc=$(($(val cancelled) + $(val expired))) locks=$(val locks_held)
 n_multi=$(val multi_orders) n_lparts=$(val live_parts) n_follows=$(val follows) n_intents=$(val intents)
-[ "$(val ok)" = 1 ] && pass "$nseg segments (version $version), inventory-check: stock ≥ 0, t = stock + s, o = live orders, s = Σ their units, r = Σ those of holds, due set = the holds; sold $sum_s = stock_total $sum_t − remaining $sum_stock; $n_multi multi-segment order(s) whole; $n_follows follow(s) queued, $n_intents intent(s)"
+[ "$(val ok)" = 1 ] && pass "$nseg segments (version $version), inventory-check: stock ≥ 0, t = stock + s, o = live orders, s = Σ their units, r = Σ those of holds, due set = the holds; sold $sum_s = stock_total $sum_t − remaining $sum_stock; $n_multi multi-segment order(s) and cart(s) whole (a cart's parts in other SKUs too); $n_follows follow(s) queued, $n_intents intent(s)"
 if [ "$expect_sold_out" = 1 ]; then
   for ((k = 0; k < ${#seg_stock[@]}; k++)); do
     [ "${seg_stock[k]}" -eq 0 ] || fail "segment $k: ${seg_stock[k]} units left, expected sold out"

@@ -299,6 +299,8 @@ struct ic_mrec {
     int nparts; /* a primary's parts (its own included) */
     int pk[IC_MAX_PARTS];
     long long pq[IC_MAX_PARTS];
+    json_t *items;  /* a cart's primary: its items (docs/design.md "Ending and healing a cart") */
+    char user[136]; /* a cart's part carrying its item's user count (lim 1): the user */
 };
 
 /* What the checks across segments need: the multi-segment records, the follow queues'
@@ -314,6 +316,8 @@ struct ic_multi {
 
 static void ic_multi_free(struct ic_multi *m)
 {
+    for (size_t i = 0; i < m->n; i++)
+        json_decref(m->rec[i].items);
     free(m->rec);
     free(m->follow);
     free(m->follow_seg);
@@ -364,15 +368,33 @@ static int ic_split_id(const char *id, const char *sku, char *hex, int *k)
     return 0;
 }
 
+/* Splits any order id "<32 hex>-<k>-<sku>" (a cart's part names another SKU's primary):
+ * the hex into hex[33], *k, the SKU into sku[len]; 0, or -1 when it is not an order id. */
+static int ic_split_any(const char *id, char *hex, int *k, char *sku, size_t len)
+{
+    const char *dash = strchr(id, '-');
+    if (dash == NULL || dash - id != 32)
+        return -1;
+    char *end;
+    long v = strtol(dash + 1, &end, 10);
+    if (end == dash + 1 || *end != '-' || end[1] == '\0' || v < 0 || strlen(end + 1) >= len)
+        return -1;
+    snprintf(hex, 33, "%.32s", id);
+    snprintf(sku, len, "%s", end + 1);
+    *k = (int)v;
+    return 0;
+}
+
 /* A primary's parts: in index order, its own segment k first (the lowest), each quantity >= 1,
- * summing to q. Fills r's parts; returns the units of its own part, or -1 (reported). */
+ * summing to q (at least 2 parts; a cart's home item, min 1). Fills r's parts; returns the
+ * units of its own part, or -1 (reported). */
 static long long ic_check_parts(ic_report *rep, int k, const char *id, const json_t *parts,
-                                long long q, struct ic_mrec *r)
+                                long long q, struct ic_mrec *r, size_t min)
 {
     size_t n = json_array_size(parts);
-    if (!json_is_array(parts) || n < 2 || n > IC_MAX_PARTS) {
-        ic_problem(rep, "multi", "segment %d: order %s: parts is not a list of 2..%d parts", k, id,
-                   IC_MAX_PARTS);
+    if (!json_is_array(parts) || n < min || n > IC_MAX_PARTS) {
+        ic_problem(rep, "multi", "segment %d: order %s: parts is not a list of %zu..%d parts", k,
+                   id, min, IC_MAX_PARTS);
         return -1;
     }
     long long sum = 0, own = -1;
@@ -435,6 +457,7 @@ static void ic_check_records(ic_report *rep, const char *sku, int k, const redis
         json_t *qty = json_object_get(o, "quantity");
         json_t *parts = json_object_get(o, "parts");
         json_t *part_of = json_object_get(o, "part_of");
+        json_t *items = json_object_get(o, "items");
         /* Lua's cjson may write integers as reals (2.0) after a cancel: accept whole numbers. */
         double q = json_is_number(qty) ? json_number_value(qty) : -1;
         double s = json_is_number(seg) ? json_number_value(seg) : -1;
@@ -480,12 +503,21 @@ static void ic_check_records(ic_report *rep, const char *sku, int k, const redis
                 if (json_object_get(o, "user_id") || json_object_get(o, "expires_at"))
                     ic_problem(rep, "record", "segment %d: part %s carries a user_id or expires_at",
                                k, id);
+                /* a cart's item in a SKU with a limit: its first part carries the user */
+                const char *cu = json_string_value(json_object_get(o, "user"));
+                if (cu && json_integer_value(json_object_get(o, "lim")) == 1)
+                    snprintf(r->user, sizeof r->user, "%s", cu);
                 if (st != 3 && st != 4)
                     rep->live_parts++;
             } else {
-                u = ic_check_parts(rep, k, id, parts, u, r);
+                u = ic_check_parts(rep, k, id, parts, u, r, items ? 1 : 2);
                 if (u < 0)
                     u = 0;
+                if (items && (!json_is_array(items) || json_array_size(items) < 1))
+                    ic_problem(rep, "multi", "segment %d: cart %s: items is not a list of items", k,
+                               id);
+                else if (items)
+                    r->items = json_incref(items);
                 rep->multi_orders++;
             }
         }
@@ -624,6 +656,179 @@ static int ic_orphan_now(ic_keys *sr, const char *sku, const char *part, int k, 
     return still;
 }
 
+/* The status class (ic_status_class) of a record's JSON text, -2 when it has none known. */
+static int ic_class_of(const json_t *o)
+{
+    static const char *const statuses[] = {"created", "reserved", "confirmed", "cancelled",
+                                           "expired"};
+    const char *st = json_string_value(json_object_get(o, "status"));
+    for (int j = 0; st && j < 5; j++)
+        if (strcmp(st, statuses[j]) == 0)
+            return ic_status_class(j);
+    return -2;
+}
+
+/* Is member queued in sku's segment k's follow set now (ZSCORE on its master)? */
+static int ic_follow_now(ic_keys *sr, const char *sku, int k, const char *member, ic_report *rep)
+{
+    char key[512];
+    ic_seg_key(key, sizeof key, sr->opt, sku, k, STORE_KEY_SEG_follow);
+    redisContext *c = ic_redis_for(sr, key, rep);
+    redisReply *r = c ? redisCommand(c, "ZSCORE %s %s", key, member) : NULL;
+    int there = r != NULL && r->type == REDIS_REPLY_STRING;
+    freeReplyObject(r);
+    return there;
+}
+
+/* The record id of sku's segment k now, parsed (NULL: none); *unread when it could not be
+ * read. */
+static json_t *ic_record_now(ic_keys *sr, const char *sku, int k, const char *id, int *unread,
+                             ic_report *rep)
+{
+    char key[512];
+    ic_seg_key(key, sizeof key, sr->opt, sku, k, STORE_KEY_SEG_orders);
+    redisReply *r = ic_hget_now(sr, key, id, rep);
+    *unread = r == NULL;
+    json_t *o = r && r->type == REDIS_REPLY_STRING ? json_loadb(r->str, r->len, 0, NULL) : NULL;
+    freeReplyObject(r);
+    return o;
+}
+
+/* SPEC §8 for carts: a part of this SKU whose part_of names a primary in another SKU (psku's
+ * segment pk). The primary exists and lists it in the item of this SKU, their statuses agree
+ * (or the change is queued in the primary's follow set); or the primary is gone and either its
+ * intent is left in psku's :cart hash, or the part is gone too (read again now). Notes a
+ * limited item's user units (its SKU's count holds the item's units). */
+static void ic_check_cart_part(ic_report *rep, const char *sku, const struct ic_mrec *r,
+                               const char *hex, const char *psku, int pk, ic_keys *sr)
+{
+    int unread = 0, live = r->st >= 0 && r->st <= 2;
+    json_t *p = ic_record_now(sr, psku, pk, r->of, &unread, rep);
+    if (unread)
+        return; /* reported by the read */
+    if (p == NULL) {
+        char key[512];
+        ic_sku_key(key, sizeof key, sr->opt, psku, STORE_KEY_SKU_cart);
+        redisReply *intent = ic_hget_now(sr, key, hex, rep);
+        int no_intent = intent != NULL && intent->type == REDIS_REPLY_NIL;
+        freeReplyObject(intent);
+        if (no_intent && ic_class_now(sr, sku, r->segment, r->id, rep) != -1)
+            ic_problem(rep, "multi",
+                       "segment %d: cart part %s: its primary %s is not a record of %s segment "
+                       "%d and no cart intent for %s is left: half a cart",
+                       r->segment, r->id, r->of, psku, pk, hex);
+        if (live && r->user[0])
+            ic_note_user(rep, r->user, r->id, r->quantity);
+        return;
+    }
+    json_t *item = NULL, *items = json_object_get(p, "items");
+    for (size_t j = 0; j < json_array_size(items); j++) {
+        const char *isku = json_string_value(json_object_get(json_array_get(items, j), "sku"));
+        if (isku && strcmp(isku, sku) == 0)
+            item = json_array_get(items, j);
+    }
+    int listed = 0;
+    json_t *ps = json_object_get(item, "parts");
+    for (size_t j = 0; j < json_array_size(ps); j++) {
+        json_t *e = json_array_get(ps, j);
+        listed |= ic_json_whole(json_object_get(e, "segment")) == r->segment &&
+                  ic_json_whole(json_object_get(e, "quantity")) == r->quantity;
+    }
+    if (!listed)
+        ic_problem(rep, "multi",
+                   "segment %d: cart part %s of %lld units: its primary %s lists no such part "
+                   "of %s",
+                   r->segment, r->id, r->quantity, r->of, sku);
+    if (live && r->user[0]) {
+        long long units = ic_json_whole(json_object_get(item, "quantity"));
+        ic_note_user(rep, r->user, r->id, units > 0 ? units : r->quantity);
+    }
+    int pcls = ic_class_of(p);
+    const char *pst = json_string_value(json_object_get(p, "status"));
+    char member[600];
+    snprintf(member, sizeof member, "%s|%s", r->id, pst ? pst : "");
+    if (pcls != ic_status_class(r->st) && !ic_follow_now(sr, psku, pk, member, rep) &&
+        ic_class_now(sr, sku, r->segment, r->id, rep) != pcls) {
+        /* the primary may have changed since: read once more, with its queue */
+        json_t *again = ic_record_now(sr, psku, pk, r->of, &unread, rep);
+        const char *ast = json_string_value(json_object_get(again, "status"));
+        snprintf(member, sizeof member, "%s|%s", r->id, ast ? ast : "");
+        if (!unread && ic_class_of(again) != ic_class_now(sr, sku, r->segment, r->id, rep) &&
+            !ic_follow_now(sr, psku, pk, member, rep))
+            ic_problem(rep, "multi", "cart %s is %s, its part %s is %s (and no follow queued)",
+                       r->of, ast ? ast : "gone", r->id, r->status);
+        json_decref(again);
+    }
+    json_decref(p);
+}
+
+/* SPEC §8 for carts: each part of the items of the cart primary r (this SKU's segment k) in
+ * other SKUs exists now, names r, holds its units and agrees with r's status (or the change is
+ * queued in k's follow set, or r read again now agrees). */
+static void ic_check_cart_items(ic_report *rep, const char *sku, int k, const struct ic_mrec *r,
+                                const char *hex, const struct ic_multi *m, ic_keys *sr)
+{
+    for (size_t j = 0; j < json_array_size(r->items); j++) {
+        json_t *it = json_array_get(r->items, j);
+        const char *isku = json_string_value(json_object_get(it, "sku"));
+        json_t *ps = json_object_get(it, "parts");
+        long long iq = ic_json_whole(json_object_get(it, "quantity")), sum = 0;
+        if (!isku || !json_is_array(ps) || json_array_size(ps) < 1 || iq < 1) {
+            ic_problem(rep, "multi", "cart %s: item %zu is not {sku, quantity, parts}", r->id, j);
+            continue;
+        }
+        for (size_t i = 0; i < json_array_size(ps); i++)
+            sum += ic_json_whole(json_object_get(json_array_get(ps, i), "quantity"));
+        if (sum != iq)
+            ic_problem(rep, "multi", "cart %s: item %s: parts sum to %lld units, quantity %lld",
+                       r->id, isku, sum, iq);
+        if (strcmp(isku, sku) == 0) { /* the home item: the primary's own parts */
+            long long own = 0;
+            for (int i = 0; i < r->nparts; i++)
+                own += r->pq[i];
+            if (j != 0 || own != iq)
+                ic_problem(rep, "multi",
+                           "cart %s: the home item %s is not its first item with its parts", r->id,
+                           sku);
+            continue;
+        }
+        for (size_t i = 0; i < json_array_size(ps); i++) {
+            json_t *e = json_array_get(ps, i);
+            long long pk = ic_json_whole(json_object_get(e, "segment"));
+            long long pq = ic_json_whole(json_object_get(e, "quantity"));
+            char pid[600];
+            snprintf(pid, sizeof pid, "%s-%lld-%s", hex, pk, isku);
+            int unread = 0;
+            json_t *p = ic_record_now(sr, isku, (int)pk, pid, &unread, rep);
+            if (unread)
+                continue;
+            const char *of = json_string_value(json_object_get(p, "part_of"));
+            if (p == NULL || !of || strcmp(of, r->id) != 0) {
+                ic_problem(rep, "multi",
+                           "cart %s: its part %s (%s segment %lld, %lld units) is %s: "
+                           "half a cart",
+                           r->id, pid, isku, pk, pq, p ? "another order's" : "missing");
+                json_decref(p);
+                continue;
+            }
+            if (ic_json_whole(json_object_get(p, "quantity")) != pq)
+                ic_problem(rep, "multi", "cart %s: part %s holds %lld units, the cart says %lld",
+                           r->id, pid, ic_json_whole(json_object_get(p, "quantity")), pq);
+            int cls = ic_class_of(p);
+            if (cls != ic_status_class(r->st) && !ic_follow_queued(m, k, pid, r->status) &&
+                ic_class_now(sr, sku, k, r->id, rep) != cls) {
+                json_t *again = ic_record_now(sr, isku, (int)pk, pid, &unread, rep);
+                if (!unread && ic_class_of(again) != ic_class_now(sr, sku, k, r->id, rep))
+                    ic_problem(rep, "multi",
+                               "cart %s is %s, its part %s is %s (and no follow queued)", r->id,
+                               r->status, pid, json_string_value(json_object_get(p, "status")));
+                json_decref(again);
+            }
+            json_decref(p);
+        }
+    }
+}
+
 static void ic_check_multi(ic_report *rep, const char *sku, const struct ic_multi *m, ic_keys *sr)
 {
     for (size_t i = 0; i < m->n; i++) {
@@ -636,8 +841,14 @@ static void ic_check_multi(ic_report *rep, const char *sku, const struct ic_mult
             continue;
         }
         if (r->of[0] != '\0') { /* a part: its primary exists and lists it */
-            char phex[33];
+            char phex[33], psku[256];
             int pk;
+            if (ic_split_id(r->of, sku, phex, &pk) != 0 &&
+                ic_split_any(r->of, phex, &pk, psku, sizeof psku) == 0 && strcmp(psku, sku) != 0 &&
+                strcmp(phex, hex) == 0) {
+                ic_check_cart_part(rep, sku, r, hex, psku, pk, sr); /* a cart's, in this SKU */
+                continue;
+            }
             if (ic_split_id(r->of, sku, phex, &pk) != 0 || strcmp(phex, hex) != 0 || pk == k) {
                 ic_problem(rep, "multi", "segment %d: part %s: part_of %s is not its order's id", k,
                            r->id, r->of);
@@ -664,6 +875,8 @@ static void ic_check_multi(ic_report *rep, const char *sku, const struct ic_mult
             continue;
         }
         /* a primary: every other part exists, with its quantity and an agreeing status */
+        if (r->items)
+            ic_check_cart_items(rep, sku, k, r, hex, m, sr);
         for (int j = 0; j < r->nparts; j++) {
             if (r->pk[j] == k)
                 continue;
@@ -965,6 +1178,13 @@ int ic_check(const char *redis_url, const char *sku, const ic_options *opt_in, i
     if (!(m.intents = ic_read_hash(&sr, sku, STORE_KEY_SKU_multi, rep)))
         goto out;
     rep->intents = (long long)m.intents->elements / 2;
+    { /* the carts being made whose home is this SKU (their parts are checked from each side) */
+        redisReply *carts = ic_read_hash(&sr, sku, STORE_KEY_SKU_cart, rep);
+        if (!carts)
+            goto out;
+        rep->intents += (long long)carts->elements / 2;
+        freeReplyObject(carts);
+    }
     for (int k = 0; k < rep->segments; k++) {
         ic_seg_key(key, sizeof key, opt, sku, k, STORE_KEY_SEG_stock);
         if (!(c = ic_redis_for(&sr, key, rep)))

@@ -470,7 +470,8 @@ char *metrics_render(metrics_label_fn route_label)
             "Parts of multi-segment orders that took their primary's change (cancelled, "
             "expired, confirmed), applied by this instance.",
             &m_part_follows);
-    fputs("# HELP inventory_multi_healed_total Intents of multi-segment orders cut off while "
+    fputs("# HELP inventory_multi_healed_total Intents of multi-segment orders and carts cut off "
+          "while "
           "being made, healed by this instance's sweeper: forward (the order was whole) or back "
           "(its parts undone).\n"
           "# TYPE inventory_multi_healed_total counter\n",

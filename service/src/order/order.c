@@ -188,17 +188,30 @@ static void note_follows(struct by_id *b, const json_t *order)
     if (!status || !json_is_array(parts) || !json_is_integer(own) ||
         !order_status_reached(order_status_parse(status, strlen(status))))
         return;
-    size_t n = json_array_size(parts);
+    /* a cart (docs/design.md "Ending and healing a cart"): every part of every item, each in
+     * its own SKU (hold_end.lua's order_follow queued the same members) */
+    json_t *items = json_object_get(order, "items");
+    size_t n = json_array_size(parts), nitems = json_is_array(items) ? json_array_size(items) : 0;
+    for (size_t j = 0; j < nitems; j++)
+        n += json_array_size(json_object_get(json_array_get(items, j), "parts"));
     b->follows = calloc(n + 1, sizeof(*b->follows));
-    for (size_t i = 0; b->follows && i < n; i++) {
-        json_t *k = json_object_get(json_array_get(parts, i), "segment");
-        if (!json_is_integer(k) || json_integer_value(k) == json_integer_value(own))
+    for (size_t j = 0; b->follows && j < (nitems ? nitems : 1); j++) {
+        json_t *it = nitems ? json_array_get(items, j) : NULL;
+        const char *sku = it ? json_string_value(json_object_get(it, "sku")) : b->sku;
+        json_t *ps = it ? json_object_get(it, "parts") : parts;
+        if (!sku || !validate_sku(sku, strlen(sku)))
             continue;
-        char m[ORDER_ID_MAX + 16];
-        snprintf(m, sizeof(m), "%.*s-%d-%s|%s", IDS_ORDER_HEX, b->id, (int)json_integer_value(k),
-                 b->sku, status);
-        if ((b->follows[b->nfollows] = strdup(m)))
-            b->nfollows++;
+        for (size_t i = 0; i < json_array_size(ps); i++) {
+            json_t *k = json_object_get(json_array_get(ps, i), "segment");
+            if (!json_is_integer(k) ||
+                (json_integer_value(k) == json_integer_value(own) && strcmp(sku, b->sku) == 0))
+                continue;
+            char m[ORDER_ID_MAX + 16];
+            snprintf(m, sizeof(m), "%.*s-%d-%s|%s", IDS_ORDER_HEX, b->id,
+                     (int)json_integer_value(k), sku, status);
+            if ((b->follows[b->nfollows] = strdup(m)))
+                b->nfollows++;
+        }
     }
 }
 

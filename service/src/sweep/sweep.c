@@ -41,8 +41,10 @@
  * PATCHed to none while holds were live). */
 #define SWEEP_LINGER_MS 60000
 #define SWEEP_REGISTRY_MS 1000
-/* Parts of one multi-segment order the healer handles (more: the intent is left, logged). */
+/* Parts of one multi-segment order or cart the healer handles, and SKUs of one cart (more: the
+ * intent is left, logged; a cart has at most ORDER_CART_MAX = 10 items). */
 #define HEAL_PARTS_MAX 1024
+#define HEAL_SKUS_MAX 16
 
 /* ---- give-backs ---- */
 
@@ -213,6 +215,9 @@ struct follow_run {
 struct follow_one {
     struct follow_run *run;
     char member[ORDER_ID_MAX + 16];
+    char sku[VALIDATE_SKU_MAX + 1]; /* the part's own SKU (a cart's part: another SKU's) */
+    int k;                          /* the part's segment */
+    char give[ORDER_ID_MAX + 16];   /* the give-back part_follow.lua queued ("" none) */
 };
 
 static void follow_one_end(struct follow_one *f, int ok)
@@ -239,10 +244,30 @@ static void on_follow_dequeued(lc_status st, const redisReply *r, const char *er
     follow_one_end(f, ok);
 }
 
-static void follow_dequeue(struct follow_one *f)
+static void follow_dequeue_now(struct follow_one *f)
 {
     const char *argv[3] = {"ZREM", f->run->key, f->member};
     store_command_async(f->run->lc, f->run->ar, 3, argv, on_follow_dequeued, f);
+}
+
+static void on_follow_given(void *arg, int ok)
+{
+    (void)ok; /* logged by giveback_async; queued in the part's segment, the sweeper drains it */
+    follow_dequeue_now(arg);
+}
+
+/* The member leaves the follow set; first, the give-back the part's end queued (a cart's item
+ * with a per-user limit: part_follow.lua), so that a cancel's answer finds that SKU's count
+ * dropped too. */
+static void follow_dequeue(struct follow_one *f)
+{
+    if (!f->give[0]) {
+        follow_dequeue_now(f);
+        return;
+    }
+    const char *members[1] = {f->give};
+    giveback_async(f->run->st, f->run->lc, f->run->ar, f->sku, f->k, members, 1, f->run->acks,
+                   f->run->redis_timeout_ms, on_follow_given, f);
 }
 
 static void on_follow_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
@@ -284,6 +309,8 @@ static void on_followed(lc_status st, const redisReply *r, const char *errstr, v
         }
     }
     long long code = r->element[0]->integer;
+    if (code == STORE_FOLLOW_DONE && r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(f->give, sizeof(f->give), "%s", r->element[1]->str);
     if (code == STORE_FOLLOW_DONE)
         metrics_part_follows(1);
     else if (code == STORE_FOLLOW_NONE)
@@ -335,7 +362,7 @@ void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, 
         int pk;
         size_t idlen = bar ? (size_t)(bar - members[i]) : 0;
         if (!bar || strlen(members[i]) >= sizeof(f->member) ||
-            order_id_parse(members[i], idlen, &pk, part_sku) != 0 || strcmp(part_sku, sku) != 0 ||
+            order_id_parse(members[i], idlen, &pk, part_sku) != 0 ||
             snprintf(status, sizeof(status), "%s", bar + 1) >= (int)sizeof(status) ||
             !order_status_reached(order_status_parse(status, strlen(status)))) {
             log_msg(CONFIG_LOG_ERROR, "follow_damaged",
@@ -347,11 +374,16 @@ void follow_async(struct store *st, lc_async_client *lc, const struct areq *ar, 
         }
         char id[ORDER_ID_MAX + 1];
         snprintf(id, sizeof(id), "%.*s", (int)idlen, members[i]);
+        /* The part's own SKU, from its id: a cart's parts live in other SKUs' segments (on a
+         * cluster, perhaps on other masters; the script goes to its key's master, and the WAIT
+         * on the connection that carried it) */
+        snprintf(f->sku, sizeof(f->sku), "%s", part_sku);
+        f->k = pk;
         struct seg_keys pkeys;
-        store_seg_keys(sku, pk, &pkeys);
-        const char *keys[3] = {pkeys.stock, pkeys.cnt, pkeys.orders};
+        store_seg_keys(part_sku, pk, &pkeys);
+        const char *keys[4] = {pkeys.stock, pkeys.cnt, pkeys.orders, pkeys.give};
         const char *args[2] = {id, status};
-        store_script_async(st, lc, ar, SCRIPT_PART_FOLLOW, 3, keys, 2, args, on_followed, f);
+        store_script_async(st, lc, ar, SCRIPT_PART_FOLLOW, 4, keys, 2, args, on_followed, f);
     }
     if (--run->pending == 0) { /* nothing was started (n == 0, or out of memory at once) */
         cb(arg, run->ok);
@@ -373,6 +405,8 @@ struct sweep_sku {
     int inflight;         /* calls in flight for this SKU (layout read and segments) */
     int64_t multi_at;     /* mono ms of its last look at its intents */
     int multi_busy;       /* that look (and its heals) in flight */
+    int carts;            /* cart intents (due or not) its last look found in its :cart hash */
+    int64_t gone_at;      /* mono ms it was first missing from the registry (0: named there) */
     int layout_busy;      /* a read of its layout in flight */
     int64_t layout_at;    /* mono ms of that read's start */
     int cursor;           /* the segment its next tick's probes start at (round robin) */
@@ -550,7 +584,14 @@ static void on_registry(lc_status st, const redisReply *r, const char *errstr, v
      * others' layouts are read again by the ticks (layout_reads). */
     for (int i = 0; i < sw->nskus;) {
         struct sweep_sku *s = sw->skus[i];
-        if (!s->seen && s->inflight == 0) {
+        /* A SKU the registry no longer names (a DELETE) is kept until a look started after that
+         * has found no cart intents in its :cart hash (a DELETE keeps them: parts in other SKUs
+         * depend on them), so a cart cut off just before its home's DELETE is still healed. */
+        if (!s->seen && !s->gone_at)
+            s->gone_at = clock_mono_ms();
+        if (s->seen)
+            s->gone_at = 0;
+        if (!s->seen && s->inflight == 0 && s->carts == 0 && s->multi_at > s->gone_at) {
             sku_free(s);
             sw->skus[i] = sw->skus[--sw->nskus];
             continue;
@@ -658,7 +699,7 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
     if (next > 0 && next - rnow < wait)
         wait = next - rnow > 0 ? next - rnow : 0;
     if (!sku_active(c->sw, s, now) && wait == SWEEP_IDLE_MS)
-        wait = SWEEP_FOLLOW_IDLE_MS; /* a multi-segment SKU's look for cut-off follows alone */
+        wait = SWEEP_FOLLOW_IDLE_MS; /* a look for cut-off follows alone */
     if (expired >= SWEEP_BATCH || queued > ngive || fqueued > nfollow)
         wait = 0;
     if (k < s->segments) /* else the layout changed meanwhile (sku_resize) */
@@ -698,6 +739,49 @@ static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redi
     on_segment_given(c, 1); /* this function's own share */
 }
 
+/* The expiry sweep of segment c->k of c->s, for its queued follows and give-backs (a SKU
+ * without holds or a limit). */
+static void sweep_segment(struct sweep_call *c)
+{
+    char batch[24], give[24], follows[24];
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    snprintf(give, sizeof(give), "%d", SWEEP_GIVE_BATCH);
+    snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
+    const char *args[4] = {batch, give, c->sw->app->cfg.order_log ? "1" : "0", follows};
+    struct seg_keys sk;
+    store_seg_keys(c->s->sku, c->k, &sk);
+    const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
+                           sk.give,  sk.log, sk.sver,   sk.follow};
+    store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args,
+                       on_expired, c);
+}
+
+/* A segment of a SKU without holds or a limit is swept only for what a cut-off cancel or an
+ * ended order left queued (follows, give-backs) or a hold its rules no longer say it may have
+ * (a due set: the sweep these segments had every SWEEP_FOLLOW_IDLE_MS before issue 33 expired
+ * them too): EXISTS of the three first, a plain command at a fraction of the script's cost,
+ * and expire.lua only when one exists. Every SKU is probed so (a cart's home may have one
+ * segment), every SWEEP_FOLLOW_IDLE_MS. */
+static void on_follow_probe(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    struct sweep_sku *s = c->s;
+    int k = c->k;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 && !c->sw->stopping &&
+        k < s->segments) {
+        sweep_segment(c);
+        return;
+    }
+    if (st != LC_OK && st != LC_ESTATE)
+        log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s segment %d: looking for follows: %s",
+                s->sku, k, errstr);
+    if (k < s->segments) { /* else the layout changed meanwhile (sku_resize) */
+        s->next_at[k] = clock_mono_ms() + (st == LC_OK ? SWEEP_FOLLOW_IDLE_MS : SWEEP_IDLE_MS);
+        s->busy[k] = 0;
+    }
+    sweep_call_end(c);
+}
+
 /* ---- healing the intents of multi-segment orders ---- */
 
 struct heal {
@@ -705,9 +789,13 @@ struct heal {
     char sku[VALIDATE_SKU_MAX + 1];
     char hex[IDS_ORDER_HEX + 1];
     char id[ORDER_ID_MAX + 1];
-    char multi[STORE_KEY_MAX];
+    char multi[STORE_KEY_MAX]; /* the intent's hash: the SKU's multi, or its cart */
+    int cart;                  /* a cart's intent (parts in several SKUs) */
     int k1, nparts, pending, ok, forward;
     int parts[HEAL_PARTS_MAX];
+    unsigned char psku[HEAL_PARTS_MAX]; /* a cart's part's SKU: its index in skus */
+    char skus[HEAL_SKUS_MAX][VALIDATE_SKU_MAX + 1];
+    int nskus;
     struct store_conns conns; /* where the heal's scripts ran: WAITed before the intent goes */
 };
 
@@ -738,7 +826,8 @@ static void on_intent_deleted(lc_status st, const redisReply *r, const char *err
     } else if (r->integer > 0) {
         /* counted by whoever deleted it, so instances healing at once count it once */
         metrics_multi_healed(h->forward);
-        log_msg(CONFIG_LOG_INFO, "multi_healed", "sku %s order %s: healed %s", h->sku, h->id,
+        log_msg(CONFIG_LOG_INFO, h->cart ? "cart_healed" : "multi_healed",
+                "sku %s order %s: healed %s", h->sku, h->id,
                 h->forward ? "forward (the order is whole)" : "back (its parts undone: no order)");
     }
     heal_end(h);
@@ -832,10 +921,13 @@ static void on_primary_checked(lc_status st, const redisReply *r, const char *er
     char keep[24];
     snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
     for (int i = 0; i < h->nparts; i++) {
+        /* a cart's part in its own SKU's segment (on a cluster, perhaps another master: the
+         * WAIT before the HDEL covers every connection the undos came back on) */
+        const char *sku = h->cart ? h->skus[h->psku[i]] : h->sku;
         char part[ORDER_ID_MAX + 16];
-        snprintf(part, sizeof(part), "%s-%d-%s", h->hex, h->parts[i], h->sku);
+        snprintf(part, sizeof(part), "%s-%d-%s", h->hex, h->parts[i], sku);
         struct seg_keys sk;
-        store_seg_keys(h->sku, h->parts[i], &sk);
+        store_seg_keys(sku, h->parts[i], &sk);
         const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
         const char *args[3] = {part, keep, ""};
         store_script_async(h->c->sw->app->store, h->c->sw->env->lc, NULL, SCRIPT_PART_UNDO, 4, keys,
@@ -843,9 +935,25 @@ static void on_primary_checked(lc_status st, const redisReply *r, const char *er
     }
 }
 
-/* Starts healing one intent (hex, its JSON); 0, or -1 when it is not what multi_begin.lua
- * writes (logged, left alone). */
-static int heal_start(struct sweep_call *c, const redisReply *hex, const redisReply *text)
+/* A cart intent's part [k, q, "sku"]: its SKU's index in h->skus (added when new), or -1 when
+ * it is not one. */
+static int heal_cart_sku(struct heal *h, const json_t *p)
+{
+    const char *sku = json_string_value(json_array_get(p, 2));
+    if (!json_is_array(p) || !sku || !validate_sku(sku, strlen(sku)))
+        return -1;
+    for (int i = 0; i < h->nskus; i++)
+        if (strcmp(h->skus[i], sku) == 0)
+            return i;
+    if (h->nskus >= HEAL_SKUS_MAX)
+        return -1;
+    snprintf(h->skus[h->nskus], sizeof(h->skus[0]), "%s", sku);
+    return h->nskus++;
+}
+
+/* Starts healing one intent (hex, its JSON; cart: of the SKU's :cart hash, a cart's, else of
+ * its :multi hash); 0, or -1 when it is not what its writer writes (logged, left alone). */
+static int heal_start(struct sweep_call *c, const redisReply *hex, const redisReply *text, int cart)
 {
     struct sweep_sku *s = c->s;
     json_t *j = json_loadb(text->str, text->len, 0, NULL);
@@ -861,29 +969,35 @@ static int heal_start(struct sweep_call *c, const redisReply *hex, const redisRe
         h->c = c;
         h->k1 = k1;
         h->ok = 1;
+        h->cart = cart;
         snprintf(h->sku, sizeof(h->sku), "%s", s->sku);
         snprintf(h->hex, sizeof(h->hex), "%.*s", (int)hex->len, hex->str);
         snprintf(h->id, sizeof(h->id), "%s", id);
-        store_sku_key(h->multi, s->sku, "multi");
+        store_sku_key(h->multi, s->sku, cart ? "cart" : "multi");
         for (size_t i = 0; i < json_array_size(parts) && !bad; i++) {
             json_t *p = json_array_get(parts, i);
             json_t *kj = json_array_get(p, 0);
+            int si = cart ? heal_cart_sku(h, p) : 0;
             if (!json_is_integer(kj) || json_integer_value(kj) < 0 ||
-                json_integer_value(kj) >= SKUCACHE_MAX_SEGMENTS) {
+                json_integer_value(kj) >= SKUCACHE_MAX_SEGMENTS || si < 0) {
                 bad = 1;
                 break;
             }
             int k = (int)json_integer_value(kj);
-            if (k != k1) /* the primary's own segment: it never has a part record */
-                h->parts[h->nparts++] = k;
+            /* the primary's own segment (of the home SKU): it never has a part record */
+            if (k == k1 && (!cart || strcmp(h->skus[si], s->sku) == 0))
+                continue;
+            h->psku[h->nparts] = (unsigned char)si;
+            h->parts[h->nparts++] = k;
         }
     }
     json_decref(j);
     if (bad || !h) {
         if (bad)
             log_msg(CONFIG_LOG_ERROR, "multi_intent_damaged",
-                    "sku %s: intent %.*s is not what multi_begin.lua writes: left alone", s->sku,
-                    (int)(hex->len < 64 ? hex->len : 64), hex->str);
+                    "sku %s: %s intent %.*s is not what its writer writes: left alone", s->sku,
+                    cart ? "cart" : "multi-segment", (int)(hex->len < 64 ? hex->len : 64),
+                    hex->str);
         free(h);
         return -1;
     }
@@ -904,16 +1018,52 @@ static void on_multi_due(lc_status st, const redisReply *r, const char *errstr, 
     struct sweep_call *c = arg;
     c->pending = 1; /* this function's own share */
     if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
+        c->s->carts = 1; /* not known: a SKU gone from the registry is looked at again */
         if (st != LC_ESTATE)
             log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: multi-segment intents: %s", c->s->sku,
                     st != LC_OK ? errstr : "unexpected reply");
-    } else if (!c->sw->stopping) {
-        for (size_t i = 0; i + 1 < r->elements; i += 2)
+    } else if (r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+               r->element[1]->type == REDIS_REPLY_INTEGER) {
+        /* {cart intents, m, m multi-segment intents' (hex, JSON), the due carts' (hex, JSON)} */
+        c->s->carts = (int)r->element[0]->integer;
+        long long m = r->element[1]->integer;
+        for (size_t i = 2; i + 1 < r->elements && !c->sw->stopping; i += 2)
             if (r->element[i]->type == REDIS_REPLY_STRING &&
                 r->element[i + 1]->type == REDIS_REPLY_STRING)
-                (void)heal_start(c, r->element[i], r->element[i + 1]);
+                (void)heal_start(c, r->element[i], r->element[i + 1], (long long)(i - 2) / 2 >= m);
     }
     look_end(c);
+}
+
+/* The look's first, cheap step: EXISTS of the SKU's multi and cart hashes (one slot). Most
+ * SKUs have neither, and a plain command costs a fraction of a script: only when one exists
+ * does multi_due.lua read them. */
+static void on_look_probe(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    struct sweep_sku *s = c->s;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer > 0 && !c->sw->stopping) {
+        char multi[STORE_KEY_MAX], cart[STORE_KEY_MAX], margin[24], most[24];
+        store_sku_key(multi, s->sku, "multi");
+        store_sku_key(cart, s->sku, "cart");
+        snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
+        snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
+        const char *keys[2] = {multi, cart};
+        const char *margs[2] = {margin, most};
+        store_script_async(c->sw->app->store, c->sw->env->lc, NULL, SCRIPT_MULTI_DUE, 2, keys, 2,
+                           margs, on_multi_due, c);
+        return;
+    }
+    if (st == LC_OK && r && r->type == REDIS_REPLY_INTEGER) {
+        s->carts = 0; /* neither hash exists */
+    } else if (!c->sw->stopping) {
+        s->carts = 1; /* not known: a SKU gone from the registry is looked at again */
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "sweep_failed", "sku %s: looking for intents: %s", s->sku,
+                    st != LC_OK ? errstr : "unexpected reply");
+    }
+    s->multi_busy = 0;
+    sweep_call_end(c);
 }
 
 /* Whether the SKU is swept at all now: holds may exist by meta's hold flag, not by its rules
@@ -1085,10 +1235,6 @@ static void tick(struct sweep *sw)
     char follows[24];
     snprintf(follows, sizeof(follows), "%d", SWEEP_FOLLOW_BATCH);
     const char *args[4] = {batch, give, sw->app->cfg.order_log ? "1" : "0", follows};
-    char margin[24], most[24];
-    snprintf(margin, sizeof(margin), "%d", SWEEP_MULTI_MARGIN_MS);
-    snprintf(most, sizeof(most), "%d", SWEEP_MULTI_BATCH);
-    const char *margs[2] = {margin, most};
     /* Calls in flight are capped (SWEEP_MAX_INFLIGHT): each tick starts where the last one ran
      * out, at the SKU and at the segment, so that a slow Redis or many segments delay every
      * segment alike rather than starve the last ones (the first 64 segments, due again every
@@ -1098,24 +1244,27 @@ static void tick(struct sweep *sw)
         int i = (first + n) % sw->nskus;
         struct sweep_sku *s = sw->skus[i];
         sw->cursor = i; /* where the slots run out, the next tick starts */
-        /* Only a SKU of several segments can have multi-segment orders (a PUT or DELETE
-         * deletes the intents of the layout it replaces). */
-        if (s->segments > 1 && !s->multi_busy && now - s->multi_at >= SWEEP_MULTI_MS) {
+        /* Every SKU with a layout may be a cart's home (its :cart hash; a PUT or DELETE of the
+         * home keeps it: parts in other SKUs depend on it), and one whose last look found cart
+         * intents is looked at even once deleted or out of the registry, until they are
+         * healed; only a SKU of several segments can have multi-segment orders (a PUT or
+         * DELETE deletes the intents of the layout it replaces). One script for both. */
+        if ((s->segments > 0 || s->carts > 0 || s->gone_at) && !s->multi_busy &&
+            now - s->multi_at >= SWEEP_MULTI_MS) {
             struct sweep_call *c = sweep_call_new(sw, s, -1);
             if (!c)
                 return;
             s->multi_busy = 1;
             s->multi_at = now;
-            char multi[STORE_KEY_MAX];
+            char multi[STORE_KEY_MAX], cart[STORE_KEY_MAX];
             store_sku_key(multi, s->sku, "multi");
-            const char *keys[1] = {multi};
-            store_script_async(store, lc, NULL, SCRIPT_MULTI_DUE, 1, keys, 2, margs, on_multi_due,
-                               c);
+            store_sku_key(cart, s->sku, "cart");
+            const char *argv[3] = {"EXISTS", multi, cart};
+            store_command_async(lc, NULL, 3, argv, on_look_probe, c);
         }
-        /* A SKU without holds or a limit is swept too when it has several segments, every
-         * SWEEP_FOLLOW_IDLE_MS (on_expired), for the follows a cut-off cancel left queued. */
-        if (!sku_active(sw, s, now) && s->segments <= 1)
-            continue;
+        /* A SKU without holds or a limit is swept too, every SWEEP_FOLLOW_IDLE_MS (on_expired),
+         * for the follows a cut-off cancel left queued: a multi-segment order's parts, or a
+         * cart's (whose home may have one segment). */
         int j = 0;
         for (; j < s->segments && sw->inflight - sw->index_n < SWEEP_MAX_INFLIGHT; j++) {
             int k = (s->cursor + j) % s->segments;
@@ -1127,6 +1276,11 @@ static void tick(struct sweep *sw)
             s->busy[k] = 1;
             struct seg_keys sk;
             store_seg_keys(s->sku, k, &sk);
+            if (!sku_active(sw, s, now)) { /* follows (or give-backs) alone: probed first */
+                const char *argv[4] = {"EXISTS", sk.follow, sk.give, sk.due};
+                store_command_async(lc, NULL, 4, argv, on_follow_probe, c);
+                continue;
+            }
             const char *keys[8] = {sk.stock, sk.cnt, sk.orders, sk.due,
                                    sk.give,  sk.log, sk.sver,   sk.follow};
             store_script_async(store, lc, NULL, SCRIPT_EXPIRE, 8, keys, 4, args, on_expired, c);

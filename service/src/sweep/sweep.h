@@ -17,16 +17,17 @@
  *
  * Multi-segment orders (docs/design.md "Orders larger than one segment"): the follows an
  * expiry returns (the changes of a primary queued for its other parts, in the primary's
- * segment's follow set) are applied by follow_async (a SKU of several segments is swept for
- * them every SWEEP_FOLLOW_IDLE_MS even without holds or a limit; with follows queued it is
- * swept like one with holds for a minute); and once a second, for every SKU of more
- * than one segment, the intents past their deadline + SWEEP_MULTI_MARGIN_MS on Redis's clock
- * (lua/multi_due.lua) are healed: part_undo.lua "primary" on the primary's segment finds the
- * primary record → forward (the intent goes); it does not, and tombstones the primary's id in
- * the same step so it can never be written → back (part_undo.lua on every other part, each
- * tombstoned, then the intent goes). With --redis-replica-acks the intent goes only once those
- * scripts are on the replicas. Every step is idempotent, so instances healing the same intent
- * at once only repeat each other.
+ * segment's follow set) are applied by follow_async (a SKU is swept for them every
+ * SWEEP_FOLLOW_IDLE_MS even without holds or a limit; with follows queued it is swept like one with
+ * holds for a minute); and once a second, for every SKU with a layout (and a deleted one whose cart
+ * intents are left), the intents of its multi-segment orders and of the carts it is the home of
+ * past their deadline + SWEEP_MULTI_MARGIN_MS on Redis's clock (lua/multi_due.lua) are healed (a
+ * cart's parts each in its own SKU's segment: docs/design.md "Ending and healing a cart"):
+ * part_undo.lua "primary" on the primary's segment finds the primary record → forward (the intent
+ * goes); it does not, and tombstones the primary's id in the same step so it can never be written →
+ * back (part_undo.lua on every other part, each tombstoned, then the intent goes). With
+ * --redis-replica-acks the intent goes only once those scripts are on the replicas. Every step is
+ * idempotent, so instances healing the same intent at once only repeat each other.
  */
 #ifndef INVENTORY_SWEEP_H
 #define INVENTORY_SWEEP_H
@@ -46,8 +47,9 @@ struct store;
  * the tombstones refuse whatever lands after a heal back). */
 #define SWEEP_MULTI_MS 1000
 #define SWEEP_MULTI_MARGIN_MS 1000
-/* How often each segment of a SKU of several segments without holds or a limit is swept (for
- * the follows a cut-off cancel left queued; a SKU with holds or a limit every SWEEP_IDLE_MS). */
+/* How often each segment of a SKU without holds or a limit is swept (for the follows a cut-off
+ * cancel left queued, a multi-segment order's or a cart's; a SKU with holds or a limit every
+ * SWEEP_IDLE_MS). */
 #define SWEEP_FOLLOW_IDLE_MS 2000
 
 struct sweep;
@@ -77,7 +79,9 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
                     giveback_fn cb, void *arg);
 
 /* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
- * written by the script that changed the primary): part_follow.lua on each part's segment,
+ * written by the script that changed the primary): part_follow.lua on each part's segment (the
+ * part's SKU taken from its id: a cart's parts live in other SKUs), then, when it queued a
+ * give-back (a cart's item with a per-user limit), giveback_async of it in the part's SKU,
  * then, once it answered (applied, left alone, or no such part) and, with acks > 0
  * (--redis-replica-acks), a WAIT acks on the connection that carried it found the part's
  * master's replicas have it, ZREM of the member from k's follow set (a member taken off before

@@ -16,7 +16,9 @@
 --     record with part_of) gets no give-back and no log entry: its primary has them.
 --     Returns the new record text.
 --   order_follow(id, o, status, now): for a primary, ZADD follow now "<part id>|<status>" for
---     each of its parts in another segment (part_follow.lua applies them there);
+--     each of its parts in another segment (part_follow.lua applies them there); for a cart's
+--     primary (a record with items, docs/design.md "Ending and healing a cart"), for every part
+--     of every item but its own, the part id naming the part's own SKU ("<hex>-<k>-<sku>");
 --   order_logged(id, o, q, event, now): the order log's entry of a change (when logging); a
 --     primary's carries the order's total and the field parts "k:q,k:q,...". Without the log
 --     the change is counted in cnt's u instead (inventory-sink backfills from the record).
@@ -38,6 +40,29 @@ local function parts_text(o, total)
   if sum ~= total then return nil end
   return table.concat(out, ',')
 end
+-- a cart's items (docs/design.md "Ending and healing a cart"): the home item first, the
+-- record's own SKU, quantity and parts; every item a SKU, its units and parts summing to them;
+-- distinct SKUs. False for anything else: the end would queue follows to parts it cannot name.
+local function items_ok(o, total)
+  if type(o.items) ~= 'table' or #o.items < 1 then return false end
+  local seen = {}
+  for i, it in ipairs(o.items) do
+    if type(it) ~= 'table' or type(it.sku) ~= 'string' or #it.sku < 1 or
+       not string.match(it.sku, '^[%w_.:%-]+$') or seen[it.sku] then
+      return false
+    end
+    seen[it.sku] = true
+    local q = tonumber(it.quantity)
+    if q == nil or q < 1 or q > 1e15 or q ~= math.floor(q) or not parts_text(it, q) then
+      return false
+    end
+    if i == 1 and (it.sku ~= o.sku or q ~= total or
+                   parts_text(it, q) ~= parts_text(o, total)) then
+      return false
+    end
+  end
+  return true
+end
 local function order_read(id)
   local rec = redis.call('HGET', KEYS[3], id)
   if not rec then return nil, 'none' end
@@ -47,9 +72,9 @@ local function order_read(id)
   if total == nil or total < 1 or total > 1e15 or total ~= math.floor(total) then
     return nil, 'damaged'
   end
-  if o.parts ~= nil then
+  if o.parts ~= nil or o.items ~= nil then
     if type(o.sku) ~= 'string' or not string.match(id, '^%x+%-') or
-       not parts_text(o, total) then
+       not parts_text(o, total) or (o.items ~= nil and not items_ok(o, total)) then
       return nil, 'damaged'
     end
     local t = redis.call('TYPE', KEYS[8])
@@ -90,6 +115,19 @@ end
 local function order_follow(id, o, status, now)
   if type(o.parts) ~= 'table' then return end
   local hex = string.match(id, '^(%x+)%-')
+  if type(o.items) == 'table' then
+    -- a cart: every part of every item lives in its own SKU's segment (on a cluster, perhaps
+    -- another master): the member names it; follow_async parses the SKU from the id
+    for _, it in ipairs(o.items) do
+      for _, p in ipairs(it.parts) do
+        local k = tonumber(p.segment)
+        if it.sku ~= o.sku or k ~= tonumber(o.segment) then
+          redis.call('ZADD', KEYS[8], now, string.format('%s-%d-%s|%s', hex, k, it.sku, status))
+        end
+      end
+    end
+    return
+  end
   for _, p in ipairs(o.parts) do
     local k = tonumber(p.segment)
     if k ~= tonumber(o.segment) then
