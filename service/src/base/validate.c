@@ -537,8 +537,7 @@ int validate_restock_body(const char *body, size_t len, struct validate_restock 
     return rc;
 }
 
-int validate_extend_body(const char *body, size_t len, int64_t *seconds,
-                         struct validate_error *err)
+int validate_extend_body(const char *body, size_t len, int64_t *seconds, struct validate_error *err)
 {
     static const struct int_field secs = {"seconds", 1, RULES_TTL_MAX};
     *seconds = 0;

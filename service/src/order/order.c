@@ -229,9 +229,9 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
          * nothing; a lost reply (LC_EIO) or an odd one may follow a change that was made. */
         if (st == LC_OK || st == LC_EIO)
             response_outcome_unknown(
-                res, b->op == BY_ID_CONFIRM ? "the stock store failed after the confirm "
-                                              "reached it: it may be applied; confirm again "
-                                              "or GET the order"
+                res, b->op == BY_ID_CONFIRM  ? "the stock store failed after the confirm "
+                                               "reached it: it may be applied; confirm again "
+                                               "or GET the order"
                      : b->op == BY_ID_EXTEND ? "the stock store failed after the extension "
                                                "reached it: it may be applied; GET the order "
                                                "(its expires_at and extensions) before "
@@ -453,11 +453,10 @@ static void extend_run(struct by_id *b, const char *ext_s, const char *ext_max, 
 static int extend_answer(struct by_id *b, long long code, const redisReply *r, json_t *order)
 {
     struct response *res = &b->ar->res;
-    long long n = r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER
-                      ? r->element[2]->integer
-                      : r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER
-                            ? r->element[1]->integer
-                            : 0;
+    long long n =
+        r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER   ? r->element[2]->integer
+        : r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER ? r->element[1]->integer
+                                                                        : 0;
     char msg[160];
     switch (code) {
     case STORE_EXTEND_DONE:
@@ -476,17 +475,19 @@ static int extend_answer(struct by_id *b, long long code, const redisReply *r, j
             return 1;
         }
         return 0;
-    case STORE_EXTEND_OFF:
-        response_error(res, ERROR_EXTEND_NOT_ALLOWED, NULL);
-        return 0;
+    case STORE_EXTEND_OFF: response_error(res, ERROR_EXTEND_NOT_ALLOWED, NULL); return 0;
     case STORE_EXTEND_LIMIT:
-        snprintf(msg, sizeof(msg), "the hold was extended %lld times already, the most its SKU "
-                 "allows (hold_extend_max)", n);
+        snprintf(msg, sizeof(msg),
+                 "the hold was extended %lld times already, the most its SKU "
+                 "allows (hold_extend_max)",
+                 n);
         response_error(res, ERROR_EXTEND_LIMIT, msg);
         return 0;
     case STORE_EXTEND_TOO_LONG:
-        snprintf(msg, sizeof(msg), "seconds: must be at most the SKU's hold_extend_s, %lld, got "
-                 "%lld", n, (long long)b->seconds);
+        snprintf(msg, sizeof(msg),
+                 "seconds: must be at most the SKU's hold_extend_s, %lld, got "
+                 "%lld",
+                 n, (long long)b->seconds);
         response_error(res, ERROR_INVALID_REQUEST, msg);
         return 0;
     default:
@@ -504,9 +505,8 @@ static void on_extend_rules(lc_status st, const redisReply *r, const char *errst
     struct by_id *b = arg;
     char v[3][24];
     for (int i = 0; i < 3; i++) {
-        const redisReply *e = r && r->type == REDIS_REPLY_ARRAY && r->elements == 3
-                                  ? r->element[i]
-                                  : NULL;
+        const redisReply *e =
+            r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 ? r->element[i] : NULL;
         if (st != LC_OK || !e || (e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_NIL) ||
             (e->type == REDIS_REPLY_STRING && (e->len == 0 || e->len >= sizeof(v[i])))) {
             metrics_redis_error();
@@ -564,12 +564,15 @@ static void extend_run(struct by_id *b, const char *ext_s, const char *ext_max, 
     store_sku_key(meta, b->sku, "meta");
     snprintf(secs, sizeof(secs), "%" PRId64, b->seconds);
     snprintf(member, sizeof(member), "%s/%d", b->sku, b->k);
-    const char *keys[11] = {b->sk.stock, b->sk.cnt,  b->sk.orders, b->sk.due,
-                            b->sk.give,  b->sk.log,  b->sk.sver,   b->sk.follow,
-                            b->sk.rver,  meta,       store_holds_key()};
-    const char *args[7] = {b->id,         ar->app->cfg.order_log ? "1" : "0",
-                           secs,          ext_s ? ext_s : "",
-                           ext_max ? ext_max : "", rver ? rver : "",
+    const char *keys[11] = {b->sk.stock, b->sk.cnt, b->sk.orders,     b->sk.due,
+                            b->sk.give,  b->sk.log, b->sk.sver,       b->sk.follow,
+                            b->sk.rver,  meta,      store_holds_key()};
+    const char *args[7] = {b->id,
+                           ar->app->cfg.order_log ? "1" : "0",
+                           secs,
+                           ext_s ? ext_s : "",
+                           ext_max ? ext_max : "",
+                           rver ? rver : "",
                            member};
     store_script_async(ar->app->store, ar->lc, ar, SCRIPT_EXTEND, ext_s ? 9 : 11, keys, 7, args,
                        on_extend_reply, b);
