@@ -58,19 +58,20 @@ static int group_setup(void **state)
     fclose(f);
     if (getenv("IT_EXTEND_PART") && strcmp(getenv("IT_EXTEND_PART"), "cluster") == 0)
         return 0; /* the cluster's tests start their own */
-    const char *args[] = {"--threads",     "2",   "--admin-token",        EX_TOKEN,
-                          "--order-log",   "--confirm-token-file",        confirm_file,
-                          "--redis-timeout-ms", "500", "--lock-lease-ms", "1000",
-                          NULL};
+    const char *args[] = {"--threads",     "2",
+                          "--admin-token", EX_TOKEN,
+                          "--order-log",   "--confirm-token-file",
+                          confirm_file,    "--redis-timeout-ms",
+                          "500",           "--lock-lease-ms",
+                          "1000",          NULL};
     svc = sf_group_service(args);
     port = svc ? sf_port(svc) : 0;
     if (!svc)
         return -1;
-    const char *acks[] = {"--threads",          "1",   "--admin-token",
-                          EX_TOKEN,             "--confirm-token-file", confirm_file,
-                          "--order-log",
-                          "--redis-replica-acks", "1", "--redis-timeout-ms",
-                          "400",                NULL};
+    const char *acks[] = {
+        "--threads",  "1",           "--admin-token",        EX_TOKEN, "--confirm-token-file",
+        confirm_file, "--order-log", "--redis-replica-acks", "1",      "--redis-timeout-ms",
+        "400",        NULL};
     svc_acks = sf_group_service(acks);
     return svc_acks ? 0 : -1;
 }
@@ -228,10 +229,10 @@ static int64_t ex_due(const char *id, int64_t *index)
 {
     char sku[80], buf[32] = "";
     int k = ex_id_seg(id, sku, sizeof sku);
-    int64_t due = rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:{%s/%d}:due %s", sku, k, id) ==
-                          1
-                      ? atoll(buf)
-                      : -1;
+    int64_t due =
+        rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:{%s/%d}:due %s", sku, k, id) == 1
+            ? atoll(buf)
+            : -1;
     buf[0] = '\0';
     *index = rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:holds %s/%d", sku, k) == 1
                  ? atoll(buf)
@@ -245,8 +246,8 @@ static int64_t ex_earliest(const char *id)
     char sku[80];
     int k = ex_id_seg(id, sku, sizeof sku);
     redisReply *r = rf_command(gf_redis, "ZRANGE inv:2:{%s/%d}:due 0 0 WITHSCORES", sku, k);
-    int64_t v = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoll(r->element[1]->str)
-                                                                      : -1;
+    int64_t v =
+        r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoll(r->element[1]->str) : -1;
     freeReplyObject(r);
     return v;
 }
@@ -257,7 +258,7 @@ static int64_t ex_earliest(const char *id)
         int64_t ix_;                                                                               \
         ex_due((id), &ix_);                                                                        \
         int64_t first_ = ex_earliest(id);                                                          \
-        SF_ASSERT(ix_ > 0 && ix_ <= first_, "hold index %lld, the segment's earliest hold %lld",  \
+        SF_ASSERT(ix_ > 0 && ix_ <= first_, "hold index %lld, the segment's earliest hold %lld",   \
                   (long long)ix_, (long long)first_);                                              \
     } while (0)
 
@@ -297,7 +298,7 @@ static double ex_metric_sum(sf_service *const *s, int n, const char *series)
     do {                                                                                           \
         char now_[2048];                                                                           \
         ex_record((id), now_, sizeof now_);                                                        \
-        SF_ASSERT(strcmp(now_, (rec0)) == 0, "record changed by a refusal: %s -> %s", (rec0),     \
+        SF_ASSERT(strcmp(now_, (rec0)) == 0, "record changed by a refusal: %s -> %s", (rec0),      \
                   now_);                                                                           \
     } while (0)
 
@@ -340,11 +341,16 @@ static void test_extend_answers(void **state)
 
     /* bad seconds: 400 invalid_request, nothing changed */
     ex_record(id, rec0, sizeof rec0);
-    static const char *const bad[] = {"{\"seconds\":0}",      "{\"seconds\":-5}",
-                                      "{\"seconds\":1.5}",    "{\"seconds\":\"3\"}",
-                                      "{\"seconds\":61}",     "{\"seconds\":2592001}",
-                                      "{\"seconds\":null}",   "{\"seconds\":",
-                                      "[1]",                  "{\"seconds\":1,\"seconds\":2}"};
+    static const char *const bad[] = {"{\"seconds\":0}",
+                                      "{\"seconds\":-5}",
+                                      "{\"seconds\":1.5}",
+                                      "{\"seconds\":\"3\"}",
+                                      "{\"seconds\":61}",
+                                      "{\"seconds\":2592001}",
+                                      "{\"seconds\":null}",
+                                      "{\"seconds\":",
+                                      "[1]",
+                                      "{\"seconds\":1,\"seconds\":2}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ex_extend(NULL, port, id, EX_TOKEN, bad[i], &r);
         if (r.status != 400 || strcmp(sf_error_code(&r), "invalid_request") != 0)
@@ -622,8 +628,8 @@ struct ex_racer {
     int port;
     int64_t offset; /* Redis ms - tu_now_ms() */
     char (*ids)[112];
-    int64_t *at;  /* Redis ms to send each extend at */
-    int *answer;  /* HTTP status */
+    int64_t *at; /* Redis ms to send each extend at */
+    int *answer; /* HTTP status */
     char (*code)[32];
     int64_t *answer_exp; /* a 200's expires_at */
     int from, n, stride;
@@ -709,8 +715,7 @@ static int ex_race_once(sf_service *other, int *extended_out)
             SF_ASSERT(answer[i] == 409 && strcmp(code[i], "reservation_expired") == 0 &&
                           strcmp(status, "expired") == 0 && rexp == exp[i] && ext == 0,
                       "hold %s: extend %d %s, record %s until %lld (was %lld), %d extensions",
-                      ids[i], answer[i], code[i], status, (long long)rexp, (long long)exp[i],
-                      ext);
+                      ids[i], answer[i], code[i], status, (long long)rexp, (long long)exp[i], ext);
             expired++;
         }
     }
@@ -748,9 +753,17 @@ static int ex_race_once(sf_service *other, int *extended_out)
 static void test_extend_races_expiry(void **state)
 {
     (void)state;
-    const char *args[] = {"--threads",          "1",   "--admin-token",        EX_TOKEN,
-                          "--confirm-token-file", confirm_file, "--redis-timeout-ms", "500",
-                          "--lock-lease-ms",    "1000", NULL};
+    const char *args[] = {"--threads",
+                          "1",
+                          "--admin-token",
+                          EX_TOKEN,
+                          "--confirm-token-file",
+                          confirm_file,
+                          "--redis-timeout-ms",
+                          "500",
+                          "--lock-lease-ms",
+                          "1000",
+                          NULL};
     sf_service *other = sf_start(rf_url(gf_redis), args);
     SF_ASSERT(other != NULL, "%s", "second instance");
     int extended = 0, tries = 0;
@@ -768,8 +781,14 @@ static void test_extend_on_cluster(void **state)
     SF_ASSERT(cl != NULL, "%s", "a 3-master cluster");
     char url[512];
     snprintf(url, sizeof url, "%s", cf_url(cl, 3));
-    const char *args[] = {"--threads",          "1",   "--admin-token",        EX_TOKEN,
-                          "--confirm-token-file", confirm_file, "--redis-timeout-ms", "500",
+    const char *args[] = {"--threads",
+                          "1",
+                          "--admin-token",
+                          EX_TOKEN,
+                          "--confirm-token-file",
+                          confirm_file,
+                          "--redis-timeout-ms",
+                          "500",
                           NULL};
     sf_service *s = sf_start(url, args);
     if (!s)
