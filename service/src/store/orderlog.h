@@ -1,9 +1,9 @@
 /*
  * orderlog — the order log (SPEC §12): one Redis stream per segment, inv:2:{S/k}:log
  * (store_seg_keys' log), appended by the very script that changes an order (commit, confirm,
- * cancel, expiry, extension), so the log and the stock never disagree. Written only with --order-log; read
- * by inventory-sink with a consumer group (ORDERLOG_GROUP), which moves it into the shop's
- * database and trims what every group has acknowledged.
+ * cancel, expiry, extension), so the log and the stock never disagree. Written only with
+ * --order-log; read by inventory-sink with a consumer group (ORDERLOG_GROUP), which moves it into
+ * the shop's database and trims what every group has acknowledged.
  *
  * An entry's fields (XADD <key> <MAXLEN-free> * field value ...), every value a string:
  *   event     a stored status's name (order_status.h): created | reserved | confirmed | expired |
