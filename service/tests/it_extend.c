@@ -632,6 +632,7 @@ struct ex_racer {
     int *answer; /* HTTP status */
     char (*code)[32];
     int64_t *answer_exp; /* a 200's expires_at */
+    int64_t *sent, *got; /* when each extend was sent and answered (Redis ms) */
     int from, n, stride;
     pthread_t t;
 };
@@ -645,7 +646,9 @@ static void *ex_race(void *arg)
         if (wait > 0)
             tu_sleep_ms((int)wait);
         sf_resp r = {0};
+        w->sent[i] = tu_now_ms() + w->offset;
         w->answer[i] = ex_extend(c, 0, w->ids[i], EX_CONFIRM, NULL, &r);
+        w->got[i] = tu_now_ms() + w->offset;
         w->answer_exp[i] = ex_iso_ms(json_string_value(json_object_get(r.json, "expires_at")));
         snprintf(w->code[i], 32, "%s",
                  r.status == 200                                     ? sf_str(r.json, "status")
@@ -664,6 +667,7 @@ static int ex_race_once(sf_service *other, int *extended_out)
     char sku[64];
     static char ids[EX_RACE_HOLDS][112], code[EX_RACE_HOLDS][32];
     static int64_t at[EX_RACE_HOLDS], exp[EX_RACE_HOLDS], answer_exp[EX_RACE_HOLDS];
+    static int64_t sent[EX_RACE_HOLDS], got[EX_RACE_HOLDS];
     static int answer[EX_RACE_HOLDS];
     tu_unique_name(sku, sizeof sku, "ex-race");
     ex_put(port, sku, 200, 4, ",\"reservation_ttl_s\":1,\"hold_extend_s\":2");
@@ -686,6 +690,8 @@ static int ex_race_once(sf_service *other, int *extended_out)
                                  .answer = answer,
                                  .code = code,
                                  .answer_exp = answer_exp,
+                                 .sent = sent,
+                                 .got = got,
                                  .from = t,
                                  .n = EX_RACE_HOLDS,
                                  .stride = EX_RACE_THREADS};
@@ -710,8 +716,14 @@ static int ex_race_once(sf_service *other, int *extended_out)
                            (strcmp(status, "expired") == 0 && now >= rexp)),
                       "hold %s: extend 200 %s until %lld, record %s until %lld, %d extensions",
                       ids[i], code[i], (long long)answer_exp[i], status, (long long)rexp, ext);
+            /* never extended once due: sent before the expiry (5 ms for the clocks' offset) */
+            SF_ASSERT(sent[i] <= exp[i] + 5, "hold %s: extended, but sent %lld ms after its expiry",
+                      ids[i], (long long)(sent[i] - exp[i]));
             extended++;
         } else {
+            SF_ASSERT(got[i] >= exp[i] - 5,
+                      "hold %s: 409 reservation_expired answered %lld ms before its expiry", ids[i],
+                      (long long)(exp[i] - got[i]));
             SF_ASSERT(answer[i] == 409 && strcmp(code[i], "reservation_expired") == 0 &&
                           strcmp(status, "expired") == 0 && rexp == exp[i] && ext == 0,
                       "hold %s: extend %d %s, record %s until %lld (was %lld), %d extensions",
