@@ -473,9 +473,7 @@ char *metrics_render(metrics_label_fn route_label)
     for (int i = 0; i < HOLD_EVENTS; i++)
         fprintf(f, "inventory_holds_total{event=\"%s\"} %llu\n", hold_labels[i], get(&m_holds[i]));
     counter(f, "inventory_hold_extensions_total",
-            "Holds extended by this instance (POST /api/v1/orders/{id}/extend: the expiry "
-            "moved).",
-            &m_hold_extensions);
+            "Holds extended by this instance (extend.lua moved the expiry).", &m_hold_extensions);
     counter(f, "inventory_part_follows_total",
             "Parts of multi-segment orders that took their primary's change (cancelled, "
             "expired, confirmed), applied by this instance.",
