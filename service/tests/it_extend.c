@@ -24,7 +24,7 @@
  *   - a Redis Cluster of three masters (the limits read from the meta before the script, fenced
  *     by the rules' version): an extension, a PATCH to 0 refusing the next at once, the expiry
  *     at the new time.
- * About 14 s on one Redis (it_extend) and 12 s on the cluster (it_extend_cluster, IT_EXTEND_PART
+ * About 13 s on one Redis (it_extend) and 7 s on the cluster (it_extend_cluster, IT_EXTEND_PART
  * as it_holds does).
  */
 #include "svc_test.h"
