@@ -14,7 +14,7 @@
  *   - with --redis-replica-acks 1 and no replica: the extension is applied, its WAIT falls
  *     short, 503 "outcome": "unknown"; a refusal (nothing written) is answered without a WAIT;
  *   - the sweeper expires an extended hold at its new time (not at the old one: still reserved
- *     1.2 s after it, the index moved to the new time), within 1 s + one --redis-timeout-ms;
+ *     1.6 s after it, the index moved to the new time), within 1 s + one --redis-timeout-ms;
  *   - a multi-segment hold extended: its parts follow the primary (reserved past the old time,
  *     all expired after the new one, every unit back once);
  *   - 48 extends racing the expiry (two instances, sent from 150 ms before to 90 ms after each
@@ -536,16 +536,16 @@ static void test_sweeper_takes_the_new_time(void **state)
     SF_ASSERT_EQ(ex_due(id, &ix), nexp);
     EX_ASSERT_INDEX(id);
     int64_t off = ex_redis_offset(gf_redis);
-    /* 1.2 s past the old time: still reserved, and the sweeper's pass there moved the index to
-     * the new time */
-    int64_t wait = exp + 1200 - off - tu_now_ms();
+    /* 1.6 s past the old time (the sweeper's bound there: 1 s + one Redis timeout): still
+     * reserved, and the sweeper's pass at the old time moved the index to the new one */
+    int64_t wait = exp + 1000 + EX_TIMEOUT_MS + 100 - off - tu_now_ms();
     if (wait > 0)
         tu_sleep_ms((int)wait);
     char status[32];
     int64_t rexp;
     int ext;
     ex_record_state(id, status, sizeof status, &rexp, &ext);
-    SF_ASSERT(strcmp(status, "reserved") == 0, "extended hold %s 1.2 s after its old expiry",
+    SF_ASSERT(strcmp(status, "reserved") == 0, "extended hold %s 1.6 s after its old expiry",
               status);
     ex_due(id, &ix);
     SF_ASSERT_EQ(ix, nexp);
@@ -553,8 +553,8 @@ static void test_sweeper_takes_the_new_time(void **state)
     int64_t seen = -1;
     int64_t end = tu_now_ms() + 6000;
     while (tu_now_ms() < end) {
-        int64_t t = ex_redis_ms(gf_redis);
         ex_record_state(id, status, sizeof status, &rexp, &ext);
+        int64_t t = ex_redis_ms(gf_redis); /* after the read: at or after the expiry */
         if (strcmp(status, "reserved") != 0) {
             seen = t;
             break;
@@ -564,7 +564,7 @@ static void test_sweeper_takes_the_new_time(void **state)
     SF_ASSERT(strcmp(status, "expired") == 0, "status %s", status);
     fprintf(stderr, "extended hold expired %+lld ms from its new expires_at\n",
             (long long)(seen - nexp));
-    SF_ASSERT(seen >= nexp - 25 && seen <= nexp + 1000 + EX_TIMEOUT_MS,
+    SF_ASSERT(seen >= nexp && seen <= nexp + 1000 + EX_TIMEOUT_MS,
               "expired at %+lld ms of the new expiry", (long long)(seen - nexp));
     sf_report rep;
     SF_ASSERT_INVARIANTS(rf_url(gf_redis), sku, &rep);
@@ -716,12 +716,13 @@ static int ex_race_once(sf_service *other, int *extended_out)
                            (strcmp(status, "expired") == 0 && now >= rexp)),
                       "hold %s: extend 200 %s until %lld, record %s until %lld, %d extensions",
                       ids[i], code[i], (long long)answer_exp[i], status, (long long)rexp, ext);
-            /* never extended once due: sent before the expiry (5 ms for the clocks' offset) */
-            SF_ASSERT(sent[i] <= exp[i] + 5, "hold %s: extended, but sent %lld ms after its expiry",
-                      ids[i], (long long)(sent[i] - exp[i]));
+            /* never extended once due: sent before the expiry (25 ms for the offset's error) */
+            SF_ASSERT(sent[i] <= exp[i] + 25,
+                      "hold %s: extended, but sent %lld ms after its expiry", ids[i],
+                      (long long)(sent[i] - exp[i]));
             extended++;
         } else {
-            SF_ASSERT(got[i] >= exp[i] - 5,
+            SF_ASSERT(got[i] >= exp[i] - 25,
                       "hold %s: 409 reservation_expired answered %lld ms before its expiry", ids[i],
                       (long long)(exp[i] - got[i]));
             SF_ASSERT(answer[i] == 409 && strcmp(code[i], "reservation_expired") == 0 &&
