@@ -32,6 +32,8 @@ set(TEST_SCHEDULE
   "it_cluster 50 heavy"
   "it_holds 40"
   "it_holds_cluster 13 heavy"
+  "it_extend 13"
+  "it_extend_cluster 7 heavy"
   "it_gate_store 15"
   "it_gate_store_cluster 10 heavy"
   "it_multi 19 heavy"

@@ -1227,6 +1227,66 @@ static void test_shrinking_put_keeps_the_dropped_logs(void **state)
     SF_ASSERT_EQ(sf_stop(svc), 0);
 }
 
+/* Issue 33: a hold extended through a real inventoryd (--order-log) lands as its orders row
+ * with expires_at, the extension's new expiry (status still reserved; order_events has the
+ * "extended" entry), and reconcile is clean; its confirm then moves the row on as before. */
+static void test_extended_hold_sets_expires_at(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    sf_json_request(NULL, port, "PUT", "/api/v1/skus/i33x", NULL, NULL,
+                    "{\"stock\":10,\"segments\":1,\"reservation_ttl_s\":60,"
+                    "\"hold_extend_s\":120}",
+                    &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL,
+                    "{\"sku\":\"i33x\",\"quantity\":2}", &r);
+    SF_ASSERT_STATUS(&r, 201);
+    char id[160], path[256], want[64];
+    snprintf(id, sizeof id, "%s", sf_str(r.json, "order_id"));
+    snprintf(path, sizeof path, "/api/v1/orders/%s/extend", id);
+    sf_json_request(NULL, port, "POST", path, NULL, NULL, "{\"seconds\":90}", &r);
+    SF_ASSERT_STATUS(&r, 200);
+    /* '2026-11-28T22:00:00.000Z' as the database writes it: '2026-11-28 22:00:00.000' */
+    snprintf(want, sizeof want, "%.10s %.12s", sf_str(r.json, "expires_at"),
+             sf_str(r.json, "expires_at") + 11);
+    sink_proc *p = sink_start("i33x-a", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "i33x", 2, 10000), 2);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM orders WHERE order_id = '%s' AND status = 'reserved' AND "
+             "expires_at = '%s'",
+             id, want);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM order_events WHERE order_id = '%s' AND event = 'extended'", id);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_errors_total{kind=\"malformed\"}"), 0);
+    assert_reconciled("i33x");
+    snprintf(path, sizeof path, "/api/v1/orders/%s/confirm", id);
+    sf_json_request(NULL, port, "POST", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(wait_rows("order_events", "i33x", 3, 10000), 3);
+    int64_t deadline = tu_now_ms() + 5000;
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM orders WHERE order_id = '%s' AND status = 'confirmed' AND "
+             "expires_at = '%s'",
+             id, want);
+    while (mdb_scalar(db, sql) != 1 && tu_now_ms() < deadline)
+        tu_sleep_ms(20);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    assert_reconciled("i33x");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 /* Issue 29 item 3 with a DELETE (took 3 s): 60 orders into 8 segments, DELETE, then a sink.
  * Before: the DELETE took the SKU out of the registry, so no sink ever found its logs (0 rows).
  * Now it stays registered while logs of its segments are left; the sink writes all 60, deletes
@@ -1465,6 +1525,7 @@ int main(void)
         cmocka_unit_test_setup(test_backfilled_status_is_not_moved_down, per_test_setup),
         cmocka_unit_test_setup(test_shrinking_put_keeps_the_dropped_logs, per_test_setup),
         cmocka_unit_test_setup(test_delete_keeps_the_logs_until_drained, per_test_setup),
+        cmocka_unit_test_setup(test_extended_hold_sets_expires_at, per_test_setup),
         cmocka_unit_test_setup(test_sink_over_instances_without_the_log, per_test_setup),
         cmocka_unit_test_setup(test_cluster, per_test_setup),
         cmocka_unit_test_setup(test_cluster_dropped_logs, per_test_setup),

@@ -186,6 +186,8 @@ static void test_rows_are_the_api(void **state)
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
         {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
          ROUTER_CONFIRM | ROUTER_WRITES, "order_confirm"},
+        {HTTP_POST, "/api/v1/orders/o-123/extend", NULL, order_extend_async,
+         ROUTER_CONFIRM | ROUTER_WRITES, "order_extend"},
         {HTTP_GET, "/api/v1/skus", NULL, skulist_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/iphone-15", status_get_run, status_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
@@ -208,7 +210,7 @@ static void test_rows_are_the_api(void **state)
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 20); /* the api[] rows but the last two */
+    assert_int_equal(n, 21); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -235,6 +237,7 @@ static void test_labels(void **state)
         "/api/v1/orders",
         "/api/v1/orders/{id}",
         "/api/v1/orders/{id}/confirm",
+        "/api/v1/orders/{id}/extend",
         "/api/v1/skus",
         "/api/v1/skus/{sku}",
         "/api/v1/skus/{sku}/restock",

@@ -176,7 +176,8 @@ static void test_json(void **state)
     json_t *o = json_object();
     assert_int_equal(rules_to_json(&r, o), 0);
     char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(text, "{\"limit_per_user\":2,\"queue_admit_pct\":0,\"queue_fifo\":0,"
+    assert_string_equal(text, "{\"hold_extend_max\":0,\"hold_extend_s\":0,"
+                              "\"limit_per_user\":2,\"queue_admit_pct\":0,\"queue_fifo\":0,"
                               "\"queue_max_active\":0,\"queue_paused\":0,\"queue_pow_bits\":0,"
                               "\"queue_rate\":0,\"queue_ticket_ttl_s\":0,"
                               "\"reservation_ttl_s\":600,"

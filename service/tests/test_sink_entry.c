@@ -1,7 +1,8 @@
 /*
  * Order-log entries as inventory-sink reads them (service/src/sink/sink_entry.c): the fields of
  * orderlog.h parsed; a malformed entry is marked (not ok, with the reason) rather than written;
- * a stream id is "<ms>-<seq>".
+ * a stream id is "<ms>-<seq>"; an extension's entry ("extended", with its new expiry) leaves
+ * its order reserved.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,6 +127,55 @@ static void test_malformed_entries_are_marked(void **state)
     freeReplyObject(s);
 }
 
+/* A hold's extension (extend.lua's log_extended): event "extended" with the new expiry in
+ * `expires`; its order's status stays reserved. An extension without `expires`, a bad one, or
+ * `expires` on another event is malformed. */
+static void test_extended(void **state)
+{
+    (void)state;
+    const char *f[] = {"event", "extended", "order", "o-1-S",   "quantity",      "2", "at",
+                       "1000",  "version",  "7",     "expires", "1764000060123", NULL};
+    redisReply *e = entry("1-0", f);
+    struct sink_entry out;
+    assert_int_equal(sink_entry_parse(e, 0, "S", 1, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.event, "extended");
+    assert_true(out.expires == 1764000060123LL);
+    assert_string_equal(sink_entry_status(&out), "reserved");
+    freeReplyObject(e);
+    const char *g[] = {"event", "reserved", "order",   "o-1-S", "quantity", "2",
+                       "at",    "1000",     "version", "7",     NULL};
+    e = entry("1-1", g);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 1, &out), 0);
+    assert_true(out.ok && out.expires == 0);
+    assert_string_equal(sink_entry_status(&out), "reserved");
+    freeReplyObject(e);
+    static const struct {
+        const char *f[13];
+        const char *why;
+    } bad[] = {
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1"},
+         "without its expires"},
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "soon"},
+         "expires"},
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "0"},
+         "expires"},
+        {{"event", "confirmed", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "5"},
+         "not extended"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        e = entry("5-0", bad[i].f);
+        assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
+        if (out.ok || strstr(out.why, bad[i].why) == NULL)
+            fail_msg("case %zu: ok %d, why \"%s\" (expected \"%s\")", i, out.ok, out.why,
+                     bad[i].why);
+        freeReplyObject(e);
+    }
+}
+
 /* A multi-segment order's entry: parts "k:q,..." kept and turned into the orders row's JSON; a
  * one-segment order's JSON is its one part; parts out of order, not from the entry's segment,
  * not summing to its quantity or badly written make the entry malformed. */
@@ -183,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_a_good_entry),
         cmocka_unit_test(test_malformed_entries_are_marked),
         cmocka_unit_test(test_parts),
+        cmocka_unit_test(test_extended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

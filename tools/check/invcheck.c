@@ -47,6 +47,22 @@ static void ic_problem(ic_report *rep, const char *check, const char *fmt, ...)
 
 /* The names of sku's keys under schema opt->key_schema (invcheck.h): a SKU-wide key and
  * segment k's, name being a row of store_keys.txt (STORE_KEY_SKU_*, STORE_KEY_SEG_*). */
+/* RFC 3339 "YYYY-MM-DDTHH:MM:SS.mmmZ" (as iso_time.lua writes it) -> ms since the epoch, or
+ * -1 (NULL, or another shape). */
+static long long ic_iso_ms(const char *s)
+{
+    int y, mo, d, h, mi, sec, ms;
+    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &y, &mo, &d, &h, &mi, &sec, &ms) != 7)
+        return -1;
+    /* days since 1970-01-01 of the civil date (H. Hinnant's days_from_civil) */
+    y -= mo <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    return ((days * 24 + h) * 60 + mi) * 60000LL + sec * 1000LL + ms;
+}
+
 static void ic_sku_key(char *buf, size_t len, const ic_options *opt, const char *sku,
                        const char *name)
 {
@@ -527,11 +543,21 @@ static void ic_check_records(ic_report *rep, const char *sku, int k, const redis
                        status, reserved ? "without" : "with");
         /* a hold's record is in the due set; a part's never is (its primary's entry ends it) */
         int in_due = 0;
+        const char *due_ms = NULL;
         for (size_t j = 0; due && due->type == REDIS_REPLY_ARRAY && j + 1 < due->elements; j += 2)
-            in_due |= strcmp(due->element[j]->str, id) == 0;
+            if (strcmp(due->element[j]->str, id) == 0) {
+                in_due = 1;
+                due_ms = due->element[j + 1]->str;
+            }
         if (reserved && !is_part && !in_due)
             ic_problem(rep, "record",
                        "segment %d: hold %s is not in the due set (it would never expire)", k, id);
+        /* the due set's score is the record's expires_at (the commit and an extension,
+         * extend.lua, write both in one step): the sweeper ends a hold when its record says */
+        const char *exp_text = json_string_value(json_object_get(o, "expires_at"));
+        if (reserved && !is_part && due_ms && ic_iso_ms(exp_text) != atoll(due_ms))
+            ic_problem(rep, "record", "segment %d: hold %s: expires_at %s, the due set %s ms", k,
+                       id, exp_text ? exp_text : "(none)", due_ms);
         if (in_due && (is_part || !reserved))
             ic_problem(rep, "record",
                        "segment %d: due set names %s, not a reserved order of the segment", k, id);

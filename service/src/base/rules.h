@@ -38,6 +38,11 @@
 #define RULES_QUEUE_PCT_MAX 1000LL
 #define RULES_QUEUE_POW_MAX 28LL
 
+/* Most extensions of one hold (hold_extend_max; docs/design.md "Holds and their expiry"): a
+ * hold is a payment window, not a reservation that lives on by renewal. 0 in the rule is 3
+ * (store_scripts.h STORE_EXTEND_DEFAULT_MAX) when hold_extend_s is set. */
+#define RULES_EXTEND_MAX 100LL
+
 /* The instants a sale_start or sale_end may name, ms since the epoch:
  * 1970-01-01T00:00:00.001Z .. 9999-12-31T23:59:59.999Z (0 means "none"). */
 #define RULES_TIME_MIN 1LL

@@ -63,7 +63,13 @@
     INT(queue_paused, "queue_paused", 0, 1, "integer 0..1", "0", "q_paused", 0,                   \
         "the waiting room's admission", ERROR_NONE, "QueuePaused")                                 \
     INT(queue_pow_bits, "queue_pow_bits", 0, RULES_QUEUE_POW_MAX, "integer 0..28", "0 (none)",    \
-        "q_pow", 0, "the waiting room's join", ERROR_NONE, "QueuePowBits")
+        "q_pow", 0, "the waiting room's join", ERROR_NONE, "QueuePowBits")                      \
+    INT(hold_extend_s, "hold_extend_s", 0, RULES_TTL_MAX, "integer 0..2592000 (30 days)",         \
+        "0 (no extension)", "ext_s", 0, "an extension of a hold (extend.lua, from the meta)",      \
+        ERROR_NONE, "HoldExtendS")                                                                 \
+    INT(hold_extend_max, "hold_extend_max", 0, RULES_EXTEND_MAX, "integer 0..100",                \
+        "0 (3 when `hold_extend_s` > 0)", "ext_max", 0,                                            \
+        "an extension of a hold (extend.lua, from the meta)", ERROR_NONE, "HoldExtendMax")
 /* clang-format on */
 
 #endif

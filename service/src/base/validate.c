@@ -610,3 +610,17 @@ int validate_restock_body(const char *body, size_t len, struct validate_restock 
     json_decref(root);
     return rc;
 }
+
+int validate_extend_body(const char *body, size_t len, int64_t *seconds, struct validate_error *err)
+{
+    static const struct int_field secs = {"seconds", 1, RULES_TTL_MAX};
+    *seconds = 0;
+    if (!body || len == 0)
+        return 0;
+    json_t *root = load_object(body, len, &secs, 1, err);
+    if (!root)
+        return -1;
+    int rc = get_int(root, &secs, false, 0, seconds, err);
+    json_decref(root);
+    return rc;
+}

@@ -34,6 +34,8 @@ static const struct router_row rows[] = {
      .audit_action = "order_cancel", .audit_target = "order_id"},
     {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_CONFIRM | ROUTER_WRITES,
      .start = order_confirm_async, .audit_action = "order_confirm", .audit_target = "order_id"},
+    {HTTP_POST, "/api/v1/orders/{id}/extend", ROUTER_CONFIRM | ROUTER_WRITES,
+     .start = order_extend_async, .audit_action = "order_extend", .audit_target = "order_id"},
     {HTTP_GET, "/api/v1/skus", 0, .start = skulist_get_async},
     {HTTP_GET, "/api/v1/skus/{sku}", 0, .run = status_get_run, .start = status_get_async},
     {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,

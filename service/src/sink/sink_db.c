@@ -29,6 +29,7 @@ static const char *const schema[] = {
     " quantity BIGINT NOT NULL,"
     " status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
     " parts TEXT CHARACTER SET ascii COLLATE ascii_bin NULL,"
+    " expires_at DATETIME(3) NULL,"
     " created_at DATETIME(3) NOT NULL,"
     " updated_at DATETIME(3) NOT NULL,"
     " last_stream_ms BIGINT UNSIGNED NOT NULL,"
@@ -53,14 +54,21 @@ static const char *const schema[] = {
     ") ENGINE=InnoDB",
 };
 
-/* An orders table made before issue 22 gets the parts column: only when it lacks it, so that
- * the sink's user needs ALTER once, for that upgrade, and no more (docs/deployment.md). */
-static const char has_parts_sql[] =
-    "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE()"
-    " AND table_name = 'orders' AND column_name = 'parts'";
+/* An orders table made before issue 22 gets the parts column, one made before issue 33 the
+ * expires_at column: only when it lacks them, so that the sink's user needs ALTER once, for
+ * that upgrade, and no more (docs/deployment.md). */
+#define HAS_COLUMN_SQL(name)                                                                       \
+    "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE()"              \
+    " AND table_name = 'orders' AND column_name = '" name "'"
 #define ADD_PARTS_SQL                                                                              \
     "ALTER TABLE orders ADD COLUMN IF NOT EXISTS"                                                  \
     " parts TEXT CHARACTER SET ascii COLLATE ascii_bin NULL AFTER status"
+#define ADD_EXPIRES_SQL                                                                            \
+    "ALTER TABLE orders ADD COLUMN IF NOT EXISTS expires_at DATETIME(3) NULL AFTER parts"
+static const struct {
+    const char *has, *add;
+} added_columns[] = {{HAS_COLUMN_SQL("parts"), ADD_PARTS_SQL},
+                     {HAS_COLUMN_SQL("expires_at"), ADD_EXPIRES_SQL}};
 
 static void dberr(sink_db *db, const char *what, char *err, size_t errlen)
 {
@@ -76,11 +84,11 @@ static int run(sink_db *db, const char *sql, size_t len, const char *what, char 
     return 0;
 }
 
-/* Adds orders.parts when the table lacks it. 0, or -1 with err (naming the statement to run
- * when the user may not ALTER). */
-static int add_parts_column(sink_db *db, char *err, size_t errlen)
+/* Adds a column of added_columns (has: its check, add: its statement) when the table lacks
+ * it. 0, or -1 with err (naming the statement to run when the user may not ALTER). */
+static int add_column(sink_db *db, const char *has, const char *add, char *err, size_t errlen)
 {
-    if (run(db, has_parts_sql, strlen(has_parts_sql), "schema", err, errlen) != 0)
+    if (run(db, has, strlen(has), "schema", err, errlen) != 0)
         return -1;
     MYSQL_RES *res = mysql_store_result(db->conn);
     MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
@@ -93,11 +101,11 @@ static int add_parts_column(sink_db *db, char *err, size_t errlen)
     }
     if (have)
         return 0;
-    if (mysql_real_query(db->conn, ADD_PARTS_SQL, (unsigned long)strlen(ADD_PARTS_SQL)) != 0) {
+    if (mysql_real_query(db->conn, add, (unsigned long)strlen(add)) != 0) {
         snprintf(err, errlen,
-                 "schema: the orders table lacks the parts column and adding it failed: %s (%u); "
-                 "grant ALTER to this user for one start, or run as an admin: " ADD_PARTS_SQL,
-                 mysql_error(db->conn), mysql_errno(db->conn));
+                 "schema: the orders table lacks a column and adding it failed: %s (%u); "
+                 "grant ALTER to this user for one start, or run as an admin: %s",
+                 mysql_error(db->conn), mysql_errno(db->conn), add);
         return -1;
     }
     return 0;
@@ -141,10 +149,11 @@ int sink_db_open(const char *url, int timeout_s, sink_db **out, char *err, size_
             sink_db_free(db);
             return -1;
         }
-    if (add_parts_column(db, err, errlen) != 0) {
-        sink_db_free(db);
-        return -1;
-    }
+    for (size_t i = 0; i < sizeof added_columns / sizeof added_columns[0]; i++)
+        if (add_column(db, added_columns[i].has, added_columns[i].add, err, errlen) != 0) {
+            sink_db_free(db);
+            return -1;
+        }
     if (mysql_autocommit(db->conn, 0) != 0) {
         dberr(db, "autocommit off", err, errlen);
         sink_db_free(db);
@@ -281,7 +290,7 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
     sql_add(&ev, "INSERT IGNORE INTO order_events (sku, segment, stream_ms, stream_seq, order_id, "
                  "event, quantity, user_id, at, version) VALUES ");
     sql_add(&up, "INSERT INTO orders (order_id, sku, segment, user_id, quantity, status, parts, "
-                 "created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ");
+                 "expires_at, created_at, updated_at, last_stream_ms, last_stream_seq) VALUES ");
     static char parts[SINK_PARTS_JSON_MAX];
     for (int i = 0; i < m; i++) {
         const struct sink_entry *r = rows[i];
@@ -304,10 +313,15 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
         sql_add(&up, ",%d,", r->segment);
         sql_str(&up, db->conn, r->user, 1);
         sql_add(&up, ",%lld,", r->quantity);
-        sql_str(&up, db->conn, r->event, 0);
+        sql_str(&up, db->conn, sink_entry_status(r), 0);
         sql_add(&up, ",");
         sink_entry_parts_json(r, parts, sizeof parts);
         sql_str(&up, db->conn, parts, 0);
+        sql_add(&up, ",");
+        if (r->expires > 0) /* an extension's new expiry; any other entry leaves it */
+            sql_time(&up, r->expires);
+        else
+            sql_add(&up, "NULL");
         sql_add(&up, ",");
         sql_time(&up, r->at);
         sql_add(&up, ",");
@@ -322,6 +336,8 @@ int sink_db_write(sink_db *db, const struct sink_entry *e, int n, long long *ins
                  " status = IF(" NEWER " AND " NOT_DOWN ", VALUES(status), status),"
                  " quantity = IF(" NEWER ", VALUES(quantity), quantity),"
                  " parts = IF(" NEWER " OR parts IS NULL, VALUES(parts), parts),"
+                 " expires_at = IF(" NEWER " AND VALUES(expires_at) IS NOT NULL,"
+                 " VALUES(expires_at), expires_at),"
                  " user_id = IF(" NEWER ", VALUES(user_id), user_id),"
                  " updated_at = IF(" NEWER ", VALUES(updated_at), updated_at),"
                  " last_stream_seq = IF(" NEWER ", VALUES(last_stream_seq), last_stream_seq),"

@@ -150,6 +150,9 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         } else if (strcmp(name, "parts") == 0) {
             bad = copy(e->parts, sizeof e->parts, v);
             have |= 64;
+        } else if (strcmp(name, "expires") == 0) {
+            bad = copy(tmp, sizeof tmp, v) || number(tmp, 1, 253402300799999LL, &e->expires);
+            have |= 128;
         }
         if (bad) {
             snprintf(e->why, sizeof e->why, "field %.20s is malformed", name);
@@ -164,10 +167,24 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         snprintf(e->why, sizeof e->why, "field parts is not k:q,k:q,... summing to quantity");
         return 0;
     }
-    /* an event is a stored status's name (orderlog.h) */
-    if (order_status_parse(e->event, strlen(e->event)) >= 0)
+    /* an event is a stored status's name (orderlog.h), or an extension, which alone carries
+     * (and needs) the new expiry */
+    int extended = strcmp(e->event, SINK_EVENT_EXTENDED) == 0;
+    if (extended != ((have & 128) != 0)) {
+        snprintf(e->why, sizeof e->why,
+                 extended ? "an extension without its expires field"
+                          : "field expires on an event not extended");
+        return 0;
+    }
+    if (extended || order_status_parse(e->event, strlen(e->event)) >= 0)
         e->ok = 1;
     if (!e->ok)
         snprintf(e->why, sizeof e->why, "unknown event \"%.16s\"", e->event);
     return 0;
+}
+
+const char *sink_entry_status(const struct sink_entry *e)
+{
+    return strcmp(e->event, SINK_EVENT_EXTENDED) == 0 ? order_status_name(ORDER_STATUS_RESERVED)
+                                                      : e->event;
 }

@@ -20,7 +20,8 @@ struct sink_entry {
     unsigned long long ms, seq; /* the stream entry id */
     char id[48];                /* the id as text, "<ms>-<seq>", for XACK */
     int ok;                     /* 1: every field parsed; 0: malformed (acked, counted, logged) */
-    char event[16];             /* = the order's status after it */
+    char event[16];             /* = the order's status after it, or "extended" (a hold's
+                                   expiry moved: still reserved; SINK_EVENT_EXTENDED) */
     char order[SINK_ORDER_MAX + 1];
     char user[SINK_USER_MAX + 1];   /* "" when none */
     long long quantity;             /* the order's total (every part's units) */
@@ -28,9 +29,18 @@ struct sink_entry {
                                        its own segment first, summing to quantity); "" for
                                        a one-segment order (its one part: segment:quantity) */
     long long at;                   /* ms since the epoch, the segment's Redis clock */
+    long long expires;              /* an "extended" entry's new expiry (ms since the epoch,
+                                       Redis's clock); 0 for every other event */
     long long version;
     char why[96]; /* what was wrong with a malformed one */
 };
+
+/* The event of a hold's extension (orderlog.h): the order stays reserved, its expiry moves to
+ * the entry's `expires`. */
+#define SINK_EVENT_EXTENDED "extended"
+
+/* The status an entry leaves its order in: its event, "reserved" for an extension. */
+const char *sink_entry_status(const struct sink_entry *e);
 
 /* Parses "<ms>-<seq>". 0, or -1 when s is not a stream id. */
 int sink_entry_parse_id(const char *s, unsigned long long *ms, unsigned long long *seq);

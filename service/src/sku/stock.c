@@ -418,7 +418,7 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
     store_sku_key(users, a->sku, "users");
-    char members[256] = "", vals[RULES_N][24];
+    char members[1024] = "", vals[RULES_N][24];
     const struct sku_rules *ru = &a->rules;
     /* The answer's rule members, as rules_to_json writes them ('{' and '}' cut off). */
     json_t *o = json_object();

@@ -70,6 +70,7 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_GATE_ADMIT] = STORE_LUA_GATE_ADMIT,
         [SCRIPT_GATE_PLACE] = STORE_LUA_GATE_PLACE,
         [SCRIPT_GATE_USED] = STORE_LUA_GATE_USED,
+        [SCRIPT_EXTEND] = STORE_LUA_EXTEND,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with

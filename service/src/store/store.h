@@ -53,6 +53,7 @@ enum store_script {
     SCRIPT_GATE_ADMIT,
     SCRIPT_GATE_PLACE,
     SCRIPT_GATE_USED,
+    SCRIPT_EXTEND, /* a hold's extension (lua/extend.lua) */
     SCRIPT_COUNT
 };
 

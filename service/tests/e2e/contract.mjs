@@ -34,6 +34,7 @@ const NOT_EXERCISED = {
   "get /api/v1/orders/{id} 500": "out of memory only",
   "delete /api/v1/orders/{id} 500": "out of memory only",
   "post /api/v1/orders/{id}/confirm 500": "out of memory only",
+  "post /api/v1/orders/{id}/extend 500": "out of memory only",
   "put /api/v1/skus/{sku} 500": "out of memory only",
   "get /api/v1/skus/{sku} 500": "out of memory only",
   "delete /api/v1/skus/{sku} 500": "out of memory only",
@@ -156,6 +157,7 @@ function send(base, method, path, headers, payload) {
 const uniq = (p) => `${p}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 const SKU = "/api/v1/skus/{sku}", RESTOCK = "/api/v1/skus/{sku}/restock", ORDERS = "/api/v1/orders", ORDER = "/api/v1/orders/{id}";
 const CONFIRM = "/api/v1/orders/{id}/confirm";
+const EXTEND = "/api/v1/orders/{id}/extend";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // An HS256 JWT for sub, valid for 5 minutes, signed with JWT_SECRET.
 function jwt(sub) {
@@ -313,6 +315,23 @@ expectError("cancel expired", await call(MAIN, "DELETE", ORDER, { params: { id: 
 const hs = (await call(MAIN, "GET", SKU, { params: { sku: held1 }, expect: 200 })).json;
 if (hs?.sold !== 1 || hs?.reserved !== 0 || hs?.orders !== 1) fail("holds status", `one confirmed unit, nothing reserved: ${JSON.stringify(hs)}`);
 
+// Extensions (SPEC §17): off by default (409 extend_not_allowed), then on by a PATCH: 200 with
+// the new expires_at and extensions, its limit, each refusal.
+const hE = await hold();
+expectError("extend off", await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, expect: 409 }), "extend_not_allowed");
+await call(MAIN, "PATCH", SKU, { params: { sku: held1 }, token: TOKEN, body: { hold_extend_s: 30, hold_extend_max: 1 }, expect: 200 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, expect: 401 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, body: { seconds: 0 }, expect: 400 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, raw: "seconds=5", headers: { "Content-Type": "text/plain" }, expect: 415 });
+const xE = await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, body: { seconds: 20 }, expect: 200 });
+if (xE.json?.status !== "reserved" || xE.json?.extensions !== 1) fail("extend", JSON.stringify(xE.json));
+expectError("extend limit", await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: TOKEN, expect: 409 }), "extend_limit");
+expectError("extend confirmed", await call(MAIN, "POST", EXTEND, { params: { id: hA }, token: CONFIRM_TOKEN, expect: 409 }), "not_reserved");
+expectError("extend cancelled", await call(MAIN, "POST", EXTEND, { params: { id: hB }, token: CONFIRM_TOKEN, expect: 409 }), "already_cancelled");
+expectError("extend expired", await call(MAIN, "POST", EXTEND, { params: { id: hC }, token: CONFIRM_TOKEN, expect: 409 }), "reservation_expired");
+await call(MAIN, "POST", EXTEND, { params: { id: "nope" }, token: CONFIRM_TOKEN, expect: 404 });
+await call(MAIN, "DELETE", ORDER, { params: { id: hE }, token: TOKEN, expect: 200 });
+
 // ---- 503 lock_timeout: a 3 s hold on the only segment, and no wait ------------------------------
 const held = uniq("held");
 await call(HOLD, "PUT", SKU, { params: { sku: held }, token: TOKEN, body: { stock: 5, segments: 1 }, expect: 201 });
@@ -341,6 +360,7 @@ await call(DOWN, "GET", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "HEAD", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "DELETE", ORDER, { params: { id }, token: TOKEN, expect: 503 });
 await call(DOWN, "POST", CONFIRM, { params: { id }, token: TOKEN, expect: 503 });
+await call(DOWN, "POST", EXTEND, { params: { id }, token: TOKEN, expect: 503 });
 
 // ---- 429 on every limited operation ---------------------------------------------------------------
 const limited = [
@@ -349,7 +369,7 @@ const limited = [
   ["PATCH", SKU, { params: { sku }, token: TOKEN, body: { reservation_ttl_s: 0 } }],
   ["POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 } }], ["POST", ORDERS, { body: { sku } }],
   ["GET", ORDER, { params: { id } }], ["HEAD", ORDER, { params: { id } }], ["DELETE", ORDER, { params: { id }, token: TOKEN }],
-  ["POST", CONFIRM, { params: { id }, token: TOKEN }],
+  ["POST", CONFIRM, { params: { id }, token: TOKEN }], ["POST", EXTEND, { params: { id }, token: TOKEN }],
 ];
 for (const [method, tpl, opts] of limited) {
   let got = false;
