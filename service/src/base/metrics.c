@@ -479,9 +479,8 @@ char *metrics_render(metrics_label_fn route_label)
             "expired, confirmed), applied by this instance.",
             &m_part_follows);
     fputs("# HELP inventory_multi_healed_total Intents of multi-segment orders and carts cut off "
-          "while "
-          "being made, healed by this instance's sweeper: forward (the order was whole) or back "
-          "(its parts undone).\n"
+          "while being made, healed by this instance's sweeper: forward (the order was whole) or "
+          "back (its parts undone).\n"
           "# TYPE inventory_multi_healed_total counter\n",
           f);
     fprintf(f, "inventory_multi_healed_total{way=\"forward\"} %llu\n", get(&m_multi_healed[1]));
