@@ -69,7 +69,7 @@ static void test_bad_parts_are_refused(void **state)
         parts++;
     assert_true(strlen(big) <= ORDERLOG_ITEMS_MAX && strlen(big) > ORDERLOG_ITEMS_MAX - 24);
     fprintf(stderr, "# %d parts of a 14-byte SKU fit in ORDERLOG_ITEMS_MAX\n", parts);
-    static const char *const bad[] = {"a:0:1,",   ",a:0:1",  "a:0:1,,b:0:1", "a:0",   "a::1",
+    static const char *const bad[] = {"a:0:1,",   ",a:0:1",  "a:0:1,,b:0:1", "a:0",    "a::1",
                                       "a:0:0",    ":0:1",    "a:x:1",        "a:0:1x", "a:-1:1",
                                       "a:1024:1", "a/b:0:1", "a:0:+1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
