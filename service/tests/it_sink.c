@@ -1291,7 +1291,8 @@ static void cart_part(const char *hex, const char *sku, int k, long long q, cons
  * cancel.lua: each entry carries the items, a single-SKU order's entry has no such field; the
  * sink writes one orders row and one order_items row per part in each SKU; a replay adds
  * nothing; reconcile is clean for both SKUs, names a deleted row (and a replay puts it back);
- * reconcile --repair writes an unlogged cart's rows from its records (took ~2 s). */
+ * reconcile --repair writes an unlogged cart's rows from its records; a cart record whose items
+ * cannot be spelled is refused by cancel.lua as damaged, nothing written (took ~2 s). */
 static void test_cart_entry_lands_in_every_sku(void **state)
 {
     (void)state;
@@ -1400,6 +1401,33 @@ static void test_cart_entry_lands_in_every_sku(void **state)
     SF_ASSERT_EQ(item_rows("e0000000000000000000000000000033-0-ca", "cb", &units), 2);
     SF_ASSERT_EQ(units, 3);
     assert_reconciled("cb");
+
+    /* a cart record whose items the scripts cannot spell (cb's parts sum to 2, its quantity
+     * says 3): with the log on, cancel.lua refuses it as damaged and writes nothing, rather
+     * than log an entry the sink would drop as malformed */
+    const char *bad = "{\"order_id\":\"f0000000000000000000000000000033-0-ca\",\"sku\":\"ca\","
+                      "\"quantity\":1,\"segment\":0,\"user_id\":\"u1\",\"parts\":[{\"segment\":0,"
+                      "\"quantity\":1}],\"items\":[{\"sku\":\"ca\",\"quantity\":1,\"parts\":[{"
+                      "\"segment\":0,\"quantity\":1}]},{\"sku\":\"cb\",\"quantity\":3,\"parts\":[{"
+                      "\"segment\":0,\"quantity\":2}]}],\"status\":\"created\"}";
+    h = rcmd("HSET inv:2:{ca/0}:orders f0000000000000000000000000000033-0-ca %s", bad);
+    freeReplyObject(h);
+    h = rcmd("HINCRBY inv:2:{ca/0}:cnt s 1");
+    freeReplyObject(h);
+    h = rcmd("HINCRBY inv:2:{ca/0}:cnt o 1");
+    freeReplyObject(h);
+    long long before = rint_("XLEN inv:2:{ca/0}:log");
+    const char *cb[] = {"f0000000000000000000000000000033-0-ca", "1"};
+    r = script_eval(STORE_LUA_CANCEL, 8, ck, 2, cb);
+    SF_ASSERT(r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "damaged") != NULL,
+              "cancel of a cart with bad items: %s",
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "no error");
+    freeReplyObject(r);
+    SF_ASSERT_EQ(rint_("XLEN inv:2:{ca/0}:log"), before);
+    h = rcmd("HGET inv:2:{ca/0}:orders f0000000000000000000000000000033-0-ca");
+    SF_ASSERT(h && h->type == REDIS_REPLY_STRING && strcmp(h->str, bad) == 0, "%s",
+              "the record changed");
+    freeReplyObject(h);
 }
 
 /* A database made before order_items: the table is made at the sink's start and filled from
