@@ -13,7 +13,7 @@
 #   --entries N  entries per run [100000];  --runs R  runs per binary [3];  --cart N  items [1]
 # Env: none. Exit 0, 3 infrastructure. Not a test (scripts/test.sh does not run it).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 3
 entries=100000 runs=3 cart=1 out=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -60,7 +60,7 @@ mariadb-install-db --no-defaults --datadir="$tmp/db" --auth-root-authentication-
   --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=1 --skip-name-resolve \
   ${as_root[@]+"${as_root[@]}"} &
 dpid=$!
-pids+=($dpid)
+pids+=("$dpid")
 sql() { mariadb --no-defaults --socket="$tmp/db.sock" -uroot "$@"; }
 for _ in $(seq 300); do sql -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
 sql -e "CREATE USER 'sink'@'127.0.0.1' IDENTIFIED BY 'bench';" || die "MariaDB did not start"
@@ -105,7 +105,7 @@ for ((r = 0; r < runs; r++)); do
     "$bin" --redis "redis://127.0.0.1:$rport" --db "mysql://sink:bench@127.0.0.1:$dport/shop" \
       --metrics-port "$mport" --consumer bench --log-level warn 2>"$tmp/sink.log" &
     spid=$!
-    pids+=($spid)
+    pids+=("$spid")
     d0=$(proc_cpu "$dpid") s0=$(proc_cpu "$spid") t0=$(date +%s.%N)
     w=0
     for _ in $(seq 6000); do
