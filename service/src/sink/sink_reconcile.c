@@ -209,6 +209,23 @@ static int repair(sink_redis *r, sink_db *db, const char *sku, long long segs)
     return rc;
 }
 
+/* Prints a line per segment whose units sold differ (Redis's records r[k], the database's
+ * order_items d[k]; beyond: the database's units in no segment below segs). Returns how many. */
+static long sold_diffs(const long long *r, const long long *d, long long segs, long long beyond)
+{
+    long n = 0;
+    for (long long k = 0; k < segs; k++)
+        if (r[k] != d[k]) {
+            printf("sold segment=%lld redis=%lld db=%lld\n", k, r[k], d[k]);
+            n++;
+        }
+    if (beyond != 0) {
+        printf("sold segment=(other) redis=0 db=%lld\n", beyond);
+        n++;
+    }
+    return n;
+}
+
 int sink_reconcile(const struct sink_config *cfg)
 {
     if (!sink_sku_ok(cfg->sku)) {
@@ -310,15 +327,7 @@ int sink_reconcile(const struct sink_config *cfg)
                    units_d[s]);
             diffs++;
         }
-    for (long long k = 0; k < segs; k++)
-        if (sold_r[k] != sold_d[k]) {
-            printf("sold segment=%lld redis=%lld db=%lld\n", k, sold_r[k], sold_d[k]);
-            diffs++;
-        }
-    if (sold_beyond != 0) {
-        printf("sold segment=(other) redis=0 db=%lld\n", sold_beyond);
-        diffs++;
-    }
+    diffs += sold_diffs(sold_r, sold_d, segs, sold_beyond);
     fprintf(stderr,
             "reconcile: SKU %s: %zu orders in Redis, %zu in the database, %ld "
             "difference(s)\n",
