@@ -234,7 +234,8 @@ static void test_commit_args_from_the_table(void **state)
     struct store_commit_call c;
     store_commit_call(&in, &c);
     assert_int_equal(c.nargs, STORE_COMMIT_NARGS);
-    assert_string_equal(c.args[STORE_COMMIT_NARGS - 1], "77");
+    assert_string_equal(c.args[STORE_COMMIT_ARG_RULES_VERSION - 1], "77");
+    assert_string_equal(c.args[STORE_COMMIT_ARG_ITEMS - 1], ""); /* not a cart: no items */
     int given = 0;
 #define ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                     \
     if (arg > 0) {                                                                                 \

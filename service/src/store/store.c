@@ -128,8 +128,9 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
 #undef SEG_KEY
 }
 
-_Static_assert(STORE_COMMIT_ARG_RULES_VERSION == STORE_COMMIT_NARGS,
-               "the rules' version is the commit's last argument");
+_Static_assert(STORE_COMMIT_ARG_RULES_VERSION + 1 == STORE_COMMIT_ARG_ITEMS &&
+                   STORE_COMMIT_ARG_ITEMS == STORE_COMMIT_NARGS,
+               "the rules' version, then the cart's items, are the commit's last arguments");
 
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c)
 {
@@ -163,6 +164,7 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[15] = c->total;
     c->args[16] = in->users ? in->hex : "";
     c->args[STORE_COMMIT_ARG_RULES_VERSION - 1] = c->rver;
+    c->args[STORE_COMMIT_ARG_ITEMS - 1] = in->items ? in->items : "";
     /* each rule the commit judges at its position (rules_table.h's arg column) */
 #define RULE_ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                \
     if (arg > 0) {                                                                                 \

@@ -95,7 +95,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
 #define STORE_COMMIT_NKEYS 12
-#define STORE_COMMIT_NARGS 18
+#define STORE_COMMIT_NARGS 19
 struct store_commit_in {
     const char *sku;
     int k;
@@ -110,6 +110,11 @@ struct store_commit_in {
     const char *kind;  /* NULL or "": a one-segment order; "part" or "primary" */
     const char *parts; /* a primary's "k:q,..." */
     long long total;   /* a primary's units in all its parts */
+    /* a cart's primary (kind "primary"): the cart's items for its order log entry,
+     * "<sku>:<k>:<q>,..." of every part of every item, home item first, as
+     * orderlog_items_add builds it (orderlog.h); NULL or "" for every other commit (its entry
+     * then has no items field) */
+    const char *items;
     /* the user's limit checked in the commit (one Redis, a one-segment order): the SKU's users
      * and meta keys and the order's hex; NULL users: not checked here */
     const char *users, *meta, *hex;
@@ -125,7 +130,8 @@ struct store_commit_call {
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
     int nkeys; /* 9, 11 with the user's limit checked in the commit, 12 with the hold index */
-    int nargs; /* STORE_COMMIT_NARGS: the last is the rules' version (rules->version) */
+    int nargs; /* STORE_COMMIT_NARGS: the last two are the rules' version (rules->version)
+                  and the cart's items (in->items, "" none) */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
 

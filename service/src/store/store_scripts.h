@@ -50,8 +50,11 @@
 #define STORE_COMMIT_ARG_SALE_START 7
 #define STORE_COMMIT_ARG_SALE_END 8
 #define STORE_COMMIT_ARG_TTL 9
-/* ... and of the version of the rules the order was judged by (the last: STORE_COMMIT_NARGS) */
+/* ... and of the version of the rules the order was judged by */
 #define STORE_COMMIT_ARG_RULES_VERSION 18
+/* ... and of a cart primary's items for its order log entry ("" for every other commit;
+ * orderlog.h; the last: STORE_COMMIT_NARGS) */
+#define STORE_COMMIT_ARG_ITEMS 19
 
 /* lua/commit_body.lua: {code, value[, ...]}. */
 /* {1, stock left}: the order is written */

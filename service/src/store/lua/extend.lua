@@ -82,7 +82,7 @@ if logging then
     parts = parts_text(o, tq)
   end
   log_extended(KEYS[6], ARGV[1], o.sku, tonumber(o.segment) or 0, o.user_id, tq, now,
-               redis.call('GET', KEYS[7]) or '0', parts, exp)
+               redis.call('GET', KEYS[7]) or '0', parts, exp, items_text(o))
 else
   -- a change not logged is counted in cnt's u, for inventory-sink to backfill (issue 29)
   redis.call('HINCRBY', KEYS[2], 'u', 1)

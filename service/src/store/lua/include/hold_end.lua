@@ -20,8 +20,10 @@
 --     primary (a record with items, docs/design.md "Ending and healing a cart"), for every part
 --     of every item but its own, the part id naming the part's own SKU ("<hex>-<k>-<sku>");
 --   order_logged(id, o, q, event, now): the order log's entry of a change (when logging); a
---     primary's carries the order's total and the field parts "k:q,k:q,...". Without the log
---     the change is counted in cnt's u instead (inventory-sink backfills from the record).
+--     primary's carries the order's total and the field parts "k:q,k:q,...", a cart's primary
+--     (a record with items) also the field items (log.lua items_text, built from the record).
+--     Without the log the change is counted in cnt's u instead (inventory-sink backfills from
+--     the record).
 -- Needs int.lua and log.lua.
 -- @include units.lua
 local function parts_text(o, total)
@@ -95,6 +97,10 @@ local function order_read(id)
   if logging and o.part_of == nil and int(redis.call('GET', KEYS[7]) or '0') == nil then
     return nil, 'damaged'
   end
+  -- a cart's entries carry its items (log.lua items_text): items it cannot spell are damaged
+  if logging and o.part_of == nil and o.items ~= nil and not items_text(o) then
+    return nil, 'damaged'
+  end
   return o, q
 end
 local function order_logged(id, o, q, ev, now)
@@ -109,8 +115,9 @@ local function order_logged(id, o, q, ev, now)
     q = tonumber(o.quantity)
     parts = parts_text(o, q)
   end
+  -- a cart's primary: every entry carries the cart's items as its commit's did (items_text)
   log_event(KEYS[6], ev, id, o.sku, tonumber(o.segment) or 0, o.user_id, q, now,
-            redis.call('GET', KEYS[7]) or '0', parts)
+            redis.call('GET', KEYS[7]) or '0', parts, items_text(o))
 end
 local function order_follow(id, o, status, now)
   if type(o.parts) ~= 'table' then return end
