@@ -1677,6 +1677,67 @@ static void test_extended_hold_sets_expires_at(void **state)
     SF_ASSERT_EQ(sf_stop(svc), 0);
 }
 
+/* Issue 33 (~2 s): a cart made through the service (items in two SKUs, the second's TTL making
+ * it a hold), extended, then cancelled, with --order-log: its three entries reach the database
+ * as one orders row in its home SKU and one order_items row per part in each SKU. Before the
+ * cart passed its items text to the primary's commit, the created entry had no `items` field and
+ * the database had no row of the second SKU's part (reconcile of i33c-b: sold differs). */
+static void test_cart_through_the_service(void **state)
+{
+    (void)state;
+    NEED_SERVERS();
+    const char *args[] = {"--order-log", NULL};
+    sf_service *svc = sf_start(target, args);
+    SF_ASSERT(svc != NULL, "%s", "inventoryd --order-log");
+    int port = sf_port(svc);
+    sf_resp r = {0};
+    sf_json_request(NULL, port, "PUT", "/api/v1/skus/i33c-a", NULL, NULL,
+                    "{\"stock\":10,\"segments\":2,\"hold_extend_s\":60}", &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_json_request(NULL, port, "PUT", "/api/v1/skus/i33c-b", NULL, NULL,
+                    "{\"stock\":10,\"segments\":1,\"reservation_ttl_s\":60}", &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL,
+                    "{\"items\":[{\"sku\":\"i33c-a\",\"quantity\":3},"
+                    "{\"sku\":\"i33c-b\",\"quantity\":2}]}",
+                    &r);
+    SF_ASSERT_STATUS(&r, 201);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "reserved") == 0, "status %s",
+              sf_str(r.json, "status"));
+    char id[160], path[256], sql[512];
+    snprintf(id, sizeof id, "%s", sf_str(r.json, "order_id"));
+    snprintf(path, sizeof path, "/api/v1/orders/%s/extend", id);
+    sf_json_request(NULL, port, "POST", path, NULL, NULL, "{\"seconds\":30}", &r);
+    SF_ASSERT_STATUS(&r, 200);
+    snprintf(path, sizeof path, "/api/v1/orders/%s", id);
+    sf_json_request(NULL, port, "DELETE", path, NULL, NULL, NULL, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    sink_proc *p = sink_start("i33c", NULL);
+    SF_ASSERT_EQ(wait_rows("order_events", "i33c-a", 3, 10000), 3);
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM orders WHERE order_id = '%s' AND "
+             "status = 'cancelled'",
+             id);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 1);
+    snprintf(sql, sizeof sql,
+             "SELECT COALESCE(SUM(quantity), 0) FROM order_items WHERE "
+             "order_id = '%s' AND sku = 'i33c-a'",
+             id);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 3);
+    snprintf(sql, sizeof sql,
+             "SELECT COALESCE(SUM(quantity), 0) FROM order_items WHERE "
+             "order_id = '%s' AND sku = 'i33c-b'",
+             id);
+    SF_ASSERT_EQ(mdb_scalar(db, sql), 2);
+    SF_ASSERT_EQ(metric(p, "inventory_sink_errors_total{kind=\"malformed\"}"), 0);
+    assert_reconciled("i33c-a");
+    assert_reconciled("i33c-b");
+    SF_ASSERT_EQ(sink_stop(p), 0);
+    sink_free(p);
+    SF_ASSERT_EQ(sf_stop(svc), 0);
+}
+
 /* Issue 29 item 3 with a DELETE (took 3 s): 60 orders into 8 segments, DELETE, then a sink.
  * Before: the DELETE took the SKU out of the registry, so no sink ever found its logs (0 rows).
  * Now it stays registered while logs of its segments are left; the sink writes all 60, deletes
@@ -1919,6 +1980,7 @@ int main(void)
         cmocka_unit_test_setup(test_shrinking_put_keeps_the_dropped_logs, per_test_setup),
         cmocka_unit_test_setup(test_delete_keeps_the_logs_until_drained, per_test_setup),
         cmocka_unit_test_setup(test_extended_hold_sets_expires_at, per_test_setup),
+        cmocka_unit_test_setup(test_cart_through_the_service, per_test_setup),
         cmocka_unit_test_setup(test_sink_over_instances_without_the_log, per_test_setup),
         cmocka_unit_test_setup(test_cluster, per_test_setup),
         cmocka_unit_test_setup(test_cluster_dropped_logs, per_test_setup),

@@ -49,6 +49,7 @@
 #include "order_multi.h"
 #include "order_outcome.h"
 #include "order_status.h"
+#include "orderlog.h"
 #include "rules.h"
 #include "skucache.h"
 #include "store.h"
@@ -134,7 +135,8 @@ struct cart {
     int li;     /* the position in sorted of the item taking its locks */
     int rounds; /* lock rounds made (CART_LOCK_ROUNDS at most) */
     enum order_outcome out;
-    int fail_idx; /* the item the cart's refusal is (-1: the cart's own) */
+    int fail_idx;                       /* the item the cart's refusal is (-1: the cart's own) */
+    char items[ORDERLOG_ITEMS_MAX + 1]; /* the primary's log entry's items text */
     int64_t ttl_s;
     int64_t deadline_ms;
     int budget; /* Redis calls the cart may still make */
@@ -546,8 +548,30 @@ static void parts_begin(struct cart *c)
     }
 }
 
-/* The primary's record: the home item's as a multi-segment primary's, with every item. NULL
- * when out of memory. */
+/* The order log's items text of the cart (orderlog.h): every part of every item of the record's
+ * items, in their order, as the scripts rebuild it from the record for its later entries
+ * (log.lua items_text). -1 when it does not fit ORDERLOG_ITEMS_MAX. */
+static int items_text(const json_t *items, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t i, j;
+    const json_t *it, *p;
+    json_array_foreach(items, i, it)
+    {
+        const char *sku = json_string_value(json_object_get(it, "sku"));
+        json_array_foreach(json_object_get(it, "parts"), j, p)
+        {
+            if (!sku || orderlog_items_add(
+                            buf, cap, sku, (int)json_integer_value(json_object_get(p, "segment")),
+                            (long long)json_integer_value(json_object_get(p, "quantity"))) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* The primary's record: the home item's as a multi-segment primary's, with every item, and its
+ * order log entry's items text in c->items. NULL when out of memory or the text does not fit. */
 static char *primary_record(struct cart *c)
 {
     struct order *h = c->it[0].o;
@@ -573,6 +597,11 @@ static char *primary_record(struct cart *c)
         "user_id", *user ? json_string(user) : json_null(), "created_at", created, "status",
         order_status_name(c->ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED), "parts",
         hparts ? hparts : json_array(), "items", items ? items : json_array());
+    if (j && items_text(json_object_get(j, "items"), c->items, sizeof c->items) != 0) {
+        cart_why(c, "the cart's parts pass the order log's items text (ORDERLOG_ITEMS_MAX)");
+        json_decref(j);
+        return NULL;
+    }
     char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return rec;
@@ -596,12 +625,13 @@ static void parts_back(struct cart *c)
     faultpoint("cart_parts");
     char *rec = primary_record(c);
     if (!rec) {
-        cart_why(c, "out of memory");
+        if (!c->why[0])
+            cart_why(c, "out of memory");
         undo_begin(c, OUT_UNAVAILABLE);
         return;
     }
     ct_move(c, CT_PRIMARY);
-    multi_cart_primary(c->it[0].m, rec);
+    multi_cart_primary(c->it[0].m, rec, c->items);
     free(rec);
 }
 
