@@ -1,6 +1,6 @@
 /*
  * Carts (SPEC §17, issue 33; docs/design.md "Carts (SPEC §17)") against a real redis-server and
- * real inventoryd processes over HTTP (about 25 s):
+ * real inventoryd processes over HTTP (about 12 s):
  *   - carts of 2 to 5 SKUs succeed whole: 201 with items (home first, each with its parts), the
  *     primary in the home SKU, a part record (part_of the cart, its own sku) for every other
  *     part, and per SKU sold = total - remaining;
@@ -22,6 +22,12 @@
  *     every SKU's invariants hold, and the client's retry with the cart's Idempotency-Key
  *     replays a cart healed forward (200, its id) or makes a new one when it was healed back
  *     (201, another id);
+ *   - waiting rooms: an item's ticket (items[i].ticket) missing, forged, another user's or
+ *     another SKU's refuses the cart naming the SKU, nothing sold; a cart refused for another
+ *     item leaves it unused; a valid one sells once (then 409 ticket_used), the key replays;
+ *     a cart with a ticket item cut off before or after its primary: healed back, the ticket
+ *     buys again (with the key at once, else after its claim's expiry); forward, it replays
+ *     (~6 s);
  * On a 3-master Redis Cluster (it_cart_cluster, IT_CART_PART=cluster, ~10 s, the cluster's
  * start): carts whose SKUs sit on different masters, one with an item of several segments, a
  * limit and a hold item under a home SKU without a TTL (the home meta's hold flag set), a
@@ -31,28 +37,63 @@
 
 #include "cluster_fixture.h"
 #include "rules.h"
+#include "ticket.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CT_TOKEN "cart-admin-token"
 #define CT_INSTANCES 3
 
 static sf_service *svc[CT_INSTANCES];
+/* The waiting room's key every instance reads (--queue-key-file): the tickets are minted here
+ * with it (ticket_mint), as it_ticket does; ct_other_key forges. */
+static char ct_key_path[256];
+static struct ticket_key ct_key, ct_other_key;
 
 static int group_setup(void **state)
 {
     (void)state;
-    const char *args[] = {
-        "--threads",          "2",   "--admin-token",   CT_TOKEN, "--trust-body-user-id",
-        "--redis-timeout-ms", "500", "--lock-lease-ms", "1000",   NULL};
+    snprintf(ct_key_path, sizeof ct_key_path, "/tmp/it_cart_key_%d", (int)getpid());
+    FILE *f = fopen(ct_key_path, "w");
+    if (!f)
+        return -1;
+    fputs("it_cart: a queue key of more than thirty-two bytes, for this test only\n", f);
+    fclose(f);
+    chmod(ct_key_path, 0600);
+    char err[256];
+    if (ticket_key_load(&ct_key, ct_key_path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    memset(ct_other_key.bytes, 'x', 40);
+    ct_other_key.len = 40;
+    const char *args[] = {"--threads",
+                          "2",
+                          "--admin-token",
+                          CT_TOKEN,
+                          "--trust-body-user-id",
+                          "--queue-key-file",
+                          ct_key_path,
+                          "--redis-timeout-ms",
+                          "500",
+                          "--lock-lease-ms",
+                          "1000",
+                          NULL};
     for (int i = 0; i < CT_INSTANCES; i++)
         if (!(svc[i] = sf_group_service(args)))
             return -1;
     return 0;
+}
+
+static int group_teardown(void **state)
+{
+    unlink(ct_key_path);
+    return sf_group_teardown(state);
 }
 
 static int ct_port(int i)
@@ -517,6 +558,9 @@ static sf_service *ct_faulty(const char *point)
                           "1",
                           "--admin-token",
                           CT_TOKEN,
+                          "--trust-body-user-id",
+                          "--queue-key-file",
+                          ct_key_path,
                           "--redis-timeout-ms",
                           "500",
                           "--lock-wait-ms",
@@ -707,6 +751,192 @@ static void test_cart_killed_at_each_step(void **state)
         ct_cut_retry(&cuts[i], ct_port(i));
 }
 
+/* ---- waiting rooms: a ticket per item ---- */
+
+/* A ticket for sku and user, number n, valid 60 s on Redis's clock, signed with key. */
+static void ct_mint(const struct ticket_key *key, const char *sku, const char *user, uint64_t n,
+                    char *out)
+{
+    redisReply *r = rf_command(gf_redis, "TIME");
+    SF_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s", "TIME");
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    SF_ASSERT(ticket_mint(key, sku, user, n, ms + 60000, out, TICKET_TEXT_MAX) > 0, "%s",
+              "ticket_mint");
+}
+
+/* A cart's answer: status and error code (NULL: none expected) and the SKU it names. */
+static void ct_expect(int p, const char *items, const char *user, const char *idem, int status,
+                      const char *code, const char *sku)
+{
+    sf_resp r = {0};
+    int st = ct_cart(p, items, user, idem, &r);
+    SF_ASSERT(st == status && (!code || strcmp(sf_error_code(&r), code) == 0), "%s: %s", items,
+              sf_resp_summary(&r));
+    const char *named = json_string_value(json_object_get(r.json, "sku"));
+    if (sku)
+        SF_ASSERT(named && strcmp(named, sku) == 0, "%s: not naming %s: %s", items, sku,
+                  sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* An item whose SKU has a waiting room needs its ticket (items[i].ticket), judged as a one-SKU
+ * order's: missing, forged, another user's or another SKU's → the cart refused naming the SKU,
+ * nothing sold; a cart failing for another item (sold out) leaves the ticket unused; a valid one
+ * sells the cart and is then used (another cart or order with it: 409 ticket_used); the key
+ * replays a cart whose ticket item is the home one or another. */
+static void test_cart_tickets(void **state)
+{
+    (void)state;
+    const char *skus[3] = {"ct-ta", "ct-tr", "ct-ts"};
+    long long total[3] = {10, 10, 0};
+    ct_put("ct-ta", 10, 2, "");
+    ct_put("ct-tr", 10, 2, ",\"queue_rate\":10");
+    ct_put("ct-ts", 0, 2, "");
+    char t[TICKET_TEXT_MAX], items[1024];
+#define CT_TITEMS(tk)                                                                              \
+    snprintf(items, sizeof items, "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\",\"ticket\":\"%s\"}", tk)
+    ct_expect(ct_port(0), "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\"}", "u-tk", NULL, 403,
+              "ticket_required", "ct-tr");
+    ct_mint(&ct_other_key, "ct-tr", "u-tk", 1, t); /* forged: another key */
+    CT_TITEMS(t);
+    ct_expect(ct_port(1), items, "u-tk", NULL, 403, "ticket_invalid", "ct-tr");
+    ct_mint(&ct_key, "ct-tr", "u-other", 1, t);
+    CT_TITEMS(t);
+    ct_expect(ct_port(2), items, "u-tk", NULL, 403, "ticket_wrong_user", "ct-tr");
+    ct_mint(&ct_key, "ct-ta", "u-tk", 1, t);
+    CT_TITEMS(t);
+    ct_expect(ct_port(0), items, "u-tk", NULL, 403, "ticket_wrong_sku", "ct-tr");
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
+    /* a valid ticket in a cart refused for another item: unused, it buys the next cart */
+    ct_mint(&ct_key, "ct-tr", "u-tk", 1, t);
+    snprintf(items, sizeof items,
+             "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ts\"}", t);
+    ct_expect(ct_port(1), items, "u-tk", NULL, 409, "sold_out", "ct-ts");
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
+    CT_TITEMS(t);
+    ct_expect(ct_port(2), items, "u-tk", NULL, 201, NULL, NULL);
+    ct_expect(ct_port(0), items, "u-tk", NULL, 409, "ticket_used", "ct-tr");
+    sf_resp r = {0};
+    char body[1200];
+    snprintf(body, sizeof body, "{\"sku\":\"ct-tr\",\"user_id\":\"u-tk\",\"ticket\":\"%s\"}", t);
+    sf_json_request(NULL, ct_port(1), "POST", "/api/v1/orders", NULL, NULL, body, &r);
+    SF_ASSERT_ERROR(&r, 409, "ticket_used");
+    sf_resp_free(&r);
+    /* the key replays a cart with its ticket item at home, and with it in another item */
+    ct_mint(&ct_key, "ct-tr", "u-tk", 2, t);
+    snprintf(items, sizeof items, "{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ta\"}", t);
+    sf_resp a = {0}, b = {0};
+    SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-home", &a) == 201, "%s",
+              sf_resp_summary(&a));
+    SF_ASSERT(
+        ct_cart(ct_port(1), items, "u-tk", "ct-tk-home", &b) == 200 &&
+            json_equal(json_object_get(a.json, "order_id"), json_object_get(b.json, "order_id")),
+        "replay: %s", sf_resp_summary(&b));
+    sf_resp_free(&a);
+    sf_resp_free(&b);
+    ct_expect(ct_port(2), items, "u-tk", "ct-tk-other", 409, "ticket_used", "ct-tr");
+    ct_mint(&ct_key, "ct-tr", "u-tk", 3, t);
+    CT_TITEMS(t);
+    SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-item", &a) == 201, "%s",
+              sf_resp_summary(&a));
+    SF_ASSERT(
+        ct_cart(ct_port(1), items, "u-tk", "ct-tk-item", &b) == 200 &&
+            json_equal(json_object_get(a.json, "order_id"), json_object_get(b.json, "order_id")),
+        "replay: %s", sf_resp_summary(&b));
+    sf_resp_free(&a);
+    sf_resp_free(&b);
+#undef CT_TITEMS
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 7);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 7);
+    SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 3);
+    sf_report rep;
+    for (int i = 0; i < 3; i++)
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), skus[i], &rep);
+}
+
+/* A cart whose other item holds a ticket, cut off (kill -9) before its primary (healed back)
+ * or after it (healed forward), with and without a key. Healed back, nothing was sold: the
+ * ticket buys again, at once with the cart's key (its claim carries the key), else once its
+ * claim expired (as a one-SKU order's). Healed forward, the key replays the cart and the ticket
+ * stays used. Before the fix (the claim carried no key; an expired claim was made final with
+ * the undone part's id) the retry was refused 409 ticket_used for good. ~6 s. */
+static void test_cart_ticket_cut_off(void **state)
+{
+    (void)state;
+    struct {
+        const char *point, *prefix, *key;
+        int forward;
+        char a[40], r[40], t[TICKET_TEXT_MAX], items[1024], id[160];
+    } cuts[] = {
+        {.point = "cart_parts", .prefix = "ct-tb", .key = "ct-tk-back"},
+        {.point = "cart_parts", .prefix = "ct-tn", .key = NULL},
+        {.point = "cart_primary", .prefix = "ct-tf", .key = "ct-tk-fwd", .forward = 1},
+    };
+    int n = (int)(sizeof cuts / sizeof cuts[0]);
+    for (int i = 0; i < n; i++) {
+        snprintf(cuts[i].a, sizeof cuts[i].a, "%s-a", cuts[i].prefix);
+        snprintf(cuts[i].r, sizeof cuts[i].r, "%s-r", cuts[i].prefix);
+        ct_put(cuts[i].a, 20, 2, "");
+        ct_put(cuts[i].r, 20, 2, ",\"queue_rate\":10");
+        ct_mint(&ct_key, cuts[i].r, "u-tk", 7, cuts[i].t);
+        snprintf(cuts[i].items, sizeof cuts[i].items,
+                 "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15,\"ticket\":\"%s\"}", cuts[i].a,
+                 cuts[i].r, cuts[i].t);
+        sf_service *s = ct_faulty(cuts[i].point);
+        sf_resp r = {0};
+        ct_cart(sf_port(s), cuts[i].items, "u-tk", cuts[i].key, &r);
+        SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        for (int w = 0; w < 100 && sf_alive(s); w++)
+            tu_sleep_ms(20);
+        SF_ASSERT(!sf_alive(s), "%s", "the instance did not die at its fault point");
+        (void)sf_stop(s);
+        SF_ASSERT_EQ(ct_intents(cuts[i].a), 1);
+    }
+    int64_t killed = tu_now_ms();
+    for (int i = 0; i < n; i++) {
+        for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].a) > 0; tu_sleep_ms(100))
+            SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s", cuts[i].prefix);
+        SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), cuts[i].forward ? 5 : 20);
+    }
+    /* the faulty instance's claims: bound 800 + 1000 + 2 × 500 ms, taken over 1 s after */
+    const int64_t claim_ms = 800 + 1000 + 2 * 500 + 1000;
+    for (int i = 0; i < n; i++) {
+        sf_resp r = {0};
+        int st;
+        for (;;) {
+            st = ct_cart(ct_port(i), cuts[i].items, "u-tk", cuts[i].key, &r);
+            /* the claim still pending: 503 in progress with the key, 409 without one */
+            int pending = tu_now_ms() < killed + claim_ms + 5000 &&
+                          (st == 503 || (!cuts[i].key && !cuts[i].forward && st == 409));
+            if (!pending)
+                break;
+            sf_resp_free(&r);
+            memset(&r, 0, sizeof r);
+            tu_sleep_ms(200);
+        }
+        SF_ASSERT(st == (cuts[i].forward ? 200 : 201), "%s: retry: %s", cuts[i].prefix,
+                  sf_resp_summary(&r));
+        sf_resp_free(&r);
+        SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), 5);
+        if (cuts[i].forward) { /* used by the cart healed forward: another cart is refused */
+            while (tu_now_ms() < killed + claim_ms + 500)
+                tu_sleep_ms(100);
+            ct_expect(ct_port(i), cuts[i].items, "u-tk", NULL, 409, "ticket_used", cuts[i].r);
+        }
+        long long total[2] = {20, 20};
+        const char *skus[2] = {cuts[i].a, cuts[i].r};
+        SF_ASSERT_EQ(ct_whole(skus, total, 2, 2), 1);
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].a, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].r, &rep);
+    }
+}
+
 /* ---- on a Redis Cluster ---- */
 
 /* The node holding key's slot. */
@@ -843,6 +1073,8 @@ int main(void)
         cmocka_unit_test(test_one_budget_for_the_cart),
         cmocka_unit_test(test_contention_no_partial_cart),
         cmocka_unit_test(test_cart_killed_at_each_step),
+        cmocka_unit_test(test_cart_tickets),
+        cmocka_unit_test(test_cart_ticket_cut_off),
         cmocka_unit_test(test_cluster_carts),
     };
     /* IT_CART_PART (ctest runs it_cart and it_cart_cluster): "cluster" the cluster's test only,
@@ -852,5 +1084,5 @@ int main(void)
         cmocka_set_test_filter("*cluster*");
     else if (part && strcmp(part, "one-redis") == 0)
         cmocka_set_skip_filter("*cluster*");
-    return SF_RUN_GROUP_TESTS(tests, group_setup, sf_group_teardown);
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
 }

@@ -801,6 +801,12 @@ void order_cart_async(struct areq *ar)
         }
         if (!ci->o)
             break;
+        /* Another item claims only its ticket, but that claim carries the cart's key (as a
+         * one-SKU order's ticket claim carries its key): a retry with the key waits for it or
+         * replays the cart, where a claim carrying none refused the retry 409 ticket_used even
+         * when the first attempt sold nothing (docs/design.md "Carts (SPEC §17)"). */
+        if (i > 0 && req->idempotency_key)
+            ci->o->key = req->idempotency_key;
     }
     for (int i = 0; i < c->n; i++)
         if (!c->it[i].o) {
