@@ -471,6 +471,51 @@ static void test_one_budget_for_the_cart(void **state)
     SF_ASSERT_EQ(ct_remaining("ct-b3", 8), 80);
 }
 
+/* A re-PUT of one SKU through another instance: this instance's cached layout of it is then at
+ * the old version, which its items learn only under their locks (the version is read with the
+ * lock). The cart re-reads that item's layout and stock and takes its locks again within the
+ * request, as a one-SKU order re-reads it: 201 (the re-PUT's larger stock serves it). Before,
+ * the cart answered 503 with the layout forgotten (a PUT mid-sale turned carts that could
+ * succeed into 503s). Round 0 re-PUTs the other item's SKU (found at its lock), round 1 the
+ * home SKU (found at its lock, or by the intent's version check). */
+static void test_cart_after_reput_elsewhere(void **state)
+{
+    (void)state;
+    const char *pairs[2][2] = {{"ct-pa", "ct-pb"}, {"ct-pc", "ct-pd"}};
+    for (int round = 0; round < 2; round++) {
+        const char *home = pairs[round][0], *other = pairs[round][1];
+        const char *reput = round ? home : other;
+        ct_put(home, 20, 2, "");
+        ct_put(other, 20, 2, "");
+        char items[256], path[160];
+        snprintf(items, sizeof items,
+                 "{\"sku\":\"%s\",\"quantity\":%d},{\"sku\":\"%s\",\"quantity\":%d}", home,
+                 round ? 25 : 1, other, round ? 1 : 25);
+        /* instance 1 caches both layouts: 25 of the 20 units, refused, nothing sold */
+        sf_resp r = {0};
+        SF_ASSERT(ct_cart(ct_port(1), items, NULL, NULL, &r) == 409 &&
+                      strcmp(sf_error_code(&r), "insufficient_stock") == 0,
+                  "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        snprintf(path, sizeof path, "/api/v1/skus/%s", reput);
+        sf_json_request(NULL, ct_port(0), "PUT", path, CT_TOKEN, NULL,
+                        "{\"stock\":30,\"segments\":2}", &r);
+        SF_ASSERT(r.status == 200 || r.status == 201, "re-PUT: %s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        SF_ASSERT(ct_cart(ct_port(1), items, NULL, NULL, &r) == 201, "round %d: %s", round,
+                  sf_resp_summary(&r));
+        sf_resp_free(&r);
+        long long total[2] = {round ? 30 : 20, round ? 20 : 30};
+        const char *skus[2] = {home, other};
+        SF_ASSERT_EQ(ct_remaining(home, 2), round ? 5 : 19);
+        SF_ASSERT_EQ(ct_remaining(other, 2), round ? 19 : 5);
+        SF_ASSERT_EQ(ct_whole(skus, total, 2, 2), 1);
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), home, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), other, &rep);
+    }
+}
+
 /* ---- contention ---- */
 
 #define CT_CLIENTS 12
@@ -1294,6 +1339,7 @@ int main(void)
         cmocka_unit_test(test_limit_in_another_item),
         cmocka_unit_test(test_hold_cart),
         cmocka_unit_test(test_one_budget_for_the_cart),
+        cmocka_unit_test(test_cart_after_reput_elsewhere),
         cmocka_unit_test(test_contention_no_partial_cart),
         cmocka_unit_test(test_cart_killed_at_each_step),
         cmocka_unit_test(test_cart_tickets),
