@@ -99,6 +99,16 @@ static int group_teardown(void **state)
     return sf_group_teardown(state);
 }
 
+/* No state change outside the tables of the order's machines (order_fsm.c, order_claim.c,
+ * order_cart.c: an assertion in debug builds, an error line in release builds) on the group's
+ * instances. */
+static void ct_no_bad_move(void)
+{
+    for (int i = 0; i < CT_INSTANCES; i++)
+        SF_ASSERT(!sf_log_contains(svc[i], "_bad_transition"), "instance %d: %s", i,
+                  "a state change not in a machine's table (its log above)");
+}
+
 static int ct_port(int i)
 {
     return sf_port(svc[i % CT_INSTANCES]);
@@ -514,6 +524,7 @@ static void test_cart_after_reput_elsewhere(void **state)
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), home, &rep);
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), other, &rep);
     }
+    ct_no_bad_move();
 }
 
 /* ---- contention ---- */
@@ -904,6 +915,7 @@ static void test_cart_tickets(void **state)
     sf_report rep;
     for (int i = 0; i < 3; i++)
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), skus[i], &rep);
+    ct_no_bad_move();
 }
 
 /* A cart whose other item holds a ticket, cut off (kill -9) before its primary (healed back)
@@ -983,6 +995,7 @@ static void test_cart_ticket_cut_off(void **state)
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].a, &rep);
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].r, &rep);
     }
+    ct_no_bad_move();
 }
 
 /* ---- on a Redis Cluster ---- */
