@@ -1996,8 +1996,9 @@ static const struct state_row {
     [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
     /* order_claim_settled: answer, or the ticket's claim (the key's deleted: rules_begin) */
     [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_CLAIM) | TO(OS_DONE)},
-    /* order_item_end: place_done (the units back, the claim settled, the answer) */
-    [OS_CART] = {"cart", NULL, 0, 0, 0, TO_END},
+    /* order_item_end: place_done (the units back, the claim settled, the answer);
+     * order_item_replan: a round again (the layout re-read) */
+    [OS_CART] = {"cart", NULL, 0, 0, 0, TO_ROUND},
     [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
 _Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");
@@ -2267,6 +2268,16 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
         }
     }
     place_done(o, out);
+    areq_log_end();
+}
+
+void order_item_replan(struct order *o)
+{
+    areq_log_begin(o->ar);
+    skucache_forget(o->app->cache, o->in.sku);
+    o->need_layout = 1;
+    o->item_read = 0;
+    round_begin(o);
     areq_log_end();
 }
 

@@ -237,6 +237,10 @@ void order_item_start(struct order *o);
  * failure, its claim settled (the home item's with order_id/record: the cart's), then answered. */
 void order_item_end(struct order *o, enum order_outcome out, const char *order_id,
                     const char *record);
+/* An item held in OS_CART whose SKU turned out to be at another layout version under its locks
+ * (the cart holds none of them any more): its layout and stock read again, as a one-SKU order's
+ * round after a stale segment, then ready again (or answered). */
+void order_item_replan(struct order *o);
 /* The loop is ending: passes EV_CANCEL to the item. */
 void order_item_cancel(struct order *o);
 /* Frees an item never started. */
