@@ -43,6 +43,7 @@ static const struct {
     {ERROR_TICKET_WRONG_USER, 403, "ticket_wrong_user", false},
     {ERROR_TICKET_WRONG_SKU, 403, "ticket_wrong_sku", false},
     {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
+    {ERROR_UNKNOWN_GROUP, 422, "unknown_group", false},
 
     {ERROR_POW_REQUIRED, 403, "pow_required", false},
     {ERROR_POW_INVALID, 403, "pow_invalid", false},

@@ -40,6 +40,7 @@ enum error_code {
     ERROR_TICKET_WRONG_USER,   /* 403 ticket_wrong_user: signed for another user */
     ERROR_TICKET_WRONG_SKU,    /* 403 ticket_wrong_sku: signed for another SKU */
     ERROR_NO_WAITING_ROOM,     /* 409 no_waiting_room: the SKU's queue_rate is 0 */
+    ERROR_UNKNOWN_GROUP,       /* 422 unknown_group: a limit_group no PUT of a group made */
 
     ERROR_POW_REQUIRED,           /* 403 pow_required: the join needs a proof of work */
     ERROR_POW_INVALID,            /* 403 pow_invalid: not a solved challenge for this user/SKU */

@@ -113,4 +113,8 @@ int validate_patch_rules_body(const char *body, size_t len, struct validate_patc
 int validate_restock_body(const char *body, size_t len, struct validate_restock *out,
                           struct validate_error *err);
 
+/* PUT /api/v1/groups/{group}'s body: {"limit_per_user": 1..RULES_LIMIT_MAX} (required; no other
+ * member is read). 0 with *limit, or -1 with *err filled. */
+int validate_group_body(const char *body, size_t len, int64_t *limit, struct validate_error *err);
+
 #endif
