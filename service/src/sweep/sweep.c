@@ -217,14 +217,15 @@ static void give_start(struct store *st, lc_async_client *lc, const struct areq 
         store_group_key(users, gname, "users");
     else
         store_sku_key(users, sku, "users");
-    if (group && na == 0) { /* nothing to release (malformed members only): off the queue */
+    if (group && na == 0) {      /* nothing to release (malformed members only): off the queue */
+        int done = user != NULL; /* else out of memory: nothing was looked at */
         free(args);
         free(hex);
         free(user);
         if (g->n > 0)
             give_dequeue(g);
         else
-            giveback_end(g, 1);
+            giveback_end(g, done);
         return;
     }
     const char *keys[1] = {users};
