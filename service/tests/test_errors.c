@@ -45,6 +45,7 @@ static const struct {
     {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
     {ERROR_DUPLICATE_SKU, 422, "duplicate_sku", false},
     {ERROR_ITEMS_AND_SKU, 422, "items_and_sku", false},
+    {ERROR_UNKNOWN_GROUP, 422, "unknown_group", false},
 
     {ERROR_POW_REQUIRED, 403, "pow_required", false},
     {ERROR_POW_INVALID, 403, "pow_invalid", false},

@@ -53,6 +53,8 @@ static const struct error_entry table[ERROR_CODE_COUNT] = {
                              "an order is either one SKU (sku) or a cart (items), not both", false},
     [ERROR_NO_WAITING_ROOM] = {409, "no_waiting_room",
                                "this SKU has no waiting room (its queue_rate is 0)", false},
+    [ERROR_UNKNOWN_GROUP] = {422, "unknown_group",
+                             "no such limit group: PUT /api/v1/groups/{group} first", false},
 
     [ERROR_POW_REQUIRED] = {403, "pow_required",
                             "joining needs a proof of work: GET the queue's challenge and solve it",

@@ -42,6 +42,7 @@ enum error_code {
     ERROR_NO_WAITING_ROOM,     /* 409 no_waiting_room: the SKU's queue_rate is 0 */
     ERROR_DUPLICATE_SKU,       /* 422 duplicate_sku: a cart names a SKU twice (SPEC §17) */
     ERROR_ITEMS_AND_SKU,       /* 422 items_and_sku: an order body with both items and sku */
+    ERROR_UNKNOWN_GROUP,       /* 422 unknown_group: a limit_group no PUT of a group made */
 
     ERROR_POW_REQUIRED,       /* 403 pow_required: the join needs a proof of work */
     ERROR_POW_INVALID,        /* 403 pow_invalid: not a solved challenge for this user/SKU */

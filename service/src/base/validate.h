@@ -148,5 +148,8 @@ int validate_restock_body(const char *body, size_t len, struct validate_restock 
  * integer, above the longest hold; the SKU's own bound is extend.lua's). */
 int validate_extend_body(const char *body, size_t len, int64_t *seconds,
                          struct validate_error *err);
+/* PUT /api/v1/groups/{group}'s body: {"limit_per_user": 1..RULES_LIMIT_MAX} (required; no other
+ * member is read). 0 with *limit, or -1 with *err filled. */
+int validate_group_body(const char *body, size_t len, int64_t *limit, struct validate_error *err);
 
 #endif

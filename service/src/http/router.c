@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "events.h"
+#include "group.h"
 #include "handlers.h"
 #include "identity.h"
 #include "log.h"
@@ -52,6 +53,12 @@ static const struct router_row rows[] = {
     {HTTP_GET, "/api/v1/skus/{sku}/queue/info", 0, .start = queue_info_async},
 
     {HTTP_GET, "/api/v1/skus/{sku}/queue/challenge", 0, .start = queue_challenge_get_async},
+    {HTTP_GET, "/api/v1/groups/{group}", ROUTER_ADMIN, .start = group_get_async,
+     .audit_action = "group_get", .audit_target = "group"},
+    {HTTP_PUT, "/api/v1/groups/{group}", ROUTER_ADMIN | ROUTER_WRITES, .start = group_put_async,
+     .audit_action = "group_put", .audit_target = "group"},
+    {HTTP_DELETE, "/api/v1/groups/{group}", ROUTER_ADMIN | ROUTER_WRITES,
+     .start = group_delete_async, .audit_action = "group_delete", .audit_target = "group"},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");

@@ -22,6 +22,7 @@
 
  *   queue_pow.c   queue_challenge_get_async (queue_pow.h)
  *   skulist.c     skulist_get_async
+ *   group.c       group_put_async, group_get_async, group_delete_async (group.h)
  *   order_fsm.c   order_create_async
  *   order.c       order_get_async, order_cancel_async, order_confirm_async,
  *                 order_extend_async

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_io.h"
 #include "skucache.h"
 #include "order_status.h"
 #include "store.h"
@@ -125,6 +126,10 @@ struct by_id {
     char give[IDS_ORDER_HEX + VALIDATE_PRINTABLE_MAX + 1]; /* the give-back ("": none) */
     char **follows; /* a multi-segment order's follows "<part id>|<status>" to apply */
     int nfollows;
+    /* its limit groups' give-backs (ggive members "<hex><user>\x1f<group>"), applied one by
+     * one after the SKU's (docs/design.md "Limit groups") */
+    char *ggive[LIMIT_GROUPS_MAX];
+    int nggive, ggiven;
 };
 
 static int by_id_parse(const struct request *req, struct by_id *b)
@@ -220,13 +225,24 @@ static void note_follows(struct by_id *b, const json_t *order)
     }
 }
 
-/* Notes the give-back of the order whose record (parsed: order, may be NULL) ended. */
+/* Notes the give-back of the order whose record (parsed: order, may be NULL) ended, and of
+ * each limit group its record names ("grp"; the same members hold_end.lua queued). */
 static void note_give(struct by_id *b, const json_t *order)
 {
     b->give[0] = '\0';
     const char *user = json_string_value(json_object_get(order, "user_id"));
     if (user && strlen(b->id) > IDS_ORDER_HEX)
         snprintf(b->give, sizeof(b->give), "%.*s%s", IDS_ORDER_HEX, b->id, user);
+    const char *g;
+    json_t *v;
+    json_object_foreach(json_object_get(order, "grp"), g, v)
+    {
+        if (!b->give[0] || b->nggive >= LIMIT_GROUPS_MAX)
+            break;
+        size_t n = strlen(b->give) + strlen(g) + 2;
+        if ((b->ggive[b->nggive] = malloc(n)))
+            snprintf(b->ggive[b->nggive++], n, "%s\x1f%s", b->give, g);
+    }
 }
 
 static int extend_answer(struct by_id *b, long long code, const redisReply *r, json_t *order);
@@ -323,6 +339,8 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
 static void end_done(struct by_id *b)
 {
     areq_done(b->ar);
+    for (int i = 0; i < b->nggive; i++)
+        free(b->ggive[i]);
     for (int i = 0; i < b->nfollows; i++)
         free(b->follows[i]);
     free(b->follows);
@@ -349,8 +367,16 @@ static void end_follow(struct by_id *b)
 
 static void on_given(void *arg, int ok)
 {
-    (void)ok; /* logged by giveback_async; the sweeper applies it later */
-    end_follow(arg);
+    (void)ok; /* logged by giveback_async / ggive_async; the sweeper applies it later */
+    struct by_id *b = arg;
+    if (b->ggiven < b->nggive) { /* the next limit group's */
+        const char *members[1] = {b->ggive[b->ggiven++]};
+        ggive_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, members, 1,
+                    b->ar->app->cfg.redis_replica_acks, b->ar->app->cfg.redis_timeout_ms, on_given,
+                    b);
+        return;
+    }
+    end_follow(b);
 }
 
 /* The give-back, when the order ended now; then the follows. */

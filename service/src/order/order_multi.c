@@ -500,6 +500,8 @@ static void plan(struct multi *m)
                           created, "status", status);
     if (j && m->res.parts > 1)
         json_object_set(j, "parts", parts);
+    if (j && m->rq.grp) /* its limit groups' give-backs (hold_end.lua) */
+        json_object_set_new(j, "grp", json_loads(m->rq.grp, 0, NULL));
     json_decref(parts);
     m->primary_rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

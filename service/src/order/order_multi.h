@@ -53,6 +53,7 @@ struct multi_req {
     const char *user;         /* "" none */
     const char *idem;         /* "" none */
     const char *claim_expiry; /* Redis ms of the key claim / per-user reservation, "0" none */
+    const char *grp;          /* the primary's "grp" (order_limit.h group_record_member), or NULL */
     struct sku_rules rules;
     int64_t deadline_ms; /* clock_mono_ms() by which the order must be answered */
     int budget;          /* Redis calls it may still make */

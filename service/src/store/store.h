@@ -53,7 +53,10 @@ enum store_script {
     SCRIPT_GATE_ADMIT,
     SCRIPT_GATE_PLACE,
     SCRIPT_GATE_USED,
-    SCRIPT_EXTEND, /* a hold's extension (lua/extend.lua) */
+    SCRIPT_EXTEND,        /* a hold's extension (lua/extend.lua) */
+    SCRIPT_GROUP_RESERVE, /* limit groups' (docs/design.md "Limit groups") */
+    SCRIPT_GROUP_PUT,
+    SCRIPT_GROUP_READ,
     SCRIPT_COUNT
 };
 
@@ -144,6 +147,12 @@ void store_sku_key(char *buf, const char *sku, const char *suffix);
  * printable bytes fit. */
 #define STORE_USER_KEY_MAX (STORE_KEY_MAX + 32)
 void store_user_key(char *buf, const char *user, const char *suffix);
+
+/* Writes a limit group's key "inv:2:{G=<group>}:<suffix>" into buf (STORE_KEY_MAX): its meta
+ * (limit, ver) and its users' entries (docs/design.md "Limit groups"). The tag is "G=" and the
+ * group name: '=' is in no SKU name (SPEC §5), so no SKU's key, SKU-wide or a segment's, can
+ * ever be a group's, whatever the two names are ("{G:x}" could: "G:x" is a SKU name). */
+void store_group_key(char *buf, const char *group, const char *suffix);
 
 /* The SKU registry's key, "inv:2:skus": a set of the SKU names a PUT created (docs/design.md).
  * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.

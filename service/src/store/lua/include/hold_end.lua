@@ -11,7 +11,10 @@
 --     or 'expired'), its units go back to the stock, the counters go down (r too for a hold),
 --     it leaves the due set, its user's give-back is queued in the give set (member: the id's
 --     32 hex digits then the user id; drained by the sweeper into the SKU's per-user counts,
---     docs/design.md "Per-user limits"), a primary's other parts get the change queued in the
+--     docs/design.md "Per-user limits"), its limit groups' give-backs (the record's "grp",
+--     {"<group>": units}) queued in the segment's ggive set (member: the 32 hex digits, the
+--     user id, "\x1f", the group; drained by the sweeper into each group's users hash,
+--     docs/design.md "Limit groups"), a primary's other parts get the change queued in the
 --     follow set (order_follow), and the change goes to the order log (log.lua). A part (a
 --     record with part_of) gets no give-back and no log entry: its primary has them.
 --     Returns the new record text.
@@ -156,6 +159,16 @@ local function order_end(id, o, q, status, now)
   end
   if o.part_of == nil and type(o.user_id) == 'string' then
     redis.call('ZADD', KEYS[5], now, string.sub(id, 1, 32) .. o.user_id)
+    if type(o.grp) == 'table' then
+      -- the ggive set: the give key's name with "ggive" for "give", so the same slot ({S/k})
+      -- and no KEYS of its own for every script that includes this file
+      local gg = string.gsub(KEYS[5], 'give$', 'ggive')
+      for g, _ in pairs(o.grp) do
+        if type(g) == 'string' then
+          redis.call('ZADD', gg, now, string.sub(id, 1, 32) .. o.user_id .. '\031' .. g)
+        end
+      end
+    end
   end
   order_follow(id, o, status, now)
   order_logged(id, o, q, status, now)
