@@ -7,7 +7,8 @@ Many client threads send a seeded random mix of requests straight to the instanc
 1..16 segments — never the count of the SKU's last PUT —, restock, orders with and without
 Idempotency-Key, cancels, DELETE of a SKU, DELETE then PUT, status reads; and SPEC §11's sale
 rules: PUTs with limit_per_user / reservation_ttl_s by the SKU's class, PATCHes of them, keyed
-orders from a small pool of users, confirms of holds before, racing and after their expiry) on
+orders from a small pool of users, confirms of holds before, racing and after their expiry, and
+extensions of holds (issue 33) likewise) on
 SKU names that alias (x, x:1, x:2, x:3) and behave like real clients: short timeouts, bounded retries with back-off (the same
 Idempotency-Key on every retry), a keyless order whose outcome is unknown is not retried.
 Every attempt and its answer is one line of history.jsonl. At checkpoints (nemesis paused,
@@ -412,6 +413,12 @@ CLOCK_SLACK_S = 0.02
 # answered 5xx this often (%), given at least this many answers.
 AVAIL_MAX_5XX_PCT = 20
 AVAIL_MIN_ANSWERS = 30
+# Hold extensions (issue 33): every PUT (with --extends > 0) sets hold_extend_s EXT_S and
+# hold_extend_max EXT_MAX; an extension asks 1..EXT_S seconds (or none: EXT_S), now and then a
+# bad number (400, nothing changed). So a hold's expiry is its 201's expires_at plus at most
+# EXT_S per extension that may have run.
+EXT_S = 2
+EXT_MAX = 2
 
 
 def parse_iso(t):
@@ -444,6 +451,7 @@ class Run:
         self.limit_adds = defaultdict(list)
         self.users = ["u%d-%d" % (a.seed % 1000, i) for i in range(USERS)]
         self.holds = []                 # (order_id, expires_at in s since the epoch, lop) of 201 holds
+        self.extended_to = {}           # order_id -> the expires_at of its latest 200 extension
         self.hist = History(os.path.join(a.out, "history.jsonl"))
         self.lock = threading.Lock()
         self.lops = []
@@ -517,6 +525,9 @@ class Run:
             # A keyless order whose outcome is unknown is not retried: a retry could buy twice.
             if lop.op in ("order", "qorder", "corder") and not lop.key and a["eff"] == MAYBE:
                 break
+            # Nor an extension: each one that lands adds its seconds again (not idempotent).
+            if lop.op == "extend" and a["eff"] == MAYBE:
+                break
             # Bounded: MAX_ATTEMPTS, RETRY_FOR_S since the first attempt, and a client asked to
             # hold still for a checkpoint gives up (its outcome stays what the attempts say).
             if n + 1 == MAX_ATTEMPTS or now() - lop.t0 > RETRY_FOR_S or self.pause.is_set():
@@ -549,6 +560,8 @@ class Run:
             args["limit_per_user"] = rules["limit"]
         if rules["ttl"]:
             args["reservation_ttl_s"] = rules["ttl"]
+        if self.a.extends > 0:
+            args["hold_extend_s"], args["hold_extend_max"] = EXT_S, EXT_MAX
         lop = self.new_lop("put", sku, thr, args, True)
         return self.execute(rng, lop, "PUT", "/api/v1/skus/" + sku, args, admin=True)
 
@@ -609,6 +622,43 @@ class Run:
             return None
         lop = self.new_lop("confirm", olop.sku, thr, {"order_id": oid, "mode": mode, "expires_at": exp}, False)
         return self.execute(rng, lop, "POST", "/api/v1/orders/%s/confirm" % oid, admin=True)
+
+    def op_extend(self, rng, thr):
+        """POST /api/v1/orders/{id}/extend of a hold answered 201 (issue 33) — before its expiry
+        (as known: the latest 200 extension's, else the 201's), racing it (within 30 ms) or after
+        it —, with 1..EXT_S seconds, none (EXT_S), or now and then a bad number (400). The payer
+        waits for its moment as for a confirm. None: nothing sent."""
+        mode = rng.choices(("before", "race", "after"), (45, 40, 15))[0]
+        wall = time.time()
+        with self.lock:
+            hs = [(oid, self.extended_to.get(oid, exp), l) for oid, exp, l in self.holds[-300:]]
+        if mode == "before":
+            cands = [h for h in hs if h[1] - wall > 0.3]
+        elif mode == "race":
+            cands = [h for h in hs if 0.02 < h[1] - wall < 2.5]
+        else:
+            cands = [h for h in hs if -1.4 < h[1] - wall < 1.0]
+        if not cands:
+            return None
+        oid, exp, olop = cands[rng.randrange(len(cands))]
+        if mode == "before":
+            at = wall + rng.uniform(0, max(0.0, min(0.8, exp - wall - 0.25)))
+        elif mode == "race":
+            at = exp + rng.uniform(-0.03, 0.03)
+        else:
+            at = max(wall, exp + rng.uniform(0.1, 1.5))
+        if at > wall and not self.nap(at - wall):
+            return None
+        secs = rng.choices((None, 1, EXT_S, 0, EXT_S + 1), (30, 30, 30, 5, 5))[0]
+        body = {"seconds": secs} if secs is not None else None
+        lop = self.new_lop("extend", olop.sku, thr, {"order_id": oid, "mode": mode, "seconds": secs}, False)
+        self.execute(rng, lop, "POST", "/api/v1/orders/%s/extend" % oid, body, admin=True)
+        b = lop.ack["body"] if lop.ack and isinstance(lop.ack["body"], dict) else {}
+        e = parse_iso(b.get("expires_at"))
+        if e is not None:
+            with self.lock:
+                self.extended_to[oid] = max(e, self.extended_to.get(oid, 0))
+        return lop
 
     def op_patch(self, rng, thr, sku):
         """PATCH /api/v1/skus/{sku} of the SKU's rules, all three stated every time: a limit
@@ -758,7 +808,8 @@ class Run:
             if self.pause.is_set():
                 self.hold_idle()
                 continue
-            if self.op_confirm(rng, thr) is None:
+            ext = self.a.extends > 0 and rng.random() < self.a.extends
+            if (self.op_extend(rng, thr) if ext else self.op_confirm(rng, thr)) is None:
                 time.sleep(0.05)
             elif self.a.think_ms:
                 time.sleep(rng.uniform(0, self.a.think_ms / 1000.0))
@@ -1243,6 +1294,7 @@ CHECKS = [
     ("confirm-answers", "a confirm answered 200 is the order, confirmed, and its first attempt was sent before expires_at; a 409 reservation_expired (confirm or cancel) came after expires_at; an order answered \"created\" is never confirmed; a 201 \"reserved\" order body has an expires_at 1–2 s after the request (TTL 1 or 2; whether an order is a hold at all: rules-in-force)"),
     ("rules-in-force", "SPEC §11 (issue 29): a PUT or PATCH answered 2xx holds for every order begun after the answer, on every instance: such an order (when no other rule change that may have run overlaps; one of unknown outcome is given %d s more) is \"reserved\" exactly when the TTL is > 0, is answered 201 only while the sale window is open and 409 sale_ended only while it is closed (chaos's PATCHes add limits, set TTLs to 0 and close the window for a moment)" % STALE_RULE_S),
     ("limits", "no user holds more than limit_per_user units in live orders (the highest limit a PUT or PATCH that may have run sent: limits are only raised, a stale PATCH may lower one; on a SKU whose limit a PATCH added, the units of the orders begun after the answer of a PUT or PATCH stating a limit whose attempt began after every PUT or PATCH stating none may have been applied (answered: by its answer; else %d s after it was given up): one taken before the add may be applied after it and take the limit away), and the user's entries in inv:2:{S}:users name every live order of that user; at the end, the give sets drained, no ended (cancelled, expired) order is left in its user's entries" % STALE_RULE_S),
+    ("extends", "issue 33, at each checkpoint: a hold's record agrees with its extensions' answers — a 200 is the order, reserved, with an expires_at later than its 201's and extensions ≥ 1, and the record has at least those extensions and (while it has an expiry) at least that expires_at; the record's extensions are at most the extensions that may have run and its expires_at at most the 201's + EXT_S each; 409 reservation_expired is expired, already_cancelled cancelled, not_reserved created/confirmed/cancelled, extend_limit at hold_extend_max; a bad seconds is 400; no 404 for an order of the layout; extend_not_allowed never (every PUT sets hold_extend_s)"),
     ("availability", "outside every fault (from the fault to 2 s after everything is back; a damage of the SKU's segment until 1 s after its repair), fewer than %d %% of a SKU's orders, confirms or cancels are answered 5xx (checked with ≥ %d such answers): a path that fails every time (a WAIT with no connection to go on, say) is a defect even when it changes nothing" % (AVAIL_MAX_5XX_PCT, AVAIL_MIN_ANSWERS)),
     ("multi-parts", "SPEC §8/§13 from Redis (inventory-check's \"multi\" findings): every part of a multi-segment order is sold or none is — each primary's parts are there with the quantity it lists and its status (a part may lag while its follow is queued), each part's primary lists it (a part without its primary only while the order's intent is left); at the end, follows and intents waited for, none left"),
     ("insufficient-409", "SPEC §13: a 409 insufficient_stock only when the remaining total is below the quantity, judged from the last checkpoint's Redis read less every other order begun since (refused ones too when a multi-segment order's parts may have held units a moment: a plain 503, or 409 sale_ended/sale_not_started, of 2+ units) (orders overlapping a PUT/DELETE/restock or a damage of the SKU are not judged); with --large-orders, each quiet checkpoint sends one order larger than any one segment's stock per SKU without a limit, which must be served"),
@@ -1472,11 +1524,14 @@ class Checker:
         for l in lops:
             by_sku[l.sku][l.op].append(l)
         cancels_of, confirms_of = defaultdict(list), defaultdict(list)
+        extends_of = defaultdict(list)
         for l in lops:
             if l.op == "cancel":
                 cancels_of[l.args["order_id"]].append(l)
             elif l.op == "confirm":
                 confirms_of[l.args["order_id"]].append(l)
+            elif l.op == "extend":
+                extends_of[l.args["order_id"]].append(l)
         # How a record is traced to its request: the order id of an answer; else, for a keyed
         # order (a pool user's), the segment's Idempotency-Key entry naming it; else the user
         # of its own that a keyless order carries.
@@ -1509,6 +1564,7 @@ class Checker:
             layout = self.check_layout(cp, s, snap, ops)
             self.check_orders(cp, s, snap, ops, layout, trace, cancels_of)
             self.check_lifecycle(cp, s, snap, ops, layout, trace, cancels_of, confirms_of, outages)
+            self.check_extends(cp, s, snap, layout, trace, extends_of)
 
     def verify_sh(self, cp, sku, status=True):
         """loadtest/verify.sh for the history-independent §8 checks of one SKU (status: compare
@@ -2205,7 +2261,7 @@ class Checker:
                 continue
             rows = self.backfilled_rows(s)
             excused, bad = Counter(), []
-            units = []
+            units, sold = [], []
             for line in r.stdout.splitlines():
                 f = line.split()
                 if not f:
@@ -2216,12 +2272,26 @@ class Checker:
                     excused_total += 1
                 elif f[0] == "units":
                     units.append(f)
+                elif f[0] == "sold":
+                    sold.append(f)
                 else:
                     bad.append(line)
             for f in units:
                 kv = dict(x.split("=", 1) for x in f[2:] if "=" in x)
                 if (as_int(kv.get("db")) or 0) - excused[f[1]] != as_int(kv.get("redis")):
                     bad.append(" ".join(f) + " (%d excused)" % excused[f[1]])
+            # units sold per segment (order_items, issue 33): the excused rows' live units are
+            # the database's surplus, over the segments together (a line does not name the rows)
+            live = sum(excused[st] for st in ("reserved", "created", "confirmed"))
+            surplus = 0
+            for f in sold:
+                kv = dict(x.split("=", 1) for x in f[1:] if "=" in x)
+                d = (as_int(kv.get("db")) or 0) - (as_int(kv.get("redis")) or 0)
+                surplus += d
+                if d < 0:
+                    bad.append(" ".join(f))
+            if surplus != live:
+                bad.extend(" ".join(f) + " (%d live units excused)" % live for f in sold)
             if bad:
                 # The losses first: an order Redis has and the database lacks, a log not drained.
                 order = ("missing_in_db", "log_unread", "log_unacknowledged", "status")
@@ -2278,6 +2348,66 @@ class Checker:
                 if a < d and b > exp and b + EXPIRY_BOUND_S > d:
                     d, moved = b + EXPIRY_BOUND_S, True
         return d
+
+    def check_extends(self, cp, s, snap, layout, trace, extends_of):
+        """Issue 33 at a checkpoint: each hold's record against its extensions' answers (the
+        "extends" row of CHECKS)."""
+        if layout is None:
+            return
+        _, _, n, _ = layout
+        records = self.records_of(snap, n)
+        for oid, (k, rec) in records.items():
+            if not isinstance(rec, dict):
+                continue
+            xs = [x for x in extends_of.get(oid, []) if x.sku == s]
+            got = rec.get("extensions", 0)
+            if not xs and not got:
+                continue
+            self.examined["extends"] += 1
+            st, e = rec.get("status"), parse_iso(rec.get("expires_at"))
+            L = self.traced(trace, snap, k, oid, rec)
+            b201 = L.ack["body"] if L is not None and L.ack and isinstance(L.ack["body"], dict) else {}
+            e0 = parse_iso(b201.get("expires_at")) if b201.get("order_id") == oid else None
+            may = sum(1 for x in xs for a in x.attempts if a["eff"] != NONE)
+            oks = [a for x in xs for a in x.attempts if a["status"] == 200]
+            bad = []
+            if not isinstance(got, int) or got < 0 or got > min(may, EXT_MAX):
+                bad.append("the record has extensions %r, but %d extension(s) may have run (most %d)" % (got, may, EXT_MAX))
+            if e is not None and e0 is not None and not (e0 - 0.002 <= e <= e0 + EXT_S * got + 0.002):
+                bad.append("its expires_at %s is not its 201's %s + at most %d s per extension (%r)" % (rec.get("expires_at"), b201.get("expires_at"), EXT_S, got))
+            for a in oks:
+                b = a["body"] if isinstance(a["body"], dict) else {}
+                be = parse_iso(b.get("expires_at"))
+                if b.get("order_id") != oid or b.get("status") != "reserved" or be is None or (e0 is not None and be <= e0) or not isinstance(b.get("extensions"), int) or b["extensions"] < 1:
+                    bad.append("a 200 that is not the extended order: %s" % b)
+                    continue
+                if isinstance(got, int) and got < b["extensions"]:
+                    bad.append("a 200 said extensions %d, the record has %r" % (b["extensions"], got))
+                if e is not None and e < be - 0.002:
+                    bad.append("a 200 said expires_at %s, the record has %s" % (b.get("expires_at"), rec.get("expires_at")))
+                if st == "expired" and e is not None and e < be - 0.002:
+                    bad.append("expired at %s, before the 200's expires_at %s" % (rec.get("expires_at"), b.get("expires_at")))
+            for x in xs:
+                for a in x.attempts:
+                    body = a["body"] if isinstance(a["body"], dict) else {}
+                    err = body.get("error") if a["status"] in (400, 404, 409) else None
+                    want = {"reservation_expired": ("expired",), "already_cancelled": ("cancelled",),
+                            "not_reserved": ("created", "confirmed", "cancelled")}.get(err)
+                    if want is not None and st not in want:
+                        bad.append("lop %d answered 409 %s, yet the record is %r" % (x.id, err, st))
+                    elif err == "extend_limit" and (not isinstance(got, int) or got < EXT_MAX):
+                        bad.append("lop %d answered 409 extend_limit, yet the record has extensions %r (most %d)" % (x.id, got, EXT_MAX))
+                    elif a["status"] == 400 and x.args.get("seconds") in (None, 1, EXT_S):
+                        bad.append("lop %d (seconds %r) answered 400: %s" % (x.id, x.args.get("seconds"), body))
+                    elif a["status"] == 200 and x.args.get("seconds") not in (None, 1, EXT_S):
+                        bad.append("lop %d (seconds %r) answered 200: a bad number extended it" % (x.id, x.args.get("seconds")))
+                    elif a["status"] in (404, 409) and err not in ("reservation_expired", "already_cancelled", "not_reserved", "extend_limit"):
+                        bad.append("lop %d answered %d %s (the order is in the layout)" % (x.id, a["status"], err))
+            if got and not may:
+                bad.append("extended %r time(s), but no extension of it that may have run was sent" % got)
+            if bad:
+                self.fail("extends", (oid, "x"), "checkpoint %s: %s order %s (status %s): %s" % (cp, s, oid, st, "; ".join(bad[:3])),
+                          [a["seq"] for x in xs for a in x.attempts][-4:] + (L.seqs()[-1:] if L else []))
 
     def check_lifecycle(self, cp, s, snap, ops, layout, trace, cancels_of, confirms_of, outages):
         """SPEC §11 at a checkpoint: holds end in time and the due set is exactly the holds;
@@ -2621,7 +2751,7 @@ class Checker:
             dmg[d["sku"]].append((d["t0"] + off, (d["t1"] if d["t1"] is not None else now()) + off + 1.0))
         n, bad = Counter(), defaultdict(list)
         for l in lops:
-            if l.op not in ("order", "confirm", "cancel"):
+            if l.op not in ("order", "confirm", "cancel", "extend"):
                 continue
             for a in l.attempts:
                 if a["status"] is None or any(x <= a["w1"] and a["w0"] <= y for x, y in spans + dmg[l.sku]):
@@ -2675,11 +2805,14 @@ class Checker:
         Redis's): a confirm answered 200 was first sent before it, a reservation_expired answer
         came after it. A repeat answers 200 too: a 200 after expires_at needs a confirm of the
         same order that may have run and was first sent before it."""
+        # An extension (issue 33) that may have run moves a hold's expiry by at most EXT_S.
+        ext_may = Counter(l.args["order_id"] for l in lops if l.op == "extend" for a in l.attempts if a["eff"] != NONE)
         early = set()           # orders with a confirm that may have run, first sent before expiry
         for l in lops:
             if l.op == "confirm" and l.args.get("expires_at") is not None:
                 first = next((a for a in l.attempts if a["sent"]), None)
-                if first and first["w0"] <= l.args["expires_at"] + CLOCK_SLACK_S and any(a["eff"] != NONE for a in l.attempts):
+                latest = l.args["expires_at"] + EXT_S * ext_may[l.args["order_id"]]
+                if first and first["w0"] <= latest + CLOCK_SLACK_S and any(a["eff"] != NONE for a in l.attempts):
                     early.add(l.args["order_id"])
         for l in lops:
             if l.op == "confirm":
@@ -2751,7 +2884,11 @@ class Checker:
         out.append("")
         out.append("| op | logical: acked / failed / unknown | attempts by answer |")
         out.append("|---|---|---|")
+<<<<<<< HEAD
         for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()) + (chaos_cart.cops() if run.shop else ()):
+=======
+        for op in ("put", "patch", "restock", "order", "confirm", "extend", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()):
+>>>>>>> main
             st = ", ".join("%s: %d" % (k[1], v) for k, v in sorted(by_op.items()) if k[0] == op)
             out.append("| %s | %d / %d / %d | %s |" % (op, finals[(op, "acked")], finals[(op, "failed")], finals[(op, "unknown")], st))
         keyed = Counter((l.key is not None, l.final) for l in lops if l.op == "order")
@@ -2883,6 +3020,8 @@ def main():
     ap.add_argument("--key-schema", type=int, choices=(1, 2), default=2, help="1: the keys of binaries before 34f3be8")
     ap.add_argument("--rules", type=int, choices=(0, 1), default=1, help="0: no sale rules, PATCHes or confirms (binaries before issue 20)")
     ap.add_argument("--payers", type=int, default=8, help="threads that confirm holds (with --rules 1)")
+    ap.add_argument("--extends", type=float, default=0.3,
+                    help="share of the payers' operations that extend a hold instead of confirming it (issue 33; 0: none, and PUTs without hold_extend_s: binaries before it)")
     ap.add_argument("--sink-bin", default="", help="inventory-sink: check the database at the end (its URL in INVENTORY_SINK_DB_URL)")
     ap.add_argument("--sink-redis", default="", help="the sink's --redis URL")
     ap.add_argument("--db-port", type=int, default=0, help="the database's port (root, no password: the backfilled rows' times)")

@@ -120,6 +120,8 @@
 # the check catching what it left: loadtest/README.md; reconcile is always the build's).
 # CH_QUEUE (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no waiting room), CH_QUEUE_CLIENTS (6).
 # CH_CART (1; 0 with CH_KEY_SCHEMA=1 or CH_RULES=0: no carts or groups), CH_CART_CLIENTS (3).
+# CH_EXTENDS (0.3: the share of the payers' operations that extend a hold instead of confirming
+# it, issue 33, check "extends"; 0 with CH_RULES=0: none, for a binary before issue 33).
 # With --cluster: CH_REPLICA_ACKS (1: --redis-replica-acks of the instances), CH_MIN_REPLICAS
 # (1: the masters' min-replicas-to-write), CH_MASTER_CUT (33: % of the masters' faults that cut
 # the replica off first), CH_MASTER_PAUSE (33: % that pause its replication first, link open), CH_CALM_S (5; 0 without --cluster: no fault starts in the last S
@@ -192,6 +194,9 @@ queue=${CH_QUEUE:-1}
 cart=${CH_CART:-1}
 [[ $cart =~ ^[01]$ ]] || { echo "chaos.sh: CH_CART is 0 or 1" >&2; exit 2; }
 [ "$key_schema$rules" = 21 ] || [ -n "${CH_CART:-}" ] || cart=0
+# Hold extensions (issue 33): a share of the payers' operations, off for the old binaries.
+extends=${CH_EXTENDS:-$([ "$key_schema$rules" = 21 ] && echo 0.3 || echo 0)}
+[[ $extends =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_EXTENDS is a fraction, 0..1" >&2; exit 2; }
 large=${CH_LARGE_ORDERS:-0.1}
 [[ $large =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "chaos.sh: CH_LARGE_ORDERS is a fraction, 0..1" >&2; exit 2; }
 damage_gap=${CH_DAMAGE_GAP_MS:-2000 6000}
@@ -565,7 +570,7 @@ INVENTORY_SINK_DB_URL=$shop_db_url "$py" "$lt/chaos.py" --seed "$seed" "${where[
   --clients "${CH_CLIENTS:-16}" --skus "${CH_SKUS:-4}" \
   --client-timeout "${CH_CLIENT_TIMEOUT_S:-2}" --think-ms "$think" --storms "${CH_STORMS:-1}" \
   --calm "$calm" ${sink_args[@]+"${sink_args[@]}"} --damage-gap-ms "$damage_gap" --damage-hold-ms "$damage_hold" --key-schema "$key_schema" --rules "$rules" --payers "${CH_PAYERS:-8}" --large-orders "$large" \
-  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" --cart "$cart" --cart-clients "${CH_CART_CLIENTS:-3}" &
+  --queue "$queue" --queue-clients "${CH_QUEUE_CLIENTS:-6}" --extends "$extends" --cart "$cart" --cart-clients "${CH_CART_CLIENTS:-3}" &
 py_pid=$!
 extra_pids+=("$py_pid")
 

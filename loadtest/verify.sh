@@ -31,6 +31,9 @@
 #   --skip-users          leave out SPEC §11's per-user limit checks (chaos.py, which judges the
 #                         limits against its history of rule changes)
 #   --json FILE           also write inventory-check's JSON report to FILE
+#   --group G             also SPEC §17's "no user over a group's limit" for limit group G
+#                         across the SKUs --group-sku names (inventory-check --group)
+#   --group-sku S         one SKU of the group (repeat it; --sku is always one of them)
 #   --live                only the checks that hold at every instant, while orders run: one
 #                         atomic MULTI/EXEC snapshot per segment (stock ≥ 0, t = stock + s,
 #                         the counters against the segment's records)
@@ -53,6 +56,7 @@ host=${LT_REDIS_HOST:-127.0.0.1}
 port=${LT_REDIS_PORT:-}
 cluster=""
 sku=""
+group="" group_skus=()
 units="" orders="" unanswered=0 max_qty=1 stock_total="" expect_sold_out=0 status_url="" status_token="" live=0 schema=2 pending_ok=0 drain_s=10 skip_users=0 json_out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -74,6 +78,8 @@ while [ $# -gt 0 ]; do
     --key-schema) schema=$2; shift 2 ;;
     --skip-users) skip_users=1; shift ;;
     --json) json_out=$2; shift 2 ;;
+    --group) group=$2; shift 2 ;;
+    --group-sku) group_skus+=(--sku "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -126,6 +132,16 @@ failures=0
 pass() { echo "verify: ✓ $*"; }
 fail() { echo "verify: ✗ $*"; failures=$((failures + 1)); }
 while IFS= read -r p; do fail "${p#P * }"; done < <(grep '^P ' <<<"$flat" || true)
+if [ -n "$group" ] && [ "$live" = 0 ]; then
+  # SPEC §17: no user over the group's limit in the live orders of its SKUs (ic_check_group)
+  grc=0
+  greport=$("$check" --redis "$url" --group "$group" --sku "$sku" "${group_skus[@]}" 2>/dev/null) || grc=$?
+  case $grc in
+    0) pass "group $group: no user over its limit ($(grep -o '"max_user_units":[0-9]*' <<<"$greport" | cut -d: -f2) units at most)" ;;
+    1) fail "group $group: $(grep -o '"text":"[^"]*"' <<<"$greport" | head -3 | tr '\n' ' ')" ;;
+    *) echo "verify: cannot check group $group at $where (exit $grc)" >&2; exit 3 ;;
+  esac
+fi
 more=$(sed -n 's/^more //p' <<<"$flat")
 [ -z "$more" ] || fail "… and $more more problem(s) (inventory-check --sku $sku --redis $url)"
 version=$(val version) nseg=$(val segments)

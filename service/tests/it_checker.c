@@ -10,6 +10,7 @@
  * loadtest/verify.sh and chaos.py run), the same code as a command: its JSON report and exit
  * status on a good state, a corrupted counter, stray keys of a dropped segment (those the key
  * schema's table keeps pass), a missing SKU, a Redis that is not there, bad usage and --live.
+ * And a hold's due-set score must be its record's expires_at (an extension moves both).
  * About 1 s.
  */
 #include "svc_test.h"
@@ -215,6 +216,26 @@ static void test_status_mismatch(void **state)
     judge(0, 0, "a live order with a cancelled part");
 }
 
+/* A hold's due-set score is its record's expires_at (the commit and an extension write both in
+ * one step): a record moved without its score, or the score without the record, is refused. */
+static void test_hold_due_score(void **state)
+{
+    (void)state;
+    good_state();
+    judge(0, 1, "a hold scored at its expires_at");
+    cmd("ZADD inv:2:{" CK_SKU "/1}:due 1893456001000 " CK_HEX2 "-1-" CK_SKU);
+    judge(0, 0, "a hold scored 1 s after its expires_at");
+    good_state();
+    cmd("HSET inv:2:{" CK_SKU "/1}:orders " CK_HEX2 "-1-" CK_SKU " {\"order_id\":\"" CK_HEX2
+        "-1-" CK_SKU "\",\"sku\":\"" CK_SKU
+        "\",\"segment\":1,\"quantity\":2,\"status\":\"reserved\",\"user_id\":\"u2\","
+        "\"expires_at\":\"2030-01-01T00:00:02.000Z\",\"extensions\":1,"
+        "\"created_at\":\"2026-01-01T00:00:00.000Z\"}");
+    judge(0, 0, "a hold extended in its record, not in the due set");
+    cmd("ZADD inv:2:{" CK_SKU "/1}:due 1893456002000 " CK_HEX2 "-1-" CK_SKU);
+    judge(0, 1, "a hold extended in both");
+}
+
 static void test_quantities(void **state)
 {
     (void)state;
@@ -387,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_primary_missing_part),
         cmocka_unit_test(test_status_mismatch),
         cmocka_unit_test(test_quantities),
+        cmocka_unit_test(test_hold_due_score),
         cmocka_unit_test(test_user_limit_counts_the_whole_order),
         cmocka_unit_test(test_program),
     };

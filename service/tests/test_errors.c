@@ -45,10 +45,13 @@ static const struct {
     {ERROR_NO_WAITING_ROOM, 409, "no_waiting_room", false},
     {ERROR_DUPLICATE_SKU, 422, "duplicate_sku", false},
     {ERROR_ITEMS_AND_SKU, 422, "items_and_sku", false},
+    {ERROR_UNKNOWN_GROUP, 422, "unknown_group", false},
 
     {ERROR_POW_REQUIRED, 403, "pow_required", false},
     {ERROR_POW_INVALID, 403, "pow_invalid", false},
     {ERROR_POW_EXPIRED, 403, "pow_expired", false},
+    {ERROR_EXTEND_NOT_ALLOWED, 409, "extend_not_allowed", false},
+    {ERROR_EXTEND_LIMIT, 409, "extend_limit", false},
     {ERROR_BODY_TOO_LARGE, 413, "body_too_large", false},
     {ERROR_HEADERS_TOO_LARGE, 431, "headers_too_large", false},
     {ERROR_UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", false},

@@ -25,6 +25,7 @@
 
 #include "app.h"
 #include "events.h"
+#include "group.h"
 #include "handlers.h"
 #include "identity.h"
 #include "metrics.h"
@@ -186,6 +187,8 @@ static void test_rows_are_the_api(void **state)
          ROUTER_ADMIN | ROUTER_WRITES, "order_cancel"},
         {HTTP_POST, "/api/v1/orders/o-123/confirm", NULL, order_confirm_async,
          ROUTER_CONFIRM | ROUTER_WRITES, "order_confirm"},
+        {HTTP_POST, "/api/v1/orders/o-123/extend", NULL, order_extend_async,
+         ROUTER_CONFIRM | ROUTER_WRITES, "order_extend"},
         {HTTP_GET, "/api/v1/skus", NULL, skulist_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/iphone-15", status_get_run, status_get_async, 0, NULL},
         {HTTP_PUT, "/api/v1/skus/A.b:c_d", NULL, stock_put_async, ROUTER_ADMIN | ROUTER_WRITES,
@@ -202,13 +205,18 @@ static void test_rows_are_the_api(void **state)
         {HTTP_GET, "/api/v1/skus/x1/queue/info", NULL, queue_info_async, 0, NULL},
 
         {HTTP_GET, "/api/v1/skus/x1/queue/challenge", NULL, queue_challenge_get_async, 0, NULL},
+        {HTTP_GET, "/api/v1/groups/style-123", NULL, group_get_async, ROUTER_ADMIN, "group_get"},
+        {HTTP_PUT, "/api/v1/groups/style-123", NULL, group_put_async, ROUTER_ADMIN | ROUTER_WRITES,
+         "group_put"},
+        {HTTP_DELETE, "/api/v1/groups/g", NULL, group_delete_async, ROUTER_ADMIN | ROUTER_WRITES,
+         "group_delete"},
         /* the param is not validated here: any bytes but '/' */
         {HTTP_GET, "/api/v1/skus/bad sku!%", status_get_run, status_get_async, 0, NULL},
         {HTTP_GET, "/api/v1/skus/restock", status_get_run, status_get_async, 0, NULL},
     };
     size_t n;
     router_rows(&n);
-    assert_int_equal(n, 20); /* the api[] rows but the last two */
+    assert_int_equal(n, 24); /* the api[] rows but the last two */
     for (size_t i = 0; i < sizeof(api) / sizeof(api[0]); i++) {
         struct router_route r;
         if (router_match(api[i].m, api[i].path, &r) != ROUTER_FOUND)
@@ -235,6 +243,7 @@ static void test_labels(void **state)
         "/api/v1/orders",
         "/api/v1/orders/{id}",
         "/api/v1/orders/{id}/confirm",
+        "/api/v1/orders/{id}/extend",
         "/api/v1/skus",
         "/api/v1/skus/{sku}",
         "/api/v1/skus/{sku}/restock",
@@ -243,6 +252,7 @@ static void test_labels(void **state)
         "/api/v1/skus/{sku}/queue/info",
 
         "/api/v1/skus/{sku}/queue/challenge",
+        "/api/v1/groups/{group}",
         "other",
     };
     size_t k = 0;

@@ -176,7 +176,8 @@ static void test_json(void **state)
     json_t *o = json_object();
     assert_int_equal(rules_to_json(&r, o), 0);
     char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(text, "{\"limit_per_user\":2,\"queue_admit_pct\":0,\"queue_fifo\":0,"
+    assert_string_equal(text, "{\"hold_extend_max\":0,\"hold_extend_s\":0,\"limit_group\":\"\","
+                              "\"limit_per_user\":2,\"queue_admit_pct\":0,\"queue_fifo\":0,"
                               "\"queue_max_active\":0,\"queue_paused\":0,\"queue_pow_bits\":0,"
                               "\"queue_rate\":0,\"queue_ticket_ttl_s\":0,"
                               "\"reservation_ttl_s\":600,"
@@ -204,10 +205,65 @@ static void test_table_rows(void **state)
         assert_string_not_equal(w->meta, RULES_F_VERSION);
         struct sku_rules r;
         memset(&r, 0, sizeof(r));
-        rules_set(&r, i, w->hi);
+        if (w->kind == RULES_KIND_STR) { /* a name of the row's longest length */
+            char s[RULES_STR_MAX + 1];
+            memset(s, 'g', (size_t)w->hi);
+            rules_set_str(&r, i, s, (size_t)w->hi);
+            assert_int_equal(strlen(rules_get_str(&r, i)), w->hi);
+            assert_int_equal(rules_script_field(i)[0], '$');
+            assert_string_equal(rules_script_field(i) + 1, w->meta);
+        } else {
+            rules_set(&r, i, w->hi);
+            assert_null(rules_get_str(&r, i));
+            assert_string_equal(rules_script_field(i), w->meta);
+        }
         for (int j = 0; j < RULES_N; j++)
-            assert_int_equal(rules_get(&r, j), j == i ? w->hi : 0);
+            assert_int_equal(rules_get(&r, j), j == i && w->kind != RULES_KIND_STR ? w->hi : 0);
     }
+}
+
+/* A STR row (limit_group): its values are "" or a name by the SKU name rules, at most
+ * RULES_STR_MAX bytes; a longer one is cut when set; its meta text is the string itself, and
+ * rules_to_json renders it as a string. */
+static void test_str_rule(void **state)
+{
+    (void)state;
+    int i = RULES_I_limit_group;
+    assert_int_equal(rules_rows[i].kind, RULES_KIND_STR);
+    assert_string_equal(rules_rows[i].meta, "grp");
+    assert_true(rules_str_ok("", 0));
+    assert_true(rules_str_ok("style-123", 9));
+    assert_true(rules_str_ok("a.b:c_d-9", 9));
+    assert_false(rules_str_ok("has space", 9));
+    assert_false(rules_str_ok("x{y}", 4));
+    assert_false(rules_str_ok("a/b", 3));
+    char long_name[RULES_STR_MAX + 2];
+    memset(long_name, 'a', sizeof(long_name));
+    assert_true(rules_str_ok(long_name, RULES_STR_MAX));
+    assert_false(rules_str_ok(long_name, RULES_STR_MAX + 1));
+    struct sku_rules r;
+    memset(&r, 0, sizeof(r));
+    rules_set_meta_text(&r, i, "style-123", 9);
+    assert_string_equal(r.limit_group, "style-123");
+    char text[RULES_STR_MAX + 1];
+    rules_meta_text(&r, i, text, sizeof(text));
+    assert_string_equal(text, "style-123");
+    rules_set_meta_text(&r, RULES_I_limit_per_user, "12", 2);
+    assert_int_equal(r.limit_per_user, 12);
+    rules_set_meta_text(&r, RULES_I_limit_per_user, "1x", 2);
+    assert_int_equal(r.limit_per_user, 0);
+    rules_set_str(&r, i, long_name, sizeof(long_name));
+    assert_int_equal(strlen(r.limit_group), RULES_STR_MAX);
+    rules_set(&r, i, 5); /* an integer set on a STR row changes nothing */
+    assert_int_equal(strlen(r.limit_group), RULES_STR_MAX);
+    rules_set_str(&r, i, "g1", 2);
+    json_t *o = json_object();
+    assert_int_equal(rules_to_json(&r, o), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "limit_group")), "g1");
+    rules_set_str(&r, i, "", 0);
+    assert_int_equal(rules_to_json(&r, o), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "limit_group")), "");
+    json_decref(o);
 }
 
 /* The commit is given each rule of a row with an arg at that ARGV position, and the script reads
@@ -233,7 +289,8 @@ static void test_commit_args_from_the_table(void **state)
     struct store_commit_call c;
     store_commit_call(&in, &c);
     assert_int_equal(c.nargs, STORE_COMMIT_NARGS);
-    assert_string_equal(c.args[STORE_COMMIT_NARGS - 1], "77");
+    assert_string_equal(c.args[STORE_COMMIT_ARG_RULES_VERSION - 1], "77");
+    assert_string_equal(c.args[STORE_COMMIT_ARG_ITEMS - 1], ""); /* not a cart: no items */
     int given = 0;
 #define ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                     \
     if (arg > 0) {                                                                                 \
@@ -246,7 +303,9 @@ static void test_commit_args_from_the_table(void **state)
     }
 #define ARG_TIME_(id, json, jtext, deftext, meta, arg, ...)                                        \
     ARG_(id, json, 0, 0, jtext, deftext, meta, arg, 0)
-    RULES_TABLE(ARG_, ARG_TIME_)
+#define ARG_STR_(id, json, jtext, deftext, meta, arg, ...) assert_int_equal(arg, 0);
+    RULES_TABLE(ARG_, ARG_TIME_, ARG_STR_)
+#undef ARG_STR_
 #undef ARG_
 #undef ARG_TIME_
     assert_int_equal(given, 3); /* sale_start, sale_end, ttl: the limit is read from the meta */
@@ -397,6 +456,16 @@ static void test_openapi_rules(void **state)
                             w->schema, w->lo, w->hi, w->json);
                 failures++;
             }
+        } else if (w->kind == RULES_KIND_STR) {
+            char max[64];
+            snprintf(max, sizeof(max), "maxLength: %lld\n", w->hi);
+            if (!strstr(sch, "type: string\n") || !strstr(sch, max) ||
+                !strstr(sch, "pattern: '^$|^[A-Za-z0-9_.:-]+$'\n")) {
+                print_error("docs/openapi.yaml: %s is not a name or \"\" of at most %lld bytes "
+                            "(rule %s)\n",
+                            w->schema, w->hi, w->json);
+                failures++;
+            }
         } else if (!strstr(sch, "type: [string, 'null']\n") ||
                    !strstr(sch, "format: date-time\n")) {
             print_error("docs/openapi.yaml: %s is not a date-time or null (rule %s)\n", w->schema,
@@ -452,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_against_gmtime),
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_table_rows),
+        cmocka_unit_test(test_str_rule),
         cmocka_unit_test(test_commit_args_from_the_table),
         cmocka_unit_test(test_api_md_rule_table),
         cmocka_unit_test(test_openapi_rules),

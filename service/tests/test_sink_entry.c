@@ -1,7 +1,8 @@
 /*
  * Order-log entries as inventory-sink reads them (service/src/sink/sink_entry.c): the fields of
  * orderlog.h parsed; a malformed entry is marked (not ok, with the reason) rather than written;
- * a stream id is "<ms>-<seq>".
+ * a stream id is "<ms>-<seq>"; an extension's entry ("extended", with its new expiry) leaves
+ * its order reserved.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,6 +127,55 @@ static void test_malformed_entries_are_marked(void **state)
     freeReplyObject(s);
 }
 
+/* A hold's extension (extend.lua's log_extended): event "extended" with the new expiry in
+ * `expires`; its order's status stays reserved. An extension without `expires`, a bad one, or
+ * `expires` on another event is malformed. */
+static void test_extended(void **state)
+{
+    (void)state;
+    const char *f[] = {"event", "extended", "order", "o-1-S",   "quantity",      "2", "at",
+                       "1000",  "version",  "7",     "expires", "1764000060123", NULL};
+    redisReply *e = entry("1-0", f);
+    struct sink_entry out;
+    assert_int_equal(sink_entry_parse(e, 0, "S", 1, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.event, "extended");
+    assert_true(out.expires == 1764000060123LL);
+    assert_string_equal(sink_entry_status(&out), "reserved");
+    freeReplyObject(e);
+    const char *g[] = {"event", "reserved", "order",   "o-1-S", "quantity", "2",
+                       "at",    "1000",     "version", "7",     NULL};
+    e = entry("1-1", g);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 1, &out), 0);
+    assert_true(out.ok && out.expires == 0);
+    assert_string_equal(sink_entry_status(&out), "reserved");
+    freeReplyObject(e);
+    static const struct {
+        const char *f[13];
+        const char *why;
+    } bad[] = {
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1"},
+         "without its expires"},
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "soon"},
+         "expires"},
+        {{"event", "extended", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "0"},
+         "expires"},
+        {{"event", "confirmed", "order", "o", "quantity", "1", "at", "1", "version", "1", "expires",
+          "5"},
+         "not extended"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        e = entry("5-0", bad[i].f);
+        assert_int_equal(sink_entry_parse(e, 0, "S", 0, &out), 0);
+        if (out.ok || strstr(out.why, bad[i].why) == NULL)
+            fail_msg("case %zu: ok %d, why \"%s\" (expected \"%s\")", i, out.ok, out.why,
+                     bad[i].why);
+        freeReplyObject(e);
+    }
+}
+
 /* A multi-segment order's entry: parts "k:q,..." kept and turned into the orders row's JSON; a
  * one-segment order's JSON is its one part; parts out of order, not from the entry's segment,
  * not summing to its quantity or badly written make the entry malformed. */
@@ -176,6 +226,73 @@ static void test_parts(void **state)
     }
 }
 
+/* A cart's entry (orderlog.h items): kept, and its parts read back as order_items rows in
+ * every SKU; a single-SKU entry's rows are its parts, or its segment and quantity; items that
+ * do not start with the entry's own part, whose home parts are not the entry's parts, that name
+ * a part twice or are badly written make the entry malformed. */
+static void test_items(void **state)
+{
+    (void)state;
+    const char *f[] = {"event", "created", "order",   "o-2-S", "quantity",
+                       "5",     "parts",   "2:4,3:1", "items", "S:2:4,S:3:1,T:x:0:2",
+                       "at",    "1",       "version", "1",     NULL};
+    redisReply *e = entry("9-0", f);
+    struct sink_entry out;
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.items, "S:2:4,S:3:1,T:x:0:2");
+    const char *pos = NULL;
+    char sku[65], got[256] = "";
+    int k, n = 0;
+    long long q;
+    while (sink_entry_next_item(&out, &pos, sku, sizeof sku, &k, &q) == 1)
+        n += snprintf(got + n, sizeof got - (size_t)n, "%s/%d/%lld;", sku, k, q);
+    assert_string_equal(got, "S/2/4;S/3/1;T:x/0/2;");
+    freeReplyObject(e);
+    /* single-SKU: its parts, or its one segment */
+    const char *g[] = {"event",   "created", "order", "o-2-S",   "quantity", "5", "parts",
+                       "2:4,3:1", "at",      "1",     "version", "1",        NULL};
+    e = entry("9-1", g);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    assert_int_equal(out.ok, 1);
+    assert_string_equal(out.items, "");
+    pos = NULL;
+    n = 0;
+    while (sink_entry_next_item(&out, &pos, sku, sizeof sku, &k, &q) == 1)
+        n += snprintf(got + n, sizeof got - (size_t)n, "%s/%d/%lld;", sku, k, q);
+    assert_string_equal(got, "S/2/4;S/3/1;");
+    freeReplyObject(e);
+    const char *h[] = {"event", "created", "order",   "o-2-S", "quantity", "5",
+                       "at",    "1",       "version", "1",     NULL};
+    e = entry("9-2", h);
+    assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+    pos = NULL;
+    n = 0;
+    while (sink_entry_next_item(&out, &pos, sku, sizeof sku, &k, &q) == 1)
+        n += snprintf(got + n, sizeof got - (size_t)n, "%s/%d/%lld;", sku, k, q);
+    assert_string_equal(got, "S/2/5;");
+    freeReplyObject(e);
+    static const char *const bad[] = {"T:0:2,S:2:4,S:3:1",
+                                      "S:3:1,S:2:4,T:0:2",
+                                      "S:2:4,T:0:2",
+                                      "S:2:4,S:3:2,T:0:2",
+                                      "S:2:4,S:3:1,T:0:2,T:0:1",
+                                      "S:2:4,S:3:1,T:0:2,",
+                                      "S:2:4,S:3:1,T:0:0",
+                                      "S:2:4;S:3:1",
+                                      ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *b[] = {"event", "created", "order",   "o-2-S", "quantity",
+                           "5",     "parts",   "2:4,3:1", "items", bad[i],
+                           "at",    "1",       "version", "1",     NULL};
+        e = entry("9-3", b);
+        assert_int_equal(sink_entry_parse(e, 0, "S", 2, &out), 0);
+        if (out.ok || strstr(out.why, "items") == NULL)
+            fail_msg("items \"%s\": ok %d, why \"%s\"", bad[i], out.ok, out.why);
+        freeReplyObject(e);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +300,8 @@ int main(void)
         cmocka_unit_test(test_a_good_entry),
         cmocka_unit_test(test_malformed_entries_are_marked),
         cmocka_unit_test(test_parts),
+        cmocka_unit_test(test_extended),
+        cmocka_unit_test(test_items),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -191,6 +191,16 @@ static const struct invalid_case invalid[] = {
     {"patch empty body", PATCH, "", 0, "body", IR},
     {"patch array", PATCH, "[]", 0, "body", IR},
     {"patch truncated", PATCH, "{\"limit_per_user\":1", 0, "body", IR},
+    /* limit_group (rules_table.h's STR row): "" or a name by the SKU name rules */
+    {"patch group not a string", PATCH, "{\"limit_group\":7}", 0, "limit_group", IR},
+    {"patch group null", PATCH, "{\"limit_group\":null}", 0, "limit_group", IR},
+    {"patch group with a space", PATCH, "{\"limit_group\":\"a b\"}", 0, "limit_group", IR},
+    {"patch group with a brace", PATCH, "{\"limit_group\":\"a{b}\"}", 0, "limit_group", IR},
+    {"patch group of 65 bytes", PATCH,
+     "{\"limit_group\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", 0,
+     "limit_group", IR},
+    {"put group not a string", PUT_SKU, "{\"stock\":1,\"segments\":1,\"limit_group\":[]}", 0,
+     "limit_group", IR},
     {"patch limit string", PATCH, "{\"limit_per_user\":\"1\"}", 0, "limit_per_user", IR},
     {"patch limit true", PATCH, "{\"limit_per_user\":true}", 0, "limit_per_user", IR},
     {"patch limit 10^6+1", PATCH, "{\"limit_per_user\":1000001}", 0, "limit_per_user", IR},
@@ -421,6 +431,32 @@ static void test_rules_valid(void **state)
     }
 }
 
+/* limit_group, rules_table.h's STR row: a name or "" taken as it is, its field bit set. */
+static void test_rules_str_valid(void **state)
+{
+    (void)state;
+    struct validate_order o;
+    struct validate_put_sku p;
+    struct validate_restock r;
+    struct validate_patch_rules pr;
+    struct validate_error err = {ERROR_NONE, ""};
+    const char *b = "{\"limit_group\":\"style-123:x.y_z\"}";
+    assert_int_equal(parse(PATCH, b, strlen(b), &o, &p, &r, &pr, &err), 0);
+    assert_int_equal(pr.fields, RULES_BIT(limit_group));
+    assert_string_equal(pr.rules.limit_group, "style-123:x.y_z");
+    b = "{\"limit_group\":\"\"}";
+    assert_int_equal(parse(PATCH, b, strlen(b), &o, &p, &r, &pr, &err), 0);
+    assert_int_equal(pr.fields, RULES_BIT(limit_group));
+    assert_string_equal(pr.rules.limit_group, "");
+    b = "{\"stock\":1,\"segments\":1,\"limit_per_user\":2,\"limit_group\":\"g\"}";
+    assert_int_equal(parse(PUT_SKU, b, strlen(b), &o, &p, &r, &pr, &err), 0);
+    assert_string_equal(p.rules.limit_group, "g");
+    assert_int_equal(p.rules.limit_per_user, 2);
+    b = "{\"stock\":1,\"segments\":1}"; /* absent: none */
+    assert_int_equal(parse(PUT_SKU, b, strlen(b), &o, &p, &r, &pr, &err), 0);
+    assert_string_equal(p.rules.limit_group, "");
+}
+
 /* ---- hand-written tests ---------------------------------------------------------------- */
 
 static void test_sku(void **state)
@@ -616,9 +652,13 @@ int main(void)
 {
     make_buffers();
     static const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(test_sku),       cmocka_unit_test(test_rules_valid),
-        cmocka_unit_test(test_printable), cmocka_unit_test(test_content_type),
-        cmocka_unit_test(test_messages),  cmocka_unit_test(test_cart),
+        cmocka_unit_test(test_sku),
+        cmocka_unit_test(test_rules_valid),
+        cmocka_unit_test(test_rules_str_valid),
+        cmocka_unit_test(test_printable),
+        cmocka_unit_test(test_content_type),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_cart),
     };
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]);
     size_t n = nfixed + NINVALID + NVALID;

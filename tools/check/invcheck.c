@@ -47,6 +47,22 @@ static void ic_problem(ic_report *rep, const char *check, const char *fmt, ...)
 
 /* The names of sku's keys under schema opt->key_schema (invcheck.h): a SKU-wide key and
  * segment k's, name being a row of store_keys.txt (STORE_KEY_SKU_*, STORE_KEY_SEG_*). */
+/* RFC 3339 "YYYY-MM-DDTHH:MM:SS.mmmZ" (as iso_time.lua writes it) -> ms since the epoch, or
+ * -1 (NULL, or another shape). */
+static long long ic_iso_ms(const char *s)
+{
+    int y, mo, d, h, mi, sec, ms;
+    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &y, &mo, &d, &h, &mi, &sec, &ms) != 7)
+        return -1;
+    /* days since 1970-01-01 of the civil date (H. Hinnant's days_from_civil) */
+    y -= mo <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    return ((days * 24 + h) * 60 + mi) * 60000LL + sec * 1000LL + ms;
+}
+
 static void ic_sku_key(char *buf, size_t len, const ic_options *opt, const char *sku,
                        const char *name)
 {
@@ -527,11 +543,21 @@ static void ic_check_records(ic_report *rep, const char *sku, int k, const redis
                        status, reserved ? "without" : "with");
         /* a hold's record is in the due set; a part's never is (its primary's entry ends it) */
         int in_due = 0;
+        const char *due_ms = NULL;
         for (size_t j = 0; due && due->type == REDIS_REPLY_ARRAY && j + 1 < due->elements; j += 2)
-            in_due |= strcmp(due->element[j]->str, id) == 0;
+            if (strcmp(due->element[j]->str, id) == 0) {
+                in_due = 1;
+                due_ms = due->element[j + 1]->str;
+            }
         if (reserved && !is_part && !in_due)
             ic_problem(rep, "record",
                        "segment %d: hold %s is not in the due set (it would never expire)", k, id);
+        /* the due set's score is the record's expires_at (the commit and an extension,
+         * extend.lua, write both in one step): the sweeper ends a hold when its record says */
+        const char *exp_text = json_string_value(json_object_get(o, "expires_at"));
+        if (reserved && !is_part && due_ms && ic_iso_ms(exp_text) != atoll(due_ms))
+            ic_problem(rep, "record", "segment %d: hold %s: expires_at %s, the due set %s ms", k,
+                       id, exp_text ? exp_text : "(none)", due_ms);
         if (in_due && (is_part || !reserved))
             ic_problem(rep, "record",
                        "segment %d: due set names %s, not a reserved order of the segment", k, id);
@@ -1295,4 +1321,110 @@ json_t *ic_report_json(const char *sku, const ic_report *rep)
     json_object_set_new(o, "nproblems", json_integer(rep->nproblems));
     json_object_set_new(o, "problems", problems);
     return o;
+}
+
+int ic_check_group(const char *redis_url, const char *group, const char *const *skus, int nskus,
+                   ic_report *rep)
+{
+    static const ic_options opt;
+    memset(rep, 0, sizeof *rep);
+    rep->ok = 1;
+    ic_keys sr;
+    if (ic_redis_open(&sr, redis_url, rep) != 0)
+        return -1;
+    sr.opt = &opt;
+    int rc = -1;
+    redisReply *lim = NULL, *entries = NULL;
+    char key[512], ukey[512];
+    snprintf(key, sizeof key, STORE_KEYS_PREFIX "{G=%s}:%s", group, STORE_KEY_GROUP_meta);
+    snprintf(ukey, sizeof ukey, STORE_KEYS_PREFIX "{G=%s}:%s", group, STORE_KEY_GROUP_users);
+    redisContext *c = ic_redis_for(&sr, key, rep);
+    /* the limit and the users' entries (one slot) before the segments, as ic_check does: an
+     * entry goes only after its order has ended */
+    lim = c ? redisCommand(c, "HGET %s limit", key) : NULL;
+    entries = c ? redisCommand(c, "HGETALL %s", ukey) : NULL;
+    if (!lim || !entries || entries->type != REDIS_REPLY_ARRAY ||
+        (lim->type != REDIS_REPLY_STRING && lim->type != REDIS_REPLY_NIL)) {
+        if (c)
+            ic_problem(rep, "read", "group %s: HGET/HGETALL failed: %s", group,
+                       c->err ? c->errstr : "bad reply");
+        goto out;
+    }
+    if (lim->type == REDIS_REPLY_NIL) { /* no such group (deleted): it caps nothing */
+        rc = 0;
+        goto out;
+    }
+    int ok = 1;
+    rep->found = 1;
+    rep->limit = ic_reply_ll(lim, &ok);
+    if (!ok || rep->limit < 1)
+        ic_problem(rep, "users", "group %s: limit %s is not a positive integer", group, lim->str);
+    for (int s = 0; s < nskus; s++) {
+        ic_sku_key(key, sizeof key, &opt, skus[s], STORE_KEY_SKU_meta);
+        redisContext *mc = ic_redis_for(&sr, key, rep);
+        redisReply *m = mc ? redisCommand(mc, "HMGET %s segments hwm", key) : NULL;
+        int segs = 0, hwm = 0, sok = 1;
+        if (m && m->type == REDIS_REPLY_ARRAY && m->elements == 2) {
+            segs = m->element[0]->type == REDIS_REPLY_STRING ? (int)ic_reply_ll(m->element[0], &sok)
+                                                             : 0;
+            hwm = m->element[1]->type == REDIS_REPLY_STRING ? (int)ic_reply_ll(m->element[1], &sok)
+                                                            : 0;
+        }
+        freeReplyObject(m);
+        if (!mc)
+            goto out;
+        segs = hwm > segs ? hwm : segs;
+        for (int k = 0; k < segs && k < IC_MAX_SEGMENTS; k++) {
+            ic_seg_key(key, sizeof key, &opt, skus[s], k, STORE_KEY_SEG_orders);
+            redisContext *sc = ic_redis_for(&sr, key, rep);
+            redisReply *h = sc ? redisCommand(sc, "HGETALL %s", key) : NULL;
+            if (!h || h->type != REDIS_REPLY_ARRAY) {
+                if (sc)
+                    ic_problem(rep, "read", "HGETALL %s failed", key);
+                freeReplyObject(h);
+                goto out;
+            }
+            for (size_t i = 0; i + 1 < h->elements; i += 2) {
+                const redisReply *v = h->element[i + 1];
+                json_t *o =
+                    v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+                const char *st = json_string_value(json_object_get(o, "status"));
+                const char *user = json_string_value(json_object_get(o, "user_id"));
+                json_t *units = json_object_get(json_object_get(o, "grp"), group);
+                int live = st && (strcmp(st, "created") == 0 || strcmp(st, "reserved") == 0 ||
+                                  strcmp(st, "confirmed") == 0);
+                if (live && user && json_is_integer(units) && !json_object_get(o, "part_of"))
+                    ic_note_user(rep, user, h->element[i]->str, json_integer_value(units));
+                json_decref(o);
+            }
+            freeReplyObject(h);
+        }
+    }
+    /* no user over the group's limit, and every live order counted in the user's entries */
+    for (int i = 0; i < rep->nusers; i++) {
+        const struct ic_user *u = &rep->users[i];
+        if (u->units > rep->limit)
+            ic_problem(rep, "users",
+                       "group %s: user %s holds %lld units in live orders, over "
+                       "the limit %lld",
+                       group, u->user, u->units, rep->limit);
+        rep->max_user_units = u->units > rep->max_user_units ? u->units : rep->max_user_units;
+        const redisReply *v = ic_hfield(entries, u->user);
+        json_t *e = v && v->type == REDIS_REPLY_STRING ? json_loadb(v->str, v->len, 0, NULL) : NULL;
+        for (int j = 0; j < u->nhex; j++)
+            if (!json_object_get(e, u->hex[j]))
+                ic_problem(rep, "users",
+                           "group %s: user %s: live order %s... not in the group's entries", group,
+                           u->user, u->hex[j]);
+        json_decref(e);
+    }
+    if (rep->users_overflow)
+        ic_problem(rep, "users", "group %s: more than %d users: not all checked", group,
+                   IC_MAX_USERS);
+    rc = 0;
+out:
+    freeReplyObject(lim);
+    freeReplyObject(entries);
+    ic_redis_close(&sr);
+    return rc;
 }

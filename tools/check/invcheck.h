@@ -127,6 +127,19 @@ int ic_check(const char *redis_url, const char *sku, const ic_options *opt, ic_r
 long long ic_wait_drained(const char *redis_url, const char *sku, const ic_options *opt,
                           int timeout_ms);
 
+/*
+ * SPEC §8 for a limit group (SPEC §17; docs/design.md "Limit groups"): reads the group's limit
+ * (inv:2:{G=<group>}:meta) and its users' entries (:users), then every order record of the
+ * SKUs skus[0..nskus) (segments [0, max(segments, hwm))), and checks that no user holds more
+ * units than the limit in live orders (created, reserved, confirmed) whose record's "grp" names
+ * the group (a primary's, never a part's), and that each such order is in its user's entries of
+ * the group. Fills rep's ok, found (the group exists: a deleted group caps nothing and is not
+ * checked), limit, users, max_user_units and problems. 0 when the checks could run, -1 when
+ * Redis could not be read.
+ */
+int ic_check_group(const char *redis_url, const char *group, const char *const *skus, int nskus,
+                   ic_report *rep);
+
 /* Writes the report (totals, then the problems) to stderr, prefixed with what. */
 void ic_report_print(const char *what, const ic_report *rep);
 

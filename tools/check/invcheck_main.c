@@ -5,6 +5,9 @@
  *
  *   inventory-check --redis URL --sku S [--quiescent [--drain-s N]] [--live] [--skip-users]
  *                   [--key-schema 1|2] [--retry-s N] [--pretty]
+ *   inventory-check --redis URL --group G --sku S [--sku S2 ...] [--retry-s N] [--pretty]
+ *       (a limit group, SPEC §17: no user over its limit in the live orders of those SKUs,
+ *       ic_check_group)
  *
  * Exit status: 0 every check passed, 1 a check failed (or there is no such SKU), 2 bad usage,
  * 3 Redis could not be read (for --retry-s seconds: a Redis Cluster's failover settling).
@@ -21,7 +24,9 @@ static void usage(FILE *f)
     fputs("usage: inventory-check --redis URL --sku S [options]\n"
           "  --redis URL       redis://[[user]:password@]host:port[/db], or\n"
           "                    redis-cluster://host:port[,host:port...] (any nodes: seeds)\n"
-          "  --sku S           the SKU to check\n"
+          "  --sku S           the SKU to check (with --group: one of its SKUs; repeat it)\n"
+          "  --group G         check limit group G across the --sku SKUs instead (SPEC §17: no\n"
+          "                    user over its limit); the report is the group's\n"
           "  --quiescent       also: no follow queued, no intent of a multi-segment order left\n"
           "  --drain-s N       with --quiescent: first wait up to N s for the sweepers to drain\n"
           "                    them (0)\n"
@@ -46,7 +51,9 @@ static long whole(const char *text, long lo, long hi)
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *sku = NULL;
+    const char *url = NULL, *sku = NULL, *group = NULL;
+    const char *skus[64];
+    int nskus = 0;
     ic_options opt = {0};
     long drain_s = 0, retry_s = 5;
     int pretty = 0;
@@ -56,6 +63,10 @@ int main(int argc, char **argv)
             url = argv[++i];
         } else if (strcmp(a, "--sku") == 0 && v) {
             sku = argv[++i];
+            if (nskus < 64)
+                skus[nskus++] = sku;
+        } else if (strcmp(a, "--group") == 0 && v) {
+            group = argv[++i];
         } else if (strcmp(a, "--quiescent") == 0) {
             opt.quiescent = 1;
         } else if (strcmp(a, "--live") == 0) {
@@ -88,7 +99,7 @@ int main(int argc, char **argv)
         fputs("inventory-check: --live and --quiescent exclude each other\n", stderr);
         return 2;
     }
-    if (opt.quiescent && drain_s > 0)
+    if (opt.quiescent && drain_s > 0 && !group)
         ic_wait_drained(url, sku, &opt, (int)drain_s * 1000);
     ic_report *rep = malloc(sizeof *rep);
     if (rep == NULL) {
@@ -101,14 +112,16 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc;
     for (;;) {
-        rc = ic_check(url, sku, &opt, rep);
+        rc = group ? ic_check_group(url, group, skus, nskus, rep) : ic_check(url, sku, &opt, rep);
         clock_gettime(CLOCK_MONOTONIC, &t);
         if (rc == 0 || t.tv_sec - t0.tv_sec >= retry_s)
             break;
         struct timespec nap = {0, 200 * 1000 * 1000};
         nanosleep(&nap, NULL);
     }
-    json_t *j = ic_report_json(sku, rep);
+    json_t *j = ic_report_json(group ? group : sku, rep);
+    if (j && group) /* a group that does not exist caps nothing: nothing to fail */
+        json_object_set_new(j, "group", json_string(group));
     char *text = j ? json_dumps(j, pretty ? JSON_INDENT(2) : JSON_COMPACT) : NULL;
     if (text == NULL) {
         fputs("inventory-check: out of memory\n", stderr);

@@ -51,6 +51,8 @@ static void row_key(const struct row *r, char *buf, size_t len)
         snprintf(buf, len, STORE_KEYS_PREFIX "{S}:%s", r->name);
     else if (r->scope == STORE_KEYS_USER)
         snprintf(buf, len, STORE_KEYS_PREFIX "{@U}:%s", r->name);
+    else if (r->scope == STORE_KEYS_GROUP)
+        snprintf(buf, len, STORE_KEYS_PREFIX "{G=G}:%s", r->name);
     else
         snprintf(buf, len, STORE_KEYS_PREFIX "{S" STORE_KEYS_SEG_SEP "k}:%s", r->name);
 }
@@ -182,6 +184,10 @@ static void test_store_builds_the_table(void **state)
             store_user_key(ugot, "U", rows[i].name);
             snprintf(want, sizeof want, STORE_KEYS_PREFIX "{@U}:%s", rows[i].name);
             assert_string_equal(ugot, want);
+        } else if (rows[i].scope == STORE_KEYS_GROUP) {
+            store_group_key(got, "G", rows[i].name);
+            snprintf(want, sizeof want, STORE_KEYS_PREFIX "{G=G}:%s", rows[i].name);
+            assert_string_equal(got, want);
         } else if (rows[i].scope == STORE_KEYS_GLOBAL) {
             snprintf(want, sizeof want, STORE_KEYS_PREFIX "%s", rows[i].name);
             if (strcmp(want, store_registry_key()) != 0 && strcmp(want, store_holds_key()) != 0)

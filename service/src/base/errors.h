@@ -42,12 +42,15 @@ enum error_code {
     ERROR_NO_WAITING_ROOM,     /* 409 no_waiting_room: the SKU's queue_rate is 0 */
     ERROR_DUPLICATE_SKU,       /* 422 duplicate_sku: a cart names a SKU twice (SPEC §17) */
     ERROR_ITEMS_AND_SKU,       /* 422 items_and_sku: an order body with both items and sku */
+    ERROR_UNKNOWN_GROUP,       /* 422 unknown_group: a limit_group no PUT of a group made */
 
-    ERROR_POW_REQUIRED,           /* 403 pow_required: the join needs a proof of work */
-    ERROR_POW_INVALID,            /* 403 pow_invalid: not a solved challenge for this user/SKU */
-    ERROR_POW_EXPIRED,            /* 403 pow_expired: the challenge is older than 120 s */
-    ERROR_BODY_TOO_LARGE,         /* 413 body_too_large */
-    ERROR_HEADERS_TOO_LARGE,      /* 431 headers_too_large: the request head */
+    ERROR_POW_REQUIRED,       /* 403 pow_required: the join needs a proof of work */
+    ERROR_POW_INVALID,        /* 403 pow_invalid: not a solved challenge for this user/SKU */
+    ERROR_POW_EXPIRED,        /* 403 pow_expired: the challenge is older than 120 s */
+    ERROR_EXTEND_NOT_ALLOWED, /* 409 extend_not_allowed: the SKU's hold_extend_s is 0 */
+    ERROR_EXTEND_LIMIT,       /* 409 extend_limit: the hold was extended hold_extend_max times */
+    ERROR_BODY_TOO_LARGE,     /* 413 body_too_large */
+    ERROR_HEADERS_TOO_LARGE,  /* 431 headers_too_large: the request head */
     ERROR_UNSUPPORTED_MEDIA_TYPE, /* 415 unsupported_media_type */
     ERROR_RATE_LIMITED,           /* 429 rate_limited (send Retry-After) */
     ERROR_INTERNAL,               /* 500 internal */

@@ -53,6 +53,7 @@ static atomic_ullong m_multi_orders, m_multi_parts;
 enum { HOLD_CONFIRMED, HOLD_EXPIRED, HOLD_CANCELLED, HOLD_EVENTS };
 static const char *const hold_labels[HOLD_EVENTS] = {"confirmed", "expired", "cancelled"};
 static atomic_ullong m_holds[HOLD_EVENTS];
+static atomic_ullong m_hold_extensions;
 static atomic_ullong m_part_follows;
 static atomic_ullong m_multi_healed[2]; /* back, forward */
 static struct hist m_lock_hist;
@@ -130,6 +131,11 @@ void metrics_hold_confirmed(void)
 void metrics_hold_cancelled(void)
 {
     inc(&m_holds[HOLD_CANCELLED]);
+}
+
+void metrics_hold_extended(void)
+{
+    inc(&m_hold_extensions);
 }
 
 void metrics_part_follows(long long n)
@@ -466,14 +472,15 @@ char *metrics_render(metrics_label_fn route_label)
           f);
     for (int i = 0; i < HOLD_EVENTS; i++)
         fprintf(f, "inventory_holds_total{event=\"%s\"} %llu\n", hold_labels[i], get(&m_holds[i]));
+    counter(f, "inventory_hold_extensions_total",
+            "Holds extended by this instance (extend.lua moved the expiry).", &m_hold_extensions);
     counter(f, "inventory_part_follows_total",
             "Parts of multi-segment orders that took their primary's change (cancelled, "
             "expired, confirmed), applied by this instance.",
             &m_part_follows);
     fputs("# HELP inventory_multi_healed_total Intents of multi-segment orders and carts cut off "
-          "while "
-          "being made, healed by this instance's sweeper: forward (the order was whole) or back "
-          "(its parts undone).\n"
+          "while being made, healed by this instance's sweeper: forward (the order was whole) or "
+          "back (its parts undone).\n"
           "# TYPE inventory_multi_healed_total counter\n",
           f);
     fprintf(f, "inventory_multi_healed_total{way=\"forward\"} %llu\n", get(&m_multi_healed[1]));
@@ -568,6 +575,7 @@ void metrics_reset(void)
     atomic_store(&m_multi_parts, 0);
     for (int i = 0; i < HOLD_EVENTS; i++)
         atomic_store(&m_holds[i], 0);
+    atomic_store(&m_hold_extensions, 0);
     atomic_store(&m_part_follows, 0);
     atomic_store(&m_multi_healed[0], 0);
     atomic_store(&m_multi_healed[1], 0);

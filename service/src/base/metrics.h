@@ -12,6 +12,7 @@
  *   inventory_orders_sale_window_fast_total     sale_not_started / sale_ended answered from the
  *                                               estimate of Redis's clock (rclock.h), no Redis
  *   inventory_holds_total{event="confirmed|expired|cancelled"}   holds that ended so
+ *   inventory_hold_extensions_total             holds extended (extend.lua moved the expiry)
  *   inventory_multi_segment_orders_total       orders served from several segments (SPEC §13)
  *   inventory_multi_segment_parts_total        their parts
  *   inventory_order_log_full_total              commits refused: the segment's order log was full
@@ -111,6 +112,10 @@ void metrics_sale_window_fast(void);
 void metrics_holds_expired(long long n);
 void metrics_hold_confirmed(void);
 void metrics_hold_cancelled(void);
+
+/* Counts one hold extended by this instance (POST /api/v1/orders/{id}/extend answered 200 after
+ * extend.lua moved its expiry). */
+void metrics_hold_extended(void);
 
 /* Counts n follows this instance applied (a multi-segment order's part took its primary's
  * change: part_follow.lua answered "done"), and one intent of a multi-segment order healed by

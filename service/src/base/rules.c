@@ -9,6 +9,12 @@
 #include "errors.h"
 #include "rules.h"
 
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "validate.h"
+
 #define MS_PER_DAY 86400000LL
 
 /* Days from 1970-01-01 to y-m-d (proleptic Gregorian; y >= 1). */
@@ -160,8 +166,9 @@ int rules_to_json(const struct sku_rules *r, json_t *obj)
     int rc = 0;
     for (int i = 0; i < RULES_N; i++) {
         int64_t v = rules_get(r, i);
-        json_t *j =
-            rules_rows[i].kind == RULES_KIND_TIME ? time_json(v) : json_integer((json_int_t)v);
+        json_t *j = rules_rows[i].kind == RULES_KIND_STR    ? json_string(rules_get_str(r, i))
+                    : rules_rows[i].kind == RULES_KIND_TIME ? time_json(v)
+                                                            : json_integer((json_int_t)v);
         rc |= json_object_set_new(obj, rules_rows[i].json, j);
     }
     return rc ? -1 : 0;
@@ -173,15 +180,22 @@ int rules_to_json(const struct sku_rules *r, json_t *obj)
 #define ROW_TIME_(id, json, jtext, deftext, meta, arg, judged, error, schema)                     \
     [RULES_I_##id] = {RULES_KIND_TIME, json, RULES_TIME_MIN, RULES_TIME_MAX, jtext, deftext,      \
                       meta, judged, error, schema},
+#define ROW_STR_(id, json, jtext, deftext, meta, arg, judged, error, schema)                      \
+    [RULES_I_##id] = {RULES_KIND_STR, json, 0, RULES_STR_MAX, jtext, deftext, meta, judged,       \
+                      error, schema},
 /* clang-format on */
-const struct rules_row rules_rows[RULES_N] = {RULES_TABLE(ROW_INT_, ROW_TIME_)};
+const struct rules_row rules_rows[RULES_N] = {RULES_TABLE(ROW_INT_, ROW_TIME_, ROW_STR_)};
 
+/* clang-format off */
 #define GET_(id, ...)                                                                              \
     case RULES_I_##id: return (int64_t)r->id;
+#define GET_NONE_(id, ...)                                                                         \
+    case RULES_I_##id: return 0;
+/* clang-format on */
 int64_t rules_get(const struct sku_rules *r, int i)
 {
     switch (i) {
-        RULES_TABLE(GET_, GET_)
+        RULES_TABLE(GET_, GET_, GET_NONE_)
     default: return 0;
     }
 }
@@ -194,8 +208,79 @@ int64_t rules_get(const struct sku_rules *r, int i)
     case RULES_I_##id: r->id = v; return;
 void rules_set(struct sku_rules *r, int i, int64_t v)
 {
+#define SET_NONE_(id, ...)                                                                         \
+    case RULES_I_##id: return;
     switch (i) {
-        RULES_TABLE(SET_INT_, SET_TIME_)
+        RULES_TABLE(SET_INT_, SET_TIME_, SET_NONE_)
     default: return;
     }
+}
+
+#define STR_GET_(id, ...)
+#define STR_GET_STR_(id, ...)                                                                      \
+    case RULES_I_##id: return r->id;
+const char *rules_get_str(const struct sku_rules *r, int i)
+{
+    switch (i) {
+        RULES_TABLE(STR_GET_, STR_GET_, STR_GET_STR_)
+    default: return NULL;
+    }
+}
+
+#define STR_SET_STR_(id, ...)                                                                      \
+    case RULES_I_##id: dst = r->id; break;
+void rules_set_str(struct sku_rules *r, int i, const char *s, size_t len)
+{
+    char *dst = NULL;
+    switch (i) {
+        RULES_TABLE(STR_GET_, STR_GET_, STR_SET_STR_)
+    default: return;
+    }
+    if (len > RULES_STR_MAX)
+        len = RULES_STR_MAX;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+}
+
+int rules_str_ok(const char *s, size_t len)
+{
+    return len == 0 || (len <= RULES_STR_MAX && validate_sku(s, len));
+}
+
+/* "$<field>" of each STR row, the others' field as it is (rules_script_field). */
+#define SF_INT_(id, json, lo, hi, jtext, deftext, meta, ...) [RULES_I_##id] = meta,
+#define SF_TIME_(id, json, jtext, deftext, meta, ...) [RULES_I_##id] = meta,
+#define SF_STR_(id, json, jtext, deftext, meta, ...) [RULES_I_##id] = "$" meta,
+static const char *const script_fields[RULES_N] = {RULES_TABLE(SF_INT_, SF_TIME_, SF_STR_)};
+
+const char *rules_script_field(int i)
+{
+    return i >= 0 && i < RULES_N ? script_fields[i] : "";
+}
+
+void rules_meta_text(const struct sku_rules *r, int i, char *out, size_t n)
+{
+    if (rules_rows[i].kind == RULES_KIND_STR)
+        snprintf(out, n, "%s", rules_get_str(r, i));
+    else
+        snprintf(out, n, "%" PRId64, rules_get(r, i));
+}
+
+void rules_set_meta_text(struct sku_rules *r, int i, const char *t, size_t len)
+{
+    if (rules_rows[i].kind == RULES_KIND_STR) {
+        rules_set_str(r, i, t, len);
+        return;
+    }
+    char buf[24];
+    long long v = 0;
+    if (len > 0 && len < sizeof(buf)) {
+        memcpy(buf, t, len);
+        buf[len] = '\0';
+        char *end;
+        v = strtoll(buf, &end, 10);
+        if (*end)
+            v = 0;
+    }
+    rules_set(r, i, v);
 }

@@ -38,10 +38,18 @@
 #define RULES_QUEUE_PCT_MAX 1000LL
 #define RULES_QUEUE_POW_MAX 28LL
 
+/* Most extensions of one hold (hold_extend_max; docs/design.md "Holds and their expiry"): a
+ * hold is a payment window, not a reservation that lives on by renewal. 0 in the rule is 3
+ * (store_scripts.h STORE_EXTEND_DEFAULT_MAX) when hold_extend_s is set. */
+#define RULES_EXTEND_MAX 100LL
+
 /* The instants a sale_start or sale_end may name, ms since the epoch:
  * 1970-01-01T00:00:00.001Z .. 9999-12-31T23:59:59.999Z (0 means "none"). */
 #define RULES_TIME_MIN 1LL
 #define RULES_TIME_MAX 253402300799999LL
+
+/* Longest STR rule value, bytes (a group name: the SKU name rules, VALIDATE_SKU_MAX). */
+#define RULES_STR_MAX 64
 
 #include "rules_table.h"
 
@@ -49,28 +57,31 @@
  * rows int64_t ms; 0: none), and their version. */
 #define RULES_MEMBER_INT_(id, ...) long long id;
 #define RULES_MEMBER_TIME_(id, ...) int64_t id;
+#define RULES_MEMBER_STR_(id, ...) char id[RULES_STR_MAX + 1];
 struct sku_rules {
-    RULES_TABLE(RULES_MEMBER_INT_, RULES_MEMBER_TIME_)
+    RULES_TABLE(RULES_MEMBER_INT_, RULES_MEMBER_TIME_, RULES_MEMBER_STR_)
     int64_t version; /* the rules' version (meta's rver): 0 none written yet */
 };
 #undef RULES_MEMBER_INT_
 #undef RULES_MEMBER_TIME_
+#undef RULES_MEMBER_STR_
 
 /* The rows' indexes (RULES_I_<id>) and their number, RULES_N. */
 #define RULES_INDEX_(id, ...) RULES_I_##id,
-enum rules_index { RULES_TABLE(RULES_INDEX_, RULES_INDEX_) RULES_N };
+enum rules_index { RULES_TABLE(RULES_INDEX_, RULES_INDEX_, RULES_INDEX_) RULES_N };
 #undef RULES_INDEX_
 
 /* A rule's bit in a set of rules (a PATCH's fields). */
 #define RULES_BIT(id) (1u << RULES_I_##id)
 
-enum rules_kind { RULES_KIND_INT, RULES_KIND_TIME };
+enum rules_kind { RULES_KIND_INT, RULES_KIND_TIME, RULES_KIND_STR };
 
 /* One row of rules_table.h as data (rules_rows[RULES_I_<id>]). */
 struct rules_row {
     enum rules_kind kind;
     const char *json;    /* the JSON member */
-    long long lo, hi;    /* its range (TIME: RULES_TIME_MIN..RULES_TIME_MAX; 0 is none) */
+    long long lo, hi;    /* its range (TIME: RULES_TIME_MIN..RULES_TIME_MAX; 0 is none; STR: its
+                            length, 0..RULES_STR_MAX) */
     const char *jtext;   /* docs/api.md's "JSON" cell */
     const char *deftext; /* docs/api.md's "default" cell */
     const char *meta;    /* the meta hash field */
@@ -80,11 +91,31 @@ struct rules_row {
 };
 extern const struct rules_row rules_rows[RULES_N];
 
-/* The value of row i of r (0 <= i < RULES_N). */
+/* The value of row i of r (0 <= i < RULES_N); 0 for a STR row (rules_get_str). */
 int64_t rules_get(const struct sku_rules *r, int i);
 
-/* Sets row i of r to v. */
+/* Sets row i of r to v (a STR row: nothing). */
 void rules_set(struct sku_rules *r, int i, int64_t v);
+
+/* The value of STR row i of r ("" none); NULL when row i is no STR row. */
+const char *rules_get_str(const struct sku_rules *r, int i);
+
+/* Sets STR row i of r to s[0..len) (cut to RULES_STR_MAX bytes); nothing for another row. */
+void rules_set_str(struct sku_rules *r, int i, const char *s, size_t len);
+
+/* Whether s[0..len) is a STR rule's value: "" (none), or a name by the SKU name rules of
+ * SPEC §5 (validate_sku). */
+int rules_str_ok(const char *s, size_t len);
+
+/* The name row i's meta field is handed to the scripts under: the field itself, "$<field>" for
+ * a STR row (layout_fields.lua, put_meta.lua and patch_rules.lua take that one as a string). */
+const char *rules_script_field(int i);
+
+/* Row i's value as the meta holds it, into out: a canonical integer, or a STR row's string. */
+void rules_meta_text(const struct sku_rules *r, int i, char *out, size_t n);
+
+/* Sets row i of r from its meta text t[0..len) (integer rows: a canonical integer, else 0). */
+void rules_set_meta_text(struct sku_rules *r, int i, const char *t, size_t len);
 
 /* Parses an RFC 3339 date-time, s[0..len) (need not be NUL-terminated):
  * "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)" ('T' and 'Z' in either case; the fraction
@@ -98,7 +129,8 @@ int rules_parse_time(const char *s, size_t len, int64_t *ms);
 void rules_format_time(int64_t ms, char out[32]);
 
 /* Sets obj's member of every rule (rules_rows' json): an INT row as an integer, a TIME row as a
- * rules_format_time string, or null when 0. 0, or -1 out of memory. */
+ * rules_format_time string, or null when 0, a STR row as its string ("" none). 0, or -1 out of
+ * memory. */
 int rules_to_json(const struct sku_rules *r, json_t *obj);
 
 #endif

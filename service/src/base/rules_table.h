@@ -11,7 +11,7 @@
  * numbers of store_scripts.h); and test_rules checks that docs/api.md's rule table and
  * docs/openapi.yaml's schemas say what the rows say.
  *
- * Two kinds of row; a user of RULES_TABLE passes one macro for each:
+ * Three kinds of row; a user of RULES_TABLE passes one macro for each:
  *
  *   INT(id, json, lo, hi, jtext, deftext, meta, arg, judged, error, schema)
  *       member `long long id`: a JSON integer lo..hi (absent: 0, none).
@@ -34,7 +34,7 @@
 #define INVENTORY_RULES_TABLE_H
 
 /* clang-format off */
-#define RULES_TABLE(INT, TIME)                                                                     \
+#define RULES_TABLE(INT, TIME, STR)                                                                \
     INT(limit_per_user, "limit_per_user", 0, RULES_LIMIT_MAX, "integer 0..10^6", "0 (none)",      \
         "limit", 0, "the commit (one Redis) or user_reserve.lua (the two-step path)",             \
         ERROR_LIMIT_EXCEEDED, "LimitPerUser")                                                      \
@@ -63,7 +63,17 @@
     INT(queue_paused, "queue_paused", 0, 1, "integer 0..1", "0", "q_paused", 0,                   \
         "the waiting room's admission", ERROR_NONE, "QueuePaused")                                 \
     INT(queue_pow_bits, "queue_pow_bits", 0, RULES_QUEUE_POW_MAX, "integer 0..28", "0 (none)",    \
-        "q_pow", 0, "the waiting room's join", ERROR_NONE, "QueuePowBits")
+        "q_pow", 0, "the waiting room's join", ERROR_NONE, "QueuePowBits")                      \
+    INT(hold_extend_s, "hold_extend_s", 0, RULES_TTL_MAX, "integer 0..2592000 (30 days)",         \
+        "0 (no extension)", "ext_s", 0, "an extension of a hold (extend.lua, from the meta)",      \
+        ERROR_NONE, "HoldExtendS")                                                                 \
+    INT(hold_extend_max, "hold_extend_max", 0, RULES_EXTEND_MAX, "integer 0..100",                \
+        "0 (3 when `hold_extend_s` > 0)", "ext_max", 0,                                            \
+        "an extension of a hold (extend.lua, from the meta)", ERROR_NONE, "HoldExtendMax")       \
+    STR(limit_group, "limit_group", "a group's name (the SKU name rules, at most 64 bytes) or \"\"", \
+        "\"\" (none)", "grp", 0,                                                                    \
+        "group_reserve.lua (the two-step path, before the walk)", ERROR_LIMIT_EXCEEDED,           \
+        "LimitGroup")
 /* clang-format on */
 
 #endif

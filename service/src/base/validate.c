@@ -486,9 +486,10 @@ done:
  * rules_table.h (a PATCH's: those alone), for the messages of numbers too large for jansson. */
 #define RULE_INT_FIELD_(id, json, lo, hi, ...) {json, lo, hi},
 #define RULE_NO_FIELD_(...)
-static const struct int_field sku_fields[] = {{"stock", 0, VALIDATE_STOCK_MAX},
-                                              {"segments", 1, VALIDATE_SEGMENTS_MAX},
-                                              RULES_TABLE(RULE_INT_FIELD_, RULE_NO_FIELD_)};
+static const struct int_field sku_fields[] = {
+    {"stock", 0, VALIDATE_STOCK_MAX},
+    {"segments", 1, VALIDATE_SEGMENTS_MAX},
+    RULES_TABLE(RULE_INT_FIELD_, RULE_NO_FIELD_, RULE_NO_FIELD_)};
 #define SKU_NFIELDS (sizeof(sku_fields) / sizeof(sku_fields[0]))
 
 /* Reads time field name of obj, if present, into *ms: an RFC 3339 string, or null (0). Sets
@@ -515,6 +516,27 @@ static int get_time(const json_t *obj, const char *name, unsigned bit, int64_t *
     return -1;
 }
 
+/* Reads STR rule i of obj, if present, into r: "" (none) or a name by the SKU name rules.
+ * Sets bit in *fields when present. 0, or -1 with *err filled. */
+static int get_rule_str(const json_t *obj, int i, struct sku_rules *r, unsigned *fields,
+                        struct validate_error *err)
+{
+    const char *name = rules_rows[i].json;
+    const json_t *v = json_object_get(obj, name);
+    if (!v)
+        return 0;
+    *fields |= 1u << i;
+    if (json_is_string(v) && rules_str_ok(json_string_value(v), json_string_length(v))) {
+        rules_set_str(r, i, json_string_value(v), json_string_length(v));
+        return 0;
+    }
+    char got[GOT_MAX + 8];
+    render(v, got, sizeof(got));
+    fail(err, ERROR_INVALID_REQUEST,
+         "%s: must be \"\" (none) or a string matching " SKU_RULE ", got %s", name, got);
+    return -1;
+}
+
 /* Reads an optional integer rule field f of obj into *v, setting bit in *fields when present. */
 static int get_rule_int(const json_t *obj, const struct int_field *f, unsigned bit, int64_t *v,
                         unsigned *fields, struct validate_error *err)
@@ -535,6 +557,11 @@ static int get_rules(const json_t *obj, struct sku_rules *r, unsigned *fields,
     for (int i = 0; i < RULES_N; i++) {
         const struct rules_row *row = &rules_rows[i];
         int64_t v = 0;
+        if (row->kind == RULES_KIND_STR) {
+            if (get_rule_str(obj, i, r, fields, err))
+                return -1;
+            continue;
+        }
         if (row->kind == RULES_KIND_TIME) {
             if (get_time(obj, row->json, 1u << i, &v, fields, err))
                 return -1;
@@ -599,6 +626,17 @@ int validate_patch_rules_body(const char *body, size_t len, struct validate_patc
     return rc;
 }
 
+int validate_group_body(const char *body, size_t len, int64_t *limit, struct validate_error *err)
+{
+    static const struct int_field f = {"limit_per_user", 1, RULES_LIMIT_MAX};
+    json_t *root = load_object(body, len, &f, 1, err);
+    if (!root)
+        return -1;
+    int rc = get_int(root, &f, true, 0, limit, err);
+    json_decref(root);
+    return rc;
+}
+
 int validate_restock_body(const char *body, size_t len, struct validate_restock *out,
                           struct validate_error *err)
 {
@@ -607,6 +645,20 @@ int validate_restock_body(const char *body, size_t len, struct validate_restock 
     if (!root)
         return -1;
     int rc = get_int(root, &quantity, true, 0, &out->quantity, err);
+    json_decref(root);
+    return rc;
+}
+
+int validate_extend_body(const char *body, size_t len, int64_t *seconds, struct validate_error *err)
+{
+    static const struct int_field secs = {"seconds", 1, RULES_TTL_MAX};
+    *seconds = 0;
+    if (!body || len == 0)
+        return 0;
+    json_t *root = load_object(body, len, &secs, 1, err);
+    if (!root)
+        return -1;
+    int rc = get_int(root, &secs, false, 0, seconds, err);
     json_decref(root);
     return rc;
 }

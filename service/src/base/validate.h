@@ -142,4 +142,14 @@ int validate_patch_rules_body(const char *body, size_t len, struct validate_patc
 int validate_restock_body(const char *body, size_t len, struct validate_restock *out,
                           struct validate_error *err);
 
+/* Parses the optional body of POST /api/v1/orders/{id}/extend, {"seconds": int 1..2592000}:
+ * returns 0 with *seconds the seconds asked (0 when there is no body, or no "seconds": the
+ * SKU's hold_extend_s), or -1 with *err filled (400 invalid_request: 0, negative, not an
+ * integer, above the longest hold; the SKU's own bound is extend.lua's). */
+int validate_extend_body(const char *body, size_t len, int64_t *seconds,
+                         struct validate_error *err);
+/* PUT /api/v1/groups/{group}'s body: {"limit_per_user": 1..RULES_LIMIT_MAX} (required; no other
+ * member is read). 0 with *limit, or -1 with *err filled. */
+int validate_group_body(const char *body, size_t len, int64_t *limit, struct validate_error *err);
+
 #endif

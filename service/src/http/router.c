@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "events.h"
+#include "group.h"
 #include "handlers.h"
 #include "identity.h"
 #include "log.h"
@@ -34,6 +35,8 @@ static const struct router_row rows[] = {
      .audit_action = "order_cancel", .audit_target = "order_id"},
     {HTTP_POST, "/api/v1/orders/{id}/confirm", ROUTER_CONFIRM | ROUTER_WRITES,
      .start = order_confirm_async, .audit_action = "order_confirm", .audit_target = "order_id"},
+    {HTTP_POST, "/api/v1/orders/{id}/extend", ROUTER_CONFIRM | ROUTER_WRITES,
+     .start = order_extend_async, .audit_action = "order_extend", .audit_target = "order_id"},
     {HTTP_GET, "/api/v1/skus", 0, .start = skulist_get_async},
     {HTTP_GET, "/api/v1/skus/{sku}", 0, .run = status_get_run, .start = status_get_async},
     {HTTP_PUT, "/api/v1/skus/{sku}", ROUTER_ADMIN | ROUTER_WRITES, .start = stock_put_async,
@@ -50,6 +53,12 @@ static const struct router_row rows[] = {
     {HTTP_GET, "/api/v1/skus/{sku}/queue/info", 0, .start = queue_info_async},
 
     {HTTP_GET, "/api/v1/skus/{sku}/queue/challenge", 0, .start = queue_challenge_get_async},
+    {HTTP_GET, "/api/v1/groups/{group}", ROUTER_ADMIN, .start = group_get_async,
+     .audit_action = "group_get", .audit_target = "group"},
+    {HTTP_PUT, "/api/v1/groups/{group}", ROUTER_ADMIN | ROUTER_WRITES, .start = group_put_async,
+     .audit_action = "group_put", .audit_target = "group"},
+    {HTTP_DELETE, "/api/v1/groups/{group}", ROUTER_ADMIN | ROUTER_WRITES,
+     .start = group_delete_async, .audit_action = "group_delete", .audit_target = "group"},
 };
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
 _Static_assert(NROWS < ROUTER_LABEL_OTHER, "a row's index is its metrics label, below OTHER");

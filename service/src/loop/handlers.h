@@ -22,8 +22,10 @@
 
  *   queue_pow.c   queue_challenge_get_async (queue_pow.h)
  *   skulist.c     skulist_get_async
+ *   group.c       group_put_async, group_get_async, group_delete_async (group.h)
  *   order_fsm.c   order_create_async
- *   order.c       order_get_async, order_cancel_async, order_confirm_async
+ *   order.c       order_get_async, order_cancel_async, order_confirm_async,
+ *                 order_extend_async
  */
 #ifndef INVENTORY_HANDLERS_H
 #define INVENTORY_HANDLERS_H
@@ -76,5 +78,7 @@ void order_get_async(struct areq *ar);
 /* DELETE /api/v1/orders/{id} (admin): cancel, units go back to stock. */
 void order_cancel_async(struct areq *ar);
 void order_confirm_async(struct areq *ar);
+/* POST /api/v1/orders/{id}/extend (admin or confirm token): a hold's expiry moved later. */
+void order_extend_async(struct areq *ar);
 
 #endif

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_io.h"
 #include "skucache.h"
 #include "order_status.h"
 #include "store.h"
@@ -109,6 +110,9 @@ static void get_answer(lc_status st, const redisReply *r, struct response *res)
     }
 }
 
+/* What a by_id request does to the order. */
+enum by_id_op { BY_ID_GET, BY_ID_CANCEL, BY_ID_CONFIRM, BY_ID_EXTEND };
+
 /* The keys of an order id's segment; 0, or -1 when id is not an order id. */
 struct by_id {
     struct areq *ar;
@@ -116,10 +120,16 @@ struct by_id {
     char id[ORDER_ID_MAX + 1];
     int k;
     struct seg_keys sk;
-    int confirm;                                           /* confirm (1) or cancel (0) */
+    enum by_id_op op;
+    int64_t seconds;                                       /* an extension's ("0": the rule's) */
+    int rules_reads;                                       /* an extension's meta reads */
     char give[IDS_ORDER_HEX + VALIDATE_PRINTABLE_MAX + 1]; /* the give-back ("": none) */
     char **follows; /* a multi-segment order's follows "<part id>|<status>" to apply */
     int nfollows;
+    /* its limit groups' give-backs (ggive members "<hex><user>\x1f<group>"), applied one by
+     * one after the SKU's (docs/design.md "Limit groups") */
+    char *ggive[LIMIT_GROUPS_MAX];
+    int nggive, ggiven;
 };
 
 static int by_id_parse(const struct request *req, struct by_id *b)
@@ -215,14 +225,27 @@ static void note_follows(struct by_id *b, const json_t *order)
     }
 }
 
-/* Notes the give-back of the order whose record (parsed: order, may be NULL) ended. */
+/* Notes the give-back of the order whose record (parsed: order, may be NULL) ended, and of
+ * each limit group its record names ("grp"; the same members hold_end.lua queued). */
 static void note_give(struct by_id *b, const json_t *order)
 {
     b->give[0] = '\0';
     const char *user = json_string_value(json_object_get(order, "user_id"));
     if (user && strlen(b->id) > IDS_ORDER_HEX)
         snprintf(b->give, sizeof(b->give), "%.*s%s", IDS_ORDER_HEX, b->id, user);
+    const char *g;
+    json_t *v;
+    json_object_foreach(json_object_get(order, "grp"), g, v)
+    {
+        if (!b->give[0] || b->nggive >= LIMIT_GROUPS_MAX)
+            break;
+        size_t n = strlen(b->give) + strlen(g) + 2;
+        if ((b->ggive[b->nggive] = malloc(n)))
+            snprintf(b->ggive[b->nggive++], n, "%s\x1f%s", b->give, g);
+    }
 }
+
+static int extend_answer(struct by_id *b, long long code, const redisReply *r, json_t *order);
 
 /* The answer from the script's reply {code[, record[, 1 when it expired the hold now]]}; 1
  * when it wrote (a WAIT is due). */
@@ -234,13 +257,17 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
         /* The script is one atomic step that checks before it writes: an error reply changed
          * nothing; a lost reply (LC_EIO) or an odd one may follow a change that was made. */
         if (st == LC_OK || st == LC_EIO)
-            response_outcome_unknown(res, b->confirm
-                                              ? "the stock store failed after the confirm "
-                                                "reached it: it may be applied; confirm again "
-                                                "or GET the order"
-                                              : "the stock store failed after the cancel reached "
-                                                "it: it may be applied; GET the order, or cancel "
-                                                "again (409 already_cancelled once it is)");
+            response_outcome_unknown(
+                res, b->op == BY_ID_CONFIRM  ? "the stock store failed after the confirm "
+                                               "reached it: it may be applied; confirm again "
+                                               "or GET the order"
+                     : b->op == BY_ID_EXTEND ? "the stock store failed after the extension "
+                                               "reached it: it may be applied; GET the order "
+                                               "(its expires_at and extensions) before "
+                                               "extending again"
+                                             : "the stock store failed after the cancel reached "
+                                               "it: it may be applied; GET the order, or cancel "
+                                               "again (409 already_cancelled once it is)");
         else
             response_error(res, ERROR_UNAVAILABLE, "the stock store is unavailable, retry later");
         return 0;
@@ -255,7 +282,9 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
     note_follows(b, order);
     order_answer_parts(order);
     int wrote = 0;
-    if (!b->confirm) {
+    if (b->op == BY_ID_EXTEND) {
+        wrote = extend_answer(b, code, r, order);
+    } else if (b->op == BY_ID_CANCEL) {
         switch (code) {
         case STORE_CANCEL_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); break;
         case STORE_CANCEL_ALREADY:
@@ -310,6 +339,8 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
 static void end_done(struct by_id *b)
 {
     areq_done(b->ar);
+    for (int i = 0; i < b->nggive; i++)
+        free(b->ggive[i]);
     for (int i = 0; i < b->nfollows; i++)
         free(b->follows[i]);
     free(b->follows);
@@ -336,8 +367,16 @@ static void end_follow(struct by_id *b)
 
 static void on_given(void *arg, int ok)
 {
-    (void)ok; /* logged by giveback_async; the sweeper applies it later */
-    end_follow(arg);
+    (void)ok; /* logged by giveback_async / ggive_async; the sweeper applies it later */
+    struct by_id *b = arg;
+    if (b->ggiven < b->nggive) { /* the next limit group's */
+        const char *members[1] = {b->ggive[b->ggiven++]};
+        ggive_async(b->ar->app->store, b->ar->lc, b->ar, b->sku, b->k, members, 1,
+                    b->ar->app->cfg.redis_replica_acks, b->ar->app->cfg.redis_timeout_ms, on_given,
+                    b);
+        return;
+    }
+    end_follow(b);
 }
 
 /* The give-back, when the order ended now; then the follows. */
@@ -360,18 +399,24 @@ static void on_end_acked(lc_status st, const redisReply *r, const char *errstr, 
     long long got = store_reply_acks(st, r);
     areq_log_begin(b->ar);
     if (got < want) {
-        log_msg(CONFIG_LOG_WARN,
-                b->confirm ? "confirm_replica_ack_missing" : "cancel_replica_ack_missing",
-                "order %s: %s, but on %lld of %d replicas (%s)", b->id,
-                b->confirm ? "changed by a confirm" : "cancelled", got < 0 ? 0 : got, want,
+        static const char *const what[][3] = {
+            [BY_ID_CANCEL] = {"cancel_replica_ack_missing", "cancelled",
+                              "the cancel was applied but may not survive a failover of the "
+                              "stock store: cancel again (409 already_cancelled if it held) or "
+                              "GET the order"},
+            [BY_ID_CONFIRM] = {"confirm_replica_ack_missing", "changed by a confirm",
+                               "the confirm was applied but may not survive a failover of the "
+                               "stock store: confirm again or GET the order"},
+            [BY_ID_EXTEND] = {"extend_replica_ack_missing", "changed by an extension",
+                              "the extension was applied but may not survive a failover of the "
+                              "stock store: GET the order (its expires_at and extensions) "
+                              "before extending again"},
+        };
+        log_msg(CONFIG_LOG_WARN, what[b->op][0], "order %s: %s, but on %lld of %d replicas (%s)",
+                b->id, what[b->op][1], got < 0 ? 0 : got, want,
                 st == LC_OK ? "WAIT timed out" : errstr);
         response_free(&b->ar->res);
-        response_outcome_unknown(
-            &b->ar->res, b->confirm ? "the confirm was applied but may not survive a failover "
-                                      "of the stock store: confirm again or GET the order"
-                                    : "the cancel was applied but may not survive a failover "
-                                      "of the stock store: cancel again (409 already_cancelled "
-                                      "if it held) or GET the order");
+        response_outcome_unknown(&b->ar->res, what[b->op][2]);
     }
     areq_log_end();
     end_give(b);
@@ -396,7 +441,7 @@ static void on_end_reply(lc_status st, const redisReply *r, const char *errstr, 
     end_give(b);
 }
 
-static void order_end_async(struct areq *ar, int confirm)
+static void order_end_async(struct areq *ar, enum by_id_op op)
 {
     struct by_id *b = calloc(1, sizeof(*b));
     if (!b || by_id_parse(&ar->req, b) != 0) {
@@ -409,20 +454,192 @@ static void order_end_async(struct areq *ar, int confirm)
         return;
     }
     b->ar = ar;
-    b->confirm = confirm;
+    b->op = op;
     const char *keys[8] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due,
                            b->sk.give,  b->sk.log, b->sk.sver,   b->sk.follow};
     const char *args[2] = {b->id, ar->app->cfg.order_log ? "1" : "0"};
-    store_script_async(ar->app->store, ar->lc, ar, confirm ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 8,
-                       keys, 2, args, on_end_reply, b);
+    store_script_async(ar->app->store, ar->lc, ar,
+                       op == BY_ID_CONFIRM ? SCRIPT_CONFIRM : SCRIPT_CANCEL, 8, keys, 2, args,
+                       on_end_reply, b);
 }
 
 void order_cancel_async(struct areq *ar)
 {
-    order_end_async(ar, 0);
+    order_end_async(ar, BY_ID_CANCEL);
 }
 
 void order_confirm_async(struct areq *ar)
 {
-    order_end_async(ar, 1);
+    order_end_async(ar, BY_ID_CONFIRM);
+}
+
+/*
+ * Extend (POST /api/v1/orders/{id}/extend, docs/design.md "Holds and their expiry"): one
+ * script on the order's segment (lua/extend.lua) that checks the status, the SKU's limits and
+ * the due time and moves the expiry, or expires a hold found due (then its give-back and
+ * follows as a confirm's); then, with --redis-replica-acks N, the WAIT of on_end_reply. On one
+ * Redis the script reads the limits from the SKU's meta itself; on a Redis Cluster the meta is
+ * another slot, so they are read first (HMGET) and go to the script with the meta's rules
+ * version, which the segment refuses when a PATCH pushed a newer one meanwhile (STORE_EXTEND_
+ * RULES: read again, at most EXTEND_RULES_READS times).
+ */
+#define EXTEND_RULES_READS 3
+
+static void extend_run(struct by_id *b, const char *ext_s, const char *ext_max, const char *rver);
+
+/* The answer of an extension from extend.lua's reply (code, the record parsed: order); 1 when
+ * it wrote (a WAIT is due). */
+static int extend_answer(struct by_id *b, long long code, const redisReply *r, json_t *order)
+{
+    struct response *res = &b->ar->res;
+    long long n =
+        r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER   ? r->element[2]->integer
+        : r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER ? r->element[1]->integer
+                                                                        : 0;
+    char msg[160];
+    switch (code) {
+    case STORE_EXTEND_DONE:
+        metrics_hold_extended();
+        response_json(res, 200, order ? json_incref(order) : json_object());
+        return 1;
+    case STORE_EXTEND_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); return 0;
+    case STORE_EXTEND_CANCELLED:
+        response_error(res, ERROR_ALREADY_CANCELLED, "the order was cancelled");
+        return 0;
+    case STORE_EXTEND_EXPIRED:
+        response_error(res, ERROR_RESERVATION_EXPIRED,
+                       "the hold expired before it was extended: its units are back in stock");
+        if (r->elements > 2 && n == 1) {
+            note_give(b, order); /* expired by this very call: its give-back, then follows */
+            return 1;
+        }
+        return 0;
+    case STORE_EXTEND_OFF: response_error(res, ERROR_EXTEND_NOT_ALLOWED, NULL); return 0;
+    case STORE_EXTEND_LIMIT:
+        snprintf(msg, sizeof(msg),
+                 "the hold was extended %lld times already, the most its SKU "
+                 "allows (hold_extend_max)",
+                 n);
+        response_error(res, ERROR_EXTEND_LIMIT, msg);
+        return 0;
+    case STORE_EXTEND_TOO_LONG:
+        snprintf(msg, sizeof(msg),
+                 "seconds: must be at most the SKU's hold_extend_s, %lld, got "
+                 "%lld",
+                 n, (long long)b->seconds);
+        response_error(res, ERROR_INVALID_REQUEST, msg);
+        return 0;
+    default:
+        response_error(res, ERROR_NOT_RESERVED,
+                       "the order is not a live hold (confirmed, or never a hold): there is "
+                       "nothing to extend");
+        return 0;
+    }
+}
+
+/* The meta's limits (a Redis Cluster): HMGET ext_s ext_max rver. */
+static void on_extend_rules(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    (void)errstr;
+    struct by_id *b = arg;
+    char v[3][24];
+    for (int i = 0; i < 3; i++) {
+        const redisReply *e =
+            r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 ? r->element[i] : NULL;
+        if (st != LC_OK || !e || (e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_NIL) ||
+            (e->type == REDIS_REPLY_STRING && (e->len == 0 || e->len >= sizeof(v[i])))) {
+            metrics_redis_error();
+            response_error(&b->ar->res, ERROR_UNAVAILABLE,
+                           "the stock store is unavailable, retry later");
+            end_done(b);
+            return;
+        }
+        snprintf(v[i], sizeof(v[i]), "%.*s", e->type == REDIS_REPLY_STRING ? (int)e->len : 1,
+                 e->type == REDIS_REPLY_STRING ? e->str : "0");
+        /* the script compares them as numbers: only digits may reach it */
+        if (strspn(v[i], "0123456789") != strlen(v[i])) {
+            response_error(&b->ar->res, ERROR_INTERNAL, "the SKU's rules are damaged");
+            end_done(b);
+            return;
+        }
+    }
+    extend_run(b, v[0], v[1], v[2]);
+}
+
+static void extend_read_rules(struct by_id *b)
+{
+    char meta[STORE_KEY_MAX];
+    store_sku_key(meta, b->sku, "meta");
+    b->rules_reads++;
+    const char *argv[5] = {"HMGET", meta, "ext_s", "ext_max", RULES_F_VERSION};
+    store_command_async(b->ar->lc, b->ar, 5, argv, on_extend_rules, b);
+}
+
+/* extend.lua's reply: a Redis Cluster's STORE_EXTEND_RULES reads the meta again; any other
+ * goes on as a confirm's. */
+static void on_extend_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct by_id *b = arg;
+    if (st == LC_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[0]->integer == STORE_EXTEND_RULES) {
+        if (b->rules_reads < EXTEND_RULES_READS) {
+            extend_read_rules(b);
+            return;
+        }
+        response_error(&b->ar->res, ERROR_UNAVAILABLE,
+                       "the SKU's rules changed while the extension was made: retry");
+        end_done(b);
+        return;
+    }
+    on_end_reply(st, r, errstr, b);
+}
+
+/* extend.lua: ext_s, ext_max and rver NULL on one Redis (the script reads the meta). */
+static void extend_run(struct by_id *b, const char *ext_s, const char *ext_max, const char *rver)
+{
+    struct areq *ar = b->ar;
+    char meta[STORE_KEY_MAX], secs[24], member[STORE_KEY_MAX];
+    store_sku_key(meta, b->sku, "meta");
+    snprintf(secs, sizeof(secs), "%" PRId64, b->seconds);
+    snprintf(member, sizeof(member), "%s/%d", b->sku, b->k);
+    const char *keys[11] = {b->sk.stock, b->sk.cnt, b->sk.orders,     b->sk.due,
+                            b->sk.give,  b->sk.log, b->sk.sver,       b->sk.follow,
+                            b->sk.rver,  meta,      store_holds_key()};
+    const char *args[7] = {b->id,
+                           ar->app->cfg.order_log ? "1" : "0",
+                           secs,
+                           ext_s ? ext_s : "",
+                           ext_max ? ext_max : "",
+                           rver ? rver : "",
+                           member};
+    store_script_async(ar->app->store, ar->lc, ar, SCRIPT_EXTEND, ext_s ? 9 : 11, keys, 7, args,
+                       on_extend_reply, b);
+}
+
+void order_extend_async(struct areq *ar)
+{
+    struct by_id *b = calloc(1, sizeof(*b));
+    struct validate_error verr;
+    if (!b || by_id_parse(&ar->req, b) != 0) {
+        if (b)
+            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
+        else
+            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        free(b);
+        areq_done(ar);
+        return;
+    }
+    if (validate_extend_body(ar->req.body, ar->req.body_len, &b->seconds, &verr) != 0) {
+        response_error(&ar->res, verr.code, verr.message);
+        free(b);
+        areq_done(ar);
+        return;
+    }
+    b->ar = ar;
+    b->op = BY_ID_EXTEND;
+    if (config_redis_cluster(&ar->app->cfg))
+        extend_read_rules(b);
+    else
+        extend_run(b, NULL, NULL, NULL);
 }

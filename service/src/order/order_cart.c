@@ -6,7 +6,9 @@
  * limit (the reservation path) run as for an order of one SKU; then, instead of walking, it
  * reads its segments' stock and hands itself to the cart (OS_CART). The cart then:
  *
- *   CT_ITEMS    every item's order runs up to its hand-over (or answers: the cart's refusal)
+ *   CT_ITEMS    every item's order runs up to its hand-over (or answers: the cart's refusal);
+ *               again for one item when its SKU turned out to be at another layout version
+ *               (replan: every lock dropped, its layout and stock re-read)
  *   CT_LOCK     each item's locks, one item after the other in sorted SKU order, each item's
  *               segments as a multi-segment order takes them (order_multi.c, multi_lock)
  *   CT_INTENT   cart_begin.lua on the home SKU's slot, then its WAIT
@@ -49,6 +51,7 @@
 #include "order_multi.h"
 #include "order_outcome.h"
 #include "order_status.h"
+#include "orderlog.h"
 #include "rules.h"
 #include "skucache.h"
 #include "store.h"
@@ -81,11 +84,12 @@ static const struct ctstate_row {
     [CT_IDLE] = {"idle", CTO(CT_ITEMS) | CTO(CT_SETTLE)},
     /* items_back: lock_next, or settle (an item refused, or a replay) */
     [CT_ITEMS] = {"items", CTO(CT_LOCK) | CTO(CT_SETTLE)},
-    /* lock_next: intent_begin; on_item_multi: settle (an item's locks failed) */
-    [CT_LOCK] = {"lock", CTO(CT_INTENT) | CTO(CT_SETTLE)},
+    /* lock_next: intent_begin; on_item_multi: settle (an item's locks failed), replan (an
+     * item's SKU at another layout version) */
+    [CT_LOCK] = {"lock", CTO(CT_INTENT) | CTO(CT_SETTLE) | CTO(CT_ITEMS)},
     /* on_intent_acked: hold; on_intent: end_intent (nothing made) */
-    /* ...; on_intent: settle (the home SKU's layout changed: nothing written) */
-    [CT_INTENT] = {"intent", CTO(CT_HOLD) | CTO(CT_END) | CTO(CT_SETTLE)},
+    /* ...; on_intent: replan, or settle (the home SKU's layout changed: nothing written) */
+    [CT_INTENT] = {"intent", CTO(CT_HOLD) | CTO(CT_END) | CTO(CT_SETTLE) | CTO(CT_ITEMS)},
     /* on_hold: parts_begin */
     [CT_HOLD] = {"hold", CTO(CT_PARTS)},
     /* parts_back: the primary, undo_begin (an item refused), end_intent (nothing made) */
@@ -131,10 +135,13 @@ struct cart {
     int sorted[VALIDATE_CART_MAX]; /* item indexes by SKU name */
     struct citem it[VALIDATE_CART_MAX];
     int pending;
-    int li;     /* the position in sorted of the item taking its locks */
-    int rounds; /* lock rounds made (CART_LOCK_ROUNDS at most) */
+    int li;       /* the position in sorted of the item taking its locks */
+    int rounds;   /* lock rounds made (CART_LOCK_ROUNDS at most) */
+    int used;     /* the items' own calls when they were last all handed over (items_back) */
+    int relocked; /* calls of the cart's steps and lock attempts before its last replan */
     enum order_outcome out;
-    int fail_idx; /* the item the cart's refusal is (-1: the cart's own) */
+    int fail_idx;                       /* the item the cart's refusal is (-1: the cart's own) */
+    char items[ORDERLOG_ITEMS_MAX + 1]; /* the primary's log entry's items text */
     int64_t ttl_s;
     int64_t deadline_ms;
     int budget; /* Redis calls the cart may still make */
@@ -284,9 +291,11 @@ static void items_back(struct cart *c)
         if (o->deadline_ms < c->deadline_ms || c->deadline_ms == 0)
             c->deadline_ms = o->deadline_ms;
     }
-    /* the cart's own calls: the intent, its WAIT, the HDEL */
-    c->calls = used;
-    c->budget = c->app->cfg.order_redis_call_budget - used - end - 3;
+    /* the cart's own calls: the intent, its WAIT, the HDEL; and what rounds before a replan
+     * spent */
+    c->used = used;
+    c->calls = used + c->relocked;
+    c->budget = c->app->cfg.order_redis_call_budget - used - end - 3 - c->relocked;
     if (c->budget < 0) {
         settle(c, OUT_OVER_BUDGET);
         return;
@@ -333,6 +342,34 @@ static struct multi *item_multi(struct cart *c, struct citem *ci)
 }
 
 static void intent_begin(struct cart *c);
+
+/* Item ci's SKU turned out to be at another layout version under its lock, or the home SKU at
+ * the intent (a PUT since this instance cached the layout; nothing written yet): every lock
+ * goes, the item re-reads its layout and stock (order_item_replan) and the cart takes its locks
+ * again from items_back, within the request's time and CART_LOCK_ROUNDS, as a one-SKU order
+ * re-reads a stale layout. Before, the cart answered 503 with the layout forgotten, so a PUT of
+ * one SKU mid-sale turned carts that could succeed into 503s. 0 when it cannot (the rounds or
+ * the time are up, the loop ending): the caller answers 503. */
+static int replan(struct cart *c, struct citem *ci)
+{
+    if (c->cancelled || c->rounds + 1 >= CART_LOCK_ROUNDS || clock_mono_ms() >= c->deadline_ms)
+        return 0;
+    c->rounds++;
+    int spent = c->calls - c->used;
+    for (int i = 0; i < c->n; i++) {
+        if (c->it[i].m) {
+            spent += multi_result(c->it[i].m)->calls;
+            multi_free(c->it[i].m); /* its locks go */
+            c->it[i].m = NULL;
+        }
+    }
+    c->relocked = spent;
+    ct_move(c, CT_ITEMS);
+    ci->ready = 0;
+    c->pending = 1;
+    order_item_replan(ci->o);
+    return 1;
+}
 
 static void lock_next(struct cart *c)
 {
@@ -405,7 +442,7 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
                 c->li = 0;
                 lock_next(c);
             }
-        } else {
+        } else if (!(r->reload && r->again && replan(c, ci))) {
             c->fail_idx = r->out == OUT_UNAVAILABLE || r->out == OUT_OVER_BUDGET ? -1 : ci->idx;
             if (r->reload)
                 skucache_forget(c->app->cache, ci->o->in.sku);
@@ -443,6 +480,8 @@ static void on_intent(lc_status st, const redisReply *r, const char *errstr, voi
     }
     long long d = store_reply_int(r->element[0], 0);
     if (d < 0) { /* the home SKU is at another layout: nothing written */
+        if (replan(c, &c->it[0]))
+            return;
         skucache_forget(c->app->cache, c->in.items[0].sku);
         cart_why(c, "the home SKU's layout changed: retry");
         settle(c, OUT_UNAVAILABLE);
@@ -546,8 +585,30 @@ static void parts_begin(struct cart *c)
     }
 }
 
-/* The primary's record: the home item's as a multi-segment primary's, with every item. NULL
- * when out of memory. */
+/* The order log's items text of the cart (orderlog.h): every part of every item of the record's
+ * items, in their order, as the scripts rebuild it from the record for its later entries
+ * (log.lua items_text). -1 when it does not fit ORDERLOG_ITEMS_MAX. */
+static int items_text(const json_t *items, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t i, j;
+    const json_t *it, *p;
+    json_array_foreach(items, i, it)
+    {
+        const char *sku = json_string_value(json_object_get(it, "sku"));
+        json_array_foreach(json_object_get(it, "parts"), j, p)
+        {
+            if (!sku || orderlog_items_add(
+                            buf, cap, sku, (int)json_integer_value(json_object_get(p, "segment")),
+                            (long long)json_integer_value(json_object_get(p, "quantity"))) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* The primary's record: the home item's as a multi-segment primary's, with every item, and its
+ * order log entry's items text in c->items. NULL when out of memory or the text does not fit. */
 static char *primary_record(struct cart *c)
 {
     struct order *h = c->it[0].o;
@@ -573,6 +634,11 @@ static char *primary_record(struct cart *c)
         "user_id", *user ? json_string(user) : json_null(), "created_at", created, "status",
         order_status_name(c->ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED), "parts",
         hparts ? hparts : json_array(), "items", items ? items : json_array());
+    if (j && items_text(json_object_get(j, "items"), c->items, sizeof c->items) != 0) {
+        cart_why(c, "the cart's parts pass the order log's items text (ORDERLOG_ITEMS_MAX)");
+        json_decref(j);
+        return NULL;
+    }
     char *rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return rec;
@@ -596,12 +662,13 @@ static void parts_back(struct cart *c)
     faultpoint("cart_parts");
     char *rec = primary_record(c);
     if (!rec) {
-        cart_why(c, "out of memory");
+        if (!c->why[0])
+            cart_why(c, "out of memory");
         undo_begin(c, OUT_UNAVAILABLE);
         return;
     }
     ct_move(c, CT_PRIMARY);
-    multi_cart_primary(c->it[0].m, rec);
+    multi_cart_primary(c->it[0].m, rec, c->items);
     free(rec);
 }
 
@@ -801,6 +868,12 @@ void order_cart_async(struct areq *ar)
         }
         if (!ci->o)
             break;
+        /* Another item claims only its ticket, but that claim carries the cart's key (as a
+         * one-SKU order's ticket claim carries its key): a retry with the key waits for it or
+         * replays the cart, where a claim carrying none refused the retry 409 ticket_used even
+         * when the first attempt sold nothing (docs/design.md "Carts (SPEC §17)"). */
+        if (i > 0 && req->idempotency_key)
+            ci->o->key = req->idempotency_key;
     }
     for (int i = 0; i < c->n; i++)
         if (!c->it[i].o) {

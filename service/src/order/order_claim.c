@@ -11,7 +11,7 @@
  * scripts and acts. Its Redis calls go through the order's I/O (order_io.h), which counts them
  * against the order's budget.
  *
- *   IDLE -> CLAIM <-> FETCH / FIND -> ADOPT / TAKEOVER / PAUSE
+ *   IDLE -> CLAIM <-> FETCH / FIND [-> PEEK [-> DECIDE]] -> ADOPT / TAKEOVER / PAUSE
  *             |  (owned)
  *             v
  *           WAIT (--redis-replica-acks) -> BACK (handed back: owned, or the answer)
@@ -45,6 +45,8 @@ enum cstate {
     CL_CLAIM,    /* [reply] the IDEM_CLAIM script: claimed for this request, or its answer */
     CL_FETCH,    /* [reply] HGET of the order a finished claim names (replay), then its WAITs */
     CL_FIND,     /* [batch] HGET of the key in every segment's idem hash (an expired claim) */
+    CL_PEEK,     /* [reply] HGET of the record the find found: gone, a cart's part, or an order */
+    CL_DECIDE,   /* [reply] part_undo.lua "primary" on the cart's primary a found part names */
     CL_ADOPT,    /* [reply] IDEM_TAKEOVER making the claim final with the order found */
     CL_TAKEOVER, /* [reply] IDEM_TAKEOVER taking the claim for this request */
     CL_PAUSE,    /* [timer] a claim still pending elsewhere: look again after a pause */
@@ -77,6 +79,7 @@ struct idem_claim {
     char seen[CLAIM_VALUE_MAX];   /* the claim's value as the reply gave it (a replay: the id) */
     char expect[CLAIM_VALUE_MAX]; /* the claim's value as stored: what a takeover compares */
     char found[ORDER_ID_MAX + 1]; /* the order an idem find batch found */
+    char cart[ORDER_ID_MAX + 1];  /* the cart (part_of) of the part the find found */
     int64_t give_up;
     int pause_ms; /* the next look at a claim pending elsewhere: 20 ms, doubling up to 160 */
 };
@@ -84,6 +87,8 @@ struct idem_claim {
 static void on_idem_claim(struct order *o, const struct oev *e);
 static void on_idem_fetch(struct order *o, const struct oev *e);
 static void on_idem_find(struct order *o, const struct oev *e);
+static void on_idem_peek(struct order *o, const struct oev *e);
+static void on_idem_decide(struct order *o, const struct oev *e);
 static void on_idem_adopt(struct order *o, const struct oev *e);
 static void on_idem_takeover(struct order *o, const struct oev *e);
 static void on_idem_pause(struct order *o, const struct oev *e);
@@ -109,8 +114,14 @@ static const struct cstate_row {
                       CTO(CL_BACK)},
     /* on_idem_fetch: the replay (back), or idem_takeover (the order is gone) */
     [CL_FETCH] = {"fetch", on_idem_fetch, 0, CTO(CL_TAKEOVER) | CTO(CL_BACK)},
-    /* on_idem_find: adopt the order found, or idem_takeover */
-    [CL_FIND] = {"find", on_idem_find, 0, CTO(CL_ADOPT) | CTO(CL_TAKEOVER) | CTO(CL_BACK)},
+    /* on_idem_find: idem_peek (found), idem_adopt (an id that is no order id), idem_takeover */
+    [CL_FIND] = {"find", on_idem_find, 0,
+                 CTO(CL_PEEK) | CTO(CL_ADOPT) | CTO(CL_TAKEOVER) | CTO(CL_BACK)},
+    /* on_idem_peek: idem_adopt (an order), idem_decide (a cart's part), idem_takeover (gone) */
+    [CL_PEEK] = {"peek", on_idem_peek, 0,
+                 CTO(CL_ADOPT) | CTO(CL_DECIDE) | CTO(CL_TAKEOVER) | CTO(CL_BACK)},
+    /* on_idem_decide: idem_adopt (the cart is whole), idem_takeover (it never will be) */
+    [CL_DECIDE] = {"decide", on_idem_decide, 0, CTO(CL_ADOPT) | CTO(CL_TAKEOVER) | CTO(CL_BACK)},
     /* on_idem_adopt: idem_claim again (to replay) */
     [CL_ADOPT] = {"adopt", on_idem_adopt, 0, CTO(CL_CLAIM) | CTO(CL_BACK)},
     /* on_idem_takeover: idem_owned, or idem_claim again */
@@ -435,27 +446,116 @@ static void on_idem_fetch(struct order *o, const struct oev *e)
     idem_takeover(o);
 }
 
-/* The search of an expired claim's order: found, the claim is made final with it. */
+/* Makes the claim final with the order found (ic->found), then replays it (on_idem_adopt). */
+static void idem_adopt(struct order *o)
+{
+    /* A ticket's claim keeps the Idempotency-Key of the request that made the order (the end
+     * of the pending value's token) with it. */
+    char final[CLAIM_VALUE_MAX];
+    const char *dot = strrchr(o->ic->expect, '.');
+    snprintf(final, sizeof(final), "%s%s%s", o->ic->found, o->ic->ticket ? " " : "",
+             !o->ic->ticket ? ""
+             : dot          ? dot + 1
+                            : "-");
+    const char *keys[1] = {o->ic->claim};
+    const char *args[4] = {o->ic->expect, final, o->ic->bound, o->ic->token};
+    cl_move(o, CL_ADOPT);
+    order_script(o, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
+}
+
+/* The record the find found is read before the claim is made final with it (issue 33): a
+ * cart's other item names its claim (a ticket's) on its first PART, written before the cart's
+ * primary and undone when the cart is not made, so the name alone does not say that the
+ * claim's order exists. Adopting it blindly left the ticket of a cart healed back used for
+ * good (409 ticket_used to every retry), and replayed a part still waiting for its heal as
+ * the item's answer (the cart's retry then ended 503). */
+static void idem_peek(struct order *o)
+{
+    int k = -1;
+    char sku[VALIDATE_SKU_MAX + 1];
+    if (order_id_parse(o->ic->found, strlen(o->ic->found), &k, sku) != 0) {
+        idem_adopt(o); /* as before: the replay's fetch judges it */
+        return;
+    }
+    if (order_over_budget(o, 2)) {
+        claim_back(o, OUT_OVER_BUDGET);
+        return;
+    }
+    struct seg_keys sk;
+    store_seg_keys(sku, k, &sk);
+    const char *argv[3] = {"HGET", sk.orders, o->ic->found};
+    cl_move(o, CL_PEEK);
+    order_command(o, 3, argv);
+}
+
+/* The search of an expired claim's order: found, its record is read (idem_peek); else the
+ * claim is taken over. */
 static void on_idem_find(struct order *o, const struct oev *e)
 {
     (void)e;
-    if (o->batch_failed) {
+    if (o->batch_failed)
         idem_unavailable(o);
-    } else if (o->batch_found) {
-        /* A ticket's claim keeps the Idempotency-Key of the request that made the order (the
-         * end of the pending value's token) with it. */
-        char final[CLAIM_VALUE_MAX];
-        const char *dot = strrchr(o->ic->expect, '.');
-        snprintf(final, sizeof(final), "%s%s%s", o->ic->found, o->ic->ticket ? " " : "",
-                 !o->ic->ticket ? ""
-                 : dot          ? dot + 1
-                                : "-");
-        const char *keys[1] = {o->ic->claim};
-        const char *args[4] = {o->ic->expect, final, o->ic->bound, o->ic->token};
-        cl_move(o, CL_ADOPT);
-        order_script(o, SCRIPT_IDEM_TAKEOVER, 1, keys, 4, args);
-    } else {
+    else if (o->batch_found)
+        idem_peek(o);
+    else
         idem_takeover(o);
+}
+
+/* The found record: gone (a part undone with its cart, or an order a re-PUT removed): no order
+ * holds the claim, taken over; a cart's part: its cart decides (on_idem_decide); an order: the
+ * claim is made final with it. */
+static void on_idem_peek(struct order *o, const struct oev *e)
+{
+    const redisReply *r = e->r;
+    if (e->st != LC_OK || !r || (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING)) {
+        idem_unavailable(o);
+        return;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+        idem_takeover(o);
+        return;
+    }
+    json_t *rec = json_loadb(r->str, r->len, 0, NULL);
+    const char *of = rec ? json_string_value(json_object_get(rec, "part_of")) : NULL;
+    int k = -1;
+    char sku[VALIDATE_SKU_MAX + 1];
+    if (!of || order_id_parse(of, strlen(of), &k, sku) != 0) {
+        json_decref(rec);
+        idem_adopt(o);
+        return;
+    }
+    snprintf(o->ic->cart, sizeof(o->ic->cart), "%s", of);
+    json_decref(rec);
+    /* The cart exists exactly when its primary does; absent, the primary's id is tombstoned in
+     * the same step, so it never will be, whatever the masters' clocks say: the healer's own
+     * decision (part_undo.lua "primary"), and the healer then undoes the parts. */
+    struct seg_keys sk;
+    store_seg_keys(sku, k, &sk);
+    char keep[24];
+    snprintf(keep, sizeof(keep), "%d", STORE_UNDONE_KEEP_MS);
+    const char *keys[4] = {sk.stock, sk.cnt, sk.orders, sk.undone};
+    const char *args[3] = {o->ic->cart, keep, "primary"};
+    cl_move(o, CL_DECIDE);
+    order_script(o, SCRIPT_PART_UNDO, 4, keys, 3, args);
+}
+
+/* The found part's cart: whole, the claim is the cart's (made final with the cart's id, so a
+ * replay answers the cart); never to be, the claim is free. */
+static void on_idem_decide(struct order *o, const struct oev *e)
+{
+    const redisReply *r = e->r;
+    if (e->st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        idem_unavailable(o);
+        return;
+    }
+    if (r->element[0]->integer == STORE_UNDO_WHOLE) {
+        snprintf(o->ic->found, sizeof(o->ic->found), "%s", o->ic->cart);
+        idem_adopt(o);
+    } else if (r->element[0]->integer == STORE_UNDO_NONE) {
+        idem_takeover(o);
+    } else {
+        idem_unavailable(o);
     }
 }
 

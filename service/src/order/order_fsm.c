@@ -110,6 +110,11 @@ static void order_limit_released(struct order *o);
  * they return the order through these, never by name. */
 static const struct claim_back claim_hand_back = {order_claimed, order_claim_settled};
 static const struct limit_back limit_hand_back = {order_limited, order_limit_released};
+static void order_group_limited(struct order *o, enum order_outcome out);
+/* a limit group's reservation (docs/design.md "Limit groups"): the same machine, its own end */
+static const struct limit_back group_hand_back = {order_group_limited, order_limit_released};
+static int group_begin(struct order *o);
+static void limits_passed(struct order *o);
 static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
 static void place_done(struct order *o, enum order_outcome out);
@@ -144,6 +149,24 @@ static int view_refresh(struct order *o)
  * request can succeed (the walk ends with the first that may have run), and a user's entry
  * names the order by it. A SKU with holds makes a "reserved" record: its commit adds
  * expires_at, on Redis's clock. */
+/* The record's "grp" member: the limit groups the order reserved in, {"<group>": units},
+ * so the script that ends it queues their give-backs (hold_end.lua). Out of memory: the
+ * record is dropped (the commit is then not tried: OUT_UNAVAILABLE, as for the record). */
+static void record_add_groups(struct order *o)
+{
+    free(o->grp_text);
+    o->grp_text = group_record_member(o);
+    size_t n = o->record ? strlen(o->record) : 0;
+    if (!o->grp_text || n < 2)
+        return;
+    size_t g = strlen(o->grp_text);
+    char *rec = malloc(n + g + 16);
+    if (rec)
+        snprintf(rec, n + g + 16, "%.*s,\"grp\":%s}", (int)(n - 1), o->record, o->grp_text);
+    free(o->record);
+    o->record = rec;
+}
+
 static const char *make_record(struct order *o, int k)
 {
     free(o->record);
@@ -155,6 +178,7 @@ static const char *make_record(struct order *o, int k)
     o->record = order_record_text(
         o->order_id, o->in.sku, (long long)o->in.quantity, k, user, created,
         order_status_name(o->view.rules.ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED));
+    record_add_groups(o);
     return o->record;
 }
 
@@ -362,7 +386,7 @@ static void gate_leave(struct order *o)
 static int io_carries_write(const struct order *o)
 {
     return (o->state == OS_CLAIM && claim_carries_write(o->ic)) ||
-           (o->state == OS_LIMIT && limit_carries_write(o->uv)) || o->state == OS_COMMIT ||
+           (o->state == OS_LIMIT && limit_carries_write(o->lm)) || o->state == OS_COMMIT ||
            o->state == OS_ATOMIC_COMMIT || o->state == OS_SINGLE_COMMIT;
 }
 
@@ -370,7 +394,7 @@ static int io_carries_write(const struct order *o)
  * verification reads records, the claim's find takes the first order id. */
 static void io_batch_reply(struct order *o, int i, const redisReply *r)
 {
-    if (o->state == OS_LIMIT && limit_verifying(o->uv)) /* a record: 1 live, 2 ended, 0 none */
+    if (o->state == OS_LIMIT && limit_verifying(o->lm)) /* a record: 1 live, 2 ended, 0 none */
         /* (a part of a multi-segment order is not its order: its primary is, SPEC §13) */
         o->batch_ints[i] = r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "\"part_of\"")
                                ? (strstr(r->str, "\"status\":\"cancelled\"") ||
@@ -1198,6 +1222,43 @@ static int ticket_to_claim(const struct order *o)
            o->view.rules.queue_rate > 0;
 }
 
+/* A SKU in a limit group (its rule limit_group, as this order judges the rules): the order's
+ * units are reserved in the group (order_limit.h group_reserve: the two-step path, on one Redis
+ * too, since the group is in another slot than the segments), once per group; the walk follows
+ * (order_group_limited). 1 when the order was taken (reserving, or answered), 0 when there is no
+ * group or its reservation is decided already. */
+static int group_begin(struct order *o)
+{
+    const char *g = o->view.rules.limit_group;
+    if (!g[0])
+        return 0;
+    if (!o->has_user) {
+        place_done(o, OUT_USER_REQUIRED);
+        return 1;
+    }
+    int i = 0;
+    while (i < o->ngv && strcmp(o->gv[i]->name, g) != 0)
+        i++;
+    if (i < o->ngv && o->gv[i]->state == LM_BACK)
+        return 0; /* reserved (or found uncapped) before this walk */
+    if (i == o->ngv &&
+        group_add(o, g, o->in.sku, o->view.segments, (long long)o->in.quantity) < 0) {
+        order_note_why(o, LC_ENOMEM, "out of memory");
+        place_done(o, OUT_UNAVAILABLE);
+        return 1;
+    }
+    set_state(o, OS_LIMIT);
+    group_reserve(o, i, &group_hand_back);
+    return 1;
+}
+
+/* The SKU's own limit is settled (or checked by the commit): the group's, then the walk. */
+static void limits_passed(struct order *o)
+{
+    if (!group_begin(o))
+        rules_passed(o);
+}
+
 /* Applies the SKU's rules before the walk (the layout, so the rules, known; re-read first when
  * this instance's copy is older than sold_out_recheck_ms): the window's fast answer, then, for
  * a SKU with a limit, the reservation against the user's count. */
@@ -1242,6 +1303,8 @@ static void rules_begin(struct order *o)
         return;
     }
     if (ru->limit_per_user <= 0) {
+        if (group_begin(o))
+            return;
         rules_applied(o);
         layout_known(o);
         return;
@@ -1267,7 +1330,7 @@ static void rules_begin(struct order *o)
     snprintf(uv->margin, sizeof(uv->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
     if (limit_in_commit(o)) {
         uv->in_commit = 1;
-        rules_passed(o);
+        limits_passed(o);
         return;
     }
     set_state(o, OS_LIMIT);
@@ -1289,6 +1352,9 @@ static void order_free(struct order *o)
     free(o->slots);
     free(o->ic);
     free(o->uv);
+    for (int i = 0; i < o->ngv; i++)
+        free(o->gv[i]);
+    free(o->grp_text);
     multi_free(o->multi);
     free(o->seen);
     free(o);
@@ -1348,8 +1414,12 @@ static void answer(struct order *o)
         break;
     }
     case OUT_LIMIT:
-        if (res->body && o->uv)
+        if (res->body && o->glimited) {
+            json_object_set_new(res->body, "limit_group", json_string(o->glimited->name));
+            json_object_set_new(res->body, "limit_per_user", json_integer(o->glimited->limit));
+        } else if (res->body && o->uv) {
             json_object_set_new(res->body, "limit_per_user", json_integer(o->uv->limit));
+        }
         break;
     default: break;
     }
@@ -1466,6 +1536,9 @@ static int multi_start(struct order *o)
     rq.user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
     rq.idem = o->idem;
     rq.claim_expiry = o->claim_expiry;
+    free(o->grp_text);
+    o->grp_text = group_record_member(o);
+    rq.grp = o->grp_text; /* the primary's "grp": its groups' give-backs */
     rq.rules = o->view.rules;
     rq.deadline_ms = o->deadline_ms;
     rq.budget = o->app->cfg.order_redis_call_budget - o->calls - order_end_calls(o);
@@ -1570,6 +1643,13 @@ static void place_done(struct order *o, enum order_outcome out)
         limit_release(o, &limit_hand_back);
         return;
     }
+    int gi = group_to_release(o, out);
+    if (gi >= 0) { /* each group's reservation in turn (order_limit_released: here again) */
+        o->out = out;
+        set_state(o, OS_LIMIT_RELEASE);
+        group_release(o, gi, &group_hand_back);
+        return;
+    }
     o->out = out;
     if (*o->idem && out != OUT_REPLAYED && out != OUT_IDEM_FAILED && claim_to_settle(o)) {
         set_state(o, OS_CLAIM_SETTLE);
@@ -1660,6 +1740,16 @@ static void order_claim_settled(struct order *o)
 
 static void order_limited(struct order *o, enum order_outcome out)
 {
+    if (out == OUT_CREATED)
+        limits_passed(o);
+    else
+        place_done(o, out);
+}
+
+static void order_group_limited(struct order *o, enum order_outcome out)
+{
+    if (out == OUT_LIMIT)
+        o->glimited = o->lm; /* the answer names the group and its limit */
     if (out == OUT_CREATED)
         rules_passed(o);
     else
@@ -1992,12 +2082,15 @@ static const struct state_row {
     [OS_MULTI] = {"multi", on_multi, 0, 0, 0, TO(OS_MULTI_HOLD) | TO_ROUND},
     /* on_multi_hold: multi_commit */
     [OS_MULTI_HOLD] = {"multi_hold", on_multi_hold, 1, 1, 0, TO(OS_MULTI) | TO_END},
-    /* order_limit_released: place_done again (the claim, the answer) */
-    [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1, TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
+    /* order_limit_released: place_done again (the next reservation's release: a limit group's
+     * after the SKU's, docs/design.md "Limit groups"; the claim, the answer) */
+    [OS_LIMIT_RELEASE] = {"limit_release", on_limit, 0, 0, 1,
+                          TO(OS_LIMIT_RELEASE) | TO(OS_CLAIM_SETTLE) | TO(OS_DONE)},
     /* order_claim_settled: answer, or the ticket's claim (the key's deleted: rules_begin) */
     [OS_CLAIM_SETTLE] = {"claim_settle", on_claim, 0, 0, 1, TO(OS_CLAIM) | TO(OS_DONE)},
-    /* order_item_end: place_done (the units back, the claim settled, the answer) */
-    [OS_CART] = {"cart", NULL, 0, 0, 0, TO_END},
+    /* order_item_end: place_done (the units back, the claim settled, the answer);
+     * order_item_replan: a round again (the layout re-read) */
+    [OS_CART] = {"cart", NULL, 0, 0, 0, TO_ROUND},
     [OS_DONE] = {"done", NULL, 0, 0, 0, 0},
 };
 _Static_assert(OS_COUNT <= 64, "a state's next states are a 64-bit mask");
@@ -2267,6 +2360,16 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
         }
     }
     place_done(o, out);
+    areq_log_end();
+}
+
+void order_item_replan(struct order *o)
+{
+    areq_log_begin(o->ar);
+    skucache_forget(o->app->cache, o->in.sku);
+    o->need_layout = 1;
+    o->item_read = 0;
+    round_begin(o);
     areq_log_end();
 }
 

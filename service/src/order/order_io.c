@@ -75,7 +75,7 @@ void order_spend(struct order *o, int n)
 
 int order_end_calls(const struct order *o)
 {
-    return (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL);
+    return (o->app->cfg.redis_replica_acks > 0) + (*o->idem != '\0') + (o->uv != NULL) + o->ngv;
 }
 
 int order_over_budget(const struct order *o, int n)

@@ -99,6 +99,10 @@ struct oev {
 /* Which layout step is in flight (run_layout). */
 enum layout_job { LJ_LOAD, LJ_RELOAD, LJ_CHECK_PENDING, LJ_SETTLE };
 
+/* The most limit groups one order reserves in (order_limit.h group_add; a cart's items each
+ * name at most one). */
+#define LIMIT_GROUPS_MAX 10
+
 struct order;
 struct strategy;
 struct bslot;
@@ -178,7 +182,12 @@ struct order {
                                       the meta lost a PATCH the segment kept */
     int rules_read;                /* ... after reading them again, found stale in the cache */
     struct user_resv *uv; /* the per-user limit's machine (order_limit.h): a SKU with one */
-    int64_t sale_at;      /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
+    struct user_resv *gv[LIMIT_GROUPS_MAX]; /* its limit groups' (order_limit.h group_add) */
+    int ngv;
+    struct user_resv *lm;       /* the reservation the limit machine works on: uv or a gv[i] */
+    struct user_resv *glimited; /* the group whose limit refused the order (OUT_LIMIT) */
+    char *grp_text;             /* the record's "grp" (group_record_member), or NULL */
+    int64_t sale_at;            /* OUT_NOT_STARTED / OUT_ENDED: the sale's start or end */
     enum order_outcome out;
     char why[256]; /* this order's last failure, for its log line (note_why) */
     struct event *timer;
@@ -237,6 +246,10 @@ void order_item_start(struct order *o);
  * failure, its claim settled (the home item's with order_id/record: the cart's), then answered. */
 void order_item_end(struct order *o, enum order_outcome out, const char *order_id,
                     const char *record);
+/* An item held in OS_CART whose SKU turned out to be at another layout version under its locks
+ * (the cart holds none of them any more): its layout and stock read again, as a one-SKU order's
+ * round after a stale segment, then ready again (or answered). */
+void order_item_replan(struct order *o);
 /* The loop is ending: passes EV_CANCEL to the item. */
 void order_item_cancel(struct order *o);
 /* Frees an item never started. */

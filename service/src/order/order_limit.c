@@ -15,6 +15,12 @@
  *              v
  *            WAIT (--redis-replica-acks) -> BACK (handed back: reserved, or the answer)
  *   BACK -> RESERVE (a PUT since, or the parts of a multi-segment order) | RELEASE -> RELEASED
+ *
+ * A limit group's reservation (docs/design.md "Limit groups") runs the same states on its own
+ * struct user_resv (o->gv[i]) with the group's script (group_reserve.lua) and hash: o->lm is the
+ * reservation the machine works on, set by the function that takes the order (limit_reserve,
+ * group_reserve, limit_release, group_release). A group's entries name their SKU and its
+ * segments, so the look-up of a refusal reads each entry's order where that entry says.
  */
 #include "order_limit.h"
 
@@ -23,14 +29,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "app.h"
 #include "log.h"
 #include "metrics.h"
 #include "order.h"
+#include "order_claim.h"
 #include "store.h"
+#include "validate.h"
 
 static void on_user_reserve(struct order *o, const struct oev *e);
 static void on_user_verify(struct order *o, const struct oev *e);
+static void entries_settle(struct order *o);
 static void on_user_resolve(struct order *o, const struct oev *e);
 static void on_user_wait(struct order *o, const struct oev *e);
 static void on_user_release(struct order *o, const struct oev *e);
@@ -65,7 +76,7 @@ _Static_assert(LM_COUNT <= 32, "a state's next states are a 32-bit mask");
  * builds, an error line in release builds). */
 static void lm_move(struct order *o, enum lstate next)
 {
-    struct user_resv *uv = o->uv;
+    struct user_resv *uv = o->lm;
     if (!(lstates[uv->state].next & LTO(next))) {
         log_msg(CONFIG_LOG_ERROR, "limit_bad_transition",
                 "sku %s: state %s to %s is not in the table of order_limit.c", o->in.sku,
@@ -79,17 +90,31 @@ static void lm_move(struct order *o, enum lstate next)
 static void limit_back(struct order *o, enum order_outcome out)
 {
     lm_move(o, LM_BACK);
-    o->uv->back->limited(o, out);
+    o->lm->back->limited(o, out);
+}
+
+/* The reservation o->lm: the SKU's (user_reserve.lua) or a group's (group_reserve.lua). */
+static void lm_reserve(struct order *o, const struct limit_back *back)
+{
+    struct user_resv *uv = o->lm;
+    uv->back = back;
+    const char *keys[2] = {uv->users, uv->meta};
+    const char *args[7] = {o->user, o->token, uv->qty, uv->bound, uv->margin, uv->sku, uv->nsegs};
+    lm_move(o, LM_RESERVE);
+    order_script(o, uv->group ? SCRIPT_GROUP_RESERVE : SCRIPT_USER_RESERVE, 2, keys,
+                 uv->group ? 7 : 5, args);
 }
 
 void limit_reserve(struct order *o, const struct limit_back *back)
 {
-    struct user_resv *uv = o->uv;
-    uv->back = back;
-    const char *keys[2] = {uv->users, uv->meta};
-    const char *args[5] = {o->user, o->token, uv->qty, uv->bound, uv->margin};
-    lm_move(o, LM_RESERVE);
-    order_script(o, SCRIPT_USER_RESERVE, 2, keys, 5, args);
+    o->lm = o->uv;
+    lm_reserve(o, back);
+}
+
+void group_reserve(struct order *o, int i, const struct limit_back *back)
+{
+    o->lm = o->gv[i];
+    lm_reserve(o, back);
 }
 
 /* The reservation holds: the commit must run before its expiry (the earlier of it and the
@@ -112,7 +137,7 @@ static void user_reserved(struct order *o, long long expiry)
  * hold them (their segment is not known until then): one batch of HGETs. */
 static void user_verify(struct order *o)
 {
-    struct user_resv *uv = o->uv;
+    struct user_resv *uv = o->lm;
     /* the entries known committed or within their deadline (issue 29: their orders may have
      * ended) only as far as the budget allows: without them the refusal is as it was */
     for (int x = uv->n - 1; x >= 0 && order_over_budget(o, uv->n * uv->nseg + 2); x--) {
@@ -122,36 +147,61 @@ static void user_verify(struct order *o)
         memmove(uv->hex[x], uv->hex[x + 1], sizeof(uv->hex[0]) * (size_t)(uv->n - x));
         memmove(uv->exp[x], uv->exp[x + 1], sizeof(uv->exp[0]) * (size_t)(uv->n - x));
         memmove(&uv->past[x], &uv->past[x + 1], sizeof(uv->past[0]) * (size_t)(uv->n - x));
+        memmove(uv->esku[x], uv->esku[x + 1], sizeof(uv->esku[0]) * (size_t)(uv->n - x));
+        memmove(&uv->ens[x], &uv->ens[x + 1], sizeof(uv->ens[0]) * (size_t)(uv->n - x));
     }
-    int n = uv->n * uv->nseg;
+    /* each entry's orders: segments [0, ens[e]) of SKU esku[e] (a SKU's limit: its own) */
+    int n = 0, most = 0;
+    for (int e = 0; e < uv->n; e++) {
+        if (!uv->group) {
+            snprintf(uv->esku[e], sizeof(uv->esku[e]), "%s", o->in.sku);
+            uv->ens[e] = uv->nseg;
+        }
+        if (uv->ens[e] < 0 || uv->ens[e] > SKUCACHE_MAX_SEGMENTS || !uv->esku[e][0])
+            uv->ens[e] = 0; /* not what the scripts write: never found, settled as gone */
+        n += uv->ens[e];
+        most = uv->ens[e] > most ? uv->ens[e] : most;
+    }
+    if (n <= 0 && uv->group && uv->n > 0) {
+        /* a group's entries none of which names where its order may be (not what the scripts
+         * write): nothing to read, each is settled as not found */
+        lm_move(o, LM_VERIFY);
+        entries_settle(o);
+        return;
+    }
     if (n <= 0 || uv->nseg > SKUCACHE_MAX_SEGMENTS || order_over_budget(o, n + 2)) {
         limit_back(o, n <= 0 ? OUT_LIMIT : OUT_OVER_BUDGET);
         return;
     }
-    struct seg_keys *keys = malloc(sizeof(*keys) * (size_t)uv->nseg);
+    struct seg_keys *keys = malloc(sizeof(*keys));
     char(*ids)[ORDER_ID_MAX + 1] = malloc(sizeof(*ids) * (size_t)n);
+    char(*orders)[STORE_KEY_MAX] = malloc(sizeof(*orders) * (size_t)n);
     const char *(*argvs)[3] = malloc(sizeof(*argvs) * (size_t)n);
-    if (!keys || !ids || !argvs) {
+    if (!keys || !ids || !orders || !argvs) {
         free(keys);
         free(ids);
+        free(orders);
         free(argvs);
         order_note_why(o, LC_ENOMEM, "out of memory");
         limit_back(o, OUT_UNAVAILABLE);
         return;
     }
-    for (int k = 0; k < uv->nseg; k++)
-        store_seg_keys(o->in.sku, k, &keys[k]);
+    int i = 0;
     for (int e = 0; e < uv->n; e++)
-        for (int k = 0; k < uv->nseg; k++) {
-            int i = e * uv->nseg + k;
-            snprintf(ids[i], sizeof(ids[i]), "%s-%d-%s", uv->hex[e], k, o->in.sku);
+        for (int k = 0; k < uv->ens[e]; k++, i++) {
+            store_seg_keys(uv->esku[e], k, keys);
+            snprintf(orders[i], sizeof(orders[i]), "%s", keys->orders);
+            snprintf(ids[i], sizeof(ids[i]), "%s-%d-%s", uv->hex[e], k, uv->esku[e]);
             argvs[i][0] = "HGET";
-            argvs[i][1] = keys[k].orders;
+            argvs[i][1] = orders[i];
             argvs[i][2] = ids[i];
         }
+    (void)most;
+    o->batch_failed = 0;
     lm_move(o, LM_VERIFY);
     order_batch(o, n, (const char *const(*)[3])argvs, 3);
     free(argvs);
+    free(orders);
     free(ids);
     free(keys);
 }
@@ -160,7 +210,7 @@ static void user_verify(struct order *o)
 static void on_user_reserve(struct order *o, const struct oev *e)
 {
     const redisReply *r = e->r;
-    struct user_resv *uv = o->uv;
+    struct user_resv *uv = o->lm;
     if (e->st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         /* An error reply wrote nothing; a lost one may have written the entry, which then
          * counts until it is found not to have committed (docs/design.md). */
@@ -194,12 +244,21 @@ static void on_user_reserve(struct order *o, const struct oev *e)
         uv->held = r->elements > 2 ? store_reply_int(r->element[2], 0) : 0;
         uv->nseg = r->elements > 3 ? (int)store_reply_int(r->element[3], 0) : 0;
         uv->n = 0;
-        for (size_t i = 4; i + 2 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += 3) {
+        /* each entry: hex, expiry, past (and a group's: its SKU and segments) */
+        for (size_t i = 4, w = uv->group ? 5 : 3;
+             i + w - 1 < r->elements && uv->n < USER_UNCERTAIN_MAX; i += w) {
             const redisReply *h = r->element[i], *x = r->element[i + 1], *p = r->element[i + 2];
             if (h->type != REDIS_REPLY_STRING || h->len != IDS_ORDER_HEX ||
                 x->type != REDIS_REPLY_STRING || x->len >= sizeof(uv->exp[0]) ||
                 p->type != REDIS_REPLY_STRING)
                 continue;
+            if (uv->group) {
+                const redisReply *s = r->element[i + 3];
+                uv->esku[uv->n][0] = '\0';
+                if (s->type == REDIS_REPLY_STRING && validate_sku(s->str, s->len))
+                    memcpy(uv->esku[uv->n], s->str, s->len + 1);
+                uv->ens[uv->n] = (int)store_reply_int(r->element[i + 4], 0);
+            }
             memcpy(uv->hex[uv->n], h->str, IDS_ORDER_HEX + 1);
             memcpy(uv->exp[uv->n], x->str, x->len + 1);
             uv->past[uv->n] = strcmp(p->str, "1") == 0;
@@ -227,20 +286,27 @@ static void on_user_reserve(struct order *o, const struct oev *e)
 static void on_user_verify(struct order *o, const struct oev *e)
 {
     (void)e;
-    struct user_resv *uv = o->uv;
     if (o->batch_failed) {
         metrics_redis_error();
         limit_back(o, OUT_UNAVAILABLE);
         return;
     }
+    entries_settle(o);
+}
+
+/* The verdicts of the search (o->batch_ints, each entry's ens[] replies in turn; none read for
+ * an entry of ens 0): the USER_RESOLVE script, or back. */
+static void entries_settle(struct order *o)
+{
+    struct user_resv *uv = o->lm;
     const char *args[1 + 3 * USER_UNCERTAIN_MAX];
     args[0] = o->user;
-    int na = 1;
+    int na = 1, at = 0;
     for (int x = 0; x < uv->n; x++) {
         int live = 0, ended = 0;
-        for (int k = 0; k < uv->nseg; k++) {
-            live |= o->batch_ints[x * uv->nseg + k] == 1;
-            ended |= o->batch_ints[x * uv->nseg + k] == 2;
+        for (int k = 0; k < uv->ens[x]; k++, at++) {
+            live |= o->batch_ints[at] == 1;
+            ended |= o->batch_ints[at] == 2;
         }
         if (live ? strcmp(uv->exp[x], "0") == 0 || !uv->past[x] : !ended && !uv->past[x])
             continue;
@@ -269,7 +335,7 @@ static void on_user_resolve(struct order *o, const struct oev *e)
         limit_back(o, OUT_LIMIT);
         return;
     }
-    limit_reserve(o, o->uv->back);
+    lm_reserve(o, o->lm->back);
 }
 
 /* The reservation's WAIT: on enough replicas, the walk; else no order (the entry is released:
@@ -291,20 +357,85 @@ static void on_user_wait(struct order *o, const struct oev *e)
 
 /* An order that did not commit gives its reservation back at once (else it would count until
  * its deadline passed and a refusal looked for it). Only when nothing may have committed. */
+static int resv_to_release(const struct user_resv *uv, enum order_outcome out)
+{
+    return uv && uv->reserved && out != OUT_CREATED && out != OUT_OUTCOME_UNKNOWN &&
+           out != OUT_REPLAYED;
+}
+
 int limit_to_release(const struct order *o, enum order_outcome out)
 {
-    return o->uv && o->uv->reserved && out != OUT_CREATED && out != OUT_OUTCOME_UNKNOWN &&
-           out != OUT_REPLAYED;
+    return resv_to_release(o->uv, out);
+}
+
+int group_to_release(const struct order *o, enum order_outcome out)
+{
+    for (int i = 0; i < o->ngv; i++)
+        if (resv_to_release(o->gv[i], out))
+            return i;
+    return -1;
+}
+
+/* Gives o->lm's units back (user_release.lua on its hash). */
+static void lm_release(struct order *o, const struct limit_back *back)
+{
+    o->lm->back = back;
+    o->lm->reserved = 0;
+    const char *keys[1] = {o->lm->users};
+    const char *args[2] = {o->user, o->token};
+    lm_move(o, LM_RELEASE);
+    order_script(o, SCRIPT_USER_RELEASE, 1, keys, 2, args);
 }
 
 void limit_release(struct order *o, const struct limit_back *back)
 {
-    o->uv->back = back;
-    o->uv->reserved = 0;
-    const char *keys[1] = {o->uv->users};
-    const char *args[2] = {o->user, o->token};
-    lm_move(o, LM_RELEASE);
-    order_script(o, SCRIPT_USER_RELEASE, 1, keys, 2, args);
+    o->lm = o->uv;
+    lm_release(o, back);
+}
+
+void group_release(struct order *o, int i, const struct limit_back *back)
+{
+    o->lm = o->gv[i];
+    lm_release(o, back);
+}
+
+int group_add(struct order *o, const char *group, const char *sku, int nseg, long long units)
+{
+    if (o->ngv >= LIMIT_GROUPS_MAX)
+        return -1;
+    struct user_resv *gv = calloc(1, sizeof(*gv));
+    if (!gv)
+        return -1;
+    const struct config *cfg = &o->app->cfg;
+    gv->group = 1;
+    gv->units = units;
+    snprintf(gv->name, sizeof(gv->name), "%s", group);
+    snprintf(gv->sku, sizeof(gv->sku), "%s", sku);
+    snprintf(gv->nsegs, sizeof(gv->nsegs), "%d", nseg);
+    gv->nseg = nseg;
+    store_group_key(gv->users, group, "users");
+    store_group_key(gv->meta, group, "meta");
+    snprintf(gv->qty, sizeof(gv->qty), "%lld", units);
+    /* the longest the order may still commit after the reservation: as a SKU's (rules_begin) */
+    snprintf(gv->bound, sizeof(gv->bound), "%d",
+             cfg->lock_wait_ms + cfg->hold_ms + cfg->lock_lease_ms + 2 * cfg->redis_timeout_ms);
+    snprintf(gv->margin, sizeof(gv->margin), "%d", IDEM_TAKEOVER_MARGIN_MS);
+    o->gv[o->ngv] = gv;
+    return o->ngv++;
+}
+
+char *group_record_member(const struct order *o)
+{
+    json_t *g = json_object();
+    int n = 0;
+    for (int i = 0; g && i < o->ngv; i++)
+        if (o->gv[i]->reserved) {
+            json_object_set_new(g, o->gv[i]->name, json_integer(o->gv[i]->units));
+            n++;
+        }
+    char *text = g && n > 0 ? json_dumps(g, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(g);
+    return text;
 }
 
 static void on_user_release(struct order *o, const struct oev *e)
@@ -315,12 +446,12 @@ static void on_user_release(struct order *o, const struct oev *e)
                 "deadline passes (%s)",
                 o->in.sku, o->why[0] ? o->why : "unexpected reply");
     lm_move(o, LM_RELEASED);
-    o->uv->back->released(o);
+    o->lm->back->released(o);
 }
 
 void limit_step(struct order *o, const struct oev *e)
 {
-    const struct lstate_row *s = &lstates[o->uv->state];
+    const struct lstate_row *s = &lstates[o->lm->state];
     if (e->ev == EV_CANCEL)
         return; /* no state is timed: o->cancelled is set, the answer that comes ends it */
     if (s->on)

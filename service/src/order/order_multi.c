@@ -111,6 +111,7 @@ struct multi {
     char deadline[24];     /* the intent's deadline (Redis ms) */
     char multi_key[STORE_KEY_MAX];
     char *primary_rec;
+    char *items; /* a cart's primary: its log entry's items text (multi_cart_primary) */
     struct store_conns conns;  /* the intent's, then the parts', then the undos' connections */
     struct store_conns pconns; /* the primary's */
     struct multi_result res;
@@ -221,6 +222,7 @@ void multi_free(struct multi *m)
         drop_all(m);
     free(m->res.record);
     free(m->primary_rec);
+    free(m->items);
     free(m->s);
     free(m->order);
     free(m);
@@ -498,6 +500,8 @@ static void plan(struct multi *m)
                           created, "status", status);
     if (j && m->res.parts > 1)
         json_object_set(j, "parts", parts);
+    if (j && m->rq.grp) /* its limit groups' give-backs (hold_end.lua) */
+        json_object_set_new(j, "grp", json_loads(m->rq.grp, 0, NULL));
     json_decref(parts);
     m->primary_rec = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -676,6 +680,7 @@ static void part_call(struct multi *m, const struct mseg *g, int primary, const 
                 : whole  ? "primary"
                          : "",
         .parts = whole ? m->parts : "",
+        .items = primary && m->items ? m->items : "",
         .total = rq->qty,
         .hold_index = !config_redis_cluster(&rq->app->cfg), /* issue 29: the sweeper's index */
     };
@@ -991,12 +996,14 @@ void multi_cart_deadline(struct multi *m, const char *deadline)
     snprintf(m->deadline, sizeof(m->deadline), "%s", deadline);
 }
 
-void multi_cart_primary(struct multi *m, const char *rec)
+void multi_cart_primary(struct multi *m, const char *rec, const char *items)
 {
     free(m->primary_rec);
+    free(m->items);
     m->primary_rec = strdup(rec);
+    m->items = strdup(items);
     snprintf(m->res.order_id, sizeof(m->res.order_id), "%s", m->s[m->primary].id);
-    if (!m->primary_rec) {
+    if (!m->primary_rec || !m->items) {
         multi_why(m, "", "out of memory");
         drop(&m->s[m->primary]);
         undo_made(m, OUT_UNAVAILABLE);

@@ -53,6 +53,7 @@ struct multi_req {
     const char *user;         /* "" none */
     const char *idem;         /* "" none */
     const char *claim_expiry; /* Redis ms of the key claim / per-user reservation, "0" none */
+    const char *grp;          /* the primary's "grp" (order_limit.h group_record_member), or NULL */
     struct sku_rules rules;
     int64_t deadline_ms; /* clock_mono_ms() by which the order must be answered */
     int budget;          /* Redis calls it may still make */
@@ -125,8 +126,9 @@ int multi_cart_intent_parts(const struct multi *m, char *buf, size_t cap);
  * reservation), before multi_commit. */
 void multi_cart_deadline(struct multi *m, const char *deadline);
 
-/* The home item: commit the cart's primary with record rec (copied), its WAIT; MULTI_DONE. */
-void multi_cart_primary(struct multi *m, const char *rec);
+/* The home item: commit the cart's primary with record rec (copied) and items, its order log
+ * entry's items text ("<sku>:<k>:<q>,...", orderlog_items_add; copied), its WAIT; MULTI_DONE. */
+void multi_cart_primary(struct multi *m, const char *rec, const char *items);
 
 /* Undo the parts made (another item failed); MULTI_DONE with out. */
 void multi_cart_undo(struct multi *m, enum order_outcome out);

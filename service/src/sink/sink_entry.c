@@ -79,6 +79,82 @@ static int parts_ok(const struct sink_entry *e)
     return n >= 1 && sum == e->quantity ? 0 : -1;
 }
 
+/* Checks a cart's items field (orderlog.h): every part well formed, no SKU and segment twice
+ * (one order_items row each), the first part the entry's own (its SKU and segment), and the
+ * parts of the entry's SKU the entry's parts (or, without the field, its one segment:quantity).
+ * 0, or -1. */
+static int items_ok(const struct sink_entry *e)
+{
+    char home[SINK_PARTS_MAX + 1], want[SINK_PARTS_MAX + 1];
+    size_t used = 0;
+    const char *pos = e->items;
+    char sku[SINK_SKU_MAX + 1];
+    int k, n = 0, r;
+    long long q;
+    if (e->parts[0] != '\0')
+        snprintf(want, sizeof want, "%s", e->parts);
+    else
+        snprintf(want, sizeof want, "%d:%lld", e->segment, e->quantity);
+    home[0] = '\0';
+    while ((r = orderlog_items_next(&pos, sku, sizeof sku, &k, &q)) == 1) {
+        if (n == 0 && (strcmp(sku, e->sku) != 0 || k != e->segment))
+            return -1;
+        /* no (sku, segment) twice: each is one row of the order */
+        const char *before = e->items;
+        char s2[SINK_SKU_MAX + 1];
+        int k2;
+        long long q2;
+        for (int i = 0; i < n; i++) {
+            if (orderlog_items_next(&before, s2, sizeof s2, &k2, &q2) != 1)
+                return -1;
+            if (k2 == k && strcmp(s2, sku) == 0)
+                return -1;
+        }
+        if (strcmp(sku, e->sku) == 0) {
+            int w = snprintf(home + used, sizeof home - used, "%s%d:%lld", used ? "," : "", k, q);
+            if (w < 0 || (size_t)w >= sizeof home - used)
+                return -1;
+            used += (size_t)w;
+        }
+        n++;
+    }
+    return r == 0 && n >= 1 && strcmp(home, want) == 0 ? 0 : -1;
+}
+
+int sink_entry_next_item(const struct sink_entry *e, const char **pos, char *sku, size_t cap,
+                         int *k, long long *q)
+{
+    if (e->items[0] != '\0') {
+        if (*pos == NULL)
+            *pos = e->items;
+        return orderlog_items_next(pos, sku, cap, k, q);
+    }
+    if (snprintf(sku, cap, "%s", e->sku) >= (int)cap)
+        return -1;
+    if (e->parts[0] == '\0') { /* a one-segment order: its one part */
+        if (*pos != NULL)
+            return 0;
+        *pos = "";
+        *k = e->segment;
+        *q = e->quantity;
+        return 1;
+    }
+    if (*pos == NULL)
+        *pos = e->parts;
+    if (**pos == '\0')
+        return 0;
+    char *end;
+    long long kk = strtoll(*pos, &end, 10);
+    if (*end != ':')
+        return -1;
+    *q = strtoll(end + 1, &end, 10);
+    if (*end != ',' && *end != '\0')
+        return -1;
+    *k = (int)kk;
+    *pos = *end == ',' ? end + 1 : end;
+    return 1;
+}
+
 void sink_entry_parts_json(const struct sink_entry *e, char *out, size_t cap)
 {
     if (e->parts[0] == '\0') {
@@ -150,6 +226,12 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         } else if (strcmp(name, "parts") == 0) {
             bad = copy(e->parts, sizeof e->parts, v);
             have |= 64;
+        } else if (strcmp(name, "expires") == 0) {
+            bad = copy(tmp, sizeof tmp, v) || number(tmp, 1, 253402300799999LL, &e->expires);
+            have |= 128;
+        } else if (strcmp(name, "items") == 0) {
+            bad = copy(e->items, sizeof e->items, v) || e->items[0] == '\0';
+            have |= 256;
         }
         if (bad) {
             snprintf(e->why, sizeof e->why, "field %.20s is malformed", name);
@@ -164,10 +246,29 @@ int sink_entry_parse(const redisReply *item, int stream, const char *sku, int se
         snprintf(e->why, sizeof e->why, "field parts is not k:q,k:q,... summing to quantity");
         return 0;
     }
-    /* an event is a stored status's name (orderlog.h) */
-    if (order_status_parse(e->event, strlen(e->event)) >= 0)
+    if ((have & 256) && items_ok(e) != 0) {
+        snprintf(e->why, sizeof e->why,
+                 "field items is not <sku>:<k>:<q>,... from the entry's own parts");
+        return 0;
+    }
+    /* an event is a stored status's name (orderlog.h), or an extension, which alone carries
+     * (and needs) the new expiry */
+    int extended = strcmp(e->event, SINK_EVENT_EXTENDED) == 0;
+    if (extended != ((have & 128) != 0)) {
+        snprintf(e->why, sizeof e->why,
+                 extended ? "an extension without its expires field"
+                          : "field expires on an event not extended");
+        return 0;
+    }
+    if (extended || order_status_parse(e->event, strlen(e->event)) >= 0)
         e->ok = 1;
     if (!e->ok)
         snprintf(e->why, sizeof e->why, "unknown event \"%.16s\"", e->event);
     return 0;
+}
+
+const char *sink_entry_status(const struct sink_entry *e)
+{
+    return strcmp(e->event, SINK_EVENT_EXTENDED) == 0 ? order_status_name(ORDER_STATUS_RESERVED)
+                                                      : e->event;
 }

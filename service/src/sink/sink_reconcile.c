@@ -12,6 +12,9 @@
  *   user <order> redis=<u> db=<u>
  *   parts <order> redis=<k:q,...> db=<k:q,...>
  *   units <status> redis=<n> db=<n>
+ *   sold segment=<k> redis=<n> db=<n>   (units in live orders of the SKU's segment k: every
+ *     record there, a cart's parts whose order is another SKU's too, against order_items
+ *     joined with the live orders rows; segment=(other): rows of no current segment)
  *   log_unread <stream> entries=<n> (no group sink: ...)
  *   log_unacknowledged <stream> pending=<n> undelivered=<n>
  * and a summary on stderr. A multi-segment order is its primary record (the part records, with
@@ -79,7 +82,7 @@ static int read_meta(sink_redis *r, const char *sku, long long v[4])
 /* Reads the SKU's orders from Redis (segments [0, segs)) into a new sorted array. 0, or -1
  * (message on stderr). json_parts as for sink_segment_records. */
 static int redis_orders(sink_redis *r, const char *sku, long long segs, int json_parts,
-                        struct sink_db_order **out, size_t *n)
+                        struct sink_db_order **out, size_t *n, long long *sold)
 {
     *out = NULL;
     *n = 0;
@@ -87,7 +90,8 @@ static int redis_orders(sink_redis *r, const char *sku, long long segs, int json
     struct sink_db_order *o = NULL;
     char err[300];
     for (int k = 0; k < segs; k++)
-        if (sink_segment_records(r, sku, k, json_parts, &o, &len, &cap, err, sizeof err) != 0) {
+        if (sink_segment_records(r, sku, k, json_parts, &o, &len, &cap, sold ? &sold[k] : NULL, err,
+                                 sizeof err) != 0) {
             fprintf(stderr, "reconcile: %s\n", err);
             sink_db_orders_free(o, len);
             return -1;
@@ -182,7 +186,7 @@ static int repair(sink_redis *r, sink_db *db, const char *sku, long long segs)
 {
     struct sink_db_order *o = NULL;
     size_t n = 0;
-    if (redis_orders(r, sku, segs, 1, &o, &n) != 0)
+    if (redis_orders(r, sku, segs, 1, &o, &n, NULL) != 0)
         return -1;
     char err[512];
     long long written = 0;
@@ -205,6 +209,23 @@ static int repair(sink_redis *r, sink_db *db, const char *sku, long long segs)
     return rc;
 }
 
+/* Prints a line per segment whose units sold differ (Redis's records r[k], the database's
+ * order_items d[k]; beyond: the database's units in no segment below segs). Returns how many. */
+static long sold_diffs(const long long *r, const long long *d, long long segs, long long beyond)
+{
+    long n = 0;
+    for (long long k = 0; k < segs; k++)
+        if (r[k] != d[k]) {
+            printf("sold segment=%lld redis=%lld db=%lld\n", k, r[k], d[k]);
+            n++;
+        }
+    if (beyond != 0) {
+        printf("sold segment=(other) redis=0 db=%lld\n", beyond);
+        n++;
+    }
+    return n;
+}
+
 int sink_reconcile(const struct sink_config *cfg)
 {
     if (!sink_sku_ok(cfg->sku)) {
@@ -216,6 +237,7 @@ int sink_reconcile(const struct sink_config *cfg)
     sink_db *db = NULL;
     struct sink_db_order *ro = NULL, *dbo = NULL;
     size_t nr = 0, nd = 0;
+    long long *sold_r = NULL, *sold_d = NULL, sold_beyond = 0;
     int rc = 2;
     if (sink_redis_new(cfg->redis, cfg->redis_timeout_ms, &r, err, sizeof err) != 0) {
         fprintf(stderr, "reconcile: Redis: %s\n", err);
@@ -232,9 +254,18 @@ int sink_reconcile(const struct sink_config *cfg)
     }
     if (cfg->repair && repair(r, db, cfg->sku, segs) != 0)
         goto out;
-    if (redis_orders(r, cfg->sku, segs, 0, &ro, &nr) != 0)
+    /* units sold per segment: every record's (a cart's parts here too), against order_items */
+    sold_r = calloc((size_t)segs + 1, sizeof *sold_r);
+    sold_d = calloc((size_t)segs + 1, sizeof *sold_d);
+    if (sold_r == NULL || sold_d == NULL) {
+        fprintf(stderr, "reconcile: out of memory\n");
         goto out;
-    if (sink_db_orders(db, cfg->sku, meta[3], &dbo, &nd, err, sizeof err) != 0) {
+    }
+    if (redis_orders(r, cfg->sku, segs, 0, &ro, &nr, sold_r) != 0)
+        goto out;
+    if (sink_db_orders(db, cfg->sku, meta[3], &dbo, &nd, err, sizeof err) != 0 ||
+        sink_db_sold(db, cfg->sku, meta[3], sold_d, (int)segs, &sold_beyond, err, sizeof err) !=
+            0) {
         fprintf(stderr, "reconcile: database: %s\n", err);
         goto out;
     }
@@ -296,12 +327,15 @@ int sink_reconcile(const struct sink_config *cfg)
                    units_d[s]);
             diffs++;
         }
+    diffs += sold_diffs(sold_r, sold_d, segs, sold_beyond);
     fprintf(stderr,
             "reconcile: SKU %s: %zu orders in Redis, %zu in the database, %ld "
             "difference(s)\n",
             cfg->sku, nr, nd, diffs);
     rc = diffs ? 1 : 0;
 out:
+    free(sold_r);
+    free(sold_d);
     sink_db_orders_free(ro, nr);
     sink_db_orders_free(dbo, nd);
     sink_db_free(db);

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "orderlog.h"
 #include "store.h"
 #include "validate.h"
 
@@ -69,6 +70,86 @@ int sink_parts_normalise(struct sink_db_order *x)
     return x->parts != NULL ? 0 : -1;
 }
 
+/* The items text of a cart's record (orderlog.h: "<sku>:<k>:<q>,..." of every part of every
+ * item, as the scripts' items_text spells it) as a new string; NULL when it has none or they
+ * are not what the scripts write. */
+static char *items_text(const json_t *items)
+{
+    if (!json_is_array(items) || json_array_size(items) == 0)
+        return NULL;
+    char *buf = malloc(ORDERLOG_ITEMS_MAX + 1);
+    if (buf == NULL)
+        return NULL;
+    buf[0] = '\0';
+    for (size_t i = 0; i < json_array_size(items); i++) {
+        const json_t *it = json_array_get(items, i), *parts = json_object_get(it, "parts");
+        const char *sku = json_string_value(json_object_get(it, "sku"));
+        if (sku == NULL || !json_is_array(parts) || json_array_size(parts) == 0)
+            goto bad;
+        for (size_t j = 0; j < json_array_size(parts); j++) {
+            const json_t *p = json_array_get(parts, j);
+            const json_t *k = json_object_get(p, "segment"), *q = json_object_get(p, "quantity");
+            /* cjson may write a whole number as 2.0 */
+            if (!json_is_number(k) || !json_is_number(q) ||
+                orderlog_items_add(buf, ORDERLOG_ITEMS_MAX + 1, sku, (int)json_number_value(k),
+                                   (long long)json_number_value(q)) != 0)
+                goto bad;
+        }
+    }
+    return buf;
+bad:
+    free(buf);
+    return NULL;
+}
+
+/* The items text of a single-SKU order: each part of pt ("k:q,...") in sku. NULL: no memory
+ * or pt not that. */
+static char *sku_items_text(const char *sku, const char *pt)
+{
+    size_t cap = strlen(pt) * (strlen(sku) + 2) + 2;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return NULL;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *c = pt; *c != '\0';) {
+        long long k, q;
+        int n;
+        if (sscanf(c, "%lld:%lld%n", &k, &q, &n) != 2) {
+            free(buf);
+            return NULL;
+        }
+        int w = snprintf(buf + used, cap - used, "%s%s:%lld:%lld", used ? "," : "", sku, k, q);
+        if (w < 0 || (size_t)w >= cap - used) {
+            free(buf);
+            return NULL;
+        }
+        used += (size_t)w;
+        c += n;
+        if (*c == ',')
+            c++;
+    }
+    return buf;
+}
+
+/* A record's units in segment k (units.lua): a primary's (parts) its part there, any other
+ * record's its quantity; -1 when it does not say. */
+static long long record_units(const json_t *j, int k)
+{
+    const json_t *parts = json_object_get(j, "parts");
+    if (parts == NULL) {
+        const json_t *q = json_object_get(j, "quantity");
+        return json_is_number(q) ? (long long)json_number_value(q) : -1;
+    }
+    for (size_t i = 0; i < json_array_size(parts); i++) {
+        const json_t *p = json_array_get(parts, i);
+        const json_t *s = json_object_get(p, "segment"), *q = json_object_get(p, "quantity");
+        if (json_is_number(s) && (long long)json_number_value(s) == k && json_is_number(q))
+            return (long long)json_number_value(q);
+    }
+    return -1;
+}
+
 /* "YYYY-MM-DDTHH:MM:SS[.mmm]Z" (a record's created_at) as DATETIME text into out; "" when it
  * is not that. */
 static void record_time(const char *iso, char out[32])
@@ -90,8 +171,8 @@ static void record_time(const char *iso, char out[32])
 }
 
 int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
-                         struct sink_db_order **o, size_t *len, size_t *cap, char *err,
-                         size_t errlen)
+                         struct sink_db_order **o, size_t *len, size_t *cap, long long *sold,
+                         char *err, size_t errlen)
 {
     struct seg_keys keys;
     store_seg_keys(sku, k, &keys);
@@ -122,6 +203,14 @@ int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
         snprintf(x->sku, sizeof x->sku, "%s", sku);
         json_error_t je;
         json_t *j = json_loadb(h->element[i + 1]->str, h->element[i + 1]->len, 0, &je);
+        if (sold != NULL) { /* every record's units here, a part's too (cnt's s) */
+            const char *st = json_string_value(json_object_get(j, "status"));
+            long long u = record_units(j, k);
+            if (st != NULL && u > 0 &&
+                (strcmp(st, "reserved") == 0 || strcmp(st, "created") == 0 ||
+                 strcmp(st, "confirmed") == 0))
+                *sold += u;
+        }
         if (json_object_get(j, "part_of") != NULL) {
             json_decref(j); /* a part of a multi-segment order: its primary is the order */
             continue;
@@ -140,6 +229,9 @@ int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
             parts_text(parts, pt, sizeof pt);
         else
             snprintf(pt, sizeof pt, "%d:%lld", k, x->quantity);
+        /* its order_items rows: a cart's every SKU from its items, else its own parts */
+        const json_t *items = json_object_get(j, "items");
+        x->items = items != NULL ? items_text(items) : sku_items_text(sku, pt);
         json_decref(j);
         if (json_parts) {
             /* "k:q,k:q" (checked by parts_text) as the orders table's JSON */
@@ -160,8 +252,9 @@ int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
             }
             x->parts = arr ? json_dumps(arr, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
             json_decref(arr);
-            if (x->status[0] == '(' || x->quantity < 1 || x->parts == NULL) {
+            if (x->status[0] == '(' || x->quantity < 1 || x->parts == NULL || x->items == NULL) {
                 free(x->parts); /* not a record the scripts write: left for reconcile to name */
+                free(x->items);
                 continue;
             }
             (*len)++;

@@ -14,11 +14,14 @@
 
 /* Appends the order records of segment k of sku (HGETALL of its orders hash; part records
  * skipped) to (*o)[*len..], growing *o (*cap entries): order, sku, segment, user, quantity,
- * status, created and parts, as "k:q,..." text, or with json_parts as the orders table's JSON
- * (a record that is not what the scripts write is then left out). 0, or -1 with err. */
+ * status, created, items (every part, a cart's in every SKU: its order_items rows) and parts,
+ * as "k:q,..." text, or with json_parts as the orders table's JSON (a record that is not what
+ * the scripts write is then left out). sold (NULL: not counted) gets the units of the
+ * segment's live records (reserved, created, confirmed) added, part records' too: what the
+ * segment has sold, as order_items counts it. 0, or -1 with err. */
 int sink_segment_records(sink_redis *r, const char *sku, int k, int json_parts,
-                         struct sink_db_order **o, size_t *len, size_t *cap, char *err,
-                         size_t errlen);
+                         struct sink_db_order **o, size_t *len, size_t *cap, long long *sold,
+                         char *err, size_t errlen);
 
 /* The stream key of segment k of sku, "inv:2:{<sku>/<k>}:log", into buf (cap bytes). */
 void sink_log_key(char *buf, size_t cap, const char *sku, int k);

@@ -1039,7 +1039,7 @@ static void backfill_segment(struct sink *s, const char *sku, int k, long long u
     struct sink_db_order *o = NULL;
     size_t len = 0, cap = 0;
     char err[512];
-    if (sink_segment_records(s->redis, sku, k, 1, &o, &len, &cap, err, sizeof err) != 0) {
+    if (sink_segment_records(s->redis, sku, k, 1, &o, &len, &cap, NULL, err, sizeof err) != 0) {
         redis_failed(s, "HGETALL orders", err);
         sink_db_orders_free(o, len);
         return;

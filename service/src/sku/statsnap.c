@@ -589,7 +589,7 @@ static void refresh_script(struct refresh *r, int n)
     }
     const char *fields[RULES_N];
     for (int i = 0; i < RULES_N; i++)
-        fields[i] = rules_rows[i].meta;
+        fields[i] = rules_script_field(i);
     /* lockcore copies keys and args when the call starts */
     store_script_async(r->app->store, r->ar->lc, r->ar, SCRIPT_STATUS_READ, 2 + 3 * n, keys,
                        RULES_N, fields, on_script, r);

@@ -109,11 +109,13 @@ struct admin {
     char sku[VALIDATE_SKU_MAX + 1];
     const char *key;                                        /* Idempotency-Key, or NULL */
     char claim[STORE_KEY_MAX + VALIDATE_PRINTABLE_MAX + 8]; /* its Redis name */
-    char answer[512];                                       /* PUT: the stored answer */
+    char answer[1024];                                      /* PUT: the stored answer */
     int replay;
     char segs[24], stock[24];
-    struct sku_rules rules; /* PUT: the body's rules */
-    long long rid, qty;     /* restock */
+    struct sku_rules rules;              /* PUT: the body's rules; PATCH: the body's, pfields set */
+    unsigned pfields;                    /* PATCH: the rules the body sets */
+    void (*group_next)(struct admin *a); /* group_check: the write, the group found */
+    long long rid, qty;                  /* restock */
     char pending[64];
     int write;                  /* PUT, restock, DELETE: a 2xx waits for --redis-replica-acks */
     int waited;                 /* that WAIT was done */
@@ -250,6 +252,48 @@ static void admin_down(struct admin *a)
 {
     redis_down(&a->ar->res, a->why);
     admin_end(a);
+}
+
+/* ---- the limit group a PUT or PATCH names (docs/design.md "Limit groups") ---- */
+
+static void on_group_exists(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct admin *a = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_INTEGER) {
+        admin_why(a, st != LC_OK ? errstr : "EXISTS: unexpected reply");
+        admin_down(a);
+        return;
+    }
+    if (r->integer == 0) {
+        char msg[320];
+        snprintf(msg, sizeof(msg),
+                 "limit_group: no group \"%s\" (PUT /api/v1/groups/%s first); nothing was "
+                 "changed",
+                 a->rules.limit_group, a->rules.limit_group);
+        response_error(&a->ar->res, ERROR_UNKNOWN_GROUP, msg);
+        admin_end(a);
+        return;
+    }
+    a->group_next(a);
+}
+
+/* A PUT's or PATCH's limit_group must name a group a PUT of it made: 422 unknown_group and
+ * nothing written, else next(a). The group's meta is in its own slot (another master on a
+ * cluster), so this is a read before the SKU's write, not inside it: a DELETE of the group
+ * between the two leaves the SKU naming a group that is gone, which caps nothing (the
+ * reservation finds no group: group_reserve.lua answers "free"), as a DELETE of a group named
+ * by SKUs does by design. "" (none) is always fine. */
+static void group_check(struct admin *a, const char *group, void (*next)(struct admin *a))
+{
+    if (!group[0]) {
+        next(a);
+        return;
+    }
+    a->group_next = next;
+    char meta[STORE_KEY_MAX];
+    store_group_key(meta, group, "meta");
+    const char *argv[2] = {"EXISTS", meta};
+    store_command_async(a->ar->lc, a->ar, 2, argv, on_group_exists, a);
 }
 
 /* True when the intent script whose callback got st may have run: it answered (LC_OK), or it
@@ -418,7 +462,7 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     store_sku_key(ver, a->sku, "ver");
     store_sku_key(rst, a->sku, "rst");
     store_sku_key(users, a->sku, "users");
-    char members[256] = "", vals[RULES_N][24];
+    char members[1024] = "", vals[RULES_N][RULES_STR_MAX + 1];
     const struct sku_rules *ru = &a->rules;
     /* The answer's rule members, as rules_to_json writes them ('{' and '}' cut off). */
     json_t *o = json_object();
@@ -441,12 +485,18 @@ static void on_registered(lc_status st, const redisReply *r, const char *errstr,
     const char *args[6 + 2 * RULES_N] = {a->segs,          a->stock, a->sku, a->key ? "1" : "0",
                                          STOCK_KEY_TTL_MS, members};
     for (int i = 0; i < RULES_N; i++) { /* each rule's meta field and value */
-        snprintf(vals[i], sizeof(vals[i]), "%" PRId64, rules_get(ru, i));
-        args[6 + 2 * i] = rules_rows[i].meta;
+        rules_meta_text(ru, i, vals[i], sizeof(vals[i]));
+        args[6 + 2 * i] = rules_script_field(i);
         args[7 + 2 * i] = vals[i];
     }
     store_script_async(a->app->store, a->ar->lc, a->ar, SCRIPT_PUT_META, 6, keys, 6 + 2 * RULES_N,
                        args, on_put_meta, a);
+}
+
+/* PUT's first write, the limit group (if any) found. */
+static void put_register(struct admin *a)
+{
+    registry_add(a, on_registered);
 }
 
 /* The answer of a PUT: the stored "<status> <body>" of the meta script. The SKU goes into the
@@ -471,7 +521,7 @@ void stock_put_async(struct areq *ar)
     snprintf(a->segs, sizeof(a->segs), "%" PRId64, body.segments);
     snprintf(a->stock, sizeof(a->stock), "%" PRId64, body.stock);
     a->rules = body.rules;
-    registry_add(a, on_registered);
+    group_check(a, a->rules.limit_group, put_register);
 }
 
 /* ---- PATCH (the sale rules) ---- */
@@ -578,8 +628,14 @@ static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr
     } else if (code == STORE_PATCH_OK && r->elements == 3 + RULES_N) {
         memset(&a->rules, 0, sizeof(a->rules));
         a->rules.version = store_reply_int(r->element[1], 0);
-        for (int i = 0; i < RULES_N; i++)
-            rules_set(&a->rules, i, store_reply_int(r->element[3 + i], 0));
+        for (int i = 0; i < RULES_N; i++) {
+            const redisReply *e = r->element[3 + i];
+            if (rules_rows[i].kind == RULES_KIND_STR)
+                rules_set_str(&a->rules, i, e->type == REDIS_REPLY_STRING ? e->str : "",
+                              e->type == REDIS_REPLY_STRING ? e->len : 0);
+            else
+                rules_set(&a->rules, i, store_reply_int(e, 0));
+        }
         skucache_forget(a->app->cache, a->sku);
         patch_push(a, (int)store_reply_int(r->element[2], 0));
         return;
@@ -589,6 +645,8 @@ static void on_patch_rules(lc_status st, const redisReply *r, const char *errstr
     }
     admin_end(a);
 }
+
+static void patch_send(struct admin *a);
 
 /* PATCH /api/v1/skus/{sku}: the given rule fields replace the SKU's, atomically (PATCH_RULES),
  * and the merged rules are the answer. */
@@ -605,17 +663,30 @@ void stock_patch_async(struct areq *ar)
         admin_end(a);
         return;
     }
-    char meta[STORE_KEY_MAX], v[RULES_N][24];
+    a->rules = body.rules;
+    a->pfields = body.fields;
+    group_check(a, (body.fields & RULES_BIT(limit_group)) ? a->rules.limit_group : "", patch_send);
+}
+
+/* PATCH's write (PATCH_RULES), the limit group (if any) found. */
+static void patch_send(struct admin *a)
+{
+    struct areq *ar = a->ar;
+    struct validate_patch_rules body = {.rules = a->rules, .fields = a->pfields};
+    char meta[STORE_KEY_MAX], v[RULES_N][RULES_STR_MAX + 2];
     store_sku_key(meta, a->sku, "meta");
     const char *keys[1] = {meta};
     const char *args[1 + 2 * RULES_N] = {"0"}; /* no version to pass; each rule: field, value */
     for (int i = 0; i < RULES_N; i++) {
         v[i][0] = '\0'; /* "": keep the SKU's */
-        if (body.fields & (1u << i))
+        if ((body.fields & (1u << i)) && rules_rows[i].kind == RULES_KIND_STR)
+            /* "=<name>", "=" for none: "" is "keep" (patch_rules.lua) */
+            snprintf(v[i], sizeof(v[i]), "=%s", rules_get_str(&body.rules, i));
+        else if (body.fields & (1u << i))
             snprintf(v[i], sizeof(v[i]), "%" PRId64, rules_get(&body.rules, i));
         if ((body.fields & (1u << i)) && rules_rows[i].error != ERROR_NONE)
             a->loosen = 1; /* a rule that refuses orders: it may end a cached refusal */
-        args[1 + 2 * i] = rules_rows[i].meta;
+        args[1 + 2 * i] = rules_script_field(i);
         args[2 + 2 * i] = v[i];
     }
     store_script_async(a->app->store, ar->lc, ar, SCRIPT_PATCH_RULES, 1, keys, 1 + 2 * RULES_N,

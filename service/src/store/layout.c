@@ -51,8 +51,14 @@ int layout_parse_reply(const redisReply *r, struct layout *out)
         out->nrestocks++;
     }
     out->rules.version = str_int(r->element[6], 0);
-    for (int i = 0; i < RULES_N; i++)
-        rules_set(&out->rules, i, str_int(r->element[7 + i], 0));
+    for (int i = 0; i < RULES_N; i++) {
+        const redisReply *e = r->element[7 + i];
+        if (rules_rows[i].kind == RULES_KIND_STR)
+            rules_set_meta_text(&out->rules, i, e->type == REDIS_REPLY_STRING ? e->str : "",
+                                e->type == REDIS_REPLY_STRING ? e->len : 0);
+        else
+            rules_set(&out->rules, i, str_int(e, 0));
+    }
     /* the hold flag (put_meta.lua, patch_rules.lua), the last element: missing in a layout
      * written before it, or "0" beside a TTL (an older binary's PUT, which writes the rules
      * alone, over a layout of this one), then judged from the TTL as the sweeper did; anything
@@ -161,7 +167,7 @@ static void settle_read(struct settle *s)
     store_sku_key(rst, s->sku, "rst");
     const char *keys[2] = {meta, rst}, *fields[RULES_N];
     for (int i = 0; i < RULES_N; i++)
-        fields[i] = rules_rows[i].meta;
+        fields[i] = rules_script_field(i);
     s->calls++;
     s->read_ms = clock_mono_ms();
     store_script_async(s->st, s->lc, s->ar, SCRIPT_LAYOUT_READ, 2, keys, RULES_N, fields, on_read,

@@ -70,6 +70,10 @@ int store_new(const struct config *cfg, struct store **out, char *err, size_t er
         [SCRIPT_GATE_ADMIT] = STORE_LUA_GATE_ADMIT,
         [SCRIPT_GATE_PLACE] = STORE_LUA_GATE_PLACE,
         [SCRIPT_GATE_USED] = STORE_LUA_GATE_USED,
+        [SCRIPT_EXTEND] = STORE_LUA_EXTEND,
+        [SCRIPT_GROUP_RESERVE] = STORE_LUA_GROUP_RESERVE,
+        [SCRIPT_GROUP_PUT] = STORE_LUA_GROUP_PUT,
+        [SCRIPT_GROUP_READ] = STORE_LUA_GROUP_READ,
     };
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         /* The commit is fenced by the lock: its owner and token on this Redis, or with
@@ -127,8 +131,9 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out)
 #undef SEG_KEY
 }
 
-_Static_assert(STORE_COMMIT_ARG_RULES_VERSION == STORE_COMMIT_NARGS,
-               "the rules' version is the commit's last argument");
+_Static_assert(STORE_COMMIT_ARG_RULES_VERSION + 1 == STORE_COMMIT_ARG_ITEMS &&
+                   STORE_COMMIT_ARG_ITEMS == STORE_COMMIT_NARGS,
+               "the rules' version, then the cart's items, are the commit's last arguments");
 
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c)
 {
@@ -162,6 +167,7 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     c->args[15] = c->total;
     c->args[16] = in->users ? in->hex : "";
     c->args[STORE_COMMIT_ARG_RULES_VERSION - 1] = c->rver;
+    c->args[STORE_COMMIT_ARG_ITEMS - 1] = in->items ? in->items : "";
     /* each rule the commit judges at its position (rules_table.h's arg column) */
 #define RULE_ARG_(id, json, lo, hi, jtext, deftext, meta, arg, ...)                                \
     if (arg > 0) {                                                                                 \
@@ -171,7 +177,10 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
     }
 #define RULE_ARG_TIME_(id, json, jtext, deftext, meta, arg, ...)                                   \
     RULE_ARG_(id, json, 0, 0, jtext, deftext, meta, arg, 0)
-    RULES_TABLE(RULE_ARG_, RULE_ARG_TIME_)
+    /* a STR rule (limit_group) is judged before the walk (group_reserve.lua), never here */
+#define RULE_ARG_STR_(...)
+    RULES_TABLE(RULE_ARG_, RULE_ARG_TIME_, RULE_ARG_STR_)
+#undef RULE_ARG_STR_
 #undef RULE_ARG_
 #undef RULE_ARG_TIME_
     /* KEYS[9]: the segment's undone set (part_undo.lua's tombstones), which a part's or a
@@ -199,6 +208,11 @@ void store_commit_call(const struct store_commit_in *in, struct store_commit_cal
 void store_sku_key(char *buf, const char *sku, const char *suffix)
 {
     snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{%s}:%s", sku, suffix);
+}
+
+void store_group_key(char *buf, const char *group, const char *suffix)
+{
+    snprintf(buf, STORE_KEY_MAX, STORE_KEY_PREFIX "{G=%s}:%s", group, suffix);
 }
 
 void store_user_key(char *buf, const char *user, const char *suffix)

@@ -53,6 +53,10 @@ enum store_script {
     SCRIPT_GATE_ADMIT,
     SCRIPT_GATE_PLACE,
     SCRIPT_GATE_USED,
+    SCRIPT_EXTEND,        /* a hold's extension (lua/extend.lua) */
+    SCRIPT_GROUP_RESERVE, /* limit groups' (docs/design.md "Limit groups") */
+    SCRIPT_GROUP_PUT,
+    SCRIPT_GROUP_READ,
     SCRIPT_COUNT
 };
 
@@ -94,7 +98,7 @@ void store_seg_keys(const char *sku, int k, struct seg_keys *out);
  * for each part of a multi-segment one (order_multi.c). The strings of in are borrowed: keep
  * them alive while call is used. */
 #define STORE_COMMIT_NKEYS 12
-#define STORE_COMMIT_NARGS 18
+#define STORE_COMMIT_NARGS 19
 struct store_commit_in {
     const char *sku;
     int k;
@@ -109,6 +113,11 @@ struct store_commit_in {
     const char *kind;  /* NULL or "": a one-segment order; "part" or "primary" */
     const char *parts; /* a primary's "k:q,..." */
     long long total;   /* a primary's units in all its parts */
+    /* a cart's primary (kind "primary"): the cart's items for its order log entry,
+     * "<sku>:<k>:<q>,..." of every part of every item, home item first, as
+     * orderlog_items_add builds it (orderlog.h); NULL or "" for every other commit (its entry
+     * then has no items field) */
+    const char *items;
     /* the user's limit checked in the commit (one Redis, a one-segment order): the SKU's users
      * and meta keys and the order's hex; NULL users: not checked here */
     const char *users, *meta, *hex;
@@ -124,7 +133,8 @@ struct store_commit_call {
     const char *keys[STORE_COMMIT_NKEYS];
     const char *args[STORE_COMMIT_NARGS];
     int nkeys; /* 9, 11 with the user's limit checked in the commit, 12 with the hold index */
-    int nargs; /* STORE_COMMIT_NARGS: the last is the rules' version (rules->version) */
+    int nargs; /* STORE_COMMIT_NARGS: the last two are the rules' version (rules->version)
+                  and the cart's items (in->items, "" none) */
 };
 void store_commit_call(const struct store_commit_in *in, struct store_commit_call *c);
 
@@ -137,6 +147,12 @@ void store_sku_key(char *buf, const char *sku, const char *suffix);
  * printable bytes fit. */
 #define STORE_USER_KEY_MAX (STORE_KEY_MAX + 32)
 void store_user_key(char *buf, const char *user, const char *suffix);
+
+/* Writes a limit group's key "inv:2:{G=<group>}:<suffix>" into buf (STORE_KEY_MAX): its meta
+ * (limit, ver) and its users' entries (docs/design.md "Limit groups"). The tag is "G=" and the
+ * group name: '=' is in no SKU name (SPEC §5), so no SKU's key, SKU-wide or a segment's, can
+ * ever be a group's, whatever the two names are ("{G:x}" could: "G:x" is a SKU name). */
+void store_group_key(char *buf, const char *group, const char *suffix);
 
 /* The SKU registry's key, "inv:2:skus": a set of the SKU names a PUT created (docs/design.md).
  * No hash tag: on a cluster it is a slot of its own, never in a script with a SKU's keys.

@@ -50,8 +50,11 @@
 #define STORE_COMMIT_ARG_SALE_START 7
 #define STORE_COMMIT_ARG_SALE_END 8
 #define STORE_COMMIT_ARG_TTL 9
-/* ... and of the version of the rules the order was judged by (the last: STORE_COMMIT_NARGS) */
+/* ... and of the version of the rules the order was judged by */
 #define STORE_COMMIT_ARG_RULES_VERSION 18
+/* ... and of a cart primary's items for its order log entry ("" for every other commit;
+ * orderlog.h; the last: STORE_COMMIT_NARGS) */
+#define STORE_COMMIT_ARG_ITEMS 19
 
 /* lua/commit_body.lua: {code, value[, ...]}. */
 /* {1, stock left}: the order is written */
@@ -104,6 +107,28 @@
 #define STORE_CONFIRM_EXPIRED (-2)
 /* {-3, record}: never a hold */
 #define STORE_CONFIRM_NOT_RESERVED (-3)
+
+/* lua/extend.lua: {code[, ...]}, a hold's extension (docs/design.md "Holds and their expiry"). */
+/* {1, record}: extended now (the record with its new expires_at and extensions) */
+#define STORE_EXTEND_DONE 1
+/* {0}: no such order (or a part's id) */
+#define STORE_EXTEND_NONE 0
+/* {-1, record}: cancelled */
+#define STORE_EXTEND_CANCELLED (-1)
+/* {-2, record[, 1]}: expired (1: by this call, which found it due) */
+#define STORE_EXTEND_EXPIRED (-2)
+/* {-3, record}: confirmed, or never a hold */
+#define STORE_EXTEND_NOT_RESERVED (-3)
+/* {-4}: the SKU's hold_extend_s is 0: its holds cannot be extended */
+#define STORE_EXTEND_OFF (-4)
+/* {-5, record, most}: extended hold_extend_max times already */
+#define STORE_EXTEND_LIMIT (-5)
+/* {-6, hold_extend_s}: more seconds asked than one extension may add */
+#define STORE_EXTEND_TOO_LONG (-6)
+/* {-7, rules version}: the limits given (a Redis Cluster) are older than the segment's rules */
+#define STORE_EXTEND_RULES (-7)
+/* hold_extend_max 0 with hold_extend_s set: this many extensions (rules_table.h) */
+#define STORE_EXTEND_DEFAULT_MAX 3
 
 /* lua/user_reserve.lua: {code, ...}. */
 /* {1, expiry, now}: reserved (or reserved already by this request) until expiry */

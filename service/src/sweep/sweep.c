@@ -56,6 +56,7 @@ struct giveback {
     int k, n;
     char **members;
     int acks, redis_timeout_ms; /* the WAIT before the members are taken off (0: none) */
+    int group;                  /* ggive_async: members of the ggive set, for this group */
     giveback_fn cb;
     void *arg;
 };
@@ -138,16 +139,19 @@ static void give_dequeue(struct giveback *g)
         return;
     }
     argv[0] = "ZREM";
-    argv[1] = sk.give;
+    argv[1] = g->group ? sk.ggive : sk.give;
     for (int i = 0; i < g->n; i++)
         argv[2 + i] = g->members[i];
     store_command_async(g->lc, g->ar, g->n + 2, argv, on_give_dequeued, g);
     free(argv);
 }
 
-void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
-                    int k, const char *const *members, int n, int acks, int redis_timeout_ms,
-                    giveback_fn cb, void *arg)
+/* giveback_async, or with group ggive_async: the members' (user, hex) pairs are released in
+ * the SKU's users hash, or in the users hash of the group the first well-formed member names
+ * (the members of other groups are left for a later call). */
+static void give_start(struct store *st, lc_async_client *lc, const struct areq *ar,
+                       const char *sku, int k, const char *const *members, int n, int acks,
+                       int redis_timeout_ms, int group, giveback_fn cb, void *arg)
 {
     if (faultpoint_fail("giveback")) { /* tests: the give-backs stay queued */
         cb(arg, 0);
@@ -175,27 +179,76 @@ void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar
                            .arg = arg,
                            .members = g->members,
                            .acks = acks,
-                           .redis_timeout_ms = redis_timeout_ms};
+                           .redis_timeout_ms = redis_timeout_ms,
+                           .group = group};
     snprintf(g->sku, sizeof(g->sku), "%s", sku);
     int na = 0;
+    char gname[VALIDATE_SKU_MAX + 1] = "";
+    char(*user)[VALIDATE_PRINTABLE_MAX + 1] = group ? calloc((size_t)n + 1, sizeof(*user)) : NULL;
+    if (group && !user)
+        n = 0; /* out of memory: nothing taken, the sweeper tries again */
     for (int i = 0; i < n; i++) {
+        size_t len = strlen(members[i]);
+        const char *sep = group && len > 32 ? strchr(members[i] + 32, '\x1f') : NULL;
+        if (group && sep) { /* "<32 hex><user>\x1f<group>": this call's group only */
+            size_t ul = (size_t)(sep - members[i]) - 32;
+            if (!gname[0] && validate_sku(sep + 1, strlen(sep + 1)) && ul <= VALIDATE_PRINTABLE_MAX)
+                snprintf(gname, sizeof(gname), "%s", sep + 1);
+            if (strcmp(sep + 1, gname) != 0 && validate_sku(sep + 1, strlen(sep + 1)) &&
+                ul <= VALIDATE_PRINTABLE_MAX)
+                continue; /* another group's: a later call */
+        }
         if (!(g->members[g->n] = strdup(members[i])))
             break;
         g->n++;
-        size_t len = strlen(members[i]);
-        if (len <= 32) /* not what the scripts queue: taken off the queue, nothing to give */
-            continue;
+        if (len <= 32 || (group && (!sep || strcmp(sep + 1, gname) != 0)))
+            continue; /* not what the scripts queue: taken off the queue, nothing to give */
         memcpy(hex[i], members[i], 32);
         hex[i][32] = '\0';
-        args[na++] = members[i] + 32; /* the user */
+        if (group) {
+            snprintf(user[i], sizeof(user[i]), "%.*s", (int)(sep - members[i]) - 32,
+                     members[i] + 32);
+            args[na++] = user[i];
+        } else {
+            args[na++] = members[i] + 32; /* the user */
+        }
         args[na++] = hex[i];
     }
     char users[STORE_KEY_MAX];
-    store_sku_key(users, sku, "users");
+    if (group && gname[0])
+        store_group_key(users, gname, "users");
+    else
+        store_sku_key(users, sku, "users");
+    if (group && na == 0) {      /* nothing to release (malformed members only): off the queue */
+        int done = user != NULL; /* else out of memory: nothing was looked at */
+        free(args);
+        free(hex);
+        free(user);
+        if (g->n > 0)
+            give_dequeue(g);
+        else
+            giveback_end(g, done);
+        return;
+    }
     const char *keys[1] = {users};
     store_script_async(st, lc, ar, SCRIPT_USER_RELEASE, 1, keys, na, args, on_give_released, g);
     free(args);
     free(hex);
+    free(user);
+}
+
+void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                    int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                    giveback_fn cb, void *arg)
+{
+    give_start(st, lc, ar, sku, k, members, n, acks, redis_timeout_ms, 0, cb, arg);
+}
+
+void ggive_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                 int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                 giveback_fn cb, void *arg)
+{
+    give_start(st, lc, ar, sku, k, members, n, acks, redis_timeout_ms, 1, cb, arg);
 }
 
 /* ---- follows (multi-segment orders' parts taking their primary's change) ---- */
@@ -397,20 +450,21 @@ struct sweep_sku {
     char sku[VALIDATE_SKU_MAX + 1];
     int segments; /* as last read (0: not known, or deleted) */
     struct sku_rules rules;
-    int holds;            /* layout.h struct layout's: holds may exist (meta's hold flag) */
-    int pending;          /* its layout was not yet rolled out at the last read */
-    int64_t linger_until; /* mono ms: swept until then whatever its rules */
-    int64_t *next_at;     /* per segment: mono ms of its next sweep */
-    unsigned char *busy;  /* per segment: a call in flight */
-    int inflight;         /* calls in flight for this SKU (layout read and segments) */
-    int64_t multi_at;     /* mono ms of its last look at its intents */
-    int multi_busy;       /* that look (and its heals) in flight */
-    int carts;            /* cart intents (due or not) its last look found in its :cart hash */
-    int64_t gone_at;      /* mono ms it was first missing from the registry (0: named there) */
-    int layout_busy;      /* a read of its layout in flight */
-    int64_t layout_at;    /* mono ms of that read's start */
-    int cursor;           /* the segment its next tick's probes start at (round robin) */
-    int seen;             /* named by the last registry read */
+    int holds;             /* layout.h struct layout's: holds may exist (meta's hold flag) */
+    int pending;           /* its layout was not yet rolled out at the last read */
+    int64_t linger_until;  /* mono ms: swept until then whatever its rules */
+    int64_t glinger_until; /* mono ms: its ggive sets drained until then (sku_ggive) */
+    int64_t *next_at;      /* per segment: mono ms of its next sweep */
+    unsigned char *busy;   /* per segment: a call in flight */
+    int inflight;          /* calls in flight for this SKU (layout read and segments) */
+    int64_t multi_at;      /* mono ms of its last look at its intents */
+    int multi_busy;        /* that look (and its heals) in flight */
+    int carts;             /* cart intents (due or not) its last look found in its :cart hash */
+    int64_t gone_at;       /* mono ms it was first missing from the registry (0: named there) */
+    int layout_busy;       /* a read of its layout in flight */
+    int64_t layout_at;     /* mono ms of that read's start */
+    int cursor;            /* the segment its next tick's probes start at (round robin) */
+    int seen;              /* named by the last registry read */
 };
 
 struct sweep {
@@ -659,7 +713,15 @@ static void on_segment_given(void *arg, int ok)
 }
 
 static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redisReply *r,
-                        int ngive, int nfollow);
+                        int ngive, int nfollow, int ggive);
+
+/* Whether a sweep of the SKU's segments drains their ggive sets too: a SKU in a limit group,
+ * or one that was lately (its ended orders' records still name the group: a PATCH or PUT
+ * since leaves them queued), for SWEEP_LINGER_MS after the last member seen. */
+static int sku_ggive(const struct sweep_sku *s, int64_t now)
+{
+    return s->rules.limit_group[0] || now < s->glinger_until;
+}
 
 static void on_expired(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
@@ -704,19 +766,48 @@ static void on_expired(lc_status st, const redisReply *r, const char *errstr, vo
         wait = 0;
     if (k < s->segments) /* else the layout changed meanwhile (sku_resize) */
         s->next_at[k] = now + wait;
-    if ((ngive == 0 && nfollow == 0) || c->sw->stopping) {
+    int gg = sku_ggive(s, now);
+    if ((ngive == 0 && nfollow == 0 && !gg) || c->sw->stopping) {
         if (k < s->segments)
             s->busy[k] = 0;
         sweep_call_end(c);
         return;
     }
-    sweep_drain(c, s->sku, k, r, ngive, nfollow);
+    sweep_drain(c, s->sku, k, r, ngive, nfollow, gg);
+}
+
+/* The ggive set's first members are in (a ZRANGE): their give-backs, or the end. */
+static void on_ggive_range(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct sweep_call *c = arg;
+    if (st != LC_OK || !r || r->type != REDIS_REPLY_ARRAY) {
+        if (st != LC_ESTATE)
+            log_msg(CONFIG_LOG_WARN, "giveback_failed", "sku %s segment %d: ggive: %s",
+                    c->s ? c->s->sku : c->sku, c->k, st != LC_OK ? errstr : "unexpected reply");
+        on_segment_given(c, 0);
+        return;
+    }
+    const char *members[SWEEP_GIVE_BATCH];
+    int n = 0;
+    for (size_t i = 0; i < r->elements && n < SWEEP_GIVE_BATCH; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            members[n++] = r->element[i]->str;
+    if (n == 0 || c->sw->stopping) {
+        on_segment_given(c, 1);
+        return;
+    }
+    if (c->s) /* drained for a while after, whatever the rules say by then */
+        c->s->glinger_until = clock_mono_ms() + SWEEP_LINGER_MS;
+    /* the members are copied before this returns */
+    ggive_async(c->sw->app->store, c->sw->env->lc, NULL, c->s ? c->s->sku : c->sku, c->k, members,
+                n, c->sw->app->cfg.redis_replica_acks, c->sw->app->cfg.redis_timeout_ms,
+                on_segment_given, c);
 }
 
 /* Applies the give-backs and follows an expiry sweep of sku's segment k returned (r: its reply,
  * ngive and nfollow of them); the call ends with the last (on_segment_given). */
 static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redisReply *r,
-                        int ngive, int nfollow)
+                        int ngive, int nfollow, int ggive)
 {
     const char *members[SWEEP_GIVE_BATCH], *follows[SWEEP_FOLLOW_BATCH];
     int n = 0, nf = 0;
@@ -726,8 +817,16 @@ static void sweep_drain(struct sweep_call *c, const char *sku, int k, const redi
     for (int i = 0; i < nfollow && nf < SWEEP_FOLLOW_BATCH; i++)
         if (r->element[7 + ngive + i]->type == REDIS_REPLY_STRING)
             follows[nf++] = r->element[7 + ngive + i]->str;
-    /* Both run at once; the call ends with the last (on_segment_given). */
-    c->pending = (n > 0) + (nf > 0) + 1;
+    /* All run at once; the call ends with the last (on_segment_given). */
+    c->pending = (n > 0) + (nf > 0) + (ggive != 0) + 1;
+    if (ggive) { /* the limit groups' give-backs (docs/design.md "Limit groups") */
+        struct seg_keys sk;
+        store_seg_keys(sku, k, &sk);
+        char most[24];
+        snprintf(most, sizeof(most), "%d", SWEEP_GIVE_BATCH - 1);
+        const char *argv[4] = {"ZRANGE", sk.ggive, "0", most};
+        store_command_async(c->sw->env->lc, NULL, 4, argv, on_ggive_range, c);
+    }
     if (n > 0)
         giveback_async(c->sw->app->store, c->sw->env->lc, NULL, sku, k, members, n,
                        c->sw->app->cfg.redis_replica_acks, c->sw->app->cfg.redis_timeout_ms,
@@ -1070,11 +1169,12 @@ static void on_look_probe(lc_status st, const redisReply *r, const char *errstr,
  * (issue 29: a PATCH to TTL 0 leaves the flag set) where the hold index does not name them (a
  * Redis Cluster; on one Redis, a layout whose holds an older binary may have placed); its
  * layout is being rolled out (the old layout's holds live until their segment's reset); a
- * limit; or signs of either lately. */
+ * limit, or a limit group (the ggive set's give-backs); or signs of either lately. */
 static int sku_active(const struct sweep *sw, const struct sweep_sku *s, int64_t now)
 {
-    return s->segments > 0 && (s->holds == 2 || (s->holds == 1 && !sw->index) || s->pending ||
-                               s->rules.limit_per_user > 0 || now < s->linger_until);
+    return s->segments > 0 &&
+           (s->holds == 2 || (s->holds == 1 && !sw->index) || s->pending ||
+            s->rules.limit_per_user > 0 || s->rules.limit_group[0] || now < s->linger_until);
 }
 
 /* ---- the hold index (one Redis; docs/design.md "The sweeper") ---- */
@@ -1118,7 +1218,7 @@ static void on_index_expired(lc_status st, const redisReply *r, const char *errs
         sweep_call_end(c);
         return;
     }
-    sweep_drain(c, c->sku, c->k, r, ngive, nfollow);
+    sweep_drain(c, c->sku, c->k, r, ngive, nfollow, 0);
 }
 
 /* Starts the expiry sweep of the index's member m ("<sku>/<k>") unless it is in flight. */

@@ -13,7 +13,9 @@
  * limited users, queued in the segment's give set in the same step that ended them) are applied
  * to the SKU's per-user counts and then taken off the queue: applying one twice is harmless
  * (user_release.lua removes an entry once), so a sweeper killed between the two steps loses
- * nothing. It also keeps rclock's estimate of Redis's clock fresh (a TIME a second).
+ * nothing. Limit groups' give-backs (the segment's ggive set, docs/design.md "Limit groups") are
+ * drained the same way, after the expiry sweep of each segment of a SKU in a group (ggive_async).
+ * It also keeps rclock's estimate of Redis's clock fresh (a TIME a second).
  *
  * Multi-segment orders (docs/design.md "Orders larger than one segment"): the follows an
  * expiry returns (the changes of a primary queued for its other parts, in the primary's
@@ -77,6 +79,16 @@ typedef void (*giveback_fn)(void *arg, int ok);
 void giveback_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
                     int k, const char *const *members, int n, int acks, int redis_timeout_ms,
                     giveback_fn cb, void *arg);
+
+/* The same for limit groups (docs/design.md "Limit groups"): members are ggive-set members of
+ * sku's segment k ("<32 hex><user>\x1f<group>", queued by hold_end.lua for an ended order whose
+ * record names its groups). The members of the group the first one names are released in that
+ * group's users hash (user_release.lua: an entry is removed once, so applying one twice counts
+ * once), then, after the WAIT as above, taken off the ggive set; members of other groups are left
+ * for a later call, malformed ones are taken off. cb(arg, ok) once, on the loop. */
+void ggive_async(struct store *st, lc_async_client *lc, const struct areq *ar, const char *sku,
+                 int k, const char *const *members, int n, int acks, int redis_timeout_ms,
+                 giveback_fn cb, void *arg);
 
 /* Applies n follows of sku queued in segment k's follow set (members "<part id>|<status>",
  * written by the script that changed the primary): part_follow.lua on each part's segment (the

@@ -34,11 +34,15 @@ const NOT_EXERCISED = {
   "get /api/v1/orders/{id} 500": "out of memory only",
   "delete /api/v1/orders/{id} 500": "out of memory only",
   "post /api/v1/orders/{id}/confirm 500": "out of memory only",
+  "post /api/v1/orders/{id}/extend 500": "out of memory only",
   "put /api/v1/skus/{sku} 500": "out of memory only",
   "get /api/v1/skus/{sku} 500": "out of memory only",
   "delete /api/v1/skus/{sku} 500": "out of memory only",
   "patch /api/v1/skus/{sku} 500": "out of memory only",
   "post /api/v1/skus/{sku}/restock 500": "out of memory only",
+  "put /api/v1/groups/{group} 500": "out of memory only",
+  "get /api/v1/groups/{group} 500": "out of memory only",
+  "delete /api/v1/groups/{group} 500": "out of memory only",
   "post /api/v1/skus/{sku}/restock 409": "needs a PUT racing the restock: service/tests/it_layout.c",
   "head /readyz 503": "the same handler as GET /readyz 503 (exercised)",
   "get /api/v1/skus 503": "needs Redis down for the list: the same store call as GET /readyz's",
@@ -156,6 +160,7 @@ function send(base, method, path, headers, payload) {
 const uniq = (p) => `${p}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 const SKU = "/api/v1/skus/{sku}", RESTOCK = "/api/v1/skus/{sku}/restock", ORDERS = "/api/v1/orders", ORDER = "/api/v1/orders/{id}";
 const CONFIRM = "/api/v1/orders/{id}/confirm";
+const EXTEND = "/api/v1/orders/{id}/extend";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // An HS256 JWT for sub, valid for 5 minutes, signed with JWT_SECRET.
 function jwt(sub) {
@@ -209,6 +214,39 @@ await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, body: { limit_per_user:
 await call(MAIN, "PATCH", SKU, { params: { sku: "no-such-" + ruled }, token: TOKEN, body: { limit_per_user: 1 }, expect: 404 });
 await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, raw: big, headers: { "Content-Type": "application/json" }, expect: 413 });
 await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, raw: "{}", headers: { "Content-Type": "text/plain" }, expect: 415 });
+// Limit groups (SPEC §17): made, changed, read, named by a SKU's rule; a rule naming none 422.
+const GROUP = "/api/v1/groups/{group}", group = uniq("style");
+await call(MAIN, "PUT", GROUP, { params: { group }, token: TOKEN, body: { limit_per_user: 1 }, expect: 201 });
+await call(MAIN, "PUT", GROUP, { params: { group }, token: TOKEN, body: { limit_per_user: 2 }, expect: 200 });
+await call(MAIN, "PUT", GROUP, { params: { group }, token: TOKEN, body: { limit_per_user: 0 }, expect: 400 });
+await call(MAIN, "PUT", GROUP, { params: { group }, body: { limit_per_user: 1 }, expect: 401 });
+await call(MAIN, "PUT", GROUP, { params: { group }, token: TOKEN, raw: big, headers: { "Content-Type": "application/json" }, expect: 413 });
+await call(MAIN, "PUT", GROUP, { params: { group }, token: TOKEN, raw: "{}", headers: { "Content-Type": "text/plain" }, expect: 415 });
+await call(MAIN, "GET", GROUP, { params: { group }, token: TOKEN, expect: 200 });
+await call(MAIN, "GET", GROUP, { params: { group }, expect: 401 });
+await call(MAIN, "GET", GROUP, { params: { group: "no-such-" + group }, token: TOKEN, expect: 404 });
+await call(MAIN, "GET", GROUP, { params: { group: "bad*group" }, token: TOKEN, expect: 400 });
+await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: { limit_group: group }, expect: 200 });
+expectError("unknown_group (PATCH)", await call(MAIN, "PATCH", SKU, { params: { sku: ruled }, token: TOKEN, body: { limit_group: "no-such-" + group }, expect: 422 }), "unknown_group");
+expectError("unknown_group (PUT)", await call(MAIN, "PUT", SKU, { params: { sku: uniq("grouped") }, token: TOKEN, body: { stock: 1, segments: 1, limit_group: "no-such-" + group }, expect: 422 }), "unknown_group");
+const gsku = uniq("grouped");
+await call(MAIN, "PUT", SKU, { params: { sku: gsku }, token: TOKEN, body: { stock: 5, segments: 1, limit_group: group }, expect: 201 });
+const go1 = await call(USER, "POST", ORDERS, { body: { sku: gsku, user_id: "gina", quantity: 2 }, expect: 201 });
+if (go1.json?.grp?.[group] !== 2) fail("group order", `grp names the group: ${JSON.stringify(go1.json)}`);
+const gle = await call(USER, "POST", ORDERS, { body: { sku: gsku, user_id: "gina" }, expect: 409 });
+if (gle.json?.error !== "limit_exceeded" || gle.json?.limit_group !== group || gle.json?.limit_per_user !== 2) fail("group limit_exceeded", JSON.stringify(gle.json));
+await call(MAIN, "DELETE", GROUP, { params: { group }, expect: 401 });
+await call(MAIN, "DELETE", GROUP, { params: { group }, token: TOKEN, expect: 200 });
+await call(MAIN, "DELETE", GROUP, { params: { group }, token: TOKEN, expect: 404 });
+await call(MAIN, "DELETE", GROUP, { params: { group: "bad*group" }, token: TOKEN, expect: 400 });
+await call(DOWN, "PUT", GROUP, { params: { group }, token: TOKEN, body: { limit_per_user: 1 }, expect: 503 });
+await call(DOWN, "GET", GROUP, { params: { group }, token: TOKEN, expect: 503 });
+await call(DOWN, "DELETE", GROUP, { params: { group }, token: TOKEN, expect: 503 });
+for (const [method, opts] of [["PUT", { body: { limit_per_user: 1 } }], ["GET", {}], ["DELETE", {}]]) {
+  let got = false;
+  for (let i = 0; i < 6 && !got; i++) got = (await call(RATE, method, GROUP, { params: { group }, token: TOKEN, ...opts })).status === 429;
+  if (!got) fail(`${method} ${GROUP}`, "never answered 429 at 1 request/s");
+}
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 4 }, headers: { "Idempotency-Key": "restock-1" }, expect: 200 });
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 4 }, headers: { "Idempotency-Key": "restock-1" }, expect: 200 });
 await call(MAIN, "POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 0 }, expect: 400 });
@@ -313,6 +351,23 @@ expectError("cancel expired", await call(MAIN, "DELETE", ORDER, { params: { id: 
 const hs = (await call(MAIN, "GET", SKU, { params: { sku: held1 }, expect: 200 })).json;
 if (hs?.sold !== 1 || hs?.reserved !== 0 || hs?.orders !== 1) fail("holds status", `one confirmed unit, nothing reserved: ${JSON.stringify(hs)}`);
 
+// Extensions (SPEC §17): off by default (409 extend_not_allowed), then on by a PATCH: 200 with
+// the new expires_at and extensions, its limit, each refusal.
+const hE = await hold();
+expectError("extend off", await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, expect: 409 }), "extend_not_allowed");
+await call(MAIN, "PATCH", SKU, { params: { sku: held1 }, token: TOKEN, body: { hold_extend_s: 30, hold_extend_max: 1 }, expect: 200 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, expect: 401 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, body: { seconds: 0 }, expect: 400 });
+await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, raw: "seconds=5", headers: { "Content-Type": "text/plain" }, expect: 415 });
+const xE = await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: CONFIRM_TOKEN, body: { seconds: 20 }, expect: 200 });
+if (xE.json?.status !== "reserved" || xE.json?.extensions !== 1) fail("extend", JSON.stringify(xE.json));
+expectError("extend limit", await call(MAIN, "POST", EXTEND, { params: { id: hE }, token: TOKEN, expect: 409 }), "extend_limit");
+expectError("extend confirmed", await call(MAIN, "POST", EXTEND, { params: { id: hA }, token: CONFIRM_TOKEN, expect: 409 }), "not_reserved");
+expectError("extend cancelled", await call(MAIN, "POST", EXTEND, { params: { id: hB }, token: CONFIRM_TOKEN, expect: 409 }), "already_cancelled");
+expectError("extend expired", await call(MAIN, "POST", EXTEND, { params: { id: hC }, token: CONFIRM_TOKEN, expect: 409 }), "reservation_expired");
+await call(MAIN, "POST", EXTEND, { params: { id: "nope" }, token: CONFIRM_TOKEN, expect: 404 });
+await call(MAIN, "DELETE", ORDER, { params: { id: hE }, token: TOKEN, expect: 200 });
+
 // ---- 503 lock_timeout: a 3 s hold on the only segment, and no wait ------------------------------
 const held = uniq("held");
 await call(HOLD, "PUT", SKU, { params: { sku: held }, token: TOKEN, body: { stock: 5, segments: 1 }, expect: 201 });
@@ -341,6 +396,7 @@ await call(DOWN, "GET", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "HEAD", ORDER, { params: { id }, expect: 503 });
 await call(DOWN, "DELETE", ORDER, { params: { id }, token: TOKEN, expect: 503 });
 await call(DOWN, "POST", CONFIRM, { params: { id }, token: TOKEN, expect: 503 });
+await call(DOWN, "POST", EXTEND, { params: { id }, token: TOKEN, expect: 503 });
 
 // ---- 429 on every limited operation ---------------------------------------------------------------
 const limited = [
@@ -349,7 +405,7 @@ const limited = [
   ["PATCH", SKU, { params: { sku }, token: TOKEN, body: { reservation_ttl_s: 0 } }],
   ["POST", RESTOCK, { params: { sku }, token: TOKEN, body: { quantity: 1 } }], ["POST", ORDERS, { body: { sku } }],
   ["GET", ORDER, { params: { id } }], ["HEAD", ORDER, { params: { id } }], ["DELETE", ORDER, { params: { id }, token: TOKEN }],
-  ["POST", CONFIRM, { params: { id }, token: TOKEN }],
+  ["POST", CONFIRM, { params: { id }, token: TOKEN }], ["POST", EXTEND, { params: { id }, token: TOKEN }],
 ];
 for (const [method, tpl, opts] of limited) {
   let got = false;
@@ -437,13 +493,13 @@ await call(MAIN, "POST", "/api/v2/orders", { body: {}, expect: 404 });
 for (const [tpl, item] of Object.entries(spec.paths)) {
   const allowed = item["x-allow"].split(", ");
   const wrong = ["GET", "POST", "PUT", "DELETE", "PATCH"].find((m) => !allowed.includes(m));
-  await call(MAIN, wrong, tpl, { params: { sku, id }, expect: 405 });
+  await call(MAIN, wrong, tpl, { params: { sku, id, group: "g" }, expect: 405 });
   for (const m of Object.keys(item)) {
     if (["parameters", "x-allow", "summary", "description"].includes(m)) continue;
     if (!allowed.includes(m.toUpperCase())) fail(tpl, `${m} is documented but not in x-allow ${item["x-allow"]}`);
   }
 }
-for (const tpl of ["/", "/queue", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, CONFIRM, SKU, RESTOCK])
+for (const tpl of ["/", "/queue", "/healthz", "/readyz", "/metrics", ORDERS, ORDER, CONFIRM, SKU, RESTOCK, "/api/v1/groups/{group}"])
   if (!spec.paths[tpl]) fail(tpl, "the service has this path, the document does not");
 
 // ---- every documented (operation, status) was exercised ------------------------------------------------

@@ -224,6 +224,11 @@ typedef ic_report sf_report;
  * Redis could not be read (rep->problems says why). */
 int sf_check_invariants(const char *redis_url, const char *sku, sf_report *rep);
 
+/* ic_check_group (invcheck.h): no user over limit group g's limit in the live orders of
+ * skus[0..n), each counted in the group's entries. 0 when it held (a deleted group: nothing to
+ * hold), -1 when it did not or Redis could not be read (the report is printed on stderr). */
+int sf_check_group(const char *redis_url, const char *g, const char (*skus)[64], int n);
+
 /* sf_check_invariants, and also: no follow queued and no intent left (rep->follows and
  * rep->intents 0). For once traffic has stopped and the sweepers have drained what cut-off
  * requests left. */

@@ -13,7 +13,9 @@
 -- (the order log's entry); then, when the user's limit is checked here (one Redis: KEYS users,
 -- meta follow; docs/design.md "Per-user limits"), the order's hex (its entry's key), else "";
 -- then the version of the sale rules the order was judged by (meta's rver, layout_read.lua;
--- STORE_COMMIT_ARG_RULES_VERSION).
+-- STORE_COMMIT_ARG_RULES_VERSION); then a cart's items for the order log's entry (a cart's
+-- primary: "<sku>:<k>:<q>,..." of every part of every item, orderlog.h; "" for every other
+-- commit; STORE_COMMIT_ARG_ITEMS).
 -- KEYS[12], on one Redis with a hold: the hold index (store.h store_holds_key; KEYS users and
 -- meta are then declared even without the limit's check).
 -- -> {code, value[, record]}, code one of STORE_COMMIT_* (store_scripts.h); a hold's record
@@ -134,7 +136,8 @@ if cap == 0 and not part then redis.call('HINCRBY', KEYS[3], 'u', 1) end
 if cap > 0 and not part then
   if ARGV[14] == 'primary' then
     log_event(KEYS[7], ttl > 0 and ORDER_STATUS_RESERVED or ORDER_STATUS_CREATED, ARGV[3], ARGV[12],
-              tonumber(ARGV[13]), ARGV[11], tonumber(ARGV[16]), now, ARGV[1], ARGV[15])
+              tonumber(ARGV[13]), ARGV[11], tonumber(ARGV[16]), now, ARGV[1], ARGV[15],
+              ARGV[STORE_COMMIT_ARG_ITEMS])
   else
     log_event(KEYS[7], ttl > 0 and ORDER_STATUS_RESERVED or ORDER_STATUS_CREATED, ARGV[3], ARGV[12],
               tonumber(ARGV[13]), ARGV[11], q, now, ARGV[1])

@@ -8,7 +8,8 @@
 -- docs/design.md "The sale rules' version".
 -- KEYS: meta.  ARGV: a rules version the new one must pass ("0": none; a segment's, ahead of
 -- the meta: layout_note_rules_ahead), then for each rule its meta field and its value: a
--- canonical integer ("0": none), or "" to keep the meta's.
+-- canonical integer ("0": none), or "" to keep the meta's; a field "$<f>" is a string rule
+-- (rules_table.h STR: meta field f), its value "=<name>" ("=": none), or "" to keep it.
 -- -> {STORE_PATCH_OK, rver, segments to push to, the merged rules in ARGV's order} (numbers;
 --    the segments [0, max(segments, hwm))) | {STORE_PATCH_NONE} no such SKU (or deleted) |
 --    {STORE_PATCH_INVALID, sale_start, sale_end}
@@ -16,17 +17,26 @@
 -- cleared here: holds placed before a PATCH to 0 must still expire ("1"; "l" in a layout an older
 -- binary wrote (no flag, or "0" beside a TTL) whose TTL was or is set: its holds may exist).
 -- @include int.lua
-local names = {}
-for i = 2, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+local names, str = {}, {}
+for i = 2, #ARGV, 2 do
+  local f = ARGV[i]
+  if string.sub(f, 1, 1) == '$' then
+    f = string.sub(f, 2)
+    str[#names + 1] = true
+  end
+  names[#names + 1] = f
+end
 local m = redis.call('HMGET', KEYS[1], 'version', 'segments', 'hwm', 'rver', unpack(names))
 for i = 1, 4 + #names do
-  if m[i] and not int(m[i]) then return damaged(KEYS[1]) end
+  if m[i] and not str[i - 4] and not int(m[i]) then return damaged(KEYS[1]) end
 end
 if not m[1] or not m[2] or int(m[2]) <= 0 then return {STORE_PATCH_NONE} end
 local v, by = {}, {}
 for i = 1, #names do
   local a = ARGV[2 * i + 1]
-  if a ~= '' then
+  if str[i] then
+    if a ~= '' then v[i] = string.sub(a, 2) else v[i] = m[4 + i] or '' end
+  elseif a ~= '' then
     if not int(a) or int(a) < 0 then
       return redis.error_reply('ERR patch_rules: ' .. names[i] .. ' is not a rule value')
     end
@@ -34,7 +44,7 @@ for i = 1, #names do
   else
     v[i] = m[4 + i] or '0'
   end
-  by[names[i]] = int(v[i])
+  if not str[i] then by[names[i]] = int(v[i]) end
 end
 -- the window's own check: its end after its start, in the merged rules
 local s, e = by['sale_start'] or 0, by['sale_end'] or 0
@@ -46,7 +56,7 @@ local oldttl = 0
 for i = 1, #names do
   if names[i] == 'ttl' then oldttl = int(m[4 + i] or '0') end
   redis.call('HSET', KEYS[1], names[i], v[i])
-  out[#out + 1] = int(v[i])
+  if str[i] then out[#out + 1] = v[i] else out[#out + 1] = int(v[i]) end
 end
 redis.call('HSET', KEYS[1], 'rver', out[2])
 local ttl = by['ttl'] or 0

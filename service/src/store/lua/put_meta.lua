@@ -14,7 +14,8 @@
 -- PUT replaced every order they counted or name.
 -- KEYS: meta, ver, rst, aidem, users, multi.  ARGV: segments, stock, sku, has key "1"/"0", key ttl
 -- ms, the rules as JSON members for the answer ('"limit_per_user":0,...'), then for each rule
--- its meta field and its value (a canonical integer, checked by the caller).
+-- its meta field and its value (a canonical integer, checked by the caller; a field "$<f>" is
+-- a string rule, rules_table.h STR: meta field f, its value a checked name or "" for none).
 -- -> {1, "<status> <body>", changed} applied, changed 1 when a rule that was set (not "0")
 --    gets another value (stock.c: the answer then waits out the instances' cached rules) |
 --    {0, stored answer} a replay (nothing applied)
@@ -37,9 +38,10 @@ redis.call('HSET', KEYS[1], 'version', string.format('%.0f', v), 'segments', ARG
            'state', 'p', 'hwm', hwm, 'rver', string.format('%.0f', math.max(v, rprev + 1)))
 local changed = 0
 for i = 7, #ARGV, 2 do
-  local was = redis.call('HGET', KEYS[1], ARGV[i])
-  if was and was ~= '0' and was ~= ARGV[i + 1] then changed = 1 end
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  local f = string.gsub(ARGV[i], '^%$', '')
+  local was = redis.call('HGET', KEYS[1], f)
+  if was and was ~= '0' and was ~= '' and was ~= ARGV[i + 1] then changed = 1 end
+  redis.call('HSET', KEYS[1], f, ARGV[i + 1])
 end
 redis.call('HSET', KEYS[1], 'holds', '0')
 for i = 7, #ARGV, 2 do

@@ -11,7 +11,10 @@
 --     or 'expired'), its units go back to the stock, the counters go down (r too for a hold),
 --     it leaves the due set, its user's give-back is queued in the give set (member: the id's
 --     32 hex digits then the user id; drained by the sweeper into the SKU's per-user counts,
---     docs/design.md "Per-user limits"), a primary's other parts get the change queued in the
+--     docs/design.md "Per-user limits"), its limit groups' give-backs (the record's "grp",
+--     {"<group>": units}) queued in the segment's ggive set (member: the 32 hex digits, the
+--     user id, "\x1f", the group; drained by the sweeper into each group's users hash,
+--     docs/design.md "Limit groups"), a primary's other parts get the change queued in the
 --     follow set (order_follow), and the change goes to the order log (log.lua). A part (a
 --     record with part_of) gets no give-back and no log entry: its primary has them.
 --     Returns the new record text.
@@ -20,8 +23,10 @@
 --     primary (a record with items, docs/design.md "Ending and healing a cart"), for every part
 --     of every item but its own, the part id naming the part's own SKU ("<hex>-<k>-<sku>");
 --   order_logged(id, o, q, event, now): the order log's entry of a change (when logging); a
---     primary's carries the order's total and the field parts "k:q,k:q,...". Without the log
---     the change is counted in cnt's u instead (inventory-sink backfills from the record).
+--     primary's carries the order's total and the field parts "k:q,k:q,...", a cart's primary
+--     (a record with items) also the field items (log.lua items_text, built from the record).
+--     Without the log the change is counted in cnt's u instead (inventory-sink backfills from
+--     the record).
 -- Needs int.lua and log.lua.
 -- @include units.lua
 local function parts_text(o, total)
@@ -95,6 +100,10 @@ local function order_read(id)
   if logging and o.part_of == nil and int(redis.call('GET', KEYS[7]) or '0') == nil then
     return nil, 'damaged'
   end
+  -- a cart's entries carry its items (log.lua items_text): items it cannot spell are damaged
+  if logging and o.part_of == nil and o.items ~= nil and not items_text(o) then
+    return nil, 'damaged'
+  end
   return o, q
 end
 local function order_logged(id, o, q, ev, now)
@@ -109,8 +118,9 @@ local function order_logged(id, o, q, ev, now)
     q = tonumber(o.quantity)
     parts = parts_text(o, q)
   end
+  -- a cart's primary: every entry carries the cart's items as its commit's did (items_text)
   log_event(KEYS[6], ev, id, o.sku, tonumber(o.segment) or 0, o.user_id, q, now,
-            redis.call('GET', KEYS[7]) or '0', parts)
+            redis.call('GET', KEYS[7]) or '0', parts, items_text(o))
 end
 local function order_follow(id, o, status, now)
   if type(o.parts) ~= 'table' then return end
@@ -149,6 +159,16 @@ local function order_end(id, o, q, status, now)
   end
   if o.part_of == nil and type(o.user_id) == 'string' then
     redis.call('ZADD', KEYS[5], now, string.sub(id, 1, 32) .. o.user_id)
+    if type(o.grp) == 'table' then
+      -- the ggive set: the give key's name with "ggive" for "give", so the same slot ({S/k})
+      -- and no KEYS of its own for every script that includes this file
+      local gg = string.gsub(KEYS[5], 'give$', 'ggive')
+      for g, _ in pairs(o.grp) do
+        if type(g) == 'string' then
+          redis.call('ZADD', gg, now, string.sub(id, 1, 32) .. o.user_id .. '\031' .. g)
+        end
+      end
+    end
   end
   order_follow(id, o, status, now)
   order_logged(id, o, q, status, now)

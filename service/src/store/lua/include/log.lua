@@ -1,11 +1,21 @@
 -- The order log (orderlog.h): log_event(key, event, id, sku, segment, user, units, at, version
--- [, parts]) appends one entry to the segment's stream, in the script that makes the change, so
--- the log and the stock never disagree. parts (a multi-segment order's primary: "k:q,k:q,...",
--- units then being the order's total) adds the entry's `parts` field; nil or "" adds none. A
--- script calls it only when the log is on (--order-log).
-local function log_event(key, ev, id, sku, seg, user, q, at, ver, parts)
+-- [, parts[, items]]) appends one entry to the segment's stream, in the script that makes the
+-- change, so the log and the stock never disagree. parts (a multi-segment order's primary:
+-- "k:q,k:q,...", units then being the order's total) adds the entry's `parts` field; nil or ""
+-- adds none. items (a cart's primary, docs/design.md "The order log": "<sku>:<k>:<q>,..." for
+-- every part of every item, home item first) adds the field `items` after it; nil or "" adds
+-- none, so a single-SKU order's entry is what it always was. A script calls it only when the
+-- log is on (--order-log).
+local function log_event(key, ev, id, sku, seg, user, q, at, ver, parts, items)
   if type(user) ~= 'string' then user = '' end
   if type(parts) == 'string' and parts ~= '' then
+    if type(items) == 'string' and items ~= '' then
+      redis.call('XADD', key, '*', 'event', ev, 'order', id, 'sku', sku,
+                 'segment', string.format('%d', seg), 'user', user,
+                 'quantity', string.format('%d', q), 'at', string.format('%.0f', at),
+                 'version', ver, 'parts', parts, 'items', items)
+      return
+    end
     redis.call('XADD', key, '*', 'event', ev, 'order', id, 'sku', sku,
                'segment', string.format('%d', seg), 'user', user,
                'quantity', string.format('%d', q), 'at', string.format('%.0f', at),
@@ -16,4 +26,53 @@ local function log_event(key, ev, id, sku, seg, user, q, at, ver, parts)
              'segment', string.format('%d', seg), 'user', user,
              'quantity', string.format('%d', q), 'at', string.format('%.0f', at),
              'version', ver)
+end
+-- log_extended(key, id, sku, seg, user, q, at, ver, parts, expires[, items]): the entry of a
+-- hold's extension (extend.lua): event "extended" with log_event's fields (items: a cart's, as
+-- log_event's), and `expires`, the hold's new expiry (Redis ms, decimal), which inventory-sink
+-- writes into the order's expires_at.
+local function log_extended(key, id, sku, seg, user, q, at, ver, parts, expires, items)
+  if type(user) ~= 'string' then user = '' end
+  local f = {'event', 'extended', 'order', id, 'sku', sku, 'segment', string.format('%d', seg),
+             'user', user, 'quantity', string.format('%d', q), 'at', string.format('%.0f', at),
+             'version', ver, 'expires', string.format('%.0f', expires)}
+  if type(parts) == 'string' and parts ~= '' then
+    f[#f + 1] = 'parts'
+    f[#f + 1] = parts
+    if type(items) == 'string' and items ~= '' then
+      f[#f + 1] = 'items'
+      f[#f + 1] = items
+    end
+  end
+  redis.call('XADD', key, '*', unpack(f))
+end
+-- items_text(o): the `items` field of a cart's entries, from its primary record's items
+-- ([{"sku","quantity","parts":[{"segment","quantity"},...]},...], home item first):
+-- "<sku>:<k>:<q>,..." for every part of every item in the record's order (the text the commit
+-- was given, orderlog_items_add). nil when the record has no items (not a cart) or they are not
+-- what the scripts write (the caller refuses the record as damaged: the entry would reach the
+-- sink malformed). Every entry of a cart after its commit (cancelled, expired, confirmed,
+-- extended) is built by this one function.
+local function items_text(o)
+  if type(o.items) ~= 'table' or #o.items < 1 then return nil end
+  local out = {}
+  for _, it in ipairs(o.items) do
+    if type(it) ~= 'table' or type(it.sku) ~= 'string' or it.sku == '' or
+       string.find(it.sku, '[,%s]') or type(it.parts) ~= 'table' or #it.parts < 1 then
+      return nil
+    end
+    local sum = 0
+    for _, p in ipairs(it.parts) do
+      if type(p) ~= 'table' then return nil end
+      local k, q = tonumber(p.segment), tonumber(p.quantity)
+      if k == nil or q == nil or k < 0 or k >= STORE_SEGMENTS_MAX or k ~= math.floor(k) or
+         q < 1 or q > 1e15 or q ~= math.floor(q) then
+        return nil
+      end
+      sum = sum + q
+      out[#out + 1] = string.format('%s:%d:%d', it.sku, k, q)
+    end
+    if tonumber(it.quantity) ~= sum then return nil end
+  end
+  return table.concat(out, ',')
 end
