@@ -83,11 +83,10 @@ class CartShop:
         rr = random.Random("%d/cart" % a.seed)
         self.conf = {}
         for i, s in enumerate(self.cart_skus):
-            self.conf[s] = {"stock": rr.randint(150, 300), "segments": rr.randint(1, 4)}
+            # every cart SKU may be a cart's home, whose rules an extension reads
+            self.conf[s] = {"stock": rr.randint(150, 300), "segments": rr.randint(1, 4), "hold_extend_s": 1, "hold_extend_max": 2}
             if i == 3:
                 self.conf[s]["reservation_ttl_s"] = HOLD_TTL_S
-                self.conf[s]["hold_extend_s"] = 1
-                self.conf[s]["hold_extend_max"] = 2
         for s in self.group_skus:
             self.conf[s] = {"stock": rr.randint(20, 40), "segments": rr.randint(1, 3), "limit_group": self.group}
         self.users = ["c%d-%d" % (a.seed % 1000, i) for i in range(CART_USERS)]
