@@ -2884,11 +2884,7 @@ class Checker:
         out.append("")
         out.append("| op | logical: acked / failed / unknown | attempts by answer |")
         out.append("|---|---|---|")
-<<<<<<< HEAD
-        for op in ("put", "patch", "restock", "order", "confirm", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()) + (chaos_cart.cops() if run.shop else ()):
-=======
-        for op in ("put", "patch", "restock", "order", "confirm", "extend", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()):
->>>>>>> main
+        for op in ("put", "patch", "restock", "order", "confirm", "extend", "cancel", "delete", "status") + (chaos_queue.qops() if run.room else ()) + (chaos_cart.cops() if run.shop else ()):
             st = ", ".join("%s: %d" % (k[1], v) for k, v in sorted(by_op.items()) if k[0] == op)
             out.append("| %s | %d / %d / %d | %s |" % (op, finals[(op, "acked")], finals[(op, "failed")], finals[(op, "unknown")], st))
         keyed = Counter((l.key is not None, l.final) for l in lops if l.op == "order")
