@@ -12,6 +12,9 @@
  *   - a per-user limit in an item's SKU (not the home one) counts the cart and refuses past it;
  *   - a hold cart: the shortest TTL, every part reserved (r), the primary's expires_at;
  *   - one --order-redis-call-budget for the cart: over it, 503 and nothing sold;
+ *   - an item planned without reading its segments first (a probe): its stock only in a segment
+ *     the instance cached empty (another instance cancelled an order there) and needing two
+ *     segments: 201 from both; a SKU one unit short, never seen: insufficient_stock (~1 s);
  *   - contention: 12 clients on 3 instances, 2-3 item carts over 5 SKUs in random orders until
  *     the stock is gone: every request answered within the lock wait (no deadlock), then 0
  *     partial carts and every SKU whole;
@@ -445,7 +448,7 @@ static void test_item_stock_where_thought_empty(void **state)
     for (int attempt = 0;; attempt++) {
         /* the precondition: 3 of the 4 segments cached empty on x when the cart comes (a loaded
          * machine may take the 1 s between: then again, with new SKUs) */
-        SF_ASSERT(attempt < 5, "%s", "3 segments were never cached empty on time");
+        SF_ASSERT(attempt < 10, "%s", "3 segments were never cached empty on time");
         char sku[32], other[32], shortsku[32], body[160], path[200], series[96];
         snprintf(sku, sizeof sku, "ct-e%d", attempt);
         snprintf(other, sizeof other, "ct-f%d", attempt);
