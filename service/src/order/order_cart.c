@@ -4,7 +4,8 @@
  * (order_fsm.c) in item mode: its layout, its Idempotency-Key claim (the home item's alone: a
  * replay answers the stored cart), its waiting room's ticket, its sale window and its per-user
  * limit (the reservation path) run as for an order of one SKU; then, instead of walking, it
- * reads its segments' stock and hands itself to the cart (OS_CART). The cart then:
+ * hands itself to the cart (OS_CART), which plans it in its lock turn (order_multi.h, probe). The
+ * cart then:
  *
  *   CT_ITEMS    every item's order runs up to its hand-over (or answers: the cart's refusal);
  *               again for one item when its SKU turned out to be at another layout version
@@ -121,6 +122,7 @@ struct citem {
     struct order *o; /* NULL once answered */
     struct multi *m;
     int ready;    /* handed over (OS_CART) */
+    int known;    /* o->seen holds every segment's stock as read: planned from it, else probed */
     int answered; /* ended (its answer in sh->res) */
     enum order_outcome out;
     enum multi_phase_end end; /* the last phase its multi ended */
@@ -237,6 +239,7 @@ static void item_ready(void *arg, struct order *o)
     struct cart *c = arg;
     struct citem *ci = &c->it[o->item_idx];
     ci->ready = 1;
+    ci->known = o->item_read;
     if (--c->pending == 0)
         items_back(c);
 }
@@ -338,6 +341,7 @@ static struct multi *item_multi(struct cart *c, struct citem *ci)
     rq.cart_home = ci->idx == 0;
     rq.cart_id = c->id;
     rq.lim_user = ci->idx != 0 && o->view.rules.limit_per_user > 0 ? rq.user : NULL;
+    rq.probe = !ci->known;
     return multi_new(&rq, on_item_multi, ci);
 }
 
@@ -388,7 +392,7 @@ static void lock_next(struct cart *c)
         settle(c, OUT_UNAVAILABLE);
         return;
     }
-    faultpoint("cart_lock"); /* tests: the items' stock read, no lock yet */
+    faultpoint("cart_lock"); /* tests: the items handed over, no lock yet */
     multi_lock(ci->m);
 }
 
@@ -414,8 +418,9 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
         } else if (r->out == OUT_INSUFFICIENT) {
             /* every candidate read short under its lock: other orders took units since the
              * item's read. insufficient_stock only when the fresher reads total less than the
-             * item (SPEC §13); else every lock goes and the cart takes them again. */
-            multi_seen(ci->m, ci->o->seen);
+             * item (SPEC §13), every segment read; else every lock goes and the cart takes them
+             * again, each item planned from what its attempt read */
+            ci->known = multi_seen(ci->m, ci->o->seen);
             long long total = 0;
             for (int k = 0; k < ci->o->view.segments; k++)
                 total += ci->o->seen[k] > 0 ? ci->o->seen[k] : 0;
@@ -425,12 +430,13 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
                 if (c->it[i].m && c->it[i].m != ci->m) {
                     struct multi_result *o = multi_result(c->it[i].m);
                     c->calls += o->calls; /* READY: counted from the budget already */
+                    c->it[i].known |= multi_seen(c->it[i].m, c->it[i].o->seen);
                 }
                 multi_free(c->it[i].m); /* their locks go */
                 c->it[i].m = NULL;
             }
             c->fail_idx = ci->idx;
-            if (total < ci->o->in.quantity) {
+            if (total < ci->o->in.quantity && ci->known) {
                 settle(c, OUT_INSUFFICIENT);
             } else if (c->budget < 0) {
                 c->fail_idx = -1;

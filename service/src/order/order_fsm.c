@@ -989,15 +989,16 @@ static void walk_start(struct order *o)
         return;
     }
     if (o->item) {
-        /* a cart's item: every segment's stock read once (the re-check's batch), then the
-         * cart locks and commits (order_cart.c) */
-        if (!o->item_read) {
-            o->item_read = 1;
-            recheck_start(o);
+        /* a cart's item reads nothing here: the cart's lock turn plans it (order_multi.h,
+         * probe: one segment's try-lock, whose acquire reads its stock, and the other segments
+         * read only when it falls short), so an item costs what a one-segment order does. The
+         * sold-out re-check's reads (item_read) are planned from as read. */
+        if (o->item_read && seen_total(o) < o->in.quantity) {
+            place_done(o, OUT_INSUFFICIENT);
             return;
         }
-        if (seen_total(o) < o->in.quantity) {
-            place_done(o, OUT_INSUFFICIENT);
+        if (!o->seen && !(o->seen = calloc(SKUCACHE_MAX_SEGMENTS, sizeof(*o->seen)))) {
+            place_done(o, OUT_UNAVAILABLE);
             return;
         }
         set_state(o, OS_CART);
@@ -1105,6 +1106,7 @@ static void round_begin(struct order *o)
         memset(&o->w, 0, sizeof(o->w));
         if (o->seen)
             memset(o->seen, 0, SKUCACHE_MAX_SEGMENTS * sizeof(*o->seen));
+        o->item_read = 0; /* a cart's item: nothing read of the new layout */
         skucache_get(o->app->cache, o->in.sku, &o->view);
         if (!o->view.version) {
             run_layout(o, OS_LAYOUT, LJ_LOAD);
@@ -1799,6 +1801,7 @@ static void on_recheck(struct order *o, const struct oev *e)
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
     int nempty = 0, stale = 0;
     int per = o->item ? 1 : 2; /* recheck_start: a cart's item read the stock alone */
+    o->item_read = o->item != NULL;
     for (int k = 0; k < nseg; k++) {
         if (o->item)
             note_seen(o, k, o->batch_ints[k]);
