@@ -534,946 +534,932 @@ static void test_cart_after_reput_elsewhere(void **state)
         SF_ASSERT_INVARIANTS(rf_url(gf_redis), other, &rep);
     }
     ct_no_bad_move();
-    /* An item is planned without reading its segments first (order_multi.h, probe: one segment's
-     * try-lock, the others read only when it falls short). Its stock only in a segment this
-     * instance found empty (another instance cancelled an order there since) and in the one it did
-     * not, and the item needing both: the probe falls short, the read finds the rest: 201 from two
-     * parts, never insufficient_stock while the SKU holds the quantity; and a cart whose item's SKU
-     * is short by one unit sells nothing (insufficient_stock). ~1 s. */
-    static void test_item_stock_where_thought_empty(void **state)
-    {
-        (void)state;
-        const char *args[] = {"--threads", "1", "--sold-out-recheck-ms", "1000", NULL};
-        sf_service *x = sf_start(rf_url(gf_redis), args);
-        SF_ASSERT(x != NULL, "%s", "an instance remembering empty segments for 1 s");
-        for (int attempt = 0;; attempt++) {
-            /* the precondition: 3 of the 4 segments cached empty on x when the cart comes (a loaded
-             * machine may take the 1 s between: then again, with new SKUs) */
-            SF_ASSERT(attempt < 10, "%s", "3 segments were never cached empty on time");
-            char sku[32], other[32], shortsku[32], body[160], path[200], series[96];
-            snprintf(sku, sizeof sku, "ct-e%d", attempt);
-            snprintf(other, sizeof other, "ct-f%d", attempt);
-            snprintf(shortsku, sizeof shortsku, "ct-g%d", attempt);
-            ct_put(sku, 8, 4, "");
-            ct_put(other, 12, 4, "");
-            /* x sells three whole segments (2 units each): it marks them empty */
-            char first[160] = "";
-            int ks[3];
-            for (int i = 0; i < 3; i++) {
-                sf_resp r = {0};
-                snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":2}", sku);
-                int st = sf_json_request(NULL, sf_port(x), "POST", "/api/v1/orders", NULL, NULL,
-                                         body, &r);
-                SF_ASSERT(st == 201, "%s", sf_resp_summary(&r));
-                ks[i] = (int)sf_json_int(r.json, "segment", -1);
-                if (i == 0)
-                    snprintf(first, sizeof first, "%s",
-                             json_string_value(json_object_get(r.json, "order_id")));
-                sf_resp_free(&r);
-            }
-            /* another instance cancels the first: its 2 units are back in a segment x thinks empty
-             */
+}
+
+/* An item is planned without reading its segments first (order_multi.h, probe: one segment's
+ * try-lock, the others read only when it falls short). Its stock only in a segment this
+ * instance found empty (another instance cancelled an order there since) and in the one it did
+ * not, and the item needing both: the probe falls short, the read finds the rest: 201 from two
+ * parts, never insufficient_stock while the SKU holds the quantity; and a cart whose item's SKU
+ * is short by one unit sells nothing (insufficient_stock). ~1 s. */
+static void test_item_stock_where_thought_empty(void **state)
+{
+    (void)state;
+    const char *args[] = {"--threads", "1", "--sold-out-recheck-ms", "1000", NULL};
+    sf_service *x = sf_start(rf_url(gf_redis), args);
+    SF_ASSERT(x != NULL, "%s", "an instance remembering empty segments for 1 s");
+    for (int attempt = 0;; attempt++) {
+        /* the precondition: 3 of the 4 segments cached empty on x when the cart comes (a loaded
+         * machine may take the 1 s between: then again, with new SKUs) */
+        SF_ASSERT(attempt < 10, "%s", "3 segments were never cached empty on time");
+        char sku[32], other[32], shortsku[32], body[160], path[200], series[96];
+        snprintf(sku, sizeof sku, "ct-e%d", attempt);
+        snprintf(other, sizeof other, "ct-f%d", attempt);
+        snprintf(shortsku, sizeof shortsku, "ct-g%d", attempt);
+        ct_put(sku, 8, 4, "");
+        ct_put(other, 12, 4, "");
+        /* x sells three whole segments (2 units each): it marks them empty */
+        char first[160] = "";
+        int ks[3];
+        for (int i = 0; i < 3; i++) {
             sf_resp r = {0};
-            snprintf(path, sizeof path, "/api/v1/orders/%s", first);
-            int st = sf_json_request(NULL, ct_port(1), "DELETE", path, CT_TOKEN, NULL, NULL, &r);
-            SF_ASSERT(st == 200, "%s", sf_resp_summary(&r));
-            sf_resp_free(&r);
-            snprintf(series, sizeof series, "inventory_sku_segments_empty{sku=\"%s\"}", sku);
-            double empty = sf_metric(sf_port(x), series);
-            int rest = 0 + 1 + 2 + 3 - ks[0] - ks[1] - ks[2];
-            snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":4},{\"sku\":\"%s\"}", sku,
-                     other);
-            st = ct_cart(sf_port(x), body, NULL, NULL, &r);
-            SF_ASSERT(st == 201, "the SKU holds 4 units: %s", sf_resp_summary(&r));
-            json_t *parts =
-                json_object_get(json_array_get(json_object_get(r.json, "items"), 0), "parts");
-            SF_ASSERT(json_array_size(parts) == 2, "two parts: %s", sf_resp_summary(&r));
-            for (size_t i = 0; i < 2; i++) {
-                int k = (int)sf_json_int(json_array_get(parts, i), "segment", -1);
-                SF_ASSERT(k == ks[0] || k == rest, "part in segment %d: %s", k,
-                          sf_resp_summary(&r));
-            }
-            sf_resp_free(&r);
-            const char *skus[2] = {sku, other};
-            long long total[2] = {8, 12};
-            SF_ASSERT_EQ(ct_whole(skus, total, 2, 4), 1);
-            SF_ASSERT_EQ(ct_remaining(sku, 4), 0);
-            if (empty != 3)
-                continue; /* sold right, but the cache was not as the test needs: again */
-            /* an item's SKU short by one unit, none of it seen here: every segment read before the
-             * answer, nothing sold */
-            ct_put(shortsku, 7, 4, "");
-            snprintf(body, sizeof body, "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":8}", other,
-                     shortsku);
-            st = ct_cart(sf_port(x), body, NULL, NULL, &r);
-            SF_ASSERT(st == 409 && strcmp(sf_error_code(&r), "insufficient_stock") == 0, "%s",
-                      sf_resp_summary(&r));
-            const char *named = json_string_value(json_object_get(r.json, "sku"));
-            SF_ASSERT(named && strcmp(named, shortsku) == 0, "%s", sf_resp_summary(&r));
-            sf_resp_free(&r);
-            SF_ASSERT_EQ(ct_remaining(shortsku, 4), 7);
-            SF_ASSERT_EQ(ct_remaining(other, 4), 11);
-            printf("thought empty: the cache as needed on attempt %d\n", attempt + 1);
-            break;
-        }
-        SF_ASSERT(sf_stop(x) == 0, "%s", "the instance's exit");
-    }
-
-    /* ---- contention ---- */
-
-#define CT_CLIENTS 12
-    static const char *const cskus[5] = {"ct-c0", "ct-c1", "ct-c2", "ct-c3", "ct-c4"};
-    static atomic_int c_created, c_refused, c_busy, c_other;
-    static atomic_llong c_slowest;
-
-    static void *ct_client(void *arg)
-    {
-        unsigned seed = (unsigned)(uintptr_t)arg * 7919u + 1;
-        sf_conn *conn = sf_conn_open(ct_port((int)(uintptr_t)arg), 5000);
-        int sold_out_in_a_row = 0;
-        while (sold_out_in_a_row < 6) {
-            int n = 2 + (int)(rand_r(&seed) % 2), pick[3], used = 0;
-            while (used < n) {
-                int s = (int)(rand_r(&seed) % 5), dup = 0;
-                for (int j = 0; j < used; j++)
-                    dup |= pick[j] == s;
-                if (!dup)
-                    pick[used++] = s;
-            }
-            char items[512];
-            size_t w = 0;
-            for (int i = 0; i < n; i++)
-                w += (size_t)snprintf(items + w, sizeof items - w,
-                                      "%s{\"sku\":\"%s\",\"quantity\":%d}", i ? "," : "",
-                                      cskus[pick[i]], 1 + (int)(rand_r(&seed) % 3));
-            char body[600];
-            snprintf(body, sizeof body, "{\"items\":[%s]}", items);
-            sf_resp r = {0};
-            int64_t t0 = tu_now_ms();
-            int st = sf_json_request(conn, 0, "POST", "/api/v1/orders", NULL, NULL, body, &r);
-            int64_t took = tu_now_ms() - t0;
-            long long prev = atomic_load(&c_slowest);
-            while (took > prev && !atomic_compare_exchange_weak(&c_slowest, &prev, took))
-                ;
-            if (st == 201) {
-                atomic_fetch_add(&c_created, 1);
-                sold_out_in_a_row = 0;
-            } else if (st == 409) {
-                atomic_fetch_add(&c_refused, 1);
-                sold_out_in_a_row++;
-            } else if (st == 503 && strcmp(sf_error_code(&r), "lock_timeout") == 0) {
-                atomic_fetch_add(&c_busy, 1);
-            } else {
-                fprintf(stderr, "cart: %s\n", sf_resp_summary(&r));
-                atomic_fetch_add(&c_other, 1);
-                sold_out_in_a_row++;
-            }
+            snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":2}", sku);
+            int st =
+                sf_json_request(NULL, sf_port(x), "POST", "/api/v1/orders", NULL, NULL, body, &r);
+            SF_ASSERT(st == 201, "%s", sf_resp_summary(&r));
+            ks[i] = (int)sf_json_int(r.json, "segment", -1);
+            if (i == 0)
+                snprintf(first, sizeof first, "%s",
+                         json_string_value(json_object_get(r.json, "order_id")));
             sf_resp_free(&r);
         }
-        sf_conn_close(conn);
-        return NULL;
-    }
-
-    static void test_contention_no_partial_cart(void **state)
-    {
-        (void)state;
-        long long total[5];
-        for (int i = 0; i < 5; i++)
-            ct_put(cskus[i], total[i] = 60, 3, "");
-        pthread_t t[CT_CLIENTS];
-        for (int i = 0; i < CT_CLIENTS; i++)
-            pthread_create(&t[i], NULL, ct_client, (void *)(uintptr_t)i);
-        for (int i = 0; i < CT_CLIENTS; i++)
-            pthread_join(t[i], NULL);
-        fprintf(stderr,
-                "contention: %d carts, %d refused, %d lock_timeout, %d other; slowest %lld ms\n",
-                atomic_load(&c_created), atomic_load(&c_refused), atomic_load(&c_busy),
-                atomic_load(&c_other), (long long)atomic_load(&c_slowest));
-        SF_ASSERT(atomic_load(&c_created) > 20, "only %d carts", atomic_load(&c_created));
-        SF_ASSERT_EQ(atomic_load(&c_other), 0);
-        /* every request answered within its lock wait (default 2 s), plus the machine's load */
-        SF_ASSERT(atomic_load(&c_slowest) < 6000, "a cart took %lld ms",
-                  (long long)atomic_load(&c_slowest));
-        int carts = ct_whole(cskus, total, 5, 3);
-        SF_ASSERT_EQ(carts, atomic_load(&c_created));
-        for (int i = 0; i < 5; i++)
-            SF_ASSERT_EQ(ct_intents(cskus[i]), 0);
-    }
-
-    /* ---- cut-off points ---- */
-
-    /* Starts an instance that dies at point (faultpoint.h). */
-    static sf_service *ct_faulty(const char *point)
-    {
-        setenv("INVENTORY_FAULTPOINT", point, 1);
-        const char *args[] = {"--threads",
-                              "1",
-                              "--admin-token",
-                              CT_TOKEN,
-                              "--trust-body-user-id",
-                              "--queue-key-file",
-                              ct_key_path,
-                              "--redis-timeout-ms",
-                              "500",
-                              "--lock-wait-ms",
-                              "800",
-                              "--lock-lease-ms",
-                              "1000",
-                              NULL};
-        sf_service *s = sf_start(rf_url(gf_redis), args);
-        unsetenv("INVENTORY_FAULTPOINT");
-        SF_ASSERT(s != NULL, "%s", "start the faulty instance");
-        return s;
-    }
-
-    /* One cut-off cart: its fault point, what Redis holds right after the kill (the intent, the
-     * parts but the primary, the primary) and which way the healer must end it. */
-    struct ct_cut {
-        const char *point, *prefix;
-        int intent, parts, primary, forward;
-        char sku[3][40]; /* a, b (home), c */
-        char key[64];    /* the cart's Idempotency-Key */
-        char id[160];    /* the cart's id (from its intent; "" when none was written) */
-        char ids[4][160];
-        char isku[4][40];
-        int nids;
-    };
-
-    /* Sends the cut's cart of 3 SKUs (home b, a on both its segments, c) to an instance dying at
-     * its point: no answer; then Redis holds exactly the state of its step. */
-    static void ct_cut_run(struct ct_cut * x)
-    {
-        snprintf(x->sku[0], sizeof x->sku[0], "%s-a", x->prefix);
-        snprintf(x->sku[1], sizeof x->sku[1], "%s-b", x->prefix);
-        snprintf(x->sku[2], sizeof x->sku[2], "%s-c", x->prefix);
-        snprintf(x->key, sizeof x->key, "ct-key-%s", x->point);
-        for (int i = 0; i < 3; i++)
-            ct_put(x->sku[i], 20, 2, "");
-        char items[256];
-        snprintf(
-            items, sizeof items,
-            "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15},{\"sku\":\"%s\",\"quantity\":2}",
-            x->sku[1], x->sku[0], x->sku[2]);
-        sf_service *s = ct_faulty(x->point);
+        /* another instance cancels the first: its 2 units are back in a segment x thinks empty
+         */
         sf_resp r = {0};
-        ct_cart(sf_port(s), items, NULL, x->key, &r);
-        SF_ASSERT(r.status == 0, "%s: the killed instance answered: %s", x->point,
-                  sf_resp_summary(&r));
+        snprintf(path, sizeof path, "/api/v1/orders/%s", first);
+        int st = sf_json_request(NULL, ct_port(1), "DELETE", path, CT_TOKEN, NULL, NULL, &r);
+        SF_ASSERT(st == 200, "%s", sf_resp_summary(&r));
         sf_resp_free(&r);
-        for (int t = 0; t < 100 && sf_alive(s); t++)
-            tu_sleep_ms(20);
-        SF_ASSERT(!sf_alive(s), "%s: the instance did not die at its fault point", x->point);
-        (void)sf_stop(s);
-        redisReply *rep = rf_command(gf_redis, "HVALS inv:2:{%s}:cart", x->sku[1]);
-        SF_ASSERT(rep && rep->type == REDIS_REPLY_ARRAY && (int)rep->elements == x->intent,
-                  "%s: %d intent expected", x->point, x->intent);
-        if (!x->intent) { /* cut off before the intent: nothing in any SKU */
-            freeReplyObject(rep);
-            for (int i = 0; i < 3; i++)
-                SF_ASSERT_EQ(ct_remaining(x->sku[i], 2), 20);
-            return;
+        snprintf(series, sizeof series, "inventory_sku_segments_empty{sku=\"%s\"}", sku);
+        double empty = sf_metric(sf_port(x), series);
+        int rest = 0 + 1 + 2 + 3 - ks[0] - ks[1] - ks[2];
+        snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":4},{\"sku\":\"%s\"}", sku, other);
+        st = ct_cart(sf_port(x), body, NULL, NULL, &r);
+        SF_ASSERT(st == 201, "the SKU holds 4 units: %s", sf_resp_summary(&r));
+        json_t *parts =
+            json_object_get(json_array_get(json_object_get(r.json, "items"), 0), "parts");
+        SF_ASSERT(json_array_size(parts) == 2, "two parts: %s", sf_resp_summary(&r));
+        for (size_t i = 0; i < 2; i++) {
+            int k = (int)sf_json_int(json_array_get(parts, i), "segment", -1);
+            SF_ASSERT(k == ks[0] || k == rest, "part in segment %d: %s", k, sf_resp_summary(&r));
         }
-        json_t *in = json_loads(rep->element[0]->str, 0, NULL);
-        freeReplyObject(rep);
-        json_t *ip = json_object_get(in, "parts");
-        const char *id = json_string_value(json_object_get(in, "order"));
-        SF_ASSERT(id && json_is_array(ip) && json_array_size(ip) == 4 &&
-                      json_is_integer(json_object_get(in, "deadline")),
-                  "%s: intent without its order, 4 parts or deadline", x->point);
-        snprintf(x->id, sizeof x->id, "%s", id);
-        long long made = 0, prim = 0;
-        size_t i;
-        json_t *p;
-        json_array_foreach(ip, i, p)
-        {
-            int k = (int)json_integer_value(json_array_get(p, 0));
-            const char *sku = json_string_value(json_array_get(p, 2));
-            snprintf(x->ids[i], sizeof x->ids[i], "%.32s-%d-%s", id, k, sku);
-            snprintf(x->isku[i], sizeof x->isku[i], "%s", sku);
-            if (strcmp(x->ids[i], id) == 0)
-                prim += ct_exists(sku, k, x->ids[i]);
-            else
-                made += ct_exists(sku, k, x->ids[i]);
-        }
-        x->nids = (int)json_array_size(ip);
-        json_decref(in);
-        SF_ASSERT(made == (x->parts ? 3 : 0) && prim == x->primary,
-                  "%s: %lld of 3 parts and %lld primary, expected %d and %d", x->point, made, prim,
-                  x->parts ? 3 : 0, x->primary);
-    }
-
-    /* Once the healer is done: the cut's cart whole, forward (every part and the primary, the
-     * units out) or back (no part anywhere, every part's id tombstoned in its segment, every unit
-     * back), and each SKU's invariants (SPEC §8, carts included) whole. */
-    static void ct_cut_healed(const struct ct_cut *x)
-    {
-        long long total[3] = {20, 20, 20};
-        const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
-        SF_ASSERT(ct_whole(skus, total, 3, 2) == (x->forward ? 1 : 0), "%s: not healed %s",
-                  x->point, x->forward ? "forward" : "back");
-        SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), x->forward ? 5 : 20);
-        SF_ASSERT_EQ(ct_remaining(x->sku[1], 2), x->forward ? 19 : 20);
-        SF_ASSERT_EQ(ct_remaining(x->sku[2], 2), x->forward ? 18 : 20);
-        for (int i = 0; i < x->nids; i++) {
-            const char *a = strchr(x->ids[i], '-');
-            int k = atoi(a + 1);
-            int there = ct_exists(x->isku[i], k, x->ids[i]);
-            SF_ASSERT(there == x->forward, "%s: part %s %s", x->point, x->ids[i],
-                      there ? "left after a heal back" : "missing after a heal forward");
-            if (!x->forward) {
-                char buf[32] = "";
-                SF_ASSERT(rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:{%s/%d}:undone %s",
-                                    x->isku[i], k, x->ids[i]) == 1,
-                          "%s: %s not tombstoned", x->point, x->ids[i]);
-            }
-        }
-        sf_report rep;
-        for (int i = 0; i < 3; i++)
-            SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
-    }
-
-    /* The client's retry with the cart's Idempotency-Key, answered as the heal decided: a cart
-     * healed forward replays (200, its id and items); one healed back (or never begun) sold
-     * nothing, so the key is free once its claim expired: a new cart (201, another id). A 503
-     * meanwhile (the claim still pending: "in progress") is retried, as a client does. */
-    static void ct_cut_retry(const struct ct_cut *x, int port)
-    {
-        char items[256];
-        snprintf(
-            items, sizeof items,
-            "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15},{\"sku\":\"%s\",\"quantity\":2}",
-            x->sku[1], x->sku[0], x->sku[2]);
-        sf_resp r = {0};
-        int st = 0;
-        for (int64_t end = tu_now_ms() + 15000;; tu_sleep_ms(200)) {
-            sf_resp_free(&r);
-            memset(&r, 0, sizeof r);
-            st = ct_cart(port, items, NULL, x->key, &r);
-            if (st != 503 || tu_now_ms() > end)
-                break;
-        }
-        const char *id = json_string_value(json_object_get(r.json, "order_id"));
-        json_t *its = json_object_get(r.json, "items");
-        SF_ASSERT(st == (x->forward ? 200 : 201) && id && json_array_size(its) == 3,
-                  "%s: retry: %s", x->point, sf_resp_summary(&r));
-        if (x->forward)
-            SF_ASSERT(strcmp(id, x->id) == 0, "%s: replayed %s, not the healed cart %s", x->point,
-                      id, x->id);
-        else
-            SF_ASSERT(strcmp(id, x->id) != 0, "%s: the cart healed back was answered: %s", x->point,
-                      id);
-        SF_ASSERT(strcmp(json_string_value(json_object_get(json_array_get(its, 1), "sku")),
-                         x->sku[0]) == 0 &&
-                      sf_json_int(json_array_get(its, 1), "quantity", -1) == 15,
-                  "%s: retry's items: %s", x->point, sf_resp_summary(&r));
         sf_resp_free(&r);
-        /* one cart either way, whole */
-        long long total[3] = {20, 20, 20};
-        const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
-        SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 1);
-        SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), 5);
-        sf_report rep;
-        for (int i = 0; i < 3; i++)
-            SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
-    }
-
-    /* An instance killed -9 at each step of a cart (faultpoint.h's cart points), the five at once:
-     * Redis holds each step's state; the sweepers of the group's instances heal every intent
-     * (bounded: the intent's deadline, about 1.3 s with the faulty instance's settings, + the 1 s
-     * margin + a look a second, with room for a loaded machine); every cart ends whole, forward
-     * or back, every SKU's invariants hold, and the key's retry answers as the heal decided. */
-    static void test_cart_killed_at_each_step(void **state)
-    {
-        (void)state;
-        struct ct_cut cuts[] = {
-            {.point = "cart_lock", .prefix = "ct-kl", .intent = 0, .parts = 0, .primary = 0},
-            {.point = "cart_intent", .prefix = "ct-ki", .intent = 1, .parts = 0, .primary = 0},
-            {.point = "cart_parts", .prefix = "ct-kp", .intent = 1, .parts = 1, .primary = 0},
-            {.point = "cart_primary", .prefix = "ct-kq", .intent = 1, .parts = 1, .primary = 1},
-            {.point = "cart_hdel", .prefix = "ct-kh", .intent = 1, .parts = 1, .primary = 1},
-        };
-        int n = (int)(sizeof cuts / sizeof cuts[0]);
-        for (int i = 0; i < n; i++) {
-            cuts[i].forward = cuts[i].primary;
-            ct_cut_run(&cuts[i]);
-        }
-        for (int i = 0; i < n; i++) {
-            for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].sku[1]) > 0;
-                 tu_sleep_ms(100))
-                SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s",
-                          cuts[i].point);
-            ct_cut_healed(&cuts[i]);
-        }
-        for (int i = 0; i < n; i++)
-            ct_cut_retry(&cuts[i], ct_port(i));
-    }
-
-    /* ---- waiting rooms: a ticket per item ---- */
-
-    /* A ticket for sku and user, number n, valid 60 s on Redis's clock, signed with key. */
-    static void ct_mint(const struct ticket_key *key, const char *sku, const char *user, uint64_t n,
-                        char *out)
-    {
-        redisReply *r = rf_command(gf_redis, "TIME");
-        SF_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s", "TIME");
-        int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
-                     strtoll(r->element[1]->str, NULL, 10) / 1000;
-        freeReplyObject(r);
-        SF_ASSERT(ticket_mint(key, sku, user, n, ms + 60000, out, TICKET_TEXT_MAX) > 0, "%s",
-                  "ticket_mint");
-    }
-
-    /* A cart's answer: status and error code (NULL: none expected) and the SKU it names. */
-    static void ct_expect(int p, const char *items, const char *user, const char *idem, int status,
-                          const char *code, const char *sku)
-    {
-        sf_resp r = {0};
-        int st = ct_cart(p, items, user, idem, &r);
-        SF_ASSERT(st == status && (!code || strcmp(sf_error_code(&r), code) == 0), "%s: %s", items,
+        const char *skus[2] = {sku, other};
+        long long total[2] = {8, 12};
+        SF_ASSERT_EQ(ct_whole(skus, total, 2, 4), 1);
+        SF_ASSERT_EQ(ct_remaining(sku, 4), 0);
+        if (empty != 3)
+            continue; /* sold right, but the cache was not as the test needs: again */
+        /* an item's SKU short by one unit, none of it seen here: every segment read before the
+         * answer, nothing sold */
+        ct_put(shortsku, 7, 4, "");
+        snprintf(body, sizeof body, "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":8}", other,
+                 shortsku);
+        st = ct_cart(sf_port(x), body, NULL, NULL, &r);
+        SF_ASSERT(st == 409 && strcmp(sf_error_code(&r), "insufficient_stock") == 0, "%s",
                   sf_resp_summary(&r));
         const char *named = json_string_value(json_object_get(r.json, "sku"));
-        if (sku)
-            SF_ASSERT(named && strcmp(named, sku) == 0, "%s: not naming %s: %s", items, sku,
-                      sf_resp_summary(&r));
+        SF_ASSERT(named && strcmp(named, shortsku) == 0, "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+        SF_ASSERT_EQ(ct_remaining(shortsku, 4), 7);
+        SF_ASSERT_EQ(ct_remaining(other, 4), 11);
+        printf("thought empty: the cache as needed on attempt %d\n", attempt + 1);
+        break;
+    }
+    SF_ASSERT(sf_stop(x) == 0, "%s", "the instance's exit");
+}
+
+/* ---- contention ---- */
+
+#define CT_CLIENTS 12
+static const char *const cskus[5] = {"ct-c0", "ct-c1", "ct-c2", "ct-c3", "ct-c4"};
+static atomic_int c_created, c_refused, c_busy, c_other;
+static atomic_llong c_slowest;
+
+static void *ct_client(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg * 7919u + 1;
+    sf_conn *conn = sf_conn_open(ct_port((int)(uintptr_t)arg), 5000);
+    int sold_out_in_a_row = 0;
+    while (sold_out_in_a_row < 6) {
+        int n = 2 + (int)(rand_r(&seed) % 2), pick[3], used = 0;
+        while (used < n) {
+            int s = (int)(rand_r(&seed) % 5), dup = 0;
+            for (int j = 0; j < used; j++)
+                dup |= pick[j] == s;
+            if (!dup)
+                pick[used++] = s;
+        }
+        char items[512];
+        size_t w = 0;
+        for (int i = 0; i < n; i++)
+            w += (size_t)snprintf(items + w, sizeof items - w, "%s{\"sku\":\"%s\",\"quantity\":%d}",
+                                  i ? "," : "", cskus[pick[i]], 1 + (int)(rand_r(&seed) % 3));
+        char body[600];
+        snprintf(body, sizeof body, "{\"items\":[%s]}", items);
+        sf_resp r = {0};
+        int64_t t0 = tu_now_ms();
+        int st = sf_json_request(conn, 0, "POST", "/api/v1/orders", NULL, NULL, body, &r);
+        int64_t took = tu_now_ms() - t0;
+        long long prev = atomic_load(&c_slowest);
+        while (took > prev && !atomic_compare_exchange_weak(&c_slowest, &prev, took))
+            ;
+        if (st == 201) {
+            atomic_fetch_add(&c_created, 1);
+            sold_out_in_a_row = 0;
+        } else if (st == 409) {
+            atomic_fetch_add(&c_refused, 1);
+            sold_out_in_a_row++;
+        } else if (st == 503 && strcmp(sf_error_code(&r), "lock_timeout") == 0) {
+            atomic_fetch_add(&c_busy, 1);
+        } else {
+            fprintf(stderr, "cart: %s\n", sf_resp_summary(&r));
+            atomic_fetch_add(&c_other, 1);
+            sold_out_in_a_row++;
+        }
         sf_resp_free(&r);
     }
+    sf_conn_close(conn);
+    return NULL;
+}
 
-    /* An item whose SKU has a waiting room needs its ticket (items[i].ticket), judged as a one-SKU
-     * order's: missing, forged, another user's or another SKU's → the cart refused naming the SKU,
-     * nothing sold; a cart failing for another item (sold out) leaves the ticket unused; a valid
-     * one sells the cart and is then used (another cart or order with it: 409 ticket_used); the key
-     * replays a cart whose ticket item is the home one or another. */
-    static void test_cart_tickets(void **state)
+static void test_contention_no_partial_cart(void **state)
+{
+    (void)state;
+    long long total[5];
+    for (int i = 0; i < 5; i++)
+        ct_put(cskus[i], total[i] = 60, 3, "");
+    pthread_t t[CT_CLIENTS];
+    for (int i = 0; i < CT_CLIENTS; i++)
+        pthread_create(&t[i], NULL, ct_client, (void *)(uintptr_t)i);
+    for (int i = 0; i < CT_CLIENTS; i++)
+        pthread_join(t[i], NULL);
+    fprintf(stderr,
+            "contention: %d carts, %d refused, %d lock_timeout, %d other; slowest %lld ms\n",
+            atomic_load(&c_created), atomic_load(&c_refused), atomic_load(&c_busy),
+            atomic_load(&c_other), (long long)atomic_load(&c_slowest));
+    SF_ASSERT(atomic_load(&c_created) > 20, "only %d carts", atomic_load(&c_created));
+    SF_ASSERT_EQ(atomic_load(&c_other), 0);
+    /* every request answered within its lock wait (default 2 s), plus the machine's load */
+    SF_ASSERT(atomic_load(&c_slowest) < 6000, "a cart took %lld ms",
+              (long long)atomic_load(&c_slowest));
+    int carts = ct_whole(cskus, total, 5, 3);
+    SF_ASSERT_EQ(carts, atomic_load(&c_created));
+    for (int i = 0; i < 5; i++)
+        SF_ASSERT_EQ(ct_intents(cskus[i]), 0);
+}
+
+/* ---- cut-off points ---- */
+
+/* Starts an instance that dies at point (faultpoint.h). */
+static sf_service *ct_faulty(const char *point)
+{
+    setenv("INVENTORY_FAULTPOINT", point, 1);
+    const char *args[] = {"--threads",
+                          "1",
+                          "--admin-token",
+                          CT_TOKEN,
+                          "--trust-body-user-id",
+                          "--queue-key-file",
+                          ct_key_path,
+                          "--redis-timeout-ms",
+                          "500",
+                          "--lock-wait-ms",
+                          "800",
+                          "--lock-lease-ms",
+                          "1000",
+                          NULL};
+    sf_service *s = sf_start(rf_url(gf_redis), args);
+    unsetenv("INVENTORY_FAULTPOINT");
+    SF_ASSERT(s != NULL, "%s", "start the faulty instance");
+    return s;
+}
+
+/* One cut-off cart: its fault point, what Redis holds right after the kill (the intent, the
+ * parts but the primary, the primary) and which way the healer must end it. */
+struct ct_cut {
+    const char *point, *prefix;
+    int intent, parts, primary, forward;
+    char sku[3][40]; /* a, b (home), c */
+    char key[64];    /* the cart's Idempotency-Key */
+    char id[160];    /* the cart's id (from its intent; "" when none was written) */
+    char ids[4][160];
+    char isku[4][40];
+    int nids;
+};
+
+/* Sends the cut's cart of 3 SKUs (home b, a on both its segments, c) to an instance dying at
+ * its point: no answer; then Redis holds exactly the state of its step. */
+static void ct_cut_run(struct ct_cut *x)
+{
+    snprintf(x->sku[0], sizeof x->sku[0], "%s-a", x->prefix);
+    snprintf(x->sku[1], sizeof x->sku[1], "%s-b", x->prefix);
+    snprintf(x->sku[2], sizeof x->sku[2], "%s-c", x->prefix);
+    snprintf(x->key, sizeof x->key, "ct-key-%s", x->point);
+    for (int i = 0; i < 3; i++)
+        ct_put(x->sku[i], 20, 2, "");
+    char items[256];
+    snprintf(items, sizeof items,
+             "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15},{\"sku\":\"%s\",\"quantity\":2}",
+             x->sku[1], x->sku[0], x->sku[2]);
+    sf_service *s = ct_faulty(x->point);
+    sf_resp r = {0};
+    ct_cart(sf_port(s), items, NULL, x->key, &r);
+    SF_ASSERT(r.status == 0, "%s: the killed instance answered: %s", x->point, sf_resp_summary(&r));
+    sf_resp_free(&r);
+    for (int t = 0; t < 100 && sf_alive(s); t++)
+        tu_sleep_ms(20);
+    SF_ASSERT(!sf_alive(s), "%s: the instance did not die at its fault point", x->point);
+    (void)sf_stop(s);
+    redisReply *rep = rf_command(gf_redis, "HVALS inv:2:{%s}:cart", x->sku[1]);
+    SF_ASSERT(rep && rep->type == REDIS_REPLY_ARRAY && (int)rep->elements == x->intent,
+              "%s: %d intent expected", x->point, x->intent);
+    if (!x->intent) { /* cut off before the intent: nothing in any SKU */
+        freeReplyObject(rep);
+        for (int i = 0; i < 3; i++)
+            SF_ASSERT_EQ(ct_remaining(x->sku[i], 2), 20);
+        return;
+    }
+    json_t *in = json_loads(rep->element[0]->str, 0, NULL);
+    freeReplyObject(rep);
+    json_t *ip = json_object_get(in, "parts");
+    const char *id = json_string_value(json_object_get(in, "order"));
+    SF_ASSERT(id && json_is_array(ip) && json_array_size(ip) == 4 &&
+                  json_is_integer(json_object_get(in, "deadline")),
+              "%s: intent without its order, 4 parts or deadline", x->point);
+    snprintf(x->id, sizeof x->id, "%s", id);
+    long long made = 0, prim = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(ip, i, p)
     {
-        (void)state;
-        const char *skus[3] = {"ct-ta", "ct-tr", "ct-ts"};
-        long long total[3] = {10, 10, 0};
-        ct_put("ct-ta", 10, 2, "");
-        ct_put("ct-tr", 10, 2, ",\"queue_rate\":10");
-        ct_put("ct-ts", 0, 2, "");
-        char t[TICKET_TEXT_MAX], items[1024];
+        int k = (int)json_integer_value(json_array_get(p, 0));
+        const char *sku = json_string_value(json_array_get(p, 2));
+        snprintf(x->ids[i], sizeof x->ids[i], "%.32s-%d-%s", id, k, sku);
+        snprintf(x->isku[i], sizeof x->isku[i], "%s", sku);
+        if (strcmp(x->ids[i], id) == 0)
+            prim += ct_exists(sku, k, x->ids[i]);
+        else
+            made += ct_exists(sku, k, x->ids[i]);
+    }
+    x->nids = (int)json_array_size(ip);
+    json_decref(in);
+    SF_ASSERT(made == (x->parts ? 3 : 0) && prim == x->primary,
+              "%s: %lld of 3 parts and %lld primary, expected %d and %d", x->point, made, prim,
+              x->parts ? 3 : 0, x->primary);
+}
+
+/* Once the healer is done: the cut's cart whole, forward (every part and the primary, the
+ * units out) or back (no part anywhere, every part's id tombstoned in its segment, every unit
+ * back), and each SKU's invariants (SPEC §8, carts included) whole. */
+static void ct_cut_healed(const struct ct_cut *x)
+{
+    long long total[3] = {20, 20, 20};
+    const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
+    SF_ASSERT(ct_whole(skus, total, 3, 2) == (x->forward ? 1 : 0), "%s: not healed %s", x->point,
+              x->forward ? "forward" : "back");
+    SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), x->forward ? 5 : 20);
+    SF_ASSERT_EQ(ct_remaining(x->sku[1], 2), x->forward ? 19 : 20);
+    SF_ASSERT_EQ(ct_remaining(x->sku[2], 2), x->forward ? 18 : 20);
+    for (int i = 0; i < x->nids; i++) {
+        const char *a = strchr(x->ids[i], '-');
+        int k = atoi(a + 1);
+        int there = ct_exists(x->isku[i], k, x->ids[i]);
+        SF_ASSERT(there == x->forward, "%s: part %s %s", x->point, x->ids[i],
+                  there ? "left after a heal back" : "missing after a heal forward");
+        if (!x->forward) {
+            char buf[32] = "";
+            SF_ASSERT(rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:{%s/%d}:undone %s",
+                                x->isku[i], k, x->ids[i]) == 1,
+                      "%s: %s not tombstoned", x->point, x->ids[i]);
+        }
+    }
+    sf_report rep;
+    for (int i = 0; i < 3; i++)
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
+}
+
+/* The client's retry with the cart's Idempotency-Key, answered as the heal decided: a cart
+ * healed forward replays (200, its id and items); one healed back (or never begun) sold
+ * nothing, so the key is free once its claim expired: a new cart (201, another id). A 503
+ * meanwhile (the claim still pending: "in progress") is retried, as a client does. */
+static void ct_cut_retry(const struct ct_cut *x, int port)
+{
+    char items[256];
+    snprintf(items, sizeof items,
+             "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15},{\"sku\":\"%s\",\"quantity\":2}",
+             x->sku[1], x->sku[0], x->sku[2]);
+    sf_resp r = {0};
+    int st = 0;
+    for (int64_t end = tu_now_ms() + 15000;; tu_sleep_ms(200)) {
+        sf_resp_free(&r);
+        memset(&r, 0, sizeof r);
+        st = ct_cart(port, items, NULL, x->key, &r);
+        if (st != 503 || tu_now_ms() > end)
+            break;
+    }
+    const char *id = json_string_value(json_object_get(r.json, "order_id"));
+    json_t *its = json_object_get(r.json, "items");
+    SF_ASSERT(st == (x->forward ? 200 : 201) && id && json_array_size(its) == 3, "%s: retry: %s",
+              x->point, sf_resp_summary(&r));
+    if (x->forward)
+        SF_ASSERT(strcmp(id, x->id) == 0, "%s: replayed %s, not the healed cart %s", x->point, id,
+                  x->id);
+    else
+        SF_ASSERT(strcmp(id, x->id) != 0, "%s: the cart healed back was answered: %s", x->point,
+                  id);
+    SF_ASSERT(
+        strcmp(json_string_value(json_object_get(json_array_get(its, 1), "sku")), x->sku[0]) == 0 &&
+            sf_json_int(json_array_get(its, 1), "quantity", -1) == 15,
+        "%s: retry's items: %s", x->point, sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* one cart either way, whole */
+    long long total[3] = {20, 20, 20};
+    const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
+    SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 1);
+    SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), 5);
+    sf_report rep;
+    for (int i = 0; i < 3; i++)
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
+}
+
+/* An instance killed -9 at each step of a cart (faultpoint.h's cart points), the five at once:
+ * Redis holds each step's state; the sweepers of the group's instances heal every intent
+ * (bounded: the intent's deadline, about 1.3 s with the faulty instance's settings, + the 1 s
+ * margin + a look a second, with room for a loaded machine); every cart ends whole, forward
+ * or back, every SKU's invariants hold, and the key's retry answers as the heal decided. */
+static void test_cart_killed_at_each_step(void **state)
+{
+    (void)state;
+    struct ct_cut cuts[] = {
+        {.point = "cart_lock", .prefix = "ct-kl", .intent = 0, .parts = 0, .primary = 0},
+        {.point = "cart_intent", .prefix = "ct-ki", .intent = 1, .parts = 0, .primary = 0},
+        {.point = "cart_parts", .prefix = "ct-kp", .intent = 1, .parts = 1, .primary = 0},
+        {.point = "cart_primary", .prefix = "ct-kq", .intent = 1, .parts = 1, .primary = 1},
+        {.point = "cart_hdel", .prefix = "ct-kh", .intent = 1, .parts = 1, .primary = 1},
+    };
+    int n = (int)(sizeof cuts / sizeof cuts[0]);
+    for (int i = 0; i < n; i++) {
+        cuts[i].forward = cuts[i].primary;
+        ct_cut_run(&cuts[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].sku[1]) > 0; tu_sleep_ms(100))
+            SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s", cuts[i].point);
+        ct_cut_healed(&cuts[i]);
+    }
+    for (int i = 0; i < n; i++)
+        ct_cut_retry(&cuts[i], ct_port(i));
+}
+
+/* ---- waiting rooms: a ticket per item ---- */
+
+/* A ticket for sku and user, number n, valid 60 s on Redis's clock, signed with key. */
+static void ct_mint(const struct ticket_key *key, const char *sku, const char *user, uint64_t n,
+                    char *out)
+{
+    redisReply *r = rf_command(gf_redis, "TIME");
+    SF_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s", "TIME");
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(r);
+    SF_ASSERT(ticket_mint(key, sku, user, n, ms + 60000, out, TICKET_TEXT_MAX) > 0, "%s",
+              "ticket_mint");
+}
+
+/* A cart's answer: status and error code (NULL: none expected) and the SKU it names. */
+static void ct_expect(int p, const char *items, const char *user, const char *idem, int status,
+                      const char *code, const char *sku)
+{
+    sf_resp r = {0};
+    int st = ct_cart(p, items, user, idem, &r);
+    SF_ASSERT(st == status && (!code || strcmp(sf_error_code(&r), code) == 0), "%s: %s", items,
+              sf_resp_summary(&r));
+    const char *named = json_string_value(json_object_get(r.json, "sku"));
+    if (sku)
+        SF_ASSERT(named && strcmp(named, sku) == 0, "%s: not naming %s: %s", items, sku,
+                  sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* An item whose SKU has a waiting room needs its ticket (items[i].ticket), judged as a one-SKU
+ * order's: missing, forged, another user's or another SKU's → the cart refused naming the SKU,
+ * nothing sold; a cart failing for another item (sold out) leaves the ticket unused; a valid
+ * one sells the cart and is then used (another cart or order with it: 409 ticket_used); the key
+ * replays a cart whose ticket item is the home one or another. */
+static void test_cart_tickets(void **state)
+{
+    (void)state;
+    const char *skus[3] = {"ct-ta", "ct-tr", "ct-ts"};
+    long long total[3] = {10, 10, 0};
+    ct_put("ct-ta", 10, 2, "");
+    ct_put("ct-tr", 10, 2, ",\"queue_rate\":10");
+    ct_put("ct-ts", 0, 2, "");
+    char t[TICKET_TEXT_MAX], items[1024];
 #define CT_TITEMS(tk)                                                                              \
     snprintf(items, sizeof items, "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\",\"ticket\":\"%s\"}", tk)
-        ct_expect(ct_port(0), "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\"}", "u-tk", NULL, 403,
-                  "ticket_required", "ct-tr");
-        ct_mint(&ct_other_key, "ct-tr", "u-tk", 1, t); /* forged: another key */
-        CT_TITEMS(t);
-        ct_expect(ct_port(1), items, "u-tk", NULL, 403, "ticket_invalid", "ct-tr");
-        ct_mint(&ct_key, "ct-tr", "u-other", 1, t);
-        CT_TITEMS(t);
-        ct_expect(ct_port(2), items, "u-tk", NULL, 403, "ticket_wrong_user", "ct-tr");
-        ct_mint(&ct_key, "ct-ta", "u-tk", 1, t);
-        CT_TITEMS(t);
-        ct_expect(ct_port(0), items, "u-tk", NULL, 403, "ticket_wrong_sku", "ct-tr");
-        SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
-        SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
-        /* a valid ticket in a cart refused for another item: unused, it buys the next cart */
-        ct_mint(&ct_key, "ct-tr", "u-tk", 1, t);
-        snprintf(items, sizeof items,
-                 "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ts\"}",
-                 t);
-        ct_expect(ct_port(1), items, "u-tk", NULL, 409, "sold_out", "ct-ts");
-        SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
-        SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
-        CT_TITEMS(t);
-        ct_expect(ct_port(2), items, "u-tk", NULL, 201, NULL, NULL);
-        ct_expect(ct_port(0), items, "u-tk", NULL, 409, "ticket_used", "ct-tr");
-        sf_resp r = {0};
-        char body[1200];
-        snprintf(body, sizeof body, "{\"sku\":\"ct-tr\",\"user_id\":\"u-tk\",\"ticket\":\"%s\"}",
-                 t);
-        sf_json_request(NULL, ct_port(1), "POST", "/api/v1/orders", NULL, NULL, body, &r);
-        SF_ASSERT_ERROR(&r, 409, "ticket_used");
-        sf_resp_free(&r);
-        /* the key replays a cart with its ticket item at home, and with it in another item */
-        ct_mint(&ct_key, "ct-tr", "u-tk", 2, t);
-        snprintf(items, sizeof items, "{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ta\"}",
-                 t);
-        sf_resp a = {0}, b = {0};
-        SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-home", &a) == 201, "%s",
-                  sf_resp_summary(&a));
-        SF_ASSERT(ct_cart(ct_port(1), items, "u-tk", "ct-tk-home", &b) == 200 &&
-                      json_equal(json_object_get(a.json, "order_id"),
-                                 json_object_get(b.json, "order_id")),
-                  "replay: %s", sf_resp_summary(&b));
-        sf_resp_free(&a);
-        sf_resp_free(&b);
-        ct_expect(ct_port(2), items, "u-tk", "ct-tk-other", 409, "ticket_used", "ct-tr");
-        ct_mint(&ct_key, "ct-tr", "u-tk", 3, t);
-        CT_TITEMS(t);
-        SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-item", &a) == 201, "%s",
-                  sf_resp_summary(&a));
-        SF_ASSERT(ct_cart(ct_port(1), items, "u-tk", "ct-tk-item", &b) == 200 &&
-                      json_equal(json_object_get(a.json, "order_id"),
-                                 json_object_get(b.json, "order_id")),
-                  "replay: %s", sf_resp_summary(&b));
-        sf_resp_free(&a);
-        sf_resp_free(&b);
+    ct_expect(ct_port(0), "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\"}", "u-tk", NULL, 403,
+              "ticket_required", "ct-tr");
+    ct_mint(&ct_other_key, "ct-tr", "u-tk", 1, t); /* forged: another key */
+    CT_TITEMS(t);
+    ct_expect(ct_port(1), items, "u-tk", NULL, 403, "ticket_invalid", "ct-tr");
+    ct_mint(&ct_key, "ct-tr", "u-other", 1, t);
+    CT_TITEMS(t);
+    ct_expect(ct_port(2), items, "u-tk", NULL, 403, "ticket_wrong_user", "ct-tr");
+    ct_mint(&ct_key, "ct-ta", "u-tk", 1, t);
+    CT_TITEMS(t);
+    ct_expect(ct_port(0), items, "u-tk", NULL, 403, "ticket_wrong_sku", "ct-tr");
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
+    /* a valid ticket in a cart refused for another item: unused, it buys the next cart */
+    ct_mint(&ct_key, "ct-tr", "u-tk", 1, t);
+    snprintf(items, sizeof items,
+             "{\"sku\":\"ct-ta\"},{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ts\"}", t);
+    ct_expect(ct_port(1), items, "u-tk", NULL, 409, "sold_out", "ct-ts");
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 10);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 10);
+    CT_TITEMS(t);
+    ct_expect(ct_port(2), items, "u-tk", NULL, 201, NULL, NULL);
+    ct_expect(ct_port(0), items, "u-tk", NULL, 409, "ticket_used", "ct-tr");
+    sf_resp r = {0};
+    char body[1200];
+    snprintf(body, sizeof body, "{\"sku\":\"ct-tr\",\"user_id\":\"u-tk\",\"ticket\":\"%s\"}", t);
+    sf_json_request(NULL, ct_port(1), "POST", "/api/v1/orders", NULL, NULL, body, &r);
+    SF_ASSERT_ERROR(&r, 409, "ticket_used");
+    sf_resp_free(&r);
+    /* the key replays a cart with its ticket item at home, and with it in another item */
+    ct_mint(&ct_key, "ct-tr", "u-tk", 2, t);
+    snprintf(items, sizeof items, "{\"sku\":\"ct-tr\",\"ticket\":\"%s\"},{\"sku\":\"ct-ta\"}", t);
+    sf_resp a = {0}, b = {0};
+    SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-home", &a) == 201, "%s",
+              sf_resp_summary(&a));
+    SF_ASSERT(
+        ct_cart(ct_port(1), items, "u-tk", "ct-tk-home", &b) == 200 &&
+            json_equal(json_object_get(a.json, "order_id"), json_object_get(b.json, "order_id")),
+        "replay: %s", sf_resp_summary(&b));
+    sf_resp_free(&a);
+    sf_resp_free(&b);
+    ct_expect(ct_port(2), items, "u-tk", "ct-tk-other", 409, "ticket_used", "ct-tr");
+    ct_mint(&ct_key, "ct-tr", "u-tk", 3, t);
+    CT_TITEMS(t);
+    SF_ASSERT(ct_cart(ct_port(0), items, "u-tk", "ct-tk-item", &a) == 201, "%s",
+              sf_resp_summary(&a));
+    SF_ASSERT(
+        ct_cart(ct_port(1), items, "u-tk", "ct-tk-item", &b) == 200 &&
+            json_equal(json_object_get(a.json, "order_id"), json_object_get(b.json, "order_id")),
+        "replay: %s", sf_resp_summary(&b));
+    sf_resp_free(&a);
+    sf_resp_free(&b);
 #undef CT_TITEMS
-        SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 7);
-        SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 7);
-        SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 3);
-        sf_report rep;
-        for (int i = 0; i < 3; i++)
-            SF_ASSERT_INVARIANTS(rf_url(gf_redis), skus[i], &rep);
-        ct_no_bad_move();
-    }
+    SF_ASSERT_EQ(ct_remaining("ct-ta", 2), 7);
+    SF_ASSERT_EQ(ct_remaining("ct-tr", 2), 7);
+    SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 3);
+    sf_report rep;
+    for (int i = 0; i < 3; i++)
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), skus[i], &rep);
+    ct_no_bad_move();
+}
 
-    /* A cart whose other item holds a ticket, cut off (kill -9) before its primary (healed back)
-     * or after it (healed forward), with and without a key. Healed back, nothing was sold: the
-     * ticket buys again, at once with the cart's key (its claim carries the key), else once its
-     * claim expired (as a one-SKU order's). Healed forward, the key replays the cart and the ticket
-     * stays used. Before the fix (the claim carried no key; an expired claim was made final with
-     * the undone part's id) the retry was refused 409 ticket_used for good. ~6 s. */
-    static void test_cart_ticket_cut_off(void **state)
-    {
-        (void)state;
-        struct {
-            const char *point, *prefix, *key;
-            int forward;
-            char a[40], r[40], t[TICKET_TEXT_MAX], items[1024], id[160];
-        } cuts[] = {
-            {.point = "cart_parts", .prefix = "ct-tb", .key = "ct-tk-back"},
-            {.point = "cart_parts", .prefix = "ct-tn", .key = NULL},
-            {.point = "cart_primary", .prefix = "ct-tf", .key = "ct-tk-fwd", .forward = 1},
-        };
-        int n = (int)(sizeof cuts / sizeof cuts[0]);
-        for (int i = 0; i < n; i++) {
-            snprintf(cuts[i].a, sizeof cuts[i].a, "%s-a", cuts[i].prefix);
-            snprintf(cuts[i].r, sizeof cuts[i].r, "%s-r", cuts[i].prefix);
-            ct_put(cuts[i].a, 20, 2, "");
-            ct_put(cuts[i].r, 20, 2, ",\"queue_rate\":10");
-            ct_mint(&ct_key, cuts[i].r, "u-tk", 7, cuts[i].t);
-            snprintf(cuts[i].items, sizeof cuts[i].items,
-                     "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15,\"ticket\":\"%s\"}",
-                     cuts[i].a, cuts[i].r, cuts[i].t);
-            sf_service *s = ct_faulty(cuts[i].point);
-            sf_resp r = {0};
-            ct_cart(sf_port(s), cuts[i].items, "u-tk", cuts[i].key, &r);
-            SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
-            sf_resp_free(&r);
-            for (int w = 0; w < 100 && sf_alive(s); w++)
-                tu_sleep_ms(20);
-            SF_ASSERT(!sf_alive(s), "%s", "the instance did not die at its fault point");
-            (void)sf_stop(s);
-            SF_ASSERT_EQ(ct_intents(cuts[i].a), 1);
-        }
-        int64_t killed = tu_now_ms();
-        for (int i = 0; i < n; i++) {
-            for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].a) > 0; tu_sleep_ms(100))
-                SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s",
-                          cuts[i].prefix);
-            SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), cuts[i].forward ? 5 : 20);
-        }
-        /* the faulty instance's claims: bound 800 + 1000 + 2 × 500 ms, taken over 1 s after */
-        const int64_t claim_ms = 800 + 1000 + 2 * 500 + 1000;
-        for (int i = 0; i < n; i++) {
-            sf_resp r = {0};
-            int st;
-            for (;;) {
-                st = ct_cart(ct_port(i), cuts[i].items, "u-tk", cuts[i].key, &r);
-                /* the claim still pending: 503 in progress with the key, 409 without one */
-                int pending = tu_now_ms() < killed + claim_ms + 5000 &&
-                              (st == 503 || (!cuts[i].key && !cuts[i].forward && st == 409));
-                if (!pending)
-                    break;
-                sf_resp_free(&r);
-                memset(&r, 0, sizeof r);
-                tu_sleep_ms(200);
-            }
-            SF_ASSERT(st == (cuts[i].forward ? 200 : 201), "%s: retry: %s", cuts[i].prefix,
-                      sf_resp_summary(&r));
-            sf_resp_free(&r);
-            SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), 5);
-            if (cuts[i].forward) { /* used by the cart healed forward: another cart is refused */
-                while (tu_now_ms() < killed + claim_ms + 500)
-                    tu_sleep_ms(100);
-                ct_expect(ct_port(i), cuts[i].items, "u-tk", NULL, 409, "ticket_used", cuts[i].r);
-            }
-            long long total[2] = {20, 20};
-            const char *skus[2] = {cuts[i].a, cuts[i].r};
-            SF_ASSERT_EQ(ct_whole(skus, total, 2, 2), 1);
-            sf_report rep;
-            SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].a, &rep);
-            SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].r, &rep);
-        }
-        ct_no_bad_move();
-    }
-
-    /* ---- on a Redis Cluster ---- */
-
-    /* The node holding key's slot. */
-    static rf_server *ct_node_of(cf_cluster * cl, const char *key)
-    {
-        redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
-        int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(cl, (int)r->integer) : -1;
-        freeReplyObject(r);
-        SF_ASSERT(m >= 0, "the master of %s", key);
-        return cf_node(cl, m);
-    }
-
-    static long long ct_cl_stock(cf_cluster * cl, const char *sku, int nseg)
-    {
-        long long sum = 0;
-        for (int k = 0; k < nseg; k++) {
-            char key[160], buf[32] = "";
-            snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
-            SF_ASSERT(rf_string(ct_node_of(cl, key), buf, sizeof buf, "GET %s", key) == 1, "GET %s",
-                      key);
-            sum += atoll(buf);
-        }
-        return sum;
-    }
-
-    /* Every part of the cart answered in r exists on its master (the primary too). */
-    static void ct_cl_parts(cf_cluster * cl, const sf_resp *r)
-    {
-        const char *id = json_string_value(json_object_get(r->json, "order_id"));
-        size_t a, b;
-        json_t *it, *p;
-        json_array_foreach(json_object_get(r->json, "items"), a, it)
-        {
-            const char *sku = json_string_value(json_object_get(it, "sku"));
-            json_array_foreach(json_object_get(it, "parts"), b, p)
-            {
-                int k = (int)sf_json_int(p, "segment", -1);
-                char key[160], pid[160];
-                snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
-                snprintf(pid, sizeof pid, "%.32s-%d-%s", id, k, sku);
-                SF_ASSERT(rf_integer(ct_node_of(cl, key), "HEXISTS %s %s", key, pid) == 1,
-                          "part %s missing", pid);
-            }
-        }
-    }
-
-    static void test_cluster_carts(void **state)
-    {
-        (void)state;
-        cf_cluster *cl = cf_start(3, 0);
-        SF_ASSERT(cl != NULL, "%s", "a 3-master cluster");
-        char url[512];
-        snprintf(url, sizeof url, "%s", cf_url(cl, 3));
-        const char *args[] = {"--threads", "2", "--admin-token", CT_TOKEN, "--trust-body-user-id",
-                              NULL};
-        sf_service *s = sf_start(url, args);
-        if (!s)
-            cf_stop(cl);
-        SF_ASSERT(s != NULL, "%s", "inventoryd on the cluster");
-        int port = sf_port(s);
-        const char *skus[4] = {"cl-home", "cl-multi", "cl-limit", "cl-hold"};
-        const char *rules[4] = {"", "", ",\"limit_per_user\":3", ",\"reservation_ttl_s\":120"};
-        for (int i = 0; i < 4; i++) {
-            char path[160], body[256];
-            snprintf(path, sizeof path, "/api/v1/skus/%s", skus[i]);
-            snprintf(body, sizeof body, "{\"stock\":40,\"segments\":4%s}", rules[i]);
-            sf_resp r = {0};
-            sf_json_request(NULL, port, "PUT", path, CT_TOKEN, NULL, body, &r);
-            SF_ASSERT(r.status == 201, "PUT %s: %s", skus[i], sf_resp_summary(&r));
-            sf_resp_free(&r);
-        }
-        /* masters: the SKUs' slots spread over at least two */
-        int seen = 0;
-        for (int i = 0; i < 4; i++) {
-            char key[160];
-            snprintf(key, sizeof key, "inv:2:{%s}:meta", skus[i]);
-            for (int m = 0; m < 3; m++)
-                if (ct_node_of(cl, key) == cf_node(cl, m))
-                    seen |= 1 << m;
-        }
-        SF_ASSERT(__builtin_popcount((unsigned)seen) >= 2, "SKUs on masters %#x", seen);
+/* A cart whose other item holds a ticket, cut off (kill -9) before its primary (healed back)
+ * or after it (healed forward), with and without a key. Healed back, nothing was sold: the
+ * ticket buys again, at once with the cart's key (its claim carries the key), else once its
+ * claim expired (as a one-SKU order's). Healed forward, the key replays the cart and the ticket
+ * stays used. Before the fix (the claim carried no key; an expired claim was made final with
+ * the undone part's id) the retry was refused 409 ticket_used for good. ~6 s. */
+static void test_cart_ticket_cut_off(void **state)
+{
+    (void)state;
+    struct {
+        const char *point, *prefix, *key;
+        int forward;
+        char a[40], r[40], t[TICKET_TEXT_MAX], items[1024], id[160];
+    } cuts[] = {
+        {.point = "cart_parts", .prefix = "ct-tb", .key = "ct-tk-back"},
+        {.point = "cart_parts", .prefix = "ct-tn", .key = NULL},
+        {.point = "cart_primary", .prefix = "ct-tf", .key = "ct-tk-fwd", .forward = 1},
+    };
+    int n = (int)(sizeof cuts / sizeof cuts[0]);
+    for (int i = 0; i < n; i++) {
+        snprintf(cuts[i].a, sizeof cuts[i].a, "%s-a", cuts[i].prefix);
+        snprintf(cuts[i].r, sizeof cuts[i].r, "%s-r", cuts[i].prefix);
+        ct_put(cuts[i].a, 20, 2, "");
+        ct_put(cuts[i].r, 20, 2, ",\"queue_rate\":10");
+        ct_mint(&ct_key, cuts[i].r, "u-tk", 7, cuts[i].t);
+        snprintf(cuts[i].items, sizeof cuts[i].items,
+                 "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15,\"ticket\":\"%s\"}", cuts[i].a,
+                 cuts[i].r, cuts[i].t);
+        sf_service *s = ct_faulty(cuts[i].point);
         sf_resp r = {0};
-        SF_ASSERT(ct_cart(port,
-                          "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
-                          "{\"sku\":\"cl-limit\",\"quantity\":3}",
-                          "u-cl", "cl-key", &r) == 201,
-                  "%s", sf_resp_summary(&r));
-        ct_cl_parts(cl, &r);
+        ct_cart(sf_port(s), cuts[i].items, "u-tk", cuts[i].key, &r);
+        SF_ASSERT(r.status == 0, "the killed instance answered: %s", sf_resp_summary(&r));
         sf_resp_free(&r);
-        SF_ASSERT(ct_cart(port,
-                          "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
-                          "{\"sku\":\"cl-limit\",\"quantity\":3}",
-                          "u-cl", "cl-key", &r) == 200,
-                  "replay: %s", sf_resp_summary(&r));
-        sf_resp_free(&r);
-        /* over the limit (reserved on the limit SKU's master): nothing sold */
-        SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-multi\"},{\"sku\":\"cl-limit\"}", "u-cl", NULL,
-                          &r) == 409 &&
-                      strcmp(sf_error_code(&r), "limit_exceeded") == 0,
-                  "%s", sf_resp_summary(&r));
-        sf_resp_free(&r);
-        /* a hold item under a home SKU without a TTL: the cart is a hold, the home SKU flagged */
-        SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-home\",\"quantity\":2},{\"sku\":\"cl-hold\"}", NULL,
-                          NULL, &r) == 201,
-                  "%s", sf_resp_summary(&r));
-        SF_ASSERT(json_string_value(json_object_get(r.json, "expires_at")) != NULL, "%s",
-                  sf_resp_summary(&r));
-        ct_cl_parts(cl, &r);
-        sf_resp_free(&r);
-        char buf[16] = "";
-        SF_ASSERT(rf_string(ct_node_of(cl, "inv:2:{cl-home}:meta"), buf, sizeof buf,
-                            "HGET inv:2:{cl-home}:meta holds") == 1 &&
-                      strcmp(buf, "1") == 0,
-                  "the home SKU's hold flag: %s", buf);
-        SF_ASSERT_EQ(ct_cl_stock(cl, "cl-home", 4), 37);
-        SF_ASSERT_EQ(ct_cl_stock(cl, "cl-multi", 4), 15);
-        SF_ASSERT_EQ(ct_cl_stock(cl, "cl-limit", 4), 37);
-        SF_ASSERT_EQ(ct_cl_stock(cl, "cl-hold", 4), 39);
-        SF_ASSERT(rf_integer(ct_node_of(cl, "inv:2:{cl-home}:cart"), "HLEN inv:2:{cl-home}:cart") ==
-                      0,
-                  "%s", "an intent left");
-        int rc = sf_stop(s);
-        cf_stop(cl);
-        SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
+        for (int w = 0; w < 100 && sf_alive(s); w++)
+            tu_sleep_ms(20);
+        SF_ASSERT(!sf_alive(s), "%s", "the instance did not die at its fault point");
+        (void)sf_stop(s);
+        SF_ASSERT_EQ(ct_intents(cuts[i].a), 1);
     }
+    int64_t killed = tu_now_ms();
+    for (int i = 0; i < n; i++) {
+        for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].a) > 0; tu_sleep_ms(100))
+            SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s", cuts[i].prefix);
+        SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), cuts[i].forward ? 5 : 20);
+    }
+    /* the faulty instance's claims: bound 800 + 1000 + 2 × 500 ms, taken over 1 s after */
+    const int64_t claim_ms = 800 + 1000 + 2 * 500 + 1000;
+    for (int i = 0; i < n; i++) {
+        sf_resp r = {0};
+        int st;
+        for (;;) {
+            st = ct_cart(ct_port(i), cuts[i].items, "u-tk", cuts[i].key, &r);
+            /* the claim still pending: 503 in progress with the key, 409 without one */
+            int pending = tu_now_ms() < killed + claim_ms + 5000 &&
+                          (st == 503 || (!cuts[i].key && !cuts[i].forward && st == 409));
+            if (!pending)
+                break;
+            sf_resp_free(&r);
+            memset(&r, 0, sizeof r);
+            tu_sleep_ms(200);
+        }
+        SF_ASSERT(st == (cuts[i].forward ? 200 : 201), "%s: retry: %s", cuts[i].prefix,
+                  sf_resp_summary(&r));
+        sf_resp_free(&r);
+        SF_ASSERT_EQ(ct_remaining(cuts[i].r, 2), 5);
+        if (cuts[i].forward) { /* used by the cart healed forward: another cart is refused */
+            while (tu_now_ms() < killed + claim_ms + 500)
+                tu_sleep_ms(100);
+            ct_expect(ct_port(i), cuts[i].items, "u-tk", NULL, 409, "ticket_used", cuts[i].r);
+        }
+        long long total[2] = {20, 20};
+        const char *skus[2] = {cuts[i].a, cuts[i].r};
+        SF_ASSERT_EQ(ct_whole(skus, total, 2, 2), 1);
+        sf_report rep;
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].a, &rep);
+        SF_ASSERT_INVARIANTS(rf_url(gf_redis), cuts[i].r, &rep);
+    }
+    ct_no_bad_move();
+}
 
-    /* ---- a master killed mid-sale (issue 33's check: carts on a Redis Cluster) ---- */
+/* ---- on a Redis Cluster ---- */
+
+/* The node holding key's slot. */
+static rf_server *ct_node_of(cf_cluster *cl, const char *key)
+{
+    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
+    int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(cl, (int)r->integer) : -1;
+    freeReplyObject(r);
+    SF_ASSERT(m >= 0, "the master of %s", key);
+    return cf_node(cl, m);
+}
+
+static long long ct_cl_stock(cf_cluster *cl, const char *sku, int nseg)
+{
+    long long sum = 0;
+    for (int k = 0; k < nseg; k++) {
+        char key[160], buf[32] = "";
+        snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
+        SF_ASSERT(rf_string(ct_node_of(cl, key), buf, sizeof buf, "GET %s", key) == 1, "GET %s",
+                  key);
+        sum += atoll(buf);
+    }
+    return sum;
+}
+
+/* Every part of the cart answered in r exists on its master (the primary too). */
+static void ct_cl_parts(cf_cluster *cl, const sf_resp *r)
+{
+    const char *id = json_string_value(json_object_get(r->json, "order_id"));
+    size_t a, b;
+    json_t *it, *p;
+    json_array_foreach(json_object_get(r->json, "items"), a, it)
+    {
+        const char *sku = json_string_value(json_object_get(it, "sku"));
+        json_array_foreach(json_object_get(it, "parts"), b, p)
+        {
+            int k = (int)sf_json_int(p, "segment", -1);
+            char key[160], pid[160];
+            snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+            snprintf(pid, sizeof pid, "%.32s-%d-%s", id, k, sku);
+            SF_ASSERT(rf_integer(ct_node_of(cl, key), "HEXISTS %s %s", key, pid) == 1,
+                      "part %s missing", pid);
+        }
+    }
+}
+
+static void test_cluster_carts(void **state)
+{
+    (void)state;
+    cf_cluster *cl = cf_start(3, 0);
+    SF_ASSERT(cl != NULL, "%s", "a 3-master cluster");
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(cl, 3));
+    const char *args[] = {"--threads", "2", "--admin-token", CT_TOKEN, "--trust-body-user-id",
+                          NULL};
+    sf_service *s = sf_start(url, args);
+    if (!s)
+        cf_stop(cl);
+    SF_ASSERT(s != NULL, "%s", "inventoryd on the cluster");
+    int port = sf_port(s);
+    const char *skus[4] = {"cl-home", "cl-multi", "cl-limit", "cl-hold"};
+    const char *rules[4] = {"", "", ",\"limit_per_user\":3", ",\"reservation_ttl_s\":120"};
+    for (int i = 0; i < 4; i++) {
+        char path[160], body[256];
+        snprintf(path, sizeof path, "/api/v1/skus/%s", skus[i]);
+        snprintf(body, sizeof body, "{\"stock\":40,\"segments\":4%s}", rules[i]);
+        sf_resp r = {0};
+        sf_json_request(NULL, port, "PUT", path, CT_TOKEN, NULL, body, &r);
+        SF_ASSERT(r.status == 201, "PUT %s: %s", skus[i], sf_resp_summary(&r));
+        sf_resp_free(&r);
+    }
+    /* masters: the SKUs' slots spread over at least two */
+    int seen = 0;
+    for (int i = 0; i < 4; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "inv:2:{%s}:meta", skus[i]);
+        for (int m = 0; m < 3; m++)
+            if (ct_node_of(cl, key) == cf_node(cl, m))
+                seen |= 1 << m;
+    }
+    SF_ASSERT(__builtin_popcount((unsigned)seen) >= 2, "SKUs on masters %#x", seen);
+    sf_resp r = {0};
+    SF_ASSERT(ct_cart(port,
+                      "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
+                      "{\"sku\":\"cl-limit\",\"quantity\":3}",
+                      "u-cl", "cl-key", &r) == 201,
+              "%s", sf_resp_summary(&r));
+    ct_cl_parts(cl, &r);
+    sf_resp_free(&r);
+    SF_ASSERT(ct_cart(port,
+                      "{\"sku\":\"cl-home\"},{\"sku\":\"cl-multi\",\"quantity\":25},"
+                      "{\"sku\":\"cl-limit\",\"quantity\":3}",
+                      "u-cl", "cl-key", &r) == 200,
+              "replay: %s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* over the limit (reserved on the limit SKU's master): nothing sold */
+    SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-multi\"},{\"sku\":\"cl-limit\"}", "u-cl", NULL, &r) ==
+                      409 &&
+                  strcmp(sf_error_code(&r), "limit_exceeded") == 0,
+              "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    /* a hold item under a home SKU without a TTL: the cart is a hold, the home SKU flagged */
+    SF_ASSERT(ct_cart(port, "{\"sku\":\"cl-home\",\"quantity\":2},{\"sku\":\"cl-hold\"}", NULL,
+                      NULL, &r) == 201,
+              "%s", sf_resp_summary(&r));
+    SF_ASSERT(json_string_value(json_object_get(r.json, "expires_at")) != NULL, "%s",
+              sf_resp_summary(&r));
+    ct_cl_parts(cl, &r);
+    sf_resp_free(&r);
+    char buf[16] = "";
+    SF_ASSERT(rf_string(ct_node_of(cl, "inv:2:{cl-home}:meta"), buf, sizeof buf,
+                        "HGET inv:2:{cl-home}:meta holds") == 1 &&
+                  strcmp(buf, "1") == 0,
+              "the home SKU's hold flag: %s", buf);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-home", 4), 37);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-multi", 4), 15);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-limit", 4), 37);
+    SF_ASSERT_EQ(ct_cl_stock(cl, "cl-hold", 4), 39);
+    SF_ASSERT(rf_integer(ct_node_of(cl, "inv:2:{cl-home}:cart"), "HLEN inv:2:{cl-home}:cart") == 0,
+              "%s", "an intent left");
+    int rc = sf_stop(s);
+    cf_stop(cl);
+    SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
+}
+
+/* ---- a master killed mid-sale (issue 33's check: carts on a Redis Cluster) ---- */
 
 #define FO_CLIENTS 6
 #define FO_SKUS 4
 #define FO_IDS 4096
-    static const char *const fo_skus[FO_SKUS] = {"fo-a", "fo-b", "fo-c", "fo-d"};
-    static atomic_int fo_stop;
-    static int fo_ports[2];
+static const char *const fo_skus[FO_SKUS] = {"fo-a", "fo-b", "fo-c", "fo-d"};
+static atomic_int fo_stop;
+static int fo_ports[2];
 
-    struct fo_client {
-        int idx;
-        char (*ids)[160]; /* the carts answered 201 (or 200: a replay of one) */
-        int nids;
-        int created, unknown, unavailable, other;
-    };
+struct fo_client {
+    int idx;
+    char (*ids)[160]; /* the carts answered 201 (or 200: a replay of one) */
+    int nids;
+    int created, unknown, unavailable, other;
+};
 
-    /* Carts of 2 or 3 of the SKUs, each with its own Idempotency-Key, retried with it on a 503 (as
-     * a client does: "outcome":"unknown" or not), until fo_stop. */
-    static void *fo_client(void *arg)
-    {
-        struct fo_client *c = arg;
-        unsigned seed = (unsigned)c->idx * 104729u + 7;
-        sf_conn *conn = sf_conn_open(fo_ports[c->idx % 2], 8000);
-        for (int n = 0; !atomic_load(&fo_stop); n++) {
-            int k = 2 + (int)(rand_r(&seed) % 2), pick[3], used = 0;
-            while (used < k) {
-                int s = (int)(rand_r(&seed) % FO_SKUS), dup = 0;
-                for (int j = 0; j < used; j++)
-                    dup |= pick[j] == s;
-                if (!dup)
-                    pick[used++] = s;
-            }
-            char body[512], key[64];
-            size_t w = (size_t)snprintf(body, sizeof body, "{\"items\":[");
-            for (int i = 0; i < k; i++)
-                w += (size_t)snprintf(body + w, sizeof body - w,
-                                      "%s{\"sku\":\"%s\",\"quantity\":%d}", i ? "," : "",
-                                      fo_skus[pick[i]], 1 + (int)(rand_r(&seed) % 2));
-            snprintf(body + w, sizeof body - w, "]}");
-            snprintf(key, sizeof key, "fo-%d-%d", c->idx, n);
-            sf_resp r = {0};
-            int st = 0;
-            for (int t = 0; t < 40; t++) { /* up to ~8 s of retries with the key */
-                sf_resp_free(&r);
-                memset(&r, 0, sizeof r);
-                st = sf_json_request(conn, 0, "POST", "/api/v1/orders", NULL, key, body, &r);
-                if (st != 503 && st != 0)
-                    break;
-                if (st == 503 && r.json && json_object_get(r.json, "outcome"))
-                    c->unknown++;
-                else
-                    c->unavailable++;
-                tu_sleep_ms(200);
-            }
-            const char *id = json_string_value(json_object_get(r.json, "order_id"));
-            if ((st == 201 || st == 200) && id && c->nids < FO_IDS) {
-                snprintf(c->ids[c->nids], 160, "%s", id);
-                __atomic_store_n(&c->nids, c->nids + 1, __ATOMIC_RELEASE); /* fo_created reads it */
-                c->created += st == 201;
-            } else if (st != 409 && st != 503 && st != 0) {
-                if (c->other++ < 3)
-                    fprintf(stderr, "failover cart: %s\n", sf_resp_summary(&r));
-            }
+/* Carts of 2 or 3 of the SKUs, each with its own Idempotency-Key, retried with it on a 503 (as
+ * a client does: "outcome":"unknown" or not), until fo_stop. */
+static void *fo_client(void *arg)
+{
+    struct fo_client *c = arg;
+    unsigned seed = (unsigned)c->idx * 104729u + 7;
+    sf_conn *conn = sf_conn_open(fo_ports[c->idx % 2], 8000);
+    for (int n = 0; !atomic_load(&fo_stop); n++) {
+        int k = 2 + (int)(rand_r(&seed) % 2), pick[3], used = 0;
+        while (used < k) {
+            int s = (int)(rand_r(&seed) % FO_SKUS), dup = 0;
+            for (int j = 0; j < used; j++)
+                dup |= pick[j] == s;
+            if (!dup)
+                pick[used++] = s;
+        }
+        char body[512], key[64];
+        size_t w = (size_t)snprintf(body, sizeof body, "{\"items\":[");
+        for (int i = 0; i < k; i++)
+            w += (size_t)snprintf(body + w, sizeof body - w, "%s{\"sku\":\"%s\",\"quantity\":%d}",
+                                  i ? "," : "", fo_skus[pick[i]], 1 + (int)(rand_r(&seed) % 2));
+        snprintf(body + w, sizeof body - w, "]}");
+        snprintf(key, sizeof key, "fo-%d-%d", c->idx, n);
+        sf_resp r = {0};
+        int st = 0;
+        for (int t = 0; t < 40; t++) { /* up to ~8 s of retries with the key */
             sf_resp_free(&r);
+            memset(&r, 0, sizeof r);
+            st = sf_json_request(conn, 0, "POST", "/api/v1/orders", NULL, key, body, &r);
+            if (st != 503 && st != 0)
+                break;
+            if (st == 503 && r.json && json_object_get(r.json, "outcome"))
+                c->unknown++;
+            else
+                c->unavailable++;
+            tu_sleep_ms(200);
         }
-        sf_conn_close(conn);
-        return NULL;
+        const char *id = json_string_value(json_object_get(r.json, "order_id"));
+        if ((st == 201 || st == 200) && id && c->nids < FO_IDS) {
+            snprintf(c->ids[c->nids], 160, "%s", id);
+            __atomic_store_n(&c->nids, c->nids + 1, __ATOMIC_RELEASE); /* fo_created reads it */
+            c->created += st == 201;
+        } else if (st != 409 && st != 503 && st != 0) {
+            if (c->other++ < 3)
+                fprintf(stderr, "failover cart: %s\n", sf_resp_summary(&r));
+        }
+        sf_resp_free(&r);
     }
+    sf_conn_close(conn);
+    return NULL;
+}
 
-    static int fo_created(struct fo_client * c)
-    {
-        int n = 0;
-        for (int i = 0; i < FO_CLIENTS; i++)
-            n += __atomic_load_n(&c[i].nids, __ATOMIC_RELAXED);
-        return n;
+static int fo_created(struct fo_client *c)
+{
+    int n = 0;
+    for (int i = 0; i < FO_CLIENTS; i++)
+        n += __atomic_load_n(&c[i].nids, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* Carts of 2-3 of 4 SKUs from 6 clients through 2 instances on a 3-master cluster with a
+ * replica each and --redis-replica-acks 1; the master of one of the SKUs' segments (and not of
+ * every SKU's meta) is killed -9 mid-sale, its replica promoted, the old master back as its
+ * replica, the sale goes on a second. Then: every intent healed, every SKU's invariants whole
+ * (inventory-check: 0 partial carts, sold = total - remaining), every cart answered 201 (or
+ * replayed 200) exists whole (GET 200 with its items, each part on its master). ~30 s (the
+ * cluster's start and failover). */
+static void test_cluster_cart_master_killed(void **state)
+{
+    (void)state;
+    const char *redis_args[] = {"--min-replicas-to-write", "1", "--min-replicas-max-lag", "2",
+                                NULL};
+    cf_cluster *cl = cf_start_ex(3, 1, redis_args);
+    SF_ASSERT(cl != NULL, "%s", "a 3-master cluster with replicas");
+    if (cf_wait_replicas(cl, 30000) != 0) {
+        cf_stop(cl);
+        SF_ASSERT(0, "%s", "the replicas' sync");
     }
-
-    /* Carts of 2-3 of 4 SKUs from 6 clients through 2 instances on a 3-master cluster with a
-     * replica each and --redis-replica-acks 1; the master of one of the SKUs' segments (and not of
-     * every SKU's meta) is killed -9 mid-sale, its replica promoted, the old master back as its
-     * replica, the sale goes on a second. Then: every intent healed, every SKU's invariants whole
-     * (inventory-check: 0 partial carts, sold = total - remaining), every cart answered 201 (or
-     * replayed 200) exists whole (GET 200 with its items, each part on its master). ~30 s (the
-     * cluster's start and failover). */
-    static void test_cluster_cart_master_killed(void **state)
-    {
-        (void)state;
-        const char *redis_args[] = {"--min-replicas-to-write", "1", "--min-replicas-max-lag", "2",
-                                    NULL};
-        cf_cluster *cl = cf_start_ex(3, 1, redis_args);
-        SF_ASSERT(cl != NULL, "%s", "a 3-master cluster with replicas");
-        if (cf_wait_replicas(cl, 30000) != 0) {
-            cf_stop(cl);
-            SF_ASSERT(0, "%s", "the replicas' sync");
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(cl, 3));
+    const char *args[] = {"--threads",
+                          "2",
+                          "--redis-replica-acks",
+                          "1",
+                          "--lock-lease-ms",
+                          "2000",
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--hold-ms",
+                          "5",
+                          "--admin-token",
+                          CT_TOKEN,
+                          NULL};
+    sf_service *s[2] = {sf_start(url, args), sf_start(url, args)};
+    if (!s[0] || !s[1]) {
+        sf_stop_all(s, 2);
+        cf_stop(cl);
+        SF_ASSERT(0, "%s", "inventoryd on the cluster");
+    }
+    fo_ports[0] = sf_port(s[0]);
+    fo_ports[1] = sf_port(s[1]);
+    for (int i = 0; i < FO_SKUS; i++) {
+        char path[160];
+        snprintf(path, sizeof path, "/api/v1/skus/%s", fo_skus[i]);
+        sf_resp r = {0};
+        sf_json_request(NULL, fo_ports[0], "PUT", path, CT_TOKEN, NULL,
+                        "{\"stock\":4000,\"segments\":4}", &r);
+        SF_ASSERT(r.status == 201, "PUT %s: %s", fo_skus[i], sf_resp_summary(&r));
+        sf_resp_free(&r);
+    }
+    /* the victim: a master holding a segment of a SKU but not every SKU's meta */
+    int victim = -1, vslot = -1;
+    for (int i = 0; i < FO_SKUS && victim < 0; i++)
+        for (int k = 0; k < 4 && victim < 0; k++) {
+            char key[160], meta[160];
+            snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", fo_skus[i], k);
+            snprintf(meta, sizeof meta, "inv:2:{%s}:meta", fo_skus[i]);
+            rf_server *m = ct_node_of(cl, key);
+            if (m == ct_node_of(cl, meta))
+                continue;
+            for (int j = 0; j < 3; j++)
+                if (cf_node(cl, j) == m)
+                    victim = j;
+            redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
+            vslot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+            freeReplyObject(r);
         }
-        char url[512];
-        snprintf(url, sizeof url, "%s", cf_url(cl, 3));
-        const char *args[] = {"--threads",
-                              "2",
-                              "--redis-replica-acks",
-                              "1",
-                              "--lock-lease-ms",
-                              "2000",
-                              "--redis-timeout-ms",
-                              "1000",
-                              "--hold-ms",
-                              "5",
-                              "--admin-token",
-                              CT_TOKEN,
-                              NULL};
-        sf_service *s[2] = {sf_start(url, args), sf_start(url, args)};
-        if (!s[0] || !s[1]) {
-            sf_stop_all(s, 2);
-            cf_stop(cl);
-            SF_ASSERT(0, "%s", "inventoryd on the cluster");
-        }
-        fo_ports[0] = sf_port(s[0]);
-        fo_ports[1] = sf_port(s[1]);
-        for (int i = 0; i < FO_SKUS; i++) {
-            char path[160];
-            snprintf(path, sizeof path, "/api/v1/skus/%s", fo_skus[i]);
-            sf_resp r = {0};
-            sf_json_request(NULL, fo_ports[0], "PUT", path, CT_TOKEN, NULL,
-                            "{\"stock\":4000,\"segments\":4}", &r);
-            SF_ASSERT(r.status == 201, "PUT %s: %s", fo_skus[i], sf_resp_summary(&r));
-            sf_resp_free(&r);
-        }
-        /* the victim: a master holding a segment of a SKU but not every SKU's meta */
-        int victim = -1, vslot = -1;
-        for (int i = 0; i < FO_SKUS && victim < 0; i++)
-            for (int k = 0; k < 4 && victim < 0; k++) {
-                char key[160], meta[160];
-                snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", fo_skus[i], k);
-                snprintf(meta, sizeof meta, "inv:2:{%s}:meta", fo_skus[i]);
-                rf_server *m = ct_node_of(cl, key);
-                if (m == ct_node_of(cl, meta))
-                    continue;
-                for (int j = 0; j < 3; j++)
-                    if (cf_node(cl, j) == m)
-                        victim = j;
-                redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
-                vslot = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-                freeReplyObject(r);
-            }
-        SF_ASSERT(victim >= 0 && vslot >= 0, "%s", "a victim master");
-        static struct fo_client cs[FO_CLIENTS];
-        static char ids[FO_CLIENTS][FO_IDS][160];
-        pthread_t t[FO_CLIENTS];
-        atomic_store(&fo_stop, 0);
-        for (int i = 0; i < FO_CLIENTS; i++) {
-            memset(&cs[i], 0, sizeof cs[i]);
-            cs[i].idx = i;
-            cs[i].ids = ids[i];
-            pthread_create(&t[i], NULL, fo_client, &cs[i]);
-        }
-        tu_sleep_ms(1500); /* the sale under way */
-        int before = fo_created(cs);
-        SF_ASSERT(rf_halt(cf_node(cl, victim), SIGKILL) == 0, "kill -9 of node %d", victim);
-        int64_t killed = tu_now_ms();
-        int promoted = cf_wait_slot_served(cl, vslot, 30000) == 0;
-        int64_t up = tu_now_ms();
-        int back =
-            promoted && rf_restart(cf_node(cl, victim)) == 0 && cf_wait_replicas(cl, 30000) == 0;
-        int at_back = fo_created(cs);
-        tu_sleep_ms(1500); /* the sale after the failover */
-        atomic_store(&fo_stop, 1);
-        for (int i = 0; i < FO_CLIENTS; i++)
-            pthread_join(t[i], NULL);
-        int total = fo_created(cs), unknown = 0, unavailable = 0, other = 0;
-        for (int i = 0; i < FO_CLIENTS; i++) {
-            unknown += cs[i].unknown;
-            unavailable += cs[i].unavailable;
-            other += cs[i].other;
-        }
-        fprintf(
-            stderr,
+    SF_ASSERT(victim >= 0 && vslot >= 0, "%s", "a victim master");
+    static struct fo_client cs[FO_CLIENTS];
+    static char ids[FO_CLIENTS][FO_IDS][160];
+    pthread_t t[FO_CLIENTS];
+    atomic_store(&fo_stop, 0);
+    for (int i = 0; i < FO_CLIENTS; i++) {
+        memset(&cs[i], 0, sizeof cs[i]);
+        cs[i].idx = i;
+        cs[i].ids = ids[i];
+        pthread_create(&t[i], NULL, fo_client, &cs[i]);
+    }
+    tu_sleep_ms(1500); /* the sale under way */
+    int before = fo_created(cs);
+    SF_ASSERT(rf_halt(cf_node(cl, victim), SIGKILL) == 0, "kill -9 of node %d", victim);
+    int64_t killed = tu_now_ms();
+    int promoted = cf_wait_slot_served(cl, vslot, 30000) == 0;
+    int64_t up = tu_now_ms();
+    int back = promoted && rf_restart(cf_node(cl, victim)) == 0 && cf_wait_replicas(cl, 30000) == 0;
+    int at_back = fo_created(cs);
+    tu_sleep_ms(1500); /* the sale after the failover */
+    atomic_store(&fo_stop, 1);
+    for (int i = 0; i < FO_CLIENTS; i++)
+        pthread_join(t[i], NULL);
+    int total = fo_created(cs), unknown = 0, unavailable = 0, other = 0;
+    for (int i = 0; i < FO_CLIENTS; i++) {
+        unknown += cs[i].unknown;
+        unavailable += cs[i].unavailable;
+        other += cs[i].other;
+    }
+    fprintf(stderr,
             "cart failover: node %d killed, promoted after %lld ms; carts %d before, %d to the old "
             "master's return, %d after; %d outcome unknown and %d other 503s retried; %d other\n",
             victim, (long long)(up - killed), before, at_back - before, total - at_back, unknown,
             unavailable, other);
-        SF_ASSERT(promoted && back, "%s", "the failover did not complete");
-        SF_ASSERT(before > 0 && total > at_back, "carts before the kill %d, after %d", before,
-                  total - at_back);
-        SF_ASSERT_EQ(other, 0);
-        /* every intent healed (the sweepers: a deadline + 1 s and a look; room for a loaded host)
-         */
-        for (int i = 0; i < FO_SKUS; i++) {
-            char key[160];
-            snprintf(key, sizeof key, "inv:2:{%s}:cart", fo_skus[i]);
-            long long left = -1;
-            for (int64_t end = tu_now_ms() + 20000; tu_now_ms() < end; tu_sleep_ms(100)) {
-                redisReply *r = rf_command(ct_node_of(cl, key), "HLEN %s", key);
-                left = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-                freeReplyObject(r);
-                if (left == 0)
-                    break;
-            }
-            SF_ASSERT(left == 0, "%s: %lld cart intents never healed", fo_skus[i], left);
+    SF_ASSERT(promoted && back, "%s", "the failover did not complete");
+    SF_ASSERT(before > 0 && total > at_back, "carts before the kill %d, after %d", before,
+              total - at_back);
+    SF_ASSERT_EQ(other, 0);
+    /* every intent healed (the sweepers: a deadline + 1 s and a look; room for a loaded host)
+     */
+    for (int i = 0; i < FO_SKUS; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "inv:2:{%s}:cart", fo_skus[i]);
+        long long left = -1;
+        for (int64_t end = tu_now_ms() + 20000; tu_now_ms() < end; tu_sleep_ms(100)) {
+            redisReply *r = rf_command(ct_node_of(cl, key), "HLEN %s", key);
+            left = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+            freeReplyObject(r);
+            if (left == 0)
+                break;
         }
-        sf_report rep;
-        for (int i = 0; i < FO_SKUS; i++)
-            SF_ASSERT_INVARIANTS(url, fo_skus[i], &rep);
-        /* every cart answered 201 (or replayed) is whole */
-        for (int i = 0; i < FO_CLIENTS; i++)
-            for (int j = 0; j < cs[i].nids; j++) {
-                char path[200];
-                snprintf(path, sizeof path, "/api/v1/orders/%s", cs[i].ids[j]);
-                sf_resp g = {0};
-                int st = sf_http(fo_ports[j % 2], "GET", path, NULL, NULL, 0, &g);
-                for (int w = 0; w < 10 && st == 503; w++) {
-                    sf_resp_free(&g);
-                    tu_sleep_ms(300);
-                    st = sf_http(fo_ports[(j + w + 1) % 2], "GET", path, NULL, NULL, 0, &g);
-                }
-                SF_ASSERT(st == 200 && json_array_size(json_object_get(g.json, "items")) >= 2,
-                          "cart %s answered 201: %s", cs[i].ids[j], sf_resp_summary(&g));
-                ct_cl_parts(cl, &g);
+        SF_ASSERT(left == 0, "%s: %lld cart intents never healed", fo_skus[i], left);
+    }
+    sf_report rep;
+    for (int i = 0; i < FO_SKUS; i++)
+        SF_ASSERT_INVARIANTS(url, fo_skus[i], &rep);
+    /* every cart answered 201 (or replayed) is whole */
+    for (int i = 0; i < FO_CLIENTS; i++)
+        for (int j = 0; j < cs[i].nids; j++) {
+            char path[200];
+            snprintf(path, sizeof path, "/api/v1/orders/%s", cs[i].ids[j]);
+            sf_resp g = {0};
+            int st = sf_http(fo_ports[j % 2], "GET", path, NULL, NULL, 0, &g);
+            for (int w = 0; w < 10 && st == 503; w++) {
                 sf_resp_free(&g);
+                tu_sleep_ms(300);
+                st = sf_http(fo_ports[(j + w + 1) % 2], "GET", path, NULL, NULL, 0, &g);
             }
-        int rc = sf_stop_all(s, 2);
-        cf_stop(cl);
-        SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
-    }
+            SF_ASSERT(st == 200 && json_array_size(json_object_get(g.json, "items")) >= 2,
+                      "cart %s answered 201: %s", cs[i].ids[j], sf_resp_summary(&g));
+            ct_cl_parts(cl, &g);
+            sf_resp_free(&g);
+        }
+    int rc = sf_stop_all(s, 2);
+    cf_stop(cl);
+    SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
+}
 
-    int main(void)
-    {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_carts_of_two_to_five),
-            cmocka_unit_test(test_refusals_sell_nothing),
-            cmocka_unit_test(test_multi_segment_item_replay_get),
-            cmocka_unit_test(test_limit_in_another_item),
-            cmocka_unit_test(test_hold_cart),
-            cmocka_unit_test(test_one_budget_for_the_cart),
-            cmocka_unit_test(test_cart_after_reput_elsewhere),
-            cmocka_unit_test(test_item_stock_where_thought_empty),
-            cmocka_unit_test(test_contention_no_partial_cart),
-            cmocka_unit_test(test_cart_killed_at_each_step),
-            cmocka_unit_test(test_cart_tickets),
-            cmocka_unit_test(test_cart_ticket_cut_off),
-            cmocka_unit_test(test_cluster_carts),
-            cmocka_unit_test(test_cluster_cart_master_killed),
-        };
-        /* IT_CART_PART (ctest runs it_cart and it_cart_cluster): "cluster" the cluster's test only,
-         * "one-redis" the others; unset, every test */
-        const char *part = getenv("IT_CART_PART");
-        if (part && strcmp(part, "cluster") == 0)
-            cmocka_set_test_filter("*cluster*");
-        else if (part && strcmp(part, "one-redis") == 0)
-            cmocka_set_skip_filter("*cluster*");
-        return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
-    }
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_carts_of_two_to_five),
+        cmocka_unit_test(test_refusals_sell_nothing),
+        cmocka_unit_test(test_multi_segment_item_replay_get),
+        cmocka_unit_test(test_limit_in_another_item),
+        cmocka_unit_test(test_hold_cart),
+        cmocka_unit_test(test_one_budget_for_the_cart),
+        cmocka_unit_test(test_cart_after_reput_elsewhere),
+        cmocka_unit_test(test_item_stock_where_thought_empty),
+        cmocka_unit_test(test_contention_no_partial_cart),
+        cmocka_unit_test(test_cart_killed_at_each_step),
+        cmocka_unit_test(test_cart_tickets),
+        cmocka_unit_test(test_cart_ticket_cut_off),
+        cmocka_unit_test(test_cluster_carts),
+        cmocka_unit_test(test_cluster_cart_master_killed),
+    };
+    /* IT_CART_PART (ctest runs it_cart and it_cart_cluster): "cluster" the cluster's test only,
+     * "one-redis" the others; unset, every test */
+    const char *part = getenv("IT_CART_PART");
+    if (part && strcmp(part, "cluster") == 0)
+        cmocka_set_test_filter("*cluster*");
+    else if (part && strcmp(part, "one-redis") == 0)
+        cmocka_set_skip_filter("*cluster*");
+    return SF_RUN_GROUP_TESTS(tests, group_setup, group_teardown);
+}
