@@ -114,6 +114,9 @@ static void order_group_limited(struct order *o, enum order_outcome out);
 /* a limit group's reservation (docs/design.md "Limit groups"): the same machine, its own end */
 static const struct limit_back group_hand_back = {order_group_limited, order_limit_released};
 static int group_begin(struct order *o);
+/* a cart's reservations in its groups, on its home item (order_item_groups) */
+static void item_group_limited(struct order *o, enum order_outcome out);
+static const struct limit_back item_group_hand_back = {item_group_limited, order_limit_released};
 static void limits_passed(struct order *o);
 static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
@@ -1238,6 +1241,11 @@ static int group_begin(struct order *o)
         place_done(o, OUT_USER_REQUIRED);
         return 1;
     }
+    /* a cart's item: the cart reserves once per group it touches, the sum of its items' units
+     * there, on its home item (order_item_groups): items reserving each under the cart's one
+     * hex found "their" entry there, and a cart of two SKUs of a group counted 1 */
+    if (o->item)
+        return 0;
     int i = 0;
     while (i < o->ngv && strcmp(o->gv[i]->name, g) != 0)
         i++;
@@ -2363,6 +2371,40 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
         }
     }
     place_done(o, out);
+    areq_log_end();
+}
+
+/* The cart's group reservations on its home item (order_item_groups): the next one not asked
+ * yet, or the item handed back to the cart (OS_CART, ready again). */
+static void item_groups_next(struct order *o)
+{
+    for (int i = 0; i < o->ngv; i++)
+        if (o->gv[i]->state == LM_IDLE) {
+            set_state(o, OS_LIMIT);
+            group_reserve(o, i, &item_group_hand_back);
+            return;
+        }
+    set_state(o, OS_CART);
+    o->item->ready(o->item_arg, o);
+}
+
+/* One of the cart's group reservations is decided: the next, or the item's answer (the cart's
+ * refusal: its reservations made so far released by place_done, the answer naming the group). */
+static void item_group_limited(struct order *o, enum order_outcome out)
+{
+    if (out != OUT_CREATED) {
+        if (out == OUT_LIMIT)
+            o->glimited = o->lm;
+        place_done(o, out);
+        return;
+    }
+    item_groups_next(o);
+}
+
+void order_item_groups(struct order *o)
+{
+    areq_log_begin(o->ar);
+    item_groups_next(o);
     areq_log_end();
 }
 

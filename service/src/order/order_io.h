@@ -251,6 +251,12 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
  * (the cart holds none of them any more): its layout and stock read again, as a one-SKU order's
  * round after a stale segment, then ready again (or answered). */
 void order_item_replan(struct order *o);
+/* The cart's home item, held in OS_CART, with the cart's limit groups added to o->gv[]
+ * (order_limit.h group_add: one per group, the items' units summed, the entry naming the home
+ * SKU, so the cart's primary): reserves each in turn (the deadlines folded into its
+ * claim_expiry), then ready again; or answered (OUT_LIMIT naming the group, or a failure), the
+ * reservations made released. */
+void order_item_groups(struct order *o);
 /* The loop is ending: passes EV_CANCEL to the item. */
 void order_item_cancel(struct order *o);
 /* Frees an item never started. */
