@@ -12,14 +12,19 @@
  *   - PUT/PATCH naming a group that does not exist: 422 unknown_group, nothing changed; a bad
  *     group name 400; GET/DELETE of no group 404;
  *   - DELETE of the group uncaps its SKUs;
- * and (IT_GROUPS_PART=cluster, it_groups_cluster) the burst on a 3-master Redis Cluster with
- * replicas and --redis-replica-acks 1, the group's master killed once the unit is sold: never
- * more than 1 unit to the user, refused at every instance after the failover; then a cancel
- * there gives it back (one more unit), and an order holding both the SKU's two-step reservation
- * and the group's that fails gives both back.
+ *   - carts: a cart of two sizes of a limit-1 group is refused whole (409 naming the group and
+ *     its first item there), a cart of one size and a SKU outside the group counts 1 whichever
+ *     is its home, its cancel and a hold cart's expiry give back once; the burst of 50 with a
+ *     third single orders, a third carts of a size and another SKU, a third carts of two sizes
+ *     → exactly 1 unit;
+ * and (IT_GROUPS_PART=cluster, it_groups_cluster) the burst (with carts, as above) on a
+ * 3-master Redis Cluster with replicas and --redis-replica-acks 1, the group's master killed
+ * once the user's unit is sold: never more than 1 unit to the user, refused at every instance
+ * after the failover; then a cancel there gives it back (one more unit), and an order holding
+ * both the SKU's two-step reservation and the group's that fails gives both back.
  * After each: the invariants of every SKU (sf_check_invariants) and no user over the group's
- * limit (sf_check_group). About 5 s on one Redis, 8 s for the cluster part (its start, the
- * failover, the old master back as a replica).
+ * limit (sf_check_group). About 8 s on one Redis (the carts' part ~3 s: a hold's expiry), 8 s
+ * for the cluster part (its start, the failover, the old master back as a replica).
  */
 #include "svc_test.h"
 
@@ -98,6 +103,17 @@ static int gr_order(sf_conn *c, int p, const char *sku, int q, const char *user,
     return sf_json_request(c, p, "POST", "/api/v1/orders", NULL, NULL, body, r);
 }
 
+/* POST a cart of 1 unit of a and 1 of b for user on c or port p. Returns the status. */
+static int gr_cart(sf_conn *c, int p, const char *a, const char *b, const char *user, sf_resp *r)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"items\":[{\"sku\":\"%s\",\"quantity\":1},{\"sku\":\"%s\",\"quantity\":1}],"
+             "\"user_id\":\"%s\"}",
+             a, b, user);
+    return sf_json_request(c, p, "POST", "/api/v1/orders", NULL, NULL, body, r);
+}
+
 /* An order that must be 201; its id into id (112 bytes, may be NULL). */
 static void gr_buy(int p, const char *sku, int q, const char *user, char *id)
 {
@@ -157,7 +173,9 @@ static void gr_check(char (*skus)[64], int n, const char *g)
 
 /* ---- one user's burst over the instances and the group's SKUs ---- */
 
-static atomic_int gr_sold;    /* 201s of the burst so far */
+static atomic_int gr_sold; /* alice's 201s in the burst so far */
+/* a SKU outside the group: when set ("" not), the burst mixes carts with the single orders */
+static char gr_plain[64];
 static char gr_alice_id[112]; /* the order of alice's unit in the last burst ("" none) */
 
 struct gr_burst {
@@ -180,10 +198,22 @@ static void *gr_burst_run(void *arg)
         tu_sleep_us(100);
     for (int i = 0; i < b->orders; i++) {
         sf_resp r = {0};
-        int st = gr_order(c, 0, b->skus[(b->first + i) % GR_SKUS], 1, b->user, &r);
+        int n = b->first + i, units = 1, st;
+        const char *sku = b->skus[n % GR_SKUS];
+        /* with gr_plain and not bob's: a cart of two sizes (2 units of the group: first, so
+         * that the race for the user's one unit is among these), a cart of a size and the
+         * plain SKU, a single order, in turn */
+        int kind = gr_plain[0] && b->orders > 1 ? 2 - i % 3 : 0;
+        if (kind == 1)
+            st = gr_cart(c, 0, sku, gr_plain, b->user, &r);
+        else if (kind == 2)
+            st = gr_cart(c, 0, sku, b->skus[(n + 1) % GR_SKUS], b->user, &r), units = 2;
+        else
+            st = gr_order(c, 0, sku, 1, b->user, &r);
         if (st == 201) {
-            b->created++;
-            atomic_fetch_add(&gr_sold, 1);
+            b->created += units;
+            if (b->orders > 1) /* alice's, not bob's */
+                atomic_fetch_add(&gr_sold, 1);
             snprintf(b->id, sizeof b->id, "%.111s", sf_str(r.json, "order_id"));
         } else if (st == 409 && strcmp(sf_error_code(&r), "limit_exceeded") == 0 &&
                    sf_str(r.json, "limit_group")[0]) {
@@ -203,8 +233,9 @@ static void *gr_burst_run(void *arg)
 #define GR_ORDERS 5 /* 50 orders of the one user */
 
 /* The burst: 50 orders of "alice" (10 threads, 5 each, pace_ms apart, over the 12 SKUs and the
- * 3 instances) and one of "bob"; kill (may be NULL) runs once the threads are going. Returns
- * alice's units; *other her answers that were neither 201 nor limit_exceeded. */
+ * 3 instances; with gr_plain, a third of them carts of a size and gr_plain, a third carts of two
+ * sizes) and one of "bob"; kill (may be NULL) runs once the threads are going. Returns alice's
+ * units of the group; *other her answers that were neither 201 nor limit_exceeded. */
 static int gr_burst(char (*skus)[64], const char *alice, const char *bob, int *other,
                     void (*kill)(void), int pace_ms)
 {
@@ -362,6 +393,135 @@ static void test_give_backs(void **state)
     gr_check(multi, 1, g2);
 }
 
+/* ---- carts (SPEC §17): one reservation per group a cart touches, its units summed ---- */
+
+/* A cart that must be refused 409 limit_exceeded by group g, "sku" naming sku_named. */
+static void gr_cart_refused(int p, const char *a, const char *b, const char *user, const char *g,
+                            const char *sku_named)
+{
+    sf_resp r = {0};
+    gr_cart(NULL, p, a, b, user, &r);
+    SF_ASSERT(r.status == 409 && strcmp(sf_error_code(&r), "limit_exceeded") == 0 &&
+                  strcmp(sf_str(r.json, "limit_group"), g) == 0 &&
+                  sf_json_int(r.json, "limit_per_user", -1) == 1 &&
+                  strcmp(sf_str(r.json, "sku"), sku_named) == 0,
+              "user %s, cart of %s and %s (group %s): %s", user, a, b, g, sf_resp_summary(&r));
+    sf_resp_free(&r);
+}
+
+/* A cart that must be 201; its id into id (112 bytes). */
+static void gr_cart_buy(int p, const char *a, const char *b, const char *user, char *id)
+{
+    sf_resp r = {0};
+    gr_cart(NULL, p, a, b, user, &r);
+    SF_ASSERT(r.status == 201, "user %s, cart of %s and %s: %s", user, a, b, sf_resp_summary(&r));
+    snprintf(id, 112, "%.111s", sf_str(r.json, "order_id"));
+    sf_resp_free(&r);
+}
+
+/* The units sold of sku (stock 20 over nseg segments, one Redis). */
+static long long gr_sold_of(const char *sku, int nseg, long long stock)
+{
+    long long left = 0;
+    for (int k = 0; k < nseg; k++)
+        left += sf_seg_stock(sku, k);
+    return stock - left;
+}
+
+/* A cart of two sizes of a group of limit 1 is refused whole (before: each item reserved under
+ * the cart's one id, the second finding "its" entry there, and the cart sold 2); a cart of one
+ * size counts 1 (whichever item is its home); its cancel, and a hold cart's expiry, give the
+ * allowance back exactly once (before: the cart's record named no group, nothing was given
+ * back). About 3 s (the hold's expiry). */
+static void test_cart_group(void **state)
+{
+    (void)state;
+    char g[64], skus[GR_SKUS + 2][64], id[112], id2[112];
+    tu_unique_name(g, sizeof g, "cstyle");
+    gr_put_group(g, 1);
+    gr_sizes(skus, "grcart", g, 2);
+    char *plain = skus[GR_SKUS], *hold = skus[GR_SKUS + 1];
+    tu_unique_name(plain, 64, "gr-plain");
+    gr_put(plain, 100, 2, "");
+    char rules[128];
+    snprintf(rules, sizeof rules, ",\"limit_group\":\"%s\",\"reservation_ttl_s\":1", g);
+    tu_unique_name(hold, 64, "gr-chold");
+    gr_put(hold, 10, 1, rules);
+
+    /* two sizes: refused whole, naming the group and its first item in it; nothing sold */
+    gr_cart_refused(gr_port(0), skus[0], skus[1], "ivy", g, skus[0]);
+    gr_cart_refused(gr_port(1), skus[1], skus[0], "ivy", g, skus[1]);
+    SF_ASSERT_EQ(gr_entries(g, "ivy"), 0);
+    SF_ASSERT_EQ(gr_sold_of(skus[0], 2, 20) + gr_sold_of(skus[1], 2, 20), 0);
+    SF_ASSERT_EQ(gr_sold_of(plain, 2, 100), 0);
+
+    /* one size and the plain SKU: 1 unit of the group, then nothing more of it */
+    gr_cart_buy(gr_port(2), skus[2], plain, "ivy", id);
+    SF_ASSERT_EQ(gr_entries(g, "ivy"), 1);
+    gr_refused(gr_port(0), skus[3], "ivy", g);
+    gr_cart_refused(gr_port(1), skus[4], plain, "ivy", g, skus[4]);
+    gr_cart_refused(gr_port(2), plain, skus[5], "ivy", g, skus[5]);
+    /* its cancel gives it back before the answer, once */
+    sf_resp r = {0};
+    gr_cancel(id, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    SF_ASSERT_EQ(gr_entries(g, "ivy"), 0);
+    gr_cancel(id, &r);
+    SF_ASSERT_ERROR(&r, 409, "already_cancelled");
+    sf_resp_free(&r);
+    gr_buy(gr_port(0), skus[6], 1, "ivy", NULL); /* exactly 1 more */
+    gr_refused(gr_port(1), skus[7], "ivy", g);
+    gr_cart_refused(gr_port(2), skus[8], plain, "ivy", g, skus[8]);
+
+    /* the group's item not the home one: the cart still counts once and gives back once */
+    gr_cart_buy(gr_port(1), plain, skus[9], "kim", id2);
+    SF_ASSERT_EQ(gr_entries(g, "kim"), 1);
+    gr_refused(gr_port(2), skus[10], "kim", g);
+    gr_cancel(id2, &r);
+    SF_ASSERT_STATUS(&r, 200);
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(gr_entries(g, "kim"), 0);
+    gr_buy(gr_port(0), skus[10], 1, "kim", NULL);
+    gr_refused(gr_port(1), skus[11], "kim", g);
+
+    /* a hold cart that expires gives the allowance back (the sweeper's ggive drain), once */
+    gr_cart_buy(gr_port(0), hold, plain, "jay", id);
+    gr_refused(gr_port(1), skus[0], "jay", g);
+    int64_t t0 = tu_now_ms();
+    while (gr_entries(g, "jay") > 0 && tu_now_ms() - t0 < 10000)
+        tu_sleep_ms(100);
+    SF_ASSERT(gr_entries(g, "jay") == 0, "jay: the expired cart's entry still there after %lld ms",
+              (long long)(tu_now_ms() - t0));
+    gr_buy(gr_port(2), skus[0], 1, "jay", NULL);
+    gr_refused(gr_port(0), skus[1], "jay", g);
+    gr_check(skus, GR_SKUS + 2, g);
+}
+
+/* The issue's check with carts: one user's 50 orders at the 3 instances, a third single orders,
+ * a third carts of a size and a SKU outside the group, a third carts of two sizes → exactly 1
+ * unit of the group sold to her (the answers, and the stock: bob's unit and hers). ~2 s. */
+static void test_cart_group_burst(void **state)
+{
+    (void)state;
+    char g[64], skus[GR_SKUS + 1][64];
+    tu_unique_name(g, sizeof g, "cburst");
+    gr_put_group(g, 1);
+    gr_sizes(skus, "grcb", g, 2);
+    tu_unique_name(gr_plain, sizeof gr_plain, "gr-cbplain");
+    gr_put(gr_plain, 200, 2, "");
+    snprintf(skus[GR_SKUS], 64, "%s", gr_plain);
+    int other;
+    int created = gr_burst(skus, "alice", "bob", &other, NULL, 0);
+    gr_plain[0] = '\0';
+    SF_ASSERT_EQ(other, 0);
+    SF_ASSERT_EQ(created, 1);
+    long long sold = 0;
+    for (int i = 0; i < GR_SKUS; i++)
+        sold += gr_sold_of(skus[i], 2, 20);
+    SF_ASSERT_EQ(sold, 2); /* alice's unit and bob's */
+    gr_check(skus, GR_SKUS + 1, g);
+}
+
 /* PATCH limit_group mid-sale holds from its answer, at every instance; "" takes it out. */
 static void test_patch_mid_sale(void **state)
 {
@@ -517,6 +677,10 @@ static void test_group_burst_on_cluster(void **state)
     tu_unique_name(g, sizeof g, "cstyle");
     gr_put_group(g, 1);
     gr_sizes(skus, "grc", g, 2);
+    /* a third of alice's orders carts of a size and a SKU outside the group, a third carts of
+     * two sizes (SPEC §17: the cart's one reservation in the group, its units summed) */
+    tu_unique_name(gr_plain, sizeof gr_plain, "grc-plain");
+    gr_put(gr_plain, 200, 2, "");
     /* the group's slot's master */
     snprintf(key, sizeof key, "inv:2:{G=%s}:meta", g);
     int slot = gr_slot(key);
@@ -524,6 +688,7 @@ static void test_group_burst_on_cluster(void **state)
     SF_ASSERT(gr_victim >= 0, "%s", "the group's master");
     int other;
     int created = gr_burst(skus, "alice", "bob", &other, gr_kill_group_master, 400);
+    gr_plain[0] = '\0';
     /* the answers: 201 at most once; the others refused or 503 (the group's master failing
      * over); never a second unit */
     SF_ASSERT(created <= 1, "alice: %d units", created);
@@ -613,6 +778,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_burst),
         cmocka_unit_test(test_give_backs),
+        cmocka_unit_test(test_cart_group),
+        cmocka_unit_test(test_cart_group_burst),
         cmocka_unit_test(test_patch_mid_sale),
         cmocka_unit_test(test_unknown_group_and_delete),
         cmocka_unit_test(test_group_burst_on_cluster),

@@ -10,7 +10,7 @@
  * primary written, and WAITed), multi_primary (the primary written, before its WAIT, the intent not
  * yet deleted), put_meta (a PUT's layout written into meta, not yet rolled out to the segments),
  * ticket_claimed (an order's waiting-room ticket claimed, and WAITed, before its first lock);
- * a cart's (order_cart.c): cart_lock (every item's stock read, no lock yet), cart_intent (the
+ * a cart's (order_cart.c): cart_lock (every item handed over, no lock yet), cart_intent (the
  * intent written and WAITed, no part), cart_parts (every part but the primary written and
  * WAITed), cart_primary (the primary written and WAITed, the intent not deleted), cart_hdel
  * (just before the intent's HDEL);

@@ -4,7 +4,8 @@
  * (order_fsm.c) in item mode: its layout, its Idempotency-Key claim (the home item's alone: a
  * replay answers the stored cart), its waiting room's ticket, its sale window and its per-user
  * limit (the reservation path) run as for an order of one SKU; then, instead of walking, it
- * reads its segments' stock and hands itself to the cart (OS_CART). The cart then:
+ * hands itself to the cart (OS_CART), which plans it in its lock turn (order_multi.h, probe). The
+ * cart then:
  *
  *   CT_ITEMS    every item's order runs up to its hand-over (or answers: the cart's refusal);
  *               again for one item when its SKU turned out to be at another layout version
@@ -121,6 +122,7 @@ struct citem {
     struct order *o; /* NULL once answered */
     struct multi *m;
     int ready;    /* handed over (OS_CART) */
+    int known;    /* o->seen holds every segment's stock as read: planned from it, else probed */
     int answered; /* ended (its answer in sh->res) */
     enum order_outcome out;
     enum multi_phase_end end; /* the last phase its multi ended */
@@ -140,8 +142,11 @@ struct cart {
     int used;     /* the items' own calls when they were last all handed over (items_back) */
     int relocked; /* calls of the cart's steps and lock attempts before its last replan */
     enum order_outcome out;
-    int fail_idx;                       /* the item the cart's refusal is (-1: the cart's own) */
-    char items[ORDERLOG_ITEMS_MAX + 1]; /* the primary's log entry's items text */
+    int fail_idx; /* the item the cart's refusal is (-1: the cart's own) */
+    int named;    /* the item the refusal's "sku" names when not fail_idx's (a group's: -1 none) */
+    int grouped;  /* its limit groups added to the home item (groups_add): reserved once */
+    char grp[VALIDATE_CART_MAX][VALIDATE_SKU_MAX + 1]; /* each item's limit group ("" none) */
+    char items[ORDERLOG_ITEMS_MAX + 1];                /* the primary's log entry's items text */
     int64_t ttl_s;
     int64_t deadline_ms;
     int budget; /* Redis calls the cart may still make */
@@ -216,7 +221,8 @@ static void respond(struct cart *c)
         order_outcome_respond(res, c->out, c->ttl_s > 0);
     }
     if (c->fail_idx >= 0 && res->body && json_is_object(res->body))
-        json_object_set_new(res->body, "sku", json_string(c->in.items[c->fail_idx].sku));
+        json_object_set_new(res->body, "sku",
+                            json_string(c->in.items[c->named >= 0 ? c->named : c->fail_idx].sku));
     if (c->out == OUT_UNAVAILABLE || c->out == OUT_OUTCOME_UNKNOWN)
         log_msg(CONFIG_LOG_WARN, "cart_unavailable", "cart %s: %s", c->id[0] ? c->id : c->token,
                 c->why[0] ? c->why : "see the items' lines");
@@ -237,6 +243,7 @@ static void item_ready(void *arg, struct order *o)
     struct cart *c = arg;
     struct citem *ci = &c->it[o->item_idx];
     ci->ready = 1;
+    ci->known = o->item_read;
     if (--c->pending == 0)
         items_back(c);
 }
@@ -260,8 +267,44 @@ static void item_answered(void *arg, int idx, enum order_outcome out)
 
 static const struct item_back item_back = {item_ready, item_answered};
 
+/* The cart's limit groups (docs/design.md "Limit groups", "Carts (SPEC §17)"): one reservation
+ * per group its items touch, with the sum of their units there, added to the home item (the
+ * entry names the home SKU and its segments, so a refusal's look-up finds the cart's primary,
+ * "<hex>-<k1>-<home>", and the primary's "grp" gives it back once). Before, each item reserved
+ * in its group under the cart's one hex: the second item of a group found "its" entry there
+ * (group_reserve.lua keeps an entry the request already has) and a cart of two sizes counted 1,
+ * and the primary named no group, so its end gave nothing back. 1 when there is one to reserve,
+ * 0 none, -1 out of memory (or more groups than LIMIT_GROUPS_MAX). */
+static int groups_add(struct cart *c)
+{
+    struct order *h = c->it[0].o;
+    int n = 0;
+    for (int i = 0; i < c->n; i++) {
+        const char *g = c->it[i].o->view.rules.limit_group;
+        snprintf(c->grp[i], sizeof(c->grp[i]), "%s", g);
+        if (!g[0])
+            continue;
+        if (group_add(h, g, h->in.sku, h->view.segments, (long long)c->in.items[i].quantity) < 0)
+            return -1;
+        n++;
+    }
+    return n > 0;
+}
+
+/* The item a refusal names: a group's (the home item's answer carrying "limit_group") is the
+ * first item in that group; else the item that answered. The answer stays the home item's. */
+static int fail_item(const struct cart *c, int fail)
+{
+    const json_t *body = c->it[fail].sh ? c->it[fail].sh->res.body : NULL;
+    const char *g = json_string_value(json_object_get(body, "limit_group"));
+    for (int i = 0; g && fail == 0 && c->grouped && i < c->n; i++)
+        if (strcmp(c->grp[i], g) == 0)
+            return i;
+    return fail;
+}
+
 /* Every item handed over or answered: a refusal (the first item's, in the client's order) or a
- * replay ends the cart; else its locks. */
+ * replay ends the cart; else its limit groups (once), then its locks. */
 static void items_back(struct cart *c)
 {
     int fail = -1;
@@ -272,12 +315,28 @@ static void items_back(struct cart *c)
         enum order_outcome out = c->it[fail].out;
         /* a replay: the home item's answer (the stored cart), no "sku" */
         c->fail_idx = out == OUT_REPLAYED ? -1 : fail;
+        c->named = fail_item(c, fail);
         settle(c, out);
         return;
     }
     if (c->cancelled) {
         settle(c, OUT_UNAVAILABLE);
         return;
+    }
+    if (!c->grouped) {
+        c->grouped = 1;
+        int g = groups_add(c);
+        if (g < 0) {
+            cart_why(c, "out of memory, or more limit groups than a cart may touch");
+            settle(c, OUT_UNAVAILABLE);
+            return;
+        }
+        if (g > 0) { /* the home item reserves them, then is ready again (item_ready) */
+            c->it[0].ready = 0;
+            c->pending = 1;
+            order_item_groups(c->it[0].o);
+            return;
+        }
     }
     int used = 0, end = 0;
     c->ttl_s = 0;
@@ -338,6 +397,7 @@ static struct multi *item_multi(struct cart *c, struct citem *ci)
     rq.cart_home = ci->idx == 0;
     rq.cart_id = c->id;
     rq.lim_user = ci->idx != 0 && o->view.rules.limit_per_user > 0 ? rq.user : NULL;
+    rq.probe = !ci->known;
     return multi_new(&rq, on_item_multi, ci);
 }
 
@@ -388,7 +448,7 @@ static void lock_next(struct cart *c)
         settle(c, OUT_UNAVAILABLE);
         return;
     }
-    faultpoint("cart_lock"); /* tests: the items' stock read, no lock yet */
+    faultpoint("cart_lock"); /* tests: the items handed over, no lock yet */
     multi_lock(ci->m);
 }
 
@@ -414,8 +474,9 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
         } else if (r->out == OUT_INSUFFICIENT) {
             /* every candidate read short under its lock: other orders took units since the
              * item's read. insufficient_stock only when the fresher reads total less than the
-             * item (SPEC §13); else every lock goes and the cart takes them again. */
-            multi_seen(ci->m, ci->o->seen);
+             * item (SPEC §13), every segment read; else every lock goes and the cart takes them
+             * again, each item planned from what its attempt read */
+            ci->known = multi_seen(ci->m, ci->o->seen);
             long long total = 0;
             for (int k = 0; k < ci->o->view.segments; k++)
                 total += ci->o->seen[k] > 0 ? ci->o->seen[k] : 0;
@@ -425,12 +486,13 @@ static void on_item_multi(void *arg, enum multi_phase_end end)
                 if (c->it[i].m && c->it[i].m != ci->m) {
                     struct multi_result *o = multi_result(c->it[i].m);
                     c->calls += o->calls; /* READY: counted from the budget already */
+                    c->it[i].known |= multi_seen(c->it[i].m, c->it[i].o->seen);
                 }
                 multi_free(c->it[i].m); /* their locks go */
                 c->it[i].m = NULL;
             }
             c->fail_idx = ci->idx;
-            if (total < ci->o->in.quantity) {
+            if (total < ci->o->in.quantity && ci->known) {
                 settle(c, OUT_INSUFFICIENT);
             } else if (c->budget < 0) {
                 c->fail_idx = -1;
@@ -634,6 +696,17 @@ static char *primary_record(struct cart *c)
         "user_id", *user ? json_string(user) : json_null(), "created_at", created, "status",
         order_status_name(c->ttl_s > 0 ? ORDER_STATUS_RESERVED : ORDER_STATUS_CREATED), "parts",
         hparts ? hparts : json_array(), "items", items ? items : json_array());
+    /* its limit groups, {"<group>": units}: the end of the cart (hold_end.lua) queues one
+     * give-back per group, so the cart's one entry in each goes once */
+    char *grp = group_record_member(h);
+    if (j && grp) {
+        json_t *g = json_loads(grp, 0, NULL);
+        if (!g || json_object_set_new(j, "grp", g) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    }
+    free(grp);
     if (j && items_text(json_object_get(j, "items"), c->items, sizeof c->items) != 0) {
         cart_why(c, "the cart's parts pass the order log's items text (ORDERLOG_ITEMS_MAX)");
         json_decref(j);
@@ -804,6 +877,7 @@ void order_cart_async(struct areq *ar)
     c->ar = ar;
     c->app = app;
     c->fail_idx = -1;
+    c->named = -1;
     struct validate_error verr;
     const struct request *req = &ar->req;
     if (validate_cart_body(req->body, req->body ? req->body_len : 0, app->cfg.max_quantity, &c->in,

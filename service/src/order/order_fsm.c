@@ -114,6 +114,9 @@ static void order_group_limited(struct order *o, enum order_outcome out);
 /* a limit group's reservation (docs/design.md "Limit groups"): the same machine, its own end */
 static const struct limit_back group_hand_back = {order_group_limited, order_limit_released};
 static int group_begin(struct order *o);
+/* a cart's reservations in its groups, on its home item (order_item_groups) */
+static void item_group_limited(struct order *o, enum order_outcome out);
+static const struct limit_back item_group_hand_back = {item_group_limited, order_limit_released};
 static void limits_passed(struct order *o);
 static void set_state(struct order *o, enum ostate next);
 static void on_hold(struct order *o, const struct oev *e);
@@ -989,15 +992,16 @@ static void walk_start(struct order *o)
         return;
     }
     if (o->item) {
-        /* a cart's item: every segment's stock read once (the re-check's batch), then the
-         * cart locks and commits (order_cart.c) */
-        if (!o->item_read) {
-            o->item_read = 1;
-            recheck_start(o);
+        /* a cart's item reads nothing here: the cart's lock turn plans it (order_multi.h,
+         * probe: one segment's try-lock, whose acquire reads its stock, and the other segments
+         * read only when it falls short), so an item costs what a one-segment order does. The
+         * sold-out re-check's reads (item_read) are planned from as read. */
+        if (o->item_read && seen_total(o) < o->in.quantity) {
+            place_done(o, OUT_INSUFFICIENT);
             return;
         }
-        if (seen_total(o) < o->in.quantity) {
-            place_done(o, OUT_INSUFFICIENT);
+        if (!o->seen && !(o->seen = calloc(SKUCACHE_MAX_SEGMENTS, sizeof(*o->seen)))) {
+            place_done(o, OUT_UNAVAILABLE);
             return;
         }
         set_state(o, OS_CART);
@@ -1105,6 +1109,7 @@ static void round_begin(struct order *o)
         memset(&o->w, 0, sizeof(o->w));
         if (o->seen)
             memset(o->seen, 0, SKUCACHE_MAX_SEGMENTS * sizeof(*o->seen));
+        o->item_read = 0; /* a cart's item: nothing read of the new layout */
         skucache_get(o->app->cache, o->in.sku, &o->view);
         if (!o->view.version) {
             run_layout(o, OS_LAYOUT, LJ_LOAD);
@@ -1236,6 +1241,11 @@ static int group_begin(struct order *o)
         place_done(o, OUT_USER_REQUIRED);
         return 1;
     }
+    /* a cart's item: the cart reserves once per group it touches, the sum of its items' units
+     * there, on its home item (order_item_groups): items reserving each under the cart's one
+     * hex found "their" entry there, and a cart of two SKUs of a group counted 1 */
+    if (o->item)
+        return 0;
     int i = 0;
     while (i < o->ngv && strcmp(o->gv[i]->name, g) != 0)
         i++;
@@ -1799,6 +1809,7 @@ static void on_recheck(struct order *o, const struct oev *e)
     uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
     int nempty = 0, stale = 0;
     int per = o->item ? 1 : 2; /* recheck_start: a cart's item read the stock alone */
+    o->item_read = o->item != NULL;
     for (int k = 0; k < nseg; k++) {
         if (o->item)
             note_seen(o, k, o->batch_ints[k]);
@@ -2360,6 +2371,40 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
         }
     }
     place_done(o, out);
+    areq_log_end();
+}
+
+/* The cart's group reservations on its home item (order_item_groups): the next one not asked
+ * yet, or the item handed back to the cart (OS_CART, ready again). */
+static void item_groups_next(struct order *o)
+{
+    for (int i = 0; i < o->ngv; i++)
+        if (o->gv[i]->state == LM_IDLE) {
+            set_state(o, OS_LIMIT);
+            group_reserve(o, i, &item_group_hand_back);
+            return;
+        }
+    set_state(o, OS_CART);
+    o->item->ready(o->item_arg, o);
+}
+
+/* One of the cart's group reservations is decided: the next, or the item's answer (the cart's
+ * refusal: its reservations made so far released by place_done, the answer naming the group). */
+static void item_group_limited(struct order *o, enum order_outcome out)
+{
+    if (out != OUT_CREATED) {
+        if (out == OUT_LIMIT)
+            o->glimited = o->lm;
+        place_done(o, out);
+        return;
+    }
+    item_groups_next(o);
+}
+
+void order_item_groups(struct order *o)
+{
+    areq_log_begin(o->ar);
+    item_groups_next(o);
     areq_log_end();
 }
 

@@ -125,7 +125,8 @@ struct order_io_hooks {
 
 /* A cart's item (docs/design.md "Carts (SPEC §17)"): an order run by the order machine up to
  * its walk, which the cart does for all its items. ready(arg, o): the item's layout, claims and
- * rules passed, the segments' stock read (o->seen), o in OS_CART until order_item_end;
+ * rules passed, o->seen allocated (the segments' stock when item_read, else zeros: the cart's
+ * lock turn probes), o in OS_CART until order_item_end;
  * answered(arg, idx, out): the item ended (its answer, if any, in its own areq's response) and
  * was freed. */
 struct item_back {
@@ -222,7 +223,7 @@ struct order {
     /* orders larger than one segment (SPEC §13) */
     long long *seen; /* [SKUCACHE_MAX_SEGMENTS] stock the walk read (short segments), or NULL */
     /* a cart's item (order_cart.c): its hand-back, its index in the cart; item_read: its
-     * segments' stock read (the sold-out re-check's batch) */
+     * segments' stock read into seen (the sold-out re-check's batch; else the cart probes) */
     const struct item_back *item;
     void *item_arg;
     int item_idx, item_read;
@@ -250,6 +251,12 @@ void order_item_end(struct order *o, enum order_outcome out, const char *order_i
  * (the cart holds none of them any more): its layout and stock read again, as a one-SKU order's
  * round after a stale segment, then ready again (or answered). */
 void order_item_replan(struct order *o);
+/* The cart's home item, held in OS_CART, with the cart's limit groups added to o->gv[]
+ * (order_limit.h group_add: one per group, the items' units summed, the entry naming the home
+ * SKU, so the cart's primary): reserves each in turn (the deadlines folded into its
+ * claim_expiry), then ready again; or answered (OUT_LIMIT naming the group, or a failure), the
+ * reservations made released. */
+void order_item_groups(struct order *o);
 /* The loop is ending: passes EV_CANCEL to the item. */
 void order_item_cancel(struct order *o);
 /* Frees an item never started. */

@@ -401,6 +401,16 @@ void group_release(struct order *o, int i, const struct limit_back *back)
 
 int group_add(struct order *o, const char *group, const char *sku, int nseg, long long units)
 {
+    /* a cart: one reservation per group, its items' units summed (asked once: the entry is
+     * keyed by the cart's hex, and group_reserve.lua keeps an entry already there as it is) */
+    for (int i = 0; i < o->ngv; i++) {
+        struct user_resv *gv = o->gv[i];
+        if (gv->state == LM_IDLE && strcmp(gv->name, group) == 0) {
+            gv->units += units;
+            snprintf(gv->qty, sizeof(gv->qty), "%lld", gv->units);
+            return i;
+        }
+    }
     if (o->ngv >= LIMIT_GROUPS_MAX)
         return -1;
     struct user_resv *gv = calloc(1, sizeof(*gv));

@@ -92,7 +92,9 @@ void limit_release(struct order *o, const struct limit_back *back);
  * for a SKU's limit) in limit group `group` to o->gv[] (o->ngv), for the order whose id's random
  * part is o->token and whose record (the primary's, for a multi-segment order or a cart) is
  * "<o->token>-<k>-<sku>" with k in [0, nseg): the entry names it, so a refusal can look it up.
- * Nothing is sent. The index in o->gv[], or -1: out of memory, or LIMIT_GROUPS_MAX reached. */
+ * Nothing is sent. A reservation of the same group not asked yet takes the units on (a cart:
+ * one reservation per group, the sum of its items' units there; the entry names the first
+ * call's sku and nseg). The index in o->gv[], or -1: out of memory, or LIMIT_GROUPS_MAX reached. */
 int group_add(struct order *o, const char *group, const char *sku, int nseg, long long units);
 
 /* Takes the order (state OS_LIMIT; o->gv[i] from group_add): reserves its units in the group

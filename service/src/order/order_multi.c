@@ -3,6 +3,8 @@
  * larger than one segment"). The states of one attempt, each waiting for one kind of answer:
  *
  *   M_TRY      a batch of try-locks (each reads the segment's stock and version)
+ *   M_READ     a cart's item planned by a probe (rq.probe) that fell short: the other segments'
+ *              stock (one GET each, pipelined), then M_TRY again planned from it
  *   M_WAIT     one acquire with waiting, in index order (after a try pass fell short with some
  *              segments busy: every lock dropped first, so waits only ever go up the indexes)
  *   M_INTENT   multi_begin.lua on the SKU's slot, then its WAIT -> MULTI_READY
@@ -31,14 +33,28 @@
 #include "clock.h"
 #include "faultpoint.h"
 #include "ids.h"
+#include "layout.h"
 #include "log.h"
 #include "metrics.h"
-#include "skucache.h"
+#include "order_io.h"
 #include "order_status.h"
+#include "skucache.h"
 #include "store.h"
 #include "store_scripts.h"
 
-enum mstate { M_IDLE, M_TRY, M_WAIT, M_INTENT, M_PARTS, M_PRIMARY, M_ACKS, M_UNDO, M_END, M_COUNT };
+enum mstate {
+    M_IDLE,
+    M_TRY,
+    M_READ,
+    M_WAIT,
+    M_INTENT,
+    M_PARTS,
+    M_PRIMARY,
+    M_ACKS,
+    M_UNDO,
+    M_END,
+    M_COUNT
+};
 
 #define MTO(s) (1u << (s))
 /* Each state's name and the states an attempt may go to from it (the functions that take it
@@ -48,12 +64,15 @@ static const struct mstate_row {
     const char *name;
     uint32_t next;
 } mstates[M_COUNT] = {
-    /* multi_lock: try_more; multi_commit: the parts, or (abort) end_intent, finish; a cart's
-     * item: multi_cart_primary, multi_cart_undo */
-    [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE) | MTO(M_PRIMARY) |
-                            MTO(M_UNDO)},
-    /* tries_back: try_more again, plan (the intent, or ready), finish; tries_done: wait_next */
-    [M_TRY] = {"try", MTO(M_TRY) | MTO(M_WAIT) | MTO(M_INTENT) | MTO(M_IDLE)},
+    /* multi_lock: try_more, read_rest (a probe without a segment to try); multi_commit: the
+     * parts, or (abort) end_intent, finish; a cart's item: multi_cart_primary, multi_cart_undo */
+    [M_IDLE] = {"idle", MTO(M_TRY) | MTO(M_READ) | MTO(M_PARTS) | MTO(M_END) | MTO(M_IDLE) |
+                            MTO(M_PRIMARY) | MTO(M_UNDO)},
+    /* tries_back: try_more again, read_rest (the probe fell short), plan (the intent, or ready),
+     * finish; tries_done: wait_next */
+    [M_TRY] = {"try", MTO(M_TRY) | MTO(M_READ) | MTO(M_WAIT) | MTO(M_INTENT) | MTO(M_IDLE)},
+    /* read_back: try_more, finish (insufficient, a read failed, over budget) */
+    [M_READ] = {"read", MTO(M_TRY) | MTO(M_IDLE)},
     /* on_seg_acquired: wait_next (no change), plan, finish */
     [M_WAIT] = {"wait", MTO(M_INTENT) | MTO(M_IDLE)},
     /* on_intent: its WAIT (acks_wait); on_intent_acked: ready, or end_intent; finish */
@@ -115,6 +134,19 @@ struct multi {
     struct store_conns conns;  /* the intent's, then the parts', then the undos' connections */
     struct store_conns pconns; /* the primary's */
     struct multi_result res;
+    /* a probe (rq.probe): planning from its one segment until read_rest's reads */
+    int probing;
+    int readall;      /* the other segments were read: seenv holds every segment */
+    long long *seenv; /* [nseg] each segment's stock as read_rest read it (the probe's under its
+                         lock), NULL before */
+    struct rslot *rs; /* read_rest's replies in flight */
+    int read_left, read_failed;
+};
+
+/* One GET of read_rest. */
+struct rslot {
+    struct multi *m;
+    int k;
 };
 
 /* The one way an attempt changes state: the move must be in the table `mstates` (an assertion in
@@ -164,41 +196,19 @@ static void drop_all(struct multi *m)
     m->held = 0;
 }
 
-struct multi *multi_new(const struct multi_req *rq, multi_fn cb, void *arg)
+/* Sorts s[from..n) by seen, largest first (a stable insertion sort: ties keep their order),
+ * then order[] (every candidate's position in s[]) by segment index. */
+static void sort_candidates(struct multi *m, int from)
 {
-    struct multi *m = calloc(1, sizeof(*m));
-    if (!m)
-        return NULL;
-    m->rq = *rq;
-    m->cb = cb;
-    m->arg = arg;
-    m->primary = -1;
-    for (int k = 0; k < rq->nseg; k++)
-        m->n += rq->seen[k] > 0;
-    m->s = calloc((size_t)(m->n ? m->n : 1), sizeof(*m->s));
-    m->order = calloc((size_t)(m->n ? m->n : 1), sizeof(*m->order));
-    if (!m->s || !m->order) {
-        multi_free(m);
-        return NULL;
-    }
-    int j = 0;
-    for (int k = 0; k < rq->nseg; k++)
-        if (rq->seen[k] > 0) {
-            m->s[j] = (struct mseg){.m = m, .k = k, .seen = rq->seen[k], .res = SEG_EMPTY};
-            m->order[j] = j; /* index order: k ascends with j */
-            j++;
-        }
-    /* largest seen first (a stable insertion sort: ties keep index order) */
-    for (int a = 1; a < m->n; a++) {
+    for (int a = from + 1; a < m->n; a++) {
         struct mseg t = m->s[a];
         int b = a - 1;
-        while (b >= 0 && m->s[b].seen < t.seen) {
+        while (b >= from && m->s[b].seen < t.seen) {
             m->s[b + 1] = m->s[b];
             b--;
         }
         m->s[b + 1] = t;
     }
-    /* order[]: positions in s[] by segment index */
     for (int a = 0; a < m->n; a++)
         m->order[a] = a;
     for (int a = 1; a < m->n; a++) {
@@ -209,6 +219,81 @@ struct multi *multi_new(const struct multi_req *rq, multi_fn cb, void *arg)
         }
         m->order[b + 1] = t;
     }
+}
+
+/* Segments a probe tries at most, one after the other, while each is busy or empty (as a
+ * one-segment order's walk goes on to the next); then, or at once when one falls short, the
+ * others are read (read_rest). */
+#define MULTI_PROBES 3
+
+/* A probe's segment: from a random start, the first not tried yet that this instance neither
+ * found empty (within sold_out_recheck_ms) nor holds the lock of, else the first not tried and
+ * not found empty (its other requests let go soon); -1 when there is none. */
+static int probe_segment(const struct multi *m)
+{
+    int nseg = m->rq.nseg;
+    if (nseg <= 0)
+        return -1;
+    struct sku_view v;
+    skucache_get(m->rq.app->cache, m->rq.sku, &v);
+    int known = v.version == m->rq.version && v.segments == nseg;
+    int start = (int)(order_rnd64() % (uint64_t)nseg), spare = -1;
+    for (int j = 0; j < nseg; j++) {
+        int k = (start + j) % nseg, tried = 0;
+        for (int i = 0; i < m->n && !tried; i++)
+            tried = m->s[i].k == k;
+        if (tried)
+            continue;
+        if (!known)
+            return k;
+        if (skucache_is_empty(&v, k))
+            continue;
+        if (!skucache_is_held(&v, k))
+            return k;
+        if (spare < 0)
+            spare = k;
+    }
+    return spare;
+}
+
+struct multi *multi_new(const struct multi_req *rq, multi_fn cb, void *arg)
+{
+    struct multi *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    m->rq = *rq;
+    m->cb = cb;
+    m->arg = arg;
+    m->primary = -1;
+    /* a probe's arrays hold every segment: read_rest may make each a candidate */
+    int cap = rq->probe ? rq->nseg : 0;
+    if (!rq->probe)
+        for (int k = 0; k < rq->nseg; k++)
+            cap += rq->seen[k] > 0;
+    m->s = calloc((size_t)(cap ? cap : 1), sizeof(*m->s));
+    m->order = calloc((size_t)(cap ? cap : 1), sizeof(*m->order));
+    if (!m->s || !m->order) {
+        multi_free(m);
+        return NULL;
+    }
+    if (rq->probe) {
+        m->probing = 1;
+        int k = probe_segment(m);
+        if (k >= 0) { /* seen = qty: the first try pass takes it alone */
+            m->s[0] = (struct mseg){.m = m, .k = k, .seen = rq->qty, .res = SEG_EMPTY};
+            m->n = 1;
+        }
+    } else {
+        /* a cart's items start at a random segment among equals (every cart planning from
+         * equal reads would try segment 0 first); an order's walk keeps index order */
+        int start = rq->cart && rq->nseg > 0 ? (int)(order_rnd64() % (uint64_t)rq->nseg) : 0;
+        for (int j = 0; j < rq->nseg; j++) {
+            int k = (start + j) % rq->nseg;
+            if (rq->seen[k] > 0)
+                m->s[m->n++] = (struct mseg){.m = m, .k = k, .seen = rq->seen[k], .res = SEG_EMPTY};
+        }
+    }
+    sort_candidates(m, 0);
     store_sku_key(m->multi_key, rq->sku, "multi");
     m->res.out = OUT_UNAVAILABLE;
     return m;
@@ -225,6 +310,8 @@ void multi_free(struct multi *m)
     free(m->items);
     free(m->s);
     free(m->order);
+    free(m->seenv);
+    free(m->rs);
     free(m);
 }
 
@@ -233,11 +320,14 @@ struct multi_result *multi_result(struct multi *m)
     return &m->res;
 }
 
-void multi_seen(const struct multi *m, long long *seen)
+int multi_seen(const struct multi *m, long long *seen)
 {
+    if (m->seenv)
+        memcpy(seen, m->seenv, sizeof(*seen) * (size_t)m->rq.nseg);
     for (int i = 0; i < m->n; i++)
         if (m->s[i].read)
             seen[m->s[i].k] = m->s[i].stock > 0 ? m->s[i].stock : 0;
+    return !m->rq.probe || m->readall;
 }
 
 static void finish(struct multi *m, enum order_outcome out)
@@ -258,6 +348,24 @@ static void finish(struct multi *m, enum order_outcome out)
 static void try_more(struct multi *m);
 static void wait_next(struct multi *m);
 static void plan(struct multi *m);
+static void read_rest(struct multi *m);
+
+/* A probe's segment did not hold the item: the next probe while the last was busy or empty and
+ * nothing is held (as a walk goes on), else the other segments' stock (read_rest). */
+static void probe_next(struct multi *m)
+{
+    const struct mseg *g = &m->s[m->n - 1];
+    int k = -1;
+    if (m->n < MULTI_PROBES && m->held == 0 && (g->busy || (g->read && g->stock <= 0)))
+        k = probe_segment(m);
+    if (k < 0) {
+        read_rest(m);
+        return;
+    }
+    m->s[m->n++] = (struct mseg){.m = m, .k = k, .seen = m->rq.qty, .res = SEG_EMPTY};
+    sort_candidates(m, m->n); /* order[] only: the tried keep their places */
+    try_more(m);
+}
 
 /* A try pass's last answer is in. */
 static void tries_back(struct multi *m)
@@ -268,6 +376,8 @@ static void tries_back(struct multi *m)
         finish(m, OUT_UNAVAILABLE);
     } else if (m->held >= m->rq.qty) {
         plan(m);
+    } else if (m->probing) {
+        probe_next(m);
     } else {
         try_more(m);
     }
@@ -429,6 +539,164 @@ static void wait_next(struct multi *m)
     }
     drop_all(m);
     finish(m, m->any_error ? OUT_UNAVAILABLE : OUT_INSUFFICIENT);
+}
+
+static void read_back(struct multi *m);
+
+/* Every segment read empty: sold out, unless a restock (or PUT) was cut off half-way, which
+ * would never reach the segments if nobody met it (as a one-segment order's sold-out re-check:
+ * order_fsm.c): then it is completed, and the cart's answer is 503 with the layout forgotten,
+ * so that its retry plans from the restocked segments. */
+static void on_pending_settled(void *arg, int rc, struct layout *l)
+{
+    (void)rc;
+    (void)l;
+    struct multi *m = arg;
+    multi_why(m, "", "a restock was pending: completed, retry");
+    m->res.again = m->res.reload = 1;
+    finish(m, OUT_UNAVAILABLE);
+}
+
+static void on_pending(void *arg, int rc, struct layout *l)
+{
+    struct multi *m = arg;
+    if (rc < 0) {
+        multi_why(m, "the layout", "read failed");
+        finish(m, OUT_UNAVAILABLE);
+    } else if (rc > 0 && layout_unsettled(l)) {
+        if (!budget_left(m, 1)) {
+            finish(m, OUT_OVER_BUDGET);
+            return;
+        }
+        layout_read_settled_async(m->rq.app->store, m->rq.lc, m->rq.sku, on_pending_settled, m);
+    } else if (rc == 0 || l->version != m->rq.version) {
+        m->res.again = m->res.reload = 1; /* deleted or replaced meanwhile: read it again */
+        finish(m, OUT_UNAVAILABLE);
+    } else {
+        finish(m, OUT_SOLD_OUT);
+    }
+}
+
+static void on_read(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct rslot *rs = arg;
+    struct multi *m = rs->m;
+    if (st != LC_OK || !r || r->type == REDIS_REPLY_ERROR) {
+        if (st != LC_ESTATE)
+            metrics_redis_error();
+        multi_why(m, "a segment's stock", st != LC_OK ? errstr : r ? r->str : NULL);
+        m->read_failed = 1;
+    } else {
+        long long v = store_reply_int(r, 0);
+        m->seenv[rs->k] = v > 0 ? v : 0;
+    }
+    if (--m->read_left == 0)
+        read_back(m);
+}
+
+/* The probe fell short: every segment's stock but the probe's when its lock read it, one GET
+ * each, pipelined. The probe's lock is kept (a read waits for no lock). */
+static void read_rest(struct multi *m)
+{
+    m_move(m, M_READ);
+    int nseg = m->rq.nseg, count = nseg;
+    for (int i = 0; i < m->n; i++)
+        count -= m->s[i].read;
+    m->seenv = calloc((size_t)nseg, sizeof(*m->seenv));
+    m->rs = calloc((size_t)(count ? count : 1), sizeof(*m->rs));
+    if (!m->seenv || !m->rs) {
+        drop_all(m);
+        multi_why(m, "", "out of memory");
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    if (!budget_left(m, count)) {
+        drop_all(m);
+        finish(m, OUT_OVER_BUDGET);
+        return;
+    }
+    m->read_failed = 0;
+    m->read_left = count + 1; /* + 1 for this function: the batch ends after every start */
+    int j = 0;
+    for (int k = 0; k < nseg; k++) {
+        int skip = 0; /* read under its lock */
+        for (int i = 0; i < m->n && !skip; i++)
+            skip = m->s[i].k == k && m->s[i].read;
+        if (skip)
+            continue;
+        struct seg_keys sk;
+        store_seg_keys(m->rq.sku, k, &sk);
+        m->rs[j] = (struct rslot){m, k};
+        const char *argv[2] = {"GET", sk.stock};
+        if (lc_async_command(m->rq.lc, 2, argv, NULL, on_read, &m->rs[j]) != LC_OK) {
+            multi_why(m, "a segment's stock", lc_errmsg());
+            m->read_failed = 1;
+            m->read_left--;
+        }
+        j++;
+    }
+    if (--m->read_left == 0)
+        read_back(m);
+}
+
+/* Every segment's stock is known: the probes stay the first candidates when their lock is held
+ * (or they were busy or failed: tried; the pass with waiting takes them), the others follow by
+ * their stock, largest first, and the tries go on as for an attempt planned from a walk's
+ * reads. No acquire is in flight: the probes' entries may move. */
+static void read_back(struct multi *m)
+{
+    if (m->read_failed) {
+        drop_all(m);
+        finish(m, OUT_UNAVAILABLE);
+        return;
+    }
+    int nseg = m->rq.nseg;
+    m->probing = 0;
+    m->readall = 1;
+    int keep = 0, probes = m->n;
+    for (int i = 0; i < probes; i++) {
+        struct mseg *p = &m->s[i];
+        if (p->read)
+            m->seenv[p->k] = p->stock > 0 ? p->stock : 0;
+        p->seen = m->seenv[p->k];
+        if (p->lock != NULL || (!p->read && p->seen > 0))
+            m->s[keep++] = *p;
+    }
+    long long total = 0;
+    uint64_t empty[SKUCACHE_MAX_SEGMENTS / 64] = {0};
+    for (int k = 0; k < nseg; k++) {
+        total += m->seenv[k];
+        if (m->seenv[k] <= 0)
+            empty[k / 64] |= 1ULL << (k % 64);
+    }
+    /* as the sold-out re-check's read: the single orders' walks skip these */
+    skucache_set_empty(m->rq.app->cache, m->rq.sku, m->rq.version, empty);
+    m->n = keep;
+    m->next = keep;
+    int start = (int)(order_rnd64() % (uint64_t)nseg);
+    for (int j = 0; j < nseg; j++) {
+        int k = (start + j) % nseg, probed = 0;
+        for (int i = 0; i < keep && !probed; i++)
+            probed = m->s[i].k == k;
+        if (!probed && m->seenv[k] > 0)
+            m->s[m->n++] = (struct mseg){.m = m, .k = k, .seen = m->seenv[k], .res = SEG_EMPTY};
+    }
+    sort_candidates(m, keep);
+    if (total == 0) { /* sold out, once no restock is cut off half-way (on_pending) */
+        drop_all(m);
+        if (!budget_left(m, 1)) {
+            finish(m, OUT_OVER_BUDGET);
+            return;
+        }
+        layout_read_async(m->rq.app->store, m->rq.lc, m->rq.sku, on_pending, m);
+        return;
+    }
+    if (total < m->rq.qty) { /* SPEC §13: the remaining total is below the quantity */
+        drop_all(m);
+        finish(m, OUT_INSUFFICIENT);
+        return;
+    }
+    try_more(m);
 }
 
 static void on_intent(lc_status st, const redisReply *r, const char *errstr, void *arg);
@@ -605,7 +873,10 @@ void multi_lock(struct multi *m)
 {
     m->next = 0;
     m->held = 0;
-    try_more(m);
+    if (m->probing && m->n == 0)
+        read_rest(m); /* every segment was found empty here: read them */
+    else
+        try_more(m);
 }
 
 /* ---- phase two: the commits ---- */

@@ -47,7 +47,8 @@ struct multi_req {
     const char *sku;
     int64_t version;
     int nseg;
-    const long long *seen; /* [nseg]: each segment's stock as the walk read it (<= 0: none) */
+    const long long *seen; /* [nseg]: each segment's stock as the walk read it (<= 0: none);
+                              not read when probe is set */
     int64_t qty;
     const char *token;        /* the order id's random part */
     const char *user;         /* "" none */
@@ -67,6 +68,14 @@ struct multi_req {
     int cart, cart_home;
     const char *cart_id;
     const char *lim_user;
+    /* A cart's item whose segments were not read (probe 1; seen is not used): the try pass
+     * starts with one segment, picked at random among those this instance neither found empty
+     * nor holds (as a one-segment order's walk starts); its acquire reads its stock, and when
+     * it holds the item, that is the plan (one lock, one commit: no read of the others). Else
+     * every other segment's stock is read (one GET each, pipelined, the probe's lock kept), and
+     * the attempt goes on as one planned from those reads: OUT_INSUFFICIENT when they total
+     * less than qty, else the tries and the pass with waiting as above. */
+    int probe;
 };
 
 enum multi_phase_end {
@@ -136,8 +145,10 @@ void multi_cart_undo(struct multi *m, enum order_outcome out);
 /* Writes into seen[k] (the caller's [nseg]) the stock each candidate segment k showed under its
  * lock in this attempt (0: empty), leaving the others: fresher than the walk's reads the
  * attempt was planned from. After OUT_INSUFFICIENT every candidate was read: other orders took
- * some of what the walk saw. */
-void multi_seen(const struct multi *m, long long *seen);
+ * some of what the walk saw. A probe (rq.probe) that read the other segments writes every
+ * segment. Returns 1 when seen now holds every segment's stock as read (always without
+ * rq.probe; with it, once the other segments were read), 0 when only the probe's was. */
+int multi_seen(const struct multi *m, long long *seen);
 
 /* With --redis-replica-acks N > 0, what a replay (an Idempotency-Key's order found finished)
  * needs before its 200: the order's record, fetched on the connection ref (NULL: not known),
