@@ -319,7 +319,8 @@ class CartShop:
                 st[(l.args.get("kind"), last)] += 1
         out.append("- cart and group orders by kind and last answer: %s" % (
             ", ".join("%s %s ×%d" % (k, s, n) for (k, s), n in sorted(st.items(), key=str)) or "none"))
-        ends = Counter((l.op, l.ack["status"] if l.ack else None) for l in lops if l.op in ("ccancel", "cconfirm", "cextend"))
+        ends = Counter((l.op, l.ack["status"] if l.ack else ([a["status"] for a in l.attempts][-1:] or [None])[0])
+                       for l in lops if l.op in ("ccancel", "cconfirm", "cextend"))
         out.append("- cancels, confirms and extends by last answer: %s" % (
             ", ".join("%s %s ×%d" % (o, s, n) for (o, s), n in sorted(ends.items(), key=str)) or "none"))
         return out
