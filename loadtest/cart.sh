@@ -11,11 +11,17 @@
 #      run included), Redis µs (their usec) and the answer's latency; "this item" = cost(k) −
 #      cost(k − 1) of the sizes listed (from 1, a single-SKU order, to 2: the cart's own steps
 #      and its second item).
+#   c  carts under contention through nginx (the shipped config, config/nginx-lb.conf.template)
+#      and 3 instances: carts of a random 2-5 of c0..c4 (in a random order, 1-2 units each) from
+#      wrk -t2 -c64 until the SKUs (400 units in 4 segments each) sell out; then every SKU's
+#      SPEC §8 with inventory-check's cart checks (every part of every cart there, none without
+#      its cart: 0 partial carts; no intent left) and its units sold = the units of the 201
+#      answers' items (cart.lua's CARTUNITS).
 # The single-SKU A/B (this build against the one before carts) is loadtest/abcpu.sh --baseline.
 # Every wrk run is checked with loadtest/verify.sh on every SKU it touched (SPEC §8: the units
 # wrk counted in 201 answers equal what Redis sold, per SKU).
 #
-# Usage: loadtest/cart.sh [--window S] [--rounds N] [--items "1 2 3 4 5"] [--count N] [--skip a,b]
+# Usage: loadtest/cart.sh [--window S] [--rounds N] [--items "1 2 3 4 5"] [--count N] [--skip a,b,c]
 #                         [--out FILE]
 #   --window S   seconds per wrk run [6]
 #   --rounds N   a's runs per kind, interleaved [3]
@@ -36,15 +42,16 @@ while [ $# -gt 0 ]; do
     --count) count=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--window S] [--rounds N] [--items L] [--count N] [--skip a,b] [--out FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--window S] [--rounds N] [--items L] [--count N] [--skip a,b,c] [--out FILE]" >&2; exit 2 ;;
   esac
 done
 skipped() { [[ ",$skip," == *",$1,"* ]]; }
-for t in wrk redis-server redis-cli curl python3; do
+for t in wrk redis-server redis-cli curl python3 nginx; do
   command -v "$t" >/dev/null || { echo "cart.sh: $t is missing (scripts/deps.sh)" >&2; exit 3; }
 done
 [ -x "$bin" ] || { echo "cart.sh: no $bin (build first)" >&2; exit 3; }
 tmp=$(mktemp -d /tmp/inventoryd-cart.XXXXXX)
+chmod 755 "$tmp" # the nginx worker (nobody when started as root) reaches its temp directory
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -153,6 +160,54 @@ EOF
     echo "$line"
     rows+=("$line")
   done
+fi
+
+if ! skipped c; then
+  # two more instances on the same Redis, nginx in front of the three
+  ups="        server 127.0.0.1:$port;"
+  for i in 2 3; do
+    p=$(free_port)
+    "$bin" --redis "redis://127.0.0.1:$rport" --port "$p" --bind 127.0.0.1 --admin-allow-loopback \
+      >"$tmp/inventoryd$i.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$p/healthz" && break; sleep 0.1; done
+    curl -sf -o /dev/null "http://127.0.0.1:$p/healthz" || die "instance $i did not start"
+    ups="$ups
+        server 127.0.0.1:$p;"
+  done
+  nport=$(free_port)
+  mkdir -p "$tmp/nginx/tmp"
+  awk -v run="$tmp/nginx" -v listen="127.0.0.1:$nport" -v ups="$ups" '
+    /^[[:space:]]*#/ { print; next }
+    { gsub(/@RUN_DIR@/, run); gsub(/@LISTEN@/, listen) }
+    /@UPSTREAM_SERVERS@/ { print ups; next }
+    { print }' "${LT_NGINX_TEMPLATE:-config/nginx-lb.conf.template}" >"$tmp/nginx/nginx.conf"
+  nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/error.log" >"$tmp/nginx.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$nport/nginx-204" && break; sleep 0.1; done
+  curl -sf -o /dev/null "http://127.0.0.1:$nport/nginx-204" || die "nginx did not start ($tmp/nginx/error.log)"
+  cstock=400
+  for s in c0 c1 c2 c3 c4; do
+    curl -sf -o /dev/null -XPUT -H "$J" -d "{\"stock\":$cstock,\"segments\":4}" "$url/api/v1/skus/$s" ||
+      die "PUT $s failed"
+  done
+  out_c=$(LT_SKUS=c0,c1,c2,c3,c4 LT_MIX=1 LT_WINDOW_S=$window wrk -t2 -c64 -d$((window + 4))s \
+    --timeout 10s -s loadtest/cart.lua "http://127.0.0.1:$nport/api/v1/orders" 2>&1) || die "wrk (c) failed"
+  res=$(grep '^RESULT' <<<"$out_c") units_line=$(grep '^CARTUNITS' <<<"$out_c")
+  un=$(field unanswered "$res") sold_all="" c_failed=0
+  for s in c0 c1 c2 c3 c4; do
+    u=$(sed -n "s/.* $s=\([0-9]*\).*/\1/p" <<<" $units_line")
+    if ! loadtest/verify.sh --redis-port "$rport" --sku "$s" --units "${u:-0}" --unanswered "$un" \
+      --max-qty 2 --stock-total "$cstock" >"$tmp/verify.log" 2>&1; then
+      echo "cart.sh: verify.sh failed for $s (c):" >&2
+      cat "$tmp/verify.log" >&2
+      failed=1 c_failed=1
+    fi
+    sold_all="$sold_all $s ${u:-0}"
+  done
+  line="| c | through nginx + 3 instances: $(field created "$res") carts 201, $(field s409 "$res") 409, $(field s503 "$res") 503, unanswered $un | units in 201 answers:$sold_all (of $cstock each) | SPEC §8 + 0 partial carts (inventory-check) | $([ "$c_failed" = 0 ] && echo "held" || echo "FAILED") | p99 $(field p99_us "$res") µs |"
+  echo "$line"
+  rows+=("$line")
 fi
 
 if [ -n "$out" ]; then

@@ -2129,6 +2129,11 @@ class Checker:
                     pass
         return out
 
+    def db_skus(self):
+        """The SKUs the check "database" reconciles: chaos's own, and the carts' and the limit
+        group's (issue 33: a cart's parts are rows of order_items in each of its SKUs)."""
+        return self.run.skus + (self.run.shop.skus if self.run.shop else [])
+
     def sink_behind(self, rds):
         """What the sink has still to do ("" when it has caught up): its gauges, then in Redis
         every stream of every segment below max(segments, hwm, lhwm) and the unlogged counts."""
@@ -2138,7 +2143,7 @@ class Checker:
         for g in ("inventory_sink_lag_seconds", "inventory_sink_pending"):
             if m.get(g) != 0:
                 return "%s %s" % (g, m.get(g))
-        for s in self.run.skus:
+        for s in self.db_skus():
             meta = pairs(rds.cmd("HGETALL", KEYS.sku(s, "meta")))
             n = max(as_int(meta.get(f)) or 0 for f in ("segments", "hwm", "lhwm"))
             for k in range(n):
@@ -2248,7 +2253,7 @@ class Checker:
                 len(bad_entries), "y" if len(bad_entries) == 1 else "ies", "; ".join(bad_entries[:3])), [])
         ends = self.reset_ends()
         excused_total = 0
-        for s in run.skus:
+        for s in self.db_skus():
             self.examined["database"] += 1
             r = subprocess.run([a.sink_bin, "reconcile", "--redis", a.sink_redis, "--sku", s],
                                capture_output=True, text=True, timeout=120)
