@@ -38,7 +38,7 @@ set(TEST_SCHEDULE
   "it_gate_store_cluster 10 heavy"
   "it_multi 19 heavy"
   "it_cart 12"
-  "it_cart_cluster 18 heavy"
+  "it_cart_cluster 24 heavy"
   "it_cart_heal 8"
   "it_cart_heal_cluster 5 heavy"
   "lockcore_it_mysql 11 heavy"

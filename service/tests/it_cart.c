@@ -37,7 +37,10 @@
  * refused cart selling nothing; and a master killed mid-sale (test_cluster_cart_master_killed,
  * --redis-replica-acks 1, a replica each: 6 clients' carts of 2-3 of 4 SKUs retried with their
  * keys, the master of one SKU's segment killed -9 and failed over: 0 partial carts, every SKU's
- * invariants whole, every 201 whole; ~12 s). The cluster part takes ~18 s.
+ * invariants whole, every 201 whole; ~12 s); and the kill -9 at each step of a cart on a cluster
+ * with a replica each and --redis-replica-acks 1 (test_cluster_cart_killed_at_each_step: the same
+ * helpers as on one Redis, each cart's intent and parts spread over the three masters, the five
+ * cuts at once, ~5 s and the cluster's start). The cluster part takes ~24 s.
  */
 #include "svc_test.h"
 
@@ -117,16 +120,60 @@ static int ct_port(int i)
     return sf_port(svc[i % CT_INSTANCES]);
 }
 
-/* PUT sku with stock, segments and the rules (",..." or ""). */
-static void ct_put(const char *sku, long long stock, int segments, const char *rules)
+/* The node holding key's slot. */
+static rf_server *ct_node_of(cf_cluster *cl, const char *key)
+{
+    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
+    int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(cl, (int)r->integer) : -1;
+    freeReplyObject(r);
+    SF_ASSERT(m >= 0, "the master of %s", key);
+    return cf_node(cl, m);
+}
+
+/* Where the Redis side of a check lives, so the cut-off tests run on one Redis and on a
+ * cluster with the same helpers: ct_one (all zero) is the group's Redis (gf_redis) and its
+ * instances; a cluster's has its fixture (each key read on its slot's master), its URL, the
+ * faulty instance's extra arguments and the ports of the instances whose sweepers heal. */
+struct ct_where {
+    cf_cluster *cl;
+    const char *url;
+    const char *const *extra; /* NULL-terminated, or NULL */
+    int ports[CT_INSTANCES], nports;
+};
+static const struct ct_where ct_one;
+
+/* The server holding key on w. */
+static rf_server *ct_at(const struct ct_where *w, const char *key)
+{
+    return w->cl ? ct_node_of(w->cl, key) : gf_redis;
+}
+
+static const char *ct_url(const struct ct_where *w)
+{
+    return w->url ? w->url : rf_url(gf_redis);
+}
+
+static int ct_port_at(const struct ct_where *w, int i)
+{
+    return w->nports ? w->ports[i % w->nports] : ct_port(i);
+}
+
+/* PUT sku with stock, segments and the rules (",..." or "") through w's first instance. */
+static void ct_put_at(const struct ct_where *w, const char *sku, long long stock, int segments,
+                      const char *rules)
 {
     char path[160], body[512];
     snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
     snprintf(body, sizeof body, "{\"stock\":%lld,\"segments\":%d%s}", stock, segments, rules);
     sf_resp r = {0};
-    sf_json_request(NULL, ct_port(0), "PUT", path, CT_TOKEN, NULL, body, &r);
+    sf_json_request(NULL, ct_port_at(w, 0), "PUT", path, CT_TOKEN, NULL, body, &r);
     SF_ASSERT(r.status == 201 || r.status == 200, "PUT %s: %s", body, sf_resp_summary(&r));
     sf_resp_free(&r);
+}
+
+static void ct_put(const char *sku, long long stock, int segments, const char *rules)
+{
+    ct_put_at(&ct_one, sku, stock, segments, rules);
 }
 
 /* POSTs {"items":[items],"user_id":user} (user NULL: none) to port p. The status. */
@@ -140,16 +187,24 @@ static int ct_cart(int p, const char *items, const char *user, const char *idem,
     return sf_json_request(NULL, p, "POST", "/api/v1/orders", NULL, idem, body, r);
 }
 
-/* The segments' stock of sku summed (nseg segments). */
-static long long ct_remaining(const char *sku, int nseg)
+/* The segments' stock of sku on w summed (nseg segments). */
+static long long ct_remaining_at(const struct ct_where *w, const char *sku, int nseg)
 {
     long long sum = 0;
     for (int k = 0; k < nseg; k++) {
-        long long v = sf_seg_stock(sku, k);
-        SF_ASSERT(v != RF_NOT_INTEGER, "stock of %s/%d", sku, k);
+        char key[160], buf[32] = "", *end;
+        snprintf(key, sizeof key, "inv:2:{%s/%d}:stock", sku, k);
+        SF_ASSERT(rf_string(ct_at(w, key), buf, sizeof buf, "GET %s", key) == 1, "GET %s", key);
+        long long v = strtoll(buf, &end, 10);
+        SF_ASSERT(*end == '\0' && end != buf, "stock of %s/%d: %s", sku, k, buf);
         sum += v;
     }
     return sum;
+}
+
+static long long ct_remaining(const char *sku, int nseg)
+{
+    return ct_remaining_at(&ct_one, sku, nseg);
 }
 
 /* The units of a record in its segment k: its parts' entry for k, else its quantity. */
@@ -169,10 +224,12 @@ static long long ct_units(json_t *o, int k)
     return sf_json_int(o, "quantity", 0);
 }
 
-/* Whether the record id exists in segment k of sku. */
-static int ct_exists(const char *sku, int k, const char *id)
+/* Whether the record id exists in segment k of sku on w. */
+static int ct_exists_at(const struct ct_where *w, const char *sku, int k, const char *id)
 {
-    return rf_integer(gf_redis, "HEXISTS inv:2:{%s/%d}:orders %s", sku, k, id) == 1;
+    char key[160];
+    snprintf(key, sizeof key, "inv:2:{%s/%d}:orders", sku, k);
+    return rf_integer(ct_at(w, key), "HEXISTS %s %s", key, id) == 1;
 }
 
 /* Splits "<32 hex>-<k>-<sku>": 0, or -1 when it is not an order id. */
@@ -194,13 +251,16 @@ static int ct_split(const char *id, char *hex, int *k, char *sku)
 /* SPEC §8 for carts, over skus (each of nseg segments, stock total[i]): sold = total -
  * remaining from the live records' units; every part's part_of names a primary that exists
  * and lists it among its items; every primary's items' parts exist. Returns the live carts. */
-static int ct_whole(const char *const *skus, const long long *total, int n, int nseg)
+static int ct_whole_at(const struct ct_where *w, const char *const *skus, const long long *total,
+                       int n, int nseg)
 {
     int primaries = 0;
     for (int s = 0; s < n; s++) {
         long long sold = 0;
         for (int k = 0; k < nseg; k++) {
-            redisReply *rep = rf_command(gf_redis, "HGETALL inv:2:{%s/%d}:orders", skus[s], k);
+            char okey[160];
+            snprintf(okey, sizeof okey, "inv:2:{%s/%d}:orders", skus[s], k);
+            redisReply *rep = rf_command(ct_at(w, okey), "HGETALL %s", okey);
             SF_ASSERT(rep && rep->type == REDIS_REPLY_ARRAY, "HGETALL %s/%d", skus[s], k);
             for (size_t i = 0; i + 1 < rep->elements; i += 2) {
                 const char *id = rep->element[i]->str;
@@ -216,8 +276,8 @@ static int ct_whole(const char *const *skus, const long long *total, int n, int 
                 if (of) {
                     SF_ASSERT(ct_split(of, hex, &pk, psku) == 0, "part_of %s", of);
                     SF_ASSERT(strncmp(hex, id, 32) == 0, "part %s of %s: another hex", id, of);
-                    SF_ASSERT(ct_exists(psku, pk, of), "a partial cart: part %s, no primary %s", id,
-                              of);
+                    SF_ASSERT(ct_exists_at(w, psku, pk, of),
+                              "a partial cart: part %s, no primary %s", id, of);
                     SF_ASSERT(strcmp(json_string_value(json_object_get(o, "sku")), skus[s]) == 0,
                               "part %s: sku %s", id, json_string_value(json_object_get(o, "sku")));
                 }
@@ -234,8 +294,8 @@ static int ct_whole(const char *const *skus, const long long *total, int n, int 
                             char pid[160];
                             int kk = (int)sf_json_int(p, "segment", -1);
                             snprintf(pid, sizeof pid, "%.32s-%d-%s", id, kk, isku);
-                            SF_ASSERT(ct_exists(isku, kk, pid), "a partial cart: %s has no part %s",
-                                      id, pid);
+                            SF_ASSERT(ct_exists_at(w, isku, kk, pid),
+                                      "a partial cart: %s has no part %s", id, pid);
                         }
                     }
                 }
@@ -243,17 +303,29 @@ static int ct_whole(const char *const *skus, const long long *total, int n, int 
             }
             freeReplyObject(rep);
         }
-        long long left = ct_remaining(skus[s], nseg);
+        long long left = ct_remaining_at(w, skus[s], nseg);
         SF_ASSERT(sold == total[s] - left, "%s: sold %lld, total %lld, remaining %lld", skus[s],
                   sold, total[s], left);
     }
     return primaries;
 }
 
-/* The number of carts being made (intents) with home sku. */
+static int ct_whole(const char *const *skus, const long long *total, int n, int nseg)
+{
+    return ct_whole_at(&ct_one, skus, total, n, nseg);
+}
+
+/* The number of carts being made (intents) with home sku on w. */
+static long long ct_intents_at(const struct ct_where *w, const char *sku)
+{
+    char key[160];
+    snprintf(key, sizeof key, "inv:2:{%s}:cart", sku);
+    return rf_integer(ct_at(w, key), "HLEN %s", key);
+}
+
 static long long ct_intents(const char *sku)
 {
-    return rf_integer(gf_redis, "HLEN inv:2:{%s}:cart", sku);
+    return ct_intents_at(&ct_one, sku);
 }
 
 /* ---- whole carts ---- */
@@ -701,28 +773,41 @@ static void test_contention_no_partial_cart(void **state)
 
 /* ---- cut-off points ---- */
 
-/* Starts an instance that dies at point (faultpoint.h). */
-static sf_service *ct_faulty(const char *point)
+/* Starts an instance on w's Redis (with w's extra arguments) that dies at point (faultpoint.h). */
+static sf_service *ct_faulty_at(const struct ct_where *w, const char *point)
 {
+    const char *args[24] = {"--threads",
+                            "1",
+                            "--admin-token",
+                            CT_TOKEN,
+                            "--trust-body-user-id",
+                            "--queue-key-file",
+                            ct_key_path,
+                            "--redis-timeout-ms",
+                            "500",
+                            "--lock-wait-ms",
+                            "800",
+                            "--lock-lease-ms",
+                            "1000",
+                            NULL};
+    int n = 0;
+    while (args[n])
+        n++;
+    for (int i = 0; w->extra && w->extra[i]; i++) {
+        SF_ASSERT(n < 23, "%s", "too many extra arguments");
+        args[n++] = w->extra[i];
+    }
+    args[n] = NULL;
     setenv("INVENTORY_FAULTPOINT", point, 1);
-    const char *args[] = {"--threads",
-                          "1",
-                          "--admin-token",
-                          CT_TOKEN,
-                          "--trust-body-user-id",
-                          "--queue-key-file",
-                          ct_key_path,
-                          "--redis-timeout-ms",
-                          "500",
-                          "--lock-wait-ms",
-                          "800",
-                          "--lock-lease-ms",
-                          "1000",
-                          NULL};
-    sf_service *s = sf_start(rf_url(gf_redis), args);
+    sf_service *s = sf_start(ct_url(w), args);
     unsetenv("INVENTORY_FAULTPOINT");
     SF_ASSERT(s != NULL, "%s", "start the faulty instance");
     return s;
+}
+
+static sf_service *ct_faulty(const char *point)
+{
+    return ct_faulty_at(&ct_one, point);
 }
 
 /* One cut-off cart: its fault point, what Redis holds right after the kill (the intent, the
@@ -738,21 +823,76 @@ struct ct_cut {
     int nids;
 };
 
-/* Sends the cut's cart of 3 SKUs (home b, a on both its segments, c) to an instance dying at
- * its point: no answer; then Redis holds exactly the state of its step. */
-static void ct_cut_run(struct ct_cut *x)
+/* The index of the master holding key on cluster cl. */
+static int ct_master_at(cf_cluster *cl, const char *key)
 {
-    snprintf(x->sku[0], sizeof x->sku[0], "%s-a", x->prefix);
-    snprintf(x->sku[1], sizeof x->sku[1], "%s-b", x->prefix);
-    snprintf(x->sku[2], sizeof x->sku[2], "%s-c", x->prefix);
+    rf_server *n = ct_node_of(cl, key);
+    for (int m = 0; m < cf_nodes(cl); m++)
+        if (cf_node(cl, m) == n)
+            return m;
+    return -1;
+}
+
+/* The master (index) of the key "inv:2:{<sku><j><suffix>" on cl: "}:cart" for the intent,
+ * "/k}:orders" for segment k. */
+static int ct_master_of_name(cf_cluster *cl, const char *sku, int j, const char *suffix)
+{
+    char key[200];
+    snprintf(key, sizeof key, "inv:2:{%s%d%s", sku, j, suffix);
+    return ct_master_at(cl, key);
+}
+
+/* On a cluster: names the cut's SKUs "<prefix>-<a|b|c><j>" so that every cart spans the three
+ * masters: the first j for a whose two segments sit on the two masters other than the home b's
+ * intent (its {b} slot), and for c whose segments are not on the intent's master either. (A
+ * SKU's two segments cannot sit on every pair of masters: CRC16 is linear, so "{x/1}"'s slot is
+ * "{x/0}"'s XOR a constant; hence the search over b too.) On one Redis: "<prefix>-<a|b|c>". */
+static void ct_cut_skus(const struct ct_where *w, struct ct_cut *x)
+{
+    char base[3][32];
+    for (int i = 0; i < 3; i++)
+        snprintf(base[i], sizeof base[i], "%.24s-%c", x->prefix, "abc"[i]);
+    if (!w->cl) {
+        for (int i = 0; i < 3; i++)
+            memcpy(x->sku[i], base[i], sizeof base[i]);
+        return;
+    }
+    for (int jb = 0; jb < 20; jb++) {
+        int home = ct_master_of_name(w->cl, base[1], jb, "}:cart"), ja = -1, jc = -1;
+        for (int j = 0; j < 200 && ja < 0; j++) {
+            int m0 = ct_master_of_name(w->cl, base[0], j, "/0}:orders");
+            int m1 = ct_master_of_name(w->cl, base[0], j, "/1}:orders");
+            if (m0 != home && m1 != home && m0 != m1)
+                ja = j;
+        }
+        for (int j = 0; j < 200 && jc < 0; j++)
+            if (ct_master_of_name(w->cl, base[2], j, "/0}:orders") != home &&
+                ct_master_of_name(w->cl, base[2], j, "/1}:orders") != home)
+                jc = j;
+        if (ja >= 0 && jc >= 0) {
+            snprintf(x->sku[0], sizeof x->sku[0], "%s%d", base[0], ja);
+            snprintf(x->sku[1], sizeof x->sku[1], "%s%d", base[1], jb);
+            snprintf(x->sku[2], sizeof x->sku[2], "%s%d", base[2], jc);
+            return;
+        }
+    }
+    SF_ASSERT(0, "%s: no SKU names spanning the three masters", x->prefix);
+}
+
+/* Sends the cut's cart of 3 SKUs (home b, a on both its segments, c) to an instance on w dying
+ * at its point: no answer; then Redis holds exactly the state of its step (on a cluster, the
+ * intent and its parts on the three masters). */
+static void ct_cut_run(const struct ct_where *w, struct ct_cut *x)
+{
+    ct_cut_skus(w, x);
     snprintf(x->key, sizeof x->key, "ct-key-%s", x->point);
     for (int i = 0; i < 3; i++)
-        ct_put(x->sku[i], 20, 2, "");
+        ct_put_at(w, x->sku[i], 20, 2, "");
     char items[256];
     snprintf(items, sizeof items,
              "{\"sku\":\"%s\"},{\"sku\":\"%s\",\"quantity\":15},{\"sku\":\"%s\",\"quantity\":2}",
              x->sku[1], x->sku[0], x->sku[2]);
-    sf_service *s = ct_faulty(x->point);
+    sf_service *s = ct_faulty_at(w, x->point);
     sf_resp r = {0};
     ct_cart(sf_port(s), items, NULL, x->key, &r);
     SF_ASSERT(r.status == 0, "%s: the killed instance answered: %s", x->point, sf_resp_summary(&r));
@@ -761,13 +901,15 @@ static void ct_cut_run(struct ct_cut *x)
         tu_sleep_ms(20);
     SF_ASSERT(!sf_alive(s), "%s: the instance did not die at its fault point", x->point);
     (void)sf_stop(s);
-    redisReply *rep = rf_command(gf_redis, "HVALS inv:2:{%s}:cart", x->sku[1]);
+    char ikey[160];
+    snprintf(ikey, sizeof ikey, "inv:2:{%s}:cart", x->sku[1]);
+    redisReply *rep = rf_command(ct_at(w, ikey), "HVALS %s", ikey);
     SF_ASSERT(rep && rep->type == REDIS_REPLY_ARRAY && (int)rep->elements == x->intent,
               "%s: %d intent expected", x->point, x->intent);
     if (!x->intent) { /* cut off before the intent: nothing in any SKU */
         freeReplyObject(rep);
         for (int i = 0; i < 3; i++)
-            SF_ASSERT_EQ(ct_remaining(x->sku[i], 2), 20);
+            SF_ASSERT_EQ(ct_remaining_at(w, x->sku[i], 2), 20);
         return;
     }
     json_t *in = json_loads(rep->element[0]->str, 0, NULL);
@@ -779,6 +921,7 @@ static void ct_cut_run(struct ct_cut *x)
               "%s: intent without its order, 4 parts or deadline", x->point);
     snprintf(x->id, sizeof x->id, "%s", id);
     long long made = 0, prim = 0;
+    unsigned masters = w->cl ? 1u << ct_master_at(w->cl, ikey) : 0;
     size_t i;
     json_t *p;
     json_array_foreach(ip, i, p)
@@ -788,12 +931,19 @@ static void ct_cut_run(struct ct_cut *x)
         snprintf(x->ids[i], sizeof x->ids[i], "%.32s-%d-%s", id, k, sku);
         snprintf(x->isku[i], sizeof x->isku[i], "%s", sku);
         if (strcmp(x->ids[i], id) == 0)
-            prim += ct_exists(sku, k, x->ids[i]);
+            prim += ct_exists_at(w, sku, k, x->ids[i]);
         else
-            made += ct_exists(sku, k, x->ids[i]);
+            made += ct_exists_at(w, sku, k, x->ids[i]);
+        if (w->cl) {
+            char okey[160];
+            snprintf(okey, sizeof okey, "inv:2:{%s/%d}:orders", sku, k);
+            masters |= 1u << ct_master_at(w->cl, okey);
+        }
     }
     x->nids = (int)json_array_size(ip);
     json_decref(in);
+    SF_ASSERT(!w->cl || masters == 7u, "%s: the intent and its parts on masters %#x, not the three",
+              x->point, masters);
     SF_ASSERT(made == (x->parts ? 3 : 0) && prim == x->primary,
               "%s: %lld of 3 parts and %lld primary, expected %d and %d", x->point, made, prim,
               x->parts ? 3 : 0, x->primary);
@@ -802,38 +952,39 @@ static void ct_cut_run(struct ct_cut *x)
 /* Once the healer is done: the cut's cart whole, forward (every part and the primary, the
  * units out) or back (no part anywhere, every part's id tombstoned in its segment, every unit
  * back), and each SKU's invariants (SPEC §8, carts included) whole. */
-static void ct_cut_healed(const struct ct_cut *x)
+static void ct_cut_healed(const struct ct_where *w, const struct ct_cut *x)
 {
     long long total[3] = {20, 20, 20};
     const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
-    SF_ASSERT(ct_whole(skus, total, 3, 2) == (x->forward ? 1 : 0), "%s: not healed %s", x->point,
-              x->forward ? "forward" : "back");
-    SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), x->forward ? 5 : 20);
-    SF_ASSERT_EQ(ct_remaining(x->sku[1], 2), x->forward ? 19 : 20);
-    SF_ASSERT_EQ(ct_remaining(x->sku[2], 2), x->forward ? 18 : 20);
+    SF_ASSERT(ct_whole_at(w, skus, total, 3, 2) == (x->forward ? 1 : 0), "%s: not healed %s",
+              x->point, x->forward ? "forward" : "back");
+    SF_ASSERT_EQ(ct_remaining_at(w, x->sku[0], 2), x->forward ? 5 : 20);
+    SF_ASSERT_EQ(ct_remaining_at(w, x->sku[1], 2), x->forward ? 19 : 20);
+    SF_ASSERT_EQ(ct_remaining_at(w, x->sku[2], 2), x->forward ? 18 : 20);
     for (int i = 0; i < x->nids; i++) {
         const char *a = strchr(x->ids[i], '-');
         int k = atoi(a + 1);
-        int there = ct_exists(x->isku[i], k, x->ids[i]);
+        int there = ct_exists_at(w, x->isku[i], k, x->ids[i]);
         SF_ASSERT(there == x->forward, "%s: part %s %s", x->point, x->ids[i],
                   there ? "left after a heal back" : "missing after a heal forward");
         if (!x->forward) {
-            char buf[32] = "";
-            SF_ASSERT(rf_string(gf_redis, buf, sizeof buf, "ZSCORE inv:2:{%s/%d}:undone %s",
-                                x->isku[i], k, x->ids[i]) == 1,
+            char buf[32] = "", ukey[160];
+            snprintf(ukey, sizeof ukey, "inv:2:{%s/%d}:undone", x->isku[i], k);
+            SF_ASSERT(rf_string(ct_at(w, ukey), buf, sizeof buf, "ZSCORE %s %s", ukey, x->ids[i]) ==
+                          1,
                       "%s: %s not tombstoned", x->point, x->ids[i]);
         }
     }
     sf_report rep;
     for (int i = 0; i < 3; i++)
-        SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
+        SF_ASSERT_INVARIANTS(ct_url(w), x->sku[i], &rep);
 }
 
 /* The client's retry with the cart's Idempotency-Key, answered as the heal decided: a cart
  * healed forward replays (200, its id and items); one healed back (or never begun) sold
  * nothing, so the key is free once its claim expired: a new cart (201, another id). A 503
  * meanwhile (the claim still pending: "in progress") is retried, as a client does. */
-static void ct_cut_retry(const struct ct_cut *x, int port)
+static void ct_cut_retry(const struct ct_where *w, const struct ct_cut *x, int port)
 {
     char items[256];
     snprintf(items, sizeof items,
@@ -866,21 +1017,20 @@ static void ct_cut_retry(const struct ct_cut *x, int port)
     /* one cart either way, whole */
     long long total[3] = {20, 20, 20};
     const char *skus[3] = {x->sku[0], x->sku[1], x->sku[2]};
-    SF_ASSERT_EQ(ct_whole(skus, total, 3, 2), 1);
-    SF_ASSERT_EQ(ct_remaining(x->sku[0], 2), 5);
+    SF_ASSERT_EQ(ct_whole_at(w, skus, total, 3, 2), 1);
+    SF_ASSERT_EQ(ct_remaining_at(w, x->sku[0], 2), 5);
     sf_report rep;
     for (int i = 0; i < 3; i++)
-        SF_ASSERT_INVARIANTS(rf_url(gf_redis), x->sku[i], &rep);
+        SF_ASSERT_INVARIANTS(ct_url(w), x->sku[i], &rep);
 }
 
-/* An instance killed -9 at each step of a cart (faultpoint.h's cart points), the five at once:
- * Redis holds each step's state; the sweepers of the group's instances heal every intent
+/* An instance on w killed -9 at each step of a cart (faultpoint.h's cart points), the five at
+ * once: Redis holds each step's state; the sweepers of w's instances heal every intent
  * (bounded: the intent's deadline, about 1.3 s with the faulty instance's settings, + the 1 s
  * margin + a look a second, with room for a loaded machine); every cart ends whole, forward
  * or back, every SKU's invariants hold, and the key's retry answers as the heal decided. */
-static void test_cart_killed_at_each_step(void **state)
+static void ct_cuts_on(const struct ct_where *w)
 {
-    (void)state;
     struct ct_cut cuts[] = {
         {.point = "cart_lock", .prefix = "ct-kl", .intent = 0, .parts = 0, .primary = 0},
         {.point = "cart_intent", .prefix = "ct-ki", .intent = 1, .parts = 0, .primary = 0},
@@ -891,15 +1041,22 @@ static void test_cart_killed_at_each_step(void **state)
     int n = (int)(sizeof cuts / sizeof cuts[0]);
     for (int i = 0; i < n; i++) {
         cuts[i].forward = cuts[i].primary;
-        ct_cut_run(&cuts[i]);
+        ct_cut_run(w, &cuts[i]);
     }
     for (int i = 0; i < n; i++) {
-        for (int64_t end = tu_now_ms() + 15000; ct_intents(cuts[i].sku[1]) > 0; tu_sleep_ms(100))
+        for (int64_t end = tu_now_ms() + 15000; ct_intents_at(w, cuts[i].sku[1]) > 0;
+             tu_sleep_ms(100))
             SF_ASSERT(tu_now_ms() < end, "%s: the intent was not healed in 15 s", cuts[i].point);
-        ct_cut_healed(&cuts[i]);
+        ct_cut_healed(w, &cuts[i]);
     }
     for (int i = 0; i < n; i++)
-        ct_cut_retry(&cuts[i], ct_port(i));
+        ct_cut_retry(w, &cuts[i], ct_port_at(w, i));
+}
+
+static void test_cart_killed_at_each_step(void **state)
+{
+    (void)state;
+    ct_cuts_on(&ct_one);
 }
 
 /* ---- waiting rooms: a ticket per item ---- */
@@ -1091,16 +1248,6 @@ static void test_cart_ticket_cut_off(void **state)
 }
 
 /* ---- on a Redis Cluster ---- */
-
-/* The node holding key's slot. */
-static rf_server *ct_node_of(cf_cluster *cl, const char *key)
-{
-    redisReply *r = rf_command(cf_node(cl, 0), "CLUSTER KEYSLOT %s", key);
-    int m = r && r->type == REDIS_REPLY_INTEGER ? cf_master_of(cl, (int)r->integer) : -1;
-    freeReplyObject(r);
-    SF_ASSERT(m >= 0, "the master of %s", key);
-    return cf_node(cl, m);
-}
 
 static long long ct_cl_stock(cf_cluster *cl, const char *sku, int nseg)
 {
@@ -1436,6 +1583,54 @@ static void test_cluster_cart_master_killed(void **state)
     SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
 }
 
+/* The kill -9 at each step of a cart (ct_cuts_on, the five at once) on a 3-master cluster with a
+ * replica each, every instance with --redis-replica-acks 1: each cart's intent on one master,
+ * its parts on the two others (ct_cut_skus); the sweepers of 2 instances on the cluster heal
+ * every intent whole, forward or back, across the masters. ~6 s and the cluster's start. */
+static void test_cluster_cart_killed_at_each_step(void **state)
+{
+    (void)state;
+    const char *redis_args[] = {"--min-replicas-to-write", "1", "--min-replicas-max-lag", "2",
+                                NULL};
+    cf_cluster *cl = cf_start_ex(3, 1, redis_args);
+    SF_ASSERT(cl != NULL, "%s", "a 3-master cluster with replicas");
+    if (cf_wait_replicas(cl, 30000) != 0) {
+        cf_stop(cl);
+        SF_ASSERT(0, "%s", "the replicas' sync");
+    }
+    char url[512];
+    snprintf(url, sizeof url, "%s", cf_url(cl, 3));
+    const char *acks[] = {"--redis-replica-acks", "1", NULL};
+    const char *args[] = {"--threads",
+                          "2",
+                          "--redis-replica-acks",
+                          "1",
+                          "--admin-token",
+                          CT_TOKEN,
+                          "--trust-body-user-id",
+                          "--redis-timeout-ms",
+                          "1000",
+                          "--lock-lease-ms",
+                          "1000",
+                          NULL};
+    sf_service *s[2] = {sf_start(url, args), sf_start(url, args)};
+    if (!s[0] || !s[1]) {
+        sf_stop_all(s, 2);
+        cf_stop(cl);
+        SF_ASSERT(0, "%s", "inventoryd on the cluster");
+    }
+    struct ct_where w = {.cl = cl, .url = url, .extra = acks, .nports = 2};
+    w.ports[0] = sf_port(s[0]);
+    w.ports[1] = sf_port(s[1]);
+    int64_t t0 = tu_now_ms();
+    ct_cuts_on(&w);
+    fprintf(stderr, "cluster cart cut-offs: the five cut, healed and retried in %lld ms\n",
+            (long long)(tu_now_ms() - t0));
+    int rc = sf_stop_all(s, 2);
+    cf_stop(cl);
+    SF_ASSERT(rc == 0, "%s", "inventoryd's exit");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1453,6 +1648,7 @@ int main(void)
         cmocka_unit_test(test_cart_ticket_cut_off),
         cmocka_unit_test(test_cluster_carts),
         cmocka_unit_test(test_cluster_cart_master_killed),
+        cmocka_unit_test(test_cluster_cart_killed_at_each_step),
     };
     /* IT_CART_PART (ctest runs it_cart and it_cart_cluster): "cluster" the cluster's test only,
      * "one-redis" the others; unset, every test */
