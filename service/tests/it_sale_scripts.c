@@ -533,16 +533,21 @@ static void test_multi_due_only_past_deadline_and_margin(void **state)
         redisReply *w = rf_command(gf_redis, "HSET %s %s %s", MULTI, hex[i], v);
         freeReplyObject(w);
     }
+    /* the reply (issue 33): {cart intents, m, then m multi-segment hex/intent pairs, then the
+     * due cart intents' pairs}; KEYS multi alone: no cart intent */
     const char *args[] = {"1", MULTI, "1000", "64"};
     redisReply *r = eval(STORE_LUA_MULTI_DUE, 4, args);
-    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2, "reply type %d, %zu elements",
+    SF_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 4, "reply type %d, %zu elements",
               r->type, r->elements);
-    SF_ASSERT(strcmp(r->element[0]->str, HEX_A) == 0, "due: %s", r->element[0]->str);
-    SF_ASSERT(strstr(r->element[1]->str, "\"deadline\""), "intent %s", r->element[1]->str);
+    SF_ASSERT_EQ(r->element[0]->integer, 0);
+    SF_ASSERT_EQ(r->element[1]->integer, 1);
+    SF_ASSERT(strcmp(r->element[2]->str, HEX_A) == 0, "due: %s", r->element[2]->str);
+    SF_ASSERT(strstr(r->element[3]->str, "\"deadline\""), "intent %s", r->element[3]->str);
     freeReplyObject(r);
     const char *none[] = {"1", MULTI, "5000", "64"}; /* a wider margin: none due yet */
     r = eval(STORE_LUA_MULTI_DUE, 4, none);
-    SF_ASSERT_EQ(r->elements, 0);
+    SF_ASSERT_EQ(r->elements, 2);
+    SF_ASSERT_EQ(r->element[1]->integer, 0);
     freeReplyObject(r);
     SF_ASSERT_EQ(num("HLEN %s", MULTI), 3); /* it only reads */
 }

@@ -262,6 +262,14 @@ await call(MAIN, "POST", ORDERS, { body: { sku, quantity: 2, user_id: "u-1" }, h
 await call(MAIN, "POST", ORDERS, { body: { sku, quantity: 0 }, expect: 400 });
 await call(MAIN, "POST", ORDERS, { raw: "{\"sku\":", headers: { "Content-Type": "application/json" }, expect: 400 });
 await call(MAIN, "POST", ORDERS, { body: { sku: "no-such-" + sku }, expect: 404 });
+// Carts (SPEC §17): two SKUs in one order (201 with items), a SKU twice, items beside sku (422).
+const ca = uniq("cart-a"), cb = uniq("cart-b");
+await call(MAIN, "PUT", SKU, { params: { sku: ca }, token: TOKEN, body: { stock: 10, segments: 2 }, expect: 201 });
+await call(MAIN, "PUT", SKU, { params: { sku: cb }, token: TOKEN, body: { stock: 10, segments: 1 }, expect: 201 });
+const cart = await call(MAIN, "POST", ORDERS, { body: { items: [{ sku: ca, quantity: 1 }, { sku: cb, quantity: 2 }] }, expect: 201 });
+if (!Array.isArray(cart.json?.items) || cart.json.items.length !== 2) fail("cart", `items: ${JSON.stringify(cart.json)}`);
+expectError("duplicate_sku", await call(MAIN, "POST", ORDERS, { body: { items: [{ sku: ca }, { sku: ca }] }, expect: 422 }), "duplicate_sku");
+expectError("items_and_sku", await call(MAIN, "POST", ORDERS, { body: { sku: ca, items: [{ sku: cb }] }, expect: 422 }), "items_and_sku");
 await call(MAIN, "POST", ORDERS, { raw: big, headers: { "Content-Type": "application/json" }, expect: 413 });
 await call(MAIN, "POST", ORDERS, { raw: "sku=x", headers: { "Content-Type": "application/x-www-form-urlencoded" }, expect: 415 });
 const id = o1.json.order_id;
