@@ -74,7 +74,7 @@ set(TEST_SCHEDULE
   "it_ticket 16 heavy"
   "lockcore_it_redlock_restart 7"
   "it_limits 14 heavy"
-  "it_groups 5 heavy"
+  "it_groups 6"
   "it_groups_cluster 8 heavy"
   "it_concurrency 7 heavy"
   "lockcore_it_lock_pipeline 5"

@@ -2305,7 +2305,7 @@ class Checker:
                 self.fail("database", s, "reconcile --sku %s exited 1 (reconcile-%s.txt): %d difference(s) not excused (%s): %s" % (
                     s, s.replace(":", "_"), len(bad), ", ".join("%s %d" % kv for kv in kinds.most_common()), "; ".join(bad[:6])), [])
         self.db_notes.append("- reconcile: %d SKU(s), %d missing_in_redis row(s) excused (backfilled, created before a later reset of their SKU)" % (
-            len(run.skus), excused_total))
+            len(self.db_skus()), excused_total))
         log("database: the sink caught up in %.1f s; reconcile of %d SKU(s): %d violation(s)" % (
             self.catchup_s, len(run.skus), len(self.viol["database"])))
 
