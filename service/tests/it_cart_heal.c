@@ -637,12 +637,15 @@ static void test_cart_cancel_cut_off_drained(void **state)
     SF_ASSERT(r && r->type == REDIS_REPLY_STRING, "%s", "the primary");
     snprintf(rec, sizeof rec, "%s", r->str);
     freeReplyObject(r);
-    char *st = strstr(rec, "\"status\":\"created\"");
+    const char *st = strstr(rec, "\"status\":\"created\"");
     SF_ASSERT(st != NULL, "%s", rec);
-    memmove(st + strlen("\"status\":\"cancelled\""), st + strlen("\"status\":\"created\""),
-            strlen(st + strlen("\"status\":\"created\"")) + 1);
-    memcpy(st, "\"status\":\"cancelled\"", strlen("\"status\":\"cancelled\""));
-    ch_do(key, "HSET %s %s %s", key, id, rec);
+    if (!st) /* (SF_ASSERT has failed the test; this keeps GCC's bounds analysis of -O2 + ASan
+                quiet about the NULL path) */
+        return;
+    char edited[2100];
+    snprintf(edited, sizeof edited, "%.*s\"status\":\"cancelled\"%s", (int)(st - rec), rec,
+             st + strlen("\"status\":\"created\""));
+    ch_do(key, "HSET %s %s %s", key, id, edited);
     snprintf(key, sizeof key, "inv:2:{%s/0}:stock", a);
     ch_do(key, "INCRBY %s 2", key);
     snprintf(key, sizeof key, "inv:2:{%s/0}:cnt", a);

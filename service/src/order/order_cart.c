@@ -640,11 +640,16 @@ static void intent_begin(struct cart *c)
 static void parts_begin(struct cart *c)
 {
     ct_move(c, CT_PARTS);
-    c->pending = c->n;
-    for (int i = 0; i < c->n; i++) {
+    /* one count of the cart's own until every item has started: an item whose phase ends inside
+     * multi_commit (an abort) cannot end the cart's step while the loop still reads it */
+    int n = c->n;
+    c->pending = n + 1;
+    for (int i = 0; i < n; i++) {
         multi_cart_deadline(c->it[i].m, c->deadline);
         multi_commit(c->it[i].m, c->cancelled);
     }
+    if (--c->pending == 0)
+        parts_back(c);
 }
 
 /* The order log's items text of the cart (orderlog.h): every part of every item of the record's
@@ -780,10 +785,12 @@ static void undo_begin(struct cart *c, enum order_outcome out)
         undo_back(c);
         return;
     }
-    c->pending = n;
+    c->pending = n + 1; /* the cart's own count: as in parts_begin */
     for (int i = 0; i < c->n; i++)
         if (c->it[i].end == MULTI_PARTS)
             multi_cart_undo(c->it[i].m, out);
+    if (--c->pending == 0)
+        undo_back(c);
 }
 
 static void undo_back(struct cart *c)
@@ -835,18 +842,22 @@ static void settle(struct cart *c, enum order_outcome out)
      * reservations released) */
     enum order_outcome others =
         out == OUT_REPLAYED || out == OUT_IDEM_FAILED ? OUT_UNAVAILABLE : out;
-    c->pending = 0;
+    /* An item may end at once, inside order_item_end (nothing left to settle: its answer), and
+     * the last one's answer frees the cart (item_answered → respond): the items to end are taken
+     * first, and the cart holds one count of its own until they are all started, so it is never
+     * read after it is freed (ASan found settle reading c->n of a freed cart). */
+    struct order *todo[VALIDATE_CART_MAX];
+    int n = 0;
     for (int i = 0; i < c->n; i++)
-        c->pending += c->it[i].o != NULL;
-    if (c->pending == 0) {
+        if (c->it[i].o)
+            todo[n++] = c->it[i].o;
+    c->pending = n + 1;
+    const char *id = c->id[0] ? c->id : NULL;
+    const char *record = c->record;
+    for (int i = 0; i < n; i++)
+        order_item_end(todo[i], others, id, record);
+    if (--c->pending == 0)
         respond(c);
-        return;
-    }
-    for (int i = 0; i < c->n; i++) {
-        struct order *o = c->it[i].o;
-        if (o)
-            order_item_end(o, others, c->id[0] ? c->id : NULL, c->record);
-    }
 }
 
 /* The loop is ending: the items running get EV_CANCEL, a hold ends now. */
@@ -960,9 +971,13 @@ void order_cart_async(struct areq *ar)
     ar->cancel = cart_on_loop_end;
     ar->handler = c;
     ct_move(c, CT_ITEMS);
-    c->pending = c->n;
-    for (int i = 0; i < c->n; i++)
+    /* the cart's own count until every item has started (an item may answer at once) */
+    int n = c->n;
+    c->pending = n + 1;
+    for (int i = 0; i < n; i++)
         order_item_start(c->it[i].o);
+    if (--c->pending == 0)
+        items_back(c);
     return;
 out:
     cart_free(c);
