@@ -144,6 +144,24 @@ static int by_id_parse(const struct request *req, struct by_id *b)
     return 0;
 }
 
+/* A request on the order its path names (GET, cancel, confirm, extend): NULL once answered (404
+ * for a path that names no order, 500 out of memory) and ended. */
+static struct by_id *by_id_start(struct areq *ar)
+{
+    struct by_id *b = calloc(1, sizeof(*b));
+    if (!b || by_id_parse(&ar->req, b) != 0) {
+        if (b)
+            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
+        else
+            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
+        free(b);
+        areq_done(ar);
+        return NULL;
+    }
+    b->ar = ar;
+    return b;
+}
+
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
  * request from the handler's start to its callback (always called once, in the request's log
  * context: store.h), which frees it. */
@@ -158,17 +176,9 @@ static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, 
 
 void order_get_async(struct areq *ar)
 {
-    struct by_id *b = calloc(1, sizeof(*b));
-    if (!b || by_id_parse(&ar->req, b) != 0) {
-        if (b)
-            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
-        else
-            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
-        free(b);
-        areq_done(ar);
+    struct by_id *b = by_id_start(ar);
+    if (!b)
         return;
-    }
-    b->ar = ar;
     const char *argv[3] = {"HGET", b->sk.orders, b->id};
     store_command_async(ar->lc, ar, 3, argv, on_get_reply, b);
 }
@@ -443,17 +453,9 @@ static void on_end_reply(lc_status st, const redisReply *r, const char *errstr, 
 
 static void order_end_async(struct areq *ar, enum by_id_op op)
 {
-    struct by_id *b = calloc(1, sizeof(*b));
-    if (!b || by_id_parse(&ar->req, b) != 0) {
-        if (b)
-            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
-        else
-            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
-        free(b);
-        areq_done(ar);
+    struct by_id *b = by_id_start(ar);
+    if (!b)
         return;
-    }
-    b->ar = ar;
     b->op = op;
     const char *keys[8] = {b->sk.stock, b->sk.cnt, b->sk.orders, b->sk.due,
                            b->sk.give,  b->sk.log, b->sk.sver,   b->sk.follow};
@@ -619,24 +621,16 @@ static void extend_run(struct by_id *b, const char *ext_s, const char *ext_max, 
 
 void order_extend_async(struct areq *ar)
 {
-    struct by_id *b = calloc(1, sizeof(*b));
+    struct by_id *b = by_id_start(ar);
     struct validate_error verr;
-    if (!b || by_id_parse(&ar->req, b) != 0) {
-        if (b)
-            response_error(&ar->res, ERROR_UNKNOWN_ORDER, "no such order");
-        else
-            response_error(&ar->res, ERROR_INTERNAL, "out of memory");
-        free(b);
-        areq_done(ar);
+    if (!b)
         return;
-    }
     if (validate_extend_body(ar->req.body, ar->req.body_len, &b->seconds, &verr) != 0) {
         response_error(&ar->res, verr.code, verr.message);
         free(b);
         areq_done(ar);
         return;
     }
-    b->ar = ar;
     b->op = BY_ID_EXTEND;
     if (config_redis_cluster(&ar->app->cfg))
         extend_read_rules(b);

@@ -374,22 +374,10 @@ static struct multi *item_multi(struct cart *c, struct citem *ci)
 {
     struct order *o = ci->o;
     struct multi_req rq;
-    memset(&rq, 0, sizeof(rq));
-    rq.app = c->app;
+    order_multi_req(o, &rq); /* its idem: the home item's key or ticket; another's ticket, or "" */
     rq.lc = c->ar->lc;
     rq.ar = c->ar;
-    order_lock_env(o, &rq.env);
-    order_lock_opts(o, &rq.lo);
-    rq.sku = o->in.sku;
-    rq.version = o->view.version;
-    rq.nseg = o->view.segments;
-    rq.seen = o->seen;
-    rq.qty = o->in.quantity;
     rq.token = c->token;
-    rq.user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
-    rq.idem = o->idem; /* the home item's key or ticket; another item's ticket, or "" */
-    rq.claim_expiry = o->claim_expiry;
-    rq.rules = o->view.rules;
     rq.rules.ttl_s = c->ttl_s; /* the cart's: every part reserved when the cart is a hold */
     rq.deadline_ms = c->deadline_ms;
     rq.budget = c->budget;

@@ -1531,26 +1531,10 @@ static int multi_start(struct order *o)
     }
     o->multi_tries++;
     struct multi_req rq;
-    memset(&rq, 0, sizeof(rq));
-    rq.app = o->app;
-    rq.lc = o->lc;
-    rq.ar = o->ar;
-    lock_env(o, &rq.env);
-    lock_opts(o, &rq.lo);
-    rq.sku = o->in.sku;
-    rq.version = o->view.version;
-    rq.nseg = o->view.segments;
-    rq.seen = o->seen;
-    rq.qty = o->in.quantity;
-    rq.token = o->token;
-    rq.user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
-    rq.idem = o->idem;
-    rq.claim_expiry = o->claim_expiry;
+    order_multi_req(o, &rq);
     free(o->grp_text);
     o->grp_text = group_record_member(o);
     rq.grp = o->grp_text; /* the primary's "grp": its groups' give-backs */
-    rq.rules = o->view.rules;
-    rq.deadline_ms = o->deadline_ms;
     rq.budget = o->app->cfg.order_redis_call_budget - o->calls - order_end_calls(o);
     multi_free(o->multi);
     o->multi = multi_new(&rq, on_multi_cb, o);
@@ -2428,12 +2412,23 @@ void order_item_free(struct order *o)
     order_free(o);
 }
 
-void order_lock_env(const struct order *o, struct seglock_env *env)
+void order_multi_req(const struct order *o, struct multi_req *rq)
 {
-    lock_env(o, env);
-}
-
-void order_lock_opts(const struct order *o, lc_lock_opts *lo)
-{
-    lock_opts(o, lo);
+    memset(rq, 0, sizeof(*rq));
+    rq->app = o->app;
+    rq->lc = o->lc;
+    rq->ar = o->ar;
+    lock_env(o, &rq->env);
+    lock_opts(o, &rq->lo);
+    rq->sku = o->in.sku;
+    rq->version = o->view.version;
+    rq->nseg = o->view.segments;
+    rq->seen = o->seen;
+    rq->qty = o->in.quantity;
+    rq->token = o->token;
+    rq->user = o->has_user ? o->user : o->in.has_user_id ? o->in.user_id : "";
+    rq->idem = o->idem;
+    rq->claim_expiry = o->claim_expiry;
+    rq->rules = o->view.rules;
+    rq->deadline_ms = o->deadline_ms;
 }

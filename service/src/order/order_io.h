@@ -261,9 +261,10 @@ void order_item_groups(struct order *o);
 void order_item_cancel(struct order *o);
 /* Frees an item never started. */
 void order_item_free(struct order *o);
-/* The lock environment and options of the order's segment locks (as its walk's). */
-void order_lock_env(const struct order *o, struct seglock_env *env);
-void order_lock_opts(const struct order *o, lc_lock_opts *lo);
+/* A multi-segment attempt's request as the order's own (order_multi.h): its SKU, layout, reads,
+ * token, user, claim, rules, deadline and its segment locks' environment and options; the
+ * caller sets the rest (the budget; a cart's item, its cart's request, token and deadline). */
+void order_multi_req(const struct order *o, struct multi_req *rq);
 
 /* ---- the order's I/O and bookkeeping (order_io.c), for every machine of the order ---- */
 

@@ -436,6 +436,8 @@ int group_add(struct order *o, const char *group, const char *sku, int nseg, lon
 
 char *group_record_member(const struct order *o)
 {
+    if (o->ngv == 0) /* every record of a SKU in no group (the hot path): nothing to build */
+        return NULL;
     json_t *g = json_object();
     int n = 0;
     for (int i = 0; g && i < o->ngv; i++)

@@ -13,37 +13,15 @@
 -- @include int.lua
 -- @include now.lua
 -- @include user_entries.lua
+-- @include reserve_entry.lua
 local lim = redis.call('HGET', KEYS[2], 'limit')
 if not lim then return {STORE_RESERVE_FREE, 0, now} end
 lim = int(lim)
 if not lim then return damaged(KEYS[2]) end
 if lim <= 0 then return {STORE_RESERVE_FREE, 0, now} end
-local e = entries_read(ARGV[1])
-if not e then return redis.error_reply('ERR damaged: ' .. KEYS[1] .. ' entry of a user') end
-if e[ARGV[2]] then return {STORE_RESERVE_OK, e[ARGV[2]][2], now} end
-local held = 0
-for _, v in pairs(e) do held = held + v[1] end
-local q = tonumber(ARGV[3])
-if held + q > lim then
-  -- as user_reserve.lua: first the entries past their deadline or known committed, then those
-  -- within it; each with the SKU and segments its order may be in (an entry of an older format,
-  -- without them, is given as "" and 0: never found, so settled as not committed once past)
-  local r = {STORE_RESERVE_OVER, lim, held, 0}
-  for pass = 1, 2 do
-    for h, v in pairs(e) do
-      local past = v[2] == 0 or now > v[2] + tonumber(ARGV[5])
-      if (pass == 1) == past and #r < 4 + 5 * 8 then
-        r[#r + 1] = h
-        r[#r + 1] = string.format('%.0f', v[2])
-        r[#r + 1] = past and '1' or '0'
-        r[#r + 1] = type(v[4]) == 'string' and v[4] or ''
-        r[#r + 1] = type(v[5]) == 'number' and v[5] or 0
-      end
-    end
-  end
-  return r
-end
-local exp = now + tonumber(ARGV[4])
-e[ARGV[2]] = {q, exp, -1, ARGV[6], tonumber(ARGV[7])}
-entries_write(ARGV[1], e)
-return {STORE_RESERVE_OK, exp, now}
+-- as user_reserve.lua's: each entry listed with the SKU and segments its order may be in (an
+-- entry of an older format, without them, is given as "" and 0: never found, so settled as not
+-- committed once past)
+return reserve_entry(lim, 0, function(v)
+  return {type(v[4]) == 'string' and v[4] or '', type(v[5]) == 'number' and v[5] or 0}
+end, function(q, exp) return {q, exp, -1, ARGV[6], tonumber(ARGV[7])} end)

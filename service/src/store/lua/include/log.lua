@@ -46,6 +46,27 @@ local function log_extended(key, id, sku, seg, user, q, at, ver, parts, expires,
   end
   redis.call('XADD', key, '*', unpack(f))
 end
+-- parts_text(o, total[, sku]): a record's (or a cart item's) parts, o.parts
+-- ([{"segment","quantity"},...]), as the order log spells them: "k:q,k:q,..." in their order,
+-- or with sku "<sku>:k:q,..." (a cart's items field); nil unless every part is a segment and a
+-- quantity as the scripts write them, summing to total. The one check of a parts list: the ends
+-- (hold_end.lua) and the cart's items below read parts through it.
+local function parts_text(o, total, sku)
+  if type(o.parts) ~= 'table' or #o.parts < 1 then return nil end
+  local out, sum = {}, 0
+  for _, p in ipairs(o.parts) do
+    if type(p) ~= 'table' then return nil end
+    local k, q = tonumber(p.segment), tonumber(p.quantity)
+    if k == nil or q == nil or k < 0 or k >= STORE_SEGMENTS_MAX or k ~= math.floor(k) or
+       q < 1 or q > 1e15 or q ~= math.floor(q) then
+      return nil
+    end
+    sum = sum + q
+    out[#out + 1] = sku and string.format('%s:%d:%d', sku, k, q) or string.format('%d:%d', k, q)
+  end
+  if sum ~= total then return nil end
+  return table.concat(out, ',')
+end
 -- items_text(o): the `items` field of a cart's entries, from its primary record's items
 -- ([{"sku","quantity","parts":[{"segment","quantity"},...]},...], home item first):
 -- "<sku>:<k>:<q>,..." for every part of every item in the record's order (the text the commit
@@ -58,21 +79,12 @@ local function items_text(o)
   local out = {}
   for _, it in ipairs(o.items) do
     if type(it) ~= 'table' or type(it.sku) ~= 'string' or it.sku == '' or
-       string.find(it.sku, '[,%s]') or type(it.parts) ~= 'table' or #it.parts < 1 then
+       string.find(it.sku, '[,%s]') then
       return nil
     end
-    local sum = 0
-    for _, p in ipairs(it.parts) do
-      if type(p) ~= 'table' then return nil end
-      local k, q = tonumber(p.segment), tonumber(p.quantity)
-      if k == nil or q == nil or k < 0 or k >= STORE_SEGMENTS_MAX or k ~= math.floor(k) or
-         q < 1 or q > 1e15 or q ~= math.floor(q) then
-        return nil
-      end
-      sum = sum + q
-      out[#out + 1] = string.format('%s:%d:%d', it.sku, k, q)
-    end
-    if tonumber(it.quantity) ~= sum then return nil end
+    local t = parts_text(it, tonumber(it.quantity), it.sku)
+    if not t then return nil end
+    out[#out + 1] = t
   end
   return table.concat(out, ',')
 end
