@@ -627,10 +627,13 @@ class QueueRoom:
                 tix[(u, int(v.split(":")[1]))] = int(v.split(":")[1]) - ttl
         for t, (u, n_, e, _) in self.tickets_seen(ops).items():
             tix[(u, e)] = e - ttl
+        # A ticket stops being certainly live when an order that may have used it is sent: one
+        # answered 201, and one of unknown outcome (no answer, a 5xx that may have changed
+        # something: the gate marks the ticket used once the order is made, answer or not).
         first_use = {}
-        for l, a, b in self.answers(ops["qorder"]):
+        for l in ops["qorder"]:
             tp = ticket_parts(l.args.get("ticket"))
-            if tp and a["status"] == 201 and l.args["mode"] not in REFUSED:
+            if tp and l.args["mode"] not in REFUSED and l.attempts and any(a["eff"] in (self.c.YES, self.c.MAYBE) for a in l.attempts):
                 key = (l.args["as_user"], tp[1])
                 first_use[key] = min(first_use.get(key, 1e18), l.attempts[0]["w0"] * 1000)
         # live at t: admitted at or before t, t before min(expiry, first use): a sweep, n log n
