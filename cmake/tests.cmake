@@ -51,6 +51,7 @@ set(TEST_SCHEDULE
   "lockcore_zk_ensemble 5 heavy"
   "script_peers 4 heavy"
   "script_verify_multi 5"
+  "script_chaos_selftest 5"
   "it_sink 25 heavy"
   "lockcore_it_cluster 13 heavy"
   "lockcore_it_lost_reply 16"
