@@ -52,7 +52,7 @@ set(TEST_SCHEDULE
   "script_peers 4 heavy"
   "script_verify_multi 5"
   "script_chaos_selftest 5"
-  "it_sink 25 heavy"
+  "it_sink 27 heavy"
   "lockcore_it_cluster 13 heavy"
   "lockcore_it_lost_reply 16"
   "lockcore_it_lost_reply_pipeline 16"

@@ -52,6 +52,8 @@
 # 1.5 min; its long form, without --short, about 9 min, is not run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# step TEXT: a section's line, "== [+MMmSSs] TEXT", the time since the start: where the minutes go.
+step() { printf '== [+%02dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 build_dir=${BUILD_DIR:-build}
 asan_dir=${ASAN_BUILD_DIR:-build-asan}
@@ -61,22 +63,22 @@ ctest_args=${CTEST_ARGS:-}
 ctest_jobs=${CTEST_JOBS:-2}
 
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
-  scripts/deps.sh --docker || echo "== deps: the Docker packages could not be installed (the docker test will say)"
+  scripts/deps.sh --docker || step "deps: the Docker packages could not be installed (the docker test will say)"
 fi
-scripts/deps.sh --e2e || echo "== deps: the e2e packages could not be installed (the e2e tests will say)"
-scripts/deps.sh --peers || echo "== deps: the peers' packages could not be installed (the script_peers test will say)"
+scripts/deps.sh --e2e || step "deps: the e2e packages could not be installed (the e2e tests will say)"
+scripts/deps.sh --peers || step "deps: the peers' packages could not be installed (the script_peers test will say)"
 scripts/deps.sh
-echo "== format check (scripts/format.sh --check: every C file as .clang-format says; fix with scripts/format.sh)"
+step "format check (scripts/format.sh --check: every C file as .clang-format says; fix with scripts/format.sh)"
 scripts/format.sh --check
 
 # run_suite DIR EXTRA_CTEST_ARGS [CMAKE_ARGS...]
 run_suite() {
   local dir=$1 extra=$2; shift 2
-  echo "== configure $dir $*"
+  step "configure $dir $*"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-  echo "== build $dir"
+  step "build $dir"
   cmake --build "$dir" -j "$jobs"
-  echo "== test $dir"
+  step "test $dir"
   # shellcheck disable=SC2086
   (cd "$dir" && ctest --output-on-failure --timeout 300 -j "$ctest_jobs" $extra $ctest_args)
 }
@@ -85,7 +87,10 @@ run_suite "$build_dir" ""
 # The sanitizer passes leave out the e2e and the scripts tests: they test documents, tools and
 # shell scripts (the peers of loadtest/peers/, no inventoryd at all; run.sh, the nginx config,
 # verify.sh), once is enough; the inventoryd they start does nothing the it_* tests do not do
-# under the sanitizers.
+# under the sanitizers. The TSan pass leaves out the cluster twins too (label "twin",
+# service/CMakeLists.txt add_cluster_twin: it_cart_cluster, it_groups_cluster, …): their order
+# paths run under TSan on one Redis, the cluster's threads and failovers in it_cluster and
+# lockcore_it_cluster, and the twins under ASan; about 60 s of the heavy tests' serial floor.
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
@@ -93,7 +98,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
 fi
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-    run_suite "$tsan_dir" "-LE e2e|scripts" -DSANITIZE=thread
+    run_suite "$tsan_dir" "-LE e2e|scripts|twin" -DSANITIZE=thread
 fi
 # The fuzz targets run beside the docker test, whose minutes are mostly waiting (apt's mirror,
 # containers starting) and which asserts nothing on timing; the fuzzers' output is printed after
@@ -104,25 +109,25 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   if scripts/fuzz.sh --probe; then
     if [ "${SKIP_DOCKER:-0}" != 1 ]; then
       fuzz_log=$(mktemp /tmp/inventoryd-fuzz.XXXXXX)
-      echo "== fuzz ${FUZZ_SECONDS:-30}s per target (beside the docker test; its output follows it)"
+      step "fuzz ${FUZZ_SECONDS:-30}s per target (beside the docker test; its output follows it)"
       scripts/fuzz.sh "${FUZZ_SECONDS:-30}" >"$fuzz_log" 2>&1 &
       fuzz_pid=$!
     else
-      echo "== fuzz ${FUZZ_SECONDS:-30}s per target"
+      step "fuzz ${FUZZ_SECONDS:-30}s per target"
       scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
     fi
   else
-    echo "== fuzz: skipped (clang cannot build libFuzzer binaries; scripts/deps.sh installs clang and libclang-rt-14-dev)"
+    step "fuzz: skipped (clang cannot build libFuzzer binaries; scripts/deps.sh installs clang and libclang-rt-14-dev)"
   fi
 fi
 if [ "${SKIP_DOCKER:-0}" != 1 ]; then
-  echo "== docker test"
+  step "docker test"
   docker_rc=0
   scripts/docker-test.sh || docker_rc=$?
   if [ -n "$fuzz_pid" ]; then
     fuzz_rc=0
     wait "$fuzz_pid" || fuzz_rc=$?
-    echo "== fuzz (ran beside the docker test): exit $fuzz_rc"
+    step "fuzz (ran beside the docker test): exit $fuzz_rc"
     cat "$fuzz_log"
     rm -f "$fuzz_log"
     [ "$fuzz_rc" = 0 ] || { echo "scripts/test.sh: the fuzz targets failed" >&2; exit "$fuzz_rc"; }
@@ -130,29 +135,29 @@ if [ "${SKIP_DOCKER:-0}" != 1 ]; then
   [ "$docker_rc" = 0 ] || { echo "scripts/test.sh: the docker test failed" >&2; exit "$docker_rc"; }
 fi
 if [ "${SKIP_LOADTEST:-0}" != 1 ] && [ -x loadtest/run.sh ]; then
-  echo "== loadtest --quick"
+  step "loadtest --quick"
   loadtest/run.sh --quick
 fi
 if [ "${SKIP_CHAOS:-0}" != 1 ]; then
-  echo "== loadtest/chaos.sh --short (randomized history test; seed printed, replay with --seed)"
+  step "loadtest/chaos.sh --short (randomized history test; seed printed, replay with --seed)"
   LT_SKIP_DEPS=1 loadtest/chaos.sh --short
   if [ "${SKIP_CHAOS_CLUSTER:-0}" != 1 ]; then
-    echo "== loadtest/chaos.sh --cluster --short (the same on a Redis Cluster: master kill -9 and restart, acks 1)"
+    step "loadtest/chaos.sh --cluster --short (the same on a Redis Cluster: master kill -9 and restart, acks 1)"
     LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/chaos.sh --cluster --short
   fi
 fi
 if [ "${SKIP_CLUSTER:-0}" != 1 ]; then
-  echo "== loadtest/cluster.sh --failover --reshard (Redis Cluster: kill -9 of a master and a reshard under load)"
+  step "loadtest/cluster.sh --failover --reshard (Redis Cluster: kill -9 of a master and a reshard under load)"
   LT_WINDOW_S=${CLUSTER_WINDOW_S:-12} loadtest/cluster.sh --failover --reshard
 fi
 if [ "${SKIP_FAULTS:-0}" != 1 ]; then
-  echo "== loadtest/faults.sh"
+  step "loadtest/faults.sh"
   LT_SKIP_DEPS=1 loadtest/faults.sh
-  echo "== loadtest/faults.sh --lock-redis (kill, pause and lock-node kills with Redlock)"
+  step "loadtest/faults.sh --lock-redis (kill, pause and lock-node kills with Redlock)"
   LT_SKIP_DEPS=1 LT_SKIP_BUILD=1 loadtest/faults.sh --lock-redis
 fi
 if [ "${SKIP_SINKFAULTS:-0}" != 1 ]; then
-  echo "== loadtest/sinkfaults.sh --short (the order log into MariaDB under faults; about 1.5 min)"
+  step "loadtest/sinkfaults.sh --short (the order log into MariaDB under faults; about 1.5 min)"
   LT_SKIP_DEPS=1 loadtest/sinkfaults.sh --short
 fi
-echo "scripts/test.sh: all passed"
+echo "scripts/test.sh: all passed in $((SECONDS / 60)) min $((SECONDS % 60)) s"
