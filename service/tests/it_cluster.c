@@ -842,6 +842,77 @@ static void test_multi_follow_waited(void **state)
     SF_ASSERT_EQ(rp.sold, 0);
 }
 
+/* A repeat vouches for what it finds (chaos.sh --cluster --short seed 4243: a confirm answered
+ * 503 "may not survive a failover", its retry 200, and the order found expired after the
+ * segment's master died with its replication paused). Two holds on one segment, its master on
+ * no replica: the confirm of the first and the cancel of the second are applied but answer 503
+ * (their WAIT fails); their repeats find them done and answer 503 again, as does a GET of the
+ * first, instead of 200 confirmed, 409 already_cancelled and 200 from a master alone. Once the
+ * replica is back: 200, 409, 200. Old binary: the repeats' 200 and 409 and the GET's 200 at
+ * once, with no WAIT. ~2 s. */
+static int cl_by_id(int port, const char *method, const char *id, const char *tail, sf_resp *r)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/orders/%.200s%s", id, tail);
+    return sf_json_request(NULL, port, method, path, NULL, NULL, NULL, r);
+}
+
+static void test_repeat_waits_for_replicas(void **state)
+{
+    (void)state;
+    char sku[64];
+    int ms, m0, m1;
+    cl_find_sku("cl-rw", CL_SKU_AWAY, sku, sizeof sku, &ms, &m0, &m1);
+    int port = sf_port(svc[0]);
+    char path[160], body[200], id[2][112];
+    snprintf(path, sizeof path, "/api/v1/skus/%s", sku);
+    sf_resp r = {0};
+    sf_json_request(NULL, port, "PUT", path, NULL, NULL,
+                    "{\"stock\":4,\"segments\":1,\"reservation_ttl_s\":60}", &r);
+    SF_ASSERT_STATUS(&r, 201);
+    sf_resp_free(&r);
+    snprintf(body, sizeof body, "{\"sku\":\"%s\",\"quantity\":1}", sku);
+    for (int i = 0; i < 2; i++) {
+        sf_json_request(NULL, port, "POST", "/api/v1/orders", NULL, NULL, body, &r);
+        SF_ASSERT_STATUS(&r, 201);
+        SF_ASSERT(strcmp(sf_str(r.json, "status"), "reserved") == 0, "not a hold: %s",
+                  sf_resp_summary(&r));
+        snprintf(id[i], sizeof id[i], "%s", sf_str(r.json, "order_id"));
+        sf_resp_free(&r);
+    }
+    int rep = cl_starve(m0);
+    int st[5];
+    char said[5][200];
+    const struct {
+        const char *method, *tail;
+        int which;
+    } step[5] = {{"POST", "/confirm", 0},
+                 {"POST", "/confirm", 0},
+                 {"GET", "", 0},
+                 {"DELETE", "", 1},
+                 {"DELETE", "", 1}};
+    for (int i = 0; i < 5; i++) {
+        st[i] = cl_by_id(port, step[i].method, id[step[i].which], step[i].tail, &r);
+        snprintf(said[i], sizeof said[i], "%s", sf_resp_summary(&r));
+        sf_resp_free(&r);
+    }
+    cl_feed(m0, rep);
+    for (int i = 0; i < 5; i++)
+        SF_ASSERT(st[i] == 503, "step %d, %s %s of %s with its master on no replica: %s (want 503)",
+                  i, step[i].method, step[i].tail, id[step[i].which], said[i]);
+    SF_ASSERT_EQ(cl_by_id(port, "POST", id[0], "/confirm", &r), 200);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "confirmed") == 0, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(cl_by_id(port, "GET", id[0], "", &r), 200);
+    SF_ASSERT(strcmp(sf_str(r.json, "status"), "confirmed") == 0, "%s", sf_resp_summary(&r));
+    sf_resp_free(&r);
+    SF_ASSERT_EQ(cl_by_id(port, "DELETE", id[1], "", &r), 409);
+    sf_resp_free(&r);
+    sf_report rp;
+    SF_ASSERT_INVARIANTS(url, sku, &rp);
+    SF_ASSERT_EQ(rp.sold, 1);
+}
+
 /* A hold's units go back to its user only once on the replicas of the users' hash's master
  * (--redis-replica-acks 1): with that master's replica stopped, the expired hold's give-back
  * stays queued in its segment's give set (user_release.lua applied on the master alone, then
@@ -1422,6 +1493,7 @@ int main(void)
         cmocka_unit_test(test_multi_replay_waits_on_parts),
         cmocka_unit_test(test_multi_follow_waited),
         cmocka_unit_test(test_giveback_waited),
+        cmocka_unit_test(test_repeat_waits_for_replicas),
         cmocka_unit_test(test_multi_heal_forward_waited),
         cmocka_unit_test(test_multi_late_primary_after_heal),
         cmocka_unit_test(test_claim_survives_failover_of_sku_master),

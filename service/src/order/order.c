@@ -164,12 +164,45 @@ static struct by_id *by_id_start(struct areq *ar)
 
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
  * request from the handler's start to its callback (always called once, in the request's log
- * context: store.h), which frees it. */
+ * context: store.h), which frees it. With --redis-replica-acks N a GET's 200 waits until N
+ * replicas have what it read, as a repeated confirm's does (end_answer): the 503s of a confirm,
+ * a cancel or an extension whose WAIT failed say "GET the order", and what the GET answers must
+ * then survive a failover as the 2xx it stands for would. */
+static void on_get_acked(lc_status st, const redisReply *r, const char *errstr, void *arg)
+{
+    struct by_id *b = arg;
+    int want = b->ar->app->cfg.redis_replica_acks;
+    long long got = store_reply_acks(st, r);
+    if (got < want) {
+        areq_log_begin(b->ar);
+        log_msg(CONFIG_LOG_WARN, "get_replica_ack_missing",
+                "order %s: read on %lld of %d replicas (%s)", b->id, got < 0 ? 0 : got, want,
+                st == LC_OK ? "WAIT timed out" : errstr);
+        areq_log_end();
+        response_free(&b->ar->res);
+        response_error(&b->ar->res, ERROR_UNAVAILABLE,
+                       "the order's state is not on the stock store's replicas yet "
+                       "(--redis-replica-acks): GET it again");
+    }
+    areq_done(b->ar);
+    free(b);
+}
+
 static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, void *arg)
 {
     (void)errstr;
     struct by_id *b = arg;
     get_answer(st, r, &b->ar->res);
+    lc_async_conn_ref ref;
+    if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
+        if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
+            on_get_acked(LC_EIO, NULL, "the connection of the read is not known", b);
+            return;
+        }
+        store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
+                                     b->ar->app->cfg.redis_timeout_ms, on_get_acked, b);
+        return;
+    }
     areq_done(b->ar);
     free(b);
 }
@@ -258,7 +291,11 @@ static void note_give(struct by_id *b, const json_t *order)
 static int extend_answer(struct by_id *b, long long code, const redisReply *r, json_t *order);
 
 /* The answer from the script's reply {code[, record[, 1 when it expired the hold now]]}; 1
- * when it wrote (a WAIT is due). */
+ * when a WAIT is due: the answer states what a change made, now or before (a repeat's 200
+ * confirmed or 409 already_cancelled: the first attempt's WAIT may have failed, and a failover
+ * would take the state back). A WAIT after a script that only read covers what it read: Redis
+ * counts a connection's offset from its last command, read or write (it_cluster
+ * test_repeat_waits_for_replicas). */
 static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
 {
     struct response *res = &b->ar->res;
@@ -298,6 +335,7 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
         switch (code) {
         case STORE_CANCEL_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); break;
         case STORE_CANCEL_ALREADY:
+            wrote = 1; /* a repeat: vouch for the cancel it found */
             response_error(res, ERROR_ALREADY_CANCELLED, "the order was already cancelled");
             break;
         case STORE_CANCEL_EXPIRED:
@@ -319,14 +357,13 @@ static int end_answer(struct by_id *b, lc_status st, const redisReply *r)
     } else {
         switch (code) {
         case STORE_CONFIRM_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); break;
-        case STORE_CONFIRM_DONE:
+        case STORE_CONFIRM_DONE: metrics_hold_confirmed(); __attribute__((fallthrough));
+        case STORE_CONFIRM_ALREADY: /* a repeat: vouch for the confirm it found */
             wrote = 1;
-            metrics_hold_confirmed();
-            __attribute__((fallthrough));
-        case STORE_CONFIRM_ALREADY:
             response_json(res, 200, order ? json_incref(order) : json_object());
             break;
         case STORE_CONFIRM_CANCELLED:
+            wrote = 1;
             response_error(res, ERROR_ALREADY_CANCELLED, "the order was cancelled");
             break;
         case STORE_CONFIRM_EXPIRED:
@@ -507,7 +544,7 @@ static int extend_answer(struct by_id *b, long long code, const redisReply *r, j
     case STORE_EXTEND_NONE: response_error(res, ERROR_UNKNOWN_ORDER, "no such order"); return 0;
     case STORE_EXTEND_CANCELLED:
         response_error(res, ERROR_ALREADY_CANCELLED, "the order was cancelled");
-        return 0;
+        return 1;
     case STORE_EXTEND_EXPIRED:
         response_error(res, ERROR_RESERVATION_EXPIRED,
                        "the hold expired before it was extended: its units are back in stock");
