@@ -1,9 +1,10 @@
 /*
  * exact — a SKU's exact status read (docs/api.md "The exact read"): the layout settled first,
  * then every segment's counters, healed when a segment is behind; the SPEC §5 status object
- * made from them; and the 503 of a read that failed. Shared by the snapshots' slow refresh
- * (statsnap.c), GET ?consistent=1 (status.c) and the admin writes that answer with the status
- * or vouch for the segments (stock.c).
+ * made from them; and the 503 of a read that failed. Shared by the one-script read's
+ * fall-back (status_read.c: the snapshots' refresh, the waiting room's step), GET
+ * ?consistent=1 (status.c) and the admin writes that answer with the status or vouch for the
+ * segments (stock.c).
  */
 #ifndef INVENTORY_EXACT_H
 #define INVENTORY_EXACT_H

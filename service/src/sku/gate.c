@@ -17,7 +17,7 @@
 #include "app.h"
 #include "areq.h"
 #include "clock.h"
-#include "exact.h"
+#include "status_read.h"
 #include "hash.h"
 #include "log.h"
 #include "rules.h"
@@ -308,7 +308,7 @@ static void step_start(struct gate *g, struct areq_env *env, const char *sku, lo
     snprintf(t->sku, sizeof(t->sku), "%s", sku);
     /* the read is sent now, after fin_seen was received: a ticket used since counts as live
      * in the step, never as both sold and live-budget free */
-    exact_read_async(ar, t->sku, NULL, on_read, t);
+    status_read_async(ar, t->sku, 0, on_read, t);
 }
 
 /* ---- the admitter ---- */

@@ -11,21 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/hiredis.h>
 #include <jansson.h>
 
 #include "areq.h"
 #include "clock.h"
 #include "config.h"
-#include "exact.h"
 #include "hash.h"
-#include "layout.h"
 #include "log.h"
 #include "rules.h"
 #include "sha256.h"
-#include "skucache.h"
-#include "store.h"
-#include "store_scripts.h"
+#include "status_read.h"
 #include "validate.h"
 #include "worker.h"
 
@@ -403,10 +398,8 @@ struct refresh {
     unsigned gen;
     unsigned round; /* its number (struct snap_entry's round) */
     int64_t sent_ms;
-    int tries;
 };
 
-static void refresh_script(struct refresh *r, int n);
 static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env *env,
                           struct snap_entry *e, unsigned gen, unsigned round, int segments);
 
@@ -417,6 +410,7 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
     struct statsnap *sn = r->sn;
     struct snap_entry *e = r->e;
     int loop = r->ar->env->id;
+    int nseg = found > 0 && st ? (int)json_array_size(json_object_get(st, "segments")) : 0;
     /* built outside the lock: compared with the snapshot it may replace */
     pthread_mutex_lock(&sn->mu);
     struct snap *prev = e->cur;
@@ -439,6 +433,8 @@ static void refresh_end(struct refresh *r, int found, json_t *st, const char *wh
     int changed = s && s != prev;
     pthread_mutex_lock(&sn->mu);
     sn->stats.refreshes++;
+    if (nseg > 0) /* the next refresh's script reads that many segments at once */
+        e->segments = nseg;
     if (found < 0) {
         sn->stats.refresh_fails++;
         e->failed = 1;
@@ -506,97 +502,6 @@ static void on_exact(void *arg, int rc, json_t *status, const char *why, int out
     refresh_end(r, rc, status, why, out_of_step);
 }
 
-/* The slow way (a cluster, a layout being rolled out or healed): the exact read (exact.h). */
-static void refresh_exact(struct refresh *r)
-{
-    exact_read_async(r->ar, r->sku, NULL, on_exact, r);
-}
-
-static void on_script(lc_status st, const redisReply *rp, const char *errstr, void *arg)
-{
-    struct refresh *r = arg;
-    if (st != LC_OK || !rp || rp->type != REDIS_REPLY_ARRAY || rp->elements < 1) {
-        refresh_end(r, -1, NULL, st != LC_OK ? errstr : "unexpected reply from Redis", 0);
-        return;
-    }
-    struct layout l;
-    int found = layout_parse_reply(rp->element[0], &l);
-    if (found < 0) {
-        refresh_end(r, -1, NULL, "unexpected reply from Redis", 0);
-        return;
-    }
-    if (layout_unsettled(&l)) {
-        refresh_exact(r); /* a PUT, DELETE or restock to complete first */
-        return;
-    }
-    if (found == 0) {
-        refresh_end(r, 0, NULL, NULL, 0);
-        return;
-    }
-    int n = (int)rp->elements - 1;
-    pthread_mutex_lock(&r->sn->mu);
-    r->e->segments = l.segments;
-    pthread_mutex_unlock(&r->sn->mu);
-    if (n != l.segments) {
-        if (n == 0 && r->tries++ == 0) /* the first read of the SKU, or a new layout */
-            refresh_script(r, l.segments);
-        else
-            refresh_exact(r); /* a segment at another version: the exact read heals */
-        return;
-    }
-    struct store_item *items = calloc((size_t)n, sizeof(*items));
-    if (!items) {
-        refresh_end(r, -1, NULL, "out of memory", 0);
-        return;
-    }
-    for (int k = 0; k < n; k++)
-        store_item_of(rp->element[1 + k], &items[k]);
-    json_t *out = NULL;
-    int off = 0;
-    int rc = exact_status_json(r->sku, &l, items, n, &out, &off);
-    free(items);
-    if (rc == 1)
-        refresh_end(r, 1, out, NULL, 0);
-    else
-        refresh_exact(r);
-}
-
-/* lua/status_read.lua over n segments (0: the layout alone, to learn n). */
-static void refresh_script(struct refresh *r, int n)
-{
-    if (n < 0 || n > STORE_SEGMENTS_MAX) {
-        refresh_exact(r);
-        return;
-    }
-    struct seg_keys *sk = calloc((size_t)n + 1, sizeof(*sk));
-    const char **keys = calloc(2 + 3 * (size_t)n, sizeof(*keys));
-    char meta[STORE_KEY_MAX], rst[STORE_KEY_MAX];
-    if (!sk || !keys) {
-        free(sk);
-        free(keys);
-        refresh_end(r, -1, NULL, "out of memory", 0);
-        return;
-    }
-    store_sku_key(meta, r->sku, "meta");
-    store_sku_key(rst, r->sku, "rst");
-    keys[0] = meta;
-    keys[1] = rst;
-    for (int k = 0; k < n; k++) {
-        store_seg_keys(r->sku, k, &sk[k]);
-        keys[2 + 3 * k] = sk[k].stock;
-        keys[3 + 3 * k] = sk[k].sver;
-        keys[4 + 3 * k] = sk[k].cnt;
-    }
-    const char *fields[RULES_N];
-    for (int i = 0; i < RULES_N; i++)
-        fields[i] = rules_script_field(i);
-    /* lockcore copies keys and args when the call starts */
-    store_script_async(r->app->store, r->ar->lc, r->ar, SCRIPT_STATUS_READ, 2 + 3 * n, keys,
-                       RULES_N, fields, on_script, r);
-    free(sk);
-    free(keys);
-}
-
 static void on_refresh_ready(void *http)
 {
     struct refresh *r = http;
@@ -633,16 +538,7 @@ static void refresh_start(struct statsnap *sn, struct app *app, struct areq_env 
     r->round = round;
     r->sent_ms = clock_mono_ms();
     snprintf(r->sku, sizeof(r->sku), "%s", e->sku);
-    if (config_redis_cluster(&app->cfg)) {
-        refresh_exact(r);
-        return;
-    }
-    if (segments == 0) { /* the first read of the SKU here: the orders' cache may know it */
-        struct sku_view v;
-        skucache_get(app->cache, e->sku, &v);
-        segments = v.segments;
-    }
-    refresh_script(r, segments);
+    status_read_async(ar, r->sku, segments, on_exact, r);
 }
 
 /* The loop table, made by the first waiter (every loop's env says how many). With sn->mu. */
