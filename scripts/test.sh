@@ -7,12 +7,14 @@
 # CTEST_JOBS): most of a test's time is waiting (leases, failovers, delays), not CPU; the
 # heaviest ones (Redis Cluster, MariaDB, nginx, Prometheus, chromium) never run two at once
 # (cmake/tests.cmake, TEST_SCHEDULE) and the longest start first. Exits non-zero on any failure.
-# Time on 2 cores (measured 2026-11-28 with issue 33's tests: the normal ctest pass 386-406 s, the
-# ASan one 360 s, so about 33 min in all, over the 30-min budget: the heavy tests' serial floor
-# grew with the cluster twins of carts, groups and extensions; issue 32's: 29 min): each ctest pass ~6 min
-# (the heavy tests run one after the other, a floor under its length: keep them few and short),
-# the docker test 2-3 min on a fresh engine (5-6 min the first time on a machine: debootstrap)
-# with the fuzz targets beside it, the loadtests ~8 min, the builds ~3-4 min.
+# Time on 2 cores (each line says its minute: "== [+MMmSSs]"): 2026-11-29, before the sanitizer
+# builds went to the background and the twins out of the sanitizer passes, 33 min 36 s: the
+# normal build 64 s, its ctest pass 377 s, the ASan build 112 s and pass 349 s, the TSan build
+# 68 s and pass 332 s, the docker test 176 s with the fuzz targets beside it, loadtest --quick
+# 89 s, chaos.sh --short 92 s, --cluster --short 48 s, cluster.sh 54 s, faults.sh 125 s,
+# sinkfaults.sh 85 s. Each ctest pass is ~6 min (the heavy tests run one after the other, a
+# floor under its length: keep them few and short); the docker test takes 5-6 min the first time
+# on a machine (debootstrap).
 # Then each libFuzzer target for FUZZ_SECONDS (30) with scripts/fuzz.sh, when clang can build
 # libFuzzer binaries (deps.sh installs it; otherwise the step is skipped with a message), in the
 # background beside the docker test (below), its output printed after it.
@@ -71,34 +73,86 @@ scripts/deps.sh
 step "format check (scripts/format.sh --check: every C file as .clang-format says; fix with scripts/format.sh)"
 scripts/format.sh --check
 
-# run_suite DIR EXTRA_CTEST_ARGS [CMAKE_ARGS...]
-run_suite() {
-  local dir=$1 extra=$2; shift 2
+# configure DIR [CMAKE_ARGS...]
+configure() {
+  local dir=$1; shift
   step "configure $dir $*"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+}
+
+# The sanitizer builds compile in the background at nice 19 while the normal pass's tests run
+# (BG_BUILDS=0: each in the foreground before its pass): those tests mostly wait (leases,
+# expiries, failovers), so the compilers take the idle CPU and the tests keep theirs (about 3
+# min of the run). Each build's output goes to DIR/build.log, printed when it fails;
+# bg_build_wait DIR waits for DIR's build (or builds it now) and fails the run if it failed.
+bg_builds=()
+bg_pids=()
+# a pass that fails ends the run: its background builds with it
+trap 'for p in "${bg_pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done' EXIT
+bg_build_wait() {
+  local dir=$1 i rc
+  for i in "${!bg_builds[@]}"; do
+    [ "${bg_builds[$i]}" = "$dir" ] || continue
+    step "build $dir (in the background since the normal build): waiting for it"
+    rc=0
+    wait "${bg_pids[$i]}" || rc=$?
+    if [ "$rc" != 0 ]; then
+      tail -n 60 "$dir/build.log"
+      echo "scripts/test.sh: the build of $dir failed (exit $rc; $dir/build.log)" >&2
+      exit "$rc"
+    fi
+    grep -E "warning:" "$dir/build.log" || true
+    return 0
+  done
   step "build $dir"
   cmake --build "$dir" -j "$jobs"
+}
+
+# run_tests DIR EXTRA_CTEST_ARGS
+run_tests() {
+  local dir=$1 extra=$2
   step "test $dir"
   # shellcheck disable=SC2086
   (cd "$dir" && ctest --output-on-failure --timeout 300 -j "$ctest_jobs" $extra $ctest_args)
 }
 
-run_suite "$build_dir" ""
+configure "$build_dir"
+step "build $build_dir"
+cmake --build "$build_dir" -j "$jobs"
+if [ "${SKIP_ASAN:-0}" != 1 ]; then
+  configure "$asan_dir" -DSANITIZE=address,undefined
+fi
+if [ "${SKIP_TSAN:-0}" != 1 ]; then
+  configure "$tsan_dir" -DSANITIZE=thread
+fi
+if [ "${BG_BUILDS:-1}" = 1 ]; then
+  for d in "$asan_dir" "$tsan_dir"; do
+    { [ "$d" = "$asan_dir" ] && [ "${SKIP_ASAN:-0}" = 1 ]; } && continue
+    { [ "$d" = "$tsan_dir" ] && [ "${SKIP_TSAN:-0}" = 1 ]; } && continue
+    # its own process group (setsid): the trap above ends the compilers too
+    setsid nice -n 19 cmake --build "$d" -j "$jobs" >"$d/build.log" 2>&1 &
+    bg_builds+=("$d")
+    bg_pids+=($!)
+  done
+fi
+run_tests "$build_dir" ""
 # The sanitizer passes leave out the e2e and the scripts tests: they test documents, tools and
 # shell scripts (the peers of loadtest/peers/, no inventoryd at all; run.sh, the nginx config,
 # verify.sh), once is enough; the inventoryd they start does nothing the it_* tests do not do
-# under the sanitizers. The TSan pass leaves out the cluster twins too (label "twin",
+# under the sanitizers. They leave out the cluster twins too (label "twin",
 # service/CMakeLists.txt add_cluster_twin: it_cart_cluster, it_groups_cluster, …): their order
-# paths run under TSan on one Redis, the cluster's threads and failovers in it_cluster and
-# lockcore_it_cluster, and the twins under ASan; about 60 s of the heavy tests' serial floor.
+# paths run under both sanitizers on one Redis, and the cluster's routing, WAITs, threads and
+# failovers in it_cluster and lockcore_it_cluster; about 60 s of each pass's heavy serial floor.
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
+  bg_build_wait "$asan_dir"
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    run_suite "$asan_dir" "-LE e2e|scripts" -DSANITIZE=address,undefined
+    run_tests "$asan_dir" "-LE e2e|scripts|twin"
 fi
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
+  bg_build_wait "$tsan_dir"
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
-    run_suite "$tsan_dir" "-LE e2e|scripts|twin" -DSANITIZE=thread
+    run_tests "$tsan_dir" "-LE e2e|scripts|twin"
 fi
 # The fuzz targets run beside the docker test, whose minutes are mostly waiting (apt's mirror,
 # containers starting) and which asserts nothing on timing; the fuzzers' output is printed after
