@@ -6,6 +6,8 @@
 #
 #   scripts/fuzz.sh [SECONDS]      configure + build build-fuzz (clang, -DFUZZ=ON) and fuzz
 #   scripts/fuzz.sh --probe        exit 0 when clang can build a libFuzzer binary, else 1
+#   scripts/fuzz.sh --build        configure + build build-fuzz only (scripts/test.sh builds it
+#                                  early, in the background)
 #
 # Env: FUZZ_BUILD_DIR (build-fuzz), FUZZ_OUT_DIR (<build dir>/fuzz-out: work corpora, logs and
 #      crash artifacts), FUZZ_TARGETS (default "fuzz_validate fuzz_config fuzz_router fuzz_identity"),
@@ -39,8 +41,13 @@ if [ "${1:-}" = "--probe" ]; then
   exit $?
 fi
 
+build_only=0
+if [ "${1:-}" = "--build" ]; then
+  build_only=1
+  shift
+fi
 seconds=${1:-30}
-case "$seconds" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] | --probe" >&2; exit 2 ;; esac
+case "$seconds" in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS] | --build | --probe" >&2; exit 2 ;; esac
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 out_dir=${FUZZ_OUT_DIR:-$build_dir/fuzz-out}
 targets=${FUZZ_TARGETS:-fuzz_validate fuzz_config fuzz_router fuzz_identity}
@@ -60,6 +67,7 @@ CI=false cmake -S . -B "$build_dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=
 echo "== build $targets"
 # shellcheck disable=SC2086
 cmake --build "$build_dir" -j "$jobs" --target $targets >/dev/null
+[ "$build_only" = 0 ] || exit 0
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
