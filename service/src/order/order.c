@@ -162,6 +162,22 @@ static struct by_id *by_id_start(struct areq *ar)
     return b;
 }
 
+/* With --redis-replica-acks N, WAITs N on the connection that carried the reply being handled
+ * (a new one would vouch for nothing) and calls acked with the WAIT's outcome; with acks 0
+ * returns 0 and does nothing. 1 when acked will be called. */
+static int by_id_vouch(struct areq *ar, lc_async_reply_fn acked, void *arg)
+{
+    int want = ar->app->cfg.redis_replica_acks;
+    lc_async_conn_ref ref;
+    if (want <= 0)
+        return 0;
+    if (lc_async_reply_conn(ar->lc, &ref) != 0)
+        acked(LC_EIO, NULL, "the connection of the reply is not known", arg);
+    else
+        store_replica_wait_ref_async(ar->lc, &ref, want, ar->app->cfg.redis_timeout_ms, acked, arg);
+    return 1;
+}
+
 /* GET and DELETE by id: one command each on the loop's client. The by_id is owned by the
  * request from the handler's start to its callback (always called once, in the request's log
  * context: store.h), which frees it. With --redis-replica-acks N a GET's 200 waits until N
@@ -193,16 +209,8 @@ static void on_get_reply(lc_status st, const redisReply *r, const char *errstr, 
     (void)errstr;
     struct by_id *b = arg;
     get_answer(st, r, &b->ar->res);
-    lc_async_conn_ref ref;
-    if (b->ar->res.status == 200 && b->ar->app->cfg.redis_replica_acks > 0) {
-        if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
-            on_get_acked(LC_EIO, NULL, "the connection of the read is not known", b);
-            return;
-        }
-        store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
-                                     b->ar->app->cfg.redis_timeout_ms, on_get_acked, b);
+    if (b->ar->res.status == 200 && by_id_vouch(b->ar, on_get_acked, b))
         return;
-    }
     areq_done(b->ar);
     free(b);
 }
@@ -473,18 +481,8 @@ static void on_end_reply(lc_status st, const redisReply *r, const char *errstr, 
 {
     (void)errstr;
     struct by_id *b = arg;
-    int wrote = end_answer(b, st, r);
-    lc_async_conn_ref ref;
-    if (wrote && b->ar->app->cfg.redis_replica_acks > 0) {
-        /* On the connection that carried the script (a new one would vouch for nothing). */
-        if (lc_async_reply_conn(b->ar->lc, &ref) != 0) {
-            on_end_acked(LC_EIO, NULL, "the connection of the script is not known", b);
-            return;
-        }
-        store_replica_wait_ref_async(b->ar->lc, &ref, b->ar->app->cfg.redis_replica_acks,
-                                     b->ar->app->cfg.redis_timeout_ms, on_end_acked, b);
+    if (end_answer(b, st, r) && by_id_vouch(b->ar, on_end_acked, b))
         return;
-    }
     end_give(b);
 }
 
